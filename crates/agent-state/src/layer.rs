@@ -1,0 +1,157 @@
+//! Layers and capabilities, and the layer–capability matrix of seed 001 §7.1.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// The three layers of a team.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AgentLayer {
+    /// The three powers: sign, veto, arbitrate.
+    Top,
+    /// Leads: decompose, delegate, aggregate, escalate.
+    Mid,
+    /// Executors: run tools and report back.
+    Bottom,
+}
+
+impl AgentLayer {
+    /// Every layer, top first.
+    pub const ALL: [AgentLayer; 3] = [AgentLayer::Top, AgentLayer::Mid, AgentLayer::Bottom];
+
+    /// The wire name (`top`, `mid`, `bottom`).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            AgentLayer::Top => "top",
+            AgentLayer::Mid => "mid",
+            AgentLayer::Bottom => "bottom",
+        }
+    }
+
+    /// Rank from the top: top is 0, bottom is 2.
+    pub const fn rank(self) -> u8 {
+        match self {
+            AgentLayer::Top => 0,
+            AgentLayer::Mid => 1,
+            AgentLayer::Bottom => 2,
+        }
+    }
+
+    /// Whether `self` is strictly above `other` in the hierarchy.
+    pub const fn is_above(self, other: AgentLayer) -> bool {
+        self.rank() < other.rank()
+    }
+
+    /// Whether an agent of this layer may hold `capability` (seed 001 §7.1).
+    pub const fn allows(self, capability: Capability) -> bool {
+        use Capability::*;
+        match self {
+            AgentLayer::Top => matches!(
+                capability,
+                Plan | Reflect | Review | Coordinate | Delegate | Arbitrate
+            ),
+            AgentLayer::Mid => matches!(capability, Plan | Reflect | Review | Coordinate | Delegate),
+            AgentLayer::Bottom => matches!(
+                capability,
+                Plan | Execute | Reflect | ToolCall | CodeGen | TestExec | Coordinate
+            ),
+        }
+    }
+
+    /// Every capability this layer may hold, in [`Capability::ALL`] order.
+    pub fn capabilities(self) -> impl Iterator<Item = Capability> {
+        Capability::ALL.into_iter().filter(move |c| self.allows(*c))
+    }
+}
+
+impl fmt::Display for AgentLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The ten capabilities of seed 000 §1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Capability {
+    /// Decompose tasks and create plans.
+    Plan,
+    /// Execute work.
+    Execute,
+    /// Reflect on results.
+    Reflect,
+    /// Call tools.
+    ToolCall,
+    /// Generate code.
+    CodeGen,
+    /// Run tests.
+    TestExec,
+    /// Review proposals and work.
+    Review,
+    /// Coordinate over the bus and whiteboards.
+    Coordinate,
+    /// Delegate tasks to subordinates.
+    Delegate,
+    /// Resolve conflicts and make final decisions.
+    Arbitrate,
+}
+
+impl Capability {
+    /// All ten, in the seed's order.
+    pub const ALL: [Capability; 10] = [
+        Capability::Plan,
+        Capability::Execute,
+        Capability::Reflect,
+        Capability::ToolCall,
+        Capability::CodeGen,
+        Capability::TestExec,
+        Capability::Review,
+        Capability::Coordinate,
+        Capability::Delegate,
+        Capability::Arbitrate,
+    ];
+
+    /// The wire name, such as `tool_call`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Capability::Plan => "plan",
+            Capability::Execute => "execute",
+            Capability::Reflect => "reflect",
+            Capability::ToolCall => "tool_call",
+            Capability::CodeGen => "code_gen",
+            Capability::TestExec => "test_exec",
+            Capability::Review => "review",
+            Capability::Coordinate => "coordinate",
+            Capability::Delegate => "delegate",
+            Capability::Arbitrate => "arbitrate",
+        }
+    }
+
+    /// A one-line description, as in the seeds' capability registry.
+    pub const fn description(self) -> &'static str {
+        match self {
+            Capability::Plan => "decompose tasks and create plans",
+            Capability::Execute => "execute concrete work",
+            Capability::Reflect => "reflect on results and adjust",
+            Capability::ToolCall => "call tools from the tool registry",
+            Capability::CodeGen => "generate code",
+            Capability::TestExec => "run tests",
+            Capability::Review => "review proposals and results",
+            Capability::Coordinate => "coordinate through the message bus and whiteboards",
+            Capability::Delegate => "assign tasks to subordinates",
+            Capability::Arbitrate => "resolve conflicts and make final decisions",
+        }
+    }
+
+    /// The layers that may hold this capability.
+    pub fn layers(self) -> impl Iterator<Item = AgentLayer> {
+        AgentLayer::ALL.into_iter().filter(move |l| l.allows(self))
+    }
+}
+
+impl fmt::Display for Capability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

@@ -1,0 +1,66 @@
+//! The pure core of Strata: the vocabulary and the rules every other crate shares.
+//!
+//! This crate **does no I/O**: it reads no clock, draws no random numbers, touches no file and
+//! no network, and has no async code. Time ([`Timestamp`]) and ids ([`MessageId`],
+//! [`DecisionId`]) come in as arguments; effects go out as values, such as the
+//! [`TransitionRecord`] that [`Lifecycle::apply`] returns for the caller to audit.
+//!
+//! Key types:
+//! - [`Lifecycle`] and [`AgentStatus`]: the state machine of seed 000 §2, in one place;
+//! - [`AgentConfig`]: an agent's configuration, with [`AgentConfig::validate`];
+//! - [`Message`], [`Decision`], [`board_permits`]: the rules the bus, governance and
+//!   whiteboard backends enforce;
+//! - [`AgentMetrics::performance_score`] and [`RetryPolicy::backoff`]: the numbers.
+//!
+//! ```
+//! use agent_state::{AgentConfig, AgentLayer, AgentStatus, Lifecycle, Timestamp};
+//!
+//! let config = AgentConfig::new("bottom-1", "Builder", AgentLayer::Bottom).with_supervisor("mid-1");
+//! config.validate()?;
+//!
+//! let mut life = Lifecycle::new(config.id.clone());
+//! let record = life.apply(AgentStatus::Idle, "initialization complete", Timestamp(1_000))?;
+//! assert_eq!((record.from, record.to), (AgentStatus::Initializing, AgentStatus::Idle));
+//!
+//! // idle -> terminated is not an edge: refused, and the status is unchanged.
+//! assert!(life.apply(AgentStatus::Terminated, "skip shutdown", Timestamp(1_001)).is_err());
+//! assert_eq!(life.status(), AgentStatus::Idle);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod board;
+mod config;
+mod decision;
+mod ids;
+mod layer;
+mod message;
+mod metrics;
+mod retry;
+mod status;
+mod storage;
+mod version;
+
+#[cfg(test)]
+mod tests;
+
+pub use board::{
+    Actor, BoardAccess, BoardId, BoardSnapshot, GLOBAL_BOARD, Principal, board_permits,
+};
+pub use config::{
+    AgentConfig, ConfigError, ConfigErrorKind, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_MS,
+    MAX_AGENT_ID_LEN, check_agent_id,
+};
+pub use decision::{
+    Decision, DecisionStatus, ProposeError, SignError, SignOutcome, Signature, Tally, TallyError,
+    Veto, Vote, tally,
+};
+pub use ids::{AgentId, DecisionId, MessageId, Timestamp};
+pub use layer::{AgentLayer, Capability};
+pub use message::{Address, BROADCAST, Message, MessageKind, SYSTEM};
+pub use metrics::{
+    AgentMetrics, RELIABILITY_WEIGHT, RESPONSIVENESS_CAP_MS, RESPONSIVENESS_WEIGHT, SUCCESS_WEIGHT,
+};
+pub use retry::{ErrorClass, RetryPolicy};
+pub use status::{AgentStatus, Lifecycle, TransitionError, TransitionRecord, can_transition};
+pub use storage::BackendError;
+pub use version::{DecodeError, EncodeError, Stored, Versioned, decode, encode};

@@ -1,0 +1,132 @@
+//! Governance: decisions that named agents must sign, with vetoes, behind one trait.
+//!
+//! A proposer submits a [`Decision`] naming its required signers. Each required signer signs or
+//! vetoes. The backend enforces the rules of [`agent_state::Decision`]: only a required signer may
+//! sign or veto; nothing changes once a decision is approved or vetoed; signing twice changes
+//! nothing; a decision is approved exactly when every required signer has signed; a veto is
+//! final. Arbitration votes are tallied by [`agent_state::tally`].
+//!
+//! This crate holds the trait, its errors, the [`InMemoryGovernance`] backend, and (feature
+//! `testing`) the conformance suite every backend must pass. It does not hold the durable or
+//! distributed backends.
+//!
+//! # Feature flags
+//!
+//! | feature   | what it adds |
+//! |-----------|--------------|
+//! | `testing` | [`testing`]: the conformance suite, for backend authors |
+//!
+//! ```
+//! use agent_state::{AgentId, Decision, DecisionId, DecisionStatus, SignOutcome, Timestamp};
+//! use governance::{Governance, InMemoryGovernance};
+//!
+//! # tokio_test_block_on(async {
+//! let gov = InMemoryGovernance::new();
+//! let (a, b) = (AgentId::new("top-a"), AgentId::new("top-b"));
+//! let plan = Decision::propose(DecisionId::from_u128(7), a.clone(),
+//!     serde_json::json!({"plan": "ship it"}), vec![a.clone(), b.clone()], Timestamp(0))?;
+//! gov.submit(plan).await?;
+//! assert_eq!(gov.sign(DecisionId::from_u128(7), &a, Timestamp(1)).await?, SignOutcome::Signed);
+//! assert_eq!(gov.sign(DecisionId::from_u128(7), &b, Timestamp(2)).await?, SignOutcome::Approved);
+//! let stored = gov.get(DecisionId::from_u128(7)).await?.expect("submitted");
+//! assert_eq!(stored.status, DecisionStatus::Approved);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # }).unwrap();
+//! # fn tokio_test_block_on<F: std::future::Future>(f: F) -> F::Output {
+//! #     tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f)
+//! # }
+//! ```
+
+use agent_state::{AgentId, BackendError, Decision, DecisionId, DecisionStatus, ProposeError, SignError, SignOutcome, Timestamp};
+use async_trait::async_trait;
+use thiserror::Error;
+
+mod memory;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+
+pub use memory::InMemoryGovernance;
+
+/// The governance engine. Object-safe: hold it as `Arc<dyn Governance>`.
+///
+/// Guarantees every backend keeps (the conformance suite checks each):
+/// - the rules of [`Decision::sign`] and [`Decision::veto`] hold for every call;
+/// - a refused call leaves the stored decision exactly as it was;
+/// - `list_pending` returns exactly the decisions whose status is pending, oldest first.
+///
+/// Durability: when `submit`, `sign` or `veto` returns `Ok` on a durable backend, the change
+/// survives a crash of the process; the in-memory backend keeps nothing across a restart.
+#[async_trait]
+pub trait Governance: Send + Sync + 'static {
+    /// Stores a new decision. It must be pending, with no signatures or vetoes yet, signers
+    /// present and unique, and an id not used before.
+    async fn submit(&self, decision: Decision) -> Result<(), SubmitError>;
+
+    /// Records `signer`'s signature and says what it did.
+    async fn sign(
+        &self,
+        id: DecisionId,
+        signer: &AgentId,
+        at: Timestamp,
+    ) -> Result<SignOutcome, DecideError>;
+
+    /// Records `vetoer`'s veto with its reason; the decision is vetoed for good.
+    async fn veto(
+        &self,
+        id: DecisionId,
+        vetoer: &AgentId,
+        reason: &str,
+        at: Timestamp,
+    ) -> Result<(), DecideError>;
+
+    /// One decision, or `None` if no decision has this id.
+    async fn get(&self, id: DecisionId) -> Result<Option<Decision>, BackendError>;
+
+    /// The pending decisions, oldest first (by `created_at`, then id).
+    async fn list_pending(&self) -> Result<Vec<Decision>, BackendError>;
+
+    /// Every decision, oldest first (by `created_at`, then id).
+    async fn list(&self) -> Result<Vec<Decision>, BackendError>;
+}
+
+/// Submitting failed; nothing was stored.
+#[derive(Debug, Error)]
+pub enum SubmitError {
+    /// A decision with this id exists.
+    #[error("decision {id} already exists; submit a new decision with a fresh id")]
+    DuplicateId {
+        /// The id.
+        id: DecisionId,
+    },
+    /// The decision is not a fresh pending one.
+    #[error("decision {id} must be submitted pending with no signatures or vetoes (it is {status})")]
+    NotFresh {
+        /// The id.
+        id: DecisionId,
+        /// Its status.
+        status: DecisionStatus,
+    },
+    /// Signers missing or repeated.
+    #[error(transparent)]
+    Invalid(#[from] ProposeError),
+    /// The backend failed.
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+}
+
+/// Signing or vetoing failed; the decision is unchanged.
+#[derive(Debug, Error)]
+pub enum DecideError {
+    /// No decision has this id.
+    #[error("no decision {id}")]
+    UnknownDecision {
+        /// The id.
+        id: DecisionId,
+    },
+    /// A rule refused it.
+    #[error(transparent)]
+    Rule(#[from] SignError),
+    /// The backend failed.
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+}

@@ -1,0 +1,177 @@
+//! The message bus: how Strata agents talk, behind one object-safe trait.
+//!
+//! Every agent has an inbox; the runtime has the `system` inbox. A sender puts a [`Message`]
+//! into one inbox, into `system`, or into every registered agent's inbox (`broadcast`). The
+//! receiver [`take`](MessageBus::take)s pending messages, processes them, and
+//! [`ack`](MessageBus::ack)s them. A message taken and never acknowledged is not lost: it can be
+//! [`release`](MessageBus::release)d back to pending, and a durable backend delivers it again
+//! after a restart. Delivery is therefore at-least-once; receivers make processing idempotent by
+//! [`MessageId`].
+//!
+//! This crate holds the trait, its errors, the [`InMemoryBus`] backend, and (feature
+//! `testing`) the conformance suite every backend must pass. It does not hold the durable
+//! (sled) or distributed (NATS) backends.
+//!
+//! # Feature flags
+//!
+//! | feature   | what it adds |
+//! |-----------|--------------|
+//! | `testing` | [`testing`]: the conformance suite, for backend authors |
+//!
+//! ```
+//! use agent_state::{Address, AgentId, Message, MessageId, MessageKind, Timestamp};
+//! use message_bus::{InMemoryBus, MessageBus};
+//!
+//! # tokio_test_block_on(async {
+//! let bus = InMemoryBus::new();
+//! let (lead, worker) = (AgentId::new("mid-1"), AgentId::new("bottom-1"));
+//! bus.register(&lead).await?;
+//! bus.register(&worker).await?;
+//!
+//! let msg = Message::new(MessageId::from_u128(1), &lead, &worker, MessageKind::TaskAssign,
+//!                        serde_json::json!({"task": "write hello.txt"}), Timestamp(0));
+//! bus.send(msg).await?;
+//!
+//! let inbox = Address::from(&worker);
+//! let taken = bus.take(&inbox, 16).await?;
+//! assert_eq!(taken.len(), 1);
+//! bus.ack(&inbox, &[taken[0].id]).await?;
+//! assert_eq!(bus.pending(&inbox).await?, 0);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # }).unwrap();
+//! # fn tokio_test_block_on<F: std::future::Future>(f: F) -> F::Output {
+//! #     tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f)
+//! # }
+//! ```
+
+use agent_state::{Address, AgentId, BackendError, Message, MessageId};
+use async_trait::async_trait;
+use thiserror::Error;
+
+mod memory;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+
+pub use memory::{DEFAULT_INBOX_CAPACITY, InMemoryBus};
+
+/// The message bus. Object-safe: hold it as `Arc<dyn MessageBus>`.
+///
+/// Guarantees every backend keeps (the conformance suite checks each):
+/// - messages in one inbox come out in the order they were sent (so order is kept per sender);
+/// - a message sent to an unknown or unregistered agent is refused with
+///   [`SendError::UnknownRecipient`], never dropped;
+/// - `broadcast` reaches every registered agent except the sender, or none if any inbox is full;
+/// - a taken message is not taken again until it is released (or the backend restarts);
+///   an acknowledged message is gone for good;
+/// - a refused call changes nothing.
+///
+/// Durability: when `send` returns `Ok` on a durable backend, the message survives a crash of
+/// the process; the in-memory backend keeps nothing across a restart.
+#[async_trait]
+pub trait MessageBus: Send + Sync + 'static {
+    /// Opens `agent`'s inbox. Registering an already registered agent changes nothing. An agent
+    /// registered again after [`unregister`](MessageBus::unregister) finds the messages it left.
+    async fn register(&self, agent: &AgentId) -> Result<(), RegisterError>;
+
+    /// Closes `agent`'s inbox to new messages. Messages already in it are kept. Unregistering an
+    /// agent that is not registered is [`RegisterError::NotRegistered`].
+    async fn unregister(&self, agent: &AgentId) -> Result<(), RegisterError>;
+
+    /// Whether `agent` is registered.
+    async fn is_registered(&self, agent: &AgentId) -> Result<bool, BackendError>;
+
+    /// Every registered agent, sorted by id.
+    async fn registered(&self) -> Result<Vec<AgentId>, BackendError>;
+
+    /// Delivers `message` to `message.to`: one agent, `system`, or every registered agent but the
+    /// sender. Returns how many inboxes it went into. The bus does not deduplicate by id.
+    async fn send(&self, message: Message) -> Result<usize, SendError>;
+
+    /// Takes up to `max` pending messages from `inbox` (an agent or `system`), oldest first.
+    /// They stay in flight until acknowledged or released.
+    async fn take(&self, inbox: &Address, max: usize) -> Result<Vec<Message>, InboxError>;
+
+    /// Acknowledges in-flight messages of `inbox`: they are removed for good. Ids that are not
+    /// in flight are ignored, so acknowledging twice is harmless. Returns how many were removed.
+    async fn ack(&self, inbox: &Address, ids: &[MessageId]) -> Result<usize, InboxError>;
+
+    /// Puts every in-flight message of `inbox` back to pending, ahead of newer messages and in
+    /// their original order. Returns how many were released.
+    async fn release(&self, inbox: &Address) -> Result<usize, InboxError>;
+
+    /// How many messages of `inbox` are pending (not taken).
+    async fn pending(&self, inbox: &Address) -> Result<usize, InboxError>;
+}
+
+/// Registering or unregistering failed.
+#[derive(Debug, Error)]
+pub enum RegisterError {
+    /// The id cannot name an agent (empty, reserved, bad characters).
+    #[error("cannot register `{agent}`: {reason}")]
+    InvalidAgent {
+        /// The id given.
+        agent: String,
+        /// Why it is refused.
+        reason: String,
+    },
+    /// Unregistering an agent that is not registered.
+    #[error("agent `{agent}` is not registered on the bus")]
+    NotRegistered {
+        /// The agent.
+        agent: AgentId,
+    },
+    /// The backend failed.
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+}
+
+/// Sending failed; nothing was delivered.
+#[derive(Debug, Error)]
+pub enum SendError {
+    /// The recipient is not a registered agent.
+    #[error("cannot send {kind} message {id} to `{recipient}`: no such agent is registered on the bus")]
+    UnknownRecipient {
+        /// The message id.
+        id: MessageId,
+        /// The message kind, on the wire.
+        kind: &'static str,
+        /// The recipient.
+        recipient: AgentId,
+    },
+    /// `broadcast` used as a sender.
+    #[error("message {id} has `broadcast` as its sender; send from an agent or `system`")]
+    InvalidSender {
+        /// The message id.
+        id: MessageId,
+    },
+    /// An inbox is at capacity; the receiver must take and acknowledge messages first.
+    #[error("inbox of `{inbox}` is full ({capacity} messages); message {id} was not delivered")]
+    InboxFull {
+        /// The message id.
+        id: MessageId,
+        /// The full inbox.
+        inbox: Address,
+        /// Its capacity.
+        capacity: usize,
+    },
+    /// The backend failed.
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+}
+
+/// Reading or acknowledging an inbox failed.
+#[derive(Debug, Error)]
+pub enum InboxError {
+    /// The inbox is `broadcast`, which is an address, not an inbox.
+    #[error("`broadcast` is not an inbox; take from an agent or `system`")]
+    NotAnInbox,
+    /// The agent is not registered.
+    #[error("agent `{agent}` is not registered on the bus; register it before reading its inbox")]
+    NotRegistered {
+        /// The agent.
+        agent: AgentId,
+    },
+    /// The backend failed.
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+}

@@ -1,0 +1,171 @@
+//! Whiteboards: the shared, versioned notes of a Strata team, with layer permissions.
+//!
+//! Each agent has one board, created under its layer; the team has one global board. The
+//! backend, not the agent, enforces the policy of [`agent_state::board_permits`]: an agent writes
+//! only its own board; anyone appends to the global board; an agent reads its own board, the
+//! boards of its own layer and of the layers below, and the global board; the system reads all.
+//! Every write and append bumps the board's version, which reads return.
+//!
+//! This crate holds the trait, its errors, the [`InMemoryWhiteboard`] backend, and (feature
+//! `testing`) the conformance suite every backend must pass. It does not hold the durable or
+//! distributed backends.
+//!
+//! # Feature flags
+//!
+//! | feature   | what it adds |
+//! |-----------|--------------|
+//! | `testing` | [`testing`]: the conformance suite, for backend authors |
+//!
+//! ```
+//! use agent_state::{Actor, AgentId, AgentLayer, BoardId, Timestamp};
+//! use whiteboard::{InMemoryWhiteboard, Whiteboard};
+//!
+//! # tokio_test_block_on(async {
+//! let boards = InMemoryWhiteboard::new();
+//! let lead = AgentId::new("mid-1");
+//! boards.create(&lead, AgentLayer::Mid).await?;
+//! let version = boards.write(&lead, &BoardId::from(&lead), "## Plan".into(), Timestamp(5)).await?;
+//! assert_eq!(version, 1);
+//!
+//! let seen = boards.read(&Actor::System, &BoardId::from(&lead)).await?;
+//! assert_eq!((seen.content.as_str(), seen.version), ("## Plan", 1));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # }).unwrap();
+//! # fn tokio_test_block_on<F: std::future::Future>(f: F) -> F::Output {
+//! #     tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f)
+//! # }
+//! ```
+
+use agent_state::{Actor, AgentId, AgentLayer, BackendError, BoardAccess, BoardId, BoardSnapshot, Timestamp};
+use async_trait::async_trait;
+use thiserror::Error;
+
+mod memory;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+
+pub use memory::{InMemoryWhiteboard, MAX_BOARD_BYTES};
+
+/// The whiteboard system. Object-safe: hold it as `Arc<dyn Whiteboard>`.
+///
+/// Guarantees every backend keeps (the conformance suite checks each):
+/// - permissions are checked on every call, from the layer the board was created under;
+/// - every successful write or append bumps the version by exactly one;
+/// - a refused call changes nothing: content and version stay as they were;
+/// - the global board always exists, starts empty at version 0, and is append-only.
+///
+/// Durability: when `write` or `append` returns `Ok` on a durable backend, the new content
+/// survives a crash of the process; the in-memory backend keeps nothing across a restart.
+#[async_trait]
+pub trait Whiteboard: Send + Sync + 'static {
+    /// Creates `owner`'s board under `layer`, empty at version 0. Creating it again under the
+    /// same layer changes nothing and returns the current board; under another layer it is
+    /// [`CreateError::LayerMismatch`].
+    async fn create(&self, owner: &AgentId, layer: AgentLayer) -> Result<BoardSnapshot, CreateError>;
+
+    /// Reads a board as `reader`.
+    async fn read(&self, reader: &Actor, board: &BoardId) -> Result<BoardSnapshot, BoardError>;
+
+    /// Replaces the content of `writer`'s own board. Returns the new version.
+    async fn write(
+        &self,
+        writer: &AgentId,
+        board: &BoardId,
+        content: String,
+        at: Timestamp,
+    ) -> Result<u64, BoardError>;
+
+    /// Adds `content` on a new line at the end of `writer`'s own board or of the global board.
+    /// Returns the new version.
+    async fn append(
+        &self,
+        writer: &AgentId,
+        board: &BoardId,
+        content: &str,
+        at: Timestamp,
+    ) -> Result<u64, BoardError>;
+
+    /// Every board `reader` may read, the global board first, then agent boards by owner id.
+    async fn list(&self, reader: &Actor) -> Result<Vec<BoardSnapshot>, BoardError>;
+}
+
+/// Creating a board failed.
+#[derive(Debug, Error)]
+pub enum CreateError {
+    /// The owner id cannot name an agent.
+    #[error("cannot create a board for `{owner}`: {reason}")]
+    InvalidOwner {
+        /// The id given.
+        owner: String,
+        /// Why.
+        reason: String,
+    },
+    /// The board exists under another layer.
+    #[error("board of `{owner}` exists under layer {existing}, not {requested}")]
+    LayerMismatch {
+        /// The owner.
+        owner: AgentId,
+        /// The layer it has.
+        existing: AgentLayer,
+        /// The layer asked for.
+        requested: AgentLayer,
+    },
+    /// The backend failed.
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+}
+
+/// Reading or writing a board failed; nothing changed.
+#[derive(Debug, Error)]
+pub enum BoardError {
+    /// No such board.
+    #[error("no whiteboard `{board}`; create the agent's board first")]
+    UnknownBoard {
+        /// The board.
+        board: BoardId,
+    },
+    /// The acting agent has no board, so its layer is unknown.
+    #[error("agent `{agent}` has no whiteboard, so its layer is unknown; create its board first")]
+    UnknownActor {
+        /// The agent.
+        agent: AgentId,
+    },
+    /// The policy forbids it.
+    #[error("`{actor}` may not {access} whiteboard `{board}`: {rule}")]
+    PermissionDenied {
+        /// Who tried.
+        actor: Actor,
+        /// What they tried.
+        access: BoardAccess,
+        /// Which board.
+        board: BoardId,
+        /// The rule that refuses it.
+        rule: &'static str,
+    },
+    /// The content would pass the board's size limit.
+    #[error("whiteboard `{board}` would hold {size} bytes, more than the limit of {limit}")]
+    TooLarge {
+        /// The board.
+        board: BoardId,
+        /// The size it would have.
+        size: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// The backend failed.
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+}
+
+/// The rule, in words, that refuses `access` to `board` for an agent; used in
+/// [`BoardError::PermissionDenied`] messages.
+pub fn denial_rule(actor: &Actor, access: BoardAccess, board: &BoardId) -> &'static str {
+    match (actor, access, board) {
+        (Actor::System, _, _) => "the system reads boards but never writes them",
+        (_, BoardAccess::Write, BoardId::Global) => "the global board is append-only",
+        (_, BoardAccess::Write | BoardAccess::Append, _) => "an agent writes only its own board",
+        (_, BoardAccess::Read, _) => {
+            "an agent reads its own board, its layer's, the layers below, and the global board"
+        }
+    }
+}
