@@ -137,7 +137,9 @@ impl AgentConfig {
         }
         match (&self.supervisor, self.layer) {
             (Some(supervisor), AgentLayer::Top) => {
-                return err(ConfigErrorKind::TopWithSupervisor { supervisor: supervisor.to_string() });
+                return err(ConfigErrorKind::TopWithSupervisor {
+                    supervisor: supervisor.to_string(),
+                });
             }
             (None, AgentLayer::Mid | AgentLayer::Bottom) => {
                 return err(ConfigErrorKind::MissingSupervisor { layer: self.layer });
@@ -217,9 +219,7 @@ pub enum ConfigErrorKind {
         id: String,
     },
     /// `id` has characters outside the allowed set or is too long.
-    #[error(
-        "field `id`: `{id}` must be 1 to 64 ASCII letters, digits, `-` or `_`"
-    )]
+    #[error("field `id`: `{id}` must be 1 to 64 ASCII letters, digits, `-` or `_`")]
     InvalidId {
         /// The id.
         id: String,

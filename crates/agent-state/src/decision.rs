@@ -307,7 +307,10 @@ pub fn tally(votes: &[Vote]) -> Result<Tally, TallyError> {
     let mut totals: Vec<(String, f64)> = Vec::new();
     for (i, vote) in votes.iter().enumerate() {
         if !vote.weight.is_finite() || vote.weight < 0.0 {
-            return Err(TallyError::InvalidWeight { voter: vote.voter.clone(), weight: vote.weight });
+            return Err(TallyError::InvalidWeight {
+                voter: vote.voter.clone(),
+                weight: vote.weight,
+            });
         }
         if votes[..i].iter().any(|v| v.voter == vote.voter) {
             return Err(TallyError::DuplicateVoter { voter: vote.voter.clone() });
@@ -320,10 +323,7 @@ pub fn tally(votes: &[Vote]) -> Result<Tally, TallyError> {
     let best = totals.iter().map(|(_, w)| *w).fold(f64::NEG_INFINITY, f64::max);
     let leaders = totals.iter().filter(|(_, w)| *w == best).count();
     // `totals` is in order of first appearance, so the first leader is the earliest vote's.
-    let winner = totals
-        .iter()
-        .find(|(_, w)| *w == best)
-        .map(|(c, _)| c.clone())
-        .unwrap_or_default();
+    let winner =
+        totals.iter().find(|(_, w)| *w == best).map(|(c, _)| c.clone()).unwrap_or_default();
     Ok(Tally { winner, totals, tie_broken: leaders > 1 })
 }

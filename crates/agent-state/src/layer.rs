@@ -47,11 +47,12 @@ impl AgentLayer {
     pub const fn allows(self, capability: Capability) -> bool {
         use Capability::*;
         match self {
-            AgentLayer::Top => matches!(
-                capability,
-                Plan | Reflect | Review | Coordinate | Delegate | Arbitrate
-            ),
-            AgentLayer::Mid => matches!(capability, Plan | Reflect | Review | Coordinate | Delegate),
+            AgentLayer::Top => {
+                matches!(capability, Plan | Reflect | Review | Coordinate | Delegate | Arbitrate)
+            }
+            AgentLayer::Mid => {
+                matches!(capability, Plan | Reflect | Review | Coordinate | Delegate)
+            }
             AgentLayer::Bottom => matches!(
                 capability,
                 Plan | Execute | Reflect | ToolCall | CodeGen | TestExec | Coordinate

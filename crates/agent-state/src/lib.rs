@@ -38,6 +38,7 @@ mod metrics;
 mod retry;
 mod status;
 mod storage;
+mod task;
 mod version;
 
 #[cfg(test)]
@@ -63,4 +64,8 @@ pub use metrics::{
 pub use retry::{ErrorClass, RetryPolicy};
 pub use status::{AgentStatus, Lifecycle, TransitionError, TransitionRecord, can_transition};
 pub use storage::BackendError;
+pub use task::{
+    Assignment, PlanStep, ProgressReport, ProgressStatus, StepTarget, Subtask, SubtaskResult, Task,
+    TaskFailure, TaskOutcome, WorkPackage,
+};
 pub use version::{DecodeError, EncodeError, Stored, Versioned, decode, encode};

@@ -50,30 +50,29 @@ impl Versioned for AgentMetrics {
 impl AgentMetrics {
     /// Records a finished task and updates the running mean duration.
     pub fn record_task(&mut self, success: bool, duration_ms: u64, at: Timestamp) {
-        let finished = self.tasks_completed + self.tasks_failed;
-        let total = self.average_task_duration_ms * finished as f64 + duration_ms as f64;
+        // Counted in f64 so counts near `u64::MAX` cannot overflow; the counters saturate.
+        let finished = self.tasks_completed as f64 + self.tasks_failed as f64;
+        let total = self.average_task_duration_ms * finished + duration_ms as f64;
         if success {
-            self.tasks_completed += 1;
+            self.tasks_completed = self.tasks_completed.saturating_add(1);
         } else {
-            self.tasks_failed += 1;
+            self.tasks_failed = self.tasks_failed.saturating_add(1);
         }
-        self.average_task_duration_ms = total / (finished + 1) as f64;
+        self.average_task_duration_ms = total / (finished + 1.0);
         self.last_active = self.last_active.max(at);
     }
 
     /// The performance score, 0 to 100: 40 % success rate, 30 % responsiveness (an average task
     /// of 60 s or more scores zero), 30 % heartbeat reliability. An agent with no history scores 100.
     pub fn performance_score(&self) -> f64 {
-        let tasks = self.tasks_completed + self.tasks_failed;
-        let success = ratio(self.tasks_completed, tasks);
+        let success = ratio(self.tasks_completed, self.tasks_failed);
         let duration = if self.average_task_duration_ms.is_finite() {
             self.average_task_duration_ms.max(0.0)
         } else {
             RESPONSIVENESS_CAP_MS
         };
         let responsiveness = 1.0 - (duration / RESPONSIVENESS_CAP_MS).min(1.0);
-        let beats = self.heartbeats_responded + self.heartbeats_missed;
-        let reliability = ratio(self.heartbeats_responded, beats);
+        let reliability = ratio(self.heartbeats_responded, self.heartbeats_missed);
         let score = success * SUCCESS_WEIGHT
             + responsiveness * RESPONSIVENESS_WEIGHT
             + reliability * RELIABILITY_WEIGHT;
@@ -81,6 +80,7 @@ impl AgentMetrics {
     }
 }
 
-fn ratio(part: u64, whole: u64) -> f64 {
-    if whole == 0 { 1.0 } else { part as f64 / whole as f64 }
+/// `part / (part + rest)`, 1 when both are zero. Summed in f64: `part + rest` may overflow `u64`.
+fn ratio(part: u64, rest: u64) -> f64 {
+    if part == 0 && rest == 0 { 1.0 } else { part as f64 / (part as f64 + rest as f64) }
 }

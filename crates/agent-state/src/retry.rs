@@ -72,7 +72,8 @@ impl RetryPolicy {
         let exp = i32::try_from(retry - 1).unwrap_or(i32::MAX);
         let raw = self.initial_delay_ms as f64 * multiplier.powi(exp);
         let ms = if raw.is_finite() { raw.min(cap) } else { cap };
-        Duration::from_millis(ms as u64)
+        // `cap` is rounded to f64 and may exceed `max_delay_ms` above 2^53: cap again in u64.
+        Duration::from_millis((ms as u64).min(self.max_delay_ms))
     }
 
     /// Whether a failure of `class` after `retries_so_far` retries should be retried.

@@ -1,1 +1,22 @@
-//! Unit tests for the pure core.
+//! Unit and property tests for the pure core, checked against the seeds.
+//!
+//! Each submodule covers one source module; `props` holds the model-based property tests.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod board;
+mod config;
+mod decision;
+mod lifecycle;
+mod metrics;
+mod props;
+mod retry;
+mod storage;
+mod wire;
+
+use crate::AgentId;
+
+/// Shorthand for an agent id.
+fn id(s: &str) -> AgentId {
+    AgentId::new(s)
+}

@@ -78,6 +78,9 @@ pub struct EncodeError {
 }
 
 /// Encodes `value` in its [`Stored`] envelope as JSON bytes.
+///
+/// If this returns `Ok`, [`decode`] reads the bytes back; a value that could not be read back,
+/// such as a required float that is NaN or infinite, is an [`EncodeError`].
 pub fn encode<T: Versioned>(value: &T) -> Result<Vec<u8>, EncodeError> {
     #[derive(Serialize)]
     struct Ref<'a, T> {
@@ -85,8 +88,13 @@ pub fn encode<T: Versioned>(value: &T) -> Result<Vec<u8>, EncodeError> {
         schema_version: u32,
         value: &'a T,
     }
-    serde_json::to_vec(&Ref { kind: T::KIND, schema_version: T::VERSION, value })
-        .map_err(|source| EncodeError { kind: T::KIND, source })
+    let bytes = serde_json::to_vec(&Ref { kind: T::KIND, schema_version: T::VERSION, value })
+        .map_err(|source| EncodeError { kind: T::KIND, source })?;
+    // serde_json writes a non-finite float as `null`, which `decode` then refuses. Read the
+    // bytes back now, so a record that could not be decoded is refused instead of stored.
+    serde_json::from_slice::<Stored<T>>(&bytes)
+        .map_err(|source| EncodeError { kind: T::KIND, source })?;
+    Ok(bytes)
 }
 
 /// Decodes bytes written by [`encode`], checking kind and schema version.

@@ -14,7 +14,7 @@
 //!
 //! | feature   | what it adds |
 //! |-----------|--------------|
-//! | `testing` | [`testing`]: the conformance suite, for backend authors |
+//! | `testing` | the `testing` module: the conformance suite, for backend authors |
 //!
 //! ```
 //! use agent_state::{AgentId, Decision, DecisionId, DecisionStatus, SignOutcome, Timestamp};
@@ -37,7 +37,10 @@
 //! # }
 //! ```
 
-use agent_state::{AgentId, BackendError, Decision, DecisionId, DecisionStatus, ProposeError, SignError, SignOutcome, Timestamp};
+use agent_state::{
+    AgentId, BackendError, Decision, DecisionId, DecisionStatus, ProposeError, SignError,
+    SignOutcome, Timestamp,
+};
 use async_trait::async_trait;
 use thiserror::Error;
 
@@ -60,6 +63,9 @@ pub use memory::InMemoryGovernance;
 pub trait Governance: Send + Sync + 'static {
     /// Stores a new decision. It must be pending, with no signatures or vetoes yet, signers
     /// present and unique, and an id not used before.
+    ///
+    /// A decision that breaks several of these gets the first error in this order:
+    /// [`SubmitError::Invalid`] (signers), [`SubmitError::NotFresh`], [`SubmitError::DuplicateId`].
     async fn submit(&self, decision: Decision) -> Result<(), SubmitError>;
 
     /// Records `signer`'s signature and says what it did.
@@ -99,7 +105,9 @@ pub enum SubmitError {
         id: DecisionId,
     },
     /// The decision is not a fresh pending one.
-    #[error("decision {id} must be submitted pending with no signatures or vetoes (it is {status})")]
+    #[error(
+        "decision {id} must be submitted pending with no signatures or vetoes (it is {status})"
+    )]
     NotFresh {
         /// The id.
         id: DecisionId,
@@ -129,4 +137,17 @@ pub enum DecideError {
     /// The backend failed.
     #[error(transparent)]
     Backend(#[from] BackendError),
+}
+
+/// What every backend checks before it stores a submitted decision: signers present and unique,
+/// then pending with no signatures or vetoes. The id check needs the store and is the backend's.
+pub(crate) fn check_fresh(decision: &Decision) -> Result<(), SubmitError> {
+    decision.check()?;
+    if decision.status != DecisionStatus::Pending
+        || !decision.signatures.is_empty()
+        || !decision.vetoes.is_empty()
+    {
+        return Err(SubmitError::NotFresh { id: decision.id, status: decision.status });
+    }
+    Ok(())
 }

@@ -14,7 +14,7 @@
 //!
 //! | feature   | what it adds |
 //! |-----------|--------------|
-//! | `testing` | [`testing`]: the conformance suite, for backend authors |
+//! | `testing` | module `testing`: the conformance suite, for backend authors |
 //!
 //! ```
 //! use agent_state::{Actor, AgentId, AgentLayer, BoardId, Timestamp};
@@ -36,7 +36,9 @@
 //! # }
 //! ```
 
-use agent_state::{Actor, AgentId, AgentLayer, BackendError, BoardAccess, BoardId, BoardSnapshot, Timestamp};
+use agent_state::{
+    Actor, AgentId, AgentLayer, BackendError, BoardAccess, BoardId, BoardSnapshot, Timestamp,
+};
 use async_trait::async_trait;
 use thiserror::Error;
 
@@ -52,7 +54,12 @@ pub use memory::{InMemoryWhiteboard, MAX_BOARD_BYTES};
 /// - permissions are checked on every call, from the layer the board was created under;
 /// - every successful write or append bumps the version by exactly one;
 /// - a refused call changes nothing: content and version stay as they were;
-/// - the global board always exists, starts empty at version 0, and is append-only.
+/// - the global board always exists, starts empty at version 0, and is append-only;
+/// - a call is refused with the first error that applies, in this order: the acting agent has no
+///   board ([`BoardError::UnknownActor`]), the target board does not exist
+///   ([`BoardError::UnknownBoard`]), the policy forbids the access
+///   ([`BoardError::PermissionDenied`], with the rule of [`denial_rule`]), the content would pass
+///   the backend's size limit ([`BoardError::TooLarge`]).
 ///
 /// Durability: when `write` or `append` returns `Ok` on a durable backend, the new content
 /// survives a crash of the process; the in-memory backend keeps nothing across a restart.
@@ -60,13 +67,20 @@ pub use memory::{InMemoryWhiteboard, MAX_BOARD_BYTES};
 pub trait Whiteboard: Send + Sync + 'static {
     /// Creates `owner`'s board under `layer`, empty at version 0. Creating it again under the
     /// same layer changes nothing and returns the current board; under another layer it is
-    /// [`CreateError::LayerMismatch`].
-    async fn create(&self, owner: &AgentId, layer: AgentLayer) -> Result<BoardSnapshot, CreateError>;
+    /// [`CreateError::LayerMismatch`]. The owner id is checked first, with
+    /// [`agent_state::check_agent_id`]: an id that cannot name an agent is
+    /// [`CreateError::InvalidOwner`].
+    async fn create(
+        &self,
+        owner: &AgentId,
+        layer: AgentLayer,
+    ) -> Result<BoardSnapshot, CreateError>;
 
     /// Reads a board as `reader`.
     async fn read(&self, reader: &Actor, board: &BoardId) -> Result<BoardSnapshot, BoardError>;
 
-    /// Replaces the content of `writer`'s own board. Returns the new version.
+    /// Replaces the content of `writer`'s own board and sets its `updated_at` to `at`. Returns
+    /// the new version.
     async fn write(
         &self,
         writer: &AgentId,
@@ -75,8 +89,9 @@ pub trait Whiteboard: Send + Sync + 'static {
         at: Timestamp,
     ) -> Result<u64, BoardError>;
 
-    /// Adds `content` on a new line at the end of `writer`'s own board or of the global board.
-    /// Returns the new version.
+    /// Adds `content` on a new line at the end of `writer`'s own board or of the global board,
+    /// and sets its `updated_at` to `at`: a `'\n'` goes before `content` when the board is not
+    /// empty and does not already end with one. Returns the new version.
     async fn append(
         &self,
         writer: &AgentId,
@@ -86,6 +101,7 @@ pub trait Whiteboard: Send + Sync + 'static {
     ) -> Result<u64, BoardError>;
 
     /// Every board `reader` may read, the global board first, then agent boards by owner id.
+    /// An agent without a board is [`BoardError::UnknownActor`].
     async fn list(&self, reader: &Actor) -> Result<Vec<BoardSnapshot>, BoardError>;
 }
 

@@ -1,0 +1,237 @@
+//! The in-memory whiteboard backend: every board in one map behind a mutex; nothing survives
+//! the process.
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use agent_state::{
+    Actor, AgentId, AgentLayer, BoardAccess, BoardId, BoardSnapshot, Principal, Timestamp,
+    board_permits, check_agent_id,
+};
+use async_trait::async_trait;
+
+use crate::{BoardError, CreateError, Whiteboard, denial_rule};
+
+/// The default size limit of one board, in bytes of UTF-8 content: 1 MiB.
+pub const MAX_BOARD_BYTES: usize = 1 << 20;
+
+/// A [`Whiteboard`] that keeps every board in memory.
+///
+/// Calls never wait on each other for longer than a map update, and never fail with
+/// [`BoardError::Backend`]. Nothing is kept across a restart of the process.
+#[derive(Debug)]
+pub struct InMemoryWhiteboard {
+    max_bytes: usize,
+    boards: Mutex<Boards>,
+}
+
+impl InMemoryWhiteboard {
+    /// An empty store (only the global board) with the [`MAX_BOARD_BYTES`] limit.
+    pub fn new() -> Self {
+        Self::with_max_bytes(MAX_BOARD_BYTES)
+    }
+
+    /// An empty store whose boards hold at most `max_bytes` bytes each; a write or append
+    /// that would pass it is [`BoardError::TooLarge`].
+    pub fn with_max_bytes(max_bytes: usize) -> Self {
+        Self { max_bytes, boards: Mutex::new(Boards::new()) }
+    }
+
+    /// The size limit of one board, in bytes.
+    pub fn max_bytes(&self) -> usize {
+        self.max_bytes
+    }
+
+    fn check_size(&self, board: &BoardId, size: usize) -> Result<(), BoardError> {
+        if size > self.max_bytes {
+            return Err(BoardError::TooLarge { board: board.clone(), size, limit: self.max_bytes });
+        }
+        Ok(())
+    }
+
+    /// Locks the map. Every update below is a single assignment made after all checks pass, so
+    /// a panic elsewhere while the lock was held cannot leave a board half-changed: the data
+    /// behind a poisoned lock is still consistent and is used as is.
+    fn lock(&self) -> MutexGuard<'_, Boards> {
+        self.boards.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Default for InMemoryWhiteboard {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[async_trait]
+impl Whiteboard for InMemoryWhiteboard {
+    async fn create(
+        &self,
+        owner: &AgentId,
+        layer: AgentLayer,
+    ) -> Result<BoardSnapshot, CreateError> {
+        check_agent_id(owner.as_str()).map_err(|kind| CreateError::InvalidOwner {
+            owner: owner.to_string(),
+            reason: kind.to_string(),
+        })?;
+        let mut boards = self.lock();
+        if let Some(existing) = boards.agents.get(owner) {
+            return match existing.layer {
+                Some(existing_layer) if existing_layer != layer => {
+                    Err(CreateError::LayerMismatch {
+                        owner: owner.clone(),
+                        existing: existing_layer,
+                        requested: layer,
+                    })
+                }
+                _ => Ok(existing.clone()),
+            };
+        }
+        let board = empty_board(BoardId::from(owner), Some(layer));
+        boards.agents.insert(owner.clone(), board.clone());
+        tracing::debug!(%owner, %layer, "whiteboard created");
+        Ok(board)
+    }
+
+    async fn read(&self, reader: &Actor, board: &BoardId) -> Result<BoardSnapshot, BoardError> {
+        let boards = self.lock();
+        let principal = boards.principal(reader)?;
+        let target = boards.get(board)?;
+        permit(&principal, reader, BoardAccess::Read, target)?;
+        Ok(target.clone())
+    }
+
+    async fn write(
+        &self,
+        writer: &AgentId,
+        board: &BoardId,
+        content: String,
+        at: Timestamp,
+    ) -> Result<u64, BoardError> {
+        let mut boards = self.lock();
+        let actor = Actor::from(writer);
+        let principal = boards.principal(&actor)?;
+        let target = boards.get(board)?;
+        permit(&principal, &actor, BoardAccess::Write, target)?;
+        self.check_size(board, content.len())?;
+        let target = boards.get_mut(board)?;
+        target.content = content;
+        Ok(bump(target, at))
+    }
+
+    async fn append(
+        &self,
+        writer: &AgentId,
+        board: &BoardId,
+        content: &str,
+        at: Timestamp,
+    ) -> Result<u64, BoardError> {
+        let mut boards = self.lock();
+        let actor = Actor::from(writer);
+        let principal = boards.principal(&actor)?;
+        let target = boards.get(board)?;
+        permit(&principal, &actor, BoardAccess::Append, target)?;
+        let separator = needs_separator(&target.content);
+        self.check_size(board, target.content.len() + usize::from(separator) + content.len())?;
+        let target = boards.get_mut(board)?;
+        if separator {
+            target.content.push('\n');
+        }
+        target.content.push_str(content);
+        Ok(bump(target, at))
+    }
+
+    async fn list(&self, reader: &Actor) -> Result<Vec<BoardSnapshot>, BoardError> {
+        let boards = self.lock();
+        let principal = boards.principal(reader)?;
+        // `agents` is a BTreeMap keyed by owner id, so the agent boards come out sorted.
+        Ok(std::iter::once(&boards.global)
+            .chain(boards.agents.values())
+            .filter(|b| board_permits(&principal, BoardAccess::Read, &b.board, b.layer))
+            .cloned()
+            .collect())
+    }
+}
+
+/// Every board: the global one and one per agent, by owner id.
+#[derive(Debug)]
+struct Boards {
+    global: BoardSnapshot,
+    agents: BTreeMap<AgentId, BoardSnapshot>,
+}
+
+impl Boards {
+    fn new() -> Self {
+        Self { global: empty_board(BoardId::Global, None), agents: BTreeMap::new() }
+    }
+
+    /// Who `actor` is for the policy: an agent's layer is the one its board was created under.
+    fn principal(&self, actor: &Actor) -> Result<Principal, BoardError> {
+        match actor {
+            Actor::System => Ok(Principal::System),
+            Actor::Agent(id) => match self.agents.get(id).and_then(|b| b.layer) {
+                Some(layer) => Ok(Principal::Agent { id: id.clone(), layer }),
+                None => Err(BoardError::UnknownActor { agent: id.clone() }),
+            },
+        }
+    }
+
+    fn get(&self, board: &BoardId) -> Result<&BoardSnapshot, BoardError> {
+        match board {
+            BoardId::Global => Ok(&self.global),
+            BoardId::Agent(owner) => self
+                .agents
+                .get(owner)
+                .ok_or_else(|| BoardError::UnknownBoard { board: board.clone() }),
+        }
+    }
+
+    fn get_mut(&mut self, board: &BoardId) -> Result<&mut BoardSnapshot, BoardError> {
+        match board {
+            BoardId::Global => Ok(&mut self.global),
+            BoardId::Agent(owner) => self
+                .agents
+                .get_mut(owner)
+                .ok_or_else(|| BoardError::UnknownBoard { board: board.clone() }),
+        }
+    }
+}
+
+/// A board never written.
+fn empty_board(board: BoardId, layer: Option<AgentLayer>) -> BoardSnapshot {
+    BoardSnapshot { board, layer, content: String::new(), version: 0, updated_at: None }
+}
+
+/// Applies the policy, or says which rule refuses the access.
+fn permit(
+    principal: &Principal,
+    actor: &Actor,
+    access: BoardAccess,
+    target: &BoardSnapshot,
+) -> Result<(), BoardError> {
+    if board_permits(principal, access, &target.board, target.layer) {
+        return Ok(());
+    }
+    tracing::debug!(%actor, %access, board = %target.board, "whiteboard access refused");
+    Err(BoardError::PermissionDenied {
+        actor: actor.clone(),
+        access,
+        board: target.board.clone(),
+        rule: denial_rule(actor, access, &target.board),
+    })
+}
+
+/// Whether appended content must start on a new line: the board holds text not ending in one.
+fn needs_separator(content: &str) -> bool {
+    !content.is_empty() && !content.ends_with('\n')
+}
+
+/// Records a successful change made at `at`; returns the new version.
+fn bump(board: &mut BoardSnapshot, at: Timestamp) -> u64 {
+    board.version += 1;
+    board.updated_at = Some(at);
+    board.version
+}
+
+#[cfg(test)]
+mod tests;

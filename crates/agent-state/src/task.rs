@@ -1,0 +1,257 @@
+//! Tasks, plans and subtasks, and the payloads the layers exchange about them.
+//!
+//! A [`Task`] is a goal with [`PlanStep`]s. The top layer approves it as a decision, hands each
+//! mid lead a [`WorkPackage`] with the steps for its domain, the lead turns steps into
+//! [`Subtask`]s for its executors, and [`SubtaskResult`]s flow back up as progress reports.
+
+use serde::{Deserialize, Serialize};
+
+use crate::{AgentId, DecisionId};
+
+/// Who a plan step is for.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepTarget {
+    /// Any lead whose domain matches.
+    Domain(String),
+    /// One named agent (a lead, or an executor under some lead).
+    Agent(AgentId),
+    /// Whoever can run the tool.
+    Any,
+}
+
+/// One step of a plan: which tool to run with which arguments, and for whom.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PlanStep {
+    /// Unique within the task, such as `write-readme`.
+    pub id: String,
+    /// What the step does, in words.
+    pub description: String,
+    /// Who should do it.
+    pub target: StepTarget,
+    /// The tool to call.
+    pub tool: String,
+    /// The tool's arguments.
+    #[serde(default)]
+    pub args: serde_json::Value,
+}
+
+/// A task for a team: a goal and the plan to reach it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Task {
+    /// Unique id, supplied by the submitter.
+    pub id: String,
+    /// What the team should achieve.
+    pub goal: String,
+    /// The steps.
+    pub steps: Vec<PlanStep>,
+}
+
+/// The part of a task that one mid lead is responsible for.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WorkPackage {
+    /// The task.
+    pub task_id: String,
+    /// The task's goal.
+    pub goal: String,
+    /// The decision that approved the plan.
+    pub decision: DecisionId,
+    /// The steps for this lead.
+    pub steps: Vec<PlanStep>,
+}
+
+/// A step handed to one executor.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Subtask {
+    /// The task.
+    pub task_id: String,
+    /// The step it carries out.
+    pub step: PlanStep,
+    /// The executor.
+    pub assignee: AgentId,
+    /// 1 for the first assignment, 2 after one reassignment, and so on.
+    pub attempt: u32,
+}
+
+impl Subtask {
+    /// `task/step`, unique within a run.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.task_id, self.step.id)
+    }
+}
+
+/// What an executor reports for a subtask.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SubtaskResult {
+    /// The task.
+    pub task_id: String,
+    /// The step.
+    pub step_id: String,
+    /// Who did it.
+    pub agent: AgentId,
+    /// Whether it succeeded.
+    pub success: bool,
+    /// Output or error text.
+    pub output: String,
+}
+
+/// How a task ended.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum TaskOutcome {
+    /// Every step succeeded.
+    Succeeded {
+        /// The task.
+        task_id: String,
+        /// Every step's result, in plan order.
+        results: Vec<SubtaskResult>,
+    },
+    /// The task failed.
+    Failed {
+        /// The task.
+        task_id: String,
+        /// Why.
+        reason: TaskFailure,
+    },
+}
+
+impl TaskOutcome {
+    /// The task id.
+    pub fn task_id(&self) -> &str {
+        match self {
+            TaskOutcome::Succeeded { task_id, .. } | TaskOutcome::Failed { task_id, .. } => task_id,
+        }
+    }
+
+    /// Whether the task succeeded.
+    pub fn is_success(&self) -> bool {
+        matches!(self, TaskOutcome::Succeeded { .. })
+    }
+}
+
+/// Why a task failed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum TaskFailure {
+    /// A top power vetoed the plan and it could not be revised.
+    #[error("plan vetoed by `{by}`: {reason}")]
+    Vetoed {
+        /// Who vetoed.
+        by: AgentId,
+        /// The veto's reason.
+        reason: String,
+    },
+    /// No lead or executor can take a step.
+    #[error("step `{step}` cannot be placed: {reason}")]
+    Unplaceable {
+        /// The step.
+        step: String,
+        /// Why.
+        reason: String,
+    },
+    /// A step failed on every executor that tried it.
+    #[error("step `{step}` failed after {attempts} attempt(s): {error}")]
+    StepFailed {
+        /// The step.
+        step: String,
+        /// How many executors tried.
+        attempts: u32,
+        /// The last error.
+        error: String,
+    },
+    /// The plan is not valid.
+    #[error("invalid plan: {reason}")]
+    InvalidPlan {
+        /// What is wrong.
+        reason: String,
+    },
+    /// The team shut down before the task finished.
+    #[error("the team shut down before the task finished")]
+    ShutDown,
+}
+
+impl Task {
+    /// Checks the plan: an id and a goal, at least one step, unique step ids, every step with a
+    /// tool name.
+    pub fn check(&self) -> Result<(), TaskFailure> {
+        let invalid = |reason: String| Err(TaskFailure::InvalidPlan { reason });
+        if self.id.trim().is_empty() {
+            return invalid("the task needs an `id`".into());
+        }
+        if self.goal.trim().is_empty() {
+            return invalid("the task needs a `goal`".into());
+        }
+        if self.steps.is_empty() {
+            return invalid("the plan has no steps; add at least one".into());
+        }
+        for (i, step) in self.steps.iter().enumerate() {
+            if step.id.trim().is_empty() {
+                return invalid(format!("step {} has an empty `id`", i + 1));
+            }
+            if self.steps[..i].iter().any(|s| s.id == step.id) {
+                return invalid(format!("step id `{}` is used twice", step.id));
+            }
+            if step.tool.trim().is_empty() {
+                return invalid(format!("step `{}` names no `tool`", step.id));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The content of a `task_assign` message.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "assign", rename_all = "snake_case")]
+pub enum Assignment {
+    /// A whole task, from the submitter to the proposing top power.
+    Task {
+        /// The task.
+        task: Task,
+    },
+    /// A lead's part of an approved task, from a top power.
+    Work {
+        /// The work package.
+        work: WorkPackage,
+    },
+    /// One step for an executor, from its lead.
+    Subtask {
+        /// The subtask.
+        subtask: Subtask,
+    },
+    /// A lead dismisses its failed executor (failed → terminated).
+    Dismiss {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Where a piece of work stands, in a `progress_report`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProgressStatus {
+    /// Started.
+    InProgress,
+    /// Done.
+    Completed,
+    /// Failed for good.
+    Failed,
+}
+
+/// The content of a `progress_report` message.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProgressReport {
+    /// The task.
+    pub task_id: String,
+    /// Where it stands.
+    pub status: ProgressStatus,
+    /// Percentage done, 0 to 100.
+    pub percentage: u8,
+    /// What happened, in words.
+    pub description: String,
+    /// Results so far (one per finished step).
+    #[serde(default)]
+    pub results: Vec<SubtaskResult>,
+    /// Why it failed, if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<TaskFailure>,
+}
