@@ -1,13 +1,52 @@
-//! The agent runtime: drives one agent through its lifecycle (placeholder until the runtime issue).
+//! The agent runtime: drives one Strata agent through its lifecycle.
 //!
-//! This crate will hold the agent contract the three layers implement (initialize, process a
-//! heartbeat, shut down, describe responsibilities), the heartbeat step, retries and timeouts,
-//! the audit-log trait, and the reasoning and tool hooks. Today it re-exports the vocabulary it
-//! will drive.
+//! An [`Agent`] pairs an [`AgentContext`] (configuration, status, metrics, and the shared
+//! services in [`AgentDeps`]) with a layer's [`AgentBehavior`]. The runtime implements seed 000
+//! §3: [`Agent::initialize`] registers on the bus, creates the whiteboard and goes
+//! initializing → idle; [`Agent::heartbeat`] takes messages, works, acknowledges, acks the
+//! heartbeat to `system`, and retries failures up to `max_retries` before going failed and
+//! reporting to the supervisor; [`Agent::shutdown`] ends in terminated. Every status change goes
+//! through `agent-state` and into the [`AuditLog`].
+//!
+//! Reasoning and tools are pluggable: [`Reasoner`] (with the deterministic
+//! [`RuleBasedReasoner`]) and the [`tools::ToolRegistry`] with workspace-confined file and shell
+//! tools. This crate does not schedule heartbeats or hold many agents: that is `agent-pool`.
 //!
 //! ```
-//! use agent_core::AgentStatus;
-//! assert!(AgentStatus::Idle.can_transition_to(AgentStatus::Working));
+//! use agent_core::{AuditEvent, AuditLog, InMemoryAuditLog};
+//! use agent_state::{AgentId, AgentStatus, Timestamp};
+//!
+//! # tokio_test_block_on(async {
+//! let audit = InMemoryAuditLog::new();
+//! let event = AuditEvent::Transition { from: AgentStatus::Initializing, to: AgentStatus::Idle, reason: "ready".into() };
+//! audit.append(&AgentId::new("top-1"), Timestamp(0), event).await?;
+//! let records = audit.records(None).await?;
+//! assert_eq!(agent_core::check_transition_chain(&records)?, vec![(AgentId::new("top-1"), AgentStatus::Idle)]);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # }).unwrap();
+//! # fn tokio_test_block_on<F: std::future::Future>(f: F) -> F::Output {
+//! #     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f)
+//! # }
 //! ```
 
-pub use agent_state::{AgentConfig, AgentLayer, AgentStatus, Lifecycle};
+mod agent;
+mod audit;
+mod clock;
+mod error;
+pub mod protocol;
+mod reasoner;
+pub mod tools;
+
+pub use agent::{
+    Agent, AgentBehavior, AgentContext, AgentDeps, HeartbeatOutcome, MAX_MESSAGES_PER_HEARTBEAT,
+    payload, system_prompt,
+};
+pub use audit::{
+    AuditEvent, AuditLog, AuditRecord, ChainError, InMemoryAuditLog, check_transition_chain,
+};
+pub use clock::{Clock, TokioClock, new_decision_id, new_message_id};
+pub use error::AgentError;
+pub use reasoner::{
+    Candidate, Conflict, Judgement, NextAction, Persona, Placement, ReasonError, Reasoner,
+    RuleBasedReasoner, ToolCall, ToolCallRecord, Verdict,
+};

@@ -1,12 +1,51 @@
-//! The three layers of a Strata team (placeholder until the runtime issue).
+//! The three layers of a Strata team: top powers, mid leads and bottom executors.
 //!
-//! This crate will hold the top-layer powers (sign, veto, arbitrate), the mid-layer leads
-//! (decompose, delegate, aggregate, escalate) and the bottom-layer executors (run tools, report).
-//! Today it names the three layers.
+//! Each layer is an [`agent_core::AgentBehavior`] driven by the `agent-core` runtime:
+//! - [`TopAgent`] (seed 000 §4): proposes a task's plan as a decision the other powers must
+//!   sign, reviews signature requests through the reasoner, dispatches the signed plan to the
+//!   leads by domain, arbitrates conflicts by a weighted vote over the bus, judges the results
+//!   and closes the task, and writes a final report at shutdown;
+//! - [`MidAgent`] (seed 000 §5): takes work only from the top layer, places steps on its
+//!   executors, writes the allocation plan, aggregates their reports, reassigns the work of a
+//!   failed executor, escalates what it cannot place, and reports upward;
+//! - [`BottomAgent`] (seed 000 §6): takes subtasks only from its lead, runs them through the
+//!   tool registry, records results on its board, reports, helps peers, answers status queries.
+//!
+//! This crate holds no scheduling and no team assembly: that is `agent-pool`.
 //!
 //! ```
-//! assert_eq!(agent_layers::LAYERS.len(), 3);
+//! use agent_layers::{route, LeadInfo};
+//! use agent_state::{AgentId, PlanStep, StepTarget};
+//!
+//! let leads = vec![LeadInfo {
+//!     id: AgentId::new("mid-docs"),
+//!     domain: "docs".into(),
+//!     executors: vec![(AgentId::new("bottom-1"), vec!["write_file".into()])],
+//! }];
+//! let step = PlanStep { id: "readme".into(), description: "write README".into(),
+//!     target: StepTarget::Domain("docs".into()), tool: "write_file".into(), args: serde_json::json!({}),
+//!     after: vec![] };
+//! assert_eq!(route(&leads, &step), Some(AgentId::new("mid-docs")));
 //! ```
 
-/// The three layers, top first.
-pub const LAYERS: [agent_state::AgentLayer; 3] = agent_state::AgentLayer::ALL;
+mod bottom;
+mod mid;
+mod top;
+
+use agent_state::AgentId;
+use serde::{Deserialize, Serialize};
+
+pub use bottom::{BottomAgent, BottomSpec, MAX_TOOL_CALLS_PER_SUBTASK};
+pub use mid::{MAX_FAILURES_BEFORE_DISMISSAL, MidAgent, MidSpec};
+pub use top::{PLAN_AUTHORITY, TopAgent, TopSpec, route};
+
+/// What a top power knows about a mid lead: its domain and its executors with their tools.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeadInfo {
+    /// The lead.
+    pub id: AgentId,
+    /// Its domain.
+    pub domain: String,
+    /// Its executors and their tools.
+    pub executors: Vec<(AgentId, Vec<String>)>,
+}

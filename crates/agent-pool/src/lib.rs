@@ -1,12 +1,36 @@
-//! The agent pool: many agents in one process (placeholder until the runtime issue).
+//! The agent pool and the team: many Strata agents in one process.
 //!
-//! This crate will hold agent creation and destruction with the pool limit (50 by default), the
-//! capability registry built from the layer–capability matrix, the metrics calculator, and the
-//! heartbeat scheduler. Today it exposes the default limit.
+//! - [`AgentPool`]: creates agents from validated configurations (the concrete layer type is
+//!   chosen by [`Team`] from the [`RoleSpec`]), destroys them cleanly, looks them up by id and by
+//!   layer, and refuses to grow past its limit (50 by default) with [`PoolError::Full`];
+//! - [`CapabilityRegistry`]: capabilities by name with the layers that may use them (the ten
+//!   built-ins of seed 001 §7.1, plus any a user registers); [`MetricsCalculator`]: scores;
+//! - [`HeartbeatScheduler`]: each cycle (4 s by default) starts a heartbeat, in its own task, for
+//!   every agent that has mail or pending work; an idle agent with nothing new costs no task, no
+//!   allocation and no reasoning call; an agent still busy counts a missed heartbeat and its
+//!   supervisor gets a warning;
+//! - [`Team`]: builds a three-layer team from one [`TeamSpec`], takes tasks, reports outcomes,
+//!   shuts down with every agent terminated.
 //!
 //! ```
-//! assert_eq!(agent_pool::DEFAULT_MAX_AGENTS, 50);
+//! use agent_pool::CapabilityRegistry;
+//! use agent_state::AgentLayer;
+//!
+//! let registry = CapabilityRegistry::with_builtins();
+//! assert!(registry.can_execute(AgentLayer::Top, "arbitrate"));
+//! assert!(!registry.can_execute(AgentLayer::Bottom, "delegate"));
 //! ```
 
-/// At most this many agents in a pool by default (seed 000 §7).
-pub const DEFAULT_MAX_AGENTS: usize = 50;
+mod capability;
+mod metrics;
+mod pool;
+mod scheduler;
+mod team;
+
+pub use capability::{CapabilityInfo, CapabilityRegistry};
+pub use metrics::{AgentSummary, MetricsCalculator};
+pub use pool::{AgentPool, AgentSlot, DEFAULT_MAX_AGENTS, PoolError};
+pub use scheduler::{CycleReport, DEFAULT_HEARTBEAT, HeartbeatScheduler};
+pub use team::{
+    AgentSpec, RoleSpec, SubmitError, Team, TeamError, TeamServices, TeamSpec, validate,
+};

@@ -34,6 +34,10 @@ pub struct PlanStep {
     /// The tool's arguments.
     #[serde(default)]
     pub args: serde_json::Value,
+    /// Steps that must finish first; each must be listed earlier in the plan. Steps with nothing
+    /// to wait for run in parallel.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<String>,
 }
 
 /// A task for a team: a goal and the plan to reach it.
@@ -56,6 +60,9 @@ pub struct WorkPackage {
     pub goal: String,
     /// The decision that approved the plan.
     pub decision: DecisionId,
+    /// Which dispatch of the task this is: 1 for the steps that wait for nothing, then one more
+    /// each time finished steps release others.
+    pub wave: u32,
     /// The steps for this lead.
     pub steps: Vec<PlanStep>,
 }
@@ -172,7 +179,7 @@ pub enum TaskFailure {
 
 impl Task {
     /// Checks the plan: an id and a goal, at least one step, unique step ids, every step with a
-    /// tool name.
+    /// tool name, and every `after` naming a step listed earlier (so there are no cycles).
     pub fn check(&self) -> Result<(), TaskFailure> {
         let invalid = |reason: String| Err(TaskFailure::InvalidPlan { reason });
         if self.id.trim().is_empty() {
@@ -193,6 +200,14 @@ impl Task {
             }
             if step.tool.trim().is_empty() {
                 return invalid(format!("step `{}` names no `tool`", step.id));
+            }
+            if let Some(dep) =
+                step.after.iter().find(|d| !self.steps[..i].iter().any(|s| &s.id == *d))
+            {
+                return invalid(format!(
+                    "step `{}` waits for `{dep}`, which is not a step listed before it",
+                    step.id
+                ));
             }
         }
         Ok(())
@@ -254,4 +269,11 @@ pub struct ProgressReport {
     /// Why it failed, if it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<TaskFailure>,
+}
+
+impl WorkPackage {
+    /// The key a lead files this package under: `task#wave`.
+    pub fn key(&self) -> String {
+        format!("{}#{}", self.task_id, self.wave)
+    }
 }

@@ -1,0 +1,750 @@
+//! One agent: its context (the handles and state every layer uses), the contract the layers
+//! implement, and the runtime that drives it through initialize, heartbeats and shutdown.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_state::{
+    Actor, Address, AgentConfig, AgentId, AgentMetrics, AgentStatus, BoardId, BoardSnapshot,
+    Decision, DecisionId, ErrorClass, Lifecycle, Message, MessageId, MessageKind, SignError,
+    SignOutcome, Subtask, Timestamp,
+};
+use async_trait::async_trait;
+use governance::{DecideError, Governance};
+use message_bus::MessageBus;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use whiteboard::{BoardError, Whiteboard};
+
+use crate::audit::{AuditEvent, AuditLog};
+use crate::clock::{Clock, new_decision_id, new_message_id};
+use crate::error::AgentError;
+use crate::protocol::{ErrorReport, HeartbeatAck};
+use crate::reasoner::{Persona, Reasoner, ToolCall};
+use crate::tools::{ToolContext, ToolOutput, ToolRegistry};
+
+/// Most messages one heartbeat takes from the inbox (seed 001 §8.2 batches per heartbeat).
+pub const MAX_MESSAGES_PER_HEARTBEAT: usize = 256;
+
+/// The shared services an agent runs on.
+#[derive(Clone)]
+pub struct AgentDeps {
+    /// The message bus.
+    pub bus: Arc<dyn MessageBus>,
+    /// The whiteboards.
+    pub boards: Arc<dyn Whiteboard>,
+    /// The governance engine.
+    pub governance: Arc<dyn Governance>,
+    /// The audit log.
+    pub audit: Arc<dyn AuditLog>,
+    /// The reasoner.
+    pub reasoner: Arc<dyn Reasoner>,
+    /// The tools this agent may call.
+    pub tools: Arc<ToolRegistry>,
+    /// The workspace the tools are confined to.
+    pub workspace: Arc<ToolContext>,
+    /// The clock.
+    pub clock: Arc<dyn Clock>,
+}
+
+/// Everything a layer's code can reach: its configuration, status, metrics and the services.
+///
+/// Status changes only through [`AgentContext::transition`], which applies the table of
+/// `agent-state` and writes the audit log; there is no other way to set a status.
+pub struct AgentContext {
+    config: AgentConfig,
+    lifecycle: Lifecycle,
+    metrics: AgentMetrics,
+    retries: u32,
+    heartbeat: u64,
+    system_prompt: String,
+    deps: AgentDeps,
+}
+
+/// The contract each layer implements (seed 000 §3 `BaseAgent`'s abstract methods).
+#[async_trait]
+pub trait AgentBehavior: Send + Sync + 'static {
+    /// The responsibilities, one per line, used in the system prompt.
+    fn responsibilities(&self) -> &'static str;
+
+    /// Layer-specific set-up, after the agent registered and got its board.
+    async fn on_initialize(&mut self, _ctx: &mut AgentContext) -> Result<(), AgentError> {
+        Ok(())
+    }
+
+    /// Processes one heartbeat's messages with the agent's board. An error is retried: the same
+    /// messages come again on the next heartbeat, so processing must be idempotent.
+    async fn on_process(
+        &mut self,
+        ctx: &mut AgentContext,
+        messages: &[Message],
+        board: &BoardSnapshot,
+    ) -> Result<(), AgentError>;
+
+    /// Layer-specific clean-up at shutdown.
+    async fn on_shutdown(&mut self, _ctx: &mut AgentContext) -> Result<(), AgentError> {
+        Ok(())
+    }
+
+    /// Whether the agent has something to do even with an empty inbox (waiting on a decision,
+    /// collecting votes). The scheduler skips agents that return `false` and have no mail.
+    fn wants_tick(&self) -> bool {
+        false
+    }
+
+    /// What the agent is working on, for status reports and live views.
+    fn current_work(&self) -> Option<String> {
+        None
+    }
+
+    /// Gives up the current subtask when the agent fails, so its supervisor can reassign it.
+    fn abandon_work(&mut self) -> Option<Subtask> {
+        None
+    }
+}
+
+/// What one heartbeat did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HeartbeatOutcome {
+    /// Nothing to do.
+    Idle,
+    /// Messages or pending work processed.
+    Processed {
+        /// Messages handled.
+        messages: usize,
+    },
+    /// Processing failed; the messages are back in the inbox for the next heartbeat.
+    Retrying {
+        /// Retries spent.
+        retry: u32,
+        /// The error.
+        error: String,
+    },
+    /// Retries exhausted (or a permanent error): the agent is failed.
+    Failed {
+        /// The error.
+        error: String,
+    },
+    /// The agent is not running (terminated, shutting down, failed without new orders).
+    Skipped {
+        /// Its status.
+        status: AgentStatus,
+    },
+}
+
+/// One agent: its context and its layer's behaviour.
+pub struct Agent {
+    ctx: AgentContext,
+    behavior: Box<dyn AgentBehavior>,
+}
+
+impl AgentContext {
+    /// A context for `config` in `initializing`. The configuration must already be valid.
+    pub fn new(config: AgentConfig, responsibilities: &str, deps: AgentDeps) -> Self {
+        let system_prompt = system_prompt(&config, responsibilities);
+        Self {
+            lifecycle: Lifecycle::new(config.id.clone()),
+            metrics: AgentMetrics::default(),
+            retries: 0,
+            heartbeat: 0,
+            system_prompt,
+            config,
+            deps,
+        }
+    }
+
+    /// The agent's id.
+    pub fn id(&self) -> &AgentId {
+        &self.config.id
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &AgentConfig {
+        &self.config
+    }
+
+    /// The current status.
+    pub fn status(&self) -> AgentStatus {
+        self.lifecycle.status()
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &AgentMetrics {
+        &self.metrics
+    }
+
+    /// The metrics, for a layer to count its own acts.
+    pub fn metrics_mut(&mut self) -> &mut AgentMetrics {
+        &mut self.metrics
+    }
+
+    /// Retries spent on the current work.
+    pub fn retries(&self) -> u32 {
+        self.retries
+    }
+
+    /// The current heartbeat number.
+    pub fn heartbeat_number(&self) -> u64 {
+        self.heartbeat
+    }
+
+    /// The system prompt (seed 000 §3 `generateSystemPrompt`).
+    pub fn system_prompt(&self) -> &str {
+        &self.system_prompt
+    }
+
+    /// Who this agent is, for the reasoner.
+    pub fn persona(&self) -> Persona<'_> {
+        Persona { config: &self.config, system_prompt: &self.system_prompt }
+    }
+
+    /// The reasoner.
+    pub fn reasoner(&self) -> Arc<dyn Reasoner> {
+        self.deps.reasoner.clone()
+    }
+
+    /// The services.
+    pub fn deps(&self) -> &AgentDeps {
+        &self.deps
+    }
+
+    /// Now, from the runtime's clock.
+    pub fn now(&self) -> Timestamp {
+        self.deps.clock.now()
+    }
+
+    /// Changes status through the transition table and appends the change to the audit log.
+    /// On any error the status is unchanged.
+    pub async fn transition(
+        &mut self,
+        to: AgentStatus,
+        reason: impl Into<String>,
+    ) -> Result<(), AgentError> {
+        let mut next = self.lifecycle.clone();
+        let record = next.apply(to, reason, self.now())?;
+        self.deps
+            .audit
+            .append(
+                &record.agent,
+                record.at,
+                AuditEvent::Transition {
+                    from: record.from,
+                    to: record.to,
+                    reason: record.reason.clone(),
+                },
+            )
+            .await?;
+        tracing::debug!(agent = %record.agent, from = %record.from, to = %record.to, reason = %record.reason, "transition");
+        self.lifecycle = next;
+        Ok(())
+    }
+
+    /// Appends an event to the audit log.
+    pub async fn audit(&self, event: AuditEvent) -> Result<(), AgentError> {
+        self.deps.audit.append(self.id(), self.now(), event).await?;
+        Ok(())
+    }
+
+    /// Sends a message with `content` and returns its id.
+    pub async fn send(
+        &mut self,
+        to: impl Into<Address>,
+        kind: MessageKind,
+        content: &impl Serialize,
+    ) -> Result<MessageId, AgentError> {
+        self.send_message(to.into(), kind, content, None).await
+    }
+
+    /// Sends an answer to `request`, back to its sender.
+    pub async fn reply(
+        &mut self,
+        request: &Message,
+        kind: MessageKind,
+        content: &impl Serialize,
+    ) -> Result<MessageId, AgentError> {
+        self.send_message(request.from.clone(), kind, content, Some(request.id)).await
+    }
+
+    /// Sends to every registered agent but this one.
+    pub async fn broadcast(
+        &mut self,
+        kind: MessageKind,
+        content: &impl Serialize,
+    ) -> Result<MessageId, AgentError> {
+        self.send_message(Address::Broadcast, kind, content, None).await
+    }
+
+    async fn send_message(
+        &mut self,
+        to: Address,
+        kind: MessageKind,
+        content: &impl Serialize,
+        correlation: Option<MessageId>,
+    ) -> Result<MessageId, AgentError> {
+        let content = serde_json::to_value(content)
+            .map_err(|e| AgentError::Encode { kind, error: e.to_string() })?;
+        let id = new_message_id();
+        let mut message = Message::new(id, self.config.id.clone(), to, kind, content, self.now());
+        message.correlation_id = correlation;
+        self.deps.bus.send(message).await?;
+        self.metrics.messages_processed += 1;
+        Ok(id)
+    }
+
+    /// Reads a board. A refusal is audited.
+    pub async fn read_board(&self, board: &BoardId) -> Result<BoardSnapshot, AgentError> {
+        let result = self.deps.boards.read(&Actor::Agent(self.id().clone()), board).await;
+        self.audit_refusal(result, || format!("read board {board}")).await
+    }
+
+    /// Replaces the content of this agent's own board.
+    pub async fn write_board(&self, content: String) -> Result<u64, AgentError> {
+        self.write_to(&BoardId::Agent(self.id().clone()), content).await
+    }
+
+    /// Replaces the content of `board`. Only the agent's own board is allowed; a refusal is audited.
+    pub async fn write_to(&self, board: &BoardId, content: String) -> Result<u64, AgentError> {
+        let result = self.deps.boards.write(self.id(), board, content, self.now()).await;
+        self.audit_refusal(result, || format!("write board {board}")).await
+    }
+
+    /// Appends to a board (its own, or the global board). A refusal is audited.
+    pub async fn append_to(&self, board: &BoardId, content: &str) -> Result<u64, AgentError> {
+        let result = self.deps.boards.append(self.id(), board, content, self.now()).await;
+        self.audit_refusal(result, || format!("append to board {board}")).await
+    }
+
+    async fn audit_refusal<T>(
+        &self,
+        result: Result<T, BoardError>,
+        action: impl FnOnce() -> String,
+    ) -> Result<T, AgentError> {
+        match result {
+            Err(e @ BoardError::PermissionDenied { .. }) => {
+                self.audit(AuditEvent::Denied { action: action(), error: e.to_string() }).await?;
+                tracing::warn!(agent = %self.id(), error = %e, "whiteboard permission denied");
+                Err(e.into())
+            }
+            other => Ok(other?),
+        }
+    }
+
+    /// Proposes a decision that `signers` must sign, and returns its id.
+    pub async fn propose(
+        &mut self,
+        content: serde_json::Value,
+        signers: Vec<AgentId>,
+    ) -> Result<DecisionId, AgentError> {
+        let id = new_decision_id();
+        let decision = Decision::propose(id, self.id().clone(), content, signers, self.now())
+            .map_err(|e| AgentError::Submit(e.into()))?;
+        self.deps.governance.submit(decision).await?;
+        self.audit(AuditEvent::Decision {
+            decision: id,
+            action: "proposed".into(),
+            detail: String::new(),
+        })
+        .await?;
+        Ok(id)
+    }
+
+    /// Signs a decision. A refusal (not a required signer, already decided) is audited.
+    pub async fn sign(&mut self, id: DecisionId) -> Result<SignOutcome, AgentError> {
+        let result = self.deps.governance.sign(id, self.id(), self.now()).await;
+        let outcome = self.audit_decision(result, id, "sign").await?;
+        if outcome != SignOutcome::AlreadySigned {
+            self.metrics.decisions_signed += 1;
+            let action = if outcome == SignOutcome::Approved { "approved" } else { "signed" };
+            self.audit(AuditEvent::Decision {
+                decision: id,
+                action: action.into(),
+                detail: String::new(),
+            })
+            .await?;
+        }
+        Ok(outcome)
+    }
+
+    /// Vetoes a decision. A refusal is audited.
+    pub async fn veto(&mut self, id: DecisionId, reason: &str) -> Result<(), AgentError> {
+        let result = self.deps.governance.veto(id, self.id(), reason, self.now()).await;
+        self.audit_decision(result, id, "veto").await?;
+        self.metrics.decisions_vetoed += 1;
+        self.audit(AuditEvent::Decision {
+            decision: id,
+            action: "vetoed".into(),
+            detail: reason.into(),
+        })
+        .await?;
+        Ok(())
+    }
+
+    async fn audit_decision<T>(
+        &self,
+        result: Result<T, DecideError>,
+        id: DecisionId,
+        what: &str,
+    ) -> Result<T, AgentError> {
+        match result {
+            Err(DecideError::Rule(
+                e @ (SignError::NotARequiredSigner { .. } | SignError::AlreadyDecided { .. }),
+            )) => {
+                self.audit(AuditEvent::Denied {
+                    action: format!("{what} decision {id}"),
+                    error: e.to_string(),
+                })
+                .await?;
+                Err(DecideError::Rule(e).into())
+            }
+            other => Ok(other?),
+        }
+    }
+
+    /// A decision by id.
+    pub async fn decision(&self, id: DecisionId) -> Result<Option<Decision>, AgentError> {
+        Ok(self.deps.governance.get(id).await?)
+    }
+
+    /// Calls a tool through the registry, confined to the workspace, and audits the call.
+    pub async fn call_tool(&mut self, call: &ToolCall) -> Result<ToolOutput, AgentError> {
+        let result =
+            self.deps.tools.call(&self.deps.workspace, &call.tool, call.args.clone()).await;
+        let (success, summary) = match &result {
+            Ok(out) => (out.success, shorten(&out.output)),
+            Err(e) => (false, shorten(&e.to_string())),
+        };
+        self.audit(AuditEvent::ToolCall {
+            tool: call.tool.clone(),
+            args: call.args.clone(),
+            success,
+            summary,
+        })
+        .await?;
+        Ok(result?)
+    }
+}
+
+fn shorten(s: &str) -> String {
+    const MAX: usize = 512;
+    if s.len() <= MAX {
+        return s.to_owned();
+    }
+    let mut end = MAX;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+/// Seed 000 §3 `generateSystemPrompt`.
+pub fn system_prompt(config: &AgentConfig, responsibilities: &str) -> String {
+    let capabilities =
+        config.capabilities.iter().map(|c| c.as_str()).collect::<Vec<_>>().join(", ");
+    format!(
+        "You are {name}, a {layer}-layer agent.\nRole: {role}\nCapabilities: {capabilities}\n\n\
+         Responsibilities:\n{responsibilities}\n\n\
+         Collaboration rules:\n- Communicate via message bus\n- Share information via whiteboards\n\
+         - Major decisions require signatures\n- Report issues to supervisor\n\
+         - Respond to heartbeats every cycle",
+        name = config.name,
+        layer = config.layer,
+        role = config.role,
+    )
+}
+
+/// Reads a message's content as `T`.
+pub fn payload<T: DeserializeOwned>(message: &Message) -> Result<T, AgentError> {
+    serde_json::from_value(message.content.clone()).map_err(|e| AgentError::BadPayload {
+        id: message.id,
+        kind: message.kind,
+        error: e.to_string(),
+    })
+}
+
+impl Agent {
+    /// An agent in `initializing`. Validates the configuration.
+    pub fn new(
+        config: AgentConfig,
+        behavior: Box<dyn AgentBehavior>,
+        deps: AgentDeps,
+    ) -> Result<Self, agent_state::ConfigError> {
+        config.validate()?;
+        let ctx = AgentContext::new(config, behavior.responsibilities(), deps);
+        Ok(Self { ctx, behavior })
+    }
+
+    /// The context.
+    pub fn ctx(&self) -> &AgentContext {
+        &self.ctx
+    }
+
+    /// The context, mutably (tests and the pool use it to act as the agent).
+    pub fn ctx_mut(&mut self) -> &mut AgentContext {
+        &mut self.ctx
+    }
+
+    /// The agent's id.
+    pub fn id(&self) -> &AgentId {
+        self.ctx.id()
+    }
+
+    /// The current status.
+    pub fn status(&self) -> AgentStatus {
+        self.ctx.status()
+    }
+
+    /// What the agent is working on.
+    pub fn current_work(&self) -> Option<String> {
+        self.behavior.current_work()
+    }
+
+    /// Whether the agent wants a heartbeat even with an empty inbox.
+    pub fn wants_tick(&self) -> bool {
+        self.behavior.wants_tick()
+            || matches!(
+                self.status(),
+                AgentStatus::Working | AgentStatus::WaitingApproval | AgentStatus::Blocked
+            )
+    }
+
+    /// Registers on the bus, creates the whiteboard, runs the layer's set-up, and goes
+    /// initializing → idle. On failure the agent goes failed and the error is returned.
+    pub async fn initialize(&mut self) -> Result<(), AgentError> {
+        let result = self.try_initialize().await;
+        if let Err(e) = &result {
+            tracing::warn!(agent = %self.id(), error = %e, "initialization failed");
+            if self.status() == AgentStatus::Initializing {
+                self.ctx
+                    .transition(AgentStatus::Failed, format!("initialization failed: {e}"))
+                    .await?;
+            }
+        }
+        result
+    }
+
+    async fn try_initialize(&mut self) -> Result<(), AgentError> {
+        let deps = self.ctx.deps.clone();
+        deps.bus.register(self.ctx.id()).await?;
+        deps.boards.create(self.ctx.id(), self.ctx.config.layer).await?;
+        self.behavior.on_initialize(&mut self.ctx).await?;
+        self.ctx.transition(AgentStatus::Idle, "initialization complete").await?;
+        self.ctx.metrics.last_active = self.ctx.now();
+        Ok(())
+    }
+
+    /// One heartbeat (seed 000 §3 `onHeartbeat`): take the pending messages, go working when
+    /// there is work, read the board, process, acknowledge what was processed, update metrics,
+    /// ack the heartbeat to `system`, and return to idle. A failure is retried on the next
+    /// heartbeat up to `max_retries`; then the agent goes failed and reports to its supervisor.
+    pub async fn heartbeat(&mut self, number: u64) -> Result<HeartbeatOutcome, AgentError> {
+        self.ctx.heartbeat = number;
+        let status = self.status();
+        if matches!(
+            status,
+            AgentStatus::Initializing | AgentStatus::ShuttingDown | AgentStatus::Terminated
+        ) {
+            return Ok(HeartbeatOutcome::Skipped { status });
+        }
+        let inbox = Address::Agent(self.id().clone());
+        let bus = self.ctx.deps.bus.clone();
+        let messages = bus.take(&inbox, MAX_MESSAGES_PER_HEARTBEAT).await?;
+
+        if status == AgentStatus::Failed
+            && let Some(outcome) = self.handle_supervisor_orders(&messages).await?
+        {
+            return Ok(outcome);
+        }
+        if messages.is_empty() && !self.wants_tick() {
+            self.ctx.metrics.heartbeats_responded += 1;
+            return Ok(HeartbeatOutcome::Idle);
+        }
+        if self.status() == AgentStatus::Idle {
+            self.ctx
+                .transition(
+                    AgentStatus::Working,
+                    format!("processing {} message(s)", messages.len()),
+                )
+                .await?;
+        }
+
+        let started = tokio::time::Instant::now();
+        let result = self.process(&messages).await;
+        match result {
+            Ok(()) => {
+                let ids: Vec<MessageId> = messages.iter().map(|m| m.id).collect();
+                bus.ack(&inbox, &ids).await?;
+                self.ctx.retries = 0;
+                self.ctx.metrics.messages_processed += messages.len() as u64;
+                self.ctx.metrics.heartbeats_responded += 1;
+                self.ctx.metrics.last_active = self.ctx.now();
+                self.ctx
+                    .send(
+                        Address::System,
+                        MessageKind::HeartbeatAck,
+                        &HeartbeatAck { heartbeat: number },
+                    )
+                    .await?;
+                if self.status() == AgentStatus::Working {
+                    self.ctx.transition(AgentStatus::Idle, "work complete").await?;
+                }
+                tracing::trace!(agent = %self.id(), elapsed_ms = started.elapsed().as_millis() as u64, "heartbeat processed");
+                Ok(HeartbeatOutcome::Processed { messages: messages.len() })
+            }
+            Err(error) => self.handle_error(error, &messages).await,
+        }
+    }
+
+    async fn process(&mut self, messages: &[Message]) -> Result<(), AgentError> {
+        let board = self.ctx.read_board(&BoardId::Agent(self.id().clone())).await?;
+        let timeout = Duration::from_millis(self.ctx.config.timeout_ms);
+        match tokio::time::timeout(
+            timeout,
+            self.behavior.on_process(&mut self.ctx, messages, &board),
+        )
+        .await
+        {
+            Ok(result) => result,
+            Err(_) => Err(AgentError::Timeout { after_ms: self.ctx.config.timeout_ms }),
+        }
+    }
+
+    /// A failed agent only listens to its supervisor: a new assignment brings it back to
+    /// working, a dismissal terminates it. Returns `Some` when the heartbeat is over.
+    async fn handle_supervisor_orders(
+        &mut self,
+        messages: &[Message],
+    ) -> Result<Option<HeartbeatOutcome>, AgentError> {
+        let inbox = Address::Agent(self.id().clone());
+        let bus = self.ctx.deps.bus.clone();
+        let supervisor = self.ctx.config.supervisor.clone().map(Address::Agent);
+        let order = messages
+            .iter()
+            .find(|m| m.kind == MessageKind::TaskAssign && Some(&m.from) == supervisor.as_ref());
+        let Some(order) = order else {
+            bus.release(&inbox).await?;
+            return Ok(Some(HeartbeatOutcome::Skipped { status: AgentStatus::Failed }));
+        };
+        if let Ok(agent_state::Assignment::Dismiss { reason }) =
+            payload::<agent_state::Assignment>(order)
+        {
+            let ids: Vec<MessageId> = messages.iter().map(|m| m.id).collect();
+            bus.ack(&inbox, &ids).await?;
+            self.ctx
+                .transition(AgentStatus::Terminated, format!("dismissed by supervisor: {reason}"))
+                .await?;
+            bus.unregister(self.id()).await?;
+            return Ok(Some(HeartbeatOutcome::Skipped { status: AgentStatus::Terminated }));
+        }
+        self.ctx.retries = 0;
+        self.ctx.transition(AgentStatus::Working, "reassigned by supervisor").await?;
+        Ok(None)
+    }
+
+    async fn handle_error(
+        &mut self,
+        error: AgentError,
+        messages: &[Message],
+    ) -> Result<HeartbeatOutcome, AgentError> {
+        let inbox = Address::Agent(self.id().clone());
+        let bus = self.ctx.deps.bus.clone();
+        let max = self.ctx.config.max_retries;
+        let text = error.to_string();
+        self.ctx.metrics.heartbeats_missed += 1;
+        let retryable = error.class() == ErrorClass::Transient && self.ctx.retries < max;
+        if retryable {
+            self.ctx.retries += 1;
+            self.ctx.metrics.retries += 1;
+            let retry = self.ctx.retries;
+            self.ctx
+                .audit(AuditEvent::Error { error: text.clone(), retry, max_retries: max })
+                .await?;
+            bus.release(&inbox).await?;
+            tracing::info!(agent = %self.id(), retry, max, error = %text, "heartbeat failed, will retry");
+            return Ok(HeartbeatOutcome::Retrying { retry, error: text });
+        }
+        self.ctx
+            .audit(AuditEvent::Error {
+                error: text.clone(),
+                retry: self.ctx.retries,
+                max_retries: max,
+            })
+            .await?;
+        // The messages are consumed by the error report: a reassigned agent must not redo them.
+        let ids: Vec<MessageId> = messages.iter().map(|m| m.id).collect();
+        bus.ack(&inbox, &ids).await?;
+        let reason = if error.class() == ErrorClass::Permanent {
+            format!("permanent error: {text}")
+        } else {
+            format!("retry limit exceeded: {text}")
+        };
+        self.fail(&reason).await?;
+        self.ctx.metrics.tasks_failed += 1;
+        let report = ErrorReport {
+            error: text.clone(),
+            work: self.behavior.abandon_work(),
+            metrics: self.ctx.metrics.clone(),
+        };
+        let to = self.ctx.config.supervisor.clone().map_or(Address::System, Address::Agent);
+        if let Err(e) = self.ctx.send(to, MessageKind::ErrorReport, &report).await {
+            tracing::warn!(agent = %self.id(), error = %e, "could not send error report");
+        }
+        tracing::warn!(agent = %self.id(), error = %text, "agent failed");
+        Ok(HeartbeatOutcome::Failed { error: text })
+    }
+
+    /// Walks to `failed` along allowed edges from wherever the agent is.
+    async fn fail(&mut self, reason: &str) -> Result<(), AgentError> {
+        loop {
+            let next = match self.status() {
+                AgentStatus::Failed | AgentStatus::Terminated | AgentStatus::ShuttingDown => {
+                    return Ok(());
+                }
+                AgentStatus::Initializing | AgentStatus::Working | AgentStatus::Blocked => {
+                    AgentStatus::Failed
+                }
+                AgentStatus::Idle => AgentStatus::Working,
+                AgentStatus::WaitingApproval => AgentStatus::Blocked,
+            };
+            self.ctx.transition(next, reason.to_owned()).await?;
+        }
+    }
+
+    /// Shuts down (seed 000 §3 `shutdown`): back to idle if working, shutting_down, the layer's
+    /// clean-up, unregister, terminated. A failed agent is dismissed (failed → terminated).
+    pub async fn shutdown(&mut self) -> Result<(), AgentError> {
+        loop {
+            match self.status() {
+                AgentStatus::Terminated => return Ok(()),
+                AgentStatus::Idle => break,
+                AgentStatus::Working | AgentStatus::WaitingApproval => {
+                    self.ctx.transition(AgentStatus::Idle, "stopping work for shutdown").await?;
+                }
+                AgentStatus::Initializing | AgentStatus::Blocked => {
+                    self.ctx
+                        .transition(AgentStatus::Failed, "shutdown before work could finish")
+                        .await?;
+                }
+                AgentStatus::Failed => {
+                    self.ctx.transition(AgentStatus::Terminated, "dismissed at shutdown").await?;
+                    self.unregister_quietly().await;
+                    return Ok(());
+                }
+                AgentStatus::ShuttingDown => break,
+            }
+        }
+        if self.status() == AgentStatus::Idle {
+            self.ctx.transition(AgentStatus::ShuttingDown, "shutdown requested").await?;
+        }
+        if let Err(e) = self.behavior.on_shutdown(&mut self.ctx).await {
+            tracing::warn!(agent = %self.id(), error = %e, "clean-up failed during shutdown");
+        }
+        self.unregister_quietly().await;
+        self.ctx.transition(AgentStatus::Terminated, "shutdown complete").await
+    }
+
+    async fn unregister_quietly(&self) {
+        if let Err(e) = self.ctx.deps.bus.unregister(self.id()).await {
+            tracing::debug!(agent = %self.id(), error = %e, "unregister at shutdown");
+        }
+    }
+}

@@ -1,0 +1,327 @@
+//! The reasoning hook: every judgement a layer makes goes through [`Reasoner`], and
+//! [`RuleBasedReasoner`] is the deterministic default.
+
+use agent_state::{
+    AgentConfig, AgentId, Decision, PlanStep, StepTarget, Subtask, SubtaskResult, Task, WorkPackage,
+};
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+/// Who is asking: the agent's configuration and its system prompt.
+#[derive(Clone, Copy, Debug)]
+pub struct Persona<'a> {
+    /// The agent's configuration.
+    pub config: &'a AgentConfig,
+    /// Its system prompt (seed 000 §3 `generateSystemPrompt`).
+    pub system_prompt: &'a str,
+}
+
+/// A top power's answer to a signature request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "verdict", rename_all = "snake_case")]
+pub enum Verdict {
+    /// Sign.
+    Sign,
+    /// Veto, with the reason.
+    Veto {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// A conflict put to the top layer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Conflict {
+    /// Id, unique within a run.
+    pub id: String,
+    /// What the conflict is about.
+    pub issue: String,
+    /// The agents in conflict.
+    pub parties: Vec<AgentId>,
+    /// The resolutions to choose from; at least one.
+    pub options: Vec<String>,
+}
+
+/// An executor a lead can assign work to.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Candidate {
+    /// The executor.
+    pub id: AgentId,
+    /// The tools it has.
+    pub tools: Vec<String>,
+    /// Subtasks it holds now.
+    pub load: usize,
+    /// Whether it can take work (not dismissed).
+    pub available: bool,
+    /// Whether it is failed now (retries exhausted); a lead prefers healthy executors, and a new
+    /// assignment brings a failed one back to working.
+    pub failed: bool,
+}
+
+/// A step placed on an executor.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Placement {
+    /// The step.
+    pub step: PlanStep,
+    /// The executor.
+    pub assignee: AgentId,
+}
+
+/// One tool call.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// The tool.
+    pub tool: String,
+    /// Its arguments.
+    pub args: serde_json::Value,
+}
+
+/// A tool call and what came of it, fed back to the reasoner.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolCallRecord {
+    /// The call.
+    pub call: ToolCall,
+    /// Whether it succeeded.
+    pub success: bool,
+    /// Its output or error.
+    pub output: String,
+}
+
+/// What an executor does next for its subtask.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum NextAction {
+    /// Call a tool.
+    Call(ToolCall),
+    /// Stop: the subtask is done (or cannot be done).
+    Finish {
+        /// Whether it succeeded.
+        success: bool,
+        /// What was done.
+        summary: String,
+    },
+}
+
+/// A judgement of a task's progress.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Judgement {
+    /// Whether the task is complete and acceptable.
+    pub complete: bool,
+    /// In words.
+    pub summary: String,
+}
+
+/// A reasoner could not decide.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum ReasonError {
+    /// A step cannot be placed on any executor.
+    #[error("step `{step}` cannot be placed: {reason}")]
+    Unplaceable {
+        /// The step.
+        step: String,
+        /// Why.
+        reason: String,
+    },
+    /// The question itself is malformed (no options to vote on, and so on).
+    #[error("cannot decide: {0}")]
+    BadQuestion(String),
+    /// The reasoning backend failed.
+    #[error("reasoner `{reasoner}` failed: {message}")]
+    Backend {
+        /// The reasoner.
+        reasoner: String,
+        /// What failed.
+        message: String,
+    },
+}
+
+/// The decisions the layers delegate. Object-safe: hold it as `Arc<dyn Reasoner>`.
+///
+/// Implementations: [`RuleBasedReasoner`] here; LLM reasoners plug into the same trait.
+#[async_trait]
+pub trait Reasoner: Send + Sync + 'static {
+    /// A short name for logs and the audit log.
+    fn name(&self) -> &str;
+
+    /// A top power reviews a decision: sign or veto.
+    async fn review_decision(
+        &self,
+        who: Persona<'_>,
+        decision: &Decision,
+    ) -> Result<Verdict, ReasonError>;
+
+    /// A top power votes on a conflict: one of `conflict.options`.
+    async fn vote(&self, who: Persona<'_>, conflict: &Conflict) -> Result<String, ReasonError>;
+
+    /// A lead places each step of its work package on one of its executors.
+    async fn decompose(
+        &self,
+        who: Persona<'_>,
+        work: &WorkPackage,
+        team: &[Candidate],
+    ) -> Result<Vec<Placement>, ReasonError>;
+
+    /// An executor chooses its next tool call, given what its calls returned so far.
+    async fn next_action(
+        &self,
+        who: Persona<'_>,
+        subtask: &Subtask,
+        history: &[ToolCallRecord],
+    ) -> Result<NextAction, ReasonError>;
+
+    /// A top power judges whether a task is complete from its results and the global board.
+    async fn judge_progress(
+        &self,
+        who: Persona<'_>,
+        task: &Task,
+        results: &[SubtaskResult],
+        global_board: &str,
+    ) -> Result<Judgement, ReasonError>;
+}
+
+/// The deterministic default reasoner. Its rules:
+///
+/// - **review**: veto a plan whose content has no steps, or any step using a tool in
+///   `forbidden_tools` (reason: `risk assessment failed: step S uses forbidden tool T`); else sign.
+/// - **vote**: the first option that appears in `preferences`, else the first option.
+/// - **decompose**: a step targeting an executor of this lead goes to it if available; otherwise
+///   to an available executor with that tool, preferring healthy over failed ones, then the least
+///   load, then the lowest id; none → [`ReasonError::Unplaceable`].
+/// - **next action**: call the step's own tool with its own arguments once; then finish with
+///   that call's outcome.
+/// - **judge**: complete exactly when every step of the task has a successful result.
+#[derive(Clone, Debug, Default)]
+pub struct RuleBasedReasoner {
+    forbidden_tools: Vec<String>,
+    preferences: Vec<String>,
+}
+
+impl RuleBasedReasoner {
+    /// A reasoner that signs every plan with steps and votes for the first option.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Vetoes plans that use any of these tools.
+    pub fn forbid_tools<I: IntoIterator<Item = S>, S: Into<String>>(mut self, tools: I) -> Self {
+        self.forbidden_tools = tools.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Votes for the first of these options that is on the ballot.
+    pub fn prefer<I: IntoIterator<Item = S>, S: Into<String>>(mut self, options: I) -> Self {
+        self.preferences = options.into_iter().map(Into::into).collect();
+        self
+    }
+}
+
+#[async_trait]
+impl Reasoner for RuleBasedReasoner {
+    fn name(&self) -> &str {
+        "rule-based"
+    }
+
+    async fn review_decision(
+        &self,
+        _who: Persona<'_>,
+        decision: &Decision,
+    ) -> Result<Verdict, ReasonError> {
+        let steps = decision.content.get("steps").and_then(|s| s.as_array());
+        let Some(steps) = steps.filter(|s| !s.is_empty()) else {
+            return Ok(Verdict::Veto {
+                reason: "risk assessment failed: the plan has no steps".into(),
+            });
+        };
+        for step in steps {
+            let tool = step.get("tool").and_then(|t| t.as_str()).unwrap_or_default();
+            if self.forbidden_tools.iter().any(|f| f == tool) {
+                let id = step.get("id").and_then(|t| t.as_str()).unwrap_or("?");
+                return Ok(Verdict::Veto {
+                    reason: format!(
+                        "risk assessment failed: step `{id}` uses forbidden tool `{tool}`"
+                    ),
+                });
+            }
+        }
+        Ok(Verdict::Sign)
+    }
+
+    async fn vote(&self, _who: Persona<'_>, conflict: &Conflict) -> Result<String, ReasonError> {
+        if let Some(p) = self.preferences.iter().find(|p| conflict.options.contains(p)) {
+            return Ok(p.clone());
+        }
+        conflict.options.first().cloned().ok_or_else(|| {
+            ReasonError::BadQuestion(format!("conflict `{}` has no options", conflict.id))
+        })
+    }
+
+    async fn decompose(
+        &self,
+        _who: Persona<'_>,
+        work: &WorkPackage,
+        team: &[Candidate],
+    ) -> Result<Vec<Placement>, ReasonError> {
+        let mut load: Vec<usize> = team.iter().map(|c| c.load).collect();
+        let mut placements = Vec::with_capacity(work.steps.len());
+        for step in &work.steps {
+            let named = match &step.target {
+                StepTarget::Agent(id) => team.iter().position(|c| &c.id == id && c.available),
+                _ => None,
+            };
+            let chosen = named.or_else(|| {
+                team.iter()
+                    .enumerate()
+                    .filter(|(_, c)| c.available && c.tools.contains(&step.tool))
+                    .min_by(|(i, a), (j, b)| {
+                        (a.failed, load[*i], &a.id).cmp(&(b.failed, load[*j], &b.id))
+                    })
+                    .map(|(i, _)| i)
+            });
+            let Some(i) = chosen else {
+                return Err(ReasonError::Unplaceable {
+                    step: step.id.clone(),
+                    reason: format!("no available executor has the tool `{}`", step.tool),
+                });
+            };
+            load[i] += 1;
+            placements.push(Placement { step: step.clone(), assignee: team[i].id.clone() });
+        }
+        Ok(placements)
+    }
+
+    async fn next_action(
+        &self,
+        _who: Persona<'_>,
+        subtask: &Subtask,
+        history: &[ToolCallRecord],
+    ) -> Result<NextAction, ReasonError> {
+        Ok(match history.last() {
+            None => NextAction::Call(ToolCall {
+                tool: subtask.step.tool.clone(),
+                args: subtask.step.args.clone(),
+            }),
+            Some(last) => {
+                NextAction::Finish { success: last.success, summary: last.output.clone() }
+            }
+        })
+    }
+
+    async fn judge_progress(
+        &self,
+        _who: Persona<'_>,
+        task: &Task,
+        results: &[SubtaskResult],
+        _global_board: &str,
+    ) -> Result<Judgement, ReasonError> {
+        let done = task
+            .steps
+            .iter()
+            .filter(|s| results.iter().any(|r| r.step_id == s.id && r.success))
+            .count();
+        Ok(Judgement {
+            complete: done == task.steps.len(),
+            summary: format!("{done} of {} steps succeeded", task.steps.len()),
+        })
+    }
+}

@@ -1,0 +1,159 @@
+//! The errors of tool registration and tool calls, and which of them are worth a retry.
+
+use std::io::ErrorKind;
+use std::path::PathBuf;
+
+use agent_state::ErrorClass;
+
+/// Why a tool could not be registered or could not do its job.
+///
+/// [`is_transient`](Self::is_transient) tells a runtime whether retrying the same call can help.
+#[derive(Debug, thiserror::Error)]
+pub enum ToolError {
+    /// No tool has this name.
+    #[error("unknown tool `{name}`; use one of: {}", .available.join(", "))]
+    UnknownTool {
+        /// The name that was asked for.
+        name: String,
+        /// The registered names, sorted.
+        available: Vec<String>,
+    },
+    /// A tool with this name is already registered.
+    #[error("a tool named `{name}` is already registered; give each tool a unique name")]
+    DuplicateTool {
+        /// The clashing name.
+        name: String,
+    },
+    /// The tool's argument schema uses something the validator does not support.
+    #[error(
+        "tool `{tool}` has an unsupported argument schema: {}; use only the supported JSON Schema subset",
+        .problems.join("; ")
+    )]
+    InvalidSchema {
+        /// The tool's name.
+        tool: String,
+        /// Each problem, prefixed with its place in the schema.
+        problems: Vec<String>,
+    },
+    /// The arguments do not match the tool's schema.
+    #[error("invalid arguments for tool `{tool}`: {}", .problems.join("; "))]
+    InvalidArguments {
+        /// The tool's name.
+        tool: String,
+        /// Each problem, prefixed with the JSON path of the offending value.
+        problems: Vec<String>,
+    },
+    /// A path argument leads outside the workspace.
+    #[error(
+        "path `{path}` is outside the workspace {}; paths must stay inside the workspace \
+         (use a relative path that does not climb out with `..` or through a symlink)",
+        .workspace.display()
+    )]
+    PathOutsideWorkspace {
+        /// The path as it was requested.
+        path: String,
+        /// The canonical workspace root.
+        workspace: PathBuf,
+    },
+    /// An I/O operation failed.
+    #[error("tool `{tool}` failed on {}: {source}", .path.display())]
+    Io {
+        /// The tool's name.
+        tool: String,
+        /// The file, directory or working directory involved.
+        path: PathBuf,
+        /// What the operating system reported.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The tool ran out of time and was stopped.
+    #[error("tool `{tool}` timed out after {after_ms} ms; raise `timeout_ms` or do less per call")]
+    Timeout {
+        /// The tool's name.
+        tool: String,
+        /// The time limit that expired, in milliseconds.
+        after_ms: u64,
+    },
+    /// The input is over the tool's size limit.
+    #[error(
+        "{} is {size} bytes, over the {limit}-byte limit of tool `{tool}`; use a smaller file",
+        .path.display()
+    )]
+    TooLarge {
+        /// The tool's name.
+        tool: String,
+        /// The file that is too large.
+        path: PathBuf,
+        /// Its size in bytes (at least `limit + 1` when the file grew while being read).
+        size: u64,
+        /// The limit in bytes.
+        limit: u64,
+    },
+    /// The tool failed for another reason, described in `message`.
+    #[error("tool `{tool}` failed: {message}")]
+    Failed {
+        /// The tool's name.
+        tool: String,
+        /// What went wrong and, where possible, what to do about it.
+        message: String,
+    },
+}
+
+impl ToolError {
+    /// Whether retrying the same call may succeed: timeouts and I/O errors of a passing kind
+    /// (interrupted, would block, timed out, resource busy). Unknown tools, bad arguments,
+    /// refused paths and oversized files are permanent.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Self::Timeout { .. } => true,
+            Self::Io { source, .. } => matches!(
+                source.kind(),
+                ErrorKind::Interrupted
+                    | ErrorKind::WouldBlock
+                    | ErrorKind::TimedOut
+                    | ErrorKind::ResourceBusy
+            ),
+            Self::UnknownTool { .. }
+            | Self::DuplicateTool { .. }
+            | Self::InvalidSchema { .. }
+            | Self::InvalidArguments { .. }
+            | Self::PathOutsideWorkspace { .. }
+            | Self::TooLarge { .. }
+            | Self::Failed { .. } => false,
+        }
+    }
+
+    /// [`is_transient`](Self::is_transient) as the retry vocabulary of `agent-state`.
+    pub fn class(&self) -> ErrorClass {
+        if self.is_transient() { ErrorClass::Transient } else { ErrorClass::Permanent }
+    }
+
+    /// Shorthand for [`ToolError::InvalidArguments`] with one problem.
+    pub(crate) fn invalid(tool: &str, problem: impl Into<String>) -> Self {
+        Self::InvalidArguments { tool: tool.to_owned(), problems: vec![problem.into()] }
+    }
+
+    /// Shorthand for [`ToolError::Io`].
+    pub(crate) fn io(tool: &str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Self::Io { tool: tool.to_owned(), path: path.into(), source }
+    }
+
+    /// Shorthand for [`ToolError::Failed`].
+    pub(crate) fn failed(tool: &str, message: impl Into<String>) -> Self {
+        Self::Failed { tool: tool.to_owned(), message: message.into() }
+    }
+}
+
+/// The workspace directory could not be created or resolved.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "cannot use {} as the tool workspace: {source}; pick a directory you can create and write",
+    .path.display()
+)]
+pub struct WorkspaceError {
+    /// The directory as it was given.
+    pub path: PathBuf,
+    /// What the operating system reported.
+    #[source]
+    pub source: std::io::Error,
+}

@@ -1,0 +1,382 @@
+//! The file tools: `read_file`, `write_file` and `list_dir`, confined to the workspace.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{ErrorKind, Read as _, Write as _};
+use std::path::Path;
+
+use async_trait::async_trait;
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use super::path::{display, resolve};
+use super::{Tool, ToolContext, ToolError, ToolOutput};
+
+/// The largest file `read_file` returns: 1 MiB.
+pub const MAX_READ_BYTES: u64 = 1024 * 1024;
+
+/// `read_file { path }`: the UTF-8 content of a file in the workspace. No side effects.
+///
+/// Refuses directories, files over [`MAX_READ_BYTES`] ([`ToolError::TooLarge`]) and files that
+/// are not UTF-8 text ([`ToolError::Failed`]). `data` is `{"path", "bytes"}`.
+#[derive(Debug)]
+pub struct ReadFile {
+    schema: Value,
+}
+
+/// `write_file { path, content }`: writes `content` to a file in the workspace, creating parent
+/// directories. Has side effects.
+///
+/// The write is atomic: the content goes to a temporary file in the target's directory, is
+/// flushed to disk, and is renamed over the target, so readers see the old or the new content,
+/// never a mix. An existing file keeps its permissions. `data` is `{"path", "bytes"}`.
+#[derive(Debug)]
+pub struct WriteFile {
+    schema: Value,
+}
+
+/// `list_dir { path? }`: the sorted entries of a workspace directory (default `.`), directories
+/// with a trailing `/`. Symlinks are listed by name without following them. No side effects.
+/// `output` is one entry per line; `data` is `{"path", "entries"}`.
+#[derive(Debug)]
+pub struct ListDir {
+    schema: Value,
+}
+
+impl ReadFile {
+    /// The tool's name.
+    pub const NAME: &'static str = "read_file";
+
+    /// The tool, with its argument schema.
+    pub fn new() -> Self {
+        Self {
+            schema: json!({
+                "type": "object",
+                "properties": {
+                    "path": {
+                        "type": "string",
+                        "minLength": 1,
+                        "description": "file path relative to the workspace root",
+                    },
+                },
+                "required": ["path"],
+                "additionalProperties": false,
+            }),
+        }
+    }
+}
+
+impl WriteFile {
+    /// The tool's name.
+    pub const NAME: &'static str = "write_file";
+
+    /// The tool, with its argument schema.
+    pub fn new() -> Self {
+        Self {
+            schema: json!({
+                "type": "object",
+                "properties": {
+                    "path": {
+                        "type": "string",
+                        "minLength": 1,
+                        "description": "file path relative to the workspace root",
+                    },
+                    "content": {
+                        "type": "string",
+                        "description": "the complete new content of the file",
+                    },
+                },
+                "required": ["path", "content"],
+                "additionalProperties": false,
+            }),
+        }
+    }
+}
+
+impl ListDir {
+    /// The tool's name.
+    pub const NAME: &'static str = "list_dir";
+
+    /// The tool, with its argument schema.
+    pub fn new() -> Self {
+        Self {
+            schema: json!({
+                "type": "object",
+                "properties": {
+                    "path": {
+                        "type": "string",
+                        "minLength": 1,
+                        "description": "directory path relative to the workspace root; default \".\"",
+                    },
+                },
+                "additionalProperties": false,
+            }),
+        }
+    }
+}
+
+impl Default for ReadFile {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Default for WriteFile {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Default for ListDir {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[async_trait]
+impl Tool for ReadFile {
+    fn name(&self) -> &str {
+        Self::NAME
+    }
+
+    fn description(&self) -> &str {
+        "Read a UTF-8 text file inside the workspace (at most 1 MiB) and return its content."
+    }
+
+    fn schema(&self) -> &Value {
+        &self.schema
+    }
+
+    fn has_side_effects(&self) -> bool {
+        false
+    }
+
+    async fn call(&self, ctx: &ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
+        let PathArgs { path } = parse(Self::NAME, args)?;
+        let root = ctx.workspace().to_path_buf();
+        blocking(Self::NAME, move || read_file(&root, &path)).await
+    }
+}
+
+#[async_trait]
+impl Tool for WriteFile {
+    fn name(&self) -> &str {
+        Self::NAME
+    }
+
+    fn description(&self) -> &str {
+        "Write text to a file inside the workspace, replacing it atomically and creating parent \
+         directories; returns the number of bytes written."
+    }
+
+    fn schema(&self) -> &Value {
+        &self.schema
+    }
+
+    fn has_side_effects(&self) -> bool {
+        true
+    }
+
+    async fn call(&self, ctx: &ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
+        let WriteArgs { path, content } = parse(Self::NAME, args)?;
+        let root = ctx.workspace().to_path_buf();
+        blocking(Self::NAME, move || write_file(&root, &path, &content)).await
+    }
+}
+
+#[async_trait]
+impl Tool for ListDir {
+    fn name(&self) -> &str {
+        Self::NAME
+    }
+
+    fn description(&self) -> &str {
+        "List a directory inside the workspace (default: the root), one sorted entry per line, \
+         directories ending in `/`."
+    }
+
+    fn schema(&self) -> &Value {
+        &self.schema
+    }
+
+    fn has_side_effects(&self) -> bool {
+        false
+    }
+
+    async fn call(&self, ctx: &ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
+        let ListArgs { path } = parse(Self::NAME, args)?;
+        let root = ctx.workspace().to_path_buf();
+        blocking(Self::NAME, move || list_dir(&root, &path)).await
+    }
+}
+
+/// Parses a tool's arguments, for calls that bypass the registry's schema check.
+pub(super) fn parse<T: DeserializeOwned>(tool: &str, args: Value) -> Result<T, ToolError> {
+    serde_json::from_value(args)
+        .map_err(|err| ToolError::invalid(tool, format!("arguments: {err}")))
+}
+
+/// Runs blocking work on tokio's blocking pool (which also keeps paused test time from
+/// jumping ahead while it runs).
+pub(super) async fn blocking<T, F>(tool: &str, work: F) -> Result<T, ToolError>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Result<T, ToolError> + Send + 'static,
+{
+    tokio::task::spawn_blocking(work).await.map_err(|err| {
+        ToolError::failed(
+            tool,
+            format!("the tool's worker stopped before finishing ({err}); retry the call"),
+        )
+    })?
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PathArgs {
+    path: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WriteArgs {
+    path: String,
+    content: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListArgs {
+    #[serde(default = "dot")]
+    path: String,
+}
+
+fn dot() -> String {
+    ".".to_owned()
+}
+
+fn read_file(root: &Path, requested: &str) -> Result<ToolOutput, ToolError> {
+    const TOOL: &str = ReadFile::NAME;
+    let path = resolve(root, TOOL, requested)?;
+    let io = |err| ToolError::io(TOOL, &path, err);
+    let file = File::open(&path).map_err(io)?;
+    let meta = file.metadata().map_err(io)?;
+    if meta.is_dir() {
+        return Err(ToolError::failed(
+            TOOL,
+            format!("`{requested}` is a directory; use list_dir to see its entries"),
+        ));
+    }
+    let too_large = |size| ToolError::TooLarge {
+        tool: TOOL.to_owned(),
+        path: path.clone(),
+        size,
+        limit: MAX_READ_BYTES,
+    };
+    if meta.len() > MAX_READ_BYTES {
+        return Err(too_large(meta.len()));
+    }
+    // The file may grow between the size check and the read: read at most one byte too many.
+    let mut bytes = Vec::new();
+    file.take(MAX_READ_BYTES + 1).read_to_end(&mut bytes).map_err(io)?;
+    let size = bytes.len() as u64;
+    if size > MAX_READ_BYTES {
+        return Err(too_large(size));
+    }
+    let content = String::from_utf8(bytes).map_err(|err| {
+        let offset = err.utf8_error().valid_up_to();
+        ToolError::failed(
+            TOOL,
+            format!(
+                "`{requested}` is not UTF-8 text (invalid byte at offset {offset}); \
+                 read_file only returns text"
+            ),
+        )
+    })?;
+    Ok(ToolOutput {
+        success: true,
+        data: json!({ "path": display(root, &path), "bytes": size }),
+        output: content,
+    })
+}
+
+fn write_file(root: &Path, requested: &str, content: &str) -> Result<ToolOutput, ToolError> {
+    const TOOL: &str = WriteFile::NAME;
+    let target = resolve(root, TOOL, requested)?;
+    let dir = match target.parent() {
+        Some(dir) if target != root => dir,
+        _ => {
+            return Err(ToolError::failed(
+                TOOL,
+                format!("`{requested}` is the workspace root; give the path of a file"),
+            ));
+        }
+    };
+    fs::create_dir_all(dir).map_err(|err| ToolError::io(TOOL, dir, err))?;
+    let previous = match fs::metadata(&target) {
+        Ok(meta) if meta.is_dir() => {
+            return Err(ToolError::failed(
+                TOOL,
+                format!("`{requested}` is a directory; give the path of a file"),
+            ));
+        }
+        Ok(meta) => Some(meta.permissions()),
+        Err(err) if err.kind() == ErrorKind::NotFound => None,
+        Err(err) => return Err(ToolError::io(TOOL, &target, err)),
+    };
+    let temp = dir.join(format!(".strata-write-{}.tmp", uuid::Uuid::new_v4().simple()));
+    let written = write_temp(&temp, content, previous)
+        .and_then(|()| fs::rename(&temp, &target))
+        .map_err(|err| {
+            // Best effort: the temporary file is ours and useless after a failure.
+            let _ = fs::remove_file(&temp);
+            ToolError::io(TOOL, &target, err)
+        });
+    written?;
+    // Make the rename itself durable; some file systems cannot sync a directory, which only
+    // weakens durability, so it is logged rather than reported.
+    if let Err(err) = File::open(dir).and_then(|dir| dir.sync_all()) {
+        tracing::debug!(dir = %dir.display(), %err, "could not sync directory after write");
+    }
+    let bytes = content.len();
+    let shown = display(root, &target);
+    Ok(ToolOutput {
+        success: true,
+        output: format!("wrote {bytes} bytes to {shown}"),
+        data: json!({ "path": shown, "bytes": bytes }),
+    })
+}
+
+fn write_temp(
+    temp: &Path,
+    content: &str,
+    permissions: Option<fs::Permissions>,
+) -> std::io::Result<()> {
+    let mut file = OpenOptions::new().write(true).create_new(true).open(temp)?;
+    file.write_all(content.as_bytes())?;
+    if let Some(permissions) = permissions {
+        file.set_permissions(permissions)?;
+    }
+    file.sync_all()
+}
+
+fn list_dir(root: &Path, requested: &str) -> Result<ToolOutput, ToolError> {
+    const TOOL: &str = ListDir::NAME;
+    let dir = resolve(root, TOOL, requested)?;
+    let io = |err| ToolError::io(TOOL, &dir, err);
+    let mut entries = Vec::new();
+    for entry in fs::read_dir(&dir).map_err(io)? {
+        let entry = entry.map_err(io)?;
+        let mut name = entry.file_name().to_string_lossy().into_owned();
+        if entry.file_type().map_err(io)?.is_dir() {
+            name.push('/');
+        }
+        entries.push(name);
+    }
+    entries.sort();
+    Ok(ToolOutput {
+        success: true,
+        output: entries.join("\n"),
+        data: json!({ "path": display(root, &dir), "entries": entries }),
+    })
+}

@@ -1,0 +1,152 @@
+//! Tools for bottom agents: the [`Tool`] trait, the [`ToolRegistry`] and the built-in tools.
+//!
+//! A tool takes a JSON arguments object and returns a [`ToolOutput`]. The [`ToolRegistry`]
+//! validates the arguments against the tool's JSON Schema (a small subset, see
+//! [`validate`]) before it calls the tool, so a reasoning backend gets every problem with its
+//! JSON path in one [`ToolError::InvalidArguments`].
+//!
+//! The four built-in tools ([`ToolRegistry::with_builtins`]) work inside one workspace directory
+//! ([`ToolContext`]) and refuse any path that leaves it, lexically (`..`, absolute paths) or
+//! through a symlink:
+//!
+//! | tool | arguments | side effects |
+//! |---|---|---|
+//! | [`read_file`](ReadFile) | `path` | no |
+//! | [`write_file`](WriteFile) | `path`, `content` | yes |
+//! | [`list_dir`](ListDir) | `path` (optional, default `.`) | no |
+//! | [`shell`](Shell) | `command`, `timeout_ms` (optional) | yes |
+//!
+//! The built-in tools do their blocking work (file I/O, waiting for a process) on tokio's
+//! blocking pool and measure the shell timeout in real time, so they behave the same on a
+//! runtime with paused time. They are Unix-only (`sh`, process groups, symlinks).
+//!
+//! Known limit: confinement checks a path and then opens it, so a process that swaps a
+//! directory for a symlink between the two steps can escape; the tools defend against agents'
+//! arguments, not against a hostile process sharing the workspace.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use agent_core::tools::{ToolContext, ToolRegistry};
+//! use serde_json::json;
+//!
+//! let dir = tempfile::tempdir()?;
+//! let ctx = ToolContext::new(dir.path())?;
+//! let tools = ToolRegistry::with_builtins();
+//!
+//! tools.call(&ctx, "write_file", json!({ "path": "notes/a.txt", "content": "hello" })).await?;
+//! let read = tools.call(&ctx, "read_file", json!({ "path": "notes/a.txt" })).await?;
+//! assert_eq!(read.output, "hello");
+//!
+//! let err = tools.call(&ctx, "read_file", json!({ "path": "../outside" })).await.unwrap_err();
+//! assert!(!err.is_transient());
+//! # Ok(())
+//! # }
+//! ```
+
+mod error;
+mod fs;
+mod path;
+mod registry;
+mod schema;
+mod shell;
+
+#[cfg(test)]
+mod tests;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+pub use error::{ToolError, WorkspaceError};
+pub use fs::{ListDir, MAX_READ_BYTES, ReadFile, WriteFile};
+pub use registry::ToolRegistry;
+pub use schema::{check_schema, validate};
+pub use shell::{MAX_SHELL_TIMEOUT_MS, MAX_STREAM_BYTES, Shell};
+
+/// Something an agent can do: a name, a description and an argument schema for the reasoning
+/// backend, and [`call`](Tool::call) to do it.
+///
+/// Implementations must be cheap to share (`Arc<dyn Tool>`) and safe to call concurrently.
+#[async_trait]
+pub trait Tool: Send + Sync {
+    /// The unique name the reasoning backend uses to pick the tool, such as `read_file`.
+    fn name(&self) -> &str;
+
+    /// One or two sentences for the reasoning backend: what the tool does and returns.
+    fn description(&self) -> &str;
+
+    /// The JSON Schema of the arguments object, in the subset [`check_schema`] accepts.
+    /// [`ToolRegistry::call`] validates arguments against it before calling the tool.
+    fn schema(&self) -> &serde_json::Value;
+
+    /// Whether a call can change the world (files, processes). A runtime records the results
+    /// of such calls so that a resumed run does not repeat them.
+    fn has_side_effects(&self) -> bool;
+
+    /// Runs the tool with `args`. Tools also check their own arguments, so a call that
+    /// bypasses the registry still gets [`ToolError::InvalidArguments`] rather than a panic.
+    ///
+    /// A tool that ran but did not succeed (a command exiting non-zero) returns `Ok` with
+    /// [`ToolOutput::success`] `false`; `Err` means the tool could not do its job.
+    async fn call(
+        &self,
+        ctx: &ToolContext,
+        args: serde_json::Value,
+    ) -> Result<ToolOutput, ToolError>;
+}
+
+/// What a tool call produced.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolOutput {
+    /// Whether the tool did what was asked (for `shell`: the exit code was 0).
+    pub success: bool,
+    /// Human- and model-readable text: file content, a listing, a command's output.
+    pub output: String,
+    /// Structured details for programs, such as `{"exit_code": 0, ...}`.
+    pub data: serde_json::Value,
+}
+
+/// Where and how tools run: the workspace root and the default shell timeout.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ToolContext {
+    workspace: PathBuf,
+    shell_timeout: Duration,
+}
+
+impl ToolContext {
+    /// The default shell timeout: the task timeout of seed 000, 30 s.
+    pub const DEFAULT_SHELL_TIMEOUT: Duration =
+        Duration::from_millis(agent_state::DEFAULT_TIMEOUT_MS);
+
+    /// A context for `workspace`, created if missing and canonicalized (symlinks resolved), with
+    /// [`DEFAULT_SHELL_TIMEOUT`](Self::DEFAULT_SHELL_TIMEOUT).
+    ///
+    /// This does blocking file-system calls; call it while setting up, not in a hot loop.
+    pub fn new(workspace: impl AsRef<Path>) -> Result<Self, WorkspaceError> {
+        let requested = workspace.as_ref();
+        let fail = |source| WorkspaceError { path: requested.to_path_buf(), source };
+        std::fs::create_dir_all(requested).map_err(fail)?;
+        let workspace = std::fs::canonicalize(requested).map_err(fail)?;
+        Ok(Self { workspace, shell_timeout: Self::DEFAULT_SHELL_TIMEOUT })
+    }
+
+    /// The same context with `timeout` as the default for `shell` calls without `timeout_ms`.
+    #[must_use]
+    pub fn with_shell_timeout(mut self, timeout: Duration) -> Self {
+        self.shell_timeout = timeout;
+        self
+    }
+
+    /// The canonical workspace root; every path tools touch lies under it.
+    pub fn workspace(&self) -> &Path {
+        &self.workspace
+    }
+
+    /// The timeout of `shell` calls that do not pass `timeout_ms`.
+    pub fn shell_timeout(&self) -> Duration {
+        self.shell_timeout
+    }
+}

@@ -1,0 +1,99 @@
+//! The tool registry: tools by name, with argument validation before every call.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::schema::{check_schema, validate};
+use super::{ListDir, ReadFile, Shell, Tool, ToolContext, ToolError, ToolOutput, WriteFile};
+
+/// The tools an agent may call, by unique name.
+///
+/// Cloning is cheap: the tools are shared.
+#[derive(Clone, Default)]
+pub struct ToolRegistry {
+    tools: BTreeMap<String, Arc<dyn Tool>>,
+}
+
+impl ToolRegistry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A registry with the four built-in tools: `read_file`, `write_file`, `list_dir` and
+    /// `shell`.
+    pub fn with_builtins() -> Self {
+        let builtins: [Arc<dyn Tool>; 4] = [
+            Arc::new(ReadFile::new()),
+            Arc::new(WriteFile::new()),
+            Arc::new(ListDir::new()),
+            Arc::new(Shell::new()),
+        ];
+        // Their names are distinct and their schemas pass `check_schema` (unit-tested), so
+        // they skip `register`'s checks, which could only fail on a bug.
+        let tools = builtins.into_iter().map(|tool| (tool.name().to_owned(), tool)).collect();
+        Self { tools }
+    }
+
+    /// Adds `tool`.
+    ///
+    /// Refuses a name that is already registered ([`ToolError::DuplicateTool`]) and a schema
+    /// that [`check_schema`] rejects ([`ToolError::InvalidSchema`]); the registry is unchanged
+    /// then.
+    pub fn register(&mut self, tool: Arc<dyn Tool>) -> Result<(), ToolError> {
+        let name = tool.name();
+        if self.tools.contains_key(name) {
+            return Err(ToolError::DuplicateTool { name: name.to_owned() });
+        }
+        let problems = check_schema(tool.schema());
+        if !problems.is_empty() {
+            return Err(ToolError::InvalidSchema { tool: name.to_owned(), problems });
+        }
+        self.tools.insert(name.to_owned(), tool);
+        Ok(())
+    }
+
+    /// The tool named `name`, if registered.
+    pub fn get(&self, name: &str) -> Option<Arc<dyn Tool>> {
+        self.tools.get(name).cloned()
+    }
+
+    /// The registered names, sorted.
+    pub fn names(&self) -> Vec<&str> {
+        self.tools.keys().map(String::as_str).collect()
+    }
+
+    /// Calls the tool `name` with `args` after validating them against its schema.
+    ///
+    /// Returns [`ToolError::UnknownTool`] (listing the available names) when no tool has that
+    /// name and [`ToolError::InvalidArguments`] (listing every problem with its JSON path) when
+    /// `args` do not match; the tool is not called then. Otherwise returns what the tool returns.
+    pub async fn call(
+        &self,
+        ctx: &ToolContext,
+        name: &str,
+        args: Value,
+    ) -> Result<ToolOutput, ToolError> {
+        let Some(tool) = self.tools.get(name) else {
+            return Err(ToolError::UnknownTool {
+                name: name.to_owned(),
+                available: self.tools.keys().cloned().collect(),
+            });
+        };
+        let problems = validate(tool.schema(), &args);
+        if !problems.is_empty() {
+            return Err(ToolError::InvalidArguments { tool: name.to_owned(), problems });
+        }
+        tracing::debug!(tool = name, "calling tool");
+        tool.call(ctx, args).await
+    }
+}
+
+impl fmt::Debug for ToolRegistry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ToolRegistry").field("tools", &self.names()).finish()
+    }
+}

@@ -1,0 +1,212 @@
+//! The bottom layer: executors that run tools for their lead, record results on their board,
+//! report progress, help peers and answer status queries (seed 000 §6).
+
+use std::collections::VecDeque;
+
+use agent_core::protocol::{HelpRequest, HelpResponse, StatusReport};
+use agent_core::{
+    AgentBehavior, AgentContext, AgentError, AuditEvent, NextAction, ToolCallRecord, payload,
+};
+use agent_state::{
+    Assignment, BoardId, BoardSnapshot, Message, MessageKind, ProgressReport, ProgressStatus,
+    Subtask, SubtaskResult,
+};
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+/// Most tool calls an executor makes for one subtask before it gives up.
+pub const MAX_TOOL_CALLS_PER_SUBTASK: usize = 8;
+
+/// An executor's settings (seed 000 §6 `BottomLayerAgentConfig`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BottomSpec {
+    /// The tools it may call.
+    pub tools: Vec<String>,
+}
+
+/// A bottom-layer agent.
+pub struct BottomAgent {
+    spec: BottomSpec,
+    queue: VecDeque<Subtask>,
+    done: Vec<String>,
+}
+
+impl BottomAgent {
+    /// An executor with its tools.
+    pub fn new(spec: BottomSpec) -> Self {
+        Self { spec, queue: VecDeque::new(), done: Vec::new() }
+    }
+
+    /// The executor's settings.
+    pub fn spec(&self) -> &BottomSpec {
+        &self.spec
+    }
+
+    fn accept(&mut self, subtask: Subtask) {
+        let key = subtask.key();
+        if self.done.contains(&key) || self.queue.iter().any(|s| s.key() == key) {
+            return; // redelivered
+        }
+        self.queue.push_back(subtask);
+    }
+
+    async fn execute(
+        &mut self,
+        ctx: &mut AgentContext,
+        subtask: &Subtask,
+    ) -> Result<(), AgentError> {
+        if !self.spec.tools.contains(&subtask.step.tool) {
+            return Err(AgentError::NotAllowed(format!(
+                "executor `{}` does not have the tool `{}` (it has: {})",
+                ctx.id(),
+                subtask.step.tool,
+                self.spec.tools.join(", ")
+            )));
+        }
+        let started = ctx.now();
+        let mut history: Vec<ToolCallRecord> = Vec::new();
+        let (success, summary) = loop {
+            if history.len() >= MAX_TOOL_CALLS_PER_SUBTASK {
+                break (false, format!("gave up after {MAX_TOOL_CALLS_PER_SUBTASK} tool calls"));
+            }
+            match ctx.reasoner().next_action(ctx.persona(), subtask, &history).await? {
+                NextAction::Finish { success, summary } => break (success, summary),
+                NextAction::Call(call) => {
+                    if !self.spec.tools.contains(&call.tool) {
+                        return Err(AgentError::NotAllowed(format!(
+                            "executor `{}` does not have the tool `{}`",
+                            ctx.id(),
+                            call.tool
+                        )));
+                    }
+                    let output = ctx.call_tool(&call).await?;
+                    history.push(ToolCallRecord {
+                        call,
+                        success: output.success,
+                        output: output.output,
+                    });
+                }
+            }
+        };
+        if !success {
+            return Err(AgentError::ToolFailed {
+                tool: subtask.step.tool.clone(),
+                output: summary,
+            });
+        }
+        let duration = ctx.now().millis_since(started);
+        let now = ctx.now();
+        ctx.metrics_mut().record_task(true, duration, now);
+        ctx.write_board(format!(
+            "## Task Execution Result\n\nTask: {}\nStatus: Success\nOutput:\n```\n{}\n```",
+            subtask.step.description, summary
+        ))
+        .await?;
+        let result = SubtaskResult {
+            task_id: subtask.task_id.clone(),
+            step_id: subtask.step.id.clone(),
+            agent: ctx.id().clone(),
+            success: true,
+            output: summary,
+        };
+        let report = ProgressReport {
+            task_id: subtask.task_id.clone(),
+            status: ProgressStatus::Completed,
+            percentage: 100,
+            description: subtask.step.description.clone(),
+            results: vec![result],
+            failure: None,
+        };
+        if let Some(supervisor) = ctx.config().supervisor.clone() {
+            ctx.send(&supervisor, MessageKind::ProgressReport, &report).await?;
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl AgentBehavior for BottomAgent {
+    fn responsibilities(&self) -> &'static str {
+        "- Receive specific tasks from mid-layer supervisor\n\
+         - Execute tasks using available tools\n\
+         - Record execution results to whiteboard\n\
+         - Report progress and results to supervisor\n\
+         - Collaborate with peers when needed"
+    }
+
+    async fn on_process(
+        &mut self,
+        ctx: &mut AgentContext,
+        messages: &[Message],
+        _board: &BoardSnapshot,
+    ) -> Result<(), AgentError> {
+        let supervisor = ctx.config().supervisor.clone();
+        for message in messages {
+            let from_supervisor =
+                supervisor.as_ref().is_some_and(|s| message.from.agent() == Some(s));
+            match message.kind {
+                MessageKind::TaskAssign if from_supervisor => {
+                    if let Assignment::Subtask { subtask } = payload::<Assignment>(message)? {
+                        self.accept(subtask);
+                    }
+                }
+                MessageKind::TaskAssign => {
+                    ctx.audit(AuditEvent::Denied {
+                        action: format!("task_assign from {}", message.from),
+                        error: "an executor takes tasks only from its supervisor".into(),
+                    })
+                    .await?;
+                }
+                MessageKind::PeerHelpRequest => {
+                    let response = match payload::<HelpRequest>(message)? {
+                        HelpRequest::ShareKnowledge => {
+                            let board = ctx.read_board(&BoardId::Agent(ctx.id().clone())).await?;
+                            HelpResponse::Knowledge { knowledge: board.content }
+                        }
+                        HelpRequest::TakeOverTask { subtask } => {
+                            let idle = self.queue.is_empty() && ctx.retries() == 0;
+                            if idle {
+                                self.accept(subtask);
+                                HelpResponse::Accepted
+                            } else {
+                                HelpResponse::Refused { reason: "busy".into() }
+                            }
+                        }
+                    };
+                    ctx.reply(message, MessageKind::PeerHelpResponse, &response).await?;
+                }
+                MessageKind::StatusQuery if from_supervisor => {
+                    let report =
+                        StatusReport::Agent { status: ctx.status(), current: self.current_work() };
+                    ctx.reply(message, MessageKind::StatusReport, &report).await?;
+                }
+                _ => {}
+            }
+        }
+        while let Some(subtask) = self.queue.front().cloned() {
+            self.execute(ctx, &subtask).await?;
+            self.queue.pop_front();
+            self.done.push(subtask.key());
+        }
+        Ok(())
+    }
+
+    async fn on_shutdown(&mut self, ctx: &mut AgentContext) -> Result<(), AgentError> {
+        if !self.queue.is_empty() {
+            tracing::warn!(agent = %ctx.id(), pending = self.queue.len(), "executor shutting down with incomplete tasks");
+        }
+        Ok(())
+    }
+
+    fn wants_tick(&self) -> bool {
+        !self.queue.is_empty()
+    }
+
+    fn current_work(&self) -> Option<String> {
+        self.queue.front().map(|s| format!("{}: {}", s.key(), s.step.description))
+    }
+
+    fn abandon_work(&mut self) -> Option<Subtask> {
+        self.queue.pop_front()
+    }
+}

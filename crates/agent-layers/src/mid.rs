@@ -1,0 +1,420 @@
+//! The mid layer: leads that decompose work, delegate it to executors, follow it, reassign it
+//! when an executor fails, escalate what they cannot place, and report upward (seed 000 §5).
+
+use std::collections::BTreeMap;
+
+use agent_core::protocol::{ErrorReport, Escalation, PeerCoordination, StatusReport, Warning};
+use agent_core::{
+    AgentBehavior, AgentContext, AgentError, AuditEvent, Candidate, ReasonError, payload,
+};
+use agent_state::{
+    AgentId, Assignment, BoardSnapshot, Message, MessageKind, ProgressReport, ProgressStatus,
+    Subtask, SubtaskResult, TaskFailure, WorkPackage,
+};
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+/// A lead's settings (seed 000 §5 `MidLayerAgentConfig`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MidSpec {
+    /// The lead's domain, such as `backend`.
+    pub domain: String,
+    /// Most executors this lead may have.
+    pub max_subordinates: usize,
+}
+
+/// A mid-layer agent.
+pub struct MidAgent {
+    spec: MidSpec,
+    top: Vec<AgentId>,
+    peers: Vec<AgentId>,
+    executors: Vec<Executor>,
+    work: BTreeMap<String, WorkState>,
+}
+
+struct Executor {
+    id: AgentId,
+    tools: Vec<String>,
+    failed: bool,
+    failures: u32,
+    dismissed: bool,
+}
+
+/// A lead dismisses an executor (failed → terminated) after this many failures.
+pub const MAX_FAILURES_BEFORE_DISMISSAL: u32 = 3;
+
+struct WorkState {
+    package: WorkPackage,
+    from: AgentId,
+    subtasks: BTreeMap<String, Subtask>,
+    tried: BTreeMap<String, Vec<AgentId>>,
+    results: BTreeMap<String, SubtaskResult>,
+    closed: bool,
+}
+
+impl MidAgent {
+    /// A lead with its executors (id and tools), the top powers it takes work from, and its
+    /// peer leads.
+    pub fn new(
+        spec: MidSpec,
+        executors: Vec<(AgentId, Vec<String>)>,
+        top: Vec<AgentId>,
+        peers: Vec<AgentId>,
+    ) -> Self {
+        let executors = executors
+            .into_iter()
+            .map(|(id, tools)| Executor { id, tools, failed: false, failures: 0, dismissed: false })
+            .collect();
+        Self { spec, top, peers, executors, work: BTreeMap::new() }
+    }
+
+    /// The lead's settings.
+    pub fn spec(&self) -> &MidSpec {
+        &self.spec
+    }
+
+    fn candidates(&self) -> Vec<Candidate> {
+        self.executors
+            .iter()
+            .map(|e| Candidate {
+                id: e.id.clone(),
+                tools: e.tools.clone(),
+                load: self
+                    .work
+                    .values()
+                    .filter(|w| !w.closed)
+                    .flat_map(|w| w.subtasks.values())
+                    .filter(|s| s.assignee == e.id)
+                    .count(),
+                available: !e.dismissed,
+                failed: e.failed,
+            })
+            .collect()
+    }
+
+    async fn take_work(
+        &mut self,
+        ctx: &mut AgentContext,
+        from: AgentId,
+        work: WorkPackage,
+    ) -> Result<(), AgentError> {
+        if self.work.contains_key(&work.key()) {
+            return Ok(()); // redelivered
+        }
+        let placements =
+            match ctx.reasoner().decompose(ctx.persona(), &work, &self.candidates()).await {
+                Ok(p) => p,
+                Err(ReasonError::Unplaceable { step, reason }) => {
+                    let failure = TaskFailure::Unplaceable { step, reason };
+                    let escalation = Escalation { task_id: work.task_id.clone(), failure };
+                    ctx.send(&from, MessageKind::IssueEscalation, &escalation).await?;
+                    return Ok(());
+                }
+                Err(e) => return Err(e.into()),
+            };
+        let mut plan = format!("## Task Allocation Plan ({})\n\n", work.task_id);
+        let mut state = WorkState {
+            package: work.clone(),
+            from: from.clone(),
+            subtasks: BTreeMap::new(),
+            tried: BTreeMap::new(),
+            results: BTreeMap::new(),
+            closed: false,
+        };
+        for placement in placements {
+            let subtask = Subtask {
+                task_id: work.task_id.clone(),
+                step: placement.step,
+                assignee: placement.assignee,
+                attempt: 1,
+            };
+            plan.push_str(&format!("- [{}] {}\n", subtask.assignee, subtask.step.description));
+            state.tried.insert(subtask.step.id.clone(), vec![subtask.assignee.clone()]);
+            state.subtasks.insert(subtask.step.id.clone(), subtask);
+        }
+        ctx.write_board(plan).await?;
+        for subtask in state.subtasks.values() {
+            ctx.send(
+                &subtask.assignee,
+                MessageKind::TaskAssign,
+                &Assignment::Subtask { subtask: subtask.clone() },
+            )
+            .await?;
+        }
+        let note =
+            format!("{} takes {} step(s) of {}", ctx.id(), state.subtasks.len(), work.task_id);
+        for peer in self.peers.clone() {
+            ctx.send(
+                &peer,
+                MessageKind::PeerCoordination,
+                &PeerCoordination { task_id: work.task_id.clone(), note: note.clone() },
+            )
+            .await?;
+        }
+        let report = ProgressReport {
+            task_id: work.task_id.clone(),
+            status: ProgressStatus::InProgress,
+            percentage: 0,
+            description: format!("{} step(s) assigned", state.subtasks.len()),
+            results: Vec::new(),
+            failure: None,
+        };
+        ctx.send(&from, MessageKind::ProgressReport, &report).await?;
+        self.work.insert(work.key(), state);
+        Ok(())
+    }
+
+    async fn executor_report(
+        &mut self,
+        ctx: &mut AgentContext,
+        message: &Message,
+    ) -> Result<(), AgentError> {
+        let report: ProgressReport = payload(message)?;
+        let Some(executor) = message.from.agent().cloned() else { return Ok(()) };
+        let Some(result) = report.results.first().cloned() else { return Ok(()) };
+        ctx.append_to(
+            &agent_state::BoardId::Agent(ctx.id().clone()),
+            &format!(
+                "- [{executor}] {:?}: {} ({}%)",
+                report.status, report.description, report.percentage
+            ),
+        )
+        .await?;
+        let Some(key) = self.package_of(&report.task_id, &result.step_id) else { return Ok(()) };
+        let Some(state) = self.work.get_mut(&key) else { return Ok(()) };
+        if state.closed {
+            return Ok(());
+        }
+        if report.status != ProgressStatus::Completed || !result.success {
+            let Some(subtask) = state.subtasks.get(&result.step_id).cloned() else { return Ok(()) };
+            return self.reassign(ctx, subtask, result.output).await;
+        }
+        state.results.insert(result.step_id.clone(), result);
+        if let Some(e) = self.executors.iter_mut().find(|e| e.id == executor) {
+            e.failed = false;
+        }
+        self.report_if_done(ctx, &key).await
+    }
+
+    /// The key of the open package holding step `step_id` of task `task_id`.
+    fn package_of(&self, task_id: &str, step_id: &str) -> Option<String> {
+        self.work
+            .iter()
+            .find(|(_, w)| w.package.task_id == task_id && w.subtasks.contains_key(step_id))
+            .map(|(k, _)| k.clone())
+    }
+
+    async fn report_if_done(
+        &mut self,
+        ctx: &mut AgentContext,
+        key: &str,
+    ) -> Result<(), AgentError> {
+        let Some(state) = self.work.get_mut(key) else { return Ok(()) };
+        let task_id = state.package.task_id.clone();
+        let total = state.subtasks.len().max(1);
+        let done = state.results.len();
+        let percentage = u8::try_from(done * 100 / total).unwrap_or(100);
+        let complete = done == state.subtasks.len();
+        let report = ProgressReport {
+            task_id,
+            status: if complete { ProgressStatus::Completed } else { ProgressStatus::InProgress },
+            percentage,
+            description: format!("{done} of {} step(s) done", state.subtasks.len()),
+            results: if complete {
+                state
+                    .package
+                    .steps
+                    .iter()
+                    .filter_map(|s| state.results.get(&s.id).cloned())
+                    .collect()
+            } else {
+                Vec::new()
+            },
+            failure: None,
+        };
+        if complete {
+            state.closed = true;
+        }
+        let to = state.from.clone();
+        ctx.send(&to, MessageKind::ProgressReport, &report).await?;
+        Ok(())
+    }
+
+    /// Moves a failed subtask to another executor with the tool, or escalates when none is left.
+    async fn reassign(
+        &mut self,
+        ctx: &mut AgentContext,
+        failed: Subtask,
+        error: String,
+    ) -> Result<(), AgentError> {
+        let candidates = self.candidates();
+        let Some(key) = self.package_of(&failed.task_id, &failed.step.id) else { return Ok(()) };
+        let Some(state) = self.work.get_mut(&key) else { return Ok(()) };
+        let tried = state.tried.entry(failed.step.id.clone()).or_default();
+        let next = candidates
+            .iter()
+            .filter(|c| {
+                c.available && !tried.contains(&c.id) && c.tools.contains(&failed.step.tool)
+            })
+            .min_by(|a, b| (a.failed, a.load, &a.id).cmp(&(b.failed, b.load, &b.id)));
+        let Some(next) = next else {
+            state.closed = true;
+            let failure = TaskFailure::StepFailed {
+                step: failed.step.id.clone(),
+                attempts: failed.attempt,
+                error,
+            };
+            let to = state.from.clone();
+            let escalation = Escalation { task_id: failed.task_id.clone(), failure };
+            ctx.send(&to, MessageKind::IssueEscalation, &escalation).await?;
+            return Ok(());
+        };
+        tried.push(next.id.clone());
+        let subtask = Subtask { assignee: next.id.clone(), attempt: failed.attempt + 1, ..failed };
+        state.subtasks.insert(subtask.step.id.clone(), subtask.clone());
+        ctx.append_to(
+            &agent_state::BoardId::Agent(ctx.id().clone()),
+            &format!(
+                "- reassigned {} to [{}] (attempt {})",
+                subtask.step.id, subtask.assignee, subtask.attempt
+            ),
+        )
+        .await?;
+        ctx.send(
+            &subtask.assignee,
+            MessageKind::TaskAssign,
+            &Assignment::Subtask { subtask: subtask.clone() },
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn executor_failed(
+        &mut self,
+        ctx: &mut AgentContext,
+        message: &Message,
+    ) -> Result<(), AgentError> {
+        let report: ErrorReport = payload(message)?;
+        let Some(executor) = message.from.agent().cloned() else { return Ok(()) };
+        // A failed executor stays a candidate for new work (which brings it back to working),
+        // behind healthy ones; after repeated failures it is dismissed (failed → terminated).
+        if let Some(e) = self.executors.iter_mut().find(|e| e.id == executor) {
+            e.failed = true;
+            e.failures += 1;
+            if e.failures >= MAX_FAILURES_BEFORE_DISMISSAL && !e.dismissed {
+                e.dismissed = true;
+                let reason = format!("failed {} times; last error: {}", e.failures, report.error);
+                ctx.send(&executor, MessageKind::TaskAssign, &Assignment::Dismiss { reason })
+                    .await?;
+            }
+        }
+        let subtask = report.work.or_else(|| {
+            self.work
+                .values()
+                .filter(|w| !w.closed)
+                .flat_map(|w| w.subtasks.values().filter(|s| !w.results.contains_key(&s.step.id)))
+                .find(|s| s.assignee == executor)
+                .cloned()
+        });
+        match subtask {
+            Some(subtask) => self.reassign(ctx, subtask, report.error).await,
+            None => Ok(()),
+        }
+    }
+}
+
+#[async_trait]
+impl AgentBehavior for MidAgent {
+    fn responsibilities(&self) -> &'static str {
+        "- Receive tasks from top layer and decompose into subtasks\n\
+         - Assign subtasks to bottom-layer agents\n\
+         - Monitor subordinate progress and quality\n\
+         - Coordinate with peer mid-layer agents\n\
+         - Detect issues and escalate to top layer\n\
+         - Report overall progress periodically"
+    }
+
+    async fn on_process(
+        &mut self,
+        ctx: &mut AgentContext,
+        messages: &[Message],
+        _board: &BoardSnapshot,
+    ) -> Result<(), AgentError> {
+        for message in messages {
+            let from_top = message.from.agent().filter(|a| self.top.contains(a)).cloned();
+            let from_executor =
+                message.from.agent().is_some_and(|a| self.executors.iter().any(|e| &e.id == a));
+            match message.kind {
+                MessageKind::TaskAssign => match (from_top, payload::<Assignment>(message)?) {
+                    (Some(top), Assignment::Work { work }) => {
+                        self.take_work(ctx, top, work).await?
+                    }
+                    _ => {
+                        ctx.audit(AuditEvent::Denied {
+                            action: format!("task_assign from {}", message.from),
+                            error: "a lead takes work packages only from the top layer".into(),
+                        })
+                        .await?;
+                    }
+                },
+                MessageKind::ProgressReport if from_executor => {
+                    self.executor_report(ctx, message).await?
+                }
+                MessageKind::ErrorReport if from_executor => {
+                    self.executor_failed(ctx, message).await?
+                }
+                MessageKind::PeerCoordination => {
+                    let note: PeerCoordination = payload(message)?;
+                    let answer = PeerCoordination {
+                        task_id: note.task_id,
+                        note: format!("{} acknowledges", ctx.id()),
+                    };
+                    ctx.reply(message, MessageKind::PeerCoordinationResponse, &answer).await?;
+                }
+                MessageKind::StatusReport if from_executor => {
+                    if let StatusReport::Agent { status, current } = payload(message)? {
+                        ctx.append_to(
+                            &agent_state::BoardId::Agent(ctx.id().clone()),
+                            &format!(
+                                "- [{}] status {status}: {}",
+                                message.from,
+                                current.unwrap_or_default()
+                            ),
+                        )
+                        .await?;
+                    }
+                }
+                MessageKind::Warning => {
+                    let warning: Warning = payload(message)?;
+                    ctx.metrics_mut().warnings_received += 1;
+                    ctx.append_to(
+                        &agent_state::BoardId::Agent(ctx.id().clone()),
+                        &format!("- warning about [{}]: {}", warning.about, warning.reason),
+                    )
+                    .await?;
+                }
+                MessageKind::StatusQuery => {
+                    let status =
+                        StatusReport::Agent { status: ctx.status(), current: self.current_work() };
+                    ctx.reply(message, MessageKind::StatusReport, &status).await?;
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    async fn on_shutdown(&mut self, ctx: &mut AgentContext) -> Result<(), AgentError> {
+        let open = self.work.values().filter(|w| !w.closed).count();
+        if open > 0 {
+            tracing::warn!(agent = %ctx.id(), open, "lead shutting down with unfinished work");
+        }
+        Ok(())
+    }
+
+    fn current_work(&self) -> Option<String> {
+        self.work.iter().find(|(_, w)| !w.closed).map(|(id, w)| {
+            format!("{id}: {} of {} step(s) done", w.results.len(), w.subtasks.len())
+        })
+    }
+}

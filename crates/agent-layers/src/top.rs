@@ -1,0 +1,573 @@
+//! The top layer: three powers that propose, sign, veto, arbitrate and close tasks
+//! (seed 000 §4).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use agent_core::protocol::{
+    ArbitrationResult, ConflictReport, ErrorReport, Escalation, StatusReport, VoteRequest,
+    VoteResponse,
+};
+use agent_core::{AgentBehavior, AgentContext, AgentError, Conflict, Verdict, payload};
+use agent_state::{
+    Address, AgentId, AgentStatus, Assignment, BoardId, BoardSnapshot, DecisionId, DecisionStatus,
+    Message, MessageKind, PlanStep, ProgressReport, ProgressStatus, StepTarget, SubtaskResult,
+    Task, TaskFailure, TaskOutcome, Vote, WorkPackage, tally,
+};
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::LeadInfo;
+
+/// A top power's settings (seed 000 §4 `TopLayerAgentConfig`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TopSpec {
+    /// Which power, such as `power_a`.
+    pub power_type: String,
+    /// Weight of this power's vote in arbitration.
+    pub vote_weight: f64,
+    /// What this power signs, such as `plan`; a power without `plan` is not asked to sign plans.
+    pub signature_authority: Vec<String>,
+}
+
+/// The signature authority that covers task plans.
+pub const PLAN_AUTHORITY: &str = "plan";
+
+/// A top-layer agent.
+pub struct TopAgent {
+    spec: TopSpec,
+    /// The other powers and their signature authority.
+    peers: Vec<(AgentId, Vec<String>)>,
+    leads: Vec<LeadInfo>,
+    tasks: BTreeMap<String, TaskState>,
+    arbitrations: BTreeMap<String, Arbitration>,
+}
+
+struct TaskState {
+    task: Task,
+    decision: DecisionId,
+    phase: Phase,
+    results: Vec<SubtaskResult>,
+    dispatched: BTreeSet<String>,
+    wave: u32,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    AwaitingSignatures,
+    Running,
+    Closed,
+}
+
+struct Arbitration {
+    conflict: Conflict,
+    votes: Vec<Vote>,
+    awaiting: Vec<AgentId>,
+}
+
+impl TopAgent {
+    /// A power that knows its peers (the other top agents with their signature authority) and
+    /// the mid leads it hands work to.
+    pub fn new(spec: TopSpec, peers: Vec<(AgentId, Vec<String>)>, leads: Vec<LeadInfo>) -> Self {
+        Self { spec, peers, leads, tasks: BTreeMap::new(), arbitrations: BTreeMap::new() }
+    }
+
+    /// The power's settings.
+    pub fn spec(&self) -> &TopSpec {
+        &self.spec
+    }
+
+    fn is_top(&self, from: &Address) -> bool {
+        from.agent().is_some_and(|a| self.peers.iter().any(|(p, _)| p == a))
+    }
+
+    fn signers(&self, me: &AgentId) -> Vec<AgentId> {
+        let others: Vec<AgentId> = self
+            .peers
+            .iter()
+            .filter(|(_, auth)| auth.iter().any(|a| a == PLAN_AUTHORITY))
+            .map(|(p, _)| p.clone())
+            .collect();
+        if others.is_empty() { vec![me.clone()] } else { others }
+    }
+
+    async fn propose_task(&mut self, ctx: &mut AgentContext, task: Task) -> Result<(), AgentError> {
+        if self.tasks.contains_key(&task.id) {
+            return Ok(()); // redelivered: already proposed
+        }
+        if let Err(failure) = task.check() {
+            return close(
+                ctx,
+                &task.id,
+                TaskOutcome::Failed { task_id: task.id.clone(), reason: failure },
+            )
+            .await;
+        }
+        let content =
+            serde_json::json!({ "task_id": task.id, "goal": task.goal, "steps": task.steps });
+        let signers = self.signers(ctx.id());
+        let decision = ctx.propose(content, signers.clone()).await?;
+        for signer in &signers {
+            if signer == ctx.id() {
+                ctx.sign(decision).await?;
+            } else {
+                ctx.send(
+                    signer,
+                    MessageKind::SignatureRequest,
+                    &agent_core::protocol::SignatureRequest { decision },
+                )
+                .await?;
+            }
+        }
+        ctx.append_to(
+            &BoardId::Global,
+            &format!(
+                "## Task {}\nGoal: {}\nPlan proposed as decision {decision}",
+                task.id, task.goal
+            ),
+        )
+        .await?;
+        self.tasks.insert(
+            task.id.clone(),
+            TaskState {
+                task,
+                decision,
+                phase: Phase::AwaitingSignatures,
+                results: Vec::new(),
+                dispatched: BTreeSet::new(),
+                wave: 0,
+            },
+        );
+        if ctx.status() == AgentStatus::Working {
+            ctx.transition(AgentStatus::WaitingApproval, "plan submitted for signatures").await?;
+        }
+        Ok(())
+    }
+
+    async fn review(
+        &mut self,
+        ctx: &mut AgentContext,
+        message: &Message,
+    ) -> Result<(), AgentError> {
+        let request: agent_core::protocol::SignatureRequest = payload(message)?;
+        let Some(decision) = ctx.decision(request.decision).await? else {
+            return Ok(());
+        };
+        if decision.status != DecisionStatus::Pending || decision.has_signed(ctx.id()) {
+            return Ok(()); // decided already, or a redelivered request
+        }
+        let verdict = ctx.reasoner().review_decision(ctx.persona(), &decision).await?;
+        match verdict {
+            Verdict::Sign => {
+                ctx.sign(decision.id).await?;
+            }
+            Verdict::Veto { reason } => ctx.veto(decision.id, &reason).await?,
+        }
+        Ok(())
+    }
+
+    /// Checks the decisions this power waits on and dispatches or fails the tasks.
+    async fn follow_decisions(&mut self, ctx: &mut AgentContext) -> Result<(), AgentError> {
+        let waiting: Vec<String> = self
+            .tasks
+            .iter()
+            .filter(|(_, t)| t.phase == Phase::AwaitingSignatures)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for task_id in waiting {
+            let Some(state) = self.tasks.get(&task_id) else { continue };
+            let Some(decision) = ctx.decision(state.decision).await? else { continue };
+            match decision.status {
+                DecisionStatus::Pending => {}
+                DecisionStatus::Approved => {
+                    if ctx.status() == AgentStatus::WaitingApproval {
+                        ctx.transition(AgentStatus::Working, "plan approved").await?;
+                    }
+                    if let Some(state) = self.tasks.get_mut(&task_id) {
+                        state.phase = Phase::Running;
+                    }
+                    self.dispatch_ready(ctx, &task_id).await?;
+                }
+                DecisionStatus::Vetoed => {
+                    let (by, reason) = decision
+                        .vetoes
+                        .first()
+                        .map(|v| (v.vetoer.clone(), v.reason.clone()))
+                        .unwrap_or_else(|| (ctx.id().clone(), "vetoed".into()));
+                    if let Some(state) = self.tasks.get_mut(&task_id) {
+                        state.phase = Phase::Closed;
+                    }
+                    if ctx.status() == AgentStatus::WaitingApproval {
+                        ctx.transition(AgentStatus::Idle, format!("plan vetoed by {by}")).await?;
+                    }
+                    let outcome = TaskOutcome::Failed {
+                        task_id: task_id.clone(),
+                        reason: TaskFailure::Vetoed { by, reason },
+                    };
+                    close(ctx, &task_id, outcome).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Hands every step whose `after` steps have succeeded, and that was not handed out yet, to
+    /// its lead, one work package per lead.
+    async fn dispatch_ready(
+        &mut self,
+        ctx: &mut AgentContext,
+        task_id: &str,
+    ) -> Result<(), AgentError> {
+        let Some(state) = self.tasks.get(task_id) else { return Ok(()) };
+        let done: BTreeSet<&str> =
+            state.results.iter().filter(|r| r.success).map(|r| r.step_id.as_str()).collect();
+        let ready: Vec<&PlanStep> = state
+            .task
+            .steps
+            .iter()
+            .filter(|s| {
+                !state.dispatched.contains(&s.id)
+                    && s.after.iter().all(|d| done.contains(d.as_str()))
+            })
+            .collect();
+        if ready.is_empty() {
+            return Ok(());
+        }
+        let mut packages: BTreeMap<AgentId, Vec<PlanStep>> = BTreeMap::new();
+        for step in ready {
+            let Some(lead) = route(&self.leads, step) else {
+                let failure = TaskFailure::Unplaceable {
+                    step: step.id.clone(),
+                    reason: "no mid lead covers its domain, agent or tool".into(),
+                };
+                if let Some(state) = self.tasks.get_mut(task_id) {
+                    state.phase = Phase::Closed;
+                }
+                return close(
+                    ctx,
+                    task_id,
+                    TaskOutcome::Failed { task_id: task_id.into(), reason: failure },
+                )
+                .await;
+            };
+            packages.entry(lead).or_default().push(step.clone());
+        }
+        let (goal, decision, wave) = (state.task.goal.clone(), state.decision, state.wave + 1);
+        let mut allocation = format!("## Task {task_id}, wave {wave}: allocation to leads\n");
+        for (lead, steps) in &packages {
+            let work = WorkPackage {
+                task_id: task_id.into(),
+                goal: goal.clone(),
+                decision,
+                wave,
+                steps: steps.clone(),
+            };
+            ctx.send(lead, MessageKind::TaskAssign, &Assignment::Work { work }).await?;
+            let ids: Vec<&str> = steps.iter().map(|s| s.id.as_str()).collect();
+            allocation.push_str(&format!("- [{lead}] {}\n", ids.join(", ")));
+        }
+        ctx.append_to(&BoardId::Agent(ctx.id().clone()), &allocation).await?;
+        if let Some(state) = self.tasks.get_mut(task_id) {
+            state.wave = wave;
+            state.dispatched.extend(packages.into_values().flatten().map(|s| s.id));
+        }
+        Ok(())
+    }
+
+    async fn lead_report(
+        &mut self,
+        ctx: &mut AgentContext,
+        message: &Message,
+    ) -> Result<(), AgentError> {
+        let report: ProgressReport = payload(message)?;
+        let Some(lead) = message.from.agent().cloned() else { return Ok(()) };
+        let Some(state) = self.tasks.get_mut(&report.task_id) else { return Ok(()) };
+        ctx.append_to(
+            &BoardId::Agent(ctx.id().clone()),
+            &format!(
+                "- [{lead}] {:?}: {} ({}%)",
+                report.status, report.description, report.percentage
+            ),
+        )
+        .await?;
+        match report.status {
+            ProgressStatus::InProgress => Ok(()),
+            ProgressStatus::Failed => {
+                state.phase = Phase::Closed;
+                let reason = report.failure.unwrap_or(TaskFailure::StepFailed {
+                    step: "?".into(),
+                    attempts: 0,
+                    error: report.description,
+                });
+                close(
+                    ctx,
+                    &report.task_id,
+                    TaskOutcome::Failed { task_id: report.task_id.clone(), reason },
+                )
+                .await
+            }
+            ProgressStatus::Completed => {
+                if state.phase != Phase::Running {
+                    return Ok(());
+                }
+                for r in report.results {
+                    if !state.results.iter().any(|x| x.step_id == r.step_id) {
+                        state.results.push(r);
+                    }
+                }
+                let finished = state
+                    .task
+                    .steps
+                    .iter()
+                    .all(|s| state.results.iter().any(|r| r.step_id == s.id));
+                if !finished {
+                    let task_id = report.task_id.clone();
+                    return self.dispatch_ready(ctx, &task_id).await;
+                }
+                let global = ctx.read_board(&BoardId::Global).await?;
+                let judgement = ctx
+                    .reasoner()
+                    .judge_progress(ctx.persona(), &state.task, &state.results, &global.content)
+                    .await?;
+                state.phase = Phase::Closed;
+                let task_id = report.task_id.clone();
+                let outcome = if judgement.complete {
+                    let mut results = state.results.clone();
+                    let order: Vec<&str> = state.task.steps.iter().map(|s| s.id.as_str()).collect();
+                    results.sort_by_key(|r| order.iter().position(|s| *s == r.step_id));
+                    TaskOutcome::Succeeded { task_id: task_id.clone(), results }
+                } else {
+                    TaskOutcome::Failed {
+                        task_id: task_id.clone(),
+                        reason: TaskFailure::StepFailed {
+                            step: "?".into(),
+                            attempts: 0,
+                            error: judgement.summary,
+                        },
+                    }
+                };
+                close(ctx, &task_id, outcome).await
+            }
+        }
+    }
+
+    async fn escalation(
+        &mut self,
+        ctx: &mut AgentContext,
+        message: &Message,
+    ) -> Result<(), AgentError> {
+        let escalation: Escalation = payload(message)?;
+        let Some(state) = self.tasks.get_mut(&escalation.task_id) else { return Ok(()) };
+        if state.phase == Phase::Closed {
+            return Ok(());
+        }
+        state.phase = Phase::Closed;
+        let outcome =
+            TaskOutcome::Failed { task_id: escalation.task_id.clone(), reason: escalation.failure };
+        close(ctx, &escalation.task_id, outcome).await
+    }
+
+    async fn start_arbitration(
+        &mut self,
+        ctx: &mut AgentContext,
+        conflict: Conflict,
+    ) -> Result<(), AgentError> {
+        if self.arbitrations.contains_key(&conflict.id) {
+            return Ok(());
+        }
+        let choice = ctx.reasoner().vote(ctx.persona(), &conflict).await?;
+        let own = Vote { voter: ctx.id().clone(), choice, weight: self.spec.vote_weight };
+        let awaiting: Vec<AgentId> = self.peers.iter().map(|(p, _)| p.clone()).collect();
+        for peer in &awaiting {
+            ctx.send(peer, MessageKind::VoteRequest, &VoteRequest { conflict: conflict.clone() })
+                .await?;
+        }
+        let id = conflict.id.clone();
+        self.arbitrations.insert(id.clone(), Arbitration { conflict, votes: vec![own], awaiting });
+        self.try_resolve(ctx, &id).await
+    }
+
+    async fn record_vote(
+        &mut self,
+        ctx: &mut AgentContext,
+        message: &Message,
+    ) -> Result<(), AgentError> {
+        let vote: VoteResponse = payload(message)?;
+        let Some(voter) = message.from.agent().cloned() else { return Ok(()) };
+        let Some(arbitration) = self.arbitrations.get_mut(&vote.conflict_id) else { return Ok(()) };
+        if !arbitration.awaiting.contains(&voter) {
+            return Ok(()); // not asked, or counted already
+        }
+        arbitration.awaiting.retain(|a| *a != voter);
+        arbitration.votes.push(Vote { voter, choice: vote.choice, weight: vote.weight });
+        self.try_resolve(ctx, &vote.conflict_id).await
+    }
+
+    async fn try_resolve(&mut self, ctx: &mut AgentContext, id: &str) -> Result<(), AgentError> {
+        let Some(arbitration) = self.arbitrations.get(id) else { return Ok(()) };
+        if !arbitration.awaiting.is_empty() {
+            return Ok(());
+        }
+        let Some(arbitration) = self.arbitrations.remove(id) else { return Ok(()) };
+        let result = tally(&arbitration.votes)
+            .map_err(|e| AgentError::NotAllowed(format!("arbitration of `{id}`: {e}")))?;
+        let votes = arbitration
+            .votes
+            .iter()
+            .map(|v| format!("{}={} (weight {})", v.voter, v.choice, v.weight))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let parties =
+            arbitration.conflict.parties.iter().map(AgentId::as_str).collect::<Vec<_>>().join(", ");
+        ctx.append_to(
+            &BoardId::Global,
+            &format!(
+                "## Arbitration Result\n\nConflict: {}\nParties: {parties}\nResolution: {}\nVotes: {votes}\nArbitrator: {}\nTime: {}",
+                arbitration.conflict.issue,
+                result.winner,
+                ctx.config().name,
+                ctx.now()
+            ),
+        )
+        .await?;
+        ctx.metrics_mut().conflicts_arbitrated += 1;
+        let message = ArbitrationResult {
+            conflict_id: id.into(),
+            resolution: result.winner.clone(),
+            tally: result,
+            arbitrator: ctx.id().clone(),
+        };
+        for party in &arbitration.conflict.parties {
+            ctx.send(party, MessageKind::ArbitrationResult, &message).await?;
+        }
+        Ok(())
+    }
+}
+
+/// Which lead takes a step: the lead of the step's domain, the lead that is or supervises the
+/// named agent, or for `any` the first lead with an executor that has the tool.
+pub fn route(leads: &[LeadInfo], step: &PlanStep) -> Option<AgentId> {
+    let lead = match &step.target {
+        StepTarget::Domain(d) => leads.iter().find(|l| &l.domain == d),
+        StepTarget::Agent(a) => {
+            leads.iter().find(|l| &l.id == a || l.executors.iter().any(|(e, _)| e == a))
+        }
+        StepTarget::Any => {
+            leads.iter().find(|l| l.executors.iter().any(|(_, tools)| tools.contains(&step.tool)))
+        }
+    };
+    lead.map(|l| l.id.clone())
+}
+
+async fn close(
+    ctx: &mut AgentContext,
+    task_id: &str,
+    outcome: TaskOutcome,
+) -> Result<(), AgentError> {
+    let line = match &outcome {
+        TaskOutcome::Succeeded { results, .. } => {
+            format!("## Task {task_id} closed: succeeded ({} steps)", results.len())
+        }
+        TaskOutcome::Failed { reason, .. } => format!("## Task {task_id} closed: failed: {reason}"),
+    };
+    ctx.append_to(&BoardId::Global, &line).await?;
+    if outcome.is_success() {
+        ctx.metrics_mut().tasks_completed += 1;
+    }
+    ctx.send(Address::System, MessageKind::StatusReport, &StatusReport::TaskClosed { outcome })
+        .await?;
+    Ok(())
+}
+
+#[async_trait]
+impl AgentBehavior for TopAgent {
+    fn responsibilities(&self) -> &'static str {
+        "- Approve major technical proposals and task allocations\n\
+         - Monitor mid-layer leader progress\n\
+         - Arbitrate conflicts between layers\n\
+         - Evaluate overall task progress and quality\n\
+         - Collaborate with other top-layer powers for major decisions"
+    }
+
+    async fn on_process(
+        &mut self,
+        ctx: &mut AgentContext,
+        messages: &[Message],
+        _board: &BoardSnapshot,
+    ) -> Result<(), AgentError> {
+        for message in messages {
+            match message.kind {
+                MessageKind::TaskAssign => match payload::<Assignment>(message)? {
+                    Assignment::Task { task }
+                        if message.from == Address::System || self.is_top(&message.from) =>
+                    {
+                        self.propose_task(ctx, task).await?;
+                    }
+                    other => {
+                        let what = match other {
+                            Assignment::Task { .. } => "a task from outside the top layer",
+                            _ => "an assignment meant for another layer",
+                        };
+                        ctx.audit(agent_core::AuditEvent::Denied {
+                            action: format!("task_assign from {}", message.from),
+                            error: format!("a top power does not take {what}"),
+                        })
+                        .await?;
+                    }
+                },
+                MessageKind::SignatureRequest => self.review(ctx, message).await?,
+                MessageKind::ProgressReport => self.lead_report(ctx, message).await?,
+                MessageKind::IssueEscalation => self.escalation(ctx, message).await?,
+                MessageKind::ConflictReport => {
+                    let report: ConflictReport = payload(message)?;
+                    self.start_arbitration(ctx, report.conflict).await?;
+                }
+                MessageKind::VoteRequest => {
+                    let request: VoteRequest = payload(message)?;
+                    let choice = ctx.reasoner().vote(ctx.persona(), &request.conflict).await?;
+                    let vote = VoteResponse {
+                        conflict_id: request.conflict.id,
+                        choice,
+                        weight: self.spec.vote_weight,
+                    };
+                    ctx.reply(message, MessageKind::VoteResponse, &vote).await?;
+                }
+                MessageKind::VoteResponse => self.record_vote(ctx, message).await?,
+                MessageKind::ErrorReport => {
+                    let report: ErrorReport = payload(message)?;
+                    ctx.append_to(
+                        &BoardId::Agent(ctx.id().clone()),
+                        &format!("- [{}] failed: {}", message.from, report.error),
+                    )
+                    .await?;
+                }
+                _ => {}
+            }
+        }
+        self.follow_decisions(ctx).await
+    }
+
+    async fn on_shutdown(&mut self, ctx: &mut AgentContext) -> Result<(), AgentError> {
+        let m = ctx.metrics().clone();
+        let report = format!(
+            "## Final Report - {}\n\n- Decisions Signed: {}\n- Decisions Vetoed: {}\n- Conflicts Arbitrated: {}\n- Tasks Closed Successfully: {}",
+            ctx.config().name,
+            m.decisions_signed,
+            m.decisions_vetoed,
+            m.conflicts_arbitrated,
+            m.tasks_completed
+        );
+        ctx.write_board(report).await?;
+        Ok(())
+    }
+
+    fn wants_tick(&self) -> bool {
+        self.tasks.values().any(|t| t.phase == Phase::AwaitingSignatures)
+    }
+
+    fn current_work(&self) -> Option<String> {
+        self.tasks.iter().find(|(_, t)| t.phase != Phase::Closed).map(|(id, t)| match t.phase {
+            Phase::AwaitingSignatures => format!("{id}: awaiting signatures"),
+            _ => format!("{id}: in progress"),
+        })
+    }
+}

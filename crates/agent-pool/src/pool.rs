@@ -1,0 +1,229 @@
+//! The pool: agents by id and by layer, created and destroyed with a size limit (seed 000 §7).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use agent_core::{Agent, AgentBehavior, AgentDeps, AgentError};
+use agent_state::{AgentConfig, AgentId, AgentLayer, AgentMetrics, AgentStatus, ConfigError};
+use thiserror::Error;
+use tokio::sync::Mutex;
+
+/// At most this many agents in a pool by default (seed 000 §7).
+pub const DEFAULT_MAX_AGENTS: usize = 50;
+
+/// One agent in the pool, with what the scheduler reads without locking it.
+pub struct AgentSlot {
+    id: AgentId,
+    layer: AgentLayer,
+    supervisor: Option<AgentId>,
+    agent: Arc<Mutex<Agent>>,
+    wants_tick: AtomicBool,
+    missed: AtomicU64,
+}
+
+impl AgentSlot {
+    /// The agent's id.
+    pub fn id(&self) -> &AgentId {
+        &self.id
+    }
+
+    /// Its layer.
+    pub fn layer(&self) -> AgentLayer {
+        self.layer
+    }
+
+    /// Its supervisor.
+    pub fn supervisor(&self) -> Option<&AgentId> {
+        self.supervisor.as_ref()
+    }
+
+    /// The agent itself. Lock it to act as the agent; the scheduler skips it while locked.
+    pub fn agent(&self) -> &Arc<Mutex<Agent>> {
+        &self.agent
+    }
+
+    /// Its status (waits for a running heartbeat to finish).
+    pub async fn status(&self) -> AgentStatus {
+        self.agent.lock().await.status()
+    }
+
+    /// Its metrics, counting heartbeats missed while it was busy.
+    pub async fn metrics(&self) -> AgentMetrics {
+        let mut metrics = self.agent.lock().await.ctx().metrics().clone();
+        metrics.heartbeats_missed += self.missed.load(Ordering::Relaxed);
+        metrics
+    }
+
+    pub(crate) fn set_wants_tick(&self, value: bool) {
+        self.wants_tick.store(value, Ordering::Relaxed);
+    }
+
+    pub(crate) fn wants_tick(&self) -> bool {
+        self.wants_tick.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn count_missed(&self) {
+        self.missed.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Creating or destroying an agent failed.
+#[derive(Debug, Error)]
+pub enum PoolError {
+    /// The pool holds its maximum.
+    #[error("agent pool full (max {max}); raise the pool's `max_agents` or destroy an agent first")]
+    Full {
+        /// The limit.
+        max: usize,
+    },
+    /// An agent with this id exists.
+    #[error("agent `{id}` already exists in the pool; agent ids must be unique")]
+    Duplicate {
+        /// The id.
+        id: AgentId,
+    },
+    /// The configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// Initialization failed; the agent is not in the pool.
+    #[error("agent `{id}` failed to initialize: {source}")]
+    Initialize {
+        /// The agent.
+        id: AgentId,
+        /// Why.
+        #[source]
+        source: AgentError,
+    },
+    /// No such agent.
+    #[error("no agent `{id}` in the pool")]
+    Unknown {
+        /// The id.
+        id: AgentId,
+    },
+    /// Shutting the agent down failed.
+    #[error("agent `{id}` failed to shut down: {source}")]
+    Shutdown {
+        /// The agent.
+        id: AgentId,
+        /// Why.
+        #[source]
+        source: AgentError,
+    },
+}
+
+/// Many agents, by id, with a size limit.
+pub struct AgentPool {
+    agents: RwLock<BTreeMap<AgentId, Arc<AgentSlot>>>,
+    max_agents: usize,
+}
+
+impl AgentPool {
+    /// A pool of at most `max_agents`.
+    pub fn new(max_agents: usize) -> Self {
+        Self { agents: RwLock::new(BTreeMap::new()), max_agents }
+    }
+
+    /// The limit.
+    pub fn max_agents(&self) -> usize {
+        self.max_agents
+    }
+
+    /// Creates an agent from its configuration and behaviour, initializes it (initializing →
+    /// idle) and adds it. The configuration is validated first; nothing is added on error.
+    pub async fn create(
+        &self,
+        config: AgentConfig,
+        behavior: Box<dyn AgentBehavior>,
+        deps: AgentDeps,
+    ) -> Result<Arc<AgentSlot>, PoolError> {
+        {
+            let agents = self.read();
+            if agents.len() >= self.max_agents {
+                return Err(PoolError::Full { max: self.max_agents });
+            }
+            if agents.contains_key(&config.id) {
+                return Err(PoolError::Duplicate { id: config.id.clone() });
+            }
+        }
+        let id = config.id.clone();
+        let layer = config.layer;
+        let supervisor = config.supervisor.clone();
+        let mut agent = Agent::new(config, behavior, deps)?;
+        agent
+            .initialize()
+            .await
+            .map_err(|source| PoolError::Initialize { id: id.clone(), source })?;
+        let slot = Arc::new(AgentSlot {
+            id: id.clone(),
+            layer,
+            supervisor,
+            wants_tick: AtomicBool::new(agent.wants_tick()),
+            agent: Arc::new(Mutex::new(agent)),
+            missed: AtomicU64::new(0),
+        });
+        let mut agents = self.write();
+        if agents.len() >= self.max_agents {
+            return Err(PoolError::Full { max: self.max_agents });
+        }
+        if agents.contains_key(&id) {
+            return Err(PoolError::Duplicate { id });
+        }
+        agents.insert(id.clone(), slot.clone());
+        tracing::info!(agent = %id, layer = %layer, "agent created");
+        Ok(slot)
+    }
+
+    /// Shuts an agent down (→ terminated) and removes it.
+    pub async fn destroy(&self, id: &AgentId) -> Result<(), PoolError> {
+        let slot = self.get(id).ok_or_else(|| PoolError::Unknown { id: id.clone() })?;
+        slot.agent
+            .lock()
+            .await
+            .shutdown()
+            .await
+            .map_err(|source| PoolError::Shutdown { id: id.clone(), source })?;
+        self.write().remove(id);
+        tracing::info!(agent = %id, "agent destroyed");
+        Ok(())
+    }
+
+    /// An agent by id.
+    pub fn get(&self, id: &AgentId) -> Option<Arc<AgentSlot>> {
+        self.read().get(id).cloned()
+    }
+
+    /// Every agent, by id.
+    pub fn all(&self) -> Vec<Arc<AgentSlot>> {
+        self.read().values().cloned().collect()
+    }
+
+    /// The agents of one layer, by id.
+    pub fn by_layer(&self, layer: AgentLayer) -> Vec<Arc<AgentSlot>> {
+        self.read().values().filter(|s| s.layer == layer).cloned().collect()
+    }
+
+    /// How many agents the pool holds.
+    pub fn len(&self) -> usize {
+        self.read().len()
+    }
+
+    /// Whether the pool is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<AgentId, Arc<AgentSlot>>> {
+        self.agents.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<AgentId, Arc<AgentSlot>>> {
+        self.agents.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl Default for AgentPool {
+    fn default() -> Self {
+        Self::new(DEFAULT_MAX_AGENTS)
+    }
+}

@@ -1,0 +1,567 @@
+//! The team API: build a three-layer team from one value, submit tasks, wait for outcomes,
+//! shut down.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_core::protocol::StatusReport;
+use agent_core::tools::{ToolContext, ToolRegistry};
+use agent_core::{AgentBehavior, AgentDeps, AuditLog, Clock, Reasoner, new_message_id, payload};
+use agent_layers::{BottomAgent, BottomSpec, LeadInfo, MidAgent, MidSpec, TopAgent, TopSpec};
+use agent_state::{
+    Address, AgentConfig, AgentId, AgentLayer, Assignment, Message, MessageKind, Task, TaskFailure,
+    TaskOutcome,
+};
+use governance::Governance;
+use message_bus::MessageBus;
+use thiserror::Error;
+use tokio::sync::{Mutex, watch};
+use tokio::task::JoinHandle;
+use whiteboard::Whiteboard;
+
+use crate::metrics::{AgentSummary, MetricsCalculator};
+use crate::pool::{AgentPool, DEFAULT_MAX_AGENTS, PoolError};
+use crate::scheduler::{DEFAULT_HEARTBEAT, HeartbeatScheduler};
+
+/// What a layer adds to an agent's configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RoleSpec {
+    /// A top power.
+    Top(TopSpec),
+    /// A mid lead.
+    Mid(MidSpec),
+    /// A bottom executor.
+    Bottom(BottomSpec),
+}
+
+impl RoleSpec {
+    fn layer(&self) -> AgentLayer {
+        match self {
+            RoleSpec::Top(_) => AgentLayer::Top,
+            RoleSpec::Mid(_) => AgentLayer::Mid,
+            RoleSpec::Bottom(_) => AgentLayer::Bottom,
+        }
+    }
+}
+
+/// One agent of a team.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AgentSpec {
+    /// Its configuration. Subordinates may be left empty: they are derived from supervisors.
+    pub config: AgentConfig,
+    /// Its layer's settings.
+    pub role: RoleSpec,
+}
+
+/// A whole team.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TeamSpec {
+    /// The agents. The first top power proposes the plans.
+    pub agents: Vec<AgentSpec>,
+    /// The heartbeat period.
+    pub heartbeat: Duration,
+    /// The pool's limit.
+    pub max_agents: usize,
+}
+
+impl TeamSpec {
+    /// A team with the default heartbeat (4 s) and pool limit (50).
+    pub fn new(agents: Vec<AgentSpec>) -> Self {
+        Self { agents, heartbeat: DEFAULT_HEARTBEAT, max_agents: DEFAULT_MAX_AGENTS }
+    }
+}
+
+/// The services a team runs on. Per-agent reasoners and tool registries override the defaults.
+#[derive(Clone)]
+pub struct TeamServices {
+    /// The message bus.
+    pub bus: Arc<dyn MessageBus>,
+    /// The whiteboards.
+    pub boards: Arc<dyn Whiteboard>,
+    /// Governance.
+    pub governance: Arc<dyn Governance>,
+    /// The audit log.
+    pub audit: Arc<dyn AuditLog>,
+    /// The clock.
+    pub clock: Arc<dyn Clock>,
+    /// The workspace the tools work in.
+    pub workspace: Arc<ToolContext>,
+    /// The default tool registry.
+    pub tools: Arc<ToolRegistry>,
+    /// The default reasoner.
+    pub reasoner: Arc<dyn Reasoner>,
+    /// Reasoners for particular agents.
+    pub reasoners: BTreeMap<AgentId, Arc<dyn Reasoner>>,
+    /// Tool registries for particular agents.
+    pub agent_tools: BTreeMap<AgentId, Arc<ToolRegistry>>,
+}
+
+/// A team specification that cannot be built.
+#[derive(Debug, Error)]
+pub enum TeamError {
+    /// An agent's configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] agent_state::ConfigError),
+    /// The spec's role does not match the configuration's layer.
+    #[error("agent `{agent}`: its role is for the {role} layer but `layer` says {layer}")]
+    LayerMismatch {
+        /// The agent.
+        agent: AgentId,
+        /// The role's layer.
+        role: AgentLayer,
+        /// The configured layer.
+        layer: AgentLayer,
+    },
+    /// Two agents share an id.
+    #[error("agent id `{agent}` is used twice; ids must be unique")]
+    DuplicateAgent {
+        /// The id.
+        agent: AgentId,
+    },
+    /// A supervisor that is not in the team.
+    #[error("agent `{agent}`: supervisor `{supervisor}` is not in the team")]
+    UnknownSupervisor {
+        /// The agent.
+        agent: AgentId,
+        /// The missing supervisor.
+        supervisor: AgentId,
+    },
+    /// A supervisor on the wrong layer.
+    #[error(
+        "agent `{agent}` ({layer}): supervisor `{supervisor}` is a {supervisor_layer} agent; a {layer} agent reports to the {expected} layer"
+    )]
+    WrongSupervisorLayer {
+        /// The agent.
+        agent: AgentId,
+        /// Its layer.
+        layer: AgentLayer,
+        /// The supervisor.
+        supervisor: AgentId,
+        /// The supervisor's layer.
+        supervisor_layer: AgentLayer,
+        /// The layer it should be on.
+        expected: AgentLayer,
+    },
+    /// A subordinate list that disagrees with the supervisors.
+    #[error(
+        "agent `{agent}` lists `{subordinate}` as a subordinate, but that agent's supervisor is not `{agent}`"
+    )]
+    SubordinateMismatch {
+        /// The lead.
+        agent: AgentId,
+        /// The subordinate.
+        subordinate: AgentId,
+    },
+    /// A lead with more executors than its limit.
+    #[error("lead `{agent}` has {count} executors, more than its `max_subordinates` of {max}")]
+    TooManySubordinates {
+        /// The lead.
+        agent: AgentId,
+        /// How many it has.
+        count: usize,
+        /// Its limit.
+        max: usize,
+    },
+    /// An executor with a tool nobody registered.
+    #[error(
+        "executor `{agent}` names the tool `{tool}`, which is not registered (available: {available})"
+    )]
+    UnknownTool {
+        /// The executor.
+        agent: AgentId,
+        /// The tool.
+        tool: String,
+        /// The registered tools.
+        available: String,
+    },
+    /// No top power.
+    #[error("a team needs at least one top-layer agent to propose and sign plans")]
+    NoTopAgent,
+    /// More agents than the pool allows.
+    #[error(
+        "the team has {count} agents but the pool allows {max}; raise `max_agents` or remove agents"
+    )]
+    TooManyAgents {
+        /// How many.
+        count: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// Creating an agent failed.
+    #[error(transparent)]
+    Pool(#[from] PoolError),
+}
+
+/// Submitting a task failed.
+#[derive(Debug, Error)]
+pub enum SubmitError {
+    /// The plan is invalid.
+    #[error(transparent)]
+    InvalidTask(#[from] TaskFailure),
+    /// A task with this id was submitted before.
+    #[error("task `{0}` was already submitted; use a new task id")]
+    Duplicate(String),
+    /// The team is shut down.
+    #[error("the team is shut down")]
+    ShutDown,
+    /// The bus refused the task.
+    #[error(transparent)]
+    Send(#[from] message_bus::SendError),
+}
+
+/// A running team.
+pub struct Team {
+    pool: Arc<AgentPool>,
+    services: TeamServices,
+    proposer: AgentId,
+    outcomes: watch::Receiver<BTreeMap<String, TaskOutcome>>,
+    submitted: Mutex<Vec<String>>,
+    driver: Mutex<Option<(watch::Sender<bool>, JoinHandle<HeartbeatScheduler>)>>,
+}
+
+impl Team {
+    /// Validates `spec`, creates every agent (initializing → idle) and starts the heartbeat.
+    /// Nothing is started when the spec is invalid.
+    pub async fn start(spec: TeamSpec, services: TeamServices) -> Result<Self, TeamError> {
+        let configs = validate(&spec, &services)?;
+        let pool = Arc::new(AgentPool::new(spec.max_agents));
+        let leads = leads(&spec, &configs);
+        let tops: Vec<(AgentId, Vec<String>)> = spec
+            .agents
+            .iter()
+            .filter_map(|a| match &a.role {
+                RoleSpec::Top(t) => Some((a.config.id.clone(), t.signature_authority.clone())),
+                _ => None,
+            })
+            .collect();
+        let top_ids: Vec<AgentId> = tops.iter().map(|(id, _)| id.clone()).collect();
+        let proposer = top_ids.first().cloned().ok_or(TeamError::NoTopAgent)?;
+        for (agent, config) in spec.agents.iter().zip(configs) {
+            let id = config.id.clone();
+            let behavior: Box<dyn AgentBehavior> = match &agent.role {
+                RoleSpec::Top(t) => {
+                    let peers = tops.iter().filter(|(p, _)| *p != id).cloned().collect();
+                    Box::new(TopAgent::new(t.clone(), peers, leads.clone()))
+                }
+                RoleSpec::Mid(m) => {
+                    let executors = leads
+                        .iter()
+                        .find(|l| l.id == id)
+                        .map(|l| l.executors.clone())
+                        .unwrap_or_default();
+                    let peers = leads.iter().filter(|l| l.id != id).map(|l| l.id.clone()).collect();
+                    Box::new(MidAgent::new(m.clone(), executors, top_ids.clone(), peers))
+                }
+                RoleSpec::Bottom(b) => Box::new(BottomAgent::new(b.clone())),
+            };
+            let deps = AgentDeps {
+                bus: services.bus.clone(),
+                boards: services.boards.clone(),
+                governance: services.governance.clone(),
+                audit: services.audit.clone(),
+                reasoner: services
+                    .reasoners
+                    .get(&id)
+                    .cloned()
+                    .unwrap_or_else(|| services.reasoner.clone()),
+                tools: services
+                    .agent_tools
+                    .get(&id)
+                    .cloned()
+                    .unwrap_or_else(|| services.tools.clone()),
+                workspace: services.workspace.clone(),
+                clock: services.clock.clone(),
+            };
+            pool.create(config, behavior, deps).await?;
+        }
+        let (outcome_tx, outcomes) = watch::channel(BTreeMap::new());
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let scheduler = HeartbeatScheduler::new(
+            pool.clone(),
+            services.bus.clone(),
+            services.audit.clone(),
+            services.clock.clone(),
+        );
+        let driver = tokio::spawn(drive(
+            scheduler,
+            spec.heartbeat,
+            services.bus.clone(),
+            outcome_tx,
+            stop_rx,
+        ));
+        Ok(Self {
+            pool,
+            services,
+            proposer,
+            outcomes,
+            submitted: Mutex::new(Vec::new()),
+            driver: Mutex::new(Some((stop_tx, driver))),
+        })
+    }
+
+    /// The pool of agents.
+    pub fn pool(&self) -> &Arc<AgentPool> {
+        &self.pool
+    }
+
+    /// The services.
+    pub fn services(&self) -> &TeamServices {
+        &self.services
+    }
+
+    /// Hands a task to the proposing top power. The plan is checked first.
+    pub async fn submit(&self, task: Task) -> Result<(), SubmitError> {
+        task.check()?;
+        if self.driver.lock().await.is_none() {
+            return Err(SubmitError::ShutDown);
+        }
+        let mut submitted = self.submitted.lock().await;
+        if submitted.contains(&task.id) {
+            return Err(SubmitError::Duplicate(task.id));
+        }
+        let content =
+            serde_json::to_value(Assignment::Task { task: task.clone() }).map_err(|e| {
+                SubmitError::InvalidTask(TaskFailure::InvalidPlan { reason: e.to_string() })
+            })?;
+        let message = Message::new(
+            new_message_id(),
+            Address::System,
+            &self.proposer,
+            MessageKind::TaskAssign,
+            content,
+            self.services.clock.now(),
+        );
+        self.services.bus.send(message).await?;
+        submitted.push(task.id);
+        Ok(())
+    }
+
+    /// Waits until task `task_id` is closed and returns its outcome.
+    pub async fn wait(&self, task_id: &str) -> TaskOutcome {
+        let mut outcomes = self.outcomes.clone();
+        loop {
+            if let Some(outcome) = outcomes.borrow_and_update().get(task_id) {
+                return outcome.clone();
+            }
+            if outcomes.changed().await.is_err() {
+                return TaskOutcome::Failed {
+                    task_id: task_id.into(),
+                    reason: TaskFailure::ShutDown,
+                };
+            }
+        }
+    }
+
+    /// The outcome of a task, if it is closed.
+    pub fn outcome(&self, task_id: &str) -> Option<TaskOutcome> {
+        self.outcomes.borrow().get(task_id).cloned()
+    }
+
+    /// Every agent's status, metrics and score, by id.
+    pub async fn summary(&self) -> Vec<AgentSummary> {
+        let mut lines = Vec::new();
+        for slot in self.pool.all() {
+            let status = slot.status().await;
+            let metrics = slot.metrics().await;
+            lines.push(MetricsCalculator::summarize(
+                slot.id().clone(),
+                slot.layer(),
+                status,
+                metrics,
+            ));
+        }
+        lines
+    }
+
+    /// Stops the heartbeat, waits for running heartbeats, and shuts every agent down (bottom
+    /// layer first, top last, so the powers' final reports see the end): all end terminated.
+    pub async fn shutdown(&self) -> Result<(), PoolError> {
+        if let Some((stop, driver)) = self.driver.lock().await.take() {
+            let _ = stop.send(true);
+            match driver.await {
+                Ok(mut scheduler) => scheduler.settle().await,
+                Err(e) => tracing::error!(error = %e, "the team's driver task failed"),
+            }
+        }
+        for layer in [AgentLayer::Bottom, AgentLayer::Mid, AgentLayer::Top] {
+            for slot in self.pool.by_layer(layer) {
+                let mut agent = slot.agent().lock().await;
+                agent
+                    .shutdown()
+                    .await
+                    .map_err(|source| PoolError::Shutdown { id: slot.id().clone(), source })?;
+            }
+        }
+        Ok(())
+    }
+}
+
+async fn drive(
+    mut scheduler: HeartbeatScheduler,
+    period: Duration,
+    bus: Arc<dyn MessageBus>,
+    outcomes: watch::Sender<BTreeMap<String, TaskOutcome>>,
+    mut stop: watch::Receiver<bool>,
+) -> HeartbeatScheduler {
+    let mut interval = tokio::time::interval(period);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = interval.tick() => {}
+            _ = stop.changed() => return scheduler,
+        }
+        let report = scheduler.tick().await;
+        tracing::trace!(
+            heartbeat = report.number,
+            started = report.started,
+            idle = report.idle,
+            missed = report.missed.len(),
+            "cycle"
+        );
+        drain_system(bus.as_ref(), &outcomes).await;
+    }
+}
+
+/// Reads the `system` inbox: heartbeat acks are counted and dropped, task outcomes published.
+async fn drain_system(
+    bus: &dyn MessageBus,
+    outcomes: &watch::Sender<BTreeMap<String, TaskOutcome>>,
+) {
+    let messages = match bus.take(&Address::System, usize::MAX).await {
+        Ok(m) => m,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the system inbox");
+            return;
+        }
+    };
+    for message in &messages {
+        if message.kind != MessageKind::StatusReport {
+            continue;
+        }
+        match payload::<StatusReport>(message) {
+            Ok(StatusReport::TaskClosed { outcome }) => {
+                tracing::info!(task = %outcome.task_id(), success = outcome.is_success(), "task closed");
+                outcomes.send_modify(|o| {
+                    o.entry(outcome.task_id().to_owned()).or_insert(outcome);
+                });
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "unreadable status report on the system inbox"),
+        }
+    }
+    let ids: Vec<_> = messages.iter().map(|m| m.id).collect();
+    if let Err(e) = bus.ack(&Address::System, &ids).await {
+        tracing::warn!(error = %e, "cannot acknowledge the system inbox");
+    }
+}
+
+/// Checks the whole team and returns each agent's configuration with subordinates filled in.
+pub fn validate(spec: &TeamSpec, services: &TeamServices) -> Result<Vec<AgentConfig>, TeamError> {
+    if spec.agents.len() > spec.max_agents {
+        return Err(TeamError::TooManyAgents { count: spec.agents.len(), max: spec.max_agents });
+    }
+    if !spec.agents.iter().any(|a| a.config.layer == AgentLayer::Top) {
+        return Err(TeamError::NoTopAgent);
+    }
+    let mut layers: BTreeMap<AgentId, AgentLayer> = BTreeMap::new();
+    for agent in &spec.agents {
+        agent.config.validate()?;
+        if agent.role.layer() != agent.config.layer {
+            return Err(TeamError::LayerMismatch {
+                agent: agent.config.id.clone(),
+                role: agent.role.layer(),
+                layer: agent.config.layer,
+            });
+        }
+        if layers.insert(agent.config.id.clone(), agent.config.layer).is_some() {
+            return Err(TeamError::DuplicateAgent { agent: agent.config.id.clone() });
+        }
+    }
+    let mut configs = Vec::with_capacity(spec.agents.len());
+    for agent in &spec.agents {
+        let config = &agent.config;
+        if let Some(supervisor) = &config.supervisor {
+            let Some(&supervisor_layer) = layers.get(supervisor) else {
+                return Err(TeamError::UnknownSupervisor {
+                    agent: config.id.clone(),
+                    supervisor: supervisor.clone(),
+                });
+            };
+            let expected =
+                if config.layer == AgentLayer::Bottom { AgentLayer::Mid } else { AgentLayer::Top };
+            if supervisor_layer != expected {
+                return Err(TeamError::WrongSupervisorLayer {
+                    agent: config.id.clone(),
+                    layer: config.layer,
+                    supervisor: supervisor.clone(),
+                    supervisor_layer,
+                    expected,
+                });
+            }
+        }
+        let derived: Vec<AgentId> = spec
+            .agents
+            .iter()
+            .filter(|a| a.config.supervisor.as_ref() == Some(&config.id))
+            .map(|a| a.config.id.clone())
+            .collect();
+        if let Some(stray) = config.subordinates.iter().find(|s| !derived.contains(s)) {
+            return Err(TeamError::SubordinateMismatch {
+                agent: config.id.clone(),
+                subordinate: stray.clone(),
+            });
+        }
+        match &agent.role {
+            RoleSpec::Mid(m) if config.layer == AgentLayer::Mid => {
+                let count =
+                    derived.iter().filter(|d| layers.get(*d) == Some(&AgentLayer::Bottom)).count();
+                if count > m.max_subordinates {
+                    return Err(TeamError::TooManySubordinates {
+                        agent: config.id.clone(),
+                        count,
+                        max: m.max_subordinates,
+                    });
+                }
+            }
+            RoleSpec::Bottom(b) => {
+                let registry = services.agent_tools.get(&config.id).unwrap_or(&services.tools);
+                if let Some(tool) = b.tools.iter().find(|t| registry.get(t).is_none()) {
+                    return Err(TeamError::UnknownTool {
+                        agent: config.id.clone(),
+                        tool: tool.clone(),
+                        available: registry.names().join(", "),
+                    });
+                }
+            }
+            _ => {}
+        }
+        let mut config = config.clone();
+        config.subordinates = derived;
+        configs.push(config);
+    }
+    Ok(configs)
+}
+
+fn leads(spec: &TeamSpec, configs: &[AgentConfig]) -> Vec<LeadInfo> {
+    spec.agents
+        .iter()
+        .zip(configs)
+        .filter_map(|(agent, config)| match &agent.role {
+            RoleSpec::Mid(m) => Some(LeadInfo {
+                id: config.id.clone(),
+                domain: m.domain.clone(),
+                executors: spec
+                    .agents
+                    .iter()
+                    .filter(|a| a.config.supervisor.as_ref() == Some(&config.id))
+                    .filter_map(|a| match &a.role {
+                        RoleSpec::Bottom(b) => Some((a.config.id.clone(), b.tools.clone())),
+                        _ => None,
+                    })
+                    .collect(),
+            }),
+            _ => None,
+        })
+        .collect()
+}

@@ -1,0 +1,6 @@
+//! Whole-team scenarios on the in-memory backends and paused tokio time.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
+
+mod scenarios;
+mod support;
+mod team;

@@ -1,0 +1,428 @@
+//! The paths besides the happy one: veto, arbitration, failure and reassignment, slow agents,
+//! permission violations and bad input.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_core::protocol::ConflictReport;
+use agent_core::tools::{Tool, ToolContext, ToolError, ToolOutput, ToolRegistry};
+use agent_core::{
+    AgentError, AuditEvent, Conflict, RuleBasedReasoner, check_transition_chain, new_message_id,
+};
+use agent_pool::{AgentPool, PoolError, SubmitError, Team, TeamError};
+use agent_state::{
+    Actor, AgentId, AgentStatus, BoardId, DecisionStatus, Message, MessageKind, StepTarget,
+    TaskFailure, TaskOutcome,
+};
+use async_trait::async_trait;
+use governance::DecideError;
+use whiteboard::BoardError;
+
+use crate::support::*;
+
+/// A `write_file` that always fails, to make one executor fail.
+struct BrokenWrite;
+
+#[async_trait]
+impl Tool for BrokenWrite {
+    fn name(&self) -> &str {
+        "write_file"
+    }
+    fn description(&self) -> &str {
+        "always fails"
+    }
+    fn schema(&self) -> &serde_json::Value {
+        static SCHEMA: std::sync::OnceLock<serde_json::Value> = std::sync::OnceLock::new();
+        SCHEMA.get_or_init(|| serde_json::json!({"type": "object"}))
+    }
+    fn has_side_effects(&self) -> bool {
+        true
+    }
+    async fn call(
+        &self,
+        _ctx: &ToolContext,
+        _args: serde_json::Value,
+    ) -> Result<ToolOutput, ToolError> {
+        Ok(ToolOutput {
+            success: false,
+            output: "disk on fire".into(),
+            data: serde_json::Value::Null,
+        })
+    }
+}
+
+/// A tool that takes ten seconds of (paused) time.
+struct Slow;
+
+#[async_trait]
+impl Tool for Slow {
+    fn name(&self) -> &str {
+        "slow"
+    }
+    fn description(&self) -> &str {
+        "sleeps for ten seconds"
+    }
+    fn schema(&self) -> &serde_json::Value {
+        static SCHEMA: std::sync::OnceLock<serde_json::Value> = std::sync::OnceLock::new();
+        SCHEMA.get_or_init(|| serde_json::json!({"type": "object"}))
+    }
+    fn has_side_effects(&self) -> bool {
+        false
+    }
+    async fn call(
+        &self,
+        _ctx: &ToolContext,
+        _args: serde_json::Value,
+    ) -> Result<ToolOutput, ToolError> {
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        Ok(ToolOutput { success: true, output: "slept".into(), data: serde_json::Value::Null })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_veto_fails_the_task_with_the_vetoes_reason_and_runs_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut services = services(dir.path());
+    services
+        .reasoners
+        .insert(AgentId::new("top-b"), Arc::new(RuleBasedReasoner::new().forbid_tools(["shell"])));
+    let team = Team::start(standard_team(), services.clone()).await.unwrap();
+
+    team.submit(hello_task("task-veto")).await.unwrap();
+    let outcome = team.wait("task-veto").await;
+    let TaskOutcome::Failed { reason: TaskFailure::Vetoed { by, reason }, .. } = outcome else {
+        panic!("expected a veto, got {outcome:?}")
+    };
+    assert_eq!(by, AgentId::new("top-b"));
+    assert!(reason.contains("forbidden tool `shell`"), "{reason}");
+    assert!(!dir.path().join("hello.txt").exists(), "a vetoed plan must not run");
+    let decisions = services.governance.list().await.unwrap();
+    assert_eq!(decisions[0].status, DecisionStatus::Vetoed);
+
+    // The team keeps running: a plan without shell goes through.
+    let mut task = hello_task("task-after-veto");
+    task.steps.truncate(2);
+    team.submit(task).await.unwrap();
+    assert!(team.wait("task-after-veto").await.is_success());
+    team.shutdown().await.unwrap();
+}
+
+async fn arbitrate(weights: [f64; 3]) -> (String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut services = services(dir.path());
+    let mut spec = standard_team();
+    for (agent, weight) in spec.agents.iter_mut().zip(weights) {
+        if let agent_pool::RoleSpec::Top(t) = &mut agent.role {
+            t.vote_weight = weight;
+        }
+    }
+    services
+        .reasoners
+        .insert(AgentId::new("top-a"), Arc::new(RuleBasedReasoner::new().prefer(["merge"])));
+    services
+        .reasoners
+        .insert(AgentId::new("top-b"), Arc::new(RuleBasedReasoner::new().prefer(["split"])));
+    services
+        .reasoners
+        .insert(AgentId::new("top-c"), Arc::new(RuleBasedReasoner::new().prefer(["split"])));
+    let team = Team::start(spec, services.clone()).await.unwrap();
+    let conflict = Conflict {
+        id: "c-1".into(),
+        issue: "who owns the API docs".into(),
+        parties: vec![AgentId::new("mid-docs"), AgentId::new("mid-build")],
+        options: vec!["merge".into(), "split".into()],
+    };
+    let report = Message::new(
+        new_message_id(),
+        AgentId::new("mid-docs"),
+        AgentId::new("top-a"),
+        MessageKind::ConflictReport,
+        serde_json::to_value(ConflictReport { conflict }).unwrap(),
+        services.clock.now(),
+    );
+    services.bus.send(report).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let global = services.boards.read(&Actor::System, &BoardId::Global).await.unwrap().content;
+    let top_a = team.pool().get(&AgentId::new("top-a")).unwrap().metrics().await;
+    assert_eq!(top_a.conflicts_arbitrated, 1);
+    let resolution = global
+        .lines()
+        .find_map(|l| l.strip_prefix("Resolution: "))
+        .expect("the arbitration result is on the global board")
+        .to_owned();
+    team.shutdown().await.unwrap();
+    (resolution, global)
+}
+
+#[tokio::test(start_paused = true)]
+async fn arbitration_is_a_weighted_vote_over_the_bus() {
+    // top-a (merge, 1) against top-b and top-c (split, 1 each): split wins 2 to 1.
+    let (resolution, global) = arbitrate([1.0, 1.0, 1.0]).await;
+    assert_eq!(resolution, "split");
+    assert!(global.contains("top-b=split (weight 1)"), "{global}");
+    // top-a weighs 3: merge wins 3 to 2.
+    assert_eq!(arbitrate([3.0, 1.0, 1.0]).await.0, "merge");
+    // 2 against 2: the tie goes to the arbitrator's own vote, which is first.
+    assert_eq!(arbitrate([2.0, 1.0, 1.0]).await.0, "merge");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_executor_retries_then_fails_and_its_lead_reassigns_the_subtask() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut services = services(dir.path());
+    let mut broken = ToolRegistry::with_builtins();
+    broken = {
+        let mut r = ToolRegistry::new();
+        for name in broken.names() {
+            if name != "write_file" {
+                r.register(broken.get(name).unwrap()).unwrap();
+            }
+        }
+        r.register(Arc::new(BrokenWrite)).unwrap();
+        r
+    };
+    services.agent_tools.insert(AgentId::new("bottom-d1"), Arc::new(broken));
+    let team = Team::start(standard_team(), services.clone()).await.unwrap();
+
+    let mut task = hello_task("task-fail");
+    task.steps.truncate(1);
+    task.steps[0].target = StepTarget::Agent(AgentId::new("bottom-d1"));
+    team.submit(task).await.unwrap();
+    let outcome = team.wait("task-fail").await;
+    let TaskOutcome::Succeeded { results, .. } = &outcome else { panic!("{outcome:?}") };
+    assert_eq!(results[0].agent, AgentId::new("bottom-d2"), "the lead moved the subtask");
+    assert_eq!(std::fs::read_to_string(dir.path().join("hello.txt")).unwrap(), "hello, strata\n");
+
+    let d1 = AgentId::new("bottom-d1");
+    let records = services.audit.records(Some(&d1)).await.unwrap();
+    let retries: Vec<u32> = records
+        .iter()
+        .filter_map(|r| match r.event {
+            AuditEvent::Error { retry, .. } => Some(retry),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(retries, [1, 2, 3, 3], "three retries, then the final failure");
+    let statuses: Vec<AgentStatus> =
+        records.iter().filter_map(|r| r.transition()).map(|t| t.to).collect();
+    assert_eq!(statuses, [AgentStatus::Idle, AgentStatus::Working, AgentStatus::Failed]);
+    let d1_metrics = team.pool().get(&d1).unwrap().metrics().await;
+    assert_eq!((d1_metrics.tasks_failed, d1_metrics.retries), (1, 3));
+    let mid = services.audit.records(Some(&AgentId::new("mid-docs"))).await.unwrap();
+    assert!(check_transition_chain(&mid).is_ok());
+    team.shutdown().await.unwrap();
+    let finals = check_transition_chain(&services.audit.records(None).await.unwrap()).unwrap();
+    assert!(finals.iter().all(|(_, s)| *s == AgentStatus::Terminated), "{finals:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_step_that_fails_everywhere_is_escalated_and_the_team_keeps_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let services = services(dir.path());
+    let team = Team::start(standard_team(), services.clone()).await.unwrap();
+    let mut task = hello_task("task-escape");
+    task.steps = vec![step(
+        "escape",
+        "docs",
+        "write_file",
+        serde_json::json!({"path": "../outside.txt", "content": "x"}),
+    )];
+    team.submit(task).await.unwrap();
+    let outcome = team.wait("task-escape").await;
+    let TaskOutcome::Failed {
+        reason: TaskFailure::StepFailed { step: failed, attempts, error },
+        ..
+    } = &outcome
+    else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!((failed.as_str(), *attempts), ("escape", 2));
+    assert!(error.contains("outside"), "{error}");
+    assert!(!dir.path().parent().unwrap().join("outside.txt").exists());
+
+    // Bad arguments fail the same way, with the schema's words.
+    let mut task = hello_task("task-bad-args");
+    task.steps = vec![step("bad", "build", "shell", serde_json::json!({"cmd": "true"}))];
+    team.submit(task).await.unwrap();
+    let outcome = team.wait("task-bad-args").await;
+    assert!(format!("{outcome:?}").contains("required property is missing"), "{outcome:?}");
+
+    // The team is still alive for a good task.
+    team.submit(hello_task("task-good")).await.unwrap();
+    assert!(team.wait("task-good").await.is_success());
+    team.shutdown().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_agent_misses_heartbeats_and_its_lead_is_warned_without_delaying_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut services = services(dir.path());
+    let mut tools = ToolRegistry::with_builtins();
+    tools.register(Arc::new(Slow)).unwrap();
+    services.tools = Arc::new(tools);
+    let mut spec = standard_team();
+    for agent in &mut spec.agents {
+        if let agent_pool::RoleSpec::Bottom(b) = &mut agent.role {
+            b.tools.push("slow".into());
+        }
+    }
+    let team = Team::start(spec, services.clone()).await.unwrap();
+    let mut task = hello_task("task-slow");
+    task.steps = vec![
+        step("nap", "build", "slow", serde_json::json!({})),
+        step(
+            "write",
+            "docs",
+            "write_file",
+            serde_json::json!({"path": "fast.txt", "content": "fast"}),
+        ),
+    ];
+    task.steps[0].target = StepTarget::Agent(AgentId::new("bottom-b1"));
+    team.submit(task).await.unwrap();
+    assert!(team.wait("task-slow").await.is_success());
+
+    let slow = team.pool().get(&AgentId::new("bottom-b1")).unwrap().metrics().await;
+    assert!(slow.heartbeats_missed >= 2, "a 10 s call spans two 4 s cycles: {slow:?}");
+    let lead = team.pool().get(&AgentId::new("mid-build")).unwrap().metrics().await;
+    assert!(lead.warnings_received >= 1, "{lead:?}");
+    let fast = team.pool().get(&AgentId::new("bottom-d1")).unwrap().metrics().await;
+    assert_eq!(fast.heartbeats_missed, 0);
+    let missed = services.audit.records(Some(&AgentId::new("bottom-b1"))).await.unwrap();
+    assert!(missed.iter().any(|r| matches!(r.event, AuditEvent::MissedHeartbeat { .. })));
+    team.shutdown().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn permission_violations_are_refused_and_audited() {
+    let dir = tempfile::tempdir().unwrap();
+    let services = services(dir.path());
+    let team = Team::start(standard_team(), services.clone()).await.unwrap();
+    let slot = team.pool().get(&AgentId::new("bottom-d1")).unwrap();
+    let mut agent = slot.agent().lock().await;
+    let ctx = agent.ctx_mut();
+
+    let err = ctx
+        .write_to(&BoardId::Agent(AgentId::new("mid-docs")), "mine now".into())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, AgentError::Board(BoardError::PermissionDenied { .. })), "{err}");
+    let err = ctx.read_board(&BoardId::Agent(AgentId::new("top-a"))).await.unwrap_err();
+    assert!(matches!(err, AgentError::Board(BoardError::PermissionDenied { .. })), "{err}");
+
+    let decision = agent_state::Decision::propose(
+        agent_state::DecisionId::from_u128(9),
+        AgentId::new("top-a"),
+        serde_json::json!({"steps": []}),
+        vec![AgentId::new("top-b")],
+        services.clock.now(),
+    )
+    .unwrap();
+    services.governance.submit(decision).await.unwrap();
+    let err = ctx.sign(agent_state::DecisionId::from_u128(9)).await.unwrap_err();
+    assert!(matches!(err, AgentError::Decide(DecideError::Rule(_))), "{err}");
+    drop(agent);
+
+    let mid_board = services
+        .boards
+        .read(&Actor::System, &BoardId::Agent(AgentId::new("mid-docs")))
+        .await
+        .unwrap();
+    assert!(!mid_board.content.contains("mine now"));
+    let d = services.governance.get(agent_state::DecisionId::from_u128(9)).await.unwrap().unwrap();
+    assert!(d.signatures.is_empty());
+    let denied: Vec<String> = services
+        .audit
+        .records(Some(&AgentId::new("bottom-d1")))
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|r| match r.event {
+            AuditEvent::Denied { action, .. } => Some(action),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(denied.len(), 3, "{denied:?}");
+    assert!(denied[0].starts_with("write board mid-docs"));
+    team.shutdown().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_pool_refuses_to_grow_past_its_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let services = services(dir.path());
+    let mut spec = standard_team();
+    spec.max_agents = 5;
+    let err = Team::start(spec, services.clone()).await.err().unwrap();
+    assert!(matches!(err, TeamError::TooManyAgents { count: 9, max: 5 }), "{err}");
+
+    let pool = AgentPool::new(1);
+    let deps = |_: ()| agent_core::AgentDeps {
+        bus: services.bus.clone(),
+        boards: services.boards.clone(),
+        governance: services.governance.clone(),
+        audit: services.audit.clone(),
+        reasoner: services.reasoner.clone(),
+        tools: services.tools.clone(),
+        workspace: services.workspace.clone(),
+        clock: services.clock.clone(),
+    };
+    let one = bottom("bottom-1", "mid-x", &[]);
+    let two = bottom("bottom-2", "mid-x", &[]);
+    let behavior = |s: &agent_pool::AgentSpec| -> Box<dyn agent_core::AgentBehavior> {
+        let agent_pool::RoleSpec::Bottom(b) = &s.role else { unreachable!() };
+        Box::new(agent_layers::BottomAgent::new(b.clone()))
+    };
+    pool.create(one.config.clone(), behavior(&one), deps(())).await.unwrap();
+    let err = pool.create(two.config.clone(), behavior(&two), deps(())).await.err().unwrap();
+    assert!(matches!(err, PoolError::Full { max: 1 }), "{err}");
+    assert!(err.to_string().contains("agent pool full (max 1)"));
+    assert_eq!(pool.len(), 1);
+    assert!(!services.bus.is_registered(&AgentId::new("bottom-2")).await.unwrap());
+    pool.destroy(&AgentId::new("bottom-1")).await.unwrap();
+    assert!(pool.get(&AgentId::new("bottom-1")).is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn bad_team_specs_and_tasks_are_refused_with_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let services = services(dir.path());
+
+    let mut spec = standard_team();
+    spec.agents[5].config.supervisor = Some(AgentId::new("nobody"));
+    let err = Team::start(spec, services.clone()).await.err().unwrap();
+    assert_eq!(err.to_string(), "agent `bottom-d1`: supervisor `nobody` is not in the team");
+
+    let mut spec = standard_team();
+    spec.agents[5].config.supervisor = Some(AgentId::new("top-a"));
+    let err = Team::start(spec, services.clone()).await.err().unwrap();
+    assert!(matches!(err, TeamError::WrongSupervisorLayer { .. }), "{err}");
+
+    let mut spec = standard_team();
+    if let agent_pool::RoleSpec::Bottom(b) = &mut spec.agents[5].role {
+        b.tools.push("teleport".into());
+    }
+    let err = Team::start(spec, services.clone()).await.err().unwrap();
+    assert!(
+        err.to_string().contains("names the tool `teleport`, which is not registered"),
+        "{err}"
+    );
+
+    let mut spec = standard_team();
+    spec.agents[0].config.name = " ".into();
+    let err = Team::start(spec, services.clone()).await.err().unwrap();
+    assert!(err.to_string().contains("field `name`"), "{err}");
+    assert!(services.bus.registered().await.unwrap().is_empty(), "nothing started");
+
+    let team = Team::start(standard_team(), services.clone()).await.unwrap();
+    let mut task = hello_task("t");
+    task.steps.clear();
+    assert!(matches!(
+        team.submit(task).await,
+        Err(SubmitError::InvalidTask(TaskFailure::InvalidPlan { .. }))
+    ));
+    team.submit(hello_task("t")).await.unwrap();
+    assert!(matches!(team.submit(hello_task("t")).await, Err(SubmitError::Duplicate(_))));
+    assert!(team.wait("t").await.is_success());
+    team.shutdown().await.unwrap();
+    assert!(matches!(team.submit(hello_task("t2")).await, Err(SubmitError::ShutDown)));
+}

@@ -1,0 +1,119 @@
+//! Builders shared by the team scenarios: a standard three-layer team on in-memory services.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_core::tools::{ToolContext, ToolRegistry};
+use agent_core::{InMemoryAuditLog, RuleBasedReasoner, TokioClock};
+use agent_layers::{BottomSpec, MidSpec, TopSpec};
+use agent_pool::{AgentSpec, RoleSpec, TeamServices, TeamSpec};
+use agent_state::{AgentConfig, AgentLayer, PlanStep, StepTarget, Task, Timestamp};
+use governance::InMemoryGovernance;
+use message_bus::InMemoryBus;
+use whiteboard::InMemoryWhiteboard;
+
+pub(crate) fn top(id: &str, power: &str, weight: f64) -> AgentSpec {
+    AgentSpec {
+        config: AgentConfig::new(id, format!("Power {power}"), AgentLayer::Top)
+            .with_role("governance"),
+        role: RoleSpec::Top(TopSpec {
+            power_type: power.into(),
+            vote_weight: weight,
+            signature_authority: vec!["plan".into()],
+        }),
+    }
+}
+
+pub(crate) fn mid(id: &str, domain: &str, supervisor: &str) -> AgentSpec {
+    AgentSpec {
+        config: AgentConfig::new(id, format!("Lead {domain}"), AgentLayer::Mid)
+            .with_supervisor(supervisor),
+        role: RoleSpec::Mid(MidSpec { domain: domain.into(), max_subordinates: 4 }),
+    }
+}
+
+pub(crate) fn bottom(id: &str, supervisor: &str, tools: &[&str]) -> AgentSpec {
+    AgentSpec {
+        config: AgentConfig::new(id, format!("Executor {id}"), AgentLayer::Bottom)
+            .with_supervisor(supervisor),
+        role: RoleSpec::Bottom(BottomSpec {
+            tools: tools.iter().map(|t| (*t).to_owned()).collect(),
+        }),
+    }
+}
+
+/// Three powers, two leads (docs, build), two executors each.
+pub(crate) fn standard_team() -> TeamSpec {
+    let all = ["read_file", "write_file", "list_dir", "shell"];
+    let mut spec = TeamSpec::new(vec![
+        top("top-a", "power_a", 2.0),
+        top("top-b", "power_b", 1.0),
+        top("top-c", "power_c", 1.0),
+        mid("mid-docs", "docs", "top-a"),
+        mid("mid-build", "build", "top-a"),
+        bottom("bottom-d1", "mid-docs", &all),
+        bottom("bottom-d2", "mid-docs", &all),
+        bottom("bottom-b1", "mid-build", &all),
+        bottom("bottom-b2", "mid-build", &all),
+    ]);
+    spec.heartbeat = Duration::from_secs(4);
+    spec
+}
+
+pub(crate) fn services(workspace: &std::path::Path) -> TeamServices {
+    TeamServices {
+        bus: Arc::new(InMemoryBus::new()),
+        boards: Arc::new(InMemoryWhiteboard::new()),
+        governance: Arc::new(InMemoryGovernance::new()),
+        audit: Arc::new(InMemoryAuditLog::new()),
+        clock: Arc::new(TokioClock::starting_at(Timestamp(1_700_000_000_000))),
+        workspace: Arc::new(ToolContext::new(workspace).unwrap()),
+        tools: Arc::new(ToolRegistry::with_builtins()),
+        reasoner: Arc::new(RuleBasedReasoner::new()),
+        reasoners: BTreeMap::new(),
+        agent_tools: BTreeMap::new(),
+    }
+}
+
+pub(crate) fn step(id: &str, domain: &str, tool: &str, args: serde_json::Value) -> PlanStep {
+    PlanStep {
+        id: id.into(),
+        description: format!("{id} with {tool}"),
+        target: StepTarget::Domain(domain.into()),
+        tool: tool.into(),
+        args,
+        after: Vec::new(),
+    }
+}
+
+/// A plan that writes two files, lists them and runs a shell command over them.
+pub(crate) fn hello_task(id: &str) -> Task {
+    Task {
+        id: id.into(),
+        goal: "write a greeting and check it".into(),
+        steps: vec![
+            step(
+                "write-hello",
+                "docs",
+                "write_file",
+                serde_json::json!({"path": "hello.txt", "content": "hello, strata\n"}),
+            ),
+            step(
+                "write-notes",
+                "docs",
+                "write_file",
+                serde_json::json!({"path": "docs/notes.md", "content": "# Notes\n"}),
+            ),
+            PlanStep {
+                after: vec!["write-hello".into()],
+                ..step(
+                    "count",
+                    "build",
+                    "shell",
+                    serde_json::json!({"command": "wc -c < hello.txt > size.txt && cat size.txt"}),
+                )
+            },
+        ],
+    }
+}
