@@ -1,1 +1,129 @@
-fn main() {}
+//! Strata's task runner: `cargo xtask ci | coverage | bench [--quick] | help`.
+//!
+//! `cargo xtask ci` is the single entry point that does exactly what CI does; `.ci/run` prepares
+//! the machine and then calls it. Every subcommand runs from the workspace root, whatever the
+//! current directory.
+
+#![allow(clippy::print_stdout, clippy::print_stderr, reason = "xtask is a command-line tool")]
+
+mod bench;
+mod ci;
+mod coverage;
+mod tidy;
+
+#[cfg(test)]
+mod tests;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+use anyhow::{Context, bail};
+
+const USAGE: &str = "\
+usage: cargo xtask <command>
+
+commands:
+  ci              run every CI check, in CI's order, stopping at the first failure:
+                  fmt, clippy, doc, tests (nextest or cargo test, then doctests),
+                  layering (agent-state stays free of async and I/O crates), tidy
+  coverage        line coverage of the workspace tests with cargo-llvm-cov
+  bench [--quick] run the criterion benches and print one table of the results
+                  (--quick is passed to criterion: fewer samples, rougher numbers)
+  help            print this text";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let root = project_root();
+    let result = match args.as_slice() {
+        [] | ["help" | "--help" | "-h"] => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        ["ci"] => ci::run(&root),
+        ["coverage"] => coverage::run(&root),
+        ["bench"] => bench::run(&root, false),
+        ["bench", "--quick"] => bench::run(&root, true),
+        _ => Err(anyhow::anyhow!("unknown arguments `{}`\n\n{USAGE}", args.join(" "))),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The workspace root: the parent of this crate's manifest directory.
+///
+/// `cargo run` tells the running binary where the manifest is; that wins over the directory
+/// compiled in, which is stale when a checkout moves (cargo does not rebuild for a moved
+/// workspace).
+fn project_root() -> PathBuf {
+    let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from);
+    manifest_dir.parent().map_or_else(|| manifest_dir.clone(), Path::to_path_buf)
+}
+
+/// A `cargo` command that runs in the workspace root.
+fn cargo(root: &Path) -> Command {
+    let mut command = Command::new("cargo");
+    command.current_dir(root);
+    command
+}
+
+/// Prints the command, runs it with inherited stdio and fails unless it exits successfully.
+fn run(command: &mut Command) -> anyhow::Result<()> {
+    let shown = show(command);
+    println!("$ {shown}");
+    let status = command.status().with_context(|| format!("could not start `{shown}`"))?;
+    if !status.success() {
+        bail!("`{shown}` failed ({status})");
+    }
+    Ok(())
+}
+
+/// Prints the command, runs it and returns its stdout; stderr goes to the terminal.
+fn capture(command: &mut Command) -> anyhow::Result<String> {
+    let shown = show(command);
+    println!("$ {shown}");
+    let output = command
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .with_context(|| format!("could not start `{shown}`"))?;
+    if !output.status.success() {
+        bail!("`{shown}` failed ({})", output.status);
+    }
+    String::from_utf8(output.stdout).with_context(|| format!("`{shown}` printed non-UTF-8 output"))
+}
+
+/// Whether the command runs and exits successfully; its output is discarded.
+fn succeeds(command: &mut Command) -> bool {
+    command
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success())
+}
+
+/// The command as a shell would read it, with the environment variables it sets in front.
+fn show(command: &Command) -> String {
+    let envs = command.get_envs().filter_map(|(key, value)| {
+        value.map(|value| format!("{}={}", key.to_string_lossy(), value.to_string_lossy()))
+    });
+    let program = std::iter::once(command.get_program().to_string_lossy().into_owned());
+    let args = command.get_args().map(|arg| quote(&arg.to_string_lossy()));
+    envs.chain(program).chain(args).collect::<Vec<_>>().join(" ")
+}
+
+/// `arg` as a shell word: single-quoted when a shell would otherwise expand or split it.
+fn quote(arg: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "-_=./:,+@%".contains(c);
+    if !arg.is_empty() && arg.chars().all(plain) {
+        arg.to_owned()
+    } else {
+        format!("'{}'", arg.replace('\'', r"'\''"))
+    }
+}

@@ -16,7 +16,7 @@
 //!
 //! | feature   | what it adds |
 //! |-----------|--------------|
-//! | `testing` | [`testing`]: the conformance suite, for backend authors |
+//! | `testing` | the `testing` module: the conformance suite, for backend authors |
 //!
 //! ```
 //! use agent_state::{Address, AgentId, Message, MessageId, MessageKind, Timestamp};
@@ -66,7 +66,9 @@ pub use memory::{DEFAULT_INBOX_CAPACITY, InMemoryBus};
 /// - a refused call changes nothing.
 ///
 /// Durability: when `send` returns `Ok` on a durable backend, the message survives a crash of
-/// the process; the in-memory backend keeps nothing across a restart.
+/// the process; the in-memory backend keeps nothing across a restart. A durable backend that
+/// restarts keeps its registrations and puts every in-flight message back to pending, ahead of
+/// newer messages and in original order.
 #[async_trait]
 pub trait MessageBus: Send + Sync + 'static {
     /// Opens `agent`'s inbox. Registering an already registered agent changes nothing. An agent
@@ -84,15 +86,19 @@ pub trait MessageBus: Send + Sync + 'static {
     async fn registered(&self) -> Result<Vec<AgentId>, BackendError>;
 
     /// Delivers `message` to `message.to`: one agent, `system`, or every registered agent but the
-    /// sender. Returns how many inboxes it went into. The bus does not deduplicate by id.
+    /// sender. Returns how many inboxes it went into. The bus does not deduplicate by id. Each
+    /// inbox receives the message as sent (a broadcast copy keeps `to: broadcast`). An inbox
+    /// holds at most its capacity in messages, pending and in flight together; when a broadcast
+    /// finds several full, [`SendError::InboxFull`] names one of them.
     async fn send(&self, message: Message) -> Result<usize, SendError>;
 
     /// Takes up to `max` pending messages from `inbox` (an agent or `system`), oldest first.
     /// They stay in flight until acknowledged or released.
     async fn take(&self, inbox: &Address, max: usize) -> Result<Vec<Message>, InboxError>;
 
-    /// Acknowledges in-flight messages of `inbox`: they are removed for good. Ids that are not
-    /// in flight are ignored, so acknowledging twice is harmless. Returns how many were removed.
+    /// Acknowledges in-flight messages of `inbox`: every in-flight message whose id is listed is
+    /// removed for good. Ids that are not in flight (pending, unknown, or in flight in another
+    /// inbox) are ignored, so acknowledging twice is harmless. Returns how many were removed.
     async fn ack(&self, inbox: &Address, ids: &[MessageId]) -> Result<usize, InboxError>;
 
     /// Puts every in-flight message of `inbox` back to pending, ahead of newer messages and in
@@ -101,6 +107,22 @@ pub trait MessageBus: Send + Sync + 'static {
 
     /// How many messages of `inbox` are pending (not taken).
     async fn pending(&self, inbox: &Address) -> Result<usize, InboxError>;
+
+    /// The registered agents with at least one pending message, sorted by id. A scheduler calls
+    /// this once per cycle instead of asking every inbox, so a backend should answer in time
+    /// proportional to the answer, not to the number of agents (the default asks every inbox).
+    async fn inboxes_with_mail(&self) -> Result<Vec<AgentId>, BackendError> {
+        let mut with_mail = Vec::new();
+        for agent in self.registered().await? {
+            match self.pending(&Address::Agent(agent.clone())).await {
+                Ok(n) if n > 0 => with_mail.push(agent),
+                Ok(_) | Err(InboxError::NotRegistered { .. }) => {}
+                Err(InboxError::Backend(e)) => return Err(e),
+                Err(InboxError::NotAnInbox) => {}
+            }
+        }
+        Ok(with_mail)
+    }
 }
 
 /// Registering or unregistering failed.
@@ -129,7 +151,9 @@ pub enum RegisterError {
 #[derive(Debug, Error)]
 pub enum SendError {
     /// The recipient is not a registered agent.
-    #[error("cannot send {kind} message {id} to `{recipient}`: no such agent is registered on the bus")]
+    #[error(
+        "cannot send {kind} message {id} to `{recipient}`: no such agent is registered on the bus"
+    )]
     UnknownRecipient {
         /// The message id.
         id: MessageId,
@@ -144,7 +168,8 @@ pub enum SendError {
         /// The message id.
         id: MessageId,
     },
-    /// An inbox is at capacity; the receiver must take and acknowledge messages first.
+    /// An inbox is at capacity (pending and in-flight messages count); the receiver must take
+    /// and acknowledge messages first.
     #[error("inbox of `{inbox}` is full ({capacity} messages); message {id} was not delivered")]
     InboxFull {
         /// The message id.

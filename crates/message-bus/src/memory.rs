@@ -1,0 +1,333 @@
+//! The in-memory backend: one mutex over a map of inboxes, each a pending FIFO and an in-flight list.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::fmt;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use agent_state::{Address, AgentId, BackendError, Message, MessageId, check_agent_id};
+use async_trait::async_trait;
+
+use crate::{InboxError, MessageBus, RegisterError, SendError};
+
+/// Messages one inbox holds by default, pending and in flight together.
+///
+/// Large enough that a healthy team never reaches it (a team has at most 50 agents by default,
+/// each answering within its cycle), small enough that a receiver that stopped reading is
+/// noticed as [`SendError::InboxFull`] long before it exhausts memory.
+pub const DEFAULT_INBOX_CAPACITY: usize = 65_536;
+
+/// A [`MessageBus`] that lives in the process and keeps nothing across a restart.
+///
+/// Every call takes one short-lived lock and never awaits while holding it. `send` to one inbox
+/// is O(1): one hash lookup and one push, with no allocation beyond the queue's own growth.
+///
+/// Each inbox holds at most its capacity in messages, pending and in flight together: a taken
+/// message still counts until it is acknowledged.
+///
+/// ```
+/// use message_bus::{DEFAULT_INBOX_CAPACITY, InMemoryBus};
+///
+/// assert_eq!(InMemoryBus::new().capacity(), DEFAULT_INBOX_CAPACITY);
+/// assert_eq!(InMemoryBus::with_capacity(8).capacity(), 8);
+/// ```
+pub struct InMemoryBus {
+    capacity: usize,
+    state: Mutex<State>,
+}
+
+/// Everything behind the lock.
+#[derive(Default)]
+struct State {
+    /// Every agent ever registered; unregistered agents keep their inbox with `registered` off.
+    agents: HashMap<AgentId, Inbox>,
+    /// The runtime's inbox, which always exists.
+    system: Inbox,
+    /// Agents whose pending queue is not empty (registered or not), kept on every change so
+    /// that `inboxes_with_mail` costs time in the size of its answer.
+    with_mail: HashSet<AgentId>,
+}
+
+/// One inbox.
+#[derive(Default)]
+struct Inbox {
+    registered: bool,
+    /// Not yet taken, oldest first.
+    pending: VecDeque<Message>,
+    /// Taken and not yet acknowledged, in the order they were taken (which is the send order).
+    in_flight: VecDeque<Message>,
+}
+
+impl InMemoryBus {
+    /// An empty bus whose inboxes hold [`DEFAULT_INBOX_CAPACITY`] messages each.
+    pub fn new() -> Self {
+        Self::with_capacity(DEFAULT_INBOX_CAPACITY)
+    }
+
+    /// An empty bus whose inboxes (the `system` inbox included) hold `per_inbox` messages each,
+    /// pending and in flight together. With `0` every send is refused as full.
+    pub fn with_capacity(per_inbox: usize) -> Self {
+        Self { capacity: per_inbox, state: Mutex::new(State::default()) }
+    }
+
+    /// How many messages one inbox holds, pending and in flight together.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Puts every in-flight message of every inbox (unregistered agents' included) back to
+    /// pending, ahead of newer messages and in original order, as a durable backend does when
+    /// it restarts; registrations and pending messages stay. Returns how many were released.
+    ///
+    /// For simulations and tests of crash recovery without a durable backend.
+    pub fn restart(&self) -> usize {
+        let mut state = self.lock();
+        let state = &mut *state;
+        let mut released = state.system.release();
+        for (id, inbox) in state.agents.iter_mut() {
+            released += inbox.release();
+            if !inbox.pending.is_empty() {
+                state.with_mail.insert(id.clone());
+            }
+        }
+        released
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Every critical section leaves the state consistent before anything can panic, so a
+        // poisoned lock still guards valid data.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn full(&self, inbox: &Inbox) -> bool {
+        inbox.pending.len() + inbox.in_flight.len() >= self.capacity
+    }
+
+    fn broadcast(&self, state: &mut State, message: Message) -> Result<usize, SendError> {
+        let sender = message.from.agent();
+        // All or nothing: report the full inbox with the smallest id, so the error is stable.
+        if let Some(full) = state
+            .agents
+            .iter()
+            .filter(|(id, inbox)| inbox.registered && Some(*id) != sender && self.full(inbox))
+            .map(|(id, _)| id)
+            .min()
+        {
+            return Err(SendError::InboxFull {
+                id: message.id,
+                inbox: Address::Agent(full.clone()),
+                capacity: self.capacity,
+            });
+        }
+        let mut delivered = 0;
+        for (id, inbox) in state.agents.iter_mut() {
+            if inbox.registered && Some(id) != sender {
+                if inbox.pending.is_empty() {
+                    state.with_mail.insert(id.clone());
+                }
+                inbox.pending.push_back(message.clone());
+                delivered += 1;
+            }
+        }
+        Ok(delivered)
+    }
+}
+
+impl Default for InMemoryBus {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for InMemoryBus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = self.lock();
+        f.debug_struct("InMemoryBus")
+            .field("capacity", &self.capacity)
+            .field("agents", &state.agents.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Inbox {
+    /// Puts every in-flight message back to pending, ahead and in order; returns how many.
+    fn release(&mut self) -> usize {
+        let released = self.in_flight.len();
+        if self.pending.is_empty() {
+            std::mem::swap(&mut self.pending, &mut self.in_flight);
+        } else {
+            for message in self.in_flight.drain(..).rev() {
+                self.pending.push_front(message);
+            }
+        }
+        released
+    }
+}
+
+impl State {
+    /// The inbox `address` names, for reading: `system` or a registered agent.
+    fn inbox_mut(&mut self, address: &Address) -> Result<&mut Inbox, InboxError> {
+        match address {
+            Address::System => Ok(&mut self.system),
+            Address::Broadcast => Err(InboxError::NotAnInbox),
+            Address::Agent(agent) => match self.agents.get_mut(agent) {
+                Some(inbox) if inbox.registered => Ok(inbox),
+                _ => Err(InboxError::NotRegistered { agent: agent.clone() }),
+            },
+        }
+    }
+}
+
+#[async_trait]
+impl MessageBus for InMemoryBus {
+    async fn register(&self, agent: &AgentId) -> Result<(), RegisterError> {
+        check_agent_id(agent.as_str()).map_err(|kind| RegisterError::InvalidAgent {
+            agent: agent.to_string(),
+            reason: kind.to_string(),
+        })?;
+        let mut state = self.lock();
+        match state.agents.get_mut(agent) {
+            Some(inbox) => inbox.registered = true,
+            None => {
+                state.agents.insert(agent.clone(), Inbox { registered: true, ..Inbox::default() });
+            }
+        }
+        Ok(())
+    }
+
+    async fn unregister(&self, agent: &AgentId) -> Result<(), RegisterError> {
+        match self.lock().agents.get_mut(agent) {
+            Some(inbox) if inbox.registered => {
+                inbox.registered = false;
+                Ok(())
+            }
+            _ => Err(RegisterError::NotRegistered { agent: agent.clone() }),
+        }
+    }
+
+    async fn is_registered(&self, agent: &AgentId) -> Result<bool, BackendError> {
+        Ok(self.lock().agents.get(agent).is_some_and(|inbox| inbox.registered))
+    }
+
+    async fn registered(&self) -> Result<Vec<AgentId>, BackendError> {
+        let mut agents: Vec<AgentId> = self
+            .lock()
+            .agents
+            .iter()
+            .filter(|(_, inbox)| inbox.registered)
+            .map(|(id, _)| id.clone())
+            .collect();
+        agents.sort_unstable();
+        Ok(agents)
+    }
+
+    async fn send(&self, message: Message) -> Result<usize, SendError> {
+        if message.from == Address::Broadcast {
+            return Err(SendError::InvalidSender { id: message.id });
+        }
+        let mut state = self.lock();
+        let state = &mut *state;
+        let inbox = match &message.to {
+            Address::Broadcast => return self.broadcast(state, message),
+            Address::System => &mut state.system,
+            Address::Agent(agent) => match state.agents.get_mut(agent) {
+                Some(inbox) if inbox.registered => inbox,
+                _ => {
+                    return Err(SendError::UnknownRecipient {
+                        id: message.id,
+                        kind: message.kind.as_str(),
+                        recipient: agent.clone(),
+                    });
+                }
+            },
+        };
+        if self.full(inbox) {
+            return Err(SendError::InboxFull {
+                id: message.id,
+                inbox: message.to.clone(),
+                capacity: self.capacity,
+            });
+        }
+        if inbox.pending.is_empty()
+            && let Address::Agent(agent) = &message.to
+        {
+            state.with_mail.insert(agent.clone());
+        }
+        inbox.pending.push_back(message);
+        Ok(1)
+    }
+
+    async fn take(&self, inbox: &Address, max: usize) -> Result<Vec<Message>, InboxError> {
+        let mut state = self.lock();
+        let queue = state.inbox_mut(inbox)?;
+        let n = max.min(queue.pending.len());
+        let mut taken = Vec::with_capacity(n);
+        for message in queue.pending.drain(..n) {
+            taken.push(message.clone());
+            queue.in_flight.push_back(message);
+        }
+        if queue.pending.is_empty()
+            && let Address::Agent(agent) = inbox
+        {
+            state.with_mail.remove(agent);
+        }
+        Ok(taken)
+    }
+
+    async fn ack(&self, inbox: &Address, ids: &[MessageId]) -> Result<usize, InboxError> {
+        let mut state = self.lock();
+        let inbox = state.inbox_mut(inbox)?;
+        Ok(remove_acked(&mut inbox.in_flight, ids))
+    }
+
+    async fn release(&self, inbox: &Address) -> Result<usize, InboxError> {
+        let mut state = self.lock();
+        let released = state.inbox_mut(inbox)?.release();
+        if released > 0
+            && let Address::Agent(agent) = inbox
+        {
+            state.with_mail.insert(agent.clone());
+        }
+        Ok(released)
+    }
+
+    async fn inboxes_with_mail(&self) -> Result<Vec<AgentId>, BackendError> {
+        let state = self.lock();
+        let mut agents: Vec<AgentId> = state
+            .with_mail
+            .iter()
+            .filter(|id| state.agents.get(*id).is_some_and(|inbox| inbox.registered))
+            .cloned()
+            .collect();
+        agents.sort_unstable();
+        Ok(agents)
+    }
+
+    async fn pending(&self, inbox: &Address) -> Result<usize, InboxError> {
+        Ok(self.lock().inbox_mut(inbox)?.pending.len())
+    }
+}
+
+/// Removes every in-flight message whose id is in `ids`; returns how many were removed.
+///
+/// The common case, acknowledging a batch in the order it was taken, costs one comparison per
+/// message; anything else falls back to a sorted lookup of `ids`.
+fn remove_acked(in_flight: &mut VecDeque<Message>, ids: &[MessageId]) -> usize {
+    let before = in_flight.len();
+    // Fast path: `ids` starts with the oldest in-flight messages, in order.
+    let prefix = in_flight.iter().zip(ids).take_while(|(m, id)| m.id == **id).count();
+    in_flight.drain(..prefix);
+    if !in_flight.is_empty() && !ids.is_empty() {
+        // The bus does not deduplicate, so an id of the prefix may appear again further on.
+        if ids.len() <= 8 {
+            in_flight.retain(|m| !ids.contains(&m.id));
+        } else {
+            let mut sorted = ids.to_vec();
+            sorted.sort_unstable();
+            in_flight.retain(|m| sorted.binary_search(&m.id).is_err());
+        }
+    }
+    before - in_flight.len()
+}
+
+#[cfg(test)]
+mod tests;

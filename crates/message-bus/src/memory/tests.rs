@@ -1,0 +1,134 @@
+//! Unit tests of the in-memory backend's own choices; the shared contract is checked by `testing`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::VecDeque;
+
+use agent_state::{Address, AgentId, Message, MessageId, MessageKind, Timestamp};
+
+use super::{DEFAULT_INBOX_CAPACITY, InMemoryBus, remove_acked};
+use crate::{MessageBus, SendError};
+
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(future)
+}
+
+fn id(n: u128) -> MessageId {
+    MessageId::from_u128(n)
+}
+
+fn msg(n: u128, to: &AgentId) -> Message {
+    Message::new(
+        id(n),
+        Address::System,
+        to,
+        MessageKind::StatusQuery,
+        Default::default(),
+        Timestamp(0),
+    )
+}
+
+fn in_flight(ns: &[u128]) -> VecDeque<Message> {
+    let to = AgentId::new("a");
+    ns.iter().map(|&n| msg(n, &to)).collect()
+}
+
+fn left(queue: &VecDeque<Message>) -> Vec<MessageId> {
+    queue.iter().map(|m| m.id).collect()
+}
+
+#[test]
+fn new_and_default_use_the_default_capacity() {
+    assert_eq!(InMemoryBus::new().capacity(), DEFAULT_INBOX_CAPACITY);
+    assert_eq!(InMemoryBus::default().capacity(), DEFAULT_INBOX_CAPACITY);
+    assert_eq!(InMemoryBus::with_capacity(3).capacity(), 3);
+}
+
+#[test]
+fn zero_capacity_refuses_every_send() {
+    let bus = InMemoryBus::with_capacity(0);
+    let a = AgentId::new("a");
+    block_on(async {
+        bus.register(&a).await.unwrap();
+        let err = bus.send(msg(1, &a)).await.unwrap_err();
+        assert!(matches!(err, SendError::InboxFull { capacity: 0, .. }), "{err:?}");
+        assert_eq!(bus.pending(&Address::from(&a)).await.unwrap(), 0);
+    });
+}
+
+#[test]
+fn ack_in_taken_order_removes_the_prefix() {
+    let mut queue = in_flight(&[1, 2, 3, 4]);
+    assert_eq!(remove_acked(&mut queue, &[id(1), id(2)]), 2);
+    assert_eq!(left(&queue), [id(3), id(4)]);
+}
+
+#[test]
+fn ack_out_of_order_with_few_ids_removes_each_listed() {
+    let mut queue = in_flight(&[1, 2, 3, 4]);
+    assert_eq!(remove_acked(&mut queue, &[id(3), id(9), id(1)]), 2);
+    assert_eq!(left(&queue), [id(2), id(4)]);
+}
+
+#[test]
+fn ack_out_of_order_with_many_ids_removes_each_listed() {
+    let mut queue = in_flight(&(1..=20).collect::<Vec<_>>());
+    let ids: Vec<MessageId> =
+        (1..=20).rev().filter(|n| n % 2 == 0).chain(100..110).map(id).collect();
+    assert_eq!(remove_acked(&mut queue, &ids), 10);
+    assert_eq!(left(&queue), (1..=20).filter(|n| n % 2 == 1).map(id).collect::<Vec<_>>());
+}
+
+#[test]
+fn ack_removes_every_in_flight_copy_of_an_id() {
+    // The bus does not deduplicate: an id acknowledged in the in-order prefix is also removed
+    // further on, so the result does not depend on which path ran.
+    let mut queue = in_flight(&[1, 2, 1, 3]);
+    assert_eq!(remove_acked(&mut queue, &[id(1)]), 2);
+    assert_eq!(left(&queue), [id(2), id(3)]);
+    let mut queue = in_flight(&[1, 2, 1, 3]);
+    assert_eq!(remove_acked(&mut queue, &[id(2), id(1)]), 3);
+    assert_eq!(left(&queue), [id(3)]);
+}
+
+#[test]
+fn ack_of_nothing_removes_nothing() {
+    let mut queue = in_flight(&[1, 2]);
+    assert_eq!(remove_acked(&mut queue, &[]), 0);
+    assert_eq!(remove_acked(&mut VecDeque::new(), &[id(1)]), 0);
+    assert_eq!(left(&queue), [id(1), id(2)]);
+}
+
+#[test]
+fn restart_releases_every_inbox_including_unregistered_ones() {
+    let bus = InMemoryBus::new();
+    let (a, b) = (AgentId::new("a"), AgentId::new("b"));
+    block_on(async {
+        bus.register(&a).await.unwrap();
+        bus.register(&b).await.unwrap();
+        for n in 1..=3 {
+            bus.send(msg(n, &a)).await.unwrap();
+        }
+        bus.send(msg(4, &b)).await.unwrap();
+        bus.send(Message { to: Address::System, ..msg(5, &a) }).await.unwrap();
+        bus.take(&Address::from(&a), 2).await.unwrap();
+        bus.take(&Address::from(&b), 1).await.unwrap();
+        bus.take(&Address::System, 1).await.unwrap();
+        bus.unregister(&b).await.unwrap();
+
+        assert_eq!(bus.restart(), 4);
+        assert_eq!(bus.restart(), 0);
+        let taken = bus.take(&Address::from(&a), 10).await.unwrap();
+        assert_eq!(taken.iter().map(|m| m.id).collect::<Vec<_>>(), [id(1), id(2), id(3)]);
+        assert_eq!(bus.pending(&Address::System).await.unwrap(), 1);
+        assert!(!bus.is_registered(&b).await.unwrap());
+        bus.register(&b).await.unwrap();
+        assert_eq!(bus.pending(&Address::from(&b)).await.unwrap(), 1);
+    });
+}
+
+#[test]
+fn debug_shows_capacity_not_messages() {
+    let bus = InMemoryBus::with_capacity(7);
+    block_on(bus.register(&AgentId::new("a"))).unwrap();
+    assert_eq!(format!("{bus:?}"), "InMemoryBus { capacity: 7, agents: 1, .. }");
+}

@@ -1,0 +1,201 @@
+//! `cargo xtask bench`: run the criterion benches and print one table of their results.
+//!
+//! Criterion leaves one directory per benchmark under `target/criterion`, with the latest run in
+//! `new/`: `estimates.json` holds the statistics (in nanoseconds per iteration) and
+//! `benchmark.json` the id and the declared throughput. Every such directory becomes a row, so a
+//! new bench shows up without touching this file.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use serde_json::Value;
+
+use crate::{capture, cargo, run as run_command};
+
+/// One benchmark's latest result.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Row {
+    /// `group/function/parameter`, as criterion names it.
+    pub(crate) id: String,
+    /// Median time per iteration, in nanoseconds.
+    pub(crate) median_ns: f64,
+    /// What one iteration processes, when the bench declared it.
+    pub(crate) throughput: Option<Throughput>,
+}
+
+/// Criterion's declared throughput per iteration.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Throughput {
+    Elements(f64),
+    Bytes(f64),
+    BytesDecimal(f64),
+}
+
+/// Runs `cargo bench` (criterion gets `--quick` when asked), then prints the table.
+pub(crate) fn run(root: &Path, quick: bool) -> anyhow::Result<()> {
+    let mut bench = cargo(root);
+    // `--bench '*'`, not `--benches`: that also runs every lib's unit tests as libtest benches,
+    // and libtest rejects criterion's flags such as `--quick`.
+    bench.args(["bench", "--workspace", "--bench", "*"]);
+    if quick {
+        bench.args(["--", "--quick"]);
+    }
+    run_command(&mut bench)?;
+
+    let criterion_dir = target_dir(root)?.join("criterion");
+    let rows = read_results(&criterion_dir)?;
+    if rows.is_empty() {
+        println!("no benchmark results in {}: no benches have run", criterion_dir.display());
+    } else {
+        println!("\n{}", table(&rows));
+    }
+    Ok(())
+}
+
+/// Every result under `criterion_dir`, sorted by id; empty when the directory does not exist.
+pub(crate) fn read_results(criterion_dir: &Path) -> anyhow::Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    let mut pending = vec![criterion_dir.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for entry in entries {
+            let path = entry?.path();
+            if !path.is_dir() {
+                continue;
+            }
+            if path.file_name().is_some_and(|name| name == "new") {
+                if let Some(row) = read_result(criterion_dir, &path)? {
+                    rows.push(row);
+                }
+            } else {
+                pending.push(path);
+            }
+        }
+    }
+    rows.sort_by(|a, b| a.id.cmp(&b.id));
+    Ok(rows)
+}
+
+/// The result in one `.../new` directory, or `None` when it holds no estimates.
+fn read_result(criterion_dir: &Path, new_dir: &Path) -> anyhow::Result<Option<Row>> {
+    let estimates_path = new_dir.join("estimates.json");
+    if !estimates_path.is_file() {
+        return Ok(None);
+    }
+    let estimates = read_json(&estimates_path)?;
+    let median_ns = estimates
+        .pointer("/median/point_estimate")
+        .and_then(Value::as_f64)
+        .with_context(|| format!("no median in {}", estimates_path.display()))?;
+
+    let benchmark_path = new_dir.join("benchmark.json");
+    let benchmark = if benchmark_path.is_file() { Some(read_json(&benchmark_path)?) } else { None };
+    let id = benchmark
+        .as_ref()
+        .and_then(|benchmark| benchmark.get("full_id"))
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .unwrap_or_else(|| {
+            // No benchmark.json: the id is the directory path, minus `new`.
+            let bench_dir = new_dir.parent().unwrap_or(new_dir);
+            bench_dir.strip_prefix(criterion_dir).unwrap_or(bench_dir).display().to_string()
+        });
+    let throughput = benchmark
+        .as_ref()
+        .and_then(|benchmark| benchmark.get("throughput"))
+        .and_then(parse_throughput);
+    Ok(Some(Row { id, median_ns, throughput }))
+}
+
+/// Criterion's serialized throughput: `{"Elements": 100}`, `{"Bytes": 4096}`, ...; an iteration
+/// that declares both elements and bytes is shown in elements.
+fn parse_throughput(throughput: &Value) -> Option<Throughput> {
+    let amount = |pointer: &str| throughput.pointer(pointer).and_then(Value::as_f64);
+    amount("/Elements")
+        .or_else(|| amount("/ElementsAndBytes/elements"))
+        .map(Throughput::Elements)
+        .or_else(|| amount("/Bytes").map(Throughput::Bytes))
+        .or_else(|| amount("/BytesDecimal").map(Throughput::BytesDecimal))
+}
+
+/// The results as an aligned text table: benchmark, median time, throughput.
+pub(crate) fn table(rows: &[Row]) -> String {
+    let cells: Vec<[String; 3]> = rows
+        .iter()
+        .map(|row| {
+            let throughput = row
+                .throughput
+                .map(|throughput| format_throughput(throughput, row.median_ns))
+                .unwrap_or_default();
+            [row.id.clone(), format_time(row.median_ns), throughput]
+        })
+        .collect();
+    let header = ["benchmark", "median", "throughput"].map(str::to_owned);
+    let width = |column: usize| {
+        std::iter::once(&header).chain(&cells).map(|row| row[column].chars().count()).max()
+    };
+    let (id_width, time_width) = (width(0).unwrap_or(0), width(1).unwrap_or(0));
+    std::iter::once(&header)
+        .chain(&cells)
+        .map(|[id, time, throughput]| {
+            format!("{id:<id_width$}  {time:>time_width$}  {throughput}").trim_end().to_owned()
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// `812.40 ns`, `3.21 µs`, `1.50 ms`, `2.00 s`.
+pub(crate) fn format_time(ns: f64) -> String {
+    if ns < 1e3 {
+        format!("{ns:.2} ns")
+    } else if ns < 1e6 {
+        format!("{:.2} µs", ns / 1e3)
+    } else if ns < 1e9 {
+        format!("{:.2} ms", ns / 1e6)
+    } else {
+        format!("{:.2} s", ns / 1e9)
+    }
+}
+
+/// The throughput per second at `median_ns` per iteration, as criterion prints it.
+pub(crate) fn format_throughput(throughput: Throughput, median_ns: f64) -> String {
+    let per_second = |per_iteration: f64| per_iteration * 1e9 / median_ns;
+    let scaled = |value: f64, base: f64, units: [&str; 4]| {
+        let mut value = value;
+        let mut unit = units[0];
+        for next in &units[1..] {
+            if value < base {
+                break;
+            }
+            value /= base;
+            unit = next;
+        }
+        format!("{value:.2} {unit}")
+    };
+    match throughput {
+        Throughput::Elements(n) => {
+            scaled(per_second(n), 1e3, ["elem/s", "Kelem/s", "Melem/s", "Gelem/s"])
+        }
+        Throughput::Bytes(n) => scaled(per_second(n), 1024.0, ["B/s", "KiB/s", "MiB/s", "GiB/s"]),
+        Throughput::BytesDecimal(n) => scaled(per_second(n), 1e3, ["B/s", "KB/s", "MB/s", "GB/s"]),
+    }
+}
+
+/// Cargo's target directory, which honours `CARGO_TARGET_DIR` and `build.target-dir`.
+fn target_dir(root: &Path) -> anyhow::Result<PathBuf> {
+    let metadata =
+        capture(cargo(root).args(["metadata", "--format-version", "1", "--no-deps", "--offline"]))?;
+    let metadata: Value =
+        serde_json::from_str(&metadata).context("cargo metadata printed invalid JSON")?;
+    let target = metadata
+        .get("target_directory")
+        .and_then(Value::as_str)
+        .context("cargo metadata names no target_directory")?;
+    Ok(PathBuf::from(target))
+}
+
+fn read_json(path: &Path) -> anyhow::Result<Value> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("could not read {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("invalid JSON in {}", path.display()))
+}

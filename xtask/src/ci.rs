@@ -1,0 +1,150 @@
+//! `cargo xtask ci`: every CI check, in CI's order, stopping at the first failure.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+
+use crate::{capture, cargo, run as run_command, succeeds, tidy};
+
+/// One CI step: a short name for the log and the summary, and what it runs.
+struct Step {
+    name: &'static str,
+    run: fn(&Path) -> anyhow::Result<()>,
+}
+
+/// The steps, in the order CI runs them.
+const STEPS: [Step; 6] = [
+    Step { name: "fmt", run: fmt },
+    Step { name: "clippy", run: clippy },
+    Step { name: "doc", run: doc },
+    Step { name: "tests", run: tests },
+    Step { name: "layering", run: layering },
+    Step { name: "tidy", run: tidy::run },
+];
+
+/// The crate whose dependency tree must stay free of async runtimes and I/O crates.
+const PURE_CRATE: &str = "agent-state";
+
+/// Crates the pure core must not depend on, by exact name.
+const BANNED_CRATES: [&str; 6] = ["tokio", "sled", "async-trait", "futures", "mio", "async-nats"];
+
+/// Crates the pure core must not depend on, by name prefix (`tokio-util`, `futures-core`, ...).
+const BANNED_PREFIXES: [&str; 2] = ["tokio", "futures"];
+
+/// Runs every step and prints a summary; fails naming the first step that failed.
+pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
+    if !root.join("Cargo.lock").is_file() {
+        bail!(
+            "Cargo.lock is missing, and every step runs with --locked: run `cargo generate-lockfile` and commit it"
+        );
+    }
+    let started = Instant::now();
+    let mut passed: Vec<(&str, Duration)> = Vec::new();
+    for (index, step) in STEPS.iter().enumerate() {
+        println!("\n==> [{}/{}] {}", index + 1, STEPS.len(), step.name);
+        let step_started = Instant::now();
+        let result = (step.run)(root);
+        let took = step_started.elapsed();
+        if let Err(error) = result {
+            println!("==> {} FAILED after {}", step.name, secs(took));
+            println!("\nci: FAILED at step `{}` ({})", step.name, summary(&passed, started));
+            bail!("ci step `{}` failed: {error:#}", step.name);
+        }
+        println!("==> {} ok in {}", step.name, secs(took));
+        passed.push((step.name, took));
+    }
+    println!("\nci: all {} steps passed ({})", STEPS.len(), summary(&passed, started));
+    Ok(())
+}
+
+fn fmt(root: &Path) -> anyhow::Result<()> {
+    run_command(cargo(root).args(["fmt", "--all", "--", "--check"]))
+}
+
+fn clippy(root: &Path) -> anyhow::Result<()> {
+    run_command(cargo(root).args([
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--locked",
+        "--",
+        "-D",
+        "warnings",
+    ]))
+}
+
+fn doc(root: &Path) -> anyhow::Result<()> {
+    run_command(cargo(root).env("RUSTDOCFLAGS", "-Dwarnings").args([
+        "doc",
+        "--workspace",
+        "--no-deps",
+        "--locked",
+    ]))
+}
+
+/// The tests with nextest when it is installed, else with `cargo test`; then the doctests, which
+/// nextest does not run.
+fn tests(root: &Path) -> anyhow::Result<()> {
+    if succeeds(cargo(root).args(["nextest", "--version"])) {
+        run_command(cargo(root).args([
+            "nextest",
+            "run",
+            "--workspace",
+            "--locked",
+            "--no-tests=warn",
+        ]))?;
+    } else {
+        println!("cargo-nextest is not installed; running the tests with `cargo test`");
+        run_command(cargo(root).args(["test", "--workspace", "--locked"]))?;
+    }
+    run_command(cargo(root).args(["test", "--workspace", "--doc", "--locked"]))
+}
+
+/// Architecture invariant: the pure core depends on no async runtime and no I/O crate.
+fn layering(root: &Path) -> anyhow::Result<()> {
+    let tree = capture(cargo(root).args([
+        "tree",
+        "--package",
+        PURE_CRATE,
+        "--edges",
+        "normal,build",
+        "--prefix",
+        "none",
+        "--all-features",
+        "--locked",
+    ]))?;
+    let crates: BTreeSet<&str> =
+        tree.lines().filter_map(|line| line.split_whitespace().next()).collect();
+    let offending: Vec<&str> = crates.iter().copied().filter(|name| is_banned(name)).collect();
+    if !offending.is_empty() {
+        bail!(
+            "{PURE_CRATE} must do no I/O and have no async code, but depends on {} (see `cargo tree -p {PURE_CRATE} -i {}`)",
+            offending.join(", "),
+            offending[0],
+        );
+    }
+    println!(
+        "{PURE_CRATE} depends on {} crates, none of them async or I/O",
+        crates.len().saturating_sub(1)
+    );
+    Ok(())
+}
+
+/// Whether the pure core may not depend on the crate called `name`.
+pub(crate) fn is_banned(name: &str) -> bool {
+    BANNED_CRATES.contains(&name) || BANNED_PREFIXES.iter().any(|prefix| name.starts_with(prefix))
+}
+
+/// `fmt 0.4s, clippy 20.1s, total 20.5s`.
+fn summary(passed: &[(&str, Duration)], started: Instant) -> String {
+    let mut parts: Vec<String> =
+        passed.iter().map(|(name, took)| format!("{name} {}", secs(*took))).collect();
+    parts.push(format!("total {}", secs(started.elapsed())));
+    parts.join(", ")
+}
+
+fn secs(duration: Duration) -> String {
+    format!("{:.1}s", duration.as_secs_f64())
+}
