@@ -1,7 +1,7 @@
 //! One agent: its context (the handles and state every layer uses), the contract the layers
 //! implement, and the runtime that drives it through initialize, heartbeats and shutdown.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use agent_state::{
@@ -57,8 +57,9 @@ pub struct AgentContext {
     metrics: AgentMetrics,
     retries: u32,
     heartbeat: u64,
-    system_prompt: String,
-    deps: AgentDeps,
+    responsibilities: &'static str,
+    system_prompt: OnceLock<String>,
+    deps: Arc<AgentDeps>,
 }
 
 /// The contract each layer implements (seed 000 §3 `BaseAgent`'s abstract methods).
@@ -140,14 +141,14 @@ pub struct Agent {
 
 impl AgentContext {
     /// A context for `config` in `initializing`. The configuration must already be valid.
-    pub fn new(config: AgentConfig, responsibilities: &str, deps: AgentDeps) -> Self {
-        let system_prompt = system_prompt(&config, responsibilities);
+    pub fn new(config: AgentConfig, responsibilities: &'static str, deps: Arc<AgentDeps>) -> Self {
         Self {
             lifecycle: Lifecycle::new(config.id.clone()),
             metrics: AgentMetrics::default(),
             retries: 0,
             heartbeat: 0,
-            system_prompt,
+            responsibilities,
+            system_prompt: OnceLock::new(),
             config,
             deps,
         }
@@ -188,14 +189,15 @@ impl AgentContext {
         self.heartbeat
     }
 
-    /// The system prompt (seed 000 §3 `generateSystemPrompt`).
+    /// The system prompt (seed 000 §3 `generateSystemPrompt`), built on first use so that an
+    /// agent that never reasons never pays for it.
     pub fn system_prompt(&self) -> &str {
-        &self.system_prompt
+        self.system_prompt.get_or_init(|| system_prompt(&self.config, self.responsibilities))
     }
 
     /// Who this agent is, for the reasoner.
     pub fn persona(&self) -> Persona<'_> {
-        Persona { config: &self.config, system_prompt: &self.system_prompt }
+        Persona { config: &self.config, system_prompt: self.system_prompt() }
     }
 
     /// The reasoner.
@@ -204,7 +206,7 @@ impl AgentContext {
     }
 
     /// The services.
-    pub fn deps(&self) -> &AgentDeps {
+    pub fn deps(&self) -> &Arc<AgentDeps> {
         &self.deps
     }
 
@@ -466,7 +468,7 @@ impl Agent {
     pub fn new(
         config: AgentConfig,
         behavior: Box<dyn AgentBehavior>,
-        deps: AgentDeps,
+        deps: Arc<AgentDeps>,
     ) -> Result<Self, agent_state::ConfigError> {
         config.validate()?;
         let ctx = AgentContext::new(config, behavior.responsibilities(), deps);

@@ -1,7 +1,7 @@
 //! The pool: agents by id and by layer, created and destroyed with a size limit (seed 000 §7).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use agent_core::{Agent, AgentBehavior, AgentDeps, AgentError};
@@ -18,7 +18,12 @@ pub struct AgentSlot {
     layer: AgentLayer,
     supervisor: Option<AgentId>,
     agent: Arc<Mutex<Agent>>,
-    wants_tick: AtomicBool,
+    /// The pool's cycle counter, and its value when this agent joined.
+    cycles: Arc<AtomicU64>,
+    joined: u64,
+    /// Cycles in which the scheduler ran this agent's heartbeat.
+    ran: AtomicU64,
+    /// Cycles in which it was still busy.
     missed: AtomicU64,
 }
 
@@ -48,19 +53,24 @@ impl AgentSlot {
         self.agent.lock().await.status()
     }
 
-    /// Its metrics, counting heartbeats missed while it was busy.
+    /// Its metrics, with the scheduler's share: heartbeats missed while it was busy, and the
+    /// cycles in which it was idle with nothing new, answered without running it.
     pub async fn metrics(&self) -> AgentMetrics {
         let mut metrics = self.agent.lock().await.ctx().metrics().clone();
-        metrics.heartbeats_missed += self.missed.load(Ordering::Relaxed);
+        let missed = self.missed.load(Ordering::Relaxed);
+        let idle = self
+            .cycles
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.joined)
+            .saturating_sub(self.ran.load(Ordering::Relaxed))
+            .saturating_sub(missed);
+        metrics.heartbeats_missed = metrics.heartbeats_missed.saturating_add(missed);
+        metrics.heartbeats_responded = metrics.heartbeats_responded.saturating_add(idle);
         metrics
     }
 
-    pub(crate) fn set_wants_tick(&self, value: bool) {
-        self.wants_tick.store(value, Ordering::Relaxed);
-    }
-
-    pub(crate) fn wants_tick(&self) -> bool {
-        self.wants_tick.load(Ordering::Relaxed)
+    pub(crate) fn count_ran(&self) {
+        self.ran.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn count_missed(&self) {
@@ -116,12 +126,17 @@ pub enum PoolError {
 pub struct AgentPool {
     agents: RwLock<BTreeMap<AgentId, Arc<AgentSlot>>>,
     max_agents: usize,
+    cycles: Arc<AtomicU64>,
 }
 
 impl AgentPool {
     /// A pool of at most `max_agents`.
     pub fn new(max_agents: usize) -> Self {
-        Self { agents: RwLock::new(BTreeMap::new()), max_agents }
+        Self {
+            agents: RwLock::new(BTreeMap::new()),
+            max_agents,
+            cycles: Arc::new(AtomicU64::new(0)),
+        }
     }
 
     /// The limit.
@@ -135,7 +150,7 @@ impl AgentPool {
         &self,
         config: AgentConfig,
         behavior: Box<dyn AgentBehavior>,
-        deps: AgentDeps,
+        deps: Arc<AgentDeps>,
     ) -> Result<Arc<AgentSlot>, PoolError> {
         {
             let agents = self.read();
@@ -158,8 +173,10 @@ impl AgentPool {
             id: id.clone(),
             layer,
             supervisor,
-            wants_tick: AtomicBool::new(agent.wants_tick()),
             agent: Arc::new(Mutex::new(agent)),
+            cycles: self.cycles.clone(),
+            joined: self.cycles.load(Ordering::Relaxed),
+            ran: AtomicU64::new(0),
             missed: AtomicU64::new(0),
         });
         let mut agents = self.write();
@@ -211,6 +228,11 @@ impl AgentPool {
     /// Whether the pool is empty.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Counts one scheduler cycle; returns its number (from 1).
+    pub(crate) fn next_cycle(&self) -> u64 {
+        self.cycles.fetch_add(1, Ordering::Relaxed) + 1
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<AgentId, Arc<AgentSlot>>> {

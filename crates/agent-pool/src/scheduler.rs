@@ -1,8 +1,8 @@
 //! The heartbeat scheduler: one cycle drives every agent that has something to do, each in its
-//! own task, so one slow agent never delays the others.
+//! own task, so one slow agent never delays the others; idle agents cost nothing.
 
-use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::collections::{BTreeSet, HashSet};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use agent_core::protocol::Warning;
 use agent_core::{AuditEvent, AuditLog, Clock, HeartbeatOutcome, new_message_id};
@@ -29,12 +29,19 @@ pub struct CycleReport {
 }
 
 /// Drives the agents of a pool, one cycle per call to [`tick`](HeartbeatScheduler::tick).
+///
+/// A cycle costs time in the number of agents with something to do (mail, pending work, or
+/// still busy), not in the size of the pool: the bus names the inboxes with mail, the scheduler
+/// remembers who asked for another tick, and an idle agent's heartbeat is counted as answered
+/// without touching it ([`AgentSlot::metrics`](crate::AgentSlot::metrics) adds those cycles).
 pub struct HeartbeatScheduler {
     pool: Arc<AgentPool>,
     bus: Arc<dyn MessageBus>,
     audit: Arc<dyn AuditLog>,
     clock: Arc<dyn Clock>,
     running: JoinSet<(AgentId, Result<HeartbeatOutcome, String>)>,
+    busy: HashSet<AgentId>,
+    ticking: Arc<Mutex<BTreeSet<AgentId>>>,
     number: u64,
 }
 
@@ -46,7 +53,16 @@ impl HeartbeatScheduler {
         audit: Arc<dyn AuditLog>,
         clock: Arc<dyn Clock>,
     ) -> Self {
-        Self { pool, bus, audit, clock, running: JoinSet::new(), number: 0 }
+        Self {
+            pool,
+            bus,
+            audit,
+            clock,
+            running: JoinSet::new(),
+            busy: HashSet::new(),
+            ticking: Arc::default(),
+            number: 0,
+        }
     }
 
     /// The last heartbeat number.
@@ -54,42 +70,65 @@ impl HeartbeatScheduler {
         self.number
     }
 
-    /// Runs one cycle: starts a heartbeat for every agent with mail or pending work, answers for
-    /// idle agents directly, and counts a missed heartbeat (with a warning to the supervisor) for
-    /// every agent still busy with the previous one. Returns at once; heartbeats run in tasks.
+    /// Runs one cycle: starts a heartbeat for every agent with mail or pending work, counts a
+    /// missed heartbeat (with a warning to the supervisor) for every agent still busy with the
+    /// previous one, and counts everyone else as idle. Returns at once; heartbeats run in tasks.
     pub async fn tick(&mut self) -> CycleReport {
-        self.number += 1;
-        let number = self.number;
+        let number = self.pool.next_cycle();
+        self.number = number;
         self.reap();
-        let with_mail = self.agents_with_mail().await;
         let mut report = CycleReport { number, ..CycleReport::default() };
-        for slot in self.pool.all() {
-            let Ok(mut guard) = slot.agent().clone().try_lock_owned() else {
+        let mut due: BTreeSet<AgentId> = match self.bus.inboxes_with_mail().await {
+            Ok(agents) => agents.into_iter().collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot list inboxes with mail; driving every agent this cycle");
+                self.pool.all().iter().map(|s| s.id().clone()).collect()
+            }
+        };
+        due.extend(self.ticking.lock().unwrap_or_else(PoisonError::into_inner).iter().cloned());
+
+        let busy: Vec<AgentId> = self.busy.iter().cloned().collect();
+        for id in busy {
+            if let Some(slot) = self.pool.get(&id) {
                 slot.count_missed();
-                report.missed.push(slot.id().clone());
-                self.warn_missed(slot.id(), slot.supervisor(), number).await;
-                continue;
-            };
-            if !with_mail.contains(slot.id()) && !slot.wants_tick() {
-                guard.ctx_mut().metrics_mut().heartbeats_responded += 1;
-                report.idle += 1;
+                self.warn_missed(&id, slot.supervisor(), number).await;
+                report.missed.push(id);
+            }
+        }
+        for id in due {
+            if self.busy.contains(&id) {
                 continue;
             }
+            let Some(slot) = self.pool.get(&id) else { continue };
+            let Ok(mut guard) = slot.agent().clone().try_lock_owned() else {
+                // Someone else is acting as the agent right now: it cannot answer this cycle.
+                slot.count_missed();
+                report.missed.push(id);
+                continue;
+            };
+            slot.count_ran();
             report.started += 1;
-            let slot = slot.clone();
+            self.busy.insert(id.clone());
+            let ticking = self.ticking.clone();
             self.running.spawn(async move {
                 let result = guard.heartbeat(number).await.map_err(|e| e.to_string());
-                slot.set_wants_tick(guard.wants_tick());
-                (slot.id().clone(), result)
+                let mut ticking = ticking.lock().unwrap_or_else(PoisonError::into_inner);
+                if guard.wants_tick() {
+                    ticking.insert(id.clone());
+                } else {
+                    ticking.remove(&id);
+                }
+                (id, result)
             });
         }
+        report.idle = self.pool.len().saturating_sub(report.started + report.missed.len());
         report
     }
 
     /// Waits for every running heartbeat to finish.
     pub async fn settle(&mut self) {
         while let Some(joined) = self.running.join_next().await {
-            log_joined(joined);
+            self.finished(joined);
         }
     }
 
@@ -100,19 +139,30 @@ impl HeartbeatScheduler {
 
     fn reap(&mut self) {
         while let Some(joined) = self.running.try_join_next() {
-            log_joined(joined);
+            self.finished(joined);
         }
     }
 
-    async fn agents_with_mail(&self) -> BTreeSet<AgentId> {
-        let mut with_mail = BTreeSet::new();
-        for slot in self.pool.all() {
-            let inbox = Address::Agent(slot.id().clone());
-            if self.bus.pending(&inbox).await.is_ok_and(|n| n > 0) {
-                with_mail.insert(slot.id().clone());
+    fn finished(
+        &mut self,
+        joined: Result<(AgentId, Result<HeartbeatOutcome, String>), tokio::task::JoinError>,
+    ) {
+        match joined {
+            Ok((agent, result)) => {
+                match result {
+                    Ok(outcome) => tracing::trace!(agent = %agent, ?outcome, "heartbeat done"),
+                    Err(error) => {
+                        tracing::warn!(agent = %agent, error = %error, "heartbeat could not complete")
+                    }
+                }
+                self.busy.remove(&agent);
+            }
+            Err(e) => {
+                // The task panicked: its agent stays marked busy, so it is reported as missing
+                // every cycle instead of silently disappearing.
+                tracing::error!(error = %e, "a heartbeat task panicked or was cancelled");
             }
         }
-        with_mail
     }
 
     async fn warn_missed(&self, agent: &AgentId, supervisor: Option<&AgentId>, number: u64) {
@@ -140,15 +190,5 @@ impl HeartbeatScheduler {
         if let Err(e) = self.bus.send(message).await {
             tracing::warn!(agent = %agent, error = %e, "could not warn the supervisor of a missed heartbeat");
         }
-    }
-}
-
-fn log_joined(joined: Result<(AgentId, Result<HeartbeatOutcome, String>), tokio::task::JoinError>) {
-    match joined {
-        Ok((agent, Ok(outcome))) => tracing::trace!(agent = %agent, ?outcome, "heartbeat done"),
-        Ok((agent, Err(error))) => {
-            tracing::warn!(agent = %agent, error = %error, "heartbeat could not complete")
-        }
-        Err(e) => tracing::error!(error = %e, "a heartbeat task panicked or was cancelled"),
     }
 }

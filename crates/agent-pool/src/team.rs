@@ -255,7 +255,7 @@ impl Team {
                 }
                 RoleSpec::Bottom(b) => Box::new(BottomAgent::new(b.clone())),
             };
-            let deps = AgentDeps {
+            let deps = Arc::new(AgentDeps {
                 bus: services.bus.clone(),
                 boards: services.boards.clone(),
                 governance: services.governance.clone(),
@@ -272,7 +272,7 @@ impl Team {
                     .unwrap_or_else(|| services.tools.clone()),
                 workspace: services.workspace.clone(),
                 clock: services.clock.clone(),
-            };
+            });
             pool.create(config, behavior, deps).await?;
         }
         let (outcome_tx, outcomes) = watch::channel(BTreeMap::new());

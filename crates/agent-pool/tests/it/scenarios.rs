@@ -356,15 +356,17 @@ async fn the_pool_refuses_to_grow_past_its_limit() {
     assert!(matches!(err, TeamError::TooManyAgents { count: 9, max: 5 }), "{err}");
 
     let pool = AgentPool::new(1);
-    let deps = |_: ()| agent_core::AgentDeps {
-        bus: services.bus.clone(),
-        boards: services.boards.clone(),
-        governance: services.governance.clone(),
-        audit: services.audit.clone(),
-        reasoner: services.reasoner.clone(),
-        tools: services.tools.clone(),
-        workspace: services.workspace.clone(),
-        clock: services.clock.clone(),
+    let deps = |_: ()| {
+        Arc::new(agent_core::AgentDeps {
+            bus: services.bus.clone(),
+            boards: services.boards.clone(),
+            governance: services.governance.clone(),
+            audit: services.audit.clone(),
+            reasoner: services.reasoner.clone(),
+            tools: services.tools.clone(),
+            workspace: services.workspace.clone(),
+            clock: services.clock.clone(),
+        })
     };
     let one = bottom("bottom-1", "mid-x", &[]);
     let two = bottom("bottom-2", "mid-x", &[]);
