@@ -147,6 +147,12 @@ impl AgentConfig {
             (Some(supervisor), _) if *supervisor == self.id => {
                 return err(ConfigErrorKind::SupervisesItself);
             }
+            (Some(supervisor), _) if check_agent_id(supervisor.as_str()).is_err() => {
+                return err(ConfigErrorKind::InvalidReference {
+                    field: "supervisor",
+                    id: supervisor.to_string(),
+                });
+            }
             _ => {}
         }
         if self.layer == AgentLayer::Bottom && !self.subordinates.is_empty() {
@@ -156,6 +162,12 @@ impl AgentConfig {
             return err(ConfigErrorKind::SupervisesItself);
         }
         for (i, sub) in self.subordinates.iter().enumerate() {
+            if check_agent_id(sub.as_str()).is_err() {
+                return err(ConfigErrorKind::InvalidReference {
+                    field: "subordinates",
+                    id: sub.to_string(),
+                });
+            }
             if self.subordinates[..i].contains(sub) {
                 return err(ConfigErrorKind::DuplicateSubordinate { subordinate: sub.to_string() });
             }
@@ -259,6 +271,16 @@ pub enum ConfigErrorKind {
         /// How many were given.
         count: usize,
     },
+    /// A supervisor or subordinate id that cannot name an agent.
+    #[error(
+        "field `{field}`: `{id}` cannot name an agent (reserved, empty, or not 1 to 64 ASCII letters, digits, `-` or `_`)"
+    )]
+    InvalidReference {
+        /// `supervisor` or `subordinates`.
+        field: &'static str,
+        /// The id given.
+        id: String,
+    },
     /// The same subordinate twice.
     #[error("field `subordinates`: `{subordinate}` is listed twice")]
     DuplicateSubordinate {
@@ -291,6 +313,7 @@ impl ConfigErrorKind {
             ConfigErrorKind::SubordinatesOnBottom { .. }
             | ConfigErrorKind::DuplicateSubordinate { .. } => "subordinates",
             ConfigErrorKind::TemperatureOutOfRange { .. } => "temperature",
+            ConfigErrorKind::InvalidReference { field, .. } => field,
             ConfigErrorKind::ZeroTimeout => "timeout_ms",
         }
     }

@@ -353,3 +353,42 @@ fn the_first_violation_is_reported_in_field_order() {
     c.capabilities.clear();
     assert_eq!(c.validate().unwrap_err().field(), "supervisor");
 }
+
+#[test]
+fn supervisor_and_subordinate_ids_must_name_agents() {
+    let bottom = AgentConfig::new("bottom-9", "n", Bottom).with_supervisor("system");
+    check_rejected(
+        bottom,
+        ConfigErrorKind::InvalidReference { field: "supervisor", id: "system".to_owned() },
+        "supervisor",
+    );
+    check_rejected(
+        mid().with_subordinates(["bottom-1", "bad id"]),
+        ConfigErrorKind::InvalidReference { field: "subordinates", id: "bad id".to_owned() },
+        "subordinates",
+    );
+}
+
+#[test]
+fn plan_steps_may_only_wait_for_earlier_steps() {
+    use crate::{PlanStep, StepTarget, Task, TaskFailure};
+    let step = |id: &str, after: &[&str]| PlanStep {
+        id: id.into(),
+        description: id.into(),
+        target: StepTarget::Any,
+        tool: "shell".into(),
+        args: serde_json::json!({}),
+        after: after.iter().map(|s| (*s).to_owned()).collect(),
+    };
+    let task = |steps| Task { id: "t".into(), goal: "g".into(), steps };
+    assert_eq!(task(vec![step("a", &[]), step("b", &["a"])]).check(), Ok(()));
+    let Err(TaskFailure::InvalidPlan { reason }) =
+        task(vec![step("a", &["b"]), step("b", &[])]).check()
+    else {
+        panic!("a forward reference must be refused")
+    };
+    assert_eq!(reason, "step `a` waits for `b`, which is not a step listed before it");
+    assert!(task(vec![step("a", &["a"])]).check().is_err(), "a step cannot wait for itself");
+    assert!(task(vec![step("a", &[]), step("a", &[])]).check().is_err(), "duplicate ids");
+    assert!(task(vec![]).check().is_err(), "no steps");
+}
