@@ -27,6 +27,9 @@ mod pool;
 mod scheduler;
 mod team;
 
+#[cfg(test)]
+mod tests;
+
 pub use capability::{CapabilityInfo, CapabilityRegistry};
 pub use metrics::{AgentSummary, MetricsCalculator};
 pub use pool::{AgentPool, AgentSlot, DEFAULT_MAX_AGENTS, PoolError};
