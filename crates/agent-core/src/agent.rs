@@ -1,6 +1,7 @@
 //! One agent: its context (the handles and state every layer uses), the contract the layers
 //! implement, and the runtime that drives it through initialize, heartbeats and shutdown.
 
+use std::collections::VecDeque;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -21,6 +22,7 @@ use crate::clock::{Clock, new_decision_id, new_message_id};
 use crate::error::AgentError;
 use crate::protocol::{ErrorReport, HeartbeatAck};
 use crate::reasoner::{Persona, Reasoner, ToolCall};
+use crate::state::{AgentRecord, REMEMBERED_MESSAGE_IDS, StateStore};
 use crate::tools::{ToolContext, ToolOutput, ToolRegistry};
 
 /// Most messages one heartbeat takes from the inbox (seed 001 §8.2 batches per heartbeat).
@@ -45,6 +47,8 @@ pub struct AgentDeps {
     pub workspace: Arc<ToolContext>,
     /// The clock.
     pub clock: Arc<dyn Clock>,
+    /// Where the agent's state, tool results and task outcomes are kept across restarts.
+    pub state: Arc<dyn StateStore>,
 }
 
 /// Everything a layer's code can reach: its configuration, status, metrics and the services.
@@ -60,6 +64,7 @@ pub struct AgentContext {
     responsibilities: &'static str,
     system_prompt: OnceLock<String>,
     deps: Arc<AgentDeps>,
+    processed: VecDeque<MessageId>,
 }
 
 /// The contract each layer implements (seed 000 §3 `BaseAgent`'s abstract methods).
@@ -84,6 +89,16 @@ pub trait AgentBehavior: Send + Sync + 'static {
 
     /// Layer-specific clean-up at shutdown.
     async fn on_shutdown(&mut self, _ctx: &mut AgentContext) -> Result<(), AgentError> {
+        Ok(())
+    }
+
+    /// The layer's own state, saved after every heartbeat so a resumed run carries on from it.
+    fn snapshot(&self) -> serde_json::Value {
+        serde_json::Value::Null
+    }
+
+    /// Restores what [`snapshot`](AgentBehavior::snapshot) saved.
+    fn restore(&mut self, _state: serde_json::Value) -> Result<(), AgentError> {
         Ok(())
     }
 
@@ -151,6 +166,7 @@ impl AgentContext {
             system_prompt: OnceLock::new(),
             config,
             deps,
+            processed: VecDeque::new(),
         }
     }
 
@@ -239,6 +255,35 @@ impl AgentContext {
         tracing::debug!(agent = %record.agent, from = %record.from, to = %record.to, reason = %record.reason, "transition");
         self.lifecycle = next;
         Ok(())
+    }
+
+    /// Remembers processed message ids, so a redelivered message is skipped.
+    fn remember(&mut self, ids: &[MessageId]) {
+        self.processed.extend(ids.iter().copied());
+        while self.processed.len() > REMEMBERED_MESSAGE_IDS {
+            self.processed.pop_front();
+        }
+    }
+
+    /// Reads a message's content as `T`. Content that does not fit is refused, audited as
+    /// `Denied` and ignored (`Ok(None)`): a malformed message from another agent must not fail
+    /// the agent that receives it.
+    pub async fn read_payload<T: DeserializeOwned>(
+        &self,
+        message: &Message,
+    ) -> Result<Option<T>, AgentError> {
+        match payload(message) {
+            Ok(value) => Ok(Some(value)),
+            Err(e) => {
+                tracing::warn!(agent = %self.id(), from = %message.from, kind = %message.kind, error = %e, "unreadable message ignored");
+                self.audit(AuditEvent::Denied {
+                    action: format!("{} from {}", message.kind, message.from),
+                    error: format!("unreadable content, ignored: {e}"),
+                })
+                .await?;
+                Ok(None)
+            }
+        }
     }
 
     /// Appends an event to the audit log.
@@ -407,6 +452,40 @@ impl AgentContext {
         Ok(self.deps.governance.get(id).await?)
     }
 
+    /// Calls a tool at most once per `key` for tools with side effects: a successful result is
+    /// recorded in the state store before it is returned, and a later call with the same key
+    /// (a resumed run redoing the work) gets the recorded result without running the tool again.
+    /// Tools without side effects simply run.
+    pub async fn call_tool_once(
+        &mut self,
+        key: &str,
+        call: &ToolCall,
+    ) -> Result<ToolOutput, AgentError> {
+        let side_effects = self.deps.tools.get(&call.tool).is_some_and(|t| t.has_side_effects());
+        if !side_effects {
+            return self.call_tool(call).await;
+        }
+        let key = format!("{}/{key}", self.id());
+        if let Some(recorded) = self.deps.state.tool(&key).await? {
+            self.audit(AuditEvent::ToolCall {
+                tool: call.tool.clone(),
+                args: call.args.clone(),
+                success: recorded.success,
+                summary: format!(
+                    "recorded result reused, tool not run again: {}",
+                    shorten(&recorded.output)
+                ),
+            })
+            .await?;
+            return Ok(recorded);
+        }
+        let output = self.call_tool(call).await?;
+        if output.success {
+            self.deps.state.record_tool(&key, &output).await?;
+        }
+        Ok(output)
+    }
+
     /// Calls a tool through the registry, confined to the workspace, and audits the call.
     pub async fn call_tool(&mut self, call: &ToolCall) -> Result<ToolOutput, AgentError> {
         let result =
@@ -531,7 +610,7 @@ impl Agent {
         self.behavior.on_initialize(&mut self.ctx).await?;
         self.ctx.transition(AgentStatus::Idle, "initialization complete").await?;
         self.ctx.metrics.last_active = self.ctx.now();
-        Ok(())
+        self.save().await
     }
 
     /// One heartbeat (seed 000 §3 `onHeartbeat`): take the pending messages, go working when
@@ -549,7 +628,15 @@ impl Agent {
         }
         let inbox = Address::Agent(self.id().clone());
         let bus = self.ctx.deps.bus.clone();
-        let messages = bus.take(&inbox, MAX_MESSAGES_PER_HEARTBEAT).await?;
+        let taken = bus.take(&inbox, MAX_MESSAGES_PER_HEARTBEAT).await?;
+        // A message processed before a crash, but not acknowledged, comes again: skip it.
+        let (seen, messages): (Vec<Message>, Vec<Message>) =
+            taken.into_iter().partition(|m| self.ctx.processed.contains(&m.id));
+        if !seen.is_empty() {
+            let ids: Vec<MessageId> = seen.iter().map(|m| m.id).collect();
+            tracing::debug!(agent = %self.id(), count = ids.len(), "skipping messages processed before a restart");
+            bus.ack(&inbox, &ids).await?;
+        }
 
         if status == AgentStatus::Failed
             && let Some(outcome) = self.handle_supervisor_orders(&messages).await?
@@ -569,16 +656,15 @@ impl Agent {
                 .await?;
         }
 
-        let started = tokio::time::Instant::now();
         let result = self.process(&messages).await;
         match result {
             Ok(()) => {
                 let ids: Vec<MessageId> = messages.iter().map(|m| m.id).collect();
-                bus.ack(&inbox, &ids).await?;
                 self.ctx.retries = 0;
                 self.ctx.metrics.messages_processed += messages.len() as u64;
                 self.ctx.metrics.heartbeats_responded += 1;
                 self.ctx.metrics.last_active = self.ctx.now();
+                self.ctx.remember(&ids);
                 self.ctx
                     .send(
                         Address::System,
@@ -586,14 +672,66 @@ impl Agent {
                         &HeartbeatAck { heartbeat: number },
                     )
                     .await?;
+                // The heartbeat's effects are stored before its messages are acknowledged.
+                self.save().await?;
+                bus.ack(&inbox, &ids).await?;
                 if self.status() == AgentStatus::Working {
                     self.ctx.transition(AgentStatus::Idle, "work complete").await?;
                 }
-                tracing::trace!(agent = %self.id(), elapsed_ms = started.elapsed().as_millis() as u64, "heartbeat processed");
                 Ok(HeartbeatOutcome::Processed { messages: messages.len() })
             }
             Err(error) => self.handle_error(error, &messages).await,
         }
+    }
+
+    /// The agent's state as saved after each heartbeat.
+    pub fn record(&self) -> AgentRecord {
+        AgentRecord {
+            id: self.id().clone(),
+            metrics: self.ctx.metrics.clone(),
+            retries: self.ctx.retries,
+            heartbeat: self.ctx.heartbeat,
+            processed: self.ctx.processed.clone(),
+            behavior: self.behavior.snapshot(),
+        }
+    }
+
+    async fn save(&self) -> Result<(), AgentError> {
+        self.ctx.deps.state.save_agent(&self.record()).await?;
+        Ok(())
+    }
+
+    /// Rebuilds an agent after a restart: its status from the audit log, the rest from its saved
+    /// record. It registers again (idempotent) unless terminated; an agent that crashed while
+    /// initializing is initialized again.
+    pub async fn restore(
+        config: AgentConfig,
+        behavior: Box<dyn AgentBehavior>,
+        deps: Arc<AgentDeps>,
+        status: AgentStatus,
+        record: Option<AgentRecord>,
+    ) -> Result<Self, AgentError> {
+        let mut agent =
+            Self::new(config, behavior, deps).map_err(|e| AgentError::NotAllowed(e.to_string()))?;
+        if status == AgentStatus::Initializing {
+            agent.initialize().await?;
+            return Ok(agent);
+        }
+        agent.ctx.lifecycle = Lifecycle::restore(agent.id().clone(), status);
+        if let Some(record) = record {
+            agent.ctx.metrics = record.metrics;
+            agent.ctx.retries = record.retries;
+            agent.ctx.heartbeat = record.heartbeat;
+            agent.ctx.processed = record.processed;
+            agent.behavior.restore(record.behavior)?;
+        }
+        if status != AgentStatus::Terminated {
+            let deps = agent.ctx.deps.clone();
+            deps.bus.register(agent.id()).await?;
+            deps.boards.create(agent.id(), agent.ctx.config.layer).await?;
+        }
+        tracing::info!(agent = %agent.id(), %status, "agent restored");
+        Ok(agent)
     }
 
     async fn process(&mut self, messages: &[Message]) -> Result<(), AgentError> {
@@ -619,21 +757,28 @@ impl Agent {
         let inbox = Address::Agent(self.id().clone());
         let bus = self.ctx.deps.bus.clone();
         let supervisor = self.ctx.config.supervisor.clone().map(Address::Agent);
-        let order = messages
+        let orders: Vec<(&Message, Option<agent_state::Assignment>)> = messages
             .iter()
-            .find(|m| m.kind == MessageKind::TaskAssign && Some(&m.from) == supervisor.as_ref());
-        let Some(order) = order else {
+            .filter(|m| m.kind == MessageKind::TaskAssign && Some(&m.from) == supervisor.as_ref())
+            .map(|m| (m, payload::<agent_state::Assignment>(m).ok()))
+            .collect();
+        if orders.is_empty() {
             bus.release(&inbox).await?;
             return Ok(Some(HeartbeatOutcome::Skipped { status: AgentStatus::Failed }));
-        };
-        if let Ok(agent_state::Assignment::Dismiss { reason }) =
-            payload::<agent_state::Assignment>(order)
-        {
+        }
+        // A dismissal anywhere in the batch wins over new work in the same batch.
+        let dismissal = orders.iter().find_map(|(_, a)| match a {
+            Some(agent_state::Assignment::Dismiss { reason }) => Some(reason.clone()),
+            _ => None,
+        });
+        if let Some(reason) = dismissal {
             let ids: Vec<MessageId> = messages.iter().map(|m| m.id).collect();
-            bus.ack(&inbox, &ids).await?;
+            self.ctx.remember(&ids);
             self.ctx
                 .transition(AgentStatus::Terminated, format!("dismissed by supervisor: {reason}"))
                 .await?;
+            self.save().await?;
+            bus.ack(&inbox, &ids).await?;
             bus.unregister(self.id()).await?;
             return Ok(Some(HeartbeatOutcome::Skipped { status: AgentStatus::Terminated }));
         }
@@ -671,9 +816,6 @@ impl Agent {
                 max_retries: max,
             })
             .await?;
-        // The messages are consumed by the error report: a reassigned agent must not redo them.
-        let ids: Vec<MessageId> = messages.iter().map(|m| m.id).collect();
-        bus.ack(&inbox, &ids).await?;
         let reason = if error.class() == ErrorClass::Permanent {
             format!("permanent error: {text}")
         } else {
@@ -690,6 +832,11 @@ impl Agent {
         if let Err(e) = self.ctx.send(to, MessageKind::ErrorReport, &report).await {
             tracing::warn!(agent = %self.id(), error = %e, "could not send error report");
         }
+        // The messages are consumed by the error report: a reassigned agent must not redo them.
+        let ids: Vec<MessageId> = messages.iter().map(|m| m.id).collect();
+        self.ctx.remember(&ids);
+        self.save().await?;
+        bus.ack(&inbox, &ids).await?;
         tracing::warn!(agent = %self.id(), error = %text, "agent failed");
         Ok(HeartbeatOutcome::Failed { error: text })
     }

@@ -7,6 +7,7 @@ use agent_state::{
 };
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 use thiserror::Error;
 
 /// What happened.
@@ -65,7 +66,7 @@ pub enum AuditEvent {
     },
 }
 
-/// One record of the audit log.
+/// One record of the audit log, chained to the one before it by hash.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AuditRecord {
     /// Position in the log, from 0, without gaps.
@@ -76,7 +77,14 @@ pub struct AuditRecord {
     pub agent: AgentId,
     /// What happened.
     pub event: AuditEvent,
+    /// The previous record's `hash` ([`GENESIS_HASH`] for record 0).
+    pub prev_hash: String,
+    /// SHA-256, in hex, of `prev_hash` and this record's other fields (see [`AuditRecord::compute_hash`]).
+    pub hash: String,
 }
+
+/// The `prev_hash` of the first record.
+pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
 impl Versioned for AuditRecord {
     const KIND: &'static str = "audit_record";
@@ -84,6 +92,31 @@ impl Versioned for AuditRecord {
 }
 
 impl AuditRecord {
+    /// Builds record `seq` after the record whose hash is `prev_hash`, computing its hash.
+    pub fn new(
+        seq: u64,
+        at: Timestamp,
+        agent: AgentId,
+        event: AuditEvent,
+        prev_hash: String,
+    ) -> Self {
+        let mut record = Self { seq, at, agent, event, prev_hash, hash: String::new() };
+        record.hash = record.compute_hash();
+        record
+    }
+
+    /// SHA-256 over `prev_hash`, then the JSON of `[seq, at, agent, event]`, in lowercase hex.
+    pub fn compute_hash(&self) -> String {
+        // Plain data with string keys (JSON values cannot hold NaN): serialising cannot fail.
+        let body = serde_json::to_vec(&(&self.seq, &self.at, &self.agent, &self.event))
+            .unwrap_or_default();
+        let mut hasher = Sha256::new();
+        hasher.update(self.prev_hash.as_bytes());
+        hasher.update([0u8]);
+        hasher.update(&body);
+        hasher.finalize().iter().map(|b| format!("{b:02x}")).collect()
+    }
+
     /// The transition this record holds, if it is one.
     pub fn transition(&self) -> Option<TransitionRecord> {
         match &self.event {
@@ -101,9 +134,10 @@ impl AuditRecord {
 
 /// The audit log. Object-safe: hold it as `Arc<dyn AuditLog>`.
 ///
-/// Guarantees: records come back in the order they were appended, numbered from 0 without gaps.
-/// Durability: when `append` returns `Ok` on a durable backend, the record survives a crash of
-/// the process; the in-memory backend keeps nothing across a restart.
+/// Guarantees: records come back in the order they were appended, numbered from 0 without gaps,
+/// each carrying the hash of the one before ([`verify_chain`] checks the whole log).
+/// Durability: if `append` returns `Ok` on a durable backend, the record survives a crash of the
+/// process and a loss of power; the in-memory backend keeps nothing across a restart.
 #[async_trait]
 pub trait AuditLog: Send + Sync + 'static {
     /// Appends one record and returns its sequence number.
@@ -145,7 +179,8 @@ impl AuditLog for InMemoryAuditLog {
     ) -> Result<u64, BackendError> {
         let mut records = self.records.lock().map_err(|_| poisoned())?;
         let seq = records.len() as u64;
-        records.push(AuditRecord { seq, at, agent: agent.clone(), event });
+        let prev = records.last().map_or_else(|| GENESIS_HASH.to_owned(), |r| r.hash.clone());
+        records.push(AuditRecord::new(seq, at, agent.clone(), event, prev));
         Ok(seq)
     }
 
@@ -225,4 +260,48 @@ pub fn check_transition_chain(
         last.insert(agent, *to);
     }
     Ok(last.into_iter().collect())
+}
+
+/// The first place where an audit log's hash chain is broken.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum ChainBreak {
+    /// A record is missing: the sequence jumps.
+    #[error("audit record {expected} is missing (the next record present is {found})")]
+    Missing {
+        /// The sequence number expected.
+        expected: u64,
+        /// The one found instead.
+        found: u64,
+    },
+    /// A record does not point at the previous record's hash.
+    #[error("audit record {seq} does not follow record {}: its prev_hash does not match", seq.saturating_sub(1))]
+    Unlinked {
+        /// The record.
+        seq: u64,
+    },
+    /// A record's content does not match its own hash: it was changed after it was written.
+    #[error("audit record {seq} was altered: its content does not match its hash")]
+    Altered {
+        /// The record.
+        seq: u64,
+    },
+}
+
+/// Verifies a whole audit log, in order from record 0: no gaps, every record linked to the one
+/// before by hash, every hash matching its record. Returns the number of records.
+pub fn verify_chain(records: &[AuditRecord]) -> Result<u64, ChainBreak> {
+    let mut prev = GENESIS_HASH.to_owned();
+    for (expected, record) in (0u64..).zip(records) {
+        if record.seq != expected {
+            return Err(ChainBreak::Missing { expected, found: record.seq });
+        }
+        if record.prev_hash != prev {
+            return Err(ChainBreak::Unlinked { seq: record.seq });
+        }
+        if record.compute_hash() != record.hash {
+            return Err(ChainBreak::Altered { seq: record.seq });
+        }
+        prev.clone_from(&record.hash);
+    }
+    Ok(records.len() as u64)
 }

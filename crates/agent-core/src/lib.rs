@@ -32,21 +32,33 @@
 mod agent;
 mod audit;
 mod clock;
+#[cfg(feature = "sled")]
+mod durable;
 mod error;
 pub mod protocol;
 mod reasoner;
+mod state;
 pub mod tools;
+
+#[cfg(test)]
+mod tests;
 
 pub use agent::{
     Agent, AgentBehavior, AgentContext, AgentDeps, HeartbeatOutcome, MAX_MESSAGES_PER_HEARTBEAT,
     payload, system_prompt,
 };
 pub use audit::{
-    AuditEvent, AuditLog, AuditRecord, ChainError, InMemoryAuditLog, check_transition_chain,
+    AuditEvent, AuditLog, AuditRecord, ChainBreak, ChainError, GENESIS_HASH, InMemoryAuditLog,
+    check_transition_chain, verify_chain,
 };
 pub use clock::{Clock, TokioClock, new_decision_id, new_message_id};
+#[cfg(feature = "sled")]
+pub use durable::{SledAuditLog, SledStateStore};
 pub use error::AgentError;
 pub use reasoner::{
     Candidate, Conflict, Judgement, NextAction, Persona, Placement, ReasonError, Reasoner,
     RuleBasedReasoner, ToolCall, ToolCallRecord, Verdict,
+};
+pub use state::{
+    AgentRecord, InMemoryStateStore, OutcomeRecord, REMEMBERED_MESSAGE_IDS, StateStore, ToolRecord,
 };

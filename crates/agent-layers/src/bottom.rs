@@ -4,9 +4,7 @@
 use std::collections::VecDeque;
 
 use agent_core::protocol::{HelpRequest, HelpResponse, StatusReport};
-use agent_core::{
-    AgentBehavior, AgentContext, AgentError, AuditEvent, NextAction, ToolCallRecord, payload,
-};
+use agent_core::{AgentBehavior, AgentContext, AgentError, AuditEvent, NextAction, ToolCallRecord};
 use agent_state::{
     Assignment, BoardId, BoardSnapshot, Message, MessageKind, ProgressReport, ProgressStatus,
     Subtask, SubtaskResult,
@@ -79,7 +77,10 @@ impl BottomAgent {
                             call.tool
                         )));
                     }
-                    let output = ctx.call_tool(&call).await?;
+                    // One journal entry per subtask, attempt and call: a resumed run reuses a
+                    // recorded side effect instead of running it again.
+                    let key = format!("{}#{}#{}", subtask.key(), subtask.attempt, history.len());
+                    let output = ctx.call_tool_once(&key, &call).await?;
                     history.push(ToolCallRecord {
                         call,
                         success: output.success,
@@ -146,7 +147,9 @@ impl AgentBehavior for BottomAgent {
                 supervisor.as_ref().is_some_and(|s| message.from.agent() == Some(s));
             match message.kind {
                 MessageKind::TaskAssign if from_supervisor => {
-                    if let Assignment::Subtask { subtask } = payload::<Assignment>(message)? {
+                    if let Some(Assignment::Subtask { subtask }) =
+                        ctx.read_payload::<Assignment>(message).await?
+                    {
                         self.accept(subtask);
                     }
                 }
@@ -158,7 +161,10 @@ impl AgentBehavior for BottomAgent {
                     .await?;
                 }
                 MessageKind::PeerHelpRequest => {
-                    let response = match payload::<HelpRequest>(message)? {
+                    let Some(request) = ctx.read_payload::<HelpRequest>(message).await? else {
+                        continue;
+                    };
+                    let response = match request {
                         HelpRequest::ShareKnowledge => {
                             let board = ctx.read_board(&BoardId::Agent(ctx.id().clone())).await?;
                             HelpResponse::Knowledge { knowledge: board.content }
@@ -200,6 +206,27 @@ impl AgentBehavior for BottomAgent {
 
     fn wants_tick(&self) -> bool {
         !self.queue.is_empty()
+    }
+
+    fn snapshot(&self) -> serde_json::Value {
+        serde_json::json!({ "queue": self.queue, "done": self.done })
+    }
+
+    fn restore(&mut self, state: serde_json::Value) -> Result<(), AgentError> {
+        #[derive(Deserialize)]
+        struct Saved {
+            queue: VecDeque<Subtask>,
+            done: Vec<String>,
+        }
+        if state.is_null() {
+            return Ok(());
+        }
+        let saved: Saved = serde_json::from_value(state).map_err(|e| {
+            AgentError::NotAllowed(format!("saved state of an executor cannot be read: {e}"))
+        })?;
+        self.queue = saved.queue;
+        self.done = saved.done;
+        Ok(())
     }
 
     fn current_work(&self) -> Option<String> {

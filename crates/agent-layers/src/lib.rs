@@ -32,6 +32,9 @@ mod bottom;
 mod mid;
 mod top;
 
+#[cfg(test)]
+mod tests;
+
 use agent_state::AgentId;
 use serde::{Deserialize, Serialize};
 

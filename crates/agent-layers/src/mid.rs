@@ -4,9 +4,7 @@
 use std::collections::BTreeMap;
 
 use agent_core::protocol::{ErrorReport, Escalation, PeerCoordination, StatusReport, Warning};
-use agent_core::{
-    AgentBehavior, AgentContext, AgentError, AuditEvent, Candidate, ReasonError, payload,
-};
+use agent_core::{AgentBehavior, AgentContext, AgentError, AuditEvent, Candidate, ReasonError};
 use agent_state::{
     AgentId, Assignment, BoardSnapshot, Message, MessageKind, ProgressReport, ProgressStatus,
     Subtask, SubtaskResult, TaskFailure, WorkPackage,
@@ -32,6 +30,7 @@ pub struct MidAgent {
     work: BTreeMap<String, WorkState>,
 }
 
+#[derive(Serialize, Deserialize)]
 struct Executor {
     id: AgentId,
     tools: Vec<String>,
@@ -43,6 +42,7 @@ struct Executor {
 /// A lead dismisses an executor (failed → terminated) after this many failures.
 pub const MAX_FAILURES_BEFORE_DISMISSAL: u32 = 3;
 
+#[derive(Serialize, Deserialize)]
 struct WorkState {
     package: WorkPackage,
     from: AgentId,
@@ -169,7 +169,9 @@ impl MidAgent {
         ctx: &mut AgentContext,
         message: &Message,
     ) -> Result<(), AgentError> {
-        let report: ProgressReport = payload(message)?;
+        let Some(report) = ctx.read_payload::<ProgressReport>(message).await? else {
+            return Ok(());
+        };
         let Some(executor) = message.from.agent().cloned() else { return Ok(()) };
         let Some(result) = report.results.first().cloned() else { return Ok(()) };
         ctx.append_to(
@@ -250,6 +252,9 @@ impl MidAgent {
         let candidates = self.candidates();
         let Some(key) = self.package_of(&failed.task_id, &failed.step.id) else { return Ok(()) };
         let Some(state) = self.work.get_mut(&key) else { return Ok(()) };
+        if state.closed || state.results.contains_key(&failed.step.id) {
+            return Ok(()); // escalated or finished already: nothing to move
+        }
         let tried = state.tried.entry(failed.step.id.clone()).or_default();
         let next = candidates
             .iter()
@@ -294,32 +299,44 @@ impl MidAgent {
         ctx: &mut AgentContext,
         message: &Message,
     ) -> Result<(), AgentError> {
-        let report: ErrorReport = payload(message)?;
+        let Some(report) = ctx.read_payload::<ErrorReport>(message).await? else { return Ok(()) };
         let Some(executor) = message.from.agent().cloned() else { return Ok(()) };
         // A failed executor stays a candidate for new work (which brings it back to working),
         // behind healthy ones; after repeated failures it is dismissed (failed → terminated).
+        let mut dismissed = false;
         if let Some(e) = self.executors.iter_mut().find(|e| e.id == executor) {
             e.failed = true;
             e.failures += 1;
             if e.failures >= MAX_FAILURES_BEFORE_DISMISSAL && !e.dismissed {
                 e.dismissed = true;
+                dismissed = true;
                 let reason = format!("failed {} times; last error: {}", e.failures, report.error);
                 ctx.send(&executor, MessageKind::TaskAssign, &Assignment::Dismiss { reason })
                     .await?;
             }
         }
-        let subtask = report.work.or_else(|| {
-            self.work
+        // The failed work moves on; a dismissed executor gives up everything it still holds.
+        let mut moving: Vec<Subtask> = report.work.into_iter().collect();
+        if dismissed || moving.is_empty() {
+            for subtask in self
+                .work
                 .values()
                 .filter(|w| !w.closed)
                 .flat_map(|w| w.subtasks.values().filter(|s| !w.results.contains_key(&s.step.id)))
-                .find(|s| s.assignee == executor)
-                .cloned()
-        });
-        match subtask {
-            Some(subtask) => self.reassign(ctx, subtask, report.error).await,
-            None => Ok(()),
+                .filter(|s| s.assignee == executor)
+            {
+                if !moving.iter().any(|m| m.key() == subtask.key()) {
+                    moving.push(subtask.clone());
+                }
+                if !dismissed {
+                    break;
+                }
+            }
         }
+        for subtask in moving {
+            self.reassign(ctx, subtask, report.error.clone()).await?;
+        }
+        Ok(())
     }
 }
 
@@ -345,18 +362,25 @@ impl AgentBehavior for MidAgent {
             let from_executor =
                 message.from.agent().is_some_and(|a| self.executors.iter().any(|e| &e.id == a));
             match message.kind {
-                MessageKind::TaskAssign => match (from_top, payload::<Assignment>(message)?) {
-                    (Some(top), Assignment::Work { work }) => {
-                        self.take_work(ctx, top, work).await?
+                MessageKind::TaskAssign => {
+                    let assignment = match &from_top {
+                        Some(_) => ctx.read_payload::<Assignment>(message).await?,
+                        None => None,
+                    };
+                    match (from_top, assignment) {
+                        (Some(top), Some(Assignment::Work { work })) => {
+                            self.take_work(ctx, top, work).await?
+                        }
+                        (Some(_), None) => {} // unreadable: refused and audited by read_payload
+                        _ => {
+                            ctx.audit(AuditEvent::Denied {
+                                action: format!("task_assign from {}", message.from),
+                                error: "a lead takes work packages only from the top layer".into(),
+                            })
+                            .await?;
+                        }
                     }
-                    _ => {
-                        ctx.audit(AuditEvent::Denied {
-                            action: format!("task_assign from {}", message.from),
-                            error: "a lead takes work packages only from the top layer".into(),
-                        })
-                        .await?;
-                    }
-                },
+                }
                 MessageKind::ProgressReport if from_executor => {
                     self.executor_report(ctx, message).await?
                 }
@@ -364,7 +388,9 @@ impl AgentBehavior for MidAgent {
                     self.executor_failed(ctx, message).await?
                 }
                 MessageKind::PeerCoordination => {
-                    let note: PeerCoordination = payload(message)?;
+                    let Some(note) = ctx.read_payload::<PeerCoordination>(message).await? else {
+                        continue;
+                    };
                     let answer = PeerCoordination {
                         task_id: note.task_id,
                         note: format!("{} acknowledges", ctx.id()),
@@ -372,7 +398,9 @@ impl AgentBehavior for MidAgent {
                     ctx.reply(message, MessageKind::PeerCoordinationResponse, &answer).await?;
                 }
                 MessageKind::StatusReport if from_executor => {
-                    if let StatusReport::Agent { status, current } = payload(message)? {
+                    if let Some(StatusReport::Agent { status, current }) =
+                        ctx.read_payload(message).await?
+                    {
                         ctx.append_to(
                             &agent_state::BoardId::Agent(ctx.id().clone()),
                             &format!(
@@ -385,7 +413,9 @@ impl AgentBehavior for MidAgent {
                     }
                 }
                 MessageKind::Warning => {
-                    let warning: Warning = payload(message)?;
+                    let Some(warning) = ctx.read_payload::<Warning>(message).await? else {
+                        continue;
+                    };
                     ctx.metrics_mut().warnings_received += 1;
                     ctx.append_to(
                         &agent_state::BoardId::Agent(ctx.id().clone()),
@@ -399,6 +429,33 @@ impl AgentBehavior for MidAgent {
                     ctx.reply(message, MessageKind::StatusReport, &status).await?;
                 }
                 _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn snapshot(&self) -> serde_json::Value {
+        serde_json::json!({ "work": self.work, "executors": self.executors })
+    }
+
+    fn restore(&mut self, state: serde_json::Value) -> Result<(), AgentError> {
+        #[derive(Deserialize)]
+        struct Saved {
+            work: BTreeMap<String, WorkState>,
+            executors: Vec<Executor>,
+        }
+        if state.is_null() {
+            return Ok(());
+        }
+        let saved: Saved = serde_json::from_value(state).map_err(|e| {
+            AgentError::NotAllowed(format!("saved state of a lead cannot be read: {e}"))
+        })?;
+        self.work = saved.work;
+        for saved in saved.executors {
+            if let Some(e) = self.executors.iter_mut().find(|e| e.id == saved.id) {
+                e.failed = saved.failed;
+                e.failures = saved.failures;
+                e.dismissed = saved.dismissed;
             }
         }
         Ok(())

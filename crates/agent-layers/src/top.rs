@@ -7,7 +7,7 @@ use agent_core::protocol::{
     ArbitrationResult, ConflictReport, ErrorReport, Escalation, StatusReport, VoteRequest,
     VoteResponse,
 };
-use agent_core::{AgentBehavior, AgentContext, AgentError, Conflict, Verdict, payload};
+use agent_core::{AgentBehavior, AgentContext, AgentError, Conflict, Verdict};
 use agent_state::{
     Address, AgentId, AgentStatus, Assignment, BoardId, BoardSnapshot, DecisionId, DecisionStatus,
     Message, MessageKind, PlanStep, ProgressReport, ProgressStatus, StepTarget, SubtaskResult,
@@ -42,6 +42,7 @@ pub struct TopAgent {
     arbitrations: BTreeMap<String, Arbitration>,
 }
 
+#[derive(Serialize, Deserialize)]
 struct TaskState {
     task: Task,
     decision: DecisionId,
@@ -51,13 +52,14 @@ struct TaskState {
     wave: u32,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 enum Phase {
     AwaitingSignatures,
     Running,
     Closed,
 }
 
+#[derive(Serialize, Deserialize)]
 struct Arbitration {
     conflict: Conflict,
     votes: Vec<Vote>,
@@ -148,10 +150,26 @@ impl TopAgent {
         ctx: &mut AgentContext,
         message: &Message,
     ) -> Result<(), AgentError> {
-        let request: agent_core::protocol::SignatureRequest = payload(message)?;
+        let Some(request) =
+            ctx.read_payload::<agent_core::protocol::SignatureRequest>(message).await?
+        else {
+            return Ok(());
+        };
         let Some(decision) = ctx.decision(request.decision).await? else {
             return Ok(());
         };
+        if !decision.is_required_signer(ctx.id()) {
+            ctx.audit(agent_core::AuditEvent::Denied {
+                action: format!(
+                    "signature request from {} for decision {}",
+                    message.from, decision.id
+                ),
+                error: "this power is not a required signer of that decision; request ignored"
+                    .into(),
+            })
+            .await?;
+            return Ok(());
+        }
         if decision.status != DecisionStatus::Pending || decision.has_signed(ctx.id()) {
             return Ok(()); // decided already, or a redelivered request
         }
@@ -278,7 +296,9 @@ impl TopAgent {
         ctx: &mut AgentContext,
         message: &Message,
     ) -> Result<(), AgentError> {
-        let report: ProgressReport = payload(message)?;
+        let Some(report) = ctx.read_payload::<ProgressReport>(message).await? else {
+            return Ok(());
+        };
         let Some(lead) = message.from.agent().cloned() else { return Ok(()) };
         let Some(state) = self.tasks.get_mut(&report.task_id) else { return Ok(()) };
         ctx.append_to(
@@ -355,7 +375,9 @@ impl TopAgent {
         ctx: &mut AgentContext,
         message: &Message,
     ) -> Result<(), AgentError> {
-        let escalation: Escalation = payload(message)?;
+        let Some(escalation) = ctx.read_payload::<Escalation>(message).await? else {
+            return Ok(());
+        };
         let Some(state) = self.tasks.get_mut(&escalation.task_id) else { return Ok(()) };
         if state.phase == Phase::Closed {
             return Ok(());
@@ -391,7 +413,7 @@ impl TopAgent {
         ctx: &mut AgentContext,
         message: &Message,
     ) -> Result<(), AgentError> {
-        let vote: VoteResponse = payload(message)?;
+        let Some(vote) = ctx.read_payload::<VoteResponse>(message).await? else { return Ok(()) };
         let Some(voter) = message.from.agent().cloned() else { return Ok(()) };
         let Some(arbitration) = self.arbitrations.get_mut(&vote.conflict_id) else { return Ok(()) };
         if !arbitration.awaiting.contains(&voter) {
@@ -496,33 +518,43 @@ impl AgentBehavior for TopAgent {
     ) -> Result<(), AgentError> {
         for message in messages {
             match message.kind {
-                MessageKind::TaskAssign => match payload::<Assignment>(message)? {
-                    Assignment::Task { task }
-                        if message.from == Address::System || self.is_top(&message.from) =>
-                    {
-                        self.propose_task(ctx, task).await?;
+                MessageKind::TaskAssign => {
+                    let allowed = message.from == Address::System || self.is_top(&message.from);
+                    let assignment =
+                        if allowed { ctx.read_payload::<Assignment>(message).await? } else { None };
+                    match assignment {
+                        Some(Assignment::Task { task }) => self.propose_task(ctx, task).await?,
+                        Some(_) => {
+                            ctx.audit(agent_core::AuditEvent::Denied {
+                                action: format!("task_assign from {}", message.from),
+                                error: "a top power does not take an assignment meant for another layer".into(),
+                            })
+                            .await?;
+                        }
+                        None if allowed => {} // unreadable: refused and audited by read_payload
+                        None => {
+                            ctx.audit(agent_core::AuditEvent::Denied {
+                                action: format!("task_assign from {}", message.from),
+                                error:
+                                    "a top power takes tasks only from the system or another power"
+                                        .into(),
+                            })
+                            .await?;
+                        }
                     }
-                    other => {
-                        let what = match other {
-                            Assignment::Task { .. } => "a task from outside the top layer",
-                            _ => "an assignment meant for another layer",
-                        };
-                        ctx.audit(agent_core::AuditEvent::Denied {
-                            action: format!("task_assign from {}", message.from),
-                            error: format!("a top power does not take {what}"),
-                        })
-                        .await?;
-                    }
-                },
+                }
                 MessageKind::SignatureRequest => self.review(ctx, message).await?,
                 MessageKind::ProgressReport => self.lead_report(ctx, message).await?,
                 MessageKind::IssueEscalation => self.escalation(ctx, message).await?,
                 MessageKind::ConflictReport => {
-                    let report: ConflictReport = payload(message)?;
-                    self.start_arbitration(ctx, report.conflict).await?;
+                    if let Some(report) = ctx.read_payload::<ConflictReport>(message).await? {
+                        self.start_arbitration(ctx, report.conflict).await?;
+                    }
                 }
                 MessageKind::VoteRequest => {
-                    let request: VoteRequest = payload(message)?;
+                    let Some(request) = ctx.read_payload::<VoteRequest>(message).await? else {
+                        continue;
+                    };
                     let choice = ctx.reasoner().vote(ctx.persona(), &request.conflict).await?;
                     let vote = VoteResponse {
                         conflict_id: request.conflict.id,
@@ -533,7 +565,9 @@ impl AgentBehavior for TopAgent {
                 }
                 MessageKind::VoteResponse => self.record_vote(ctx, message).await?,
                 MessageKind::ErrorReport => {
-                    let report: ErrorReport = payload(message)?;
+                    let Some(report) = ctx.read_payload::<ErrorReport>(message).await? else {
+                        continue;
+                    };
                     ctx.append_to(
                         &BoardId::Agent(ctx.id().clone()),
                         &format!("- [{}] failed: {}", message.from, report.error),
@@ -562,6 +596,27 @@ impl AgentBehavior for TopAgent {
 
     fn wants_tick(&self) -> bool {
         self.tasks.values().any(|t| t.phase == Phase::AwaitingSignatures)
+    }
+
+    fn snapshot(&self) -> serde_json::Value {
+        serde_json::json!({ "tasks": self.tasks, "arbitrations": self.arbitrations })
+    }
+
+    fn restore(&mut self, state: serde_json::Value) -> Result<(), AgentError> {
+        #[derive(Deserialize)]
+        struct Saved {
+            tasks: BTreeMap<String, TaskState>,
+            arbitrations: BTreeMap<String, Arbitration>,
+        }
+        if state.is_null() {
+            return Ok(());
+        }
+        let saved: Saved = serde_json::from_value(state).map_err(|e| {
+            AgentError::NotAllowed(format!("saved state of a top power cannot be read: {e}"))
+        })?;
+        self.tasks = saved.tasks;
+        self.arbitrations = saved.arbitrations;
+        Ok(())
     }
 
     fn current_work(&self) -> Option<String> {

@@ -14,7 +14,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_core::tools::{ToolContext, ToolRegistry};
-use agent_core::{InMemoryAuditLog, RuleBasedReasoner, TokioClock, check_transition_chain};
+use agent_core::{
+    InMemoryAuditLog, InMemoryStateStore, RuleBasedReasoner, TokioClock, check_transition_chain,
+};
 use agent_layers::{BottomSpec, MidSpec, TopSpec};
 use agent_pool::{AgentSpec, RoleSpec, Team, TeamServices, TeamSpec};
 use agent_state::{AgentConfig, AgentLayer, PlanStep, StepTarget, Task, TaskOutcome};
@@ -73,6 +75,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         workspace: Arc::new(ToolContext::new(&workspace)?),
         tools: Arc::new(ToolRegistry::with_builtins()),
         reasoner: Arc::new(RuleBasedReasoner::new()),
+        state: Arc::new(InMemoryStateStore::new()),
         reasoners: BTreeMap::new(),
         agent_tools: BTreeMap::new(),
     };

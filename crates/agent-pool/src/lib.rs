@@ -32,7 +32,7 @@ mod tests;
 
 pub use capability::{CapabilityInfo, CapabilityRegistry};
 pub use metrics::{AgentSummary, MetricsCalculator};
-pub use pool::{AgentPool, AgentSlot, DEFAULT_MAX_AGENTS, PoolError};
+pub use pool::{AgentPeek, AgentPool, AgentSlot, DEFAULT_MAX_AGENTS, PoolError};
 pub use scheduler::{CycleReport, DEFAULT_HEARTBEAT, HeartbeatScheduler};
 pub use team::{
     AgentSpec, RoleSpec, SubmitError, Team, TeamError, TeamServices, TeamSpec, validate,

@@ -69,6 +69,16 @@ impl AgentSlot {
         metrics
     }
 
+    /// A glance at the agent without waiting: `None` while a heartbeat holds it.
+    pub fn try_peek(&self) -> Option<AgentPeek> {
+        let agent = self.agent.try_lock().ok()?;
+        Some(AgentPeek {
+            status: agent.status(),
+            current_work: agent.current_work(),
+            metrics: agent.ctx().metrics().clone(),
+        })
+    }
+
     pub(crate) fn count_ran(&self) {
         self.ran.fetch_add(1, Ordering::Relaxed);
     }
@@ -76,6 +86,17 @@ impl AgentSlot {
     pub(crate) fn count_missed(&self) {
         self.missed.fetch_add(1, Ordering::Relaxed);
     }
+}
+
+/// What [`AgentSlot::try_peek`] sees.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AgentPeek {
+    /// The status.
+    pub status: AgentStatus,
+    /// What it is working on.
+    pub current_work: Option<String>,
+    /// Its metrics (without the scheduler's idle and missed counts).
+    pub metrics: AgentMetrics,
 }
 
 /// Creating or destroying an agent failed.
@@ -127,6 +148,8 @@ pub struct AgentPool {
     agents: RwLock<BTreeMap<AgentId, Arc<AgentSlot>>>,
     max_agents: usize,
     cycles: Arc<AtomicU64>,
+    /// Agents added since the scheduler last looked, so it can ask each whether it has work.
+    arrivals: std::sync::Mutex<Vec<AgentId>>,
 }
 
 impl AgentPool {
@@ -136,6 +159,7 @@ impl AgentPool {
             agents: RwLock::new(BTreeMap::new()),
             max_agents,
             cycles: Arc::new(AtomicU64::new(0)),
+            arrivals: std::sync::Mutex::new(Vec::new()),
         }
     }
 
@@ -162,13 +186,26 @@ impl AgentPool {
             }
         }
         let id = config.id.clone();
-        let layer = config.layer;
-        let supervisor = config.supervisor.clone();
         let mut agent = Agent::new(config, behavior, deps)?;
         agent
             .initialize()
             .await
             .map_err(|source| PoolError::Initialize { id: id.clone(), source })?;
+        self.insert(agent)
+    }
+
+    /// Adds an agent that is already initialized or restored (see [`Agent::restore`]).
+    pub fn insert(&self, agent: Agent) -> Result<Arc<AgentSlot>, PoolError> {
+        let id = agent.id().clone();
+        let config = agent.ctx().config();
+        let (layer, supervisor) = (config.layer, config.supervisor.clone());
+        let mut agents = self.write();
+        if agents.len() >= self.max_agents {
+            return Err(PoolError::Full { max: self.max_agents });
+        }
+        if agents.contains_key(&id) {
+            return Err(PoolError::Duplicate { id });
+        }
         let slot = Arc::new(AgentSlot {
             id: id.clone(),
             layer,
@@ -179,15 +216,10 @@ impl AgentPool {
             ran: AtomicU64::new(0),
             missed: AtomicU64::new(0),
         });
-        let mut agents = self.write();
-        if agents.len() >= self.max_agents {
-            return Err(PoolError::Full { max: self.max_agents });
-        }
-        if agents.contains_key(&id) {
-            return Err(PoolError::Duplicate { id });
-        }
         agents.insert(id.clone(), slot.clone());
-        tracing::info!(agent = %id, layer = %layer, "agent created");
+        drop(agents);
+        self.arrivals.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(id.clone());
+        tracing::info!(agent = %id, layer = %layer, "agent added to the pool");
         Ok(slot)
     }
 
@@ -228,6 +260,13 @@ impl AgentPool {
     /// Whether the pool is empty.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// The agents added since the last call.
+    pub(crate) fn take_arrivals(&self) -> Vec<AgentId> {
+        std::mem::take(
+            &mut *self.arrivals.lock().unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
     }
 
     /// Counts one scheduler cycle; returns its number (from 1).

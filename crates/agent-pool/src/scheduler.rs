@@ -85,7 +85,20 @@ impl HeartbeatScheduler {
                 self.pool.all().iter().map(|s| s.id().clone()).collect()
             }
         };
-        due.extend(self.ticking.lock().unwrap_or_else(PoisonError::into_inner).iter().cloned());
+        {
+            let mut ticking = self.ticking.lock().unwrap_or_else(PoisonError::into_inner);
+            // A newly added (or restored) agent may have work without mail: ask it once.
+            for id in self.pool.take_arrivals() {
+                let Some(slot) = self.pool.get(&id) else { continue };
+                match slot.agent().try_lock() {
+                    Ok(agent) if !agent.wants_tick() => {}
+                    _ => {
+                        ticking.insert(id);
+                    }
+                }
+            }
+            due.extend(ticking.iter().cloned());
+        }
 
         let busy: Vec<AgentId> = self.busy.iter().cloned().collect();
         for id in busy {

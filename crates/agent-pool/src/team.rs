@@ -7,11 +7,14 @@ use std::time::Duration;
 
 use agent_core::protocol::StatusReport;
 use agent_core::tools::{ToolContext, ToolRegistry};
-use agent_core::{AgentBehavior, AgentDeps, AuditLog, Clock, Reasoner, new_message_id, payload};
+use agent_core::{
+    Agent, AgentBehavior, AgentDeps, AgentRecord, AuditLog, Clock, Reasoner, StateStore,
+    check_transition_chain, new_message_id, payload,
+};
 use agent_layers::{BottomAgent, BottomSpec, LeadInfo, MidAgent, MidSpec, TopAgent, TopSpec};
 use agent_state::{
-    Address, AgentConfig, AgentId, AgentLayer, Assignment, Message, MessageKind, Task, TaskFailure,
-    TaskOutcome,
+    Address, AgentConfig, AgentId, AgentLayer, AgentStatus, Assignment, Message, MessageKind, Task,
+    TaskFailure, TaskOutcome,
 };
 use governance::Governance;
 use message_bus::MessageBus;
@@ -91,6 +94,8 @@ pub struct TeamServices {
     pub tools: Arc<ToolRegistry>,
     /// The default reasoner.
     pub reasoner: Arc<dyn Reasoner>,
+    /// Where agents' state, tool results and task outcomes are kept across restarts.
+    pub state: Arc<dyn StateStore>,
     /// Reasoners for particular agents.
     pub reasoners: BTreeMap<AgentId, Arc<dyn Reasoner>>,
     /// Tool registries for particular agents.
@@ -191,6 +196,12 @@ pub enum TeamError {
     /// Creating an agent failed.
     #[error(transparent)]
     Pool(#[from] PoolError),
+    /// The run's stored state cannot be read.
+    #[error("cannot read the run's stored state: {0}")]
+    Store(#[source] agent_state::BackendError),
+    /// The audit log's transitions do not form a chain, so statuses cannot be restored.
+    #[error("cannot resume: {0}")]
+    Chain(#[source] agent_core::ChainError),
 }
 
 /// Submitting a task failed.
@@ -224,7 +235,39 @@ impl Team {
     /// Validates `spec`, creates every agent (initializing → idle) and starts the heartbeat.
     /// Nothing is started when the spec is invalid.
     pub async fn start(spec: TeamSpec, services: TeamServices) -> Result<Self, TeamError> {
+        Self::launch(spec, services, false).await
+    }
+
+    /// Carries on a team whose run was interrupted: each agent gets back its last status (from
+    /// the audit log), its metrics, retries, processed message ids and its layer's state (from the
+    /// state store); its unacknowledged messages are delivered again; closed tasks keep their
+    /// outcomes. Agents the store has never seen are created fresh.
+    pub async fn resume(spec: TeamSpec, services: TeamServices) -> Result<Self, TeamError> {
+        Self::launch(spec, services, true).await
+    }
+
+    async fn launch(
+        spec: TeamSpec,
+        services: TeamServices,
+        resume: bool,
+    ) -> Result<Self, TeamError> {
         let configs = validate(&spec, &services)?;
+        let (statuses, mut records) = if resume {
+            let audit = services.audit.records(None).await.map_err(TeamError::Store)?;
+            let statuses: BTreeMap<AgentId, AgentStatus> =
+                check_transition_chain(&audit).map_err(TeamError::Chain)?.into_iter().collect();
+            let records: BTreeMap<AgentId, AgentRecord> = services
+                .state
+                .agents()
+                .await
+                .map_err(TeamError::Store)?
+                .into_iter()
+                .map(|r| (r.id.clone(), r))
+                .collect();
+            (statuses, records)
+        } else {
+            (BTreeMap::new(), BTreeMap::new())
+        };
         let pool = Arc::new(AgentPool::new(spec.max_agents));
         let leads = leads(&spec, &configs);
         let tops: Vec<(AgentId, Vec<String>)> = spec
@@ -272,10 +315,31 @@ impl Team {
                     .unwrap_or_else(|| services.tools.clone()),
                 workspace: services.workspace.clone(),
                 clock: services.clock.clone(),
+                state: services.state.clone(),
             });
-            pool.create(config, behavior, deps).await?;
+            match statuses.get(&id) {
+                Some(&status) => {
+                    let record = records.remove(&id);
+                    let agent = Agent::restore(config, behavior, deps, status, record)
+                        .await
+                        .map_err(|source| PoolError::Initialize { id: id.clone(), source })?;
+                    pool.insert(agent)?;
+                }
+                None => {
+                    pool.create(config, behavior, deps).await?;
+                }
+            }
         }
-        let (outcome_tx, outcomes) = watch::channel(BTreeMap::new());
+        let known: BTreeMap<String, TaskOutcome> = services
+            .state
+            .outcomes()
+            .await
+            .map_err(TeamError::Store)?
+            .into_iter()
+            .map(|o| (o.task_id().to_owned(), o))
+            .collect();
+        let submitted = Mutex::new(known.keys().cloned().collect());
+        let (outcome_tx, outcomes) = watch::channel(known);
         let (stop_tx, stop_rx) = watch::channel(false);
         let scheduler = HeartbeatScheduler::new(
             pool.clone(),
@@ -287,6 +351,7 @@ impl Team {
             scheduler,
             spec.heartbeat,
             services.bus.clone(),
+            services.state.clone(),
             outcome_tx,
             stop_rx,
         ));
@@ -295,7 +360,7 @@ impl Team {
             services,
             proposer,
             outcomes,
-            submitted: Mutex::new(Vec::new()),
+            submitted,
             driver: Mutex::new(Some((stop_tx, driver))),
         })
     }
@@ -374,9 +439,10 @@ impl Team {
         lines
     }
 
-    /// Stops the heartbeat, waits for running heartbeats, and shuts every agent down (bottom
-    /// layer first, top last, so the powers' final reports see the end): all end terminated.
-    pub async fn shutdown(&self) -> Result<(), PoolError> {
+    /// Stops the heartbeat and waits for the running heartbeats to finish, leaving every agent in
+    /// its current status with everything stored: the run can be resumed later with
+    /// [`Team::resume`]. (Shutting down instead ends every agent terminated, which is final.)
+    pub async fn stop(&self) {
         if let Some((stop, driver)) = self.driver.lock().await.take() {
             let _ = stop.send(true);
             match driver.await {
@@ -384,6 +450,12 @@ impl Team {
                 Err(e) => tracing::error!(error = %e, "the team's driver task failed"),
             }
         }
+    }
+
+    /// Stops the heartbeat, waits for running heartbeats, and shuts every agent down (bottom
+    /// layer first, top last, so the powers' final reports see the end): all end terminated.
+    pub async fn shutdown(&self) -> Result<(), PoolError> {
+        self.stop().await;
         for layer in [AgentLayer::Bottom, AgentLayer::Mid, AgentLayer::Top] {
             for slot in self.pool.by_layer(layer) {
                 let mut agent = slot.agent().lock().await;
@@ -397,10 +469,22 @@ impl Team {
     }
 }
 
+impl Drop for Team {
+    /// A team dropped without [`Team::shutdown`] stops at once, as if the process died: the
+    /// heartbeat driver and every running heartbeat are aborted, nothing is shut down, and the
+    /// run can be resumed from what the backends stored.
+    fn drop(&mut self) {
+        if let Some((_, driver)) = self.driver.get_mut().take() {
+            driver.abort();
+        }
+    }
+}
+
 async fn drive(
     mut scheduler: HeartbeatScheduler,
     period: Duration,
     bus: Arc<dyn MessageBus>,
+    state: Arc<dyn StateStore>,
     outcomes: watch::Sender<BTreeMap<String, TaskOutcome>>,
     mut stop: watch::Receiver<bool>,
 ) -> HeartbeatScheduler {
@@ -419,13 +503,15 @@ async fn drive(
             missed = report.missed.len(),
             "cycle"
         );
-        drain_system(bus.as_ref(), &outcomes).await;
+        drain_system(bus.as_ref(), state.as_ref(), &outcomes).await;
     }
 }
 
-/// Reads the `system` inbox: heartbeat acks are counted and dropped, task outcomes published.
+/// Reads the `system` inbox: heartbeat acks are dropped, task outcomes stored and published.
+/// A message is acknowledged only after its outcome is stored.
 async fn drain_system(
     bus: &dyn MessageBus,
+    state: &dyn StateStore,
     outcomes: &watch::Sender<BTreeMap<String, TaskOutcome>>,
 ) {
     let messages = match bus.take(&Address::System, usize::MAX).await {
@@ -441,6 +527,12 @@ async fn drain_system(
         }
         match payload::<StatusReport>(message) {
             Ok(StatusReport::TaskClosed { outcome }) => {
+                if let Err(e) = state.record_outcome(&outcome).await {
+                    // Not acknowledged: the report comes again on the next cycle.
+                    tracing::warn!(error = %e, "cannot store a task outcome; will retry");
+                    let _ = bus.release(&Address::System).await;
+                    return;
+                }
                 tracing::info!(task = %outcome.task_id(), success = outcome.is_success(), "task closed");
                 outcomes.send_modify(|o| {
                     o.entry(outcome.task_id().to_owned()).or_insert(outcome);

@@ -366,6 +366,7 @@ async fn the_pool_refuses_to_grow_past_its_limit() {
             tools: services.tools.clone(),
             workspace: services.workspace.clone(),
             clock: services.clock.clone(),
+            state: services.state.clone(),
         })
     };
     let one = bottom("bottom-1", "mid-x", &[]);

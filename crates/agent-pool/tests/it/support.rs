@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_core::tools::{ToolContext, ToolRegistry};
-use agent_core::{InMemoryAuditLog, RuleBasedReasoner, TokioClock};
+use agent_core::{InMemoryAuditLog, InMemoryStateStore, RuleBasedReasoner, TokioClock};
 use agent_layers::{BottomSpec, MidSpec, TopSpec};
 use agent_pool::{AgentSpec, RoleSpec, TeamServices, TeamSpec};
 use agent_state::{AgentConfig, AgentLayer, PlanStep, StepTarget, Task, Timestamp};
@@ -71,6 +71,7 @@ pub(crate) fn services(workspace: &std::path::Path) -> TeamServices {
         workspace: Arc::new(ToolContext::new(workspace).unwrap()),
         tools: Arc::new(ToolRegistry::with_builtins()),
         reasoner: Arc::new(RuleBasedReasoner::new()),
+        state: Arc::new(InMemoryStateStore::new()),
         reasoners: BTreeMap::new(),
         agent_tools: BTreeMap::new(),
     }

@@ -1,0 +1,143 @@
+//! What an agent keeps across a restart: its metrics, retry count, processed message ids and its
+//! layer's own state; the results of side-effecting tool calls; and closed tasks' outcomes.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Mutex;
+
+use agent_state::{AgentId, AgentMetrics, BackendError, MessageId, TaskOutcome, Versioned};
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::tools::ToolOutput;
+
+/// How many processed message ids an agent remembers, to skip redelivered messages.
+pub const REMEMBERED_MESSAGE_IDS: usize = 4096;
+
+/// One agent's saved state, written after each heartbeat that changed it and before the
+/// heartbeat's messages are acknowledged. Its status lives in the audit log.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AgentRecord {
+    /// The agent.
+    pub id: AgentId,
+    /// Its metrics.
+    pub metrics: AgentMetrics,
+    /// Retries spent on the current work.
+    pub retries: u32,
+    /// The last heartbeat it processed.
+    pub heartbeat: u64,
+    /// The ids of the messages it processed most recently, oldest first.
+    pub processed: VecDeque<MessageId>,
+    /// The layer's own state ([`AgentBehavior::snapshot`](crate::AgentBehavior::snapshot)).
+    pub behavior: serde_json::Value,
+}
+
+impl Versioned for AgentRecord {
+    const KIND: &'static str = "agent_record";
+    const VERSION: u32 = 1;
+}
+
+/// A tool result kept so that a resumed run does not run a side effect twice.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolRecord {
+    /// The journal key: agent, subtask, attempt and call number.
+    pub key: String,
+    /// What the tool returned.
+    pub output: ToolOutput,
+}
+
+impl Versioned for ToolRecord {
+    const KIND: &'static str = "tool_record";
+    const VERSION: u32 = 1;
+}
+
+/// A closed task, kept so a resumed team still knows how it ended.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OutcomeRecord {
+    /// How it ended.
+    pub outcome: TaskOutcome,
+}
+
+impl Versioned for OutcomeRecord {
+    const KIND: &'static str = "task_outcome";
+    const VERSION: u32 = 1;
+}
+
+/// Where agents' state, tool results and task outcomes are kept. Object-safe.
+///
+/// Durability: if a `save_*` or `record_*` call returns `Ok` on a durable backend, the data
+/// survives a crash of the process and a loss of power; the in-memory backend keeps nothing
+/// across a restart.
+#[async_trait]
+pub trait StateStore: Send + Sync + 'static {
+    /// Saves (replaces) one agent's state.
+    async fn save_agent(&self, record: &AgentRecord) -> Result<(), BackendError>;
+
+    /// Every saved agent, by id.
+    async fn agents(&self) -> Result<Vec<AgentRecord>, BackendError>;
+
+    /// Records the result of a side-effecting tool call under `key`.
+    async fn record_tool(&self, key: &str, output: &ToolOutput) -> Result<(), BackendError>;
+
+    /// The result recorded under `key`, if any.
+    async fn tool(&self, key: &str) -> Result<Option<ToolOutput>, BackendError>;
+
+    /// Records how a task ended. The first outcome recorded for a task wins.
+    async fn record_outcome(&self, outcome: &TaskOutcome) -> Result<(), BackendError>;
+
+    /// Every recorded outcome, by task id.
+    async fn outcomes(&self) -> Result<Vec<TaskOutcome>, BackendError>;
+}
+
+/// A state store in memory.
+#[derive(Debug, Default)]
+pub struct InMemoryStateStore {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    agents: BTreeMap<AgentId, AgentRecord>,
+    tools: BTreeMap<String, ToolOutput>,
+    outcomes: BTreeMap<String, TaskOutcome>,
+}
+
+impl InMemoryStateStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+#[async_trait]
+impl StateStore for InMemoryStateStore {
+    async fn save_agent(&self, record: &AgentRecord) -> Result<(), BackendError> {
+        self.lock().agents.insert(record.id.clone(), record.clone());
+        Ok(())
+    }
+
+    async fn agents(&self) -> Result<Vec<AgentRecord>, BackendError> {
+        Ok(self.lock().agents.values().cloned().collect())
+    }
+
+    async fn record_tool(&self, key: &str, output: &ToolOutput) -> Result<(), BackendError> {
+        self.lock().tools.insert(key.to_owned(), output.clone());
+        Ok(())
+    }
+
+    async fn tool(&self, key: &str) -> Result<Option<ToolOutput>, BackendError> {
+        Ok(self.lock().tools.get(key).cloned())
+    }
+
+    async fn record_outcome(&self, outcome: &TaskOutcome) -> Result<(), BackendError> {
+        self.lock().outcomes.entry(outcome.task_id().to_owned()).or_insert_with(|| outcome.clone());
+        Ok(())
+    }
+
+    async fn outcomes(&self) -> Result<Vec<TaskOutcome>, BackendError> {
+        Ok(self.lock().outcomes.values().cloned().collect())
+    }
+}

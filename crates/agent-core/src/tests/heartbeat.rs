@@ -1,0 +1,319 @@
+//! The heartbeat: idle and working beats, retries, permanent errors, timeouts, and what a failed
+//! agent listens to.
+
+use agent_state::{AgentStatus::*, Assignment};
+use serde_json::json;
+
+use super::*;
+use crate::HeartbeatOutcome;
+use crate::payload;
+use crate::protocol::{ErrorReport, HeartbeatAck};
+
+fn from_supervisor() -> Address {
+    inbox(SUPERVISOR)
+}
+
+/// Sends one message from the supervisor to the agent under test.
+async fn one_message(s: &Services) -> MessageId {
+    s.send(from_supervisor(), ME, MessageKind::StatusQuery, json!({})).await
+}
+
+/// The error reports in `inbox`, as (sender, report).
+async fn error_reports(s: &Services, inbox: &Address) -> Vec<(Address, ErrorReport)> {
+    s.drain(inbox)
+        .await
+        .into_iter()
+        .filter(|m| m.kind == MessageKind::ErrorReport)
+        .map(|m| (m.from.clone(), payload::<ErrorReport>(&m).unwrap()))
+        .collect()
+}
+
+/// An initialized executor that failed on a permanent error; its supervisor's inbox is empty.
+async fn failed_agent(s: &Services, probe: &Probe) -> Agent {
+    let mut agent = s.ready(probe).await;
+    probe.steps([Step::Permanent]);
+    one_message(s).await;
+    assert!(matches!(agent.heartbeat(1).await.unwrap(), HeartbeatOutcome::Failed { .. }));
+    s.drain(&from_supervisor()).await;
+    agent
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_empty_heartbeat_is_idle_and_changes_no_status() {
+    let s = Services::new().await;
+    let probe = Probe::default();
+    let mut agent = s.ready(&probe).await;
+
+    assert_eq!(agent.heartbeat(1).await.unwrap(), HeartbeatOutcome::Idle);
+
+    assert_eq!(agent.status(), Idle);
+    assert_eq!(s.edges(ME).await, [(Initializing, Idle)]);
+    assert_eq!(agent.ctx().metrics().heartbeats_responded, 1);
+    assert_eq!(agent.ctx().heartbeat_number(), 1);
+    assert!(probe.calls().is_empty(), "nothing to process");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_heartbeat_with_messages_works_acknowledges_them_and_returns_to_idle() {
+    let s = Services::new().await;
+    let probe = Probe::default();
+    let mut agent = s.ready(&probe).await;
+    let first = one_message(&s).await;
+    let second = s.send(Address::System, ME, MessageKind::Warning, json!({"why": "test"})).await;
+
+    assert_eq!(agent.heartbeat(7).await.unwrap(), HeartbeatOutcome::Processed { messages: 2 });
+
+    assert_eq!(
+        probe.calls(),
+        [Call { messages: vec![first, second], board: BoardId::Agent(id(ME)) }]
+    );
+    assert_eq!(agent.status(), Idle);
+    assert_eq!(s.edges(ME).await, [(Initializing, Idle), (Idle, Working), (Working, Idle)]);
+    // Acknowledged: nothing pending, nothing in flight to release.
+    assert_eq!(s.bus.pending(&inbox(ME)).await.unwrap(), 0);
+    assert_eq!(s.bus.release(&inbox(ME)).await.unwrap(), 0);
+    assert!(s.bus.take(&inbox(ME), 16).await.unwrap().is_empty());
+    let acks = s.drain(&Address::System).await;
+    assert_eq!(acks.len(), 1);
+    assert_eq!((acks[0].kind, &acks[0].from), (MessageKind::HeartbeatAck, &inbox(ME)));
+    assert_eq!(payload::<HeartbeatAck>(&acks[0]).unwrap(), HeartbeatAck { heartbeat: 7 });
+    let metrics = agent.ctx().metrics();
+    // Two messages handled plus the heartbeat ack sent.
+    assert_eq!(metrics.messages_processed, 3);
+    assert_eq!((metrics.heartbeats_responded, metrics.heartbeats_missed), (1, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_agent_that_wants_a_tick_is_processed_with_an_empty_inbox() {
+    let s = Services::new().await;
+    let probe = Probe::default();
+    let mut agent = s.ready(&probe).await;
+    probe.with(|s| s.wants_tick = true);
+
+    assert_eq!(agent.heartbeat(1).await.unwrap(), HeartbeatOutcome::Processed { messages: 0 });
+
+    assert_eq!(probe.calls().len(), 1);
+    assert_eq!(s.edges(ME).await[1..], [(Idle, Working), (Working, Idle)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_transient_error_is_retried_with_the_same_messages_on_the_next_heartbeat() {
+    let s = Services::new().await;
+    let probe = Probe::default();
+    let mut agent = s.ready(&probe).await;
+    probe.steps([Step::Transient]);
+    let message = one_message(&s).await;
+
+    let outcome = agent.heartbeat(1).await.unwrap();
+
+    assert_eq!(outcome, HeartbeatOutcome::Retrying { retry: 1, error: transient().to_string() });
+    assert_eq!(agent.status(), Working);
+    assert_eq!(s.bus.pending(&inbox(ME)).await.unwrap(), 1, "released for the next heartbeat");
+    assert_eq!(s.errors(ME).await, [(transient().to_string(), 1, 2)]);
+    assert!(s.drain(&Address::System).await.is_empty(), "no heartbeat ack for a failed beat");
+
+    assert_eq!(agent.heartbeat(2).await.unwrap(), HeartbeatOutcome::Processed { messages: 1 });
+
+    let seen: Vec<Vec<MessageId>> = probe.calls().into_iter().map(|c| c.messages).collect();
+    assert_eq!(seen, [vec![message], vec![message]]);
+    assert_eq!(agent.status(), Idle);
+    assert_eq!(agent.ctx().retries(), 0, "a success resets the retries");
+    let metrics = agent.ctx().metrics();
+    assert_eq!(
+        (metrics.retries, metrics.heartbeats_missed, metrics.heartbeats_responded),
+        (1, 1, 1)
+    );
+    assert_eq!(s.bus.pending(&inbox(ME)).await.unwrap(), 0);
+    assert_eq!(s.chain().await, [(id(ME), Idle)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn exhausted_retries_fail_the_agent_and_report_the_abandoned_work_to_the_supervisor() {
+    let s = Services::new().await;
+    let probe = Probe::default();
+    let mut agent = s.ready(&probe).await;
+    probe.steps([Step::Transient; 3]);
+    probe.with(|s| s.abandon = Some(subtask("s1")));
+    one_message(&s).await;
+    let error = transient().to_string();
+
+    assert_eq!(
+        agent.heartbeat(1).await.unwrap(),
+        HeartbeatOutcome::Retrying { retry: 1, error: error.clone() }
+    );
+    assert_eq!(
+        agent.heartbeat(2).await.unwrap(),
+        HeartbeatOutcome::Retrying { retry: 2, error: error.clone() }
+    );
+    assert_eq!(
+        agent.heartbeat(3).await.unwrap(),
+        HeartbeatOutcome::Failed { error: error.clone() }
+    );
+
+    assert_eq!(agent.status(), Failed);
+    assert_eq!(probe.calls().len(), 3);
+    assert_eq!(agent.ctx().metrics().tasks_failed, 1);
+    assert_eq!(
+        s.errors(ME).await,
+        [(error.clone(), 1, 2), (error.clone(), 2, 2), (error.clone(), 2, 2)]
+    );
+    // The messages are consumed by the report: neither pending nor in flight.
+    assert_eq!(s.bus.pending(&inbox(ME)).await.unwrap(), 0);
+    assert_eq!(s.bus.release(&inbox(ME)).await.unwrap(), 0);
+    let reports = error_reports(&s, &from_supervisor()).await;
+    assert_eq!(reports.len(), 1);
+    let (from, report) = &reports[0];
+    assert_eq!(from, &inbox(ME));
+    assert_eq!(report.error, error);
+    assert_eq!(report.work, Some(subtask("s1")));
+    assert_eq!(report.metrics.tasks_failed, 1);
+    let transitions = s.transitions(ME).await;
+    assert_eq!(transitions.last().unwrap().2, format!("retry limit exceeded: {error}"));
+    assert_eq!(s.edges(ME).await, [(Initializing, Idle), (Idle, Working), (Working, Failed)]);
+    assert_eq!(s.chain().await, [(id(ME), Failed)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_top_agent_without_a_supervisor_reports_its_failure_to_system() {
+    let s = Services::new().await;
+    let probe = Probe::default();
+    let mut agent = s.agent(top_config("top-a").with_max_retries(0), &probe);
+    agent.initialize().await.unwrap();
+    probe.steps([Step::Transient]);
+    s.send(Address::System, "top-a", MessageKind::TaskAssign, json!({})).await;
+
+    let outcome = agent.heartbeat(1).await.unwrap();
+
+    assert_eq!(outcome, HeartbeatOutcome::Failed { error: transient().to_string() });
+    let system = s.drain(&Address::System).await;
+    let kinds: Vec<MessageKind> = system.iter().map(|m| m.kind).collect();
+    assert_eq!(kinds, [MessageKind::ErrorReport]);
+    assert_eq!(system[0].from, inbox("top-a"));
+    assert_eq!(payload::<ErrorReport>(&system[0]).unwrap().error, transient().to_string());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_permanent_error_fails_the_agent_at_once_without_retries() {
+    let s = Services::new().await;
+    let probe = Probe::default();
+    let mut agent = s.ready(&probe).await;
+    probe.steps([Step::Permanent]);
+    one_message(&s).await;
+    let error = permanent().to_string();
+
+    assert_eq!(
+        agent.heartbeat(1).await.unwrap(),
+        HeartbeatOutcome::Failed { error: error.clone() }
+    );
+
+    assert_eq!(agent.status(), Failed);
+    assert_eq!(probe.calls().len(), 1);
+    assert_eq!(s.errors(ME).await, [(error.clone(), 0, 2)]);
+    assert_eq!(agent.ctx().metrics().retries, 0);
+    assert_eq!(agent.ctx().metrics().tasks_failed, 1);
+    assert_eq!(s.transitions(ME).await.last().unwrap().2, format!("permanent error: {error}"));
+    let reports = error_reports(&s, &from_supervisor()).await;
+    assert_eq!(reports.len(), 1);
+    assert_eq!(reports[0].1.error, error);
+    assert_eq!(reports[0].1.work, None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_task_past_its_timeout_is_a_timeout_error_and_is_retried() {
+    let s = Services::new().await;
+    let probe = Probe::default();
+    let mut agent = s.agent(bottom_config().with_timeout_ms(1_000), &probe);
+    agent.initialize().await.unwrap();
+    probe.steps([Step::Sleep(Duration::from_secs(5))]);
+    let message = one_message(&s).await;
+    let started = s.now();
+    let error = AgentError::Timeout { after_ms: 1_000 }.to_string();
+
+    let outcome = agent.heartbeat(1).await.unwrap();
+
+    assert_eq!(outcome, HeartbeatOutcome::Retrying { retry: 1, error: error.clone() });
+    assert_eq!(s.now(), Timestamp(started.0 + 1_000), "cut off at the timeout, not after 5 s");
+    assert_eq!(s.errors(ME).await, [(error, 1, 2)]);
+    assert_eq!(agent.heartbeat(2).await.unwrap(), HeartbeatOutcome::Processed { messages: 1 });
+    assert_eq!(probe.calls()[1].messages, [message]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_agent_ignores_messages_from_others_and_keeps_them_pending() {
+    let s = Services::new().await;
+    let probe = Probe::default();
+    let mut agent = failed_agent(&s, &probe).await;
+    let edges = s.edges(ME).await;
+    let assignment = Assignment::Subtask { subtask: subtask("s1") };
+    let content = serde_json::to_value(&assignment).unwrap();
+    s.send(inbox("bottom-2"), ME, MessageKind::TaskAssign, content).await;
+    // From the supervisor, only a `task_assign` is an order.
+    one_message(&s).await;
+
+    assert_eq!(agent.heartbeat(2).await.unwrap(), HeartbeatOutcome::Skipped { status: Failed });
+
+    assert_eq!(agent.status(), Failed);
+    assert_eq!(s.bus.pending(&inbox(ME)).await.unwrap(), 2);
+    assert_eq!(s.edges(ME).await, edges);
+    assert_eq!(probe.calls().len(), 1, "only the heartbeat that failed");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_task_assign_from_the_supervisor_brings_a_failed_agent_back_to_working() {
+    let s = Services::new().await;
+    let probe = Probe::default();
+    let mut agent = failed_agent(&s, &probe).await;
+    let content = serde_json::to_value(Assignment::Subtask { subtask: subtask("s2") }).unwrap();
+    let order = s.send(from_supervisor(), ME, MessageKind::TaskAssign, content).await;
+
+    assert_eq!(agent.heartbeat(2).await.unwrap(), HeartbeatOutcome::Processed { messages: 1 });
+
+    assert_eq!(probe.calls()[1].messages, [order]);
+    assert_eq!(agent.status(), Idle);
+    let transitions = s.transitions(ME).await;
+    let tail: Vec<(AgentStatus, AgentStatus, &str)> =
+        transitions[3..].iter().map(|(f, t, r)| (*f, *t, r.as_str())).collect();
+    assert_eq!(
+        tail,
+        [(Failed, Working, "reassigned by supervisor"), (Working, Idle, "work complete")]
+    );
+    assert_eq!(s.bus.pending(&inbox(ME)).await.unwrap(), 0);
+    assert_eq!(s.chain().await, [(id(ME), Idle)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dismissal_terminates_a_failed_agent_and_unregisters_it() {
+    let s = Services::new().await;
+    let probe = Probe::default();
+    let mut agent = failed_agent(&s, &probe).await;
+    let content = serde_json::to_value(Assignment::Dismiss { reason: "failed 3 times".into() });
+    s.send(from_supervisor(), ME, MessageKind::TaskAssign, content.unwrap()).await;
+
+    let outcome = agent.heartbeat(2).await.unwrap();
+
+    assert_eq!(outcome, HeartbeatOutcome::Skipped { status: Terminated });
+    assert_eq!(agent.status(), Terminated);
+    assert!(!s.bus.is_registered(&id(ME)).await.unwrap());
+    let last = s.transitions(ME).await.pop().unwrap();
+    assert_eq!(last, (Failed, Terminated, "dismissed by supervisor: failed 3 times".to_owned()));
+    assert_eq!(probe.calls().len(), 1, "a dismissal is not processed by the layer");
+    assert_eq!(s.chain().await, [(id(ME), Terminated)]);
+    assert_eq!(agent.heartbeat(3).await.unwrap(), HeartbeatOutcome::Skipped { status: Terminated });
+}
+
+/// Regression: a dismissal behind an assignment in the same batch used to be lost.
+#[tokio::test(start_paused = true)]
+async fn a_dismissal_after_an_assignment_in_the_same_batch_still_terminates_a_failed_agent() {
+    let s = Services::new().await;
+    let probe = Probe::default();
+    let mut agent = failed_agent(&s, &probe).await;
+    let work = serde_json::to_value(Assignment::Subtask { subtask: subtask("s2") }).unwrap();
+    s.send(from_supervisor(), ME, MessageKind::TaskAssign, work).await;
+    let dismiss = serde_json::to_value(Assignment::Dismiss { reason: "failed 3 times".into() });
+    s.send(from_supervisor(), ME, MessageKind::TaskAssign, dismiss.unwrap()).await;
+
+    let outcome = agent.heartbeat(2).await.unwrap();
+
+    assert_eq!(outcome, HeartbeatOutcome::Skipped { status: Terminated });
+    assert!(!s.bus.is_registered(&id(ME)).await.unwrap());
+}

@@ -1,0 +1,211 @@
+//! Initialize and shutdown from every status, and the transition-chain check on hand-made logs.
+
+use agent_state::{Actor, AgentStatus::*, ConfigErrorKind};
+use whiteboard::{CreateError, Whiteboard};
+
+use super::*;
+use crate::{AuditRecord, ChainError, HeartbeatOutcome, check_transition_chain};
+
+#[tokio::test(start_paused = true)]
+async fn initialize_registers_creates_the_board_runs_the_layer_setup_and_goes_idle() {
+    let s = Services::new().await;
+    let probe = Probe::default();
+    let mut agent = s.agent(bottom_config(), &probe);
+    assert_eq!(agent.status(), Initializing);
+    assert!(!s.bus.is_registered(&id(ME)).await.unwrap());
+    tokio::time::advance(Duration::from_millis(250)).await;
+
+    agent.initialize().await.unwrap();
+
+    assert_eq!(agent.status(), Idle);
+    assert!(s.bus.is_registered(&id(ME)).await.unwrap());
+    let board = s.boards.read(&Actor::System, &BoardId::Agent(id(ME))).await.unwrap();
+    assert_eq!((board.layer, board.version), (Some(AgentLayer::Bottom), 0));
+    // The layer's set-up ran after registration and board creation, before idle.
+    assert_eq!(
+        probe.with(|s| s.init_seen),
+        Some(InitSeen { registered: true, board_version: Some(0), status: Initializing })
+    );
+    assert_eq!(
+        s.transitions(ME).await,
+        [(Initializing, Idle, "initialization complete".to_owned())]
+    );
+    assert_eq!(agent.ctx().metrics().last_active, Timestamp(START.0 + 250));
+    assert_eq!(s.chain().await, [(id(ME), Idle)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_on_initialize_error_leaves_the_agent_failed_and_returns_the_error() {
+    let s = Services::new().await;
+    let probe = Probe::default();
+    probe.with(|s| s.fail_initialize = true);
+    let mut agent = s.agent(bottom_config(), &probe);
+
+    let err = agent.initialize().await.unwrap_err();
+
+    assert_eq!(err.to_string(), transient().to_string());
+    assert!(matches!(err, AgentError::Backend(_)), "{err:?}");
+    assert_eq!(agent.status(), Failed);
+    let transitions = s.transitions(ME).await;
+    assert_eq!(transitions.len(), 1);
+    assert_eq!((transitions[0].0, transitions[0].1), (Initializing, Failed));
+    assert_eq!(transitions[0].2, format!("initialization failed: {err}"));
+    assert_eq!(s.chain().await, [(id(ME), Failed)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_board_that_cannot_be_created_fails_initialization_before_the_layer_setup() {
+    let s = Services::new().await;
+    s.boards.create(&id(ME), AgentLayer::Mid).await.unwrap();
+    let probe = Probe::default();
+    let mut agent = s.agent(bottom_config(), &probe);
+
+    let err = agent.initialize().await.unwrap_err();
+
+    assert!(matches!(err, AgentError::BoardCreate(CreateError::LayerMismatch { .. })), "{err:?}");
+    assert_eq!(agent.status(), Failed);
+    assert_eq!(probe.with(|s| s.init_seen), None, "on_initialize must not run");
+    assert_eq!(s.edges(ME).await, [(Initializing, Failed)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_invalid_configuration_is_refused_at_construction() {
+    let s = Services::new().await;
+    let config = AgentConfig::new(ME, "Executor One", AgentLayer::Bottom);
+    let err = Agent::new(config, Box::new(TestBehavior(Probe::default())), s.deps.clone())
+        .err()
+        .expect("a bottom agent without a supervisor is invalid");
+    assert_eq!(err.kind, ConfigErrorKind::MissingSupervisor { layer: AgentLayer::Bottom });
+}
+
+/// Puts a fresh, initialized agent into `status` along allowed edges.
+async fn agent_in(s: &Services, probe: &Probe, status: AgentStatus) -> Agent {
+    let mut agent = s.agent(bottom_config(), probe);
+    if status == Initializing {
+        return agent;
+    }
+    agent.initialize().await.unwrap();
+    let path: &[AgentStatus] = match status {
+        Idle => &[],
+        Working => &[Working],
+        WaitingApproval => &[WaitingApproval],
+        Blocked => &[Working, Blocked],
+        Failed => &[Working, Failed],
+        other => panic!("no path to {other}"),
+    };
+    for &to in path {
+        agent.ctx_mut().transition(to, "test set-up").await.unwrap();
+    }
+    assert_eq!(agent.status(), status);
+    agent
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_ends_terminated_and_unregistered_from_every_running_status() {
+    // (status, the edges shutdown takes, whether the layer's clean-up runs)
+    let cases = [
+        (Idle, vec![(Idle, ShuttingDown), (ShuttingDown, Terminated)], true),
+        (Working, vec![(Working, Idle), (Idle, ShuttingDown), (ShuttingDown, Terminated)], true),
+        (
+            WaitingApproval,
+            vec![(WaitingApproval, Idle), (Idle, ShuttingDown), (ShuttingDown, Terminated)],
+            true,
+        ),
+        (Blocked, vec![(Blocked, Failed), (Failed, Terminated)], false),
+        (Failed, vec![(Failed, Terminated)], false),
+        (Initializing, vec![(Initializing, Failed), (Failed, Terminated)], false),
+    ];
+    for (status, expected, cleanup) in cases {
+        let s = Services::new().await;
+        let probe = Probe::default();
+        let mut agent = agent_in(&s, &probe, status).await;
+        let before = s.edges(ME).await.len();
+
+        agent.shutdown().await.unwrap();
+
+        assert_eq!(agent.status(), Terminated, "from {status}");
+        assert!(!s.bus.is_registered(&id(ME)).await.unwrap(), "from {status}");
+        assert_eq!(s.edges(ME).await[before..], expected, "from {status}");
+        assert_eq!(probe.with(|s| s.shutdowns), u32::from(cleanup), "from {status}");
+        assert_eq!(s.chain().await, [(id(ME), Terminated)], "from {status}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_terminated_agent_shuts_down_again_quietly_and_skips_heartbeats() {
+    let s = Services::new().await;
+    let probe = Probe::default();
+    let mut agent = s.ready(&probe).await;
+    agent.shutdown().await.unwrap();
+    let edges = s.edges(ME).await;
+
+    agent.shutdown().await.unwrap();
+    assert_eq!(agent.heartbeat(1).await.unwrap(), HeartbeatOutcome::Skipped { status: Terminated });
+
+    assert_eq!(s.edges(ME).await, edges);
+    assert_eq!(probe.with(|s| s.shutdowns), 1);
+    assert!(probe.calls().is_empty());
+}
+
+/// A log of hand-made records: (agent, from, to) for a transition, or (agent, None) for a refusal.
+async fn log(entries: &[(&str, Option<(AgentStatus, AgentStatus)>)]) -> Vec<AuditRecord> {
+    let audit = InMemoryAuditLog::new();
+    for (n, (agent, edge)) in (0u64..).zip(entries) {
+        let event = match edge {
+            Some((from, to)) => {
+                AuditEvent::Transition { from: *from, to: *to, reason: "test".into() }
+            }
+            None => AuditEvent::Denied { action: "write board b".into(), error: "no".into() },
+        };
+        audit.append(&id(agent), Timestamp(n), event).await.unwrap();
+    }
+    audit.records(None).await.unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_chain_check_reports_a_bad_start_a_gap_and_a_forbidden_edge() {
+    let bad_start = log(&[("a", Some((Idle, Working)))]).await;
+    assert_eq!(
+        check_transition_chain(&bad_start),
+        Err(ChainError::BadStart { agent: id("a"), seq: 0, from: Idle })
+    );
+
+    let gap = log(&[("a", Some((Initializing, Idle))), ("a", Some((Working, Idle)))]).await;
+    assert_eq!(
+        check_transition_chain(&gap),
+        Err(ChainError::Gap { agent: id("a"), seq: 1, from: Working, previous: Idle })
+    );
+
+    let forbidden = log(&[("a", Some((Initializing, Idle))), ("a", Some((Idle, Failed)))]).await;
+    assert_eq!(
+        check_transition_chain(&forbidden),
+        Err(ChainError::Forbidden { agent: id("a"), seq: 1, from: Idle, to: Failed })
+    );
+
+    // A second agent's first record is judged on its own, not after the first agent's chain.
+    let second_starts_late =
+        log(&[("a", Some((Initializing, Idle))), ("b", Some((Idle, ShuttingDown)))]).await;
+    assert_eq!(
+        check_transition_chain(&second_starts_late),
+        Err(ChainError::BadStart { agent: id("b"), seq: 1, from: Idle })
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_chain_check_follows_each_agent_on_its_own_and_skips_other_events() {
+    let records = log(&[
+        ("b", Some((Initializing, Idle))),
+        ("a", Some((Initializing, Idle))),
+        ("a", None),
+        ("b", Some((Idle, Working))),
+        ("a", Some((Idle, ShuttingDown))),
+        ("b", Some((Working, Failed))),
+        ("a", Some((ShuttingDown, Terminated))),
+    ])
+    .await;
+    assert_eq!(
+        check_transition_chain(&records),
+        Ok(vec![(id("a"), Terminated), (id("b"), Failed)])
+    );
+    assert_eq!(check_transition_chain(&[]), Ok(vec![]));
+}

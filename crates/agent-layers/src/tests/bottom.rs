@@ -1,0 +1,285 @@
+//! The bottom layer: an executor takes subtasks from its lead only, runs them through its tools,
+//! records and reports the result, helps peers and answers its lead's status queries.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use agent_core::protocol::{ErrorReport, HelpRequest, HelpResponse, StatusReport};
+use agent_core::tools::{Tool, ToolError, ToolOutput};
+use agent_core::{AgentError, HeartbeatOutcome};
+use agent_state::{Assignment, ProgressReport, ProgressStatus, SubtaskResult};
+use async_trait::async_trait;
+use serde_json::json;
+
+use super::*;
+use crate::{BottomAgent, BottomSpec};
+
+const ME: &str = "bottom-1";
+const LEAD: &str = "mid-1";
+
+fn write(step_id: &str, path: &str, content: &str) -> Subtask {
+    let args = json!({"path": path, "content": content});
+    subtask("t1", step(step_id, "docs", "write_file", args), ME)
+}
+
+/// An executor with `tools` under [`LEAD`], with `mid-2` and `bottom-2` as bare inboxes too.
+async fn executor(w: &World, tools: &[&str]) -> Agent {
+    w.parties(&[LEAD, "mid-2", "bottom-2"]).await;
+    let spec = BottomSpec { tools: tools.iter().map(|t| (*t).to_owned()).collect() };
+    w.spawn(config(ME, AgentLayer::Bottom, Some(LEAD)), BottomAgent::new(spec)).await
+}
+
+async fn assign(w: &World, from: &str, subtask: Subtask) -> MessageId {
+    w.send(addr(from), ME, MessageKind::TaskAssign, &Assignment::Subtask { subtask }).await
+}
+
+/// The messages of `kind` in `inbox`, whole (for their correlation ids).
+async fn messages(w: &World, inbox: &str, kind: MessageKind) -> Vec<Message> {
+    w.drain(&addr(inbox)).await.into_iter().filter(|m| m.kind == kind).collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_executor_takes_subtasks_only_from_its_supervisor() {
+    let w = World::new();
+    let mut agent = executor(&w, &["write_file"]).await;
+    assign(&w, "mid-2", write("s1", "a.txt", "from a stranger")).await;
+    w.send(
+        Address::System,
+        ME,
+        MessageKind::TaskAssign,
+        &Assignment::Subtask { subtask: write("s2", "b.txt", "from the system") },
+    )
+    .await;
+
+    assert_eq!(agent.heartbeat(1).await.unwrap(), HeartbeatOutcome::Processed { messages: 2 });
+
+    assert_eq!(w.denied(ME).await, ["task_assign from mid-2", "task_assign from system"]);
+    assert_eq!((w.file("a.txt"), w.file("b.txt")), (None, None));
+    assert_eq!(w.tool_calls(ME).await, 0);
+    assert!(w.kinds(&addr(LEAD)).await.is_empty());
+    assert!(w.kinds(&addr("mid-2")).await.is_empty());
+    assert_eq!(agent.status(), AgentStatus::Idle);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_executor_runs_its_subtask_records_the_result_and_reports_it() {
+    let w = World::new();
+    let mut agent = executor(&w, &["write_file"]).await;
+    assign(&w, LEAD, write("s1", "out/a.txt", "hello")).await;
+
+    assert_eq!(agent.heartbeat(1).await.unwrap(), HeartbeatOutcome::Processed { messages: 1 });
+
+    assert_eq!(w.file("out/a.txt").as_deref(), Some("hello"));
+    let calls: Vec<AuditEvent> = w
+        .events(ME)
+        .await
+        .into_iter()
+        .filter(|e| matches!(e, AuditEvent::ToolCall { .. }))
+        .collect();
+    let output = match &calls[..] {
+        [AuditEvent::ToolCall { tool, success: true, summary, .. }] if tool == "write_file" => {
+            summary.clone()
+        }
+        other => panic!("expected one successful write_file call, got {other:?}"),
+    };
+    assert_eq!(
+        w.board(BoardId::Agent(id(ME))).await,
+        format!(
+            "## Task Execution Result\n\nTask: s1 with write_file\nStatus: Success\nOutput:\n```\n{output}\n```"
+        )
+    );
+    let reports: Vec<ProgressReport> = w.received(&addr(LEAD), MessageKind::ProgressReport).await;
+    assert_eq!(
+        reports,
+        [ProgressReport {
+            task_id: "t1".into(),
+            status: ProgressStatus::Completed,
+            percentage: 100,
+            description: "s1 with write_file".into(),
+            results: vec![SubtaskResult {
+                task_id: "t1".into(),
+                step_id: "s1".into(),
+                agent: id(ME),
+                success: true,
+                output,
+            }],
+            failure: None,
+        }]
+    );
+    assert_eq!(agent.ctx().metrics().tasks_completed, 1);
+    assert_eq!(agent.status(), AgentStatus::Idle);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_redelivered_assignment_is_not_executed_twice() {
+    let w = World::new();
+    let mut agent = executor(&w, &["write_file"]).await;
+    assign(&w, LEAD, write("s1", "a.txt", "once")).await;
+    assign(&w, LEAD, write("s1", "a.txt", "once")).await;
+    agent.heartbeat(1).await.unwrap();
+    assign(&w, LEAD, write("s1", "a.txt", "once")).await;
+    agent.heartbeat(2).await.unwrap();
+
+    assert_eq!(w.tool_calls(ME).await, 1);
+    let reports: Vec<ProgressReport> = w.received(&addr(LEAD), MessageKind::ProgressReport).await;
+    assert_eq!(reports.len(), 1);
+    assert_eq!(agent.ctx().metrics().tasks_completed, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_peer_asking_for_knowledge_gets_the_board_content() {
+    let w = World::new();
+    let mut agent = executor(&w, &["write_file"]).await;
+    agent.ctx().write_board("## Notes\nthe build needs `make`".into()).await.unwrap();
+    let request = w
+        .send(addr("bottom-2"), ME, MessageKind::PeerHelpRequest, &HelpRequest::ShareKnowledge)
+        .await;
+
+    agent.heartbeat(1).await.unwrap();
+
+    let answers = messages(&w, "bottom-2", MessageKind::PeerHelpResponse).await;
+    assert_eq!(answers.len(), 1);
+    assert_eq!(answers[0].correlation_id, Some(request));
+    assert_eq!(
+        payload::<HelpResponse>(&answers[0]).unwrap(),
+        HelpResponse::Knowledge { knowledge: "## Notes\nthe build needs `make`".into() }
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_executor_takes_over_a_peers_task_and_runs_it() {
+    let w = World::new();
+    let mut agent = executor(&w, &["write_file"]).await;
+    let mut theirs = write("s9", "peer.txt", "taken over");
+    theirs.assignee = id("bottom-2");
+    let help = HelpRequest::TakeOverTask { subtask: theirs };
+    w.send(addr("bottom-2"), ME, MessageKind::PeerHelpRequest, &help).await;
+
+    agent.heartbeat(1).await.unwrap();
+
+    let answers: Vec<HelpResponse> =
+        w.received(&addr("bottom-2"), MessageKind::PeerHelpResponse).await;
+    assert_eq!(answers, [HelpResponse::Accepted]);
+    assert_eq!(w.file("peer.txt").as_deref(), Some("taken over"));
+    let reports: Vec<ProgressReport> = w.received(&addr(LEAD), MessageKind::ProgressReport).await;
+    assert_eq!(reports.len(), 1);
+    assert_eq!(
+        (reports[0].results[0].step_id.as_str(), &reports[0].results[0].agent),
+        ("s9", &id(ME))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_busy_executor_refuses_to_take_over_a_peers_task() {
+    let w = World::new();
+    let mut agent = executor(&w, &["write_file"]).await;
+    assign(&w, LEAD, write("s1", "mine.txt", "mine")).await;
+    let help = HelpRequest::TakeOverTask { subtask: write("s9", "peer.txt", "theirs") };
+    w.send(addr("bottom-2"), ME, MessageKind::PeerHelpRequest, &help).await;
+
+    agent.heartbeat(1).await.unwrap();
+
+    let answers: Vec<HelpResponse> =
+        w.received(&addr("bottom-2"), MessageKind::PeerHelpResponse).await;
+    assert_eq!(answers, [HelpResponse::Refused { reason: "busy".into() }]);
+    assert_eq!(w.file("mine.txt").as_deref(), Some("mine"));
+    assert_eq!(w.file("peer.txt"), None);
+    assert_eq!(w.tool_calls(ME).await, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_status_query_from_the_supervisor_gets_a_status_report() {
+    let w = World::new();
+    let mut agent = executor(&w, &["write_file"]).await;
+    assign(&w, LEAD, write("s1", "a.txt", "a")).await;
+    let query = w.send(addr(LEAD), ME, MessageKind::StatusQuery, &json!({})).await;
+    w.send(addr("mid-2"), ME, MessageKind::StatusQuery, &json!({})).await;
+
+    agent.heartbeat(1).await.unwrap();
+
+    let reports = messages(&w, LEAD, MessageKind::StatusReport).await;
+    assert_eq!(reports.len(), 1);
+    assert_eq!(reports[0].correlation_id, Some(query));
+    assert_eq!(
+        payload::<StatusReport>(&reports[0]).unwrap(),
+        StatusReport::Agent {
+            status: AgentStatus::Working,
+            current: Some("t1/s1: s1 with write_file".into())
+        }
+    );
+    assert!(w.kinds(&addr("mid-2")).await.is_empty(), "only the supervisor is answered");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_step_whose_tool_the_executor_lacks_fails_permanently() {
+    let w = World::new();
+    let mut agent = executor(&w, &["read_file"]).await;
+    let work = write("s1", "a.txt", "a");
+    assign(&w, LEAD, work.clone()).await;
+
+    let outcome = agent.heartbeat(1).await.unwrap();
+
+    let HeartbeatOutcome::Failed { error } = outcome else {
+        panic!("expected a failure without retries, got {outcome:?}")
+    };
+    assert!(error.contains("does not have the tool `write_file`"), "{error}");
+    assert_eq!(agent.status(), AgentStatus::Failed);
+    assert_eq!(agent.ctx().metrics().retries, 0);
+    assert_eq!((w.file("a.txt"), w.tool_calls(ME).await), (None, 0));
+    let reports: Vec<ErrorReport> = w.received(&addr(LEAD), MessageKind::ErrorReport).await;
+    assert_eq!(reports.len(), 1);
+    assert_eq!(reports[0].error, error);
+    assert_eq!(reports[0].work, Some(work), "the lead gets the subtask back to reassign");
+}
+
+/// A tool that reports failure on its first call and succeeds afterwards.
+#[derive(Default)]
+struct Flaky {
+    calls: AtomicUsize,
+}
+
+#[async_trait]
+impl Tool for Flaky {
+    fn name(&self) -> &str {
+        "flaky"
+    }
+    fn description(&self) -> &str {
+        "fails once, then works"
+    }
+    fn schema(&self) -> &serde_json::Value {
+        static SCHEMA: std::sync::OnceLock<serde_json::Value> = std::sync::OnceLock::new();
+        SCHEMA.get_or_init(|| json!({"type": "object"}))
+    }
+    fn has_side_effects(&self) -> bool {
+        false
+    }
+    async fn call(
+        &self,
+        _ctx: &ToolContext,
+        _args: serde_json::Value,
+    ) -> Result<ToolOutput, ToolError> {
+        let first = self.calls.fetch_add(1, Ordering::SeqCst) == 0;
+        let output = if first { "not yet" } else { "done" };
+        Ok(ToolOutput { success: !first, output: output.into(), data: serde_json::Value::Null })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tool_that_reports_failure_is_retried_and_the_subtask_reported_once() {
+    let mut tools = ToolRegistry::with_builtins();
+    tools.register(Arc::new(Flaky::default())).unwrap();
+    let w = World::with_tools(tools);
+    let mut agent = executor(&w, &["flaky"]).await;
+    assign(&w, LEAD, subtask("t1", step("s1", "docs", "flaky", json!({})), ME)).await;
+
+    let first = agent.heartbeat(1).await.unwrap();
+    let second = agent.heartbeat(2).await.unwrap();
+
+    let failed = AgentError::ToolFailed { tool: "flaky".into(), output: "not yet".into() };
+    assert_eq!(first, HeartbeatOutcome::Retrying { retry: 1, error: failed.to_string() });
+    assert_eq!(second, HeartbeatOutcome::Processed { messages: 1 });
+    assert_eq!(w.tool_calls(ME).await, 2);
+    let reports: Vec<ProgressReport> = w.received(&addr(LEAD), MessageKind::ProgressReport).await;
+    assert_eq!(reports.len(), 1);
+    assert_eq!(reports[0].results[0].output, "done");
+    assert_eq!(agent.status(), AgentStatus::Idle);
+}

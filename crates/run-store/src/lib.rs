@@ -1,0 +1,60 @@
+//! A Strata run directory: one sled database per run, with durable commits.
+//!
+//! A run directory holds a marker file (`strata-run.json`: format, schema version, run id) and a
+//! sled database (`db/`). [`RunStore`] opens or creates it, refuses what is not a Strata run, a
+//! run written by another schema version, a damaged database, or one that a live process holds,
+//! and hands out sled trees to the backends (bus, whiteboards, governance, audit log, agent state).
+//! It does not know what is stored: the backends define their trees and records.
+//!
+//! **Durability.** sled 0.34's `flush` ends with `sync_file_range`, which does not flush the
+//! device's write cache (sled issue #1452). [`RunStore::commit`] therefore flushes sled and then
+//! calls `fdatasync` on the database file (and syncs the blob files and directory entries that
+//! sled created since the last sync; sled syncs neither). Commits are grouped: one background
+//! thread syncs, and every writer that asked before a sync started is released by that one sync,
+//! so concurrent writers share its cost. When `commit` returns `Ok`, everything written to the
+//! store's trees before the call survives a crash of the process and a loss of power.
+//! [`Durability::NoSync`] skips the syncs (a process crash loses nothing, a power loss may); it
+//! must be chosen explicitly and is logged as a warning when the store opens.
+//!
+//! **Damage.** sled 0.34 recovers its log by cutting it at the first record that fails its
+//! checksum and rewriting the file from there, without an error: a truncated or overwritten
+//! database would open with data silently missing, and the damaged bytes would be gone. So
+//! when a store closes (the last clone dropped, no tree left), it seals the run: `strata-run.seal`
+//! lists every file of the database with its length and CRC-32. [`RunStore::open`] compares
+//! before sled reads anything and refuses a mismatch with [`StoreError::Corrupted`], changing
+//! nothing. A run without a seal did not close cleanly (a crash or a power loss): sled's
+//! recovery is then expected to drop a torn tail, and the database is first copied to
+//! `db.before-recovery/`, so that no byte is lost even if the damage was more than a torn tail.
+//! Opening reads the whole database once (to check or to copy it).
+//!
+//! ```
+//! use run_store::{Durability, RunStore};
+//! use agent_state::Timestamp;
+//!
+//! # tokio_test_block_on(async {
+//! let dir = tempfile::tempdir()?;
+//! let run = dir.path().join("run-1");
+//! let store = RunStore::create(&run, "run-1", Timestamp(0), Durability::Synced)?;
+//! store.tree("notes")?.insert("greeting", "hello")?;
+//! store.commit().await?; // on disk, through fdatasync
+//! drop(store);
+//!
+//! let store = RunStore::open(&run, Durability::Synced)?;
+//! assert_eq!(store.tree("notes")?.get("greeting")?.as_deref(), Some(&b"hello"[..]));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # }).unwrap();
+//! # fn tokio_test_block_on<F: std::future::Future>(f: F) -> F::Output {
+//! #     tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f)
+//! # }
+//! ```
+
+mod commit;
+mod seal;
+mod store;
+
+#[cfg(test)]
+mod tests;
+
+pub use store::{
+    DB_DIR, Durability, RUN_FORMAT, RUN_MARKER, RunMarker, RunStore, SCHEMA_VERSION, StoreError,
+};

@@ -1,0 +1,488 @@
+//! Opening and creating run directories, and the errors that say what is wrong with one.
+
+use std::fs::{self, File};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use agent_state::{BackendError, Timestamp};
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::commit::{DiskSync, GroupCommit, Health, sync_dir};
+use crate::seal::{self, Found};
+
+/// The marker file that makes a directory a Strata run.
+pub const RUN_MARKER: &str = "strata-run.json";
+/// The marker's `format` field.
+pub const RUN_FORMAT: &str = "strata-run";
+/// The schema version this build writes and reads.
+pub const SCHEMA_VERSION: u32 = 1;
+/// The sled database inside a run directory.
+pub const DB_DIR: &str = "db";
+
+/// The content of `strata-run.json`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunMarker {
+    /// Always [`RUN_FORMAT`].
+    pub format: String,
+    /// The schema version the run was written with.
+    pub schema_version: u32,
+    /// The run's id.
+    pub run_id: String,
+    /// When it was created.
+    pub created_at: Timestamp,
+}
+
+/// How hard [`RunStore::commit`] works.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Durability {
+    /// sled flush, then `fdatasync`: a commit survives a process crash and a power loss.
+    #[default]
+    Synced,
+    /// sled flush only: a commit survives a process crash but maybe not a power loss. Opt-in,
+    /// logged as a warning when a store opens with it.
+    NoSync,
+}
+
+/// A run directory that cannot be opened or created. Each message says what to do.
+#[derive(Debug, Error)]
+pub enum StoreError {
+    /// No such directory.
+    #[error("run directory {} does not exist; check the path or start a new run", .dir.display())]
+    NotFound {
+        /// The directory.
+        dir: PathBuf,
+    },
+    /// The directory is not a Strata run.
+    #[error(
+        "{} is not a Strata run (no {RUN_MARKER} of format {RUN_FORMAT}); point at a run directory, or use an empty or new directory for a new run",
+        .dir.display()
+    )]
+    NotARun {
+        /// The directory.
+        dir: PathBuf,
+    },
+    /// Creating a run where one (or other data) already exists.
+    #[error("{} already exists and is not an empty directory; resume the run in it, or choose a new directory", .dir.display())]
+    AlreadyExists {
+        /// The directory.
+        dir: PathBuf,
+    },
+    /// Written by another schema version.
+    #[error(
+        "run {} was written with schema version {found}, this build reads version {supported}; open it with a matching version of Strata",
+        .dir.display()
+    )]
+    IncompatibleSchema {
+        /// The directory.
+        dir: PathBuf,
+        /// The version it has.
+        found: u32,
+        /// The version this build reads.
+        supported: u32,
+    },
+    /// Another process, or another open store in this process, has the database open.
+    #[error(
+        "run {} is in use (another process, or another open store in this process, holds its database lock); wait for it to finish or stop it first",
+        .dir.display()
+    )]
+    Locked {
+        /// The directory.
+        dir: PathBuf,
+    },
+    /// The marker, the seal or the database is damaged. Nothing was changed.
+    #[error(
+        "run {} is damaged ({what}): {detail}; it was not opened: restore the run directory from a copy",
+        .dir.display()
+    )]
+    Corrupted {
+        /// The directory.
+        dir: PathBuf,
+        /// Which part: `marker`, `seal` or `database`.
+        what: &'static str,
+        /// What was found.
+        detail: String,
+    },
+    /// The file system refused.
+    #[error("cannot {action} {}: {source}", .path.display())]
+    Io {
+        /// What was being done.
+        action: &'static str,
+        /// Where.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// An open run directory. Cheap to clone.
+///
+/// The database closes, and its lock is released, when the last clone and the last
+/// [`tree`](Self::tree) handed out are dropped. If the trees are gone when the last clone drops,
+/// the run is also sealed as closed cleanly (see the crate docs); a tree that outlives every
+/// clone leaves the run unsealed, and the next [`open`](Self::open) then treats it like a run
+/// that crashed.
+#[derive(Clone)]
+pub struct RunStore {
+    inner: Arc<Inner>,
+}
+
+/// Fields drop in declaration order: the syncer stops (and joins) first, then sled closes, then
+/// the seal is written, which needs sled closed.
+struct Inner {
+    dir: PathBuf,
+    marker: RunMarker,
+    durability: Durability,
+    committer: GroupCommit,
+    db: sled::Db,
+    _seal: SealOnClose,
+}
+
+/// Seals the run when dropped, if every sync succeeded and sled has closed the database, then
+/// releases the run's lock.
+struct SealOnClose {
+    dir: PathBuf,
+    health: Health,
+    /// The run's own lock: an exclusive flock on the marker, held while the store is open.
+    /// Unlike sled's lock on `db/db`, which sled's background threads can hold a little after its
+    /// last handle drops, it is released exactly when the store has closed.
+    _run_lock: File,
+}
+
+impl RunStore {
+    /// Creates a new run in `dir`, which must not exist or must be an empty directory.
+    ///
+    /// The marker is written last, once the database files are on disk: a directory with a
+    /// marker has a database.
+    pub fn create(
+        dir: &Path,
+        run_id: &str,
+        created_at: Timestamp,
+        durability: Durability,
+    ) -> Result<Self, StoreError> {
+        if dir.exists() {
+            let empty =
+                dir.is_dir() && fs::read_dir(dir).map_err(io_error("read", dir))?.next().is_none();
+            if !empty {
+                return Err(StoreError::AlreadyExists { dir: dir.to_path_buf() });
+            }
+        }
+        fs::create_dir_all(dir).map_err(io_error("create", dir))?;
+        let marker = RunMarker {
+            format: RUN_FORMAT.to_owned(),
+            schema_version: SCHEMA_VERSION,
+            run_id: run_id.to_owned(),
+            created_at,
+        };
+        let bytes = serde_json::to_vec_pretty(&marker).map_err(|e| StoreError::Corrupted {
+            dir: dir.to_path_buf(),
+            what: "marker",
+            detail: e.to_string(),
+        })?;
+        let db = open_db(dir)?;
+        // The database files and their directory entries are made durable (in both modes:
+        // once, it is cheap) before the marker is written, atomically, then locked.
+        let disk =
+            DiskSync::open(&dir.join(DB_DIR)).map_err(io_error("sync the database of", dir))?;
+        let disk = match durability {
+            Durability::Synced => Some(disk),
+            Durability::NoSync => {
+                warn_no_sync(dir);
+                None
+            }
+        };
+        let marker_path = dir.join(RUN_MARKER);
+        let tmp = dir.join(format!("{RUN_MARKER}.tmp"));
+        let mut file = File::create(&tmp).map_err(io_error("create", &tmp))?;
+        file.write_all(&bytes).map_err(io_error("write", &tmp))?;
+        file.sync_all().map_err(io_error("sync", &tmp))?;
+        fs::rename(&tmp, &marker_path).map_err(io_error("rename", &marker_path))?;
+        sync_dir(dir).map_err(io_error("sync", dir))?;
+        let run_lock = lock_run(dir)?;
+        Self::start(dir, marker, durability, db, disk, run_lock)
+    }
+
+    /// Opens an existing run.
+    ///
+    /// Refuses, and changes nothing in `dir`, when it is not a run, is a run of another schema
+    /// version, has a database locked by a live process, has no database, or was sealed when it
+    /// last closed and its database no longer matches the seal. A run without a seal (it did
+    /// not close cleanly) is copied to `db.before-recovery/` in the run directory, replacing an
+    /// older copy, before sled recovers it; a warning says so.
+    pub fn open(dir: &Path, durability: Durability) -> Result<Self, StoreError> {
+        let marker = read_marker(dir)?;
+        let run_lock = lock_run(dir)?;
+        let db_dir = dir.join(DB_DIR);
+        if !db_dir.join("db").is_file() {
+            return Err(StoreError::Corrupted {
+                dir: dir.to_path_buf(),
+                what: "database",
+                detail: format!("{DB_DIR}/db is missing"),
+            });
+        }
+        // Hold the database's lock too while checking it, so that nothing writes meanwhile; it
+        // is released just before sled takes it.
+        let probe = lock_database(dir, &db_dir)?;
+        let found = seal::check(dir, &db_dir)?;
+        match &found {
+            Found::Sealed(_) => seal::unseal(dir).map_err(io_error("remove the seal of", dir))?,
+            Found::Unsealed => {
+                let backup = seal::back_up(dir, &db_dir)
+                    .map_err(io_error("back up the database of", dir))?;
+                tracing::warn!(
+                    run = %dir.display(),
+                    backup = %backup.display(),
+                    "the run was not closed cleanly: sled recovers it and drops a torn tail of \
+                     writes that were never committed; the database as it was is kept in the backup"
+                );
+            }
+        }
+        drop(probe);
+        match open_db(dir).and_then(|db| Ok((db, disk_sync(dir, durability)?))) {
+            Ok((db, disk)) => Self::start(dir, marker, durability, db, disk, run_lock),
+            Err(e) => {
+                if let Found::Sealed(bytes) = &found
+                    && let Err(restore) = seal::restore(dir, bytes)
+                {
+                    tracing::error!(run = %dir.display(), error = %restore, "could not put the seal back");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Reads a run's marker without opening its database (for listings).
+    pub fn peek(dir: &Path) -> Result<RunMarker, StoreError> {
+        read_marker(dir)
+    }
+
+    fn start(
+        dir: &Path,
+        marker: RunMarker,
+        durability: Durability,
+        db: sled::Db,
+        disk: Option<DiskSync>,
+        run_lock: File,
+    ) -> Result<Self, StoreError> {
+        let committer = GroupCommit::start(db.clone(), disk)
+            .map_err(io_error("start the sync thread for", dir))?;
+        let seal =
+            SealOnClose { dir: dir.to_path_buf(), health: committer.health(), _run_lock: run_lock };
+        tracing::info!(run = %dir.display(), run_id = %marker.run_id, ?durability, "run store open");
+        Ok(Self {
+            inner: Arc::new(Inner {
+                dir: dir.to_path_buf(),
+                marker,
+                durability,
+                committer,
+                db,
+                _seal: seal,
+            }),
+        })
+    }
+
+    /// The run directory.
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// The run's marker.
+    pub fn marker(&self) -> &RunMarker {
+        &self.inner.marker
+    }
+
+    /// The durability mode.
+    pub fn durability(&self) -> Durability {
+        self.inner.durability
+    }
+
+    /// A named tree of the run's database. What is written to it is durable once a later
+    /// [`commit`](Self::commit) returns `Ok`. Drop the trees before the last clone of the store,
+    /// so that the store can seal the run when it closes.
+    pub fn tree(&self, name: &str) -> Result<sled::Tree, BackendError> {
+        self.inner
+            .db
+            .open_tree(name)
+            .map_err(|e| BackendError::with_source("sled", format!("cannot open tree `{name}`"), e))
+    }
+
+    /// Waits until everything written to this store before the call is durable (see the crate
+    /// docs). Concurrent callers share one sync. After a failed sync, this and every later
+    /// commit fail: the run must be closed and opened again.
+    pub async fn commit(&self) -> Result<(), BackendError> {
+        self.inner.committer.commit().await
+    }
+
+    /// [`commit`](Self::commit) for code outside an async runtime. Blocks the calling thread:
+    /// do not call it on an async runtime's worker.
+    pub fn commit_blocking(&self) -> Result<(), BackendError> {
+        self.inner.committer.commit_blocking()
+    }
+
+    /// How many syncs have run since the store opened (each may cover many commits).
+    pub fn syncs(&self) -> u64 {
+        self.inner.committer.syncs()
+    }
+}
+
+impl std::fmt::Debug for RunStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunStore")
+            .field("dir", &self.inner.dir)
+            .field("run_id", &self.inner.marker.run_id)
+            .field("durability", &self.inner.durability)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for SealOnClose {
+    fn drop(&mut self) {
+        let dir = &self.dir;
+        if !self.health.is_healthy() {
+            tracing::warn!(run = %dir.display(), "a sync failed: the run is left unsealed");
+            return;
+        }
+        match seal::seal_if_closed(dir, &dir.join(DB_DIR), seal::CLOSE_PATIENCE) {
+            Ok(true) => tracing::debug!(run = %dir.display(), "run closed and sealed"),
+            Ok(false) => tracing::info!(
+                run = %dir.display(),
+                "a tree of the run outlived the store: the run is left unsealed and is recovered \
+                 when it next opens"
+            ),
+            Err(e) => tracing::warn!(
+                run = %dir.display(),
+                error = %e,
+                "could not seal the run: it is recovered when it next opens"
+            ),
+        }
+    }
+}
+
+/// What a sync makes durable beyond sled's flush: the files, for `Synced`; nothing for `NoSync`.
+fn disk_sync(dir: &Path, durability: Durability) -> Result<Option<DiskSync>, StoreError> {
+    match durability {
+        Durability::Synced => DiskSync::open(&dir.join(DB_DIR))
+            .map(Some)
+            .map_err(io_error("sync the database of", dir)),
+        Durability::NoSync => {
+            warn_no_sync(dir);
+            Ok(None)
+        }
+    }
+}
+
+/// The warning that makes the `NoSync` opt-in visible.
+fn warn_no_sync(dir: &Path) {
+    tracing::warn!(
+        run = %dir.display(),
+        "durability NoSync (opt-in): commits are not fdatasync'ed; a power loss can lose \
+         acknowledged data"
+    );
+}
+
+fn io_error(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> StoreError {
+    let path = path.to_path_buf();
+    move |source| StoreError::Io { action, path, source }
+}
+
+fn read_marker(dir: &Path) -> Result<RunMarker, StoreError> {
+    if !dir.exists() {
+        return Err(StoreError::NotFound { dir: dir.to_path_buf() });
+    }
+    if !dir.is_dir() {
+        return Err(StoreError::NotARun { dir: dir.to_path_buf() });
+    }
+    let path = dir.join(RUN_MARKER);
+    let bytes = match fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(StoreError::NotARun { dir: dir.to_path_buf() });
+        }
+        Err(source) => return Err(StoreError::Io { action: "read", path, source }),
+    };
+    let corrupted =
+        |detail: String| StoreError::Corrupted { dir: dir.to_path_buf(), what: "marker", detail };
+    let value: serde_json::Value = serde_json::from_slice(&bytes)
+        .map_err(|e| corrupted(format!("{RUN_MARKER} is not valid JSON: {e}")))?;
+    if value.get("format").and_then(|f| f.as_str()) != Some(RUN_FORMAT) {
+        return Err(StoreError::NotARun { dir: dir.to_path_buf() });
+    }
+    let Some(found) = value.get("schema_version").and_then(serde_json::Value::as_u64) else {
+        return Err(corrupted(format!("{RUN_MARKER} has no numeric schema_version")));
+    };
+    if found != u64::from(SCHEMA_VERSION) {
+        return Err(StoreError::IncompatibleSchema {
+            dir: dir.to_path_buf(),
+            found: u32::try_from(found).unwrap_or(u32::MAX),
+            supported: SCHEMA_VERSION,
+        });
+    }
+    serde_json::from_value(value).map_err(|e| corrupted(format!("{RUN_MARKER}: {e}")))
+}
+
+/// Takes the run's lock (an exclusive flock on its marker), or says that a live store holds it.
+fn lock_run(dir: &Path) -> Result<File, StoreError> {
+    let path = dir.join(RUN_MARKER);
+    let file = File::open(&path).map_err(io_error("open", &path))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(fs::TryLockError::WouldBlock) => Err(StoreError::Locked { dir: dir.to_path_buf() }),
+        Err(fs::TryLockError::Error(source)) => {
+            Err(StoreError::Io { action: "lock", path, source })
+        }
+    }
+}
+
+/// Takes the database's lock (the flock sled takes on `db/db`) through a file of our own. With
+/// the run's lock held no other store holds it, so something that holds it for longer than
+/// [`OPEN_PATIENCE`] is not a Strata store, or is a sled tree that outlived its store.
+fn lock_database(dir: &Path, db_dir: &Path) -> Result<File, StoreError> {
+    let path = db_dir.join("db");
+    let file = File::open(&path).map_err(io_error("open", &path))?;
+    match seal::lock_within(&file, OPEN_PATIENCE) {
+        Ok(true) => Ok(file),
+        Ok(false) => Err(StoreError::Locked { dir: dir.to_path_buf() }),
+        Err(source) => Err(StoreError::Io { action: "lock", path, source }),
+    }
+}
+
+/// How long opening waits for a lock before it answers [`StoreError::Locked`]. A lock can be
+/// held a moment after its owner let go: sled's background threads may still hold sled's, and a
+/// child process being spawned (by any thread of the owner's process) holds copies of the
+/// owner's files, locks included, until it execs.
+const OPEN_PATIENCE: std::time::Duration = std::time::Duration::from_millis(500);
+
+fn open_db(dir: &Path) -> Result<sled::Db, StoreError> {
+    let path = dir.join(DB_DIR);
+    let config = sled::Config::new().path(&path);
+    // sled 0.34 can panic on some damaged files instead of returning an error. The default
+    // panic hook still prints the panic; the caller gets `Corrupted`.
+    let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| config.open()));
+    let corrupted =
+        |detail: String| StoreError::Corrupted { dir: dir.to_path_buf(), what: "database", detail };
+    match opened {
+        Ok(Ok(db)) => Ok(db),
+        // sled reports a held lock as `ErrorKind::Other` with this text.
+        Ok(Err(sled::Error::Io(e)))
+            if e.kind() == std::io::ErrorKind::WouldBlock
+                || e.to_string().contains("could not acquire lock") =>
+        {
+            Err(StoreError::Locked { dir: dir.to_path_buf() })
+        }
+        Ok(Err(sled::Error::Io(source))) => {
+            Err(StoreError::Io { action: "open the database in", path, source })
+        }
+        Ok(Err(e)) => Err(corrupted(format!("sled cannot open it: {e}"))),
+        Err(panic) => {
+            let detail = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                .unwrap_or_else(|| "no message".into());
+            Err(corrupted(format!("sled panicked while reading it: {detail}")))
+        }
+    }
+}
