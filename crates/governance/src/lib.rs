@@ -7,14 +7,15 @@
 //! final. Arbitration votes are tallied by [`agent_state::tally`].
 //!
 //! This crate holds the trait, its errors, the [`InMemoryGovernance`] backend, and (feature
-//! `testing`) the conformance suite every backend must pass. It does not hold the durable or
-//! distributed backends.
+//! `testing`) the conformance suite every backend must pass; the durable `SledGovernance` sits
+//! behind feature `sled`. It does not hold the distributed backends.
 //!
 //! # Feature flags
 //!
 //! | feature   | what it adds |
 //! |-----------|--------------|
 //! | `testing` | the `testing` module: the conformance suite, for backend authors |
+//! | `sled`    | `SledGovernance` and `DECISIONS_TREE`: decisions in a run's sled database (crate `run-store`); a change is durable (sled flush + `fdatasync`) when the call returns `Ok` |
 //!
 //! ```
 //! use agent_state::{AgentId, Decision, DecisionId, DecisionStatus, SignOutcome, Timestamp};
@@ -45,9 +46,13 @@ use async_trait::async_trait;
 use thiserror::Error;
 
 mod memory;
+#[cfg(feature = "sled")]
+mod sled;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
+#[cfg(feature = "sled")]
+pub use self::sled::{DECISIONS_TREE, SledGovernance};
 pub use memory::InMemoryGovernance;
 
 /// The governance engine. Object-safe: hold it as `Arc<dyn Governance>`.
@@ -57,8 +62,9 @@ pub use memory::InMemoryGovernance;
 /// - a refused call leaves the stored decision exactly as it was;
 /// - `list_pending` returns exactly the decisions whose status is pending, oldest first.
 ///
-/// Durability: when `submit`, `sign` or `veto` returns `Ok` on a durable backend, the change
-/// survives a crash of the process; the in-memory backend keeps nothing across a restart.
+/// Durability: if `submit`, `sign` or `veto` returns `Ok` on a durable backend, the change
+/// survives a crash of the process and a loss of power. The in-memory backend keeps nothing
+/// across a restart.
 #[async_trait]
 pub trait Governance: Send + Sync + 'static {
     /// Stores a new decision. It must be pending, with no signatures or vetoes yet, signers

@@ -7,14 +7,15 @@
 //! Every write and append bumps the board's version, which reads return.
 //!
 //! This crate holds the trait, its errors, the [`InMemoryWhiteboard`] backend, and (feature
-//! `testing`) the conformance suite every backend must pass. It does not hold the durable or
-//! distributed backends.
+//! `testing`) the conformance suite every backend must pass; the durable `SledWhiteboard` sits
+//! behind feature `sled`. It does not hold the distributed backends.
 //!
 //! # Feature flags
 //!
 //! | feature   | what it adds |
 //! |-----------|--------------|
 //! | `testing` | module `testing`: the conformance suite, for backend authors |
+//! | `sled`    | `SledWhiteboard` and `BOARDS_TREE`: boards in a run's sled database (crate `run-store`); a change is durable (sled flush + `fdatasync`) when the call returns `Ok` |
 //!
 //! ```
 //! use agent_state::{Actor, AgentId, AgentLayer, BoardId, Timestamp};
@@ -43,9 +44,13 @@ use async_trait::async_trait;
 use thiserror::Error;
 
 mod memory;
+#[cfg(feature = "sled")]
+mod sled;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
+#[cfg(feature = "sled")]
+pub use self::sled::{BOARDS_TREE, SledWhiteboard};
 pub use memory::{InMemoryWhiteboard, MAX_BOARD_BYTES};
 
 /// The whiteboard system. Object-safe: hold it as `Arc<dyn Whiteboard>`.
@@ -61,8 +66,9 @@ pub use memory::{InMemoryWhiteboard, MAX_BOARD_BYTES};
 ///   ([`BoardError::PermissionDenied`], with the rule of [`denial_rule`]), the content would pass
 ///   the backend's size limit ([`BoardError::TooLarge`]).
 ///
-/// Durability: when `write` or `append` returns `Ok` on a durable backend, the new content
-/// survives a crash of the process; the in-memory backend keeps nothing across a restart.
+/// Durability: if `write` or `append` returns `Ok` on a durable backend, the change survives a
+/// crash of the process and a loss of power; so does a board that `create` returned. The
+/// in-memory backend keeps nothing across a restart.
 #[async_trait]
 pub trait Whiteboard: Send + Sync + 'static {
     /// Creates `owner`'s board under `layer`, empty at version 0. Creating it again under the

@@ -1,6 +1,8 @@
-//! Integration tests: the conformance suite on the in-memory backend, and proof that the suite
-//! catches a backend that breaks the contract.
+//! Integration tests: the conformance suite on the in-memory and sled backends, and proof that
+//! the suite catches a backend that breaks the contract.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod sled_backend;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
