@@ -18,10 +18,11 @@ const OUTCOMES_TREE: &str = "outcomes";
 /// The audit log in a run directory: records keyed by sequence number, each chained to the one
 /// before by hash. If `append` returns `Ok`, the record survives a crash and a power loss.
 pub struct SledAuditLog {
-    store: RunStore,
     tree: sled::Tree,
     /// The next sequence number and the last record's hash; appends are serialised under it.
     tail: Mutex<(u64, String)>,
+    // Declared after the tree: the store closes cleanly only once its trees are gone.
+    store: RunStore,
 }
 
 impl SledAuditLog {
@@ -42,7 +43,7 @@ impl SledAuditLog {
                 (record.seq + 1, record.hash)
             }
         };
-        Ok(Self { store: store.clone(), tree, tail: Mutex::new(tail) })
+        Ok(Self { tree, tail: Mutex::new(tail), store: store.clone() })
     }
 }
 
@@ -89,20 +90,21 @@ impl AuditLog for SledAuditLog {
 
 /// Agents' state, tool results and outcomes in a run directory.
 pub struct SledStateStore {
-    store: RunStore,
     agents: sled::Tree,
     tools: sled::Tree,
     outcomes: sled::Tree,
+    // Declared after the trees: the store closes cleanly only once its trees are gone.
+    store: RunStore,
 }
 
 impl SledStateStore {
     /// Opens the state trees of `store`.
     pub fn open(store: &RunStore) -> Result<Self, BackendError> {
         Ok(Self {
-            store: store.clone(),
             agents: store.tree(AGENTS_TREE)?,
             tools: store.tree(TOOLS_TREE)?,
             outcomes: store.tree(OUTCOMES_TREE)?,
+            store: store.clone(),
         })
     }
 }

@@ -8,14 +8,15 @@
 //! after a restart. Delivery is therefore at-least-once; receivers make processing idempotent by
 //! [`MessageId`].
 //!
-//! This crate holds the trait, its errors, the [`InMemoryBus`] backend, and (feature
-//! `testing`) the conformance suite every backend must pass. It does not hold the durable
-//! (sled) or distributed (NATS) backends.
+//! This crate holds the trait, its errors, the [`InMemoryBus`] backend, (feature `sled`) the
+//! durable `SledBus` backend in a run's database, and (feature `testing`) the conformance suite
+//! every backend must pass. It does not hold the distributed (NATS) backend.
 //!
 //! # Feature flags
 //!
 //! | feature   | what it adds |
 //! |-----------|--------------|
+//! | `sled`    | `SledBus`: the durable backend, in the sled database of a `run_store::RunStore` |
 //! | `testing` | the `testing` module: the conformance suite, for backend authors |
 //!
 //! ```
@@ -49,9 +50,13 @@ use async_trait::async_trait;
 use thiserror::Error;
 
 mod memory;
+#[cfg(feature = "sled")]
+mod sled;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
+#[cfg(feature = "sled")]
+pub use self::sled::SledBus;
 pub use memory::{DEFAULT_INBOX_CAPACITY, InMemoryBus};
 
 /// The message bus. Object-safe: hold it as `Arc<dyn MessageBus>`.
@@ -65,10 +70,13 @@ pub use memory::{DEFAULT_INBOX_CAPACITY, InMemoryBus};
 ///   an acknowledged message is gone for good;
 /// - a refused call changes nothing.
 ///
-/// Durability: when `send` returns `Ok` on a durable backend, the message survives a crash of
-/// the process; the in-memory backend keeps nothing across a restart. A durable backend that
-/// restarts keeps its registrations and puts every in-flight message back to pending, ahead of
-/// newer messages and in original order.
+/// Durability: if `send` returns `Ok` on a durable backend, the message survives a crash of the
+/// process and a loss of power; if `ack` returns `Ok`, it will not be delivered again. The same
+/// holds for `register` and `unregister`. `take` and `release` are not stored: a durable
+/// backend that restarts keeps its registrations and its messages, and puts every in-flight
+/// message back to pending, ahead of newer messages and in original order, so a message taken
+/// and not acknowledged before a crash is delivered again (at-least-once). The in-memory
+/// backend keeps nothing across a restart.
 #[async_trait]
 pub trait MessageBus: Send + Sync + 'static {
     /// Opens `agent`'s inbox. Registering an already registered agent changes nothing. An agent

@@ -1,5 +1,9 @@
-//! Integration tests: the conformance suite against `InMemoryBus`, and the trait's object safety.
+//! Integration tests: the conformance suite against `InMemoryBus` and `SledBus`, and the trait's
+//! object safety.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[cfg(feature = "sled")]
+mod sled;
 
 use std::sync::{Arc, Mutex};
 

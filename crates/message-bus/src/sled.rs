@@ -1,0 +1,609 @@
+//! The sled backend (feature `sled`): the bus's inboxes in a run's database, an in-memory mirror
+//! for reads, and every stored change committed (flushed and `fdatasync`ed) before a call returns.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::fmt;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use agent_state::{
+    Address, AgentId, BackendError, DecodeError, Message, MessageId, SYSTEM, check_agent_id,
+};
+use async_trait::async_trait;
+use run_store::RunStore;
+
+use crate::{DEFAULT_INBOX_CAPACITY, InboxError, MessageBus, RegisterError, SendError};
+
+/// A durable [`MessageBus`] in the sled database of a [`RunStore`].
+///
+/// **Durability.** When `register`, `unregister`, `send` or `ack` returns `Ok`, what it changed
+/// is in the run's database and has been flushed and `fdatasync`ed through
+/// [`RunStore::commit`]: it survives a crash of the process and a loss of power (with
+/// [`Durability::Synced`](run_store::Durability::Synced); with `NoSync` a power loss may undo
+/// it). Concurrent calls share one sync. `take` and `release` are not stored: which messages
+/// are in flight is deliberately forgotten, so after a restart every message that was not
+/// acknowledged is pending again, in the order it was sent, and is delivered again
+/// (at-least-once).
+///
+/// When a call fails with a backend error after the change was written (the commit failed),
+/// the change may or may not survive a crash: a sender that gets an error should send again,
+/// and the receiver deduplicates by [`MessageId`].
+///
+/// **Layout.** Three trees of the run's database:
+/// - [`REGISTERED_TREE`](Self::REGISTERED_TREE): one key per registered agent (its id), empty
+///   values;
+/// - [`MESSAGES_TREE`](Self::MESSAGES_TREE): one record per message in an inbox, keyed by the
+///   inbox's name (an agent id, or `system`), a zero byte, and a big-endian 64-bit sequence
+///   number, so that sled's key order is each inbox's send order; the value is the message in
+///   its versioned envelope ([`agent_state::encode`]). A broadcast stores one copy per inbox,
+///   all with the same sequence number;
+/// - [`META_TREE`](Self::META_TREE): `next_seq`, a bound below which sequence numbers may have
+///   been used. Sequence numbers are never reused, across restarts too.
+///
+/// **Reads** come from a mirror of the inboxes in memory, loaded when the bus opens, so `take`,
+/// `pending` and `inboxes_with_mail` cost what they cost on [`InMemoryBus`](crate::InMemoryBus).
+/// Every write goes to sled while the mirror's lock is held (so sled's order is the mirror's),
+/// and the lock is released before waiting for the commit.
+///
+/// **Damaged records.** [`open`](Self::open) reads every record; one that cannot be decoded is
+/// an error naming the tree and the record, and nothing is changed or dropped: the rest of the
+/// database stays readable.
+///
+/// ```
+/// use agent_state::{Address, AgentId, Message, MessageId, MessageKind, Timestamp};
+/// use message_bus::{MessageBus, SledBus};
+/// use run_store::{Durability, RunStore};
+///
+/// # tokio_test_block_on(async {
+/// let dir = tempfile::tempdir()?;
+/// let run = dir.path().join("run-1");
+/// let store = RunStore::create(&run, "run-1", Timestamp(0), Durability::Synced)?;
+/// let bus = SledBus::open(&store)?;
+/// let worker = AgentId::new("bottom-1");
+/// bus.register(&worker).await?;
+/// let msg = Message::new(MessageId::from_u128(1), Address::System, &worker,
+///                        MessageKind::TaskAssign, serde_json::json!("write hello.txt"), Timestamp(0));
+/// bus.send(msg.clone()).await?; // durable when this returns
+/// assert_eq!(bus.take(&Address::from(&worker), 8).await?, vec![msg.clone()]);
+/// drop((bus, store)); // a crash before the ack
+///
+/// let store = RunStore::open(&run, Durability::Synced)?;
+/// let bus = SledBus::open(&store)?;
+/// assert_eq!(bus.take(&Address::from(&worker), 8).await?, vec![msg]); // delivered again
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # }).unwrap();
+/// # fn tokio_test_block_on<F: std::future::Future>(f: F) -> F::Output {
+/// #     tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f)
+/// # }
+/// ```
+pub struct SledBus {
+    capacity: usize,
+    registered: sled::Tree,
+    messages: sled::Tree,
+    meta: sled::Tree,
+    state: Mutex<State>,
+    // Declared after the trees, so it drops after them: a store that closes while a tree of
+    // its database is alive cannot seal the run (see `run_store`).
+    store: RunStore,
+}
+
+/// The mirror of the stored inboxes, plus the in-flight state that is not stored.
+#[derive(Default)]
+struct State {
+    /// Every agent registered or holding messages; unregistered agents keep their inbox with
+    /// `registered` off.
+    agents: HashMap<AgentId, Inbox>,
+    /// The runtime's inbox, which always exists.
+    system: Inbox,
+    /// Agents whose pending queue is not empty (registered or not).
+    with_mail: HashSet<AgentId>,
+    /// The sequence number the next send uses.
+    next_seq: u64,
+    /// The `next_seq` bound stored in the meta tree: sequence numbers below it may be used
+    /// without writing it again.
+    reserved: u64,
+}
+
+/// One inbox.
+#[derive(Default)]
+struct Inbox {
+    registered: bool,
+    /// Not yet taken, oldest first.
+    pending: VecDeque<Entry>,
+    /// Taken and not yet acknowledged, in the order they were taken.
+    in_flight: VecDeque<Entry>,
+}
+
+/// A message and the sequence number of its record.
+struct Entry {
+    seq: u64,
+    message: Message,
+}
+
+/// The backend name in errors.
+const BACKEND: &str = "sled";
+/// The key of the sequence bound in the meta tree.
+const NEXT_SEQ_KEY: &[u8] = b"next_seq";
+/// Sequence numbers reserved with one write of the bound.
+const SEQ_BLOCK: u64 = 1 << 16;
+
+impl SledBus {
+    /// The tree of registered agents.
+    pub const REGISTERED_TREE: &'static str = "bus.registered";
+    /// The tree of messages, keyed by inbox and sequence number.
+    pub const MESSAGES_TREE: &'static str = "bus.messages";
+    /// The tree holding the sequence bound.
+    pub const META_TREE: &'static str = "bus.meta";
+
+    /// Opens the bus stored in `store` (an empty bus in a new run), with inboxes of
+    /// [`DEFAULT_INBOX_CAPACITY`] messages. Every stored message is pending, in send order.
+    ///
+    /// Fails, changing nothing, if a record cannot be decoded; the error names its tree and key.
+    pub fn open(store: &RunStore) -> Result<Self, BackendError> {
+        Self::with_capacity(store, DEFAULT_INBOX_CAPACITY)
+    }
+
+    /// [`open`](Self::open) with inboxes (the `system` inbox included) that hold `per_inbox`
+    /// messages each, pending and in flight together. The capacity is not stored: an inbox
+    /// that holds more after a restart with a smaller one refuses sends until it is drained.
+    pub fn with_capacity(store: &RunStore, per_inbox: usize) -> Result<Self, BackendError> {
+        let registered = store.tree(Self::REGISTERED_TREE)?;
+        let messages = store.tree(Self::MESSAGES_TREE)?;
+        let meta = store.tree(Self::META_TREE)?;
+        let state = load(&registered, &messages, &meta)?;
+        Ok(Self {
+            capacity: per_inbox,
+            registered,
+            messages,
+            meta,
+            state: Mutex::new(state),
+            store: store.clone(),
+        })
+    }
+
+    /// How many messages one inbox holds, pending and in flight together.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// The run store the bus lives in.
+    pub fn store(&self) -> &RunStore {
+        &self.store
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Every critical section writes to sled before it changes the mirror, and changes the
+        // mirror with calls that do not panic, so a poisoned lock still guards valid data.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn full(&self, inbox: &Inbox) -> bool {
+        inbox.pending.len() + inbox.in_flight.len() >= self.capacity
+    }
+
+    /// Waits until everything written so far is durable.
+    async fn commit(&self) -> Result<(), BackendError> {
+        self.store.commit().await
+    }
+
+    /// A sequence number for the next send, writing a new bound first if the reserved ones are
+    /// used up. Call with the lock held, once the send is known to go ahead; the caller
+    /// advances `next_seq` once the message is stored.
+    fn reserve_seq(&self, state: &mut State) -> Result<u64, BackendError> {
+        let seq = state.next_seq;
+        if seq >= state.reserved {
+            let bound = seq.saturating_add(SEQ_BLOCK);
+            self.meta
+                .insert(NEXT_SEQ_KEY, &bound.to_be_bytes())
+                .map_err(|e| write_failed(Self::META_TREE, e))?;
+            state.reserved = bound;
+        }
+        Ok(seq)
+    }
+
+    /// Sends to one inbox: `system` or a registered agent.
+    fn send_one(&self, state: &mut State, message: Message, value: &[u8]) -> Result<(), SendError> {
+        let inbox = match &message.to {
+            Address::Agent(agent) => match state.agents.get(agent) {
+                Some(inbox) if inbox.registered => inbox,
+                _ => {
+                    return Err(SendError::UnknownRecipient {
+                        id: message.id,
+                        kind: message.kind.as_str(),
+                        recipient: agent.clone(),
+                    });
+                }
+            },
+            _ => &state.system,
+        };
+        if self.full(inbox) {
+            return Err(SendError::InboxFull {
+                id: message.id,
+                inbox: message.to.clone(),
+                capacity: self.capacity,
+            });
+        }
+        let seq = self.reserve_seq(state)?;
+        self.messages
+            .insert(message_key(&message.to, seq), value)
+            .map_err(|e| write_failed(Self::MESSAGES_TREE, e))?;
+        state.next_seq = seq + 1;
+        let inbox = match &message.to {
+            Address::Agent(agent) => {
+                state.with_mail.insert(agent.clone());
+                state.agents.get_mut(agent)
+            }
+            _ => Some(&mut state.system),
+        };
+        if let Some(inbox) = inbox {
+            inbox.pending.push_back(Entry { seq, message });
+        }
+        Ok(())
+    }
+
+    /// Sends to every registered agent but the sender, all or nothing, in one sled batch.
+    fn broadcast(
+        &self,
+        state: &mut State,
+        message: Message,
+        value: &[u8],
+    ) -> Result<usize, SendError> {
+        let sender = message.from.agent();
+        let mut targets: Vec<AgentId> = state
+            .agents
+            .iter()
+            .filter(|(id, inbox)| inbox.registered && Some(*id) != sender)
+            .map(|(id, _)| id.clone())
+            .collect();
+        targets.sort_unstable();
+        // Report the full inbox with the smallest id, so the error is stable.
+        if let Some(full) =
+            targets.iter().find(|id| state.agents.get(*id).is_some_and(|inbox| self.full(inbox)))
+        {
+            return Err(SendError::InboxFull {
+                id: message.id,
+                inbox: Address::Agent(full.clone()),
+                capacity: self.capacity,
+            });
+        }
+        if targets.is_empty() {
+            return Ok(0);
+        }
+        let seq = self.reserve_seq(state)?;
+        let mut batch = sled::Batch::default();
+        for agent in &targets {
+            batch.insert(message_key(&Address::Agent(agent.clone()), seq), value);
+        }
+        self.messages.apply_batch(batch).map_err(|e| write_failed(Self::MESSAGES_TREE, e))?;
+        state.next_seq = seq + 1;
+        for agent in &targets {
+            if let Some(inbox) = state.agents.get_mut(agent) {
+                inbox.pending.push_back(Entry { seq, message: message.clone() });
+                state.with_mail.insert(agent.clone());
+            }
+        }
+        Ok(targets.len())
+    }
+}
+
+impl fmt::Debug for SledBus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = self.lock();
+        f.debug_struct("SledBus")
+            .field("run", &self.store.dir())
+            .field("capacity", &self.capacity)
+            .field("agents", &state.agents.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Inbox {
+    /// Puts every in-flight message back to pending, ahead and in order; returns how many.
+    fn release(&mut self) -> usize {
+        let released = self.in_flight.len();
+        if self.pending.is_empty() {
+            std::mem::swap(&mut self.pending, &mut self.in_flight);
+        } else {
+            for entry in self.in_flight.drain(..).rev() {
+                self.pending.push_front(entry);
+            }
+        }
+        released
+    }
+}
+
+impl State {
+    /// The inbox `address` names, for reading: `system` or a registered agent.
+    fn inbox_mut(&mut self, address: &Address) -> Result<&mut Inbox, InboxError> {
+        match address {
+            Address::System => Ok(&mut self.system),
+            Address::Broadcast => Err(InboxError::NotAnInbox),
+            Address::Agent(agent) => match self.agents.get_mut(agent) {
+                Some(inbox) if inbox.registered => Ok(inbox),
+                _ => Err(InboxError::NotRegistered { agent: agent.clone() }),
+            },
+        }
+    }
+}
+
+#[async_trait]
+impl MessageBus for SledBus {
+    async fn register(&self, agent: &AgentId) -> Result<(), RegisterError> {
+        check_agent_id(agent.as_str()).map_err(|kind| RegisterError::InvalidAgent {
+            agent: agent.to_string(),
+            reason: kind.to_string(),
+        })?;
+        {
+            let mut state = self.lock();
+            let registered = state.agents.get(agent).is_some_and(|inbox| inbox.registered);
+            if !registered {
+                self.registered
+                    .insert(agent.as_str(), &[])
+                    .map_err(|e| write_failed(Self::REGISTERED_TREE, e))?;
+                state.agents.entry(agent.clone()).or_default().registered = true;
+            }
+        }
+        // Commit even when already registered: the call that registered it may not have
+        // committed yet.
+        Ok(self.commit().await?)
+    }
+
+    async fn unregister(&self, agent: &AgentId) -> Result<(), RegisterError> {
+        {
+            let mut state = self.lock();
+            match state.agents.get_mut(agent) {
+                Some(inbox) if inbox.registered => {
+                    self.registered
+                        .remove(agent.as_str())
+                        .map_err(|e| write_failed(Self::REGISTERED_TREE, e))?;
+                    inbox.registered = false;
+                }
+                _ => return Err(RegisterError::NotRegistered { agent: agent.clone() }),
+            }
+        }
+        Ok(self.commit().await?)
+    }
+
+    async fn is_registered(&self, agent: &AgentId) -> Result<bool, BackendError> {
+        Ok(self.lock().agents.get(agent).is_some_and(|inbox| inbox.registered))
+    }
+
+    async fn registered(&self) -> Result<Vec<AgentId>, BackendError> {
+        let mut agents: Vec<AgentId> = self
+            .lock()
+            .agents
+            .iter()
+            .filter(|(_, inbox)| inbox.registered)
+            .map(|(id, _)| id.clone())
+            .collect();
+        agents.sort_unstable();
+        Ok(agents)
+    }
+
+    async fn send(&self, message: Message) -> Result<usize, SendError> {
+        if message.from == Address::Broadcast {
+            return Err(SendError::InvalidSender { id: message.id });
+        }
+        // Encode before taking the lock: senders serialise only on the sled write.
+        let value = agent_state::encode(&message).map_err(|e| {
+            BackendError::with_source(BACKEND, format!("cannot encode message {}", message.id), e)
+        })?;
+        let delivered = {
+            let mut state = self.lock();
+            if message.to == Address::Broadcast {
+                self.broadcast(&mut state, message, &value)?
+            } else {
+                self.send_one(&mut state, message, &value)?;
+                1
+            }
+        };
+        self.commit().await?;
+        Ok(delivered)
+    }
+
+    async fn take(&self, inbox: &Address, max: usize) -> Result<Vec<Message>, InboxError> {
+        let mut state = self.lock();
+        let queue = state.inbox_mut(inbox)?;
+        let n = max.min(queue.pending.len());
+        let mut taken = Vec::with_capacity(n);
+        for entry in queue.pending.drain(..n) {
+            taken.push(entry.message.clone());
+            queue.in_flight.push_back(entry);
+        }
+        if queue.pending.is_empty()
+            && let Address::Agent(agent) = inbox
+        {
+            state.with_mail.remove(agent);
+        }
+        Ok(taken)
+    }
+
+    async fn ack(&self, inbox: &Address, ids: &[MessageId]) -> Result<usize, InboxError> {
+        let removed = {
+            let mut state = self.lock();
+            let queue = state.inbox_mut(inbox)?;
+            let removed = acked(&queue.in_flight, ids);
+            if !removed.is_empty() {
+                let mut batch = sled::Batch::default();
+                for &i in &removed {
+                    batch.remove(message_key(inbox, queue.in_flight[i].seq));
+                }
+                self.messages
+                    .apply_batch(batch)
+                    .map_err(|e| write_failed(Self::MESSAGES_TREE, e))?;
+                let mut index = 0;
+                let mut next = removed.iter().peekable();
+                queue.in_flight.retain(|_| {
+                    let remove = next.next_if_eq(&&index).is_some();
+                    index += 1;
+                    !remove
+                });
+            }
+            removed.len()
+        };
+        // Commit even when nothing was removed: a concurrent ack of the same ids may not have
+        // committed yet, and this one's `Ok` promises the messages are gone.
+        self.commit().await?;
+        Ok(removed)
+    }
+
+    async fn release(&self, inbox: &Address) -> Result<usize, InboxError> {
+        let mut state = self.lock();
+        let released = state.inbox_mut(inbox)?.release();
+        if released > 0
+            && let Address::Agent(agent) = inbox
+        {
+            state.with_mail.insert(agent.clone());
+        }
+        Ok(released)
+    }
+
+    async fn pending(&self, inbox: &Address) -> Result<usize, InboxError> {
+        Ok(self.lock().inbox_mut(inbox)?.pending.len())
+    }
+
+    async fn inboxes_with_mail(&self) -> Result<Vec<AgentId>, BackendError> {
+        let state = self.lock();
+        let mut agents: Vec<AgentId> = state
+            .with_mail
+            .iter()
+            .filter(|id| state.agents.get(*id).is_some_and(|inbox| inbox.registered))
+            .cloned()
+            .collect();
+        agents.sort_unstable();
+        Ok(agents)
+    }
+}
+
+/// The positions in `in_flight` of the messages whose id is in `ids`, ascending.
+///
+/// The common case, acknowledging a batch in the order it was taken, costs one comparison per
+/// message; anything else falls back to a lookup of `ids` (sorted when there are many).
+fn acked(in_flight: &VecDeque<Entry>, ids: &[MessageId]) -> Vec<usize> {
+    let prefix = in_flight.iter().zip(ids).take_while(|(e, id)| e.message.id == **id).count();
+    let mut removed: Vec<usize> = (0..prefix).collect();
+    if prefix < in_flight.len() && !ids.is_empty() {
+        // The bus does not deduplicate, so an id of the prefix may appear again further on.
+        let rest = in_flight.iter().enumerate().skip(prefix);
+        if ids.len() <= 8 {
+            removed.extend(rest.filter(|(_, e)| ids.contains(&e.message.id)).map(|(i, _)| i));
+        } else {
+            let mut sorted = ids.to_vec();
+            sorted.sort_unstable();
+            removed.extend(
+                rest.filter(|(_, e)| sorted.binary_search(&e.message.id).is_ok()).map(|(i, _)| i),
+            );
+        }
+    }
+    removed
+}
+
+/// Reads every stored record into a fresh mirror.
+fn load(
+    registered: &sled::Tree,
+    messages: &sled::Tree,
+    meta: &sled::Tree,
+) -> Result<State, BackendError> {
+    let mut state = State::default();
+    for record in registered.iter() {
+        let (key, _) = record.map_err(|e| read_failed(SledBus::REGISTERED_TREE, e))?;
+        let agent = std::str::from_utf8(&key)
+            .ok()
+            .filter(|id| check_agent_id(id).is_ok())
+            .ok_or_else(|| damaged(SledBus::REGISTERED_TREE, &raw_key(&key), "not an agent id"))?;
+        state.agents.insert(AgentId::new(agent), Inbox { registered: true, ..Inbox::default() });
+    }
+
+    let mut end = 0;
+    for record in messages.iter() {
+        let (key, value) = record.map_err(|e| read_failed(SledBus::MESSAGES_TREE, e))?;
+        let Some((address, seq)) = parse_message_key(&key) else {
+            return Err(damaged(
+                SledBus::MESSAGES_TREE,
+                &raw_key(&key),
+                "not an inbox name, a zero byte and a sequence number",
+            ));
+        };
+        let message =
+            agent_state::decode::<Message>(&value).map_err(|e| undecodable(&address, seq, e))?;
+        let inbox = match &address {
+            Address::Agent(agent) => {
+                state.with_mail.insert(agent.clone());
+                state.agents.entry(agent.clone()).or_default()
+            }
+            _ => &mut state.system,
+        };
+        // Keys come in order, so each inbox's records come in sequence order.
+        inbox.pending.push_back(Entry { seq, message });
+        end = end.max(seq.saturating_add(1));
+    }
+
+    let bound = match meta.get(NEXT_SEQ_KEY).map_err(|e| read_failed(SledBus::META_TREE, e))? {
+        None => 0,
+        Some(value) => {
+            let bytes = <[u8; 8]>::try_from(value.as_ref()).map_err(|_| {
+                damaged(SledBus::META_TREE, "`next_seq`", "not a 64-bit sequence number")
+            })?;
+            u64::from_be_bytes(bytes)
+        }
+    };
+    state.next_seq = end.max(bound);
+    state.reserved = state.next_seq;
+    Ok(state)
+}
+
+/// The key of the record of message `seq` in `inbox` (an agent or `system`).
+fn message_key(inbox: &Address, seq: u64) -> Vec<u8> {
+    let name = inbox.as_str().as_bytes();
+    let mut key = Vec::with_capacity(name.len() + 9);
+    key.extend_from_slice(name);
+    key.push(0);
+    key.extend_from_slice(&seq.to_be_bytes());
+    key
+}
+
+/// The inbox and sequence number of a message key, if it is one.
+fn parse_message_key(key: &[u8]) -> Option<(Address, u64)> {
+    let split = key.iter().position(|&b| b == 0)?;
+    let name = std::str::from_utf8(&key[..split]).ok()?;
+    let seq = u64::from_be_bytes(key[split + 1..].try_into().ok()?);
+    let address = if name == SYSTEM {
+        Address::System
+    } else {
+        check_agent_id(name).ok()?;
+        Address::Agent(AgentId::new(name))
+    };
+    Some((address, seq))
+}
+
+/// A key that cannot be parsed, as printable text.
+fn raw_key(key: &[u8]) -> String {
+    format!("\"{}\"", key.escape_ascii())
+}
+
+fn damaged(tree: &str, key: &str, what: &str) -> BackendError {
+    BackendError::new(
+        BACKEND,
+        format!(
+            "cannot read record {key} of tree `{tree}`: {what}; the run's message bus is damaged, restore the run from a copy or remove that record"
+        ),
+    )
+}
+
+fn undecodable(inbox: &Address, seq: u64, error: DecodeError) -> BackendError {
+    BackendError::with_source(
+        BACKEND,
+        format!(
+            "cannot read record `{inbox} #{seq}` of tree `{}`: {error}; the run's message bus is damaged, restore the run from a copy or remove that record",
+            SledBus::MESSAGES_TREE
+        ),
+        error,
+    )
+}
+
+fn read_failed(tree: &str, error: sled::Error) -> BackendError {
+    BackendError::with_source(BACKEND, format!("cannot read tree `{tree}`"), error)
+}
+
+fn write_failed(tree: &str, error: sled::Error) -> BackendError {
+    BackendError::with_source(BACKEND, format!("cannot write to tree `{tree}`"), error)
+}
