@@ -15,11 +15,12 @@ struct Step {
 }
 
 /// The steps, in the order CI runs them.
-const STEPS: [Step; 6] = [
+const STEPS: [Step; 7] = [
     Step { name: "fmt", run: fmt },
     Step { name: "clippy", run: clippy },
     Step { name: "doc", run: doc },
     Step { name: "tests", run: tests },
+    Step { name: "torture", run: torture },
     Step { name: "layering", run: layering },
     Step { name: "tidy", run: tidy::run },
 ];
@@ -57,6 +58,11 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     }
     println!("\nci: all {} steps passed ({})", STEPS.len(), summary(&passed, started));
     Ok(())
+}
+
+/// The crash torture harness in its short form.
+fn torture(root: &Path) -> anyhow::Result<()> {
+    crate::torture::run(root, crate::torture::CI_KILLS, None)
 }
 
 fn fmt(root: &Path) -> anyhow::Result<()> {

@@ -10,6 +10,7 @@ mod bench;
 mod ci;
 mod coverage;
 mod tidy;
+mod torture;
 
 #[cfg(test)]
 mod tests;
@@ -29,6 +30,9 @@ commands:
   coverage        line coverage of the workspace tests with cargo-llvm-cov
   bench [--quick] run the criterion benches and print one table of the results
                   (--quick is passed to criterion: fewer samples, rougher numbers)
+  torture [--kills N] [--seed S]
+                  crash torture: run strata on a plan, SIGKILL it at random moments,
+                  resume, repeat (default 500 kills; CI runs 50), then verify the result
   help            print this text";
 
 fn main() -> ExitCode {
@@ -44,6 +48,9 @@ fn main() -> ExitCode {
         ["coverage"] => coverage::run(&root),
         ["bench"] => bench::run(&root, false),
         ["bench", "--quick"] => bench::run(&root, true),
+        ["torture", rest @ ..] => {
+            torture_args(rest).and_then(|(kills, seed)| torture::run(&root, kills, seed))
+        }
         _ => Err(anyhow::anyhow!("unknown arguments `{}`\n\n{USAGE}", args.join(" "))),
     };
     match result {
@@ -53,6 +60,31 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Parses `[--kills N] [--seed S]`.
+fn torture_args(args: &[&str]) -> anyhow::Result<(u32, Option<u64>)> {
+    let (mut kills, mut seed) = (torture::FULL_KILLS, None);
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let value = it.next().with_context(|| format!("{arg} needs a value"))?;
+        match *arg {
+            "--kills" => {
+                kills = value
+                    .parse()
+                    .with_context(|| format!("--kills takes a number, not `{value}`"))?
+            }
+            "--seed" => {
+                seed = Some(
+                    value
+                        .parse()
+                        .with_context(|| format!("--seed takes a number, not `{value}`"))?,
+                )
+            }
+            other => bail!("unknown option `{other}`\n\n{USAGE}"),
+        }
+    }
+    Ok((kills, seed))
 }
 
 /// The workspace root: the parent of this crate's manifest directory.

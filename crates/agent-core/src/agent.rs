@@ -23,7 +23,7 @@ use crate::error::AgentError;
 use crate::protocol::{ErrorReport, HeartbeatAck};
 use crate::reasoner::{Persona, Reasoner, ToolCall};
 use crate::state::{AgentRecord, REMEMBERED_MESSAGE_IDS, StateStore};
-use crate::tools::{ToolContext, ToolOutput, ToolRegistry};
+use crate::tools::{Recovery, ToolContext, ToolError, ToolOutput, ToolRegistry};
 
 /// Most messages one heartbeat takes from the inbox (seed 001 §8.2 batches per heartbeat).
 pub const MAX_MESSAGES_PER_HEARTBEAT: usize = 256;
@@ -452,38 +452,103 @@ impl AgentContext {
         Ok(self.deps.governance.get(id).await?)
     }
 
-    /// Calls a tool at most once per `key` for tools with side effects: a successful result is
-    /// recorded in the state store before it is returned, and a later call with the same key
-    /// (a resumed run redoing the work) gets the recorded result without running the tool again.
+    /// Calls a tool with side effects once per `key`, across crashes:
+    ///
+    /// 1. a result recorded under `key` is returned without running the tool again;
+    /// 2. otherwise the call is recorded as started (durably), runs with a crash journal where
+    ///    the tool keeps one, and its successful result is recorded before it is returned (a
+    ///    failed call is forgotten, so a retry runs it again);
+    /// 3. a call found started but without a result was interrupted by a crash: the tool's
+    ///    journal says whether it completed (its result is adopted) or never started (it runs);
+    ///    if that cannot be known, an idempotent tool runs again and any other fails with
+    ///    [`ToolError::Interrupted`](crate::tools::ToolError::Interrupted) rather than risk
+    ///    a second effect.
+    ///
     /// Tools without side effects simply run.
     pub async fn call_tool_once(
         &mut self,
         key: &str,
         call: &ToolCall,
     ) -> Result<ToolOutput, AgentError> {
-        let side_effects = self.deps.tools.get(&call.tool).is_some_and(|t| t.has_side_effects());
-        if !side_effects {
+        let Some(tool) = self.deps.tools.get(&call.tool).filter(|t| t.has_side_effects()) else {
             return self.call_tool(call).await;
-        }
+        };
         let key = format!("{}/{key}", self.id());
-        if let Some(recorded) = self.deps.state.tool(&key).await? {
-            self.audit(AuditEvent::ToolCall {
-                tool: call.tool.clone(),
-                args: call.args.clone(),
-                success: recorded.success,
-                summary: format!(
-                    "recorded result reused, tool not run again: {}",
-                    shorten(&recorded.output)
-                ),
-            })
-            .await?;
-            return Ok(recorded);
+        let state = self.deps.state.clone();
+        match state.tool(&key).await? {
+            Some(Some(recorded)) => {
+                self.audit_tool(
+                    call,
+                    recorded.success,
+                    format!(
+                        "recorded result reused, tool not run again: {}",
+                        shorten(&recorded.output)
+                    ),
+                )
+                .await?;
+                return Ok(recorded);
+            }
+            Some(None) => {
+                let recovery = self
+                    .deps
+                    .tools
+                    .recover(&self.deps.workspace, &call.tool, call.args.clone(), &key)
+                    .await;
+                match recovery {
+                    Ok(Recovery::Completed(output)) => {
+                        state.record_tool(&key, &output).await?;
+                        self.audit_tool(
+                            call,
+                            output.success,
+                            format!(
+                                "completed before a crash; result adopted, not run again: {}",
+                                shorten(&output.output)
+                            ),
+                        )
+                        .await?;
+                        return Ok(output);
+                    }
+                    Ok(Recovery::NotStarted) => {}
+                    Ok(Recovery::Unknown) | Err(_) if tool.idempotent() => {}
+                    Ok(Recovery::Unknown) | Err(_) => {
+                        let error = ToolError::Interrupted { tool: call.tool.clone() };
+                        self.audit_tool(call, false, error.to_string()).await?;
+                        return Err(error.into());
+                    }
+                }
+            }
+            None => state.begin_tool(&key).await?,
         }
-        let output = self.call_tool(call).await?;
-        if output.success {
-            self.deps.state.record_tool(&key, &output).await?;
+        let result = self
+            .deps
+            .tools
+            .call_journaled(&self.deps.workspace, &call.tool, call.args.clone(), &key)
+            .await;
+        let (success, summary) = match &result {
+            Ok(out) => (out.success, shorten(&out.output)),
+            Err(e) => (false, shorten(&e.to_string())),
+        };
+        match &result {
+            Ok(output) if output.success => state.record_tool(&key, output).await?,
+            _ => state.forget_tool(&key).await?,
         }
-        Ok(output)
+        self.audit_tool(call, success, summary).await?;
+        Ok(result?)
+    }
+
+    async fn audit_tool(
+        &self,
+        call: &ToolCall,
+        success: bool,
+        summary: String,
+    ) -> Result<(), AgentError> {
+        self.audit(AuditEvent::ToolCall {
+            tool: call.tool.clone(),
+            args: call.args.clone(),
+            success,
+            summary,
+        })
+        .await
     }
 
     /// Calls a tool through the registry, confined to the workspace, and audits the call.

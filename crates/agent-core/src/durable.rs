@@ -88,6 +88,16 @@ impl AuditLog for SledAuditLog {
     }
 }
 
+impl SledStateStore {
+    async fn put_tool(&self, key: &str, output: Option<ToolOutput>) -> Result<(), BackendError> {
+        let record = ToolRecord { key: key.to_owned(), output };
+        let bytes = encode(&record)
+            .map_err(|e| BackendError::with_source("sled", "cannot encode a tool record", e))?;
+        self.tools.insert(key.as_bytes(), bytes).map_err(sled_error)?;
+        self.store.commit().await
+    }
+}
+
 /// Agents' state, tool results and outcomes in a run directory.
 pub struct SledStateStore {
     agents: sled::Tree,
@@ -133,15 +143,20 @@ impl StateStore for SledStateStore {
         Ok(records)
     }
 
+    async fn begin_tool(&self, key: &str) -> Result<(), BackendError> {
+        self.put_tool(key, None).await
+    }
+
     async fn record_tool(&self, key: &str, output: &ToolOutput) -> Result<(), BackendError> {
-        let record = ToolRecord { key: key.to_owned(), output: output.clone() };
-        let bytes = encode(&record)
-            .map_err(|e| BackendError::with_source("sled", "cannot encode a tool record", e))?;
-        self.tools.insert(key.as_bytes(), bytes).map_err(sled_error)?;
+        self.put_tool(key, Some(output.clone())).await
+    }
+
+    async fn forget_tool(&self, key: &str) -> Result<(), BackendError> {
+        self.tools.remove(key.as_bytes()).map_err(sled_error)?;
         self.store.commit().await
     }
 
-    async fn tool(&self, key: &str) -> Result<Option<ToolOutput>, BackendError> {
+    async fn tool(&self, key: &str) -> Result<Option<Option<ToolOutput>>, BackendError> {
         let Some(value) = self.tools.get(key.as_bytes()).map_err(sled_error)? else {
             return Ok(None);
         };

@@ -36,13 +36,14 @@ impl Versioned for AgentRecord {
     const VERSION: u32 = 1;
 }
 
-/// A tool result kept so that a resumed run does not run a side effect twice.
+/// A side-effecting tool call as kept so that a resumed run does not run it twice: started
+/// (written before the tool runs), then its result.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ToolRecord {
     /// The journal key: agent, subtask, attempt and call number.
     pub key: String,
-    /// What the tool returned.
-    pub output: ToolOutput,
+    /// What the tool returned; `None` while it runs (or if a crash interrupted it).
+    pub output: Option<ToolOutput>,
 }
 
 impl Versioned for ToolRecord {
@@ -75,11 +76,17 @@ pub trait StateStore: Send + Sync + 'static {
     /// Every saved agent, by id.
     async fn agents(&self) -> Result<Vec<AgentRecord>, BackendError>;
 
-    /// Records the result of a side-effecting tool call under `key`.
+    /// Records that the side-effecting tool call `key` is about to run (before it runs).
+    async fn begin_tool(&self, key: &str) -> Result<(), BackendError>;
+
+    /// Records the result of the side-effecting tool call `key`.
     async fn record_tool(&self, key: &str, output: &ToolOutput) -> Result<(), BackendError>;
 
-    /// The result recorded under `key`, if any.
-    async fn tool(&self, key: &str) -> Result<Option<ToolOutput>, BackendError>;
+    /// Forgets the call `key` (it failed, and may run again on a retry).
+    async fn forget_tool(&self, key: &str) -> Result<(), BackendError>;
+
+    /// What is recorded under `key`: nothing, started (`Some(None)`), or its result.
+    async fn tool(&self, key: &str) -> Result<Option<Option<ToolOutput>>, BackendError>;
 
     /// Records how a task ended. The first outcome recorded for a task wins.
     async fn record_outcome(&self, outcome: &TaskOutcome) -> Result<(), BackendError>;
@@ -97,7 +104,7 @@ pub struct InMemoryStateStore {
 #[derive(Debug, Default)]
 struct Inner {
     agents: BTreeMap<AgentId, AgentRecord>,
-    tools: BTreeMap<String, ToolOutput>,
+    tools: BTreeMap<String, Option<ToolOutput>>,
     outcomes: BTreeMap<String, TaskOutcome>,
 }
 
@@ -123,12 +130,22 @@ impl StateStore for InMemoryStateStore {
         Ok(self.lock().agents.values().cloned().collect())
     }
 
-    async fn record_tool(&self, key: &str, output: &ToolOutput) -> Result<(), BackendError> {
-        self.lock().tools.insert(key.to_owned(), output.clone());
+    async fn begin_tool(&self, key: &str) -> Result<(), BackendError> {
+        self.lock().tools.insert(key.to_owned(), None);
         Ok(())
     }
 
-    async fn tool(&self, key: &str) -> Result<Option<ToolOutput>, BackendError> {
+    async fn record_tool(&self, key: &str, output: &ToolOutput) -> Result<(), BackendError> {
+        self.lock().tools.insert(key.to_owned(), Some(output.clone()));
+        Ok(())
+    }
+
+    async fn forget_tool(&self, key: &str) -> Result<(), BackendError> {
+        self.lock().tools.remove(key);
+        Ok(())
+    }
+
+    async fn tool(&self, key: &str) -> Result<Option<Option<ToolOutput>>, BackendError> {
         Ok(self.lock().tools.get(key).cloned())
     }
 

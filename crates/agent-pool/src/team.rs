@@ -493,7 +493,12 @@ async fn drive(
     loop {
         tokio::select! {
             _ = interval.tick() => {}
-            _ = stop.changed() => return scheduler,
+            _ = stop.changed() => {
+                // Let the running heartbeats finish, then read what they reported.
+                scheduler.settle().await;
+                drain_system(bus.as_ref(), state.as_ref(), &outcomes).await;
+                return scheduler;
+            }
         }
         let report = scheduler.tick().await;
         tracing::trace!(

@@ -89,6 +89,16 @@ pub enum ToolError {
         /// The limit in bytes.
         limit: u64,
     },
+    /// A side-effecting call was interrupted by a crash and it cannot be known whether it had
+    /// its effect; it is not run again (at most once).
+    #[error(
+        "tool `{tool}` was interrupted by a crash while running and may or may not have had its effect; \
+         it is not run again: check the workspace and re-plan the step"
+    )]
+    Interrupted {
+        /// The tool's name.
+        tool: String,
+    },
     /// The tool failed for another reason, described in `message`.
     #[error("tool `{tool}` failed: {message}")]
     Failed {
@@ -119,6 +129,7 @@ impl ToolError {
             | Self::InvalidArguments { .. }
             | Self::PathOutsideWorkspace { .. }
             | Self::TooLarge { .. }
+            | Self::Interrupted { .. }
             | Self::Failed { .. } => false,
         }
     }

@@ -177,6 +177,11 @@ impl Tool for WriteFile {
         true
     }
 
+    /// Writing the same content again leaves the same file.
+    fn idempotent(&self) -> bool {
+        true
+    }
+
     async fn call(&self, ctx: &ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
         let WriteArgs { path, content } = parse(Self::NAME, args)?;
         let root = ctx.workspace().to_path_buf();

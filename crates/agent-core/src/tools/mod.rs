@@ -96,6 +96,47 @@ pub trait Tool: Send + Sync {
         ctx: &ToolContext,
         args: serde_json::Value,
     ) -> Result<ToolOutput, ToolError>;
+
+    /// Whether running the tool twice with the same arguments has the same effect as once
+    /// (`write_file` writes the same bytes), so a call interrupted by a crash may simply run
+    /// again. Defaults to "no side effects".
+    fn idempotent(&self) -> bool {
+        !self.has_side_effects()
+    }
+
+    /// Like [`call`](Tool::call), keeping a crash journal in `journal` (an empty directory the
+    /// caller owns) from which [`recover`](Tool::recover) can learn, after the caller crashed,
+    /// whether the call completed. The default keeps no journal.
+    async fn call_journaled(
+        &self,
+        ctx: &ToolContext,
+        args: serde_json::Value,
+        _journal: &Path,
+    ) -> Result<ToolOutput, ToolError> {
+        self.call(ctx, args).await
+    }
+
+    /// After a crash, what became of a call started with [`call_journaled`](Tool::call_journaled)
+    /// and this `journal`. The default knows nothing ([`Recovery::Unknown`]).
+    async fn recover(
+        &self,
+        _ctx: &ToolContext,
+        _args: serde_json::Value,
+        _journal: &Path,
+    ) -> Result<Recovery, ToolError> {
+        Ok(Recovery::Unknown)
+    }
+}
+
+/// What [`Tool::recover`] found out about a call interrupted by a crash.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Recovery {
+    /// The call completed (perhaps after the crash); this is its result.
+    Completed(ToolOutput),
+    /// The call never started: running it now runs it once.
+    NotStarted,
+    /// It cannot be known whether the call had its effect.
+    Unknown,
 }
 
 /// What a tool call produced.
@@ -109,11 +150,13 @@ pub struct ToolOutput {
     pub data: serde_json::Value,
 }
 
-/// Where and how tools run: the workspace root and the default shell timeout.
+/// Where and how tools run: the workspace root, the default shell timeout, and where crash
+/// journals of side-effecting calls are kept.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ToolContext {
     workspace: PathBuf,
     shell_timeout: Duration,
+    journal: Option<PathBuf>,
 }
 
 impl ToolContext {
@@ -130,7 +173,21 @@ impl ToolContext {
         let fail = |source| WorkspaceError { path: requested.to_path_buf(), source };
         std::fs::create_dir_all(requested).map_err(fail)?;
         let workspace = std::fs::canonicalize(requested).map_err(fail)?;
-        Ok(Self { workspace, shell_timeout: Self::DEFAULT_SHELL_TIMEOUT })
+        Ok(Self { workspace, shell_timeout: Self::DEFAULT_SHELL_TIMEOUT, journal: None })
+    }
+
+    /// The same context keeping crash journals of side-effecting calls under `dir` (a run
+    /// directory's `journal/`), so that a resumed run can tell whether an interrupted call
+    /// completed. Without one, an interrupted non-idempotent call is never run again.
+    #[must_use]
+    pub fn with_journal(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.journal = Some(dir.into());
+        self
+    }
+
+    /// Where crash journals are kept, if anywhere.
+    pub fn journal(&self) -> Option<&Path> {
+        self.journal.as_deref()
     }
 
     /// The same context with `timeout` as the default for `shell` calls without `timeout_ms`.

@@ -7,7 +7,9 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::schema::{check_schema, validate};
-use super::{ListDir, ReadFile, Shell, Tool, ToolContext, ToolError, ToolOutput, WriteFile};
+use super::{
+    ListDir, ReadFile, Recovery, Shell, Tool, ToolContext, ToolError, ToolOutput, WriteFile,
+};
 
 /// The tools an agent may call, by unique name.
 ///
@@ -90,10 +92,70 @@ impl ToolRegistry {
         tracing::debug!(tool = name, "calling tool");
         tool.call(ctx, args).await
     }
+
+    fn checked(&self, name: &str, args: &Value) -> Result<&Arc<dyn Tool>, ToolError> {
+        let Some(tool) = self.tools.get(name) else {
+            return Err(ToolError::UnknownTool {
+                name: name.to_owned(),
+                available: self.tools.keys().cloned().collect(),
+            });
+        };
+        let problems = validate(tool.schema(), args);
+        if !problems.is_empty() {
+            return Err(ToolError::InvalidArguments { tool: name.to_owned(), problems });
+        }
+        Ok(tool)
+    }
+
+    /// [`call`](Self::call) keeping the call's crash journal under the context's journal
+    /// directory, in a directory named after `key` (see [`Tool::call_journaled`]). Without a
+    /// journal directory this is `call`.
+    pub async fn call_journaled(
+        &self,
+        ctx: &ToolContext,
+        name: &str,
+        args: Value,
+        key: &str,
+    ) -> Result<ToolOutput, ToolError> {
+        let tool = self.checked(name, &args)?;
+        match ctx.journal() {
+            Some(root) => tool.call_journaled(ctx, args, &root.join(journal_name(key))).await,
+            None => tool.call(ctx, args).await,
+        }
+    }
+
+    /// What became of a call started with [`call_journaled`](Self::call_journaled) under `key`
+    /// before a crash (see [`Tool::recover`]).
+    pub async fn recover(
+        &self,
+        ctx: &ToolContext,
+        name: &str,
+        args: Value,
+        key: &str,
+    ) -> Result<Recovery, ToolError> {
+        let tool = self.checked(name, &args)?;
+        match ctx.journal() {
+            Some(root) => tool.recover(ctx, args, &root.join(journal_name(key))).await,
+            None => Ok(Recovery::Unknown),
+        }
+    }
 }
 
 impl fmt::Debug for ToolRegistry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ToolRegistry").field("tools", &self.names()).finish()
     }
+}
+
+/// A directory name for a journal key: safe characters kept, everything else as `_XX` hex.
+fn journal_name(key: &str) -> String {
+    key.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b == b'-' || b == b'.' {
+                (b as char).to_string()
+            } else {
+                format!("_{b:02x}")
+            }
+        })
+        .collect()
 }

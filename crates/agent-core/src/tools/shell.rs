@@ -14,7 +14,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::fs::{blocking, parse};
-use super::{Tool, ToolContext, ToolError, ToolOutput};
+use super::{Recovery, Tool, ToolContext, ToolError, ToolOutput};
 
 /// The most of each of stdout and stderr that `shell` keeps: 64 KiB; the rest is counted and
 /// replaced by a `[truncated: N more bytes]` line.
@@ -114,6 +114,159 @@ impl Tool for Shell {
         };
         let root = ctx.workspace().to_path_buf();
         blocking(Self::NAME, move || run(&root, &command, timeout)).await
+    }
+
+    /// Runs the command under a small `sh` runner in its own process group that writes the
+    /// command's output and exit code into `journal`. If the caller dies, the runner still
+    /// finishes and records the outcome, so [`recover`](Tool::recover) can adopt it.
+    async fn call_journaled(
+        &self,
+        ctx: &ToolContext,
+        args: Value,
+        journal: &Path,
+    ) -> Result<ToolOutput, ToolError> {
+        let (command, timeout) = self.parse_args(ctx, args)?;
+        let root = ctx.workspace().to_path_buf();
+        let journal = journal.to_path_buf();
+        blocking(Self::NAME, move || run_journaled(&root, &command, timeout, &journal)).await
+    }
+
+    async fn recover(
+        &self,
+        ctx: &ToolContext,
+        args: Value,
+        journal: &Path,
+    ) -> Result<Recovery, ToolError> {
+        let (_, timeout) = self.parse_args(ctx, args)?;
+        let journal = journal.to_path_buf();
+        blocking(Self::NAME, move || Ok(recover(&journal, timeout))).await
+    }
+}
+
+impl Shell {
+    fn parse_args(&self, ctx: &ToolContext, args: Value) -> Result<(String, Duration), ToolError> {
+        let ShellArgs { command, timeout_ms } = parse(Self::NAME, args)?;
+        if command.is_empty() {
+            return Err(ToolError::invalid(Self::NAME, "`command`: must not be empty"));
+        }
+        let timeout = match timeout_ms {
+            Some(0) => {
+                return Err(ToolError::invalid(
+                    Self::NAME,
+                    "`timeout_ms`: 0 is less than the minimum 1",
+                ));
+            }
+            Some(ms) => Duration::from_millis(ms.min(MAX_SHELL_TIMEOUT_MS)),
+            None => ctx.shell_timeout(),
+        };
+        Ok((command, timeout))
+    }
+}
+
+/// The journal runner: marks that it started, runs the command with its output in files, then
+/// publishes the exit code atomically (`done` appears only once it is complete).
+const RUNNER: &str = r#"echo $$ > "$2/started"; sh -c "$1" > "$2/out" 2> "$2/err" < /dev/null; echo $? > "$2/done.tmp"; mv "$2/done.tmp" "$2/done""#;
+
+/// How long recovery waits for a runner that may have been spawned just before a crash to
+/// show that it started.
+const START_GRACE: Duration = Duration::from_millis(500);
+
+fn run_journaled(
+    root: &Path,
+    command: &str,
+    timeout: Duration,
+    journal: &Path,
+) -> Result<ToolOutput, ToolError> {
+    const TOOL: &str = Shell::NAME;
+    std::fs::create_dir_all(journal).map_err(|err| ToolError::io(TOOL, journal, err))?;
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg(RUNNER)
+        .arg("strata-shell")
+        .arg(command)
+        .arg(journal)
+        .current_dir(root)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .map_err(|err| ToolError::io(TOOL, root, err))?;
+    let deadline = Instant::now() + timeout;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) => {}
+            Err(err) => {
+                kill_group(&mut child);
+                return Err(ToolError::io(TOOL, PathBuf::from(root), err));
+            }
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            kill_group(&mut child);
+            let _ = child.wait();
+            return Err(ToolError::Timeout {
+                tool: TOOL.to_owned(),
+                after_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+            });
+        }
+        thread::sleep(pause.min(deadline - now));
+        pause = (pause * 2).min(MAX_POLL);
+    }
+    journal_report(journal).ok_or_else(|| {
+        ToolError::failed(TOOL, "the command's runner ended without recording an exit code")
+    })
+}
+
+/// Reads a finished journal: `None` if `done` is not there (yet).
+fn journal_report(journal: &Path) -> Option<ToolOutput> {
+    let done = std::fs::read_to_string(journal.join("done")).ok()?;
+    let code: i32 = done.trim().parse().ok()?;
+    let read = |name: &str| -> Captured {
+        let bytes = std::fs::read(journal.join(name)).unwrap_or_default();
+        let keep = bytes.len().min(MAX_STREAM_BYTES);
+        let mut text = String::from_utf8_lossy(&bytes[..keep]).into_owned();
+        let dropped = bytes.len() - keep;
+        if dropped > 0 {
+            if !text.ends_with('\n') {
+                text.push('\n');
+            }
+            text.push_str(&format!("[truncated: {dropped} more bytes]\n"));
+        }
+        Captured { text, truncated: dropped > 0 }
+    };
+    Some(report(ExitStatus::from_raw((code & 0xff) << 8), &read("out"), &read("err")))
+}
+
+/// What became of a journaled call after a crash: completed (adopt its result), never started
+/// (run it), or unknown (started and never finished within its timeout: not run again).
+fn recover(journal: &Path, timeout: Duration) -> Recovery {
+    if let Some(output) = journal_report(journal) {
+        return Recovery::Completed(output);
+    }
+    let started = |j: &Path| j.join("started").exists() || j.join("done").exists();
+    if !started(journal) {
+        // A runner spawned just before the crash may not have written its marker yet.
+        let until = Instant::now() + START_GRACE;
+        while Instant::now() < until && !started(journal) {
+            thread::sleep(MAX_POLL);
+        }
+        if !started(journal) {
+            return Recovery::NotStarted;
+        }
+    }
+    // The runner outlives its caller: wait for it to finish, up to the call's own timeout.
+    let until = Instant::now() + timeout;
+    loop {
+        if let Some(output) = journal_report(journal) {
+            return Recovery::Completed(output);
+        }
+        if Instant::now() >= until {
+            return Recovery::Unknown;
+        }
+        thread::sleep(MAX_POLL);
     }
 }
 

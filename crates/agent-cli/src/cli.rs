@@ -1,0 +1,199 @@
+//! The command line: commands, their arguments and their help.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Default data directory, under the current directory.
+pub(crate) const DEFAULT_DATA: &str = ".strata/runs";
+/// Default workspace, under the current directory.
+pub(crate) const DEFAULT_WORKSPACE: &str = "workspace";
+
+/// Run a team of AI agents on a task: three top powers sign the plan, mid leads delegate,
+/// bottom executors run the tools. Every run is stored and can be resumed and inspected.
+#[derive(Debug, Parser)]
+#[command(name = "strata", version, about, long_about = None)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Write an example team file and plan into DIR.
+    Init(InitArgs),
+    /// Run a team on a plan until the task succeeds or fails.
+    Run(RunArgs),
+    /// Continue a run that was interrupted (Ctrl-C, crash, kill).
+    Resume(ResumeArgs),
+    /// List the runs in the data directory.
+    Runs(RunsArgs),
+    /// Show what happened in a run.
+    Inspect(InspectArgs),
+    /// Check a run's audit chain and stored data, and say what is broken.
+    Verify(VerifyArgs),
+}
+
+/// `strata init`.
+#[derive(Debug, Args)]
+pub(crate) struct InitArgs {
+    /// Where to write `team.toml` and `plan.toml`.
+    #[arg(default_value = ".")]
+    pub(crate) dir: PathBuf,
+}
+
+/// Output options shared by the commands that run a team.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct OutputArgs {
+    /// Print plain event lines only, no live view.
+    #[arg(long, short)]
+    pub(crate) quiet: bool,
+    /// Print events and the summary as JSON lines.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// `strata run`.
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    /// The plan file (TOML).
+    pub(crate) plan: PathBuf,
+    /// The team file (TOML); a default team of 3 powers, 2 leads and 4 executors without it.
+    #[arg(long)]
+    pub(crate) team: Option<PathBuf>,
+    /// Where runs are stored.
+    #[arg(long, default_value = DEFAULT_DATA)]
+    pub(crate) data: PathBuf,
+    /// The directory the tools work in.
+    #[arg(long, default_value = DEFAULT_WORKSPACE)]
+    pub(crate) workspace: PathBuf,
+    /// Heartbeat period, such as `4s` or `250ms` (overrides the team file).
+    #[arg(long, value_parser = parse_duration)]
+    pub(crate) heartbeat: Option<Duration>,
+    /// The reasoner (overrides the team file): `rule-based`.
+    #[arg(long)]
+    pub(crate) reasoner: Option<String>,
+    /// Skip fdatasync on commits: faster, but a power loss can lose acknowledged data.
+    #[arg(long)]
+    pub(crate) no_sync: bool,
+    /// The run id (default: the task id, the UTC time and four random hex digits).
+    #[arg(long, value_parser = parse_run_id)]
+    pub(crate) run_id: Option<String>,
+    #[command(flatten)]
+    pub(crate) output: OutputArgs,
+}
+
+/// `strata resume`.
+#[derive(Debug, Args)]
+pub(crate) struct ResumeArgs {
+    /// The run: its id (in the data directory) or its directory.
+    pub(crate) run: String,
+    /// Where runs are stored.
+    #[arg(long, default_value = DEFAULT_DATA)]
+    pub(crate) data: PathBuf,
+    /// Skip fdatasync on commits: faster, but a power loss can lose acknowledged data.
+    #[arg(long)]
+    pub(crate) no_sync: bool,
+    #[command(flatten)]
+    pub(crate) output: OutputArgs,
+}
+
+/// `strata runs`.
+#[derive(Debug, Args)]
+pub(crate) struct RunsArgs {
+    /// Where runs are stored.
+    #[arg(long, default_value = DEFAULT_DATA)]
+    pub(crate) data: PathBuf,
+    /// Print JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// What `strata inspect` shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum View {
+    /// The hierarchy with each agent's status.
+    Tree,
+    /// The audit log.
+    Audit,
+    /// Messages still in inboxes (not yet acknowledged).
+    Messages,
+    /// Every whiteboard.
+    Whiteboards,
+    /// Governance decisions with signatures and vetoes.
+    Decisions,
+    /// Each agent's metrics and performance score.
+    Metrics,
+    /// Reasoning usage (tokens, cost) per agent.
+    Usage,
+}
+
+/// `strata inspect`.
+#[derive(Debug, Args)]
+pub(crate) struct InspectArgs {
+    /// The run: its id (in the data directory) or its directory.
+    pub(crate) run: String,
+    /// What to show.
+    #[arg(value_enum, default_value = "tree")]
+    pub(crate) view: View,
+    /// Where runs are stored.
+    #[arg(long, default_value = DEFAULT_DATA)]
+    pub(crate) data: PathBuf,
+    /// Print JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// `strata verify`.
+#[derive(Debug, Args)]
+pub(crate) struct VerifyArgs {
+    /// The run: its id (in the data directory) or its directory.
+    pub(crate) run: String,
+    /// Where runs are stored.
+    #[arg(long, default_value = DEFAULT_DATA)]
+    pub(crate) data: PathBuf,
+    /// Print JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// Parses `250ms`, `4s`, `1m`.
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` is not a duration; write it like 250ms, 4s or 1m"))?;
+    let duration = match unit {
+        "ms" => Duration::from_millis(n),
+        "s" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n.saturating_mul(60)),
+        _ => {
+            return Err(format!(
+                "`{text}` has an unknown unit; use ms, s or m (like 250ms, 4s, 1m)"
+            ));
+        }
+    };
+    if duration.is_zero() {
+        return Err("a duration must be greater than zero".into());
+    }
+    Ok(duration)
+}
+
+/// A run id names a directory: 1 to 100 ASCII letters, digits, `-`, `_` or `.`, not starting with `.`.
+pub(crate) fn parse_run_id(text: &str) -> Result<String, String> {
+    let ok = !text.is_empty()
+        && text.len() <= 100
+        && !text.starts_with('.')
+        && text.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if ok {
+        Ok(text.to_owned())
+    } else {
+        Err(format!(
+            "`{text}` cannot be a run id: use 1 to 100 ASCII letters, digits, `-`, `_` or `.`, not starting with `.`"
+        ))
+    }
+}

@@ -1,0 +1,1301 @@
+//! Team and plan files: the TOML a person writes, parsed into a [`TeamSpec`] and a [`Task`].
+//!
+//! This module does no I/O: the caller reads the file and passes its path (used only in
+//! messages) and its text. Every error, from invalid TOML to a step whose tool no executor has,
+//! is a [`FileError`] that points at the offending value as `path:line:column: message` and says
+//! what is expected.
+//!
+//! Key items: [`parse_team`] → [`TeamFile`], [`parse_plan`] → [`Task`], [`default_team`] (the
+//! team used without `--team`), and [`example_team_toml`] / [`example_plan_toml`] (what
+//! `strata init` writes).
+//!
+//! # The team file
+//!
+//! Every field is shown below; those marked required must be given, the rest may be left out.
+//! A field not listed here is an error, and so is a `supervisor` on a top power.
+//!
+//! ```toml
+//! heartbeat = "4s"          # "250ms", "4s", "1m" or "1h"; default "4s"; must be above 0
+//! max_agents = 50           # the pool's limit; default 50
+//!
+//! [reasoner]                # the default for every agent; may be left out
+//! kind = "rule-based"       # the only kind today, and the default
+//! forbid_tools = []         # top powers veto plans using these tools, e.g. ["shell"]
+//! prefer = ["option-a"]     # in arbitration, vote for the first of these on the ballot
+//!
+//! # Top powers sign, veto and arbitrate. The first one in the file proposes the plans.
+//! [[top]]
+//! id = "top-a"                     # required: 1 to 64 ASCII letters, digits, `-`, `_`
+//! name = "Power A"                 # default: the id
+//! power_type = "power_a"           # required
+//! vote_weight = 2.0                # default 1.0; 0 or more
+//! signature_authority = ["plan"]   # default ["plan"]; a power without "plan" signs no plans
+//! # Optional on every agent:
+//! role = "governance"              # used in the system prompt; default ""
+//! capabilities = ["plan", "review", "arbitrate"]   # default: all its layer may hold
+//! model = "some-model"             # for an LLM reasoner
+//! temperature = 0.2                # 0.0 to 2.0
+//! max_retries = 3                  # default 3
+//! timeout_ms = 30000               # default 30000; above 0
+//! reasoner = { forbid_tools = [], prefer = [] }   # overrides fields of [reasoner]
+//!
+//! [[top]]
+//! id = "top-b"
+//! power_type = "power_b"
+//!
+//! # Mid leads own a domain and delegate its steps to their executors.
+//! [[mid]]
+//! id = "mid-docs"
+//! name = "Docs lead"
+//! domain = "docs"                  # required; one lead per domain
+//! supervisor = "top-a"             # required: a top power
+//! max_subordinates = 4             # default 4
+//!
+//! # Bottom executors run tools.
+//! [[bottom]]
+//! id = "bottom-d1"
+//! name = "Writer"
+//! supervisor = "mid-docs"          # required: a mid lead
+//! tools = ["write_file", "shell"] # required: registered tools, at least one
+//! ```
+//!
+//! Capabilities: a top power may hold `plan`, `reflect`, `review`, `coordinate`, `delegate` and
+//! `arbitrate`; a mid lead the same but `arbitrate`; a bottom executor `plan`, `execute`,
+//! `reflect`, `tool_call`, `code_gen`, `test_exec` and `coordinate`.
+//!
+//! # The plan file
+//!
+//! ```toml
+//! id = "hello"                     # required, not empty
+//! goal = "write a greeting and measure it"   # required, not empty
+//!
+//! [[steps]]                        # at least one
+//! id = "write-hello"               # required, unique in the plan
+//! description = "write hello.txt"  # default: "<id> (<tool>)"
+//! domain = "docs"                  # a lead's domain, or
+//! # agent = "bottom-d1"            # a lead or an executor; neither: any executor with the tool
+//! tool = "write_file"              # required: a registered tool an executor it reaches has
+//! args = { path = "hello.txt", content = "hello\n" }   # checked against the tool's schema
+//! # or, one per line: args.path = "hello.txt"
+//!
+//! [[steps]]
+//! id = "measure"
+//! domain = "docs"
+//! tool = "shell"
+//! args = { command = "wc -c < hello.txt" }
+//! after = ["write-hello"]          # steps listed earlier that must finish first
+//! ```
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use agent_core::tools::ToolRegistry;
+use agent_layers::{BottomSpec, MidSpec, TopSpec};
+use agent_pool::{AgentSpec, DEFAULT_HEARTBEAT, DEFAULT_MAX_AGENTS, RoleSpec, TeamSpec};
+use agent_state::{
+    AgentConfig, AgentId, AgentLayer, Capability, PlanStep, StepTarget, Task, check_agent_id,
+};
+use serde::Deserialize;
+use thiserror::Error;
+use toml::Spanned;
+
+#[cfg(test)]
+mod tests;
+
+/// A lead's `max_subordinates` when the team file does not say.
+pub(crate) const DEFAULT_MAX_SUBORDINATES: usize = 4;
+
+/// A team file, parsed and checked: the team and how each agent reasons.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct TeamFile {
+    /// The team, ready for `Team::start`.
+    pub(crate) spec: TeamSpec,
+    /// The reasoner of every agent not in `agent_reasoners`.
+    pub(crate) default_reasoner: ReasonerSettings,
+    /// Agents with a `reasoner` table of their own, with the default's fields filled in.
+    pub(crate) agent_reasoners: BTreeMap<AgentId, ReasonerSettings>,
+}
+
+/// Which reasoner an agent uses, and its settings.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ReasonerSettings {
+    /// The kind.
+    pub(crate) kind: ReasonerKind,
+    /// Tools whose use makes a top power veto a plan.
+    pub(crate) forbid_tools: Vec<String>,
+    /// Options to vote for first in arbitration.
+    pub(crate) prefer: Vec<String>,
+}
+
+/// The reasoners a team file can name.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum ReasonerKind {
+    /// [`agent_core::RuleBasedReasoner`]: deterministic, no model.
+    #[default]
+    RuleBased,
+}
+
+/// A team or plan file that cannot be used: where, and what is expected there.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[error("{}:{line}:{column}: {message}", file.display())]
+pub(crate) struct FileError {
+    /// The file, as the caller named it.
+    pub(crate) file: PathBuf,
+    /// 1-based line.
+    pub(crate) line: usize,
+    /// 1-based column, in characters.
+    pub(crate) column: usize,
+    /// What is wrong and what is expected.
+    pub(crate) message: String,
+}
+
+/// A reasoner kind that does not exist, such as a `--reasoner` flag's.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[error("unknown reasoner kind `{kind}`; known kinds: {}", ReasonerKind::known())]
+pub(crate) struct UnknownReasonerKind {
+    /// The kind given.
+    pub(crate) kind: String,
+}
+
+impl ReasonerKind {
+    /// Every kind.
+    const ALL: [ReasonerKind; 1] = [ReasonerKind::RuleBased];
+
+    /// The name used in team files and on the command line.
+    pub(crate) const fn as_str(self) -> &'static str {
+        match self {
+            ReasonerKind::RuleBased => "rule-based",
+        }
+    }
+
+    fn known() -> String {
+        Self::ALL.map(Self::as_str).join(", ")
+    }
+}
+
+/// The reasoner kind called `kind`.
+pub(crate) fn check_reasoner_kind(kind: &str) -> Result<ReasonerKind, UnknownReasonerKind> {
+    ReasonerKind::ALL
+        .into_iter()
+        .find(|k| k.as_str() == kind)
+        .ok_or_else(|| UnknownReasonerKind { kind: kind.to_owned() })
+}
+
+/// Parses and checks a team file. `path` is used only in error messages; `tools` is the
+/// registry the executors' tools must come from.
+pub(crate) fn parse_team(
+    path: &Path,
+    text: &str,
+    tools: &ToolRegistry,
+) -> Result<TeamFile, FileError> {
+    let src = Source { path, text };
+    let raw: RawTeam = toml::from_str(text).map_err(|e| src.toml_error(&e))?;
+    let heartbeat = match &raw.heartbeat {
+        Some(h) => parse_duration(h.get_ref()).map_err(|m| src.error(h.span(), m))?,
+        None => DEFAULT_HEARTBEAT,
+    };
+    let max_agents = match &raw.max_agents {
+        Some(m) if *m.get_ref() == 0 => {
+            return Err(src.error(m.span(), "`max_agents` must be at least 1"));
+        }
+        Some(m) => *m.get_ref(),
+        None => DEFAULT_MAX_AGENTS,
+    };
+    let default_reasoner = match &raw.reasoner {
+        Some(r) => reasoner_settings(&src, r, &ReasonerSettings::default(), tools)?,
+        None => ReasonerSettings::default(),
+    };
+    let mut entries: Vec<Entry<'_>> = raw
+        .top
+        .iter()
+        .map(Entry::top)
+        .chain(raw.mid.iter().map(Entry::mid))
+        .chain(raw.bottom.iter().map(Entry::bottom))
+        .collect();
+    entries.sort_by_key(|e| e.id.span().start);
+    let team = TeamIndex::new(&src, &entries)?;
+    if let Some(extra) = entries.get(max_agents) {
+        let limit = match &raw.max_agents {
+            Some(m) => format!("`max_agents` (line {}) is {max_agents}", src.position(m.span()).0),
+            None => format!("the pool allows {max_agents} (the default `max_agents`)"),
+        };
+        return Err(src.error(
+            extra.id.span(),
+            format!(
+                "too many agents for the pool: this is agent {} of {}, but {limit}; raise `max_agents` or remove agents",
+                max_agents + 1,
+                entries.len()
+            ),
+        ));
+    }
+    if !entries.iter().any(|e| e.layer == AgentLayer::Top) {
+        return Err(src.error(
+            0..0,
+            "the team has no top power; add a [[top]] table (a team needs one to propose and sign plans)",
+        ));
+    }
+    let mut domains: BTreeMap<&str, &Entry<'_>> = BTreeMap::new();
+    let mut agents = Vec::with_capacity(entries.len());
+    let mut agent_reasoners = BTreeMap::new();
+    for (i, entry) in entries.iter().enumerate() {
+        let spec = agent_spec(&src, entry, &entries[..i], &team, tools, &mut domains)?;
+        if let Some(r) = entry.reasoner {
+            let settings = reasoner_settings(&src, r, &default_reasoner, tools)?;
+            agent_reasoners.insert(spec.config.id.clone(), settings);
+        }
+        agents.push(spec);
+    }
+    Ok(TeamFile {
+        spec: TeamSpec { agents, heartbeat, max_agents },
+        default_reasoner,
+        agent_reasoners,
+    })
+}
+
+/// Parses and checks a plan file for `team`, whose executors' tools come from `tools`. `path`
+/// is used only in error messages.
+pub(crate) fn parse_plan(
+    path: &Path,
+    text: &str,
+    team: &TeamSpec,
+    tools: &ToolRegistry,
+) -> Result<Task, FileError> {
+    let src = Source { path, text };
+    let raw: RawPlan = toml::from_str(text).map_err(|e| src.toml_error(&e))?;
+    if raw.id.get_ref().trim().is_empty() {
+        return Err(src.error(raw.id.span(), "the plan's `id` must not be empty"));
+    }
+    if raw.goal.get_ref().trim().is_empty() {
+        return Err(src.error(raw.goal.span(), "the plan's `goal` must not be empty"));
+    }
+    if raw.steps.is_empty() {
+        return Err(src.error(0..0, "the plan has no steps; add at least one [[steps]] table"));
+    }
+    let leads = leads(team);
+    let mut steps: Vec<PlanStep> = Vec::with_capacity(raw.steps.len());
+    for (i, step) in raw.steps.iter().enumerate() {
+        let step = step.get_ref();
+        let id = step.id.get_ref();
+        if id.trim().is_empty() {
+            return Err(src.error(step.id.span(), "a step's `id` must not be empty"));
+        }
+        if let Some(earlier) = raw.steps[..i].iter().find(|s| s.get_ref().id.get_ref() == id) {
+            let line = src.position(earlier.get_ref().id.span()).0;
+            return Err(src.error(
+                step.id.span(),
+                format!("step id `{id}` is already used on line {line}; step ids must be unique"),
+            ));
+        }
+        let target = step_target(&src, step, team, &leads)?;
+        let tool = step.tool.get_ref();
+        let Some(registered) = tools.get(tool) else {
+            return Err(src.error(
+                step.tool.span(),
+                format!("unknown tool `{tool}` (available: {})", tools.names().join(", ")),
+            ));
+        };
+        check_reachable(&src, step, &target, team, &leads)?;
+        // `args` has no span of its own (toml 0.8 cannot span a table written with dotted keys,
+        // `args.command = "..."`), so its errors point at the step's tool.
+        let args = match &step.args {
+            Some(args) => table_to_json(args)
+                .map_err(|m| src.error(step.tool.span(), format!("in `args`: {m}")))?,
+            None => serde_json::Value::Object(serde_json::Map::new()),
+        };
+        let problems = agent_core::tools::validate(registered.schema(), &args);
+        if !problems.is_empty() {
+            return Err(src.error(
+                step.tool.span(),
+                format!("`args` do not fit the tool `{tool}`: {}", problems.join("; ")),
+            ));
+        }
+        let mut after = Vec::with_capacity(step.after.len());
+        for dep in &step.after {
+            let name = dep.get_ref();
+            if steps.iter().any(|s| &s.id == name) {
+                after.push(name.clone());
+                continue;
+            }
+            let message = if name == id {
+                "a step cannot wait for itself".to_owned()
+            } else if let Some(later) =
+                raw.steps[i..].iter().find(|s| s.get_ref().id.get_ref() == name)
+            {
+                let line = src.position(later.get_ref().id.span()).0;
+                format!(
+                    "step `{name}` is listed later (line {line}); a step may wait only for steps listed before it"
+                )
+            } else {
+                format!(
+                    "no step `{name}` in this plan; a step may wait for a step listed before it ({})",
+                    list_or_none(steps.iter().map(|s| s.id.as_str()))
+                )
+            };
+            return Err(src.error(dep.span(), message));
+        }
+        steps.push(PlanStep {
+            id: id.clone(),
+            description: step.description.clone().unwrap_or_else(|| format!("{id} ({tool})")),
+            target,
+            tool: tool.clone(),
+            args,
+            after,
+        });
+    }
+    let task = Task { id: raw.id.get_ref().clone(), goal: raw.goal.get_ref().clone(), steps };
+    // Everything `check` refuses is caught above with a position; this is a safety net.
+    task.check().map_err(|e| src.error(raw.id.span(), e.to_string()))?;
+    Ok(task)
+}
+
+/// The team used when no team file is given: the one [`example_team_toml`] describes.
+pub(crate) fn default_team() -> TeamFile {
+    let all: Vec<String> =
+        ["read_file", "write_file", "list_dir", "shell"].map(String::from).to_vec();
+    let top = |id: &str, name: &str, power: &str, weight: f64| AgentSpec {
+        config: AgentConfig::new(id, name, AgentLayer::Top),
+        role: RoleSpec::Top(TopSpec {
+            power_type: power.into(),
+            vote_weight: weight,
+            signature_authority: vec!["plan".into()],
+        }),
+    };
+    let mid = |id: &str, name: &str, domain: &str| AgentSpec {
+        config: AgentConfig::new(id, name, AgentLayer::Mid).with_supervisor("top-a"),
+        role: RoleSpec::Mid(MidSpec {
+            domain: domain.into(),
+            max_subordinates: DEFAULT_MAX_SUBORDINATES,
+        }),
+    };
+    let bottom = |id: &str, name: &str, lead: &str| AgentSpec {
+        config: AgentConfig::new(id, name, AgentLayer::Bottom).with_supervisor(lead),
+        role: RoleSpec::Bottom(BottomSpec { tools: all.clone() }),
+    };
+    TeamFile {
+        spec: TeamSpec::new(vec![
+            top("top-a", "Power A", "power_a", 2.0),
+            top("top-b", "Power B", "power_b", 1.0),
+            top("top-c", "Power C", "power_c", 1.0),
+            mid("mid-docs", "Docs lead", "docs"),
+            mid("mid-build", "Build lead", "build"),
+            bottom("bottom-d1", "Docs executor 1", "mid-docs"),
+            bottom("bottom-d2", "Docs executor 2", "mid-docs"),
+            bottom("bottom-b1", "Build executor 1", "mid-build"),
+            bottom("bottom-b2", "Build executor 2", "mid-build"),
+        ]),
+        default_reasoner: ReasonerSettings::default(),
+        agent_reasoners: BTreeMap::new(),
+    }
+}
+
+/// A team file describing [`default_team`], with a comment on every field.
+pub(crate) fn example_team_toml() -> &'static str {
+    EXAMPLE_TEAM
+}
+
+/// A plan for [`example_team_toml`]'s team that uses all three layers and both domains, writes
+/// real files and runs a real shell command once a write is done.
+pub(crate) fn example_plan_toml() -> &'static str {
+    EXAMPLE_PLAN
+}
+
+const EXAMPLE_TEAM: &str = r##"# A Strata team: three top powers, two mid leads, two bottom executors per lead.
+# Run a plan with it: strata run --team team.toml --plan plan.toml
+
+heartbeat = "4s"      # how often each agent with work takes a turn: "250ms", "4s", "1m"
+max_agents = 50       # the pool's limit
+
+# How agents decide. An agent may override these with its own
+# `reasoner = { forbid_tools = [...], prefer = [...] }`.
+[reasoner]
+kind = "rule-based"   # deterministic, no model; the only kind today
+forbid_tools = []     # top powers veto any plan that uses one of these tools
+prefer = []           # in arbitration, vote for the first of these options on the ballot
+
+# Optional on every agent: role = "..." (for the system prompt), capabilities = [...]
+# (default: all its layer may hold), model, temperature (0.0 to 2.0), max_retries = 3,
+# timeout_ms = 30000.
+
+# Top powers sign plans, veto them and arbitrate conflicts; votes are weighted.
+# The first one proposes the plans; those with "plan" authority sign them.
+[[top]]
+id = "top-a"
+name = "Power A"
+power_type = "power_a"
+vote_weight = 2.0
+signature_authority = ["plan"]
+
+[[top]]
+id = "top-b"
+name = "Power B"
+power_type = "power_b"
+vote_weight = 1.0
+signature_authority = ["plan"]
+
+[[top]]
+id = "top-c"
+name = "Power C"
+power_type = "power_c"
+vote_weight = 1.0
+signature_authority = ["plan"]
+
+# Mid leads each own a domain: plan steps for that domain go to them, and they hand
+# each step to one of their executors.
+[[mid]]
+id = "mid-docs"
+name = "Docs lead"
+domain = "docs"
+supervisor = "top-a"
+max_subordinates = 4
+
+[[mid]]
+id = "mid-build"
+name = "Build lead"
+domain = "build"
+supervisor = "top-a"
+max_subordinates = 4
+
+# Bottom executors run tools in the workspace: read_file, write_file, list_dir, shell.
+[[bottom]]
+id = "bottom-d1"
+name = "Docs executor 1"
+supervisor = "mid-docs"
+tools = ["read_file", "write_file", "list_dir", "shell"]
+
+[[bottom]]
+id = "bottom-d2"
+name = "Docs executor 2"
+supervisor = "mid-docs"
+tools = ["read_file", "write_file", "list_dir", "shell"]
+
+[[bottom]]
+id = "bottom-b1"
+name = "Build executor 1"
+supervisor = "mid-build"
+tools = ["read_file", "write_file", "list_dir", "shell"]
+
+[[bottom]]
+id = "bottom-b2"
+name = "Build executor 2"
+supervisor = "mid-build"
+tools = ["read_file", "write_file", "list_dir", "shell"]
+"##;
+
+const EXAMPLE_PLAN: &str = r##"# A plan for the team in team.toml.
+#
+# The first top power proposes it as a decision; the powers with "plan" authority review
+# it and sign it (or veto it). Each mid lead then gets the steps of its domain and hands
+# them to its executors, which run the tools in the workspace and report back up.
+
+id = "hello"
+goal = "write a greeting and notes, then measure the greeting"
+
+[[steps]]
+id = "write-hello"
+description = "write the greeting"
+domain = "docs"                 # for the lead of the docs domain
+tool = "write_file"
+args = { path = "hello.txt", content = "hello, strata\n" }
+
+[[steps]]
+id = "write-notes"
+description = "write the notes"
+agent = "bottom-d2"             # or name an agent: a lead, or an executor as here
+tool = "write_file"
+args = { path = "notes/plan.md", content = "# Plan\n- greet\n- measure\n" }
+
+[[steps]]
+id = "measure"
+description = "count the greeting's bytes"
+domain = "build"
+tool = "shell"
+args = { command = "wc -c < hello.txt" }
+after = ["write-hello"]         # waits until the greeting is written
+
+[[steps]]
+id = "list"
+description = "list the workspace"
+domain = "build"
+tool = "list_dir"
+args = { path = "." }
+after = ["write-hello", "write-notes"]
+"##;
+
+// ---------------------------------------------------------------------------------------------
+// The files as written.
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTeam {
+    #[serde(default)]
+    heartbeat: Option<Spanned<String>>,
+    #[serde(default)]
+    max_agents: Option<Spanned<usize>>,
+    #[serde(default)]
+    reasoner: Option<RawReasoner>,
+    #[serde(default)]
+    top: Vec<RawTop>,
+    #[serde(default)]
+    mid: Vec<RawMid>,
+    #[serde(default)]
+    bottom: Vec<RawBottom>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawReasoner {
+    #[serde(default)]
+    kind: Option<Spanned<String>>,
+    #[serde(default)]
+    forbid_tools: Option<Vec<Spanned<String>>>,
+    #[serde(default)]
+    prefer: Option<Vec<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTop {
+    id: Spanned<String>,
+    #[serde(default)]
+    name: Option<Spanned<String>>,
+    power_type: Spanned<String>,
+    #[serde(default)]
+    vote_weight: Option<Spanned<f64>>,
+    #[serde(default)]
+    signature_authority: Option<Vec<Spanned<String>>>,
+    /// Refused with a message of its own rather than as an unknown field.
+    #[serde(default)]
+    supervisor: Option<Spanned<String>>,
+    #[serde(default)]
+    role: Option<String>,
+    #[serde(default)]
+    capabilities: Option<Vec<Spanned<String>>>,
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    temperature: Option<Spanned<f32>>,
+    #[serde(default)]
+    max_retries: Option<u32>,
+    #[serde(default)]
+    timeout_ms: Option<Spanned<u64>>,
+    #[serde(default)]
+    reasoner: Option<RawReasoner>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMid {
+    id: Spanned<String>,
+    #[serde(default)]
+    name: Option<Spanned<String>>,
+    domain: Spanned<String>,
+    supervisor: Spanned<String>,
+    #[serde(default)]
+    max_subordinates: Option<usize>,
+    #[serde(default)]
+    role: Option<String>,
+    #[serde(default)]
+    capabilities: Option<Vec<Spanned<String>>>,
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    temperature: Option<Spanned<f32>>,
+    #[serde(default)]
+    max_retries: Option<u32>,
+    #[serde(default)]
+    timeout_ms: Option<Spanned<u64>>,
+    #[serde(default)]
+    reasoner: Option<RawReasoner>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBottom {
+    id: Spanned<String>,
+    #[serde(default)]
+    name: Option<Spanned<String>>,
+    supervisor: Spanned<String>,
+    tools: Spanned<Vec<Spanned<String>>>,
+    #[serde(default)]
+    role: Option<String>,
+    #[serde(default)]
+    capabilities: Option<Vec<Spanned<String>>>,
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    temperature: Option<Spanned<f32>>,
+    #[serde(default)]
+    max_retries: Option<u32>,
+    #[serde(default)]
+    timeout_ms: Option<Spanned<u64>>,
+    #[serde(default)]
+    reasoner: Option<RawReasoner>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPlan {
+    id: Spanned<String>,
+    goal: Spanned<String>,
+    #[serde(default)]
+    steps: Vec<Spanned<RawStep>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStep {
+    id: Spanned<String>,
+    #[serde(default)]
+    description: Option<String>,
+    #[serde(default)]
+    domain: Option<Spanned<String>>,
+    #[serde(default)]
+    agent: Option<Spanned<String>>,
+    tool: Spanned<String>,
+    #[serde(default)]
+    args: Option<toml::Table>,
+    #[serde(default)]
+    after: Vec<Spanned<String>>,
+}
+
+/// One agent of a team file, whatever its layer.
+struct Entry<'a> {
+    layer: AgentLayer,
+    id: &'a Spanned<String>,
+    name: Option<&'a Spanned<String>>,
+    supervisor: Option<&'a Spanned<String>>,
+    role: Option<&'a String>,
+    capabilities: Option<&'a Vec<Spanned<String>>>,
+    model: Option<&'a String>,
+    temperature: Option<&'a Spanned<f32>>,
+    max_retries: Option<u32>,
+    timeout_ms: Option<&'a Spanned<u64>>,
+    reasoner: Option<&'a RawReasoner>,
+    kind: EntryKind<'a>,
+}
+
+enum EntryKind<'a> {
+    Top(&'a RawTop),
+    Mid(&'a RawMid),
+    Bottom(&'a RawBottom),
+}
+
+impl<'a> Entry<'a> {
+    fn top(raw: &'a RawTop) -> Self {
+        Self {
+            layer: AgentLayer::Top,
+            id: &raw.id,
+            name: raw.name.as_ref(),
+            supervisor: raw.supervisor.as_ref(),
+            role: raw.role.as_ref(),
+            capabilities: raw.capabilities.as_ref(),
+            model: raw.model.as_ref(),
+            temperature: raw.temperature.as_ref(),
+            max_retries: raw.max_retries,
+            timeout_ms: raw.timeout_ms.as_ref(),
+            reasoner: raw.reasoner.as_ref(),
+            kind: EntryKind::Top(raw),
+        }
+    }
+
+    fn mid(raw: &'a RawMid) -> Self {
+        Self {
+            layer: AgentLayer::Mid,
+            id: &raw.id,
+            name: raw.name.as_ref(),
+            supervisor: Some(&raw.supervisor),
+            role: raw.role.as_ref(),
+            capabilities: raw.capabilities.as_ref(),
+            model: raw.model.as_ref(),
+            temperature: raw.temperature.as_ref(),
+            max_retries: raw.max_retries,
+            timeout_ms: raw.timeout_ms.as_ref(),
+            reasoner: raw.reasoner.as_ref(),
+            kind: EntryKind::Mid(raw),
+        }
+    }
+
+    fn bottom(raw: &'a RawBottom) -> Self {
+        Self {
+            layer: AgentLayer::Bottom,
+            id: &raw.id,
+            name: raw.name.as_ref(),
+            supervisor: Some(&raw.supervisor),
+            role: raw.role.as_ref(),
+            capabilities: raw.capabilities.as_ref(),
+            model: raw.model.as_ref(),
+            temperature: raw.temperature.as_ref(),
+            max_retries: raw.max_retries,
+            timeout_ms: raw.timeout_ms.as_ref(),
+            reasoner: raw.reasoner.as_ref(),
+            kind: EntryKind::Bottom(raw),
+        }
+    }
+
+    fn id(&self) -> &'a str {
+        self.id.get_ref()
+    }
+}
+
+/// The agents of a team file by id, once ids are known to be valid and unique.
+struct TeamIndex<'e, 'a> {
+    by_id: BTreeMap<&'a str, &'e Entry<'a>>,
+    entries: &'e [Entry<'a>],
+}
+
+impl<'e, 'a> TeamIndex<'e, 'a> {
+    fn new(src: &Source<'_>, entries: &'e [Entry<'a>]) -> Result<Self, FileError> {
+        let mut by_id: BTreeMap<&'a str, &'e Entry<'a>> = BTreeMap::new();
+        for entry in entries {
+            check_agent_id(entry.id())
+                .map_err(|kind| src.error(entry.id.span(), kind.to_string()))?;
+            if let Some(first) = by_id.insert(entry.id(), entry) {
+                let line = src.position(first.id.span()).0;
+                return Err(src.error(
+                    entry.id.span(),
+                    format!(
+                        "agent id `{}` is already used by the {} on line {line}; ids must be unique",
+                        entry.id(),
+                        noun(first.layer)
+                    ),
+                ));
+            }
+        }
+        Ok(Self { by_id, entries })
+    }
+
+    /// The ids on `layer`, in file order, for messages.
+    fn ids_on(&self, layer: AgentLayer) -> String {
+        list_or_none(self.entries.iter().filter(|e| e.layer == layer).map(Entry::id))
+    }
+}
+
+/// A file's path and text, to turn byte spans into positions.
+struct Source<'a> {
+    path: &'a Path,
+    text: &'a str,
+}
+
+impl Source<'_> {
+    fn error(&self, span: Range<usize>, message: impl Into<String>) -> FileError {
+        let (line, column) = self.position(span);
+        FileError { file: self.path.to_path_buf(), line, column, message: message.into() }
+    }
+
+    fn toml_error(&self, error: &toml::de::Error) -> FileError {
+        let message = error.message().trim().replace('\n', "; ");
+        self.error(error.span().unwrap_or(0..0), message)
+    }
+
+    /// The 1-based line and column (in characters) where `span` starts.
+    fn position(&self, span: Range<usize>) -> (usize, usize) {
+        let mut start = span.start.min(self.text.len());
+        while !self.text.is_char_boundary(start) {
+            start -= 1;
+        }
+        let before = &self.text[..start];
+        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+        (before.matches('\n').count() + 1, before[line_start..].chars().count() + 1)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Team checks.
+
+fn agent_spec<'e, 'a>(
+    src: &Source<'_>,
+    entry: &'e Entry<'a>,
+    before: &[Entry<'a>],
+    team: &TeamIndex<'_, 'a>,
+    tools: &ToolRegistry,
+    domains: &mut BTreeMap<&'a str, &'e Entry<'a>>,
+) -> Result<AgentSpec, FileError> {
+    let id = entry.id();
+    let name = match entry.name {
+        Some(name) if name.get_ref().trim().is_empty() => {
+            return Err(
+                src.error(name.span(), "`name` must not be empty; leave it out to use the id")
+            );
+        }
+        Some(name) => name.get_ref().clone(),
+        None => id.to_owned(),
+    };
+    let mut config = AgentConfig::new(id, name, entry.layer);
+    if let Some(supervisor) = entry.supervisor {
+        check_supervisor(src, entry, supervisor, team)?;
+        config.supervisor = Some(AgentId::from(supervisor.get_ref().as_str()));
+    }
+    if let Some(role) = entry.role {
+        config.role = role.clone();
+    }
+    if let Some(capabilities) = entry.capabilities {
+        config.capabilities = parse_capabilities(src, entry.layer, capabilities)?;
+    }
+    config.model = entry.model.cloned();
+    if let Some(t) = entry.temperature {
+        if !(0.0..=2.0).contains(t.get_ref()) {
+            return Err(src.error(
+                t.span(),
+                format!("`temperature` must be from 0.0 to 2.0, not {}", t.get_ref()),
+            ));
+        }
+        config.temperature = Some(*t.get_ref());
+    }
+    if let Some(retries) = entry.max_retries {
+        config.max_retries = retries;
+    }
+    if let Some(timeout) = entry.timeout_ms {
+        if *timeout.get_ref() == 0 {
+            return Err(src.error(timeout.span(), "`timeout_ms` must be greater than 0"));
+        }
+        config.timeout_ms = *timeout.get_ref();
+    }
+    let role = match entry.kind {
+        EntryKind::Top(raw) => RoleSpec::Top(top_spec(src, raw)?),
+        EntryKind::Mid(raw) => {
+            let domain = raw.domain.get_ref();
+            if domain.trim().is_empty() {
+                return Err(src.error(raw.domain.span(), "`domain` must not be empty"));
+            }
+            if let Some(lead) = domains.insert(domain, entry) {
+                let line = src.position(lead.id.span()).0;
+                return Err(src.error(
+                    raw.domain.span(),
+                    format!(
+                        "domain `{domain}` already has a lead, `{}` (line {line}); each domain has one lead",
+                        lead.id()
+                    ),
+                ));
+            }
+            let max_subordinates = raw.max_subordinates.unwrap_or(DEFAULT_MAX_SUBORDINATES);
+            RoleSpec::Mid(MidSpec { domain: domain.clone(), max_subordinates })
+        }
+        EntryKind::Bottom(raw) => {
+            let lead = raw.supervisor.get_ref();
+            let max = team.by_id.get(lead.as_str()).and_then(|e| match e.kind {
+                EntryKind::Mid(m) => Some(m.max_subordinates.unwrap_or(DEFAULT_MAX_SUBORDINATES)),
+                _ => None,
+            });
+            let siblings = before.iter().filter(|e| {
+                e.layer == AgentLayer::Bottom && e.supervisor.map(|s| s.get_ref()) == Some(lead)
+            });
+            if let Some(max) = max
+                && siblings.count() >= max
+            {
+                return Err(src.error(
+                    raw.supervisor.span(),
+                    format!(
+                        "lead `{lead}` already has {max} executors, its `max_subordinates`; raise it or report to another lead ({})",
+                        team.ids_on(AgentLayer::Mid)
+                    ),
+                ));
+            }
+            RoleSpec::Bottom(BottomSpec { tools: executor_tools(src, &raw.tools, tools)? })
+        }
+    };
+    // Everything `validate` refuses is caught above with a position; this is a safety net.
+    config.validate().map_err(|e| {
+        let span = match e.field() {
+            "name" => entry.name.map(Spanned::span),
+            "supervisor" => entry.supervisor.map(Spanned::span),
+            "temperature" => entry.temperature.map(Spanned::span),
+            "timeout_ms" => entry.timeout_ms.map(Spanned::span),
+            _ => None,
+        };
+        src.error(span.unwrap_or(entry.id.span()), e.kind.to_string())
+    })?;
+    Ok(AgentSpec { config, role })
+}
+
+fn top_spec(src: &Source<'_>, raw: &RawTop) -> Result<TopSpec, FileError> {
+    if raw.power_type.get_ref().trim().is_empty() {
+        return Err(src.error(raw.power_type.span(), "`power_type` must not be empty"));
+    }
+    let vote_weight = match &raw.vote_weight {
+        Some(w) if !w.get_ref().is_finite() || *w.get_ref() < 0.0 => {
+            return Err(src.error(
+                w.span(),
+                format!("`vote_weight` must be a number of 0 or more, not {}", w.get_ref()),
+            ));
+        }
+        Some(w) => *w.get_ref(),
+        None => 1.0,
+    };
+    let signature_authority = match &raw.signature_authority {
+        Some(list) => {
+            if let Some(empty) = list.iter().find(|a| a.get_ref().trim().is_empty()) {
+                return Err(src.error(
+                    empty.span(),
+                    "a signature authority must not be empty; use names such as \"plan\"",
+                ));
+            }
+            list.iter().map(|a| a.get_ref().clone()).collect()
+        }
+        None => vec![agent_layers::PLAN_AUTHORITY.to_owned()],
+    };
+    Ok(TopSpec { power_type: raw.power_type.get_ref().clone(), vote_weight, signature_authority })
+}
+
+fn check_supervisor(
+    src: &Source<'_>,
+    entry: &Entry<'_>,
+    supervisor: &Spanned<String>,
+    team: &TeamIndex<'_, '_>,
+) -> Result<(), FileError> {
+    let name = supervisor.get_ref();
+    let Some(expected) = (match entry.layer {
+        AgentLayer::Top => None,
+        AgentLayer::Mid => Some(AgentLayer::Top),
+        AgentLayer::Bottom => Some(AgentLayer::Mid),
+    }) else {
+        return Err(
+            src.error(supervisor.span(), "a top power has no supervisor; remove `supervisor`")
+        );
+    };
+    let wanted = format!(
+        "a {} reports to a {} ({})",
+        noun(entry.layer),
+        noun(expected),
+        team.ids_on(expected)
+    );
+    if name == entry.id() {
+        return Err(src.error(
+            supervisor.span(),
+            format!("supervisor cycle: `{name}` cannot supervise itself; {wanted}"),
+        ));
+    }
+    let Some(boss) = team.by_id.get(name.as_str()) else {
+        return Err(src.error(supervisor.span(), format!("unknown agent `{name}`; {wanted}")));
+    };
+    if boss.layer == expected {
+        return Ok(());
+    }
+    // Follow the chain: a loop back to this agent is a cycle, which deserves its own words.
+    let mut chain = vec![entry.id(), name.as_str()];
+    let mut at = *boss;
+    while let Some(next) = at.supervisor.map(|s| s.get_ref().as_str()) {
+        if chain.contains(&next) {
+            if next == entry.id() {
+                chain.push(next);
+                return Err(src.error(
+                    supervisor.span(),
+                    format!("supervisor cycle: {}; {wanted}", chain.join(" → ")),
+                ));
+            }
+            break;
+        }
+        chain.push(next);
+        match team.by_id.get(next) {
+            Some(e) => at = e,
+            None => break,
+        }
+    }
+    Err(src.error(supervisor.span(), format!("`{name}` is a {}, but {wanted}", noun(boss.layer))))
+}
+
+fn parse_capabilities(
+    src: &Source<'_>,
+    layer: AgentLayer,
+    names: &[Spanned<String>],
+) -> Result<Vec<Capability>, FileError> {
+    let allowed = || layer.capabilities().map(Capability::as_str).collect::<Vec<_>>().join(", ");
+    let mut capabilities = Vec::with_capacity(names.len());
+    for name in names {
+        let Some(capability) = Capability::ALL.into_iter().find(|c| c.as_str() == name.get_ref())
+        else {
+            return Err(src.error(
+                name.span(),
+                format!(
+                    "unknown capability `{}`; a {} may hold: {}",
+                    name.get_ref(),
+                    noun(layer),
+                    allowed()
+                ),
+            ));
+        };
+        if !layer.allows(capability) {
+            return Err(src.error(
+                name.span(),
+                format!(
+                    "a {} may not hold the capability `{capability}`; allowed: {}",
+                    noun(layer),
+                    allowed()
+                ),
+            ));
+        }
+        if !capabilities.contains(&capability) {
+            capabilities.push(capability);
+        }
+    }
+    Ok(capabilities)
+}
+
+fn executor_tools(
+    src: &Source<'_>,
+    names: &Spanned<Vec<Spanned<String>>>,
+    tools: &ToolRegistry,
+) -> Result<Vec<String>, FileError> {
+    let available = || tools.names().join(", ");
+    if names.get_ref().is_empty() {
+        return Err(src.error(
+            names.span(),
+            format!("an executor needs at least one tool (available: {})", available()),
+        ));
+    }
+    let mut out: Vec<String> = Vec::with_capacity(names.get_ref().len());
+    for name in names.get_ref() {
+        if tools.get(name.get_ref()).is_none() {
+            return Err(src.error(
+                name.span(),
+                format!("unknown tool `{}` (available: {})", name.get_ref(), available()),
+            ));
+        }
+        if !out.contains(name.get_ref()) {
+            out.push(name.get_ref().clone());
+        }
+    }
+    Ok(out)
+}
+
+fn reasoner_settings(
+    src: &Source<'_>,
+    raw: &RawReasoner,
+    base: &ReasonerSettings,
+    tools: &ToolRegistry,
+) -> Result<ReasonerSettings, FileError> {
+    let kind = match &raw.kind {
+        Some(kind) => check_reasoner_kind(kind.get_ref())
+            .map_err(|e| src.error(kind.span(), e.to_string()))?,
+        None => base.kind,
+    };
+    let forbid_tools = match &raw.forbid_tools {
+        Some(list) => {
+            if let Some(bad) = list.iter().find(|t| tools.get(t.get_ref()).is_none()) {
+                return Err(src.error(
+                    bad.span(),
+                    format!(
+                        "unknown tool `{}` in `forbid_tools` (available: {})",
+                        bad.get_ref(),
+                        tools.names().join(", ")
+                    ),
+                ));
+            }
+            list.iter().map(|t| t.get_ref().clone()).collect()
+        }
+        None => base.forbid_tools.clone(),
+    };
+    let prefer = raw.prefer.clone().unwrap_or_else(|| base.prefer.clone());
+    Ok(ReasonerSettings { kind, forbid_tools, prefer })
+}
+
+/// Parses `250ms`, `4s`, `1m` or `1h`, above zero.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let bad = || {
+        format!(
+            "`{text}` is not a duration; write a whole number and a unit (ms, s, m or h), such as \"250ms\", \"4s\" or \"1m\""
+        )
+    };
+    let digits = text.bytes().take_while(u8::is_ascii_digit).count();
+    let (number, unit) = text.split_at(digits);
+    let number: u64 = number.parse().map_err(|_| bad())?;
+    let millis = match unit {
+        "ms" => Some(number),
+        "s" => number.checked_mul(1_000),
+        "m" => number.checked_mul(60_000),
+        "h" => number.checked_mul(3_600_000),
+        _ => None,
+    }
+    .ok_or_else(bad)?;
+    if millis == 0 {
+        return Err("the heartbeat must be longer than 0".into());
+    }
+    Ok(Duration::from_millis(millis))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Plan checks.
+
+/// A lead and its executors, from a team.
+struct Lead<'t> {
+    id: &'t AgentId,
+    domain: &'t str,
+    executors: Vec<(&'t AgentId, &'t [String])>,
+}
+
+fn leads(team: &TeamSpec) -> Vec<Lead<'_>> {
+    team.agents
+        .iter()
+        .filter_map(|lead| match &lead.role {
+            RoleSpec::Mid(m) => Some(Lead {
+                id: &lead.config.id,
+                domain: &m.domain,
+                executors: team
+                    .agents
+                    .iter()
+                    .filter(|a| a.config.supervisor.as_ref() == Some(&lead.config.id))
+                    .filter_map(|a| match &a.role {
+                        RoleSpec::Bottom(b) => Some((&a.config.id, b.tools.as_slice())),
+                        _ => None,
+                    })
+                    .collect(),
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
+fn step_target(
+    src: &Source<'_>,
+    step: &RawStep,
+    team: &TeamSpec,
+    leads: &[Lead<'_>],
+) -> Result<StepTarget, FileError> {
+    match (&step.domain, &step.agent) {
+        (Some(_), Some(agent)) => Err(src.error(
+            agent.span(),
+            "a step names either a `domain` or an `agent`, not both; remove one",
+        )),
+        (Some(domain), None) => {
+            if leads.iter().any(|l| l.domain == domain.get_ref()) {
+                Ok(StepTarget::Domain(domain.get_ref().clone()))
+            } else {
+                Err(src.error(
+                    domain.span(),
+                    format!(
+                        "no lead has the domain `{}`; the team's domains: {}",
+                        domain.get_ref(),
+                        list_or_none(leads.iter().map(|l| l.domain))
+                    ),
+                ))
+            }
+        }
+        (None, Some(agent)) => {
+            let name = agent.get_ref();
+            let found = team.agents.iter().find(|a| a.config.id.as_str() == name);
+            match found.map(|a| a.config.layer) {
+                Some(AgentLayer::Mid | AgentLayer::Bottom) => {
+                    Ok(StepTarget::Agent(AgentId::from(name.as_str())))
+                }
+                layer => {
+                    let what = match layer {
+                        Some(_) => format!("`{name}` is a top power, which runs no steps"),
+                        None => format!("unknown agent `{name}`"),
+                    };
+                    let candidates = team
+                        .agents
+                        .iter()
+                        .filter(|a| a.config.layer != AgentLayer::Top)
+                        .map(|a| a.config.id.as_str());
+                    Err(src.error(
+                        agent.span(),
+                        format!(
+                            "{what}; a step's `agent` is a lead or an executor: {}",
+                            list_or_none(candidates)
+                        ),
+                    ))
+                }
+            }
+        }
+        (None, None) => Ok(StepTarget::Any),
+    }
+}
+
+/// Checks that some executor the step can reach has its tool.
+fn check_reachable(
+    src: &Source<'_>,
+    step: &RawStep,
+    target: &StepTarget,
+    team: &TeamSpec,
+    leads: &[Lead<'_>],
+) -> Result<(), FileError> {
+    let tool = step.tool.get_ref();
+    let (place, executors): (String, Vec<(&AgentId, &[String])>) = match target {
+        StepTarget::Domain(domain) => {
+            let lead = leads.iter().find(|l| l.domain == domain);
+            let executors = lead.map(|l| l.executors.clone()).unwrap_or_default();
+            let name = lead.map_or("", |l| l.id.as_str());
+            (format!("under the lead `{name}` of the domain `{domain}`"), executors)
+        }
+        StepTarget::Agent(id) => match leads.iter().find(|l| l.id == id) {
+            Some(lead) => (format!("under the lead `{id}`"), lead.executors.clone()),
+            None => {
+                let executor = team.agents.iter().find(|a| &a.config.id == id);
+                let tools = executor.and_then(|a| match &a.role {
+                    RoleSpec::Bottom(b) => Some(b.tools.as_slice()),
+                    _ => None,
+                });
+                let tools = tools.unwrap_or_default();
+                if tools.contains(tool) {
+                    return Ok(());
+                }
+                return Err(src.error(
+                    step.tool.span(),
+                    format!(
+                        "executor `{id}` does not have the tool `{tool}`; it has: {}",
+                        list_or_none(tools.iter().map(String::as_str))
+                    ),
+                ));
+            }
+        },
+        StepTarget::Any => {
+            ("in the team".to_owned(), leads.iter().flat_map(|l| l.executors.clone()).collect())
+        }
+    };
+    if executors.iter().any(|(_, tools)| tools.contains(tool)) {
+        return Ok(());
+    }
+    let message = if executors.is_empty() {
+        format!("there is no executor {place} to run `{tool}`")
+    } else {
+        let mut have: Vec<&str> =
+            executors.iter().flat_map(|(_, t)| t.iter().map(String::as_str)).collect();
+        have.sort_unstable();
+        have.dedup();
+        format!("no executor {place} has the tool `{tool}`; they have: {}", have.join(", "))
+    };
+    Err(src.error(step.tool.span(), message))
+}
+
+/// The JSON of a TOML table; datetimes become strings.
+fn table_to_json(table: &toml::Table) -> Result<serde_json::Value, String> {
+    let mut map = serde_json::Map::with_capacity(table.len());
+    for (key, value) in table {
+        map.insert(key.clone(), value_to_json(value)?);
+    }
+    Ok(serde_json::Value::Object(map))
+}
+
+fn value_to_json(value: &toml::Value) -> Result<serde_json::Value, String> {
+    use serde_json::Value as J;
+    Ok(match value {
+        toml::Value::String(s) => J::String(s.clone()),
+        toml::Value::Integer(i) => J::from(*i),
+        toml::Value::Float(f) => serde_json::Number::from_f64(*f)
+            .map(J::Number)
+            .ok_or_else(|| format!("{f} cannot be passed to a tool; use a finite number"))?,
+        toml::Value::Boolean(b) => J::Bool(*b),
+        toml::Value::Datetime(d) => J::String(d.to_string()),
+        toml::Value::Array(items) => {
+            J::Array(items.iter().map(value_to_json).collect::<Result<_, _>>()?)
+        }
+        toml::Value::Table(t) => table_to_json(t)?,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Words.
+
+fn noun(layer: AgentLayer) -> &'static str {
+    match layer {
+        AgentLayer::Top => "top power",
+        AgentLayer::Mid => "mid lead",
+        AgentLayer::Bottom => "bottom executor",
+    }
+}
+
+fn list_or_none<'s>(items: impl Iterator<Item = &'s str>) -> String {
+    let items: Vec<&str> = items.collect();
+    if items.is_empty() { "none".to_owned() } else { items.join(", ") }
+}

@@ -1,0 +1,1129 @@
+//! Tests of the team and plan files: the examples, the defaults, and where each error points.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
+
+use std::path::Path;
+use std::time::Duration;
+
+use agent_core::tools::ToolRegistry;
+use agent_layers::{LeadInfo, route};
+use agent_pool::RoleSpec;
+use agent_state::{AgentLayer, Capability, StepTarget};
+
+use super::*;
+
+/// Drops the newline after the opening quote, so line 1 is the first written line.
+fn text(s: &str) -> &str {
+    s.strip_prefix('\n').unwrap_or(s)
+}
+
+fn team(s: &str) -> TeamFile {
+    parse_team(Path::new("team.toml"), text(s), &ToolRegistry::with_builtins())
+        .unwrap_or_else(|e| panic!("team should parse: {e}"))
+}
+
+#[track_caller]
+fn team_err(s: &str) -> FileError {
+    match parse_team(Path::new("team.toml"), text(s), &ToolRegistry::with_builtins()) {
+        Ok(t) => panic!("team should not parse: {t:?}"),
+        Err(e) => e,
+    }
+}
+
+fn plan(s: &str) -> Task {
+    parse_plan(
+        Path::new("plan.toml"),
+        text(s),
+        &default_team().spec,
+        &ToolRegistry::with_builtins(),
+    )
+    .unwrap_or_else(|e| panic!("plan should parse: {e}"))
+}
+
+#[track_caller]
+fn plan_err_for(team: &TeamSpec, s: &str) -> FileError {
+    match parse_plan(Path::new("plan.toml"), text(s), team, &ToolRegistry::with_builtins()) {
+        Ok(t) => panic!("plan should not parse: {t:?}"),
+        Err(e) => e,
+    }
+}
+
+#[track_caller]
+fn plan_err(s: &str) -> FileError {
+    plan_err_for(&default_team().spec, s)
+}
+
+/// Asserts the error's position and that its message contains every fragment.
+#[track_caller]
+fn assert_at(err: &FileError, line: usize, column: usize, fragments: &[&str]) {
+    assert_eq!((err.line, err.column), (line, column), "wrong position for: {err}");
+    for fragment in fragments {
+        assert!(err.message.contains(fragment), "`{fragment}` not in: {err}");
+    }
+}
+
+/// A valid team head: two powers and a lead with two executors.
+const HEAD: &str = r#"
+[[top]]
+id = "top-a"
+power_type = "power_a"
+
+[[top]]
+id = "top-b"
+power_type = "power_b"
+
+[[mid]]
+id = "mid-a"
+domain = "docs"
+supervisor = "top-a"
+"#;
+
+/// `HEAD` followed by `rest`; `HEAD` is 12 lines, so `rest` starts on line 13.
+fn with_head(rest: &str) -> String {
+    format!("{}{}", text(HEAD), text(rest))
+}
+
+// ---------------------------------------------------------------------------------------------
+// The examples and the defaults.
+
+#[test]
+fn example_team_is_the_default_team() {
+    assert_eq!(team(example_team_toml()), default_team());
+}
+
+#[test]
+fn example_plan_runs_on_the_example_team_through_all_layers() {
+    let team = team(example_team_toml());
+    let task = parse_plan(
+        Path::new("plan.toml"),
+        example_plan_toml(),
+        &team.spec,
+        &ToolRegistry::with_builtins(),
+    )
+    .unwrap();
+    task.check().unwrap();
+
+    // All three layers: powers that sign plans, and every step reaches a lead with executors.
+    let signers = team
+        .spec
+        .agents
+        .iter()
+        .filter(|a| matches!(&a.role, RoleSpec::Top(t) if t.signature_authority.contains(&"plan".to_owned())))
+        .count();
+    assert_eq!(signers, 3);
+    let leads: Vec<LeadInfo> = super::leads(&team.spec)
+        .into_iter()
+        .map(|l| LeadInfo {
+            id: l.id.clone(),
+            domain: l.domain.to_owned(),
+            executors: l.executors.iter().map(|(id, t)| ((*id).clone(), t.to_vec())).collect(),
+        })
+        .collect();
+    let routed: Vec<String> = task
+        .steps
+        .iter()
+        .map(|s| route(&leads, s).unwrap_or_else(|| panic!("{} unroutable", s.id)).to_string())
+        .collect();
+    assert!(routed.contains(&"mid-docs".to_owned()) && routed.contains(&"mid-build".to_owned()));
+
+    // A real write, and a real shell command that waits for a write.
+    assert!(task.steps.iter().any(|s| s.tool == "write_file"));
+    let shell = task.steps.iter().find(|s| s.tool == "shell").unwrap();
+    assert!(!shell.after.is_empty());
+    for dep in &shell.after {
+        assert_eq!(task.steps.iter().find(|s| &s.id == dep).unwrap().tool, "write_file");
+    }
+    assert!(task.steps.iter().any(|s| matches!(s.target, StepTarget::Agent(_))));
+}
+
+#[test]
+fn module_docs_examples_parse() {
+    let source = include_str!("../files.rs");
+    let mut blocks: Vec<String> = Vec::new();
+    let mut current: Option<String> = None;
+    for line in source.lines().take_while(|l| l.starts_with("//!")) {
+        let line = line.trim_start_matches("//!").strip_prefix(' ').unwrap_or("");
+        match (&mut current, line) {
+            (None, "```toml") => current = Some(String::new()),
+            (Some(block), "```") => {
+                blocks.push(std::mem::take(block));
+                current = None;
+            }
+            (Some(block), l) => {
+                block.push_str(l);
+                block.push('\n');
+            }
+            (None, _) => {}
+        }
+    }
+    assert_eq!(blocks.len(), 2, "a team and a plan example in the module docs");
+    let team = team(&blocks[0]);
+    assert_eq!(team.spec.heartbeat, Duration::from_secs(4));
+    assert!(team.default_reasoner.forbid_tools.is_empty());
+    assert_eq!(team.agent_reasoners.len(), 1);
+    parse_plan(Path::new("plan.toml"), &blocks[1], &team.spec, &ToolRegistry::with_builtins())
+        .unwrap();
+}
+
+#[test]
+fn defaults_fill_everything_left_out() {
+    let file = team(
+        r#"
+[[top]]
+id = "top-a"
+power_type = "power_a"
+
+[[mid]]
+id = "mid-a"
+domain = "docs"
+supervisor = "top-a"
+
+[[bottom]]
+id = "bottom-a"
+supervisor = "mid-a"
+tools = ["shell"]
+"#,
+    );
+    assert_eq!(file.spec.heartbeat, agent_pool::DEFAULT_HEARTBEAT);
+    assert_eq!(file.spec.max_agents, agent_pool::DEFAULT_MAX_AGENTS);
+    assert_eq!(file.default_reasoner, ReasonerSettings::default());
+    assert!(file.agent_reasoners.is_empty());
+    let [top, mid, bottom] = &file.spec.agents[..] else { panic!("three agents") };
+    assert_eq!(top.config, AgentConfig::new("top-a", "top-a", AgentLayer::Top));
+    assert_eq!(
+        top.role,
+        RoleSpec::Top(TopSpec {
+            power_type: "power_a".into(),
+            vote_weight: 1.0,
+            signature_authority: vec!["plan".into()],
+        })
+    );
+    assert_eq!(
+        mid.config,
+        AgentConfig::new("mid-a", "mid-a", AgentLayer::Mid).with_supervisor("top-a")
+    );
+    assert_eq!(mid.role, RoleSpec::Mid(MidSpec { domain: "docs".into(), max_subordinates: 4 }));
+    assert_eq!(
+        bottom.config,
+        AgentConfig::new("bottom-a", "bottom-a", AgentLayer::Bottom).with_supervisor("mid-a")
+    );
+    assert_eq!(bottom.role, RoleSpec::Bottom(BottomSpec { tools: vec!["shell".into()] }));
+}
+
+#[test]
+fn every_agent_field_is_read() {
+    let file = team(
+        r#"
+heartbeat = "250ms"
+max_agents = 3
+
+[reasoner]
+forbid_tools = ["shell"]
+prefer = ["a"]
+
+[[top]]
+id = "top-a"
+name = "Power A"
+power_type = "power_a"
+vote_weight = 2
+signature_authority = ["plan", "budget"]
+role = "governance"
+capabilities = ["review", "arbitrate", "review"]
+model = "m"
+temperature = 0.5
+max_retries = 7
+timeout_ms = 1000
+reasoner = { prefer = ["b"] }
+"#,
+    );
+    assert_eq!(file.spec.heartbeat, Duration::from_millis(250));
+    assert_eq!(file.spec.max_agents, 3);
+    let top = &file.spec.agents[0];
+    let mut expected = AgentConfig::new("top-a", "Power A", AgentLayer::Top)
+        .with_role("governance")
+        .with_capabilities([Capability::Review, Capability::Arbitrate])
+        .with_max_retries(7)
+        .with_timeout_ms(1000);
+    expected.model = Some("m".into());
+    expected.temperature = Some(0.5);
+    assert_eq!(top.config, expected);
+    assert_eq!(
+        top.role,
+        RoleSpec::Top(TopSpec {
+            power_type: "power_a".into(),
+            vote_weight: 2.0,
+            signature_authority: vec!["plan".into(), "budget".into()],
+        })
+    );
+    // The agent's own table overrides `prefer` and keeps the team's `forbid_tools`.
+    let own = &file.agent_reasoners[&AgentId::from("top-a")];
+    assert_eq!(own.forbid_tools, ["shell"]);
+    assert_eq!(own.prefer, ["b"]);
+    assert_eq!(own.kind, ReasonerKind::RuleBased);
+}
+
+#[test]
+fn durations_take_a_unit() {
+    assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+    assert_eq!(parse_duration("4s"), Ok(Duration::from_secs(4)));
+    assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
+    assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
+    for bad in ["4", "s", "4 s", "-4s", "4.5s", "4sec", "", "99999999999999999999h"] {
+        assert!(parse_duration(bad).unwrap_err().contains("not a duration"), "{bad}");
+    }
+    assert!(parse_duration("0ms").unwrap_err().contains("longer than 0"));
+}
+
+#[test]
+fn a_plan_becomes_a_task() {
+    let task = plan(
+        r#"
+id = "t"
+goal = "g"
+
+[[steps]]
+id = "a"
+description = "write"
+domain = "docs"
+tool = "write_file"
+args = { path = "x", content = "y" }
+
+[[steps]]
+id = "b"
+agent = "mid-build"
+tool = "list_dir"
+after = ["a"]
+
+[[steps]]
+id = "c"
+tool = "shell"
+args.command = "true"
+after = ["a", "b"]
+"#,
+    );
+    assert_eq!(task.id, "t");
+    assert_eq!(task.goal, "g");
+    let [a, b, c] = &task.steps[..] else { panic!("three steps") };
+    assert_eq!(a.description, "write");
+    assert_eq!(a.target, StepTarget::Domain("docs".into()));
+    assert_eq!(a.args, serde_json::json!({"path": "x", "content": "y"}));
+    assert!(a.after.is_empty());
+    assert_eq!(b.description, "b (list_dir)");
+    assert_eq!(b.target, StepTarget::Agent("mid-build".into()));
+    assert_eq!(b.args, serde_json::json!({}));
+    assert_eq!(b.after, ["a"]);
+    assert_eq!(c.target, StepTarget::Any);
+    assert_eq!(c.args, serde_json::json!({"command": "true"}));
+    assert_eq!(c.after, ["a", "b"]);
+}
+
+#[test]
+fn arguments_become_json() {
+    let table: toml::Table = toml::from_str(
+        "s = \"x\"\ni = 3\nf = 2.5\nb = true\nd = 1979-05-27T07:32:00Z\na = [1, \"y\"]\nt = { k = 1 }\n",
+    )
+    .unwrap();
+    assert_eq!(
+        table_to_json(&table).unwrap(),
+        serde_json::json!({
+            "s": "x", "i": 3, "f": 2.5, "b": true, "d": "1979-05-27T07:32:00Z",
+            "a": [1, "y"], "t": { "k": 1 },
+        })
+    );
+    let table: toml::Table = toml::from_str("a = [1.0, inf]").unwrap();
+    assert!(table_to_json(&table).unwrap_err().contains("inf cannot be passed to a tool"));
+}
+
+#[test]
+fn errors_display_as_path_line_column_message() {
+    let err = FileError {
+        file: "dir/team.toml".into(),
+        line: 3,
+        column: 7,
+        message: "unknown agent `x`".into(),
+    };
+    assert_eq!(err.to_string(), "dir/team.toml:3:7: unknown agent `x`");
+}
+
+#[test]
+fn columns_count_characters_not_bytes() {
+    let err = team_err(
+        r#"
+top = [{ name = "Ünï", id = "top-a", power_type = "p", vote_weight = -1.0 }]
+"#,
+    );
+    assert_at(&err, 1, 70, &["`vote_weight` must be a number of 0 or more, not -1"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Team file errors.
+
+#[test]
+fn invalid_toml() {
+    let err = team_err(
+        r#"
+heartbeat = "4s
+"#,
+    );
+    assert_eq!(err.file, Path::new("team.toml"));
+    assert_at(&err, 1, 16, &["invalid basic string"]);
+    assert!(!err.message.contains('\n'));
+}
+
+#[test]
+fn unknown_fields() {
+    let err = team_err(
+        r#"
+heartbeats = "4s"
+"#,
+    );
+    assert_at(&err, 1, 1, &["unknown field `heartbeats`", "`heartbeat`"]);
+
+    let err = team_err(&with_head(
+        r#"
+[[bottom]]
+id = "bottom-a"
+supervisor = "mid-a"
+tool = ["shell"]
+"#,
+    ));
+    assert_at(&err, 16, 1, &["unknown field `tool`", "`tools`"]);
+
+    let err = team_err(
+        r#"
+[reasoner]
+kind = "rule-based"
+temperature = 1.0
+"#,
+    );
+    assert_at(&err, 3, 1, &["unknown field `temperature`"]);
+}
+
+#[test]
+fn wrong_types_and_missing_fields() {
+    let err = team_err(
+        r#"
+max_agents = "50"
+"#,
+    );
+    assert_at(&err, 1, 14, &["invalid type: string \"50\""]);
+
+    let err = team_err(
+        r#"
+max_agents = -1
+"#,
+    );
+    assert_at(&err, 1, 14, &["-1"]);
+
+    let err = team_err(&with_head(
+        r#"
+[[mid]]
+id = "mid-b"
+supervisor = "top-a"
+"#,
+    ));
+    assert_at(&err, 13, 1, &["missing field `domain`"]);
+}
+
+#[test]
+fn bad_heartbeat_and_max_agents() {
+    let err = team_err(&format!("heartbeat = \"4 sec\"\n{}", text(HEAD)));
+    assert_at(&err, 1, 13, &["`4 sec` is not a duration", "\"250ms\""]);
+    let err = team_err(&format!("heartbeat = \"0s\"\n{}", text(HEAD)));
+    assert_at(&err, 1, 13, &["longer than 0"]);
+    let err = team_err(&format!("max_agents = 0\n{}", text(HEAD)));
+    assert_at(&err, 1, 14, &["at least 1"]);
+}
+
+#[test]
+fn unknown_reasoner_kind_lists_the_known_ones() {
+    let err = team_err(&format!("[reasoner]\nkind = \"llm\"\n{}", text(HEAD)));
+    assert_at(&err, 2, 8, &["unknown reasoner kind `llm`; known kinds: rule-based"]);
+
+    let err = team_err(
+        r#"
+[[top]]
+id = "top-a"
+power_type = "p"
+reasoner = { kind = "gpt" }
+"#,
+    );
+    assert_at(&err, 4, 21, &["unknown reasoner kind `gpt`"]);
+}
+
+#[test]
+fn reasoner_kinds_by_name() {
+    assert_eq!(check_reasoner_kind("rule-based"), Ok(ReasonerKind::RuleBased));
+    assert_eq!(
+        check_reasoner_kind("llm").unwrap_err().to_string(),
+        "unknown reasoner kind `llm`; known kinds: rule-based"
+    );
+}
+
+#[test]
+fn forbidden_tools_must_exist() {
+    let err = team_err(&format!("[reasoner]\nforbid_tools = [\"shell\", \"rm\"]\n{}", text(HEAD)));
+    assert_at(
+        &err,
+        2,
+        26,
+        &[
+            "unknown tool `rm` in `forbid_tools` (available: list_dir, read_file, shell, write_file)",
+        ],
+    );
+}
+
+#[test]
+fn duplicate_ids_point_at_the_second() {
+    let err = team_err(&with_head(
+        r#"
+[[bottom]]
+id = "top-b"
+supervisor = "mid-a"
+tools = ["shell"]
+"#,
+    ));
+    assert_at(&err, 14, 6, &["agent id `top-b` is already used by the top power on line 6"]);
+}
+
+#[test]
+fn invalid_id() {
+    let err = team_err(
+        r#"
+[[top]]
+id = "top a"
+power_type = "p"
+"#,
+    );
+    assert_at(&err, 2, 6, &["`top a` must be 1 to 64 ASCII letters"]);
+}
+
+#[test]
+fn too_many_agents_points_at_the_first_that_does_not_fit() {
+    let err = team_err(&format!("max_agents = 2\n{}", text(HEAD)));
+    assert_at(
+        &err,
+        11,
+        6,
+        &["too many agents for the pool: this is agent 3 of 3, but `max_agents` (line 1) is 2"],
+    );
+
+    let mut many = text(HEAD).to_owned();
+    for i in 0..48 {
+        many.push_str(&format!(
+            "[[bottom]]\nid = \"b{i}\"\nsupervisor = \"mid-a\"\ntools = [\"shell\"]\n"
+        ));
+    }
+    // 51 agents; the 51st is the last bottom, on line 12 + 4 * 47 + 2.
+    let err = team_err(&many);
+    assert_at(&err, 12 + 4 * 47 + 2, 6, &["agent 51 of 51", "the pool allows 50"]);
+}
+
+#[test]
+fn a_team_needs_a_top_power() {
+    let err = team_err(
+        r#"
+heartbeat = "1s"
+"#,
+    );
+    assert_at(&err, 1, 1, &["no top power; add a [[top]] table"]);
+}
+
+#[test]
+fn a_top_power_has_no_supervisor() {
+    let err = team_err(&format!(
+        "{}\n[[top]]\nid = \"top-c\"\npower_type = \"c\"\nsupervisor = \"top-a\"\n",
+        text(HEAD)
+    ));
+    assert_at(&err, 17, 14, &["a top power has no supervisor; remove `supervisor`"]);
+}
+
+#[test]
+fn unknown_supervisor_lists_the_right_layer() {
+    let err = team_err(&with_head(
+        r#"
+[[mid]]
+id = "mid-b"
+domain = "build"
+supervisor = "top-z"
+"#,
+    ));
+    assert_at(
+        &err,
+        16,
+        14,
+        &["unknown agent `top-z`; a mid lead reports to a top power (top-a, top-b)"],
+    );
+
+    let err = team_err(&with_head(
+        r#"
+[[bottom]]
+id = "bottom-a"
+supervisor = "mid-z"
+tools = ["shell"]
+"#,
+    ));
+    assert_at(
+        &err,
+        15,
+        14,
+        &["unknown agent `mid-z`; a bottom executor reports to a mid lead (mid-a)"],
+    );
+}
+
+#[test]
+fn supervisor_on_the_wrong_layer() {
+    let err = team_err(&with_head(
+        r#"
+[[bottom]]
+id = "bottom-a"
+supervisor = "top-a"
+tools = ["shell"]
+"#,
+    ));
+    assert_at(
+        &err,
+        15,
+        14,
+        &["`top-a` is a top power, but a bottom executor reports to a mid lead (mid-a)"],
+    );
+
+    let err = team_err(&with_head(
+        r#"
+[[bottom]]
+id = "bottom-a"
+supervisor = "mid-a"
+tools = ["shell"]
+
+[[mid]]
+id = "mid-b"
+domain = "build"
+supervisor = "bottom-a"
+"#,
+    ));
+    assert_at(
+        &err,
+        21,
+        14,
+        &["`bottom-a` is a bottom executor, but a mid lead reports to a top power"],
+    );
+}
+
+#[test]
+fn supervisor_cycles() {
+    let err = team_err(&with_head(
+        r#"
+[[mid]]
+id = "mid-b"
+domain = "build"
+supervisor = "mid-c"
+
+[[mid]]
+id = "mid-c"
+domain = "test"
+supervisor = "mid-b"
+"#,
+    ));
+    assert_at(
+        &err,
+        16,
+        14,
+        &[
+            "supervisor cycle: mid-b → mid-c → mid-b; a mid lead reports to a top power (top-a, top-b)",
+        ],
+    );
+
+    let err = team_err(&with_head(
+        r#"
+[[mid]]
+id = "mid-b"
+domain = "build"
+supervisor = "mid-b"
+"#,
+    ));
+    assert_at(&err, 16, 14, &["supervisor cycle: `mid-b` cannot supervise itself"]);
+}
+
+#[test]
+fn executor_tools_must_exist() {
+    let err = team_err(&with_head(
+        r#"
+[[bottom]]
+id = "bottom-a"
+supervisor = "mid-a"
+tools = ["shell", "deploy"]
+"#,
+    ));
+    assert_at(
+        &err,
+        16,
+        19,
+        &["unknown tool `deploy` (available: list_dir, read_file, shell, write_file)"],
+    );
+
+    let err = team_err(&with_head(
+        r#"
+[[bottom]]
+id = "bottom-a"
+supervisor = "mid-a"
+tools = []
+"#,
+    ));
+    assert_at(&err, 16, 9, &["an executor needs at least one tool"]);
+}
+
+#[test]
+fn capabilities_must_fit_the_layer() {
+    let err = team_err(&with_head(
+        r#"
+[[bottom]]
+id = "bottom-a"
+supervisor = "mid-a"
+tools = ["shell"]
+capabilities = ["execute", "delegate"]
+"#,
+    ));
+    assert_at(
+        &err,
+        17,
+        28,
+        &[
+            "a bottom executor may not hold the capability `delegate`; allowed: plan, execute, reflect, tool_call, code_gen, test_exec, coordinate",
+        ],
+    );
+
+    let err = team_err(
+        r#"
+[[top]]
+id = "top-a"
+power_type = "p"
+capabilities = ["fly"]
+"#,
+    );
+    assert_at(&err, 4, 17, &["unknown capability `fly`; a top power may hold: plan,"]);
+}
+
+#[test]
+fn bad_vote_weights() {
+    for (weight, shown) in [("-0.5", "-0.5"), ("nan", "NaN"), ("inf", "inf")] {
+        let err =
+            team_err(&format!("[[top]]\nid = \"t\"\npower_type = \"p\"\nvote_weight = {weight}\n"));
+        assert_at(
+            &err,
+            4,
+            15,
+            &[&format!("`vote_weight` must be a number of 0 or more, not {shown}")],
+        );
+    }
+}
+
+#[test]
+fn empty_names_and_values() {
+    let err = team_err(
+        r#"
+[[top]]
+id = "top-a"
+name = "  "
+power_type = "p"
+"#,
+    );
+    assert_at(&err, 3, 8, &["`name` must not be empty"]);
+
+    let err = team_err(
+        r#"
+[[top]]
+id = "top-a"
+power_type = ""
+"#,
+    );
+    assert_at(&err, 3, 14, &["`power_type` must not be empty"]);
+
+    let err = team_err(
+        r#"
+[[top]]
+id = "top-a"
+power_type = "p"
+signature_authority = ["plan", ""]
+"#,
+    );
+    assert_at(&err, 4, 32, &["signature authority must not be empty"]);
+
+    let err = team_err(&with_head(
+        r#"
+[[mid]]
+id = "mid-b"
+domain = ""
+supervisor = "top-a"
+"#,
+    ));
+    assert_at(&err, 15, 10, &["`domain` must not be empty"]);
+}
+
+#[test]
+fn one_lead_per_domain() {
+    let err = team_err(&with_head(
+        r#"
+[[mid]]
+id = "mid-b"
+domain = "docs"
+supervisor = "top-a"
+"#,
+    ));
+    assert_at(&err, 15, 10, &["domain `docs` already has a lead, `mid-a` (line 10)"]);
+}
+
+#[test]
+fn too_many_executors_for_a_lead() {
+    let err = team_err(
+        r#"
+[[top]]
+id = "top-a"
+power_type = "p"
+
+[[mid]]
+id = "mid-a"
+domain = "docs"
+supervisor = "top-a"
+max_subordinates = 1
+
+[[bottom]]
+id = "bottom-a"
+supervisor = "mid-a"
+tools = ["shell"]
+
+[[bottom]]
+id = "bottom-b"
+supervisor = "mid-a"
+tools = ["shell"]
+"#,
+    );
+    assert_at(&err, 18, 14, &["lead `mid-a` already has 1 executors, its `max_subordinates`"]);
+}
+
+#[test]
+fn temperature_and_timeout_ranges() {
+    let err = team_err(
+        r#"
+[[top]]
+id = "top-a"
+power_type = "p"
+temperature = 2.5
+"#,
+    );
+    assert_at(&err, 4, 15, &["`temperature` must be from 0.0 to 2.0, not 2.5"]);
+
+    let err = team_err(
+        r#"
+[[top]]
+id = "top-a"
+power_type = "p"
+timeout_ms = 0
+"#,
+    );
+    assert_at(&err, 4, 14, &["`timeout_ms` must be greater than 0"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Plan file errors.
+
+#[test]
+fn plan_invalid_toml_and_unknown_fields() {
+    let err = plan_err(
+        r#"
+id = "t"
+goal = "g"
+[[steps]
+"#,
+    );
+    assert_eq!(err.file, Path::new("plan.toml"));
+    assert_eq!(err.line, 3);
+
+    let err = plan_err(
+        r#"
+id = "t"
+goal = "g"
+
+[[steps]]
+id = "a"
+tool = "shell"
+args = { command = "true" }
+depends = ["x"]
+"#,
+    );
+    assert_at(&err, 8, 1, &["unknown field `depends`", "`after`"]);
+
+    let err = plan_err(
+        r#"
+id = "t"
+goal = "g"
+
+[[steps]]
+id = "a"
+"#,
+    );
+    assert_at(&err, 4, 1, &["missing field `tool`"]);
+
+    let err = plan_err(
+        r#"
+id = "t"
+goal = "g"
+
+[[steps]]
+id = "a"
+tool = "shell"
+args = "true"
+"#,
+    );
+    assert_at(&err, 7, 8, &["invalid type: string \"true\", expected a map"]);
+}
+
+#[test]
+fn plan_needs_an_id_a_goal_and_steps() {
+    let err = plan_err("id = \"\"\ngoal = \"g\"\n");
+    assert_at(&err, 1, 6, &["the plan's `id` must not be empty"]);
+    let err = plan_err("id = \"t\"\ngoal = \" \"\n");
+    assert_at(&err, 2, 8, &["the plan's `goal` must not be empty"]);
+    let err = plan_err("id = \"t\"\ngoal = \"g\"\n");
+    assert_at(&err, 1, 1, &["the plan has no steps; add at least one [[steps]] table"]);
+}
+
+#[test]
+fn duplicate_and_empty_step_ids() {
+    let err = plan_err(
+        r#"
+id = "t"
+goal = "g"
+
+[[steps]]
+id = "a"
+tool = "list_dir"
+
+[[steps]]
+id = "a"
+tool = "list_dir"
+"#,
+    );
+    assert_at(&err, 9, 6, &["step id `a` is already used on line 5"]);
+
+    let err = plan_err("id = \"t\"\ngoal = \"g\"\n[[steps]]\nid = \"\"\ntool = \"list_dir\"\n");
+    assert_at(&err, 4, 6, &["a step's `id` must not be empty"]);
+}
+
+#[test]
+fn step_targets() {
+    let err = plan_err(
+        r#"
+id = "t"
+goal = "g"
+
+[[steps]]
+id = "a"
+domain = "docs"
+agent = "bottom-d1"
+tool = "list_dir"
+"#,
+    );
+    assert_at(&err, 7, 9, &["either a `domain` or an `agent`, not both"]);
+
+    let err = plan_err(
+        r#"
+id = "t"
+goal = "g"
+
+[[steps]]
+id = "a"
+domain = "ops"
+tool = "list_dir"
+"#,
+    );
+    assert_at(&err, 6, 10, &["no lead has the domain `ops`; the team's domains: docs, build"]);
+
+    let err = plan_err(
+        r#"
+id = "t"
+goal = "g"
+
+[[steps]]
+id = "a"
+agent = "bottom-x"
+tool = "list_dir"
+"#,
+    );
+    assert_at(
+        &err,
+        6,
+        9,
+        &[
+            "unknown agent `bottom-x`; a step's `agent` is a lead or an executor: mid-docs, mid-build, bottom-d1",
+        ],
+    );
+
+    let err = plan_err(
+        r#"
+id = "t"
+goal = "g"
+
+[[steps]]
+id = "a"
+agent = "top-a"
+tool = "list_dir"
+"#,
+    );
+    assert_at(&err, 6, 9, &["`top-a` is a top power, which runs no steps"]);
+}
+
+#[test]
+fn step_tools_must_exist_and_be_reachable() {
+    let err = plan_err(
+        r#"
+id = "t"
+goal = "g"
+
+[[steps]]
+id = "a"
+tool = "deploy"
+"#,
+    );
+    assert_at(
+        &err,
+        6,
+        8,
+        &["unknown tool `deploy` (available: list_dir, read_file, shell, write_file)"],
+    );
+
+    let small = team(
+        r#"
+[[top]]
+id = "top-a"
+power_type = "p"
+
+[[mid]]
+id = "mid-docs"
+domain = "docs"
+supervisor = "top-a"
+
+[[mid]]
+id = "mid-idle"
+domain = "idle"
+supervisor = "top-a"
+
+[[bottom]]
+id = "bottom-r"
+supervisor = "mid-docs"
+tools = ["read_file", "list_dir"]
+"#,
+    )
+    .spec;
+    let step = |target: &str| {
+        format!(
+            "id = \"t\"\ngoal = \"g\"\n[[steps]]\nid = \"a\"\n{target}\ntool = \"shell\"\nargs = {{ command = \"true\" }}\n"
+        )
+    };
+    let err = plan_err_for(&small, &step("domain = \"docs\""));
+    assert_at(
+        &err,
+        6,
+        8,
+        &[
+            "no executor under the lead `mid-docs` of the domain `docs` has the tool `shell`; they have: list_dir, read_file",
+        ],
+    );
+    let err = plan_err_for(&small, &step("agent = \"mid-docs\""));
+    assert_at(&err, 6, 8, &["no executor under the lead `mid-docs` has the tool `shell`"]);
+    let err = plan_err_for(&small, &step("agent = \"bottom-r\""));
+    assert_at(
+        &err,
+        6,
+        8,
+        &["executor `bottom-r` does not have the tool `shell`; it has: read_file, list_dir"],
+    );
+    let err = plan_err_for(&small, &step("domain = \"idle\""));
+    assert_at(
+        &err,
+        6,
+        8,
+        &["there is no executor under the lead `mid-idle` of the domain `idle` to run `shell`"],
+    );
+    let err = plan_err_for(&small, &step("# any"));
+    assert_at(&err, 6, 8, &["no executor in the team has the tool `shell`"]);
+}
+
+#[test]
+fn step_arguments_must_fit_the_tool() {
+    let err = plan_err(
+        r#"
+id = "t"
+goal = "g"
+
+[[steps]]
+id = "a"
+tool = "write_file"
+args = { path = "x", contents = "y" }
+"#,
+    );
+    assert_at(
+        &err,
+        6,
+        8,
+        &["`args` do not fit the tool `write_file`: ", "`content`", "`contents`"],
+    );
+
+    let err = plan_err(
+        r#"
+id = "t"
+goal = "g"
+
+[[steps]]
+id = "a"
+tool = "shell"
+"#,
+    );
+    assert_at(
+        &err,
+        6,
+        8,
+        &["`args` do not fit the tool `shell`: `command`: required property is missing"],
+    );
+
+    let err = plan_err(
+        r#"
+id = "t"
+goal = "g"
+
+[[steps]]
+id = "a"
+tool = "shell"
+args = { command = "true", timeout_ms = nan }
+"#,
+    );
+    assert_at(&err, 6, 8, &["in `args`: NaN cannot be passed to a tool"]);
+}
+
+#[test]
+fn step_after_names_an_earlier_step() {
+    let head = "id = \"t\"\ngoal = \"g\"\n[[steps]]\nid = \"a\"\ntool = \"list_dir\"\n[[steps]]\nid = \"b\"\ntool = \"list_dir\"\n";
+    let err = plan_err(&format!("{head}after = [\"a\", \"c\"]\n"));
+    assert_at(
+        &err,
+        9,
+        15,
+        &["no step `c` in this plan; a step may wait for a step listed before it (a)"],
+    );
+    let err = plan_err(&format!("{head}after = [\"b\"]\n"));
+    assert_at(&err, 9, 10, &["a step cannot wait for itself"]);
+    let err =
+        plan_err(&format!("{head}after = [\"z\"]\n[[steps]]\nid = \"z\"\ntool = \"list_dir\"\n"));
+    assert_at(&err, 9, 10, &["step `z` is listed later (line 11)"]);
+}
+
+#[test]
+fn regression_dotted_keys_under_a_spanned_table_still_parse() {
+    // toml 0.8 cannot span a table written with dotted keys; such tables are read unspanned.
+    let task = plan(
+        "id = \"t\"\ngoal = \"g\"\n[[steps]]\nid = \"a\"\ntool = \"shell\"\nargs.command = \"true\"\n",
+    );
+    assert_eq!(task.steps[0].args, serde_json::json!({"command": "true"}));
+    let err = team_err("reasoner.kind = \"llm\"\n[[top]]\nid = \"t\"\npower_type = \"p\"\n");
+    assert_at(&err, 1, 17, &["unknown reasoner kind `llm`"]);
+    let err = team_err("[[top]]\nid = \"t\"\npower_type = \"p\"\nreasoner.kind = \"llm\"\n");
+    assert_at(&err, 4, 17, &["unknown reasoner kind `llm`"]);
+}

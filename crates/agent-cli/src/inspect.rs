@@ -1,0 +1,297 @@
+//! `strata inspect` and `strata verify`: read a stored run without running it.
+
+use std::path::Path;
+
+use agent_core::{
+    AuditLog, SledAuditLog, SledStateStore, StateStore, check_transition_chain, verify_chain,
+};
+use agent_state::{Actor, Address, AgentStatus};
+use anyhow::Context;
+use governance::{Governance, SledGovernance};
+use message_bus::{MessageBus, SledBus};
+use run_store::{Durability, RunStore};
+use whiteboard::{SledWhiteboard, Whiteboard};
+
+use crate::cli::{InspectArgs, VerifyArgs, View};
+use crate::run::{RunInfo, TEAM_FILE, resolve_run};
+use crate::view::event_line;
+use crate::{Failure, bad_input, files};
+
+fn open(dir: &Path) -> Result<RunStore, Failure> {
+    // Reading changes nothing, so no sync is needed.
+    RunStore::open(dir, Durability::NoSync).map_err(bad_input)
+}
+
+/// `strata inspect RUN [VIEW]`.
+pub(crate) async fn inspect(args: &InspectArgs) -> Result<(), Failure> {
+    let dir = resolve_run(&args.data, &args.run)?;
+    let info = RunInfo::read(&dir).map_err(bad_input)?;
+    let store = open(&dir)?;
+    match args.view {
+        View::Tree => tree(&dir, &store, &info, args.json).await,
+        View::Audit => {
+            let records = SledAuditLog::open(&store)?.records(None).await?;
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&records)?);
+            } else {
+                for r in &records {
+                    println!("{:>5} {}", r.seq, event_line(r, info.started_at));
+                }
+            }
+            Ok(())
+        }
+        View::Messages => {
+            let bus = SledBus::open(&store)?;
+            let mut inboxes = vec![Address::System];
+            inboxes.extend(bus.registered().await?.into_iter().map(Address::Agent));
+            let mut all = Vec::new();
+            for inbox in inboxes {
+                // Taken but never acknowledged: nothing changes on disk.
+                for m in bus.take(&inbox, usize::MAX).await? {
+                    all.push((inbox.clone(), m));
+                }
+            }
+            if args.json {
+                let json: Vec<_> = all
+                    .iter()
+                    .map(|(i, m)| serde_json::json!({"inbox": i, "message": m}))
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&json)?);
+            } else if all.is_empty() {
+                println!("no messages waiting: every message was processed and acknowledged");
+            } else {
+                println!("{:<14} {:<14} {:<26} content", "inbox", "from", "kind");
+                for (inbox, m) in &all {
+                    println!(
+                        "{:<14} {:<14} {:<26} {}",
+                        inbox.as_str(),
+                        m.from.as_str(),
+                        m.kind.as_str(),
+                        m.content
+                    );
+                }
+            }
+            Ok(())
+        }
+        View::Whiteboards => {
+            let boards = SledWhiteboard::open(&store)?.list(&Actor::System).await?;
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&boards)?);
+            } else {
+                for b in boards {
+                    let layer = b.layer.map(|l| l.to_string()).unwrap_or_else(|| "global".into());
+                    println!("=== {} ({layer}, version {}) ===", b.board, b.version);
+                    println!("{}\n", if b.content.is_empty() { "(empty)" } else { &b.content });
+                }
+            }
+            Ok(())
+        }
+        View::Decisions => {
+            let decisions = SledGovernance::open(&store)?.list().await?;
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&decisions)?);
+            } else if decisions.is_empty() {
+                println!("no decisions");
+            } else {
+                for d in decisions {
+                    println!("decision {} by {}: {}", d.id, d.proposer, d.status);
+                    println!(
+                        "  required: {}",
+                        d.required_signers
+                            .iter()
+                            .map(|s| s.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    );
+                    for s in &d.signatures {
+                        println!("  signed by {} at {}", s.signer, s.at);
+                    }
+                    for v in &d.vetoes {
+                        println!("  vetoed by {}: {}", v.vetoer, v.reason);
+                    }
+                    println!("  content: {}", d.content);
+                }
+            }
+            Ok(())
+        }
+        View::Metrics => {
+            let agents = SledStateStore::open(&store)?.agents().await?;
+            if args.json {
+                let json: Vec<_> = agents
+                    .iter()
+                    .map(|a| serde_json::json!({"agent": a.id, "metrics": a.metrics, "score": a.metrics.performance_score(), "retries": a.retries}))
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&json)?);
+            } else {
+                println!(
+                    "{:<14} {:>5} {:>5} {:>6} {:>6} {:>7} {:>7} {:>6}",
+                    "agent", "done", "fail", "msgs", "beats", "missed", "retries", "score"
+                );
+                for a in agents {
+                    let m = &a.metrics;
+                    println!(
+                        "{:<14} {:>5} {:>5} {:>6} {:>6} {:>7} {:>7} {:>6.1}",
+                        a.id.as_str(),
+                        m.tasks_completed,
+                        m.tasks_failed,
+                        m.messages_processed,
+                        m.heartbeats_responded,
+                        m.heartbeats_missed,
+                        m.retries,
+                        m.performance_score()
+                    );
+                }
+            }
+            Ok(())
+        }
+        View::Usage => {
+            let reasoner = info.reasoner.clone().unwrap_or_else(|| "rule-based".into());
+            if args.json {
+                println!(
+                    "{}",
+                    serde_json::json!({"reasoner": reasoner, "calls": [], "tokens_in": 0, "tokens_out": 0, "cost": 0.0})
+                );
+            } else {
+                println!(
+                    "reasoner: {reasoner}; no model usage is recorded for this run (the rule-based reasoner calls no model)"
+                );
+            }
+            Ok(())
+        }
+    }
+}
+
+async fn tree(dir: &Path, store: &RunStore, info: &RunInfo, json: bool) -> Result<(), Failure> {
+    let tools = agent_core::tools::ToolRegistry::with_builtins();
+    let team_path = dir.join(TEAM_FILE);
+    let text = std::fs::read_to_string(&team_path)
+        .with_context(|| format!("cannot read {}", team_path.display()))?;
+    let team = files::parse_team(&team_path, &text, &tools).map_err(bad_input)?;
+    let records = SledAuditLog::open(store)?.records(None).await?;
+    let statuses: std::collections::BTreeMap<_, _> =
+        check_transition_chain(&records).unwrap_or_default().into_iter().collect();
+    let status = |id: &agent_state::AgentId| {
+        statuses.get(id).map_or("not started", |s: &AgentStatus| s.as_str())
+    };
+    if json {
+        let agents: Vec<_> = team
+            .spec
+            .agents
+            .iter()
+            .map(|a| serde_json::json!({"id": a.config.id, "layer": a.config.layer, "supervisor": a.config.supervisor, "status": status(&a.config.id)}))
+            .collect();
+        println!(
+            "{}",
+            serde_json::json!({"run_id": info.run_id, "status": info.status, "task": info.task_id, "agents": agents})
+        );
+        return Ok(());
+    }
+    println!("run {} · task `{}` · {:?}", info.run_id, info.task_id, info.status);
+    let agents = &team.spec.agents;
+    for top in agents.iter().filter(|a| a.config.layer == agent_state::AgentLayer::Top) {
+        println!("{:<16} {}", top.config.id.as_str(), status(&top.config.id));
+    }
+    for mid in agents.iter().filter(|a| a.config.layer == agent_state::AgentLayer::Mid) {
+        println!("  {:<14} {}", mid.config.id.as_str(), status(&mid.config.id));
+        for bottom in agents.iter().filter(|a| a.config.supervisor.as_ref() == Some(&mid.config.id))
+        {
+            println!("    {:<12} {}", bottom.config.id.as_str(), status(&bottom.config.id));
+        }
+    }
+    Ok(())
+}
+
+/// `strata verify RUN`: exit 0 when everything checks, 1 when something is broken.
+pub(crate) async fn verify(args: &VerifyArgs) -> Result<u8, Failure> {
+    let dir = resolve_run(&args.data, &args.run)?;
+    let store = open(&dir)?;
+    let mut checks: Vec<(&str, Result<String, String>)> = Vec::new();
+    let audit = match SledAuditLog::open(&store) {
+        Ok(log) => log.records(None).await.map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    match &audit {
+        Ok(records) => {
+            checks.push((
+                "audit chain",
+                verify_chain(records)
+                    .map(|n| format!("{n} records, every hash links"))
+                    .map_err(|e| e.to_string()),
+            ));
+            checks.push((
+                "transitions",
+                check_transition_chain(records)
+                    .map(|agents| {
+                        format!("{} agents, every transition allowed and chained", agents.len())
+                    })
+                    .map_err(|e| e.to_string()),
+            ));
+        }
+        Err(e) => checks.push(("audit chain", Err(e.clone()))),
+    }
+    checks.push((
+        "messages",
+        match SledBus::open(&store) {
+            Ok(bus) => bus
+                .registered()
+                .await
+                .map(|r| format!("{} inboxes readable", r.len()))
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        },
+    ));
+    checks.push((
+        "whiteboards",
+        match SledWhiteboard::open(&store) {
+            Ok(b) => b
+                .list(&Actor::System)
+                .await
+                .map(|b| format!("{} boards readable", b.len()))
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        },
+    ));
+    checks.push((
+        "decisions",
+        match SledGovernance::open(&store) {
+            Ok(g) => g
+                .list()
+                .await
+                .map(|d| format!("{} decisions readable", d.len()))
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        },
+    ));
+    checks.push((
+        "agent state",
+        match SledStateStore::open(&store) {
+            Ok(s) => match (s.agents().await, s.outcomes().await) {
+                (Ok(a), Ok(o)) => {
+                    Ok(format!("{} agents, {} task outcomes readable", a.len(), o.len()))
+                }
+                (Err(e), _) | (_, Err(e)) => Err(e.to_string()),
+            },
+            Err(e) => Err(e.to_string()),
+        },
+    ));
+    let broken = checks.iter().any(|(_, r)| r.is_err());
+    if args.json {
+        let json: Vec<_> = checks
+            .iter()
+            .map(|(name, r)| match r {
+                Ok(detail) => serde_json::json!({"check": name, "ok": true, "detail": detail}),
+                Err(error) => serde_json::json!({"check": name, "ok": false, "error": error}),
+            })
+            .collect();
+        println!("{}", serde_json::json!({"run": dir, "ok": !broken, "checks": json}));
+    } else {
+        for (name, r) in &checks {
+            match r {
+                Ok(detail) => println!("ok      {name}: {detail}"),
+                Err(error) => println!("BROKEN  {name}: {error}"),
+            }
+        }
+        println!("{}", if broken { "the run is damaged" } else { "the run verifies" });
+    }
+    Ok(if broken { crate::TASK_FAILED } else { 0 })
+}

@@ -1,0 +1,114 @@
+//! `strata init` and `strata runs`.
+
+use std::path::Path;
+
+use anyhow::Context;
+use run_store::{Durability, RunStore, StoreError};
+
+use crate::cli::{InitArgs, RunsArgs};
+use crate::run::{RunInfo, RunStatus, civil_from_days, now_ms};
+use crate::{Failure, bad_input, files};
+
+/// `strata init [DIR]`: writes an example team file and plan, never overwriting a file.
+pub(crate) fn init(args: &InitArgs) -> Result<(), Failure> {
+    let team = args.dir.join("team.toml");
+    let plan = args.dir.join("plan.toml");
+    for path in [&team, &plan] {
+        if path.exists() {
+            return Err(bad_input(anyhow::anyhow!(
+                "{} already exists; remove it or choose another directory",
+                path.display()
+            )));
+        }
+    }
+    std::fs::create_dir_all(&args.dir)
+        .with_context(|| format!("cannot create {}", args.dir.display()))?;
+    std::fs::write(&team, files::example_team_toml())
+        .with_context(|| format!("cannot write {}", team.display()))?;
+    std::fs::write(&plan, files::example_plan_toml())
+        .with_context(|| format!("cannot write {}", plan.display()))?;
+    println!("wrote {} and {}", team.display(), plan.display());
+    println!("run it with: strata run {} --team {}", plan.display(), team.display());
+    Ok(())
+}
+
+/// How a run listed by `strata runs` stands, including runs killed while running.
+fn effective_status(dir: &Path, info: &RunInfo) -> &'static str {
+    match info.status {
+        RunStatus::Succeeded => "succeeded",
+        RunStatus::Failed => "failed",
+        RunStatus::Interrupted => "interrupted",
+        RunStatus::Running => match RunStore::open(dir, Durability::NoSync) {
+            Err(StoreError::Locked { .. }) => "running",
+            _ => "killed (resumable)",
+        },
+    }
+}
+
+/// Formats milliseconds since the epoch as `YYYY-MM-DD HH:MM:SS` UTC.
+pub(crate) fn format_time(ms: u64) -> String {
+    let secs = ms / 1000;
+    let (y, m, d) = civil_from_days(i64::try_from(secs / 86_400).unwrap_or(0));
+    let rest = secs % 86_400;
+    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}", rest / 3600, rest % 3600 / 60, rest % 60)
+}
+
+/// `strata runs`.
+pub(crate) fn list(args: &RunsArgs) -> Result<(), Failure> {
+    if !args.data.exists() {
+        if args.json {
+            println!("[]");
+        } else {
+            println!("no runs yet in {}", args.data.display());
+        }
+        return Ok(());
+    }
+    if !args.data.is_dir() {
+        return Err(bad_input(anyhow::anyhow!(
+            "the data directory {} is not a directory",
+            args.data.display()
+        )));
+    }
+    let mut rows = Vec::new();
+    let entries = std::fs::read_dir(&args.data)
+        .with_context(|| format!("cannot read {}", args.data.display()))?;
+    for entry in entries.flatten() {
+        let dir = entry.path();
+        let Ok(info) = RunInfo::read(&dir) else { continue };
+        let status = effective_status(&dir, &info);
+        let end = info.finished_at.unwrap_or_else(now_ms);
+        rows.push((info.started_at, info, status, end));
+    }
+    rows.sort_by_key(|(start, ..)| *start);
+    if args.json {
+        let json: Vec<_> = rows
+            .iter()
+            .map(|(_, info, status, end)| {
+                serde_json::json!({"run_id": info.run_id, "status": status, "task": info.task_id, "goal": info.goal,
+                    "started_at": format_time(info.started_at), "duration_s": end.saturating_sub(info.started_at) as f64 / 1000.0,
+                    "failure": info.failure})
+            })
+            .collect();
+        println!("{}", serde_json::Value::Array(json));
+        return Ok(());
+    }
+    if rows.is_empty() {
+        println!("no runs yet in {}", args.data.display());
+        return Ok(());
+    }
+    println!(
+        "{:<44} {:<19} {:<16} {:<20} {:>9}",
+        "run", "status", "task", "started (UTC)", "duration"
+    );
+    for (_, info, status, end) in rows {
+        println!(
+            "{:<44} {:<19} {:<16} {:<20} {:>8.1}s",
+            info.run_id,
+            status,
+            info.task_id,
+            format_time(info.started_at),
+            end.saturating_sub(info.started_at) as f64 / 1000.0
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,262 @@
+//! `cargo xtask torture [--kills N] [--seed S]`: the crash torture harness.
+//!
+//! Runs `strata` on a plan in a child process, `SIGKILL`s it at random moments (start-up, the
+//! middle of heartbeats, shutdown), resumes, and repeats until at least N kills have happened and
+//! the run has finished. Then it checks: the task succeeded; every file the plan writes is there
+//! once with the right content; every side effect (a line appended by a shell step) happened
+//! exactly once and in order; no message is left unacknowledged; `strata verify` passes (the
+//! audit chain links, every transition is allowed, every record decodes).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+
+use crate::{cargo, run as run_command};
+
+/// Kills in CI's short form.
+pub(crate) const CI_KILLS: u32 = 50;
+/// Kills in the full run.
+pub(crate) const FULL_KILLS: u32 = 500;
+/// Steps of the plan; each appends one line and odd ones also write a file.
+const STEPS: usize = 8;
+
+/// A small deterministic random source (xorshift64*), seeded and printed for reproduction.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        if n == 0 { 0 } else { self.next() % n }
+    }
+}
+
+fn plan() -> String {
+    let mut plan =
+        String::from("id = \"torture\"\ngoal = \"append lines in order and write files\"\n");
+    for i in 0..STEPS {
+        let domain = if i % 2 == 0 { "docs" } else { "build" };
+        let after =
+            if i == 0 { String::new() } else { format!("after = [\"append-{}\"]\n", i - 1) };
+        plan.push_str(&format!(
+            "\n[[steps]]\nid = \"append-{i}\"\ndescription = \"append line {i}\"\ndomain = \"{domain}\"\ntool = \"shell\"\nargs = {{ command = \"echo line-{i} >> log.txt\" }}\n{after}"
+        ));
+        if i % 2 == 1 {
+            plan.push_str(&format!(
+                "\n[[steps]]\nid = \"write-{i}\"\ndescription = \"write file {i}\"\ndomain = \"docs\"\ntool = \"write_file\"\nargs = {{ path = \"out/file-{i}.txt\", content = \"content {i}\\n\" }}\nafter = [\"append-{i}\"]\n"
+            ));
+        }
+    }
+    plan
+}
+
+/// Runs the harness with at least `kills` kills.
+pub(crate) fn run(root: &Path, kills: u32, seed: Option<u64>) -> anyhow::Result<()> {
+    run_command(cargo(root).args([
+        "build",
+        "--quiet",
+        "--locked",
+        "-p",
+        "agent-cli",
+        "--bin",
+        "strata",
+    ]))?;
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
+    let strata = target.join("debug").join("strata");
+    if !strata.is_file() {
+        bail!("the strata binary is not at {}", strata.display());
+    }
+    let seed = seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64)
+            | 1
+    });
+    println!("torture: seed {seed} (rerun with --seed {seed}), at least {kills} kills");
+    let scratch = tempdir(root)?;
+    let result = torture(&strata, &scratch, kills, seed);
+    if result.is_ok() {
+        let _ = std::fs::remove_dir_all(&scratch);
+    } else {
+        println!("torture: the failed run is kept in {}", scratch.display());
+    }
+    result
+}
+
+fn tempdir(root: &Path) -> anyhow::Result<PathBuf> {
+    let base = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| root.join("target"), PathBuf::from)
+        .join("torture");
+    let dir = base.join(format!("run-{}", std::process::id()));
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).with_context(|| format!("cannot clear {}", dir.display()))?;
+    }
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    Ok(dir)
+}
+
+fn torture(strata: &Path, scratch: &Path, kills: u32, seed: u64) -> anyhow::Result<()> {
+    let mut rng = Rng(seed);
+    let plan_path = scratch.join("plan.toml");
+    std::fs::write(&plan_path, plan())?;
+    let data = scratch.join("data");
+    let started = Instant::now();
+    let (mut killed, mut launches, mut runs) = (0u32, 0u32, 0u32);
+    // One run after another, each killed at random moments until it finishes, until enough
+    // kills have happened; every run is checked.
+    while killed < kills || runs == 0 {
+        runs += 1;
+        let run_id = format!("torture-{runs}");
+        let workspace = scratch.join(format!("workspace-{runs}"));
+        let (k, l) = drive_one(
+            strata,
+            &plan_path,
+            &data,
+            &workspace,
+            &run_id,
+            &mut rng,
+            kills.saturating_sub(killed),
+        )?;
+        killed += k;
+        launches += l;
+        check(strata, &data, &workspace, &run_id)?;
+    }
+    println!(
+        "torture: ok — {runs} runs, {killed} kills, {launches} launches in {:.1}s; every run succeeded, \
+         each of its {STEPS} side effects ran exactly once and in order, its files are right, \
+         its audit chain verifies and no message is left",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Drives one run to the end, killing it up to `budget` times. Returns (kills, launches).
+fn drive_one(
+    strata: &Path,
+    plan_path: &Path,
+    data: &Path,
+    workspace: &Path,
+    run_id: &str,
+    rng: &mut Rng,
+    budget: u32,
+) -> anyhow::Result<(u32, u32)> {
+    let run_dir = data.join(run_id);
+    let (mut killed, mut launches) = (0u32, 0u32);
+    loop {
+        let fresh =
+            !run_dir.join("strata-run.json").is_file() || !run_dir.join("run.json").is_file();
+        if fresh && run_dir.exists() {
+            // Killed while the run directory was being created: nothing was acknowledged yet.
+            std::fs::remove_dir_all(&run_dir)?;
+        }
+        let mut command = Command::new(strata);
+        if fresh {
+            command
+                .arg("run")
+                .arg(plan_path)
+                .arg("--run-id")
+                .arg(run_id)
+                .arg("--workspace")
+                .arg(workspace);
+            command.args(["--heartbeat", "20ms"]);
+        } else {
+            command.arg("resume").arg(run_id);
+        }
+        command
+            .arg("--data")
+            .arg(data)
+            .arg("--quiet")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = command.spawn().context("cannot start strata")?;
+        launches += 1;
+        // Kill moments spread over start-up, heartbeats and shutdown of a whole run (~1.5 s).
+        let deadline = (killed < budget).then(|| Duration::from_millis(rng.below(1_500) + 1));
+        let launched = Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait()? {
+                break Some(status);
+            }
+            if deadline.is_some_and(|d| launched.elapsed() >= d) {
+                child.kill().context("cannot kill strata")?; // SIGKILL
+                child.wait()?;
+                killed += 1;
+                break None;
+            }
+            if launched.elapsed() > Duration::from_secs(120) {
+                child.kill()?;
+                bail!("{run_id}: strata did not finish within 120 s after launch {launches}");
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        if let Some(status) = status {
+            let mut stderr = String::new();
+            if let Some(mut pipe) = child.stderr.take() {
+                use std::io::Read;
+                let _ = pipe.read_to_string(&mut stderr);
+            }
+            return match status.code() {
+                Some(0) => Ok((killed, launches)),
+                Some(code) => bail!(
+                    "{run_id}: strata exited with {code} on launch {launches}: {}",
+                    stderr.trim()
+                ),
+                None => bail!(
+                    "{run_id}: strata died by a signal on launch {launches}: {}",
+                    stderr.trim()
+                ),
+            };
+        }
+    }
+}
+
+fn check(strata: &Path, data: &Path, workspace: &Path, run_id: &str) -> anyhow::Result<()> {
+    let log = std::fs::read_to_string(workspace.join("log.txt")).context("log.txt is missing")?;
+    let expected: String = (0..STEPS).map(|i| format!("line-{i}\n")).collect();
+    if log != expected {
+        bail!(
+            "side effects ran a wrong number of times or out of order:\nexpected:\n{expected}got:\n{log}"
+        );
+    }
+    for i in (1..STEPS).step_by(2) {
+        let path = workspace.join("out").join(format!("file-{i}.txt"));
+        let content = std::fs::read_to_string(&path)
+            .with_context(|| format!("{} is missing", path.display()))?;
+        if content != format!("content {i}\n") {
+            bail!("{} has the wrong content: {content:?}", path.display());
+        }
+    }
+    let verify = Command::new(strata).args(["verify", run_id]).arg("--data").arg(data).output()?;
+    if !verify.status.success() {
+        bail!("strata verify failed:\n{}", String::from_utf8_lossy(&verify.stdout));
+    }
+    let messages = Command::new(strata)
+        .args(["inspect", run_id, "messages", "--json"])
+        .arg("--data")
+        .arg(data)
+        .output()?;
+    let listed: serde_json::Value =
+        serde_json::from_slice(&messages.stdout).context("inspect messages printed no JSON")?;
+    if listed.as_array().is_none_or(|m| !m.is_empty()) {
+        bail!("messages are left unacknowledged: {listed}");
+    }
+    let runs = Command::new(strata).args(["runs", "--json"]).arg("--data").arg(data).output()?;
+    let runs: serde_json::Value =
+        serde_json::from_slice(&runs.stdout).context("runs printed no JSON")?;
+    let this = runs.as_array().and_then(|all| {
+        all.iter().find(|r| r.get("run_id").and_then(|i| i.as_str()) == Some(run_id))
+    });
+    if this.and_then(|r| r.get("status")).and_then(|s| s.as_str()) != Some("succeeded") {
+        bail!("the run is not recorded as succeeded: {runs}");
+    }
+    Ok(())
+}
