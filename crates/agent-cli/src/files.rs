@@ -402,7 +402,7 @@ pub(crate) fn example_plan_toml() -> &'static str {
 }
 
 const EXAMPLE_TEAM: &str = r##"# A Strata team: three top powers, two mid leads, two bottom executors per lead.
-# Run a plan with it: strata run --team team.toml --plan plan.toml
+# Run a plan with it: strata run plan.toml --team team.toml
 
 heartbeat = "4s"      # how often each agent with work takes a turn: "250ms", "4s", "1m"
 max_agents = 50       # the pool's limit
