@@ -174,6 +174,9 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
     };
     info.write(&dir)?;
     view::started(&args.output, &info, &dir);
+    if args.no_sync {
+        eprintln!("warning: --no-sync: commits are not fdatasync'ed; a power loss can lose acknowledged data");
+    }
     let services = services(&store, &info, &team, tools)?;
     let team_handle =
         Team::start(team.spec.clone(), services.clone()).await.context("cannot start the team")?;
@@ -202,6 +205,9 @@ pub(crate) async fn resume(args: ResumeArgs) -> Result<u8, Failure> {
     info.status = RunStatus::Running;
     info.write(&dir)?;
     view::resumed(&args.output, &info, &dir);
+    if args.no_sync {
+        eprintln!("warning: --no-sync: commits are not fdatasync'ed; a power loss can lose acknowledged data");
+    }
     let services = services(&store, &info, &team, tools)?;
     let team_handle = Team::resume(team.spec.clone(), services.clone())
         .await

@@ -181,7 +181,9 @@ impl ToolContext {
     /// completed. Without one, an interrupted non-idempotent call is never run again.
     #[must_use]
     pub fn with_journal(mut self, dir: impl Into<PathBuf>) -> Self {
-        self.journal = Some(dir.into());
+        // Tools run in the workspace, so a relative journal path must not be read from there.
+        let dir = dir.into();
+        self.journal = Some(std::path::absolute(&dir).unwrap_or(dir));
         self
     }
 
