@@ -4,6 +4,12 @@
 //! `new/`: `estimates.json` holds the statistics (in nanoseconds per iteration) and
 //! `benchmark.json` the id and the declared throughput. Every such directory becomes a row, so a
 //! new bench shows up without touching this file.
+//!
+//! What criterion does not measure (memory, latency percentiles), a bench measures itself and
+//! writes as one JSON object per file under `target/strata-bench/`: an `id` and numbers, such as
+//! `{"id": "pool/memory_per_idle_agent", "bytes_per_agent": 812.3, "agents": 100000}`. Each file
+//! becomes a row of the same table with its numbers in a `figures` column, shown by the unit
+//! their name ends in: `bytes_per_agent` as `812.3 B/agent`, `p99_us` as `p99 23.25 ms`.
 
 use std::path::{Path, PathBuf};
 
@@ -23,6 +29,15 @@ pub(crate) struct Row {
     pub(crate) throughput: Option<Throughput>,
 }
 
+/// Figures a bench wrote itself under `target/strata-bench/`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Figure {
+    /// Named like a criterion id, such as `pool/memory_per_idle_agent`.
+    pub(crate) id: String,
+    /// The numbers, by name, such as `("bytes_per_agent", 812.3)`; other values are left out.
+    pub(crate) values: Vec<(String, f64)>,
+}
+
 /// Criterion's declared throughput per iteration.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum Throughput {
@@ -33,7 +48,11 @@ pub(crate) enum Throughput {
 
 /// Runs `cargo bench` (criterion gets `--quick` when asked), then prints the table.
 pub(crate) fn run(root: &Path, quick: bool) -> anyhow::Result<()> {
+    let target = target_dir(root)?;
     let mut bench = cargo(root);
+    // Benches that write figures find the target directory through this variable; naming it
+    // changes nothing for cargo, which resolved the same directory.
+    bench.env("CARGO_TARGET_DIR", &target);
     // `--bench '*'`, not `--benches`: that also runs every lib's unit tests as libtest benches,
     // and libtest rejects criterion's flags such as `--quick`.
     bench.args(["bench", "--workspace", "--bench", "*"]);
@@ -42,12 +61,13 @@ pub(crate) fn run(root: &Path, quick: bool) -> anyhow::Result<()> {
     }
     run_command(&mut bench)?;
 
-    let criterion_dir = target_dir(root)?.join("criterion");
+    let criterion_dir = target.join("criterion");
     let rows = read_results(&criterion_dir)?;
-    if rows.is_empty() {
+    let figures = read_figures(&target.join("strata-bench"))?;
+    if rows.is_empty() && figures.is_empty() {
         println!("no benchmark results in {}: no benches have run", criterion_dir.display());
     } else {
-        println!("\n{}", table(&rows));
+        println!("\n{}", table(&rows, &figures));
     }
     Ok(())
 }
@@ -107,6 +127,32 @@ fn read_result(criterion_dir: &Path, new_dir: &Path) -> anyhow::Result<Option<Ro
     Ok(Some(Row { id, median_ns, throughput }))
 }
 
+/// Every figure in `dir` (its `*.json` files), sorted by id; empty when the directory does not
+/// exist.
+pub(crate) fn read_figures(dir: &Path) -> anyhow::Result<Vec<Figure>> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Ok(Vec::new()) };
+    let mut figures = Vec::new();
+    for entry in entries {
+        let path = entry?.path();
+        if path.is_file() && path.extension().is_some_and(|extension| extension == "json") {
+            let figure = parse_figure(&read_json(&path)?).with_context(|| {
+                format!("{}: expected an object with a string `id`", path.display())
+            })?;
+            figures.push(figure);
+        }
+    }
+    figures.sort_by(|a, b| a.id.cmp(&b.id));
+    Ok(figures)
+}
+
+fn parse_figure(figure: &Value) -> Option<Figure> {
+    let object = figure.as_object()?;
+    let id = object.get("id")?.as_str()?.to_owned();
+    let values =
+        object.iter().filter_map(|(name, value)| Some((name.clone(), value.as_f64()?))).collect();
+    Some(Figure { id, values })
+}
+
 /// Criterion's serialized throughput: `{"Elements": 100}`, `{"Bytes": 4096}`, ...; an iteration
 /// that declares both elements and bytes is shown in elements.
 fn parse_throughput(throughput: &Value) -> Option<Throughput> {
@@ -118,30 +164,69 @@ fn parse_throughput(throughput: &Value) -> Option<Throughput> {
         .or_else(|| amount("/BytesDecimal").map(Throughput::BytesDecimal))
 }
 
-/// The results as an aligned text table: benchmark, median time, throughput.
-pub(crate) fn table(rows: &[Row]) -> String {
-    let cells: Vec<[String; 3]> = rows
-        .iter()
-        .map(|row| {
-            let throughput = row
-                .throughput
-                .map(|throughput| format_throughput(throughput, row.median_ns))
-                .unwrap_or_default();
-            [row.id.clone(), format_time(row.median_ns), throughput]
-        })
-        .collect();
-    let header = ["benchmark", "median", "throughput"].map(str::to_owned);
+/// The results as one aligned text table sorted by id: benchmark, median time, throughput, and
+/// a figures column when there are figures.
+pub(crate) fn table(rows: &[Row], figures: &[Figure]) -> String {
+    let mut cells: Vec<[String; 4]> =
+        rows.iter()
+            .map(|row| {
+                let throughput = row
+                    .throughput
+                    .map(|throughput| format_throughput(throughput, row.median_ns))
+                    .unwrap_or_default();
+                [row.id.clone(), format_time(row.median_ns), throughput, String::new()]
+            })
+            .chain(figures.iter().map(|figure| {
+                [figure.id.clone(), String::new(), String::new(), format_figure(figure)]
+            }))
+            .collect();
+    cells.sort_by(|a, b| a[0].cmp(&b[0]));
+    let mut header = ["benchmark", "median", "throughput", "figures"].map(str::to_owned);
+    if figures.is_empty() {
+        header[3].clear();
+    }
     let width = |column: usize| {
         std::iter::once(&header).chain(&cells).map(|row| row[column].chars().count()).max()
     };
-    let (id_width, time_width) = (width(0).unwrap_or(0), width(1).unwrap_or(0));
+    let widths = [width(0), width(1), width(2)].map(|width| width.unwrap_or(0));
     std::iter::once(&header)
         .chain(&cells)
-        .map(|[id, time, throughput]| {
-            format!("{id:<id_width$}  {time:>time_width$}  {throughput}").trim_end().to_owned()
+        .map(|[id, time, throughput, memory]| {
+            let [id_width, time_width, throughput_width] = widths;
+            format!(
+                "{id:<id_width$}  {time:>time_width$}  {throughput:<throughput_width$}  {memory}"
+            )
+            .trim_end()
+            .to_owned()
         })
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// A figure's numbers, those with a unit first: `bytes_per_agent` 812.3 as `812.3 B/agent`, a
+/// name ending in `_ns`, `_us`, `_ms` or `_s` as a time (`p99_us` 23247 as `p99 23.25 ms`), a
+/// name ending in `_bytes` in bytes, anything else as a plain count (`agents 100000`).
+pub(crate) fn format_figure(figure: &Figure) -> String {
+    let mut with_unit = Vec::new();
+    let mut counts = Vec::new();
+    for (name, value) in &figure.values {
+        let time = [("_ns", 1.0), ("_us", 1e3), ("_ms", 1e6), ("_s", 1e9)]
+            .into_iter()
+            .find_map(|(suffix, ns)| Some((name.strip_suffix(suffix)?, ns)));
+        if let Some(per) = name.strip_prefix("bytes_per_") {
+            with_unit.push(format!("{value:.1} B/{per}"));
+        } else if let Some((quantity, ns)) = time {
+            with_unit.push(format!("{quantity} {}", format_time(value * ns)));
+        } else if let Some(quantity) = name.strip_suffix("_bytes") {
+            with_unit.push(format!("{quantity} {value:.0} B"));
+        } else if value.fract() == 0.0 {
+            counts.push(format!("{name} {value:.0}"));
+        } else {
+            counts.push(format!("{name} {value:.2}"));
+        }
+    }
+    with_unit.extend(counts);
+    with_unit.join(", ")
 }
 
 /// `812.40 ns`, `3.21 µs`, `1.50 ms`, `2.00 s`.

@@ -1,6 +1,6 @@
 //! Unit tests for xtask's parsers and checks, on captured samples.
 
-use crate::bench::{self, Row, Throughput};
+use crate::bench::{self, Figure, Row, Throughput};
 use crate::coverage::{LineCoverage, parse_total};
 use crate::{ci, tidy};
 
@@ -157,12 +157,77 @@ fn bench_reads_every_criterion_result_and_prints_one_table() -> anyhow::Result<(
         ]
     );
     assert_eq!(
-        bench::table(&rows),
+        bench::table(&rows, &[]),
         "\
 benchmark           median  throughput
 bus/publish/100   50.00 µs  2.00 Melem/s
 lifecycle/apply  250.00 ns"
     );
+    Ok(())
+}
+
+#[test]
+fn bench_reads_figures_and_prints_them_in_the_same_table() -> anyhow::Result<()> {
+    let dir = std::env::temp_dir().join(format!("xtask-bench-figures-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("a-run-directory"))?;
+    std::fs::write(
+        dir.join("memory.json"),
+        r#"{"id": "pool/memory_per_idle_agent", "bytes_per_agent": 812.3, "agents": 100000}"#,
+    )?;
+    std::fs::write(
+        dir.join("latency.json"),
+        r#"{"id": "bus/send_latency", "p50_us": 2017.0, "p99_us": 23247.0, "sends": 43975, "note": "x"}"#,
+    )?;
+    std::fs::write(dir.join("notes.txt"), "not a figure")?;
+    let figures = bench::read_figures(&dir);
+    std::fs::remove_dir_all(&dir)?;
+    let figures = figures?;
+    let values = |values: &[(&str, f64)]| -> Vec<(String, f64)> {
+        values.iter().map(|(name, value)| ((*name).to_owned(), *value)).collect()
+    };
+    assert_eq!(
+        figures,
+        vec![
+            Figure {
+                id: "bus/send_latency".to_owned(),
+                values: values(&[("p50_us", 2017.0), ("p99_us", 23247.0), ("sends", 43975.0)]),
+            },
+            Figure {
+                id: "pool/memory_per_idle_agent".to_owned(),
+                values: values(&[("agents", 100_000.0), ("bytes_per_agent", 812.3)]),
+            },
+        ]
+    );
+
+    let rows = vec![
+        Row {
+            id: "pool/tick_idle/1000".to_owned(),
+            median_ns: 100.0,
+            throughput: Some(Throughput::Elements(1000.0)),
+        },
+        Row { id: "lifecycle/apply".to_owned(), median_ns: 250.0, throughput: None },
+    ];
+    assert_eq!(
+        bench::table(&rows, &figures),
+        "\
+benchmark                      median  throughput     figures
+bus/send_latency                                      p50 2.02 ms, p99 23.25 ms, sends 43975
+lifecycle/apply             250.00 ns
+pool/memory_per_idle_agent                            812.3 B/agent, agents 100000
+pool/tick_idle/1000         100.00 ns  10.00 Gelem/s"
+    );
+    Ok(())
+}
+
+#[test]
+fn bench_figure_without_an_id_is_an_error() -> anyhow::Result<()> {
+    let dir = std::env::temp_dir().join(format!("xtask-bench-bad-figure-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join("memory.json"), r#"{"bytes_per_agent": 812.3}"#)?;
+    let figures = bench::read_figures(&dir);
+    std::fs::remove_dir_all(&dir)?;
+    assert!(figures.is_err());
+    assert_eq!(bench::read_figures(&dir.join("missing"))?, Vec::new());
     Ok(())
 }
 

@@ -1,0 +1,229 @@
+//! Benchmarks of the pool at scale: one heartbeat cycle over many idle agents, agents created
+//! per second, and the memory one idle agent holds.
+//!
+//! Memory is not something criterion measures: before the criterion groups run, `main` reads the
+//! process's resident set size, creates [`MEMORY_AGENTS`] idle agents (each with its bus inbox,
+//! whiteboard and audit record), reads it again, prints bytes per agent and writes them as JSON
+//! to `<target>/strata-bench/memory.json`, where `cargo xtask bench` picks them up. It runs
+//! first, in a fresh process, so memory freed by other benches does not hide the growth.
+#![allow(missing_docs)]
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "benchmarks")]
+#![allow(clippy::print_stdout, reason = "the memory figure is printed next to criterion's output")]
+
+use std::hint::black_box;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agent_core::tools::{ToolContext, ToolRegistry};
+use agent_core::{
+    AgentBehavior, AgentDeps, InMemoryAuditLog, InMemoryStateStore, RuleBasedReasoner, TokioClock,
+};
+use agent_layers::{BottomAgent, BottomSpec};
+use agent_pool::{AgentPool, HeartbeatScheduler};
+use agent_state::{AgentConfig, AgentLayer, Timestamp};
+use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group};
+use governance::InMemoryGovernance;
+use message_bus::InMemoryBus;
+use tokio::runtime::Runtime;
+use whiteboard::InMemoryWhiteboard;
+
+/// Pool sizes for one heartbeat cycle.
+const TICK_SIZES: [usize; 3] = [1_000, 10_000, 100_000];
+/// Agents created per iteration of the creation benchmark.
+const CREATE_BATCH: usize = 10_000;
+/// Idle agents created for the memory figure.
+const MEMORY_AGENTS: usize = 100_000;
+/// The memory figure's id in the `cargo xtask bench` table.
+const MEMORY_ID: &str = "pool/memory_per_idle_agent";
+
+/// The tools of an executor in the standard team of the integration tests.
+const TOOLS: [&str; 4] = ["read_file", "write_file", "list_dir", "shell"];
+
+fn main() {
+    memory_per_idle_agent();
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}
+
+fn runtime() -> Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+}
+
+/// The in-memory services a pool's agents share, as `Team` assembles them.
+struct Services {
+    deps: Arc<AgentDeps>,
+    /// Keeps the tools' workspace alive.
+    _workspace: tempfile::TempDir,
+}
+
+impl Services {
+    fn new() -> Self {
+        let workspace = tempfile::tempdir().unwrap();
+        let deps = Arc::new(AgentDeps {
+            bus: Arc::new(InMemoryBus::new()),
+            boards: Arc::new(InMemoryWhiteboard::new()),
+            governance: Arc::new(InMemoryGovernance::new()),
+            audit: Arc::new(InMemoryAuditLog::new()),
+            reasoner: Arc::new(RuleBasedReasoner::new()),
+            tools: Arc::new(ToolRegistry::with_builtins()),
+            workspace: Arc::new(ToolContext::new(workspace.path()).unwrap()),
+            clock: Arc::new(TokioClock::starting_at(Timestamp(1_700_000_000_000))),
+            state: Arc::new(InMemoryStateStore::new()),
+        });
+        Self { deps, _workspace: workspace }
+    }
+}
+
+/// The configuration and behaviour of executor `n`, under lead `mid-1`.
+fn executor(n: usize) -> (AgentConfig, Box<dyn AgentBehavior>) {
+    let id = format!("bottom-{n}");
+    let config = AgentConfig::new(id.as_str(), format!("Executor {id}"), AgentLayer::Bottom)
+        .with_supervisor("mid-1");
+    let spec = BottomSpec { tools: TOOLS.iter().map(|t| (*t).to_owned()).collect() };
+    (config, Box::new(BottomAgent::new(spec)))
+}
+
+/// Creates executors `range` in `pool` (each initialized: inbox, whiteboard, audit record).
+async fn populate(pool: &AgentPool, services: &Services, range: std::ops::Range<usize>) {
+    for n in range {
+        let (config, behavior) = executor(n);
+        pool.create(config, behavior, services.deps.clone()).await.unwrap();
+    }
+}
+
+/// One `HeartbeatScheduler::tick` over pools of idle agents with no mail.
+fn tick(c: &mut Criterion) {
+    let rt = runtime();
+    let mut group = c.benchmark_group("pool/tick_idle");
+    group.measurement_time(Duration::from_secs(2)).warm_up_time(Duration::from_millis(500));
+    for size in TICK_SIZES {
+        // Built once per size, outside the timing; creating 100 000 agents takes a while.
+        let services = Services::new();
+        let pool = Arc::new(AgentPool::new(usize::MAX));
+        rt.block_on(populate(&pool, &services, 0..size));
+        let deps = &services.deps;
+        let mut scheduler = HeartbeatScheduler::new(
+            pool.clone(),
+            deps.bus.clone(),
+            deps.audit.clone(),
+            deps.clock.clone(),
+        );
+        let report = rt.block_on(scheduler.tick());
+        assert_eq!((report.started, report.idle), (0, size), "every agent must be idle");
+
+        group.throughput(Throughput::Elements(size as u64));
+        group.bench_with_input(BenchmarkId::from_parameter(size), &size, |bench, _| {
+            bench.iter_custom(|iters| {
+                rt.block_on(async {
+                    let start = Instant::now();
+                    for _ in 0..iters {
+                        black_box(scheduler.tick().await);
+                    }
+                    start.elapsed()
+                })
+            });
+        });
+        drop(scheduler);
+        drop(pool);
+    }
+    group.finish();
+}
+
+/// `AgentPool::create` of fresh executors, CREATE_BATCH per iteration, each batch into a new
+/// pool on new services. Building the configurations and dropping the pool are not timed.
+fn create(c: &mut Criterion) {
+    let rt = runtime();
+    let mut group = c.benchmark_group("pool");
+    group
+        .sample_size(10)
+        .sampling_mode(SamplingMode::Flat)
+        .measurement_time(Duration::from_secs(3))
+        .warm_up_time(Duration::from_millis(500))
+        .throughput(Throughput::Elements(CREATE_BATCH as u64));
+    group.bench_function(format!("create_{CREATE_BATCH}"), |bench| {
+        bench.iter_custom(|iters| {
+            let mut spent = Duration::ZERO;
+            for _ in 0..iters {
+                let services = Services::new();
+                let pool = AgentPool::new(usize::MAX);
+                let batch: Vec<_> = (0..CREATE_BATCH).map(executor).collect();
+                spent += rt.block_on(async {
+                    let start = Instant::now();
+                    for (config, behavior) in batch {
+                        pool.create(config, behavior, services.deps.clone()).await.unwrap();
+                    }
+                    start.elapsed()
+                });
+                assert_eq!(pool.len(), CREATE_BATCH);
+                drop(pool);
+                drop(services);
+            }
+            spent
+        });
+    });
+    group.finish();
+}
+
+criterion_group!(benches, tick, create);
+
+/// Resident memory per idle agent, from the growth of the process's resident set while
+/// [`MEMORY_AGENTS`] agents are created. Printed, and written for `cargo xtask bench` when run
+/// as a benchmark (`cargo test` runs it on a few agents as a smoke test and writes nothing).
+fn memory_per_idle_agent() {
+    let bench_mode = std::env::args().any(|arg| arg == "--bench");
+    let agents = if bench_mode { MEMORY_AGENTS } else { 1_000 };
+    let rt = runtime();
+    let services = Services::new();
+    let pool = AgentPool::new(usize::MAX);
+
+    let before = resident_bytes();
+    rt.block_on(populate(&pool, &services, 0..agents));
+    let after = resident_bytes();
+    assert_eq!(pool.len(), agents);
+
+    let bytes_per_agent = after.saturating_sub(before) as f64 / agents as f64;
+    println!("{MEMORY_ID}: {bytes_per_agent:.1} bytes per idle agent ({agents} agents)");
+    if bench_mode {
+        let figure = serde_json::json!({
+            "id": MEMORY_ID,
+            "bytes_per_agent": (bytes_per_agent * 10.0).round() / 10.0,
+            "agents": agents,
+        });
+        let dir = target_dir().join("strata-bench");
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("memory.json");
+        std::fs::write(&path, format!("{figure}\n")).unwrap();
+        println!("{MEMORY_ID}: written to {}", path.display());
+    }
+    drop(pool);
+}
+
+/// The process's resident set size, from `VmRSS` in `/proc/self/status` (Linux).
+fn resident_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status")
+        .expect("memory per agent is measured from /proc/self/status (Linux only)");
+    let kib: u64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.trim().strip_suffix("kB"))
+        .and_then(|kib| kib.trim().parse().ok())
+        .expect("a VmRSS line in kB in /proc/self/status");
+    kib * 1024
+}
+
+/// Cargo's target directory: `CARGO_TARGET_DIR` when set (relative to the workspace root when
+/// relative), else `target/` in the workspace root, the nearest directory up from here with a
+/// `Cargo.lock`.
+fn target_dir() -> PathBuf {
+    let here = std::env::current_dir().unwrap();
+    let root = here
+        .ancestors()
+        .find(|dir| dir.join("Cargo.lock").is_file())
+        .unwrap_or(&here)
+        .to_path_buf();
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) => root.join(dir),
+        None => root.join("target"),
+    }
+}
