@@ -6,8 +6,7 @@
 //! `runtime/reasoner_call` is what the runtime adds to every heartbeat that has work.
 //!
 //! The heartbeat is measured in the steady state of a long-running agent: it has already
-//! processed more than [`REMEMBERED_MESSAGE_IDS`] messages, so its list of processed ids is full.
-//! The in-memory audit log and bus keep everything, so the agent is replaced (untimed, and warmed
+//! processed a thousand messages (warm-up). The in-memory audit log and bus keep everything, so the agent is replaced (untimed, and warmed
 //! up again) every [`HEARTBEATS_PER_AGENT`] heartbeats to keep the bench's memory bounded.
 #![allow(missing_docs)]
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "benchmarks")]
@@ -19,8 +18,8 @@ use std::time::{Duration, Instant};
 use agent_core::tools::{ToolContext, ToolRegistry};
 use agent_core::{
     Agent, AgentBehavior, AgentContext, AgentDeps, AgentError, HeartbeatOutcome, InMemoryAuditLog,
-    InMemoryStateStore, Persona, REMEMBERED_MESSAGE_IDS, Reasoner, RuleBasedReasoner, TokioClock,
-    new_message_id, system_prompt,
+    InMemoryStateStore, Persona, Reasoner, RuleBasedReasoner, TokioClock, new_message_id,
+    system_prompt,
 };
 use agent_state::{
     Address, AgentConfig, AgentId, AgentLayer, BoardSnapshot, Message, MessageKind, PlanStep,
@@ -28,6 +27,9 @@ use agent_state::{
 };
 use async_trait::async_trait;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+
+/// Heartbeats an agent runs before it is measured.
+const WARM_UP: usize = 1000;
 use governance::InMemoryGovernance;
 use message_bus::{InMemoryBus, MessageBus};
 use tokio::runtime::Runtime;
@@ -97,8 +99,7 @@ struct Fixture {
 }
 
 impl Fixture {
-    /// An initialized agent that has already processed more than `REMEMBERED_MESSAGE_IDS`
-    /// messages, one per heartbeat.
+    /// An initialized agent that has already processed [`WARM_UP`] messages, one per heartbeat.
     fn new(rt: &Runtime, workspace: &ToolContext) -> Self {
         let bus: Arc<dyn MessageBus> = Arc::new(InMemoryBus::new());
         let deps = Arc::new(AgentDeps {
@@ -117,7 +118,7 @@ impl Fixture {
         let mut fixture = Self { agent, bus, heartbeats: 0 };
         rt.block_on(async {
             fixture.agent.initialize().await.unwrap();
-            for _ in 0..=REMEMBERED_MESSAGE_IDS {
+            for _ in 0..WARM_UP {
                 fixture.heartbeat().await;
             }
         });

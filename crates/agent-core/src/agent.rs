@@ -1,7 +1,6 @@
 //! One agent: its context (the handles and state every layer uses), the contract the layers
 //! implement, and the runtime that drives it through initialize, heartbeats and shutdown.
 
-use std::collections::VecDeque;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -22,7 +21,7 @@ use crate::clock::{Clock, new_decision_id, new_message_id};
 use crate::error::AgentError;
 use crate::protocol::{ErrorReport, HeartbeatAck};
 use crate::reasoner::{Persona, Reasoner, ToolCall};
-use crate::state::{AgentRecord, REMEMBERED_MESSAGE_IDS, StateStore};
+use crate::state::{AgentRecord, StateStore};
 use crate::tools::{Recovery, ToolContext, ToolError, ToolOutput, ToolRegistry};
 
 /// Most messages one heartbeat takes from the inbox (seed 001 §8.2 batches per heartbeat).
@@ -64,7 +63,7 @@ pub struct AgentContext {
     responsibilities: &'static str,
     system_prompt: OnceLock<String>,
     deps: Arc<AgentDeps>,
-    processed: VecDeque<MessageId>,
+    processed: Vec<MessageId>,
 }
 
 /// The contract each layer implements (seed 000 §3 `BaseAgent`'s abstract methods).
@@ -166,7 +165,7 @@ impl AgentContext {
             system_prompt: OnceLock::new(),
             config,
             deps,
-            processed: VecDeque::new(),
+            processed: Vec::new(),
         }
     }
 
@@ -257,12 +256,11 @@ impl AgentContext {
         Ok(())
     }
 
-    /// Remembers processed message ids, so a redelivered message is skipped.
+    /// Remembers the ids this heartbeat processed, so that if a crash delivers them again
+    /// before they are acknowledged they are skipped (see [`AgentRecord::processed`]).
     fn remember(&mut self, ids: &[MessageId]) {
-        self.processed.extend(ids.iter().copied());
-        while self.processed.len() > REMEMBERED_MESSAGE_IDS {
-            self.processed.pop_front();
-        }
+        self.processed.clear();
+        self.processed.extend_from_slice(ids);
     }
 
     /// Reads a message's content as `T`. Content that does not fit is refused, audited as

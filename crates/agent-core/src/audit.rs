@@ -114,7 +114,7 @@ impl AuditRecord {
         hasher.update(self.prev_hash.as_bytes());
         hasher.update([0u8]);
         hasher.update(&body);
-        hasher.finalize().iter().map(|b| format!("{b:02x}")).collect()
+        hex(&hasher.finalize())
     }
 
     /// The transition this record holds, if it is one.
@@ -304,4 +304,15 @@ pub fn verify_chain(records: &[AuditRecord]) -> Result<u64, ChainBreak> {
         prev.clone_from(&record.hash);
     }
     Ok(records.len() as u64)
+}
+
+/// Lowercase hex of `bytes`.
+fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
+    }
+    out
 }

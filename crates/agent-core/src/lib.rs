@@ -59,6 +59,4 @@ pub use reasoner::{
     Candidate, Conflict, Judgement, NextAction, Persona, Placement, ReasonError, Reasoner,
     RuleBasedReasoner, ToolCall, ToolCallRecord, Verdict,
 };
-pub use state::{
-    AgentRecord, InMemoryStateStore, OutcomeRecord, REMEMBERED_MESSAGE_IDS, StateStore, ToolRecord,
-};
+pub use state::{AgentRecord, InMemoryStateStore, OutcomeRecord, StateStore, ToolRecord};

@@ -1,7 +1,7 @@
 //! What an agent keeps across a restart: its metrics, retry count, processed message ids and its
 //! layer's own state; the results of side-effecting tool calls; and closed tasks' outcomes.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use agent_state::{AgentId, AgentMetrics, BackendError, MessageId, TaskOutcome, Versioned};
@@ -9,9 +9,6 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::tools::ToolOutput;
-
-/// How many processed message ids an agent remembers, to skip redelivered messages.
-pub const REMEMBERED_MESSAGE_IDS: usize = 4096;
 
 /// One agent's saved state, written after each heartbeat that changed it and before the
 /// heartbeat's messages are acknowledged. Its status lives in the audit log.
@@ -25,8 +22,10 @@ pub struct AgentRecord {
     pub retries: u32,
     /// The last heartbeat it processed.
     pub heartbeat: u64,
-    /// The ids of the messages it processed most recently, oldest first.
-    pub processed: VecDeque<MessageId>,
+    /// The ids of the messages its last heartbeat processed. The record is stored before those
+    /// messages are acknowledged, so these are the only ones a crash can deliver again; earlier
+    /// ones were acknowledged and are gone from the bus.
+    pub processed: Vec<MessageId>,
     /// The layer's own state ([`AgentBehavior::snapshot`](crate::AgentBehavior::snapshot)).
     pub behavior: serde_json::Value,
 }

@@ -209,6 +209,9 @@ impl AgentBehavior for BottomAgent {
     }
 
     fn snapshot(&self) -> serde_json::Value {
+        if self.queue.is_empty() && self.done.is_empty() {
+            return serde_json::Value::Null;
+        }
         serde_json::json!({ "queue": self.queue, "done": self.done })
     }
 

@@ -435,6 +435,9 @@ impl AgentBehavior for MidAgent {
     }
 
     fn snapshot(&self) -> serde_json::Value {
+        if self.work.is_empty() && self.executors.iter().all(|e| e.failures == 0 && !e.failed) {
+            return serde_json::Value::Null;
+        }
         serde_json::json!({ "work": self.work, "executors": self.executors })
     }
 

@@ -599,6 +599,9 @@ impl AgentBehavior for TopAgent {
     }
 
     fn snapshot(&self) -> serde_json::Value {
+        if self.tasks.is_empty() && self.arbitrations.is_empty() {
+            return serde_json::Value::Null;
+        }
         serde_json::json!({ "tasks": self.tasks, "arbitrations": self.arbitrations })
     }
 
