@@ -515,7 +515,10 @@ impl AgentContext {
                     }
                 }
             }
-            None => state.begin_tool(&key).await?,
+            None => {
+                self.deps.tools.discard_journal(&self.deps.workspace, &key).await?;
+                state.begin_tool(&key).await?;
+            }
         }
         let result = self
             .deps

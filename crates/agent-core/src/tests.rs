@@ -6,7 +6,9 @@
 mod context;
 mod heartbeat;
 mod lifecycle;
+mod once;
 mod reasoner;
+mod state_store;
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};

@@ -424,15 +424,15 @@ fn read_marker(dir: &Path) -> Result<RunMarker, StoreError> {
 }
 
 /// Takes the run's lock (an exclusive flock on its marker), or says that a live store holds it.
+/// Waits up to [`OPEN_PATIENCE`]: a process that was just killed may have left a child that is
+/// being spawned, which holds a copy of the lock until it execs.
 fn lock_run(dir: &Path) -> Result<File, StoreError> {
     let path = dir.join(RUN_MARKER);
     let file = File::open(&path).map_err(io_error("open", &path))?;
-    match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(fs::TryLockError::WouldBlock) => Err(StoreError::Locked { dir: dir.to_path_buf() }),
-        Err(fs::TryLockError::Error(source)) => {
-            Err(StoreError::Io { action: "lock", path, source })
-        }
+    match seal::lock_within(&file, OPEN_PATIENCE) {
+        Ok(true) => Ok(file),
+        Ok(false) => Err(StoreError::Locked { dir: dir.to_path_buf() }),
+        Err(source) => Err(StoreError::Io { action: "lock", path, source }),
     }
 }
 

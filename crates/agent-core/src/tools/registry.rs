@@ -124,6 +124,20 @@ impl ToolRegistry {
         }
     }
 
+    /// Removes the crash journal kept under `key`, if any: done before a call is recorded as
+    /// started, so that a journal found later belongs to that call and not to an earlier one.
+    pub async fn discard_journal(&self, ctx: &ToolContext, key: &str) -> Result<(), ToolError> {
+        let Some(root) = ctx.journal() else { return Ok(()) };
+        let dir = root.join(journal_name(key));
+        let result = tokio::task::spawn_blocking(move || match std::fs::remove_dir_all(&dir) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(ToolError::Io { tool: "journal".into(), path: dir, source: e }),
+        })
+        .await;
+        result.map_err(|e| ToolError::Failed { tool: "journal".into(), message: e.to_string() })?
+    }
+
     /// What became of a call started with [`call_journaled`](Self::call_journaled) under `key`
     /// before a crash (see [`Tool::recover`]).
     pub async fn recover(
@@ -147,11 +161,12 @@ impl fmt::Debug for ToolRegistry {
     }
 }
 
-/// A directory name for a journal key: safe characters kept, everything else as `_XX` hex.
+/// A directory name for a journal key: letters, digits and `-` kept, every other byte as `_XX`
+/// hex (so `.` and `..` cannot name the journal root or its parent).
 fn journal_name(key: &str) -> String {
     key.bytes()
         .map(|b| {
-            if b.is_ascii_alphanumeric() || b == b'-' || b == b'.' {
+            if b.is_ascii_alphanumeric() || b == b'-' {
                 (b as char).to_string()
             } else {
                 format!("_{b:02x}")

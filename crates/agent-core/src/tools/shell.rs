@@ -179,6 +179,14 @@ fn run_journaled(
 ) -> Result<ToolOutput, ToolError> {
     const TOOL: &str = Shell::NAME;
     std::fs::create_dir_all(journal).map_err(|err| ToolError::io(TOOL, journal, err))?;
+    // A retry under the same key must not find an earlier attempt's markers.
+    for name in ["started", "out", "err", "done.tmp", "done"] {
+        match std::fs::remove_file(journal.join(name)) {
+            Ok(()) => {}
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+            Err(err) => return Err(ToolError::io(TOOL, journal, err)),
+        }
+    }
     let mut child = Command::new("sh")
         .arg("-c")
         .arg(RUNNER)
@@ -237,7 +245,12 @@ fn journal_report(journal: &Path) -> Option<ToolOutput> {
         }
         Captured { text, truncated: dropped > 0 }
     };
-    Some(report(ExitStatus::from_raw((code & 0xff) << 8), &read("out"), &read("err")))
+    // sh reports a command killed by signal N as 128 + N; report it as a plain call would.
+    let status = match code {
+        129..=159 => ExitStatus::from_raw(code - 128),
+        _ => ExitStatus::from_raw((code & 0xff) << 8),
+    };
+    Some(report(status, &read("out"), &read("err")))
 }
 
 /// What became of a journaled call after a crash: completed (adopt its result), never started

@@ -866,3 +866,5 @@ fn display_paths_are_relative_to_the_workspace() {
     assert_eq!(path::display(root, Path::new("/ws")), ".");
     assert_eq!(path::display(root, Path::new("/ws/a/b")), "a/b");
 }
+
+mod journal;
