@@ -186,7 +186,7 @@ async fn tree(dir: &Path, store: &RunStore, info: &RunInfo, json: bool) -> Resul
         );
         return Ok(());
     }
-    println!("run {} · task `{}` · {:?}", info.run_id, info.task_id, info.status);
+    println!("run {} · task `{}` · {}", info.run_id, info.task_id, info.status.as_str());
     let agents = &team.spec.agents;
     for top in agents.iter().filter(|a| a.config.layer == agent_state::AgentLayer::Top) {
         println!("{:<16} {}", top.config.id.as_str(), status(&top.config.id));

@@ -72,6 +72,18 @@ pub(crate) struct RunInfo {
     pub(crate) failure: Option<String>,
 }
 
+impl RunStatus {
+    /// The name `runs` and `inspect` print.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Interrupted => "interrupted",
+            RunStatus::Succeeded => "succeeded",
+            RunStatus::Failed => "failed",
+        }
+    }
+}
+
 impl RunInfo {
     pub(crate) fn read(dir: &Path) -> anyhow::Result<Self> {
         let path = dir.join(RUN_FILE);
@@ -124,19 +136,20 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
         team.spec.heartbeat = heartbeat;
     }
     if let Some(kind) = &args.reasoner {
-        files::check_reasoner_kind(kind).map_err(bad_input)?;
+        files::check_reasoner_kind(kind)
+            .map_err(|e| bad_input(anyhow::anyhow!("--reasoner {kind}: {e}")))?;
     }
     let plan_text = read_input(&args.plan, "plan file")?;
     let task = files::parse_plan(&args.plan, &plan_text, &team.spec, &tools).map_err(bad_input)?;
     if args.data.exists() && !args.data.is_dir() {
         return Err(bad_input(anyhow::anyhow!(
-            "the data directory {} is a file",
+            "the data directory {} is a file; give --data a directory",
             args.data.display()
         )));
     }
     if args.workspace.exists() && !args.workspace.is_dir() {
         return Err(bad_input(anyhow::anyhow!(
-            "the workspace {} is a file",
+            "the workspace {} is a file; give --workspace a directory",
             args.workspace.display()
         )));
     }
@@ -174,9 +187,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
     };
     info.write(&dir)?;
     view::started(&args.output, &info, &dir);
-    if args.no_sync {
-        eprintln!("warning: --no-sync: commits are not fdatasync'ed; a power loss can lose acknowledged data");
-    }
+    warn_if_unsynced(args.no_sync);
     let services = services(&store, &info, &team, tools)?;
     let team_handle =
         Team::start(team.spec.clone(), services.clone()).await.context("cannot start the team")?;
@@ -203,11 +214,10 @@ pub(crate) async fn resume(args: ResumeArgs) -> Result<u8, Failure> {
     let plan_text = read_input(&plan_path, "plan file")?;
     let task = files::parse_plan(&plan_path, &plan_text, &team.spec, &tools).map_err(bad_input)?;
     info.status = RunStatus::Running;
+    info.finished_at = None;
     info.write(&dir)?;
     view::resumed(&args.output, &info, &dir);
-    if args.no_sync {
-        eprintln!("warning: --no-sync: commits are not fdatasync'ed; a power loss can lose acknowledged data");
-    }
+    warn_if_unsynced(args.no_sync);
     let services = services(&store, &info, &team, tools)?;
     let team_handle = Team::resume(team.spec.clone(), services.clone())
         .await
@@ -225,6 +235,15 @@ pub(crate) async fn resume(args: ResumeArgs) -> Result<u8, Failure> {
         }
     }
     drive(team_handle, services, task, info, dir, &args.output).await
+}
+
+/// Says so at start when commits are not synced (`--no-sync`).
+fn warn_if_unsynced(no_sync: bool) {
+    if no_sync {
+        eprintln!(
+            "warning: --no-sync: commits are not fdatasync'ed; a power loss can lose acknowledged data"
+        );
+    }
 }
 
 /// Finds a run by id in `data`, or takes `run` as a directory.
@@ -307,6 +326,7 @@ async fn drive(
         team.stop().await;
         watcher.stop().await;
         info.status = RunStatus::Interrupted;
+        info.finished_at = Some(now_ms());
         info.write(&dir)?;
         view::interrupted(output, &info, &dir);
         return Ok(INTERRUPTED);

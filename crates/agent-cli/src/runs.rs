@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use anyhow::Context;
-use run_store::{Durability, RunStore, StoreError};
+use run_store::RunStore;
 
 use crate::cli::{InitArgs, RunsArgs};
 use crate::run::{RunInfo, RunStatus, civil_from_days, now_ms};
@@ -38,8 +38,8 @@ fn effective_status(dir: &Path, info: &RunInfo) -> &'static str {
         RunStatus::Succeeded => "succeeded",
         RunStatus::Failed => "failed",
         RunStatus::Interrupted => "interrupted",
-        RunStatus::Running => match RunStore::open(dir, Durability::NoSync) {
-            Err(StoreError::Locked { .. }) => "running",
+        RunStatus::Running => match RunStore::is_in_use(dir) {
+            Ok(true) => "running",
             _ => "killed (resumable)",
         },
     }
@@ -65,7 +65,7 @@ pub(crate) fn list(args: &RunsArgs) -> Result<(), Failure> {
     }
     if !args.data.is_dir() {
         return Err(bad_input(anyhow::anyhow!(
-            "the data directory {} is not a directory",
+            "the data directory {} is not a directory; give --data a directory",
             args.data.display()
         )));
     }

@@ -72,8 +72,10 @@ pub(crate) fn already_finished(output: &OutputArgs, info: &RunInfo, dir: &Path) 
             "status": info.status, "data": dir}));
     } else {
         println!(
-            "run {} already finished ({:?}); nothing to resume. `strata inspect {}` shows it.",
-            info.run_id, info.status, info.run_id
+            "run {} already finished ({}); nothing to resume. `strata inspect {}` shows it.",
+            info.run_id,
+            info.status.as_str(),
+            info.run_id
         );
     }
 }

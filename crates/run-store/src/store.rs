@@ -259,6 +259,24 @@ impl RunStore {
         read_marker(dir)
     }
 
+    /// Whether a live store (in this process or another) has the run open, without opening its
+    /// database: listing runs must not start a crash recovery on a killed run.
+    pub fn is_in_use(dir: &Path) -> Result<bool, StoreError> {
+        read_marker(dir)?;
+        let path = dir.join(RUN_MARKER);
+        let file = File::open(&path).map_err(io_error("open", &path))?;
+        match file.try_lock() {
+            Ok(()) => {
+                let _ = file.unlock();
+                Ok(false)
+            }
+            Err(fs::TryLockError::WouldBlock) => Ok(true),
+            Err(fs::TryLockError::Error(source)) => {
+                Err(StoreError::Io { action: "lock", path, source })
+            }
+        }
+    }
+
     fn start(
         dir: &Path,
         marker: RunMarker,

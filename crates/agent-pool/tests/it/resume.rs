@@ -56,13 +56,16 @@ async fn a_team_killed_at_any_cycle_resumes_and_runs_every_side_effect_once() {
         let Ok(outcome) =
             tokio::time::timeout(Duration::from_secs(3600), team.wait("append")).await
         else {
+            let mut context = String::new();
             for r in services.audit.records(None).await.unwrap().iter().rev().take(30).rev() {
-                eprintln!("{} {} {:?}", r.seq, r.agent, r.event);
+                context.push_str(&format!("{} {} {:?}\n", r.seq, r.agent, r.event));
             }
             for l in team.summary().await {
-                eprintln!("{} {} {:?}", l.id, l.status, l.metrics.heartbeats_responded);
+                context.push_str(&format!("{} {}\n", l.id, l.status));
             }
-            panic!("killed after {kill_after_cycles} cycles: no outcome an hour after resuming");
+            panic!(
+                "killed after {kill_after_cycles} cycles: no outcome an hour after resuming\n{context}"
+            );
         };
         assert!(outcome.is_success(), "killed after {kill_after_cycles} cycles: {outcome:?}");
         let log = std::fs::read_to_string(dir.path().join("log.txt")).unwrap();

@@ -1,0 +1,254 @@
+//! The example from `strata init`, run to success, then listed, inspected and verified.
+
+use std::collections::BTreeSet;
+
+use serde_json::Value;
+
+use crate::support::{FAST, Scratch, listed_run, run_id_of, snapshot};
+
+const HELLO: &str = "hello, strata\n";
+const NOTES: &str = "# Plan\n- greet\n- measure\n";
+
+/// init → run → runs → inspect (every view, text and JSON) → verify, with a relative data
+/// directory and workspace (a relative journal directory once broke every shell step).
+#[test]
+fn init_run_inspect_verify_the_example() {
+    let s = Scratch::new();
+    let init = s.strata(&["init", "."]);
+    init.code(0).stdout_has(&["team.toml", "plan.toml", "strata run"]);
+    assert!(s.read("team.toml").contains("[[top]]"));
+    assert!(s.read("plan.toml").contains("[[steps]]"));
+
+    let run = s.strata(&[
+        "run",
+        "plan.toml",
+        "--team",
+        "team.toml",
+        "--data",
+        "D",
+        "--workspace",
+        "W",
+        FAST[0],
+        FAST[1],
+        "--quiet",
+    ]);
+    run.code(0).stdout_has(&[
+        "task `hello` succeeded",
+        "(4 steps)",
+        "files written: hello.txt, notes/plan.md",
+        "approved (signed by ",
+        "retries: 0, failures: 0",
+        "inspect it with: strata inspect ",
+    ]);
+    let id = run_id_of(&run);
+    assert!(id.starts_with("hello-"), "the run id names the task: {id}");
+    assert!(s.path("D").join(&id).join("run.json").is_file());
+    assert_eq!(s.read("W/hello.txt"), HELLO);
+    assert_eq!(s.read("W/notes/plan.md"), NOTES);
+
+    let listed = listed_run(&s, "D", &id);
+    assert_eq!(listed["status"], "succeeded");
+    assert_eq!(listed["task"], "hello");
+    assert_eq!(listed["failure"], Value::Null);
+    s.strata(&["runs", "--data", "D"]).code(0).stdout_has(&[&id, "succeeded"]);
+
+    let inspect = |view: &str| s.strata(&["inspect", &id, view, "--data", "D", "--json"]);
+
+    let tree = inspect("tree").code(0).json();
+    assert_eq!(tree["run_id"], id.as_str());
+    assert_eq!(tree["status"], "succeeded");
+    assert_eq!(tree["task"], "hello");
+    let agents = tree["agents"].as_array().unwrap();
+    assert_eq!(agents.len(), 9);
+    for (layer, n) in [("top", 3), ("mid", 2), ("bottom", 4)] {
+        assert_eq!(agents.iter().filter(|a| a["layer"] == layer).count(), n, "{layer}");
+    }
+    for a in agents {
+        assert_eq!(a["status"], "terminated", "every agent ends terminated: {a}");
+        assert_eq!(a["supervisor"].is_null(), a["layer"] == "top", "only powers lack a supervisor");
+    }
+
+    let audit = inspect("audit").code(0).json();
+    let records = audit.as_array().unwrap();
+    for (i, r) in records.iter().enumerate() {
+        assert_eq!(r["seq"], i, "audit records are numbered from 0 without gaps");
+        if i > 0 {
+            assert_eq!(
+                r["prev_hash"],
+                records[i - 1]["hash"],
+                "record {i} links to the one before"
+            );
+        }
+    }
+    let tools: BTreeSet<&str> = records
+        .iter()
+        .filter(|r| r["event"]["event"] == "tool_call")
+        .inspect(|r| assert_eq!(r["event"]["success"], true, "{r}"))
+        .map(|r| r["event"]["tool"].as_str().unwrap())
+        .collect();
+    assert_eq!(tools, BTreeSet::from(["list_dir", "shell", "write_file"]));
+    let tool_calls = records.iter().filter(|r| r["event"]["event"] == "tool_call").count();
+    assert_eq!(tool_calls, 4, "one tool call per step, none repeated");
+
+    let decisions = inspect("decisions").code(0).json();
+    let decisions = decisions.as_array().unwrap();
+    assert_eq!(decisions.len(), 1);
+    let d = &decisions[0];
+    assert_eq!(d["status"], "approved");
+    assert_eq!(d["proposer"], "top-a");
+    assert_eq!(d["vetoes"], serde_json::json!([]));
+    let signers: BTreeSet<&str> =
+        d["signatures"].as_array().unwrap().iter().map(|s| s["signer"].as_str().unwrap()).collect();
+    assert_eq!(signers, BTreeSet::from(["top-b", "top-c"]), "two signatures: {d}");
+    assert_eq!(d["content"]["task_id"], "hello");
+    assert_eq!(d["content"]["steps"].as_array().unwrap().len(), 4);
+
+    let metrics = inspect("metrics").code(0).json();
+    let metrics = metrics.as_array().unwrap();
+    assert_eq!(metrics.len(), 9);
+    let bottom_done: u64 = metrics
+        .iter()
+        .filter(|m| m["agent"].as_str().unwrap().starts_with("bottom-"))
+        .map(|m| m["metrics"]["tasks_completed"].as_u64().unwrap())
+        .sum();
+    assert_eq!(bottom_done, 4, "the executors completed the four steps");
+    for m in metrics {
+        assert_eq!(m["metrics"]["tasks_failed"], 0, "{m}");
+        assert!(m["score"].as_f64().unwrap() > 0.0, "{m}");
+    }
+
+    let boards = inspect("whiteboards").code(0).json();
+    let global =
+        boards.as_array().unwrap().iter().find(|b| b["board"] == "global").expect("a global board");
+    assert!(
+        global["content"].as_str().unwrap().contains("Task hello closed: succeeded"),
+        "{global}"
+    );
+
+    assert_eq!(inspect("messages").code(0).json(), serde_json::json!([]), "no message is left");
+    assert_eq!(inspect("usage").code(0).json()["reasoner"], "rule-based");
+
+    // The text views, and `tree` by default.
+    s.strata(&["inspect", &id, "--data", "D"]).code(0).stdout_has(&[
+        "top-a",
+        "mid-docs",
+        "bottom-b2",
+    ]);
+    s.strata(&["inspect", &id, "audit", "--data", "D"]).code(0).stdout_has(&["tool write_file ok"]);
+    s.strata(&["inspect", &id, "decisions", "--data", "D"]).code(0).stdout_has(&["approved"]);
+    s.strata(&["inspect", &id, "messages", "--data", "D"])
+        .code(0)
+        .stdout_has(&["no messages waiting"]);
+    for view in ["whiteboards", "metrics", "usage"] {
+        s.strata(&["inspect", &id, view, "--data", "D"]).code(0);
+    }
+
+    let verify = s.strata(&["verify", &id, "--data", "D"]);
+    verify.code(0).stdout_has(&["ok      audit chain", "the run verifies"]);
+    let verify = s.strata(&["verify", &id, "--data", "D", "--json"]).code(0).json();
+    assert_eq!(verify["ok"], true, "{verify}");
+    let checks = verify["checks"].as_array().unwrap();
+    assert!(checks.len() >= 6, "{verify}");
+    assert!(checks.iter().all(|c| c["ok"] == true), "{verify}");
+
+    // A run is also found by its directory.
+    let by_dir = format!("D/{id}");
+    s.strata(&["verify", &by_dir, "--json"]).code(0);
+}
+
+/// `run --json` prints only JSON lines: `run_started`, audit records, then `run_finished` with
+/// the outcome.
+#[test]
+fn run_json_prints_json_lines_ending_in_run_finished() {
+    let s = Scratch::with_example();
+    let run = s.strata(&[
+        "run",
+        "plan.toml",
+        "--team",
+        "team.toml",
+        "--data",
+        "D",
+        "--workspace",
+        "W",
+        FAST[0],
+        FAST[1],
+        "--no-sync",
+        "--json",
+    ]);
+    run.code(0);
+    let lines: Vec<Value> = run
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let first = lines.first().unwrap();
+    assert_eq!(first["event"], "run_started");
+    let id = first["run_id"].as_str().unwrap();
+    assert_eq!(first["task"], "hello");
+    assert!(
+        lines.iter().any(|l| l["event"] == "audit" && l["record"]["event"]["event"] == "tool_call")
+    );
+    let last = lines.last().unwrap();
+    assert_eq!(last["event"], "run_finished", "{last}");
+    assert_eq!(last["run_id"], id);
+    assert_eq!(last["outcome"]["outcome"], "succeeded", "{last}");
+    let results = last["outcome"]["results"].as_array().unwrap();
+    let steps: Vec<&str> = results.iter().map(|r| r["step_id"].as_str().unwrap()).collect();
+    assert_eq!(steps, ["write-hello", "write-notes", "measure", "list"]);
+    let measured = results.iter().find(|r| r["step_id"] == "measure").unwrap();
+    assert_eq!(measured["output"].as_str().unwrap().trim(), HELLO.len().to_string());
+    assert_eq!(last["files_written"], serde_json::json!(["hello.txt", "notes/plan.md"]));
+    assert_eq!(last["retries"], 0);
+    assert_eq!(last["failures"], 0);
+    assert_eq!(last["decisions"][0]["status"], "approved");
+    assert_eq!(listed_run(&s, "D", id)["status"], "succeeded");
+}
+
+/// Without `--team` the default team runs the example plan, and without `--data` and
+/// `--workspace` the run goes to `.strata/runs` and `workspace`.
+#[test]
+fn default_team_data_and_workspace() {
+    let s = Scratch::with_example();
+    assert_eq!(s.strata(&["runs", "--json"]).code(0).json(), serde_json::json!([]));
+    s.strata(&["runs"]).code(0).stdout_has(&["no runs yet"]);
+    let run = s.strata(&["run", "plan.toml", FAST[0], FAST[1], "--no-sync", "--quiet"]);
+    run.code(0).stdout_has(&["task `hello` succeeded"]);
+    let id = run_id_of(&run);
+    assert!(s.path(".strata/runs").join(&id).is_dir());
+    assert_eq!(s.read("workspace/hello.txt"), HELLO);
+    assert_eq!(s.read("workspace/notes/plan.md"), NOTES);
+    let runs = s.strata(&["runs", "--json"]).code(0).json();
+    assert_eq!(runs.as_array().unwrap().len(), 1);
+    assert_eq!(runs[0]["status"], "succeeded");
+    let tree = s.strata(&["inspect", &id, "tree", "--json"]).code(0).json();
+    assert_eq!(tree["agents"].as_array().unwrap().len(), 9);
+    s.strata(&["verify", &id]).code(0);
+}
+
+/// `run --run-id` of a run that exists is bad input, and leaves the run as it was.
+#[test]
+fn run_id_of_an_existing_run_is_refused_and_the_run_is_untouched() {
+    let s = Scratch::with_example();
+    let args = [
+        "run",
+        "plan.toml",
+        "--data",
+        "D",
+        "--workspace",
+        "W",
+        "--run-id",
+        "taken",
+        FAST[0],
+        FAST[1],
+        "--no-sync",
+        "--quiet",
+    ];
+    s.strata(&args).code(0);
+    let data = snapshot(&s.path("D"));
+    let workspace = snapshot(&s.path("W"));
+    s.strata(&args).bad_input(&["D/taken already exists", "resume the run in it"]);
+    assert!(snapshot(&s.path("D")) == data, "the data directory changed");
+    assert!(snapshot(&s.path("W")) == workspace, "the workspace changed");
+    assert_eq!(listed_run(&s, "D", "taken")["status"], "succeeded");
+    s.strata(&["verify", "taken", "--data", "D"]).code(0);
+}

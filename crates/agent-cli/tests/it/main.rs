@@ -1,0 +1,14 @@
+//! End-to-end tests of the `strata` binary: each test runs the real executable in a scratch
+//! directory and checks its exit code, what it prints (text and `--json`), and what it leaves on
+//! disk.
+//!
+//! Exit codes under test: 0 success, 1 the task failed, 2 bad input (nothing written to the data
+//! directory), 130 interrupted (the run can be resumed).
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
+
+mod bad_input;
+mod failure;
+mod happy;
+mod help;
+mod interrupt;
+mod support;
