@@ -44,6 +44,7 @@ use async_trait::async_trait;
 use thiserror::Error;
 
 mod memory;
+mod rules;
 #[cfg(feature = "sled")]
 mod sled;
 #[cfg(any(test, feature = "testing"))]

@@ -10,7 +10,8 @@ use agent_state::{
 };
 use async_trait::async_trait;
 
-use crate::{BoardError, CreateError, Whiteboard, denial_rule};
+use crate::rules::{bump, empty_board, needs_separator, permit};
+use crate::{BoardError, CreateError, Whiteboard};
 
 /// The default size limit of one board, in bytes of UTF-8 content: 1 MiB.
 pub const MAX_BOARD_BYTES: usize = 1 << 20;
@@ -195,42 +196,6 @@ impl Boards {
                 .ok_or_else(|| BoardError::UnknownBoard { board: board.clone() }),
         }
     }
-}
-
-/// A board never written.
-fn empty_board(board: BoardId, layer: Option<AgentLayer>) -> BoardSnapshot {
-    BoardSnapshot { board, layer, content: String::new(), version: 0, updated_at: None }
-}
-
-/// Applies the policy, or says which rule refuses the access.
-fn permit(
-    principal: &Principal,
-    actor: &Actor,
-    access: BoardAccess,
-    target: &BoardSnapshot,
-) -> Result<(), BoardError> {
-    if board_permits(principal, access, &target.board, target.layer) {
-        return Ok(());
-    }
-    tracing::debug!(%actor, %access, board = %target.board, "whiteboard access refused");
-    Err(BoardError::PermissionDenied {
-        actor: actor.clone(),
-        access,
-        board: target.board.clone(),
-        rule: denial_rule(actor, access, &target.board),
-    })
-}
-
-/// Whether appended content must start on a new line: the board holds text not ending in one.
-fn needs_separator(content: &str) -> bool {
-    !content.is_empty() && !content.ends_with('\n')
-}
-
-/// Records a successful change made at `at`; returns the new version.
-fn bump(board: &mut BoardSnapshot, at: Timestamp) -> u64 {
-    board.version += 1;
-    board.updated_at = Some(at);
-    board.version
 }
 
 #[cfg(test)]

@@ -11,7 +11,8 @@ use agent_state::{
 use async_trait::async_trait;
 use run_store::RunStore;
 
-use crate::{BoardError, CreateError, MAX_BOARD_BYTES, Whiteboard, denial_rule};
+use crate::rules::{bump, empty_board, needs_separator, permit};
+use crate::{BoardError, CreateError, MAX_BOARD_BYTES, Whiteboard};
 
 /// The tree of the run database that holds the boards: one record per board, keyed by the
 /// board's wire name (`global`, or the owner's agent id), each an [`agent_state::encode`]d
@@ -355,40 +356,4 @@ fn skip_record(key: &str, error: &BackendError) {
         %error,
         "skipping a whiteboard record that cannot be decoded; reading that board reports the error"
     );
-}
-
-/// A board never written.
-fn empty_board(board: BoardId, layer: Option<AgentLayer>) -> BoardSnapshot {
-    BoardSnapshot { board, layer, content: String::new(), version: 0, updated_at: None }
-}
-
-/// Applies the policy, or says which rule refuses the access.
-fn permit(
-    principal: &Principal,
-    actor: &Actor,
-    access: BoardAccess,
-    target: &BoardSnapshot,
-) -> Result<(), BoardError> {
-    if board_permits(principal, access, &target.board, target.layer) {
-        return Ok(());
-    }
-    tracing::debug!(%actor, %access, board = %target.board, "whiteboard access refused");
-    Err(BoardError::PermissionDenied {
-        actor: actor.clone(),
-        access,
-        board: target.board.clone(),
-        rule: denial_rule(actor, access, &target.board),
-    })
-}
-
-/// Whether appended content must start on a new line: the board holds text not ending in one.
-fn needs_separator(content: &str) -> bool {
-    !content.is_empty() && !content.ends_with('\n')
-}
-
-/// Records a successful change made at `at`; returns the new version.
-fn bump(board: &mut BoardSnapshot, at: Timestamp) -> u64 {
-    board.version += 1;
-    board.updated_at = Some(at);
-    board.version
 }

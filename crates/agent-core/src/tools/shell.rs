@@ -98,20 +98,7 @@ impl Tool for Shell {
     }
 
     async fn call(&self, ctx: &ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
-        let ShellArgs { command, timeout_ms } = parse(Self::NAME, args)?;
-        if command.is_empty() {
-            return Err(ToolError::invalid(Self::NAME, "`command`: must not be empty"));
-        }
-        let timeout = match timeout_ms {
-            Some(0) => {
-                return Err(ToolError::invalid(
-                    Self::NAME,
-                    "`timeout_ms`: 0 is less than the minimum 1",
-                ));
-            }
-            Some(ms) => Duration::from_millis(ms.min(MAX_SHELL_TIMEOUT_MS)),
-            None => ctx.shell_timeout(),
-        };
+        let (command, timeout) = self.parse_args(ctx, args)?;
         let root = ctx.workspace().to_path_buf();
         blocking(Self::NAME, move || run(&root, &command, timeout)).await
     }
