@@ -676,7 +676,8 @@ impl Agent {
         self.behavior.on_initialize(&mut self.ctx).await?;
         self.ctx.transition(AgentStatus::Idle, "initialization complete").await?;
         self.ctx.metrics.last_active = self.ctx.now();
-        self.save().await
+        // Nothing to save yet: an agent restored without a record starts from its defaults.
+        Ok(())
     }
 
     /// One heartbeat (seed 000 §3 `onHeartbeat`): take the pending messages, go working when

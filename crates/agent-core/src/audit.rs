@@ -78,13 +78,62 @@ pub struct AuditRecord {
     /// What happened.
     pub event: AuditEvent,
     /// The previous record's `hash` ([`GENESIS_HASH`] for record 0).
-    pub prev_hash: String,
-    /// SHA-256, in hex, of `prev_hash` and this record's other fields (see [`AuditRecord::compute_hash`]).
-    pub hash: String,
+    pub prev_hash: AuditHash,
+    /// SHA-256 of `prev_hash` and this record's other fields (see [`AuditRecord::compute_hash`]).
+    pub hash: AuditHash,
 }
 
-/// The `prev_hash` of the first record.
-pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+/// A SHA-256 digest; written as 64 lowercase hex digits.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct AuditHash(pub [u8; 32]);
+
+/// The `prev_hash` of the first record: all zeros.
+pub const GENESIS_HASH: AuditHash = AuditHash([0; 32]);
+
+impl std::fmt::Display for AuditHash {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&hex(&self.0))
+    }
+}
+
+impl std::fmt::Debug for AuditHash {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
+}
+
+impl Serialize for AuditHash {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&hex(&self.0))
+    }
+}
+
+impl<'de> Deserialize<'de> for AuditHash {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        let bytes = text.as_bytes();
+        let digit = |c: u8| match c {
+            b'0'..=b'9' => Some(c - b'0'),
+            b'a'..=b'f' => Some(c - b'a' + 10),
+            _ => None,
+        };
+        let mut out = [0u8; 32];
+        if bytes.len() != 64 {
+            return Err(serde::de::Error::custom("an audit hash is 64 lowercase hex digits"));
+        }
+        for (i, pair) in bytes.chunks(2).enumerate() {
+            match (digit(pair[0]), digit(pair[1])) {
+                (Some(hi), Some(lo)) => out[i] = hi << 4 | lo,
+                _ => {
+                    return Err(serde::de::Error::custom(
+                        "an audit hash is 64 lowercase hex digits",
+                    ));
+                }
+            }
+        }
+        Ok(AuditHash(out))
+    }
+}
 
 impl Versioned for AuditRecord {
     const KIND: &'static str = "audit_record";
@@ -98,23 +147,22 @@ impl AuditRecord {
         at: Timestamp,
         agent: AgentId,
         event: AuditEvent,
-        prev_hash: String,
+        prev_hash: AuditHash,
     ) -> Self {
-        let mut record = Self { seq, at, agent, event, prev_hash, hash: String::new() };
+        let mut record = Self { seq, at, agent, event, prev_hash, hash: GENESIS_HASH };
         record.hash = record.compute_hash();
         record
     }
 
-    /// SHA-256 over `prev_hash`, then the JSON of `[seq, at, agent, event]`, in lowercase hex.
-    pub fn compute_hash(&self) -> String {
+    /// SHA-256 over the 32 bytes of `prev_hash`, then the JSON of `[seq, at, agent, event]`.
+    pub fn compute_hash(&self) -> AuditHash {
         // Plain data with string keys (JSON values cannot hold NaN): serialising cannot fail.
         let body = serde_json::to_vec(&(&self.seq, &self.at, &self.agent, &self.event))
             .unwrap_or_default();
         let mut hasher = Sha256::new();
-        hasher.update(self.prev_hash.as_bytes());
-        hasher.update([0u8]);
+        hasher.update(self.prev_hash.0);
         hasher.update(&body);
-        hex(&hasher.finalize())
+        AuditHash(hasher.finalize().into())
     }
 
     /// The transition this record holds, if it is one.
@@ -179,7 +227,7 @@ impl AuditLog for InMemoryAuditLog {
     ) -> Result<u64, BackendError> {
         let mut records = self.records.lock().map_err(|_| poisoned())?;
         let seq = records.len() as u64;
-        let prev = records.last().map_or_else(|| GENESIS_HASH.to_owned(), |r| r.hash.clone());
+        let prev = records.last().map_or(GENESIS_HASH, |r| r.hash);
         records.push(AuditRecord::new(seq, at, agent.clone(), event, prev));
         Ok(seq)
     }
@@ -290,7 +338,7 @@ pub enum ChainBreak {
 /// Verifies a whole audit log, in order from record 0: no gaps, every record linked to the one
 /// before by hash, every hash matching its record. Returns the number of records.
 pub fn verify_chain(records: &[AuditRecord]) -> Result<u64, ChainBreak> {
-    let mut prev = GENESIS_HASH.to_owned();
+    let mut prev = GENESIS_HASH;
     for (expected, record) in (0u64..).zip(records) {
         if record.seq != expected {
             return Err(ChainBreak::Missing { expected, found: record.seq });
@@ -301,7 +349,7 @@ pub fn verify_chain(records: &[AuditRecord]) -> Result<u64, ChainBreak> {
         if record.compute_hash() != record.hash {
             return Err(ChainBreak::Altered { seq: record.seq });
         }
-        prev.clone_from(&record.hash);
+        prev = record.hash;
     }
     Ok(records.len() as u64)
 }

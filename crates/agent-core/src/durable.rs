@@ -6,7 +6,7 @@ use agent_state::{AgentId, BackendError, TaskOutcome, Timestamp, decode, encode}
 use async_trait::async_trait;
 use run_store::RunStore;
 
-use crate::audit::{AuditEvent, AuditLog, AuditRecord, GENESIS_HASH};
+use crate::audit::{AuditEvent, AuditHash, AuditLog, AuditRecord, GENESIS_HASH};
 use crate::state::{AgentRecord, OutcomeRecord, StateStore, ToolRecord};
 use crate::tools::ToolOutput;
 
@@ -20,7 +20,7 @@ const OUTCOMES_TREE: &str = "outcomes";
 pub struct SledAuditLog {
     tree: sled::Tree,
     /// The next sequence number and the last record's hash; appends are serialised under it.
-    tail: Mutex<(u64, String)>,
+    tail: Mutex<(u64, AuditHash)>,
     // Declared after the tree: the store closes cleanly only once its trees are gone.
     store: RunStore,
 }
@@ -31,7 +31,7 @@ impl SledAuditLog {
     pub fn open(store: &RunStore) -> Result<Self, BackendError> {
         let tree = store.tree(AUDIT_TREE)?;
         let tail = match tree.last().map_err(sled_error)? {
-            None => (0, GENESIS_HASH.to_owned()),
+            None => (0, GENESIS_HASH),
             Some((key, value)) => {
                 let record: AuditRecord = decode(&value).map_err(|e| {
                     BackendError::with_source(
@@ -57,7 +57,7 @@ impl AuditLog for SledAuditLog {
     ) -> Result<u64, BackendError> {
         let seq = {
             let mut tail = self.tail.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            let record = AuditRecord::new(tail.0, at, agent.clone(), event, tail.1.clone());
+            let record = AuditRecord::new(tail.0, at, agent.clone(), event, tail.1);
             let bytes = encode(&record).map_err(|e| {
                 BackendError::with_source("sled", "cannot encode an audit record", e)
             })?;

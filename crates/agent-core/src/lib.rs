@@ -48,8 +48,8 @@ pub use agent::{
     payload, system_prompt,
 };
 pub use audit::{
-    AuditEvent, AuditLog, AuditRecord, ChainBreak, ChainError, GENESIS_HASH, InMemoryAuditLog,
-    check_transition_chain, verify_chain,
+    AuditEvent, AuditHash, AuditLog, AuditRecord, ChainBreak, ChainError, GENESIS_HASH,
+    InMemoryAuditLog, check_transition_chain, verify_chain,
 };
 pub use clock::{Clock, TokioClock, new_decision_id, new_message_id};
 #[cfg(feature = "sled")]
