@@ -49,6 +49,7 @@ use agent_state::{Address, AgentId, BackendError, Message, MessageId};
 use async_trait::async_trait;
 use thiserror::Error;
 
+mod inbox;
 mod memory;
 #[cfg(feature = "sled")]
 mod sled;

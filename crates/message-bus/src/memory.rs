@@ -47,15 +47,8 @@ struct State {
     with_mail: HashSet<AgentId>,
 }
 
-/// One inbox.
-#[derive(Default)]
-struct Inbox {
-    registered: bool,
-    /// Not yet taken, oldest first.
-    pending: VecDeque<Message>,
-    /// Taken and not yet acknowledged, in the order they were taken (which is the send order).
-    in_flight: VecDeque<Message>,
-}
+/// One inbox of this backend.
+type Inbox = crate::inbox::Inbox<Message>;
 
 impl InMemoryBus {
     /// An empty bus whose inboxes hold [`DEFAULT_INBOX_CAPACITY`] messages each.
@@ -148,32 +141,10 @@ impl fmt::Debug for InMemoryBus {
     }
 }
 
-impl Inbox {
-    /// Puts every in-flight message back to pending, ahead and in order; returns how many.
-    fn release(&mut self) -> usize {
-        let released = self.in_flight.len();
-        if self.pending.is_empty() {
-            std::mem::swap(&mut self.pending, &mut self.in_flight);
-        } else {
-            for message in self.in_flight.drain(..).rev() {
-                self.pending.push_front(message);
-            }
-        }
-        released
-    }
-}
-
 impl State {
     /// The inbox `address` names, for reading: `system` or a registered agent.
     fn inbox_mut(&mut self, address: &Address) -> Result<&mut Inbox, InboxError> {
-        match address {
-            Address::System => Ok(&mut self.system),
-            Address::Broadcast => Err(InboxError::NotAnInbox),
-            Address::Agent(agent) => match self.agents.get_mut(agent) {
-                Some(inbox) if inbox.registered => Ok(inbox),
-                _ => Err(InboxError::NotRegistered { agent: agent.clone() }),
-            },
-        }
+        crate::inbox::inbox_mut(&mut self.agents, &mut self.system, address)
     }
 }
 
