@@ -353,6 +353,11 @@ impl AgentContext {
         self.audit_refusal(result, || format!("write board {board}")).await
     }
 
+    /// Appends a line to this agent's own board.
+    pub async fn append_own(&self, content: &str) -> Result<u64, AgentError> {
+        self.append_to(&BoardId::Agent(self.id().clone()), content).await
+    }
+
     /// Appends to a board (its own, or the global board). A refusal is audited.
     pub async fn append_to(&self, board: &BoardId, content: &str) -> Result<u64, AgentError> {
         let result = self.deps.boards.append(self.id(), board, content, self.now()).await;

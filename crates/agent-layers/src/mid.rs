@@ -174,13 +174,10 @@ impl MidAgent {
         };
         let Some(executor) = message.from.agent().cloned() else { return Ok(()) };
         let Some(result) = report.results.first().cloned() else { return Ok(()) };
-        ctx.append_to(
-            &agent_state::BoardId::Agent(ctx.id().clone()),
-            &format!(
-                "- [{executor}] {:?}: {} ({}%)",
-                report.status, report.description, report.percentage
-            ),
-        )
+        ctx.append_own(&format!(
+            "- [{executor}] {:?}: {} ({}%)",
+            report.status, report.description, report.percentage
+        ))
         .await?;
         let Some(key) = self.package_of(&report.task_id, &result.step_id) else { return Ok(()) };
         let Some(state) = self.work.get_mut(&key) else { return Ok(()) };
@@ -277,13 +274,10 @@ impl MidAgent {
         tried.push(next.id.clone());
         let subtask = Subtask { assignee: next.id.clone(), attempt: failed.attempt + 1, ..failed };
         state.subtasks.insert(subtask.step.id.clone(), subtask.clone());
-        ctx.append_to(
-            &agent_state::BoardId::Agent(ctx.id().clone()),
-            &format!(
-                "- reassigned {} to [{}] (attempt {})",
-                subtask.step.id, subtask.assignee, subtask.attempt
-            ),
-        )
+        ctx.append_own(&format!(
+            "- reassigned {} to [{}] (attempt {})",
+            subtask.step.id, subtask.assignee, subtask.attempt
+        ))
         .await?;
         ctx.send(
             &subtask.assignee,
@@ -401,14 +395,11 @@ impl AgentBehavior for MidAgent {
                     if let Some(StatusReport::Agent { status, current }) =
                         ctx.read_payload(message).await?
                     {
-                        ctx.append_to(
-                            &agent_state::BoardId::Agent(ctx.id().clone()),
-                            &format!(
-                                "- [{}] status {status}: {}",
-                                message.from,
-                                current.unwrap_or_default()
-                            ),
-                        )
+                        ctx.append_own(&format!(
+                            "- [{}] status {status}: {}",
+                            message.from,
+                            current.unwrap_or_default()
+                        ))
                         .await?;
                     }
                 }
@@ -417,10 +408,10 @@ impl AgentBehavior for MidAgent {
                         continue;
                     };
                     ctx.metrics_mut().warnings_received += 1;
-                    ctx.append_to(
-                        &agent_state::BoardId::Agent(ctx.id().clone()),
-                        &format!("- warning about [{}]: {}", warning.about, warning.reason),
-                    )
+                    ctx.append_own(&format!(
+                        "- warning about [{}]: {}",
+                        warning.about, warning.reason
+                    ))
                     .await?;
                 }
                 MessageKind::StatusQuery => {

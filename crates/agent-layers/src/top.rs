@@ -283,7 +283,7 @@ impl TopAgent {
             let ids: Vec<&str> = steps.iter().map(|s| s.id.as_str()).collect();
             allocation.push_str(&format!("- [{lead}] {}\n", ids.join(", ")));
         }
-        ctx.append_to(&BoardId::Agent(ctx.id().clone()), &allocation).await?;
+        ctx.append_own(&allocation).await?;
         if let Some(state) = self.tasks.get_mut(task_id) {
             state.wave = wave;
             state.dispatched.extend(packages.into_values().flatten().map(|s| s.id));
@@ -301,13 +301,10 @@ impl TopAgent {
         };
         let Some(lead) = message.from.agent().cloned() else { return Ok(()) };
         let Some(state) = self.tasks.get_mut(&report.task_id) else { return Ok(()) };
-        ctx.append_to(
-            &BoardId::Agent(ctx.id().clone()),
-            &format!(
-                "- [{lead}] {:?}: {} ({}%)",
-                report.status, report.description, report.percentage
-            ),
-        )
+        ctx.append_own(&format!(
+            "- [{lead}] {:?}: {} ({}%)",
+            report.status, report.description, report.percentage
+        ))
         .await?;
         match report.status {
             ProgressStatus::InProgress => Ok(()),
@@ -568,11 +565,8 @@ impl AgentBehavior for TopAgent {
                     let Some(report) = ctx.read_payload::<ErrorReport>(message).await? else {
                         continue;
                     };
-                    ctx.append_to(
-                        &BoardId::Agent(ctx.id().clone()),
-                        &format!("- [{}] failed: {}", message.from, report.error),
-                    )
-                    .await?;
+                    ctx.append_own(&format!("- [{}] failed: {}", message.from, report.error))
+                        .await?;
                 }
                 _ => {}
             }
