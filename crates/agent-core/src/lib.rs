@@ -37,6 +37,7 @@ mod durable;
 mod error;
 pub mod protocol;
 mod reasoner;
+mod scripted;
 mod state;
 pub mod tools;
 
@@ -59,4 +60,5 @@ pub use reasoner::{
     Candidate, Conflict, Judgement, NextAction, Persona, Placement, ReasonError, Reasoner,
     RuleBasedReasoner, ToolCall, ToolCallRecord, Verdict,
 };
+pub use scripted::{ReasoningRequest, ScriptedAnswer, ScriptedReasoner};
 pub use state::{AgentRecord, InMemoryStateStore, OutcomeRecord, StateStore, ToolRecord};

@@ -3,5 +3,6 @@
 
 mod resume;
 mod scenarios;
+mod scripted;
 mod support;
 mod team;
