@@ -187,29 +187,7 @@ fn run_journaled(
         .process_group(0)
         .spawn()
         .map_err(|err| ToolError::io(TOOL, root, err))?;
-    let deadline = Instant::now() + timeout;
-    let mut pause = Duration::from_millis(1);
-    loop {
-        match child.try_wait() {
-            Ok(Some(_)) => break,
-            Ok(None) => {}
-            Err(err) => {
-                kill_group(&mut child);
-                return Err(ToolError::io(TOOL, PathBuf::from(root), err));
-            }
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            kill_group(&mut child);
-            let _ = child.wait();
-            return Err(ToolError::Timeout {
-                tool: TOOL.to_owned(),
-                after_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
-            });
-        }
-        thread::sleep(pause.min(deadline - now));
-        pause = (pause * 2).min(MAX_POLL);
-    }
+    wait_or_kill(&mut child, root, timeout)?;
     journal_report(journal).ok_or_else(|| {
         ToolError::failed(TOOL, "the command's runner ended without recording an exit code")
     })
@@ -299,30 +277,7 @@ fn run(root: &Path, command: &str, timeout: Duration) -> Result<ToolOutput, Tool
     let stdout = Capture::start(child.stdout.take());
     let stderr = Capture::start(child.stderr.take());
 
-    let deadline = Instant::now() + timeout;
-    let mut pause = Duration::from_millis(1);
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) => {}
-            Err(err) => {
-                kill_group(&mut child);
-                return Err(ToolError::io(TOOL, PathBuf::from(root), err));
-            }
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            kill_group(&mut child);
-            // SIGKILL cannot be ignored, so this returns promptly; it reaps the shell.
-            let _ = child.wait();
-            return Err(ToolError::Timeout {
-                tool: TOOL.to_owned(),
-                after_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
-            });
-        }
-        thread::sleep(pause.min(deadline - now));
-        pause = (pause * 2).min(MAX_POLL);
-    };
+    let status = wait_or_kill(&mut child, root, timeout)?;
 
     // The shell has exited; its output pipes close once every process holding them is gone.
     let closed_by = Instant::now() + PIPE_GRACE;
@@ -333,6 +288,40 @@ fn run(root: &Path, command: &str, timeout: Duration) -> Result<ToolOutput, Tool
         stderr.wait_closed(closed_by);
     }
     Ok(report(status, &stdout.text(), &stderr.text()))
+}
+
+/// Waits for `child` to exit, polling with growing pauses, for at most `timeout` of real time;
+/// then kills its process group and answers [`ToolError::Timeout`].
+fn wait_or_kill(
+    child: &mut Child,
+    root: &Path,
+    timeout: Duration,
+) -> Result<ExitStatus, ToolError> {
+    const TOOL: &str = Shell::NAME;
+    let deadline = Instant::now() + timeout;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Ok(status),
+            Ok(None) => {}
+            Err(err) => {
+                kill_group(child);
+                return Err(ToolError::io(TOOL, PathBuf::from(root), err));
+            }
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            kill_group(child);
+            // SIGKILL cannot be ignored, so this returns promptly; it reaps the shell.
+            let _ = child.wait();
+            return Err(ToolError::Timeout {
+                tool: TOOL.to_owned(),
+                after_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+            });
+        }
+        thread::sleep(pause.min(deadline - now));
+        pause = (pause * 2).min(MAX_POLL);
+    }
 }
 
 /// Kills the command's process group (its pgid is its pid), then the shell itself in case the
