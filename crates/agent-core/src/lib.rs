@@ -57,8 +57,8 @@ pub use clock::{Clock, TokioClock, new_decision_id, new_message_id};
 pub use durable::{SledAuditLog, SledStateStore};
 pub use error::AgentError;
 pub use reasoner::{
-    Candidate, Conflict, Judgement, NextAction, Persona, Placement, ReasonError, Reasoner,
-    RuleBasedReasoner, ToolCall, ToolCallRecord, Verdict,
+    BUDGET_EXTENSION_KIND, Candidate, Conflict, Judgement, NextAction, Persona, Placement,
+    ReasonError, Reasoner, RuleBasedReasoner, ToolCall, ToolCallRecord, Verdict,
 };
 pub use scripted::{ReasoningRequest, ScriptedAnswer, ScriptedReasoner};
 pub use state::{AgentRecord, InMemoryStateStore, OutcomeRecord, StateStore, ToolRecord};

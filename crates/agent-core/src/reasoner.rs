@@ -8,6 +8,10 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+/// The `kind` in the content of a decision asking the top layer to extend a run's reasoning
+/// budget (proposed by agent-llm's `ApprovalDesk`).
+pub const BUDGET_EXTENSION_KIND: &str = "budget_extension";
+
 /// Who is asking: the agent's configuration and its system prompt.
 #[derive(Clone, Copy, Debug)]
 pub struct Persona<'a> {
@@ -182,8 +186,10 @@ pub trait Reasoner: Send + Sync + 'static {
 
 /// The deterministic default reasoner. Its rules:
 ///
-/// - **review**: veto a plan whose content has no steps, or any step using a tool in
-///   `forbidden_tools` (reason: `risk assessment failed: step S uses forbidden tool T`); else sign.
+/// - **review**: veto a budget extension (content `"kind": "budget_extension"`, see agent-llm:
+///   approving more spending takes judgement a rule cannot supply); veto a plan whose content
+///   has no steps, or any step using a tool in `forbidden_tools` (reason: `risk assessment
+///   failed: step S uses forbidden tool T`); else sign.
 /// - **vote**: the first option that appears in `preferences`, else the first option.
 /// - **decompose**: a step targeting an executor of this lead goes to it if available; otherwise
 ///   to an available executor with that tool, preferring healthy over failed ones, then the least
@@ -227,6 +233,11 @@ impl Reasoner for RuleBasedReasoner {
         _who: Persona<'_>,
         decision: &Decision,
     ) -> Result<Verdict, ReasonError> {
+        if decision.content.get("kind").and_then(|k| k.as_str()) == Some(BUDGET_EXTENSION_KIND) {
+            return Ok(Verdict::Veto {
+                reason: "the rule-based reasoner does not approve budget extensions; give the top powers a model reasoner or raise the budget".into(),
+            });
+        }
         let steps = decision.content.get("steps").and_then(|s| s.as_array());
         let Some(steps) = steps.filter(|s| !s.is_empty()) else {
             return Ok(Verdict::Veto {

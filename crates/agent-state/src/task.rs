@@ -175,6 +175,22 @@ pub enum TaskFailure {
     /// The team shut down before the task finished.
     #[error("the team shut down before the task finished")]
     ShutDown,
+    /// A top power or a mid lead failed (its retries exhausted, such as a model API refusing
+    /// every call), and nothing replaces it, so the task cannot finish.
+    #[error("agent `{agent}` failed and is not replaced, so the task cannot finish: {reason}")]
+    AgentFailed {
+        /// The agent.
+        agent: AgentId,
+        /// Why it failed.
+        reason: String,
+    },
+    /// The run stopped on its reasoning budget (tokens, cost, wall time or calls), or the top
+    /// layer refused to extend it.
+    #[error("stopped: {reason}")]
+    BudgetExceeded {
+        /// Which limit, how much was used, and what to raise.
+        reason: String,
+    },
 }
 
 impl Task {

@@ -79,6 +79,18 @@ async fn review_signs_a_plan_with_steps_and_vetoes_one_without() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn review_vetoes_a_budget_extension() {
+    let config = config();
+    let reasoner = RuleBasedReasoner::new();
+    let extension = plan(json!({"kind": crate::BUDGET_EXTENSION_KIND, "steps": [{"id": "s"}]}));
+    let verdict = reasoner.review_decision(persona(&config), &extension).await;
+    match verdict {
+        Ok(Verdict::Veto { reason }) => assert!(reason.contains("budget extensions"), "{reason}"),
+        other => panic!("a budget extension must be vetoed, got {other:?}"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
 async fn review_vetoes_a_plan_that_uses_a_forbidden_tool() {
     let config = config();
     let reasoner = RuleBasedReasoner::new().forbid_tools(["shell", "deploy"]);
