@@ -1,0 +1,800 @@
+//! The usage ledger and run budgets, shared by every reasoner of a team.
+//!
+//! Every model call goes through the ledger twice: [`UsageLedger::reserve`] before it is made,
+//! with an estimate (prompt characters / 4 plus the most tokens it may generate, priced with
+//! the model's price), and [`UsageLedger::settle`] after, with the tokens the provider counted.
+//! A reservation that would take the run past a [`Budget`] limit is refused: with
+//! [`OnExceed::Stop`] the run stops with [`BudgetExceeded`] as its reason; with
+//! [`OnExceed::AskTop`] the ledger opens an [`ApprovalRequest`], every reservation waits (but
+//! the top powers' own, who decide it), and whoever answers it (the team runner puts it to the
+//! top layer as a governance decision) calls [`UsageLedger::approve`] — the exceeded limit
+//! grows to the larger of itself plus its original size and what is used by then (the powers'
+//! reviews of the extension included) plus its original size, so every extension leaves a whole
+//! original budget's worth of room — or [`UsageLedger::refuse`], which stops the run.
+//!
+//! Totals are kept per agent, per layer and per model, with the cost from a [`PriceTable`]
+//! (US dollars per million tokens; a model without a price costs 0 and is reported as unpriced).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use agent_state::{AgentId, AgentLayer, BackendError, Versioned};
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+use tokio::sync::watch;
+
+use crate::provider::Usage;
+use crate::store::LlmStore;
+
+/// The price of a model, in US dollars per million tokens.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Price {
+    /// Per million prompt tokens.
+    pub input_per_mtok: f64,
+    /// Per million generated tokens.
+    pub output_per_mtok: f64,
+}
+
+/// A price that cannot be used.
+#[derive(Clone, Debug, PartialEq, Error)]
+#[error(
+    "price of model `{model}`: {field} is {value}; prices are US dollars per million tokens and must be finite numbers of 0 or more"
+)]
+pub struct PriceError {
+    /// The model.
+    pub model: String,
+    /// `input_per_mtok` or `output_per_mtok`.
+    pub field: &'static str,
+    /// The value given.
+    pub value: f64,
+}
+
+/// Prices per model.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PriceTable {
+    prices: BTreeMap<String, Price>,
+}
+
+impl PriceTable {
+    /// No prices: every call costs 0.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the price of `model`; a negative or non-finite price is refused.
+    pub fn set(&mut self, model: impl Into<String>, price: Price) -> Result<(), PriceError> {
+        let model = model.into();
+        for (field, value) in
+            [("input_per_mtok", price.input_per_mtok), ("output_per_mtok", price.output_per_mtok)]
+        {
+            if !value.is_finite() || value < 0.0 {
+                return Err(PriceError { model, field, value });
+            }
+        }
+        self.prices.insert(model, price);
+        Ok(())
+    }
+
+    /// The price of `model`, if set.
+    pub fn get(&self, model: &str) -> Option<Price> {
+        self.prices.get(model).copied()
+    }
+
+    /// The cost of `usage` on `model` (0 for a model without a price).
+    pub fn cost(&self, model: &str, usage: Usage) -> f64 {
+        self.get(model).map_or(0.0, |p| {
+            (usage.input_tokens as f64 * p.input_per_mtok
+                + usage.output_tokens as f64 * p.output_per_mtok)
+                / 1_000_000.0
+        })
+    }
+}
+
+/// What a run may spend on reasoning. `None` is no limit.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Budget {
+    /// Tokens in and out, all calls together.
+    pub max_tokens: Option<u64>,
+    /// Cost in US dollars.
+    pub max_cost_usd: Option<f64>,
+    /// Wall time since the run started, counting every session of it.
+    pub max_wall: Option<Duration>,
+    /// Reasoning calls (each attempt of a model call counts).
+    pub max_calls: Option<u64>,
+    /// What happens when a limit would be passed.
+    pub on_exceed: OnExceed,
+}
+
+/// What happens when a call would take the run past its budget.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnExceed {
+    /// The run stops with [`BudgetExceeded`] as its reason.
+    #[default]
+    Stop,
+    /// The run pauses and asks the top layer to approve an extension as a governance decision.
+    AskTop,
+}
+
+/// A budget limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BudgetLimit {
+    /// `max_tokens`.
+    Tokens,
+    /// `max_cost_usd`.
+    Cost,
+    /// `max_wall`.
+    WallTime,
+    /// `max_calls`.
+    Calls,
+}
+
+impl BudgetLimit {
+    /// The setting's name in a team file's `[budget]` table.
+    pub fn setting(self) -> &'static str {
+        match self {
+            Self::Tokens => "max_tokens",
+            Self::Cost => "max_cost_usd",
+            Self::WallTime => "max_wall",
+            Self::Calls => "max_calls",
+        }
+    }
+}
+
+impl fmt::Display for BudgetLimit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Tokens => "tokens",
+            Self::Cost => "cost (USD)",
+            Self::WallTime => "wall time (s)",
+            Self::Calls => "reasoning calls",
+        })
+    }
+}
+
+/// Why a run stopped on its budget.
+#[derive(Clone, Debug, PartialEq, Error, Serialize, Deserialize)]
+#[error(
+    "run budget exceeded: {limit}: {used} used + {requested} requested would pass the limit of {cap}{}; raise `{}` in the team file's [budget] table{}",
+    refused.as_ref().map(|r| format!(" (extension refused: {r})")).unwrap_or_default(),
+    limit.setting(),
+    if *on_exceed == OnExceed::Stop { " or set on_exceed = \"ask\" to let the top layer approve more" } else { "" }
+)]
+pub struct BudgetExceeded {
+    /// Which limit.
+    pub limit: BudgetLimit,
+    /// Used so far.
+    pub used: f64,
+    /// What the refused call would have added (its estimate).
+    pub requested: f64,
+    /// The limit.
+    pub cap: f64,
+    /// The policy in force.
+    pub on_exceed: OnExceed,
+    /// With [`OnExceed::AskTop`]: why the top layer refused the extension.
+    pub refused: Option<String>,
+}
+
+/// An extension the ledger waits for (with [`OnExceed::AskTop`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalRequest {
+    /// Sequence number, unique within a run.
+    pub id: u64,
+    /// The limit that would be passed.
+    pub limit: BudgetLimit,
+    /// Used so far.
+    pub used: f64,
+    /// The estimate of the call that waits.
+    pub requested: f64,
+    /// The limit now.
+    pub cap: f64,
+    /// The limit if approved, as proposed: the current one plus the original one. On approval
+    /// the limit becomes the larger of this and what is used by then plus the original one.
+    pub proposed_cap: f64,
+}
+
+/// An approved extension: which limit grew and by how much.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Extension {
+    /// The limit.
+    pub limit: BudgetLimit,
+    /// How much it grew (tokens, dollars, seconds or calls).
+    pub raised_by: f64,
+}
+
+/// Totals of a group of calls.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Tally {
+    /// Calls made (attempts that reached the provider and came back with an answer).
+    pub calls: u64,
+    /// Calls that failed.
+    pub failed_calls: u64,
+    /// Prompt tokens.
+    pub input_tokens: u64,
+    /// Generated tokens.
+    pub output_tokens: u64,
+    /// Cost in US dollars.
+    pub cost_usd: f64,
+    /// Waits on a provider's rate limit (not failures).
+    pub rate_limit_waits: u64,
+}
+
+impl Tally {
+    /// Tokens in and out.
+    pub fn tokens(&self) -> u64 {
+        self.input_tokens + self.output_tokens
+    }
+
+    fn add(&mut self, other: &Tally) {
+        self.calls += other.calls;
+        self.failed_calls += other.failed_calls;
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+        self.cost_usd += other.cost_usd;
+        self.rate_limit_waits += other.rate_limit_waits;
+    }
+}
+
+/// The ledger's stored state: what `strata inspect usage` shows.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct UsageReport {
+    /// Every call.
+    pub total: Tally,
+    /// Per agent id.
+    pub by_agent: BTreeMap<String, Tally>,
+    /// Per layer (`top`, `mid`, `bottom`).
+    pub by_layer: BTreeMap<String, Tally>,
+    /// Per `provider/model`.
+    pub by_model: BTreeMap<String, Tally>,
+    /// Models used that have no price in the price table.
+    pub unpriced_models: Vec<String>,
+    /// The budget in force (limits raised by approved extensions included).
+    pub budget: Budget,
+    /// Wall time of the run's earlier sessions and this one, in milliseconds, when last stored.
+    pub wall_ms: u64,
+    /// Extensions approved so far, one entry per approval, naming the limit it raised.
+    pub extensions: Vec<Extension>,
+    /// Why the run stopped on its budget, if it did.
+    pub stopped: Option<BudgetExceeded>,
+}
+
+impl Versioned for UsageReport {
+    const KIND: &'static str = "llm_usage";
+    const VERSION: u32 = 1;
+}
+
+/// Who makes a call: for the per-agent, per-layer and per-model totals.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CallSite {
+    /// The agent.
+    pub agent: AgentId,
+    /// Its layer.
+    pub layer: AgentLayer,
+    /// The provider's name.
+    pub provider: String,
+    /// The model.
+    pub model: String,
+}
+
+impl CallSite {
+    fn model_key(&self) -> String {
+        format!("{}/{}", self.provider, self.model)
+    }
+}
+
+/// Which budget checks a reservation goes through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Pass {
+    /// Every check: waits while an extension is pending, refused past a limit or after a stop.
+    Checked,
+    /// None, even after a stop: the top layer's review of an extension.
+    Exempt,
+    /// A top power's own calls: they do not wait while an extension is pending, since the power
+    /// must stay free to take the signature request that decides it (its messages are handled
+    /// one at a time, so a call that waited would keep it from ever signing); otherwise
+    /// checked.
+    WhilePending,
+}
+
+/// A call's estimate, held from [`UsageLedger::reserve`] until [`UsageLedger::settle`] or
+/// [`UsageLedger::release`].
+#[derive(Debug)]
+#[must_use = "a reservation must be settled or released"]
+pub struct Reservation {
+    tokens: u64,
+    cost: f64,
+}
+
+/// The ledger: shared by every reasoner of a team (`Arc<UsageLedger>`).
+pub struct UsageLedger {
+    prices: PriceTable,
+    original: Budget,
+    state: Mutex<LedgerState>,
+    store: Option<Arc<dyn LlmStore>>,
+    approval: watch::Sender<Option<ApprovalRequest>>,
+    started: tokio::time::Instant,
+}
+
+impl fmt::Debug for UsageLedger {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UsageLedger").field("budget", &self.original).finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug)]
+struct LedgerState {
+    report: UsageReport,
+    /// Wall time of earlier sessions.
+    wall_before: Duration,
+    reserved_tokens: u64,
+    reserved_cost: f64,
+    reserved_calls: u64,
+    next_request: u64,
+}
+
+impl UsageLedger {
+    /// A ledger with `prices` and `budget`, kept in memory.
+    pub fn new(prices: PriceTable, budget: Budget) -> Self {
+        Self::build(prices, budget, None, UsageReport::default())
+    }
+
+    /// A ledger written through to `store`, continuing from what the store holds (a resumed
+    /// run keeps its totals and its wall time). Limits come from `budget`, raised by as many
+    /// extensions as were approved before.
+    pub fn stored(
+        prices: PriceTable,
+        budget: Budget,
+        store: Arc<dyn LlmStore>,
+    ) -> Result<Self, BackendError> {
+        let report = store.load_usage()?.unwrap_or_default();
+        Ok(Self::build(prices, budget, Some(store), report))
+    }
+
+    fn build(
+        prices: PriceTable,
+        budget: Budget,
+        store: Option<Arc<dyn LlmStore>>,
+        mut report: UsageReport,
+    ) -> Self {
+        let mut current = budget.clone();
+        for e in &report.extensions {
+            raise(&mut current, e.limit, e.raised_by);
+        }
+        // A stop from an earlier session stays while its limit does: the run ran out of
+        // budget. If the limit was raised (or removed) since, as the stop's message advised,
+        // the run goes on and the limits are checked again on the next call.
+        if let Some(stop) = &report.stopped {
+            let raised = limit_value(&current, stop.limit).is_none_or(|cap| cap > stop.cap);
+            if raised {
+                tracing::info!(limit = %stop.limit, old_cap = stop.cap, "the budget limit that stopped the run was raised; the run goes on");
+                report.stopped = None;
+            }
+        }
+        report.budget = current;
+        let wall_before = Duration::from_millis(report.wall_ms);
+        let (approval, _) = watch::channel(None);
+        Self {
+            prices,
+            original: budget,
+            state: Mutex::new(LedgerState {
+                report,
+                wall_before,
+                reserved_tokens: 0,
+                reserved_cost: 0.0,
+                reserved_calls: 0,
+                next_request: 1,
+            }),
+            store,
+            approval,
+            started: tokio::time::Instant::now(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, LedgerState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The price table.
+    pub fn prices(&self) -> &PriceTable {
+        &self.prices
+    }
+
+    /// The estimated cost of a call on `model` reading `input` and writing up to `output`
+    /// tokens.
+    pub fn estimate_cost(&self, model: &str, input: u64, output: u64) -> f64 {
+        self.prices.cost(model, Usage { input_tokens: input, output_tokens: output })
+    }
+
+    fn wall(&self, state: &LedgerState) -> Duration {
+        state.wall_before + self.started.elapsed()
+    }
+
+    /// Reserves `tokens` (estimated in and out) and `cost` for one call. Waits while an
+    /// extension is being decided. `exempt` calls (the top layer's review of an extension)
+    /// pass even when the budget is spent, and are still counted.
+    pub async fn reserve(
+        &self,
+        tokens: u64,
+        cost: f64,
+        exempt: bool,
+    ) -> Result<Reservation, BudgetExceeded> {
+        let pass = if exempt { Pass::Exempt } else { Pass::Checked };
+        self.reserve_as(tokens, cost, pass).await
+    }
+
+    /// [`reserve`](Self::reserve) with the finer [`Pass`].
+    pub(crate) async fn reserve_as(
+        &self,
+        tokens: u64,
+        cost: f64,
+        pass: Pass,
+    ) -> Result<Reservation, BudgetExceeded> {
+        let mut waiter = self.approval.subscribe();
+        loop {
+            {
+                let mut s = self.lock();
+                if let Some(stop) = s.report.stopped.as_ref().filter(|_| pass != Pass::Exempt) {
+                    return Err(stop.clone());
+                }
+                let pending = self.approval.borrow().is_some();
+                if pass == Pass::Exempt || (pass == Pass::WhilePending && pending) {
+                    s.reserved_tokens += tokens;
+                    s.reserved_cost += cost;
+                    s.reserved_calls += 1;
+                    return Ok(Reservation { tokens, cost });
+                }
+                if !pending {
+                    match self.over_limit(&s, tokens, cost) {
+                        None => {
+                            s.reserved_tokens += tokens;
+                            s.reserved_cost += cost;
+                            s.reserved_calls += 1;
+                            return Ok(Reservation { tokens, cost });
+                        }
+                        Some(mut exceeded) => match s.report.budget.on_exceed {
+                            OnExceed::Stop => {
+                                tracing::warn!(limit = %exceeded.limit, used = exceeded.used, cap = exceeded.cap, "run budget exceeded");
+                                s.report.stopped = Some(exceeded.clone());
+                                self.persist(&s);
+                                return Err(exceeded);
+                            }
+                            OnExceed::AskTop => {
+                                let id = s.next_request;
+                                s.next_request += 1;
+                                let proposed_cap = exceeded.cap
+                                    + limit_value(&self.original, exceeded.limit).unwrap_or(0.0);
+                                exceeded.refused = None;
+                                let request = ApprovalRequest {
+                                    id,
+                                    limit: exceeded.limit,
+                                    used: exceeded.used,
+                                    requested: exceeded.requested,
+                                    cap: exceeded.cap,
+                                    proposed_cap,
+                                };
+                                tracing::warn!(limit = %request.limit, used = request.used, cap = request.cap, proposed_cap, "run budget reached; asking the top layer for an extension");
+                                self.approval.send_replace(Some(request));
+                            }
+                        },
+                    }
+                }
+            }
+            if waiter.changed().await.is_err() {
+                // The sender lives in `self`; it cannot be gone while we borrow `self`.
+                return Err(self.stop_now(BudgetLimit::Calls, "the ledger closed".into()));
+            }
+        }
+    }
+
+    fn stop_now(&self, limit: BudgetLimit, reason: String) -> BudgetExceeded {
+        let mut s = self.lock();
+        let stop = BudgetExceeded {
+            limit,
+            used: 0.0,
+            requested: 0.0,
+            cap: 0.0,
+            on_exceed: s.report.budget.on_exceed,
+            refused: Some(reason),
+        };
+        s.report.stopped = Some(stop.clone());
+        stop
+    }
+
+    /// The first limit that `tokens` and `cost` more (and one more call) would pass.
+    /// What is used of `limit` now, reservations included.
+    fn used(&self, s: &LedgerState, limit: BudgetLimit) -> f64 {
+        let t = &s.report.total;
+        match limit {
+            BudgetLimit::Calls => (t.calls + t.failed_calls + s.reserved_calls) as f64,
+            BudgetLimit::Tokens => (t.tokens() + s.reserved_tokens) as f64,
+            BudgetLimit::Cost => t.cost_usd + s.reserved_cost,
+            BudgetLimit::WallTime => self.wall(s).as_secs_f64(),
+        }
+    }
+
+    fn over_limit(&self, s: &LedgerState, tokens: u64, cost: f64) -> Option<BudgetExceeded> {
+        let b = &s.report.budget;
+        let t = &s.report.total;
+        let checks = [
+            (
+                BudgetLimit::Calls,
+                b.max_calls.map(|c| c as f64),
+                (t.calls + t.failed_calls + s.reserved_calls) as f64,
+                1.0,
+            ),
+            (
+                BudgetLimit::Tokens,
+                b.max_tokens.map(|c| c as f64),
+                (t.tokens() + s.reserved_tokens) as f64,
+                tokens as f64,
+            ),
+            (BudgetLimit::Cost, b.max_cost_usd, t.cost_usd + s.reserved_cost, cost),
+            (
+                BudgetLimit::WallTime,
+                b.max_wall.map(|w| w.as_secs_f64()),
+                self.wall(s).as_secs_f64(),
+                0.0,
+            ),
+        ];
+        checks.into_iter().find_map(|(limit, cap, used, requested)| {
+            let cap = cap?;
+            let over =
+                if limit == BudgetLimit::WallTime { used >= cap } else { used + requested > cap };
+            over.then_some(BudgetExceeded {
+                limit,
+                used,
+                requested,
+                cap,
+                on_exceed: b.on_exceed,
+                refused: None,
+            })
+        })
+    }
+
+    /// Checks the wall-time limit now (a run can pass it between calls). With
+    /// [`OnExceed::Stop`], a passed limit stops the run and is returned.
+    pub fn check_wall(&self) -> Option<BudgetExceeded> {
+        let mut s = self.lock();
+        if let Some(stop) = &s.report.stopped {
+            return Some(stop.clone());
+        }
+        let cap = s.report.budget.max_wall?;
+        let wall = self.wall(&s);
+        if wall < cap || s.report.budget.on_exceed == OnExceed::AskTop {
+            return None;
+        }
+        let stop = BudgetExceeded {
+            limit: BudgetLimit::WallTime,
+            used: wall.as_secs_f64(),
+            requested: 0.0,
+            cap: cap.as_secs_f64(),
+            on_exceed: OnExceed::Stop,
+            refused: None,
+        };
+        s.report.stopped = Some(stop.clone());
+        self.persist(&s);
+        Some(stop)
+    }
+
+    /// Records a call that came back with `usage` and frees its reservation.
+    pub fn settle(&self, reservation: Reservation, site: &CallSite, usage: Usage) {
+        let cost = self.prices.cost(&site.model, usage);
+        let tally = Tally {
+            calls: 1,
+            input_tokens: usage.input_tokens,
+            output_tokens: usage.output_tokens,
+            cost_usd: cost,
+            ..Tally::default()
+        };
+        let mut s = self.lock();
+        self.unreserve(&mut s, &reservation);
+        if self.prices.get(&site.model).is_none() {
+            let key = site.model_key();
+            if !s.report.unpriced_models.contains(&key) {
+                s.report.unpriced_models.push(key);
+            }
+        }
+        record(&mut s.report, site, &tally);
+        self.persist(&s);
+    }
+
+    /// Records a call that failed (no usage is known) and frees its reservation.
+    pub fn fail(&self, reservation: Reservation, site: &CallSite) {
+        let mut s = self.lock();
+        self.unreserve(&mut s, &reservation);
+        record(&mut s.report, site, &Tally { failed_calls: 1, ..Tally::default() });
+        self.persist(&s);
+    }
+
+    /// Records waits on a provider's rate limit.
+    pub fn rate_limited(&self, site: &CallSite, waits: u64) {
+        self.retried(site, 0, waits);
+    }
+
+    /// Records the attempts of one call that were tried again: `failed` failed attempts
+    /// (counted as failed calls, toward `max_calls`) and `rate_limit_waits` waits on a rate
+    /// limit (not failures).
+    pub(crate) fn retried(&self, site: &CallSite, failed: u64, rate_limit_waits: u64) {
+        if failed == 0 && rate_limit_waits == 0 {
+            return;
+        }
+        let mut s = self.lock();
+        let tally = Tally { failed_calls: failed, rate_limit_waits, ..Tally::default() };
+        record(&mut s.report, site, &tally);
+        self.persist(&s);
+    }
+
+    /// Frees a reservation whose call was never made.
+    pub fn release(&self, reservation: Reservation) {
+        let mut s = self.lock();
+        self.unreserve(&mut s, &reservation);
+    }
+
+    fn unreserve(&self, s: &mut LedgerState, r: &Reservation) {
+        s.reserved_tokens = s.reserved_tokens.saturating_sub(r.tokens);
+        s.reserved_cost = (s.reserved_cost - r.cost).max(0.0);
+        s.reserved_calls = s.reserved_calls.saturating_sub(1);
+    }
+
+    /// The extension the ledger waits for, if any.
+    pub fn pending_approval(&self) -> Option<ApprovalRequest> {
+        self.approval.borrow().clone()
+    }
+
+    /// Waits until an extension is asked for, and returns it.
+    pub async fn next_approval(&self) -> ApprovalRequest {
+        let mut rx = self.approval.subscribe();
+        loop {
+            if let Some(r) = rx.borrow_and_update().clone() {
+                return r;
+            }
+            if rx.changed().await.is_err() {
+                // Unreachable while `self` lives; wait forever rather than spin.
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    /// Approves extension `id`: its limit grows to the larger of itself plus its original size
+    /// and what is used now plus its original size, and waiting calls go on.
+    /// Returns false if `id` is not the pending request.
+    pub fn approve(&self, id: u64) -> bool {
+        let request = {
+            // Under the state lock: waiting calls woken by the taken request see the raised
+            // limit, and a concurrent approve or refuse of the same request finds it gone.
+            let mut s = self.lock();
+            let Some(request) = self.take_pending(id) else {
+                return false;
+            };
+            // The limit grows to what is used now plus its original size: the powers' reviews
+            // of the extension (and anything else the top layer did meanwhile) are paid first,
+            // and the run gets a whole original budget's worth of room, however small that is.
+            let original = limit_value(&self.original, request.limit).unwrap_or(0.0);
+            let cap = limit_value(&s.report.budget, request.limit).unwrap_or(0.0);
+            let used = self.used(&s, request.limit);
+            let new_cap = (cap + original).max(used + original);
+            let raised_by = new_cap - cap;
+            raise(&mut s.report.budget, request.limit, raised_by);
+            s.report.extensions.push(Extension { limit: request.limit, raised_by });
+            self.persist(&s);
+            (request, new_cap)
+        };
+        let (request, new_cap) = request;
+        tracing::info!(id, limit = %request.limit, new_cap, "budget extension approved");
+        true
+    }
+
+    /// Clears the pending request if it is `id`, and returns it.
+    fn take_pending(&self, id: u64) -> Option<ApprovalRequest> {
+        let mut taken = None;
+        self.approval.send_if_modified(|pending| {
+            if pending.as_ref().is_some_and(|r| r.id == id) {
+                taken = pending.take();
+                true
+            } else {
+                false
+            }
+        });
+        taken
+    }
+
+    /// Refuses extension `id`: the run stops. Returns false if `id` is not the pending request.
+    pub fn refuse(&self, id: u64, reason: &str) -> bool {
+        {
+            let mut s = self.lock();
+            let Some(request) = self.take_pending(id) else {
+                return false;
+            };
+            s.report.stopped = Some(BudgetExceeded {
+                limit: request.limit,
+                used: request.used,
+                requested: request.requested,
+                cap: request.cap,
+                on_exceed: OnExceed::AskTop,
+                refused: Some(reason.to_owned()),
+            });
+            self.persist(&s);
+        }
+        tracing::warn!(id, reason, "budget extension refused; the run stops");
+        true
+    }
+
+    /// Why the run stopped on its budget, if it did.
+    pub fn stopped(&self) -> Option<BudgetExceeded> {
+        self.lock().report.stopped.clone()
+    }
+
+    /// The totals, the budget in force and the wall time so far.
+    pub fn report(&self) -> UsageReport {
+        let s = self.lock();
+        let mut r = s.report.clone();
+        r.wall_ms = u64::try_from(self.wall(&s).as_millis()).unwrap_or(u64::MAX);
+        r
+    }
+
+    /// Stores the report now (with the wall time so far). The runner calls this at the end of
+    /// a session so the next one continues the wall-time count.
+    pub fn flush(&self) -> Result<(), BackendError> {
+        let report = self.report();
+        match &self.store {
+            Some(store) => store.save_usage(&report),
+            None => Ok(()),
+        }
+    }
+
+    fn persist(&self, s: &LedgerState) {
+        let Some(store) = &self.store else { return };
+        let mut report = s.report.clone();
+        report.wall_ms = u64::try_from(self.wall(s).as_millis()).unwrap_or(u64::MAX);
+        if let Err(e) = store.save_usage(&report) {
+            tracing::error!(error = %e, "could not store the usage ledger");
+        }
+    }
+}
+
+fn record(report: &mut UsageReport, site: &CallSite, tally: &Tally) {
+    report.total.add(tally);
+    report.by_agent.entry(site.agent.to_string()).or_default().add(tally);
+    report.by_layer.entry(site.layer.to_string()).or_default().add(tally);
+    report.by_model.entry(site.model_key()).or_default().add(tally);
+}
+
+fn limit_value(b: &Budget, limit: BudgetLimit) -> Option<f64> {
+    match limit {
+        BudgetLimit::Tokens => b.max_tokens.map(|v| v as f64),
+        BudgetLimit::Cost => b.max_cost_usd,
+        BudgetLimit::WallTime => b.max_wall.map(|w| w.as_secs_f64()),
+        BudgetLimit::Calls => b.max_calls.map(|v| v as f64),
+    }
+}
+
+/// Raises `limit` of `budget` by `by` (rounded up for whole-number limits).
+fn raise(budget: &mut Budget, limit: BudgetLimit, by: f64) {
+    let by = by.max(0.0);
+    let whole = by.ceil() as u64;
+    match limit {
+        BudgetLimit::Tokens => {
+            if let Some(c) = budget.max_tokens.as_mut() {
+                *c = c.saturating_add(whole);
+            }
+        }
+        BudgetLimit::Cost => {
+            if let Some(c) = budget.max_cost_usd.as_mut() {
+                *c += by;
+            }
+        }
+        BudgetLimit::WallTime => {
+            if let Some(c) = budget.max_wall.as_mut() {
+                *c += Duration::from_secs_f64(by);
+            }
+        }
+        BudgetLimit::Calls => {
+            if let Some(c) = budget.max_calls.as_mut() {
+                *c = c.saturating_add(whole);
+            }
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! LLM reasoners for Strata: real models behind [`agent_core::Reasoner`].
+//!
+//! - [`LlmReasoner`] asks a [`Provider`] for every decision a layer takes — sign or veto, vote,
+//!   decompose, the executor's tool loop, judge progress — as structured output checked against a
+//!   JSON Schema, with one repair attempt for an invalid answer.
+//! - Providers: [`OpenAiProvider`] (any OpenAI-compatible chat completions server: OpenAI,
+//!   vLLM, Ollama, LM Studio, llama.cpp's server) and [`AnthropicProvider`] (feature `http`,
+//!   on by default); `LocalProvider`, the embedded Gemma 3 270M on llama.cpp (feature `local`,
+//!   model fetched once by `fetch_model`, feature `fetch`). Test doubles implement [`Provider`]
+//!   in a few lines; [`agent_core::ScriptedReasoner`] replaces the whole reasoner.
+//! - Per-agent [`Conversations`], bounded by a documented rule and kept with the run.
+//! - A team-wide [`UsageLedger`]: tokens and cost per agent, layer and model ([`PriceTable`]),
+//!   and run [`Budget`]s (tokens, cost, wall time, calls) that stop the run or, with
+//!   [`OnExceed::AskTop`], pause it while the top layer votes on an extension ([`ApprovalDesk`]).
+//! - Transient provider errors are retried with the agent's backoff ([`complete_with_retry`]);
+//!   rate-limit waits honour `Retry-After` and are not failures; permanent errors fail at once
+//!   with a message naming provider, model and cause. Keys come from the caller (the `strata`
+//!   command reads them from environment variables) and never appear in errors or logs.
+//!
+//! With the embedded model, decisions are grammar-constrained and therefore always valid JSON,
+//! but the model is a 270M-parameter *base* model: it shows real local inference, not good
+//! judgement.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use agent_core::{Persona, Reasoner, Conflict};
+//! use agent_llm::*;
+//! use agent_state::{AgentConfig, AgentId, AgentLayer, Capability};
+//!
+//! /// A provider that always votes for "b".
+//! struct VotesB;
+//! #[async_trait::async_trait]
+//! impl Provider for VotesB {
+//!     fn name(&self) -> &str { "mock" }
+//!     fn model(&self) -> &str { "votes-b" }
+//!     async fn complete(&self, _: &ChatRequest) -> Result<ChatResponse, ProviderError> {
+//!         let text = r#"{"choice": "b", "reason": "cheaper"}"#.to_owned();
+//!         Ok(ChatResponse { text, usage: Usage { input_tokens: 50, output_tokens: 8 }, ..Default::default() })
+//!     }
+//! }
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let ledger = Arc::new(UsageLedger::new(PriceTable::new(), Budget::default()));
+//! let conversations = Arc::new(Conversations::in_memory(ConversationLimits::default()));
+//! let reasoner = LlmReasoner::new(Arc::new(VotesB), ledger.clone(), conversations);
+//! let config = AgentConfig {
+//!     id: AgentId::new("top-a"), name: "A".into(), layer: AgentLayer::Top, role: String::new(),
+//!     supervisor: None, subordinates: vec![], capabilities: vec![Capability::Arbitrate],
+//!     model: None, temperature: None, max_retries: 3, timeout_ms: 30_000,
+//! };
+//! let conflict = Conflict {
+//!     id: "c1".into(), issue: "which".into(), parties: vec![], options: vec!["a".into(), "b".into()],
+//! };
+//! let who = Persona { config: &config, system_prompt: "You are top-a." };
+//! assert_eq!(reasoner.vote(who, &conflict).await.unwrap(), "b");
+//! assert_eq!(ledger.report().total.input_tokens, 50);
+//! # });
+//! ```
+
+#[cfg(feature = "http")]
+mod anthropic;
+mod approval;
+mod conversation;
+#[cfg(feature = "fetch")]
+mod fetch;
+#[cfg(feature = "http")]
+mod http;
+mod ledger;
+#[cfg(feature = "local")]
+mod local;
+#[cfg(feature = "http")]
+mod openai;
+mod provider;
+mod reasoner;
+mod retry;
+mod store;
+
+#[cfg(feature = "http")]
+pub use anthropic::{AnthropicConfig, AnthropicProvider};
+pub use approval::ApprovalDesk;
+pub use conversation::{Conversation, ConversationLimits, Conversations, Turn};
+#[cfg(feature = "fetch")]
+pub use fetch::{
+    FetchError, FetchProgress, FetchSource, GEMMA3_270M_Q4_K_M, ModelDirError, ModelFileError,
+    ModelPart, ModelSpec, default_model_dir, fetch_model, verify_model,
+};
+#[cfg(feature = "http")]
+pub use http::ConfigError;
+pub use ledger::{
+    ApprovalRequest, Budget, BudgetExceeded, BudgetLimit, CallSite, Extension, OnExceed, Price,
+    PriceError, PriceTable, Reservation, Tally, UsageLedger, UsageReport,
+};
+#[cfg(feature = "local")]
+pub use local::{DEFAULT_CONTEXT_TOKENS, LocalConfig, LocalError, LocalProvider, LocalStartup};
+#[cfg(feature = "http")]
+pub use openai::{OpenAiConfig, OpenAiProvider};
+pub use provider::{
+    ChatMessage, ChatRequest, ChatResponse, EngineTiming, Provider, ProviderError,
+    ProviderErrorKind, ProviderToolCall, ResponseFormat, Role, ToolSpec, Usage,
+};
+pub use reasoner::{BUDGET_DECISION_KIND, FINISH_TOOL, LlmReasoner, LlmSettings};
+pub use retry::{MAX_RATE_LIMIT_WAITS, MAX_WAIT, RetryEvent, RetryStats, complete_with_retry};
+pub use store::LlmStore;
+#[cfg(feature = "sled")]
+pub use store::{CONVERSATIONS_TREE, SledLlmStore, USAGE_TREE};

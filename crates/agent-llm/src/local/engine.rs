@@ -1,0 +1,362 @@
+//! The model thread: owns llama.cpp's model and context, and runs one call at a time.
+
+use std::num::NonZeroU32;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use llama_cpp_2::context::LlamaContext;
+use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::llama_backend::LlamaBackend;
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::model::params::LlamaModelParams;
+use llama_cpp_2::sampling::LlamaSampler;
+use llama_cpp_2::token::LlamaToken;
+use llama_cpp_2::token::data::LlamaTokenData;
+use llama_cpp_2::token::data_array::LlamaTokenDataArray;
+use tokio::sync::{mpsc, oneshot};
+
+use super::prompt::{self, Answer};
+use super::{LocalConfig, LocalError, LocalStartup};
+use crate::fetch::{ModelFileError, verify_model};
+use crate::provider::{ChatRequest, ChatResponse, EngineTiming, Usage};
+
+/// One call for the model thread.
+#[derive(Debug)]
+pub(super) struct Job {
+    /// The request.
+    pub(super) request: ChatRequest,
+    /// The call's number on its provider, from 1 (tool call ids are `local-<call>`).
+    pub(super) call: u64,
+    /// Where the answer goes; an error is the message of an engine failure.
+    pub(super) reply: oneshot::Sender<Result<ChatResponse, String>>,
+}
+
+/// The model thread's body: verify, load, report readiness on `ready`, then answer jobs until
+/// the queue closes.
+pub(super) fn run(
+    config: LocalConfig,
+    ready: oneshot::Sender<Result<LocalStartup, LocalError>>,
+    mut queue: mpsc::Receiver<Job>,
+) {
+    let started = Instant::now();
+    let checked = match &config.spec {
+        Some(spec) => verify_model(&config.model_path, spec),
+        // Unchecked, but it must exist: llama-cpp-2 asserts that it does.
+        None if !config.model_path.is_file() => {
+            Err(ModelFileError::Missing { path: config.model_path.clone() })
+        }
+        None => Ok(()),
+    };
+    if let Err(error) = checked {
+        let _ = ready.send(Err(error.into()));
+        return;
+    }
+    let verify = started.elapsed();
+    let load_error = |detail: String| LocalError::Load { path: config.model_path.clone(), detail };
+    let backend = match backend() {
+        Ok(backend) => backend,
+        Err(detail) => {
+            let _ = ready.send(Err(load_error(detail)));
+            return;
+        }
+    };
+    let loading = Instant::now();
+    let model =
+        match LlamaModel::load_from_file(backend, &config.model_path, &LlamaModelParams::default())
+        {
+            Ok(model) => model,
+            Err(error) => {
+                let _ = ready.send(Err(load_error(format!("{error} (is it a GGUF model file?)"))));
+                return;
+            }
+        };
+    let threads = i32::try_from(config.threads.max(1)).unwrap_or(i32::MAX);
+    let params = LlamaContextParams::default()
+        .with_n_ctx(NonZeroU32::new(config.context_tokens))
+        .with_n_batch(config.context_tokens)
+        .with_n_threads(threads)
+        .with_n_threads_batch(threads)
+        .with_no_perf(false);
+    let context = match model.new_context(backend, params) {
+        Ok(context) => context,
+        Err(error) => {
+            let _ = ready.send(Err(load_error(format!("cannot create a context: {error}"))));
+            return;
+        }
+    };
+    let mut engine = Engine { model: &model, context, context_tokens: config.context_tokens };
+    let startup = LocalStartup { verify, load: loading.elapsed() };
+    if ready.send(Ok(startup)).is_err() {
+        return; // the starter gave up
+    }
+    while let Some(job) = queue.blocking_recv() {
+        if job.reply.is_closed() {
+            continue; // the caller gave up while queued
+        }
+        let answer = catch_unwind(AssertUnwindSafe(|| engine.complete(&job)))
+            .unwrap_or_else(|_| Err("llama.cpp panicked during the call".to_owned()));
+        let _ = job.reply.send(answer);
+    }
+    tracing::debug!("local model thread stopping");
+}
+
+/// llama.cpp's backend, initialised once per process (llama-cpp-2 refuses a second init).
+fn backend() -> Result<&'static LlamaBackend, String> {
+    static BACKEND: OnceLock<Result<LlamaBackend, String>> = OnceLock::new();
+    BACKEND
+        .get_or_init(|| {
+            llama_cpp_2::send_logs_to_tracing(llama_cpp_2::LogOptions::default());
+            LlamaBackend::init().map_err(|error| format!("cannot initialise llama.cpp: {error}"))
+        })
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+/// The loaded model and its context.
+struct Engine<'m> {
+    model: &'m LlamaModel,
+    context: LlamaContext<'m>,
+    context_tokens: u32,
+}
+
+impl Engine<'_> {
+    /// Answers one job.
+    fn complete(&mut self, job: &Job) -> Result<ChatResponse, String> {
+        let request = &job.request;
+        let answer = Answer::of(request);
+        let vocab = self.model.vocab();
+        let n_ctx = self.context_tokens as usize;
+        let reserve = match request.max_tokens {
+            0 => (n_ctx / 4).min(512),
+            max => (max as usize).min(n_ctx / 2),
+        };
+        let prompt = self.fit_prompt(request, n_ctx - reserve)?;
+        let mut grammar = self.grammar(request)?;
+        let limit = match request.max_tokens {
+            0 => n_ctx - prompt.len(),
+            max => (max as usize).min(n_ctx - prompt.len()),
+        };
+
+        self.context.clear_kv_cache();
+        self.context.reset_timings();
+        let mut batch = LlamaBatch::new(prompt.len().max(1), 1);
+        for (pos, token) in prompt.iter().enumerate() {
+            let last = pos + 1 == prompt.len();
+            batch.add(*token, pos as i32, &[0], last).map_err(|e| format!("batch: {e}"))?;
+        }
+        self.context.decode(&mut batch).map_err(|e| format!("cannot read the prompt: {e}"))?;
+
+        let mut output: Vec<u8> = Vec::new();
+        let mut generated = 0_usize;
+        let mut piece = Vec::new();
+        let mut checks = [0_usize; 3];
+        while generated < limit {
+            if job.reply.is_closed() {
+                return Err("the caller gave up".to_owned());
+            }
+            let logits = self.context.get_logits_ith(batch.n_tokens() - 1);
+            let (token, checked) = pick(logits, grammar.as_mut())?;
+            checks[checked as usize] += 1;
+            if vocab.is_eog(token) {
+                break;
+            }
+            if let Some(grammar) = grammar.as_mut() {
+                grammar.try_accept(token).map_err(|e| format!("grammar: {e}"))?;
+            }
+            generated += 1;
+            piece.clear();
+            vocab.token_to_piece_into(token, &mut piece, false, None);
+            output.extend_from_slice(&piece);
+            if answer.is_json() {
+                if piece.iter().any(|b| matches!(b, b'}' | b']' | b'"'))
+                    && prompt::json_complete(&String::from_utf8_lossy(&output))
+                {
+                    break;
+                }
+            } else if prompt::text_stop(&String::from_utf8_lossy(tail(&output, 32))).is_some() {
+                break;
+            }
+            if generated == limit {
+                break;
+            }
+            batch.clear();
+            let pos = (prompt.len() + generated - 1) as i32;
+            batch.add(token, pos, &[0], true).map_err(|e| format!("batch: {e}"))?;
+            self.context.decode(&mut batch).map_err(|e| format!("cannot decode: {e}"))?;
+        }
+
+        let timings = self.context.timings();
+        tracing::debug!(
+            call = job.call,
+            prompt_tokens = prompt.len(),
+            generated,
+            top_checks = checks[Checked::Top as usize],
+            shortlist_checks = checks[Checked::Shortlist as usize],
+            vocabulary_checks = checks[Checked::All as usize],
+            prompt_ms = timings.t_p_eval_ms(),
+            generate_ms = timings.t_eval_ms(),
+            "local model call done"
+        );
+        let text = String::from_utf8_lossy(&output);
+        let (text, tool_calls) =
+            prompt::interpret(&answer, &text, || format!("local-{}", job.call))?;
+        Ok(ChatResponse {
+            text,
+            tool_calls,
+            usage: Usage { input_tokens: prompt.len() as u64, output_tokens: generated as u64 },
+            timing: Some(EngineTiming {
+                prompt_tokens: u64::try_from(timings.n_p_eval()).unwrap_or(0),
+                prompt_ms: timings.t_p_eval_ms(),
+                generated_tokens: u64::try_from(timings.n_eval()).unwrap_or(0),
+                generate_ms: timings.t_eval_ms(),
+            }),
+        })
+    }
+
+    /// The prompt's tokens, leaving out the oldest messages until it fits in `budget` tokens.
+    fn fit_prompt(&self, request: &ChatRequest, budget: usize) -> Result<Vec<LlamaToken>, String> {
+        let vocab = self.model.vocab();
+        let mut dropped = 0;
+        loop {
+            let text = prompt::render(request, dropped);
+            let tokens = vocab.tokenize(text.as_bytes(), true, false);
+            if tokens.len() <= budget {
+                if dropped > 0 {
+                    tracing::debug!(
+                        dropped,
+                        tokens = tokens.len(),
+                        "left out old messages to fit the context"
+                    );
+                }
+                return Ok(tokens);
+            }
+            if dropped + 1 >= request.messages.len() {
+                return Err(format!(
+                    "the prompt is {} tokens even with only the system prompt and the last message, \
+                     more than the {budget} that fit in the context of {} tokens with room for the answer; \
+                     shorten them or raise the context size",
+                    tokens.len(),
+                    self.context_tokens
+                ));
+            }
+            dropped += 1;
+        }
+    }
+
+    /// The grammar sampler for the request's answer, if it is JSON. A schema that llama.cpp
+    /// cannot turn into a grammar falls back to a permissive one (any object for tool
+    /// arguments, any JSON value for an answer), with a warning.
+    fn grammar(&self, request: &ChatRequest) -> Result<Option<LlamaSampler>, String> {
+        let Some(schema) = prompt::answer_schema(request, false) else {
+            return Ok(None);
+        };
+        let strict = llama_cpp_2::json_schema_to_grammar(&schema)
+            .map_err(|e| e.to_string())
+            .and_then(|grammar| {
+                LlamaSampler::grammar(self.model, &grammar, "root").map_err(|e| e.to_string())
+            });
+        match strict {
+            Ok(sampler) => Ok(Some(sampler)),
+            Err(error) => {
+                tracing::warn!(%error, schema, "cannot build a grammar from the schema; using a permissive one");
+                let schema =
+                    prompt::answer_schema(request, true).unwrap_or_else(|| "{}".to_owned());
+                let grammar = llama_cpp_2::json_schema_to_grammar(&schema)
+                    .map_err(|e| format!("cannot build a JSON grammar: {e}"))?;
+                LlamaSampler::grammar(self.model, &grammar, "root")
+                    .map(Some)
+                    .map_err(|e| format!("cannot build a JSON grammar: {e}"))
+            }
+        }
+    }
+}
+
+/// How far [`pick`] had to go to find the most likely token that the grammar allows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Checked {
+    /// No grammar, or the grammar allowed the top token.
+    Top,
+    /// The grammar allowed one of the [`SHORTLIST`] most likely tokens.
+    Shortlist,
+    /// The grammar had to check the whole vocabulary.
+    All,
+}
+
+/// How many of the most likely tokens the grammar checks before it checks them all.
+const SHORTLIST: usize = 32;
+
+/// The most likely token that the grammar allows (greedy decoding).
+///
+/// Applying a grammar to Gemma's 262k-token vocabulary takes several milliseconds, far more
+/// than a decoding step, so it is applied in widening circles: the top token alone, then the
+/// [`SHORTLIST`] most likely tokens, and only if the grammar rejects all of those, every token.
+/// Each circle is exact: a token outside it is no more likely than every token in it.
+fn pick(
+    logits: &[f32],
+    grammar: Option<&mut LlamaSampler>,
+) -> Result<(LlamaToken, Checked), String> {
+    let (best, best_logit) = argmax(logits.iter().copied().enumerate())
+        .ok_or_else(|| "the model produced no logits".to_owned())?;
+    let Some(grammar) = grammar else {
+        return Ok((token(best), Checked::Top));
+    };
+    if let Some(id) = best_allowed(grammar, vec![(best, best_logit)]) {
+        return Ok((token(id), Checked::Top));
+    }
+    if let Some(id) = best_allowed(grammar, shortlist(logits, SHORTLIST)) {
+        return Ok((token(id), Checked::Shortlist));
+    }
+    best_allowed(grammar, logits.iter().copied().enumerate().collect())
+        .map(|id| (token(id), Checked::All))
+        .ok_or_else(|| "the grammar allows no token here".to_owned())
+}
+
+/// The most likely of `candidates` (token id, logit) that the grammar allows.
+fn best_allowed(grammar: &mut LlamaSampler, candidates: Vec<(usize, f32)>) -> Option<usize> {
+    let mut array = LlamaTokenDataArray::new(
+        candidates
+            .into_iter()
+            .map(|(id, logit)| LlamaTokenData::new(token(id), logit, 0.0))
+            .collect(),
+        false,
+    );
+    array.apply_sampler(grammar);
+    argmax(array.data.iter().map(|data| (data.id().0 as usize, data.logit())))
+        .filter(|(_, logit)| *logit > f32::NEG_INFINITY)
+        .map(|(id, _)| id)
+}
+
+/// The `k` largest logits with their token ids, largest first (NaNs left out).
+fn shortlist(logits: &[f32], k: usize) -> Vec<(usize, f32)> {
+    let mut top: Vec<(usize, f32)> = Vec::with_capacity(k + 1);
+    for (id, &logit) in logits.iter().enumerate() {
+        if logit.is_nan()
+            || (top.len() == k && top.last().is_some_and(|&(_, floor)| logit <= floor))
+        {
+            continue;
+        }
+        let at = top.partition_point(|&(_, other)| other >= logit);
+        top.insert(at, (id, logit));
+        top.truncate(k);
+    }
+    top
+}
+
+/// The index and value of the largest value (the first of equals; NaN never wins over a number).
+fn argmax(values: impl Iterator<Item = (usize, f32)>) -> Option<(usize, f32)> {
+    values.fold(None, |best, (i, v)| match best {
+        Some((_, b)) if v.partial_cmp(&b) != Some(std::cmp::Ordering::Greater) => best,
+        _ => Some((i, v)),
+    })
+}
+
+fn token(id: usize) -> LlamaToken {
+    LlamaToken::new(i32::try_from(id).unwrap_or(i32::MAX))
+}
+
+/// The last `n` bytes of `bytes`.
+fn tail(bytes: &[u8], n: usize) -> &[u8] {
+    &bytes[bytes.len().saturating_sub(n)..]
+}

@@ -1,0 +1,300 @@
+//! From a [`ChatRequest`] to a completion prompt and an answer schema for the base model, and
+//! from the model's output back to a [`ChatResponse`]'s text and tool calls. Pure: no engine.
+//!
+//! The embedded model is a base model without a chat template, so a request becomes a plain
+//! transcript to continue:
+//!
+//! ```text
+//! <system prompt>
+//!
+//! <with tools: the tools, their argument schemas, how to call one>
+//!
+//! User: <message>
+//! Assistant: <message, then its tool calls as {"tool": ..., "arguments": ...}>
+//! Tool result (<tool name>): <output>
+//!
+//! <for a JSON answer: its JSON Schema>
+//! Answer as JSON:
+//! ```
+//!
+//! A text request ends with `Assistant:` instead, and its answer stops where the model starts a
+//! new labelled line.
+
+use std::fmt::Write as _;
+
+use serde_json::Value;
+
+use crate::provider::{ChatMessage, ChatRequest, ProviderToolCall, ResponseFormat, Role};
+
+/// What the answer must look like, decided from the request.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Answer {
+    /// Free text: no grammar; stop at the next labelled line.
+    Text,
+    /// A JSON value valid against the request's schema.
+    Json,
+    /// A tool call `{"tool": name, "arguments": {...}}`, or when not required, also
+    /// `{"answer": ...}` (a string for a text request, the schema's value for a JSON one).
+    Tools {
+        /// Whether the request requires a tool call.
+        required: bool,
+        /// Whether an answer (when allowed) is JSON rather than text.
+        json_answer: bool,
+    },
+}
+
+impl Answer {
+    /// The answer shape for `request`.
+    pub(crate) fn of(request: &ChatRequest) -> Self {
+        let json = matches!(request.response, ResponseFormat::Json { .. });
+        if request.tools.is_empty() {
+            if json { Self::Json } else { Self::Text }
+        } else {
+            Self::Tools { required: request.require_tool, json_answer: json }
+        }
+    }
+
+    /// Whether the output is grammar-constrained JSON.
+    pub(crate) fn is_json(&self) -> bool {
+        !matches!(self, Self::Text)
+    }
+}
+
+/// Lines that start a new turn: a text answer stops before the first of them.
+pub(crate) const STOPS: [&str; 4] = ["\nUser:", "\nAssistant:", "\nTool result", "\n\n\n"];
+
+/// The prompt for `request` without its `dropped` oldest messages (the last message is always
+/// kept).
+pub(crate) fn render(request: &ChatRequest, dropped: usize) -> String {
+    let mut out = String::new();
+    let system = request.system.trim();
+    if !system.is_empty() {
+        out.push_str(system);
+        out.push_str("\n\n");
+    }
+    let answer = Answer::of(request);
+    // The tools come before the transcript: a small base model continues what it read last,
+    // and that should be the question (with the plan's call), not the tools' schemas.
+    if let Answer::Tools { required, json_answer } = &answer {
+        out.push_str("Tools you can call:\n");
+        for tool in &request.tools {
+            let _ = writeln!(
+                out,
+                "- {}: {} Arguments (JSON Schema): {}",
+                tool.name,
+                tool.description.trim(),
+                tool.parameters
+            );
+        }
+        out.push_str(
+            "To call a tool, answer {\"tool\": <its name>, \"arguments\": <its arguments>}.\n",
+        );
+        if !required {
+            match (&request.response, json_answer) {
+                (ResponseFormat::Json { schema, .. }, true) => {
+                    let _ = writeln!(
+                        out,
+                        "To answer without a tool, answer {{\"answer\": <JSON matching {schema}>}}."
+                    );
+                }
+                _ => out.push_str(
+                    "To answer without a tool, answer {\"answer\": <your answer as a string>}.\n",
+                ),
+            }
+        }
+        out.push('\n');
+    }
+    let keep_from = dropped.min(request.messages.len().saturating_sub(1));
+    if keep_from > 0 {
+        let _ = writeln!(out, "(The {keep_from} oldest messages are left out.)");
+    }
+    for message in &request.messages[keep_from..] {
+        render_message(&mut out, request, message);
+    }
+    match &answer {
+        Answer::Text => out.push_str("\nAssistant:"),
+        Answer::Json => {
+            if let ResponseFormat::Json { schema, .. } = &request.response {
+                let _ = writeln!(out, "\nThe answer is JSON matching this JSON Schema: {schema}");
+            }
+            out.push_str("Answer as JSON:\n");
+        }
+        Answer::Tools { .. } => out.push_str("\nAnswer as JSON:\n"),
+    }
+    out
+}
+
+/// Longest string the grammar lets the model write where the schema sets no `maxLength`.
+pub(crate) const MAX_STRING_CHARS: u64 = 256;
+/// Most array items the grammar lets the model write where the schema sets no `maxItems`.
+pub(crate) const MAX_ARRAY_ITEMS: u64 = 16;
+
+/// `schema` with a `maxLength` on every string and a `maxItems` on every array that has none.
+/// A small model decoding greedily can run on forever inside a string ("path/to/file/path/to/
+/// ...") until it hits `max_tokens` with the JSON unfinished; bounded, the grammar closes the
+/// value in time and the answer is always complete, valid JSON.
+pub(crate) fn bounded(schema: &Value) -> Value {
+    let mut out = schema.clone();
+    bound(&mut out);
+    out
+}
+
+fn bound(node: &mut Value) {
+    match node {
+        Value::Object(map) => {
+            let is = |t: &str, map: &serde_json::Map<String, Value>| match map.get("type") {
+                Some(Value::String(s)) => s == t,
+                Some(Value::Array(types)) => types.iter().any(|x| x == t),
+                _ => false,
+            };
+            let fixed = map.contains_key("enum") || map.contains_key("const");
+            if is("string", map) && !fixed && !map.contains_key("maxLength") {
+                map.insert("maxLength".into(), Value::from(MAX_STRING_CHARS));
+            }
+            if is("array", map) && !map.contains_key("maxItems") {
+                map.insert("maxItems".into(), Value::from(MAX_ARRAY_ITEMS));
+            }
+            for value in map.values_mut() {
+                bound(value);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(bound),
+        _ => {}
+    }
+}
+
+/// The JSON Schema (as text, keys in the order the model should write them) that the output
+/// must match, or `None` for free text. With `permissive`, tool arguments and JSON answers are
+/// any JSON object or value: the fallback when the request's own schemas cannot be turned into
+/// a grammar.
+pub(crate) fn answer_schema(request: &ChatRequest, permissive: bool) -> Option<String> {
+    let answer_value = || match &request.response {
+        ResponseFormat::Json { schema, .. } if !permissive => bounded(schema).to_string(),
+        ResponseFormat::Json { .. } => "{}".to_owned(),
+        ResponseFormat::Text => r#"{"type":"string"}"#.to_owned(),
+    };
+    match Answer::of(request) {
+        Answer::Text => None,
+        Answer::Json => Some(answer_value()),
+        Answer::Tools { required, .. } => {
+            let mut options: Vec<String> = request
+                .tools
+                .iter()
+                .map(|tool| {
+                    let arguments = if permissive || !tool.parameters.is_object() {
+                        r#"{"type":"object"}"#.to_owned()
+                    } else {
+                        bounded(&tool.parameters).to_string()
+                    };
+                    format!(
+                        r#"{{"type":"object","properties":{{"tool":{{"const":{}}},"arguments":{arguments}}},"required":["tool","arguments"]}}"#,
+                        Value::String(tool.name.clone())
+                    )
+                })
+                .collect();
+            if !required {
+                options.push(format!(
+                    r#"{{"type":"object","properties":{{"answer":{}}},"required":["answer"]}}"#,
+                    answer_value()
+                ));
+            }
+            if options.len() == 1 {
+                options.pop()
+            } else {
+                Some(format!(r#"{{"anyOf":[{}]}}"#, options.join(",")))
+            }
+        }
+    }
+}
+
+/// The output of a JSON answer is complete: it parses, and nothing could extend it (it ends
+/// with `}`, `]` or `"`).
+pub(crate) fn json_complete(text: &str) -> bool {
+    let trimmed = text.trim_end();
+    trimmed.ends_with(['}', ']', '"'])
+        && serde_json::from_str::<serde::de::IgnoredAny>(trimmed).is_ok()
+}
+
+/// Where a text answer stops: the byte offset of the first stop line, if any.
+pub(crate) fn text_stop(text: &str) -> Option<usize> {
+    STOPS.iter().filter_map(|stop| text.find(stop)).min()
+}
+
+/// What the model's output means: the answer text and tool calls. `call_id` names a tool call.
+/// Errors say what is wrong with the output (cut off by the token limit, typically).
+pub(crate) fn interpret(
+    answer: &Answer,
+    output: &str,
+    call_id: impl FnOnce() -> String,
+) -> Result<(String, Vec<ProviderToolCall>), String> {
+    match answer {
+        Answer::Text => {
+            let end = text_stop(output).unwrap_or(output.len());
+            Ok((output[..end].trim().to_owned(), Vec::new()))
+        }
+        Answer::Json => Ok((output.trim().to_owned(), Vec::new())),
+        Answer::Tools { json_answer, .. } => {
+            let value: Value = serde_json::from_str(output.trim()).map_err(|error| {
+                format!("the model's answer is not complete JSON ({error}): {output}")
+            })?;
+            if let Some(name) = value.get("tool").and_then(Value::as_str) {
+                let arguments = value.get("arguments").cloned().unwrap_or(Value::Null);
+                let call = ProviderToolCall {
+                    id: call_id(),
+                    name: name.to_owned(),
+                    arguments: arguments.to_string(),
+                };
+                return Ok((String::new(), vec![call]));
+            }
+            match value.get("answer") {
+                Some(Value::String(text)) if !json_answer => Ok((text.clone(), Vec::new())),
+                Some(answer) => Ok((answer.to_string(), Vec::new())),
+                None => Err(format!(
+                    "the model's answer is neither a tool call nor an answer: {output}"
+                )),
+            }
+        }
+    }
+}
+
+/// One message as a transcript line.
+fn render_message(out: &mut String, request: &ChatRequest, message: &ChatMessage) {
+    let content = message.content.trim();
+    match message.role {
+        Role::User => {
+            let _ = writeln!(out, "User: {content}");
+        }
+        Role::Assistant => {
+            out.push_str("Assistant:");
+            if !content.is_empty() {
+                out.push(' ');
+                out.push_str(content);
+            }
+            for call in &message.tool_calls {
+                let arguments = serde_json::from_str::<Value>(&call.arguments)
+                    .unwrap_or_else(|_| Value::String(call.arguments.clone()));
+                let name = Value::String(call.name.clone());
+                let _ = write!(out, r#" {{"tool":{name},"arguments":{arguments}}}"#);
+            }
+            out.push('\n');
+        }
+        Role::Tool => {
+            let name = message
+                .tool_call_id
+                .as_deref()
+                .and_then(|id| tool_name(request, id))
+                .unwrap_or("tool");
+            let _ = writeln!(out, "Tool result ({name}): {content}");
+        }
+    }
+}
+
+/// The name of the tool that call `id` called, from the conversation.
+fn tool_name<'a>(request: &'a ChatRequest, id: &str) -> Option<&'a str> {
+    request
+        .messages
+        .iter()
+        .flat_map(|message| &message.tool_calls)
+        .find(|call| call.id == id)
+        .map(|call| call.name.as_str())
+}

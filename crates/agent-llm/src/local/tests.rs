@@ -1,0 +1,178 @@
+//! Unit tests of the prompt and answer mapping (no model needed).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
+
+use serde_json::{Value, json};
+
+use super::prompt::{
+    Answer, MAX_ARRAY_ITEMS, MAX_STRING_CHARS, answer_schema, bounded, interpret, json_complete,
+    render, text_stop,
+};
+use crate::provider::{ChatMessage, ChatRequest, ProviderToolCall, ResponseFormat, ToolSpec};
+
+fn tool(name: &str) -> ToolSpec {
+    ToolSpec {
+        name: name.to_owned(),
+        description: format!("Does {name}."),
+        parameters: json!({"type": "object", "properties": {"x": {"type": "integer"}}}),
+    }
+}
+
+fn json_request() -> ChatRequest {
+    ChatRequest {
+        system: "Judge.".to_owned(),
+        messages: vec![ChatMessage::user("first"), ChatMessage::user("second")],
+        response: ResponseFormat::Json {
+            name: "verdict".to_owned(),
+            schema: json!({"type": "object", "properties": {"ok": {"type": "boolean"}}}),
+        },
+        ..ChatRequest::default()
+    }
+}
+
+#[test]
+fn a_json_request_renders_a_transcript_with_the_schema_and_a_cue() {
+    let prompt = render(&json_request(), 0);
+    assert_eq!(
+        prompt,
+        "Judge.\n\nUser: first\nUser: second\n\nThe answer is JSON matching this JSON Schema: \
+         {\"properties\":{\"ok\":{\"type\":\"boolean\"}},\"type\":\"object\"}\nAnswer as JSON:\n"
+    );
+    assert_eq!(
+        answer_schema(&json_request(), false).unwrap(),
+        r#"{"properties":{"ok":{"type":"boolean"}},"type":"object"}"#
+    );
+}
+
+#[test]
+fn dropping_old_messages_keeps_the_system_prompt_and_the_last_message() {
+    let request = json_request();
+    let prompt = render(&request, 1);
+    assert!(prompt.starts_with("Judge.\n\n(The 1 oldest messages are left out.)\nUser: second\n"));
+    assert!(!prompt.contains("first"));
+    // Never past the last message.
+    assert_eq!(render(&request, 5), prompt);
+}
+
+#[test]
+fn a_text_request_ends_with_the_assistant_label_and_stops_at_the_next_turn() {
+    let request = ChatRequest { messages: vec![ChatMessage::user("hi")], ..ChatRequest::default() };
+    assert_eq!(render(&request, 0), "User: hi\n\nAssistant:");
+    assert_eq!(Answer::of(&request), Answer::Text);
+    assert_eq!(answer_schema(&request, false), None);
+    let output = " Hello there.\nUser: and then";
+    assert_eq!(text_stop(output), Some(13));
+    let (text, calls) = interpret(&Answer::Text, output, || unreachable!()).unwrap();
+    assert_eq!((text.as_str(), calls.len()), ("Hello there.", 0));
+}
+
+#[test]
+fn conversation_history_shows_tool_calls_and_their_results_by_name() {
+    let mut assistant = ChatMessage::assistant("");
+    assistant.tool_calls = vec![ProviderToolCall {
+        id: "c1".to_owned(),
+        name: "look".to_owned(),
+        arguments: r#"{"x": 1}"#.to_owned(),
+    }];
+    let request = ChatRequest {
+        messages: vec![ChatMessage::user("go"), assistant, ChatMessage::tool_result("c1", "seen")],
+        tools: vec![tool("look")],
+        require_tool: true,
+        ..ChatRequest::default()
+    };
+    let prompt = render(&request, 0);
+    assert!(
+        prompt.starts_with("Tools you can call:\n- look: Does look. Arguments (JSON Schema): "),
+        "{prompt}"
+    );
+    // The transcript comes after the tools, right before the answer.
+    assert!(
+        prompt.ends_with(
+            "User: go\nAssistant: {\"tool\":\"look\",\"arguments\":{\"x\":1}}\nTool result (look): seen\n\nAnswer as JSON:\n"
+        ),
+        "{prompt}"
+    );
+    assert!(!prompt.contains("without a tool"), "{prompt}");
+}
+
+#[test]
+fn tool_schemas_put_the_tool_first_and_offer_an_answer_when_no_tool_is_required() {
+    let mut request = ChatRequest { tools: vec![tool("a")], require_tool: true, ..json_request() };
+    let one = answer_schema(&request, false).unwrap();
+    assert_eq!(
+        one,
+        r#"{"type":"object","properties":{"tool":{"const":"a"},"arguments":{"properties":{"x":{"type":"integer"}},"type":"object"}},"required":["tool","arguments"]}"#
+    );
+    assert!(one.find("\"tool\"") < one.find("\"arguments\""));
+
+    request.tools.push(tool("b"));
+    request.require_tool = false;
+    let any: Value = serde_json::from_str(&answer_schema(&request, false).unwrap()).unwrap();
+    let options = any["anyOf"].as_array().unwrap();
+    assert_eq!(options.len(), 3);
+    assert_eq!(options[1]["properties"]["tool"]["const"], "b");
+    assert_eq!(options[2]["properties"]["answer"]["properties"]["ok"]["type"], "boolean");
+
+    let permissive: Value = serde_json::from_str(&answer_schema(&request, true).unwrap()).unwrap();
+    assert_eq!(permissive["anyOf"][0]["properties"]["arguments"], json!({"type": "object"}));
+    assert_eq!(permissive["anyOf"][2]["properties"]["answer"], json!({}));
+}
+
+#[test]
+fn tool_output_becomes_a_call_or_an_answer() {
+    let required = Answer::Tools { required: true, json_answer: false };
+    let (text, calls) =
+        interpret(&required, r#"{"tool": "a", "arguments": {"x": 2}}"#, || "local-7".to_owned())
+            .unwrap();
+    assert_eq!(text, "");
+    assert_eq!(
+        calls,
+        [ProviderToolCall {
+            id: "local-7".to_owned(),
+            name: "a".to_owned(),
+            arguments: r#"{"x":2}"#.to_owned()
+        }]
+    );
+
+    let text_answer = Answer::Tools { required: false, json_answer: false };
+    let (text, calls) =
+        interpret(&text_answer, r#"{"answer": "done"}"#, || unreachable!()).unwrap();
+    assert_eq!((text.as_str(), calls.len()), ("done", 0));
+    let json_answer = Answer::Tools { required: false, json_answer: true };
+    let (text, _) =
+        interpret(&json_answer, r#"{"answer": {"ok": true}}"#, || unreachable!()).unwrap();
+    assert_eq!(text, r#"{"ok":true}"#);
+
+    let cut = interpret(&required, r#"{"tool": "a", "argu"#, || unreachable!()).unwrap_err();
+    assert!(cut.contains("not complete JSON"), "{cut}");
+}
+
+#[test]
+fn json_is_complete_only_when_nothing_could_extend_it() {
+    assert!(json_complete(r#"{"a": [1, 2]}"#));
+    assert!(json_complete("[1]\n"));
+    assert!(json_complete(r#""text""#));
+    assert!(!json_complete(r#"{"a": "}"#));
+    assert!(!json_complete("12"), "a number may have more digits");
+    assert!(!json_complete(r#"{"a": 1"#));
+}
+
+#[test]
+fn strings_and_arrays_without_bounds_get_them_so_the_answer_always_finishes() {
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": {
+            "path": {"type": "string", "description": "a path"},
+            "short": {"type": "string", "maxLength": 8},
+            "choice": {"type": "string", "enum": ["a", "b"]},
+            "items": {"type": "array", "items": {"type": ["string", "null"]}}
+        }
+    });
+    let b = bounded(&schema);
+    assert_eq!(b["properties"]["path"]["maxLength"], MAX_STRING_CHARS);
+    assert_eq!(b["properties"]["short"]["maxLength"], 8, "an existing bound stays");
+    assert!(b["properties"]["choice"].get("maxLength").is_none(), "an enum needs none");
+    assert_eq!(b["properties"]["items"]["maxItems"], MAX_ARRAY_ITEMS);
+    assert_eq!(b["properties"]["items"]["items"]["maxLength"], MAX_STRING_CHARS);
+    assert_eq!(b["properties"]["path"]["description"], "a path", "the rest is kept");
+}

@@ -1,0 +1,12 @@
+//! Integration tests of agent-llm.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
+
+mod anthropic;
+mod approval;
+mod http_server;
+mod ledger;
+mod mock;
+mod openai;
+mod reasoner;
+mod retry;
+mod team;

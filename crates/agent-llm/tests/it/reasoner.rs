@@ -1,0 +1,850 @@
+//! `LlmReasoner` against a scripted provider: every decision's request and answer, the one
+//! repair attempt, and the agents' own bounded conversations.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use agent_core::tools::ToolRegistry;
+use agent_core::{
+    Candidate, Conflict, Judgement, NextAction, Persona, ReasonError, Reasoner, ToolCall,
+    ToolCallRecord, Verdict,
+};
+use agent_llm::{
+    Budget, ChatRequest, ConversationLimits, Conversations, FINISH_TOOL, LlmReasoner, LlmSettings,
+    LlmStore, PriceTable, ProviderErrorKind, ResponseFormat, Role, SledLlmStore, UsageLedger,
+};
+use agent_state::{
+    AgentConfig, AgentId, AgentLayer, Decision, DecisionId, PlanStep, StepTarget, Subtask,
+    SubtaskResult, Task, Timestamp, WorkPackage,
+};
+use run_store::{Durability, RunStore};
+use serde_json::json;
+
+use crate::mock::{
+    MockProvider, decision, failure, json, last_message, schema, shared, text, tool_call,
+    user_texts,
+};
+
+/// An agent as the runtime hands it to a reasoner: its configuration and system prompt.
+pub(crate) struct Agent {
+    pub(crate) config: AgentConfig,
+    pub(crate) prompt: String,
+}
+
+impl Agent {
+    pub(crate) fn new(id: &str, layer: AgentLayer) -> Self {
+        Self {
+            config: AgentConfig::new(id, format!("Agent {id}"), layer).with_max_retries(2),
+            prompt: format!("You are {id}, a {layer} agent of the test team."),
+        }
+    }
+
+    pub(crate) fn persona(&self) -> Persona<'_> {
+        Persona { config: &self.config, system_prompt: &self.prompt }
+    }
+}
+
+/// A reasoner on `provider` with its ledger and conversations, all kept for inspection.
+pub(crate) struct Rig {
+    pub(crate) provider: Arc<MockProvider>,
+    pub(crate) ledger: Arc<UsageLedger>,
+    pub(crate) conversations: Arc<Conversations>,
+    pub(crate) reasoner: Arc<LlmReasoner>,
+}
+
+/// No budget, default conversation limits.
+pub(crate) fn rig(provider: MockProvider) -> Rig {
+    rig_with(provider, UsageLedger::new(PriceTable::new(), Budget::default()))
+}
+
+pub(crate) fn rig_with(provider: MockProvider, ledger: UsageLedger) -> Rig {
+    let conversations = Arc::new(Conversations::in_memory(ConversationLimits::default()));
+    rig_full(provider, Arc::new(ledger), conversations)
+}
+
+pub(crate) fn rig_full(
+    provider: MockProvider,
+    ledger: Arc<UsageLedger>,
+    conversations: Arc<Conversations>,
+) -> Rig {
+    let (provider, dynamic) = shared(provider);
+    let reasoner = LlmReasoner::new(dynamic, ledger.clone(), conversations.clone())
+        .with_tools(&ToolRegistry::with_builtins())
+        .with_settings(LlmSettings { max_tokens: 200, ..LlmSettings::default() });
+    Rig { provider, ledger, conversations, reasoner: Arc::new(reasoner) }
+}
+
+pub(crate) fn plan_decision(n: u128) -> Decision {
+    Decision::propose(
+        DecisionId::from_u128(n),
+        AgentId::new("top-b"),
+        json!({"task_id": "t1", "goal": "greet", "steps": [{"id": "s1", "tool": "write_file"}]}),
+        vec![AgentId::new("top-a")],
+        Timestamp(0),
+    )
+    .unwrap()
+}
+
+pub(crate) fn conflict(options: &[&str]) -> Conflict {
+    Conflict {
+        id: "c1".into(),
+        issue: "two leads want the same file".into(),
+        parties: vec![AgentId::new("mid-a"), AgentId::new("mid-b")],
+        options: options.iter().map(|o| (*o).to_owned()).collect(),
+    }
+}
+
+fn step(id: &str, tool: &str, args: serde_json::Value) -> PlanStep {
+    PlanStep {
+        id: id.into(),
+        description: format!("do {id}"),
+        target: StepTarget::Domain("docs".into()),
+        tool: tool.into(),
+        args,
+        after: Vec::new(),
+    }
+}
+
+fn work() -> WorkPackage {
+    WorkPackage {
+        task_id: "t1".into(),
+        goal: "greet".into(),
+        decision: DecisionId::from_u128(1),
+        wave: 1,
+        steps: vec![
+            step("write", "write_file", json!({"path": "a.txt", "content": "hi"})),
+            step("count", "shell", json!({"command": "wc -c a.txt"})),
+        ],
+    }
+}
+
+fn candidate(id: &str, tools: &[&str], available: bool) -> Candidate {
+    Candidate {
+        id: AgentId::new(id),
+        tools: tools.iter().map(|t| (*t).to_owned()).collect(),
+        load: 0,
+        available,
+        failed: false,
+    }
+}
+
+fn team() -> Vec<Candidate> {
+    vec![
+        candidate("exec-w", &["write_file"], true),
+        candidate("exec-s", &["shell"], true),
+        candidate("exec-gone", &["write_file", "shell"], false),
+    ]
+}
+
+fn subtask() -> Subtask {
+    Subtask {
+        task_id: "t1".into(),
+        step: step("write", "write_file", json!({"path": "a.txt", "content": "hi"})),
+        assignee: AgentId::new("exec-w"),
+        attempt: 1,
+    }
+}
+
+fn finish(success: bool, summary: &str) -> String {
+    json!({"success": success, "summary": summary}).to_string()
+}
+
+/// The JSON answer format of a request, or a panic.
+fn json_format(request: &ChatRequest) -> (&str, &serde_json::Value) {
+    match &request.response {
+        ResponseFormat::Json { name, schema } => (name, schema),
+        ResponseFormat::Text => panic!("expected a JSON request: {request:?}"),
+    }
+}
+
+/// A JSON request built for `agent`: its system prompt, no tools, the settings' token limit.
+fn assert_structured(request: &ChatRequest, agent: &Agent, name: &str) {
+    assert!(request.system.starts_with(&agent.prompt), "{}", request.system);
+    assert!(request.tools.is_empty() && !request.require_tool, "{request:?}");
+    assert_eq!(json_format(request).0, name);
+    assert_eq!(request.max_tokens, 200);
+    assert_eq!(last_message(request).role, Role::User);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Each decision
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn review_signs_and_asks_with_the_personas_prompt_and_a_verdict_schema() {
+    let rig = rig(MockProvider::queue([json(json!({"verdict": "sign", "reason": "safe"}))]));
+    let agent = Agent::new("top-a", AgentLayer::Top);
+    let decision = plan_decision(7);
+    let verdict = rig.reasoner.review_decision(agent.persona(), &decision).await.unwrap();
+    assert_eq!(verdict, Verdict::Sign);
+
+    let request = rig.provider.last();
+    assert_structured(&request, &agent, "review");
+    assert_eq!(request.messages.len(), 1, "a fresh agent has no history");
+    let question = &last_message(&request).content;
+    assert!(question.contains(&decision.id.to_string()), "{question}");
+    assert!(question.contains("\"write_file\""), "the plan's content is quoted: {question}");
+    let schema = json_format(&request).1;
+    assert_eq!(schema["properties"]["verdict"]["enum"], json!(["sign", "veto"]));
+    assert_eq!(schema["required"], json!(["verdict", "reason"]));
+    assert_eq!(rig.reasoner.name(), "mock:mock-model");
+}
+
+#[tokio::test(start_paused = true)]
+async fn review_vetoes_with_the_models_reason() {
+    let rig =
+        rig(MockProvider::queue([json(json!({"verdict": "veto", "reason": "  too risky "}))]));
+    let agent = Agent::new("top-a", AgentLayer::Top);
+    let verdict = rig.reasoner.review_decision(agent.persona(), &plan_decision(1)).await.unwrap();
+    assert_eq!(verdict, Verdict::Veto { reason: "too risky".into() });
+}
+
+#[tokio::test(start_paused = true)]
+async fn vote_returns_the_chosen_option_and_offers_exactly_the_ballot() {
+    let rig = rig(MockProvider::queue([json(json!({"choice": "split", "reason": "fair"}))]));
+    let agent = Agent::new("top-a", AgentLayer::Top);
+    let choice = rig.reasoner.vote(agent.persona(), &conflict(&["merge", "split"])).await.unwrap();
+    assert_eq!(choice, "split");
+    let request = rig.provider.last();
+    assert_structured(&request, &agent, "vote");
+    assert_eq!(schema(&request)["properties"]["choice"]["enum"], json!(["merge", "split"]));
+    let question = &last_message(&request).content;
+    assert!(question.contains("- merge") && question.contains("- split"), "{question}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_vote_without_options_is_a_bad_question_and_no_call() {
+    let rig = rig(MockProvider::queue([]));
+    let agent = Agent::new("top-a", AgentLayer::Top);
+    let err = rig.reasoner.vote(agent.persona(), &conflict(&[])).await.unwrap_err();
+    assert!(matches!(err, ReasonError::BadQuestion(_)), "{err:?}");
+    assert_eq!(rig.provider.calls(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn decompose_places_steps_on_available_executors_only() {
+    let answer = json!({"placements": {"count": "exec-s", "write": "exec-w"}});
+    let rig = rig(MockProvider::queue([json(answer)]));
+    let agent = Agent::new("mid-docs", AgentLayer::Mid);
+    let placements = rig.reasoner.decompose(agent.persona(), &work(), &team()).await.unwrap();
+    let got: Vec<(&str, &str)> =
+        placements.iter().map(|p| (p.step.id.as_str(), p.assignee.as_str())).collect();
+    assert_eq!(got, [("write", "exec-w"), ("count", "exec-s")], "in the work package's order");
+    assert_eq!(placements[0].step, work().steps[0], "the whole step is carried");
+
+    let request = rig.provider.last();
+    assert_structured(&request, &agent, "decompose");
+    let placements = &schema(&request)["properties"]["placements"];
+    assert_eq!(placements["required"], json!(["write", "count"]));
+    assert_eq!(placements["additionalProperties"], json!(false));
+    // Each step offers only the available executors that have its tool.
+    assert_eq!(placements["properties"]["write"]["enum"], json!(["exec-w"]));
+    assert_eq!(placements["properties"]["count"]["enum"], json!(["exec-s"]));
+    let question = &last_message(&request).content;
+    assert!(question.contains("exec-w: tools [write_file]"), "{question}");
+    assert!(!question.contains("exec-gone"), "{question}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn decompose_without_available_executors_is_unplaceable_without_a_call() {
+    let rig = rig(MockProvider::queue([]));
+    let agent = Agent::new("mid-docs", AgentLayer::Mid);
+    let team = [candidate("exec-gone", &["write_file"], false)];
+    let err = rig.reasoner.decompose(agent.persona(), &work(), &team).await.unwrap_err();
+    assert!(matches!(err, ReasonError::Unplaceable { ref step, .. } if step == "write"), "{err:?}");
+    assert_eq!(rig.provider.calls(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn next_action_requires_a_tool_and_offers_the_steps_tool_the_agents_tools_and_finish() {
+    let rig = rig(MockProvider::queue([tool_call(
+        "abc",
+        "write_file",
+        r#"{"path": "a.txt", "content": "hi"}"#,
+    )]));
+    let agent = Agent::new("exec-w", AgentLayer::Bottom);
+    let reasoner =
+        LlmReasoner::new(rig.provider.clone(), rig.ledger.clone(), rig.conversations.clone())
+            .with_tools(&ToolRegistry::with_builtins())
+            .with_agent_tools(BTreeMap::from([(
+                AgentId::new("exec-w"),
+                vec!["read_file".to_owned(), "write_file".to_owned()],
+            )]));
+    let action = reasoner.next_action(agent.persona(), &subtask(), &[]).await.unwrap();
+    assert_eq!(
+        action,
+        NextAction::Call(ToolCall {
+            tool: "write_file".into(),
+            args: json!({"path": "a.txt", "content": "hi"})
+        })
+    );
+    let request = rig.provider.last();
+    assert!(request.system.starts_with(&agent.prompt));
+    assert!(request.require_tool);
+    assert_eq!(request.response, ResponseFormat::Text);
+    let offered: Vec<&str> = request.tools.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(offered, ["read_file", "write_file", FINISH_TOOL]);
+    let write = &request.tools[1];
+    assert_eq!(
+        &write.parameters,
+        ToolRegistry::with_builtins().get("write_file").unwrap().schema()
+    );
+    assert_eq!(request.messages.len(), 1);
+    let question = &request.messages[0].content;
+    assert!(question.contains("`write_file`") && question.contains("a.txt"), "{question}");
+    assert!(
+        rig.conversations.get(&AgentId::new("exec-w")).unwrap().turns.is_empty(),
+        "a tool call is not a finished turn"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_repeat_of_the_last_successful_call_finishes_the_subtask_instead() {
+    let args = json!({"path": "a.txt", "content": "hi"});
+    let done = ToolCallRecord {
+        call: ToolCall { tool: "write_file".into(), args: args.clone() },
+        success: true,
+        output: "wrote 2 bytes".into(),
+    };
+    let rig = rig(MockProvider::queue([tool_call("c2", "write_file", &args.to_string())]));
+    let agent = Agent::new("exec-w", AgentLayer::Bottom);
+    let action = rig
+        .reasoner
+        .next_action(agent.persona(), &subtask(), std::slice::from_ref(&done))
+        .await
+        .unwrap();
+    match action {
+        NextAction::Finish { success: true, summary } => {
+            assert!(summary.starts_with("wrote 2 bytes"), "{summary}");
+            assert!(summary.contains("loop guard"), "{summary}");
+        }
+        other => panic!("the repeat must finish the subtask, got {other:?}"),
+    }
+    // The hint after a successful call says how to finish.
+    let request = rig.provider.last();
+    assert!(last_message(&request).content.contains(FINISH_TOOL), "{request:#?}");
+
+    // A failed call may be tried again as it was.
+    let failed = ToolCallRecord { success: false, output: "disk full".into(), ..done };
+    let rig = rig_again(&args);
+    let action = rig.reasoner.next_action(agent.persona(), &subtask(), &[failed]).await.unwrap();
+    assert_eq!(action, NextAction::Call(ToolCall { tool: "write_file".into(), args }));
+}
+
+fn rig_again(args: &serde_json::Value) -> Rig {
+    rig(MockProvider::queue([tool_call("c2", "write_file", &args.to_string())]))
+}
+
+#[tokio::test(start_paused = true)]
+async fn next_action_feeds_the_history_back_as_tool_calls_and_results_then_finishes() {
+    let rig = rig(MockProvider::queue([tool_call("f1", FINISH_TOOL, &finish(true, "wrote it"))]));
+    let agent = Agent::new("exec-w", AgentLayer::Bottom);
+    let history = [
+        ToolCallRecord {
+            call: ToolCall { tool: "write_file".into(), args: json!({"path": "a.txt"}) },
+            success: false,
+            output: "missing content".into(),
+        },
+        ToolCallRecord {
+            call: ToolCall {
+                tool: "write_file".into(),
+                args: json!({"path": "a.txt", "content": "hi"}),
+            },
+            success: true,
+            output: "wrote 2 bytes".into(),
+        },
+    ];
+    let action = rig.reasoner.next_action(agent.persona(), &subtask(), &history).await.unwrap();
+    assert_eq!(action, NextAction::Finish { success: true, summary: "wrote it".into() });
+
+    let request = rig.provider.last();
+    // Only the step's tool (the agent has no list) and finish are offered.
+    let offered: Vec<&str> = request.tools.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(offered, ["write_file", FINISH_TOOL]);
+    let m = &request.messages;
+    assert_eq!(m.len(), 5, "{m:#?}");
+    assert_eq!(m[0].role, Role::User);
+    for (i, record) in history.iter().enumerate() {
+        let call = &m[1 + 2 * i];
+        let result = &m[2 + 2 * i];
+        assert_eq!(call.role, Role::Assistant);
+        assert_eq!(call.tool_calls.len(), 1);
+        assert_eq!(call.tool_calls[0].name, "write_file");
+        let args: serde_json::Value = serde_json::from_str(&call.tool_calls[0].arguments).unwrap();
+        assert_eq!(args, record.call.args);
+        assert_eq!(result.role, Role::Tool);
+        assert_eq!(result.tool_call_id.as_deref(), Some(call.tool_calls[0].id.as_str()));
+        assert!(result.content.contains(&record.output), "{}", result.content);
+    }
+    assert_ne!(m[1].tool_calls[0].id, m[3].tool_calls[0].id, "ids are distinct");
+    assert!(m[2].content.starts_with("failed"), "{}", m[2].content);
+    assert!(m[4].content.starts_with("ok"), "{}", m[4].content);
+
+    // The finished subtask is one turn of the executor's conversation.
+    let conversation = rig.conversations.get(&AgentId::new("exec-w")).unwrap();
+    assert_eq!(conversation.turns.len(), 1);
+    assert_eq!(conversation.turns[0].decision, "next_action");
+    assert!(conversation.turns[0].answer.contains("wrote it"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn judge_reads_the_results_and_the_global_board() {
+    let rig =
+        rig(MockProvider::queue([json(json!({"complete": false, "summary": "count failed"}))]));
+    let agent = Agent::new("top-a", AgentLayer::Top);
+    let task = Task { id: "t1".into(), goal: "greet".into(), steps: work().steps };
+    let results = [
+        SubtaskResult {
+            task_id: "t1".into(),
+            step_id: "write".into(),
+            agent: AgentId::new("exec-w"),
+            success: true,
+            output: "wrote a.txt".into(),
+        },
+        SubtaskResult {
+            task_id: "t1".into(),
+            step_id: "count".into(),
+            agent: AgentId::new("exec-s"),
+            success: false,
+            output: "wc: no such file".into(),
+        },
+    ];
+    let judgement = rig
+        .reasoner
+        .judge_progress(agent.persona(), &task, &results, "## Task t1\nall hands on deck")
+        .await
+        .unwrap();
+    assert_eq!(judgement, Judgement { complete: false, summary: "count failed".into() });
+    let request = rig.provider.last();
+    assert_structured(&request, &agent, "judge");
+    let question = &last_message(&request).content;
+    assert!(question.contains("count by exec-s: failed"), "{question}");
+    assert!(question.contains("all hands on deck"), "{question}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// One repair attempt
+// ---------------------------------------------------------------------------------------------
+
+/// Runs `ask` against a provider answering `first` then `second`, and returns the result and
+/// the two requests.
+async fn twice<T>(
+    first: crate::mock::Answer,
+    second: crate::mock::Answer,
+    ask: impl AsyncFnOnce(&LlmReasoner, Persona<'_>) -> Result<T, ReasonError>,
+    layer: AgentLayer,
+) -> (Result<T, ReasonError>, Vec<ChatRequest>) {
+    let rig = rig(MockProvider::queue([first, second]));
+    let agent = Agent::new("agent-1", layer);
+    let result = ask(&rig.reasoner, agent.persona()).await;
+    (result, rig.provider.requests())
+}
+
+/// The repair request repeats the first one and adds the bad answer and a user message quoting
+/// `problem`.
+fn assert_json_repair(requests: &[ChatRequest], bad: &str, problem: &str) {
+    assert_eq!(requests.len(), 2, "exactly one repair attempt");
+    let (first, second) = (&requests[0], &requests[1]);
+    assert_eq!(second.system, first.system);
+    assert_eq!(second.response, first.response, "the same schema is asked for");
+    assert_eq!(second.messages[..first.messages.len()], first.messages[..]);
+    assert_eq!(second.messages.len(), first.messages.len() + 2);
+    let echoed = &second.messages[first.messages.len()];
+    assert_eq!((echoed.role, echoed.content.as_str()), (Role::Assistant, bad));
+    let repair = last_message(second);
+    assert_eq!(repair.role, Role::User);
+    assert!(repair.content.contains(problem), "{:?} should quote {problem:?}", repair.content);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_that_is_not_json_gets_one_repair_quoting_the_problem() {
+    let (result, requests) = twice(
+        text("I would sign this.", 10, 5),
+        json(json!({"verdict": "sign", "reason": "ok"})),
+        async |r, who| r.review_decision(who, &plan_decision(1)).await,
+        AgentLayer::Top,
+    )
+    .await;
+    assert_eq!(result.unwrap(), Verdict::Sign);
+    assert_json_repair(&requests, "I would sign this.", "the answer is not JSON");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_invalid_twice_is_a_backend_error_naming_provider_model_and_problem() {
+    let rig = rig(MockProvider::queue([
+        json(json!({"verdict": "maybe", "reason": "?"})),
+        json(json!({"verdict": "perhaps", "reason": "?"})),
+        json(json!({"verdict": "sign", "reason": "never asked"})),
+    ]));
+    let agent = Agent::new("top-a", AgentLayer::Top);
+    let err = rig.reasoner.review_decision(agent.persona(), &plan_decision(1)).await.unwrap_err();
+    let ReasonError::Backend { reasoner, message } = &err else { panic!("{err:?}") };
+    assert_eq!(reasoner, "mock:mock-model");
+    assert!(message.contains("mock model `mock-model`"), "{message}");
+    assert!(message.contains("review"), "{message}");
+    assert!(message.contains("perhaps"), "the second problem is quoted: {message}");
+    assert_eq!(rig.provider.calls(), 2, "no third attempt");
+    assert!(
+        rig.conversations.get(&AgentId::new("top-a")).unwrap().turns.is_empty(),
+        "an invalid answer is not remembered"
+    );
+    // Both attempts were made and counted.
+    assert_eq!(rig.ledger.report().total.calls, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_veto_without_a_reason_is_repaired() {
+    let (result, requests) = twice(
+        json(json!({"verdict": "veto", "reason": "   "})),
+        json(json!({"verdict": "veto", "reason": "step s1 writes outside the workspace"})),
+        async |r, who| r.review_decision(who, &plan_decision(1)).await,
+        AgentLayer::Top,
+    )
+    .await;
+    assert_eq!(
+        result.unwrap(),
+        Verdict::Veto { reason: "step s1 writes outside the workspace".into() }
+    );
+    assert_json_repair(
+        &requests,
+        &json!({"verdict": "veto", "reason": "   "}).to_string(),
+        "a veto needs a reason",
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_vote_for_an_option_not_on_the_ballot_is_repaired() {
+    let bad = json!({"choice": "abstain", "reason": "neither"});
+    let (result, requests) = twice(
+        json(bad.clone()),
+        json(json!({"choice": "merge", "reason": "simpler"})),
+        async |r, who| r.vote(who, &conflict(&["merge", "split"])).await,
+        AgentLayer::Top,
+    )
+    .await;
+    assert_eq!(result.unwrap(), "merge");
+    assert_json_repair(&requests, &bad.to_string(), "\"abstain\"");
+    assert!(last_message(&requests[1]).content.contains("`choice`"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_decomposition_missing_a_step_is_repaired() {
+    let bad = json!({"placements": {"write": "exec-w"}});
+    let good = json!({"placements": {"write": "exec-w", "count": "exec-s"}});
+    let (result, requests) = twice(
+        json(bad.clone()),
+        json(good),
+        async |r, who| r.decompose(who, &work(), &team()).await,
+        AgentLayer::Mid,
+    )
+    .await;
+    assert_eq!(result.unwrap().len(), 2);
+    assert_json_repair(&requests, &bad.to_string(), "`placements.count`");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_decomposition_using_an_executor_without_the_tool_is_repaired() {
+    let bad = json!({"placements": {"write": "exec-s", "count": "exec-s"}});
+    let good = json!({"placements": {"write": "exec-w", "count": "exec-s"}});
+    let (result, requests) = twice(
+        json(bad.clone()),
+        json(good),
+        async |r, who| r.decompose(who, &work(), &team()).await,
+        AgentLayer::Mid,
+    )
+    .await;
+    let placements = result.unwrap();
+    assert_eq!(placements[0].assignee.as_str(), "exec-w");
+    assert_json_repair(&requests, &bad.to_string(), "`placements.write`");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_decomposition_using_an_unavailable_executor_is_repaired() {
+    let bad = json!({"placements": {"write": "exec-gone", "count": "exec-s"}});
+    let good = json!({"placements": {"write": "exec-w", "count": "exec-s"}});
+    let (result, requests) = twice(
+        json(bad.clone()),
+        json(good),
+        async |r, who| r.decompose(who, &work(), &team()).await,
+        AgentLayer::Mid,
+    )
+    .await;
+    assert_eq!(result.unwrap()[0].assignee.as_str(), "exec-w");
+    assert_json_repair(&requests, &bad.to_string(), "\"exec-gone\"");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_placement_of_a_step_not_in_the_package_is_repaired() {
+    let bad = json!({"placements": {"write": "exec-w", "count": "exec-s", "deploy": "exec-s"}});
+    let good = json!({"placements": {"write": "exec-w", "count": "exec-s"}});
+    let (result, requests) = twice(
+        json(bad.clone()),
+        json(good),
+        async |r, who| r.decompose(who, &work(), &team()).await,
+        AgentLayer::Mid,
+    )
+    .await;
+    assert_eq!(result.unwrap().len(), 2);
+    assert_json_repair(&requests, &bad.to_string(), "`placements.deploy`");
+}
+
+/// The repair of a tool call answers the bad call with a tool result quoting `problem`.
+fn assert_tool_repair(requests: &[ChatRequest], bad_id: &str, bad_tool: &str, problem: &str) {
+    assert_eq!(requests.len(), 2, "exactly one repair attempt");
+    let (first, second) = (&requests[0], &requests[1]);
+    assert_eq!(second.tools, first.tools);
+    assert!(second.require_tool);
+    assert_eq!(second.messages[..first.messages.len()], first.messages[..]);
+    assert_eq!(second.messages.len(), first.messages.len() + 2);
+    let echoed = &second.messages[first.messages.len()];
+    assert_eq!(echoed.role, Role::Assistant);
+    assert_eq!(echoed.tool_calls.len(), 1);
+    assert_eq!(
+        (echoed.tool_calls[0].id.as_str(), echoed.tool_calls[0].name.as_str()),
+        (bad_id, bad_tool)
+    );
+    let result = last_message(second);
+    assert_eq!(result.role, Role::Tool);
+    assert_eq!(result.tool_call_id.as_deref(), Some(bad_id), "the result answers the bad call");
+    assert!(result.content.contains(problem), "{:?} should quote {problem:?}", result.content);
+}
+
+#[tokio::test(start_paused = true)]
+async fn malformed_tool_arguments_are_repaired() {
+    let (result, requests) = twice(
+        tool_call("bad-1", "write_file", r#"{"path": "a.txt", "content": "hi""#),
+        tool_call("good-1", "write_file", r#"{"path": "a.txt", "content": "hi"}"#),
+        async |r, who| r.next_action(who, &subtask(), &[]).await,
+        AgentLayer::Bottom,
+    )
+    .await;
+    assert!(
+        matches!(result.unwrap(), NextAction::Call(ToolCall { ref tool, .. }) if tool == "write_file")
+    );
+    assert_tool_repair(
+        &requests,
+        "bad-1",
+        "write_file",
+        "the arguments of `write_file` are not JSON",
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn tool_arguments_against_the_schema_are_repaired() {
+    let (result, requests) = twice(
+        tool_call("bad-1", "write_file", r#"{"path": 3}"#),
+        tool_call("good-1", FINISH_TOOL, &finish(false, "cannot write")),
+        async |r, who| r.next_action(who, &subtask(), &[]).await,
+        AgentLayer::Bottom,
+    )
+    .await;
+    assert_eq!(
+        result.unwrap(),
+        NextAction::Finish { success: false, summary: "cannot write".into() }
+    );
+    assert_tool_repair(
+        &requests,
+        "bad-1",
+        "write_file",
+        "the arguments of `write_file` are invalid",
+    );
+    assert!(last_message(&requests[1]).content.contains("`path`"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tool_that_was_not_offered_is_repaired() {
+    let (result, requests) = twice(
+        tool_call("bad-1", "shell", r#"{"command": "rm -rf /"}"#),
+        tool_call("good-1", "write_file", r#"{"path": "a.txt", "content": "hi"}"#),
+        async |r, who| r.next_action(who, &subtask(), &[]).await,
+        AgentLayer::Bottom,
+    )
+    .await;
+    assert!(matches!(result.unwrap(), NextAction::Call(_)));
+    assert_tool_repair(&requests, "bad-1", "shell", "`shell` is not one of the offered tools");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_without_a_tool_call_is_repaired_with_a_user_message() {
+    let (result, requests) = twice(
+        text("I think I am done.", 10, 5),
+        tool_call("f", FINISH_TOOL, &finish(true, "done")),
+        async |r, who| r.next_action(who, &subtask(), &[]).await,
+        AgentLayer::Bottom,
+    )
+    .await;
+    assert_eq!(result.unwrap(), NextAction::Finish { success: true, summary: "done".into() });
+    let repair = last_message(&requests[1]);
+    assert_eq!(repair.role, Role::User);
+    assert!(repair.content.contains("no tool was called"), "{}", repair.content);
+    assert_eq!(requests[1].messages[requests[0].messages.len()].content, "I think I am done.");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tool_loop_invalid_twice_is_a_backend_error() {
+    let (result, requests) = twice(
+        tool_call("a", "shell", "{}"),
+        tool_call("b", "list_dir", "{}"),
+        async |r, who| r.next_action(who, &subtask(), &[]).await,
+        AgentLayer::Bottom,
+    )
+    .await;
+    let err = result.unwrap_err();
+    let ReasonError::Backend { message, .. } = &err else { panic!("{err:?}") };
+    assert!(message.contains("next_action"), "{message}");
+    assert!(message.contains("`list_dir` is not one of the offered tools"), "{message}");
+    assert_eq!(requests.len(), 2);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Conversations
+// ---------------------------------------------------------------------------------------------
+
+/// Answers every vote with the first option and every review with a signature.
+fn agreeable() -> MockProvider {
+    MockProvider::from_fn(|request| match decision(request) {
+        Some("vote") => {
+            let first = schema(request)["properties"]["choice"]["enum"][0].clone();
+            json(json!({"choice": first, "reason": "first"}))
+        }
+        Some("review") => json(json!({"verdict": "sign", "reason": "fine"})),
+        other => panic!("unexpected question {other:?}"),
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn agents_sharing_a_reasoner_see_only_their_own_turns() {
+    let rig = rig(agreeable());
+    let a = Agent::new("top-a", AgentLayer::Top);
+    let b = Agent::new("top-b", AgentLayer::Top);
+    rig.reasoner.vote(a.persona(), &conflict(&["alpha-option", "x"])).await.unwrap();
+    rig.reasoner.vote(b.persona(), &conflict(&["beta-option", "y"])).await.unwrap();
+    rig.reasoner.review_decision(a.persona(), &plan_decision(3)).await.unwrap();
+    rig.reasoner.review_decision(b.persona(), &plan_decision(4)).await.unwrap();
+
+    let requests = rig.provider.requests();
+    assert_eq!(requests.len(), 4);
+    // a's second question carries a's first turn only.
+    let a2 = &requests[2];
+    assert!(a2.system.starts_with(&a.prompt));
+    assert_eq!(a2.messages.len(), 3);
+    assert!(a2.messages[0].content.contains("alpha-option"));
+    assert_eq!(a2.messages[1].role, Role::Assistant);
+    assert!(a2.messages[1].content.contains("alpha-option"), "the accepted answer");
+    let everything = serde_json::to_string(a2).unwrap();
+    assert!(!everything.contains("beta-option"), "b's turn leaked into a's request");
+    // And b's carries b's only.
+    let b2 = &requests[3];
+    assert!(b2.system.starts_with(&b.prompt));
+    assert_eq!(b2.messages.len(), 3);
+    assert!(b2.messages[0].content.contains("beta-option"));
+    assert!(!serde_json::to_string(b2).unwrap().contains("alpha-option"));
+
+    for (agent, decisions) in [("top-a", ["vote", "review"]), ("top-b", ["vote", "review"])] {
+        let turns = rig.conversations.get(&AgentId::new(agent)).unwrap().turns;
+        let got: Vec<&str> = turns.iter().map(|t| t.decision.as_str()).collect();
+        assert_eq!(got, decisions);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_bounded_conversation_drops_the_oldest_turns_and_says_so() {
+    let conversations =
+        Arc::new(Conversations::in_memory(ConversationLimits { max_turns: 2, max_chars: 100_000 }));
+    let ledger = Arc::new(UsageLedger::new(PriceTable::new(), Budget::default()));
+    let rig = rig_full(agreeable(), ledger, conversations);
+    let a = Agent::new("top-a", AgentLayer::Top);
+    for n in 0..5 {
+        let options = [format!("option-{n}"), "other".into()];
+        let options: Vec<&str> = options.iter().map(String::as_str).collect();
+        rig.reasoner.vote(a.persona(), &conflict(&options)).await.unwrap();
+    }
+    let requests = rig.provider.requests();
+    // The third question sees two turns and no drop yet.
+    assert_eq!(user_texts(&requests[2]).len(), 3);
+    assert!(!requests[2].system.contains("dropped"), "{}", requests[2].system);
+    // The fifth sees turns 2 and 3; turns 0 and 1 were dropped.
+    let last = &requests[4];
+    let users = user_texts(last);
+    assert_eq!(users.len(), 3);
+    assert!(users[0].contains("option-2") && users[1].contains("option-3"), "{users:?}");
+    assert!(users[2].contains("option-4"));
+    assert!(last.system.contains("2 earlier turns were dropped"), "{}", last.system);
+    let kept = rig.conversations.get(&AgentId::new("top-a")).unwrap();
+    assert_eq!((kept.turns.len(), kept.dropped), (2, 3));
+}
+
+#[tokio::test(start_paused = true)]
+async fn conversations_are_stored_with_the_run_and_read_back_after_reopening() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("run");
+    let limits = ConversationLimits { max_turns: 2, max_chars: 100_000 };
+    {
+        let store = RunStore::create(&dir, "run-1", Timestamp(0), Durability::Synced).unwrap();
+        let llm: Arc<dyn LlmStore> = Arc::new(SledLlmStore::open(&store).unwrap());
+        let conversations = Arc::new(Conversations::stored(limits, llm.clone()));
+        let ledger =
+            Arc::new(UsageLedger::stored(PriceTable::new(), Budget::default(), llm).unwrap());
+        let rig = rig_full(agreeable(), ledger, conversations);
+        let a = Agent::new("top-a", AgentLayer::Top);
+        let b = Agent::new("top-b", AgentLayer::Top);
+        for n in 0..3 {
+            let options = [format!("a-{n}"), "other".into()];
+            let options: Vec<&str> = options.iter().map(String::as_str).collect();
+            rig.reasoner.vote(a.persona(), &conflict(&options)).await.unwrap();
+        }
+        rig.reasoner.review_decision(b.persona(), &plan_decision(9)).await.unwrap();
+        store.commit().await.unwrap();
+    }
+    let store = RunStore::open(&dir, Durability::Synced).unwrap();
+    let sled = Arc::new(SledLlmStore::open(&store).unwrap());
+    let stored = sled.conversations().unwrap();
+    let ids: Vec<&str> = stored.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(ids, ["top-a", "top-b"]);
+    assert_eq!((stored[0].1.turns.len(), stored[0].1.dropped), (2, 1));
+    assert!(stored[0].1.turns[0].prompt.contains("a-1"));
+    assert_eq!(stored[1].1.turns[0].decision, "review");
+
+    // A resumed run's reasoner continues the stored conversation.
+    let llm: Arc<dyn LlmStore> = sled;
+    let conversations = Arc::new(Conversations::stored(limits, llm));
+    let ledger = Arc::new(UsageLedger::new(PriceTable::new(), Budget::default()));
+    let rig = rig_full(agreeable(), ledger, conversations);
+    let a = Agent::new("top-a", AgentLayer::Top);
+    rig.reasoner.vote(a.persona(), &conflict(&["a-3", "other"])).await.unwrap();
+    let request = rig.provider.last();
+    let users = user_texts(&request);
+    assert_eq!(users.len(), 3);
+    assert!(users[0].contains("a-1") && users[1].contains("a-2"), "{users:?}");
+    assert!(request.system.contains("1 earlier turns were dropped"), "{}", request.system);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Provider failures
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn a_permanent_provider_failure_is_a_backend_error_and_is_not_retried() {
+    let rig = rig(MockProvider::queue([failure(ProviderErrorKind::Unauthorized, "401 bad key")]));
+    let agent = Agent::new("top-a", AgentLayer::Top);
+    let err = rig.reasoner.vote(agent.persona(), &conflict(&["a", "b"])).await.unwrap_err();
+    let ReasonError::Backend { message, .. } = &err else { panic!("{err:?}") };
+    assert!(message.contains("unauthorized") && message.contains("401 bad key"), "{message}");
+    assert_eq!(rig.provider.calls(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_transient_failure_is_retried_with_the_agents_backoff() {
+    let rig = rig(MockProvider::queue([
+        failure(ProviderErrorKind::Server, "503"),
+        json(json!({"choice": "b", "reason": "ok"})),
+    ]));
+    let agent = Agent::new("top-a", AgentLayer::Top);
+    let start = tokio::time::Instant::now();
+    let choice = rig.reasoner.vote(agent.persona(), &conflict(&["a", "b"])).await.unwrap();
+    assert_eq!(choice, "b");
+    assert_eq!(rig.provider.calls(), 2);
+    assert_eq!(start.elapsed(), std::time::Duration::from_secs(1), "the agent's 1 s first backoff");
+    let requests = rig.provider.requests();
+    assert_eq!(requests[0], requests[1], "a retry repeats the request");
+}
