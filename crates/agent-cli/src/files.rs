@@ -19,9 +19,31 @@
 //! max_agents = 50           # the pool's limit; default 50
 //!
 //! [reasoner]                # the default for every agent; may be left out
-//! kind = "rule-based"       # the only kind today, and the default
-//! forbid_tools = []         # top powers veto plans using these tools, e.g. ["shell"]
-//! prefer = ["option-a"]     # in arbitration, vote for the first of these on the ballot
+//! kind = "rule-based"       # "rule-based" (default, no model), "openai", "anthropic", "local"
+//! forbid_tools = []         # rule-based: top powers veto plans using these tools, e.g. ["shell"]
+//! prefer = ["option-a"]     # rule-based: in arbitration, vote for the first of these
+//! base_url = "http://127.0.0.1:11434/v1"   # openai/anthropic: default the vendor's API
+//! model = "gpt-4o-mini"     # openai/anthropic: required here or on each agent; local:
+//!                           # "gemma-3-270m-q4_k_m" (the only one)
+//! api_key_env = "OPENAI_API_KEY"   # the variable holding the key (never the key itself);
+//!                           # default OPENAI_API_KEY / ANTHROPIC_API_KEY when no base_url is set
+//! request_timeout = "120s"  # one model call
+//! max_tokens = 512          # most tokens one decision may generate
+//!
+//! [prices]                  # US dollars per million tokens, 0 or more; unpriced models cost 0
+//! "gpt-4o-mini" = { input_per_mtok = 0.15, output_per_mtok = 0.6 }
+//!
+//! [budget]                  # per run, all agents together; every limit optional
+//! max_tokens = 200000       # tokens in and out
+//! max_cost_usd = 1.0
+//! max_wall = "30m"          # wall time since the run started, all sessions
+//! max_calls = 500           # model calls
+//! on_exceed = "stop"        # "stop": the run fails with the reason; "ask": it pauses and the
+//!                           # top powers vote on raising the limit by its original size
+//!
+//! [conversation]            # each agent's own history, oldest turns dropped past either limit
+//! max_turns = 8
+//! max_chars = 12000
 //!
 //! # Top powers sign, veto and arbitrate. The first one in the file proposes the plans.
 //! [[top]]
@@ -93,6 +115,7 @@ use std::time::Duration;
 
 use agent_core::tools::ToolRegistry;
 use agent_layers::{BottomSpec, MidSpec, TopSpec};
+use agent_llm::{Budget, ConversationLimits, OnExceed, Price, PriceTable};
 use agent_pool::{AgentSpec, DEFAULT_HEARTBEAT, DEFAULT_MAX_AGENTS, RoleSpec, TeamSpec};
 use agent_state::{
     AgentConfig, AgentId, AgentLayer, Capability, PlanStep, StepTarget, Task, check_agent_id,
@@ -116,6 +139,12 @@ pub(crate) struct TeamFile {
     pub(crate) default_reasoner: ReasonerSettings,
     /// Agents with a `reasoner` table of their own, with the default's fields filled in.
     pub(crate) agent_reasoners: BTreeMap<AgentId, ReasonerSettings>,
+    /// Model prices (`[prices]`).
+    pub(crate) prices: PriceTable,
+    /// The run's reasoning budget (`[budget]`).
+    pub(crate) budget: Budget,
+    /// How much history each agent keeps (`[conversation]`).
+    pub(crate) conversation: ConversationLimits,
 }
 
 /// Which reasoner an agent uses, and its settings.
@@ -127,6 +156,16 @@ pub(crate) struct ReasonerSettings {
     pub(crate) forbid_tools: Vec<String>,
     /// Options to vote for first in arbitration.
     pub(crate) prefer: Vec<String>,
+    /// For `openai` and `anthropic`: the API's base URL (default: the vendor's).
+    pub(crate) base_url: Option<String>,
+    /// The model (an agent's own `model` wins).
+    pub(crate) model: Option<String>,
+    /// The environment variable holding the API key.
+    pub(crate) api_key_env: Option<String>,
+    /// How long one model call may take.
+    pub(crate) request_timeout: Option<Duration>,
+    /// Most tokens one decision may generate.
+    pub(crate) max_tokens: Option<u32>,
 }
 
 /// The reasoners a team file can name.
@@ -135,6 +174,12 @@ pub(crate) enum ReasonerKind {
     /// [`agent_core::RuleBasedReasoner`]: deterministic, no model.
     #[default]
     RuleBased,
+    /// An OpenAI-compatible chat completions API (OpenAI, vLLM, Ollama, LM Studio, llama.cpp).
+    OpenAi,
+    /// The Anthropic Messages API.
+    Anthropic,
+    /// The embedded Gemma 3 270M model (built with the `local` feature).
+    Local,
 }
 
 /// A team or plan file that cannot be used: where, and what is expected there.
@@ -161,12 +206,20 @@ pub(crate) struct UnknownReasonerKind {
 
 impl ReasonerKind {
     /// Every kind.
-    const ALL: [ReasonerKind; 1] = [ReasonerKind::RuleBased];
+    const ALL: [ReasonerKind; 4] = [
+        ReasonerKind::RuleBased,
+        ReasonerKind::OpenAi,
+        ReasonerKind::Anthropic,
+        ReasonerKind::Local,
+    ];
 
     /// The name used in team files and on the command line.
     pub(crate) const fn as_str(self) -> &'static str {
         match self {
             ReasonerKind::RuleBased => "rule-based",
+            ReasonerKind::OpenAi => "openai",
+            ReasonerKind::Anthropic => "anthropic",
+            ReasonerKind::Local => "local",
         }
     }
 
@@ -247,10 +300,25 @@ pub(crate) fn parse_team(
         }
         agents.push(spec);
     }
+    let prices = match &raw.prices {
+        Some(p) => price_table(&src, p)?,
+        None => PriceTable::new(),
+    };
+    let budget = match &raw.budget {
+        Some(b) => budget(&src, b)?,
+        None => Budget::default(),
+    };
+    let conversation = match &raw.conversation {
+        Some(c) => conversation_limits(&src, c)?,
+        None => ConversationLimits::default(),
+    };
     Ok(TeamFile {
         spec: TeamSpec { agents, heartbeat, max_agents },
         default_reasoner,
         agent_reasoners,
+        prices,
+        budget,
+        conversation,
     })
 }
 
@@ -387,6 +455,9 @@ pub(crate) fn default_team() -> TeamFile {
         ]),
         default_reasoner: ReasonerSettings::default(),
         agent_reasoners: BTreeMap::new(),
+        prices: PriceTable::new(),
+        budget: Budget::default(),
+        conversation: ConversationLimits::default(),
     }
 }
 
@@ -408,9 +479,13 @@ heartbeat = "4s"      # how often each agent with work takes a turn: "250ms", "4
 max_agents = 50       # the pool's limit
 
 # How agents decide. An agent may override these with its own
-# `reasoner = { forbid_tools = [...], prefer = [...] }`.
+# `reasoner = { kind = "...", forbid_tools = [...], prefer = [...] }`.
+# kind: "rule-based" (deterministic, no model), "openai" (any OpenAI-compatible server),
+# "anthropic", or "local" (the embedded model; `strata model fetch` first). With a model, set
+# `model`, and `base_url` / `api_key_env` as needed; add [prices], [budget] and [conversation]
+# tables to count cost and cap spending (see the crate docs of agent-cli's files module).
 [reasoner]
-kind = "rule-based"   # deterministic, no model; the only kind today
+kind = "rule-based"
 forbid_tools = []     # top powers veto any plan that uses one of these tools
 prefer = []           # in arbitration, vote for the first of these options on the ballot
 
@@ -536,6 +611,12 @@ struct RawTeam {
     #[serde(default)]
     reasoner: Option<RawReasoner>,
     #[serde(default)]
+    prices: Option<BTreeMap<String, Spanned<RawPrice>>>,
+    #[serde(default)]
+    budget: Option<RawBudget>,
+    #[serde(default)]
+    conversation: Option<RawConversation>,
+    #[serde(default)]
     top: Vec<RawTop>,
     #[serde(default)]
     mid: Vec<RawMid>,
@@ -552,6 +633,47 @@ struct RawReasoner {
     forbid_tools: Option<Vec<Spanned<String>>>,
     #[serde(default)]
     prefer: Option<Vec<String>>,
+    #[serde(default)]
+    base_url: Option<Spanned<String>>,
+    #[serde(default)]
+    model: Option<Spanned<String>>,
+    #[serde(default)]
+    api_key_env: Option<Spanned<String>>,
+    #[serde(default)]
+    request_timeout: Option<Spanned<String>>,
+    #[serde(default)]
+    max_tokens: Option<Spanned<u32>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPrice {
+    input_per_mtok: f64,
+    output_per_mtok: f64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBudget {
+    #[serde(default)]
+    max_tokens: Option<Spanned<u64>>,
+    #[serde(default)]
+    max_cost_usd: Option<Spanned<f64>>,
+    #[serde(default)]
+    max_wall: Option<Spanned<String>>,
+    #[serde(default)]
+    max_calls: Option<Spanned<u64>>,
+    #[serde(default)]
+    on_exceed: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConversation {
+    #[serde(default)]
+    max_turns: Option<Spanned<usize>>,
+    #[serde(default)]
+    max_chars: Option<Spanned<usize>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -1087,7 +1209,159 @@ fn reasoner_settings(
         None => base.forbid_tools.clone(),
     };
     let prefer = raw.prefer.clone().unwrap_or_else(|| base.prefer.clone());
-    Ok(ReasonerSettings { kind, forbid_tools, prefer })
+    let base_url = match &raw.base_url {
+        Some(u) => {
+            let url = u.get_ref().trim();
+            let scheme_ok = url.starts_with("http://") || url.starts_with("https://");
+            let host_ok = url.split_once("://").is_some_and(|(_, rest)| {
+                !rest.is_empty() && !rest.starts_with('/') && !rest.contains(char::is_whitespace)
+            });
+            if !scheme_ok || !host_ok {
+                return Err(src.error(
+                    u.span(),
+                    format!(
+                        "`base_url` `{url}` is not an http(s) URL; write it like \"https://api.openai.com/v1\" or \"http://127.0.0.1:11434/v1\""
+                    ),
+                ));
+            }
+            Some(url.to_owned())
+        }
+        None => base.base_url.clone(),
+    };
+    let model = match &raw.model {
+        Some(m) if m.get_ref().trim().is_empty() => {
+            return Err(src.error(m.span(), "`model` must not be empty"));
+        }
+        Some(m) => Some(m.get_ref().trim().to_owned()),
+        None => base.model.clone(),
+    };
+    let api_key_env = match &raw.api_key_env {
+        Some(v) => {
+            let name = v.get_ref();
+            let valid = !name.is_empty()
+                && !name.starts_with(|c: char| c.is_ascii_digit())
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !valid {
+                return Err(src.error(
+                    v.span(),
+                    format!(
+                        "`api_key_env` `{name}` is not an environment variable name; name the variable that holds the key, such as \"OPENAI_API_KEY\" (the key itself never goes in the team file)"
+                    ),
+                ));
+            }
+            Some(name.clone())
+        }
+        None => base.api_key_env.clone(),
+    };
+    let request_timeout = match &raw.request_timeout {
+        Some(t) => Some(parse_duration(t.get_ref()).map_err(|m| src.error(t.span(), m))?),
+        None => base.request_timeout,
+    };
+    let max_tokens = match &raw.max_tokens {
+        Some(m) if *m.get_ref() == 0 => {
+            return Err(src.error(m.span(), "`max_tokens` must be at least 1"));
+        }
+        Some(m) => Some(*m.get_ref()),
+        None => base.max_tokens,
+    };
+    Ok(ReasonerSettings {
+        kind,
+        forbid_tools,
+        prefer,
+        base_url,
+        model,
+        api_key_env,
+        request_timeout,
+        max_tokens,
+    })
+}
+
+/// `[prices]`: `"model" = { input_per_mtok = 0.15, output_per_mtok = 0.6 }`.
+fn price_table(
+    src: &Source<'_>,
+    raw: &BTreeMap<String, Spanned<RawPrice>>,
+) -> Result<PriceTable, FileError> {
+    let mut table = PriceTable::new();
+    for (model, price) in raw {
+        let p = price.get_ref();
+        table
+            .set(
+                model.clone(),
+                Price { input_per_mtok: p.input_per_mtok, output_per_mtok: p.output_per_mtok },
+            )
+            .map_err(|e| src.error(price.span(), e.to_string()))?;
+    }
+    Ok(table)
+}
+
+/// `[budget]`.
+fn budget(src: &Source<'_>, raw: &RawBudget) -> Result<Budget, FileError> {
+    let positive = |v: &Option<Spanned<u64>>, name: &str| -> Result<Option<u64>, FileError> {
+        match v {
+            Some(n) if *n.get_ref() == 0 => Err(src.error(
+                n.span(),
+                format!("`{name}` must be at least 1 (leave it out for no limit)"),
+            )),
+            Some(n) => Ok(Some(*n.get_ref())),
+            None => Ok(None),
+        }
+    };
+    let max_cost_usd = match &raw.max_cost_usd {
+        Some(c) if !c.get_ref().is_finite() || *c.get_ref() <= 0.0 => {
+            return Err(src.error(
+                c.span(),
+                "`max_cost_usd` must be a number of US dollars above 0 (leave it out for no limit)",
+            ));
+        }
+        Some(c) => Some(*c.get_ref()),
+        None => None,
+    };
+    let max_wall = match &raw.max_wall {
+        Some(w) => Some(parse_duration(w.get_ref()).map_err(|m| src.error(w.span(), m))?),
+        None => None,
+    };
+    let on_exceed = match &raw.on_exceed {
+        None => OnExceed::Stop,
+        Some(o) => match o.get_ref().as_str() {
+            "stop" => OnExceed::Stop,
+            "ask" => OnExceed::AskTop,
+            other => {
+                return Err(src.error(
+                    o.span(),
+                    format!(
+                        "`on_exceed` is \"stop\" (the run stops) or \"ask\" (the top layer votes on an extension), not \"{other}\""
+                    ),
+                ));
+            }
+        },
+    };
+    Ok(Budget {
+        max_tokens: positive(&raw.max_tokens, "max_tokens")?,
+        max_cost_usd,
+        max_wall,
+        max_calls: positive(&raw.max_calls, "max_calls")?,
+        on_exceed,
+    })
+}
+
+/// `[conversation]`.
+fn conversation_limits(
+    src: &Source<'_>,
+    raw: &RawConversation,
+) -> Result<ConversationLimits, FileError> {
+    let mut limits = ConversationLimits::default();
+    for (value, name, slot) in [
+        (&raw.max_turns, "max_turns", &mut limits.max_turns),
+        (&raw.max_chars, "max_chars", &mut limits.max_chars),
+    ] {
+        if let Some(v) = value {
+            if *v.get_ref() == 0 {
+                return Err(src.error(v.span(), format!("`{name}` must be at least 1")));
+            }
+            *slot = *v.get_ref();
+        }
+    }
+    Ok(limits)
 }
 
 /// Parses `250ms`, `4s`, `1m` or `1h`, above zero.
@@ -1109,7 +1383,7 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     }
     .ok_or_else(bad)?;
     if millis == 0 {
-        return Err("the heartbeat must be longer than 0".into());
+        return Err(format!("`{text}` is no time at all; a duration must be longer than 0"));
     }
     Ok(Duration::from_millis(millis))
 }

@@ -144,21 +144,124 @@ pub(crate) async fn inspect(args: &InspectArgs) -> Result<(), Failure> {
             }
             Ok(())
         }
-        View::Usage => {
-            let reasoner = info.reasoner.clone().unwrap_or_else(|| "rule-based".into());
-            if args.json {
-                println!(
-                    "{}",
-                    serde_json::json!({"reasoner": reasoner, "calls": [], "tokens_in": 0, "tokens_out": 0, "cost": 0.0})
-                );
-            } else {
-                println!(
-                    "reasoner: {reasoner}; no model usage is recorded for this run (the rule-based reasoner calls no model)"
-                );
-            }
-            Ok(())
+        View::Usage => usage(&dir, &store, &info, args.json),
+    }
+}
+
+/// The reasoners a run's agents used, such as `rule-based` or `openai, rule-based`: the
+/// `--reasoner` override, else the kinds in the run's team file (its default, for the agents
+/// without their own, and the agents' own).
+fn reasoner_kinds(dir: &Path, info: &RunInfo) -> String {
+    if let Some(kind) = &info.reasoner {
+        return kind.clone();
+    }
+    let tools = agent_core::tools::ToolRegistry::with_builtins();
+    let path = dir.join(TEAM_FILE);
+    let team = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|text| files::parse_team(&path, &text, &tools).ok());
+    let Some(team) = team else {
+        return format!("unknown ({} cannot be read)", path.display());
+    };
+    let mut kinds: Vec<&str> = team
+        .spec
+        .agents
+        .iter()
+        .map(|a| team.agent_reasoners.get(&a.config.id).unwrap_or(&team.default_reasoner))
+        .map(|s| s.kind.as_str())
+        .collect();
+    kinds.sort_unstable();
+    kinds.dedup();
+    kinds.join(", ")
+}
+
+/// `inspect usage`: the run's usage ledger, per agent, layer and model, with the budget.
+fn usage(dir: &Path, store: &RunStore, info: &RunInfo, json: bool) -> Result<(), Failure> {
+    let report = agent_llm::LlmStore::load_usage(&agent_llm::SledLlmStore::open(store)?)?;
+    let reasoner = reasoner_kinds(dir, info);
+    let Some(report) = report else {
+        if json {
+            println!("{}", serde_json::json!({"reasoner": reasoner, "usage": null}));
+        } else if reasoner == "rule-based" {
+            println!(
+                "reasoner: {reasoner}; no model usage is recorded for this run (the rule-based reasoner calls no model)"
+            );
+        } else {
+            println!(
+                "reasoner: {reasoner}; no model usage is recorded for this run (no model call was made)"
+            );
+        }
+        return Ok(());
+    };
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &serde_json::json!({"reasoner": reasoner, "usage": report})
+            )?
+        );
+        return Ok(());
+    }
+    let header = || {
+        println!(
+            "  {:<28} {:>6} {:>6} {:>10} {:>10} {:>10} {:>6}",
+            "", "calls", "failed", "tokens in", "tokens out", "cost $", "429s"
+        );
+    };
+    let row = |name: &str, t: &agent_llm::Tally| {
+        println!(
+            "  {:<28} {:>6} {:>6} {:>10} {:>10} {:>10.4} {:>6}",
+            name,
+            t.calls,
+            t.failed_calls,
+            t.input_tokens,
+            t.output_tokens,
+            t.cost_usd,
+            t.rate_limit_waits
+        );
+    };
+    println!("reasoner: {reasoner}");
+    for (title, group) in [
+        ("per agent", &report.by_agent),
+        ("per layer", &report.by_layer),
+        ("per model", &report.by_model),
+    ] {
+        println!("{title}");
+        header();
+        for (name, tally) in group {
+            row(name, tally);
         }
     }
+    println!("total");
+    row("all", &report.total);
+    if !report.unpriced_models.is_empty() {
+        println!(
+            "no price for: {} (counted as $0; set them in the team file's [prices] table)",
+            report.unpriced_models.join(", ")
+        );
+    }
+    let b = &report.budget;
+    let limit = |v: Option<String>| v.unwrap_or_else(|| "-".into());
+    println!(
+        "budget: tokens {} · cost ${} · wall {} · calls {} · on exceed: {}",
+        limit(b.max_tokens.map(|v| v.to_string())),
+        limit(b.max_cost_usd.map(|v| format!("{v:.4}"))),
+        limit(b.max_wall.map(|w| format!("{:.0}s", w.as_secs_f64()))),
+        limit(b.max_calls.map(|v| v.to_string())),
+        match b.on_exceed {
+            agent_llm::OnExceed::Stop => "stop",
+            agent_llm::OnExceed::AskTop => "ask the top layer",
+        }
+    );
+    println!(
+        "wall time {:.1}s · extensions approved: {}",
+        report.wall_ms as f64 / 1000.0,
+        report.extensions.len()
+    );
+    if let Some(stop) = &report.stopped {
+        println!("stopped: {stop}");
+    }
+    Ok(())
 }
 
 async fn tree(dir: &Path, store: &RunStore, info: &RunInfo, json: bool) -> Result<(), Failure> {

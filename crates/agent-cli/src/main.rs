@@ -8,6 +8,8 @@
 mod cli;
 mod files;
 mod inspect;
+mod model;
+mod reasoners;
 mod run;
 mod runs;
 mod view;
@@ -76,5 +78,6 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::Runs(args) => runs::list(&args).map(|()| 0),
         Command::Inspect(args) => inspect::inspect(&args).await.map(|()| 0),
         Command::Verify(args) => inspect::verify(&args).await,
+        Command::Model(args) => model::model(args).await,
     }
 }

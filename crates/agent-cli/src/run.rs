@@ -7,18 +7,20 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use agent_core::tools::{ToolContext, ToolRegistry};
-use agent_core::{Reasoner, RuleBasedReasoner, SledAuditLog, SledStateStore, TokioClock};
+use agent_core::{AuditEvent, SledAuditLog, SledStateStore, TokioClock};
+use agent_llm::{ApprovalDesk, OnExceed, UsageLedger};
 use agent_pool::{Team, TeamServices};
-use agent_state::{AgentId, Task, TaskOutcome, Timestamp};
+use agent_state::{AgentId, AgentLayer, AgentStatus, Task, TaskFailure, TaskOutcome, Timestamp};
 use anyhow::Context;
 use governance::SledGovernance;
 use message_bus::SledBus;
 use run_store::{Durability, RunStore};
 use serde::{Deserialize, Serialize};
-use whiteboard::SledWhiteboard;
+use whiteboard::{SledWhiteboard, Whiteboard};
 
 use crate::cli::{OutputArgs, ResumeArgs, RunArgs};
-use crate::files::{self, ReasonerSettings, TeamFile};
+use crate::files::{self, TeamFile};
+use crate::reasoners;
 use crate::{Failure, INTERRUPTED, TASK_FAILED, bad_input, view};
 
 /// The file in a run directory that describes the run for `strata runs` and `resume`.
@@ -135,9 +137,17 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
     if let Some(heartbeat) = args.heartbeat {
         team.spec.heartbeat = heartbeat;
     }
-    if let Some(kind) = &args.reasoner {
-        files::check_reasoner_kind(kind)
-            .map_err(|e| bad_input(anyhow::anyhow!("--reasoner {kind}: {e}")))?;
+    let kind_override = match &args.reasoner {
+        Some(kind) => Some(
+            files::check_reasoner_kind(kind)
+                .map_err(|e| bad_input(anyhow::anyhow!("--reasoner {kind}: {e}")))?,
+        ),
+        None => None,
+    };
+    match reasoners::check(&team, kind_override).await {
+        Ok(()) => {}
+        Err(e @ reasoners::CheckError::Setting(_)) => return Err(bad_input(e)),
+        Err(e @ reasoners::CheckError::Unavailable(_)) => return Err(Failure::Other(e.into())),
     }
     let plan_text = read_input(&args.plan, "plan file")?;
     let task = files::parse_plan(&args.plan, &plan_text, &team.spec, &tools).map_err(bad_input)?;
@@ -188,11 +198,12 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
     info.write(&dir)?;
     view::started(&args.output, &info, &dir);
     warn_if_unsynced(args.no_sync);
-    let services = services(&store, &info, &team, tools)?;
+    let (services, ledger) = services(&store, &info, &team, tools).await?;
     let team_handle =
         Team::start(team.spec.clone(), services.clone()).await.context("cannot start the team")?;
     team_handle.submit(task.clone()).await.context("cannot submit the task")?;
-    drive(team_handle, services, task, info, dir, &args.output).await
+    let run = Running { team: team_handle, services, ledger, tops: top_ids(&team) };
+    drive(run, task, info, dir, &args.output).await
 }
 
 /// `strata resume`.
@@ -218,7 +229,7 @@ pub(crate) async fn resume(args: ResumeArgs) -> Result<u8, Failure> {
     info.write(&dir)?;
     view::resumed(&args.output, &info, &dir);
     warn_if_unsynced(args.no_sync);
-    let services = services(&store, &info, &team, tools)?;
+    let (services, ledger) = services(&store, &info, &team, tools).await?;
     let team_handle = Team::resume(team.spec.clone(), services.clone())
         .await
         .context("cannot resume the team")?;
@@ -234,7 +245,8 @@ pub(crate) async fn resume(args: ResumeArgs) -> Result<u8, Failure> {
             }
         }
     }
-    drive(team_handle, services, task, info, dir, &args.output).await
+    let run = Running { team: team_handle, services, ledger, tops: top_ids(&team) };
+    drive(run, task, info, dir, &args.output).await
 }
 
 /// Says so at start when commits are not synced (`--no-sync`).
@@ -267,72 +279,228 @@ pub(crate) fn resolve_run(data: &Path, run: &str) -> Result<PathBuf, Failure> {
     Ok(dir)
 }
 
-fn services(
+/// The team's services on `store`, and the reasoning (with the run's ledger, if any agent
+/// uses a model). Every reasoner setting is checked here, before any agent runs.
+async fn services(
     store: &RunStore,
     info: &RunInfo,
     team: &TeamFile,
     tools: ToolRegistry,
-) -> anyhow::Result<TeamServices> {
-    let reasoner = |settings: &ReasonerSettings| -> Arc<dyn Reasoner> {
-        Arc::new(
-            RuleBasedReasoner::new()
-                .forbid_tools(settings.forbid_tools.clone())
-                .prefer(settings.prefer.clone()),
-        )
+) -> Result<(TeamServices, Option<Arc<UsageLedger>>), Failure> {
+    let kind_override = match &info.reasoner {
+        Some(kind) => Some(
+            files::check_reasoner_kind(kind)
+                .map_err(|e| bad_input(anyhow::anyhow!("--reasoner {kind}: {e}")))?,
+        ),
+        None => None,
     };
-    let reasoners: BTreeMap<AgentId, Arc<dyn Reasoner>> =
-        team.agent_reasoners.iter().map(|(id, s)| (id.clone(), reasoner(s))).collect();
-    Ok(TeamServices {
-        bus: Arc::new(SledBus::open(store)?),
-        boards: Arc::new(SledWhiteboard::open(store)?),
-        governance: Arc::new(SledGovernance::open(store)?),
-        audit: Arc::new(SledAuditLog::open(store)?),
-        state: Arc::new(SledStateStore::open(store)?),
+    let boards: Arc<dyn Whiteboard> =
+        Arc::new(SledWhiteboard::open(store).context("cannot open the whiteboards")?);
+    let reasoning = reasoners::build(team, kind_override, store, boards.clone(), &tools)
+        .await
+        .map_err(bad_input)?;
+    let services = TeamServices {
+        bus: Arc::new(SledBus::open(store).context("cannot open the message bus")?),
+        boards,
+        governance: Arc::new(SledGovernance::open(store).context("cannot open governance")?),
+        audit: Arc::new(SledAuditLog::open(store).context("cannot open the audit log")?),
+        state: Arc::new(SledStateStore::open(store).context("cannot open the state store")?),
         clock: Arc::new(TokioClock::new()),
         workspace: Arc::new(
-            ToolContext::new(&info.workspace)?.with_journal(store.dir().join(JOURNAL_DIR)),
+            ToolContext::new(&info.workspace)
+                .context("cannot use the workspace")?
+                .with_journal(store.dir().join(JOURNAL_DIR)),
         ),
         tools: Arc::new(tools),
-        reasoner: reasoner(&team.default_reasoner),
-        reasoners,
+        reasoner: reasoning.default,
+        reasoners: reasoning.per_agent,
         agent_tools: BTreeMap::new(),
-    })
+    };
+    Ok((services, reasoning.ledger))
+}
+
+/// A started team and what drives it.
+struct Running {
+    team: Team,
+    services: TeamServices,
+    /// The usage ledger, when some agent reasons with a model.
+    ledger: Option<Arc<UsageLedger>>,
+    /// The top powers, in file order: the first proposes budget extensions.
+    tops: Vec<AgentId>,
+}
+
+/// The top powers of `team`, in file order.
+fn top_ids(team: &TeamFile) -> Vec<AgentId> {
+    team.spec
+        .agents
+        .iter()
+        .filter(|a| a.config.layer == agent_state::AgentLayer::Top)
+        .map(|a| a.config.id.clone())
+        .collect()
+}
+
+/// How the run ended.
+enum End {
+    Outcome(TaskOutcome),
+    Interrupted,
+    Budget(agent_llm::BudgetExceeded),
+    /// A top power or a mid lead failed: which, and why.
+    LeaderFailed(AgentId, String),
+}
+
+/// Waits until a top power or a mid lead of `team` is failed, looking every `every`, and
+/// returns it with the reason of its failure.
+///
+/// A failed executor is handled by its lead (the step goes to another executor, or the task
+/// fails), but nothing brings back a failed top power (it has no supervisor) or lead (its
+/// supervisor only notes the error report): a task that needs its signature or its work would
+/// wait forever. That happens when an agent's reasoner keeps failing, such as a model API
+/// answering 401 or 500 past the agent's retries.
+async fn leader_failed(team: Arc<Team>, every: Duration) -> (AgentId, String) {
+    loop {
+        // A glance at each leader without waiting for its heartbeat; the audit log is read
+        // only once one is seen failed, for the reason.
+        let failed = [AgentLayer::Top, AgentLayer::Mid]
+            .into_iter()
+            .flat_map(|layer| team.pool().by_layer(layer))
+            .find(|slot| slot.try_peek().is_some_and(|p| p.status == AgentStatus::Failed));
+        if let Some(slot) = failed {
+            let agent = slot.id().clone();
+            let reason = match team.services().audit.records(Some(&agent)).await {
+                Ok(records) => records
+                    .iter()
+                    .rev()
+                    .find_map(|r| match &r.event {
+                        AuditEvent::Transition { to: AgentStatus::Failed, reason, .. } => {
+                            Some(reason.clone())
+                        }
+                        _ => None,
+                    })
+                    .unwrap_or_else(|| "its retries were exhausted".into()),
+                Err(e) => format!("(its audit record could not be read: {e})"),
+            };
+            return (agent, reason);
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
+/// Waits until the ledger stops the run (a budget limit passed or an extension refused).
+async fn budget_stop(
+    ledger: Option<Arc<UsageLedger>>,
+    every: Duration,
+) -> agent_llm::BudgetExceeded {
+    let Some(ledger) = ledger else {
+        return std::future::pending().await;
+    };
+    loop {
+        if let Some(stop) = ledger.check_wall() {
+            return stop;
+        }
+        tokio::time::sleep(every).await;
+    }
 }
 
 async fn drive(
-    team: Team,
-    services: TeamServices,
+    run: Running,
     task: Task,
     mut info: RunInfo,
     dir: PathBuf,
     output: &OutputArgs,
 ) -> Result<u8, Failure> {
+    let Running { team, services, ledger, tops } = run;
     let team = Arc::new(team);
     let watcher =
         view::watch(team.clone(), services.clone(), task.clone(), info.clone(), output.clone());
-    let outcome = tokio::select! {
-        outcome = team.wait(&task.id) => Some(outcome),
-        _ = tokio::signal::ctrl_c() => None,
+    let desk = match (&ledger, tops.first()) {
+        (Some(ledger), Some(proposer)) if ledger.report().budget.on_exceed == OnExceed::AskTop => {
+            Some(tokio::spawn(
+                ApprovalDesk {
+                    ledger: ledger.clone(),
+                    governance: services.governance.clone(),
+                    bus: services.bus.clone(),
+                    clock: services.clock.clone(),
+                    proposer: proposer.clone(),
+                    signers: tops.clone(),
+                    poll: Duration::from_millis(info.heartbeat_ms.clamp(10, 1_000)),
+                }
+                .run(),
+            ))
+        }
+        _ => None,
     };
-    let Some(outcome) = outcome else {
-        view::interrupting(output);
-        // A second Ctrl-C exits at once; what is stored so far is enough to resume.
-        tokio::spawn(async {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                eprintln!("stopped at once; the run can still be resumed");
-                std::process::exit(i32::from(INTERRUPTED));
-            }
-        });
-        team.stop().await;
-        watcher.stop().await;
-        info.status = RunStatus::Interrupted;
-        info.finished_at = Some(now_ms());
-        info.write(&dir)?;
-        view::interrupted(output, &info, &dir);
-        return Ok(INTERRUPTED);
+    let end = tokio::select! {
+        outcome = team.wait(&task.id) => End::Outcome(outcome),
+        _ = tokio::signal::ctrl_c() => End::Interrupted,
+        stop = budget_stop(ledger.clone(), Duration::from_millis(100)) => End::Budget(stop),
+        (agent, reason) = leader_failed(team.clone(), Duration::from_millis(100)) => {
+            End::LeaderFailed(agent, reason)
+        }
+    };
+    if let Some(desk) = desk {
+        desk.abort();
+    }
+    let flush = |ledger: &Option<Arc<UsageLedger>>| {
+        if let Some(ledger) = ledger
+            && let Err(e) = ledger.flush()
+        {
+            tracing::error!(error = %e, "could not store the usage ledger");
+        }
+    };
+    let outcome = match end {
+        End::Outcome(outcome) => outcome,
+        End::Interrupted => {
+            view::interrupting(output);
+            // A second Ctrl-C exits at once; what is stored so far is enough to resume.
+            tokio::spawn(async {
+                if tokio::signal::ctrl_c().await.is_ok() {
+                    eprintln!("stopped at once; the run can still be resumed");
+                    std::process::exit(i32::from(INTERRUPTED));
+                }
+            });
+            team.stop().await;
+            watcher.stop().await;
+            flush(&ledger);
+            info.status = RunStatus::Interrupted;
+            info.finished_at = Some(now_ms());
+            info.write(&dir)?;
+            view::interrupted(output, &info, &dir);
+            return Ok(INTERRUPTED);
+        }
+        End::Budget(stop) => {
+            team.stop().await;
+            watcher.stop().await;
+            flush(&ledger);
+            let outcome = TaskOutcome::Failed {
+                task_id: task.id.clone(),
+                reason: TaskFailure::BudgetExceeded { reason: stop.to_string() },
+            };
+            info.finished_at = Some(now_ms());
+            info.status = RunStatus::Failed;
+            info.failure = Some(stop.to_string());
+            info.write(&dir)?;
+            view::summary(output, &team, &services, &task, &outcome, &info, &dir).await?;
+            return Ok(TASK_FAILED);
+        }
+        End::LeaderFailed(agent, reason) => {
+            team.stop().await;
+            watcher.stop().await;
+            flush(&ledger);
+            let failure = TaskFailure::AgentFailed { agent, reason };
+            let cause = failure.to_string();
+            let outcome = TaskOutcome::Failed { task_id: task.id.clone(), reason: failure };
+            info.finished_at = Some(now_ms());
+            info.status = RunStatus::Failed;
+            info.failure = Some(cause.clone());
+            info.write(&dir)?;
+            view::summary(output, &team, &services, &task, &outcome, &info, &dir).await?;
+            eprintln!("error: {cause}");
+            return Ok(TASK_FAILED);
+        }
     };
     team.shutdown().await.context("the team did not shut down cleanly")?;
     watcher.stop().await;
+    flush(&ledger);
     info.finished_at = Some(now_ms());
     info.status = if outcome.is_success() { RunStatus::Succeeded } else { RunStatus::Failed };
     if let TaskOutcome::Failed { reason, .. } = &outcome {

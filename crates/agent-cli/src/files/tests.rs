@@ -453,9 +453,12 @@ reasoner = { kind = "gpt" }
 #[test]
 fn reasoner_kinds_by_name() {
     assert_eq!(check_reasoner_kind("rule-based"), Ok(ReasonerKind::RuleBased));
+    assert_eq!(check_reasoner_kind("openai"), Ok(ReasonerKind::OpenAi));
+    assert_eq!(check_reasoner_kind("anthropic"), Ok(ReasonerKind::Anthropic));
+    assert_eq!(check_reasoner_kind("local"), Ok(ReasonerKind::Local));
     assert_eq!(
         check_reasoner_kind("llm").unwrap_err().to_string(),
-        "unknown reasoner kind `llm`; known kinds: rule-based"
+        "unknown reasoner kind `llm`; known kinds: rule-based, openai, anthropic, local"
     );
 }
 
@@ -1126,4 +1129,94 @@ fn regression_dotted_keys_under_a_spanned_table_still_parse() {
     assert_at(&err, 1, 17, &["unknown reasoner kind `llm`"]);
     let err = team_err("[[top]]\nid = \"t\"\npower_type = \"p\"\nreasoner.kind = \"llm\"\n");
     assert_at(&err, 4, 17, &["unknown reasoner kind `llm`"]);
+}
+
+#[test]
+fn the_checked_in_example_is_what_init_writes() {
+    assert_eq!(include_str!("../../../../examples/hello/team.toml"), example_team_toml());
+    assert_eq!(include_str!("../../../../examples/hello/plan.toml"), example_plan_toml());
+}
+
+/// The smallest valid team: one power.
+const ONE_POWER: &str = "[[top]]\nid = \"top-a\"\npower_type = \"power_a\"\n";
+
+#[test]
+fn model_reasoner_prices_budget_and_conversation_are_read() {
+    let t = team(&format!(
+        r#"
+[reasoner]
+kind = "openai"
+base_url = "http://127.0.0.1:11434/v1"
+model = "qwen"
+api_key_env = "MY_KEY"
+request_timeout = "30s"
+max_tokens = 256
+
+[prices]
+"qwen" = {{ input_per_mtok = 0.5, output_per_mtok = 1.5 }}
+
+[budget]
+max_tokens = 1000
+max_cost_usd = 0.25
+max_wall = "10m"
+max_calls = 20
+on_exceed = "ask"
+
+[conversation]
+max_turns = 3
+max_chars = 900
+
+{ONE_POWER}reasoner = {{ kind = "anthropic", model = "claude-x" }}
+"#
+    ));
+    let r = &t.default_reasoner;
+    assert_eq!(r.kind, ReasonerKind::OpenAi);
+    assert_eq!(r.base_url.as_deref(), Some("http://127.0.0.1:11434/v1"));
+    assert_eq!(r.model.as_deref(), Some("qwen"));
+    assert_eq!(r.api_key_env.as_deref(), Some("MY_KEY"));
+    assert_eq!(r.request_timeout, Some(Duration::from_secs(30)));
+    assert_eq!(r.max_tokens, Some(256));
+    let own = &t.agent_reasoners[&agent_state::AgentId::new("top-a")];
+    assert_eq!(own.kind, ReasonerKind::Anthropic);
+    assert_eq!(own.model.as_deref(), Some("claude-x"));
+    assert_eq!(own.api_key_env.as_deref(), Some("MY_KEY"), "fields not given are inherited");
+    assert_eq!(
+        t.prices.get("qwen"),
+        Some(agent_llm::Price { input_per_mtok: 0.5, output_per_mtok: 1.5 })
+    );
+    assert_eq!(t.budget.max_tokens, Some(1000));
+    assert_eq!(t.budget.max_cost_usd, Some(0.25));
+    assert_eq!(t.budget.max_wall, Some(Duration::from_secs(600)));
+    assert_eq!(t.budget.max_calls, Some(20));
+    assert_eq!(t.budget.on_exceed, agent_llm::OnExceed::AskTop);
+    assert_eq!(t.conversation.max_turns, 3);
+    assert_eq!(t.conversation.max_chars, 900);
+}
+
+#[test]
+fn bad_model_settings_are_refused_where_they_are_written() {
+    let cases: [(&str, &[&str]); 9] = [
+        ("[reasoner]\nkind = \"gpt\"\n", &["unknown reasoner kind `gpt`", "openai"]),
+        ("[reasoner]\nbase_url = \"not a url\"\n", &["`base_url`", "not an http(s) URL"]),
+        ("[reasoner]\nbase_url = \"ftp://x\"\n", &["`base_url`", "https://api.openai.com/v1"]),
+        (
+            "[reasoner]\napi_key_env = \"sk-123 secret\"\n",
+            &["`api_key_env`", "environment variable name"],
+        ),
+        ("[reasoner]\nmodel = \"  \"\n", &["`model` must not be empty"]),
+        (
+            "[prices]\n\"m\" = { input_per_mtok = -1.0, output_per_mtok = 1.0 }\n",
+            &["price of model `m`", "input_per_mtok", "-1"],
+        ),
+        ("[budget]\nmax_calls = 0\n", &["`max_calls` must be at least 1"]),
+        ("[budget]\non_exceed = \"pause\"\n", &["`on_exceed`", "\"stop\"", "\"ask\""]),
+        ("[conversation]\nmax_turns = 0\n", &["`max_turns` must be at least 1"]),
+    ];
+    for (table, fragments) in cases {
+        let err = team_err(&format!("{table}{ONE_POWER}"));
+        assert_eq!(err.line, 2, "the error points at the setting: {err}");
+        for f in fragments {
+            assert!(err.message.contains(f), "`{f}` not in: {err}");
+        }
+    }
 }

@@ -8,7 +8,11 @@
 
 mod bad_input;
 mod failure;
+mod fake_llm;
 mod happy;
 mod help;
 mod interrupt;
+mod llm;
+#[cfg(feature = "local")]
+mod local;
 mod support;

@@ -1,0 +1,365 @@
+//! Builds each agent's reasoner from the team file (and `--reasoner`), with the run's shared
+//! usage ledger and conversations. Every setting is checked here, before any agent runs: a
+//! missing key variable, a bad base URL, an unknown local model, a missing or damaged model
+//! file are errors that name the setting and say how to fix it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use agent_core::tools::ToolRegistry;
+use agent_core::{Reasoner, RuleBasedReasoner};
+use agent_layers::BottomSpec;
+use agent_llm::{
+    AnthropicConfig, AnthropicProvider, Conversations, LlmReasoner, LlmSettings, LlmStore,
+    OpenAiConfig, OpenAiProvider, Provider, SledLlmStore, UsageLedger,
+};
+use agent_pool::RoleSpec;
+use agent_state::AgentId;
+use run_store::RunStore;
+use whiteboard::Whiteboard;
+
+use crate::files::{ReasonerKind, ReasonerSettings, TeamFile};
+
+/// The embedded model's name, the only one `kind = "local"` serves.
+pub(crate) const LOCAL_MODEL: &str = "gemma-3-270m-q4_k_m";
+
+/// Each agent's reasoner and, if any agent uses a model, the run's ledger.
+pub(crate) struct Reasoning {
+    /// For agents without their own.
+    pub(crate) default: Arc<dyn Reasoner>,
+    /// Per agent.
+    pub(crate) per_agent: BTreeMap<AgentId, Arc<dyn Reasoner>>,
+    /// The usage ledger, when at least one agent reasons with a model.
+    pub(crate) ledger: Option<Arc<UsageLedger>>,
+}
+
+/// A setting that cannot be used; its message names the setting and the fix.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct SettingError(pub(crate) String);
+
+/// Why the settings check before a run failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CheckError {
+    /// A setting is wrong (bad input).
+    #[error(transparent)]
+    Setting(#[from] SettingError),
+    /// A server could not be asked now (down, timing out, answering 5xx or 429): nothing is
+    /// wrong with the settings; try again later.
+    #[error("reasoner check before the run: {0}; nothing was started, try again when it answers")]
+    Unavailable(agent_llm::ProviderError),
+}
+
+/// Providers are shared by every agent with the same settings (one embedded model per run).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct ProviderKey {
+    kind: &'static str,
+    base_url: Option<String>,
+    model: String,
+    api_key_env: Option<String>,
+    timeout_ms: Option<u128>,
+}
+
+/// Builds the reasoners for `team`. `kind_override` (from `--reasoner`) replaces every
+/// agent's kind.
+pub(crate) async fn build(
+    team: &TeamFile,
+    kind_override: Option<ReasonerKind>,
+    store: &RunStore,
+    boards: Arc<dyn Whiteboard>,
+    tools: &ToolRegistry,
+) -> Result<Reasoning, SettingError> {
+    let settings_of = |id: Option<&AgentId>| -> ReasonerSettings {
+        let mut s = id
+            .and_then(|id| team.agent_reasoners.get(id))
+            .unwrap_or(&team.default_reasoner)
+            .clone();
+        if let Some(k) = kind_override {
+            s.kind = k;
+        }
+        s
+    };
+    let uses_model = |s: &ReasonerSettings| s.kind != ReasonerKind::RuleBased;
+    let any_model = uses_model(&settings_of(None))
+        || team.spec.agents.iter().any(|a| uses_model(&settings_of(Some(&a.config.id))));
+    let mut shared: Option<Shared> = None;
+    if any_model {
+        let llm_store: Arc<dyn LlmStore> = Arc::new(
+            SledLlmStore::open(store).map_err(|e| SettingError(format!("run store: {e}")))?,
+        );
+        let ledger =
+            UsageLedger::stored(team.prices.clone(), team.budget.clone(), llm_store.clone())
+                .map_err(|e| SettingError(format!("run store: usage ledger: {e}")))?;
+        let conversations = Conversations::stored(team.conversation, llm_store);
+        let agent_tools = team
+            .spec
+            .agents
+            .iter()
+            .filter_map(|a| match &a.role {
+                RoleSpec::Bottom(BottomSpec { tools, .. }) => {
+                    Some((a.config.id.clone(), tools.clone()))
+                }
+                _ => None,
+            })
+            .collect();
+        shared = Some(Shared {
+            ledger: Arc::new(ledger),
+            conversations: Arc::new(conversations),
+            boards,
+            tools: tools.clone(),
+            agent_tools,
+            providers: ProviderSet { providers: BTreeMap::new(), dry_run: false },
+        });
+    }
+    let default = make(&mut shared, &settings_of(None), None).await?;
+    let mut per_agent = BTreeMap::new();
+    for agent in &team.spec.agents {
+        let id = &agent.config.id;
+        let own_model = agent.config.model.as_deref();
+        if team.agent_reasoners.contains_key(id)
+            || (own_model.is_some() && uses_model(&settings_of(Some(id))))
+        {
+            per_agent
+                .insert(id.clone(), make(&mut shared, &settings_of(Some(id)), own_model).await?);
+        }
+    }
+    Ok(Reasoning { default, per_agent, ledger: shared.map(|s| s.ledger) })
+}
+
+/// The reasoner for `settings`: rule-based, or a model reasoner sharing `shared`'s ledger.
+async fn make(
+    shared: &mut Option<Shared>,
+    settings: &ReasonerSettings,
+    agent_model: Option<&str>,
+) -> Result<Arc<dyn Reasoner>, SettingError> {
+    if settings.kind == ReasonerKind::RuleBased {
+        return Ok(Arc::new(
+            RuleBasedReasoner::new()
+                .forbid_tools(settings.forbid_tools.clone())
+                .prefer(settings.prefer.clone()),
+        ));
+    }
+    let Some(shared) = shared.as_mut() else {
+        return Err(SettingError("internal: no ledger for a model reasoner".into()));
+    };
+    shared.reasoner(settings, agent_model).await
+}
+
+struct Shared {
+    ledger: Arc<UsageLedger>,
+    conversations: Arc<Conversations>,
+    boards: Arc<dyn Whiteboard>,
+    tools: ToolRegistry,
+    agent_tools: BTreeMap<AgentId, Vec<String>>,
+    providers: ProviderSet,
+}
+
+/// Every setting of `team` (with `kind_override`) checked without building anything that
+/// lasts: keys present, URLs and models valid, the model file there and intact. Run before
+/// anything is written, so bad settings leave no run behind.
+pub(crate) async fn check(
+    team: &TeamFile,
+    kind_override: Option<ReasonerKind>,
+) -> Result<(), CheckError> {
+    let mut set = ProviderSet { providers: BTreeMap::new(), dry_run: true };
+    let with_override = |s: &ReasonerSettings| {
+        let mut s = s.clone();
+        if let Some(k) = kind_override {
+            s.kind = k;
+        }
+        s
+    };
+    let default = with_override(&team.default_reasoner);
+    if default.kind != ReasonerKind::RuleBased {
+        set.get(&default, None).await?;
+    }
+    for agent in &team.spec.agents {
+        let s = with_override(
+            team.agent_reasoners.get(&agent.config.id).unwrap_or(&team.default_reasoner),
+        );
+        if s.kind != ReasonerKind::RuleBased {
+            set.get(&s, agent.config.model.as_deref()).await?;
+        }
+    }
+    // Ask each server once: does it serve the model, does it take the key?
+    for provider in set.providers.values() {
+        provider.preflight().await.map_err(|e| {
+            if e.is_transient() {
+                CheckError::Unavailable(e)
+            } else {
+                CheckError::Setting(SettingError(format!("reasoner check before the run: {e}")))
+            }
+        })?;
+    }
+    Ok(())
+}
+
+/// Providers by settings, built once each.
+struct ProviderSet {
+    providers: BTreeMap<ProviderKey, Arc<dyn Provider>>,
+    /// Check only: the embedded model's file is verified but the model is not loaded.
+    dry_run: bool,
+}
+
+impl Shared {
+    async fn reasoner(
+        &mut self,
+        settings: &ReasonerSettings,
+        agent_model: Option<&str>,
+    ) -> Result<Arc<dyn Reasoner>, SettingError> {
+        let provider = self
+            .providers
+            .get(settings, agent_model)
+            .await?
+            .ok_or_else(|| SettingError("internal: the provider was not built".into()))?;
+        let mut llm = LlmSettings::default();
+        if let Some(max) = settings.max_tokens {
+            llm.max_tokens = max;
+        }
+        // The embedded model is too small to choose among tools or to write arguments: it is
+        // offered the step's own tool, with the plan's arguments only, and `finish_subtask`.
+        let small = settings.kind == ReasonerKind::Local;
+        llm.offer_agent_tools = !small;
+        llm.planned_arguments_only = small;
+        Ok(Arc::new(
+            LlmReasoner::new(provider, self.ledger.clone(), self.conversations.clone())
+                .with_tools(&self.tools)
+                .with_agent_tools(self.agent_tools.clone())
+                .with_boards(self.boards.clone())
+                .with_settings(llm),
+        ))
+    }
+}
+
+impl ProviderSet {
+    async fn get(
+        &mut self,
+        s: &ReasonerSettings,
+        agent_model: Option<&str>,
+    ) -> Result<Option<Arc<dyn Provider>>, SettingError> {
+        let kind = s.kind.as_str();
+        let model = agent_model.map(str::to_owned).or_else(|| s.model.clone());
+        let key = ProviderKey {
+            kind,
+            base_url: s.base_url.clone(),
+            model: model.clone().unwrap_or_default(),
+            api_key_env: s.api_key_env.clone(),
+            timeout_ms: s.request_timeout.map(|t| t.as_millis()),
+        };
+        if let Some(p) = self.providers.get(&key) {
+            return Ok(Some(p.clone()));
+        }
+        let provider: Arc<dyn Provider> = match s.kind {
+            ReasonerKind::RuleBased => {
+                return Err(SettingError("internal: rule-based has no provider".into()));
+            }
+            ReasonerKind::OpenAi => {
+                let model = need_model(kind, model, "gpt-4o-mini")?;
+                let mut config = OpenAiConfig::new(
+                    s.base_url.clone().unwrap_or_else(|| "https://api.openai.com/v1".into()),
+                    model,
+                );
+                config.api_key = api_key(s, "OPENAI_API_KEY")?;
+                if let Some(t) = s.request_timeout {
+                    config.timeout = t;
+                }
+                Arc::new(OpenAiProvider::new(config).map_err(|e| {
+                    SettingError(format!("team file [reasoner] kind = \"openai\": {e}"))
+                })?)
+            }
+            ReasonerKind::Anthropic => {
+                let model = need_model(kind, model, "claude-sonnet-4-5")?;
+                let mut config = AnthropicConfig::new(model);
+                if let Some(url) = &s.base_url {
+                    config.base_url = url.clone();
+                }
+                config.api_key = api_key(s, "ANTHROPIC_API_KEY")?;
+                if let Some(t) = s.request_timeout {
+                    config.timeout = t;
+                }
+                Arc::new(AnthropicProvider::new(config).map_err(|e| {
+                    SettingError(format!("team file [reasoner] kind = \"anthropic\": {e}"))
+                })?)
+            }
+            ReasonerKind::Local => match local_provider(model, self.dry_run).await? {
+                Some(p) => p,
+                None => return Ok(None), // checked, not built
+            },
+        };
+        self.providers.insert(key, provider.clone());
+        Ok(Some(provider))
+    }
+}
+
+fn need_model(kind: &str, model: Option<String>, example: &str) -> Result<String, SettingError> {
+    model.ok_or_else(|| {
+        SettingError(format!(
+            "reasoner kind \"{kind}\" needs a model: set `model = \"{example}\"` in the team file's [reasoner] table or on the agent"
+        ))
+    })
+}
+
+/// The key from the environment variable the settings name. Without `api_key_env`, the
+/// vendor's variable is used only for the vendor's own API (no `base_url`): a key is never
+/// sent to a server the user did not name it for.
+fn api_key(s: &ReasonerSettings, vendor_var: &str) -> Result<Option<String>, SettingError> {
+    let var = match (&s.api_key_env, &s.base_url) {
+        (Some(v), _) => v.as_str(),
+        (None, None) => vendor_var,
+        (None, Some(_)) => return Ok(None),
+    };
+    match std::env::var(var) {
+        Ok(v) if !v.trim().is_empty() => Ok(Some(v)),
+        _ => Err(SettingError(format!(
+            "reasoner kind \"{}\": the environment variable {var} (api_key_env) is not set; export it with your API key, or name another variable with `api_key_env` in the team file",
+            s.kind.as_str()
+        ))),
+    }
+}
+
+#[cfg(feature = "local")]
+async fn local_provider(
+    model: Option<String>,
+    dry_run: bool,
+) -> Result<Option<Arc<dyn Provider>>, SettingError> {
+    check_local_model(model.as_deref())?;
+    let dir = agent_llm::default_model_dir().map_err(|e| SettingError(e.to_string()))?;
+    let path = agent_llm::GEMMA3_270M_Q4_K_M.path_in(&dir);
+    if dry_run {
+        // Reads the whole file (about 0.3 s): off the async threads.
+        let verified = tokio::task::spawn_blocking(move || {
+            agent_llm::verify_model(&path, &agent_llm::GEMMA3_270M_Q4_K_M)
+        })
+        .await
+        .map_err(|e| {
+            SettingError(format!("reasoner kind \"local\": the model check failed: {e}"))
+        })?;
+        verified.map_err(|e| SettingError(format!("reasoner kind \"local\": {e}")))?;
+        return Ok(None);
+    }
+    let provider = agent_llm::LocalProvider::start(agent_llm::LocalConfig::new(path))
+        .await
+        .map_err(|e| SettingError(format!("reasoner kind \"local\": {e}")))?;
+    Ok(Some(Arc::new(provider)))
+}
+
+#[cfg(not(feature = "local"))]
+async fn local_provider(
+    model: Option<String>,
+    _dry_run: bool,
+) -> Result<Option<Arc<dyn Provider>>, SettingError> {
+    check_local_model(model.as_deref())?;
+    Err(SettingError(
+        "reasoner kind \"local\": this strata was built without the embedded model; build it with `cargo build -p agent-cli --features local` (needs cmake and clang) and fetch the model with `strata model fetch`".into(),
+    ))
+}
+
+fn check_local_model(model: Option<&str>) -> Result<(), SettingError> {
+    match model {
+        None => Ok(()),
+        Some(m) if m == LOCAL_MODEL => Ok(()),
+        Some(m) => Err(SettingError(format!(
+            "unknown local model `{m}`: the embedded provider runs `{LOCAL_MODEL}` only; remove `model` or set it to \"{LOCAL_MODEL}\""
+        ))),
+    }
+}
