@@ -55,7 +55,7 @@ pub(crate) fn run(root: &Path, quick: bool) -> anyhow::Result<()> {
     bench.env("CARGO_TARGET_DIR", &target);
     // `--bench '*'`, not `--benches`: that also runs every lib's unit tests as libtest benches,
     // and libtest rejects criterion's flags such as `--quick`.
-    bench.args(["bench", "--workspace", "--bench", "*"]);
+    bench.args(["bench", "--workspace", "--all-features", "--bench", "*"]);
     if quick {
         bench.args(["--", "--quick"]);
     }

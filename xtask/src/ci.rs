@@ -2,6 +2,7 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
@@ -15,7 +16,8 @@ struct Step {
 }
 
 /// The steps, in the order CI runs them.
-const STEPS: [Step; 7] = [
+const STEPS: [Step; 8] = [
+    Step { name: "setup", run: setup },
     Step { name: "fmt", run: fmt },
     Step { name: "clippy", run: clippy },
     Step { name: "doc", run: doc },
@@ -65,6 +67,32 @@ fn torture(root: &Path) -> anyhow::Result<()> {
     crate::torture::run(root, crate::torture::CI_KILLS, None)
 }
 
+/// What the other steps need beyond cargo: cmake and clang to build llama.cpp (the embedded
+/// model, feature `local`, which every step builds with `--all-features`), and the model file,
+/// fetched once by `strata model fetch` (nothing is downloaded when it is already there).
+fn setup(root: &Path) -> anyhow::Result<()> {
+    let missing: Vec<&str> = ["cmake", "clang"]
+        .into_iter()
+        .filter(|tool| !succeeds(Command::new(tool).arg("--version")))
+        .collect();
+    if !missing.is_empty() {
+        bail!(
+            "{} not found: building the embedded model (llama.cpp) needs them; install them with `apt-get install cmake clang libclang-dev` (`.ci/run` does this)",
+            missing.join(" and ")
+        );
+    }
+    run_command(cargo(root).args([
+        "run",
+        "--quiet",
+        "--locked",
+        "-p",
+        "agent-cli",
+        "--",
+        "model",
+        "fetch",
+    ]))
+}
+
 fn fmt(root: &Path) -> anyhow::Result<()> {
     run_command(cargo(root).args(["fmt", "--all", "--", "--check"]))
 }
@@ -74,6 +102,7 @@ fn clippy(root: &Path) -> anyhow::Result<()> {
         "clippy",
         "--workspace",
         "--all-targets",
+        "--all-features",
         "--locked",
         "--",
         "-D",
@@ -85,6 +114,7 @@ fn doc(root: &Path) -> anyhow::Result<()> {
     run_command(cargo(root).env("RUSTDOCFLAGS", "-Dwarnings").args([
         "doc",
         "--workspace",
+        "--all-features",
         "--no-deps",
         "--locked",
     ]))
@@ -98,14 +128,15 @@ fn tests(root: &Path) -> anyhow::Result<()> {
             "nextest",
             "run",
             "--workspace",
+            "--all-features",
             "--locked",
             "--no-tests=warn",
         ]))?;
     } else {
         println!("cargo-nextest is not installed; running the tests with `cargo test`");
-        run_command(cargo(root).args(["test", "--workspace", "--locked"]))?;
+        run_command(cargo(root).args(["test", "--workspace", "--all-features", "--locked"]))?;
     }
-    run_command(cargo(root).args(["test", "--workspace", "--doc", "--locked"]))
+    run_command(cargo(root).args(["test", "--workspace", "--all-features", "--doc", "--locked"]))
 }
 
 /// Architecture invariant: the pure core depends on no async runtime and no I/O crate.
