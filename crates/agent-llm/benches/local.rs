@@ -1,8 +1,11 @@
 //! The embedded model's speed as Strata sees it against llama.cpp's own counters.
 //!
 //! Starts a [`LocalProvider`] on the fetched Gemma 3 270M (from the default model directory),
-//! makes one warm-up call, then [`CALLS`] JSON verdict calls through [`Provider::complete`],
-//! one at a time, timing each. For the same calls it adds up llama.cpp's counters
+//! makes one warm-up call, then [`CALLS`] decisions through Strata: a top power's
+//! `LlmReasoner::review_decision` of a plan (system prompt, conversation, budget reservation,
+//! retry wrapper, the grammar-constrained call, validation, the ledger), one at a time, timing
+//! each. A thin wrapper around the provider keeps llama.cpp's counters of every call it made.
+//! For the same calls it adds up those counters
 //! ([`EngineTiming`](agent_llm::EngineTiming): prompt and generation tokens and milliseconds),
 //! and compares Strata's end-to-end rate (answer tokens per second of wall time, the caller's
 //! view: queueing, tokenising, prompt, grammar sampling, decoding, the reply) with the engine's.
@@ -19,8 +22,74 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use agent_llm::{ChatMessage, ChatRequest, LocalConfig, LocalProvider, Provider, ResponseFormat};
+use std::sync::{Arc, Mutex};
+
+use agent_core::{Persona, Reasoner};
+use agent_llm::{
+    Budget, ChatMessage, ChatRequest, ChatResponse, ConversationLimits, Conversations,
+    EngineTiming, LlmReasoner, LocalConfig, LocalProvider, PriceTable, Provider, ProviderError,
+    ResponseFormat, UsageLedger,
+};
+use agent_state::{AgentConfig, AgentId, AgentLayer, Capability, Decision, DecisionId, Timestamp};
+use async_trait::async_trait;
 use serde_json::json;
+
+/// The local provider, keeping the engine's counters of every call.
+struct Recording {
+    inner: LocalProvider,
+    timings: Mutex<Vec<(u64, EngineTiming)>>,
+}
+
+#[async_trait]
+impl Provider for Recording {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn model(&self) -> &str {
+        self.inner.model()
+    }
+
+    async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, ProviderError> {
+        let response = self.inner.complete(request).await?;
+        let timing = response.timing.expect("the local provider reports engine timing");
+        self.timings.lock().unwrap().push((response.usage.output_tokens, timing));
+        Ok(response)
+    }
+}
+
+/// A plan for `statement`, as a top power gets it to sign.
+fn plan(n: usize, statement: &str) -> Decision {
+    let content = json!({
+        "task_id": format!("t{n}"),
+        "goal": statement,
+        "steps": [{"id": "write", "tool": "write_file", "args": {"path": "note.txt", "content": statement}}]
+    });
+    Decision::propose(
+        DecisionId::from_u128(n as u128 + 1),
+        AgentId::new("top-a"),
+        content,
+        vec![AgentId::new("top-b")],
+        Timestamp(1_700_000_000_000),
+    )
+    .unwrap()
+}
+
+fn power(n: usize) -> AgentConfig {
+    AgentConfig {
+        id: AgentId::new(format!("top-{n}")),
+        name: format!("Power {n}"),
+        layer: AgentLayer::Top,
+        role: "reviews plans for safety".into(),
+        supervisor: None,
+        subordinates: Vec::new(),
+        capabilities: vec![Capability::Review],
+        model: None,
+        temperature: None,
+        max_retries: 1,
+        timeout_ms: 60_000,
+    }
+}
 
 /// Measured calls.
 const CALLS: usize = 8;
@@ -84,24 +153,37 @@ fn main() {
     let startup = provider.startup();
 
     rt.block_on(provider.complete(&request("Snow is white."))).unwrap(); // warm-up
+    let recording = Arc::new(Recording { inner: provider, timings: Mutex::new(Vec::new()) });
+    let ledger = Arc::new(UsageLedger::new(PriceTable::new(), Budget::default()));
+    let conversations = Arc::new(Conversations::in_memory(ConversationLimits::default()));
+    let reasoner = LlmReasoner::new(recording.clone(), ledger.clone(), conversations);
     let mut measured = Vec::new();
-    for statement in STATEMENTS.iter().take(calls) {
+    for (n, statement) in STATEMENTS.iter().take(calls).enumerate() {
+        // A power of its own per call, so every prompt starts without history.
+        let config = power(n);
+        let who = Persona { config: &config, system_prompt: "You are a top-layer power." };
+        let decision = plan(n, statement);
+        let before = recording.timings.lock().unwrap().len();
         let began = Instant::now();
-        let response = rt.block_on(provider.complete(&request(statement))).unwrap();
+        rt.block_on(reasoner.review_decision(who, &decision)).unwrap();
         let wall = began.elapsed();
-        let timing = response.timing.expect("the local provider reports engine timing");
-        serde_json::from_str::<serde_json::Value>(&response.text)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", response.text));
+        let timings = recording.timings.lock().unwrap()[before..].to_vec();
+        let add = |f: fn(&EngineTiming) -> f64| timings.iter().map(|(_, t)| f(t)).sum::<f64>();
         measured.push(Call {
             wall,
-            input: response.usage.input_tokens,
-            output: response.usage.output_tokens,
-            prompt_tokens: timing.prompt_tokens,
-            prompt_ms: timing.prompt_ms,
-            generated_tokens: timing.generated_tokens,
-            generate_ms: timing.generate_ms,
+            input: add(|t| t.prompt_tokens as f64) as u64,
+            output: timings.iter().map(|(out, _)| out).sum(),
+            prompt_tokens: add(|t| t.prompt_tokens as f64) as u64,
+            prompt_ms: add(|t| t.prompt_ms),
+            generated_tokens: add(|t| t.generated_tokens as f64) as u64,
+            generate_ms: add(|t| t.generate_ms),
         });
     }
+    let ledgered = ledger.report().total;
+    println!(
+        "{ID}: the ledger counted {} calls, {} prompt and {} answer tokens",
+        ledgered.calls, ledgered.input_tokens, ledgered.output_tokens
+    );
 
     println!(
         "{:>4} {:>9} {:>7} {:>7} {:>10} {:>10} {:>9} {:>9}",

@@ -68,33 +68,30 @@ fn strata_env(s: &Scratch, args: &[&str], key: bool) -> Out {
     } else {
         command.env_remove(KEY_VAR);
     }
-    let output = command.output().expect("cannot start strata");
-    Out {
-        args: args.join(" "),
-        status: output.status,
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    }
+    Out::of(args, &mut command)
 }
+
+/// `strata run` of the scratch's plan and team into `D` and `W`, quiet, fast, as run `r1`.
+const RUN: [&str; 14] = [
+    "run",
+    "plan.toml",
+    "--team",
+    "team.toml",
+    "--data",
+    "D",
+    "--workspace",
+    "W",
+    HEARTBEAT[0],
+    HEARTBEAT[1],
+    "--no-sync",
+    "--quiet",
+    "--run-id",
+    "r1",
+];
 
 /// `strata run plan.toml --team team.toml` into `D` and `W`, with the key, quiet, fast.
 fn run(s: &Scratch, more: &[&str]) -> Out {
-    let mut args = vec![
-        "run",
-        "plan.toml",
-        "--team",
-        "team.toml",
-        "--data",
-        "D",
-        "--workspace",
-        "W",
-        HEARTBEAT[0],
-        HEARTBEAT[1],
-        "--no-sync",
-        "--quiet",
-        "--run-id",
-        "r1",
-    ];
+    let mut args = RUN.to_vec();
     args.extend_from_slice(more);
     strata_env(s, &args, true)
 }
@@ -495,22 +492,7 @@ fn a_model_answering_out_of_form_gets_one_repair_then_fails_the_run() {
 /// `None` if it was killed.
 fn run_within(s: &Scratch, limit: Duration) -> Option<i32> {
     let mut child = s
-        .command(&[
-            "run",
-            "plan.toml",
-            "--team",
-            "team.toml",
-            "--data",
-            "D",
-            "--workspace",
-            "W",
-            HEARTBEAT[0],
-            HEARTBEAT[1],
-            "--no-sync",
-            "--quiet",
-            "--run-id",
-            "r1",
-        ])
+        .command(&RUN)
         .env(KEY_VAR, KEY)
         .stdout(Stdio::null())
         .stderr(Stdio::null())

@@ -5,7 +5,7 @@
 
 use serde_json::Value;
 
-use crate::support::Scratch;
+use crate::support::{Out, Scratch};
 
 #[test]
 fn a_team_on_the_embedded_model_completes_the_hello_plan_with_valid_decisions() {
@@ -52,4 +52,33 @@ fn a_team_on_the_embedded_model_completes_the_hello_plan_with_valid_decisions() 
     let plan: Vec<&Value> = decisions.as_array().unwrap().iter().collect();
     assert!(plan.iter().any(|d| d["status"] == "approved"), "{decisions}");
     s.strata(&["verify", "r1", "--data", "D"]).code(0);
+}
+
+#[test]
+fn a_missing_model_file_is_refused_before_the_run_naming_the_fix() {
+    let s = Scratch::with_example();
+    s.write("models/.keep", "");
+    let args = [
+        "run",
+        "plan.toml",
+        "--team",
+        "team.toml",
+        "--reasoner",
+        "local",
+        "--data",
+        "D",
+        "--workspace",
+        "W",
+        "--quiet",
+    ];
+    let run_with_models =
+        || Out::of(&args, s.command(&args).env("STRATA_MODEL_DIR", s.path("models")));
+    run_with_models().bad_input(&["gemma-3-270m-q4_k_m.gguf", "missing", "strata model fetch"]);
+    assert!(!s.path("D").exists(), "nothing is written");
+    assert!(!s.path("W").exists(), "nothing is written");
+
+    // A file of the wrong size is refused the same way.
+    s.write("models/gemma-3-270m-q4_k_m.gguf", "not a model");
+    run_with_models().bad_input(&["gemma-3-270m-q4_k_m.gguf", "strata model fetch"]);
+    assert!(!s.path("D").exists(), "nothing is written");
 }

@@ -66,13 +66,7 @@ impl Scratch {
 
     /// Runs `strata ARGS` to its end.
     pub(crate) fn strata(&self, args: &[&str]) -> Out {
-        let output = self.command(args).output().expect("cannot start strata");
-        Out {
-            args: args.join(" "),
-            status: output.status,
-            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-        }
+        Out::of(args, &mut self.command(args))
     }
 
     /// Starts `strata ARGS` in the background.
@@ -103,6 +97,17 @@ pub(crate) struct Out {
 }
 
 impl Out {
+    /// Runs `command` (`strata ARGS`, perhaps with its environment changed) to its end.
+    pub(crate) fn of(args: &[&str], command: &mut Command) -> Out {
+        let output = command.output().expect("cannot start strata");
+        Out {
+            args: args.join(" "),
+            status: output.status,
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    }
+
     /// Asserts the exit code, showing everything the command printed if it is wrong.
     #[track_caller]
     pub(crate) fn code(&self, expected: i32) -> &Self {

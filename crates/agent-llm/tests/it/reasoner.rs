@@ -255,6 +255,71 @@ async fn decompose_without_available_executors_is_unplaceable_without_a_call() {
     assert_eq!(rig.provider.calls(), 0);
 }
 
+/// A reasoner on `rig` that knows `exec-w` holds `read_file` and `write_file`.
+fn exec_w_reasoner(rig: &Rig, settings: LlmSettings) -> LlmReasoner {
+    LlmReasoner::new(rig.provider.clone(), rig.ledger.clone(), rig.conversations.clone())
+        .with_tools(&ToolRegistry::with_builtins())
+        .with_agent_tools(BTreeMap::from([(
+            AgentId::new("exec-w"),
+            vec!["read_file".to_owned(), "write_file".to_owned()],
+        )]))
+        .with_settings(settings)
+}
+
+#[tokio::test(start_paused = true)]
+async fn small_model_settings_offer_only_the_planned_call_and_finish() {
+    let rig = rig(MockProvider::queue([tool_call(
+        "abc",
+        "write_file",
+        r#"{"path": "a.txt", "content": "hi"}"#,
+    )]));
+    let agent = Agent::new("exec-w", AgentLayer::Bottom);
+    let reasoner = exec_w_reasoner(
+        &rig,
+        LlmSettings {
+            offer_agent_tools: false,
+            planned_arguments_only: true,
+            ..LlmSettings::default()
+        },
+    );
+    reasoner.next_action(agent.persona(), &subtask(), &[]).await.unwrap();
+    let request = rig.provider.last();
+    let offered: Vec<&str> = request.tools.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(offered, ["write_file", FINISH_TOOL], "not the agent's other tools");
+    assert_eq!(
+        request.tools[0].parameters,
+        json!({
+            "type": "object",
+            "properties": {"path": {"enum": ["a.txt"]}, "content": {"enum": ["hi"]}},
+            "required": ["content", "path"],
+            "additionalProperties": false
+        }),
+        "only the plan's arguments"
+    );
+
+    // Other arguments are refused and repaired like any invalid call.
+    let rig = rig_with(
+        MockProvider::queue([
+            tool_call("c1", "write_file", r#"{"path": "b.txt", "content": "hi"}"#),
+            tool_call("c2", "write_file", r#"{"path": "a.txt", "content": "hi"}"#),
+        ]),
+        UsageLedger::new(PriceTable::new(), Budget::default()),
+    );
+    let reasoner =
+        LlmReasoner::new(rig.provider.clone(), rig.ledger.clone(), rig.conversations.clone())
+            .with_tools(&ToolRegistry::with_builtins())
+            .with_settings(LlmSettings { planned_arguments_only: true, ..LlmSettings::default() });
+    let action = reasoner.next_action(agent.persona(), &subtask(), &[]).await.unwrap();
+    assert_eq!(
+        action,
+        NextAction::Call(ToolCall {
+            tool: "write_file".into(),
+            args: json!({"path": "a.txt", "content": "hi"})
+        })
+    );
+    assert_eq!(rig.provider.calls(), 2);
+}
+
 #[tokio::test(start_paused = true)]
 async fn next_action_requires_a_tool_and_offers_the_steps_tool_the_agents_tools_and_finish() {
     let rig = rig(MockProvider::queue([tool_call(
@@ -263,13 +328,7 @@ async fn next_action_requires_a_tool_and_offers_the_steps_tool_the_agents_tools_
         r#"{"path": "a.txt", "content": "hi"}"#,
     )]));
     let agent = Agent::new("exec-w", AgentLayer::Bottom);
-    let reasoner =
-        LlmReasoner::new(rig.provider.clone(), rig.ledger.clone(), rig.conversations.clone())
-            .with_tools(&ToolRegistry::with_builtins())
-            .with_agent_tools(BTreeMap::from([(
-                AgentId::new("exec-w"),
-                vec!["read_file".to_owned(), "write_file".to_owned()],
-            )]));
+    let reasoner = exec_w_reasoner(&rig, LlmSettings::default());
     let action = reasoner.next_action(agent.persona(), &subtask(), &[]).await.unwrap();
     assert_eq!(
         action,
@@ -291,7 +350,10 @@ async fn next_action_requires_a_tool_and_offers_the_steps_tool_the_agents_tools_
     );
     assert_eq!(request.messages.len(), 1);
     let question = &request.messages[0].content;
-    assert!(question.contains("`write_file`") && question.contains("a.txt"), "{question}");
+    assert!(
+        question.contains(r#"The plan's call for it: {"arguments":{"content":"hi","path":"a.txt"},"tool":"write_file"}"#),
+        "{question}"
+    );
     assert!(
         rig.conversations.get(&AgentId::new("exec-w")).unwrap().turns.is_empty(),
         "a tool call is not a finished turn"
