@@ -20,9 +20,6 @@ use whiteboard::Whiteboard;
 
 use crate::files::{ReasonerKind, ReasonerSettings, TeamFile};
 
-/// The embedded model's name, the only one `kind = "local"` serves.
-pub(crate) const LOCAL_MODEL: &str = "gemma-3-270m-q4_k_m";
-
 /// Each agent's reasoner and, if any agent uses a model, the run's ledger.
 pub(crate) struct Reasoning {
     /// For agents without their own.
@@ -355,11 +352,13 @@ async fn local_provider(
 }
 
 fn check_local_model(model: Option<&str>) -> Result<(), SettingError> {
+    // The only model `kind = "local"` serves.
+    let local = agent_llm::GEMMA3_270M_Q4_K_M.model_name();
     match model {
         None => Ok(()),
-        Some(m) if m == LOCAL_MODEL => Ok(()),
+        Some(m) if m == local => Ok(()),
         Some(m) => Err(SettingError(format!(
-            "unknown local model `{m}`: the embedded provider runs `{LOCAL_MODEL}` only; remove `model` or set it to \"{LOCAL_MODEL}\""
+            "unknown local model `{m}`: the embedded provider runs `{local}` only; remove `model` or set it to \"{local}\""
         ))),
     }
 }

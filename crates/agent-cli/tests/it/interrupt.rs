@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use crate::support::{FAST, Running, Scratch, listed_run, snapshot, wait_for};
+use crate::support::{FAST, Out, Running, Scratch, listed_run, snapshot, wait_for};
 
 const GATED_PLAN: &str = r#"
 id = "gated"
@@ -163,4 +163,38 @@ fn ctrl_c_exits_130_and_the_run_resumes_to_success() {
     // Resuming again says it is finished.
     let again = s.strata(&["resume", "c", "--data", "D"]);
     again.code(0).stdout_has(&["already finished"]);
+}
+
+#[test]
+fn a_resume_whose_reasoner_settings_fail_their_check_leaves_the_run_as_it_was() {
+    let s = Scratch::new();
+    let (run, gate) = start_at_gate(&s, "k");
+    let sent = Command::new("kill").args(["-INT", &run.pid().to_string()]).status().unwrap();
+    assert!(sent.success(), "kill -INT failed");
+    gate.open();
+    run.finish().code(130);
+    assert_eq!(listed_run(&s, "D", "k")["status"], "interrupted");
+
+    // The run's team now reasons with a model whose key variable is not set where it resumes.
+    let stored = s.read("D/k/team.toml");
+    let model_team = stored.replacen(
+        "kind = \"rule-based\"",
+        "kind = \"openai\"\nmodel = \"m\"\napi_key_env = \"STRATA_TEST_UNSET_KEY\"",
+        1,
+    );
+    assert_ne!(model_team, stored);
+    s.write("D/k/team.toml", &model_team);
+    let before = snapshot(&s.path("W"));
+    let out = Out::of(
+        &["resume", "k", "--data", "D"],
+        s.command(&["resume", "k", "--data", "D"]).env_remove("STRATA_TEST_UNSET_KEY"),
+    );
+    out.bad_input(&["STRATA_TEST_UNSET_KEY", "not set"]);
+    assert_eq!(listed_run(&s, "D", "k")["status"], "interrupted", "not marked running");
+    assert_eq!(snapshot(&s.path("W")), before, "no step ran");
+
+    // With the settings as they were, it resumes to the end.
+    s.write("D/k/team.toml", &stored);
+    s.strata(&["resume", "k", "--data", "D", "--no-sync", "--quiet"]).code(0);
+    check_finished(&s, "k");
 }
