@@ -1,11 +1,14 @@
 //! `cargo xtask torture [--kills N] [--seed S]`: the crash torture harness.
 //!
 //! Runs `strata` on a plan in a child process, `SIGKILL`s it at random moments (start-up, the
-//! middle of heartbeats, shutdown), resumes, and repeats until at least N kills have happened and
+//! middle of heartbeats, shutdown) and, half of the time, in the middle of a shell command (each
+//! shell step marks its start, sleeps, then appends its line, and the harness kills while a
+//! command is between the two), resumes, and repeats until at least N kills have happened and
 //! the run has finished. Then it checks: the task succeeded; every file the plan writes is there
-//! once with the right content; every side effect (a line appended by a shell step) happened
-//! exactly once and in order; no message is left unacknowledged; `strata verify` passes (the
-//! audit chain links, every transition is allowed, every record decodes).
+//! once with the right content; every side effect (a start mark and a line appended by a shell
+//! step) happened exactly once and in order; no process of the run is left (nothing runs in its
+//! workspace); no message is left unacknowledged; `strata verify` passes (the audit chain links,
+//! every transition is allowed, every record decodes).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -21,6 +24,9 @@ pub(crate) const CI_KILLS: u32 = 50;
 pub(crate) const FULL_KILLS: u32 = 500;
 /// Steps of the plan; each appends one line and odd ones also write a file.
 const STEPS: usize = 8;
+/// How long each shell step sleeps between its start mark and its line: the window in which
+/// mid-command kills land.
+const COMMAND_SLEEP: &str = "0.15";
 
 /// A small deterministic random source (xorshift64*), seeded and printed for reproduction.
 struct Rng(u64);
@@ -46,7 +52,7 @@ fn plan() -> String {
         let after =
             if i == 0 { String::new() } else { format!("after = [\"append-{}\"]\n", i - 1) };
         plan.push_str(&format!(
-            "\n[[steps]]\nid = \"append-{i}\"\ndescription = \"append line {i}\"\ndomain = \"{domain}\"\ntool = \"shell\"\nargs = {{ command = \"echo line-{i} >> log.txt\" }}\n{after}"
+            "\n[[steps]]\nid = \"append-{i}\"\ndescription = \"append line {i}\"\ndomain = \"{domain}\"\ntool = \"shell\"\nargs = {{ command = \"echo start-{i} >> starts.txt; sleep {COMMAND_SLEEP}; echo line-{i} >> log.txt\" }}\n{after}"
         ));
         if i % 2 == 1 {
             plan.push_str(&format!(
@@ -109,14 +115,14 @@ fn torture(strata: &Path, scratch: &Path, kills: u32, seed: u64) -> anyhow::Resu
     std::fs::write(&plan_path, plan())?;
     let data = scratch.join("data");
     let started = Instant::now();
-    let (mut killed, mut launches, mut runs) = (0u32, 0u32, 0u32);
+    let (mut killed, mut launches, mut runs, mut mid_command) = (0u32, 0u32, 0u32, 0u32);
     // One run after another, each killed at random moments until it finishes, until enough
     // kills have happened; every run is checked.
     while killed < kills || runs == 0 {
         runs += 1;
         let run_id = format!("torture-{runs}");
         let workspace = scratch.join(format!("workspace-{runs}"));
-        let (k, l) = drive_one(
+        let (k, l, m) = drive_one(
             strata,
             &plan_path,
             &data,
@@ -127,18 +133,21 @@ fn torture(strata: &Path, scratch: &Path, kills: u32, seed: u64) -> anyhow::Resu
         )?;
         killed += k;
         launches += l;
+        mid_command += m;
         check(strata, &data, &workspace, &run_id)?;
     }
     println!(
-        "torture: ok — {runs} runs, {killed} kills, {launches} launches in {:.1}s; every run succeeded, \
-         each of its {STEPS} side effects ran exactly once and in order, its files are right, \
-         its audit chain verifies and no message is left",
+        "torture: ok — {runs} runs, {killed} kills ({mid_command} of them while a shell command ran), \
+         {launches} launches in {:.1}s; every run succeeded, each of its {STEPS} side effects ran \
+         exactly once and in order, no process of it was left, its files are right, its audit \
+         chain verifies and no message is left",
         started.elapsed().as_secs_f64()
     );
     Ok(())
 }
 
-/// Drives one run to the end, killing it up to `budget` times. Returns (kills, launches).
+/// Drives one run to the end, killing it up to `budget` times. Returns (kills, launches, kills
+/// that landed while a shell command ran).
 fn drive_one(
     strata: &Path,
     plan_path: &Path,
@@ -147,9 +156,9 @@ fn drive_one(
     run_id: &str,
     rng: &mut Rng,
     budget: u32,
-) -> anyhow::Result<(u32, u32)> {
+) -> anyhow::Result<(u32, u32, u32)> {
     let run_dir = data.join(run_id);
-    let (mut killed, mut launches) = (0u32, 0u32);
+    let (mut killed, mut launches, mut mid_command) = (0u32, 0u32, 0u32);
     loop {
         let fresh =
             !run_dir.join("strata-run.json").is_file() || !run_dir.join("run.json").is_file();
@@ -179,17 +188,38 @@ fn drive_one(
             .stderr(Stdio::piped());
         let mut child = command.spawn().context("cannot start strata")?;
         launches += 1;
-        // Kill moments spread over start-up, heartbeats and shutdown of a whole run (~1.5 s).
-        let deadline = (killed < budget).then(|| Duration::from_millis(rng.below(1_500) + 1));
+        // Half of the kills at a random moment of start-up, heartbeats and shutdown of a whole
+        // run (~2.5 s); the other half while a shell command runs, a random time after it
+        // marked its start.
+        let kill = (killed < budget).then(|| {
+            if rng.below(2) == 0 {
+                Kill::After(Duration::from_millis(rng.below(2_500) + 1))
+            } else {
+                Kill::MidCommand(Duration::from_millis(rng.below(150)))
+            }
+        });
         let launched = Instant::now();
+        let mut mid_command_since: Option<Instant> = None;
         let status = loop {
             if let Some(status) = child.try_wait()? {
                 break Some(status);
             }
-            if deadline.is_some_and(|d| launched.elapsed() >= d) {
+            let due = match kill {
+                Some(Kill::After(after)) => launched.elapsed() >= after,
+                Some(Kill::MidCommand(into)) => {
+                    if mid_command_since.is_none() && command_running(workspace) {
+                        mid_command_since = Some(Instant::now());
+                    }
+                    mid_command_since.is_some_and(|since| since.elapsed() >= into)
+                }
+                None => false,
+            };
+            if due {
+                let mid = command_running(workspace);
                 child.kill().context("cannot kill strata")?; // SIGKILL
                 child.wait()?;
                 killed += 1;
+                mid_command += u32::from(mid);
                 break None;
             }
             if launched.elapsed() > Duration::from_secs(120) {
@@ -205,7 +235,7 @@ fn drive_one(
                 let _ = pipe.read_to_string(&mut stderr);
             }
             return match status.code() {
-                Some(0) => Ok((killed, launches)),
+                Some(0) => Ok((killed, launches, mid_command)),
                 Some(code) => bail!(
                     "{run_id}: strata exited with {code} on launch {launches}: {}",
                     stderr.trim()
@@ -219,6 +249,42 @@ fn drive_one(
     }
 }
 
+/// When a launch is killed.
+#[derive(Clone, Copy)]
+enum Kill {
+    /// This long after the launch.
+    After(Duration),
+    /// This long after a shell command was seen between its start mark and its line.
+    MidCommand(Duration),
+}
+
+/// Whether a shell step is between its start mark and its line (more marks than lines).
+fn command_running(workspace: &Path) -> bool {
+    let lines = |name: &str| {
+        std::fs::read_to_string(workspace.join(name)).map_or(0, |text| text.lines().count())
+    };
+    lines("starts.txt") > lines("log.txt")
+}
+
+/// The processes that run in `workspace` (their working directory is in it), as `pid: command`.
+fn processes_in(workspace: &Path) -> anyhow::Result<Vec<String>> {
+    let workspace = std::fs::canonicalize(workspace)?;
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc")?.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        if let Ok(cwd) = std::fs::read_link(entry.path().join("cwd"))
+            && cwd.starts_with(&workspace)
+        {
+            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            found.push(format!("{name}: {}", String::from_utf8_lossy(&cmdline).replace('\0', " ")));
+        }
+    }
+    Ok(found)
+}
+
 fn check(strata: &Path, data: &Path, workspace: &Path, run_id: &str) -> anyhow::Result<()> {
     let log = std::fs::read_to_string(workspace.join("log.txt")).context("log.txt is missing")?;
     let expected: String = (0..STEPS).map(|i| format!("line-{i}\n")).collect();
@@ -226,6 +292,18 @@ fn check(strata: &Path, data: &Path, workspace: &Path, run_id: &str) -> anyhow::
         bail!(
             "side effects ran a wrong number of times or out of order:\nexpected:\n{expected}got:\n{log}"
         );
+    }
+    let starts =
+        std::fs::read_to_string(workspace.join("starts.txt")).context("starts.txt is missing")?;
+    let expected: String = (0..STEPS).map(|i| format!("start-{i}\n")).collect();
+    if starts != expected {
+        bail!(
+            "a shell command started a wrong number of times (a kill mid-command repeated it):\nexpected:\n{expected}got:\n{starts}"
+        );
+    }
+    let left = processes_in(workspace)?;
+    if !left.is_empty() {
+        bail!("processes of the run are still running after it ended:\n{}", left.join("\n"));
     }
     for i in (1..STEPS).step_by(2) {
         let path = workspace.join("out").join(format!("file-{i}.txt"));

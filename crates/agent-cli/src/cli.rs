@@ -70,6 +70,10 @@ pub(crate) struct InitArgs {
     /// Where to write `team.toml` and `plan.toml`.
     #[arg(default_value = ".")]
     pub(crate) dir: PathBuf,
+    /// Write a generated team of N agents (3 powers, a lead per thousand agents, the rest
+    /// executors) and a plan with work for a share of them, instead of the example.
+    #[arg(long, value_name = "N")]
+    pub(crate) scale: Option<usize>,
 }
 
 /// Output options shared by the commands that run a team.
@@ -97,8 +101,8 @@ pub(crate) struct RunArgs {
     /// The directory the tools work in.
     #[arg(long, default_value = DEFAULT_WORKSPACE)]
     pub(crate) workspace: PathBuf,
-    /// Heartbeat period, such as `4s` or `250ms` (overrides the team file).
-    #[arg(long, value_parser = parse_duration)]
+    /// Heartbeat period from 10ms to 1h, such as `4s` or `250ms` (overrides the team file).
+    #[arg(long, value_parser = parse_heartbeat)]
     pub(crate) heartbeat: Option<Duration>,
     /// The reasoner of every agent (overrides the team file): `rule-based`, `openai`,
     /// `anthropic` or `local` (the embedded model; see `strata model fetch`).
@@ -210,6 +214,12 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
         return Err("a duration must be greater than zero".into());
     }
     Ok(duration)
+}
+
+/// Parses `--heartbeat`: a duration from 10 ms to 1 h ([`crate::files::MIN_HEARTBEAT`],
+/// [`crate::files::MAX_HEARTBEAT`]); clap names the flag in the error.
+pub(crate) fn parse_heartbeat(text: &str) -> Result<Duration, String> {
+    parse_duration(text).and_then(crate::files::check_heartbeat)
 }
 
 /// A run id names a directory: 1 to 100 ASCII letters, digits, `-`, `_` or `.`, not starting with `.`.

@@ -9,13 +9,25 @@
 //! team used without `--team`), and [`example_team_toml`] / [`example_plan_toml`] (what
 //! `strata init` writes).
 //!
+//! # Limits
+//!
+//! Each is refused with the position where it is passed: a plan file over
+//! [`MAX_PLAN_FILE_BYTES`] (16 MiB), a team file over [`MAX_TEAM_FILE_BYTES`] (32 MiB), more
+//! than [`MAX_PLAN_STEPS`] (10 000) steps, a step whose `args` are over [`MAX_STEP_ARGS_BYTES`]
+//! (8 MiB as JSON), and a `heartbeat` outside [`MIN_HEARTBEAT`] to [`MAX_HEARTBEAT`] (10 ms to
+//! 1 h; the same range applies to `--heartbeat`). A file that is not UTF-8 ([`decode`]) points
+//! at its first invalid byte. Ids and names (the plan and step ids, agent ids, names, roles,
+//! models, domains, power types, tools, `after`, `prefer`) may not hold a control character
+//! (newline, tab, escape, other C0/C1 controls); the goal and step descriptions are free text,
+//! escaped where printed ([`escape_controls`]).
+//!
 //! # The team file
 //!
 //! Every field is shown below; those marked required must be given, the rest may be left out.
 //! A field not listed here is an error, and so is a `supervisor` on a top power.
 //!
 //! ```toml
-//! heartbeat = "4s"          # "250ms", "4s", "1m" or "1h"; default "4s"; must be above 0
+//! heartbeat = "4s"          # "250ms", "4s", "1m" or "1h"; default "4s"; 10ms to 1h
 //! max_agents = 50           # the pool's limit; default 50
 //!
 //! [reasoner]                # the default for every agent; may be left out
@@ -108,6 +120,7 @@
 //! after = ["write-hello"]          # steps listed earlier that must finish first
 //! ```
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -119,6 +132,7 @@ use agent_llm::{Budget, ConversationLimits, OnExceed, Price, PriceTable};
 use agent_pool::{AgentSpec, DEFAULT_HEARTBEAT, DEFAULT_MAX_AGENTS, RoleSpec, TeamSpec};
 use agent_state::{
     AgentConfig, AgentId, AgentLayer, Capability, PlanStep, StepTarget, Task, check_agent_id,
+    find_control, is_control,
 };
 use serde::Deserialize;
 use thiserror::Error;
@@ -129,6 +143,20 @@ mod tests;
 
 /// A lead's `max_subordinates` when the team file does not say.
 pub(crate) const DEFAULT_MAX_SUBORDINATES: usize = 4;
+
+/// The largest plan file read: 16 MiB.
+pub(crate) const MAX_PLAN_FILE_BYTES: usize = 16 * 1024 * 1024;
+/// The largest team file read: 32 MiB (`strata init --scale 100000` writes about 7 MiB).
+pub(crate) const MAX_TEAM_FILE_BYTES: usize = 32 * 1024 * 1024;
+/// The most steps one plan may have.
+pub(crate) const MAX_PLAN_STEPS: usize = 10_000;
+/// The largest `args` of one step, measured as JSON: 8 MiB. This is the content of one tool
+/// call, such as what a `write_file` step writes.
+pub(crate) const MAX_STEP_ARGS_BYTES: usize = 8 * 1024 * 1024;
+/// The shortest heartbeat, in the team file or `--heartbeat`: 10 ms.
+pub(crate) const MIN_HEARTBEAT: Duration = Duration::from_millis(10);
+/// The longest heartbeat, in the team file or `--heartbeat`: 1 hour.
+pub(crate) const MAX_HEARTBEAT: Duration = Duration::from_secs(3600);
 
 /// A team file, parsed and checked: the team and how each agent reasons.
 #[derive(Clone, Debug, PartialEq)]
@@ -184,7 +212,11 @@ pub(crate) enum ReasonerKind {
 
 /// A team or plan file that cannot be used: where, and what is expected there.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
-#[error("{}:{line}:{column}: {message}", file.display())]
+#[error(
+    "{}:{line}:{column}: {}",
+    escape_controls(&file.display().to_string()),
+    escape_controls(message)
+)]
 pub(crate) struct FileError {
     /// The file, as the caller named it.
     pub(crate) file: PathBuf,
@@ -244,14 +276,28 @@ pub(crate) fn parse_team(
     tools: &ToolRegistry,
 ) -> Result<TeamFile, FileError> {
     let src = Source { path, text };
+    src.check_size(MAX_TEAM_FILE_BYTES, "team file")?;
     let raw: RawTeam = toml::from_str(text).map_err(|e| src.toml_error(&e))?;
+    team_controls(&src, &raw)?;
     let heartbeat = match &raw.heartbeat {
-        Some(h) => parse_duration(h.get_ref()).map_err(|m| src.error(h.span(), m))?,
+        Some(h) => parse_duration(h.get_ref())
+            .and_then(check_heartbeat)
+            .map_err(|m| src.error(h.span(), format!("`heartbeat`: {m}")))?,
         None => DEFAULT_HEARTBEAT,
     };
     let max_agents = match &raw.max_agents {
         Some(m) if *m.get_ref() == 0 => {
             return Err(src.error(m.span(), "`max_agents` must be at least 1"));
+        }
+        Some(m) if *m.get_ref() > agent_pool::MAX_POOL_SIZE => {
+            return Err(src.error(
+                m.span(),
+                format!(
+                    "`max_agents` is {}, over the largest pool, {}; split the team",
+                    m.get_ref(),
+                    agent_pool::MAX_POOL_SIZE
+                ),
+            ));
         }
         Some(m) => *m.get_ref(),
         None => DEFAULT_MAX_AGENTS,
@@ -292,8 +338,11 @@ pub(crate) fn parse_team(
     let mut domains: BTreeMap<&str, &Entry<'_>> = BTreeMap::new();
     let mut agents = Vec::with_capacity(entries.len());
     let mut agent_reasoners = BTreeMap::new();
-    for (i, entry) in entries.iter().enumerate() {
-        let spec = agent_spec(&src, entry, &entries[..i], &team, tools, &mut domains)?;
+    // Executors placed under each lead so far (counted as the entries go, not searched for:
+    // a generated team has 100 000 agents).
+    let mut placed: BTreeMap<&str, usize> = BTreeMap::new();
+    for entry in &entries {
+        let spec = agent_spec(&src, entry, &mut placed, &team, tools, &mut domains)?;
         if let Some(r) = entry.reasoner {
             let settings = reasoner_settings(&src, r, &default_reasoner, tools)?;
             agent_reasoners.insert(spec.config.id.clone(), settings);
@@ -331,7 +380,20 @@ pub(crate) fn parse_plan(
     tools: &ToolRegistry,
 ) -> Result<Task, FileError> {
     let src = Source { path, text };
+    src.check_size(MAX_PLAN_FILE_BYTES, "plan file")?;
     let raw: RawPlan = toml::from_str(text).map_err(|e| src.toml_error(&e))?;
+    plan_controls(&src, &raw)?;
+    if let Some(extra) = raw.steps.get(MAX_PLAN_STEPS) {
+        return Err(src.error(
+            extra.get_ref().id.span(),
+            format!(
+                "too many steps: this is step {} of {}, and a plan has at most {MAX_PLAN_STEPS}; \
+                 split the work into several plans",
+                MAX_PLAN_STEPS + 1,
+                raw.steps.len()
+            ),
+        ));
+    }
     if raw.id.get_ref().trim().is_empty() {
         return Err(src.error(raw.id.span(), "the plan's `id` must not be empty"));
     }
@@ -372,6 +434,17 @@ pub(crate) fn parse_plan(
                 .map_err(|m| src.error(step.tool.span(), format!("in `args`: {m}")))?,
             None => serde_json::Value::Object(serde_json::Map::new()),
         };
+        let size = args.to_string().len();
+        if size > MAX_STEP_ARGS_BYTES {
+            return Err(src.error(
+                step.tool.span(),
+                format!(
+                    "the step's `args` are {size} bytes as JSON, over the limit of \
+                     {MAX_STEP_ARGS_BYTES} bytes (8 MiB) for one tool call; split the content \
+                     over several steps"
+                ),
+            ));
+        }
         let problems = agent_core::tools::validate(registered.schema(), &args);
         if !problems.is_empty() {
             return Err(src.error(
@@ -410,6 +483,7 @@ pub(crate) fn parse_plan(
             tool: tool.clone(),
             args,
             after,
+            idempotent: step.idempotent,
         });
     }
     let task = Task { id: raw.id.get_ref().clone(), goal: raw.goal.get_ref().clone(), steps };
@@ -464,6 +538,58 @@ pub(crate) fn default_team() -> TeamFile {
 /// A team file describing [`default_team`], with a comment on every field.
 pub(crate) fn example_team_toml() -> &'static str {
     EXAMPLE_TEAM
+}
+
+/// The smallest team `strata init --scale` writes: three powers, a lead and an executor.
+pub(crate) const MIN_SCALE: usize = 5;
+
+/// A generated team file of `agents` agents (checked by the caller to be from [`MIN_SCALE`]
+/// to the largest pool): three powers, one lead per thousand agents (1 to 1 000), the rest
+/// executors spread evenly over the leads, each lead with its own domain `dN`.
+pub(crate) fn scaled_team_toml(agents: usize) -> String {
+    let leads = (agents / 1000).clamp(1, 1000);
+    let executors = agents - 3 - leads;
+    let per_lead = executors.div_ceil(leads);
+    let mut text = format!(
+        "# A generated team of {agents} agents (`strata init --scale {agents}`): three powers,\n\
+         # {leads} lead(s), {executors} executors.\n\nheartbeat = \"4s\"\nmax_agents = {agents}\n\n"
+    );
+    for (i, weight) in [2.0, 1.0, 1.0].into_iter().enumerate() {
+        text.push_str(&format!(
+            "[[top]]\nid = \"top-{i}\"\npower_type = \"power_{i}\"\nvote_weight = {weight:.1}\nsignature_authority = [\"plan\"]\n\n"
+        ));
+    }
+    for l in 0..leads {
+        text.push_str(&format!(
+            "[[mid]]\nid = \"lead-{l}\"\ndomain = \"d{l}\"\nsupervisor = \"top-0\"\nmax_subordinates = {per_lead}\n\n"
+        ));
+    }
+    for e in 0..executors {
+        text.push_str(&format!(
+            "[[bottom]]\nid = \"e-{e}\"\nsupervisor = \"lead-{}\"\ntools = [\"write_file\", \"shell\"]\n\n",
+            e % leads
+        ));
+    }
+    text
+}
+
+/// A plan for [`scaled_team_toml`]'s team: work for a share of it, one step per hundred agents
+/// (at least one per lead, at most [`MAX_PLAN_STEPS`]), each writing a small file, spread over
+/// the leads' domains.
+pub(crate) fn scaled_plan_toml(agents: usize) -> String {
+    let leads = (agents / 1000).clamp(1, 1000);
+    let steps = (agents / 100).clamp(leads, MAX_PLAN_STEPS);
+    let mut text = format!(
+        "# Work for a share of the generated team of {agents} agents: {steps} steps.\n\n\
+         id = \"scale-{agents}\"\ngoal = \"write one file per step across the team\"\n\n"
+    );
+    for s in 0..steps {
+        text.push_str(&format!(
+            "[[steps]]\nid = \"s{s}\"\ndomain = \"d{}\"\ntool = \"write_file\"\nargs = {{ path = \"out/{s}.txt\", content = \"step {s}\\n\" }}\n\n",
+            s % leads
+        ));
+    }
+    text
 }
 
 /// A plan for [`example_team_toml`]'s team that uses all three layers and both domains, writes
@@ -632,7 +758,7 @@ struct RawReasoner {
     #[serde(default)]
     forbid_tools: Option<Vec<Spanned<String>>>,
     #[serde(default)]
-    prefer: Option<Vec<String>>,
+    prefer: Option<Vec<Spanned<String>>>,
     #[serde(default)]
     base_url: Option<Spanned<String>>,
     #[serde(default)]
@@ -691,11 +817,11 @@ struct RawTop {
     #[serde(default)]
     supervisor: Option<Spanned<String>>,
     #[serde(default)]
-    role: Option<String>,
+    role: Option<Spanned<String>>,
     #[serde(default)]
     capabilities: Option<Vec<Spanned<String>>>,
     #[serde(default)]
-    model: Option<String>,
+    model: Option<Spanned<String>>,
     #[serde(default)]
     temperature: Option<Spanned<f32>>,
     #[serde(default)]
@@ -717,11 +843,11 @@ struct RawMid {
     #[serde(default)]
     max_subordinates: Option<usize>,
     #[serde(default)]
-    role: Option<String>,
+    role: Option<Spanned<String>>,
     #[serde(default)]
     capabilities: Option<Vec<Spanned<String>>>,
     #[serde(default)]
-    model: Option<String>,
+    model: Option<Spanned<String>>,
     #[serde(default)]
     temperature: Option<Spanned<f32>>,
     #[serde(default)]
@@ -741,11 +867,11 @@ struct RawBottom {
     supervisor: Spanned<String>,
     tools: Spanned<Vec<Spanned<String>>>,
     #[serde(default)]
-    role: Option<String>,
+    role: Option<Spanned<String>>,
     #[serde(default)]
     capabilities: Option<Vec<Spanned<String>>>,
     #[serde(default)]
-    model: Option<String>,
+    model: Option<Spanned<String>>,
     #[serde(default)]
     temperature: Option<Spanned<f32>>,
     #[serde(default)]
@@ -780,6 +906,9 @@ struct RawStep {
     args: Option<toml::Table>,
     #[serde(default)]
     after: Vec<Spanned<String>>,
+    /// Running the step twice is safe: a call interrupted by a crash may run again.
+    #[serde(default)]
+    idempotent: bool,
 }
 
 /// One agent of a team file, whatever its layer.
@@ -788,9 +917,9 @@ struct Entry<'a> {
     id: &'a Spanned<String>,
     name: Option<&'a Spanned<String>>,
     supervisor: Option<&'a Spanned<String>>,
-    role: Option<&'a String>,
+    role: Option<&'a Spanned<String>>,
     capabilities: Option<&'a Vec<Spanned<String>>>,
-    model: Option<&'a String>,
+    model: Option<&'a Spanned<String>>,
     temperature: Option<&'a Spanned<f32>>,
     max_retries: Option<u32>,
     timeout_ms: Option<&'a Spanned<u64>>,
@@ -906,6 +1035,37 @@ impl Source<'_> {
         FileError { file: self.path.to_path_buf(), line, column, message: message.into() }
     }
 
+    /// Refuses a text over `limit` bytes, pointing at where the limit is passed.
+    fn check_size(&self, limit: usize, what: &str) -> Result<(), FileError> {
+        if self.text.len() <= limit {
+            return Ok(());
+        }
+        Err(self.error(
+            limit..limit,
+            format!(
+                "the {what} is {} bytes, over the limit of {limit} bytes; the limit is passed \
+                 here: make the file smaller",
+                self.text.len()
+            ),
+        ))
+    }
+
+    /// Refuses a control character in an id or a name, pointing at the value.
+    fn no_control(&self, value: &Spanned<String>, what: &str) -> Result<(), FileError> {
+        match find_control(value.get_ref()) {
+            None => Ok(()),
+            Some((index, c)) => Err(self.error(
+                value.span(),
+                format!(
+                    "{what}: character {} is the control character {}; ids and names are one \
+                     line of printable text (no newline, tab or escape)",
+                    index + 1,
+                    c.escape_unicode()
+                ),
+            )),
+        }
+    }
+
     fn toml_error(&self, error: &toml::de::Error) -> FileError {
         let message = error.message().trim().replace('\n', "; ");
         self.error(error.span().unwrap_or(0..0), message)
@@ -929,7 +1089,7 @@ impl Source<'_> {
 fn agent_spec<'e, 'a>(
     src: &Source<'_>,
     entry: &'e Entry<'a>,
-    before: &[Entry<'a>],
+    placed: &mut BTreeMap<&'a str, usize>,
     team: &TeamIndex<'_, 'a>,
     tools: &ToolRegistry,
     domains: &mut BTreeMap<&'a str, &'e Entry<'a>>,
@@ -950,12 +1110,12 @@ fn agent_spec<'e, 'a>(
         config.supervisor = Some(AgentId::from(supervisor.get_ref().as_str()));
     }
     if let Some(role) = entry.role {
-        config.role = role.clone();
+        config.role = role.get_ref().clone();
     }
     if let Some(capabilities) = entry.capabilities {
         config.capabilities = parse_capabilities(src, entry.layer, capabilities)?;
     }
-    config.model = entry.model.cloned();
+    config.model = entry.model.map(|m| m.get_ref().clone());
     if let Some(t) = entry.temperature {
         if !(0.0..=2.0).contains(t.get_ref()) {
             return Err(src.error(
@@ -1000,11 +1160,9 @@ fn agent_spec<'e, 'a>(
                 EntryKind::Mid(m) => Some(m.max_subordinates.unwrap_or(DEFAULT_MAX_SUBORDINATES)),
                 _ => None,
             });
-            let siblings = before.iter().filter(|e| {
-                e.layer == AgentLayer::Bottom && e.supervisor.map(|s| s.get_ref()) == Some(lead)
-            });
+            let siblings = placed.entry(lead.as_str()).or_insert(0);
             if let Some(max) = max
-                && siblings.count() >= max
+                && *siblings >= max
             {
                 return Err(src.error(
                     raw.supervisor.span(),
@@ -1014,6 +1172,7 @@ fn agent_spec<'e, 'a>(
                     ),
                 ));
             }
+            *siblings += 1;
             RoleSpec::Bottom(BottomSpec { tools: executor_tools(src, &raw.tools, tools)? })
         }
     };
@@ -1024,6 +1183,8 @@ fn agent_spec<'e, 'a>(
             "supervisor" => entry.supervisor.map(Spanned::span),
             "temperature" => entry.temperature.map(Spanned::span),
             "timeout_ms" => entry.timeout_ms.map(Spanned::span),
+            "role" => entry.role.map(Spanned::span),
+            "model" => entry.model.map(Spanned::span),
             _ => None,
         };
         src.error(span.unwrap_or(entry.id.span()), e.kind.to_string())
@@ -1208,7 +1369,10 @@ fn reasoner_settings(
         }
         None => base.forbid_tools.clone(),
     };
-    let prefer = raw.prefer.clone().unwrap_or_else(|| base.prefer.clone());
+    let prefer = match &raw.prefer {
+        Some(list) => list.iter().map(|p| p.get_ref().clone()).collect(),
+        None => base.prefer.clone(),
+    };
     let base_url = match &raw.base_url {
         Some(u) => {
             let url = u.get_ref().trim();
@@ -1362,6 +1526,160 @@ fn conversation_limits(
         }
     }
     Ok(limits)
+}
+
+/// Checks a heartbeat against [`MIN_HEARTBEAT`] and [`MAX_HEARTBEAT`].
+pub(crate) fn check_heartbeat(heartbeat: Duration) -> Result<Duration, String> {
+    if (MIN_HEARTBEAT..=MAX_HEARTBEAT).contains(&heartbeat) {
+        Ok(heartbeat)
+    } else {
+        Err(format!(
+            "a heartbeat of {} ms is out of range; use 10ms to 1h (such as \"250ms\" or \"4s\")",
+            heartbeat.as_millis()
+        ))
+    }
+}
+
+/// The text of a team or plan file read as `bytes` (the caller reads at most `limit + 1`):
+/// refused when not UTF-8, pointing at the first invalid byte, or over `limit` bytes,
+/// pointing at where the limit is passed. `path` is used only in messages.
+pub(crate) fn decode(path: &Path, bytes: Vec<u8>, limit: usize) -> Result<String, FileError> {
+    let head = &bytes[..bytes.len().min(limit)];
+    if let Err(e) = std::str::from_utf8(head) {
+        // A character cut by the limit is not an encoding error; the size error follows.
+        if e.error_len().is_some() || bytes.len() <= limit {
+            let at = e.valid_up_to();
+            let text = String::from_utf8_lossy(&head[..at]);
+            let byte = head.get(at).copied().unwrap_or_default();
+            return Err(Source { path, text: &text }.error(
+                at..at,
+                format!(
+                    "the file is not UTF-8 text: byte 0x{byte:02X} at byte offset {at} cannot \
+                     start or continue a character; save the file as UTF-8"
+                ),
+            ));
+        }
+    }
+    if bytes.len() > limit {
+        let text = String::from_utf8_lossy(head);
+        return Err(Source { path, text: &text }.error(
+            limit..limit,
+            format!(
+                "the file is over the limit of {limit} bytes; the limit is passed here: make the \
+                 file smaller"
+            ),
+        ));
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        // Unreachable after the checks above; reported like them all the same.
+        let at = e.utf8_error().valid_up_to();
+        FileError {
+            file: path.to_path_buf(),
+            line: 1,
+            column: 1,
+            message: format!("the file is not UTF-8 text (byte offset {at}); save it as UTF-8"),
+        }
+    })
+}
+
+/// `text` with control characters escaped so it prints as one line: `\n`, `\r`, `\t`, and
+/// `\u{..}` for the others (see [`agent_state::find_control`]).
+pub(crate) fn escape_controls(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(is_control) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if is_control(c) => out.extend(c.escape_unicode()),
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// Refuses control characters in the team file's ids and names, before anything echoes them.
+fn team_controls(src: &Source<'_>, raw: &RawTeam) -> Result<(), FileError> {
+    let reasoners = raw
+        .reasoner
+        .iter()
+        .chain(raw.top.iter().filter_map(|t| t.reasoner.as_ref()))
+        .chain(raw.mid.iter().filter_map(|m| m.reasoner.as_ref()))
+        .chain(raw.bottom.iter().filter_map(|b| b.reasoner.as_ref()));
+    for r in reasoners {
+        let fields = [(&r.kind, "`kind`"), (&r.model, "`model`"), (&r.base_url, "`base_url`")];
+        for (value, what) in fields {
+            if let Some(v) = value {
+                src.no_control(v, what)?;
+            }
+        }
+        for v in r.forbid_tools.iter().flatten() {
+            src.no_control(v, "a tool in `forbid_tools`")?;
+        }
+        for v in r.prefer.iter().flatten() {
+            src.no_control(v, "an option in `prefer`")?;
+        }
+    }
+    let entries = raw
+        .top
+        .iter()
+        .map(Entry::top)
+        .chain(raw.mid.iter().map(Entry::mid))
+        .chain(raw.bottom.iter().map(Entry::bottom));
+    for entry in entries {
+        src.no_control(entry.id, "an agent's `id`")?;
+        for (value, what) in [
+            (entry.name, "`name`"),
+            (entry.supervisor, "`supervisor`"),
+            (entry.role, "`role`"),
+            (entry.model, "`model`"),
+        ] {
+            if let Some(v) = value {
+                src.no_control(v, what)?;
+            }
+        }
+        for v in entry.capabilities.into_iter().flatten() {
+            src.no_control(v, "a capability")?;
+        }
+        match entry.kind {
+            EntryKind::Top(t) => {
+                src.no_control(&t.power_type, "`power_type`")?;
+                for v in t.signature_authority.iter().flatten() {
+                    src.no_control(v, "a signature authority")?;
+                }
+            }
+            EntryKind::Mid(m) => src.no_control(&m.domain, "`domain`")?,
+            EntryKind::Bottom(b) => {
+                for v in b.tools.get_ref() {
+                    src.no_control(v, "a tool")?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Refuses control characters in the plan file's ids and names, before anything echoes them.
+/// The goal and step descriptions are free text; they are escaped where they are printed.
+fn plan_controls(src: &Source<'_>, raw: &RawPlan) -> Result<(), FileError> {
+    src.no_control(&raw.id, "the plan's `id`")?;
+    for step in &raw.steps {
+        let step = step.get_ref();
+        src.no_control(&step.id, "a step's `id`")?;
+        src.no_control(&step.tool, "`tool`")?;
+        for (value, what) in [(&step.domain, "`domain`"), (&step.agent, "`agent`")] {
+            if let Some(v) = value {
+                src.no_control(v, what)?;
+            }
+        }
+        for v in &step.after {
+            src.no_control(v, "a step in `after`")?;
+        }
+    }
+    Ok(())
 }
 
 /// Parses `250ms`, `4s`, `1m` or `1h`, above zero.

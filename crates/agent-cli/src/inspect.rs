@@ -1,15 +1,21 @@
 //! `strata inspect` and `strata verify`: read a stored run without running it.
+//!
+//! Both read a private copy of the run's database ([`RunStore::open_read_only`]): nothing in the
+//! run directory is opened for writing, locked, recovered or unsealed, so they work on a
+//! read-only directory and on a run that a live process is writing (they then show the run as
+//! it was while it was copied).
 
 use std::path::Path;
 
 use agent_core::{
-    AuditLog, SledAuditLog, SledStateStore, StateStore, check_transition_chain, verify_chain,
+    AnchorBreak, AuditAnchor, AuditLog, AuditRecord, SledAuditLog, SledStateStore, StateStore,
+    check_anchors, check_transition_chain, verify_chain,
 };
 use agent_state::{Actor, Address, AgentStatus};
 use anyhow::Context;
 use governance::{Governance, SledGovernance};
 use message_bus::{MessageBus, SledBus};
-use run_store::{Durability, RunStore};
+use run_store::RunStore;
 use whiteboard::{SledWhiteboard, Whiteboard};
 
 use crate::cli::{InspectArgs, VerifyArgs, View};
@@ -17,9 +23,39 @@ use crate::run::{RunInfo, TEAM_FILE, resolve_run};
 use crate::view::event_line;
 use crate::{Failure, bad_input, files};
 
+/// Opens a private copy of the run: nothing in `dir` changes (see the module docs).
 fn open(dir: &Path) -> Result<RunStore, Failure> {
-    // Reading changes nothing, so no sync is needed.
-    RunStore::open(dir, Durability::NoSync).map_err(bad_input)
+    RunStore::open_read_only(dir).map_err(bad_input)
+}
+
+/// The audit log's anchors (the seal's and each agent's) compared with `records`, and what
+/// protects the log, in words.
+async fn anchors(
+    store: &RunStore,
+    records: &[AuditRecord],
+) -> anyhow::Result<(Vec<AnchorBreak>, String)> {
+    let sealed = SledAuditLog::sealed_anchor(store)?;
+    let agents: Vec<(agent_state::AgentId, AuditAnchor)> = SledStateStore::open(store)?
+        .agents()
+        .await?
+        .into_iter()
+        .filter_map(|a| a.audit_head.map(|head| (a.id, head)))
+        .collect();
+    let breaks = check_anchors(records, sealed, &agents);
+    let protection = match (sealed, agents.len()) {
+        (Some(seal), n) => format!(
+            "hash chain anchored in seal + agent records (the seal anchors the final {seal}; {n} agent records anchor their last records)"
+        ),
+        (None, 0) if store.was_sealed() => "hash chain only: the seal has no audit anchor and no agent record has one (written by an older strata); records cut from the end cannot be detected".to_owned(),
+        (None, 0) => "hash chain only: the run is not sealed and no agent record anchors the log; records cut from the end cannot be detected".to_owned(),
+        (None, n) if store.was_sealed() => format!(
+            "hash chain anchored in agent records ({n}; the seal, written by an older strata, has no audit anchor)"
+        ),
+        (None, n) => format!(
+            "hash chain anchored in agent records ({n}, lower bounds; the run is not sealed: running, or it did not close cleanly)"
+        ),
+    };
+    Ok((breaks, protection))
 }
 
 /// `strata inspect RUN [VIEW]`.
@@ -271,6 +307,11 @@ async fn tree(dir: &Path, store: &RunStore, info: &RunInfo, json: bool) -> Resul
         .with_context(|| format!("cannot read {}", team_path.display()))?;
     let team = files::parse_team(&team_path, &text, &tools).map_err(bad_input)?;
     let records = SledAuditLog::open(store)?.records(None).await?;
+    let (breaks, _) = anchors(store, &records).await?;
+    let mut damage: Vec<String> = breaks.iter().map(ToString::to_string).collect();
+    if let Err(e) = verify_chain(&records) {
+        damage.push(e.to_string());
+    }
     let statuses: std::collections::BTreeMap<_, _> =
         check_transition_chain(&records).unwrap_or_default().into_iter().collect();
     let status = |id: &agent_state::AgentId| {
@@ -285,7 +326,7 @@ async fn tree(dir: &Path, store: &RunStore, info: &RunInfo, json: bool) -> Resul
             .collect();
         println!(
             "{}",
-            serde_json::json!({"run_id": info.run_id, "status": info.status, "task": info.task_id, "agents": agents})
+            serde_json::json!({"run_id": info.run_id, "status": info.status, "task": info.task_id, "agents": agents, "audit_damage": damage})
         );
         return Ok(());
     }
@@ -301,6 +342,15 @@ async fn tree(dir: &Path, store: &RunStore, info: &RunInfo, json: bool) -> Resul
             println!("    {:<12} {}", bottom.config.id.as_str(), status(&bottom.config.id));
         }
     }
+    for line in &damage {
+        println!("warning: {line}");
+    }
+    if !damage.is_empty() {
+        println!(
+            "warning: the statuses above come from a damaged audit log; `strata verify {}` says more",
+            info.run_id
+        );
+    }
     Ok(())
 }
 
@@ -309,10 +359,23 @@ pub(crate) async fn verify(args: &VerifyArgs) -> Result<u8, Failure> {
     let dir = resolve_run(&args.data, &args.run)?;
     let store = open(&dir)?;
     let mut checks: Vec<(&str, Result<String, String>)> = Vec::new();
+    checks.push((
+        "store",
+        Ok(if store.was_sealed() {
+            "closed cleanly; the database matches its seal".to_owned()
+        } else if RunStore::is_in_use(&dir).unwrap_or(false) {
+            "not sealed: a live process is writing the run; checked a copy taken while it runs"
+                .to_owned()
+        } else {
+            "not sealed: the run did not close cleanly (killed or crashed); `strata resume` recovers it"
+                .to_owned()
+        }),
+    ));
     let audit = match SledAuditLog::open(&store) {
         Ok(log) => log.records(None).await.map_err(|e| e.to_string()),
         Err(e) => Err(e.to_string()),
     };
+    let mut protection = None;
     match &audit {
         Ok(records) => {
             checks.push((
@@ -320,6 +383,21 @@ pub(crate) async fn verify(args: &VerifyArgs) -> Result<u8, Failure> {
                 verify_chain(records)
                     .map(|n| format!("{n} records, every hash links"))
                     .map_err(|e| e.to_string()),
+            ));
+            checks.push((
+                "audit anchors",
+                match anchors(&store, records).await {
+                    Ok((breaks, words)) if breaks.is_empty() => {
+                        let ok = format!("the log holds every anchored record; {words}");
+                        protection = Some(words);
+                        Ok(ok)
+                    }
+                    Ok((breaks, words)) => {
+                        protection = Some(words);
+                        Err(breaks.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))
+                    }
+                    Err(e) => Err(format!("the anchors cannot be read: {e:#}")),
+                },
             ));
             checks.push((
                 "transitions",
@@ -386,7 +464,10 @@ pub(crate) async fn verify(args: &VerifyArgs) -> Result<u8, Failure> {
                 Err(error) => serde_json::json!({"check": name, "ok": false, "error": error}),
             })
             .collect();
-        println!("{}", serde_json::json!({"run": dir, "ok": !broken, "checks": json}));
+        println!(
+            "{}",
+            serde_json::json!({"run": dir, "ok": !broken, "protection": protection, "checks": json})
+        );
     } else {
         for (name, r) in &checks {
             match r {

@@ -117,9 +117,16 @@ pub(crate) fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-fn read_input(path: &Path, what: &str) -> Result<String, Failure> {
-    std::fs::read_to_string(path)
-        .map_err(|e| bad_input(anyhow::anyhow!("cannot read the {what} {}: {e}", path.display())))
+/// Reads a team or plan file: at most `limit` bytes of UTF-8 text, or a `file:line:column`
+/// error at the first invalid byte or where the limit is passed.
+fn read_input(path: &Path, what: &str, limit: usize) -> Result<String, Failure> {
+    use std::io::Read as _;
+    let cannot = |e| bad_input(anyhow::anyhow!("cannot read the {what} {}: {e}", path.display()));
+    let file = std::fs::File::open(path).map_err(cannot)?;
+    let mut bytes = Vec::new();
+    let most = u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(1);
+    file.take(most).read_to_end(&mut bytes).map_err(cannot)?;
+    files::decode(path, bytes, limit).map_err(bad_input)
 }
 
 /// `strata run`.
@@ -128,7 +135,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
     let tools = ToolRegistry::with_builtins();
     let (team_text, mut team) = match &args.team {
         Some(path) => {
-            let text = read_input(path, "team file")?;
+            let text = read_input(path, "team file", files::MAX_TEAM_FILE_BYTES)?;
             let team = files::parse_team(path, &text, &tools).map_err(bad_input)?;
             (text, team)
         }
@@ -138,7 +145,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
         team.spec.heartbeat = heartbeat;
     }
     check_reasoners(&team, args.reasoner.as_deref()).await?;
-    let plan_text = read_input(&args.plan, "plan file")?;
+    let plan_text = read_input(&args.plan, "plan file", files::MAX_PLAN_FILE_BYTES)?;
     let task = files::parse_plan(&args.plan, &plan_text, &team.spec, &tools).map_err(bad_input)?;
     if args.data.exists() && !args.data.is_dir() {
         return Err(bad_input(anyhow::anyhow!(
@@ -188,11 +195,29 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
     view::started(&args.output, &info, &dir);
     warn_if_unsynced(args.no_sync);
     let (services, ledger) = services(&store, &info, &team, tools).await?;
+    let task = store_large_contents(task, &services).await?;
     let team_handle =
         Team::start(team.spec.clone(), services.clone()).await.context("cannot start the team")?;
     team_handle.submit(task.clone()).await.context("cannot submit the task")?;
-    let run = Running { team: team_handle, services, ledger, tops: top_ids(&team) };
+    let run = Running { team: team_handle, services, store, ledger, tops: top_ids(&team) };
     drive(run, task, info, dir, &args.output).await
+}
+
+/// The task with every large string of its steps' arguments stored once in the run and
+/// replaced by a reference (see `agent_core::blob`): messages, decisions, agents' saved state
+/// and the audit log then carry a few bytes instead of the content. Storing is idempotent, so
+/// a resumed run gets the same references.
+async fn store_large_contents(mut task: Task, services: &TeamServices) -> Result<Task, Failure> {
+    for step in &mut task.steps {
+        agent_core::blob::externalize(
+            &mut step.args,
+            services.state.as_ref(),
+            agent_core::blob::BLOB_THRESHOLD,
+        )
+        .await
+        .context("cannot store the plan's large contents")?;
+    }
+    Ok(task)
 }
 
 /// `strata resume`.
@@ -207,11 +232,14 @@ pub(crate) async fn resume(args: ResumeArgs) -> Result<u8, Failure> {
     }
     let tools = ToolRegistry::with_builtins();
     let team_path = dir.join(TEAM_FILE);
-    let team_text = read_input(&team_path, "team file")?;
+    let team_text = read_input(&team_path, "team file", files::MAX_TEAM_FILE_BYTES)?;
     let mut team = files::parse_team(&team_path, &team_text, &tools).map_err(bad_input)?;
-    team.spec.heartbeat = Duration::from_millis(info.heartbeat_ms.max(1));
+    team.spec.heartbeat = files::check_heartbeat(Duration::from_millis(info.heartbeat_ms))
+        .map_err(|m| {
+            bad_input(anyhow::anyhow!("{}: `heartbeat_ms`: {m}", dir.join(RUN_FILE).display()))
+        })?;
     let plan_path = dir.join(PLAN_FILE);
-    let plan_text = read_input(&plan_path, "plan file")?;
+    let plan_text = read_input(&plan_path, "plan file", files::MAX_PLAN_FILE_BYTES)?;
     let task = files::parse_plan(&plan_path, &plan_text, &team.spec, &tools).map_err(bad_input)?;
     // Keys, URLs, models and the model file are checked again: the environment may have
     // changed since the run started. Nothing is marked running before they pass.
@@ -222,6 +250,7 @@ pub(crate) async fn resume(args: ResumeArgs) -> Result<u8, Failure> {
     view::resumed(&args.output, &info, &dir);
     warn_if_unsynced(args.no_sync);
     let (services, ledger) = services(&store, &info, &team, tools).await?;
+    let task = store_large_contents(task, &services).await?;
     let team_handle = Team::resume(team.spec.clone(), services.clone())
         .await
         .context("cannot resume the team")?;
@@ -237,7 +266,7 @@ pub(crate) async fn resume(args: ResumeArgs) -> Result<u8, Failure> {
             }
         }
     }
-    let run = Running { team: team_handle, services, ledger, tops: top_ids(&team) };
+    let run = Running { team: team_handle, services, store, ledger, tops: top_ids(&team) };
     drive(run, task, info, dir, &args.output).await
 }
 
@@ -328,6 +357,8 @@ async fn services(
 struct Running {
     team: Team,
     services: TeamServices,
+    /// The run's store: a failed sync ends the run.
+    store: RunStore,
     /// The usage ledger, when some agent reasons with a model.
     ledger: Option<Arc<UsageLedger>>,
     /// The top powers, in file order: the first proposes budget extensions.
@@ -351,6 +382,19 @@ enum End {
     Budget(agent_llm::BudgetExceeded),
     /// A top power or a mid lead failed: which, and why.
     LeaderFailed(AgentId, String),
+    /// The run's storage failed: why.
+    Storage(String),
+}
+
+/// Waits until `store` stops accepting writes (a failed sync), looking every `every`, and
+/// returns why: the run must end then rather than retry into a dead store.
+async fn storage_failed(store: RunStore, every: Duration) -> String {
+    loop {
+        if let Some(failure) = store.failure() {
+            return failure;
+        }
+        tokio::time::sleep(every).await;
+    }
 }
 
 /// Waits until a top power or a mid lead of `team` is failed, looking every `every`, and
@@ -413,7 +457,7 @@ async fn drive(
     dir: PathBuf,
     output: &OutputArgs,
 ) -> Result<u8, Failure> {
-    let Running { team, services, ledger, tops } = run;
+    let Running { team, services, store, ledger, tops } = run;
     let team = Arc::new(team);
     let watcher =
         view::watch(team.clone(), services.clone(), task.clone(), info.clone(), output.clone());
@@ -441,6 +485,7 @@ async fn drive(
         (agent, reason) = leader_failed(team.clone(), Duration::from_millis(100)) => {
             End::LeaderFailed(agent, reason)
         }
+        error = storage_failed(store.clone(), Duration::from_millis(100)) => End::Storage(error),
     };
     if let Some(desk) = desk {
         desk.abort();
@@ -485,6 +530,28 @@ async fn drive(
             info.failure = Some(stop.to_string());
             info.write(&dir)?;
             view::summary(output, &team, &services, &task, &outcome, &info, &dir).await?;
+            return Ok(TASK_FAILED);
+        }
+        End::Storage(error) => {
+            // Nothing more can be stored: stop the heartbeats (their writes fail at once), say
+            // why, and leave the run resumable. run.json may not be writable either.
+            team.stop().await;
+            watcher.stop().await;
+            let failure = TaskFailure::Storage { error };
+            let cause = failure.to_string();
+            info.finished_at = Some(now_ms());
+            info.status = RunStatus::Interrupted;
+            info.failure = Some(cause.clone());
+            if let Err(e) = info.write(&dir) {
+                eprintln!("warning: could not record the stop in run.json either: {e}");
+            }
+            eprintln!("error: {cause}");
+            println!(
+                "run {}: data in {}; resume it with: strata resume {}",
+                info.run_id,
+                dir.display(),
+                info.run_id
+            );
             return Ok(TASK_FAILED);
         }
         End::LeaderFailed(agent, reason) => {

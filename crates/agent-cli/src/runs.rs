@@ -11,6 +11,17 @@ use crate::{Failure, bad_input, files};
 
 /// `strata init [DIR]`: writes an example team file and plan, never overwriting a file.
 pub(crate) fn init(args: &InitArgs) -> Result<(), Failure> {
+    let texts = match args.scale {
+        None => (files::example_team_toml().to_owned(), files::example_plan_toml().to_owned()),
+        Some(agents) if !(files::MIN_SCALE..=agent_pool::MAX_POOL_SIZE).contains(&agents) => {
+            return Err(bad_input(anyhow::anyhow!(
+                "--scale {agents}: a generated team has from {} agents (three powers, a lead and an executor) to {}, the largest pool",
+                files::MIN_SCALE,
+                agent_pool::MAX_POOL_SIZE
+            )));
+        }
+        Some(agents) => (files::scaled_team_toml(agents), files::scaled_plan_toml(agents)),
+    };
     let team = args.dir.join("team.toml");
     let plan = args.dir.join("plan.toml");
     for path in [&team, &plan] {
@@ -23,10 +34,8 @@ pub(crate) fn init(args: &InitArgs) -> Result<(), Failure> {
     }
     std::fs::create_dir_all(&args.dir)
         .with_context(|| format!("cannot create {}", args.dir.display()))?;
-    std::fs::write(&team, files::example_team_toml())
-        .with_context(|| format!("cannot write {}", team.display()))?;
-    std::fs::write(&plan, files::example_plan_toml())
-        .with_context(|| format!("cannot write {}", plan.display()))?;
+    std::fs::write(&team, &texts.0).with_context(|| format!("cannot write {}", team.display()))?;
+    std::fs::write(&plan, &texts.1).with_context(|| format!("cannot write {}", plan.display()))?;
     println!("wrote {} and {}", team.display(), plan.display());
     println!("run it with: strata run {} --team {}", plan.display(), team.display());
     Ok(())

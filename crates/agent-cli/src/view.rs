@@ -1,5 +1,9 @@
 //! What a run shows while it goes and when it ends: a live view on a terminal, plain (or JSON)
 //! event lines otherwise, and the final summary.
+//!
+//! Text that can come from outside (file paths a tool wrote, tool output, goals, reasons) is
+//! printed with its control characters escaped ([`esc`]: a newline shows as `\n`), so one
+//! event is always one line and nothing printed can drive the terminal.
 
 use std::collections::BTreeSet;
 use std::io::{IsTerminal, Write};
@@ -14,10 +18,14 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::cli::OutputArgs;
+use crate::files::escape_controls as esc;
 use crate::run::{RunInfo, now_ms};
 
 /// How often the view refreshes.
 const REFRESH: Duration = Duration::from_millis(250);
+
+#[cfg(test)]
+mod tests;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Mode {
@@ -47,9 +55,14 @@ pub(crate) fn started(output: &OutputArgs, info: &RunInfo, dir: &Path) {
             "data": dir, "workspace": info.workspace}),
         );
     } else {
-        println!("run {} started: task `{}` ({})", info.run_id, info.task_id, info.goal);
-        println!("  data:      {}", dir.display());
-        println!("  workspace: {}", info.workspace.display());
+        println!(
+            "run {} started: task `{}` ({})",
+            info.run_id,
+            esc(&info.task_id),
+            esc(&info.goal)
+        );
+        println!("  data:      {}", esc(&dir.display().to_string()));
+        println!("  workspace: {}", esc(&info.workspace.display().to_string()));
     }
 }
 
@@ -60,9 +73,14 @@ pub(crate) fn resumed(output: &OutputArgs, info: &RunInfo, dir: &Path) {
             "data": dir, "workspace": info.workspace}),
         );
     } else {
-        println!("run {} resumed: task `{}` ({})", info.run_id, info.task_id, info.goal);
-        println!("  data:      {}", dir.display());
-        println!("  workspace: {}", info.workspace.display());
+        println!(
+            "run {} resumed: task `{}` ({})",
+            info.run_id,
+            esc(&info.task_id),
+            esc(&info.goal)
+        );
+        println!("  data:      {}", esc(&dir.display().to_string()));
+        println!("  workspace: {}", esc(&info.workspace.display().to_string()));
     }
 }
 
@@ -124,14 +142,17 @@ pub(crate) fn watch(
     let (stop, mut stopped) = watch::channel(false);
     let mode = mode(&output);
     let handle = tokio::spawn(async move {
-        let mut seen = 0usize;
+        // Every record read so far; each refresh reads only the new ones.
+        let mut records: Vec<AuditRecord> = Vec::new();
         let mut tick = tokio::time::interval(REFRESH);
         loop {
             let done = tokio::select! {
                 _ = tick.tick() => false,
                 _ = stopped.changed() => true,
             };
-            let records = services.audit.records(None).await.unwrap_or_default();
+            let from = records.last().map_or(0, |r| r.seq + 1);
+            let seen = records.len();
+            records.extend(services.audit.records_from(from).await.unwrap_or_default());
             let new = records.get(seen..).unwrap_or_default();
             match mode {
                 Mode::Json => new
@@ -142,7 +163,6 @@ pub(crate) fn watch(
                 }
                 Mode::Live => live(&team, &services, &task, &info, &records).await,
             }
-            seen = records.len();
             if done {
                 break;
             }
@@ -151,7 +171,7 @@ pub(crate) fn watch(
     Watcher { stop, handle }
 }
 
-/// One audit record as a line of text.
+/// One audit record as one line of text: control characters in it are escaped.
 pub(crate) fn event_line(r: &AuditRecord, start: u64) -> String {
     let t = r.at.0.saturating_sub(start) as f64 / 1000.0;
     let what = match &r.event {
@@ -161,7 +181,8 @@ pub(crate) fn event_line(r: &AuditRecord, start: u64) -> String {
             format!(
                 "tool {tool} {}: {}",
                 if *success { "ok" } else { "FAILED" },
-                first_line(summary)
+                // Whole (it is short), so a file name with a newline is shown, escaped, not cut.
+                summary.trim()
             )
         }
         AuditEvent::Error { error, retry, max_retries } => {
@@ -173,7 +194,7 @@ pub(crate) fn event_line(r: &AuditRecord, start: u64) -> String {
         }
         AuditEvent::MissedHeartbeat { heartbeat } => format!("missed heartbeat {heartbeat}"),
     };
-    format!("[{t:>7.2}s] {:<12} {what}", r.agent.as_str())
+    esc(&format!("[{t:>7.2}s] {:<12} {what}", r.agent.as_str())).into_owned()
 }
 
 fn first_line(s: &str) -> &str {
@@ -197,7 +218,7 @@ async fn live(
     out.push_str(&format!(
         "strata · run {} · task `{}` · {elapsed:.1}s · {done}/{} steps\n\n",
         info.run_id,
-        task.id,
+        esc(&task.id),
         task.steps.len()
     ));
     let slots = team.pool().all();
@@ -206,7 +227,7 @@ async fn live(
             Some(p) => (p.status.to_string(), p.current_work.unwrap_or_default()),
             None => ("busy".to_owned(), "(heartbeat running)".to_owned()),
         };
-        format!("{indent}{:<14} {:<17} {work}\n", slot.id().as_str(), status)
+        format!("{indent}{:<14} {:<17} {}\n", slot.id().as_str(), status, esc(&work))
     };
     for top in slots.iter().filter(|s| s.layer() == AgentLayer::Top) {
         out.push_str(&line(top, ""));
@@ -297,18 +318,26 @@ pub(crate) async fn summary(
     println!();
     match outcome {
         TaskOutcome::Succeeded { results, .. } => {
-            println!("task `{}` succeeded in {duration:.1}s ({} steps)", task.id, results.len());
+            println!(
+                "task `{}` succeeded in {duration:.1}s ({} steps)",
+                esc(&task.id),
+                results.len()
+            );
             for r in results {
                 println!(
                     "  {:<16} by {:<12} {}",
-                    r.step_id,
+                    esc(&r.step_id),
                     r.agent.as_str(),
-                    first_line(r.output.trim())
+                    esc(first_line(r.output.trim()))
                 );
             }
         }
         TaskOutcome::Failed { reason, .. } => {
-            println!("task `{}` FAILED after {duration:.1}s: {reason}", task.id)
+            println!(
+                "task `{}` FAILED after {duration:.1}s: {}",
+                esc(&task.id),
+                esc(&reason.to_string())
+            )
         }
     }
     println!(
@@ -327,14 +356,14 @@ pub(crate) async fn summary(
     println!("retries: {retries}, failures: {failures}");
     println!(
         "files written: {}",
-        if files.is_empty() { "none".to_owned() } else { files.join(", ") }
+        if files.is_empty() { "none".to_owned() } else { esc(&files.join(", ")).into_owned() }
     );
     for d in &decisions {
         let signed: Vec<&str> = d.signatures.iter().map(|s| s.signer.as_str()).collect();
         let vetoed = d
             .vetoes
             .first()
-            .map(|v| format!(", vetoed by {}: {}", v.vetoer, v.reason))
+            .map(|v| format!(", vetoed by {}: {}", v.vetoer, esc(&v.reason)))
             .unwrap_or_default();
         println!(
             "decision {} {}{} (signed by {})",
@@ -363,8 +392,8 @@ pub(crate) async fn summary(
     println!(
         "\nrun {}: data in {}, workspace {}",
         info.run_id,
-        dir.display(),
-        info.workspace.display()
+        esc(&dir.display().to_string()),
+        esc(&info.workspace.display().to_string())
     );
     println!(
         "inspect it with: strata inspect {} [tree|audit|messages|whiteboards|decisions|metrics|usage]",

@@ -84,6 +84,7 @@ fn subtask() -> Subtask {
             tool: "write_file".into(),
             args: serde_json::json!({"path": "hello.txt", "content": "hello, strata\n"}),
             after: Vec::new(),
+            idempotent: false,
         },
         assignee: AgentId::new("bottom-1"),
         attempt: 1,

@@ -1,6 +1,7 @@
 //! One agent: its context (the handles and state every layer uses), the contract the layers
 //! implement, and the runtime that drives it through initialize, heartbeats and shutdown.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -26,6 +27,9 @@ use crate::tools::{Recovery, ToolContext, ToolError, ToolOutput, ToolRegistry};
 
 /// Most messages one heartbeat takes from the inbox (seed 001 §8.2 batches per heartbeat).
 pub const MAX_MESSAGES_PER_HEARTBEAT: usize = 256;
+
+/// How often a heartbeat past its timeout checks whether its side-effecting call has ended.
+const EFFECT_POLL: Duration = Duration::from_millis(10);
 
 /// The shared services an agent runs on.
 #[derive(Clone)]
@@ -64,6 +68,8 @@ pub struct AgentContext {
     system_prompt: OnceLock<String>,
     deps: Arc<AgentDeps>,
     processed: Vec<MessageId>,
+    /// Set while a side-effecting tool call runs: the heartbeat's timeout waits for it.
+    effect_in_flight: Arc<AtomicBool>,
 }
 
 /// The contract each layer implements (seed 000 §3 `BaseAgent`'s abstract methods).
@@ -166,6 +172,7 @@ impl AgentContext {
             config,
             deps,
             processed: Vec::new(),
+            effect_in_flight: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -459,26 +466,56 @@ impl AgentContext {
     ///
     /// 1. a result recorded under `key` is returned without running the tool again;
     /// 2. otherwise the call is recorded as started (durably), runs with a crash journal where
-    ///    the tool keeps one, and its successful result is recorded before it is returned (a
-    ///    failed call is forgotten, so a retry runs it again);
+    ///    the tool keeps one, and its result is recorded before it is returned (a failed call
+    ///    is forgotten, so a retry runs it again); the journal is removed once the result is
+    ///    stored;
     /// 3. a call found started but without a result was interrupted by a crash: the tool's
-    ///    journal says whether it completed (its result is adopted) or never started (it runs);
-    ///    if that cannot be known, an idempotent tool runs again and any other fails with
-    ///    [`ToolError::Interrupted`](crate::tools::ToolError::Interrupted) rather than risk
-    ///    a second effect.
+    ///    journal says whether it completed (its result is adopted), never started (it runs),
+    ///    or was stopped part-way (still running: waited for until its own timeout, then
+    ///    killed). A call stopped part-way, or one whose fate cannot be known, runs again only
+    ///    if the tool is idempotent; any other fails with
+    ///    [`ToolError::Interrupted`](crate::tools::ToolError::Interrupted) carrying its partial
+    ///    output, and that is recorded, so no later call under `key` runs it either.
     ///
-    /// Tools without side effects simply run.
+    /// Tools without side effects simply run. See [`call_step_tool`](Self::call_step_tool) for
+    /// a call whose plan step declares that running it twice is safe.
     pub async fn call_tool_once(
         &mut self,
         key: &str,
         call: &ToolCall,
     ) -> Result<ToolOutput, AgentError> {
+        self.call_step_tool(key, call, false).await
+    }
+
+    /// [`call_tool_once`](Self::call_tool_once) for a plan step that may be declared
+    /// `idempotent`: then an interrupted call runs again even if the tool is not idempotent by
+    /// nature.
+    ///
+    /// While the call runs (or is being recovered), the heartbeat's timeout does not cut it
+    /// short: it is bounded by its own timeout, and cutting it would leave its outcome
+    /// unrecorded.
+    pub async fn call_step_tool(
+        &mut self,
+        key: &str,
+        call: &ToolCall,
+        idempotent: bool,
+    ) -> Result<ToolOutput, AgentError> {
         let Some(tool) = self.deps.tools.get(&call.tool).filter(|t| t.has_side_effects()) else {
             return self.call_tool(call).await;
         };
+        let _in_flight = EffectInFlight::mark(&self.effect_in_flight);
+        let (call, args) = self.prepare_call(call).await?;
+        let call = &call;
+        let rerun_allowed = idempotent || tool.idempotent();
         let key = format!("{}/{key}", self.id());
         let state = self.deps.state.clone();
         match state.tool(&key).await? {
+            Some(Some(recorded)) if is_interrupted(&recorded) => {
+                let error =
+                    ToolError::Interrupted { tool: call.tool.clone(), partial: recorded.output };
+                self.audit_tool(call, false, shorten(&error.to_string())).await?;
+                return Err(error.into());
+            }
             Some(Some(recorded)) => {
                 self.audit_tool(
                     call,
@@ -495,11 +532,12 @@ impl AgentContext {
                 let recovery = self
                     .deps
                     .tools
-                    .recover(&self.deps.workspace, &call.tool, call.args.clone(), &key)
+                    .recover(&self.deps.workspace, &call.tool, args.clone(), &key)
                     .await;
                 match recovery {
                     Ok(Recovery::Completed(output)) => {
                         state.record_tool(&key, &output).await?;
+                        self.discard_journal(&key).await;
                         self.audit_tool(
                             call,
                             output.success,
@@ -512,10 +550,36 @@ impl AgentContext {
                         return Ok(output);
                     }
                     Ok(Recovery::NotStarted) => {}
-                    Ok(Recovery::Unknown) | Err(_) if tool.idempotent() => {}
-                    Ok(Recovery::Unknown) | Err(_) => {
-                        let error = ToolError::Interrupted { tool: call.tool.clone() };
-                        self.audit_tool(call, false, error.to_string()).await?;
+                    Ok(Recovery::Interrupted(_) | Recovery::Unknown) | Err(_) if rerun_allowed => {
+                        self.audit_tool(
+                            call,
+                            false,
+                            "interrupted by a crash; idempotent, so it runs again".into(),
+                        )
+                        .await?;
+                        self.discard_journal(&key).await;
+                    }
+                    other => {
+                        let mut partial = match other {
+                            Ok(Recovery::Interrupted(output)) => output,
+                            _ => ToolOutput {
+                                success: false,
+                                output: String::new(),
+                                data: serde_json::Value::Null,
+                            },
+                        };
+                        partial.success = false;
+                        if !partial.data.is_object() {
+                            partial.data = serde_json::json!({});
+                        }
+                        partial.data["interrupted"] = serde_json::Value::Bool(true);
+                        state.record_tool(&key, &partial).await?;
+                        self.discard_journal(&key).await;
+                        let error = ToolError::Interrupted {
+                            tool: call.tool.clone(),
+                            partial: partial.output,
+                        };
+                        self.audit_tool(call, false, shorten(&error.to_string())).await?;
                         return Err(error.into());
                     }
                 }
@@ -525,11 +589,8 @@ impl AgentContext {
                 state.begin_tool(&key).await?;
             }
         }
-        let result = self
-            .deps
-            .tools
-            .call_journaled(&self.deps.workspace, &call.tool, call.args.clone(), &key)
-            .await;
+        let result =
+            self.deps.tools.call_journaled(&self.deps.workspace, &call.tool, args, &key).await;
         let (success, summary) = match &result {
             Ok(out) => (out.success, shorten(&out.output)),
             Err(e) => (false, shorten(&e.to_string())),
@@ -538,8 +599,31 @@ impl AgentContext {
             Ok(output) if output.success => state.record_tool(&key, output).await?,
             _ => state.forget_tool(&key).await?,
         }
+        self.discard_journal(&key).await;
         self.audit_tool(call, success, summary).await?;
         Ok(result?)
+    }
+
+    /// The call as it is audited and recorded (its large strings stored once and referenced)
+    /// and the arguments the tool runs with (every reference resolved).
+    async fn prepare_call(
+        &self,
+        call: &ToolCall,
+    ) -> Result<(ToolCall, serde_json::Value), AgentError> {
+        let state = self.deps.state.as_ref();
+        let mut audited = call.clone();
+        crate::blob::externalize(&mut audited.args, state, crate::blob::BLOB_THRESHOLD).await?;
+        let args = crate::blob::resolve(&audited.args, state).await?;
+        Ok((audited, args))
+    }
+
+    /// Removes a call's crash journal once its outcome is stored. A journal that cannot be
+    /// removed is only clutter (the next call under the key clears it first), so that is
+    /// logged, not failed.
+    async fn discard_journal(&self, key: &str) {
+        if let Err(error) = self.deps.tools.discard_journal(&self.deps.workspace, key).await {
+            tracing::warn!(agent = %self.id(), key, %error, "could not remove a tool journal");
+        }
     }
 
     async fn audit_tool(
@@ -558,9 +642,14 @@ impl AgentContext {
     }
 
     /// Calls a tool through the registry, confined to the workspace, and audits the call.
+    ///
+    /// Contents stored once (see [`blob`](crate::blob)) are put back into the arguments
+    /// before the tool runs; large strings the call carries are stored once and audited as
+    /// references.
     pub async fn call_tool(&mut self, call: &ToolCall) -> Result<ToolOutput, AgentError> {
-        let result =
-            self.deps.tools.call(&self.deps.workspace, &call.tool, call.args.clone()).await;
+        let (call, args) = self.prepare_call(call).await?;
+        let call = &call;
+        let result = self.deps.tools.call(&self.deps.workspace, &call.tool, args).await;
         let (success, summary) = match &result {
             Ok(out) => (out.success, shorten(&out.output)),
             Err(e) => (false, shorten(&e.to_string())),
@@ -573,6 +662,28 @@ impl AgentContext {
         })
         .await?;
         Ok(result?)
+    }
+}
+
+/// Whether a recorded tool result is the record of an interrupted call.
+fn is_interrupted(output: &ToolOutput) -> bool {
+    !output.success
+        && output.data.get("interrupted").and_then(serde_json::Value::as_bool) == Some(true)
+}
+
+/// Marks that a side-effecting tool call is running, for as long as it lives.
+struct EffectInFlight(Arc<AtomicBool>);
+
+impl EffectInFlight {
+    fn mark(flag: &Arc<AtomicBool>) -> Self {
+        flag.store(true, Ordering::SeqCst);
+        Self(flag.clone())
+    }
+}
+
+impl Drop for EffectInFlight {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
     }
 }
 
@@ -691,6 +802,17 @@ impl Agent {
     /// heartbeat up to `max_retries`; then the agent goes failed and reports to its supervisor.
     pub async fn heartbeat(&mut self, number: u64) -> Result<HeartbeatOutcome, AgentError> {
         self.ctx.heartbeat = number;
+        self.turn(number, true).await
+    }
+
+    /// A turn between two heartbeats, taken because new mail arrived (wake on work): the same
+    /// work as a heartbeat (take, process, store, acknowledge), but it is not a heartbeat of
+    /// the cycle: it neither acks the heartbeat to `system` nor counts as one answered.
+    pub async fn wake(&mut self) -> Result<HeartbeatOutcome, AgentError> {
+        self.turn(self.ctx.heartbeat, false).await
+    }
+
+    async fn turn(&mut self, number: u64, cycle: bool) -> Result<HeartbeatOutcome, AgentError> {
         let status = self.status();
         if matches!(
             status,
@@ -716,7 +838,9 @@ impl Agent {
             return Ok(outcome);
         }
         if messages.is_empty() && !self.wants_tick() {
-            self.ctx.metrics.heartbeats_responded += 1;
+            if cycle {
+                self.ctx.metrics.heartbeats_responded += 1;
+            }
             return Ok(HeartbeatOutcome::Idle);
         }
         if self.status() == AgentStatus::Idle {
@@ -734,16 +858,18 @@ impl Agent {
                 let ids: Vec<MessageId> = messages.iter().map(|m| m.id).collect();
                 self.ctx.retries = 0;
                 self.ctx.metrics.messages_processed += messages.len() as u64;
-                self.ctx.metrics.heartbeats_responded += 1;
                 self.ctx.metrics.last_active = self.ctx.now();
                 self.ctx.remember(&ids);
-                self.ctx
-                    .send(
-                        Address::System,
-                        MessageKind::HeartbeatAck,
-                        &HeartbeatAck { heartbeat: number },
-                    )
-                    .await?;
+                if cycle {
+                    self.ctx.metrics.heartbeats_responded += 1;
+                    self.ctx
+                        .send(
+                            Address::System,
+                            MessageKind::HeartbeatAck,
+                            &HeartbeatAck { heartbeat: number },
+                        )
+                        .await?;
+                }
                 // The heartbeat's effects are stored before its messages are acknowledged.
                 self.save().await?;
                 bus.ack(&inbox, &ids).await?;
@@ -765,11 +891,15 @@ impl Agent {
             heartbeat: self.ctx.heartbeat,
             processed: self.ctx.processed.clone(),
             behavior: self.behavior.snapshot(),
+            audit_head: None,
         }
     }
 
+    /// Saves [`record`](Self::record), anchored at the last audit record this agent appended.
     async fn save(&self) -> Result<(), AgentError> {
-        self.ctx.deps.state.save_agent(&self.record()).await?;
+        let mut record = self.record();
+        record.audit_head = self.ctx.deps.audit.head_of(self.id()).await?;
+        self.ctx.deps.state.save_agent(&record).await?;
         Ok(())
     }
 
@@ -808,15 +938,24 @@ impl Agent {
 
     async fn process(&mut self, messages: &[Message]) -> Result<(), AgentError> {
         let board = self.ctx.read_board(&BoardId::Agent(self.id().clone())).await?;
-        let timeout = Duration::from_millis(self.ctx.config.timeout_ms);
-        match tokio::time::timeout(
-            timeout,
-            self.behavior.on_process(&mut self.ctx, messages, &board),
-        )
-        .await
-        {
-            Ok(result) => result,
-            Err(_) => Err(AgentError::Timeout { after_ms: self.ctx.config.timeout_ms }),
+        let after_ms = self.ctx.config.timeout_ms;
+        let timeout = Duration::from_millis(after_ms);
+        let in_flight = self.ctx.effect_in_flight.clone();
+        let work = self.behavior.on_process(&mut self.ctx, messages, &board);
+        tokio::pin!(work);
+        let mut deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            tokio::select! {
+                result = &mut work => return result,
+                () = tokio::time::sleep_until(deadline) => {
+                    // A side-effecting call is never cut short: its outcome must be recorded.
+                    // It is bounded by its own timeout; the heartbeat's applies once it is over.
+                    if !in_flight.load(Ordering::SeqCst) {
+                        return Err(AgentError::Timeout { after_ms });
+                    }
+                    deadline = tokio::time::Instant::now() + EFFECT_POLL;
+                }
+            }
         }
     }
 
@@ -948,7 +1087,8 @@ impl Agent {
                 AgentStatus::Failed => {
                     self.ctx.transition(AgentStatus::Terminated, "dismissed at shutdown").await?;
                     self.unregister_quietly().await;
-                    return Ok(());
+                    // Saved once more so that its record anchors its last audit record.
+                    return self.save().await;
                 }
                 AgentStatus::ShuttingDown => break,
             }
@@ -960,7 +1100,9 @@ impl Agent {
             tracing::warn!(agent = %self.id(), error = %e, "clean-up failed during shutdown");
         }
         self.unregister_quietly().await;
-        self.ctx.transition(AgentStatus::Terminated, "shutdown complete").await
+        self.ctx.transition(AgentStatus::Terminated, "shutdown complete").await?;
+        // Saved once more so that its record anchors its last audit record.
+        self.save().await
     }
 
     async fn unregister_quietly(&self) {

@@ -1,4 +1,12 @@
 //! The audit log: every status change and every notable act of an agent, in order.
+//!
+//! **Anchors.** The hash chain shows a record changed or removed in the middle of the log, but
+//! not records cut from its end: the newest hash must be kept somewhere else. Two places keep
+//! it. Each agent's saved record ([`AgentRecord::audit_head`](crate::AgentRecord::audit_head))
+//! holds the last record that agent had appended when the record was saved: a lower bound, as
+//! the agent may append more before a crash. The seal a run gets when it closes cleanly holds
+//! the log's exact final record (the `sled` backend keeps it there with `RunStore::set_anchor`).
+//! [`check_anchors`] compares a log with both.
 
 use std::sync::Mutex;
 
@@ -180,6 +188,28 @@ impl AuditRecord {
     }
 }
 
+/// Where an audit log stood: one record's sequence number and hash.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditAnchor {
+    /// The record's sequence number.
+    pub seq: u64,
+    /// Its hash.
+    pub hash: AuditHash,
+}
+
+impl AuditAnchor {
+    /// The anchor of `record`.
+    pub fn of(record: &AuditRecord) -> Self {
+        Self { seq: record.seq, hash: record.hash }
+    }
+}
+
+impl std::fmt::Display for AuditAnchor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "record {} (hash {})", self.seq, self.hash)
+    }
+}
+
 /// The audit log. Object-safe: hold it as `Arc<dyn AuditLog>`.
 ///
 /// Guarantees: records come back in the order they were appended, numbered from 0 without gaps,
@@ -198,12 +228,28 @@ pub trait AuditLog: Send + Sync + 'static {
 
     /// Every record, or only `agent`'s, in order.
     async fn records(&self, agent: Option<&AgentId>) -> Result<Vec<AuditRecord>, BackendError>;
+
+    /// The records from sequence number `from` on, in order: what a reader that has seen the
+    /// records before `from` has not seen yet. The default reads every record; backends answer
+    /// in time proportional to the answer.
+    async fn records_from(&self, from: u64) -> Result<Vec<AuditRecord>, BackendError> {
+        let mut records = self.records(None).await?;
+        records.retain(|r| r.seq >= from);
+        Ok(records)
+    }
+
+    /// The last record `agent` appended, if any: what the agent's saved record anchors. The
+    /// default reads the agent's records; backends keep it at hand.
+    async fn head_of(&self, agent: &AgentId) -> Result<Option<AuditAnchor>, BackendError> {
+        Ok(self.records(Some(agent)).await?.last().map(AuditAnchor::of))
+    }
 }
 
 /// An audit log in memory.
 #[derive(Debug, Default)]
 pub struct InMemoryAuditLog {
     records: Mutex<Vec<AuditRecord>>,
+    heads: Mutex<std::collections::HashMap<AgentId, AuditAnchor>>,
 }
 
 impl InMemoryAuditLog {
@@ -228,8 +274,20 @@ impl AuditLog for InMemoryAuditLog {
         let mut records = self.records.lock().map_err(|_| poisoned())?;
         let seq = records.len() as u64;
         let prev = records.last().map_or(GENESIS_HASH, |r| r.hash);
-        records.push(AuditRecord::new(seq, at, agent.clone(), event, prev));
+        let record = AuditRecord::new(seq, at, agent.clone(), event, prev);
+        self.heads.lock().map_err(|_| poisoned())?.insert(agent.clone(), AuditAnchor::of(&record));
+        records.push(record);
         Ok(seq)
+    }
+
+    async fn head_of(&self, agent: &AgentId) -> Result<Option<AuditAnchor>, BackendError> {
+        Ok(self.heads.lock().map_err(|_| poisoned())?.get(agent).copied())
+    }
+
+    async fn records_from(&self, from: u64) -> Result<Vec<AuditRecord>, BackendError> {
+        let records = self.records.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let start = usize::try_from(from).unwrap_or(usize::MAX).min(records.len());
+        Ok(records[start..].to_vec())
     }
 
     async fn records(&self, agent: Option<&AgentId>) -> Result<Vec<AuditRecord>, BackendError> {
@@ -363,4 +421,130 @@ fn hex(bytes: &[u8]) -> String {
         out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
     }
     out
+}
+
+/// Who keeps an anchor of the audit log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AnchorHolder {
+    /// The run's seal: the exact final record of a cleanly closed run.
+    Seal,
+    /// An agent's saved record: the last record that agent had appended when it was saved.
+    Agent(AgentId),
+}
+
+impl std::fmt::Display for AnchorHolder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Seal => f.write_str("the run's seal"),
+            Self::Agent(agent) => write!(f, "agent `{agent}`'s saved record"),
+        }
+    }
+}
+
+/// An audit log that disagrees with an anchor kept outside it.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum AnchorBreak {
+    /// The log ends before the anchored record: records were cut from its end.
+    #[error(
+        "{holder} anchors audit {anchor}, but {}: the audit log was truncated",
+        match last { Some(last) => format!("the log ends at {last}"), None => "the log is empty".to_owned() }
+    )]
+    Truncated {
+        /// Who keeps the anchor.
+        holder: AnchorHolder,
+        /// What it anchors.
+        anchor: AuditAnchor,
+        /// The log's last record.
+        last: Option<AuditAnchor>,
+    },
+    /// The log goes on past the anchored position, but has no record there.
+    #[error("{holder} anchors audit {anchor}, but the log has no record {}", anchor.seq)]
+    Missing {
+        /// Who keeps the anchor.
+        holder: AnchorHolder,
+        /// What it anchors.
+        anchor: AuditAnchor,
+    },
+    /// The anchored record is there but is another record: the log was rewritten.
+    #[error(
+        "{holder} anchors audit {anchor}, but record {} in the log has hash {found} (by agent `{found_agent}`): the audit log was rewritten",
+        anchor.seq
+    )]
+    Rewritten {
+        /// Who keeps the anchor.
+        holder: AnchorHolder,
+        /// What it anchors.
+        anchor: AuditAnchor,
+        /// The hash of the record found at the anchored position.
+        found: AuditHash,
+        /// Whose record that is.
+        found_agent: AgentId,
+    },
+    /// The log goes on past the final record the seal anchors: records were added after the
+    /// run was closed.
+    #[error(
+        "{holder} anchors the final audit {anchor}, but the log goes on to {last}: records were added after the run was closed"
+    )]
+    Extended {
+        /// Who keeps the anchor.
+        holder: AnchorHolder,
+        /// What it anchors.
+        anchor: AuditAnchor,
+        /// The log's last record.
+        last: AuditAnchor,
+    },
+}
+
+/// Compares an audit log (every record, in order) with its anchors: `sealed`, the exact final
+/// record kept by the run's seal (if the run was sealed), and `agents`, each agent's saved
+/// anchor, a lower bound: the log may go on past it (records appended after the agent's last
+/// save, before a crash), but must hold that record, with that hash, appended by that agent.
+/// Returns every disagreement, in the order of `sealed` then `agents`.
+pub fn check_anchors(
+    records: &[AuditRecord],
+    sealed: Option<AuditAnchor>,
+    agents: &[(AgentId, AuditAnchor)],
+) -> Vec<AnchorBreak> {
+    let last = records.last().map(AuditAnchor::of);
+    let at = |seq: u64| match records.binary_search_by_key(&seq, |r| r.seq) {
+        Ok(i) => records.get(i),
+        // A log with a gap is not sorted without holes; look it up the slow way.
+        Err(_) => records.iter().find(|r| r.seq == seq),
+    };
+    let mut breaks = Vec::new();
+    let mut check = |holder: AnchorHolder, anchor: AuditAnchor, exact: bool| {
+        let owner = match &holder {
+            AnchorHolder::Seal => None,
+            AnchorHolder::Agent(agent) => Some(agent),
+        };
+        match at(anchor.seq) {
+            None if last.is_some_and(|l| l.seq > anchor.seq) => {
+                breaks.push(AnchorBreak::Missing { holder, anchor });
+            }
+            None => breaks.push(AnchorBreak::Truncated { holder, anchor, last }),
+            Some(record)
+                if record.hash != anchor.hash || owner.is_some_and(|a| *a != record.agent) =>
+            {
+                breaks.push(AnchorBreak::Rewritten {
+                    holder,
+                    anchor,
+                    found: record.hash,
+                    found_agent: record.agent.clone(),
+                });
+            }
+            Some(_) => match last {
+                Some(last) if exact && last.seq > anchor.seq => {
+                    breaks.push(AnchorBreak::Extended { holder, anchor, last });
+                }
+                _ => {}
+            },
+        }
+    };
+    if let Some(anchor) = sealed {
+        check(AnchorHolder::Seal, anchor, true);
+    }
+    for (agent, anchor) in agents {
+        check(AnchorHolder::Agent(agent.clone()), *anchor, false);
+    }
+    breaks
 }

@@ -1,12 +1,13 @@
 //! The audit log and the state store on a sled run directory (feature `sled`).
 
+use std::collections::HashMap;
 use std::sync::Mutex;
 
 use agent_state::{AgentId, BackendError, TaskOutcome, Timestamp, decode, encode};
 use async_trait::async_trait;
 use run_store::RunStore;
 
-use crate::audit::{AuditEvent, AuditHash, AuditLog, AuditRecord, GENESIS_HASH};
+use crate::audit::{AuditAnchor, AuditEvent, AuditHash, AuditLog, AuditRecord, GENESIS_HASH};
 use crate::state::{AgentRecord, OutcomeRecord, StateStore, ToolRecord};
 use crate::tools::ToolOutput;
 
@@ -14,13 +15,29 @@ const AUDIT_TREE: &str = "audit";
 const AGENTS_TREE: &str = "agents";
 const TOOLS_TREE: &str = "tools";
 const OUTCOMES_TREE: &str = "outcomes";
+const BLOBS_TREE: &str = "blobs";
+/// The name of the audit log's anchor in the run's seal: the log's final record.
+pub const AUDIT_ANCHOR: &str = "audit";
+
+/// The last record each agent appended. `complete` once the whole log was read: until then an
+/// agent missing from `heads` may have records from before the log was opened.
+#[derive(Default)]
+struct Heads {
+    heads: HashMap<AgentId, AuditAnchor>,
+    complete: bool,
+}
 
 /// The audit log in a run directory: records keyed by sequence number, each chained to the one
 /// before by hash. If `append` returns `Ok`, the record survives a crash and a power loss.
+///
+/// The last record is kept as the store's [`AUDIT_ANCHOR`] (in the seal of a cleanly closed
+/// run), and [`AuditLog::head_of`] answers from memory (the log is read once, the first time
+/// an agent that has appended nothing since the log opened is asked for).
 pub struct SledAuditLog {
     tree: sled::Tree,
     /// The next sequence number and the last record's hash; appends are serialised under it.
     tail: Mutex<(u64, AuditHash)>,
+    heads: Mutex<Heads>,
     // Declared after the tree: the store closes cleanly only once its trees are gone.
     store: RunStore,
 }
@@ -40,11 +57,30 @@ impl SledAuditLog {
                         e,
                     )
                 })?;
+                store.set_anchor(AUDIT_ANCHOR, anchor_json(AuditAnchor::of(&record)));
                 (record.seq + 1, record.hash)
             }
         };
-        Ok(Self { tree, tail: Mutex::new(tail), store: store.clone() })
+        Ok(Self { tree, tail: Mutex::new(tail), heads: Mutex::default(), store: store.clone() })
     }
+
+    /// The anchor of the log's last record that the run's seal held when the store opened it:
+    /// `Ok(None)` when the run was not sealed or its seal has no audit anchor (written before
+    /// anchors existed).
+    pub fn sealed_anchor(store: &RunStore) -> Result<Option<AuditAnchor>, BackendError> {
+        store
+            .sealed_anchor(AUDIT_ANCHOR)
+            .map(|value| {
+                serde_json::from_value(value).map_err(|e| {
+                    BackendError::with_source("sled", "the seal's audit anchor cannot be read", e)
+                })
+            })
+            .transpose()
+    }
+}
+
+fn anchor_json(anchor: AuditAnchor) -> serde_json::Value {
+    serde_json::json!({"seq": anchor.seq, "hash": anchor.hash.to_string()})
 }
 
 #[async_trait]
@@ -63,10 +99,57 @@ impl AuditLog for SledAuditLog {
             })?;
             self.tree.insert(record.seq.to_be_bytes(), bytes).map_err(sled_error)?;
             *tail = (record.seq + 1, record.hash);
+            let anchor = AuditAnchor::of(&record);
+            self.heads
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .heads
+                .insert(agent.clone(), anchor);
+            self.store.set_anchor(AUDIT_ANCHOR, anchor_json(anchor));
             record.seq
         };
         self.store.commit().await?;
         Ok(seq)
+    }
+
+    async fn records_from(&self, from: u64) -> Result<Vec<AuditRecord>, BackendError> {
+        let mut records = Vec::new();
+        for item in self.tree.range(from.to_be_bytes()..) {
+            let (key, value) = item.map_err(sled_error)?;
+            let record: AuditRecord = decode(&value).map_err(|e| {
+                BackendError::with_source(
+                    "sled",
+                    format!("audit record {} cannot be read", key_seq(&key)),
+                    e,
+                )
+            })?;
+            records.push(record);
+        }
+        Ok(records)
+    }
+
+    async fn head_of(&self, agent: &AgentId) -> Result<Option<AuditAnchor>, BackendError> {
+        {
+            let heads = self.heads.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if heads.complete || heads.heads.contains_key(agent) {
+                return Ok(heads.heads.get(agent).copied());
+            }
+        }
+        // Read the whole log once. Appends go on meanwhile; a record read here that is older
+        // than one an append put in `heads` does not replace it.
+        let mut found: HashMap<AgentId, AuditAnchor> = HashMap::new();
+        for record in self.records(None).await? {
+            found.insert(record.agent.clone(), AuditAnchor::of(&record));
+        }
+        let mut heads = self.heads.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (id, anchor) in found {
+            let head = heads.heads.entry(id).or_insert(anchor);
+            if head.seq < anchor.seq {
+                *head = anchor;
+            }
+        }
+        heads.complete = true;
+        Ok(heads.heads.get(agent).copied())
     }
 
     async fn records(&self, agent: Option<&AgentId>) -> Result<Vec<AuditRecord>, BackendError> {
@@ -103,6 +186,7 @@ pub struct SledStateStore {
     agents: sled::Tree,
     tools: sled::Tree,
     outcomes: sled::Tree,
+    blobs: sled::Tree,
     // Declared after the trees: the store closes cleanly only once its trees are gone.
     store: RunStore,
 }
@@ -114,6 +198,7 @@ impl SledStateStore {
             agents: store.tree(AGENTS_TREE)?,
             tools: store.tree(TOOLS_TREE)?,
             outcomes: store.tree(OUTCOMES_TREE)?,
+            blobs: store.tree(BLOBS_TREE)?,
             store: store.clone(),
         })
     }
@@ -192,6 +277,18 @@ impl StateStore for SledStateStore {
             outcomes.push(record.outcome);
         }
         Ok(outcomes)
+    }
+
+    async fn put_blob(&self, hash: &str, content: &[u8]) -> Result<(), BackendError> {
+        if self.blobs.contains_key(hash.as_bytes()).map_err(sled_error)? {
+            return Ok(());
+        }
+        self.blobs.insert(hash.as_bytes(), content).map_err(sled_error)?;
+        self.store.commit().await
+    }
+
+    async fn blob(&self, hash: &str) -> Result<Option<Vec<u8>>, BackendError> {
+        Ok(self.blobs.get(hash.as_bytes()).map_err(sled_error)?.map(|v| v.to_vec()))
     }
 }
 

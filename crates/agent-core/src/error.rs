@@ -74,6 +74,9 @@ pub enum AgentError {
         /// What is wrong.
         error: String,
     },
+    /// A content stored once could not be stored or read back.
+    #[error(transparent)]
+    Blob(#[from] crate::blob::BlobError),
     /// The agent was asked to do something its configuration forbids.
     #[error("{0}")]
     NotAllowed(String),
@@ -92,6 +95,8 @@ impl AgentError {
             | AgentError::Board(BoardError::PermissionDenied { .. })
             | AgentError::Decide(governance::DecideError::Rule(_)) => ErrorClass::Permanent,
             AgentError::Tool(e) => e.class(),
+            AgentError::Blob(crate::blob::BlobError::Missing { .. })
+            | AgentError::Blob(crate::blob::BlobError::Damaged { .. }) => ErrorClass::Permanent,
             _ => ErrorClass::Transient,
         }
     }

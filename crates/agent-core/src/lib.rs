@@ -31,6 +31,7 @@
 
 mod agent;
 mod audit;
+pub mod blob;
 mod clock;
 #[cfg(feature = "sled")]
 mod durable;
@@ -49,12 +50,13 @@ pub use agent::{
     payload, system_prompt,
 };
 pub use audit::{
-    AuditEvent, AuditHash, AuditLog, AuditRecord, ChainBreak, ChainError, GENESIS_HASH,
-    InMemoryAuditLog, check_transition_chain, verify_chain,
+    AnchorBreak, AnchorHolder, AuditAnchor, AuditEvent, AuditHash, AuditLog, AuditRecord,
+    ChainBreak, ChainError, GENESIS_HASH, InMemoryAuditLog, check_anchors, check_transition_chain,
+    verify_chain,
 };
 pub use clock::{Clock, TokioClock, new_decision_id, new_message_id};
 #[cfg(feature = "sled")]
-pub use durable::{SledAuditLog, SledStateStore};
+pub use durable::{AUDIT_ANCHOR, SledAuditLog, SledStateStore};
 pub use error::AgentError;
 pub use reasoner::{
     BUDGET_EXTENSION_KIND, Candidate, Conflict, Judgement, NextAction, Persona, Placement,

@@ -77,8 +77,8 @@ pub enum HelpRequest {
     ShareKnowledge,
     /// Take over this subtask if you are idle.
     TakeOverTask {
-        /// The subtask.
-        subtask: Subtask,
+        /// The subtask (boxed: it is much larger than the other variant).
+        subtask: Box<Subtask>,
     },
 }
 
@@ -115,6 +115,15 @@ pub enum StatusReport {
     TaskClosed {
         /// How it ended.
         outcome: TaskOutcome,
+    },
+    /// A power signed or vetoed a decision it was asked to sign (to the proposer, in answer
+    /// to its `signature_request`): the proposer looks at the decision at once instead of at
+    /// its next heartbeat.
+    Decided {
+        /// The decision.
+        decision: agent_state::DecisionId,
+        /// Its status after this power's signature or veto.
+        status: agent_state::DecisionStatus,
     },
 }
 

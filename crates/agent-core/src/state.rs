@@ -28,6 +28,13 @@ pub struct AgentRecord {
     pub processed: Vec<MessageId>,
     /// The layer's own state ([`AgentBehavior::snapshot`](crate::AgentBehavior::snapshot)).
     pub behavior: serde_json::Value,
+    /// The last audit record this agent had appended when the record was saved: an anchor of
+    /// the audit log kept outside it, so that `verify` notices records cut from the log's end
+    /// (see [`check_anchors`](crate::check_anchors)). A lower bound: the agent may append more
+    /// records before its next save. `None` before its first record, and in records saved
+    /// before anchors existed.
+    #[serde(default)]
+    pub audit_head: Option<crate::audit::AuditAnchor>,
 }
 
 impl Versioned for AgentRecord {
@@ -92,6 +99,14 @@ pub trait StateStore: Send + Sync + 'static {
 
     /// Every recorded outcome, by task id.
     async fn outcomes(&self) -> Result<Vec<TaskOutcome>, BackendError>;
+
+    /// Stores a large content under `hash` (its [`hash_of`](crate::blob::hash_of)), once:
+    /// storing the same hash again changes nothing. If this returns `Ok`, the content survives
+    /// a crash (for a durable store). See [`blob`](crate::blob).
+    async fn put_blob(&self, hash: &str, content: &[u8]) -> Result<(), BackendError>;
+
+    /// The content stored under `hash`, if any.
+    async fn blob(&self, hash: &str) -> Result<Option<Vec<u8>>, BackendError>;
 }
 
 /// A state store in memory.
@@ -105,6 +120,7 @@ struct Inner {
     agents: BTreeMap<AgentId, AgentRecord>,
     tools: BTreeMap<String, Option<ToolOutput>>,
     outcomes: BTreeMap<String, TaskOutcome>,
+    blobs: BTreeMap<String, std::sync::Arc<[u8]>>,
 }
 
 impl InMemoryStateStore {
@@ -155,5 +171,14 @@ impl StateStore for InMemoryStateStore {
 
     async fn outcomes(&self) -> Result<Vec<TaskOutcome>, BackendError> {
         Ok(self.lock().outcomes.values().cloned().collect())
+    }
+
+    async fn put_blob(&self, hash: &str, content: &[u8]) -> Result<(), BackendError> {
+        self.lock().blobs.entry(hash.to_owned()).or_insert_with(|| content.into());
+        Ok(())
+    }
+
+    async fn blob(&self, hash: &str) -> Result<Option<Vec<u8>>, BackendError> {
+        Ok(self.lock().blobs.get(hash).map(|b| b.to_vec()))
     }
 }

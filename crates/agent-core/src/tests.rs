@@ -3,6 +3,8 @@
 //! and paused tokio time.
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
+mod anchors;
+mod blob;
 mod context;
 mod heartbeat;
 mod lifecycle;
@@ -70,6 +72,7 @@ fn subtask(step: &str) -> Subtask {
             tool: "write_file".into(),
             args: serde_json::json!({"path": "a.txt", "content": "a"}),
             after: Vec::new(),
+            idempotent: false,
         },
         assignee: id(ME),
         attempt: 1,

@@ -4,10 +4,11 @@
 use std::collections::VecDeque;
 
 use agent_core::protocol::{HelpRequest, HelpResponse, StatusReport};
+use agent_core::tools::ToolError;
 use agent_core::{AgentBehavior, AgentContext, AgentError, AuditEvent, NextAction, ToolCallRecord};
 use agent_state::{
     Assignment, BoardId, BoardSnapshot, Message, MessageKind, ProgressReport, ProgressStatus,
-    Subtask, SubtaskResult,
+    Subtask, SubtaskResult, TaskFailure,
 };
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -80,7 +81,14 @@ impl BottomAgent {
                     // One journal entry per subtask, attempt and call: a resumed run reuses a
                     // recorded side effect instead of running it again.
                     let key = format!("{}#{}#{}", subtask.key(), subtask.attempt, history.len());
-                    let output = ctx.call_tool_once(&key, &call).await?;
+                    let output =
+                        match ctx.call_step_tool(&key, &call, subtask.step.idempotent).await {
+                            Ok(output) => output,
+                            Err(AgentError::Tool(ToolError::Interrupted { tool, partial })) => {
+                                return self.interrupted(ctx, subtask, tool, partial).await;
+                            }
+                            Err(error) => return Err(error),
+                        };
                     history.push(ToolCallRecord {
                         call,
                         success: output.success,
@@ -123,6 +131,66 @@ impl BottomAgent {
         }
         Ok(())
     }
+}
+
+impl BottomAgent {
+    /// A side-effecting call of `subtask` was interrupted by a crash and may not run again:
+    /// the step is over for this executor (it is not retried), and its lead is told it was
+    /// interrupted, so that the lead does not hand it to another executor either.
+    async fn interrupted(
+        &mut self,
+        ctx: &mut AgentContext,
+        subtask: &Subtask,
+        tool: String,
+        partial: String,
+    ) -> Result<(), AgentError> {
+        let partial = shorten(&partial);
+        let failure = TaskFailure::Interrupted {
+            step: subtask.step.id.clone(),
+            agent: ctx.id().clone(),
+            tool,
+            partial,
+        };
+        ctx.append_own(&format!(
+            "## Interrupted\n\nTask: {}\nStatus: interrupted, needs a decision\n{failure}",
+            subtask.step.description
+        ))
+        .await?;
+        let result = SubtaskResult {
+            task_id: subtask.task_id.clone(),
+            step_id: subtask.step.id.clone(),
+            agent: ctx.id().clone(),
+            success: false,
+            output: failure.to_string(),
+        };
+        let report = ProgressReport {
+            task_id: subtask.task_id.clone(),
+            status: ProgressStatus::Failed,
+            percentage: 0,
+            description: subtask.step.description.clone(),
+            results: vec![result],
+            failure: Some(failure),
+        };
+        if let Some(supervisor) = ctx.config().supervisor.clone() {
+            ctx.send(&supervisor, MessageKind::ProgressReport, &report).await?;
+        }
+        Ok(())
+    }
+}
+
+/// At most this much of an interrupted call's output travels in reports.
+const MAX_PARTIAL: usize = 1024;
+
+fn shorten(text: &str) -> String {
+    let text = text.trim();
+    if text.len() <= MAX_PARTIAL {
+        return text.to_owned();
+    }
+    let mut end = MAX_PARTIAL;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
 }
 
 #[async_trait]
@@ -172,7 +240,7 @@ impl AgentBehavior for BottomAgent {
                         HelpRequest::TakeOverTask { subtask } => {
                             let idle = self.queue.is_empty() && ctx.retries() == 0;
                             if idle {
-                                self.accept(subtask);
+                                self.accept(*subtask);
                                 HelpResponse::Accepted
                             } else {
                                 HelpResponse::Refused { reason: "busy".into() }

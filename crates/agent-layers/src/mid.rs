@@ -184,6 +184,19 @@ impl MidAgent {
         if state.closed {
             return Ok(());
         }
+        if let Some(failure @ TaskFailure::Interrupted { .. }) = report.failure {
+            // Not reassigned: running the step again could repeat its effect.
+            state.closed = true;
+            let to = state.from.clone();
+            ctx.append_own(&format!(
+                "- {} interrupted, escalated: needs a decision",
+                result.step_id
+            ))
+            .await?;
+            let escalation = Escalation { task_id: report.task_id.clone(), failure };
+            ctx.send(&to, MessageKind::IssueEscalation, &escalation).await?;
+            return Ok(());
+        }
         if report.status != ProgressStatus::Completed || !result.success {
             let Some(subtask) = state.subtasks.get(&result.step_id).cloned() else { return Ok(()) };
             return self.reassign(ctx, subtask, result.output).await;

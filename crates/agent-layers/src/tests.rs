@@ -45,6 +45,7 @@ fn step(id: &str, domain: &str, tool: &str, args: serde_json::Value) -> PlanStep
         tool: tool.into(),
         args,
         after: Vec::new(),
+        idempotent: false,
     }
 }
 

@@ -10,8 +10,8 @@ use agent_core::protocol::{
 use agent_core::{AgentBehavior, AgentContext, AgentError, Conflict, Verdict};
 use agent_state::{
     Address, AgentId, AgentStatus, Assignment, BoardId, BoardSnapshot, DecisionId, DecisionStatus,
-    Message, MessageKind, PlanStep, ProgressReport, ProgressStatus, StepTarget, SubtaskResult,
-    Task, TaskFailure, TaskOutcome, Vote, WorkPackage, tally,
+    Message, MessageKind, PlanStep, ProgressReport, ProgressStatus, SignOutcome, StepTarget,
+    SubtaskResult, Task, TaskFailure, TaskOutcome, Vote, WorkPackage, tally,
 };
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -174,12 +174,19 @@ impl TopAgent {
             return Ok(()); // decided already, or a redelivered request
         }
         let verdict = ctx.reasoner().review_decision(ctx.persona(), &decision).await?;
-        match verdict {
-            Verdict::Sign => {
-                ctx.sign(decision.id).await?;
+        let status = match verdict {
+            Verdict::Sign => match ctx.sign(decision.id).await? {
+                SignOutcome::Approved => DecisionStatus::Approved,
+                _ => DecisionStatus::Pending,
+            },
+            Verdict::Veto { reason } => {
+                ctx.veto(decision.id, &reason).await?;
+                DecisionStatus::Vetoed
             }
-            Verdict::Veto { reason } => ctx.veto(decision.id, &reason).await?,
-        }
+        };
+        // The proposer waits on the decision: tell it, so it does not wait for a heartbeat.
+        let answer = StatusReport::Decided { decision: decision.id, status };
+        ctx.reply(message, MessageKind::StatusReport, &answer).await?;
         Ok(())
     }
 

@@ -93,6 +93,7 @@ fn bench(c: &mut Criterion) {
             tool: "write_file".into(),
             args: serde_json::json!({"path": "a.txt", "content": "a"}),
             after: Vec::new(),
+            idempotent: false,
         },
         assignee: AgentId::new("bottom-a"),
         attempt: 1,

@@ -60,6 +60,7 @@ fn step(id: &str, domain: &str, tool: &str, args: serde_json::Value, after: &[&s
         tool: tool.into(),
         args,
         after: after.iter().map(|s| (*s).to_owned()).collect(),
+        idempotent: false,
     }
 }
 

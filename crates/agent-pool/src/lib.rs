@@ -8,7 +8,10 @@
 //! - [`HeartbeatScheduler`]: each cycle (4 s by default) starts a heartbeat, in its own task, for
 //!   every agent that has mail or pending work; an idle agent with nothing new costs no task, no
 //!   allocation and no reasoning call; an agent still busy counts a missed heartbeat and its
-//!   supervisor gets a warning;
+//!   supervisor gets a warning. Between heartbeats, **wake on work**: the team's [`WakingBus`]
+//!   signals every delivery and the agents with mail take a turn at once (each agent's turns
+//!   bounded by a token bucket: [`WAKE_BURST`] at once, [`WAKE_RATE`] per second), so a task moves at the speed of its
+//!   work, not of the heartbeat;
 //! - [`Team`]: builds a three-layer team from one [`TeamSpec`], takes tasks, reports outcomes,
 //!   shuts down with every agent terminated.
 //!
@@ -26,14 +29,16 @@ mod metrics;
 mod pool;
 mod scheduler;
 mod team;
+mod wake;
 
 #[cfg(test)]
 mod tests;
 
 pub use capability::{CapabilityInfo, CapabilityRegistry};
 pub use metrics::{AgentSummary, MetricsCalculator};
-pub use pool::{AgentPeek, AgentPool, AgentSlot, DEFAULT_MAX_AGENTS, PoolError};
-pub use scheduler::{CycleReport, DEFAULT_HEARTBEAT, HeartbeatScheduler};
+pub use pool::{AgentPeek, AgentPool, AgentSlot, DEFAULT_MAX_AGENTS, MAX_POOL_SIZE, PoolError};
+pub use scheduler::{CycleReport, DEFAULT_HEARTBEAT, HeartbeatScheduler, WAKE_BURST, WAKE_RATE};
 pub use team::{
     AgentSpec, RoleSpec, SubmitError, Team, TeamError, TeamServices, TeamSpec, validate,
 };
+pub use wake::WakingBus;

@@ -12,6 +12,9 @@ use tokio::sync::Mutex;
 /// At most this many agents in a pool by default (seed 000 §7).
 pub const DEFAULT_MAX_AGENTS: usize = 50;
 
+/// The largest pool a team may ask for (`max_agents`): one million agents.
+pub const MAX_POOL_SIZE: usize = 1_000_000;
+
 /// One agent in the pool, with what the scheduler reads without locking it.
 pub struct AgentSlot {
     id: AgentId,
@@ -141,6 +144,9 @@ pub enum PoolError {
         #[source]
         source: AgentError,
     },
+    /// A task creating or stopping agents stopped before it finished (it panicked: a bug).
+    #[error("{0}")]
+    Stopped(String),
 }
 
 /// Many agents, by id, with a size limit.
@@ -270,6 +276,11 @@ impl AgentPool {
     }
 
     /// Counts one scheduler cycle; returns its number (from 1).
+    /// How many heartbeat cycles have run.
+    pub fn cycles(&self) -> u64 {
+        self.cycles.load(Ordering::Relaxed)
+    }
+
     pub(crate) fn next_cycle(&self) -> u64 {
         self.cycles.fetch_add(1, Ordering::Relaxed) + 1
     }

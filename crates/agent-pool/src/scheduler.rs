@@ -1,7 +1,7 @@
 //! The heartbeat scheduler: one cycle drives every agent that has something to do, each in its
 //! own task, so one slow agent never delays the others; idle agents cost nothing.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use agent_core::protocol::Warning;
@@ -14,6 +14,40 @@ use crate::pool::AgentPool;
 
 /// Seed 000's heartbeat period.
 pub const DEFAULT_HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(4);
+
+/// How many turns one agent can take in a burst because mail arrived (wake on work).
+pub const WAKE_BURST: u32 = 256;
+
+/// How many turns per second one agent takes at most, once its burst is spent: a storm of
+/// messages to one agent cannot keep it running at the others' expense (each turn takes up to
+/// [`MAX_MESSAGES_PER_HEARTBEAT`](agent_core::MAX_MESSAGES_PER_HEARTBEAT) messages, so this
+/// still lets a busy agent through millions of messages per second). Its mail waits, at most
+/// `1 / WAKE_RATE` seconds, and is then taken.
+pub const WAKE_RATE: f64 = 20_000.0;
+
+/// One agent's allowance of wake-up turns: a token bucket of [`WAKE_BURST`] turns refilled
+/// at [`WAKE_RATE`] per second.
+#[derive(Clone, Copy, Debug)]
+struct Allowance {
+    tokens: f64,
+    at: tokio::time::Instant,
+}
+
+impl Allowance {
+    /// Takes one turn now, or says when one is available.
+    fn take(&mut self, now: tokio::time::Instant) -> Result<(), tokio::time::Instant> {
+        let refill = now.saturating_duration_since(self.at).as_secs_f64() * WAKE_RATE;
+        self.tokens = (self.tokens + refill).min(f64::from(WAKE_BURST));
+        self.at = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            Ok(())
+        } else {
+            let wait = (1.0 - self.tokens) / WAKE_RATE;
+            Err(now + std::time::Duration::from_secs_f64(wait))
+        }
+    }
+}
 
 /// What one cycle did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -43,6 +77,10 @@ pub struct HeartbeatScheduler {
     busy: HashSet<AgentId>,
     ticking: Arc<Mutex<BTreeSet<AgentId>>>,
     number: u64,
+    /// Each agent's allowance of wake-up turns.
+    wakes: HashMap<AgentId, Allowance>,
+    /// When an agent whose allowance ran out may take its mail: the driver wakes then.
+    next_wake: Option<tokio::time::Instant>,
 }
 
 impl HeartbeatScheduler {
@@ -62,6 +100,8 @@ impl HeartbeatScheduler {
             busy: HashSet::new(),
             ticking: Arc::default(),
             number: 0,
+            wakes: HashMap::new(),
+            next_wake: None,
         }
     }
 
@@ -136,6 +176,70 @@ impl HeartbeatScheduler {
         }
         report.idle = self.pool.len().saturating_sub(report.started + report.missed.len());
         report
+    }
+
+    /// Wake on work: starts a turn ([`Agent::wake`](agent_core::Agent::wake)) for every agent
+    /// with mail that is not busy and has a turn left in its allowance ([`WAKE_BURST`] at once,
+    /// [`WAKE_RATE`] per second). Costs time in the inboxes with mail, like a cycle. Returns how
+    /// many turns it started; they run in tasks, as heartbeats do. An agent left waiting for its
+    /// allowance is due at [`next_wake`](Self::next_wake).
+    pub async fn wake(&mut self) -> usize {
+        self.reap();
+        self.next_wake = None;
+        let with_mail = match self.bus.inboxes_with_mail().await {
+            Ok(agents) => agents,
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot list inboxes with mail; waiting for the heartbeat");
+                return 0;
+            }
+        };
+        let now = tokio::time::Instant::now();
+        let mut started = 0;
+        for id in with_mail {
+            if self.busy.contains(&id) {
+                continue;
+            }
+            let Some(slot) = self.pool.get(&id) else { continue };
+            let Ok(mut guard) = slot.agent().clone().try_lock_owned() else { continue };
+            let allowance = self
+                .wakes
+                .entry(id.clone())
+                .or_insert(Allowance { tokens: f64::from(WAKE_BURST), at: now });
+            if let Err(due) = allowance.take(now) {
+                self.next_wake = Some(self.next_wake.map_or(due, |next| next.min(due)));
+                continue;
+            }
+            started += 1;
+            self.busy.insert(id.clone());
+            let ticking = self.ticking.clone();
+            self.running.spawn(async move {
+                let result = guard.wake().await.map_err(|e| e.to_string());
+                let mut ticking = ticking.lock().unwrap_or_else(PoisonError::into_inner);
+                if guard.wants_tick() {
+                    ticking.insert(id.clone());
+                } else {
+                    ticking.remove(&id);
+                }
+                (id, result)
+            });
+        }
+        started
+    }
+
+    /// When an agent that used up its wake-up allowance may take its mail, if one is waiting.
+    pub fn next_wake(&self) -> Option<tokio::time::Instant> {
+        self.next_wake
+    }
+
+    /// Waits until one running turn ends and books it; `false` when none is running.
+    pub async fn next_finished(&mut self) -> bool {
+        match self.running.join_next().await {
+            Some(joined) => {
+                self.finished(joined);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Waits for every running heartbeat to finish.

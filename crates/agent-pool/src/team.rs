@@ -19,13 +19,14 @@ use agent_state::{
 use governance::Governance;
 use message_bus::MessageBus;
 use thiserror::Error;
-use tokio::sync::{Mutex, watch};
+use tokio::sync::{Mutex, Notify, watch};
 use tokio::task::JoinHandle;
 use whiteboard::Whiteboard;
 
 use crate::metrics::{AgentSummary, MetricsCalculator};
 use crate::pool::{AgentPool, DEFAULT_MAX_AGENTS, PoolError};
 use crate::scheduler::{DEFAULT_HEARTBEAT, HeartbeatScheduler};
+use crate::wake::WakingBus;
 
 /// What a layer adds to an agent's configuration.
 #[derive(Clone, Debug, PartialEq)]
@@ -248,10 +249,13 @@ impl Team {
 
     async fn launch(
         spec: TeamSpec,
-        services: TeamServices,
+        mut services: TeamServices,
         resume: bool,
     ) -> Result<Self, TeamError> {
         let configs = validate(&spec, &services)?;
+        // Wake on work: every delivery through the team's bus wakes the driver.
+        let mail = Arc::new(Notify::new());
+        services.bus = Arc::new(WakingBus::new(services.bus.clone(), mail.clone()));
         let (statuses, mut records) = if resume {
             let audit = services.audit.records(None).await.map_err(TeamError::Store)?;
             let statuses: BTreeMap<AgentId, AgentStatus> =
@@ -280,6 +284,7 @@ impl Team {
             .collect();
         let top_ids: Vec<AgentId> = tops.iter().map(|(id, _)| id.clone()).collect();
         let proposer = top_ids.first().cloned().ok_or(TeamError::NoTopAgent)?;
+        let mut creating: tokio::task::JoinSet<Result<(), PoolError>> = tokio::task::JoinSet::new();
         for (agent, config) in spec.agents.iter().zip(configs) {
             let id = config.id.clone();
             let behavior: Box<dyn AgentBehavior> = match &agent.role {
@@ -317,18 +322,32 @@ impl Team {
                 clock: services.clock.clone(),
                 state: services.state.clone(),
             });
+            // Agents are created (or restored) concurrently, a bounded number at a time, so a
+            // durable backend's group commit serves many of them with one sync.
+            if creating.len() >= CONCURRENT_CREATIONS
+                && let Some(joined) = creating.join_next().await
+            {
+                created(joined)?;
+            }
+            let pool = pool.clone();
             match statuses.get(&id) {
                 Some(&status) => {
                     let record = records.remove(&id);
-                    let agent = Agent::restore(config, behavior, deps, status, record)
-                        .await
-                        .map_err(|source| PoolError::Initialize { id: id.clone(), source })?;
-                    pool.insert(agent)?;
+                    creating.spawn(async move {
+                        let agent = Agent::restore(config, behavior, deps, status, record)
+                            .await
+                            .map_err(|source| PoolError::Initialize { id: id.clone(), source })?;
+                        pool.insert(agent).map(drop)
+                    });
                 }
                 None => {
-                    pool.create(config, behavior, deps).await?;
+                    creating
+                        .spawn(async move { pool.create(config, behavior, deps).await.map(drop) });
                 }
             }
+        }
+        while let Some(joined) = creating.join_next().await {
+            created(joined)?;
         }
         let known: BTreeMap<String, TaskOutcome> = services
             .state
@@ -350,6 +369,7 @@ impl Team {
         let driver = tokio::spawn(drive(
             scheduler,
             spec.heartbeat,
+            mail,
             services.bus.clone(),
             services.state.clone(),
             outcome_tx,
@@ -457,12 +477,32 @@ impl Team {
     pub async fn shutdown(&self) -> Result<(), PoolError> {
         self.stop().await;
         for layer in [AgentLayer::Bottom, AgentLayer::Mid, AgentLayer::Top] {
+            // The agents of a layer shut down concurrently, a bounded number at a time, so a
+            // durable backend's group commit serves many of them with one sync.
+            let mut stopping: tokio::task::JoinSet<Result<(), PoolError>> =
+                tokio::task::JoinSet::new();
+            let mut first_error = None;
             for slot in self.pool.by_layer(layer) {
-                let mut agent = slot.agent().lock().await;
-                agent
-                    .shutdown()
-                    .await
-                    .map_err(|source| PoolError::Shutdown { id: slot.id().clone(), source })?;
+                if stopping.len() >= CONCURRENT_CREATIONS
+                    && let Some(Err(e)) = stopping.join_next().await.map(flatten)
+                {
+                    first_error.get_or_insert(e);
+                }
+                stopping.spawn(async move {
+                    let mut agent = slot.agent().lock().await;
+                    agent
+                        .shutdown()
+                        .await
+                        .map_err(|source| PoolError::Shutdown { id: slot.id().clone(), source })
+                });
+            }
+            while let Some(joined) = stopping.join_next().await {
+                if let Err(e) = flatten(joined) {
+                    first_error.get_or_insert(e);
+                }
+            }
+            if let Some(e) = first_error {
+                return Err(e);
             }
         }
         Ok(())
@@ -480,9 +520,21 @@ impl Drop for Team {
     }
 }
 
+/// What woke the driver.
+enum Event {
+    Heartbeat,
+    Mail,
+    TurnEnded,
+    Stop,
+}
+
+/// The team's driver: a heartbeat every `period`, and in between, wake on work: when mail
+/// arrives (`mail` is signalled by the team's [`WakingBus`]) or a turn ends (its agent may
+/// have more mail by now), the agents with mail run at once.
 async fn drive(
     mut scheduler: HeartbeatScheduler,
     period: Duration,
+    mail: Arc<Notify>,
     bus: Arc<dyn MessageBus>,
     state: Arc<dyn StateStore>,
     outcomes: watch::Sender<BTreeMap<String, TaskOutcome>>,
@@ -491,24 +543,65 @@ async fn drive(
     let mut interval = tokio::time::interval(period);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tokio::select! {
-            _ = interval.tick() => {}
-            _ = stop.changed() => {
+        let running = scheduler.running() > 0;
+        let allowance = scheduler.next_wake();
+        let event = tokio::select! {
+            biased;
+            _ = stop.changed() => Event::Stop,
+            _ = interval.tick() => Event::Heartbeat,
+            () = mail.notified() => Event::Mail,
+            true = scheduler.next_finished(), if running => Event::TurnEnded,
+            () = sleep_until_some(allowance), if allowance.is_some() => Event::Mail,
+        };
+        match event {
+            Event::Stop => {
                 // Let the running heartbeats finish, then read what they reported.
                 scheduler.settle().await;
                 drain_system(bus.as_ref(), state.as_ref(), &outcomes).await;
                 return scheduler;
             }
+            Event::Heartbeat => {
+                let report = scheduler.tick().await;
+                tracing::trace!(
+                    heartbeat = report.number,
+                    started = report.started,
+                    idle = report.idle,
+                    missed = report.missed.len(),
+                    "cycle"
+                );
+            }
+            Event::Mail | Event::TurnEnded => {
+                let woken = scheduler.wake().await;
+                tracing::trace!(woken, "wake on work");
+            }
         }
-        let report = scheduler.tick().await;
-        tracing::trace!(
-            heartbeat = report.number,
-            started = report.started,
-            idle = report.idle,
-            missed = report.missed.len(),
-            "cycle"
-        );
         drain_system(bus.as_ref(), state.as_ref(), &outcomes).await;
+    }
+}
+
+/// How many agents [`Team`] creates or restores at the same time.
+const CONCURRENT_CREATIONS: usize = 256;
+
+/// A shutdown task's result, a panic as the agent's failure to shut down.
+fn flatten(joined: Result<Result<(), PoolError>, tokio::task::JoinError>) -> Result<(), PoolError> {
+    joined.unwrap_or_else(|e| {
+        Err(PoolError::Stopped(format!("an agent's shutdown stopped before it finished: {e}")))
+    })
+}
+
+/// The result of one agent's creation task.
+fn created(joined: Result<Result<(), PoolError>, tokio::task::JoinError>) -> Result<(), TeamError> {
+    match joined {
+        Ok(result) => Ok(result?),
+        Err(e) => Err(TeamError::Pool(PoolError::Stopped(format!(
+            "an agent's creation stopped before it finished: {e}"
+        )))),
+    }
+}
+
+async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+    if let Some(at) = at {
+        tokio::time::sleep_until(at).await;
     }
 }
 
@@ -575,6 +668,13 @@ pub fn validate(spec: &TeamSpec, services: &TeamServices) -> Result<Vec<AgentCon
             return Err(TeamError::DuplicateAgent { agent: agent.config.id.clone() });
         }
     }
+    // Each agent's subordinates, found once (a team can have 100 000 agents).
+    let mut children: BTreeMap<&AgentId, Vec<AgentId>> = BTreeMap::new();
+    for agent in &spec.agents {
+        if let Some(supervisor) = &agent.config.supervisor {
+            children.entry(supervisor).or_default().push(agent.config.id.clone());
+        }
+    }
     let mut configs = Vec::with_capacity(spec.agents.len());
     for agent in &spec.agents {
         let config = &agent.config;
@@ -597,12 +697,7 @@ pub fn validate(spec: &TeamSpec, services: &TeamServices) -> Result<Vec<AgentCon
                 });
             }
         }
-        let derived: Vec<AgentId> = spec
-            .agents
-            .iter()
-            .filter(|a| a.config.supervisor.as_ref() == Some(&config.id))
-            .map(|a| a.config.id.clone())
-            .collect();
+        let derived: Vec<AgentId> = children.remove(&config.id).unwrap_or_default();
         if let Some(stray) = config.subordinates.iter().find(|s| !derived.contains(s)) {
             return Err(TeamError::SubordinateMismatch {
                 agent: config.id.clone(),

@@ -126,11 +126,19 @@ impl AgentConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let agent = self.id.as_str().to_owned();
         let err = |kind| Err(ConfigError { agent: agent.clone(), kind });
+        let model = self.model.as_deref().unwrap_or_default();
         if let Err(kind) = check_agent_id(self.id.as_str()) {
             return err(kind);
         }
         if self.name.trim().is_empty() {
             return err(ConfigErrorKind::EmptyName);
+        }
+        for (field, value) in
+            [("name", self.name.as_str()), ("role", self.role.as_str()), ("model", model)]
+        {
+            if let Some((index, character)) = find_control(value) {
+                return err(ConfigErrorKind::ControlCharacter { field, index, character });
+            }
         }
         if let Some(&capability) = self.capabilities.iter().find(|c| !self.layer.allows(**c)) {
             return err(ConfigErrorKind::CapabilityNotAllowed { capability, layer: self.layer });
@@ -199,6 +207,18 @@ pub fn check_agent_id(id: &str) -> Result<(), ConfigErrorKind> {
         return Err(ConfigErrorKind::InvalidId { id: id.to_owned() });
     }
     Ok(())
+}
+
+/// The first control character in `text` and its index in characters (0-based): C0 and C1
+/// controls (newline, tab, escape, ...), DEL, and the Unicode line and paragraph separators.
+/// Ids and names must not hold one: printed, it would split a line or drive the terminal.
+pub fn find_control(text: &str) -> Option<(usize, char)> {
+    text.chars().enumerate().find(|(_, c)| is_control(*c))
+}
+
+/// Whether `c` is refused in ids and names by [`find_control`].
+pub fn is_control(c: char) -> bool {
+    c.is_control() || c == '\u{2028}' || c == '\u{2029}'
 }
 
 /// An invalid configuration: which agent, and what is wrong.
@@ -296,6 +316,21 @@ pub enum ConfigErrorKind {
     /// A zero timeout.
     #[error("field `timeout_ms` must be greater than 0")]
     ZeroTimeout,
+    /// A control character (newline, tab, escape, ...) in a name, the role or the model.
+    #[error(
+        "field `{field}`: character {} is the control character {}; write it on one line of \
+         printable text",
+        .index + 1,
+        .character.escape_unicode()
+    )]
+    ControlCharacter {
+        /// `name`, `role` or `model`.
+        field: &'static str,
+        /// Its index in characters, 0-based.
+        index: usize,
+        /// The character.
+        character: char,
+    },
 }
 
 impl ConfigErrorKind {
@@ -315,6 +350,7 @@ impl ConfigErrorKind {
             ConfigErrorKind::TemperatureOutOfRange { .. } => "temperature",
             ConfigErrorKind::InvalidReference { field, .. } => field,
             ConfigErrorKind::ZeroTimeout => "timeout_ms",
+            ConfigErrorKind::ControlCharacter { field, .. } => field,
         }
     }
 }

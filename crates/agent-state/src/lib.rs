@@ -49,7 +49,7 @@ pub use board::{
 };
 pub use config::{
     AgentConfig, ConfigError, ConfigErrorKind, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_MS,
-    MAX_AGENT_ID_LEN, check_agent_id,
+    MAX_AGENT_ID_LEN, check_agent_id, find_control, is_control,
 };
 pub use decision::{
     Decision, DecisionStatus, ProposeError, SignError, SignOutcome, Signature, Tally, TallyError,

@@ -38,6 +38,12 @@ pub struct PlanStep {
     /// to wait for run in parallel.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub after: Vec<String>,
+    /// Running the step twice has the same effect as once, so a tool call of it that a crash
+    /// interrupted may simply run again. A step that is not idempotent (the default) is never
+    /// run again after such an interruption: the task stops with
+    /// [`TaskFailure::Interrupted`] and a person decides.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub idempotent: bool,
 }
 
 /// A task for a team: a goal and the plan to reach it.
@@ -166,6 +172,38 @@ pub enum TaskFailure {
         /// The last error.
         error: String,
     },
+    /// A side-effecting tool call of a step was interrupted (the run was killed while it ran)
+    /// and the step is not idempotent, so it is not run again automatically: running it twice
+    /// could repeat its effect. A person must look at the workspace and decide.
+    #[error(
+        "step `{step}` was interrupted while `{agent}` ran `{tool}`, and it is not run again \
+         automatically because running it twice could repeat its effect; needs a decision: \
+         check the workspace, then re-run the step (declare it `idempotent = true` if running it \
+         again is safe) or change the plan{}",
+        if partial.is_empty() { String::new() } else { format!("; partial output: {partial}") }
+    )]
+    Interrupted {
+        /// The step.
+        step: String,
+        /// The executor that ran it.
+        agent: AgentId,
+        /// The tool.
+        tool: String,
+        /// What the call had printed before it was stopped (shortened).
+        #[serde(default)]
+        partial: String,
+    },
+    /// The run's storage failed (a full disk, an I/O error, a file system remounted
+    /// read-only): nothing more can be recorded, so the run stops. What was stored before is
+    /// kept, and the run can be resumed once the storage works again.
+    #[error(
+        "the run's storage failed, so the run stopped: {error}; nothing stored before is lost: \
+         free space (or fix the disk) and run `strata resume` on the run"
+    )]
+    Storage {
+        /// What the storage reported.
+        error: String,
+    },
     /// The plan is not valid.
     #[error("invalid plan: {reason}")]
     InvalidPlan {
@@ -195,11 +233,27 @@ pub enum TaskFailure {
 
 impl Task {
     /// Checks the plan: an id and a goal, at least one step, unique step ids, every step with a
-    /// tool name, and every `after` naming a step listed earlier (so there are no cycles).
+    /// tool name, every `after` naming a step listed earlier (so there are no cycles), and no
+    /// control character (see [`find_control`](crate::find_control)) in the task id or a step's
+    /// id, tool, target or `after`.
     pub fn check(&self) -> Result<(), TaskFailure> {
         let invalid = |reason: String| Err(TaskFailure::InvalidPlan { reason });
+        // Ids and names are printed in events and summaries: one line of printable text each.
+        let control = |what: &str, value: &str| {
+            crate::find_control(value).map(|(index, c)| {
+                format!(
+                    "{what} has the control character {} at character {}; ids and names are \
+                     one line of printable text",
+                    c.escape_unicode(),
+                    index + 1
+                )
+            })
+        };
         if self.id.trim().is_empty() {
             return invalid("the task needs an `id`".into());
+        }
+        if let Some(reason) = control("the task's `id`", &self.id) {
+            return invalid(reason);
         }
         if self.goal.trim().is_empty() {
             return invalid("the task needs a `goal`".into());
@@ -210,6 +264,22 @@ impl Task {
         for (i, step) in self.steps.iter().enumerate() {
             if step.id.trim().is_empty() {
                 return invalid(format!("step {} has an empty `id`", i + 1));
+            }
+            if let Some(reason) = control(&format!("the `id` of step {}", i + 1), &step.id) {
+                return invalid(reason);
+            }
+            let target = match &step.target {
+                StepTarget::Domain(domain) => domain.as_str(),
+                StepTarget::Agent(agent) => agent.as_str(),
+                StepTarget::Any => "",
+            };
+            let names = [("`tool`", step.tool.as_str()), ("target", target)]
+                .into_iter()
+                .chain(step.after.iter().map(|a| ("`after`", a.as_str())));
+            for (what, value) in names {
+                if let Some(reason) = control(&format!("the {what} of step `{}`", step.id), value) {
+                    return invalid(reason);
+                }
             }
             if self.steps[..i].iter().any(|s| s.id == step.id) {
                 return invalid(format!("step id `{}` is used twice", step.id));

@@ -151,6 +151,11 @@ impl Health {
     pub(crate) fn is_healthy(&self) -> bool {
         self.0.lock().failed.is_none()
     }
+
+    /// Why the store accepts no more writes, once a sync failed or the syncer died.
+    pub(crate) fn failure(&self) -> Option<String> {
+        self.0.lock().failed.clone()
+    }
 }
 
 impl DiskSync {

@@ -27,6 +27,15 @@
 //! `db.before-recovery/`, so that no byte is lost even if the damage was more than a torn tail.
 //! Opening reads the whole database once (to check or to copy it).
 //!
+//! **Anchors.** The seal also keeps small values the backends hand to
+//! [`RunStore::set_anchor`] (the audit log keeps its final record there), so that a database
+//! rewritten to agree with itself still disagrees with its seal.
+//!
+//! **Reading without writing.** [`RunStore::open_read_only`] copies the database to a private
+//! temporary directory and opens the copy: the run directory is not opened for writing, locked,
+//! recovered, backed up or unsealed, so a read-only directory or a run a live process is writing
+//! can be read.
+//!
 //! ```
 //! use run_store::{Durability, RunStore};
 //! use agent_state::Timestamp;

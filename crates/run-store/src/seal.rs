@@ -9,7 +9,14 @@
 //! did not close cleanly (a crash, a power loss, or a sled tree that outlived the store); sled's
 //! recovery is then expected to drop a torn tail, and [`back_up`] keeps a copy of the database as
 //! it was first.
+//!
+//! The seal also keeps the store's *anchors* (see [`RunStore::set_anchor`]): small values the
+//! backends ask to be kept outside the database, such as the audit log's final hash, so that a
+//! database rewritten to be consistent with itself still disagrees with its seal.
+//!
+//! [`RunStore::set_anchor`]: crate::RunStore::set_anchor
 
+use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
@@ -35,11 +42,17 @@ pub(crate) enum Found {
     Unsealed,
 }
 
+/// Named values kept in the seal (see [`RunStore::set_anchor`](crate::RunStore::set_anchor)).
+pub(crate) type Anchors = BTreeMap<String, serde_json::Value>;
+
 /// The content of the seal file.
 #[derive(Debug, PartialEq, Eq, Serialize, Deserialize)]
 struct Seal {
     format: String,
     files: Vec<SealedFile>,
+    /// Absent in seals written before anchors existed.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    anchors: Anchors,
 }
 
 /// One file of the database directory.
@@ -53,26 +66,37 @@ struct SealedFile {
 
 /// Compares the database in `db_dir` with the seal in `run_dir`, touching nothing.
 pub(crate) fn check(run_dir: &Path, db_dir: &Path) -> Result<Found, StoreError> {
-    let path = run_dir.join(SEAL_FILE);
-    let bytes = match fs::read(&path) {
-        Ok(bytes) => bytes,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Found::Unsealed),
-        Err(source) => return Err(StoreError::Io { action: "read", path, source }),
-    };
-    let damaged =
-        |detail: String| StoreError::Corrupted { dir: run_dir.to_path_buf(), what: "seal", detail };
-    let seal: Seal = serde_json::from_slice(&bytes)
-        .map_err(|e| damaged(format!("{SEAL_FILE} is not a valid seal: {e}")))?;
-    if seal.format != SEAL_FORMAT {
-        return Err(damaged(format!("{SEAL_FILE} has format `{}`", seal.format)));
+    match read(run_dir)? {
+        None => Ok(Found::Unsealed),
+        Some(bytes) => check_bytes(run_dir, &bytes, db_dir).map(|_| Found::Sealed(bytes)),
     }
+}
+
+/// The seal file's bytes, if the run has one.
+pub(crate) fn read(run_dir: &Path) -> Result<Option<Vec<u8>>, StoreError> {
+    let path = run_dir.join(SEAL_FILE);
+    match fs::read(&path) {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(StoreError::Io { action: "read", path, source }),
+    }
+}
+
+/// Compares the database in `db_dir` with the seal `bytes` of the run in `run_dir` (`db_dir` may
+/// be a copy of the run's database), touching nothing; returns the seal's anchors.
+pub(crate) fn check_bytes(
+    run_dir: &Path,
+    bytes: &[u8],
+    db_dir: &Path,
+) -> Result<Anchors, StoreError> {
+    let seal = parse(run_dir, bytes)?;
     let found = measure(db_dir).map_err(|source| StoreError::Io {
         action: "read",
         path: db_dir.to_path_buf(),
         source,
     })?;
     match difference(&seal.files, &found) {
-        None => Ok(Found::Sealed(bytes)),
+        None => Ok(seal.anchors),
         Some(detail) => Err(StoreError::Corrupted {
             dir: run_dir.to_path_buf(),
             what: "database",
@@ -82,6 +106,22 @@ pub(crate) fn check(run_dir: &Path, db_dir: &Path) -> Result<Found, StoreError> 
             ),
         }),
     }
+}
+
+/// The anchors of a seal that [`check`] accepted.
+pub(crate) fn anchors_of(run_dir: &Path, bytes: &[u8]) -> Result<Anchors, StoreError> {
+    parse(run_dir, bytes).map(|seal| seal.anchors)
+}
+
+fn parse(run_dir: &Path, bytes: &[u8]) -> Result<Seal, StoreError> {
+    let damaged =
+        |detail: String| StoreError::Corrupted { dir: run_dir.to_path_buf(), what: "seal", detail };
+    let seal: Seal = serde_json::from_slice(bytes)
+        .map_err(|e| damaged(format!("{SEAL_FILE} is not a valid seal: {e}")))?;
+    if seal.format != SEAL_FORMAT {
+        return Err(damaged(format!("{SEAL_FILE} has format `{}`", seal.format)));
+    }
+    Ok(seal)
 }
 
 /// Removes the seal, durably, before sled writes to the database: a crash from now on must not
@@ -102,13 +142,14 @@ pub(crate) fn restore(run_dir: &Path, bytes: &[u8]) -> io::Result<()> {
 /// the whole time means that a sled tree outlived the store.
 pub(crate) const CLOSE_PATIENCE: Duration = Duration::from_millis(200);
 
-/// Seals the run if sled has closed its database: `Ok(false)` when something still holds the
-/// database's lock after `patience` (a sled tree that outlived the store), and then nothing is
-/// written.
+/// Seals the run, with `anchors`, if sled has closed its database: `Ok(false)` when something
+/// still holds the database's lock after `patience` (a sled tree that outlived the store), and
+/// then nothing is written.
 pub(crate) fn seal_if_closed(
     run_dir: &Path,
     db_dir: &Path,
     patience: Duration,
+    anchors: &Anchors,
 ) -> io::Result<bool> {
     let db_file = File::open(db_dir.join("db"))?;
     if !lock_within(&db_file, patience)? {
@@ -118,7 +159,8 @@ pub(crate) fn seal_if_closed(
     for dir in [db_dir.join("blobs"), db_dir.to_path_buf()] {
         sync_dir(&dir)?;
     }
-    let seal = Seal { format: SEAL_FORMAT.to_owned(), files: measure(db_dir)? };
+    let seal =
+        Seal { format: SEAL_FORMAT.to_owned(), files: measure(db_dir)?, anchors: anchors.clone() };
     let bytes = serde_json::to_vec_pretty(&seal).map_err(io::Error::other)?;
     write_atomically(run_dir, &bytes)?;
     drop(db_file);
@@ -132,9 +174,16 @@ pub(crate) fn back_up(run_dir: &Path, db_dir: &Path) -> io::Result<PathBuf> {
         Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
         _ => {}
     }
-    copy_dir(db_dir, &backup)?;
+    copy_dir(db_dir, &backup, true)?;
     sync_dir(run_dir)?;
     Ok(backup)
+}
+
+/// Copies the database directory `db_dir` to `to` (which must not exist), without syncing: a
+/// private copy to read. A file that disappears while it is copied (a live process replaced it)
+/// is an error of kind `NotFound`; the caller may try again.
+pub(crate) fn copy_db(db_dir: &Path, to: &Path) -> io::Result<()> {
+    copy_dir(db_dir, to, false)
 }
 
 /// Takes `file`'s exclusive lock, retrying (with growing pauses) for up to `patience`: `false`
@@ -220,17 +269,19 @@ fn write_atomically(run_dir: &Path, bytes: &[u8]) -> io::Result<()> {
     sync_dir(run_dir)
 }
 
-fn copy_dir(from: &Path, to: &Path) -> io::Result<()> {
+fn copy_dir(from: &Path, to: &Path, sync: bool) -> io::Result<()> {
     fs::create_dir_all(to)?;
     for entry in fs::read_dir(from)? {
         let entry = entry?;
         let target = to.join(entry.file_name());
         if entry.file_type()?.is_dir() {
-            copy_dir(&entry.path(), &target)?;
+            copy_dir(&entry.path(), &target, sync)?;
         } else {
             fs::copy(entry.path(), &target)?;
-            File::open(&target)?.sync_all()?;
+            if sync {
+                File::open(&target)?.sync_all()?;
+            }
         }
     }
-    sync_dir(to)
+    if sync { sync_dir(to) } else { Ok(()) }
 }

@@ -3,14 +3,14 @@
 use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use agent_state::{BackendError, Timestamp};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::commit::{DiskSync, GroupCommit, Health, sync_dir};
-use crate::seal::{self, Found};
+use crate::seal::{self, Anchors, Found};
 
 /// The marker file that makes a directory a Strata run.
 pub const RUN_MARKER: &str = "strata-run.json";
@@ -105,6 +105,18 @@ pub enum StoreError {
         /// What was found.
         detail: String,
     },
+    /// A run that a live process is writing, whose copy (taken by
+    /// [`RunStore::open_read_only`]) cannot be opened: files changed while they were copied.
+    #[error(
+        "run {} is being written by a live process and the copy taken to read it cannot be opened ({detail}); try again in a moment, or once the run has finished",
+        .dir.display()
+    )]
+    CopyUnreadable {
+        /// The directory.
+        dir: PathBuf,
+        /// What sled said about the copy.
+        detail: String,
+    },
     /// The file system refused.
     #[error("cannot {action} {}: {source}", .path.display())]
     Io {
@@ -131,14 +143,44 @@ pub struct RunStore {
 }
 
 /// Fields drop in declaration order: the syncer stops (and joins) first, then sled closes, then
-/// the seal is written, which needs sled closed.
+/// the seal is written (or the private copy removed), which needs sled closed.
 struct Inner {
     dir: PathBuf,
     marker: RunMarker,
     durability: Durability,
+    /// What the seal this store was opened from said: its anchors, or `None` if the run was not
+    /// sealed (new, crashed, or being written by a live process).
+    sealed: Option<Anchors>,
+    /// The anchors the next seal will hold.
+    anchors: Arc<Mutex<Anchors>>,
     committer: GroupCommit,
     db: sled::Db,
-    _seal: SealOnClose,
+    _close: OnClose,
+}
+
+/// What closing does: seal the run, or, for a read-only store, remove its private copy. The
+/// work is done by the fields' `Drop`.
+enum OnClose {
+    Seal(#[allow(dead_code, reason = "held for its Drop")] SealOnClose),
+    RemoveCopy(#[allow(dead_code, reason = "held for its Drop")] RemoveCopyOnClose),
+}
+
+/// Removes a read-only store's private copy of the database once sled has let go of it.
+struct RemoveCopyOnClose {
+    copy: Option<tempfile::TempDir>,
+}
+
+impl Drop for RemoveCopyOnClose {
+    fn drop(&mut self) {
+        let Some(copy) = self.copy.take() else { return };
+        // Wait (briefly) for sled's background threads to let go of the copy before removing it.
+        if let Ok(file) = File::open(copy.path().join(DB_DIR).join("db")) {
+            let _ = seal::lock_within(&file, seal::CLOSE_PATIENCE);
+        }
+        if let Err(e) = copy.close() {
+            tracing::warn!(error = %e, "could not remove the temporary copy of a run");
+        }
+    }
 }
 
 /// Seals the run when dropped, if every sync succeeded and sled has closed the database, then
@@ -146,6 +188,7 @@ struct Inner {
 struct SealOnClose {
     dir: PathBuf,
     health: Health,
+    anchors: Arc<Mutex<Anchors>>,
     /// The run's own lock: an exclusive flock on the marker, held while the store is open.
     /// Unlike sled's lock on `db/db`, which sled's background threads can hold a little after its
     /// last handle drops, it is released exactly when the store has closed.
@@ -202,7 +245,7 @@ impl RunStore {
         fs::rename(&tmp, &marker_path).map_err(io_error("rename", &marker_path))?;
         sync_dir(dir).map_err(io_error("sync", dir))?;
         let run_lock = lock_run(dir)?;
-        Self::start(dir, marker, durability, db, disk, run_lock)
+        Self::start(dir, marker, durability, db, disk, run_lock, None)
     }
 
     /// Opens an existing run.
@@ -227,8 +270,12 @@ impl RunStore {
         // is released just before sled takes it.
         let probe = lock_database(dir, &db_dir)?;
         let found = seal::check(dir, &db_dir)?;
-        match &found {
-            Found::Sealed(_) => seal::unseal(dir).map_err(io_error("remove the seal of", dir))?,
+        let sealed = match &found {
+            Found::Sealed(bytes) => {
+                let anchors = seal::anchors_of(dir, bytes)?;
+                seal::unseal(dir).map_err(io_error("remove the seal of", dir))?;
+                Some(anchors)
+            }
             Found::Unsealed => {
                 let backup = seal::back_up(dir, &db_dir)
                     .map_err(io_error("back up the database of", dir))?;
@@ -238,11 +285,12 @@ impl RunStore {
                     "the run was not closed cleanly: sled recovers it and drops a torn tail of \
                      writes that were never committed; the database as it was is kept in the backup"
                 );
+                None
             }
-        }
+        };
         drop(probe);
         match open_db(dir).and_then(|db| Ok((db, disk_sync(dir, durability)?))) {
-            Ok((db, disk)) => Self::start(dir, marker, durability, db, disk, run_lock),
+            Ok((db, disk)) => Self::start(dir, marker, durability, db, disk, run_lock, sealed),
             Err(e) => {
                 if let Found::Sealed(bytes) = &found
                     && let Err(restore) = seal::restore(dir, bytes)
@@ -252,6 +300,122 @@ impl RunStore {
                 Err(e)
             }
         }
+    }
+
+    /// Opens a private copy of a run's database, to read it without changing anything in `dir`.
+    ///
+    /// The run's `db/` is copied to a temporary directory (removed when the store closes) and
+    /// the copy is opened; the original is never opened by sled, locked, backed up or unsealed,
+    /// so this works on a read-only run directory and on a run that a live process is writing
+    /// (the copy is then the run as it was while it was copied, as after a crash: sled drops a
+    /// torn tail). A sealed run's copy is checked against the seal first, like
+    /// [`open`](Self::open). Writes to the store's trees change only the copy, and
+    /// [`commit`](Self::commit) makes nothing durable. Refuses what [`open`](Self::open) refuses,
+    /// except a run in use; a copy of a live run that sled cannot open is
+    /// [`StoreError::CopyUnreadable`].
+    pub fn open_read_only(dir: &Path) -> Result<Self, StoreError> {
+        /// A live process can replace a file while it is listed and copied: try again.
+        const ATTEMPTS: u32 = 5;
+        let marker = read_marker(dir)?;
+        let db_dir = dir.join(DB_DIR);
+        if !db_dir.join("db").is_file() {
+            return Err(StoreError::Corrupted {
+                dir: dir.to_path_buf(),
+                what: "database",
+                detail: format!("{DB_DIR}/db is missing"),
+            });
+        }
+        let mut attempt = 0;
+        let (copy, sealed) = loop {
+            attempt += 1;
+            let copy = tempfile::Builder::new()
+                .prefix("strata-read-")
+                .tempdir()
+                .map_err(io_error("create a temporary directory to copy", dir))?;
+            let copy_db = copy.path().join(DB_DIR);
+            let before = seal::read(dir)?;
+            match seal::copy_db(&db_dir, &copy_db) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && attempt < ATTEMPTS => {
+                    continue;
+                }
+                Err(source) => {
+                    return Err(StoreError::Io {
+                        action: "copy the database of",
+                        path: db_dir,
+                        source,
+                    });
+                }
+            }
+            // A seal that is the same before and after the copy was there all along: nothing
+            // wrote the database meanwhile, so the copy must match it.
+            let sealed = match (before, seal::read(dir)?) {
+                (Some(before), Some(after)) if before == after => {
+                    Some(seal::check_bytes(dir, &before, &copy_db)?)
+                }
+                _ => None,
+            };
+            break (copy, sealed);
+        };
+        let db = match open_db(copy.path()) {
+            Ok(db) => db,
+            Err(StoreError::Corrupted { detail, .. })
+                if sealed.is_none() && Self::is_in_use(dir)? =>
+            {
+                return Err(StoreError::CopyUnreadable { dir: dir.to_path_buf(), detail });
+            }
+            Err(StoreError::Corrupted { what, detail, .. }) => {
+                return Err(StoreError::Corrupted { dir: dir.to_path_buf(), what, detail });
+            }
+            Err(StoreError::Io { action, source, .. }) => {
+                return Err(StoreError::Io { action, path: dir.to_path_buf(), source });
+            }
+            Err(e) => return Err(e),
+        };
+        let committer = GroupCommit::start(db.clone(), None)
+            .map_err(io_error("start the sync thread for", dir))?;
+        tracing::debug!(run = %dir.display(), copy = %copy.path().display(), "run opened read-only, on a copy");
+        Ok(Self {
+            inner: Arc::new(Inner {
+                dir: dir.to_path_buf(),
+                marker,
+                durability: Durability::NoSync,
+                anchors: Arc::new(Mutex::new(sealed.clone().unwrap_or_default())),
+                sealed,
+                committer,
+                db,
+                _close: OnClose::RemoveCopy(RemoveCopyOnClose { copy: Some(copy) }),
+            }),
+        })
+    }
+
+    /// Whether this store reads a private copy ([`open_read_only`](Self::open_read_only)).
+    pub fn is_read_only(&self) -> bool {
+        matches!(self.inner._close, OnClose::RemoveCopy(_))
+    }
+
+    /// Whether the run was sealed (closed cleanly, and unchanged since) when this store opened it.
+    pub fn was_sealed(&self) -> bool {
+        self.inner.sealed.is_some()
+    }
+
+    /// The anchor `name` that the run's seal held when this store opened it (see
+    /// [`set_anchor`](Self::set_anchor)); `None` if the run was not sealed or the seal has no
+    /// such anchor.
+    pub fn sealed_anchor(&self, name: &str) -> Option<serde_json::Value> {
+        self.inner.sealed.as_ref().and_then(|anchors| anchors.get(name).cloned())
+    }
+
+    /// Keeps `value` under `name` in the seal written when the store closes cleanly: a value a
+    /// backend wants kept outside its own trees, such as the audit log's last hash, so that a
+    /// changed database disagrees with its seal even if it agrees with itself. The last value
+    /// set wins; the anchors of the seal a run was opened from are kept unless replaced.
+    pub fn set_anchor(&self, name: &str, value: serde_json::Value) {
+        self.inner
+            .anchors
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(name.to_owned(), value);
     }
 
     /// Reads a run's marker without opening its database (for listings).
@@ -284,20 +448,28 @@ impl RunStore {
         db: sled::Db,
         disk: Option<DiskSync>,
         run_lock: File,
+        sealed: Option<Anchors>,
     ) -> Result<Self, StoreError> {
         let committer = GroupCommit::start(db.clone(), disk)
             .map_err(io_error("start the sync thread for", dir))?;
-        let seal =
-            SealOnClose { dir: dir.to_path_buf(), health: committer.health(), _run_lock: run_lock };
+        let anchors = Arc::new(Mutex::new(sealed.clone().unwrap_or_default()));
+        let seal = SealOnClose {
+            dir: dir.to_path_buf(),
+            health: committer.health(),
+            anchors: anchors.clone(),
+            _run_lock: run_lock,
+        };
         tracing::info!(run = %dir.display(), run_id = %marker.run_id, ?durability, "run store open");
         Ok(Self {
             inner: Arc::new(Inner {
                 dir: dir.to_path_buf(),
                 marker,
                 durability,
+                sealed,
+                anchors,
                 committer,
                 db,
-                _seal: seal,
+                _close: OnClose::Seal(seal),
             }),
         })
     }
@@ -340,6 +512,14 @@ impl RunStore {
         self.inner.committer.commit_blocking()
     }
 
+    /// Why the store accepts no more writes, once a sync failed (a full disk, an I/O error, a
+    /// file system remounted read-only) or the syncer died: every later storing call fails with
+    /// it. What was committed before stays readable. `None` while the store is healthy. Cheap:
+    /// a runtime can poll it to end a run promptly instead of retrying into a dead store.
+    pub fn failure(&self) -> Option<String> {
+        self.inner.committer.health().failure()
+    }
+
     /// How many syncs have run since the store opened (each may cover many commits).
     pub fn syncs(&self) -> u64 {
         self.inner.committer.syncs()
@@ -363,7 +543,8 @@ impl Drop for SealOnClose {
             tracing::warn!(run = %dir.display(), "a sync failed: the run is left unsealed");
             return;
         }
-        match seal::seal_if_closed(dir, &dir.join(DB_DIR), seal::CLOSE_PATIENCE) {
+        let anchors = self.anchors.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        match seal::seal_if_closed(dir, &dir.join(DB_DIR), seal::CLOSE_PATIENCE, &anchors) {
             Ok(true) => tracing::debug!(run = %dir.display(), "run closed and sealed"),
             Ok(false) => tracing::info!(
                 run = %dir.display(),

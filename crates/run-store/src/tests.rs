@@ -27,7 +27,7 @@ fn a_seal_matches_the_database_it_was_taken_of() {
     let tmp = closed_db();
     let (run, db) = (tmp.path(), tmp.path().join("db"));
     assert!(matches!(seal::check(run, &db).unwrap(), Found::Unsealed));
-    assert!(seal::seal_if_closed(run, &db, PATIENCE).unwrap());
+    assert!(seal::seal_if_closed(run, &db, PATIENCE, &Default::default()).unwrap());
     assert!(matches!(seal::check(run, &db).unwrap(), Found::Sealed(_)));
     seal::unseal(run).unwrap();
     assert!(matches!(seal::check(run, &db).unwrap(), Found::Unsealed));
@@ -37,7 +37,7 @@ fn a_seal_matches_the_database_it_was_taken_of() {
 fn a_seal_names_the_file_that_changed() {
     let tmp = closed_db();
     let (run, db) = (tmp.path(), tmp.path().join("db"));
-    assert!(seal::seal_if_closed(run, &db, PATIENCE).unwrap());
+    assert!(seal::seal_if_closed(run, &db, PATIENCE, &Default::default()).unwrap());
     let len = fs::metadata(db.join("db")).unwrap().len();
     fs::OpenOptions::new().write(true).open(db.join("db")).unwrap().set_len(len - 1).unwrap();
     let Err(StoreError::Corrupted { what, detail, .. }) = seal::check(run, &db) else {
@@ -53,17 +53,17 @@ fn no_seal_is_written_while_sled_holds_the_database() {
     let tmp = closed_db();
     let (run, db_dir) = (tmp.path(), tmp.path().join("db"));
     let db = sled::open(&db_dir).unwrap();
-    assert!(!seal::seal_if_closed(run, &db_dir, Duration::ZERO).unwrap());
+    assert!(!seal::seal_if_closed(run, &db_dir, Duration::ZERO, &Default::default()).unwrap());
     assert!(!run.join(seal::SEAL_FILE).exists());
     drop(db);
-    assert!(seal::seal_if_closed(run, &db_dir, PATIENCE).unwrap());
+    assert!(seal::seal_if_closed(run, &db_dir, PATIENCE, &Default::default()).unwrap());
 }
 
 #[test]
 fn a_restored_seal_is_the_same_seal() {
     let tmp = closed_db();
     let (run, db) = (tmp.path(), tmp.path().join("db"));
-    assert!(seal::seal_if_closed(run, &db, PATIENCE).unwrap());
+    assert!(seal::seal_if_closed(run, &db, PATIENCE, &Default::default()).unwrap());
     let Found::Sealed(bytes) = seal::check(run, &db).unwrap() else { panic!("sealed") };
     seal::unseal(run).unwrap();
     seal::restore(run, &bytes).unwrap();

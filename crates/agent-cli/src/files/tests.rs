@@ -1220,3 +1220,198 @@ fn bad_model_settings_are_refused_where_they_are_written() {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Limits, encodings and control characters.
+
+/// A plan of `n` steps `s1`..`sn`, each step 4 lines after a 2-line head.
+fn many_steps(n: usize) -> String {
+    let mut text = String::from("id = \"t\"\ngoal = \"g\"\n");
+    for i in 1..=n {
+        text.push_str(&format!(
+            "[[steps]]\nid = \"s{i}\"\ntool = \"list_dir\"\nargs = {{ path = \".\" }}\n"
+        ));
+    }
+    text
+}
+
+#[test]
+fn plan_with_too_many_steps_is_refused_with_position() {
+    assert_eq!(plan(&many_steps(MAX_PLAN_STEPS)).steps.len(), MAX_PLAN_STEPS);
+    let err = plan_err(&many_steps(MAX_PLAN_STEPS + 1));
+    // Step n's id is on line 2 + 4(n - 1) + 2.
+    assert_at(
+        &err,
+        4 * MAX_PLAN_STEPS + 4,
+        6,
+        &["too many steps: this is step 10001 of 10001", "at most 10000", "several plans"],
+    );
+}
+
+#[test]
+fn oversized_files_and_step_arguments_are_refused_with_position() {
+    let big = format!("id = \"t\"\ngoal = \"{}\"\n", "g".repeat(MAX_PLAN_FILE_BYTES));
+    let err = plan_err(&big);
+    assert_at(
+        &err,
+        2,
+        MAX_PLAN_FILE_BYTES - 9 + 1,
+        &["plan file is", "over the limit of 16777216"],
+    );
+
+    let big = format!("# {}\n{}", "x".repeat(MAX_TEAM_FILE_BYTES), text(HEAD));
+    let err = team_err(&big);
+    assert_at(
+        &err,
+        1,
+        MAX_TEAM_FILE_BYTES + 1,
+        &["team file is", &format!("over the limit of {MAX_TEAM_FILE_BYTES}")],
+    );
+
+    let content = "c".repeat(MAX_STEP_ARGS_BYTES);
+    let err = plan_err(&format!(
+        "id = \"t\"\ngoal = \"g\"\n[[steps]]\nid = \"w\"\ntool = \"write_file\"\n\
+         args = {{ path = \"big.txt\", content = \"{content}\" }}\n"
+    ));
+    assert_at(&err, 5, 8, &["`args` are 8388639 bytes as JSON", "limit of 8388608 bytes"]);
+    // Just under the limit is accepted.
+    let content = "c".repeat(MAX_STEP_ARGS_BYTES - 64);
+    let task = plan(&format!(
+        "id = \"t\"\ngoal = \"g\"\n[[steps]]\nid = \"w\"\ntool = \"write_file\"\n\
+         args = {{ path = \"big.txt\", content = \"{content}\" }}\n"
+    ));
+    assert_eq!(task.steps[0].args["content"].as_str().map(str::len), Some(content.len()));
+}
+
+#[test]
+fn heartbeat_out_of_range_is_refused() {
+    for (value, column) in [("9ms", 13), ("61m", 13), ("2h", 13), ("18446744073709551615ms", 13)] {
+        let err = team_err(&format!("heartbeat = \"{value}\"\n{}", text(HEAD)));
+        assert_at(&err, 1, column, &["`heartbeat`", "out of range; use 10ms to 1h"]);
+    }
+    // `u64::MAX` seconds does not fit in milliseconds: refused as not a duration.
+    let err = team_err(&format!("heartbeat = \"18446744073709551615s\"\n{}", text(HEAD)));
+    assert_at(&err, 1, 13, &["`heartbeat`", "not a duration"]);
+    for (value, expected) in
+        [("10ms", MIN_HEARTBEAT), ("1h", MAX_HEARTBEAT), ("60m", MAX_HEARTBEAT)]
+    {
+        let t = team(&format!("heartbeat = \"{value}\"\n{}", text(HEAD)));
+        assert_eq!(t.spec.heartbeat, expected);
+    }
+    assert_eq!(crate::cli::parse_heartbeat("10ms"), Ok(MIN_HEARTBEAT));
+    assert_eq!(crate::cli::parse_heartbeat("60m"), Ok(MAX_HEARTBEAT));
+    for bad in ["9ms", "61m", "18446744073709551615s"] {
+        let err = crate::cli::parse_heartbeat(bad).unwrap_err();
+        assert!(err.contains("out of range; use 10ms to 1h"), "{bad}: {err}");
+    }
+}
+
+#[test]
+fn non_utf8_plan_reports_line_and_column() {
+    let path = Path::new("plan.toml");
+    let mut bytes = b"id = \"t\"\ngoal = \"caf\xc3\xa9 ".to_vec();
+    bytes.extend_from_slice(b"\xff\xfe\"\n");
+    let err = decode(path, bytes, MAX_PLAN_FILE_BYTES).unwrap_err();
+    // Line 2, after `goal = "café ` (13 characters): column 14; byte offset 9 + 14 = 23.
+    assert_eq!(
+        err.to_string(),
+        "plan.toml:2:14: the file is not UTF-8 text: byte 0xFF at byte offset 23 cannot start or \
+         continue a character; save the file as UTF-8"
+    );
+    // A truncated character at the very end is invalid too.
+    let err = decode(path, b"id = \"\xc3".to_vec(), MAX_PLAN_FILE_BYTES).unwrap_err();
+    assert_eq!((err.line, err.column), (1, 7), "{err}");
+
+    assert_eq!(decode(path, "ok = \"é\"".into(), 100).unwrap(), "ok = \"é\"");
+    // Over the limit: the position where it is passed, even inside a character.
+    let err = decode(path, "ab\ncdé".into(), 6).unwrap_err();
+    assert_eq!((err.line, err.column), (2, 3), "{err}");
+    assert!(err.message.contains("over the limit of 6 bytes"), "{err}");
+    let err = decode(path, "ab\ncdéf".into(), 7).unwrap_err();
+    assert_eq!((err.line, err.column), (2, 4), "{err}");
+}
+
+#[test]
+fn control_characters_in_ids_are_refused() {
+    // Plan: the task id, step ids and the names a step uses.
+    let err = plan_err("id = \"t\\n\"\ngoal = \"g\"\n");
+    assert_at(&err, 1, 6, &["the plan's `id`: character 2 is the control character \\u{a}"]);
+    let step = |field: &str| {
+        format!("id = \"t\"\ngoal = \"g\"\n[[steps]]\nid = \"s\"\ntool = \"list_dir\"\n{field}\n")
+    };
+    for (field, fragment) in [
+        ("domain = \"docs\\u001b[2J\"", "`domain`: character 5 is the control character \\u{1b}"),
+        ("after = [\"s\\r\"]", "a step in `after`"),
+    ] {
+        let err = plan_err(&step(field));
+        assert_eq!(err.line, 6, "{err}");
+        assert!(err.message.contains(fragment), "`{fragment}` not in {err}");
+        assert!(!err.to_string().chars().any(agent_state::is_control), "{err:?}");
+    }
+    let err =
+        plan_err("id = \"t\"\ngoal = \"g\"\n[[steps]]\nid = \"s\\t2\"\ntool = \"list_dir\"\n");
+    assert_at(&err, 4, 6, &["a step's `id`: character 2 is the control character \\u{9}"]);
+    // A goal and a description are free text: printed escaped, not refused.
+    let task = plan(
+        "id = \"t\"\ngoal = \"two\\nlines\"\n[[steps]]\nid = \"s\"\ndescription = \"a\\tb\"\n\
+         tool = \"list_dir\"\n",
+    );
+    assert_eq!(task.goal, "two\nlines");
+
+    // Team: names, roles, models, domains, power types.
+    for (field, line_of_value, fragment) in [
+        ("name = \"Power\\nA\"", 15, "`name`: character 6 is the control character \\u{a}"),
+        ("role = \"gov\\u0085\"", 15, "`role`: character 4 is the control character \\u{85}"),
+        ("model = \"m\\u2028\"", 15, "`model`"),
+    ] {
+        let err = team_err(&with_head(&format!(
+            "\n[[bottom]]\nid = \"bottom-a\"\nsupervisor = \"mid-a\"\ntools = [\"shell\"]\n{field}\n"
+        )));
+        assert_eq!(err.line, line_of_value + 2, "{err}");
+        assert!(err.message.contains(fragment), "`{fragment}` not in {err}");
+    }
+    let err = team_err("[[top]]\nid = \"top\\na\"\npower_type = \"p\"\n");
+    assert_at(&err, 2, 6, &["an agent's `id`: character 4"]);
+    let err = team_err("[[top]]\nid = \"top-a\"\npower_type = \"p\\u007f\"\n");
+    assert_at(&err, 3, 14, &["`power_type`: character 2 is the control character \\u{7f}"]);
+    let err = team_err(&format!("{}\n[reasoner]\nprefer = [\"a\\tb\"]\n", text(HEAD)));
+    assert_at(&err, 15, 11, &["an option in `prefer`"]);
+}
+
+#[test]
+fn escape_controls_keeps_text_on_one_line() {
+    assert!(matches!(escape_controls("plain ünïcode"), Cow::Borrowed(_)));
+    assert_eq!(escape_controls("a\nb\rc\td"), "a\\nb\\rc\\td");
+    assert_eq!(
+        escape_controls("\u{1b}[31m\u{7f}\u{9b}\u{2029}"),
+        "\\u{1b}[31m\\u{7f}\\u{9b}\\u{2029}"
+    );
+    let err = FileError {
+        file: "odd\nname.toml".into(),
+        line: 1,
+        column: 1,
+        message: "bad `x\ny`".into(),
+    };
+    assert_eq!(err.to_string(), "odd\\nname.toml:1:1: bad `x\\ny`");
+}
+
+/// The generated teams of `strata init --scale` parse, with the documented shape: for 100 000
+/// agents, 3 powers, 100 leads and 99 897 executors.
+#[test]
+fn scaled_teams_have_the_documented_shape() {
+    let tools = agent_core::tools::ToolRegistry::with_builtins();
+    for (agents, leads) in [(5, 1), (1_000, 1), (12_345, 12)] {
+        let text = scaled_team_toml(agents);
+        let team = parse_team(Path::new("team.toml"), &text, &tools).unwrap();
+        assert_eq!(team.spec.agents.len(), agents);
+        assert_eq!(team.spec.max_agents, agents);
+        let mids = team.spec.agents.iter().filter(|a| a.config.layer == AgentLayer::Mid).count();
+        assert_eq!(mids, leads, "{agents} agents");
+        let plan = scaled_plan_toml(agents);
+        let task = parse_plan(Path::new("plan.toml"), &plan, &team.spec, &tools).unwrap();
+        assert!(!task.steps.is_empty());
+    }
+    let big = scaled_team_toml(100_000);
+    assert_eq!(big.matches("[[mid]]").count(), 100);
+    assert_eq!(big.matches("[[bottom]]").count(), 99_897);
+}

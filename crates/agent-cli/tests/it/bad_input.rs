@@ -265,6 +265,21 @@ fn init_refuses_to_overwrite() {
     assert!(!s.path("team.toml").exists(), "init wrote one file of two");
 }
 
+/// `init --scale` outside what a pool can hold is refused, and nothing is written.
+#[test]
+fn init_scale_out_of_range_is_refused() {
+    let s = Scratch::new();
+    for scale in ["0", "4", "1000001"] {
+        s.strata(&["init", "gen", "--scale", scale]).bad_input(&[
+            &format!("--scale {scale}"),
+            "from 5 agents",
+            "to 1000000",
+        ]);
+        assert!(!s.path("gen").exists(), "--scale {scale} wrote something");
+    }
+    s.strata(&["init", "gen", "--scale", "many"]).code(2);
+}
+
 /// Arguments the command line itself refuses: exit code 2 with clap's message and a pointer
 /// to `--help`.
 #[test]
@@ -274,6 +289,12 @@ fn bad_arguments() {
         (&["run", "plan.toml", "--heartbeat", "4sec"][..], "has an unknown unit; use ms, s or m"),
         (&["run", "plan.toml", "--heartbeat", "0s"], "a duration must be greater than zero"),
         (&["run", "plan.toml", "--heartbeat", "fast"], "is not a duration"),
+        (&["run", "plan.toml", "--heartbeat", "9ms"], "out of range; use 10ms to 1h"),
+        (&["run", "plan.toml", "--heartbeat", "61m"], "out of range; use 10ms to 1h"),
+        (
+            &["run", "plan.toml", "--heartbeat", "18446744073709551615s"],
+            "out of range; use 10ms to 1h",
+        ),
         (&["run", "plan.toml", "--run-id", "../escape"], "cannot be a run id"),
         (&["run", "plan.toml", "--run-id", ".hidden"], "cannot be a run id"),
         (&["run", "plan.toml", "--colour"], "unexpected argument '--colour'"),
@@ -298,4 +319,142 @@ fn bad_arguments() {
         assert!(out.stderr.contains("--help"), "{}", out.stderr);
         assert!(!s.path("D").exists() && !s.path("W").exists());
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Limits, encodings and control characters: refused with a position, nothing written.
+
+#[test]
+fn heartbeat_out_of_range_is_refused() {
+    let s = Scratch::with_example();
+    // The flag: clap names it.
+    for value in ["9ms", "18446744073709551615s"] {
+        let out = s.strata(&["run", "plan.toml", "--heartbeat", value, "--data", "D"]);
+        out.code(2);
+        assert!(
+            out.stderr.contains(&format!("invalid value '{value}' for '--heartbeat <HEARTBEAT>'")),
+            "{}",
+            out.stderr
+        );
+        assert!(out.stderr.contains("out of range; use 10ms to 1h"), "{}", out.stderr);
+        assert!(!s.path("D").exists());
+    }
+    // The team file.
+    let text = team_with(&s, "slow.toml", "heartbeat = \"4s\"", "heartbeat = \"2h\"");
+    let out = s.strata(&[
+        "run",
+        "plan.toml",
+        "--team",
+        "slow.toml",
+        "--data",
+        "D",
+        "--workspace",
+        "W",
+        "--quiet",
+    ]);
+    out.bad_input(&[&format!(
+        "slow.toml:{}: `heartbeat`: a heartbeat of 7200000 ms is out of range; use 10ms to 1h",
+        pos(&text, "heartbeat = ", "\"2h\"")
+    )]);
+    assert!(!s.path("D").exists() && !s.path("W").exists());
+}
+
+#[test]
+fn plan_with_too_many_steps_is_refused_with_position() {
+    let s = Scratch::with_example();
+    let mut text = String::from("id = \"t\"\ngoal = \"g\"\n");
+    for i in 1..=10_001 {
+        text.push_str(&format!(
+            "[[steps]]\nid = \"s{i}\"\ndomain = \"docs\"\ntool = \"list_dir\"\n"
+        ));
+    }
+    s.write("many.toml", &text);
+    run(&s, "many.toml", &[]).bad_input(&[&format!(
+        "many.toml:{}: too many steps: this is step 10001 of 10001, and a plan has at most 10000",
+        pos(&text, "\"s10001\"", "\"s10001\"")
+    )]);
+}
+
+#[test]
+fn oversized_plan_and_team_files_are_refused_with_position() {
+    let s = Scratch::with_example();
+    // 16 MiB of comment after the example plan: the error points where the limit is passed.
+    let plan = s.read("plan.toml");
+    let text = format!("{plan}# {}\n", "x".repeat(16 * 1024 * 1024));
+    s.write("huge.toml", &text);
+    let line = plan.matches('\n').count() + 1;
+    let column = 16 * 1024 * 1024 - plan.len() + 1;
+    run(&s, "huge.toml", &[]).bad_input(&[&format!(
+        "huge.toml:{line}:{column}: the file is over the limit of 16777216 bytes"
+    )]);
+
+    let team = s.read("team.toml");
+    let text = format!("{team}# {}\n", "x".repeat(32 * 1024 * 1024));
+    s.write("huge-team.toml", &text);
+    let line = team.matches('\n').count() + 1;
+    let column = 32 * 1024 * 1024 - team.len() + 1;
+    run(&s, "plan.toml", &["--team", "huge-team.toml"]).bad_input(&[&format!(
+        "huge-team.toml:{line}:{column}: the file is over the limit of 33554432 bytes"
+    )]);
+
+    // One step's arguments over 8 MiB.
+    let text = replace_once(
+        &s.read("plan.toml"),
+        "args = { path = \"hello.txt\"",
+        &format!("args = {{ path = \"hello.txt\", pad = \"{}\"", "p".repeat(8 * 1024 * 1024)),
+    );
+    s.write("fat.toml", &text);
+    run(&s, "fat.toml", &[]).bad_input(&[
+        &format!("fat.toml:{}:", pos(&text, "tool = \"write_file\"", "\"write_file\"")),
+        "over the limit of 8388608 bytes (8 MiB) for one tool call",
+    ]);
+}
+
+#[test]
+fn non_utf8_plan_reports_line_and_column() {
+    let s = Scratch::with_example();
+    let plan = s.read("plan.toml");
+    let at = plan.find("goal = \"").unwrap() + "goal = \"".len();
+    let mut bytes = plan.as_bytes().to_vec();
+    bytes.insert(at, 0xff);
+    std::fs::write(s.path("latin.toml"), &bytes).unwrap();
+    // Right after `goal = "`: column 9 of the goal's line.
+    let line = plan[..at].matches('\n').count() + 1;
+    run(&s, "latin.toml", &[]).bad_input(&[&format!(
+        "latin.toml:{line}:9: the file is not UTF-8 text: byte 0xFF at byte offset {at}"
+    )]);
+    let team = s.read("team.toml");
+    let mut bytes = team.into_bytes();
+    bytes.extend_from_slice(b"# \xc3\x28\n");
+    std::fs::write(s.path("latin-team.toml"), &bytes).unwrap();
+    run(&s, "plan.toml", &["--team", "latin-team.toml"]).bad_input(&[
+        "latin-team.toml:",
+        "byte 0xC3 at byte offset",
+        "save the file as UTF-8",
+    ]);
+}
+
+#[test]
+fn control_characters_in_ids_are_refused() {
+    let s = Scratch::with_example();
+    let text = plan_with(&s, "nl-step.toml", "id = \"write-hello\"", "id = \"write\\nhello\"");
+    run(&s, "nl-step.toml", &[]).bad_input(&[&format!(
+        "nl-step.toml:{}: a step's `id`: character 6 is the control character \\u{{a}}",
+        pos(&text, "id = \"write\\n", "\"write")
+    )]);
+    let text = plan_with(&s, "esc-task.toml", "id = \"hello\"", "id = \"hello\\u001b[2J\"");
+    run(&s, "esc-task.toml", &[]).bad_input(&[&format!(
+        "esc-task.toml:{}: the plan's `id`: character 6 is the control character \\u{{1b}}",
+        pos(&text, "id = \"hello", "\"hello")
+    )]);
+    let text = team_with(&s, "tab-name.toml", "name = \"Power A\"", "name = \"Power\\tA\"");
+    run(&s, "plan.toml", &["--team", "tab-name.toml"]).bad_input(&[&format!(
+        "tab-name.toml:{}: `name`: character 6 is the control character \\u{{9}}",
+        pos(&text, "name = \"Power\\t", "\"Power")
+    )]);
+    let text = team_with(&s, "nl-domain.toml", "domain = \"docs\"", "domain = \"do\\ncs\"");
+    run(&s, "plan.toml", &["--team", "nl-domain.toml"]).bad_input(&[&format!(
+        "nl-domain.toml:{}: `domain`: character 3",
+        pos(&text, "domain = \"do", "\"do")
+    )]);
 }

@@ -252,3 +252,93 @@ fn run_id_of_an_existing_run_is_refused_and_the_run_is_untouched() {
     assert_eq!(listed_run(&s, "D", "taken")["status"], "succeeded");
     s.strata(&["verify", "taken", "--data", "D"]).code(0);
 }
+
+/// The total size of the files under `dir`.
+fn size_of(dir: &std::path::Path) -> u64 {
+    let mut total = 0;
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(path) = todo.pop() {
+        let Ok(meta) = std::fs::symlink_metadata(&path) else { continue };
+        if meta.is_dir() {
+            todo.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+        } else {
+            total += meta.len();
+        }
+    }
+    total
+}
+
+/// Regression (issue #10): a large `write_file` content in a plan was copied into the store
+/// many times over (the task message, the decision, each work package and subtask, every
+/// saved agent state, the audit log): about 24 times its size. It is stored once now, and
+/// everything else carries a reference.
+#[test]
+fn a_large_content_in_a_plan_is_stored_once() {
+    let s = Scratch::new();
+    let content = "0123456789abcdef".repeat(256 * 1024); // 4 MiB
+    s.write(
+        "big.toml",
+        &format!(
+            "id = \"big\"\ngoal = \"write a big file\"\n[[steps]]\nid = \"w\"\ndomain = \"docs\"\ntool = \"write_file\"\nargs = {{ path = \"big.txt\", content = \"{content}\" }}\n"
+        ),
+    );
+
+    s.strata(&[
+        "run",
+        "big.toml",
+        "--data",
+        "D",
+        "--workspace",
+        "W",
+        "--run-id",
+        "b",
+        FAST[0],
+        FAST[1],
+        "--quiet",
+    ])
+    .code(0);
+
+    assert!(s.read("W/big.txt") == content, "the file has the plan's content");
+    let db = size_of(&s.path("D/b/db"));
+    let size = content.len() as u64;
+    assert!(
+        db < size * 3 / 2,
+        "the store holds {db} bytes for a {size}-byte content: copied more than once"
+    );
+    let audit = s.strata(&["inspect", "b", "audit", "--data", "D", "--json"]);
+    audit.code(0);
+    assert!(audit.stdout.len() < size as usize / 4, "the audit log repeats the content");
+    assert!(audit.stdout.contains("\"$blob\""), "the audit log names the content by its hash");
+}
+
+/// `init --scale N` writes a team of N agents (three powers, a lead per thousand agents, the
+/// rest executors) and a plan with work for a share of them, which runs to success.
+#[test]
+fn a_generated_team_of_a_thousand_agents_runs_its_plan() {
+    let s = Scratch::new();
+    s.strata(&["init", "gen", "--scale", "1000"]).code(0);
+    let team = s.read("gen/team.toml");
+    assert_eq!(team.matches("[[top]]").count(), 3);
+    assert_eq!(team.matches("[[mid]]").count(), 1);
+    assert_eq!(team.matches("[[bottom]]").count(), 996);
+
+    let run = s.strata(&[
+        "run",
+        "gen/plan.toml",
+        "--team",
+        "gen/team.toml",
+        "--data",
+        "D",
+        "--workspace",
+        "W",
+        "--run-id",
+        "g",
+        "--no-sync",
+        "--quiet",
+    ]);
+
+    run.code(0).stdout_has(&["task `scale-1000` succeeded", "(10 steps)"]);
+    assert_eq!(s.read("W/out/9.txt"), "step 9\n");
+    let tree = s.strata(&["inspect", "g", "--data", "D", "--json"]).code(0).json();
+    assert_eq!(tree["agents"].as_array().unwrap().len(), 1000);
+}

@@ -107,13 +107,16 @@ fn a_run_killed_mid_step_resumes_to_success_and_runs_the_step_once() {
     let s = Scratch::new();
     let (run, gate) = start_at_gate(&s, "k");
 
-    // While it runs, the run is listed as running and other commands are refused.
+    // While it runs, the run is listed as running, `resume` is refused, and `inspect` and
+    // `verify` read a copy of it.
     assert_eq!(listed_run(&s, "D", "k")["status"], "running");
     let before = snapshot(&s.path("D/k/run.json"));
-    for command in ["resume", "inspect", "verify"] {
-        s.strata(&[command, "k", "--data", "D"]).bad_input(&["D/k is in use", "wait for it"]);
-    }
-    assert!(snapshot(&s.path("D/k/run.json")) == before, "a refused command wrote run.json");
+    s.strata(&["resume", "k", "--data", "D"]).bad_input(&["D/k is in use", "wait for it"]);
+    s.strata(&["inspect", "k", "--data", "D"]).code(0).stdout_has(&["run k · task `gated`"]);
+    s.strata(&["verify", "k", "--data", "D"])
+        .code(0)
+        .stdout_has(&["not sealed: a live process is writing the run", "the run verifies"]);
+    assert!(snapshot(&s.path("D/k/run.json")) == before, "a command wrote run.json");
 
     let killed = run.kill();
     assert_eq!(killed.status.code(), None, "killed by a signal");
@@ -197,4 +200,107 @@ fn a_resume_whose_reasoner_settings_fail_their_check_leaves_the_run_as_it_was() 
     s.write("D/k/team.toml", &stored);
     s.strata(&["resume", "k", "--data", "D", "--no-sync", "--quiet"]).code(0);
     check_finished(&s, "k");
+}
+
+/// The processes whose working directory is `dir` (or below it): what a run's commands leave.
+fn processes_in(dir: &std::path::Path) -> Vec<String> {
+    let dir = std::fs::canonicalize(dir).unwrap();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        if let Ok(cwd) = std::fs::read_link(entry.path().join("cwd"))
+            && cwd.starts_with(&dir)
+        {
+            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            found.push(format!("{name}: {}", String::from_utf8_lossy(&cmdline).replace('\0', " ")));
+        }
+    }
+    found
+}
+
+/// Starts `plan` as run `id` and kills it (SIGKILL) once its command has appended to
+/// `W/count.txt`, that is in the middle of the command.
+fn kill_mid_command(s: &Scratch, plan: &str, id: &str) {
+    s.write("p.toml", plan);
+    std::fs::create_dir_all(s.path("W")).unwrap();
+    let mut run = s.spawn(&[
+        "run",
+        "p.toml",
+        "--data",
+        "D",
+        "--workspace",
+        "W",
+        "--run-id",
+        id,
+        "--heartbeat",
+        "100ms",
+        "--quiet",
+    ]);
+    wait_for("the command to start", || {
+        assert!(!run.exited(), "strata exited before the command ran");
+        s.path("W/count.txt").exists()
+    });
+    assert_eq!(run.kill().status.code(), None, "killed by a signal");
+}
+
+/// Regression (the hostile run of issue #10): a command killed mid-way with the run was
+/// adopted as "interrupted", then reassigned by its lead and run four more times; its
+/// `sleep 30` outlived its 3 s timeout. Now the killed command's processes end at their
+/// timeout even with nobody to resume the run, and resume does not run it again: the task
+/// stops with a typed reason that asks for a decision.
+#[test]
+fn a_command_interrupted_by_a_kill_is_not_run_again_and_asks_for_a_decision() {
+    let s = Scratch::new();
+    let plan = r#"
+id = "o"
+goal = "g"
+[[steps]]
+id = "s"
+agent = "bottom-d1"
+tool = "shell"
+args = { command = "echo ran >> count.txt; sleep 30", timeout_ms = 3000 }
+"#;
+    kill_mid_command(&s, plan, "o3");
+
+    // Nobody resumes yet: the command's own watchdog ends it shortly after its timeout.
+    wait_for("the killed run's command to end at its timeout", || {
+        processes_in(&s.path("W")).is_empty()
+    });
+    let resume = s.strata(&["resume", "o3", "--data", "D", "--quiet"]);
+    resume.code(1);
+    let printed = format!("{}{}", resume.stdout, resume.stderr);
+    assert!(printed.contains("was interrupted while `bottom-d1` ran `shell`"), "{printed}");
+    assert!(printed.contains("needs a decision"), "{printed}");
+    assert_eq!(s.read("W/count.txt"), "ran\n", "the side effect ran exactly once");
+    assert_eq!(processes_in(&s.path("W")), Vec::<String>::new(), "a process of the run survived");
+    assert_eq!(listed_run(&s, "D", "o3")["status"], "failed");
+    let verify = s.strata(&["verify", "o3", "--data", "D", "--json"]).code(0).json();
+    assert_eq!(verify["ok"], true, "{verify}");
+}
+
+/// A step declared `idempotent = true` may run again after the kill interrupted it: resume
+/// waits for the interrupted command until its timeout, stops it, and runs it once more.
+#[test]
+fn an_interrupted_idempotent_step_runs_again_on_resume() {
+    let s = Scratch::new();
+    let plan = r#"
+id = "o"
+goal = "g"
+[[steps]]
+id = "s"
+agent = "bottom-d1"
+tool = "shell"
+args = { command = "if [ -e second ]; then echo again >> count.txt; else touch second; echo first >> count.txt; sleep 30; fi", timeout_ms = 3000 }
+idempotent = true
+"#;
+    kill_mid_command(&s, plan, "i");
+
+    let resume = s.strata(&["resume", "i", "--data", "D", "--quiet"]);
+
+    resume.code(0);
+    assert_eq!(s.read("W/count.txt"), "first\nagain\n");
+    assert_eq!(processes_in(&s.path("W")), Vec::<String>::new(), "a process of the run survived");
 }

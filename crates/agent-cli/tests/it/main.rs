@@ -11,6 +11,7 @@ mod failure;
 mod fake_llm;
 mod happy;
 mod help;
+mod inspection;
 mod interrupt;
 mod llm;
 #[cfg(feature = "local")]

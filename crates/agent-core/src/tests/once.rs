@@ -271,7 +271,7 @@ fn shell(command: &str) -> ToolCall {
 
 fn interrupted(err: AgentError) -> String {
     match err {
-        AgentError::Tool(ref e @ ToolError::Interrupted { ref tool }) => {
+        AgentError::Tool(ref e @ ToolError::Interrupted { ref tool, .. }) => {
             assert_eq!(err.class(), ErrorClass::Permanent);
             assert!(!e.is_transient());
             tool.clone()
@@ -549,7 +549,12 @@ async fn an_interrupted_call_of_unknown_fate_is_not_run_again_unless_idempotent(
         assert_eq!(interrupted(err), "deploy", "{recovers:?}");
         assert_eq!(interrupted(again), "deploy", "{recovers:?}");
         assert_eq!(tool.runs(), 0, "{recovers:?}");
-        assert_eq!(once.record("k").await, Some(None), "it stays interrupted: {recovers:?}");
+        assert_eq!(tool.recovered_from.lock().unwrap().len(), 1, "recorded: asked once");
+        let Some(Some(recorded)) = once.record("k").await else {
+            panic!("the interruption is recorded: {recovers:?}");
+        };
+        assert!(!recorded.success);
+        assert_eq!(recorded.data["interrupted"], true, "{recovers:?}");
         assert_eq!(
             once.tool_calls(ME).await,
             [audited("deploy", false, &message), audited("deploy", false, &message)]
@@ -571,7 +576,13 @@ async fn an_interrupted_idempotent_call_of_unknown_fate_runs_again() {
         assert_eq!(out, output("put run 1", true), "{recovers:?}");
         assert_eq!(tool.runs(), 1, "{recovers:?}");
         assert_eq!(once.record("k").await, Some(Some(out)), "{recovers:?}");
-        assert_eq!(once.tool_calls(ME).await, [audited("put", true, "put run 1")]);
+        assert_eq!(
+            once.tool_calls(ME).await,
+            [
+                audited("put", false, "interrupted by a crash; idempotent, so it runs again"),
+                audited("put", true, "put run 1")
+            ]
+        );
     }
 }
 
@@ -605,7 +616,7 @@ async fn a_journaled_shell_command_runs_once_and_is_reused() {
     assert_eq!(out.output, "ran\n");
     assert_eq!(again, out);
     assert_eq!(once.log(), "line\n");
-    assert_eq!(std::fs::read_to_string(once.journal("k").join("done")).unwrap(), "0\n");
+    assert!(!once.journal("k").exists(), "the result is stored, so its journal is gone");
 }
 
 #[tokio::test(start_paused = true)]
@@ -691,10 +702,64 @@ async fn a_shell_command_of_unknown_fate_fails_as_interrupted_and_is_not_run_aga
 
     let err = agent.ctx_mut().call_tool_once("k", &call).await.unwrap_err();
 
-    assert_eq!(err.to_string(), ToolError::Interrupted { tool: "shell".into() }.to_string());
+    let message = err.to_string();
+    assert!(message.starts_with("tool `shell` was interrupted by a crash"), "{message}");
+    assert!(message.contains("stopped at its timeout of 50 ms"), "{message}");
     assert_eq!(interrupted(err), "shell");
     assert_eq!(once.log(), "");
-    assert_eq!(once.record("k").await, Some(None));
+    let Some(Some(recorded)) = once.record("k").await else { panic!("not recorded") };
+    assert_eq!(recorded.data["interrupted"], true);
+    assert!(!once.journal("k").exists(), "the journal goes once the outcome is stored");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_interrupted_step_declared_idempotent_runs_again_once() {
+    let tool = Arc::new(Scripted::new("deploy"));
+    tool.recovers(Recovers::With(Recovery::Interrupted(output("half", false))));
+    let once = Once::new(Some(tool.clone()), true).await;
+    once.crash_after_begin("k").await;
+    let mut agent = once.agent(ME).await;
+
+    let out = agent.ctx_mut().call_step_tool("k", &call_of("deploy"), true).await.unwrap();
+    let again = agent.ctx_mut().call_step_tool("k", &call_of("deploy"), true).await.unwrap();
+
+    assert_eq!(out, output("deploy run 1", true));
+    assert_eq!(again, out, "the rerun's result is recorded and reused");
+    assert_eq!(tool.runs(), 1);
+    let calls = once.tool_calls(ME).await;
+    assert_eq!(
+        calls[0],
+        audited("deploy", false, "interrupted by a crash; idempotent, so it runs again")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn journals_are_removed_once_the_outcome_is_stored() {
+    let once = Once::new(None, true).await;
+    let mut agent = once.agent(ME).await;
+
+    let ok = agent.ctx_mut().call_tool_once("ok", &shell("echo fine")).await.unwrap();
+    let failed = agent.ctx_mut().call_tool_once("bad", &shell("echo no; exit 3")).await.unwrap();
+
+    assert!(ok.success && !failed.success);
+    assert!(!once.journal("ok").exists(), "kept after success");
+    assert!(!once.journal("bad").exists(), "kept after failure");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_flood_of_output_is_bounded_in_memory_and_on_disk() {
+    let once = Once::new(None, true).await;
+    let mut agent = once.agent(ME).await;
+    let total = 20 * 1024 * 1024;
+    let call = shell(&format!("yes | head -c {total}"));
+
+    let out = agent.ctx_mut().call_tool_once("flood", &call).await.unwrap();
+
+    assert!(out.success, "{}", out.output);
+    let kept = crate::tools::MAX_STREAM_BYTES;
+    assert!(out.output.ends_with(&format!("[truncated: {} more bytes]\n", total - kept)));
+    assert_eq!(out.data["stdout_truncated"], true);
+    assert!(out.output.len() < kept + 100);
 }
 
 #[tokio::test(start_paused = true)]

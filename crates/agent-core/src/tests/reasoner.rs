@@ -30,6 +30,7 @@ fn step(id: &str, tool: &str, target: StepTarget) -> PlanStep {
         tool: tool.into(),
         args: json!({"path": format!("{id}.txt")}),
         after: Vec::new(),
+        idempotent: false,
     }
 }
 

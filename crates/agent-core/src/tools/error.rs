@@ -89,15 +89,35 @@ pub enum ToolError {
         /// The limit in bytes.
         limit: u64,
     },
+    /// The path is not a regular file: a FIFO, a socket or a device (whose opening or reading
+    /// could block forever) or, for `list_dir`, not a directory. Permanent.
+    #[error("tool `{tool}`: `{path}` is {kind}; only {expected} can be {action}")]
+    NotAFile {
+        /// The tool's name.
+        tool: String,
+        /// The path as the workspace shows it.
+        path: String,
+        /// What it is, with its article: "a FIFO (named pipe)", "a socket", "a character device".
+        kind: &'static str,
+        /// What the tool works on: "regular files" or "directories".
+        expected: &'static str,
+        /// What the tool does: "read", "written", "listed".
+        action: &'static str,
+    },
     /// A side-effecting call was interrupted by a crash and it cannot be known whether it had
-    /// its effect; it is not run again (at most once).
+    /// its effect (or had all of it); it is not run again (at most once) unless its step is
+    /// declared idempotent.
     #[error(
         "tool `{tool}` was interrupted by a crash while running and may or may not have had its effect; \
-         it is not run again: check the workspace and re-plan the step"
+         it is not run again: check the workspace, then re-plan the step (or mark it \
+         `idempotent = true` if running it twice is safe){}",
+        partial_suffix(.partial)
     )]
     Interrupted {
         /// The tool's name.
         tool: String,
+        /// What the call had printed before it was stopped (may be empty).
+        partial: String,
     },
     /// The tool failed for another reason, described in `message`.
     #[error("tool `{tool}` failed: {message}")]
@@ -109,10 +129,25 @@ pub enum ToolError {
     },
 }
 
+/// `; partial output: ...` when there is some.
+fn partial_suffix(partial: &str) -> String {
+    const MAX: usize = 400;
+    let partial = partial.trim();
+    if partial.is_empty() {
+        return String::new();
+    }
+    let mut end = partial.len().min(MAX);
+    while !partial.is_char_boundary(end) {
+        end -= 1;
+    }
+    let more = if end < partial.len() { "…" } else { "" };
+    format!("; partial output: {}{more}", &partial[..end])
+}
+
 impl ToolError {
     /// Whether retrying the same call may succeed: timeouts and I/O errors of a passing kind
     /// (interrupted, would block, timed out, resource busy). Unknown tools, bad arguments,
-    /// refused paths and oversized files are permanent.
+    /// refused paths, oversized files and paths that are not regular files are permanent.
     pub fn is_transient(&self) -> bool {
         match self {
             Self::Timeout { .. } => true,
@@ -129,6 +164,7 @@ impl ToolError {
             | Self::InvalidArguments { .. }
             | Self::PathOutsideWorkspace { .. }
             | Self::TooLarge { .. }
+            | Self::NotAFile { .. }
             | Self::Interrupted { .. }
             | Self::Failed { .. } => false,
         }

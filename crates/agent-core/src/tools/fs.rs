@@ -1,7 +1,14 @@
 //! The file tools: `read_file`, `write_file` and `list_dir`, confined to the workspace.
+//!
+//! No call can block indefinitely: only regular files are read or replaced and only
+//! directories listed. A FIFO, socket or device is refused with [`ToolError::NotAFile`]
+//! (permanent) before it is opened, and every open uses `O_NONBLOCK` (and `O_DIRECTORY` where
+//! a directory is meant) with the type checked again on the opened handle, so a path swapped
+//! for a FIFO between the check and the open still cannot hang the worker thread.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{ErrorKind, Read as _, Write as _};
+use std::os::unix::fs::{FileTypeExt as _, OpenOptionsExt as _};
 use std::path::Path;
 
 use async_trait::async_trait;
@@ -17,8 +24,9 @@ pub const MAX_READ_BYTES: u64 = 1024 * 1024;
 
 /// `read_file { path }`: the UTF-8 content of a file in the workspace. No side effects.
 ///
-/// Refuses directories, files over [`MAX_READ_BYTES`] ([`ToolError::TooLarge`]) and files that
-/// are not UTF-8 text ([`ToolError::Failed`]). `data` is `{"path", "bytes"}`.
+/// Refuses directories, FIFOs, sockets and devices ([`ToolError::NotAFile`]: reading them could
+/// block forever), files over [`MAX_READ_BYTES`] ([`ToolError::TooLarge`]) and files that are
+/// not UTF-8 text ([`ToolError::Failed`]). `data` is `{"path", "bytes"}`.
 #[derive(Debug)]
 pub struct ReadFile {
     schema: Value,
@@ -29,7 +37,9 @@ pub struct ReadFile {
 ///
 /// The write is atomic: the content goes to a temporary file in the target's directory, is
 /// flushed to disk, and is renamed over the target, so readers see the old or the new content,
-/// never a mix. An existing file keeps its permissions. `data` is `{"path", "bytes"}`.
+/// never a mix. An existing file keeps its permissions. A target that is a directory, FIFO,
+/// socket or device is refused ([`ToolError::NotAFile`]); it is never opened. `data` is
+/// `{"path", "bytes"}`.
 #[derive(Debug)]
 pub struct WriteFile {
     schema: Value,
@@ -264,14 +274,25 @@ fn read_file(root: &Path, requested: &str) -> Result<ToolOutput, ToolError> {
     const TOOL: &str = ReadFile::NAME;
     let path = resolve(root, TOOL, requested)?;
     let io = |err| ToolError::io(TOOL, &path, err);
-    let file = File::open(&path).map_err(io)?;
-    let meta = file.metadata().map_err(io)?;
-    if meta.is_dir() {
-        return Err(ToolError::failed(
+    let is_dir = || {
+        ToolError::failed(
             TOOL,
             format!("`{requested}` is a directory; use list_dir to see its entries"),
-        ));
+        )
+    };
+    // Refused before opening (opening a device can have effects of its own), and again on the
+    // handle: the path may have been replaced in between.
+    let before = fs::metadata(&path).map_err(io)?;
+    if before.is_dir() {
+        return Err(is_dir());
     }
+    not_a_regular_file(TOOL, root, &path, &before.file_type(), "read")?;
+    let file = open_nonblocking(&path, libc::O_NOCTTY).map_err(io)?;
+    let meta = file.metadata().map_err(io)?;
+    if meta.is_dir() {
+        return Err(is_dir());
+    }
+    not_a_regular_file(TOOL, root, &path, &meta.file_type(), "read")?;
     let too_large = |size| ToolError::TooLarge {
         tool: TOOL.to_owned(),
         path: path.clone(),
@@ -318,14 +339,20 @@ fn write_file(root: &Path, requested: &str, content: &str) -> Result<ToolOutput,
         }
     };
     fs::create_dir_all(dir).map_err(|err| ToolError::io(TOOL, dir, err))?;
-    let previous = match fs::metadata(&target) {
+    // `target` is canonical when it exists, so this is the file itself; a dangling symlink is
+    // replaced by the rename like a missing file. The target is never opened.
+    let previous = match fs::symlink_metadata(&target) {
         Ok(meta) if meta.is_dir() => {
             return Err(ToolError::failed(
                 TOOL,
                 format!("`{requested}` is a directory; give the path of a file"),
             ));
         }
-        Ok(meta) => Some(meta.permissions()),
+        Ok(meta) if meta.file_type().is_symlink() => None,
+        Ok(meta) => {
+            not_a_regular_file(TOOL, root, &target, &meta.file_type(), "written")?;
+            Some(meta.permissions())
+        }
         Err(err) if err.kind() == ErrorKind::NotFound => None,
         Err(err) => return Err(ToolError::io(TOOL, &target, err)),
     };
@@ -340,7 +367,7 @@ fn write_file(root: &Path, requested: &str, content: &str) -> Result<ToolOutput,
     written?;
     // Make the rename itself durable; some file systems cannot sync a directory, which only
     // weakens durability, so it is logged rather than reported.
-    if let Err(err) = File::open(dir).and_then(|dir| dir.sync_all()) {
+    if let Err(err) = open_nonblocking(dir, libc::O_DIRECTORY).and_then(|dir| dir.sync_all()) {
         tracing::debug!(dir = %dir.display(), %err, "could not sync directory after write");
     }
     let bytes = content.len();
@@ -357,7 +384,15 @@ fn write_temp(
     content: &str,
     permissions: Option<fs::Permissions>,
 ) -> std::io::Result<()> {
-    let mut file = OpenOptions::new().write(true).create_new(true).open(temp)?;
+    // `create_new` (O_EXCL) never opens something already there, FIFO or not.
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(temp)?;
+    if !file.metadata()?.file_type().is_file() {
+        return Err(std::io::Error::other("the temporary file is not a regular file"));
+    }
     file.write_all(content.as_bytes())?;
     if let Some(permissions) = permissions {
         file.set_permissions(permissions)?;
@@ -369,6 +404,19 @@ fn list_dir(root: &Path, requested: &str) -> Result<ToolOutput, ToolError> {
     const TOOL: &str = ListDir::NAME;
     let dir = resolve(root, TOOL, requested)?;
     let io = |err| ToolError::io(TOOL, &dir, err);
+    // `read_dir` opens with O_DIRECTORY, which fails at once on anything else; this check only
+    // gives that failure a clear message.
+    let meta = fs::metadata(&dir).map_err(io)?;
+    if !meta.is_dir() {
+        let kind = kind_of(&meta.file_type());
+        return Err(ToolError::NotAFile {
+            tool: TOOL.to_owned(),
+            path: display(root, &dir),
+            kind,
+            expected: "directories",
+            action: "listed",
+        });
+    }
     let mut entries = Vec::new();
     for entry in fs::read_dir(&dir).map_err(io)? {
         let entry = entry.map_err(io)?;
@@ -384,4 +432,52 @@ fn list_dir(root: &Path, requested: &str) -> Result<ToolOutput, ToolError> {
         output: entries.join("\n"),
         data: json!({ "path": display(root, &dir), "entries": entries }),
     })
+}
+
+/// Opens `path` read-only with `O_NONBLOCK` and `extra` flags: opening a FIFO this way returns
+/// at once instead of waiting for a writer. (Reads of a regular file ignore `O_NONBLOCK`.)
+fn open_nonblocking(path: &Path, extra: libc::c_int) -> std::io::Result<File> {
+    OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | extra).open(path)
+}
+
+/// [`ToolError::NotAFile`] unless `file_type` is a regular file (directories are the caller's
+/// business and pass here).
+fn not_a_regular_file(
+    tool: &str,
+    root: &Path,
+    path: &Path,
+    file_type: &fs::FileType,
+    action: &'static str,
+) -> Result<(), ToolError> {
+    if file_type.is_file() || file_type.is_dir() {
+        return Ok(());
+    }
+    Err(ToolError::NotAFile {
+        tool: tool.to_owned(),
+        path: display(root, path),
+        kind: kind_of(file_type),
+        expected: "regular files",
+        action,
+    })
+}
+
+/// What a file type is, with its article, for messages.
+fn kind_of(file_type: &fs::FileType) -> &'static str {
+    if file_type.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if file_type.is_socket() {
+        "a socket"
+    } else if file_type.is_char_device() {
+        "a character device"
+    } else if file_type.is_block_device() {
+        "a block device"
+    } else if file_type.is_symlink() {
+        "a symlink"
+    } else if file_type.is_dir() {
+        "a directory"
+    } else if file_type.is_file() {
+        "a regular file"
+    } else {
+        "not a regular file"
+    }
 }

@@ -64,7 +64,7 @@ pub use error::{ToolError, WorkspaceError};
 pub use fs::{ListDir, MAX_READ_BYTES, ReadFile, WriteFile};
 pub use registry::ToolRegistry;
 pub use schema::{check_schema, validate};
-pub use shell::{MAX_SHELL_TIMEOUT_MS, MAX_STREAM_BYTES, Shell};
+pub use shell::{BACKSTOP_GRACE, MAX_SHELL_TIMEOUT_MS, MAX_STREAM_BYTES, Shell};
 
 /// Something an agent can do: a name, a description and an argument schema for the reasoning
 /// backend, and [`call`](Tool::call) to do it.
@@ -135,6 +135,10 @@ pub enum Recovery {
     Completed(ToolOutput),
     /// The call never started: running it now runs it once.
     NotStarted,
+    /// The call started and was stopped before it finished (it ran out of time, or its runner
+    /// died with the process); nothing of it runs any more. Its effect may be partial: this is
+    /// what it had printed, as a failed output with `data.interrupted = true`.
+    Interrupted(ToolOutput),
     /// It cannot be known whether the call had its effect.
     Unknown,
 }

@@ -7,11 +7,12 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
+use sha2::Digest as _;
 
 use super::fs::{blocking, parse};
 use super::{Recovery, Tool, ToolContext, ToolError, ToolOutput};
@@ -22,6 +23,10 @@ pub const MAX_STREAM_BYTES: usize = 64 * 1024;
 
 /// The largest `timeout_ms` a `shell` call may ask for: one hour.
 pub const MAX_SHELL_TIMEOUT_MS: u64 = 60 * 60 * 1000;
+
+/// How long after its timeout a command is killed by its own watchdog (coreutils `timeout`)
+/// when nobody is left to kill it: the caller normally kills it at the timeout itself.
+pub const BACKSTOP_GRACE: Duration = Duration::from_secs(1);
 
 /// `shell { command, timeout_ms? }`: runs `sh -c command` in the workspace root with stdin
 /// closed and returns its output. Has side effects.
@@ -34,10 +39,13 @@ pub const MAX_SHELL_TIMEOUT_MS: u64 = 60 * 60 * 1000;
 ///   [`ToolContext::shell_timeout`]) of real time passes, the whole group is killed and the call
 ///   returns [`ToolError::Timeout`]. The timeout is wall-clock time on purpose: the process is
 ///   real, so paused or mocked tokio time must not decide when it is stopped.
-/// - When the command exits while a background process it started still holds its output
-///   open, that process group is killed after a short grace period so the call never hangs on
-///   it. Background processes that redirect their output are left running.
+/// - When the command exits, every process it left behind in its process group (background
+///   jobs) is killed, so a call leaves nothing running. (A process that leaves the group with
+///   `setsid` escapes this; containing those is the sandbox's job.)
 /// - Dropping the call's future does not stop the command early; it still ends at its timeout.
+/// - The timeout holds even if the caller dies: the command runs under coreutils' `timeout`,
+///   which kills its process group [`BACKSTOP_GRACE`] after the call's own timeout, so no
+///   process of a call outlives its timeout by more than that, across a crash too.
 #[derive(Debug)]
 pub struct Shell {
     schema: Value,
@@ -150,13 +158,41 @@ impl Shell {
     }
 }
 
-/// The journal runner: marks that it started, runs the command with its output in files, then
-/// publishes the exit code atomically (`done` appears only once it is complete).
-const RUNNER: &str = r#"echo $$ > "$2/started"; sh -c "$1" > "$2/out" 2> "$2/err" < /dev/null; echo $? > "$2/done.tmp"; mv "$2/done.tmp" "$2/done""#;
+/// The journal runner, `sh -c RUNNER strata-shell COMMAND JOURNAL TIMEOUT_S CAP`:
+///
+/// 1. marks that it started (`started` holds its pid, which is its process group);
+/// 2. runs the command under `timeout -s KILL` (its own process group, whose id goes to
+///    `group`), stdout and stderr each through `head -c CAP` (unbuffered, so what the command
+///    printed is on disk even if the runner is killed) into `out` / `err`, the bytes past
+///    the cap counted by `wc -c` into `out.more` / `err.more`, so a flood of output costs at most
+///    CAP bytes on disk and a fixed buffer in memory whatever the command prints;
+/// 3. writes the exit code to `code`, kills what the command left in its process group, and
+///    once both streams are closed publishes the code as `done` (a rename: `done` appears only
+///    when everything else is complete).
+///
+/// The command sees a tag naming its call as `$0` (`strata-shell-` and a hash of the journal
+/// directory, not the directory itself), so its processes can be recognised after a crash
+/// before they are killed (see [`kill_journal_groups`]).
+const RUNNER: &str = r#"j=$2; echo $$ > "$j/started"
+{ { timeout -s KILL "$3" sh -c "$1" "$5" </dev/null 2>&1 >&3 3>&- &
+    g=$!; echo $g > "$j/group"; wait $g; echo $? > "$j/code"; kill -s KILL -- -$g 2>/dev/null
+  } | { stdbuf -o0 head -c "$4" > "$j/err"; wc -c > "$j/err.more"; } 3>&-
+} 3>&1 | { stdbuf -o0 head -c "$4" > "$j/out"; wc -c > "$j/out.more"; }
+mv "$j/code" "$j/done""#;
+
+/// The files a runner writes into its journal directory.
+const JOURNAL_FILES: [&str; 9] =
+    ["started", "group", "out", "out.more", "err", "err.more", "code", "done.tmp", "done"];
 
 /// How long recovery waits for a runner that may have been spawned just before a crash to
 /// show that it started.
-const START_GRACE: Duration = Duration::from_millis(500);
+const START_GRACE: Duration = Duration::from_secs(2);
+
+/// The timeout handed to coreutils `timeout` for a call with `timeout`: the backstop.
+fn backstop_arg(timeout: Duration) -> String {
+    let backstop = timeout + BACKSTOP_GRACE;
+    format!("{}.{:03}", backstop.as_secs(), backstop.subsec_millis())
+}
 
 fn run_journaled(
     root: &Path,
@@ -167,19 +203,16 @@ fn run_journaled(
     const TOOL: &str = Shell::NAME;
     std::fs::create_dir_all(journal).map_err(|err| ToolError::io(TOOL, journal, err))?;
     // A retry under the same key must not find an earlier attempt's markers.
-    for name in ["started", "out", "err", "done.tmp", "done"] {
-        match std::fs::remove_file(journal.join(name)) {
-            Ok(()) => {}
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
-            Err(err) => return Err(ToolError::io(TOOL, journal, err)),
-        }
-    }
+    clear_journal(journal)?;
     let mut child = Command::new("sh")
         .arg("-c")
         .arg(RUNNER)
         .arg("strata-shell")
         .arg(command)
         .arg(journal)
+        .arg(backstop_arg(timeout))
+        .arg(MAX_STREAM_BYTES.to_string())
+        .arg(call_tag(journal))
         .current_dir(root)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -187,43 +220,132 @@ fn run_journaled(
         .process_group(0)
         .spawn()
         .map_err(|err| ToolError::io(TOOL, root, err))?;
-    wait_or_kill(&mut child, root, timeout)?;
-    journal_report(journal).ok_or_else(|| {
-        ToolError::failed(TOOL, "the command's runner ended without recording an exit code")
-    })
+    let deadline = Instant::now() + timeout;
+    let mut pause = Duration::from_millis(1);
+    let mut exited_at: Option<Instant> = None;
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) => {}
+            Err(err) => {
+                kill_journal_groups(journal, Some(child.id()));
+                let _ = child.wait();
+                return Err(ToolError::io(TOOL, root, err));
+            }
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            kill_journal_groups(journal, Some(child.id()));
+            let _ = child.wait();
+            return Err(timeout_error(timeout));
+        }
+        // The command has exited but something outside its group still holds its output
+        // open: once the grace period is over, the runner is stopped (the output so far is
+        // in the journal's files).
+        if journal.join("code").exists() {
+            let since = *exited_at.get_or_insert(now);
+            if now.duration_since(since) >= PIPE_GRACE {
+                let code = read_small(&journal.join("code")).unwrap_or_default();
+                kill_group(&mut child);
+                let _ = child.wait();
+                if !journal.join("done").exists() {
+                    publish(journal, &code).map_err(|err| ToolError::io(TOOL, journal, err))?;
+                }
+                break;
+            }
+        }
+        thread::sleep(pause.min(deadline - now));
+        pause = (pause * 2).min(MAX_POLL);
+    }
+    match journal_report(journal) {
+        Some(Finished { status, .. })
+            if status.signal() == Some(9) && Instant::now() >= deadline =>
+        {
+            Err(timeout_error(timeout))
+        }
+        Some(finished) => Ok(finished.output),
+        None => Err(ToolError::failed(
+            TOOL,
+            "the command's runner ended without recording an exit code",
+        )),
+    }
 }
 
-/// Reads a finished journal: `None` if `done` is not there (yet).
-fn journal_report(journal: &Path) -> Option<ToolOutput> {
-    let done = std::fs::read_to_string(journal.join("done")).ok()?;
-    let code: i32 = done.trim().parse().ok()?;
-    let read = |name: &str| -> Captured {
-        let bytes = std::fs::read(journal.join(name)).unwrap_or_default();
-        let keep = bytes.len().min(MAX_STREAM_BYTES);
-        let mut text = String::from_utf8_lossy(&bytes[..keep]).into_owned();
-        let dropped = bytes.len() - keep;
-        if dropped > 0 {
-            if !text.ends_with('\n') {
-                text.push('\n');
-            }
-            text.push_str(&format!("[truncated: {dropped} more bytes]\n"));
+/// Removes every file a runner writes, so that what is found later belongs to one run.
+fn clear_journal(journal: &Path) -> Result<(), ToolError> {
+    for name in JOURNAL_FILES {
+        match std::fs::remove_file(journal.join(name)) {
+            Ok(()) => {}
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+            Err(err) => return Err(ToolError::io(Shell::NAME, journal, err)),
         }
-        Captured { text, truncated: dropped > 0 }
-    };
+    }
+    Ok(())
+}
+
+/// Publishes `code` as the journal's `done`, atomically.
+fn publish(journal: &Path, code: &str) -> std::io::Result<()> {
+    let code = code.trim();
+    let code = if code.is_empty() { "137" } else { code };
+    std::fs::write(journal.join("done.tmp"), format!("{code}\n"))?;
+    std::fs::rename(journal.join("done.tmp"), journal.join("done"))
+}
+
+fn timeout_error(timeout: Duration) -> ToolError {
+    ToolError::Timeout {
+        tool: Shell::NAME.to_owned(),
+        after_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+    }
+}
+
+/// A finished journal: the call's output and how its command ended.
+struct Finished {
+    output: ToolOutput,
+    status: ExitStatus,
+}
+
+/// Reads a finished journal: `None` if `done` is not there (yet). Reads at most
+/// [`MAX_STREAM_BYTES`] of each stream, whatever the files hold.
+fn journal_report(journal: &Path) -> Option<Finished> {
+    let done = read_small(&journal.join("done"))?;
+    let code: i32 = done.trim().parse().ok()?;
     // sh reports a command killed by signal N as 128 + N; report it as a plain call would.
     let status = match code {
         129..=159 => ExitStatus::from_raw(code - 128),
         _ => ExitStatus::from_raw((code & 0xff) << 8),
     };
-    Some(report(status, &read("out"), &read("err")))
+    let output = report(status, &read_stream(journal, "out"), &read_stream(journal, "err"));
+    Some(Finished { output, status })
 }
 
-/// What became of a journaled call after a crash: completed (adopt its result), never started
-/// (run it), or unknown (started and never finished within its timeout: not run again).
-fn recover(journal: &Path, timeout: Duration) -> Recovery {
-    if let Some(output) = journal_report(journal) {
-        return Recovery::Completed(output);
+/// The kept head of one stream of a journal, and how many bytes were dropped: those past the
+/// cap in the file (a journal written by hand, or an older runner) plus those the runner
+/// counted in `NAME.more`.
+fn read_stream(journal: &Path, name: &str) -> Captured {
+    let path = journal.join(name);
+    let mut head = Vec::new();
+    let mut on_disk = 0;
+    if let Ok(file) = open_regular(&path) {
+        on_disk = file.metadata().map_or(0, |m| m.len());
+        let _ = file.take(MAX_STREAM_BYTES as u64).read_to_end(&mut head);
     }
+    let counted: u64 = read_small(&journal.join(format!("{name}.more")))
+        .and_then(|more| more.trim().parse().ok())
+        .unwrap_or(0);
+    let dropped = on_disk.saturating_sub(head.len() as u64) + counted;
+    captured(&head, dropped)
+}
+
+/// What became of a journaled call after a crash:
+///
+/// - `done` is there: the command finished by itself; its result is adopted
+///   ([`Recovery::Completed`]), unless its watchdog killed it at the end of its time, which
+///   makes it [`Recovery::Interrupted`];
+/// - no runner ever marked its start: [`Recovery::NotStarted`] (run it);
+/// - it is still running: waited for until its original timeout (counted from its start, not
+///   from now) and adopted if it finishes; otherwise its process groups are killed and it is
+///   [`Recovery::Interrupted`] with the output it had produced.
+fn recover(journal: &Path, timeout: Duration) -> Recovery {
     let started = |j: &Path| j.join("started").exists() || j.join("done").exists();
     if !started(journal) {
         // A runner spawned just before the crash may not have written its marker yet.
@@ -235,17 +357,140 @@ fn recover(journal: &Path, timeout: Duration) -> Recovery {
             return Recovery::NotStarted;
         }
     }
-    // The runner outlives its caller: wait for it to finish, up to the call's own timeout.
-    let until = Instant::now() + timeout;
+    let began = modified(&journal.join("started"));
+    if let Some(finished) = journal_report(journal) {
+        return adopt(journal, finished, began, timeout);
+    }
+    // Wait for the runner until the call's deadline, counted from when it started.
+    let remaining = began
+        .and_then(|at| (at + timeout).duration_since(SystemTime::now()).ok())
+        .unwrap_or(Duration::ZERO);
+    let until = Instant::now() + remaining;
     loop {
-        if let Some(output) = journal_report(journal) {
-            return Recovery::Completed(output);
+        if let Some(finished) = journal_report(journal) {
+            return adopt(journal, finished, began, timeout);
         }
         if Instant::now() >= until {
-            return Recovery::Unknown;
+            break;
         }
         thread::sleep(MAX_POLL);
     }
+    kill_journal_groups(journal, None);
+    // The runner, if it is still there, publishes what it has once its command is gone.
+    let until = Instant::now() + PIPE_GRACE;
+    while Instant::now() < until && !journal.join("done").exists() {
+        thread::sleep(MAX_POLL);
+    }
+    Recovery::Interrupted(partial(journal, timeout))
+}
+
+/// A finished journal found after a crash: completed, or killed at its deadline.
+fn adopt(
+    journal: &Path,
+    finished: Finished,
+    began: Option<SystemTime>,
+    timeout: Duration,
+) -> Recovery {
+    let ended = modified(&journal.join("done"));
+    let ran_out = match (began, ended) {
+        (Some(began), Some(ended)) => ended.duration_since(began).is_ok_and(|took| took >= timeout),
+        _ => false,
+    };
+    if finished.status.signal() == Some(9) && ran_out {
+        Recovery::Interrupted(partial(journal, timeout))
+    } else {
+        Recovery::Completed(finished.output)
+    }
+}
+
+/// What an interrupted call had printed, as a failed output that says it was stopped.
+fn partial(journal: &Path, timeout: Duration) -> ToolOutput {
+    let stdout = read_stream(journal, "out");
+    let stderr = read_stream(journal, "err");
+    let mut output = report(ExitStatus::from_raw(9), &stdout, &stderr);
+    let note = format!(
+        "[interrupted: the run stopped while this command ran; it was stopped at its timeout of {} ms]",
+        timeout.as_millis()
+    );
+    output.output = match output.output.rsplit_once("[killed by signal 9]") {
+        Some((before, _)) => format!("{before}{note}"),
+        None => note,
+    };
+    output.data["interrupted"] = Value::Bool(true);
+    output
+}
+
+/// Opens a journal file for reading without ever blocking: the command can reach its
+/// journal directory, so a FIFO or a device put there must not hang the caller.
+fn open_regular(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    Ok(file)
+}
+
+/// The text of a small journal file (a pid, an exit code, a count): at most 64 bytes.
+fn read_small(path: &Path) -> Option<String> {
+    let mut text = String::new();
+    open_regular(path).ok()?.take(64).read_to_string(&mut text).ok()?;
+    Some(text)
+}
+
+fn modified(path: &Path) -> Option<SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+}
+
+/// Kills the process groups of a journaled call: the runner's (its pid, from `started`, or
+/// `runner` when the caller still holds it) and the command's (from `group`). After a crash
+/// the ids come from files, and a pid may have been reused since: a group whose leader is
+/// alive is killed only if the leader is one of this call's processes (its command line carries
+/// the call's tag, see [`call_tag`]). A group whose leader is gone cannot have had its id reused while
+/// members remain, so it is killed as it is.
+fn kill_journal_groups(journal: &Path, runner: Option<u32>) {
+    let read_pid =
+        |name: &str| -> Option<u32> { read_small(&journal.join(name))?.trim().parse().ok() };
+    let groups = [runner.or_else(|| read_pid("started")), read_pid("group")];
+    for group in groups.into_iter().flatten().filter(|g| *g > 1) {
+        if runner == Some(group) || leader_is_ours(group, journal) {
+            kill_pgid(group);
+        }
+    }
+}
+
+/// The `$0` of a journaled command: names its call without revealing the journal's path.
+fn call_tag(journal: &Path) -> String {
+    let digest = sha2::Sha256::digest(journal.as_os_str().as_encoded_bytes());
+    let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    format!("strata-shell-{hex}")
+}
+
+/// Whether process group `group` may be killed for the call journaled in `journal`: its
+/// leader (the runner, or the command's `timeout`) carries the call's tag in its arguments.
+fn leader_is_ours(group: u32, journal: &Path) -> bool {
+    match std::fs::read(format!("/proc/{group}/cmdline")) {
+        Ok(cmdline) => {
+            let tag = call_tag(journal);
+            cmdline.split(|b| *b == 0).any(|arg| arg == tag.as_bytes())
+        }
+        // No such process: the leader is gone (members, if any, still carry the id).
+        Err(err) => err.kind() == std::io::ErrorKind::NotFound,
+    }
+}
+
+/// Sends SIGKILL to process group `group`. Best effort: it may be gone already.
+fn kill_pgid(group: u32) {
+    let _ = Command::new("sh")
+        .arg("-c")
+        .arg(format!("kill -s KILL -- -{group}"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
 }
 
 #[derive(Deserialize)]
@@ -264,9 +509,9 @@ const MAX_POLL: Duration = Duration::from_millis(10);
 
 fn run(root: &Path, command: &str, timeout: Duration) -> Result<ToolOutput, ToolError> {
     const TOOL: &str = Shell::NAME;
-    let mut child = Command::new("sh")
-        .arg("-c")
-        .arg(command)
+    // `timeout` is the watchdog that stops the command even if this process dies.
+    let mut child = Command::new("timeout")
+        .args(["-s", "KILL", &backstop_arg(timeout), "sh", "-c", command])
         .current_dir(root)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -279,14 +524,12 @@ fn run(root: &Path, command: &str, timeout: Duration) -> Result<ToolOutput, Tool
 
     let status = wait_or_kill(&mut child, root, timeout)?;
 
-    // The shell has exited; its output pipes close once every process holding them is gone.
+    // The command has exited: what it left in its process group goes too, which closes the
+    // output pipes unless a process that left the group holds them.
+    kill_group(&mut child);
     let closed_by = Instant::now() + PIPE_GRACE;
-    if !(stdout.wait_closed(closed_by) && stderr.wait_closed(closed_by)) {
-        kill_group(&mut child);
-        let closed_by = Instant::now() + PIPE_GRACE;
-        stdout.wait_closed(closed_by);
-        stderr.wait_closed(closed_by);
-    }
+    stdout.wait_closed(closed_by);
+    stderr.wait_closed(closed_by);
     Ok(report(status, &stdout.text(), &stderr.text()))
 }
 
@@ -327,14 +570,7 @@ fn wait_or_kill(
 /// Kills the command's process group (its pgid is its pid), then the shell itself in case the
 /// group kill was not possible. Best effort: the processes may already be gone.
 fn kill_group(child: &mut Child) {
-    let group = format!("kill -s KILL -- -{}", child.id());
-    let _ = Command::new("sh")
-        .arg("-c")
-        .arg(group)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
+    kill_pgid(child.id());
     let _ = child.kill();
 }
 
@@ -433,14 +669,20 @@ impl Capture {
 
     fn text(&self) -> Captured {
         let buffer = self.buffer.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut text = String::from_utf8_lossy(&buffer.head).into_owned();
         let dropped = buffer.total.saturating_sub(buffer.head.len() as u64);
-        if dropped > 0 {
-            if !text.ends_with('\n') {
-                text.push('\n');
-            }
-            text.push_str(&format!("[truncated: {dropped} more bytes]\n"));
-        }
-        Captured { text, truncated: dropped > 0 }
+        captured(&buffer.head, dropped)
     }
+}
+
+/// A stream's kept head, lossily decoded, with a truncation line when `dropped` bytes were not
+/// kept.
+fn captured(head: &[u8], dropped: u64) -> Captured {
+    let mut text = String::from_utf8_lossy(head).into_owned();
+    if dropped > 0 {
+        if !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(&format!("[truncated: {dropped} more bytes]\n"));
+    }
+    Captured { text, truncated: dropped > 0 }
 }

@@ -2,7 +2,8 @@
 //! each refusal.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::os::unix::fs::{PermissionsExt as _, symlink};
+use std::io::Read as _;
+use std::os::unix::fs::{FileTypeExt as _, OpenOptionsExt as _, PermissionsExt as _, symlink};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -608,6 +609,126 @@ async fn list_dir_sorts_entries_and_marks_directories() {
     let out = call(&ctx, "list_dir", json!({ "path": "src/nested" })).await.unwrap();
     assert_eq!(out.output, "");
     assert_eq!(out.data["entries"], json!([]));
+}
+
+// ---------------------------------------------------------------------------------------------
+// FIFOs, sockets and devices: refused, never blocked on
+
+fn mkfifo(path: &Path) {
+    let status = std::process::Command::new("mkfifo").arg(path).status().unwrap();
+    assert!(status.success(), "mkfifo {}", path.display());
+}
+
+/// Turns a hang into a failure: unless [`HangBreaker::disarm`] is called first, a thread
+/// opens the FIFO for writing (without blocking itself) and closes it, which releases a reader
+/// stuck in `open`; the tool then returns something other than the refusal the test expects.
+struct HangBreaker(std::sync::mpsc::Sender<()>);
+
+impl HangBreaker {
+    fn arm(fifo: &Path) -> Self {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let fifo = fifo.to_path_buf();
+        std::thread::spawn(move || {
+            if rx.recv_timeout(Duration::from_secs(60))
+                == Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+            {
+                let _ = std::fs::OpenOptions::new()
+                    .write(true)
+                    .custom_flags(libc::O_NONBLOCK)
+                    .open(&fifo);
+            }
+        });
+        Self(tx)
+    }
+
+    fn disarm(self) {
+        let _ = self.0.send(());
+    }
+}
+
+fn assert_not_a_file(err: ToolError, tool: &str, path: &str, kind: &str) {
+    assert!(!err.is_transient(), "{err:?}");
+    assert_eq!(err.class(), agent_state::ErrorClass::Permanent);
+    match &err {
+        ToolError::NotAFile { tool: t, path: p, kind: k, .. } => {
+            assert_eq!((t.as_str(), p.as_str(), *k), (tool, path, kind));
+        }
+        other => panic!("expected NotAFile for {path}, got {other:?}"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn read_file_refuses_a_fifo_without_blocking() {
+    let (dir, ctx) = workspace();
+    let fifo = dir.path().join("pipe");
+    mkfifo(&fifo);
+    let breaker = HangBreaker::arm(&fifo);
+    let err = call(&ctx, "read_file", json!({ "path": "pipe" })).await.unwrap_err();
+    breaker.disarm();
+    assert_eq!(
+        err.to_string(),
+        "tool `read_file`: `pipe` is a FIFO (named pipe); only regular files can be read"
+    );
+    assert_not_a_file(err, "read_file", "pipe", "a FIFO (named pipe)");
+
+    // Through a symlink inside the workspace, too.
+    symlink(&fifo, dir.path().join("alias")).unwrap();
+    let breaker = HangBreaker::arm(&fifo);
+    let err = call(&ctx, "read_file", json!({ "path": "alias" })).await.unwrap_err();
+    breaker.disarm();
+    assert_not_a_file(err, "read_file", "pipe", "a FIFO (named pipe)");
+}
+
+#[tokio::test(start_paused = true)]
+async fn write_file_refuses_a_fifo() {
+    let (dir, ctx) = workspace();
+    let fifo = dir.path().join("pipe");
+    mkfifo(&fifo);
+    // A reader is waiting, so an O_WRONLY open of the FIFO would succeed and write into it.
+    let reader =
+        std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(&fifo).unwrap();
+    let err =
+        call(&ctx, "write_file", json!({ "path": "pipe", "content": "x" })).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "tool `write_file`: `pipe` is a FIFO (named pipe); only regular files can be written"
+    );
+    assert_not_a_file(err, "write_file", "pipe", "a FIFO (named pipe)");
+    // Nothing went into the pipe and it is still a pipe; no temporary file is left.
+    let mut got = Vec::new();
+    let read = (&reader).read_to_end(&mut got);
+    assert!(got.is_empty(), "{read:?} {got:?}");
+    assert!(std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["pipe"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn file_tools_refuse_sockets_and_list_dir_refuses_a_fifo() {
+    let (dir, ctx) = workspace();
+    let _listener = std::os::unix::net::UnixListener::bind(dir.path().join("sock")).unwrap();
+    let err = call(&ctx, "read_file", json!({ "path": "sock" })).await.unwrap_err();
+    assert_not_a_file(err, "read_file", "sock", "a socket");
+    let err =
+        call(&ctx, "write_file", json!({ "path": "sock", "content": "x" })).await.unwrap_err();
+    assert_not_a_file(err, "write_file", "sock", "a socket");
+
+    let fifo = dir.path().join("pipe");
+    mkfifo(&fifo);
+    let breaker = HangBreaker::arm(&fifo);
+    let err = call(&ctx, "list_dir", json!({ "path": "pipe" })).await.unwrap_err();
+    breaker.disarm();
+    assert_eq!(
+        err.to_string(),
+        "tool `list_dir`: `pipe` is a FIFO (named pipe); only directories can be listed"
+    );
+    assert_not_a_file(err, "list_dir", "pipe", "a FIFO (named pipe)");
+    std::fs::write(dir.path().join("plain.txt"), "x").unwrap();
+    let err = call(&ctx, "list_dir", json!({ "path": "plain.txt" })).await.unwrap_err();
+    assert_not_a_file(err, "list_dir", "plain.txt", "a regular file");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -151,7 +151,7 @@ async fn an_idle_executor_takes_over_a_peers_task_and_runs_it() {
     let mut agent = executor(&w, &["write_file"]).await;
     let mut theirs = write("s9", "peer.txt", "taken over");
     theirs.assignee = id("bottom-2");
-    let help = HelpRequest::TakeOverTask { subtask: theirs };
+    let help = HelpRequest::TakeOverTask { subtask: Box::new(theirs) };
     w.send(addr("bottom-2"), ME, MessageKind::PeerHelpRequest, &help).await;
 
     agent.heartbeat(1).await.unwrap();
@@ -173,7 +173,7 @@ async fn a_busy_executor_refuses_to_take_over_a_peers_task() {
     let w = World::new();
     let mut agent = executor(&w, &["write_file"]).await;
     assign(&w, LEAD, write("s1", "mine.txt", "mine")).await;
-    let help = HelpRequest::TakeOverTask { subtask: write("s9", "peer.txt", "theirs") };
+    let help = HelpRequest::TakeOverTask { subtask: Box::new(write("s9", "peer.txt", "theirs")) };
     w.send(addr("bottom-2"), ME, MessageKind::PeerHelpRequest, &help).await;
 
     agent.heartbeat(1).await.unwrap();

@@ -350,3 +350,34 @@ async fn after_an_escalation_the_lead_reassigns_nothing_of_that_package() {
     agent.heartbeat(4).await.unwrap();
     assert!(subtasks(&w, "bottom-1").await.is_empty(), "a closed package is not reassigned");
 }
+
+/// Regression (issue: a kill mid-command repeated it): an interrupted step used to be
+/// reassigned to another executor, which ran the side effect again.
+#[tokio::test(start_paused = true)]
+async fn an_interrupted_step_is_escalated_not_reassigned() {
+    let w = World::new();
+    let mut agent = lead_with_work(&w, &["s1"]).await;
+    let failure = TaskFailure::Interrupted {
+        step: "s1".into(),
+        agent: id("bottom-1"),
+        tool: "shell".into(),
+        partial: "half".into(),
+    };
+    let report = ProgressReport {
+        task_id: "t1".into(),
+        status: ProgressStatus::Failed,
+        percentage: 0,
+        description: "s1 with write_file".into(),
+        results: vec![SubtaskResult { success: false, ..result("s1", "bottom-1") }],
+        failure: Some(failure.clone()),
+    };
+    w.send(addr("bottom-1"), ME, MessageKind::ProgressReport, &report).await;
+
+    agent.heartbeat(2).await.unwrap();
+
+    let escalations: Vec<Escalation> =
+        w.received(&addr("top-a"), MessageKind::IssueEscalation).await;
+    assert_eq!(escalations, [Escalation { task_id: "t1".into(), failure }]);
+    assert!(subtasks(&w, "bottom-2").await.is_empty(), "nobody else runs it");
+    assert!(subtasks(&w, "bottom-1").await.is_empty(), "nor the same executor");
+}

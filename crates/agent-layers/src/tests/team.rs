@@ -93,6 +93,7 @@ fn task() -> Task {
             ),
             PlanStep {
                 after: vec!["hello".into()],
+                idempotent: false,
                 ..step("check", "build", "read_file", json!({"path": "hello.txt"}))
             },
         ],

@@ -45,6 +45,7 @@ fn task(task_id: &str) -> Task {
             step("b", "build", "shell", json!({"command": "true"})),
             PlanStep {
                 after: vec!["a".into()],
+                idempotent: false,
                 ..step("c", "build", "read_file", json!({"path": "a.txt"}))
             },
         ],
@@ -279,6 +280,13 @@ async fn a_signature_request_is_reviewed_and_signed_through_governance() {
     assert_eq!(agent.ctx().metrics().decisions_signed, 1);
     assert!(w.denied("top-b").await.is_empty());
     assert_eq!(agent.status(), Idle);
+    // Regression (wake on work): the proposer polled the decision at its heartbeats only, so a
+    // signed plan waited for the next one; the signer now answers the proposer.
+    let answers: Vec<StatusReport> = w.received(&addr("top-a"), MessageKind::StatusReport).await;
+    assert_eq!(
+        answers,
+        [StatusReport::Decided { decision: decision_id, status: DecisionStatus::Pending }]
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -303,6 +311,11 @@ async fn a_signature_request_for_a_risky_plan_is_vetoed_through_governance() {
         "risk assessment failed: step `b` uses forbidden tool `shell`"
     );
     assert_eq!(agent.ctx().metrics().decisions_vetoed, 1);
+    let answers: Vec<StatusReport> = w.received(&addr("top-a"), MessageKind::StatusReport).await;
+    assert_eq!(
+        answers,
+        [StatusReport::Decided { decision: decision_id, status: DecisionStatus::Vetoed }]
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -102,6 +102,7 @@ fn step(id: &str, tool: &str, args: serde_json::Value) -> PlanStep {
         tool: tool.into(),
         args,
         after: Vec::new(),
+        idempotent: false,
     }
 }
 

@@ -86,6 +86,7 @@ fn step(id: &str, domain: &str, tool: &str, args: Value, after: &[&str]) -> Plan
         tool: tool.into(),
         args,
         after: after.iter().map(|a| (*a).to_owned()).collect(),
+        idempotent: false,
     }
 }
 

@@ -6,3 +6,4 @@ mod scenarios;
 mod scripted;
 mod support;
 mod team;
+mod wake;

@@ -14,6 +14,7 @@ use crate::support::*;
 fn appending_task() -> Task {
     let append = |id: &str, domain: &str, line: &str, after: &[&str]| PlanStep {
         after: after.iter().map(|s| (*s).to_owned()).collect(),
+        idempotent: false,
         ..step(
             id,
             domain,

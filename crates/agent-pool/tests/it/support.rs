@@ -85,6 +85,7 @@ pub(crate) fn step(id: &str, domain: &str, tool: &str, args: serde_json::Value) 
         tool: tool.into(),
         args,
         after: Vec::new(),
+        idempotent: false,
     }
 }
 
@@ -108,6 +109,7 @@ pub(crate) fn hello_task(id: &str) -> Task {
             ),
             PlanStep {
                 after: vec!["write-hello".into()],
+                idempotent: false,
                 ..step(
                     "count",
                     "build",

@@ -379,6 +379,7 @@ fn plan_steps_may_only_wait_for_earlier_steps() {
         tool: "shell".into(),
         args: serde_json::json!({}),
         after: after.iter().map(|s| (*s).to_owned()).collect(),
+        idempotent: false,
     };
     let task = |steps| Task { id: "t".into(), goal: "g".into(), steps };
     assert_eq!(task(vec![step("a", &[]), step("b", &["a"])]).check(), Ok(()));
@@ -391,4 +392,61 @@ fn plan_steps_may_only_wait_for_earlier_steps() {
     assert!(task(vec![step("a", &["a"])]).check().is_err(), "a step cannot wait for itself");
     assert!(task(vec![step("a", &[]), step("a", &[])]).check().is_err(), "duplicate ids");
     assert!(task(vec![]).check().is_err(), "no steps");
+}
+
+#[test]
+fn control_characters_in_ids_are_refused() {
+    use crate::{PlanStep, StepTarget, Task, TaskFailure, find_control};
+    assert_eq!(find_control("plain name, ünïcode"), None);
+    assert_eq!(find_control("a\nb"), Some((1, '\n')));
+    for bad in ["\t", "\r", "\u{1b}[2J", "\u{7f}", "\u{85}", "\u{9b}", "\u{2028}", "\0"] {
+        assert!(find_control(&format!("x{bad}")).is_some(), "{bad:?}");
+    }
+
+    // Agent ids were already ASCII only; names, roles and models now refuse controls too.
+    assert!(check_agent_id("top\na").is_err());
+    for (field, config) in [
+        ("name", AgentConfig::new("a", "Power\nA", Top)),
+        ("role", AgentConfig::new("a", "A", Top).with_role("gov\u{1b}[31m")),
+        ("model", {
+            let mut c = AgentConfig::new("a", "A", Top);
+            c.model = Some("m\tx".into());
+            c
+        }),
+    ] {
+        let err = config.validate().unwrap_err();
+        assert_eq!(err.field(), field, "{err}");
+        assert!(matches!(err.kind, ConfigErrorKind::ControlCharacter { .. }), "{err:?}");
+        assert!(err.to_string().contains("control character"), "{err}");
+    }
+    let err = AgentConfig::new("a", "Power\nA", Top).validate().unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "agent `a`: field `name`: character 6 is the control character \\u{a}; write it on one \
+         line of printable text"
+    );
+
+    let step = |id: &str| PlanStep {
+        id: id.into(),
+        description: "d\nmay span lines".into(),
+        target: StepTarget::Any,
+        tool: "shell".into(),
+        args: serde_json::json!({}),
+        after: Vec::new(),
+        idempotent: false,
+    };
+    let task = |id: &str, steps| Task { id: id.into(), goal: "a goal\non two lines".into(), steps };
+    assert_eq!(task("t", vec![step("a")]).check(), Ok(()), "goals and descriptions are text");
+    let reason = |t: Task| match t.check() {
+        Err(TaskFailure::InvalidPlan { reason }) => reason,
+        other => panic!("expected an invalid plan, got {other:?}"),
+    };
+    assert!(reason(task("t\n", vec![step("a")])).starts_with("the task's `id` has the control"));
+    assert!(reason(task("t", vec![step("a\u{1b}")])).starts_with("the `id` of step 1 has"));
+    let mut s = step("a");
+    s.target = StepTarget::Domain("docs\n".into());
+    assert!(reason(task("t", vec![s])).contains("target of step `a`"));
+    let mut s = step("b");
+    s.after = vec!["a\r".into()];
+    assert!(reason(task("t", vec![step("a"), s])).contains("`after` of step `b`"));
 }

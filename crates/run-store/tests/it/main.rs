@@ -5,6 +5,7 @@ mod commit;
 mod damage;
 mod lock;
 mod open;
+mod read_only;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

@@ -158,14 +158,17 @@ fn a_context_has_no_journal_until_given_one_and_keeps_the_rest() {
 
 #[test]
 fn an_interrupted_call_is_a_permanent_error_that_says_what_to_do() {
-    let err = ToolError::Interrupted { tool: "shell".into() };
+    let err = ToolError::Interrupted { tool: "shell".into(), partial: String::new() };
     assert!(!err.is_transient());
     assert_eq!(err.class(), agent_state::ErrorClass::Permanent);
     assert_eq!(
         err.to_string(),
         "tool `shell` was interrupted by a crash while running and may or may not have had its \
-         effect; it is not run again: check the workspace and re-plan the step"
+         effect; it is not run again: check the workspace, then re-plan the step (or mark it \
+         `idempotent = true` if running it twice is safe)"
     );
+    let with_output = ToolError::Interrupted { tool: "shell".into(), partial: "half\n".into() };
+    assert!(with_output.to_string().ends_with("; partial output: half"), "{with_output}");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -209,9 +212,14 @@ async fn a_journaled_shell_call_leaves_a_complete_journal_outside_the_workspace(
     assert_eq!(out.output, "partial\n[stderr]\noops\n[exit code 3]");
     assert_eq!(std::fs::read_to_string(dir.path().join("made.txt")).unwrap(), "made\n");
     assert_eq!(entries(dir.path()), ["made.txt"]);
-    assert_eq!(entries(&journal), ["done", "err", "out", "started"]);
+    assert_eq!(
+        entries(&journal),
+        ["done", "err", "err.more", "group", "out", "out.more", "started"]
+    );
     let read = |name: &str| std::fs::read_to_string(journal.join(name)).unwrap();
     assert_eq!(read("done"), "3\n");
+    assert_eq!((read("out.more"), read("err.more")), ("0\n".into(), "0\n".into()));
+    assert!(read("group").trim().parse::<u32>().is_ok(), "group holds the command's group");
     assert_eq!(read("out"), "partial\n");
     assert_eq!(read("err"), "oops\n");
     let pid = read("started");
@@ -260,13 +268,16 @@ async fn a_journaled_shell_call_times_out_kills_the_group_and_leaves_no_done() {
     assert!(journal.join("started").exists());
     assert!(!journal.join("done").exists());
     assert_eq!(std::fs::read_to_string(journal.join("out")).unwrap(), "begun\n");
-    // Recovery cannot tell what the killed command did.
+    // Recovery cannot tell what the killed command did: it was interrupted, with its output.
     let recovered = recover(&ctx, json!({ "command": "x", "timeout_ms": 50 }), &journal).await;
-    assert_eq!(recovered, Recovery::Unknown);
+    let Recovery::Interrupted(partial) = recovered else { panic!("{recovered:?}") };
+    assert!(partial.output.starts_with("begun\n[interrupted:"), "{}", partial.output);
+    assert_eq!(partial.data["interrupted"], true);
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_journaled_shell_call_returns_when_the_command_exits_despite_a_background_process() {
+async fn a_journaled_shell_call_returns_when_the_command_exits_and_kills_its_background_processes()
+{
     let (dir, _runs, ctx) = journaled();
     let journal = journal_of(&ctx, "bg");
 
@@ -280,9 +291,94 @@ async fn a_journaled_shell_call_returns_when_the_command_exits_despite_a_backgro
 
     assert_eq!(out, ok_output("started\n"));
     let pid = std::fs::read_to_string(dir.path().join("bg.pid")).unwrap();
-    // The background process writes to the journal's files, not to a pipe the call waits on;
-    // the test stops it.
-    Command::new("sh").arg("-c").arg(format!("kill {}", pid.trim())).status().unwrap();
+    assert!(is_killed(pid.trim()), "background sleep {pid} survived the call");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_journaled_flood_of_output_keeps_only_the_cap_on_disk() {
+    let (_dir, _runs, ctx) = journaled();
+    let journal = journal_of(&ctx, "flood");
+    let total = 8 * MAX_STREAM_BYTES + 5;
+
+    let out = run_journaled(&ctx, json!({ "command": format!("yes | head -c {total}") }), &journal)
+        .await
+        .unwrap();
+
+    assert!(out.success);
+    let on_disk = std::fs::metadata(journal.join("out")).unwrap().len();
+    assert_eq!(on_disk, MAX_STREAM_BYTES as u64, "the journal keeps the cap, not the flood");
+    let more: u64 =
+        std::fs::read_to_string(journal.join("out.more")).unwrap().trim().parse().unwrap();
+    assert_eq!(more, (total - MAX_STREAM_BYTES) as u64, "the rest is counted");
+    let stdout = out.data["stdout"].as_str().unwrap();
+    assert!(stdout.ends_with(&format!("[truncated: {more} more bytes]\n")), "{stdout:.80}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_live_runner_found_after_a_crash_is_adopted_when_it_finishes_in_time() {
+    let (dir, _runs, ctx) = journaled();
+    let journal = journal_of(&ctx, "adopt");
+    let args =
+        json!({ "command": "sleep 0.4; echo once >> log.txt; echo done", "timeout_ms": 20000 });
+    // The crashed caller: its call is dropped, its runner lives on.
+    let call = tokio::spawn({
+        let (ctx, args, journal) = (ctx.clone(), args.clone(), journal.clone());
+        async move { run_journaled(&ctx, args, &journal).await }
+    });
+    while !journal.join("started").exists() {
+        tokio::task::yield_now().await;
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    call.abort();
+
+    let recovered = recover(&ctx, args, &journal).await;
+
+    assert_eq!(recovered, Recovery::Completed(ok_output("done\n")));
+    assert_eq!(std::fs::read_to_string(dir.path().join("log.txt")).unwrap(), "once\n");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_runner_past_its_deadline_after_a_crash_is_killed_and_reported_interrupted() {
+    let (dir, _runs, ctx) = journaled();
+    let journal = journal_of(&ctx, "overdue");
+    let args = json!({
+        "command": "echo begun; echo ran >> count.txt; sleep 30 & echo $! > bg.pid; wait",
+        "timeout_ms": 600,
+    });
+    let call = tokio::spawn({
+        let (ctx, args, journal) = (ctx.clone(), args.clone(), journal.clone());
+        async move { run_journaled(&ctx, args, &journal).await }
+    });
+    while !dir.path().join("bg.pid").exists() {
+        tokio::task::yield_now().await;
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    call.abort();
+
+    let recovered = recover(&ctx, args, &journal).await;
+
+    let Recovery::Interrupted(partial) = recovered else { panic!("{recovered:?}") };
+    assert!(partial.output.starts_with("begun\n"), "{}", partial.output);
+    assert!(partial.output.contains("stopped at its timeout of 600 ms"), "{}", partial.output);
+    let pid = std::fs::read_to_string(dir.path().join("bg.pid")).unwrap();
+    assert!(is_killed(pid.trim()), "the command's process {pid} outlived its timeout");
+    assert_eq!(std::fs::read_to_string(dir.path().join("count.txt")).unwrap(), "ran\n");
+}
+
+#[tokio::test(start_paused = true)]
+async fn recover_does_not_kill_a_process_group_whose_id_was_reused() {
+    let (_dir, _runs, ctx) = journaled();
+    let journal = journal_of(&ctx, "reused");
+    // An unrelated process group, named in a stale journal as if it were the runner's.
+    let mut stranger = spawn_runner(Path::new("/nonexistent"), "sleep 5");
+    prepare(&journal, &[("started", &format!("{}\n", stranger.id())), ("group", "1\n")]);
+
+    let recovered = recover(&ctx, json!({ "command": "x", "timeout_ms": 10 }), &journal).await;
+
+    assert!(matches!(recovered, Recovery::Interrupted(_)), "{recovered:?}");
+    assert_eq!(stranger.try_wait().unwrap(), None, "an unrelated process was killed");
+    stranger.kill().unwrap();
+    stranger.wait().unwrap();
 }
 
 #[tokio::test(start_paused = true)]
@@ -358,26 +454,29 @@ async fn recover_says_not_started_when_no_runner_marked_its_start() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn recover_says_unknown_when_a_started_call_never_finishes_within_its_timeout() {
+async fn recover_reports_interrupted_when_a_started_call_never_finishes_within_its_timeout() {
     let (_dir, _runs, ctx) = journaled();
+    let interrupted = |recovery: Recovery| match recovery {
+        Recovery::Interrupted(partial) => partial.output,
+        other => panic!("expected an interrupted call, got {other:?}"),
+    };
     let started = journal_of(&ctx, "started");
     prepare(&started, &[("started", "42\n"), ("out", "half")]);
-    assert_eq!(
-        recover(&ctx, json!({ "command": "x", "timeout_ms": 50 }), &started).await,
-        Recovery::Unknown
-    );
+    let partial =
+        interrupted(recover(&ctx, json!({ "command": "x", "timeout_ms": 50 }), &started).await);
+    assert!(partial.starts_with("half\n[interrupted:"), "{partial}");
     // The context's default timeout applies when the call had none.
     let ctx = ctx.with_shell_timeout(Duration::from_millis(50));
-    assert_eq!(recover(&ctx, json!({ "command": "x" }), &started).await, Recovery::Unknown);
+    interrupted(recover(&ctx, json!({ "command": "x" }), &started).await);
 
     // A runner killed between writing `done.tmp` and renaming it never published its code;
     // neither did one whose `done` is unreadable.
     let torn = journal_of(&ctx, "torn");
     prepare(&torn, &[("started", "42\n"), ("done.tmp", "0\n")]);
-    assert_eq!(recover(&ctx, json!({ "command": "x" }), &torn).await, Recovery::Unknown);
+    interrupted(recover(&ctx, json!({ "command": "x" }), &torn).await);
     let garbled = journal_of(&ctx, "garbled");
     prepare(&garbled, &[("started", "42\n"), ("done", "zero\n")]);
-    assert_eq!(recover(&ctx, json!({ "command": "x" }), &garbled).await, Recovery::Unknown);
+    interrupted(recover(&ctx, json!({ "command": "x" }), &garbled).await);
 }
 
 #[tokio::test(start_paused = true)]
@@ -541,4 +640,29 @@ async fn every_key_gets_its_own_journal_directory_inside_the_journal_root() {
     }
     assert!(!ctx.journal().unwrap().join("done").exists(), "key `.` used the root itself");
     assert!(!runs.path().join("done").exists(), "key `..` wrote into the run directory");
+}
+
+/// Regression: the journal's files were read with blocking opens, so a command that put a
+/// FIFO in its journal directory could hang the recovering agent for good.
+#[tokio::test(start_paused = true)]
+async fn recover_does_not_block_on_a_fifo_in_the_journal() {
+    let (_dir, _runs, ctx) = journaled();
+    let journal = journal_of(&ctx, "fifo");
+    prepare(&journal, &[("started", "42\n")]);
+    for name in ["done", "out", "out.more"] {
+        let made = Command::new("mkfifo").arg(journal.join(name)).status().unwrap();
+        assert!(made.success());
+    }
+    let (sender, receiver) = std::sync::mpsc::channel();
+    let recovering = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let recovery =
+            runtime.block_on(recover(&ctx, json!({ "command": "x", "timeout_ms": 10 }), &journal));
+        let _ = sender.send(recovery);
+    });
+
+    let recovery = receiver.recv_timeout(Duration::from_secs(30)).expect("recovery hung on a FIFO");
+
+    assert!(matches!(recovery, Recovery::Interrupted(_)), "{recovery:?}");
+    recovering.join().unwrap();
 }
