@@ -16,4 +16,5 @@ mod interrupt;
 mod llm;
 #[cfg(feature = "local")]
 mod local;
+mod storage;
 mod support;
