@@ -121,9 +121,10 @@
 //! ```
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use agent_core::tools::ToolRegistry;
@@ -349,6 +350,7 @@ pub(crate) fn parse_team(
         }
         agents.push(spec);
     }
+    share_tool_lists(&mut agents);
     let prices = match &raw.prices {
         Some(p) => price_table(&src, p)?,
         None => PriceTable::new(),
@@ -369,6 +371,22 @@ pub(crate) fn parse_team(
         budget,
         conversation,
     })
+}
+
+/// Makes executors with the same tools hold one list between them: a generated team of 100 000
+/// executors then holds a few lists instead of 100 000 copies.
+fn share_tool_lists(agents: &mut [AgentSpec]) {
+    let mut lists: HashSet<Arc<[String]>> = HashSet::new();
+    for agent in agents {
+        if let RoleSpec::Bottom(spec) = &mut agent.role {
+            match lists.get(&spec.tools) {
+                Some(list) => spec.tools = list.clone(),
+                None => {
+                    lists.insert(spec.tools.clone());
+                }
+            }
+        }
+    }
 }
 
 /// Parses and checks a plan file for `team`, whose executors' tools come from `tools`. `path`
@@ -513,7 +531,7 @@ pub(crate) fn default_team() -> TeamFile {
     };
     let bottom = |id: &str, name: &str, lead: &str| AgentSpec {
         config: AgentConfig::new(id, name, AgentLayer::Bottom).with_supervisor(lead),
-        role: RoleSpec::Bottom(BottomSpec { tools: all.clone() }),
+        role: RoleSpec::Bottom(BottomSpec { tools: all.clone().into() }),
     };
     TeamFile {
         spec: TeamSpec::new(vec![
@@ -1113,7 +1131,7 @@ fn agent_spec<'e, 'a>(
         config.role = role.get_ref().clone();
     }
     if let Some(capabilities) = entry.capabilities {
-        config.capabilities = parse_capabilities(src, entry.layer, capabilities)?;
+        config.capabilities = parse_capabilities(src, entry.layer, capabilities)?.into();
     }
     config.model = entry.model.map(|m| m.get_ref().clone());
     if let Some(t) = entry.temperature {
@@ -1173,7 +1191,7 @@ fn agent_spec<'e, 'a>(
                 ));
             }
             *siblings += 1;
-            RoleSpec::Bottom(BottomSpec { tools: executor_tools(src, &raw.tools, tools)? })
+            RoleSpec::Bottom(BottomSpec { tools: executor_tools(src, &raw.tools, tools)?.into() })
         }
     };
     // Everything `validate` refuses is caught above with a position; this is a safety net.
@@ -1728,7 +1746,7 @@ fn leads(team: &TeamSpec) -> Vec<Lead<'_>> {
                     .iter()
                     .filter(|a| a.config.supervisor.as_ref() == Some(&lead.config.id))
                     .filter_map(|a| match &a.role {
-                        RoleSpec::Bottom(b) => Some((&a.config.id, b.tools.as_slice())),
+                        RoleSpec::Bottom(b) => Some((&a.config.id, &b.tools[..])),
                         _ => None,
                     })
                     .collect(),
@@ -1815,7 +1833,7 @@ fn check_reachable(
             None => {
                 let executor = team.agents.iter().find(|a| &a.config.id == id);
                 let tools = executor.and_then(|a| match &a.role {
-                    RoleSpec::Bottom(b) => Some(b.tools.as_slice()),
+                    RoleSpec::Bottom(b) => Some(&b.tools[..]),
                     _ => None,
                 });
                 let tools = tools.unwrap_or_default();

@@ -88,17 +88,18 @@ pub(crate) async fn build(
             UsageLedger::stored(team.prices.clone(), team.budget.clone(), llm_store.clone())
                 .map_err(|e| SettingError(format!("run store: usage ledger: {e}")))?;
         let conversations = Conversations::stored(team.conversation, llm_store);
-        let agent_tools = team
-            .spec
-            .agents
-            .iter()
-            .filter_map(|a| match &a.role {
-                RoleSpec::Bottom(BottomSpec { tools, .. }) => {
-                    Some((a.config.id.clone(), tools.clone()))
-                }
-                _ => None,
-            })
-            .collect();
+        let agent_tools = Arc::new(
+            team.spec
+                .agents
+                .iter()
+                .filter_map(|a| match &a.role {
+                    RoleSpec::Bottom(BottomSpec { tools, .. }) => {
+                        Some((a.config.id.clone(), tools.clone()))
+                    }
+                    _ => None,
+                })
+                .collect(),
+        );
         shared = Some(Shared {
             ledger: Arc::new(ledger),
             conversations: Arc::new(conversations),
@@ -147,7 +148,7 @@ struct Shared {
     conversations: Arc<Conversations>,
     boards: Arc<dyn Whiteboard>,
     tools: ToolRegistry,
-    agent_tools: BTreeMap<AgentId, Vec<String>>,
+    agent_tools: Arc<BTreeMap<AgentId, Arc<[String]>>>,
     providers: ProviderSet,
 }
 

@@ -421,7 +421,7 @@ async fn leader_failed(team: Arc<Team>, every: Duration) -> (AgentId, String) {
                     .rev()
                     .find_map(|r| match &r.event {
                         AuditEvent::Transition { to: AgentStatus::Failed, reason, .. } => {
-                            Some(reason.clone())
+                            Some(reason.to_string())
                         }
                         _ => None,
                     })

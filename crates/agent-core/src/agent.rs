@@ -1,6 +1,7 @@
 //! One agent: its context (the handles and state every layer uses), the contract the layers
 //! implement, and the runtime that drives it through initialize, heartbeats and shutdown.
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -68,8 +69,9 @@ pub struct AgentContext {
     system_prompt: OnceLock<String>,
     deps: Arc<AgentDeps>,
     processed: Vec<MessageId>,
-    /// Set while a side-effecting tool call runs: the heartbeat's timeout waits for it.
-    effect_in_flight: Arc<AtomicBool>,
+    /// Set while a side-effecting tool call runs: the heartbeat's timeout waits for it. Made
+    /// by the first heartbeat with work, so an idle agent holds none.
+    effect_in_flight: Option<Arc<AtomicBool>>,
 }
 
 /// The contract each layer implements (seed 000 §3 `BaseAgent`'s abstract methods).
@@ -172,7 +174,7 @@ impl AgentContext {
             config,
             deps,
             processed: Vec::new(),
-            effect_in_flight: Arc::new(AtomicBool::new(false)),
+            effect_in_flight: None,
         }
     }
 
@@ -242,7 +244,7 @@ impl AgentContext {
     pub async fn transition(
         &mut self,
         to: AgentStatus,
-        reason: impl Into<String>,
+        reason: impl Into<Cow<'static, str>>,
     ) -> Result<(), AgentError> {
         let mut next = self.lifecycle.clone();
         let record = next.apply(to, reason, self.now())?;
@@ -503,7 +505,8 @@ impl AgentContext {
         let Some(tool) = self.deps.tools.get(&call.tool).filter(|t| t.has_side_effects()) else {
             return self.call_tool(call).await;
         };
-        let _in_flight = EffectInFlight::mark(&self.effect_in_flight);
+        // Outside a heartbeat no timeout watches the call, so there is nothing to mark.
+        let _in_flight = self.effect_in_flight.as_ref().map(EffectInFlight::mark);
         let (call, args) = self.prepare_call(call).await?;
         let call = &call;
         let rerun_allowed = idempotent || tool.idempotent();
@@ -940,7 +943,11 @@ impl Agent {
         let board = self.ctx.read_board(&BoardId::Agent(self.id().clone())).await?;
         let after_ms = self.ctx.config.timeout_ms;
         let timeout = Duration::from_millis(after_ms);
-        let in_flight = self.ctx.effect_in_flight.clone();
+        let in_flight = self
+            .ctx
+            .effect_in_flight
+            .get_or_insert_with(|| Arc::new(AtomicBool::new(false)))
+            .clone();
         let work = self.behavior.on_process(&mut self.ctx, messages, &board);
         tokio::pin!(work);
         let mut deadline = tokio::time::Instant::now() + timeout;

@@ -8,6 +8,7 @@
 //! the log's exact final record (the `sled` backend keeps it there with `RunStore::set_anchor`).
 //! [`check_anchors`] compares a log with both.
 
+use std::borrow::Cow;
 use std::sync::Mutex;
 
 use agent_state::{
@@ -29,7 +30,7 @@ pub enum AuditEvent {
         /// After.
         to: AgentStatus,
         /// Why.
-        reason: String,
+        reason: Cow<'static, str>,
     },
     /// An act the backends or the runtime refused (a permission or rule violation).
     Denied {
@@ -246,10 +247,78 @@ pub trait AuditLog: Send + Sync + 'static {
 }
 
 /// An audit log in memory.
+///
+/// Records are kept in fixed-size chunks, so the log grows without copying and wastes at most
+/// one chunk's spare room (a 100 000-agent team keeps one record per idle agent), and without
+/// what their position already says: the sequence number and the previous record's hash are
+/// put back when a record is read.
 #[derive(Debug, Default)]
 pub struct InMemoryAuditLog {
-    records: Mutex<Vec<AuditRecord>>,
-    heads: Mutex<std::collections::HashMap<AgentId, AuditAnchor>>,
+    log: Mutex<Chunks>,
+}
+
+/// Records per chunk of [`InMemoryAuditLog`].
+const CHUNK: usize = 1024;
+
+#[derive(Debug, Default)]
+struct Chunks {
+    chunks: Vec<Vec<Kept>>,
+    len: usize,
+    /// Each agent's last record, by sequence number.
+    heads: std::collections::HashMap<AgentId, u64>,
+}
+
+/// A record as [`InMemoryAuditLog`] keeps it.
+#[derive(Debug)]
+struct Kept {
+    at: Timestamp,
+    agent: AgentId,
+    event: AuditEvent,
+    hash: AuditHash,
+}
+
+impl Chunks {
+    fn kept(&self, seq: usize) -> Option<&Kept> {
+        self.chunks.get(seq / CHUNK)?.get(seq % CHUNK)
+    }
+
+    fn last_hash(&self) -> AuditHash {
+        self.chunks.last().and_then(|c| c.last()).map_or(GENESIS_HASH, |k| k.hash)
+    }
+
+    fn push(&mut self, kept: Kept) {
+        if self.chunks.last().is_none_or(|c| c.len() == CHUNK) {
+            self.chunks.push(Vec::with_capacity(CHUNK));
+        }
+        if let Some(chunk) = self.chunks.last_mut() {
+            chunk.push(kept);
+            self.len += 1;
+        }
+    }
+
+    /// The records from `from` on, in order, those `keep` accepts.
+    fn records(&self, from: usize, keep: impl Fn(&Kept) -> bool) -> Vec<AuditRecord> {
+        let mut out = Vec::new();
+        let mut prev_hash = match from.checked_sub(1) {
+            Some(prev) => self.kept(prev).map_or(GENESIS_HASH, |k| k.hash),
+            None => GENESIS_HASH,
+        };
+        let kept = self.chunks.iter().skip(from / CHUNK).flatten().skip(from % CHUNK);
+        for (seq, kept) in (from..).zip(kept) {
+            if keep(kept) {
+                out.push(AuditRecord {
+                    seq: seq as u64,
+                    at: kept.at,
+                    agent: kept.agent.clone(),
+                    event: kept.event.clone(),
+                    prev_hash,
+                    hash: kept.hash,
+                });
+            }
+            prev_hash = kept.hash;
+        }
+        out
+    }
 }
 
 impl InMemoryAuditLog {
@@ -271,28 +340,32 @@ impl AuditLog for InMemoryAuditLog {
         at: Timestamp,
         event: AuditEvent,
     ) -> Result<u64, BackendError> {
-        let mut records = self.records.lock().map_err(|_| poisoned())?;
-        let seq = records.len() as u64;
-        let prev = records.last().map_or(GENESIS_HASH, |r| r.hash);
-        let record = AuditRecord::new(seq, at, agent.clone(), event, prev);
-        self.heads.lock().map_err(|_| poisoned())?.insert(agent.clone(), AuditAnchor::of(&record));
-        records.push(record);
+        let mut log = self.log.lock().map_err(|_| poisoned())?;
+        let seq = log.len as u64;
+        let record = AuditRecord::new(seq, at, agent.clone(), event, log.last_hash());
+        log.heads.insert(agent.clone(), seq);
+        let AuditRecord { at, agent, event, hash, .. } = record;
+        log.push(Kept { at, agent, event, hash });
         Ok(seq)
     }
 
     async fn head_of(&self, agent: &AgentId) -> Result<Option<AuditAnchor>, BackendError> {
-        Ok(self.heads.lock().map_err(|_| poisoned())?.get(agent).copied())
+        let log = self.log.lock().map_err(|_| poisoned())?;
+        Ok(log.heads.get(agent).and_then(|&seq| {
+            let kept = log.kept(usize::try_from(seq).ok()?)?;
+            Some(AuditAnchor { seq, hash: kept.hash })
+        }))
     }
 
     async fn records_from(&self, from: u64) -> Result<Vec<AuditRecord>, BackendError> {
-        let records = self.records.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let start = usize::try_from(from).unwrap_or(usize::MAX).min(records.len());
-        Ok(records[start..].to_vec())
+        let log = self.log.lock().map_err(|_| poisoned())?;
+        let start = usize::try_from(from).unwrap_or(usize::MAX).min(log.len);
+        Ok(log.records(start, |_| true))
     }
 
     async fn records(&self, agent: Option<&AgentId>) -> Result<Vec<AuditRecord>, BackendError> {
-        let records = self.records.lock().map_err(|_| poisoned())?;
-        Ok(records.iter().filter(|r| agent.is_none_or(|a| &r.agent == a)).cloned().collect())
+        let log = self.log.lock().map_err(|_| poisoned())?;
+        Ok(log.records(0, |k| agent.is_none_or(|a| &k.agent == a)))
     }
 }
 

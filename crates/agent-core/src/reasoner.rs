@@ -53,7 +53,7 @@ pub struct Candidate {
     /// The executor.
     pub id: AgentId,
     /// The tools it has.
-    pub tools: Vec<String>,
+    pub tools: std::sync::Arc<[String]>,
     /// Subtasks it holds now.
     pub load: usize,
     /// Whether it can take work (not dismissed).

@@ -161,7 +161,9 @@ impl Services {
             .await
             .into_iter()
             .filter_map(|e| match e {
-                AuditEvent::Transition { from, to, reason } => Some((from, to, reason)),
+                AuditEvent::Transition { from, to, reason } => {
+                    Some((from, to, reason.into_owned()))
+                }
                 _ => None,
             })
             .collect()

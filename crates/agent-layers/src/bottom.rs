@@ -2,6 +2,7 @@
 //! report progress, help peers and answer status queries (seed 000 §6).
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use agent_core::protocol::{HelpRequest, HelpResponse, StatusReport};
 use agent_core::tools::ToolError;
@@ -19,8 +20,16 @@ pub const MAX_TOOL_CALLS_PER_SUBTASK: usize = 8;
 /// An executor's settings (seed 000 §6 `BottomLayerAgentConfig`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BottomSpec {
-    /// The tools it may call.
-    pub tools: Vec<String>,
+    /// The tools it may call. Shared: executors with the same tools hold one list (a team of
+    /// 100 000 executors holds a handful of lists, not 100 000).
+    pub tools: Arc<[String]>,
+}
+
+impl BottomSpec {
+    /// An executor allowed `tools`.
+    pub fn new<S: Into<String>>(tools: impl IntoIterator<Item = S>) -> Self {
+        Self { tools: tools.into_iter().map(Into::into).collect() }
+    }
 }
 
 /// A bottom-layer agent.

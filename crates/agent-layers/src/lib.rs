@@ -20,7 +20,7 @@
 //! let leads = vec![LeadInfo {
 //!     id: AgentId::new("mid-docs"),
 //!     domain: "docs".into(),
-//!     executors: vec![(AgentId::new("bottom-1"), vec!["write_file".into()])],
+//!     executors: vec![(AgentId::new("bottom-1"), ["write_file".to_owned()].into())],
 //! }];
 //! let step = PlanStep { id: "readme".into(), description: "write README".into(),
 //!     target: StepTarget::Domain("docs".into()), tool: "write_file".into(), args: serde_json::json!({}),
@@ -34,6 +34,8 @@ mod top;
 
 #[cfg(test)]
 mod tests;
+
+use std::sync::Arc;
 
 use agent_state::AgentId;
 use serde::{Deserialize, Serialize};
@@ -50,5 +52,5 @@ pub struct LeadInfo {
     /// Its domain.
     pub domain: String,
     /// Its executors and their tools.
-    pub executors: Vec<(AgentId, Vec<String>)>,
+    pub executors: Vec<(AgentId, Arc<[String]>)>,
 }

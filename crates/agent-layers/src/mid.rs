@@ -2,6 +2,7 @@
 //! when an executor fails, escalate what they cannot place, and report upward (seed 000 §5).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use agent_core::protocol::{ErrorReport, Escalation, PeerCoordination, StatusReport, Warning};
 use agent_core::{AgentBehavior, AgentContext, AgentError, AuditEvent, Candidate, ReasonError};
@@ -33,7 +34,7 @@ pub struct MidAgent {
 #[derive(Serialize, Deserialize)]
 struct Executor {
     id: AgentId,
-    tools: Vec<String>,
+    tools: Arc<[String]>,
     failed: bool,
     failures: u32,
     dismissed: bool,
@@ -57,7 +58,7 @@ impl MidAgent {
     /// peer leads.
     pub fn new(
         spec: MidSpec,
-        executors: Vec<(AgentId, Vec<String>)>,
+        executors: Vec<(AgentId, Arc<[String]>)>,
         top: Vec<AgentId>,
         peers: Vec<AgentId>,
     ) -> Self {

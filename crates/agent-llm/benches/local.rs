@@ -83,7 +83,7 @@ fn power(n: usize) -> AgentConfig {
         role: "reviews plans for safety".into(),
         supervisor: None,
         subordinates: Vec::new(),
-        capabilities: vec![Capability::Review],
+        capabilities: vec![Capability::Review].into(),
         model: None,
         temperature: None,
         max_retries: 1,

@@ -61,7 +61,7 @@ fn config(id: &str, layer: AgentLayer) -> AgentConfig {
         role: "bench".into(),
         supervisor: None,
         subordinates: Vec::new(),
-        capabilities: vec![Capability::Plan],
+        capabilities: vec![Capability::Plan].into(),
         model: None,
         temperature: None,
         max_retries: 3,

@@ -100,7 +100,7 @@ pub struct LlmReasoner {
     provider: Arc<dyn Provider>,
     name: String,
     tools: BTreeMap<String, ToolSpec>,
-    agent_tools: BTreeMap<AgentId, Vec<String>>,
+    agent_tools: Arc<BTreeMap<AgentId, Arc<[String]>>>,
     ledger: Arc<UsageLedger>,
     conversations: Arc<Conversations>,
     boards: Option<Arc<dyn Whiteboard>>,
@@ -126,7 +126,7 @@ impl LlmReasoner {
             provider,
             name,
             tools: BTreeMap::new(),
-            agent_tools: BTreeMap::new(),
+            agent_tools: Arc::default(),
             ledger,
             conversations,
             boards: None,
@@ -153,8 +153,9 @@ impl LlmReasoner {
     }
 
     /// The tools each executor holds; an executor is offered its own tools in the tool loop
-    /// (an executor not listed is offered only its step's tool).
-    pub fn with_agent_tools(mut self, tools: BTreeMap<AgentId, Vec<String>>) -> Self {
+    /// (an executor not listed is offered only its step's tool). Shared: every reasoner of a
+    /// team can hold the same map.
+    pub fn with_agent_tools(mut self, tools: Arc<BTreeMap<AgentId, Arc<[String]>>>) -> Self {
         self.agent_tools = tools;
         self
     }

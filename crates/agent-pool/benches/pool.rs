@@ -12,7 +12,7 @@
 
 use std::hint::black_box;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use agent_core::tools::{ToolContext, ToolRegistry};
@@ -21,7 +21,7 @@ use agent_core::{
 };
 use agent_layers::{BottomAgent, BottomSpec};
 use agent_pool::{AgentPool, HeartbeatScheduler};
-use agent_state::{AgentConfig, AgentLayer, Timestamp};
+use agent_state::{AgentConfig, AgentId, AgentLayer, Timestamp};
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group};
 use governance::InMemoryGovernance;
 use message_bus::InMemoryBus;
@@ -75,19 +75,27 @@ impl Services {
     }
 }
 
-/// The configuration and behaviour of executor `n`, under lead `mid-1`.
-fn executor(n: usize) -> (AgentConfig, Box<dyn AgentBehavior>) {
+/// The configuration and behaviour of executor `n`, under lead `mid-1`, with `tools` (one list
+/// shared by every executor, as a team file's executors with the same tools share theirs, and
+/// one lead id, as `Team` shares it).
+fn executor(n: usize, tools: &Arc<[String]>) -> (AgentConfig, Box<dyn AgentBehavior>) {
+    static LEAD: LazyLock<AgentId> = LazyLock::new(|| AgentId::new("mid-1"));
     let id = format!("bottom-{n}");
     let config = AgentConfig::new(id.as_str(), format!("Executor {id}"), AgentLayer::Bottom)
-        .with_supervisor("mid-1");
-    let spec = BottomSpec { tools: TOOLS.iter().map(|t| (*t).to_owned()).collect() };
-    (config, Box::new(BottomAgent::new(spec)))
+        .with_supervisor(LEAD.clone());
+    (config, Box::new(BottomAgent::new(BottomSpec { tools: tools.clone() })))
+}
+
+/// The executors' tools, one list for all.
+fn tools() -> Arc<[String]> {
+    TOOLS.iter().map(|t| (*t).to_owned()).collect()
 }
 
 /// Creates executors `range` in `pool` (each initialized: inbox, whiteboard, audit record).
 async fn populate(pool: &AgentPool, services: &Services, range: std::ops::Range<usize>) {
+    let tools = tools();
     for n in range {
-        let (config, behavior) = executor(n);
+        let (config, behavior) = executor(n, &tools);
         pool.create(config, behavior, services.deps.clone()).await.unwrap();
     }
 }
@@ -147,7 +155,8 @@ fn create(c: &mut Criterion) {
             for _ in 0..iters {
                 let services = Services::new();
                 let pool = AgentPool::new(usize::MAX);
-                let batch: Vec<_> = (0..CREATE_BATCH).map(executor).collect();
+                let tools = tools();
+                let batch: Vec<_> = (0..CREATE_BATCH).map(|n| executor(n, &tools)).collect();
                 spent += rt.block_on(async {
                     let start = Instant::now();
                     for (config, behavior) in batch {

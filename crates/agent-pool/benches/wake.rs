@@ -105,7 +105,7 @@ fn spec() -> TeamSpec {
         AgentSpec {
             config: AgentConfig::new("bottom-1", "executor", AgentLayer::Bottom)
                 .with_supervisor("mid-1"),
-            role: RoleSpec::Bottom(BottomSpec { tools: vec!["read_file".into()] }),
+            role: RoleSpec::Bottom(BottomSpec::new(["read_file"])),
         },
     ]);
     spec.heartbeat = Duration::from_secs(3600);

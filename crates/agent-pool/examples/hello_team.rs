@@ -48,7 +48,7 @@ fn executor(id: &str, lead: &str) -> AgentSpec {
     AgentSpec {
         config: AgentConfig::new(id, format!("executor {id}"), AgentLayer::Bottom)
             .with_supervisor(lead),
-        role: RoleSpec::Bottom(BottomSpec { tools }),
+        role: RoleSpec::Bottom(BottomSpec::new(tools)),
     }
 }
 

@@ -730,6 +730,12 @@ pub fn validate(spec: &TeamSpec, services: &TeamServices) -> Result<Vec<AgentCon
         }
         let mut config = config.clone();
         config.subordinates = derived;
+        // Every executor of a lead names it: one shared id instead of a copy in each.
+        if let Some(supervisor) = &config.supervisor
+            && let Some((shared, _)) = layers.get_key_value(supervisor)
+        {
+            config.supervisor = Some(shared.clone());
+        }
         configs.push(config);
     }
     Ok(configs)

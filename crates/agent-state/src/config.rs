@@ -1,5 +1,7 @@
 //! Agent configuration (seed 000 §1 `AgentConfig`) and its validation.
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -30,8 +32,9 @@ pub struct AgentConfig {
     /// Subordinates: forbidden on bottom agents.
     #[serde(default)]
     pub subordinates: Vec<AgentId>,
-    /// Capabilities; each must be allowed for the layer (seed 001 §7.1).
-    pub capabilities: Vec<Capability>,
+    /// Capabilities; each must be allowed for the layer (seed 001 §7.1). By default every
+    /// capability the layer allows, borrowed from [`AgentLayer::default_capabilities`].
+    pub capabilities: Cow<'static, [Capability]>,
     /// Model name for an LLM reasoner, if any.
     #[serde(default)]
     pub model: Option<String>,
@@ -69,7 +72,7 @@ impl AgentConfig {
             role: String::new(),
             supervisor: None,
             subordinates: Vec::new(),
-            capabilities: layer.capabilities().collect(),
+            capabilities: Cow::Borrowed(layer.default_capabilities()),
             model: None,
             temperature: None,
             max_retries: DEFAULT_MAX_RETRIES,
@@ -101,7 +104,7 @@ impl AgentConfig {
 
     /// Sets the capabilities.
     pub fn with_capabilities(mut self, capabilities: impl IntoIterator<Item = Capability>) -> Self {
-        self.capabilities = capabilities.into_iter().collect();
+        self.capabilities = Cow::Owned(capabilities.into_iter().collect());
         self
     }
 

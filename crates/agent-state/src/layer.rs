@@ -64,6 +64,20 @@ impl AgentLayer {
     pub fn capabilities(self) -> impl Iterator<Item = Capability> {
         Capability::ALL.into_iter().filter(move |c| self.allows(*c))
     }
+
+    /// The same as [`capabilities`](Self::capabilities), as a slice that lives for the whole
+    /// program: what a new agent's configuration holds by default, shared by every agent of the
+    /// layer instead of copied into each.
+    pub const fn default_capabilities(self) -> &'static [Capability] {
+        use Capability::*;
+        match self {
+            AgentLayer::Top => &[Plan, Reflect, Review, Coordinate, Delegate, Arbitrate],
+            AgentLayer::Mid => &[Plan, Reflect, Review, Coordinate, Delegate],
+            AgentLayer::Bottom => {
+                &[Plan, Execute, Reflect, ToolCall, CodeGen, TestExec, Coordinate]
+            }
+        }
+    }
 }
 
 impl fmt::Display for AgentLayer {

@@ -1,5 +1,6 @@
 //! The lifecycle: eight statuses, the transition table of seed 000 §2, and the apply step.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -104,7 +105,7 @@ pub struct TransitionRecord {
     /// Status after.
     pub to: AgentStatus,
     /// Why, in words.
-    pub reason: String,
+    pub reason: Cow<'static, str>,
     /// When, as given by the caller.
     pub at: Timestamp,
 }
@@ -164,7 +165,7 @@ impl Lifecycle {
     pub fn apply(
         &mut self,
         to: AgentStatus,
-        reason: impl Into<String>,
+        reason: impl Into<Cow<'static, str>>,
         at: Timestamp,
     ) -> Result<TransitionRecord, TransitionError> {
         let from = self.status;

@@ -7,30 +7,88 @@ use agent_state::{Address, AgentId};
 use crate::InboxError;
 
 /// One inbox: pending messages and those taken but not yet acknowledged, of any entry type.
+///
+/// An empty inbox holds no queues at all (a few bytes per idle agent); the first message gives
+/// it its queues and they are dropped again once both are empty.
 pub(crate) struct Inbox<T> {
     /// Whether the agent is registered; an unregistered agent keeps its messages.
     pub(crate) registered: bool,
+    queues: Option<Box<Queues<T>>>,
+}
+
+/// The queues of an inbox that has messages.
+struct Queues<T> {
     /// Not yet taken, oldest first.
-    pub(crate) pending: VecDeque<T>,
+    pending: VecDeque<T>,
     /// Taken and not yet acknowledged, in the order they were taken (which is the send order).
-    pub(crate) in_flight: VecDeque<T>,
+    in_flight: VecDeque<T>,
 }
 
 impl<T> Default for Inbox<T> {
     fn default() -> Self {
-        Self { registered: false, pending: VecDeque::new(), in_flight: VecDeque::new() }
+        Self { registered: false, queues: None }
     }
 }
 
 impl<T> Inbox<T> {
+    /// An empty inbox of a registered agent.
+    pub(crate) fn registered() -> Self {
+        Self { registered: true, queues: None }
+    }
+
+    /// Messages not yet taken.
+    pub(crate) fn pending_len(&self) -> usize {
+        self.queues.as_ref().map_or(0, |q| q.pending.len())
+    }
+
+    /// Messages held, pending and in flight.
+    pub(crate) fn len(&self) -> usize {
+        self.queues.as_ref().map_or(0, |q| q.pending.len() + q.in_flight.len())
+    }
+
+    /// Adds `entry` after the pending ones.
+    pub(crate) fn push(&mut self, entry: T) {
+        self.queues
+            .get_or_insert_with(|| {
+                Box::new(Queues { pending: VecDeque::new(), in_flight: VecDeque::new() })
+            })
+            .pending
+            .push_back(entry);
+    }
+
+    /// Moves up to `max` pending entries, oldest first, to in flight, showing each to `each`.
+    pub(crate) fn take(&mut self, max: usize, mut each: impl FnMut(&T)) {
+        let Some(queues) = self.queues.as_deref_mut() else { return };
+        let Queues { pending, in_flight } = queues;
+        let n = max.min(pending.len());
+        for entry in pending.drain(..n) {
+            each(&entry);
+            in_flight.push_back(entry);
+        }
+    }
+
+    /// The in-flight entries, to acknowledge some; call [`tidy`](Self::tidy) after.
+    pub(crate) fn in_flight_mut(&mut self) -> Option<&mut VecDeque<T>> {
+        self.queues.as_deref_mut().map(|q| &mut q.in_flight)
+    }
+
+    /// Drops the queues once both are empty.
+    pub(crate) fn tidy(&mut self) {
+        if self.len() == 0 {
+            self.queues = None;
+        }
+    }
+
     /// Puts every in-flight entry back to pending, ahead and in order; returns how many.
     pub(crate) fn release(&mut self) -> usize {
-        let released = self.in_flight.len();
-        if self.pending.is_empty() {
-            std::mem::swap(&mut self.pending, &mut self.in_flight);
+        let Some(queues) = self.queues.as_deref_mut() else { return 0 };
+        let Queues { pending, in_flight } = queues;
+        let released = in_flight.len();
+        if pending.is_empty() {
+            std::mem::swap(pending, in_flight);
         } else {
-            for entry in self.in_flight.drain(..).rev() {
-                self.pending.push_front(entry);
+            for entry in in_flight.drain(..).rev() {
+                pending.push_front(entry);
             }
         }
         released

@@ -78,7 +78,7 @@ impl InMemoryBus {
         let mut released = state.system.release();
         for (id, inbox) in state.agents.iter_mut() {
             released += inbox.release();
-            if !inbox.pending.is_empty() {
+            if inbox.pending_len() > 0 {
                 state.with_mail.insert(id.clone());
             }
         }
@@ -92,7 +92,7 @@ impl InMemoryBus {
     }
 
     fn full(&self, inbox: &Inbox) -> bool {
-        inbox.pending.len() + inbox.in_flight.len() >= self.capacity
+        inbox.len() >= self.capacity
     }
 
     fn broadcast(&self, state: &mut State, message: Message) -> Result<usize, SendError> {
@@ -114,10 +114,10 @@ impl InMemoryBus {
         let mut delivered = 0;
         for (id, inbox) in state.agents.iter_mut() {
             if inbox.registered && Some(id) != sender {
-                if inbox.pending.is_empty() {
+                if inbox.pending_len() == 0 {
                     state.with_mail.insert(id.clone());
                 }
-                inbox.pending.push_back(message.clone());
+                inbox.push(message.clone());
                 delivered += 1;
             }
         }
@@ -159,7 +159,7 @@ impl MessageBus for InMemoryBus {
         match state.agents.get_mut(agent) {
             Some(inbox) => inbox.registered = true,
             None => {
-                state.agents.insert(agent.clone(), Inbox { registered: true, ..Inbox::default() });
+                state.agents.insert(agent.clone(), Inbox::registered());
             }
         }
         Ok(())
@@ -218,25 +218,21 @@ impl MessageBus for InMemoryBus {
                 capacity: self.capacity,
             });
         }
-        if inbox.pending.is_empty()
+        if inbox.pending_len() == 0
             && let Address::Agent(agent) = &message.to
         {
             state.with_mail.insert(agent.clone());
         }
-        inbox.pending.push_back(message);
+        inbox.push(message);
         Ok(1)
     }
 
     async fn take(&self, inbox: &Address, max: usize) -> Result<Vec<Message>, InboxError> {
         let mut state = self.lock();
         let queue = state.inbox_mut(inbox)?;
-        let n = max.min(queue.pending.len());
-        let mut taken = Vec::with_capacity(n);
-        for message in queue.pending.drain(..n) {
-            taken.push(message.clone());
-            queue.in_flight.push_back(message);
-        }
-        if queue.pending.is_empty()
+        let mut taken = Vec::with_capacity(max.min(queue.pending_len()));
+        queue.take(max, |message| taken.push(message.clone()));
+        if queue.pending_len() == 0
             && let Address::Agent(agent) = inbox
         {
             state.with_mail.remove(agent);
@@ -247,7 +243,9 @@ impl MessageBus for InMemoryBus {
     async fn ack(&self, inbox: &Address, ids: &[MessageId]) -> Result<usize, InboxError> {
         let mut state = self.lock();
         let inbox = state.inbox_mut(inbox)?;
-        Ok(remove_acked(&mut inbox.in_flight, ids))
+        let removed = inbox.in_flight_mut().map_or(0, |in_flight| remove_acked(in_flight, ids));
+        inbox.tidy();
+        Ok(removed)
     }
 
     async fn release(&self, inbox: &Address) -> Result<usize, InboxError> {
@@ -274,7 +272,7 @@ impl MessageBus for InMemoryBus {
     }
 
     async fn pending(&self, inbox: &Address) -> Result<usize, InboxError> {
-        Ok(self.lock().inbox_mut(inbox)?.pending.len())
+        Ok(self.lock().inbox_mut(inbox)?.pending_len())
     }
 }
 

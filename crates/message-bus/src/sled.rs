@@ -170,7 +170,7 @@ impl SledBus {
     }
 
     fn full(&self, inbox: &Inbox) -> bool {
-        inbox.pending.len() + inbox.in_flight.len() >= self.capacity
+        inbox.len() >= self.capacity
     }
 
     /// Waits until everything written so far is durable.
@@ -228,7 +228,7 @@ impl SledBus {
             _ => Some(&mut state.system),
         };
         if let Some(inbox) = inbox {
-            inbox.pending.push_back(Entry { seq, message });
+            inbox.push(Entry { seq, message });
         }
         Ok(())
     }
@@ -270,7 +270,7 @@ impl SledBus {
         state.next_seq = seq + 1;
         for agent in &targets {
             if let Some(inbox) = state.agents.get_mut(agent) {
-                inbox.pending.push_back(Entry { seq, message: message.clone() });
+                inbox.push(Entry { seq, message: message.clone() });
                 state.with_mail.insert(agent.clone());
             }
         }
@@ -374,13 +374,9 @@ impl MessageBus for SledBus {
     async fn take(&self, inbox: &Address, max: usize) -> Result<Vec<Message>, InboxError> {
         let mut state = self.lock();
         let queue = state.inbox_mut(inbox)?;
-        let n = max.min(queue.pending.len());
-        let mut taken = Vec::with_capacity(n);
-        for entry in queue.pending.drain(..n) {
-            taken.push(entry.message.clone());
-            queue.in_flight.push_back(entry);
-        }
-        if queue.pending.is_empty()
+        let mut taken = Vec::with_capacity(max.min(queue.pending_len()));
+        queue.take(max, |entry| taken.push(entry.message.clone()));
+        if queue.pending_len() == 0
             && let Address::Agent(agent) = inbox
         {
             state.with_mail.remove(agent);
@@ -392,24 +388,31 @@ impl MessageBus for SledBus {
         let removed = {
             let mut state = self.lock();
             let queue = state.inbox_mut(inbox)?;
-            let removed = acked(&queue.in_flight, ids);
-            if !removed.is_empty() {
-                let mut batch = sled::Batch::default();
-                for &i in &removed {
-                    batch.remove(message_key(inbox, queue.in_flight[i].seq));
+            let removed = match queue.in_flight_mut() {
+                None => 0,
+                Some(in_flight) => {
+                    let removed = acked(in_flight, ids);
+                    if !removed.is_empty() {
+                        let mut batch = sled::Batch::default();
+                        for &i in &removed {
+                            batch.remove(message_key(inbox, in_flight[i].seq));
+                        }
+                        self.messages
+                            .apply_batch(batch)
+                            .map_err(|e| write_failed(Self::MESSAGES_TREE, e))?;
+                        let mut index = 0;
+                        let mut next = removed.iter().peekable();
+                        in_flight.retain(|_| {
+                            let remove = next.next_if_eq(&&index).is_some();
+                            index += 1;
+                            !remove
+                        });
+                    }
+                    removed.len()
                 }
-                self.messages
-                    .apply_batch(batch)
-                    .map_err(|e| write_failed(Self::MESSAGES_TREE, e))?;
-                let mut index = 0;
-                let mut next = removed.iter().peekable();
-                queue.in_flight.retain(|_| {
-                    let remove = next.next_if_eq(&&index).is_some();
-                    index += 1;
-                    !remove
-                });
-            }
-            removed.len()
+            };
+            queue.tidy();
+            removed
         };
         // Commit even when nothing was removed: a concurrent ack of the same ids may not have
         // committed yet, and this one's `Ok` promises the messages are gone.
@@ -429,7 +432,7 @@ impl MessageBus for SledBus {
     }
 
     async fn pending(&self, inbox: &Address) -> Result<usize, InboxError> {
-        Ok(self.lock().inbox_mut(inbox)?.pending.len())
+        Ok(self.lock().inbox_mut(inbox)?.pending_len())
     }
 
     async fn inboxes_with_mail(&self) -> Result<Vec<AgentId>, BackendError> {
@@ -481,7 +484,7 @@ fn load(
             .ok()
             .filter(|id| check_agent_id(id).is_ok())
             .ok_or_else(|| damaged(SledBus::REGISTERED_TREE, &raw_key(&key), "not an agent id"))?;
-        state.agents.insert(AgentId::new(agent), Inbox { registered: true, ..Inbox::default() });
+        state.agents.insert(AgentId::new(agent), Inbox::registered());
     }
 
     let mut end = 0;
@@ -504,7 +507,7 @@ fn load(
             _ => &mut state.system,
         };
         // Keys come in order, so each inbox's records come in sequence order.
-        inbox.pending.push_back(Entry { seq, message });
+        inbox.push(Entry { seq, message });
         end = end.max(seq.saturating_add(1));
     }
 

@@ -1,6 +1,7 @@
 //! The in-memory whiteboard backend: every board in one map behind a mutex; nothing survives
 //! the process.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -77,29 +78,27 @@ impl Whiteboard for InMemoryWhiteboard {
         })?;
         let mut boards = self.lock();
         if let Some(existing) = boards.agents.get(owner) {
-            return match existing.layer {
-                Some(existing_layer) if existing_layer != layer => {
-                    Err(CreateError::LayerMismatch {
-                        owner: owner.clone(),
-                        existing: existing_layer,
-                        requested: layer,
-                    })
-                }
-                _ => Ok(existing.clone()),
-            };
+            let existing_layer = existing.layer();
+            if existing_layer != layer {
+                return Err(CreateError::LayerMismatch {
+                    owner: owner.clone(),
+                    existing: existing_layer,
+                    requested: layer,
+                });
+            }
+            return Ok(existing.snapshot(owner).into_owned());
         }
-        let board = empty_board(BoardId::from(owner), Some(layer));
-        boards.agents.insert(owner.clone(), board.clone());
+        boards.agents.insert(owner.clone(), Stored::Empty(layer));
         tracing::debug!(%owner, %layer, "whiteboard created");
-        Ok(board)
+        Ok(empty_board(BoardId::from(owner), Some(layer)))
     }
 
     async fn read(&self, reader: &Actor, board: &BoardId) -> Result<BoardSnapshot, BoardError> {
         let boards = self.lock();
         let principal = boards.principal(reader)?;
         let target = boards.get(board)?;
-        permit(&principal, reader, BoardAccess::Read, target)?;
-        Ok(target.clone())
+        permit(&principal, reader, BoardAccess::Read, &target)?;
+        Ok(target.into_owned())
     }
 
     async fn write(
@@ -113,7 +112,7 @@ impl Whiteboard for InMemoryWhiteboard {
         let actor = Actor::from(writer);
         let principal = boards.principal(&actor)?;
         let target = boards.get(board)?;
-        permit(&principal, &actor, BoardAccess::Write, target)?;
+        permit(&principal, &actor, BoardAccess::Write, &target)?;
         self.check_size(board, content.len())?;
         let target = boards.get_mut(board)?;
         target.content = content;
@@ -131,7 +130,7 @@ impl Whiteboard for InMemoryWhiteboard {
         let actor = Actor::from(writer);
         let principal = boards.principal(&actor)?;
         let target = boards.get(board)?;
-        permit(&principal, &actor, BoardAccess::Append, target)?;
+        permit(&principal, &actor, BoardAccess::Append, &target)?;
         let separator = needs_separator(&target.content);
         self.check_size(board, target.content.len() + usize::from(separator) + content.len())?;
         let target = boards.get_mut(board)?;
@@ -146,10 +145,10 @@ impl Whiteboard for InMemoryWhiteboard {
         let boards = self.lock();
         let principal = boards.principal(reader)?;
         // `agents` is a BTreeMap keyed by owner id, so the agent boards come out sorted.
-        Ok(std::iter::once(&boards.global)
-            .chain(boards.agents.values())
+        Ok(std::iter::once(Cow::Borrowed(&boards.global))
+            .chain(boards.agents.iter().map(|(owner, stored)| stored.snapshot(owner)))
             .filter(|b| board_permits(&principal, BoardAccess::Read, &b.board, b.layer))
-            .cloned()
+            .map(Cow::into_owned)
             .collect())
     }
 }
@@ -158,7 +157,32 @@ impl Whiteboard for InMemoryWhiteboard {
 #[derive(Debug)]
 struct Boards {
     global: BoardSnapshot,
-    agents: BTreeMap<AgentId, BoardSnapshot>,
+    agents: BTreeMap<AgentId, Stored>,
+}
+
+/// An agent's board as kept: a board never written is only its layer (a few bytes per idle
+/// agent); the first write gives it its content.
+#[derive(Debug)]
+enum Stored {
+    Empty(AgentLayer),
+    Written(AgentLayer, Box<BoardSnapshot>),
+}
+
+impl Stored {
+    /// The owner's layer.
+    fn layer(&self) -> AgentLayer {
+        match self {
+            Self::Empty(layer) | Self::Written(layer, _) => *layer,
+        }
+    }
+
+    /// The board `owner` has.
+    fn snapshot(&self, owner: &AgentId) -> Cow<'_, BoardSnapshot> {
+        match self {
+            Self::Empty(layer) => Cow::Owned(empty_board(BoardId::from(owner), Some(*layer))),
+            Self::Written(_, board) => Cow::Borrowed(board),
+        }
+    }
 }
 
 impl Boards {
@@ -170,30 +194,43 @@ impl Boards {
     fn principal(&self, actor: &Actor) -> Result<Principal, BoardError> {
         match actor {
             Actor::System => Ok(Principal::System),
-            Actor::Agent(id) => match self.agents.get(id).and_then(|b| b.layer) {
-                Some(layer) => Ok(Principal::Agent { id: id.clone(), layer }),
+            Actor::Agent(id) => match self.agents.get(id) {
+                Some(stored) => Ok(Principal::Agent { id: id.clone(), layer: stored.layer() }),
                 None => Err(BoardError::UnknownActor { agent: id.clone() }),
             },
         }
     }
 
-    fn get(&self, board: &BoardId) -> Result<&BoardSnapshot, BoardError> {
+    fn get(&self, board: &BoardId) -> Result<Cow<'_, BoardSnapshot>, BoardError> {
         match board {
-            BoardId::Global => Ok(&self.global),
+            BoardId::Global => Ok(Cow::Borrowed(&self.global)),
             BoardId::Agent(owner) => self
                 .agents
                 .get(owner)
+                .map(|stored| stored.snapshot(owner))
                 .ok_or_else(|| BoardError::UnknownBoard { board: board.clone() }),
         }
     }
 
+    /// The board to change; a board never written gets its content now.
     fn get_mut(&mut self, board: &BoardId) -> Result<&mut BoardSnapshot, BoardError> {
         match board {
             BoardId::Global => Ok(&mut self.global),
-            BoardId::Agent(owner) => self
-                .agents
-                .get_mut(owner)
-                .ok_or_else(|| BoardError::UnknownBoard { board: board.clone() }),
+            BoardId::Agent(owner) => {
+                let stored = self
+                    .agents
+                    .get_mut(owner)
+                    .ok_or_else(|| BoardError::UnknownBoard { board: board.clone() })?;
+                if let Stored::Empty(layer) = *stored {
+                    let content = Box::new(empty_board(board.clone(), Some(layer)));
+                    *stored = Stored::Written(layer, content);
+                }
+                match stored {
+                    Stored::Written(_, snapshot) => Ok(snapshot),
+                    // Given its content just above.
+                    Stored::Empty(_) => Err(BoardError::UnknownBoard { board: board.clone() }),
+                }
+            }
         }
     }
 }

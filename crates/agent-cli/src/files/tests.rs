@@ -115,7 +115,11 @@ fn example_plan_runs_on_the_example_team_through_all_layers() {
         .map(|l| LeadInfo {
             id: l.id.clone(),
             domain: l.domain.to_owned(),
-            executors: l.executors.iter().map(|(id, t)| ((*id).clone(), t.to_vec())).collect(),
+            executors: l
+                .executors
+                .iter()
+                .map(|(id, t)| ((*id).clone(), t.to_vec().into()))
+                .collect(),
         })
         .collect();
     let routed: Vec<String> = task
@@ -206,7 +210,7 @@ tools = ["shell"]
         bottom.config,
         AgentConfig::new("bottom-a", "bottom-a", AgentLayer::Bottom).with_supervisor("mid-a")
     );
-    assert_eq!(bottom.role, RoleSpec::Bottom(BottomSpec { tools: vec!["shell".into()] }));
+    assert_eq!(bottom.role, RoleSpec::Bottom(BottomSpec::new(["shell"])));
 }
 
 #[test]

@@ -57,6 +57,7 @@ fn free_bytes(dir: &Path) -> u64 {
 }
 
 #[test]
+#[allow(clippy::print_stderr, reason = "says why the test did not run where it cannot mount")]
 fn a_full_disk_ends_the_run_with_a_storage_failure_and_resume_finishes_it() {
     let s = Scratch::with_example();
     let Some(disk) = Tmpfs::mount(&s.path("D"), "2m") else {

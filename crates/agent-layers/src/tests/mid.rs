@@ -33,7 +33,7 @@ fn write_step(id: &str) -> PlanStep {
 /// write files and a peer lead `mid-2`; every other party is a bare inbox.
 async fn lead(w: &World) -> Agent {
     w.parties(&["top-a", "top-b", "top-x", "bottom-1", "bottom-2", "mid-2"]).await;
-    let tools = vec!["write_file".to_owned()];
+    let tools: std::sync::Arc<[String]> = ["write_file".to_owned()].into();
     let behavior = MidAgent::new(
         MidSpec { domain: "docs".into(), max_subordinates: 4 },
         vec![(id("bottom-1"), tools.clone()), (id("bottom-2"), tools)],

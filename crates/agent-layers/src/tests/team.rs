@@ -15,7 +15,7 @@ const POWERS: [&str; 3] = ["top-a", "top-b", "top-c"];
 /// More rounds than the task needs; reaching it means the team stalled.
 const MAX_ROUNDS: u64 = 20;
 
-fn tools(names: &[&str]) -> Vec<String> {
+fn tools(names: &[&str]) -> std::sync::Arc<[String]> {
     names.iter().map(|t| (*t).to_owned()).collect()
 }
 
@@ -39,12 +39,15 @@ async fn team(w: &World, top_b_reasoner: impl Reasoner) -> Vec<Agent> {
     let mut agents = Vec::new();
     let mut top_b_reasoner = Some(top_b_reasoner);
     for power in POWERS {
-        let peers =
-            POWERS.iter().filter(|p| **p != power).map(|p| (id(p), tools(&["plan"]))).collect();
+        let peers = POWERS
+            .iter()
+            .filter(|p| **p != power)
+            .map(|p| (id(p), tools(&["plan"]).to_vec()))
+            .collect();
         let spec = TopSpec {
             power_type: power.into(),
             vote_weight: 1.0,
-            signature_authority: tools(&["plan"]),
+            signature_authority: tools(&["plan"]).to_vec(),
         };
         let behavior = TopAgent::new(spec, peers, leads());
         let config = config(power, AgentLayer::Top, None);

@@ -25,12 +25,12 @@ fn leads() -> Vec<LeadInfo> {
         LeadInfo {
             id: id("mid-docs"),
             domain: "docs".into(),
-            executors: vec![(id("bottom-d1"), vec!["write_file".into()])],
+            executors: vec![(id("bottom-d1"), ["write_file".to_owned()].into())],
         },
         LeadInfo {
             id: id("mid-build"),
             domain: "build".into(),
-            executors: vec![(id("bottom-b1"), vec!["shell".into(), "read_file".into()])],
+            executors: vec![(id("bottom-b1"), ["shell".to_owned(), "read_file".to_owned()].into())],
         },
     ]
 }

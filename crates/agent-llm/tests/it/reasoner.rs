@@ -260,10 +260,10 @@ async fn decompose_without_available_executors_is_unplaceable_without_a_call() {
 fn exec_w_reasoner(rig: &Rig, settings: LlmSettings) -> LlmReasoner {
     LlmReasoner::new(rig.provider.clone(), rig.ledger.clone(), rig.conversations.clone())
         .with_tools(&ToolRegistry::with_builtins())
-        .with_agent_tools(BTreeMap::from([(
+        .with_agent_tools(Arc::new(BTreeMap::from([(
             AgentId::new("exec-w"),
-            vec!["read_file".to_owned(), "write_file".to_owned()],
-        )]))
+            ["read_file".to_owned(), "write_file".to_owned()].into(),
+        )])))
         .with_settings(settings)
 }
 

@@ -198,7 +198,7 @@ fn setup(workspace: &std::path::Path, budget: Budget) -> Setup {
     let conversations = Arc::new(Conversations::in_memory(ConversationLimits::default()));
     let boards = Arc::new(InMemoryWhiteboard::new());
     let tools = Arc::new(ToolRegistry::with_builtins());
-    let executors = team_spec()
+    let executors: BTreeMap<_, _> = team_spec()
         .agents
         .iter()
         .filter(|a| a.config.layer == AgentLayer::Bottom)
@@ -206,7 +206,7 @@ fn setup(workspace: &std::path::Path, budget: Budget) -> Setup {
         .collect();
     let reasoner = LlmReasoner::new(dynamic, ledger.clone(), conversations.clone())
         .with_tools(&tools)
-        .with_agent_tools(executors)
+        .with_agent_tools(Arc::new(executors))
         .with_boards(boards.clone());
     let services = TeamServices {
         bus: Arc::new(InMemoryBus::new()),

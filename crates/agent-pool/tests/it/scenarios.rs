@@ -263,7 +263,7 @@ async fn a_slow_agent_misses_heartbeats_and_its_lead_is_warned_without_delaying_
     let mut spec = standard_team();
     for agent in &mut spec.agents {
         if let agent_pool::RoleSpec::Bottom(b) = &mut agent.role {
-            b.tools.push("slow".into());
+            b.tools = b.tools.iter().cloned().chain(["slow".to_owned()]).collect();
         }
     }
     let team = Team::start(spec, services.clone()).await.unwrap();
@@ -402,7 +402,7 @@ async fn bad_team_specs_and_tasks_are_refused_with_clear_errors() {
 
     let mut spec = standard_team();
     if let agent_pool::RoleSpec::Bottom(b) = &mut spec.agents[5].role {
-        b.tools.push("teleport".into());
+        b.tools = b.tools.iter().cloned().chain(["teleport".to_owned()]).collect();
     }
     let err = Team::start(spec, services.clone()).await.err().unwrap();
     assert!(

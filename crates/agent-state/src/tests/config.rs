@@ -109,6 +109,14 @@ fn defaults_are_three_retries_and_thirty_seconds() {
     let c = AgentConfig::new("mid-1", "Lead", Mid);
     assert_eq!((c.max_retries, c.timeout_ms), (3, 30_000));
     assert_eq!(c.capabilities, Mid.capabilities().collect::<Vec<_>>());
+    for layer in [Top, Mid, Bottom] {
+        let defaults = layer.default_capabilities();
+        assert_eq!(
+            defaults,
+            layer.capabilities().collect::<Vec<_>>(),
+            "{layer}: the shared defaults are the matrix's row"
+        );
+    }
     assert_eq!((c.role.as_str(), &c.supervisor, c.subordinates.len()), ("", &None, 0));
     assert_eq!((&c.model, c.temperature), (&None, None));
 }
@@ -121,7 +129,7 @@ fn builders_set_their_fields() {
         .with_max_retries(5)
         .with_timeout_ms(10);
     assert_eq!(c.role, "backend");
-    assert_eq!(c.capabilities, [Capability::Execute]);
+    assert_eq!(c.capabilities[..], [Capability::Execute]);
     assert!(c.has(Capability::Execute) && !c.has(Capability::Plan));
     assert_eq!((c.max_retries, c.timeout_ms), (5, 10));
 }
@@ -140,7 +148,7 @@ fn deserializing_with_missing_optional_fields_applies_defaults() {
             role: String::new(),
             supervisor: None,
             subordinates: Vec::new(),
-            capabilities: vec![Capability::ToolCall],
+            capabilities: vec![Capability::ToolCall].into(),
             model: None,
             temperature: None,
             max_retries: 3,
@@ -350,7 +358,7 @@ fn the_first_violation_is_reported_in_field_order() {
     assert_eq!(c.validate().unwrap_err().field(), "name");
     c.name = "n".to_owned();
     assert_eq!(c.validate().unwrap_err().field(), "capabilities");
-    c.capabilities.clear();
+    c.capabilities.to_mut().clear();
     assert_eq!(c.validate().unwrap_err().field(), "supervisor");
 }
 

@@ -89,7 +89,7 @@ fn apply_returns_the_full_record() {
             agent: id("bottom-1"),
             from: Initializing,
             to: Idle,
-            reason: "initialization complete".to_owned(),
+            reason: "initialization complete".into(),
             at: Timestamp(1_000),
         }
     );

@@ -162,7 +162,7 @@ pub(super) fn sample_record() -> TransitionRecord {
         agent: id("bottom-1"),
         from: AgentStatus::Working,
         to: AgentStatus::WaitingApproval,
-        reason: "needs a signature".to_owned(),
+        reason: "needs a signature".into(),
         at: Timestamp(1_234),
     }
 }
