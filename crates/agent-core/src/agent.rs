@@ -61,12 +61,13 @@ pub struct AgentDeps {
 /// `agent-state` and writes the audit log; there is no other way to set a status.
 pub struct AgentContext {
     config: AgentConfig,
-    lifecycle: Lifecycle,
+    /// The status; transitions go through [`Lifecycle::apply`] (the id is the config's).
+    status: AgentStatus,
     metrics: AgentMetrics,
     retries: u32,
     heartbeat: u64,
     responsibilities: &'static str,
-    system_prompt: OnceLock<String>,
+    system_prompt: OnceLock<Box<str>>,
     deps: Arc<AgentDeps>,
     processed: Vec<MessageId>,
     /// Set while a side-effecting tool call runs: the heartbeat's timeout waits for it. Made
@@ -165,7 +166,7 @@ impl AgentContext {
     /// A context for `config` in `initializing`. The configuration must already be valid.
     pub fn new(config: AgentConfig, responsibilities: &'static str, deps: Arc<AgentDeps>) -> Self {
         Self {
-            lifecycle: Lifecycle::new(config.id.clone()),
+            status: AgentStatus::Initializing,
             metrics: AgentMetrics::default(),
             retries: 0,
             heartbeat: 0,
@@ -190,7 +191,7 @@ impl AgentContext {
 
     /// The current status.
     pub fn status(&self) -> AgentStatus {
-        self.lifecycle.status()
+        self.status
     }
 
     /// The metrics.
@@ -216,7 +217,7 @@ impl AgentContext {
     /// The system prompt (seed 000 §3 `generateSystemPrompt`), built on first use so that an
     /// agent that never reasons never pays for it.
     pub fn system_prompt(&self) -> &str {
-        self.system_prompt.get_or_init(|| system_prompt(&self.config, self.responsibilities))
+        self.system_prompt.get_or_init(|| system_prompt(&self.config, self.responsibilities).into())
     }
 
     /// Who this agent is, for the reasoner.
@@ -246,7 +247,7 @@ impl AgentContext {
         to: AgentStatus,
         reason: impl Into<Cow<'static, str>>,
     ) -> Result<(), AgentError> {
-        let mut next = self.lifecycle.clone();
+        let mut next = Lifecycle::restore(self.config.id.clone(), self.status);
         let record = next.apply(to, reason, self.now())?;
         self.deps
             .audit
@@ -261,7 +262,7 @@ impl AgentContext {
             )
             .await?;
         tracing::debug!(agent = %record.agent, from = %record.from, to = %record.to, reason = %record.reason, "transition");
-        self.lifecycle = next;
+        self.status = next.status();
         Ok(())
     }
 
@@ -922,7 +923,7 @@ impl Agent {
             agent.initialize().await?;
             return Ok(agent);
         }
-        agent.ctx.lifecycle = Lifecycle::restore(agent.id().clone(), status);
+        agent.ctx.status = status;
         if let Some(record) = record {
             agent.ctx.metrics = record.metrics;
             agent.ctx.retries = record.retries;

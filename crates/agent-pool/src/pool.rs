@@ -1,7 +1,7 @@
 //! The pool: agents by id and by layer, created and destroyed with a size limit (seed 000 §7).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use agent_core::{Agent, AgentBehavior, AgentDeps, AgentError};
@@ -24,10 +24,11 @@ pub struct AgentSlot {
     /// The pool's cycle counter, and its value when this agent joined.
     cycles: Arc<AtomicU64>,
     joined: u64,
-    /// Cycles in which the scheduler ran this agent's heartbeat.
-    ran: AtomicU64,
+    /// Cycles in which the scheduler ran this agent's heartbeat (32 bits keep the slot small;
+    /// they count up to 497 days of 10 ms heartbeats and then stay at their maximum).
+    ran: AtomicU32,
     /// Cycles in which it was still busy.
-    missed: AtomicU64,
+    missed: AtomicU32,
 }
 
 impl AgentSlot {
@@ -60,12 +61,12 @@ impl AgentSlot {
     /// cycles in which it was idle with nothing new, answered without running it.
     pub async fn metrics(&self) -> AgentMetrics {
         let mut metrics = self.agent.lock().await.ctx().metrics().clone();
-        let missed = self.missed.load(Ordering::Relaxed);
+        let missed = u64::from(self.missed.load(Ordering::Relaxed));
         let idle = self
             .cycles
             .load(Ordering::Relaxed)
             .saturating_sub(self.joined)
-            .saturating_sub(self.ran.load(Ordering::Relaxed))
+            .saturating_sub(u64::from(self.ran.load(Ordering::Relaxed)))
             .saturating_sub(missed);
         metrics.heartbeats_missed = metrics.heartbeats_missed.saturating_add(missed);
         metrics.heartbeats_responded = metrics.heartbeats_responded.saturating_add(idle);
@@ -83,12 +84,17 @@ impl AgentSlot {
     }
 
     pub(crate) fn count_ran(&self) {
-        self.ran.fetch_add(1, Ordering::Relaxed);
+        count(&self.ran);
     }
 
     pub(crate) fn count_missed(&self) {
-        self.missed.fetch_add(1, Ordering::Relaxed);
+        count(&self.missed);
     }
+}
+
+/// Adds one to `counter`, staying at the maximum instead of wrapping.
+fn count(counter: &AtomicU32) {
+    let _ = counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_add(1));
 }
 
 /// What [`AgentSlot::try_peek`] sees.
@@ -154,7 +160,8 @@ pub struct AgentPool {
     agents: RwLock<BTreeMap<AgentId, Arc<AgentSlot>>>,
     max_agents: usize,
     cycles: Arc<AtomicU64>,
-    /// Agents added since the scheduler last looked, so it can ask each whether it has work.
+    /// Agents added since the scheduler last looked that want a heartbeat without mail (see
+    /// [`Agent::wants_tick`]), so it runs them once; the others wait for their mail.
     arrivals: std::sync::Mutex<Vec<AgentId>>,
 }
 
@@ -205,6 +212,7 @@ impl AgentPool {
         let id = agent.id().clone();
         let config = agent.ctx().config();
         let (layer, supervisor) = (config.layer, config.supervisor.clone());
+        let wants_tick = agent.wants_tick();
         let mut agents = self.write();
         if agents.len() >= self.max_agents {
             return Err(PoolError::Full { max: self.max_agents });
@@ -219,12 +227,18 @@ impl AgentPool {
             agent: Arc::new(Mutex::new(agent)),
             cycles: self.cycles.clone(),
             joined: self.cycles.load(Ordering::Relaxed),
-            ran: AtomicU64::new(0),
-            missed: AtomicU64::new(0),
+            ran: AtomicU32::new(0),
+            missed: AtomicU32::new(0),
         });
         agents.insert(id.clone(), slot.clone());
         drop(agents);
-        self.arrivals.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(id.clone());
+        if wants_tick {
+            // It has work without mail (a restored agent mid-task): the scheduler asks it once.
+            self.arrivals
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(id.clone());
+        }
         tracing::info!(agent = %id, layer = %layer, "agent added to the pool");
         Ok(slot)
     }
