@@ -73,6 +73,9 @@ impl BottomAgent {
         }
         let started = ctx.now();
         let mut history: Vec<ToolCallRecord> = Vec::new();
+        // The last call's error, while the reasoner has not moved past it: if it gives up
+        // there, the step fails with that error (and its class), as it would without a loop.
+        let mut last_error: Option<AgentError> = None;
         let (success, summary) = loop {
             if history.len() >= MAX_TOOL_CALLS_PER_SUBTASK {
                 break (false, format!("gave up after {MAX_TOOL_CALLS_PER_SUBTASK} tool calls"));
@@ -81,32 +84,59 @@ impl BottomAgent {
                 NextAction::Finish { success, summary } => break (success, summary),
                 NextAction::Call(call) => {
                     if !self.spec.tools.contains(&call.tool) {
-                        return Err(AgentError::NotAllowed(format!(
-                            "executor `{}` does not have the tool `{}`",
+                        // The reasoner's mistake, not the step's: it sees the refusal as the
+                        // call's result and may choose again.
+                        let error = AgentError::NotAllowed(format!(
+                            "executor `{}` does not have the tool `{}` (it has: {})",
                             ctx.id(),
-                            call.tool
-                        )));
+                            call.tool,
+                            self.spec.tools.join(", ")
+                        ));
+                        ctx.audit(AuditEvent::Denied {
+                            action: format!("call tool {}", call.tool),
+                            error: error.to_string(),
+                        })
+                        .await?;
+                        history.push(ToolCallRecord {
+                            call,
+                            success: false,
+                            output: format!("error: {error}"),
+                        });
+                        last_error = Some(error);
+                        continue;
                     }
                     // One journal entry per subtask, attempt and call: a resumed run reuses a
                     // recorded side effect instead of running it again.
                     let key = format!("{}#{}#{}", subtask.key(), subtask.attempt, history.len());
-                    let output =
+                    let (success, output) =
                         match ctx.call_step_tool(&key, &call, subtask.step.idempotent).await {
-                            Ok(output) => output,
+                            Ok(output) => {
+                                last_error = None;
+                                (output.success, output.output)
+                            }
                             Err(AgentError::Tool(ToolError::Interrupted { tool, partial })) => {
                                 return self.interrupted(ctx, subtask, tool, partial).await;
                             }
+                            // Arguments the schema refuses, a path outside the workspace, an
+                            // edit whose text is not there: the reasoner sees the error as the
+                            // call's result (it is audited as a failed call) and may try again.
+                            Err(AgentError::Tool(error))
+                                if error.class() == agent_state::ErrorClass::Permanent =>
+                            {
+                                let output = format!("error: {error}");
+                                last_error = Some(AgentError::Tool(error));
+                                (false, output)
+                            }
                             Err(error) => return Err(error),
                         };
-                    history.push(ToolCallRecord {
-                        call,
-                        success: output.success,
-                        output: output.output,
-                    });
+                    history.push(ToolCallRecord { call, success, output });
                 }
             }
         };
         if !success {
+            if let Some(error) = last_error {
+                return Err(error);
+            }
             return Err(AgentError::ToolFailed {
                 tool: subtask.step.tool.clone(),
                 output: summary,

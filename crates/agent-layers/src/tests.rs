@@ -84,13 +84,13 @@ impl World {
         }
     }
 
-    fn deps(&self, reasoner: impl Reasoner) -> Arc<AgentDeps> {
+    fn deps(&self, reasoner: Arc<dyn Reasoner>) -> Arc<AgentDeps> {
         Arc::new(AgentDeps {
             bus: self.bus.clone(),
             boards: self.boards.clone(),
             governance: self.governance.clone(),
             audit: self.audit.clone(),
-            reasoner: Arc::new(reasoner),
+            reasoner,
             tools: self.tools.clone(),
             workspace: self.workspace.clone(),
             clock: self.clock.clone(),
@@ -116,6 +116,16 @@ impl World {
         config: AgentConfig,
         behavior: impl AgentBehavior,
         reasoner: impl Reasoner,
+    ) -> Agent {
+        self.spawn_sharing(config, behavior, Arc::new(reasoner)).await
+    }
+
+    /// An initialized agent with a reasoner the test keeps a handle on.
+    async fn spawn_sharing(
+        &self,
+        config: AgentConfig,
+        behavior: impl AgentBehavior,
+        reasoner: Arc<dyn Reasoner>,
     ) -> Agent {
         let mut agent = Agent::new(config, Box::new(behavior), self.deps(reasoner)).unwrap();
         agent.initialize().await.unwrap();

@@ -5,7 +5,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use agent_core::protocol::{ErrorReport, HelpRequest, HelpResponse, StatusReport};
 use agent_core::tools::{Tool, ToolError, ToolOutput};
-use agent_core::{AgentError, HeartbeatOutcome};
+use agent_core::{
+    AgentError, HeartbeatOutcome, NextAction, ReasoningRequest, ScriptedAnswer, ScriptedReasoner,
+    ToolCall, ToolCallRecord,
+};
 use agent_state::{Assignment, ProgressReport, ProgressStatus, SubtaskResult};
 use async_trait::async_trait;
 use serde_json::json;
@@ -282,4 +285,85 @@ async fn a_tool_that_reports_failure_is_retried_and_the_subtask_reported_once() 
     assert_eq!(reports.len(), 1);
     assert_eq!(reports[0].results[0].output, "done");
     assert_eq!(agent.status(), AgentStatus::Idle);
+}
+
+/// The executor's reasoner asks for a call `args` of `tool`.
+fn call(tool: &str, args: serde_json::Value) -> ScriptedAnswer {
+    ScriptedAnswer::Action(NextAction::Call(ToolCall { tool: tool.into(), args }))
+}
+
+/// What the executor's reasoner saw of its earlier calls, question by question.
+fn histories(reasoner: &ScriptedReasoner) -> Vec<Vec<ToolCallRecord>> {
+    reasoner
+        .requests()
+        .into_iter()
+        .filter_map(|r| match r {
+            ReasoningRequest::NextAction { history, .. } => Some(history),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_tool_call_goes_back_to_the_reasoner_which_can_correct_it() {
+    let w = World::new();
+    w.parties(&[LEAD, "mid-2", "bottom-2"]).await;
+    let reasoner = Arc::new(ScriptedReasoner::from_answers([
+        // A path outside the workspace, a tool it does not hold, arguments of the wrong type:
+        call("write_file", json!({"path": "../escape.txt", "content": "x"})),
+        call("shell", json!({"command": "true"})),
+        call("write_file", json!({"path": 7, "content": "x"})),
+        // Then the right call, and done.
+        call("write_file", json!({"path": "out/a.txt", "content": "hello"})),
+        ScriptedAnswer::Action(NextAction::Finish { success: true, summary: "written".into() }),
+    ]));
+    let spec = BottomSpec::new(["write_file"]);
+    let config = config(ME, AgentLayer::Bottom, Some(LEAD));
+    let mut agent = w.spawn_sharing(config, BottomAgent::new(spec), reasoner.clone()).await;
+    assign(&w, LEAD, write("s1", "out/a.txt", "hello")).await;
+
+    assert_eq!(agent.heartbeat(1).await.unwrap(), HeartbeatOutcome::Processed { messages: 1 });
+
+    assert_eq!(w.file("out/a.txt").as_deref(), Some("hello"));
+    assert_eq!(agent.status(), AgentStatus::Idle);
+    assert_eq!(agent.ctx().metrics().tasks_completed, 1);
+    let seen = histories(&reasoner);
+    assert_eq!(seen.len(), 5, "one question per call and one to finish");
+    let refusals: Vec<(bool, &str)> =
+        seen[4].iter().map(|r| (r.success, r.output.as_str())).take(3).collect();
+    assert!(
+        refusals.iter().all(|(success, output)| !success && output.starts_with("error: ")),
+        "each refusal is a failed call whose output is the error: {refusals:?}"
+    );
+    assert!(refusals[0].1.contains("outside"), "{}", refusals[0].1);
+    assert!(refusals[1].1.contains("does not have the tool `shell`"), "{}", refusals[1].1);
+    assert!(refusals[2].1.contains("path"), "{}", refusals[2].1);
+    let reports: Vec<ProgressReport> = w.received(&addr(LEAD), MessageKind::ProgressReport).await;
+    assert_eq!(reports.len(), 1);
+    assert_eq!(reports[0].status, ProgressStatus::Completed);
+    let denied = w
+        .events(ME)
+        .await
+        .into_iter()
+        .filter(|e| matches!(e, AuditEvent::Denied { action, .. } if action == "call tool shell"))
+        .count();
+    assert_eq!(denied, 1, "the refused tool is audited");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reasoner_that_gives_up_after_a_refused_call_fails_the_step_with_that_error() {
+    let w = World::new();
+    // The rule-based reasoner finishes unsuccessfully after a failed call: the step fails with
+    // the call's own error, permanently (no retries), as before the reasoner saw errors.
+    let mut agent = executor(&w, &["write_file"]).await;
+    assign(&w, LEAD, write("s1", "../escape.txt", "x")).await;
+
+    let outcome = agent.heartbeat(1).await.unwrap();
+
+    let HeartbeatOutcome::Failed { error } = outcome else {
+        panic!("expected a failure without retries, got {outcome:?}")
+    };
+    assert!(error.contains("outside"), "{error}");
+    assert_eq!(agent.ctx().metrics().retries, 0);
+    assert_eq!(agent.status(), AgentStatus::Failed);
 }
