@@ -10,6 +10,9 @@ pub(crate) const DEFAULT_DATA: &str = ".strata/runs";
 /// Default workspace, under the current directory.
 pub(crate) const DEFAULT_WORKSPACE: &str = "workspace";
 
+#[cfg(test)]
+mod tests;
+
 /// Run a team of AI agents on a task: three top powers sign the plan, mid leads delegate,
 /// bottom executors run the tools. Every run is stored and can be resumed and inspected.
 #[derive(Debug, Parser)]
@@ -216,10 +219,10 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(duration)
 }
 
-/// Parses `--heartbeat`: a duration from 10 ms to 1 h ([`crate::files::MIN_HEARTBEAT`],
-/// [`crate::files::MAX_HEARTBEAT`]); clap names the flag in the error.
+/// Parses `--heartbeat`: a duration from 10 ms to 1 h ([`team_file::MIN_HEARTBEAT`],
+/// [`team_file::MAX_HEARTBEAT`]); clap names the flag in the error.
 pub(crate) fn parse_heartbeat(text: &str) -> Result<Duration, String> {
-    parse_duration(text).and_then(crate::files::check_heartbeat)
+    parse_duration(text).and_then(|d| team_file::check_heartbeat(d).map_err(|e| e.to_string()))
 }
 
 /// A run id names a directory: 1 to 100 ASCII letters, digits, `-`, `_` or `.`, not starting with `.`.

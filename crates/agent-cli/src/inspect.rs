@@ -21,7 +21,7 @@ use whiteboard::{SledWhiteboard, Whiteboard};
 use crate::cli::{InspectArgs, VerifyArgs, View};
 use crate::run::{RunInfo, TEAM_FILE, resolve_run};
 use crate::view::event_line;
-use crate::{Failure, bad_input, files};
+use crate::{Failure, bad_input};
 
 /// Opens a private copy of the run: nothing in `dir` changes (see the module docs).
 fn open(dir: &Path) -> Result<RunStore, Failure> {
@@ -195,7 +195,7 @@ fn reasoner_kinds(dir: &Path, info: &RunInfo) -> String {
     let path = dir.join(TEAM_FILE);
     let team = std::fs::read_to_string(&path)
         .ok()
-        .and_then(|text| files::parse_team(&path, &text, &tools).ok());
+        .and_then(|text| team_file::parse_team(&path, &text, &tools).ok());
     let Some(team) = team else {
         return format!("unknown ({} cannot be read)", path.display());
     };
@@ -305,7 +305,7 @@ async fn tree(dir: &Path, store: &RunStore, info: &RunInfo, json: bool) -> Resul
     let team_path = dir.join(TEAM_FILE);
     let text = std::fs::read_to_string(&team_path)
         .with_context(|| format!("cannot read {}", team_path.display()))?;
-    let team = files::parse_team(&team_path, &text, &tools).map_err(bad_input)?;
+    let team = team_file::parse_team(&team_path, &text, &tools).map_err(bad_input)?;
     let records = SledAuditLog::open(store)?.records(None).await?;
     let (breaks, _) = anchors(store, &records).await?;
     let mut damage: Vec<String> = breaks.iter().map(ToString::to_string).collect();

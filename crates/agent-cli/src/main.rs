@@ -6,7 +6,6 @@
 #![allow(clippy::print_stdout, clippy::print_stderr, reason = "a command-line tool prints")]
 
 mod cli;
-mod files;
 mod inspect;
 mod model;
 mod reasoners;

@@ -16,9 +16,8 @@ use agent_llm::{
 use agent_pool::RoleSpec;
 use agent_state::AgentId;
 use run_store::RunStore;
+use team_file::{ReasonerKind, ReasonerSettings, TeamFile};
 use whiteboard::Whiteboard;
-
-use crate::files::{ReasonerKind, ReasonerSettings, TeamFile};
 
 /// Each agent's reasoner and, if any agent uses a model, the run's ledger.
 pub(crate) struct Reasoning {

@@ -16,10 +16,10 @@ use governance::SledGovernance;
 use message_bus::SledBus;
 use run_store::{Durability, RunStore};
 use serde::{Deserialize, Serialize};
+use team_file::{ReadError, ReasonerKind, TeamFile};
 use whiteboard::{SledWhiteboard, Whiteboard};
 
 use crate::cli::{OutputArgs, ResumeArgs, RunArgs};
-use crate::files::{self, TeamFile};
 use crate::reasoners;
 use crate::{Failure, INTERRUPTED, TASK_FAILED, bad_input, view};
 
@@ -118,15 +118,14 @@ pub(crate) fn now_ms() -> u64 {
 }
 
 /// Reads a team or plan file: at most `limit` bytes of UTF-8 text, or a `file:line:column`
-/// error at the first invalid byte or where the limit is passed.
+/// error at the first invalid byte or where the limit is passed ([`team_file::read`]).
 fn read_input(path: &Path, what: &str, limit: usize) -> Result<String, Failure> {
-    use std::io::Read as _;
-    let cannot = |e| bad_input(anyhow::anyhow!("cannot read the {what} {}: {e}", path.display()));
-    let file = std::fs::File::open(path).map_err(cannot)?;
-    let mut bytes = Vec::new();
-    let most = u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(1);
-    file.take(most).read_to_end(&mut bytes).map_err(cannot)?;
-    files::decode(path, bytes, limit).map_err(bad_input)
+    team_file::read(path, limit).map_err(|e| match e {
+        ReadError::Io { source, .. } => {
+            bad_input(anyhow::anyhow!("cannot read the {what} {}: {source}", path.display()))
+        }
+        ReadError::File(e) => bad_input(e),
+    })
 }
 
 /// `strata run`.
@@ -135,18 +134,19 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
     let tools = ToolRegistry::with_builtins();
     let (team_text, mut team) = match &args.team {
         Some(path) => {
-            let text = read_input(path, "team file", files::MAX_TEAM_FILE_BYTES)?;
-            let team = files::parse_team(path, &text, &tools).map_err(bad_input)?;
+            let text = read_input(path, "team file", team_file::MAX_TEAM_FILE_BYTES)?;
+            let team = team_file::parse_team(path, &text, &tools).map_err(bad_input)?;
             (text, team)
         }
-        None => (files::example_team_toml().to_owned(), files::default_team()),
+        None => (team_file::example_team_toml().to_owned(), team_file::default_team()),
     };
     if let Some(heartbeat) = args.heartbeat {
         team.spec.heartbeat = heartbeat;
     }
     check_reasoners(&team, args.reasoner.as_deref()).await?;
-    let plan_text = read_input(&args.plan, "plan file", files::MAX_PLAN_FILE_BYTES)?;
-    let task = files::parse_plan(&args.plan, &plan_text, &team.spec, &tools).map_err(bad_input)?;
+    let plan_text = read_input(&args.plan, "plan file", team_file::MAX_PLAN_FILE_BYTES)?;
+    let task =
+        team_file::parse_plan(&args.plan, &plan_text, &team.spec, &tools).map_err(bad_input)?;
     if args.data.exists() && !args.data.is_dir() {
         return Err(bad_input(anyhow::anyhow!(
             "the data directory {} is a file; give --data a directory",
@@ -232,15 +232,16 @@ pub(crate) async fn resume(args: ResumeArgs) -> Result<u8, Failure> {
     }
     let tools = ToolRegistry::with_builtins();
     let team_path = dir.join(TEAM_FILE);
-    let team_text = read_input(&team_path, "team file", files::MAX_TEAM_FILE_BYTES)?;
-    let mut team = files::parse_team(&team_path, &team_text, &tools).map_err(bad_input)?;
-    team.spec.heartbeat = files::check_heartbeat(Duration::from_millis(info.heartbeat_ms))
+    let team_text = read_input(&team_path, "team file", team_file::MAX_TEAM_FILE_BYTES)?;
+    let mut team = team_file::parse_team(&team_path, &team_text, &tools).map_err(bad_input)?;
+    team.spec.heartbeat = team_file::check_heartbeat(Duration::from_millis(info.heartbeat_ms))
         .map_err(|m| {
             bad_input(anyhow::anyhow!("{}: `heartbeat_ms`: {m}", dir.join(RUN_FILE).display()))
         })?;
     let plan_path = dir.join(PLAN_FILE);
-    let plan_text = read_input(&plan_path, "plan file", files::MAX_PLAN_FILE_BYTES)?;
-    let task = files::parse_plan(&plan_path, &plan_text, &team.spec, &tools).map_err(bad_input)?;
+    let plan_text = read_input(&plan_path, "plan file", team_file::MAX_PLAN_FILE_BYTES)?;
+    let task =
+        team_file::parse_plan(&plan_path, &plan_text, &team.spec, &tools).map_err(bad_input)?;
     // Keys, URLs, models and the model file are checked again: the environment may have
     // changed since the run started. Nothing is marked running before they pass.
     check_reasoners(&team, info.reasoner.as_deref()).await?;
@@ -271,9 +272,9 @@ pub(crate) async fn resume(args: ResumeArgs) -> Result<u8, Failure> {
 }
 
 /// The `--reasoner` kind, if one was given.
-fn reasoner_kind(kind: Option<&str>) -> Result<Option<files::ReasonerKind>, Failure> {
+fn reasoner_kind(kind: Option<&str>) -> Result<Option<ReasonerKind>, Failure> {
     kind.map(|kind| {
-        files::check_reasoner_kind(kind)
+        kind.parse::<ReasonerKind>()
             .map_err(|e| bad_input(anyhow::anyhow!("--reasoner {kind}: {e}")))
     })
     .transpose()

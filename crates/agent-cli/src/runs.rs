@@ -7,20 +7,22 @@ use run_store::RunStore;
 
 use crate::cli::{InitArgs, RunsArgs};
 use crate::run::{RunInfo, RunStatus, civil_from_days, now_ms};
-use crate::{Failure, bad_input, files};
+use crate::{Failure, bad_input};
 
 /// `strata init [DIR]`: writes an example team file and plan, never overwriting a file.
 pub(crate) fn init(args: &InitArgs) -> Result<(), Failure> {
     let texts = match args.scale {
-        None => (files::example_team_toml().to_owned(), files::example_plan_toml().to_owned()),
-        Some(agents) if !(files::MIN_SCALE..=agent_pool::MAX_POOL_SIZE).contains(&agents) => {
+        None => {
+            (team_file::example_team_toml().to_owned(), team_file::example_plan_toml().to_owned())
+        }
+        Some(agents) if !(team_file::MIN_SCALE..=agent_pool::MAX_POOL_SIZE).contains(&agents) => {
             return Err(bad_input(anyhow::anyhow!(
                 "--scale {agents}: a generated team has from {} agents (three powers, a lead and an executor) to {}, the largest pool",
-                files::MIN_SCALE,
+                team_file::MIN_SCALE,
                 agent_pool::MAX_POOL_SIZE
             )));
         }
-        Some(agents) => (files::scaled_team_toml(agents), files::scaled_plan_toml(agents)),
+        Some(agents) => (team_file::scaled_team_toml(agents), team_file::scaled_plan_toml(agents)),
     };
     let team = args.dir.join("team.toml");
     let plan = args.dir.join("plan.toml");

@@ -14,11 +14,11 @@ use std::time::Duration;
 use agent_core::{AuditEvent, AuditRecord};
 use agent_pool::{Team, TeamServices};
 use agent_state::{AgentLayer, Task, TaskOutcome};
+use team_file::escape_controls as esc;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::cli::OutputArgs;
-use crate::files::escape_controls as esc;
 use crate::run::{RunInfo, now_ms};
 
 /// How often the view refreshes.

@@ -166,7 +166,7 @@ fn more_agents_than_the_pool_allows() {
 #[test]
 fn tools_and_reasoners_that_do_not_exist() {
     let s = Scratch::with_example();
-    let available = "(available: list_dir, read_file, shell, write_file)";
+    let available = "(available: edit_file, glob, list_dir, read_file, search, shell, write_file)";
     let text = plan_with(&s, "deploy.toml", "tool = \"shell\"", "tool = \"deploy\"");
     run(&s, "deploy.toml", &[]).bad_input(&[
         &format!("deploy.toml:{}: unknown tool `deploy`", pos(&text, "= \"deploy\"", "\"deploy\"")),

@@ -104,6 +104,35 @@ pub enum ToolError {
         /// What the tool does: "read", "written", "listed".
         action: &'static str,
     },
+    /// A `search` regular expression or a `glob` pattern that does not parse. Permanent.
+    #[error(
+        "tool `{tool}`: `{argument}` {pattern:?} is not a valid {kind}: {reason}; {}",
+        pattern_hint(.kind)
+    )]
+    InvalidPattern {
+        // Boxed strings keep `ToolError` (and every error that carries it) small.
+        /// The tool's name.
+        tool: Box<str>,
+        /// The argument that holds the pattern: `pattern` or `glob`.
+        argument: &'static str,
+        /// The pattern as it was given.
+        pattern: Box<str>,
+        /// What it should be: "regular expression" or "glob".
+        kind: &'static str,
+        /// What the parser reported.
+        reason: Box<str>,
+    },
+    /// `edit_file`'s `old_text` was not found exactly once (or, with `replace_all`, not at
+    /// all), so the edit was not made and the file is unchanged. Permanent.
+    #[error("tool `{tool}`: `old_text` was found {found} times in `{path}`{}", edit_hint(*.found))]
+    EditMatchCount {
+        /// The tool's name.
+        tool: String,
+        /// The file as the workspace shows it.
+        path: String,
+        /// How many times `old_text` occurs (overlapping occurrences count too).
+        found: usize,
+    },
     /// A side-effecting call was interrupted by a crash and it cannot be known whether it had
     /// its effect (or had all of it); it is not run again (at most once) unless its step is
     /// declared idempotent.
@@ -129,6 +158,28 @@ pub enum ToolError {
     },
 }
 
+/// What to do about an invalid pattern of `kind`.
+fn pattern_hint(kind: &str) -> &'static str {
+    if kind == "glob" {
+        "fix the pattern (`*` matches within a name, `**` across directories, `?` one \
+         character, `[...]` a class that needs its closing `]`)"
+    } else {
+        "fix the pattern (escape `(`, `[`, `{`, `*`, `+`, `?`, `.` and `\\` with `\\` to match them \
+         literally)"
+    }
+}
+
+/// What to do when `old_text` was found `found` times.
+fn edit_hint(found: usize) -> &'static str {
+    if found == 0 {
+        "; it must match exactly once: read the file and copy the text to replace exactly, \
+         with its whitespace and line breaks"
+    } else {
+        ": give more surrounding text so it matches once, or set `replace_all` to replace \
+         every occurrence"
+    }
+}
+
 /// `; partial output: ...` when there is some.
 fn partial_suffix(partial: &str) -> String {
     const MAX: usize = 400;
@@ -147,7 +198,8 @@ fn partial_suffix(partial: &str) -> String {
 impl ToolError {
     /// Whether retrying the same call may succeed: timeouts and I/O errors of a passing kind
     /// (interrupted, would block, timed out, resource busy). Unknown tools, bad arguments,
-    /// refused paths, oversized files and paths that are not regular files are permanent.
+    /// refused paths, oversized files, paths that are not regular files, invalid patterns and
+    /// edits whose text is not found once are permanent.
     pub fn is_transient(&self) -> bool {
         match self {
             Self::Timeout { .. } => true,
@@ -165,6 +217,8 @@ impl ToolError {
             | Self::PathOutsideWorkspace { .. }
             | Self::TooLarge { .. }
             | Self::NotAFile { .. }
+            | Self::InvalidPattern { .. }
+            | Self::EditMatchCount { .. }
             | Self::Interrupted { .. }
             | Self::Failed { .. } => false,
         }

@@ -273,42 +273,8 @@ fn dot() -> String {
 fn read_file(root: &Path, requested: &str) -> Result<ToolOutput, ToolError> {
     const TOOL: &str = ReadFile::NAME;
     let path = resolve(root, TOOL, requested)?;
-    let io = |err| ToolError::io(TOOL, &path, err);
-    let is_dir = || {
-        ToolError::failed(
-            TOOL,
-            format!("`{requested}` is a directory; use list_dir to see its entries"),
-        )
-    };
-    // Refused before opening (opening a device can have effects of its own), and again on the
-    // handle: the path may have been replaced in between.
-    let before = fs::metadata(&path).map_err(io)?;
-    if before.is_dir() {
-        return Err(is_dir());
-    }
-    not_a_regular_file(TOOL, root, &path, &before.file_type(), "read")?;
-    let file = open_nonblocking(&path, libc::O_NOCTTY).map_err(io)?;
-    let meta = file.metadata().map_err(io)?;
-    if meta.is_dir() {
-        return Err(is_dir());
-    }
-    not_a_regular_file(TOOL, root, &path, &meta.file_type(), "read")?;
-    let too_large = |size| ToolError::TooLarge {
-        tool: TOOL.to_owned(),
-        path: path.clone(),
-        size,
-        limit: MAX_READ_BYTES,
-    };
-    if meta.len() > MAX_READ_BYTES {
-        return Err(too_large(meta.len()));
-    }
-    // The file may grow between the size check and the read: read at most one byte too many.
-    let mut bytes = Vec::new();
-    file.take(MAX_READ_BYTES + 1).read_to_end(&mut bytes).map_err(io)?;
+    let (bytes, _) = read_regular(TOOL, root, &path, requested)?;
     let size = bytes.len() as u64;
-    if size > MAX_READ_BYTES {
-        return Err(too_large(size));
-    }
     let content = String::from_utf8(bytes).map_err(|err| {
         let offset = err.utf8_error().valid_up_to();
         ToolError::failed(
@@ -324,6 +290,58 @@ fn read_file(root: &Path, requested: &str) -> Result<ToolOutput, ToolError> {
         data: json!({ "path": display(root, &path), "bytes": size }),
         output: content,
     })
+}
+
+/// The bytes of the regular file at `path` (resolved from `requested`), at most
+/// [`MAX_READ_BYTES`], and the metadata of the handle they were read from.
+///
+/// A directory is refused with [`ToolError::Failed`], a FIFO, socket or device with
+/// [`ToolError::NotAFile`] (before opening, and again on the handle: the path may have been
+/// replaced in between; the open uses `O_NONBLOCK`, so it cannot block), a larger file with
+/// [`ToolError::TooLarge`].
+pub(super) fn read_regular(
+    tool: &str,
+    root: &Path,
+    path: &Path,
+    requested: &str,
+) -> Result<(Vec<u8>, fs::Metadata), ToolError> {
+    let io = |err| ToolError::io(tool, path, err);
+    let is_dir = || {
+        ToolError::failed(
+            tool,
+            format!("`{requested}` is a directory; use list_dir to see its entries"),
+        )
+    };
+    // Refused before opening (opening a device can have effects of its own), and again on the
+    // handle: the path may have been replaced in between.
+    let before = fs::metadata(path).map_err(io)?;
+    if before.is_dir() {
+        return Err(is_dir());
+    }
+    not_a_regular_file(tool, root, path, &before.file_type(), "read")?;
+    let file = open_nonblocking(path, libc::O_NOCTTY).map_err(io)?;
+    let meta = file.metadata().map_err(io)?;
+    if meta.is_dir() {
+        return Err(is_dir());
+    }
+    not_a_regular_file(tool, root, path, &meta.file_type(), "read")?;
+    let too_large = |size| ToolError::TooLarge {
+        tool: tool.to_owned(),
+        path: path.to_path_buf(),
+        size,
+        limit: MAX_READ_BYTES,
+    };
+    if meta.len() > MAX_READ_BYTES {
+        return Err(too_large(meta.len()));
+    }
+    // The file may grow between the size check and the read: read at most one byte too many.
+    let mut bytes = Vec::new();
+    file.take(MAX_READ_BYTES + 1).read_to_end(&mut bytes).map_err(io)?;
+    let size = bytes.len() as u64;
+    if size > MAX_READ_BYTES {
+        return Err(too_large(size));
+    }
+    Ok((bytes, meta))
 }
 
 fn write_file(root: &Path, requested: &str, content: &str) -> Result<ToolOutput, ToolError> {
@@ -356,20 +374,7 @@ fn write_file(root: &Path, requested: &str, content: &str) -> Result<ToolOutput,
         Err(err) if err.kind() == ErrorKind::NotFound => None,
         Err(err) => return Err(ToolError::io(TOOL, &target, err)),
     };
-    let temp = dir.join(format!(".strata-write-{}.tmp", uuid::Uuid::new_v4().simple()));
-    let written = write_temp(&temp, content, previous)
-        .and_then(|()| fs::rename(&temp, &target))
-        .map_err(|err| {
-            // Best effort: the temporary file is ours and useless after a failure.
-            let _ = fs::remove_file(&temp);
-            ToolError::io(TOOL, &target, err)
-        });
-    written?;
-    // Make the rename itself durable; some file systems cannot sync a directory, which only
-    // weakens durability, so it is logged rather than reported.
-    if let Err(err) = open_nonblocking(dir, libc::O_DIRECTORY).and_then(|dir| dir.sync_all()) {
-        tracing::debug!(dir = %dir.display(), %err, "could not sync directory after write");
-    }
+    replace_file(TOOL, &target, content, previous, || Ok(()))?;
     let bytes = content.len();
     let shown = display(root, &target);
     Ok(ToolOutput {
@@ -377,6 +382,39 @@ fn write_file(root: &Path, requested: &str, content: &str) -> Result<ToolOutput,
         output: format!("wrote {bytes} bytes to {shown}"),
         data: json!({ "path": shown, "bytes": bytes }),
     })
+}
+
+/// Replaces `target` (in an existing directory) with `content` atomically: a temporary file
+/// in the same directory, flushed to disk and given `permissions`, is renamed over it, and the
+/// directory is synced. `before_rename` runs last before the rename and may still refuse (the
+/// temporary file is removed then). The target is never opened.
+pub(super) fn replace_file(
+    tool: &str,
+    target: &Path,
+    content: &str,
+    permissions: Option<fs::Permissions>,
+    before_rename: impl FnOnce() -> Result<(), ToolError>,
+) -> Result<(), ToolError> {
+    let Some(dir) = target.parent() else {
+        return Err(ToolError::failed(tool, "the workspace root is not a file"));
+    };
+    let temp = dir.join(format!(".strata-write-{}.tmp", uuid::Uuid::new_v4().simple()));
+    // Best effort: the temporary file is ours and useless after a failure.
+    let discard = |err| {
+        let _ = fs::remove_file(&temp);
+        err
+    };
+    write_temp(&temp, content, permissions)
+        .map_err(|err| ToolError::io(tool, target, err))
+        .map_err(discard)?;
+    before_rename().map_err(discard)?;
+    fs::rename(&temp, target).map_err(|err| ToolError::io(tool, target, err)).map_err(discard)?;
+    // Make the rename itself durable; some file systems cannot sync a directory, which only
+    // weakens durability, so it is logged rather than reported.
+    if let Err(err) = open_nonblocking(dir, libc::O_DIRECTORY).and_then(|dir| dir.sync_all()) {
+        tracing::debug!(dir = %dir.display(), %err, "could not sync directory after write");
+    }
+    Ok(())
 }
 
 fn write_temp(
@@ -436,13 +474,13 @@ fn list_dir(root: &Path, requested: &str) -> Result<ToolOutput, ToolError> {
 
 /// Opens `path` read-only with `O_NONBLOCK` and `extra` flags: opening a FIFO this way returns
 /// at once instead of waiting for a writer. (Reads of a regular file ignore `O_NONBLOCK`.)
-fn open_nonblocking(path: &Path, extra: libc::c_int) -> std::io::Result<File> {
+pub(super) fn open_nonblocking(path: &Path, extra: libc::c_int) -> std::io::Result<File> {
     OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | extra).open(path)
 }
 
 /// [`ToolError::NotAFile`] unless `file_type` is a regular file (directories are the caller's
 /// business and pass here).
-fn not_a_regular_file(
+pub(super) fn not_a_regular_file(
     tool: &str,
     root: &Path,
     path: &Path,
@@ -462,7 +500,7 @@ fn not_a_regular_file(
 }
 
 /// What a file type is, with its article, for messages.
-fn kind_of(file_type: &fs::FileType) -> &'static str {
+pub(super) fn kind_of(file_type: &fs::FileType) -> &'static str {
     if file_type.is_fifo() {
         "a FIFO (named pipe)"
     } else if file_type.is_socket() {

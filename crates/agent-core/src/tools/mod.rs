@@ -5,16 +5,22 @@
 //! [`validate`]) before it calls the tool, so a reasoning backend gets every problem with its
 //! JSON path in one [`ToolError::InvalidArguments`].
 //!
-//! The four built-in tools ([`ToolRegistry::with_builtins`]) work inside one workspace directory
+//! The seven built-in tools ([`ToolRegistry::with_builtins`]) work inside one workspace directory
 //! ([`ToolContext`]) and refuse any path that leaves it, lexically (`..`, absolute paths) or
 //! through a symlink:
 //!
 //! | tool | arguments | side effects |
 //! |---|---|---|
 //! | [`read_file`](ReadFile) | `path` | no |
-//! | [`write_file`](WriteFile) | `path`, `content` | yes |
+//! | [`write_file`](WriteFile) | `path`, `content` | yes (idempotent) |
+//! | [`edit_file`](EditFile) | `path`, `old_text`, `new_text`, `replace_all` (optional) | yes |
 //! | [`list_dir`](ListDir) | `path` (optional, default `.`) | no |
+//! | [`search`](Search) | `pattern` (a regex), `path`, `glob`, `max_results`, `case_insensitive` (optional) | no |
+//! | [`glob`](Glob) | `pattern`, `path`, `max_results` (optional) | no |
 //! | [`shell`](Shell) | `command`, `timeout_ms` (optional) | yes |
+//!
+//! `search` and `glob` walk the workspace with ripgrep's crates (`ignore`, `grep-searcher`),
+//! honouring the `.gitignore` and `.ignore` files inside it, and never follow a symlink.
 //!
 //! The built-in tools do their blocking work (file I/O, waiting for a process) on tokio's
 //! blocking pool and measure the shell timeout in real time, so they behave the same on a
@@ -44,12 +50,15 @@
 //! # }
 //! ```
 
+mod edit;
 mod error;
 mod fs;
 mod path;
 mod registry;
 mod schema;
+mod search;
 mod shell;
+mod walk;
 
 #[cfg(test)]
 mod tests;
@@ -60,10 +69,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+pub use edit::EditFile;
 pub use error::{ToolError, WorkspaceError};
 pub use fs::{ListDir, MAX_READ_BYTES, ReadFile, WriteFile};
 pub use registry::ToolRegistry;
 pub use schema::{check_schema, validate};
+pub use search::{Glob, Search};
 pub use shell::{BACKSTOP_GRACE, MAX_SHELL_TIMEOUT_MS, MAX_STREAM_BYTES, Shell};
 
 /// Something an agent can do: a name, a description and an argument schema for the reasoning

@@ -8,7 +8,8 @@ use serde_json::Value;
 
 use super::schema::{check_schema, validate};
 use super::{
-    ListDir, ReadFile, Recovery, Shell, Tool, ToolContext, ToolError, ToolOutput, WriteFile,
+    EditFile, Glob, ListDir, ReadFile, Recovery, Search, Shell, Tool, ToolContext, ToolError,
+    ToolOutput, WriteFile,
 };
 
 /// The tools an agent may call, by unique name.
@@ -25,13 +26,16 @@ impl ToolRegistry {
         Self::default()
     }
 
-    /// A registry with the four built-in tools: `read_file`, `write_file`, `list_dir` and
-    /// `shell`.
+    /// A registry with the seven built-in tools: `read_file`, `write_file`, `edit_file`,
+    /// `list_dir`, `search`, `glob` and `shell`.
     pub fn with_builtins() -> Self {
-        let builtins: [Arc<dyn Tool>; 4] = [
+        let builtins: [Arc<dyn Tool>; 7] = [
             Arc::new(ReadFile::new()),
             Arc::new(WriteFile::new()),
+            Arc::new(EditFile::new()),
             Arc::new(ListDir::new()),
+            Arc::new(Search::new()),
+            Arc::new(Glob::new()),
             Arc::new(Shell::new()),
         ];
         // Their names are distinct and their schemas pass `check_schema` (unit-tested), so

@@ -300,15 +300,29 @@ fn count_schema() -> Value {
 #[test]
 fn builtins_are_registered_with_their_side_effects() {
     let registry = ToolRegistry::with_builtins();
-    assert_eq!(registry.names(), ["list_dir", "read_file", "shell", "write_file"]);
-    let effects: Vec<(&str, bool)> = registry
+    assert_eq!(
+        registry.names(),
+        ["edit_file", "glob", "list_dir", "read_file", "search", "shell", "write_file"]
+    );
+    let effects: Vec<(&str, bool, bool)> = registry
         .names()
         .into_iter()
-        .map(|name| (name, registry.get(name).unwrap().has_side_effects()))
+        .map(|name| {
+            let tool = registry.get(name).unwrap();
+            (name, tool.has_side_effects(), tool.idempotent())
+        })
         .collect();
     assert_eq!(
         effects,
-        [("list_dir", false), ("read_file", false), ("shell", true), ("write_file", true)]
+        [
+            ("edit_file", true, false),
+            ("glob", false, true),
+            ("list_dir", false, true),
+            ("read_file", false, true),
+            ("search", false, true),
+            ("shell", true, false),
+            ("write_file", true, true),
+        ]
     );
     for name in registry.names() {
         assert!(!registry.get(name).unwrap().description().is_empty());
@@ -360,12 +374,13 @@ async fn unknown_tool_lists_the_available_ones() {
     assert!(!err.is_transient());
     assert_eq!(
         err.to_string(),
-        "unknown tool `delete_everything`; use one of: list_dir, read_file, shell, write_file"
+        "unknown tool `delete_everything`; use one of: edit_file, glob, list_dir, read_file, \
+         search, shell, write_file"
     );
     assert!(matches!(
         err,
         ToolError::UnknownTool { name, available }
-            if name == "delete_everything" && available.len() == 4
+            if name == "delete_everything" && available.len() == 7
     ));
 }
 
@@ -988,4 +1003,5 @@ fn display_paths_are_relative_to_the_workspace() {
     assert_eq!(path::display(root, Path::new("/ws/a/b")), "a/b");
 }
 
+mod coding;
 mod journal;

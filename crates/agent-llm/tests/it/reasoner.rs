@@ -361,6 +361,40 @@ async fn next_action_requires_a_tool_and_offers_the_steps_tool_the_agents_tools_
     );
 }
 
+/// The coding tools reach the model like the others: named, described and with the registry's
+/// argument schema, against which the model's call is checked (and repaired).
+#[tokio::test(start_paused = true)]
+async fn an_executor_is_offered_the_coding_tools_with_the_registrys_schemas() {
+    let rig = rig(MockProvider::queue([
+        tool_call("c1", "search", r#"{"pattern": "todo", "max_results": "5"}"#),
+        tool_call("c2", "search", r#"{"pattern": "todo", "max_results": 5}"#),
+    ]));
+    let agent = Agent::new("exec-w", AgentLayer::Bottom);
+    let registry = ToolRegistry::with_builtins();
+    let coding = ["edit_file", "search", "glob"].map(String::from);
+    let reasoner =
+        LlmReasoner::new(rig.provider.clone(), rig.ledger.clone(), rig.conversations.clone())
+            .with_tools(&registry)
+            .with_agent_tools(Arc::new(BTreeMap::from([(AgentId::new("exec-w"), coding.into())])));
+    let action = reasoner.next_action(agent.persona(), &subtask(), &[]).await.unwrap();
+    assert_eq!(
+        action,
+        NextAction::Call(ToolCall {
+            tool: "search".into(),
+            args: json!({"pattern": "todo", "max_results": 5})
+        })
+    );
+    assert_eq!(rig.provider.calls(), 2, "the mistyped call was repaired");
+    let request = rig.provider.last();
+    let offered: Vec<&str> = request.tools.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(offered, ["write_file", "edit_file", "search", "glob", FINISH_TOOL]);
+    for spec in &request.tools[..4] {
+        let tool = registry.get(&spec.name).unwrap();
+        assert_eq!(&spec.parameters, tool.schema(), "{}", spec.name);
+        assert_eq!(spec.description, tool.description(), "{}", spec.name);
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_repeat_of_the_last_successful_call_finishes_the_subtask_instead() {
     let args = json!({"path": "a.txt", "content": "hi"});

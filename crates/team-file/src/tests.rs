@@ -1,15 +1,18 @@
 //! Tests of the team and plan files: the examples, the defaults, and where each error points.
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
+use std::borrow::Cow;
 use std::path::Path;
 use std::time::Duration;
 
 use agent_core::tools::ToolRegistry;
-use agent_layers::{LeadInfo, route};
-use agent_pool::RoleSpec;
-use agent_state::{AgentLayer, Capability, StepTarget};
+use agent_layers::{BottomSpec, LeadInfo, MidSpec, TopSpec, route};
+use agent_pool::{RoleSpec, TeamSpec};
+use agent_state::{AgentConfig, AgentId, AgentLayer, Capability, StepTarget, Task};
 
-use super::*;
+use crate::limits::parse_duration;
+use crate::plan::{leads, table_to_json};
+use crate::*;
 
 /// Drops the newline after the opening quote, so line 1 is the first written line.
 fn text(s: &str) -> &str {
@@ -52,12 +55,23 @@ fn plan_err(s: &str) -> FileError {
     plan_err_for(&default_team().spec, s)
 }
 
+/// The built-in tools, as an error lists them: `list_dir, read_file, shell, write_file`, and
+/// any tool added to the registry since.
+fn available() -> String {
+    let tools = ToolRegistry::with_builtins();
+    let names = tools.names();
+    for builtin in ["list_dir", "read_file", "shell", "write_file"] {
+        assert!(names.contains(&builtin), "{builtin} is a built-in tool");
+    }
+    names.join(", ")
+}
+
 /// Asserts the error's position and that its message contains every fragment.
 #[track_caller]
 fn assert_at(err: &FileError, line: usize, column: usize, fragments: &[&str]) {
-    assert_eq!((err.line, err.column), (line, column), "wrong position for: {err}");
+    assert_eq!((err.line(), err.column()), (line, column), "wrong position for: {err}");
     for fragment in fragments {
-        assert!(err.message.contains(fragment), "`{fragment}` not in: {err}");
+        assert!(err.message().contains(fragment), "`{fragment}` not in: {err}");
     }
 }
 
@@ -110,7 +124,7 @@ fn example_plan_runs_on_the_example_team_through_all_layers() {
         .filter(|a| matches!(&a.role, RoleSpec::Top(t) if t.signature_authority.contains(&"plan".to_owned())))
         .count();
     assert_eq!(signers, 3);
-    let leads: Vec<LeadInfo> = super::leads(&team.spec)
+    let leads: Vec<LeadInfo> = leads(&team.spec)
         .into_iter()
         .map(|l| LeadInfo {
             id: l.id.clone(),
@@ -141,7 +155,7 @@ fn example_plan_runs_on_the_example_team_through_all_layers() {
 
 #[test]
 fn module_docs_examples_parse() {
-    let source = include_str!("../files.rs");
+    let source = include_str!("lib.rs");
     let mut blocks: Vec<String> = Vec::new();
     let mut current: Option<String> = None;
     for line in source.lines().take_while(|l| l.starts_with("//!")) {
@@ -159,7 +173,7 @@ fn module_docs_examples_parse() {
             (None, _) => {}
         }
     }
-    assert_eq!(blocks.len(), 2, "a team and a plan example in the module docs");
+    assert_eq!(blocks.len(), 2, "a team and a plan example in the crate docs");
     let team = team(&blocks[0]);
     assert_eq!(team.spec.heartbeat, Duration::from_secs(4));
     assert!(team.default_reasoner.forbid_tools.is_empty());
@@ -340,12 +354,15 @@ fn arguments_become_json() {
 #[test]
 fn errors_display_as_path_line_column_message() {
     let err = FileError {
-        file: "dir/team.toml".into(),
+        path: "dir/team.toml".into(),
         line: 3,
         column: 7,
         message: "unknown agent `x`".into(),
     };
     assert_eq!(err.to_string(), "dir/team.toml:3:7: unknown agent `x`");
+    assert_eq!(err.path(), Path::new("dir/team.toml"));
+    assert_eq!((err.line(), err.column()), (3, 7));
+    assert_eq!(err.message(), "unknown agent `x`");
 }
 
 #[test]
@@ -368,9 +385,9 @@ fn invalid_toml() {
 heartbeat = "4s
 "#,
     );
-    assert_eq!(err.file, Path::new("team.toml"));
+    assert_eq!(err.path(), Path::new("team.toml"));
     assert_at(&err, 1, 16, &["invalid basic string"]);
-    assert!(!err.message.contains('\n'));
+    assert!(!err.message().contains('\n'));
 }
 
 #[test]
@@ -456,12 +473,15 @@ reasoner = { kind = "gpt" }
 
 #[test]
 fn reasoner_kinds_by_name() {
-    assert_eq!(check_reasoner_kind("rule-based"), Ok(ReasonerKind::RuleBased));
-    assert_eq!(check_reasoner_kind("openai"), Ok(ReasonerKind::OpenAi));
-    assert_eq!(check_reasoner_kind("anthropic"), Ok(ReasonerKind::Anthropic));
-    assert_eq!(check_reasoner_kind("local"), Ok(ReasonerKind::Local));
+    assert_eq!("rule-based".parse(), Ok(ReasonerKind::RuleBased));
+    assert_eq!("openai".parse(), Ok(ReasonerKind::OpenAi));
+    assert_eq!("anthropic".parse(), Ok(ReasonerKind::Anthropic));
+    assert_eq!("local".parse(), Ok(ReasonerKind::Local));
+    for kind in ReasonerKind::ALL {
+        assert_eq!(kind.as_str().parse(), Ok(kind));
+    }
     assert_eq!(
-        check_reasoner_kind("llm").unwrap_err().to_string(),
+        "llm".parse::<ReasonerKind>().unwrap_err().to_string(),
         "unknown reasoner kind `llm`; known kinds: rule-based, openai, anthropic, local"
     );
 }
@@ -473,9 +493,7 @@ fn forbidden_tools_must_exist() {
         &err,
         2,
         26,
-        &[
-            "unknown tool `rm` in `forbid_tools` (available: list_dir, read_file, shell, write_file)",
-        ],
+        &[&format!("unknown tool `rm` in `forbid_tools` (available: {})", available())],
     );
 }
 
@@ -660,12 +678,7 @@ supervisor = "mid-a"
 tools = ["shell", "deploy"]
 "#,
     ));
-    assert_at(
-        &err,
-        16,
-        19,
-        &["unknown tool `deploy` (available: list_dir, read_file, shell, write_file)"],
-    );
+    assert_at(&err, 16, 19, &[&format!("unknown tool `deploy` (available: {})", available())]);
 
     let err = team_err(&with_head(
         r#"
@@ -841,8 +854,8 @@ goal = "g"
 [[steps]
 "#,
     );
-    assert_eq!(err.file, Path::new("plan.toml"));
-    assert_eq!(err.line, 3);
+    assert_eq!(err.path(), Path::new("plan.toml"));
+    assert_eq!(err.line(), 3);
 
     let err = plan_err(
         r#"
@@ -990,12 +1003,7 @@ id = "a"
 tool = "deploy"
 "#,
     );
-    assert_at(
-        &err,
-        6,
-        8,
-        &["unknown tool `deploy` (available: list_dir, read_file, shell, write_file)"],
-    );
+    assert_at(&err, 6, 8, &[&format!("unknown tool `deploy` (available: {})", available())]);
 
     let small = team(
         r#"
@@ -1137,8 +1145,8 @@ fn regression_dotted_keys_under_a_spanned_table_still_parse() {
 
 #[test]
 fn the_checked_in_example_is_what_init_writes() {
-    assert_eq!(include_str!("../../../../examples/hello/team.toml"), example_team_toml());
-    assert_eq!(include_str!("../../../../examples/hello/plan.toml"), example_plan_toml());
+    assert_eq!(include_str!("../../../examples/hello/team.toml"), example_team_toml());
+    assert_eq!(include_str!("../../../examples/hello/plan.toml"), example_plan_toml());
 }
 
 /// The smallest valid team: one power.
@@ -1218,9 +1226,9 @@ fn bad_model_settings_are_refused_where_they_are_written() {
     ];
     for (table, fragments) in cases {
         let err = team_err(&format!("{table}{ONE_POWER}"));
-        assert_eq!(err.line, 2, "the error points at the setting: {err}");
+        assert_eq!(err.line(), 2, "the error points at the setting: {err}");
         for f in fragments {
-            assert!(err.message.contains(f), "`{f}` not in: {err}");
+            assert!(err.message().contains(f), "`{f}` not in: {err}");
         }
     }
 }
@@ -1302,12 +1310,14 @@ fn heartbeat_out_of_range_is_refused() {
         let t = team(&format!("heartbeat = \"{value}\"\n{}", text(HEAD)));
         assert_eq!(t.spec.heartbeat, expected);
     }
-    assert_eq!(crate::cli::parse_heartbeat("10ms"), Ok(MIN_HEARTBEAT));
-    assert_eq!(crate::cli::parse_heartbeat("60m"), Ok(MAX_HEARTBEAT));
-    for bad in ["9ms", "61m", "18446744073709551615s"] {
-        let err = crate::cli::parse_heartbeat(bad).unwrap_err();
-        assert!(err.contains("out of range; use 10ms to 1h"), "{bad}: {err}");
-    }
+    assert_eq!(check_heartbeat(MIN_HEARTBEAT), Ok(MIN_HEARTBEAT));
+    assert_eq!(check_heartbeat(MAX_HEARTBEAT), Ok(MAX_HEARTBEAT));
+    let short = Duration::from_millis(9);
+    assert_eq!(check_heartbeat(short), Err(HeartbeatOutOfRange { heartbeat: short }));
+    assert_eq!(
+        check_heartbeat(MAX_HEARTBEAT + Duration::from_millis(1)).unwrap_err().to_string(),
+        "a heartbeat of 3600001 ms is out of range; use 10ms to 1h (such as \"250ms\" or \"4s\")"
+    );
 }
 
 #[test]
@@ -1324,15 +1334,15 @@ fn non_utf8_plan_reports_line_and_column() {
     );
     // A truncated character at the very end is invalid too.
     let err = decode(path, b"id = \"\xc3".to_vec(), MAX_PLAN_FILE_BYTES).unwrap_err();
-    assert_eq!((err.line, err.column), (1, 7), "{err}");
+    assert_eq!((err.line(), err.column()), (1, 7), "{err}");
 
     assert_eq!(decode(path, "ok = \"é\"".into(), 100).unwrap(), "ok = \"é\"");
     // Over the limit: the position where it is passed, even inside a character.
     let err = decode(path, "ab\ncdé".into(), 6).unwrap_err();
-    assert_eq!((err.line, err.column), (2, 3), "{err}");
-    assert!(err.message.contains("over the limit of 6 bytes"), "{err}");
+    assert_eq!((err.line(), err.column()), (2, 3), "{err}");
+    assert!(err.message().contains("over the limit of 6 bytes"), "{err}");
     let err = decode(path, "ab\ncdéf".into(), 7).unwrap_err();
-    assert_eq!((err.line, err.column), (2, 4), "{err}");
+    assert_eq!((err.line(), err.column()), (2, 4), "{err}");
 }
 
 #[test]
@@ -1348,8 +1358,8 @@ fn control_characters_in_ids_are_refused() {
         ("after = [\"s\\r\"]", "a step in `after`"),
     ] {
         let err = plan_err(&step(field));
-        assert_eq!(err.line, 6, "{err}");
-        assert!(err.message.contains(fragment), "`{fragment}` not in {err}");
+        assert_eq!(err.line(), 6, "{err}");
+        assert!(err.message().contains(fragment), "`{fragment}` not in {err}");
         assert!(!err.to_string().chars().any(agent_state::is_control), "{err:?}");
     }
     let err =
@@ -1371,8 +1381,8 @@ fn control_characters_in_ids_are_refused() {
         let err = team_err(&with_head(&format!(
             "\n[[bottom]]\nid = \"bottom-a\"\nsupervisor = \"mid-a\"\ntools = [\"shell\"]\n{field}\n"
         )));
-        assert_eq!(err.line, line_of_value + 2, "{err}");
-        assert!(err.message.contains(fragment), "`{fragment}` not in {err}");
+        assert_eq!(err.line(), line_of_value + 2, "{err}");
+        assert!(err.message().contains(fragment), "`{fragment}` not in {err}");
     }
     let err = team_err("[[top]]\nid = \"top\\na\"\npower_type = \"p\"\n");
     assert_at(&err, 2, 6, &["an agent's `id`: character 4"]);
@@ -1391,7 +1401,7 @@ fn escape_controls_keeps_text_on_one_line() {
         "\\u{1b}[31m\\u{7f}\\u{9b}\\u{2029}"
     );
     let err = FileError {
-        file: "odd\nname.toml".into(),
+        path: "odd\nname.toml".into(),
         line: 1,
         column: 1,
         message: "bad `x\ny`".into(),
@@ -1418,4 +1428,42 @@ fn scaled_teams_have_the_documented_shape() {
     let big = scaled_team_toml(100_000);
     assert_eq!(big.matches("[[mid]]").count(), 100);
     assert_eq!(big.matches("[[bottom]]").count(), 99_897);
+}
+
+/// `read` reads at most the limit (and one byte), checks the text like `decode`, and names a
+/// file it cannot read.
+#[test]
+fn read_is_bounded_checked_and_names_what_it_cannot_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("plan.toml");
+    std::fs::write(&path, "id = \"t\"\n").unwrap();
+    assert_eq!(read(&path, 100).unwrap(), "id = \"t\"\n");
+
+    // Over the limit: the position where it is passed, like `decode`.
+    match read(&path, 4) {
+        Err(ReadError::File(err)) => {
+            assert_eq!((err.line(), err.column()), (1, 5), "{err}");
+            assert!(err.message().contains("over the limit of 4 bytes"), "{err}");
+        }
+        other => panic!("expected a file error, got {other:?}"),
+    }
+    std::fs::write(&path, b"id = \"\xff\"\n").unwrap();
+    let err = read(&path, 100).unwrap_err();
+    assert!(matches!(&err, ReadError::File(e) if (e.line(), e.column()) == (1, 7)), "{err}");
+
+    let missing = dir.path().join("missing.toml");
+    let err = read(&missing, 100).unwrap_err();
+    let ReadError::Io { path, source } = &err else { panic!("expected an I/O error: {err}") };
+    assert_eq!(path, &missing);
+    assert_eq!(source.kind(), std::io::ErrorKind::NotFound);
+    assert_eq!(err.to_string(), format!("cannot read {}: {source}", missing.display()));
+}
+
+/// A generated team below the smallest size is the smallest one, not an arithmetic overflow.
+#[test]
+fn scaled_files_below_the_smallest_size_are_the_smallest() {
+    for agents in [0, 1, 4] {
+        assert_eq!(scaled_team_toml(agents), scaled_team_toml(MIN_SCALE));
+        assert_eq!(scaled_plan_toml(agents), scaled_plan_toml(MIN_SCALE));
+    }
 }

@@ -1,0 +1,228 @@
+//! Strata's team and plan files: the TOML a person writes, parsed and checked into a team
+//! ([`TeamFile`], whose `spec` is an [`agent_pool::TeamSpec`]) and a task
+//! ([`agent_state::Task`]).
+//!
+//! The `strata` command, programs that embed Strata, and later the workers and the dashboard
+//! read these files through this crate, so a file means the same everywhere and a mistake is
+//! reported the same way: every error, from invalid TOML to a step whose tool no executor has,
+//! is a [`FileError`] that points at the offending value as `path:line:column: message` and
+//! says what is expected.
+//!
+//! What it deliberately does **not** do:
+//! - no file system access except [`read`], which reads the one file it is given (at most the
+//!   limit and one byte more); [`parse_team`], [`parse_plan`] and [`decode`] take the text or
+//!   bytes the caller has, and their path only names the file in messages;
+//! - no network, no environment variables, no clock: `api_key_env` names the variable that
+//!   holds a key; whether it is set, whether a model server answers and whether a model file is
+//!   there are for the caller to check before a run (the `strata` command does);
+//! - no printing and no exit codes: errors are values, the caller decides what to show.
+//!
+//! Key items: [`parse_team`] → [`TeamFile`], [`parse_plan`] → [`agent_state::Task`],
+//! [`default_team`] (the team used without a team file), [`example_team_toml`] /
+//! [`example_plan_toml`] (what `strata init` writes), [`scaled_team_toml`] /
+//! [`scaled_plan_toml`] (what `strata init --scale N` writes) and [`FileError`].
+//!
+//! ```
+//! use std::path::Path;
+//!
+//! use agent_core::tools::ToolRegistry;
+//!
+//! let tools = ToolRegistry::with_builtins();
+//! let team = team_file::parse_team(
+//!     Path::new("team.toml"),
+//!     r#"
+//! [[top]]
+//! id = "top-a"
+//! power_type = "power_a"
+//!
+//! [[mid]]
+//! id = "mid-docs"
+//! domain = "docs"
+//! supervisor = "top-a"
+//!
+//! [[bottom]]
+//! id = "bottom-d1"
+//! supervisor = "mid-docs"
+//! tools = ["write_file"]
+//! "#,
+//!     &tools,
+//! )?;
+//! assert_eq!(team.spec.agents.len(), 3);
+//!
+//! let plan = r#"
+//! id = "hello"
+//! goal = "write a greeting"
+//!
+//! [[steps]]
+//! id = "write-hello"
+//! domain = "docs"
+//! tool = "write_file"
+//! args = { path = "hello.txt", content = "hello\n" }
+//! "#;
+//! let task = team_file::parse_plan(Path::new("plan.toml"), plan, &team.spec, &tools)?;
+//! assert_eq!(task.steps[0].id, "write-hello");
+//!
+//! // A mistake is reported where it is written (the text starts with a newline, so `domain`
+//! // is on line 7 and its value starts in column 10), with what is expected there.
+//! let wrong = plan.replace(r#"domain = "docs""#, r#"domain = "build""#);
+//! let err = team_file::parse_plan(Path::new("plan.toml"), &wrong, &team.spec, &tools)
+//!     .unwrap_err();
+//! assert_eq!(
+//!     err.to_string(),
+//!     "plan.toml:7:10: no lead has the domain `build`; the team's domains: docs"
+//! );
+//! assert_eq!((err.line(), err.column()), (7, 10));
+//! # Ok::<(), team_file::FileError>(())
+//! ```
+//!
+//! # Limits
+//!
+//! Each is refused with the position where it is passed: a plan file over
+//! [`MAX_PLAN_FILE_BYTES`] (16 MiB), a team file over [`MAX_TEAM_FILE_BYTES`] (32 MiB), more
+//! than [`MAX_PLAN_STEPS`] (10 000) steps, a step whose `args` are over [`MAX_STEP_ARGS_BYTES`]
+//! (8 MiB as JSON), and a `heartbeat` outside [`MIN_HEARTBEAT`] to [`MAX_HEARTBEAT`] (10 ms to
+//! 1 h, [`check_heartbeat`]; `strata run --heartbeat` takes the same range). A file that is
+//! not UTF-8 ([`decode`], [`read`]) points at its first invalid byte. Ids and names (the plan and step ids, agent ids, names, roles,
+//! models, domains, power types, tools, `after`, `prefer`) may not hold a control character
+//! (newline, tab, escape, other C0/C1 controls); the goal and step descriptions are free text,
+//! escaped where printed ([`escape_controls`]).
+//!
+//! # The team file
+//!
+//! Every field is shown below; those marked required must be given, the rest may be left out.
+//! A field not listed here is an error, and so is a `supervisor` on a top power.
+//!
+//! ```toml
+//! heartbeat = "4s"          # "250ms", "4s", "1m" or "1h"; default "4s"; 10ms to 1h
+//! max_agents = 50           # the pool's limit; default 50
+//!
+//! [reasoner]                # the default for every agent; may be left out
+//! kind = "rule-based"       # "rule-based" (default, no model), "openai", "anthropic", "local"
+//! forbid_tools = []         # rule-based: top powers veto plans using these tools, e.g. ["shell"]
+//! prefer = ["option-a"]     # rule-based: in arbitration, vote for the first of these
+//! base_url = "http://127.0.0.1:11434/v1"   # openai/anthropic: default the vendor's API
+//! model = "gpt-4o-mini"     # openai/anthropic: required here or on each agent; local:
+//!                           # "gemma-3-270m-q4_k_m" (the only one)
+//! api_key_env = "OPENAI_API_KEY"   # the variable holding the key (never the key itself);
+//!                           # default OPENAI_API_KEY / ANTHROPIC_API_KEY when no base_url is set
+//! request_timeout = "120s"  # one model call
+//! max_tokens = 512          # most tokens one decision may generate
+//!
+//! [prices]                  # US dollars per million tokens, 0 or more; unpriced models cost 0
+//! "gpt-4o-mini" = { input_per_mtok = 0.15, output_per_mtok = 0.6 }
+//!
+//! [budget]                  # per run, all agents together; every limit optional
+//! max_tokens = 200000       # tokens in and out
+//! max_cost_usd = 1.0
+//! max_wall = "30m"          # wall time since the run started, all sessions
+//! max_calls = 500           # model calls
+//! on_exceed = "stop"        # "stop": the run fails with the reason; "ask": it pauses and the
+//!                           # top powers vote on raising the limit by its original size
+//!
+//! [conversation]            # each agent's own history, oldest turns dropped past either limit
+//! max_turns = 8
+//! max_chars = 12000
+//!
+//! # Top powers sign, veto and arbitrate. The first one in the file proposes the plans.
+//! [[top]]
+//! id = "top-a"                     # required: 1 to 64 ASCII letters, digits, `-`, `_`
+//! name = "Power A"                 # default: the id
+//! power_type = "power_a"           # required
+//! vote_weight = 2.0                # default 1.0; 0 or more
+//! signature_authority = ["plan"]   # default ["plan"]; a power without "plan" signs no plans
+//! # Optional on every agent:
+//! role = "governance"              # used in the system prompt; default ""
+//! capabilities = ["plan", "review", "arbitrate"]   # default: all its layer may hold
+//! model = "some-model"             # for an LLM reasoner
+//! temperature = 0.2                # 0.0 to 2.0
+//! max_retries = 3                  # default 3
+//! timeout_ms = 30000               # default 30000; above 0
+//! reasoner = { forbid_tools = [], prefer = [] }   # overrides fields of [reasoner]
+//!
+//! [[top]]
+//! id = "top-b"
+//! power_type = "power_b"
+//!
+//! # Mid leads own a domain and delegate its steps to their executors.
+//! [[mid]]
+//! id = "mid-docs"
+//! name = "Docs lead"
+//! domain = "docs"                  # required; one lead per domain
+//! supervisor = "top-a"             # required: a top power
+//! max_subordinates = 4             # default 4
+//!
+//! # Bottom executors run tools.
+//! [[bottom]]
+//! id = "bottom-d1"
+//! name = "Writer"
+//! supervisor = "mid-docs"          # required: a mid lead
+//! tools = ["write_file", "shell"] # required: registered tools, at least one
+//! ```
+//!
+//! Capabilities: a top power may hold `plan`, `reflect`, `review`, `coordinate`, `delegate` and
+//! `arbitrate`; a mid lead the same but `arbitrate`; a bottom executor `plan`, `execute`,
+//! `reflect`, `tool_call`, `code_gen`, `test_exec` and `coordinate`.
+//!
+//! # The plan file
+//!
+//! ```toml
+//! id = "hello"                     # required, not empty
+//! goal = "write a greeting and measure it"   # required, not empty
+//!
+//! [[steps]]                        # at least one
+//! id = "write-hello"               # required, unique in the plan
+//! description = "write hello.txt"  # default: "<id> (<tool>)"
+//! domain = "docs"                  # a lead's domain, or
+//! # agent = "bottom-d1"            # a lead or an executor; neither: any executor with the tool
+//! tool = "write_file"              # required: a registered tool an executor it reaches has
+//! args = { path = "hello.txt", content = "hello\n" }   # checked against the tool's schema
+//! # or, one per line: args.path = "hello.txt"
+//!
+//! [[steps]]
+//! id = "measure"
+//! domain = "docs"
+//! tool = "shell"
+//! args = { command = "wc -c < hello.txt" }
+//! after = ["write-hello"]          # steps listed earlier that must finish first
+//! ```
+//!
+//! # Dependencies
+//!
+//! Each is here for the types a file becomes or is checked against:
+//! - `agent-state`: ids, layers, capabilities, agent configurations, tasks and plan steps, the
+//!   control-character rule;
+//! - `agent-layers`: the top, mid and bottom role settings;
+//! - `agent-pool`: `TeamSpec`, `AgentSpec`, `RoleSpec`, the pool's defaults and largest size;
+//! - `agent-core`: the tool registry that executors' tools and steps' `args` are checked
+//!   against;
+//! - `agent-llm`: `[prices]`, `[budget]` and `[conversation]` become its `PriceTable`, `Budget`
+//!   and `ConversationLimits`. It is the heaviest (with its default HTTP providers), and a
+//!   program that runs a team from a file has it already;
+//! - `toml` (parsing with byte spans, turned into lines and columns), `serde`, `serde_json` (a
+//!   step's `args` as the JSON a tool takes) and `thiserror`.
+
+mod error;
+mod examples;
+mod limits;
+mod plan;
+mod raw;
+mod team;
+mod text;
+
+#[cfg(test)]
+mod tests;
+
+pub use error::{FileError, ReadError};
+pub use examples::{
+    MIN_SCALE, example_plan_toml, example_team_toml, scaled_plan_toml, scaled_team_toml,
+};
+pub use limits::{
+    HeartbeatOutOfRange, MAX_HEARTBEAT, MAX_PLAN_FILE_BYTES, MAX_PLAN_STEPS, MAX_STEP_ARGS_BYTES,
+    MAX_TEAM_FILE_BYTES, MIN_HEARTBEAT, check_heartbeat,
+};
+pub use plan::parse_plan;
+pub use team::{
+    DEFAULT_MAX_SUBORDINATES, ReasonerKind, ReasonerSettings, TeamFile, UnknownReasonerKind,
+    default_team, parse_team,
+};
+pub use text::{decode, escape_controls, read};

@@ -1,0 +1,65 @@
+//! The limits on team and plan files, and durations: [`check_heartbeat`] and the
+//! `"250ms"`/`"4s"`/`"1m"`/`"1h"` form the files use.
+
+use std::time::Duration;
+
+use thiserror::Error;
+
+/// The largest plan file read: 16 MiB.
+pub const MAX_PLAN_FILE_BYTES: usize = 16 * 1024 * 1024;
+/// The largest team file read: 32 MiB (`strata init --scale 100000` writes about 7 MiB).
+pub const MAX_TEAM_FILE_BYTES: usize = 32 * 1024 * 1024;
+/// The most steps one plan may have.
+pub const MAX_PLAN_STEPS: usize = 10_000;
+/// The largest `args` of one step, measured as JSON: 8 MiB. This is the content of one tool
+/// call, such as what a `write_file` step writes.
+pub const MAX_STEP_ARGS_BYTES: usize = 8 * 1024 * 1024;
+/// The shortest heartbeat, in the team file or `--heartbeat`: 10 ms.
+pub const MIN_HEARTBEAT: Duration = Duration::from_millis(10);
+/// The longest heartbeat, in the team file or `--heartbeat`: 1 hour.
+pub const MAX_HEARTBEAT: Duration = Duration::from_secs(3600);
+
+/// A heartbeat outside [`MIN_HEARTBEAT`] to [`MAX_HEARTBEAT`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Error)]
+#[error(
+    "a heartbeat of {} ms is out of range; use 10ms to 1h (such as \"250ms\" or \"4s\")",
+    heartbeat.as_millis()
+)]
+pub struct HeartbeatOutOfRange {
+    /// The heartbeat given.
+    pub heartbeat: Duration,
+}
+
+/// Checks a heartbeat against [`MIN_HEARTBEAT`] and [`MAX_HEARTBEAT`], the range of the team
+/// file's `heartbeat` (and of `strata run --heartbeat`); returns it when it is in range.
+pub fn check_heartbeat(heartbeat: Duration) -> Result<Duration, HeartbeatOutOfRange> {
+    if (MIN_HEARTBEAT..=MAX_HEARTBEAT).contains(&heartbeat) {
+        Ok(heartbeat)
+    } else {
+        Err(HeartbeatOutOfRange { heartbeat })
+    }
+}
+
+/// Parses `250ms`, `4s`, `1m` or `1h`, above zero.
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
+    let bad = || {
+        format!(
+            "`{text}` is not a duration; write a whole number and a unit (ms, s, m or h), such as \"250ms\", \"4s\" or \"1m\""
+        )
+    };
+    let digits = text.bytes().take_while(u8::is_ascii_digit).count();
+    let (number, unit) = text.split_at(digits);
+    let number: u64 = number.parse().map_err(|_| bad())?;
+    let millis = match unit {
+        "ms" => Some(number),
+        "s" => number.checked_mul(1_000),
+        "m" => number.checked_mul(60_000),
+        "h" => number.checked_mul(3_600_000),
+        _ => None,
+    }
+    .ok_or_else(bad)?;
+    if millis == 0 {
+        return Err(format!("`{text}` is no time at all; a duration must be longer than 0"));
+    }
+    Ok(Duration::from_millis(millis))
+}

@@ -1,0 +1,324 @@
+//! The plan file: [`parse_plan`] into an [`agent_state::Task`] for a team, every check with
+//! the position it refers to.
+
+use std::path::Path;
+
+use agent_core::tools::ToolRegistry;
+use agent_pool::{RoleSpec, TeamSpec};
+use agent_state::{AgentId, AgentLayer, PlanStep, StepTarget, Task};
+
+use crate::error::{FileError, Source};
+use crate::limits::{MAX_PLAN_FILE_BYTES, MAX_PLAN_STEPS, MAX_STEP_ARGS_BYTES};
+use crate::raw::{RawPlan, RawStep};
+use crate::team::list_or_none;
+
+/// Parses and checks a plan file's `text` (the format is in the crate docs) for `team`, whose
+/// executors' tools come from `tools`. `path` is used only in error messages. The first
+/// mistake found is returned, pointing at where it is written.
+pub fn parse_plan(
+    path: &Path,
+    text: &str,
+    team: &TeamSpec,
+    tools: &ToolRegistry,
+) -> Result<Task, FileError> {
+    let src = Source { path, text };
+    src.check_size(MAX_PLAN_FILE_BYTES, "plan file")?;
+    let raw: RawPlan = toml::from_str(text).map_err(|e| src.toml_error(&e))?;
+    plan_controls(&src, &raw)?;
+    if let Some(extra) = raw.steps.get(MAX_PLAN_STEPS) {
+        return Err(src.error(
+            extra.get_ref().id.span(),
+            format!(
+                "too many steps: this is step {} of {}, and a plan has at most {MAX_PLAN_STEPS}; \
+                 split the work into several plans",
+                MAX_PLAN_STEPS + 1,
+                raw.steps.len()
+            ),
+        ));
+    }
+    if raw.id.get_ref().trim().is_empty() {
+        return Err(src.error(raw.id.span(), "the plan's `id` must not be empty"));
+    }
+    if raw.goal.get_ref().trim().is_empty() {
+        return Err(src.error(raw.goal.span(), "the plan's `goal` must not be empty"));
+    }
+    if raw.steps.is_empty() {
+        return Err(src.error(0..0, "the plan has no steps; add at least one [[steps]] table"));
+    }
+    let leads = leads(team);
+    let mut steps: Vec<PlanStep> = Vec::with_capacity(raw.steps.len());
+    for (i, step) in raw.steps.iter().enumerate() {
+        let step = step.get_ref();
+        let id = step.id.get_ref();
+        if id.trim().is_empty() {
+            return Err(src.error(step.id.span(), "a step's `id` must not be empty"));
+        }
+        if let Some(earlier) = raw.steps[..i].iter().find(|s| s.get_ref().id.get_ref() == id) {
+            let line = src.position(earlier.get_ref().id.span()).0;
+            return Err(src.error(
+                step.id.span(),
+                format!("step id `{id}` is already used on line {line}; step ids must be unique"),
+            ));
+        }
+        let target = step_target(&src, step, team, &leads)?;
+        let tool = step.tool.get_ref();
+        let Some(registered) = tools.get(tool) else {
+            return Err(src.error(
+                step.tool.span(),
+                format!("unknown tool `{tool}` (available: {})", tools.names().join(", ")),
+            ));
+        };
+        check_reachable(&src, step, &target, team, &leads)?;
+        // `args` has no span of its own (toml 0.8 cannot span a table written with dotted keys,
+        // `args.command = "..."`), so its errors point at the step's tool.
+        let args = match &step.args {
+            Some(args) => table_to_json(args)
+                .map_err(|m| src.error(step.tool.span(), format!("in `args`: {m}")))?,
+            None => serde_json::Value::Object(serde_json::Map::new()),
+        };
+        let size = args.to_string().len();
+        if size > MAX_STEP_ARGS_BYTES {
+            return Err(src.error(
+                step.tool.span(),
+                format!(
+                    "the step's `args` are {size} bytes as JSON, over the limit of \
+                     {MAX_STEP_ARGS_BYTES} bytes (8 MiB) for one tool call; split the content \
+                     over several steps"
+                ),
+            ));
+        }
+        let problems = agent_core::tools::validate(registered.schema(), &args);
+        if !problems.is_empty() {
+            return Err(src.error(
+                step.tool.span(),
+                format!("`args` do not fit the tool `{tool}`: {}", problems.join("; ")),
+            ));
+        }
+        let mut after = Vec::with_capacity(step.after.len());
+        for dep in &step.after {
+            let name = dep.get_ref();
+            if steps.iter().any(|s| &s.id == name) {
+                after.push(name.clone());
+                continue;
+            }
+            let message = if name == id {
+                "a step cannot wait for itself".to_owned()
+            } else if let Some(later) =
+                raw.steps[i..].iter().find(|s| s.get_ref().id.get_ref() == name)
+            {
+                let line = src.position(later.get_ref().id.span()).0;
+                format!(
+                    "step `{name}` is listed later (line {line}); a step may wait only for steps listed before it"
+                )
+            } else {
+                format!(
+                    "no step `{name}` in this plan; a step may wait for a step listed before it ({})",
+                    list_or_none(steps.iter().map(|s| s.id.as_str()))
+                )
+            };
+            return Err(src.error(dep.span(), message));
+        }
+        steps.push(PlanStep {
+            id: id.clone(),
+            description: step.description.clone().unwrap_or_else(|| format!("{id} ({tool})")),
+            target,
+            tool: tool.clone(),
+            args,
+            after,
+            idempotent: step.idempotent,
+        });
+    }
+    let task = Task { id: raw.id.get_ref().clone(), goal: raw.goal.get_ref().clone(), steps };
+    // Everything `check` refuses is caught above with a position; this is a safety net.
+    task.check().map_err(|e| src.error(raw.id.span(), e.to_string()))?;
+    Ok(task)
+}
+
+/// The goal and step descriptions are free text; they are escaped where they are printed.
+fn plan_controls(src: &Source<'_>, raw: &RawPlan) -> Result<(), FileError> {
+    src.no_control(&raw.id, "the plan's `id`")?;
+    for step in &raw.steps {
+        let step = step.get_ref();
+        src.no_control(&step.id, "a step's `id`")?;
+        src.no_control(&step.tool, "`tool`")?;
+        for (value, what) in [(&step.domain, "`domain`"), (&step.agent, "`agent`")] {
+            if let Some(v) = value {
+                src.no_control(v, what)?;
+            }
+        }
+        for v in &step.after {
+            src.no_control(v, "a step in `after`")?;
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Plan checks.
+
+/// A lead and its executors, from a team.
+pub(crate) struct Lead<'t> {
+    pub(crate) id: &'t AgentId,
+    pub(crate) domain: &'t str,
+    pub(crate) executors: Vec<(&'t AgentId, &'t [String])>,
+}
+
+pub(crate) fn leads(team: &TeamSpec) -> Vec<Lead<'_>> {
+    team.agents
+        .iter()
+        .filter_map(|lead| match &lead.role {
+            RoleSpec::Mid(m) => Some(Lead {
+                id: &lead.config.id,
+                domain: &m.domain,
+                executors: team
+                    .agents
+                    .iter()
+                    .filter(|a| a.config.supervisor.as_ref() == Some(&lead.config.id))
+                    .filter_map(|a| match &a.role {
+                        RoleSpec::Bottom(b) => Some((&a.config.id, &b.tools[..])),
+                        _ => None,
+                    })
+                    .collect(),
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
+fn step_target(
+    src: &Source<'_>,
+    step: &RawStep,
+    team: &TeamSpec,
+    leads: &[Lead<'_>],
+) -> Result<StepTarget, FileError> {
+    match (&step.domain, &step.agent) {
+        (Some(_), Some(agent)) => Err(src.error(
+            agent.span(),
+            "a step names either a `domain` or an `agent`, not both; remove one",
+        )),
+        (Some(domain), None) => {
+            if leads.iter().any(|l| l.domain == domain.get_ref()) {
+                Ok(StepTarget::Domain(domain.get_ref().clone()))
+            } else {
+                Err(src.error(
+                    domain.span(),
+                    format!(
+                        "no lead has the domain `{}`; the team's domains: {}",
+                        domain.get_ref(),
+                        list_or_none(leads.iter().map(|l| l.domain))
+                    ),
+                ))
+            }
+        }
+        (None, Some(agent)) => {
+            let name = agent.get_ref();
+            let found = team.agents.iter().find(|a| a.config.id.as_str() == name);
+            match found.map(|a| a.config.layer) {
+                Some(AgentLayer::Mid | AgentLayer::Bottom) => {
+                    Ok(StepTarget::Agent(AgentId::from(name.as_str())))
+                }
+                layer => {
+                    let what = match layer {
+                        Some(_) => format!("`{name}` is a top power, which runs no steps"),
+                        None => format!("unknown agent `{name}`"),
+                    };
+                    let candidates = team
+                        .agents
+                        .iter()
+                        .filter(|a| a.config.layer != AgentLayer::Top)
+                        .map(|a| a.config.id.as_str());
+                    Err(src.error(
+                        agent.span(),
+                        format!(
+                            "{what}; a step's `agent` is a lead or an executor: {}",
+                            list_or_none(candidates)
+                        ),
+                    ))
+                }
+            }
+        }
+        (None, None) => Ok(StepTarget::Any),
+    }
+}
+
+/// Checks that some executor the step can reach has its tool.
+fn check_reachable(
+    src: &Source<'_>,
+    step: &RawStep,
+    target: &StepTarget,
+    team: &TeamSpec,
+    leads: &[Lead<'_>],
+) -> Result<(), FileError> {
+    let tool = step.tool.get_ref();
+    let (place, executors): (String, Vec<(&AgentId, &[String])>) = match target {
+        StepTarget::Domain(domain) => {
+            let lead = leads.iter().find(|l| l.domain == domain);
+            let executors = lead.map(|l| l.executors.clone()).unwrap_or_default();
+            let name = lead.map_or("", |l| l.id.as_str());
+            (format!("under the lead `{name}` of the domain `{domain}`"), executors)
+        }
+        StepTarget::Agent(id) => match leads.iter().find(|l| l.id == id) {
+            Some(lead) => (format!("under the lead `{id}`"), lead.executors.clone()),
+            None => {
+                let executor = team.agents.iter().find(|a| &a.config.id == id);
+                let tools = executor.and_then(|a| match &a.role {
+                    RoleSpec::Bottom(b) => Some(&b.tools[..]),
+                    _ => None,
+                });
+                let tools = tools.unwrap_or_default();
+                if tools.contains(tool) {
+                    return Ok(());
+                }
+                return Err(src.error(
+                    step.tool.span(),
+                    format!(
+                        "executor `{id}` does not have the tool `{tool}`; it has: {}",
+                        list_or_none(tools.iter().map(String::as_str))
+                    ),
+                ));
+            }
+        },
+        StepTarget::Any => {
+            ("in the team".to_owned(), leads.iter().flat_map(|l| l.executors.clone()).collect())
+        }
+    };
+    if executors.iter().any(|(_, tools)| tools.contains(tool)) {
+        return Ok(());
+    }
+    let message = if executors.is_empty() {
+        format!("there is no executor {place} to run `{tool}`")
+    } else {
+        let mut have: Vec<&str> =
+            executors.iter().flat_map(|(_, t)| t.iter().map(String::as_str)).collect();
+        have.sort_unstable();
+        have.dedup();
+        format!("no executor {place} has the tool `{tool}`; they have: {}", have.join(", "))
+    };
+    Err(src.error(step.tool.span(), message))
+}
+
+/// The JSON of a TOML table; datetimes become strings.
+pub(crate) fn table_to_json(table: &toml::Table) -> Result<serde_json::Value, String> {
+    let mut map = serde_json::Map::with_capacity(table.len());
+    for (key, value) in table {
+        map.insert(key.clone(), value_to_json(value)?);
+    }
+    Ok(serde_json::Value::Object(map))
+}
+
+fn value_to_json(value: &toml::Value) -> Result<serde_json::Value, String> {
+    use serde_json::Value as J;
+    Ok(match value {
+        toml::Value::String(s) => J::String(s.clone()),
+        toml::Value::Integer(i) => J::from(*i),
+        toml::Value::Float(f) => serde_json::Number::from_f64(*f)
+            .map(J::Number)
+            .ok_or_else(|| format!("{f} cannot be passed to a tool; use a finite number"))?,
+        toml::Value::Boolean(b) => J::Bool(*b),
+        toml::Value::Datetime(d) => J::String(d.to_string()),
+        toml::Value::Array(items) => {
+            J::Array(items.iter().map(value_to_json).collect::<Result<_, _>>()?)
+        }
+        toml::Value::Table(t) => table_to_json(t)?,
+    })
+}

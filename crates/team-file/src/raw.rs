@@ -1,0 +1,272 @@
+//! The files as written: the structures `toml` reads a team and a plan file into, with the
+//! byte span of every value that an error may point at, and [`Entry`], one agent of a team
+//! file whatever its layer.
+
+use std::collections::BTreeMap;
+
+use agent_state::AgentLayer;
+use serde::Deserialize;
+use toml::Spanned;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawTeam {
+    #[serde(default)]
+    pub(crate) heartbeat: Option<Spanned<String>>,
+    #[serde(default)]
+    pub(crate) max_agents: Option<Spanned<usize>>,
+    #[serde(default)]
+    pub(crate) reasoner: Option<RawReasoner>,
+    #[serde(default)]
+    pub(crate) prices: Option<BTreeMap<String, Spanned<RawPrice>>>,
+    #[serde(default)]
+    pub(crate) budget: Option<RawBudget>,
+    #[serde(default)]
+    pub(crate) conversation: Option<RawConversation>,
+    #[serde(default)]
+    pub(crate) top: Vec<RawTop>,
+    #[serde(default)]
+    pub(crate) mid: Vec<RawMid>,
+    #[serde(default)]
+    pub(crate) bottom: Vec<RawBottom>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawReasoner {
+    #[serde(default)]
+    pub(crate) kind: Option<Spanned<String>>,
+    #[serde(default)]
+    pub(crate) forbid_tools: Option<Vec<Spanned<String>>>,
+    #[serde(default)]
+    pub(crate) prefer: Option<Vec<Spanned<String>>>,
+    #[serde(default)]
+    pub(crate) base_url: Option<Spanned<String>>,
+    #[serde(default)]
+    pub(crate) model: Option<Spanned<String>>,
+    #[serde(default)]
+    pub(crate) api_key_env: Option<Spanned<String>>,
+    #[serde(default)]
+    pub(crate) request_timeout: Option<Spanned<String>>,
+    #[serde(default)]
+    pub(crate) max_tokens: Option<Spanned<u32>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawPrice {
+    pub(crate) input_per_mtok: f64,
+    pub(crate) output_per_mtok: f64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawBudget {
+    #[serde(default)]
+    pub(crate) max_tokens: Option<Spanned<u64>>,
+    #[serde(default)]
+    pub(crate) max_cost_usd: Option<Spanned<f64>>,
+    #[serde(default)]
+    pub(crate) max_wall: Option<Spanned<String>>,
+    #[serde(default)]
+    pub(crate) max_calls: Option<Spanned<u64>>,
+    #[serde(default)]
+    pub(crate) on_exceed: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawConversation {
+    #[serde(default)]
+    pub(crate) max_turns: Option<Spanned<usize>>,
+    #[serde(default)]
+    pub(crate) max_chars: Option<Spanned<usize>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawTop {
+    pub(crate) id: Spanned<String>,
+    #[serde(default)]
+    pub(crate) name: Option<Spanned<String>>,
+    pub(crate) power_type: Spanned<String>,
+    #[serde(default)]
+    pub(crate) vote_weight: Option<Spanned<f64>>,
+    #[serde(default)]
+    pub(crate) signature_authority: Option<Vec<Spanned<String>>>,
+    /// Refused with a message of its own rather than as an unknown field.
+    #[serde(default)]
+    pub(crate) supervisor: Option<Spanned<String>>,
+    #[serde(default)]
+    pub(crate) role: Option<Spanned<String>>,
+    #[serde(default)]
+    pub(crate) capabilities: Option<Vec<Spanned<String>>>,
+    #[serde(default)]
+    pub(crate) model: Option<Spanned<String>>,
+    #[serde(default)]
+    pub(crate) temperature: Option<Spanned<f32>>,
+    #[serde(default)]
+    pub(crate) max_retries: Option<u32>,
+    #[serde(default)]
+    pub(crate) timeout_ms: Option<Spanned<u64>>,
+    #[serde(default)]
+    pub(crate) reasoner: Option<RawReasoner>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawMid {
+    pub(crate) id: Spanned<String>,
+    #[serde(default)]
+    pub(crate) name: Option<Spanned<String>>,
+    pub(crate) domain: Spanned<String>,
+    pub(crate) supervisor: Spanned<String>,
+    #[serde(default)]
+    pub(crate) max_subordinates: Option<usize>,
+    #[serde(default)]
+    pub(crate) role: Option<Spanned<String>>,
+    #[serde(default)]
+    pub(crate) capabilities: Option<Vec<Spanned<String>>>,
+    #[serde(default)]
+    pub(crate) model: Option<Spanned<String>>,
+    #[serde(default)]
+    pub(crate) temperature: Option<Spanned<f32>>,
+    #[serde(default)]
+    pub(crate) max_retries: Option<u32>,
+    #[serde(default)]
+    pub(crate) timeout_ms: Option<Spanned<u64>>,
+    #[serde(default)]
+    pub(crate) reasoner: Option<RawReasoner>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawBottom {
+    pub(crate) id: Spanned<String>,
+    #[serde(default)]
+    pub(crate) name: Option<Spanned<String>>,
+    pub(crate) supervisor: Spanned<String>,
+    pub(crate) tools: Spanned<Vec<Spanned<String>>>,
+    #[serde(default)]
+    pub(crate) role: Option<Spanned<String>>,
+    #[serde(default)]
+    pub(crate) capabilities: Option<Vec<Spanned<String>>>,
+    #[serde(default)]
+    pub(crate) model: Option<Spanned<String>>,
+    #[serde(default)]
+    pub(crate) temperature: Option<Spanned<f32>>,
+    #[serde(default)]
+    pub(crate) max_retries: Option<u32>,
+    #[serde(default)]
+    pub(crate) timeout_ms: Option<Spanned<u64>>,
+    #[serde(default)]
+    pub(crate) reasoner: Option<RawReasoner>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawPlan {
+    pub(crate) id: Spanned<String>,
+    pub(crate) goal: Spanned<String>,
+    #[serde(default)]
+    pub(crate) steps: Vec<Spanned<RawStep>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawStep {
+    pub(crate) id: Spanned<String>,
+    #[serde(default)]
+    pub(crate) description: Option<String>,
+    #[serde(default)]
+    pub(crate) domain: Option<Spanned<String>>,
+    #[serde(default)]
+    pub(crate) agent: Option<Spanned<String>>,
+    pub(crate) tool: Spanned<String>,
+    #[serde(default)]
+    pub(crate) args: Option<toml::Table>,
+    #[serde(default)]
+    pub(crate) after: Vec<Spanned<String>>,
+    /// Running the step twice is safe: a call interrupted by a crash may run again.
+    #[serde(default)]
+    pub(crate) idempotent: bool,
+}
+
+/// One agent of a team file, whatever its layer.
+pub(crate) struct Entry<'a> {
+    pub(crate) layer: AgentLayer,
+    pub(crate) id: &'a Spanned<String>,
+    pub(crate) name: Option<&'a Spanned<String>>,
+    pub(crate) supervisor: Option<&'a Spanned<String>>,
+    pub(crate) role: Option<&'a Spanned<String>>,
+    pub(crate) capabilities: Option<&'a Vec<Spanned<String>>>,
+    pub(crate) model: Option<&'a Spanned<String>>,
+    pub(crate) temperature: Option<&'a Spanned<f32>>,
+    pub(crate) max_retries: Option<u32>,
+    pub(crate) timeout_ms: Option<&'a Spanned<u64>>,
+    pub(crate) reasoner: Option<&'a RawReasoner>,
+    pub(crate) kind: EntryKind<'a>,
+}
+
+pub(crate) enum EntryKind<'a> {
+    Top(&'a RawTop),
+    Mid(&'a RawMid),
+    Bottom(&'a RawBottom),
+}
+
+impl<'a> Entry<'a> {
+    pub(crate) fn top(raw: &'a RawTop) -> Self {
+        Self {
+            layer: AgentLayer::Top,
+            id: &raw.id,
+            name: raw.name.as_ref(),
+            supervisor: raw.supervisor.as_ref(),
+            role: raw.role.as_ref(),
+            capabilities: raw.capabilities.as_ref(),
+            model: raw.model.as_ref(),
+            temperature: raw.temperature.as_ref(),
+            max_retries: raw.max_retries,
+            timeout_ms: raw.timeout_ms.as_ref(),
+            reasoner: raw.reasoner.as_ref(),
+            kind: EntryKind::Top(raw),
+        }
+    }
+
+    pub(crate) fn mid(raw: &'a RawMid) -> Self {
+        Self {
+            layer: AgentLayer::Mid,
+            id: &raw.id,
+            name: raw.name.as_ref(),
+            supervisor: Some(&raw.supervisor),
+            role: raw.role.as_ref(),
+            capabilities: raw.capabilities.as_ref(),
+            model: raw.model.as_ref(),
+            temperature: raw.temperature.as_ref(),
+            max_retries: raw.max_retries,
+            timeout_ms: raw.timeout_ms.as_ref(),
+            reasoner: raw.reasoner.as_ref(),
+            kind: EntryKind::Mid(raw),
+        }
+    }
+
+    pub(crate) fn bottom(raw: &'a RawBottom) -> Self {
+        Self {
+            layer: AgentLayer::Bottom,
+            id: &raw.id,
+            name: raw.name.as_ref(),
+            supervisor: Some(&raw.supervisor),
+            role: raw.role.as_ref(),
+            capabilities: raw.capabilities.as_ref(),
+            model: raw.model.as_ref(),
+            temperature: raw.temperature.as_ref(),
+            max_retries: raw.max_retries,
+            timeout_ms: raw.timeout_ms.as_ref(),
+            reasoner: raw.reasoner.as_ref(),
+            kind: EntryKind::Bottom(raw),
+        }
+    }
+
+    pub(crate) fn id(&self) -> &'a str {
+        self.id.get_ref()
+    }
+}

@@ -1,0 +1,845 @@
+//! The team file: [`parse_team`] into a [`TeamFile`] (the team, each agent's reasoner, prices,
+//! budget, conversation limits), every check with the position it refers to, and
+//! [`default_team`].
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_core::tools::ToolRegistry;
+use agent_layers::{BottomSpec, MidSpec, TopSpec};
+use agent_llm::{Budget, ConversationLimits, OnExceed, Price, PriceTable};
+use agent_pool::{AgentSpec, DEFAULT_HEARTBEAT, DEFAULT_MAX_AGENTS, RoleSpec, TeamSpec};
+use agent_state::{AgentConfig, AgentId, AgentLayer, Capability, check_agent_id};
+use thiserror::Error;
+use toml::Spanned;
+
+use crate::error::{FileError, Source};
+use crate::limits::{MAX_TEAM_FILE_BYTES, check_heartbeat, parse_duration};
+use crate::raw::{
+    Entry, EntryKind, RawBudget, RawConversation, RawPrice, RawReasoner, RawTeam, RawTop,
+};
+
+/// A lead's `max_subordinates` when the team file does not say.
+pub const DEFAULT_MAX_SUBORDINATES: usize = 4;
+
+/// A team file, parsed and checked: the team and how each agent reasons, what models cost,
+/// the run's budget and how much each agent remembers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TeamFile {
+    /// The team, ready for [`agent_pool::Team::start`].
+    pub spec: TeamSpec,
+    /// The reasoner of every agent not in `agent_reasoners`.
+    pub default_reasoner: ReasonerSettings,
+    /// Agents with a `reasoner` table of their own, with the default's fields filled in.
+    pub agent_reasoners: BTreeMap<AgentId, ReasonerSettings>,
+    /// Model prices (`[prices]`).
+    pub prices: PriceTable,
+    /// The run's reasoning budget (`[budget]`).
+    pub budget: Budget,
+    /// How much history each agent keeps (`[conversation]`).
+    pub conversation: ConversationLimits,
+}
+
+/// Which reasoner an agent uses, and its settings.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReasonerSettings {
+    /// The kind.
+    pub kind: ReasonerKind,
+    /// Tools whose use makes a top power veto a plan.
+    pub forbid_tools: Vec<String>,
+    /// Options to vote for first in arbitration.
+    pub prefer: Vec<String>,
+    /// For `openai` and `anthropic`: the API's base URL (default: the vendor's).
+    pub base_url: Option<String>,
+    /// The model (an agent's own `model` wins).
+    pub model: Option<String>,
+    /// The environment variable holding the API key.
+    pub api_key_env: Option<String>,
+    /// How long one model call may take.
+    pub request_timeout: Option<Duration>,
+    /// Most tokens one decision may generate.
+    pub max_tokens: Option<u32>,
+}
+
+/// The reasoners a team file can name.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ReasonerKind {
+    /// [`agent_core::RuleBasedReasoner`]: deterministic, no model.
+    #[default]
+    RuleBased,
+    /// An OpenAI-compatible chat completions API (OpenAI, vLLM, Ollama, LM Studio, llama.cpp).
+    OpenAi,
+    /// The Anthropic Messages API.
+    Anthropic,
+    /// The embedded Gemma 3 270M model (built with the `local` feature).
+    Local,
+}
+
+/// A reasoner kind that does not exist, such as a `--reasoner` flag's.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[error("unknown reasoner kind `{kind}`; known kinds: {}", ReasonerKind::known())]
+pub struct UnknownReasonerKind {
+    /// The kind given.
+    pub kind: String,
+}
+
+impl ReasonerKind {
+    /// Every kind.
+    pub const ALL: [ReasonerKind; 4] = [
+        ReasonerKind::RuleBased,
+        ReasonerKind::OpenAi,
+        ReasonerKind::Anthropic,
+        ReasonerKind::Local,
+    ];
+
+    /// The name used in team files and on the command line, such as `rule-based`; the
+    /// [`FromStr`] impl reads it back.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ReasonerKind::RuleBased => "rule-based",
+            ReasonerKind::OpenAi => "openai",
+            ReasonerKind::Anthropic => "anthropic",
+            ReasonerKind::Local => "local",
+        }
+    }
+
+    fn known() -> String {
+        Self::ALL.map(Self::as_str).join(", ")
+    }
+}
+
+impl FromStr for ReasonerKind {
+    type Err = UnknownReasonerKind;
+
+    /// The reasoner kind called `kind` ([`ReasonerKind::as_str`]).
+    fn from_str(kind: &str) -> Result<Self, Self::Err> {
+        ReasonerKind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == kind)
+            .ok_or_else(|| UnknownReasonerKind { kind: kind.to_owned() })
+    }
+}
+
+/// Parses and checks a team file's `text` (the format is in the crate docs). `path` is used
+/// only in error messages; `tools` is the registry the executors' tools (and `forbid_tools`)
+/// must come from. The first mistake found is returned, pointing at where it is written.
+pub fn parse_team(path: &Path, text: &str, tools: &ToolRegistry) -> Result<TeamFile, FileError> {
+    let src = Source { path, text };
+    src.check_size(MAX_TEAM_FILE_BYTES, "team file")?;
+    let raw: RawTeam = toml::from_str(text).map_err(|e| src.toml_error(&e))?;
+    team_controls(&src, &raw)?;
+    let heartbeat = match &raw.heartbeat {
+        Some(h) => parse_duration(h.get_ref())
+            .and_then(|d| check_heartbeat(d).map_err(|e| e.to_string()))
+            .map_err(|m| src.error(h.span(), format!("`heartbeat`: {m}")))?,
+        None => DEFAULT_HEARTBEAT,
+    };
+    let max_agents = match &raw.max_agents {
+        Some(m) if *m.get_ref() == 0 => {
+            return Err(src.error(m.span(), "`max_agents` must be at least 1"));
+        }
+        Some(m) if *m.get_ref() > agent_pool::MAX_POOL_SIZE => {
+            return Err(src.error(
+                m.span(),
+                format!(
+                    "`max_agents` is {}, over the largest pool, {}; split the team",
+                    m.get_ref(),
+                    agent_pool::MAX_POOL_SIZE
+                ),
+            ));
+        }
+        Some(m) => *m.get_ref(),
+        None => DEFAULT_MAX_AGENTS,
+    };
+    let default_reasoner = match &raw.reasoner {
+        Some(r) => reasoner_settings(&src, r, &ReasonerSettings::default(), tools)?,
+        None => ReasonerSettings::default(),
+    };
+    let mut entries: Vec<Entry<'_>> = raw
+        .top
+        .iter()
+        .map(Entry::top)
+        .chain(raw.mid.iter().map(Entry::mid))
+        .chain(raw.bottom.iter().map(Entry::bottom))
+        .collect();
+    entries.sort_by_key(|e| e.id.span().start);
+    let team = TeamIndex::new(&src, &entries)?;
+    if let Some(extra) = entries.get(max_agents) {
+        let limit = match &raw.max_agents {
+            Some(m) => format!("`max_agents` (line {}) is {max_agents}", src.position(m.span()).0),
+            None => format!("the pool allows {max_agents} (the default `max_agents`)"),
+        };
+        return Err(src.error(
+            extra.id.span(),
+            format!(
+                "too many agents for the pool: this is agent {} of {}, but {limit}; raise `max_agents` or remove agents",
+                max_agents + 1,
+                entries.len()
+            ),
+        ));
+    }
+    if !entries.iter().any(|e| e.layer == AgentLayer::Top) {
+        return Err(src.error(
+            0..0,
+            "the team has no top power; add a [[top]] table (a team needs one to propose and sign plans)",
+        ));
+    }
+    let mut domains: BTreeMap<&str, &Entry<'_>> = BTreeMap::new();
+    let mut agents = Vec::with_capacity(entries.len());
+    let mut agent_reasoners = BTreeMap::new();
+    // Executors placed under each lead so far (counted as the entries go, not searched for:
+    // a generated team has 100 000 agents).
+    let mut placed: BTreeMap<&str, usize> = BTreeMap::new();
+    for entry in &entries {
+        let spec = agent_spec(&src, entry, &mut placed, &team, tools, &mut domains)?;
+        if let Some(r) = entry.reasoner {
+            let settings = reasoner_settings(&src, r, &default_reasoner, tools)?;
+            agent_reasoners.insert(spec.config.id.clone(), settings);
+        }
+        agents.push(spec);
+    }
+    share_tool_lists(&mut agents);
+    let prices = match &raw.prices {
+        Some(p) => price_table(&src, p)?,
+        None => PriceTable::new(),
+    };
+    let budget = match &raw.budget {
+        Some(b) => budget(&src, b)?,
+        None => Budget::default(),
+    };
+    let conversation = match &raw.conversation {
+        Some(c) => conversation_limits(&src, c)?,
+        None => ConversationLimits::default(),
+    };
+    Ok(TeamFile {
+        spec: TeamSpec { agents, heartbeat, max_agents },
+        default_reasoner,
+        agent_reasoners,
+        prices,
+        budget,
+        conversation,
+    })
+}
+
+/// Makes executors with the same tools hold one list between them: a generated team of 100 000
+/// executors then holds a few lists instead of 100 000 copies.
+fn share_tool_lists(agents: &mut [AgentSpec]) {
+    let mut lists: HashSet<Arc<[String]>> = HashSet::new();
+    for agent in agents {
+        if let RoleSpec::Bottom(spec) = &mut agent.role {
+            match lists.get(&spec.tools) {
+                Some(list) => spec.tools = list.clone(),
+                None => {
+                    lists.insert(spec.tools.clone());
+                }
+            }
+        }
+    }
+}
+
+/// The team used when no team file is given: the one
+/// [`example_team_toml`](crate::example_team_toml) describes (3 powers, 2 leads, 4 executors).
+pub fn default_team() -> TeamFile {
+    let all: Vec<String> =
+        ["read_file", "write_file", "list_dir", "shell"].map(String::from).to_vec();
+    let top = |id: &str, name: &str, power: &str, weight: f64| AgentSpec {
+        config: AgentConfig::new(id, name, AgentLayer::Top),
+        role: RoleSpec::Top(TopSpec {
+            power_type: power.into(),
+            vote_weight: weight,
+            signature_authority: vec!["plan".into()],
+        }),
+    };
+    let mid = |id: &str, name: &str, domain: &str| AgentSpec {
+        config: AgentConfig::new(id, name, AgentLayer::Mid).with_supervisor("top-a"),
+        role: RoleSpec::Mid(MidSpec {
+            domain: domain.into(),
+            max_subordinates: DEFAULT_MAX_SUBORDINATES,
+        }),
+    };
+    let bottom = |id: &str, name: &str, lead: &str| AgentSpec {
+        config: AgentConfig::new(id, name, AgentLayer::Bottom).with_supervisor(lead),
+        role: RoleSpec::Bottom(BottomSpec { tools: all.clone().into() }),
+    };
+    TeamFile {
+        spec: TeamSpec::new(vec![
+            top("top-a", "Power A", "power_a", 2.0),
+            top("top-b", "Power B", "power_b", 1.0),
+            top("top-c", "Power C", "power_c", 1.0),
+            mid("mid-docs", "Docs lead", "docs"),
+            mid("mid-build", "Build lead", "build"),
+            bottom("bottom-d1", "Docs executor 1", "mid-docs"),
+            bottom("bottom-d2", "Docs executor 2", "mid-docs"),
+            bottom("bottom-b1", "Build executor 1", "mid-build"),
+            bottom("bottom-b2", "Build executor 2", "mid-build"),
+        ]),
+        default_reasoner: ReasonerSettings::default(),
+        agent_reasoners: BTreeMap::new(),
+        prices: PriceTable::new(),
+        budget: Budget::default(),
+        conversation: ConversationLimits::default(),
+    }
+}
+
+/// The agents of a team file by id, once ids are known to be valid and unique.
+struct TeamIndex<'e, 'a> {
+    by_id: BTreeMap<&'a str, &'e Entry<'a>>,
+    entries: &'e [Entry<'a>],
+}
+
+impl<'e, 'a> TeamIndex<'e, 'a> {
+    fn new(src: &Source<'_>, entries: &'e [Entry<'a>]) -> Result<Self, FileError> {
+        let mut by_id: BTreeMap<&'a str, &'e Entry<'a>> = BTreeMap::new();
+        for entry in entries {
+            check_agent_id(entry.id())
+                .map_err(|kind| src.error(entry.id.span(), kind.to_string()))?;
+            if let Some(first) = by_id.insert(entry.id(), entry) {
+                let line = src.position(first.id.span()).0;
+                return Err(src.error(
+                    entry.id.span(),
+                    format!(
+                        "agent id `{}` is already used by the {} on line {line}; ids must be unique",
+                        entry.id(),
+                        noun(first.layer)
+                    ),
+                ));
+            }
+        }
+        Ok(Self { by_id, entries })
+    }
+
+    /// The ids on `layer`, in file order, for messages.
+    fn ids_on(&self, layer: AgentLayer) -> String {
+        list_or_none(self.entries.iter().filter(|e| e.layer == layer).map(Entry::id))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Team checks.
+
+fn agent_spec<'e, 'a>(
+    src: &Source<'_>,
+    entry: &'e Entry<'a>,
+    placed: &mut BTreeMap<&'a str, usize>,
+    team: &TeamIndex<'_, 'a>,
+    tools: &ToolRegistry,
+    domains: &mut BTreeMap<&'a str, &'e Entry<'a>>,
+) -> Result<AgentSpec, FileError> {
+    let id = entry.id();
+    let name = match entry.name {
+        Some(name) if name.get_ref().trim().is_empty() => {
+            return Err(
+                src.error(name.span(), "`name` must not be empty; leave it out to use the id")
+            );
+        }
+        Some(name) => name.get_ref().clone(),
+        None => id.to_owned(),
+    };
+    let mut config = AgentConfig::new(id, name, entry.layer);
+    if let Some(supervisor) = entry.supervisor {
+        check_supervisor(src, entry, supervisor, team)?;
+        config.supervisor = Some(AgentId::from(supervisor.get_ref().as_str()));
+    }
+    if let Some(role) = entry.role {
+        config.role = role.get_ref().clone();
+    }
+    if let Some(capabilities) = entry.capabilities {
+        config.capabilities = parse_capabilities(src, entry.layer, capabilities)?.into();
+    }
+    config.model = entry.model.map(|m| m.get_ref().clone());
+    if let Some(t) = entry.temperature {
+        if !(0.0..=2.0).contains(t.get_ref()) {
+            return Err(src.error(
+                t.span(),
+                format!("`temperature` must be from 0.0 to 2.0, not {}", t.get_ref()),
+            ));
+        }
+        config.temperature = Some(*t.get_ref());
+    }
+    if let Some(retries) = entry.max_retries {
+        config.max_retries = retries;
+    }
+    if let Some(timeout) = entry.timeout_ms {
+        if *timeout.get_ref() == 0 {
+            return Err(src.error(timeout.span(), "`timeout_ms` must be greater than 0"));
+        }
+        config.timeout_ms = *timeout.get_ref();
+    }
+    let role = match entry.kind {
+        EntryKind::Top(raw) => RoleSpec::Top(top_spec(src, raw)?),
+        EntryKind::Mid(raw) => {
+            let domain = raw.domain.get_ref();
+            if domain.trim().is_empty() {
+                return Err(src.error(raw.domain.span(), "`domain` must not be empty"));
+            }
+            if let Some(lead) = domains.insert(domain, entry) {
+                let line = src.position(lead.id.span()).0;
+                return Err(src.error(
+                    raw.domain.span(),
+                    format!(
+                        "domain `{domain}` already has a lead, `{}` (line {line}); each domain has one lead",
+                        lead.id()
+                    ),
+                ));
+            }
+            let max_subordinates = raw.max_subordinates.unwrap_or(DEFAULT_MAX_SUBORDINATES);
+            RoleSpec::Mid(MidSpec { domain: domain.clone(), max_subordinates })
+        }
+        EntryKind::Bottom(raw) => {
+            let lead = raw.supervisor.get_ref();
+            let max = team.by_id.get(lead.as_str()).and_then(|e| match e.kind {
+                EntryKind::Mid(m) => Some(m.max_subordinates.unwrap_or(DEFAULT_MAX_SUBORDINATES)),
+                _ => None,
+            });
+            let siblings = placed.entry(lead.as_str()).or_insert(0);
+            if let Some(max) = max
+                && *siblings >= max
+            {
+                return Err(src.error(
+                    raw.supervisor.span(),
+                    format!(
+                        "lead `{lead}` already has {max} executors, its `max_subordinates`; raise it or report to another lead ({})",
+                        team.ids_on(AgentLayer::Mid)
+                    ),
+                ));
+            }
+            *siblings += 1;
+            RoleSpec::Bottom(BottomSpec { tools: executor_tools(src, &raw.tools, tools)?.into() })
+        }
+    };
+    // Everything `validate` refuses is caught above with a position; this is a safety net.
+    config.validate().map_err(|e| {
+        let span = match e.field() {
+            "name" => entry.name.map(Spanned::span),
+            "supervisor" => entry.supervisor.map(Spanned::span),
+            "temperature" => entry.temperature.map(Spanned::span),
+            "timeout_ms" => entry.timeout_ms.map(Spanned::span),
+            "role" => entry.role.map(Spanned::span),
+            "model" => entry.model.map(Spanned::span),
+            _ => None,
+        };
+        src.error(span.unwrap_or(entry.id.span()), e.kind.to_string())
+    })?;
+    Ok(AgentSpec { config, role })
+}
+
+fn top_spec(src: &Source<'_>, raw: &RawTop) -> Result<TopSpec, FileError> {
+    if raw.power_type.get_ref().trim().is_empty() {
+        return Err(src.error(raw.power_type.span(), "`power_type` must not be empty"));
+    }
+    let vote_weight = match &raw.vote_weight {
+        Some(w) if !w.get_ref().is_finite() || *w.get_ref() < 0.0 => {
+            return Err(src.error(
+                w.span(),
+                format!("`vote_weight` must be a number of 0 or more, not {}", w.get_ref()),
+            ));
+        }
+        Some(w) => *w.get_ref(),
+        None => 1.0,
+    };
+    let signature_authority = match &raw.signature_authority {
+        Some(list) => {
+            if let Some(empty) = list.iter().find(|a| a.get_ref().trim().is_empty()) {
+                return Err(src.error(
+                    empty.span(),
+                    "a signature authority must not be empty; use names such as \"plan\"",
+                ));
+            }
+            list.iter().map(|a| a.get_ref().clone()).collect()
+        }
+        None => vec![agent_layers::PLAN_AUTHORITY.to_owned()],
+    };
+    Ok(TopSpec { power_type: raw.power_type.get_ref().clone(), vote_weight, signature_authority })
+}
+
+fn check_supervisor(
+    src: &Source<'_>,
+    entry: &Entry<'_>,
+    supervisor: &Spanned<String>,
+    team: &TeamIndex<'_, '_>,
+) -> Result<(), FileError> {
+    let name = supervisor.get_ref();
+    let Some(expected) = (match entry.layer {
+        AgentLayer::Top => None,
+        AgentLayer::Mid => Some(AgentLayer::Top),
+        AgentLayer::Bottom => Some(AgentLayer::Mid),
+    }) else {
+        return Err(
+            src.error(supervisor.span(), "a top power has no supervisor; remove `supervisor`")
+        );
+    };
+    // Built only for an error: listing the layer's ids for every entry of a generated team of
+    // 100 000 agents would make parsing quadratic.
+    let wanted = || {
+        format!(
+            "a {} reports to a {} ({})",
+            noun(entry.layer),
+            noun(expected),
+            team.ids_on(expected)
+        )
+    };
+    if name == entry.id() {
+        return Err(src.error(
+            supervisor.span(),
+            format!("supervisor cycle: `{name}` cannot supervise itself; {}", wanted()),
+        ));
+    }
+    let Some(boss) = team.by_id.get(name.as_str()) else {
+        return Err(src.error(supervisor.span(), format!("unknown agent `{name}`; {}", wanted())));
+    };
+    if boss.layer == expected {
+        return Ok(());
+    }
+    // Follow the chain: a loop back to this agent is a cycle, which deserves its own words.
+    let mut chain = vec![entry.id(), name.as_str()];
+    let mut at = *boss;
+    while let Some(next) = at.supervisor.map(|s| s.get_ref().as_str()) {
+        if chain.contains(&next) {
+            if next == entry.id() {
+                chain.push(next);
+                return Err(src.error(
+                    supervisor.span(),
+                    format!("supervisor cycle: {}; {}", chain.join(" → "), wanted()),
+                ));
+            }
+            break;
+        }
+        chain.push(next);
+        match team.by_id.get(next) {
+            Some(e) => at = e,
+            None => break,
+        }
+    }
+    Err(src
+        .error(supervisor.span(), format!("`{name}` is a {}, but {}", noun(boss.layer), wanted())))
+}
+
+fn parse_capabilities(
+    src: &Source<'_>,
+    layer: AgentLayer,
+    names: &[Spanned<String>],
+) -> Result<Vec<Capability>, FileError> {
+    let allowed = || layer.capabilities().map(Capability::as_str).collect::<Vec<_>>().join(", ");
+    let mut capabilities = Vec::with_capacity(names.len());
+    for name in names {
+        let Some(capability) = Capability::ALL.into_iter().find(|c| c.as_str() == name.get_ref())
+        else {
+            return Err(src.error(
+                name.span(),
+                format!(
+                    "unknown capability `{}`; a {} may hold: {}",
+                    name.get_ref(),
+                    noun(layer),
+                    allowed()
+                ),
+            ));
+        };
+        if !layer.allows(capability) {
+            return Err(src.error(
+                name.span(),
+                format!(
+                    "a {} may not hold the capability `{capability}`; allowed: {}",
+                    noun(layer),
+                    allowed()
+                ),
+            ));
+        }
+        if !capabilities.contains(&capability) {
+            capabilities.push(capability);
+        }
+    }
+    Ok(capabilities)
+}
+
+fn executor_tools(
+    src: &Source<'_>,
+    names: &Spanned<Vec<Spanned<String>>>,
+    tools: &ToolRegistry,
+) -> Result<Vec<String>, FileError> {
+    let available = || tools.names().join(", ");
+    if names.get_ref().is_empty() {
+        return Err(src.error(
+            names.span(),
+            format!("an executor needs at least one tool (available: {})", available()),
+        ));
+    }
+    let mut out: Vec<String> = Vec::with_capacity(names.get_ref().len());
+    for name in names.get_ref() {
+        if tools.get(name.get_ref()).is_none() {
+            return Err(src.error(
+                name.span(),
+                format!("unknown tool `{}` (available: {})", name.get_ref(), available()),
+            ));
+        }
+        if !out.contains(name.get_ref()) {
+            out.push(name.get_ref().clone());
+        }
+    }
+    Ok(out)
+}
+
+fn reasoner_settings(
+    src: &Source<'_>,
+    raw: &RawReasoner,
+    base: &ReasonerSettings,
+    tools: &ToolRegistry,
+) -> Result<ReasonerSettings, FileError> {
+    let kind = match &raw.kind {
+        Some(kind) => ReasonerKind::from_str(kind.get_ref())
+            .map_err(|e| src.error(kind.span(), e.to_string()))?,
+        None => base.kind,
+    };
+    let forbid_tools = match &raw.forbid_tools {
+        Some(list) => {
+            if let Some(bad) = list.iter().find(|t| tools.get(t.get_ref()).is_none()) {
+                return Err(src.error(
+                    bad.span(),
+                    format!(
+                        "unknown tool `{}` in `forbid_tools` (available: {})",
+                        bad.get_ref(),
+                        tools.names().join(", ")
+                    ),
+                ));
+            }
+            list.iter().map(|t| t.get_ref().clone()).collect()
+        }
+        None => base.forbid_tools.clone(),
+    };
+    let prefer = match &raw.prefer {
+        Some(list) => list.iter().map(|p| p.get_ref().clone()).collect(),
+        None => base.prefer.clone(),
+    };
+    let base_url = match &raw.base_url {
+        Some(u) => {
+            let url = u.get_ref().trim();
+            let scheme_ok = url.starts_with("http://") || url.starts_with("https://");
+            let host_ok = url.split_once("://").is_some_and(|(_, rest)| {
+                !rest.is_empty() && !rest.starts_with('/') && !rest.contains(char::is_whitespace)
+            });
+            if !scheme_ok || !host_ok {
+                return Err(src.error(
+                    u.span(),
+                    format!(
+                        "`base_url` `{url}` is not an http(s) URL; write it like \"https://api.openai.com/v1\" or \"http://127.0.0.1:11434/v1\""
+                    ),
+                ));
+            }
+            Some(url.to_owned())
+        }
+        None => base.base_url.clone(),
+    };
+    let model = match &raw.model {
+        Some(m) if m.get_ref().trim().is_empty() => {
+            return Err(src.error(m.span(), "`model` must not be empty"));
+        }
+        Some(m) => Some(m.get_ref().trim().to_owned()),
+        None => base.model.clone(),
+    };
+    let api_key_env = match &raw.api_key_env {
+        Some(v) => {
+            let name = v.get_ref();
+            let valid = !name.is_empty()
+                && !name.starts_with(|c: char| c.is_ascii_digit())
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !valid {
+                return Err(src.error(
+                    v.span(),
+                    format!(
+                        "`api_key_env` `{name}` is not an environment variable name; name the variable that holds the key, such as \"OPENAI_API_KEY\" (the key itself never goes in the team file)"
+                    ),
+                ));
+            }
+            Some(name.clone())
+        }
+        None => base.api_key_env.clone(),
+    };
+    let request_timeout = match &raw.request_timeout {
+        Some(t) => Some(parse_duration(t.get_ref()).map_err(|m| src.error(t.span(), m))?),
+        None => base.request_timeout,
+    };
+    let max_tokens = match &raw.max_tokens {
+        Some(m) if *m.get_ref() == 0 => {
+            return Err(src.error(m.span(), "`max_tokens` must be at least 1"));
+        }
+        Some(m) => Some(*m.get_ref()),
+        None => base.max_tokens,
+    };
+    Ok(ReasonerSettings {
+        kind,
+        forbid_tools,
+        prefer,
+        base_url,
+        model,
+        api_key_env,
+        request_timeout,
+        max_tokens,
+    })
+}
+
+/// `[prices]`: `"model" = { input_per_mtok = 0.15, output_per_mtok = 0.6 }`.
+fn price_table(
+    src: &Source<'_>,
+    raw: &BTreeMap<String, Spanned<RawPrice>>,
+) -> Result<PriceTable, FileError> {
+    let mut table = PriceTable::new();
+    for (model, price) in raw {
+        let p = price.get_ref();
+        table
+            .set(
+                model.clone(),
+                Price { input_per_mtok: p.input_per_mtok, output_per_mtok: p.output_per_mtok },
+            )
+            .map_err(|e| src.error(price.span(), e.to_string()))?;
+    }
+    Ok(table)
+}
+
+/// `[budget]`.
+fn budget(src: &Source<'_>, raw: &RawBudget) -> Result<Budget, FileError> {
+    let positive = |v: &Option<Spanned<u64>>, name: &str| -> Result<Option<u64>, FileError> {
+        match v {
+            Some(n) if *n.get_ref() == 0 => Err(src.error(
+                n.span(),
+                format!("`{name}` must be at least 1 (leave it out for no limit)"),
+            )),
+            Some(n) => Ok(Some(*n.get_ref())),
+            None => Ok(None),
+        }
+    };
+    let max_cost_usd = match &raw.max_cost_usd {
+        Some(c) if !c.get_ref().is_finite() || *c.get_ref() <= 0.0 => {
+            return Err(src.error(
+                c.span(),
+                "`max_cost_usd` must be a number of US dollars above 0 (leave it out for no limit)",
+            ));
+        }
+        Some(c) => Some(*c.get_ref()),
+        None => None,
+    };
+    let max_wall = match &raw.max_wall {
+        Some(w) => Some(parse_duration(w.get_ref()).map_err(|m| src.error(w.span(), m))?),
+        None => None,
+    };
+    let on_exceed = match &raw.on_exceed {
+        None => OnExceed::Stop,
+        Some(o) => match o.get_ref().as_str() {
+            "stop" => OnExceed::Stop,
+            "ask" => OnExceed::AskTop,
+            other => {
+                return Err(src.error(
+                    o.span(),
+                    format!(
+                        "`on_exceed` is \"stop\" (the run stops) or \"ask\" (the top layer votes on an extension), not \"{other}\""
+                    ),
+                ));
+            }
+        },
+    };
+    Ok(Budget {
+        max_tokens: positive(&raw.max_tokens, "max_tokens")?,
+        max_cost_usd,
+        max_wall,
+        max_calls: positive(&raw.max_calls, "max_calls")?,
+        on_exceed,
+    })
+}
+
+/// `[conversation]`.
+fn conversation_limits(
+    src: &Source<'_>,
+    raw: &RawConversation,
+) -> Result<ConversationLimits, FileError> {
+    let mut limits = ConversationLimits::default();
+    for (value, name, slot) in [
+        (&raw.max_turns, "max_turns", &mut limits.max_turns),
+        (&raw.max_chars, "max_chars", &mut limits.max_chars),
+    ] {
+        if let Some(v) = value {
+            if *v.get_ref() == 0 {
+                return Err(src.error(v.span(), format!("`{name}` must be at least 1")));
+            }
+            *slot = *v.get_ref();
+        }
+    }
+    Ok(limits)
+}
+
+/// Refuses control characters in the team file's ids and names, before anything echoes them.
+fn team_controls(src: &Source<'_>, raw: &RawTeam) -> Result<(), FileError> {
+    let reasoners = raw
+        .reasoner
+        .iter()
+        .chain(raw.top.iter().filter_map(|t| t.reasoner.as_ref()))
+        .chain(raw.mid.iter().filter_map(|m| m.reasoner.as_ref()))
+        .chain(raw.bottom.iter().filter_map(|b| b.reasoner.as_ref()));
+    for r in reasoners {
+        let fields = [(&r.kind, "`kind`"), (&r.model, "`model`"), (&r.base_url, "`base_url`")];
+        for (value, what) in fields {
+            if let Some(v) = value {
+                src.no_control(v, what)?;
+            }
+        }
+        for v in r.forbid_tools.iter().flatten() {
+            src.no_control(v, "a tool in `forbid_tools`")?;
+        }
+        for v in r.prefer.iter().flatten() {
+            src.no_control(v, "an option in `prefer`")?;
+        }
+    }
+    let entries = raw
+        .top
+        .iter()
+        .map(Entry::top)
+        .chain(raw.mid.iter().map(Entry::mid))
+        .chain(raw.bottom.iter().map(Entry::bottom));
+    for entry in entries {
+        src.no_control(entry.id, "an agent's `id`")?;
+        for (value, what) in [
+            (entry.name, "`name`"),
+            (entry.supervisor, "`supervisor`"),
+            (entry.role, "`role`"),
+            (entry.model, "`model`"),
+        ] {
+            if let Some(v) = value {
+                src.no_control(v, what)?;
+            }
+        }
+        for v in entry.capabilities.into_iter().flatten() {
+            src.no_control(v, "a capability")?;
+        }
+        match entry.kind {
+            EntryKind::Top(t) => {
+                src.no_control(&t.power_type, "`power_type`")?;
+                for v in t.signature_authority.iter().flatten() {
+                    src.no_control(v, "a signature authority")?;
+                }
+            }
+            EntryKind::Mid(m) => src.no_control(&m.domain, "`domain`")?,
+            EntryKind::Bottom(b) => {
+                for v in b.tools.get_ref() {
+                    src.no_control(v, "a tool")?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Words.
+
+fn noun(layer: AgentLayer) -> &'static str {
+    match layer {
+        AgentLayer::Top => "top power",
+        AgentLayer::Mid => "mid lead",
+        AgentLayer::Bottom => "bottom executor",
+    }
+}
+
+pub(crate) fn list_or_none<'s>(items: impl Iterator<Item = &'s str>) -> String {
+    let items: Vec<&str> = items.collect();
+    if items.is_empty() { "none".to_owned() } else { items.join(", ") }
+}
