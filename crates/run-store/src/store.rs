@@ -654,8 +654,45 @@ fn lock_database(dir: &Path, db_dir: &Path) -> Result<File, StoreError> {
 /// owner's files, locks included, until it execs.
 const OPEN_PATIENCE: std::time::Duration = std::time::Duration::from_millis(500);
 
+/// Removes snapshots that a crash cut short, so that sled can open the database.
+///
+/// sled 0.34.7 writes a snapshot as `snap.<lsn>.generating` and renames it once it is complete
+/// and synced, but when it opens a database it skips only files ending in `.in___motion`: an
+/// unfinished `.generating` file (a process killed while sled wrote one) sorts after the last
+/// good snapshot, is read as one, and sled refuses the whole database as corrupted. Such a
+/// file never held anything sled relies on (the log and the previous snapshot hold it all),
+/// so it is removed. The torture harness found it (a run killed while sled wrote a
+/// snapshot could not be resumed). Returns how many were removed.
+fn remove_unfinished_snapshots(db: &Path) -> std::io::Result<usize> {
+    let entries = match fs::read_dir(db) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(e),
+    };
+    let mut removed = 0;
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with("snap.") && name.ends_with(".generating") {
+            fs::remove_file(entry.path())?;
+            tracing::warn!(
+                file = %entry.path().display(),
+                "removed a database snapshot that a crash cut short (sled rebuilds it from its log)"
+            );
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}
+
 fn open_db(dir: &Path) -> Result<sled::Db, StoreError> {
     let path = dir.join(DB_DIR);
+    remove_unfinished_snapshots(&path).map_err(|source| StoreError::Io {
+        action: "clean up the database in",
+        path: path.clone(),
+        source,
+    })?;
     let config = sled::Config::new().path(&path);
     // sled 0.34 can panic on some damaged files instead of returning an error. The default
     // panic hook still prints the panic; the caller gets `Corrupted`.

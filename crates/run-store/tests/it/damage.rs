@@ -150,3 +150,30 @@ fn a_tree_that_outlives_the_store_leaves_the_run_unsealed_but_intact() {
     assert_eq!(missing_records(&store, 10), 0);
     assert!(run.join("db.before-recovery/db").is_file());
 }
+
+/// A process killed while sled 0.34 wrote a snapshot leaves `snap.<lsn>.generating` behind,
+/// which sled then reads as the newest snapshot and refuses the database for (found by the
+/// crash torture harness). Opening the run removes it, after keeping the copy of the crashed
+/// database, and every committed record is there.
+#[test]
+fn a_snapshot_cut_short_by_a_crash_does_not_keep_the_run_from_opening() {
+    let (_tmp, run, _) = sealed_run();
+    fs::remove_file(run.join("strata-run.seal")).unwrap(); // as after a crash
+    let unfinished = run.join("db/snap.FFFFFFFFFFFFFFF0.generating");
+    fs::write(&unfinished, b"").unwrap();
+
+    // What `inspect` and `verify` use opens a copy, and leaves the run as it is.
+    let before = snapshot(&run);
+    let copy = RunStore::open_read_only(&run).unwrap();
+    assert_eq!(missing_records(&copy, RECORDS), 0);
+    drop(copy);
+    assert_eq!(snapshot(&run), before, "reading the run changed nothing");
+
+    let store = RunStore::open(&run, Durability::Synced).unwrap();
+    assert_eq!(missing_records(&store, RECORDS), 0, "every committed record is there");
+    assert!(!unfinished.exists(), "the unfinished snapshot is gone");
+    assert!(
+        run.join("db.before-recovery/snap.FFFFFFFFFFFFFFF0.generating").is_file(),
+        "the copy kept before recovery has it, as the crash left it"
+    );
+}
