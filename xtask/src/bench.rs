@@ -267,7 +267,7 @@ pub(crate) fn format_throughput(throughput: Throughput, median_ns: f64) -> Strin
 }
 
 /// Cargo's target directory, which honours `CARGO_TARGET_DIR` and `build.target-dir`.
-fn target_dir(root: &Path) -> anyhow::Result<PathBuf> {
+pub(crate) fn target_dir(root: &Path) -> anyhow::Result<PathBuf> {
     let metadata =
         capture(cargo(root).args(["metadata", "--format-version", "1", "--no-deps", "--offline"]))?;
     let metadata: Value =

@@ -1,4 +1,4 @@
-//! Strata's task runner: `cargo xtask ci | coverage | bench [--quick] | help`.
+//! Strata's task runner: `cargo xtask ci | coverage | bench [--peers] [--quick] | help`.
 //!
 //! `cargo xtask ci` is the single entry point that does exactly what CI does; `.ci/run` prepares
 //! the machine and then calls it. Every subcommand runs from the workspace root, whatever the
@@ -9,6 +9,7 @@
 mod bench;
 mod ci;
 mod coverage;
+mod peers;
 mod tidy;
 mod torture;
 
@@ -30,6 +31,11 @@ commands:
   coverage        line coverage of the workspace tests with cargo-llvm-cov
   bench [--quick] run the criterion benches and print one table of the results
                   (--quick is passed to criterion: fewer samples, rougher numbers)
+  bench --peers [--quick]
+                  compare Strata with ractor and AutoGen (autogen-core, installed from
+                  PyPI into target/peers/venv) on the same workloads, print the table
+                  with ratios, write the plots in docs/bench/ and BENCHMARKS.md
+                  (--quick: the smaller sizes only, printed, nothing written)
   torture [--kills N] [--seed S]
                   crash torture: run strata on a plan, SIGKILL it at random moments,
                   resume, repeat (default 500 kills; CI runs 50), then verify the result
@@ -48,6 +54,10 @@ fn main() -> ExitCode {
         ["coverage"] => coverage::run(&root),
         ["bench"] => bench::run(&root, false),
         ["bench", "--quick"] => bench::run(&root, true),
+        ["bench", "--peers"] => peers::run(&root, false),
+        ["bench", "--peers", "--quick"] | ["bench", "--quick", "--peers"] => {
+            peers::run(&root, true)
+        }
         ["torture", rest @ ..] => {
             torture_args(rest).and_then(|(kills, seed)| torture::run(&root, kills, seed))
         }
