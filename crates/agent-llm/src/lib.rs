@@ -45,7 +45,7 @@
 //! let reasoner = LlmReasoner::new(Arc::new(VotesB), ledger.clone(), conversations);
 //! let config = AgentConfig {
 //!     id: AgentId::new("top-a"), name: "A".into(), layer: AgentLayer::Top, role: String::new(),
-//!     supervisor: None, subordinates: vec![], capabilities: vec![Capability::Arbitrate],
+//!     supervisor: None, subordinates: vec![], capabilities: vec![Capability::Arbitrate].into(),
 //!     model: None, temperature: None, max_retries: 3, timeout_ms: 30_000,
 //! };
 //! let conflict = Conflict {
