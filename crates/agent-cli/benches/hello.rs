@@ -10,9 +10,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "benchmarks")]
 #![allow(clippy::print_stdout, reason = "the figures are printed")]
 
+mod support;
+
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Instant;
+use support::target_dir;
 
 /// Runs measured.
 const RUNS: usize = 7;
@@ -58,13 +61,5 @@ fn main() {
         let dir = target_dir().join("strata-bench");
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("hello_run.json"), format!("{figure}\n")).unwrap();
-    }
-}
-
-/// Cargo's target directory: `CARGO_TARGET_DIR` when set, else `target` beside the workspace.
-fn target_dir() -> PathBuf {
-    match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target"),
     }
 }

@@ -12,9 +12,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "benchmarks")]
 #![allow(clippy::print_stdout, reason = "the figures are printed")]
 
-use std::path::{Path, PathBuf};
+mod support;
+
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use support::target_dir;
 
 const STRATA: &str = env!("CARGO_BIN_EXE_strata");
 
@@ -114,12 +117,4 @@ fn size_of(dir: &Path) -> u64 {
         }
     }
     total
-}
-
-/// Cargo's target directory: `CARGO_TARGET_DIR` when set, else `target` beside the workspace.
-fn target_dir() -> PathBuf {
-    match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target"),
-    }
 }

@@ -33,10 +33,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "benchmarks")]
 #![allow(clippy::print_stdout, clippy::print_stderr, reason = "the figures are printed")]
 
-use std::path::PathBuf;
+mod support;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
+use support::{resident_bytes, target_dir};
 
 use agent_core::tools::{ToolContext, ToolRegistry};
 use agent_core::{
@@ -580,19 +582,6 @@ fn memory_child(runtime: &str, agents: usize) -> Value {
     })
 }
 
-/// The process's resident set size, from `VmRSS` in `/proc/self/status` (Linux).
-fn resident_bytes() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status")
-        .expect("memory per agent is measured from /proc/self/status (Linux only)");
-    let kib: u64 = status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|rest| rest.trim().strip_suffix("kB"))
-        .and_then(|kib| kib.trim().parse().ok())
-        .expect("a VmRSS line in kB in /proc/self/status");
-    kib * 1024
-}
-
 // ---------------------------------------------------------------------------------------------
 // Figures
 
@@ -628,12 +617,4 @@ fn median(times: &mut [Duration]) -> Duration {
 /// To three decimals: figures are read by people.
 fn round(value: f64) -> f64 {
     (value * 1e3).round() / 1e3
-}
-
-/// Cargo's target directory: `CARGO_TARGET_DIR` when set, else `target` beside the workspace.
-fn target_dir() -> PathBuf {
-    match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target"),
-    }
 }

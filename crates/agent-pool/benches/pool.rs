@@ -10,10 +10,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "benchmarks")]
 #![allow(clippy::print_stdout, reason = "the memory figure is printed next to criterion's output")]
 
+mod support;
+
 use std::hint::black_box;
-use std::path::PathBuf;
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
+use support::{resident_bytes, target_dir};
 
 use agent_core::tools::{ToolContext, ToolRegistry};
 use agent_core::{
@@ -206,33 +208,4 @@ fn memory_per_idle_agent() {
         println!("{MEMORY_ID}: written to {}", path.display());
     }
     drop(pool);
-}
-
-/// The process's resident set size, from `VmRSS` in `/proc/self/status` (Linux).
-fn resident_bytes() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status")
-        .expect("memory per agent is measured from /proc/self/status (Linux only)");
-    let kib: u64 = status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|rest| rest.trim().strip_suffix("kB"))
-        .and_then(|kib| kib.trim().parse().ok())
-        .expect("a VmRSS line in kB in /proc/self/status");
-    kib * 1024
-}
-
-/// Cargo's target directory: `CARGO_TARGET_DIR` when set (relative to the workspace root when
-/// relative), else `target/` in the workspace root, the nearest directory up from here with a
-/// `Cargo.lock`.
-fn target_dir() -> PathBuf {
-    let here = std::env::current_dir().unwrap();
-    let root = here
-        .ancestors()
-        .find(|dir| dir.join("Cargo.lock").is_file())
-        .unwrap_or(&here)
-        .to_path_buf();
-    match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(dir) => root.join(dir),
-        None => root.join("target"),
-    }
 }

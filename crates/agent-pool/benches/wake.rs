@@ -13,10 +13,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "benchmarks")]
 #![allow(clippy::print_stdout, reason = "the figures are printed")]
 
+mod support;
+
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use support::target_dir;
 
 use agent_core::tools::{ToolContext, ToolRegistry};
 use agent_core::{InMemoryAuditLog, InMemoryStateStore, RuleBasedReasoner, TokioClock};
@@ -197,12 +199,4 @@ async fn hops() -> Vec<f64> {
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[index.min(sorted.len() - 1)]
-}
-
-/// Cargo's target directory: `CARGO_TARGET_DIR` when set, else `target` beside the workspace.
-fn target_dir() -> PathBuf {
-    match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target"),
-    }
 }
