@@ -742,6 +742,13 @@ pub fn validate(spec: &TeamSpec, services: &TeamServices) -> Result<Vec<AgentCon
 }
 
 fn leads(spec: &TeamSpec, configs: &[AgentConfig]) -> Vec<LeadInfo> {
+    // Executors by lead, in one pass: a generated team has 100 leads and 100 000 executors.
+    let mut executors: BTreeMap<&AgentId, Vec<_>> = BTreeMap::new();
+    for agent in &spec.agents {
+        if let (RoleSpec::Bottom(b), Some(lead)) = (&agent.role, &agent.config.supervisor) {
+            executors.entry(lead).or_default().push((agent.config.id.clone(), b.tools.clone()));
+        }
+    }
     spec.agents
         .iter()
         .zip(configs)
@@ -749,15 +756,7 @@ fn leads(spec: &TeamSpec, configs: &[AgentConfig]) -> Vec<LeadInfo> {
             RoleSpec::Mid(m) => Some(LeadInfo {
                 id: config.id.clone(),
                 domain: m.domain.clone(),
-                executors: spec
-                    .agents
-                    .iter()
-                    .filter(|a| a.config.supervisor.as_ref() == Some(&config.id))
-                    .filter_map(|a| match &a.role {
-                        RoleSpec::Bottom(b) => Some((a.config.id.clone(), b.tools.clone())),
-                        _ => None,
-                    })
-                    .collect(),
+                executors: executors.remove(&config.id).unwrap_or_default(),
             }),
             _ => None,
         })
