@@ -193,6 +193,23 @@ pub(crate) fn event_line(r: &AuditRecord, start: u64) -> String {
             format!("decision {} {action}{detail}", short(&decision.to_string()))
         }
         AuditEvent::MissedHeartbeat { heartbeat } => format!("missed heartbeat {heartbeat}"),
+        AuditEvent::Spawned { spawn } => format!(
+            "spawned {} ({}, depth {}): {}",
+            spawn.agent,
+            spawn.role,
+            spawn.depth,
+            first_line(&spawn.task_prompt)
+        ),
+        AuditEvent::Despawned { agent, summary } => {
+            format!("despawned {agent}: {}", first_line(summary))
+        }
+        AuditEvent::Result { result, trusted, .. } => format!(
+            "returned results ({:?}{}, {} artifact(s)): {}",
+            result.status,
+            if *trusted { "" } else { ", UNTRUSTED" },
+            result.artifacts.len(),
+            first_line(&result.summary)
+        ),
     };
     esc(&format!("[{t:>7.2}s] {:<12} {what}", r.agent.as_str())).into_owned()
 }

@@ -85,6 +85,8 @@ fn subtask() -> Subtask {
             args: serde_json::json!({"path": "hello.txt", "content": "hello, strata\n"}),
             after: Vec::new(),
             idempotent: false,
+            role: None,
+            acceptance: String::new(),
         },
         assignee: AgentId::new("bottom-1"),
         attempt: 1,
@@ -113,6 +115,7 @@ impl Fixture {
             workspace: Arc::new(workspace.clone()),
             clock: Arc::new(TokioClock::starting_at(Timestamp(1_700_000_000_000))),
             state: Arc::new(InMemoryStateStore::new()),
+            spawner: None,
         });
         let behavior = Box::new(OneCall { subtask: subtask() });
         let agent = Agent::new(config(), behavior, deps).unwrap();
@@ -177,7 +180,7 @@ fn overhead(c: &mut Criterion) {
     group.bench_function("reasoner_call", |bench| {
         let config = config();
         let prompt = system_prompt(&config, RESPONSIBILITIES);
-        let persona = Persona { config: &config, system_prompt: &prompt };
+        let persona = Persona { config: &config, system_prompt: &prompt, tools: &[] };
         let reasoner: Arc<dyn Reasoner> = Arc::new(RuleBasedReasoner::new());
         let subtask = subtask();
         bench.iter_custom(|iters| {

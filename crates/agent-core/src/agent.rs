@@ -53,6 +53,9 @@ pub struct AgentDeps {
     pub clock: Arc<dyn Clock>,
     /// Where the agent's state, tool results and task outcomes are kept across restarts.
     pub state: Arc<dyn StateStore>,
+    /// Creates and dismisses agents on this agent's behalf (`spawn_agent`, `despawn_agent`);
+    /// `None` in a team without roles.
+    pub spawner: Option<Arc<dyn crate::Spawner>>,
 }
 
 /// Everything a layer's code can reach: its configuration, status, metrics and the services.
@@ -222,7 +225,18 @@ impl AgentContext {
 
     /// Who this agent is, for the reasoner.
     pub fn persona(&self) -> Persona<'_> {
-        Persona { config: &self.config, system_prompt: self.system_prompt() }
+        Persona { config: &self.config, system_prompt: self.system_prompt(), tools: &[] }
+    }
+
+    /// Who this agent is, holding `tools` (its workspace tools and, when it may spawn, the
+    /// supervisor tools), for a reasoner choosing its next tool call.
+    pub fn persona_with<'a>(&'a self, tools: &'a [String]) -> Persona<'a> {
+        Persona { config: &self.config, system_prompt: self.system_prompt(), tools }
+    }
+
+    /// The spawner, if this team can spawn agents.
+    pub fn spawner(&self) -> Option<Arc<dyn crate::Spawner>> {
+        self.deps.spawner.clone()
     }
 
     /// The reasoner.

@@ -73,6 +73,29 @@ pub enum AuditEvent {
         /// The heartbeat number.
         heartbeat: u64,
     },
+    /// The agent (a top power or a supervisor) spawned another; written before the new agent
+    /// exists, so a resumed run can create it.
+    Spawned {
+        /// The new agent, its role, task and place in the tree.
+        spawn: crate::spawn::SpawnRecord,
+    },
+    /// The agent dismissed one of its subordinates (`despawn_agent`).
+    Despawned {
+        /// The subordinate.
+        agent: AgentId,
+        /// Its final summary.
+        summary: String,
+    },
+    /// The agent returned its structured result (`return_results`) to its supervisor.
+    Result {
+        /// The task it was given.
+        task: String,
+        /// The result.
+        result: agent_state::AgentResult,
+        /// `false` when an artifact it claimed to have created or modified is not a file its
+        /// own tool calls (or its workers' trusted results) touched, after one chance to fix it.
+        trusted: bool,
+    },
 }
 
 /// One record of the audit log, chained to the one before it by hash.

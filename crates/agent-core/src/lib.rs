@@ -39,6 +39,7 @@ mod error;
 pub mod protocol;
 mod reasoner;
 mod scripted;
+pub mod spawn;
 mod state;
 pub mod tools;
 
@@ -59,8 +60,12 @@ pub use clock::{Clock, TokioClock, new_decision_id, new_message_id};
 pub use durable::{AUDIT_ANCHOR, SledAuditLog, SledStateStore};
 pub use error::AgentError;
 pub use reasoner::{
-    BUDGET_EXTENSION_KIND, Candidate, Conflict, Judgement, NextAction, Persona, Placement,
+    BUDGET_EXTENSION_KIND, Candidate, Conflict, Judgement, NextAction, Persona, Placement, Plan,
     ReasonError, Reasoner, RuleBasedReasoner, ToolCall, ToolCallRecord, Verdict,
 };
 pub use scripted::{ReasoningRequest, ScriptedAnswer, ScriptedReasoner};
+pub use spawn::{
+    SpawnError, SpawnRecord, SpawnRequest, Spawner, Subordinate, is_agent_tool,
+    supervisor_tool_spec, supervisor_tool_specs,
+};
 pub use state::{AgentRecord, InMemoryStateStore, OutcomeRecord, StateStore, ToolRecord};

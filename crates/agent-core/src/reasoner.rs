@@ -2,7 +2,8 @@
 //! [`RuleBasedReasoner`] is the deterministic default.
 
 use agent_state::{
-    AgentConfig, AgentId, Decision, PlanStep, StepTarget, Subtask, SubtaskResult, Task, WorkPackage,
+    AgentConfig, AgentId, Decision, LeadRequest, PlanStep, RoleBook, StepTarget, Subtask,
+    SubtaskResult, Task, WorkPackage,
 };
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -19,6 +20,22 @@ pub struct Persona<'a> {
     pub config: &'a AgentConfig,
     /// Its system prompt (seed 000 §3 `generateSystemPrompt`).
     pub system_prompt: &'a str,
+    /// The tools it holds now, when its layer says (an executor's workspace tools, and the
+    /// supervisor tools of an agent whose role may spawn); empty: the reasoner's own idea of
+    /// its tools (such as agent-llm's per-agent map).
+    pub tools: &'a [String],
+}
+
+/// A plan the top layer's reasoner made from a goal in words: the steps (goal steps, which say
+/// what to do and leave the tool calls to the executors, or scripted ones) and the mid-layer
+/// leads to create for them (dynamic team formation, seed 001).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    /// The steps, in order; `after` names earlier steps.
+    pub steps: Vec<PlanStep>,
+    /// The leads to create, each for one domain that steps target.
+    #[serde(default)]
+    pub leads: Vec<LeadRequest>,
 }
 
 /// A top power's answer to a signature request.
@@ -130,6 +147,16 @@ pub enum ReasonError {
     /// The question itself is malformed (no options to vote on, and so on).
     #[error("cannot decide: {0}")]
     BadQuestion(String),
+    /// This reasoner cannot turn a goal in words into a plan.
+    #[error(
+        "reasoner `{reasoner}` cannot plan from a goal in words; give the top layer a model \
+         reasoner (`--reasoner openai`, `anthropic` or `local`), or give every step a `tool` and \
+         its `args`"
+    )]
+    CannotPlan {
+        /// The reasoner.
+        reasoner: String,
+    },
     /// The reasoning backend failed.
     #[error("reasoner `{reasoner}` failed: {message}")]
     Backend {
@@ -182,6 +209,38 @@ pub trait Reasoner: Send + Sync + 'static {
         results: &[SubtaskResult],
         global_board: &str,
     ) -> Result<Judgement, ReasonError>;
+
+    /// Whether this reasoner can plan from a goal in words ([`plan`](Reasoner::plan)) and
+    /// carry out goal steps, which name no tool. `false` by default: a team refuses a
+    /// goal-only task before it starts when its reasoners cannot.
+    fn plans(&self) -> bool {
+        false
+    }
+
+    /// A top power turns the goal of `task` into a plan: steps (with the role each needs,
+    /// dependencies and acceptance checks) and the mid-layer leads to create from `roles`.
+    /// The default cannot: [`ReasonError::CannotPlan`].
+    async fn plan(
+        &self,
+        _who: Persona<'_>,
+        _task: &Task,
+        _roles: &RoleBook,
+    ) -> Result<Plan, ReasonError> {
+        Err(ReasonError::CannotPlan { reasoner: self.name().to_owned() })
+    }
+
+    /// An agent answers `message`, spoken to it by `from` (its supervisor or a subordinate,
+    /// through `speak_to_agent`), knowing `context` (what it is doing). The default answers
+    /// with the context itself: where the work stands.
+    async fn answer(
+        &self,
+        _who: Persona<'_>,
+        _from: &AgentId,
+        _message: &str,
+        context: &str,
+    ) -> Result<String, ReasonError> {
+        Ok(if context.trim().is_empty() { "idle: no work in hand".into() } else { context.into() })
+    }
 }
 
 /// The deterministic default reasoner. Its rules:

@@ -4,11 +4,11 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use agent_state::{AgentId, Decision, Subtask, SubtaskResult, Task, WorkPackage};
+use agent_state::{AgentId, Decision, RoleBook, Subtask, SubtaskResult, Task, WorkPackage};
 use async_trait::async_trait;
 
 use crate::reasoner::{
-    Candidate, Conflict, Judgement, NextAction, Persona, Placement, ReasonError, Reasoner,
+    Candidate, Conflict, Judgement, NextAction, Persona, Placement, Plan, ReasonError, Reasoner,
     ToolCallRecord, Verdict,
 };
 
@@ -56,6 +56,26 @@ pub enum ReasoningRequest {
         /// Its results.
         results: Vec<SubtaskResult>,
     },
+    /// A top power plans a goal.
+    Plan {
+        /// Who asked.
+        agent: AgentId,
+        /// The task (its goal; steps if the submitter gave some).
+        task: Task,
+        /// The roles the team has.
+        roles: RoleBook,
+    },
+    /// An agent answers what its supervisor or a subordinate said to it.
+    Answer {
+        /// Who asked.
+        agent: AgentId,
+        /// Who spoke.
+        from: AgentId,
+        /// What was said.
+        message: String,
+        /// What the agent is doing.
+        context: String,
+    },
 }
 
 impl ReasoningRequest {
@@ -66,7 +86,9 @@ impl ReasoningRequest {
             | ReasoningRequest::Vote { agent, .. }
             | ReasoningRequest::Decompose { agent, .. }
             | ReasoningRequest::NextAction { agent, .. }
-            | ReasoningRequest::Judge { agent, .. } => agent,
+            | ReasoningRequest::Judge { agent, .. }
+            | ReasoningRequest::Plan { agent, .. }
+            | ReasoningRequest::Answer { agent, .. } => agent,
         }
     }
 
@@ -77,6 +99,8 @@ impl ReasoningRequest {
             ReasoningRequest::Decompose { .. } => "decompose",
             ReasoningRequest::NextAction { .. } => "next action",
             ReasoningRequest::Judge { .. } => "judge",
+            ReasoningRequest::Plan { .. } => "plan",
+            ReasoningRequest::Answer { .. } => "answer",
         }
     }
 }
@@ -94,6 +118,10 @@ pub enum ScriptedAnswer {
     Action(NextAction),
     /// For a judgement.
     Judgement(Judgement),
+    /// For a plan.
+    Plan(Plan),
+    /// For an answer to what was said.
+    Reply(String),
     /// Any question: the reasoner fails with this error.
     Fail(ReasonError),
     /// Any question: answer as the fallback reasoner would.
@@ -108,6 +136,8 @@ impl ScriptedAnswer {
             ScriptedAnswer::Placements(_) => "decompose",
             ScriptedAnswer::Action(_) => "next action",
             ScriptedAnswer::Judgement(_) => "judge",
+            ScriptedAnswer::Plan(_) => "plan",
+            ScriptedAnswer::Reply(_) => "answer",
             ScriptedAnswer::Fail(_) => "fail",
             ScriptedAnswer::Fallback => "fallback",
         }
@@ -187,7 +217,7 @@ impl ScriptedReasoner {
     }
 
     /// Records `request` and picks its answer.
-    fn answer(&self, request: ReasoningRequest) -> ScriptedAnswer {
+    fn pick(&self, request: ReasoningRequest) -> ScriptedAnswer {
         let answer = match &mut *self.script.lock().unwrap_or_else(PoisonError::into_inner) {
             Script::List(list) => list.pop_front().unwrap_or(ScriptedAnswer::Fallback),
             Script::Function(f) => f(&request),
@@ -218,7 +248,7 @@ impl Reasoner for ScriptedReasoner {
         let request =
             ReasoningRequest::Review { agent: who.config.id.clone(), decision: decision.clone() };
         let kind = request.kind();
-        match self.answer(request) {
+        match self.pick(request) {
             ScriptedAnswer::Verdict(v) => Ok(v),
             ScriptedAnswer::Fail(e) => Err(e),
             ScriptedAnswer::Fallback => self.fallback.review_decision(who, decision).await,
@@ -230,7 +260,7 @@ impl Reasoner for ScriptedReasoner {
         let request =
             ReasoningRequest::Vote { agent: who.config.id.clone(), conflict: conflict.clone() };
         let kind = request.kind();
-        match self.answer(request) {
+        match self.pick(request) {
             ScriptedAnswer::Vote(v) => Ok(v),
             ScriptedAnswer::Fail(e) => Err(e),
             ScriptedAnswer::Fallback => self.fallback.vote(who, conflict).await,
@@ -250,7 +280,7 @@ impl Reasoner for ScriptedReasoner {
             team: team.to_vec(),
         };
         let kind = request.kind();
-        match self.answer(request) {
+        match self.pick(request) {
             ScriptedAnswer::Placements(p) => Ok(p),
             ScriptedAnswer::Fail(e) => Err(e),
             ScriptedAnswer::Fallback => self.fallback.decompose(who, work, team).await,
@@ -270,7 +300,7 @@ impl Reasoner for ScriptedReasoner {
             history: history.to_vec(),
         };
         let kind = request.kind();
-        match self.answer(request) {
+        match self.pick(request) {
             ScriptedAnswer::Action(a) => Ok(a),
             ScriptedAnswer::Fail(e) => Err(e),
             ScriptedAnswer::Fallback => self.fallback.next_action(who, subtask, history).await,
@@ -291,12 +321,60 @@ impl Reasoner for ScriptedReasoner {
             results: results.to_vec(),
         };
         let kind = request.kind();
-        match self.answer(request) {
+        match self.pick(request) {
             ScriptedAnswer::Judgement(j) => Ok(j),
             ScriptedAnswer::Fail(e) => Err(e),
             ScriptedAnswer::Fallback => {
                 self.fallback.judge_progress(who, task, results, global_board).await
             }
+            other => Err(mismatch(kind, &other)),
+        }
+    }
+
+    /// A scripted reasoner is the test kit for goal-driven teams: it plans when its script
+    /// gives a plan.
+    fn plans(&self) -> bool {
+        true
+    }
+
+    async fn plan(
+        &self,
+        who: Persona<'_>,
+        task: &Task,
+        roles: &RoleBook,
+    ) -> Result<Plan, ReasonError> {
+        let request = ReasoningRequest::Plan {
+            agent: who.config.id.clone(),
+            task: task.clone(),
+            roles: roles.clone(),
+        };
+        let kind = request.kind();
+        match self.pick(request) {
+            ScriptedAnswer::Plan(p) => Ok(p),
+            ScriptedAnswer::Fail(e) => Err(e),
+            ScriptedAnswer::Fallback => self.fallback.plan(who, task, roles).await,
+            other => Err(mismatch(kind, &other)),
+        }
+    }
+
+    async fn answer(
+        &self,
+        who: Persona<'_>,
+        from: &AgentId,
+        message: &str,
+        context: &str,
+    ) -> Result<String, ReasonError> {
+        let request = ReasoningRequest::Answer {
+            agent: who.config.id.clone(),
+            from: from.clone(),
+            message: message.to_owned(),
+            context: context.to_owned(),
+        };
+        let kind = request.kind();
+        match self.pick(request) {
+            ScriptedAnswer::Reply(r) => Ok(r),
+            ScriptedAnswer::Fail(e) => Err(e),
+            ScriptedAnswer::Fallback => self.fallback.answer(who, from, message, context).await,
             other => Err(mismatch(kind, &other)),
         }
     }

@@ -73,6 +73,8 @@ fn subtask(step: &str) -> Subtask {
             args: serde_json::json!({"path": "a.txt", "content": "a"}),
             after: Vec::new(),
             idempotent: false,
+            role: None,
+            acceptance: String::new(),
         },
         assignee: id(ME),
         attempt: 1,
@@ -110,6 +112,7 @@ impl Services {
             workspace: Arc::new(ToolContext::new(workspace.path()).unwrap()),
             clock: Arc::new(TokioClock::starting_at(START)),
             state: Arc::new(InMemoryStateStore::new()),
+            spawner: None,
         });
         bus.register(&id(SUPERVISOR)).await.unwrap();
         Self { bus, boards, governance, audit, deps, _workspace: workspace }

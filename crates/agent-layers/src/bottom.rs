@@ -156,6 +156,7 @@ impl BottomAgent {
             agent: ctx.id().clone(),
             success: true,
             output: summary,
+            result: None,
         };
         let report = ProgressReport {
             task_id: subtask.task_id.clone(),
@@ -201,6 +202,7 @@ impl BottomAgent {
             agent: ctx.id().clone(),
             success: false,
             output: failure.to_string(),
+            result: None,
         };
         let report = ProgressReport {
             task_id: subtask.task_id.clone(),

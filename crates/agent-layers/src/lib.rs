@@ -24,7 +24,7 @@
 //! }];
 //! let step = PlanStep { id: "readme".into(), description: "write README".into(),
 //!     target: StepTarget::Domain("docs".into()), tool: "write_file".into(), args: serde_json::json!({}),
-//!     after: vec![], idempotent: false };
+//!     after: vec![], idempotent: false, role: None, acceptance: String::new() };
 //! assert_eq!(route(&leads, &step), Some(AgentId::new("mid-docs")));
 //! ```
 

@@ -46,6 +46,8 @@ fn step(id: &str, domain: &str, tool: &str, args: serde_json::Value) -> PlanStep
         args,
         after: Vec::new(),
         idempotent: false,
+        role: None,
+        acceptance: String::new(),
     }
 }
 
@@ -95,6 +97,7 @@ impl World {
             workspace: self.workspace.clone(),
             clock: self.clock.clone(),
             state: Arc::new(InMemoryStateStore::new()),
+            spawner: None,
         })
     }
 

@@ -94,6 +94,8 @@ fn bench(c: &mut Criterion) {
             args: serde_json::json!({"path": "a.txt", "content": "a"}),
             after: Vec::new(),
             idempotent: false,
+            role: None,
+            acceptance: String::new(),
         },
         assignee: AgentId::new("bottom-a"),
         attempt: 1,
@@ -104,11 +106,11 @@ fn bench(c: &mut Criterion) {
         b.iter(|| rt.block_on(async { black_box(provider.complete(&request).await.unwrap()) }))
     });
     g.bench_function("vote", |b| {
-        let who = Persona { config: &top, system_prompt: prompt };
+        let who = Persona { config: &top, system_prompt: prompt, tools: &[] };
         b.iter(|| rt.block_on(async { black_box(reasoner.vote(who, &conflict).await.unwrap()) }))
     });
     g.bench_function("next_action", |b| {
-        let who = Persona { config: &bottom, system_prompt: prompt };
+        let who = Persona { config: &bottom, system_prompt: prompt, tools: &[] };
         b.iter(|| {
             rt.block_on(async {
                 black_box(reasoner.next_action(who, &subtask, &[]).await.unwrap())

@@ -318,6 +318,7 @@ impl Strata {
             workspace: Arc::new(ToolContext::new(workspace.path()).unwrap()),
             clock: Arc::new(TokioClock::starting_at(Timestamp(1_700_000_000_000))),
             state: Arc::new(InMemoryStateStore::new()),
+            spawner: None,
         });
         let pool = Arc::new(AgentPool::new(usize::MAX));
         Self { deps, pool, progress, mail, ids: Vec::new(), _workspace: workspace }

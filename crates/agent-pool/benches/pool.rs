@@ -72,6 +72,7 @@ impl Services {
             workspace: Arc::new(ToolContext::new(workspace.path()).unwrap()),
             clock: Arc::new(TokioClock::starting_at(Timestamp(1_700_000_000_000))),
             state: Arc::new(InMemoryStateStore::new()),
+            spawner: None,
         });
         Self { deps, _workspace: workspace }
     }

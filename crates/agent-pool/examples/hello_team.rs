@@ -61,6 +61,8 @@ fn step(id: &str, domain: &str, tool: &str, args: serde_json::Value, after: &[&s
         args,
         after: after.iter().map(|s| (*s).to_owned()).collect(),
         idempotent: false,
+        role: None,
+        acceptance: String::new(),
     }
 }
 

@@ -321,6 +321,7 @@ impl Team {
                 workspace: services.workspace.clone(),
                 clock: services.clock.clone(),
                 state: services.state.clone(),
+                spawner: None,
             });
             // Agents are created (or restored) concurrently, a bounded number at a time, so a
             // durable backend's group commit serves many of them with one sync.

@@ -35,7 +35,9 @@ mod ids;
 mod layer;
 mod message;
 mod metrics;
+mod result;
 mod retry;
+mod role;
 mod status;
 mod storage;
 mod task;
@@ -61,11 +63,13 @@ pub use message::{Address, BROADCAST, Message, MessageKind, SYSTEM};
 pub use metrics::{
     AgentMetrics, RELIABILITY_WEIGHT, RESPONSIVENESS_CAP_MS, RESPONSIVENESS_WEIGHT, SUCCESS_WEIGHT,
 };
+pub use result::{AgentResult, Artifact, ChangeType, ResultStatus, same_path};
 pub use retry::{ErrorClass, RetryPolicy};
+pub use role::{DEFAULT_MAX_SPAWN_DEPTH, Role, RoleBook, RoleError, check_role_name};
 pub use status::{AgentStatus, Lifecycle, TransitionError, TransitionRecord, can_transition};
 pub use storage::BackendError;
 pub use task::{
-    Assignment, PlanStep, ProgressReport, ProgressStatus, StepTarget, Subtask, SubtaskResult, Task,
-    TaskFailure, TaskOutcome, WorkPackage,
+    Assignment, LeadRequest, PlanStep, ProgressReport, ProgressStatus, StepTarget, Subtask,
+    SubtaskResult, Task, TaskFailure, TaskOutcome, WorkPackage,
 };
 pub use version::{DecodeError, EncodeError, Stored, Versioned, decode, encode};

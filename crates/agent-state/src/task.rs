@@ -20,7 +20,9 @@ pub enum StepTarget {
     Any,
 }
 
-/// One step of a plan: which tool to run with which arguments, and for whom.
+/// One step of a plan: what to do, for whom, and either which tool to run with which
+/// arguments (a scripted step) or only the description (a goal step: the executor's reasoner
+/// chooses its tool calls).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PlanStep {
     /// Unique within the task, such as `write-readme`.
@@ -29,7 +31,8 @@ pub struct PlanStep {
     pub description: String,
     /// Who should do it.
     pub target: StepTarget,
-    /// The tool to call.
+    /// The tool to call; empty in a goal step, whose executor chooses its own calls.
+    #[serde(default)]
     pub tool: String,
     /// The tool's arguments.
     #[serde(default)]
@@ -44,6 +47,31 @@ pub struct PlanStep {
     /// [`TaskFailure::Interrupted`] and a person decides.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub idempotent: bool,
+    /// The role of the agents the step needs (seed 003), when a plan names one: a lead that
+    /// spawns its workers spawns this role for the step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    /// How to tell the step is done well (an acceptance check, in words), if the plan says.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub acceptance: String,
+}
+
+impl PlanStep {
+    /// Whether the step names its tool (a scripted step) rather than leaving the calls to the
+    /// executor's reasoner (a goal step).
+    pub fn is_scripted(&self) -> bool {
+        !self.tool.trim().is_empty()
+    }
+}
+
+/// A mid-layer lead the top layer asks to create for a task (dynamic team formation, seed
+/// 001): part of the plan the powers sign; once signed, the pool creates it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeadRequest {
+    /// The mid role to create.
+    pub role: String,
+    /// The domain it leads: the steps whose target is this domain go to it.
+    pub domain: String,
 }
 
 /// A task for a team: a goal and the plan to reach it.
@@ -106,6 +134,9 @@ pub struct SubtaskResult {
     pub success: bool,
     /// Output or error text.
     pub output: String,
+    /// The structured result (seed 003 `return_results`), when the worker gave one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<crate::AgentResult>,
 }
 
 /// How a task ended.
@@ -232,10 +263,45 @@ pub enum TaskFailure {
 }
 
 impl Task {
+    /// A task with only a goal: the top layer's reasoner plans its steps.
+    pub fn goal(id: impl Into<String>, goal: impl Into<String>) -> Self {
+        Self { id: id.into(), goal: goal.into(), steps: Vec::new() }
+    }
+
+    /// Whether every step names its tool and arguments, so any reasoner can carry it out;
+    /// `false` for a goal-only task (no steps: the top layer plans it) or a plan with goal
+    /// steps (a description only), which only a reasoner that plans and chooses tools can do.
+    pub fn is_scripted(&self) -> bool {
+        !self.steps.is_empty() && self.steps.iter().all(PlanStep::is_scripted)
+    }
+
+    /// Checks a task as submitted: like [`check`](Self::check), except that it may have no
+    /// steps at all (a goal-only task, planned by the top layer).
+    pub fn check_request(&self) -> Result<(), TaskFailure> {
+        if self.steps.is_empty() {
+            let planned = Task {
+                steps: vec![PlanStep {
+                    id: "goal".into(),
+                    description: self.goal.clone(),
+                    target: StepTarget::Any,
+                    tool: String::new(),
+                    args: serde_json::Value::Null,
+                    after: Vec::new(),
+                    idempotent: false,
+                    role: None,
+                    acceptance: String::new(),
+                }],
+                ..self.clone()
+            };
+            return planned.check();
+        }
+        self.check()
+    }
+
     /// Checks the plan: an id and a goal, at least one step, unique step ids, every step with a
-    /// tool name, every `after` naming a step listed earlier (so there are no cycles), and no
-    /// control character (see [`find_control`](crate::find_control)) in the task id or a step's
-    /// id, tool, target or `after`.
+    /// tool name or (a goal step) a description, every `after` naming a step listed earlier (so
+    /// there are no cycles), and no control character (see [`find_control`](crate::find_control))
+    /// in the task id or a step's id, tool, role, target or `after`.
     pub fn check(&self) -> Result<(), TaskFailure> {
         let invalid = |reason: String| Err(TaskFailure::InvalidPlan { reason });
         // Ids and names are printed in events and summaries: one line of printable text each.
@@ -273,9 +339,13 @@ impl Task {
                 StepTarget::Agent(agent) => agent.as_str(),
                 StepTarget::Any => "",
             };
-            let names = [("`tool`", step.tool.as_str()), ("target", target)]
-                .into_iter()
-                .chain(step.after.iter().map(|a| ("`after`", a.as_str())));
+            let names = [
+                ("`tool`", step.tool.as_str()),
+                ("target", target),
+                ("`role`", step.role.as_deref().unwrap_or_default()),
+            ]
+            .into_iter()
+            .chain(step.after.iter().map(|a| ("`after`", a.as_str())));
             for (what, value) in names {
                 if let Some(reason) = control(&format!("the {what} of step `{}`", step.id), value) {
                     return invalid(reason);
@@ -284,8 +354,12 @@ impl Task {
             if self.steps[..i].iter().any(|s| s.id == step.id) {
                 return invalid(format!("step id `{}` is used twice", step.id));
             }
-            if step.tool.trim().is_empty() {
-                return invalid(format!("step `{}` names no `tool`", step.id));
+            if step.tool.trim().is_empty() && step.description.trim().is_empty() {
+                return invalid(format!(
+                    "step `{}` names no `tool` and has no `description`; give the tool and its \
+                     arguments, or describe the step for a reasoner that chooses its tools",
+                    step.id
+                ));
             }
             if let Some(dep) =
                 step.after.iter().find(|d| !self.steps[..i].iter().any(|s| &s.id == *d))

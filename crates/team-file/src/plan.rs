@@ -126,6 +126,8 @@ pub fn parse_plan(
             args,
             after,
             idempotent: step.idempotent,
+            role: None,
+            acceptance: String::new(),
         });
     }
     let task = Task { id: raw.id.get_ref().clone(), goal: raw.goal.get_ref().clone(), steps };

@@ -14,7 +14,7 @@ fn config() -> AgentConfig {
 }
 
 fn persona(config: &AgentConfig) -> Persona<'_> {
-    Persona { config, system_prompt: "" }
+    Persona { config, system_prompt: "", tools: &[] }
 }
 
 fn plan(content: serde_json::Value) -> Decision {
@@ -31,6 +31,8 @@ fn step(id: &str, tool: &str, target: StepTarget) -> PlanStep {
         args: json!({"path": format!("{id}.txt")}),
         after: Vec::new(),
         idempotent: false,
+        role: None,
+        acceptance: String::new(),
     }
 }
 
@@ -220,6 +222,7 @@ async fn judge_progress_is_complete_exactly_when_every_step_succeeded() {
         agent: id(ME),
         success,
         output: String::new(),
+        result: None,
     };
     let judge = |results: Vec<SubtaskResult>| {
         let (reasoner, task, config) = (&reasoner, &task, &config);

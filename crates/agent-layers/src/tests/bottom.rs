@@ -104,6 +104,7 @@ async fn an_executor_runs_its_subtask_records_the_result_and_reports_it() {
                 agent: id(ME),
                 success: true,
                 output,
+                result: None,
             }],
             failure: None,
         }]

@@ -82,6 +82,7 @@ fn result(step: &str, agent: &str) -> SubtaskResult {
         agent: id(agent),
         success: true,
         output: format!("wrote {step}"),
+        result: None,
     }
 }
 

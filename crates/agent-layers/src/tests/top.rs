@@ -136,6 +136,7 @@ fn done(lead: &str, steps: &[&str]) -> ProgressReport {
                 agent: id(lead),
                 success: true,
                 output: format!("did {s}"),
+                result: None,
             })
             .collect(),
         failure: None,

@@ -40,7 +40,7 @@ impl Agent {
     }
 
     pub(crate) fn persona(&self) -> Persona<'_> {
-        Persona { config: &self.config, system_prompt: &self.prompt }
+        Persona { config: &self.config, system_prompt: &self.prompt, tools: &[] }
     }
 }
 
@@ -103,6 +103,8 @@ fn step(id: &str, tool: &str, args: serde_json::Value) -> PlanStep {
         args,
         after: Vec::new(),
         idempotent: false,
+        role: None,
+        acceptance: String::new(),
     }
 }
 
@@ -497,6 +499,7 @@ async fn judge_reads_the_results_and_the_global_board() {
             agent: AgentId::new("exec-w"),
             success: true,
             output: "wrote a.txt".into(),
+            result: None,
         },
         SubtaskResult {
             task_id: "t1".into(),
@@ -504,6 +507,7 @@ async fn judge_reads_the_results_and_the_global_board() {
             agent: AgentId::new("exec-s"),
             success: false,
             output: "wc: no such file".into(),
+            result: None,
         },
     ];
     let judgement = rig

@@ -87,6 +87,8 @@ fn step(id: &str, domain: &str, tool: &str, args: Value, after: &[&str]) -> Plan
         args,
         after: after.iter().map(|a| (*a).to_owned()).collect(),
         idempotent: false,
+        role: None,
+        acceptance: String::new(),
     }
 }
 

@@ -367,6 +367,7 @@ async fn the_pool_refuses_to_grow_past_its_limit() {
             workspace: services.workspace.clone(),
             clock: services.clock.clone(),
             state: services.state.clone(),
+            spawner: None,
         })
     };
     let one = bottom("bottom-1", "mid-x", &[]);

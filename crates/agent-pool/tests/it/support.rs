@@ -86,6 +86,8 @@ pub(crate) fn step(id: &str, domain: &str, tool: &str, args: serde_json::Value) 
         args,
         after: Vec::new(),
         idempotent: false,
+        role: None,
+        acceptance: String::new(),
     }
 }
 

@@ -388,6 +388,8 @@ fn plan_steps_may_only_wait_for_earlier_steps() {
         args: serde_json::json!({}),
         after: after.iter().map(|s| (*s).to_owned()).collect(),
         idempotent: false,
+        role: None,
+        acceptance: String::new(),
     };
     let task = |steps| Task { id: "t".into(), goal: "g".into(), steps };
     assert_eq!(task(vec![step("a", &[]), step("b", &["a"])]).check(), Ok(()));
@@ -442,6 +444,8 @@ fn control_characters_in_ids_are_refused() {
         args: serde_json::json!({}),
         after: Vec::new(),
         idempotent: false,
+        role: None,
+        acceptance: String::new(),
     };
     let task = |id: &str, steps| Task { id: id.into(), goal: "a goal\non two lines".into(), steps };
     assert_eq!(task("t", vec![step("a")]).check(), Ok(()), "goals and descriptions are text");
