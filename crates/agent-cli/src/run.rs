@@ -350,6 +350,8 @@ async fn services(
         reasoner: reasoning.default,
         reasoners: reasoning.per_agent,
         agent_tools: BTreeMap::new(),
+        role_reasoners: Default::default(),
+        costs: None,
     };
     Ok((services, reasoning.ledger))
 }

@@ -65,7 +65,7 @@ pub use reasoner::{
 };
 pub use scripted::{ReasoningRequest, ScriptedAnswer, ScriptedReasoner};
 pub use spawn::{
-    SpawnError, SpawnRecord, SpawnRequest, Spawner, Subordinate, is_agent_tool,
+    CostMeter, SpawnError, SpawnRecord, SpawnRequest, Spawner, Subordinate, is_agent_tool,
     supervisor_tool_spec, supervisor_tool_specs,
 };
 pub use state::{AgentRecord, InMemoryStateStore, OutcomeRecord, StateStore, ToolRecord};

@@ -302,3 +302,10 @@ pub trait Spawner: Send + Sync {
     /// power), with each one's description.
     fn enabled_roles(&self, caller: &AgentId) -> Vec<(String, String)>;
 }
+
+/// What each agent's reasoning has cost so far: `get_agents` and `inspect tree` show it, rolled
+/// up from every agent to its spawner. agent-llm's `UsageLedger` is one.
+pub trait CostMeter: Send + Sync {
+    /// What `agent`'s own calls cost, in USD, when prices are known.
+    fn cost_usd(&self, agent: &AgentId) -> Option<f64>;
+}

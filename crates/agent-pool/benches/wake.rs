@@ -166,6 +166,8 @@ async fn hops() -> Vec<f64> {
         state: Arc::new(InMemoryStateStore::new()),
         reasoners: BTreeMap::new(),
         agent_tools: BTreeMap::new(),
+        role_reasoners: Default::default(),
+        costs: None,
     };
     let team = Team::start(spec(), services).await.unwrap();
     // The team's own bus (the waking one): a send through it wakes the driver.

@@ -81,6 +81,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         state: Arc::new(InMemoryStateStore::new()),
         reasoners: BTreeMap::new(),
         agent_tools: BTreeMap::new(),
+        role_reasoners: Default::default(),
+        costs: None,
     };
     let mut spec = TeamSpec::new(vec![
         top("top-a", "power_a", 2.0),

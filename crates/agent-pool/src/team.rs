@@ -13,8 +13,8 @@ use agent_core::{
 };
 use agent_layers::{BottomAgent, BottomSpec, LeadInfo, MidAgent, MidSpec, TopAgent, TopSpec};
 use agent_state::{
-    Address, AgentConfig, AgentId, AgentLayer, AgentStatus, Assignment, Message, MessageKind, Task,
-    TaskFailure, TaskOutcome,
+    Address, AgentConfig, AgentId, AgentLayer, AgentStatus, Assignment, DEFAULT_MAX_SPAWN_DEPTH,
+    Message, MessageKind, RoleBook, Task, TaskFailure, TaskOutcome,
 };
 use governance::Governance;
 use message_bus::MessageBus;
@@ -67,12 +67,25 @@ pub struct TeamSpec {
     pub heartbeat: Duration,
     /// The pool's limit.
     pub max_agents: usize,
+    /// The roles agents may spawn while the team works (seed 003); empty: none.
+    pub roles: RoleBook,
+    /// How deep the spawn tree may grow (default [`DEFAULT_MAX_SPAWN_DEPTH`]).
+    pub max_spawn_depth: u32,
+    /// The roles of configured agents that may spawn: agent id → role name.
+    pub agent_roles: BTreeMap<AgentId, String>,
 }
 
 impl TeamSpec {
-    /// A team with the default heartbeat (4 s) and pool limit (50).
+    /// A team with the default heartbeat (4 s) and pool limit (50), and no roles.
     pub fn new(agents: Vec<AgentSpec>) -> Self {
-        Self { agents, heartbeat: DEFAULT_HEARTBEAT, max_agents: DEFAULT_MAX_AGENTS }
+        Self {
+            agents,
+            heartbeat: DEFAULT_HEARTBEAT,
+            max_agents: DEFAULT_MAX_AGENTS,
+            roles: RoleBook::default(),
+            max_spawn_depth: DEFAULT_MAX_SPAWN_DEPTH,
+            agent_roles: BTreeMap::new(),
+        }
     }
 }
 
@@ -101,6 +114,10 @@ pub struct TeamServices {
     pub reasoners: BTreeMap<AgentId, Arc<dyn Reasoner>>,
     /// Tool registries for particular agents.
     pub agent_tools: BTreeMap<AgentId, Arc<ToolRegistry>>,
+    /// Reasoners for the agents of particular roles (spawned agents), by role name.
+    pub role_reasoners: BTreeMap<String, Arc<dyn Reasoner>>,
+    /// What each agent's reasoning costs, for `get_agents`; `None`: costs are not shown.
+    pub costs: Option<Arc<dyn agent_core::CostMeter>>,
 }
 
 /// A team specification that cannot be built.

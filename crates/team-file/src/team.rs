@@ -215,7 +215,7 @@ pub fn parse_team(path: &Path, text: &str, tools: &ToolRegistry) -> Result<TeamF
         None => ConversationLimits::default(),
     };
     Ok(TeamFile {
-        spec: TeamSpec { agents, heartbeat, max_agents },
+        spec: TeamSpec { agents, heartbeat, max_agents, ..TeamSpec::new(Vec::new()) },
         default_reasoner,
         agent_reasoners,
         prices,

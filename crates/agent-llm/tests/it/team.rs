@@ -222,6 +222,8 @@ fn setup(workspace: &std::path::Path, budget: Budget) -> Setup {
         state: Arc::new(InMemoryStateStore::new()),
         reasoners: BTreeMap::new(),
         agent_tools: BTreeMap::new(),
+        role_reasoners: Default::default(),
+        costs: None,
     };
     Setup { services, provider, ledger, conversations }
 }

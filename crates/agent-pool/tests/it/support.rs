@@ -74,6 +74,8 @@ pub(crate) fn services(workspace: &std::path::Path) -> TeamServices {
         state: Arc::new(InMemoryStateStore::new()),
         reasoners: BTreeMap::new(),
         agent_tools: BTreeMap::new(),
+        role_reasoners: Default::default(),
+        costs: None,
     }
 }
 
