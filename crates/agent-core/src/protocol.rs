@@ -80,6 +80,12 @@ pub enum HelpRequest {
         /// The subtask (boxed: it is much larger than the other variant).
         subtask: Box<Subtask>,
     },
+    /// A supervisor (or a subordinate) speaks to the agent (`speak_to_agent`): it answers
+    /// with [`HelpResponse::Said`], and the message joins what its reasoner sees.
+    Speak {
+        /// What is said.
+        message: String,
+    },
 }
 
 /// `peer_help_response`.
@@ -97,6 +103,11 @@ pub enum HelpResponse {
     Refused {
         /// Why, such as `busy`.
         reason: String,
+    },
+    /// The answer to [`HelpRequest::Speak`].
+    Said {
+        /// The reply.
+        reply: String,
     },
 }
 

@@ -342,7 +342,9 @@ impl Reasoner for RuleBasedReasoner {
             let chosen = named.or_else(|| {
                 team.iter()
                     .enumerate()
-                    .filter(|(_, c)| c.available && c.tools.contains(&step.tool))
+                    .filter(|(_, c)| {
+                        c.available && (!step.is_scripted() || c.tools.contains(&step.tool))
+                    })
                     .min_by(|(i, a), (j, b)| {
                         (a.failed, load[*i], &a.id).cmp(&(b.failed, load[*j], &b.id))
                     })

@@ -298,6 +298,9 @@ pub trait Spawner: Send + Sync {
     /// How `agent` was spawned, if it was.
     fn record(&self, agent: &AgentId) -> Option<SpawnRecord>;
 
+    /// Whether `agent` is an agent of the team (configured or spawned).
+    fn exists(&self, agent: &AgentId) -> bool;
+
     /// The roles `caller` may spawn (its role's `enabled_agents`; any mid role for a top
     /// power), with each one's description.
     fn enabled_roles(&self, caller: &AgentId) -> Vec<(String, String)>;

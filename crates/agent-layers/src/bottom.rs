@@ -5,17 +5,15 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use agent_core::protocol::{HelpRequest, HelpResponse, StatusReport};
-use agent_core::tools::ToolError;
-use agent_core::{AgentBehavior, AgentContext, AgentError, AuditEvent, NextAction, ToolCallRecord};
+use agent_core::{AgentBehavior, AgentContext, AgentError, AuditEvent};
 use agent_state::{
     Assignment, BoardId, BoardSnapshot, Message, MessageKind, ProgressReport, ProgressStatus,
     Subtask, SubtaskResult, TaskFailure,
 };
+
+use crate::work::{Means, Outcome, Progress, WorkLoop};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-
-/// Most tool calls an executor makes for one subtask before it gives up.
-pub const MAX_TOOL_CALLS_PER_SUBTASK: usize = 8;
 
 /// An executor's settings (seed 000 §6 `BottomLayerAgentConfig`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -37,12 +35,24 @@ pub struct BottomAgent {
     spec: BottomSpec,
     queue: VecDeque<Subtask>,
     done: Vec<String>,
+    /// The tool loop of the subtask at the front of the queue, while it waits.
+    current: Option<WorkLoop>,
+    /// Spawned by a supervisor: it concludes with `return_results`.
+    returns: bool,
 }
 
 impl BottomAgent {
     /// An executor with its tools.
     pub fn new(spec: BottomSpec) -> Self {
-        Self { spec, queue: VecDeque::new(), done: Vec::new() }
+        Self { spec, queue: VecDeque::new(), done: Vec::new(), current: None, returns: false }
+    }
+
+    /// An executor spawned by a supervisor (seed 003): it is offered `return_results`, and its
+    /// structured result goes to its supervisor.
+    #[must_use]
+    pub fn spawned(mut self) -> Self {
+        self.returns = true;
+        self
     }
 
     /// The executor's settings.
@@ -58,109 +68,77 @@ impl BottomAgent {
         self.queue.push_back(subtask);
     }
 
-    async fn execute(
+    /// Works through the queue: each subtask's tool loop runs until it ends or has to wait.
+    async fn work(&mut self, ctx: &mut AgentContext) -> Result<(), AgentError> {
+        while let Some(subtask) = self.queue.front().cloned() {
+            if subtask.step.is_scripted() && !self.spec.tools.contains(&subtask.step.tool) {
+                return Err(AgentError::NotAllowed(format!(
+                    "executor `{}` does not have the tool `{}` (it has: {})",
+                    ctx.id(),
+                    subtask.step.tool,
+                    self.spec.tools.join(", ")
+                )));
+            }
+            let mut work = match self.current.take() {
+                Some(w) if w.key() == subtask.key() => w,
+                _ => WorkLoop::new(subtask.clone(), ctx.now()),
+            };
+            let means = Means { tools: &self.spec.tools, supervises: false, returns: self.returns };
+            // On an error the loop is dropped: the retry starts the subtask's loop again (its
+            // side-effecting calls are journaled, so none runs twice).
+            match work.run(ctx, &means).await? {
+                Progress::Suspended => {
+                    self.current = Some(work);
+                    return Ok(());
+                }
+                Progress::Done(outcome) => {
+                    self.finish(ctx, &subtask, &work, *outcome).await?;
+                    self.queue.pop_front();
+                    self.done.push(subtask.key());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn finish(
         &mut self,
         ctx: &mut AgentContext,
         subtask: &Subtask,
+        work: &WorkLoop,
+        outcome: Outcome,
     ) -> Result<(), AgentError> {
-        if !self.spec.tools.contains(&subtask.step.tool) {
-            return Err(AgentError::NotAllowed(format!(
-                "executor `{}` does not have the tool `{}` (it has: {})",
-                ctx.id(),
-                subtask.step.tool,
-                self.spec.tools.join(", ")
-            )));
+        if let Some((tool, partial)) = outcome.interrupted {
+            return self.interrupted(ctx, subtask, tool, partial).await;
         }
-        let started = ctx.now();
-        let mut history: Vec<ToolCallRecord> = Vec::new();
-        // The last call's error, while the reasoner has not moved past it: if it gives up
-        // there, the step fails with that error (and its class), as it would without a loop.
-        let mut last_error: Option<AgentError> = None;
-        let (success, summary) = loop {
-            if history.len() >= MAX_TOOL_CALLS_PER_SUBTASK {
-                break (false, format!("gave up after {MAX_TOOL_CALLS_PER_SUBTASK} tool calls"));
-            }
-            match ctx.reasoner().next_action(ctx.persona(), subtask, &history).await? {
-                NextAction::Finish { success, summary } => break (success, summary),
-                NextAction::Call(call) => {
-                    if !self.spec.tools.contains(&call.tool) {
-                        // The reasoner's mistake, not the step's: it sees the refusal as the
-                        // call's result and may choose again.
-                        let error = AgentError::NotAllowed(format!(
-                            "executor `{}` does not have the tool `{}` (it has: {})",
-                            ctx.id(),
-                            call.tool,
-                            self.spec.tools.join(", ")
-                        ));
-                        ctx.audit(AuditEvent::Denied {
-                            action: format!("call tool {}", call.tool),
-                            error: error.to_string(),
-                        })
-                        .await?;
-                        history.push(ToolCallRecord {
-                            call,
-                            success: false,
-                            output: format!("error: {error}"),
-                        });
-                        last_error = Some(error);
-                        continue;
-                    }
-                    // One journal entry per subtask, attempt and call: a resumed run reuses a
-                    // recorded side effect instead of running it again.
-                    let key = format!("{}#{}#{}", subtask.key(), subtask.attempt, history.len());
-                    let (success, output) =
-                        match ctx.call_step_tool(&key, &call, subtask.step.idempotent).await {
-                            Ok(output) => {
-                                last_error = None;
-                                (output.success, output.output)
-                            }
-                            Err(AgentError::Tool(ToolError::Interrupted { tool, partial })) => {
-                                return self.interrupted(ctx, subtask, tool, partial).await;
-                            }
-                            // Arguments the schema refuses, a path outside the workspace, an
-                            // edit whose text is not there: the reasoner sees the error as the
-                            // call's result (it is audited as a failed call) and may try again.
-                            Err(AgentError::Tool(error))
-                                if error.class() == agent_state::ErrorClass::Permanent =>
-                            {
-                                let output = format!("error: {error}");
-                                last_error = Some(AgentError::Tool(error));
-                                (false, output)
-                            }
-                            Err(error) => return Err(error),
-                        };
-                    history.push(ToolCallRecord { call, success, output });
-                }
-            }
-        };
-        if !success {
-            if let Some(error) = last_error {
-                return Err(error);
-            }
-            return Err(AgentError::ToolFailed {
+        let Outcome { success, summary, result, error, .. } = outcome;
+        if !success && result.is_none() {
+            return Err(error.unwrap_or_else(|| AgentError::ToolFailed {
                 tool: subtask.step.tool.clone(),
                 output: summary,
-            });
+            }));
         }
-        let duration = ctx.now().millis_since(started);
+        let duration = ctx.now().millis_since(work.started);
         let now = ctx.now();
-        ctx.metrics_mut().record_task(true, duration, now);
+        ctx.metrics_mut().record_task(success, duration, now);
         ctx.write_board(format!(
-            "## Task Execution Result\n\nTask: {}\nStatus: Success\nOutput:\n```\n{}\n```",
-            subtask.step.description, summary
+            "## Task Execution Result\n\nTask: {}\nStatus: {}\nOutput:\n```\n{}\n```",
+            subtask.step.description,
+            if success { "Success" } else { "Failure" },
+            summary
         ))
         .await?;
         let result = SubtaskResult {
             task_id: subtask.task_id.clone(),
             step_id: subtask.step.id.clone(),
             agent: ctx.id().clone(),
-            success: true,
+            success,
             output: summary,
-            result: None,
+            result,
         };
         let report = ProgressReport {
             task_id: subtask.task_id.clone(),
-            status: ProgressStatus::Completed,
+            status: if success { ProgressStatus::Completed } else { ProgressStatus::Failed },
             percentage: 100,
             description: subtask.step.description.clone(),
             results: vec![result],
@@ -287,6 +265,31 @@ impl AgentBehavior for BottomAgent {
                                 HelpResponse::Refused { reason: "busy".into() }
                             }
                         }
+                        HelpRequest::Speak { message: said } => {
+                            let Some(from) =
+                                message.from.agent().cloned().filter(|_| from_supervisor)
+                            else {
+                                ctx.audit(AuditEvent::Denied {
+                                    action: format!("speak from {}", message.from),
+                                    error: "an executor answers only its supervisor".into(),
+                                })
+                                .await?;
+                                let refused = HelpResponse::Refused {
+                                    reason: "only my supervisor may speak to me".into(),
+                                };
+                                ctx.reply(message, MessageKind::PeerHelpResponse, &refused).await?;
+                                continue;
+                            };
+                            let context = match &self.current {
+                                Some(work) => work.context(),
+                                None => self.current_work().unwrap_or_default(),
+                            };
+                            let reply = crate::answer(ctx, &from, &said, &context).await;
+                            if let Some(work) = self.current.as_mut() {
+                                work.heard(&from, &said);
+                            }
+                            HelpResponse::Said { reply }
+                        }
                     };
                     ctx.reply(message, MessageKind::PeerHelpResponse, &response).await?;
                 }
@@ -298,12 +301,7 @@ impl AgentBehavior for BottomAgent {
                 _ => {}
             }
         }
-        while let Some(subtask) = self.queue.front().cloned() {
-            self.execute(ctx, &subtask).await?;
-            self.queue.pop_front();
-            self.done.push(subtask.key());
-        }
-        Ok(())
+        self.work(ctx).await
     }
 
     async fn on_shutdown(&mut self, ctx: &mut AgentContext) -> Result<(), AgentError> {
@@ -315,13 +313,14 @@ impl AgentBehavior for BottomAgent {
 
     fn wants_tick(&self) -> bool {
         !self.queue.is_empty()
+            && self.current.as_ref().is_none_or(|w| w.waiting.is_none() || w.wants_tick())
     }
 
     fn snapshot(&self) -> serde_json::Value {
         if self.queue.is_empty() && self.done.is_empty() {
             return serde_json::Value::Null;
         }
-        serde_json::json!({ "queue": self.queue, "done": self.done })
+        serde_json::json!({ "queue": self.queue, "done": self.done, "current": self.current })
     }
 
     fn restore(&mut self, state: serde_json::Value) -> Result<(), AgentError> {
@@ -329,6 +328,8 @@ impl AgentBehavior for BottomAgent {
         struct Saved {
             queue: VecDeque<Subtask>,
             done: Vec<String>,
+            #[serde(default)]
+            current: Option<WorkLoop>,
         }
         if state.is_null() {
             return Ok(());
@@ -338,6 +339,7 @@ impl AgentBehavior for BottomAgent {
         })?;
         self.queue = saved.queue;
         self.done = saved.done;
+        self.current = saved.current;
         Ok(())
     }
 
@@ -346,6 +348,7 @@ impl AgentBehavior for BottomAgent {
     }
 
     fn abandon_work(&mut self) -> Option<Subtask> {
+        self.current = None;
         self.queue.pop_front()
     }
 }

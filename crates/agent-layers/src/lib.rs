@@ -31,6 +31,7 @@
 mod bottom;
 mod mid;
 mod top;
+mod work;
 
 #[cfg(test)]
 mod tests;
@@ -40,9 +41,13 @@ use std::sync::Arc;
 use agent_state::AgentId;
 use serde::{Deserialize, Serialize};
 
-pub use bottom::{BottomAgent, BottomSpec, MAX_TOOL_CALLS_PER_SUBTASK};
+pub use bottom::{BottomAgent, BottomSpec};
 pub use mid::{MAX_FAILURES_BEFORE_DISMISSAL, MidAgent, MidSpec};
 pub use top::{PLAN_AUTHORITY, TopAgent, TopSpec, route};
+pub use work::{
+    FINISH_RECORD, MAX_TOOL_CALLS_PER_GOAL_STEP, MAX_TOOL_CALLS_PER_SUBTASK, MESSAGE_RECORD,
+    SPEAK_TIMEOUT_MS,
+};
 
 /// What a top power knows about a mid lead: its domain and its executors with their tools.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -53,4 +58,21 @@ pub struct LeadInfo {
     pub domain: String,
     /// Its executors and their tools.
     pub executors: Vec<(AgentId, Arc<[String]>)>,
+}
+
+/// The agent's answer to what `from` said to it: its reasoner's, or where its work stands if
+/// the reasoner fails (a failed answer must not fail the agent).
+async fn answer(
+    ctx: &agent_core::AgentContext,
+    from: &AgentId,
+    said: &str,
+    context: &str,
+) -> String {
+    match ctx.reasoner().answer(ctx.persona(), from, said, context).await {
+        Ok(reply) => reply,
+        Err(error) => {
+            tracing::warn!(agent = %ctx.id(), %error, "could not answer; replying with the status");
+            if context.is_empty() { "idle".into() } else { context.to_owned() }
+        }
+    }
 }

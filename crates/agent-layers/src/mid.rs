@@ -13,6 +13,8 @@ use agent_state::{
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+use crate::work::{Means, Outcome, Progress, WorkLoop};
+
 /// A lead's settings (seed 000 §5 `MidLayerAgentConfig`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MidSpec {
@@ -29,6 +31,9 @@ pub struct MidAgent {
     peers: Vec<AgentId>,
     executors: Vec<Executor>,
     work: BTreeMap<String, WorkState>,
+    /// Its role enables roles: without executors of its own, it carries out each step of its
+    /// work through its reasoner's tool loop with the supervisor tools (seed 003).
+    supervises: bool,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -51,9 +56,104 @@ struct WorkState {
     tried: BTreeMap<String, Vec<AgentId>>,
     results: BTreeMap<String, SubtaskResult>,
     closed: bool,
+    /// A supervising lead's tool loop per step still in progress.
+    #[serde(default)]
+    loops: BTreeMap<String, WorkLoop>,
 }
 
 impl MidAgent {
+    /// A message from a worker this lead spawned: its result or failure, a reply, or something
+    /// it says.
+    async fn worker_message(
+        &mut self,
+        ctx: &mut AgentContext,
+        child: &AgentId,
+        message: &Message,
+    ) -> Result<(), AgentError> {
+        match message.kind {
+            MessageKind::ProgressReport => {
+                let Some(report) = ctx.read_payload::<ProgressReport>(message).await? else {
+                    return Ok(());
+                };
+                if report.status == ProgressStatus::InProgress {
+                    return Ok(());
+                }
+                let result = report.results.into_iter().next().unwrap_or(SubtaskResult {
+                    task_id: report.task_id,
+                    step_id: child.to_string(),
+                    agent: child.clone(),
+                    success: report.status == ProgressStatus::Completed,
+                    output: report.description,
+                    result: None,
+                });
+                ctx.append_own(&format!(
+                    "- [{child}] returned: {}",
+                    if result.success { "success" } else { "failure" }
+                ))
+                .await?;
+                if let Some(l) = self.loop_with_child(child) {
+                    l.child_reported(child, result);
+                }
+            }
+            MessageKind::ErrorReport => {
+                let Some(report) = ctx.read_payload::<ErrorReport>(message).await? else {
+                    return Ok(());
+                };
+                let result = SubtaskResult {
+                    task_id: report.work.as_ref().map(|w| w.task_id.clone()).unwrap_or_default(),
+                    step_id: child.to_string(),
+                    agent: child.clone(),
+                    success: false,
+                    output: format!("failed: {}", report.error),
+                    result: None,
+                };
+                if let Some(l) = self.loop_with_child(child) {
+                    l.child_reported(child, result);
+                }
+            }
+            MessageKind::PeerHelpResponse => {
+                if let Some(agent_core::protocol::HelpResponse::Said { reply }) =
+                    ctx.read_payload(message).await?
+                    && let Some(l) = self.loop_with_child(child)
+                {
+                    l.replied(message.correlation_id, &reply);
+                }
+            }
+            MessageKind::PeerHelpRequest => self.spoken_to(ctx, message).await?,
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Its supervisor or one of its workers speaks to it: it answers, and the words join its
+    /// tool loops' history.
+    async fn spoken_to(
+        &mut self,
+        ctx: &mut AgentContext,
+        message: &Message,
+    ) -> Result<(), AgentError> {
+        let Some(agent_core::protocol::HelpRequest::Speak { message: said }) =
+            ctx.read_payload(message).await?
+        else {
+            return Ok(());
+        };
+        let Some(from) = message.from.agent().cloned() else { return Ok(()) };
+        let context = self.current_work().unwrap_or_default();
+        let reply = crate::answer(ctx, &from, &said, &context).await;
+        for w in self.work.values_mut().filter(|w| !w.closed) {
+            for l in w.loops.values_mut() {
+                l.heard(&from, &said);
+            }
+        }
+        ctx.reply(
+            message,
+            MessageKind::PeerHelpResponse,
+            &agent_core::protocol::HelpResponse::Said { reply },
+        )
+        .await?;
+        Ok(())
+    }
+
     /// A lead with its executors (id and tools), the top powers it takes work from, and its
     /// peer leads.
     pub fn new(
@@ -66,7 +166,138 @@ impl MidAgent {
             .into_iter()
             .map(|(id, tools)| Executor { id, tools, failed: false, failures: 0, dismissed: false })
             .collect();
-        Self { spec, top, peers, executors, work: BTreeMap::new() }
+        Self { spec, top, peers, executors, work: BTreeMap::new(), supervises: false }
+    }
+
+    /// A lead whose role may spawn: without executors of its own, it spawns its workers with
+    /// `spawn_agent`, speaks to them, collects their results and reports each step.
+    #[must_use]
+    pub fn supervising(mut self) -> Self {
+        self.supervises = true;
+        self
+    }
+
+    fn spawns_workers(&self) -> bool {
+        self.supervises && self.executors.is_empty()
+    }
+
+    fn loop_with_child(&mut self, child: &AgentId) -> Option<&mut WorkLoop> {
+        self.work
+            .values_mut()
+            .filter(|w| !w.closed)
+            .flat_map(|w| w.loops.values_mut())
+            .find(|l| l.has_child(child))
+    }
+
+    /// Takes a work package as a supervising lead: one tool loop per step.
+    async fn take_work_supervising(
+        &mut self,
+        ctx: &mut AgentContext,
+        from: AgentId,
+        work: WorkPackage,
+    ) -> Result<(), AgentError> {
+        let mut plan = format!("## Task Allocation Plan ({})\n\n", work.task_id);
+        let mut state = WorkState {
+            package: work.clone(),
+            from: from.clone(),
+            subtasks: BTreeMap::new(),
+            tried: BTreeMap::new(),
+            results: BTreeMap::new(),
+            closed: false,
+            loops: BTreeMap::new(),
+        };
+        for step in &work.steps {
+            let subtask = Subtask {
+                task_id: work.task_id.clone(),
+                step: step.clone(),
+                assignee: ctx.id().clone(),
+                attempt: 1,
+            };
+            plan.push_str(&format!(
+                "- [{} and the agents it spawns] {}\n",
+                ctx.id(),
+                step.description
+            ));
+            state.loops.insert(step.id.clone(), WorkLoop::new(subtask.clone(), ctx.now()));
+            state.subtasks.insert(step.id.clone(), subtask);
+        }
+        ctx.write_board(plan).await?;
+        let report = ProgressReport {
+            task_id: work.task_id.clone(),
+            status: ProgressStatus::InProgress,
+            percentage: 0,
+            description: format!("{} step(s) taken; spawning workers", state.subtasks.len()),
+            results: Vec::new(),
+            failure: None,
+        };
+        ctx.send(&from, MessageKind::ProgressReport, &report).await?;
+        self.work.insert(work.key(), state);
+        Ok(())
+    }
+
+    /// Runs every open tool loop until it ends or waits; reports finished steps.
+    async fn advance(&mut self, ctx: &mut AgentContext) -> Result<(), AgentError> {
+        let keys: Vec<String> = self
+            .work
+            .iter()
+            .filter(|(_, w)| !w.closed && !w.loops.is_empty())
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in keys {
+            let steps: Vec<String> =
+                self.work.get(&key).map(|w| w.loops.keys().cloned().collect()).unwrap_or_default();
+            for step in steps {
+                let Some(mut work) = self.work.get_mut(&key).and_then(|w| w.loops.remove(&step))
+                else {
+                    continue;
+                };
+                let means = Means { tools: &[], supervises: true, returns: false };
+                let progress = match work.run(ctx, &means).await {
+                    Ok(p) => p,
+                    Err(e) => {
+                        if let Some(w) = self.work.get_mut(&key) {
+                            w.loops.insert(step, work);
+                        }
+                        return Err(e);
+                    }
+                };
+                let Some(state) = self.work.get_mut(&key) else { continue };
+                match progress {
+                    Progress::Suspended => {
+                        state.loops.insert(step, work);
+                    }
+                    Progress::Done(outcome) => {
+                        let Outcome { success, summary, result, error, .. } = *outcome;
+                        if !success && result.is_none() {
+                            state.closed = true;
+                            let to = state.from.clone();
+                            let failure = TaskFailure::StepFailed {
+                                step: step.clone(),
+                                attempts: 1,
+                                error: error.map(|e| e.to_string()).unwrap_or(summary),
+                            };
+                            let escalation =
+                                Escalation { task_id: state.package.task_id.clone(), failure };
+                            ctx.send(&to, MessageKind::IssueEscalation, &escalation).await?;
+                            break;
+                        }
+                        let result = SubtaskResult {
+                            task_id: state.package.task_id.clone(),
+                            step_id: step.clone(),
+                            agent: ctx.id().clone(),
+                            success,
+                            output: summary,
+                            result,
+                        };
+                        state.results.insert(step.clone(), result);
+                        ctx.append_own(&format!("- {step} done by {} and its workers", ctx.id()))
+                            .await?;
+                        self.report_if_done(ctx, &key).await?;
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The lead's settings.
@@ -102,6 +333,9 @@ impl MidAgent {
         if self.work.contains_key(&work.key()) {
             return Ok(()); // redelivered
         }
+        if self.spawns_workers() {
+            return self.take_work_supervising(ctx, from, work).await;
+        }
         let placements =
             match ctx.reasoner().decompose(ctx.persona(), &work, &self.candidates()).await {
                 Ok(p) => p,
@@ -121,6 +355,7 @@ impl MidAgent {
             tried: BTreeMap::new(),
             results: BTreeMap::new(),
             closed: false,
+            loops: BTreeMap::new(),
         };
         for placement in placements {
             let subtask = Subtask {
@@ -270,7 +505,9 @@ impl MidAgent {
         let next = candidates
             .iter()
             .filter(|c| {
-                c.available && !tried.contains(&c.id) && c.tools.contains(&failed.step.tool)
+                c.available
+                    && !tried.contains(&c.id)
+                    && (!failed.step.is_scripted() || c.tools.contains(&failed.step.tool))
             })
             .min_by(|a, b| (a.failed, a.load, &a.id).cmp(&(b.failed, b.load, &b.id)));
         let Some(next) = next else {
@@ -369,12 +606,57 @@ impl AgentBehavior for MidAgent {
             let from_top = message.from.agent().filter(|a| self.top.contains(a)).cloned();
             let from_executor =
                 message.from.agent().is_some_and(|a| self.executors.iter().any(|e| &e.id == a));
+            let child = message.from.agent().filter(|a| self.loop_with_child(a).is_some()).cloned();
+            if let Some(child) = child {
+                self.worker_message(ctx, &child, message).await?;
+                continue;
+            }
+            if message.kind == MessageKind::PeerHelpResponse {
+                if let Some(agent_core::protocol::HelpResponse::Said { reply }) =
+                    ctx.read_payload(message).await?
+                {
+                    let correlation = message.correlation_id;
+                    for w in self.work.values_mut().filter(|w| !w.closed) {
+                        if w.loops.values_mut().any(|l| l.replied(correlation, &reply)) {
+                            break;
+                        }
+                    }
+                }
+                continue;
+            }
+            if message.kind == MessageKind::PeerHelpRequest && from_top.is_some() {
+                self.spoken_to(ctx, message).await?;
+                continue;
+            }
             match message.kind {
                 MessageKind::TaskAssign => {
                     let assignment = match &from_top {
                         Some(_) => ctx.read_payload::<Assignment>(message).await?,
                         None => None,
                     };
+                    let from_supervisor = message
+                        .from
+                        .agent()
+                        .filter(|a| ctx.config().supervisor.as_ref() == Some(*a))
+                        .cloned();
+                    if let (true, None, Some(supervisor)) =
+                        (self.spawns_workers(), &from_top, from_supervisor)
+                    {
+                        // A lead spawned by a lead gets its work as one subtask.
+                        if let Some(Assignment::Subtask { subtask }) =
+                            ctx.read_payload::<Assignment>(message).await?
+                        {
+                            let work = WorkPackage {
+                                task_id: subtask.task_id.clone(),
+                                goal: subtask.step.description.clone(),
+                                decision: agent_state::DecisionId::from_u128(0),
+                                wave: 0,
+                                steps: vec![subtask.step],
+                            };
+                            self.take_work(ctx, supervisor, work).await?;
+                        }
+                        continue;
+                    }
                     match (from_top, assignment) {
                         (Some(top), Some(Assignment::Work { work })) => {
                             self.take_work(ctx, top, work).await?
@@ -436,7 +718,18 @@ impl AgentBehavior for MidAgent {
                 _ => {}
             }
         }
+        if self.supervises {
+            self.advance(ctx).await?;
+        }
         Ok(())
+    }
+
+    fn wants_tick(&self) -> bool {
+        self.work
+            .values()
+            .filter(|w| !w.closed)
+            .flat_map(|w| w.loops.values())
+            .any(|l| l.wants_tick() || l.waiting.is_none())
     }
 
     fn snapshot(&self) -> serde_json::Value {

@@ -2,6 +2,7 @@
 //! (seed 000 §4).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use agent_core::protocol::{
     ArbitrationResult, ConflictReport, ErrorReport, Escalation, StatusReport, VoteRequest,
@@ -10,8 +11,9 @@ use agent_core::protocol::{
 use agent_core::{AgentBehavior, AgentContext, AgentError, Conflict, Verdict};
 use agent_state::{
     Address, AgentId, AgentStatus, Assignment, BoardId, BoardSnapshot, DecisionId, DecisionStatus,
-    Message, MessageKind, PlanStep, ProgressReport, ProgressStatus, SignOutcome, StepTarget,
-    SubtaskResult, Task, TaskFailure, TaskOutcome, Vote, WorkPackage, tally,
+    LeadRequest, Message, MessageKind, PlanStep, ProgressReport, ProgressStatus, RoleBook,
+    SignOutcome, StepTarget, SubtaskResult, Task, TaskFailure, TaskOutcome, Vote, WorkPackage,
+    tally,
 };
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -40,6 +42,8 @@ pub struct TopAgent {
     leads: Vec<LeadInfo>,
     tasks: BTreeMap<String, TaskState>,
     arbitrations: BTreeMap<String, Arbitration>,
+    /// The roles the team may create; a goal's plan names the mid roles to create from them.
+    roles: Arc<RoleBook>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -50,6 +54,12 @@ struct TaskState {
     results: Vec<SubtaskResult>,
     dispatched: BTreeSet<String>,
     wave: u32,
+    /// The leads the signed plan asks to create (dynamic team formation).
+    #[serde(default)]
+    leads: Vec<LeadRequest>,
+    /// The leads created for it.
+    #[serde(default)]
+    formed: Vec<LeadInfo>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -70,7 +80,84 @@ impl TopAgent {
     /// A power that knows its peers (the other top agents with their signature authority) and
     /// the mid leads it hands work to.
     pub fn new(spec: TopSpec, peers: Vec<(AgentId, Vec<String>)>, leads: Vec<LeadInfo>) -> Self {
-        Self { spec, peers, leads, tasks: BTreeMap::new(), arbitrations: BTreeMap::new() }
+        Self {
+            spec,
+            peers,
+            leads,
+            tasks: BTreeMap::new(),
+            arbitrations: BTreeMap::new(),
+            roles: Arc::default(),
+        }
+    }
+
+    /// Gives the power the team's roles: a goal's plan may then ask for mid-layer leads of
+    /// these roles, which the power creates once the plan is signed.
+    #[must_use]
+    pub fn with_roles(mut self, roles: Arc<RoleBook>) -> Self {
+        self.roles = roles;
+        self
+    }
+
+    /// Creates the leads a signed plan asks for, through the team's spawner; `Err` with the
+    /// reason when one cannot be created.
+    async fn form_team(
+        &mut self,
+        ctx: &mut AgentContext,
+        task_id: &str,
+    ) -> Result<Result<(), String>, AgentError> {
+        let Some(state) = self.tasks.get(task_id) else { return Ok(Ok(())) };
+        let wanted: Vec<LeadRequest> = state
+            .leads
+            .iter()
+            .filter(|l| !state.formed.iter().any(|f| f.domain == l.domain))
+            .cloned()
+            .collect();
+        if wanted.is_empty() {
+            return Ok(Ok(()));
+        }
+        let Some(spawner) = ctx.spawner() else {
+            return Ok(Err("the plan asks for new leads but this team cannot spawn agents".into()));
+        };
+        let goal = state.task.goal.clone();
+        for lead in wanted {
+            let request = agent_core::SpawnRequest {
+                parent: ctx.id().clone(),
+                role: lead.role.clone(),
+                task_prompt: format!(
+                    "Lead the `{}` part of task {task_id}. The goal: {goal}",
+                    lead.domain
+                ),
+                key: format!("{task_id}#lead#{}", lead.domain),
+                domain: Some(lead.domain.clone()),
+            };
+            let record = match spawner.spawn(request).await {
+                Ok(r) => r,
+                Err(e) => {
+                    ctx.audit(agent_core::AuditEvent::Denied {
+                        action: format!("create lead {} for {}", lead.role, lead.domain),
+                        error: e.to_string(),
+                    })
+                    .await?;
+                    return Ok(Err(format!(
+                        "cannot create the `{}` lead for `{}`: {e}",
+                        lead.role, lead.domain
+                    )));
+                }
+            };
+            let info = LeadInfo { id: record.agent, domain: lead.domain, executors: Vec::new() };
+            if !self.leads.iter().any(|l| l.id == info.id) {
+                self.leads.push(info.clone());
+            }
+            ctx.append_to(
+                &BoardId::Global,
+                &format!("- created lead {} ({}) for `{}`", info.id, lead.role, info.domain),
+            )
+            .await?;
+            if let Some(state) = self.tasks.get_mut(task_id) {
+                state.formed.push(info);
+            }
+        }
+        Ok(Ok(()))
     }
 
     /// The power's settings.
@@ -92,9 +179,63 @@ impl TopAgent {
         if others.is_empty() { vec![me.clone()] } else { others }
     }
 
-    async fn propose_task(&mut self, ctx: &mut AgentContext, task: Task) -> Result<(), AgentError> {
+    async fn propose_task(
+        &mut self,
+        ctx: &mut AgentContext,
+        mut task: Task,
+    ) -> Result<(), AgentError> {
         if self.tasks.contains_key(&task.id) {
             return Ok(()); // redelivered: already proposed
+        }
+        let mut leads = Vec::new();
+        if task.steps.is_empty() {
+            // A goal in words: the reasoner plans it (steps, roles, leads to create).
+            match ctx.reasoner().plan(ctx.persona(), &task, &self.roles).await {
+                Ok(plan) => {
+                    task.steps = plan.steps;
+                    leads = plan.leads;
+                }
+                Err(
+                    e @ (agent_core::ReasonError::CannotPlan { .. }
+                    | agent_core::ReasonError::BadQuestion(_)),
+                ) => {
+                    let failure = TaskFailure::InvalidPlan { reason: e.to_string() };
+                    return close(
+                        ctx,
+                        &task.id,
+                        TaskOutcome::Failed { task_id: task.id.clone(), reason: failure },
+                    )
+                    .await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+            if let Some(bad) = leads.iter().find(|l| {
+                self.roles.get(&l.role).is_none_or(|r| r.layer != agent_state::AgentLayer::Mid)
+            }) {
+                let failure = TaskFailure::InvalidPlan {
+                    reason: format!(
+                        "the plan asks for a lead of role `{}`, which is not a mid role of the team (roles: {})",
+                        bad.role,
+                        self.roles.names()
+                    ),
+                };
+                return close(
+                    ctx,
+                    &task.id,
+                    TaskOutcome::Failed { task_id: task.id.clone(), reason: failure },
+                )
+                .await;
+            }
+            ctx.append_to(
+                &BoardId::Global,
+                &format!(
+                    "## Task {} planned from its goal: {} step(s), {} new lead(s)",
+                    task.id,
+                    task.steps.len(),
+                    leads.len()
+                ),
+            )
+            .await?;
         }
         if let Err(failure) = task.check() {
             return close(
@@ -104,8 +245,13 @@ impl TopAgent {
             )
             .await;
         }
-        let content =
-            serde_json::json!({ "task_id": task.id, "goal": task.goal, "steps": task.steps });
+        let content = if leads.is_empty() {
+            serde_json::json!({ "task_id": task.id, "goal": task.goal, "steps": task.steps })
+        } else {
+            serde_json::json!({
+                "task_id": task.id, "goal": task.goal, "steps": task.steps, "leads": leads
+            })
+        };
         let signers = self.signers(ctx.id());
         let decision = ctx.propose(content, signers.clone()).await?;
         for signer in &signers {
@@ -137,6 +283,8 @@ impl TopAgent {
                 results: Vec::new(),
                 dispatched: BTreeSet::new(),
                 wave: 0,
+                leads,
+                formed: Vec::new(),
             },
         );
         if ctx.status() == AgentStatus::Working {
@@ -209,6 +357,20 @@ impl TopAgent {
                     }
                     if let Some(state) = self.tasks.get_mut(&task_id) {
                         state.phase = Phase::Running;
+                    }
+                    if let Err(reason) = self.form_team(ctx, &task_id).await? {
+                        if let Some(state) = self.tasks.get_mut(&task_id) {
+                            state.phase = Phase::Closed;
+                        }
+                        let failure =
+                            TaskFailure::Unplaceable { step: "(team formation)".into(), reason };
+                        close(
+                            ctx,
+                            &task_id,
+                            TaskOutcome::Failed { task_id: task_id.clone(), reason: failure },
+                        )
+                        .await?;
+                        continue;
                     }
                     self.dispatch_ready(ctx, &task_id).await?;
                 }
@@ -477,6 +639,7 @@ pub fn route(leads: &[LeadInfo], step: &PlanStep) -> Option<AgentId> {
         StepTarget::Agent(a) => {
             leads.iter().find(|l| &l.id == a || l.executors.iter().any(|(e, _)| e == a))
         }
+        StepTarget::Any if !step.is_scripted() => leads.first(),
         StepTarget::Any => {
             leads.iter().find(|l| l.executors.iter().any(|(_, tools)| tools.contains(&step.tool)))
         }
@@ -620,6 +783,11 @@ impl AgentBehavior for TopAgent {
         })?;
         self.tasks = saved.tasks;
         self.arbitrations = saved.arbitrations;
+        for info in self.tasks.values().flat_map(|t| t.formed.iter()) {
+            if !self.leads.iter().any(|l| l.id == info.id) {
+                self.leads.push(info.clone());
+            }
+        }
         Ok(())
     }
 

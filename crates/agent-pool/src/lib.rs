@@ -28,6 +28,7 @@ mod capability;
 mod metrics;
 mod pool;
 mod scheduler;
+mod spawner;
 mod team;
 mod wake;
 

@@ -26,6 +26,7 @@ use whiteboard::Whiteboard;
 use crate::metrics::{AgentSummary, MetricsCalculator};
 use crate::pool::{AgentPool, DEFAULT_MAX_AGENTS, PoolError};
 use crate::scheduler::{DEFAULT_HEARTBEAT, HeartbeatScheduler};
+use crate::spawner::TeamSpawner;
 use crate::wake::WakingBus;
 
 /// What a layer adds to an agent's configuration.
@@ -237,6 +238,19 @@ pub enum SubmitError {
     /// The bus refused the task.
     #[error(transparent)]
     Send(#[from] message_bus::SendError),
+    /// A goal-only task (or one with goal steps) for a team whose proposing power's reasoner
+    /// cannot plan.
+    #[error(
+        "task `{task}` has only a goal (or steps without a tool), but the reasoner `{reasoner}` \
+         of the proposing power cannot plan from words; give the top layer a model reasoner \
+         (openai, anthropic or local), or give every step a `tool` and its `args`"
+    )]
+    CannotPlan {
+        /// The task.
+        task: String,
+        /// The proposer's reasoner.
+        reasoner: String,
+    },
 }
 
 /// A running team.
@@ -273,8 +287,19 @@ impl Team {
         // Wake on work: every delivery through the team's bus wakes the driver.
         let mail = Arc::new(Notify::new());
         services.bus = Arc::new(WakingBus::new(services.bus.clone(), mail.clone()));
+        let mut spawns = Vec::new();
+        let mut despawned = Vec::new();
         let (statuses, mut records) = if resume {
             let audit = services.audit.records(None).await.map_err(TeamError::Store)?;
+            for record in &audit {
+                match &record.event {
+                    agent_core::AuditEvent::Spawned { spawn } => spawns.push(spawn.clone()),
+                    agent_core::AuditEvent::Despawned { agent, .. } => {
+                        despawned.push(agent.clone())
+                    }
+                    _ => {}
+                }
+            }
             let statuses: BTreeMap<AgentId, AgentStatus> =
                 check_transition_chain(&audit).map_err(TeamError::Chain)?.into_iter().collect();
             let records: BTreeMap<AgentId, AgentRecord> = services
@@ -301,13 +326,26 @@ impl Team {
             .collect();
         let top_ids: Vec<AgentId> = tops.iter().map(|(id, _)| id.clone()).collect();
         let proposer = top_ids.first().cloned().ok_or(TeamError::NoTopAgent)?;
+        let spawner = (!spec.roles.is_empty()).then(|| {
+            TeamSpawner::new(
+                &pool,
+                services.clone(),
+                spec.roles.clone(),
+                spec.max_spawn_depth,
+                top_ids.clone(),
+                spec.agent_roles.clone(),
+            )
+        });
+        let roles = spawner.as_ref().map(|s| s.roles()).unwrap_or_default();
         let mut creating: tokio::task::JoinSet<Result<(), PoolError>> = tokio::task::JoinSet::new();
         for (agent, config) in spec.agents.iter().zip(configs) {
             let id = config.id.clone();
             let behavior: Box<dyn AgentBehavior> = match &agent.role {
                 RoleSpec::Top(t) => {
                     let peers = tops.iter().filter(|(p, _)| *p != id).cloned().collect();
-                    Box::new(TopAgent::new(t.clone(), peers, leads.clone()))
+                    Box::new(
+                        TopAgent::new(t.clone(), peers, leads.clone()).with_roles(roles.clone()),
+                    )
                 }
                 RoleSpec::Mid(m) => {
                     let executors = leads
@@ -316,7 +354,13 @@ impl Team {
                         .map(|l| l.executors.clone())
                         .unwrap_or_default();
                     let peers = leads.iter().filter(|l| l.id != id).map(|l| l.id.clone()).collect();
-                    Box::new(MidAgent::new(m.clone(), executors, top_ids.clone(), peers))
+                    let lead = MidAgent::new(m.clone(), executors, top_ids.clone(), peers);
+                    let supervises = spec
+                        .agent_roles
+                        .get(&id)
+                        .and_then(|r| spec.roles.get(r))
+                        .is_some_and(agent_state::Role::supervises);
+                    Box::new(if supervises { lead.supervising() } else { lead })
                 }
                 RoleSpec::Bottom(b) => Box::new(BottomAgent::new(b.clone())),
             };
@@ -338,7 +382,7 @@ impl Team {
                 workspace: services.workspace.clone(),
                 clock: services.clock.clone(),
                 state: services.state.clone(),
-                spawner: None,
+                spawner: spawner.clone().map(|s| s as Arc<dyn agent_core::Spawner>),
             });
             // Agents are created (or restored) concurrently, a bounded number at a time, so a
             // durable backend's group commit serves many of them with one sync.
@@ -366,6 +410,9 @@ impl Team {
         }
         while let Some(joined) = creating.join_next().await {
             created(joined)?;
+        }
+        if let Some(spawner) = &spawner {
+            spawner.restore(spawns, &despawned, &statuses, &mut records).await?;
         }
         let known: BTreeMap<String, TaskOutcome> = services
             .state
@@ -413,9 +460,21 @@ impl Team {
         &self.services
     }
 
-    /// Hands a task to the proposing top power. The plan is checked first.
+    /// Hands a task to the proposing top power. The plan is checked first; a task with only a
+    /// goal (no steps: the top layer plans it) or with goal steps needs a proposer whose
+    /// reasoner [plans](agent_core::Reasoner::plans), else [`SubmitError::CannotPlan`].
     pub async fn submit(&self, task: Task) -> Result<(), SubmitError> {
-        task.check()?;
+        task.check_request()?;
+        if !task.is_scripted() {
+            let reasoner =
+                self.services.reasoners.get(&self.proposer).unwrap_or(&self.services.reasoner);
+            if !reasoner.plans() {
+                return Err(SubmitError::CannotPlan {
+                    task: task.id,
+                    reasoner: reasoner.name().to_owned(),
+                });
+            }
+        }
         if self.driver.lock().await.is_none() {
             return Err(SubmitError::ShutDown);
         }

@@ -1,6 +1,7 @@
 //! Whole-team scenarios on the in-memory backends and paused tokio time.
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
+mod goal;
 mod resume;
 mod scenarios;
 mod scripted;

@@ -420,6 +420,10 @@ async fn bad_team_specs_and_tasks_are_refused_with_clear_errors() {
     let team = Team::start(standard_team(), services.clone()).await.unwrap();
     let mut task = hello_task("t");
     task.steps.clear();
+    // Only a goal: the rule-based reasoner cannot plan it.
+    assert!(matches!(team.submit(task).await, Err(SubmitError::CannotPlan { .. })));
+    let mut task = hello_task("t");
+    task.goal = " ".into();
     assert!(matches!(
         team.submit(task).await,
         Err(SubmitError::InvalidTask(TaskFailure::InvalidPlan { .. }))

@@ -1,0 +1,597 @@
+//! A team given only a goal in words: the top layer plans it (naming the leads to create), the
+//! powers sign, the pool creates the leads, each lead spawns its workers with `spawn_agent`,
+//! they write files and run tests, return structured results, and the task succeeds. Then each
+//! refusal, a claim of a file nobody wrote, a despawn mid-task, and a resume after a kill.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_core::spawn::{DESPAWN_AGENT, GET_AGENTS, RETURN_RESULTS, SPAWN_AGENT, SPEAK_TO_AGENT};
+use agent_core::{
+    AuditEvent, AuditRecord, NextAction, Plan, ReasoningRequest, ScriptedAnswer, ScriptedReasoner,
+    ToolCall, ToolCallRecord,
+};
+use agent_pool::{SubmitError, Team, TeamSpec};
+use agent_state::{
+    AgentLayer, LeadRequest, PlanStep, Role, RoleBook, StepTarget, Task, TaskOutcome,
+};
+use serde_json::{Value, json};
+
+use crate::support::*;
+
+fn role(name: &str, layer: AgentLayer, tools: &[&str], enabled: &[&str]) -> Role {
+    Role {
+        description: format!("the {name}"),
+        tools: tools.iter().map(|t| (*t).to_owned()).collect(),
+        enabled_agents: enabled.iter().map(|t| (*t).to_owned()).collect(),
+        ..Role::new(name, layer)
+    }
+}
+
+fn roles() -> RoleBook {
+    RoleBook::new([
+        role("code_lead", AgentLayer::Mid, &[], &["coder", "tester"]),
+        role("docs_lead", AgentLayer::Mid, &[], &["writer"]),
+        role("coder", AgentLayer::Bottom, &["write_file", "read_file", "edit_file"], &[]),
+        role("tester", AgentLayer::Bottom, &["shell", "read_file"], &[]),
+        role("writer", AgentLayer::Bottom, &["write_file"], &[]),
+    ])
+    .unwrap()
+}
+
+/// Three powers and nothing else: the leads and workers are created as the work unfolds.
+fn goal_team(roles: RoleBook) -> TeamSpec {
+    let mut spec = TeamSpec::new(vec![
+        top("top-a", "power_a", 2.0),
+        top("top-b", "power_b", 1.0),
+        top("top-c", "power_c", 1.0),
+    ]);
+    spec.heartbeat = Duration::from_secs(4);
+    spec.roles = roles;
+    spec
+}
+
+fn goal_step(id: &str, domain: &str, role: &str, description: &str) -> PlanStep {
+    PlanStep {
+        id: id.into(),
+        description: description.into(),
+        target: StepTarget::Domain(domain.into()),
+        tool: String::new(),
+        args: Value::Null,
+        after: Vec::new(),
+        idempotent: false,
+        role: Some(role.into()),
+        acceptance: String::new(),
+    }
+}
+
+fn the_plan() -> Plan {
+    Plan {
+        leads: vec![
+            LeadRequest { role: "code_lead".into(), domain: "code".into() },
+            LeadRequest { role: "docs_lead".into(), domain: "docs".into() },
+        ],
+        steps: vec![
+            goal_step("program", "code", "coder", "write add.sh and its test, and run the test"),
+            goal_step("readme", "docs", "writer", "write README.md"),
+        ],
+    }
+}
+
+fn call(tool: &str, args: Value) -> ScriptedAnswer {
+    ScriptedAnswer::Action(NextAction::Call(ToolCall { tool: tool.into(), args }))
+}
+
+fn finish(summary: &str) -> ScriptedAnswer {
+    ScriptedAnswer::Action(NextAction::Finish { success: true, summary: summary.into() })
+}
+
+fn results(status: &str, summary: &str, artifacts: &[(&str, &str)]) -> ScriptedAnswer {
+    let artifacts: Vec<Value> = artifacts
+        .iter()
+        .map(
+            |(path, change)| json!({"file_path": path, "description": path, "change_type": change}),
+        )
+        .collect();
+    call(
+        RETURN_RESULTS,
+        json!({"result": {"status": status, "summary": summary, "artifacts": artifacts, "known_issues": []}}),
+    )
+}
+
+fn count(history: &[ToolCallRecord], tool: &str) -> usize {
+    history.iter().filter(|r| r.call.tool == tool).count()
+}
+
+/// Results from subordinates enter a lead's history as `return_results` records.
+fn results_in(history: &[ToolCallRecord]) -> usize {
+    count(history, RETURN_RESULTS)
+}
+
+/// The workers' part of the script, by what they were spawned for.
+fn worker(description: &str, history: &[ToolCallRecord]) -> ScriptedAnswer {
+    let first = history.is_empty();
+    match description {
+        d if d.starts_with("write add.sh") => {
+            if first {
+                call("write_file", json!({"path": "add.sh", "content": "echo $(($1 + $2))\n"}))
+            } else {
+                results("success", "wrote add.sh", &[("add.sh", "created")])
+            }
+        }
+        d if d.starts_with("write test_add.sh") => {
+            if first {
+                call(
+                    "write_file",
+                    json!({"path": "test_add.sh", "content": "[ \"$(sh add.sh 2 3)\" = 5 ] && echo PASS\n"}),
+                )
+            } else {
+                results("success", "wrote test_add.sh", &[("test_add.sh", "created")])
+            }
+        }
+        d if d.starts_with("run the tests") => {
+            if first {
+                call("shell", json!({"command": "sh test_add.sh"}))
+            } else {
+                let passed = history[0].success && history[0].output.contains("PASS");
+                results(
+                    if passed { "success" } else { "failure" },
+                    &format!("tests: {}", history[0].output.trim()),
+                    &[("test_add.sh", "referenced")],
+                )
+            }
+        }
+        d if d.starts_with("write README.md") => {
+            if first {
+                call(
+                    "write_file",
+                    json!({"path": "README.md", "content": "# add\n\nsh add.sh 2 3\n"}),
+                )
+            } else {
+                results("success", "wrote README.md", &[("README.md", "created")])
+            }
+        }
+        other => panic!("unexpected worker task {other:?}"),
+    }
+}
+
+/// The whole team's script: plans, signs (rule-based), leads and workers.
+fn script(request: &ReasoningRequest) -> ScriptedAnswer {
+    match request {
+        ReasoningRequest::Plan { .. } => ScriptedAnswer::Plan(the_plan()),
+        ReasoningRequest::NextAction { agent, subtask, history } => {
+            let spawned = count(history, SPAWN_AGENT);
+            let returned = results_in(history);
+            match agent.as_str() {
+                a if a.starts_with("code_lead") => match (spawned, returned) {
+                    (0, _) => call(
+                        SPAWN_AGENT,
+                        json!({"role_name": "coder", "task_prompt": "write add.sh: print the sum of two numbers"}),
+                    ),
+                    (1, _) => call(
+                        SPAWN_AGENT,
+                        json!({"role_name": "coder", "task_prompt": "write test_add.sh: check add.sh 2 3 prints 5"}),
+                    ),
+                    (2, r) if r < 2 => finish("waiting for the coders"),
+                    (2, _) => call(
+                        SPAWN_AGENT,
+                        json!({"role_name": "tester", "task_prompt": "run the tests with shell"}),
+                    ),
+                    (3, r) if r < 3 => finish("waiting for the tester"),
+                    _ if count(history, GET_AGENTS) == 0 => call(GET_AGENTS, json!({})),
+                    _ => finish("add.sh written and its test passes"),
+                },
+                a if a.starts_with("docs_lead") => match (spawned, returned) {
+                    (0, _) => call(
+                        SPAWN_AGENT,
+                        json!({"role_name": "writer", "task_prompt": "write README.md for add.sh"}),
+                    ),
+                    (_, 0) => finish("waiting for the writer"),
+                    _ => finish("README written"),
+                },
+                _ => worker(&subtask.step.description, history),
+            }
+        }
+        _ => ScriptedAnswer::Fallback,
+    }
+}
+
+fn scripted_services(
+    dir: &std::path::Path,
+    script: fn(&ReasoningRequest) -> ScriptedAnswer,
+) -> (agent_pool::TeamServices, Arc<ScriptedReasoner>) {
+    let reasoner = Arc::new(ScriptedReasoner::from_fn(script));
+    let mut services = services(dir);
+    services.reasoner = reasoner.clone();
+    (services, reasoner)
+}
+
+async fn audit(services: &agent_pool::TeamServices) -> Vec<AuditRecord> {
+    services.audit.records(None).await.unwrap()
+}
+
+fn spawned(records: &[AuditRecord]) -> Vec<(String, String, String)> {
+    records
+        .iter()
+        .filter_map(|r| match &r.event {
+            AuditEvent::Spawned { spawn } => {
+                Some((r.agent.to_string(), spawn.agent.to_string(), spawn.role.clone()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+async fn run_goal(team: &Team) -> TaskOutcome {
+    team.submit(Task::goal("add", "a shell program that adds two numbers, tested, with a README"))
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(600), team.wait("add")).await.expect("the task closes")
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_goal_is_planned_the_team_forms_itself_and_the_work_is_done() {
+    let dir = tempfile::tempdir().unwrap();
+    let (services, reasoner) = scripted_services(dir.path(), script);
+    let team = Team::start(goal_team(roles()), services.clone()).await.unwrap();
+    let outcome = run_goal(&team).await;
+    let TaskOutcome::Succeeded { results, .. } = &outcome else { panic!("{outcome:?}") };
+    assert_eq!(results.len(), 2);
+    assert!(results.iter().all(|r| r.success));
+
+    // The files are on disk, and the test the tester ran passes.
+    for file in ["add.sh", "test_add.sh", "README.md"] {
+        assert!(dir.path().join(file).is_file(), "{file} written");
+    }
+    let run = std::process::Command::new("sh")
+        .arg("test_add.sh")
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&run.stdout).trim(), "PASS");
+
+    // Planned by the proposer, signed by the other powers, two leads created by top-a, four
+    // workers by the leads.
+    assert!(
+        reasoner.requests().iter().any(
+            |r| matches!(r, ReasoningRequest::Plan { agent, .. } if agent.as_str() == "top-a")
+        )
+    );
+    let records = audit(&services).await;
+    let spawns = spawned(&records);
+    let mut sorted = spawns.clone();
+    sorted.sort();
+    let mut expected: Vec<(String, String, String)> = vec![
+        ("top-a".into(), "code_lead-1".into(), "code_lead".into()),
+        ("top-a".into(), "docs_lead-1".into(), "docs_lead".into()),
+        ("code_lead-1".into(), "coder-1".into(), "coder".into()),
+        ("docs_lead-1".into(), "writer-1".into(), "writer".into()),
+        ("code_lead-1".into(), "coder-2".into(), "coder".into()),
+        ("code_lead-1".into(), "tester-1".into(), "tester".into()),
+    ];
+    expected.sort();
+    assert_eq!(sorted, expected, "every spawn is audited by its spawner");
+    assert_eq!(spawns.len(), 6);
+    let structured: Vec<(String, bool)> = records
+        .iter()
+        .filter_map(|r| match &r.event {
+            AuditEvent::Result { trusted, .. } => Some((r.agent.to_string(), *trusted)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(structured.len(), 4, "{structured:?}");
+    assert!(structured.iter().all(|(_, trusted)| *trusted));
+
+    // The lead's get_agents saw its three workers, with their roles and results.
+    let listing = reasoner
+        .requests()
+        .into_iter()
+        .filter_map(|r| match r {
+            ReasoningRequest::NextAction { agent, history, .. }
+                if agent.as_str() == "code_lead-1" =>
+            {
+                history.into_iter().find(|h| h.call.tool == GET_AGENTS)
+            }
+            _ => None,
+        })
+        .next()
+        .expect("get_agents was called");
+    let listed: Value = serde_json::from_str(&listing.output).unwrap();
+    assert_eq!(listed["total_count"], 3);
+    assert!(listed["agents"].as_array().unwrap().iter().all(|a| a["has_result"] == true));
+    team.shutdown().await.unwrap();
+}
+
+/// A lead whose script tries each refused act once, then finishes.
+fn refusals(request: &ReasoningRequest) -> ScriptedAnswer {
+    match request {
+        ReasoningRequest::Plan { .. } => ScriptedAnswer::Plan(Plan {
+            leads: vec![LeadRequest { role: "docs_lead".into(), domain: "docs".into() }],
+            steps: vec![goal_step("readme", "docs", "writer", "write README.md")],
+        }),
+        ReasoningRequest::NextAction { agent, subtask, history }
+            if agent.as_str().starts_with("docs_lead") =>
+        {
+            match history.len() {
+                0 => call(SPAWN_AGENT, json!({"role_name": "wizard", "task_prompt": "magic"})),
+                1 => call(SPAWN_AGENT, json!({"role_name": "coder", "task_prompt": "code"})),
+                2 => call(
+                    SPAWN_AGENT,
+                    json!({"role_name": "writer", "task_prompt": "write README.md first"}),
+                ),
+                3 => call(
+                    SPAWN_AGENT,
+                    json!({"role_name": "writer", "task_prompt": "write README.md again"}),
+                ),
+                4 => call(SPEAK_TO_AGENT, json!({"agent_id": "top-b", "message": "hello"})),
+                5 => call(SPEAK_TO_AGENT, json!({"agent_id": "nobody-9", "message": "hello"})),
+                6 => call(DESPAWN_AGENT, json!({"agent_id": 42})),
+                7 => call("write_file", json!({"path": "x", "content": "y"})),
+                _ => {
+                    let _ = subtask;
+                    finish("done")
+                }
+            }
+        }
+        ReasoningRequest::NextAction { subtask, history, .. } => {
+            worker(&subtask.step.description, history)
+        }
+        _ => ScriptedAnswer::Fallback,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn refused_spawns_and_calls_reach_the_model_as_tool_errors_and_the_team_keeps_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let (services, reasoner) = scripted_services(dir.path(), refusals);
+    let mut book: Vec<Role> = roles().roles().cloned().collect();
+    for r in &mut book {
+        if r.name == "writer" {
+            r.max_instances = Some(1);
+        }
+    }
+    let team =
+        Team::start(goal_team(RoleBook::new(book).unwrap()), services.clone()).await.unwrap();
+    let outcome = run_goal(&team).await;
+    assert!(outcome.is_success(), "{outcome:?}");
+
+    let history = reasoner
+        .requests()
+        .into_iter()
+        .filter_map(|r| match r {
+            ReasoningRequest::NextAction { agent, history, .. }
+                if agent.as_str() == "docs_lead-1" =>
+            {
+                Some(history)
+            }
+            _ => None,
+        })
+        .max_by_key(Vec::len)
+        .unwrap();
+    let outputs: Vec<&str> = history.iter().map(|h| h.output.as_str()).collect();
+    let expect = |i: usize, text: &str| {
+        assert!(!history[i].success && outputs[i].contains(text), "call {i}: {:?}", outputs[i]);
+    };
+    expect(0, "unknown role `wizard`");
+    expect(1, "may not spawn `coder`");
+    assert!(history[2].success, "{}", outputs[2]);
+    expect(3, "maximum of 1 agent(s) alive");
+    expect(4, "not one of your subordinates");
+    expect(5, "there is no agent `nobody-9`");
+    expect(6, "despawn_agent needs `agent_id`");
+    expect(7, "does not have the tool `write_file`");
+
+    // Every refusal is audited, and nothing was spawned by them.
+    let records = audit(&services).await;
+    let denied = records
+        .iter()
+        .filter(|r| {
+            r.agent.as_str() == "docs_lead-1" && matches!(r.event, AuditEvent::Denied { .. })
+        })
+        .count();
+    assert_eq!(denied, 7);
+    assert_eq!(spawned(&records).len(), 2, "the docs lead and one writer");
+    team.shutdown().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_spawn_depth_limit_stops_a_role_that_enables_itself() {
+    fn nested(request: &ReasoningRequest) -> ScriptedAnswer {
+        match request {
+            ReasoningRequest::Plan { .. } => ScriptedAnswer::Plan(Plan {
+                leads: vec![LeadRequest { role: "manager".into(), domain: "all".into() }],
+                steps: vec![goal_step("s", "all", "manager", "manage")],
+            }),
+            ReasoningRequest::NextAction { history, .. } if history.is_empty() => {
+                call(SPAWN_AGENT, json!({"role_name": "manager", "task_prompt": "manage"}))
+            }
+            ReasoningRequest::NextAction { .. } => finish("done"),
+            _ => ScriptedAnswer::Fallback,
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (services, reasoner) = scripted_services(dir.path(), nested);
+    let book = RoleBook::new([role("manager", AgentLayer::Mid, &[], &["manager"])]).unwrap();
+    let mut spec = goal_team(book);
+    spec.max_spawn_depth = 2;
+    let team = Team::start(spec, services.clone()).await.unwrap();
+    // manager-1 (depth 1) spawns manager-2 (depth 2), whose own spawn (depth 3) is refused.
+    team.submit(Task::goal("deep", "nest")).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let records = audit(&services).await;
+    assert_eq!(spawned(&records).len(), 2);
+    let refused = reasoner.requests().into_iter().any(|r| matches!(r,
+        ReasoningRequest::NextAction { agent, history, .. }
+            if agent.as_str() == "manager-2" && history.first().is_some_and(|h| h.output.contains("past its limit of 2"))));
+    assert!(refused, "manager-2 was told the depth limit");
+    drop(team);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_result_claiming_a_file_nobody_wrote_is_sent_back_once_then_kept_untrusted() {
+    fn liar(request: &ReasoningRequest) -> ScriptedAnswer {
+        match request {
+            ReasoningRequest::Plan { .. } => ScriptedAnswer::Plan(Plan {
+                leads: vec![LeadRequest { role: "docs_lead".into(), domain: "docs".into() }],
+                steps: vec![goal_step("readme", "docs", "writer", "write README.md")],
+            }),
+            ReasoningRequest::NextAction { agent, history, .. }
+                if agent.as_str().starts_with("docs_lead") =>
+            {
+                if history.is_empty() {
+                    call(
+                        SPAWN_AGENT,
+                        json!({"role_name": "writer", "task_prompt": "write README.md"}),
+                    )
+                } else {
+                    finish("done")
+                }
+            }
+            ReasoningRequest::NextAction { history, .. } => match history.len() {
+                0 => call("write_file", json!({"path": "README.md", "content": "# hi\n"})),
+                // Claims a file it never wrote, twice.
+                _ => results(
+                    "success",
+                    "wrote the docs",
+                    &[("README.md", "created"), ("ghost.md", "created")],
+                ),
+            },
+            _ => ScriptedAnswer::Fallback,
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (services, reasoner) = scripted_services(dir.path(), liar);
+    let team = Team::start(goal_team(roles()), services.clone()).await.unwrap();
+    team.submit(Task::goal("docs", "docs")).await.unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(600), team.wait("docs")).await.unwrap();
+    assert!(outcome.is_success(), "{outcome:?}");
+    let rejected = reasoner.requests().into_iter().any(|r| matches!(r,
+        ReasoningRequest::NextAction { agent, history, .. }
+            if agent.as_str() == "writer-1" && history.iter().any(|h| h.output.contains("result rejected: ghost.md"))));
+    assert!(rejected, "the first claim went back to the model");
+    let records = audit(&services).await;
+    let results: Vec<bool> = records
+        .iter()
+        .filter_map(|r| match &r.event {
+            AuditEvent::Result { trusted, .. } => Some(*trusted),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results, vec![false], "kept, marked untrusted");
+    assert!(!dir.path().join("ghost.md").exists());
+    team.shutdown().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lead_despawns_a_worker_mid_task_and_finishes_without_it() {
+    fn despawner(request: &ReasoningRequest) -> ScriptedAnswer {
+        match request {
+            ReasoningRequest::Plan { .. } => ScriptedAnswer::Plan(Plan {
+                leads: vec![LeadRequest { role: "code_lead".into(), domain: "code".into() }],
+                steps: vec![goal_step("p", "code", "coder", "write add.sh")],
+            }),
+            ReasoningRequest::NextAction { agent, history, .. }
+                if agent.as_str().starts_with("code_lead") =>
+            {
+                match history.len() {
+                    0 => call(
+                        SPAWN_AGENT,
+                        json!({"role_name": "coder", "task_prompt": "write add.sh slowly"}),
+                    ),
+                    1 => call(DESPAWN_AGENT, json!({"agent_id": "coder-1"})),
+                    2 => call(
+                        SPEAK_TO_AGENT,
+                        json!({"agent_id": "coder-1", "message": "still there?"}),
+                    ),
+                    _ => finish("did it myself in the end"),
+                }
+            }
+            // The coder never gets to finish: it keeps reading.
+            ReasoningRequest::NextAction { .. } => {
+                call("read_file", json!({"path": "nothing.txt"}))
+            }
+            _ => ScriptedAnswer::Fallback,
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (services, reasoner) = scripted_services(dir.path(), despawner);
+    let team = Team::start(goal_team(roles()), services.clone()).await.unwrap();
+    team.submit(Task::goal("p", "add")).await.unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(600), team.wait("p")).await.unwrap();
+    assert!(outcome.is_success(), "{outcome:?}");
+    let records = audit(&services).await;
+    assert!(records.iter().any(|r| r.agent.as_str() == "code_lead-1"
+        && matches!(&r.event, AuditEvent::Despawned { agent, .. } if agent.as_str() == "coder-1")));
+    assert!(records.iter().any(|r| r.agent.as_str() == "coder-1"
+        && matches!(
+            &r.event,
+            AuditEvent::Transition { to: agent_state::AgentStatus::Terminated, .. }
+        )));
+    assert!(team.pool().get(&agent_state::AgentId::new("coder-1")).is_none());
+    let told = reasoner.requests().into_iter().any(|r| matches!(r,
+        ReasoningRequest::NextAction { agent, history, .. }
+            if agent.as_str() == "code_lead-1" && history.get(2).is_some_and(|h| !h.success && h.output.contains("was despawned"))));
+    assert!(told);
+    team.shutdown().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_goal_run_killed_while_agents_spawn_resumes_without_spawning_twice() {
+    let mut kills = 0;
+    for kill_at in 1..=12usize {
+        let dir = tempfile::tempdir().unwrap();
+        let bus = Arc::new(message_bus::InMemoryBus::new());
+        let (mut services, _) = scripted_services(dir.path(), script);
+        services.bus = bus.clone();
+        let team = Team::start(goal_team(roles()), services.clone()).await.unwrap();
+        team.submit(Task::goal("add", "add, tested, with a README")).await.unwrap();
+        // Stop abruptly once `kill_at` audit records of spawning and tool calls exist.
+        let mut waited = 0;
+        loop {
+            let n = audit(&services)
+                .await
+                .iter()
+                .filter(|r| {
+                    matches!(r.event, AuditEvent::Spawned { .. } | AuditEvent::ToolCall { .. })
+                })
+                .count();
+            if n >= kill_at || team.outcome("add").is_some() || waited > 10_000 {
+                break;
+            }
+            tokio::task::yield_now().await;
+            waited += 1;
+        }
+        if team.outcome("add").is_none() {
+            kills += 1;
+        }
+        drop(team);
+        bus.restart();
+        let team = Team::resume(goal_team(roles()), services.clone()).await.unwrap();
+        let outcome =
+            tokio::time::timeout(Duration::from_secs(3600), team.wait("add")).await.unwrap();
+        assert!(outcome.is_success(), "kill at {kill_at}: {outcome:?}");
+        let records = audit(&services).await;
+        let spawns = spawned(&records);
+        assert_eq!(spawns.len(), 6, "kill at {kill_at}: no agent spawned twice: {spawns:?}");
+        let writes = records
+            .iter()
+            .filter(|r| matches!(&r.event, AuditEvent::ToolCall { tool, success: true, summary, .. } if tool == "write_file" && summary.starts_with("wrote")))
+            .count();
+        assert_eq!(writes, 3, "kill at {kill_at}: every file written once");
+        assert!(dir.path().join("README.md").is_file());
+        team.shutdown().await.unwrap();
+    }
+    assert!(kills > 3, "the runs were killed mid-way ({kills} times)");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_goal_only_task_on_the_rule_based_reasoner_is_refused_before_anything_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let team = Team::start(standard_team(), services(dir.path())).await.unwrap();
+    let error = team.submit(Task::goal("g", "build me a compiler")).await.unwrap_err();
+    assert!(matches!(error, SubmitError::CannotPlan { .. }), "{error}");
+    assert!(error.to_string().contains("cannot plan from words"), "{error}");
+    // Not submitted: the same id can be submitted again as a scripted plan.
+    team.submit(hello_task("g")).await.unwrap();
+    team.shutdown().await.unwrap();
+}
