@@ -1,8 +1,13 @@
 //! LLM reasoners for Strata: real models behind [`agent_core::Reasoner`].
 //!
 //! - [`LlmReasoner`] asks a [`Provider`] for every decision a layer takes — sign or veto, vote,
-//!   decompose, the executor's tool loop, judge progress — as structured output checked against a
-//!   JSON Schema, with one repair attempt for an invalid answer.
+//!   decompose, the executor's tool loop, judge progress, plan (a goal in words into goal steps
+//!   and the leads to create from the team's roles), answer (a reply to an agent that speaks to
+//!   it through `speak_to_agent`) — as structured output checked against a JSON Schema, with one
+//!   repair attempt for an invalid answer. In the tool loop the agent is offered the tools it
+//!   holds, the supervisor tools (`spawn_agent`, ...) and `return_results` included, and a call
+//!   the model still gets wrong after the repair goes to the runtime to refuse rather than
+//!   failing the agent.
 //! - Providers: [`OpenAiProvider`] (any OpenAI-compatible chat completions server: OpenAI,
 //!   vLLM, Ollama, LM Studio, llama.cpp's server) and [`AnthropicProvider`] (feature `http`,
 //!   on by default); `LocalProvider`, the embedded Gemma 3 270M on llama.cpp (feature `local`,

@@ -9,6 +9,27 @@
 //! | decompose | `{"placements": {<step id>: <an executor that can take it>, ...}}` |
 //! | next action (tool loop) | a call of one of the offered tools, or of `finish_subtask` |
 //! | judge progress | `{"complete": true \| false, "summary": "..."}` |
+//! | plan (a goal in words) | `{"leads": [{"role", "domain"}], "steps": [{"id", "description", "domain", "role", "after", "acceptance"}]}` |
+//! | answer (`speak_to_agent`) | `{"reply": "..."}` |
+//!
+//! A **plan** turns a task's goal into goal steps (no tool: the executor's reasoner chooses its
+//! calls), each for a domain, and the mid-layer leads to create for those domains from the
+//! team's [`RoleBook`]. It is checked beyond its schema: at least one step; step ids of 1 to 64
+//! ASCII letters, digits, `-` and `_`, unique; `after` naming earlier steps only; lead roles
+//! that are mid roles of the book, one lead per domain; every step's domain led by a proposed
+//! lead (when the book has mid roles); a step's role, if given, a bottom role of the book.
+//! Without roles in the book the plan has steps only, their domains free text. An **answer**
+//! is a short reply (at most 256 tokens) of an agent spoken to by its supervisor or a
+//! subordinate.
+//!
+//! In the tool loop the agent is offered the tools its layer says it holds now
+//! ([`Persona::tools`]: workspace tools described from the registry, agent-management tools
+//! such as `spawn_agent` and `return_results` with their seed-003 schemas) and
+//! `finish_subtask`; without that list, its tools from [`LlmReasoner::with_agent_tools`] and
+//! its step's tool. A goal step (no tool) is put to the model as what to achieve and how it is
+//! accepted, and the model chooses its calls. An agent that holds `return_results` is told to
+//! conclude with it (the runtime turns it into the step's result); `finish_subtask` still ends
+//! the step.
 //!
 //! In the tool loop, a call identical to the last one, which succeeded, is not repeated: the
 //! subtask finishes with that result (the loop guard; small models repeat themselves instead
@@ -20,6 +41,16 @@
 //! a second invalid answer is a [`ReasonError::Backend`], which the runtime treats like any
 //! other task error (retries, then a failure report).
 //!
+//! The tool loop is the exception: a tool call the model got wrong twice never fails the
+//! agent. If the repaired answer (or else the first one) still calls a tool, that call is
+//! returned as [`NextAction::Call`] with the arguments as the model wrote them (parsed JSON,
+//! or `{"$unparsed": "<the raw text>"}` when they are not JSON), and the runtime's tool
+//! registry or agent tools refuse it as a tool error that the model reads in its history and
+//! can correct; a call of a tool that was not offered goes the same way (the runtime refuses a
+//! tool the agent does not hold). A `finish_subtask` with invalid arguments finishes with what
+//! can be read from them (`success` only if it says `true`). Only a model that calls no tool
+//! at all, twice, is a [`ReasonError::Backend`].
+//!
 //! The prompt is the agent's system prompt (role, layer, capabilities, responsibilities), the
 //! tail of its own whiteboard and of the global board, its own bounded conversation
 //! ([`crate::Conversations`]) and the question. Each call reserves its estimate in the team's
@@ -30,14 +61,15 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
+use agent_core::spawn::{RETURN_RESULTS, is_agent_tool, supervisor_tool_spec};
 use agent_core::tools::{ToolRegistry, validate};
 use agent_core::{
-    Candidate, Conflict, Judgement, NextAction, Persona, Placement, ReasonError, Reasoner,
+    Candidate, Conflict, Judgement, NextAction, Persona, Placement, Plan, ReasonError, Reasoner,
     ToolCall, ToolCallRecord, Verdict,
 };
 use agent_state::{
-    Actor, AgentId, AgentLayer, BoardId, Decision, PlanStep, RetryPolicy, StepTarget, Subtask,
-    SubtaskResult, Task, WorkPackage,
+    Actor, AgentId, AgentLayer, BoardId, Decision, LeadRequest, PlanStep, RetryPolicy, Role,
+    RoleBook, StepTarget, Subtask, SubtaskResult, Task, WorkPackage,
 };
 use async_trait::async_trait;
 use serde_json::{Value, json};
@@ -54,14 +86,24 @@ use crate::retry::{RetryEvent, complete_with_retry};
 /// The tool an executor calls to end its subtask.
 pub const FINISH_TOOL: &str = "finish_subtask";
 
+/// Most tokens an answer to `speak_to_agent` may generate: a reply is short.
+const ANSWER_MAX_TOKENS: u32 = 256;
+
+/// Most characters of a plan step's id.
+const STEP_ID_MAX: usize = 64;
+
 /// Content of a budget-extension decision (see [`crate::ApprovalDesk`]) carries this `kind`.
 pub const BUDGET_DECISION_KIND: &str = agent_core::BUDGET_EXTENSION_KIND;
 
 /// Knobs of an [`LlmReasoner`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct LlmSettings {
-    /// Most tokens a decision may generate (default 512).
+    /// Most tokens a decision may generate (default 512); a plan may use
+    /// [`plan_max_tokens`](Self::plan_max_tokens) if that is more, an answer at most 256.
     pub max_tokens: u32,
+    /// Most tokens a plan may generate, if more than `max_tokens` (default 2 048): a plan of
+    /// several steps with their descriptions and acceptance checks is the longest answer.
+    pub plan_max_tokens: u32,
     /// Characters of each whiteboard's tail put in the prompt (default 2 000).
     pub board_chars: usize,
     /// Characters of a tool's output fed back to the model (default 4 000).
@@ -82,6 +124,7 @@ impl Default for LlmSettings {
     fn default() -> Self {
         Self {
             max_tokens: 512,
+            plan_max_tokens: 2_048,
             board_chars: 2_000,
             tool_output_chars: 4_000,
             retry: None,
@@ -300,6 +343,22 @@ impl LlmReasoner {
         exempt: bool,
         check: impl Fn(&Value) -> Result<T, String>,
     ) -> Result<T, ReasonError> {
+        self.ask_limited(who, decision, prompt, schema, exempt, self.settings.max_tokens, check)
+            .await
+    }
+
+    /// [`ask`](Self::ask) with its own limit on the tokens generated.
+    #[allow(clippy::too_many_arguments, reason = "ask's arguments and the token limit")]
+    async fn ask_limited<T>(
+        &self,
+        who: Persona<'_>,
+        decision: &'static str,
+        prompt: String,
+        schema: Value,
+        exempt: bool,
+        max_tokens: u32,
+        check: impl Fn(&Value) -> Result<T, String>,
+    ) -> Result<T, ReasonError> {
         let me = &who.config.id;
         let history = self.conversations.get(me).map_err(|e| self.backend(e.to_string()))?;
         let mut request = ChatRequest {
@@ -308,7 +367,7 @@ impl LlmReasoner {
             tools: Vec::new(),
             require_tool: false,
             response: ResponseFormat::Json { name: decision.to_owned(), schema: schema.clone() },
-            max_tokens: self.settings.max_tokens,
+            max_tokens,
             temperature: who.config.temperature,
         };
         request.messages.push(ChatMessage::user(prompt.clone()));
@@ -351,26 +410,50 @@ impl LlmReasoner {
         ))
     }
 
+    /// The tools offered in the tool loop, `finish_subtask` last: the tools the persona holds
+    /// when its layer says; else the agent's tools from the map (unless the settings offer only
+    /// the step's tool) and the step's own tool, if it has one.
     fn offered_tools(&self, who: Persona<'_>, subtask: &Subtask) -> Vec<ToolSpec> {
-        let mut names: Vec<&str> = self
-            .agent_tools
-            .get(&who.config.id)
-            .filter(|_| self.settings.offer_agent_tools)
-            .map(|t| t.iter().map(String::as_str).collect())
-            .unwrap_or_default();
-        if !names.contains(&subtask.step.tool.as_str()) {
-            names.insert(0, &subtask.step.tool);
+        let step = &subtask.step;
+        let scripted = step.is_scripted();
+        let only_the_steps = scripted && !self.settings.offer_agent_tools;
+        let mut names: Vec<&str> = if only_the_steps {
+            Vec::new()
+        } else if !who.tools.is_empty() {
+            who.tools.iter().map(String::as_str).collect()
+        } else {
+            self.agent_tools
+                .get(&who.config.id)
+                .map(|t| t.iter().map(String::as_str).collect())
+                .unwrap_or_default()
+        };
+        if scripted
+            && (only_the_steps || who.tools.is_empty())
+            && !names.contains(&step.tool.as_str())
+        {
+            names.insert(0, &step.tool);
         }
+        let mut seen = std::collections::BTreeSet::new();
+        names.retain(|n| !n.is_empty() && *n != FINISH_TOOL && seen.insert(*n));
         let mut out: Vec<ToolSpec> = names
             .into_iter()
             .map(|n| {
-                let mut spec = self.tools.get(n).cloned().unwrap_or_else(|| ToolSpec {
-                    name: n.to_owned(),
-                    description: format!("the tool `{n}`"),
-                    parameters: json!({"type": "object"}),
+                let mut spec = self.tools.get(n).cloned().unwrap_or_else(|| {
+                    match supervisor_tool_spec(n).filter(|_| is_agent_tool(n)) {
+                        Some(agent) => ToolSpec {
+                            name: agent.name.to_owned(),
+                            description: agent.description.to_owned(),
+                            parameters: agent.parameters,
+                        },
+                        None => ToolSpec {
+                            name: n.to_owned(),
+                            description: format!("the tool `{n}`"),
+                            parameters: json!({"type": "object"}),
+                        },
+                    }
                 });
-                if self.settings.planned_arguments_only && n == subtask.step.tool {
-                    spec.parameters = planned_only(&subtask.step.args);
+                if self.settings.planned_arguments_only && scripted && n == step.tool {
+                    spec.parameters = planned_only(&step.args);
                 }
                 spec
             })
@@ -389,6 +472,33 @@ impl LlmReasoner {
             }),
         });
         out
+    }
+
+    /// Remembers a subtask's tool loop as one turn of the agent's conversation once it
+    /// concludes (`finish_subtask`, or a call of `return_results`); a call in between is not a
+    /// turn.
+    fn remember_conclusion(
+        &self,
+        me: &AgentId,
+        prompt: String,
+        history: &[ToolCallRecord],
+        action: &NextAction,
+    ) -> Result<(), ReasonError> {
+        let ending = match action {
+            NextAction::Finish { success, summary } => {
+                format!("finished: success={success}, {summary}")
+            }
+            NextAction::Call(call) if call.tool == RETURN_RESULTS => {
+                format!("returned results: {}", call.args)
+            }
+            NextAction::Call(_) => return Ok(()),
+        };
+        let calls: Vec<String> =
+            history.iter().map(|r| format!("{}({})", r.call.tool, r.call.args)).collect();
+        let answer = format!("called [{}]; {ending}", calls.join(", "));
+        self.conversations
+            .push(me, Turn { decision: "next_action".into(), prompt, answer })
+            .map_err(|e| self.backend(e.to_string()))
     }
 
     /// Checks a tool call the model made.
@@ -535,11 +645,13 @@ impl Reasoner for LlmReasoner {
                 StepTarget::Agent(id) => available.iter().find(|c| &c.id == id),
                 _ => None,
             };
+            // A goal step names no tool: any available executor may take it and choose its
+            // own calls.
             let ids: Vec<&str> = match named {
                 Some(c) => vec![c.id.as_str()],
                 None => available
                     .iter()
-                    .filter(|c| c.tools.contains(&step.tool))
+                    .filter(|c| !step.is_scripted() || c.tools.contains(&step.tool))
                     .map(|c| c.id.as_str())
                     .collect(),
             };
@@ -558,12 +670,16 @@ impl Reasoner for LlmReasoner {
                 StepTarget::Agent(id) => format!(" (the plan names {id})"),
                 _ => String::new(),
             };
+            let tool = if s.is_scripted() {
+                format!("tool `{}`", s.tool)
+            } else {
+                "no tool named (the executor chooses)".to_owned()
+            };
             let _ = writeln!(
                 prompt,
-                "- {}: {} — tool `{}`{target}; can go to {}",
+                "- {}: {} — {tool}{target}; can go to {}",
                 s.id,
                 s.description,
-                s.tool,
                 ids.join(", ")
             );
         }
@@ -633,14 +749,11 @@ impl Reasoner for LlmReasoner {
         let me = &who.config.id;
         let offered = self.offered_tools(who, subtask);
         let past = self.conversations.get(me).map_err(|e| self.backend(e.to_string()))?;
-        let step = &subtask.step;
-        let planned = json!({ "tool": step.tool, "arguments": step.args });
-        let prompt = format!(
-            "Carry out step {} of task {}: {}\nThe plan's call for it: {planned}\nCall one tool \
-             at a time; when the step is done (or cannot be done), call `{FINISH_TOOL}` saying \
-             whether it succeeded and what was done.",
-            step.id, subtask.task_id, step.description
-        );
+        // An agent that holds `return_results` concludes with it (the runtime turns it into
+        // the step's result); `finish_subtask` still ends the step too.
+        let returns = offered.iter().any(|t| t.name == RETURN_RESULTS);
+        let conclude = if returns { RETURN_RESULTS } else { FINISH_TOOL };
+        let prompt = step_prompt(subtask, returns);
         let mut request = ChatRequest {
             system: self.system(who, past.dropped).await,
             messages: past.messages(),
@@ -662,7 +775,7 @@ impl Reasoner for LlmReasoner {
             request.messages.push(call);
             let status = if record.success { "ok" } else { "failed" };
             let hint = if record.success {
-                format!(" (if the step is done, call `{FINISH_TOOL}`)")
+                format!(" (if the step is done, call `{conclude}`)")
             } else {
                 String::new()
             };
@@ -675,31 +788,22 @@ impl Reasoner for LlmReasoner {
             ));
         }
         let mut last_problem = String::new();
+        // The last tool call the model made, however wrong: what the loop passes on if the
+        // repair fails too.
+        let mut last_call: Option<ProviderToolCall> = None;
         for attempt in 0..2 {
             let response = self.call(who, &request, false).await?;
             let checked = match response.tool_calls.first() {
                 Some(call) => self.check_call(&offered, call).map_err(|p| (p, Some(call.clone()))),
                 None => Err((
-                    format!("no tool was called; call one of the offered tools or `{FINISH_TOOL}`"),
+                    format!("no tool was called; call one of the offered tools or `{conclude}`"),
                     None,
                 )),
             };
             match checked {
                 Ok(action) => {
                     let action = finish_a_repeat(action, history);
-                    if let NextAction::Finish { success, summary } = &action {
-                        let calls: Vec<String> = history
-                            .iter()
-                            .map(|r| format!("{}({})", r.call.tool, r.call.args))
-                            .collect();
-                        let answer = format!(
-                            "called [{}]; finished: success={success}, {summary}",
-                            calls.join(", ")
-                        );
-                        self.conversations
-                            .push(me, Turn { decision: "next_action".into(), prompt, answer })
-                            .map_err(|e| self.backend(e.to_string()))?;
-                    }
+                    self.remember_conclusion(me, prompt, history, &action)?;
                     return Ok(action);
                 }
                 Err((problem, call)) => {
@@ -707,6 +811,7 @@ impl Reasoner for LlmReasoner {
                     let mut bad = ChatMessage::assistant(response.text.clone());
                     match call {
                         Some(call) => {
+                            last_call = Some(call.clone());
                             let id = call.id.clone();
                             bad.tool_calls.push(call);
                             request.messages.push(bad);
@@ -728,7 +833,15 @@ impl Reasoner for LlmReasoner {
                 }
             }
         }
-        Err(self.invalid("next_action", &last_problem))
+        // Wrong twice. A model that called no tool at all cannot go on; a call, however wrong,
+        // goes to the runtime, whose refusal the model reads in its history and can correct.
+        let Some(call) = last_call else {
+            return Err(self.invalid("next_action", &last_problem));
+        };
+        let action = pass_on(&call, &last_problem);
+        tracing::warn!(agent = %me, tool = %call.name, problem = %last_problem, "the model's tool call is still invalid after the repair; passed on for the runtime to refuse");
+        self.remember_conclusion(me, prompt, history, &action)?;
+        Ok(action)
     }
 
     async fn judge_progress(
@@ -780,6 +893,313 @@ impl Reasoner for LlmReasoner {
         })
         .await
     }
+
+    fn plans(&self) -> bool {
+        true
+    }
+
+    async fn plan(
+        &self,
+        who: Persona<'_>,
+        task: &Task,
+        roles: &RoleBook,
+    ) -> Result<Plan, ReasonError> {
+        let mids: Vec<&Role> = roles.of_layer(AgentLayer::Mid).collect();
+        let workers: Vec<&Role> = roles.of_layer(AgentLayer::Bottom).collect();
+        let mid_names: Vec<&str> = mids.iter().map(|r| r.name.as_str()).collect();
+        let worker_names: Vec<&str> = workers.iter().map(|r| r.name.as_str()).collect();
+        let with_leads = !mids.is_empty();
+
+        let mut prompt = format!("Plan task {}.\nGoal: {}\n", task.id, task.goal.trim());
+        if with_leads {
+            prompt.push_str(
+                "Leads you may create (mid-layer roles; a lead runs the steps of one domain):\n",
+            );
+            for r in &mids {
+                let _ = writeln!(prompt, "- {}: {}", r.name, described(&r.description));
+            }
+        }
+        if !workers.is_empty() {
+            prompt.push_str("Workers (bottom-layer roles) that carry out steps:\n");
+            for r in &workers {
+                let _ = writeln!(
+                    prompt,
+                    "- {}: {} (tools: {})",
+                    r.name,
+                    described(&r.description),
+                    if r.tools.is_empty() { "none".to_owned() } else { r.tools.join(", ") }
+                );
+            }
+        }
+        if !task.steps.is_empty() {
+            prompt.push_str(
+                "The task lists these steps already; your plan replaces the list, so keep those \
+                 still needed (with their ids):\n",
+            );
+            for s in &task.steps {
+                let tool =
+                    if s.is_scripted() { format!(" (tool `{}`)", s.tool) } else { String::new() };
+                let after = if s.after.is_empty() {
+                    String::new()
+                } else {
+                    format!(" after {}", s.after.join(", "))
+                };
+                let _ = writeln!(prompt, "- {}: {}{tool}{after}", s.id, s.description);
+            }
+        }
+        prompt.push_str(
+            "Break the goal into steps. A step says what to achieve (not which tool to call: \
+             whoever carries it out chooses its tools), its domain, the earlier steps it must \
+             wait for (`after`), and how to check that it is done well (`acceptance`). Step ids \
+             are 1 to 64 letters, digits, `-` or `_`, each used once.\n",
+        );
+        if with_leads {
+            prompt.push_str(
+                "Propose the leads to create in `leads`: one per domain, each with one of the lead \
+                 roles above; every step's domain must be the domain of one of your leads.\n",
+            );
+        } else {
+            prompt.push_str(
+                "A step's domain is a short name for the area of work it belongs to, such as \
+                 `docs` or `code`.\n",
+            );
+        }
+        if !workers.is_empty() {
+            prompt.push_str("A step may name the worker role it needs in `role`.\n");
+        }
+        let mut example_step = json!({
+            "id": "write-readme",
+            "description": "Write README.md explaining what the project does",
+            "domain": "docs",
+            "after": [],
+            "acceptance": "README.md exists and says what the project does"
+        });
+        if let Some(worker) = worker_names.first() {
+            example_step["role"] = json!(worker);
+        }
+        let example = match mid_names.first() {
+            Some(lead) => {
+                json!({"leads": [{"role": lead, "domain": "docs"}], "steps": [example_step]})
+            }
+            None => json!({"steps": [example_step]}),
+        };
+        let _ = write!(prompt, "Example answer: {example}");
+
+        let schema = plan_schema(&mid_names, &worker_names);
+        let max_tokens = self.settings.max_tokens.max(self.settings.plan_max_tokens);
+        self.ask_limited(who, "plan", prompt, schema, false, max_tokens, |v| {
+            check_plan(v, with_leads, &mid_names, &worker_names)
+        })
+        .await
+    }
+
+    async fn answer(
+        &self,
+        who: Persona<'_>,
+        from: &AgentId,
+        message: &str,
+        context: &str,
+    ) -> Result<String, ReasonError> {
+        let speaker = if who.config.supervisor.as_ref() == Some(from) {
+            format!("Your supervisor {from}")
+        } else {
+            from.to_string()
+        };
+        let mut prompt = format!("{speaker} says to you: {}\n", message.trim());
+        if context.trim().is_empty() {
+            prompt.push_str("You have no work in hand.\n");
+        } else {
+            let _ = writeln!(
+                prompt,
+                "What you are doing now:\n{}",
+                tail(context.trim(), self.settings.board_chars)
+            );
+        }
+        let _ = write!(
+            prompt,
+            "Reply to {from} in a few sentences: answer the question or acknowledge the \
+             instruction, and say where your work stands.\nExample answer: {{\"reply\": \
+             \"Understood; the tests are written and I am running them now.\"}}"
+        );
+        let schema = json!({
+            "type": "object",
+            "properties": {"reply": {"type": "string", "minLength": 1}},
+            "required": ["reply"]
+        });
+        let max_tokens = self.settings.max_tokens.min(ANSWER_MAX_TOKENS);
+        self.ask_limited(who, "answer", prompt, schema, false, max_tokens, |v| {
+            match v.get("reply").and_then(Value::as_str).map(str::trim) {
+                Some(reply) if !reply.is_empty() => Ok(reply.to_owned()),
+                _ => Err("`reply` must say something".to_owned()),
+            }
+        })
+        .await
+    }
+}
+
+/// The JSON Schema of a plan answer: leads of the mid roles `mid_names` (none without them)
+/// and goal steps, each naming one of the `worker_names` roles or none.
+pub(crate) fn plan_schema(mid_names: &[&str], worker_names: &[&str]) -> Value {
+    let mut step_properties = json!({
+        "id": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": STEP_ID_MAX,
+            "pattern": "^[A-Za-z0-9_-]{1,64}$"
+        },
+        "description": {"type": "string", "minLength": 1},
+        "domain": {"type": "string", "minLength": 1},
+        "after": {"type": "array", "items": {"type": "string"}},
+        "acceptance": {"type": "string"}
+    });
+    if !worker_names.is_empty() {
+        let mut allowed: Vec<Value> = worker_names.iter().map(|n| json!(n)).collect();
+        allowed.push(Value::Null);
+        step_properties["role"] = json!({ "enum": allowed });
+    }
+    let steps_schema = json!({
+        "type": "array",
+        "minItems": 1,
+        "items": {
+            "type": "object",
+            "properties": step_properties,
+            "required": ["id", "description", "domain", "after", "acceptance"]
+        }
+    });
+    if !mid_names.is_empty() {
+        json!({
+            "type": "object",
+            "properties": {
+                "leads": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "role": {"enum": mid_names},
+                            "domain": {"type": "string", "minLength": 1}
+                        },
+                        "required": ["role", "domain"]
+                    }
+                },
+                "steps": steps_schema
+            },
+            "required": ["leads", "steps"]
+        })
+    } else {
+        json!({
+            "type": "object",
+            "properties": {"steps": steps_schema},
+            "required": ["steps"]
+        })
+    }
+}
+
+/// A role's description for a prompt.
+fn described(description: &str) -> &str {
+    let d = description.trim();
+    if d.is_empty() { "(no description)" } else { d }
+}
+
+/// Checks a plan answer beyond its schema and turns it into a [`Plan`] of goal steps. Every
+/// problem is reported, for the repair.
+fn check_plan(
+    v: &Value,
+    with_leads: bool,
+    mid_roles: &[&str],
+    worker_roles: &[&str],
+) -> Result<Plan, String> {
+    let mut problems: Vec<String> = Vec::new();
+    let text = |item: &Value, key: &str| -> String {
+        item.get(key).and_then(Value::as_str).map(str::trim).unwrap_or_default().to_owned()
+    };
+    let mut leads: Vec<LeadRequest> = Vec::new();
+    if with_leads {
+        for lead in v.get("leads").and_then(Value::as_array).into_iter().flatten() {
+            let (role, domain) = (text(lead, "role"), text(lead, "domain"));
+            if !mid_roles.contains(&role.as_str()) {
+                problems.push(format!(
+                    "lead role `{role}` is not a lead (mid) role; use one of: {}",
+                    mid_roles.join(", ")
+                ));
+            }
+            if domain.is_empty() {
+                problems.push(format!("the lead of role `{role}` has no domain"));
+            } else if leads.iter().any(|l| l.domain == domain) {
+                problems.push(format!("two leads for domain `{domain}`; one lead per domain"));
+            }
+            leads.push(LeadRequest { role, domain });
+        }
+    }
+    let items = v.get("steps").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    if items.is_empty() {
+        problems.push("the plan has no steps; give at least one".to_owned());
+    }
+    let mut steps: Vec<PlanStep> = Vec::with_capacity(items.len());
+    for item in items {
+        let id = text(item, "id");
+        let valid_id = !id.is_empty()
+            && id.len() <= STEP_ID_MAX
+            && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if !valid_id {
+            problems.push(format!(
+                "step id `{id}` is not valid: use 1 to {STEP_ID_MAX} ASCII letters, digits, `-` and `_`"
+            ));
+        } else if steps.iter().any(|s| s.id == id) {
+            problems.push(format!("step id `{id}` is used twice; step ids must be unique"));
+        }
+        let description = text(item, "description");
+        if description.is_empty() {
+            problems.push(format!("step `{id}` has no description"));
+        }
+        let domain = text(item, "domain");
+        if domain.is_empty() {
+            problems.push(format!("step `{id}` has no domain"));
+        } else if with_leads && !leads.iter().any(|l| l.domain == domain) {
+            let led: Vec<&str> = leads.iter().map(|l| l.domain.as_str()).collect();
+            problems.push(format!(
+                "step `{id}` is for domain `{domain}`, which none of your leads leads; propose a \
+                 lead for it or use one of your leads' domains ({})",
+                if led.is_empty() { "you proposed none".to_owned() } else { led.join(", ") }
+            ));
+        }
+        let mut after: Vec<String> = Vec::new();
+        for earlier in item.get("after").and_then(Value::as_array).into_iter().flatten() {
+            let earlier = earlier.as_str().map(str::trim).unwrap_or_default();
+            if !steps.iter().any(|s| s.id == earlier) {
+                problems.push(format!(
+                    "step `{id}` waits for `{earlier}`, which is not an earlier step; `after` \
+                     names only steps listed before it"
+                ));
+            } else if !after.iter().any(|a| a == earlier) {
+                after.push(earlier.to_owned());
+            }
+        }
+        let role = Some(text(item, "role")).filter(|r| !r.is_empty());
+        if let Some(role) = &role
+            && !worker_roles.contains(&role.as_str())
+        {
+            problems.push(if worker_roles.is_empty() {
+                format!("step `{id}` names role `{role}`, but there are no worker roles; leave `role` out")
+            } else {
+                format!(
+                    "step `{id}` names role `{role}`, which is not a worker (bottom) role; use one of: {}",
+                    worker_roles.join(", ")
+                )
+            });
+        }
+        steps.push(PlanStep {
+            id,
+            description,
+            target: StepTarget::Domain(domain),
+            tool: String::new(),
+            args: Value::Null,
+            after,
+            idempotent: false,
+            role,
+            acceptance: text(item, "acceptance"),
+        });
+    }
+    if problems.is_empty() { Ok(Plan { steps, leads }) } else { Err(problems.join("; ")) }
 }
 
 /// A reservation held while its call runs; dropped unsettled (the call was cancelled), it books
@@ -811,6 +1231,65 @@ impl Drop for Held<'_> {
             self.fail();
         }
     }
+}
+
+/// The tool loop's question: the step, and for a scripted step the plan's call for it; for a
+/// goal step what to achieve, and that the agent chooses its own calls.
+fn step_prompt(subtask: &Subtask, returns: bool) -> String {
+    let step = &subtask.step;
+    let mut prompt =
+        format!("Carry out step {} of task {}: {}\n", step.id, subtask.task_id, step.description);
+    if step.is_scripted() {
+        let planned = json!({ "tool": step.tool, "arguments": step.args });
+        let _ = writeln!(prompt, "The plan's call for it: {planned}");
+    }
+    if !step.acceptance.trim().is_empty() {
+        let _ = writeln!(prompt, "It is accepted when: {}", step.acceptance.trim());
+    }
+    if !step.is_scripted() {
+        prompt.push_str(
+            "The plan names no tool for this step: choose the tools you need yourself.\n",
+        );
+    }
+    prompt.push_str("Call one tool at a time; when the step is done (or cannot be done), ");
+    if returns {
+        let _ = write!(
+            prompt,
+            "call `{RETURN_RESULTS}` with your result: its status, a summary, the files your \
+             own calls created or changed, and any known issues."
+        );
+    } else {
+        let _ =
+            write!(prompt, "call `{FINISH_TOOL}` saying whether it succeeded and what was done.");
+    }
+    prompt
+}
+
+/// What the tool loop does with a call still invalid after the repair: a call of the tool
+/// with the arguments as written (parsed, or `{"$unparsed": <text>}`), for the runtime to
+/// refuse; a `finish_subtask` finishes with what its arguments say (`success` only if `true`).
+fn pass_on(call: &ProviderToolCall, problem: &str) -> NextAction {
+    let text = call.arguments.trim();
+    let args = if text.is_empty() {
+        json!({})
+    } else {
+        serde_json::from_str::<Value>(text)
+            .unwrap_or_else(|_| json!({ "$unparsed": call.arguments }))
+    };
+    if call.name == FINISH_TOOL {
+        let success = args.get("success").and_then(Value::as_bool).unwrap_or(false);
+        let summary = args
+            .get("summary")
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map_or_else(
+                || format!("the model finished with invalid arguments ({problem})"),
+                str::to_owned,
+            );
+        return NextAction::Finish { success, summary };
+    }
+    NextAction::Call(ToolCall { tool: call.name.clone(), args })
 }
 
 /// An argument schema that accepts exactly `args` (each property one allowed value).

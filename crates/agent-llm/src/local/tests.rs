@@ -176,3 +176,69 @@ fn strings_and_arrays_without_bounds_get_them_so_the_answer_always_finishes() {
     assert_eq!(b["properties"]["items"]["items"]["maxLength"], MAX_STRING_CHARS);
     assert_eq!(b["properties"]["path"]["description"], "a path", "the rest is kept");
 }
+
+/// The agent-management tools (seed 003: `spawn_agent`, ..., `return_results` with its nested
+/// result object) offered to the embedded model: each becomes one grammar option under its
+/// name, the nested strings and arrays bounded, and llama.cpp converts the whole schema (no
+/// fall back to the permissive grammar).
+#[test]
+fn the_agent_tools_become_a_grammar_with_their_nested_schemas() {
+    let tools: Vec<ToolSpec> = agent_core::spawn::supervisor_tool_specs()
+        .into_iter()
+        .map(|spec| ToolSpec {
+            name: spec.name.to_owned(),
+            description: spec.description.to_owned(),
+            parameters: spec.parameters,
+        })
+        .collect();
+    let request = ChatRequest {
+        messages: vec![ChatMessage::user("go")],
+        tools,
+        require_tool: true,
+        ..ChatRequest::default()
+    };
+    let schema = answer_schema(&request, false).unwrap();
+    let value: Value = serde_json::from_str(&schema).unwrap();
+    let options = value["anyOf"].as_array().unwrap();
+    let names: Vec<&str> =
+        options.iter().map(|o| o["properties"]["tool"]["const"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        ["spawn_agent", "speak_to_agent", "get_agents", "despawn_agent", "return_results"]
+    );
+    let result = &options[4]["properties"]["arguments"]["properties"]["result"]["properties"];
+    assert_eq!(result["summary"]["maxLength"], MAX_STRING_CHARS);
+    assert_eq!(result["artifacts"]["maxItems"], MAX_ARRAY_ITEMS);
+    assert_eq!(
+        result["artifacts"]["items"]["properties"]["file_path"]["maxLength"],
+        MAX_STRING_CHARS
+    );
+    assert!(result["status"].get("maxLength").is_none(), "an enum is not bounded");
+
+    let grammar = llama_cpp_2::json_schema_to_grammar(&schema).unwrap();
+    for name in names {
+        assert!(grammar.contains(name), "{name} missing from the grammar:\n{grammar}");
+    }
+    assert!(grammar.contains("change_type"), "{grammar}");
+}
+
+/// The plan decision's schema (leads of the mid roles, goal steps with a step-id pattern and
+/// an optional worker role) converts to a grammar too, with and without roles.
+#[test]
+fn the_plan_schema_becomes_a_grammar() {
+    for (mids, workers) in [(vec!["docs_lead"], vec!["writer", "tester"]), (vec![], vec![])] {
+        let request = ChatRequest {
+            messages: vec![ChatMessage::user("plan")],
+            response: ResponseFormat::Json {
+                name: "plan".to_owned(),
+                schema: crate::reasoner::plan_schema(&mids, &workers),
+            },
+            ..ChatRequest::default()
+        };
+        let schema = answer_schema(&request, false).unwrap();
+        let grammar = llama_cpp_2::json_schema_to_grammar(&schema)
+            .unwrap_or_else(|e| panic!("{e}: {schema}"));
+        assert!(grammar.contains("acceptance"), "{grammar}");
+        assert_eq!(grammar.contains("docs_lead"), !mids.is_empty(), "{grammar}");
+    }
+}

@@ -4,7 +4,10 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use agent_core::tools::ToolRegistry;
+use agent_core::spawn::{
+    DESPAWN_AGENT, GET_AGENTS, RETURN_RESULTS, SPAWN_AGENT, SPEAK_TO_AGENT, supervisor_tool_spec,
+};
+use agent_core::tools::{ToolRegistry, validate};
 use agent_core::{
     Candidate, Conflict, Judgement, NextAction, Persona, ReasonError, Reasoner, ToolCall,
     ToolCallRecord, Verdict,
@@ -14,8 +17,8 @@ use agent_llm::{
     LlmStore, PriceTable, ProviderErrorKind, ResponseFormat, Role, SledLlmStore, UsageLedger,
 };
 use agent_state::{
-    AgentConfig, AgentId, AgentLayer, Decision, DecisionId, PlanStep, StepTarget, Subtask,
-    SubtaskResult, Task, Timestamp, WorkPackage,
+    AgentConfig, AgentId, AgentLayer, Decision, DecisionId, LeadRequest, PlanStep, RoleBook,
+    StepTarget, Subtask, SubtaskResult, Task, Timestamp, WorkPackage,
 };
 use run_store::{Durability, RunStore};
 use serde_json::json;
@@ -782,10 +785,10 @@ async fn an_answer_without_a_tool_call_is_repaired_with_a_user_message() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_tool_loop_invalid_twice_is_a_backend_error() {
+async fn a_tool_loop_without_any_tool_call_twice_is_a_backend_error() {
     let (result, requests) = twice(
-        tool_call("a", "shell", "{}"),
-        tool_call("b", "list_dir", "{}"),
+        text("I am thinking.", 10, 5),
+        text("Still thinking.", 10, 5),
         async |r, who| r.next_action(who, &subtask(), &[]).await,
         AgentLayer::Bottom,
     )
@@ -793,8 +796,105 @@ async fn a_tool_loop_invalid_twice_is_a_backend_error() {
     let err = result.unwrap_err();
     let ReasonError::Backend { message, .. } = &err else { panic!("{err:?}") };
     assert!(message.contains("next_action"), "{message}");
-    assert!(message.contains("`list_dir` is not one of the offered tools"), "{message}");
+    assert!(message.contains("no tool was called"), "{message}");
     assert_eq!(requests.len(), 2);
+}
+
+/// The argument schema of the built-in `write_file`.
+fn write_schema() -> serde_json::Value {
+    ToolRegistry::with_builtins().get("write_file").unwrap().schema().clone()
+}
+
+/// Issue #12 item 6: a model that gets a call's arguments wrong twice does not fail its agent;
+/// the call goes to the runtime, whose tool registry refuses it as a tool error the model reads.
+#[tokio::test(start_paused = true)]
+async fn tool_arguments_invalid_twice_are_passed_on_as_the_call_not_an_error() {
+    let (result, requests) = twice(
+        tool_call("bad-1", "write_file", r#"{"path": "a.txt", "content": "hi""#),
+        tool_call("bad-2", "write_file", r#"{"path": 3}"#),
+        async |r, who| r.next_action(who, &subtask(), &[]).await,
+        AgentLayer::Bottom,
+    )
+    .await;
+    assert_eq!(
+        result.unwrap(),
+        NextAction::Call(ToolCall { tool: "write_file".into(), args: json!({"path": 3}) }),
+        "the repaired call, with its arguments as the model wrote them"
+    );
+    assert_eq!(requests.len(), 2, "no third attempt");
+    // The registry's schema refuses those arguments: a tool error, not a crash.
+    assert!(!validate(&write_schema(), &json!({"path": 3})).is_empty());
+
+    // Arguments that are not JSON at all are passed on as text under `$unparsed`.
+    let raw = r#"{"path": "a.txt", "content": "#;
+    let (result, _) = twice(
+        tool_call("bad-1", "write_file", raw),
+        tool_call("bad-2", "write_file", raw),
+        async |r, who| r.next_action(who, &subtask(), &[]).await,
+        AgentLayer::Bottom,
+    )
+    .await;
+    assert_eq!(
+        result.unwrap(),
+        NextAction::Call(ToolCall { tool: "write_file".into(), args: json!({ "$unparsed": raw }) })
+    );
+    assert!(!validate(&write_schema(), &json!({ "$unparsed": raw })).is_empty());
+
+    // The first attempt's call counts when the repair calls no tool.
+    let (result, _) = twice(
+        tool_call("bad-1", "write_file", r#"{"path": 3}"#),
+        text("I give up.", 10, 5),
+        async |r, who| r.next_action(who, &subtask(), &[]).await,
+        AgentLayer::Bottom,
+    )
+    .await;
+    assert_eq!(
+        result.unwrap(),
+        NextAction::Call(ToolCall { tool: "write_file".into(), args: json!({"path": 3}) })
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tool_not_offered_twice_is_passed_on_for_the_runtime_to_refuse() {
+    let (result, requests) = twice(
+        tool_call("a", "shell", "{}"),
+        tool_call("b", "list_dir", "{}"),
+        async |r, who| r.next_action(who, &subtask(), &[]).await,
+        AgentLayer::Bottom,
+    )
+    .await;
+    assert_eq!(
+        result.unwrap(),
+        NextAction::Call(ToolCall { tool: "list_dir".into(), args: json!({}) })
+    );
+    assert_eq!(requests.len(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_finish_with_invalid_arguments_twice_finishes_with_what_they_say() {
+    let (result, _) = twice(
+        tool_call("a", FINISH_TOOL, r#"{"success": "yes"}"#),
+        tool_call("b", FINISH_TOOL, r#"{"success": true}"#),
+        async |r, who| r.next_action(who, &subtask(), &[]).await,
+        AgentLayer::Bottom,
+    )
+    .await;
+    let NextAction::Finish { success, summary } = result.unwrap() else { panic!("not a finish") };
+    assert!(success, "it says true");
+    assert!(summary.contains("invalid arguments") && summary.contains("`summary`"), "{summary}");
+
+    let (result, _) = twice(
+        tool_call("a", FINISH_TOOL, "done"),
+        tool_call("b", FINISH_TOOL, r#"{"success": "yes", "summary": "wrote it"}"#),
+        async |r, who| r.next_action(who, &subtask(), &[]).await,
+        AgentLayer::Bottom,
+    )
+    .await;
+    assert_eq!(
+        result.unwrap(),
+        NextAction::Finish { success: false, summary: "wrote it".into() },
+        "success only when the arguments say `true`"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -948,4 +1048,370 @@ async fn a_transient_failure_is_retried_with_the_agents_backoff() {
     assert_eq!(start.elapsed(), std::time::Duration::from_secs(1), "the agent's 1 s first backoff");
     let requests = rig.provider.requests();
     assert_eq!(requests[0], requests[1], "a retry repeats the request");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Goal-driven teams (issue #12): plan, answer, the tools an agent holds, goal steps
+// ---------------------------------------------------------------------------------------------
+
+/// Two lead roles and two worker roles.
+fn roles() -> RoleBook {
+    use agent_state::Role;
+    let lead = |name: &str, description: &str, workers: &[&str]| Role {
+        description: description.into(),
+        enabled_agents: workers.iter().map(|w| (*w).to_owned()).collect(),
+        ..Role::new(name, AgentLayer::Mid)
+    };
+    let worker = |name: &str, description: &str, tools: &[&str]| Role {
+        description: description.into(),
+        tools: tools.iter().map(|t| (*t).to_owned()).collect(),
+        ..Role::new(name, AgentLayer::Bottom)
+    };
+    RoleBook::new([
+        lead("docs_lead", "Leads the documentation work.", &["writer"]),
+        lead("code_lead", "Leads the code work.", &["writer", "tester"]),
+        worker("writer", "Writes and edits files.", &["read_file", "write_file"]),
+        worker("tester", "Runs the tests.", &["shell"]),
+    ])
+    .unwrap()
+}
+
+fn goal_task() -> Task {
+    Task { id: "t9".into(), goal: "Document the project and test it".into(), steps: Vec::new() }
+}
+
+fn good_plan() -> serde_json::Value {
+    json!({
+        "leads": [
+            {"role": "docs_lead", "domain": "docs"},
+            {"role": "code_lead", "domain": "code"}
+        ],
+        "steps": [
+            {"id": "readme", "description": "Write README.md", "domain": "docs", "role": "writer",
+             "after": [], "acceptance": "README.md says what the project does"},
+            {"id": "test", "description": "Run the test suite", "domain": "code", "role": "tester",
+             "after": ["readme"], "acceptance": "every test passes"},
+            {"id": "notes", "description": "Write release notes", "domain": "docs",
+             "after": ["readme", "test"], "acceptance": ""}
+        ]
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn plan_turns_a_goal_into_goal_steps_and_leads_from_the_role_book() {
+    let rig = rig(MockProvider::queue([json(good_plan())]));
+    let agent = Agent::new("top-a", AgentLayer::Top);
+    assert!(rig.reasoner.plans());
+    let plan = rig.reasoner.plan(agent.persona(), &goal_task(), &roles()).await.unwrap();
+
+    assert_eq!(
+        plan.leads,
+        [
+            LeadRequest { role: "docs_lead".into(), domain: "docs".into() },
+            LeadRequest { role: "code_lead".into(), domain: "code".into() }
+        ]
+    );
+    let ids: Vec<&str> = plan.steps.iter().map(|s| s.id.as_str()).collect();
+    assert_eq!(ids, ["readme", "test", "notes"]);
+    assert_eq!(
+        plan.steps[1],
+        PlanStep {
+            id: "test".into(),
+            description: "Run the test suite".into(),
+            target: StepTarget::Domain("code".into()),
+            tool: String::new(),
+            args: serde_json::Value::Null,
+            after: vec!["readme".into()],
+            idempotent: false,
+            role: Some("tester".into()),
+            acceptance: "every test passes".into(),
+        }
+    );
+    assert!(plan.steps.iter().all(|s| !s.is_scripted()), "goal steps: no tool");
+    assert_eq!(plan.steps[2].role, None);
+
+    let request = rig.provider.last();
+    assert!(request.system.starts_with(&agent.prompt));
+    assert!(request.tools.is_empty());
+    assert_eq!(json_format(&request).0, "plan");
+    assert_eq!(request.max_tokens, 2_048, "a plan may be longer than other decisions");
+    let s = schema(&request);
+    assert_eq!(s["required"], json!(["leads", "steps"]));
+    assert_eq!(
+        s["properties"]["leads"]["items"]["properties"]["role"]["enum"],
+        json!(["code_lead", "docs_lead"])
+    );
+    let step = &s["properties"]["steps"]["items"];
+    assert_eq!(step["properties"]["role"]["enum"], json!(["tester", "writer", null]));
+    assert_eq!(step["required"], json!(["id", "description", "domain", "after", "acceptance"]));
+    let question = &last_message(&request).content;
+    for needle in [
+        "Document the project and test it",
+        "- docs_lead: Leads the documentation work.",
+        "- writer: Writes and edits files. (tools: read_file, write_file)",
+        "- tester: Runs the tests. (tools: shell)",
+        "Example answer: ",
+    ] {
+        assert!(question.contains(needle), "{needle:?} missing from {question}");
+    }
+    // The accepted plan is a turn of the top power's conversation.
+    let turns = rig.conversations.get(&AgentId::new("top-a")).unwrap().turns;
+    assert_eq!(turns.len(), 1);
+    assert_eq!(turns[0].decision, "plan");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_plan_with_an_unknown_lead_role_is_repaired_once_then_accepted() {
+    let mut bad = good_plan();
+    bad["leads"][1]["role"] = json!("tester");
+    let (result, requests) = twice(
+        json(bad.clone()),
+        json(good_plan()),
+        async |r, who| r.plan(who, &goal_task(), &roles()).await,
+        AgentLayer::Top,
+    )
+    .await;
+    assert_eq!(result.unwrap().leads.len(), 2);
+    assert_json_repair(&requests, &bad.to_string(), "\"tester\"");
+    assert!(last_message(&requests[1]).content.contains("`leads[1].role`"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_plan_invalid_twice_is_a_backend_error_naming_the_problems() {
+    // Ids used twice, waiting on a later step, a step for a domain no lead leads, a step role
+    // that is a lead's, an id with a space.
+    let mut first = good_plan();
+    first["steps"][0]["after"] = json!(["test"]);
+    first["steps"][2]["id"] = json!("test");
+    let mut second = good_plan();
+    second["steps"][1]["domain"] = json!("ops");
+    second["steps"][1]["role"] = json!(null);
+    second["steps"][2]["id"] = json!("release notes");
+    second["leads"] =
+        json!([{"role": "docs_lead", "domain": "docs"}, {"role": "code_lead", "domain": "docs"}]);
+    let rig = rig(MockProvider::queue([json(first), json(second)]));
+    let agent = Agent::new("top-a", AgentLayer::Top);
+    let err = rig.reasoner.plan(agent.persona(), &goal_task(), &roles()).await.unwrap_err();
+    let requests = rig.provider.requests();
+    assert_eq!(requests.len(), 2, "one repair");
+    let repair = &last_message(&requests[1]).content;
+    assert!(repair.contains("waits for `test`, which is not an earlier step"), "{repair}");
+    assert!(repair.contains("step id `test` is used twice"), "{repair}");
+    let ReasonError::Backend { message, .. } = &err else { panic!("{err:?}") };
+    assert!(message.contains("plan"), "{message}");
+    assert!(message.contains("domain `ops`, which none of your leads leads"), "{message}");
+    assert!(message.contains("step id `release notes` is not valid"), "{message}");
+    assert!(message.contains("two leads for domain `docs`"), "{message}");
+    assert!(rig.conversations.get(&AgentId::new("top-a")).unwrap().turns.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_plan_without_steps_or_with_a_lead_role_on_a_step_is_refused() {
+    let mut no_steps = good_plan();
+    no_steps["steps"] = json!([]);
+    let mut lead_as_worker = good_plan();
+    lead_as_worker["steps"][0]["role"] = json!("docs_lead");
+    let rig = rig(MockProvider::queue([json(no_steps), json(lead_as_worker)]));
+    let agent = Agent::new("top-a", AgentLayer::Top);
+    let err = rig.reasoner.plan(agent.persona(), &goal_task(), &roles()).await.unwrap_err();
+    let repair = last_message(&rig.provider.requests()[1]).content.clone();
+    assert!(repair.contains("the plan has no steps"), "{repair}");
+    let ReasonError::Backend { message, .. } = &err else { panic!("{err:?}") };
+    assert!(message.contains("`steps[0].role`"), "the schema's worker roles: {message}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_roles_a_plan_is_steps_only_with_free_domains_and_sees_the_tasks_steps() {
+    let answer = json!({"steps": [
+        {"id": "hello", "description": "Write hello.txt", "domain": "files", "after": [],
+         "acceptance": "hello.txt says hello"}
+    ]});
+    let rig = rig(MockProvider::queue([json(answer)]));
+    let agent = Agent::new("top-a", AgentLayer::Top);
+    let mut task = goal_task();
+    task.steps = vec![step("hello", "write_file", json!({"path": "hello.txt", "content": "hi"}))];
+    let plan = rig.reasoner.plan(agent.persona(), &task, &RoleBook::default()).await.unwrap();
+    assert!(plan.leads.is_empty());
+    assert_eq!(plan.steps.len(), 1);
+    assert_eq!(plan.steps[0].target, StepTarget::Domain("files".into()));
+    assert_eq!(plan.steps[0].role, None);
+
+    let request = rig.provider.last();
+    let s = schema(&request);
+    assert_eq!(s["required"], json!(["steps"]));
+    assert!(s["properties"].get("leads").is_none(), "{s}");
+    assert!(s["properties"]["steps"]["items"]["properties"].get("role").is_none(), "{s}");
+    let question = &last_message(&request).content;
+    assert!(question.contains("- hello: do hello (tool `write_file`)"), "{question}");
+    assert!(!question.contains("Leads you may create"), "{question}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn answer_replies_in_a_few_words_knowing_the_speaker_and_the_work() {
+    let rig = rig(MockProvider::queue([json(json!({"reply": "  Tests are running.  "}))]));
+    let mut agent = Agent::new("mid-code", AgentLayer::Mid);
+    agent.config = agent.config.clone().with_supervisor("top-a");
+    let reply = rig
+        .reasoner
+        .answer(
+            agent.persona(),
+            &AgentId::new("top-a"),
+            "How far along are you?",
+            "step test: running cargo test",
+        )
+        .await
+        .unwrap();
+    assert_eq!(reply, "Tests are running.");
+    let request = rig.provider.last();
+    assert_structured(&request, &agent, "answer");
+    assert_eq!(schema(&request)["required"], json!(["reply"]));
+    let question = &last_message(&request).content;
+    assert!(
+        question.contains("Your supervisor top-a says to you: How far along are you?"),
+        "{question}"
+    );
+    assert!(question.contains("step test: running cargo test"), "{question}");
+    let turns = rig.conversations.get(&AgentId::new("mid-code")).unwrap().turns;
+    assert_eq!(turns[0].decision, "answer");
+
+    // An answer is short whatever the decisions' limit: at most 256 tokens.
+    let rig = rig_with(
+        MockProvider::queue([json(json!({"reply": "idle"}))]),
+        UsageLedger::new(PriceTable::new(), Budget::default()),
+    );
+    let reasoner =
+        LlmReasoner::new(rig.provider.clone(), rig.ledger.clone(), rig.conversations.clone());
+    let worker = Agent::new("exec-1", AgentLayer::Bottom);
+    let reply =
+        reasoner.answer(worker.persona(), &AgentId::new("mid-code"), "status?", "").await.unwrap();
+    assert_eq!(reply, "idle");
+    let request = rig.provider.last();
+    assert_eq!(request.max_tokens, 256);
+    assert!(last_message(&request).content.contains("mid-code says to you: status?"));
+    assert!(last_message(&request).content.contains("no work in hand"));
+}
+
+fn goal_subtask(acceptance: &str) -> Subtask {
+    Subtask {
+        task_id: "t9".into(),
+        step: PlanStep {
+            id: "readme".into(),
+            description: "Write README.md".into(),
+            target: StepTarget::Domain("docs".into()),
+            tool: String::new(),
+            args: serde_json::Value::Null,
+            after: Vec::new(),
+            idempotent: false,
+            role: Some("writer".into()),
+            acceptance: acceptance.into(),
+        },
+        assignee: AgentId::new("worker-1"),
+        attempt: 1,
+    }
+}
+
+fn names(request: &ChatRequest) -> Vec<&str> {
+    request.tools.iter().map(|t| t.name.as_str()).collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn next_action_offers_the_tools_the_persona_holds_with_the_supervisor_tool_specs() {
+    let result = json!({"result": {"status": "success", "summary": "wrote README.md",
+        "artifacts": [{"file_path": "README.md", "description": "the readme", "change_type": "created"}],
+        "known_issues": []}});
+    let rig = rig(MockProvider::queue([tool_call("r1", RETURN_RESULTS, &result.to_string())]));
+    let agent = Agent::new("lead-1", AgentLayer::Mid);
+    let held: Vec<String> =
+        ["read_file", SPAWN_AGENT, SPEAK_TO_AGENT, GET_AGENTS, DESPAWN_AGENT, RETURN_RESULTS]
+            .map(String::from)
+            .to_vec();
+    let who = Persona { config: &agent.config, system_prompt: &agent.prompt, tools: &held };
+    let action = rig.reasoner.next_action(who, &goal_subtask(""), &[]).await.unwrap();
+    assert_eq!(action, NextAction::Call(ToolCall { tool: RETURN_RESULTS.into(), args: result }));
+
+    let request = rig.provider.last();
+    let mut expected: Vec<&str> = held.iter().map(String::as_str).collect();
+    expected.push(FINISH_TOOL);
+    assert_eq!(names(&request), expected, "exactly the tools held, and finish");
+    let registry = ToolRegistry::with_builtins();
+    assert_eq!(&request.tools[0].parameters, registry.get("read_file").unwrap().schema());
+    for spec in &request.tools[1..6] {
+        let seed = supervisor_tool_spec(&spec.name).unwrap();
+        assert_eq!(spec.parameters, seed.parameters, "{}", spec.name);
+        assert_eq!(spec.description, seed.description, "{}", spec.name);
+    }
+    assert_eq!(request.tools[1].parameters["required"], json!(["role_name", "task_prompt"]));
+    let question = &last_message(&request).content;
+    assert!(question.contains(&format!("call `{RETURN_RESULTS}` with your result")), "{question}");
+    // Returning the results concludes the subtask: one turn of the conversation.
+    let turns = rig.conversations.get(&AgentId::new("lead-1")).unwrap().turns;
+    assert_eq!(turns.len(), 1);
+    assert!(turns[0].answer.contains("returned results"), "{}", turns[0].answer);
+
+    // Finishing still works for an agent that holds `return_results`; bad arguments of an
+    // agent tool are repaired like any other.
+    let rig = rig_again_with([
+        tool_call("s1", SPAWN_AGENT, r#"{"role_name": "writer"}"#),
+        tool_call("f1", FINISH_TOOL, &finish(true, "done")),
+    ]);
+    let action = rig.reasoner.next_action(who, &goal_subtask(""), &[]).await.unwrap();
+    assert_eq!(action, NextAction::Finish { success: true, summary: "done".into() });
+    let repair = last_message(&rig.provider.last()).content.clone();
+    assert!(repair.contains("`task_prompt`: required property is missing"), "{repair}");
+}
+
+fn rig_again_with(answers: impl IntoIterator<Item = crate::mock::Answer>) -> Rig {
+    rig(MockProvider::queue(answers))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_goal_step_is_put_as_what_to_achieve_without_a_planned_call() {
+    let rig = rig(MockProvider::queue([tool_call("c1", "read_file", r#"{"path": "src/lib.rs"}"#)]));
+    let agent = Agent::new("worker-1", AgentLayer::Bottom);
+    let held = ["read_file".to_owned(), "write_file".to_owned()];
+    let who = Persona { config: &agent.config, system_prompt: &agent.prompt, tools: &held };
+    let subtask = goal_subtask("README.md says what the project does");
+    let action = rig.reasoner.next_action(who, &subtask, &[]).await.unwrap();
+    assert_eq!(
+        action,
+        NextAction::Call(ToolCall {
+            tool: "read_file".into(),
+            args: json!({"path": "src/lib.rs"})
+        })
+    );
+    let request = rig.provider.last();
+    assert_eq!(names(&request), ["read_file", "write_file", FINISH_TOOL], "no empty tool name");
+    let question = &last_message(&request).content;
+    assert!(question.contains("Carry out step readme of task t9: Write README.md"), "{question}");
+    assert!(!question.contains("The plan's call"), "{question}");
+    assert!(
+        question.contains("It is accepted when: README.md says what the project does"),
+        "{question}"
+    );
+    assert!(question.contains("choose the tools you need yourself"), "{question}");
+    assert!(question.contains(&format!("call `{FINISH_TOOL}`")), "{question}");
+    assert!(!question.contains(RETURN_RESULTS), "{question}");
+
+    // Without a list of tools from its layer or the reasoner's map, a goal step offers only
+    // finish: never a tool without a name.
+    let rig = rig_again_with([tool_call("f", FINISH_TOOL, &finish(false, "no tools"))]);
+    rig.reasoner.next_action(agent.persona(), &subtask, &[]).await.unwrap();
+    assert_eq!(names(&rig.provider.last()), [FINISH_TOOL]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn decompose_offers_a_goal_step_to_every_available_executor() {
+    let answer = json!({"placements": {"readme": "exec-s"}});
+    let rig = rig(MockProvider::queue([json(answer)]));
+    let agent = Agent::new("mid-docs", AgentLayer::Mid);
+    let mut work = work();
+    work.steps = vec![goal_subtask("").step];
+    let placements = rig.reasoner.decompose(agent.persona(), &work, &team()).await.unwrap();
+    assert_eq!(placements[0].assignee.as_str(), "exec-s");
+    let request = rig.provider.last();
+    let offered = &schema(&request)["properties"]["placements"]["properties"]["readme"]["enum"];
+    assert_eq!(offered, &json!(["exec-w", "exec-s"]), "not the unavailable one");
+    let question = &last_message(&request).content;
+    assert!(question.contains("no tool named (the executor chooses)"), "{question}");
+    assert!(!question.contains("tool ``"), "{question}");
 }
