@@ -14,6 +14,8 @@
 //!
 //! Totals are kept per agent, per layer and per model, with the cost from a [`PriceTable`]
 //! (US dollars per million tokens; a model without a price costs 0 and is reported as unpriced).
+//! As an [`agent_core::CostMeter`] the ledger tells what one agent's own calls cost
+//! ([`UsageReport::agent_cost_usd`]): nothing when the cost is not known.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -80,6 +82,11 @@ impl PriceTable {
     /// The price of `model`, if set.
     pub fn get(&self, model: &str) -> Option<Price> {
         self.prices.get(model).copied()
+    }
+
+    /// Whether no model has a price.
+    pub fn is_empty(&self) -> bool {
+        self.prices.is_empty()
     }
 
     /// The cost of `usage` on `model` (0 for a model without a price).
@@ -220,6 +227,14 @@ pub struct Tally {
     pub cost_usd: f64,
     /// Waits on a provider's rate limit (not failures).
     pub rate_limit_waits: u64,
+    /// Calls (of `calls`) on a model without a price, counted as $0: while there are any,
+    /// the cost of these calls is not known (`cost_usd` is only a lower bound).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unpriced_calls: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Tally {
@@ -235,6 +250,7 @@ impl Tally {
         self.output_tokens += other.output_tokens;
         self.cost_usd += other.cost_usd;
         self.rate_limit_waits += other.rate_limit_waits;
+        self.unpriced_calls += other.unpriced_calls;
     }
 }
 
@@ -264,6 +280,23 @@ pub struct UsageReport {
 impl Versioned for UsageReport {
     const KIND: &'static str = "llm_usage";
     const VERSION: u32 = 1;
+}
+
+impl UsageReport {
+    /// What `agent`'s own calls cost, in US dollars, under the run's `prices`: `None` when the
+    /// cost is not known — no model has a price, or one of the agent's calls was on a model
+    /// without one (counted as $0, so its total would understate) — and `Some(0.0)` for an
+    /// agent that made no call yet while prices are known.
+    pub fn agent_cost_usd(&self, agent: &str, prices: &PriceTable) -> Option<f64> {
+        if prices.is_empty() {
+            return None;
+        }
+        match self.by_agent.get(agent) {
+            Some(t) if t.unpriced_calls > 0 => None,
+            Some(t) => Some(t.cost_usd),
+            None => Some(0.0),
+        }
+    }
 }
 
 /// Who makes a call: for the per-agent, per-layer and per-model totals.
@@ -587,11 +620,12 @@ impl UsageLedger {
             input_tokens: usage.input_tokens,
             output_tokens: usage.output_tokens,
             cost_usd: cost,
+            unpriced_calls: u64::from(self.prices.get(&site.model).is_none()),
             ..Tally::default()
         };
         let mut s = self.lock();
         self.unreserve(&mut s, &reservation);
-        if self.prices.get(&site.model).is_none() {
+        if tally.unpriced_calls > 0 {
             let key = site.model_key();
             if !s.report.unpriced_models.contains(&key) {
                 s.report.unpriced_models.push(key);
@@ -755,6 +789,13 @@ impl UsageLedger {
     }
 }
 
+impl agent_core::CostMeter for UsageLedger {
+    /// The agent's own calls so far, as [`UsageReport::agent_cost_usd`] counts them.
+    fn cost_usd(&self, agent: &AgentId) -> Option<f64> {
+        self.lock().report.agent_cost_usd(agent.as_str(), &self.prices)
+    }
+}
+
 fn record(report: &mut UsageReport, site: &CallSite, tally: &Tally) {
     report.total.add(tally);
     report.by_agent.entry(site.agent.to_string()).or_default().add(tally);
@@ -796,5 +837,89 @@ fn raise(budget: &mut Budget, limit: BudgetLimit, by: f64) {
                 *c = c.saturating_add(whole);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
+
+    use agent_core::CostMeter;
+
+    use super::*;
+
+    fn site(agent: &str, provider: &str, model: &str) -> CallSite {
+        CallSite {
+            agent: AgentId::new(agent),
+            layer: AgentLayer::Bottom,
+            provider: provider.into(),
+            model: model.into(),
+        }
+    }
+
+    async fn call(ledger: &UsageLedger, site: &CallSite, input: u64, output: u64) {
+        let r = ledger.reserve(input + output, 0.0, false).await.unwrap();
+        ledger.settle(r, site, Usage { input_tokens: input, output_tokens: output });
+    }
+
+    fn close(a: Option<f64>, b: f64) -> bool {
+        a.is_some_and(|a| (a - b).abs() < 1e-12)
+    }
+
+    #[tokio::test]
+    async fn the_cost_meter_gives_each_agents_own_cost_when_its_models_are_priced() {
+        let mut prices = PriceTable::new();
+        prices.set("gpt-a", Price { input_per_mtok: 2.0, output_per_mtok: 10.0 }).unwrap();
+        let ledger = UsageLedger::new(prices, Budget::default());
+        let meter: &dyn CostMeter = &ledger;
+        let (a, b, c) = (AgentId::new("a"), AgentId::new("b"), AgentId::new("c"));
+
+        assert_eq!(meter.cost_usd(&a), Some(0.0), "no call yet: nothing spent");
+        call(&ledger, &site("a", "openai", "gpt-a"), 1_000, 200).await;
+        call(&ledger, &site("a", "openai", "gpt-a"), 500, 0).await;
+        call(&ledger, &site("b", "openai", "gpt-a"), 100, 10).await;
+        // 1 000 × 2 + 200 × 10 + 500 × 2 = 5 000 dollars per million tokens: its own calls only.
+        assert!(close(meter.cost_usd(&a), 0.005), "{:?}", meter.cost_usd(&a));
+        assert!(close(meter.cost_usd(&b), 0.000_3), "{:?}", meter.cost_usd(&b));
+
+        // A call on a model without a price: the agent's cost is no longer known.
+        call(&ledger, &site("c", "openai", "gpt-a"), 1_000, 0).await;
+        assert!(close(meter.cost_usd(&c), 0.002));
+        call(&ledger, &site("c", "local", "tiny"), 1_000, 0).await;
+        assert_eq!(meter.cost_usd(&c), None);
+        let report = ledger.report();
+        assert_eq!(report.by_agent["c"].unpriced_calls, 1);
+        assert_eq!(report.by_model["local/tiny"].unpriced_calls, 1);
+        assert_eq!(report.total.unpriced_calls, 1);
+        assert!(close(meter.cost_usd(&a), 0.005), "the others' costs stay known");
+
+        // A failed call costs nothing and leaves the cost known.
+        let r = ledger.reserve(10, 0.0, false).await.unwrap();
+        ledger.fail(r, &site("b", "local", "tiny"));
+        assert!(close(meter.cost_usd(&b), 0.000_3));
+
+        // The stored report (what `inspect` reads) tells the same.
+        let stored: UsageReport =
+            agent_state::decode(&agent_state::encode(&report).unwrap()).unwrap();
+        assert_eq!(stored.agent_cost_usd("c", ledger.prices()), None);
+        assert!(close(stored.agent_cost_usd("a", ledger.prices()), 0.005));
+    }
+
+    #[tokio::test]
+    async fn without_prices_no_cost_is_known() {
+        let ledger = UsageLedger::new(PriceTable::new(), Budget::default());
+        let a = AgentId::new("a");
+        assert_eq!(CostMeter::cost_usd(&ledger, &a), None);
+        call(&ledger, &site("a", "openai", "gpt-a"), 1_000, 200).await;
+        assert_eq!(CostMeter::cost_usd(&ledger, &a), None);
+    }
+
+    #[test]
+    fn a_tally_stored_before_unpriced_calls_were_counted_still_reads() {
+        let old = r#"{"calls":2,"failed_calls":0,"input_tokens":5,"output_tokens":6,"cost_usd":0.5,"rate_limit_waits":0}"#;
+        let t: Tally = serde_json::from_str(old).unwrap();
+        assert_eq!((t.calls, t.unpriced_calls), (2, 0));
+        let json = serde_json::to_string(&t).unwrap();
+        assert!(!json.contains("unpriced_calls"), "written only when there are some: {json}");
     }
 }
