@@ -624,7 +624,11 @@ impl AgentBehavior for MidAgent {
                 }
                 continue;
             }
-            if message.kind == MessageKind::PeerHelpRequest && from_top.is_some() {
+            let from_supervisor =
+                message.from.agent().is_some_and(|a| ctx.config().supervisor.as_ref() == Some(a));
+            if message.kind == MessageKind::PeerHelpRequest
+                && (from_top.is_some() || from_supervisor)
+            {
                 self.spoken_to(ctx, message).await?;
                 continue;
             }

@@ -403,11 +403,13 @@ impl Spawner for TeamSpawner {
         let mut out = Vec::with_capacity(mine.len());
         for n in mine {
             let slot = pool.as_ref().and_then(|p| p.get(&n.record.agent));
+            // An agent in the middle of a turn (a model call, a long command) is not waited
+            // for: it is working.
             let (status, current_work) = match slot {
-                Some(slot) => {
-                    let agent = slot.agent().lock().await;
-                    (agent.status(), agent.current_work())
-                }
+                Some(slot) => match slot.agent().try_lock() {
+                    Ok(agent) => (agent.status(), agent.current_work()),
+                    Err(_) => (AgentStatus::Working, Some("in the middle of a turn".into())),
+                },
                 None => (AgentStatus::Terminated, None),
             };
             let mut task = n.record.task_prompt.clone();

@@ -179,6 +179,10 @@ fn script(request: &ReasoningRequest) -> ScriptedAnswer {
                     ),
                     (3, r) if r < 3 => finish("waiting for the tester"),
                     _ if count(history, GET_AGENTS) == 0 => call(GET_AGENTS, json!({})),
+                    _ if count(history, SPEAK_TO_AGENT) == 0 => call(
+                        SPEAK_TO_AGENT,
+                        json!({"agent_id": "coder-1", "message": "what did you write?"}),
+                    ),
                     _ => finish("add.sh written and its test passes"),
                 },
                 a if a.starts_with("docs_lead") => match (spawned, returned) {
@@ -299,6 +303,27 @@ async fn a_goal_is_planned_the_team_forms_itself_and_the_work_is_done() {
     let listed: Value = serde_json::from_str(&listing.output).unwrap();
     assert_eq!(listed["total_count"], 3);
     assert!(listed["agents"].as_array().unwrap().iter().all(|a| a["has_result"] == true));
+
+    // speak_to_agent went over the bus to coder-1 and came back with its answer.
+    let spoke = reasoner
+        .requests()
+        .into_iter()
+        .filter_map(|r| match r {
+            ReasoningRequest::NextAction { agent, history, .. }
+                if agent.as_str() == "code_lead-1" =>
+            {
+                history.into_iter().find(|h| h.call.tool == SPEAK_TO_AGENT)
+            }
+            _ => None,
+        })
+        .next()
+        .expect("speak_to_agent was called");
+    assert!(spoke.success, "{}", spoke.output);
+    let spoke: Value = serde_json::from_str(&spoke.output).unwrap();
+    assert_eq!(spoke["agent_id"], "coder-1");
+    assert!(reasoner.requests().iter().any(|r| matches!(r,
+        ReasoningRequest::Answer { agent, from, message, .. }
+            if agent.as_str() == "coder-1" && from.as_str() == "code_lead-1" && message == "what did you write?")));
     team.shutdown().await.unwrap();
 }
 
@@ -593,5 +618,123 @@ async fn a_goal_only_task_on_the_rule_based_reasoner_is_refused_before_anything_
     assert!(error.to_string().contains("cannot plan from words"), "{error}");
     // Not submitted: the same id can be submitted again as a scripted plan.
     team.submit(hello_task("g")).await.unwrap();
+    team.shutdown().await.unwrap();
+}
+
+/// A reasoner whose agents never manage to answer what is said to them.
+struct Mute(Arc<ScriptedReasoner>);
+
+#[async_trait::async_trait]
+impl agent_core::Reasoner for Mute {
+    fn name(&self) -> &str {
+        "mute"
+    }
+    async fn review_decision(
+        &self,
+        who: agent_core::Persona<'_>,
+        d: &agent_state::Decision,
+    ) -> Result<agent_core::Verdict, agent_core::ReasonError> {
+        self.0.review_decision(who, d).await
+    }
+    async fn vote(
+        &self,
+        who: agent_core::Persona<'_>,
+        c: &agent_core::Conflict,
+    ) -> Result<String, agent_core::ReasonError> {
+        self.0.vote(who, c).await
+    }
+    async fn decompose(
+        &self,
+        who: agent_core::Persona<'_>,
+        w: &agent_state::WorkPackage,
+        t: &[agent_core::Candidate],
+    ) -> Result<Vec<agent_core::Placement>, agent_core::ReasonError> {
+        self.0.decompose(who, w, t).await
+    }
+    async fn next_action(
+        &self,
+        who: agent_core::Persona<'_>,
+        s: &agent_state::Subtask,
+        h: &[ToolCallRecord],
+    ) -> Result<NextAction, agent_core::ReasonError> {
+        self.0.next_action(who, s, h).await
+    }
+    async fn judge_progress(
+        &self,
+        who: agent_core::Persona<'_>,
+        t: &Task,
+        r: &[agent_state::SubtaskResult],
+        g: &str,
+    ) -> Result<agent_core::Judgement, agent_core::ReasonError> {
+        self.0.judge_progress(who, t, r, g).await
+    }
+    fn plans(&self) -> bool {
+        true
+    }
+    async fn plan(
+        &self,
+        who: agent_core::Persona<'_>,
+        t: &Task,
+        r: &RoleBook,
+    ) -> Result<Plan, agent_core::ReasonError> {
+        self.0.plan(who, t, r).await
+    }
+    async fn answer(
+        &self,
+        _: agent_core::Persona<'_>,
+        _: &agent_state::AgentId,
+        _: &str,
+        _: &str,
+    ) -> Result<String, agent_core::ReasonError> {
+        std::future::pending().await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn speak_to_agent_times_out_when_the_agent_does_not_answer() {
+    fn talker(request: &ReasoningRequest) -> ScriptedAnswer {
+        match request {
+            ReasoningRequest::Plan { .. } => ScriptedAnswer::Plan(Plan {
+                leads: vec![LeadRequest { role: "docs_lead".into(), domain: "docs".into() }],
+                steps: vec![goal_step("readme", "docs", "writer", "write README.md")],
+            }),
+            ReasoningRequest::NextAction { agent, history, .. }
+                if agent.as_str().starts_with("docs_lead") =>
+            {
+                match history.len() {
+                    0 => call(
+                        SPAWN_AGENT,
+                        json!({"role_name": "writer", "task_prompt": "write README.md"}),
+                    ),
+                    1 => {
+                        call(SPEAK_TO_AGENT, json!({"agent_id": "writer-1", "message": "status?"}))
+                    }
+                    _ => finish("done"),
+                }
+            }
+            ReasoningRequest::NextAction { subtask, history, .. } => {
+                worker(&subtask.step.description, history)
+            }
+            _ => ScriptedAnswer::Fallback,
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let scripted = Arc::new(ScriptedReasoner::from_fn(talker));
+    let mut services = services(dir.path());
+    services.reasoner = Arc::new(Mute(scripted.clone()));
+    let team = Team::start(goal_team(roles()), services.clone()).await.unwrap();
+    team.submit(Task::goal("t", "docs")).await.unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(3600), team.wait("t")).await.unwrap();
+    assert!(outcome.is_success(), "{outcome:?}");
+    // The lead's loop was told, as a failed call, that nobody answered in time.
+    let told = scripted.requests().into_iter().any(|r| matches!(r,
+        ReasoningRequest::NextAction { agent, history, .. }
+            if agent.as_str() == "docs_lead-1"
+                && history.iter().any(|h| h.call.tool == SPEAK_TO_AGENT && !h.success && h.output.contains("did not answer within 120 s"))));
+    assert!(told, "the lead saw the timeout");
+    let records = audit(&services).await;
+    assert!(records.iter().any(|r| r.agent.as_str() == "writer-1"
+        && matches!(&r.event, AuditEvent::Error { error, .. } if error.contains("timed out") || error.contains("timeout"))),
+        "the writer's turns hung in `answer` and timed out");
     team.shutdown().await.unwrap();
 }
