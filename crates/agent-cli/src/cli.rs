@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
 
 /// Default data directory, under the current directory.
 pub(crate) const DEFAULT_DATA: &str = ".strata/runs";
@@ -27,7 +27,7 @@ pub(crate) struct Cli {
 pub(crate) enum Command {
     /// Write an example team file and plan into DIR.
     Init(InitArgs),
-    /// Run a team on a plan until the task succeeds or fails.
+    /// Run a team on a plan (or a goal in words) until the task succeeds or fails.
     Run(RunArgs),
     /// Continue a run that was interrupted (Ctrl-C, crash, kill).
     Resume(ResumeArgs),
@@ -90,11 +90,16 @@ pub(crate) struct OutputArgs {
     pub(crate) json: bool,
 }
 
-/// `strata run`.
+/// `strata run`: a plan file or `--goal`, exactly one.
 #[derive(Debug, Args)]
+#[command(group(ArgGroup::new("task").required(true).args(["plan", "goal"])))]
 pub(crate) struct RunArgs {
     /// The plan file (TOML).
-    pub(crate) plan: PathBuf,
+    pub(crate) plan: Option<PathBuf>,
+    /// The task as a goal in words, instead of a plan file: the top layer plans the steps.
+    /// Needs a reasoner that plans (`--reasoner openai`, `anthropic` or `local`).
+    #[arg(long, value_name = "TEXT")]
+    pub(crate) goal: Option<String>,
     /// The team file (TOML); a default team of 3 powers, 2 leads and 4 executors without it.
     #[arg(long)]
     pub(crate) team: Option<PathBuf>,
@@ -150,7 +155,8 @@ pub(crate) struct RunsArgs {
 /// What `strata inspect` shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum View {
-    /// The hierarchy with each agent's status.
+    /// The hierarchy with each agent's status, and the agents spawned during the run under
+    /// their spawners with their task, results and cost.
     Tree,
     /// The audit log.
     Audit,
@@ -164,6 +170,8 @@ pub(crate) enum View {
     Metrics,
     /// Reasoning usage (tokens, cost) per agent.
     Usage,
+    /// The structured results agents returned: status, summary, artifacts, known issues.
+    Results,
 }
 
 /// `strata inspect`.

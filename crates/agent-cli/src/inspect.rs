@@ -4,14 +4,17 @@
 //! run directory is opened for writing, locked, recovered or unsealed, so they work on a
 //! read-only directory and on a run that a live process is writing (they then show the run as
 //! it was while it was copied).
+//!
+//! `tree` and `results` are drawn from the audit log by the pure functions of [`spawns`].
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use agent_core::{
-    AnchorBreak, AuditAnchor, AuditLog, AuditRecord, SledAuditLog, SledStateStore, StateStore,
-    check_anchors, check_transition_chain, verify_chain,
+    AnchorBreak, AuditAnchor, AuditLog, AuditRecord, CostMeter, SledAuditLog, SledStateStore,
+    StateStore, check_anchors, check_transition_chain, verify_chain,
 };
-use agent_state::{Actor, Address, AgentStatus};
+use agent_state::{Actor, Address, AgentId};
 use anyhow::Context;
 use governance::{Governance, SledGovernance};
 use message_bus::{MessageBus, SledBus};
@@ -22,6 +25,10 @@ use crate::cli::{InspectArgs, VerifyArgs, View};
 use crate::run::{RunInfo, TEAM_FILE, resolve_run};
 use crate::view::event_line;
 use crate::{Failure, bad_input};
+
+mod spawns;
+#[cfg(test)]
+mod tests;
 
 /// Opens a private copy of the run: nothing in `dir` changes (see the module docs).
 fn open(dir: &Path) -> Result<RunStore, Failure> {
@@ -181,6 +188,7 @@ pub(crate) async fn inspect(args: &InspectArgs) -> Result<(), Failure> {
             Ok(())
         }
         View::Usage => usage(&dir, &store, &info, args.json),
+        View::Results => results(&dir, &store, args.json).await,
     }
 }
 
@@ -300,6 +308,20 @@ fn usage(dir: &Path, store: &RunStore, info: &RunInfo, json: bool) -> Result<(),
     Ok(())
 }
 
+/// Each agent's own cost from a stored usage ledger, priced with the run's price table.
+struct StoredCosts {
+    report: agent_llm::UsageReport,
+    prices: agent_llm::PriceTable,
+}
+
+impl CostMeter for StoredCosts {
+    fn cost_usd(&self, agent: &AgentId) -> Option<f64> {
+        self.report.agent_cost_usd(agent.as_str(), &self.prices)
+    }
+}
+
+/// `inspect tree`: the configured agents and those spawned under them, with status, task,
+/// results, dismissal and cost (when the run has a usage ledger).
 async fn tree(dir: &Path, store: &RunStore, info: &RunInfo, json: bool) -> Result<(), Failure> {
     let tools = agent_core::tools::ToolRegistry::with_builtins();
     let team_path = dir.join(TEAM_FILE);
@@ -312,36 +334,30 @@ async fn tree(dir: &Path, store: &RunStore, info: &RunInfo, json: bool) -> Resul
     if let Err(e) = verify_chain(&records) {
         damage.push(e.to_string());
     }
-    let statuses: std::collections::BTreeMap<_, _> =
-        check_transition_chain(&records).unwrap_or_default().into_iter().collect();
-    let status = |id: &agent_state::AgentId| {
-        statuses.get(id).map_or("not started", |s: &AgentStatus| s.as_str())
-    };
+    let usage = agent_llm::LlmStore::load_usage(&agent_llm::SledLlmStore::open(store)?)?;
+    let costs = usage.map(|report| StoredCosts { report, prices: team.prices.clone() });
+    let configured = team
+        .spec
+        .agents
+        .iter()
+        .map(|a| spawns::Configured {
+            id: a.config.id.clone(),
+            layer: a.config.layer,
+            supervisor: a.config.supervisor.clone(),
+            role: team.spec.agent_roles.get(&a.config.id).cloned(),
+        })
+        .collect();
+    let tree =
+        spawns::SpawnTree::build(configured, &records, costs.as_ref().map(|c| c as &dyn CostMeter));
     if json {
-        let agents: Vec<_> = team
-            .spec
-            .agents
-            .iter()
-            .map(|a| serde_json::json!({"id": a.config.id, "layer": a.config.layer, "supervisor": a.config.supervisor, "status": status(&a.config.id)}))
-            .collect();
         println!(
             "{}",
-            serde_json::json!({"run_id": info.run_id, "status": info.status, "task": info.task_id, "agents": agents, "audit_damage": damage})
+            serde_json::json!({"run_id": info.run_id, "status": info.status, "task": info.task_id, "agents": tree.json(), "spawned": tree.spawned(), "audit_damage": damage})
         );
         return Ok(());
     }
     println!("run {} · task `{}` · {}", info.run_id, info.task_id, info.status.as_str());
-    let agents = &team.spec.agents;
-    for top in agents.iter().filter(|a| a.config.layer == agent_state::AgentLayer::Top) {
-        println!("{:<16} {}", top.config.id.as_str(), status(&top.config.id));
-    }
-    for mid in agents.iter().filter(|a| a.config.layer == agent_state::AgentLayer::Mid) {
-        println!("  {:<14} {}", mid.config.id.as_str(), status(&mid.config.id));
-        for bottom in agents.iter().filter(|a| a.config.supervisor.as_ref() == Some(&mid.config.id))
-        {
-            println!("    {:<12} {}", bottom.config.id.as_str(), status(&bottom.config.id));
-        }
-    }
+    print!("{}", tree.render());
     for line in &damage {
         println!("warning: {line}");
     }
@@ -350,6 +366,27 @@ async fn tree(dir: &Path, store: &RunStore, info: &RunInfo, json: bool) -> Resul
             "warning: the statuses above come from a damaged audit log; `strata verify {}` says more",
             info.run_id
         );
+    }
+    Ok(())
+}
+
+/// `inspect results`: every structured result agents returned, in order.
+async fn results(dir: &Path, store: &RunStore, json: bool) -> Result<(), Failure> {
+    let records = SledAuditLog::open(store)?.records(None).await?;
+    // The configured agents' roles, if the team file can be read; spawned agents' roles come
+    // from the audit log.
+    let tools = agent_core::tools::ToolRegistry::with_builtins();
+    let path = dir.join(TEAM_FILE);
+    let roles: HashMap<AgentId, String> = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|text| team_file::parse_team(&path, &text, &tools).ok())
+        .map(|team| team.spec.agent_roles.into_iter().collect())
+        .unwrap_or_default();
+    let results = spawns::results(&records, &roles);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&spawns::results_json(&results))?);
+    } else {
+        print!("{}", spawns::render_results(&results));
     }
     Ok(())
 }

@@ -1,7 +1,8 @@
-//! Builds each agent's reasoner from the team file (and `--reasoner`), with the run's shared
-//! usage ledger and conversations. Every setting is checked here, before any agent runs: a
-//! missing key variable, a bad base URL, an unknown local model, a missing or damaged model
-//! file are errors that name the setting and say how to fix it.
+//! Builds each agent's and each role's reasoner from the team file (and `--reasoner`), with the
+//! run's shared usage ledger and conversations. Every setting is checked here, before any agent
+//! runs: a missing key variable, a bad base URL, an unknown local model, a missing or damaged
+//! model file are errors that name the setting and say how to fix it; so is a task with goal
+//! steps (or only a goal) for a reasoner that does not plan ([`check_planning`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -14,7 +15,7 @@ use agent_llm::{
     OpenAiConfig, OpenAiProvider, Provider, SledLlmStore, UsageLedger,
 };
 use agent_pool::RoleSpec;
-use agent_state::AgentId;
+use agent_state::{AgentId, AgentLayer, StepTarget, Task};
 use run_store::RunStore;
 use team_file::{ReasonerKind, ReasonerSettings, TeamFile};
 use whiteboard::Whiteboard;
@@ -25,6 +26,9 @@ pub(crate) struct Reasoning {
     pub(crate) default: Arc<dyn Reasoner>,
     /// Per agent.
     pub(crate) per_agent: BTreeMap<AgentId, Arc<dyn Reasoner>>,
+    /// Per role (for the agents spawned while the team works), for the roles with settings of
+    /// their own; the others use `default`.
+    pub(crate) per_role: BTreeMap<String, Arc<dyn Reasoner>>,
     /// The usage ledger, when at least one agent reasons with a model.
     pub(crate) ledger: Option<Arc<UsageLedger>>,
 }
@@ -56,8 +60,8 @@ struct ProviderKey {
     timeout_ms: Option<u128>,
 }
 
-/// Builds the reasoners for `team`. `kind_override` (from `--reasoner`) replaces every
-/// agent's kind.
+/// Builds the reasoners for `team`'s agents and roles. `kind_override` (from `--reasoner`)
+/// replaces every agent's and role's kind.
 pub(crate) async fn build(
     team: &TeamFile,
     kind_override: Option<ReasonerKind>,
@@ -75,9 +79,11 @@ pub(crate) async fn build(
         }
         s
     };
+    let role_settings_of = |role: &str| role_settings(team, role, kind_override);
     let uses_model = |s: &ReasonerSettings| s.kind != ReasonerKind::RuleBased;
     let any_model = uses_model(&settings_of(None))
-        || team.spec.agents.iter().any(|a| uses_model(&settings_of(Some(&a.config.id))));
+        || team.spec.agents.iter().any(|a| uses_model(&settings_of(Some(&a.config.id))))
+        || team.spec.roles.roles().any(|r| uses_model(&role_settings_of(&r.name)));
     let mut shared: Option<Shared> = None;
     if any_model {
         let llm_store: Arc<dyn LlmStore> = Arc::new(
@@ -120,7 +126,144 @@ pub(crate) async fn build(
                 .insert(id.clone(), make(&mut shared, &settings_of(Some(id)), own_model).await?);
         }
     }
-    Ok(Reasoning { default, per_agent, ledger: shared.map(|s| s.ledger) })
+    // Like an agent's: a role with a reasoner table, or a model of its own on a model reasoner.
+    let mut per_role = BTreeMap::new();
+    for role in team.spec.roles.roles() {
+        let settings = role_settings_of(&role.name);
+        let own_model = role.model.as_deref();
+        if team.role_reasoners.contains_key(&role.name)
+            || (own_model.is_some() && uses_model(&settings))
+        {
+            per_role.insert(role.name.clone(), make(&mut shared, &settings, own_model).await?);
+        }
+    }
+    Ok(Reasoning { default, per_agent, per_role, ledger: shared.map(|s| s.ledger) })
+}
+
+/// The reasoner settings of agent `id` (the default's if it has none of its own), with
+/// `kind_override`.
+fn agent_settings(
+    team: &TeamFile,
+    id: &AgentId,
+    kind_override: Option<ReasonerKind>,
+) -> ReasonerSettings {
+    let mut s = team.agent_reasoners.get(id).unwrap_or(&team.default_reasoner).clone();
+    if let Some(k) = kind_override {
+        s.kind = k;
+    }
+    s
+}
+
+/// The reasoner settings of the agents of `role` (the default's if it has none of its own),
+/// with `kind_override`.
+fn role_settings(
+    team: &TeamFile,
+    role: &str,
+    kind_override: Option<ReasonerKind>,
+) -> ReasonerSettings {
+    let mut s = team.role_reasoners.get(role).unwrap_or(&team.default_reasoner).clone();
+    if let Some(k) = kind_override {
+        s.kind = k;
+    }
+    s
+}
+
+/// Whether a reasoner of these settings plans and chooses its own tool calls
+/// (`Reasoner::plans`): the model reasoners (`LlmReasoner`) do, the rule-based one does not.
+fn plans(settings: &ReasonerSettings) -> bool {
+    settings.kind != ReasonerKind::RuleBased
+}
+
+/// Refuses a task that is not scripted (goal steps, or only a goal) when a reasoner that would
+/// have to plan it does not: the first top power (it proposes, and plans a goal-only task), and
+/// whoever carries out a goal step (the step's role, else every executor the step reaches; for
+/// a goal-only task, at least one executor or bottom role). Run before anything is written.
+pub(crate) fn check_planning(
+    team: &TeamFile,
+    kind_override: Option<ReasonerKind>,
+    task: &Task,
+) -> Result<(), SettingError> {
+    if task.is_scripted() {
+        return Ok(());
+    }
+    let goal_steps: Vec<&str> =
+        task.steps.iter().filter(|s| !s.is_scripted()).map(|s| s.id.as_str()).collect();
+    let what = if goal_steps.is_empty() {
+        "has only a goal, which needs".to_owned()
+    } else {
+        format!("has goal steps ({}), which need", goal_steps.join(", "))
+    };
+    let refuse = |who: String| {
+        SettingError(format!(
+            "this task {what} a reasoner that plans, but {who} the rule-based one: use --reasoner openai, anthropic or local, or give it a model reasoner in the team file (the rule-based reasoner runs only steps that name their tool and args)"
+        ))
+    };
+    let agents = &team.spec.agents;
+    if let Some(proposer) = agents.iter().find(|a| a.config.layer == AgentLayer::Top) {
+        let id = &proposer.config.id;
+        if !plans(&agent_settings(team, id, kind_override)) {
+            return Err(refuse(format!("`{id}`, the top power that proposes it, has")));
+        }
+    }
+    let executors_under = |lead: &AgentId| -> Vec<&AgentId> {
+        agents
+            .iter()
+            .filter(|a| a.config.layer == AgentLayer::Bottom)
+            .filter(|a| a.config.supervisor.as_ref() == Some(lead))
+            .map(|a| &a.config.id)
+            .collect()
+    };
+    if task.steps.is_empty() {
+        let executor_plans = agents
+            .iter()
+            .filter(|a| a.config.layer == AgentLayer::Bottom)
+            .any(|a| plans(&agent_settings(team, &a.config.id, kind_override)));
+        let role_plans = team
+            .spec
+            .roles
+            .of_layer(AgentLayer::Bottom)
+            .any(|r| plans(&role_settings(team, &r.name, kind_override)));
+        if !executor_plans && !role_plans {
+            return Err(refuse("every executor (and bottom role) has".to_owned()));
+        }
+        return Ok(());
+    }
+    for step in task.steps.iter().filter(|s| !s.is_scripted()) {
+        if let Some(role) = &step.role {
+            if !plans(&role_settings(team, role, kind_override)) {
+                return Err(refuse(format!(
+                    "the role `{role}`, which step `{}` asks for, has",
+                    step.id
+                )));
+            }
+            continue;
+        }
+        let reached: Vec<&AgentId> = match &step.target {
+            StepTarget::Domain(domain) => agents
+                .iter()
+                .find(|a| matches!(&a.role, RoleSpec::Mid(m) if &m.domain == domain))
+                .map(|lead| executors_under(&lead.config.id))
+                .unwrap_or_default(),
+            StepTarget::Agent(id) => match agents.iter().find(|a| &a.config.id == id) {
+                Some(a) if a.config.layer == AgentLayer::Mid => executors_under(id),
+                _ => vec![id],
+            },
+            StepTarget::Any => agents
+                .iter()
+                .filter(|a| a.config.layer == AgentLayer::Bottom)
+                .map(|a| &a.config.id)
+                .collect(),
+        };
+        if let Some(id) =
+            reached.into_iter().find(|id| !plans(&agent_settings(team, id, kind_override)))
+        {
+            return Err(refuse(format!(
+                "`{id}`, an executor that may carry out step `{}`, has",
+                step.id
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The reasoner for `settings`: rule-based, or a model reasoner sharing `shared`'s ledger.
@@ -176,6 +319,12 @@ pub(crate) async fn check(
         );
         if s.kind != ReasonerKind::RuleBased {
             set.get(&s, agent.config.model.as_deref()).await?;
+        }
+    }
+    for role in team.spec.roles.roles() {
+        let s = role_settings(team, &role.name, kind_override);
+        if s.kind != ReasonerKind::RuleBased {
+            set.get(&s, role.model.as_deref()).await?;
         }
     }
     // Ask each server once: does it serve the model, does it take the key?

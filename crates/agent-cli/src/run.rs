@@ -23,6 +23,9 @@ use crate::cli::{OutputArgs, ResumeArgs, RunArgs};
 use crate::reasoners;
 use crate::{Failure, INTERRUPTED, TASK_FAILED, bad_input, view};
 
+#[cfg(test)]
+mod tests;
+
 /// The file in a run directory that describes the run for `strata runs` and `resume`.
 pub(crate) const RUN_FILE: &str = "run.json";
 /// The team file as the run used it.
@@ -144,9 +147,19 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
         team.spec.heartbeat = heartbeat;
     }
     check_reasoners(&team, args.reasoner.as_deref()).await?;
-    let plan_text = read_input(&args.plan, "plan file", team_file::MAX_PLAN_FILE_BYTES)?;
-    let task =
-        team_file::parse_plan(&args.plan, &plan_text, &team.spec, &tools).map_err(bad_input)?;
+    let (plan_text, task) = match (&args.plan, &args.goal) {
+        (_, Some(goal)) => goal_plan(goal, &team, &tools)?,
+        (Some(plan), None) => {
+            let text = read_input(plan, "plan file", team_file::MAX_PLAN_FILE_BYTES)?;
+            let task = team_file::parse_plan(plan, &text, &team.spec, &tools).map_err(bad_input)?;
+            (text, task)
+        }
+        // clap requires one of them.
+        (None, None) => {
+            return Err(bad_input(anyhow::anyhow!("give a plan file or --goal \"what to do\"")));
+        }
+    };
+    check_planning(&team, args.reasoner.as_deref(), &task)?;
     if args.data.exists() && !args.data.is_dir() {
         return Err(bad_input(anyhow::anyhow!(
             "the data directory {} is a file; give --data a directory",
@@ -203,6 +216,46 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
     drive(run, task, info, dir, &args.output).await
 }
 
+/// The plan of `strata run --goal TEXT`: a goal-only plan file (stored in the run as its
+/// `plan.toml`, so `resume` reads it like any plan) and the task it is.
+fn goal_plan(goal: &str, team: &TeamFile, tools: &ToolRegistry) -> Result<(String, Task), Failure> {
+    if goal.trim().is_empty() {
+        return Err(bad_input(anyhow::anyhow!(
+            "--goal is empty; say in words what the team should achieve"
+        )));
+    }
+    let text = team_file::goal_plan_toml(&goal_task_id(goal), goal);
+    let task =
+        team_file::parse_plan(Path::new("--goal"), &text, &team.spec, tools).map_err(bad_input)?;
+    Ok((text, task))
+}
+
+/// The task id of a goal in words: `goal-` and its first words, such as
+/// `goal-write-a-readme-for-the`: the same for the same goal, and readable in the run id that
+/// starts with it (which adds the time and a random suffix).
+fn goal_task_id(goal: &str) -> String {
+    const LONGEST: usize = 24;
+    let mut slug = String::new();
+    for word in goal.split(|c: char| !c.is_ascii_alphanumeric()).filter(|w| !w.is_empty()) {
+        let word = word.to_ascii_lowercase();
+        if slug.is_empty() {
+            slug.extend(word.chars().take(LONGEST));
+        } else if slug.len() + 1 + word.len() <= LONGEST {
+            slug.push('-');
+            slug.push_str(&word);
+        } else {
+            break;
+        }
+    }
+    if slug.is_empty() { "goal".to_owned() } else { format!("goal-{slug}") }
+}
+
+/// Refuses a task with goal steps (or only a goal) when a reasoner that must plan it does not
+/// ([`reasoners::check_planning`]): bad input, before anything is written.
+fn check_planning(team: &TeamFile, kind: Option<&str>, task: &Task) -> Result<(), Failure> {
+    reasoners::check_planning(team, reasoner_kind(kind)?, task).map_err(bad_input)
+}
+
 /// The task with every large string of its steps' arguments stored once in the run and
 /// replaced by a reference (see `agent_core::blob`): messages, decisions, agents' saved state
 /// and the audit log then carry a few bytes instead of the content. Storing is idempotent, so
@@ -242,6 +295,7 @@ pub(crate) async fn resume(args: ResumeArgs) -> Result<u8, Failure> {
     let plan_text = read_input(&plan_path, "plan file", team_file::MAX_PLAN_FILE_BYTES)?;
     let task =
         team_file::parse_plan(&plan_path, &plan_text, &team.spec, &tools).map_err(bad_input)?;
+    check_planning(&team, info.reasoner.as_deref(), &task)?;
     // Keys, URLs, models and the model file are checked again: the environment may have
     // changed since the run started. Nothing is marked running before they pass.
     check_reasoners(&team, info.reasoner.as_deref()).await?;
@@ -350,8 +404,8 @@ async fn services(
         reasoner: reasoning.default,
         reasoners: reasoning.per_agent,
         agent_tools: BTreeMap::new(),
-        role_reasoners: Default::default(),
-        costs: None,
+        role_reasoners: reasoning.per_role,
+        costs: reasoning.ledger.clone().map(|ledger| -> Arc<dyn agent_core::CostMeter> { ledger }),
     };
     Ok((services, reasoning.ledger))
 }

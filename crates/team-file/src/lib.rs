@@ -18,6 +18,7 @@
 //! - no printing and no exit codes: errors are values, the caller decides what to show.
 //!
 //! Key items: [`parse_team`] → [`TeamFile`], [`parse_plan`] → [`agent_state::Task`],
+//! [`goal_plan_toml`] (the plan file of a goal in words, `strata run --goal`),
 //! [`default_team`] (the team used without a team file), [`example_team_toml`] /
 //! [`example_plan_toml`] (what `strata init` writes), [`scaled_team_toml`] /
 //! [`scaled_plan_toml`] (what `strata init --scale N` writes) and [`FileError`].
@@ -83,9 +84,10 @@
 //! (8 MiB as JSON), and a `heartbeat` outside [`MIN_HEARTBEAT`] to [`MAX_HEARTBEAT`] (10 ms to
 //! 1 h, [`check_heartbeat`]; `strata run --heartbeat` takes the same range). A file that is
 //! not UTF-8 ([`decode`], [`read`]) points at its first invalid byte. Ids and names (the plan and step ids, agent ids, names, roles,
-//! models, domains, power types, tools, `after`, `prefer`) may not hold a control character
-//! (newline, tab, escape, other C0/C1 controls); the goal and step descriptions are free text,
-//! escaped where printed ([`escape_controls`]).
+//! role names and layers, `enabled_agents`, models, domains, power types, tools, `after`,
+//! `prefer`) may not hold a control character (newline, tab, escape, other C0/C1 controls);
+//! the goal, step descriptions, acceptance checks and role descriptions and prompts are free
+//! text, escaped where printed ([`escape_controls`]).
 //!
 //! # The team file
 //!
@@ -95,6 +97,8 @@
 //! ```toml
 //! heartbeat = "4s"          # "250ms", "4s", "1m" or "1h"; default "4s"; 10ms to 1h
 //! max_agents = 50           # the pool's limit; default 50
+//! max_spawn_depth = 3       # how deep agents may spawn agents (a top power's lead is depth 1);
+//!                           # 1 to 10, default 3
 //!
 //! [reasoner]                # the default for every agent; may be left out
 //! kind = "rule-based"       # "rule-based" (default, no model), "openai", "anthropic", "local"
@@ -131,7 +135,10 @@
 //! vote_weight = 2.0                # default 1.0; 0 or more
 //! signature_authority = ["plan"]   # default ["plan"]; a power without "plan" signs no plans
 //! # Optional on every agent:
-//! role = "governance"              # used in the system prompt; default ""
+//! role = "governance"              # free text for the system prompt; default "". In a team
+//!                                  # with [[roles]], a lead's or an executor's `role` names a
+//!                                  # role of its layer (it may then spawn what that role
+//!                                  # enables); a top power's may not name one of the roles
 //! capabilities = ["plan", "review", "arbitrate"]   # default: all its layer may hold
 //! model = "some-model"             # for an LLM reasoner
 //! temperature = 0.2                # 0.0 to 2.0
@@ -150,6 +157,7 @@
 //! domain = "docs"                  # required; one lead per domain
 //! supervisor = "top-a"             # required: a top power
 //! max_subordinates = 4             # default 4
+//! role = "docs_lead"               # a mid role (below): this lead may spawn writers
 //!
 //! # Bottom executors run tools.
 //! [[bottom]]
@@ -157,11 +165,33 @@
 //! name = "Writer"
 //! supervisor = "mid-docs"          # required: a mid lead
 //! tools = ["write_file", "shell"] # required: registered tools, at least one
+//!
+//! # Roles: the kinds of agent the team may create while it works, each spawned by an agent
+//! # whose role enables it. Without roles the team is the agents listed above.
+//! [[roles]]
+//! name = "writer"                  # required: 1 to 40 ASCII letters, digits, `-`, `_`
+//! layer = "bottom"                 # required: "mid" (a lead) or "bottom" (an executor)
+//! description = "writes and edits documentation"   # for whoever may spawn it; default ""
+//! system_prompt = "You write short, clear docs."   # default: the layer's own
+//! tools = ["read_file", "write_file"]   # bottom roles: required, registered tools; mid: none
+//! capabilities = ["execute", "tool_call", "reflect"]   # default: all its layer may hold
+//! model = "gpt-4o-mini"            # for an LLM reasoner
+//! reasoner = { kind = "openai" }   # overrides fields of [reasoner], like an agent's
+//! max_instances = 4                # most agents of the role alive at once; default: no limit
+//!                                  # but the pool's; 1 or more
+//!
+//! [[roles]]
+//! name = "docs_lead"
+//! layer = "mid"
+//! enabled_agents = ["writer"]      # the roles it may spawn: of its layer or below; default
+//!                                  # none; a bottom role enables none
 //! ```
 //!
 //! Capabilities: a top power may hold `plan`, `reflect`, `review`, `coordinate`, `delegate` and
 //! `arbitrate`; a mid lead the same but `arbitrate`; a bottom executor `plan`, `execute`,
-//! `reflect`, `tool_call`, `code_gen`, `test_exec` and `coordinate`.
+//! `reflect`, `tool_call`, `code_gen`, `test_exec` and `coordinate`. A role may hold what its
+//! layer may (seed 001 §7.1), which is also why only mid roles enable roles (`delegate`) and
+//! only bottom roles have tools (`tool_call`).
 //!
 //! # The plan file
 //!
@@ -169,12 +199,12 @@
 //! id = "hello"                     # required, not empty
 //! goal = "write a greeting and measure it"   # required, not empty
 //!
-//! [[steps]]                        # at least one
+//! [[steps]]                        # none: a goal-only task, the top layer plans the steps
 //! id = "write-hello"               # required, unique in the plan
 //! description = "write hello.txt"  # default: "<id> (<tool>)"
 //! domain = "docs"                  # a lead's domain, or
 //! # agent = "bottom-d1"            # a lead or an executor; neither: any executor with the tool
-//! tool = "write_file"              # required: a registered tool an executor it reaches has
+//! tool = "write_file"              # a registered tool an executor it reaches (or its role) has
 //! args = { path = "hello.txt", content = "hello\n" }   # checked against the tool's schema
 //! # or, one per line: args.path = "hello.txt"
 //!
@@ -184,13 +214,27 @@
 //! tool = "shell"
 //! args = { command = "wc -c < hello.txt" }
 //! after = ["write-hello"]          # steps listed earlier that must finish first
+//! idempotent = true                # running it twice is safe; default false
+//!
+//! [[steps]]                        # a goal step: no `tool` and no `args`
+//! id = "readme"
+//! description = "write README.md explaining hello.txt"   # required in a goal step
+//! domain = "docs"
+//! role = "writer"                  # a bottom role of the team: the agent the step needs
+//! acceptance = "README.md exists and names hello.txt"    # how to tell it is done well
+//! after = ["measure"]
 //! ```
+//!
+//! A step with a `tool` (a scripted step) runs on any reasoner, the rule-based one included. A
+//! goal step, and a plan without steps, need a reasoner that plans and chooses its tools (an
+//! LLM reasoner): [`agent_state::Task::is_scripted`] tells which a plan is, and `strata run`
+//! refuses a plan that is not scripted on the rule-based reasoner.
 //!
 //! # Dependencies
 //!
 //! Each is here for the types a file becomes or is checked against:
-//! - `agent-state`: ids, layers, capabilities, agent configurations, tasks and plan steps, the
-//!   control-character rule;
+//! - `agent-state`: ids, layers, capabilities, agent configurations, roles and the role book,
+//!   tasks and plan steps, the control-character rule;
 //! - `agent-layers`: the top, mid and bottom role settings;
 //! - `agent-pool`: `TeamSpec`, `AgentSpec`, `RoleSpec`, the pool's defaults and largest size;
 //! - `agent-core`: the tool registry that executors' tools and steps' `args` are checked
@@ -220,9 +264,9 @@ pub use limits::{
     HeartbeatOutOfRange, MAX_HEARTBEAT, MAX_PLAN_FILE_BYTES, MAX_PLAN_STEPS, MAX_STEP_ARGS_BYTES,
     MAX_TEAM_FILE_BYTES, MIN_HEARTBEAT, check_heartbeat,
 };
-pub use plan::parse_plan;
+pub use plan::{goal_plan_toml, parse_plan};
 pub use team::{
-    DEFAULT_MAX_SUBORDINATES, ReasonerKind, ReasonerSettings, TeamFile, UnknownReasonerKind,
-    default_team, parse_team,
+    DEFAULT_MAX_SUBORDINATES, MAX_SPAWN_DEPTH_LIMIT, ReasonerKind, ReasonerSettings, TeamFile,
+    UnknownReasonerKind, default_team, parse_team,
 };
 pub use text::{decode, escape_controls, read};

@@ -1,11 +1,11 @@
 //! The plan file: [`parse_plan`] into an [`agent_state::Task`] for a team, every check with
-//! the position it refers to.
+//! the position it refers to, and [`goal_plan_toml`], the plan file of a goal in words.
 
 use std::path::Path;
 
 use agent_core::tools::ToolRegistry;
 use agent_pool::{RoleSpec, TeamSpec};
-use agent_state::{AgentId, AgentLayer, PlanStep, StepTarget, Task};
+use agent_state::{AgentId, AgentLayer, PlanStep, Role, StepTarget, Task};
 
 use crate::error::{FileError, Source};
 use crate::limits::{MAX_PLAN_FILE_BYTES, MAX_PLAN_STEPS, MAX_STEP_ARGS_BYTES};
@@ -15,6 +15,10 @@ use crate::team::list_or_none;
 /// Parses and checks a plan file's `text` (the format is in the crate docs) for `team`, whose
 /// executors' tools come from `tools`. `path` is used only in error messages. The first
 /// mistake found is returned, pointing at where it is written.
+///
+/// A plan may have no steps (a goal-only task, which the top layer plans) and steps without a
+/// `tool` (goal steps, whose executor chooses its tool calls): [`Task::is_scripted`] tells
+/// whether any reasoner can carry the task out, or only one that plans.
 pub fn parse_plan(
     path: &Path,
     text: &str,
@@ -42,9 +46,6 @@ pub fn parse_plan(
     if raw.goal.get_ref().trim().is_empty() {
         return Err(src.error(raw.goal.span(), "the plan's `goal` must not be empty"));
     }
-    if raw.steps.is_empty() {
-        return Err(src.error(0..0, "the plan has no steps; add at least one [[steps]] table"));
-    }
     let leads = leads(team);
     let mut steps: Vec<PlanStep> = Vec::with_capacity(raw.steps.len());
     for (i, step) in raw.steps.iter().enumerate() {
@@ -61,39 +62,46 @@ pub fn parse_plan(
             ));
         }
         let target = step_target(&src, step, team, &leads)?;
-        let tool = step.tool.get_ref();
-        let Some(registered) = tools.get(tool) else {
-            return Err(src.error(
-                step.tool.span(),
-                format!("unknown tool `{tool}` (available: {})", tools.names().join(", ")),
-            ));
+        let role = step_role(&src, step, team)?;
+        let description = step.description.as_ref().map(|d| d.get_ref().clone());
+        let (tool, description, args) = match &step.tool {
+            Some(tool) => {
+                let args = scripted_args(&src, step, tool, &target, role, team, &leads, tools)?;
+                let tool = tool.get_ref();
+                (tool.clone(), description.unwrap_or_else(|| format!("{id} ({tool})")), args)
+            }
+            None => {
+                if let Some(d) = step.description.as_ref().filter(|d| d.get_ref().trim().is_empty())
+                {
+                    return Err(src.error(
+                        d.span(),
+                        "a goal step's `description` must say what to do; it is all its \
+                         executor is told (or name the step's `tool` and `args`)",
+                    ));
+                }
+                let Some(description) = description else {
+                    return Err(src.error(
+                        step.id.span(),
+                        format!(
+                            "step `{id}` names no `tool` and has no `description`: a scripted step \
+                             names its `tool` (and `args`), a goal step says in `description` what \
+                             to do and its executor's reasoner chooses the tools"
+                        ),
+                    ));
+                };
+                if step.args.is_some() {
+                    return Err(src.error(
+                        step.id.span(),
+                        format!(
+                            "step `{id}` has `args` but no `tool`; name the `tool` they are for, or \
+                             remove `args` (a goal step's executor chooses its tool calls)"
+                        ),
+                    ));
+                }
+                check_goal_reachable(&src, step, &target, team, &leads)?;
+                (String::new(), description, serde_json::Value::Null)
+            }
         };
-        check_reachable(&src, step, &target, team, &leads)?;
-        // `args` has no span of its own (toml 0.8 cannot span a table written with dotted keys,
-        // `args.command = "..."`), so its errors point at the step's tool.
-        let args = match &step.args {
-            Some(args) => table_to_json(args)
-                .map_err(|m| src.error(step.tool.span(), format!("in `args`: {m}")))?,
-            None => serde_json::Value::Object(serde_json::Map::new()),
-        };
-        let size = args.to_string().len();
-        if size > MAX_STEP_ARGS_BYTES {
-            return Err(src.error(
-                step.tool.span(),
-                format!(
-                    "the step's `args` are {size} bytes as JSON, over the limit of \
-                     {MAX_STEP_ARGS_BYTES} bytes (8 MiB) for one tool call; split the content \
-                     over several steps"
-                ),
-            ));
-        }
-        let problems = agent_core::tools::validate(registered.schema(), &args);
-        if !problems.is_empty() {
-            return Err(src.error(
-                step.tool.span(),
-                format!("`args` do not fit the tool `{tool}`: {}", problems.join("; ")),
-            ));
-        }
         let mut after = Vec::with_capacity(step.after.len());
         for dep in &step.after {
             let name = dep.get_ref();
@@ -120,20 +128,162 @@ pub fn parse_plan(
         }
         steps.push(PlanStep {
             id: id.clone(),
-            description: step.description.clone().unwrap_or_else(|| format!("{id} ({tool})")),
+            description,
             target,
-            tool: tool.clone(),
+            tool,
             args,
             after,
             idempotent: step.idempotent,
-            role: None,
-            acceptance: String::new(),
+            role: role.map(|r| r.name.clone()),
+            acceptance: step.acceptance.clone().unwrap_or_default(),
         });
     }
     let task = Task { id: raw.id.get_ref().clone(), goal: raw.goal.get_ref().clone(), steps };
-    // Everything `check` refuses is caught above with a position; this is a safety net.
-    task.check().map_err(|e| src.error(raw.id.span(), e.to_string()))?;
+    // Everything `check_request` refuses is caught above with a position; this is a safety net.
+    task.check_request().map_err(|e| src.error(raw.id.span(), e.to_string()))?;
     Ok(task)
+}
+
+/// The plan file of a task given as a goal in words (`strata run --goal`): its `id` and `goal`
+/// and no steps, which [`parse_plan`] reads back as [`Task::goal`]. The goal is written as a
+/// TOML string, so any text (quotes, newlines, control characters) reads back the same.
+pub fn goal_plan_toml(id: &str, goal: &str) -> String {
+    let string = |s: &str| toml::Value::String(s.to_owned()).to_string();
+    format!(
+        "# A goal in words: the top layer plans the steps.\nid = {}\ngoal = {}\n",
+        string(id),
+        string(goal)
+    )
+}
+
+/// A scripted step's `args` as JSON, after checking its tool: registered, held by an executor
+/// the step reaches (or by the step's role), and taking these arguments.
+#[allow(clippy::too_many_arguments, reason = "the parts of one step's check")]
+fn scripted_args(
+    src: &Source<'_>,
+    step: &RawStep,
+    tool: &toml::Spanned<String>,
+    target: &StepTarget,
+    role: Option<&Role>,
+    team: &TeamSpec,
+    leads: &[Lead<'_>],
+    tools: &ToolRegistry,
+) -> Result<serde_json::Value, FileError> {
+    let name = tool.get_ref();
+    let Some(registered) = tools.get(name) else {
+        return Err(src.error(
+            tool.span(),
+            format!("unknown tool `{name}` (available: {})", tools.names().join(", ")),
+        ));
+    };
+    // A lead spawns an agent of the step's role to run it: the role's tools count.
+    if !role.is_some_and(|r| r.tools.contains(name)) {
+        check_reachable(src, tool, target, team, leads)?;
+    }
+    // `args` has no span of its own (toml 0.8 cannot span a table written with dotted keys,
+    // `args.command = "..."`), so its errors point at the step's tool.
+    let args = match &step.args {
+        Some(args) => {
+            table_to_json(args).map_err(|m| src.error(tool.span(), format!("in `args`: {m}")))?
+        }
+        None => serde_json::Value::Object(serde_json::Map::new()),
+    };
+    let size = args.to_string().len();
+    if size > MAX_STEP_ARGS_BYTES {
+        return Err(src.error(
+            tool.span(),
+            format!(
+                "the step's `args` are {size} bytes as JSON, over the limit of \
+                 {MAX_STEP_ARGS_BYTES} bytes (8 MiB) for one tool call; split the content \
+                 over several steps"
+            ),
+        ));
+    }
+    let problems = agent_core::tools::validate(registered.schema(), &args);
+    if !problems.is_empty() {
+        return Err(src.error(
+            tool.span(),
+            format!("`args` do not fit the tool `{name}`: {}", problems.join("; ")),
+        ));
+    }
+    Ok(args)
+}
+
+/// The step's `role`, if it names one: a bottom role of the team.
+fn step_role<'t>(
+    src: &Source<'_>,
+    step: &RawStep,
+    team: &'t TeamSpec,
+) -> Result<Option<&'t Role>, FileError> {
+    let Some(role) = &step.role else {
+        return Ok(None);
+    };
+    let name = role.get_ref();
+    let bottom = || list_or_none(team.roles.of_layer(AgentLayer::Bottom).map(|r| r.name.as_str()));
+    match team.roles.get(name) {
+        Some(found) if found.layer == AgentLayer::Bottom => Ok(Some(found)),
+        Some(found) => Err(src.error(
+            role.span(),
+            format!(
+                "`{name}` is a {} role; a step's `role` names a bottom role, the agent that does the step ({})",
+                found.layer,
+                bottom()
+            ),
+        )),
+        None if team.roles.is_empty() => Err(src.error(
+            role.span(),
+            format!(
+                "the team has no roles, so a step cannot ask for the role `{name}`; remove `role`, or define it in the team file's [[roles]]"
+            ),
+        )),
+        None => Err(src.error(
+            role.span(),
+            format!(
+                "unknown role `{name}`; a step's `role` names a bottom role of the team ({})",
+                bottom()
+            ),
+        )),
+    }
+}
+
+/// Checks that a goal step reaches some executor, unless the team has roles (a lead may then
+/// spawn the step's workers).
+fn check_goal_reachable(
+    src: &Source<'_>,
+    step: &RawStep,
+    target: &StepTarget,
+    team: &TeamSpec,
+    leads: &[Lead<'_>],
+) -> Result<(), FileError> {
+    if !team.roles.is_empty() {
+        return Ok(());
+    }
+    let (reached, place, span) = match (target, &step.domain, &step.agent) {
+        (StepTarget::Domain(domain), Some(value), _) => {
+            let lead = leads.iter().find(|l| l.domain == domain);
+            let name = lead.map_or("", |l| l.id.as_str());
+            (
+                lead.is_some_and(|l| !l.executors.is_empty()),
+                format!("under the lead `{name}` of the domain `{domain}`"),
+                value.span(),
+            )
+        }
+        (StepTarget::Agent(id), _, Some(value)) => match leads.iter().find(|l| l.id == id) {
+            Some(lead) => {
+                (!lead.executors.is_empty(), format!("under the lead `{id}`"), value.span())
+            }
+            None => (true, String::new(), value.span()),
+        },
+        _ => (
+            leads.iter().any(|l| !l.executors.is_empty()),
+            "in the team".to_owned(),
+            step.id.span(),
+        ),
+    };
+    if reached {
+        return Ok(());
+    }
+    Err(src.error(span, format!("there is no executor {place} to carry out the step")))
 }
 
 /// The goal and step descriptions are free text; they are escaped where they are printed.
@@ -142,8 +292,12 @@ fn plan_controls(src: &Source<'_>, raw: &RawPlan) -> Result<(), FileError> {
     for step in &raw.steps {
         let step = step.get_ref();
         src.no_control(&step.id, "a step's `id`")?;
-        src.no_control(&step.tool, "`tool`")?;
-        for (value, what) in [(&step.domain, "`domain`"), (&step.agent, "`agent`")] {
+        for (value, what) in [
+            (&step.tool, "`tool`"),
+            (&step.domain, "`domain`"),
+            (&step.agent, "`agent`"),
+            (&step.role, "`role`"),
+        ] {
             if let Some(v) = value {
                 src.no_control(v, what)?;
             }
@@ -243,15 +397,16 @@ fn step_target(
     }
 }
 
-/// Checks that some executor the step can reach has its tool.
+/// Checks that some executor the step can reach has its `tool`.
 fn check_reachable(
     src: &Source<'_>,
-    step: &RawStep,
+    tool: &toml::Spanned<String>,
     target: &StepTarget,
     team: &TeamSpec,
     leads: &[Lead<'_>],
 ) -> Result<(), FileError> {
-    let tool = step.tool.get_ref();
+    let span = tool.span();
+    let tool = tool.get_ref();
     let (place, executors): (String, Vec<(&AgentId, &[String])>) = match target {
         StepTarget::Domain(domain) => {
             let lead = leads.iter().find(|l| l.domain == domain);
@@ -272,7 +427,7 @@ fn check_reachable(
                     return Ok(());
                 }
                 return Err(src.error(
-                    step.tool.span(),
+                    span,
                     format!(
                         "executor `{id}` does not have the tool `{tool}`; it has: {}",
                         list_or_none(tools.iter().map(String::as_str))
@@ -296,7 +451,7 @@ fn check_reachable(
         have.dedup();
         format!("no executor {place} has the tool `{tool}`; they have: {}", have.join(", "))
     };
-    Err(src.error(step.tool.span(), message))
+    Err(src.error(span, message))
 }
 
 /// The JSON of a TOML table; datetimes become strings.

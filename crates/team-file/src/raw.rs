@@ -16,6 +16,8 @@ pub(crate) struct RawTeam {
     #[serde(default)]
     pub(crate) max_agents: Option<Spanned<usize>>,
     #[serde(default)]
+    pub(crate) max_spawn_depth: Option<Spanned<u32>>,
+    #[serde(default)]
     pub(crate) reasoner: Option<RawReasoner>,
     #[serde(default)]
     pub(crate) prices: Option<BTreeMap<String, Spanned<RawPrice>>>,
@@ -29,6 +31,32 @@ pub(crate) struct RawTeam {
     pub(crate) mid: Vec<RawMid>,
     #[serde(default)]
     pub(crate) bottom: Vec<RawBottom>,
+    #[serde(default)]
+    pub(crate) roles: Vec<RawRole>,
+}
+
+/// A `[[roles]]` table: a kind of agent the team may spawn while it works.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRole {
+    pub(crate) name: Spanned<String>,
+    pub(crate) layer: Spanned<String>,
+    #[serde(default)]
+    pub(crate) description: Option<String>,
+    #[serde(default)]
+    pub(crate) system_prompt: Option<Spanned<String>>,
+    #[serde(default)]
+    pub(crate) tools: Option<Spanned<Vec<Spanned<String>>>>,
+    #[serde(default)]
+    pub(crate) capabilities: Option<Vec<Spanned<String>>>,
+    #[serde(default)]
+    pub(crate) model: Option<Spanned<String>>,
+    #[serde(default)]
+    pub(crate) reasoner: Option<RawReasoner>,
+    #[serde(default)]
+    pub(crate) enabled_agents: Option<Spanned<Vec<Spanned<String>>>>,
+    #[serde(default)]
+    pub(crate) max_instances: Option<Spanned<u32>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -176,13 +204,16 @@ pub(crate) struct RawPlan {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawStep {
     pub(crate) id: Spanned<String>,
+    /// What the step does; required in a goal step (one without a `tool`).
     #[serde(default)]
-    pub(crate) description: Option<String>,
+    pub(crate) description: Option<Spanned<String>>,
     #[serde(default)]
     pub(crate) domain: Option<Spanned<String>>,
     #[serde(default)]
     pub(crate) agent: Option<Spanned<String>>,
-    pub(crate) tool: Spanned<String>,
+    /// Left out in a goal step: the executor's reasoner chooses its tool calls.
+    #[serde(default)]
+    pub(crate) tool: Option<Spanned<String>>,
     #[serde(default)]
     pub(crate) args: Option<toml::Table>,
     #[serde(default)]
@@ -190,6 +221,12 @@ pub(crate) struct RawStep {
     /// Running the step twice is safe: a call interrupted by a crash may run again.
     #[serde(default)]
     pub(crate) idempotent: bool,
+    /// The role (a bottom role of the team) of the agent the step needs.
+    #[serde(default)]
+    pub(crate) role: Option<Spanned<String>>,
+    /// How to tell the step is done well, in words.
+    #[serde(default)]
+    pub(crate) acceptance: Option<String>,
 }
 
 /// One agent of a team file, whatever its layer.

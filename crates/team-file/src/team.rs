@@ -1,6 +1,6 @@
-//! The team file: [`parse_team`] into a [`TeamFile`] (the team, each agent's reasoner, prices,
-//! budget, conversation limits), every check with the position it refers to, and
-//! [`default_team`].
+//! The team file: [`parse_team`] into a [`TeamFile`] (the team and its roles, each agent's and
+//! role's reasoner, prices, budget, conversation limits), every check with the position it
+//! refers to, and [`default_team`].
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
@@ -12,18 +12,24 @@ use agent_core::tools::ToolRegistry;
 use agent_layers::{BottomSpec, MidSpec, TopSpec};
 use agent_llm::{Budget, ConversationLimits, OnExceed, Price, PriceTable};
 use agent_pool::{AgentSpec, DEFAULT_HEARTBEAT, DEFAULT_MAX_AGENTS, RoleSpec, TeamSpec};
-use agent_state::{AgentConfig, AgentId, AgentLayer, Capability, check_agent_id};
+use agent_state::{
+    AgentConfig, AgentId, AgentLayer, Capability, DEFAULT_MAX_SPAWN_DEPTH, Role, RoleBook,
+    RoleError, check_agent_id, check_role_name,
+};
 use thiserror::Error;
 use toml::Spanned;
 
 use crate::error::{FileError, Source};
 use crate::limits::{MAX_TEAM_FILE_BYTES, check_heartbeat, parse_duration};
 use crate::raw::{
-    Entry, EntryKind, RawBudget, RawConversation, RawPrice, RawReasoner, RawTeam, RawTop,
+    Entry, EntryKind, RawBudget, RawConversation, RawPrice, RawReasoner, RawRole, RawTeam, RawTop,
 };
 
 /// A lead's `max_subordinates` when the team file does not say.
 pub const DEFAULT_MAX_SUBORDINATES: usize = 4;
+
+/// The largest `max_spawn_depth` a team file may give (the smallest is 1).
+pub const MAX_SPAWN_DEPTH_LIMIT: u32 = 10;
 
 /// A team file, parsed and checked: the team and how each agent reasons, what models cost,
 /// the run's budget and how much each agent remembers.
@@ -35,6 +41,10 @@ pub struct TeamFile {
     pub default_reasoner: ReasonerSettings,
     /// Agents with a `reasoner` table of their own, with the default's fields filled in.
     pub agent_reasoners: BTreeMap<AgentId, ReasonerSettings>,
+    /// Roles (`[[roles]]`) with a `reasoner` table of their own, by role name, with the
+    /// default's fields filled in: the reasoner of the agents of that role spawned while the
+    /// team works. A role's `model` is in the role itself (`spec.roles`).
+    pub role_reasoners: BTreeMap<String, ReasonerSettings>,
     /// Model prices (`[prices]`).
     pub prices: PriceTable,
     /// The run's reasoning budget (`[budget]`).
@@ -158,6 +168,20 @@ pub fn parse_team(path: &Path, text: &str, tools: &ToolRegistry) -> Result<TeamF
         Some(r) => reasoner_settings(&src, r, &ReasonerSettings::default(), tools)?,
         None => ReasonerSettings::default(),
     };
+    let max_spawn_depth = match &raw.max_spawn_depth {
+        Some(d) if !(1..=MAX_SPAWN_DEPTH_LIMIT).contains(d.get_ref()) => {
+            return Err(src.error(
+                d.span(),
+                format!(
+                    "`max_spawn_depth` must be from 1 to {MAX_SPAWN_DEPTH_LIMIT}, not {} (a top power's lead is depth 1; default {DEFAULT_MAX_SPAWN_DEPTH})",
+                    d.get_ref()
+                ),
+            ));
+        }
+        Some(d) => *d.get_ref(),
+        None => DEFAULT_MAX_SPAWN_DEPTH,
+    };
+    let (roles, role_reasoners) = role_book(&src, &raw.roles, &default_reasoner, tools)?;
     let mut entries: Vec<Entry<'_>> = raw
         .top
         .iter()
@@ -190,6 +214,7 @@ pub fn parse_team(path: &Path, text: &str, tools: &ToolRegistry) -> Result<TeamF
     let mut domains: BTreeMap<&str, &Entry<'_>> = BTreeMap::new();
     let mut agents = Vec::with_capacity(entries.len());
     let mut agent_reasoners = BTreeMap::new();
+    let mut agent_roles = BTreeMap::new();
     // Executors placed under each lead so far (counted as the entries go, not searched for:
     // a generated team has 100 000 agents).
     let mut placed: BTreeMap<&str, usize> = BTreeMap::new();
@@ -198,6 +223,9 @@ pub fn parse_team(path: &Path, text: &str, tools: &ToolRegistry) -> Result<TeamF
         if let Some(r) = entry.reasoner {
             let settings = reasoner_settings(&src, r, &default_reasoner, tools)?;
             agent_reasoners.insert(spec.config.id.clone(), settings);
+        }
+        if let Some(role) = agent_role(&src, entry, &roles)? {
+            agent_roles.insert(spec.config.id.clone(), role);
         }
         agents.push(spec);
     }
@@ -214,10 +242,17 @@ pub fn parse_team(path: &Path, text: &str, tools: &ToolRegistry) -> Result<TeamF
         Some(c) => conversation_limits(&src, c)?,
         None => ConversationLimits::default(),
     };
+    let mut spec = TeamSpec::new(agents);
+    spec.heartbeat = heartbeat;
+    spec.max_agents = max_agents;
+    spec.roles = roles;
+    spec.max_spawn_depth = max_spawn_depth;
+    spec.agent_roles = agent_roles;
     Ok(TeamFile {
-        spec: TeamSpec { agents, heartbeat, max_agents, ..TeamSpec::new(Vec::new()) },
+        spec,
         default_reasoner,
         agent_reasoners,
+        role_reasoners,
         prices,
         budget,
         conversation,
@@ -278,6 +313,7 @@ pub fn default_team() -> TeamFile {
         ]),
         default_reasoner: ReasonerSettings::default(),
         agent_reasoners: BTreeMap::new(),
+        role_reasoners: BTreeMap::new(),
         prices: PriceTable::new(),
         budget: Budget::default(),
         conversation: ConversationLimits::default(),
@@ -679,6 +715,219 @@ fn reasoner_settings(
     })
 }
 
+// ---------------------------------------------------------------------------------------------
+// Roles.
+
+/// `[[roles]]`: the checked [`RoleBook`], and the roles with a `reasoner` table of their own.
+/// Names, layers, tool and capability names are read here with their positions; the rules
+/// between roles (what each may enable, what its layer may hold) are [`RoleBook::new`]'s, and
+/// its error is pointed at the value it is about ([`role_error`]).
+fn role_book(
+    src: &Source<'_>,
+    raw: &[RawRole],
+    default_reasoner: &ReasonerSettings,
+    tools: &ToolRegistry,
+) -> Result<(RoleBook, BTreeMap<String, ReasonerSettings>), FileError> {
+    let mut roles = Vec::with_capacity(raw.len());
+    let mut reasoners = BTreeMap::new();
+    for (i, r) in raw.iter().enumerate() {
+        let name = r.name.get_ref();
+        check_role_name(name).map_err(|e| src.error(r.name.span(), e.to_string()))?;
+        if let Some(first) = raw[..i].iter().find(|o| o.name.get_ref() == name) {
+            let line = src.position(first.name.span()).0;
+            return Err(src.error(
+                r.name.span(),
+                format!(
+                    "role `{name}` is already defined on line {line}; role names must be unique"
+                ),
+            ));
+        }
+        let layer = match r.layer.get_ref().as_str() {
+            "mid" => AgentLayer::Mid,
+            "bottom" => AgentLayer::Bottom,
+            // Refused by the role book, with its reason.
+            "top" => AgentLayer::Top,
+            other => {
+                return Err(src.error(
+                    r.layer.span(),
+                    format!(
+                        "`layer` is \"mid\" (a lead, which may spawn agents) or \"bottom\" (an executor), not \"{other}\""
+                    ),
+                ));
+            }
+        };
+        let mut role = Role::new(name.clone(), layer);
+        role.description = r.description.clone().unwrap_or_default();
+        if let Some(prompt) = &r.system_prompt {
+            if prompt.get_ref().trim().is_empty() {
+                return Err(src.error(
+                    prompt.span(),
+                    "`system_prompt` must not be empty; leave it out to use the layer's own",
+                ));
+            }
+            role.system_prompt = Some(prompt.get_ref().clone());
+        }
+        match (&r.tools, layer) {
+            (Some(list), AgentLayer::Bottom) => role.tools = executor_tools(src, list, tools)?,
+            // Refused by the role book: only bottom roles call tools.
+            (Some(list), _) => {
+                role.tools = list.get_ref().iter().map(|t| t.get_ref().clone()).collect()
+            }
+            (None, AgentLayer::Bottom) => {
+                return Err(src.error(
+                    r.name.span(),
+                    format!(
+                        "role `{name}` is a bottom role and needs `tools`, the tools its agents run (available: {})",
+                        tools.names().join(", ")
+                    ),
+                ));
+            }
+            (None, _) => {}
+        }
+        if let Some(names) = &r.capabilities {
+            role.capabilities = Some(capability_names(src, layer, names)?);
+        }
+        if let Some(m) = &r.model {
+            if m.get_ref().trim().is_empty() {
+                return Err(src.error(m.span(), "`model` must not be empty"));
+            }
+            role.model = Some(m.get_ref().trim().to_owned());
+        }
+        if let Some(list) = &r.enabled_agents {
+            role.enabled_agents = list.get_ref().iter().map(|e| e.get_ref().clone()).collect();
+        }
+        role.max_instances = r.max_instances.as_ref().map(|m| *m.get_ref());
+        if let Some(settings) = &r.reasoner {
+            reasoners
+                .insert(name.clone(), reasoner_settings(src, settings, default_reasoner, tools)?);
+        }
+        roles.push(role);
+    }
+    let book = RoleBook::new(roles).map_err(|e| role_error(src, raw, &e))?;
+    Ok((book, reasoners))
+}
+
+/// A [`RoleError`] as a [`FileError`] pointing at the value it is about: the `enabled_agents`
+/// entry, the capability, the `tools` list, the `layer`, the name.
+fn role_error(src: &Source<'_>, raw: &[RawRole], error: &RoleError) -> FileError {
+    let find = |name: &str| raw.iter().find(|r| r.name.get_ref() == name);
+    let enabled_entry = |role: &str, enabled: &str| {
+        find(role)
+            .and_then(|r| r.enabled_agents.as_ref())
+            .and_then(|list| list.get_ref().iter().find(|e| e.get_ref() == enabled))
+            .map(Spanned::span)
+    };
+    let mut message = error.to_string();
+    let (role, span) = match error {
+        RoleError::BadName { name } => (name, None),
+        RoleError::Duplicate { role } => {
+            (role, raw.iter().filter(|r| r.name.get_ref() == role).nth(1).map(|r| r.name.span()))
+        }
+        RoleError::TopRole { role } => (role, find(role).map(|r| r.layer.span())),
+        RoleError::UnknownRole { role, enabled, .. }
+        | RoleError::EnablesHigherLayer { role, enabled, .. } => {
+            (role, enabled_entry(role, enabled))
+        }
+        RoleError::CannotDelegate { role, .. } => {
+            (role, find(role).and_then(|r| r.enabled_agents.as_ref()).map(Spanned::span))
+        }
+        RoleError::CapabilityNotAllowed { role, layer, capability } => {
+            let allowed: Vec<&str> = layer.capabilities().map(Capability::as_str).collect();
+            message = format!("{message}; allowed: {}", allowed.join(", "));
+            let span = find(role)
+                .and_then(|r| r.capabilities.as_ref())
+                .and_then(|list| list.iter().find(|c| c.get_ref() == capability.as_str()))
+                .map(Spanned::span);
+            (role, span)
+        }
+        RoleError::ToolsNotAllowed { role, .. } => {
+            (role, find(role).and_then(|r| r.tools.as_ref()).map(Spanned::span))
+        }
+        RoleError::ZeroInstances { role } => {
+            (role, find(role).and_then(|r| r.max_instances.as_ref()).map(Spanned::span))
+        }
+    };
+    let span = span.or_else(|| find(role).map(|r| r.name.span())).unwrap_or(0..0);
+    src.error(span, message)
+}
+
+/// A role's capability names, each a known capability (whether its layer may hold it is the
+/// role book's check).
+fn capability_names(
+    src: &Source<'_>,
+    layer: AgentLayer,
+    names: &[Spanned<String>],
+) -> Result<Vec<Capability>, FileError> {
+    let mut capabilities = Vec::with_capacity(names.len());
+    for name in names {
+        let Some(capability) = Capability::ALL.into_iter().find(|c| c.as_str() == name.get_ref())
+        else {
+            let allowed: Vec<&str> = layer.capabilities().map(Capability::as_str).collect();
+            return Err(src.error(
+                name.span(),
+                format!(
+                    "unknown capability `{}`; a {layer} role may hold: {}",
+                    name.get_ref(),
+                    allowed.join(", ")
+                ),
+            ));
+        };
+        if !capabilities.contains(&capability) {
+            capabilities.push(capability);
+        }
+    }
+    Ok(capabilities)
+}
+
+/// The role of a configured agent, when the team has `[[roles]]` and the agent names one
+/// (`role`): it must be a role of the agent's layer. Without `[[roles]]`, and on a top power,
+/// `role` is free text for the system prompt; a top power's `role` may not name a role of the
+/// team, which is always of another layer.
+fn agent_role(
+    src: &Source<'_>,
+    entry: &Entry<'_>,
+    roles: &RoleBook,
+) -> Result<Option<String>, FileError> {
+    let Some(role) = entry.role else {
+        return Ok(None);
+    };
+    if roles.is_empty() {
+        return Ok(None);
+    }
+    let name = role.get_ref();
+    let of_layer = || list_or_none(roles.of_layer(entry.layer).map(|r| r.name.as_str()));
+    match (roles.get(name), entry.layer) {
+        (None, AgentLayer::Top) => Ok(None),
+        (Some(found), AgentLayer::Top) => Err(src.error(
+            role.span(),
+            format!(
+                "`{name}` is a {} role, and a top power takes no role from [[roles]] (roles are for leads and executors); use another word for the top power's `role`",
+                found.layer
+            ),
+        )),
+        (None, layer) => Err(src.error(
+            role.span(),
+            format!(
+                "unknown role `{name}`; in a team with [[roles]], a {}'s `role` names a {layer} role ({})",
+                noun(layer),
+                of_layer()
+            ),
+        )),
+        (Some(found), layer) if found.layer != layer => Err(src.error(
+            role.span(),
+            format!(
+                "`{name}` is a {} role, but `{}` is a {}; a {}'s `role` names a {layer} role ({})",
+                found.layer,
+                entry.id(),
+                noun(layer),
+                noun(layer),
+                of_layer()
+            ),
+        )),
+        (Some(_), _) => Ok(Some(name.clone())),
+    }
+}
+
 /// `[prices]`: `"model" = { input_per_mtok = 0.15, output_per_mtok = 0.6 }`.
 fn price_table(
     src: &Source<'_>,
@@ -774,7 +1023,8 @@ fn team_controls(src: &Source<'_>, raw: &RawTeam) -> Result<(), FileError> {
         .iter()
         .chain(raw.top.iter().filter_map(|t| t.reasoner.as_ref()))
         .chain(raw.mid.iter().filter_map(|m| m.reasoner.as_ref()))
-        .chain(raw.bottom.iter().filter_map(|b| b.reasoner.as_ref()));
+        .chain(raw.bottom.iter().filter_map(|b| b.reasoner.as_ref()))
+        .chain(raw.roles.iter().filter_map(|r| r.reasoner.as_ref()));
     for r in reasoners {
         let fields = [(&r.kind, "`kind`"), (&r.model, "`model`"), (&r.base_url, "`base_url`")];
         for (value, what) in fields {
@@ -823,6 +1073,22 @@ fn team_controls(src: &Source<'_>, raw: &RawTeam) -> Result<(), FileError> {
                     src.no_control(v, "a tool")?;
                 }
             }
+        }
+    }
+    for role in &raw.roles {
+        src.no_control(&role.name, "a role's `name`")?;
+        src.no_control(&role.layer, "`layer`")?;
+        if let Some(model) = &role.model {
+            src.no_control(model, "`model`")?;
+        }
+        for v in role.tools.iter().flat_map(|t| t.get_ref()) {
+            src.no_control(v, "a tool")?;
+        }
+        for v in role.capabilities.iter().flatten() {
+            src.no_control(v, "a capability")?;
+        }
+        for v in role.enabled_agents.iter().flat_map(|e| e.get_ref()) {
+            src.no_control(v, "a role in `enabled_agents`")?;
         }
     }
     Ok(())

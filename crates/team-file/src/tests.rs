@@ -178,8 +178,13 @@ fn module_docs_examples_parse() {
     assert_eq!(team.spec.heartbeat, Duration::from_secs(4));
     assert!(team.default_reasoner.forbid_tools.is_empty());
     assert_eq!(team.agent_reasoners.len(), 1);
-    parse_plan(Path::new("plan.toml"), &blocks[1], &team.spec, &ToolRegistry::with_builtins())
-        .unwrap();
+    assert_eq!(team.spec.roles.names(), "docs_lead, writer");
+    assert_eq!(team.role_reasoners.len(), 1);
+    assert_eq!(team.spec.agent_roles[&AgentId::from("mid-docs")], "docs_lead");
+    let task =
+        parse_plan(Path::new("plan.toml"), &blocks[1], &team.spec, &ToolRegistry::with_builtins())
+            .unwrap();
+    assert!(!task.is_scripted(), "the plan example shows a goal step");
 }
 
 #[test]
@@ -880,7 +885,8 @@ goal = "g"
 id = "a"
 "#,
     );
-    assert_at(&err, 4, 1, &["missing field `tool`"]);
+    // Without a `tool` a step is a goal step, which needs a `description`.
+    assert_at(&err, 5, 6, &["step `a` names no `tool` and has no `description`"]);
 
     let err = plan_err(
         r#"
@@ -897,13 +903,15 @@ args = "true"
 }
 
 #[test]
-fn plan_needs_an_id_a_goal_and_steps() {
+fn plan_needs_an_id_and_a_goal() {
     let err = plan_err("id = \"\"\ngoal = \"g\"\n");
     assert_at(&err, 1, 6, &["the plan's `id` must not be empty"]);
     let err = plan_err("id = \"t\"\ngoal = \" \"\n");
     assert_at(&err, 2, 8, &["the plan's `goal` must not be empty"]);
-    let err = plan_err("id = \"t\"\ngoal = \"g\"\n");
-    assert_at(&err, 1, 1, &["the plan has no steps; add at least one [[steps]] table"]);
+    let err = plan_err("goal = \"g\"\n");
+    assert_at(&err, 1, 1, &["missing field `id`"]);
+    let err = plan_err("id = \"t\"\n");
+    assert_at(&err, 1, 1, &["missing field `goal`"]);
 }
 
 #[test]
@@ -1466,4 +1474,577 @@ fn scaled_files_below_the_smallest_size_are_the_smallest() {
         assert_eq!(scaled_team_toml(agents), scaled_team_toml(MIN_SCALE));
         assert_eq!(scaled_plan_toml(agents), scaled_plan_toml(MIN_SCALE));
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Roles, the spawn depth, and goal steps.
+
+/// `HEAD`, an executor, and two roles: a mid `lead` that enables the bottom `writer`. `HEAD`
+/// is 12 lines, so the `[[bottom]]` is on line 13 and `rest` starts on line 28.
+fn with_roles(rest: &str) -> String {
+    with_head(&format!(
+        "{}{}",
+        text(
+            r#"
+[[bottom]]
+id = "bottom-a"
+supervisor = "mid-a"
+tools = ["shell"]
+
+[[roles]]
+name = "lead"
+layer = "mid"
+enabled_agents = ["writer"]
+
+[[roles]]
+name = "writer"
+layer = "bottom"
+tools = ["write_file"]
+
+"#
+        ),
+        text(rest)
+    ))
+}
+
+#[test]
+fn roles_and_the_spawn_depth_are_read() {
+    let file = team(
+        r#"
+max_spawn_depth = 5
+
+[reasoner]
+forbid_tools = ["shell"]
+
+[[top]]
+id = "top-a"
+power_type = "power_a"
+role = "governance"
+
+[[mid]]
+id = "mid-a"
+domain = "docs"
+supervisor = "top-a"
+role = "lead"
+
+[[bottom]]
+id = "bottom-a"
+supervisor = "mid-a"
+tools = ["shell"]
+role = "writer"
+
+[[roles]]
+name = "lead"
+layer = "mid"
+description = "leads the docs"
+enabled_agents = ["writer", "lead"]
+max_instances = 2
+
+[[roles]]
+name = "writer"
+layer = "bottom"
+description = "writes"
+system_prompt = "You write."
+tools = ["write_file", "read_file", "write_file"]
+capabilities = ["execute", "tool_call"]
+model = "small"
+reasoner = { kind = "openai", prefer = ["x"] }
+max_instances = 4
+"#,
+    );
+    assert_eq!(file.spec.max_spawn_depth, 5);
+    let roles = &file.spec.roles;
+    assert_eq!(roles.names(), "lead, writer");
+    let lead = roles.get("lead").unwrap();
+    assert_eq!(lead.layer, AgentLayer::Mid);
+    assert_eq!(lead.description, "leads the docs");
+    assert_eq!(lead.enabled_agents, ["writer", "lead"]);
+    assert_eq!(lead.max_instances, Some(2));
+    assert_eq!(
+        (lead.system_prompt.as_deref(), &lead.capabilities, &lead.model),
+        (None, &None, &None)
+    );
+    assert!(lead.tools.is_empty());
+    let writer = roles.get("writer").unwrap();
+    let mut expected = agent_state::Role::new("writer", AgentLayer::Bottom);
+    expected.description = "writes".into();
+    expected.system_prompt = Some("You write.".into());
+    expected.tools = vec!["write_file".into(), "read_file".into()];
+    expected.capabilities = Some(vec![Capability::Execute, Capability::ToolCall]);
+    expected.model = Some("small".into());
+    expected.max_instances = Some(4);
+    assert_eq!(writer, &expected);
+    assert!(roles.may_spawn("lead", "writer") && !roles.may_spawn("writer", "lead"));
+
+    // The role's own reasoner table, with the default's fields filled in; none for `lead`.
+    assert_eq!(file.role_reasoners.len(), 1);
+    let own = &file.role_reasoners["writer"];
+    assert_eq!(own.kind, ReasonerKind::OpenAi);
+    assert_eq!(
+        (&own.forbid_tools[..], &own.prefer[..]),
+        (&["shell".to_owned()][..], &["x".to_owned()][..])
+    );
+
+    // Configured leads and executors that name a role; a top power's `role` stays free text.
+    let agent_roles: Vec<(&str, &str)> =
+        file.spec.agent_roles.iter().map(|(id, r)| (id.as_str(), r.as_str())).collect();
+    assert_eq!(agent_roles, [("bottom-a", "writer"), ("mid-a", "lead")]);
+    assert_eq!(file.spec.agents[0].config.role, "governance");
+    assert_eq!(file.spec.agents[1].config.role, "lead");
+
+    // Without roles: none, the default depth, and `role` is free text on every layer.
+    let plain = team(
+        r#"
+[[top]]
+id = "top-a"
+power_type = "power_a"
+
+[[mid]]
+id = "mid-a"
+domain = "docs"
+supervisor = "top-a"
+role = "anything"
+"#,
+    );
+    assert!(plain.spec.roles.is_empty() && plain.spec.agent_roles.is_empty());
+    assert!(plain.role_reasoners.is_empty());
+    assert_eq!(plain.spec.max_spawn_depth, agent_state::DEFAULT_MAX_SPAWN_DEPTH);
+    assert_eq!(plain.spec.agents[1].config.role, "anything");
+    assert_eq!(default_team().spec.max_spawn_depth, agent_state::DEFAULT_MAX_SPAWN_DEPTH);
+}
+
+#[test]
+fn bad_max_spawn_depth() {
+    for (depth, column) in [("0", 19), ("11", 19), ("-1", 19)] {
+        let err = team_err(&format!("max_spawn_depth = {depth}\n{}", text(HEAD)));
+        assert_eq!((err.line(), err.column()), (1, column), "{err}");
+        if depth != "-1" {
+            assert_at(
+                &err,
+                1,
+                column,
+                &[&format!("`max_spawn_depth` must be from 1 to 10, not {depth}")],
+            );
+        }
+    }
+    assert_eq!(team(&format!("max_spawn_depth = 10\n{}", text(HEAD))).spec.max_spawn_depth, 10);
+}
+
+#[test]
+fn role_errors_point_at_the_value() {
+    // The valid base parses.
+    let base = team(&with_roles(""));
+    assert_eq!(base.spec.roles.names(), "lead, writer");
+
+    // An enabled role that does not exist: the entry in `enabled_agents`.
+    let err = team_err(&with_roles(
+        r#"
+[[roles]]
+name = "boss"
+layer = "mid"
+enabled_agents = ["writer", "tester"]
+"#,
+    ));
+    assert_at(
+        &err,
+        31,
+        29,
+        &["role `boss` enables `tester`, which is not a role (known roles: boss, lead, writer)"],
+    );
+
+    // A role enabling one of a higher layer: the entry. (A top role is refused too, but `boss`
+    // is checked first.)
+    let err = team_err(&with_roles(
+        r#"
+[[roles]]
+name = "boss"
+layer = "mid"
+enabled_agents = ["power"]
+
+[[roles]]
+name = "power"
+layer = "top"
+"#,
+    ));
+    assert_at(&err, 31, 19, &["role `boss` (mid) enables `power`, a top role"]);
+
+    // A bottom role enabling anything: the list.
+    let err = team_err(&with_roles(
+        r#"
+[[roles]]
+name = "tester"
+layer = "bottom"
+tools = ["shell"]
+enabled_agents = ["writer"]
+"#,
+    ));
+    assert_at(
+        &err,
+        32,
+        18,
+        &["role `tester` (bottom) enables roles", "only mid roles may spawn agents"],
+    );
+
+    // A top role: its layer.
+    let err = team_err(&with_roles(
+        r#"
+[[roles]]
+name = "power"
+layer = "top"
+"#,
+    ));
+    assert_at(&err, 30, 9, &["role `power` is on the top layer"]);
+
+    // A layer that is not one.
+    let err = team_err(&with_roles(
+        r#"
+[[roles]]
+name = "x"
+layer = "side"
+"#,
+    ));
+    assert_at(&err, 30, 9, &["`layer` is \"mid\"", "or \"bottom\"", "not \"side\""]);
+
+    // Tools on a mid role: the list.
+    let err = team_err(&with_roles(
+        r#"
+[[roles]]
+name = "boss"
+layer = "mid"
+tools = ["shell"]
+"#,
+    ));
+    assert_at(&err, 31, 9, &["role `boss` (mid) lists tools", "give tools to bottom roles"]);
+
+    // A capability its layer may not hold: the capability, with what it may hold.
+    let err = team_err(&with_roles(
+        r#"
+[[roles]]
+name = "tester"
+layer = "bottom"
+tools = ["shell"]
+capabilities = ["execute", "delegate"]
+"#,
+    ));
+    assert_at(
+        &err,
+        32,
+        28,
+        &[
+            "role `tester` (bottom) holds `delegate`, which the bottom layer may not hold",
+            "allowed: plan, execute",
+        ],
+    );
+    let err = team_err(&with_roles(
+        r#"
+[[roles]]
+name = "boss"
+layer = "mid"
+capabilities = ["arbitrate"]
+"#,
+    ));
+    assert_at(&err, 31, 17, &["role `boss` (mid) holds `arbitrate`"]);
+    let err = team_err(&with_roles(
+        r#"
+[[roles]]
+name = "boss"
+layer = "mid"
+capabilities = ["fly"]
+"#,
+    ));
+    assert_at(&err, 31, 17, &["unknown capability `fly`; a mid role may hold: plan"]);
+
+    // Tools: a bottom role needs them, and they must be registered.
+    let err = team_err(&with_roles(
+        r#"
+[[roles]]
+name = "tester"
+layer = "bottom"
+"#,
+    ));
+    assert_at(&err, 29, 8, &["role `tester` is a bottom role and needs `tools`"]);
+    let err = team_err(&with_roles(
+        r#"
+[[roles]]
+name = "tester"
+layer = "bottom"
+tools = ["shell", "hammer"]
+"#,
+    ));
+    assert_at(&err, 31, 19, &["unknown tool `hammer`", &available()]);
+    let err = team_err(&with_roles(
+        r#"
+[[roles]]
+name = "tester"
+layer = "bottom"
+tools = []
+"#,
+    ));
+    assert_at(&err, 31, 9, &["needs at least one tool"]);
+
+    // Duplicate and bad names: the second name, the name.
+    let err = team_err(&with_roles(
+        r#"
+[[roles]]
+name = "writer"
+layer = "bottom"
+tools = ["shell"]
+"#,
+    ));
+    assert_at(
+        &err,
+        29,
+        8,
+        &["role `writer` is already defined on line 24; role names must be unique"],
+    );
+    let err = team_err(&with_roles(
+        r#"
+[[roles]]
+name = "test writer"
+layer = "bottom"
+tools = ["shell"]
+"#,
+    ));
+    assert_at(&err, 29, 8, &["role name `test writer` is not valid"]);
+
+    // `max_instances = 0`.
+    let err = team_err(&with_roles(
+        r#"
+[[roles]]
+name = "tester"
+layer = "bottom"
+tools = ["shell"]
+max_instances = 0
+"#,
+    ));
+    assert_at(&err, 32, 17, &["role `tester` has `max_instances = 0`"]);
+
+    // Empty texts and unknown fields.
+    let err = team_err(&with_roles(
+        r#"
+[[roles]]
+name = "tester"
+layer = "bottom"
+tools = ["shell"]
+system_prompt = " "
+"#,
+    ));
+    assert_at(&err, 32, 17, &["`system_prompt` must not be empty"]);
+    let err = team_err(&with_roles(
+        r#"
+[[roles]]
+name = "tester"
+layer = "bottom"
+tools = ["shell"]
+enabled = ["writer"]
+"#,
+    ));
+    assert_at(&err, 32, 1, &["unknown field `enabled`", "`enabled_agents`"]);
+    let err = team_err(&with_roles(
+        r#"
+[[roles]]
+name = "tester"
+layer = "bottom"
+tools = ["shell"]
+reasoner = { kind = "oracle" }
+"#,
+    ));
+    assert_at(&err, 32, 21, &["unknown reasoner kind `oracle`"]);
+    let err = team_err(&with_roles(
+        r#"
+[[roles]]
+name = "tester"
+layer = "bottom"
+tools = ["shell"]
+enabled_agents = ["wri\tter"]
+"#,
+    ));
+    assert_at(&err, 32, 19, &["a role in `enabled_agents`", "control character"]);
+}
+
+#[test]
+fn an_agents_role_is_a_role_of_its_layer() {
+    // `mid-a` is on lines 9 to 12 of `HEAD`; its `role` goes on line 13 (col 8 is the value).
+    let with_mid_role = |role: &str| {
+        with_roles("").replacen(
+            "supervisor = \"top-a\"\n",
+            &format!("supervisor = \"top-a\"\nrole = \"{role}\"\n"),
+            1,
+        )
+    };
+    let file = team(&with_mid_role("lead"));
+    assert_eq!(file.spec.agent_roles[&AgentId::from("mid-a")], "lead");
+
+    let err = team_err(&with_mid_role("boss"));
+    assert_at(
+        &err,
+        13,
+        8,
+        &[
+            "unknown role `boss`; in a team with [[roles]], a mid lead's `role` names a mid role (lead)",
+        ],
+    );
+    let err = team_err(&with_mid_role("writer"));
+    assert_at(
+        &err,
+        13,
+        8,
+        &[
+            "`writer` is a bottom role, but `mid-a` is a mid lead; a mid lead's `role` names a mid role (lead)",
+        ],
+    );
+
+    // An executor naming a mid role; a top power naming a role at all.
+    let text = with_roles("").replacen(
+        "tools = [\"shell\"]\n",
+        "tools = [\"shell\"]\nrole = \"lead\"\n",
+        1,
+    );
+    assert_at(
+        &team_err(&text),
+        17,
+        8,
+        &["`lead` is a mid role, but `bottom-a` is a bottom executor"],
+    );
+    let text = with_roles("").replacen(
+        "power_type = \"power_a\"\n",
+        "power_type = \"power_a\"\nrole = \"writer\"\n",
+        1,
+    );
+    assert_at(
+        &team_err(&text),
+        4,
+        8,
+        &["`writer` is a bottom role, and a top power takes no role from [[roles]]"],
+    );
+}
+
+/// The team of `with_roles`, for plans.
+fn roles_team() -> TeamSpec {
+    team(&with_roles("")).spec
+}
+
+#[test]
+fn a_goal_only_plan_is_a_task_without_steps() {
+    let task = plan("id = \"t\"\ngoal = \"write a README\"\n");
+    assert_eq!(task, Task::goal("t", "write a README"));
+    assert!(!task.is_scripted());
+    task.check_request().unwrap();
+
+    // What `strata run --goal` writes reads back as the same goal, whatever its text.
+    for goal in ["write a README", "say \"hi\"\nthen 'bye' \\ done", "tab\there \u{7f} ü"] {
+        let toml = goal_plan_toml("goal-x", goal);
+        assert_eq!(plan(&toml), Task::goal("goal-x", goal), "{toml}");
+    }
+}
+
+#[test]
+fn a_step_with_only_a_description_is_a_goal_step() {
+    let task = plan(
+        r#"
+id = "t"
+goal = "g"
+
+[[steps]]
+id = "readme"
+description = "write README.md"
+domain = "docs"
+acceptance = "README.md exists"
+
+[[steps]]
+id = "list"
+tool = "list_dir"
+after = ["readme"]
+"#,
+    );
+    let goal = &task.steps[0];
+    assert!(!goal.is_scripted());
+    assert_eq!((goal.tool.as_str(), &goal.args), ("", &serde_json::Value::Null));
+    assert_eq!(goal.description, "write README.md");
+    assert_eq!(goal.acceptance, "README.md exists");
+    assert_eq!(goal.target, StepTarget::Domain("docs".into()));
+    assert!(task.steps[1].is_scripted() && !task.is_scripted());
+    assert_eq!(task.steps[1].acceptance, "");
+
+    // No tool and no description; `args` without a tool; an empty description.
+    let err = plan_err("id = \"t\"\ngoal = \"g\"\n[[steps]]\nid = \"a\"\ndomain = \"docs\"\n");
+    assert_at(&err, 4, 6, &["step `a` names no `tool` and has no `description`"]);
+    let err = plan_err(
+        "id = \"t\"\ngoal = \"g\"\n[[steps]]\nid = \"a\"\ndescription = \"d\"\nargs = { path = \".\" }\n",
+    );
+    assert_at(&err, 4, 6, &["step `a` has `args` but no `tool`"]);
+    let err = plan_err("id = \"t\"\ngoal = \"g\"\n[[steps]]\nid = \"a\"\ndescription = \"\"\n");
+    assert_at(&err, 5, 15, &["a goal step's `description` must say what to do"]);
+    // In a scripted step an empty description is kept, as it always was.
+    let task = plan(
+        "id = \"t\"\ngoal = \"g\"\n[[steps]]\nid = \"a\"\ndescription = \"\"\ntool = \"list_dir\"\n",
+    );
+    assert_eq!(task.steps[0].description, "");
+
+    // A goal step's target is still checked, and it must reach an executor (the team has no
+    // roles to spawn one from).
+    let err = plan_err(
+        "id = \"t\"\ngoal = \"g\"\n[[steps]]\nid = \"a\"\ndescription = \"d\"\ndomain = \"ops\"\n",
+    );
+    assert_at(&err, 6, 10, &["no lead has the domain `ops`"]);
+    let lonely = team(text(HEAD)).spec;
+    let err = plan_err_for(
+        &lonely,
+        "id = \"t\"\ngoal = \"g\"\n[[steps]]\nid = \"a\"\ndescription = \"d\"\ndomain = \"docs\"\n",
+    );
+    assert_at(&err, 6, 10, &["there is no executor under the lead `mid-a` of the domain `docs`"]);
+}
+
+#[test]
+fn a_steps_role_is_a_bottom_role_of_the_team() {
+    let team = roles_team();
+    let parse = |s: &str| {
+        parse_plan(Path::new("plan.toml"), text(s), &team, &ToolRegistry::with_builtins())
+    };
+    let task = parse(
+        r#"
+id = "t"
+goal = "g"
+
+[[steps]]
+id = "a"
+description = "write the docs"
+role = "writer"
+
+[[steps]]
+id = "b"
+domain = "docs"
+role = "writer"
+tool = "write_file"
+args = { path = "x", content = "y" }
+"#,
+    )
+    .unwrap();
+    assert_eq!(task.steps[0].role.as_deref(), Some("writer"));
+    // `write_file` is no configured executor's tool, but the step's role has it.
+    assert_eq!(task.steps[1].role.as_deref(), Some("writer"));
+
+    let step = |role: &str| {
+        format!(
+            "id = \"t\"\ngoal = \"g\"\n[[steps]]\nid = \"a\"\ndescription = \"d\"\nrole = \"{role}\"\n"
+        )
+    };
+    let err = parse(&step("tester")).unwrap_err();
+    assert_at(
+        &err,
+        6,
+        8,
+        &["unknown role `tester`; a step's `role` names a bottom role of the team (writer)"],
+    );
+    let err = parse(&step("lead")).unwrap_err();
+    assert_at(&err, 6, 8, &["`lead` is a mid role; a step's `role` names a bottom role"]);
+    let err = plan_err(&step("writer"));
+    assert_at(&err, 6, 8, &["the team has no roles, so a step cannot ask for the role `writer`"]);
+
+    // A scripted step without a role still needs an executor with its tool.
+    let err = parse(
+        "id = \"t\"\ngoal = \"g\"\n[[steps]]\nid = \"a\"\ntool = \"write_file\"\nargs = { path = \"x\", content = \"y\" }\n",
+    )
+    .unwrap_err();
+    assert_at(&err, 5, 8, &["no executor in the team has the tool `write_file`; they have: shell"]);
 }

@@ -12,7 +12,9 @@ fn help_for_every_command_names_its_arguments() {
             "run",
             &[
                 "Usage: strata run",
-                "<PLAN>",
+                "<PLAN|--goal <TEXT>>",
+                "[PLAN]",
+                "--goal <TEXT>",
                 "--team",
                 "--data",
                 "--workspace",

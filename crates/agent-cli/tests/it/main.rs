@@ -9,6 +9,7 @@
 mod bad_input;
 mod failure;
 mod fake_llm;
+mod goal;
 mod happy;
 mod help;
 mod inspection;
@@ -16,5 +17,6 @@ mod interrupt;
 mod llm;
 #[cfg(feature = "local")]
 mod local;
+mod spawn_views;
 mod storage;
 mod support;
