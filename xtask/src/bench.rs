@@ -9,7 +9,10 @@
 //! writes as one JSON object per file under `target/strata-bench/`: an `id` and numbers, such as
 //! `{"id": "pool/memory_per_idle_agent", "bytes_per_agent": 812.3, "agents": 100000}`. Each file
 //! becomes a row of the same table with its numbers in a `figures` column, shown by the unit
-//! their name ends in: `bytes_per_agent` as `812.3 B/agent`, `p99_us` as `p99 23.25 ms`.
+//! their name ends in: `bytes_per_agent` as `812.3 B/agent`, `p99_us` as `p99 23.25 ms`,
+//! `spawns_per_s` as `26251 spawns/s`. Among them: `pool/spawn_agent` (agents spawned per second
+//! through `spawn_agent`) and `pool/speak_to_agent_round_trip` (p50 and p99), from agent-pool's
+//! `spawn` bench.
 
 use std::path::{Path, PathBuf};
 
@@ -204,8 +207,9 @@ pub(crate) fn table(rows: &[Row], figures: &[Figure]) -> String {
 }
 
 /// A figure's numbers, those with a unit first: `bytes_per_agent` 812.3 as `812.3 B/agent`, a
-/// name ending in `_ns`, `_us`, `_ms` or `_s` as a time (`p99_us` 23247 as `p99 23.25 ms`), a
-/// name ending in `_bytes` in bytes, anything else as a plain count (`agents 100000`).
+/// name ending in `_per_s` as a rate (`spawns_per_s` 26251.4 as `26251 spawns/s`), a name
+/// ending in `_ns`, `_us`, `_ms` or `_s` as a time (`p99_us` 23247 as `p99 23.25 ms`), a name
+/// ending in `_bytes` in bytes, anything else as a plain count (`agents 100000`).
 pub(crate) fn format_figure(figure: &Figure) -> String {
     let mut with_unit = Vec::new();
     let mut counts = Vec::new();
@@ -215,6 +219,8 @@ pub(crate) fn format_figure(figure: &Figure) -> String {
             .find_map(|(suffix, ns)| Some((name.strip_suffix(suffix)?, ns)));
         if let Some(per) = name.strip_prefix("bytes_per_") {
             with_unit.push(format!("{value:.1} B/{per}"));
+        } else if let Some(quantity) = name.strip_suffix("_per_s") {
+            with_unit.push(format!("{value:.0} {quantity}/s"));
         } else if let Some((quantity, ns)) = time {
             with_unit.push(format!("{quantity} {}", format_time(value * ns)));
         } else if let Some(quantity) = name.strip_suffix("_bytes") {

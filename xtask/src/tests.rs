@@ -105,6 +105,11 @@ fn tidy_forbids_printing_in_library_crates_only() {
 
 #[test]
 fn bench_formats_times_and_throughput_in_human_units() {
+    let rate = Figure {
+        id: "pool/spawn_agent".to_owned(),
+        values: vec![("spawns_per_s".to_owned(), 26_251.4), ("runs".to_owned(), 15.0)],
+    };
+    assert_eq!(bench::format_figure(&rate), "26251 spawns/s, runs 15");
     assert_eq!(bench::format_time(812.4), "812.40 ns");
     assert_eq!(bench::format_time(3_210.0), "3.21 µs");
     assert_eq!(bench::format_time(1_500_000.0), "1.50 ms");

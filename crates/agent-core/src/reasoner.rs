@@ -107,6 +107,11 @@ pub struct ToolCallRecord {
     pub success: bool,
     /// Its output or error.
     pub output: String,
+    /// Not a call this agent made but something that reached it while it worked (a worker's
+    /// results, words spoken to it), kept in the history under `call.tool`: a model is shown
+    /// it as a message, not as a call of its own.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub event: bool,
 }
 
 /// What an executor does next for its subtask.
@@ -227,6 +232,20 @@ pub trait Reasoner: Send + Sync + 'static {
         _roles: &RoleBook,
     ) -> Result<Plan, ReasonError> {
         Err(ReasonError::CannotPlan { reasoner: self.name().to_owned() })
+    }
+
+    /// The tool loop of `subtask` ended for good with `ending` (what it concluded, in words)
+    /// after the calls in `history`; a finish the runtime puts off (workers still running) is
+    /// not an ending. A reasoner that keeps conversations remembers the step now. The default
+    /// does nothing.
+    async fn concluded(
+        &self,
+        _who: Persona<'_>,
+        _subtask: &Subtask,
+        _history: &[ToolCallRecord],
+        _ending: &str,
+    ) -> Result<(), ReasonError> {
+        Ok(())
     }
 
     /// An agent answers `message`, spoken to it by `from` (its supervisor or a subordinate,

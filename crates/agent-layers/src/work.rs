@@ -178,6 +178,7 @@ impl WorkLoop {
             call: ToolCall { tool: RETURN_RESULTS.into(), args: json!({ "agent_id": from }) },
             success: result.success,
             output: format!("results from {from} ({}): {output}", child.role),
+            event: true,
         });
         child.result = Some(result);
         if matches!(self.waiting, Some(Wait::Results)) {
@@ -195,6 +196,7 @@ impl WorkLoop {
             call: call.clone(),
             success: true,
             output: json!({ "agent_id": to, "agent_response": reply }).to_string(),
+            event: false,
         });
         self.waiting = None;
         true
@@ -207,6 +209,7 @@ impl WorkLoop {
             call: ToolCall { tool: MESSAGE_RECORD.into(), args: json!({ "from": from }) },
             success: true,
             output: format!("{from} says: {message}"),
+            event: true,
         });
     }
 
@@ -237,13 +240,44 @@ impl WorkLoop {
         }
     }
 
-    /// Runs the loop until it finishes or has to wait.
+    /// Runs the loop until it finishes or has to wait. When it ends, the reasoner is told
+    /// ([`Reasoner::concluded`](agent_core::Reasoner::concluded)), so a conversation keeps the
+    /// step as one turn.
     pub(crate) async fn run(
         &mut self,
         ctx: &mut AgentContext,
         means: &Means<'_>,
     ) -> Result<Progress, AgentError> {
         let offered = means.offered();
+        let progress = self.turns(ctx, means, &offered).await?;
+        if let Progress::Done(outcome) = &progress {
+            let ending = match (&outcome.result, &outcome.interrupted) {
+                (_, Some((tool, _))) => format!("interrupted while `{tool}` ran"),
+                (Some(result), _) => format!(
+                    "returned results: {}",
+                    serde_json::to_string(result).unwrap_or_else(|_| result.summary.clone())
+                ),
+                (None, None) => {
+                    format!("finished: success={}, {}", outcome.success, outcome.summary)
+                }
+            };
+            let reasoner = ctx.reasoner();
+            let who = ctx.persona_with(&offered);
+            if let Err(error) = reasoner.concluded(who, &self.subtask, &self.history, &ending).await
+            {
+                tracing::warn!(agent = %ctx.id(), %error, "the reasoner could not remember the step");
+            }
+        }
+        Ok(progress)
+    }
+
+    async fn turns(
+        &mut self,
+        ctx: &mut AgentContext,
+        means: &Means<'_>,
+        offered: &[String],
+    ) -> Result<Progress, AgentError> {
+        let offered = offered.to_vec();
         loop {
             if let Some(Wait::Reply { since, to, call, .. }) = &self.waiting {
                 if ctx.now().millis_since(*since) < SPEAK_TIMEOUT_MS {
@@ -254,7 +288,12 @@ impl WorkLoop {
                      call get_agents",
                     SPEAK_TIMEOUT_MS / 1000
                 );
-                self.history.push(ToolCallRecord { call: call.clone(), success: false, output });
+                self.history.push(ToolCallRecord {
+                    call: call.clone(),
+                    success: false,
+                    output,
+                    event: false,
+                });
                 self.waiting = None;
             }
             if self.waiting.is_some() {
@@ -292,6 +331,7 @@ impl WorkLoop {
                                  despawn_agent those you no longer need).",
                                 working.join(", ")
                             ),
+                            event: false,
                         });
                         self.waiting = Some(Wait::Results);
                         return Ok(Progress::Suspended);
@@ -362,6 +402,7 @@ impl WorkLoop {
             call,
             success: false,
             output: format!("error: {error}"),
+            event: false,
         });
         self.last_error = Some(AgentError::NotAllowed(error));
         Ok(())
@@ -369,7 +410,12 @@ impl WorkLoop {
 
     fn ok(&mut self, call: ToolCall, output: Value) {
         self.last_error = None;
-        self.history.push(ToolCallRecord { call, success: true, output: output.to_string() });
+        self.history.push(ToolCallRecord {
+            call,
+            success: true,
+            output: output.to_string(),
+            event: false,
+        });
     }
 
     async fn workspace(
@@ -418,7 +464,7 @@ impl WorkLoop {
                 self.commands.push(command.to_owned());
             }
         }
-        self.history.push(ToolCallRecord { call, success, output });
+        self.history.push(ToolCallRecord { call, success, output, event: false });
         Ok(None)
     }
 

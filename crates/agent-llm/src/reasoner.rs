@@ -474,33 +474,6 @@ impl LlmReasoner {
         out
     }
 
-    /// Remembers a subtask's tool loop as one turn of the agent's conversation once it
-    /// concludes (`finish_subtask`, or a call of `return_results`); a call in between is not a
-    /// turn.
-    fn remember_conclusion(
-        &self,
-        me: &AgentId,
-        prompt: String,
-        history: &[ToolCallRecord],
-        action: &NextAction,
-    ) -> Result<(), ReasonError> {
-        let ending = match action {
-            NextAction::Finish { success, summary } => {
-                format!("finished: success={success}, {summary}")
-            }
-            NextAction::Call(call) if call.tool == RETURN_RESULTS => {
-                format!("returned results: {}", call.args)
-            }
-            NextAction::Call(_) => return Ok(()),
-        };
-        let calls: Vec<String> =
-            history.iter().map(|r| format!("{}({})", r.call.tool, r.call.args)).collect();
-        let answer = format!("called [{}]; {ending}", calls.join(", "));
-        self.conversations
-            .push(me, Turn { decision: "next_action".into(), prompt, answer })
-            .map_err(|e| self.backend(e.to_string()))
-    }
-
     /// Checks a tool call the model made.
     fn check_call(
         &self,
@@ -765,6 +738,16 @@ impl Reasoner for LlmReasoner {
         };
         request.messages.push(ChatMessage::user(prompt.clone()));
         for (i, record) in history.iter().enumerate() {
+            if record.event {
+                // Something that reached the agent (a worker's results, words spoken to it):
+                // a message, never a call the model did not make.
+                request.messages.push(ChatMessage::user(format!(
+                    "[{}] {}",
+                    record.call.tool,
+                    tail(&record.output, self.settings.tool_output_chars)
+                )));
+                continue;
+            }
             let id = format!("call-{i}");
             let mut call = ChatMessage::assistant("");
             call.tool_calls.push(ProviderToolCall {
@@ -801,11 +784,7 @@ impl Reasoner for LlmReasoner {
                 )),
             };
             match checked {
-                Ok(action) => {
-                    let action = finish_a_repeat(action, history);
-                    self.remember_conclusion(me, prompt, history, &action)?;
-                    return Ok(action);
-                }
+                Ok(action) => return Ok(finish_a_repeat(action, history)),
                 Err((problem, call)) => {
                     tracing::warn!(agent = %me, attempt, problem = %problem, "invalid tool call from the model");
                     let mut bad = ChatMessage::assistant(response.text.clone());
@@ -840,7 +819,6 @@ impl Reasoner for LlmReasoner {
         };
         let action = pass_on(&call, &last_problem);
         tracing::warn!(agent = %me, tool = %call.name, problem = %last_problem, "the model's tool call is still invalid after the repair; passed on for the runtime to refuse");
-        self.remember_conclusion(me, prompt, history, &action)?;
         Ok(action)
     }
 
@@ -991,6 +969,27 @@ impl Reasoner for LlmReasoner {
             check_plan(v, with_leads, &mid_names, &worker_names)
         })
         .await
+    }
+
+    async fn concluded(
+        &self,
+        who: Persona<'_>,
+        subtask: &Subtask,
+        history: &[ToolCallRecord],
+        ending: &str,
+    ) -> Result<(), ReasonError> {
+        // One turn of the agent's conversation per step, written when the step really ends.
+        let returns = who.tools.iter().any(|t| t == RETURN_RESULTS);
+        let prompt = step_prompt(subtask, returns);
+        let calls: Vec<String> = history
+            .iter()
+            .filter(|r| !r.event)
+            .map(|r| format!("{}({})", r.call.tool, r.call.args))
+            .collect();
+        let answer = format!("called [{}]; {ending}", calls.join(", "));
+        self.conversations
+            .push(&who.config.id, Turn { decision: "next_action".into(), prompt, answer })
+            .map_err(|e| self.backend(e.to_string()))
     }
 
     async fn answer(
@@ -1312,7 +1311,7 @@ fn planned_only(args: &Value) -> Value {
 /// of its last call, which succeeded, has nothing more to do (small models do this instead of
 /// finishing). The call is not repeated; the subtask finishes with that call's result.
 fn finish_a_repeat(action: NextAction, history: &[ToolCallRecord]) -> NextAction {
-    match (&action, history.last()) {
+    match (&action, history.last().filter(|r| !r.event)) {
         (NextAction::Call(call), Some(last)) if last.success && *call == last.call => {
             tracing::info!(tool = %call.tool, "the model repeated its last successful call; the subtask finishes with its result");
             NextAction::Finish {

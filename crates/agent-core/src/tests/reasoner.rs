@@ -199,7 +199,8 @@ async fn next_action_calls_the_steps_tool_once_then_finishes_with_its_outcome() 
     assert_eq!(first, Ok(NextAction::Call(call.clone())));
 
     for (success, output) in [(true, "wrote 1 bytes"), (false, "disk full")] {
-        let history = [ToolCallRecord { call: call.clone(), success, output: output.into() }];
+        let history =
+            [ToolCallRecord { call: call.clone(), success, output: output.into(), event: false }];
         assert_eq!(
             reasoner.next_action(persona(&config), &subtask, &history).await,
             Ok(NextAction::Finish { success, summary: output.into() })

@@ -1,5 +1,6 @@
 //! A scripted HTTP/1.1 server on loopback: it answers requests with a list of replies, in order,
-//! and records every request so that tests can check what went over the wire.
+//! or with what a function makes of each request, and records every request so that tests can
+//! check what went over the wire.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -36,21 +37,39 @@ pub(crate) struct Recorded {
     body: Vec<u8>,
 }
 
+/// Makes the reply to a request from the request itself.
+type Responder = Box<dyn Fn(&Recorded) -> Reply + Send + Sync>;
+
 #[derive(Default)]
 struct State {
     replies: Mutex<VecDeque<Reply>>,
     requests: Mutex<Vec<Recorded>>,
+    responder: Option<Responder>,
 }
 
 impl TestServer {
     /// A server on `127.0.0.1` answering with `replies` in order (then 500s).
     pub(crate) async fn start(replies: impl IntoIterator<Item = Reply>) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
         let state = Arc::new(State {
             replies: Mutex::new(replies.into_iter().collect()),
-            requests: Mutex::default(),
+            ..State::default()
         });
+        Self::listen(listener, state)
+    }
+
+    /// A server on `127.0.0.1` answering every request with what `respond` makes of it, in
+    /// whatever order requests arrive (several connections are served at once).
+    pub(crate) async fn responding(
+        respond: impl Fn(&Recorded) -> Reply + Send + Sync + 'static,
+    ) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let state = Arc::new(State { responder: Some(Box::new(respond)), ..State::default() });
+        Self::listen(listener, state)
+    }
+
+    fn listen(listener: TcpListener, state: Arc<State>) -> Self {
+        let addr = listener.local_addr().unwrap();
         let task = tokio::spawn(accept(listener, Arc::clone(&state)));
         Self { addr, state, task }
     }
@@ -138,10 +157,12 @@ async fn accept(listener: TcpListener, state: Arc<State>) {
 async fn serve(stream: TcpStream, state: Arc<State>) {
     let mut stream = BufReader::new(stream);
     while let Some(request) = read_request(&mut stream).await {
+        let made = state.responder.as_ref().map(|respond| respond(&request));
         state.requests.lock().unwrap().push(request);
-        let reply = state.replies.lock().unwrap().pop_front().unwrap_or_else(|| {
-            Reply::raw(500, "text/plain", "test server: no scripted reply left")
-        });
+        let reply =
+            made.or_else(|| state.replies.lock().unwrap().pop_front()).unwrap_or_else(|| {
+                Reply::raw(500, "text/plain", "test server: no scripted reply left")
+            });
         tokio::time::sleep(reply.delay).await;
         if reply.close {
             return;

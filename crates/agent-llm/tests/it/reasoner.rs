@@ -407,6 +407,7 @@ async fn a_repeat_of_the_last_successful_call_finishes_the_subtask_instead() {
         call: ToolCall { tool: "write_file".into(), args: args.clone() },
         success: true,
         output: "wrote 2 bytes".into(),
+        event: false,
     };
     let rig = rig(MockProvider::queue([tool_call("c2", "write_file", &args.to_string())]));
     let agent = Agent::new("exec-w", AgentLayer::Bottom);
@@ -446,6 +447,7 @@ async fn next_action_feeds_the_history_back_as_tool_calls_and_results_then_finis
             call: ToolCall { tool: "write_file".into(), args: json!({"path": "a.txt"}) },
             success: false,
             output: "missing content".into(),
+            event: false,
         },
         ToolCallRecord {
             call: ToolCall {
@@ -454,6 +456,7 @@ async fn next_action_feeds_the_history_back_as_tool_calls_and_results_then_finis
             },
             success: true,
             output: "wrote 2 bytes".into(),
+            event: false,
         },
     ];
     let action = rig.reasoner.next_action(agent.persona(), &subtask(), &history).await.unwrap();
@@ -482,9 +485,24 @@ async fn next_action_feeds_the_history_back_as_tool_calls_and_results_then_finis
     assert!(m[2].content.starts_with("failed"), "{}", m[2].content);
     assert!(m[4].content.starts_with("ok"), "{}", m[4].content);
 
-    // The finished subtask is one turn of the executor's conversation.
+    // Choosing to finish is not yet the end (the runtime may put a finish off while workers
+    // still run); once the loop tells the reasoner the step is over, it is one turn of the
+    // executor's conversation, without the records that were not its calls.
+    assert!(rig.conversations.get(&AgentId::new("exec-w")).unwrap().turns.is_empty());
+    let mut seen = history.to_vec();
+    seen.push(ToolCallRecord {
+        call: ToolCall { tool: "message".into(), args: json!({"from": "lead"}) },
+        success: true,
+        output: "lead says: hurry".into(),
+        event: true,
+    });
+    rig.reasoner
+        .concluded(agent.persona(), &subtask(), &seen, "finished: success=true, wrote it")
+        .await
+        .unwrap();
     let conversation = rig.conversations.get(&AgentId::new("exec-w")).unwrap();
     assert_eq!(conversation.turns.len(), 1);
+    assert!(!conversation.turns[0].answer.contains("hurry"), "{}", conversation.turns[0].answer);
     assert_eq!(conversation.turns[0].decision, "next_action");
     assert!(conversation.turns[0].answer.contains("wrote it"));
 }
@@ -1343,7 +1361,12 @@ async fn next_action_offers_the_tools_the_persona_holds_with_the_supervisor_tool
     assert_eq!(request.tools[1].parameters["required"], json!(["role_name", "task_prompt"]));
     let question = &last_message(&request).content;
     assert!(question.contains(&format!("call `{RETURN_RESULTS}` with your result")), "{question}");
-    // Returning the results concludes the subtask: one turn of the conversation.
+    // Returning the results concludes the subtask (the loop says so): one turn of the
+    // conversation.
+    rig.reasoner
+        .concluded(who, &goal_subtask(""), &[], "returned results: {\"status\": \"success\"}")
+        .await
+        .unwrap();
     let turns = rig.conversations.get(&AgentId::new("lead-1")).unwrap().turns;
     assert_eq!(turns.len(), 1);
     assert!(turns[0].answer.contains("returned results"), "{}", turns[0].answer);
