@@ -222,16 +222,29 @@ impl MidAgent {
             state.subtasks.insert(step.id.clone(), subtask);
         }
         ctx.write_board(plan).await?;
+        let taken = format!("{} step(s) taken; spawning workers", state.subtasks.len());
+        self.started(ctx, &from, work.key(), state, taken).await
+    }
+
+    /// Tells the top power the package is under way and keeps it.
+    async fn started(
+        &mut self,
+        ctx: &mut AgentContext,
+        from: &AgentId,
+        key: String,
+        state: WorkState,
+        description: String,
+    ) -> Result<(), AgentError> {
         let report = ProgressReport {
-            task_id: work.task_id.clone(),
+            task_id: state.package.task_id.clone(),
             status: ProgressStatus::InProgress,
             percentage: 0,
-            description: format!("{} step(s) taken; spawning workers", state.subtasks.len()),
+            description,
             results: Vec::new(),
             failure: None,
         };
-        ctx.send(&from, MessageKind::ProgressReport, &report).await?;
-        self.work.insert(work.key(), state);
+        ctx.send(from, MessageKind::ProgressReport, &report).await?;
+        self.work.insert(key, state);
         Ok(())
     }
 
@@ -387,17 +400,8 @@ impl MidAgent {
             )
             .await?;
         }
-        let report = ProgressReport {
-            task_id: work.task_id.clone(),
-            status: ProgressStatus::InProgress,
-            percentage: 0,
-            description: format!("{} step(s) assigned", state.subtasks.len()),
-            results: Vec::new(),
-            failure: None,
-        };
-        ctx.send(&from, MessageKind::ProgressReport, &report).await?;
-        self.work.insert(work.key(), state);
-        Ok(())
+        let assigned = format!("{} step(s) assigned", state.subtasks.len());
+        self.started(ctx, &from, work.key(), state, assigned).await
     }
 
     async fn executor_report(

@@ -8,30 +8,7 @@ use std::process::Command;
 use agent_core::{AuditEvent, AuditRecord};
 use run_store::{Durability, RunStore};
 
-use crate::support::{FAST, Scratch, run_id_of, snapshot};
-
-/// The example run to success with id `r` in data directory `D`; its run directory.
-fn finished_run(s: &Scratch) -> PathBuf {
-    let args = [
-        "run",
-        "plan.toml",
-        "--team",
-        "team.toml",
-        "--data",
-        "D",
-        "--workspace",
-        "W",
-        "--run-id",
-        "r",
-        FAST[0],
-        FAST[1],
-        "--quiet",
-    ];
-    let run = s.strata(&args);
-    run.code(0);
-    assert_eq!(run_id_of(&run), "r");
-    s.path("D/r")
-}
+use crate::support::{Scratch, finished_run, snapshot};
 
 /// Opens the run as `strata resume` would (the seal's anchors are carried over), lets `edit`
 /// change its trees (`RunStore::tree`), and closes it cleanly: a consistent rewrite, sealed

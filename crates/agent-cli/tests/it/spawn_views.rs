@@ -3,7 +3,7 @@
 //! a dismissal (appended as the runtime appends them) shows the spawned agent under its
 //! spawner with its task, status, result, dismissal and cost, and lists its result.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use agent_core::{AuditEvent, AuditLog, SledAuditLog, SpawnRecord};
 use agent_llm::{LlmStore, SledLlmStore, Tally, UsageReport};
@@ -12,30 +12,7 @@ use agent_state::{
 };
 use run_store::{Durability, RunStore};
 
-use crate::support::{FAST, Scratch, run_id_of};
-
-/// The example run to success with id `r` in data directory `D`; its run directory.
-fn finished_run(s: &Scratch) -> PathBuf {
-    let args = [
-        "run",
-        "plan.toml",
-        "--team",
-        "team.toml",
-        "--data",
-        "D",
-        "--workspace",
-        "W",
-        "--run-id",
-        "r",
-        FAST[0],
-        FAST[1],
-        "--quiet",
-    ];
-    let run = s.strata(&args);
-    run.code(0);
-    assert_eq!(run_id_of(&run), "r");
-    s.path("D/r")
-}
+use crate::support::{Scratch, finished_run};
 
 #[test]
 fn an_ordinary_run_has_no_spawned_agents_and_no_results() {

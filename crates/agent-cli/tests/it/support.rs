@@ -315,3 +315,26 @@ pub(crate) fn listed_run(scratch: &Scratch, data: &str, run_id: &str) -> Value {
         .unwrap_or_else(|| panic!("run {run_id} is not listed: {runs}"))
         .clone()
 }
+
+/// The example run to success with id `r` in data directory `D`; its run directory.
+pub(crate) fn finished_run(s: &Scratch) -> PathBuf {
+    let args = [
+        "run",
+        "plan.toml",
+        "--team",
+        "team.toml",
+        "--data",
+        "D",
+        "--workspace",
+        "W",
+        "--run-id",
+        "r",
+        FAST[0],
+        FAST[1],
+        "--quiet",
+    ];
+    let run = s.strata(&args);
+    run.code(0);
+    assert_eq!(run_id_of(&run), "r");
+    s.path("D/r")
+}

@@ -78,6 +78,14 @@ fn the_plan() -> Plan {
     }
 }
 
+/// Only a docs lead, for one README step.
+fn docs_plan() -> Plan {
+    Plan {
+        leads: vec![LeadRequest { role: "docs_lead".into(), domain: "docs".into() }],
+        steps: vec![goal_step("readme", "docs", "writer", "write README.md")],
+    }
+}
+
 fn call(tool: &str, args: Value) -> ScriptedAnswer {
     ScriptedAnswer::Action(NextAction::Call(ToolCall { tool: tool.into(), args }))
 }
@@ -330,10 +338,7 @@ async fn a_goal_is_planned_the_team_forms_itself_and_the_work_is_done() {
 /// A lead whose script tries each refused act once, then finishes.
 fn refusals(request: &ReasoningRequest) -> ScriptedAnswer {
     match request {
-        ReasoningRequest::Plan { .. } => ScriptedAnswer::Plan(Plan {
-            leads: vec![LeadRequest { role: "docs_lead".into(), domain: "docs".into() }],
-            steps: vec![goal_step("readme", "docs", "writer", "write README.md")],
-        }),
+        ReasoningRequest::Plan { .. } => ScriptedAnswer::Plan(docs_plan()),
         ReasoningRequest::NextAction { agent, subtask, history }
             if agent.as_str().starts_with("docs_lead") =>
         {
@@ -456,10 +461,7 @@ async fn the_spawn_depth_limit_stops_a_role_that_enables_itself() {
 async fn a_result_claiming_a_file_nobody_wrote_is_sent_back_once_then_kept_untrusted() {
     fn liar(request: &ReasoningRequest) -> ScriptedAnswer {
         match request {
-            ReasoningRequest::Plan { .. } => ScriptedAnswer::Plan(Plan {
-                leads: vec![LeadRequest { role: "docs_lead".into(), domain: "docs".into() }],
-                steps: vec![goal_step("readme", "docs", "writer", "write README.md")],
-            }),
+            ReasoningRequest::Plan { .. } => ScriptedAnswer::Plan(docs_plan()),
             ReasoningRequest::NextAction { agent, history, .. }
                 if agent.as_str().starts_with("docs_lead") =>
             {
@@ -694,10 +696,7 @@ impl agent_core::Reasoner for Mute {
 async fn speak_to_agent_times_out_when_the_agent_does_not_answer() {
     fn talker(request: &ReasoningRequest) -> ScriptedAnswer {
         match request {
-            ReasoningRequest::Plan { .. } => ScriptedAnswer::Plan(Plan {
-                leads: vec![LeadRequest { role: "docs_lead".into(), domain: "docs".into() }],
-                steps: vec![goal_step("readme", "docs", "writer", "write README.md")],
-            }),
+            ReasoningRequest::Plan { .. } => ScriptedAnswer::Plan(docs_plan()),
             ReasoningRequest::NextAction { agent, history, .. }
                 if agent.as_str().starts_with("docs_lead") =>
             {
