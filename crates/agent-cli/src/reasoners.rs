@@ -70,14 +70,8 @@ pub(crate) async fn build(
     tools: &ToolRegistry,
 ) -> Result<Reasoning, SettingError> {
     let settings_of = |id: Option<&AgentId>| -> ReasonerSettings {
-        let mut s = id
-            .and_then(|id| team.agent_reasoners.get(id))
-            .unwrap_or(&team.default_reasoner)
-            .clone();
-        if let Some(k) = kind_override {
-            s.kind = k;
-        }
-        s
+        let s = id.and_then(|id| team.agent_reasoners.get(id)).unwrap_or(&team.default_reasoner);
+        overridden(s, kind_override)
     };
     let role_settings_of = |role: &str| role_settings(team, role, kind_override);
     let uses_model = |s: &ReasonerSettings| s.kind != ReasonerKind::RuleBased;
@@ -140,6 +134,23 @@ pub(crate) async fn build(
     Ok(Reasoning { default, per_agent, per_role, ledger: shared.map(|s| s.ledger) })
 }
 
+/// `settings` with the kind `--reasoner` gives, if it gives one. Switching to the embedded
+/// model drops a `model` written for another kind: the embedded provider has one model, and
+/// a file written for a server (`model = "gpt-4o-mini"`) should run on it unchanged.
+fn overridden(
+    settings: &ReasonerSettings,
+    kind_override: Option<ReasonerKind>,
+) -> ReasonerSettings {
+    let mut s = settings.clone();
+    if let Some(k) = kind_override {
+        if k == ReasonerKind::Local && s.kind != ReasonerKind::Local {
+            s.model = None;
+        }
+        s.kind = k;
+    }
+    s
+}
+
 /// The reasoner settings of agent `id` (the default's if it has none of its own), with
 /// `kind_override`.
 fn agent_settings(
@@ -147,11 +158,7 @@ fn agent_settings(
     id: &AgentId,
     kind_override: Option<ReasonerKind>,
 ) -> ReasonerSettings {
-    let mut s = team.agent_reasoners.get(id).unwrap_or(&team.default_reasoner).clone();
-    if let Some(k) = kind_override {
-        s.kind = k;
-    }
-    s
+    overridden(team.agent_reasoners.get(id).unwrap_or(&team.default_reasoner), kind_override)
 }
 
 /// The reasoner settings of the agents of `role` (the default's if it has none of its own),
@@ -161,11 +168,7 @@ fn role_settings(
     role: &str,
     kind_override: Option<ReasonerKind>,
 ) -> ReasonerSettings {
-    let mut s = team.role_reasoners.get(role).unwrap_or(&team.default_reasoner).clone();
-    if let Some(k) = kind_override {
-        s.kind = k;
-    }
-    s
+    overridden(team.role_reasoners.get(role).unwrap_or(&team.default_reasoner), kind_override)
 }
 
 /// Whether a reasoner of these settings plans and chooses its own tool calls
@@ -302,13 +305,7 @@ pub(crate) async fn check(
     kind_override: Option<ReasonerKind>,
 ) -> Result<(), CheckError> {
     let mut set = ProviderSet { providers: BTreeMap::new(), dry_run: true };
-    let with_override = |s: &ReasonerSettings| {
-        let mut s = s.clone();
-        if let Some(k) = kind_override {
-            s.kind = k;
-        }
-        s
-    };
+    let with_override = |s: &ReasonerSettings| overridden(s, kind_override);
     let default = with_override(&team.default_reasoner);
     if default.kind != ReasonerKind::RuleBased {
         set.get(&default, None).await?;

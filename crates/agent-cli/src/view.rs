@@ -413,7 +413,7 @@ pub(crate) async fn summary(
         esc(&info.workspace.display().to_string())
     );
     println!(
-        "inspect it with: strata inspect {} [tree|audit|messages|whiteboards|decisions|metrics|usage]",
+        "inspect it with: strata inspect {} [tree|audit|messages|whiteboards|decisions|metrics|usage|results]",
         info.run_id
     );
     Ok(())

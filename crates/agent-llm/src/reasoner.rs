@@ -1123,6 +1123,8 @@ fn check_plan(
             }
             if domain.is_empty() {
                 problems.push(format!("the lead of role `{role}` has no domain"));
+            } else if leads.iter().any(|l| l.domain == domain && l.role == role) {
+                continue; // the same lead written twice: once is what was meant
             } else if leads.iter().any(|l| l.domain == domain) {
                 problems.push(format!("two leads for domain `{domain}`; one lead per domain"));
             }
@@ -1198,7 +1200,27 @@ fn check_plan(
             acceptance: text(item, "acceptance"),
         });
     }
-    if problems.is_empty() { Ok(Plan { steps, leads }) } else { Err(problems.join("; ")) }
+    if problems.is_empty() { Ok(Plan { steps, leads }) } else { Err(listed(problems)) }
+}
+
+/// Most distinct problems of one answer put in a repair prompt or an error.
+const MOST_PROBLEMS: usize = 8;
+
+/// Problems as one text: each once, at most [`MOST_PROBLEMS`] of them and how many more.
+fn listed(problems: Vec<String>) -> String {
+    let mut distinct: Vec<String> = Vec::new();
+    for p in problems {
+        if !distinct.contains(&p) {
+            distinct.push(p);
+        }
+    }
+    let more = distinct.len().saturating_sub(MOST_PROBLEMS);
+    distinct.truncate(MOST_PROBLEMS);
+    let mut text = distinct.join("; ");
+    if more > 0 {
+        text.push_str(&format!("; and {more} more problem(s)"));
+    }
+    text
 }
 
 /// A reservation held while its call runs; dropped unsettled (the call was cancelled), it books

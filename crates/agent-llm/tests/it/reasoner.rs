@@ -1224,6 +1224,25 @@ async fn a_plan_invalid_twice_is_a_backend_error_naming_the_problems() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_plan_repeating_itself_is_told_each_problem_once_and_at_most_eight() {
+    // A small model repeats itself: the same lead twice (meant once: accepted), and a step
+    // waiting on twenty steps that do not come before it.
+    let mut plan = good_plan();
+    let lead = plan["leads"][0].clone();
+    plan["leads"].as_array_mut().unwrap().push(lead);
+    let missing: Vec<String> = (0..20).map(|i| format!("later-{}", i % 12)).collect();
+    plan["steps"][0]["after"] = json!(missing);
+    let rig = rig(MockProvider::queue([json(plan.clone()), json(plan)]));
+    let agent = Agent::new("top-a", AgentLayer::Top);
+    let err = rig.reasoner.plan(agent.persona(), &goal_task(), &roles()).await.unwrap_err();
+    let ReasonError::Backend { message, .. } = &err else { panic!("{err:?}") };
+    assert!(!message.contains("two leads"), "{message}");
+    assert_eq!(message.matches("waits for `later-0`").count(), 1, "{message}");
+    assert_eq!(message.matches("which is not an earlier step").count(), 8, "{message}");
+    assert!(message.contains("and 4 more problem(s)"), "{message}");
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_plan_without_steps_or_with_a_lead_role_on_a_step_is_refused() {
     let mut no_steps = good_plan();
     no_steps["steps"] = json!([]);
