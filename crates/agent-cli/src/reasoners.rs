@@ -508,3 +508,29 @@ fn check_local_model(model: Option<&str>) -> Result<(), SettingError> {
         ))),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use team_file::{ReasonerKind, ReasonerSettings};
+
+    use super::overridden;
+
+    #[test]
+    fn switching_to_the_embedded_model_drops_a_model_named_for_another_kind() {
+        let mut server = team_file::default_team().default_reasoner;
+        server.kind = ReasonerKind::OpenAi;
+        server.model = Some("gpt-4o-mini".into());
+        let local = overridden(&server, Some(ReasonerKind::Local));
+        assert_eq!((local.kind, local.model), (ReasonerKind::Local, None));
+        // Another server kind keeps the model; no override keeps everything.
+        let other = overridden(&server, Some(ReasonerKind::Anthropic));
+        assert_eq!(other.model.as_deref(), Some("gpt-4o-mini"));
+        let same: ReasonerSettings = overridden(&server, None);
+        assert_eq!(same, server);
+        // A file that says `local` itself keeps its (checked) model name.
+        let mut embedded = server.clone();
+        embedded.kind = ReasonerKind::Local;
+        embedded.model = Some("gemma-3-270m-q4_k_m".into());
+        assert_eq!(overridden(&embedded, Some(ReasonerKind::Local)).model, embedded.model);
+    }
+}
