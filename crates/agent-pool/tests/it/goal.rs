@@ -737,3 +737,44 @@ async fn speak_to_agent_times_out_when_the_agent_does_not_answer() {
         "the writer's turns hung in `answer` and timed out");
     team.shutdown().await.unwrap();
 }
+
+#[tokio::test(start_paused = true)]
+async fn permissions_only_narrow_down_the_tree() {
+    // `lead` may spawn `sublead`, but `sublead` enables `writer`, which `lead` does not: it
+    // would give its subordinate a role it does not hold itself.
+    fn widen(request: &ReasoningRequest) -> ScriptedAnswer {
+        match request {
+            ReasoningRequest::Plan { .. } => ScriptedAnswer::Plan(Plan {
+                leads: vec![LeadRequest { role: "lead".into(), domain: "all".into() }],
+                steps: vec![goal_step("s", "all", "coder", "lead")],
+            }),
+            ReasoningRequest::NextAction { history, .. } if history.is_empty() => {
+                call(SPAWN_AGENT, json!({"role_name": "sublead", "task_prompt": "lead more"}))
+            }
+            ReasoningRequest::NextAction { .. } => finish("done"),
+            _ => ScriptedAnswer::Fallback,
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (services, reasoner) = scripted_services(dir.path(), widen);
+    let book = RoleBook::new([
+        role("lead", AgentLayer::Mid, &[], &["sublead", "coder"]),
+        role("sublead", AgentLayer::Mid, &[], &["coder", "writer"]),
+        role("coder", AgentLayer::Bottom, &["write_file"], &[]),
+        role("writer", AgentLayer::Bottom, &["write_file"], &[]),
+    ])
+    .unwrap();
+    let team = Team::start(goal_team(book), services.clone()).await.unwrap();
+    team.submit(Task::goal("n", "narrow")).await.unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(600), team.wait("n")).await.unwrap();
+    assert!(outcome.is_success(), "{outcome:?}");
+    let refused = reasoner.requests().into_iter().any(|r| {
+        matches!(r,
+        ReasoningRequest::NextAction { agent, history, .. }
+            if agent.as_str() == "lead-1" && history.first().is_some_and(|h| !h.success
+                && h.output.contains("holds the enabled role `writer`, which you do not hold")))
+    });
+    assert!(refused, "the spawn that would widen permissions was refused");
+    assert_eq!(spawned(&audit(&services).await).len(), 1, "only the lead");
+    team.shutdown().await.unwrap();
+}
