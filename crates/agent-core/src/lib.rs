@@ -10,7 +10,11 @@
 //!
 //! Reasoning and tools are pluggable: [`Reasoner`] (with the deterministic
 //! [`RuleBasedReasoner`]) and the [`tools::ToolRegistry`] with workspace-confined file and shell
-//! tools. This crate does not schedule heartbeats or hold many agents: that is `agent-pool`.
+//! tools. [`spawn`] defines how a layer creates and dismisses agents while a team works (the
+//! [`Spawner`] trait, implemented by `agent-pool`) and the seed-003 agent-management tools
+//! (`spawn_agent`, `speak_to_agent`, `get_agents`, `despawn_agent`, `return_results`) with their
+//! JSON schemas. This crate does not schedule heartbeats or hold many agents: that is
+//! `agent-pool`.
 //!
 //! ```
 //! use agent_core::{AuditEvent, AuditLog, InMemoryAuditLog};

@@ -11,6 +11,14 @@
 //! - [`BottomAgent`] (seed 000 §6): takes subtasks only from its lead, runs them through the
 //!   tool registry, records results on its board, reports, helps peers, answers status queries.
 //!
+//! Goal-driven teams (seed 003): given a goal without steps, the proposing power asks its
+//! reasoner to plan it (steps and the leads to create) and, once the plan is signed, creates the
+//! leads through the team's [`Spawner`](agent_core::Spawner). A lead made
+//! [`MidAgent::supervising`] (its role enables roles) works each step in a tool loop with the
+//! supervisor tools, and an executor [`BottomAgent::spawned`] by a supervisor concludes with
+//! `return_results`; the loop (`work.rs`) is part of the agent's saved state, so a pending
+//! `speak_to_agent` reply or a wait for workers' results survives a restart.
+//!
 //! This crate holds no scheduling and no team assembly: that is `agent-pool`.
 //!
 //! ```

@@ -12,8 +12,14 @@
 //!   signals every delivery and the agents with mail take a turn at once (each agent's turns
 //!   bounded by a token bucket: [`WAKE_BURST`] at once, [`WAKE_RATE`] per second), so a task moves at the speed of its
 //!   work, not of the heartbeat;
-//! - [`Team`]: builds a three-layer team from one [`TeamSpec`], takes tasks, reports outcomes,
-//!   shuts down with every agent terminated.
+//! - [`Team`]: builds a three-layer team from one [`TeamSpec`], takes tasks (scripted plans, or
+//!   a goal in words for a team whose proposer's reasoner plans: [`SubmitError::CannotPlan`]
+//!   otherwise), reports outcomes, shuts down with every agent terminated;
+//! - the team's spawner (seed 003): with [`TeamSpec::roles`], a top power creates the leads a
+//!   signed plan names, and leads spawn, speak to, list and despawn workers through the
+//!   `spawn_agent` family of tools, within `enabled_agents`, `max_instances`, the pool's limit
+//!   and [`TeamSpec::max_spawn_depth`]; every spawn is audited first, and [`Team::resume`]
+//!   rebuilds spawned agents from the audit log.
 //!
 //! ```
 //! use agent_pool::CapabilityRegistry;
