@@ -11,6 +11,9 @@
 //! - [`Message`], [`Decision`], [`board_permits`]: the rules the bus, governance and
 //!   whiteboard backends enforce;
 //! - [`AgentMetrics::performance_score`] and [`RetryPolicy::backoff`]: the numbers.
+//! - [`Task`] and [`PlanStep`]: scripted steps (a tool and its arguments) or goal steps (a
+//!   description only), [`RoleBook`]: the roles a team may spawn, checked against the §7.1
+//!   matrix, and [`AgentResult`]: a worker's structured result, checked against its own calls.
 //!
 //! ```
 //! use agent_state::{AgentConfig, AgentLayer, AgentStatus, Lifecycle, Timestamp};
