@@ -11,6 +11,7 @@ mod lifecycle;
 mod metrics;
 mod props;
 mod retry;
+mod role;
 mod storage;
 mod wire;
 
