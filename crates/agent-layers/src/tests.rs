@@ -7,6 +7,7 @@ mod bottom;
 mod mid;
 mod team;
 mod top;
+mod work;
 
 use std::sync::Arc;
 

@@ -697,17 +697,16 @@ impl WorkLoop {
     }
 }
 
-/// Whether a shell command mentions the file (its path, or its name as a word).
-fn mentions(command: &str, path: &str) -> bool {
+/// Whether a shell command mentions the file: a word of it is the path or its file name (or
+/// ends with `/` and either).
+pub(crate) fn mentions(command: &str, path: &str) -> bool {
     let path = path.trim().trim_start_matches("./");
     if path.is_empty() {
         return false;
     }
-    if command.contains(path) {
-        return true;
-    }
     let name = path.rsplit('/').next().unwrap_or(path);
     command
         .split(|c: char| c.is_whitespace() || matches!(c, '>' | '<' | '|' | ';' | '&' | '\'' | '"'))
-        .any(|w| same_path(w, name) || w.ends_with(&format!("/{name}")))
+        .filter(|w| !w.is_empty())
+        .any(|w| [path, name].iter().any(|p| same_path(w, p) || w.ends_with(&format!("/{p}"))))
 }
