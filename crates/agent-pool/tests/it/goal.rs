@@ -357,6 +357,8 @@ fn refusals(request: &ReasoningRequest) -> ScriptedAnswer {
                 5 => call(SPEAK_TO_AGENT, json!({"agent_id": "nobody-9", "message": "hello"})),
                 6 => call(DESPAWN_AGENT, json!({"agent_id": 42})),
                 7 => call("write_file", json!({"path": "x", "content": "y"})),
+                8 => call(DESPAWN_AGENT, json!({"agent_id": "docs_lead-1"})),
+                9 => call("spawn_agent", json!({"role_name": 7, "task_prompt": "x"})),
                 _ => {
                     let _ = subtask;
                     finish("done")
@@ -410,6 +412,8 @@ async fn refused_spawns_and_calls_reach_the_model_as_tool_errors_and_the_team_ke
     expect(5, "there is no agent `nobody-9`");
     expect(6, "despawn_agent needs `agent_id`");
     expect(7, "does not have the tool `write_file`");
+    expect(8, "`docs_lead-1` is not one of your subordinates");
+    expect(9, "spawn_agent needs `role_name` and `task_prompt`");
 
     // Every refusal is audited, and nothing was spawned by them.
     let records = audit(&services).await;
@@ -419,7 +423,7 @@ async fn refused_spawns_and_calls_reach_the_model_as_tool_errors_and_the_team_ke
             r.agent.as_str() == "docs_lead-1" && matches!(r.event, AuditEvent::Denied { .. })
         })
         .count();
-    assert_eq!(denied, 7);
+    assert_eq!(denied, 9);
     assert_eq!(spawned(&records).len(), 2, "the docs lead and one writer");
     team.shutdown().await.unwrap();
 }
@@ -776,5 +780,38 @@ async fn permissions_only_narrow_down_the_tree() {
     });
     assert!(refused, "the spawn that would widen permissions was refused");
     assert_eq!(spawned(&audit(&services).await).len(), 1, "only the lead");
+    team.shutdown().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn goal_steps_of_a_plan_run_on_a_configured_team_whose_executors_choose_their_calls() {
+    fn executor(request: &ReasoningRequest) -> ScriptedAnswer {
+        match request {
+            ReasoningRequest::NextAction { history, subtask, .. } => {
+                assert!(subtask.step.tool.is_empty(), "a goal step names no tool");
+                if history.is_empty() {
+                    call("write_file", json!({"path": "hello.txt", "content": "hello\n"}))
+                } else {
+                    finish("wrote hello.txt")
+                }
+            }
+            _ => ScriptedAnswer::Fallback,
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (services, _) = scripted_services(dir.path(), executor);
+    let team = Team::start(standard_team(), services).await.unwrap();
+    let task = Task {
+        id: "hello".into(),
+        goal: "greet".into(),
+        steps: vec![goal_step("greet", "docs", "writer", "write hello.txt saying hello")],
+    };
+    assert!(!task.is_scripted());
+    team.submit(task).await.unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(600), team.wait("hello")).await.unwrap();
+    let TaskOutcome::Succeeded { results, .. } = &outcome else { panic!("{outcome:?}") };
+    assert_eq!(results[0].output, "wrote hello.txt");
+    assert!(results[0].agent.as_str().starts_with("bottom-d"), "a docs executor did it");
+    assert_eq!(std::fs::read_to_string(dir.path().join("hello.txt")).unwrap(), "hello\n");
     team.shutdown().await.unwrap();
 }
