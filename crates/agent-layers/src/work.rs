@@ -232,6 +232,13 @@ impl WorkLoop {
         )
     }
 
+    /// The calls this loop made so far (events that reached it are not counted): the index of
+    /// the next call in the tool journal, the same when the loop runs again after a crash even
+    /// if workers' results or messages arrive in another order.
+    fn made(&self) -> usize {
+        self.history.iter().filter(|r| !r.event).count()
+    }
+
     fn limit(&self) -> usize {
         if self.subtask.step.is_scripted() {
             MAX_TOOL_CALLS_PER_SUBTASK
@@ -426,7 +433,7 @@ impl WorkLoop {
     ) -> Result<Option<Progress>, AgentError> {
         // One journal entry per subtask, attempt and call: a resumed run reuses a recorded
         // side effect instead of running it again.
-        let key = format!("{}#{}#{}", self.subtask.key(), self.subtask.attempt, self.history.len());
+        let key = format!("{}#{}#{}", self.subtask.key(), self.subtask.attempt, self.made());
         let (success, output) = match ctx
             .call_step_tool(&key, &call, self.subtask.step.idempotent)
             .await
@@ -486,7 +493,15 @@ impl WorkLoop {
             parent: ctx.id().clone(),
             role: role.clone(),
             task_prompt: prompt.clone(),
-            key: format!("{}#{}#{}", self.subtask.key(), self.subtask.attempt, self.history.len()),
+            // The n-th spawn of this role in this loop: the same agent when the call is made
+            // again after a crash, however the workers' results interleaved with the calls.
+            key: format!(
+                "{}#{}#spawn-{}-{}",
+                self.subtask.key(),
+                self.subtask.attempt,
+                role,
+                self.children.iter().filter(|c| c.role == role).count()
+            ),
             domain: None,
         };
         let spawned = match Self::spawner(ctx) {
@@ -673,8 +688,24 @@ impl WorkLoop {
             );
             return self.refuse(ctx, call, error).await.map(|()| None);
         }
-        ctx.audit(AuditEvent::Result { task: self.subtask.key(), result: result.clone(), trusted })
+        // Once per subtask and attempt: a turn run again after a crash returns the same result
+        // without a second record of it.
+        let key = format!("{}/{}#{}#results", ctx.id(), self.subtask.key(), self.subtask.attempt);
+        let state = ctx.deps().state.clone();
+        if !matches!(state.tool(&key).await?, Some(Some(_))) {
+            ctx.audit(AuditEvent::Result {
+                task: self.subtask.key(),
+                result: result.clone(),
+                trusted,
+            })
             .await?;
+            let output = agent_core::tools::ToolOutput {
+                success: trusted,
+                output: serde_json::to_string(&result).unwrap_or_default(),
+                data: Value::Null,
+            };
+            state.record_tool(&key, &output).await?;
+        }
         let success = result.status == ResultStatus::Success;
         let summary = if trusted {
             result.summary.clone()

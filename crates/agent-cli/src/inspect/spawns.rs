@@ -88,6 +88,19 @@ impl SpawnTree {
                 ));
             }
         }
+        // Each task's result counts once (the last, if a replayed turn recorded it twice).
+        let mut latest: HashMap<(&AgentId, &str), bool> = HashMap::new();
+        for r in records {
+            if let AuditEvent::Result { task, trusted, .. } = &r.event {
+                latest.insert((&r.agent, task.as_str()), *trusted);
+            }
+        }
+        for ((agent, _), trusted) in &latest {
+            if let Some(n) = index.get(*agent).map(|&i| &mut nodes[i]) {
+                n.results += 1;
+                n.untrusted += u32::from(!trusted);
+            }
+        }
         for r in records {
             let target = match &r.event {
                 AuditEvent::Despawned { agent, .. } => agent,
@@ -97,10 +110,6 @@ impl SpawnTree {
             match &r.event {
                 AuditEvent::Transition { to, .. } => n.status = Some(*to),
                 AuditEvent::Despawned { summary, .. } => n.despawned = Some(summary.clone()),
-                AuditEvent::Result { trusted, .. } => {
-                    n.results += 1;
-                    n.untrusted += u32::from(!trusted);
-                }
                 _ => {}
             }
         }
@@ -315,8 +324,24 @@ pub(crate) fn results<'a>(
             _ => None,
         })
         .collect();
+    // A result recorded twice for the same task (a turn run again after a crash, in a log
+    // written before results were recorded once) is shown once: the last.
+    let last: HashMap<(&AgentId, &str), usize> = records
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| match &r.event {
+            AuditEvent::Result { task, .. } => Some(((&r.agent, task.as_str()), i)),
+            _ => None,
+        })
+        .collect();
     records
         .iter()
+        .enumerate()
+        .filter(|(i, r)| match &r.event {
+            AuditEvent::Result { task, .. } => last.get(&(&r.agent, task.as_str())) == Some(i),
+            _ => false,
+        })
+        .map(|(_, r)| r)
         .filter_map(|r| match &r.event {
             AuditEvent::Result { task, result, trusted } => Some(Returned {
                 record: r,

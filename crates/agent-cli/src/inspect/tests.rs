@@ -311,3 +311,21 @@ fn no_results_says_so() {
     );
     assert_eq!(results_json(&found), serde_json::json!([]));
 }
+
+#[test]
+fn a_result_recorded_twice_for_one_task_is_shown_once_the_last() {
+    let mut log = spawning_run();
+    let before = results(&log.0, &HashMap::new()).len();
+    // w1's turn ran again after a crash and recorded its result once more.
+    log.result("w1", done("parser written again"), true);
+    let found = results(&log.0, &HashMap::new());
+    assert_eq!(found.len(), before);
+    let json = results_json(&found);
+    let w1: Vec<&serde_json::Value> =
+        json.as_array().unwrap().iter().filter(|r| r["agent"] == "w1").collect();
+    assert_eq!(w1.len(), 1);
+    assert_eq!(w1[0]["result"]["summary"], "parser written again");
+    let tree = SpawnTree::build(team(), &log.0, None);
+    let w1 = tree.json().into_iter().find(|n| n["id"] == "w1").unwrap();
+    assert_eq!(w1["results"], 1, "{w1}");
+}
