@@ -189,6 +189,33 @@ impl MidAgent {
             .find(|l| l.has_child(child))
     }
 
+    /// Whether `agent` is a worker one of this lead's open tool loops spawned. A worker the
+    /// loop does not list yet (the lead's state was saved before the spawn, and a crash made
+    /// its turn run again: the worker's report can arrive before the loop calls `spawn_agent`
+    /// again) is found by its spawn record and adopted by the loop that spawned it, so its
+    /// report is not lost.
+    fn worker_of_mine(&mut self, ctx: &AgentContext, agent: &AgentId) -> bool {
+        if self.loop_with_child(agent).is_some() {
+            return true;
+        }
+        let Some(record) = ctx.spawner().and_then(|s| s.record(agent)) else { return false };
+        if &record.parent != ctx.id() {
+            return false;
+        }
+        let spawned_by = |l: &WorkLoop| record.key.starts_with(&format!("{}#", l.key()));
+        let Some(l) = self
+            .work
+            .values_mut()
+            .filter(|w| !w.closed)
+            .flat_map(|w| w.loops.values_mut())
+            .find(|l| spawned_by(l))
+        else {
+            return false;
+        };
+        l.adopt(agent.clone(), record.role);
+        true
+    }
+
     /// Takes a work package as a supervising lead: one tool loop per step.
     async fn take_work_supervising(
         &mut self,
@@ -610,7 +637,10 @@ impl AgentBehavior for MidAgent {
             let from_top = message.from.agent().filter(|a| self.top.contains(a)).cloned();
             let from_executor =
                 message.from.agent().is_some_and(|a| self.executors.iter().any(|e| &e.id == a));
-            let child = message.from.agent().filter(|a| self.loop_with_child(a).is_some()).cloned();
+            let child = match message.from.agent() {
+                Some(a) if self.worker_of_mine(ctx, a) => Some(a.clone()),
+                _ => None,
+            };
             if let Some(child) = child {
                 self.worker_message(ctx, &child, message).await?;
                 continue;

@@ -164,6 +164,13 @@ impl WorkLoop {
         self.children.iter().any(|c| &c.id == id)
     }
 
+    /// Takes `id`, spawned by this loop before a crash made it run again, as its worker.
+    pub(crate) fn adopt(&mut self, id: AgentId, role: String) {
+        if !self.has_child(&id) {
+            self.children.push(Child { id, role, result: None, despawned: false });
+        }
+    }
+
     /// A subordinate's report (result or failure) arrived.
     pub(crate) fn child_reported(&mut self, from: &AgentId, result: SubtaskResult) {
         let Some(child) = self.children.iter_mut().find(|c| &c.id == from) else { return };
@@ -500,7 +507,12 @@ impl WorkLoop {
                 self.subtask.key(),
                 self.subtask.attempt,
                 role,
-                self.children.iter().filter(|c| c.role == role).count()
+                self.history
+                    .iter()
+                    .filter(|r| r.call.tool == SPAWN_AGENT && r.success && !r.event)
+                    .filter(|r| r.call.args.get("role_name").and_then(Value::as_str)
+                        == Some(role.as_str()))
+                    .count()
             ),
             domain: None,
         };

@@ -21,6 +21,9 @@
 //!   rate-limit waits honour `Retry-After` and are not failures; permanent errors fail at once
 //!   with a message naming provider, model and cause. Keys come from the caller (the `strata`
 //!   command reads them from environment variables) and never appear in errors or logs.
+//! - Feature `testing` (off by default): `testing`, a fake OpenAI-compatible model on a
+//!   loopback HTTP server (`FakeModel`) and the scripted goal scenario that drives a whole
+//!   goal-driven team through it (`add_program_scenario`).
 //!
 //! With the embedded model, decisions are grammar-constrained and therefore always valid JSON,
 //! but the model is a 270M-parameter *base* model: it shows real local inference, not good
@@ -79,6 +82,8 @@ mod provider;
 mod reasoner;
 mod retry;
 mod store;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 #[cfg(feature = "http")]
 pub use anthropic::{AnthropicConfig, AnthropicProvider};

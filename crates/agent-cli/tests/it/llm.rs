@@ -354,8 +354,9 @@ fn bad_reasoner_settings_exit_2_naming_the_setting_and_write_nothing() {
     ));
     refused(&s, &server, &[], true, &["team.toml:", "fake-model", "input_per_mtok", "-1"]);
 
-    // The embedded provider runs one model only.
-    let s = scratch(&team("kind = \"rule-based\"\nmodel = \"llama-70b\"", ""));
+    // The embedded provider runs one model only (a file that names it `local` and another
+    // model; a model written for another kind is dropped by `--reasoner local` instead).
+    let s = scratch(&team("kind = \"local\"\nmodel = \"llama-70b\"", ""));
     refused(&s, &server, &["--reasoner", "local"], true, &["llama-70b", "local", "model"]);
 
     // An OpenAI-compatible reasoner needs a model.

@@ -71,8 +71,13 @@ impl Scratch {
 
     /// Starts `strata ARGS` in the background.
     pub(crate) fn spawn(&self, args: &[&str]) -> Running {
-        let mut child = self
-            .command(args)
+        Self::spawn_command(args, &mut self.command(args))
+    }
+
+    /// Starts `command` (`strata ARGS` from [`Scratch::command`], perhaps with its environment
+    /// changed) in the background.
+    pub(crate) fn spawn_command(args: &[&str], command: &mut Command) -> Running {
+        let mut child = command
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()

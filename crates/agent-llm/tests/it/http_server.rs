@@ -1,6 +1,6 @@
 //! A scripted HTTP/1.1 server on loopback: it answers requests with a list of replies, in order,
-//! or with what a function makes of each request, and records every request so that tests can
-//! check what went over the wire.
+//! and records every request so that tests can check what went over the wire. (The fake model
+//! that answers from what each request says is `agent_llm::testing::FakeModel`.)
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -37,14 +37,10 @@ pub(crate) struct Recorded {
     body: Vec<u8>,
 }
 
-/// Makes the reply to a request from the request itself.
-type Responder = Box<dyn Fn(&Recorded) -> Reply + Send + Sync>;
-
 #[derive(Default)]
 struct State {
     replies: Mutex<VecDeque<Reply>>,
     requests: Mutex<Vec<Recorded>>,
-    responder: Option<Responder>,
 }
 
 impl TestServer {
@@ -55,16 +51,6 @@ impl TestServer {
             replies: Mutex::new(replies.into_iter().collect()),
             ..State::default()
         });
-        Self::listen(listener, state)
-    }
-
-    /// A server on `127.0.0.1` answering every request with what `respond` makes of it, in
-    /// whatever order requests arrive (several connections are served at once).
-    pub(crate) async fn responding(
-        respond: impl Fn(&Recorded) -> Reply + Send + Sync + 'static,
-    ) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let state = Arc::new(State { responder: Some(Box::new(respond)), ..State::default() });
         Self::listen(listener, state)
     }
 
@@ -157,12 +143,10 @@ async fn accept(listener: TcpListener, state: Arc<State>) {
 async fn serve(stream: TcpStream, state: Arc<State>) {
     let mut stream = BufReader::new(stream);
     while let Some(request) = read_request(&mut stream).await {
-        let made = state.responder.as_ref().map(|respond| respond(&request));
         state.requests.lock().unwrap().push(request);
-        let reply =
-            made.or_else(|| state.replies.lock().unwrap().pop_front()).unwrap_or_else(|| {
-                Reply::raw(500, "text/plain", "test server: no scripted reply left")
-            });
+        let reply = state.replies.lock().unwrap().pop_front().unwrap_or_else(|| {
+            Reply::raw(500, "text/plain", "test server: no scripted reply left")
+        });
         tokio::time::sleep(reply.delay).await;
         if reply.close {
             return;
