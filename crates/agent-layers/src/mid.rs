@@ -61,6 +61,21 @@ struct WorkState {
     loops: BTreeMap<String, WorkLoop>,
 }
 
+impl WorkState {
+    /// A package just taken from `from`, nothing placed yet.
+    fn new(work: &WorkPackage, from: &AgentId) -> Self {
+        Self {
+            package: work.clone(),
+            from: from.clone(),
+            subtasks: BTreeMap::new(),
+            tried: BTreeMap::new(),
+            results: BTreeMap::new(),
+            closed: false,
+            loops: BTreeMap::new(),
+        }
+    }
+}
+
 impl MidAgent {
     /// A message from a worker this lead spawned: its result or failure, a reply, or something
     /// it says.
@@ -224,15 +239,7 @@ impl MidAgent {
         work: WorkPackage,
     ) -> Result<(), AgentError> {
         let mut plan = format!("## Task Allocation Plan ({})\n\n", work.task_id);
-        let mut state = WorkState {
-            package: work.clone(),
-            from: from.clone(),
-            subtasks: BTreeMap::new(),
-            tried: BTreeMap::new(),
-            results: BTreeMap::new(),
-            closed: false,
-            loops: BTreeMap::new(),
-        };
+        let mut state = WorkState::new(&work, &from);
         for step in &work.steps {
             let subtask = Subtask {
                 task_id: work.task_id.clone(),
@@ -388,15 +395,7 @@ impl MidAgent {
                 Err(e) => return Err(e.into()),
             };
         let mut plan = format!("## Task Allocation Plan ({})\n\n", work.task_id);
-        let mut state = WorkState {
-            package: work.clone(),
-            from: from.clone(),
-            subtasks: BTreeMap::new(),
-            tried: BTreeMap::new(),
-            results: BTreeMap::new(),
-            closed: false,
-            loops: BTreeMap::new(),
-        };
+        let mut state = WorkState::new(&work, &from);
         for placement in placements {
             let subtask = Subtask {
                 task_id: work.task_id.clone(),
