@@ -180,7 +180,7 @@ fn overhead(c: &mut Criterion) {
     group.bench_function("reasoner_call", |bench| {
         let config = config();
         let prompt = system_prompt(&config, RESPONSIBILITIES);
-        let persona = Persona { config: &config, system_prompt: &prompt, tools: &[] };
+        let persona = Persona { config: &config, system_prompt: &prompt, tools: &[], roles: &[] };
         let reasoner: Arc<dyn Reasoner> = Arc::new(RuleBasedReasoner::new());
         let subtask = subtask();
         bench.iter_custom(|iters| {

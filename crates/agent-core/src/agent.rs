@@ -225,13 +225,23 @@ impl AgentContext {
 
     /// Who this agent is, for the reasoner.
     pub fn persona(&self) -> Persona<'_> {
-        Persona { config: &self.config, system_prompt: self.system_prompt(), tools: &[] }
+        Persona {
+            config: &self.config,
+            system_prompt: self.system_prompt(),
+            tools: &[],
+            roles: &[],
+        }
     }
 
     /// Who this agent is, holding `tools` (its workspace tools and, when it may spawn, the
-    /// supervisor tools), for a reasoner choosing its next tool call.
-    pub fn persona_with<'a>(&'a self, tools: &'a [String]) -> Persona<'a> {
-        Persona { config: &self.config, system_prompt: self.system_prompt(), tools }
+    /// supervisor tools) and allowed to spawn `roles` (name and what it is for), for a reasoner
+    /// choosing its next tool call.
+    pub fn persona_with<'a>(
+        &'a self,
+        tools: &'a [String],
+        roles: &'a [(String, String)],
+    ) -> Persona<'a> {
+        Persona { config: &self.config, system_prompt: self.system_prompt(), tools, roles }
     }
 
     /// The spawner, if this team can spawn agents.

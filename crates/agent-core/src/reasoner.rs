@@ -24,6 +24,9 @@ pub struct Persona<'a> {
     /// supervisor tools of an agent whose role may spawn); empty: the reasoner's own idea of
     /// its tools (such as agent-llm's per-agent map).
     pub tools: &'a [String],
+    /// The roles it may spawn with `spawn_agent`, each with what it is for; empty for an agent
+    /// that may not spawn.
+    pub roles: &'a [(String, String)],
 }
 
 /// A plan the top layer's reasoner made from a goal in words: the steps (goal steps, which say

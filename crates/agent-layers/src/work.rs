@@ -101,7 +101,6 @@ pub(crate) struct WorkLoop {
     pub(crate) waiting: Option<Wait>,
     /// When the loop began.
     pub(crate) started: Timestamp,
-    calls: usize,
     rejected_once: bool,
     /// Paths this loop's own successful calls wrote, and the commands it ran.
     touched: Vec<String>,
@@ -143,7 +142,6 @@ impl WorkLoop {
             children: Vec::new(),
             waiting: None,
             started,
-            calls: 0,
             rejected_once: false,
             touched: Vec::new(),
             commands: Vec::new(),
@@ -229,7 +227,7 @@ impl WorkLoop {
             "working on {}: {} ({} call(s) so far{}{})",
             self.subtask.key(),
             self.subtask.step.description,
-            self.calls,
+            self.calls(),
             last.unwrap_or_default(),
             match &self.waiting {
                 Some(Wait::Reply { to, .. }) => format!("; waiting for {to} to answer"),
@@ -244,6 +242,12 @@ impl WorkLoop {
     /// if workers' results or messages arrive in another order.
     fn made(&self) -> usize {
         self.history.iter().filter(|r| !r.event).count()
+    }
+
+    /// The tool calls made so far: the calls made, without the finishes put off while workers
+    /// still worked (what the call limit counts).
+    fn calls(&self) -> usize {
+        self.history.iter().filter(|r| !r.event && r.call.tool != FINISH_RECORD).count()
     }
 
     fn limit(&self) -> usize {
@@ -263,7 +267,12 @@ impl WorkLoop {
         means: &Means<'_>,
     ) -> Result<Progress, AgentError> {
         let offered = means.offered();
-        let progress = self.turns(ctx, means, &offered).await?;
+        // A supervisor's reasoner is told which roles it may spawn.
+        let roles = match ctx.spawner() {
+            Some(spawner) if means.supervises => spawner.enabled_roles(ctx.id()),
+            _ => Vec::new(),
+        };
+        let progress = self.turns(ctx, &offered, &roles).await?;
         if let Progress::Done(outcome) = &progress {
             let ending = match (&outcome.result, &outcome.interrupted) {
                 (_, Some((tool, _))) => format!("interrupted while `{tool}` ran"),
@@ -276,7 +285,7 @@ impl WorkLoop {
                 }
             };
             let reasoner = ctx.reasoner();
-            let who = ctx.persona_with(&offered);
+            let who = ctx.persona_with(&offered, &roles);
             if let Err(error) = reasoner.concluded(who, &self.subtask, &self.history, &ending).await
             {
                 tracing::warn!(agent = %ctx.id(), %error, "the reasoner could not remember the step");
@@ -288,10 +297,9 @@ impl WorkLoop {
     async fn turns(
         &mut self,
         ctx: &mut AgentContext,
-        means: &Means<'_>,
         offered: &[String],
+        roles: &[(String, String)],
     ) -> Result<Progress, AgentError> {
-        let offered = offered.to_vec();
         loop {
             if let Some(Wait::Reply { since, to, call, .. }) = &self.waiting {
                 if ctx.now().millis_since(*since) < SPEAK_TIMEOUT_MS {
@@ -313,7 +321,7 @@ impl WorkLoop {
             if self.waiting.is_some() {
                 return Ok(Progress::Suspended);
             }
-            if self.calls >= self.limit() {
+            if self.calls() >= self.limit() {
                 return Ok(self.done(
                     false,
                     format!("gave up after {} tool calls", self.limit()),
@@ -322,7 +330,7 @@ impl WorkLoop {
             }
             let reasoner = ctx.reasoner();
             let action = reasoner
-                .next_action(ctx.persona_with(&offered), &self.subtask, &self.history)
+                .next_action(ctx.persona_with(offered, roles), &self.subtask, &self.history)
                 .await?;
             match action {
                 NextAction::Finish { success, summary } => {
@@ -353,8 +361,7 @@ impl WorkLoop {
                     return Ok(self.done(success, summary, None));
                 }
                 NextAction::Call(call) => {
-                    self.calls += 1;
-                    if let Some(progress) = self.call(ctx, means, &offered, call).await? {
+                    if let Some(progress) = self.call(ctx, offered, call).await? {
                         return Ok(progress);
                     }
                 }
@@ -378,7 +385,6 @@ impl WorkLoop {
     async fn call(
         &mut self,
         ctx: &mut AgentContext,
-        means: &Means<'_>,
         offered: &[String],
         call: ToolCall,
     ) -> Result<Option<Progress>, AgentError> {
@@ -397,7 +403,7 @@ impl WorkLoop {
             GET_AGENTS => self.list(ctx, call).await.map(|()| None),
             DESPAWN_AGENT => self.despawn(ctx, call).await.map(|()| None),
             RETURN_RESULTS => self.return_results(ctx, call).await,
-            _ => self.workspace(ctx, means, call).await,
+            _ => self.workspace(ctx, call).await,
         }
     }
 
@@ -435,7 +441,6 @@ impl WorkLoop {
     async fn workspace(
         &mut self,
         ctx: &mut AgentContext,
-        _means: &Means<'_>,
         call: ToolCall,
     ) -> Result<Option<Progress>, AgentError> {
         // One journal entry per subtask, attempt and call: a resumed run reuses a recorded

@@ -162,7 +162,7 @@ fn main() {
         // A power of its own per call, so every prompt starts without history.
         let config = power(n);
         let who =
-            Persona { config: &config, system_prompt: "You are a top-layer power.", tools: &[] };
+            Persona { config: &config, system_prompt: "You are a top-layer power.", tools: &[], roles: &[] };
         let decision = plan(n, statement);
         let before = recording.timings.lock().unwrap().len();
         let began = Instant::now();

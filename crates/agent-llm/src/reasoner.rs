@@ -726,7 +726,7 @@ impl Reasoner for LlmReasoner {
         // the step's result); `finish_subtask` still ends the step too.
         let returns = offered.iter().any(|t| t.name == RETURN_RESULTS);
         let conclude = if returns { RETURN_RESULTS } else { FINISH_TOOL };
-        let prompt = step_prompt(subtask, returns);
+        let prompt = step_prompt(subtask, returns, who.roles);
         let mut request = ChatRequest {
             system: self.system(who, past.dropped).await,
             messages: past.messages(),
@@ -980,7 +980,7 @@ impl Reasoner for LlmReasoner {
     ) -> Result<(), ReasonError> {
         // One turn of the agent's conversation per step, written when the step really ends.
         let returns = who.tools.iter().any(|t| t == RETURN_RESULTS);
-        let prompt = step_prompt(subtask, returns);
+        let prompt = step_prompt(subtask, returns, who.roles);
         let calls: Vec<String> = history
             .iter()
             .filter(|r| !r.event)
@@ -1256,7 +1256,7 @@ impl Drop for Held<'_> {
 
 /// The tool loop's question: the step, and for a scripted step the plan's call for it; for a
 /// goal step what to achieve, and that the agent chooses its own calls.
-fn step_prompt(subtask: &Subtask, returns: bool) -> String {
+fn step_prompt(subtask: &Subtask, returns: bool, roles: &[(String, String)]) -> String {
     let step = &subtask.step;
     let mut prompt =
         format!("Carry out step {} of task {}: {}\n", step.id, subtask.task_id, step.description);
@@ -1271,6 +1271,15 @@ fn step_prompt(subtask: &Subtask, returns: bool) -> String {
         prompt.push_str(
             "The plan names no tool for this step: choose the tools you need yourself.\n",
         );
+    }
+    if let Some(role) = step.role.as_deref().filter(|r| !r.trim().is_empty()) {
+        let _ = writeln!(prompt, "The plan gives this step to the role `{role}`.");
+    }
+    if !roles.is_empty() {
+        prompt.push_str("The roles you may spawn with `spawn_agent`:\n");
+        for (name, description) in roles {
+            let _ = writeln!(prompt, "- {name}: {}", described(description));
+        }
     }
     prompt.push_str("Call one tool at a time; when the step is done (or cannot be done), ");
     if returns {

@@ -261,6 +261,24 @@ async fn a_goal_runs_to_success_with_every_agent_asking_a_model_over_http() {
         }
     }
 
+    // Each lead is told, with its step, the roles it may spawn (its role's `enabled_agents`).
+    for (lead, roles) in
+        [("code_lead", ["- coder:", "- tester:"]), ("docs_lead", ["- writer:", "- writer:"])]
+    {
+        let asked: Vec<&Value> = bodies.iter().filter(|b| speaker_of(b) == lead).collect();
+        assert!(!asked.is_empty(), "{lead} asked the model");
+        let told = asked.iter().all(|b| {
+            messages(b).iter().any(|m| {
+                m["content"].as_str().is_some_and(|c| {
+                    c.starts_with("Carry out step ")
+                        && c.contains("The roles you may spawn with `spawn_agent`:")
+                        && roles.iter().all(|r| c.contains(r))
+                })
+            })
+        });
+        assert!(told, "{lead} was told the roles it may spawn");
+    }
+
     // Each lead's finish while its workers worked was deferred, and the workers' results came
     // back to it as user messages (not as calls it never made).
     for (lead, worker) in [("code_lead", "coder-1"), ("docs_lead", "writer-1")] {

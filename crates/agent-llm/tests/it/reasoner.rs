@@ -43,7 +43,7 @@ impl Agent {
     }
 
     pub(crate) fn persona(&self) -> Persona<'_> {
-        Persona { config: &self.config, system_prompt: &self.prompt, tools: &[] }
+        Persona { config: &self.config, system_prompt: &self.prompt, tools: &[], roles: &[] }
     }
 }
 
@@ -1362,9 +1362,22 @@ async fn next_action_offers_the_tools_the_persona_holds_with_the_supervisor_tool
         ["read_file", SPAWN_AGENT, SPEAK_TO_AGENT, GET_AGENTS, DESPAWN_AGENT, RETURN_RESULTS]
             .map(String::from)
             .to_vec();
-    let who = Persona { config: &agent.config, system_prompt: &agent.prompt, tools: &held };
+    let roles = [
+        ("writer".to_owned(), "writes documents".to_owned()),
+        ("tester".to_owned(), String::new()),
+    ];
+    let who = Persona {
+        config: &agent.config,
+        system_prompt: &agent.prompt,
+        tools: &held,
+        roles: &roles,
+    };
     let action = rig.reasoner.next_action(who, &goal_subtask(""), &[]).await.unwrap();
     assert_eq!(action, NextAction::Call(ToolCall { tool: RETURN_RESULTS.into(), args: result }));
+    // It is told the step's role and which roles it may spawn.
+    let asked = last_message(&rig.provider.last()).content.clone();
+    assert!(asked.contains("The plan gives this step to the role `writer`."), "{asked}");
+    assert!(asked.contains("The roles you may spawn with `spawn_agent`:\n- writer: writes documents\n- tester: (no description)"), "{asked}");
 
     let request = rig.provider.last();
     let mut expected: Vec<&str> = held.iter().map(String::as_str).collect();
@@ -1411,7 +1424,8 @@ async fn a_goal_step_is_put_as_what_to_achieve_without_a_planned_call() {
     let rig = rig(MockProvider::queue([tool_call("c1", "read_file", r#"{"path": "src/lib.rs"}"#)]));
     let agent = Agent::new("worker-1", AgentLayer::Bottom);
     let held = ["read_file".to_owned(), "write_file".to_owned()];
-    let who = Persona { config: &agent.config, system_prompt: &agent.prompt, tools: &held };
+    let who =
+        Persona { config: &agent.config, system_prompt: &agent.prompt, tools: &held, roles: &[] };
     let subtask = goal_subtask("README.md says what the project does");
     let action = rig.reasoner.next_action(who, &subtask, &[]).await.unwrap();
     assert_eq!(
