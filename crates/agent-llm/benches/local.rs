@@ -161,8 +161,12 @@ fn main() {
     for (n, statement) in STATEMENTS.iter().take(calls).enumerate() {
         // A power of its own per call, so every prompt starts without history.
         let config = power(n);
-        let who =
-            Persona { config: &config, system_prompt: "You are a top-layer power.", tools: &[], roles: &[] };
+        let who = Persona {
+            config: &config,
+            system_prompt: "You are a top-layer power.",
+            tools: &[],
+            roles: &[],
+        };
         let decision = plan(n, statement);
         let before = recording.timings.lock().unwrap().len();
         let began = Instant::now();
