@@ -64,8 +64,8 @@ pub use clock::{Clock, TokioClock, new_decision_id, new_message_id};
 pub use durable::{AUDIT_ANCHOR, SledAuditLog, SledStateStore};
 pub use error::AgentError;
 pub use reasoner::{
-    BUDGET_EXTENSION_KIND, Candidate, Conflict, Judgement, NextAction, Persona, Placement, Plan,
-    ReasonError, Reasoner, RuleBasedReasoner, ToolCall, ToolCallRecord, Verdict,
+    BUDGET_EXTENSION_KIND, Candidate, Conflict, FINISH_TOOL, Judgement, NextAction, Persona,
+    Placement, Plan, ReasonError, Reasoner, RuleBasedReasoner, ToolCall, ToolCallRecord, Verdict,
 };
 pub use scripted::{ReasoningRequest, ScriptedAnswer, ScriptedReasoner};
 pub use spawn::{

@@ -92,6 +92,10 @@ pub struct Placement {
     pub assignee: AgentId,
 }
 
+/// The tool a reasoner's tool loop offers for ending a subtask (`NextAction::Finish`); a
+/// finish the runtime puts off while workers still work stays in the history under this name.
+pub const FINISH_TOOL: &str = "finish_subtask";
+
 /// One tool call.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ToolCall {

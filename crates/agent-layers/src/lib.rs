@@ -53,8 +53,7 @@ pub use bottom::{BottomAgent, BottomSpec};
 pub use mid::{MAX_FAILURES_BEFORE_DISMISSAL, MidAgent, MidSpec};
 pub use top::{PLAN_AUTHORITY, TopAgent, TopSpec, route};
 pub use work::{
-    FINISH_RECORD, MAX_TOOL_CALLS_PER_GOAL_STEP, MAX_TOOL_CALLS_PER_SUBTASK, MESSAGE_RECORD,
-    SPEAK_TIMEOUT_MS,
+    MAX_TOOL_CALLS_PER_GOAL_STEP, MAX_TOOL_CALLS_PER_SUBTASK, MESSAGE_RECORD, SPEAK_TIMEOUT_MS,
 };
 
 /// What a top power knows about a mid lead: its domain and its executors with their tools.

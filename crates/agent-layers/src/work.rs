@@ -25,8 +25,8 @@ use agent_core::spawn::{
 };
 use agent_core::tools::ToolError;
 use agent_core::{
-    AgentContext, AgentError, AuditEvent, NextAction, SpawnError, SpawnRequest, ToolCall,
-    ToolCallRecord,
+    AgentContext, AgentError, AuditEvent, FINISH_TOOL, NextAction, SpawnError, SpawnRequest,
+    ToolCall, ToolCallRecord,
 };
 use agent_state::{
     AgentId, AgentResult, Assignment, MessageId, MessageKind, PlanStep, ResultStatus, StepTarget,
@@ -47,10 +47,6 @@ pub const SPEAK_TIMEOUT_MS: u64 = 120_000;
 /// The tool name under which a subordinate's result, or a message spoken to this agent, enters
 /// the history the reasoner sees.
 pub const MESSAGE_RECORD: &str = "message";
-
-/// The tool name under which a finish that has to wait for subordinates enters the history
-/// (agent-llm's finishing tool has this name).
-pub const FINISH_RECORD: &str = "finish_subtask";
 
 /// A subordinate spawned by this loop.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -247,7 +243,7 @@ impl WorkLoop {
     /// The tool calls made so far: the calls made, without the finishes put off while workers
     /// still worked (what the call limit counts).
     fn calls(&self) -> usize {
-        self.history.iter().filter(|r| !r.event && r.call.tool != FINISH_RECORD).count()
+        self.history.iter().filter(|r| !r.event && r.call.tool != FINISH_TOOL).count()
     }
 
     fn limit(&self) -> usize {
@@ -343,7 +339,7 @@ impl WorkLoop {
                     if !working.is_empty() {
                         self.history.push(ToolCallRecord {
                             call: ToolCall {
-                                tool: FINISH_RECORD.into(),
+                                tool: FINISH_TOOL.into(),
                                 args: json!({ "success": success, "summary": summary }),
                             },
                             success: false,

@@ -83,8 +83,8 @@ use crate::provider::{
 };
 use crate::retry::{RetryEvent, complete_with_retry};
 
-/// The tool an executor calls to end its subtask.
-pub const FINISH_TOOL: &str = "finish_subtask";
+/// The tool an executor calls to end its subtask (the runtime's name for it).
+pub use agent_core::FINISH_TOOL;
 
 /// Most tokens an answer to `speak_to_agent` may generate: a reply is short.
 const ANSWER_MAX_TOKENS: u32 = 256;

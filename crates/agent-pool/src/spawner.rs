@@ -220,13 +220,12 @@ impl TeamSpawner {
     /// audit and the creation) is created now; despawned ones are remembered, not created.
     pub(crate) async fn restore(
         &self,
+        pool: &AgentPool,
         spawns: Vec<SpawnRecord>,
         despawned: &[AgentId],
         statuses: &BTreeMap<AgentId, AgentStatus>,
         records: &mut BTreeMap<AgentId, AgentRecord>,
     ) -> Result<(), PoolError> {
-        let pool =
-            self.pool().map_err(|e| PoolError::Unknown { id: AgentId::new(e.to_string()) })?;
         for record in spawns {
             let gone = despawned.contains(&record.agent)
                 || statuses.get(&record.agent) == Some(&AgentStatus::Terminated);

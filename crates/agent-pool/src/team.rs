@@ -412,7 +412,7 @@ impl Team {
             created(joined)?;
         }
         if let Some(spawner) = &spawner {
-            spawner.restore(spawns, &despawned, &statuses, &mut records).await?;
+            spawner.restore(&pool, spawns, &despawned, &statuses, &mut records).await?;
         }
         let known: BTreeMap<String, TaskOutcome> = services
             .state
