@@ -40,6 +40,7 @@ mod clock;
 #[cfg(feature = "sled")]
 mod durable;
 mod error;
+pub mod events;
 pub mod protocol;
 mod reasoner;
 mod scripted;
@@ -63,6 +64,7 @@ pub use clock::{Clock, TokioClock, new_decision_id, new_message_id};
 #[cfg(feature = "sled")]
 pub use durable::{AUDIT_ANCHOR, SledAuditLog, SledStateStore};
 pub use error::AgentError;
+pub use events::{EventHub, EventStream, Received, TeamEvent};
 pub use reasoner::{
     BUDGET_EXTENSION_KIND, Candidate, Conflict, FINISH_TOOL, Judgement, NextAction, Persona,
     Placement, Plan, ReasonError, Reasoner, RuleBasedReasoner, ToolCall, ToolCallRecord, Verdict,

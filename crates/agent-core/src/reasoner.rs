@@ -169,6 +169,17 @@ pub enum ReasonError {
         /// The reasoner.
         reasoner: String,
     },
+    /// This reasoner cannot write text in words (an executor kind's draft, notes or summary).
+    #[error(
+        "reasoner `{reasoner}` cannot {what}: that needs a model reasoner (`--reasoner openai`, \
+         `anthropic` or `local`)"
+    )]
+    NeedsModel {
+        /// The reasoner.
+        reasoner: String,
+        /// What it was asked to do, in words (`draft a report`).
+        what: String,
+    },
     /// The reasoning backend failed.
     #[error("reasoner `{reasoner}` failed: {message}")]
     Backend {
@@ -253,6 +264,22 @@ pub trait Reasoner: Send + Sync + 'static {
         _ending: &str,
     ) -> Result<(), ReasonError> {
         Ok(())
+    }
+
+    /// Writes text for an executor kind (seed 002): `instruction` says what to write (a
+    /// report, an email body, research notes), `material` what to write it from (documents,
+    /// fetched pages, earlier output). The default cannot: [`ReasonError::NeedsModel`], and
+    /// the kinds then do the deterministic part of their work and say what needs a model.
+    async fn compose(
+        &self,
+        _who: Persona<'_>,
+        instruction: &str,
+        _material: &str,
+    ) -> Result<String, ReasonError> {
+        Err(ReasonError::NeedsModel {
+            reasoner: self.name().to_owned(),
+            what: format!("write text ({})", instruction.chars().take(60).collect::<String>()),
+        })
     }
 
     /// An agent answers `message`, spoken to it by `from` (its supervisor or a subordinate,

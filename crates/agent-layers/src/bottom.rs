@@ -21,12 +21,23 @@ pub struct BottomSpec {
     /// The tools it may call. Shared: executors with the same tools hold one list (a team of
     /// 100 000 executors holds a handful of lists, not 100 000).
     pub tools: Arc<[String]>,
+    /// The executor kind (seed 002) it runs its subtasks through, such as `research_agent`;
+    /// `None`: its reasoner chooses tool calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<Arc<str>>,
 }
 
 impl BottomSpec {
     /// An executor allowed `tools`.
     pub fn new<S: Into<String>>(tools: impl IntoIterator<Item = S>) -> Self {
-        Self { tools: tools.into_iter().map(Into::into).collect() }
+        Self { tools: tools.into_iter().map(Into::into).collect(), kind: None }
+    }
+
+    /// The same executor running its subtasks through the executor kind `kind`.
+    #[must_use]
+    pub fn with_kind(mut self, kind: impl Into<Arc<str>>) -> Self {
+        self.kind = Some(kind.into());
+        self
     }
 }
 

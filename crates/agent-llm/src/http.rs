@@ -267,16 +267,19 @@ impl HttpClient {
         let detail = ErrorDetail::parse(body);
         // Redact before cutting: a cut could leave a prefix of the key that no longer matches.
         let text = truncate(&self.redact(detail.message.clone().unwrap_or_else(|| snippet(body))));
-        let kind = match status.as_u16() {
-            429 => ProviderErrorKind::RateLimited,
-            401 => ProviderErrorKind::Unauthorized,
-            403 => ProviderErrorKind::Forbidden,
-            404 => ProviderErrorKind::UnknownModel,
-            408 => ProviderErrorKind::Timeout,
-            400 if detail.says_unknown_model() => ProviderErrorKind::UnknownModel,
-            500.. => ProviderErrorKind::Server,
-            400..500 => ProviderErrorKind::BadRequest,
-            _ => ProviderErrorKind::BadResponse,
+        // The class comes from the one classification (`FailureKind::from_http_status`); the
+        // provider kinds only name the permanent ones more precisely.
+        use agent_state::FailureKind;
+        let kind = match (status.as_u16(), FailureKind::from_http_status(status.as_u16())) {
+            (401, _) => ProviderErrorKind::Unauthorized,
+            (403, _) => ProviderErrorKind::Forbidden,
+            (404, _) => ProviderErrorKind::UnknownModel,
+            (400, _) if detail.says_unknown_model() => ProviderErrorKind::UnknownModel,
+            (_, Some(FailureKind::RateLimited)) => ProviderErrorKind::RateLimited,
+            (_, Some(FailureKind::Timeout)) => ProviderErrorKind::Timeout,
+            (_, Some(FailureKind::Server)) => ProviderErrorKind::Server,
+            (_, Some(_)) => ProviderErrorKind::BadRequest,
+            (_, None) => ProviderErrorKind::BadResponse,
         };
         let message = if status == StatusCode::NOT_FOUND {
             format!(

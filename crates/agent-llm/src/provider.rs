@@ -216,9 +216,25 @@ pub enum ProviderErrorKind {
 }
 
 impl ProviderErrorKind {
-    /// Whether trying again may succeed.
+    /// The failure in Strata's one classification ([`agent_state::FailureKind`], shared with
+    /// the executor's runs).
+    pub fn failure(self) -> agent_state::FailureKind {
+        use agent_state::FailureKind;
+        match self {
+            Self::Timeout => FailureKind::Timeout,
+            Self::Connection => FailureKind::Network,
+            Self::RateLimited => FailureKind::RateLimited,
+            Self::Server => FailureKind::Server,
+            Self::Unauthorized | Self::Forbidden => FailureKind::Permission,
+            Self::UnknownModel | Self::BadRequest => FailureKind::Client,
+            Self::BadResponse => FailureKind::Malformed,
+            Self::Engine => FailureKind::Internal,
+        }
+    }
+
+    /// Whether trying again may succeed: the class of [`failure`](Self::failure).
     pub fn is_transient(self) -> bool {
-        matches!(self, Self::Timeout | Self::Connection | Self::RateLimited | Self::Server)
+        self.failure().class() == agent_state::ErrorClass::Transient
     }
 }
 

@@ -41,6 +41,7 @@ mod metrics;
 mod result;
 mod retry;
 mod role;
+mod run;
 mod status;
 mod storage;
 mod task;
@@ -69,6 +70,10 @@ pub use metrics::{
 pub use result::{AgentResult, Artifact, ChangeType, ResultStatus, same_path};
 pub use retry::{ErrorClass, RetryPolicy};
 pub use role::{DEFAULT_MAX_SPAWN_DEPTH, Role, RoleBook, RoleError, check_role_name};
+pub use run::{
+    AfterFailure, FailureKind, RunEvent, RunFailure, RunLifecycle, RunState, RunTransition,
+    RunTransitionError,
+};
 pub use status::{AgentStatus, Lifecycle, TransitionError, TransitionRecord, can_transition};
 pub use storage::BackendError;
 pub use task::{

@@ -43,6 +43,10 @@ pub struct Role {
     /// Most agents of this role alive at once in the team; `None`: only the pool's limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_instances: Option<u32>,
+    /// The executor kind (seed 002, such as `research_agent`) an agent of this role runs its
+    /// subtasks through (bottom roles only); `None`: its reasoner's tool loop.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
 }
 
 impl Role {
@@ -58,6 +62,7 @@ impl Role {
             model: None,
             enabled_agents: Vec::new(),
             max_instances: None,
+            kind: None,
         }
     }
 
@@ -154,6 +159,14 @@ pub enum RoleError {
         /// Its layer.
         layer: AgentLayer,
     },
+    /// An executor kind on a role that is not on the bottom layer.
+    #[error("role `{role}` ({layer}) has a `kind`; only bottom roles run an executor kind")]
+    KindNotAllowed {
+        /// The role.
+        role: String,
+        /// Its layer.
+        layer: AgentLayer,
+    },
     /// `max_instances` of zero.
     #[error("role `{role}` has `max_instances = 0`; leave it out for no limit, or give 1 or more")]
     ZeroInstances {
@@ -242,6 +255,9 @@ fn check_role(role: &Role, book: &BTreeMap<String, Role>) -> Result<(), RoleErro
     }
     if !role.tools.is_empty() && !role.layer.allows(Capability::ToolCall) {
         return Err(RoleError::ToolsNotAllowed { role: name(), layer: role.layer });
+    }
+    if role.kind.is_some() && role.layer != AgentLayer::Bottom {
+        return Err(RoleError::KindNotAllowed { role: name(), layer: role.layer });
     }
     if role.supervises() && !role.layer.allows(Capability::Delegate) {
         return Err(RoleError::CannotDelegate { role: name(), layer: role.layer });

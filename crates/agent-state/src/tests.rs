@@ -12,6 +12,7 @@ mod metrics;
 mod props;
 mod retry;
 mod role;
+mod run;
 mod storage;
 mod wire;
 

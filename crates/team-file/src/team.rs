@@ -297,7 +297,7 @@ pub fn default_team() -> TeamFile {
     };
     let bottom = |id: &str, name: &str, lead: &str| AgentSpec {
         config: AgentConfig::new(id, name, AgentLayer::Bottom).with_supervisor(lead),
-        role: RoleSpec::Bottom(BottomSpec { tools: all.clone().into() }),
+        role: RoleSpec::Bottom(BottomSpec::new(all.iter().cloned())),
     };
     TeamFile {
         spec: TeamSpec::new(vec![
@@ -443,7 +443,7 @@ fn agent_spec<'e, 'a>(
                 ));
             }
             *siblings += 1;
-            RoleSpec::Bottom(BottomSpec { tools: executor_tools(src, &raw.tools, tools)?.into() })
+            RoleSpec::Bottom(BottomSpec::new(executor_tools(src, &raw.tools, tools)?))
         }
     };
     // Everything `validate` refuses is caught above with a position; this is a safety net.
@@ -846,6 +846,9 @@ fn role_error(src: &Source<'_>, raw: &[RawRole], error: &RoleError) -> FileError
         RoleError::ZeroInstances { role } => {
             (role, find(role).and_then(|r| r.max_instances.as_ref()).map(Spanned::span))
         }
+        // The team file's `kind` is read by the executor settings (a later change points at
+        // the value itself); the role's name locates it meanwhile.
+        RoleError::KindNotAllowed { role, .. } => (role, None),
     };
     let span = span.or_else(|| find(role).map(|r| r.name.span())).unwrap_or(0..0);
     src.error(span, message)

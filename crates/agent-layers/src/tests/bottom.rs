@@ -27,7 +27,7 @@ fn write(step_id: &str, path: &str, content: &str) -> Subtask {
 /// An executor with `tools` under [`LEAD`], with `mid-2` and `bottom-2` as bare inboxes too.
 async fn executor(w: &World, tools: &[&str]) -> Agent {
     w.parties(&[LEAD, "mid-2", "bottom-2"]).await;
-    let spec = BottomSpec { tools: tools.iter().map(|t| (*t).to_owned()).collect() };
+    let spec = BottomSpec::new(tools.iter().map(|t| (*t).to_owned()));
     w.spawn(config(ME, AgentLayer::Bottom, Some(LEAD)), BottomAgent::new(spec)).await
 }
 

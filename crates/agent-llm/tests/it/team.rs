@@ -58,7 +58,7 @@ fn mid(id: &str, domain: &str) -> AgentSpec {
 
 fn bottom(id: &str, lead: &str) -> AgentSpec {
     let tools = TOOLS.iter().map(|t| (*t).to_owned()).collect();
-    agent(id, AgentLayer::Bottom, Some(lead), RoleSpec::Bottom(BottomSpec { tools }))
+    agent(id, AgentLayer::Bottom, Some(lead), RoleSpec::Bottom(BottomSpec { tools, kind: None }))
 }
 
 /// Three powers, two leads with two executors each.

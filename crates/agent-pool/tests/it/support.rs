@@ -37,9 +37,7 @@ pub(crate) fn bottom(id: &str, supervisor: &str, tools: &[&str]) -> AgentSpec {
     AgentSpec {
         config: AgentConfig::new(id, format!("Executor {id}"), AgentLayer::Bottom)
             .with_supervisor(supervisor),
-        role: RoleSpec::Bottom(BottomSpec {
-            tools: tools.iter().map(|t| (*t).to_owned()).collect(),
-        }),
+        role: RoleSpec::Bottom(BottomSpec::new(tools.iter().map(|t| (*t).to_owned()))),
     }
 }
 

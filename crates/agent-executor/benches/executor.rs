@@ -1,0 +1,3 @@
+//! Executor benches.
+
+fn main() {}

@@ -1,0 +1,73 @@
+//! The agent executor (seed 002): runs one agent *kind* on one objective, with a lifecycle, a
+//! retry policy that tells transient failures from permanent ones, soft and hard timeouts,
+//! progress streamed to the caller, a capsule of its own, and batches.
+//!
+//! In a team, an executor agent with a `kind` runs its subtasks through an [`Executor`]; alone,
+//! `strata exec KIND "objective"` (or [`Executor::execute`]) runs one kind without a team.
+//!
+//! - [`Registry`] and [`Kind`]: kinds registered by name (twice is an error); [`FnKind`] makes
+//!   one from a closure. [`builtins`] registers the four kinds of the seed.
+//! - [`Executor::execute`]: pending → running → completed | blocked | failed, failed → running
+//!   on a retry the [`RetryPolicy`](agent_state::RetryPolicy) grants (the table and the retry
+//!   maths are in `agent-state`, [`RunLifecycle`](agent_state::RunLifecycle)); a
+//!   [`RunResponse`] envelope at the end.
+//! - [`Capsule`]: the run's context: progress sink, reasoner and conversation, budget share,
+//!   scratch directory, workspace tools, HTTP access; processes it starts die with it.
+//! - [`RunEvent`] and [`RunObserver`]: what the caller hears as it happens; [`ChannelObserver`]
+//!   never blocks the run.
+//! - [`Executor::execute_parallel`] and [`Executor::execute_sequential`]: batches.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::Arc;
+//! use agent_core::RuleBasedReasoner;
+//! use agent_executor::{
+//!     ChannelObserver, Executor, FnKind, KindOutput, Registry, RunContext, RunEvent, RunRequest,
+//! };
+//! use agent_state::RunState;
+//!
+//! let mut registry = Registry::new();
+//! registry.register(FnKind::new("shout", "upper-cases the objective", |req, capsule| {
+//!     Box::pin(async move {
+//!         capsule.progress(50, "shouting");
+//!         Ok(KindOutput::new(req.objective.to_uppercase(), 1.0))
+//!     })
+//! }))?;
+//! let executor = Executor::new(registry);
+//!
+//! let (observer, mut events) = ChannelObserver::new(64);
+//! let cx = RunContext::standalone("shout", Arc::new(RuleBasedReasoner::new()))
+//!     .with_observer(Arc::new(observer));
+//! let response = executor.execute(RunRequest::new("shout", "hello"), cx).await?;
+//! assert_eq!((response.status, response.primary_output.as_str()), (RunState::Completed, "HELLO"));
+//!
+//! let mut seen = Vec::new();
+//! while let Ok(event) = events.try_recv() {
+//!     if let RunEvent::Progress { percent, .. } = event { seen.push(percent) }
+//! }
+//! assert_eq!(seen, [50]);
+//!
+//! // An unknown kind is refused before anything runs.
+//! let cx = RunContext::standalone("x", Arc::new(RuleBasedReasoner::new()));
+//! assert!(executor.execute(RunRequest::new("nope", "x"), cx).await.is_err());
+//! # Ok(())
+//! # }
+//! ```
+
+mod capsule;
+mod env;
+mod events;
+mod kind;
+mod request;
+mod run;
+
+pub use agent_state::RunEvent;
+pub use capsule::{CAPSULES_DIR, Capsule, Turn};
+pub use env::{Endpoint, EndpointError, ExecEnv, HeaderValue, HttpPolicy, Method};
+pub use events::{ChannelObserver, NoObserver, RunObserver};
+pub use kind::{
+    FnKind, Kind, KindError, KindFuture, KindOutput, Registry, RegistryError, valid_kind_name,
+};
+pub use request::{ExecError, MAX_INPUTS_BYTES, MAX_OBJECTIVE_BYTES, RunRequest, valid_run_id};
+pub use run::{BatchItem, Executor, RunContext, RunResponse, Timings};

@@ -1,0 +1,105 @@
+//! What a caller asks for ([`RunRequest`]) and the requests the executor refuses before a run
+//! exists ([`ExecError`]).
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+/// The longest objective, in bytes.
+pub const MAX_OBJECTIVE_BYTES: usize = 16 * 1024;
+
+/// The largest `inputs` object, in bytes of JSON.
+pub const MAX_INPUTS_BYTES: usize = 256 * 1024;
+
+/// One run of one kind on one objective (seed 002 `AgentRunRequest`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunRequest {
+    /// The run's id: unique, made of `a-z`, `A-Z`, `0-9`, `-` and `_` (it names the capsule's
+    /// scratch directory).
+    pub run_id: String,
+    /// The agent kind (`research_agent`, ...).
+    pub kind: String,
+    /// What to do, in words.
+    pub objective: String,
+    /// The kind's inputs (a JSON object; see each kind's schema). `null` means none.
+    #[serde(default)]
+    pub inputs: serde_json::Value,
+}
+
+impl RunRequest {
+    /// A request with a fresh run id and no inputs.
+    pub fn new(kind: impl Into<String>, objective: impl Into<String>) -> Self {
+        Self {
+            run_id: uuid::Uuid::new_v4().simple().to_string(),
+            kind: kind.into(),
+            objective: objective.into(),
+            inputs: serde_json::Value::Null,
+        }
+    }
+
+    /// The same request with `inputs`.
+    #[must_use]
+    pub fn with_inputs(mut self, inputs: serde_json::Value) -> Self {
+        self.inputs = inputs;
+        self
+    }
+
+    /// The same request with `run_id`.
+    #[must_use]
+    pub fn with_run_id(mut self, run_id: impl Into<String>) -> Self {
+        self.run_id = run_id.into();
+        self
+    }
+
+    /// The input `name` as a string, if given as one.
+    pub fn input_str(&self, name: &str) -> Option<&str> {
+        self.inputs.get(name).and_then(serde_json::Value::as_str)
+    }
+}
+
+/// A request refused before any run started: nothing ran and nothing was written.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum ExecError {
+    /// No kind of that name is registered.
+    #[error("unknown agent kind `{kind}`; the kinds are: {known}")]
+    UnknownKind {
+        /// The name asked for.
+        kind: String,
+        /// The registered names, comma-separated.
+        known: String,
+    },
+    /// The objective is empty or only whitespace.
+    #[error("the objective is empty: say in words what the `{kind}` run should do")]
+    EmptyObjective {
+        /// The kind.
+        kind: String,
+    },
+    /// The objective is longer than [`MAX_OBJECTIVE_BYTES`].
+    #[error(
+        "the objective is {bytes} bytes, over the limit of {limit}: shorten it, or put the \
+         material in a workspace file and name it in the objective"
+    )]
+    ObjectiveTooLong {
+        /// Its size.
+        bytes: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// The inputs are not an object, are too large, or do not match the kind's schema.
+    #[error("inputs of the `{kind}` run: {problem}")]
+    BadInputs {
+        /// The kind.
+        kind: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// The run id is empty, too long or has characters other than `a-zA-Z0-9-_`.
+    #[error("run id `{0}` is not valid: use 1 to 64 characters from a-z, A-Z, 0-9, `-` and `_`")]
+    BadRunId(String),
+}
+
+/// Whether `id` may be a run id.
+pub fn valid_run_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 64
+        && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}

@@ -1,0 +1,638 @@
+//! The executor: runs one request through its lifecycle, with retries, soft and hard timeouts,
+//! progress, and a capsule of its own (seed 002 `executeAgent`), and batches of requests.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_core::{Clock, Reasoner, TokioClock};
+use agent_state::{
+    AfterFailure, AgentConfig, AgentLayer, Artifact, FailureKind, RetryPolicy, RunFailure,
+    RunLifecycle, RunState, RunTransition, Timestamp,
+};
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+
+use crate::capsule::Capsule;
+use crate::env::ExecEnv;
+use crate::events::{NoObserver, RunObserver};
+use crate::kind::{Kind, KindError, KindOutput, Registry};
+use crate::request::{ExecError, MAX_INPUTS_BYTES, MAX_OBJECTIVE_BYTES, RunRequest, valid_run_id};
+use agent_state::RunEvent;
+
+/// Who a run works for and how its caller hears of it.
+#[derive(Clone)]
+pub struct RunContext {
+    /// The agent: in a team, the executor running the subtask.
+    pub agent: Arc<AgentConfig>,
+    /// Its system prompt, given to the reasoner.
+    pub system_prompt: Arc<str>,
+    /// Its reasoner.
+    pub reasoner: Arc<dyn Reasoner>,
+    /// Receives the run's events.
+    pub observer: Arc<dyn RunObserver>,
+    /// The agent's own retry policy, over the kind's and the executor's.
+    pub policy: Option<RetryPolicy>,
+    /// The run's share of the reasoning budget: at most this many reasoner calls (`None`: no
+    /// limit of its own; the team's budget still applies).
+    pub reasoner_calls: Option<u32>,
+}
+
+impl std::fmt::Debug for RunContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunContext")
+            .field("agent", &self.agent.id)
+            .field("reasoner", &self.reasoner.name())
+            .field("policy", &self.policy)
+            .field("reasoner_calls", &self.reasoner_calls)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RunContext {
+    /// A context for a run outside a team: an agent named after the kind (`exec-<kind>`, a
+    /// bottom-layer executor) with `reasoner`, and no observer.
+    pub fn standalone(kind: &str, reasoner: Arc<dyn Reasoner>) -> Self {
+        let id = format!("exec-{}", kind.replace('_', "-"));
+        let agent = AgentConfig::new(id.as_str(), kind, AgentLayer::Bottom);
+        let system_prompt = format!(
+            "You are {id}, a {kind} run by the Strata executor. Do what the objective says and \
+             nothing else."
+        );
+        Self {
+            agent: Arc::new(agent),
+            system_prompt: system_prompt.into(),
+            reasoner,
+            observer: Arc::new(NoObserver),
+            policy: None,
+            reasoner_calls: None,
+        }
+    }
+
+    /// The same context with `observer`.
+    #[must_use]
+    pub fn with_observer(mut self, observer: Arc<dyn RunObserver>) -> Self {
+        self.observer = observer;
+        self
+    }
+
+    /// The same context with the agent's own retry policy.
+    #[must_use]
+    pub fn with_policy(mut self, policy: RetryPolicy) -> Self {
+        self.policy = Some(policy);
+        self
+    }
+}
+
+/// How long a run took.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Timings {
+    /// When it started.
+    pub started_at: Timestamp,
+    /// When it ended.
+    pub finished_at: Timestamp,
+    /// From start to end, retries and waits included, in milliseconds.
+    pub duration_ms: u64,
+    /// Each attempt's own duration, in milliseconds.
+    pub attempts_ms: Vec<u64>,
+}
+
+/// One run's result envelope (seed 002 `AgentRunResponse`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunResponse {
+    /// The run.
+    pub run_id: String,
+    /// Its kind.
+    pub kind: String,
+    /// How it ended: completed, blocked or failed.
+    pub status: RunState,
+    /// The main result (empty unless completed).
+    pub primary_output: String,
+    /// 0..1 (0 unless completed).
+    pub confidence: f64,
+    /// Files written or consulted.
+    pub artifacts: Vec<Artifact>,
+    /// The kind's structured data.
+    pub data: serde_json::Value,
+    /// What needs a model and was not done, if anything.
+    pub needs_model: Option<String>,
+    /// Why it is blocked or failed.
+    pub failure: Option<RunFailure>,
+    /// Soft timeouts and other things the caller should know.
+    pub warnings: Vec<String>,
+    /// Attempts made.
+    pub attempts: u32,
+    /// Retries made (attempts after the first).
+    pub retries: u32,
+    /// Every state change, in order.
+    pub transitions: Vec<RunTransition>,
+    /// Timings.
+    pub timings: Timings,
+}
+
+impl RunResponse {
+    /// Whether the run completed.
+    pub fn success(&self) -> bool {
+        self.status == RunState::Completed
+    }
+}
+
+/// Runs requests on the kinds of its [`Registry`].
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::sync::Arc;
+/// use agent_core::RuleBasedReasoner;
+/// use agent_executor::{Executor, FnKind, KindOutput, Registry, RunContext, RunRequest};
+///
+/// let mut registry = Registry::new();
+/// registry.register(FnKind::new("echo", "says the objective back", |req, capsule| {
+///     Box::pin(async move {
+///         capsule.progress(50, "echoing");
+///         Ok(KindOutput::new(req.objective.clone(), 1.0))
+///     })
+/// }))?;
+/// let executor = Executor::new(registry);
+/// let cx = RunContext::standalone("echo", Arc::new(RuleBasedReasoner::new()));
+/// let response = executor.execute(RunRequest::new("echo", "hello"), cx).await?;
+/// assert!(response.success());
+/// assert_eq!(response.primary_output, "hello");
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Executor {
+    registry: Arc<Registry>,
+    env: Arc<ExecEnv>,
+    policy: RetryPolicy,
+    kind_policies: BTreeMap<String, RetryPolicy>,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for Executor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Executor")
+            .field("kinds", &self.registry)
+            .field("policy", &self.policy)
+            .field("kind_policies", &self.kind_policies)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Executor {
+    /// An executor on `registry`, with the seed's retry policy
+    /// ([`RetryPolicy::executor_default`]), no workspace and no HTTP hosts.
+    pub fn new(registry: Registry) -> Self {
+        Self {
+            registry: Arc::new(registry),
+            env: Arc::new(ExecEnv::default()),
+            policy: RetryPolicy::executor_default(),
+            kind_policies: BTreeMap::new(),
+            clock: Arc::new(TokioClock::new()),
+        }
+    }
+
+    /// The same executor in `env`.
+    #[must_use]
+    pub fn with_env(mut self, env: ExecEnv) -> Self {
+        self.env = Arc::new(env);
+        self
+    }
+
+    /// The same executor with `policy` as its default.
+    #[must_use]
+    pub fn with_policy(mut self, policy: RetryPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// The same executor with `policy` for runs of `kind` (over the kind's own).
+    #[must_use]
+    pub fn with_kind_policy(mut self, kind: impl Into<String>, policy: RetryPolicy) -> Self {
+        self.kind_policies.insert(kind.into(), policy);
+        self
+    }
+
+    /// The same executor reading time from `clock`.
+    #[must_use]
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The kinds.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// The environment.
+    pub fn env(&self) -> &ExecEnv {
+        &self.env
+    }
+
+    /// The policy a run of `kind` for `cx` gets: the agent's, else the executor's for the
+    /// kind, else the kind's own, else the executor's default.
+    pub fn policy_for(&self, kind: &str, cx: &RunContext) -> RetryPolicy {
+        cx.policy
+            .clone()
+            .or_else(|| self.kind_policies.get(kind).cloned())
+            .or_else(|| self.registry.get(kind).and_then(|k| k.policy()))
+            .unwrap_or_else(|| self.policy.clone())
+    }
+
+    /// Checks `request` without running it: the kind exists, the objective is not empty nor
+    /// too long, the run id is valid, the inputs are an object within the limit.
+    pub fn check(&self, request: &RunRequest) -> Result<Arc<dyn Kind>, ExecError> {
+        let kind =
+            self.registry.get(&request.kind).cloned().ok_or_else(|| ExecError::UnknownKind {
+                kind: request.kind.clone(),
+                known: self.registry.names().collect::<Vec<_>>().join(", "),
+            })?;
+        if !valid_run_id(&request.run_id) {
+            return Err(ExecError::BadRunId(request.run_id.clone()));
+        }
+        if request.objective.trim().is_empty() {
+            return Err(ExecError::EmptyObjective { kind: request.kind.clone() });
+        }
+        if request.objective.len() > MAX_OBJECTIVE_BYTES {
+            return Err(ExecError::ObjectiveTooLong {
+                bytes: request.objective.len(),
+                limit: MAX_OBJECTIVE_BYTES,
+            });
+        }
+        let bad = |problem: String| ExecError::BadInputs { kind: request.kind.clone(), problem };
+        match &request.inputs {
+            serde_json::Value::Null => {}
+            serde_json::Value::Object(_) => {
+                let bytes = serde_json::to_vec(&request.inputs).map_or(usize::MAX, |v| v.len());
+                if bytes > MAX_INPUTS_BYTES {
+                    return Err(bad(format!(
+                        "{bytes} bytes, over the limit of {MAX_INPUTS_BYTES}"
+                    )));
+                }
+                let schema = kind.inputs_schema();
+                let problems = agent_core::tools::validate(&schema, &request.inputs);
+                if !problems.is_empty() {
+                    return Err(bad(problems.join("; ")));
+                }
+            }
+            other => {
+                return Err(bad(format!("expected a JSON object, found {}", json_type(other))));
+            }
+        }
+        Ok(kind)
+    }
+
+    /// Runs `request` to its end: completed, blocked or failed (seed 002 lifecycle and retry
+    /// policy). A request that [`check`](Self::check) refuses is an [`ExecError`] and nothing
+    /// runs; every other outcome, a handler's panic included, is a [`RunResponse`].
+    ///
+    /// - A transient failure is retried as the policy says, after its backoff.
+    /// - A permanent failure fails the run at once; a missing input blocks it.
+    /// - Past the soft timeout a [`RunEvent::SoftTimeout`] is sent and a warning kept; at the
+    ///   hard timeout (counted from the start, retries included) the attempt is cancelled
+    ///   (its capsule dropped, which kills the processes it started) and the run fails with
+    ///   [`FailureKind::HardTimeout`].
+    pub async fn execute(
+        &self,
+        request: RunRequest,
+        cx: RunContext,
+    ) -> Result<RunResponse, ExecError> {
+        let kind = self.check(&request)?;
+        let policy = self.policy_for(&request.kind, &cx);
+        Ok(self.run_checked(kind, Arc::new(request), cx, policy).await)
+    }
+
+    async fn run_checked(
+        &self,
+        kind: Arc<dyn Kind>,
+        request: Arc<RunRequest>,
+        cx: RunContext,
+        policy: RetryPolicy,
+    ) -> RunResponse {
+        let observer = cx.observer.clone();
+        let mut run = Run {
+            request: request.clone(),
+            life: RunLifecycle::new(),
+            transitions: Vec::new(),
+            warnings: Vec::new(),
+            attempts_ms: Vec::new(),
+            observer,
+        };
+        let started = Instant::now();
+        let started_at = self.clock.now();
+        let hard_at = started + Duration::from_millis(policy.hard_timeout_ms);
+        let mut soft_at = Some(started + Duration::from_millis(policy.soft_timeout_ms))
+            .filter(|_| policy.soft_timeout_ms < policy.hard_timeout_ms);
+        let mut capsule = Some(Capsule::new(&request.run_id, &request.kind, cx, self.env.clone()));
+        let mut output = None;
+
+        let at = self.clock.now();
+        let change = run.life.start(at);
+        run.record(change);
+        loop {
+            let Some(mut current) = capsule.take() else { break };
+            current.begin_attempt(run.life.attempts());
+            let attempt_started = Instant::now();
+            let task = {
+                let kind = kind.clone();
+                let request = request.clone();
+                tokio::spawn(async move {
+                    let result = kind.run(&request, &mut current).await;
+                    (current, result)
+                })
+            };
+            let abort = task.abort_handle();
+            let mut task = task;
+            let joined = loop {
+                tokio::select! {
+                    joined = &mut task => break Some(joined),
+                    () = sleep_until_opt(soft_at) => {
+                        soft_at = None;
+                        run.soft_timeout(policy.soft_timeout_ms);
+                    }
+                    () = tokio::time::sleep_until(hard_at) => {
+                        abort.abort();
+                        // The aborted task drops its capsule, killing its processes.
+                        let _ = (&mut task).await;
+                        break None;
+                    }
+                }
+            };
+            run.attempts_ms.push(millis(attempt_started.elapsed()));
+            let at = self.clock.now();
+            let failure = match joined {
+                None => {
+                    run.abandon(at, hard_timeout(&policy));
+                    break;
+                }
+                Some(Err(join)) => {
+                    let reason = if join.is_panic() {
+                        format!("the `{}` handler panicked: {}", request.kind, panic_text(join))
+                    } else {
+                        format!("the `{}` handler was cancelled", request.kind)
+                    };
+                    RunFailure::new(FailureKind::Internal, reason)
+                }
+                Some(Ok((back, Ok(out)))) => {
+                    capsule = Some(back);
+                    let change = run.life.complete(at);
+                    run.record(change);
+                    output = Some(out);
+                    break;
+                }
+                Some(Ok((back, Err(KindError(failure))))) => {
+                    capsule = Some(back);
+                    if failure.kind == FailureKind::MissingInput {
+                        let change = run.life.block(at, &failure.reason);
+                        run.record(change);
+                        break;
+                    }
+                    failure
+                }
+            };
+            let failed = run.life.fail(at, failure.clone(), &policy);
+            let after = match failed {
+                Ok((transition, after)) => {
+                    run.record(Ok(transition));
+                    after
+                }
+                Err(e) => {
+                    run.record(Err(e));
+                    break;
+                }
+            };
+            let AfterFailure::Retry { retry, delay_ms } = after else { break };
+            if capsule.is_none() {
+                break; // a panic lost the capsule; the failure is permanent anyway
+            }
+            run.observer.observe(&RunEvent::Retrying {
+                run_id: request.run_id.clone(),
+                kind: request.kind.clone(),
+                retry,
+                delay_ms,
+                failure,
+            });
+            let wake = Instant::now() + Duration::from_millis(delay_ms);
+            if wake >= hard_at {
+                tokio::time::sleep_until(hard_at).await;
+                run.abandon(self.clock.now(), hard_timeout(&policy));
+                break;
+            }
+            tokio::time::sleep_until(wake).await;
+            if soft_at.is_some_and(|s| s <= Instant::now()) {
+                soft_at = None;
+                run.soft_timeout(policy.soft_timeout_ms);
+            }
+            let change = run.life.retry(self.clock.now());
+            run.record(change);
+        }
+        drop(capsule);
+        let finished_at = self.clock.now();
+        run.response(output, started_at, finished_at, millis(started.elapsed()))
+    }
+
+    /// Runs `requests` at most `concurrency` at a time (at least 1); the results come back in
+    /// request order, each the run's response or why it was refused.
+    pub async fn execute_parallel(
+        &self,
+        requests: Vec<RunRequest>,
+        cx: RunContext,
+        concurrency: usize,
+    ) -> Vec<Result<RunResponse, ExecError>> {
+        let limit = Arc::new(tokio::sync::Semaphore::new(concurrency.max(1)));
+        let mut tasks = Vec::with_capacity(requests.len());
+        for request in requests {
+            let this = self.clone();
+            let cx = cx.clone();
+            let limit = limit.clone();
+            tasks.push(tokio::spawn(async move {
+                let _permit = limit.acquire_owned().await;
+                this.execute(request, cx).await
+            }));
+        }
+        let mut results = Vec::with_capacity(tasks.len());
+        for task in tasks {
+            results.push(match task.await {
+                Ok(result) => result,
+                // `execute` does not panic (handlers run in tasks of their own); a cancelled
+                // runtime is the only way here.
+                Err(e) => Err(ExecError::BadInputs {
+                    kind: String::new(),
+                    problem: format!("the batch task ended without a result: {e}"),
+                }),
+            });
+        }
+        results
+    }
+
+    /// Runs `requests` one after another and stops at the first that does not complete (a
+    /// refused request, a failed or blocked run); the ones after it are
+    /// [`BatchItem::Skipped`]. The results are in request order.
+    pub async fn execute_sequential(
+        &self,
+        requests: Vec<RunRequest>,
+        cx: RunContext,
+    ) -> Vec<BatchItem> {
+        let mut results = Vec::with_capacity(requests.len());
+        let mut stopped = false;
+        for request in requests {
+            if stopped {
+                results.push(BatchItem::Skipped { run_id: request.run_id });
+                continue;
+            }
+            let item = match self.execute(request, cx.clone()).await {
+                Ok(response) => BatchItem::Ran(Box::new(response)),
+                Err(error) => BatchItem::Refused(error),
+            };
+            stopped = !matches!(&item, BatchItem::Ran(r) if r.success());
+            results.push(item);
+        }
+        results
+    }
+}
+
+/// One request's fate in a sequential batch.
+#[derive(Clone, Debug, PartialEq)]
+pub enum BatchItem {
+    /// It ran; see its status.
+    Ran(Box<RunResponse>),
+    /// It was refused before running.
+    Refused(ExecError),
+    /// An earlier request did not complete, so it was not run.
+    Skipped {
+        /// The request's run id.
+        run_id: String,
+    },
+}
+
+/// The run under way: its lifecycle and what the response will carry.
+struct Run {
+    request: Arc<RunRequest>,
+    life: RunLifecycle,
+    transitions: Vec<RunTransition>,
+    warnings: Vec<String>,
+    attempts_ms: Vec<u64>,
+    observer: Arc<dyn RunObserver>,
+}
+
+impl Run {
+    fn record(&mut self, change: Result<RunTransition, agent_state::RunTransitionError>) {
+        match change {
+            Ok(transition) => {
+                self.observer.observe(&RunEvent::Transition {
+                    run_id: self.request.run_id.clone(),
+                    kind: self.request.kind.clone(),
+                    transition: transition.clone(),
+                });
+                self.transitions.push(transition);
+            }
+            // The executor drives the table in its documented order; a refusal is a bug here,
+            // kept visible instead of hidden.
+            Err(error) => {
+                tracing::error!(run = %self.request.run_id, %error, "executor run transition refused");
+                self.warnings.push(format!("internal: {error}"));
+            }
+        }
+    }
+
+    fn abandon(&mut self, at: Timestamp, failure: RunFailure) {
+        match self.life.abandon(at, failure) {
+            Ok(Some(transition)) => self.record(Ok(transition)),
+            Ok(None) => {}
+            Err(error) => self.record(Err(error)),
+        }
+    }
+
+    fn soft_timeout(&mut self, after_ms: u64) {
+        tracing::warn!(run = %self.request.run_id, kind = %self.request.kind, after_ms, "run passed its soft timeout");
+        self.warnings.push(format!("passed the soft timeout of {after_ms} ms"));
+        self.observer.observe(&RunEvent::SoftTimeout {
+            run_id: self.request.run_id.clone(),
+            kind: self.request.kind.clone(),
+            after_ms,
+        });
+    }
+
+    fn response(
+        self,
+        output: Option<KindOutput>,
+        started_at: Timestamp,
+        finished_at: Timestamp,
+        duration_ms: u64,
+    ) -> RunResponse {
+        let status = self.life.state();
+        let failure =
+            if status == RunState::Completed { None } else { self.life.last_failure().cloned() };
+        let output = output.unwrap_or_default();
+        RunResponse {
+            run_id: self.request.run_id.clone(),
+            kind: self.request.kind.clone(),
+            status,
+            primary_output: output.primary_output,
+            confidence: if output.confidence.is_finite() {
+                output.confidence.clamp(0.0, 1.0)
+            } else {
+                0.0
+            },
+            artifacts: output.artifacts,
+            data: output.data,
+            needs_model: output.needs_model,
+            failure,
+            warnings: self.warnings,
+            attempts: self.life.attempts(),
+            retries: self.life.retries(),
+            transitions: self.transitions,
+            timings: Timings {
+                started_at,
+                finished_at,
+                duration_ms,
+                attempts_ms: self.attempts_ms,
+            },
+        }
+    }
+}
+
+fn hard_timeout(policy: &RetryPolicy) -> RunFailure {
+    RunFailure::new(
+        FailureKind::HardTimeout,
+        format!(
+            "the run passed its hard timeout of {} ms and was cancelled",
+            policy.hard_timeout_ms
+        ),
+    )
+}
+
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn panic_text(join: tokio::task::JoinError) -> String {
+    let payload = join.into_panic();
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic without a message".to_owned()
+    }
+}
+
+fn json_type(value: &serde_json::Value) -> &'static str {
+    match value {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
