@@ -76,6 +76,15 @@ pub enum ReasoningRequest {
         /// What the agent is doing.
         context: String,
     },
+    /// An executor kind asks for text (a draft, notes, a summary).
+    Compose {
+        /// Who asked.
+        agent: AgentId,
+        /// What to write.
+        instruction: String,
+        /// What to write it from.
+        material: String,
+    },
 }
 
 impl ReasoningRequest {
@@ -88,7 +97,8 @@ impl ReasoningRequest {
             | ReasoningRequest::NextAction { agent, .. }
             | ReasoningRequest::Judge { agent, .. }
             | ReasoningRequest::Plan { agent, .. }
-            | ReasoningRequest::Answer { agent, .. } => agent,
+            | ReasoningRequest::Answer { agent, .. }
+            | ReasoningRequest::Compose { agent, .. } => agent,
         }
     }
 
@@ -101,6 +111,7 @@ impl ReasoningRequest {
             ReasoningRequest::Judge { .. } => "judge",
             ReasoningRequest::Plan { .. } => "plan",
             ReasoningRequest::Answer { .. } => "answer",
+            ReasoningRequest::Compose { .. } => "compose",
         }
     }
 }
@@ -122,6 +133,8 @@ pub enum ScriptedAnswer {
     Plan(Plan),
     /// For an answer to what was said.
     Reply(String),
+    /// For a text an executor kind asked to compose.
+    Compose(String),
     /// Any question: the reasoner fails with this error.
     Fail(ReasonError),
     /// Any question: answer as the fallback reasoner would.
@@ -138,6 +151,7 @@ impl ScriptedAnswer {
             ScriptedAnswer::Judgement(_) => "judge",
             ScriptedAnswer::Plan(_) => "plan",
             ScriptedAnswer::Reply(_) => "answer",
+            ScriptedAnswer::Compose(_) => "compose",
             ScriptedAnswer::Fail(_) => "fail",
             ScriptedAnswer::Fallback => "fallback",
         }
@@ -375,6 +389,29 @@ impl Reasoner for ScriptedReasoner {
             ScriptedAnswer::Reply(r) => Ok(r),
             ScriptedAnswer::Fail(e) => Err(e),
             ScriptedAnswer::Fallback => self.fallback.answer(who, from, message, context).await,
+            other => Err(mismatch(kind, &other)),
+        }
+    }
+
+    /// Answers with a scripted [`ScriptedAnswer::Compose`]; its fallback (the rule-based
+    /// reasoner unless another was given) cannot write:
+    /// [`ReasonError::NeedsModel`].
+    async fn compose(
+        &self,
+        who: Persona<'_>,
+        instruction: &str,
+        material: &str,
+    ) -> Result<String, ReasonError> {
+        let request = ReasoningRequest::Compose {
+            agent: who.config.id.clone(),
+            instruction: instruction.to_owned(),
+            material: material.to_owned(),
+        };
+        let kind = request.kind();
+        match self.pick(request) {
+            ScriptedAnswer::Compose(text) => Ok(text),
+            ScriptedAnswer::Fail(e) => Err(e),
+            ScriptedAnswer::Fallback => self.fallback.compose(who, instruction, material).await,
             other => Err(mismatch(kind, &other)),
         }
     }

@@ -6,7 +6,17 @@
 //! `strata exec KIND "objective"` (or [`Executor::execute`]) runs one kind without a team.
 //!
 //! - [`Registry`] and [`Kind`]: kinds registered by name (twice is an error); [`FnKind`] makes
-//!   one from a closure. [`builtins`] registers the four kinds of the seed.
+//!   one from a closure. [`builtins()`] registers the four kinds of the seed (module
+//!   [`builtins`](mod@builtins)): [`RESEARCH_AGENT`] (sources from the workspace and from URLs
+//!   on allowed hosts, and notes), [`WRITER_AGENT`] (a report, email or document written to a
+//!   workspace file), [`PLANNER_AGENT`] (a Strata plan file) and [`INTEGRATIONS_AGENT`] (a call
+//!   of a configured endpoint). On the rule-based reasoner each does its deterministic part and
+//!   says what needs a model ([`KindOutput::needs_model`]).
+//! - HTTP (feature `http`, on by default; the workspace declares the crate without it and the
+//!   `strata` command turns it on): every request's host checked against the
+//!   [`HttpPolicy`] before it is sent, redirects followed only to allowed hosts (never for
+//!   endpoints), a timeout, bodies cut at `max_body_bytes`. Without the feature, what needs
+//!   HTTP fails with [`FailureKind::InvalidInput`](agent_state::FailureKind) saying so.
 //! - [`Executor::execute`]: pending → running → completed | blocked | failed, failed → running
 //!   on a retry the [`RetryPolicy`](agent_state::RetryPolicy) grants (the table and the retry
 //!   maths are in `agent-state`, [`RunLifecycle`](agent_state::RunLifecycle)); a
@@ -55,14 +65,19 @@
 //! # }
 //! ```
 
+pub mod builtins;
 mod capsule;
 mod env;
 mod events;
+mod http;
 mod kind;
 mod request;
 mod run;
 
 pub use agent_state::RunEvent;
+pub use builtins::{
+    INTEGRATIONS_AGENT, PLANNER_AGENT, RESEARCH_AGENT, WRITER_AGENT, builtins, register_builtins,
+};
 pub use capsule::{CAPSULES_DIR, Capsule, Turn};
 pub use env::{Endpoint, EndpointError, ExecEnv, HeaderValue, HttpPolicy, Method};
 pub use events::{ChannelObserver, NoObserver, RunObserver};
@@ -71,3 +86,6 @@ pub use kind::{
 };
 pub use request::{ExecError, MAX_INPUTS_BYTES, MAX_OBJECTIVE_BYTES, RunRequest, valid_run_id};
 pub use run::{BatchItem, Executor, RunContext, RunResponse, Timings};
+
+#[cfg(test)]
+mod tests;

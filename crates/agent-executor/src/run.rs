@@ -167,6 +167,7 @@ pub struct Executor {
     env: Arc<ExecEnv>,
     policy: RetryPolicy,
     kind_policies: BTreeMap<String, RetryPolicy>,
+    agent_policies: BTreeMap<String, RetryPolicy>,
     clock: Arc<dyn Clock>,
 }
 
@@ -176,6 +177,7 @@ impl std::fmt::Debug for Executor {
             .field("kinds", &self.registry)
             .field("policy", &self.policy)
             .field("kind_policies", &self.kind_policies)
+            .field("agent_policies", &self.agent_policies)
             .finish_non_exhaustive()
     }
 }
@@ -189,6 +191,7 @@ impl Executor {
             env: Arc::new(ExecEnv::default()),
             policy: RetryPolicy::executor_default(),
             kind_policies: BTreeMap::new(),
+            agent_policies: BTreeMap::new(),
             clock: Arc::new(TokioClock::new()),
         }
     }
@@ -214,6 +217,13 @@ impl Executor {
         self
     }
 
+    /// The same executor with `policy` for runs made for the agent `agent` (over the kind's).
+    #[must_use]
+    pub fn with_agent_policy(mut self, agent: impl Into<String>, policy: RetryPolicy) -> Self {
+        self.agent_policies.insert(agent.into(), policy);
+        self
+    }
+
     /// The same executor reading time from `clock`.
     #[must_use]
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
@@ -231,11 +241,13 @@ impl Executor {
         &self.env
     }
 
-    /// The policy a run of `kind` for `cx` gets: the agent's, else the executor's for the
-    /// kind, else the kind's own, else the executor's default.
+    /// The policy a run of `kind` for `cx` gets: the context's, else the executor's for the
+    /// agent ([`with_agent_policy`](Self::with_agent_policy)), else the executor's for the kind,
+    /// else the kind's own, else the executor's default.
     pub fn policy_for(&self, kind: &str, cx: &RunContext) -> RetryPolicy {
         cx.policy
             .clone()
+            .or_else(|| self.agent_policies.get(cx.agent.id.as_str()).cloned())
             .or_else(|| self.kind_policies.get(kind).cloned())
             .or_else(|| self.registry.get(kind).and_then(|k| k.policy()))
             .unwrap_or_else(|| self.policy.clone())
@@ -354,8 +366,10 @@ impl Executor {
                     }
                     () = tokio::time::sleep_until(hard_at) => {
                         abort.abort();
-                        // The aborted task drops its capsule, killing its processes.
-                        let _ = (&mut task).await;
+                        // The aborted task drops its capsule, killing its processes; a
+                        // handler stuck in blocking code cannot be stopped, so it is not
+                        // waited for long.
+                        let _ = tokio::time::timeout(ABORT_GRACE, &mut task).await;
                         break None;
                     }
                 }
@@ -593,6 +607,10 @@ impl Run {
         }
     }
 }
+
+/// How long a cancelled attempt's task is waited for, so that its capsule is dropped (and its
+/// processes killed) before the run's response is returned.
+const ABORT_GRACE: Duration = Duration::from_secs(1);
 
 fn hard_timeout(policy: &RetryPolicy) -> RunFailure {
     RunFailure::new(

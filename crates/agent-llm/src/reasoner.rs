@@ -11,6 +11,7 @@
 //! | judge progress | `{"complete": true \| false, "summary": "..."}` |
 //! | plan (a goal in words) | `{"leads": [{"role", "domain"}], "steps": [{"id", "description", "domain", "role", "after", "acceptance"}]}` |
 //! | answer (`speak_to_agent`) | `{"reply": "..."}` |
+//! | compose (an executor kind's text) | free text |
 //!
 //! A **plan** turns a task's goal into goal steps (no tool: the executor's reasoner chooses its
 //! calls), each for a domain, and the mid-layer leads to create for those domains from the
@@ -20,7 +21,10 @@
 //! lead (when the book has mid roles); a step's role, if given, a bottom role of the book.
 //! Without roles in the book the plan has steps only, their domains free text. An **answer**
 //! is a short reply (at most 256 tokens) of an agent spoken to by its supervisor or a
-//! subordinate.
+//! subordinate. A **composition** is the text an executor kind asks for (a draft, research
+//! notes): a plain text completion from the agent's system prompt, the instruction and the
+//! material, outside the agent's conversation (the executor's capsule keeps the run's own), at
+//! most [`LlmSettings::plan_max_tokens`] tokens if that is more than `max_tokens`.
 //!
 //! In the tool loop the agent is offered the tools its layer says it holds now
 //! ([`Persona::tools`]: workspace tools described from the registry, agent-management tools
@@ -101,8 +105,9 @@ pub struct LlmSettings {
     /// Most tokens a decision may generate (default 512); a plan may use
     /// [`plan_max_tokens`](Self::plan_max_tokens) if that is more, an answer at most 256.
     pub max_tokens: u32,
-    /// Most tokens a plan may generate, if more than `max_tokens` (default 2 048): a plan of
-    /// several steps with their descriptions and acceptance checks is the longest answer.
+    /// Most tokens a plan or a composed text may generate, if more than `max_tokens` (default
+    /// 2 048): a plan of several steps with their descriptions and acceptance checks, and a
+    /// draft or notes an executor kind asks for, are the longest answers.
     pub plan_max_tokens: u32,
     /// Characters of each whiteboard's tail put in the prompt (default 2 000).
     pub board_chars: usize,
@@ -239,8 +244,16 @@ impl LlmReasoner {
         }
     }
 
-    /// The system prompt: the agent's own, its boards' tails, and a note on dropped turns.
+    /// The system prompt: the agent's own, its boards' tails, a note on dropped turns, and
+    /// that answers are structured.
     async fn system(&self, who: Persona<'_>, dropped: u64) -> String {
+        let mut s = self.context(who, dropped).await;
+        s.push_str("\n\nAnswer every question in the requested structured form only.");
+        s
+    }
+
+    /// The agent's system prompt, its boards' tails, and a note on dropped turns.
+    async fn context(&self, who: Persona<'_>, dropped: u64) -> String {
         let mut s = who.system_prompt.to_owned();
         if let Some(boards) = &self.boards {
             let me = &who.config.id;
@@ -270,7 +283,6 @@ impl LlmReasoner {
                 "\n\nNote: {dropped} earlier turns were dropped from this conversation to keep it short."
             );
         }
-        s.push_str("\n\nAnswer every question in the requested structured form only.");
         s
     }
 
@@ -1033,6 +1045,42 @@ impl Reasoner for LlmReasoner {
             }
         })
         .await
+    }
+
+    async fn compose(
+        &self,
+        who: Persona<'_>,
+        instruction: &str,
+        material: &str,
+    ) -> Result<String, ReasonError> {
+        let mut prompt = instruction.trim().to_owned();
+        if !material.trim().is_empty() {
+            let _ = write!(prompt, "\n\nMaterial:\n{}", material.trim());
+        }
+        prompt.push_str("\n\nAnswer with the text itself, without remarks about it.");
+        let mut system = self.context(who, 0).await;
+        system.push_str("\n\nYou are asked to write a text: answer with the text, not JSON.");
+        let request = ChatRequest {
+            system,
+            messages: vec![ChatMessage::user(prompt)],
+            tools: Vec::new(),
+            require_tool: false,
+            response: ResponseFormat::Text,
+            max_tokens: self.settings.max_tokens.max(self.settings.plan_max_tokens),
+            temperature: who.config.temperature,
+        };
+        let response = self.call(who, &request, false).await?;
+        let text = response.text.trim();
+        if text.is_empty() {
+            tracing::warn!(agent = %who.config.id, "the model composed an empty text");
+            return Err(self.backend(format!(
+                "{} model `{}` answered with no text to a request to write ({})",
+                self.provider.name(),
+                self.provider.model(),
+                instruction.lines().next().unwrap_or_default().chars().take(80).collect::<String>()
+            )));
+        }
+        Ok(text.to_owned())
     }
 }
 

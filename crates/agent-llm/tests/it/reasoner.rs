@@ -1471,3 +1471,82 @@ async fn decompose_offers_a_goal_step_to_every_available_executor() {
     assert!(question.contains("no tool named (the executor chooses)"), "{question}");
     assert!(!question.contains("tool ``"), "{question}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Compose (an executor kind's text)
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn compose_is_a_plain_text_completion_with_the_persona_instruction_and_material() {
+    let rig = rig(MockProvider::queue([text("  # Report\n\nAll is well.\n  ", 30, 12)]));
+    let agent = Agent::new("exec-writer", AgentLayer::Bottom);
+    let written = rig
+        .reasoner
+        .compose(agent.persona(), "Write a report on the release", "notes: v2 shipped on Monday")
+        .await
+        .unwrap();
+    assert_eq!(written, "# Report\n\nAll is well.");
+
+    let request = rig.provider.last();
+    assert!(request.system.starts_with(&agent.prompt), "{}", request.system);
+    assert!(!request.system.contains("structured form"), "free text: {}", request.system);
+    assert_eq!(request.response, ResponseFormat::Text);
+    assert!(request.tools.is_empty() && !request.require_tool, "{request:?}");
+    // The longer of the limits: a draft is one of the longest answers (the rig's decisions
+    // may use 200 tokens, a plan 2 048).
+    assert_eq!(request.max_tokens, 2_048);
+    assert_eq!(request.messages.len(), 1, "no conversation history");
+    let asked = &last_message(&request).content;
+    assert!(asked.starts_with("Write a report on the release"), "{asked}");
+    assert!(asked.contains("Material:\nnotes: v2 shipped on Monday"), "{asked}");
+
+    // The call went through the ledger like any other, and stays out of the agent's own
+    // conversation (the executor's capsule keeps the run's).
+    let report = rig.ledger.report();
+    assert_eq!(
+        (report.total.calls, report.total.input_tokens, report.total.output_tokens),
+        (1, 30, 12)
+    );
+    assert!(rig.conversations.get(&AgentId::new("exec-writer")).unwrap().turns.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn compose_retries_a_transient_failure_and_reports_a_permanent_one_as_a_backend_error() {
+    let rig = rig(MockProvider::queue([
+        failure(ProviderErrorKind::Server, "503 overloaded"),
+        text("notes", 5, 1),
+    ]));
+    let agent = Agent::new("exec-r", AgentLayer::Bottom);
+    let written = rig.reasoner.compose(agent.persona(), "Write notes", "").await.unwrap();
+    assert_eq!(written, "notes");
+    assert_eq!(rig.provider.calls(), 2, "retried once");
+    assert!(
+        !last_message(&rig.provider.last()).content.contains("Material:"),
+        "no material, no material section"
+    );
+
+    let rig = rig_again_with([failure(ProviderErrorKind::Unauthorized, "401 bad key")]);
+    let err = rig.reasoner.compose(agent.persona(), "Write notes", "m").await.unwrap_err();
+    let ReasonError::Backend { reasoner, message } = &err else { panic!("{err:?}") };
+    assert_eq!(reasoner, "mock:mock-model");
+    assert!(message.contains("401 bad key"), "{message}");
+    assert_eq!(rig.provider.calls(), 1, "a permanent failure is not retried");
+
+    // A model that writes nothing has not written the text.
+    let rig = rig_again_with([text("   \n", 5, 0)]);
+    let err = rig.reasoner.compose(agent.persona(), "Write notes", "m").await.unwrap_err();
+    let ReasonError::Backend { message, .. } = &err else { panic!("{err:?}") };
+    assert!(message.contains("no text") && message.contains("Write notes"), "{message}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn compose_is_refused_by_a_spent_budget_without_a_call() {
+    let rig = rig_with(
+        MockProvider::queue([text("never", 1, 1)]),
+        UsageLedger::new(PriceTable::new(), Budget { max_calls: Some(0), ..Budget::default() }),
+    );
+    let agent = Agent::new("exec-w", AgentLayer::Bottom);
+    let err = rig.reasoner.compose(agent.persona(), "Write", "m").await.unwrap_err();
+    assert!(matches!(err, ReasonError::Backend { .. }), "{err:?}");
+    assert_eq!(rig.provider.calls(), 0);
+}
