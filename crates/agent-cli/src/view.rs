@@ -1,19 +1,26 @@
 //! What a run shows while it goes and when it ends: a live view on a terminal, plain (or JSON)
 //! event lines otherwise, and the final summary.
 //!
+//! While the run goes, the lines come from the team's event stream ([`Team::events`]) as
+//! things happen: every audit record once it is stored (`audit` in JSON; [`event_line`] in
+//! text), every state change, progress report and note of an executor kind's run
+//! (`executor_run`; [`run_line`]), and, when the view fell behind and the stream dropped
+//! events for it, how many (`lagged` with `skipped`; [`lagged_line`]). The audit log keeps
+//! every record (`strata inspect RUN audit`); the final summary is read from the store.
+//!
 //! Text that can come from outside (file paths a tool wrote, tool output, goals, reasons) is
 //! printed with its control characters escaped ([`esc`]: a newline shows as `\n`), so one
 //! event is always one line and nothing printed can drive the terminal.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, VecDeque};
 use std::io::{IsTerminal, Write};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_core::{AuditEvent, AuditRecord};
+use agent_core::{AuditEvent, AuditRecord, EventStream, Received, TeamEvent};
 use agent_pool::{Team, TeamServices};
-use agent_state::{AgentLayer, Task, TaskOutcome};
+use agent_state::{AgentId, AgentLayer, RunEvent, Task, TaskOutcome};
 use team_file::escape_controls as esc;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -126,12 +133,104 @@ pub(crate) struct Watcher {
 }
 
 impl Watcher {
+    /// Shows what the stream still holds, refreshes the live view a last time, and ends.
     pub(crate) async fn stop(self) {
         let _ = self.stop.send(true);
         let _ = self.handle.await;
     }
 }
 
+/// How many lines the live view's "recent" list shows.
+const RECENT: usize = 6;
+
+/// What the watcher has shown so far.
+struct Shown {
+    mode: Mode,
+    /// When the run started (ms since the epoch): event times are relative to it.
+    started_at: u64,
+    /// The run id, for the hint after a lag.
+    run_id: String,
+    /// Steps done in the records shown (see [`step_done`]).
+    steps_done: usize,
+    /// The live view's last lines.
+    recent: VecDeque<String>,
+    /// The sequence numbers of the records read from the log before the stream, in order: one
+    /// of them that also comes on the stream was already shown.
+    history: Vec<u64>,
+}
+
+impl Shown {
+    /// A text line: the line to print, or (live view) kept among the recent ones.
+    fn line(&mut self, line: String) -> Option<String> {
+        if self.mode == Mode::Lines {
+            return Some(line);
+        }
+        if self.recent.len() == RECENT {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(line);
+        None
+    }
+
+    fn audit(&mut self, record: &AuditRecord) -> Option<String> {
+        if self.history.binary_search(&record.seq).is_ok() {
+            return None;
+        }
+        self.steps_done += usize::from(step_done(record));
+        match self.mode {
+            Mode::Json => Some(serde_json::json!({"event": "audit", "record": record}).to_string()),
+            Mode::Lines | Mode::Live => self.line(event_line(record, self.started_at)),
+        }
+    }
+
+    fn run(&mut self, agent: &AgentId, event: &RunEvent) -> Option<String> {
+        match self.mode {
+            Mode::Json => Some(
+                serde_json::json!({"event": "executor_run", "agent": agent, "run": event})
+                    .to_string(),
+            ),
+            Mode::Lines | Mode::Live => self.line(run_line(agent, event, self.started_at)),
+        }
+    }
+
+    fn lagged(&mut self, skipped: u64) -> Option<String> {
+        match self.mode {
+            Mode::Json => {
+                Some(serde_json::json!({"event": "lagged", "skipped": skipped}).to_string())
+            }
+            Mode::Lines | Mode::Live => {
+                self.line(lagged_line(skipped, &self.run_id, now_ms(), self.started_at))
+            }
+        }
+    }
+
+    /// What `received` shows: the line to print on stdout, if any (the live view keeps its
+    /// lines and draws them on its next refresh).
+    fn received(&mut self, received: &Received) -> Option<String> {
+        match received {
+            Received::Event(event) => match &**event {
+                TeamEvent::Audit(record) => self.audit(record),
+                TeamEvent::Run { agent, event } => self.run(agent, event),
+            },
+            Received::Lagged(skipped) => self.lagged(*skipped),
+            Received::Closed => None,
+        }
+    }
+}
+
+/// Prints one line of the view, if there is one.
+fn print(line: Option<String>) {
+    if let Some(line) = line {
+        println!("{line}");
+    }
+}
+
+/// Shows the run as it goes: the team's event stream ([`Team::events`]), subscribed to before
+/// this returns, after what the audit log already holds (the agents' creation, or a resumed
+/// run's history). The view only reads the stream, on a thread of the blocking pool (a
+/// terminal or pipe that is slow to take its lines holds up no runtime worker): a view that
+/// falls behind skips events, and says so, but never slows an agent. The summary is read from
+/// the store.
 pub(crate) fn watch(
     team: Arc<Team>,
     services: TeamServices,
@@ -139,36 +238,113 @@ pub(crate) fn watch(
     info: RunInfo,
     output: OutputArgs,
 ) -> Watcher {
-    let (stop, mut stopped) = watch::channel(false);
-    let mode = mode(&output);
-    let handle = tokio::spawn(async move {
-        // Every record read so far; each refresh reads only the new ones.
-        let mut records: Vec<AuditRecord> = Vec::new();
-        let mut tick = tokio::time::interval(REFRESH);
-        loop {
-            let done = tokio::select! {
-                _ = tick.tick() => false,
-                _ = stopped.changed() => true,
-            };
-            let from = records.last().map_or(0, |r| r.seq + 1);
-            let seen = records.len();
-            records.extend(services.audit.records_from(from).await.unwrap_or_default());
-            let new = records.get(seen..).unwrap_or_default();
-            match mode {
-                Mode::Json => new
-                    .iter()
-                    .for_each(|r| json_line(&serde_json::json!({"event": "audit", "record": r}))),
-                Mode::Lines => {
-                    new.iter().for_each(|r| println!("{}", event_line(r, info.started_at)))
-                }
-                Mode::Live => live(&team, &services, &task, &info, &records).await,
+    let (stop, stopped) = watch::channel(false);
+    // Subscribed before the log is read: a record appended in between is read, received, or
+    // both (then shown once).
+    let events = team.events();
+    let view = View { team, services, task, info, mode: mode(&output) };
+    let runtime = tokio::runtime::Handle::current();
+    let handle = tokio::task::spawn_blocking(move || runtime.block_on(view.show(events, stopped)));
+    Watcher { stop, handle }
+}
+
+/// What the watcher shows.
+struct View {
+    team: Arc<Team>,
+    services: TeamServices,
+    task: Task,
+    info: RunInfo,
+    mode: Mode,
+}
+
+impl View {
+    /// The log's records so far, then the events of `events` until `stopped` changes, then
+    /// what the stream still holds.
+    async fn show(self, mut events: EventStream, mut stopped: watch::Receiver<bool>) {
+        let mut shown = Shown {
+            mode: self.mode,
+            started_at: self.info.started_at,
+            run_id: self.info.run_id.clone(),
+            steps_done: 0,
+            recent: VecDeque::with_capacity(RECENT),
+            history: Vec::new(),
+        };
+        match self.services.audit.records(None).await {
+            Ok(history) => {
+                history.iter().for_each(|r| print(shown.audit(r)));
+                shown.history = history.iter().map(|r| r.seq).collect();
             }
-            if done {
-                break;
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the audit log; showing new events only")
             }
         }
-    });
-    Watcher { stop, handle }
+        let mut tick = tokio::time::interval(REFRESH);
+        let mut open = true;
+        loop {
+            tokio::select! {
+                biased;
+                _ = stopped.changed() => break,
+                received = events.next(), if open => {
+                    open = !matches!(received, Received::Closed);
+                    print(shown.received(&received));
+                }
+                _ = tick.tick(), if self.mode == Mode::Live => self.live(&shown).await,
+            }
+        }
+        // What was published before the stop is waiting: show it.
+        while let Some(received) = events.try_next() {
+            if matches!(received, Received::Closed) {
+                break;
+            }
+            print(shown.received(&received));
+        }
+        if self.mode == Mode::Live {
+            self.live(&shown).await;
+        }
+    }
+
+    async fn live(&self, shown: &Shown) {
+        live(&self.team, &self.services, &self.task, &self.info, shown).await;
+    }
+}
+
+/// One event of an executor kind's run as one line of text, like an audit record's, such as
+/// `[   3.20s] exec-1       research_agent run 3f2a0c1d: 40% reading docs/a.md`.
+pub(crate) fn run_line(agent: &AgentId, event: &RunEvent, start: u64) -> String {
+    let (run_id, kind, at, what) = match event {
+        RunEvent::Transition { run_id, kind, transition } => (
+            run_id,
+            kind,
+            transition.at.0,
+            format!("{} -> {} ({})", transition.from, transition.to, transition.reason),
+        ),
+        RunEvent::Progress { run_id, kind, percent, message } => {
+            (run_id, kind, now_ms(), format!("{percent}% {message}"))
+        }
+        RunEvent::Note { run_id, kind, name, data } => {
+            (run_id, kind, now_ms(), format!("{name} {data}"))
+        }
+        RunEvent::SoftTimeout { run_id, kind, after_ms } => {
+            (run_id, kind, now_ms(), format!("past its soft timeout of {after_ms} ms, going on"))
+        }
+        RunEvent::Retrying { run_id, kind, retry, delay_ms, failure } => {
+            (run_id, kind, now_ms(), format!("retry {retry} in {delay_ms} ms after {failure}"))
+        }
+    };
+    let t = at.saturating_sub(start) as f64 / 1000.0;
+    esc(&format!("[{t:>7.2}s] {:<12} {kind} run {}: {what}", agent.as_str(), short(run_id)))
+        .into_owned()
+}
+
+/// What the view says when it fell behind the team and the stream dropped `skipped` events.
+pub(crate) fn lagged_line(skipped: u64, run_id: &str, now: u64, start: u64) -> String {
+    let t = now.saturating_sub(start) as f64 / 1000.0;
+    esc(&format!(
+        "[{t:>7.2}s] {:<12} skipped {skipped} event(s): the view fell behind; \
+         `strata inspect {run_id} audit` lists every record",
+        "(view)"
+    ))
+    .into_owned()
 }
 
 /// One audit record as one line of text: control characters in it are escaped.
@@ -222,16 +398,10 @@ fn short(id: &str) -> &str {
     id.get(..8).unwrap_or(id)
 }
 
-async fn live(
-    team: &Team,
-    services: &TeamServices,
-    task: &Task,
-    info: &RunInfo,
-    records: &[AuditRecord],
-) {
+async fn live(team: &Team, services: &TeamServices, task: &Task, info: &RunInfo, shown: &Shown) {
     let mut out = String::from("\x1b[H\x1b[2J");
     let elapsed = now_ms().saturating_sub(info.started_at) as f64 / 1000.0;
-    let done = steps_done(records);
+    let done = shown.steps_done;
     out.push_str(&format!(
         "strata · run {} · task `{}` · {elapsed:.1}s · {done}/{} steps\n\n",
         info.run_id,
@@ -268,28 +438,35 @@ async fn live(
         }
     }
     out.push_str("\nrecent:\n");
-    for r in records.iter().rev().take(6).rev() {
-        out.push_str(&format!("  {}\n", event_line(r, info.started_at)));
+    for line in &shown.recent {
+        out.push_str(&format!("  {line}\n"));
     }
     let mut stdout = std::io::stdout().lock();
     let _ = stdout.write_all(out.as_bytes());
     let _ = stdout.flush();
 }
 
-/// Steps done so far: successful side-effect-free or side-effecting tool calls, one per step.
-fn steps_done(records: &[AuditRecord]) -> usize {
-    records.iter().filter(|r| matches!(r.event, AuditEvent::ToolCall { success: true, .. })).count()
+/// Whether `record` is a step done: a successful tool call, one per step.
+fn step_done(record: &AuditRecord) -> bool {
+    matches!(record.event, AuditEvent::ToolCall { success: true, .. })
 }
 
-/// Files the run wrote, from its audited `write_file` calls.
+/// Files the run wrote, from its audited `write_file` calls and the files trusted structured
+/// results say were created or modified (an executor kind's run, such as `writer_agent`).
 fn files_written(records: &[AuditRecord]) -> Vec<String> {
     let files: BTreeSet<String> = records
         .iter()
-        .filter_map(|r| match &r.event {
+        .flat_map(|r| match &r.event {
             AuditEvent::ToolCall { tool, args, success: true, .. } if tool == "write_file" => {
-                args.get("path").and_then(|p| p.as_str()).map(str::to_owned)
+                args.get("path").and_then(|p| p.as_str()).map(str::to_owned).into_iter().collect()
             }
-            _ => None,
+            AuditEvent::Result { result, trusted: true, .. } => result
+                .artifacts
+                .iter()
+                .filter(|a| a.change_type.writes())
+                .map(|a| a.file_path.clone())
+                .collect(),
+            _ => Vec::new(),
         })
         .collect();
     files.into_iter().collect()

@@ -250,6 +250,25 @@ pub trait AuditLog: Send + Sync + 'static {
         event: AuditEvent,
     ) -> Result<u64, BackendError>;
 
+    /// Appends one record like [`append`](Self::append) and returns it whole, sequence number
+    /// and hashes included: what a watcher of the team is shown
+    /// ([`PublishingAuditLog`](crate::events::PublishingAuditLog)). The default appends, then
+    /// reads the record back; backends, which build the record anyway, return it.
+    async fn append_record(
+        &self,
+        agent: &AgentId,
+        at: Timestamp,
+        event: AuditEvent,
+    ) -> Result<AuditRecord, BackendError> {
+        let seq = self.append(agent, at, event).await?;
+        self.records_from(seq).await?.into_iter().find(|r| r.seq == seq).ok_or_else(|| {
+            BackendError::new(
+                "audit",
+                format!("audit record {seq} was appended but cannot be read back"),
+            )
+        })
+    }
+
     /// Every record, or only `agent`'s, in order.
     async fn records(&self, agent: Option<&AgentId>) -> Result<Vec<AuditRecord>, BackendError>;
 
@@ -398,6 +417,26 @@ impl AuditLog for InMemoryAuditLog {
         let AuditRecord { at, agent, event, hash, .. } = record;
         log.push(Kept { at, agent, event: event.into(), hash });
         Ok(seq)
+    }
+
+    async fn append_record(
+        &self,
+        agent: &AgentId,
+        at: Timestamp,
+        event: AuditEvent,
+    ) -> Result<AuditRecord, BackendError> {
+        let mut log = self.log.lock().map_err(|_| poisoned())?;
+        let seq = log.len as u64;
+        let record = AuditRecord::new(seq, at, agent.clone(), event, log.last_hash());
+        log.heads.insert(agent.clone(), seq);
+        let kept = Kept {
+            at: record.at,
+            agent: record.agent.clone(),
+            event: record.event.clone().into(),
+            hash: record.hash,
+        };
+        log.push(kept);
+        Ok(record)
     }
 
     async fn head_of(&self, agent: &AgentId) -> Result<Option<AuditAnchor>, BackendError> {

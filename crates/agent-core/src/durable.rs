@@ -91,7 +91,16 @@ impl AuditLog for SledAuditLog {
         at: Timestamp,
         event: AuditEvent,
     ) -> Result<u64, BackendError> {
-        let seq = {
+        Ok(self.append_record(agent, at, event).await?.seq)
+    }
+
+    async fn append_record(
+        &self,
+        agent: &AgentId,
+        at: Timestamp,
+        event: AuditEvent,
+    ) -> Result<AuditRecord, BackendError> {
+        let record = {
             let mut tail = self.tail.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             let record = AuditRecord::new(tail.0, at, agent.clone(), event, tail.1);
             let bytes = encode(&record).map_err(|e| {
@@ -106,10 +115,10 @@ impl AuditLog for SledAuditLog {
                 .heads
                 .insert(agent.clone(), anchor);
             self.store.set_anchor(AUDIT_ANCHOR, anchor_json(anchor));
-            record.seq
+            record
         };
         self.store.commit().await?;
-        Ok(seq)
+        Ok(record)
     }
 
     async fn records_from(&self, from: u64) -> Result<Vec<AuditRecord>, BackendError> {

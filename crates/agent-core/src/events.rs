@@ -5,14 +5,26 @@
 //! that falls behind loses the oldest events and is told how many ([`EventStream::next`]
 //! returns [`Received::Lagged`]). Nothing is lost for good: every event that is an audit record
 //! was written to the audit log before it was published, so a watcher that lags can read the
-//! log for what it missed.
+//! log for what it missed. The store is lossless, the stream best-effort.
+//!
+//! [`PublishingAuditLog`] is how audit records reach the hub: a decorator over any
+//! [`AuditLog`] that publishes each record as [`TeamEvent::Audit`] once its append has
+//! returned `Ok` (durably stored, on a durable backend), and nothing when it fails. A team
+//! (`agent_pool::Team`) wraps its audit log in one, so every agent's transitions, tool calls,
+//! decisions and spawns are published.
+//!
+//! **Order.** A subscriber sees events in the order they were published. The records one
+//! agent appends one after another therefore arrive in sequence order; the records of
+//! different agents whose appends overlap (a durable backend syncs them together) may arrive
+//! in either order: each carries its `seq`.
 
 use std::sync::Arc;
 
-use agent_state::{AgentId, RunEvent};
+use agent_state::{AgentId, BackendError, RunEvent, Timestamp};
+use async_trait::async_trait;
 use tokio::sync::broadcast;
 
-use crate::audit::AuditRecord;
+use crate::audit::{AuditAnchor, AuditEvent, AuditLog, AuditRecord};
 
 /// Events kept for subscribers that are behind, by default.
 pub const DEFAULT_EVENT_CAPACITY: usize = 4096;
@@ -62,6 +74,90 @@ impl EventHub {
     /// A stream of every event published from now on.
     pub fn subscribe(&self) -> EventStream {
         EventStream { receiver: self.sender.subscribe() }
+    }
+
+    /// Whether some subscriber is listening: when none is, what would be published can be
+    /// left unbuilt.
+    pub fn is_watched(&self) -> bool {
+        self.sender.receiver_count() > 0
+    }
+}
+
+/// An [`AuditLog`] that publishes every record it appends on an [`EventHub`], as
+/// [`TeamEvent::Audit`], after the append succeeded: a record is on the stream only once it is
+/// in the log, and a failed append publishes nothing. Reads go to the log unchanged.
+///
+/// Publishing never waits (see [`EventHub::publish`]); with no subscriber, an append costs what
+/// the inner log's does.
+pub struct PublishingAuditLog {
+    inner: Arc<dyn AuditLog>,
+    hub: EventHub,
+}
+
+impl std::fmt::Debug for PublishingAuditLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PublishingAuditLog").field("hub", &self.hub).finish_non_exhaustive()
+    }
+}
+
+impl PublishingAuditLog {
+    /// Publishes what `inner` appends on `hub`.
+    pub fn new(inner: Arc<dyn AuditLog>, hub: EventHub) -> Self {
+        Self { inner, hub }
+    }
+
+    /// The log it writes to.
+    pub fn inner(&self) -> &Arc<dyn AuditLog> {
+        &self.inner
+    }
+
+    /// The hub it publishes on.
+    pub fn hub(&self) -> &EventHub {
+        &self.hub
+    }
+}
+
+#[async_trait]
+impl AuditLog for PublishingAuditLog {
+    async fn append(
+        &self,
+        agent: &AgentId,
+        at: Timestamp,
+        event: AuditEvent,
+    ) -> Result<u64, BackendError> {
+        if !self.hub.is_watched() {
+            // Nobody listens: the record need not be built whole (nor cloned) for them.
+            return self.inner.append(agent, at, event).await;
+        }
+        let record = self.inner.append_record(agent, at, event).await?;
+        let seq = record.seq;
+        self.hub.publish(TeamEvent::Audit(record));
+        Ok(seq)
+    }
+
+    async fn append_record(
+        &self,
+        agent: &AgentId,
+        at: Timestamp,
+        event: AuditEvent,
+    ) -> Result<AuditRecord, BackendError> {
+        let record = self.inner.append_record(agent, at, event).await?;
+        if self.hub.is_watched() {
+            self.hub.publish(TeamEvent::Audit(record.clone()));
+        }
+        Ok(record)
+    }
+
+    async fn records(&self, agent: Option<&AgentId>) -> Result<Vec<AuditRecord>, BackendError> {
+        self.inner.records(agent).await
+    }
+
+    async fn records_from(&self, from: u64) -> Result<Vec<AuditRecord>, BackendError> {
+        self.inner.records_from(from).await
+    }
+
+    async fn head_of(&self, agent: &AgentId) -> Result<Option<AuditAnchor>, BackendError> {
+        self.inner.head_of(agent).await
     }
 }
 

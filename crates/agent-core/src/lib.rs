@@ -64,7 +64,7 @@ pub use clock::{Clock, TokioClock, new_decision_id, new_message_id};
 #[cfg(feature = "sled")]
 pub use durable::{AUDIT_ANCHOR, SledAuditLog, SledStateStore};
 pub use error::AgentError;
-pub use events::{EventHub, EventStream, Received, TeamEvent};
+pub use events::{EventHub, EventStream, PublishingAuditLog, Received, TeamEvent};
 pub use reasoner::{
     BUDGET_EXTENSION_KIND, Candidate, Conflict, FINISH_TOOL, Judgement, NextAction, Persona,
     Placement, Plan, ReasonError, Reasoner, RuleBasedReasoner, ToolCall, ToolCallRecord, Verdict,

@@ -6,6 +6,7 @@
 mod anchors;
 mod blob;
 mod context;
+mod events;
 mod heartbeat;
 mod lifecycle;
 mod once;

@@ -1,8 +1,8 @@
 //! Tests of what a run prints: every event is one line, whatever the names in it.
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
-use agent_core::{AuditEvent, AuditRecord, GENESIS_HASH};
-use agent_state::{AgentId, Timestamp};
+use agent_core::{AuditEvent, AuditRecord, GENESIS_HASH, Received, TeamEvent};
+use agent_state::{AgentId, RunEvent, Timestamp};
 use serde_json::json;
 
 use super::*;
@@ -58,4 +58,159 @@ fn files_written_keep_their_names_for_the_summary() {
     let files = files_written(&[write]);
     assert_eq!(files, ["a\nb.txt"]);
     assert_eq!(esc(&files.join(", ")), "a\\nb.txt");
+}
+
+#[test]
+fn run_events_are_one_line_each_like_audit_records() {
+    let agent = AgentId::from("exec-1");
+    let progress = RunEvent::Progress {
+        run_id: "3f2a0c1d-77".into(),
+        kind: "research_agent".into(),
+        percent: 40,
+        message: "reading docs/a.md\nand more".into(),
+    };
+    let line = run_line(&agent, &progress, now_ms());
+    assert!(line.starts_with("[   0.0"), "{line}");
+    assert!(
+        line.ends_with(
+            "] exec-1       research_agent run 3f2a0c1d: 40% reading docs/a.md\\nand more"
+        ),
+        "{line}"
+    );
+
+    let transition = RunEvent::Transition {
+        run_id: "3f2a0c1d".into(),
+        kind: "research_agent".into(),
+        transition: agent_state::RunTransition {
+            from: agent_state::RunState::Pending,
+            to: agent_state::RunState::Running,
+            at: Timestamp(3_200),
+            reason: "started".into(),
+        },
+    };
+    assert_eq!(
+        run_line(&agent, &transition, 1_000),
+        "[   2.20s] exec-1       research_agent run 3f2a0c1d: pending -> running (started)"
+    );
+
+    let retrying = RunEvent::Retrying {
+        run_id: "r".into(),
+        kind: "fetch".into(),
+        retry: 1,
+        delay_ms: 1_000,
+        failure: agent_state::RunFailure::new(agent_state::FailureKind::Network, "reset"),
+    };
+    let line = run_line(&agent, &retrying, 0);
+    assert!(line.contains("fetch run r: retry 1 in 1000 ms after "), "{line}");
+    assert!(line.ends_with("reset"), "{line}");
+
+    let note = RunEvent::Note {
+        run_id: "r".into(),
+        kind: "fetch".into(),
+        name: "fetched".into(),
+        data: json!({"url": "https://example.com/\u{1b}[2J"}),
+    };
+    let line = run_line(&agent, &note, 0);
+    assert!(line.contains("fetch run r: fetched {\"url\":"), "{line}");
+    assert!(!line.chars().any(agent_state::is_control), "{line:?}");
+}
+
+#[test]
+fn a_lag_says_how_many_events_were_skipped_and_where_they_all_are() {
+    let line = lagged_line(12, "hello-1", 4_500, 1_000);
+    assert_eq!(
+        line,
+        "[   3.50s] (view)       skipped 12 event(s): the view fell behind; \
+         `strata inspect hello-1 audit` lists every record"
+    );
+}
+
+fn shown(mode: Mode) -> Shown {
+    Shown {
+        mode,
+        started_at: 1_000,
+        run_id: "r".into(),
+        steps_done: 0,
+        recent: VecDeque::new(),
+        history: Vec::new(),
+    }
+}
+
+/// A view's state after `events`, the log having held `history` when it was read, and the
+/// lines it printed.
+fn shown_after(mode: Mode, history: &[AuditRecord], events: &[Received]) -> (Shown, Vec<String>) {
+    let mut shown = shown(mode);
+    let mut printed: Vec<String> = history.iter().filter_map(|r| shown.audit(r)).collect();
+    shown.history = history.iter().map(|r| r.seq).collect();
+    printed.extend(events.iter().filter_map(|e| shown.received(e)));
+    (shown, printed)
+}
+
+fn numbered(seq: u64, tool: &str) -> AuditRecord {
+    let event = AuditEvent::ToolCall {
+        tool: tool.into(),
+        args: json!({}),
+        success: true,
+        summary: format!("call {seq}"),
+    };
+    AuditRecord { seq, ..record(event) }
+}
+
+#[test]
+fn a_record_both_read_and_received_is_shown_once_in_every_mode() {
+    let history: Vec<AuditRecord> = (0..3).map(|i| numbered(i, "read_file")).collect();
+    let audit = |r: AuditRecord| Received::Event(Arc::new(TeamEvent::Audit(r)));
+    let progress = RunEvent::Progress {
+        run_id: "run-1".into(),
+        kind: "k".into(),
+        percent: 50,
+        message: "half".into(),
+    };
+    let events = [
+        // Appended between the subscription and the read: on the stream too.
+        audit(numbered(2, "read_file")),
+        audit(numbered(3, "write_file")),
+        Received::Event(Arc::new(TeamEvent::Run {
+            agent: AgentId::from("exec-1"),
+            event: progress,
+        })),
+        Received::Lagged(7),
+        audit(numbered(11, "shell")),
+        Received::Closed,
+    ];
+    let (shown, printed) = shown_after(Mode::Live, &history, &events);
+    assert_eq!(printed, Vec::<String>::new(), "the live view draws, it prints no lines");
+    // 0, 1, 2 from the log, 3 and 11 from the stream: five tool calls, not six.
+    assert_eq!(shown.steps_done, 5);
+    let recent: Vec<&str> = shown.recent.iter().map(String::as_str).collect();
+    assert_eq!(recent.len(), 6, "{recent:#?}");
+    assert!(recent[0].ends_with("tool read_file ok: call 1"), "{recent:#?}");
+    assert!(recent[1].ends_with("tool read_file ok: call 2"), "{recent:#?}");
+    assert!(recent[2].ends_with("tool write_file ok: call 3"), "{recent:#?}");
+    assert!(recent[3].ends_with("exec-1       k run run-1: 50% half"), "{recent:#?}");
+    assert!(recent[4].contains("skipped 7 event(s)"), "{recent:#?}");
+    assert!(recent[5].ends_with("tool shell ok: call 11"), "{recent:#?}");
+
+    // Plain lines: the same, printed, one per event.
+    let (_, printed) = shown_after(Mode::Lines, &history, &events);
+    assert_eq!(printed.len(), 3 + 4, "{printed:#?}");
+    assert_eq!(printed[3], event_line(&numbered(3, "write_file"), 1_000));
+    assert!(printed[5].contains("skipped 7 event(s)"), "{printed:#?}");
+
+    // JSON: an `audit` line per record, `executor_run`, and `lagged` with the count.
+    let (_, printed) = shown_after(Mode::Json, &history, &events);
+    let lines: Vec<serde_json::Value> =
+        printed.iter().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let events: Vec<&str> = lines.iter().map(|l| l["event"].as_str().unwrap()).collect();
+    assert_eq!(
+        events,
+        ["audit", "audit", "audit", "audit", "executor_run", "lagged", "audit"],
+        "{lines:#?}"
+    );
+    let seqs: Vec<u64> = lines.iter().filter_map(|l| l["record"]["seq"].as_u64()).collect();
+    assert_eq!(seqs, [0, 1, 2, 3, 11]);
+    assert_eq!(lines[4]["agent"], "exec-1");
+    assert_eq!(lines[4]["run"]["event"], "progress");
+    assert_eq!(lines[4]["run"]["percent"], 50);
+    assert_eq!(lines[5], json!({"event": "lagged", "skipped": 7}));
 }

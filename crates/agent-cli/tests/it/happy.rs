@@ -202,6 +202,28 @@ fn run_json_prints_json_lines_ending_in_run_finished() {
     assert_eq!(last["failures"], 0);
     assert_eq!(last["decisions"][0]["status"], "approved");
     assert_eq!(listed_run(&s, "D", id)["status"], "succeeded");
+
+    // Every stored record was printed, once; each agent's transitions and tool calls (which
+    // its own turns append one after another) in order.
+    let printed: Vec<&Value> =
+        lines.iter().filter(|l| l["event"] == "audit").map(|l| &l["record"]).collect();
+    let mut seqs: Vec<u64> = printed.iter().map(|r| r["seq"].as_u64().unwrap()).collect();
+    let audit = s.strata(&["inspect", id, "audit", "--data", "D", "--json"]).code(0).json();
+    let stored: Vec<u64> =
+        audit.as_array().unwrap().iter().map(|r| r["seq"].as_u64().unwrap()).collect();
+    let mut by_agent: std::collections::BTreeMap<&str, Vec<u64>> = Default::default();
+    for r in printed
+        .iter()
+        .filter(|r| r["event"]["event"] == "transition" || r["event"]["event"] == "tool_call")
+    {
+        by_agent.entry(r["agent"].as_str().unwrap()).or_default().push(r["seq"].as_u64().unwrap());
+    }
+    assert!(by_agent.values().any(|s| s.len() > 3), "{by_agent:?}");
+    for (agent, agent_seqs) in &by_agent {
+        assert!(agent_seqs.is_sorted(), "{agent}'s records out of order: {agent_seqs:?}");
+    }
+    seqs.sort_unstable();
+    assert_eq!(seqs, stored);
 }
 
 /// Without `--team` the default team runs the example plan, and without `--data` and

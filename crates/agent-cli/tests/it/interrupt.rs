@@ -50,6 +50,11 @@ impl Drop for Gate {
 
 /// Starts the gated plan as run `id` and waits until its shell step is at the gate.
 fn start_at_gate(s: &Scratch, id: &str) -> (Running, Gate) {
+    start_gated(s, id, "--quiet")
+}
+
+/// [`start_at_gate`] with the output flag `output` (`--quiet`, `--json`).
+fn start_gated(s: &Scratch, id: &str, output: &str) -> (Running, Gate) {
     s.write("gated.toml", GATED_PLAN);
     std::fs::create_dir_all(s.path("W")).unwrap();
     let gate = Gate(s.path("W/go"));
@@ -65,7 +70,7 @@ fn start_at_gate(s: &Scratch, id: &str) -> (Running, Gate) {
         FAST[0],
         FAST[1],
         "--no-sync",
-        "--quiet",
+        output,
     ]);
     let waiting = s.path("W/waiting");
     wait_for("the gate step to start", || {
@@ -303,4 +308,84 @@ idempotent = true
     resume.code(0);
     assert_eq!(s.read("W/count.txt"), "first\nagain\n");
     assert_eq!(processes_in(&s.path("W")), Vec::<String>::new(), "a process of the run survived");
+}
+
+/// The complete JSON lines of `stdout` (a last line still being written is left out).
+fn json_lines(stdout: &str) -> Vec<serde_json::Value> {
+    let complete = stdout.rsplit_once('\n').map_or("", |(done, _)| done);
+    complete
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
+/// The audit records among JSON output lines.
+fn audit_lines(lines: &[serde_json::Value]) -> Vec<&serde_json::Value> {
+    lines.iter().filter(|l| l["event"] == "audit").map(|l| &l["record"]).collect()
+}
+
+/// The sequence numbers of `records`, checking that none is shown twice.
+fn seqs(records: &[&serde_json::Value]) -> std::collections::BTreeSet<u64> {
+    let all: Vec<u64> = records.iter().map(|r| r["seq"].as_u64().unwrap()).collect();
+    let set: std::collections::BTreeSet<u64> = all.iter().copied().collect();
+    assert_eq!(set.len(), all.len(), "a record was shown twice: {all:?}");
+    set
+}
+
+/// `run --json` prints the team's events as they happen: while the run waits at the gate,
+/// its transitions, the decision and the first tool call are out already, in order. Every
+/// stored record is printed once, by the run and again (history, then new events) by `resume`.
+#[test]
+fn run_json_streams_events_while_the_run_goes_and_resume_does_too() {
+    let s = Scratch::new();
+    let (mut run, gate) = start_gated(&s, "j", "--json");
+    let wrote = |r: &&serde_json::Value| {
+        r["event"]["event"] == "tool_call" && r["event"]["tool"] == "write_file"
+    };
+    wait_for("the first tool call on stdout", || {
+        assert!(!run.exited(), "strata exited before the gate was opened");
+        audit_lines(&json_lines(&run.stdout_so_far())).iter().any(wrote)
+    });
+    let lines = json_lines(&run.stdout_so_far());
+    assert!(!run.exited(), "the lines came while the run was going");
+    assert_eq!(lines[0]["event"], "run_started");
+    assert!(lines.iter().all(|l| l["event"] != "run_finished"), "{lines:#?}");
+    let records = audit_lines(&lines);
+    seqs(&records);
+    let kind = |r: &serde_json::Value| r["event"]["event"].as_str().unwrap().to_owned();
+    let at = |what: &dyn Fn(&serde_json::Value) -> bool| {
+        records.iter().position(|r| what(r)).unwrap_or_else(|| panic!("missing: {records:#?}"))
+    };
+    let write = at(&|r| wrote(&r));
+    let proposed = at(&|r| kind(r) == "decision" && r["event"]["action"] == "proposed");
+    let approved = at(&|r| kind(r) == "decision" && r["event"]["action"] == "approved");
+    let writer = records[write]["agent"].as_str().unwrap();
+    let working =
+        at(&|r| r["agent"] == writer && kind(r) == "transition" && r["event"]["to"] == "working");
+    assert!(proposed < approved && approved < write, "{records:#?}");
+    assert!(working < write, "{records:#?}");
+    assert!(
+        records.iter().any(|r| kind(r) == "transition" && r["event"]["from"] == "initializing")
+    );
+
+    // Killed at the gate, then resumed: the history, then the new events; every stored
+    // record once, and the run's end last.
+    run.kill();
+    gate.open();
+    let resume = s.strata(&["resume", "j", "--data", "D", "--no-sync", "--json"]);
+    resume.code(0);
+    let lines = json_lines(&resume.stdout);
+    assert_eq!(lines[0]["event"], "run_resumed");
+    assert_eq!(lines.last().unwrap()["event"], "run_finished");
+    let records = audit_lines(&lines);
+    let audit = s.strata(&["inspect", "j", "audit", "--data", "D", "--json"]).code(0).json();
+    let stored = audit.as_array().unwrap().iter().map(|r| r["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs(&records), stored);
+    let at = |what: &dyn Fn(&serde_json::Value) -> bool| {
+        records.iter().position(|r| what(r)).unwrap_or_else(|| panic!("missing: {records:#?}"))
+    };
+    let gated = at(&|r| kind(r) == "tool_call" && r["event"]["tool"] == "shell");
+    let done = at(&|r| wrote(&r) && r["event"]["args"]["path"] == "done.txt");
+    assert!(gated < done, "{records:#?}");
+    check_finished(&s, "j");
 }

@@ -196,6 +196,10 @@ impl Running {
         self.stderr.lock().unwrap().clone()
     }
 
+    pub(crate) fn stdout_so_far(&self) -> String {
+        self.stdout.lock().unwrap().clone()
+    }
+
     /// Whether the process has exited.
     pub(crate) fn exited(&mut self) -> bool {
         self.child.try_wait().expect("cannot poll strata").is_some()
