@@ -29,6 +29,9 @@ pub(crate) enum Command {
     Init(InitArgs),
     /// Run a team on a plan (or a goal in words) until the task succeeds or fails.
     Run(RunArgs),
+    /// Run one executor kind on an objective (`research_agent`, `writer_agent`, ...), as a
+    /// durable team run that `runs`, `inspect` and `resume` work on; `--list` lists the kinds.
+    Exec(ExecArgs),
     /// Continue a run that was interrupted (Ctrl-C, crash, kill).
     Resume(ResumeArgs),
     /// List the runs in the data directory.
@@ -120,6 +123,55 @@ pub(crate) struct RunArgs {
     #[arg(long)]
     pub(crate) no_sync: bool,
     /// The run id (default: the task id, the UTC time and four random hex digits).
+    #[arg(long, value_parser = parse_run_id)]
+    pub(crate) run_id: Option<String>,
+    #[command(flatten)]
+    pub(crate) output: OutputArgs,
+}
+
+/// `strata exec`: `KIND "objective"`, or `--list`.
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("what").required(true).args(["kind", "list"])))]
+pub(crate) struct ExecArgs {
+    /// The agent kind to run (`strata exec --list` lists them).
+    #[arg(requires = "objective")]
+    pub(crate) kind: Option<String>,
+    /// What the run should do, in words (at most 16 KiB).
+    pub(crate) objective: Option<String>,
+    /// List the kinds: what each does and the inputs it takes (and, with `--team`, the
+    /// endpoints the team file configures).
+    #[arg(long, conflicts_with_all = ["kind", "objective"])]
+    pub(crate) list: bool,
+    /// One input of the kind, as a string (`--input path=notes/x.md`); repeatable; over
+    /// `--inputs`.
+    #[arg(long = "input", value_name = "KEY=VALUE")]
+    pub(crate) input: Vec<String>,
+    /// The kind's inputs as a JSON object (`--inputs '{"urls": ["http://..."]}'`).
+    #[arg(long, value_name = "JSON")]
+    pub(crate) inputs: Option<String>,
+    /// The team file (TOML): its first executor with the kind (or, if none has it, its first
+    /// executor without a kind, given the kind) runs it, with the file's `[http]`,
+    /// `[[endpoints]]` and `[executor]`. Without it, the default team.
+    #[arg(long)]
+    pub(crate) team: Option<PathBuf>,
+    /// Where runs are stored.
+    #[arg(long, default_value = DEFAULT_DATA)]
+    pub(crate) data: PathBuf,
+    /// The directory the kind works in.
+    #[arg(long, default_value = DEFAULT_WORKSPACE)]
+    pub(crate) workspace: PathBuf,
+    /// Heartbeat period from 10ms to 1h, such as `4s` or `250ms` (overrides the team file).
+    #[arg(long, value_parser = parse_heartbeat)]
+    pub(crate) heartbeat: Option<Duration>,
+    /// The reasoner of every agent (overrides the team file): `rule-based`, `openai`,
+    /// `anthropic` or `local`. On the rule-based one a kind does what needs no model and says
+    /// what does.
+    #[arg(long)]
+    pub(crate) reasoner: Option<String>,
+    /// Skip fdatasync on commits: faster, but a power loss can lose acknowledged data.
+    #[arg(long)]
+    pub(crate) no_sync: bool,
+    /// The run id (default: `exec-KIND`, the UTC time and four random hex digits).
     #[arg(long, value_parser = parse_run_id)]
     pub(crate) run_id: Option<String>,
     #[command(flatten)]

@@ -6,6 +6,7 @@
 #![allow(clippy::print_stdout, clippy::print_stderr, reason = "a command-line tool prints")]
 
 mod cli;
+mod exec;
 mod inspect;
 mod model;
 mod reasoners;
@@ -73,6 +74,7 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
     match cli.command {
         Command::Init(args) => runs::init(&args).map(|()| 0),
         Command::Run(args) => run::run(args).await,
+        Command::Exec(args) => exec::exec(args).await,
         Command::Resume(args) => run::resume(args).await,
         Command::Runs(args) => runs::list(&args).map(|()| 0),
         Command::Inspect(args) => inspect::inspect(&args).await.map(|()| 0),

@@ -181,12 +181,37 @@ fn plans(settings: &ReasonerSettings) -> bool {
 /// have to plan it does not: the first top power (it proposes, and plans a goal-only task), and
 /// whoever carries out a goal step (the step's role, else every executor the step reaches; for
 /// a goal-only task, at least one executor or bottom role). Run before anything is written.
+///
+/// An executor (or a bottom role) with an executor `kind` needs no planning reasoner for a
+/// goal step: the kind runs it, the step's description its objective. A task whose goal steps
+/// each name an executor with a kind, or a domain whose every executor has one, is accepted on
+/// any reasoner (as `Team::submit` accepts it).
 pub(crate) fn check_planning(
     team: &TeamFile,
     kind_override: Option<ReasonerKind>,
     task: &Task,
 ) -> Result<(), SettingError> {
     if task.is_scripted() {
+        return Ok(());
+    }
+    let agents = &team.spec.agents;
+    let has_kind = |id: &AgentId| {
+        agents.iter().any(|a| {
+            &a.config.id == id && matches!(&a.role, RoleSpec::Bottom(b) if b.kind.is_some())
+        })
+    };
+    let role_has_kind = |role: &str| team.spec.roles.get(role).is_some_and(|r| r.kind.is_some());
+    // As the team decides (`Team::submit`): a goal step for an executor with a kind, or for a
+    // domain whose every executor has one, is run by the kind.
+    let by_kind = |step: &agent_state::PlanStep| match &step.target {
+        StepTarget::Agent(id) => has_kind(id),
+        StepTarget::Domain(_) => {
+            let reached = reached(agents, &step.target);
+            !reached.is_empty() && reached.into_iter().all(has_kind)
+        }
+        StepTarget::Any => false,
+    };
+    if !task.steps.is_empty() && task.steps.iter().filter(|s| !s.is_scripted()).all(by_kind) {
         return Ok(());
     }
     let goal_steps: Vec<&str> =
@@ -201,21 +226,12 @@ pub(crate) fn check_planning(
             "this task {what} a reasoner that plans, but {who} the rule-based one: use --reasoner openai, anthropic or local, or give it a model reasoner in the team file (the rule-based reasoner runs only steps that name their tool and args)"
         ))
     };
-    let agents = &team.spec.agents;
     if let Some(proposer) = agents.iter().find(|a| a.config.layer == AgentLayer::Top) {
         let id = &proposer.config.id;
         if !plans(&agent_settings(team, id, kind_override)) {
             return Err(refuse(format!("`{id}`, the top power that proposes it, has")));
         }
     }
-    let executors_under = |lead: &AgentId| -> Vec<&AgentId> {
-        agents
-            .iter()
-            .filter(|a| a.config.layer == AgentLayer::Bottom)
-            .filter(|a| a.config.supervisor.as_ref() == Some(lead))
-            .map(|a| &a.config.id)
-            .collect()
-    };
     if task.steps.is_empty() {
         let executor_plans = agents
             .iter()
@@ -233,7 +249,7 @@ pub(crate) fn check_planning(
     }
     for step in task.steps.iter().filter(|s| !s.is_scripted()) {
         if let Some(role) = &step.role {
-            if !plans(&role_settings(team, role, kind_override)) {
+            if !role_has_kind(role) && !plans(&role_settings(team, role, kind_override)) {
                 return Err(refuse(format!(
                     "the role `{role}`, which step `{}` asks for, has",
                     step.id
@@ -241,24 +257,9 @@ pub(crate) fn check_planning(
             }
             continue;
         }
-        let reached: Vec<&AgentId> = match &step.target {
-            StepTarget::Domain(domain) => agents
-                .iter()
-                .find(|a| matches!(&a.role, RoleSpec::Mid(m) if &m.domain == domain))
-                .map(|lead| executors_under(&lead.config.id))
-                .unwrap_or_default(),
-            StepTarget::Agent(id) => match agents.iter().find(|a| &a.config.id == id) {
-                Some(a) if a.config.layer == AgentLayer::Mid => executors_under(id),
-                _ => vec![id],
-            },
-            StepTarget::Any => agents
-                .iter()
-                .filter(|a| a.config.layer == AgentLayer::Bottom)
-                .map(|a| &a.config.id)
-                .collect(),
-        };
-        if let Some(id) =
-            reached.into_iter().find(|id| !plans(&agent_settings(team, id, kind_override)))
+        if let Some(id) = reached(agents, &step.target)
+            .into_iter()
+            .find(|id| !has_kind(id) && !plans(&agent_settings(team, id, kind_override)))
         {
             return Err(refuse(format!(
                 "`{id}`, an executor that may carry out step `{}`, has",
@@ -267,6 +268,34 @@ pub(crate) fn check_planning(
         }
     }
     Ok(())
+}
+
+/// The executors a step for `target` may land on.
+fn reached<'a>(agents: &'a [agent_pool::AgentSpec], target: &'a StepTarget) -> Vec<&'a AgentId> {
+    let executors_under = |lead: &AgentId| -> Vec<&'a AgentId> {
+        agents
+            .iter()
+            .filter(|a| a.config.layer == AgentLayer::Bottom)
+            .filter(|a| a.config.supervisor.as_ref() == Some(lead))
+            .map(|a| &a.config.id)
+            .collect()
+    };
+    match target {
+        StepTarget::Domain(domain) => agents
+            .iter()
+            .find(|a| matches!(&a.role, RoleSpec::Mid(m) if &m.domain == domain))
+            .map(|lead| executors_under(&lead.config.id))
+            .unwrap_or_default(),
+        StepTarget::Agent(id) => match agents.iter().find(|a| &a.config.id == id) {
+            Some(a) if a.config.layer == AgentLayer::Mid => executors_under(id),
+            _ => vec![id],
+        },
+        StepTarget::Any => agents
+            .iter()
+            .filter(|a| a.config.layer == AgentLayer::Bottom)
+            .map(|a| &a.config.id)
+            .collect(),
+    }
 }
 
 /// The reasoner for `settings`: rule-based, or a model reasoner sharing `shared`'s ledger.
@@ -511,9 +540,115 @@ fn check_local_model(model: Option<&str>) -> Result<(), SettingError> {
 
 #[cfg(test)]
 mod tests {
-    use team_file::{ReasonerKind, ReasonerSettings};
+    #![allow(clippy::unwrap_used, reason = "tests")]
 
-    use super::overridden;
+    use std::path::Path;
+
+    use agent_core::tools::ToolRegistry;
+    use team_file::{ReasonerKind, ReasonerSettings, TeamFile};
+
+    use super::{check_planning, overridden};
+
+    /// Two leads: `docs` with a researcher (kind) and a plain executor, `notes` with a writer
+    /// (kind) only; and a bottom role with a kind.
+    fn kinds_team() -> TeamFile {
+        let text = r#"
+[[top]]
+id = "top-a"
+power_type = "p"
+
+[[mid]]
+id = "mid-docs"
+domain = "docs"
+supervisor = "top-a"
+
+[[mid]]
+id = "mid-notes"
+domain = "notes"
+supervisor = "top-a"
+
+[[bottom]]
+id = "bottom-r"
+supervisor = "mid-docs"
+tools = ["read_file"]
+kind = "research_agent"
+
+[[bottom]]
+id = "bottom-plain"
+supervisor = "mid-docs"
+tools = ["read_file"]
+
+[[bottom]]
+id = "bottom-w"
+supervisor = "mid-notes"
+tools = ["write_file"]
+kind = "writer_agent"
+
+[[roles]]
+name = "writer"
+layer = "bottom"
+tools = ["write_file"]
+kind = "writer_agent"
+
+[[roles]]
+name = "thinker"
+layer = "bottom"
+tools = ["read_file"]
+"#;
+        team_file::parse_team(Path::new("team.toml"), text, &ToolRegistry::with_builtins()).unwrap()
+    }
+
+    fn check(team: &TeamFile, steps: &str) -> Result<(), String> {
+        let plan = format!("id = \"t\"\ngoal = \"g\"\n{steps}");
+        let task = team_file::parse_plan(
+            Path::new("plan.toml"),
+            &plan,
+            &team.spec,
+            &ToolRegistry::with_builtins(),
+        )
+        .unwrap();
+        check_planning(team, None, &task).map_err(|e| e.0)
+    }
+
+    #[test]
+    fn a_goal_step_for_executors_with_a_kind_needs_no_planning_reasoner() {
+        let team = kinds_team();
+        let goal_step = |target: &str| {
+            format!("[[steps]]\nid = \"s\"\ndescription = \"find the greeting\"\n{target}\n")
+        };
+        // The kind runs it: an executor with a kind, a domain whose executors all have one.
+        for target in ["agent = \"bottom-r\"", "domain = \"notes\""] {
+            assert_eq!(check(&team, &goal_step(target)), Ok(()), "{target}");
+        }
+        let both = format!(
+            "{}{}",
+            goal_step("agent = \"bottom-r\""),
+            goal_step("domain = \"notes\"").replace("\"s\"", "\"t\"")
+        );
+        assert_eq!(check(&team, &both), Ok(()));
+        // A step for a role, or for any executor, is placed by the team: it needs a planner.
+        let err = check(&team, &goal_step("role = \"writer\"")).unwrap_err();
+        assert!(err.contains("`top-a`, the top power that proposes it"), "{err}");
+        // Another executor the step may land on cannot plan it: refused, naming it (and the
+        // top power that proposes the task).
+        let err = check(&team, &goal_step("domain = \"docs\"")).unwrap_err();
+        assert!(
+            err.contains("this task has goal steps (s), which need a reasoner that plans"),
+            "{err}"
+        );
+        assert!(err.contains("`top-a`, the top power that proposes it"), "{err}");
+        let err = check(&team, &goal_step("role = \"thinker\"")).unwrap_err();
+        assert!(err.contains("which need a reasoner that plans"), "{err}");
+        let err = check(&team, &goal_step("")).unwrap_err();
+        assert!(err.contains("which need a reasoner that plans"), "{err}");
+        // A goal-only task still needs a planner.
+        let err = check(&team, "").unwrap_err();
+        assert!(err.contains("this task has only a goal"), "{err}");
+        // And the refusal for a team without kinds is unchanged.
+        let plain = team_file::default_team();
+        let err = check(&plain, &goal_step("domain = \"docs\"")).unwrap_err();
+        assert!(err.contains("which need a reasoner that plans"), "{err}");
+    }
 
     #[test]
     fn switching_to_the_embedded_model_drops_a_model_named_for_another_kind() {

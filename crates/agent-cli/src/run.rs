@@ -122,7 +122,7 @@ pub(crate) fn now_ms() -> u64 {
 
 /// Reads a team or plan file: at most `limit` bytes of UTF-8 text, or a `file:line:column`
 /// error at the first invalid byte or where the limit is passed ([`team_file::read`]).
-fn read_input(path: &Path, what: &str, limit: usize) -> Result<String, Failure> {
+pub(crate) fn read_input(path: &Path, what: &str, limit: usize) -> Result<String, Failure> {
     team_file::read(path, limit).map_err(|e| match e {
         ReadError::Io { source, .. } => {
             bad_input(anyhow::anyhow!("cannot read the {what} {}: {source}", path.display()))
@@ -160,6 +160,29 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
         }
     };
     check_planning(&team, args.reasoner.as_deref(), &task)?;
+    start(Prepared { team_text, team, plan_text, task, tools }, &args).await
+}
+
+/// A run whose files are read and checked: the team and plan files as the run stores them
+/// (`team.toml`, `plan.toml`, which `resume` reads back) and what they are.
+pub(crate) struct Prepared {
+    /// The team file's text.
+    pub(crate) team_text: String,
+    /// The team (with `--heartbeat` applied).
+    pub(crate) team: TeamFile,
+    /// The plan file's text.
+    pub(crate) plan_text: String,
+    /// The task.
+    pub(crate) task: Task,
+    /// The tools the team's executors come from.
+    pub(crate) tools: ToolRegistry,
+}
+
+/// Starts `prepared` as a new run with `args`' data directory, workspace, run id, reasoner,
+/// sync and output options (its plan, goal and team are read already), and drives it to its
+/// end: `strata run`, and `strata exec` on the run it generates.
+pub(crate) async fn start(prepared: Prepared, args: &RunArgs) -> Result<u8, Failure> {
+    let Prepared { team_text, team, plan_text, task, tools } = prepared;
     if args.data.exists() && !args.data.is_dir() {
         return Err(bad_input(anyhow::anyhow!(
             "the data directory {} is a file; give --data a directory",
@@ -252,7 +275,11 @@ fn goal_task_id(goal: &str) -> String {
 
 /// Refuses a task with goal steps (or only a goal) when a reasoner that must plan it does not
 /// ([`reasoners::check_planning`]): bad input, before anything is written.
-fn check_planning(team: &TeamFile, kind: Option<&str>, task: &Task) -> Result<(), Failure> {
+pub(crate) fn check_planning(
+    team: &TeamFile,
+    kind: Option<&str>,
+    task: &Task,
+) -> Result<(), Failure> {
     reasoners::check_planning(team, reasoner_kind(kind)?, task).map_err(bad_input)
 }
 
@@ -336,7 +363,7 @@ fn reasoner_kind(kind: Option<&str>) -> Result<Option<ReasonerKind>, Failure> {
 
 /// Every reasoner setting of `team` (with `--reasoner kind`), checked before anything is
 /// written or marked: a wrong setting is bad input, a server that cannot answer now is not.
-async fn check_reasoners(team: &TeamFile, kind: Option<&str>) -> Result<(), Failure> {
+pub(crate) async fn check_reasoners(team: &TeamFile, kind: Option<&str>) -> Result<(), Failure> {
     match reasoners::check(team, reasoner_kind(kind)?).await {
         Ok(()) => Ok(()),
         Err(e @ reasoners::CheckError::Setting(_)) => Err(bad_input(e)),
@@ -388,24 +415,29 @@ async fn services(
     let reasoning = reasoners::build(team, kind_override, store, boards.clone(), &tools)
         .await
         .map_err(bad_input)?;
+    let workspace = Arc::new(
+        ToolContext::new(&info.workspace)
+            .context("cannot use the workspace")?
+            .with_journal(store.dir().join(JOURNAL_DIR)),
+    );
+    let clock: Arc<dyn agent_core::Clock> = Arc::new(TokioClock::new());
     let services = TeamServices {
         bus: Arc::new(SledBus::open(store).context("cannot open the message bus")?),
         boards,
         governance: Arc::new(SledGovernance::open(store).context("cannot open governance")?),
         audit: Arc::new(SledAuditLog::open(store).context("cannot open the audit log")?),
         state: Arc::new(SledStateStore::open(store).context("cannot open the state store")?),
-        clock: Arc::new(TokioClock::new()),
-        workspace: Arc::new(
-            ToolContext::new(&info.workspace)
-                .context("cannot use the workspace")?
-                .with_journal(store.dir().join(JOURNAL_DIR)),
-        ),
+        // The team file's `[http]`, `[[endpoints]]` and `[executor]`, in the run's workspace.
+        executor: Some(Arc::new(team.executor(workspace.clone()).with_clock(clock.clone()))),
+        clock,
+        workspace,
         tools: Arc::new(tools),
         reasoner: reasoning.default,
         reasoners: reasoning.per_agent,
         agent_tools: BTreeMap::new(),
         role_reasoners: reasoning.per_role,
         costs: reasoning.ledger.clone().map(|ledger| -> Arc<dyn agent_core::CostMeter> { ledger }),
+        events: agent_core::EventHub::default(),
     };
     Ok((services, reasoning.ledger))
 }

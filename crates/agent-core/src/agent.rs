@@ -632,6 +632,87 @@ impl AgentContext {
         Ok(result?)
     }
 
+    /// Runs `effect`, a side effect that is not a registered tool (an executor kind's run),
+    /// at most once under `key`, like [`call_tool_once`](Self::call_tool_once): the start is
+    /// recorded durably before it runs and its output after (whether it succeeded or not: the
+    /// effect did its own retries), and `call` is audited as the tool call it stands for.
+    ///
+    /// - An output recorded under `key` is returned without running `effect` again.
+    /// - A start recorded without an output means a crash interrupted the effect: unless
+    ///   `idempotent`, it is not run again; the interruption is recorded and
+    ///   [`ToolError::Interrupted`](crate::tools::ToolError::Interrupted) returned (as for a
+    ///   tool without a journal, its partial output is unknown).
+    /// - An `Err` from `effect` is forgotten, so a retry runs it again.
+    ///
+    /// While it runs the heartbeat's timeout does not cut it short (it has its own).
+    pub async fn call_effect_once<F>(
+        &mut self,
+        key: &str,
+        call: &ToolCall,
+        idempotent: bool,
+        effect: F,
+    ) -> Result<ToolOutput, AgentError>
+    where
+        F: std::future::Future<Output = Result<ToolOutput, AgentError>> + Send,
+    {
+        let _in_flight = self.effect_in_flight.as_ref().map(EffectInFlight::mark);
+        // Audited with its large strings stored once, like a tool call.
+        let (audited, _) = self.prepare_call(call).await?;
+        let call = &audited;
+        let key = format!("{}/{key}", self.id());
+        let state = self.deps.state.clone();
+        match state.tool(&key).await? {
+            Some(Some(recorded)) if is_interrupted(&recorded) => {
+                let error =
+                    ToolError::Interrupted { tool: call.tool.clone(), partial: recorded.output };
+                self.audit_tool(call, false, shorten(&error.to_string())).await?;
+                return Err(error.into());
+            }
+            Some(Some(recorded)) => {
+                self.audit_tool(
+                    call,
+                    recorded.success,
+                    format!("recorded result reused, not run again: {}", shorten(&recorded.output)),
+                )
+                .await?;
+                return Ok(recorded);
+            }
+            Some(None) if !idempotent => {
+                let partial = ToolOutput {
+                    success: false,
+                    output: String::new(),
+                    data: serde_json::json!({ "interrupted": true }),
+                };
+                state.record_tool(&key, &partial).await?;
+                let error =
+                    ToolError::Interrupted { tool: call.tool.clone(), partial: String::new() };
+                self.audit_tool(call, false, shorten(&error.to_string())).await?;
+                return Err(error.into());
+            }
+            Some(None) => {
+                self.audit_tool(
+                    call,
+                    false,
+                    "interrupted by a crash; idempotent, so it runs again".into(),
+                )
+                .await?;
+            }
+            None => state.begin_tool(&key).await?,
+        }
+        match effect.await {
+            Ok(output) => {
+                state.record_tool(&key, &output).await?;
+                self.audit_tool(call, output.success, shorten(&output.output)).await?;
+                Ok(output)
+            }
+            Err(error) => {
+                state.forget_tool(&key).await?;
+                self.audit_tool(call, false, shorten(&error.to_string())).await?;
+                Err(error)
+            }
+        }
+    }
+
     /// The call as it is audited and recorded (its large strings stored once and referenced)
     /// and the arguments the tool runs with (every reference resolved).
     async fn prepare_call(

@@ -7,10 +7,11 @@ use std::sync::Arc;
 use agent_core::protocol::{HelpRequest, HelpResponse, StatusReport};
 use agent_core::{AgentBehavior, AgentContext, AgentError, AuditEvent};
 use agent_state::{
-    Assignment, BoardId, BoardSnapshot, Message, MessageKind, ProgressReport, ProgressStatus,
-    Subtask, SubtaskResult, TaskFailure,
+    AgentResult, Assignment, BoardId, BoardSnapshot, Message, MessageKind, ProgressReport,
+    ProgressStatus, ResultStatus, Subtask, SubtaskResult, TaskFailure,
 };
 
+use crate::kind::{self, KindEnd, KindRunner};
 use crate::work::{Means, Outcome, Progress, WorkLoop};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -33,10 +34,15 @@ impl BottomSpec {
         Self { tools: tools.into_iter().map(Into::into).collect(), kind: None }
     }
 
-    /// The same executor running its subtasks through the executor kind `kind`.
+    /// The same executor running its subtasks through the executor kind `kind`. The kind is
+    /// also one of its tools, so that a lead places a step whose `tool` is the kind on it.
     #[must_use]
     pub fn with_kind(mut self, kind: impl Into<Arc<str>>) -> Self {
-        self.kind = Some(kind.into());
+        let kind = kind.into();
+        if !self.tools.iter().any(|t| **t == *kind) {
+            self.tools = self.tools.iter().cloned().chain([kind.to_string()]).collect();
+        }
+        self.kind = Some(kind);
         self
     }
 }
@@ -50,12 +56,30 @@ pub struct BottomAgent {
     current: Option<WorkLoop>,
     /// Spawned by a supervisor: it concludes with `return_results`.
     returns: bool,
+    /// The team's executor, for an executor with a `kind`.
+    runner: Option<KindRunner>,
 }
 
 impl BottomAgent {
     /// An executor with its tools.
     pub fn new(spec: BottomSpec) -> Self {
-        Self { spec, queue: VecDeque::new(), done: Vec::new(), current: None, returns: false }
+        Self {
+            spec,
+            queue: VecDeque::new(),
+            done: Vec::new(),
+            current: None,
+            returns: false,
+            runner: None,
+        }
+    }
+
+    /// The same executor with the team's executor and event stream: if its spec has a `kind`,
+    /// its goal steps and the steps that call the kind run as runs of it (see
+    /// [`KindRunner`]).
+    #[must_use]
+    pub fn with_runner(mut self, runner: KindRunner) -> Self {
+        self.runner = Some(runner);
+        self
     }
 
     /// An executor spawned by a supervisor (seed 003): it is offered `return_results`, and its
@@ -82,6 +106,14 @@ impl BottomAgent {
     /// Works through the queue: each subtask's tool loop runs until it ends or has to wait.
     async fn work(&mut self, ctx: &mut AgentContext) -> Result<(), AgentError> {
         while let Some(subtask) = self.queue.front().cloned() {
+            if let (Some(kind), Some(runner)) = (self.spec.kind.clone(), self.runner.clone())
+                && kind::runs_through(&kind, &subtask)
+            {
+                self.run_kind(ctx, &runner, &kind, &subtask).await?;
+                self.queue.pop_front();
+                self.done.push(subtask.key());
+                continue;
+            }
             if subtask.step.is_scripted() && !self.spec.tools.contains(&subtask.step.tool) {
                 return Err(AgentError::NotAllowed(format!(
                     "executor `{}` does not have the tool `{}` (it has: {})",
@@ -103,7 +135,7 @@ impl BottomAgent {
                     return Ok(());
                 }
                 Progress::Done(outcome) => {
-                    self.finish(ctx, &subtask, &work, *outcome).await?;
+                    self.finish(ctx, &subtask, work.started, *outcome).await?;
                     self.queue.pop_front();
                     self.done.push(subtask.key());
                 }
@@ -112,11 +144,67 @@ impl BottomAgent {
         Ok(())
     }
 
+    /// Runs `subtask` as one run of the executor's kind and reports how it ended.
+    async fn run_kind(
+        &mut self,
+        ctx: &mut AgentContext,
+        runner: &KindRunner,
+        kind: &str,
+        subtask: &Subtask,
+    ) -> Result<(), AgentError> {
+        let started = ctx.now();
+        let outcome = match kind::run(ctx, runner, kind, subtask).await? {
+            KindEnd::Ran(response) => {
+                let result = kind::result_of(&response);
+                kind::record_result(ctx, subtask, &result).await?;
+                Outcome {
+                    success: response.success(),
+                    summary: match &response.failure {
+                        Some(failure) if !response.success() => failure.to_string(),
+                        _ => response.primary_output.clone(),
+                    },
+                    result: Some(result),
+                    error: None,
+                    interrupted: None,
+                }
+            }
+            KindEnd::Refused(error) => {
+                let summary = format!("the `{kind}` run was refused: {error}");
+                let result = AgentResult {
+                    status: ResultStatus::Failure,
+                    summary: summary.clone(),
+                    artifacts: Vec::new(),
+                    known_issues: vec![error.to_string()],
+                };
+                Outcome {
+                    success: false,
+                    summary,
+                    result: Some(result),
+                    error: None,
+                    interrupted: None,
+                }
+            }
+            KindEnd::Blocked { missing } => {
+                let failure = TaskFailure::Blocked {
+                    step: subtask.step.id.clone(),
+                    agent: ctx.id().clone(),
+                    executor_kind: kind.to_owned(),
+                    missing,
+                };
+                return self.escalate(ctx, subtask, failure).await;
+            }
+            KindEnd::Interrupted { partial } => {
+                return self.interrupted(ctx, subtask, kind.to_owned(), partial).await;
+            }
+        };
+        self.finish(ctx, subtask, started, outcome).await
+    }
+
     async fn finish(
         &mut self,
         ctx: &mut AgentContext,
         subtask: &Subtask,
-        work: &WorkLoop,
+        started: agent_state::Timestamp,
         outcome: Outcome,
     ) -> Result<(), AgentError> {
         if let Some((tool, partial)) = outcome.interrupted {
@@ -129,7 +217,7 @@ impl BottomAgent {
                 output: summary,
             }));
         }
-        let duration = ctx.now().millis_since(work.started);
+        let duration = ctx.now().millis_since(started);
         let now = ctx.now();
         ctx.metrics_mut().record_task(success, duration, now);
         ctx.write_board(format!(
@@ -180,8 +268,26 @@ impl BottomAgent {
             tool,
             partial,
         };
+        self.escalate(ctx, subtask, failure).await
+    }
+
+    /// The step is over for this executor without a result, and must not be retried nor
+    /// reassigned (interrupted, or blocked on a missing input): its lead is told why, and
+    /// escalates it.
+    async fn escalate(
+        &mut self,
+        ctx: &mut AgentContext,
+        subtask: &Subtask,
+        failure: TaskFailure,
+    ) -> Result<(), AgentError> {
+        let (heading, status) = match failure {
+            TaskFailure::Blocked { .. } => {
+                ("Blocked", "blocked on a missing input, needs a decision")
+            }
+            _ => ("Interrupted", "interrupted, needs a decision"),
+        };
         ctx.append_own(&format!(
-            "## Interrupted\n\nTask: {}\nStatus: interrupted, needs a decision\n{failure}",
+            "## {heading}\n\nTask: {}\nStatus: {status}\n{failure}",
             subtask.step.description
         ))
         .await?;

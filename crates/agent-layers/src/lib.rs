@@ -37,6 +37,7 @@
 //! ```
 
 mod bottom;
+mod kind;
 mod mid;
 mod top;
 mod work;
@@ -50,6 +51,7 @@ use agent_state::AgentId;
 use serde::{Deserialize, Serialize};
 
 pub use bottom::{BottomAgent, BottomSpec};
+pub use kind::KindRunner;
 pub use mid::{MAX_FAILURES_BEFORE_DISMISSAL, MidAgent, MidSpec};
 pub use top::{PLAN_AUTHORITY, TopAgent, TopSpec, route};
 pub use work::{

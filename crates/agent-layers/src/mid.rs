@@ -450,15 +450,20 @@ impl MidAgent {
         if state.closed {
             return Ok(());
         }
-        if let Some(failure @ TaskFailure::Interrupted { .. }) = report.failure {
-            // Not reassigned: running the step again could repeat its effect.
+        if let Some(failure @ (TaskFailure::Interrupted { .. } | TaskFailure::Blocked { .. })) =
+            report.failure
+        {
+            // Not reassigned: running an interrupted step again could repeat its effect, and a
+            // blocked one would miss the same input on any executor.
             state.closed = true;
             let to = state.from.clone();
-            ctx.append_own(&format!(
-                "- {} interrupted, escalated: needs a decision",
-                result.step_id
-            ))
-            .await?;
+            let what = if matches!(failure, TaskFailure::Blocked { .. }) {
+                "blocked on a missing input"
+            } else {
+                "interrupted"
+            };
+            ctx.append_own(&format!("- {} {what}, escalated: needs a decision", result.step_id))
+                .await?;
             let escalation = Escalation { task_id: report.task_id.clone(), failure };
             ctx.send(&to, MessageKind::IssueEscalation, &escalation).await?;
             return Ok(());

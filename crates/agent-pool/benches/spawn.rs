@@ -231,6 +231,8 @@ fn services(workspace: &std::path::Path, reasoner: Arc<ScriptedReasoner>) -> Tea
         agent_tools: BTreeMap::new(),
         role_reasoners: Default::default(),
         costs: None,
+        executor: None,
+        events: agent_core::EventHub::default(),
     }
 }
 

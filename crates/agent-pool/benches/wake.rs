@@ -168,6 +168,8 @@ async fn hops() -> Vec<f64> {
         agent_tools: BTreeMap::new(),
         role_reasoners: Default::default(),
         costs: None,
+        executor: None,
+        events: agent_core::EventHub::default(),
     };
     let team = Team::start(spec(), services).await.unwrap();
     // The team's own bus (the waking one): a send through it wakes the driver.

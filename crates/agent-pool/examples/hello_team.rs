@@ -83,6 +83,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         agent_tools: BTreeMap::new(),
         role_reasoners: Default::default(),
         costs: None,
+        executor: None,
+        events: agent_core::EventHub::default(),
     };
     let mut spec = TeamSpec::new(vec![
         top("top-a", "power_a", 2.0),

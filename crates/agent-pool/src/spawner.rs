@@ -189,7 +189,13 @@ impl TeamSpawner {
                 Box::new(if role.supervises() { lead.supervising() } else { lead })
             }
             AgentLayer::Bottom => {
-                Box::new(BottomAgent::new(BottomSpec::new(role.tools.iter().cloned())).spawned())
+                let spec = BottomSpec::new(role.tools.iter().cloned());
+                Box::new(match &role.kind {
+                    Some(kind) => BottomAgent::new(spec.with_kind(kind.as_str()))
+                        .spawned()
+                        .with_runner(self.services.kind_runner()),
+                    None => BottomAgent::new(spec).spawned(),
+                })
             }
             AgentLayer::Top => {
                 return Err(SpawnError::Failed("a top power cannot be spawned".into()));

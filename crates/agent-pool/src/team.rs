@@ -1,5 +1,5 @@
 //! The team API: build a three-layer team from one value, submit tasks, wait for outcomes,
-//! shut down.
+//! watch its events as they happen ([`Team::events`]), shut down.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -11,7 +11,9 @@ use agent_core::{
     Agent, AgentBehavior, AgentDeps, AgentRecord, AuditLog, Clock, Reasoner, StateStore,
     check_transition_chain, new_message_id, payload,
 };
-use agent_layers::{BottomAgent, BottomSpec, LeadInfo, MidAgent, MidSpec, TopAgent, TopSpec};
+use agent_layers::{
+    BottomAgent, BottomSpec, KindRunner, LeadInfo, MidAgent, MidSpec, TopAgent, TopSpec,
+};
 use agent_state::{
     Address, AgentConfig, AgentId, AgentLayer, AgentStatus, Assignment, DEFAULT_MAX_SPAWN_DEPTH,
     Message, MessageKind, RoleBook, Task, TaskFailure, TaskOutcome,
@@ -119,6 +121,70 @@ pub struct TeamServices {
     pub role_reasoners: BTreeMap<String, Arc<dyn Reasoner>>,
     /// What each agent's reasoning costs, for `get_agents`; `None`: costs are not shown.
     pub costs: Option<Arc<dyn agent_core::CostMeter>>,
+    /// The executor that runs the subtasks of executors with a `kind` (seed 002); `None`: one
+    /// with the built-in kinds ([`agent_executor::builtins()`]) in the team's workspace.
+    pub executor: Option<Arc<agent_executor::Executor>>,
+    /// The team's live event stream ([`Team::events`]): audit records and executor runs.
+    pub events: agent_core::EventHub,
+}
+
+/// Where goal steps land on executors with a `kind` only: those executors, and the domains
+/// whose every executor has one.
+#[derive(Debug, Default)]
+struct KindCoverage {
+    agents: std::collections::BTreeSet<AgentId>,
+    domains: std::collections::BTreeSet<String>,
+}
+
+impl KindCoverage {
+    fn of(spec: &TeamSpec) -> Self {
+        let mut coverage = Self::default();
+        // A lead's domain counts if it has executors and all of them have a kind.
+        let mut leads: BTreeMap<&AgentId, (bool, usize)> = BTreeMap::new();
+        for agent in &spec.agents {
+            if let RoleSpec::Bottom(b) = &agent.role {
+                if b.kind.is_some() {
+                    coverage.agents.insert(agent.config.id.clone());
+                }
+                if let Some(lead) = &agent.config.supervisor {
+                    let entry = leads.entry(lead).or_insert((true, 0));
+                    entry.0 &= b.kind.is_some();
+                    entry.1 += 1;
+                }
+            }
+        }
+        for agent in &spec.agents {
+            if let RoleSpec::Mid(m) = &agent.role
+                && leads.get(&agent.config.id).is_some_and(|(all, n)| *all && *n > 0)
+            {
+                coverage.domains.insert(m.domain.clone());
+            }
+        }
+        coverage
+    }
+
+    fn runs(&self, step: &agent_state::PlanStep) -> bool {
+        match &step.target {
+            agent_state::StepTarget::Agent(id) => self.agents.contains(id),
+            agent_state::StepTarget::Domain(domain) => self.domains.contains(domain),
+            _ => false,
+        }
+    }
+}
+
+impl TeamServices {
+    /// What an executor with a `kind` runs its subtasks on: the services' executor (or one with
+    /// the built-in kinds in the team's workspace, if none was given) and the event stream.
+    pub fn kind_runner(&self) -> KindRunner {
+        let executor = self.executor.clone().unwrap_or_else(|| {
+            Arc::new(
+                agent_executor::Executor::new(agent_executor::builtins())
+                    .with_env(agent_executor::ExecEnv::with_workspace(self.workspace.clone()))
+                    .with_clock(self.clock.clone()),
+            )
+        });
+        KindRunner { executor, events: self.events.clone() }
+    }
 }
 
 /// A team specification that cannot be built.
@@ -186,6 +252,16 @@ pub enum TeamError {
         count: usize,
         /// Its limit.
         max: usize,
+    },
+    /// An executor with a kind the team's executor does not have.
+    #[error("executor `{agent}` has the kind `{kind}`, which is not registered (kinds: {known})")]
+    UnknownKind {
+        /// The executor.
+        agent: AgentId,
+        /// The kind.
+        kind: String,
+        /// The registered kinds.
+        known: String,
     },
     /// An executor with a tool nobody registered.
     #[error(
@@ -258,6 +334,8 @@ pub struct Team {
     pool: Arc<AgentPool>,
     services: TeamServices,
     proposer: AgentId,
+    /// Where a goal step runs without a model: on an executor with a `kind`.
+    kinds: KindCoverage,
     outcomes: watch::Receiver<BTreeMap<String, TaskOutcome>>,
     submitted: Mutex<Vec<String>>,
     driver: Mutex<Option<(watch::Sender<bool>, JoinHandle<HeartbeatScheduler>)>>,
@@ -287,6 +365,13 @@ impl Team {
         // Wake on work: every delivery through the team's bus wakes the driver.
         let mail = Arc::new(Notify::new());
         services.bus = Arc::new(WakingBus::new(services.bus.clone(), mail.clone()));
+        // Every record any agent appends is published on the team's event stream once stored.
+        services.audit = Arc::new(agent_core::PublishingAuditLog::new(
+            services.audit.clone(),
+            services.events.clone(),
+        ));
+        // One executor for every executor with a kind, made now if none was given.
+        services.executor = Some(services.kind_runner().executor);
         let mut spawns = Vec::new();
         let mut despawned = Vec::new();
         let (statuses, mut records) = if resume {
@@ -362,7 +447,13 @@ impl Team {
                         .is_some_and(agent_state::Role::supervises);
                     Box::new(if supervises { lead.supervising() } else { lead })
                 }
-                RoleSpec::Bottom(b) => Box::new(BottomAgent::new(b.clone())),
+                RoleSpec::Bottom(b) => {
+                    let executor = BottomAgent::new(b.clone());
+                    Box::new(match b.kind {
+                        Some(_) => executor.with_runner(services.kind_runner()),
+                        None => executor,
+                    })
+                }
             };
             let deps = Arc::new(AgentDeps {
                 bus: services.bus.clone(),
@@ -444,6 +535,7 @@ impl Team {
             pool,
             services,
             proposer,
+            kinds: KindCoverage::of(&spec),
             outcomes,
             submitted,
             driver: Mutex::new(Some((stop_tx, driver))),
@@ -455,9 +547,25 @@ impl Team {
         &self.pool
     }
 
-    /// The services.
+    /// The services. Its `audit` publishes every record it appends on the team's event
+    /// stream ([`Team::events`]); reads go to the log the team was given.
     pub fn services(&self) -> &TeamServices {
         &self.services
+    }
+
+    /// A stream of the team's events from now on: every audit record once it is stored
+    /// (transitions, tool calls, decisions, spawns, refusals...), and executor runs' states,
+    /// progress and notes, as they happen. Bounded and lossy: a subscriber that falls behind is
+    /// told how many events it missed ([`agent_core::Received::Lagged`]) and never slows an
+    /// agent; the audit log keeps every record. To see the agents' creation too, subscribe to
+    /// the hub ([`TeamServices::events`]) before [`Team::start`] or [`Team::resume`].
+    pub fn events(&self) -> agent_core::EventStream {
+        self.services.events.subscribe()
+    }
+
+    /// The hub the team's events are published on (the services' `events`).
+    pub fn event_hub(&self) -> &agent_core::EventHub {
+        &self.services.events
     }
 
     /// Hands a task to the proposing top power. The plan is checked first; a task with only a
@@ -465,7 +573,11 @@ impl Team {
     /// reasoner [plans](agent_core::Reasoner::plans), else [`SubmitError::CannotPlan`].
     pub async fn submit(&self, task: Task) -> Result<(), SubmitError> {
         task.check_request()?;
-        if !task.is_scripted() {
+        // A goal-only task needs a plan; a goal step needs a model to choose its tool calls,
+        // unless an executor with a kind runs it.
+        let needs_model = task.steps.is_empty()
+            || task.steps.iter().any(|s| !s.is_scripted() && !self.kinds.runs(s));
+        if needs_model {
             let reasoner =
                 self.services.reasoners.get(&self.proposer).unwrap_or(&self.services.reasoner);
             if !reasoner.plans() {
@@ -731,6 +843,7 @@ pub fn validate(spec: &TeamSpec, services: &TeamServices) -> Result<Vec<AgentCon
     if !spec.agents.iter().any(|a| a.config.layer == AgentLayer::Top) {
         return Err(TeamError::NoTopAgent);
     }
+    let executor = services.kind_runner().executor;
     let mut layers: BTreeMap<AgentId, AgentLayer> = BTreeMap::new();
     for agent in &spec.agents {
         agent.config.validate()?;
@@ -794,8 +907,20 @@ pub fn validate(spec: &TeamSpec, services: &TeamServices) -> Result<Vec<AgentCon
                 }
             }
             RoleSpec::Bottom(b) => {
+                if let Some(kind) = &b.kind
+                    && !executor.registry().contains(kind)
+                {
+                    return Err(TeamError::UnknownKind {
+                        agent: config.id.clone(),
+                        kind: kind.to_string(),
+                        known: executor.registry().names().collect::<Vec<_>>().join(", "),
+                    });
+                }
                 let registry = services.agent_tools.get(&config.id).unwrap_or(&services.tools);
-                if let Some(tool) = b.tools.iter().find(|t| registry.get(t).is_none()) {
+                let is_kind = |t: &String| b.kind.as_deref() == Some(t.as_str());
+                if let Some(tool) =
+                    b.tools.iter().find(|t| registry.get(t).is_none() && !is_kind(t))
+                {
                     return Err(TeamError::UnknownTool {
                         agent: config.id.clone(),
                         tool: tool.clone(),

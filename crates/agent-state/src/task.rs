@@ -224,6 +224,23 @@ pub enum TaskFailure {
         #[serde(default)]
         partial: String,
     },
+    /// An executor kind's run of a step is blocked (seed 002): it cannot proceed without an
+    /// input it was not given. Not retried and not reassigned (another executor would miss the
+    /// same input): escalated for a person or a model to supply it.
+    #[error(
+        "step `{step}` is blocked: `{agent}` ran `{executor_kind}` and it needs {missing}; supply it (in \
+         the step's `args.inputs` or the objective) and run the step again"
+    )]
+    Blocked {
+        /// The step.
+        step: String,
+        /// The executor that ran it.
+        agent: AgentId,
+        /// The executor kind.
+        executor_kind: String,
+        /// What is missing, in words.
+        missing: String,
+    },
     /// The run's storage failed (a full disk, an I/O error, a file system remounted
     /// read-only): nothing more can be recorded, so the run stops. What was stored before is
     /// kept, and the run can be resumed once the storage works again.

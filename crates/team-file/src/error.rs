@@ -65,6 +65,15 @@ impl FileError {
     }
 }
 
+/// One step of a path into a TOML document ([`Source::locate`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Seg<'k> {
+    /// A key of a table.
+    Key(&'k str),
+    /// An element of an array (of tables).
+    Index(usize),
+}
+
 /// A file's path and text, to turn byte spans into positions.
 pub(crate) struct Source<'a> {
     pub(crate) path: &'a Path,
@@ -111,6 +120,22 @@ impl Source<'_> {
     pub(crate) fn toml_error(&self, error: &toml::de::Error) -> FileError {
         let message = error.message().trim().replace('\n', "; ");
         self.error(error.span().unwrap_or(0..0), message)
+    }
+
+    /// The span of the value at `path` in the file (such as `endpoints`, 0, `headers`,
+    /// `Authorization`), if it is there and has one. For values `serde` cannot span: those in
+    /// a table written with dotted keys (`args.inputs.path = "x"`). The text was parsed once
+    /// already, so this is called only to point an error at its value.
+    pub(crate) fn locate(&self, path: &[Seg<'_>]) -> Option<Range<usize>> {
+        let doc = toml_edit::ImDocument::parse(self.text).ok()?;
+        let mut item = doc.as_item();
+        for seg in path {
+            item = match seg {
+                Seg::Key(key) => item.get(*key),
+                Seg::Index(i) => item.get(*i),
+            }?;
+        }
+        item.span()
     }
 
     /// The 1-based line and column (in characters) where `span` starts.

@@ -21,7 +21,10 @@
 //! [`goal_plan_toml`] (the plan file of a goal in words, `strata run --goal`),
 //! [`default_team`] (the team used without a team file), [`example_team_toml`] /
 //! [`example_plan_toml`] (what `strata init` writes), [`scaled_team_toml`] /
-//! [`scaled_plan_toml`] (what `strata init --scale N` writes) and [`FileError`].
+//! [`scaled_plan_toml`] (what `strata init --scale N` writes), [`ExecutorSettings`] (the
+//! team's executor of agent kinds: `[http]`, `[[endpoints]]`, `[executor]`),
+//! [`with_executor_kind`] / [`exec_plan_toml`] (what `strata exec KIND` runs) and
+//! [`FileError`].
 //!
 //! ```
 //! use std::path::Path;
@@ -127,6 +130,37 @@
 //! max_turns = 8
 //! max_chars = 12000
 //!
+//! [http]                    # where executor kinds may reach over HTTP; default: nowhere
+//! allow_hosts = ["127.0.0.1:8080", "docs.example.com"]   # a host (that host only, not its
+//!                           # subdomains) or an IP address, optionally with a port (then only
+//!                           # that port); a URL is an error
+//! timeout_ms = 30000        # one request; default 30000; above 0
+//! max_body_bytes = 1048576  # most bytes of an answer read (the rest is cut, and said so);
+//!                           # default 1048576; above 0
+//!
+//! # Endpoints: the external services `integrations_agent` may call, by name.
+//! [[endpoints]]
+//! name = "tickets"                 # required, unique: 1 to 64 ASCII letters, digits, `-`, `_`
+//! method = "POST"                  # GET (default), POST, PUT, PATCH or DELETE
+//! url = "http://127.0.0.1:8080/api/tickets"   # required: http(s), its host in `allow_hosts`
+//! description = "opens a ticket"   # for the model and `strata exec --list`; default ""
+//! headers = { Authorization = { env = "API_TOKEN" }, Accept = "application/json" }
+//!                                  # a value as written, or `{ env = "VAR" }`: read from the
+//!                                  # environment variable when the call is made (secrets never
+//!                                  # go in the file)
+//!
+//! [executor]                # the retry policy of executor kind runs (seed 002); each field
+//! max_retries = 1           # optional, default the seed's: retries after the first attempt
+//! initial_delay_ms = 1000   # the wait before the first retry
+//! max_delay_ms = 5000       # the cap of every wait; at least `initial_delay_ms`
+//! backoff_multiplier = 2.0  # each wait this many times the one before; 1 or more
+//! hard_timeout_ms = 300000  # a run ends (failed) this long after it started, retries
+//!                           # included; above 0
+//! soft_timeout_ms = 120000  # a warning past this; above 0, at most `hard_timeout_ms`
+//!
+//! [executor.kinds.research_agent]   # the runs of one kind: the same fields; those left out
+//! max_retries = 2                   # are the kind's own, else [executor]'s
+//!
 //! # Top powers sign, veto and arbitrate. The first one in the file proposes the plans.
 //! [[top]]
 //! id = "top-a"                     # required: 1 to 64 ASCII letters, digits, `-`, `_`
@@ -166,6 +200,18 @@
 //! supervisor = "mid-docs"          # required: a mid lead
 //! tools = ["write_file", "shell"] # required: registered tools, at least one
 //!
+//! [[bottom]]
+//! id = "bottom-r1"
+//! supervisor = "mid-docs"
+//! tools = ["read_file", "search"]
+//! kind = "research_agent"          # an executor kind: research_agent, writer_agent,
+//!                                  # planner_agent or integrations_agent. Its goal steps, and
+//!                                  # steps whose `tool` is the kind, run as runs of it
+//!                                  # (seed 002) instead of a tool loop; default none
+//! executor_retry = { max_retries = 3 }   # with a `kind`: the retry policy of its runs, the
+//!                                  # fields of [executor]; those left out are what its kind
+//!                                  # gets
+//!
 //! # Roles: the kinds of agent the team may create while it works, each spawned by an agent
 //! # whose role enables it. Without roles the team is the agents listed above.
 //! [[roles]]
@@ -179,6 +225,8 @@
 //! reasoner = { kind = "openai" }   # overrides fields of [reasoner], like an agent's
 //! max_instances = 4                # most agents of the role alive at once; default: no limit
 //!                                  # but the pool's; 1 or more
+//! # kind = "writer_agent"          # bottom roles: the executor kind its agents run, like an
+//!                                  # executor's `kind`
 //!
 //! [[roles]]
 //! name = "docs_lead"
@@ -223,12 +271,24 @@
 //! role = "writer"                  # a bottom role of the team: the agent the step needs
 //! acceptance = "README.md exists and names hello.txt"    # how to tell it is done well
 //! after = ["measure"]
+//!
+//! [[steps]]                        # a run of an executor kind: `tool` names the kind
+//! id = "research"
+//! agent = "bottom-r1"              # (or a domain) reaching an executor with that `kind`, or
+//!                                  # a `role` with it
+//! tool = "research_agent"
+//! args = { objective = "what do the docs say about greetings?", inputs = { paths = ["*.txt"] } }
+//!                                  # `objective`: required, not empty, at most 16 KiB;
+//!                                  # `inputs`: optional, checked against the kind's schema
+//!                                  # (`strata exec --list` shows each kind's)
+//! after = ["write-hello"]
 //! ```
 //!
 //! A step with a `tool` (a scripted step) runs on any reasoner, the rule-based one included. A
 //! goal step, and a plan without steps, need a reasoner that plans and chooses its tools (an
 //! LLM reasoner): [`agent_state::Task::is_scripted`] tells which a plan is, and `strata run`
-//! refuses a plan that is not scripted on the rule-based reasoner.
+//! refuses a plan that is not scripted on the rule-based reasoner, unless each of its goal
+//! steps goes to executors with a `kind` (the kind runs it, its description the objective).
 //!
 //! # Dependencies
 //!
@@ -239,14 +299,21 @@
 //! - `agent-pool`: `TeamSpec`, `AgentSpec`, `RoleSpec`, the pool's defaults and largest size;
 //! - `agent-core`: the tool registry that executors' tools and steps' `args` are checked
 //!   against;
+//! - `agent-executor`: the executor kinds a `kind` names and a kind step's `inputs` are
+//!   checked against ([`agent_executor::builtins()`]), and what `[http]`, `[[endpoints]]` and
+//!   `[executor]` become ([`ExecutorSettings`], which builds the team's
+//!   [`agent_executor::Executor`]);
 //! - `agent-llm`: `[prices]`, `[budget]` and `[conversation]` become its `PriceTable`, `Budget`
 //!   and `ConversationLimits`. It is the heaviest (with its default HTTP providers), and a
 //!   program that runs a team from a file has it already;
-//! - `toml` (parsing with byte spans, turned into lines and columns), `serde`, `serde_json` (a
-//!   step's `args` as the JSON a tool takes) and `thiserror`.
+//! - `toml` (parsing with byte spans, turned into lines and columns), `toml_edit` (the spans
+//!   `toml` cannot give, and [`with_executor_kind`]'s edit that keeps comments), `serde`,
+//!   `serde_json` (a step's `args` as the JSON a tool takes) and `thiserror`.
 
 mod error;
 mod examples;
+mod exec;
+mod executor;
 mod limits;
 mod plan;
 mod raw;
@@ -260,6 +327,8 @@ pub use error::{FileError, ReadError};
 pub use examples::{
     MIN_SCALE, example_plan_toml, example_team_toml, scaled_plan_toml, scaled_team_toml,
 };
+pub use exec::{ExecTeam, exec_plan_toml, with_executor_kind};
+pub use executor::ExecutorSettings;
 pub use limits::{
     HeartbeatOutOfRange, MAX_HEARTBEAT, MAX_PLAN_FILE_BYTES, MAX_PLAN_STEPS, MAX_STEP_ARGS_BYTES,
     MAX_TEAM_FILE_BYTES, MIN_HEARTBEAT, check_heartbeat,

@@ -7,7 +7,8 @@ use agent_core::tools::ToolRegistry;
 use agent_pool::{RoleSpec, TeamSpec};
 use agent_state::{AgentId, AgentLayer, PlanStep, Role, StepTarget, Task};
 
-use crate::error::{FileError, Source};
+use crate::error::{FileError, Seg, Source};
+use crate::executor::{kinds, known_kinds};
 use crate::limits::{MAX_PLAN_FILE_BYTES, MAX_PLAN_STEPS, MAX_STEP_ARGS_BYTES};
 use crate::raw::{RawPlan, RawStep};
 use crate::team::list_or_none;
@@ -66,7 +67,7 @@ pub fn parse_plan(
         let description = step.description.as_ref().map(|d| d.get_ref().clone());
         let (tool, description, args) = match &step.tool {
             Some(tool) => {
-                let args = scripted_args(&src, step, tool, &target, role, team, &leads, tools)?;
+                let args = scripted_args(&src, i, step, tool, &target, role, team, &leads, tools)?;
                 let tool = tool.get_ref();
                 (tool.clone(), description.unwrap_or_else(|| format!("{id} ({tool})")), args)
             }
@@ -157,10 +158,12 @@ pub fn goal_plan_toml(id: &str, goal: &str) -> String {
 }
 
 /// A scripted step's `args` as JSON, after checking its tool: registered, held by an executor
-/// the step reaches (or by the step's role), and taking these arguments.
+/// the step reaches (or by the step's role), and taking these arguments. The `tool` may also
+/// name an executor kind ([`kind_args`]).
 #[allow(clippy::too_many_arguments, reason = "the parts of one step's check")]
 fn scripted_args(
     src: &Source<'_>,
+    index: usize,
     step: &RawStep,
     tool: &toml::Spanned<String>,
     target: &StepTarget,
@@ -171,14 +174,24 @@ fn scripted_args(
 ) -> Result<serde_json::Value, FileError> {
     let name = tool.get_ref();
     let Some(registered) = tools.get(name) else {
+        if kinds().contains(name) {
+            if role.is_none_or(|r| r.kind.as_deref() != Some(name.as_str())) {
+                check_reachable(src, tool, Need::Kind, target, team, leads)?;
+            }
+            return kind_args(src, index, step, tool);
+        }
         return Err(src.error(
             tool.span(),
-            format!("unknown tool `{name}` (available: {})", tools.names().join(", ")),
+            format!(
+                "unknown tool `{name}` (available: {}); or an executor kind its executor runs ({})",
+                tools.names().join(", "),
+                known_kinds()
+            ),
         ));
     };
     // A lead spawns an agent of the step's role to run it: the role's tools count.
     if !role.is_some_and(|r| r.tools.contains(name)) {
-        check_reachable(src, tool, target, team, leads)?;
+        check_reachable(src, tool, Need::Tool, target, team, leads)?;
     }
     // `args` has no span of its own (toml 0.8 cannot span a table written with dotted keys,
     // `args.command = "..."`), so its errors point at the step's tool.
@@ -207,6 +220,83 @@ fn scripted_args(
         ));
     }
     Ok(args)
+}
+
+/// The `args` of a step whose `tool` is an executor kind (the `index`th step):
+/// `objective`, what the run should do (a string, not empty, at most
+/// [`agent_executor::MAX_OBJECTIVE_BYTES`]), and optionally `inputs`, an object the kind's
+/// `inputs_schema` accepts (at most [`agent_executor::MAX_INPUTS_BYTES`] as JSON). Each error
+/// points at its value when the file lets it be found, else at the `tool`.
+fn kind_args(
+    src: &Source<'_>,
+    index: usize,
+    step: &RawStep,
+    tool: &toml::Spanned<String>,
+) -> Result<serde_json::Value, FileError> {
+    let kind = tool.get_ref();
+    let at = |key: &str| {
+        let path = [Seg::Key("steps"), Seg::Index(index), Seg::Key("args"), Seg::Key(key)];
+        src.locate(&path).unwrap_or(tool.span())
+    };
+    let form = format!(
+        "a step running the executor kind `{kind}` has `args = {{ objective = \"what to do\", inputs = {{ ... }} }}` (`inputs` optional)"
+    );
+    let empty = toml::Table::new();
+    let args = step.args.as_ref().unwrap_or(&empty);
+    if let Some(other) = args.keys().find(|k| !matches!(k.as_str(), "objective" | "inputs")) {
+        return Err(src.error(at(other), format!("unknown argument `{other}`; {form}")));
+    }
+    let objective = match args.get("objective") {
+        None => return Err(src.error(tool.span(), format!("`args` has no `objective`; {form}"))),
+        Some(toml::Value::String(o)) if o.trim().is_empty() => {
+            return Err(src.error(
+                at("objective"),
+                format!("the `objective` is empty: say in words what the `{kind}` run should do"),
+            ));
+        }
+        Some(toml::Value::String(o)) if o.len() > agent_executor::MAX_OBJECTIVE_BYTES => {
+            return Err(src.error(
+                at("objective"),
+                format!(
+                    "the `objective` is {} bytes, over the limit of {}: shorten it, or put the material in a workspace file and name it in the objective",
+                    o.len(),
+                    agent_executor::MAX_OBJECTIVE_BYTES
+                ),
+            ));
+        }
+        Some(toml::Value::String(o)) => o.clone(),
+        Some(_) => {
+            return Err(src.error(at("objective"), format!("the `objective` is a string; {form}")));
+        }
+    };
+    let mut out = serde_json::Map::new();
+    out.insert("objective".into(), serde_json::Value::String(objective));
+    if let Some(inputs) = args.get("inputs") {
+        let toml::Value::Table(table) = inputs else {
+            return Err(src.error(at("inputs"), format!("`inputs` is a table; {form}")));
+        };
+        let json = table_to_json(table).map_err(|m| src.error(at("inputs"), m))?;
+        let size = json.to_string().len();
+        if size > agent_executor::MAX_INPUTS_BYTES {
+            return Err(src.error(
+                at("inputs"),
+                format!(
+                    "`inputs` are {size} bytes as JSON, over the limit of {}; put large material in a workspace file and name it",
+                    agent_executor::MAX_INPUTS_BYTES
+                ),
+            ));
+        }
+        let schema = kinds().get(kind).map(|k| k.inputs_schema()).unwrap_or_default();
+        let problems = agent_core::tools::validate(&schema, &json);
+        if !problems.is_empty() {
+            return Err(src.error(
+                at("inputs"),
+                format!("`inputs` do not fit the kind `{kind}`: {}", problems.join("; ")),
+            ));
+        }
+        out.insert("inputs".into(), json);
+    }
+    Ok(serde_json::Value::Object(out))
 }
 
 /// The step's `role`, if it names one: a bottom role of the team.
@@ -316,7 +406,8 @@ fn plan_controls(src: &Source<'_>, raw: &RawPlan) -> Result<(), FileError> {
 pub(crate) struct Lead<'t> {
     pub(crate) id: &'t AgentId,
     pub(crate) domain: &'t str,
-    pub(crate) executors: Vec<(&'t AgentId, &'t [String])>,
+    /// Each executor's id, tools and kind.
+    pub(crate) executors: Vec<(&'t AgentId, &'t [String], Option<&'t str>)>,
 }
 
 pub(crate) fn leads(team: &TeamSpec) -> Vec<Lead<'_>> {
@@ -331,7 +422,9 @@ pub(crate) fn leads(team: &TeamSpec) -> Vec<Lead<'_>> {
                     .iter()
                     .filter(|a| a.config.supervisor.as_ref() == Some(&lead.config.id))
                     .filter_map(|a| match &a.role {
-                        RoleSpec::Bottom(b) => Some((&a.config.id, &b.tools[..])),
+                        RoleSpec::Bottom(b) => {
+                            Some((&a.config.id, &b.tools[..], b.kind.as_deref()))
+                        }
                         _ => None,
                     })
                     .collect(),
@@ -397,17 +490,33 @@ fn step_target(
     }
 }
 
-/// Checks that some executor the step can reach has its `tool`.
+/// What a scripted step's `tool` asks of its executor.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Need {
+    /// The workspace tool of that name.
+    Tool,
+    /// The executor kind of that name.
+    Kind,
+}
+
+/// Checks that some executor the step can reach has its `tool` (or, for [`Need::Kind`], runs
+/// that kind).
 fn check_reachable(
     src: &Source<'_>,
     tool: &toml::Spanned<String>,
+    need: Need,
     target: &StepTarget,
     team: &TeamSpec,
     leads: &[Lead<'_>],
 ) -> Result<(), FileError> {
     let span = tool.span();
     let tool = tool.get_ref();
-    let (place, executors): (String, Vec<(&AgentId, &[String])>) = match target {
+    let fits = |tools: &[String], kind: Option<&str>| match need {
+        Need::Tool => tools.contains(tool),
+        Need::Kind => kind == Some(tool.as_str()),
+    };
+    type Executors<'t> = Vec<(&'t AgentId, &'t [String], Option<&'t str>)>;
+    let (place, executors): (String, Executors<'_>) = match target {
         StepTarget::Domain(domain) => {
             let lead = leads.iter().find(|l| l.domain == domain);
             let executors = lead.map(|l| l.executors.clone()).unwrap_or_default();
@@ -418,38 +527,55 @@ fn check_reachable(
             Some(lead) => (format!("under the lead `{id}`"), lead.executors.clone()),
             None => {
                 let executor = team.agents.iter().find(|a| &a.config.id == id);
-                let tools = executor.and_then(|a| match &a.role {
-                    RoleSpec::Bottom(b) => Some(&b.tools[..]),
-                    _ => None,
-                });
-                let tools = tools.unwrap_or_default();
-                if tools.contains(tool) {
+                let (tools, kind) = executor
+                    .and_then(|a| match &a.role {
+                        RoleSpec::Bottom(b) => Some((&b.tools[..], b.kind.as_deref())),
+                        _ => None,
+                    })
+                    .unwrap_or_default();
+                if fits(tools, kind) {
                     return Ok(());
                 }
-                return Err(src.error(
-                    span,
-                    format!(
+                let message = match need {
+                    Need::Tool => format!(
                         "executor `{id}` does not have the tool `{tool}`; it has: {}",
                         list_or_none(tools.iter().map(String::as_str))
                     ),
-                ));
+                    Need::Kind => format!(
+                        "executor `{id}` does not run the executor kind `{tool}` (its kind: {}); give it `kind = \"{tool}\"` in the team file",
+                        kind.unwrap_or("none")
+                    ),
+                };
+                return Err(src.error(span, message));
             }
         },
         StepTarget::Any => {
             ("in the team".to_owned(), leads.iter().flat_map(|l| l.executors.clone()).collect())
         }
     };
-    if executors.iter().any(|(_, tools)| tools.contains(tool)) {
+    if executors.iter().any(|(_, tools, kind)| fits(tools, *kind)) {
         return Ok(());
     }
     let message = if executors.is_empty() {
         format!("there is no executor {place} to run `{tool}`")
     } else {
-        let mut have: Vec<&str> =
-            executors.iter().flat_map(|(_, t)| t.iter().map(String::as_str)).collect();
+        let mut have: Vec<&str> = match need {
+            Need::Tool => {
+                executors.iter().flat_map(|(_, t, _)| t.iter().map(String::as_str)).collect()
+            }
+            Need::Kind => executors.iter().filter_map(|(_, _, k)| *k).collect(),
+        };
         have.sort_unstable();
         have.dedup();
-        format!("no executor {place} has the tool `{tool}`; they have: {}", have.join(", "))
+        match need {
+            Need::Tool => {
+                format!("no executor {place} has the tool `{tool}`; they have: {}", have.join(", "))
+            }
+            Need::Kind => format!(
+                "no executor {place} runs the executor kind `{tool}` (their kinds: {}); give one `kind = \"{tool}\"` in the team file",
+                list_or_none(have.into_iter())
+            ),
+        }
     };
     Err(src.error(span, message))
 }

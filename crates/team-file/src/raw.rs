@@ -33,6 +33,95 @@ pub(crate) struct RawTeam {
     pub(crate) bottom: Vec<RawBottom>,
     #[serde(default)]
     pub(crate) roles: Vec<RawRole>,
+    #[serde(default)]
+    pub(crate) http: Option<RawHttp>,
+    #[serde(default)]
+    pub(crate) endpoints: Vec<RawEndpoint>,
+    #[serde(default)]
+    pub(crate) executor: Option<RawExecutor>,
+}
+
+/// `[http]`: which hosts the executor kinds may reach over HTTP.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawHttp {
+    #[serde(default)]
+    pub(crate) allow_hosts: Option<Vec<Spanned<String>>>,
+    #[serde(default)]
+    pub(crate) timeout_ms: Option<Spanned<u64>>,
+    #[serde(default)]
+    pub(crate) max_body_bytes: Option<Spanned<u64>>,
+}
+
+/// An `[[endpoints]]` table: an external service `integrations_agent` may call.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawEndpoint {
+    pub(crate) name: Spanned<String>,
+    #[serde(default)]
+    pub(crate) method: Option<Spanned<String>>,
+    pub(crate) url: Spanned<String>,
+    #[serde(default)]
+    pub(crate) description: Option<String>,
+    /// Unspanned: toml 0.8 cannot span a table written with dotted keys
+    /// (`headers.Authorization.env = "TOKEN"`); an error about a header is located in the text
+    /// afterwards ([`crate::error::Source::locate`]).
+    #[serde(default)]
+    pub(crate) headers: Option<toml::Table>,
+}
+
+/// `[executor]`: the executor's retry policy and its overrides per kind.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawExecutor {
+    // The fields of [`RawRetry`], written out: `#[serde(flatten)]` would lose the spans.
+    #[serde(default)]
+    pub(crate) max_retries: Option<Spanned<u32>>,
+    #[serde(default)]
+    pub(crate) initial_delay_ms: Option<Spanned<u64>>,
+    #[serde(default)]
+    pub(crate) max_delay_ms: Option<Spanned<u64>>,
+    #[serde(default)]
+    pub(crate) backoff_multiplier: Option<Spanned<f64>>,
+    #[serde(default)]
+    pub(crate) hard_timeout_ms: Option<Spanned<u64>>,
+    #[serde(default)]
+    pub(crate) soft_timeout_ms: Option<Spanned<u64>>,
+    #[serde(default)]
+    pub(crate) kinds: BTreeMap<Spanned<String>, RawRetry>,
+}
+
+impl RawExecutor {
+    /// Its own retry fields.
+    pub(crate) fn retry(&self) -> RawRetry {
+        RawRetry {
+            max_retries: self.max_retries.clone(),
+            initial_delay_ms: self.initial_delay_ms.clone(),
+            max_delay_ms: self.max_delay_ms.clone(),
+            backoff_multiplier: self.backoff_multiplier.clone(),
+            hard_timeout_ms: self.hard_timeout_ms.clone(),
+            soft_timeout_ms: self.soft_timeout_ms.clone(),
+        }
+    }
+}
+
+/// A retry policy's fields, each optional: `[executor]`, `[executor.kinds.<kind>]` and an
+/// executor's `executor_retry`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRetry {
+    #[serde(default)]
+    pub(crate) max_retries: Option<Spanned<u32>>,
+    #[serde(default)]
+    pub(crate) initial_delay_ms: Option<Spanned<u64>>,
+    #[serde(default)]
+    pub(crate) max_delay_ms: Option<Spanned<u64>>,
+    #[serde(default)]
+    pub(crate) backoff_multiplier: Option<Spanned<f64>>,
+    #[serde(default)]
+    pub(crate) hard_timeout_ms: Option<Spanned<u64>>,
+    #[serde(default)]
+    pub(crate) soft_timeout_ms: Option<Spanned<u64>>,
 }
 
 /// A `[[roles]]` table: a kind of agent the team may spawn while it works.
@@ -57,6 +146,9 @@ pub(crate) struct RawRole {
     pub(crate) enabled_agents: Option<Spanned<Vec<Spanned<String>>>>,
     #[serde(default)]
     pub(crate) max_instances: Option<Spanned<u32>>,
+    /// The executor kind its agents run their subtasks through (bottom roles only).
+    #[serde(default)]
+    pub(crate) kind: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -125,6 +217,9 @@ pub(crate) struct RawTop {
     /// Refused with a message of its own rather than as an unknown field.
     #[serde(default)]
     pub(crate) supervisor: Option<Spanned<String>>,
+    /// Refused with a message of its own: only executors run a kind.
+    #[serde(default)]
+    pub(crate) kind: Option<Spanned<String>>,
     #[serde(default)]
     pub(crate) role: Option<Spanned<String>>,
     #[serde(default)]
@@ -151,6 +246,9 @@ pub(crate) struct RawMid {
     pub(crate) supervisor: Spanned<String>,
     #[serde(default)]
     pub(crate) max_subordinates: Option<usize>,
+    /// Refused with a message of its own: only executors run a kind.
+    #[serde(default)]
+    pub(crate) kind: Option<Spanned<String>>,
     #[serde(default)]
     pub(crate) role: Option<Spanned<String>>,
     #[serde(default)]
@@ -175,6 +273,12 @@ pub(crate) struct RawBottom {
     pub(crate) name: Option<Spanned<String>>,
     pub(crate) supervisor: Spanned<String>,
     pub(crate) tools: Spanned<Vec<Spanned<String>>>,
+    /// The executor kind it runs its subtasks through.
+    #[serde(default)]
+    pub(crate) kind: Option<Spanned<String>>,
+    /// Its own executor retry policy (only with a `kind`).
+    #[serde(default)]
+    pub(crate) executor_retry: Option<RawRetry>,
     #[serde(default)]
     pub(crate) role: Option<Spanned<String>>,
     #[serde(default)]
@@ -242,6 +346,8 @@ pub(crate) struct Entry<'a> {
     pub(crate) max_retries: Option<u32>,
     pub(crate) timeout_ms: Option<&'a Spanned<u64>>,
     pub(crate) reasoner: Option<&'a RawReasoner>,
+    /// The `kind` written on it (valid on an executor only).
+    pub(crate) executor_kind: Option<&'a Spanned<String>>,
     pub(crate) kind: EntryKind<'a>,
 }
 
@@ -265,6 +371,7 @@ impl<'a> Entry<'a> {
             max_retries: raw.max_retries,
             timeout_ms: raw.timeout_ms.as_ref(),
             reasoner: raw.reasoner.as_ref(),
+            executor_kind: raw.kind.as_ref(),
             kind: EntryKind::Top(raw),
         }
     }
@@ -282,6 +389,7 @@ impl<'a> Entry<'a> {
             max_retries: raw.max_retries,
             timeout_ms: raw.timeout_ms.as_ref(),
             reasoner: raw.reasoner.as_ref(),
+            executor_kind: raw.kind.as_ref(),
             kind: EntryKind::Mid(raw),
         }
     }
@@ -299,6 +407,7 @@ impl<'a> Entry<'a> {
             max_retries: raw.max_retries,
             timeout_ms: raw.timeout_ms.as_ref(),
             reasoner: raw.reasoner.as_ref(),
+            executor_kind: raw.kind.as_ref(),
             kind: EntryKind::Bottom(raw),
         }
     }

@@ -8,7 +8,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_core::tools::ToolRegistry;
+use agent_core::tools::{ToolContext, ToolRegistry};
 use agent_layers::{BottomSpec, MidSpec, TopSpec};
 use agent_llm::{Budget, ConversationLimits, OnExceed, Price, PriceTable};
 use agent_pool::{AgentSpec, DEFAULT_HEARTBEAT, DEFAULT_MAX_AGENTS, RoleSpec, TeamSpec};
@@ -20,6 +20,7 @@ use thiserror::Error;
 use toml::Spanned;
 
 use crate::error::{FileError, Source};
+use crate::executor::{ExecutorSettings, check_kind, executor_settings};
 use crate::limits::{MAX_TEAM_FILE_BYTES, check_heartbeat, parse_duration};
 use crate::raw::{
     Entry, EntryKind, RawBudget, RawConversation, RawPrice, RawReasoner, RawRole, RawTeam, RawTop,
@@ -51,6 +52,17 @@ pub struct TeamFile {
     pub budget: Budget,
     /// How much history each agent keeps (`[conversation]`).
     pub conversation: ConversationLimits,
+    /// The executor of the agents with a `kind` (`[http]`, `[[endpoints]]`, `[executor]`,
+    /// `executor_retry`).
+    pub executor: ExecutorSettings,
+}
+
+impl TeamFile {
+    /// The executor that runs the subtasks of this team's executors with a `kind`, in
+    /// `workspace` ([`ExecutorSettings::executor`]).
+    pub fn executor(&self, workspace: Arc<ToolContext>) -> agent_executor::Executor {
+        self.executor.executor(workspace)
+    }
 }
 
 /// Which reasoner an agent uses, and its settings.
@@ -230,6 +242,16 @@ pub fn parse_team(path: &Path, text: &str, tools: &ToolRegistry) -> Result<TeamF
         agents.push(spec);
     }
     share_tool_lists(&mut agents);
+    let kind_of: BTreeMap<AgentId, String> = agents
+        .iter()
+        .filter_map(|a| match &a.role {
+            RoleSpec::Bottom(BottomSpec { kind: Some(kind), .. }) => {
+                Some((a.config.id.clone(), kind.to_string()))
+            }
+            _ => None,
+        })
+        .collect();
+    let executor = executor_settings(&src, &raw, &kind_of)?;
     let prices = match &raw.prices {
         Some(p) => price_table(&src, p)?,
         None => PriceTable::new(),
@@ -256,6 +278,7 @@ pub fn parse_team(path: &Path, text: &str, tools: &ToolRegistry) -> Result<TeamF
         prices,
         budget,
         conversation,
+        executor,
     })
 }
 
@@ -317,6 +340,7 @@ pub fn default_team() -> TeamFile {
         prices: PriceTable::new(),
         budget: Budget::default(),
         conversation: ConversationLimits::default(),
+        executor: ExecutorSettings::default(),
     }
 }
 
@@ -404,6 +428,17 @@ fn agent_spec<'e, 'a>(
         }
         config.timeout_ms = *timeout.get_ref();
     }
+    if let Some(kind) = entry.executor_kind
+        && entry.layer != AgentLayer::Bottom
+    {
+        return Err(src.error(
+            kind.span(),
+            format!(
+                "a {} runs no executor kind: only a bottom executor takes a `kind` (the kind it runs its subtasks through); remove it, or put it on an executor",
+                noun(entry.layer)
+            ),
+        ));
+    }
     let role = match entry.kind {
         EntryKind::Top(raw) => RoleSpec::Top(top_spec(src, raw)?),
         EntryKind::Mid(raw) => {
@@ -443,7 +478,11 @@ fn agent_spec<'e, 'a>(
                 ));
             }
             *siblings += 1;
-            RoleSpec::Bottom(BottomSpec::new(executor_tools(src, &raw.tools, tools)?))
+            let spec = BottomSpec::new(executor_tools(src, &raw.tools, tools)?);
+            match &raw.kind {
+                Some(kind) => RoleSpec::Bottom(spec.with_kind(check_kind(src, kind)?)),
+                None => RoleSpec::Bottom(spec),
+            }
         }
     };
     // Everything `validate` refuses is caught above with a position; this is a safety net.
@@ -797,6 +836,10 @@ fn role_book(
             role.enabled_agents = list.get_ref().iter().map(|e| e.get_ref().clone()).collect();
         }
         role.max_instances = r.max_instances.as_ref().map(|m| *m.get_ref());
+        // Whether its layer may have one is the role book's check.
+        if let Some(kind) = &r.kind {
+            role.kind = Some(check_kind(src, kind)?);
+        }
         if let Some(settings) = &r.reasoner {
             reasoners
                 .insert(name.clone(), reasoner_settings(src, settings, default_reasoner, tools)?);
@@ -846,9 +889,9 @@ fn role_error(src: &Source<'_>, raw: &[RawRole], error: &RoleError) -> FileError
         RoleError::ZeroInstances { role } => {
             (role, find(role).and_then(|r| r.max_instances.as_ref()).map(Spanned::span))
         }
-        // The team file's `kind` is read by the executor settings (a later change points at
-        // the value itself); the role's name locates it meanwhile.
-        RoleError::KindNotAllowed { role, .. } => (role, None),
+        RoleError::KindNotAllowed { role, .. } => {
+            (role, find(role).and_then(|r| r.kind.as_ref()).map(Spanned::span))
+        }
     };
     let span = span.or_else(|| find(role).map(|r| r.name.span())).unwrap_or(0..0);
     src.error(span, message)

@@ -132,7 +132,7 @@ fn example_plan_runs_on_the_example_team_through_all_layers() {
             executors: l
                 .executors
                 .iter()
-                .map(|(id, t)| ((*id).clone(), t.to_vec().into()))
+                .map(|(id, t, _)| ((*id).clone(), t.to_vec().into()))
                 .collect(),
         })
         .collect();
@@ -181,10 +181,17 @@ fn module_docs_examples_parse() {
     assert_eq!(team.spec.roles.names(), "docs_lead, writer");
     assert_eq!(team.role_reasoners.len(), 1);
     assert_eq!(team.spec.agent_roles[&AgentId::from("mid-docs")], "docs_lead");
+    // The executor settings.
+    assert_eq!(team.executor.http.allow_hosts, ["127.0.0.1:8080", "docs.example.com"]);
+    assert_eq!(team.executor.endpoints["tickets"].method, agent_executor::Method::Post);
+    assert_eq!(team.executor.policy, agent_state::RetryPolicy::executor_default());
+    assert_eq!(team.executor.kind_policies["research_agent"].max_retries, 2);
+    assert_eq!(team.executor.agent_policies[&AgentId::from("bottom-r1")].max_retries, 3);
     let task =
         parse_plan(Path::new("plan.toml"), &blocks[1], &team.spec, &ToolRegistry::with_builtins())
             .unwrap();
     assert!(!task.is_scripted(), "the plan example shows a goal step");
+    assert!(task.steps.iter().any(|s| s.tool == "research_agent"), "and a kind step");
 }
 
 #[test]
@@ -2047,4 +2054,696 @@ args = { path = "x", content = "y" }
     )
     .unwrap_err();
     assert_at(&err, 5, 8, &["no executor in the team has the tool `write_file`; they have: shell"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Executor kinds (seed 002): `kind`, `[http]`, `[[endpoints]]`, `[executor]`, kind steps.
+
+/// The line and column (in characters, from 1) where the `nth` occurrence (from 0) of `needle`
+/// starts in `text`.
+#[track_caller]
+fn position_of(text: &str, needle: &str, nth: usize) -> (usize, usize) {
+    let (at, _) = text
+        .match_indices(needle)
+        .nth(nth)
+        .unwrap_or_else(|| panic!("`{needle}` #{nth} is not in the text"));
+    let before = &text[..at];
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    (before.matches('\n').count() + 1, before[line_start..].chars().count() + 1)
+}
+
+/// Asserts that `err` points at the `nth` occurrence of `needle` in `text` and says every
+/// fragment.
+#[track_caller]
+fn assert_points(err: &FileError, text: &str, needle: &str, nth: usize, fragments: &[&str]) {
+    let (line, column) = position_of(text, needle, nth);
+    assert_at(err, line, column, fragments);
+}
+
+fn team_result(s: &str) -> Result<TeamFile, FileError> {
+    parse_team(Path::new("team.toml"), s, &ToolRegistry::with_builtins())
+}
+
+/// The kinds an error lists.
+fn known() -> String {
+    agent_executor::builtins().names().collect::<Vec<_>>().join(", ")
+}
+
+#[test]
+fn the_builtin_kinds_are_the_four_of_the_seed() {
+    assert_eq!(known(), "integrations_agent, planner_agent, research_agent, writer_agent");
+}
+
+/// `HEAD` and one executor with `extra` lines.
+fn executor_team(extra: &str) -> String {
+    with_head(&format!(
+        "\n[[bottom]]\nid = \"bottom-a\"\nsupervisor = \"mid-a\"\ntools = [\"read_file\"]\n{extra}"
+    ))
+}
+
+#[test]
+fn an_executor_may_run_a_kind() {
+    let file = team(&executor_team("kind = \"research_agent\"\n"));
+    let bottom = file.spec.agents.iter().find(|a| a.config.id.as_str() == "bottom-a").unwrap();
+    assert_eq!(
+        bottom.role,
+        RoleSpec::Bottom(BottomSpec::new(["read_file"]).with_kind("research_agent"))
+    );
+    // Nothing else given: no hosts, no endpoints, the seed's policy.
+    assert_eq!(file.executor, ExecutorSettings::default());
+    assert_eq!(file.executor.policy, agent_state::RetryPolicy::executor_default());
+    assert_eq!(default_team().executor, ExecutorSettings::default());
+
+    // Without a kind, none.
+    let file = team(&executor_team(""));
+    let bottom = file.spec.agents.iter().find(|a| a.config.id.as_str() == "bottom-a").unwrap();
+    assert_eq!(bottom.role, RoleSpec::Bottom(BottomSpec::new(["read_file"])));
+}
+
+#[test]
+fn an_unknown_kind_is_refused_at_its_value_with_the_known_kinds() {
+    let text = executor_team("kind = \"poet_agent\"\n");
+    let err = team_result(&text).unwrap_err();
+    assert_points(
+        &err,
+        &text,
+        "\"poet_agent\"",
+        0,
+        &[&format!("unknown executor kind `poet_agent`; the kinds are: {}", known())],
+    );
+}
+
+#[test]
+fn a_kind_on_a_lead_or_a_power_is_refused_at_its_value() {
+    let text =
+        text(HEAD).replace("domain = \"docs\"\n", "domain = \"docs\"\nkind = \"research_agent\"\n");
+    let err = team_result(&text).unwrap_err();
+    assert_points(
+        &err,
+        &text,
+        "\"research_agent\"",
+        0,
+        &["a mid lead runs no executor kind: only a bottom executor takes a `kind`"],
+    );
+
+    let text = text.replace("kind = \"research_agent\"\n", "").replace(
+        "power_type = \"power_b\"\n",
+        "power_type = \"power_b\"\nkind = \"writer_agent\"\n",
+    );
+    let err = team_result(&text).unwrap_err();
+    assert_points(&err, &text, "\"writer_agent\"", 0, &["a top power runs no executor kind"]);
+}
+
+#[test]
+fn a_bottom_role_may_run_a_kind_and_a_mid_role_may_not() {
+    let roles = r#"
+[[roles]]
+name = "researcher"
+layer = "bottom"
+tools = ["read_file"]
+kind = "research_agent"
+"#;
+    let file = team(&with_head(roles));
+    assert_eq!(file.spec.roles.get("researcher").unwrap().kind.as_deref(), Some("research_agent"));
+
+    let text = with_head(&format!(
+        "{roles}\n[[roles]]\nname = \"lead\"\nlayer = \"mid\"\nkind = \"planner_agent\"\n"
+    ));
+    let err = team_result(&text).unwrap_err();
+    assert_points(
+        &err,
+        &text,
+        "\"planner_agent\"",
+        0,
+        &["role `lead` (mid) has a `kind`; only bottom roles run an executor kind"],
+    );
+
+    let text = with_head(&roles.replace("research_agent", "dreamer"));
+    let err = team_result(&text).unwrap_err();
+    assert_points(&err, &text, "\"dreamer\"", 0, &["unknown executor kind `dreamer`", &known()]);
+}
+
+#[test]
+fn http_settings_are_read() {
+    let file = team(&executor_team(
+        "\n[http]\nallow_hosts = [\"127.0.0.1:8080\", \"docs.example.com\", \"[::1]:9000\", \"::1\"]\ntimeout_ms = 2500\nmax_body_bytes = 4096\n",
+    ));
+    assert_eq!(
+        file.executor.http,
+        agent_executor::HttpPolicy {
+            allow_hosts: vec![
+                "127.0.0.1:8080".into(),
+                "docs.example.com".into(),
+                "[::1]:9000".into(),
+                "::1".into()
+            ],
+            timeout_ms: 2500,
+            max_body_bytes: 4096,
+        }
+    );
+    // Left out: the defaults.
+    let file = team(&executor_team("\n[http]\nallow_hosts = [\"example.org\"]\n"));
+    assert_eq!(file.executor.http.timeout_ms, agent_executor::HttpPolicy::default().timeout_ms);
+}
+
+#[test]
+fn bad_http_settings_are_refused_at_their_value() {
+    for (entry, fragment) in [
+        ("https://docs.example.com", "is a URL, not a host"),
+        ("docs.example.com/path", "is a URL, not a host"),
+        ("", "is empty"),
+        ("two words", "is not a host name or an IP address"),
+        ("example.org:http", "has the port `http`, not a number from 1 to 65535"),
+        ("example.org:0", "has the port `0`"),
+        ("[nope]:80", "not an IPv6 address"),
+    ] {
+        let text = executor_team(&format!("\n[http]\nallow_hosts = [\"ok.org\", \"{entry}\"]\n"));
+        let err = team_result(&text).unwrap_err();
+        assert_points(&err, &text, &format!("\"{entry}\""), 0, &["`allow_hosts`", fragment]);
+    }
+    let text = executor_team("\n[http]\ntimeout_ms = 0\n");
+    let err = team_result(&text).unwrap_err();
+    assert_points(&err, &text, "0\n", 0, &["`timeout_ms` must be greater than 0"]);
+    let text = executor_team("\n[http]\nmax_body_bytes = 0\n");
+    let err = team_result(&text).unwrap_err();
+    assert_points(&err, &text, "0\n", 0, &["`max_body_bytes` must be at least 1"]);
+    let text = executor_team("\n[http]\nallow = [\"x.org\"]\n");
+    let err = team_result(&text).unwrap_err();
+    assert_points(&err, &text, "allow =", 0, &["unknown field `allow`"]);
+}
+
+const HTTP: &str = "\n[http]\nallow_hosts = [\"127.0.0.1:8080\"]\n";
+
+#[test]
+fn endpoints_are_read_with_their_headers() {
+    let file = team(&executor_team(&format!(
+        r#"{HTTP}
+[[endpoints]]
+name = "tickets"
+method = "post"
+url = "http://127.0.0.1:8080/api/tickets"
+description = "opens a ticket"
+headers = {{ Authorization = {{ env = "API_TOKEN" }}, Accept = "application/json" }}
+
+[[endpoints]]
+name = "status"
+url = "http://127.0.0.1:8080/status"
+
+[endpoints.headers]
+X-Trace.env = "TRACE_ID"
+"#
+    )));
+    let tickets = &file.executor.endpoints["tickets"];
+    assert_eq!(
+        *tickets,
+        agent_executor::Endpoint {
+            name: "tickets".into(),
+            method: agent_executor::Method::Post,
+            url: "http://127.0.0.1:8080/api/tickets".into(),
+            headers: [
+                (
+                    "Accept".to_owned(),
+                    agent_executor::HeaderValue::Value("application/json".into())
+                ),
+                ("Authorization".to_owned(), agent_executor::HeaderValue::Env("API_TOKEN".into())),
+            ]
+            .into(),
+            description: "opens a ticket".into(),
+        }
+    );
+    let status = &file.executor.endpoints["status"];
+    assert_eq!(status.method, agent_executor::Method::Get, "GET by default");
+    assert_eq!(
+        status.headers["X-Trace"],
+        agent_executor::HeaderValue::Env("TRACE_ID".into()),
+        "a header written with dotted keys"
+    );
+    assert_eq!(file.executor.endpoints.len(), 2);
+}
+
+/// `executor_team` with `[http]` and one endpoint of `fields`.
+fn endpoint_team(fields: &str) -> String {
+    executor_team(&format!("{HTTP}\n[[endpoints]]\nname = \"e\"\n{fields}"))
+}
+
+#[test]
+fn bad_endpoints_are_refused_at_their_value() {
+    let text = endpoint_team("url = \"ftp://127.0.0.1:8080/x\"\n");
+    let err = team_result(&text).unwrap_err();
+    assert_points(&err, &text, "\"ftp:", 0, &["endpoint `e`: scheme `ftp` is not supported"]);
+
+    let text = endpoint_team("url = \"127.0.0.1:8080/x\"\n");
+    let err = team_result(&text).unwrap_err();
+    assert_points(&err, &text, "\"127.0.0.1:8080/x\"", 0, &["is not a URL"]);
+
+    // A host (or a port) outside the allow-list.
+    for url in ["http://evil.example.com/x", "http://127.0.0.1:9999/x"] {
+        let text = endpoint_team(&format!("url = \"{url}\"\n"));
+        let err = team_result(&text).unwrap_err();
+        assert_points(
+            &err,
+            &text,
+            &format!("\"{url}\""),
+            0,
+            &["is not in the allowed hosts (127.0.0.1:8080); add it to `[http] allow_hosts`"],
+        );
+    }
+    // No [http] at all: no host is allowed.
+    let text = executor_team("\n[[endpoints]]\nname = \"e\"\nurl = \"http://127.0.0.1:8080/x\"\n");
+    let err = team_result(&text).unwrap_err();
+    assert_points(&err, &text, "\"http://", 0, &["is not in the allowed hosts (none)"]);
+
+    let text = endpoint_team("method = \"FETCH\"\nurl = \"http://127.0.0.1:8080/x\"\n");
+    let err = team_result(&text).unwrap_err();
+    assert_points(
+        &err,
+        &text,
+        "\"FETCH\"",
+        0,
+        &["`method` is GET, POST, PUT, PATCH or DELETE, not `FETCH`"],
+    );
+
+    let text = endpoint_team(
+        "url = \"http://127.0.0.1:8080/x\"\nheaders = { Accept = \"a\", \"Bad Name\" = \"b\" }\n",
+    );
+    let err = team_result(&text).unwrap_err();
+    assert_points(&err, &text, "\"b\"", 0, &["header name `Bad Name` is not valid"]);
+
+    let text =
+        endpoint_team("url = \"http://127.0.0.1:8080/x\"\nheaders = { Authorization = 42 }\n");
+    let err = team_result(&text).unwrap_err();
+    assert_points(&err, &text, "42", 0, &["header `Authorization` is a string"]);
+
+    let text = endpoint_team(
+        "url = \"http://127.0.0.1:8080/x\"\nheaders = { Authorization = { env = \"MY TOKEN\" } }\n",
+    );
+    let err = team_result(&text).unwrap_err();
+    assert_points(&err, &text, "{ env", 0, &["`MY TOKEN` is not an environment variable name"]);
+
+    let text =
+        endpoint_team("url = \"http://127.0.0.1:8080/x\"\n").replace("name = \"e\"", "name = \"\"");
+    let err = team_result(&text).unwrap_err();
+    assert_points(&err, &text, "\"\"", 0, &["endpoint name `` is not valid"]);
+
+    let text = endpoint_team("url = \"http://127.0.0.1:8080/x\"\nbody = \"{}\"\n");
+    let err = team_result(&text).unwrap_err();
+    assert_points(&err, &text, "body", 0, &["unknown field `body`"]);
+}
+
+#[test]
+fn endpoint_names_are_unique() {
+    let text = endpoint_team(
+        "url = \"http://127.0.0.1:8080/x\"\n\n[[endpoints]]\nname = \"e\"\nurl = \"http://127.0.0.1:8080/y\"\n",
+    );
+    let err = team_result(&text).unwrap_err();
+    let first_line = position_of(&text, "name = \"e\"", 0).0;
+    assert_points(
+        &err,
+        &text,
+        "\"e\"",
+        1,
+        &[&format!(
+            "endpoint `e` is already defined on line {first_line}; endpoint names must be unique"
+        )],
+    );
+}
+
+#[test]
+fn executor_retry_policies_are_read_per_team_kind_and_agent() {
+    use agent_state::RetryPolicy;
+    let file = team(&executor_team(
+        r#"kind = "writer_agent"
+executor_retry = { max_retries = 4 }
+
+[[bottom]]
+id = "bottom-b"
+supervisor = "mid-a"
+tools = ["read_file"]
+kind = "research_agent"
+executor_retry = { hard_timeout_ms = 200000 }
+
+[executor]
+max_retries = 2
+initial_delay_ms = 500
+backoff_multiplier = 3.0
+
+[executor.kinds.research_agent]
+soft_timeout_ms = 60000
+"#,
+    ));
+    let seed = RetryPolicy::executor_default();
+    let team_policy = RetryPolicy {
+        max_retries: 2,
+        initial_delay_ms: 500,
+        backoff_multiplier: 3.0,
+        ..seed.clone()
+    };
+    assert_eq!(file.executor.policy, team_policy, "left out: the seed's");
+    // The kind's override over the team's (the built-in research_agent has no policy of its
+    // own, or its own is the base).
+    let research_base = agent_executor::builtins()
+        .get("research_agent")
+        .and_then(|k| k.policy())
+        .unwrap_or_else(|| team_policy.clone());
+    let research = RetryPolicy { soft_timeout_ms: 60_000, ..research_base };
+    assert_eq!(file.executor.kind_policies["research_agent"], research);
+    assert_eq!(file.executor.kind_policies.len(), 1);
+    // Each agent's over what its kind gets.
+    let writer_base = file.executor.policy_for("writer_agent", None);
+    assert_eq!(
+        file.executor.agent_policies[&AgentId::from("bottom-a")],
+        RetryPolicy { max_retries: 4, ..writer_base }
+    );
+    assert_eq!(
+        file.executor.agent_policies[&AgentId::from("bottom-b")],
+        RetryPolicy { hard_timeout_ms: 200_000, ..research.clone() }
+    );
+    assert_eq!(
+        file.executor
+            .policy_for("research_agent", Some(&AgentId::from("bottom-b")))
+            .hard_timeout_ms,
+        200_000
+    );
+    assert_eq!(file.executor.policy_for("research_agent", None), research);
+
+    // The executor built from the file applies the team's and the kind's policies.
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = std::sync::Arc::new(agent_core::tools::ToolContext::new(dir.path()).unwrap());
+    let executor = file.executor(workspace);
+    let cx = agent_executor::RunContext::standalone(
+        "writer_agent",
+        std::sync::Arc::new(agent_core::RuleBasedReasoner::new()),
+    );
+    assert_eq!(executor.policy_for("research_agent", &cx), research);
+    assert_eq!(
+        executor.policy_for("writer_agent", &cx),
+        file.executor.policy_for("writer_agent", None)
+    );
+    // ... and each executor's own to the runs made for it.
+    let for_agent = |id: &str| agent_executor::RunContext {
+        agent: std::sync::Arc::new(agent_state::AgentConfig::new(
+            id,
+            "executor",
+            agent_state::AgentLayer::Bottom,
+        )),
+        ..cx.clone()
+    };
+    assert_eq!(
+        executor.policy_for("research_agent", &for_agent("bottom-b")),
+        file.executor.agent_policies[&AgentId::from("bottom-b")]
+    );
+    assert_eq!(executor.policy_for("writer_agent", &for_agent("bottom-a")).max_retries, 4);
+    assert!(executor.env().workspace.is_some());
+}
+
+#[test]
+fn bad_retry_numbers_are_refused_at_their_value() {
+    for (table, needle, fragment) in [
+        (
+            "[executor]\nhard_timeout_ms = 0\n",
+            "0\n",
+            "[executor]: `hard_timeout_ms` must be greater than 0",
+        ),
+        ("[executor]\nsoft_timeout_ms = 0\n", "0\n", "`soft_timeout_ms` must be greater than 0"),
+        (
+            "[executor]\nbackoff_multiplier = 0.5\n",
+            "0.5",
+            "`backoff_multiplier` must be a number of 1 or more",
+        ),
+        (
+            "[executor]\nsoft_timeout_ms = 400000\n",
+            "400000",
+            "`soft_timeout_ms` (400000) is over `hard_timeout_ms` (300000)",
+        ),
+        (
+            "[executor]\nsoft_timeout_ms = 1000\nhard_timeout_ms = 900\n",
+            "1000",
+            "`soft_timeout_ms` (1000) is over `hard_timeout_ms` (900)",
+        ),
+        (
+            "[executor]\ninitial_delay_ms = 9000\n",
+            "9000",
+            "`initial_delay_ms` (9000) is over `max_delay_ms` (5000)",
+        ),
+        (
+            "[executor.kinds.writer_agent]\nhard_timeout_ms = 1000\n",
+            "1000",
+            "[executor.kinds.writer_agent]: `soft_timeout_ms` (120000) is over `hard_timeout_ms` (1000)",
+        ),
+        ("[executor]\nmax_retries = -1\n", "-1", "invalid value"),
+        ("[executor]\nretries = 1\n", "retries", "unknown field `retries`"),
+    ] {
+        let text = executor_team(&format!("\n{table}"));
+        let err = team_result(&text).unwrap_err();
+        assert_points(&err, &text, needle, 0, &[fragment]);
+    }
+    let text = executor_team("\n[executor.kinds.poet_agent]\nmax_retries = 1\n");
+    let err = team_result(&text).unwrap_err();
+    assert_points(&err, &text, "poet_agent", 0, &["unknown executor kind `poet_agent`", &known()]);
+
+    let text =
+        executor_team("kind = \"writer_agent\"\nexecutor_retry = { backoff_multiplier = -2.0 }\n");
+    let err = team_result(&text).unwrap_err();
+    assert_points(&err, &text, "-2.0", 0, &["`executor_retry`: `backoff_multiplier` must be"]);
+
+    let text = executor_team("executor_retry = { max_retries = 3 }\n");
+    let err = team_result(&text).unwrap_err();
+    assert_points(
+        &err,
+        &text,
+        "3 }",
+        0,
+        &[
+            "`executor_retry` is the retry policy of an executor's kind runs, and `bottom-a` has no `kind`",
+        ],
+    );
+}
+
+/// A team with a lead over an executor that runs `research_agent` and one that runs none, a
+/// lead over a writer, and a bottom role that runs `planner_agent`.
+fn kinds_team() -> TeamSpec {
+    team(
+        r#"
+[[top]]
+id = "top-a"
+power_type = "p"
+
+[[mid]]
+id = "mid-docs"
+domain = "docs"
+supervisor = "top-a"
+
+[[mid]]
+id = "mid-ops"
+domain = "ops"
+supervisor = "top-a"
+
+[[bottom]]
+id = "bottom-r"
+supervisor = "mid-docs"
+tools = ["read_file"]
+kind = "research_agent"
+
+[[bottom]]
+id = "bottom-plain"
+supervisor = "mid-docs"
+tools = ["read_file"]
+
+[[bottom]]
+id = "bottom-w"
+supervisor = "mid-ops"
+tools = ["write_file"]
+kind = "writer_agent"
+
+[[roles]]
+name = "planner"
+layer = "bottom"
+tools = ["read_file"]
+kind = "planner_agent"
+"#,
+    )
+    .spec
+}
+
+#[test]
+fn a_step_may_call_its_executors_kind_with_an_objective_and_inputs() {
+    let team = kinds_team();
+    let text = r#"
+id = "t"
+goal = "g"
+
+[[steps]]
+id = "a"
+domain = "docs"
+tool = "research_agent"
+args = { objective = "find the greeting", inputs = { paths = ["*.md"], max_sources = 2 } }
+
+[[steps]]
+id = "b"
+agent = "bottom-w"
+tool = "writer_agent"
+args.objective = "write it down"
+args.inputs.path = "notes/x.md"
+args.inputs.content = "hello"
+
+[[steps]]
+id = "c"
+role = "planner"
+tool = "planner_agent"
+args = { objective = "plan the release" }
+"#;
+    let task =
+        parse_plan(Path::new("plan.toml"), text, &team, &ToolRegistry::with_builtins()).unwrap();
+    assert!(task.is_scripted());
+    assert_eq!(
+        task.steps[0].args,
+        serde_json::json!({"objective": "find the greeting", "inputs": {"paths": ["*.md"], "max_sources": 2}})
+    );
+    assert_eq!(
+        task.steps[1].args,
+        serde_json::json!({"objective": "write it down", "inputs": {"path": "notes/x.md", "content": "hello"}})
+    );
+    assert_eq!(task.steps[2].args, serde_json::json!({"objective": "plan the release"}));
+    assert_eq!(task.steps[2].tool, "planner_agent");
+}
+
+#[test]
+fn a_kind_steps_args_and_target_are_checked_at_their_value() {
+    let team = kinds_team();
+    let step = |target: &str, tool: &str, args: &str| {
+        format!(
+            "id = \"t\"\ngoal = \"g\"\n\n[[steps]]\nid = \"a\"\n{target}\ntool = \"{tool}\"\n{args}\n"
+        )
+    };
+    let check = |text: &str, needle: &str, fragments: &[&str]| {
+        let err = plan_err_for(&team, text);
+        assert_points(&err, text, needle, 0, fragments);
+    };
+    let research = |args: &str| step("domain = \"docs\"", "research_agent", args);
+
+    let text = research("args = { inputs = { query = \"x\" } }");
+    check(&text, "\"research_agent\"", &["`args` has no `objective`"]);
+    let text = research("");
+    check(&text, "\"research_agent\"", &["`args` has no `objective`"]);
+    let text = research("args = { objective = \"  \" }");
+    check(
+        &text,
+        "\"  \"",
+        &["the `objective` is empty: say in words what the `research_agent` run should do"],
+    );
+    let text = research("args = { objective = 7 }");
+    check(&text, "7", &["the `objective` is a string"]);
+    let long = "x".repeat(agent_executor::MAX_OBJECTIVE_BYTES + 1);
+    let text = research(&format!("args = {{ objective = \"{long}\" }}"));
+    check(&text, &format!("\"{long}\""), &["over the limit of 16384"]);
+    let text = research("args = { objective = \"o\", extra = 1 }");
+    check(&text, "1 }", &["unknown argument `extra`"]);
+    let text = research("args = { objective = \"o\", inputs = \"paths\" }");
+    check(&text, "\"paths\"", &["`inputs` is a table"]);
+    let text = research("args = { objective = \"o\", inputs = { pages = [\"a\"] } }");
+    check(&text, "{ pages", &["`inputs` do not fit the kind `research_agent`"]);
+    let text = research("args.objective = \"o\"\nargs.inputs.max_sources = \"many\"");
+    // `args.inputs` written with dotted keys has no span: the tool is pointed at.
+    let err = plan_err_for(&team, &text);
+    assert!(err.message().contains("`inputs` do not fit the kind `research_agent`"), "{err}");
+
+    // The target must reach an executor (or a role) with the kind.
+    let text = step("domain = \"ops\"", "research_agent", "args = { objective = \"o\" }");
+    check(
+        &text,
+        "\"research_agent\"",
+        &[
+            "no executor under the lead `mid-ops` of the domain `ops` runs the executor kind `research_agent` (their kinds: writer_agent)",
+        ],
+    );
+    let text = step("agent = \"bottom-plain\"", "research_agent", "args = { objective = \"o\" }");
+    check(
+        &text,
+        "\"research_agent\"",
+        &[
+            "executor `bottom-plain` does not run the executor kind `research_agent` (its kind: none)",
+        ],
+    );
+    let text = step("", "integrations_agent", "args = { objective = \"o\" }");
+    check(
+        &text,
+        "\"integrations_agent\"",
+        &["no executor in the team runs the executor kind `integrations_agent`"],
+    );
+    // Neither a tool nor a kind.
+    let text = step("", "poet_agent", "args = { objective = \"o\" }");
+    check(&text, "\"poet_agent\"", &["unknown tool `poet_agent`", &known()]);
+}
+
+#[test]
+fn exec_gives_an_executor_the_kind_and_a_plan_of_one_step() {
+    let tools = ToolRegistry::with_builtins();
+    let exec =
+        with_executor_kind(Path::new("team.toml"), example_team_toml(), "writer_agent", &tools)
+            .unwrap();
+    assert_eq!(exec.executor.as_str(), "bottom-d1");
+    let bottom = exec.team.spec.agents.iter().find(|a| a.config.id == exec.executor).unwrap();
+    assert!(
+        matches!(&bottom.role, RoleSpec::Bottom(b) if b.kind.as_deref() == Some("writer_agent"))
+    );
+    // The rest of the team is the example's, comments kept.
+    assert_eq!(exec.team.spec.agents.len(), default_team().spec.agents.len());
+    assert!(exec.text.starts_with(&example_team_toml()[..20]));
+
+    // An executor that already runs the kind is taken as it is.
+    let again =
+        with_executor_kind(Path::new("team.toml"), &exec.text, "writer_agent", &tools).unwrap();
+    assert_eq!(again.text, exec.text);
+    assert_eq!(again.executor, exec.executor);
+    // Another kind: the next executor without one.
+    let other =
+        with_executor_kind(Path::new("team.toml"), &exec.text, "research_agent", &tools).unwrap();
+    assert_eq!(other.executor.as_str(), "bottom-d2");
+
+    let err = with_executor_kind(Path::new("team.toml"), example_team_toml(), "poet", &tools)
+        .unwrap_err();
+    assert!(err.message().contains(&format!("the kinds are: {}", known())), "{err}");
+    let err = with_executor_kind(
+        Path::new("team.toml"),
+        "[[top]]\nid = \"t\"\npower_type = \"p\"\n",
+        "writer_agent",
+        &tools,
+    )
+    .unwrap_err();
+    assert!(err.message().contains("the team has no executor to run `writer_agent`"), "{err}");
+    // The team file's own mistakes point into it.
+    let err = with_executor_kind(Path::new("team.toml"), "heartbeat = 5\n", "writer_agent", &tools)
+        .unwrap_err();
+    assert_eq!((err.line(), err.column()), (1, 13));
+
+    let inputs = serde_json::json!({"path": "notes/x.md", "content": "line 1\n\"quoted\"", "n": 3, "list": [1.5, true]});
+    let plan_text =
+        exec_plan_toml("writer_agent", "write \"it\"\ndown", &inputs, &exec.executor).unwrap();
+    let task = parse_plan(Path::new("plan.toml"), &plan_text, &exec.team.spec, &tools);
+    // The plan is checked against the kind's schema: `n` and `list` are not writer inputs.
+    assert!(task.unwrap_err().message().contains("`inputs` do not fit the kind `writer_agent`"));
+    let inputs = serde_json::json!({"path": "notes/x.md", "content": "line 1\n\"quoted\""});
+    let plan_text =
+        exec_plan_toml("writer_agent", "write \"it\"\ndown", &inputs, &exec.executor).unwrap();
+    let task = parse_plan(Path::new("plan.toml"), &plan_text, &exec.team.spec, &tools).unwrap();
+    assert_eq!(task.id, "exec-writer_agent");
+    assert_eq!(task.goal, "write \"it\"\ndown");
+    assert_eq!(task.steps.len(), 1);
+    assert_eq!(task.steps[0].tool, "writer_agent");
+    assert_eq!(task.steps[0].target, StepTarget::Agent(exec.executor.clone()));
+    assert_eq!(
+        task.steps[0].args,
+        serde_json::json!({"objective": "write \"it\"\ndown", "inputs": inputs})
+    );
+    let bare =
+        exec_plan_toml("writer_agent", "o", &serde_json::Value::Null, &exec.executor).unwrap();
+    let task = parse_plan(Path::new("plan.toml"), &bare, &exec.team.spec, &tools).unwrap();
+    assert_eq!(task.steps[0].args, serde_json::json!({"objective": "o"}));
+
+    assert!(
+        exec_plan_toml("k", "o", &serde_json::json!({"a": null}), &exec.executor)
+            .unwrap_err()
+            .contains("`inputs.a` is null")
+    );
+    assert!(exec_plan_toml("k", "o", &serde_json::json!([1]), &exec.executor).is_err());
 }

@@ -6,7 +6,7 @@ use crate::support::Scratch;
 fn help_for_every_command_names_its_arguments() {
     let s = Scratch::new();
     for (command, needles) in [
-        ("", &["Usage: strata", "init", "run", "resume", "runs", "inspect", "verify"][..]),
+        ("", &["Usage: strata", "init", "run", "exec", "resume", "runs", "inspect", "verify"][..]),
         ("init", &["Usage: strata init", "[DIR]"]),
         (
             "run",
@@ -15,6 +15,26 @@ fn help_for_every_command_names_its_arguments() {
                 "<PLAN|--goal <TEXT>>",
                 "[PLAN]",
                 "--goal <TEXT>",
+                "--team",
+                "--data",
+                "--workspace",
+                "--heartbeat",
+                "--reasoner",
+                "--no-sync",
+                "--run-id",
+                "--quiet",
+                "--json",
+            ],
+        ),
+        (
+            "exec",
+            &[
+                "Usage: strata exec",
+                "[KIND]",
+                "[OBJECTIVE]",
+                "--list",
+                "--input <KEY=VALUE>",
+                "--inputs <JSON>",
                 "--team",
                 "--data",
                 "--workspace",

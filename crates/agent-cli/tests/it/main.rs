@@ -7,6 +7,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
 mod bad_input;
+mod exec;
 mod failure;
 mod fake_llm;
 mod goal;

@@ -110,6 +110,8 @@ fn services(
         agent_tools: Default::default(),
         role_reasoners: Default::default(),
         costs: None,
+        executor: None,
+        events: agent_core::EventHub::default(),
     }
 }
 

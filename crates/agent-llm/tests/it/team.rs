@@ -224,6 +224,8 @@ fn setup(workspace: &std::path::Path, budget: Budget) -> Setup {
         agent_tools: BTreeMap::new(),
         role_reasoners: Default::default(),
         costs: None,
+        executor: None,
+        events: agent_core::EventHub::default(),
     };
     Setup { services, provider, ledger, conversations }
 }

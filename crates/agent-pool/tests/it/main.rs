@@ -1,7 +1,9 @@
 //! Whole-team scenarios on the in-memory backends and paused tokio time.
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
+mod events;
 mod goal;
+mod kinds;
 mod resume;
 mod scenarios;
 mod scripted;

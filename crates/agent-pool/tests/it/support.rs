@@ -74,6 +74,8 @@ pub(crate) fn services(workspace: &std::path::Path) -> TeamServices {
         agent_tools: BTreeMap::new(),
         role_reasoners: Default::default(),
         costs: None,
+        executor: None,
+        events: agent_core::EventHub::default(),
     }
 }
 

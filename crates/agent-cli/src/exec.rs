@@ -1,0 +1,197 @@
+//! `strata exec KIND "objective"`: one run of an executor kind (seed 002), as a durable team
+//! run. The team is the `--team` file (or the default team) with an executor that runs the
+//! kind ([`team_file::with_executor_kind`]), the plan one step calling it
+//! ([`team_file::exec_plan_toml`]); both are stored in the run like any other, so `runs`,
+//! `inspect` and `resume` work on it. Everything is checked before the run directory is
+//! created: an unknown kind, an empty or too long objective, inputs the kind does not take, a
+//! bad team file are bad input (exit 2). `strata exec --list` lists the kinds.
+
+use std::path::{Path, PathBuf};
+
+use agent_core::tools::ToolRegistry;
+use agent_executor::{Executor, Kind, Registry, RunRequest};
+use anyhow::anyhow;
+use team_file::escape_controls as esc;
+
+use crate::cli::{ExecArgs, RunArgs};
+use crate::run::{self, Prepared};
+use crate::{Failure, bad_input};
+
+/// `strata exec`.
+pub(crate) async fn exec(args: ExecArgs) -> Result<u8, Failure> {
+    let tools = ToolRegistry::with_builtins();
+    let (team_path, team_text) = match &args.team {
+        Some(path) => {
+            (path.clone(), run::read_input(path, "team file", team_file::MAX_TEAM_FILE_BYTES)?)
+        }
+        None => (PathBuf::from("(the default team)"), team_file::example_team_toml().to_owned()),
+    };
+    let registry = agent_executor::builtins();
+    if args.list {
+        let team = match &args.team {
+            Some(path) => Some(team_file::parse_team(path, &team_text, &tools).map_err(bad_input)?),
+            None => None,
+        };
+        list(&registry, team.as_ref(), args.output.json);
+        return Ok(0);
+    }
+    // clap requires both unless `--list`.
+    let (Some(kind), Some(objective)) = (&args.kind, &args.objective) else {
+        return Err(bad_input(anyhow!(
+            "give the kind and the objective: strata exec KIND \"what to do\""
+        )));
+    };
+    let inputs = inputs(args.inputs.as_deref(), &args.input)?;
+    let request = RunRequest::new(kind.as_str(), objective.as_str()).with_inputs(inputs.clone());
+    Executor::new(registry).check(&request).map_err(bad_input)?;
+    let exec =
+        team_file::with_executor_kind(&team_path, &team_text, kind, &tools).map_err(bad_input)?;
+    let mut team = exec.team;
+    if let Some(heartbeat) = args.heartbeat {
+        team.spec.heartbeat = heartbeat;
+    }
+    run::check_reasoners(&team, args.reasoner.as_deref()).await?;
+    let plan_text = team_file::exec_plan_toml(kind, objective, &inputs, &exec.executor)
+        .map_err(|m| bad_input(anyhow!("inputs of the `{kind}` run: {m}")))?;
+    let task = team_file::parse_plan(Path::new("(the exec plan)"), &plan_text, &team.spec, &tools)
+        .map_err(bad_input)?;
+    run::check_planning(&team, args.reasoner.as_deref(), &task)?;
+    let run_args = RunArgs {
+        plan: None,
+        goal: None,
+        team: args.team,
+        data: args.data,
+        workspace: args.workspace,
+        heartbeat: args.heartbeat,
+        reasoner: args.reasoner,
+        no_sync: args.no_sync,
+        run_id: args.run_id,
+        output: args.output,
+    };
+    let prepared = Prepared { team_text: exec.text, team, plan_text, task, tools };
+    run::start(prepared, &run_args).await
+}
+
+/// The inputs from `--inputs JSON` (an object) and each `--input KEY=VALUE` (a string, over
+/// the same key of `--inputs`); `null` when neither is given.
+fn inputs(json: Option<&str>, pairs: &[String]) -> Result<serde_json::Value, Failure> {
+    let mut inputs = match json {
+        None => serde_json::Map::new(),
+        Some(text) => match serde_json::from_str(text) {
+            Ok(serde_json::Value::Object(map)) => map,
+            Ok(_) => {
+                return Err(bad_input(anyhow!(
+                    "--inputs is a JSON object, such as '{{\"path\": \"notes/x.md\"}}'"
+                )));
+            }
+            Err(e) => return Err(bad_input(anyhow!("--inputs is not JSON: {e}"))),
+        },
+    };
+    for pair in pairs {
+        let Some((key, value)) = pair.split_once('=').filter(|(k, _)| !k.trim().is_empty()) else {
+            return Err(bad_input(anyhow!(
+                "--input `{}` is not KEY=VALUE, such as --input path=notes/x.md",
+                esc(pair)
+            )));
+        };
+        inputs.insert(key.trim().to_owned(), serde_json::Value::String(value.to_owned()));
+    }
+    if json.is_none() && pairs.is_empty() {
+        return Ok(serde_json::Value::Null);
+    }
+    Ok(serde_json::Value::Object(inputs))
+}
+
+/// `strata exec --list`: each kind with what it does, whether a run of it may be repeated
+/// after a crash, and its inputs; with a team file, the endpoints it configures.
+fn list(registry: &Registry, team: Option<&team_file::TeamFile>, json: bool) {
+    let endpoints: Vec<&agent_executor::Endpoint> =
+        team.map(|t| t.executor.endpoints.values().collect()).unwrap_or_default();
+    if json {
+        let kinds: Vec<serde_json::Value> = registry
+            .kinds()
+            .map(|k| {
+                serde_json::json!({
+                    "name": k.name(),
+                    "description": k.description(),
+                    "idempotent": k.idempotent(),
+                    "inputs_schema": k.inputs_schema(),
+                })
+            })
+            .collect();
+        let endpoints: Vec<serde_json::Value> = endpoints
+            .iter()
+            .map(|e| {
+                serde_json::json!({
+                    "name": e.name, "method": e.method, "url": e.url, "description": e.description,
+                })
+            })
+            .collect();
+        println!("{}", serde_json::json!({ "kinds": kinds, "endpoints": endpoints }));
+        return;
+    }
+    for kind in registry.kinds() {
+        println!("{}", kind_text(kind.as_ref()));
+    }
+    if !endpoints.is_empty() {
+        println!("endpoints (integrations_agent, from the team file):");
+        for e in endpoints {
+            let about = if e.description.is_empty() {
+                String::new()
+            } else {
+                format!("  {}", e.description)
+            };
+            println!("  {:<16} {:<6} {}{}", e.name, e.method.as_str(), e.url, esc(&about));
+        }
+    }
+    println!(
+        "run one with: strata exec KIND \"objective\" [--input KEY=VALUE]... [--inputs JSON] [--team FILE]"
+    );
+}
+
+/// One kind as `--list` shows it: its name and description, then its inputs, one a line.
+fn kind_text(kind: &dyn Kind) -> String {
+    let repeat = if kind.idempotent() {
+        "safe to run again"
+    } else {
+        "has side effects: not run again after a crash"
+    };
+    let mut out = format!("{}: {} ({repeat})\n", kind.name(), esc(kind.description()));
+    let schema = kind.inputs_schema();
+    let required: Vec<&str> = schema
+        .get("required")
+        .and_then(serde_json::Value::as_array)
+        .map(|r| r.iter().filter_map(serde_json::Value::as_str).collect())
+        .unwrap_or_default();
+    match schema.get("properties").and_then(serde_json::Value::as_object) {
+        Some(properties) if !properties.is_empty() => {
+            out.push_str("  inputs:\n");
+            for (name, property) in properties {
+                let kind = property.get("type").map_or_else(|| "any".to_owned(), type_name);
+                let about = property
+                    .get("description")
+                    .and_then(serde_json::Value::as_str)
+                    .unwrap_or_default();
+                let required = if required.contains(&name.as_str()) { ", required" } else { "" };
+                out.push_str(&format!(
+                    "    {name:<14} {:<18} {}\n",
+                    format!("({kind}{required})"),
+                    esc(about)
+                ));
+            }
+        }
+        _ => out.push_str("  inputs: none\n"),
+    }
+    out
+}
+
+/// A JSON Schema `type` (a name or a list of names) in words.
+fn type_name(value: &serde_json::Value) -> String {
+    match value {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Array(names) => {
+            names.iter().filter_map(serde_json::Value::as_str).collect::<Vec<_>>().join(" or ")
+        }
+        other => other.to_string(),
+    }
+}
