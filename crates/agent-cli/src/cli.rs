@@ -103,30 +103,8 @@ pub(crate) struct RunArgs {
     /// Needs a reasoner that plans (`--reasoner openai`, `anthropic` or `local`).
     #[arg(long, value_name = "TEXT")]
     pub(crate) goal: Option<String>,
-    /// The team file (TOML); a default team of 3 powers, 2 leads and 4 executors without it.
-    #[arg(long)]
-    pub(crate) team: Option<PathBuf>,
-    /// Where runs are stored.
-    #[arg(long, default_value = DEFAULT_DATA)]
-    pub(crate) data: PathBuf,
-    /// The directory the tools work in.
-    #[arg(long, default_value = DEFAULT_WORKSPACE)]
-    pub(crate) workspace: PathBuf,
-    /// Heartbeat period from 10ms to 1h, such as `4s` or `250ms` (overrides the team file).
-    #[arg(long, value_parser = parse_heartbeat)]
-    pub(crate) heartbeat: Option<Duration>,
-    /// The reasoner of every agent (overrides the team file): `rule-based`, `openai`,
-    /// `anthropic` or `local` (the embedded model; see `strata model fetch`).
-    #[arg(long)]
-    pub(crate) reasoner: Option<String>,
-    /// Skip fdatasync on commits: faster, but a power loss can lose acknowledged data.
-    #[arg(long)]
-    pub(crate) no_sync: bool,
-    /// The run id (default: the task id, the UTC time and four random hex digits).
-    #[arg(long, value_parser = parse_run_id)]
-    pub(crate) run_id: Option<String>,
     #[command(flatten)]
-    pub(crate) output: OutputArgs,
+    pub(crate) start: StartArgs,
 }
 
 /// `strata exec`: `KIND "objective"`, or `--list`.
@@ -149,29 +127,37 @@ pub(crate) struct ExecArgs {
     /// The kind's inputs as a JSON object (`--inputs '{"urls": ["http://..."]}'`).
     #[arg(long, value_name = "JSON")]
     pub(crate) inputs: Option<String>,
-    /// The team file (TOML): its first executor with the kind (or, if none has it, its first
-    /// executor without a kind, given the kind) runs it, with the file's `[http]`,
-    /// `[[endpoints]]` and `[executor]`. Without it, the default team.
+    #[command(flatten)]
+    pub(crate) start: StartArgs,
+}
+
+/// What a new run of `strata run` or `strata exec` runs on and where it is kept.
+#[derive(Debug, Args)]
+pub(crate) struct StartArgs {
+    /// The team file (TOML); a default team of 3 powers, 2 leads and 4 executors without it.
+    /// For `exec`, its first executor with the kind (or, if none has it, its first executor
+    /// without a kind, given the kind) runs it, with the file's `[http]`, `[[endpoints]]` and
+    /// `[executor]`.
     #[arg(long)]
     pub(crate) team: Option<PathBuf>,
     /// Where runs are stored.
     #[arg(long, default_value = DEFAULT_DATA)]
     pub(crate) data: PathBuf,
-    /// The directory the kind works in.
+    /// The directory the tools work in.
     #[arg(long, default_value = DEFAULT_WORKSPACE)]
     pub(crate) workspace: PathBuf,
     /// Heartbeat period from 10ms to 1h, such as `4s` or `250ms` (overrides the team file).
     #[arg(long, value_parser = parse_heartbeat)]
     pub(crate) heartbeat: Option<Duration>,
     /// The reasoner of every agent (overrides the team file): `rule-based`, `openai`,
-    /// `anthropic` or `local`. On the rule-based one a kind does what needs no model and says
-    /// what does.
+    /// `anthropic` or `local` (the embedded model; see `strata model fetch`). On the
+    /// rule-based one an executor kind does what needs no model and says what does.
     #[arg(long)]
     pub(crate) reasoner: Option<String>,
     /// Skip fdatasync on commits: faster, but a power loss can lose acknowledged data.
     #[arg(long)]
     pub(crate) no_sync: bool,
-    /// The run id (default: `exec-KIND`, the UTC time and four random hex digits).
+    /// The run id (default: the task id, the UTC time and four random hex digits).
     #[arg(long, value_parser = parse_run_id)]
     pub(crate) run_id: Option<String>,
     #[command(flatten)]

@@ -13,14 +13,14 @@ use agent_executor::{Executor, Kind, Registry, RunRequest};
 use anyhow::anyhow;
 use team_file::escape_controls as esc;
 
-use crate::cli::{ExecArgs, RunArgs};
+use crate::cli::ExecArgs;
 use crate::run::{self, Prepared};
 use crate::{Failure, bad_input};
 
 /// `strata exec`.
 pub(crate) async fn exec(args: ExecArgs) -> Result<u8, Failure> {
     let tools = ToolRegistry::with_builtins();
-    let (team_path, team_text) = match &args.team {
+    let (team_path, team_text) = match &args.start.team {
         Some(path) => {
             (path.clone(), run::read_input(path, "team file", team_file::MAX_TEAM_FILE_BYTES)?)
         }
@@ -28,11 +28,11 @@ pub(crate) async fn exec(args: ExecArgs) -> Result<u8, Failure> {
     };
     let registry = agent_executor::builtins();
     if args.list {
-        let team = match &args.team {
+        let team = match &args.start.team {
             Some(path) => Some(team_file::parse_team(path, &team_text, &tools).map_err(bad_input)?),
             None => None,
         };
-        list(&registry, team.as_ref(), args.output.json);
+        list(&registry, team.as_ref(), args.start.output.json);
         return Ok(0);
     }
     // clap requires both unless `--list`.
@@ -47,29 +47,17 @@ pub(crate) async fn exec(args: ExecArgs) -> Result<u8, Failure> {
     let exec =
         team_file::with_executor_kind(&team_path, &team_text, kind, &tools).map_err(bad_input)?;
     let mut team = exec.team;
-    if let Some(heartbeat) = args.heartbeat {
+    if let Some(heartbeat) = args.start.heartbeat {
         team.spec.heartbeat = heartbeat;
     }
-    run::check_reasoners(&team, args.reasoner.as_deref()).await?;
+    run::check_reasoners(&team, args.start.reasoner.as_deref()).await?;
     let plan_text = team_file::exec_plan_toml(kind, objective, &inputs, &exec.executor)
         .map_err(|m| bad_input(anyhow!("inputs of the `{kind}` run: {m}")))?;
     let task = team_file::parse_plan(Path::new("(the exec plan)"), &plan_text, &team.spec, &tools)
         .map_err(bad_input)?;
-    run::check_planning(&team, args.reasoner.as_deref(), &task)?;
-    let run_args = RunArgs {
-        plan: None,
-        goal: None,
-        team: args.team,
-        data: args.data,
-        workspace: args.workspace,
-        heartbeat: args.heartbeat,
-        reasoner: args.reasoner,
-        no_sync: args.no_sync,
-        run_id: args.run_id,
-        output: args.output,
-    };
+    run::check_planning(&team, args.start.reasoner.as_deref(), &task)?;
     let prepared = Prepared { team_text: exec.text, team, plan_text, task, tools };
-    run::start(prepared, &run_args).await
+    run::start(prepared, &args.start).await
 }
 
 /// The inputs from `--inputs JSON` (an object) and each `--input KEY=VALUE` (a string, over

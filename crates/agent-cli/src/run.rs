@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use team_file::{ReadError, ReasonerKind, TeamFile};
 use whiteboard::{SledWhiteboard, Whiteboard};
 
-use crate::cli::{OutputArgs, ResumeArgs, RunArgs};
+use crate::cli::{OutputArgs, ResumeArgs, RunArgs, StartArgs};
 use crate::reasoners;
 use crate::{Failure, INTERRUPTED, TASK_FAILED, bad_input, view};
 
@@ -135,7 +135,7 @@ pub(crate) fn read_input(path: &Path, what: &str, limit: usize) -> Result<String
 pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
     // Everything the user gave is checked before anything is written.
     let tools = ToolRegistry::with_builtins();
-    let (team_text, mut team) = match &args.team {
+    let (team_text, mut team) = match &args.start.team {
         Some(path) => {
             let text = read_input(path, "team file", team_file::MAX_TEAM_FILE_BYTES)?;
             let team = team_file::parse_team(path, &text, &tools).map_err(bad_input)?;
@@ -143,10 +143,10 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
         }
         None => (team_file::example_team_toml().to_owned(), team_file::default_team()),
     };
-    if let Some(heartbeat) = args.heartbeat {
+    if let Some(heartbeat) = args.start.heartbeat {
         team.spec.heartbeat = heartbeat;
     }
-    check_reasoners(&team, args.reasoner.as_deref()).await?;
+    check_reasoners(&team, args.start.reasoner.as_deref()).await?;
     let (plan_text, task) = match (&args.plan, &args.goal) {
         (_, Some(goal)) => goal_plan(goal, &team, &tools)?,
         (Some(plan), None) => {
@@ -159,8 +159,8 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
             return Err(bad_input(anyhow::anyhow!("give a plan file or --goal \"what to do\"")));
         }
     };
-    check_planning(&team, args.reasoner.as_deref(), &task)?;
-    start(Prepared { team_text, team, plan_text, task, tools }, &args).await
+    check_planning(&team, args.start.reasoner.as_deref(), &task)?;
+    start(Prepared { team_text, team, plan_text, task, tools }, &args.start).await
 }
 
 /// A run whose files are read and checked: the team and plan files as the run stores them
@@ -181,7 +181,7 @@ pub(crate) struct Prepared {
 /// Starts `prepared` as a new run with `args`' data directory, workspace, run id, reasoner,
 /// sync and output options (its plan, goal and team are read already), and drives it to its
 /// end: `strata run`, and `strata exec` on the run it generates.
-pub(crate) async fn start(prepared: Prepared, args: &RunArgs) -> Result<u8, Failure> {
+pub(crate) async fn start(prepared: Prepared, args: &StartArgs) -> Result<u8, Failure> {
     let Prepared { team_text, team, plan_text, task, tools } = prepared;
     if args.data.exists() && !args.data.is_dir() {
         return Err(bad_input(anyhow::anyhow!(

@@ -538,24 +538,7 @@ impl AgentContext {
         let key = format!("{}/{key}", self.id());
         let state = self.deps.state.clone();
         match state.tool(&key).await? {
-            Some(Some(recorded)) if is_interrupted(&recorded) => {
-                let error =
-                    ToolError::Interrupted { tool: call.tool.clone(), partial: recorded.output };
-                self.audit_tool(call, false, shorten(&error.to_string())).await?;
-                return Err(error.into());
-            }
-            Some(Some(recorded)) => {
-                self.audit_tool(
-                    call,
-                    recorded.success,
-                    format!(
-                        "recorded result reused, tool not run again: {}",
-                        shorten(&recorded.output)
-                    ),
-                )
-                .await?;
-                return Ok(recorded);
-            }
+            Some(Some(recorded)) => return self.recorded(call, recorded).await,
             Some(None) => {
                 let recovery = self
                     .deps
@@ -662,21 +645,7 @@ impl AgentContext {
         let key = format!("{}/{key}", self.id());
         let state = self.deps.state.clone();
         match state.tool(&key).await? {
-            Some(Some(recorded)) if is_interrupted(&recorded) => {
-                let error =
-                    ToolError::Interrupted { tool: call.tool.clone(), partial: recorded.output };
-                self.audit_tool(call, false, shorten(&error.to_string())).await?;
-                return Err(error.into());
-            }
-            Some(Some(recorded)) => {
-                self.audit_tool(
-                    call,
-                    recorded.success,
-                    format!("recorded result reused, not run again: {}", shorten(&recorded.output)),
-                )
-                .await?;
-                return Ok(recorded);
-            }
+            Some(Some(recorded)) => return self.recorded(call, recorded).await,
             Some(None) if !idempotent => {
                 let partial = ToolOutput {
                     success: false,
@@ -711,6 +680,25 @@ impl AgentContext {
                 Err(error)
             }
         }
+    }
+
+    /// A call found recorded under its key: the recorded interruption as an error, or the
+    /// recorded result, reused; audited either way, never run again.
+    async fn recorded(
+        &self,
+        call: &ToolCall,
+        recorded: ToolOutput,
+    ) -> Result<ToolOutput, AgentError> {
+        if is_interrupted(&recorded) {
+            let error =
+                ToolError::Interrupted { tool: call.tool.clone(), partial: recorded.output };
+            self.audit_tool(call, false, shorten(&error.to_string())).await?;
+            return Err(error.into());
+        }
+        let summary =
+            format!("recorded result reused, tool not run again: {}", shorten(&recorded.output));
+        self.audit_tool(call, recorded.success, summary).await?;
+        Ok(recorded)
     }
 
     /// The call as it is audited and recorded (its large strings stored once and referenced)

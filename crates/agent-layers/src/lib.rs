@@ -19,6 +19,12 @@
 //! `return_results`; the loop (`work.rs`) is part of the agent's saved state, so a pending
 //! `speak_to_agent` reply or a wait for workers' results survives a restart.
 //!
+//! Executor kinds (seed 002): an executor whose [`BottomSpec`] has a `kind` and that was given
+//! the team's executor ([`BottomAgent::with_runner`], a [`KindRunner`]) runs a goal step (its
+//! description as the objective) or a step whose `tool` is the kind as one run of the kind on
+//! [`agent_executor::Executor`], at most once across crashes; a blocked run is escalated
+//! ([`TaskFailure::Blocked`](agent_state::TaskFailure)), neither retried nor reassigned.
+//!
 //! This crate holds no scheduling and no team assembly: that is `agent-pool`.
 //!
 //! ```

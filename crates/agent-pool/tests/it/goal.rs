@@ -815,3 +815,72 @@ async fn goal_steps_of_a_plan_run_on_a_configured_team_whose_executors_choose_th
     assert_eq!(std::fs::read_to_string(dir.path().join("hello.txt")).unwrap(), "hello\n");
     team.shutdown().await.unwrap();
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_spawned_worker_of_a_role_with_a_kind_runs_its_task_as_a_run_of_the_kind() {
+    fn script(request: &ReasoningRequest) -> ScriptedAnswer {
+        match request {
+            ReasoningRequest::Plan { .. } => ScriptedAnswer::Plan(docs_plan()),
+            ReasoningRequest::NextAction { agent, history, .. }
+                if agent.as_str().starts_with("docs_lead") =>
+            {
+                match (count(history, SPAWN_AGENT), results_in(history)) {
+                    (0, _) => call(
+                        SPAWN_AGENT,
+                        json!({"role_name": "writer", "task_prompt": "write a README for add.sh"}),
+                    ),
+                    (_, 0) => finish("waiting for the writer"),
+                    _ => finish("README drafted"),
+                }
+            }
+            // The writer kind drafts through the reasoner: its only question.
+            ReasoningRequest::Compose { .. } => ScriptedAnswer::Compose("# add\n\nAdds.".into()),
+            ReasoningRequest::NextAction { agent, .. } => {
+                panic!("{agent} chose a tool call: a worker with a kind runs the kind")
+            }
+            _ => ScriptedAnswer::Fallback,
+        }
+    }
+    let mut writer = role("writer", AgentLayer::Bottom, &["write_file"], &[]);
+    writer.kind = Some("writer_agent".into());
+    let roles =
+        RoleBook::new([role("docs_lead", AgentLayer::Mid, &[], &["writer"]), writer]).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (services, reasoner) = scripted_services(dir.path(), script);
+    let team = Team::start(goal_team(roles), services.clone()).await.unwrap();
+    team.submit(Task::goal("docs", "a README")).await.unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(600), team.wait("docs")).await.unwrap();
+    assert!(outcome.is_success(), "{outcome:?}");
+    let composed: Vec<String> = reasoner
+        .requests()
+        .into_iter()
+        .filter_map(|r| match r {
+            ReasoningRequest::Compose { agent, instruction, .. } => {
+                Some(format!("{agent}: {instruction}"))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(composed.len(), 1, "{composed:?}");
+    assert!(
+        composed[0].starts_with("writer-1: ") && composed[0].contains("write a README for add.sh")
+    );
+    let records = audit(&services).await;
+    let artifacts: Vec<String> = records
+        .iter()
+        .filter_map(|r| match &r.event {
+            AuditEvent::Result { result, trusted: true, .. } if r.agent.as_str() == "writer-1" => {
+                Some(result.artifacts.iter().map(|a| a.file_path.clone()).collect::<Vec<_>>())
+            }
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    assert_eq!(artifacts.len(), 1, "{artifacts:?}");
+    assert!(artifacts[0].starts_with("drafts/"), "{artifacts:?}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join(&artifacts[0])).unwrap(),
+        "# add\n\nAdds.\n"
+    );
+    team.shutdown().await.unwrap();
+}
