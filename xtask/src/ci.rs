@@ -16,13 +16,14 @@ struct Step {
 }
 
 /// The steps, in the order CI runs them.
-const STEPS: [Step; 8] = [
+const STEPS: [Step; 9] = [
     Step { name: "setup", run: setup },
     Step { name: "fmt", run: fmt },
     Step { name: "clippy", run: clippy },
     Step { name: "doc", run: doc },
     Step { name: "tests", run: tests },
     Step { name: "torture", run: torture },
+    Step { name: "fuzz", run: fuzz },
     Step { name: "layering", run: layering },
     Step { name: "tidy", run: tidy::run },
 ];
@@ -65,6 +66,11 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
 /// The crash torture harness in its short form.
 fn torture(root: &Path) -> anyhow::Result<()> {
     crate::torture::run(root, crate::torture::CI_KILLS, None)
+}
+
+/// Every fuzz target for a short, bounded time.
+fn fuzz(root: &Path) -> anyhow::Result<()> {
+    crate::fuzz::run(root, crate::fuzz::CI_SECONDS)
 }
 
 /// What the other steps need beyond cargo: cmake and clang to build llama.cpp (the embedded

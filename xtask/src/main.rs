@@ -1,4 +1,5 @@
-//! Strata's task runner: `cargo xtask ci | coverage | bench [--peers] [--quick] | help`.
+//! Strata's task runner: `cargo xtask ci | coverage | bench [--peers] [--quick] | fuzz | torture |
+//! help`.
 //!
 //! `cargo xtask ci` is the single entry point that does exactly what CI does; `.ci/run` prepares
 //! the machine and then calls it. Every subcommand runs from the workspace root, whatever the
@@ -9,6 +10,7 @@
 mod bench;
 mod ci;
 mod coverage;
+mod fuzz;
 mod peers;
 mod tidy;
 mod torture;
@@ -36,6 +38,9 @@ commands:
                   PyPI into target/peers/venv) on the same workloads, print the table
                   with ratios, write the plots in docs/bench/ and BENCHMARKS.md
                   (--quick: the smaller sizes only, printed, nothing written)
+  fuzz [--seconds N]
+                  build the fuzz targets (fuzz/, needs cargo-fuzz) and run each for N
+                  seconds from its seeds (default 60; CI runs 20)
   torture [--kills N] [--seed S]
                   crash torture: run strata on a plan, SIGKILL it at random moments,
                   resume, repeat (default 500 kills; CI runs 50), then verify the result
@@ -58,6 +63,11 @@ fn main() -> ExitCode {
         ["bench", "--peers", "--quick"] | ["bench", "--quick", "--peers"] => {
             peers::run(&root, true)
         }
+        ["fuzz"] => fuzz::run(&root, 60),
+        ["fuzz", "--seconds", n] => match n.parse() {
+            Ok(seconds) => fuzz::run(&root, seconds),
+            Err(_) => Err(anyhow::anyhow!("--seconds takes a number, not `{n}`")),
+        },
         ["torture", rest @ ..] => {
             torture_args(rest).and_then(|(kills, seed)| torture::run(&root, kills, seed))
         }
