@@ -16,13 +16,14 @@ struct Step {
 }
 
 /// The steps, in the order CI runs them.
-const STEPS: [Step; 9] = [
+const STEPS: [Step; 10] = [
     Step { name: "setup", run: setup },
     Step { name: "fmt", run: fmt },
     Step { name: "clippy", run: clippy },
     Step { name: "doc", run: doc },
     Step { name: "tests", run: tests },
     Step { name: "torture", run: torture },
+    Step { name: "simulate", run: simulate },
     Step { name: "fuzz", run: fuzz },
     Step { name: "layering", run: layering },
     Step { name: "tidy", run: tidy::run },
@@ -68,13 +69,19 @@ fn torture(root: &Path) -> anyhow::Result<()> {
     crate::torture::run(root, crate::torture::CI_KILLS, None)
 }
 
+/// The deterministic simulation over CI's seeds.
+fn simulate(root: &Path) -> anyhow::Result<()> {
+    crate::simulate::run(root, crate::simulate::CI_SEEDS, 0)
+}
+
 /// Every fuzz target for a short, bounded time.
 fn fuzz(root: &Path) -> anyhow::Result<()> {
     crate::fuzz::run(root, crate::fuzz::CI_SECONDS)
 }
 
 /// What the other steps need beyond cargo: cmake and clang to build llama.cpp (the embedded
-/// model, feature `local`, which every step builds with `--all-features`), and the model file,
+/// model, feature `local`, which every step builds with `--all-features`), bubblewrap (the
+/// `shell` tool's sandbox), and the model file,
 /// fetched once by `strata model fetch` (nothing is downloaded when it is already there).
 fn setup(root: &Path) -> anyhow::Result<()> {
     let missing: Vec<&str> = ["cmake", "clang"]
@@ -85,6 +92,11 @@ fn setup(root: &Path) -> anyhow::Result<()> {
         bail!(
             "{} not found: building the embedded model (llama.cpp) needs them; install them with `apt-get install cmake clang libclang-dev` (`.ci/run` does this)",
             missing.join(" and ")
+        );
+    }
+    if !succeeds(Command::new("bwrap").arg("--version")) {
+        bail!(
+            "bubblewrap (`bwrap`) not found: every `shell` command runs in its sandbox, and the tests check it; install it with `apt-get install bubblewrap` (`.ci/run` does this)"
         );
     }
     run_command(cargo(root).args([

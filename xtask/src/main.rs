@@ -1,5 +1,5 @@
 //! Strata's task runner: `cargo xtask ci | coverage | bench [--peers] [--quick] | fuzz | torture |
-//! help`.
+//! simulate | help`.
 //!
 //! `cargo xtask ci` is the single entry point that does exactly what CI does; `.ci/run` prepares
 //! the machine and then calls it. Every subcommand runs from the workspace root, whatever the
@@ -12,6 +12,7 @@ mod ci;
 mod coverage;
 mod fuzz;
 mod peers;
+mod simulate;
 mod tidy;
 mod torture;
 
@@ -29,6 +30,7 @@ usage: cargo xtask <command>
 commands:
   ci              run every CI check, in CI's order, stopping at the first failure:
                   fmt, clippy, doc, tests (nextest or cargo test, then doctests),
+                  simulate (300 seeds),
                   layering (agent-state stays free of async and I/O crates), tidy
   coverage        line coverage of the workspace tests with cargo-llvm-cov
   bench [--quick] run the criterion benches and print one table of the results
@@ -44,6 +46,12 @@ commands:
   torture [--kills N] [--seed S]
                   crash torture: run strata on a plan, SIGKILL it at random moments,
                   resume, repeat (default 500 kills; CI runs 50), then verify the result
+  simulate [--seeds N] [--start S]
+                  deterministic simulation of whole teams (agent-pool feature `sim`):
+                  play the scenarios of seeds S..S+N (default 1000 from 0; CI runs 300)
+                  on simulated time with crashes, message delays and failing tools,
+                  check the invariants after every step, print each failing seed and
+                  how to replay it
   help            print this text";
 
 fn main() -> ExitCode {
@@ -70,6 +78,9 @@ fn main() -> ExitCode {
         },
         ["torture", rest @ ..] => {
             torture_args(rest).and_then(|(kills, seed)| torture::run(&root, kills, seed))
+        }
+        ["simulate", rest @ ..] => {
+            simulate::args(rest).and_then(|(seeds, start)| simulate::run(&root, seeds, start))
         }
         _ => Err(anyhow::anyhow!("unknown arguments `{}`\n\n{USAGE}", args.join(" "))),
     };

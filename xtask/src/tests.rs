@@ -252,3 +252,15 @@ fn commands_are_shown_as_a_shell_would_read_them() {
         r"RUSTDOCFLAGS=-Dwarnings cargo bench --bench '*' -- 'it'\''s'"
     );
 }
+
+#[test]
+fn simulate_reads_its_seeds_and_start() -> anyhow::Result<()> {
+    use crate::simulate::{DEFAULT_SEEDS, args};
+    assert_eq!(args(&[])?, (DEFAULT_SEEDS, 0));
+    assert_eq!(args(&["--seeds", "1", "--start", "4242"])?, (1, 4242));
+    assert_eq!(args(&["--start", "7"])?, (DEFAULT_SEEDS, 7));
+    assert!(args(&["--seeds"]).is_err());
+    assert!(args(&["--seeds", "many"]).is_err());
+    assert!(args(&["--kills", "3"]).is_err());
+    Ok(())
+}

@@ -160,6 +160,10 @@ pub(crate) struct StartArgs {
     /// The run id (default: the task id, the UTC time and four random hex digits).
     #[arg(long, value_parser = parse_run_id)]
     pub(crate) run_id: Option<String>,
+    /// Run `shell` commands without the sandbox (bubblewrap): with Strata's own user, file
+    /// system and network. Only where the sandbox cannot work; the run records it.
+    #[arg(long)]
+    pub(crate) unsandboxed: bool,
     #[command(flatten)]
     pub(crate) output: OutputArgs,
 }
@@ -175,6 +179,10 @@ pub(crate) struct ResumeArgs {
     /// Skip fdatasync on commits: faster, but a power loss can lose acknowledged data.
     #[arg(long)]
     pub(crate) no_sync: bool,
+    /// Run `shell` commands without the sandbox (bubblewrap): with Strata's own user, file
+    /// system and network. Only where the sandbox cannot work; the run records it.
+    #[arg(long)]
+    pub(crate) unsandboxed: bool,
     #[command(flatten)]
     pub(crate) output: OutputArgs,
 }

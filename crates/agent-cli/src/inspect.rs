@@ -352,11 +352,14 @@ async fn tree(dir: &Path, store: &RunStore, info: &RunInfo, json: bool) -> Resul
     if json {
         println!(
             "{}",
-            serde_json::json!({"run_id": info.run_id, "status": info.status, "task": info.task_id, "agents": tree.json(), "spawned": tree.spawned(), "audit_damage": damage})
+            serde_json::json!({"run_id": info.run_id, "status": info.status, "task": info.task_id, "sandbox": if info.unsandboxed { "off" } else { "on" }, "agents": tree.json(), "spawned": tree.spawned(), "audit_damage": damage})
         );
         return Ok(());
     }
     println!("run {} · task `{}` · {}", info.run_id, info.task_id, info.status.as_str());
+    if info.unsandboxed {
+        println!("sandbox: off (--unsandboxed): shell commands ran without a sandbox");
+    }
     print!("{}", tree.render());
     for line in &damage {
         println!("warning: {line}");

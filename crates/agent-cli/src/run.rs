@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use agent_core::tools::{ToolContext, ToolRegistry};
+use agent_core::tools::{Sandbox, Shell, ToolContext, ToolRegistry};
 use agent_core::{AuditEvent, SledAuditLog, SledStateStore, TokioClock};
 use agent_llm::{ApprovalDesk, OnExceed, UsageLedger};
 use agent_pool::{Team, TeamServices};
@@ -75,6 +75,10 @@ pub(crate) struct RunInfo {
     /// Why it failed, if it did.
     #[serde(default)]
     pub(crate) failure: Option<String>,
+    /// Whether `shell` commands ran without the sandbox (`--unsandboxed`) in any session of
+    /// the run.
+    #[serde(default)]
+    pub(crate) unsandboxed: bool,
 }
 
 impl RunStatus {
@@ -196,6 +200,8 @@ pub(crate) async fn start(prepared: Prepared, args: &StartArgs) -> Result<u8, Fa
         )));
     }
 
+    // Nothing is created for a run whose commands could not be sandboxed.
+    let sandbox = sandbox(&team, args.unsandboxed)?;
     let run_id = args.run_id.clone().unwrap_or_else(|| new_run_id(&task.id));
     let dir = args.data.join(&run_id);
     let durability = if args.no_sync { Durability::NoSync } else { Durability::Synced };
@@ -226,11 +232,14 @@ pub(crate) async fn start(prepared: Prepared, args: &StartArgs) -> Result<u8, Fa
         finished_at: None,
         status: RunStatus::Running,
         failure: None,
+        unsandboxed: args.unsandboxed,
     };
     info.write(&dir)?;
     view::started(&args.output, &info, &dir);
     warn_if_unsynced(args.no_sync);
-    let (services, ledger) = services(&store, &info, &team, tools).await?;
+    warn_if_unsandboxed(args.unsandboxed);
+    let sandbox = sandbox.hide(data_dir(&args.data));
+    let (services, ledger) = services(&store, &info, &team, tools, sandbox).await?;
     let task = store_large_contents(task, &services).await?;
     let team_handle =
         Team::start(team.spec.clone(), services.clone()).await.context("cannot start the team")?;
@@ -326,12 +335,15 @@ pub(crate) async fn resume(args: ResumeArgs) -> Result<u8, Failure> {
     // Keys, URLs, models and the model file are checked again: the environment may have
     // changed since the run started. Nothing is marked running before they pass.
     check_reasoners(&team, info.reasoner.as_deref()).await?;
+    let sandbox = sandbox(&team, args.unsandboxed)?.hide(data_dir(&args.data)).hide(&dir);
     info.status = RunStatus::Running;
     info.finished_at = None;
+    info.unsandboxed |= args.unsandboxed;
     info.write(&dir)?;
     view::resumed(&args.output, &info, &dir);
     warn_if_unsynced(args.no_sync);
-    let (services, ledger) = services(&store, &info, &team, tools).await?;
+    warn_if_unsandboxed(args.unsandboxed);
+    let (services, ledger) = services(&store, &info, &team, tools, sandbox).await?;
     let task = store_large_contents(task, &services).await?;
     let team_handle = Team::resume(team.spec.clone(), services.clone())
         .await
@@ -372,6 +384,70 @@ pub(crate) async fn check_reasoners(team: &TeamFile, kind: Option<&str>) -> Resu
 }
 
 /// Says so at start when commits are not synced (`--no-sync`).
+/// The sandbox of a run's commands: the team file's, checked to work here (else the run is
+/// refused, exit 2, saying how to fix it or to pass `--unsandboxed`), or none when
+/// `unsandboxed`.
+fn sandbox(team: &TeamFile, unsandboxed: bool) -> Result<Sandbox, Failure> {
+    if unsandboxed {
+        return Ok(Sandbox::unsandboxed());
+    }
+    let sandbox = team.sandbox.sandbox();
+    sandbox.check().map_err(|err| bad_input(anyhow::anyhow!("cannot start the run: {err}")))?;
+    Ok(sandbox)
+}
+
+/// The tool registries of the configured agents, and of the roles (for the agents spawned
+/// with them), whose commands' network differs from the team's `[sandbox] network` (their own
+/// `network`, or their role's): the team's tools with a `shell` that says so.
+fn network_tools(
+    team: &TeamFile,
+    tools: &ToolRegistry,
+) -> (NetworkTools<AgentId>, NetworkTools<String>) {
+    let settings = &team.sandbox;
+    let with_network = |network: bool| -> Option<Arc<ToolRegistry>> {
+        if network == settings.network || tools.get(Shell::NAME).is_none() {
+            return None;
+        }
+        let mut own = tools.clone();
+        // The built-in `shell`'s schema passes the check, so this cannot fail.
+        own.replace(Arc::new(Shell::new().with_network(network))).ok()?;
+        Some(Arc::new(own))
+    };
+    let mut agents = BTreeMap::new();
+    for agent in &team.spec.agents {
+        let id = &agent.config.id;
+        let role = team.spec.agent_roles.get(id).map(String::as_str);
+        if let Some(registry) = with_network(settings.network_for(id, role)) {
+            agents.insert(id.clone(), registry);
+        }
+    }
+    let mut roles = BTreeMap::new();
+    for (role, network) in &settings.role_network {
+        if let Some(registry) = with_network(*network) {
+            roles.insert(role.clone(), registry);
+        }
+    }
+    (agents, roles)
+}
+
+/// Tool registries by agent id or role name.
+type NetworkTools<K> = BTreeMap<K, Arc<ToolRegistry>>;
+
+/// The data directory as the sandbox hides it (absolute; every run in it).
+fn data_dir(data: &Path) -> PathBuf {
+    std::fs::canonicalize(data).unwrap_or_else(|_| std::path::absolute(data).unwrap_or_default())
+}
+
+fn warn_if_unsandboxed(unsandboxed: bool) {
+    if unsandboxed {
+        tracing::warn!("--unsandboxed: shell commands run without a sandbox");
+        eprintln!(
+            "warning: --unsandboxed: shell commands run without a sandbox, with your user's files \
+             and network; the run records it"
+        );
+    }
+}
+
 fn warn_if_unsynced(no_sync: bool) {
     if no_sync {
         eprintln!(
@@ -408,6 +484,7 @@ async fn services(
     info: &RunInfo,
     team: &TeamFile,
     tools: ToolRegistry,
+    sandbox: Sandbox,
 ) -> Result<(TeamServices, Option<Arc<UsageLedger>>), Failure> {
     let kind_override = reasoner_kind(info.reasoner.as_deref())?;
     let boards: Arc<dyn Whiteboard> =
@@ -418,8 +495,10 @@ async fn services(
     let workspace = Arc::new(
         ToolContext::new(&info.workspace)
             .context("cannot use the workspace")?
-            .with_journal(store.dir().join(JOURNAL_DIR)),
+            .with_journal(store.dir().join(JOURNAL_DIR))
+            .with_sandbox(sandbox),
     );
+    let (agent_tools, role_tools) = network_tools(team, &tools);
     let clock: Arc<dyn agent_core::Clock> = Arc::new(TokioClock::new());
     let services = TeamServices {
         bus: Arc::new(SledBus::open(store).context("cannot open the message bus")?),
@@ -434,8 +513,9 @@ async fn services(
         tools: Arc::new(tools),
         reasoner: reasoning.default,
         reasoners: reasoning.per_agent,
-        agent_tools: BTreeMap::new(),
+        agent_tools,
         role_reasoners: reasoning.per_role,
+        role_tools,
         costs: reasoning.ledger.clone().map(|ledger| -> Arc<dyn agent_core::CostMeter> { ledger }),
         events: agent_core::EventHub::default(),
     };

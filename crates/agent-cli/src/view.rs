@@ -386,6 +386,17 @@ pub(crate) fn event_line(r: &AuditRecord, start: u64) -> String {
             result.artifacts.len(),
             first_line(&result.summary)
         ),
+        AuditEvent::Stuck { task, reason, escalated_to } => format!(
+            "STUCK{}: {reason}; {}",
+            task.as_ref().map(|t| format!(" {t}")).unwrap_or_default(),
+            match escalated_to {
+                Some(to) => format!("escalated to {to}"),
+                None => "task stopped".to_owned(),
+            }
+        ),
+        AuditEvent::TimedOut { what, limit_ms, .. } => {
+            format!("TIMED OUT: {what} (limit {limit_ms} ms)")
+        }
     };
     esc(&format!("[{t:>7.2}s] {:<12} {what}", r.agent.as_str())).into_owned()
 }

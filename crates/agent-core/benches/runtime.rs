@@ -116,6 +116,7 @@ impl Fixture {
             clock: Arc::new(TokioClock::starting_at(Timestamp(1_700_000_000_000))),
             state: Arc::new(InMemoryStateStore::new()),
             spawner: None,
+            timeouts: Default::default(),
         });
         let behavior = Box::new(OneCall { subtask: subtask() });
         let agent = Agent::new(config(), behavior, deps).unwrap();

@@ -19,7 +19,7 @@ use serde::de::DeserializeOwned;
 use whiteboard::{BoardError, Whiteboard};
 
 use crate::audit::{AuditEvent, AuditLog};
-use crate::clock::{Clock, new_decision_id, new_message_id};
+use crate::clock::Clock;
 use crate::error::AgentError;
 use crate::protocol::{ErrorReport, HeartbeatAck};
 use crate::reasoner::{Persona, Reasoner, ToolCall};
@@ -56,6 +56,11 @@ pub struct AgentDeps {
     /// Creates and dismisses agents on this agent's behalf (`spawn_agent`, `despawn_agent`);
     /// `None` in a team without roles.
     pub spawner: Option<Arc<dyn crate::Spawner>>,
+    /// The team's time limits (`[timeouts]`): the runtime bounds every reasoning call with
+    /// `reasoning_ms` ([`AgentContext::reasoner`]) and the layers every subtask with
+    /// `subtask_ms`. (The tool limit is the workspace's [`ToolContext::tool_timeout`], the
+    /// turn limit the agent's `timeout_ms`, the task limit the team's.)
+    pub timeouts: agent_state::Timeouts,
 }
 
 /// Everything a layer's code can reach: its configuration, status, metrics and the services.
@@ -127,6 +132,19 @@ pub trait AgentBehavior: Send + Sync + 'static {
     /// Gives up the current subtask when the agent fails, so its supervisor can reassign it.
     fn abandon_work(&mut self) -> Option<Subtask> {
         None
+    }
+
+    /// Whom the agent (`me`) waits on now and for what: a `speak_to_agent` reply, its
+    /// workers' or executors' results, signatures. The team's driver builds the wait-for
+    /// graph from these to find agents waiting on each other in a cycle. None by default.
+    fn waiting_on(&self, _me: &AgentId) -> Vec<agent_state::WaitEdge> {
+        Vec::new()
+    }
+
+    /// The tasks the agent still has open work for (ids), so that a guard stops the right
+    /// task. None by default.
+    fn open_tasks(&self) -> Vec<String> {
+        Vec::new()
     }
 }
 
@@ -249,9 +267,24 @@ impl AgentContext {
         self.deps.spawner.clone()
     }
 
-    /// The reasoner.
+    /// The reasoner, every call bounded by the team's reasoning limit
+    /// ([`Timeouts::reasoning_ms`](agent_state::Timeouts)): a call still running then is
+    /// stopped, audited as [`AuditEvent::TimedOut`] and fails with
+    /// [`ReasonError::TimedOut`](crate::ReasonError::TimedOut), which is transient (the
+    /// heartbeat is retried, up to the agent's `max_retries`).
     pub fn reasoner(&self) -> Arc<dyn Reasoner> {
-        self.deps.reasoner.clone()
+        Arc::new(crate::timed::TimedReasoner {
+            inner: self.deps.reasoner.clone(),
+            limit_ms: self.deps.timeouts.reasoning_ms,
+            agent: self.config.id.clone(),
+            audit: self.deps.audit.clone(),
+            clock: self.deps.clock.clone(),
+        })
+    }
+
+    /// The team's time limits.
+    pub fn timeouts(&self) -> &agent_state::Timeouts {
+        &self.deps.timeouts
     }
 
     /// The services.
@@ -362,7 +395,7 @@ impl AgentContext {
     ) -> Result<MessageId, AgentError> {
         let content = serde_json::to_value(content)
             .map_err(|e| AgentError::Encode { kind, error: e.to_string() })?;
-        let id = new_message_id();
+        let id = self.deps.clock.message_id();
         let mut message = Message::new(id, self.config.id.clone(), to, kind, content, self.now());
         message.correlation_id = correlation;
         self.deps.bus.send(message).await?;
@@ -419,7 +452,7 @@ impl AgentContext {
         content: serde_json::Value,
         signers: Vec<AgentId>,
     ) -> Result<DecisionId, AgentError> {
-        let id = new_decision_id();
+        let id = self.deps.clock.decision_id();
         let decision = Decision::propose(id, self.id().clone(), content, signers, self.now())
             .map_err(|e| AgentError::Submit(e.into()))?;
         self.deps.governance.submit(decision).await?;
@@ -858,6 +891,16 @@ impl Agent {
         self.behavior.current_work()
     }
 
+    /// Whom the agent waits on now, and for what ([`AgentBehavior::waiting_on`]).
+    pub fn waiting_on(&self) -> Vec<agent_state::WaitEdge> {
+        self.behavior.waiting_on(self.id())
+    }
+
+    /// The tasks the agent has open work for ([`AgentBehavior::open_tasks`]).
+    pub fn open_tasks(&self) -> Vec<String> {
+        self.behavior.open_tasks()
+    }
+
     /// Whether the agent wants a heartbeat even with an empty inbox.
     pub fn wants_tick(&self) -> bool {
         self.behavior.wants_tick()
@@ -1042,22 +1085,39 @@ impl Agent {
             .effect_in_flight
             .get_or_insert_with(|| Arc::new(AtomicBool::new(false)))
             .clone();
-        let work = self.behavior.on_process(&mut self.ctx, messages, &board);
-        tokio::pin!(work);
-        let mut deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            tokio::select! {
-                result = &mut work => return result,
-                () = tokio::time::sleep_until(deadline) => {
-                    // A side-effecting call is never cut short: its outcome must be recorded.
-                    // It is bounded by its own timeout; the heartbeat's applies once it is over.
-                    if !in_flight.load(Ordering::SeqCst) {
-                        return Err(AgentError::Timeout { after_ms });
+        let finished = {
+            let work = self.behavior.on_process(&mut self.ctx, messages, &board);
+            tokio::pin!(work);
+            let mut deadline = tokio::time::Instant::now() + timeout;
+            loop {
+                tokio::select! {
+                    // In order: the work first, so a turn that ends at its deadline is kept
+                    // (and a simulation does not depend on tokio's random branch choice).
+                    biased;
+                    result = &mut work => break Some(result),
+                    () = tokio::time::sleep_until(deadline) => {
+                        // A side-effecting call is never cut short: its outcome must be
+                        // recorded. It is bounded by its own timeout (at most the tool limit);
+                        // the heartbeat's applies once it is over.
+                        if !in_flight.load(Ordering::SeqCst) {
+                            break None;
+                        }
+                        deadline = tokio::time::Instant::now() + EFFECT_POLL;
                     }
-                    deadline = tokio::time::Instant::now() + EFFECT_POLL;
                 }
             }
+        };
+        if let Some(result) = finished {
+            return result;
         }
+        self.ctx
+            .audit(AuditEvent::TimedOut {
+                limit: agent_state::Limit::Turn,
+                what: "heartbeat turn".into(),
+                limit_ms: after_ms,
+            })
+            .await?;
+        Err(AgentError::Timeout { after_ms })
     }
 
     /// A failed agent only listens to its supervisor: a new assignment brings it back to

@@ -96,6 +96,28 @@ pub enum AuditEvent {
         /// own tool calls (or its workers' trusted results) touched, after one chance to fix it.
         trusted: bool,
     },
+    /// A time limit of the team (its `[timeouts]`) ran out: a reasoning call, a heartbeat
+    /// turn, a subtask or a task was stopped. (A tool call that runs out of time is audited
+    /// as a failed [`ToolCall`](AuditEvent::ToolCall) instead.)
+    TimedOut {
+        /// Which limit.
+        limit: agent_state::Limit,
+        /// What was stopped, in words (`reasoning call next_action`, `step `s1``).
+        what: String,
+        /// The limit, in milliseconds.
+        limit_ms: u64,
+    },
+    /// A guard found the run stuck (a loop, a ping-pong, no progress, a wait cycle: the
+    /// [`TaskFailure`](agent_state::TaskFailure) says which, who and what) and stopped the task
+    /// or escalated it to a supervisor.
+    Stuck {
+        /// The task, if known.
+        task: Option<String>,
+        /// What was found, as the task's stop reason.
+        reason: agent_state::TaskFailure,
+        /// `None`: the task was stopped; else the supervisor it was escalated to.
+        escalated_to: Option<AgentId>,
+    },
 }
 
 /// One record of the audit log, chained to the one before it by hash.

@@ -1,4 +1,7 @@
 //! Time and ids for the runtime: a clock that follows tokio's (pausable) time, and fresh ids.
+//!
+//! The runtime takes every new message and decision id from its [`Clock`] (random UUIDs v4 by
+//! default), so a deterministic simulation can give a clock whose ids come from a seed.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -9,6 +12,17 @@ use uuid::Uuid;
 pub trait Clock: Send + Sync + 'static {
     /// Now, in milliseconds since the Unix epoch.
     fn now(&self) -> Timestamp;
+
+    /// A fresh message id. By default a random UUID v4 ([`new_message_id`]); a simulation's
+    /// clock gives ids from its seed, so that a run reproduces exactly.
+    fn message_id(&self) -> MessageId {
+        new_message_id()
+    }
+
+    /// A fresh decision id. By default a random UUID v4 ([`new_decision_id`]).
+    fn decision_id(&self) -> DecisionId {
+        new_decision_id()
+    }
 }
 
 /// Wall-clock time at creation plus tokio's monotonic time since, so that tests on paused tokio

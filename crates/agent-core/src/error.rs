@@ -50,8 +50,12 @@ pub enum AgentError {
     /// A backend (audit log, store) failed.
     #[error(transparent)]
     Backend(#[from] BackendError),
-    /// The task ran past the agent's timeout.
-    #[error("task timed out after {after_ms} ms (the agent's `timeout_ms`)")]
+    /// A heartbeat turn ran past the agent's timeout (its `timeout_ms`, by default the team's
+    /// `[timeouts] turn_ms`). Transient: the turn is retried up to `max_retries`.
+    #[error(
+        "heartbeat turn timed out after {after_ms} ms (the agent's `timeout_ms`, or the team's \
+         `[timeouts] turn_ms`)"
+    )]
     Timeout {
         /// The timeout.
         after_ms: u64,

@@ -46,6 +46,7 @@ mod reasoner;
 mod scripted;
 pub mod spawn;
 mod state;
+mod timed;
 pub mod tools;
 
 #[cfg(test)]

@@ -180,6 +180,21 @@ pub enum ReasonError {
         /// What it was asked to do, in words (`draft a report`).
         what: String,
     },
+    /// The call ran past the team's reasoning limit (`[timeouts] reasoning_ms`) and was
+    /// stopped. Transient: the heartbeat that made it is retried (up to the agent's
+    /// `max_retries`), since a slow model may answer in time on the next try.
+    #[error(
+        "reasoner `{reasoner}` did not answer `{call}` within {limit_ms} ms; raise \
+         `reasoning_ms` in the team file's `[timeouts]`, or use a faster model"
+    )]
+    TimedOut {
+        /// The reasoner.
+        reasoner: String,
+        /// The call (`next_action`, `plan`, ...).
+        call: String,
+        /// The limit, in milliseconds.
+        limit_ms: u64,
+    },
     /// The reasoning backend failed.
     #[error("reasoner `{reasoner}` failed: {message}")]
     Backend {

@@ -12,6 +12,7 @@ mod lifecycle;
 mod once;
 mod reasoner;
 mod state_store;
+mod timeouts;
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -114,6 +115,7 @@ impl Services {
             clock: Arc::new(TokioClock::starting_at(START)),
             state: Arc::new(InMemoryStateStore::new()),
             spawner: None,
+            timeouts: Default::default(),
         });
         bus.register(&id(SUPERVISOR)).await.unwrap();
         Self { bus, boards, governance, audit, deps, _workspace: workspace }

@@ -359,6 +359,8 @@ impl Executor {
             let mut task = task;
             let joined = loop {
                 tokio::select! {
+                    // In order (the run's end first), not tokio's random choice: reproducible.
+                    biased;
                     joined = &mut task => break Some(joined),
                     () = sleep_until_opt(soft_at) => {
                         soft_at = None;

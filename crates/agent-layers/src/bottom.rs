@@ -7,8 +7,8 @@ use std::sync::Arc;
 use agent_core::protocol::{HelpRequest, HelpResponse, StatusReport};
 use agent_core::{AgentBehavior, AgentContext, AgentError, AuditEvent};
 use agent_state::{
-    AgentResult, Assignment, BoardId, BoardSnapshot, Message, MessageKind, ProgressReport,
-    ProgressStatus, ResultStatus, Subtask, SubtaskResult, TaskFailure,
+    AgentResult, Assignment, BoardId, BoardSnapshot, GuardSettings, Message, MessageKind, OnStuck,
+    ProgressReport, ProgressStatus, ResultStatus, Subtask, SubtaskResult, TaskFailure,
 };
 
 use crate::kind::{self, KindEnd, KindRunner};
@@ -58,6 +58,8 @@ pub struct BottomAgent {
     returns: bool,
     /// The team's executor, for an executor with a `kind`.
     runner: Option<KindRunner>,
+    /// The team's guards (a tool loop that repeats itself is stopped).
+    guards: GuardSettings,
 }
 
 impl BottomAgent {
@@ -70,7 +72,19 @@ impl BottomAgent {
             current: None,
             returns: false,
             runner: None,
+            guards: GuardSettings::default(),
         }
+    }
+
+    /// The same executor with the team's guards: a tool loop that repeats the same call
+    /// `repeat_limit` times in a row is stopped with [`TaskFailure::Loop`]; with
+    /// [`OnStuck::Stop`] its lead escalates that (the task stops), with
+    /// [`OnStuck::Escalate`] it is reported to its lead as the step's failure, for the lead to
+    /// decide (reassign it, or its model chooses).
+    #[must_use]
+    pub fn with_guards(mut self, guards: GuardSettings) -> Self {
+        self.guards = guards;
+        self
     }
 
     /// The same executor with the team's executor and event stream: if its spec has a `kind`,
@@ -126,10 +140,23 @@ impl BottomAgent {
                 Some(w) if w.key() == subtask.key() => w,
                 _ => WorkLoop::new(subtask.clone(), ctx.now()),
             };
-            let means = Means { tools: &self.spec.tools, supervises: false, returns: self.returns };
+            let means = Means {
+                tools: &self.spec.tools,
+                supervises: false,
+                returns: self.returns,
+                guards: self.guards,
+            };
             // On an error the loop is dropped: the retry starts the subtask's loop again (its
-            // side-effecting calls are journaled, so none runs twice).
-            match work.run(ctx, &means).await? {
+            // side-effecting calls are journaled, so none runs twice), on the same clock: the
+            // subtask's time limit counts from its first start.
+            let progress = match work.run(ctx, &means).await {
+                Ok(progress) => progress,
+                Err(error) => {
+                    self.current = Some(WorkLoop::new(subtask.clone(), work.started));
+                    return Err(error);
+                }
+            };
+            match progress {
                 Progress::Suspended => {
                     self.current = Some(work);
                     return Ok(());
@@ -166,6 +193,7 @@ impl BottomAgent {
                     result: Some(result),
                     error: None,
                     interrupted: None,
+                    stuck: None,
                 }
             }
             KindEnd::Refused(error) => {
@@ -182,6 +210,7 @@ impl BottomAgent {
                     result: Some(result),
                     error: None,
                     interrupted: None,
+                    stuck: None,
                 }
             }
             KindEnd::Blocked { missing } => {
@@ -209,6 +238,12 @@ impl BottomAgent {
     ) -> Result<(), AgentError> {
         if let Some((tool, partial)) = outcome.interrupted {
             return self.interrupted(ctx, subtask, tool, partial).await;
+        }
+        if let Some(failure) = outcome.stuck {
+            // A step out of time stops the task: on another executor it would run out again.
+            let stop = self.guards.on_stuck == OnStuck::Stop
+                || matches!(failure, TaskFailure::TimedOut { .. });
+            return self.report_failure(ctx, subtask, failure, stop).await;
         }
         let Outcome { success, summary, result, error, .. } = outcome;
         if !success && result.is_none() {
@@ -280,10 +315,28 @@ impl BottomAgent {
         subtask: &Subtask,
         failure: TaskFailure,
     ) -> Result<(), AgentError> {
+        self.report_failure(ctx, subtask, failure, true).await
+    }
+
+    /// Reports the step failed with `failure`: marked as such in the report when `stop` (its
+    /// lead escalates it, neither retrying nor reassigning it), else as a plain failure with
+    /// the reason in words (its lead handles it like any failed step).
+    async fn report_failure(
+        &mut self,
+        ctx: &mut AgentContext,
+        subtask: &Subtask,
+        failure: TaskFailure,
+        stop: bool,
+    ) -> Result<(), AgentError> {
         let (heading, status) = match failure {
             TaskFailure::Blocked { .. } => {
                 ("Blocked", "blocked on a missing input, needs a decision")
             }
+            TaskFailure::TimedOut { .. } => {
+                ("Timed out", "ran past its time limit, the task stops")
+            }
+            ref f if f.is_stuck() && stop => ("Stopped", "stuck, the task stops"),
+            ref f if f.is_stuck() => ("Stopped", "stuck, reported to the lead"),
             _ => ("Interrupted", "interrupted, needs a decision"),
         };
         ctx.append_own(&format!(
@@ -305,7 +358,7 @@ impl BottomAgent {
             percentage: 0,
             description: subtask.step.description.clone(),
             results: vec![result],
-            failure: Some(failure),
+            failure: stop.then_some(failure),
         };
         if let Some(supervisor) = ctx.config().supervisor.clone() {
             ctx.send(&supervisor, MessageKind::ProgressReport, &report).await?;
@@ -467,5 +520,15 @@ impl AgentBehavior for BottomAgent {
     fn abandon_work(&mut self) -> Option<Subtask> {
         self.current = None;
         self.queue.pop_front()
+    }
+
+    fn waiting_on(&self, me: &agent_state::AgentId) -> Vec<agent_state::WaitEdge> {
+        self.current.as_ref().map(|w| w.waits(me)).unwrap_or_default()
+    }
+
+    fn open_tasks(&self) -> Vec<String> {
+        let mut tasks: Vec<String> = self.queue.iter().map(|s| s.task_id.clone()).collect();
+        tasks.dedup();
+        tasks
     }
 }

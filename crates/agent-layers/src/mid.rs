@@ -7,8 +7,8 @@ use std::sync::Arc;
 use agent_core::protocol::{ErrorReport, Escalation, PeerCoordination, StatusReport, Warning};
 use agent_core::{AgentBehavior, AgentContext, AgentError, AuditEvent, Candidate, ReasonError};
 use agent_state::{
-    AgentId, Assignment, BoardSnapshot, Message, MessageKind, ProgressReport, ProgressStatus,
-    Subtask, SubtaskResult, TaskFailure, WorkPackage,
+    AgentId, Assignment, BoardSnapshot, GuardSettings, Message, MessageKind, ProgressReport,
+    ProgressStatus, Subtask, SubtaskResult, TaskFailure, WorkPackage,
 };
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -34,6 +34,8 @@ pub struct MidAgent {
     /// Its role enables roles: without executors of its own, it carries out each step of its
     /// work through its reasoner's tool loop with the supervisor tools (seed 003).
     supervises: bool,
+    /// The team's guards (its own tool loops that repeat themselves are stopped).
+    guards: GuardSettings,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -91,6 +93,26 @@ impl MidAgent {
                     return Ok(());
                 };
                 if report.status == ProgressStatus::InProgress {
+                    return Ok(());
+                }
+                if let Some(failure) = report.failure.clone().filter(TaskFailure::is_stuck) {
+                    // The worker's loop was stopped by a guard that stops the task: so does
+                    // the lead, escalating it with the worker's reason.
+                    let Some(state) = self
+                        .work
+                        .values_mut()
+                        .find(|w| !w.closed && w.loops.values().any(|l| l.has_child(child)))
+                    else {
+                        return Ok(());
+                    };
+                    state.closed = true;
+                    let to = state.from.clone();
+                    ctx.append_own(&format!(
+                        "- [{child}] stopped by a guard, escalated: {failure}"
+                    ))
+                    .await?;
+                    let escalation = Escalation { task_id: report.task_id.clone(), failure };
+                    ctx.send(&to, MessageKind::IssueEscalation, &escalation).await?;
                     return Ok(());
                 }
                 let result = report.results.into_iter().next().unwrap_or(SubtaskResult {
@@ -181,7 +203,25 @@ impl MidAgent {
             .into_iter()
             .map(|(id, tools)| Executor { id, tools, failed: false, failures: 0, dismissed: false })
             .collect();
-        Self { spec, top, peers, executors, work: BTreeMap::new(), supervises: false }
+        Self {
+            spec,
+            top,
+            peers,
+            executors,
+            work: BTreeMap::new(),
+            supervises: false,
+            guards: GuardSettings::default(),
+        }
+    }
+
+    /// The same lead with the team's guards: its own tool loops (a supervising lead's) that
+    /// repeat the same calls `repeat_limit` times in a row are stopped and escalated with
+    /// [`TaskFailure::Loop`]; a worker's loop stopped that way stops the task too when the
+    /// guards say [`OnStuck::Stop`](agent_state::OnStuck::Stop).
+    #[must_use]
+    pub fn with_guards(mut self, guards: GuardSettings) -> Self {
+        self.guards = guards;
+        self
     }
 
     /// A lead whose role may spawn: without executors of its own, it spawns its workers with
@@ -298,7 +338,8 @@ impl MidAgent {
                 else {
                     continue;
                 };
-                let means = Means { tools: &[], supervises: true, returns: false };
+                let means =
+                    Means { tools: &[], supervises: true, returns: false, guards: self.guards };
                 let progress = match work.run(ctx, &means).await {
                     Ok(p) => p,
                     Err(e) => {
@@ -314,15 +355,15 @@ impl MidAgent {
                         state.loops.insert(step, work);
                     }
                     Progress::Done(outcome) => {
-                        let Outcome { success, summary, result, error, .. } = *outcome;
+                        let Outcome { success, summary, result, error, stuck, .. } = *outcome;
                         if !success && result.is_none() {
                             state.closed = true;
                             let to = state.from.clone();
-                            let failure = TaskFailure::StepFailed {
+                            let failure = stuck.unwrap_or_else(|| TaskFailure::StepFailed {
                                 step: step.clone(),
                                 attempts: 1,
                                 error: error.map(|e| e.to_string()).unwrap_or(summary),
-                            };
+                            });
                             let escalation =
                                 Escalation { task_id: state.package.task_id.clone(), failure };
                             ctx.send(&to, MessageKind::IssueEscalation, &escalation).await?;
@@ -450,17 +491,23 @@ impl MidAgent {
         if state.closed {
             return Ok(());
         }
-        if let Some(failure @ (TaskFailure::Interrupted { .. } | TaskFailure::Blocked { .. })) =
-            report.failure
-        {
+        if let Some(failure) = report.failure.filter(|f| {
+            matches!(
+                f,
+                TaskFailure::Interrupted { .. }
+                    | TaskFailure::Blocked { .. }
+                    | TaskFailure::TimedOut { .. }
+            ) || f.is_stuck()
+        }) {
             // Not reassigned: running an interrupted step again could repeat its effect, and a
             // blocked one would miss the same input on any executor.
             state.closed = true;
             let to = state.from.clone();
-            let what = if matches!(failure, TaskFailure::Blocked { .. }) {
-                "blocked on a missing input"
-            } else {
-                "interrupted"
+            let what = match failure {
+                TaskFailure::Blocked { .. } => "blocked on a missing input",
+                TaskFailure::TimedOut { .. } => "out of time",
+                ref f if f.is_stuck() => "stopped by a guard",
+                _ => "interrupted",
             };
             ctx.append_own(&format!("- {} {what}, escalated: needs a decision", result.step_id))
                 .await?;
@@ -810,6 +857,34 @@ impl AgentBehavior for MidAgent {
             tracing::warn!(agent = %ctx.id(), open, "lead shutting down with unfinished work");
         }
         Ok(())
+    }
+
+    fn waiting_on(&self, me: &AgentId) -> Vec<agent_state::WaitEdge> {
+        let mut waits = Vec::new();
+        for w in self.work.values().filter(|w| !w.closed) {
+            waits.extend(w.loops.values().flat_map(|l| l.waits(me)));
+            // A lead with executors waits for each step it placed and has no result for.
+            if w.loops.is_empty() {
+                waits.extend(
+                    w.subtasks.values().filter(|s| !w.results.contains_key(&s.step.id)).map(|s| {
+                        agent_state::WaitEdge {
+                            waiter: me.clone(),
+                            on: s.assignee.clone(),
+                            what: format!("the result of step {}", s.key()),
+                            task: Some(s.task_id.clone()),
+                        }
+                    }),
+                );
+            }
+        }
+        waits
+    }
+
+    fn open_tasks(&self) -> Vec<String> {
+        let mut tasks: Vec<String> =
+            self.work.values().filter(|w| !w.closed).map(|w| w.package.task_id.clone()).collect();
+        tasks.dedup();
+        tasks
     }
 
     fn current_work(&self) -> Option<String> {

@@ -99,6 +99,7 @@ impl World {
             clock: self.clock.clone(),
             state: Arc::new(InMemoryStateStore::new()),
             spawner: None,
+            timeouts: Default::default(),
         })
     }
 

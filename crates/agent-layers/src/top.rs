@@ -549,6 +549,18 @@ impl TopAgent {
             return Ok(());
         }
         state.phase = Phase::Closed;
+        // The team's task limit ran out (the team tells the proposing power): audited here,
+        // where the task is closed.
+        if let TaskFailure::TimedOut { limit: limit @ agent_state::Limit::Task, what, limit_ms } =
+            &escalation.failure
+        {
+            ctx.audit(agent_core::AuditEvent::TimedOut {
+                limit: *limit,
+                what: what.clone(),
+                limit_ms: *limit_ms,
+            })
+            .await?;
+        }
         let outcome =
             TaskOutcome::Failed { task_id: escalation.task_id.clone(), reason: escalation.failure };
         close(ctx, &escalation.task_id, outcome).await
@@ -731,6 +743,22 @@ impl AgentBehavior for TopAgent {
                     ctx.reply(message, MessageKind::VoteResponse, &vote).await?;
                 }
                 MessageKind::VoteResponse => self.record_vote(ctx, message).await?,
+                MessageKind::PeerHelpRequest => {
+                    // A lead (its subordinate) speaks to it with `speak_to_agent`: it answers
+                    // from where its tasks stand, so the lead's loop is not left waiting (a
+                    // lead waiting on its power while the power waits on the lead's results
+                    // would otherwise be a wait cycle).
+                    let Some(agent_core::protocol::HelpRequest::Speak { message: said }) =
+                        ctx.read_payload(message).await?
+                    else {
+                        continue;
+                    };
+                    let Some(from) = message.from.agent().cloned() else { continue };
+                    let context = self.current_work().unwrap_or_default();
+                    let reply = crate::answer(ctx, &from, &said, &context).await;
+                    let said = agent_core::protocol::HelpResponse::Said { reply };
+                    ctx.reply(message, MessageKind::PeerHelpResponse, &said).await?;
+                }
                 MessageKind::ErrorReport => {
                     let Some(report) = ctx.read_payload::<ErrorReport>(message).await? else {
                         continue;
@@ -789,6 +817,54 @@ impl AgentBehavior for TopAgent {
             }
         }
         Ok(())
+    }
+
+    fn waiting_on(&self, me: &AgentId) -> Vec<agent_state::WaitEdge> {
+        let mut waits = Vec::new();
+        for (id, t) in &self.tasks {
+            let task = Some(id.clone());
+            match t.phase {
+                Phase::AwaitingSignatures => {
+                    waits.extend(self.signers(me).into_iter().filter(|s| s != me).map(|s| {
+                        agent_state::WaitEdge {
+                            waiter: me.clone(),
+                            on: s,
+                            what: format!("its signature on the plan of {id}"),
+                            task: task.clone(),
+                        }
+                    }))
+                }
+                Phase::Running => {
+                    let pending = t.task.steps.iter().filter(|s| {
+                        t.dispatched.contains(&s.id) && !t.results.iter().any(|r| r.step_id == s.id)
+                    });
+                    let mut leads: Vec<(AgentId, String)> = Vec::new();
+                    for step in pending {
+                        if let Some(lead) = route(&self.leads, step)
+                            && !leads.iter().any(|(l, _)| *l == lead)
+                        {
+                            leads.push((lead, step.id.clone()));
+                        }
+                    }
+                    waits.extend(leads.into_iter().map(|(lead, step)| agent_state::WaitEdge {
+                        waiter: me.clone(),
+                        on: lead,
+                        what: format!("the results of {id}/{step}"),
+                        task: task.clone(),
+                    }));
+                }
+                Phase::Closed => {}
+            }
+        }
+        waits
+    }
+
+    fn open_tasks(&self) -> Vec<String> {
+        self.tasks
+            .iter()
+            .filter(|(_, t)| t.phase != Phase::Closed)
+            .map(|(id, _)| id.clone())
+            .collect()
     }
 
     fn current_work(&self) -> Option<String> {

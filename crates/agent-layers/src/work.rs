@@ -29,8 +29,9 @@ use agent_core::{
     ToolCall, ToolCallRecord,
 };
 use agent_state::{
-    AgentId, AgentResult, Assignment, MessageId, MessageKind, PlanStep, ResultStatus, StepTarget,
-    Subtask, SubtaskResult, Timestamp, same_path,
+    AgentId, AgentResult, Assignment, GuardSettings, Limit, MessageId, MessageKind, PlanStep,
+    ResultStatus, StepTarget, Subtask, SubtaskResult, TaskFailure, Timestamp, WaitEdge,
+    call_fingerprint, detect_loop, same_path,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -81,6 +82,9 @@ pub(crate) struct Outcome {
     pub(crate) error: Option<AgentError>,
     /// An interrupted side-effecting call: `(tool, partial output)`.
     pub(crate) interrupted: Option<(String, String)>,
+    /// A guard stopped the loop (it repeated itself), or it ran out of time
+    /// ([`TaskFailure::TimedOut`]): the typed reason.
+    pub(crate) stuck: Option<TaskFailure>,
 }
 
 pub(crate) enum Progress {
@@ -115,6 +119,8 @@ pub(crate) struct Means<'a> {
     pub(crate) supervises: bool,
     /// Whether it concludes with `return_results` (it was spawned by a supervisor).
     pub(crate) returns: bool,
+    /// The team's guards: how many identical calls in a row are a loop.
+    pub(crate) guards: GuardSettings,
 }
 
 impl Means<'_> {
@@ -152,6 +158,32 @@ impl WorkLoop {
     /// Whether it waits for a reply that may time out (the agent wants heartbeats then).
     pub(crate) fn wants_tick(&self) -> bool {
         matches!(self.waiting, Some(Wait::Reply { .. }))
+    }
+
+    /// Whom the loop waits on (`me` is its agent): the agent it spoke to, or its workers still
+    /// working.
+    pub(crate) fn waits(&self, me: &AgentId) -> Vec<WaitEdge> {
+        let task = Some(self.subtask.task_id.clone());
+        match &self.waiting {
+            Some(Wait::Reply { to, .. }) => vec![WaitEdge {
+                waiter: me.clone(),
+                on: to.clone(),
+                what: format!("the reply to speak_to_agent (step {})", self.subtask.key()),
+                task,
+            }],
+            Some(Wait::Results) => self
+                .children
+                .iter()
+                .filter(|c| c.working())
+                .map(|c| WaitEdge {
+                    waiter: me.clone(),
+                    on: c.id.clone(),
+                    what: format!("the results of its work on {}", self.subtask.key()),
+                    task: task.clone(),
+                })
+                .collect(),
+            None => Vec::new(),
+        }
     }
 
     pub(crate) fn has_child(&self, id: &AgentId) -> bool {
@@ -268,7 +300,7 @@ impl WorkLoop {
             Some(spawner) if means.supervises => spawner.enabled_roles(ctx.id()),
             _ => Vec::new(),
         };
-        let progress = self.turns(ctx, &offered, &roles).await?;
+        let progress = self.turns(ctx, &offered, &roles, &means.guards).await?;
         if let Progress::Done(outcome) = &progress {
             let ending = match (&outcome.result, &outcome.interrupted) {
                 (_, Some((tool, _))) => format!("interrupted while `{tool}` ran"),
@@ -295,8 +327,12 @@ impl WorkLoop {
         ctx: &mut AgentContext,
         offered: &[String],
         roles: &[(String, String)],
+        guards: &GuardSettings,
     ) -> Result<Progress, AgentError> {
         loop {
+            if let Some(progress) = self.out_of_time(ctx).await? {
+                return Ok(progress);
+            }
             if let Some(Wait::Reply { since, to, call, .. }) = &self.waiting {
                 if ctx.now().millis_since(*since) < SPEAK_TIMEOUT_MS {
                     return Ok(Progress::Suspended);
@@ -357,6 +393,9 @@ impl WorkLoop {
                     return Ok(self.done(success, summary, None));
                 }
                 NextAction::Call(call) => {
+                    if let Some(progress) = self.repeats(ctx, &call, guards).await? {
+                        return Ok(progress);
+                    }
                     if let Some(progress) = self.call(ctx, offered, call).await? {
                         return Ok(progress);
                     }
@@ -374,7 +413,97 @@ impl WorkLoop {
                 output: summary.clone(),
             }))
         };
-        Progress::Done(Box::new(Outcome { success, summary, result, error, interrupted: None }))
+        Progress::Done(Box::new(Outcome {
+            success,
+            summary,
+            result,
+            error,
+            interrupted: None,
+            stuck: None,
+        }))
+    }
+
+    /// The loop rule: whether making `call` now repeats the calls since anything new arrived
+    /// (a worker's result, a message) `guards.repeat_limit` times in a row. The repeated call
+    /// is not made; the loop ends with [`TaskFailure::Loop`], audited.
+    async fn repeats(
+        &mut self,
+        ctx: &mut AgentContext,
+        call: &ToolCall,
+        guards: &GuardSettings,
+    ) -> Result<Option<Progress>, AgentError> {
+        let since_news = self.history.iter().rposition(|r| r.event).map_or(0, |i| i + 1);
+        let mut calls: Vec<String> = self.history[since_news..]
+            .iter()
+            .map(|r| call_fingerprint(&r.call.tool, &r.call.args))
+            .collect();
+        calls.push(call_fingerprint(&call.tool, &call.args));
+        let Some(repetition) = detect_loop(&calls, guards.repeat_limit) else { return Ok(None) };
+        let block = &calls[calls.len() - repetition.period..];
+        let item = shorten_item(&block.join(" then "));
+        let failure = TaskFailure::Loop {
+            agent: ctx.id().clone(),
+            item,
+            repeats: u32::try_from(repetition.times).unwrap_or(u32::MAX),
+        };
+        tracing::warn!(agent = %ctx.id(), step = %self.subtask.key(), %failure, "loop stopped");
+        let escalated_to = match guards.on_stuck {
+            agent_state::OnStuck::Stop => None,
+            agent_state::OnStuck::Escalate => ctx.config().supervisor.clone(),
+        };
+        ctx.audit(AuditEvent::Stuck {
+            task: Some(self.subtask.task_id.clone()),
+            reason: failure.clone(),
+            escalated_to,
+        })
+        .await?;
+        let summary = failure.to_string();
+        Ok(Some(Progress::Done(Box::new(Outcome {
+            success: false,
+            summary: summary.clone(),
+            result: None,
+            error: Some(AgentError::ToolFailed { tool: call.tool.clone(), output: summary }),
+            interrupted: None,
+            stuck: Some(failure),
+        }))))
+    }
+
+    /// The subtask limit (`[timeouts] subtask_ms`): once that long has passed on the run's
+    /// clock since the loop [started](Self::started) (across heartbeats, suspensions and
+    /// retries), the loop ends with [`TaskFailure::TimedOut`], audited; its owner reports the
+    /// step failed with that reason and its lead escalates it (neither retried nor
+    /// reassigned). Checked before every choice of the reasoner and whenever a suspended loop
+    /// runs again.
+    async fn out_of_time(
+        &mut self,
+        ctx: &mut AgentContext,
+    ) -> Result<Option<Progress>, AgentError> {
+        let limit_ms = ctx.timeouts().subtask_ms;
+        if ctx.now().millis_since(self.started) < limit_ms {
+            return Ok(None);
+        }
+        let what = format!(
+            "step `{}` of task `{}` on `{}`",
+            self.subtask.step.id,
+            self.subtask.task_id,
+            ctx.id()
+        );
+        tracing::warn!(agent = %ctx.id(), step = %self.subtask.key(), limit_ms, "subtask timed out");
+        ctx.audit(AuditEvent::TimedOut { limit: Limit::Subtask, what: what.clone(), limit_ms })
+            .await?;
+        let failure = TaskFailure::TimedOut { limit: Limit::Subtask, what, limit_ms };
+        let summary = failure.to_string();
+        Ok(Some(Progress::Done(Box::new(Outcome {
+            success: false,
+            summary: summary.clone(),
+            result: None,
+            error: Some(AgentError::ToolFailed {
+                tool: self.subtask.step.tool.clone(),
+                output: summary,
+            }),
+            interrupted: None,
+            stuck: Some(failure),
+        }))))
     }
 
     /// Carries out one call; `Some` when the loop stops (suspends or ends) with it.
@@ -442,33 +571,36 @@ impl WorkLoop {
         // One journal entry per subtask, attempt and call: a resumed run reuses a recorded
         // side effect instead of running it again.
         let key = format!("{}#{}#{}", self.subtask.key(), self.subtask.attempt, self.made());
-        let (success, output) = match ctx
-            .call_step_tool(&key, &call, self.subtask.step.idempotent)
-            .await
-        {
-            Ok(output) => {
-                self.last_error = None;
-                (output.success, output.output)
-            }
-            Err(AgentError::Tool(ToolError::Interrupted { tool, partial })) => {
-                return Ok(Some(Progress::Done(Box::new(Outcome {
-                    success: false,
-                    summary: String::new(),
-                    result: None,
-                    error: None,
-                    interrupted: Some((tool, partial)),
-                }))));
-            }
-            // Arguments the schema refuses, a path outside the workspace, an edit whose
-            // text is not there: the reasoner sees the error as the call's result (it is
-            // audited as a failed call) and may try again.
-            Err(AgentError::Tool(error)) if error.class() == agent_state::ErrorClass::Permanent => {
-                let output = format!("error: {error}");
-                self.last_error = Some(AgentError::Tool(error));
-                (false, output)
-            }
-            Err(error) => return Err(error),
-        };
+        let (success, output) =
+            match ctx.call_step_tool(&key, &call, self.subtask.step.idempotent).await {
+                Ok(output) => {
+                    self.last_error = None;
+                    (output.success, output.output)
+                }
+                Err(AgentError::Tool(ToolError::Interrupted { tool, partial })) => {
+                    return Ok(Some(Progress::Done(Box::new(Outcome {
+                        success: false,
+                        summary: String::new(),
+                        result: None,
+                        error: None,
+                        interrupted: Some((tool, partial)),
+                        stuck: None,
+                    }))));
+                }
+                // Arguments the schema refuses, a path outside the workspace, an edit whose
+                // text is not there, a call cut at the team's tool limit: the reasoner sees the
+                // error as the call's result (it is audited as a failed call) and may try again
+                // (with less to do: the subtask's own limit bounds the whole loop).
+                Err(AgentError::Tool(error))
+                    if error.class() == agent_state::ErrorClass::Permanent
+                        || matches!(error, ToolError::Timeout { .. }) =>
+                {
+                    let output = format!("error: {error}");
+                    self.last_error = Some(AgentError::Tool(error));
+                    (false, output)
+                }
+                Err(error) => return Err(error),
+            };
         if success {
             if let Some(path) = call.args.get("path").and_then(Value::as_str)
                 && matches!(call.tool.as_str(), "write_file" | "edit_file")
@@ -737,7 +869,18 @@ impl WorkLoop {
             result: Some(result),
             error: None,
             interrupted: None,
+            stuck: None,
         }))))
+    }
+}
+
+/// At most this many characters of a repeated call go into a stop reason.
+const MAX_ITEM: usize = 300;
+
+fn shorten_item(item: &str) -> String {
+    match item.char_indices().nth(MAX_ITEM) {
+        Some((end, _)) => format!("{}…", &item[..end]),
+        None => item.to_owned(),
     }
 }
 

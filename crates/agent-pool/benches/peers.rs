@@ -319,6 +319,7 @@ impl Strata {
             clock: Arc::new(TokioClock::starting_at(Timestamp(1_700_000_000_000))),
             state: Arc::new(InMemoryStateStore::new()),
             spawner: None,
+            timeouts: Default::default(),
         });
         let pool = Arc::new(AgentPool::new(usize::MAX));
         Self { deps, pool, progress, mail, ids: Vec::new(), _workspace: workspace }

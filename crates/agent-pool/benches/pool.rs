@@ -73,6 +73,7 @@ impl Services {
             clock: Arc::new(TokioClock::starting_at(Timestamp(1_700_000_000_000))),
             state: Arc::new(InMemoryStateStore::new()),
             spawner: None,
+            timeouts: Default::default(),
         });
         Self { deps, _workspace: workspace }
     }

@@ -230,6 +230,7 @@ fn services(workspace: &std::path::Path, reasoner: Arc<ScriptedReasoner>) -> Tea
         reasoners: BTreeMap::new(),
         agent_tools: BTreeMap::new(),
         role_reasoners: Default::default(),
+        role_tools: Default::default(),
         costs: None,
         executor: None,
         events: agent_core::EventHub::default(),

@@ -167,6 +167,7 @@ async fn hops() -> Vec<f64> {
         reasoners: BTreeMap::new(),
         agent_tools: BTreeMap::new(),
         role_reasoners: Default::default(),
+        role_tools: Default::default(),
         costs: None,
         executor: None,
         events: agent_core::EventHub::default(),

@@ -82,6 +82,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         reasoners: BTreeMap::new(),
         agent_tools: BTreeMap::new(),
         role_reasoners: Default::default(),
+        role_tools: Default::default(),
         costs: None,
         executor: None,
         events: agent_core::EventHub::default(),

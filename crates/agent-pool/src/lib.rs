@@ -19,7 +19,17 @@
 //!   signed plan names, and leads spawn, speak to, list and despawn workers through the
 //!   `spawn_agent` family of tools, within `enabled_agents`, `max_instances`, the pool's limit
 //!   and [`TeamSpec::max_spawn_depth`]; every spawn is audited first, and [`Team::resume`]
-//!   rebuilds spawned agents from the audit log.
+//!   rebuilds spawned agents from the audit log;
+//! - the run's guards ([`TeamSpec::guards`]): the team's driver watches every delivery and every
+//!   heartbeat, and a run that goes nowhere (a step or message bounced between two agents, no
+//!   progress for `idle_heartbeats`, agents waiting on each other in a cycle) ends its task with
+//!   the typed reason (`TaskFailure::PingPong`, `NoProgress`, `WaitCycle`), audited, or warns
+//!   the stuck agent's supervisor first (`OnStuck::Escalate`); the layers' tool loops stop an
+//!   agent repeating itself (`TaskFailure::Loop`);
+//! - with the feature `sim`, the module `sim`: the deterministic simulation of a whole team from a seed
+//!   (hundreds of agents, crashes, message delays and reorderings, slow and failing simulated
+//!   tools) on paused tokio time in one thread, invariants checked after every step, and a
+//!   digest of the run that is the same for the same seed (`cargo xtask simulate`).
 //!
 //! ```
 //! use agent_pool::CapabilityRegistry;
@@ -31,9 +41,13 @@
 //! ```
 
 mod capability;
+mod deadline;
+mod guard;
 mod metrics;
 mod pool;
 mod scheduler;
+#[cfg(feature = "sim")]
+pub mod sim;
 mod spawner;
 mod team;
 mod wake;

@@ -1,11 +1,11 @@
 //! The heartbeat scheduler: one cycle drives every agent that has something to do, each in its
 //! own task, so one slow agent never delays the others; idle agents cost nothing.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use agent_core::protocol::Warning;
-use agent_core::{AuditEvent, AuditLog, Clock, HeartbeatOutcome, new_message_id};
+use agent_core::{AuditEvent, AuditLog, Clock, HeartbeatOutcome};
 use agent_state::{Address, AgentId, Message, MessageKind};
 use message_bus::MessageBus;
 use tokio::task::JoinSet;
@@ -74,7 +74,8 @@ pub struct HeartbeatScheduler {
     audit: Arc<dyn AuditLog>,
     clock: Arc<dyn Clock>,
     running: JoinSet<(AgentId, Result<HeartbeatOutcome, String>)>,
-    busy: HashSet<AgentId>,
+    /// Agents with a turn running, in order (missed heartbeats are warned about in id order).
+    busy: BTreeSet<AgentId>,
     ticking: Arc<Mutex<BTreeSet<AgentId>>>,
     number: u64,
     /// Each agent's allowance of wake-up turns.
@@ -97,7 +98,7 @@ impl HeartbeatScheduler {
             audit,
             clock,
             running: JoinSet::new(),
-            busy: HashSet::new(),
+            busy: BTreeSet::new(),
             ticking: Arc::default(),
             number: 0,
             wakes: HashMap::new(),
@@ -254,6 +255,12 @@ impl HeartbeatScheduler {
         self.running.len()
     }
 
+    /// How many heartbeats are still running, after booking those that ended.
+    pub fn still_running(&mut self) -> usize {
+        self.reap();
+        self.running.len()
+    }
+
     fn reap(&mut self) {
         while let Some(joined) = self.running.try_join_next() {
             self.finished(joined);
@@ -297,7 +304,7 @@ impl HeartbeatScheduler {
         };
         let Ok(content) = serde_json::to_value(&warning) else { return };
         let message = Message::new(
-            new_message_id(),
+            self.clock.message_id(),
             Address::System,
             supervisor,
             MessageKind::Warning,

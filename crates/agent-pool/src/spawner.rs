@@ -24,7 +24,7 @@ use agent_core::{
     SpawnRequest, Spawner, Subordinate,
 };
 use agent_layers::{BottomAgent, BottomSpec, MidAgent, MidSpec};
-use agent_state::{AgentConfig, AgentId, AgentLayer, AgentStatus, Role, RoleBook};
+use agent_state::{AgentConfig, AgentId, AgentLayer, AgentStatus, GuardSettings, Role, RoleBook};
 use async_trait::async_trait;
 
 use crate::pool::{AgentPool, PoolError};
@@ -56,9 +56,14 @@ pub(crate) struct TeamSpawner {
     nodes: Mutex<BTreeMap<AgentId, Node>>,
     /// Serializes spawns and despawns, so counts and limits hold.
     gate: tokio::sync::Mutex<()>,
+    /// The team's guards, given to every agent it spawns.
+    guards: GuardSettings,
+    /// The team's time limits: a spawned agent's turns are bounded by `turn_ms`.
+    timeouts: agent_state::Timeouts,
 }
 
 impl TeamSpawner {
+    #[allow(clippy::too_many_arguments, reason = "the team's parts a spawner needs, each once")]
     pub(crate) fn new(
         pool: &Arc<AgentPool>,
         services: TeamServices,
@@ -66,6 +71,8 @@ impl TeamSpawner {
         max_depth: u32,
         tops: Vec<AgentId>,
         agent_roles: BTreeMap<AgentId, String>,
+        guards: GuardSettings,
+        timeouts: agent_state::Timeouts,
     ) -> Arc<Self> {
         Arc::new_cyclic(|me| Self {
             me: me.clone(),
@@ -77,6 +84,8 @@ impl TeamSpawner {
             agent_roles,
             nodes: Mutex::new(BTreeMap::new()),
             gate: tokio::sync::Mutex::new(()),
+            guards,
+            timeouts,
         })
     }
 
@@ -178,6 +187,7 @@ impl TeamSpawner {
             config.capabilities = role.capabilities().into();
         }
         config.model = role.model.clone();
+        config.timeout_ms = self.timeouts.turn_ms;
         let behavior: Box<dyn AgentBehavior> = match role.layer {
             AgentLayer::Mid => {
                 let max = role.max_instances.map_or(DEFAULT_SPAWNED_SUBORDINATES, |m| m as usize);
@@ -185,7 +195,8 @@ impl TeamSpawner {
                     domain: record.domain.clone().unwrap_or_else(|| role.name.clone()),
                     max_subordinates: max,
                 };
-                let lead = MidAgent::new(spec, Vec::new(), self.tops.clone(), Vec::new());
+                let lead = MidAgent::new(spec, Vec::new(), self.tops.clone(), Vec::new())
+                    .with_guards(self.guards);
                 Box::new(if role.supervises() { lead.supervising() } else { lead })
             }
             AgentLayer::Bottom => {
@@ -193,8 +204,9 @@ impl TeamSpawner {
                 Box::new(match &role.kind {
                     Some(kind) => BottomAgent::new(spec.with_kind(kind.as_str()))
                         .spawned()
-                        .with_runner(self.services.kind_runner()),
-                    None => BottomAgent::new(spec).spawned(),
+                        .with_runner(self.services.kind_runner())
+                        .with_guards(self.guards),
+                    None => BottomAgent::new(spec).spawned().with_guards(self.guards),
                 })
             }
             AgentLayer::Top => {
@@ -212,11 +224,12 @@ impl TeamSpawner {
                 .get(&role.name)
                 .cloned()
                 .unwrap_or_else(|| s.reasoner.clone()),
-            tools: s.tools.clone(),
+            tools: s.role_tools.get(&role.name).cloned().unwrap_or_else(|| s.tools.clone()),
             workspace: s.workspace.clone(),
             clock: s.clock.clone(),
             state: s.state.clone(),
             spawner: self.me.upgrade().map(|me| me as Arc<dyn Spawner>),
+            timeouts: self.timeouts,
         });
         Ok((config, behavior, deps))
     }

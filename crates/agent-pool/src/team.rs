@@ -9,14 +9,14 @@ use agent_core::protocol::StatusReport;
 use agent_core::tools::{ToolContext, ToolRegistry};
 use agent_core::{
     Agent, AgentBehavior, AgentDeps, AgentRecord, AuditLog, Clock, Reasoner, StateStore,
-    check_transition_chain, new_message_id, payload,
+    check_transition_chain, payload,
 };
 use agent_layers::{
     BottomAgent, BottomSpec, KindRunner, LeadInfo, MidAgent, MidSpec, TopAgent, TopSpec,
 };
 use agent_state::{
     Address, AgentConfig, AgentId, AgentLayer, AgentStatus, Assignment, DEFAULT_MAX_SPAWN_DEPTH,
-    Message, MessageKind, RoleBook, Task, TaskFailure, TaskOutcome,
+    GuardSettings, Message, MessageKind, RoleBook, Task, TaskFailure, TaskOutcome,
 };
 use governance::Governance;
 use message_bus::MessageBus;
@@ -25,6 +25,8 @@ use tokio::sync::{Mutex, Notify, watch};
 use tokio::task::JoinHandle;
 use whiteboard::Whiteboard;
 
+use crate::deadline::TaskDeadlines;
+use crate::guard::{Observer, RunGuard};
 use crate::metrics::{AgentSummary, MetricsCalculator};
 use crate::pool::{AgentPool, DEFAULT_MAX_AGENTS, PoolError};
 use crate::scheduler::{DEFAULT_HEARTBEAT, HeartbeatScheduler};
@@ -76,6 +78,17 @@ pub struct TeamSpec {
     pub max_spawn_depth: u32,
     /// The roles of configured agents that may spawn: agent id → role name.
     pub agent_roles: BTreeMap<AgentId, String>,
+    /// The guards against loops, ping-pong, runs without progress and wait cycles, and
+    /// whether they stop the task or escalate first (default [`GuardSettings::default`]).
+    pub guards: GuardSettings,
+    /// The team's time limits (a team file's `[timeouts]`; defaults:
+    /// [`Timeouts::default`](agent_state::Timeouts)): `tool_ms` bounds every tool call (the
+    /// workspace's [`ToolContext::tool_timeout`]), `reasoning_ms` every reasoning call,
+    /// `turn_ms` the turns of spawned agents (configured agents have their own `timeout_ms`),
+    /// `subtask_ms` every subtask's tool loop and `task_ms` every task from its submission
+    /// ([`Team::submit`]; a task that runs out is closed with [`TaskFailure::TimedOut`]).
+    /// Checked by [`Team::start`].
+    pub timeouts: agent_state::Timeouts,
 }
 
 impl TeamSpec {
@@ -88,6 +101,8 @@ impl TeamSpec {
             roles: RoleBook::default(),
             max_spawn_depth: DEFAULT_MAX_SPAWN_DEPTH,
             agent_roles: BTreeMap::new(),
+            guards: GuardSettings::default(),
+            timeouts: agent_state::Timeouts::default(),
         }
     }
 }
@@ -119,6 +134,9 @@ pub struct TeamServices {
     pub agent_tools: BTreeMap<AgentId, Arc<ToolRegistry>>,
     /// Reasoners for the agents of particular roles (spawned agents), by role name.
     pub role_reasoners: BTreeMap<String, Arc<dyn Reasoner>>,
+    /// Tool registries for the agents of particular roles (spawned agents), by role name: a
+    /// `shell` with the network allowed for a role whose team file entry allows it, say.
+    pub role_tools: BTreeMap<String, Arc<ToolRegistry>>,
     /// What each agent's reasoning costs, for `get_agents`; `None`: costs are not shown.
     pub costs: Option<Arc<dyn agent_core::CostMeter>>,
     /// The executor that runs the subtasks of executors with a `kind` (seed 002); `None`: one
@@ -193,6 +211,9 @@ pub enum TeamError {
     /// An agent's configuration is invalid.
     #[error(transparent)]
     Config(#[from] agent_state::ConfigError),
+    /// A time limit of the team is zero or absurdly large.
+    #[error("team time limits: {0}")]
+    Timeouts(#[from] agent_state::LimitError),
     /// The spec's role does not match the configuration's layer.
     #[error("agent `{agent}`: its role is for the {role} layer but `layer` says {layer}")]
     LayerMismatch {
@@ -297,6 +318,9 @@ pub enum TeamError {
     /// The audit log's transitions do not form a chain, so statuses cannot be restored.
     #[error("cannot resume: {0}")]
     Chain(#[source] agent_core::ChainError),
+    /// A guard threshold out of range.
+    #[error(transparent)]
+    Guards(#[from] agent_state::GuardError),
 }
 
 /// Submitting a task failed.
@@ -338,6 +362,8 @@ pub struct Team {
     kinds: KindCoverage,
     outcomes: watch::Receiver<BTreeMap<String, TaskOutcome>>,
     submitted: Mutex<Vec<String>>,
+    /// The open tasks' submission times, for the task limit.
+    deadlines: Arc<TaskDeadlines>,
     driver: Mutex<Option<(watch::Sender<bool>, JoinHandle<HeartbeatScheduler>)>>,
 }
 
@@ -362,9 +388,20 @@ impl Team {
         resume: bool,
     ) -> Result<Self, TeamError> {
         let configs = validate(&spec, &services)?;
-        // Wake on work: every delivery through the team's bus wakes the driver.
+        // Every tool call of the team is bounded by its tool limit.
+        services.workspace = Arc::new(
+            services
+                .workspace
+                .as_ref()
+                .clone()
+                .with_tool_timeout(Duration::from_millis(spec.timeouts.tool_ms)),
+        );
+        // Wake on work: every delivery through the team's bus wakes the driver, and is shown
+        // to the run's guards.
         let mail = Arc::new(Notify::new());
-        services.bus = Arc::new(WakingBus::new(services.bus.clone(), mail.clone()));
+        let observer = Arc::new(Observer::default());
+        services.bus =
+            Arc::new(WakingBus::new(services.bus.clone(), mail.clone()).observed(observer.clone()));
         // Every record any agent appends is published on the team's event stream once stored.
         services.audit = Arc::new(agent_core::PublishingAuditLog::new(
             services.audit.clone(),
@@ -419,6 +456,8 @@ impl Team {
                 spec.max_spawn_depth,
                 top_ids.clone(),
                 spec.agent_roles.clone(),
+                spec.guards,
+                spec.timeouts,
             )
         });
         let roles = spawner.as_ref().map(|s| s.roles()).unwrap_or_default();
@@ -439,7 +478,8 @@ impl Team {
                         .map(|l| l.executors.clone())
                         .unwrap_or_default();
                     let peers = leads.iter().filter(|l| l.id != id).map(|l| l.id.clone()).collect();
-                    let lead = MidAgent::new(m.clone(), executors, top_ids.clone(), peers);
+                    let lead = MidAgent::new(m.clone(), executors, top_ids.clone(), peers)
+                        .with_guards(spec.guards);
                     let supervises = spec
                         .agent_roles
                         .get(&id)
@@ -448,7 +488,7 @@ impl Team {
                     Box::new(if supervises { lead.supervising() } else { lead })
                 }
                 RoleSpec::Bottom(b) => {
-                    let executor = BottomAgent::new(b.clone());
+                    let executor = BottomAgent::new(b.clone()).with_guards(spec.guards);
                     Box::new(match b.kind {
                         Some(_) => executor.with_runner(services.kind_runner()),
                         None => executor,
@@ -474,6 +514,7 @@ impl Team {
                 clock: services.clock.clone(),
                 state: services.state.clone(),
                 spawner: spawner.clone().map(|s| s as Arc<dyn agent_core::Spawner>),
+                timeouts: spec.timeouts,
             });
             // Agents are created (or restored) concurrently, a bounded number at a time, so a
             // durable backend's group commit serves many of them with one sync.
@@ -514,6 +555,11 @@ impl Team {
             .map(|o| (o.task_id().to_owned(), o))
             .collect();
         let submitted = Mutex::new(known.keys().cloned().collect());
+        let deadlines = Arc::new(TaskDeadlines::new(
+            spec.timeouts.task_ms,
+            proposer.clone(),
+            services.clock.clone(),
+        ));
         let (outcome_tx, outcomes) = watch::channel(known);
         let (stop_tx, stop_rx) = watch::channel(false);
         let scheduler = HeartbeatScheduler::new(
@@ -522,14 +568,25 @@ impl Team {
             services.audit.clone(),
             services.clock.clone(),
         );
+        let guard = RunGuard::new(
+            spec.guards,
+            observer,
+            pool.clone(),
+            services.bus.clone(),
+            services.audit.clone(),
+            services.clock.clone(),
+            proposer.clone(),
+        );
         let driver = tokio::spawn(drive(
             scheduler,
+            guard,
             spec.heartbeat,
             mail,
             services.bus.clone(),
             services.state.clone(),
             outcome_tx,
             stop_rx,
+            deadlines.clone(),
         ));
         Ok(Self {
             pool,
@@ -538,6 +595,7 @@ impl Team {
             kinds: KindCoverage::of(&spec),
             outcomes,
             submitted,
+            deadlines,
             driver: Mutex::new(Some((stop_tx, driver))),
         })
     }
@@ -571,6 +629,9 @@ impl Team {
     /// Hands a task to the proposing top power. The plan is checked first; a task with only a
     /// goal (no steps: the top layer plans it) or with goal steps needs a proposer whose
     /// reasoner [plans](agent_core::Reasoner::plans), else [`SubmitError::CannotPlan`].
+    ///
+    /// The task must close within the team's task limit (`TeamSpec::timeouts.task_ms`) from
+    /// now: past it, the proposing power closes it with [`TaskFailure::TimedOut`].
     pub async fn submit(&self, task: Task) -> Result<(), SubmitError> {
         task.check_request()?;
         // A goal-only task needs a plan; a goal step needs a model to choose its tool calls,
@@ -599,7 +660,7 @@ impl Team {
                 SubmitError::InvalidTask(TaskFailure::InvalidPlan { reason: e.to_string() })
             })?;
         let message = Message::new(
-            new_message_id(),
+            self.services.clock.message_id(),
             Address::System,
             &self.proposer,
             MessageKind::TaskAssign,
@@ -607,6 +668,7 @@ impl Team {
             self.services.clock.now(),
         );
         self.services.bus.send(message).await?;
+        self.deadlines.submitted(&task.id);
         submitted.push(task.id);
         Ok(())
     }
@@ -720,14 +782,17 @@ enum Event {
 /// The team's driver: a heartbeat every `period`, and in between, wake on work: when mail
 /// arrives (`mail` is signalled by the team's [`WakingBus`]) or a turn ends (its agent may
 /// have more mail by now), the agents with mail run at once.
+#[allow(clippy::too_many_arguments, reason = "the driver's parts, each used in its loop")]
 async fn drive(
     mut scheduler: HeartbeatScheduler,
+    mut guard: RunGuard,
     period: Duration,
     mail: Arc<Notify>,
     bus: Arc<dyn MessageBus>,
     state: Arc<dyn StateStore>,
     outcomes: watch::Sender<BTreeMap<String, TaskOutcome>>,
     mut stop: watch::Receiver<bool>,
+    deadlines: Arc<TaskDeadlines>,
 ) -> HeartbeatScheduler {
     let mut interval = tokio::time::interval(period);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -750,6 +815,8 @@ async fn drive(
                 return scheduler;
             }
             Event::Heartbeat => {
+                guard.heartbeat(scheduler.still_running() > 0).await;
+                deadlines.expire(bus.as_ref(), &outcomes).await;
                 let report = scheduler.tick().await;
                 tracing::trace!(
                     heartbeat = report.number,
@@ -760,6 +827,7 @@ async fn drive(
                 );
             }
             Event::Mail | Event::TurnEnded => {
+                guard.bounces().await;
                 let woken = scheduler.wake().await;
                 tracing::trace!(woken, "wake on work");
             }
@@ -837,12 +905,14 @@ async fn drain_system(
 
 /// Checks the whole team and returns each agent's configuration with subordinates filled in.
 pub fn validate(spec: &TeamSpec, services: &TeamServices) -> Result<Vec<AgentConfig>, TeamError> {
+    spec.timeouts.check()?;
     if spec.agents.len() > spec.max_agents {
         return Err(TeamError::TooManyAgents { count: spec.agents.len(), max: spec.max_agents });
     }
     if !spec.agents.iter().any(|a| a.config.layer == AgentLayer::Top) {
         return Err(TeamError::NoTopAgent);
     }
+    spec.guards.check()?;
     let executor = services.kind_runner().executor;
     let mut layers: BTreeMap<AgentId, AgentLayer> = BTreeMap::new();
     for agent in &spec.agents {

@@ -16,12 +16,20 @@ use tokio::sync::Notify;
 pub struct WakingBus {
     inner: Arc<dyn MessageBus>,
     mail: Arc<Notify>,
+    /// The team's guards, shown every delivered message.
+    observer: Option<Arc<crate::guard::Observer>>,
 }
 
 impl WakingBus {
     /// Wraps `inner`; `mail` is signalled after each delivery.
     pub fn new(inner: Arc<dyn MessageBus>, mail: Arc<Notify>) -> Self {
-        Self { inner, mail }
+        Self { inner, mail, observer: None }
+    }
+
+    /// The same bus showing every delivered message to the team's guards.
+    pub(crate) fn observed(mut self, observer: Arc<crate::guard::Observer>) -> Self {
+        self.observer = Some(observer);
+        self
     }
 }
 
@@ -44,6 +52,11 @@ impl MessageBus for WakingBus {
     }
 
     async fn send(&self, message: Message) -> Result<usize, SendError> {
+        // Shown before it is sent (without a copy): a refused send is rare and harmless to
+        // the guards (it counts as activity, and as a hand-over that did not happen).
+        if let Some(observer) = &self.observer {
+            observer.saw(&message);
+        }
         let delivered = self.inner.send(message).await?;
         if delivered > 0 {
             self.mail.notify_one();

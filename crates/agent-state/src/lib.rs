@@ -34,6 +34,7 @@
 mod board;
 mod config;
 mod decision;
+mod guard;
 mod ids;
 mod layer;
 mod message;
@@ -45,6 +46,7 @@ mod run;
 mod status;
 mod storage;
 mod task;
+mod timeouts;
 mod version;
 
 #[cfg(test)]
@@ -60,6 +62,12 @@ pub use config::{
 pub use decision::{
     Decision, DecisionStatus, ProposeError, SignError, SignOutcome, Signature, Tally, TallyError,
     Veto, Vote, tally,
+};
+pub use guard::{
+    Bounce, DEFAULT_BOUNCE_LIMIT, DEFAULT_IDLE_HEARTBEATS, DEFAULT_REPEAT_LIMIT,
+    DEFAULT_WAIT_HEARTBEATS, GuardError, GuardSettings, Hop, MAX_LOOP_PERIOD, OnStuck, PingPong,
+    ProgressWatch, Repetition, WaitEdge, WaitGraph, call_fingerprint, canonical_json, detect_loop,
+    repeated_tail,
 };
 pub use ids::{AgentId, DecisionId, MessageId, Timestamp};
 pub use layer::{AgentLayer, Capability};
@@ -79,5 +87,9 @@ pub use storage::BackendError;
 pub use task::{
     Assignment, LeadRequest, PlanStep, ProgressReport, ProgressStatus, StepTarget, Subtask,
     SubtaskResult, Task, TaskFailure, TaskOutcome, WorkPackage,
+};
+pub use timeouts::{
+    DEFAULT_REASONING_MS, DEFAULT_SUBTASK_MS, DEFAULT_TASK_MS, DEFAULT_TOOL_MS, DEFAULT_TURN_MS,
+    Limit, LimitError, MAX_LIMIT_MS, Timeouts, check_limit,
 };
 pub use version::{DecodeError, EncodeError, Stored, Versioned, decode, encode};

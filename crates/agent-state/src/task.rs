@@ -277,6 +277,97 @@ pub enum TaskFailure {
         /// Which limit, how much was used, and what to raise.
         reason: String,
     },
+    /// A time limit of the team (its `[timeouts]`) ran out: a subtask's (the step is not
+    /// retried nor reassigned: it would likely run out again) or the whole task's.
+    #[error(
+        "{what} ran past its {limit} limit of {limit_ms} ms; raise `{key}` in the team file's \
+         `[timeouts]`, or give it less to do",
+        key = .limit.key()
+    )]
+    TimedOut {
+        /// Which limit.
+        limit: crate::Limit,
+        /// What ran out of time, in words (`step `build` on `exec-1``, `task `t1``).
+        what: String,
+        /// The limit, in milliseconds.
+        limit_ms: u64,
+    },
+    /// An agent repeated the same call (the same tool with the same arguments, or the same
+    /// short block of calls) `repeats` times in a row: it is going round in a loop.
+    #[error(
+        "stopped a loop: `{agent}` repeated {item} {repeats} times in a row without getting \
+         anywhere; change the step (its description, arguments or acceptance) or the agent's \
+         instructions, or raise `guards.repeat_limit` if the repetition is intended"
+    )]
+    Loop {
+        /// The agent.
+        agent: AgentId,
+        /// What it repeated (`tool {arguments}`, blocks joined by ` then `).
+        item: String,
+        /// How many times in a row.
+        repeats: u32,
+    },
+    /// Two agents handed the same work item back and forth `hops` times.
+    #[error(
+        "stopped a ping-pong: `{}` and `{}` handed {item} back and forth {hops} times; decide \
+         which of them owns it (name the agent in the step's target) or raise \
+         `guards.bounce_limit`",
+        agents.first().map(AgentId::as_str).unwrap_or_default(),
+        agents.get(1).map(AgentId::as_str).unwrap_or_default()
+    )]
+    PingPong {
+        /// The two agents.
+        agents: Vec<AgentId>,
+        /// The work item.
+        item: String,
+        /// How many hand-overs.
+        hops: u32,
+    },
+    /// A task was open and nothing moved for `heartbeats` heartbeats in a row.
+    #[error(
+        "stopped: no progress for {heartbeats} heartbeats while the task was open (agents still \
+         on it: {}); check why they wait (`strata inspect` shows their last acts), or raise \
+         `guards.idle_heartbeats` for work that is slow on purpose",
+        if agents.is_empty() { "none".to_owned() } else {
+            agents.iter().map(AgentId::as_str).collect::<Vec<_>>().join(", ")
+        }
+    )]
+    NoProgress {
+        /// How many heartbeats.
+        heartbeats: u32,
+        /// The agents with the task's work still open.
+        agents: Vec<AgentId>,
+    },
+    /// Agents waited on each other in a cycle, so none of them could go on.
+    #[error(
+        "stopped a wait cycle: {}; nobody in it can go on: let one side answer without waiting \
+         (or stop waiting) in the agents' instructions or the plan",
+        cycle.iter().zip(waits.iter()).enumerate().map(|(i, (agent, what))| {
+            let next = cycle.get(i + 1).or(cycle.first()).map(AgentId::as_str).unwrap_or_default();
+            format!("`{agent}` waits on `{next}` for {what}")
+        }).collect::<Vec<_>>().join(", ")
+    )]
+    WaitCycle {
+        /// The agents of the cycle, each waiting on the next and the last on the first.
+        cycle: Vec<AgentId>,
+        /// What each waits for, in the same order.
+        waits: Vec<String>,
+    },
+}
+
+impl TaskFailure {
+    /// Whether a guard stopped the task ([`Loop`](Self::Loop), [`PingPong`](Self::PingPong),
+    /// [`NoProgress`](Self::NoProgress), [`WaitCycle`](Self::WaitCycle)): not retried nor
+    /// reassigned, like an interrupted step.
+    pub fn is_stuck(&self) -> bool {
+        matches!(
+            self,
+            TaskFailure::Loop { .. }
+                | TaskFailure::PingPong { .. }
+                | TaskFailure::NoProgress { .. }
+                | TaskFailure::WaitCycle { .. }
+        )
+    }
 }
 
 impl Task {

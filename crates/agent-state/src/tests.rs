@@ -7,6 +7,7 @@
 mod board;
 mod config;
 mod decision;
+mod guard;
 mod lifecycle;
 mod metrics;
 mod props;
@@ -14,6 +15,7 @@ mod retry;
 mod role;
 mod run;
 mod storage;
+mod timeouts;
 mod wire;
 
 use crate::AgentId;

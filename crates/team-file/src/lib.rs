@@ -130,6 +130,41 @@
 //! max_turns = 8
 //! max_chars = 12000
 //!
+//! [timeouts]                # the team's time limits in ms, each optional; 1 to 604800000 (7 days)
+//! tool_ms = 600000          # one tool call; default 600000 (10 min); a `shell` call asking
+//!                           # for a longer `timeout_ms` gets this one
+//! reasoning_ms = 120000     # one reasoning call (a model's answer, its retries included);
+//!                           # default 120000 (2 min)
+//! turn_ms = 30000           # one heartbeat turn of an agent without its own `timeout_ms`;
+//!                           # default 30000
+//! subtask_ms = 1800000      # one step's tool loop on its agent, from its start, across
+//!                           # heartbeats; default 1800000 (30 min)
+//! task_ms = 7200000         # one task, from its submission; default 7200000 (2 h)
+//!
+//! [guards]                  # runs that go nowhere; each optional
+//! repeat_limit = 3          # the same call (tool and arguments) this many times in a row by
+//!                           # one agent is a loop; default 3, at least 2
+//! bounce_limit = 4          # one step or message handed back and forth between the same two
+//!                           # agents this many times is a ping-pong; default 4, at least 3
+//! idle_heartbeats = 15      # heartbeats with a task open and nothing moving; default 15
+//! wait_heartbeats = 2       # heartbeats a cycle of agents waiting on each other must last;
+//!                           # default 2
+//! on_stuck = "stop"         # "stop": the task ends with the reason; "escalate": the stuck
+//!                           # agent's supervisor is told first (default "stop")
+//!
+//! [sandbox]                 # where `shell` commands run: a bubblewrap sandbox with the system
+//!                           # read-only, the workspace read-write, home and the run data
+//!                           # hidden (`strata run --unsandboxed` turns it off); each optional
+//! network = false           # commands may use the network; default false (an executor's or
+//!                           # role's own `network` wins)
+//! memory_mb = 8192          # address space of each process; default 8192; at least 1
+//! processes = 512           # processes and threads at once; default 512
+//! file_size_mb = 1024       # the largest file a command writes; default 1024
+//! open_files = 4096         # per process; default 4096
+//! tmp_mb = 256              # the command's private /tmp; default 256
+//! read_only = ["/opt/toolchain"]   # absolute paths commands see read-only even inside a
+//!                           # hidden directory (a toolchain in the home); default none
+//!
 //! [http]                    # where executor kinds may reach over HTTP; default: nowhere
 //! allow_hosts = ["127.0.0.1:8080", "docs.example.com"]   # a host (that host only, not its
 //!                           # subdomains) or an IP address, optionally with a port (then only
@@ -177,7 +212,7 @@
 //! model = "some-model"             # for an LLM reasoner
 //! temperature = 0.2                # 0.0 to 2.0
 //! max_retries = 3                  # default 3
-//! timeout_ms = 30000               # default 30000; above 0
+//! timeout_ms = 30000               # one heartbeat turn; default [timeouts] turn_ms; 1 to 7 days
 //! reasoner = { forbid_tools = [], prefer = [] }   # overrides fields of [reasoner]
 //!
 //! [[top]]
@@ -199,6 +234,8 @@
 //! name = "Writer"
 //! supervisor = "mid-docs"          # required: a mid lead
 //! tools = ["write_file", "shell"] # required: registered tools, at least one
+//! network = true                   # its `shell` commands may use the network; default its
+//!                                  # role's `network`, else [sandbox] network
 //!
 //! [[bottom]]
 //! id = "bottom-r1"
@@ -225,6 +262,8 @@
 //! reasoner = { kind = "openai" }   # overrides fields of [reasoner], like an agent's
 //! max_instances = 4                # most agents of the role alive at once; default: no limit
 //!                                  # but the pool's; 1 or more
+//! network = false                  # its agents' `shell` commands may use the network;
+//!                                  # default [sandbox] network
 //! # kind = "writer_agent"          # bottom roles: the executor kind its agents run, like an
 //!                                  # executor's `kind`
 //!
@@ -234,6 +273,15 @@
 //! enabled_agents = ["writer"]      # the roles it may spawn: of its layer or below; default
 //!                                  # none; a bottom role enables none
 //! ```
+//!
+//! Time limits (`[timeouts]`): every limit is measured on the run's clock, and hitting one is a
+//! typed failure written to the audit log. A tool call past `tool_ms` fails with the tool's
+//! timeout error (audited as a failed call; an agent's tool loop shows it to its reasoner); a
+//! reasoning call past `reasoning_ms` and a turn past the agent's `timeout_ms` are audited as
+//! `timed_out` and fail the turn, which is retried up to `max_retries`; a step whose tool loop
+//! runs past `subtask_ms` and a task open past `task_ms` end the task with the failure
+//! `timed_out` (naming the limit), not retried nor reassigned. A turn never cuts a
+//! side-effecting tool call short: `tool_ms` bounds it.
 //!
 //! Capabilities: a top power may hold `plan`, `reflect`, `review`, `coordinate`, `delegate` and
 //! `arbitrate`; a mid lead the same but `arbitrate`; a bottom executor `plan`, `execute`,
@@ -335,7 +383,7 @@ pub use limits::{
 };
 pub use plan::{goal_plan_toml, parse_plan};
 pub use team::{
-    DEFAULT_MAX_SUBORDINATES, MAX_SPAWN_DEPTH_LIMIT, ReasonerKind, ReasonerSettings, TeamFile,
-    UnknownReasonerKind, default_team, parse_team,
+    DEFAULT_MAX_SUBORDINATES, MAX_SPAWN_DEPTH_LIMIT, ReasonerKind, ReasonerSettings,
+    SandboxSettings, TeamFile, UnknownReasonerKind, default_team, parse_team,
 };
 pub use text::{decode, escape_controls, read};

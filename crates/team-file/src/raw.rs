@@ -26,6 +26,10 @@ pub(crate) struct RawTeam {
     #[serde(default)]
     pub(crate) conversation: Option<RawConversation>,
     #[serde(default)]
+    pub(crate) timeouts: Option<RawTimeouts>,
+    #[serde(default)]
+    pub(crate) guards: Option<RawGuards>,
+    #[serde(default)]
     pub(crate) top: Vec<RawTop>,
     #[serde(default)]
     pub(crate) mid: Vec<RawMid>,
@@ -39,6 +43,28 @@ pub(crate) struct RawTeam {
     pub(crate) endpoints: Vec<RawEndpoint>,
     #[serde(default)]
     pub(crate) executor: Option<RawExecutor>,
+    #[serde(default)]
+    pub(crate) sandbox: Option<RawSandbox>,
+}
+
+/// `[sandbox]`: how `shell` commands are confined.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawSandbox {
+    #[serde(default)]
+    pub(crate) network: Option<Spanned<bool>>,
+    #[serde(default)]
+    pub(crate) memory_mb: Option<Spanned<u64>>,
+    #[serde(default)]
+    pub(crate) processes: Option<Spanned<u64>>,
+    #[serde(default)]
+    pub(crate) file_size_mb: Option<Spanned<u64>>,
+    #[serde(default)]
+    pub(crate) open_files: Option<Spanned<u64>>,
+    #[serde(default)]
+    pub(crate) tmp_mb: Option<Spanned<u64>>,
+    #[serde(default)]
+    pub(crate) read_only: Option<Vec<Spanned<String>>>,
 }
 
 /// `[http]`: which hosts the executor kinds may reach over HTTP.
@@ -149,6 +175,9 @@ pub(crate) struct RawRole {
     /// The executor kind its agents run their subtasks through (bottom roles only).
     #[serde(default)]
     pub(crate) kind: Option<Spanned<String>>,
+    /// Whether its agents' commands may use the network (over `[sandbox] network`).
+    #[serde(default)]
+    pub(crate) network: Option<Spanned<bool>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -201,6 +230,38 @@ pub(crate) struct RawConversation {
     pub(crate) max_turns: Option<Spanned<usize>>,
     #[serde(default)]
     pub(crate) max_chars: Option<Spanned<usize>>,
+}
+
+/// `[timeouts]`: the team's time limits, in milliseconds.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawTimeouts {
+    #[serde(default)]
+    pub(crate) tool_ms: Option<Spanned<u64>>,
+    #[serde(default)]
+    pub(crate) reasoning_ms: Option<Spanned<u64>>,
+    #[serde(default)]
+    pub(crate) turn_ms: Option<Spanned<u64>>,
+    #[serde(default)]
+    pub(crate) subtask_ms: Option<Spanned<u64>>,
+    #[serde(default)]
+    pub(crate) task_ms: Option<Spanned<u64>>,
+}
+
+/// `[guards]`: loops, ping-pong, no progress, wait cycles.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawGuards {
+    #[serde(default)]
+    pub(crate) repeat_limit: Option<Spanned<u32>>,
+    #[serde(default)]
+    pub(crate) bounce_limit: Option<Spanned<u32>>,
+    #[serde(default)]
+    pub(crate) idle_heartbeats: Option<Spanned<u32>>,
+    #[serde(default)]
+    pub(crate) wait_heartbeats: Option<Spanned<u32>>,
+    #[serde(default)]
+    pub(crate) on_stuck: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -293,6 +354,9 @@ pub(crate) struct RawBottom {
     pub(crate) timeout_ms: Option<Spanned<u64>>,
     #[serde(default)]
     pub(crate) reasoner: Option<RawReasoner>,
+    /// Whether its commands may use the network (over its role's and `[sandbox] network`).
+    #[serde(default)]
+    pub(crate) network: Option<Spanned<bool>>,
 }
 
 #[derive(Debug, Deserialize)]

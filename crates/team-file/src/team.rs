@@ -8,22 +8,23 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_core::tools::{ToolContext, ToolRegistry};
+use agent_core::tools::{Sandbox, SandboxLimits, ToolContext, ToolRegistry};
 use agent_layers::{BottomSpec, MidSpec, TopSpec};
 use agent_llm::{Budget, ConversationLimits, OnExceed, Price, PriceTable};
 use agent_pool::{AgentSpec, DEFAULT_HEARTBEAT, DEFAULT_MAX_AGENTS, RoleSpec, TeamSpec};
 use agent_state::{
-    AgentConfig, AgentId, AgentLayer, Capability, DEFAULT_MAX_SPAWN_DEPTH, Role, RoleBook,
-    RoleError, check_agent_id, check_role_name,
+    AgentConfig, AgentId, AgentLayer, Capability, DEFAULT_MAX_SPAWN_DEPTH, GuardSettings, Limit,
+    MAX_LIMIT_MS, OnStuck, Role, RoleBook, RoleError, Timeouts, check_agent_id, check_role_name,
 };
 use thiserror::Error;
 use toml::Spanned;
 
-use crate::error::{FileError, Source};
+use crate::error::{FileError, Seg, Source};
 use crate::executor::{ExecutorSettings, check_kind, executor_settings};
 use crate::limits::{MAX_TEAM_FILE_BYTES, check_heartbeat, parse_duration};
 use crate::raw::{
-    Entry, EntryKind, RawBudget, RawConversation, RawPrice, RawReasoner, RawRole, RawTeam, RawTop,
+    Entry, EntryKind, RawBudget, RawConversation, RawPrice, RawReasoner, RawRole, RawSandbox,
+    RawTeam, RawTimeouts, RawTop,
 };
 
 /// A lead's `max_subordinates` when the team file does not say.
@@ -55,6 +56,44 @@ pub struct TeamFile {
     /// The executor of the agents with a `kind` (`[http]`, `[[endpoints]]`, `[executor]`,
     /// `executor_retry`).
     pub executor: ExecutorSettings,
+    /// How `shell` commands are confined (`[sandbox]`, and `network` of executors and roles).
+    pub sandbox: SandboxSettings,
+}
+
+/// The team file's sandbox settings: `[sandbox]` (network, limits) and the `network` of
+/// executors (`[[bottom]]`) and roles (`[[roles]]`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SandboxSettings {
+    /// Whether commands may use the network unless an agent or role says otherwise
+    /// (`[sandbox] network`, default `false`).
+    pub network: bool,
+    /// The limits of every command.
+    pub limits: SandboxLimits,
+    /// Executors with their own `network`.
+    pub agent_network: BTreeMap<AgentId, bool>,
+    /// Roles with their own `network`, by role name.
+    pub role_network: BTreeMap<String, bool>,
+    /// Absolute paths commands see read-only even inside a hidden directory
+    /// (`[sandbox] read_only`).
+    pub read_only: Vec<std::path::PathBuf>,
+}
+
+impl SandboxSettings {
+    /// The team's sandbox: the default network setting and the limits.
+    pub fn sandbox(&self) -> Sandbox {
+        let sandbox = Sandbox::new().with_network(self.network).with_limits(self.limits);
+        self.read_only.iter().fold(sandbox, |sandbox, path| sandbox.show_read_only(path))
+    }
+
+    /// Whether the commands of agent `id` (of role `role`, if it has one) may use the
+    /// network: its own `network`, else its role's, else `[sandbox] network`.
+    pub fn network_for(&self, id: &AgentId, role: Option<&str>) -> bool {
+        self.agent_network
+            .get(id)
+            .or_else(|| role.and_then(|role| self.role_network.get(role)))
+            .copied()
+            .unwrap_or(self.network)
+    }
 }
 
 impl TeamFile {
@@ -223,6 +262,10 @@ pub fn parse_team(path: &Path, text: &str, tools: &ToolRegistry) -> Result<TeamF
             "the team has no top power; add a [[top]] table (a team needs one to propose and sign plans)",
         ));
     }
+    let timeouts = match &raw.timeouts {
+        Some(t) => timeouts(&src, t)?,
+        None => Timeouts::default(),
+    };
     let mut domains: BTreeMap<&str, &Entry<'_>> = BTreeMap::new();
     let mut agents = Vec::with_capacity(entries.len());
     let mut agent_reasoners = BTreeMap::new();
@@ -231,7 +274,11 @@ pub fn parse_team(path: &Path, text: &str, tools: &ToolRegistry) -> Result<TeamF
     // a generated team has 100 000 agents).
     let mut placed: BTreeMap<&str, usize> = BTreeMap::new();
     for entry in &entries {
-        let spec = agent_spec(&src, entry, &mut placed, &team, tools, &mut domains)?;
+        let mut spec = agent_spec(&src, entry, &mut placed, &team, tools, &mut domains)?;
+        if entry.timeout_ms.is_none() {
+            // Its turns are bounded by the team's `[timeouts] turn_ms`.
+            spec.config.timeout_ms = timeouts.turn_ms;
+        }
         if let Some(r) = entry.reasoner {
             let settings = reasoner_settings(&src, r, &default_reasoner, tools)?;
             agent_reasoners.insert(spec.config.id.clone(), settings);
@@ -264,12 +311,17 @@ pub fn parse_team(path: &Path, text: &str, tools: &ToolRegistry) -> Result<TeamF
         Some(c) => conversation_limits(&src, c)?,
         None => ConversationLimits::default(),
     };
+    let sandbox = sandbox_settings(&src, &raw)?;
     let mut spec = TeamSpec::new(agents);
     spec.heartbeat = heartbeat;
     spec.max_agents = max_agents;
     spec.roles = roles;
     spec.max_spawn_depth = max_spawn_depth;
     spec.agent_roles = agent_roles;
+    spec.timeouts = timeouts;
+    if let Some(g) = &raw.guards {
+        spec.guards = guards(&src, g)?;
+    }
     Ok(TeamFile {
         spec,
         default_reasoner,
@@ -279,6 +331,7 @@ pub fn parse_team(path: &Path, text: &str, tools: &ToolRegistry) -> Result<TeamF
         budget,
         conversation,
         executor,
+        sandbox,
     })
 }
 
@@ -341,6 +394,7 @@ pub fn default_team() -> TeamFile {
         budget: Budget::default(),
         conversation: ConversationLimits::default(),
         executor: ExecutorSettings::default(),
+        sandbox: SandboxSettings::default(),
     }
 }
 
@@ -425,6 +479,16 @@ fn agent_spec<'e, 'a>(
     if let Some(timeout) = entry.timeout_ms {
         if *timeout.get_ref() == 0 {
             return Err(src.error(timeout.span(), "`timeout_ms` must be greater than 0"));
+        }
+        if *timeout.get_ref() > MAX_LIMIT_MS {
+            return Err(src.error(
+                timeout.span(),
+                format!(
+                    "`timeout_ms` is {}, over the longest time limit, {MAX_LIMIT_MS} ms (7 days); give the longest one heartbeat turn may take, such as {}",
+                    timeout.get_ref(),
+                    agent_state::DEFAULT_TURN_MS
+                ),
+            ));
         }
         config.timeout_ms = *timeout.get_ref();
     }
@@ -1040,6 +1104,143 @@ fn budget(src: &Source<'_>, raw: &RawBudget) -> Result<Budget, FileError> {
         max_calls: positive(&raw.max_calls, "max_calls")?,
         on_exceed,
     })
+}
+
+/// `[timeouts]`: each limit given is checked (from 1 ms to 7 days), the others keep their
+/// defaults.
+fn timeouts(src: &Source<'_>, raw: &RawTimeouts) -> Result<Timeouts, FileError> {
+    let mut timeouts = Timeouts::default();
+    for (value, limit) in [
+        (&raw.tool_ms, Limit::Tool),
+        (&raw.reasoning_ms, Limit::Reasoning),
+        (&raw.turn_ms, Limit::Turn),
+        (&raw.subtask_ms, Limit::Subtask),
+        (&raw.task_ms, Limit::Task),
+    ] {
+        if let Some(v) = value {
+            timeouts.set(limit, *v.get_ref()).map_err(|e| {
+                let span = src
+                    .locate(&[Seg::Key("timeouts"), Seg::Key(limit.key())])
+                    .filter(|_| v.span().is_empty())
+                    .unwrap_or_else(|| v.span());
+                src.error(span, format!("[timeouts] {e}"))
+            })?;
+        }
+    }
+    Ok(timeouts)
+}
+
+/// `[guards]`: each threshold given is checked against its minimum, the others keep their
+/// defaults; `on_stuck` is `stop` or `escalate`.
+fn guards(src: &Source<'_>, raw: &crate::raw::RawGuards) -> Result<GuardSettings, FileError> {
+    let mut guards = GuardSettings::default();
+    let fields = [
+        (&raw.repeat_limit, "repeat_limit"),
+        (&raw.bounce_limit, "bounce_limit"),
+        (&raw.idle_heartbeats, "idle_heartbeats"),
+        (&raw.wait_heartbeats, "wait_heartbeats"),
+    ];
+    for (value, name) in fields {
+        let Some(value) = value else { continue };
+        let mut candidate = guards;
+        let slot = match name {
+            "repeat_limit" => &mut candidate.repeat_limit,
+            "bounce_limit" => &mut candidate.bounce_limit,
+            "idle_heartbeats" => &mut candidate.idle_heartbeats,
+            _ => &mut candidate.wait_heartbeats,
+        };
+        *slot = *value.get_ref();
+        if let Err(e) = candidate.check() {
+            let span = src
+                .locate(&[Seg::Key("guards"), Seg::Key(name)])
+                .filter(|_| value.span().is_empty())
+                .unwrap_or_else(|| value.span());
+            return Err(src.error(span, format!("[guards] {e}")));
+        }
+        guards = candidate;
+    }
+    if let Some(o) = &raw.on_stuck {
+        guards.on_stuck = match o.get_ref().as_str() {
+            "stop" => OnStuck::Stop,
+            "escalate" => OnStuck::Escalate,
+            other => {
+                return Err(src.error(
+                    o.span(),
+                    format!(
+                        "`on_stuck` is \"stop\" (the task ends with the reason) or \"escalate\" \
+                         (the stuck agent's supervisor is told first), not \"{other}\""
+                    ),
+                ));
+            }
+        };
+    }
+    Ok(guards)
+}
+
+/// `[sandbox]` and the `network` of executors and roles.
+fn sandbox_settings(src: &Source<'_>, raw: &RawTeam) -> Result<SandboxSettings, FileError> {
+    let mut settings = SandboxSettings::default();
+    if let Some(table) = &raw.sandbox {
+        sandbox_limits(src, table, &mut settings)?;
+    }
+    for bottom in &raw.bottom {
+        if let Some(network) = &bottom.network {
+            settings
+                .agent_network
+                .insert(AgentId::new(bottom.id.get_ref().as_str()), *network.get_ref());
+        }
+    }
+    for role in &raw.roles {
+        if let Some(network) = &role.network {
+            settings.role_network.insert(role.name.get_ref().clone(), *network.get_ref());
+        }
+    }
+    Ok(settings)
+}
+
+/// `[sandbox]`'s network and limits, each limit at least 1.
+fn sandbox_limits(
+    src: &Source<'_>,
+    raw: &RawSandbox,
+    settings: &mut SandboxSettings,
+) -> Result<(), FileError> {
+    const MIB: u64 = 1024 * 1024;
+    if let Some(network) = &raw.network {
+        settings.network = *network.get_ref();
+    }
+    for path in raw.read_only.iter().flatten() {
+        src.no_control(path, "`read_only`")?;
+        if !path.get_ref().starts_with('/') {
+            return Err(src.error(
+                path.span(),
+                format!(
+                    "`read_only`: {:?} is not an absolute path; give each path from `/`",
+                    path.get_ref()
+                ),
+            ));
+        }
+        settings.read_only.push(std::path::PathBuf::from(path.get_ref()));
+    }
+    let limits = &mut settings.limits;
+    for (value, name, slot, unit) in [
+        (&raw.memory_mb, "memory_mb", &mut limits.memory_bytes, MIB),
+        (&raw.processes, "processes", &mut limits.processes, 1),
+        (&raw.file_size_mb, "file_size_mb", &mut limits.file_bytes, MIB),
+        (&raw.open_files, "open_files", &mut limits.open_files, 1),
+        (&raw.tmp_mb, "tmp_mb", &mut limits.tmp_bytes, MIB),
+    ] {
+        if let Some(v) = value {
+            let n = *v.get_ref();
+            let Some(amount) = n.checked_mul(unit).filter(|_| n >= 1) else {
+                return Err(src.error(
+                    v.span(),
+                    format!("`{name}` must be a whole number from 1 to {}", u64::MAX / unit),
+                ));
+            };
+            *slot = amount;
+        }
+    }
+    Ok(())
 }
 
 /// `[conversation]`.

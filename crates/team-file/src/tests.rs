@@ -1,6 +1,8 @@
 //! Tests of the team and plan files: the examples, the defaults, and where each error points.
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
+mod timeouts;
+
 use std::borrow::Cow;
 use std::path::Path;
 use std::time::Duration;
@@ -2746,4 +2748,123 @@ fn exec_gives_an_executor_the_kind_and_a_plan_of_one_step() {
             .contains("`inputs.a` is null")
     );
     assert!(exec_plan_toml("k", "o", &serde_json::json!([1]), &exec.executor).is_err());
+}
+
+// ---------------------------------------------------------------------------------------------
+// [guards]
+
+#[test]
+fn guards_take_their_thresholds_and_what_to_do_when_stuck() {
+    let file = team(&with_head(
+        r#"
+[guards]
+repeat_limit = 5
+idle_heartbeats = 30
+on_stuck = "escalate"
+"#,
+    ));
+    let guards = file.spec.guards;
+    assert_eq!((guards.repeat_limit, guards.idle_heartbeats), (5, 30));
+    assert_eq!(guards.bounce_limit, agent_state::DEFAULT_BOUNCE_LIMIT, "left out: the default");
+    assert_eq!(guards.on_stuck, agent_state::OnStuck::Escalate);
+    assert_eq!(team(HEAD).spec.guards, agent_state::GuardSettings::default());
+    // The module docs' example shows every field.
+    let docs = include_str!("lib.rs");
+    for field in ["repeat_limit", "bounce_limit", "idle_heartbeats", "wait_heartbeats", "on_stuck"]
+    {
+        assert!(docs.contains(&format!("//! {field} = ")), "{field} is documented");
+    }
+}
+
+#[test]
+fn guards_out_of_range_or_unknown_point_at_the_value() {
+    let err = team_err(&with_head("\n[guards]\nrepeat_limit = 1\n"));
+    assert_at(&err, 14, 16, &["[guards]", "`repeat_limit` is 1", "at least 2"]);
+    let err = team_err(&with_head("\n[guards]\nidle_heartbeats = 0\n"));
+    assert_at(&err, 14, 19, &["`idle_heartbeats` is 0", "at least 1"]);
+    let err = team_err(&with_head("\n[guards]\non_stuck = \"retry\"\n"));
+    assert_at(&err, 14, 12, &["\"stop\"", "\"escalate\"", "not \"retry\""]);
+    let err = team_err(&with_head("\n[guards]\nmax_loops = 3\n"));
+    assert!(err.message().contains("max_loops"), "{err}");
+    // Written with a dotted key: the error still points at the value.
+    let err = team_err(&format!("guards.bounce_limit = 2\n{}", text(HEAD)));
+    assert_at(&err, 1, 23, &["`bounce_limit` is 2", "at least 3"]);
+}
+
+#[test]
+fn sandbox_takes_the_network_and_limits_and_each_executor_or_role_may_differ() {
+    let file = team(&with_head(
+        r#"
+[sandbox]
+network = false
+memory_mb = 512
+processes = 64
+
+[[bottom]]
+id = "fetcher"
+supervisor = "mid-a"
+tools = ["shell"]
+network = true
+
+[[bottom]]
+id = "builder"
+supervisor = "mid-a"
+tools = ["shell"]
+role = "builder"
+
+[[bottom]]
+id = "plain"
+supervisor = "mid-a"
+tools = ["shell"]
+
+[[roles]]
+name = "builder"
+layer = "bottom"
+tools = ["shell"]
+network = true
+"#,
+    ));
+    let sandbox = &file.sandbox;
+    assert!(!sandbox.network);
+    assert_eq!(sandbox.limits.memory_bytes, 512 * 1024 * 1024);
+    assert_eq!(sandbox.limits.processes, 64);
+    assert_eq!(sandbox.limits.open_files, agent_core::tools::DEFAULT_OPEN_FILES, "left out");
+    assert!(sandbox.network_for(&AgentId::new("fetcher"), None));
+    assert!(sandbox.network_for(&AgentId::new("builder"), Some("builder")));
+    assert!(!sandbox.network_for(&AgentId::new("plain"), None));
+    assert!(sandbox.sandbox().is_enabled());
+    assert!(!sandbox.sandbox().allows_network());
+    // Left out: sandboxed, no network, the default limits.
+    assert_eq!(team(HEAD).sandbox, team_file_default_sandbox());
+    // The module docs' example shows every field.
+    let docs = include_str!("lib.rs");
+    for field in ["[sandbox]", "network = ", "memory_mb = ", "processes = ", "file_size_mb = "] {
+        assert!(docs.contains(field), "{field} is documented");
+    }
+}
+
+/// What a team file without `[sandbox]` gets.
+fn team_file_default_sandbox() -> crate::SandboxSettings {
+    crate::SandboxSettings::default()
+}
+
+#[test]
+fn sandbox_limits_out_of_range_or_unknown_point_at_the_value() {
+    let err = team_err(&with_head("\n[sandbox]\nprocesses = 0\n"));
+    assert_at(&err, 14, 13, &["`processes`", "from 1"]);
+    let err = team_err(&with_head("\n[sandbox]\nmemory_mb = 17592186044416\n"));
+    assert!(err.message().contains("`memory_mb`"), "{err}");
+    let err = team_err(&with_head("\n[sandbox]\nnetwork = \"yes\"\n"));
+    assert!(err.message().contains("bool"), "{err}");
+    let err = team_err(&with_head("\n[sandbox]\nfilesystem = \"open\"\n"));
+    assert!(err.message().contains("filesystem"), "{err}");
+}
+
+#[test]
+fn sandbox_read_only_paths_must_be_absolute() {
+    let file = team(&with_head("\n[sandbox]\nread_only = [\"/opt/toolchain\"]\n"));
+    assert_eq!(file.sandbox.read_only, [std::path::PathBuf::from("/opt/toolchain")]);
+    assert_eq!(file.sandbox.sandbox().read_only(), [std::path::PathBuf::from("/opt/toolchain")]);
+    let err = team_err(&with_head("\n[sandbox]\nread_only = [\"toolchain\"]\n"));
+    assert_at(&err, 14, 14, &["`read_only`", "not an absolute path"]);
 }

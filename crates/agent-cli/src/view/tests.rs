@@ -214,3 +214,28 @@ fn a_record_both_read_and_received_is_shown_once_in_every_mode() {
     assert_eq!(lines[4]["run"]["percent"], 50);
     assert_eq!(lines[5], json!({"event": "lagged", "skipped": 7}));
 }
+
+#[test]
+fn a_stuck_run_is_one_line_with_its_reason_and_what_was_done() {
+    let stopped = record(AuditEvent::Stuck {
+        task: Some("t1".into()),
+        reason: agent_state::TaskFailure::Loop {
+            agent: AgentId::from("bottom-d1"),
+            item: "read_file {\"path\":\"a\\nb\"}".into(),
+            repeats: 3,
+        },
+        escalated_to: None,
+    });
+    let line = event_line(&stopped, 1_000);
+    assert!(
+        line.starts_with("[   0.50s] bottom-d1    STUCK t1: stopped a loop: `bottom-d1` repeated")
+    );
+    assert!(line.ends_with("; task stopped"), "{line}");
+    assert!(!line.contains('\n'), "{line}");
+    let escalated = record(AuditEvent::Stuck {
+        task: None,
+        reason: agent_state::TaskFailure::NoProgress { heartbeats: 15, agents: vec![] },
+        escalated_to: Some(AgentId::from("mid-docs")),
+    });
+    assert!(event_line(&escalated, 1_000).ends_with("; escalated to mid-docs"));
+}

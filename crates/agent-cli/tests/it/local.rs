@@ -10,6 +10,11 @@ use crate::support::{Out, Scratch};
 #[test]
 fn a_team_on_the_embedded_model_completes_the_hello_plan_with_valid_decisions() {
     let s = Scratch::with_example();
+    // The model runs on the CPU beside the other tests: a turn (or call) it takes longer than
+    // the default 30 s for would be cut, and a cut call counts as failed, which is not what
+    // this test is about (every answer the model gives is valid).
+    let team = s.read("team.toml");
+    s.write("team.toml", &format!("{team}\n[timeouts]\nturn_ms = 600000\nreasoning_ms = 600000\n"));
     let out = s.strata(&[
         "run",
         "plan.toml",

@@ -166,7 +166,7 @@ fn edit_file(root: &Path, args: &EditArgs) -> Result<ToolOutput, ToolError> {
             ))
         }
     };
-    replace_file(TOOL, &path, &edited, Some(before.permissions()), unchanged)?;
+    replace_file(TOOL, root, &path, &edited, Some(before.permissions()), unchanged)?;
 
     let bytes = edited.len();
     let delta =

@@ -67,7 +67,10 @@ pub enum ToolError {
         source: std::io::Error,
     },
     /// The tool ran out of time and was stopped.
-    #[error("tool `{tool}` timed out after {after_ms} ms; raise `timeout_ms` or do less per call")]
+    #[error(
+        "tool `{tool}` timed out after {after_ms} ms; do less per call, or raise the call's \
+         `timeout_ms` (`shell`) or the team's `[timeouts] tool_ms`"
+    )]
     Timeout {
         /// The tool's name.
         tool: String,
@@ -148,6 +151,15 @@ pub enum ToolError {
         /// What the call had printed before it was stopped (may be empty).
         partial: String,
     },
+    /// The command sandbox cannot work here: the call was refused, nothing ran.
+    #[error("tool `{tool}` refused to run the command: {source}")]
+    Sandbox {
+        /// The tool's name.
+        tool: String,
+        /// Why the sandbox cannot work, and how to fix it.
+        #[source]
+        source: super::SandboxError,
+    },
     /// The tool failed for another reason, described in `message`.
     #[error("tool `{tool}` failed: {message}")]
     Failed {
@@ -220,6 +232,7 @@ impl ToolError {
             | Self::InvalidPattern { .. }
             | Self::EditMatchCount { .. }
             | Self::Interrupted { .. }
+            | Self::Sandbox { .. }
             | Self::Failed { .. } => false,
         }
     }

@@ -5,6 +5,10 @@
 //! (permanent) before it is opened, and every open uses `O_NONBLOCK` (and `O_DIRECTORY` where
 //! a directory is meant) with the type checked again on the opened handle, so a path swapped
 //! for a FIFO between the check and the open still cannot hang the worker thread.
+//!
+//! What is read, listed or written is opened beneath the workspace root with `openat2`
+//! (`RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS`, see `beneath.rs`), so a symlink created or
+//! swapped while a call runs cannot lead it out of the workspace.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{ErrorKind, Read as _, Write as _};
@@ -16,6 +20,9 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
+use rustix::fs::OFlags;
+
+use super::beneath;
 use super::path::{display, resolve};
 use super::{Tool, ToolContext, ToolError, ToolOutput};
 
@@ -319,7 +326,7 @@ pub(super) fn read_regular(
         return Err(is_dir());
     }
     not_a_regular_file(tool, root, path, &before.file_type(), "read")?;
-    let file = open_nonblocking(path, libc::O_NOCTTY).map_err(io)?;
+    let file = beneath::open(tool, root, path, OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY)?;
     let meta = file.metadata().map_err(io)?;
     if meta.is_dir() {
         return Err(is_dir());
@@ -356,7 +363,7 @@ fn write_file(root: &Path, requested: &str, content: &str) -> Result<ToolOutput,
             ));
         }
     };
-    fs::create_dir_all(dir).map_err(|err| ToolError::io(TOOL, dir, err))?;
+    beneath::create_dirs(TOOL, root, dir)?;
     // `target` is canonical when it exists, so this is the file itself; a dangling symlink is
     // replaced by the rename like a missing file. The target is never opened.
     let previous = match fs::symlink_metadata(&target) {
@@ -374,7 +381,7 @@ fn write_file(root: &Path, requested: &str, content: &str) -> Result<ToolOutput,
         Err(err) if err.kind() == ErrorKind::NotFound => None,
         Err(err) => return Err(ToolError::io(TOOL, &target, err)),
     };
-    replace_file(TOOL, &target, content, previous, || Ok(()))?;
+    replace_file(TOOL, root, &target, content, previous, || Ok(()))?;
     let bytes = content.len();
     let shown = display(root, &target);
     Ok(ToolOutput {
@@ -384,50 +391,61 @@ fn write_file(root: &Path, requested: &str, content: &str) -> Result<ToolOutput,
     })
 }
 
-/// Replaces `target` (in an existing directory) with `content` atomically: a temporary file
-/// in the same directory, flushed to disk and given `permissions`, is renamed over it, and the
-/// directory is synced. `before_rename` runs last before the rename and may still refuse (the
-/// temporary file is removed then). The target is never opened.
+/// Replaces `target` (in an existing directory under `root`) with `content` atomically: a
+/// temporary file in the same directory, flushed to disk and given `permissions`, is renamed
+/// over it, and the directory is synced. The directory is opened beneath `root` (a symlink
+/// swapped in cannot lead out) and the file and rename are relative to that handle.
+/// `before_rename` runs last before the rename and may still refuse (the temporary file is
+/// removed then). The target is never opened.
 pub(super) fn replace_file(
     tool: &str,
+    root: &Path,
     target: &Path,
     content: &str,
     permissions: Option<fs::Permissions>,
     before_rename: impl FnOnce() -> Result<(), ToolError>,
 ) -> Result<(), ToolError> {
-    let Some(dir) = target.parent() else {
+    let (Some(dir), Some(name)) = (target.parent(), target.file_name()) else {
         return Err(ToolError::failed(tool, "the workspace root is not a file"));
     };
-    let temp = dir.join(format!(".strata-write-{}.tmp", uuid::Uuid::new_v4().simple()));
+    let handle = beneath::open_dir(tool, root, dir)?;
+    let temp = format!(".strata-write-{}.tmp", uuid::Uuid::new_v4().simple());
     // Best effort: the temporary file is ours and useless after a failure.
     let discard = |err| {
-        let _ = fs::remove_file(&temp);
+        let _ = rustix::fs::unlinkat(&handle, temp.as_str(), rustix::fs::AtFlags::empty());
         err
     };
-    write_temp(&temp, content, permissions)
+    write_temp(&handle, &temp, content, permissions)
         .map_err(|err| ToolError::io(tool, target, err))
         .map_err(discard)?;
     before_rename().map_err(discard)?;
-    fs::rename(&temp, target).map_err(|err| ToolError::io(tool, target, err)).map_err(discard)?;
+    rustix::fs::renameat(&handle, temp.as_str(), &handle, name)
+        .map_err(|errno| ToolError::io(tool, target, errno.into()))
+        .map_err(discard)?;
     // Make the rename itself durable; some file systems cannot sync a directory, which only
     // weakens durability, so it is logged rather than reported.
-    if let Err(err) = open_nonblocking(dir, libc::O_DIRECTORY).and_then(|dir| dir.sync_all()) {
+    if let Err(err) = rustix::fs::fsync(&handle) {
         tracing::debug!(dir = %dir.display(), %err, "could not sync directory after write");
     }
     Ok(())
 }
 
 fn write_temp(
-    temp: &Path,
+    dir: &std::os::fd::OwnedFd,
+    temp: &str,
     content: &str,
     permissions: Option<fs::Permissions>,
 ) -> std::io::Result<()> {
-    // `create_new` (O_EXCL) never opens something already there, FIFO or not.
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(temp)?;
+    // `O_EXCL` never opens something already there, FIFO or not; `O_NOFOLLOW` no symlink.
+    let flags = OFlags::WRONLY
+        | OFlags::CREATE
+        | OFlags::EXCL
+        | OFlags::NOFOLLOW
+        | OFlags::NONBLOCK
+        | OFlags::NOCTTY
+        | OFlags::CLOEXEC;
+    let mut file =
+        File::from(rustix::fs::openat(dir, temp, flags, rustix::fs::Mode::from_raw_mode(0o666))?);
     if !file.metadata()?.file_type().is_file() {
         return Err(std::io::Error::other("the temporary file is not a regular file"));
     }
@@ -455,11 +473,29 @@ fn list_dir(root: &Path, requested: &str) -> Result<ToolOutput, ToolError> {
             action: "listed",
         });
     }
+    let handle = beneath::open_dir(TOOL, root, &dir)?;
     let mut entries = Vec::new();
-    for entry in fs::read_dir(&dir).map_err(io)? {
+    let io = |errno: rustix::io::Errno| ToolError::io(TOOL, &dir, errno.into());
+    for entry in rustix::fs::Dir::read_from(&handle).map_err(io)? {
         let entry = entry.map_err(io)?;
-        let mut name = entry.file_name().to_string_lossy().into_owned();
-        if entry.file_type().map_err(io)?.is_dir() {
+        let raw = entry.file_name().to_bytes();
+        if raw == b"." || raw == b".." {
+            continue;
+        }
+        let mut name = String::from_utf8_lossy(raw).into_owned();
+        let is_dir = match entry.file_type() {
+            rustix::fs::FileType::Unknown => {
+                let stat = rustix::fs::statat(
+                    &handle,
+                    entry.file_name(),
+                    rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+                )
+                .map_err(io)?;
+                rustix::fs::FileType::from_raw_mode(stat.st_mode) == rustix::fs::FileType::Directory
+            }
+            file_type => file_type == rustix::fs::FileType::Directory,
+        };
+        if is_dir {
             name.push('/');
         }
         entries.push(name);

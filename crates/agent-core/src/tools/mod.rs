@@ -17,7 +17,7 @@
 //! | [`list_dir`](ListDir) | `path` (optional, default `.`) | no |
 //! | [`search`](Search) | `pattern` (a regex), `path`, `glob`, `max_results`, `case_insensitive` (optional) | no |
 //! | [`glob`](Glob) | `pattern`, `path`, `max_results` (optional) | no |
-//! | [`shell`](Shell) | `command`, `timeout_ms` (optional) | yes |
+//! | [`shell`](Shell) | `command`, `timeout_ms` (optional) | yes (in the [`Sandbox`]) |
 //!
 //! `search` and `glob` walk the workspace with ripgrep's crates (`ignore`, `grep-searcher`),
 //! honouring the `.gitignore` and `.ignore` files inside it, and never follow a symlink.
@@ -26,9 +26,21 @@
 //! blocking pool and measure the shell timeout in real time, so they behave the same on a
 //! runtime with paused time. They are Unix-only (`sh`, process groups, symlinks).
 //!
-//! Known limit: confinement checks a path and then opens it, so a process that swaps a
-//! directory for a symlink between the two steps can escape; the tools defend against agents'
-//! arguments, not against a hostile process sharing the workspace.
+//! Every call through the registry has a hard limit, [`ToolContext::tool_timeout`] (a team's
+//! `[timeouts] tool_ms`, default 10 minutes): a call still running then fails with
+//! [`ToolError::Timeout`]. `shell` caps its `timeout_ms` at it and stops its command itself;
+//! `search` and `glob` stop their walk at it (in real time), so a walk over a huge tree does
+//! not outlive its call.
+//!
+//! The file tools open what they read, list and write beneath the workspace root with
+//! `openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)`, so a symlink created or swapped in by a
+//! command while they run (between the path check and the open) cannot lead them out either.
+//!
+//! `shell` commands run in a [`Sandbox`] (bubblewrap: the system read-only, the workspace
+//! read-write, home, `/run`, secrets and the run's data hidden, no network unless allowed,
+//! limits on memory, processes, file size and open files, and a PID namespace so that nothing
+//! a call started outlives it). It is on by default; [`Sandbox::unsandboxed`] turns it off
+//! explicitly, and a call whose sandbox cannot work here is refused ([`ToolError::Sandbox`]).
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -50,11 +62,13 @@
 //! # }
 //! ```
 
+mod beneath;
 mod edit;
 mod error;
 mod fs;
 mod path;
 mod registry;
+mod sandbox;
 mod schema;
 mod search;
 mod shell;
@@ -73,6 +87,10 @@ pub use edit::EditFile;
 pub use error::{ToolError, WorkspaceError};
 pub use fs::{ListDir, MAX_READ_BYTES, ReadFile, WriteFile};
 pub use registry::ToolRegistry;
+pub use sandbox::{
+    DEFAULT_FILE_BYTES, DEFAULT_MEMORY_BYTES, DEFAULT_OPEN_FILES, DEFAULT_PROCESSES,
+    DEFAULT_TMP_BYTES, Sandbox, SandboxError, SandboxLimits,
+};
 pub use schema::{check_schema, validate};
 pub use search::{Glob, Search};
 pub use shell::{BACKSTOP_GRACE, MAX_SHELL_TIMEOUT_MS, MAX_STREAM_BYTES, Shell};
@@ -107,6 +125,14 @@ pub trait Tool: Send + Sync {
         ctx: &ToolContext,
         args: serde_json::Value,
     ) -> Result<ToolOutput, ToolError>;
+
+    /// Whether the tool stops its own work at its time limit (at most
+    /// [`ToolContext::tool_timeout`]), as `shell` stops its command: then
+    /// [`ToolRegistry`] does not cut a call short at the limit, and gives up on it only
+    /// [`BACKSTOP_GRACE`] later. `false` by default: the registry cuts the call at the limit.
+    fn stops_itself(&self) -> bool {
+        false
+    }
 
     /// Whether running the tool twice with the same arguments has the same effect as once
     /// (`write_file` writes the same bytes), so a call interrupted by a crash may simply run
@@ -165,13 +191,16 @@ pub struct ToolOutput {
     pub data: serde_json::Value,
 }
 
-/// Where and how tools run: the workspace root, the default shell timeout, and where crash
-/// journals of side-effecting calls are kept.
+/// Where and how tools run: the workspace root, the default shell timeout, the hard limit of
+/// every tool call ([`ToolContext::tool_timeout`]), where crash
+/// journals of side-effecting calls are kept, and the [`Sandbox`] `shell` commands run in.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ToolContext {
     workspace: PathBuf,
     shell_timeout: Duration,
+    tool_timeout: Duration,
     journal: Option<PathBuf>,
+    sandbox: Sandbox,
 }
 
 impl ToolContext {
@@ -179,8 +208,14 @@ impl ToolContext {
     pub const DEFAULT_SHELL_TIMEOUT: Duration =
         Duration::from_millis(agent_state::DEFAULT_TIMEOUT_MS);
 
+    /// The default hard limit of one tool call: `[timeouts] tool_ms`'s default, 10 minutes.
+    pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_millis(agent_state::DEFAULT_TOOL_MS);
+
     /// A context for `workspace`, created if missing and canonicalized (symlinks resolved), with
-    /// [`DEFAULT_SHELL_TIMEOUT`](Self::DEFAULT_SHELL_TIMEOUT).
+    /// [`DEFAULT_SHELL_TIMEOUT`](Self::DEFAULT_SHELL_TIMEOUT),
+    /// [`DEFAULT_TOOL_TIMEOUT`](Self::DEFAULT_TOOL_TIMEOUT) and the default [`Sandbox`]
+    /// (commands sandboxed, no network; a `shell` call fails with [`ToolError::Sandbox`] where
+    /// the sandbox cannot work, see [`Sandbox::check`]).
     ///
     /// This does blocking file-system calls; call it while setting up, not in a hot loop.
     pub fn new(workspace: impl AsRef<Path>) -> Result<Self, WorkspaceError> {
@@ -188,7 +223,26 @@ impl ToolContext {
         let fail = |source| WorkspaceError { path: requested.to_path_buf(), source };
         std::fs::create_dir_all(requested).map_err(fail)?;
         let workspace = std::fs::canonicalize(requested).map_err(fail)?;
-        Ok(Self { workspace, shell_timeout: Self::DEFAULT_SHELL_TIMEOUT, journal: None })
+        Ok(Self {
+            workspace,
+            shell_timeout: Self::DEFAULT_SHELL_TIMEOUT,
+            tool_timeout: Self::DEFAULT_TOOL_TIMEOUT,
+            journal: None,
+            sandbox: Sandbox::new(),
+        })
+    }
+
+    /// The same context running `shell` commands in `sandbox` ([`Sandbox::unsandboxed`]: in
+    /// none). Check that it can work with [`Sandbox::check`] before a run starts.
+    #[must_use]
+    pub fn with_sandbox(mut self, sandbox: Sandbox) -> Self {
+        self.sandbox = sandbox;
+        self
+    }
+
+    /// The sandbox `shell` commands run in.
+    pub fn sandbox(&self) -> &Sandbox {
+        &self.sandbox
     }
 
     /// The same context keeping crash journals of side-effecting calls under `dir` (a run
@@ -212,6 +266,22 @@ impl ToolContext {
     pub fn with_shell_timeout(mut self, timeout: Duration) -> Self {
         self.shell_timeout = timeout;
         self
+    }
+
+    /// The same context with `timeout` as the hard limit of every tool call (the team's
+    /// `[timeouts] tool_ms`): a call still running then is stopped and fails with
+    /// [`ToolError::Timeout`] (a tool that [stops itself](Tool::stops_itself), such as
+    /// `shell`, stops at it on its own; a `shell` call asking for a longer `timeout_ms` gets
+    /// this one).
+    #[must_use]
+    pub fn with_tool_timeout(mut self, timeout: Duration) -> Self {
+        self.tool_timeout = timeout;
+        self
+    }
+
+    /// The hard limit of every tool call.
+    pub fn tool_timeout(&self) -> Duration {
+        self.tool_timeout
     }
 
     /// The canonical workspace root; every path tools touch lies under it.

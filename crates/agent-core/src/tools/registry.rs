@@ -8,8 +8,8 @@ use serde_json::Value;
 
 use super::schema::{check_schema, validate};
 use super::{
-    EditFile, Glob, ListDir, ReadFile, Recovery, Search, Shell, Tool, ToolContext, ToolError,
-    ToolOutput, WriteFile,
+    BACKSTOP_GRACE, EditFile, Glob, ListDir, ReadFile, Recovery, Search, Shell, Tool, ToolContext,
+    ToolError, ToolOutput, WriteFile,
 };
 
 /// The tools an agent may call, by unique name.
@@ -62,6 +62,17 @@ impl ToolRegistry {
         Ok(())
     }
 
+    /// Adds `tool`, replacing the tool of the same name if there is one (which is returned):
+    /// a `shell` with its own network setting for some agents, say. A schema that
+    /// [`check_schema`] rejects is refused ([`ToolError::InvalidSchema`]), changing nothing.
+    pub fn replace(&mut self, tool: Arc<dyn Tool>) -> Result<Option<Arc<dyn Tool>>, ToolError> {
+        let problems = check_schema(tool.schema());
+        if !problems.is_empty() {
+            return Err(ToolError::InvalidSchema { tool: tool.name().to_owned(), problems });
+        }
+        Ok(self.tools.insert(tool.name().to_owned(), tool))
+    }
+
     /// The tool named `name`, if registered.
     pub fn get(&self, name: &str) -> Option<Arc<dyn Tool>> {
         self.tools.get(name).cloned()
@@ -94,7 +105,7 @@ impl ToolRegistry {
             return Err(ToolError::InvalidArguments { tool: name.to_owned(), problems });
         }
         tracing::debug!(tool = name, "calling tool");
-        tool.call(ctx, args).await
+        bounded(tool.as_ref(), ctx, tool.call(ctx, args)).await
     }
 
     fn checked(&self, name: &str, args: &Value) -> Result<&Arc<dyn Tool>, ToolError> {
@@ -123,8 +134,11 @@ impl ToolRegistry {
     ) -> Result<ToolOutput, ToolError> {
         let tool = self.checked(name, &args)?;
         match ctx.journal() {
-            Some(root) => tool.call_journaled(ctx, args, &root.join(journal_name(key))).await,
-            None => tool.call(ctx, args).await,
+            Some(root) => {
+                let journal = root.join(journal_name(key));
+                bounded(tool.as_ref(), ctx, tool.call_journaled(ctx, args, &journal)).await
+            }
+            None => bounded(tool.as_ref(), ctx, tool.call(ctx, args)).await,
         }
     }
 
@@ -162,6 +176,29 @@ impl ToolRegistry {
 impl fmt::Debug for ToolRegistry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ToolRegistry").field("tools", &self.names()).finish()
+    }
+}
+
+/// Runs `call` of `tool` within the context's hard limit of a tool call, measured on tokio's
+/// clock: past it the call is dropped and fails with [`ToolError::Timeout`]. A tool that
+/// [stops itself](Tool::stops_itself) at the limit gets [`BACKSTOP_GRACE`] more, so its own
+/// stop (and its recorded outcome) normally wins.
+async fn bounded(
+    tool: &dyn Tool,
+    ctx: &ToolContext,
+    call: impl std::future::Future<Output = Result<ToolOutput, ToolError>>,
+) -> Result<ToolOutput, ToolError> {
+    let limit = ctx.tool_timeout();
+    let wait = if tool.stops_itself() { limit.saturating_add(BACKSTOP_GRACE) } else { limit };
+    match tokio::time::timeout(wait, call).await {
+        Ok(result) => result,
+        Err(_) => {
+            tracing::warn!(tool = tool.name(), limit_ms = limit.as_millis(), "tool call timed out");
+            Err(ToolError::Timeout {
+                tool: tool.name().to_owned(),
+                after_ms: u64::try_from(limit.as_millis()).unwrap_or(u64::MAX),
+            })
+        }
     }
 }
 

@@ -3,6 +3,7 @@
 
 use std::fs::FileType;
 use std::path::Path;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use grep_regex::RegexMatcherBuilder;
@@ -174,7 +175,8 @@ impl Tool for Search {
     async fn call(&self, ctx: &ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
         let args: SearchArgs = parse(Self::NAME, args)?;
         let root = ctx.workspace().to_path_buf();
-        blocking(Self::NAME, move || search(&root, args)).await
+        let limit = ctx.tool_timeout();
+        blocking(Self::NAME, move || search(&root, args, limit)).await
     }
 }
 
@@ -200,7 +202,8 @@ impl Tool for Glob {
     async fn call(&self, ctx: &ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
         let args: GlobArgs = parse(Self::NAME, args)?;
         let root = ctx.workspace().to_path_buf();
-        blocking(Self::NAME, move || glob(&root, args)).await
+        let limit = ctx.tool_timeout();
+        blocking(Self::NAME, move || glob(&root, args, limit)).await
     }
 }
 
@@ -246,7 +249,7 @@ fn cap(tool: &str, requested: Option<u64>, default: u64, max: u64) -> Result<usi
     Ok(usize::try_from(n).unwrap_or(usize::MAX))
 }
 
-fn search(root: &Path, args: SearchArgs) -> Result<ToolOutput, ToolError> {
+fn search(root: &Path, args: SearchArgs, limit: Duration) -> Result<ToolOutput, ToolError> {
     const TOOL: &str = Search::NAME;
     if args.pattern.is_empty() {
         return Err(ToolError::invalid(TOOL, "`pattern`: must not be empty"));
@@ -279,7 +282,7 @@ fn search(root: &Path, args: SearchArgs) -> Result<ToolOutput, ToolError> {
     let mut files_searched: u64 = 0;
     let mut binary_files: u64 = 0;
     let mut problems = Notes::default();
-    let notes = scope.walk(TOOL, |path, file_type| {
+    let notes = scope.walk(TOOL, limit, |path, file_type| {
         if !file_type.is_file() || filter.as_ref().is_some_and(|f| !f.matches(scope.base(), path)) {
             return;
         }
@@ -411,7 +414,7 @@ fn shorten_line(bytes: &[u8]) -> String {
     }
 }
 
-fn glob(root: &Path, args: GlobArgs) -> Result<ToolOutput, ToolError> {
+fn glob(root: &Path, args: GlobArgs, limit: Duration) -> Result<ToolOutput, ToolError> {
     const TOOL: &str = Glob::NAME;
     if args.pattern.is_empty() {
         return Err(ToolError::invalid(TOOL, "`pattern`: must not be empty"));
@@ -420,7 +423,7 @@ fn glob(root: &Path, args: GlobArgs) -> Result<ToolOutput, ToolError> {
     let filter = GlobFilter::new(TOOL, "pattern", &args.pattern)?;
     let scope = Scope::new(TOOL, root, args.path.as_deref())?;
     let mut files: Vec<String> = Vec::new();
-    let notes = scope.walk(TOOL, |path, _: &FileType| {
+    let notes = scope.walk(TOOL, limit, |path, _: &FileType| {
         if filter.matches(scope.base(), path) {
             files.push(scope.show(path));
         }

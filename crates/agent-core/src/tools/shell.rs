@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 use sha2::Digest as _;
 
 use super::fs::{blocking, parse};
+use super::sandbox::{self, Sandbox};
 use super::{Recovery, Tool, ToolContext, ToolError, ToolOutput};
 
 /// The most of each of stdout and stderr that `shell` keeps: 64 KiB; the rest is counted and
@@ -39,9 +40,13 @@ pub const BACKSTOP_GRACE: Duration = Duration::from_secs(1);
 ///   [`ToolContext::shell_timeout`]) of real time passes, the whole group is killed and the call
 ///   returns [`ToolError::Timeout`]. The timeout is wall-clock time on purpose: the process is
 ///   real, so paused or mocked tokio time must not decide when it is stopped.
-/// - When the command exits, every process it left behind in its process group (background
-///   jobs) is killed, so a call leaves nothing running. (A process that leaves the group with
-///   `setsid` escapes this; containing those is the sandbox's job.)
+/// - The command runs in the context's [`Sandbox`] (see its docs: read-only system, the
+///   workspace read-write, home and the run's data hidden, no network unless allowed, limits);
+///   where that sandbox cannot work the call is refused with [`ToolError::Sandbox`].
+/// - When the command exits, every process it left behind is killed, so a call leaves nothing
+///   running: the sandbox's PID namespace ends with the command, taking along processes that
+///   left its process group or session (`setsid`, a double fork). Unsandboxed, only its
+///   process group is killed.
 /// - Dropping the call's future does not stop the command early; it still ends at its timeout.
 /// - The timeout holds even if the caller dies: the command runs under coreutils' `timeout`,
 ///   which kills its process group [`BACKSTOP_GRACE`] after the call's own timeout, so no
@@ -49,6 +54,8 @@ pub const BACKSTOP_GRACE: Duration = Duration::from_secs(1);
 #[derive(Debug)]
 pub struct Shell {
     schema: Value,
+    /// Overrides the context sandbox's network setting, for agents a team lets use it.
+    network: Option<bool>,
 }
 
 impl Shell {
@@ -76,7 +83,17 @@ impl Shell {
                 "required": ["command"],
                 "additionalProperties": false,
             }),
+            network: None,
         }
+    }
+
+    /// The tool with the network allowed (`true`) or cut off (`false`) in its sandbox,
+    /// whatever the context's [`Sandbox`] says: what a team gives the agents (or roles) its
+    /// team file lets use the network.
+    #[must_use]
+    pub fn with_network(mut self, allowed: bool) -> Self {
+        self.network = Some(allowed);
+        self
     }
 }
 
@@ -105,10 +122,22 @@ impl Tool for Shell {
         true
     }
 
+    /// It stops its command itself at its timeout (at most the tool limit), and a journaled
+    /// call's outcome must be recorded: the registry does not cut it short.
+    fn stops_itself(&self) -> bool {
+        true
+    }
+
     async fn call(&self, ctx: &ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
         let (command, timeout) = self.parse_args(ctx, args)?;
-        let root = ctx.workspace().to_path_buf();
-        blocking(Self::NAME, move || run(&root, &command, timeout)).await
+        let (ctx, network) = (ctx.clone(), self.network);
+        blocking(Self::NAME, move || {
+            // Building the sandbox's command line reads the file system: on the blocking pool.
+            let call = Call::new(&ctx, None, network);
+            call.check()?;
+            run(&call, &command, timeout)
+        })
+        .await
     }
 
     /// Runs the command under a small `sh` runner in its own process group that writes the
@@ -121,9 +150,14 @@ impl Tool for Shell {
         journal: &Path,
     ) -> Result<ToolOutput, ToolError> {
         let (command, timeout) = self.parse_args(ctx, args)?;
-        let root = ctx.workspace().to_path_buf();
+        let (ctx, network) = (ctx.clone(), self.network);
         let journal = journal.to_path_buf();
-        blocking(Self::NAME, move || run_journaled(&root, &command, timeout, &journal)).await
+        blocking(Self::NAME, move || {
+            let call = Call::new(&ctx, Some(&journal), network);
+            call.check()?;
+            run_journaled(&call, &command, timeout, &journal)
+        })
+        .await
     }
 
     async fn recover(
@@ -136,6 +170,101 @@ impl Tool for Shell {
         let journal = journal.to_path_buf();
         blocking(Self::NAME, move || Ok(recover(&journal, timeout))).await
     }
+}
+
+/// Where one call runs: the workspace, the sandbox and the sandbox's command line prefix.
+struct Call {
+    root: PathBuf,
+    sandbox: Sandbox,
+    prefix: Vec<std::ffi::OsString>,
+    /// The call's `pids` cgroup (root only), created by the sandbox and removed after the call.
+    cgroup: Option<PathBuf>,
+    /// The command's `$0`, which names the call in the sandbox's command lines.
+    tag: String,
+}
+
+impl Call {
+    fn new(ctx: &ToolContext, journal: Option<&Path>, network: Option<bool>) -> Self {
+        let tag = match journal {
+            Some(journal) => call_tag(journal),
+            None => format!("strata-shell-{}", uuid::Uuid::new_v4().simple()),
+        };
+        let mut sandbox = ctx.sandbox().clone();
+        if let Some(allowed) = network {
+            sandbox = sandbox.with_network(allowed);
+        }
+        let cgroup = sandbox::pids_cgroup_for(&sandbox, &tag);
+        let prefix = sandbox.command_prefix(ctx.workspace(), ctx.journal(), cgroup.as_deref());
+        Self { root: ctx.workspace().to_path_buf(), sandbox, prefix, cgroup, tag }
+    }
+
+    /// Refuses the call when its sandbox cannot work here.
+    fn check(&self) -> Result<(), ToolError> {
+        self.sandbox
+            .check()
+            .map_err(|source| ToolError::Sandbox { tool: Shell::NAME.to_owned(), source })
+    }
+
+    /// Waits until the sandbox of a killed call is gone, then removes the call's cgroup.
+    fn clean_up(&self) {
+        if self.sandbox.is_enabled() {
+            wait_for_sandbox_end(&self.tag);
+        }
+        if let Some(cgroup) = &self.cgroup {
+            remove_cgroup_when_empty(cgroup);
+        }
+    }
+}
+
+/// How long a killed sandbox may take to end: killing its `bwrap` makes the kernel kill its
+/// PID namespace, which happens right after, not at once.
+const SANDBOX_GRACE: Duration = Duration::from_secs(2);
+
+/// Waits (at most [`SANDBOX_GRACE`]) until no process carrying `tag` in its command line is
+/// alive. The sandbox's `bwrap` processes carry it, and the namespace's PID 1 (one of them)
+/// ends only after every other process of the namespace is gone, so when none is left, nothing
+/// of the call runs any more.
+fn wait_for_sandbox_end(tag: &str) {
+    let until = Instant::now() + SANDBOX_GRACE;
+    while tagged_process_alive(tag) {
+        if Instant::now() >= until {
+            tracing::warn!(tag, "a killed command's sandbox is still ending");
+            return;
+        }
+        thread::sleep(MAX_POLL);
+    }
+}
+
+/// Whether a process that has `tag` as one of its arguments is alive (not a zombie).
+fn tagged_process_alive(tag: &str) -> bool {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return false };
+    entries.flatten().any(|entry| {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().filter(|n| n.bytes().all(|b| b.is_ascii_digit())) else {
+            return false;
+        };
+        let carries = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .is_ok_and(|cmdline| cmdline.split(|b| *b == 0).any(|arg| arg == tag.as_bytes()));
+        carries
+            && std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                // The state follows the command name's closing parenthesis.
+                let state =
+                    stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next());
+                !matches!(state, Some('Z' | 'X') | None)
+            })
+    })
+}
+
+/// Removes `cgroup`, waiting up to [`PIPE_GRACE`] for its last processes to go.
+fn remove_cgroup_when_empty(cgroup: &Path) {
+    let until = Instant::now() + PIPE_GRACE;
+    while cgroup.exists() && Instant::now() < until {
+        if std::fs::remove_dir(cgroup).is_ok() {
+            return;
+        }
+        thread::sleep(MAX_POLL);
+    }
+    sandbox::remove_cgroup(cgroup);
 }
 
 impl Shell {
@@ -154,35 +283,41 @@ impl Shell {
             Some(ms) => Duration::from_millis(ms.min(MAX_SHELL_TIMEOUT_MS)),
             None => ctx.shell_timeout(),
         };
-        Ok((command, timeout))
+        // No call runs past the hard limit of every tool call.
+        Ok((command, timeout.min(ctx.tool_timeout())))
     }
 }
 
-/// The journal runner, `sh -c RUNNER strata-shell COMMAND JOURNAL TIMEOUT_S CAP`:
+/// The journal runner, `sh -c RUNNER strata-shell COMMAND JOURNAL TIMEOUT_S CAP TAG CGROUP
+/// SANDBOX...`:
 ///
 /// 1. marks that it started (`started` holds its pid, which is its process group);
 /// 2. runs the command under `timeout -s KILL` (its own process group, whose id goes to
-///    `group`), stdout and stderr each through `head -c CAP` (unbuffered, so what the command
+///    `group`), inside the sandbox (the `SANDBOX...` command line, empty without one), stdout and stderr each through `head -c CAP` (unbuffered, so what the command
 ///    printed is on disk even if the runner is killed) into `out` / `err`, the bytes past
 ///    the cap counted by `wc -c` into `out.more` / `err.more`, so a flood of output costs at most
 ///    CAP bytes on disk and a fixed buffer in memory whatever the command prints;
-/// 3. writes the exit code to `code`, kills what the command left in its process group, and
-///    once both streams are closed publishes the code as `done` (a rename: `done` appears only
-///    when everything else is complete).
+/// 3. writes the exit code to `code`, kills what the command left in its process group,
+///    removes the call's `pids` cgroup (`CGROUP`, empty without one), and once both streams
+///    are closed publishes the code as `done` (a rename: `done` appears only when everything
+///    else is complete).
 ///
 /// The command sees a tag naming its call as `$0` (`strata-shell-` and a hash of the journal
 /// directory, not the directory itself), so its processes can be recognised after a crash
 /// before they are killed (see [`kill_journal_groups`]).
 const RUNNER: &str = r#"j=$2; echo $$ > "$j/started"
-{ { timeout -s KILL "$3" sh -c "$1" "$5" </dev/null 2>&1 >&3 3>&- &
+c=$1; t=$3; cap=$4; tag=$5; cg=$6; shift 6
+{ { timeout -s KILL "$t" "$@" sh -c "$c" "$tag" </dev/null 2>&1 >&3 3>&- &
     g=$!; echo $g > "$j/group"; wait $g; echo $? > "$j/code"; kill -s KILL -- -$g 2>/dev/null
-  } | { stdbuf -o0 head -c "$4" > "$j/err"; wc -c > "$j/err.more"; } 3>&-
-} 3>&1 | { stdbuf -o0 head -c "$4" > "$j/out"; wc -c > "$j/out.more"; }
+  } | { stdbuf -o0 head -c "$cap" > "$j/err"; wc -c > "$j/err.more"; } 3>&-
+} 3>&1 | { stdbuf -o0 head -c "$cap" > "$j/out"; wc -c > "$j/out.more"; }
+[ -z "$cg" ] || rmdir "$cg" 2>/dev/null
 mv "$j/code" "$j/done""#;
 
 /// The files a runner writes into its journal directory.
-const JOURNAL_FILES: [&str; 9] =
-    ["started", "group", "out", "out.more", "err", "err.more", "code", "done.tmp", "done"];
+const JOURNAL_FILES: [&str; 10] = [
+    "started", "group", "out", "out.more", "err", "err.more", "code", "done.tmp", "done", "cgroup",
+];
 
 /// How long recovery waits for a runner that may have been spawned just before a crash to
 /// show that it started.
@@ -195,15 +330,37 @@ fn backstop_arg(timeout: Duration) -> String {
 }
 
 fn run_journaled(
-    root: &Path,
+    call: &Call,
+    command: &str,
+    timeout: Duration,
+    journal: &Path,
+) -> Result<ToolOutput, ToolError> {
+    let result = run_journaled_in(call, command, timeout, journal);
+    call.clean_up();
+    // The cgroup is gone: recovery has nothing to remove.
+    if call.cgroup.as_deref().is_some_and(|cgroup| !cgroup.exists()) {
+        let _ = std::fs::remove_file(journal.join("cgroup"));
+    }
+    result
+}
+
+fn run_journaled_in(
+    call: &Call,
     command: &str,
     timeout: Duration,
     journal: &Path,
 ) -> Result<ToolOutput, ToolError> {
     const TOOL: &str = Shell::NAME;
+    let root = call.root.as_path();
     std::fs::create_dir_all(journal).map_err(|err| ToolError::io(TOOL, journal, err))?;
     // A retry under the same key must not find an earlier attempt's markers.
     clear_journal(journal)?;
+    let cgroup = call.cgroup.as_deref().map(Path::as_os_str).unwrap_or_default();
+    if !cgroup.is_empty() {
+        // So that recovery can remove it after a crash.
+        std::fs::write(journal.join("cgroup"), cgroup.as_encoded_bytes())
+            .map_err(|err| ToolError::io(TOOL, journal, err))?;
+    }
     let mut child = Command::new("sh")
         .arg("-c")
         .arg(RUNNER)
@@ -213,6 +370,8 @@ fn run_journaled(
         .arg(backstop_arg(timeout))
         .arg(MAX_STREAM_BYTES.to_string())
         .arg(call_tag(journal))
+        .arg(cgroup)
+        .args(&call.prefix)
         .current_dir(root)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -359,6 +518,7 @@ fn recover(journal: &Path, timeout: Duration) -> Recovery {
     }
     let began = modified(&journal.join("started"));
     if let Some(finished) = journal_report(journal) {
+        remove_journal_cgroup(journal);
         return adopt(journal, finished, began, timeout);
     }
     // Wait for the runner until the call's deadline, counted from when it started.
@@ -368,6 +528,7 @@ fn recover(journal: &Path, timeout: Duration) -> Recovery {
     let until = Instant::now() + remaining;
     loop {
         if let Some(finished) = journal_report(journal) {
+            remove_journal_cgroup(journal);
             return adopt(journal, finished, began, timeout);
         }
         if Instant::now() >= until {
@@ -376,12 +537,26 @@ fn recover(journal: &Path, timeout: Duration) -> Recovery {
         thread::sleep(MAX_POLL);
     }
     kill_journal_groups(journal, None);
+    wait_for_sandbox_end(&call_tag(journal));
     // The runner, if it is still there, publishes what it has once its command is gone.
     let until = Instant::now() + PIPE_GRACE;
     while Instant::now() < until && !journal.join("done").exists() {
         thread::sleep(MAX_POLL);
     }
+    remove_journal_cgroup(journal);
     Recovery::Interrupted(partial(journal, timeout))
+}
+
+/// Removes the `pids` cgroup a journaled call recorded, if any (only a directory of the
+/// `pids` controller named for a call, whatever the file says).
+fn remove_journal_cgroup(journal: &Path) {
+    let Some(path) = read_small(&journal.join("cgroup")) else { return };
+    let path = PathBuf::from(path.trim());
+    if path.parent() == Some(Path::new("/sys/fs/cgroup/pids"))
+        && path.file_name().is_some_and(|name| name.to_string_lossy().starts_with("strata-shell-"))
+    {
+        remove_cgroup_when_empty(&path);
+    }
 }
 
 /// A finished journal found after a crash: completed, or killed at its deadline.
@@ -463,7 +638,7 @@ fn kill_journal_groups(journal: &Path, runner: Option<u32>) {
 }
 
 /// The `$0` of a journaled command: names its call without revealing the journal's path.
-fn call_tag(journal: &Path) -> String {
+pub(super) fn call_tag(journal: &Path) -> String {
     let digest = sha2::Sha256::digest(journal.as_os_str().as_encoded_bytes());
     let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
     format!("strata-shell-{hex}")
@@ -507,11 +682,20 @@ const PIPE_GRACE: Duration = Duration::from_millis(100);
 /// The longest pause between two checks of whether the command has exited.
 const MAX_POLL: Duration = Duration::from_millis(10);
 
-fn run(root: &Path, command: &str, timeout: Duration) -> Result<ToolOutput, ToolError> {
+fn run(call: &Call, command: &str, timeout: Duration) -> Result<ToolOutput, ToolError> {
+    let result = run_in(call, command, timeout);
+    call.clean_up();
+    result
+}
+
+fn run_in(call: &Call, command: &str, timeout: Duration) -> Result<ToolOutput, ToolError> {
     const TOOL: &str = Shell::NAME;
+    let root = call.root.as_path();
     // `timeout` is the watchdog that stops the command even if this process dies.
     let mut child = Command::new("timeout")
-        .args(["-s", "KILL", &backstop_arg(timeout), "sh", "-c", command])
+        .args(["-s", "KILL", &backstop_arg(timeout)])
+        .args(&call.prefix)
+        .args(["sh", "-c", command, &call.tag])
         .current_dir(root)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -522,7 +706,14 @@ fn run(root: &Path, command: &str, timeout: Duration) -> Result<ToolOutput, Tool
     let stdout = Capture::start(child.stdout.take());
     let stderr = Capture::start(child.stderr.take());
 
-    let status = wait_or_kill(&mut child, root, timeout)?;
+    let mut status = wait_or_kill(&mut child, root, timeout)?;
+    // The sandbox reports a command killed by signal N as 128 + N; report it as a plain call
+    // would.
+    if call.sandbox.is_enabled()
+        && let Some(code @ 129..=159) = status.code()
+    {
+        status = ExitStatus::from_raw(code - 128);
+    }
 
     // The command has exited: what it left in its process group goes too, which closes the
     // output pipes unless a process that left the group holds them.

@@ -893,7 +893,8 @@ async fn shell_times_out_and_the_error_is_transient() {
     ));
     assert_eq!(
         err.to_string(),
-        "tool `shell` timed out after 300 ms; raise `timeout_ms` or do less per call"
+        "tool `shell` timed out after 300 ms; do less per call, or raise the call's \
+         `timeout_ms` (`shell`) or the team's `[timeouts] tool_ms`"
     );
 }
 
@@ -925,35 +926,50 @@ fn is_killed(pid: &str) -> bool {
     !field("State:").starts_with('S') || kill_pending
 }
 
+/// A `sleep` argument no other process has (30 seconds and a unique fraction), so that the
+/// process can be found in `/proc` from outside the sandbox's PID namespace.
+fn unique_sleep() -> String {
+    format!("30.{:012}", uuid::Uuid::new_v4().as_u128() % 1_000_000_000_000)
+}
+
+/// The host pids of the processes that have `arg` as one of their arguments and can still run
+/// (see [`is_killed`]).
+fn alive_with_arg(arg: &str) -> Vec<String> {
+    let mut alive = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let pid = entry.file_name().to_string_lossy().into_owned();
+        if !pid.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
+        if cmdline.split(|b| *b == 0).any(|a| a == arg.as_bytes()) && !is_killed(&pid) {
+            alive.push(pid);
+        }
+    }
+    alive
+}
+
 #[tokio::test(start_paused = true)]
 async fn shell_timeout_kills_background_processes_too() {
-    let (dir, ctx) = workspace();
-    let err = call(
-        &ctx,
-        "shell",
-        json!({ "command": "sleep 30 & echo $! > bg.pid; wait", "timeout_ms": 1000 }),
-    )
-    .await
-    .unwrap_err();
+    let (_dir, ctx) = workspace();
+    let sleep = unique_sleep();
+    let command = format!("sleep {sleep} & wait");
+    let err =
+        call(&ctx, "shell", json!({ "command": command, "timeout_ms": 1000 })).await.unwrap_err();
     assert!(matches!(err, ToolError::Timeout { .. }));
-    let pid = std::fs::read_to_string(dir.path().join("bg.pid")).unwrap();
-    assert!(is_killed(pid.trim()), "background sleep {pid} survived");
+    assert_eq!(alive_with_arg(&sleep), Vec::<String>::new(), "background sleep survived");
 }
 
 #[tokio::test(start_paused = true)]
 async fn shell_returns_when_a_background_process_holds_the_output_open() {
-    let (dir, ctx) = workspace();
-    let out = call(
-        &ctx,
-        "shell",
-        json!({ "command": "sleep 30 & echo $! > bg.pid; echo started", "timeout_ms": 10000 }),
-    )
-    .await
-    .unwrap();
+    let (_dir, ctx) = workspace();
+    let sleep = unique_sleep();
+    let command = format!("sleep {sleep} & echo started");
+    let out =
+        call(&ctx, "shell", json!({ "command": command, "timeout_ms": 10000 })).await.unwrap();
     assert!(out.success);
     assert_eq!(out.output, "started\n");
-    let pid = std::fs::read_to_string(dir.path().join("bg.pid")).unwrap();
-    assert!(is_killed(pid.trim()), "background sleep {pid} survived");
+    assert_eq!(alive_with_arg(&sleep), Vec::<String>::new(), "background sleep survived");
 }
 
 #[tokio::test(start_paused = true)]
@@ -1004,4 +1020,5 @@ fn display_paths_are_relative_to_the_workspace() {
 }
 
 mod coding;
+mod escapes;
 mod journal;

@@ -16,6 +16,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use globset::{GlobBuilder, GlobMatcher};
 use ignore::{DirEntry, WalkBuilder};
@@ -98,12 +99,18 @@ impl Scope {
     /// visited. Problems (unreadable directories, bad ignore files) are collected in the
     /// returned [`Notes`] rather than failing the walk.
     ///
+    /// Stops with [`ToolError::Timeout`] once `limit` of real time has passed (the tool limit,
+    /// [`ToolContext::tool_timeout`](super::ToolContext::tool_timeout)), so a walk over a huge
+    /// tree does not keep a blocking thread busy after its call was given up.
+    ///
     /// Blocking: call it on the blocking pool.
     pub(super) fn walk(
         &self,
         tool: &str,
+        limit: Duration,
         mut visit: impl FnMut(&Path, &fs::FileType),
     ) -> Result<Notes, ToolError> {
+        let started = Instant::now();
         // The walker reads the root's ignore files without asking the filter.
         if let Some(problem) = bad_ignore_file(&self.root, &self.root) {
             return Err(ToolError::failed(
@@ -135,6 +142,12 @@ impl Scope {
             .filter_entry(filter)
             .build();
         for entry in walker {
+            if started.elapsed() >= limit {
+                return Err(ToolError::Timeout {
+                    tool: tool.to_owned(),
+                    after_ms: u64::try_from(limit.as_millis()).unwrap_or(u64::MAX),
+                });
+            }
             let entry = match entry {
                 Ok(entry) => entry,
                 Err(err) => {

@@ -109,6 +109,7 @@ fn services(
         reasoners: Default::default(),
         agent_tools: Default::default(),
         role_reasoners: Default::default(),
+        role_tools: Default::default(),
         costs: None,
         executor: None,
         events: agent_core::EventHub::default(),

@@ -223,6 +223,7 @@ fn setup(workspace: &std::path::Path, budget: Budget) -> Setup {
         reasoners: BTreeMap::new(),
         agent_tools: BTreeMap::new(),
         role_reasoners: Default::default(),
+        role_tools: Default::default(),
         costs: None,
         executor: None,
         events: agent_core::EventHub::default(),

@@ -3,10 +3,14 @@
 
 mod events;
 mod goal;
+mod guards;
 mod kinds;
 mod resume;
 mod scenarios;
 mod scripted;
+#[cfg(feature = "sim")]
+mod sim;
 mod support;
 mod team;
+mod timeouts;
 mod wake;

@@ -368,6 +368,7 @@ async fn the_pool_refuses_to_grow_past_its_limit() {
             clock: services.clock.clone(),
             state: services.state.clone(),
             spawner: None,
+            timeouts: Default::default(),
         })
     };
     let one = bottom("bottom-1", "mid-x", &[]);

@@ -73,6 +73,7 @@ pub(crate) fn services(workspace: &std::path::Path) -> TeamServices {
         reasoners: BTreeMap::new(),
         agent_tools: BTreeMap::new(),
         role_reasoners: Default::default(),
+        role_tools: Default::default(),
         costs: None,
         executor: None,
         events: agent_core::EventHub::default(),

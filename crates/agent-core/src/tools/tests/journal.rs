@@ -261,10 +261,11 @@ async fn a_journaled_shell_call_checks_its_arguments_before_creating_the_journal
 
 #[tokio::test(start_paused = true)]
 async fn a_journaled_shell_call_times_out_kills_the_group_and_leaves_no_done() {
-    let (dir, _runs, ctx) = journaled();
+    let (_dir, _runs, ctx) = journaled();
     let journal = journal_of(&ctx, "slow");
+    let sleep = unique_sleep();
     let args = json!({
-        "command": "sleep 30 & echo $! > bg.pid; echo begun; wait",
+        "command": format!("sleep {sleep} & echo begun; wait"),
         "timeout_ms": 1000,
     });
 
@@ -272,8 +273,7 @@ async fn a_journaled_shell_call_times_out_kills_the_group_and_leaves_no_done() {
 
     assert!(matches!(err, ToolError::Timeout { ref tool, after_ms: 1000 } if tool == "shell"));
     assert!(err.is_transient());
-    let pid = std::fs::read_to_string(dir.path().join("bg.pid")).unwrap();
-    assert!(is_killed(pid.trim()), "background sleep {pid} survived");
+    assert_eq!(alive_with_arg(&sleep), Vec::<String>::new(), "background sleep survived");
     assert!(journal.join("started").exists());
     assert!(!journal.join("done").exists());
     assert_eq!(std::fs::read_to_string(journal.join("out")).unwrap(), "begun\n");
@@ -287,20 +287,17 @@ async fn a_journaled_shell_call_times_out_kills_the_group_and_leaves_no_done() {
 #[tokio::test(start_paused = true)]
 async fn a_journaled_shell_call_returns_when_the_command_exits_and_kills_its_background_processes()
 {
-    let (dir, _runs, ctx) = journaled();
+    let (_dir, _runs, ctx) = journaled();
     let journal = journal_of(&ctx, "bg");
+    let sleep = unique_sleep();
+    let command = format!("sleep {sleep} & echo started");
 
-    let out = run_journaled(
-        &ctx,
-        json!({ "command": "sleep 30 & echo $! > bg.pid; echo started", "timeout_ms": 10000 }),
-        &journal,
-    )
-    .await
-    .unwrap();
+    let out = run_journaled(&ctx, json!({ "command": command, "timeout_ms": 10000 }), &journal)
+        .await
+        .unwrap();
 
     assert_eq!(out, ok_output("started\n"));
-    let pid = std::fs::read_to_string(dir.path().join("bg.pid")).unwrap();
-    assert!(is_killed(pid.trim()), "background sleep {pid} survived the call");
+    assert_eq!(alive_with_arg(&sleep), Vec::<String>::new(), "background sleep survived");
 }
 
 #[tokio::test(start_paused = true)]
@@ -350,8 +347,9 @@ async fn a_live_runner_found_after_a_crash_is_adopted_when_it_finishes_in_time()
 async fn a_runner_past_its_deadline_after_a_crash_is_killed_and_reported_interrupted() {
     let (dir, _runs, ctx) = journaled();
     let journal = journal_of(&ctx, "overdue");
+    let sleep = unique_sleep();
     let args = json!({
-        "command": "echo begun; echo ran >> count.txt; sleep 30 & echo $! > bg.pid; wait",
+        "command": format!("echo begun; echo ran >> count.txt; sleep {sleep} & echo $! > bg.pid; wait"),
         "timeout_ms": 600,
     });
     let call = tokio::spawn({
@@ -369,8 +367,7 @@ async fn a_runner_past_its_deadline_after_a_crash_is_killed_and_reported_interru
     let Recovery::Interrupted(partial) = recovered else { panic!("{recovered:?}") };
     assert!(partial.output.starts_with("begun\n"), "{}", partial.output);
     assert!(partial.output.contains("stopped at its timeout of 600 ms"), "{}", partial.output);
-    let pid = std::fs::read_to_string(dir.path().join("bg.pid")).unwrap();
-    assert!(is_killed(pid.trim()), "the command's process {pid} outlived its timeout");
+    assert_eq!(alive_with_arg(&sleep), Vec::<String>::new(), "the command's sleep outlived it");
     assert_eq!(std::fs::read_to_string(dir.path().join("count.txt")).unwrap(), "ran\n");
 }
 

@@ -1,0 +1,296 @@
+//! The team's time limits as the runtime applies them: a tool call cut at the workspace's tool
+//! limit (and `search`, `glob` and `shell` stopping their own work at it), a reasoning call cut
+//! at `reasoning_ms`, a heartbeat turn cut at the agent's `timeout_ms`; each a typed error,
+//! audited, with the agent's stored state consistent.
+
+use agent_state::{
+    AgentStatus::*, Decision, ErrorClass, Limit, RoleBook, SubtaskResult, Task, Timeouts,
+    WorkPackage,
+};
+use serde_json::{Value, json};
+
+use super::*;
+use crate::tools::{Tool, ToolError, ToolOutput};
+use crate::{
+    Candidate, Conflict, HeartbeatOutcome, Judgement, NextAction, Persona, Placement, ReasonError,
+    ToolCall, ToolCallRecord, Verdict,
+};
+
+/// A tool that never returns: a search over an endless tree, a file on a stuck mount.
+struct Hang {
+    name: &'static str,
+    side_effects: bool,
+    schema: Value,
+}
+
+impl Hang {
+    fn new(name: &'static str, side_effects: bool) -> Self {
+        Self { name, side_effects, schema: json!({ "type": "object" }) }
+    }
+}
+
+#[async_trait]
+impl Tool for Hang {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn description(&self) -> &str {
+        "never returns"
+    }
+
+    fn schema(&self) -> &Value {
+        &self.schema
+    }
+
+    fn has_side_effects(&self) -> bool {
+        self.side_effects
+    }
+
+    async fn call(&self, _ctx: &ToolContext, _args: Value) -> Result<ToolOutput, ToolError> {
+        std::future::pending().await
+    }
+}
+
+/// A reasoner that never answers.
+struct Silent;
+
+#[async_trait]
+impl Reasoner for Silent {
+    fn name(&self) -> &str {
+        "silent"
+    }
+
+    async fn review_decision(
+        &self,
+        _who: Persona<'_>,
+        _decision: &Decision,
+    ) -> Result<Verdict, ReasonError> {
+        std::future::pending().await
+    }
+
+    async fn vote(&self, _who: Persona<'_>, _conflict: &Conflict) -> Result<String, ReasonError> {
+        std::future::pending().await
+    }
+
+    async fn decompose(
+        &self,
+        _who: Persona<'_>,
+        _work: &WorkPackage,
+        _team: &[Candidate],
+    ) -> Result<Vec<Placement>, ReasonError> {
+        std::future::pending().await
+    }
+
+    async fn next_action(
+        &self,
+        _who: Persona<'_>,
+        _subtask: &Subtask,
+        _history: &[ToolCallRecord],
+    ) -> Result<NextAction, ReasonError> {
+        std::future::pending().await
+    }
+
+    async fn judge_progress(
+        &self,
+        _who: Persona<'_>,
+        _task: &Task,
+        _results: &[SubtaskResult],
+        _global_board: &str,
+    ) -> Result<Judgement, ReasonError> {
+        std::future::pending().await
+    }
+
+    async fn plan(
+        &self,
+        _who: Persona<'_>,
+        _task: &Task,
+        _roles: &RoleBook,
+    ) -> Result<crate::Plan, ReasonError> {
+        std::future::pending().await
+    }
+}
+
+/// `s`'s services with the hanging tools `hang` (no side effects) and `hang_effect`, a tool
+/// limit of 2 s and a reasoning limit of 3 s.
+fn limited(s: &Services) -> Arc<AgentDeps> {
+    let mut tools = ToolRegistry::with_builtins();
+    tools.register(Arc::new(Hang::new("hang", false))).unwrap();
+    tools.register(Arc::new(Hang::new("hang_effect", true))).unwrap();
+    let workspace =
+        s.deps.workspace.as_ref().clone().with_tool_timeout(Duration::from_millis(2_000));
+    let timeouts = Timeouts { reasoning_ms: 3_000, ..Timeouts::default() };
+    Arc::new(AgentDeps {
+        tools: Arc::new(tools),
+        workspace: Arc::new(workspace),
+        timeouts,
+        ..(*s.deps).clone()
+    })
+}
+
+async fn ready(deps: Arc<AgentDeps>, config: AgentConfig) -> Agent {
+    let mut agent = Agent::new(config, Box::new(TestBehavior(Probe::default())), deps).unwrap();
+    agent.initialize().await.unwrap();
+    agent
+}
+
+/// `agent`'s audited tool calls as (tool, success, summary).
+async fn tool_calls(s: &Services, agent: &str) -> Vec<(String, bool, String)> {
+    s.events(agent)
+        .await
+        .into_iter()
+        .filter_map(|e| match e {
+            AuditEvent::ToolCall { tool, success, summary, .. } => Some((tool, success, summary)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// `agent`'s audited time-outs as (limit, what, limit_ms).
+async fn timed_out(s: &Services, agent: &str) -> Vec<(Limit, String, u64)> {
+    s.events(agent)
+        .await
+        .into_iter()
+        .filter_map(|e| match e {
+            AuditEvent::TimedOut { limit, what, limit_ms } => Some((limit, what, limit_ms)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tool_call_past_the_tool_limit_is_a_timeout_error_audited_as_a_failed_call() {
+    let s = Services::new().await;
+    let deps = limited(&s);
+    let mut agent = ready(deps.clone(), bottom_config()).await;
+    let started = s.now();
+
+    let call = ToolCall { tool: "hang".into(), args: json!({}) };
+    let error = agent.ctx_mut().call_tool(&call).await.unwrap_err();
+
+    let AgentError::Tool(ToolError::Timeout { tool, after_ms }) = &error else {
+        panic!("expected a tool timeout, got {error:?}");
+    };
+    assert_eq!((tool.as_str(), *after_ms), ("hang", 2_000));
+    assert_eq!(error.class(), ErrorClass::Transient);
+    assert_eq!(s.now(), Timestamp(started.0 + 2_000), "cut at the limit");
+    let calls = tool_calls(&s, ME).await;
+    assert_eq!(calls.len(), 1);
+    assert_eq!((calls[0].0.as_str(), calls[0].1), ("hang", false));
+    assert!(calls[0].2.contains("timed out after 2000 ms"), "{}", calls[0].2);
+    assert!(calls[0].2.contains("[timeouts] tool_ms"), "says what to raise: {}", calls[0].2);
+    assert_eq!(s.chain().await, [(id(ME), Idle)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_side_effecting_call_past_the_tool_limit_is_forgotten_so_a_retry_runs_it_again() {
+    let s = Services::new().await;
+    let deps = limited(&s);
+    let mut agent = ready(deps.clone(), bottom_config()).await;
+
+    let call = ToolCall { tool: "hang_effect".into(), args: json!({}) };
+    let error = agent.ctx_mut().call_tool_once("step-1", &call).await.unwrap_err();
+
+    assert!(
+        matches!(error, AgentError::Tool(ToolError::Timeout { after_ms: 2_000, .. })),
+        "{error:?}"
+    );
+    // Neither a result nor a dangling start is left: the store is as before the call.
+    assert_eq!(deps.state.tool(&format!("{ME}/step-1")).await.unwrap(), None);
+    let calls = tool_calls(&s, ME).await;
+    assert_eq!(calls.len(), 1);
+    assert!(!calls[0].1);
+    assert_eq!(s.chain().await, [(id(ME), Idle)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reasoning_call_past_the_reasoning_limit_is_a_transient_timed_out_error_and_audited() {
+    let s = Services::with_reasoner(Silent).await;
+    let deps = limited(&s);
+    let agent = ready(deps, bottom_config()).await;
+    let started = s.now();
+
+    let reasoner = agent.ctx().reasoner();
+    let error = reasoner.next_action(agent.ctx().persona(), &subtask("s1"), &[]).await.unwrap_err();
+
+    assert_eq!(
+        error,
+        ReasonError::TimedOut {
+            reasoner: "silent".into(),
+            call: "next_action".into(),
+            limit_ms: 3_000
+        }
+    );
+    assert!(error.to_string().contains("raise `reasoning_ms`"), "{error}");
+    assert_eq!(AgentError::from(error).class(), ErrorClass::Transient);
+    assert_eq!(s.now(), Timestamp(started.0 + 3_000), "cut at the limit");
+    assert_eq!(
+        timed_out(&s, ME).await,
+        [(Limit::Reasoning, "reasoning call `next_action` of reasoner `silent`".into(), 3_000)]
+    );
+    // Every call the runtime makes goes through the bound, planning included.
+    let task = Task::goal("t1", "anything");
+    let error =
+        reasoner.plan(agent.ctx().persona(), &task, &RoleBook::default()).await.unwrap_err();
+    assert!(matches!(error, ReasonError::TimedOut { ref call, .. } if call == "plan"));
+    assert_eq!(s.chain().await, [(id(ME), Idle)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_turn_past_the_agents_timeout_is_audited_as_timed_out_and_retried() {
+    let s = Services::new().await;
+    let probe = Probe::default();
+    let mut agent = s.agent(bottom_config().with_timeout_ms(1_500), &probe);
+    agent.initialize().await.unwrap();
+    probe.steps([Step::Sleep(Duration::from_secs(60))]);
+    s.send(inbox(SUPERVISOR), ME, MessageKind::StatusQuery, json!({})).await;
+
+    let outcome = agent.heartbeat(1).await.unwrap();
+
+    let error = AgentError::Timeout { after_ms: 1_500 }.to_string();
+    assert!(error.contains("`[timeouts] turn_ms`"), "{error}");
+    assert_eq!(outcome, HeartbeatOutcome::Retrying { retry: 1, error: error.clone() });
+    assert_eq!(timed_out(&s, ME).await, [(Limit::Turn, "heartbeat turn".into(), 1_500)]);
+    assert_eq!(s.errors(ME).await, [(error, 1, 2)]);
+    // The retry processes the same message; the agent ends idle, its chain intact.
+    assert_eq!(agent.heartbeat(2).await.unwrap(), HeartbeatOutcome::Processed { messages: 1 });
+    assert_eq!(s.chain().await, [(id(ME), Idle)]);
+}
+
+#[tokio::test]
+async fn search_and_glob_stop_their_own_walk_at_the_tool_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.txt"), "needle").unwrap();
+    let ctx = ToolContext::new(dir.path()).unwrap();
+    let search = crate::tools::Search::new();
+    let glob = crate::tools::Glob::new();
+    // Within the limit both find the file.
+    assert!(search.call(&ctx, json!({ "pattern": "needle" })).await.unwrap().success);
+    assert!(glob.call(&ctx, json!({ "pattern": "*.txt" })).await.unwrap().output.contains("a.txt"));
+
+    // Called directly (no registry around them), they stop walking once the limit is spent.
+    let spent = ctx.with_tool_timeout(Duration::ZERO);
+    for (tool, result) in [
+        ("search", search.call(&spent, json!({ "pattern": "needle" })).await),
+        ("glob", glob.call(&spent, json!({ "pattern": "*.txt" })).await),
+    ] {
+        match result {
+            Err(ToolError::Timeout { tool: t, after_ms: 0 }) => assert_eq!(t, tool),
+            other => panic!("{tool}: expected a timeout, got {other:?}"),
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shell_call_asking_for_more_than_the_tool_limit_gets_the_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = ToolContext::new(dir.path()).unwrap().with_tool_timeout(Duration::from_millis(300));
+    let args = json!({ "command": "sleep 5", "timeout_ms": 10_000 });
+
+    let error = ToolRegistry::with_builtins().call(&ctx, "shell", args).await.unwrap_err();
+
+    assert!(
+        matches!(error, ToolError::Timeout { ref tool, after_ms: 300 } if tool == "shell"),
+        "{error:?}"
+    );
+}

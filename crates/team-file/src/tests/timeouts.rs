@@ -1,0 +1,78 @@
+//! `[timeouts]`: the team's time limits are read into `TeamSpec::timeouts`, the defaults fill
+//! what is left out, an agent without its own `timeout_ms` gets `turn_ms`, and a zero, absurd,
+//! mistyped or unknown value is refused at the value.
+
+use agent_state::{DEFAULT_TIMEOUT_MS, MAX_LIMIT_MS, Timeouts};
+
+use super::*;
+
+const TEAM: &str = "[[top]]\nid = \"top-a\"\npower_type = \"power_a\"\n\n\
+[[mid]]\nid = \"mid-a\"\ndomain = \"build\"\nsupervisor = \"top-a\"\ntimeout_ms = 45000\n";
+
+fn config_timeout(t: &TeamFile, agent: &str) -> u64 {
+    t.spec.agents.iter().find(|a| a.config.id.as_str() == agent).unwrap().config.timeout_ms
+}
+
+#[test]
+fn the_table_sets_the_team_limits_and_the_default_turn() {
+    let t = team(&format!(
+        "[timeouts]\ntool_ms = 5000\nreasoning_ms = 60000\nturn_ms = 20000\n\
+         subtask_ms = 300000\ntask_ms = 3600000\n\n{TEAM}"
+    ));
+    assert_eq!(
+        t.spec.timeouts,
+        Timeouts {
+            tool_ms: 5_000,
+            reasoning_ms: 60_000,
+            turn_ms: 20_000,
+            subtask_ms: 300_000,
+            task_ms: 3_600_000,
+        }
+    );
+    assert_eq!(config_timeout(&t, "top-a"), 20_000, "no own timeout_ms: the team's turn_ms");
+    assert_eq!(config_timeout(&t, "mid-a"), 45_000, "its own timeout_ms wins");
+}
+
+#[test]
+fn left_out_limits_keep_their_defaults() {
+    let t = team(TEAM);
+    assert_eq!(t.spec.timeouts, Timeouts::default());
+    assert_eq!(config_timeout(&t, "top-a"), DEFAULT_TIMEOUT_MS);
+    let t = team(&format!("[timeouts]\ntask_ms = 60000\n{TEAM}"));
+    assert_eq!(t.spec.timeouts, Timeouts { task_ms: 60_000, ..Timeouts::default() });
+}
+
+#[test]
+fn zero_absurd_mistyped_and_unknown_limits_are_refused_at_the_value() {
+    let huge = MAX_LIMIT_MS + 1;
+    let cases: Vec<(String, usize, usize, Vec<&str>)> = vec![
+        (
+            "[timeouts]\ntool_ms = 0\n".into(),
+            2,
+            11,
+            vec!["[timeouts] `tool_ms` = 0 is not a usable time limit", "from 1 to 604800000"],
+        ),
+        (
+            format!("[timeouts]\nturn_ms = 1000\nsubtask_ms = {huge}\n"),
+            3,
+            14,
+            vec!["`subtask_ms` = 604800001", "7 days", "such as 1800000"],
+        ),
+        ("[timeouts]\ntask_ms = \"2h\"\n".into(), 2, 11, vec!["invalid type", "expected u64"]),
+        ("[timeouts]\nreasoning_ms = -5\n".into(), 2, 16, vec!["invalid value: integer `-5`"]),
+        ("[timeouts]\nstep_ms = 5\n".into(), 2, 1, vec!["unknown field `step_ms`", "tool_ms"]),
+    ];
+    for (table, line, column, fragments) in cases {
+        let err = team_err(&format!("{table}{TEAM}"));
+        assert_at(&err, line, column, &fragments);
+    }
+}
+
+#[test]
+fn an_agents_own_absurd_timeout_is_refused_at_the_value() {
+    let err = team_err(&format!(
+        "[[top]]\nid = \"top-a\"\npower_type = \"power_a\"\ntimeout_ms = {}\n",
+        MAX_LIMIT_MS + 1
+    ));
+    assert_at(&err, 4, 14, &["`timeout_ms` is 604800001", "7 days"]);
+}
