@@ -6,8 +6,9 @@
 //! `<workspace>/.strata/capsules/<run-id>/`. Capsules share nothing: a scratch path that leaves
 //! the run's directory is refused, so one run cannot read another's scratch, and the
 //! conversation and budget are the run's alone. Processes a handler starts through
-//! [`Capsule::spawn`] run in their own process group, which is killed when the capsule is
-//! dropped: when the run ends, and when its hard timeout cancels it.
+//! [`Capsule::command`] and [`Capsule::spawn`] run in the workspace's sandbox (as `shell`
+//! commands do) and in their own process group, which is killed when the capsule is dropped:
+//! when the run ends, and when its hard timeout cancels it.
 
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
@@ -247,9 +248,18 @@ impl Capsule {
     }
 
     /// A command for a process that belongs to the run: it starts in its own process group,
-    /// in the scratch directory if there is a workspace.
+    /// and, with a workspace, inside the workspace's sandbox (as a `shell` call does: the
+    /// workspace read-write, the home and other runs hidden, the network as the sandbox says,
+    /// limits; [`Sandbox::command`](agent_core::tools::Sandbox::command)), in the workspace.
     pub fn command(&self, program: &str) -> tokio::process::Command {
-        let mut command = tokio::process::Command::new(program);
+        let mut command = match self.env.workspace.as_deref() {
+            Some(ws) => {
+                let mut command = ws.sandbox().command(ws.workspace(), program);
+                command.current_dir(ws.workspace());
+                command
+            }
+            None => tokio::process::Command::new(program),
+        };
         command.process_group(0).kill_on_drop(true).stdin(std::process::Stdio::null());
         command
     }

@@ -226,6 +226,21 @@ impl Sandbox {
         self.enabled && (!is_root() || pids_cgroup_root().is_some())
     }
 
+    /// A command that runs `program` inside this sandbox, in `workspace` (the workspace
+    /// read-write, the rest as for a `shell` call; no per-call `pids` cgroup, so as root the
+    /// process limit is not enforced: see [`enforces_process_limit`](Self::enforces_process_limit)).
+    /// Disabled: `program` itself. Add its arguments; run it in its own process group and kill
+    /// the group when done (the PID namespace then takes every process it started with it).
+    pub fn command(&self, workspace: &Path, program: &str) -> tokio::process::Command {
+        let prefix = self.command_prefix(workspace, None, None);
+        let Some((first, rest)) = prefix.split_first() else {
+            return tokio::process::Command::new(program);
+        };
+        let mut command = tokio::process::Command::new(first);
+        command.args(rest).arg(program);
+        command
+    }
+
     /// The command line that runs a command inside the sandbox, before `sh -c command`: empty
     /// when disabled. `journal` (the context's journal root) is hidden too. `cgroup` is the
     /// `pids` cgroup to create for this call, when [`pids_cgroup_for`] gave one.

@@ -157,3 +157,101 @@ fn group_members(group: u32) -> Vec<u32> {
     }
     members
 }
+
+/// The processes of `arg` in their command line, from /proc (not zombies).
+fn alive_with_arg(arg: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else { return found };
+    for entry in entries.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
+        let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| s.rsplit_once(')').map(|(_, rest)| rest.trim_start().starts_with('Z')))
+            .unwrap_or(false);
+        if !zombie && cmdline.split(|b| *b == 0).any(|part| part == arg.as_bytes()) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// A kind that runs `sh -c <objective>` through its capsule and returns what it printed.
+fn shell_kind() -> Registry {
+    let mut registry = Registry::new();
+    registry
+        .register(FnKind::new("sh", "runs its objective in sh", |req, capsule| {
+            Box::pin(async move {
+                let mut command = capsule.command("sh");
+                command.arg("-c").arg(&req.objective).stdout(std::process::Stdio::piped());
+                command.stderr(std::process::Stdio::piped());
+                let child = capsule.spawn(&mut command)?;
+                let out = child
+                    .wait_with_output()
+                    .await
+                    .map_err(|e| KindError::new(FailureKind::Internal, e.to_string()))?;
+                let text = format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                if out.status.success() {
+                    Ok(KindOutput::new(text, 1.0))
+                } else {
+                    Err(KindError::new(FailureKind::Client, text))
+                }
+            })
+        }))
+        .unwrap();
+    registry
+}
+
+#[tokio::test]
+async fn a_process_a_kind_starts_runs_in_the_workspace_sandbox() {
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = Arc::new(ToolContext::new(dir.path()).unwrap());
+    let executor = Executor::new(shell_kind()).with_env(ExecEnv::with_workspace(workspace));
+    // The workspace is writable and the command runs in it.
+    let ok = RunRequest::new("sh", "echo hi > here.txt && cat here.txt");
+    let response = executor.execute(ok, cx("sh")).await.unwrap();
+    assert!(response.success(), "{:?}", response.failure);
+    assert_eq!(std::fs::read_to_string(dir.path().join("here.txt")).unwrap(), "hi\n");
+    // What the sandbox hides stays hidden, and the system is read-only.
+    for objective in ["cat /etc/shadow", "touch /etc/strata-capsule-escape"] {
+        let response = executor.execute(RunRequest::new("sh", objective), cx("sh")).await.unwrap();
+        assert_eq!(response.status, RunState::Failed, "{objective}");
+    }
+    assert!(!std::path::Path::new("/etc/strata-capsule-escape").exists());
+}
+
+#[tokio::test]
+async fn the_hard_timeout_kills_a_sandboxed_process_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = Arc::new(ToolContext::new(dir.path()).unwrap());
+    let policy = RetryPolicy {
+        hard_timeout_ms: 500,
+        soft_timeout_ms: 100,
+        ..RetryPolicy::executor_default()
+    };
+    let executor = Executor::new(shell_kind())
+        .with_env(ExecEnv::with_workspace(workspace))
+        .with_policy(policy);
+    // A unique sleep, doubly forked into its own session inside the sandbox.
+    let marker = format!(
+        "{}.{}",
+        1000 + std::process::id() % 1000,
+        uuid::Uuid::new_v4().as_u128() % 1_000_000
+    );
+    let objective = format!("setsid sh -c 'sleep {marker} &' ; sleep {marker}");
+    let response = executor.execute(RunRequest::new("sh", objective), cx("sh")).await.unwrap();
+    assert_eq!(response.failure.map(|f| f.kind), Some(FailureKind::HardTimeout));
+    let mut alive = Vec::new();
+    for _ in 0..200 {
+        alive = alive_with_arg(&marker);
+        if alive.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(alive.is_empty(), "still running: {alive:?}");
+}
