@@ -332,8 +332,7 @@ pub(crate) fn run_line(agent: &AgentId, event: &RunEvent, start: u64) -> String 
         }
     };
     let t = at.saturating_sub(start) as f64 / 1000.0;
-    esc(&format!("[{t:>7.2}s] {:<12} {kind} run {}: {what}", agent.as_str(), short(run_id)))
-        .into_owned()
+    esc(&format!("[{t:>7.2}s] {:<12} {kind} run {}: {what}", agent.as_str(), run_id)).into_owned()
 }
 
 /// What the view says when it fell behind the team and the stream dropped `skipped` events.

@@ -73,7 +73,7 @@ fn run_events_are_one_line_each_like_audit_records() {
     assert!(line.starts_with("[   0.0"), "{line}");
     assert!(
         line.ends_with(
-            "] exec-1       research_agent run 3f2a0c1d: 40% reading docs/a.md\\nand more"
+            "] exec-1       research_agent run 3f2a0c1d-77: 40% reading docs/a.md\\nand more"
         ),
         "{line}"
     );
