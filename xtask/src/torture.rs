@@ -324,7 +324,10 @@ fn check(strata: &Path, data: &Path, workspace: &Path, run_id: &str) -> anyhow::
         .output()?;
     let listed: serde_json::Value =
         serde_json::from_slice(&messages.stdout).context("inspect messages printed no JSON")?;
-    if listed.as_array().is_none_or(|m| !m.is_empty()) {
+    if listed
+        .as_array()
+        .is_none_or(|m| m.iter().any(|m| m.get("acknowledged") != Some(&serde_json::json!(true))))
+    {
         bail!("messages are left unacknowledged: {listed}");
     }
     let runs = Command::new(strata).args(["runs", "--json"]).arg("--data").arg(data).output()?;

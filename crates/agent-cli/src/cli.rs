@@ -7,8 +7,9 @@ use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
 
 /// Default data directory, under the current directory.
 pub(crate) const DEFAULT_DATA: &str = ".strata/runs";
-/// Default workspace, under the current directory.
-pub(crate) const DEFAULT_WORKSPACE: &str = "workspace";
+/// The default workspace of a run: this directory inside the run's own directory
+/// (`.strata/runs/<id>/workspace`), so two runs never mix their files.
+pub(crate) const RUN_WORKSPACE: &str = "workspace";
 
 #[cfg(test)]
 mod tests;
@@ -143,9 +144,10 @@ pub(crate) struct StartArgs {
     /// Where runs are stored.
     #[arg(long, default_value = DEFAULT_DATA)]
     pub(crate) data: PathBuf,
-    /// The directory the tools work in.
-    #[arg(long, default_value = DEFAULT_WORKSPACE)]
-    pub(crate) workspace: PathBuf,
+    /// The directory the tools work in (default: the run's own, `<data>/<run id>/workspace`).
+    /// Give one to share it between runs or to work on existing files.
+    #[arg(long)]
+    pub(crate) workspace: Option<PathBuf>,
     /// Heartbeat period from 10ms to 1h, such as `4s` or `250ms` (overrides the team file).
     #[arg(long, value_parser = parse_heartbeat)]
     pub(crate) heartbeat: Option<Duration>,

@@ -115,24 +115,24 @@ fn list(registry: &Registry, team: Option<&team_file::TeamFile>, json: bool) {
                 })
             })
             .collect();
-        println!("{}", serde_json::json!({ "kinds": kinds, "endpoints": endpoints }));
+        outln!("{}", serde_json::json!({ "kinds": kinds, "endpoints": endpoints }));
         return;
     }
     for kind in registry.kinds() {
-        println!("{}", kind_text(kind.as_ref()));
+        outln!("{}", kind_text(kind.as_ref()));
     }
     if !endpoints.is_empty() {
-        println!("endpoints (integrations_agent, from the team file):");
+        outln!("endpoints (integrations_agent, from the team file):");
         for e in endpoints {
             let about = if e.description.is_empty() {
                 String::new()
             } else {
                 format!("  {}", e.description)
             };
-            println!("  {:<16} {:<6} {}{}", e.name, e.method.as_str(), e.url, esc(&about));
+            outln!("  {:<16} {:<6} {}{}", e.name, e.method.as_str(), e.url, esc(&about));
         }
     }
-    println!(
+    outln!(
         "run one with: strata exec KIND \"objective\" [--input KEY=VALUE]... [--inputs JSON] [--team FILE]"
     );
 }

@@ -14,11 +14,12 @@ use agent_core::{
     AnchorBreak, AuditAnchor, AuditLog, AuditRecord, CostMeter, SledAuditLog, SledStateStore,
     StateStore, check_anchors, check_transition_chain, verify_chain,
 };
-use agent_state::{Actor, Address, AgentId};
+use agent_state::{Actor, AgentId};
 use anyhow::Context;
 use governance::{Governance, SledGovernance};
 use message_bus::{MessageBus, SledBus};
 use run_store::RunStore;
+use team_file::escape_controls as esc;
 use whiteboard::{SledWhiteboard, Whiteboard};
 
 use crate::cli::{InspectArgs, VerifyArgs, View};
@@ -75,42 +76,56 @@ pub(crate) async fn inspect(args: &InspectArgs) -> Result<(), Failure> {
         View::Audit => {
             let records = SledAuditLog::open(&store)?.records(None).await?;
             if args.json {
-                println!("{}", serde_json::to_string_pretty(&records)?);
+                outln!("{}", serde_json::to_string_pretty(&records)?);
             } else {
                 for r in &records {
-                    println!("{:>5} {}", r.seq, event_line(r, info.started_at));
+                    outln!("{:>5} {}", r.seq, event_line(r, info.started_at));
                 }
             }
             Ok(())
         }
         View::Messages => {
-            let bus = SledBus::open(&store)?;
-            let mut inboxes = vec![Address::System];
-            inboxes.extend(bus.registered().await?.into_iter().map(Address::Agent));
-            let mut all = Vec::new();
-            for inbox in inboxes {
-                // Taken but never acknowledged: nothing changes on disk.
-                for m in bus.take(&inbox, usize::MAX).await? {
-                    all.push((inbox.clone(), m));
-                }
-            }
+            // Every message of the run, acknowledged or not, in send order.
+            let all = SledBus::open(&store)?.history()?;
             if args.json {
                 let json: Vec<_> = all
                     .iter()
-                    .map(|(i, m)| serde_json::json!({"inbox": i, "message": m}))
+                    .map(|m| {
+                        serde_json::json!({
+                            "seq": m.seq,
+                            "inbox": m.inbox,
+                            "acknowledged": m.acknowledged,
+                            "message": m.message,
+                        })
+                    })
                     .collect();
-                println!("{}", serde_json::to_string_pretty(&json)?);
+                outln!("{}", serde_json::to_string_pretty(&json)?);
             } else if all.is_empty() {
-                println!("no messages waiting: every message was processed and acknowledged");
+                outln!("no messages");
             } else {
-                println!("{:<14} {:<14} {:<26} content", "inbox", "from", "kind");
-                for (inbox, m) in &all {
-                    println!(
-                        "{:<14} {:<14} {:<26} {}",
-                        inbox.as_str(),
-                        m.from.as_str(),
-                        m.kind.as_str(),
-                        m.content
+                let waiting = all.iter().filter(|m| !m.acknowledged).count();
+                outln!(
+                    "{} messages, {} acknowledged, {waiting} not acknowledged",
+                    all.len(),
+                    all.len() - waiting
+                );
+                outln!(
+                    "{:>6} {:<14} {:<14} {:<26} {:<5} content",
+                    "seq",
+                    "inbox",
+                    "from",
+                    "kind",
+                    "acked"
+                );
+                for m in &all {
+                    outln!(
+                        "{:>6} {:<14} {:<14} {:<26} {:<5} {}",
+                        m.seq,
+                        m.inbox.as_str(),
+                        m.message.from.as_str(),
+                        m.message.kind.as_str(),
+                        if m.acknowledged { "yes" } else { "NO" },
+                        esc(&m.message.content.to_string())
                     );
                 }
             }
@@ -119,12 +134,12 @@ pub(crate) async fn inspect(args: &InspectArgs) -> Result<(), Failure> {
         View::Whiteboards => {
             let boards = SledWhiteboard::open(&store)?.list(&Actor::System).await?;
             if args.json {
-                println!("{}", serde_json::to_string_pretty(&boards)?);
+                outln!("{}", serde_json::to_string_pretty(&boards)?);
             } else {
                 for b in boards {
                     let layer = b.layer.map(|l| l.to_string()).unwrap_or_else(|| "global".into());
-                    println!("=== {} ({layer}, version {}) ===", b.board, b.version);
-                    println!("{}\n", if b.content.is_empty() { "(empty)" } else { &b.content });
+                    outln!("=== {} ({layer}, version {}) ===", b.board, b.version);
+                    outln!("{}\n", if b.content.is_empty() { "(empty)" } else { &b.content });
                 }
             }
             Ok(())
@@ -132,13 +147,13 @@ pub(crate) async fn inspect(args: &InspectArgs) -> Result<(), Failure> {
         View::Decisions => {
             let decisions = SledGovernance::open(&store)?.list().await?;
             if args.json {
-                println!("{}", serde_json::to_string_pretty(&decisions)?);
+                outln!("{}", serde_json::to_string_pretty(&decisions)?);
             } else if decisions.is_empty() {
-                println!("no decisions");
+                outln!("no decisions");
             } else {
                 for d in decisions {
-                    println!("decision {} by {}: {}", d.id, d.proposer, d.status);
-                    println!(
+                    outln!("decision {} by {}: {}", d.id, d.proposer, d.status);
+                    outln!(
                         "  required: {}",
                         d.required_signers
                             .iter()
@@ -147,12 +162,12 @@ pub(crate) async fn inspect(args: &InspectArgs) -> Result<(), Failure> {
                             .join(", ")
                     );
                     for s in &d.signatures {
-                        println!("  signed by {} at {}", s.signer, s.at);
+                        outln!("  signed by {} at {}", s.signer, s.at);
                     }
                     for v in &d.vetoes {
-                        println!("  vetoed by {}: {}", v.vetoer, v.reason);
+                        outln!("  vetoed by {}: {}", v.vetoer, v.reason);
                     }
-                    println!("  content: {}", d.content);
+                    outln!("  content: {}", d.content);
                 }
             }
             Ok(())
@@ -164,15 +179,22 @@ pub(crate) async fn inspect(args: &InspectArgs) -> Result<(), Failure> {
                     .iter()
                     .map(|a| serde_json::json!({"agent": a.id, "metrics": a.metrics, "score": a.metrics.performance_score(), "retries": a.retries}))
                     .collect();
-                println!("{}", serde_json::to_string_pretty(&json)?);
+                outln!("{}", serde_json::to_string_pretty(&json)?);
             } else {
-                println!(
+                outln!(
                     "{:<14} {:>5} {:>5} {:>6} {:>6} {:>7} {:>7} {:>6}",
-                    "agent", "done", "fail", "msgs", "beats", "missed", "retries", "score"
+                    "agent",
+                    "done",
+                    "fail",
+                    "msgs",
+                    "beats",
+                    "missed",
+                    "retries",
+                    "score"
                 );
                 for a in agents {
                     let m = &a.metrics;
-                    println!(
+                    outln!(
                         "{:<14} {:>5} {:>5} {:>6} {:>6} {:>7} {:>7} {:>6.1}",
                         a.id.as_str(),
                         m.tasks_completed,
@@ -225,20 +247,20 @@ fn usage(dir: &Path, store: &RunStore, info: &RunInfo, json: bool) -> Result<(),
     let reasoner = reasoner_kinds(dir, info);
     let Some(report) = report else {
         if json {
-            println!("{}", serde_json::json!({"reasoner": reasoner, "usage": null}));
+            outln!("{}", serde_json::json!({"reasoner": reasoner, "usage": null}));
         } else if reasoner == "rule-based" {
-            println!(
+            outln!(
                 "reasoner: {reasoner}; no model usage is recorded for this run (the rule-based reasoner calls no model)"
             );
         } else {
-            println!(
+            outln!(
                 "reasoner: {reasoner}; no model usage is recorded for this run (no model call was made)"
             );
         }
         return Ok(());
     };
     if json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(
                 &serde_json::json!({"reasoner": reasoner, "usage": report})
@@ -247,13 +269,19 @@ fn usage(dir: &Path, store: &RunStore, info: &RunInfo, json: bool) -> Result<(),
         return Ok(());
     }
     let header = || {
-        println!(
+        outln!(
             "  {:<28} {:>6} {:>6} {:>10} {:>10} {:>10} {:>6}",
-            "", "calls", "failed", "tokens in", "tokens out", "cost $", "429s"
+            "",
+            "calls",
+            "failed",
+            "tokens in",
+            "tokens out",
+            "cost $",
+            "429s"
         );
     };
     let row = |name: &str, t: &agent_llm::Tally| {
-        println!(
+        outln!(
             "  {:<28} {:>6} {:>6} {:>10} {:>10} {:>10.4} {:>6}",
             name,
             t.calls,
@@ -264,29 +292,29 @@ fn usage(dir: &Path, store: &RunStore, info: &RunInfo, json: bool) -> Result<(),
             t.rate_limit_waits
         );
     };
-    println!("reasoner: {reasoner}");
+    outln!("reasoner: {reasoner}");
     for (title, group) in [
         ("per agent", &report.by_agent),
         ("per layer", &report.by_layer),
         ("per model", &report.by_model),
     ] {
-        println!("{title}");
+        outln!("{title}");
         header();
         for (name, tally) in group {
             row(name, tally);
         }
     }
-    println!("total");
+    outln!("total");
     row("all", &report.total);
     if !report.unpriced_models.is_empty() {
-        println!(
+        outln!(
             "no price for: {} (counted as $0; set them in the team file's [prices] table)",
             report.unpriced_models.join(", ")
         );
     }
     let b = &report.budget;
     let limit = |v: Option<String>| v.unwrap_or_else(|| "-".into());
-    println!(
+    outln!(
         "budget: tokens {} · cost ${} · wall {} · calls {} · on exceed: {}",
         limit(b.max_tokens.map(|v| v.to_string())),
         limit(b.max_cost_usd.map(|v| format!("{v:.4}"))),
@@ -297,13 +325,13 @@ fn usage(dir: &Path, store: &RunStore, info: &RunInfo, json: bool) -> Result<(),
             agent_llm::OnExceed::AskTop => "ask the top layer",
         }
     );
-    println!(
+    outln!(
         "wall time {:.1}s · extensions approved: {}",
         report.wall_ms as f64 / 1000.0,
         report.extensions.len()
     );
     if let Some(stop) = &report.stopped {
-        println!("stopped: {stop}");
+        outln!("stopped: {stop}");
     }
     Ok(())
 }
@@ -350,22 +378,22 @@ async fn tree(dir: &Path, store: &RunStore, info: &RunInfo, json: bool) -> Resul
     let tree =
         spawns::SpawnTree::build(configured, &records, costs.as_ref().map(|c| c as &dyn CostMeter));
     if json {
-        println!(
+        outln!(
             "{}",
             serde_json::json!({"run_id": info.run_id, "status": info.status, "task": info.task_id, "sandbox": if info.unsandboxed { "off" } else { "on" }, "agents": tree.json(), "spawned": tree.spawned(), "audit_damage": damage})
         );
         return Ok(());
     }
-    println!("run {} · task `{}` · {}", info.run_id, info.task_id, info.status.as_str());
+    outln!("run {} · task `{}` · {}", info.run_id, info.task_id, info.status.as_str());
     if info.unsandboxed {
-        println!("sandbox: off (--unsandboxed): shell commands ran without a sandbox");
+        outln!("sandbox: off (--unsandboxed): shell commands ran without a sandbox");
     }
-    print!("{}", tree.render());
+    out!("{}", tree.render());
     for line in &damage {
-        println!("warning: {line}");
+        outln!("warning: {line}");
     }
     if !damage.is_empty() {
-        println!(
+        outln!(
             "warning: the statuses above come from a damaged audit log; `strata verify {}` says more",
             info.run_id
         );
@@ -387,9 +415,9 @@ async fn results(dir: &Path, store: &RunStore, json: bool) -> Result<(), Failure
         .unwrap_or_default();
     let results = spawns::results(&records, &roles);
     if json {
-        println!("{}", serde_json::to_string_pretty(&spawns::results_json(&results))?);
+        outln!("{}", serde_json::to_string_pretty(&spawns::results_json(&results))?);
     } else {
-        print!("{}", spawns::render_results(&results));
+        out!("{}", spawns::render_results(&results));
     }
     Ok(())
 }
@@ -504,18 +532,18 @@ pub(crate) async fn verify(args: &VerifyArgs) -> Result<u8, Failure> {
                 Err(error) => serde_json::json!({"check": name, "ok": false, "error": error}),
             })
             .collect();
-        println!(
+        outln!(
             "{}",
             serde_json::json!({"run": dir, "ok": !broken, "protection": protection, "checks": json})
         );
     } else {
         for (name, r) in &checks {
             match r {
-                Ok(detail) => println!("ok      {name}: {detail}"),
-                Err(error) => println!("BROKEN  {name}: {error}"),
+                Ok(detail) => outln!("ok      {name}: {detail}"),
+                Err(error) => outln!("BROKEN  {name}: {error}"),
             }
         }
-        println!("{}", if broken { "the run is damaged" } else { "the run verifies" });
+        outln!("{}", if broken { "the run is damaged" } else { "the run verifies" });
     }
     Ok(if broken { crate::TASK_FAILED } else { 0 })
 }

@@ -1,9 +1,35 @@
 //! `strata`: run a team of agents on a task, watch it, resume it, inspect it.
 //!
 //! Exit codes: 0 the task succeeded (or the command did its job), 1 the task failed, 2 bad input
-//! (nothing is written to the data directory), 130 interrupted (the run can be resumed).
+//! (nothing is written to the data directory), 130 interrupted (the run can be resumed), 141
+//! the output was closed early (`strata inspect RUN audit | head`): like a Unix tool killed by
+//! `SIGPIPE`, `strata` stops at once and quietly, without a message; a run stopped that way can
+//! be resumed as after any other interruption.
+//!
+//! Everything goes to standard output through `outln!` and `out!` (and to standard error
+//! through `errln!`), never `println!`, which panics when the reader has gone.
 
 #![allow(clippy::print_stdout, clippy::print_stderr, reason = "a command-line tool prints")]
+
+/// Prints a line to standard output; see [`write_stdout`].
+macro_rules! outln {
+    () => { $crate::write_stdout(format_args!("\n")) };
+    ($($arg:tt)*) => { $crate::write_stdout(format_args!("{}\n", format_args!($($arg)*))) };
+}
+
+/// Prints to standard output; see [`write_stdout`].
+macro_rules! out {
+    ($($arg:tt)*) => { $crate::write_stdout(format_args!($($arg)*)) };
+}
+
+/// Prints a line to standard error; a failure to write it is ignored (there is nowhere left to
+/// report it).
+macro_rules! errln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
+    }};
+}
 
 mod cli;
 mod exec;
@@ -26,6 +52,31 @@ const BAD_INPUT: u8 = 2;
 const TASK_FAILED: u8 = 1;
 /// Exit code after Ctrl-C.
 const INTERRUPTED: u8 = 130;
+
+/// Exit code when standard output is closed before everything was written: 128 + `SIGPIPE`,
+/// what a shell reports for a tool the signal stopped.
+const BROKEN_PIPE: u8 = 141;
+
+/// Writes `args` to standard output. When the reader has gone (`EPIPE`), the process exits at
+/// once with [`BROKEN_PIPE`] and no message, as a Unix tool stopped by `SIGPIPE` does (a run's
+/// data is durable: `strata resume` carries on). Any other write error is reported on standard
+/// error and ends the process with exit 1: output that cannot be written is not silently cut.
+fn write_stdout(args: std::fmt::Arguments<'_>) {
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    if let Err(e) = stdout.write_fmt(args) {
+        stdout_failed(&e);
+    }
+}
+
+/// Ends the process after standard output failed with `e` (see [`write_stdout`]).
+fn stdout_failed(e: &std::io::Error) -> ! {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        std::process::exit(i32::from(BROKEN_PIPE));
+    }
+    errln!("error: cannot write to standard output: {e}");
+    std::process::exit(i32::from(TASK_FAILED));
+}
 
 /// An error that decides the exit code.
 #[derive(Debug)]
@@ -52,7 +103,7 @@ fn main() -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
+            errln!("error: cannot start the async runtime: {e}");
             return ExitCode::FAILURE;
         }
     };
@@ -60,11 +111,11 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code),
         Err(Failure::BadInput(e)) => {
-            eprintln!("error: {e:#}");
+            errln!("error: {e:#}");
             ExitCode::from(BAD_INPUT)
         }
         Err(Failure::Other(e)) => {
-            eprintln!("error: {e:#}");
+            errln!("error: {e:#}");
             ExitCode::from(TASK_FAILED)
         }
     }

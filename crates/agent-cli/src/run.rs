@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use team_file::{ReadError, ReasonerKind, TeamFile};
 use whiteboard::{SledWhiteboard, Whiteboard};
 
-use crate::cli::{OutputArgs, ResumeArgs, RunArgs, StartArgs};
+use crate::cli::{OutputArgs, RUN_WORKSPACE, ResumeArgs, RunArgs, StartArgs};
 use crate::reasoners;
 use crate::{Failure, INTERRUPTED, TASK_FAILED, bad_input, view};
 
@@ -193,10 +193,13 @@ pub(crate) async fn start(prepared: Prepared, args: &StartArgs) -> Result<u8, Fa
             args.data.display()
         )));
     }
-    if args.workspace.exists() && !args.workspace.is_dir() {
+    if let Some(workspace) = &args.workspace
+        && workspace.exists()
+        && !workspace.is_dir()
+    {
         return Err(bad_input(anyhow::anyhow!(
             "the workspace {} is a file; give --workspace a directory",
-            args.workspace.display()
+            workspace.display()
         )));
     }
 
@@ -215,10 +218,12 @@ pub(crate) async fn start(prepared: Prepared, args: &StartArgs) -> Result<u8, Fa
             ));
         }
     };
-    std::fs::create_dir_all(&args.workspace)
-        .with_context(|| format!("cannot create the workspace {}", args.workspace.display()))?;
-    let workspace = std::fs::canonicalize(&args.workspace)
-        .with_context(|| format!("cannot resolve the workspace {}", args.workspace.display()))?;
+    // The run's own workspace unless one was chosen; `resume` finds it in `run.json`.
+    let workspace = args.workspace.clone().unwrap_or_else(|| dir.join(RUN_WORKSPACE));
+    std::fs::create_dir_all(&workspace)
+        .with_context(|| format!("cannot create the workspace {}", workspace.display()))?;
+    let workspace = std::fs::canonicalize(&workspace)
+        .with_context(|| format!("cannot resolve the workspace {}", workspace.display()))?;
     write_atomic(&dir.join(TEAM_FILE), team_text.as_bytes())?;
     write_atomic(&dir.join(PLAN_FILE), plan_text.as_bytes())?;
     let info = RunInfo {
@@ -441,7 +446,7 @@ fn data_dir(data: &Path) -> PathBuf {
 fn warn_if_unsandboxed(unsandboxed: bool) {
     if unsandboxed {
         tracing::warn!("--unsandboxed: shell commands run without a sandbox");
-        eprintln!(
+        errln!(
             "warning: --unsandboxed: shell commands run without a sandbox, with your user's files \
              and network; the run records it"
         );
@@ -450,7 +455,7 @@ fn warn_if_unsandboxed(unsandboxed: bool) {
 
 fn warn_if_unsynced(no_sync: bool) {
     if no_sync {
-        eprintln!(
+        errln!(
             "warning: --no-sync: commits are not fdatasync'ed; a power loss can lose acknowledged data"
         );
     }
@@ -673,7 +678,7 @@ async fn drive(
             // A second Ctrl-C exits at once; what is stored so far is enough to resume.
             tokio::spawn(async {
                 if tokio::signal::ctrl_c().await.is_ok() {
-                    eprintln!("stopped at once; the run can still be resumed");
+                    errln!("stopped at once; the run can still be resumed");
                     std::process::exit(i32::from(INTERRUPTED));
                 }
             });
@@ -712,10 +717,10 @@ async fn drive(
             info.status = RunStatus::Interrupted;
             info.failure = Some(cause.clone());
             if let Err(e) = info.write(&dir) {
-                eprintln!("warning: could not record the stop in run.json either: {e}");
+                errln!("warning: could not record the stop in run.json either: {e}");
             }
-            eprintln!("error: {cause}");
-            println!(
+            errln!("error: {cause}");
+            outln!(
                 "run {}: data in {}; resume it with: strata resume {}",
                 info.run_id,
                 dir.display(),
@@ -735,7 +740,7 @@ async fn drive(
             info.failure = Some(cause.clone());
             info.write(&dir)?;
             view::summary(output, &team, &services, &task, &outcome, &info, &dir).await?;
-            eprintln!("error: {cause}");
+            errln!("error: {cause}");
             return Ok(TASK_FAILED);
         }
     };

@@ -38,8 +38,8 @@ pub(crate) fn init(args: &InitArgs) -> Result<(), Failure> {
         .with_context(|| format!("cannot create {}", args.dir.display()))?;
     std::fs::write(&team, &texts.0).with_context(|| format!("cannot write {}", team.display()))?;
     std::fs::write(&plan, &texts.1).with_context(|| format!("cannot write {}", plan.display()))?;
-    println!("wrote {} and {}", team.display(), plan.display());
-    println!("run it with: strata run {} --team {}", plan.display(), team.display());
+    outln!("wrote {} and {}", team.display(), plan.display());
+    outln!("run it with: strata run {} --team {}", plan.display(), team.display());
     Ok(())
 }
 
@@ -68,9 +68,9 @@ pub(crate) fn format_time(ms: u64) -> String {
 pub(crate) fn list(args: &RunsArgs) -> Result<(), Failure> {
     if !args.data.exists() {
         if args.json {
-            println!("[]");
+            outln!("[]");
         } else {
-            println!("no runs yet in {}", args.data.display());
+            outln!("no runs yet in {}", args.data.display());
         }
         return Ok(());
     }
@@ -100,19 +100,23 @@ pub(crate) fn list(args: &RunsArgs) -> Result<(), Failure> {
                     "failure": info.failure})
             })
             .collect();
-        println!("{}", serde_json::Value::Array(json));
+        outln!("{}", serde_json::Value::Array(json));
         return Ok(());
     }
     if rows.is_empty() {
-        println!("no runs yet in {}", args.data.display());
+        outln!("no runs yet in {}", args.data.display());
         return Ok(());
     }
-    println!(
+    outln!(
         "{:<44} {:<19} {:<16} {:<20} {:>9}",
-        "run", "status", "task", "started (UTC)", "duration"
+        "run",
+        "status",
+        "task",
+        "started (UTC)",
+        "duration"
     );
     for (_, info, status, end) in rows {
-        println!(
+        outln!(
             "{:<44} {:<19} {:<16} {:<20} {:>8.1}s",
             info.run_id,
             status,

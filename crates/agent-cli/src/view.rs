@@ -52,7 +52,7 @@ fn mode(output: &OutputArgs) -> Mode {
 }
 
 fn json_line(value: &serde_json::Value) {
-    println!("{value}");
+    outln!("{value}");
 }
 
 pub(crate) fn started(output: &OutputArgs, info: &RunInfo, dir: &Path) {
@@ -62,14 +62,9 @@ pub(crate) fn started(output: &OutputArgs, info: &RunInfo, dir: &Path) {
             "data": dir, "workspace": info.workspace}),
         );
     } else {
-        println!(
-            "run {} started: task `{}` ({})",
-            info.run_id,
-            esc(&info.task_id),
-            esc(&info.goal)
-        );
-        println!("  data:      {}", esc(&dir.display().to_string()));
-        println!("  workspace: {}", esc(&info.workspace.display().to_string()));
+        outln!("run {} started: task `{}` ({})", info.run_id, esc(&info.task_id), esc(&info.goal));
+        outln!("  data:      {}", esc(&dir.display().to_string()));
+        outln!("  workspace: {}", esc(&info.workspace.display().to_string()));
     }
 }
 
@@ -80,14 +75,9 @@ pub(crate) fn resumed(output: &OutputArgs, info: &RunInfo, dir: &Path) {
             "data": dir, "workspace": info.workspace}),
         );
     } else {
-        println!(
-            "run {} resumed: task `{}` ({})",
-            info.run_id,
-            esc(&info.task_id),
-            esc(&info.goal)
-        );
-        println!("  data:      {}", esc(&dir.display().to_string()));
-        println!("  workspace: {}", esc(&info.workspace.display().to_string()));
+        outln!("run {} resumed: task `{}` ({})", info.run_id, esc(&info.task_id), esc(&info.goal));
+        outln!("  data:      {}", esc(&dir.display().to_string()));
+        outln!("  workspace: {}", esc(&info.workspace.display().to_string()));
     }
 }
 
@@ -96,7 +86,7 @@ pub(crate) fn already_finished(output: &OutputArgs, info: &RunInfo, dir: &Path) 
         json_line(&serde_json::json!({"event": "run_finished_already", "run_id": info.run_id,
             "status": info.status, "data": dir}));
     } else {
-        println!(
+        outln!(
             "run {} already finished ({}); nothing to resume. `strata inspect {}` shows it.",
             info.run_id,
             info.status.as_str(),
@@ -107,7 +97,7 @@ pub(crate) fn already_finished(output: &OutputArgs, info: &RunInfo, dir: &Path) 
 
 pub(crate) fn interrupting(output: &OutputArgs) {
     if mode(output) != Mode::Json {
-        eprintln!(
+        errln!(
             "\ninterrupted: finishing the running heartbeats and storing state (Ctrl-C again to stop at once)"
         );
     }
@@ -119,9 +109,10 @@ pub(crate) fn interrupted(output: &OutputArgs, info: &RunInfo, dir: &Path) {
             &serde_json::json!({"event": "run_interrupted", "run_id": info.run_id, "data": dir}),
         );
     } else {
-        println!(
+        outln!(
             "run {} stopped; everything is stored. Continue it with: strata resume {}",
-            info.run_id, info.run_id
+            info.run_id,
+            info.run_id
         );
     }
 }
@@ -221,7 +212,7 @@ impl Shown {
 /// Prints one line of the view, if there is one.
 fn print(line: Option<String>) {
     if let Some(line) = line {
-        println!("{line}");
+        outln!("{line}");
     }
 }
 
@@ -400,6 +391,24 @@ pub(crate) fn event_line(r: &AuditRecord, start: u64) -> String {
     esc(&format!("[{t:>7.2}s] {:<12} {what}", r.agent.as_str())).into_owned()
 }
 
+/// How many lines of a step's output the summary shows.
+pub(crate) const SUMMARY_OUTPUT_LINES: usize = 6;
+
+/// A tool's `output` as the summary shows it: its lines (surrounding blank space trimmed), each
+/// escaped, at most `max`; when there are more, the last shown is `… N more lines` in their
+/// place.
+pub(crate) fn output_lines(output: &str, max: usize) -> Vec<String> {
+    let all: Vec<&str> = output.trim().lines().map(str::trim_end).collect();
+    if all.len() <= max {
+        return all.iter().map(|l| esc(l).into_owned()).collect();
+    }
+    let kept = max.saturating_sub(1);
+    let mut lines: Vec<String> = all[..kept].iter().map(|l| esc(l).into_owned()).collect();
+    let left = all.len() - kept;
+    lines.push(format!("… {left} more line{}", if left == 1 { "" } else { "s" }));
+    lines
+}
+
 fn first_line(s: &str) -> &str {
     s.lines().next().unwrap_or_default()
 }
@@ -452,8 +461,9 @@ async fn live(team: &Team, services: &TeamServices, task: &Task, info: &RunInfo,
         out.push_str(&format!("  {line}\n"));
     }
     let mut stdout = std::io::stdout().lock();
-    let _ = stdout.write_all(out.as_bytes());
-    let _ = stdout.flush();
+    if let Err(e) = stdout.write_all(out.as_bytes()).and_then(|()| stdout.flush()) {
+        crate::stdout_failed(&e);
+    }
 }
 
 /// Whether `record` is a step done: a successful tool call, one per step.
@@ -519,46 +529,51 @@ pub(crate) async fn summary(
         }));
         return Ok(());
     }
-    println!();
+    outln!();
     match outcome {
         TaskOutcome::Succeeded { results, .. } => {
-            println!(
+            outln!(
                 "task `{}` succeeded in {duration:.1}s ({} steps)",
                 esc(&task.id),
                 results.len()
             );
             for r in results {
-                println!(
+                let lines = output_lines(&r.output, SUMMARY_OUTPUT_LINES);
+                let mut lines = lines.iter();
+                outln!(
                     "  {:<16} by {:<12} {}",
                     esc(&r.step_id),
                     r.agent.as_str(),
-                    esc(first_line(r.output.trim()))
+                    lines.next().map(String::as_str).unwrap_or_default()
                 );
+                for line in lines {
+                    outln!("{:35}{line}", "");
+                }
             }
         }
         TaskOutcome::Failed { reason, .. } => {
-            println!(
+            outln!(
                 "task `{}` FAILED after {duration:.1}s: {}",
                 esc(&task.id),
                 esc(&reason.to_string())
             )
         }
     }
-    println!(
+    outln!(
         "top layer:    {} signatures, {} vetoes, {} arbitrations, {} task(s) closed",
         sum(AgentLayer::Top, |m| m.decisions_signed),
         sum(AgentLayer::Top, |m| m.decisions_vetoed),
         sum(AgentLayer::Top, |m| m.conflicts_arbitrated),
         sum(AgentLayer::Top, |m| m.tasks_completed)
     );
-    println!("mid layer:    {} messages handled", sum(AgentLayer::Mid, |m| m.messages_processed));
-    println!(
+    outln!("mid layer:    {} messages handled", sum(AgentLayer::Mid, |m| m.messages_processed));
+    outln!(
         "bottom layer: {} steps completed, {} failed",
         sum(AgentLayer::Bottom, |m| m.tasks_completed),
         sum(AgentLayer::Bottom, |m| m.tasks_failed)
     );
-    println!("retries: {retries}, failures: {failures}");
-    println!(
+    outln!("retries: {retries}, failures: {failures}");
+    outln!(
         "files written: {}",
         if files.is_empty() { "none".to_owned() } else { esc(&files.join(", ")).into_owned() }
     );
@@ -569,7 +584,7 @@ pub(crate) async fn summary(
             .first()
             .map(|v| format!(", vetoed by {}: {}", v.vetoer, esc(&v.reason)))
             .unwrap_or_default();
-        println!(
+        outln!(
             "decision {} {}{} (signed by {})",
             short(&d.id.to_string()),
             d.status.as_str(),
@@ -577,12 +592,18 @@ pub(crate) async fn summary(
             if signed.is_empty() { "nobody".to_owned() } else { signed.join(", ") }
         );
     }
-    println!(
+    outln!(
         "\n{:<14} {:<7} {:<11} {:>5} {:>5} {:>7} {:>6}",
-        "agent", "layer", "status", "done", "fail", "retries", "score"
+        "agent",
+        "layer",
+        "status",
+        "done",
+        "fail",
+        "retries",
+        "score"
     );
     for a in &agents {
-        println!(
+        outln!(
             "{:<14} {:<7} {:<11} {:>5} {:>5} {:>7} {:>6.1}",
             a.id.as_str(),
             a.layer.as_str(),
@@ -593,13 +614,13 @@ pub(crate) async fn summary(
             a.score
         );
     }
-    println!(
+    outln!(
         "\nrun {}: data in {}, workspace {}",
         info.run_id,
         esc(&dir.display().to_string()),
         esc(&info.workspace.display().to_string())
     );
-    println!(
+    outln!(
         "inspect it with: strata inspect {} [tree|audit|messages|whiteboards|decisions|metrics|usage|results]",
         info.run_id
     );

@@ -7,9 +7,9 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use agent_state::{
-    Actor, Address, AgentConfig, AgentId, AgentMetrics, AgentStatus, BoardId, BoardSnapshot,
-    Decision, DecisionId, ErrorClass, Lifecycle, Message, MessageId, MessageKind, SignError,
-    SignOutcome, Subtask, Timestamp,
+    Action, Actor, Address, AgentConfig, AgentId, AgentMetrics, AgentStatus, BoardId,
+    BoardSnapshot, Decision, DecisionId, ErrorClass, Lifecycle, Message, MessageId, MessageKind,
+    SignError, SignOutcome, Subtask, Timestamp,
 };
 use async_trait::async_trait;
 use governance::{DecideError, Governance};
@@ -386,6 +386,26 @@ impl AgentContext {
         self.send_message(Address::Broadcast, kind, content, None).await
     }
 
+    /// Checks that this agent holds the capability `action` needs
+    /// ([`Action::required_capability`]). A refusal is audited as `Denied` and returned as
+    /// [`AgentError::MissingCapability`]; nothing else is done.
+    ///
+    /// Sending a message checks the action its kind performs ([`Action::of_message`]) and
+    /// every tool call checks [`Action::CallTool`]; an act that does not go through the
+    /// context (such as spawning) calls this first.
+    pub async fn require(&self, action: Action, target: &str) -> Result<(), AgentError> {
+        let capability = action.required_capability();
+        if self.config.capabilities.contains(&capability) {
+            return Ok(());
+        }
+        let error = AgentError::MissingCapability { agent: self.id().clone(), action, capability };
+        tracing::warn!(agent = %self.id(), %action, %capability, "missing capability, act refused");
+        let action =
+            if target.is_empty() { action.to_string() } else { format!("{action} {target}") };
+        self.audit(AuditEvent::Denied { action, error: error.to_string() }).await?;
+        Err(error)
+    }
+
     async fn send_message(
         &mut self,
         to: Address,
@@ -393,6 +413,9 @@ impl AgentContext {
         content: &impl Serialize,
         correlation: Option<MessageId>,
     ) -> Result<MessageId, AgentError> {
+        if let Some(action) = Action::of_message(kind) {
+            self.require(action, &format!("({kind} to {to})")).await?;
+        }
         let content = serde_json::to_value(content)
             .map_err(|e| AgentError::Encode { kind, error: e.to_string() })?;
         let id = self.deps.clock.message_id();
@@ -560,6 +583,7 @@ impl AgentContext {
         call: &ToolCall,
         idempotent: bool,
     ) -> Result<ToolOutput, AgentError> {
+        self.require(Action::CallTool, &call.tool).await?;
         let Some(tool) = self.deps.tools.get(&call.tool).filter(|t| t.has_side_effects()) else {
             return self.call_tool(call).await;
         };
@@ -671,6 +695,7 @@ impl AgentContext {
     where
         F: std::future::Future<Output = Result<ToolOutput, AgentError>> + Send,
     {
+        self.require(Action::CallTool, &call.tool).await?;
         let _in_flight = self.effect_in_flight.as_ref().map(EffectInFlight::mark);
         // Audited with its large strings stored once, like a tool call.
         let (audited, _) = self.prepare_call(call).await?;
@@ -777,6 +802,7 @@ impl AgentContext {
     /// before the tool runs; large strings the call carries are stored once and audited as
     /// references.
     pub async fn call_tool(&mut self, call: &ToolCall) -> Result<ToolOutput, AgentError> {
+        self.require(Action::CallTool, &call.tool).await?;
         let (call, args) = self.prepare_call(call).await?;
         let call = &call;
         let result = self.deps.tools.call(&self.deps.workspace, &call.tool, args).await;

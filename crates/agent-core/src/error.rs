@@ -84,6 +84,16 @@ pub enum AgentError {
     /// The agent was asked to do something its configuration forbids.
     #[error("{0}")]
     NotAllowed(String),
+    /// The agent tried an act that needs a capability it is not configured with.
+    #[error("agent {agent} may not {action}: it lacks the `{capability}` capability")]
+    MissingCapability {
+        /// The agent.
+        agent: agent_state::AgentId,
+        /// What it tried.
+        action: agent_state::Action,
+        /// The capability that act needs ([`agent_state::Action::required_capability`]).
+        capability: agent_state::Capability,
+    },
 }
 
 impl AgentError {
@@ -96,6 +106,7 @@ impl AgentError {
             | AgentError::BadPayload { .. }
             | AgentError::Encode { .. }
             | AgentError::NotAllowed(_)
+            | AgentError::MissingCapability { .. }
             | AgentError::Board(BoardError::PermissionDenied { .. })
             | AgentError::Decide(governance::DecideError::Rule(_)) => ErrorClass::Permanent,
             AgentError::Tool(e) => e.class(),

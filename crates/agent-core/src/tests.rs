@@ -5,6 +5,7 @@
 
 mod anchors;
 mod blob;
+mod capability;
 mod context;
 mod events;
 mod heartbeat;

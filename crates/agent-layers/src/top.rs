@@ -10,10 +10,10 @@ use agent_core::protocol::{
 };
 use agent_core::{AgentBehavior, AgentContext, AgentError, Conflict, Verdict};
 use agent_state::{
-    Address, AgentId, AgentStatus, Assignment, BoardId, BoardSnapshot, DecisionId, DecisionStatus,
-    LeadRequest, Message, MessageKind, PlanStep, ProgressReport, ProgressStatus, RoleBook,
-    SignOutcome, StepTarget, SubtaskResult, Task, TaskFailure, TaskOutcome, Vote, WorkPackage,
-    tally,
+    Action, Address, AgentId, AgentStatus, Assignment, BoardId, BoardSnapshot, DecisionId,
+    DecisionStatus, LeadRequest, Message, MessageKind, PlanStep, ProgressReport, ProgressStatus,
+    RoleBook, SignOutcome, StepTarget, SubtaskResult, Task, TaskFailure, TaskOutcome, Vote,
+    WorkPackage, tally,
 };
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -120,6 +120,7 @@ impl TopAgent {
         };
         let goal = state.task.goal.clone();
         for lead in wanted {
+            ctx.require(Action::Spawn, &format!("a `{}` lead", lead.role)).await?;
             let request = agent_core::SpawnRequest {
                 parent: ctx.id().clone(),
                 role: lead.role.clone(),

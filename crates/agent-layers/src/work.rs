@@ -29,8 +29,8 @@ use agent_core::{
     ToolCall, ToolCallRecord,
 };
 use agent_state::{
-    AgentId, AgentResult, Assignment, GuardSettings, Limit, MessageId, MessageKind, PlanStep,
-    ResultStatus, StepTarget, Subtask, SubtaskResult, TaskFailure, Timestamp, WaitEdge,
+    Action, AgentId, AgentResult, Assignment, GuardSettings, Limit, MessageId, MessageKind,
+    PlanStep, ResultStatus, StepTarget, Subtask, SubtaskResult, TaskFailure, Timestamp, WaitEdge,
     call_fingerprint, detect_loop, same_path,
 };
 use serde::{Deserialize, Serialize};
@@ -629,6 +629,7 @@ impl WorkLoop {
                 "spawn_agent needs `role_name` and `task_prompt`, both non-empty strings".into();
             return self.refuse(ctx, call, error).await;
         }
+        ctx.require(Action::Spawn, &format!("a `{role}`")).await?;
         let request = SpawnRequest {
             parent: ctx.id().clone(),
             role: role.clone(),

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use agent_state::{AgentLayer, Capability};
+use agent_state::{Action, AgentLayer, Capability};
 use serde::{Deserialize, Serialize};
 
 /// One registered capability.
@@ -54,6 +54,20 @@ impl CapabilityRegistry {
     /// Whether an agent of `layer` may use `name`; `false` for an unknown capability.
     pub fn can_execute(&self, layer: AgentLayer, name: &str) -> bool {
         self.get(name).is_some_and(|c| c.layers.contains(&layer))
+    }
+
+    /// The capability `action` needs, as registered: the mapping is
+    /// [`Action::required_capability`], the one table of which act needs which capability.
+    /// `None` if that capability is not registered here.
+    pub fn for_action(&self, action: Action) -> Option<&CapabilityInfo> {
+        self.get(action.required_capability().as_str())
+    }
+
+    /// Whether an agent of `layer` may do `action`: whether its layer may use the capability
+    /// the action needs. An agent also needs that capability in its own configuration, which
+    /// the runtime checks where the act happens.
+    pub fn can_perform(&self, layer: AgentLayer, action: Action) -> bool {
+        self.can_execute(layer, action.required_capability().as_str())
     }
 
     /// The capabilities `layer` may use, by name.

@@ -67,3 +67,25 @@ fn the_calculator_scores_with_the_seed_weights() {
     assert!((line.score - 72.0).abs() < 1e-9);
     assert_eq!(MetricsCalculator::performance_score(&AgentMetrics::default()), 100.0);
 }
+
+#[test]
+fn the_registry_maps_actions_through_the_one_table() {
+    use agent_state::Action;
+    let registry = CapabilityRegistry::with_builtins();
+    for action in Action::ALL {
+        let needed = action.required_capability();
+        assert_eq!(registry.for_action(action).map(|c| c.name.as_str()), Some(needed.as_str()));
+        for layer in AgentLayer::ALL {
+            assert_eq!(
+                registry.can_perform(layer, action),
+                layer.allows(needed),
+                "{layer} {action}"
+            );
+        }
+    }
+    assert!(registry.can_perform(AgentLayer::Mid, Action::AssignWork));
+    assert!(!registry.can_perform(AgentLayer::Mid, Action::Vote));
+    assert!(!registry.can_perform(AgentLayer::Top, Action::CallTool));
+    assert_eq!(CapabilityRegistry::new().for_action(Action::CallTool), None);
+    assert!(!CapabilityRegistry::new().can_perform(AgentLayer::Bottom, Action::CallTool));
+}

@@ -4,6 +4,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::MessageKind;
+
 /// The three layers of a team.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -166,6 +168,66 @@ impl Capability {
 }
 
 impl fmt::Display for Capability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An act that needs a capability: the one table that says which (seed 001 §7.1). The
+/// runtime checks it where the act happens, against the agent's configured capabilities.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    /// Assigning work to another agent (a `task_assign` message): `delegate`.
+    AssignWork,
+    /// Creating a subordinate agent: `delegate`.
+    Spawn,
+    /// Calling a tool, or running an effect that stands for a tool call: `tool_call`.
+    CallTool,
+    /// Asking for or casting a vote on a conflict (`vote_request`, `vote_response`):
+    /// `arbitrate`.
+    Vote,
+    /// Announcing the resolution of a conflict (`arbitration_result`): `arbitrate`.
+    Arbitrate,
+}
+
+impl Action {
+    /// Every action.
+    pub const ALL: [Action; 5] =
+        [Action::AssignWork, Action::Spawn, Action::CallTool, Action::Vote, Action::Arbitrate];
+
+    /// The capability an agent needs to do this.
+    pub const fn required_capability(self) -> Capability {
+        match self {
+            Action::AssignWork | Action::Spawn => Capability::Delegate,
+            Action::CallTool => Capability::ToolCall,
+            Action::Vote | Action::Arbitrate => Capability::Arbitrate,
+        }
+    }
+
+    /// The action sending a message of `kind` performs, if it needs a capability.
+    pub const fn of_message(kind: MessageKind) -> Option<Action> {
+        match kind {
+            MessageKind::TaskAssign => Some(Action::AssignWork),
+            MessageKind::VoteRequest | MessageKind::VoteResponse => Some(Action::Vote),
+            MessageKind::ArbitrationResult => Some(Action::Arbitrate),
+            _ => None,
+        }
+    }
+
+    /// The wire name, such as `assign_work`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Action::AssignWork => "assign_work",
+            Action::Spawn => "spawn",
+            Action::CallTool => "call_tool",
+            Action::Vote => "vote",
+            Action::Arbitrate => "arbitrate",
+        }
+    }
+}
+
+impl fmt::Display for Action {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }

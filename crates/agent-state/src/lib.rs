@@ -70,7 +70,7 @@ pub use guard::{
     repeated_tail,
 };
 pub use ids::{AgentId, DecisionId, MessageId, Timestamp};
-pub use layer::{AgentLayer, Capability};
+pub use layer::{Action, AgentLayer, Capability};
 pub use message::{Address, BROADCAST, Message, MessageKind, SYSTEM};
 pub use metrics::{
     AgentMetrics, RELIABILITY_WEIGHT, RESPONSIVENESS_CAP_MS, RESPONSIVENESS_WEIGHT, SUCCESS_WEIGHT,

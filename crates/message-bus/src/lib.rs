@@ -57,7 +57,7 @@ mod sled;
 pub mod testing;
 
 #[cfg(feature = "sled")]
-pub use self::sled::SledBus;
+pub use self::sled::{SledBus, StoredMessage};
 pub use memory::{DEFAULT_INBOX_CAPACITY, InMemoryBus};
 
 /// The message bus. Object-safe: hold it as `Arc<dyn MessageBus>`.

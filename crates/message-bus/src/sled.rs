@@ -36,6 +36,10 @@ use crate::{DEFAULT_INBOX_CAPACITY, InboxError, MessageBus, RegisterError, SendE
 ///   number, so that sled's key order is each inbox's send order; the value is the message in
 ///   its versioned envelope ([`agent_state::encode`]). A broadcast stores one copy per inbox,
 ///   all with the same sequence number;
+/// - [`ACKED_TREE`](Self::ACKED_TREE): every acknowledged message, with the key and value it
+///   had in the messages tree, moved there by `ack` (written before the message leaves its
+///   inbox, in the same commit). It is never read by the bus itself, only by
+///   [`history`](Self::history), so that a run's messages can be shown after it ends;
 /// - [`META_TREE`](Self::META_TREE): `next_seq`, a bound below which sequence numbers may have
 ///   been used. Sequence numbers are never reused, across restarts too.
 ///
@@ -79,11 +83,25 @@ pub struct SledBus {
     capacity: usize,
     registered: sled::Tree,
     messages: sled::Tree,
+    acked: sled::Tree,
     meta: sled::Tree,
     state: Mutex<State>,
     // Declared after the trees, so it drops after them: a store that closes while a tree of
     // its database is alive cannot seal the run (see `run_store`).
     store: RunStore,
+}
+
+/// A message of [`SledBus::history`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredMessage {
+    /// Its sequence number: the bus's send order (a broadcast's copies share one).
+    pub seq: u64,
+    /// The inbox it went into: an agent or `system`.
+    pub inbox: Address,
+    /// The message.
+    pub message: Message,
+    /// Whether its receiver acknowledged it (`false`: pending or in flight).
+    pub acknowledged: bool,
 }
 
 /// The mirror of the stored inboxes, plus the in-flight state that is not stored.
@@ -126,6 +144,8 @@ impl SledBus {
     pub const MESSAGES_TREE: &'static str = "bus.messages";
     /// The tree holding the sequence bound.
     pub const META_TREE: &'static str = "bus.meta";
+    /// The tree of acknowledged messages, keyed like the messages tree.
+    pub const ACKED_TREE: &'static str = "bus.acked";
 
     /// Opens the bus stored in `store` (an empty bus in a new run), with inboxes of
     /// [`DEFAULT_INBOX_CAPACITY`] messages. Every stored message is pending, in send order.
@@ -142,15 +162,46 @@ impl SledBus {
         let registered = store.tree(Self::REGISTERED_TREE)?;
         let messages = store.tree(Self::MESSAGES_TREE)?;
         let meta = store.tree(Self::META_TREE)?;
+        let acked = store.tree(Self::ACKED_TREE)?;
         let state = load(&registered, &messages, &meta)?;
         Ok(Self {
             capacity: per_inbox,
             registered,
             messages,
+            acked,
             meta,
             state: Mutex::new(state),
             store: store.clone(),
         })
+    }
+
+    /// Every message the bus holds or held, in send order (a broadcast's copies by inbox):
+    /// those still in an inbox (pending or in flight) with `acknowledged: false`, and those
+    /// acknowledged, kept for this view (see the layout above). Reads the database, not the
+    /// mirror; fails if a record cannot be decoded, naming it.
+    pub fn history(&self) -> Result<Vec<StoredMessage>, BackendError> {
+        let mut all: Vec<StoredMessage> = Vec::new();
+        for (tree, name, acknowledged) in
+            [(&self.acked, Self::ACKED_TREE, true), (&self.messages, Self::MESSAGES_TREE, false)]
+        {
+            for record in tree.iter() {
+                let (key, value) = record.map_err(|e| read_failed(name, e))?;
+                let Some((inbox, seq)) = parse_message_key(&key) else {
+                    return Err(damaged(
+                        name,
+                        &raw_key(&key),
+                        "not an inbox name, a zero byte and a sequence number",
+                    ));
+                };
+                let message = agent_state::decode::<Message>(&value)
+                    .map_err(|e| undecodable(name, &inbox, seq, e))?;
+                all.push(StoredMessage { seq, inbox, message, acknowledged });
+            }
+        }
+        // Acknowledged first, so a message a crash left in both trees counts as acknowledged.
+        all.sort_by(|a, b| (a.seq, a.inbox.as_str()).cmp(&(b.seq, b.inbox.as_str())));
+        all.dedup_by(|later, earlier| later.seq == earlier.seq && later.inbox == earlier.inbox);
+        Ok(all)
     }
 
     /// How many messages one inbox holds, pending and in flight together.
@@ -393,6 +444,23 @@ impl MessageBus for SledBus {
                 Some(in_flight) => {
                     let removed = acked(in_flight, ids);
                     if !removed.is_empty() {
+                        // Kept for `history` first: a crash in between leaves the message in
+                        // its inbox (delivered again) rather than lost from the history.
+                        let mut kept = sled::Batch::default();
+                        for &i in &removed {
+                            let entry = &in_flight[i];
+                            let value = agent_state::encode(&entry.message).map_err(|e| {
+                                BackendError::with_source(
+                                    BACKEND,
+                                    format!("cannot encode message {}", entry.message.id),
+                                    e,
+                                )
+                            })?;
+                            kept.insert(message_key(inbox, entry.seq), value);
+                        }
+                        self.acked
+                            .apply_batch(kept)
+                            .map_err(|e| write_failed(Self::ACKED_TREE, e))?;
                         let mut batch = sled::Batch::default();
                         for &i in &removed {
                             batch.remove(message_key(inbox, in_flight[i].seq));
@@ -497,8 +565,8 @@ fn load(
                 "not an inbox name, a zero byte and a sequence number",
             ));
         };
-        let message =
-            agent_state::decode::<Message>(&value).map_err(|e| undecodable(&address, seq, e))?;
+        let message = agent_state::decode::<Message>(&value)
+            .map_err(|e| undecodable(SledBus::MESSAGES_TREE, &address, seq, e))?;
         let inbox = match &address {
             Address::Agent(agent) => {
                 state.with_mail.insert(agent.clone());
@@ -563,12 +631,11 @@ fn damaged(tree: &str, key: &str, what: &str) -> BackendError {
     )
 }
 
-fn undecodable(inbox: &Address, seq: u64, error: DecodeError) -> BackendError {
+fn undecodable(tree: &str, inbox: &Address, seq: u64, error: DecodeError) -> BackendError {
     BackendError::with_source(
         BACKEND,
         format!(
-            "cannot read record `{inbox} #{seq}` of tree `{}`: {error}; the run's message bus is damaged, restore the run from a copy or remove that record",
-            SledBus::MESSAGES_TREE
+            "cannot read record `{inbox} #{seq}` of tree `{tree}`: {error}; the run's message bus is damaged, restore the run from a copy or remove that record"
         ),
         error,
     )

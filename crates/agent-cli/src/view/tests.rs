@@ -239,3 +239,14 @@ fn a_stuck_run_is_one_line_with_its_reason_and_what_was_done() {
     });
     assert!(event_line(&escalated, 1_000).ends_with("; escalated to mid-docs"));
 }
+
+#[test]
+fn summary_shows_a_tools_output_as_lines_cut_with_a_count() {
+    assert_eq!(output_lines("one\ntwo\n", 3), vec!["one", "two"]);
+    assert_eq!(output_lines("  \n", 3), Vec::<String>::new());
+    assert_eq!(output_lines("a\nb\nc", 3), vec!["a", "b", "c"]);
+    assert_eq!(output_lines("a\nb\nc\nd\ne\n", 3), vec!["a", "b", "… 3 more lines"]);
+    assert_eq!(output_lines("a\nb\nc\nd", 3), vec!["a", "b", "… 2 more lines"]);
+    // Each line is escaped on its own: a tab or an escape never reaches the terminal.
+    assert_eq!(output_lines("a\tb\n\u{1b}[2J", 3), vec!["a\\tb", "\\u{1b}[2J"]);
+}

@@ -80,7 +80,8 @@ fn start_gated(s: &Scratch, id: &str, output: &str) -> (Running, Gate) {
     (run, gate)
 }
 
-/// What a finished gated run must show: every step's effect once, a clean audit, no messages.
+/// What a finished gated run must show: every step's effect once, a clean audit, every
+/// assignment acknowledged.
 fn check_finished(s: &Scratch, id: &str) {
     assert_eq!(s.read("W/hello.txt"), "hello\n");
     assert_eq!(s.read("W/count.txt"), "ran\n", "the gate's side effect ran exactly once");
@@ -89,7 +90,12 @@ fn check_finished(s: &Scratch, id: &str) {
     let verify = s.strata(&["verify", id, "--data", "D", "--json"]).code(0).json();
     assert_eq!(verify["ok"], true, "{verify}");
     let messages = s.strata(&["inspect", id, "messages", "--data", "D", "--json"]).code(0).json();
-    assert_eq!(messages, serde_json::json!([]));
+    let messages = messages.as_array().unwrap();
+    assert!(!messages.is_empty());
+    let assignments: Vec<_> =
+        messages.iter().filter(|m| m["message"]["kind"] == "task_assign").collect();
+    assert!(!assignments.is_empty(), "{messages:?}");
+    assert!(assignments.iter().all(|m| m["acknowledged"] == true), "{messages:?}");
     let tree = s.strata(&["inspect", id, "--data", "D", "--json"]).code(0).json();
     assert_eq!(tree["status"], "succeeded");
     for agent in tree["agents"].as_array().unwrap() {

@@ -18,6 +18,7 @@ mod interrupt;
 mod llm;
 #[cfg(feature = "local")]
 mod local;
+mod papercuts;
 mod sandbox;
 mod spawn_views;
 mod storage;

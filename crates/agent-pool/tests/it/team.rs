@@ -43,3 +43,48 @@ async fn a_full_team_completes_a_plan_that_writes_files_and_runs_a_shell_command
         records.iter().filter(|r| matches!(r.event, AuditEvent::ToolCall { .. })).collect();
     assert_eq!(tool_calls.len(), 3, "{tool_calls:#?}");
 }
+
+/// Executors configured without `tool_call` are refused at the call: a typed, audited refusal,
+/// and the file is never written; the team reports the task as failed instead of pretending.
+#[tokio::test(start_paused = true)]
+async fn an_executor_without_tool_call_is_refused_at_the_call_and_writes_nothing() {
+    use agent_state::Capability;
+    let dir = tempfile::tempdir().unwrap();
+    let services = services(dir.path());
+    let mut spec = standard_team();
+    let limited =
+        [Capability::Plan, Capability::Execute, Capability::Reflect, Capability::Coordinate];
+    for agent in &mut spec.agents {
+        if agent.config.id.as_str().starts_with("bottom-d") {
+            agent.config = agent.config.clone().with_capabilities(limited);
+        }
+    }
+    let team = Team::start(spec, services.clone()).await.unwrap();
+
+    team.submit(hello_task("task-1")).await.unwrap();
+    let outcome = team.wait("task-1").await;
+
+    assert!(!matches!(outcome, TaskOutcome::Succeeded { .. }), "{outcome:?}");
+    assert!(!dir.path().join("hello.txt").exists());
+    assert!(!dir.path().join("docs/notes.md").exists());
+    let records = services.audit.records(None).await.unwrap();
+    let limited_agent = |r: &agent_core::AuditRecord| r.agent.as_str().starts_with("bottom-d");
+    let denied: Vec<(&str, &str)> = records
+        .iter()
+        .filter(|r| limited_agent(r))
+        .filter_map(|r| match &r.event {
+            AuditEvent::Denied { action, error } => Some((action.as_str(), error.as_str())),
+            _ => None,
+        })
+        .collect();
+    assert!(!denied.is_empty(), "no refusal was audited");
+    for (action, error) in denied {
+        assert_eq!(action, "call_tool write_file");
+        assert!(error.ends_with("it lacks the `tool_call` capability"), "{error}");
+    }
+    assert!(
+        !records.iter().any(|r| limited_agent(r) && matches!(r.event, AuditEvent::ToolCall { .. })),
+        "a refused executor ran a tool"
+    );
+    team.shutdown().await.unwrap();
+}

@@ -284,3 +284,32 @@ fn retry_policies_round_trip() {
     round_trip(&RetryPolicy::executor_default());
     round_trip(&RetryPolicy::agent_default());
 }
+
+#[test]
+fn each_action_needs_the_capability_of_its_matrix_row() {
+    use crate::Action;
+    let table: Vec<(Action, Capability)> =
+        Action::ALL.into_iter().map(|a| (a, a.required_capability())).collect();
+    assert_eq!(
+        table,
+        [
+            (Action::AssignWork, Capability::Delegate),
+            (Action::Spawn, Capability::Delegate),
+            (Action::CallTool, Capability::ToolCall),
+            (Action::Vote, Capability::Arbitrate),
+            (Action::Arbitrate, Capability::Arbitrate),
+        ]
+    );
+    assert_eq!(Action::of_message(MessageKind::TaskAssign), Some(Action::AssignWork));
+    assert_eq!(Action::of_message(MessageKind::VoteResponse), Some(Action::Vote));
+    assert_eq!(Action::of_message(MessageKind::VoteRequest), Some(Action::Vote));
+    assert_eq!(Action::of_message(MessageKind::ArbitrationResult), Some(Action::Arbitrate));
+    assert_eq!(Action::of_message(MessageKind::ProgressReport), None);
+    // Every layer's default capabilities cover what its layer does in the default teams.
+    for layer in AgentLayer::ALL {
+        let can = |a: Action| layer.default_capabilities().contains(&a.required_capability());
+        assert_eq!(can(Action::AssignWork), layer != AgentLayer::Bottom, "{layer}");
+        assert_eq!(can(Action::CallTool), layer == AgentLayer::Bottom, "{layer}");
+        assert_eq!(can(Action::Vote), layer == AgentLayer::Top, "{layer}");
+    }
+}

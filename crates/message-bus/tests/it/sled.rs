@@ -174,6 +174,46 @@ fn unacked_messages_survive_a_restart_and_acked_ones_do_not_come_back() {
     });
 }
 
+/// `history` lists every message sent, in send order, acknowledged or not, across restarts;
+/// acknowledging moves a message there without bringing it back to its inbox.
+#[test]
+fn history_keeps_acknowledged_messages_and_marks_them() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("run");
+    let (lead, worker) = (AgentId::new("mid-1"), AgentId::new("bottom-1"));
+    let inbox = Address::from(&worker);
+    let acked = |bus: &SledBus| -> Vec<(u64, bool)> {
+        bus.history().unwrap().iter().map(|m| (m.seq, m.acknowledged)).collect()
+    };
+    let rt = runtime();
+    rt.block_on(async {
+        let store = create(&dir);
+        let bus = SledBus::open(&store).unwrap();
+        bus.register(&lead).await.unwrap();
+        bus.register(&worker).await.unwrap();
+        assert_eq!(bus.history().unwrap(), vec![]);
+        for n in 1..=3 {
+            bus.send(msg(n, &lead, &worker)).await.unwrap();
+        }
+        bus.take(&inbox, 2).await.unwrap();
+        assert_eq!(bus.ack(&inbox, &[id(2)]).await.unwrap(), 1);
+        assert_eq!(acked(&bus), vec![(0, false), (1, true), (2, false)]);
+        drop((bus, store));
+
+        let (store, bus) = reopen(&dir);
+        assert_eq!(acked(&bus), vec![(0, false), (1, true), (2, false)]);
+        let history = bus.history().unwrap();
+        assert_eq!(history[1].message, msg(2, &lead, &worker));
+        assert_eq!(history[1].inbox, inbox);
+        // The acknowledged message is not delivered again.
+        let again = bus.take(&inbox, 10).await.unwrap();
+        assert_eq!(again, vec![msg(1, &lead, &worker), msg(3, &lead, &worker)]);
+        bus.ack(&inbox, &[id(1), id(3)]).await.unwrap();
+        assert_eq!(acked(&bus), vec![(0, true), (1, true), (2, true)]);
+        assert_eq!(stored_seqs(&store, "bottom-1"), Vec::<u64>::new());
+    });
+}
+
 /// Sequence numbers continue after a restart, even when every stored message was acknowledged,
 /// so a message sent after a restart is ordered after every earlier one.
 #[test]
