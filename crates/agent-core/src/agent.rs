@@ -1286,10 +1286,41 @@ impl Agent {
         if let Err(e) = self.behavior.on_shutdown(&mut self.ctx).await {
             tracing::warn!(agent = %self.id(), error = %e, "clean-up failed during shutdown");
         }
+        self.read_late_warnings().await;
         self.unregister_quietly().await;
         self.ctx.transition(AgentStatus::Terminated, "shutdown complete").await?;
         // Saved once more so that its record anchors its last audit record.
         self.save().await
+    }
+
+    /// Acknowledges the runtime's warnings still in the inbox at shutdown (a missed heartbeat
+    /// of a subordinate, sent by the scheduler's last cycle as the run closed): they ask for
+    /// nothing, and the scheduler has stopped, so none comes after. Every other message is put
+    /// back, unacknowledged, for a run that resumes.
+    async fn read_late_warnings(&self) {
+        let bus = &self.ctx.deps.bus;
+        let inbox = Address::Agent(self.id().clone());
+        let taken = match bus.take(&inbox, usize::MAX).await {
+            Ok(taken) => taken,
+            Err(e) => {
+                tracing::debug!(agent = %self.id(), error = %e, "reading the inbox at shutdown");
+                return;
+            }
+        };
+        let warnings: Vec<MessageId> = taken
+            .iter()
+            .filter(|m| m.kind == MessageKind::Warning && m.from == Address::System)
+            .map(|m| m.id)
+            .collect();
+        if !warnings.is_empty() {
+            if let Err(e) = bus.ack(&inbox, &warnings).await {
+                tracing::debug!(agent = %self.id(), error = %e, "acknowledging warnings at shutdown");
+            }
+            tracing::debug!(agent = %self.id(), count = warnings.len(), "late warnings read at shutdown");
+        }
+        if let Err(e) = bus.release(&inbox).await {
+            tracing::debug!(agent = %self.id(), error = %e, "releasing the inbox at shutdown");
+        }
     }
 
     async fn unregister_quietly(&self) {

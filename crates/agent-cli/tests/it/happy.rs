@@ -125,15 +125,16 @@ fn init_run_inspect_verify_the_example() {
         "{global}"
     );
 
-    // Every message of the run is listed, every assignment acknowledged (a warning sent as the
-    // run closes, such as a missed heartbeat on a loaded machine, may be left unread).
+    // Every message of the run is listed and acknowledged (a warning the scheduler sent as the
+    // run closed is read at shutdown).
     let messages = inspect("messages").code(0).json();
     let messages = messages.as_array().unwrap();
     assert!(messages.len() > 9, "every message of the run: {messages:?}");
-    let assignments: Vec<_> =
-        messages.iter().filter(|m| m["message"]["kind"] == "task_assign").collect();
-    assert!(!assignments.is_empty(), "no task_assign message: {messages:?}");
-    for m in assignments {
+    assert!(
+        messages.iter().any(|m| m["message"]["kind"] == "task_assign"),
+        "no task_assign message: {messages:?}"
+    );
+    for m in messages {
         assert_eq!(m["acknowledged"], true, "{m}");
     }
     let seqs: Vec<u64> = messages.iter().map(|m| m["seq"].as_u64().unwrap()).collect();
@@ -148,20 +149,11 @@ fn init_run_inspect_verify_the_example() {
     ]);
     s.strata(&["inspect", &id, "audit", "--data", "D"]).code(0).stdout_has(&["tool write_file ok"]);
     s.strata(&["inspect", &id, "decisions", "--data", "D"]).code(0).stdout_has(&["approved"]);
-    // The text view counts them (a late warning may be the one left unread, as above).
-    let unread = messages.iter().filter(|m| m["acknowledged"] != true).count();
     s.strata(&["inspect", &id, "messages", "--data", "D"]).code(0).stdout_has(&[
-        &format!(
-            "{} messages, {} acknowledged, {unread} not acknowledged",
-            messages.len(),
-            messages.len() - unread
-        ),
+        &format!("{0} messages, {0} acknowledged, 0 not acknowledged", messages.len()),
         "acked",
         "task_assign",
     ]);
-    for m in messages.iter().filter(|m| m["acknowledged"] != true) {
-        assert_eq!(m["message"]["kind"], "warning", "only a late warning may be left unread: {m}");
-    }
     for view in ["whiteboards", "metrics", "usage"] {
         s.strata(&["inspect", &id, view, "--data", "D"]).code(0);
     }

@@ -81,7 +81,7 @@ fn start_gated(s: &Scratch, id: &str, output: &str) -> (Running, Gate) {
 }
 
 /// What a finished gated run must show: every step's effect once, a clean audit, every
-/// assignment acknowledged.
+/// message acknowledged.
 fn check_finished(s: &Scratch, id: &str) {
     assert_eq!(s.read("W/hello.txt"), "hello\n");
     assert_eq!(s.read("W/count.txt"), "ran\n", "the gate's side effect ran exactly once");
@@ -95,7 +95,7 @@ fn check_finished(s: &Scratch, id: &str) {
     let assignments: Vec<_> =
         messages.iter().filter(|m| m["message"]["kind"] == "task_assign").collect();
     assert!(!assignments.is_empty(), "{messages:?}");
-    assert!(assignments.iter().all(|m| m["acknowledged"] == true), "{messages:?}");
+    assert!(messages.iter().all(|m| m["acknowledged"] == true), "{messages:?}");
     let tree = s.strata(&["inspect", id, "--data", "D", "--json"]).code(0).json();
     assert_eq!(tree["status"], "succeeded");
     for agent in tree["agents"].as_array().unwrap() {
