@@ -92,6 +92,13 @@ pub enum ExecError {
         /// What is wrong.
         problem: String,
     },
+    /// A request of a batch never got a result: its task was cancelled (the runtime is shutting
+    /// down).
+    #[error("the request ended without a result: {reason}")]
+    Aborted {
+        /// What ended it.
+        reason: String,
+    },
     /// The run id is empty, too long or has characters other than `a-zA-Z0-9-_`.
     #[error("run id `{0}` is not valid: use 1 to 64 characters from a-z, A-Z, 0-9, `-` and `_`")]
     BadRunId(String),

@@ -474,10 +474,7 @@ impl Executor {
                 Ok(result) => result,
                 // `execute` does not panic (handlers run in tasks of their own); a cancelled
                 // runtime is the only way here.
-                Err(e) => Err(ExecError::BadInputs {
-                    kind: String::new(),
-                    problem: format!("the batch task ended without a result: {e}"),
-                }),
+                Err(e) => Err(ExecError::Aborted { reason: e.to_string() }),
             });
         }
         results
