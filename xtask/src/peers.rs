@@ -832,7 +832,9 @@ AutoGen repeats its throughput three times, once at 10 000 agents (a million mes
   runtime, runs on one asyncio thread, and its documentation says it is not meant for high
   throughput.
 - **Idle cycle.** *Strata*: one `HeartbeatScheduler::tick` over N idle agents; the bus names
-  the inboxes with mail, so an idle agent is not visited. *ractor* and *AutoGen* have no
+  the inboxes with mail, so no idle agent runs a heartbeat: each acks the cycle in the
+  scheduler's sweep of the pool (a lock attempt and a few atomics per agent, no task, message
+  or allocation), and one that cannot answer is counted missed. *ractor* and *AutoGen* have no
   heartbeat, no liveness accounting and nothing to tick: the cell says `n/a`, which is not a
   zero cost but a missing feature.
 - **Creation.** *Strata*: `AgentPool::create` validates the configuration, registers the bus

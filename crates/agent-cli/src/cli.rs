@@ -41,6 +41,12 @@ pub(crate) enum Command {
     Inspect(InspectArgs),
     /// Check a run's audit chain and stored data, and say what is broken.
     Verify(VerifyArgs),
+    /// Sign a decision as a human (`human:NAME`, one of the run's `[approvals] humans`),
+    /// from another terminal while the run waits; a run that is not running gets it when
+    /// resumed.
+    Approve(ApproveArgs),
+    /// Veto a decision as a human, with a reason; like `approve`.
+    Veto(VetoArgs),
     /// The embedded model: fetch it (setup, downloads once) or show where it is.
     Model(ModelArgs),
 }
@@ -249,6 +255,41 @@ pub(crate) struct VerifyArgs {
     /// Print JSON.
     #[arg(long)]
     pub(crate) json: bool,
+}
+
+/// The decision an operator signs or vetoes, and as whom.
+#[derive(Debug, Args)]
+pub(crate) struct DecisionTarget {
+    /// The run: its id (in the data directory) or its directory.
+    pub(crate) run: String,
+    /// The decision's id (`strata inspect RUN decisions` lists them).
+    pub(crate) decision: String,
+    /// Who signs: one of the run's `[approvals] humans` (default: $USER).
+    #[arg(long = "as", value_name = "NAME")]
+    pub(crate) as_name: Option<String>,
+    /// Where runs are stored.
+    #[arg(long, default_value = DEFAULT_DATA)]
+    pub(crate) data: PathBuf,
+    /// Do not wait for the running process to take the request.
+    #[arg(long)]
+    pub(crate) no_wait: bool,
+}
+
+/// `strata approve`.
+#[derive(Debug, Args)]
+pub(crate) struct ApproveArgs {
+    #[command(flatten)]
+    pub(crate) target: DecisionTarget,
+}
+
+/// `strata veto`.
+#[derive(Debug, Args)]
+pub(crate) struct VetoArgs {
+    #[command(flatten)]
+    pub(crate) target: DecisionTarget,
+    /// Why (required, not blank).
+    #[arg(long)]
+    pub(crate) reason: String,
 }
 
 /// Parses `250ms`, `4s`, `1m`.

@@ -164,6 +164,10 @@ pub(crate) async fn inspect(args: &InspectArgs) -> Result<(), Failure> {
                     for s in &d.signatures {
                         outln!("  signed by {} at {}", s.signer, s.at);
                     }
+                    if let Some(h) = &d.human_approval {
+                        let state = if d.needs_human() { "waiting" } else { "given" };
+                        outln!("  needs one human ({state}): {}", h.allowed.join(", "));
+                    }
                     for v in &d.vetoes {
                         outln!("  vetoed by {}: {}", v.vetoer, v.reason);
                     }

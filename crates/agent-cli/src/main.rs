@@ -35,6 +35,7 @@ mod cli;
 mod exec;
 mod inspect;
 mod model;
+mod operator;
 mod reasoners;
 mod run;
 mod runs;
@@ -130,6 +131,8 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::Runs(args) => runs::list(&args).map(|()| 0),
         Command::Inspect(args) => inspect::inspect(&args).await.map(|()| 0),
         Command::Verify(args) => inspect::verify(&args).await,
+        Command::Approve(args) => operator::approve(&args).await,
+        Command::Veto(args) => operator::veto(&args).await,
         Command::Model(args) => model::model(args).await,
     }
 }

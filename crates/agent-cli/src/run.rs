@@ -652,6 +652,14 @@ async fn drive(
         }
         _ => None,
     };
+    // Operator requests (`strata approve`, `strata veto`) dropped into the run's inbox.
+    let inbox = tokio::spawn(crate::operator::serve(
+        dir.clone(),
+        team.services().governance.clone(),
+        team.services().audit.clone(),
+        team.services().clock.clone(),
+        Duration::from_millis(info.heartbeat_ms.clamp(50, 500)),
+    ));
     let end = tokio::select! {
         outcome = team.wait(&task.id) => End::Outcome(outcome),
         _ = tokio::signal::ctrl_c() => End::Interrupted,
@@ -664,6 +672,7 @@ async fn drive(
     if let Some(desk) = desk {
         desk.abort();
     }
+    inbox.abort();
     let flush = |ledger: &Option<Arc<UsageLedger>>| {
         if let Some(ledger) = ledger
             && let Err(e) = ledger.flush()

@@ -387,6 +387,34 @@ pub(crate) fn event_line(r: &AuditRecord, start: u64) -> String {
         AuditEvent::TimedOut { what, limit_ms, .. } => {
             format!("TIMED OUT: {what} (limit {limit_ms} ms)")
         }
+        AuditEvent::PeerHelp { peer, step, request, outcome } => {
+            let step = step.as_ref().map(|s| format!(" {s}")).unwrap_or_default();
+            format!("peer help ({request}){step} with {peer}: {outcome}")
+        }
+        AuditEvent::Ooda { ooda: event } => {
+            let data = match &event.data {
+                serde_json::Value::Null => String::new(),
+                serde_json::Value::Object(m) if m.is_empty() => String::new(),
+                data => format!(": {}", first_line(&data.to_string())),
+            };
+            format!(
+                "ooda {} (iteration {}, v{}){data}",
+                serde_json::to_value(event.kind)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default(),
+                event.iteration,
+                event.state_version
+            )
+        }
+        AuditEvent::Operator { request, outcome, error } => {
+            let error = error.as_ref().map(|e| format!(": {e}")).unwrap_or_default();
+            format!(
+                "OPERATOR {} {}{error}",
+                crate::operator::describe(request),
+                outcome.to_uppercase()
+            )
+        }
     };
     esc(&format!("[{t:>7.2}s] {:<12} {what}", r.agent.as_str())).into_owned()
 }
@@ -454,6 +482,16 @@ async fn live(team: &Team, services: &TeamServices, task: &Task, info: &RunInfo,
                 d.status.as_str(),
                 signed.join(", ")
             ));
+            if d.status == agent_state::DecisionStatus::Pending
+                && let Some(humans) = d.human_approval.as_ref().filter(|_| d.needs_human())
+            {
+                out.push_str(&format!(
+                    "    waiting for a human ({}): strata approve {} {} --as NAME\n",
+                    humans.allowed.join(", "),
+                    info.run_id,
+                    d.id
+                ));
+            }
         }
     }
     out.push_str("\nrecent:\n");

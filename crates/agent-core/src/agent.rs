@@ -475,9 +475,24 @@ impl AgentContext {
         content: serde_json::Value,
         signers: Vec<AgentId>,
     ) -> Result<DecisionId, AgentError> {
+        self.propose_with_humans(content, signers, None).await
+    }
+
+    /// [`propose`](Self::propose), and with `humans` the decision also needs the signature of
+    /// one of these humans ([`Decision::with_human_approval`]), who sign as `human:<name>`.
+    pub async fn propose_with_humans(
+        &mut self,
+        content: serde_json::Value,
+        signers: Vec<AgentId>,
+        humans: Option<Vec<String>>,
+    ) -> Result<DecisionId, AgentError> {
         let id = self.deps.clock.decision_id();
-        let decision = Decision::propose(id, self.id().clone(), content, signers, self.now())
+        let mut decision = Decision::propose(id, self.id().clone(), content, signers, self.now())
             .map_err(|e| AgentError::Submit(e.into()))?;
+        if let Some(humans) = humans {
+            decision =
+                decision.with_human_approval(humans).map_err(|e| AgentError::Submit(e.into()))?;
+        }
         self.deps.governance.submit(decision).await?;
         self.audit(AuditEvent::Decision {
             decision: id,

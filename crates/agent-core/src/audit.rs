@@ -118,6 +118,92 @@ pub enum AuditEvent {
         /// `None`: the task was stopped; else the supervisor it was escalated to.
         escalated_to: Option<AgentId>,
     },
+    /// Executors of the same lead helping each other: one asked a peer to take over a subtask
+    /// it could not finish or to share what it knows, or answered such a request. The asker
+    /// writes `asked` and how it ended (`handed_over`, `refused`, `no_answer`, `shared`), the
+    /// peer what it answered (`accepted`, `refused`, `shared`).
+    PeerHelp {
+        /// The other executor: the peer asked, or the one asking.
+        peer: AgentId,
+        /// The step it is about (`task/step`); `None` for the peer sharing its board (it is not
+        /// told the asker's step).
+        step: Option<String>,
+        /// What was asked.
+        request: PeerHelpRequest,
+        /// How it went.
+        outcome: PeerHelpOutcome,
+    },
+    /// One event of an OODA agent's loop (seed 004): a phase began, a phase failed, or a
+    /// self-modification was applied, refused, rolled back or waits for a human.
+    Ooda {
+        /// The event.
+        ooda: agent_state::ooda::OodaEvent,
+    },
+    /// A request of an operator from outside the run (`strata approve`, `strata veto`),
+    /// written under the human's id (`human:<name>`) by the process that took it, and what came
+    /// of it: applied, or refused with the typed error (the run is then unchanged).
+    Operator {
+        /// The request as the operator wrote it (JSON: `{"request": "approve", ...}`).
+        request: serde_json::Value,
+        /// What it did: `signed`, `approved`, `already_signed`, `vetoed`, or `refused`.
+        outcome: String,
+        /// Why it was refused.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+}
+
+/// What an executor asks a peer of the same lead ([`AuditEvent::PeerHelp`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PeerHelpRequest {
+    /// Take over a subtask the asker cannot finish.
+    TakeOver,
+    /// Share what is on its board.
+    ShareKnowledge,
+}
+
+/// How a peer-help request went ([`AuditEvent::PeerHelp`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum PeerHelpOutcome {
+    /// The asker sent the request.
+    Asked,
+    /// The peer took the subtask over.
+    Accepted,
+    /// The peer refused (busy, unable, too late), with its reason.
+    Refused {
+        /// Why.
+        reason: String,
+    },
+    /// The asker waited for an answer in vain and moved on.
+    NoAnswer,
+    /// The asker let the subtask go to the peer that accepted it.
+    HandedOver,
+    /// The peer's board was shared (written by both sides).
+    Shared,
+}
+
+impl std::fmt::Display for PeerHelpRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PeerHelpRequest::TakeOver => "take over",
+            PeerHelpRequest::ShareKnowledge => "share knowledge",
+        })
+    }
+}
+
+impl std::fmt::Display for PeerHelpOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PeerHelpOutcome::Asked => f.write_str("asked"),
+            PeerHelpOutcome::Accepted => f.write_str("accepted"),
+            PeerHelpOutcome::Refused { reason } => write!(f, "refused ({reason})"),
+            PeerHelpOutcome::NoAnswer => f.write_str("no answer"),
+            PeerHelpOutcome::HandedOver => f.write_str("handed over"),
+            PeerHelpOutcome::Shared => f.write_str("shared"),
+        }
+    }
 }
 
 /// One record of the audit log, chained to the one before it by hash.

@@ -84,6 +84,16 @@ pub enum AgentError {
     /// The agent was asked to do something its configuration forbids.
     #[error("{0}")]
     NotAllowed(String),
+    /// The agent gives up work it cannot finish: it failed it past its retries (or lacks its
+    /// tool) and no peer of the same lead took it over. Permanent: the agent fails and its
+    /// supervisor gets the work back.
+    #[error("{error}; no peer took it over ({peers})")]
+    GaveUp {
+        /// The failure.
+        error: String,
+        /// The peers asked and their answers, in words.
+        peers: String,
+    },
     /// The agent tried an act that needs a capability it is not configured with.
     #[error("agent {agent} may not {action}: it lacks the `{capability}` capability")]
     MissingCapability {
@@ -106,6 +116,7 @@ impl AgentError {
             | AgentError::BadPayload { .. }
             | AgentError::Encode { .. }
             | AgentError::NotAllowed(_)
+            | AgentError::GaveUp { .. }
             | AgentError::MissingCapability { .. }
             | AgentError::Board(BoardError::PermissionDenied { .. })
             | AgentError::Decide(governance::DecideError::Rule(_)) => ErrorClass::Permanent,

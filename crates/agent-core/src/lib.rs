@@ -58,8 +58,8 @@ pub use agent::{
 };
 pub use audit::{
     AnchorBreak, AnchorHolder, AuditAnchor, AuditEvent, AuditHash, AuditLog, AuditRecord,
-    ChainBreak, ChainError, GENESIS_HASH, InMemoryAuditLog, check_anchors, check_transition_chain,
-    verify_chain,
+    ChainBreak, ChainError, GENESIS_HASH, InMemoryAuditLog, PeerHelpOutcome, PeerHelpRequest,
+    check_anchors, check_transition_chain, verify_chain,
 };
 pub use clock::{Clock, TokioClock, new_decision_id, new_message_id};
 #[cfg(feature = "sled")]

@@ -31,11 +31,75 @@ pub struct SignatureRequest {
     pub decision: DecisionId,
 }
 
-/// `conflict_report`: a conflict for the top layer to arbitrate.
+/// `conflict_report`: a conflict for the top layer to arbitrate. The reporter must be one of
+/// the conflict's parties.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ConflictReport {
     /// The conflict.
     pub conflict: Conflict,
+    /// What it is about, so that the parties know how to act on the ruling; `None` for a
+    /// conflict the runtime does not act on by itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<ConflictSubject>,
+}
+
+/// What a conflict is about: the situations the runtime raises a conflict for (see
+/// [`ArbitrationSettings`](agent_state::ArbitrationSettings)) and the ballot of each
+/// ([`agent_state::ballot`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "about", rename_all = "snake_case")]
+pub enum ConflictSubject {
+    /// A lead cannot finish a step: every able executor failed it. Ballot: `abandon` (the
+    /// proposing power fails the task with `failure`) or `retry` (the lead places the step
+    /// again, once).
+    Escalation {
+        /// The task.
+        task_id: String,
+        /// The step.
+        step: String,
+        /// The lead.
+        lead: AgentId,
+        /// Why the lead cannot finish it.
+        failure: agent_state::TaskFailure,
+    },
+    /// A lead finds an executor's result falls short of the step's acceptance check while
+    /// the executor reports it done. Ballot: `redo` (the lead has another executor do the
+    /// step) or `accept` (the result stands).
+    Acceptance {
+        /// The task.
+        task_id: String,
+        /// The step.
+        step: String,
+        /// The lead.
+        lead: AgentId,
+        /// The executor whose result is disputed.
+        executor: AgentId,
+        /// The lead's objection, in words.
+        objection: String,
+    },
+    /// A power vetoed a plan its proposer stands by, and the team arbitrates vetoed plans.
+    /// Ballot: `proceed` (the plan runs) or `abandon` (the veto stands).
+    VetoedPlan {
+        /// The task.
+        task_id: String,
+        /// The plan's decision.
+        decision: DecisionId,
+        /// Who vetoed.
+        by: AgentId,
+        /// The veto's reason.
+        reason: String,
+    },
+}
+
+impl ConflictSubject {
+    /// The task the conflict is about.
+    pub fn task_id(&self) -> &str {
+        match self {
+            ConflictSubject::Escalation { task_id, .. }
+            | ConflictSubject::Acceptance { task_id, .. }
+            | ConflictSubject::VetoedPlan { task_id, .. } => task_id,
+        }
+    }
 }
 
 /// `vote_request`: an arbitrator asks the other powers to vote.
@@ -67,6 +131,9 @@ pub struct ArbitrationResult {
     pub tally: Tally,
     /// Who arbitrated.
     pub arbitrator: AgentId,
+    /// What the conflict was about (from its report), for the parties to act on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<ConflictSubject>,
 }
 
 /// What a peer asks for in a `peer_help_request`.
@@ -75,7 +142,8 @@ pub struct ArbitrationResult {
 pub enum HelpRequest {
     /// Share what is on your board.
     ShareKnowledge,
-    /// Take over this subtask if you are idle.
+    /// Take over this subtask if you are idle (and hold its tool): sent by an executor that
+    /// cannot finish it to a peer of the same lead.
     TakeOverTask {
         /// The subtask (boxed: it is much larger than the other variant).
         subtask: Box<Subtask>,
@@ -135,6 +203,19 @@ pub enum StatusReport {
         decision: agent_state::DecisionId,
         /// Its status after this power's signature or veto.
         status: agent_state::DecisionStatus,
+    },
+    /// An executor took over a subtask from a peer of the same lead (which could not finish
+    /// it and asked with [`HelpRequest::TakeOverTask`]): sent by the one that took it to their
+    /// lead, which makes it the step's assignee.
+    HandedOver {
+        /// The task.
+        task_id: String,
+        /// The step.
+        step_id: String,
+        /// The executor that gave it up.
+        from: AgentId,
+        /// The executor that has it now (the sender).
+        to: AgentId,
     },
 }
 

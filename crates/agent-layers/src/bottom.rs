@@ -1,14 +1,39 @@
 //! The bottom layer: executors that run tools for their lead, record results on their board,
 //! report progress, help peers and answer status queries (seed 000 §6).
+//!
+//! **Peer help.** An executor knows its peers, the other executors of its lead
+//! ([`BottomAgent::with_peers`]), and helps only them:
+//! - a subtask it cannot finish — a scripted step whose tool it lacks, or a failure that would
+//!   exhaust its retries — it first offers to its peers able to run it (holding the step's
+//!   tool), one at a time, each at most once per subtask (`take_over_task`). A peer accepts
+//!   when it is idle (nothing queued, not retrying) and able, and tells their lead
+//!   (`StatusReport::HandedOver`), which makes it the step's assignee; the subtask leaves the
+//!   asker's queue. A refusal (busy, unable, too late) or no answer within
+//!   [`PEER_HELP_TIMEOUT_MS`] moves on to the next peer; when none is left the asker fails as
+//!   it would have ([`AgentError::GaveUp`]: its lead gets the subtask back with an
+//!   `error_report` and reassigns or escalates it). A subtask taken over from a peer is never
+//!   offered again: its failure goes to the lead. The pending offer is part of the saved
+//!   state, so a crash neither loses it nor makes it twice;
+//! - when a goal step (its reasoner chooses the calls) fails and will be retried, it asks one
+//!   peer not asked yet to share its board (`share_knowledge`); the answer joins the retried
+//!   tool loop's history, for the reasoner to use;
+//! - a request from anyone else (an executor of another lead) is refused, audited as
+//!   [`AuditEvent::Denied`].
+//!
+//! Every ask and answer is audited ([`AuditEvent::PeerHelp`]) and noted on the executor's
+//! board.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use agent_core::protocol::{HelpRequest, HelpResponse, StatusReport};
-use agent_core::{AgentBehavior, AgentContext, AgentError, AuditEvent};
+use agent_core::{
+    AgentBehavior, AgentContext, AgentError, AuditEvent, PeerHelpOutcome, PeerHelpRequest,
+};
 use agent_state::{
-    AgentResult, Assignment, BoardId, BoardSnapshot, GuardSettings, Message, MessageKind, OnStuck,
-    ProgressReport, ProgressStatus, ResultStatus, Subtask, SubtaskResult, TaskFailure,
+    AgentId, AgentResult, Assignment, BoardId, BoardSnapshot, ErrorClass, GuardSettings, Message,
+    MessageId, MessageKind, OnStuck, ProgressReport, ProgressStatus, ResultStatus, Subtask,
+    SubtaskResult, TaskFailure, Timestamp,
 };
 
 use crate::kind::{self, KindEnd, KindRunner};
@@ -26,12 +51,25 @@ pub struct BottomSpec {
     /// `None`: its reasoner chooses tool calls.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<Arc<str>>,
+    /// An OODA agent (seed 004, `agent-ooda`) with this configuration instead of a tool-loop
+    /// executor: it takes its lead's subtasks as objectives and runs its own loop; `tools` is
+    /// the most it may hold (its configuration's tools, and any it adds to itself, are among
+    /// them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ooda: Option<Arc<agent_state::ooda::OodaConfig>>,
 }
 
 impl BottomSpec {
     /// An executor allowed `tools`.
     pub fn new<S: Into<String>>(tools: impl IntoIterator<Item = S>) -> Self {
-        Self { tools: tools.into_iter().map(Into::into).collect(), kind: None }
+        Self { tools: tools.into_iter().map(Into::into).collect(), kind: None, ooda: None }
+    }
+
+    /// The same executor as an OODA agent with `config` (see [`ooda`](Self::ooda)).
+    #[must_use]
+    pub fn with_ooda(mut self, config: agent_state::ooda::OodaConfig) -> Self {
+        self.ooda = Some(Arc::new(config));
+        self
     }
 
     /// The same executor running its subtasks through the executor kind `kind`. The kind is
@@ -47,6 +85,44 @@ impl BottomSpec {
     }
 }
 
+/// How long an executor waits for a peer's answer to a take-over request before it asks the
+/// next peer (on the run's clock). A peer refuses a request older than half of it as too late,
+/// so that an acceptance does not cross the asker moving on.
+pub const PEER_HELP_TIMEOUT_MS: u64 = 20_000;
+
+/// The executors of one lead and their tools, shared by all of them.
+pub type Peers = Arc<[(AgentId, Arc<[String]>)]>;
+
+/// Peer help for one subtask, kept in the executor's saved state.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct Help {
+    /// Taken over from this peer: never offered to a peer again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    taken_from: Option<AgentId>,
+    /// The failure that made the executor offer it (what its lead gets if no peer takes it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    failure: Option<String>,
+    /// The peers offered it so far, with their answers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    asked: Vec<(AgentId, String)>,
+    /// The offer waiting for its answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    waiting: Option<Ask>,
+    /// The peers asked to share their knowledge.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    knowledge: Vec<Ask>,
+}
+
+/// One request to a peer.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Ask {
+    peer: AgentId,
+    message: MessageId,
+    since: Timestamp,
+    #[serde(default)]
+    answered: bool,
+}
+
 /// A bottom-layer agent.
 pub struct BottomAgent {
     spec: BottomSpec,
@@ -60,7 +136,17 @@ pub struct BottomAgent {
     runner: Option<KindRunner>,
     /// The team's guards (a tool loop that repeats itself is stopped).
     guards: GuardSettings,
+    /// The executors of the same lead (this one may be among them).
+    peers: Option<Peers>,
+    /// Peer help by subtask key, while the subtask is queued.
+    help: BTreeMap<String, Help>,
+    /// The peers' requests answered lately (not saved): a turn that fails after answering
+    /// takes the request again, and it is not answered (nor audited) twice.
+    answered: VecDeque<MessageId>,
 }
+
+/// How many answered peer requests an executor remembers.
+const MAX_ANSWERED: usize = 16;
 
 impl BottomAgent {
     /// An executor with its tools.
@@ -73,7 +159,20 @@ impl BottomAgent {
             returns: false,
             runner: None,
             guards: GuardSettings::default(),
+            peers: None,
+            help: BTreeMap::new(),
+            answered: VecDeque::new(),
         }
+    }
+
+    /// The same executor with its peers: the executors of its lead, with their tools (the list
+    /// may hold this executor too: it is skipped). It offers them the subtasks it cannot finish,
+    /// asks them for knowledge, and answers their requests; without peers (a spawned
+    /// executor) it asks no one and refuses every peer's request.
+    #[must_use]
+    pub fn with_peers(mut self, peers: impl Into<Peers>) -> Self {
+        self.peers = Some(peers.into());
+        self
     }
 
     /// The same executor with the team's guards: a tool loop that repeats the same call
@@ -117,58 +216,82 @@ impl BottomAgent {
         self.queue.push_back(subtask);
     }
 
-    /// Works through the queue: each subtask's tool loop runs until it ends or has to wait.
+    /// Works through the queue: each subtask's tool loop runs until it ends or has to wait. A
+    /// subtask offered to a peer waits for the answer.
     async fn work(&mut self, ctx: &mut AgentContext) -> Result<(), AgentError> {
         while let Some(subtask) = self.queue.front().cloned() {
-            if let (Some(kind), Some(runner)) = (self.spec.kind.clone(), self.runner.clone())
-                && kind::runs_through(&kind, &subtask)
-            {
-                self.run_kind(ctx, &runner, &kind, &subtask).await?;
-                self.queue.pop_front();
-                self.done.push(subtask.key());
-                continue;
+            let key = subtask.key();
+            if self.help.get(&key).is_some_and(|h| h.failure.is_some()) {
+                return self.hand_over(ctx, &subtask).await;
             }
-            if subtask.step.is_scripted() && !self.spec.tools.contains(&subtask.step.tool) {
-                return Err(AgentError::NotAllowed(format!(
-                    "executor `{}` does not have the tool `{}` (it has: {})",
-                    ctx.id(),
-                    subtask.step.tool,
-                    self.spec.tools.join(", ")
-                )));
-            }
-            let mut work = match self.current.take() {
-                Some(w) if w.key() == subtask.key() => w,
-                _ => WorkLoop::new(subtask.clone(), ctx.now()),
-            };
-            let means = Means {
-                tools: &self.spec.tools,
-                supervises: false,
-                returns: self.returns,
-                guards: self.guards,
-            };
-            // On an error the loop is dropped: the retry starts the subtask's loop again (its
-            // side-effecting calls are journaled, so none runs twice), on the same clock: the
-            // subtask's time limit counts from its first start.
-            let progress = match work.run(ctx, &means).await {
-                Ok(progress) => progress,
-                Err(error) => {
-                    self.current = Some(WorkLoop::new(subtask.clone(), work.started));
-                    return Err(error);
-                }
-            };
-            match progress {
-                Progress::Suspended => {
-                    self.current = Some(work);
-                    return Ok(());
-                }
-                Progress::Done(outcome) => {
-                    self.finish(ctx, &subtask, work.started, *outcome).await?;
+            match self.run_front(ctx, &subtask).await {
+                Ok(true) => {
                     self.queue.pop_front();
-                    self.done.push(subtask.key());
+                    self.help.remove(&key);
+                    self.done.push(key);
                 }
+                Ok(false) => return Ok(()),
+                Err(error) => return self.failed(ctx, &subtask, error).await,
             }
         }
         Ok(())
+    }
+
+    /// Runs the subtask at the front of the queue: `true` when it is over (reported), `false`
+    /// when its loop waits.
+    async fn run_front(
+        &mut self,
+        ctx: &mut AgentContext,
+        subtask: &Subtask,
+    ) -> Result<bool, AgentError> {
+        if let (Some(kind), Some(runner)) = (self.spec.kind.clone(), self.runner.clone())
+            && kind::runs_through(&kind, subtask)
+        {
+            self.run_kind(ctx, &runner, &kind, subtask).await?;
+            return Ok(true);
+        }
+        if subtask.step.is_scripted() && !self.spec.tools.contains(&subtask.step.tool) {
+            return Err(AgentError::NotAllowed(format!(
+                "executor `{}` does not have the tool `{}` (it has: {})",
+                ctx.id(),
+                subtask.step.tool,
+                self.spec.tools.join(", ")
+            )));
+        }
+        let mut work = match self.current.take() {
+            Some(w) if w.key() == subtask.key() => w,
+            _ => WorkLoop::new(subtask.clone(), ctx.now()),
+        };
+        let means = Means {
+            tools: &self.spec.tools,
+            supervises: false,
+            returns: self.returns,
+            guards: self.guards,
+        };
+        // On an error the loop is dropped: the retry starts the subtask's loop again (its
+        // side-effecting calls are journaled, so none runs twice), on the same clock: the
+        // subtask's time limit counts from its first start. What a peer shares meanwhile joins
+        // the new loop.
+        let progress = match work.run(ctx, &means).await {
+            Ok(progress) => progress,
+            Err(error) => {
+                self.current = Some(WorkLoop::new(subtask.clone(), work.started));
+                return Err(error);
+            }
+        };
+        match progress {
+            Progress::Suspended => {
+                self.current = Some(work);
+                Ok(false)
+            }
+            Progress::Done(outcome) => {
+                if let Err(error) = self.finish(ctx, subtask, work.started, *outcome).await {
+                    self.current = Some(WorkLoop::new(subtask.clone(), work.started));
+                    return Err(error);
+                }
+                Ok(true)
+            }
+        }
     }
 
     /// Runs `subtask` as one run of the executor's kind and reports how it ended.
@@ -367,6 +490,306 @@ impl BottomAgent {
     }
 }
 
+/// Errors of the work itself (a tool, the reasoner), which another executor may not meet;
+/// not those of the services every agent shares.
+fn work_error(error: &AgentError) -> bool {
+    matches!(error, AgentError::ToolFailed { .. } | AgentError::Tool(_) | AgentError::Reason(_))
+}
+
+/// Audits a peer-help event and notes it on the executor's board.
+async fn note(
+    ctx: &AgentContext,
+    peer: &AgentId,
+    step: Option<&str>,
+    request: PeerHelpRequest,
+    outcome: PeerHelpOutcome,
+) -> Result<(), AgentError> {
+    let line = match step {
+        Some(step) => format!("- peer help ({request}) {step} with [{peer}]: {outcome}"),
+        None => format!("- peer help ({request}) with [{peer}]: {outcome}"),
+    };
+    ctx.audit(AuditEvent::PeerHelp {
+        peer: peer.clone(),
+        step: step.map(str::to_owned),
+        request,
+        outcome,
+    })
+    .await?;
+    ctx.append_own(&line).await?;
+    Ok(())
+}
+
+impl BottomAgent {
+    fn is_peer(&self, me: &AgentId, agent: &AgentId) -> bool {
+        agent != me && self.peers.iter().flat_map(|p| p.iter()).any(|(p, _)| p == agent)
+    }
+
+    /// The peers that could run `subtask` (for a scripted step: those holding its tool), in
+    /// the lead's order.
+    fn able_peers(&self, me: &AgentId, subtask: &Subtask) -> Vec<AgentId> {
+        self.peers
+            .iter()
+            .flat_map(|p| p.iter())
+            .filter(|(p, tools)| {
+                p != me && (!subtask.step.is_scripted() || tools.contains(&subtask.step.tool))
+            })
+            .map(|(p, _)| p.clone())
+            .collect()
+    }
+
+    /// The subtask at the front of the queue failed with `error`. One it cannot finish (its
+    /// tool is missing, or the failure would exhaust its retries) is offered to its able peers
+    /// first, unless it was taken over from a peer; a goal step's failure that will be retried
+    /// asks a peer for its knowledge. Otherwise (and then too) the error goes on as before.
+    async fn failed(
+        &mut self,
+        ctx: &mut AgentContext,
+        subtask: &Subtask,
+        error: AgentError,
+    ) -> Result<(), AgentError> {
+        let key = subtask.key();
+        let taken = self.help.get(&key).is_some_and(|h| h.taken_from.is_some());
+        let missing_tool = matches!(error, AgentError::NotAllowed(_))
+            && subtask.step.is_scripted()
+            && !self.spec.tools.contains(&subtask.step.tool);
+        let transient = error.class() == ErrorClass::Transient && work_error(&error);
+        let exhausted = transient && ctx.retries() >= ctx.config().max_retries;
+        if !taken && (missing_tool || exhausted) && !self.able_peers(ctx.id(), subtask).is_empty() {
+            tracing::info!(agent = %ctx.id(), step = %key, %error, "offering the subtask to a peer");
+            self.current = None;
+            self.help.entry(key).or_default().failure = Some(error.to_string());
+            return self.hand_over(ctx, subtask).await;
+        }
+        if transient && !exhausted && !subtask.step.is_scripted() {
+            self.ask_knowledge(ctx, subtask).await?;
+        }
+        Err(error)
+    }
+
+    /// Carries on offering `subtask` to a peer: waits for the pending answer, asks the next
+    /// able peer, or, when none is left, gives it up ([`AgentError::GaveUp`]: the agent fails
+    /// and its lead gets the subtask back).
+    async fn hand_over(
+        &mut self,
+        ctx: &mut AgentContext,
+        subtask: &Subtask,
+    ) -> Result<(), AgentError> {
+        let key = subtask.key();
+        let now = ctx.now();
+        let able = self.able_peers(ctx.id(), subtask);
+        let Some(help) = self.help.get_mut(&key) else { return Ok(()) };
+        if let Some(ask) = &help.waiting {
+            if now.millis_since(ask.since) < PEER_HELP_TIMEOUT_MS {
+                return Ok(());
+            }
+            let peer = ask.peer.clone();
+            help.waiting = None;
+            help.asked.push((peer.clone(), "no answer".into()));
+            note(ctx, &peer, Some(&key), PeerHelpRequest::TakeOver, PeerHelpOutcome::NoAnswer)
+                .await?;
+        }
+        let next = able.into_iter().find(|p| !help.asked.iter().any(|(a, _)| a == p));
+        let Some(peer) = next else {
+            let peers: Vec<String> = help.asked.iter().map(|(p, r)| format!("{p}: {r}")).collect();
+            let error = help.failure.clone().unwrap_or_default();
+            return Err(AgentError::GaveUp { error, peers: peers.join("; ") });
+        };
+        let request = HelpRequest::TakeOverTask { subtask: Box::new(subtask.clone()) };
+        let message = ctx.send(&peer, MessageKind::PeerHelpRequest, &request).await?;
+        help.waiting = Some(Ask { peer: peer.clone(), message, since: now, answered: false });
+        note(ctx, &peer, Some(&key), PeerHelpRequest::TakeOver, PeerHelpOutcome::Asked).await
+    }
+
+    /// Asks one peer not asked yet for `subtask` to share its knowledge (its board).
+    async fn ask_knowledge(
+        &mut self,
+        ctx: &mut AgentContext,
+        subtask: &Subtask,
+    ) -> Result<(), AgentError> {
+        let key = subtask.key();
+        let me = ctx.id().clone();
+        let help = self.help.entry(key.clone()).or_default();
+        let Some(peer) = self
+            .peers
+            .iter()
+            .flat_map(|p| p.iter())
+            .map(|(p, _)| p)
+            .find(|p| **p != me && !help.knowledge.iter().any(|a| &a.peer == *p))
+            .cloned()
+        else {
+            return Ok(());
+        };
+        let now = ctx.now();
+        let message =
+            ctx.send(&peer, MessageKind::PeerHelpRequest, &HelpRequest::ShareKnowledge).await?;
+        help.knowledge.push(Ask { peer: peer.clone(), message, since: now, answered: false });
+        note(ctx, &peer, Some(&key), PeerHelpRequest::ShareKnowledge, PeerHelpOutcome::Asked).await
+    }
+
+    /// Who asks for help in `message`, if it is a peer; anyone else is refused, audited.
+    async fn asking_peer(
+        &self,
+        ctx: &AgentContext,
+        message: &Message,
+    ) -> Result<Result<AgentId, HelpResponse>, AgentError> {
+        if let Some(peer) = message.from.agent().filter(|a| self.is_peer(ctx.id(), a)) {
+            return Ok(Ok(peer.clone()));
+        }
+        ctx.audit(AuditEvent::Denied {
+            action: format!("peer help request from {}", message.from),
+            error: "an executor helps only the executors of its own lead".into(),
+        })
+        .await?;
+        Ok(Err(HelpResponse::Refused {
+            reason: "only executors of my own lead may ask me for help".into(),
+        }))
+    }
+
+    /// A peer asks for this executor's knowledge: its board.
+    async fn share(
+        &mut self,
+        ctx: &mut AgentContext,
+        message: &Message,
+    ) -> Result<HelpResponse, AgentError> {
+        let peer = match self.asking_peer(ctx, message).await? {
+            Ok(peer) => peer,
+            Err(refused) => return Ok(refused),
+        };
+        let board = ctx.read_board(&BoardId::Agent(ctx.id().clone())).await?;
+        note(ctx, &peer, None, PeerHelpRequest::ShareKnowledge, PeerHelpOutcome::Shared).await?;
+        Ok(HelpResponse::Knowledge { knowledge: board.content })
+    }
+
+    /// A peer offers `subtask`: taken when this executor is idle (nothing queued, not
+    /// retrying) and able (holds a scripted step's tool) and the offer is recent; their lead is
+    /// told who has it now.
+    async fn take_over(
+        &mut self,
+        ctx: &mut AgentContext,
+        message: &Message,
+        mut subtask: Subtask,
+    ) -> Result<HelpResponse, AgentError> {
+        let peer = match self.asking_peer(ctx, message).await? {
+            Ok(peer) => peer,
+            Err(refused) => return Ok(refused),
+        };
+        let key = subtask.key();
+        if self.queue.iter().any(|s| s.key() == key) {
+            return Ok(HelpResponse::Accepted); // redelivered: taken already
+        }
+        let refusal = if self.done.contains(&key) {
+            Some("I ran this step already".to_owned())
+        } else if subtask.step.is_scripted() && !self.spec.tools.contains(&subtask.step.tool) {
+            Some(format!("I do not have the tool `{}`", subtask.step.tool))
+        } else if !self.queue.is_empty() || ctx.retries() > 0 {
+            Some("busy".to_owned())
+        } else if ctx.now().millis_since(message.timestamp) >= PEER_HELP_TIMEOUT_MS / 2 {
+            Some("the request came too late".to_owned())
+        } else {
+            None
+        };
+        if let Some(reason) = refusal {
+            let outcome = PeerHelpOutcome::Refused { reason: reason.clone() };
+            note(ctx, &peer, Some(&key), PeerHelpRequest::TakeOver, outcome).await?;
+            return Ok(HelpResponse::Refused { reason });
+        }
+        let me = ctx.id().clone();
+        subtask.assignee = me.clone();
+        subtask.attempt += 1;
+        note(ctx, &peer, Some(&key), PeerHelpRequest::TakeOver, PeerHelpOutcome::Accepted).await?;
+        if let Some(lead) = ctx.config().supervisor.clone() {
+            let report = StatusReport::HandedOver {
+                task_id: subtask.task_id.clone(),
+                step_id: subtask.step.id.clone(),
+                from: peer.clone(),
+                to: me,
+            };
+            ctx.send(&lead, MessageKind::StatusReport, &report).await?;
+        }
+        self.help.insert(key, Help { taken_from: Some(peer), ..Help::default() });
+        self.accept(subtask);
+        Ok(HelpResponse::Accepted)
+    }
+
+    /// A peer answered one of this executor's requests.
+    async fn answered(
+        &mut self,
+        ctx: &mut AgentContext,
+        message: &Message,
+    ) -> Result<(), AgentError> {
+        let (Some(from), Some(correlation)) =
+            (message.from.agent().cloned(), message.correlation_id)
+        else {
+            return Ok(());
+        };
+        let offer = self.help.iter().find_map(|(key, h)| {
+            h.waiting
+                .as_ref()
+                .filter(|a| a.message == correlation && a.peer == from)
+                .map(|_| key.clone())
+        });
+        let knowledge = self.help.iter().find_map(|(key, h)| {
+            h.knowledge
+                .iter()
+                .any(|a| a.message == correlation && a.peer == from)
+                .then(|| key.clone())
+        });
+        if offer.is_none() && knowledge.is_none() {
+            return Ok(()); // not awaited (answered already, or given up)
+        }
+        let Some(response) = ctx.read_payload::<HelpResponse>(message).await? else {
+            return Ok(());
+        };
+        if let Some(key) = offer {
+            match response {
+                HelpResponse::Accepted => {
+                    let outcome = PeerHelpOutcome::HandedOver;
+                    note(ctx, &from, Some(&key), PeerHelpRequest::TakeOver, outcome).await?;
+                    self.queue.retain(|s| s.key() != key);
+                    if self.current.as_ref().is_some_and(|w| w.key() == key) {
+                        self.current = None;
+                    }
+                    self.help.remove(&key);
+                }
+                HelpResponse::Refused { reason } => {
+                    let outcome = PeerHelpOutcome::Refused { reason: reason.clone() };
+                    note(ctx, &from, Some(&key), PeerHelpRequest::TakeOver, outcome).await?;
+                    if let Some(help) = self.help.get_mut(&key) {
+                        help.waiting = None;
+                        help.asked.push((from, reason));
+                    }
+                }
+                _ => {}
+            }
+            return Ok(());
+        }
+        let Some(key) = knowledge else { return Ok(()) };
+        let first = self
+            .help
+            .get_mut(&key)
+            .and_then(|h| h.knowledge.iter_mut().find(|a| a.message == correlation))
+            .is_some_and(|a| !std::mem::replace(&mut a.answered, true));
+        let (outcome, said) = match response {
+            HelpResponse::Knowledge { knowledge } => (
+                PeerHelpOutcome::Shared,
+                Some(format!("shared what it knows (its board):\n{knowledge}")),
+            ),
+            HelpResponse::Refused { reason } => (PeerHelpOutcome::Refused { reason }, None),
+            _ => return Ok(()),
+        };
+        if first {
+            note(ctx, &from, Some(&key), PeerHelpRequest::ShareKnowledge, outcome).await?;
+        }
+        // Heard by the subtask's loop (again if a failed turn's retry dropped it).
+        if let (Some(said), Some(work)) = (said, self.current.as_mut().filter(|w| w.key() == key))
+            && !work.has_heard(&from, &said)
+        {
+            work.heard(&from, &said);
+        }
+        Ok(())
+    }
+}
+
 /// At most this much of an interrupted call's output travels in reports.
 const MAX_PARTIAL: usize = 1024;
 
@@ -421,19 +844,14 @@ impl AgentBehavior for BottomAgent {
                     let Some(request) = ctx.read_payload::<HelpRequest>(message).await? else {
                         continue;
                     };
+                    let from_peer = !matches!(request, HelpRequest::Speak { .. });
+                    if from_peer && self.answered.contains(&message.id) {
+                        continue; // answered in a turn that failed after: the answer went out
+                    }
                     let response = match request {
-                        HelpRequest::ShareKnowledge => {
-                            let board = ctx.read_board(&BoardId::Agent(ctx.id().clone())).await?;
-                            HelpResponse::Knowledge { knowledge: board.content }
-                        }
+                        HelpRequest::ShareKnowledge => self.share(ctx, message).await?,
                         HelpRequest::TakeOverTask { subtask } => {
-                            let idle = self.queue.is_empty() && ctx.retries() == 0;
-                            if idle {
-                                self.accept(*subtask);
-                                HelpResponse::Accepted
-                            } else {
-                                HelpResponse::Refused { reason: "busy".into() }
-                            }
+                            self.take_over(ctx, message, *subtask).await?
                         }
                         HelpRequest::Speak { message: said } => {
                             let Some(from) =
@@ -462,11 +880,31 @@ impl AgentBehavior for BottomAgent {
                         }
                     };
                     ctx.reply(message, MessageKind::PeerHelpResponse, &response).await?;
+                    if from_peer {
+                        if self.answered.len() == MAX_ANSWERED {
+                            self.answered.pop_front();
+                        }
+                        self.answered.push_back(message.id);
+                    }
                 }
+                MessageKind::PeerHelpResponse => self.answered(ctx, message).await?,
                 MessageKind::StatusQuery if from_supervisor => {
                     let report =
                         StatusReport::Agent { status: ctx.status(), current: self.current_work() };
                     ctx.reply(message, MessageKind::StatusReport, &report).await?;
+                }
+                MessageKind::ArbitrationResult => {
+                    // A party to a dispute over its result: its lead acts on the ruling (takes
+                    // the result, or has another executor redo the step); it keeps the record.
+                    if let Some(ruling) =
+                        ctx.read_payload::<agent_core::protocol::ArbitrationResult>(message).await?
+                    {
+                        ctx.append_own(&format!(
+                            "- arbitration `{}` by {}: {}",
+                            ruling.conflict_id, ruling.arbitrator, ruling.resolution
+                        ))
+                        .await?;
+                    }
                 }
                 _ => {}
             }
@@ -487,10 +925,15 @@ impl AgentBehavior for BottomAgent {
     }
 
     fn snapshot(&self) -> serde_json::Value {
-        if self.queue.is_empty() && self.done.is_empty() {
+        if self.queue.is_empty() && self.done.is_empty() && self.help.is_empty() {
             return serde_json::Value::Null;
         }
-        serde_json::json!({ "queue": self.queue, "done": self.done, "current": self.current })
+        let mut saved =
+            serde_json::json!({ "queue": self.queue, "done": self.done, "current": self.current });
+        if !self.help.is_empty() {
+            saved["help"] = serde_json::json!(self.help);
+        }
+        saved
     }
 
     fn restore(&mut self, state: serde_json::Value) -> Result<(), AgentError> {
@@ -500,6 +943,8 @@ impl AgentBehavior for BottomAgent {
             done: Vec<String>,
             #[serde(default)]
             current: Option<WorkLoop>,
+            #[serde(default)]
+            help: BTreeMap<String, Help>,
         }
         if state.is_null() {
             return Ok(());
@@ -510,6 +955,7 @@ impl AgentBehavior for BottomAgent {
         self.queue = saved.queue;
         self.done = saved.done;
         self.current = saved.current;
+        self.help = saved.help;
         Ok(())
     }
 
@@ -519,7 +965,11 @@ impl AgentBehavior for BottomAgent {
 
     fn abandon_work(&mut self) -> Option<Subtask> {
         self.current = None;
-        self.queue.pop_front()
+        let abandoned = self.queue.pop_front();
+        if let Some(subtask) = &abandoned {
+            self.help.remove(&subtask.key());
+        }
+        abandoned
     }
 
     fn waiting_on(&self, me: &agent_state::AgentId) -> Vec<agent_state::WaitEdge> {

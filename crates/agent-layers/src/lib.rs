@@ -9,7 +9,23 @@
 //!   executors, writes the allocation plan, aggregates their reports, reassigns the work of a
 //!   failed executor, escalates what it cannot place, and reports upward;
 //! - [`BottomAgent`] (seed 000 §6): takes subtasks only from its lead, runs them through the
-//!   tool registry, records results on its board, reports, helps peers, answers status queries.
+//!   tool registry, records results on its board, reports, answers status queries, and helps
+//!   the other executors of its lead ([`BottomAgent::with_peers`]): a subtask it cannot finish
+//!   (its tool is missing, or its retries would run out) it first offers to them, one at a
+//!   time, before failing to its lead (which follows a step handed over to its new assignee); a
+//!   retried goal step asks one of them for its knowledge; it takes a peer's subtask when idle
+//!   and able, and refuses anyone else's request, audited.
+//!
+//! Conflicts (seed 000 §4, [`ArbitrationSettings`](agent_state::ArbitrationSettings)): a lead
+//! whose step every able executor failed reports a conflict with its power instead of failing
+//! the task (`retry` or `abandon`); a lead whose reasoner finds an executor's result short of
+//! the step's `acceptance` check disputes it (`redo` or `accept`); a proposer whose plan is
+//! vetoed puts it to the vote when the team arbitrates vetoes (`proceed` or `abandon`). The
+//! power arbitrates by a weighted vote of the powers holding `arbitrate`, publishes the result
+//! on the global board, sends it to the parties, and each party acts on it (the lead places
+//! the step again or takes the result, the power fails the task or runs the plan). A report
+//! from an agent not party to the conflict, a vote nobody asked for and a ruling from anyone
+//! but a power are refused and audited.
 //!
 //! Goal-driven teams (seed 003): given a goal without steps, the proposing power asks its
 //! reasoner to plan it (steps and the leads to create) and, once the plan is signed, creates the
@@ -56,7 +72,7 @@ use std::sync::Arc;
 use agent_state::AgentId;
 use serde::{Deserialize, Serialize};
 
-pub use bottom::{BottomAgent, BottomSpec};
+pub use bottom::{BottomAgent, BottomSpec, PEER_HELP_TIMEOUT_MS, Peers};
 pub use kind::KindRunner;
 pub use mid::{MAX_FAILURES_BEFORE_DISMISSAL, MidAgent, MidSpec};
 pub use top::{PLAN_AUTHORITY, TopAgent, TopSpec, route};

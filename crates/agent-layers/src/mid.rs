@@ -1,19 +1,24 @@
 //! The mid layer: leads that decompose work, delegate it to executors, follow it, reassign it
 //! when an executor fails, escalate what they cannot place, and report upward (seed 000 §5).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use agent_core::protocol::{ErrorReport, Escalation, PeerCoordination, StatusReport, Warning};
+use agent_core::protocol::{
+    ArbitrationResult, ConflictReport, ConflictSubject, ErrorReport, Escalation, PeerCoordination,
+    StatusReport, Warning,
+};
 use agent_core::{AgentBehavior, AgentContext, AgentError, AuditEvent, Candidate, ReasonError};
 use agent_state::{
-    AgentId, Assignment, BoardSnapshot, GuardSettings, Message, MessageKind, ProgressReport,
-    ProgressStatus, Subtask, SubtaskResult, TaskFailure, WorkPackage,
+    AgentId, ArbitrationSettings, Assignment, BoardSnapshot, GuardSettings, Message, MessageKind,
+    ProgressReport, ProgressStatus, Subtask, SubtaskResult, TaskFailure, WorkPackage,
 };
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::work::{Means, Outcome, Progress, WorkLoop};
+
+mod handover;
 
 /// A lead's settings (seed 000 §5 `MidLayerAgentConfig`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -36,6 +41,8 @@ pub struct MidAgent {
     supervises: bool,
     /// The team's guards (its own tool loops that repeat themselves are stopped).
     guards: GuardSettings,
+    /// Which of its disagreements and escalations go to the top layer's vote.
+    arbitration: ArbitrationSettings,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -61,6 +68,16 @@ struct WorkState {
     /// A supervising lead's tool loop per step still in progress.
     #[serde(default)]
     loops: BTreeMap<String, WorkLoop>,
+    /// Steps that went to the top layer's vote once (a step is arbitrated at most once).
+    #[serde(default)]
+    arbitrated: BTreeSet<String>,
+    /// Steps escalated as a conflict, waiting for the ruling.
+    #[serde(default)]
+    escalated: BTreeSet<String>,
+    /// Results this lead disputes (they fall short of the step's acceptance check), waiting
+    /// for the ruling.
+    #[serde(default)]
+    disputed: BTreeMap<String, SubtaskResult>,
 }
 
 impl WorkState {
@@ -74,6 +91,9 @@ impl WorkState {
             results: BTreeMap::new(),
             closed: false,
             loops: BTreeMap::new(),
+            arbitrated: BTreeSet::new(),
+            escalated: BTreeSet::new(),
+            disputed: BTreeMap::new(),
         }
     }
 }
@@ -211,7 +231,17 @@ impl MidAgent {
             work: BTreeMap::new(),
             supervises: false,
             guards: GuardSettings::default(),
+            arbitration: ArbitrationSettings::default(),
         }
+    }
+
+    /// The same lead settling with the top layer's vote what the settings say: a step no
+    /// executor could finish (instead of failing the task at once), and a result that falls
+    /// short of the step's acceptance check while its executor reports it done.
+    #[must_use]
+    pub fn with_arbitration(mut self, arbitration: ArbitrationSettings) -> Self {
+        self.arbitration = arbitration;
+        self
     }
 
     /// The same lead with the team's guards: its own tool loops (a supervising lead's) that
@@ -488,7 +518,7 @@ impl MidAgent {
         .await?;
         let Some(key) = self.package_of(&report.task_id, &result.step_id) else { return Ok(()) };
         let Some(state) = self.work.get_mut(&key) else { return Ok(()) };
-        if state.closed {
+        if state.closed || state.disputed.contains_key(&result.step_id) {
             return Ok(());
         }
         if let Some(failure) = report.failure.filter(|f| {
@@ -519,6 +549,24 @@ impl MidAgent {
             let Some(subtask) = state.subtasks.get(&result.step_id).cloned() else { return Ok(()) };
             return self.reassign(ctx, subtask, result.output).await;
         }
+        if self.arbitration.acceptance
+            && let Some(subtask) = state.subtasks.get(&result.step_id).cloned()
+            && !subtask.step.acceptance.trim().is_empty()
+        {
+            let task = agent_state::Task {
+                id: subtask.task_id.clone(),
+                goal: state.package.goal.clone(),
+                steps: vec![subtask.step.clone()],
+            };
+            let judgement = ctx
+                .reasoner()
+                .judge_progress(ctx.persona(), &task, std::slice::from_ref(&result), "")
+                .await?;
+            if !judgement.complete {
+                return self.dispute(ctx, &key, subtask, executor, result, judgement.summary).await;
+            }
+        }
+        let Some(state) = self.work.get_mut(&key) else { return Ok(()) };
         state.results.insert(result.step_id.clone(), result);
         if let Some(e) = self.executors.iter_mut().find(|e| e.id == executor) {
             e.failed = false;
@@ -526,11 +574,123 @@ impl MidAgent {
         self.report_if_done(ctx, &key).await
     }
 
+    /// The executor reports `subtask` done, but this lead finds `result` falls short of the
+    /// step's acceptance check (`objection`): the first time, lead and executor disagree and
+    /// the top layer votes (`redo` or `accept`) while the result waits; after a ruling, the
+    /// step counts as failed and moves to another executor.
+    async fn dispute(
+        &mut self,
+        ctx: &mut AgentContext,
+        key: &str,
+        subtask: Subtask,
+        executor: AgentId,
+        result: SubtaskResult,
+        objection: String,
+    ) -> Result<(), AgentError> {
+        let Some(state) = self.work.get_mut(key) else { return Ok(()) };
+        let step = subtask.step.id.clone();
+        if !state.arbitrated.insert(step.clone()) {
+            let error = format!("falls short of its acceptance check: {objection}");
+            return self.reassign(ctx, subtask, error).await;
+        }
+        let me = ctx.id().clone();
+        let to = state.from.clone();
+        let conflict = agent_core::Conflict {
+            id: format!("{}/acceptance", subtask.key()),
+            issue: format!(
+                "executor {executor} reports step {step} of task {} done; lead {me} finds it falls short of its acceptance check ({}): {objection}. Redo it on another executor, or accept it?",
+                subtask.task_id, subtask.step.acceptance
+            ),
+            parties: vec![me.clone(), executor.clone()],
+            options: vec![agent_state::ballot::REDO.into(), agent_state::ballot::ACCEPT.into()],
+        };
+        let subject = ConflictSubject::Acceptance {
+            task_id: subtask.task_id.clone(),
+            step: step.clone(),
+            lead: me,
+            executor: executor.clone(),
+            objection,
+        };
+        state.disputed.insert(step, result);
+        ctx.append_own(&format!(
+            "- {} by [{executor}] disputed: put to the top layer's vote",
+            subtask.key()
+        ))
+        .await?;
+        let report = ConflictReport { conflict, subject: Some(subject) };
+        ctx.send(&to, MessageKind::ConflictReport, &report).await?;
+        Ok(())
+    }
+
+    /// A top power's ruling on a conflict this lead is a party to: an escalated step voted
+    /// `retry` is placed again (on any able executor, once), `abandon` closes its package (the
+    /// power fails the task); a disputed result voted `accept` stands, `redo` moves the step to
+    /// another executor.
+    async fn ruling(
+        &mut self,
+        ctx: &mut AgentContext,
+        message: &Message,
+    ) -> Result<(), AgentError> {
+        use agent_state::ballot;
+        let Some(ruling) = ctx.read_payload::<ArbitrationResult>(message).await? else {
+            return Ok(());
+        };
+        ctx.append_own(&format!(
+            "- arbitration `{}` by {}: {}",
+            ruling.conflict_id, ruling.arbitrator, ruling.resolution
+        ))
+        .await?;
+        let Some(subject) = ruling.subject else { return Ok(()) };
+        let (task_id, step) = match &subject {
+            ConflictSubject::Escalation { task_id, step, .. }
+            | ConflictSubject::Acceptance { task_id, step, .. } => (task_id.clone(), step.clone()),
+            ConflictSubject::VetoedPlan { .. } => return Ok(()),
+        };
+        let Some(key) = self.package_of(&task_id, &step) else { return Ok(()) };
+        let Some(state) = self.work.get_mut(&key) else { return Ok(()) };
+        let Some(subtask) = state.subtasks.get(&step).cloned() else { return Ok(()) };
+        if state.closed {
+            return Ok(());
+        }
+        match subject {
+            ConflictSubject::Escalation { failure, .. } => {
+                if !state.escalated.remove(&step) {
+                    return Ok(()); // ruled on already
+                }
+                if ruling.resolution == ballot::RETRY {
+                    // Every executor may take it again.
+                    state.tried.remove(&step);
+                    return self.reassign(ctx, subtask, failure.to_string()).await;
+                }
+                state.closed = true;
+                Ok(())
+            }
+            ConflictSubject::Acceptance { executor, objection, .. } => {
+                let Some(result) = state.disputed.remove(&step) else { return Ok(()) };
+                if ruling.resolution == ballot::ACCEPT {
+                    state.results.insert(step, result);
+                    if let Some(e) = self.executors.iter_mut().find(|e| e.id == executor) {
+                        e.failed = false;
+                    }
+                    return self.report_if_done(ctx, &key).await;
+                }
+                let error = format!("falls short of its acceptance check: {objection}");
+                self.reassign(ctx, subtask, error).await
+            }
+            ConflictSubject::VetoedPlan { .. } => Ok(()),
+        }
+    }
+
     /// The key of the open package holding step `step_id` of task `task_id`.
     fn package_of(&self, task_id: &str, step_id: &str) -> Option<String> {
+        let holds =
+            |w: &WorkState| w.package.task_id == task_id && w.subtasks.contains_key(step_id);
+        // A step placed again in a later wave (after an arbitration) is in an open package;
+        // the package it was first in may be closed.
         self.work
             .iter()
-            .find(|(_, w)| w.package.task_id == task_id && w.subtasks.contains_key(step_id))
+            .find(|(_, w)| !w.closed && holds(w))
+            .or_else(|| self.work.iter().find(|(_, w)| holds(w)))
             .map(|(k, _)| k.clone())
     }
 
@@ -593,13 +753,45 @@ impl MidAgent {
             })
             .min_by(|a, b| (a.failed, a.load, &a.id).cmp(&(b.failed, b.load, &b.id)));
         let Some(next) = next else {
-            state.closed = true;
             let failure = TaskFailure::StepFailed {
                 step: failed.step.id.clone(),
                 attempts: failed.attempt,
                 error,
             };
             let to = state.from.clone();
+            if self.arbitration.escalations && state.arbitrated.insert(failed.step.id.clone()) {
+                // Every able executor failed it: the top layer votes on retrying it or
+                // abandoning the task; the package stays open for the ruling.
+                state.escalated.insert(failed.step.id.clone());
+                let me = ctx.id().clone();
+                let conflict = agent_core::Conflict {
+                    id: format!("{}/escalation", failed.key()),
+                    issue: format!(
+                        "lead {me} cannot finish step {} of task {}: {failure}. Retry the step once more, or abandon the task?",
+                        failed.step.id, failed.task_id
+                    ),
+                    parties: vec![me.clone(), to.clone()],
+                    options: vec![
+                        agent_state::ballot::ABANDON.into(),
+                        agent_state::ballot::RETRY.into(),
+                    ],
+                };
+                let subject = ConflictSubject::Escalation {
+                    task_id: failed.task_id.clone(),
+                    step: failed.step.id.clone(),
+                    lead: me,
+                    failure,
+                };
+                ctx.append_own(&format!(
+                    "- {} failed on every able executor: put to the top layer's vote",
+                    failed.key()
+                ))
+                .await?;
+                let report = ConflictReport { conflict, subject: Some(subject) };
+                ctx.send(&to, MessageKind::ConflictReport, &report).await?;
+                return Ok(());
+            }
+            state.closed = true;
             let escalation = Escalation { task_id: failed.task_id.clone(), failure };
             ctx.send(&to, MessageKind::IssueEscalation, &escalation).await?;
             return Ok(());
@@ -711,8 +903,10 @@ impl AgentBehavior for MidAgent {
             }
             let from_supervisor =
                 message.from.agent().is_some_and(|a| ctx.config().supervisor.as_ref() == Some(a));
+            // Its power, its own supervisor and its executors (an OODA executor asks its lead)
+            // may speak to it.
             if message.kind == MessageKind::PeerHelpRequest
-                && (from_top.is_some() || from_supervisor)
+                && (from_top.is_some() || from_supervisor || from_executor)
             {
                 self.spoken_to(ctx, message).await?;
                 continue;
@@ -763,6 +957,16 @@ impl AgentBehavior for MidAgent {
                 MessageKind::ProgressReport if from_executor => {
                     self.executor_report(ctx, message).await?
                 }
+                MessageKind::ArbitrationResult if from_top.is_some() => {
+                    self.ruling(ctx, message).await?
+                }
+                MessageKind::ArbitrationResult => {
+                    ctx.audit(AuditEvent::Denied {
+                        action: format!("arbitration_result from {}", message.from),
+                        error: "only a top power announces the result of an arbitration".into(),
+                    })
+                    .await?;
+                }
                 MessageKind::ErrorReport if from_executor => {
                     self.executor_failed(ctx, message).await?
                 }
@@ -777,15 +981,20 @@ impl AgentBehavior for MidAgent {
                     ctx.reply(message, MessageKind::PeerCoordinationResponse, &answer).await?;
                 }
                 MessageKind::StatusReport if from_executor => {
-                    if let Some(StatusReport::Agent { status, current }) =
-                        ctx.read_payload(message).await?
-                    {
-                        ctx.append_own(&format!(
-                            "- [{}] status {status}: {}",
-                            message.from,
-                            current.unwrap_or_default()
-                        ))
-                        .await?;
+                    match ctx.read_payload(message).await? {
+                        Some(StatusReport::Agent { status, current }) => {
+                            ctx.append_own(&format!(
+                                "- [{}] status {status}: {}",
+                                message.from,
+                                current.unwrap_or_default()
+                            ))
+                            .await?;
+                        }
+                        Some(StatusReport::HandedOver { task_id, step_id, from, to }) => {
+                            let step = (task_id.as_str(), step_id.as_str());
+                            self.handed_over(ctx, message, step, &from, &to).await?;
+                        }
+                        _ => {}
                     }
                 }
                 MessageKind::Warning => {
@@ -864,13 +1073,20 @@ impl AgentBehavior for MidAgent {
         for w in self.work.values().filter(|w| !w.closed) {
             waits.extend(w.loops.values().flat_map(|l| l.waits(me)));
             // A lead with executors waits for each step it placed and has no result for.
+            // A step put to the vote waits on the top power for the ruling.
             if w.loops.is_empty() {
                 waits.extend(
                     w.subtasks.values().filter(|s| !w.results.contains_key(&s.step.id)).map(|s| {
+                        let ruling =
+                            w.escalated.contains(&s.step.id) || w.disputed.contains_key(&s.step.id);
                         agent_state::WaitEdge {
                             waiter: me.clone(),
-                            on: s.assignee.clone(),
-                            what: format!("the result of step {}", s.key()),
+                            on: if ruling { w.from.clone() } else { s.assignee.clone() },
+                            what: if ruling {
+                                format!("the ruling on step {}", s.key())
+                            } else {
+                                format!("the result of step {}", s.key())
+                            },
                             task: Some(s.task_id.clone()),
                         }
                     }),

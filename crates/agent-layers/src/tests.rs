@@ -5,6 +5,7 @@
 
 mod bottom;
 mod mid;
+mod peers;
 mod team;
 mod top;
 mod work;

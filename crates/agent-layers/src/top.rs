@@ -1,19 +1,27 @@
 //! The top layer: three powers that propose, sign, veto, arbitrate and close tasks
 //! (seed 000 §4).
+//!
+//! Arbitration: a `conflict_report` from one of the conflict's parties is put to a weighted
+//! vote (the power's own vote first, then one from each other power holding `arbitrate`);
+//! [`tally`] decides, the result goes on the global board and to every party as an
+//! `arbitration_result` with the conflict's [`ConflictSubject`], and a power that is a party
+//! acts on it at once (an escalation voted `abandon` fails the task; a vetoed plan voted
+//! `proceed` runs).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use agent_core::protocol::{
-    ArbitrationResult, ConflictReport, ErrorReport, Escalation, StatusReport, VoteRequest,
-    VoteResponse,
+    ArbitrationResult, ConflictReport, ConflictSubject, ErrorReport, Escalation, StatusReport,
+    VoteRequest, VoteResponse,
 };
 use agent_core::{AgentBehavior, AgentContext, AgentError, Conflict, Verdict};
+use agent_state::ballot;
 use agent_state::{
-    Action, Address, AgentId, AgentStatus, Assignment, BoardId, BoardSnapshot, DecisionId,
-    DecisionStatus, LeadRequest, Message, MessageKind, PlanStep, ProgressReport, ProgressStatus,
-    RoleBook, SignOutcome, StepTarget, SubtaskResult, Task, TaskFailure, TaskOutcome, Vote,
-    WorkPackage, tally,
+    Action, Address, AgentId, AgentStatus, ArbitrationSettings, Assignment, BoardId, BoardSnapshot,
+    Capability, DecisionId, DecisionStatus, LeadRequest, Message, MessageKind, PlanStep,
+    ProgressReport, ProgressStatus, RoleBook, SignOutcome, StepTarget, SubtaskResult, Task,
+    TaskFailure, TaskOutcome, Vote, WorkPackage, tally,
 };
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -44,6 +52,12 @@ pub struct TopAgent {
     arbitrations: BTreeMap<String, Arbitration>,
     /// The roles the team may create; a goal's plan names the mid roles to create from them.
     roles: Arc<RoleBook>,
+    /// Which situations the team settles by a vote.
+    arbitration: ArbitrationSettings,
+    /// The other powers that vote in arbitrations (those holding `arbitrate`); `None`: all.
+    voters: Option<Vec<AgentId>>,
+    /// The humans one of whom must also sign each plan this power proposes (`None`: no human).
+    humans: Option<Vec<String>>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -65,6 +79,8 @@ struct TaskState {
 #[derive(Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 enum Phase {
     AwaitingSignatures,
+    /// The plan was vetoed and the powers vote on whether it runs.
+    Arbitrating,
     Running,
     Closed,
 }
@@ -74,6 +90,9 @@ struct Arbitration {
     conflict: Conflict,
     votes: Vec<Vote>,
     awaiting: Vec<AgentId>,
+    /// What the conflict is about, passed on to the parties with the ruling.
+    #[serde(default)]
+    subject: Option<ConflictSubject>,
 }
 
 impl TopAgent {
@@ -87,6 +106,42 @@ impl TopAgent {
             tasks: BTreeMap::new(),
             arbitrations: BTreeMap::new(),
             roles: Arc::default(),
+            arbitration: ArbitrationSettings::default(),
+            voters: None,
+            humans: None,
+        }
+    }
+
+    /// Every plan this power proposes also needs the signature of one of `humans` (a team
+    /// file's `[approvals] plans = true`); the power waits in `waiting_approval` until one of
+    /// them signs or vetoes (`strata approve` / `strata veto`). `None` or an empty list: no human.
+    #[must_use]
+    pub fn with_human_approval(mut self, humans: Option<Vec<String>>) -> Self {
+        self.humans = humans.filter(|h| !h.is_empty());
+        self
+    }
+
+    /// Which situations the team settles by a weighted vote (default
+    /// [`ArbitrationSettings::default`]); a power that proposes plans uses
+    /// [`vetoed_plans`](ArbitrationSettings::vetoed_plans).
+    #[must_use]
+    pub fn with_arbitration(mut self, arbitration: ArbitrationSettings) -> Self {
+        self.arbitration = arbitration;
+        self
+    }
+
+    /// The other powers asked to vote when this one arbitrates: those holding `arbitrate`
+    /// (default: every other power).
+    #[must_use]
+    pub fn with_voters(mut self, voters: Vec<AgentId>) -> Self {
+        self.voters = Some(voters);
+        self
+    }
+
+    fn voters(&self) -> Vec<AgentId> {
+        match &self.voters {
+            Some(v) => v.clone(),
+            None => self.peers.iter().map(|(p, _)| p.clone()).collect(),
         }
     }
 
@@ -254,7 +309,8 @@ impl TopAgent {
             })
         };
         let signers = self.signers(ctx.id());
-        let decision = ctx.propose(content, signers.clone()).await?;
+        let decision =
+            ctx.propose_with_humans(content, signers.clone(), self.humans.clone()).await?;
         for signer in &signers {
             if signer == ctx.id() {
                 ctx.sign(decision).await?;
@@ -275,6 +331,16 @@ impl TopAgent {
             ),
         )
         .await?;
+        if let Some(humans) = &self.humans {
+            ctx.append_to(
+                &BoardId::Global,
+                &format!(
+                    "- decision {decision} also needs one human's signature ({}): `strata approve RUN {decision} --as NAME` or `strata veto RUN {decision} --reason TEXT`",
+                    humans.join(", ")
+                ),
+            )
+            .await?;
+        }
         self.tasks.insert(
             task.id.clone(),
             TaskState {
@@ -352,50 +418,91 @@ impl TopAgent {
             let Some(decision) = ctx.decision(state.decision).await? else { continue };
             match decision.status {
                 DecisionStatus::Pending => {}
-                DecisionStatus::Approved => {
-                    if ctx.status() == AgentStatus::WaitingApproval {
-                        ctx.transition(AgentStatus::Working, "plan approved").await?;
-                    }
-                    if let Some(state) = self.tasks.get_mut(&task_id) {
-                        state.phase = Phase::Running;
-                    }
-                    if let Err(reason) = self.form_team(ctx, &task_id).await? {
-                        if let Some(state) = self.tasks.get_mut(&task_id) {
-                            state.phase = Phase::Closed;
-                        }
-                        let failure =
-                            TaskFailure::Unplaceable { step: "(team formation)".into(), reason };
-                        close(
-                            ctx,
-                            &task_id,
-                            TaskOutcome::Failed { task_id: task_id.clone(), reason: failure },
-                        )
-                        .await?;
-                        continue;
-                    }
-                    self.dispatch_ready(ctx, &task_id).await?;
-                }
+                DecisionStatus::Approved => self.run_plan(ctx, &task_id, "plan approved").await?,
                 DecisionStatus::Vetoed => {
                     let (by, reason) = decision
                         .vetoes
                         .first()
                         .map(|v| (v.vetoer.clone(), v.reason.clone()))
                         .unwrap_or_else(|| (ctx.id().clone(), "vetoed".into()));
-                    if let Some(state) = self.tasks.get_mut(&task_id) {
-                        state.phase = Phase::Closed;
+                    if self.arbitration.vetoed_plans && decision.proposer == *ctx.id() {
+                        // The proposer stands by its plan and the team arbitrates vetoes.
+                        if let Some(state) = self.tasks.get_mut(&task_id) {
+                            state.phase = Phase::Arbitrating;
+                        }
+                        let conflict = Conflict {
+                            id: format!("{task_id}/plan"),
+                            issue: format!(
+                                "{by} vetoed the plan of task {task_id} ({reason}) that {} proposed; run it anyway?",
+                                ctx.id()
+                            ),
+                            parties: vec![ctx.id().clone(), by.clone()],
+                            options: vec![ballot::ABANDON.into(), ballot::PROCEED.into()],
+                        };
+                        let subject = ConflictSubject::VetoedPlan {
+                            task_id: task_id.clone(),
+                            decision: decision.id,
+                            by,
+                            reason,
+                        };
+                        self.start_arbitration(ctx, conflict, Some(subject)).await?;
+                        continue;
                     }
-                    if ctx.status() == AgentStatus::WaitingApproval {
-                        ctx.transition(AgentStatus::Idle, format!("plan vetoed by {by}")).await?;
-                    }
-                    let outcome = TaskOutcome::Failed {
-                        task_id: task_id.clone(),
-                        reason: TaskFailure::Vetoed { by, reason },
-                    };
-                    close(ctx, &task_id, outcome).await?;
+                    self.veto_stands(ctx, &task_id, by, reason).await?;
                 }
             }
         }
         Ok(())
+    }
+
+    /// The plan of `task_id` was vetoed and stays so: the task closes failed.
+    async fn veto_stands(
+        &mut self,
+        ctx: &mut AgentContext,
+        task_id: &str,
+        by: AgentId,
+        reason: String,
+    ) -> Result<(), AgentError> {
+        if let Some(state) = self.tasks.get_mut(task_id) {
+            state.phase = Phase::Closed;
+        }
+        if ctx.status() == AgentStatus::WaitingApproval {
+            ctx.transition(AgentStatus::Idle, format!("plan vetoed by {by}")).await?;
+        }
+        let outcome = TaskOutcome::Failed {
+            task_id: task_id.into(),
+            reason: TaskFailure::Vetoed { by, reason },
+        };
+        close(ctx, task_id, outcome).await
+    }
+
+    /// The plan of `task_id` runs (signed, or upheld by arbitration): the leads it asks for
+    /// are created and its first steps handed out.
+    async fn run_plan(
+        &mut self,
+        ctx: &mut AgentContext,
+        task_id: &str,
+        why: &'static str,
+    ) -> Result<(), AgentError> {
+        if ctx.status() == AgentStatus::WaitingApproval {
+            ctx.transition(AgentStatus::Working, why).await?;
+        }
+        if let Some(state) = self.tasks.get_mut(task_id) {
+            state.phase = Phase::Running;
+        }
+        if let Err(reason) = self.form_team(ctx, task_id).await? {
+            if let Some(state) = self.tasks.get_mut(task_id) {
+                state.phase = Phase::Closed;
+            }
+            let failure = TaskFailure::Unplaceable { step: "(team formation)".into(), reason };
+            return close(
+                ctx,
+                task_id,
+                TaskOutcome::Failed { task_id: task_id.into(), reason: failure },
+            )
+            .await;
+        }
+        self.dispatch_ready(ctx, task_id).await
     }
 
     /// Hands every step whose `after` steps have succeeded, and that was not handed out yet, to
@@ -567,23 +674,91 @@ impl TopAgent {
         close(ctx, &escalation.task_id, outcome).await
     }
 
+    /// A `conflict_report`: arbitrated when its sender is a party to it and its ballot is
+    /// sound; refused and audited otherwise. A power without `arbitrate` hands it to one that
+    /// holds it.
+    async fn conflict_reported(
+        &mut self,
+        ctx: &mut AgentContext,
+        message: &Message,
+    ) -> Result<(), AgentError> {
+        let Some(report) = ctx.read_payload::<ConflictReport>(message).await? else {
+            return Ok(());
+        };
+        let refuse = |error: String| agent_core::AuditEvent::Denied {
+            action: format!("conflict_report `{}` from {}", report.conflict.id, message.from),
+            error,
+        };
+        let sender = message.from.agent().cloned();
+        let problem = match &sender {
+            None => Some("a conflict is reported by one of its parties, not the system".to_owned()),
+            Some(s) if !report.conflict.parties.contains(s) => Some(format!(
+                "{s} is not a party to the conflict (parties: {}); only a party may report it",
+                report.conflict.parties.iter().map(AgentId::as_str).collect::<Vec<_>>().join(", ")
+            )),
+            Some(_) if report.conflict.options.is_empty() => {
+                Some("the conflict offers no options to vote on".to_owned())
+            }
+            Some(s) => match &report.subject {
+                Some(
+                    ConflictSubject::Escalation { lead, .. }
+                    | ConflictSubject::Acceptance { lead, .. },
+                ) if lead != s => Some(format!("only the lead {lead} reports this conflict")),
+                Some(ConflictSubject::VetoedPlan { .. }) => {
+                    Some("a vetoed plan is put to the vote by its proposer only".to_owned())
+                }
+                _ => None,
+            },
+        };
+        if let Some(error) = problem {
+            return ctx.audit(refuse(error)).await;
+        }
+        if !ctx.config().has(Capability::Arbitrate) {
+            let to = self.voters().into_iter().next();
+            let error = match &to {
+                Some(to) => format!("this power does not hold `arbitrate`; handed to {to}"),
+                None => "no power of the team holds `arbitrate`; the conflict stays open".into(),
+            };
+            ctx.audit(refuse(error)).await?;
+            if let Some(to) = to {
+                ctx.send(&to, MessageKind::ConflictReport, &report).await?;
+            }
+            return Ok(());
+        }
+        self.start_arbitration(ctx, report.conflict, report.subject).await
+    }
+
     async fn start_arbitration(
         &mut self,
         ctx: &mut AgentContext,
         conflict: Conflict,
+        subject: Option<ConflictSubject>,
     ) -> Result<(), AgentError> {
         if self.arbitrations.contains_key(&conflict.id) {
             return Ok(());
         }
+        ctx.require(Action::Arbitrate, &format!("conflict `{}`", conflict.id)).await?;
         let choice = ctx.reasoner().vote(ctx.persona(), &conflict).await?;
+        let choice = valid_choice(&conflict, choice);
         let own = Vote { voter: ctx.id().clone(), choice, weight: self.spec.vote_weight };
-        let awaiting: Vec<AgentId> = self.peers.iter().map(|(p, _)| p.clone()).collect();
+        let awaiting = self.voters();
         for peer in &awaiting {
             ctx.send(peer, MessageKind::VoteRequest, &VoteRequest { conflict: conflict.clone() })
                 .await?;
         }
+        ctx.append_to(
+            &BoardId::Global,
+            &format!(
+                "- conflict `{}` put to the vote by {}: {}",
+                conflict.id,
+                ctx.id(),
+                conflict.options.join(" or ")
+            ),
+        )
+        .await?;
         let id = conflict.id.clone();
-        self.arbitrations.insert(id.clone(), Arbitration { conflict, votes: vec![own], awaiting });
+        self.arbitrations
+            .insert(id.clone(), Arbitration { conflict, votes: vec![own], awaiting, subject });
         self.try_resolve(ctx, &id).await
     }
 
@@ -596,10 +771,20 @@ impl TopAgent {
         let Some(voter) = message.from.agent().cloned() else { return Ok(()) };
         let Some(arbitration) = self.arbitrations.get_mut(&vote.conflict_id) else { return Ok(()) };
         if !arbitration.awaiting.contains(&voter) {
-            return Ok(()); // not asked, or counted already
+            if arbitration.votes.iter().any(|v| v.voter == voter) {
+                return Ok(()); // counted already (a redelivered vote)
+            }
+            return ctx
+                .audit(agent_core::AuditEvent::Denied {
+                    action: format!("vote on `{}` by {voter}", vote.conflict_id),
+                    error: "only the powers holding `arbitrate`, asked by the arbitrator, vote"
+                        .into(),
+                })
+                .await;
         }
         arbitration.awaiting.retain(|a| *a != voter);
-        arbitration.votes.push(Vote { voter, choice: vote.choice, weight: vote.weight });
+        let choice = valid_choice(&arbitration.conflict, vote.choice);
+        arbitration.votes.push(Vote { voter, choice, weight: vote.weight });
         self.try_resolve(ctx, &vote.conflict_id).await
     }
 
@@ -636,12 +821,93 @@ impl TopAgent {
             resolution: result.winner.clone(),
             tally: result,
             arbitrator: ctx.id().clone(),
+            subject: arbitration.subject,
         };
         for party in &arbitration.conflict.parties {
+            if party == ctx.id() {
+                continue; // acts on it below
+            }
             ctx.send(party, MessageKind::ArbitrationResult, &message).await?;
+        }
+        if arbitration.conflict.parties.contains(ctx.id()) {
+            self.act_on_ruling(ctx, &message).await?;
         }
         Ok(())
     }
+
+    /// An `arbitration_result` from another power: acted on when this power is a party.
+    async fn ruling_received(
+        &mut self,
+        ctx: &mut AgentContext,
+        message: &Message,
+    ) -> Result<(), AgentError> {
+        let Some(ruling) = ctx.read_payload::<ArbitrationResult>(message).await? else {
+            return Ok(());
+        };
+        if !self.is_top(&message.from) {
+            return ctx
+                .audit(agent_core::AuditEvent::Denied {
+                    action: format!("arbitration_result from {}", message.from),
+                    error: "only a top power announces the result of an arbitration".into(),
+                })
+                .await;
+        }
+        self.act_on_ruling(ctx, &ruling).await
+    }
+
+    /// Acts on a ruling as a party: an escalation voted `abandon` fails its task (`retry`: the
+    /// lead places the step again); a vetoed plan voted `proceed` runs, else the veto stands.
+    async fn act_on_ruling(
+        &mut self,
+        ctx: &mut AgentContext,
+        ruling: &ArbitrationResult,
+    ) -> Result<(), AgentError> {
+        let Some(subject) = &ruling.subject else { return Ok(()) };
+        let task_id = subject.task_id().to_owned();
+        let Some(state) = self.tasks.get_mut(&task_id) else { return Ok(()) };
+        match subject {
+            ConflictSubject::Escalation { step, failure, .. } => {
+                if state.phase != Phase::Running {
+                    return Ok(());
+                }
+                if ruling.resolution == ballot::RETRY {
+                    ctx.append_own(&format!("- {task_id}/{step}: the vote says retry")).await?;
+                    return Ok(());
+                }
+                state.phase = Phase::Closed;
+                let outcome =
+                    TaskOutcome::Failed { task_id: task_id.clone(), reason: failure.clone() };
+                close(ctx, &task_id, outcome).await
+            }
+            ConflictSubject::VetoedPlan { by, reason, .. } => {
+                if state.phase != Phase::Arbitrating {
+                    return Ok(());
+                }
+                if ruling.resolution == ballot::PROCEED {
+                    ctx.append_to(
+                        &BoardId::Global,
+                        &format!(
+                            "## Task {task_id}: the vote overrules the veto by {by}; the plan runs"
+                        ),
+                    )
+                    .await?;
+                    return self.run_plan(ctx, &task_id, "plan upheld by arbitration").await;
+                }
+                self.veto_stands(ctx, &task_id, by.clone(), reason.clone()).await
+            }
+            ConflictSubject::Acceptance { .. } => Ok(()),
+        }
+    }
+}
+
+/// A vote for an option not on the ballot counts for the first option (the conservative
+/// one: the runtime lists it first), so a confused voter cannot stall or skew the tally.
+fn valid_choice(conflict: &Conflict, choice: String) -> String {
+    if conflict.options.contains(&choice) {
+        return choice;
+    }
+    tracing::warn!(conflict = %conflict.id, %choice, "vote for an option not on the ballot");
+    conflict.options.first().cloned().unwrap_or(choice)
 }
 
 /// Which lead takes a step: the lead of the step's domain, the lead that is or supervises the
@@ -726,12 +992,17 @@ impl AgentBehavior for TopAgent {
                 MessageKind::SignatureRequest => self.review(ctx, message).await?,
                 MessageKind::ProgressReport => self.lead_report(ctx, message).await?,
                 MessageKind::IssueEscalation => self.escalation(ctx, message).await?,
-                MessageKind::ConflictReport => {
-                    if let Some(report) = ctx.read_payload::<ConflictReport>(message).await? {
-                        self.start_arbitration(ctx, report.conflict).await?;
-                    }
-                }
+                MessageKind::ConflictReport => self.conflict_reported(ctx, message).await?,
+                MessageKind::ArbitrationResult => self.ruling_received(ctx, message).await?,
                 MessageKind::VoteRequest => {
+                    if !self.is_top(&message.from) {
+                        ctx.audit(agent_core::AuditEvent::Denied {
+                            action: format!("vote_request from {}", message.from),
+                            error: "only a top power asks the others to vote".into(),
+                        })
+                        .await?;
+                        continue;
+                    }
                     let Some(request) = ctx.read_payload::<VoteRequest>(message).await? else {
                         continue;
                     };
@@ -833,11 +1104,38 @@ impl AgentBehavior for TopAgent {
                             what: format!("its signature on the plan of {id}"),
                             task: task.clone(),
                         }
-                    }))
+                    }));
+                    // A human may take a while: the run's guards do not count that as idle.
+                    if let Some(first) = self.humans.as_ref().and_then(|h| h.first())
+                        && let Ok(human) = AgentId::human(first)
+                    {
+                        waits.push(agent_state::WaitEdge {
+                            waiter: me.clone(),
+                            on: human,
+                            what: format!(
+                                "a human's signature ({}) on the plan of {id}",
+                                self.humans.as_deref().unwrap_or_default().join(" or ")
+                            ),
+                            task: task.clone(),
+                        });
+                    }
                 }
                 Phase::Running => {
+                    // A step whose conflict this power arbitrates waits on the vote, not on
+                    // its lead (the lead waits on this power for the ruling).
+                    let voting = |step: &str| {
+                        self.arbitrations.values().any(|a| match &a.subject {
+                            Some(
+                                ConflictSubject::Escalation { task_id, step: s, .. }
+                                | ConflictSubject::Acceptance { task_id, step: s, .. },
+                            ) => task_id == id && s == step,
+                            _ => false,
+                        })
+                    };
                     let pending = t.task.steps.iter().filter(|s| {
-                        t.dispatched.contains(&s.id) && !t.results.iter().any(|r| r.step_id == s.id)
+                        t.dispatched.contains(&s.id)
+                            && !t.results.iter().any(|r| r.step_id == s.id)
+                            && !voting(&s.id)
                     });
                     let mut leads: Vec<(AgentId, String)> = Vec::new();
                     for step in pending {
@@ -854,7 +1152,7 @@ impl AgentBehavior for TopAgent {
                         task: task.clone(),
                     }));
                 }
-                Phase::Closed => {}
+                Phase::Arbitrating | Phase::Closed => {}
             }
         }
         waits

@@ -246,6 +246,12 @@ impl WorkLoop {
         });
     }
 
+    /// Whether [`heard`](Self::heard) took this already.
+    pub(crate) fn has_heard(&self, from: &AgentId, message: &str) -> bool {
+        let output = format!("{from} says: {message}");
+        self.history.iter().any(|r| r.event && r.output == output)
+    }
+
     /// Where the work stands, in a line (for `answer` and status reports).
     pub(crate) fn context(&self) -> String {
         let last = self.history.last().map(|r| {

@@ -87,7 +87,10 @@ fn executor(n: usize, tools: &Arc<[String]>) -> (AgentConfig, Box<dyn AgentBehav
     let id = format!("bottom-{n}");
     let config = AgentConfig::new(id.as_str(), format!("Executor {id}"), AgentLayer::Bottom)
         .with_supervisor(LEAD.clone());
-    (config, Box::new(BottomAgent::new(BottomSpec { tools: tools.clone(), kind: None })))
+    (
+        config,
+        Box::new(BottomAgent::new(BottomSpec { tools: tools.clone(), kind: None, ooda: None })),
+    )
 }
 
 /// The executors' tools, one list for all.

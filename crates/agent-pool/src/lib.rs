@@ -6,9 +6,13 @@
 //! - [`CapabilityRegistry`]: capabilities by name with the layers that may use them (the ten
 //!   built-ins of seed 001 §7.1, plus any a user registers); [`MetricsCalculator`]: scores;
 //! - [`HeartbeatScheduler`]: each cycle (4 s by default) starts a heartbeat, in its own task, for
-//!   every agent that has mail or pending work; an idle agent with nothing new costs no task, no
-//!   allocation and no reasoning call; an agent still busy counts a missed heartbeat and its
-//!   supervisor gets a warning. Between heartbeats, **wake on work**: the team's [`WakingBus`]
+//!   every agent that has mail or pending work; every other agent acknowledges the cycle through
+//!   its bookkeeping, one sweep over the pool's slots that records each idle agent's answer in
+//!   its slot ([`AgentSlot::last_ack`]): an idle agent costs no task, no allocation, no message
+//!   and no reasoning call. An agent that cannot answer (still busy, held by someone else
+//!   through the cycle, or its heartbeat task died) counts a missed heartbeat, audited, and its
+//!   supervisor gets a warning; one not expected to answer (initializing, failed, shutting down,
+//!   terminated) is neither. Between heartbeats, **wake on work**: the team's [`WakingBus`]
 //!   signals every delivery and the agents with mail take a turn at once (each agent's turns
 //!   bounded by a token bucket: [`WAKE_BURST`] at once, [`WAKE_RATE`] per second), so a task moves at the speed of its
 //!   work, not of the heartbeat;
@@ -60,6 +64,6 @@ pub use metrics::{AgentSummary, MetricsCalculator};
 pub use pool::{AgentPeek, AgentPool, AgentSlot, DEFAULT_MAX_AGENTS, MAX_POOL_SIZE, PoolError};
 pub use scheduler::{CycleReport, DEFAULT_HEARTBEAT, HeartbeatScheduler, WAKE_BURST, WAKE_RATE};
 pub use team::{
-    AgentSpec, RoleSpec, SubmitError, Team, TeamError, TeamServices, TeamSpec, validate,
+    AgentSpec, Approvals, RoleSpec, SubmitError, Team, TeamError, TeamServices, TeamSpec, validate,
 };
 pub use wake::WakingBus;

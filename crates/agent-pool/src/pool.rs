@@ -1,7 +1,8 @@
 //! The pool: agents by id and by layer, created and destroyed with a size limit (seed 000 §7).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::ops::Bound::{Excluded, Unbounded};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use agent_core::{Agent, AgentBehavior, AgentDeps, AgentError};
@@ -15,20 +16,47 @@ pub const DEFAULT_MAX_AGENTS: usize = 50;
 /// The largest pool a team may ask for (`max_agents`): one million agents.
 pub const MAX_POOL_SIZE: usize = 1_000_000;
 
+/// How many agents [`AgentPool::for_each`] visits under one hold of the pool's read lock (from
+/// about 15 µs of the scheduler's sweep in a small pool to about 130 µs in a pool too large for
+/// the CPU's caches).
+const SWEEP_CHUNK: usize = 1024;
+
 /// One agent in the pool, with what the scheduler reads without locking it.
+///
+/// Each heartbeat cycle books every agent in the pool exactly once (see
+/// [`HeartbeatScheduler::tick`](crate::HeartbeatScheduler::tick)), in one of four ways:
+///
+/// - **ran**: the scheduler started its heartbeat (it had mail or pending work); the heartbeat
+///   acks to `system` itself and counts in the agent's own metrics (answered, or missed when it
+///   failed);
+/// - **acked**: it was idle and free to answer (its lock was free and its status one that
+///   answers a heartbeat: idle, working, waiting for approval or blocked), so the cycle's sweep
+///   recorded its answer in bulk, without a task, a message or a reasoning call
+///   ([`acked`](Self::acked), [`last_ack`](Self::last_ack));
+/// - **missed**: it could not answer: still busy with an earlier turn, its lock held by someone
+///   else through the cycle, or its heartbeat task died ([`missed`](Self::missed));
+/// - **exempt**: it is not expected to answer (initializing, failed and waiting for its
+///   supervisor's orders, shutting down, terminated, or being destroyed): neither acked nor
+///   missed, as its own heartbeat would skip it.
 pub struct AgentSlot {
     id: AgentId,
     layer: AgentLayer,
     supervisor: Option<AgentId>,
     agent: Arc<Mutex<Agent>>,
-    /// The pool's cycle counter, and its value when this agent joined.
-    cycles: Arc<AtomicU64>,
-    joined: u64,
+    /// The last cycle in which the scheduler dealt with this agent before its sweep (ran it,
+    /// counted it missed, or found it held), so the sweep skips it.
+    booked: AtomicU64,
+    /// The last cycle it answered (0: never): acked by the sweep, or its heartbeat completed.
+    last_ack: AtomicU64,
     /// Cycles in which the scheduler ran this agent's heartbeat (32 bits keep the slot small;
     /// they count up to 497 days of 10 ms heartbeats and then stay at their maximum).
     ran: AtomicU32,
-    /// Cycles in which it was still busy.
+    /// Cycles in which it was idle and the sweep recorded its answer.
+    acked: AtomicU32,
+    /// Cycles in which it could not answer.
     missed: AtomicU32,
+    /// Terminated (absorbing) or being destroyed: the sweep skips it without locking it.
+    gone: AtomicBool,
 }
 
 impl AgentSlot {
@@ -47,7 +75,9 @@ impl AgentSlot {
         self.supervisor.as_ref()
     }
 
-    /// The agent itself. Lock it to act as the agent; the scheduler skips it while locked.
+    /// The agent itself. Lock it to act as the agent, briefly: the scheduler does not run it
+    /// while it is locked, and an agent held through a heartbeat cycle cannot answer it and
+    /// counts a missed heartbeat (see [`AgentSlot`]).
     pub fn agent(&self) -> &Arc<Mutex<Agent>> {
         &self.agent
     }
@@ -57,20 +87,44 @@ impl AgentSlot {
         self.agent.lock().await.status()
     }
 
-    /// Its metrics, with the scheduler's share: heartbeats missed while it was busy, and the
-    /// cycles in which it was idle with nothing new, answered without running it.
+    /// Its metrics, with the scheduler's share added: the cycles the sweep recorded its answer
+    /// while it was idle count as answered ([`acked`](Self::acked)), the cycles it could not
+    /// answer as missed ([`missed`](Self::missed)). The heartbeats it ran count in the agent's
+    /// own metrics (answered, or missed when they failed). Cycles in which it was not expected to
+    /// answer (see [`AgentSlot`]) count in neither.
     pub async fn metrics(&self) -> AgentMetrics {
         let mut metrics = self.agent.lock().await.ctx().metrics().clone();
-        let missed = u64::from(self.missed.load(Ordering::Relaxed));
-        let idle = self
-            .cycles
-            .load(Ordering::Relaxed)
-            .saturating_sub(self.joined)
-            .saturating_sub(u64::from(self.ran.load(Ordering::Relaxed)))
-            .saturating_sub(missed);
-        metrics.heartbeats_missed = metrics.heartbeats_missed.saturating_add(missed);
-        metrics.heartbeats_responded = metrics.heartbeats_responded.saturating_add(idle);
+        metrics.heartbeats_missed = metrics.heartbeats_missed.saturating_add(self.missed());
+        metrics.heartbeats_responded = metrics.heartbeats_responded.saturating_add(self.acked());
         metrics
+    }
+
+    /// The last heartbeat cycle the agent answered, `None` if it never did: the sweep recorded
+    /// its answer while it was idle, or a heartbeat the scheduler started completed (processed
+    /// its work or found none). An agent that is wedged or gone stops advancing it.
+    pub fn last_ack(&self) -> Option<u64> {
+        match self.last_ack.load(Ordering::Relaxed) {
+            0 => None,
+            cycle => Some(cycle),
+        }
+    }
+
+    /// Cycles in which the agent was idle and the sweep recorded its answer.
+    pub fn acked(&self) -> u64 {
+        u64::from(self.acked.load(Ordering::Relaxed))
+    }
+
+    /// Cycles in which the scheduler started the agent's heartbeat.
+    pub fn ran(&self) -> u64 {
+        u64::from(self.ran.load(Ordering::Relaxed))
+    }
+
+    /// Cycles in which the agent could not answer: still busy with an earlier turn, its lock
+    /// held by someone else through the cycle, or its heartbeat task died. Each was audited
+    /// ([`AuditEvent::MissedHeartbeat`](agent_core::AuditEvent::MissedHeartbeat)) and its
+    /// supervisor warned.
+    pub fn missed(&self) -> u64 {
+        u64::from(self.missed.load(Ordering::Relaxed))
     }
 
     /// A glance at the agent without waiting: `None` while a heartbeat holds it.
@@ -83,11 +137,48 @@ impl AgentSlot {
         })
     }
 
-    pub(crate) fn count_ran(&self) {
+    /// Whether the scheduler already booked the agent in cycle `number`.
+    pub(crate) fn booked_in(&self, number: u64) -> bool {
+        self.booked.load(Ordering::Relaxed) == number
+    }
+
+    /// Books the agent in cycle `number` without counting anything yet (it is exempt, or its
+    /// answer is decided later in the cycle).
+    pub(crate) fn book(&self, number: u64) {
+        self.booked.store(number, Ordering::Relaxed);
+    }
+
+    /// Whether the agent is terminated or being destroyed (the sweep skips it).
+    pub(crate) fn is_gone(&self) -> bool {
+        self.gone.load(Ordering::Relaxed)
+    }
+
+    /// Marks the agent terminated (an absorbing status) or being destroyed.
+    pub(crate) fn set_gone(&self, gone: bool) {
+        self.gone.store(gone, Ordering::Relaxed);
+    }
+
+    pub(crate) fn count_ran(&self, number: u64) {
+        self.booked.store(number, Ordering::Relaxed);
         count(&self.ran);
     }
 
-    pub(crate) fn count_missed(&self) {
+    /// The sweep recorded the idle agent's answer to cycle `number` (it visits each agent once
+    /// a cycle, so it needs no booking). Plain loads and stores, no read-modify-write: this runs
+    /// for every idle agent every cycle, and only the pool's scheduler writes these.
+    pub(crate) fn count_acked(&self, number: u64) {
+        self.last_ack.store(number, Ordering::Relaxed);
+        let acked = self.acked.load(Ordering::Relaxed);
+        self.acked.store(acked.saturating_add(1), Ordering::Relaxed);
+    }
+
+    /// A heartbeat the scheduler started for cycle `number` answered.
+    pub(crate) fn note_answer(&self, number: u64) {
+        self.last_ack.fetch_max(number, Ordering::Relaxed);
+    }
+
+    pub(crate) fn count_missed(&self, number: u64) {
+        self.booked.store(number, Ordering::Relaxed);
         count(&self.missed);
     }
 }
@@ -104,7 +195,8 @@ pub struct AgentPeek {
     pub status: AgentStatus,
     /// What it is working on.
     pub current_work: Option<String>,
-    /// Its metrics (without the scheduler's idle and missed counts).
+    /// Its metrics (without the scheduler's acked and missed counts: see
+    /// [`AgentSlot::metrics`]).
     pub metrics: AgentMetrics,
 }
 
@@ -159,7 +251,7 @@ pub enum PoolError {
 pub struct AgentPool {
     agents: RwLock<BTreeMap<AgentId, Arc<AgentSlot>>>,
     max_agents: usize,
-    cycles: Arc<AtomicU64>,
+    cycles: AtomicU64,
     /// Agents added since the scheduler last looked that want a heartbeat without mail (see
     /// [`Agent::wants_tick`]), so it runs them once; the others wait for their mail.
     arrivals: std::sync::Mutex<Vec<AgentId>>,
@@ -171,7 +263,7 @@ impl AgentPool {
         Self {
             agents: RwLock::new(BTreeMap::new()),
             max_agents,
-            cycles: Arc::new(AtomicU64::new(0)),
+            cycles: AtomicU64::new(0),
             arrivals: std::sync::Mutex::new(Vec::new()),
         }
     }
@@ -225,10 +317,13 @@ impl AgentPool {
             layer,
             supervisor,
             agent: Arc::new(Mutex::new(agent)),
-            cycles: self.cycles.clone(),
-            joined: self.cycles.load(Ordering::Relaxed),
+            // Not booked yet: its first cycle books it.
+            booked: AtomicU64::new(0),
+            last_ack: AtomicU64::new(0),
             ran: AtomicU32::new(0),
+            acked: AtomicU32::new(0),
             missed: AtomicU32::new(0),
+            gone: AtomicBool::new(false),
         });
         agents.insert(id.clone(), slot.clone());
         drop(agents);
@@ -243,15 +338,17 @@ impl AgentPool {
         Ok(slot)
     }
 
-    /// Shuts an agent down (→ terminated) and removes it.
+    /// Shuts an agent down (→ terminated) and removes it. While it shuts down the scheduler
+    /// expects no heartbeat answer from it (neither acked nor missed).
     pub async fn destroy(&self, id: &AgentId) -> Result<(), PoolError> {
         let slot = self.get(id).ok_or_else(|| PoolError::Unknown { id: id.clone() })?;
-        slot.agent
-            .lock()
-            .await
-            .shutdown()
-            .await
-            .map_err(|source| PoolError::Shutdown { id: id.clone(), source })?;
+        slot.set_gone(true);
+        let result = slot.agent.lock().await.shutdown().await;
+        if let Err(source) = result {
+            // Still in the pool, and possibly still running: the sweep looks at it again.
+            slot.set_gone(false);
+            return Err(PoolError::Shutdown { id: id.clone(), source });
+        }
         self.write().remove(id);
         tracing::info!(agent = %id, "agent destroyed");
         Ok(())
@@ -289,14 +386,41 @@ impl AgentPool {
         )
     }
 
-    /// Counts one scheduler cycle; returns its number (from 1).
     /// How many heartbeat cycles have run.
     pub fn cycles(&self) -> u64 {
         self.cycles.load(Ordering::Relaxed)
     }
 
+    /// Counts one scheduler cycle; returns its number (from 1).
     pub(crate) fn next_cycle(&self) -> u64 {
         self.cycles.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Calls `visit` on every agent, by id, without allocating: under the pool's read lock, taken
+    /// for [`SWEEP_CHUNK`] agents at a time so that adding or removing an agent never waits for
+    /// a whole sweep of a large pool. `visit` must not block (the scheduler's sweep only reads
+    /// atomics and tries locks). An agent added or removed meanwhile may be visited or not.
+    pub(crate) fn for_each(&self, mut visit: impl FnMut(&Arc<AgentSlot>)) {
+        let mut after: Option<AgentId> = None;
+        loop {
+            let agents = self.read();
+            let mut rest = match &after {
+                Some(last) => agents.range::<AgentId, _>((Excluded(last), Unbounded)),
+                None => agents.range::<AgentId, _>(..),
+            };
+            let mut visited = 0;
+            for (id, slot) in rest.by_ref() {
+                visit(slot);
+                visited += 1;
+                if visited == SWEEP_CHUNK {
+                    after = Some(id.clone());
+                    break;
+                }
+            }
+            if visited < SWEEP_CHUNK {
+                return;
+            }
+        }
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<AgentId, Arc<AgentSlot>>> {

@@ -1,16 +1,19 @@
 //! The heartbeat scheduler: one cycle drives every agent that has something to do, each in its
-//! own task, so one slow agent never delays the others; idle agents cost nothing.
+//! own task, so one slow agent never delays the others; every other agent acknowledges the
+//! cycle through its bookkeeping (a sweep of the pool's slots), which costs an idle agent no
+//! task, no allocation, no message and no reasoning call.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use agent_core::protocol::Warning;
-use agent_core::{AuditEvent, AuditLog, Clock, HeartbeatOutcome};
-use agent_state::{Address, AgentId, Message, MessageKind};
+use agent_core::{Agent, AuditEvent, AuditLog, Clock, HeartbeatOutcome};
+use agent_state::{Address, AgentId, AgentStatus, Message, MessageKind};
 use message_bus::MessageBus;
+use tokio::sync::OwnedMutexGuard;
 use tokio::task::JoinSet;
 
-use crate::pool::AgentPool;
+use crate::pool::{AgentPool, AgentSlot};
 
 /// Seed 000's heartbeat period.
 pub const DEFAULT_HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(4);
@@ -49,25 +52,51 @@ impl Allowance {
     }
 }
 
-/// What one cycle did.
+/// What one cycle did. Every agent in the pool is in exactly one of `started`, `idle`, `missed`
+/// and `exempt` (see [`AgentSlot`](crate::AgentSlot)).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CycleReport {
     /// The heartbeat number.
     pub number: u64,
     /// Agents whose heartbeat was started (they had mail or pending work).
     pub started: usize,
-    /// Idle agents with nothing new: answered without a task, an allocation or a reasoning call.
+    /// Idle agents with nothing new whose answer the cycle's sweep recorded (their lock was free
+    /// and their status one that answers): without a task, an allocation or a reasoning call.
     pub idle: usize,
-    /// Agents still busy with an earlier heartbeat: each counts a missed heartbeat.
+    /// Agents that could not answer, each counted, audited as
+    /// [`AuditEvent::MissedHeartbeat`] and its supervisor warned: still busy with an earlier
+    /// turn (or its heartbeat task died), or held by someone else through the cycle.
     pub missed: Vec<AgentId>,
+    /// Agents not expected to answer, neither answered nor missed: initializing, failed (waiting
+    /// for their supervisor's orders), shutting down, terminated, or being destroyed.
+    pub exempt: usize,
+}
+
+/// Whether an agent in `status` answers a heartbeat: the statuses in which
+/// [`Agent::heartbeat`] counts one answered when there is nothing to do. It skips the others
+/// (initializing, failed without orders, shutting down, terminated).
+fn answers(status: AgentStatus) -> bool {
+    matches!(
+        status,
+        AgentStatus::Idle
+            | AgentStatus::Working
+            | AgentStatus::WaitingApproval
+            | AgentStatus::Blocked
+    )
 }
 
 /// Drives the agents of a pool, one cycle per call to [`tick`](HeartbeatScheduler::tick).
 ///
-/// A cycle costs time in the number of agents with something to do (mail, pending work, or
-/// still busy), not in the size of the pool: the bus names the inboxes with mail, the scheduler
-/// remembers who asked for another tick, and an idle agent's heartbeat is counted as answered
-/// without touching it ([`AgentSlot::metrics`](crate::AgentSlot::metrics) adds those cycles).
+/// Heartbeats (tasks, messages, reasoning) are started only for the agents with something to
+/// do: the bus names the inboxes with mail, and the scheduler remembers who asked for another
+/// tick. Every other agent acknowledges the cycle in bulk: one sweep over the pool's slots,
+/// under the pool's read lock (taken for a chunk of agents at a time), reads each slot's
+/// atomics and tries its lock without waiting;
+/// an agent free to answer has its answer recorded in its slot
+/// ([`AgentSlot::last_ack`](crate::AgentSlot::last_ack),
+/// [`AgentSlot::acked`](crate::AgentSlot::acked)), with no task, no allocation and no message.
+/// So an idle agent costs a few atomic operations per cycle, and one that is wedged (held by
+/// someone else through the cycle) or whose heartbeat task died is missed, not credited.
 pub struct HeartbeatScheduler {
     pool: Arc<AgentPool>,
     bus: Arc<dyn MessageBus>,
@@ -82,6 +111,10 @@ pub struct HeartbeatScheduler {
     wakes: HashMap<AgentId, Allowance>,
     /// When an agent whose allowance ran out may take its mail: the driver wakes then.
     next_wake: Option<tokio::time::Instant>,
+    /// Agents the cycle found held by someone else, looked at once more before it ends, and
+    /// whether each is due a heartbeat (kept from cycle to cycle: while nobody holds an agent,
+    /// a cycle allocates nothing for it).
+    contended: Vec<(Arc<AgentSlot>, bool)>,
 }
 
 impl HeartbeatScheduler {
@@ -103,6 +136,7 @@ impl HeartbeatScheduler {
             number: 0,
             wakes: HashMap::new(),
             next_wake: None,
+            contended: Vec::new(),
         }
     }
 
@@ -111,9 +145,20 @@ impl HeartbeatScheduler {
         self.number
     }
 
-    /// Runs one cycle: starts a heartbeat for every agent with mail or pending work, counts a
-    /// missed heartbeat (with a warning to the supervisor) for every agent still busy with the
-    /// previous one, and counts everyone else as idle. Returns at once; heartbeats run in tasks.
+    /// Runs one cycle, booking every agent of the pool once:
+    ///
+    /// - an agent still busy with an earlier turn (or whose heartbeat task died) is **missed**;
+    /// - an agent with mail or pending work has its heartbeat **started** in a task (it acks the
+    ///   heartbeat to `system` itself);
+    /// - every other agent is swept: one free to answer (its lock free, its status one that
+    ///   answers: idle, working, waiting for approval, blocked) is **idle**, its answer
+    ///   recorded in its slot; one not expected to answer (initializing, failed, shutting down,
+    ///   terminated, being destroyed) is **exempt**, neither answered nor missed.
+    ///
+    /// An agent (due or swept) whose lock someone else holds is looked at once more after the
+    /// scheduler yields; still held, it is **missed**. Each missed agent is counted in its slot,
+    /// audited as [`AuditEvent::MissedHeartbeat`], and its supervisor gets a `warning`.
+    /// Returns at once; heartbeats run in tasks.
     pub async fn tick(&mut self) -> CycleReport {
         let number = self.pool.next_cycle();
         self.number = number;
@@ -144,39 +189,118 @@ impl HeartbeatScheduler {
         let busy: Vec<AgentId> = self.busy.iter().cloned().collect();
         for id in busy {
             if let Some(slot) = self.pool.get(&id) {
-                slot.count_missed();
-                self.warn_missed(&id, slot.supervisor(), number).await;
+                if slot.is_gone() {
+                    // Being destroyed: the destroyer waits for its turn to end.
+                    slot.book(number);
+                    report.exempt += 1;
+                    continue;
+                }
+                slot.count_missed(number);
+                self.warn_missed(&id, slot.supervisor(), number, "still busy").await;
                 report.missed.push(id);
             }
         }
+        let mut contended = std::mem::take(&mut self.contended);
         for id in due {
             if self.busy.contains(&id) {
                 continue;
             }
             let Some(slot) = self.pool.get(&id) else { continue };
-            let Ok(mut guard) = slot.agent().clone().try_lock_owned() else {
-                // Someone else is acting as the agent right now: it cannot answer this cycle.
-                slot.count_missed();
-                report.missed.push(id);
+            if slot.is_gone() {
+                // Being destroyed, or terminated: the sweep counts it exempt.
                 continue;
-            };
-            slot.count_ran();
-            report.started += 1;
-            self.busy.insert(id.clone());
-            let ticking = self.ticking.clone();
-            self.running.spawn(async move {
-                let result = guard.heartbeat(number).await.map_err(|e| e.to_string());
-                let mut ticking = ticking.lock().unwrap_or_else(PoisonError::into_inner);
-                if guard.wants_tick() {
-                    ticking.insert(id.clone());
-                } else {
-                    ticking.remove(&id);
+            }
+            match slot.agent().clone().try_lock_owned() {
+                Ok(guard) => self.start(slot, guard, number, &mut report),
+                Err(_) => {
+                    // Someone else is acting as the agent right now: looked at again below.
+                    slot.book(number);
+                    contended.push((slot, true));
                 }
-                (id, result)
-            });
+            }
         }
-        report.idle = self.pool.len().saturating_sub(report.started + report.missed.len());
+
+        // The sweep: every agent not booked yet acks the cycle, in bulk, if it is free to.
+        let (mut idle, mut exempt) = (0, 0);
+        self.pool.for_each(|slot| {
+            if slot.booked_in(number) {
+                return;
+            }
+            if slot.is_gone() {
+                exempt += 1;
+                return;
+            }
+            match slot.agent().try_lock() {
+                Ok(agent) => {
+                    if sweep(slot, &agent, number) {
+                        idle += 1;
+                    } else {
+                        exempt += 1;
+                    }
+                }
+                Err(_) => {
+                    slot.book(number);
+                    contended.push((slot.clone(), false));
+                }
+            }
+        });
+
+        if !contended.is_empty() {
+            // Held while the cycle looked: a short hold (a status read, a summary) has a chance
+            // to end; one held through the cycle cannot answer it.
+            tokio::task::yield_now().await;
+            for (slot, due) in contended.drain(..) {
+                if due {
+                    if let Ok(guard) = slot.agent().clone().try_lock_owned() {
+                        self.start(slot, guard, number, &mut report);
+                        continue;
+                    }
+                } else if let Ok(agent) = slot.agent().try_lock() {
+                    if sweep(&slot, &agent, number) {
+                        idle += 1;
+                    } else {
+                        exempt += 1;
+                    }
+                    continue;
+                }
+                slot.count_missed(number);
+                let why = "cannot answer: another task holds it";
+                self.warn_missed(slot.id(), slot.supervisor(), number, why).await;
+                report.missed.push(slot.id().clone());
+            }
+        }
+        self.contended = contended;
+        report.idle = idle;
+        report.exempt += exempt;
         report
+    }
+
+    /// Starts `slot`'s heartbeat for cycle `number` in a task, holding `guard` until it ends.
+    fn start(
+        &mut self,
+        slot: Arc<AgentSlot>,
+        mut guard: OwnedMutexGuard<Agent>,
+        number: u64,
+        report: &mut CycleReport,
+    ) {
+        let id = slot.id().clone();
+        slot.count_ran(number);
+        report.started += 1;
+        self.busy.insert(id.clone());
+        let ticking = self.ticking.clone();
+        self.running.spawn(async move {
+            let result = guard.heartbeat(number).await.map_err(|e| e.to_string());
+            if matches!(result, Ok(HeartbeatOutcome::Idle | HeartbeatOutcome::Processed { .. })) {
+                slot.note_answer(number);
+            }
+            let mut ticking = ticking.lock().unwrap_or_else(PoisonError::into_inner);
+            if guard.wants_tick() {
+                ticking.insert(id.clone());
+            } else {
+                ticking.remove(&id);
+            }
+            (id, result)
+        });
     }
 
     /// Wake on work: starts a turn ([`Agent::wake`](agent_core::Agent::wake)) for every agent
@@ -289,7 +413,14 @@ impl HeartbeatScheduler {
         }
     }
 
-    async fn warn_missed(&self, agent: &AgentId, supervisor: Option<&AgentId>, number: u64) {
+    /// Audits a missed heartbeat and warns the agent's supervisor, saying `why`.
+    async fn warn_missed(
+        &self,
+        agent: &AgentId,
+        supervisor: Option<&AgentId>,
+        number: u64,
+        why: &str,
+    ) {
         let now = self.clock.now();
         if let Err(e) =
             self.audit.append(agent, now, AuditEvent::MissedHeartbeat { heartbeat: number }).await
@@ -298,10 +429,8 @@ impl HeartbeatScheduler {
         }
         tracing::info!(agent = %agent, heartbeat = number, "missed heartbeat");
         let Some(supervisor) = supervisor else { return };
-        let warning = Warning {
-            about: agent.clone(),
-            reason: format!("missed heartbeat {number}: still busy"),
-        };
+        let warning =
+            Warning { about: agent.clone(), reason: format!("missed heartbeat {number}: {why}") };
         let Ok(content) = serde_json::to_value(&warning) else { return };
         let message = Message::new(
             self.clock.message_id(),
@@ -314,5 +443,21 @@ impl HeartbeatScheduler {
         if let Err(e) = self.bus.send(message).await {
             tracing::warn!(agent = %agent, error = %e, "could not warn the supervisor of a missed heartbeat");
         }
+    }
+}
+
+/// Books a swept agent, whose lock the sweep holds, in cycle `number`: its answer recorded if
+/// its status answers a heartbeat (`true`); otherwise exempt (`false`), and a terminated agent
+/// (an absorbing status) is skipped without locking from then on.
+fn sweep(slot: &AgentSlot, agent: &Agent, number: u64) -> bool {
+    let status = agent.status();
+    if answers(status) {
+        slot.count_acked(number);
+        true
+    } else {
+        if status == AgentStatus::Terminated {
+            slot.set_gone(true);
+        }
+        false
     }
 }

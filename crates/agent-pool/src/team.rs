@@ -89,6 +89,26 @@ pub struct TeamSpec {
     /// ([`Team::submit`]; a task that runs out is closed with [`TaskFailure::TimedOut`]).
     /// Checked by [`Team::start`].
     pub timeouts: agent_state::Timeouts,
+    /// Which situations the top layer settles by a weighted vote (a team file's
+    /// `[arbitration]`; default [`ArbitrationSettings::default`](agent_state::ArbitrationSettings):
+    /// escalations and acceptance disputes, not vetoed plans).
+    pub arbitration: agent_state::ArbitrationSettings,
+    /// Who may sign for humans, and what needs a human's signature (a team file's
+    /// `[approvals]`; default: no humans, nothing needs one).
+    pub approvals: Approvals,
+}
+
+/// Humans in the team's governance (a team file's `[approvals]`): who may sign as
+/// `human:<name>` (`strata approve` / `strata veto`), and whether plans need one of them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Approvals {
+    /// The humans who may sign (names without `human:`, each checked with
+    /// [`agent_state::check_human_name`]); empty: none.
+    pub humans: Vec<String>,
+    /// Every plan the top layer proposes also needs the signature of one of
+    /// [`humans`](Self::humans) ([`agent_state::HumanApproval`]): the proposer waits in
+    /// `waiting_approval` until one signs or vetoes it.
+    pub plans: bool,
 }
 
 impl TeamSpec {
@@ -103,6 +123,8 @@ impl TeamSpec {
             agent_roles: BTreeMap::new(),
             guards: GuardSettings::default(),
             timeouts: agent_state::Timeouts::default(),
+            arbitration: agent_state::ArbitrationSettings::default(),
+            approvals: Approvals::default(),
         }
     }
 }
@@ -146,8 +168,8 @@ pub struct TeamServices {
     pub events: agent_core::EventHub,
 }
 
-/// Where goal steps land on executors with a `kind` only: those executors, and the domains
-/// whose every executor has one.
+/// Where goal steps land only on executors that carry them out by themselves (with a `kind`,
+/// or OODA agents): those executors, and the domains whose every executor is one.
 #[derive(Debug, Default)]
 struct KindCoverage {
     agents: std::collections::BTreeSet<AgentId>,
@@ -161,12 +183,14 @@ impl KindCoverage {
         let mut leads: BTreeMap<&AgentId, (bool, usize)> = BTreeMap::new();
         for agent in &spec.agents {
             if let RoleSpec::Bottom(b) = &agent.role {
-                if b.kind.is_some() {
+                // An executor kind, or an OODA agent, carries out a goal step by itself.
+                let own = b.kind.is_some() || b.ooda.is_some();
+                if own {
                     coverage.agents.insert(agent.config.id.clone());
                 }
                 if let Some(lead) = &agent.config.supervisor {
                     let entry = leads.entry(lead).or_insert((true, 0));
-                    entry.0 &= b.kind.is_some();
+                    entry.0 &= own;
                     entry.1 += 1;
                 }
             }
@@ -299,6 +323,20 @@ pub enum TeamError {
     /// No top power.
     #[error("a team needs at least one top-layer agent to propose and sign plans")]
     NoTopAgent,
+    /// An OODA executor's configuration is refused.
+    #[error("OODA agent `{agent}`: {error}")]
+    Ooda {
+        /// The agent.
+        agent: AgentId,
+        /// Why, in words.
+        error: String,
+    },
+    /// The team settles conflicts by a vote but no top power may arbitrate.
+    #[error(
+        "the team arbitrates conflicts but no top power holds `arbitrate`; give one the \
+         capability, or turn arbitration off (`[arbitration]` with every setting false)"
+    )]
+    NoArbitrator,
     /// More agents than the pool allows.
     #[error(
         "the team has {count} agents but the pool allows {max}; raise `max_agents` or remove agents"
@@ -438,6 +476,9 @@ impl Team {
         };
         let pool = Arc::new(AgentPool::new(spec.max_agents));
         let leads = leads(&spec, &configs);
+        // Each lead's executors know one another (peer help): one shared list per lead.
+        let peers: BTreeMap<AgentId, agent_layers::Peers> =
+            leads.iter().map(|l| (l.id.clone(), l.executors.clone().into())).collect();
         let tops: Vec<(AgentId, Vec<String>)> = spec
             .agents
             .iter()
@@ -447,6 +488,16 @@ impl Team {
             })
             .collect();
         let top_ids: Vec<AgentId> = tops.iter().map(|(id, _)| id.clone()).collect();
+        // The powers that vote in arbitrations.
+        let voters: Vec<AgentId> = spec
+            .agents
+            .iter()
+            .filter(|a| {
+                matches!(a.role, RoleSpec::Top(_))
+                    && a.config.has(agent_state::Capability::Arbitrate)
+            })
+            .map(|a| a.config.id.clone())
+            .collect();
         let proposer = top_ids.first().cloned().ok_or(TeamError::NoTopAgent)?;
         let spawner = (!spec.roles.is_empty()).then(|| {
             TeamSpawner::new(
@@ -467,8 +518,15 @@ impl Team {
             let behavior: Box<dyn AgentBehavior> = match &agent.role {
                 RoleSpec::Top(t) => {
                     let peers = tops.iter().filter(|(p, _)| *p != id).cloned().collect();
+                    let others = voters.iter().filter(|v| **v != id).cloned().collect();
                     Box::new(
-                        TopAgent::new(t.clone(), peers, leads.clone()).with_roles(roles.clone()),
+                        TopAgent::new(t.clone(), peers, leads.clone())
+                            .with_roles(roles.clone())
+                            .with_arbitration(spec.arbitration)
+                            .with_voters(others)
+                            .with_human_approval(
+                                spec.approvals.plans.then(|| spec.approvals.humans.clone()),
+                            ),
                     )
                 }
                 RoleSpec::Mid(m) => {
@@ -479,7 +537,8 @@ impl Team {
                         .unwrap_or_default();
                     let peers = leads.iter().filter(|l| l.id != id).map(|l| l.id.clone()).collect();
                     let lead = MidAgent::new(m.clone(), executors, top_ids.clone(), peers)
-                        .with_guards(spec.guards);
+                        .with_guards(spec.guards)
+                        .with_arbitration(spec.arbitration);
                     let supervises = spec
                         .agent_roles
                         .get(&id)
@@ -487,8 +546,26 @@ impl Team {
                         .is_some_and(agent_state::Role::supervises);
                     Box::new(if supervises { lead.supervising() } else { lead })
                 }
+                RoleSpec::Bottom(b) if b.ooda.is_some() => {
+                    let config = b.ooda.as_deref().cloned().unwrap_or_else(|| {
+                        agent_state::ooda::OodaConfig::new("executor", "what its lead assigns")
+                    });
+                    let ooda = agent_ooda::Ooda::new(
+                        id.clone(),
+                        config,
+                        agent_ooda::ReasonerLoop,
+                        &b.tools,
+                        services.clock.now(),
+                    )
+                    .map_err(|e| TeamError::Ooda { agent: id.clone(), error: e.to_string() })?
+                    .with_approvers(spec.approvals.humans.clone());
+                    Box::new(agent_ooda::OodaBehavior::new(ooda))
+                }
                 RoleSpec::Bottom(b) => {
-                    let executor = BottomAgent::new(b.clone()).with_guards(spec.guards);
+                    let mut executor = BottomAgent::new(b.clone()).with_guards(spec.guards);
+                    if let Some(peers) = config.supervisor.as_ref().and_then(|s| peers.get(s)) {
+                        executor = executor.with_peers(peers.clone());
+                    }
                     Box::new(match b.kind {
                         Some(_) => executor.with_runner(services.kind_runner()),
                         None => executor,
@@ -912,6 +989,13 @@ pub fn validate(spec: &TeamSpec, services: &TeamServices) -> Result<Vec<AgentCon
     if !spec.agents.iter().any(|a| a.config.layer == AgentLayer::Top) {
         return Err(TeamError::NoTopAgent);
     }
+    if spec.arbitration.any()
+        && !spec.agents.iter().any(|a| {
+            a.config.layer == AgentLayer::Top && a.config.has(agent_state::Capability::Arbitrate)
+        })
+    {
+        return Err(TeamError::NoArbitrator);
+    }
     spec.guards.check()?;
     let executor = services.kind_runner().executor;
     let mut layers: BTreeMap<AgentId, AgentLayer> = BTreeMap::new();
@@ -977,6 +1061,12 @@ pub fn validate(spec: &TeamSpec, services: &TeamServices) -> Result<Vec<AgentCon
                 }
             }
             RoleSpec::Bottom(b) => {
+                if let Some(ooda) = &b.ooda {
+                    agent_ooda::check_config(ooda, &b.tools).map_err(|e| TeamError::Ooda {
+                        agent: config.id.clone(),
+                        error: e.to_string(),
+                    })?;
+                }
                 if let Some(kind) = &b.kind
                     && !executor.registry().contains(kind)
                 {

@@ -1,11 +1,19 @@
 //! Governance decisions and their rules, and the weighted-majority tally for arbitration.
 //!
 //! The rules, each enforced by [`Decision::sign`] and [`Decision::veto`]:
-//! - only a required signer may sign or veto;
+//! - only a required signer may sign or veto (and, on a decision that asks for a human's
+//!   approval, one of its allowed humans);
 //! - nothing can be signed or vetoed once the decision is approved or vetoed;
 //! - signing twice changes nothing;
-//! - a decision is approved exactly when every required signer has signed;
-//! - any required signer's veto is final.
+//! - a decision is approved exactly when every required signer has signed and, if it asks
+//!   for a human's approval ([`HumanApproval`]), one of its allowed humans has signed;
+//! - any required signer's (or allowed human's) veto is final.
+//!
+//! **Humans.** A human signs as `human:<name>` ([`AgentId::human`]). A human can be a required
+//! signer like any agent. A decision may instead ask for *one* human signature out of a set
+//! ([`Decision::human_approval`]: the team file's `[approvals] humans`): any allowed human may
+//! sign or veto it, the first human signature satisfies it, and a second allowed human's
+//! signature changes nothing ([`SignOutcome::AlreadySigned`]).
 
 use std::fmt;
 
@@ -63,6 +71,21 @@ pub struct Veto {
     pub at: Timestamp,
 }
 
+/// A decision's need for one human signature out of a set of allowed humans.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HumanApproval {
+    /// The humans (names, without `human:`) any one of whom may sign or veto: not empty, no
+    /// repeats, each a valid name ([`check_human_name`](crate::check_human_name)).
+    pub allowed: Vec<String>,
+}
+
+impl HumanApproval {
+    /// Whether `agent` is `human:<name>` for an allowed name.
+    pub fn allows(&self, agent: &AgentId) -> bool {
+        agent.human_name().is_some_and(|name| self.allowed.iter().any(|a| a == name))
+    }
+}
+
 /// A decision that needs the signatures of named agents.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Decision {
@@ -72,7 +95,8 @@ pub struct Decision {
     pub proposer: AgentId,
     /// What is decided.
     pub content: serde_json::Value,
-    /// Who must sign: not empty, no repeats.
+    /// Who must sign: no repeats; not empty unless [`human_approval`](Self::human_approval)
+    /// asks for a human.
     pub required_signers: Vec<AgentId>,
     /// Signatures so far, in order.
     pub signatures: Vec<Signature>,
@@ -82,6 +106,10 @@ pub struct Decision {
     pub status: DecisionStatus,
     /// When it was proposed.
     pub created_at: Timestamp,
+    /// One signature of these humans is needed too. Absent in decisions stored before humans
+    /// could sign (read as `None`), and not written when `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub human_approval: Option<HumanApproval>,
 }
 
 impl Versioned for Decision {
@@ -104,11 +132,27 @@ pub enum SignOutcome {
 /// A proposal that cannot become a decision.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 pub enum ProposeError {
-    /// No required signers.
+    /// No required signers (and no human approval asked).
     #[error("decision {id}: `required_signers` must name at least one agent")]
     NoSigners {
         /// The decision.
         id: DecisionId,
+    },
+    /// A human approval that names no human.
+    #[error("decision {id}: a human approval must allow at least one human")]
+    NoHumans {
+        /// The decision.
+        id: DecisionId,
+    },
+    /// A human approval naming a human that cannot be named so, or twice.
+    #[error("decision {id}: the human approval's `{name}` is not allowed: {why}")]
+    BadHuman {
+        /// The decision.
+        id: DecisionId,
+        /// The name (control characters escaped).
+        name: String,
+        /// Why.
+        why: String,
     },
     /// A signer listed twice.
     #[error("decision {id}: `required_signers` lists `{signer}` twice")]
@@ -167,14 +211,41 @@ impl Decision {
             vetoes: Vec::new(),
             status: DecisionStatus::Pending,
             created_at,
+            human_approval: None,
         };
         decision.check()?;
         Ok(decision)
     }
 
-    /// Checks what a submitted decision must hold: signers present and unique.
+    /// This decision, asking also for one signature of the `allowed` humans; checked again.
+    pub fn with_human_approval(mut self, allowed: Vec<String>) -> Result<Self, ProposeError> {
+        self.human_approval = Some(HumanApproval { allowed });
+        self.check()?;
+        Ok(self)
+    }
+
+    /// Checks what a submitted decision must hold: signers unique and present (required
+    /// signers, or a human approval), a human approval's names valid and unique.
     pub fn check(&self) -> Result<(), ProposeError> {
-        if self.required_signers.is_empty() {
+        if let Some(humans) = &self.human_approval {
+            if humans.allowed.is_empty() {
+                return Err(ProposeError::NoHumans { id: self.id });
+            }
+            for (i, name) in humans.allowed.iter().enumerate() {
+                let why = match crate::check_human_name(name) {
+                    Err(e) => Some(e.to_string()),
+                    Ok(()) if humans.allowed[..i].contains(name) => Some("listed twice".into()),
+                    Ok(()) => None,
+                };
+                if let Some(why) = why {
+                    return Err(ProposeError::BadHuman {
+                        id: self.id,
+                        name: name.escape_debug().to_string(),
+                        why,
+                    });
+                }
+            }
+        } else if self.required_signers.is_empty() {
             return Err(ProposeError::NoSigners { id: self.id });
         }
         for (i, s) in self.required_signers.iter().enumerate() {
@@ -190,9 +261,31 @@ impl Decision {
         self.required_signers.contains(agent)
     }
 
+    /// Whether `agent` is one of the humans the decision's human approval allows.
+    pub fn is_allowed_human(&self, agent: &AgentId) -> bool {
+        self.human_approval.as_ref().is_some_and(|h| h.allows(agent))
+    }
+
+    /// Whether `agent` may sign or veto: a required signer or an allowed human.
+    pub fn may_sign(&self, agent: &AgentId) -> bool {
+        self.is_required_signer(agent) || self.is_allowed_human(agent)
+    }
+
     /// Whether `agent` has signed.
     pub fn has_signed(&self, agent: &AgentId) -> bool {
         self.signatures.iter().any(|s| &s.signer == agent)
+    }
+
+    /// Whether the decision still waits for a human's signature (its human approval, when it
+    /// asks for one, has none yet).
+    pub fn needs_human(&self) -> bool {
+        self.human_approval.is_some()
+            && !self.signatures.iter().any(|s| self.is_allowed_human(&s.signer))
+    }
+
+    /// Whether every signature the decision needs is there.
+    pub fn fully_signed(&self) -> bool {
+        self.missing_signers().next().is_none() && !self.needs_human()
     }
 
     /// The required signers who have not signed yet.
@@ -206,8 +299,12 @@ impl Decision {
         if self.has_signed(signer) {
             return Ok(SignOutcome::AlreadySigned);
         }
+        if !self.is_required_signer(signer) && !self.needs_human() {
+            // Another allowed human signed already: the one human signature is there.
+            return Ok(SignOutcome::AlreadySigned);
+        }
         self.signatures.push(Signature { signer: signer.clone(), at });
-        if self.missing_signers().next().is_none() {
+        if self.fully_signed() {
             self.status = DecisionStatus::Approved;
             Ok(SignOutcome::Approved)
         } else {
@@ -236,16 +333,18 @@ impl Decision {
         if self.status != DecisionStatus::Pending {
             return Err(SignError::AlreadyDecided { id: self.id, status: self.status });
         }
-        if !self.is_required_signer(agent) {
+        if !self.may_sign(agent) {
+            let mut required: Vec<String> =
+                self.required_signers.iter().map(|s| s.as_str().to_owned()).collect();
+            if let Some(humans) = &self.human_approval {
+                let names: Vec<String> =
+                    humans.allowed.iter().map(|n| format!("{}{n}", crate::HUMAN_PREFIX)).collect();
+                required.push(format!("one of {}", names.join(" | ")));
+            }
             return Err(SignError::NotARequiredSigner {
                 id: self.id,
                 agent: agent.clone(),
-                required: self
-                    .required_signers
-                    .iter()
-                    .map(AgentId::as_str)
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                required: required.join(", "),
             });
         }
         Ok(())
@@ -326,4 +425,51 @@ pub fn tally(votes: &[Vote]) -> Result<Tally, TallyError> {
     let winner =
         totals.iter().find(|(_, w)| *w == best).map(|(c, _)| c.clone()).unwrap_or_default();
     Ok(Tally { winner, totals, tie_broken: leaders > 1 })
+}
+
+/// Which situations the top layer settles by a weighted vote ([`tally`]) instead of a plain
+/// rule (a team file's `[arbitration]`). Each arbitration's result is published on the global
+/// board and sent to the parties, which act on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArbitrationSettings {
+    /// A lead that cannot finish a step (every able executor failed it) escalates it as a
+    /// conflict: the powers vote [`RETRY`](ballot::RETRY) (the lead places the step again, once) or
+    /// [`ABANDON`](ballot::ABANDON) (the task fails with the lead's reason). Default `true`; `false`: the task
+    /// fails at once, as an escalation always did.
+    pub escalations: bool,
+    /// A lead checks an executor's successful result against the step's acceptance check
+    /// (when the plan gives one) through its reasoner; when it finds the result falls short,
+    /// lead and executor disagree and the powers vote [`REDO`](ballot::REDO) (another executor does the
+    /// step again) or [`ACCEPT`](ballot::ACCEPT) (the result stands). Default `true`.
+    pub acceptance: bool,
+    /// A plan one power vetoes while its proposer stands by it is put to the vote
+    /// ([`PROCEED`](ballot::PROCEED) or [`ABANDON`](ballot::ABANDON)) instead of being dropped. Default `false`: a veto is final.
+    pub vetoed_plans: bool,
+}
+
+impl Default for ArbitrationSettings {
+    fn default() -> Self {
+        Self { escalations: true, acceptance: true, vetoed_plans: false }
+    }
+}
+
+impl ArbitrationSettings {
+    /// Whether any situation is arbitrated.
+    pub fn any(&self) -> bool {
+        self.escalations || self.acceptance || self.vetoed_plans
+    }
+}
+
+/// The options the runtime puts on the ballot of each arbitrated situation.
+pub mod ballot {
+    /// Ballot option: the lead places the escalated step again.
+    pub const RETRY: &str = "retry";
+    /// Ballot option: the task fails (an escalation), or the vetoed plan is dropped.
+    pub const ABANDON: &str = "abandon";
+    /// Ballot option: another executor does the disputed step again.
+    pub const REDO: &str = "redo";
+    /// Ballot option: the disputed result stands.
+    pub const ACCEPT: &str = "accept";
+    /// Ballot option: the vetoed plan runs.
+    pub const PROCEED: &str = "proceed";
 }

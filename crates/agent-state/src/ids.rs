@@ -1,12 +1,60 @@
 //! Identifiers and time: agent ids, message and decision ids, millisecond timestamps.
 //!
 //! Nothing here generates an id or reads a clock: callers pass them in.
+//!
+//! A human who signs governance decisions is named `human:<name>` ([`AgentId::human`]): agent
+//! ids hold only ASCII letters, digits, `-` and `_`, so such an id can never be an agent's.
 
 use std::fmt;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
+use thiserror::Error;
 use uuid::Uuid;
+
+/// What a human signer's id starts with: `human:alice`.
+pub const HUMAN_PREFIX: &str = "human:";
+
+/// The longest name of a human signer, in bytes (ASCII).
+pub const MAX_HUMAN_NAME_LEN: usize = 64;
+
+/// A name that cannot name a human signer.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum HumanNameError {
+    /// The name is empty.
+    #[error("a human's name must not be empty")]
+    Empty,
+    /// The name is longer than [`MAX_HUMAN_NAME_LEN`].
+    #[error("the human's name `{name}` is longer than {max} characters", max = MAX_HUMAN_NAME_LEN)]
+    TooLong {
+        /// The name, cut to the limit.
+        name: String,
+    },
+    /// The name holds something other than ASCII letters, digits, `-` and `_`.
+    #[error(
+        "`{name}` cannot name a human: use ASCII letters, digits, `-` and `_` (like an agent id)"
+    )]
+    InvalidCharacter {
+        /// The name, with control characters escaped.
+        name: String,
+    },
+}
+
+/// Checks that `name` can name a human signer: 1 to [`MAX_HUMAN_NAME_LEN`] ASCII letters,
+/// digits, `-` and `_` (the characters of an agent id).
+pub fn check_human_name(name: &str) -> Result<(), HumanNameError> {
+    if name.is_empty() {
+        return Err(HumanNameError::Empty);
+    }
+    if name.len() > MAX_HUMAN_NAME_LEN {
+        let cut: String = name.chars().take(MAX_HUMAN_NAME_LEN).collect();
+        return Err(HumanNameError::TooLong { name: cut.escape_debug().to_string() });
+    }
+    if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+        return Err(HumanNameError::InvalidCharacter { name: name.escape_debug().to_string() });
+    }
+    Ok(())
+}
 
 /// The id of one agent, such as `top-1` or `bottom-backend-2`.
 ///
@@ -25,6 +73,23 @@ impl AgentId {
     /// The id as a string slice.
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+
+    /// The id of the human signer `name`: `human:<name>`. The name is checked with
+    /// [`check_human_name`].
+    pub fn human(name: &str) -> Result<Self, HumanNameError> {
+        check_human_name(name)?;
+        Ok(Self::new(format!("{HUMAN_PREFIX}{name}")))
+    }
+
+    /// Whether this id names a human signer (`human:<name>` with a valid name).
+    pub fn is_human(&self) -> bool {
+        self.human_name().is_some()
+    }
+
+    /// The human's name, when this id names a human signer.
+    pub fn human_name(&self) -> Option<&str> {
+        self.0.strip_prefix(HUMAN_PREFIX).filter(|name| check_human_name(name).is_ok())
     }
 }
 

@@ -39,6 +39,7 @@ mod ids;
 mod layer;
 mod message;
 mod metrics;
+pub mod ooda;
 mod result;
 mod retry;
 mod role;
@@ -60,8 +61,8 @@ pub use config::{
     MAX_AGENT_ID_LEN, check_agent_id, find_control, is_control,
 };
 pub use decision::{
-    Decision, DecisionStatus, ProposeError, SignError, SignOutcome, Signature, Tally, TallyError,
-    Veto, Vote, tally,
+    ArbitrationSettings, Decision, DecisionStatus, HumanApproval, ProposeError, SignError,
+    SignOutcome, Signature, Tally, TallyError, Veto, Vote, ballot, tally,
 };
 pub use guard::{
     Bounce, DEFAULT_BOUNCE_LIMIT, DEFAULT_IDLE_HEARTBEATS, DEFAULT_REPEAT_LIMIT,
@@ -69,7 +70,10 @@ pub use guard::{
     ProgressWatch, Repetition, WaitEdge, WaitGraph, call_fingerprint, canonical_json, detect_loop,
     repeated_tail,
 };
-pub use ids::{AgentId, DecisionId, MessageId, Timestamp};
+pub use ids::{
+    AgentId, DecisionId, HUMAN_PREFIX, HumanNameError, MAX_HUMAN_NAME_LEN, MessageId, Timestamp,
+    check_human_name,
+};
 pub use layer::{Action, AgentLayer, Capability};
 pub use message::{Address, BROADCAST, Message, MessageKind, SYSTEM};
 pub use metrics::{

@@ -10,6 +10,7 @@ mod decision;
 mod guard;
 mod lifecycle;
 mod metrics;
+mod ooda;
 mod props;
 mod retry;
 mod role;

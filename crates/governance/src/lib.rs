@@ -6,6 +6,10 @@
 //! nothing; a decision is approved exactly when every required signer has signed; a veto is
 //! final. Arbitration votes are tallied by [`agent_state::tally`].
 //!
+//! A human signs as `human:<name>` ([`AgentId::human`]): as a required signer, or as one of
+//! the humans a decision's [`HumanApproval`](agent_state::HumanApproval) allows (one of them
+//! must sign). The backends apply the same rules to humans as to agents.
+//!
 //! This crate holds the trait, its errors, the [`InMemoryGovernance`] backend, and (feature
 //! `testing`) the conformance suite every backend must pass; the durable `SledGovernance` sits
 //! behind feature `sled`. It does not hold the distributed backends.

@@ -39,8 +39,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use agent_state::{
-    AgentId, Decision, DecisionId, DecisionStatus, ProposeError, SignError, SignOutcome, Signature,
-    Timestamp, Veto,
+    AgentId, Decision, DecisionId, DecisionStatus, HumanApproval, ProposeError, SignError,
+    SignOutcome, Signature, Timestamp, Veto,
 };
 use async_trait::async_trait;
 use proptest::prelude::{Just, Strategy, prop_oneof};
@@ -81,8 +81,10 @@ pub fn run_conformance<F: GovernanceFactory>(factory: F) {
 const MAX_OPS: usize = 40;
 /// Cases of the model-based test when `PROPTEST_CASES` is not set.
 const DEFAULT_CASES: u32 = 64;
-/// The agents of the model-based test; the last one is never a required signer.
-const AGENTS: [&str; 5] = ["agent-0", "agent-1", "agent-2", "agent-3", "stranger"];
+/// The agents of the model-based test: the first four may be required signers, the others
+/// never are; `human:alice` is the human a generated human approval allows.
+const AGENTS: [&str; 7] =
+    ["agent-0", "agent-1", "agent-2", "agent-3", "stranger", "human:alice", "human:mallory"];
 /// How many decision ids the model-based test submits, so that ids collide.
 const SLOTS: u8 = 4;
 /// The range of `target` in generated operations.
@@ -90,7 +92,7 @@ const TARGETS: u8 = 8;
 /// `target` values below this pick a stored decision; the rest pick an unknown id.
 const KNOWN_TARGETS: u8 = 7;
 /// The range of `actor` in generated operations.
-const ACTORS: u8 = 11;
+const ACTORS: u8 = 13;
 /// `actor` values below this pick a required signer of the target; the rest pick from [`AGENTS`].
 const SIGNER_PICKS: u8 = 6;
 /// Veto reasons of the model-based test, blank ones included.
@@ -151,6 +153,8 @@ async fn run_scenarios(factory: &dyn GovernanceFactory) {
         empty_veto_reason_is_refused,
         unknown_decision_is_refused,
         list_pending_is_exactly_the_pending_oldest_first,
+        a_human_required_signer_signs_and_vetoes,
+        one_allowed_human_approves_and_others_are_refused,
     );
     let gov = factory.fresh().await;
     if let Err(why) = acknowledged_changes_survive_a_restart(gov, factory).await {
@@ -450,6 +454,77 @@ async fn list_pending_is_exactly_the_pending_oldest_first(gov: Arc<dyn Governanc
     Ok(())
 }
 
+async fn a_human_required_signer_signs_and_vetoes(gov: Arc<dyn Governance>) -> Outcome {
+    let signed = proposal(1, &["a", "human:alice"], 10);
+    let vetoed = proposal(2, &["a", "human:alice"], 11);
+    submit_ok(&gov, &signed).await?;
+    submit_ok(&gov, &vetoed).await?;
+    let before = all(&gov).await?;
+    for who in ["human:mallory", "alice"] {
+        ensure_matches!(
+            format!("sign by `{who}`, not the required human"),
+            gov.sign(signed.id, &agent(who), Timestamp(12)).await,
+            Err(DecideError::Rule(SignError::NotARequiredSigner { id, ref agent, .. }))
+                if id == signed.id && agent.as_str() == who
+        );
+        ensure_matches!(
+            format!("veto by `{who}`, not the required human"),
+            gov.veto(vetoed.id, &agent(who), "no", Timestamp(12)).await,
+            Err(DecideError::Rule(SignError::NotARequiredSigner { id, .. })) if id == vetoed.id
+        );
+    }
+    unchanged(&gov, &before, "a signature or veto by the wrong human").await?;
+    sign_ok(&gov, signed.id, "human:alice", 13, SignOutcome::Signed).await?;
+    sign_ok(&gov, signed.id, "a", 14, SignOutcome::Approved).await?;
+    gov.veto(vetoed.id, &agent("human:alice"), "not today", Timestamp(15))
+        .await
+        .map_err(|e| format!("veto by the required human was refused: {e}"))?;
+    let v = stored(&gov, vetoed.id).await?;
+    ensure!(
+        v.status == DecisionStatus::Vetoed && v.vetoes[0].vetoer == agent("human:alice"),
+        "after the human's veto: {v:?}"
+    );
+    Ok(())
+}
+
+async fn one_allowed_human_approves_and_others_are_refused(gov: Arc<dyn Governance>) -> Outcome {
+    let mut d = proposal(1, &["a"], 10);
+    d.human_approval = Some(HumanApproval { allowed: vec!["alice".into(), "bob".into()] });
+    let mut humans_only = proposal(2, &[], 11);
+    humans_only.human_approval = d.human_approval.clone();
+    submit_ok(&gov, &d).await?;
+    submit_ok(&gov, &humans_only).await?;
+    ensure!(stored(&gov, d.id).await? == d, "get returned something else than was submitted");
+    let mut no_humans = proposal(3, &["a"], 12);
+    no_humans.human_approval = Some(HumanApproval { allowed: Vec::new() });
+    ensure_matches!(
+        "submit of a human approval without humans",
+        gov.submit(no_humans).await,
+        Err(SubmitError::Invalid(ProposeError::NoHumans { id })) if id == self::id(3)
+    );
+    sign_ok(&gov, d.id, "a", 13, SignOutcome::Signed).await?;
+    ensure!(stored(&gov, d.id).await?.status == DecisionStatus::Pending, "pending without a human");
+    let before = all(&gov).await?;
+    for who in ["human:mallory", "alice", "stranger"] {
+        ensure_matches!(
+            format!("sign by `{who}`, not an allowed human"),
+            gov.sign(d.id, &agent(who), Timestamp(14)).await,
+            Err(DecideError::Rule(SignError::NotARequiredSigner { id, ref agent, .. }))
+                if id == d.id && agent.as_str() == who
+        );
+        ensure_matches!(
+            format!("veto by `{who}`, not an allowed human"),
+            gov.veto(humans_only.id, &agent(who), "no", Timestamp(14)).await,
+            Err(DecideError::Rule(SignError::NotARequiredSigner { .. }))
+        );
+    }
+    unchanged(&gov, &before, "a signature or veto by a human not allowed").await?;
+    sign_ok(&gov, d.id, "human:bob", 15, SignOutcome::Approved).await?;
+    ensure!(stored(&gov, d.id).await?.status == DecisionStatus::Approved, "approved by bob");
+    sign_ok(&gov, humans_only.id, "human:alice", 16, SignOutcome::Approved).await?;
+    Ok(())
+}
+
 async fn acknowledged_changes_survive_a_restart(
     gov: Arc<dyn Governance>,
     factory: &dyn GovernanceFactory,
@@ -493,8 +568,8 @@ async fn acknowledged_changes_survive_a_restart(
 /// the model, which equals the backend's store at every step.
 #[derive(Clone, Debug)]
 enum Op {
-    /// Submit a decision with id `slot + 1`, the agents of the bit mask `signers` (over the first
-    /// four [`AGENTS`]), and `fault`.
+    /// Submit a decision with id `slot + 1`, the agents of the bit mask `signers` (bits 0 to 3:
+    /// the first four [`AGENTS`]; bit 4: a human approval allowing `alice`), and `fault`.
     Submit { slot: u8, signers: u8, created_at: u64, fault: Fault },
     /// Sign `target` as `actor`.
     Sign { target: u8, actor: u8, at: u64 },
@@ -558,7 +633,7 @@ fn op_strategy() -> impl Strategy<Value = Op> {
     let target = 0..TARGETS;
     let actor = 0..ACTORS;
     prop_oneof![
-        8 => (0..SLOTS, 0u8..16, 0u64..4, fault_strategy()).prop_map(
+        8 => (0..SLOTS, 0u8..32, 0u64..4, fault_strategy()).prop_map(
             |(slot, signers, created_at, fault)| Op::Submit { slot, signers, created_at, fault }
         ),
         10 => (target.clone(), actor.clone(), 0u64..100)
@@ -753,8 +828,8 @@ fn check_invariants(
         let id = d.id;
         for (i, s) in d.signatures.iter().enumerate() {
             ensure!(
-                d.is_required_signer(&s.signer),
-                "only required signers sign: {id} has a signature by `{}`",
+                d.may_sign(&s.signer),
+                "only required signers and allowed humans sign: {id} has a signature by `{}`",
                 s.signer
             );
             ensure!(
@@ -763,7 +838,7 @@ fn check_invariants(
                 s.signer
             );
         }
-        let all_signed = d.missing_signers().next().is_none();
+        let all_signed = d.fully_signed();
         match d.status {
             DecisionStatus::Approved => ensure!(
                 all_signed && d.vetoes.is_empty(),
@@ -780,7 +855,7 @@ fn check_invariants(
                 d.vetoes
             ),
             DecisionStatus::Vetoed => ensure!(
-                d.vetoes.len() == 1 && d.is_required_signer(&d.vetoes[0].vetoer),
+                d.vetoes.len() == 1 && d.may_sign(&d.vetoes[0].vetoer),
                 "a vetoed decision has one veto by a required signer: {id} has {:?}",
                 d.vetoes
             ),
@@ -803,6 +878,9 @@ fn check_invariants(
 fn generated(slot: u8, signers: u8, created_at: u64, fault: Fault, step: usize) -> Decision {
     let names: Vec<&str> = (0..4).filter(|i| signers & (1 << i) != 0).map(|i| AGENTS[i]).collect();
     let mut d = proposal(0, &names, created_at);
+    if signers & (1 << 4) != 0 {
+        d.human_approval = Some(HumanApproval { allowed: vec!["alice".into()] });
+    }
     d.id = slot_id(slot);
     d.content = serde_json::json!({ "step": step });
     let first = d.required_signers.first().cloned().unwrap_or_else(|| AgentId::new(AGENTS[0]));
@@ -858,6 +936,7 @@ fn proposal(n: u128, signers: &[&str], created_at: u64) -> Decision {
         vetoes: Vec::new(),
         status: DecisionStatus::Pending,
         created_at: Timestamp(created_at),
+        human_approval: None,
     }
 }
 

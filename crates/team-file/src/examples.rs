@@ -89,6 +89,13 @@ max_agents = 50       # the pool's limit
 kind = "rule-based"
 forbid_tools = []     # top powers veto any plan that uses one of these tools
 prefer = []           # in arbitration, vote for the first of these options on the ballot
+                      # ("retry"/"abandon", "redo"/"accept", "proceed"/"abandon")
+
+# What the top layer settles by a weighted vote instead of a plain rule.
+[arbitration]
+escalations = true    # a step every executor failed: "abandon" the task or "retry" it once
+acceptance = true     # a result short of its step's `acceptance`: "redo" it or "accept" it
+vetoed_plans = false  # a vetoed plan: "abandon" it or "proceed" anyway (false: a veto is final)
 
 # Optional on every agent: role = "..." (for the system prompt), capabilities = [...]
 # (default: all its layer may hold), model, temperature (0.0 to 2.0), max_retries = 3,

@@ -152,6 +152,26 @@
 //! on_stuck = "stop"         # "stop": the task ends with the reason; "escalate": the stuck
 //!                           # agent's supervisor is told first (default "stop")
 //!
+//! [arbitration]             # what the top layer settles by a weighted vote of the powers
+//!                           # holding `arbitrate`; the result goes on the global board and to
+//!                           # the parties, which act on it
+//! escalations = true        # a step every able executor failed: "retry" it once or "abandon"
+//!                           # the task (default true; false: the task fails at once)
+//! acceptance = true         # a lead finds a result falls short of its step's `acceptance`
+//!                           # (judged by its reasoner): "redo" it elsewhere or "accept" it
+//!                           # (default true)
+//! vetoed_plans = false      # a vetoed plan: "proceed" or "abandon" (default false: a veto is
+//!                           # final)
+//!
+//! [approvals]               # humans in governance: they sign as `human:<name>` with
+//!                           # `strata approve RUN DECISION --as NAME` (or `strata veto ...
+//!                           # --reason TEXT`) from another terminal while the run waits
+//! humans = ["alice", "bob"] # who may sign for humans: ASCII letters, digits, `-` and `_`, at
+//!                           # most 64 characters each; default none
+//! plans = false             # every plan the top layer proposes also needs the signature of
+//!                           # one of `humans` (the proposer waits in `waiting_approval`);
+//!                           # default false
+//!
 //! [sandbox]                 # where `shell` commands run: a bubblewrap sandbox with the system
 //!                           # read-only, the workspace read-write, home and the run data
 //!                           # hidden (`strata run --unsandboxed` turns it off); each optional
@@ -248,6 +268,27 @@
 //! executor_retry = { max_retries = 3 }   # with a `kind`: the retry policy of its runs, the
 //!                                  # fields of [executor]; those left out are what its kind
 //!                                  # gets
+//!
+//! [[bottom]]
+//! id = "bottom-o1"
+//! supervisor = "mid-docs"
+//! tools = ["read_file", "write_file"]
+//! [bottom.ooda]                    # an OODA agent (seed 004) instead of a tool loop: it takes
+//!                                  # its lead's steps as objectives and runs observe, decide,
+//!                                  # act, reflect; plan steps for it may name `modify_self`
+//!                                  # (args: a modification) or `send_message`; not with `kind`
+//! role = "Editor"                  # required
+//! goal = "keep the docs clear"     # required; a lead's step is its objective while it has one
+//! backstory = ""                   # for its prompt
+//! prompt = ""                      # extra instructions (a `prompt` modification changes them)
+//! # tools = ["read_file"]          # default: the executor's tools; at most those
+//! max_iterations = 10              # loops per objective, 1 to 10000; then it stops
+//! timeout_ms = 300000              # the most one test-command run may take
+//! self_modification_enabled = false   # whether it may modify itself
+//! self_modification_level = 2      # the riskiest change it may make: 1 (no validation), 2 (a
+//!                                  # schema or syntax check), 3 (its tests pass before and
+//!                                  # after, on a copy), 4 (a human signs: [approvals] humans)
+//! test_command = "test -s README.md"   # levels 3 and 4: run with `sh -c` in the sandbox
 //!
 //! # Roles: the kinds of agent the team may create while it works, each spawned by an agent
 //! # whose role enables it. Without roles the team is the agents listed above.

@@ -173,6 +173,21 @@ fn scripted_args(
     tools: &ToolRegistry,
 ) -> Result<serde_json::Value, FileError> {
     let name = tool.get_ref();
+    if OODA_CALLS.contains(&name.as_str()) {
+        // A call only an OODA agent makes: `modify_self` (its arguments a modification,
+        // checked here) or `send_message`.
+        check_reachable(src, tool, Need::Ooda, target, team, leads)?;
+        let args = match &step.args {
+            Some(args) => table_to_json(args)
+                .map_err(|m| src.error(tool.span(), format!("in `args`: {m}")))?,
+            None => serde_json::Value::Null,
+        };
+        if name == agent_ooda::MODIFY_SELF {
+            agent_state::ooda::Modification::parse(&args)
+                .map_err(|e| src.error(tool.span(), format!("in `args`: {e}")))?;
+        }
+        return Ok(args);
+    }
     let Some(registered) = tools.get(name) else {
         if kinds().contains(name) {
             if role.is_none_or(|r| r.kind.as_deref() != Some(name.as_str())) {
@@ -422,9 +437,11 @@ pub(crate) fn leads(team: &TeamSpec) -> Vec<Lead<'_>> {
                     .iter()
                     .filter(|a| a.config.supervisor.as_ref() == Some(&lead.config.id))
                     .filter_map(|a| match &a.role {
-                        RoleSpec::Bottom(b) => {
-                            Some((&a.config.id, &b.tools[..], b.kind.as_deref()))
-                        }
+                        RoleSpec::Bottom(b) => Some((
+                            &a.config.id,
+                            &b.tools[..],
+                            b.kind.as_deref().or(b.ooda.as_ref().map(|_| OODA_KIND)),
+                        )),
                         _ => None,
                     })
                     .collect(),
@@ -497,7 +514,15 @@ enum Need {
     Tool,
     /// The executor kind of that name.
     Kind,
+    /// An OODA agent (the call is one of [`OODA_CALLS`]).
+    Ooda,
 }
+
+/// The calls of an OODA agent's loop a plan step may name.
+const OODA_CALLS: [&str; 2] = [agent_ooda::MODIFY_SELF, agent_ooda::SEND_MESSAGE];
+
+/// How the plan checks see an OODA executor: as an executor of this kind.
+const OODA_KIND: &str = "ooda";
 
 /// Checks that some executor the step can reach has its `tool` (or, for [`Need::Kind`], runs
 /// that kind).
@@ -514,6 +539,7 @@ fn check_reachable(
     let fits = |tools: &[String], kind: Option<&str>| match need {
         Need::Tool => tools.contains(tool),
         Need::Kind => kind == Some(tool.as_str()),
+        Need::Ooda => kind == Some(OODA_KIND),
     };
     type Executors<'t> = Vec<(&'t AgentId, &'t [String], Option<&'t str>)>;
     let (place, executors): (String, Executors<'_>) = match target {
@@ -529,7 +555,10 @@ fn check_reachable(
                 let executor = team.agents.iter().find(|a| &a.config.id == id);
                 let (tools, kind) = executor
                     .and_then(|a| match &a.role {
-                        RoleSpec::Bottom(b) => Some((&b.tools[..], b.kind.as_deref())),
+                        RoleSpec::Bottom(b) => Some((
+                            &b.tools[..],
+                            b.kind.as_deref().or(b.ooda.as_ref().map(|_| OODA_KIND)),
+                        )),
                         _ => None,
                     })
                     .unwrap_or_default();
@@ -544,6 +573,9 @@ fn check_reachable(
                     Need::Kind => format!(
                         "executor `{id}` does not run the executor kind `{tool}` (its kind: {}); give it `kind = \"{tool}\"` in the team file",
                         kind.unwrap_or("none")
+                    ),
+                    Need::Ooda => format!(
+                        "`{tool}` is a call of an OODA agent, and executor `{id}` is not one; give it `ooda = {{ ... }}` in the team file"
                     ),
                 };
                 return Err(src.error(span, message));
@@ -563,7 +595,7 @@ fn check_reachable(
             Need::Tool => {
                 executors.iter().flat_map(|(_, t, _)| t.iter().map(String::as_str)).collect()
             }
-            Need::Kind => executors.iter().filter_map(|(_, _, k)| *k).collect(),
+            Need::Kind | Need::Ooda => executors.iter().filter_map(|(_, _, k)| *k).collect(),
         };
         have.sort_unstable();
         have.dedup();
@@ -574,6 +606,9 @@ fn check_reachable(
             Need::Kind => format!(
                 "no executor {place} runs the executor kind `{tool}` (their kinds: {}); give one `kind = \"{tool}\"` in the team file",
                 list_or_none(have.into_iter())
+            ),
+            Need::Ooda => format!(
+                "`{tool}` is a call of an OODA agent, and no executor {place} is one; give one `ooda = {{ ... }}` in the team file"
             ),
         }
     };

@@ -30,6 +30,10 @@ pub(crate) struct RawTeam {
     #[serde(default)]
     pub(crate) guards: Option<RawGuards>,
     #[serde(default)]
+    pub(crate) arbitration: Option<RawArbitration>,
+    #[serde(default)]
+    pub(crate) approvals: Option<RawApprovals>,
+    #[serde(default)]
     pub(crate) top: Vec<RawTop>,
     #[serde(default)]
     pub(crate) mid: Vec<RawMid>,
@@ -248,6 +252,28 @@ pub(crate) struct RawTimeouts {
     pub(crate) task_ms: Option<Spanned<u64>>,
 }
 
+/// `[approvals]`: the humans who may sign, and whether plans need one of them.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawApprovals {
+    #[serde(default)]
+    pub(crate) humans: Option<Spanned<Vec<Spanned<String>>>>,
+    #[serde(default)]
+    pub(crate) plans: Option<Spanned<bool>>,
+}
+
+/// `[arbitration]`: which situations the top layer settles by a vote.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawArbitration {
+    #[serde(default)]
+    pub(crate) escalations: Option<bool>,
+    #[serde(default)]
+    pub(crate) acceptance: Option<bool>,
+    #[serde(default)]
+    pub(crate) vetoed_plans: Option<bool>,
+}
+
 /// `[guards]`: loops, ping-pong, no progress, wait cycles.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -357,6 +383,9 @@ pub(crate) struct RawBottom {
     /// Whether its commands may use the network (over its role's and `[sandbox] network`).
     #[serde(default)]
     pub(crate) network: Option<Spanned<bool>>,
+    /// An OODA agent's configuration (seed 004): the executor runs its own loop.
+    #[serde(default)]
+    pub(crate) ooda: Option<Spanned<toml::Table>>,
 }
 
 #[derive(Debug, Deserialize)]

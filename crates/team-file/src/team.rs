@@ -322,6 +322,17 @@ pub fn parse_team(path: &Path, text: &str, tools: &ToolRegistry) -> Result<TeamF
     if let Some(g) = &raw.guards {
         spec.guards = guards(&src, g)?;
     }
+    if let Some(a) = &raw.arbitration {
+        let d = spec.arbitration;
+        spec.arbitration = agent_state::ArbitrationSettings {
+            escalations: a.escalations.unwrap_or(d.escalations),
+            acceptance: a.acceptance.unwrap_or(d.acceptance),
+            vetoed_plans: a.vetoed_plans.unwrap_or(d.vetoed_plans),
+        };
+    }
+    if let Some(a) = &raw.approvals {
+        spec.approvals = approvals(&src, a)?;
+    }
     Ok(TeamFile {
         spec,
         default_reasoner,
@@ -543,9 +554,19 @@ fn agent_spec<'e, 'a>(
             }
             *siblings += 1;
             let spec = BottomSpec::new(executor_tools(src, &raw.tools, tools)?);
-            match &raw.kind {
-                Some(kind) => RoleSpec::Bottom(spec.with_kind(check_kind(src, kind)?)),
-                None => RoleSpec::Bottom(spec),
+            match (&raw.kind, &raw.ooda) {
+                (Some(_), Some(ooda)) => {
+                    return Err(src.error(
+                        ooda.span(),
+                        "an executor runs either an executor `kind` or an `ooda` loop, not both; remove one",
+                    ));
+                }
+                (Some(kind), None) => RoleSpec::Bottom(spec.with_kind(check_kind(src, kind)?)),
+                (None, Some(ooda)) => {
+                    let config = ooda_config(src, ooda, &spec.tools)?;
+                    RoleSpec::Bottom(spec.with_ooda(config))
+                }
+                (None, None) => RoleSpec::Bottom(spec),
             }
         }
     };
@@ -563,6 +584,39 @@ fn agent_spec<'e, 'a>(
         src.error(span.unwrap_or(entry.id.span()), e.kind.to_string())
     })?;
     Ok(AgentSpec { config, role })
+}
+
+/// An executor's `ooda = { ... }`: seed 004's configuration (version 1 or 2; see
+/// `agent_state::ooda`), its `tools` by default the executor's, all of them among the
+/// executor's.
+fn ooda_config(
+    src: &Source<'_>,
+    raw: &Spanned<toml::Table>,
+    granted: &[String],
+) -> Result<agent_state::ooda::OodaConfig, FileError> {
+    let mut json = crate::plan::table_to_json(raw.get_ref())
+        .map_err(|m| src.error(raw.span(), format!("in `ooda`: {m}")))?;
+    if let serde_json::Value::Object(map) = &mut json {
+        map.entry("tools").or_insert_with(|| serde_json::json!(granted));
+    }
+    let config = agent_state::ooda::OodaConfig::from_json(json)
+        .map_err(|e| src.error(raw.span(), format!("in `ooda`: {e}")))?;
+    if let Some(tool) = config.tools.iter().find(|t| !granted.contains(t)) {
+        return Err(src.error(
+            raw.span(),
+            format!(
+                "in `ooda`: the tool `{tool}` is not one of the executor's `tools` ({}); an OODA agent holds at most those",
+                granted.join(", ")
+            ),
+        ));
+    }
+    if !config.sandbox_enabled {
+        return Err(src.error(
+            raw.span(),
+            "in `ooda`: `sandbox_enabled = false` is refused: an OODA agent's actions run in the run's sandbox",
+        ));
+    }
+    Ok(config)
 }
 
 fn top_spec(src: &Source<'_>, raw: &RawTop) -> Result<TopSpec, FileError> {
@@ -1132,6 +1186,47 @@ fn timeouts(src: &Source<'_>, raw: &RawTimeouts) -> Result<Timeouts, FileError> 
 
 /// `[guards]`: each threshold given is checked against its minimum, the others keep their
 /// defaults; `on_stuck` is `stop` or `escalate`.
+/// `[approvals]`: each human's name checked (the characters of an agent id, at most 64, no
+/// repeats), and `plans = true` only with a human to sign.
+fn approvals(
+    src: &Source<'_>,
+    raw: &crate::raw::RawApprovals,
+) -> Result<agent_pool::Approvals, FileError> {
+    let mut approvals = agent_pool::Approvals::default();
+    if let Some(humans) = &raw.humans {
+        for (i, name) in humans.get_ref().iter().enumerate() {
+            let span = src
+                .locate(&[Seg::Key("approvals"), Seg::Key("humans"), Seg::Index(i)])
+                .filter(|_| name.span().is_empty())
+                .unwrap_or_else(|| name.span());
+            if let Err(e) = agent_state::check_human_name(name.get_ref()) {
+                return Err(src.error(span, format!("[approvals] `humans`: {e}")));
+            }
+            if approvals.humans.contains(name.get_ref()) {
+                return Err(src.error(
+                    span,
+                    format!("[approvals] `humans` lists `{}` twice", name.get_ref()),
+                ));
+            }
+            approvals.humans.push(name.get_ref().clone());
+        }
+    }
+    if let Some(plans) = &raw.plans {
+        approvals.plans = *plans.get_ref();
+        if approvals.plans && approvals.humans.is_empty() {
+            let span = src
+                .locate(&[Seg::Key("approvals"), Seg::Key("plans")])
+                .filter(|_| plans.span().is_empty())
+                .unwrap_or_else(|| plans.span());
+            return Err(src.error(
+                span,
+                "[approvals] `plans = true` needs someone to sign: list them in `humans = [\"name\"]`",
+            ));
+        }
+    }
+    Ok(approvals)
+}
+
 fn guards(src: &Source<'_>, raw: &crate::raw::RawGuards) -> Result<GuardSettings, FileError> {
     let mut guards = GuardSettings::default();
     let fields = [

@@ -2791,6 +2791,32 @@ fn guards_out_of_range_or_unknown_point_at_the_value() {
     assert_at(&err, 1, 23, &["`bounce_limit` is 2", "at least 3"]);
 }
 
+// ---------------------------------------------------------------------------------------------
+// [arbitration]
+
+#[test]
+fn arbitration_says_what_goes_to_the_vote_and_defaults_to_escalations_and_acceptance() {
+    let file = team(&with_head(
+        r#"
+[arbitration]
+vetoed_plans = true
+acceptance = false
+"#,
+    ));
+    let arbitration = file.spec.arbitration;
+    assert!(arbitration.vetoed_plans && !arbitration.acceptance);
+    assert!(arbitration.escalations, "left out: the default");
+    assert_eq!(team(HEAD).spec.arbitration, agent_state::ArbitrationSettings::default());
+    let docs = include_str!("lib.rs");
+    for field in ["escalations", "acceptance", "vetoed_plans"] {
+        assert!(docs.contains(&format!("//! {field} = ")), "{field} is documented");
+    }
+    let err = team_err(&with_head("\n[arbitration]\nconflicts = true\n"));
+    assert!(err.message().contains("conflicts"), "{err}");
+    let err = team_err(&with_head("\n[arbitration]\nescalations = \"yes\"\n"));
+    assert!(err.message().contains("bool"), "{err}");
+}
+
 #[test]
 fn sandbox_takes_the_network_and_limits_and_each_executor_or_role_may_differ() {
     let file = team(&with_head(
@@ -2867,4 +2893,115 @@ fn sandbox_read_only_paths_must_be_absolute() {
     assert_eq!(file.sandbox.sandbox().read_only(), [std::path::PathBuf::from("/opt/toolchain")]);
     let err = team_err(&with_head("\n[sandbox]\nread_only = [\"toolchain\"]\n"));
     assert_at(&err, 14, 14, &["`read_only`", "not an absolute path"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// [approvals]
+
+#[test]
+fn approvals_name_the_humans_and_whether_plans_need_one() {
+    let file = team(&with_head("\n[approvals]\nhumans = [\"alice\", \"bob-2\"]\nplans = true\n"));
+    assert_eq!(file.spec.approvals.humans, ["alice", "bob-2"]);
+    assert!(file.spec.approvals.plans);
+    let file = team(&with_head("\n[approvals]\nhumans = [\"alice\"]\n"));
+    assert!(!file.spec.approvals.plans, "left out: plans need no human");
+    assert_eq!(team(HEAD).spec.approvals, agent_pool::Approvals::default());
+    let docs = include_str!("lib.rs");
+    for field in ["humans", "plans"] {
+        assert!(docs.contains(&format!("//! {field} = ")), "{field} is documented");
+    }
+}
+
+#[test]
+fn approvals_refuse_unknown_keys_bad_names_and_plans_without_humans() {
+    let err = team_err(&with_head("\n[approvals]\nsigners = [\"alice\"]\n"));
+    assert!(err.message().contains("signers"), "{err}");
+    let err = team_err(&with_head("\n[approvals]\nhumans = [\"alice\", \"bad name\"]\n"));
+    assert_at(&err, 14, 20, &["[approvals] `humans`", "`bad name` cannot name a human"]);
+    let err = team_err(&with_head("\n[approvals]\nhumans = [\"human:eve\"]\n"));
+    assert_at(&err, 14, 11, &["human:eve"]);
+    let err = team_err(&with_head("\n[approvals]\nhumans = [\"\"]\n"));
+    assert_at(&err, 14, 11, &["must not be empty"]);
+    let err = team_err(&with_head("\n[approvals]\nhumans = [\"al\", \"al\"]\n"));
+    assert_at(&err, 14, 17, &["`al` twice"]);
+    let err = team_err(&with_head("\n[approvals]\nplans = true\n"));
+    assert_at(&err, 14, 9, &["`plans = true` needs someone to sign", "humans"]);
+    // Written with a dotted key: the error still points at the value.
+    let err = team_err(&format!("approvals.humans = [\"a b\"]\n{}", text(HEAD)));
+    assert_at(&err, 1, 21, &["`a b` cannot name a human"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// OODA executors
+
+const OODA: &str = r#"
+[[bottom]]
+id = "ooda-1"
+supervisor = "mid-a"
+tools = ["read_file", "write_file"]
+[bottom.ooda]
+role = "Editor"
+goal = "keep the docs clear"
+self_modification_enabled = true
+self_modification_level = 4
+"#;
+
+#[test]
+fn an_ooda_executor_reads_its_config_with_the_executors_tools_by_default() {
+    let file = team(&with_head(OODA));
+    let ooda = file.spec.agents.iter().find(|a| a.config.id.as_str() == "ooda-1").unwrap();
+    let RoleSpec::Bottom(b) = &ooda.role else { panic!("{ooda:?}") };
+    let config = b.ooda.as_deref().expect("an OODA configuration");
+    assert_eq!((config.role.as_str(), config.goal.as_str()), ("Editor", "keep the docs clear"));
+    assert_eq!(config.tools, ["read_file", "write_file"]);
+    assert_eq!(config.self_modification_level.get(), 4);
+    assert_eq!(config.max_iterations, 10, "seed 004's default");
+}
+
+#[test]
+fn a_bad_ooda_config_points_at_it() {
+    let bad = |extra: &str| team_err(&with_head(&format!("{OODA}{extra}\n")));
+    let err = bad("safety_level = 9");
+    assert!(err.message().contains("safety level 9 does not exist"), "{err}");
+    let err = bad("tools = [\"shell\"]");
+    assert!(err.message().contains("`shell` is not one of the executor's `tools`"), "{err}");
+    let err = bad("max_iterations = 0");
+    assert!(err.message().contains("max_iterations"), "{err}");
+    let err = bad("sandbox_enabled = false");
+    assert!(err.message().contains("sandbox"), "{err}");
+    let both = OODA.replace(
+        "tools = [\"read_file\", \"write_file\"]",
+        "tools = [\"read_file\"]\nkind = \"research_agent\"",
+    );
+    let err = team_err(&with_head(&both));
+    assert!(err.message().contains("either an executor `kind` or an `ooda` loop"), "{err}");
+    let err = team_err(&with_head(&OODA.replace("role = \"Editor\"\n", "")));
+    assert!(err.message().contains("role"), "{err}");
+}
+
+#[test]
+fn a_plan_step_may_name_an_ooda_call_only_for_an_ooda_executor() {
+    let team = team(&with_head(&format!(
+        "{OODA}\n[[bottom]]\nid = \"plain\"\nsupervisor = \"mid-a\"\ntools = [\"read_file\"]\n"
+    )));
+    let step = |agent: &str, args: &str| {
+        format!(
+            "id = \"t\"\ngoal = \"g\"\n\n[[steps]]\nid = \"s\"\nagent = \"{agent}\"\ntool = \"modify_self\"\nargs = {args}\n"
+        )
+    };
+    let good = r#"{ modification_type = "prompt", target = "prompt", change = { text = "x" }, safety_level = 4 }"#;
+    let task = parse_plan(
+        Path::new("plan.toml"),
+        &step("ooda-1", good),
+        &team.spec,
+        &ToolRegistry::with_builtins(),
+    )
+    .unwrap();
+    assert_eq!(task.steps[0].tool, "modify_self");
+    assert_eq!(task.steps[0].args["safety_level"], 4);
+    let err = plan_err_for(&team.spec, &step("plain", good));
+    assert_at(&err, 7, 8, &["`modify_self` is a call of an OODA agent", "`plain` is not one"]);
+    let bad = r#"{ modification_type = "firmware", target = "x", change = {}, safety_level = 2 }"#;
+    let err = plan_err_for(&team.spec, &step("ooda-1", bad));
+    assert_at(&err, 7, 8, &["unknown modification type `firmware`"]);
 }

@@ -241,6 +241,29 @@ fn a_stuck_run_is_one_line_with_its_reason_and_what_was_done() {
 }
 
 #[test]
+fn peer_help_is_one_line_naming_the_peer_the_step_and_how_it_went() {
+    let refused = record(AuditEvent::PeerHelp {
+        peer: AgentId::from("bottom-d2"),
+        step: Some("t1/write".into()),
+        request: agent_core::PeerHelpRequest::TakeOver,
+        outcome: agent_core::PeerHelpOutcome::Refused { reason: "busy\nnow".into() },
+    });
+    assert_eq!(
+        event_line(&refused, 1_000),
+        "[   0.50s] bottom-d1    peer help (take over) t1/write with bottom-d2: refused (busy\\nnow)"
+    );
+    let shared = record(AuditEvent::PeerHelp {
+        peer: AgentId::from("bottom-d3"),
+        step: None,
+        request: agent_core::PeerHelpRequest::ShareKnowledge,
+        outcome: agent_core::PeerHelpOutcome::Shared,
+    });
+    assert!(
+        event_line(&shared, 1_000).ends_with("peer help (share knowledge) with bottom-d3: shared")
+    );
+}
+
+#[test]
 fn summary_shows_a_tools_output_as_lines_cut_with_a_count() {
     assert_eq!(output_lines("one\ntwo\n", 3), vec!["one", "two"]);
     assert_eq!(output_lines("  \n", 3), Vec::<String>::new());

@@ -35,8 +35,16 @@ fn a_failing_step_exits_1_with_the_reason_and_resume_reports_the_finished_run() 
         "tool `shell` failed",
         "[exit code 3]",
         "files written: none",
+        // Both build executors failed it: the powers voted (abandon, the default).
+        "1 arbitrations",
     ]);
     let id = run_id_of(&run);
+    let boards = s.strata(&["inspect", &id, "whiteboards", "--data", "D"]);
+    boards.code(0).stdout_has(&[
+        "## Arbitration Result",
+        "Resolution: abandon",
+        "Parties: mid-build, top-a",
+    ]);
 
     let listed = listed_run(&s, "D", &id);
     assert_eq!(listed["status"], "failed");

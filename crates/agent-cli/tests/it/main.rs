@@ -6,6 +6,7 @@
 //! directory), 130 interrupted (the run can be resumed).
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
+mod approval;
 mod bad_input;
 mod exec;
 mod failure;

@@ -24,11 +24,18 @@ fn write(step_id: &str, path: &str, content: &str) -> Subtask {
     subtask("t1", step(step_id, "docs", "write_file", args), ME)
 }
 
-/// An executor with `tools` under [`LEAD`], with `mid-2` and `bottom-2` as bare inboxes too.
+/// An executor with `tools` under [`LEAD`], with `mid-2` and `bottom-2` as bare inboxes too;
+/// `bottom-2` is its peer (the other executor of [`LEAD`]), holding only `read_file`.
 async fn executor(w: &World, tools: &[&str]) -> Agent {
     w.parties(&[LEAD, "mid-2", "bottom-2"]).await;
     let spec = BottomSpec::new(tools.iter().map(|t| (*t).to_owned()));
-    w.spawn(config(ME, AgentLayer::Bottom, Some(LEAD)), BottomAgent::new(spec)).await
+    let peers = vec![(id(ME), spec.tools.clone()), (id("bottom-2"), tools_of(&["read_file"]))];
+    let executor = BottomAgent::new(spec).with_peers(peers);
+    w.spawn(config(ME, AgentLayer::Bottom, Some(LEAD)), executor).await
+}
+
+fn tools_of(tools: &[&str]) -> Arc<[String]> {
+    tools.iter().map(|t| (*t).to_owned()).collect()
 }
 
 async fn assign(w: &World, from: &str, subtask: Subtask) -> MessageId {
@@ -213,6 +220,7 @@ async fn a_status_query_from_the_supervisor_gets_a_status_report() {
     assert!(w.kinds(&addr("mid-2")).await.is_empty(), "only the supervisor is answered");
 }
 
+/// No peer of its lead holds the tool either: nobody is asked.
 #[tokio::test(start_paused = true)]
 async fn a_step_whose_tool_the_executor_lacks_fails_permanently() {
     let w = World::new();
@@ -233,6 +241,7 @@ async fn a_step_whose_tool_the_executor_lacks_fails_permanently() {
     assert_eq!(reports.len(), 1);
     assert_eq!(reports[0].error, error);
     assert_eq!(reports[0].work, Some(work), "the lead gets the subtask back to reassign");
+    assert!(w.kinds(&addr("bottom-2")).await.is_empty(), "a peer without the tool is not asked");
 }
 
 /// A tool that reports failure on its first call and succeeds afterwards.

@@ -1,12 +1,18 @@
 //! The mid layer: a lead takes work packages from the top layer only, places and sends the
 //! steps, reassigns the work of failed executors, dismisses repeat offenders, escalates what it
-//! cannot place or finish, and reports the results upward in plan order.
+//! cannot place or finish (after a vote of the top layer on retrying it, when the team
+//! arbitrates escalations), disputes results short of their acceptance check, acts on the
+//! rulings, and reports the results upward in plan order.
 
-use agent_core::HeartbeatOutcome;
-use agent_core::protocol::{ErrorReport, Escalation, PeerCoordination};
+use std::sync::Arc;
+
+use agent_core::protocol::{
+    ArbitrationResult, ConflictReport, ConflictSubject, ErrorReport, Escalation, PeerCoordination,
+};
+use agent_core::{HeartbeatOutcome, Judgement, ReasoningRequest, ScriptedAnswer, ScriptedReasoner};
 use agent_state::{
-    AgentMetrics, Assignment, DecisionId, ProgressReport, ProgressStatus, SubtaskResult,
-    TaskFailure, WorkPackage,
+    AgentMetrics, ArbitrationSettings, Assignment, DecisionId, ProgressReport, ProgressStatus,
+    SubtaskResult, TaskFailure, WorkPackage, ballot,
 };
 use serde_json::json;
 
@@ -32,6 +38,11 @@ fn write_step(id: &str) -> PlanStep {
 /// The lead `mid-1` under `top-a`, taking work from `top-a` and `top-b`, with two executors that
 /// write files and a peer lead `mid-2`; every other party is a bare inbox.
 async fn lead(w: &World) -> Agent {
+    lead_with(w, ArbitrationSettings::default(), RuleBasedReasoner::new()).await
+}
+
+/// [`lead`] with arbitration settings and a reasoner of the test's choosing.
+async fn lead_with(w: &World, arbitration: ArbitrationSettings, reasoner: impl Reasoner) -> Agent {
     w.parties(&["top-a", "top-b", "top-x", "bottom-1", "bottom-2", "mid-2"]).await;
     let tools: std::sync::Arc<[String]> = ["write_file".to_owned()].into();
     let behavior = MidAgent::new(
@@ -39,9 +50,14 @@ async fn lead(w: &World) -> Agent {
         vec![(id("bottom-1"), tools.clone()), (id("bottom-2"), tools)],
         vec![id("top-a"), id("top-b")],
         vec![id("mid-2")],
-    );
-    w.spawn(config(ME, AgentLayer::Mid, Some("top-a")), behavior).await
+    )
+    .with_arbitration(arbitration);
+    w.spawn_with(config(ME, AgentLayer::Mid, Some("top-a")), behavior, reasoner).await
 }
+
+/// Arbitration off: escalations go straight to the top layer.
+const NO_ARBITRATION: ArbitrationSettings =
+    ArbitrationSettings { escalations: false, acceptance: false, vetoed_plans: false };
 
 async fn send_work(w: &World, from: &str, work: WorkPackage) {
     w.send(addr(from), ME, MessageKind::TaskAssign, &Assignment::Work { work }).await;
@@ -61,8 +77,12 @@ async fn subtasks(w: &World, executor: &str) -> Vec<Subtask> {
 
 /// A lead that placed the package `t1` of `steps` and whose parties' inboxes are empty again.
 async fn lead_with_work(w: &World, steps: &[&str]) -> Agent {
-    let mut agent = lead(w).await;
-    send_work(w, "top-a", package("t1", steps)).await;
+    placed(w, lead(w).await, package("t1", steps)).await
+}
+
+/// `agent` after placing `work` (from `top-a`), its parties' inboxes empty again.
+async fn placed(w: &World, mut agent: Agent, work: WorkPackage) -> Agent {
+    send_work(w, "top-a", work).await;
     agent.heartbeat(1).await.unwrap();
     for party in ["top-a", "bottom-1", "bottom-2", "mid-2"] {
         w.drain(&addr(party)).await;
@@ -184,9 +204,10 @@ async fn an_executors_failure_moves_its_subtask_to_another_executor() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_subtask_every_executor_failed_is_escalated_to_the_top() {
+async fn without_arbitration_a_subtask_every_executor_failed_is_escalated_to_the_top() {
     let w = World::new();
-    let mut agent = lead_with_work(&w, &["s1"]).await;
+    let lead = lead_with(&w, NO_ARBITRATION, RuleBasedReasoner::new()).await;
+    let mut agent = placed(&w, lead, package("t1", &["s1"])).await;
     let first = subtask("t1", write_step("s1"), "bottom-1");
     report_failure(&w, "bottom-1", "disk on fire", Some(first.clone())).await;
     agent.heartbeat(2).await.unwrap();
@@ -337,7 +358,8 @@ async fn a_malformed_task_assign_from_a_stranger_is_refused_without_failing() {
 #[tokio::test(start_paused = true)]
 async fn after_an_escalation_the_lead_reassigns_nothing_of_that_package() {
     let w = World::new();
-    let mut agent = lead_with_work(&w, &["s1", "s2"]).await;
+    let lead = lead_with(&w, NO_ARBITRATION, RuleBasedReasoner::new()).await;
+    let mut agent = placed(&w, lead, package("t1", &["s1", "s2"])).await;
     let s1 = subtask("t1", write_step("s1"), "bottom-1");
     report_failure(&w, "bottom-1", "e1", Some(s1)).await;
     agent.heartbeat(2).await.unwrap();
@@ -381,4 +403,243 @@ async fn an_interrupted_step_is_escalated_not_reassigned() {
     assert_eq!(escalations, [Escalation { task_id: "t1".into(), failure }]);
     assert!(subtasks(&w, "bottom-2").await.is_empty(), "nobody else runs it");
     assert!(subtasks(&w, "bottom-1").await.is_empty(), "nor the same executor");
+}
+
+/// A ruling from `from` on `conflict_id` about `subject`.
+async fn rule(
+    w: &World,
+    from: &str,
+    conflict_id: &str,
+    resolution: &str,
+    subject: ConflictSubject,
+) {
+    let ruling = ArbitrationResult {
+        conflict_id: conflict_id.into(),
+        resolution: resolution.into(),
+        tally: agent_state::Tally {
+            winner: resolution.into(),
+            totals: vec![(resolution.into(), 1.0)],
+            tie_broken: false,
+        },
+        arbitrator: id(from),
+        subject: Some(subject),
+    };
+    w.send(addr(from), ME, MessageKind::ArbitrationResult, &ruling).await;
+}
+
+/// `s1` of `t1` failed on both executors (the lead's reports to `top-a` are left in its inbox).
+async fn failed_everywhere(w: &World, agent: &mut Agent) {
+    let first = subtask("t1", write_step("s1"), "bottom-1");
+    report_failure(w, "bottom-1", "disk on fire", Some(first)).await;
+    agent.heartbeat(2).await.unwrap();
+    let second = subtasks(w, "bottom-2").await.pop().unwrap();
+    report_failure(w, "bottom-2", "disk still on fire", Some(second)).await;
+    agent.heartbeat(3).await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_step_every_executor_failed_goes_to_the_vote_and_a_retry_places_it_again_once() {
+    let w = World::new();
+    let mut agent = lead_with_work(&w, &["s1", "s2"]).await;
+    failed_everywhere(&w, &mut agent).await;
+
+    // Not escalated: reported as a conflict between the lead and the power that sent the work.
+    let messages = w.drain(&addr("top-a")).await;
+    assert!(!messages.iter().any(|m| m.kind == MessageKind::IssueEscalation));
+    let reports: Vec<ConflictReport> = messages
+        .iter()
+        .filter(|m| m.kind == MessageKind::ConflictReport)
+        .map(|m| payload(m).unwrap())
+        .collect();
+    assert_eq!(reports.len(), 1);
+    let report = &reports[0];
+    assert_eq!(report.conflict.id, "t1/s1/escalation");
+    assert_eq!(report.conflict.parties, [id(ME), id("top-a")]);
+    assert_eq!(report.conflict.options, [ballot::ABANDON, ballot::RETRY]);
+    let failure = TaskFailure::StepFailed {
+        step: "s1".into(),
+        attempts: 2,
+        error: "disk still on fire".into(),
+    };
+    let subject = ConflictSubject::Escalation {
+        task_id: "t1".into(),
+        step: "s1".into(),
+        lead: id(ME),
+        failure: failure.clone(),
+    };
+    assert_eq!(report.subject, Some(subject.clone()));
+
+    // The package stays open: s2 still reports.
+    report_done(&w, "bottom-2", "s2").await;
+    agent.heartbeat(4).await.unwrap();
+    let progress: Vec<ProgressReport> =
+        w.received(&addr("top-a"), MessageKind::ProgressReport).await;
+    assert_eq!(progress.iter().map(|p| p.percentage).collect::<Vec<_>>(), [50]);
+
+    rule(&w, "top-a", "t1/s1/escalation", ballot::RETRY, subject.clone()).await;
+    agent.heartbeat(5).await.unwrap();
+    // Retry: the step is placed again, on the healthy executor (bottom-2 finished s2 since).
+    assert!(subtasks(&w, "bottom-1").await.is_empty());
+    let again = subtasks(&w, "bottom-2").await;
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].attempt, 3);
+    let board = w.board(BoardId::Agent(id(ME))).await;
+    assert!(board.contains("- arbitration `t1/s1/escalation` by top-a: retry"), "{board}");
+
+    // A ruling comes once: a repeated one changes nothing.
+    rule(&w, "top-a", "t1/s1/escalation", ballot::RETRY, subject).await;
+    agent.heartbeat(6).await.unwrap();
+    assert!(subtasks(&w, "bottom-1").await.is_empty());
+    assert!(subtasks(&w, "bottom-2").await.is_empty());
+
+    // Failing again everywhere: no second vote, a plain escalation.
+    report_failure(&w, "bottom-2", "still", Some(again[0].clone())).await;
+    agent.heartbeat(7).await.unwrap();
+    let last = subtasks(&w, "bottom-1").await.pop().unwrap();
+    report_failure(&w, "bottom-1", "still on fire", Some(last)).await;
+    agent.heartbeat(8).await.unwrap();
+    let messages = w.drain(&addr("top-a")).await;
+    assert!(!messages.iter().any(|m| m.kind == MessageKind::ConflictReport));
+    let escalations: Vec<Escalation> = messages
+        .iter()
+        .filter(|m| m.kind == MessageKind::IssueEscalation)
+        .map(|m| payload(m).unwrap())
+        .collect();
+    assert_eq!(escalations.len(), 1);
+    assert!(matches!(escalations[0].failure, TaskFailure::StepFailed { attempts: 4, .. }));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_step_voted_abandon_closes_the_package() {
+    let w = World::new();
+    let mut agent = lead_with_work(&w, &["s1", "s2"]).await;
+    failed_everywhere(&w, &mut agent).await;
+    let report: ConflictReport =
+        w.received(&addr("top-a"), MessageKind::ConflictReport).await.pop().unwrap();
+
+    rule(&w, "top-a", &report.conflict.id, ballot::ABANDON, report.subject.unwrap()).await;
+    agent.heartbeat(4).await.unwrap();
+    report_done(&w, "bottom-2", "s2").await;
+    agent.heartbeat(5).await.unwrap();
+
+    assert!(w.kinds(&addr("top-a")).await.is_empty(), "the closed package reports nothing");
+    assert!(subtasks(&w, "bottom-1").await.is_empty());
+    assert!(agent.open_tasks().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_ruling_from_anyone_but_a_power_is_refused() {
+    let w = World::new();
+    let mut agent = lead_with_work(&w, &["s1"]).await;
+    failed_everywhere(&w, &mut agent).await;
+    let report: ConflictReport =
+        w.received(&addr("top-a"), MessageKind::ConflictReport).await.pop().unwrap();
+
+    rule(&w, "bottom-2", &report.conflict.id, ballot::RETRY, report.subject.unwrap()).await;
+    agent.heartbeat(4).await.unwrap();
+
+    assert_eq!(w.denied(ME).await, ["arbitration_result from bottom-2"]);
+    assert!(subtasks(&w, "bottom-1").await.is_empty(), "nothing placed again");
+    assert!(subtasks(&w, "bottom-2").await.is_empty());
+}
+
+/// A lead whose reasoner judges every result against the acceptance check as falling short.
+async fn strict_lead(w: &World) -> Agent {
+    let judge = ScriptedReasoner::from_fn(|request| match request {
+        ReasoningRequest::Judge { .. } => ScriptedAnswer::Judgement(Judgement {
+            complete: false,
+            summary: "the file says nothing about installation".into(),
+        }),
+        _ => ScriptedAnswer::Fallback,
+    });
+    let mut step = write_step("s1");
+    step.acceptance = "s1.txt explains how to install".into();
+    let work = WorkPackage { steps: vec![step], ..package("t1", &[]) };
+    placed(w, lead_with(w, ArbitrationSettings::default(), judge).await, work).await
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_result_the_lead_finds_short_of_its_acceptance_check_is_disputed_and_the_vote_decides() {
+    let w = World::new();
+    let mut agent = strict_lead(&w).await;
+    report_done(&w, "bottom-1", "s1").await;
+    agent.heartbeat(2).await.unwrap();
+
+    let reports: Vec<ConflictReport> =
+        w.received(&addr("top-a"), MessageKind::ConflictReport).await;
+    assert_eq!(reports.len(), 1, "no progress report: the result waits for the ruling");
+    let report = reports[0].clone();
+    assert_eq!(report.conflict.id, "t1/s1/acceptance");
+    assert_eq!(report.conflict.parties, [id(ME), id("bottom-1")]);
+    assert_eq!(report.conflict.options, [ballot::REDO, ballot::ACCEPT]);
+    assert!(matches!(
+        &report.subject,
+        Some(ConflictSubject::Acceptance { executor, objection, .. })
+            if *executor == id("bottom-1") && objection.contains("installation")
+    ));
+
+    // Redo: another executor does it; its result is judged again and, falling short after a
+    // ruling, counts as failed: with no executor left, it is escalated.
+    rule(&w, "top-a", &report.conflict.id, ballot::REDO, report.subject.clone().unwrap()).await;
+    agent.heartbeat(3).await.unwrap();
+    let redo = subtasks(&w, "bottom-2").await;
+    assert_eq!(redo.len(), 1);
+    assert_eq!(redo[0].attempt, 2);
+    report_done(&w, "bottom-2", "s1").await;
+    agent.heartbeat(4).await.unwrap();
+    let escalations: Vec<Escalation> =
+        w.received(&addr("top-a"), MessageKind::IssueEscalation).await;
+    assert_eq!(escalations.len(), 1, "one vote per step");
+    assert!(
+        matches!(&escalations[0].failure, TaskFailure::StepFailed { error, .. } if error.contains("acceptance check")),
+        "{:?}",
+        escalations[0]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_disputed_result_voted_accept_stands() {
+    let w = World::new();
+    let mut agent = strict_lead(&w).await;
+    report_done(&w, "bottom-1", "s1").await;
+    agent.heartbeat(2).await.unwrap();
+    let report: ConflictReport =
+        w.received(&addr("top-a"), MessageKind::ConflictReport).await.pop().unwrap();
+
+    rule(&w, "top-b", &report.conflict.id, ballot::ACCEPT, report.subject.unwrap()).await;
+    agent.heartbeat(3).await.unwrap();
+
+    let reports: Vec<ProgressReport> =
+        w.received(&addr("top-a"), MessageKind::ProgressReport).await;
+    assert_eq!(reports.len(), 1);
+    assert_eq!(reports[0].status, ProgressStatus::Completed);
+    assert_eq!(reports[0].results, [result("s1", "bottom-1")]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_acceptance_arbitration_the_lead_does_not_judge_results() {
+    let w = World::new();
+    let judge = Arc::new(ScriptedReasoner::from_fn(|_| ScriptedAnswer::Fallback));
+    let mut step = write_step("s1");
+    step.acceptance = "s1.txt explains how to install".into();
+    let work = WorkPackage { steps: vec![step], ..package("t1", &[]) };
+    w.parties(&["top-a", "top-b", "top-x", "bottom-1", "bottom-2", "mid-2"]).await;
+    let tools: std::sync::Arc<[String]> = ["write_file".to_owned()].into();
+    let behavior = MidAgent::new(
+        MidSpec { domain: "docs".into(), max_subordinates: 4 },
+        vec![(id("bottom-1"), tools.clone()), (id("bottom-2"), tools)],
+        vec![id("top-a"), id("top-b")],
+        vec![id("mid-2")],
+    )
+    .with_arbitration(NO_ARBITRATION);
+    let lead =
+        w.spawn_sharing(config(ME, AgentLayer::Mid, Some("top-a")), behavior, judge.clone()).await;
+    let mut agent = placed(&w, lead, work).await;
+    report_done(&w, "bottom-1", "s1").await;
+    agent.heartbeat(2).await.unwrap();
+
+    assert!(!judge.requests().iter().any(|r| matches!(r, ReasoningRequest::Judge { .. })));
+    let reports: Vec<ProgressReport> =
+        w.received(&addr("top-a"), MessageKind::ProgressReport).await;
+    assert_eq!(reports[0].status, ProgressStatus::Completed);
 }

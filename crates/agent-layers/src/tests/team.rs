@@ -71,7 +71,10 @@ async fn team(w: &World, top_b_reasoner: impl Reasoner) -> Vec<Agent> {
     for lead in leads() {
         for (executor, tools) in lead.executors {
             let config = config(executor.as_str(), AgentLayer::Bottom, Some(lead.id.as_str()));
-            agents.push(w.spawn(config, BottomAgent::new(BottomSpec { tools, kind: None })).await);
+            agents.push(
+                w.spawn(config, BottomAgent::new(BottomSpec { tools, kind: None, ooda: None }))
+                    .await,
+            );
         }
     }
     agents

@@ -58,7 +58,12 @@ fn mid(id: &str, domain: &str) -> AgentSpec {
 
 fn bottom(id: &str, lead: &str) -> AgentSpec {
     let tools = TOOLS.iter().map(|t| (*t).to_owned()).collect();
-    agent(id, AgentLayer::Bottom, Some(lead), RoleSpec::Bottom(BottomSpec { tools, kind: None }))
+    agent(
+        id,
+        AgentLayer::Bottom,
+        Some(lead),
+        RoleSpec::Bottom(BottomSpec { tools, kind: None, ooda: None }),
+    )
 }
 
 /// Three powers, two leads with two executors each.

@@ -1,10 +1,15 @@
 //! Whole-team scenarios on the in-memory backends and paused tokio time.
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
+mod approvals;
+mod arbitration;
 mod events;
 mod goal;
 mod guards;
+mod heartbeats;
 mod kinds;
+mod ooda;
+mod peers;
 mod resume;
 mod scenarios;
 mod scripted;

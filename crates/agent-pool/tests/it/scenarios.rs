@@ -21,7 +21,7 @@ use whiteboard::BoardError;
 use crate::support::*;
 
 /// A `write_file` that always fails, to make one executor fail.
-struct BrokenWrite;
+pub(crate) struct BrokenWrite;
 
 #[async_trait]
 impl Tool for BrokenWrite {
@@ -137,7 +137,7 @@ async fn arbitrate(weights: [f64; 3]) -> (String, String) {
         AgentId::new("mid-docs"),
         AgentId::new("top-a"),
         MessageKind::ConflictReport,
-        serde_json::to_value(ConflictReport { conflict }).unwrap(),
+        serde_json::to_value(ConflictReport { conflict, subject: None }).unwrap(),
         services.clock.now(),
     );
     services.bus.send(report).await.unwrap();
@@ -166,22 +166,28 @@ async fn arbitration_is_a_weighted_vote_over_the_bus() {
     assert_eq!(arbitrate([2.0, 1.0, 1.0]).await.0, "merge");
 }
 
+/// The registry without the real `write_file`, a [`BrokenWrite`] in its place.
+pub(crate) fn broken_registry() -> ToolRegistry {
+    let builtins = ToolRegistry::with_builtins();
+    let mut r = ToolRegistry::new();
+    for name in builtins.names() {
+        if name != "write_file" {
+            r.register(builtins.get(name).unwrap()).unwrap();
+        }
+    }
+    r.register(Arc::new(BrokenWrite)).unwrap();
+    r
+}
+
+/// Until peer help, the executor failed and its lead reassigned the subtask; now, with its
+/// retries spent, it offers the subtask to the idle peer of its lead first, which completes it,
+/// and the executor itself does not fail (the lead's reassignment when no peer takes it is
+/// `peers::when_every_peer_is_busy_the_lead_reassigns_the_subtask_as_before`).
 #[tokio::test(start_paused = true)]
-async fn a_failing_executor_retries_then_fails_and_its_lead_reassigns_the_subtask() {
+async fn a_failing_executor_retries_then_hands_its_subtask_to_an_idle_peer_that_completes_it() {
     let dir = tempfile::tempdir().unwrap();
     let mut services = services(dir.path());
-    let mut broken = ToolRegistry::with_builtins();
-    broken = {
-        let mut r = ToolRegistry::new();
-        for name in broken.names() {
-            if name != "write_file" {
-                r.register(broken.get(name).unwrap()).unwrap();
-            }
-        }
-        r.register(Arc::new(BrokenWrite)).unwrap();
-        r
-    };
-    services.agent_tools.insert(AgentId::new("bottom-d1"), Arc::new(broken));
+    services.agent_tools.insert(AgentId::new("bottom-d1"), Arc::new(broken_registry()));
     let team = Team::start(standard_team(), services.clone()).await.unwrap();
 
     let mut task = hello_task("task-fail");
@@ -190,7 +196,7 @@ async fn a_failing_executor_retries_then_fails_and_its_lead_reassigns_the_subtas
     team.submit(task).await.unwrap();
     let outcome = team.wait("task-fail").await;
     let TaskOutcome::Succeeded { results, .. } = &outcome else { panic!("{outcome:?}") };
-    assert_eq!(results[0].agent, AgentId::new("bottom-d2"), "the lead moved the subtask");
+    assert_eq!(results[0].agent, AgentId::new("bottom-d2"), "the peer ran the subtask");
     assert_eq!(std::fs::read_to_string(dir.path().join("hello.txt")).unwrap(), "hello, strata\n");
 
     let d1 = AgentId::new("bottom-d1");
@@ -202,12 +208,42 @@ async fn a_failing_executor_retries_then_fails_and_its_lead_reassigns_the_subtas
             _ => None,
         })
         .collect();
-    assert_eq!(retries, [1, 2, 3, 3], "three retries, then the final failure");
+    assert_eq!(retries, [1, 2, 3], "three retries; the failure that would end them goes to a peer");
+    let help: Vec<(String, String)> = records
+        .iter()
+        .filter_map(|r| match &r.event {
+            AuditEvent::PeerHelp { peer, step, outcome, .. } => {
+                Some((peer.to_string(), format!("{step:?} {outcome}")))
+            }
+            _ => None,
+        })
+        .collect();
+    let step = r#"Some("task-fail/write-hello")"#;
+    assert_eq!(
+        help,
+        [
+            ("bottom-d2".to_owned(), format!("{step} asked")),
+            ("bottom-d2".to_owned(), format!("{step} handed over")),
+        ]
+    );
     let statuses: Vec<AgentStatus> =
         records.iter().filter_map(|r| r.transition()).map(|t| t.to).collect();
-    assert_eq!(statuses, [AgentStatus::Idle, AgentStatus::Working, AgentStatus::Failed]);
+    assert!(!statuses.contains(&AgentStatus::Failed), "{statuses:?}");
     let d1_metrics = team.pool().get(&d1).unwrap().metrics().await;
-    assert_eq!((d1_metrics.tasks_failed, d1_metrics.retries), (1, 3));
+    assert_eq!((d1_metrics.tasks_failed, d1_metrics.retries), (0, 3));
+    let d2 = services.audit.records(Some(&AgentId::new("bottom-d2"))).await.unwrap();
+    assert!(
+        d2.iter().any(|r| matches!(&r.event, AuditEvent::PeerHelp { peer, outcome: agent_core::PeerHelpOutcome::Accepted, .. } if *peer == d1)),
+        "the peer audited its acceptance"
+    );
+    // The lead's bookkeeping names the peer: the step's assignee, and among those that tried it.
+    let lead = AgentId::new("mid-docs");
+    let saved = services.state.agents().await.unwrap().into_iter().find(|r| r.id == lead).unwrap();
+    let work = saved.behavior["work"].as_object().unwrap().values().next().unwrap().clone();
+    assert_eq!(work["subtasks"]["write-hello"]["assignee"], "bottom-d2");
+    assert_eq!(work["tried"]["write-hello"], serde_json::json!(["bottom-d1", "bottom-d2"]));
+    let board = services.boards.read(&Actor::System, &BoardId::Agent(lead)).await.unwrap().content;
+    assert!(board.contains("- [bottom-d2] took over write-hello from [bottom-d1]"), "{board}");
     let mid = services.audit.records(Some(&AgentId::new("mid-docs"))).await.unwrap();
     assert!(check_transition_chain(&mid).is_ok());
     team.shutdown().await.unwrap();

@@ -262,3 +262,122 @@ fn duplicate_voter_is_refused() {
 fn no_votes_is_refused() {
     assert_eq!(tally(&[]), Err(TallyError::NoVotes));
 }
+
+fn human(name: &str) -> AgentId {
+    AgentId::human(name).unwrap()
+}
+
+#[test]
+fn human_ids_are_prefixed_checked_and_never_agent_ids() {
+    let alice = human("alice");
+    assert_eq!(alice.as_str(), "human:alice");
+    assert!(alice.is_human() && alice.human_name() == Some("alice"));
+    assert!(crate::check_agent_id(alice.as_str()).is_err(), "a human id is never an agent id");
+    assert!(!id("alice").is_human() && id("alice").human_name().is_none());
+    assert!(!id("human:").is_human() && !id("human:a b").is_human());
+    assert_eq!(AgentId::human(""), Err(crate::HumanNameError::Empty));
+    assert!(matches!(AgentId::human("a:b"), Err(crate::HumanNameError::InvalidCharacter { .. })));
+    assert!(matches!(AgentId::human("x\ny"), Err(crate::HumanNameError::InvalidCharacter { .. })));
+    let long = "a".repeat(crate::MAX_HUMAN_NAME_LEN + 1);
+    assert!(matches!(AgentId::human(&long), Err(crate::HumanNameError::TooLong { .. })));
+    assert!(AgentId::human(&long[1..]).is_ok());
+}
+
+#[test]
+fn a_human_required_signer_signs_and_vetoes_like_an_agent() {
+    let mut d = Decision::propose(
+        D,
+        id("top-1"),
+        json!({"plan": "p"}),
+        vec![id("top-2"), human("alice")],
+        Timestamp(100),
+    )
+    .unwrap();
+    assert_eq!(d.sign(&id("top-2"), Timestamp(101)), Ok(SignOutcome::Signed));
+    assert!(matches!(
+        d.sign(&human("mallory"), Timestamp(102)),
+        Err(SignError::NotARequiredSigner { .. })
+    ));
+    let mut vetoed = d.clone();
+    assert_eq!(d.sign(&human("alice"), Timestamp(103)), Ok(SignOutcome::Approved));
+    vetoed.veto(&human("alice"), "not today", Timestamp(103)).unwrap();
+    assert_eq!(vetoed.status, DecisionStatus::Vetoed);
+}
+
+fn one_of_humans() -> Decision {
+    propose(&["top-2"]).unwrap().with_human_approval(vec!["alice".into(), "bob".into()]).unwrap()
+}
+
+#[test]
+fn one_human_of_the_allowed_set_is_needed_besides_the_required_signers() {
+    let mut d = one_of_humans();
+    assert!(d.needs_human() && !d.fully_signed());
+    assert_eq!(d.sign(&id("top-2"), Timestamp(101)), Ok(SignOutcome::Signed));
+    assert_eq!(d.status, DecisionStatus::Pending, "the human's signature is still missing");
+    let before = d.clone();
+    let err = d.sign(&human("mallory"), Timestamp(102)).unwrap_err();
+    assert!(
+        matches!(&err, SignError::NotARequiredSigner { agent, required, .. }
+            if *agent == human("mallory") && required.contains("human:alice")),
+        "{err}"
+    );
+    assert!(matches!(
+        d.veto(&human("mallory"), "no", Timestamp(102)),
+        Err(SignError::NotARequiredSigner { .. })
+    ));
+    assert!(matches!(
+        d.sign(&id("alice"), Timestamp(102)),
+        Err(SignError::NotARequiredSigner { .. })
+    ));
+    assert_eq!(d, before, "refusals change nothing");
+    assert_eq!(d.sign(&human("bob"), Timestamp(103)), Ok(SignOutcome::Approved));
+    assert!(d.fully_signed());
+    assert!(matches!(
+        d.sign(&human("alice"), Timestamp(104)),
+        Err(SignError::AlreadyDecided { .. })
+    ));
+}
+
+#[test]
+fn a_second_human_signature_changes_nothing_and_any_allowed_human_may_veto() {
+    let mut d = one_of_humans();
+    assert_eq!(d.sign(&human("alice"), Timestamp(101)), Ok(SignOutcome::Signed));
+    let before = d.clone();
+    assert_eq!(d.sign(&human("bob"), Timestamp(102)), Ok(SignOutcome::AlreadySigned));
+    assert_eq!(d.sign(&human("alice"), Timestamp(102)), Ok(SignOutcome::AlreadySigned));
+    assert_eq!(d, before);
+    d.veto(&human("bob"), "changed my mind", Timestamp(103)).unwrap();
+    assert_eq!(d.status, DecisionStatus::Vetoed);
+    assert_eq!(d.vetoes[0].vetoer, human("bob"));
+}
+
+#[test]
+fn a_human_approval_alone_is_enough_signers_and_its_names_are_checked() {
+    let mut alone = propose(&[]).unwrap_err();
+    assert_eq!(alone, ProposeError::NoSigners { id: D });
+    let mut d = one_of_humans();
+    d.required_signers.clear();
+    assert_eq!(d.check(), Ok(()));
+    assert_eq!(d.sign(&human("alice"), Timestamp(1)), Ok(SignOutcome::Approved));
+    let base = || propose(&["top-2"]).unwrap();
+    assert_eq!(base().with_human_approval(vec![]).unwrap_err(), ProposeError::NoHumans { id: D });
+    alone = base().with_human_approval(vec!["a b".into()]).unwrap_err();
+    assert!(matches!(alone, ProposeError::BadHuman { .. }), "{alone}");
+    alone = base().with_human_approval(vec!["al".into(), "al".into()]).unwrap_err();
+    assert!(
+        matches!(&alone, ProposeError::BadHuman { why, .. } if why.contains("twice")),
+        "{alone}"
+    );
+}
+
+#[test]
+fn decisions_stored_before_human_approval_still_read_and_round_trip() {
+    let d = three();
+    let json = serde_json::to_value(&d).unwrap();
+    assert!(json.get("human_approval").is_none(), "not written when absent");
+    let back: Decision = serde_json::from_value(json).unwrap();
+    assert_eq!(back, d);
+    let h = one_of_humans();
+    let back: Decision = serde_json::from_value(serde_json::to_value(&h).unwrap()).unwrap();
+    assert_eq!(back, h);
+}

@@ -1,0 +1,494 @@
+//! The operator inbox: requests from outside a run (`strata approve`, `strata veto`) and the
+//! running process that applies them.
+//!
+//! A live run's database is locked by the process that runs it, so another `strata` cannot
+//! write it. Requests go through a drop directory instead, `<run dir>/requests/`:
+//!
+//! 1. `strata approve RUN DECISION --as NAME` (or `strata veto ... --reason TEXT`) checks what
+//!    it can at once on a private copy of the store: the decision exists, `NAME` is one of the
+//!    run's `[approvals] humans` (from the team file stored in the run), and the rules of
+//!    [`Decision::sign`] / [`Decision::veto`] accept `human:NAME` (pending, a human may sign,
+//!    a veto has a reason). It writes one request file, `<id>.json` (an [`Envelope`]: the
+//!    [`OperatorRequest`] and, when a check refused it, `refused` with the error), through a
+//!    temporary file and a rename.
+//! 2. The process running the run (`strata run` or `strata resume`) takes the pending request
+//!    files every [`serve`] pass (at most [`MAX_PER_PASS`] a pass, oldest name first), applies
+//!    each through the governance trait as `human:NAME` (a refused one is not applied), audits
+//!    it ([`AuditEvent::Operator`] under the human's id, with the typed error when refused),
+//!    writes `<id>.done.json` ([`Done`]) and removes the request. A backend failure leaves
+//!    the request for the next pass.
+//! 3. The command waits (up to [`WAIT`], unless `--no-wait`) for the result file and prints
+//!    it. When the run is not live, an accepted request stays queued for `strata resume`, and
+//!    a refused one is audited at once by the command itself (it can open the store then).
+//!
+//! Bad input (exit 2, and audited): a decision that does not exist or is decided already, a
+//! name not in `[approvals] humans`, a decision that needs no human, a veto without a reason.
+//! A name that cannot name a human, a malformed decision id, or no name at all is refused
+//! before anything is written (exit 2, not audited: it names nobody who could sign).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_core::tools::ToolRegistry;
+use agent_core::{AuditEvent, AuditLog, Clock, SledAuditLog};
+use agent_state::{AgentId, DecisionId, HUMAN_PREFIX, SignOutcome, Timestamp};
+use anyhow::Context;
+use governance::{DecideError, Governance, SledGovernance};
+use run_store::{Durability, RunStore};
+use serde::{Deserialize, Serialize};
+
+use crate::cli::{ApproveArgs, VetoArgs};
+use crate::run::{RunInfo, TEAM_FILE, now_ms, read_input, resolve_run, write_atomic};
+use crate::{Failure, TASK_FAILED, bad_input};
+
+/// The drop directory of a run's operator requests.
+pub(crate) const REQUESTS_DIR: &str = "requests";
+/// At most this many requests are applied in one pass.
+pub(crate) const MAX_PER_PASS: usize = 16;
+/// A request file larger than this is refused unread.
+const MAX_REQUEST_BYTES: u64 = 64 * 1024;
+/// How long `strata approve` / `veto` waits for a live run to take its request.
+pub(crate) const WAIT: Duration = Duration::from_secs(10);
+/// How often it looks for the result meanwhile.
+const POLL: Duration = Duration::from_millis(50);
+
+/// What an operator asks of a run. Tagged by `request`, so more kinds can be added.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "request", rename_all = "snake_case")]
+pub(crate) enum OperatorRequest {
+    /// Sign `decision` as `human:<human>`.
+    Approve {
+        /// The decision.
+        decision: DecisionId,
+        /// Who signs (the name, without `human:`).
+        human: String,
+    },
+    /// Veto `decision` as `human:<human>`, with `reason`.
+    Veto {
+        /// The decision.
+        decision: DecisionId,
+        /// Who vetoes.
+        human: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl OperatorRequest {
+    /// The operator's id as the audit log names it: `human:<name>`.
+    fn actor(&self) -> AgentId {
+        let (Self::Approve { human, .. } | Self::Veto { human, .. }) = self;
+        AgentId::new(format!("{HUMAN_PREFIX}{human}"))
+    }
+}
+
+/// One request file, `<id>.json`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct Envelope {
+    /// The request's id (also its file name).
+    pub(crate) id: String,
+    /// When it was written (ms since the epoch).
+    pub(crate) at: u64,
+    /// What is asked.
+    pub(crate) request: OperatorRequest,
+    /// Set when the command's checks refused it: the run only audits it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) refused: Option<String>,
+}
+
+/// The result of one request, `<id>.done.json`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Done {
+    /// The request's id.
+    pub(crate) id: String,
+    /// `signed`, `approved`, `already_signed`, `vetoed` or `refused`.
+    pub(crate) outcome: String,
+    /// Why it was refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) error: Option<String>,
+}
+
+/// A request as the audit line shows it: `approve decision X` or `veto decision X ("why")`.
+pub(crate) fn describe(request: &serde_json::Value) -> String {
+    let decision = request["decision"].as_str().unwrap_or("?");
+    match request["request"].as_str() {
+        Some("veto") => {
+            format!("veto decision {decision} ({:?})", request["reason"].as_str().unwrap_or(""))
+        }
+        Some(kind) => format!("{kind} decision {decision}"),
+        None => "request".to_owned(),
+    }
+}
+
+/// Applies one request (a refused one is only audited) and audits it; `Err` on a backend
+/// failure, when the request should be tried again.
+pub(crate) async fn apply(
+    envelope: &Envelope,
+    governance: &dyn Governance,
+    audit: &dyn AuditLog,
+    now: Timestamp,
+) -> anyhow::Result<Done> {
+    let actor = envelope.request.actor();
+    let result: Result<&str, String> = match (&envelope.refused, &envelope.request) {
+        (Some(error), _) => Err(error.clone()),
+        (None, OperatorRequest::Approve { decision, .. }) => {
+            match governance.sign(*decision, &actor, now).await {
+                Ok(SignOutcome::Signed) => Ok("signed"),
+                Ok(SignOutcome::Approved) => Ok("approved"),
+                Ok(SignOutcome::AlreadySigned) => Ok("already_signed"),
+                Err(DecideError::Backend(e)) => return Err(e.into()),
+                Err(e) => Err(e.to_string()),
+            }
+        }
+        (None, OperatorRequest::Veto { decision, reason, .. }) => {
+            match governance.veto(*decision, &actor, reason, now).await {
+                Ok(()) => Ok("vetoed"),
+                Err(DecideError::Backend(e)) => return Err(e.into()),
+                Err(e) => Err(e.to_string()),
+            }
+        }
+    };
+    let done = match result {
+        Ok(outcome) => Done { id: envelope.id.clone(), outcome: outcome.into(), error: None },
+        Err(error) => {
+            Done { id: envelope.id.clone(), outcome: "refused".into(), error: Some(error) }
+        }
+    };
+    let event = AuditEvent::Operator {
+        request: serde_json::to_value(&envelope.request)?,
+        outcome: done.outcome.clone(),
+        error: done.error.clone(),
+    };
+    audit.append(&actor, now, event).await?;
+    Ok(done)
+}
+
+/// One pending request file: its path, its id, and its contents or why they cannot be read.
+type Pending = (PathBuf, String, Result<Envelope, String>);
+
+/// The pending request files of `inbox`, oldest name first, at most `max`; blocking.
+fn pending(inbox: &Path, max: usize) -> std::io::Result<Vec<Pending>> {
+    let entries = match std::fs::read_dir(inbox) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut names: Vec<String> = Vec::new();
+    for entry in entries {
+        let name = entry?.file_name().to_string_lossy().into_owned();
+        if name.ends_with(".json") && !name.ends_with(".done.json") {
+            names.push(name);
+        }
+    }
+    names.sort();
+    names.truncate(max);
+    Ok(names
+        .into_iter()
+        .map(|name| {
+            let path = inbox.join(&name);
+            let id = name.trim_end_matches(".json").to_owned();
+            let read = read_request(&path);
+            (path, id, read)
+        })
+        .collect())
+}
+
+fn read_request(path: &Path) -> Result<Envelope, String> {
+    use std::io::Read as _;
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot open it: {e}"))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_REQUEST_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read it: {e}"))?;
+    if bytes.len() as u64 > MAX_REQUEST_BYTES {
+        return Err(format!("it is larger than {MAX_REQUEST_BYTES} bytes"));
+    }
+    serde_json::from_slice(&bytes).map_err(|e| format!("it is not a request: {e}"))
+}
+
+/// One pass over the run's inbox: applies the pending requests (at most [`MAX_PER_PASS`]);
+/// returns how many were taken.
+pub(crate) async fn pass(
+    dir: &Path,
+    governance: &dyn Governance,
+    audit: &dyn AuditLog,
+    clock: &dyn Clock,
+) -> anyhow::Result<usize> {
+    let inbox = dir.join(REQUESTS_DIR);
+    let found = {
+        let inbox = inbox.clone();
+        tokio::task::spawn_blocking(move || pending(&inbox, MAX_PER_PASS)).await??
+    };
+    let taken = found.len();
+    for (path, id, read) in found {
+        let done = match read {
+            Ok(envelope) => apply(&envelope, governance, audit, clock.now()).await?,
+            Err(why) => {
+                let error = format!("request file {id}.json cannot be taken: {why}");
+                audit
+                    .append(
+                        &AgentId::new(format!("{HUMAN_PREFIX}?")),
+                        clock.now(),
+                        AuditEvent::Operator {
+                            request: serde_json::json!({ "id": id }),
+                            outcome: "refused".into(),
+                            error: Some(error.clone()),
+                        },
+                    )
+                    .await?;
+                Done { id: id.clone(), outcome: "refused".into(), error: Some(error) }
+            }
+        };
+        let bytes = serde_json::to_vec_pretty(&done)?;
+        let done_path = inbox.join(format!("{id}.done.json"));
+        tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
+            write_atomic(&done_path, &bytes)?;
+            std::fs::remove_file(&path).with_context(|| format!("cannot remove {}", path.display()))
+        })
+        .await??;
+    }
+    Ok(taken)
+}
+
+/// Serves the run's inbox until the task is aborted: a [`pass`] every `every`.
+pub(crate) async fn serve(
+    dir: PathBuf,
+    governance: Arc<dyn Governance>,
+    audit: Arc<dyn AuditLog>,
+    clock: Arc<dyn Clock>,
+    every: Duration,
+) {
+    loop {
+        if let Err(e) = pass(&dir, governance.as_ref(), audit.as_ref(), clock.as_ref()).await {
+            tracing::warn!(error = %format!("{e:#}"), "operator requests: will try again");
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
+/// `strata approve RUN DECISION`.
+pub(crate) async fn approve(args: &ApproveArgs) -> Result<u8, Failure> {
+    let request = |decision, human| OperatorRequest::Approve { decision, human };
+    decide(
+        &args.target.run,
+        &args.target.decision,
+        args.target.as_name.as_deref(),
+        &args.target.data,
+        args.target.no_wait,
+        request,
+    )
+    .await
+}
+
+/// `strata veto RUN DECISION --reason TEXT`.
+pub(crate) async fn veto(args: &VetoArgs) -> Result<u8, Failure> {
+    let reason = args.reason.clone();
+    let request = move |decision, human| OperatorRequest::Veto { decision, human, reason };
+    decide(
+        &args.target.run,
+        &args.target.decision,
+        args.target.as_name.as_deref(),
+        &args.target.data,
+        args.target.no_wait,
+        request,
+    )
+    .await
+}
+
+/// Who signs: `--as NAME`, else `$USER`.
+fn operator_name(given: Option<&str>) -> Result<String, Failure> {
+    let name = match given {
+        Some(name) => name.to_owned(),
+        None => match std::env::var("USER") {
+            Ok(user) if !user.is_empty() => user,
+            _ => {
+                return Err(bad_input(anyhow::anyhow!(
+                    "who signs? $USER is not set: give --as NAME (one of the run's [approvals] humans)"
+                )));
+            }
+        },
+    };
+    agent_state::check_human_name(&name)
+        .map_err(|e| bad_input(anyhow::anyhow!("--as {}: {e}", name.escape_debug())))?;
+    Ok(name)
+}
+
+async fn decide(
+    run: &str,
+    decision: &str,
+    as_name: Option<&str>,
+    data: &Path,
+    no_wait: bool,
+    request: impl FnOnce(DecisionId, String) -> OperatorRequest,
+) -> Result<u8, Failure> {
+    let dir = resolve_run(data, run)?;
+    let info = RunInfo::read(&dir).map_err(bad_input)?;
+    let human = operator_name(as_name)?;
+    let id = uuid::Uuid::parse_str(decision.trim()).map(DecisionId::from_uuid).map_err(|_| {
+        bad_input(anyhow::anyhow!(
+            "`{}` is not a decision id; `strata inspect {run} decisions` lists them",
+            decision.escape_debug()
+        ))
+    })?;
+    let request = request(id, human.clone());
+    let allowed = allowed_humans(&dir)?;
+    let refused = check(&dir, &info, &request, id, &human, &allowed).await?;
+    let envelope = Envelope { id: new_request_id(), at: now_ms(), request, refused };
+    let live = RunStore::is_in_use(&dir).map_err(bad_input)?;
+    if let Some(error) = &envelope.refused {
+        if live {
+            deliver(&dir, &envelope)?;
+            if !no_wait {
+                // So that the refusal is in the audit log when this command ends.
+                wait_for(&dir, &envelope.id).await;
+            }
+        } else {
+            audit_now(&dir, &envelope).await?;
+        }
+        return Err(bad_input(anyhow::anyhow!("{error}")));
+    }
+    deliver(&dir, &envelope)?;
+    if !live {
+        outln!(
+            "run {} is not running: request {} is queued; `strata resume {}` applies it",
+            info.run_id,
+            envelope.id,
+            info.run_id
+        );
+        return Ok(0);
+    }
+    if no_wait {
+        outln!("request {} delivered to run {}", envelope.id, info.run_id);
+        return Ok(0);
+    }
+    match wait_for(&dir, &envelope.id).await {
+        Some(Done { error: Some(error), .. }) => Err(bad_input(anyhow::anyhow!("{error}"))),
+        Some(done) => {
+            outln!("decision {id}: {} by {HUMAN_PREFIX}{human}", done.outcome.replace('_', " "));
+            Ok(0)
+        }
+        None => {
+            errln!(
+                "run {} has not taken request {} within {} s; it stays queued and is applied when the run reads its requests",
+                info.run_id,
+                envelope.id,
+                WAIT.as_secs()
+            );
+            Ok(TASK_FAILED)
+        }
+    }
+}
+
+/// The run's `[approvals] humans`, from the team file stored in the run.
+fn allowed_humans(dir: &Path) -> Result<Vec<String>, Failure> {
+    let path = dir.join(TEAM_FILE);
+    let text = read_input(&path, "team file", team_file::MAX_TEAM_FILE_BYTES)?;
+    let team =
+        team_file::parse_team(&path, &text, &ToolRegistry::with_builtins()).map_err(bad_input)?;
+    Ok(team.spec.approvals.humans)
+}
+
+/// What the command can check at once, on a private copy of the run's store: `Some(error)`
+/// when the request is refused.
+async fn check(
+    dir: &Path,
+    info: &RunInfo,
+    request: &OperatorRequest,
+    id: DecisionId,
+    human: &str,
+    allowed: &[String],
+) -> Result<Option<String>, Failure> {
+    let store = read_copy(dir).await?;
+    let governance = SledGovernance::open(&store).context("cannot open governance")?;
+    let Some(mut decision) = governance.get(id).await.context("cannot read the decision")? else {
+        return Ok(Some(format!(
+            "no decision {id} in run {}; `strata inspect {} decisions` lists them",
+            info.run_id, info.run_id
+        )));
+    };
+    if !allowed.iter().any(|a| a == human) {
+        let who = if allowed.is_empty() {
+            "nobody: its team file has no `[approvals] humans`".to_owned()
+        } else {
+            allowed.join(", ")
+        };
+        return Ok(Some(format!(
+            "`{human}` may not sign for humans in run {} (who may: {who})",
+            info.run_id
+        )));
+    }
+    let actor = request.actor();
+    let now = Timestamp(now_ms());
+    let rule = match request {
+        OperatorRequest::Approve { .. } => decision.sign(&actor, now).map(|_| ()),
+        OperatorRequest::Veto { reason, .. } => decision.veto(&actor, reason.as_str(), now),
+    };
+    Ok(rule.err().map(|e| e.to_string()))
+}
+
+/// A private copy of the run's store; a copy of a live run caught mid-write is taken again
+/// (a few times).
+async fn read_copy(dir: &Path) -> Result<RunStore, Failure> {
+    const ATTEMPTS: u32 = 5;
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match RunStore::open_read_only(dir) {
+            Err(run_store::StoreError::CopyUnreadable { .. }) if attempt < ATTEMPTS => {
+                tokio::time::sleep(POLL).await;
+            }
+            other => return other.map_err(bad_input),
+        }
+    }
+}
+
+/// Writes the request into the run's inbox (a temporary file and a rename).
+fn deliver(dir: &Path, envelope: &Envelope) -> Result<(), Failure> {
+    let inbox = dir.join(REQUESTS_DIR);
+    std::fs::create_dir_all(&inbox)
+        .with_context(|| format!("cannot create {}", inbox.display()))?;
+    let bytes = serde_json::to_vec_pretty(envelope)?;
+    write_atomic(&inbox.join(format!("{}.json", envelope.id)), &bytes)?;
+    Ok(())
+}
+
+/// The result of request `id`, once the run wrote it; `None` after [`WAIT`].
+async fn wait_for(dir: &Path, id: &str) -> Option<Done> {
+    let path = dir.join(REQUESTS_DIR).join(format!("{id}.done.json"));
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        if let Ok(bytes) = std::fs::read(&path)
+            && let Ok(done) = serde_json::from_slice::<Done>(&bytes)
+        {
+            return Some(done);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Audits a refused request of a run that is not live, in its own store.
+async fn audit_now(dir: &Path, envelope: &Envelope) -> Result<(), Failure> {
+    let store = match RunStore::open(dir, Durability::Synced) {
+        Ok(store) => store,
+        // Started meanwhile: the run audits it.
+        Err(run_store::StoreError::Locked { .. }) => return deliver(dir, envelope),
+        Err(e) => return Err(Failure::Other(anyhow::Error::new(e).context("cannot open the run"))),
+    };
+    let governance = SledGovernance::open(&store).context("cannot open governance")?;
+    let audit = SledAuditLog::open(&store).context("cannot open the audit log")?;
+    apply(envelope, &governance, &audit, Timestamp(now_ms())).await?;
+    Ok(())
+}
+
+/// A request id that sorts by time: milliseconds since the epoch and four random hex digits.
+fn new_request_id() -> String {
+    let suffix = &uuid::Uuid::new_v4().simple().to_string()[..4];
+    format!("{:013}-{suffix}", now_ms())
+}
+
+#[cfg(test)]
+mod tests;

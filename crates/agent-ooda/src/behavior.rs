@@ -1,0 +1,290 @@
+//! [`OodaBehavior`]: an OODA loop as a Strata agent. The runtime drives it like any layer's
+//! agent; each turn it takes its messages into the inbox and runs one loop.
+
+use agent_core::protocol::{HelpRequest, HelpResponse, StatusReport};
+use agent_core::{AgentBehavior, AgentContext, AgentError, AuditEvent};
+use agent_state::ooda::{MessageRole, OodaEvent, OodaEventKind, OodaMessage, StopReason};
+use agent_state::{
+    Address, Assignment, BoardSnapshot, Message, MessageKind, ProgressReport, ProgressStatus,
+    SubtaskResult,
+};
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::sync::broadcast;
+
+use crate::ooda::Ooda;
+
+/// An operator's command to an OODA agent, sent by `system` (or its supervisor) as a
+/// `task_assign` whose content is this (for example from `strata rollback RUN AGENT VERSION`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "command", rename_all = "snake_case")]
+pub enum OodaCommand {
+    /// Go back to the configuration and files of `version`, as a new version.
+    Rollback {
+        /// The version.
+        version: u64,
+    },
+}
+
+/// An OODA agent in a Strata team: the runtime's lifecycle, heartbeat, retries, budget and
+/// audit, with one loop ([`Ooda::step`]) per turn.
+///
+/// - A `task_assign` with a subtask from its supervisor gives it an objective (the step); when
+///   the loop stops it reports a `progress_report` with the result, as an executor does.
+/// - A `peer_help_request` that speaks to it joins its inbox (answered at once with where it
+///   stands); a `peer_help_response` joins it too. The next observe processes them.
+/// - Messages it decides to send are routed by the bus at the end of the step.
+/// - An [`OodaCommand`] from `system` or its supervisor is recorded in this turn and carried
+///   out in the next (so that it is saved before it has any effect).
+pub struct OodaBehavior {
+    ooda: Ooda,
+}
+
+impl OodaBehavior {
+    /// The agent running `ooda`.
+    pub fn new(ooda: Ooda) -> Self {
+        Self { ooda }
+    }
+
+    /// Its loop.
+    pub fn ooda(&self) -> &Ooda {
+        &self.ooda
+    }
+
+    /// Its events as they happen (see [`Ooda::subscribe`]).
+    pub fn subscribe(&self) -> broadcast::Receiver<OodaEvent> {
+        self.ooda.subscribe()
+    }
+
+    async fn command(
+        &mut self,
+        ctx: &mut AgentContext,
+        message: &Message,
+    ) -> Result<(), AgentError> {
+        let command = match serde_json::from_value::<OodaCommand>(message.content.clone()) {
+            Ok(c) => c,
+            Err(e) => {
+                return ctx
+                    .audit(AuditEvent::Denied {
+                        action: format!("command from {}", message.from),
+                        error: format!("not a command this agent knows (rollback): {e}"),
+                    })
+                    .await;
+            }
+        };
+        let OodaCommand::Rollback { version } = command;
+        match self.ooda.rollback(version) {
+            Ok(next) => {
+                ctx.append_own(&format!(
+                    "- rollback to version {version} asked by {}: it becomes version {next}",
+                    message.from
+                ))
+                .await?;
+                let data =
+                    json!({ "outcome": "rollback_scheduled", "to": version, "version": next });
+                self.ooda.emit(ctx, OodaEventKind::ModifySelf, data).await?;
+            }
+            Err(e) => {
+                let error = e.to_string();
+                ctx.audit(AuditEvent::Denied {
+                    action: format!("rollback to version {version}"),
+                    error: error.clone(),
+                })
+                .await?;
+                let data = json!({ "outcome": "refused", "rollback_to": version, "error": error });
+                self.ooda.emit(ctx, OodaEventKind::ModifySelf, data).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Tells its supervisor how the lead's subtask ended.
+    async fn report(
+        &mut self,
+        ctx: &mut AgentContext,
+        stop: &StopReason,
+    ) -> Result<(), AgentError> {
+        let Some(task) = self.ooda.task.take() else { return Ok(()) };
+        let Some(supervisor) = ctx.config().supervisor.clone() else { return Ok(()) };
+        let success = matches!(stop, StopReason::Finished { .. });
+        let output = match stop {
+            StopReason::Finished { summary } => summary.clone(),
+            other => other.to_string(),
+        };
+        let now = ctx.now();
+        if success {
+            ctx.metrics_mut().record_task(true, 0, now);
+        }
+        let result = SubtaskResult {
+            task_id: task.task_id.clone(),
+            step_id: task.step.id.clone(),
+            agent: ctx.id().clone(),
+            success,
+            output: output.clone(),
+            result: None,
+        };
+        let report = ProgressReport {
+            task_id: task.task_id.clone(),
+            status: if success { ProgressStatus::Completed } else { ProgressStatus::Failed },
+            percentage: 100,
+            description: task.step.description.clone(),
+            results: vec![result],
+            failure: None,
+        };
+        ctx.send(&supervisor, MessageKind::ProgressReport, &report).await?;
+        Ok(())
+    }
+}
+
+fn text_of(content: &Value) -> String {
+    match content {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+#[async_trait]
+impl AgentBehavior for OodaBehavior {
+    fn responsibilities(&self) -> &'static str {
+        "- Observe messages and the workspace\n\
+         - Decide the next action toward the goal\n\
+         - Act through the tools, inside the sandbox\n\
+         - Reflect on the outcome and learn\n\
+         - Modify itself only within its safety level, through validation"
+    }
+
+    async fn on_process(
+        &mut self,
+        ctx: &mut AgentContext,
+        messages: &[Message],
+        _board: &BoardSnapshot,
+    ) -> Result<(), AgentError> {
+        let supervisor = ctx.config().supervisor.clone();
+        let mut commanded = false;
+        for message in messages {
+            let from_supervisor =
+                supervisor.as_ref().is_some_and(|s| message.from.agent() == Some(s));
+            let now = ctx.now();
+            match message.kind {
+                MessageKind::TaskAssign
+                    if (from_supervisor || message.from == Address::System)
+                        && message.content.get("command").is_some() =>
+                {
+                    self.command(ctx, message).await?;
+                    commanded = true;
+                }
+                MessageKind::TaskAssign if from_supervisor => {
+                    match ctx.read_payload::<Assignment>(message).await? {
+                        Some(Assignment::Subtask { subtask }) => {
+                            ctx.append_own(&format!(
+                                "- took {}: {}",
+                                subtask.key(),
+                                subtask.step.description
+                            ))
+                            .await?;
+                            self.ooda.assign(subtask, now);
+                        }
+                        Some(Assignment::Dismiss { reason }) => {
+                            ctx.append_own(&format!("- dismissed: {reason}")).await?;
+                        }
+                        _ => {}
+                    }
+                }
+                MessageKind::TaskAssign => {
+                    ctx.audit(AuditEvent::Denied {
+                        action: format!("task_assign from {}", message.from),
+                        error: "an OODA agent takes work only from its supervisor, and commands from system".into(),
+                    })
+                    .await?;
+                }
+                MessageKind::PeerHelpRequest => {
+                    let Some(request) = ctx.read_payload::<HelpRequest>(message).await? else {
+                        continue;
+                    };
+                    let answer = match request {
+                        HelpRequest::Speak { message: said } => {
+                            let mut m = OodaMessage::new(MessageRole::Agent, said, now);
+                            m.from = message.from.agent().cloned();
+                            m.to = Some(ctx.id().clone());
+                            self.ooda.receive_message(m);
+                            HelpResponse::Said {
+                                reply: format!(
+                                    "noted; I am at iteration {} of: {}",
+                                    self.ooda.state.iteration, self.ooda.state.goal
+                                ),
+                            }
+                        }
+                        HelpRequest::ShareKnowledge => HelpResponse::Knowledge {
+                            knowledge: serde_json::to_string(&self.ooda.state.knowledge)
+                                .unwrap_or_default(),
+                        },
+                        HelpRequest::TakeOverTask { .. } => HelpResponse::Refused {
+                            reason: "an OODA agent does not take over subtasks".into(),
+                        },
+                    };
+                    ctx.reply(message, MessageKind::PeerHelpResponse, &answer).await?;
+                }
+                MessageKind::PeerHelpResponse => {
+                    let text = match ctx.read_payload::<HelpResponse>(message).await? {
+                        Some(HelpResponse::Said { reply }) => reply,
+                        Some(HelpResponse::Knowledge { knowledge }) => knowledge,
+                        Some(other) => text_of(&serde_json::to_value(other).unwrap_or_default()),
+                        None => continue,
+                    };
+                    let mut m = OodaMessage::new(MessageRole::Agent, text, now);
+                    m.from = message.from.agent().cloned();
+                    m.to = Some(ctx.id().clone());
+                    self.ooda.receive_message(m);
+                }
+                MessageKind::StatusQuery if from_supervisor => {
+                    let report =
+                        StatusReport::Agent { status: ctx.status(), current: self.current_work() };
+                    ctx.reply(message, MessageKind::StatusReport, &report).await?;
+                }
+                _ => {}
+            }
+        }
+        if commanded || !self.ooda.wants_turn() {
+            return Ok(());
+        }
+        let was_stopped = self.ooda.stop.is_some();
+        let end = self.ooda.step(ctx).await?;
+        if let (false, Some(stop)) = (was_stopped, &end.stop) {
+            ctx.append_own(&format!("- stopped: {stop}")).await?;
+            self.report(ctx, stop).await?;
+        }
+        Ok(())
+    }
+
+    fn wants_tick(&self) -> bool {
+        self.ooda.wants_turn()
+    }
+
+    fn snapshot(&self) -> Value {
+        self.ooda.snapshot()
+    }
+
+    fn restore(&mut self, state: Value) -> Result<(), AgentError> {
+        let now = self.ooda.state.last_updated;
+        self.ooda.restore(state, now).map_err(AgentError::from)
+    }
+
+    fn current_work(&self) -> Option<String> {
+        if self.ooda.stop.is_some() && self.ooda.pending.is_none() {
+            return None;
+        }
+        let goal = match &self.ooda.task {
+            Some(t) => t.step.description.clone(),
+            None => self.ooda.state.goal.clone(),
+        };
+        Some(format!(
+            "iteration {} (v{}): {goal}",
+            self.ooda.state.iteration, self.ooda.state.state_version
+        ))
+    }
+
+    fn open_tasks(&self) -> Vec<String> {
+        self.ooda.task.iter().map(|t| t.task_id.clone()).collect()
+    }
+}
