@@ -8,7 +8,10 @@
 //! once with the right content; every side effect (a start mark and a line appended by a shell
 //! step) happened exactly once and in order; no process of the run is left (nothing runs in its
 //! workspace); no message is left unacknowledged; `strata verify` passes (the audit chain links,
-//! every transition is allowed, every record decodes).
+//! every transition is allowed, every record decodes). The team also has an OODA executor
+//! (seed 004) whose steps change a file of its own code, one version after another: the file
+//! ends at the last version and every version was applied, in order (a kill during a change
+//! leaves the old version or the resumed run completes the new one, never a mix).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -27,6 +30,29 @@ const STEPS: usize = 8;
 /// How long each shell step sleeps between its start mark and its line: the window in which
 /// mid-command kills land.
 const COMMAND_SLEEP: &str = "0.15";
+/// The OODA executor's changes to its file `ooda.md`: versions 2 to `OODA_CHANGES + 1`.
+const OODA_CHANGES: usize = 3;
+
+/// The example team with an OODA executor under the build lead (its only tools read and write
+/// files, so the shell steps never reach it).
+fn team(root: &Path) -> anyhow::Result<String> {
+    let example = root.join("examples").join("hello").join("team.toml");
+    let team = std::fs::read_to_string(&example)
+        .with_context(|| format!("cannot read {}", example.display()))?;
+    Ok(format!(
+        "{team}
+[[bottom]]
+id = \"ooda-1\"
+supervisor = \"mid-build\"
+tools = [\"read_file\", \"write_file\"]
+[bottom.ooda]
+role = \"Editor\"
+goal = \"keep ooda.md current\"
+self_modification_enabled = true
+self_modification_level = 2
+"
+    ))
+}
 
 /// A small deterministic random source (xorshift64*), seeded and printed for reproduction.
 struct Rng(u64);
@@ -54,6 +80,16 @@ fn plan() -> String {
         plan.push_str(&format!(
             "\n[[steps]]\nid = \"append-{i}\"\ndescription = \"append line {i}\"\ndomain = \"{domain}\"\ntool = \"shell\"\nargs = {{ command = \"echo start-{i} >> starts.txt; sleep {COMMAND_SLEEP}; echo line-{i} >> log.txt\" }}\n{after}"
         ));
+        if i % 2 == 0 && i / 2 < OODA_CHANGES {
+            let k = i / 2;
+            let after =
+                if k == 0 { String::new() } else { format!("after = [\"modify-{}\"]\n", k - 1) };
+            plan.push_str(&format!(
+                "\n[[steps]]\nid = \"modify-{k}\"\ndescription = \"the OODA agent changes ooda.md to version {}\"\nagent = \"ooda-1\"\ntool = \"modify_self\"\nargs = {{ modification_type = \"code\", target = \"ooda.md\", change = {{ content = \"v{}\\n\" }}, safety_level = 2 }}\n{after}",
+                k + 2,
+                k + 2
+            ));
+        }
         if i % 2 == 1 {
             plan.push_str(&format!(
                 "\n[[steps]]\nid = \"write-{i}\"\ndescription = \"write file {i}\"\ndomain = \"docs\"\ntool = \"write_file\"\nargs = {{ path = \"out/file-{i}.txt\", content = \"content {i}\\n\" }}\nafter = [\"append-{i}\"]\n"
@@ -88,6 +124,7 @@ pub(crate) fn run(root: &Path, kills: u32, seed: Option<u64>) -> anyhow::Result<
     });
     println!("torture: seed {seed} (rerun with --seed {seed}), at least {kills} kills");
     let scratch = tempdir(root)?;
+    std::fs::write(scratch.join("team.toml"), team(root)?)?;
     let result = torture(&strata, &scratch, kills, seed);
     if result.is_ok() {
         let _ = std::fs::remove_dir_all(&scratch);
@@ -139,7 +176,8 @@ fn torture(strata: &Path, scratch: &Path, kills: u32, seed: u64) -> anyhow::Resu
     println!(
         "torture: ok — {runs} runs, {killed} kills ({mid_command} of them while a shell command ran), \
          {launches} launches in {:.1}s; every run succeeded, each of its {STEPS} side effects ran \
-         exactly once and in order, no process of it was left, its files are right, its audit \
+         exactly once and in order, its OODA agent applied its {OODA_CHANGES} changes in order \
+         and ended at the last, no process of it was left, its files are right, its audit \
          chain verifies and no message is left",
         started.elapsed().as_secs_f64()
     );
@@ -171,6 +209,8 @@ fn drive_one(
             command
                 .arg("run")
                 .arg(plan_path)
+                .arg("--team")
+                .arg(plan_path.with_file_name("team.toml"))
                 .arg("--run-id")
                 .arg(run_id)
                 .arg("--workspace")
@@ -313,6 +353,7 @@ fn check(strata: &Path, data: &Path, workspace: &Path, run_id: &str) -> anyhow::
             bail!("{} has the wrong content: {content:?}", path.display());
         }
     }
+    check_ooda(strata, data, workspace, run_id)?;
     let verify = Command::new(strata).args(["verify", run_id]).arg("--data").arg(data).output()?;
     if !verify.status.success() {
         bail!("strata verify failed:\n{}", String::from_utf8_lossy(&verify.stdout));
@@ -338,6 +379,41 @@ fn check(strata: &Path, data: &Path, workspace: &Path, run_id: &str) -> anyhow::
     });
     if this.and_then(|r| r.get("status")).and_then(|s| s.as_str()) != Some("succeeded") {
         bail!("the run is not recorded as succeeded: {runs}");
+    }
+    Ok(())
+}
+
+/// The OODA executor's file is at its last version, and its audit applied every version from 2
+/// to the last, in order (a version applied again after a kill is the same change completed,
+/// through the tool journal: the file shows no mix).
+fn check_ooda(strata: &Path, data: &Path, workspace: &Path, run_id: &str) -> anyhow::Result<()> {
+    let last = OODA_CHANGES + 1;
+    let file = std::fs::read_to_string(workspace.join("ooda.md")).context("ooda.md is missing")?;
+    if file != format!("v{last}\n") {
+        bail!("ooda.md is {file:?}, not its last version v{last}");
+    }
+    let audit = Command::new(strata)
+        .args(["inspect", run_id, "audit", "--json"])
+        .arg("--data")
+        .arg(data)
+        .output()?;
+    let audit: serde_json::Value =
+        serde_json::from_slice(&audit.stdout).context("inspect audit printed no JSON")?;
+    let mut applied: Vec<u64> = Vec::new();
+    for record in audit.as_array().map(Vec::as_slice).unwrap_or_default() {
+        let event = &record["event"];
+        if event["event"] == "ooda"
+            && event["ooda"]["kind"] == "modify_self"
+            && event["ooda"]["data"]["outcome"] == "applied"
+            && let Some(version) = event["ooda"]["data"]["version"].as_u64()
+            && applied.last() != Some(&version)
+        {
+            applied.push(version);
+        }
+    }
+    let expected: Vec<u64> = (2..=last as u64).collect();
+    if applied != expected {
+        bail!("the OODA agent applied versions {applied:?}, not {expected:?} in order");
     }
     Ok(())
 }

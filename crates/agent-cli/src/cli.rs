@@ -47,6 +47,10 @@ pub(crate) enum Command {
     Approve(ApproveArgs),
     /// Veto a decision as a human, with a reason; like `approve`.
     Veto(VetoArgs),
+    /// Tell an OODA agent of a run to go back to an earlier version of its configuration and
+    /// files (as a new version); delivered like `approve`. Needs --as NAME among the run's
+    /// `[approvals] humans`.
+    Rollback(RollbackArgs),
     /// The embedded model: fetch it (setup, downloads once) or show where it is.
     Model(ModelArgs),
 }
@@ -257,14 +261,10 @@ pub(crate) struct VerifyArgs {
     pub(crate) json: bool,
 }
 
-/// The decision an operator signs or vetoes, and as whom.
+/// Who operates a run from outside it, and how the command waits (approve, veto, rollback).
 #[derive(Debug, Args)]
-pub(crate) struct DecisionTarget {
-    /// The run: its id (in the data directory) or its directory.
-    pub(crate) run: String,
-    /// The decision's id (`strata inspect RUN decisions` lists them).
-    pub(crate) decision: String,
-    /// Who signs: one of the run's `[approvals] humans` (default: $USER).
+pub(crate) struct Operator {
+    /// Who: one of the run's `[approvals] humans` (default: $USER).
     #[arg(long = "as", value_name = "NAME")]
     pub(crate) as_name: Option<String>,
     /// Where runs are stored.
@@ -273,6 +273,17 @@ pub(crate) struct DecisionTarget {
     /// Do not wait for the running process to take the request.
     #[arg(long)]
     pub(crate) no_wait: bool,
+}
+
+/// The decision an operator signs or vetoes, and as whom.
+#[derive(Debug, Args)]
+pub(crate) struct DecisionTarget {
+    /// The run: its id (in the data directory) or its directory.
+    pub(crate) run: String,
+    /// The decision's id (`strata inspect RUN decisions` lists them).
+    pub(crate) decision: String,
+    #[command(flatten)]
+    pub(crate) operator: Operator,
 }
 
 /// `strata approve`.
@@ -290,6 +301,19 @@ pub(crate) struct VetoArgs {
     /// Why (required, not blank).
     #[arg(long)]
     pub(crate) reason: String,
+}
+
+/// `strata rollback`.
+#[derive(Debug, Args)]
+pub(crate) struct RollbackArgs {
+    /// The run: its id (in the data directory) or its directory.
+    pub(crate) run: String,
+    /// The OODA agent.
+    pub(crate) agent: String,
+    /// The version to go back to (`strata inspect RUN audit` lists each `ooda` change's).
+    pub(crate) version: u64,
+    #[command(flatten)]
+    pub(crate) operator: Operator,
 }
 
 /// Parses `250ms`, `4s`, `1m`.

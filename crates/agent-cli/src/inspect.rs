@@ -327,6 +327,7 @@ fn usage(dir: &Path, store: &RunStore, info: &RunInfo, json: bool) -> Result<(),
         match b.on_exceed {
             agent_llm::OnExceed::Stop => "stop",
             agent_llm::OnExceed::AskTop => "ask the top layer",
+            agent_llm::OnExceed::AskHuman => "ask a human",
         }
     );
     outln!(

@@ -133,6 +133,7 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::Verify(args) => inspect::verify(&args).await,
         Command::Approve(args) => operator::approve(&args).await,
         Command::Veto(args) => operator::veto(&args).await,
+        Command::Rollback(args) => operator::rollback(&args).await,
         Command::Model(args) => model::model(args).await,
     }
 }

@@ -1,5 +1,5 @@
-//! The operator inbox: requests from outside a run (`strata approve`, `strata veto`) and the
-//! running process that applies them.
+//! The operator inbox: requests from outside a run (`strata approve`, `strata veto`,
+//! `strata rollback`) and the running process that applies them.
 //!
 //! A live run's database is locked by the process that runs it, so another `strata` cannot
 //! write it. Requests go through a drop directory instead, `<run dir>/requests/`:
@@ -21,8 +21,14 @@
 //!    it. When the run is not live, an accepted request stays queued for `strata resume`, and
 //!    a refused one is audited at once by the command itself (it can open the store then).
 //!
+//! A rollback (`strata rollback RUN AGENT VERSION --as NAME`) is checked the same way (`NAME`
+//! one of the run's `[approvals] humans`, `AGENT` an OODA agent of the run's team, `VERSION`
+//! 1 or more) and delivered to the agent as a command from `system`
+//! ([`agent_ooda::OodaCommand::Rollback`]); the agent refuses, audited, a version it never had.
+//!
 //! Bad input (exit 2, and audited): a decision that does not exist or is decided already, a
-//! name not in `[approvals] humans`, a decision that needs no human, a veto without a reason.
+//! name not in `[approvals] humans`, a decision that needs no human, a veto without a reason,
+//! a rollback of an agent that is not an OODA agent of the run.
 //! A name that cannot name a human, a malformed decision id, or no name at all is refused
 //! before anything is written (exit 2, not audited: it names nobody who could sign).
 
@@ -32,13 +38,16 @@ use std::time::Duration;
 
 use agent_core::tools::ToolRegistry;
 use agent_core::{AuditEvent, AuditLog, Clock, SledAuditLog};
-use agent_state::{AgentId, DecisionId, HUMAN_PREFIX, SignOutcome, Timestamp};
+use agent_state::{
+    Address, AgentId, DecisionId, HUMAN_PREFIX, Message, MessageKind, SignOutcome, Timestamp,
+};
 use anyhow::Context;
 use governance::{DecideError, Governance, SledGovernance};
+use message_bus::MessageBus;
 use run_store::{Durability, RunStore};
 use serde::{Deserialize, Serialize};
 
-use crate::cli::{ApproveArgs, VetoArgs};
+use crate::cli::{ApproveArgs, DecisionTarget, RollbackArgs, VetoArgs};
 use crate::run::{RunInfo, TEAM_FILE, now_ms, read_input, resolve_run, write_atomic};
 use crate::{Failure, TASK_FAILED, bad_input};
 
@@ -73,12 +82,22 @@ pub(crate) enum OperatorRequest {
         /// Why.
         reason: String,
     },
+    /// Tell the OODA agent `agent` to roll back to `version` (as a new version).
+    Rollback {
+        /// The agent.
+        agent: AgentId,
+        /// The version.
+        version: u64,
+        /// Who asks.
+        human: String,
+    },
 }
 
 impl OperatorRequest {
     /// The operator's id as the audit log names it: `human:<name>`.
     fn actor(&self) -> AgentId {
-        let (Self::Approve { human, .. } | Self::Veto { human, .. }) = self;
+        let (Self::Approve { human, .. } | Self::Veto { human, .. } | Self::Rollback { human, .. }) =
+            self;
         AgentId::new(format!("{HUMAN_PREFIX}{human}"))
     }
 }
@@ -113,6 +132,11 @@ pub(crate) struct Done {
 pub(crate) fn describe(request: &serde_json::Value) -> String {
     let decision = request["decision"].as_str().unwrap_or("?");
     match request["request"].as_str() {
+        Some("rollback") => format!(
+            "rollback {} to version {}",
+            request["agent"].as_str().unwrap_or("?"),
+            request["version"]
+        ),
         Some("veto") => {
             format!("veto decision {decision} ({:?})", request["reason"].as_str().unwrap_or(""))
         }
@@ -126,6 +150,7 @@ pub(crate) fn describe(request: &serde_json::Value) -> String {
 pub(crate) async fn apply(
     envelope: &Envelope,
     governance: &dyn Governance,
+    bus: &dyn MessageBus,
     audit: &dyn AuditLog,
     now: Timestamp,
 ) -> anyhow::Result<Done> {
@@ -145,6 +170,22 @@ pub(crate) async fn apply(
             match governance.veto(*decision, &actor, reason, now).await {
                 Ok(()) => Ok("vetoed"),
                 Err(DecideError::Backend(e)) => return Err(e.into()),
+                Err(e) => Err(e.to_string()),
+            }
+        }
+        (None, OperatorRequest::Rollback { agent, version, .. }) => {
+            let command = agent_ooda::OodaCommand::Rollback { version: *version };
+            let message = Message::new(
+                agent_core::new_message_id(),
+                Address::System,
+                agent.clone(),
+                MessageKind::TaskAssign,
+                serde_json::to_value(command)?,
+                now,
+            );
+            match bus.send(message).await {
+                Ok(_) => Ok("delivered"),
+                Err(message_bus::SendError::Backend(e)) => return Err(e.into()),
                 Err(e) => Err(e.to_string()),
             }
         }
@@ -212,6 +253,7 @@ fn read_request(path: &Path) -> Result<Envelope, String> {
 pub(crate) async fn pass(
     dir: &Path,
     governance: &dyn Governance,
+    bus: &dyn MessageBus,
     audit: &dyn AuditLog,
     clock: &dyn Clock,
 ) -> anyhow::Result<usize> {
@@ -223,7 +265,7 @@ pub(crate) async fn pass(
     let taken = found.len();
     for (path, id, read) in found {
         let done = match read {
-            Ok(envelope) => apply(&envelope, governance, audit, clock.now()).await?,
+            Ok(envelope) => apply(&envelope, governance, bus, audit, clock.now()).await?,
             Err(why) => {
                 let error = format!("request file {id}.json cannot be taken: {why}");
                 audit
@@ -255,12 +297,14 @@ pub(crate) async fn pass(
 pub(crate) async fn serve(
     dir: PathBuf,
     governance: Arc<dyn Governance>,
+    bus: Arc<dyn MessageBus>,
     audit: Arc<dyn AuditLog>,
     clock: Arc<dyn Clock>,
     every: Duration,
 ) {
     loop {
-        if let Err(e) = pass(&dir, governance.as_ref(), audit.as_ref(), clock.as_ref()).await {
+        let pass = pass(&dir, governance.as_ref(), bus.as_ref(), audit.as_ref(), clock.as_ref());
+        if let Err(e) = pass.await {
             tracing::warn!(error = %format!("{e:#}"), "operator requests: will try again");
         }
         tokio::time::sleep(every).await;
@@ -270,30 +314,71 @@ pub(crate) async fn serve(
 /// `strata approve RUN DECISION`.
 pub(crate) async fn approve(args: &ApproveArgs) -> Result<u8, Failure> {
     let request = |decision, human| OperatorRequest::Approve { decision, human };
-    decide(
-        &args.target.run,
-        &args.target.decision,
-        args.target.as_name.as_deref(),
-        &args.target.data,
-        args.target.no_wait,
-        request,
-    )
-    .await
+    decide(&args.target, request).await
 }
 
 /// `strata veto RUN DECISION --reason TEXT`.
 pub(crate) async fn veto(args: &VetoArgs) -> Result<u8, Failure> {
     let reason = args.reason.clone();
     let request = move |decision, human| OperatorRequest::Veto { decision, human, reason };
-    decide(
-        &args.target.run,
-        &args.target.decision,
-        args.target.as_name.as_deref(),
-        &args.target.data,
-        args.target.no_wait,
-        request,
-    )
-    .await
+    decide(&args.target, request).await
+}
+
+/// `strata rollback RUN AGENT VERSION`.
+pub(crate) async fn rollback(args: &RollbackArgs) -> Result<u8, Failure> {
+    let dir = resolve_run(&args.operator.data, &args.run)?;
+    let info = RunInfo::read(&dir).map_err(bad_input)?;
+    let human = operator_name(args.operator.as_name.as_deref())?;
+    let agent = AgentId::new(args.agent.as_str());
+    let request = OperatorRequest::Rollback {
+        agent: agent.clone(),
+        version: args.version,
+        human: human.clone(),
+    };
+    let team = stored_team(&dir)?;
+    let allowed = &team.spec.approvals.humans;
+    let is_ooda = team.spec.agents.iter().any(|a| {
+        a.config.id == agent
+            && matches!(&a.role, agent_pool::RoleSpec::Bottom(b) if b.ooda.is_some())
+    });
+    let oodas: Vec<&str> = team
+        .spec
+        .agents
+        .iter()
+        .filter(|a| matches!(&a.role, agent_pool::RoleSpec::Bottom(b) if b.ooda.is_some()))
+        .map(|a| a.config.id.as_str())
+        .collect();
+    let refused = if !allowed.contains(&human) {
+        let who = if allowed.is_empty() { "nobody".to_owned() } else { allowed.join(", ") };
+        Some(format!(
+            "`{human}` may not operate run {} (its [approvals] humans: {who})",
+            info.run_id
+        ))
+    } else if !is_ooda {
+        Some(format!(
+            "`{}` is not an OODA agent of run {} (its OODA agents: {})",
+            agent.as_str().escape_debug(),
+            info.run_id,
+            if oodas.is_empty() { "none".to_owned() } else { oodas.join(", ") }
+        ))
+    } else if args.version == 0 {
+        Some("versions start at 1".to_owned())
+    } else {
+        None
+    };
+    let envelope = Envelope { id: new_request_id(), at: now_ms(), request, refused };
+    Ok(match submit(&dir, &info, envelope, args.operator.no_wait).await? {
+        Submitted::Applied(_) => {
+            outln!(
+                "{agent} told to roll back to version {}; it does at its next turns (`strata inspect {} audit` shows it)",
+                args.version,
+                info.run_id
+            );
+            0
+        }
+        Submitted::Queued => 0,
+        Submitted::TimedOut => TASK_FAILED,
+    })
 }
 
 /// Who signs: `--as NAME`, else `$USER`.
@@ -315,16 +400,13 @@ fn operator_name(given: Option<&str>) -> Result<String, Failure> {
 }
 
 async fn decide(
-    run: &str,
-    decision: &str,
-    as_name: Option<&str>,
-    data: &Path,
-    no_wait: bool,
+    target: &DecisionTarget,
     request: impl FnOnce(DecisionId, String) -> OperatorRequest,
 ) -> Result<u8, Failure> {
-    let dir = resolve_run(data, run)?;
+    let (run, decision, no_wait) = (&target.run, &target.decision, target.operator.no_wait);
+    let dir = resolve_run(&target.operator.data, run)?;
     let info = RunInfo::read(&dir).map_err(bad_input)?;
-    let human = operator_name(as_name)?;
+    let human = operator_name(target.operator.as_name.as_deref())?;
     let id = uuid::Uuid::parse_str(decision.trim()).map(DecisionId::from_uuid).map_err(|_| {
         bad_input(anyhow::anyhow!(
             "`{}` is not a decision id; `strata inspect {run} decisions` lists them",
@@ -335,20 +417,50 @@ async fn decide(
     let allowed = allowed_humans(&dir)?;
     let refused = check(&dir, &info, &request, id, &human, &allowed).await?;
     let envelope = Envelope { id: new_request_id(), at: now_ms(), request, refused };
-    let live = RunStore::is_in_use(&dir).map_err(bad_input)?;
+    Ok(match submit(&dir, &info, envelope, no_wait).await? {
+        Submitted::Applied(done) => {
+            outln!("decision {id}: {} by {HUMAN_PREFIX}{human}", done.outcome.replace('_', " "));
+            0
+        }
+        Submitted::Queued => 0,
+        Submitted::TimedOut => TASK_FAILED,
+    })
+}
+
+/// What became of a request [`submit`] delivered.
+enum Submitted {
+    /// The live run applied it.
+    Applied(Done),
+    /// Queued for `strata resume`, or not waited for (`--no-wait`); the command said so.
+    Queued,
+    /// The live run did not take it in time; the command said so.
+    TimedOut,
+}
+
+/// Delivers `envelope` to the run's inbox. A refused one is audited (by the live run, or here
+/// when the run is not live) and is bad input. An accepted one is queued for `strata resume`
+/// when the run is not live; else the command waits for its result (unless `no_wait`); a
+/// refusal by the run is bad input.
+async fn submit(
+    dir: &Path,
+    info: &RunInfo,
+    envelope: Envelope,
+    no_wait: bool,
+) -> Result<Submitted, Failure> {
+    let live = RunStore::is_in_use(dir).map_err(bad_input)?;
     if let Some(error) = &envelope.refused {
         if live {
-            deliver(&dir, &envelope)?;
+            deliver(dir, &envelope)?;
             if !no_wait {
                 // So that the refusal is in the audit log when this command ends.
-                wait_for(&dir, &envelope.id).await;
+                wait_for(dir, &envelope.id).await;
             }
         } else {
-            audit_now(&dir, &envelope).await?;
+            audit_now(dir, &envelope).await?;
         }
         return Err(bad_input(anyhow::anyhow!("{error}")));
     }
-    deliver(&dir, &envelope)?;
+    deliver(dir, &envelope)?;
     if !live {
         outln!(
             "run {} is not running: request {} is queued; `strata resume {}` applies it",
@@ -356,18 +468,15 @@ async fn decide(
             envelope.id,
             info.run_id
         );
-        return Ok(0);
+        return Ok(Submitted::Queued);
     }
     if no_wait {
         outln!("request {} delivered to run {}", envelope.id, info.run_id);
-        return Ok(0);
+        return Ok(Submitted::Queued);
     }
-    match wait_for(&dir, &envelope.id).await {
+    match wait_for(dir, &envelope.id).await {
         Some(Done { error: Some(error), .. }) => Err(bad_input(anyhow::anyhow!("{error}"))),
-        Some(done) => {
-            outln!("decision {id}: {} by {HUMAN_PREFIX}{human}", done.outcome.replace('_', " "));
-            Ok(0)
-        }
+        Some(done) => Ok(Submitted::Applied(done)),
         None => {
             errln!(
                 "run {} has not taken request {} within {} s; it stays queued and is applied when the run reads its requests",
@@ -375,18 +484,21 @@ async fn decide(
                 envelope.id,
                 WAIT.as_secs()
             );
-            Ok(TASK_FAILED)
+            Ok(Submitted::TimedOut)
         }
     }
 }
 
 /// The run's `[approvals] humans`, from the team file stored in the run.
 fn allowed_humans(dir: &Path) -> Result<Vec<String>, Failure> {
+    Ok(stored_team(dir)?.spec.approvals.humans)
+}
+
+/// The team file stored in the run.
+fn stored_team(dir: &Path) -> Result<team_file::TeamFile, Failure> {
     let path = dir.join(TEAM_FILE);
     let text = read_input(&path, "team file", team_file::MAX_TEAM_FILE_BYTES)?;
-    let team =
-        team_file::parse_team(&path, &text, &ToolRegistry::with_builtins()).map_err(bad_input)?;
-    Ok(team.spec.approvals.humans)
+    team_file::parse_team(&path, &text, &ToolRegistry::with_builtins()).map_err(bad_input)
 }
 
 /// What the command can check at once, on a private copy of the run's store: `Some(error)`
@@ -423,6 +535,7 @@ async fn check(
     let rule = match request {
         OperatorRequest::Approve { .. } => decision.sign(&actor, now).map(|_| ()),
         OperatorRequest::Veto { reason, .. } => decision.veto(&actor, reason.as_str(), now),
+        OperatorRequest::Rollback { .. } => Ok(()), // checked by `rollback`
     };
     Ok(rule.err().map(|e| e.to_string()))
 }
@@ -480,7 +593,8 @@ async fn audit_now(dir: &Path, envelope: &Envelope) -> Result<(), Failure> {
     };
     let governance = SledGovernance::open(&store).context("cannot open governance")?;
     let audit = SledAuditLog::open(&store).context("cannot open the audit log")?;
-    apply(envelope, &governance, &audit, Timestamp(now_ms())).await?;
+    let bus = message_bus::SledBus::open(&store).context("cannot open the bus")?;
+    apply(envelope, &governance, &bus, &audit, Timestamp(now_ms())).await?;
     Ok(())
 }
 

@@ -249,7 +249,14 @@ pub(crate) async fn start(prepared: Prepared, args: &StartArgs) -> Result<u8, Fa
     let team_handle =
         Team::start(team.spec.clone(), services.clone()).await.context("cannot start the team")?;
     team_handle.submit(task.clone()).await.context("cannot submit the task")?;
-    let run = Running { team: team_handle, services, store, ledger, tops: top_ids(&team) };
+    let run = Running {
+        team: team_handle,
+        services,
+        store,
+        ledger,
+        tops: top_ids(&team),
+        humans: team.spec.approvals.humans.clone(),
+    };
     drive(run, task, info, dir, &args.output).await
 }
 
@@ -365,7 +372,14 @@ pub(crate) async fn resume(args: ResumeArgs) -> Result<u8, Failure> {
             }
         }
     }
-    let run = Running { team: team_handle, services, store, ledger, tops: top_ids(&team) };
+    let run = Running {
+        team: team_handle,
+        services,
+        store,
+        ledger,
+        tops: top_ids(&team),
+        humans: team.spec.approvals.humans.clone(),
+    };
     drive(run, task, info, dir, &args.output).await
 }
 
@@ -537,6 +551,9 @@ struct Running {
     ledger: Option<Arc<UsageLedger>>,
     /// The top powers, in file order: the first proposes budget extensions.
     tops: Vec<AgentId>,
+    /// The team's `[approvals] humans`: with `on_exceed = "ask_human"` one of them decides
+    /// budget extensions.
+    humans: Vec<String>,
 }
 
 /// The top powers of `team`, in file order.
@@ -631,12 +648,19 @@ async fn drive(
     dir: PathBuf,
     output: &OutputArgs,
 ) -> Result<u8, Failure> {
-    let Running { team, services, store, ledger, tops } = run;
+    let Running { team, services, store, ledger, tops, humans } = run;
     let team = Arc::new(team);
     let watcher =
         view::watch(team.clone(), services.clone(), task.clone(), info.clone(), output.clone());
+    // Budget extensions: the top powers sign them ("ask"), or one of the team's humans
+    // (`strata approve` / `strata veto`; "ask_human", which the team file allows only with
+    // humans listed).
     let desk = match (&ledger, tops.first()) {
-        (Some(ledger), Some(proposer)) if ledger.report().budget.on_exceed == OnExceed::AskTop => {
+        (Some(ledger), Some(proposer)) if ledger.report().budget.on_exceed.asks() => {
+            let (signers, humans) = match ledger.report().budget.on_exceed {
+                OnExceed::AskHuman => (Vec::new(), humans),
+                _ => (tops.clone(), Vec::new()),
+            };
             Some(tokio::spawn(
                 ApprovalDesk {
                     ledger: ledger.clone(),
@@ -644,7 +668,8 @@ async fn drive(
                     bus: services.bus.clone(),
                     clock: services.clock.clone(),
                     proposer: proposer.clone(),
-                    signers: tops.clone(),
+                    signers,
+                    humans,
                     poll: Duration::from_millis(info.heartbeat_ms.clamp(10, 1_000)),
                 }
                 .run(),
@@ -652,10 +677,12 @@ async fn drive(
         }
         _ => None,
     };
-    // Operator requests (`strata approve`, `strata veto`) dropped into the run's inbox.
+    // Operator requests (`strata approve`, `strata veto`, `strata rollback`) dropped into the
+    // run's inbox.
     let inbox = tokio::spawn(crate::operator::serve(
         dir.clone(),
         team.services().governance.clone(),
+        team.services().bus.clone(),
         team.services().audit.clone(),
         team.services().clock.clone(),
         Duration::from_millis(info.heartbeat_ms.clamp(50, 500)),

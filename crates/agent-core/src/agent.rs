@@ -1127,23 +1127,31 @@ impl Agent {
             .get_or_insert_with(|| Arc::new(AtomicBool::new(false)))
             .clone();
         let finished = {
-            let work = self.behavior.on_process(&mut self.ctx, messages, &board);
+            // Time in untimed sections (a reasoning call waiting for a budget decision) does
+            // not count against the turn.
+            let (mut clock, work) = crate::offclock::Stopwatch::start(
+                timeout,
+                self.behavior.on_process(&mut self.ctx, messages, &board),
+            );
             tokio::pin!(work);
-            let mut deadline = tokio::time::Instant::now() + timeout;
+            // Past the deadline while a side-effecting call runs: when to look again.
+            let mut effect_poll: Option<tokio::time::Instant> = None;
             loop {
+                let deadline = clock.deadline().map(|d| effect_poll.map_or(d, |p| p.max(d)));
                 tokio::select! {
                     // In order: the work first, so a turn that ends at its deadline is kept
                     // (and a simulation does not depend on tokio's random branch choice).
                     biased;
                     result = &mut work => break Some(result),
-                    () = tokio::time::sleep_until(deadline) => {
+                    () = clock.changed() => {}
+                    () = crate::offclock::sleep_until_some(deadline) => {
                         // A side-effecting call is never cut short: its outcome must be
                         // recorded. It is bounded by its own timeout (at most the tool limit);
                         // the heartbeat's applies once it is over.
                         if !in_flight.load(Ordering::SeqCst) {
                             break None;
                         }
-                        deadline = tokio::time::Instant::now() + EFFECT_POLL;
+                        effect_poll = Some(tokio::time::Instant::now() + EFFECT_POLL);
                     }
                 }
             }

@@ -41,6 +41,7 @@ mod clock;
 mod durable;
 mod error;
 pub mod events;
+mod offclock;
 pub mod protocol;
 mod reasoner;
 mod scripted;
@@ -66,6 +67,7 @@ pub use clock::{Clock, TokioClock, new_decision_id, new_message_id};
 pub use durable::{AUDIT_ANCHOR, SledAuditLog, SledStateStore};
 pub use error::AgentError;
 pub use events::{EventHub, EventStream, PublishingAuditLog, Received, TeamEvent};
+pub use offclock::untimed;
 pub use reasoner::{
     BUDGET_EXTENSION_KIND, Candidate, Conflict, FINISH_TOOL, Judgement, NextAction, Persona,
     Placement, Plan, ReasonError, Reasoner, RuleBasedReasoner, ToolCall, ToolCallRecord, Verdict,

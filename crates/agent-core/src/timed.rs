@@ -2,7 +2,8 @@
 //! through [`AgentContext::reasoner`](crate::AgentContext::reasoner) goes through
 //! [`TimedReasoner`], which stops a call still running at the limit (on tokio's clock), audits
 //! it as [`AuditEvent::TimedOut`] and fails it with [`ReasonError::TimedOut`] (transient: the
-//! heartbeat that made it is retried).
+//! heartbeat that made it is retried). Time the call spends in [`untimed`](crate::untimed)
+//! sections (the LLM reasoner's wait for a budget decision) does not count.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -34,9 +35,9 @@ impl TimedReasoner {
         call: &str,
         work: impl Future<Output = Result<T, ReasonError>> + Send,
     ) -> Result<T, ReasonError> {
-        match tokio::time::timeout(Duration::from_millis(self.limit_ms), work).await {
-            Ok(result) => result,
-            Err(_) => {
+        match crate::offclock::bounded(Duration::from_millis(self.limit_ms), work).await {
+            Some(result) => result,
+            None => {
                 let reasoner = self.inner.name().to_owned();
                 tracing::warn!(agent = %self.agent, %reasoner, call, limit_ms = self.limit_ms, "reasoning call timed out");
                 let event = AuditEvent::TimedOut {

@@ -899,11 +899,7 @@ impl AgentBehavior for BottomAgent {
                     if let Some(ruling) =
                         ctx.read_payload::<agent_core::protocol::ArbitrationResult>(message).await?
                     {
-                        ctx.append_own(&format!(
-                            "- arbitration `{}` by {}: {}",
-                            ruling.conflict_id, ruling.arbitrator, ruling.resolution
-                        ))
-                        .await?;
+                        crate::note_ruling(ctx, &ruling).await?;
                     }
                 }
                 _ => {}

@@ -91,6 +91,19 @@ pub struct LeadInfo {
     pub executors: Vec<(AgentId, Arc<[String]>)>,
 }
 
+/// Notes a ruling on a conflict the agent is a party to on its own board.
+async fn note_ruling(
+    ctx: &agent_core::AgentContext,
+    ruling: &agent_core::protocol::ArbitrationResult,
+) -> Result<(), agent_core::AgentError> {
+    ctx.append_own(&format!(
+        "- arbitration `{}` by {}: {}",
+        ruling.conflict_id, ruling.arbitrator, ruling.resolution
+    ))
+    .await
+    .map(|_| ())
+}
+
 /// The agent's answer to what `from` said to it: its reasoner's, or where its work stands if
 /// the reasoner fails (a failed answer must not fail the agent).
 async fn answer(

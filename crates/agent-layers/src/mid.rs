@@ -635,11 +635,7 @@ impl MidAgent {
         let Some(ruling) = ctx.read_payload::<ArbitrationResult>(message).await? else {
             return Ok(());
         };
-        ctx.append_own(&format!(
-            "- arbitration `{}` by {}: {}",
-            ruling.conflict_id, ruling.arbitrator, ruling.resolution
-        ))
-        .await?;
+        crate::note_ruling(ctx, &ruling).await?;
         let Some(subject) = ruling.subject else { return Ok(()) };
         let (task_id, step) = match &subject {
             ConflictSubject::Escalation { task_id, step, .. }

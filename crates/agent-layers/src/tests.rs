@@ -224,3 +224,9 @@ fn config(agent: &str, layer: AgentLayer, supervisor: Option<&str>) -> AgentConf
         None => config,
     }
 }
+
+/// `{"type": "object"}`: the schema of the test tools, which take any arguments.
+fn object_schema() -> &'static serde_json::Value {
+    static SCHEMA: std::sync::OnceLock<serde_json::Value> = std::sync::OnceLock::new();
+    SCHEMA.get_or_init(|| serde_json::json!({"type": "object"}))
+}

@@ -1,9 +1,12 @@
-//! Budget extensions put to the top layer as governance decisions ([`OnExceed::AskTop`]).
+//! Budget extensions put to the top layer ([`OnExceed::AskTop`]) or to a human
+//! ([`OnExceed::AskHuman`]) as governance decisions.
 //!
 //! [`ApprovalDesk::run`] waits for the [`UsageLedger`] to ask for an extension, proposes a
 //! decision whose content has `"kind": "budget_extension"` (with the limit, what was used, the
-//! current and the proposed limit), sends a `signature_request` to every top power, and
-//! waits for the decision: approved → [`UsageLedger::approve`], vetoed →
+//! current and the proposed limit), signed by its `signers` (every top power; none when a
+//! human decides) and, when it has `humans`, by one of them too ([`Decision::human_approval`]:
+//! a human signs or vetoes with `strata approve` / `strata veto`), sends a
+//! `signature_request` to every signer, and waits for the decision, however long it takes: approved → [`UsageLedger::approve`], vetoed →
 //! [`UsageLedger::refuse`] with the veto's reason, which stops the run. While it waits, every
 //! other reasoning call waits too: the run is paused. The powers' reviews of the extension are
 //! exempt from the budget (they would otherwise wait for themselves), and the powers' other
@@ -12,13 +15,16 @@
 //! be sent the request could never sign: the extension is then refused with the reason.
 //!
 //! [`OnExceed::AskTop`]: crate::OnExceed::AskTop
+//! [`OnExceed::AskHuman`]: crate::OnExceed::AskHuman
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use agent_core::protocol::SignatureRequest;
 use agent_core::{Clock, new_decision_id, new_message_id};
-use agent_state::{Address, AgentId, Decision, DecisionId, DecisionStatus, Message, MessageKind};
+use agent_state::{
+    Address, AgentId, Decision, DecisionId, DecisionStatus, HumanApproval, Message, MessageKind,
+};
 use governance::Governance;
 use message_bus::MessageBus;
 use serde_json::json;
@@ -38,8 +44,13 @@ pub struct ApprovalDesk {
     pub clock: Arc<dyn Clock>,
     /// The power named as proposer (the team's first top power).
     pub proposer: AgentId,
-    /// The powers who must sign (every top power).
+    /// The powers who must sign (every top power; none when a human decides).
     pub signers: Vec<AgentId>,
+    /// The humans one of whom must sign (names, without `human:`; the team's
+    /// `[approvals] humans` with [`OnExceed::AskHuman`]), or none.
+    ///
+    /// [`OnExceed::AskHuman`]: crate::OnExceed::AskHuman
+    pub humans: Vec<String>,
     /// How often the decision's status is checked.
     pub poll: Duration,
 }
@@ -49,6 +60,7 @@ impl std::fmt::Debug for ApprovalDesk {
         f.debug_struct("ApprovalDesk")
             .field("proposer", &self.proposer)
             .field("signers", &self.signers)
+            .field("humans", &self.humans)
             .finish_non_exhaustive()
     }
 }
@@ -69,13 +81,20 @@ impl ApprovalDesk {
                 "proposed_cap": request.proposed_cap,
             });
             let id = new_decision_id();
-            let decision = match Decision::propose(
+            // A decision a human decides may have no required signers.
+            let decision = Decision {
                 id,
-                self.proposer.clone(),
+                proposer: self.proposer.clone(),
                 content,
-                self.signers.clone(),
-                self.clock.now(),
-            ) {
+                required_signers: self.signers.clone(),
+                signatures: Vec::new(),
+                vetoes: Vec::new(),
+                status: DecisionStatus::Pending,
+                created_at: self.clock.now(),
+                human_approval: (!self.humans.is_empty())
+                    .then(|| HumanApproval { allowed: self.humans.clone() }),
+            };
+            let decision = match decision.check().map(|()| decision) {
                 Ok(d) => d,
                 Err(e) => {
                     self.ledger
@@ -87,7 +106,11 @@ impl ApprovalDesk {
                 self.ledger.refuse(request.id, &format!("could not propose the extension: {e}"));
                 continue;
             }
-            tracing::info!(decision = %id, limit = %request.limit, "budget extension put to the top layer");
+            if self.humans.is_empty() {
+                tracing::info!(decision = %id, limit = %request.limit, "budget extension put to the top layer");
+            } else {
+                tracing::warn!(decision = %id, limit = %request.limit, humans = %self.humans.join(", "), "budget extension waits for a human: strata approve RUN {id} --as NAME");
+            }
             if let Err(reason) = self.ask_signers(id).await {
                 // A power that was never asked cannot sign: the decision could never be
                 // approved, and every reasoning call would wait for it forever.

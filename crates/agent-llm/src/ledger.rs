@@ -7,10 +7,13 @@
 //! [`OnExceed::Stop`] the run stops with [`BudgetExceeded`] as its reason; with
 //! [`OnExceed::AskTop`] the ledger opens an [`ApprovalRequest`], every reservation waits (but
 //! the top powers' own, who decide it), and whoever answers it (the team runner puts it to the
-//! top layer as a governance decision) calls [`UsageLedger::approve`] — the exceeded limit
+//! top layer as a governance decision) calls [`UsageLedger::approve`]; with
+//! [`OnExceed::AskHuman`] the same, but the team's humans decide it and every reservation
+//! waits, the top powers' too. A reservation's wait is [`agent_core::untimed`]: it does not
+//! count against the reasoning call's time limit nor its turn's. On approval the exceeded limit
 //! grows to the larger of itself plus its original size and what is used by then (the powers'
 //! reviews of the extension included) plus its original size, so every extension leaves a whole
-//! original budget's worth of room — or [`UsageLedger::refuse`], which stops the run.
+//! original budget's worth of room. A refused extension ([`UsageLedger::refuse`]) stops the run.
 //!
 //! Totals are kept per agent, per layer and per model, with the cost from a [`PriceTable`]
 //! (US dollars per million tokens; a model without a price costs 0 and is reported as unpriced).
@@ -123,6 +126,16 @@ pub enum OnExceed {
     Stop,
     /// The run pauses and asks the top layer to approve an extension as a governance decision.
     AskTop,
+    /// The run pauses and asks one of the team's humans (`[approvals] humans`) to approve an
+    /// extension as a governance decision (`strata approve` / `strata veto`).
+    AskHuman,
+}
+
+impl OnExceed {
+    /// Whether a passed limit asks for an extension (rather than stopping the run).
+    pub fn asks(self) -> bool {
+        matches!(self, Self::AskTop | Self::AskHuman)
+    }
 }
 
 /// A budget limit.
@@ -168,7 +181,7 @@ impl fmt::Display for BudgetLimit {
     "run budget exceeded: {limit}: {used} used + {requested} requested would pass the limit of {cap}{}; raise `{}` in the team file's [budget] table{}",
     refused.as_ref().map(|r| format!(" (extension refused: {r})")).unwrap_or_default(),
     limit.setting(),
-    if *on_exceed == OnExceed::Stop { " or set on_exceed = \"ask\" to let the top layer approve more" } else { "" }
+    if *on_exceed == OnExceed::Stop { " or set on_exceed = \"ask\" (or \"ask_human\") to let the top layer (or a human) approve more" } else { "" }
 )]
 pub struct BudgetExceeded {
     /// Which limit.
@@ -181,11 +194,11 @@ pub struct BudgetExceeded {
     pub cap: f64,
     /// The policy in force.
     pub on_exceed: OnExceed,
-    /// With [`OnExceed::AskTop`]: why the top layer refused the extension.
+    /// With [`OnExceed::AskTop`] or [`OnExceed::AskHuman`]: why the extension was refused.
     pub refused: Option<String>,
 }
 
-/// An extension the ledger waits for (with [`OnExceed::AskTop`]).
+/// An extension the ledger waits for (with [`OnExceed::AskTop`] or [`OnExceed::AskHuman`]).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ApprovalRequest {
     /// Sequence number, unique within a run.
@@ -446,7 +459,7 @@ impl UsageLedger {
     }
 
     /// Reserves `tokens` (estimated in and out) and `cost` for one call. Waits while an
-    /// extension is being decided. `exempt` calls (the top layer's review of an extension)
+    /// extension is being decided, off the clock ([`agent_core::untimed`]). `exempt` calls (the top layer's review of an extension)
     /// pass even when the budget is spent, and are still counted.
     pub async fn reserve(
         &self,
@@ -473,6 +486,15 @@ impl UsageLedger {
                     return Err(stop.clone());
                 }
                 let pending = self.approval.borrow().is_some();
+                // The top powers' calls pass while the powers decide; a human's decision
+                // leaves them nothing to do meanwhile, so they wait like every other call.
+                let pass = if pass == Pass::WhilePending
+                    && s.report.budget.on_exceed == OnExceed::AskHuman
+                {
+                    Pass::Checked
+                } else {
+                    pass
+                };
                 if pass == Pass::Exempt || (pass == Pass::WhilePending && pending) {
                     s.reserved_tokens += tokens;
                     s.reserved_cost += cost;
@@ -494,7 +516,7 @@ impl UsageLedger {
                                 self.persist(&s);
                                 return Err(exceeded);
                             }
-                            OnExceed::AskTop => {
+                            on_exceed @ (OnExceed::AskTop | OnExceed::AskHuman) => {
                                 let id = s.next_request;
                                 s.next_request += 1;
                                 let proposed_cap = exceeded.cap
@@ -508,14 +530,21 @@ impl UsageLedger {
                                     cap: exceeded.cap,
                                     proposed_cap,
                                 };
-                                tracing::warn!(limit = %request.limit, used = request.used, cap = request.cap, proposed_cap, "run budget reached; asking the top layer for an extension");
+                                let who = if on_exceed == OnExceed::AskHuman {
+                                    "a human"
+                                } else {
+                                    "the top layer"
+                                };
+                                tracing::warn!(limit = %request.limit, used = request.used, cap = request.cap, proposed_cap, "run budget reached; asking {who} for an extension");
                                 self.approval.send_replace(Some(request));
                             }
                         },
                     }
                 }
             }
-            if waiter.changed().await.is_err() {
+            // Off the clock: the wait lasts as long as the decision takes, which is not the
+            // call's own work (nor bounded by the reasoning call's time limit).
+            if agent_core::untimed(waiter.changed()).await.is_err() {
                 // The sender lives in `self`; it cannot be gone while we borrow `self`.
                 return Err(self.stop_now(BudgetLimit::Calls, "the ledger closed".into()));
             }
@@ -596,7 +625,7 @@ impl UsageLedger {
         }
         let cap = s.report.budget.max_wall?;
         let wall = self.wall(&s);
-        if wall < cap || s.report.budget.on_exceed == OnExceed::AskTop {
+        if wall < cap || s.report.budget.on_exceed.asks() {
             return None;
         }
         let stop = BudgetExceeded {
@@ -747,7 +776,7 @@ impl UsageLedger {
                 used: request.used,
                 requested: request.requested,
                 cap: request.cap,
-                on_exceed: OnExceed::AskTop,
+                on_exceed: s.report.budget.on_exceed,
                 refused: Some(reason.to_owned()),
             });
             self.persist(&s);

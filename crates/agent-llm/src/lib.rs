@@ -16,7 +16,9 @@
 //! - Per-agent [`Conversations`], bounded by a documented rule and kept with the run.
 //! - A team-wide [`UsageLedger`]: tokens and cost per agent, layer and model ([`PriceTable`]),
 //!   and run [`Budget`]s (tokens, cost, wall time, calls) that stop the run or, with
-//!   [`OnExceed::AskTop`], pause it while the top layer votes on an extension ([`ApprovalDesk`]).
+//!   [`OnExceed::AskTop`], pause it while the top layer votes on an extension ([`ApprovalDesk`])
+//!   or, with [`OnExceed::AskHuman`], until one of the team's humans signs or vetoes it. The
+//!   pause does not count against the reasoning calls' time limit ([`agent_core::untimed`]).
 //! - Transient provider errors are retried with the agent's backoff ([`complete_with_retry`]);
 //!   rate-limit waits honour `Retry-After` and are not failures; permanent errors fail at once
 //!   with a message naming provider, model and cause. Keys come from the caller (the `strata`

@@ -451,17 +451,25 @@ impl LlmReasoner {
             .into_iter()
             .map(|n| {
                 let mut spec = self.tools.get(n).cloned().unwrap_or_else(|| {
-                    match supervisor_tool_spec(n).filter(|_| is_agent_tool(n)) {
-                        Some(agent) => ToolSpec {
+                    if let Some(agent) = supervisor_tool_spec(n).filter(|_| is_agent_tool(n)) {
+                        ToolSpec {
                             name: agent.name.to_owned(),
                             description: agent.description.to_owned(),
                             parameters: agent.parameters,
-                        },
-                        None => ToolSpec {
+                        }
+                    } else if let Some(call) = agent_state::ooda::call_spec(n) {
+                        // An OODA agent's own calls (`modify_self`, `send_message`).
+                        ToolSpec {
+                            name: call.name.to_owned(),
+                            description: call.description.to_owned(),
+                            parameters: call.parameters,
+                        }
+                    } else {
+                        ToolSpec {
                             name: n.to_owned(),
                             description: format!("the tool `{n}`"),
                             parameters: json!({"type": "object"}),
-                        },
+                        }
                     }
                 });
                 if self.settings.planned_arguments_only && scripted && n == step.tool {

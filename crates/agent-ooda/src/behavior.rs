@@ -5,8 +5,8 @@ use agent_core::protocol::{HelpRequest, HelpResponse, StatusReport};
 use agent_core::{AgentBehavior, AgentContext, AgentError, AuditEvent};
 use agent_state::ooda::{MessageRole, OodaEvent, OodaEventKind, OodaMessage, StopReason};
 use agent_state::{
-    Address, Assignment, BoardSnapshot, Message, MessageKind, ProgressReport, ProgressStatus,
-    SubtaskResult,
+    Address, AgentStatus, Assignment, BoardSnapshot, Message, MessageKind, ProgressReport,
+    ProgressStatus, SubtaskResult,
 };
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -75,14 +75,25 @@ impl OodaBehavior {
         };
         let OodaCommand::Rollback { version } = command;
         match self.ooda.rollback(version) {
-            Ok(next) => {
+            Ok((next, dropped)) => {
                 ctx.append_own(&format!(
                     "- rollback to version {version} asked by {}: it becomes version {next}",
                     message.from
                 ))
                 .await?;
-                let data =
-                    json!({ "outcome": "rollback_scheduled", "to": version, "version": next });
+                if dropped.is_some() && ctx.status() == AgentStatus::WaitingApproval {
+                    ctx.transition(
+                        AgentStatus::Working,
+                        "a rollback replaces the change waiting for a human",
+                    )
+                    .await?;
+                }
+                let data = json!({
+                    "outcome": "rollback_scheduled",
+                    "to": version,
+                    "version": next,
+                    "dropped_decision": dropped,
+                });
                 self.ooda.emit(ctx, OodaEventKind::ModifySelf, data).await?;
             }
             Err(e) => {
@@ -106,6 +117,7 @@ impl OodaBehavior {
         stop: &StopReason,
     ) -> Result<(), AgentError> {
         let Some(task) = self.ooda.task.take() else { return Ok(()) };
+        self.ooda.done.push(task.key());
         let Some(supervisor) = ctx.config().supervisor.clone() else { return Ok(()) };
         let success = matches!(stop, StopReason::Finished { .. });
         let output = match stop {
@@ -177,13 +189,12 @@ impl AgentBehavior for OodaBehavior {
                 MessageKind::TaskAssign if from_supervisor => {
                     match ctx.read_payload::<Assignment>(message).await? {
                         Some(Assignment::Subtask { subtask }) => {
-                            ctx.append_own(&format!(
-                                "- took {}: {}",
-                                subtask.key(),
-                                subtask.step.description
-                            ))
-                            .await?;
-                            self.ooda.assign(subtask, now);
+                            let line =
+                                format!("- took {}: {}", subtask.key(), subtask.step.description);
+                            // A redelivered assignment (working on it, or done) is not run again.
+                            if self.ooda.assign(subtask, now) {
+                                ctx.append_own(&line).await?;
+                            }
                         }
                         Some(Assignment::Dismiss { reason }) => {
                             ctx.append_own(&format!("- dismissed: {reason}")).await?;
@@ -282,6 +293,29 @@ impl AgentBehavior for OodaBehavior {
             "iteration {} (v{}): {goal}",
             self.ooda.state.iteration, self.ooda.state.state_version
         ))
+    }
+
+    fn waiting_on(&self, me: &agent_state::AgentId) -> Vec<agent_state::WaitEdge> {
+        // A change waiting for a human's signature: a person may take a while, which the run's
+        // guards do not count as idle.
+        let Some(pending) = self.ooda.pending.as_ref().filter(|p| p.decision.is_some()) else {
+            return Vec::new();
+        };
+        let Some(human) =
+            self.ooda.approvers.first().and_then(|h| agent_state::AgentId::human(h).ok())
+        else {
+            return Vec::new();
+        };
+        vec![agent_state::WaitEdge {
+            waiter: me.clone(),
+            on: human,
+            what: format!(
+                "a human's signature ({}) on its change to version {}",
+                self.ooda.approvers.join(" or "),
+                pending.version
+            ),
+            task: self.ooda.task.as_ref().map(|t| t.task_id.clone()),
+        }]
     }
 
     fn open_tasks(&self) -> Vec<String> {

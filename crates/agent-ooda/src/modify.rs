@@ -323,17 +323,25 @@ impl Ooda {
     }
 
     /// A rollback to `to`: the configuration and files of that version come back, as a new
-    /// version (recorded, then applied at the next turn).
-    pub fn rollback(&mut self, to: u64) -> Result<u64, OodaError> {
+    /// version (recorded, then applied at the next turn). A change still waiting for a human's
+    /// signature is dropped (its decision is returned: signing it later changes nothing); a
+    /// change validated and about to apply is not, and the rollback is refused until it has.
+    /// Returns the new version and the dropped change's decision.
+    pub fn rollback(&mut self, to: u64) -> Result<(u64, Option<DecisionId>), OodaError> {
         let current = self.state.state_version;
         if to == 0 || to >= current {
             return Err(OodaError::NoSuchVersion { asked: to, current });
         }
-        if self.pending.is_some() {
-            return Err(OodaError::Config(
-                "a change is in progress; roll back once it is applied or refused".into(),
-            ));
-        }
+        let dropped = match &self.pending {
+            None => None,
+            Some(Pending { decision: Some(id), .. }) => Some(*id),
+            Some(_) => {
+                return Err(OodaError::Config(
+                    "a change is being applied; roll back once it is (at the agent's next turn)"
+                        .into(),
+                ));
+            }
+        };
         // The records after `to`, oldest first: the first one's `config_before` is the
         // configuration at `to`, and for each file the first record touching it has its
         // content at `to`.
@@ -358,7 +366,7 @@ impl Ooda {
             applied: Applied { config, files },
             decision: None,
         });
-        Ok(version)
+        Ok((version, dropped))
     }
 
     /// The change in progress: still waiting for its human (nothing runs), refused by a veto,

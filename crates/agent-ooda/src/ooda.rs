@@ -17,12 +17,7 @@ use tokio::sync::broadcast;
 
 use crate::modify::{Pending, VersionRecord};
 
-/// The call by which decide asks for a self-modification: its arguments are a
-/// [`Modification`].
-pub const MODIFY_SELF: &str = "modify_self";
-
-/// The call by which decide sends a message to another agent: `{"to": ..., "content": ...}`.
-pub const SEND_MESSAGE: &str = "send_message";
+pub use agent_state::ooda::{MODIFY_SELF, SEND_MESSAGE};
 
 /// How many of its past actions (and messages received) an agent's decide sees.
 pub const MAX_HISTORY: usize = 64;
@@ -354,6 +349,8 @@ pub struct Ooda {
     pub(crate) approvers: Vec<String>,
     /// The lead's subtask, when it works as an executor.
     pub(crate) task: Option<Subtask>,
+    /// The subtasks it finished (`task/step`): a redelivered assignment of one is not run again.
+    pub(crate) done: Vec<String>,
     events: broadcast::Sender<OodaEvent>,
 }
 
@@ -372,6 +369,8 @@ struct Saved {
     stop: Option<StopReason>,
     #[serde(default)]
     task: Option<Subtask>,
+    #[serde(default)]
+    done: Vec<String>,
 }
 
 impl Ooda {
@@ -399,6 +398,7 @@ impl Ooda {
             ceiling: ceiling.to_vec(),
             approvers: Vec::new(),
             task: None,
+            done: Vec::new(),
             events,
         })
     }
@@ -452,13 +452,20 @@ impl Ooda {
     }
 
     /// Gives the loop a new objective (a lead's subtask): it starts again from iteration 0.
-    pub(crate) fn assign(&mut self, task: Subtask, now: Timestamp) {
+    /// `false` (nothing changes) for the subtask it works on or finished already: a redelivered
+    /// assignment.
+    pub(crate) fn assign(&mut self, task: Subtask, now: Timestamp) -> bool {
+        let key = task.key();
+        if self.done.contains(&key) || self.task.as_ref().is_some_and(|t| t.key() == key) {
+            return false;
+        }
         self.task = Some(task);
         self.stop = None;
         self.history.clear();
         self.state =
             OodaState { iteration: 0, current_step: None, next_action: None, ..self.state.clone() };
         self.state.last_updated = now;
+        true
     }
 
     /// A message for the next observe (seed 004 `receive_message`): it waits in the inbox.
@@ -476,6 +483,7 @@ impl Ooda {
             pending: self.pending.clone(),
             stop: self.stop.clone(),
             task: self.task.clone(),
+            done: self.done.clone(),
         };
         serde_json::to_value(saved).unwrap_or(Value::Null)
     }
@@ -505,6 +513,7 @@ impl Ooda {
         self.pending = saved.pending;
         self.stop = saved.stop;
         self.task = saved.task;
+        self.done = saved.done;
         Ok(())
     }
 

@@ -165,6 +165,16 @@ impl RunGuard {
         }
     }
 
+    /// Whether an agent of the pool waits for a human's signature (an agent held by a turn
+    /// is skipped: it is not idle).
+    fn someone_waits_for_a_human(&self) -> bool {
+        self.pool.all().iter().any(|slot| {
+            slot.agent()
+                .try_lock()
+                .is_ok_and(|agent| agent.waiting_on().iter().any(|e| e.on.is_human()))
+        })
+    }
+
     /// One heartbeat of the driver; `busy`: whether some agent is still running a turn.
     pub(crate) async fn heartbeat(&mut self, busy: bool) {
         self.bounces().await;
@@ -180,6 +190,9 @@ impl RunGuard {
             None => (Vec::new(), false),
         };
         let open: Vec<String> = open.into_iter().filter(|t| !self.stopped.contains(t)).collect();
+        // Any other agent waiting for a human (an OODA agent's change at level 4) too; looked
+        // for only when the heartbeat would otherwise count as idle.
+        let human = human || (!open.is_empty() && !busy && self.someone_waits_for_a_human());
         let idle = self.watch.heartbeat(self.observer.mark(), !open.is_empty() && !busy && !human);
         if idle == 0 {
             self.cycle = None;

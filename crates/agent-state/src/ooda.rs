@@ -1086,3 +1086,58 @@ impl fmt::Display for StopReason {
         }
     }
 }
+
+/// The call by which an OODA agent's decide asks for a self-modification: its arguments are a
+/// [`Modification`].
+pub const MODIFY_SELF: &str = "modify_self";
+
+/// The call by which an OODA agent's decide sends a message to another agent.
+pub const SEND_MESSAGE: &str = "send_message";
+
+/// How a reasoner offers one of an OODA agent's own calls as a tool: its name, what it does,
+/// and the JSON schema of its arguments.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CallSpec {
+    /// The call.
+    pub name: &'static str,
+    /// What it does, for a model.
+    pub description: &'static str,
+    /// The JSON schema of its arguments.
+    pub parameters: Value,
+}
+
+/// The spec of [`MODIFY_SELF`] or [`SEND_MESSAGE`]; `None` for any other name.
+pub fn call_spec(name: &str) -> Option<CallSpec> {
+    match name {
+        MODIFY_SELF => Some(CallSpec {
+            name: MODIFY_SELF,
+            description: "Change yourself: your prompt, a config field, a behavior setting, your \
+                          tools (only among those your supervisor granted) or a file of your code. \
+                          The change is validated by its safety level (1 none, 2 a schema check, \
+                          3 your tests before and after, 4 a human signs) and becomes a new version.",
+            parameters: serde_json::json!({
+                "type": "object",
+                "properties": {
+                    "modification_type": {"type": "string", "enum": ["code", "config", "prompt", "architecture", "behavior"]},
+                    "target": {"type": "string", "description": "a file path, a config field or a behavior key"},
+                    "change": {"type": "object", "description": "{\"text\"|\"append\": ...} for prompt, {\"value\": ...} for config and behavior, {\"add\"|\"remove\": [...]} for architecture, {\"content\": ...} or {\"replace\": {\"old\", \"new\"}} for code"},
+                    "safety_level": {"type": "integer", "minimum": 1, "maximum": 4}
+                },
+                "required": ["modification_type", "target", "change", "safety_level"]
+            }),
+        }),
+        SEND_MESSAGE => Some(CallSpec {
+            name: SEND_MESSAGE,
+            description: "Send a message to another agent; its answer reaches you at your next step.",
+            parameters: serde_json::json!({
+                "type": "object",
+                "properties": {
+                    "to": {"type": "string", "description": "the agent's id"},
+                    "content": {"type": "string", "minLength": 1}
+                },
+                "required": ["to", "content"]
+            }),
+        }),
+        _ => None,
+    }
+}

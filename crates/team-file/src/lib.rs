@@ -124,7 +124,11 @@
 //! max_wall = "30m"          # wall time since the run started, all sessions
 //! max_calls = 500           # model calls
 //! on_exceed = "stop"        # "stop": the run fails with the reason; "ask": it pauses and the
-//!                           # top powers vote on raising the limit by its original size
+//!                           # top powers vote on raising the limit by its original size;
+//!                           # "ask_human": it pauses until one of the [approvals] humans
+//!                           # signs (`strata approve RUN DECISION --as NAME`) or vetoes it
+//!                           # (`strata veto`, the run stops); needs [approvals] humans.
+//!                           # The pause does not count against [timeouts] reasoning_ms
 //!
 //! [conversation]            # each agent's own history, oldest turns dropped past either limit
 //! max_turns = 8

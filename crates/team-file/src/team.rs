@@ -333,6 +333,15 @@ pub fn parse_team(path: &Path, text: &str, tools: &ToolRegistry) -> Result<TeamF
     if let Some(a) = &raw.approvals {
         spec.approvals = approvals(&src, a)?;
     }
+    if budget.on_exceed == OnExceed::AskHuman
+        && spec.approvals.humans.is_empty()
+        && let Some(o) = raw.budget.as_ref().and_then(|b| b.on_exceed.as_ref())
+    {
+        return Err(src.error(
+            o.span(),
+            "[budget] `on_exceed = \"ask_human\"` needs someone to decide: list them in [approvals] `humans = [\"name\"]`",
+        ));
+    }
     Ok(TeamFile {
         spec,
         default_reasoner,
@@ -1141,11 +1150,12 @@ fn budget(src: &Source<'_>, raw: &RawBudget) -> Result<Budget, FileError> {
         Some(o) => match o.get_ref().as_str() {
             "stop" => OnExceed::Stop,
             "ask" => OnExceed::AskTop,
+            "ask_human" => OnExceed::AskHuman,
             other => {
                 return Err(src.error(
                     o.span(),
                     format!(
-                        "`on_exceed` is \"stop\" (the run stops) or \"ask\" (the top layer votes on an extension), not \"{other}\""
+                        "`on_exceed` is \"stop\" (the run stops), \"ask\" (the top layer votes on an extension) or \"ask_human\" (one of the [approvals] humans decides it), not \"{other}\""
                     ),
                 ));
             }

@@ -1223,6 +1223,26 @@ max_chars = 900
 }
 
 #[test]
+fn a_human_decides_budget_extensions_with_ask_human_and_someone_must_be_listed() {
+    let t = team(&format!(
+        "[budget]\nmax_calls = 5\non_exceed = \"ask_human\"\n\n[approvals]\nhumans = [\"alice\"]\n\n{ONE_POWER}"
+    ));
+    assert_eq!(t.budget.on_exceed, agent_llm::OnExceed::AskHuman);
+    assert_eq!(t.spec.approvals.humans, ["alice"]);
+
+    // Nobody to decide: refused at the value.
+    for approvals in ["", "[approvals]\nhumans = []\n"] {
+        let err = team_err(&format!(
+            "[budget]\nmax_calls = 5\non_exceed = \"ask_human\"\n{approvals}{ONE_POWER}"
+        ));
+        assert_eq!((err.line(), err.column()), (3, 13), "{err}");
+        for f in ["ask_human", "[approvals]", "humans"] {
+            assert!(err.message().contains(f), "`{f}` not in: {err}");
+        }
+    }
+}
+
+#[test]
 fn bad_model_settings_are_refused_where_they_are_written() {
     let cases: [(&str, &[&str]); 9] = [
         ("[reasoner]\nkind = \"gpt\"\n", &["unknown reasoner kind `gpt`", "openai"]),
@@ -1238,7 +1258,10 @@ fn bad_model_settings_are_refused_where_they_are_written() {
             &["price of model `m`", "input_per_mtok", "-1"],
         ),
         ("[budget]\nmax_calls = 0\n", &["`max_calls` must be at least 1"]),
-        ("[budget]\non_exceed = \"pause\"\n", &["`on_exceed`", "\"stop\"", "\"ask\""]),
+        (
+            "[budget]\non_exceed = \"pause\"\n",
+            &["`on_exceed`", "\"stop\"", "\"ask\"", "\"ask_human\""],
+        ),
         ("[conversation]\nmax_turns = 0\n", &["`max_turns` must be at least 1"]),
     ];
     for (table, fragments) in cases {

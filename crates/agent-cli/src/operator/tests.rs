@@ -67,7 +67,10 @@ async fn requests_are_applied_as_the_human_audited_answered_and_removed() {
         Some("refused by the command"),
     );
     std::fs::write(tmp.path().join(REQUESTS_DIR).join("5-a.json"), b"{not json").unwrap();
-    assert_eq!(pass(tmp.path(), &gov, &audit, &clock).await.unwrap(), 5);
+    assert_eq!(
+        pass(tmp.path(), &gov, &message_bus::InMemoryBus::new(), &audit, &clock).await.unwrap(),
+        5
+    );
 
     let d1 = gov.get(one).await.unwrap().unwrap();
     assert_eq!(d1.status, DecisionStatus::Pending, "top-b has not signed yet");
@@ -101,7 +104,10 @@ async fn requests_are_applied_as_the_human_audited_answered_and_removed() {
         ]
     );
     // Every request was taken: a second pass finds nothing.
-    assert_eq!(pass(tmp.path(), &gov, &audit, &clock).await.unwrap(), 0);
+    assert_eq!(
+        pass(tmp.path(), &gov, &message_bus::InMemoryBus::new(), &audit, &clock).await.unwrap(),
+        0
+    );
 }
 
 #[tokio::test]
@@ -115,10 +121,16 @@ async fn a_pass_takes_a_bounded_number_of_requests_oldest_first() {
             OperatorRequest::Approve { decision: DecisionId::from_u128(9), human: "alice".into() };
         drop_request(tmp.path(), &format!("{i:04}"), request, None);
     }
-    assert_eq!(pass(tmp.path(), &gov, &audit, &clock).await.unwrap(), MAX_PER_PASS);
+    assert_eq!(
+        pass(tmp.path(), &gov, &message_bus::InMemoryBus::new(), &audit, &clock).await.unwrap(),
+        MAX_PER_PASS
+    );
     assert!(done(tmp.path(), "0000").error.unwrap().contains("no decision"));
     assert!(tmp.path().join(REQUESTS_DIR).join(format!("{:04}.json", MAX_PER_PASS)).is_file());
-    assert_eq!(pass(tmp.path(), &gov, &audit, &clock).await.unwrap(), 3);
+    assert_eq!(
+        pass(tmp.path(), &gov, &message_bus::InMemoryBus::new(), &audit, &clock).await.unwrap(),
+        3
+    );
 }
 
 #[test]

@@ -2,8 +2,6 @@
 //! waits for a human's signature on its plan (`[approvals] plans = true`), bad requests
 //! refused with exit 2 and audited, and a request queued for a killed run that `resume` takes.
 
-use serde_json::Value;
-
 use crate::support::*;
 
 /// A one-step plan: nothing to run in a sandbox.
@@ -28,39 +26,13 @@ fn scratch() -> Scratch {
 }
 
 fn start(s: &Scratch, id: &str) -> Running {
-    s.spawn(&[
-        "run",
-        "plan.toml",
-        "--team",
-        "team.toml",
-        "--data",
-        "D",
-        "--run-id",
-        id,
-        FAST[0],
-        FAST[1],
-        "--no-sync",
-        "--quiet",
-    ])
+    start_run(s, id)
 }
 
-/// The plan's decision once it waits for a human, read through `inspect` on the live run.
-fn pending_decision(s: &Scratch, run: &mut Running, id: &str) -> String {
-    let mut found = None;
-    wait_for("the plan to wait for a human", || {
-        assert!(!run.exited(), "the run ended before a human signed:\n{}", run.stderr_so_far());
-        let out = s.strata(&["inspect", id, "decisions", "--data", "D", "--json"]);
-        if out.status.code() != Some(0) {
-            return false; // the copy of a live run may be caught mid-write
-        }
-        let decisions: Value = out.json();
-        found = decisions.as_array().unwrap().iter().find_map(|d| {
-            let waiting = d["status"] == "pending" && d["human_approval"]["allowed"][0] == "alice";
-            waiting.then(|| d["id"].as_str().unwrap().to_owned())
-        });
-        found.is_some()
-    });
-    found.unwrap()
+fn pending(s: &Scratch, run: &mut Running, id: &str) -> String {
+    pending_decision(s, run, id, "the plan to wait for a human", |d| {
+        d["status"] == "pending" && d["human_approval"]["allowed"][0] == "alice"
+    })
 }
 
 /// The `operator` records of the run's audit log: (who, outcome, error).
@@ -85,7 +57,7 @@ fn operator_records(s: &Scratch, id: &str) -> Vec<(String, String, String)> {
 fn a_human_approves_from_another_terminal_and_bad_requests_are_refused_and_audited() {
     let s = scratch();
     let mut run = start(&s, "h1");
-    let decision = pending_decision(&s, &mut run, "h1");
+    let decision = pending(&s, &mut run, "h1");
 
     let unknown = "00000000-0000-4000-8000-000000000001";
     s.strata(&["approve", "h1", unknown, "--as", "alice", "--data", "D"])
@@ -137,7 +109,7 @@ fn a_human_approves_from_another_terminal_and_bad_requests_are_refused_and_audit
 fn a_human_veto_fails_the_run_with_the_reason() {
     let s = scratch();
     let mut run = start(&s, "h2");
-    let decision = pending_decision(&s, &mut run, "h2");
+    let decision = pending(&s, &mut run, "h2");
     s.strata(&[
         "veto",
         "h2",
@@ -161,7 +133,7 @@ fn a_human_veto_fails_the_run_with_the_reason() {
 fn an_approval_for_a_killed_run_is_queued_and_resume_takes_it() {
     let s = scratch();
     let mut run = start(&s, "h3");
-    let decision = pending_decision(&s, &mut run, "h3");
+    let decision = pending(&s, &mut run, "h3");
     assert_eq!(run.kill().status.code(), None, "killed by a signal");
     s.strata(&["approve", "h3", &decision, "--as", "alice", "--data", "D"]).code(0).stdout_has(&[
         "not running",

@@ -373,6 +373,9 @@ fn bad_reasoner_settings_exit_2_naming_the_setting_and_write_nothing() {
     assert!(!out.stderr.contains("heartbeat"), "the error names the wrong setting: {}", out.stderr);
     let s = scratch(&team(&openai(&server), "[budget]\nmax_calls = 3\non_exceed = \"maybe\"\n"));
     refused(&s, &server, &[], true, &["team.toml:", "`on_exceed`", "\"stop\"", "\"ask\"", "maybe"]);
+    let s =
+        scratch(&team(&openai(&server), "[budget]\nmax_calls = 3\non_exceed = \"ask_human\"\n"));
+    refused(&s, &server, &[], true, &["team.toml:", "ask_human", "[approvals]", "humans"]);
 
     // No such kind on the command line.
     let s = scratch(&team(&openai(&server), ""));
@@ -524,4 +527,131 @@ fn an_extension_smaller_than_its_own_reviews_still_lets_the_run_finish() {
     let code = run_within(&s, Duration::from_secs(60));
     let calls = server.calls().len();
     assert_eq!(code, Some(0), "the run did not finish within a minute; {calls} model calls made");
+}
+
+/// A budget a human extends: `on_exceed = "ask_human"` with alice allowed, and time limits
+/// short enough that a human's wait outlasts them.
+fn human_budget(server: &FakeLlm) -> Scratch {
+    scratch(&team(
+        &openai(server),
+        &format!(
+            "[budget]\nmax_calls = 5\non_exceed = \"ask_human\"\n\n[approvals]\nhumans = [\"alice\"]\n\n[timeouts]\nreasoning_ms = {LIMIT_MS}\nturn_ms = {LIMIT_MS}\n"
+        ),
+    ))
+}
+
+/// The reasoning and turn limits of [`human_budget`].
+const LIMIT_MS: u64 = 3_000;
+
+/// `strata run` of [`human_budget`] in the background.
+fn start_human_budget(s: &Scratch) -> crate::support::Running {
+    let mut command = s.command(&RUN);
+    command.env(KEY_VAR, KEY);
+    Scratch::spawn_command(&RUN, &mut command)
+}
+
+/// The budget extension waiting for a human, read through `inspect` on the live run; `None`
+/// once the run has ended.
+fn pending_extension(s: &Scratch, run: &mut crate::support::Running) -> Option<String> {
+    let mut found = None;
+    let mut ended = false;
+    crate::support::wait_for("a budget extension waiting for a human", || {
+        if run.exited() {
+            ended = true;
+            return true;
+        }
+        let out = s.strata(&["inspect", "r1", "decisions", "--data", "D", "--json"]);
+        if out.status.code() != Some(0) {
+            return false; // the copy of a live run may be caught mid-write
+        }
+        let decisions: Value = out.json();
+        found = decisions.as_array().unwrap().iter().find_map(|d| {
+            let waiting = d["status"] == "pending"
+                && d["content"]["kind"] == "budget_extension"
+                && d["human_approval"]["allowed"][0] == "alice";
+            waiting.then(|| d["id"].as_str().unwrap().to_owned())
+        });
+        found.is_some()
+    });
+    if ended { None } else { found }
+}
+
+/// `on_exceed = "ask_human"`: past its budget the run waits for a human, longer than a
+/// reasoning call and a turn may take, and `strata approve` from another process extends it;
+/// the run finishes.
+#[test]
+fn a_human_extends_the_budget_from_another_process_after_the_time_limits_and_the_run_finishes() {
+    let server = FakeLlm::start(Mode::Sensible);
+    let s = human_budget(&server);
+    let mut run = start_human_budget(&s);
+    let first = pending_extension(&s, &mut run)
+        .unwrap_or_else(|| panic!("the run ended without asking:\n{}", run.stderr_so_far()));
+    let calls = server.calls().len();
+    // The human takes longer than a reasoning call and a turn may.
+    std::thread::sleep(Duration::from_millis(2 * LIMIT_MS));
+    assert!(!run.exited(), "the run did not wait for the human:\n{}", run.stderr_so_far());
+    assert_eq!(server.calls().len(), calls, "no model call while it waits");
+    s.strata(&["inspect", "r1", "decisions", "--data", "D"])
+        .code(0)
+        .stdout_has(&[&first, "needs one human (waiting): alice"]);
+    s.strata(&["approve", "r1", &first, "--as", "alice", "--data", "D"])
+        .code(0)
+        .stdout_has(&[&first, "by human:alice"]);
+    // Each further extension the run asks for, alice grants at once.
+    let mut approved = vec![first];
+    while let Some(next) = pending_extension(&s, &mut run) {
+        s.strata(&["approve", "r1", &next, "--as", "alice", "--data", "D"]).code(0);
+        approved.push(next);
+    }
+    let out = run.finish();
+    out.code(0).stdout_has(&["task `hello` succeeded"]);
+
+    let report = &usage(&s, true).code(0).json()["usage"];
+    assert_eq!(report["extensions"].as_array().unwrap().len(), approved.len(), "{report}");
+    assert_eq!(report["stopped"], Value::Null);
+    assert_eq!(report["total"]["failed_calls"], 0, "{report}");
+    usage(&s, false).code(0).stdout_has(&["on exceed: ask a human"]);
+    let audit = s.strata(&["inspect", "r1", "audit", "--data", "D", "--json"]).code(0).json();
+    let timed_out: Vec<&Value> =
+        audit.as_array().unwrap().iter().filter(|r| r["event"]["event"] == "timed_out").collect();
+    assert!(timed_out.is_empty(), "the wait counted against a limit: {timed_out:?}");
+    let decisions =
+        s.strata(&["inspect", "r1", "decisions", "--data", "D", "--json"]).code(0).json();
+    for d in
+        decisions.as_array().unwrap().iter().filter(|d| d["content"]["kind"] == "budget_extension")
+    {
+        assert_eq!(d["status"], "approved", "{d}");
+        assert_eq!(d["required_signers"], serde_json::json!([]), "no power signs: {d}");
+        assert_eq!(d["signatures"][0]["signer"], "human:alice", "{d}");
+    }
+}
+
+/// A human's veto of the extension stops the run with the reason.
+#[test]
+fn a_humans_veto_of_a_budget_extension_stops_the_run_with_the_reason() {
+    let server = FakeLlm::start(Mode::Sensible);
+    let s = human_budget(&server);
+    let mut run = start_human_budget(&s);
+    let decision = pending_extension(&s, &mut run)
+        .unwrap_or_else(|| panic!("the run ended without asking:\n{}", run.stderr_so_far()));
+    s.strata(&[
+        "veto",
+        "r1",
+        &decision,
+        "--as",
+        "alice",
+        "--reason",
+        "spent enough",
+        "--data",
+        "D",
+    ])
+    .code(0)
+    .stdout_has(&["vetoed by human:alice"]);
+    let out = run.finish();
+    out.code(1);
+    let both = format!("{}\n{}", out.stdout, out.stderr);
+    assert!(both.contains("vetoed by human:alice: spent enough"), "{both}");
+    let report = &usage(&s, true).code(0).json()["usage"];
+    assert_eq!(report["stopped"]["refused"], "vetoed by human:alice: spent enough", "{report}");
+    assert_eq!(report["stopped"]["on_exceed"], "ask_human");
 }

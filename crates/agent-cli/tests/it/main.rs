@@ -19,6 +19,7 @@ mod interrupt;
 mod llm;
 #[cfg(feature = "local")]
 mod local;
+mod ooda;
 mod papercuts;
 mod sandbox;
 mod spawn_views;

@@ -347,3 +347,49 @@ pub(crate) fn finished_run(s: &Scratch) -> PathBuf {
     assert_eq!(run_id_of(&run), "r");
     s.path("D/r")
 }
+
+/// `strata run plan.toml --team team.toml` in the background, as run `id` in `D`, fast.
+pub(crate) fn start_run(s: &Scratch, id: &str) -> Running {
+    s.spawn(&[
+        "run",
+        "plan.toml",
+        "--team",
+        "team.toml",
+        "--data",
+        "D",
+        "--run-id",
+        id,
+        FAST[0],
+        FAST[1],
+        "--no-sync",
+        "--quiet",
+    ])
+}
+
+/// The id of the first decision of live run `id` that `waiting` accepts, once there is one
+/// (read through `inspect` on the live run; fails if the run ends first).
+pub(crate) fn pending_decision(
+    s: &Scratch,
+    run: &mut Running,
+    id: &str,
+    what: &str,
+    waiting: impl Fn(&serde_json::Value) -> bool,
+) -> String {
+    let mut found = None;
+    wait_for(what, || {
+        assert!(!run.exited(), "the run ended first:\n{}", run.stderr_so_far());
+        let out = s.strata(&["inspect", id, "decisions", "--data", "D", "--json"]);
+        if out.status.code() != Some(0) {
+            return false; // the copy of a live run may be caught mid-write
+        }
+        let decisions: serde_json::Value = out.json();
+        found = decisions
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| waiting(d))
+            .map(|d| d["id"].as_str().unwrap().to_owned());
+        found.is_some()
+    });
+    found.unwrap()
+}

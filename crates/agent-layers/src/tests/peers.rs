@@ -231,8 +231,7 @@ impl Tool for Broken {
         "always fails"
     }
     fn schema(&self) -> &serde_json::Value {
-        static SCHEMA: std::sync::OnceLock<serde_json::Value> = std::sync::OnceLock::new();
-        SCHEMA.get_or_init(|| json!({"type": "object"}))
+        super::object_schema()
     }
     fn has_side_effects(&self) -> bool {
         false

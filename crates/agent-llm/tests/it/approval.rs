@@ -12,7 +12,8 @@ use agent_llm::{
     PriceTable, UsageLedger,
 };
 use agent_state::{
-    Address, AgentId, AgentLayer, Decision, DecisionId, DecisionStatus, MessageKind, Timestamp,
+    Address, AgentId, AgentLayer, Decision, DecisionId, DecisionStatus, MessageKind, SignOutcome,
+    Timestamp,
 };
 use governance::{Governance, InMemoryGovernance};
 use message_bus::{InMemoryBus, MessageBus};
@@ -275,6 +276,7 @@ async fn desk(rig: &Rig) -> Desk {
         clock: Arc::new(TokioClock::starting_at(Timestamp(1_700_000_000_000))),
         proposer: powers[0].clone(),
         signers: powers.to_vec(),
+        humans: Vec::new(),
         poll: Duration::from_secs(1),
     };
     let tasks = vec![
@@ -355,6 +357,7 @@ async fn an_extension_that_cannot_reach_a_power_is_refused_rather_than_waited_fo
             clock: Arc::new(TokioClock::starting_at(Timestamp(1_700_000_000_000))),
             proposer: AgentId::new("top-a"),
             signers: vec![AgentId::new("top-a"), AgentId::new("top-b")],
+            humans: Vec::new(),
             poll: Duration::from_secs(1),
         }
         .run(),
@@ -393,4 +396,130 @@ async fn a_passed_wall_time_asks_for_more_time_and_an_approval_grants_it() {
     waiting.await.unwrap().unwrap();
     // What was used at the approval (61 s) plus the original 60 s.
     assert_eq!(rig.ledger.report().budget.max_wall, Some(Duration::from_secs(121)));
+}
+
+// ---------------------------------------------------------------------------------------------
+// `OnExceed::AskHuman`: the extension is a human's decision
+// ---------------------------------------------------------------------------------------------
+
+fn ask_human(max_calls: u64) -> UsageLedger {
+    UsageLedger::new(
+        PriceTable::new(),
+        Budget { max_calls: Some(max_calls), on_exceed: OnExceed::AskHuman, ..Budget::default() },
+    )
+}
+
+/// Starts a desk that puts extensions to the humans `alice` and `bob` (no power signs); the
+/// powers' inboxes are registered so a signature request sent to them would show.
+async fn human_desk(rig: &Rig) -> (Desk, Arc<dyn MessageBus>) {
+    let bus: Arc<dyn MessageBus> = Arc::new(InMemoryBus::new());
+    let governance: Arc<dyn Governance> = Arc::new(InMemoryGovernance::new());
+    for p in ["top-a", "top-b"] {
+        bus.register(&AgentId::new(p)).await.unwrap();
+    }
+    let desk = ApprovalDesk {
+        ledger: rig.ledger.clone(),
+        governance: governance.clone(),
+        bus: bus.clone(),
+        clock: Arc::new(TokioClock::starting_at(Timestamp(1_700_000_000_000))),
+        proposer: AgentId::new("top-a"),
+        signers: Vec::new(),
+        humans: vec!["alice".into(), "bob".into()],
+        poll: Duration::from_secs(1),
+    };
+    (Desk { governance, tasks: vec![tokio::spawn(desk.run())] }, bus)
+}
+
+/// The one pending budget extension, as a human finds it.
+async fn pending_extension(desk: &Desk) -> Decision {
+    let pending = desk.governance.list_pending().await.unwrap();
+    assert_eq!(pending.len(), 1, "{pending:?}");
+    assert_eq!(pending[0].content["kind"], BUDGET_DECISION_KIND);
+    pending[0].clone()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_human_extension_needs_an_allowed_humans_signature_and_no_power_is_asked() {
+    let rig = rig_with(answers(None), ask_human(1));
+    let (desk, bus) = human_desk(&rig).await;
+    vote(&rig, "mid-a").await.unwrap().unwrap();
+    let waiting = vote(&rig, "mid-a");
+    let request = rig.ledger.next_approval().await;
+    settle().await;
+    let d = pending_extension(&desk).await;
+    assert!(d.required_signers.is_empty(), "{d:?}");
+    assert_eq!(d.human_approval.as_ref().unwrap().allowed, ["alice", "bob"]);
+    assert_eq!(d.content["setting"], "max_calls");
+    for power in ["top-a", "top-b"] {
+        let inbox = Address::Agent(AgentId::new(power));
+        assert!(bus.take(&inbox, 10).await.unwrap().is_empty(), "{power} was asked to sign");
+    }
+
+    // Neither a human not allowed nor a power may sign it.
+    let now = Timestamp(1_700_000_100_000);
+    let mallory = AgentId::human("mallory").unwrap();
+    let refused = desk.governance.sign(d.id, &mallory, now).await.unwrap_err();
+    assert!(refused.to_string().contains("not a required signer"), "{refused}");
+    desk.governance.sign(d.id, &AgentId::new("top-a"), now).await.unwrap_err();
+    desk.governance.veto(d.id, &mallory, "mine", now).await.unwrap_err();
+    settle().await;
+    assert!(!waiting.is_finished(), "still waiting for an allowed human");
+    assert_eq!(rig.ledger.pending_approval(), Some(request));
+    assert_eq!(rig.provider.calls(), 1);
+
+    let bob = AgentId::human("bob").unwrap();
+    assert_eq!(desk.governance.sign(d.id, &bob, now).await.unwrap(), SignOutcome::Approved);
+    assert_eq!(waiting.await.unwrap().unwrap(), "a");
+    let report = rig.ledger.report();
+    assert_eq!(report.budget.max_calls, Some(2));
+    assert_eq!(report.extensions.len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_humans_veto_of_the_extension_stops_the_run_with_its_reason() {
+    let rig = rig_with(answers(None), ask_human(1));
+    let (desk, _bus) = human_desk(&rig).await;
+    vote(&rig, "mid-a").await.unwrap().unwrap();
+    let waiting = vote(&rig, "mid-a");
+    rig.ledger.next_approval().await;
+    settle().await;
+    let d = pending_extension(&desk).await;
+    let alice = AgentId::human("alice").unwrap();
+    let now = Timestamp(1_700_000_100_000);
+    desk.governance.veto(d.id, &alice, "not this quarter", now).await.unwrap();
+
+    let err = waiting.await.unwrap().unwrap_err();
+    let ReasonError::Backend { message, .. } = &err else { panic!("{err:?}") };
+    assert!(message.contains("vetoed by human:alice: not this quarter"), "{message}");
+    let stop = rig.ledger.stopped().expect("the run stopped");
+    assert_eq!(stop.refused.as_deref(), Some("vetoed by human:alice: not this quarter"));
+    assert_eq!((stop.limit, stop.on_exceed), (BudgetLimit::Calls, OnExceed::AskHuman));
+    assert!(rig.ledger.report().extensions.is_empty());
+    vote(&rig, "mid-b").await.unwrap().unwrap_err();
+    assert_eq!(rig.provider.calls(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn while_a_human_decides_the_powers_calls_wait_too() {
+    let rig = rig_with(answers(None), ask_human(1));
+    vote(&rig, "mid-a").await.unwrap().unwrap();
+    let waiting = vote(&rig, "mid-a");
+    let request = rig.ledger.next_approval().await;
+    let reasoner = rig.reasoner.clone();
+    let power = tokio::spawn(async move {
+        let who = Agent::new("top-a", AgentLayer::Top);
+        reasoner.vote(who.persona(), &conflict(&["a", "b"])).await
+    });
+    settle().await;
+    assert!(!power.is_finished(), "a power's call waits for the human like any other");
+    assert!(!waiting.is_finished());
+    assert_eq!(rig.provider.calls(), 1);
+    // The limit grows to 2: one of the two calls goes on, the other asks again.
+    assert!(rig.ledger.approve(request.id));
+    let again = rig.ledger.next_approval().await;
+    assert_eq!((again.cap, again.used), (2.0, 2.0));
+    assert!(rig.ledger.approve(again.id));
+    power.await.unwrap().unwrap();
+    waiting.await.unwrap().unwrap();
+    assert_eq!(rig.provider.calls(), 3);
 }

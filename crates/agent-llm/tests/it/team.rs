@@ -296,6 +296,7 @@ async fn a_team_past_its_budget_asks_the_top_layer_and_completes_after_the_exten
             clock: s.services.clock.clone(),
             proposer: powers[0].clone(),
             signers: powers,
+            humans: Vec::new(),
             poll: Duration::from_secs(1),
         }
         .run(),
@@ -320,4 +321,86 @@ async fn a_team_past_its_budget_asks_the_top_layer_and_completes_after_the_exten
     assert_eq!(extension[0].status, DecisionStatus::Approved);
     assert_eq!(extension[0].signatures.len(), 3, "every power signed");
     assert_eq!(s.provider.calls() as u64, report.total.calls);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_team_past_its_budget_waits_for_a_human_longer_than_its_time_limits_and_completes() {
+    let dir = tempfile::tempdir().unwrap();
+    let budget = Budget { max_calls: Some(6), on_exceed: OnExceed::AskHuman, ..Budget::default() };
+    let s = setup(dir.path(), budget);
+    let mut spec = team_spec();
+    // A reasoning call may take 10 s, a turn 30 s (the default). The human takes 10 min.
+    spec.timeouts.reasoning_ms = 10_000;
+    let limits = spec.timeouts;
+    let human_takes = Duration::from_secs(600);
+    assert!(human_takes > Duration::from_millis(limits.reasoning_ms.max(limits.turn_ms)) * 2);
+    let team = Team::start(spec, s.services.clone()).await.unwrap();
+    let desk = tokio::spawn(
+        ApprovalDesk {
+            ledger: s.ledger.clone(),
+            governance: s.services.governance.clone(),
+            bus: s.services.bus.clone(),
+            clock: s.services.clock.clone(),
+            proposer: AgentId::new("top-a"),
+            signers: Vec::new(),
+            humans: vec!["alice".into()],
+            poll: Duration::from_secs(1),
+        }
+        .run(),
+    );
+    team.submit(task("task-1")).await.unwrap();
+    let request = s.ledger.next_approval().await;
+    assert_eq!((request.limit, request.cap), (BudgetLimit::Calls, 6.0));
+    let calls_at_request = s.provider.calls();
+
+    // The human comes back after a while, finds the extension and signs it.
+    tokio::time::sleep(human_takes).await;
+    assert_eq!(s.provider.calls(), calls_at_request, "nothing reached the model meanwhile");
+    assert_eq!(s.ledger.pending_approval(), Some(request.clone()), "still waiting");
+    assert_eq!(timeouts(&s).await, [], "the waiting calls and turns did not time out");
+    let pending = s.services.governance.list_pending().await.unwrap();
+    let extension: Vec<_> =
+        pending.iter().filter(|d| d.content["kind"] == BUDGET_DECISION_KIND).collect();
+    assert_eq!(extension.len(), 1, "{pending:?}");
+    let d = extension[0];
+    assert!(d.required_signers.is_empty(), "no power signs: {d:?}");
+    assert!(d.needs_human());
+    let alice = AgentId::human("alice").unwrap();
+    let outcome = s.services.governance.sign(d.id, &alice, Timestamp(1_700_000_900_000)).await;
+    assert_eq!(outcome.unwrap(), agent_state::SignOutcome::Approved);
+
+    let outcome = team.wait("task-1").await;
+    assert!(matches!(outcome, TaskOutcome::Succeeded { .. }), "{outcome:?}");
+    team.shutdown().await.unwrap();
+    desk.abort();
+
+    // No call and no turn timed out while they waited: the wait was off the clock.
+    assert_eq!(timeouts(&s).await, []);
+    let report = s.ledger.report();
+    assert_eq!(report.extensions.iter().map(|e| e.limit).collect::<Vec<_>>(), [BudgetLimit::Calls]);
+    assert_eq!(
+        report.budget.max_calls,
+        Some(12),
+        "what was used (6) plus the original 6; the plan takes 11"
+    );
+    assert_eq!(report.stopped, None);
+    assert_eq!(report.total.failed_calls, 0);
+    let decision = s.services.governance.get(d.id).await.unwrap().unwrap();
+    assert_eq!(decision.status, DecisionStatus::Approved);
+    assert_eq!(decision.signatures.len(), 1);
+    assert_eq!(decision.signatures[0].signer, alice);
+}
+
+/// The audit log's timeouts: (agent, what).
+async fn timeouts(s: &Setup) -> Vec<(String, String)> {
+    let records = s.services.audit.records(None).await.unwrap();
+    records
+        .iter()
+        .filter_map(|r| match &r.event {
+            agent_core::AuditEvent::TimedOut { what, .. } => {
+                Some((r.agent.to_string(), what.clone()))
+            }
+            _ => None,
+        })
+        .collect()
 }

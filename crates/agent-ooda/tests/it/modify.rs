@@ -264,7 +264,7 @@ async fn a_rollback_brings_back_an_earlier_version_as_a_new_one() {
         Err(agent_ooda::OodaError::NoSuchVersion { asked: 4, current: 4 })
     ));
     assert!(matches!(ooda.rollback(0), Err(agent_ooda::OodaError::NoSuchVersion { .. })));
-    assert_eq!(ooda.rollback(1).unwrap(), 5);
+    assert_eq!(ooda.rollback(1).unwrap(), (5, None));
     ooda.step(&mut ctx).await.unwrap();
 
     assert_eq!(ooda.state().state_version, 5);

@@ -38,8 +38,7 @@ impl Tool for AfterRetryVote {
         "fails until the powers voted to retry"
     }
     fn schema(&self) -> &serde_json::Value {
-        static SCHEMA: std::sync::OnceLock<serde_json::Value> = std::sync::OnceLock::new();
-        SCHEMA.get_or_init(|| serde_json::json!({"type": "object"}))
+        object_schema()
     }
     fn has_side_effects(&self) -> bool {
         false

@@ -32,8 +32,7 @@ impl Tool for BrokenWrite {
         "always fails"
     }
     fn schema(&self) -> &serde_json::Value {
-        static SCHEMA: std::sync::OnceLock<serde_json::Value> = std::sync::OnceLock::new();
-        SCHEMA.get_or_init(|| serde_json::json!({"type": "object"}))
+        object_schema()
     }
     fn has_side_effects(&self) -> bool {
         true
@@ -63,8 +62,7 @@ impl Tool for Slow {
         "sleeps for ten seconds"
     }
     fn schema(&self) -> &serde_json::Value {
-        static SCHEMA: std::sync::OnceLock<serde_json::Value> = std::sync::OnceLock::new();
-        SCHEMA.get_or_init(|| serde_json::json!({"type": "object"}))
+        object_schema()
     }
     fn has_side_effects(&self) -> bool {
         false

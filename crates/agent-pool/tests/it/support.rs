@@ -125,3 +125,9 @@ pub(crate) fn hello_task(id: &str) -> Task {
         ],
     }
 }
+
+/// `{"type": "object"}`: the schema of the test tools, which take any arguments.
+pub(crate) fn object_schema() -> &'static serde_json::Value {
+    static SCHEMA: std::sync::OnceLock<serde_json::Value> = std::sync::OnceLock::new();
+    SCHEMA.get_or_init(|| serde_json::json!({"type": "object"}))
+}

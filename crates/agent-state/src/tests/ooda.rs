@@ -386,3 +386,16 @@ proptest! {
         prop_assert_eq!(decode::<OodaConfig>(&encode(&c).unwrap()).unwrap(), c);
     }
 }
+
+#[test]
+fn the_oodas_own_calls_have_specs_for_a_model() {
+    let modify = call_spec(MODIFY_SELF).unwrap();
+    assert_eq!(
+        modify.parameters["required"],
+        json!(["modification_type", "target", "change", "safety_level"])
+    );
+    assert_eq!(modify.parameters["properties"]["safety_level"]["maximum"], 4);
+    let send = call_spec(SEND_MESSAGE).unwrap();
+    assert_eq!(send.parameters["required"], json!(["to", "content"]));
+    assert!(call_spec("write_file").is_none());
+}
