@@ -7,8 +7,9 @@
 //! 1. `strata approve RUN DECISION --as NAME` (or `strata veto ... --reason TEXT`) checks what
 //!    it can at once on a private copy of the store: the decision exists, `NAME` is one of the
 //!    run's `[approvals] humans` (from the team file stored in the run), and the rules of
-//!    [`Decision::sign`] / [`Decision::veto`] accept `human:NAME` (pending, a human may sign,
-//!    a veto has a reason). It writes one request file, `<id>.json` (an [`Envelope`]: the
+//!    [`Decision::sign`](agent_state::Decision::sign) and
+//!    [`Decision::veto`](agent_state::Decision::veto) accept `human:NAME` (pending, a human
+//!    may sign, a veto has a reason). It writes one request file, `<id>.json` (an [`Envelope`]: the
 //!    [`OperatorRequest`] and, when a check refused it, `refused` with the error), through a
 //!    temporary file and a rename.
 //! 2. The process running the run (`strata run` or `strata resume`) takes the pending request

@@ -15,7 +15,7 @@
 //!   (journaled: a call is never repeated across a crash, and `shell` runs in the workspace
 //!   sandbox), and reflect (the outcome joins memory and knowledge). Implement [`OodaAgent`]
 //!   to replace any phase.
-//! - **Events**: every phase emits an [`OodaEvent`] (observe, decide, act, reflect, error,
+//! - **Events**: every phase emits an [`OodaEvent`](agent_state::ooda::OodaEvent) (observe, decide, act, reflect, error,
 //!   modify_self), stored in the run's audit ([`AuditEvent::Ooda`](agent_core::AuditEvent)) and
 //!   streamed to [`Ooda::subscribe`] as it happens.
 //! - **Messages**: decide's `send_message` call puts a message in the outbox; the bus routes it
