@@ -31,7 +31,8 @@ pub enum OodaCommand {
 /// audit, with one loop ([`Ooda::step`]) per turn.
 ///
 /// - A `task_assign` with a subtask from its supervisor gives it an objective (the step); when
-///   the loop stops it reports a `progress_report` with the result, as an executor does.
+///   the loop stops it reports a `progress_report` with the result, as an executor does. With
+///   a supervisor it works on such subtasks only; without one, on its own goal.
 /// - A `peer_help_request` that speaks to it joins its inbox (answered at once with where it
 ///   stands); a `peer_help_response` joins it too. The next observe processes them.
 /// - Messages it decides to send are routed by the bus at the end of the step.
@@ -39,17 +40,26 @@ pub enum OodaCommand {
 ///   out in the next (so that it is saved before it has any effect).
 pub struct OodaBehavior {
     ooda: Ooda,
+    /// It has a supervisor: it works on its lead's subtasks only, not on its own goal.
+    under_lead: bool,
 }
 
 impl OodaBehavior {
     /// The agent running `ooda`.
     pub fn new(ooda: Ooda) -> Self {
-        Self { ooda }
+        Self { ooda, under_lead: false }
     }
 
     /// Its loop.
     pub fn ooda(&self) -> &Ooda {
         &self.ooda
+    }
+
+    /// Whether it has something to do at its next turn: a change in progress, or a loop not
+    /// stopped on an objective (its lead's subtask; its own goal when it has no lead).
+    fn has_work(&self) -> bool {
+        self.ooda.pending.is_some()
+            || (self.ooda.stop.is_none() && (self.ooda.task.is_some() || !self.under_lead))
     }
 
     /// Its events as they happen (see [`Ooda::subscribe`]).
@@ -173,6 +183,7 @@ impl AgentBehavior for OodaBehavior {
         _board: &BoardSnapshot,
     ) -> Result<(), AgentError> {
         let supervisor = ctx.config().supervisor.clone();
+        self.under_lead = supervisor.is_some();
         let mut commanded = false;
         for message in messages {
             let from_supervisor =
@@ -256,7 +267,7 @@ impl AgentBehavior for OodaBehavior {
                 _ => {}
             }
         }
-        if commanded || !self.ooda.wants_turn() {
+        if commanded || !self.has_work() {
             return Ok(());
         }
         let was_stopped = self.ooda.stop.is_some();
@@ -268,8 +279,13 @@ impl AgentBehavior for OodaBehavior {
         Ok(())
     }
 
+    async fn on_initialize(&mut self, ctx: &mut AgentContext) -> Result<(), AgentError> {
+        self.under_lead = ctx.config().supervisor.is_some();
+        Ok(())
+    }
+
     fn wants_tick(&self) -> bool {
-        self.ooda.wants_turn()
+        self.has_work()
     }
 
     fn snapshot(&self) -> Value {

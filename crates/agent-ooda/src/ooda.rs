@@ -442,13 +442,10 @@ impl Ooda {
         self.stop.as_ref()
     }
 
-    /// Whether there is something to do at the next turn.
+    /// Whether there is something to do at the next turn: a change in progress, or a loop
+    /// not stopped.
     pub fn wants_turn(&self) -> bool {
-        self.pending.is_some() || (self.stop.is_none() && self.has_goal())
-    }
-
-    pub(crate) fn has_goal(&self) -> bool {
-        self.task.is_some() || !self.state.goal.trim().is_empty()
+        self.pending.is_some() || self.stop.is_none()
     }
 
     /// Gives the loop a new objective (a lead's subtask): it starts again from iteration 0.
@@ -589,23 +586,22 @@ impl Ooda {
         self.state = state;
         let chosen = serde_json::to_value(&choice).unwrap_or(Value::Null);
         steps.push(self.step_record(OodaEventKind::Decide, chosen.clone(), true, None));
-        if let Choice::Stop { success, summary } = choice {
-            let stop = if success {
-                StopReason::Finished { summary }
-            } else {
-                StopReason::Failed { phase: Phase::Decide, error: summary }
-            };
-            self.stop = Some(stop.clone());
-            self.state = self.state.iterated(ctx.now());
-            self.route_outbox(ctx).await?;
-            return Ok(StepEnd { steps, stop: Some(stop), waiting: false });
-        }
 
-        // Act.
-        self.state = self.state.entering(Phase::Act, ctx.now());
-        self.emit(ctx, OodaEventKind::Act, json!({ "action": chosen })).await?;
+        // Act, unless decide stopped the loop.
         let outcome = match choice {
+            Choice::Stop { success, summary } => {
+                let stop = if success {
+                    StopReason::Finished { summary }
+                } else {
+                    StopReason::Failed { phase: Phase::Decide, error: summary }
+                };
+                self.stop = Some(stop.clone());
+                self.state = self.state.iterated(ctx.now());
+                self.route_outbox(ctx).await?;
+                return Ok(StepEnd { steps, stop: Some(stop), waiting: false });
+            }
             Choice::Act(call) => {
+                self.begin_act(ctx, chosen).await?;
                 let (agent, config, history, task) = self.parts();
                 let view = View { config: &config, history: &history, task: task.as_ref() };
                 let result = agent.act(ctx, &view, self.state.clone(), &call).await;
@@ -614,6 +610,7 @@ impl Ooda {
                 outcome
             }
             Choice::Send { to, content } => {
+                self.begin_act(ctx, chosen).await?;
                 self.state = self.state.sending(to.clone(), content.clone(), ctx.now());
                 let call = ToolCall {
                     tool: SEND_MESSAGE.into(),
@@ -626,12 +623,12 @@ impl Ooda {
                 }
             }
             Choice::Modify(request) => {
+                self.begin_act(ctx, chosen).await?;
                 let call = ToolCall { tool: MODIFY_SELF.into(), args: request.clone() };
                 let (success, output, step) = self.request_change(ctx, request).await?;
                 steps.push(step);
                 Outcome { success, output, call: Some(call) }
             }
-            Choice::Stop { .. } => unreachable_stop(),
         };
         if let Some(call) = outcome.call.clone() {
             self.record(call, outcome.success, &outcome.output, false);
@@ -673,6 +670,12 @@ impl Ooda {
             }
         }
         Ok(StepEnd { steps: all, stop: self.stop.clone(), waiting: false })
+    }
+
+    /// The act phase begins: its event names the action.
+    async fn begin_act(&mut self, ctx: &AgentContext, chosen: Value) -> Result<(), OodaError> {
+        self.state = self.state.entering(Phase::Act, ctx.now());
+        self.emit(ctx, OodaEventKind::Act, json!({ "action": chosen })).await
     }
 
     /// What a phase needs, cloned so that the phase may borrow the context mutably.
@@ -717,10 +720,6 @@ impl Ooda {
         self.state = state;
         Ok(())
     }
-}
-
-fn unreachable_stop() -> Outcome {
-    Outcome { success: false, output: "stopped".into(), call: None }
 }
 
 /// Checks an OODA agent's configuration as [`Ooda::new`] does: valid, no tool beyond

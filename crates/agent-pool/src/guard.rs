@@ -178,21 +178,19 @@ impl RunGuard {
     /// One heartbeat of the driver; `busy`: whether some agent is still running a turn.
     pub(crate) async fn heartbeat(&mut self, busy: bool) {
         self.bounces().await;
-        // The proposer's open tasks; a busy proposer is work going on, and so is a proposer
-        // waiting for a human's signature (a person may take a while: not a stuck run).
-        let (open, human): (Vec<String>, bool) = match self.pool.get(&self.proposer) {
+        // The proposer's open tasks; a busy proposer is work going on.
+        let open: Vec<String> = match self.pool.get(&self.proposer) {
             Some(slot) => match slot.agent().try_lock() {
-                Ok(agent) => {
-                    (agent.open_tasks(), agent.waiting_on().iter().any(|e| e.on.is_human()))
-                }
-                Err(_) => (Vec::new(), false),
+                Ok(agent) => agent.open_tasks(),
+                Err(_) => Vec::new(),
             },
-            None => (Vec::new(), false),
+            None => Vec::new(),
         };
         let open: Vec<String> = open.into_iter().filter(|t| !self.stopped.contains(t)).collect();
-        // Any other agent waiting for a human (an OODA agent's change at level 4) too; looked
-        // for only when the heartbeat would otherwise count as idle.
-        let human = human || (!open.is_empty() && !busy && self.someone_waits_for_a_human());
+        // So is an agent waiting for a human's signature (a plan's, an OODA agent's change: a
+        // person may take a while, not a stuck run); looked for only when the heartbeat would
+        // otherwise count as idle.
+        let human = !open.is_empty() && !busy && self.someone_waits_for_a_human();
         let idle = self.watch.heartbeat(self.observer.mark(), !open.is_empty() && !busy && !human);
         if idle == 0 {
             self.cycle = None;

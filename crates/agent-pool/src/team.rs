@@ -546,15 +546,12 @@ impl Team {
                         .is_some_and(agent_state::Role::supervises);
                     Box::new(if supervises { lead.supervising() } else { lead })
                 }
-                RoleSpec::Bottom(b) if b.ooda.is_some() => {
-                    let config = b.ooda.as_deref().cloned().unwrap_or_else(|| {
-                        agent_state::ooda::OodaConfig::new("executor", "what its lead assigns")
-                    });
+                RoleSpec::Bottom(BottomSpec { ooda: Some(config), tools, .. }) => {
                     let ooda = agent_ooda::Ooda::new(
                         id.clone(),
-                        config,
+                        config.as_ref().clone(),
                         agent_ooda::ReasonerLoop,
-                        &b.tools,
+                        tools,
                         services.clock.now(),
                     )
                     .map_err(|e| TeamError::Ooda { agent: id.clone(), error: e.to_string() })?
