@@ -51,8 +51,65 @@ pub(crate) enum Command {
     /// files (as a new version); delivered like `approve`. Needs --as NAME among the run's
     /// `[approvals] humans`.
     Rollback(RollbackArgs),
+    /// Evolve the executors of a team (seed 004 §6): genomes mutated from a seed, scored on a
+    /// task suite run by real teams, selected; every step in a durable flight recorder, so a
+    /// killed evolution resumes (`--resume RUN`).
+    Evolve(EvolveArgs),
+    /// Export an evolution's family tree, with the fitness of each genome.
+    Lineage(LineageArgs),
     /// The embedded model: fetch it (setup, downloads once) or show where it is.
     Model(ModelArgs),
+}
+
+/// `strata evolve`.
+#[derive(Debug, Args)]
+pub(crate) struct EvolveArgs {
+    /// The evolution file (see examples/evolve/evolution.toml).
+    #[arg(required_unless_present = "resume", conflicts_with = "resume")]
+    pub(crate) config: Option<PathBuf>,
+    /// Go on with an evolution that was interrupted or killed, from its last finished
+    /// evaluation.
+    #[arg(long, value_name = "RUN")]
+    pub(crate) resume: Option<String>,
+    /// Where runs and evolutions are stored.
+    #[arg(long, default_value = DEFAULT_DATA)]
+    pub(crate) data: PathBuf,
+    /// The evolution's id (default: evo- and the time).
+    #[arg(long)]
+    pub(crate) run_id: Option<String>,
+    /// Run the suite's commands without the sandbox (bubblewrap).
+    #[arg(long)]
+    pub(crate) unsandboxed: bool,
+    /// Do not fdatasync the flight recorder (faster; a power loss may lose recent events).
+    #[arg(long)]
+    pub(crate) no_sync: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// `strata lineage`.
+#[derive(Debug, Args)]
+pub(crate) struct LineageArgs {
+    /// The evolution: its id (in the data directory) or its directory.
+    pub(crate) run: String,
+    /// The format.
+    #[arg(long, value_enum, default_value = "json")]
+    pub(crate) format: LineageFormat,
+    /// Where runs and evolutions are stored.
+    #[arg(long, default_value = DEFAULT_DATA)]
+    pub(crate) data: PathBuf,
+}
+
+/// How `strata lineage` writes the family tree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum LineageFormat {
+    /// `{genesis, best, events, nodes: [...]}`.
+    Json,
+    /// A Graphviz digraph (`dot -Tsvg`).
+    Dot,
+    /// A Mermaid flowchart.
+    Mermaid,
 }
 
 /// `strata model`.
@@ -230,6 +287,8 @@ pub(crate) enum View {
     Usage,
     /// The structured results agents returned: status, summary, artifacts, known issues.
     Results,
+    /// An evolution's family tree: each genome under its parent, with fitness and fate.
+    Lineage,
 }
 
 /// `strata inspect`.

@@ -68,10 +68,15 @@ async fn anchors(
 
 /// `strata inspect RUN [VIEW]`.
 pub(crate) async fn inspect(args: &InspectArgs) -> Result<(), Failure> {
+    if args.view == View::Lineage {
+        return crate::evolve::inspect(&args.data, &args.run, args.json).await;
+    }
     let dir = resolve_run(&args.data, &args.run)?;
     let info = RunInfo::read(&dir).map_err(bad_input)?;
     let store = open(&dir)?;
     match args.view {
+        // An evolution, not a team run (taken above, before its directory is read as a run's).
+        View::Lineage => crate::evolve::inspect(&args.data, &args.run, args.json).await,
         View::Tree => tree(&dir, &store, &info, args.json).await,
         View::Audit => {
             let records = SledAuditLog::open(&store)?.records(None).await?;

@@ -32,6 +32,7 @@ macro_rules! errln {
 }
 
 mod cli;
+mod evolve;
 mod exec;
 mod inspect;
 mod model;
@@ -134,6 +135,8 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::Approve(args) => operator::approve(&args).await,
         Command::Veto(args) => operator::veto(&args).await,
         Command::Rollback(args) => operator::rollback(&args).await,
+        Command::Evolve(args) => evolve::evolve(args).await,
+        Command::Lineage(args) => evolve::lineage(&args).await,
         Command::Model(args) => model::model(args).await,
     }
 }

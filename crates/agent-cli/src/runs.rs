@@ -6,6 +6,7 @@ use anyhow::Context;
 use run_store::RunStore;
 
 use crate::cli::{InitArgs, RunsArgs};
+use crate::evolve::EvolutionInfo;
 use crate::run::{RunInfo, RunStatus, civil_from_days, now_ms};
 use crate::{Failure, bad_input};
 
@@ -64,7 +65,18 @@ pub(crate) fn format_time(ms: u64) -> String {
     format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}", rest / 3600, rest % 3600 / 60, rest % 60)
 }
 
-/// `strata runs`.
+/// One line of `strata runs`: a team run or an evolution.
+struct Row {
+    id: String,
+    status: &'static str,
+    task: String,
+    goal: String,
+    started: u64,
+    end: u64,
+    failure: Option<String>,
+}
+
+/// `strata runs`: the team runs and the evolutions.
 pub(crate) fn list(args: &RunsArgs) -> Result<(), Failure> {
     if !args.data.exists() {
         if args.json {
@@ -85,19 +97,36 @@ pub(crate) fn list(args: &RunsArgs) -> Result<(), Failure> {
         .with_context(|| format!("cannot read {}", args.data.display()))?;
     for entry in entries.flatten() {
         let dir = entry.path();
-        let Ok(info) = RunInfo::read(&dir) else { continue };
-        let status = effective_status(&dir, &info);
-        let end = info.finished_at.unwrap_or_else(now_ms);
-        rows.push((info.started_at, info, status, end));
+        if let Ok(info) = RunInfo::read(&dir) {
+            rows.push(Row {
+                status: effective_status(&dir, &info),
+                end: info.finished_at.unwrap_or_else(now_ms),
+                id: info.run_id,
+                task: info.task_id,
+                goal: info.goal,
+                started: info.started_at,
+                failure: info.failure,
+            });
+        } else if let Ok(info) = EvolutionInfo::read(&dir) {
+            rows.push(Row {
+                status: info.effective_status(&dir),
+                end: info.finished_at.unwrap_or_else(now_ms),
+                id: info.run_id,
+                task: "(evolution)".into(),
+                goal: format!("evolve on {}", info.suite.display()),
+                started: info.started_at,
+                failure: info.failure,
+            });
+        }
     }
-    rows.sort_by_key(|(start, ..)| *start);
+    rows.sort_by_key(|row| row.started);
     if args.json {
         let json: Vec<_> = rows
             .iter()
-            .map(|(_, info, status, end)| {
-                serde_json::json!({"run_id": info.run_id, "status": status, "task": info.task_id, "goal": info.goal,
-                    "started_at": format_time(info.started_at), "duration_s": end.saturating_sub(info.started_at) as f64 / 1000.0,
-                    "failure": info.failure})
+            .map(|row| {
+                serde_json::json!({"run_id": row.id, "status": row.status, "task": row.task, "goal": row.goal,
+                    "started_at": format_time(row.started), "duration_s": row.end.saturating_sub(row.started) as f64 / 1000.0,
+                    "failure": row.failure})
             })
             .collect();
         outln!("{}", serde_json::Value::Array(json));
@@ -115,14 +144,14 @@ pub(crate) fn list(args: &RunsArgs) -> Result<(), Failure> {
         "started (UTC)",
         "duration"
     );
-    for (_, info, status, end) in rows {
+    for row in rows {
         outln!(
             "{:<44} {:<19} {:<16} {:<20} {:>8.1}s",
-            info.run_id,
-            status,
-            info.task_id,
-            format_time(info.started_at),
-            end.saturating_sub(info.started_at) as f64 / 1000.0
+            row.id,
+            row.status,
+            row.task,
+            format_time(row.started),
+            row.end.saturating_sub(row.started) as f64 / 1000.0
         );
     }
     Ok(())

@@ -63,6 +63,19 @@ pub struct AgentDeps {
     pub timeouts: agent_state::Timeouts,
 }
 
+/// Runtime settings to change on a live agent ([`AgentContext::tune`]); `None` keeps one.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Tuning {
+    /// Retries of a failed turn before the agent fails.
+    pub max_retries: Option<u32>,
+    /// One turn's time limit, in milliseconds.
+    pub timeout_ms: Option<u64>,
+    /// The model its reasoner uses.
+    pub model: Option<String>,
+    /// The model's sampling temperature.
+    pub temperature: Option<f32>,
+}
+
 /// Everything a layer's code can reach: its configuration, status, metrics and the services.
 ///
 /// Status changes only through [`AgentContext::transition`], which applies the table of
@@ -208,6 +221,33 @@ impl AgentContext {
     /// The configuration.
     pub fn config(&self) -> &AgentConfig {
         &self.config
+    }
+
+    /// Changes the runtime settings the agent runs with from now on (its next turn's time
+    /// limit, the retries its next failure gets, the model and temperature its reasoner is
+    /// told): what a hot-swapped configuration carries (`agent-evolution`). Each `None` keeps
+    /// the current setting. Checked like a configuration; a value it refuses changes nothing.
+    pub fn tune(&mut self, tuning: &Tuning) -> Result<(), AgentError> {
+        let mut next = self.config.clone();
+        if let Some(retries) = tuning.max_retries {
+            next.max_retries = retries;
+        }
+        if let Some(ms) = tuning.timeout_ms {
+            next.timeout_ms = ms;
+        }
+        if let Some(model) = &tuning.model {
+            next.model = Some(model.clone());
+        }
+        if let Some(t) = tuning.temperature {
+            next.temperature = Some(t);
+        }
+        next.validate()
+            .map_err(|e| AgentError::NotAllowed(format!("cannot tune the agent: {e}")))?;
+        if next != self.config {
+            tracing::debug!(agent = %self.config.id, ?tuning, "runtime settings tuned");
+            self.config = next;
+        }
+        Ok(())
     }
 
     /// The current status.

@@ -55,7 +55,7 @@ mod tests;
 
 pub use agent::{
     Agent, AgentBehavior, AgentContext, AgentDeps, HeartbeatOutcome, MAX_MESSAGES_PER_HEARTBEAT,
-    payload, system_prompt,
+    Tuning, payload, system_prompt,
 };
 pub use audit::{
     AnchorBreak, AnchorHolder, AuditAnchor, AuditEvent, AuditHash, AuditLog, AuditRecord,

@@ -42,7 +42,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 /// An executor's settings (seed 000 §6 `BottomLayerAgentConfig`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BottomSpec {
     /// The tools it may call. Shared: executors with the same tools hold one list (a team of
     /// 100 000 executors holds a handful of lists, not 100 000).

@@ -17,13 +17,19 @@ use crate::ooda::Ooda;
 
 /// An operator's command to an OODA agent, sent by `system` (or its supervisor) as a
 /// `task_assign` whose content is this (for example from `strata rollback RUN AGENT VERSION`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "command", rename_all = "snake_case")]
 pub enum OodaCommand {
     /// Go back to the configuration and files of `version`, as a new version.
     Rollback {
         /// The version.
         version: u64,
+    },
+    /// Become `genome` (a hot-swap, seed 004 §6 `evolve`; see [`Ooda::adopt`]), as a new
+    /// version.
+    Adopt {
+        /// The genome.
+        genome: Box<agent_state::evolution::Genome>,
     },
 }
 
@@ -42,12 +48,15 @@ pub struct OodaBehavior {
     ooda: Ooda,
     /// It has a supervisor: it works on its lead's subtasks only, not on its own goal.
     under_lead: bool,
+    /// The runtime settings its team gave it, before any configuration of its own changed
+    /// them: what a setting its configuration leaves out (after a rollback) goes back to.
+    team_settings: Option<agent_core::Tuning>,
 }
 
 impl OodaBehavior {
     /// The agent running `ooda`.
     pub fn new(ooda: Ooda) -> Self {
-        Self { ooda, under_lead: false }
+        Self { ooda, under_lead: false, team_settings: None }
     }
 
     /// Its loop.
@@ -78,42 +87,62 @@ impl OodaBehavior {
                 return ctx
                     .audit(AuditEvent::Denied {
                         action: format!("command from {}", message.from),
-                        error: format!("not a command this agent knows (rollback): {e}"),
+                        error: format!("not a command this agent knows (rollback, adopt): {e}"),
                     })
                     .await;
             }
         };
-        let OodaCommand::Rollback { version } = command;
-        match self.ooda.rollback(version) {
+        let (asked, result) = match &command {
+            OodaCommand::Rollback { version } => {
+                (format!("rollback to version {version}"), self.ooda.rollback(*version))
+            }
+            OodaCommand::Adopt { genome } => {
+                (format!("hot-swap to genome {}", genome.id.short()), self.ooda.adopt(genome))
+            }
+        };
+        match result {
             Ok((next, dropped)) => {
                 ctx.append_own(&format!(
-                    "- rollback to version {version} asked by {}: it becomes version {next}",
+                    "- {asked} asked by {}: it becomes version {next}",
                     message.from
                 ))
                 .await?;
                 if dropped.is_some() && ctx.status() == AgentStatus::WaitingApproval {
                     ctx.transition(
                         AgentStatus::Working,
-                        "a rollback replaces the change waiting for a human",
+                        "a rollback or hot-swap replaces the change waiting for a human",
                     )
                     .await?;
                 }
-                let data = json!({
-                    "outcome": "rollback_scheduled",
-                    "to": version,
-                    "version": next,
-                    "dropped_decision": dropped,
-                });
+                let data = match &command {
+                    OodaCommand::Rollback { version } => json!({
+                        "outcome": "rollback_scheduled",
+                        "to": version,
+                        "version": next,
+                        "dropped_decision": dropped,
+                    }),
+                    OodaCommand::Adopt { genome } => json!({
+                        "outcome": "hot_swap_scheduled",
+                        "genome_id": genome.id,
+                        "from": self.ooda.genome(),
+                        "version": next,
+                        "dropped_decision": dropped,
+                    }),
+                };
                 self.ooda.emit(ctx, OodaEventKind::ModifySelf, data).await?;
             }
             Err(e) => {
                 let error = e.to_string();
-                ctx.audit(AuditEvent::Denied {
-                    action: format!("rollback to version {version}"),
-                    error: error.clone(),
-                })
-                .await?;
-                let data = json!({ "outcome": "refused", "rollback_to": version, "error": error });
+                ctx.audit(AuditEvent::Denied { action: asked.clone(), error: error.clone() })
+                    .await?;
+                let data = match &command {
+                    OodaCommand::Rollback { version } => {
+                        json!({ "outcome": "refused", "rollback_to": version, "error": error })
+                    }
+                    OodaCommand::Adopt { genome } => {
+                        json!({ "outcome": "refused", "genome_id": genome.id, "error": error })
+                    }
+                };
                 self.ooda.emit(ctx, OodaEventKind::ModifySelf, data).await?;
             }
         }
@@ -159,6 +188,22 @@ impl OodaBehavior {
     }
 }
 
+/// The runtime settings of `config` (a hot-swapped genome's retries, turn limit, model and
+/// temperature) applied to the agent; settings it leaves out are `team`'s, the ones its team
+/// gave it.
+fn tune(
+    ctx: &mut AgentContext,
+    config: &agent_state::ooda::OodaConfig,
+    team: &agent_core::Tuning,
+) -> Result<(), AgentError> {
+    ctx.tune(&agent_core::Tuning {
+        max_retries: config.max_retries.or(team.max_retries),
+        timeout_ms: config.turn_timeout_ms.or(team.timeout_ms),
+        model: config.model.clone().or_else(|| team.model.clone()),
+        temperature: config.temperature.or(team.temperature),
+    })
+}
+
 fn text_of(content: &Value) -> String {
     match content {
         Value::String(s) => s.clone(),
@@ -182,6 +227,19 @@ impl AgentBehavior for OodaBehavior {
         messages: &[Message],
         _board: &BoardSnapshot,
     ) -> Result<(), AgentError> {
+        let team = self
+            .team_settings
+            .get_or_insert_with(|| {
+                let c = ctx.config();
+                agent_core::Tuning {
+                    max_retries: Some(c.max_retries),
+                    timeout_ms: Some(c.timeout_ms),
+                    model: c.model.clone(),
+                    temperature: c.temperature,
+                }
+            })
+            .clone();
+        tune(ctx, self.ooda.config(), &team)?;
         let supervisor = ctx.config().supervisor.clone();
         self.under_lead = supervisor.is_some();
         let mut commanded = false;
@@ -271,7 +329,10 @@ impl AgentBehavior for OodaBehavior {
             return Ok(());
         }
         let was_stopped = self.ooda.stop.is_some();
-        let end = self.ooda.step(ctx).await?;
+        let end = self.ooda.step(ctx).await;
+        // A version applied in this step (a hot-swap) sets the runtime for the next turn.
+        tune(ctx, self.ooda.config(), &team)?;
+        let end = end?;
         if let (false, Some(stop)) = (was_stopped, &end.stop) {
             ctx.append_own(&format!("- stopped: {stop}")).await?;
             self.report(ctx, stop).await?;

@@ -65,6 +65,16 @@ pub enum Change {
         /// The version whose configuration and files come back.
         to: u64,
     },
+    /// A hot-swap to a genome (seed 004 §6 `evolve`): its configuration and code replace the
+    /// agent's.
+    Adopt {
+        /// The genome's id.
+        genome_id: String,
+        /// The genome the agent was before, if it was one.
+        from: Option<String>,
+        /// The genome's generation in its evolution.
+        generation: u32,
+    },
 }
 
 /// One applied version, kept for inspection and rollback.
@@ -170,7 +180,7 @@ impl Ooda {
                 let version = pending.version;
                 let level = match &pending.what {
                     Change::Modification { modification } => modification.safety_level,
-                    Change::Rollback { .. } => SafetyLevel::READ_ONLY,
+                    Change::Rollback { .. } | Change::Adopt { .. } => SafetyLevel::READ_ONLY,
                 };
                 let waiting = pending.decision.is_some();
                 let data = json!({
@@ -369,6 +379,90 @@ impl Ooda {
         Ok((version, dropped))
     }
 
+    /// The genome the agent is now: the last one it adopted, unless a change since made it
+    /// something else (a rollback goes back to the genome of the version it returns to).
+    pub fn genome(&self) -> Option<String> {
+        self.genome_at(self.state.state_version)
+    }
+
+    /// The genome the agent was at `version`.
+    pub fn genome_at(&self, version: u64) -> Option<String> {
+        let record = self.versions.iter().rev().find(|r| r.version <= version)?;
+        match &record.what {
+            Change::Adopt { genome_id, .. } => Some(genome_id.clone()),
+            Change::Modification { .. } => None,
+            Change::Rollback { to } if *to < record.version => self.genome_at(*to),
+            Change::Rollback { .. } => None,
+        }
+    }
+
+    /// A hot-swap to `genome` (seed 004 §6 `evolve`): its role, prompt, model, temperature,
+    /// tools, retries, turn time limit and strategy parameters (as behaviour settings) replace
+    /// the agent's, and its code files are written into the workspace, as a new version
+    /// (recorded, then applied at the agent's next turn, so that a kill leaves the old version
+    /// or completes the new one; [`rollback`](Self::rollback) goes back). Refused: a genome
+    /// whose id does not match its content, the genome the agent is already, a tool its
+    /// supervisor does not hold, a code path outside the workspace, or a change being applied.
+    /// Returns the new version and a change waiting for a human that it drops.
+    pub fn adopt(
+        &mut self,
+        genome: &agent_state::evolution::Genome,
+    ) -> Result<(u64, Option<DecisionId>), OodaError> {
+        genome.verify().map_err(|e| OodaError::Config(format!("the genome is not valid: {e}")))?;
+        let from = self.genome();
+        if from.as_deref() == Some(genome.id.as_str()) {
+            return Err(OodaError::Config(format!(
+                "the agent is genome {} already",
+                genome.id.short()
+            )));
+        }
+        let dropped = match &self.pending {
+            None => None,
+            Some(Pending { decision: Some(id), .. }) => Some(*id),
+            Some(_) => {
+                return Err(OodaError::Config(
+                    "a change is being applied; hot-swap once it is (at the agent's next turn)"
+                        .into(),
+                ));
+            }
+        };
+        let g = &genome.config;
+        let mut config = self.config.clone();
+        config.role = g.role.clone();
+        config.prompt = g.prompt.clone();
+        config.model = g.model.clone();
+        config.tools = g.tools.clone();
+        config.max_retries = Some(g.max_retries);
+        config.turn_timeout_ms = Some(g.timeout_ms);
+        config.temperature = g.temperature.map(|t| t as f32);
+        for (key, value) in &g.strategy {
+            config.behaviour.insert(key.clone(), value.clone());
+        }
+        crate::ooda::check_config(&config, &self.ceiling)?;
+        let mut files = Vec::new();
+        for (path, content) in &genome.code {
+            check_path(path)?;
+            check_syntax(path, content)?;
+            files.push(FileChange {
+                path: path.clone(),
+                before: None,
+                after: Some(content.clone()),
+            });
+        }
+        let version = self.state.state_version + 1;
+        self.pending = Some(Pending {
+            version,
+            what: Change::Adopt {
+                genome_id: genome.id.to_string(),
+                from,
+                generation: genome.generation,
+            },
+            applied: Applied { config, files },
+            decision: None,
+        });
+        Ok((version, dropped))
+    }
+
     /// The change in progress: still waiting for its human (nothing runs), refused by a veto,
     /// or applied now.
     pub(crate) async fn settle_pending(
@@ -489,6 +583,7 @@ impl Ooda {
         let outcome = match pending.what {
             Change::Modification { .. } => "applied",
             Change::Rollback { .. } => "rolled_back_to",
+            Change::Adopt { .. } => "adopted",
         };
         let data = json!({
             "outcome": outcome,

@@ -34,6 +34,7 @@
 mod board;
 mod config;
 mod decision;
+pub mod evolution;
 mod guard;
 mod ids;
 mod layer;

@@ -451,7 +451,7 @@ pub struct Validation {
 }
 
 /// An OODA agent's configuration (seed 004 §2, without the seed's project integrations).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct OodaConfig {
     /// The schema version it was written with ([`OODA_SCHEMA_VERSION`]).
     #[serde(default = "current_version")]
@@ -503,6 +503,18 @@ pub struct OodaConfig {
     /// Its crew, in a multi-agent run.
     #[serde(default)]
     pub crew_id: Option<String>,
+    /// Retries of a failed turn before the agent fails; `None`: its team's setting. Set by a
+    /// hot-swapped genome (`agent-evolution`); the runtime follows it from the next turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_retries: Option<u32>,
+    /// One turn's time limit in milliseconds; `None`: its team's setting. Set like
+    /// `max_retries`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn_timeout_ms: Option<u64>,
+    /// The sampling temperature of its model, 0.0 to 2.0; `None`: its team's setting. Set like
+    /// `max_retries`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f32>,
 }
 
 const fn current_version() -> u32 {
@@ -547,6 +559,9 @@ impl OodaConfig {
             test_command: None,
             behaviour: BTreeMap::new(),
             crew_id: None,
+            max_retries: None,
+            turn_timeout_ms: None,
+            temperature: None,
         }
     }
 
@@ -590,6 +605,22 @@ impl OodaConfig {
             if self.tools[..i].contains(tool) {
                 return Err(bad("tools", format!("lists `{tool}` twice")));
             }
+        }
+        if self.max_retries.is_some_and(|r| r > 100) {
+            return Err(bad("max_retries", "must be 0 to 100".into()));
+        }
+        if let Some(ms) = self.turn_timeout_ms
+            && !(1..=crate::MAX_LIMIT_MS).contains(&ms)
+        {
+            return Err(bad(
+                "turn_timeout_ms",
+                format!("is {ms}; it must be 1 to {}", crate::MAX_LIMIT_MS),
+            ));
+        }
+        if let Some(t) = self.temperature
+            && !(t.is_finite() && (0.0..=2.0).contains(&t))
+        {
+            return Err(bad("temperature", format!("is {t}; it must be 0.0 to 2.0")));
         }
         if self.test_command.as_deref().is_some_and(|c| c.trim().is_empty()) {
             return Err(bad("test_command", "is empty; leave it out instead".into()));

@@ -1,0 +1,600 @@
+//! The evolution loop: generations of genomes spawned from the best of the last, evaluated
+//! concurrently within a bound, selected, every step recorded in the flight recorder.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use agent_core::{Clock, Persona, Reasoner};
+use agent_state::evolution::{
+    EvolutionError, EvolutionSettings, EvolutionaryEvent, EvolutionaryEventType, Fate, Fitness,
+    GeneKind, GeneTarget, Genome, GenomeId, SearchSpace, SeededRng, select,
+};
+use agent_state::ooda::{Modification, ModificationType};
+use agent_state::{AgentConfig, AgentLayer};
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+
+use crate::recorder::{EventKey, FlightRecorder, RecorderError};
+
+/// Where an evaluation stands: which generation, which member.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EvalContext {
+    /// The generation.
+    pub generation: u32,
+    /// The member's index in it.
+    pub index: u32,
+    /// The agent id its events carry (`evolution/<generation>/<index>`).
+    pub agent_id: String,
+}
+
+/// An evaluation that could not score its genome. The evolution records the genome as failed
+/// (overall fitness 0) with this reason and goes on.
+#[derive(Debug, thiserror::Error)]
+#[error("{reason}")]
+pub struct EvalError {
+    /// What went wrong.
+    pub reason: String,
+}
+
+impl EvalError {
+    /// An error saying `reason`.
+    pub fn new(reason: impl Into<String>) -> Self {
+        Self { reason: reason.into() }
+    }
+}
+
+/// Scores a genome (seed 004's "gym"): named scores and an overall fitness in 0..=1. The
+/// default combination of success, efficiency and safety is
+/// [`FitnessWeights`](agent_state::evolution::FitnessWeights)' 0.4 / 0.3 / 0.3.
+#[async_trait]
+pub trait FitnessEvaluator: Send + Sync + 'static {
+    /// A name for the records, such as `suite:examples/evolve/suite`.
+    fn name(&self) -> String;
+
+    /// Evaluates `genome`. An error, a panic or a fitness that is not finite or outside 0..=1
+    /// scores the genome as failed, with the reason.
+    async fn evaluate(&self, genome: &Genome, ctx: &EvalContext) -> Result<Fitness, EvalError>;
+}
+
+/// An evolution that cannot go on: its settings are wrong, or its recorder failed.
+#[derive(Debug, thiserror::Error)]
+pub enum EvolveError {
+    /// The settings, the search space or the genesis are not valid.
+    #[error(transparent)]
+    Invalid(#[from] EvolutionError),
+    /// The flight recorder failed; what was recorded before stays.
+    #[error(transparent)]
+    Recorder(#[from] RecorderError),
+    /// The recorder holds an evolution of another genesis or seed.
+    #[error(
+        "the flight recorder holds another evolution (its genesis is {found}, this one's {expected}); use a new run directory"
+    )]
+    OtherEvolution {
+        /// The recorded genesis.
+        found: String,
+        /// This evolution's.
+        expected: String,
+    },
+}
+
+/// One generation's figures.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct GenerationReport {
+    /// The generation.
+    pub generation: u32,
+    /// Its members.
+    pub members: usize,
+    /// The best overall fitness.
+    pub best: f64,
+    /// The mean overall fitness.
+    pub mean: f64,
+    /// How many survived.
+    pub survived: usize,
+    /// How many died.
+    pub died: usize,
+}
+
+/// What an evolution found.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct EvolutionReport {
+    /// The best genome of all generations.
+    pub best: Genome,
+    /// Its fitness.
+    pub best_fitness: Fitness,
+    /// Each generation's figures, in order.
+    pub generations: Vec<GenerationReport>,
+    /// Evaluations run by this call.
+    pub evaluated: usize,
+    /// Evaluations taken from the flight recorder (a resumed evolution) or from an earlier
+    /// evaluation of the same genome (an elite carried over).
+    pub reused: usize,
+}
+
+/// An evolution: settings, a search space, a genesis, an evaluator and a flight recorder.
+pub struct Evolution {
+    settings: EvolutionSettings,
+    space: SearchSpace,
+    genesis: Genome,
+    evaluator: Arc<dyn FitnessEvaluator>,
+    recorder: Arc<dyn FlightRecorder>,
+    clock: Arc<dyn Clock>,
+    writer: Option<Arc<dyn Reasoner>>,
+}
+
+/// A generation's member: its genome and the mutations that made it.
+#[derive(Clone)]
+struct Member {
+    genome: Genome,
+    mutations: Vec<Modification>,
+    elite: bool,
+}
+
+impl Evolution {
+    /// An evolution of `genesis` within `space`, checked: the settings, the space and the
+    /// genesis must be valid, and every gene must fit the genesis.
+    pub fn new(
+        settings: EvolutionSettings,
+        space: SearchSpace,
+        genesis: Genome,
+        evaluator: Arc<dyn FitnessEvaluator>,
+        recorder: Arc<dyn FlightRecorder>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, EvolveError> {
+        settings.validate()?;
+        space.validate()?;
+        genesis.verify()?;
+        if genesis.parent_id.is_some() || genesis.generation != 0 {
+            return Err(EvolutionError::Field {
+                field: "genesis".into(),
+                reason: "must be a genesis (generation 0, no parent)".into(),
+            }
+            .into());
+        }
+        for gene in &space.genes {
+            space.check(&gene.target, &genesis.config.get(&gene.target)).or_else(|e| {
+                // A genesis may start outside a prompt's variant list or without the strategy
+                // parameter; numbers and choices must start within their bounds.
+                match (&gene.target, &genesis.config.get(&gene.target)) {
+                    (GeneTarget::Prompt, _) | (GeneTarget::Strategy(_), Value::Null) => Ok(()),
+                    _ => Err(EvolutionError::Field {
+                        field: format!("genesis.{}", gene.target),
+                        reason: format!("starts outside its gene: {e}"),
+                    }),
+                }
+            })?;
+        }
+        Ok(Self { settings, space, genesis, evaluator, recorder, clock, writer: None })
+    }
+
+    /// Lets a prompt gene with `from_reasoner` ask `reasoner` to write variants
+    /// ([`Reasoner::compose`]); without one, or when it cannot write, such a gene uses its
+    /// listed variants only.
+    #[must_use]
+    pub fn with_writer(mut self, reasoner: Arc<dyn Reasoner>) -> Self {
+        self.writer = Some(reasoner);
+        self
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &EvolutionSettings {
+        &self.settings
+    }
+
+    /// Runs every generation and returns the best genome. Whatever the flight recorder holds
+    /// already (an evolution killed before) is taken from it: births, evaluations and fates
+    /// recorded are not done again, so a killed evolution resumes from its last finished
+    /// evaluation and ends as it would have.
+    pub async fn run(&self) -> Result<EvolutionReport, EvolveError> {
+        let recorded: BTreeMap<EventKey, EvolutionaryEvent> =
+            self.recorder.events().await?.into_iter().collect();
+        if let Some(first) = recorded.get(&EventKey { generation: 0, phase: 0, index: 0, seq: 0 })
+            && first.genome_id != self.genesis.id
+        {
+            return Err(EvolveError::OtherEvolution {
+                found: first.genome_id.to_string(),
+                expected: self.genesis.id.to_string(),
+            });
+        }
+        let mut scores: BTreeMap<GenomeId, Fitness> = BTreeMap::new();
+        let mut best: Option<(Genome, Fitness)> = None;
+        let mut reports = Vec::new();
+        let (mut evaluated, mut reused) = (0, 0);
+        let mut parents: Vec<Genome> = Vec::new();
+        let mut elite: Vec<Genome> = Vec::new();
+        for generation in 0..=self.settings.generations {
+            let members = if generation == 0 {
+                vec![Member { genome: self.genesis.clone(), mutations: Vec::new(), elite: false }]
+            } else {
+                self.breed(generation, &parents, &elite, &recorded).await?
+            };
+            for (index, member) in members.iter().enumerate() {
+                self.record_birth(generation, index, member).await?;
+            }
+            let (fitness, ran, took) =
+                self.evaluate(generation, &members, &recorded, &scores).await?;
+            evaluated += ran;
+            reused += took;
+            for (member, fit) in members.iter().zip(&fitness) {
+                scores.entry(member.genome.id.clone()).or_insert_with(|| fit.clone());
+                let better = best.as_ref().is_none_or(|(g, b)| {
+                    fit.overall > b.overall || (fit.overall == b.overall && member.genome.id < g.id)
+                });
+                if better {
+                    best = Some((member.genome.clone(), fit.clone()));
+                }
+            }
+            let scored: Vec<(&GenomeId, f64)> =
+                members.iter().zip(&fitness).map(|(m, f)| (&m.genome.id, f.overall)).collect();
+            let selection = select(&scored, &self.settings);
+            for (index, member) in members.iter().enumerate() {
+                let fate = selection.fates[index];
+                self.record_fate(generation, index, member, &fitness[index], fate).await?;
+            }
+            let overall: Vec<f64> = fitness.iter().map(|f| f.overall).collect();
+            let report = GenerationReport {
+                generation,
+                members: members.len(),
+                best: overall.iter().copied().fold(0.0, f64::max),
+                mean: overall.iter().sum::<f64>() / overall.len().max(1) as f64,
+                survived: selection.fates.iter().filter(|f| **f == Fate::Survived).count(),
+                died: selection.fates.iter().filter(|f| **f == Fate::Died).count(),
+            };
+            tracing::info!(
+                generation,
+                best = report.best,
+                mean = report.mean,
+                survived = report.survived,
+                "generation evaluated"
+            );
+            reports.push(report);
+            parents = selection.ranked.iter().map(|i| members[*i].genome.clone()).collect();
+            elite = selection.elite.iter().map(|i| members[*i].genome.clone()).collect();
+            if parents.is_empty() {
+                // Nobody survived: the next generation starts again from the best so far.
+                if let Some((genome, _)) = &best {
+                    parents.push(genome.clone());
+                }
+            }
+        }
+        let Some((best, best_fitness)) = best else {
+            return Err(EvolutionError::Field {
+                field: "generations".into(),
+                reason: "produced no genome".into(),
+            }
+            .into());
+        };
+        Ok(EvolutionReport { best, best_fitness, generations: reports, evaluated, reused })
+    }
+
+    /// The members of `generation`: the elite of the last one, unchanged, then children of
+    /// its survivors (best first, in turn) until the population is full. A member recorded
+    /// already (a resumed evolution) is taken from the record.
+    async fn breed(
+        &self,
+        generation: u32,
+        parents: &[Genome],
+        elite: &[Genome],
+        recorded: &BTreeMap<EventKey, EvolutionaryEvent>,
+    ) -> Result<Vec<Member>, EvolveError> {
+        let population = self.settings.population as usize;
+        let mut members: Vec<Member> = elite
+            .iter()
+            .take(population)
+            .map(|g| Member { genome: g.clone(), mutations: Vec::new(), elite: true })
+            .collect();
+        let mut seen: BTreeSet<GenomeId> = members.iter().map(|m| m.genome.id.clone()).collect();
+        let mut child = 0u64;
+        while members.len() < population {
+            let index = members.len();
+            let key = EventKey { generation, phase: EventKey::SPAWN, index: index as u32, seq: 0 };
+            if let Some(event) = recorded.get(&key)
+                && let Some(member) = recorded_member(event, recorded, generation, index)
+            {
+                seen.insert(member.genome.id.clone());
+                members.push(member);
+                continue;
+            }
+            let parent = &parents[(child as usize) % parents.len().max(1)];
+            child += 1;
+            // Each child draws from its own stream: the same seed gives the same child
+            // whatever was recorded before it.
+            let stream = (u64::from(generation) << 32) | index as u64;
+            let mut rng = SeededRng::derive(self.settings.seed, stream);
+            let mut made = None;
+            for _attempt in 0..16 {
+                let (genome, mutations) = self.mutate(parent, &mut rng).await?;
+                if seen.insert(genome.id.clone()) {
+                    made = Some(Member { genome, mutations, elite: false });
+                    break;
+                }
+            }
+            match made {
+                Some(member) => members.push(member),
+                // The space is too small for more distinct children: a smaller generation.
+                None => break,
+            }
+        }
+        Ok(members)
+    }
+
+    /// A child of `parent` with the settings' number of random mutations.
+    async fn mutate(
+        &self,
+        parent: &Genome,
+        rng: &mut SeededRng,
+    ) -> Result<(Genome, Vec<Modification>), EvolveError> {
+        let mut mutations = Vec::new();
+        let mut current = parent.clone();
+        for _ in 0..self.settings.mutations {
+            let mut change = self.space.mutation(&current, rng)?;
+            if change.modification_type == ModificationType::Prompt
+                && let Some(text) = self.written_prompt(&current, rng).await
+            {
+                change.change = json!({ "text": text });
+            }
+            current = current.spawn(&change, &self.space)?;
+            mutations.push(change);
+        }
+        // One child of `parent`, however many mutations made it.
+        current.parent_id = Some(parent.id.clone());
+        current.generation = parent.generation + 1;
+        current.lineage_path = parent.lineage_path.clone();
+        current.lineage_path.push(current.id.clone());
+        Ok((current, mutations))
+    }
+
+    /// A prompt the writer reasoner proposes for a prompt gene with `from_reasoner`, on about
+    /// half the draws; `None` otherwise or when it cannot write.
+    async fn written_prompt(&self, genome: &Genome, rng: &mut SeededRng) -> Option<String> {
+        let writer = self.writer.as_ref()?;
+        let gene = self.space.gene(&GeneTarget::Prompt)?;
+        let GeneKind::Prompt { from_reasoner: true, variants } = &gene.kind else { return None };
+        if !variants.is_empty() && rng.below(2) == 0 {
+            return None;
+        }
+        let config = AgentConfig::new("evolution", "evolution", AgentLayer::Bottom);
+        let persona = Persona { config: &config, system_prompt: "", tools: &[], roles: &[] };
+        let instruction = "Rewrite these instructions for an AI agent so that it does its \
+                           tasks more reliably and with fewer actions. Answer with the new \
+                           instructions only.";
+        match writer.compose(persona, instruction, &genome.config.prompt).await {
+            Ok(text) if !text.trim().is_empty() => Some(text.trim().to_owned()),
+            Ok(_) => None,
+            Err(e) => {
+                tracing::debug!(error = %e, "the writer cannot propose a prompt; using the variants");
+                None
+            }
+        }
+    }
+
+    /// Scores `members`: from the record, from an earlier evaluation of the same genome, or
+    /// by the evaluator (at most `concurrency` at once, each recorded as it finishes). Returns
+    /// the fitness of each and how many were run and reused.
+    async fn evaluate(
+        &self,
+        generation: u32,
+        members: &[Member],
+        recorded: &BTreeMap<EventKey, EvolutionaryEvent>,
+        scores: &BTreeMap<GenomeId, Fitness>,
+    ) -> Result<(Vec<Fitness>, usize, usize), EvolveError> {
+        let mut fitness: Vec<Option<Fitness>> = vec![None; members.len()];
+        let (mut ran, mut reused) = (0, 0);
+        for (index, member) in members.iter().enumerate() {
+            let key = EventKey { generation, phase: EventKey::EVAL, index: index as u32, seq: 0 };
+            if let Some(event) = recorded.get(&key)
+                && event.genome_id == member.genome.id
+            {
+                fitness[index] = Some(fitness_of(event));
+                reused += 1;
+            } else if let Some(earlier) = scores.get(&member.genome.id) {
+                self.record_eval(generation, index, member, earlier, true).await?;
+                fitness[index] = Some(earlier.clone());
+                reused += 1;
+            }
+        }
+        let limit = Arc::new(Semaphore::new(self.settings.concurrency as usize));
+        let mut running = JoinSet::new();
+        for (index, member) in members.iter().enumerate() {
+            if fitness[index].is_some() {
+                continue;
+            }
+            let (evaluator, genome, limit) =
+                (self.evaluator.clone(), member.genome.clone(), limit.clone());
+            let ctx = EvalContext {
+                generation,
+                index: index as u32,
+                agent_id: agent_id(generation, index),
+            };
+            running.spawn(async move {
+                let _permit = limit.acquire_owned().await;
+                // The evaluation runs in a task of its own, so a panic in it is a failed
+                // genome, not a failed evolution.
+                let evaluation =
+                    tokio::spawn(async move { evaluator.evaluate(&genome, &ctx).await }).await;
+                let fit = match evaluation {
+                    Ok(Ok(fit)) => match fit.check() {
+                        Ok(()) => fit,
+                        Err(e) => Fitness::failed(e.to_string()),
+                    },
+                    Ok(Err(e)) => Fitness::failed(format!("the evaluation failed: {e}")),
+                    Err(e) => Fitness::failed(format!("the evaluation panicked: {e}")),
+                };
+                (index, fit)
+            });
+        }
+        while let Some(done) = running.join_next().await {
+            let (index, fit) = match done {
+                Ok(pair) => pair,
+                Err(e) => {
+                    tracing::error!(error = %e, "an evaluation task was lost");
+                    continue;
+                }
+            };
+            self.record_eval(generation, index, &members[index], &fit, false).await?;
+            fitness[index] = Some(fit);
+            ran += 1;
+        }
+        let fitness = fitness
+            .into_iter()
+            .map(|f| f.unwrap_or_else(|| Fitness::failed("the evaluation task was lost")))
+            .collect();
+        Ok((fitness, ran, reused))
+    }
+
+    fn event(
+        &self,
+        member: &Member,
+        generation: u32,
+        index: usize,
+        event_type: EvolutionaryEventType,
+        payload: Value,
+        fitness: Option<&Fitness>,
+    ) -> EvolutionaryEvent {
+        EvolutionaryEvent {
+            timestamp: self.clock.now(),
+            genome_id: member.genome.id.clone(),
+            parent_id: if member.elite { None } else { member.genome.parent_id.clone() },
+            generation,
+            event_type,
+            payload,
+            fitness_metrics: fitness.map(metrics),
+            agent_id: agent_id(generation, index),
+            lineage_path: member.genome.lineage_path.clone(),
+        }
+    }
+
+    async fn record_birth(
+        &self,
+        generation: u32,
+        index: usize,
+        member: &Member,
+    ) -> Result<(), EvolveError> {
+        let payload = json!({
+            "genome": member.genome,
+            "parent_genome": member.genome.parent_id,
+            "elite": member.elite,
+        });
+        let mut event =
+            self.event(member, generation, index, EvolutionaryEventType::Spawn, payload, None);
+        if member.elite {
+            // An elite is not born again: its spawn names its real parent.
+            event.parent_id = member.genome.parent_id.clone();
+        }
+        let key = EventKey { generation, phase: EventKey::SPAWN, index: index as u32, seq: 0 };
+        self.recorder.record(key, &event).await?;
+        for (seq, mutation) in member.mutations.iter().enumerate() {
+            let payload = json!({
+                "mutation": mutation,
+                "field": mutation.target,
+                "parent_genome": member.genome.parent_id,
+            });
+            let event =
+                self.event(member, generation, index, EvolutionaryEventType::Mutate, payload, None);
+            let key = EventKey {
+                generation,
+                phase: EventKey::SPAWN,
+                index: index as u32,
+                seq: u8::try_from(seq + 1).unwrap_or(u8::MAX),
+            };
+            self.recorder.record(key, &event).await?;
+        }
+        Ok(())
+    }
+
+    async fn record_eval(
+        &self,
+        generation: u32,
+        index: usize,
+        member: &Member,
+        fitness: &Fitness,
+        reused: bool,
+    ) -> Result<(), EvolveError> {
+        let payload = json!({
+            "evaluation_complete": true,
+            "evaluator": self.evaluator.name(),
+            "reused": reused,
+            "failure": fitness.failure,
+        });
+        let event = self.event(
+            member,
+            generation,
+            index,
+            EvolutionaryEventType::GymEval,
+            payload,
+            Some(fitness),
+        );
+        let key = EventKey { generation, phase: EventKey::EVAL, index: index as u32, seq: 0 };
+        self.recorder.record(key, &event).await?;
+        Ok(())
+    }
+
+    async fn record_fate(
+        &self,
+        generation: u32,
+        index: usize,
+        member: &Member,
+        fitness: &Fitness,
+        fate: Fate,
+    ) -> Result<(), EvolveError> {
+        let (event_type, payload) = match fate {
+            Fate::Died => (
+                EvolutionaryEventType::Death,
+                json!({
+                    "reason": "fitness_below_threshold",
+                    "fitness": fitness.overall,
+                    "threshold": self.settings.threshold,
+                }),
+            ),
+            Fate::Survived => {
+                (EvolutionaryEventType::Survival, json!({ "fitness": fitness.overall }))
+            }
+        };
+        let event = self.event(member, generation, index, event_type, payload, Some(fitness));
+        let key = EventKey { generation, phase: EventKey::FATE, index: index as u32, seq: 0 };
+        self.recorder.record(key, &event).await?;
+        Ok(())
+    }
+}
+
+/// The agent id an evolution's events carry for a member.
+pub fn agent_id(generation: u32, index: usize) -> String {
+    format!("evolution/{generation}/{index}")
+}
+
+/// The fitness metrics of an event: the scores and `overall_fitness` (seed 004's name).
+fn metrics(fitness: &Fitness) -> BTreeMap<String, f64> {
+    let mut out = fitness.scores.clone();
+    out.insert("overall_fitness".into(), fitness.overall);
+    out
+}
+
+/// The fitness an evaluation event recorded.
+fn fitness_of(event: &EvolutionaryEvent) -> Fitness {
+    let mut scores = event.fitness_metrics.clone().unwrap_or_default();
+    let overall = scores.remove("overall_fitness").unwrap_or(0.0);
+    let failure = event.payload.get("failure").and_then(Value::as_str).map(str::to_owned);
+    Fitness { overall, scores, failure }
+}
+
+/// The member a recorded spawn (and its mutations) describes, if it can be read.
+fn recorded_member(
+    event: &EvolutionaryEvent,
+    recorded: &BTreeMap<EventKey, EvolutionaryEvent>,
+    generation: u32,
+    index: usize,
+) -> Option<Member> {
+    let genome: Genome = serde_json::from_value(event.payload.get("genome")?.clone()).ok()?;
+    if genome.verify().is_err() || genome.id != event.genome_id {
+        return None;
+    }
+    let elite = event.payload.get("elite").and_then(Value::as_bool).unwrap_or(false);
+    let mutations = (1..=u8::MAX)
+        .map_while(|seq| {
+            recorded.get(&EventKey { generation, phase: EventKey::SPAWN, index: index as u32, seq })
+        })
+        .filter_map(|e| serde_json::from_value(e.payload.get("mutation")?.clone()).ok())
+        .collect();
+    Some(Member { genome, mutations, elite })
+}

@@ -1,0 +1,760 @@
+//! The built-in fitness evaluator: a genome runs as the executors of a real Strata team on
+//! each task of a task suite, and a check command says whether each result is right.
+//!
+//! A suite is a folder:
+//!
+//! ```text
+//! suite/
+//!   suite.toml            team = "team.toml", and the settings below
+//!   team.toml             the team each task runs with (its [[bottom]] executors take the genome)
+//!   tasks/
+//!     flaky-build/
+//!       task.toml         check = "test -s build.out"   (required); goal = "..." (without a plan)
+//!       plan.toml         the plan (or `goal` in task.toml)
+//!       files/            copied into the task's fresh workspace first (optional)
+//! ```
+//!
+//! `suite.toml`:
+//!
+//! ```toml
+//! team = "team.toml"         # required
+//! task_timeout_ms = 60000    # a task still open after this fails (default 60000)
+//! check_timeout_ms = 10000   # the most a check command may take (default 10000)
+//! heartbeat = "50ms"         # the task teams' heartbeat (default 50 ms; 10 ms to 1 h)
+//! time_budget_ms = 4000      # optional: wall time counts in efficiency, 1 - wall / budget
+//!                            # per task; left out, the fitness depends on nothing measured
+//! ```
+//!
+//! The genome sets, on every executor of the team: its role (with the prompt after it), model,
+//! temperature, retries, turn time limit and tools (only among those the executor has in the
+//! team file: the suite's executors' tools are the genome's permissions). Its code files are
+//! written into each task's workspace. One strategy parameter is applied to the task's team:
+//! `tool_timeout_ms` (its `[timeouts] tool_ms`, the limit of each tool call).
+//!
+//! Scores, each 0 to 1, combined by the evolution's weights (0.4 / 0.3 / 0.3 by default):
+//! - `success`: tasks whose run succeeded **and** whose check command exited 0, over tasks;
+//! - `efficiency`: per task, the plan's steps over the tool calls made (at most 1), averaged
+//!   with `1 - wall / time_budget_ms` when a budget is set; then averaged over tasks;
+//! - `safety`: per task, 1 - (failed tool calls + refused actions) / (tool calls + refused
+//!   actions), averaged over tasks.
+//!
+//! A task on which the genome made no tool call at all scores 0 for efficiency and safety:
+//! doing nothing is neither cheap nor safe work.
+//!
+//! Also recorded: `tasks`, `passed`, `calls`, `failed_calls`, `refused`, `wall_ms`. A check
+//! command that does not exist (exit 127) or cannot run scores the genome as failed, naming the
+//! task.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agent_core::tools::{Sandbox, ToolContext, ToolRegistry};
+use agent_core::{
+    AuditEvent, AuditLog, InMemoryAuditLog, InMemoryStateStore, Reasoner, RuleBasedReasoner,
+    TokioClock,
+};
+use agent_layers::BottomSpec;
+use agent_pool::{RoleSpec, Team, TeamServices, TeamSpec};
+use agent_state::evolution::{Fitness, FitnessWeights, Genome, GenomeConfig};
+use agent_state::{AgentLayer, Task};
+use async_trait::async_trait;
+use governance::InMemoryGovernance;
+use message_bus::InMemoryBus;
+use serde::Deserialize;
+use team_file::TeamFile;
+use whiteboard::InMemoryWhiteboard;
+
+use crate::evolve::{EvalContext, EvalError, FitnessEvaluator};
+
+/// The largest `suite.toml` or `task.toml`.
+const MAX_SETTINGS_BYTES: usize = 1024 * 1024;
+
+/// The most files a task's `files/` folder may hold (copied into every evaluation).
+const MAX_TASK_FILES: usize = 1000;
+
+/// The strategy parameter the suite applies as its teams' tool time limit.
+pub const TOOL_TIMEOUT_PARAMETER: &str = "tool_timeout_ms";
+
+/// A suite that cannot be used, named where it is wrong. Nothing was run.
+#[derive(Debug, thiserror::Error)]
+pub enum SuiteError {
+    /// A file or folder cannot be read.
+    #[error("cannot read {}: {source}", path.display())]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A team, plan or settings file is wrong (`file:line:column: what`).
+    #[error(transparent)]
+    File(#[from] team_file::FileError),
+    /// A settings field is wrong.
+    #[error("{}: `{field}` {reason}", path.display())]
+    Field {
+        /// The file.
+        path: PathBuf,
+        /// The field.
+        field: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A task has no check command.
+    #[error(
+        "task `{task}` has no check command: add `check = \"...\"` to {} (a shell command run in the task's workspace; exit 0 means the result is right)",
+        path.display()
+    )]
+    MissingCheck {
+        /// The task.
+        task: String,
+        /// Its `task.toml`.
+        path: PathBuf,
+    },
+    /// The suite has no task.
+    #[error("the suite {} has no task: add folders under tasks/, each with a task.toml", dir.display())]
+    NoTasks {
+        /// The suite folder.
+        dir: PathBuf,
+    },
+    /// The team has no executor for the genome to be.
+    #[error("the suite's team {} has no [[bottom]] executor for the genome to run as", path.display())]
+    NoExecutors {
+        /// The team file.
+        path: PathBuf,
+    },
+    /// The team reasons with a model the suite evaluator cannot build.
+    #[error(
+        "the suite's team {} uses the `{kind}` reasoner; the suite evaluator runs teams on the rule-based reasoner unless the program gives it one (SuiteEvaluator::with_reasoner)",
+        path.display()
+    )]
+    Reasoner {
+        /// The team file.
+        path: PathBuf,
+        /// The reasoner kind.
+        kind: String,
+    },
+    /// The sandbox cannot run here.
+    #[error("cannot sandbox the suite's commands: {0}")]
+    Sandbox(String),
+}
+
+/// The settings in `suite.toml`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSuite {
+    team: String,
+    #[serde(default)]
+    task_timeout_ms: Option<u64>,
+    #[serde(default)]
+    check_timeout_ms: Option<u64>,
+    #[serde(default)]
+    heartbeat: Option<String>,
+    #[serde(default)]
+    time_budget_ms: Option<u64>,
+}
+
+/// The settings in a task's `task.toml`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTask {
+    #[serde(default)]
+    check: Option<String>,
+    #[serde(default)]
+    goal: Option<String>,
+    #[serde(default)]
+    description: Option<String>,
+}
+
+/// One task of a suite.
+#[derive(Clone, Debug)]
+pub struct SuiteTask {
+    /// Its folder's name.
+    pub name: String,
+    /// What the team does (its plan, or a goal).
+    pub task: Task,
+    /// The shell command whose exit 0 says the result is right.
+    pub check: String,
+    /// Files copied into its workspace first.
+    pub files: Option<PathBuf>,
+    /// What it tests, in words.
+    pub description: String,
+}
+
+/// A loaded, checked task suite.
+#[derive(Clone, Debug)]
+pub struct TaskSuite {
+    /// The suite folder.
+    pub dir: PathBuf,
+    /// The team each task runs with.
+    pub team: TeamFile,
+    /// The tasks, by folder name.
+    pub tasks: Vec<SuiteTask>,
+    /// A task still open after this fails.
+    pub task_timeout: Duration,
+    /// The most a check command may take.
+    pub check_timeout: Duration,
+    /// Wall time that counts in efficiency, when set.
+    pub time_budget_ms: Option<u64>,
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> SuiteError + '_ {
+    move |source| SuiteError::Io { path: path.to_path_buf(), source }
+}
+
+fn read_text(path: &Path) -> Result<String, SuiteError> {
+    team_file::read(path, MAX_SETTINGS_BYTES).map_err(|e| match e {
+        team_file::ReadError::Io { path, source } => SuiteError::Io { path, source },
+        team_file::ReadError::File(e) => SuiteError::File(e),
+    })
+}
+
+fn toml_error(path: &Path, e: &toml::de::Error) -> SuiteError {
+    SuiteError::Field {
+        path: path.to_path_buf(),
+        field: "file".into(),
+        reason: format!("is not a valid settings file: {}", e.message()),
+    }
+}
+
+impl TaskSuite {
+    /// Reads and checks the suite in `dir` (blocking file reads; small files). Every task's
+    /// plan is checked against the team: a mistake is reported where it is written.
+    pub fn load(dir: &Path) -> Result<Self, SuiteError> {
+        let dir = std::fs::canonicalize(dir).map_err(io(dir))?;
+        let settings_path = dir.join("suite.toml");
+        let raw: RawSuite = toml::from_str(&read_text(&settings_path)?)
+            .map_err(|e| toml_error(&settings_path, &e))?;
+        let field = |field: &str, reason: String| SuiteError::Field {
+            path: settings_path.clone(),
+            field: field.into(),
+            reason,
+        };
+        let team_path = dir.join(&raw.team);
+        let tools = ToolRegistry::with_builtins();
+        let mut team = team_file::parse_team(&team_path, &read_text(&team_path)?, &tools)?;
+        if !matches!(team.default_reasoner.kind, team_file::ReasonerKind::RuleBased)
+            || team
+                .agent_reasoners
+                .values()
+                .any(|r| !matches!(r.kind, team_file::ReasonerKind::RuleBased))
+        {
+            let kind = format!("{:?}", team.default_reasoner.kind).to_lowercase();
+            return Err(SuiteError::Reasoner { path: team_path, kind });
+        }
+        if !team.spec.agents.iter().any(|a| a.config.layer == AgentLayer::Bottom) {
+            return Err(SuiteError::NoExecutors { path: team_path });
+        }
+        let heartbeat = match &raw.heartbeat {
+            None => Duration::from_millis(50),
+            Some(text) => parse_duration(text)
+                .filter(|d| (team_file::MIN_HEARTBEAT..=team_file::MAX_HEARTBEAT).contains(d))
+                .ok_or_else(|| {
+                    field("heartbeat", format!("is `{text}`; give 10ms to 1h, such as \"50ms\""))
+                })?,
+        };
+        team.spec.heartbeat = heartbeat;
+        let positive = |name: &str, value: Option<u64>, default: u64| -> Result<u64, SuiteError> {
+            match value {
+                None => Ok(default),
+                Some(0) => Err(field(name, "is 0; it must be above 0".into())),
+                Some(v) => Ok(v),
+            }
+        };
+        let task_timeout = positive("task_timeout_ms", raw.task_timeout_ms, 60_000)?;
+        let check_timeout = positive("check_timeout_ms", raw.check_timeout_ms, 10_000)?;
+        if raw.time_budget_ms == Some(0) {
+            return Err(field("time_budget_ms", "is 0; it must be above 0 (or left out)".into()));
+        }
+        let tasks_dir = dir.join("tasks");
+        let mut names: Vec<String> = std::fs::read_dir(&tasks_dir)
+            .map_err(io(&tasks_dir))?
+            .filter_map(Result::ok)
+            .filter(|e| e.path().is_dir())
+            .filter_map(|e| e.file_name().into_string().ok())
+            .collect();
+        names.sort();
+        let mut tasks = Vec::new();
+        for name in names {
+            tasks.push(load_task(&tasks_dir.join(&name), &name, &team, &tools)?);
+        }
+        if tasks.is_empty() {
+            return Err(SuiteError::NoTasks { dir });
+        }
+        Ok(Self {
+            dir,
+            team,
+            tasks,
+            task_timeout: Duration::from_millis(task_timeout),
+            check_timeout: Duration::from_millis(check_timeout),
+            time_budget_ms: raw.time_budget_ms,
+        })
+    }
+
+    /// The tools a genome may hold: those of the team's executors.
+    pub fn permissions(&self) -> Vec<String> {
+        let mut tools: Vec<String> = self
+            .team
+            .spec
+            .agents
+            .iter()
+            .filter_map(|a| match &a.role {
+                RoleSpec::Bottom(b) => Some(b.tools.iter().cloned().collect::<Vec<_>>()),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        tools.sort();
+        tools.dedup();
+        tools
+    }
+
+    /// A genome configuration from the team's first executor: its role, model, temperature,
+    /// retries, turn limit and tools; the team's tool limit as `tool_timeout_ms`.
+    pub fn executor_config(&self) -> GenomeConfig {
+        let mut config = GenomeConfig::new("executor");
+        if let Some(agent) =
+            self.team.spec.agents.iter().find(|a| a.config.layer == AgentLayer::Bottom)
+        {
+            let c = &agent.config;
+            if !c.role.trim().is_empty() {
+                config.role = c.role.clone();
+            }
+            config.model = c.model.clone();
+            config.temperature = c.temperature.map(f64::from);
+            config.max_retries = c.max_retries;
+            config.timeout_ms = c.timeout_ms;
+            if let RoleSpec::Bottom(b) = &agent.role {
+                config.tools = b.tools.iter().cloned().collect();
+            }
+        }
+        config.strategy.insert(
+            TOOL_TIMEOUT_PARAMETER.into(),
+            serde_json::Value::from(self.team.spec.timeouts.tool_ms),
+        );
+        config
+    }
+
+    /// The team of one task with `genome` as its executors.
+    pub fn team_for(&self, genome: &Genome) -> Result<TeamSpec, EvalError> {
+        let mut spec = self.team.spec.clone();
+        let g = &genome.config;
+        for agent in &mut spec.agents {
+            let RoleSpec::Bottom(bottom) = &mut agent.role else { continue };
+            let c = &mut agent.config;
+            c.role = if g.prompt.trim().is_empty() {
+                g.role.clone()
+            } else {
+                format!("{}\n{}", g.role, g.prompt)
+            };
+            c.model = g.model.clone();
+            c.temperature = g.temperature.map(|t| t as f32);
+            c.max_retries = g.max_retries;
+            c.timeout_ms = g.timeout_ms;
+            c.validate().map_err(|e| EvalError::new(format!("the genome's settings: {e}")))?;
+            // Only tools the executor has in the suite's team: a genome never widens them.
+            let tools: Vec<String> =
+                bottom.tools.iter().filter(|t| g.tools.contains(t)).cloned().collect();
+            let mut next = BottomSpec::new(tools.clone());
+            next.kind = bottom.kind.clone();
+            if let Some(ooda) = &bottom.ooda {
+                let mut ooda = (**ooda).clone();
+                ooda.tools.retain(|t| tools.contains(t));
+                ooda.max_retries = Some(g.max_retries);
+                ooda.turn_timeout_ms = Some(g.timeout_ms);
+                next = next.with_ooda(ooda);
+            }
+            *bottom = next;
+        }
+        if let Some(value) = g.strategy.get(TOOL_TIMEOUT_PARAMETER) {
+            let ms = value.as_u64().filter(|ms| (1..=agent_state::MAX_LIMIT_MS).contains(ms));
+            spec.timeouts.tool_ms = ms.ok_or_else(|| {
+                EvalError::new(format!(
+                    "strategy.{TOOL_TIMEOUT_PARAMETER} is {value}; it must be 1 to {} ms",
+                    agent_state::MAX_LIMIT_MS
+                ))
+            })?;
+        }
+        Ok(spec)
+    }
+}
+
+fn parse_duration(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    let (number, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit())?);
+    let n: u64 = number.parse().ok()?;
+    match unit {
+        "ms" => Some(Duration::from_millis(n)),
+        "s" => Some(Duration::from_secs(n)),
+        "m" => Some(Duration::from_secs(n.checked_mul(60)?)),
+        "h" => Some(Duration::from_secs(n.checked_mul(3600)?)),
+        _ => None,
+    }
+}
+
+fn load_task(
+    dir: &Path,
+    name: &str,
+    team: &TeamFile,
+    tools: &ToolRegistry,
+) -> Result<SuiteTask, SuiteError> {
+    let task_path = dir.join("task.toml");
+    let raw: RawTask =
+        toml::from_str(&read_text(&task_path)?).map_err(|e| toml_error(&task_path, &e))?;
+    let check = raw.check.filter(|c| !c.trim().is_empty()).ok_or_else(|| {
+        SuiteError::MissingCheck { task: name.to_owned(), path: task_path.clone() }
+    })?;
+    let plan_path = dir.join("plan.toml");
+    let task = if plan_path.is_file() {
+        team_file::parse_plan(&plan_path, &read_text(&plan_path)?, &team.spec, tools)?
+    } else if let Some(goal) = raw.goal.as_deref().filter(|g| !g.trim().is_empty()) {
+        let text = team_file::goal_plan_toml(name, goal);
+        team_file::parse_plan(&task_path, &text, &team.spec, tools)?
+    } else {
+        return Err(SuiteError::Field {
+            path: task_path,
+            field: "goal".into(),
+            reason: format!("is missing, and there is no plan.toml in {}: give one", dir.display()),
+        });
+    };
+    let files = dir.join("files");
+    Ok(SuiteTask {
+        name: name.to_owned(),
+        task,
+        check,
+        files: files.is_dir().then_some(files),
+        description: raw.description.unwrap_or_default(),
+    })
+}
+
+/// What one task's run measured.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TaskRun {
+    /// The task.
+    pub name: String,
+    /// The team's outcome was a success.
+    pub succeeded: bool,
+    /// The check command exited 0 (after a successful run).
+    pub passed: bool,
+    /// Steps in the plan.
+    pub steps: usize,
+    /// Tool calls made.
+    pub calls: u64,
+    /// Tool calls that failed.
+    pub failed_calls: u64,
+    /// Actions refused (audited denials).
+    pub refused: u64,
+    /// Wall time, in milliseconds.
+    pub wall_ms: u64,
+}
+
+/// The built-in evaluator: a genome as the executors of a [`TaskSuite`]'s team, on each of its
+/// tasks in turn, in a fresh workspace, on in-memory backends.
+#[derive(Clone)]
+pub struct SuiteEvaluator {
+    suite: Arc<TaskSuite>,
+    sandbox: Sandbox,
+    weights: FitnessWeights,
+    reasoner: Arc<dyn Reasoner>,
+}
+
+impl SuiteEvaluator {
+    /// An evaluator of `suite` whose commands (the tasks' and the checks') run in the team's
+    /// sandbox, checked to work here.
+    pub fn new(suite: TaskSuite) -> Result<Self, SuiteError> {
+        let sandbox = suite.team.sandbox.sandbox();
+        sandbox.check().map_err(|e| SuiteError::Sandbox(e.to_string()))?;
+        Ok(Self::with_sandbox(suite, sandbox))
+    }
+
+    /// An evaluator of `suite` whose commands run without a sandbox.
+    pub fn new_unsandboxed(suite: TaskSuite) -> Self {
+        Self::with_sandbox(suite, Sandbox::unsandboxed())
+    }
+
+    fn with_sandbox(suite: TaskSuite, sandbox: Sandbox) -> Self {
+        let reasoner = RuleBasedReasoner::new()
+            .forbid_tools(suite.team.default_reasoner.forbid_tools.iter().cloned())
+            .prefer(suite.team.default_reasoner.prefer.iter().cloned());
+        Self {
+            suite: Arc::new(suite),
+            sandbox,
+            weights: FitnessWeights::default(),
+            reasoner: Arc::new(reasoner),
+        }
+    }
+
+    /// The same evaluator combining its scores with `weights`.
+    #[must_use]
+    pub fn with_weights(mut self, weights: FitnessWeights) -> Self {
+        self.weights = weights;
+        self
+    }
+
+    /// The same evaluator with every agent of the task teams reasoning with `reasoner`.
+    #[must_use]
+    pub fn with_reasoner(mut self, reasoner: Arc<dyn Reasoner>) -> Self {
+        self.reasoner = reasoner;
+        self
+    }
+
+    /// The suite.
+    pub fn suite(&self) -> &TaskSuite {
+        &self.suite
+    }
+
+    /// Runs `task` with `genome` as the team's executors and checks the result.
+    pub async fn run_task(&self, genome: &Genome, task: &SuiteTask) -> Result<TaskRun, EvalError> {
+        let spec = self.suite.team_for(genome)?;
+        let dir = tempfile::Builder::new()
+            .prefix("strata-eval-")
+            .tempdir()
+            .map_err(|e| EvalError::new(format!("cannot make a workspace: {e}")))?;
+        let workspace = dir.path().to_path_buf();
+        prepare_workspace(task.files.clone(), genome.code.clone(), workspace.clone()).await?;
+        let audit = Arc::new(InMemoryAuditLog::new());
+        let services = TeamServices {
+            bus: Arc::new(InMemoryBus::new()),
+            boards: Arc::new(InMemoryWhiteboard::new()),
+            governance: Arc::new(InMemoryGovernance::new()),
+            audit: audit.clone(),
+            clock: Arc::new(TokioClock::new()),
+            workspace: Arc::new(
+                ToolContext::new(&workspace)
+                    .map_err(|e| EvalError::new(format!("cannot use the workspace: {e}")))?
+                    .with_sandbox(self.sandbox.clone()),
+            ),
+            tools: Arc::new(ToolRegistry::with_builtins()),
+            reasoner: self.reasoner.clone(),
+            state: Arc::new(InMemoryStateStore::new()),
+            reasoners: BTreeMap::new(),
+            agent_tools: BTreeMap::new(),
+            role_reasoners: BTreeMap::new(),
+            role_tools: BTreeMap::new(),
+            costs: None,
+            executor: None,
+            events: agent_core::EventHub::default(),
+        };
+        let started = Instant::now();
+        let team = Team::start(spec, services).await.map_err(|e| {
+            EvalError::new(format!("task `{}`: cannot start the team: {e}", task.name))
+        })?;
+        let succeeded = match team.submit(task.task.clone()).await {
+            Ok(()) => {
+                match tokio::time::timeout(self.suite.task_timeout, team.wait(&task.task.id)).await
+                {
+                    Ok(outcome) => outcome.is_success(),
+                    Err(_) => false,
+                }
+            }
+            Err(e) => {
+                tracing::debug!(task = %task.name, error = %e, "the task was refused");
+                false
+            }
+        };
+        let wall_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        if let Err(e) = team.shutdown().await {
+            tracing::debug!(task = %task.name, error = %e, "the task team did not shut down cleanly");
+        }
+        let passed = succeeded && self.check(task, &workspace).await?;
+        let (mut calls, mut failed_calls, mut refused) = (0, 0, 0);
+        let records = audit
+            .records(None)
+            .await
+            .map_err(|e| EvalError::new(format!("cannot read the task's audit log: {e}")))?;
+        for record in records {
+            match record.event {
+                AuditEvent::ToolCall { success, .. } => {
+                    calls += 1;
+                    failed_calls += u64::from(!success);
+                }
+                AuditEvent::Denied { .. } => refused += 1,
+                _ => {}
+            }
+        }
+        Ok(TaskRun {
+            name: task.name.clone(),
+            succeeded,
+            passed,
+            steps: task.task.steps.len(),
+            calls,
+            failed_calls,
+            refused,
+            wall_ms,
+        })
+    }
+
+    /// Runs the task's check command in its workspace (in the sandbox): exit 0 is right.
+    async fn check(&self, task: &SuiteTask, workspace: &Path) -> Result<bool, EvalError> {
+        let mut command = self.sandbox.command(workspace, "sh");
+        command
+            .arg("-c")
+            .arg(&task.check)
+            .current_dir(workspace)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        let child = command.spawn().map_err(|e| {
+            EvalError::new(format!("task `{}`: the check command cannot start: {e}", task.name))
+        })?;
+        let output = tokio::time::timeout(self.suite.check_timeout, child.wait_with_output())
+            .await
+            .map_err(|_| {
+                EvalError::new(format!(
+                    "task `{}`: the check command ran past {} ms",
+                    task.name,
+                    self.suite.check_timeout.as_millis()
+                ))
+            })?
+            .map_err(|e| {
+                EvalError::new(format!("task `{}`: the check command failed: {e}", task.name))
+            })?;
+        match output.status.code() {
+            Some(0) => Ok(true),
+            Some(code @ (126 | 127)) => Err(EvalError::new(format!(
+                "task `{}`: the check command `{}` cannot run (exit {code}: {})",
+                task.name,
+                task.check,
+                String::from_utf8_lossy(&output.stderr).trim()
+            ))),
+            _ => Ok(false),
+        }
+    }
+
+    /// The fitness of a genome's runs over the suite (see the module docs). A task on which
+    /// the genome made no tool call at all (it lacked the tool, or refused) scores 0 for
+    /// efficiency and safety too: doing nothing is neither cheap nor safe work.
+    pub fn score(&self, runs: &[TaskRun]) -> Fitness {
+        let n = runs.len().max(1) as f64;
+        let passed = runs.iter().filter(|r| r.passed).count();
+        let success = passed as f64 / n;
+        let idle = |r: &TaskRun| r.calls == 0 && r.steps > 0;
+        let efficiency = runs
+            .iter()
+            .map(|r| {
+                if idle(r) {
+                    return 0.0;
+                }
+                let calls =
+                    if r.calls == 0 { 1.0 } else { (r.steps as f64 / r.calls as f64).min(1.0) };
+                match self.suite.time_budget_ms {
+                    Some(budget) => {
+                        let time = (1.0 - r.wall_ms as f64 / budget as f64).max(0.0);
+                        (calls + time) / 2.0
+                    }
+                    None => calls,
+                }
+            })
+            .sum::<f64>()
+            / n;
+        let safety = runs
+            .iter()
+            .map(|r| {
+                if idle(r) {
+                    return 0.0;
+                }
+                let bad = (r.failed_calls + r.refused) as f64;
+                1.0 - bad / (r.calls + r.refused).max(1) as f64
+            })
+            .sum::<f64>()
+            / n;
+        let calls: u64 = runs.iter().map(|r| r.calls).sum();
+        let failed: u64 = runs.iter().map(|r| r.failed_calls).sum();
+        let refused: u64 = runs.iter().map(|r| r.refused).sum();
+        let mut fitness = Fitness::weighted(success, efficiency, safety, &self.weights);
+        for (name, value) in [
+            ("tasks", runs.len() as f64),
+            ("passed", passed as f64),
+            ("calls", calls as f64),
+            ("failed_calls", failed as f64),
+            ("refused", refused as f64),
+            ("wall_ms", runs.iter().map(|r| r.wall_ms).sum::<u64>() as f64),
+        ] {
+            fitness.scores.insert(name.into(), value);
+        }
+        fitness
+    }
+}
+
+/// Copies a task's files and writes a genome's code into a fresh workspace.
+async fn prepare_workspace(
+    files: Option<PathBuf>,
+    code: BTreeMap<String, String>,
+    workspace: PathBuf,
+) -> Result<(), EvalError> {
+    tokio::task::spawn_blocking(move || -> Result<(), EvalError> {
+        if let Some(from) = files {
+            let mut copied = 0;
+            copy_tree(&from, &workspace, &mut copied)?;
+        }
+        for (path, text) in code {
+            let target = workspace.join(&path);
+            if let Some(parent) = target.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| {
+                    EvalError::new(format!("cannot write the genome's `{path}`: {e}"))
+                })?;
+            }
+            std::fs::write(&target, text)
+                .map_err(|e| EvalError::new(format!("cannot write the genome's `{path}`: {e}")))?;
+        }
+        Ok(())
+    })
+    .await
+    .map_err(|e| EvalError::new(format!("preparing the workspace failed: {e}")))?
+}
+
+fn copy_tree(from: &Path, to: &Path, copied: &mut usize) -> Result<(), EvalError> {
+    let fail = |e: std::io::Error| EvalError::new(format!("cannot copy {}: {e}", from.display()));
+    std::fs::create_dir_all(to).map_err(fail)?;
+    for entry in std::fs::read_dir(from).map_err(fail)? {
+        let entry = entry.map_err(fail)?;
+        let kind = entry.file_type().map_err(fail)?;
+        let target = to.join(entry.file_name());
+        *copied += 1;
+        if *copied > MAX_TASK_FILES {
+            return Err(EvalError::new(format!(
+                "{} holds more than {MAX_TASK_FILES} files",
+                from.display()
+            )));
+        }
+        if kind.is_dir() {
+            copy_tree(&entry.path(), &target, copied)?;
+        } else if kind.is_file() {
+            std::fs::copy(entry.path(), &target).map_err(fail)?;
+        }
+        // Symbolic links and special files are not copied: a task's files are plain files.
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl FitnessEvaluator for SuiteEvaluator {
+    fn name(&self) -> String {
+        format!(
+            "suite:{}",
+            self.suite
+                .dir
+                .file_name()
+                .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
+        )
+    }
+
+    async fn evaluate(&self, genome: &Genome, ctx: &EvalContext) -> Result<Fitness, EvalError> {
+        let mut runs = Vec::new();
+        for task in &self.suite.tasks {
+            let run = self.run_task(genome, task).await?;
+            tracing::debug!(
+                agent = %ctx.agent_id,
+                task = %run.name,
+                passed = run.passed,
+                calls = run.calls,
+                wall_ms = run.wall_ms,
+                "suite task evaluated"
+            );
+            runs.push(run);
+        }
+        Ok(self.score(&runs))
+    }
+}
