@@ -80,8 +80,8 @@ fn fuzz(root: &Path) -> anyhow::Result<()> {
 }
 
 /// What the other steps need beyond cargo: cmake and clang to build llama.cpp (the embedded
-/// model, feature `local`, which every step builds with `--all-features`), bubblewrap (the
-/// `shell` tool's sandbox), and the model file,
+/// model, feature `local`, which every step builds with `--all-features`), Graphviz (the
+/// lineage tests render DOT), bubblewrap (the `shell` tool's sandbox), and the model file,
 /// fetched once by `strata model fetch` (nothing is downloaded when it is already there).
 fn setup(root: &Path) -> anyhow::Result<()> {
     let missing: Vec<&str> = ["cmake", "clang"]
@@ -92,6 +92,11 @@ fn setup(root: &Path) -> anyhow::Result<()> {
         bail!(
             "{} not found: building the embedded model (llama.cpp) needs them; install them with `apt-get install cmake clang libclang-dev` (`.ci/run` does this)",
             missing.join(" and ")
+        );
+    }
+    if !succeeds(Command::new("dot").arg("-V")) {
+        bail!(
+            "Graphviz (`dot`) not found: the CLI tests render `strata lineage --format dot` with it; install it with `apt-get install graphviz` (`.ci/run` does this)"
         );
     }
     if !succeeds(Command::new("bwrap").arg("--version")) {

@@ -51,6 +51,10 @@ pub(crate) enum Command {
     /// files (as a new version); delivered like `approve`. Needs --as NAME among the run's
     /// `[approvals] humans`.
     Rollback(RollbackArgs),
+    /// Hot-swap a genome (an evolution's best) into an OODA agent of a run, as a new version
+    /// that `rollback` can undo; delivered like `approve`. Needs --as NAME among the run's
+    /// `[approvals] humans`.
+    Adopt(AdoptArgs),
     /// Evolve the executors of a team (seed 004 §6): genomes mutated from a seed, scored on a
     /// task suite run by real teams, selected; every step in a durable flight recorder, so a
     /// killed evolution resumes (`--resume RUN`).
@@ -371,6 +375,20 @@ pub(crate) struct RollbackArgs {
     pub(crate) agent: String,
     /// The version to go back to (`strata inspect RUN audit` lists each `ooda` change's).
     pub(crate) version: u64,
+    #[command(flatten)]
+    pub(crate) operator: Operator,
+}
+
+/// `strata adopt`.
+#[derive(Debug, Args)]
+pub(crate) struct AdoptArgs {
+    /// The run: its id (in the data directory) or its directory.
+    pub(crate) run: String,
+    /// The OODA agent.
+    pub(crate) agent: String,
+    /// The genome: a genome JSON file (an evolution's `best-genome.json`), or an evolution's
+    /// id in the data directory (its best genome).
+    pub(crate) genome: String,
     #[command(flatten)]
     pub(crate) operator: Operator,
 }

@@ -20,7 +20,7 @@ use run_store::{Durability, RunStore};
 use serde::{Deserialize, Serialize};
 
 use crate::cli::{EvolveArgs, LineageArgs, LineageFormat};
-use crate::run::{now_ms, write_atomic};
+use crate::run::{now_ms, read_json, write_atomic};
 use crate::{Failure, INTERRUPTED, bad_input};
 
 /// What an evolution directory is: `evolution.json`.
@@ -75,10 +75,7 @@ pub(crate) struct EvolutionInfo {
 
 impl EvolutionInfo {
     pub(crate) fn read(dir: &Path) -> anyhow::Result<Self> {
-        let path = dir.join(EVOLUTION_FILE);
-        let bytes =
-            std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
-        serde_json::from_slice(&bytes).with_context(|| format!("{} is damaged", path.display()))
+        read_json(&dir.join(EVOLUTION_FILE))
     }
 
     fn write(&self, dir: &Path) -> anyhow::Result<()> {
@@ -144,13 +141,7 @@ pub(crate) async fn evolve(args: EvolveArgs) -> Result<u8, Failure> {
             let mut file =
                 EvolutionFile::parse(&dir.join(CONFIG_FILE), &text).map_err(bad_input)?;
             file.suite.clone_from(&info.suite);
-            let genesis: Genome = serde_json::from_slice(
-                &std::fs::read(dir.join(GENESIS_FILE))
-                    .with_context(|| format!("cannot read {}", dir.join(GENESIS_FILE).display()))
-                    .map_err(bad_input)?,
-            )
-            .with_context(|| format!("{} is damaged", dir.join(GENESIS_FILE).display()))
-            .map_err(bad_input)?;
+            let genesis: Genome = read_json(&dir.join(GENESIS_FILE)).map_err(bad_input)?;
             let durability = if args.no_sync { Durability::NoSync } else { Durability::Synced };
             let store = RunStore::open(&dir, durability).map_err(bad_input)?;
             (dir, info, file, genesis, store)
@@ -164,6 +155,13 @@ pub(crate) async fn evolve(args: EvolveArgs) -> Result<u8, Failure> {
                 .context("loading the suite failed")?
                 .map_err(bad_input)?;
             let genesis = file.genesis(&suite).map_err(bad_input)?;
+            Evolution::check(&file.settings, &file.space, &genesis).map_err(bad_input)?;
+            if agent_evolution::needs_writer(&file.space) {
+                return Err(bad_input(anyhow::anyhow!(
+                    "{}: the prompt gene asks a reasoner to write variants (from_reasoner) and lists none; `strata evolve` runs suites on the rule-based reasoner, which writes none: list `variants`",
+                    config.display()
+                )));
+            }
             if args.data.exists() && !args.data.is_dir() {
                 return Err(bad_input(anyhow::anyhow!(
                     "the data directory {} is a file; give --data a directory",

@@ -135,6 +135,7 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::Approve(args) => operator::approve(&args).await,
         Command::Veto(args) => operator::veto(&args).await,
         Command::Rollback(args) => operator::rollback(&args).await,
+        Command::Adopt(args) => operator::adopt(&args).await,
         Command::Evolve(args) => evolve::evolve(args).await,
         Command::Lineage(args) => evolve::lineage(&args).await,
         Command::Model(args) => model::model(args).await,

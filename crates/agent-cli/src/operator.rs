@@ -27,6 +27,11 @@
 //! 1 or more) and delivered to the agent as a command from `system`
 //! ([`agent_ooda::OodaCommand::Rollback`]); the agent refuses, audited, a version it never had.
 //!
+//! A hot-swap (`strata adopt RUN AGENT GENOME --as NAME`, `GENOME` a genome file such as an
+//! evolution's `best-genome.json`, or the evolution's id) is checked like a rollback and the
+//! genome's id against its content, and delivered as [`agent_ooda::OodaCommand::Adopt`]; the
+//! agent refuses, audited, a tool its lead does not hold.
+//!
 //! Bad input (exit 2, and audited): a decision that does not exist or is decided already, a
 //! name not in `[approvals] humans`, a decision that needs no human, a veto without a reason,
 //! a rollback of an agent that is not an OODA agent of the run.
@@ -48,7 +53,7 @@ use message_bus::MessageBus;
 use run_store::{Durability, RunStore};
 use serde::{Deserialize, Serialize};
 
-use crate::cli::{ApproveArgs, DecisionTarget, RollbackArgs, VetoArgs};
+use crate::cli::{AdoptArgs, ApproveArgs, DecisionTarget, RollbackArgs, VetoArgs};
 use crate::run::{RunInfo, TEAM_FILE, now_ms, read_input, resolve_run, write_atomic};
 use crate::{Failure, TASK_FAILED, bad_input};
 
@@ -56,15 +61,16 @@ use crate::{Failure, TASK_FAILED, bad_input};
 pub(crate) const REQUESTS_DIR: &str = "requests";
 /// At most this many requests are applied in one pass.
 pub(crate) const MAX_PER_PASS: usize = 16;
-/// A request file larger than this is refused unread.
-const MAX_REQUEST_BYTES: u64 = 64 * 1024;
+/// A request file larger than this is refused unread (a hot-swapped genome carries up to
+/// 1 MiB of code, escaped).
+const MAX_REQUEST_BYTES: u64 = 4 * 1024 * 1024;
 /// How long `strata approve` / `veto` waits for a live run to take its request.
 pub(crate) const WAIT: Duration = Duration::from_secs(10);
 /// How often it looks for the result meanwhile.
 const POLL: Duration = Duration::from_millis(50);
 
 /// What an operator asks of a run. Tagged by `request`, so more kinds can be added.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "request", rename_all = "snake_case")]
 pub(crate) enum OperatorRequest {
     /// Sign `decision` as `human:<human>`.
@@ -92,13 +98,24 @@ pub(crate) enum OperatorRequest {
         /// Who asks.
         human: String,
     },
+    /// Hot-swap `genome` into the OODA agent `agent` (as a new version).
+    Adopt {
+        /// The agent.
+        agent: AgentId,
+        /// The genome, such as an evolution's best.
+        genome: Box<agent_state::evolution::Genome>,
+        /// Who asks.
+        human: String,
+    },
 }
 
 impl OperatorRequest {
     /// The operator's id as the audit log names it: `human:<name>`.
     fn actor(&self) -> AgentId {
-        let (Self::Approve { human, .. } | Self::Veto { human, .. } | Self::Rollback { human, .. }) =
-            self;
+        let (Self::Approve { human, .. }
+        | Self::Veto { human, .. }
+        | Self::Rollback { human, .. }
+        | Self::Adopt { human, .. }) = self;
         AgentId::new(format!("{HUMAN_PREFIX}{human}"))
     }
 }
@@ -138,6 +155,11 @@ pub(crate) fn describe(request: &serde_json::Value) -> String {
             request["agent"].as_str().unwrap_or("?"),
             request["version"]
         ),
+        Some("adopt") => format!(
+            "hot-swap {} to genome {}",
+            request["agent"].as_str().unwrap_or("?"),
+            request["genome"]["id"].as_str().map_or("?", |id| &id[..id.len().min(12)])
+        ),
         Some("veto") => {
             format!("veto decision {decision} ({:?})", request["reason"].as_str().unwrap_or(""))
         }
@@ -175,20 +197,12 @@ pub(crate) async fn apply(
             }
         }
         (None, OperatorRequest::Rollback { agent, version, .. }) => {
-            let command = agent_ooda::OodaCommand::Rollback { version: *version };
-            let message = Message::new(
-                agent_core::new_message_id(),
-                Address::System,
-                agent.clone(),
-                MessageKind::TaskAssign,
-                serde_json::to_value(command)?,
-                now,
-            );
-            match bus.send(message).await {
-                Ok(_) => Ok("delivered"),
-                Err(message_bus::SendError::Backend(e)) => return Err(e.into()),
-                Err(e) => Err(e.to_string()),
-            }
+            command(bus, agent, agent_ooda::OodaCommand::Rollback { version: *version }, now)
+                .await?
+        }
+        (None, OperatorRequest::Adopt { agent, genome, .. }) => {
+            command(bus, agent, agent_ooda::OodaCommand::Adopt { genome: genome.clone() }, now)
+                .await?
         }
     };
     let done = match result {
@@ -204,6 +218,29 @@ pub(crate) async fn apply(
     };
     audit.append(&actor, now, event).await?;
     Ok(done)
+}
+
+/// Sends `command` to the OODA agent `agent` as a `task_assign` from `system`: `Ok` with
+/// `delivered`, or the bus's refusal (no such inbox) as the request's error.
+async fn command(
+    bus: &dyn MessageBus,
+    agent: &AgentId,
+    command: agent_ooda::OodaCommand,
+    now: Timestamp,
+) -> anyhow::Result<Result<&'static str, String>> {
+    let message = Message::new(
+        agent_core::new_message_id(),
+        Address::System,
+        agent.clone(),
+        MessageKind::TaskAssign,
+        serde_json::to_value(command)?,
+        now,
+    );
+    Ok(match bus.send(message).await {
+        Ok(_) => Ok("delivered"),
+        Err(message_bus::SendError::Backend(e)) => return Err(e.into()),
+        Err(e) => Err(e.to_string()),
+    })
 }
 
 /// One pending request file: its path, its id, and its contents or why they cannot be read.
@@ -325,48 +362,54 @@ pub(crate) async fn veto(args: &VetoArgs) -> Result<u8, Failure> {
     decide(&args.target, request).await
 }
 
+/// Why `human` may not send a command to `agent` of the run in `dir` (not one of its
+/// `[approvals] humans`, not an OODA agent of its team), if so.
+fn ooda_refusal(
+    dir: &Path,
+    info: &RunInfo,
+    human: &str,
+    agent: &AgentId,
+) -> Result<Option<String>, Failure> {
+    let team = stored_team(dir)?;
+    let allowed = &team.spec.approvals.humans;
+    let oodas: Vec<&AgentId> = team
+        .spec
+        .agents
+        .iter()
+        .filter(|a| matches!(&a.role, agent_pool::RoleSpec::Bottom(b) if b.ooda.is_some()))
+        .map(|a| &a.config.id)
+        .collect();
+    Ok(if !allowed.iter().any(|a| a == human) {
+        let who = if allowed.is_empty() { "nobody".to_owned() } else { allowed.join(", ") };
+        Some(format!(
+            "`{human}` may not operate run {} (its [approvals] humans: {who})",
+            info.run_id
+        ))
+    } else if !oodas.contains(&agent) {
+        let names: Vec<&str> = oodas.iter().map(|a| a.as_str()).collect();
+        Some(format!(
+            "`{}` is not an OODA agent of run {} (its OODA agents: {})",
+            agent.as_str().escape_debug(),
+            info.run_id,
+            if names.is_empty() { "none".to_owned() } else { names.join(", ") }
+        ))
+    } else {
+        None
+    })
+}
+
 /// `strata rollback RUN AGENT VERSION`.
 pub(crate) async fn rollback(args: &RollbackArgs) -> Result<u8, Failure> {
     let dir = resolve_run(&args.operator.data, &args.run)?;
     let info = RunInfo::read(&dir).map_err(bad_input)?;
     let human = operator_name(args.operator.as_name.as_deref())?;
     let agent = AgentId::new(args.agent.as_str());
-    let request = OperatorRequest::Rollback {
-        agent: agent.clone(),
-        version: args.version,
-        human: human.clone(),
+    let refused = match ooda_refusal(&dir, &info, &human, &agent)? {
+        Some(refusal) => Some(refusal),
+        None if args.version == 0 => Some("versions start at 1".to_owned()),
+        None => None,
     };
-    let team = stored_team(&dir)?;
-    let allowed = &team.spec.approvals.humans;
-    let is_ooda = team.spec.agents.iter().any(|a| {
-        a.config.id == agent
-            && matches!(&a.role, agent_pool::RoleSpec::Bottom(b) if b.ooda.is_some())
-    });
-    let oodas: Vec<&str> = team
-        .spec
-        .agents
-        .iter()
-        .filter(|a| matches!(&a.role, agent_pool::RoleSpec::Bottom(b) if b.ooda.is_some()))
-        .map(|a| a.config.id.as_str())
-        .collect();
-    let refused = if !allowed.contains(&human) {
-        let who = if allowed.is_empty() { "nobody".to_owned() } else { allowed.join(", ") };
-        Some(format!(
-            "`{human}` may not operate run {} (its [approvals] humans: {who})",
-            info.run_id
-        ))
-    } else if !is_ooda {
-        Some(format!(
-            "`{}` is not an OODA agent of run {} (its OODA agents: {})",
-            agent.as_str().escape_debug(),
-            info.run_id,
-            if oodas.is_empty() { "none".to_owned() } else { oodas.join(", ") }
-        ))
-    } else if args.version == 0 {
-        Some("versions start at 1".to_owned())
-    } else {
-        None
-    };
+    let request = OperatorRequest::Rollback { agent: agent.clone(), version: args.version, human };
     let envelope = Envelope { id: new_request_id(), at: now_ms(), request, refused };
     Ok(match submit(&dir, &info, envelope, args.operator.no_wait).await? {
         Submitted::Applied(_) => {
@@ -380,6 +423,63 @@ pub(crate) async fn rollback(args: &RollbackArgs) -> Result<u8, Failure> {
         Submitted::Queued => 0,
         Submitted::TimedOut => TASK_FAILED,
     })
+}
+
+/// `strata adopt RUN AGENT GENOME`: a genome file, or an evolution whose best genome it is.
+pub(crate) async fn adopt(args: &AdoptArgs) -> Result<u8, Failure> {
+    let dir = resolve_run(&args.operator.data, &args.run)?;
+    let info = RunInfo::read(&dir).map_err(bad_input)?;
+    let human = operator_name(args.operator.as_name.as_deref())?;
+    let agent = AgentId::new(args.agent.as_str());
+    let genome = read_genome(&args.operator.data, &args.genome)?;
+    let refused = ooda_refusal(&dir, &info, &human, &agent)?;
+    let short = genome.id.short().to_owned();
+    let request = OperatorRequest::Adopt { agent: agent.clone(), genome: Box::new(genome), human };
+    let envelope = Envelope { id: new_request_id(), at: now_ms(), request, refused };
+    Ok(match submit(&dir, &info, envelope, args.operator.no_wait).await? {
+        Submitted::Applied(_) => {
+            outln!(
+                "{agent} told to become genome {short}; it does at its next turn (`strata inspect {} audit` shows it, `strata rollback` goes back)",
+                info.run_id
+            );
+            0
+        }
+        Submitted::Queued => 0,
+        Submitted::TimedOut => TASK_FAILED,
+    })
+}
+
+/// The genome `given` names: a genome JSON file (such as an evolution's `best-genome.json`),
+/// or an evolution in `data` whose best genome it is; checked (its id matches its content).
+fn read_genome(data: &Path, given: &str) -> Result<agent_state::evolution::Genome, Failure> {
+    let file = Path::new(given);
+    let path = if file.is_file() {
+        file.to_path_buf()
+    } else {
+        let dir = crate::evolve::resolve(data, given).map_err(|_| {
+            bad_input(anyhow::anyhow!(
+                "`{}` is neither a genome file nor an evolution in {}",
+                given.escape_debug(),
+                data.display()
+            ))
+        })?;
+        let best = dir.join(crate::evolve::BEST_FILE);
+        if !best.is_file() {
+            return Err(bad_input(anyhow::anyhow!(
+                "evolution `{}` has no best genome yet (it has not finished); `strata evolve --resume {}` finishes it",
+                given.escape_debug(),
+                given.escape_debug()
+            )));
+        }
+        best
+    };
+    let genome: agent_state::evolution::Genome = crate::run::read_json(&path)
+        .with_context(|| format!("{} is not a genome", path.display()))
+        .map_err(bad_input)?;
+    genome
+        .verify()
+        .map_err(|e| bad_input(anyhow::anyhow!("{} is not a valid genome: {e}", path.display())))?;
+    Ok(genome)
 }
 
 /// Who signs: `--as NAME`, else `$USER`.
@@ -536,7 +636,8 @@ async fn check(
     let rule = match request {
         OperatorRequest::Approve { .. } => decision.sign(&actor, now).map(|_| ()),
         OperatorRequest::Veto { reason, .. } => decision.veto(&actor, reason.as_str(), now),
-        OperatorRequest::Rollback { .. } => Ok(()), // checked by `rollback`
+        // Checked by `rollback` and `adopt`.
+        OperatorRequest::Rollback { .. } | OperatorRequest::Adopt { .. } => Ok(()),
     };
     Ok(rule.err().map(|e| e.to_string()))
 }

@@ -95,16 +95,18 @@ impl RunStatus {
 
 impl RunInfo {
     pub(crate) fn read(dir: &Path) -> anyhow::Result<Self> {
-        let path = dir.join(RUN_FILE);
-        let bytes =
-            std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
-        serde_json::from_slice(&bytes).with_context(|| format!("{} is damaged", path.display()))
+        read_json(&dir.join(RUN_FILE))
     }
 
     pub(crate) fn write(&self, dir: &Path) -> anyhow::Result<()> {
-        let bytes = serde_json::to_vec_pretty(self)?;
-        write_atomic(&dir.join(RUN_FILE), &bytes)
+        write_atomic(&dir.join(RUN_FILE), &serde_json::to_vec_pretty(self)?)
     }
+}
+
+/// A JSON file the command wrote (`run.json`, `evolution.json`, a genome), read back.
+pub(crate) fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> anyhow::Result<T> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    serde_json::from_slice(&bytes).with_context(|| format!("{} is damaged", path.display()))
 }
 
 /// Writes a file through a temporary file and a rename.

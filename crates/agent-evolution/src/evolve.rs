@@ -142,6 +142,17 @@ impl Evolution {
         recorder: Arc<dyn FlightRecorder>,
         clock: Arc<dyn Clock>,
     ) -> Result<Self, EvolveError> {
+        Self::check(&settings, &space, &genesis)?;
+        Ok(Self { settings, space, genesis, evaluator, recorder, clock, writer: None })
+    }
+
+    /// Checks what [`new`](Self::new) checks, without an evaluator or a recorder: so that a
+    /// caller refuses bad input before it creates anything.
+    pub fn check(
+        settings: &EvolutionSettings,
+        space: &SearchSpace,
+        genesis: &Genome,
+    ) -> Result<(), EvolveError> {
         settings.validate()?;
         space.validate()?;
         genesis.verify()?;
@@ -165,7 +176,7 @@ impl Evolution {
                 }
             })?;
         }
-        Ok(Self { settings, space, genesis, evaluator, recorder, clock, writer: None })
+        Ok(())
     }
 
     /// Lets a prompt gene with `from_reasoner` ask `reasoner` to write variants
@@ -187,6 +198,13 @@ impl Evolution {
     /// recorded are not done again, so a killed evolution resumes from its last finished
     /// evaluation and ends as it would have.
     pub async fn run(&self) -> Result<EvolutionReport, EvolveError> {
+        if self.writer.is_none() && needs_writer(&self.space) {
+            return Err(EvolutionError::Field {
+                field: "genes.prompt".into(),
+                reason: "has no variants and asks the reasoner to write them, but this evolution has none (Evolution::with_writer); list `variants`".into(),
+            }
+            .into());
+        }
         let recorded: BTreeMap<EventKey, EvolutionaryEvent> =
             self.recorder.events().await?.into_iter().collect();
         if let Some(first) = recorded.get(&EventKey { generation: 0, phase: 0, index: 0, seq: 0 })
@@ -556,6 +574,13 @@ impl Evolution {
         self.recorder.record(key, &event).await?;
         Ok(())
     }
+}
+
+/// Whether `space` has a prompt gene only a reasoner can move (no variants of its own).
+pub fn needs_writer(space: &SearchSpace) -> bool {
+    space.genes.iter().any(|g| {
+        matches!(&g.kind, GeneKind::Prompt { variants, from_reasoner: true } if variants.is_empty())
+    })
 }
 
 /// The agent id an evolution's events carry for a member.

@@ -74,7 +74,7 @@ mod swap;
 pub use config::{ConfigError, EvolutionFile};
 pub use evolve::{
     EvalContext, EvalError, Evolution, EvolutionReport, EvolveError, FitnessEvaluator,
-    GenerationReport, agent_id,
+    GenerationReport, agent_id, needs_writer,
 };
 pub use recorder::{
     EVENTS_TREE, EventKey, FlightRecorder, MemoryRecorder, RecorderError, SledRecorder,

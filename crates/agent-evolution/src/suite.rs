@@ -51,20 +51,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agent_core::tools::{Sandbox, ToolContext, ToolRegistry};
-use agent_core::{
-    AuditEvent, AuditLog, InMemoryAuditLog, InMemoryStateStore, Reasoner, RuleBasedReasoner,
-    TokioClock,
-};
+use agent_core::{AuditEvent, Reasoner, RuleBasedReasoner};
 use agent_layers::BottomSpec;
 use agent_pool::{RoleSpec, Team, TeamServices, TeamSpec};
 use agent_state::evolution::{Fitness, FitnessWeights, Genome, GenomeConfig};
 use agent_state::{AgentLayer, Task};
 use async_trait::async_trait;
-use governance::InMemoryGovernance;
-use message_bus::InMemoryBus;
 use serde::Deserialize;
 use team_file::TeamFile;
-use whiteboard::InMemoryWhiteboard;
 
 use crate::evolve::{EvalContext, EvalError, FitnessEvaluator};
 
@@ -513,29 +507,11 @@ impl SuiteEvaluator {
             .map_err(|e| EvalError::new(format!("cannot make a workspace: {e}")))?;
         let workspace = dir.path().to_path_buf();
         prepare_workspace(task.files.clone(), genome.code.clone(), workspace.clone()).await?;
-        let audit = Arc::new(InMemoryAuditLog::new());
-        let services = TeamServices {
-            bus: Arc::new(InMemoryBus::new()),
-            boards: Arc::new(InMemoryWhiteboard::new()),
-            governance: Arc::new(InMemoryGovernance::new()),
-            audit: audit.clone(),
-            clock: Arc::new(TokioClock::new()),
-            workspace: Arc::new(
-                ToolContext::new(&workspace)
-                    .map_err(|e| EvalError::new(format!("cannot use the workspace: {e}")))?
-                    .with_sandbox(self.sandbox.clone()),
-            ),
-            tools: Arc::new(ToolRegistry::with_builtins()),
-            reasoner: self.reasoner.clone(),
-            state: Arc::new(InMemoryStateStore::new()),
-            reasoners: BTreeMap::new(),
-            agent_tools: BTreeMap::new(),
-            role_reasoners: BTreeMap::new(),
-            role_tools: BTreeMap::new(),
-            costs: None,
-            executor: None,
-            events: agent_core::EventHub::default(),
-        };
+        let workspace_context = ToolContext::new(&workspace)
+            .map_err(|e| EvalError::new(format!("cannot use the workspace: {e}")))?
+            .with_sandbox(self.sandbox.clone());
+        let services = TeamServices::in_memory(workspace_context, self.reasoner.clone());
+        let audit = services.audit.clone();
         let started = Instant::now();
         let team = Team::start(spec, services).await.map_err(|e| {
             EvalError::new(format!("task `{}`: cannot start the team: {e}", task.name))

@@ -9,20 +9,14 @@
 //! about a second; the runtime's default is 4 s.
 #![allow(clippy::print_stdout, reason = "an example prints its results")]
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_core::tools::{ToolContext, ToolRegistry};
-use agent_core::{
-    InMemoryAuditLog, InMemoryStateStore, RuleBasedReasoner, TokioClock, check_transition_chain,
-};
+use agent_core::tools::ToolContext;
+use agent_core::{RuleBasedReasoner, check_transition_chain};
 use agent_layers::{BottomSpec, MidSpec, TopSpec};
 use agent_pool::{AgentSpec, RoleSpec, Team, TeamServices, TeamSpec};
 use agent_state::{AgentConfig, AgentLayer, PlanStep, StepTarget, Task, TaskOutcome};
-use governance::InMemoryGovernance;
-use message_bus::InMemoryBus;
-use whiteboard::InMemoryWhiteboard;
 
 fn top(id: &str, power: &str, weight: f64) -> AgentSpec {
     AgentSpec {
@@ -69,24 +63,8 @@ fn step(id: &str, domain: &str, tool: &str, args: serde_json::Value, after: &[&s
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let workspace = std::env::args().nth(1).unwrap_or_else(|| "strata-workspace".into());
-    let services = TeamServices {
-        bus: Arc::new(InMemoryBus::new()),
-        boards: Arc::new(InMemoryWhiteboard::new()),
-        governance: Arc::new(InMemoryGovernance::new()),
-        audit: Arc::new(InMemoryAuditLog::new()),
-        clock: Arc::new(TokioClock::new()),
-        workspace: Arc::new(ToolContext::new(&workspace)?),
-        tools: Arc::new(ToolRegistry::with_builtins()),
-        reasoner: Arc::new(RuleBasedReasoner::new()),
-        state: Arc::new(InMemoryStateStore::new()),
-        reasoners: BTreeMap::new(),
-        agent_tools: BTreeMap::new(),
-        role_reasoners: Default::default(),
-        role_tools: Default::default(),
-        costs: None,
-        executor: None,
-        events: agent_core::EventHub::default(),
-    };
+    let services =
+        TeamServices::in_memory(ToolContext::new(&workspace)?, Arc::new(RuleBasedReasoner::new()));
     let mut spec = TeamSpec::new(vec![
         top("top-a", "power_a", 2.0),
         top("top-b", "power_b", 1.0),

@@ -168,6 +168,33 @@ pub struct TeamServices {
     pub events: agent_core::EventHub,
 }
 
+impl TeamServices {
+    /// Services on the in-memory backends (bus, whiteboards, governance, audit log, state
+    /// store), the real clock, the built-in tools in `workspace`, every agent reasoning with
+    /// `reasoner`, no cost meter and no executor of kinds: a team for a test, an example or an
+    /// evaluation, whose data goes with the process. Set any field to change one.
+    pub fn in_memory(workspace: ToolContext, reasoner: Arc<dyn Reasoner>) -> Self {
+        Self {
+            bus: Arc::new(message_bus::InMemoryBus::new()),
+            boards: Arc::new(whiteboard::InMemoryWhiteboard::new()),
+            governance: Arc::new(governance::InMemoryGovernance::new()),
+            audit: Arc::new(agent_core::InMemoryAuditLog::new()),
+            clock: Arc::new(agent_core::TokioClock::new()),
+            workspace: Arc::new(workspace),
+            tools: Arc::new(ToolRegistry::with_builtins()),
+            reasoner,
+            state: Arc::new(agent_core::InMemoryStateStore::new()),
+            reasoners: BTreeMap::new(),
+            agent_tools: BTreeMap::new(),
+            role_reasoners: BTreeMap::new(),
+            role_tools: BTreeMap::new(),
+            costs: None,
+            executor: None,
+            events: agent_core::EventHub::default(),
+        }
+    }
+}
+
 /// Where goal steps land only on executors that carry them out by themselves (with a `kind`,
 /// or OODA agents): those executors, and the domains whose every executor is one.
 #[derive(Debug, Default)]

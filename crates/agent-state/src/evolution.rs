@@ -968,7 +968,12 @@ impl SearchSpace {
             GeneKind::Prompt { variants, .. } => {
                 let others: Vec<&String> =
                     variants.iter().filter(|v| Some(v.as_str()) != current.as_str()).collect();
-                serde_json::json!({ "text": others[rng.index(others.len())].clone() })
+                match others.get(rng.index(others.len())) {
+                    Some(text) => serde_json::json!({ "text": text }),
+                    // A gene whose variants the reasoner writes: the caller asks it for the
+                    // text (see `agent-evolution`); until then the prompt stays.
+                    None => serde_json::json!({ "text": current }),
+                }
             }
             GeneKind::Tools { min } => {
                 let held = &parent.config.tools;
@@ -999,8 +1004,8 @@ fn can_move(gene: &Gene, parent: &Genome) -> bool {
             let current = parent.config.get(&gene.target);
             values.iter().any(|v| *v != current)
         }
-        GeneKind::Prompt { variants, .. } => {
-            variants.iter().any(|v| v.as_str() != parent.config.prompt.as_str())
+        GeneKind::Prompt { variants, from_reasoner } => {
+            *from_reasoner || variants.iter().any(|v| v.as_str() != parent.config.prompt.as_str())
         }
         GeneKind::Tools { min } => {
             parent.config.tools.len() > *min

@@ -8,6 +8,7 @@
 
 mod approval;
 mod bad_input;
+mod evolve;
 mod exec;
 mod failure;
 mod fake_llm;

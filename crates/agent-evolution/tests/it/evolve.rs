@@ -260,3 +260,38 @@ async fn bad_settings_and_another_evolutions_record_are_refused() {
     assert!(matches!(err, EvolveError::OtherEvolution { .. }), "{err}");
     assert_eq!(recorder.events().await.unwrap().len(), before);
 }
+
+#[tokio::test]
+async fn a_prompt_gene_may_take_variants_the_reasoner_writes() {
+    use agent_core::{ReasoningRequest, ScriptedAnswer, ScriptedReasoner};
+    use agent_state::evolution::{Gene, GeneKind, GeneTarget, SearchSpace};
+
+    let writer = ScriptedReasoner::from_fn(|request| match request {
+        ReasoningRequest::Compose { .. } => ScriptedAnswer::Compose("Verify every result.".into()),
+        _ => ScriptedAnswer::Fallback,
+    });
+    let space = SearchSpace::new(vec![Gene {
+        target: GeneTarget::Prompt,
+        kind: GeneKind::Prompt { variants: vec![], from_reasoner: true },
+    }]);
+    let recorder = arc(MemoryRecorder::new());
+    let mut s = settings(4);
+    s.population = 2;
+    s.generations = 1;
+    Evolution::new(s, space, genesis(), arc(Gym::default()), recorder.clone(), arc(FixedClock))
+        .unwrap()
+        .with_writer(arc(writer))
+        .run()
+        .await
+        .unwrap();
+    let children: Vec<Genome> = recorder
+        .events()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|(k, e)| k.generation == 1 && e.event_type == EvolutionaryEventType::Spawn)
+        .map(|(_, e)| serde_json::from_value(e.payload["genome"].clone()).unwrap())
+        .collect();
+    assert!(!children.is_empty());
+    assert!(children.iter().any(|c| c.config.prompt == "Verify every result."), "{children:?}");
+}

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_core::tools::{ToolContext, ToolRegistry};
-use agent_core::{AuditEvent, InMemoryAuditLog, InMemoryStateStore, RuleBasedReasoner, TokioClock};
+use agent_core::tools::ToolContext;
+use agent_core::{AuditEvent, RuleBasedReasoner};
 use agent_evolution::{FlightRecorder, MemoryRecorder, SwapError, hot_swap};
 use agent_layers::{BottomSpec, MidSpec, TopSpec};
 use agent_ooda::OodaCommand;
@@ -14,10 +14,7 @@ use agent_pool::{AgentSpec, RoleSpec, Team, TeamServices, TeamSpec};
 use agent_state::evolution::{EvolutionaryEventType, Genome, GenomeConfig, Lineage};
 use agent_state::ooda::OodaConfig;
 use agent_state::{Address, AgentConfig, AgentLayer, Message, MessageKind};
-use governance::InMemoryGovernance;
-use message_bus::InMemoryBus;
 use serde_json::{Value, json};
-use whiteboard::InMemoryWhiteboard;
 
 use crate::support::*;
 
@@ -58,24 +55,10 @@ fn team() -> TeamSpec {
 }
 
 fn services(workspace: &std::path::Path) -> TeamServices {
-    TeamServices {
-        bus: Arc::new(InMemoryBus::new()),
-        boards: Arc::new(InMemoryWhiteboard::new()),
-        governance: Arc::new(InMemoryGovernance::new()),
-        audit: Arc::new(InMemoryAuditLog::new()),
-        clock: Arc::new(TokioClock::new()),
-        workspace: Arc::new(ToolContext::new(workspace).unwrap()),
-        tools: Arc::new(ToolRegistry::with_builtins()),
-        reasoner: Arc::new(RuleBasedReasoner::new()),
-        state: Arc::new(InMemoryStateStore::new()),
-        reasoners: BTreeMap::new(),
-        agent_tools: BTreeMap::new(),
-        role_reasoners: BTreeMap::new(),
-        role_tools: BTreeMap::new(),
-        costs: None,
-        executor: None,
-        events: agent_core::EventHub::default(),
-    }
+    TeamServices::in_memory(
+        ToolContext::new(workspace).unwrap(),
+        Arc::new(RuleBasedReasoner::new()),
+    )
 }
 
 fn winner(tools: &[&str]) -> Genome {

@@ -1,17 +1,13 @@
 //! Builders shared by the team scenarios: a standard three-layer team on in-memory services.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_core::tools::{ToolContext, ToolRegistry};
-use agent_core::{InMemoryAuditLog, InMemoryStateStore, RuleBasedReasoner, TokioClock};
+use agent_core::tools::ToolContext;
+use agent_core::{RuleBasedReasoner, TokioClock};
 use agent_layers::{BottomSpec, MidSpec, TopSpec};
 use agent_pool::{AgentSpec, RoleSpec, TeamServices, TeamSpec};
 use agent_state::{AgentConfig, AgentLayer, PlanStep, StepTarget, Task, Timestamp};
-use governance::InMemoryGovernance;
-use message_bus::InMemoryBus;
-use whiteboard::InMemoryWhiteboard;
 
 pub(crate) fn top(id: &str, power: &str, weight: f64) -> AgentSpec {
     AgentSpec {
@@ -61,22 +57,11 @@ pub(crate) fn standard_team() -> TeamSpec {
 
 pub(crate) fn services(workspace: &std::path::Path) -> TeamServices {
     TeamServices {
-        bus: Arc::new(InMemoryBus::new()),
-        boards: Arc::new(InMemoryWhiteboard::new()),
-        governance: Arc::new(InMemoryGovernance::new()),
-        audit: Arc::new(InMemoryAuditLog::new()),
         clock: Arc::new(TokioClock::starting_at(Timestamp(1_700_000_000_000))),
-        workspace: Arc::new(ToolContext::new(workspace).unwrap()),
-        tools: Arc::new(ToolRegistry::with_builtins()),
-        reasoner: Arc::new(RuleBasedReasoner::new()),
-        state: Arc::new(InMemoryStateStore::new()),
-        reasoners: BTreeMap::new(),
-        agent_tools: BTreeMap::new(),
-        role_reasoners: Default::default(),
-        role_tools: Default::default(),
-        costs: None,
-        executor: None,
-        events: agent_core::EventHub::default(),
+        ..TeamServices::in_memory(
+            ToolContext::new(workspace).unwrap(),
+            Arc::new(RuleBasedReasoner::new()),
+        )
     }
 }
 
