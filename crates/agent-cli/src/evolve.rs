@@ -248,7 +248,9 @@ async fn run(
         Arc::new(agent_core::TokioClock::new()),
     )
     .map_err(bad_input)?;
-    if !args.json {
+    let evolution = if args.json {
+        evolution
+    } else {
         outln!(
             "evolution {}: {} generations of {} genomes on {} ({tasks} tasks), seed {}",
             info.run_id,
@@ -257,7 +259,27 @@ async fn run(
             info.suite.display(),
             settings.seed
         );
-    }
+        outln!(
+            "{:>4} {:>8} {:>7} {:>7} {:>9} {:>5}",
+            "gen",
+            "members",
+            "best",
+            "mean",
+            "survived",
+            "died"
+        );
+        evolution.with_progress(Arc::new(|g: &agent_evolution::GenerationReport| {
+            outln!(
+                "{:>4} {:>8} {:>7.3} {:>7.3} {:>9} {:>5}",
+                g.generation,
+                g.members,
+                g.best,
+                g.mean,
+                g.survived,
+                g.died
+            );
+        }))
+    };
     let result = tokio::select! {
         result = evolution.run() => Some(result),
         _ = tokio::signal::ctrl_c() => None,
@@ -293,27 +315,8 @@ async fn run(
     Ok(0)
 }
 
+/// What an evolution found (its generations were printed as they ran).
 fn print_report(report: &EvolutionReport, info: &EvolutionInfo, dir: &Path) {
-    outln!(
-        "{:>4} {:>8} {:>7} {:>7} {:>9} {:>5}",
-        "gen",
-        "members",
-        "best",
-        "mean",
-        "survived",
-        "died"
-    );
-    for g in &report.generations {
-        outln!(
-            "{:>4} {:>8} {:>7.3} {:>7.3} {:>9} {:>5}",
-            g.generation,
-            g.members,
-            g.best,
-            g.mean,
-            g.survived,
-            g.died
-        );
-    }
     let best = &report.best;
     outln!(
         "best genome {} (generation {}): fitness {:.3}",

@@ -67,9 +67,10 @@ pub enum EvolveError {
     /// The flight recorder failed; what was recorded before stays.
     #[error(transparent)]
     Recorder(#[from] RecorderError),
-    /// The recorder holds an evolution of another genesis or seed.
+    /// The recorder holds an evolution of another genesis or other settings (a seed, a
+    /// population).
     #[error(
-        "the flight recorder holds another evolution (its genesis is {found}, this one's {expected}); use a new run directory"
+        "the flight recorder holds another evolution (its {found}; this one's {expected}); use a new run directory"
     )]
     OtherEvolution {
         /// The recorded genesis.
@@ -121,7 +122,11 @@ pub struct Evolution {
     recorder: Arc<dyn FlightRecorder>,
     clock: Arc<dyn Clock>,
     writer: Option<Arc<dyn Reasoner>>,
+    progress: Option<Progress>,
 }
+
+/// Called with each generation's figures as soon as it is evaluated and selected.
+pub type Progress = Arc<dyn Fn(&GenerationReport) + Send + Sync>;
 
 /// A generation's member: its genome and the mutations that made it.
 #[derive(Clone)]
@@ -143,7 +148,16 @@ impl Evolution {
         clock: Arc<dyn Clock>,
     ) -> Result<Self, EvolveError> {
         Self::check(&settings, &space, &genesis)?;
-        Ok(Self { settings, space, genesis, evaluator, recorder, clock, writer: None })
+        Ok(Self {
+            settings,
+            space,
+            genesis,
+            evaluator,
+            recorder,
+            clock,
+            writer: None,
+            progress: None,
+        })
     }
 
     /// Checks what [`new`](Self::new) checks, without an evaluator or a recorder: so that a
@@ -188,6 +202,14 @@ impl Evolution {
         self
     }
 
+    /// Calls `progress` with each generation's figures as the evolution goes (a resumed
+    /// evolution reports the generations it takes from its record too).
+    #[must_use]
+    pub fn with_progress(mut self, progress: Progress) -> Self {
+        self.progress = Some(progress);
+        self
+    }
+
     /// The settings.
     pub fn settings(&self) -> &EvolutionSettings {
         &self.settings
@@ -207,13 +229,20 @@ impl Evolution {
         }
         let recorded: BTreeMap<EventKey, EvolutionaryEvent> =
             self.recorder.events().await?.into_iter().collect();
-        if let Some(first) = recorded.get(&EventKey { generation: 0, phase: 0, index: 0, seq: 0 })
-            && first.genome_id != self.genesis.id
-        {
-            return Err(EvolveError::OtherEvolution {
-                found: first.genome_id.to_string(),
-                expected: self.genesis.id.to_string(),
-            });
+        if let Some(first) = recorded.get(&EventKey { generation: 0, phase: 0, index: 0, seq: 0 }) {
+            let settings = serde_json::to_value(&self.settings).unwrap_or_default();
+            if first.genome_id != self.genesis.id {
+                return Err(EvolveError::OtherEvolution {
+                    found: format!("genesis {}", first.genome_id),
+                    expected: format!("genesis {}", self.genesis.id),
+                });
+            }
+            if first.payload.get("settings").is_some_and(|s| *s != settings) {
+                return Err(EvolveError::OtherEvolution {
+                    found: format!("settings {}", first.payload["settings"]),
+                    expected: format!("settings {settings}"),
+                });
+            }
         }
         let mut scores: BTreeMap<GenomeId, Fitness> = BTreeMap::new();
         let mut best: Option<(Genome, Fitness)> = None;
@@ -266,6 +295,9 @@ impl Evolution {
                 survived = report.survived,
                 "generation evaluated"
             );
+            if let Some(progress) = &self.progress {
+                progress(&report);
+            }
             reports.push(report);
             parents = selection.ranked.iter().map(|i| members[*i].genome.clone()).collect();
             elite = selection.elite.iter().map(|i| members[*i].genome.clone()).collect();
@@ -303,19 +335,22 @@ impl Evolution {
             .map(|g| Member { genome: g.clone(), mutations: Vec::new(), elite: true })
             .collect();
         let mut seen: BTreeSet<GenomeId> = members.iter().map(|m| m.genome.id.clone()).collect();
-        let mut child = 0u64;
+        let elites = members.len();
         while members.len() < population {
             let index = members.len();
             let key = EventKey { generation, phase: EventKey::SPAWN, index: index as u32, seq: 0 };
             if let Some(event) = recorded.get(&key)
-                && let Some(member) = recorded_member(event, recorded, generation, index)
+                && let Some(member) = recorded_member(event)
             {
                 seen.insert(member.genome.id.clone());
                 members.push(member);
                 continue;
             }
-            let parent = &parents[(child as usize) % parents.len().max(1)];
-            child += 1;
+            // The n-th child's parent is the n-th survivor, in turn: where it stands, not how
+            // many children this call made, so a member taken from the record changes nothing.
+            let Some(parent) = parents.get((index - elites) % parents.len().max(1)) else {
+                break;
+            };
             // Each child draws from its own stream: the same seed gives the same child
             // whatever was recorded before it.
             let stream = (u64::from(generation) << 32) | index as u64;
@@ -489,11 +524,18 @@ impl Evolution {
         index: usize,
         member: &Member,
     ) -> Result<(), EvolveError> {
-        let payload = json!({
+        // The spawn holds everything the member is (its mutations too), so that a resumed
+        // evolution rebuilds it from this one event and records what a kill cut short.
+        let mut payload = json!({
             "genome": member.genome,
             "parent_genome": member.genome.parent_id,
             "elite": member.elite,
+            "mutations": member.mutations,
         });
+        if generation == 0 {
+            // What the evolution is: a resume with other settings is refused.
+            payload["settings"] = serde_json::to_value(&self.settings).unwrap_or_default();
+        }
         let mut event =
             self.event(member, generation, index, EvolutionaryEventType::Spawn, payload, None);
         if member.elite {
@@ -603,23 +645,15 @@ fn fitness_of(event: &EvolutionaryEvent) -> Fitness {
     Fitness { overall, scores, failure }
 }
 
-/// The member a recorded spawn (and its mutations) describes, if it can be read.
-fn recorded_member(
-    event: &EvolutionaryEvent,
-    recorded: &BTreeMap<EventKey, EvolutionaryEvent>,
-    generation: u32,
-    index: usize,
-) -> Option<Member> {
+/// The member a recorded spawn describes, if it can be read.
+fn recorded_member(event: &EvolutionaryEvent) -> Option<Member> {
     let genome: Genome = serde_json::from_value(event.payload.get("genome")?.clone()).ok()?;
     if genome.verify().is_err() || genome.id != event.genome_id {
         return None;
     }
     let elite = event.payload.get("elite").and_then(Value::as_bool).unwrap_or(false);
-    let mutations = (1..=u8::MAX)
-        .map_while(|seq| {
-            recorded.get(&EventKey { generation, phase: EventKey::SPAWN, index: index as u32, seq })
-        })
-        .filter_map(|e| serde_json::from_value(e.payload.get("mutation")?.clone()).ok())
-        .collect();
+    let mutations =
+        serde_json::from_value(event.payload.get("mutations").cloned().unwrap_or_default())
+            .unwrap_or_default();
     Some(Member { genome, mutations, elite })
 }

@@ -74,12 +74,13 @@ mod swap;
 pub use config::{ConfigError, EvolutionFile};
 pub use evolve::{
     EvalContext, EvalError, Evolution, EvolutionReport, EvolveError, FitnessEvaluator,
-    GenerationReport, agent_id, needs_writer,
+    GenerationReport, Progress, agent_id, needs_writer,
 };
 pub use recorder::{
     EVENTS_TREE, EventKey, FlightRecorder, MemoryRecorder, RecorderError, SledRecorder,
 };
 pub use suite::{
-    SuiteError, SuiteEvaluator, SuiteTask, TOOL_TIMEOUT_PARAMETER, TaskRun, TaskSuite,
+    Reasoning, ReasoningFactory, SuiteError, SuiteEvaluator, SuiteTask, TOOL_TIMEOUT_PARAMETER,
+    TaskRun, TaskSuite,
 };
 pub use swap::{SwapError, hot_swap};

@@ -23,6 +23,9 @@
 //! heartbeat = "50ms"         # the task teams' heartbeat (default 50 ms; 10 ms to 1 h)
 //! time_budget_ms = 4000      # optional: wall time counts in efficiency, 1 - wall / budget
 //!                            # per task; left out, the fitness depends on nothing measured
+//! token_budget = 20000       # optional: model tokens count in efficiency, 1 - tokens /
+//!                            # budget per task, when the reasoning is metered
+//!                            # (`SuiteEvaluator::with_reasoning`)
 //! ```
 //!
 //! The genome sets, on every executor of the team: its role (with the prompt after it), model,
@@ -34,14 +37,16 @@
 //! Scores, each 0 to 1, combined by the evolution's weights (0.4 / 0.3 / 0.3 by default):
 //! - `success`: tasks whose run succeeded **and** whose check command exited 0, over tasks;
 //! - `efficiency`: per task, the plan's steps over the tool calls made (at most 1), averaged
-//!   with `1 - wall / time_budget_ms` when a budget is set; then averaged over tasks;
+//!   with `1 - wall / time_budget_ms` and `1 - tokens / token_budget` when those budgets are
+//!   set (tokens: when the reasoning is metered); then averaged over tasks;
 //! - `safety`: per task, 1 - (failed tool calls + refused actions) / (tool calls + refused
 //!   actions), averaged over tasks.
 //!
 //! A task on which the genome made no tool call at all scores 0 for efficiency and safety:
 //! doing nothing is neither cheap nor safe work.
 //!
-//! Also recorded: `tasks`, `passed`, `calls`, `failed_calls`, `refused`, `wall_ms`. A check
+//! Also recorded: `tasks`, `passed`, `calls`, `failed_calls`, `refused`, `wall_ms`, and
+//! `tokens` when metered. A check
 //! command that does not exist (exit 127) or cannot run scores the genome as failed, naming the
 //! task.
 
@@ -147,6 +152,8 @@ struct RawSuite {
     heartbeat: Option<String>,
     #[serde(default)]
     time_budget_ms: Option<u64>,
+    #[serde(default)]
+    token_budget: Option<u64>,
 }
 
 /// The settings in a task's `task.toml`.
@@ -191,6 +198,8 @@ pub struct TaskSuite {
     pub check_timeout: Duration,
     /// Wall time that counts in efficiency, when set.
     pub time_budget_ms: Option<u64>,
+    /// Model tokens that count in efficiency, when set (and the reasoning is metered).
+    pub token_budget: Option<u64>,
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> SuiteError + '_ {
@@ -261,6 +270,9 @@ impl TaskSuite {
         if raw.time_budget_ms == Some(0) {
             return Err(field("time_budget_ms", "is 0; it must be above 0 (or left out)".into()));
         }
+        if raw.token_budget == Some(0) {
+            return Err(field("token_budget", "is 0; it must be above 0 (or left out)".into()));
+        }
         let tasks_dir = dir.join("tasks");
         let mut names: Vec<String> = std::fs::read_dir(&tasks_dir)
             .map_err(io(&tasks_dir))?
@@ -283,6 +295,7 @@ impl TaskSuite {
             task_timeout: Duration::from_millis(task_timeout),
             check_timeout: Duration::from_millis(check_timeout),
             time_budget_ms: raw.time_budget_ms,
+            token_budget: raw.token_budget,
         })
     }
 
@@ -441,7 +454,23 @@ pub struct TaskRun {
     pub refused: u64,
     /// Wall time, in milliseconds.
     pub wall_ms: u64,
+    /// Model tokens its reasoning used, when the reasoning is metered.
+    pub tokens: Option<u64>,
 }
+
+/// What the agents of one task's team reason with: a reasoner and, for one that uses a model,
+/// a meter of the tokens it has used so far (read before and after the task).
+#[derive(Clone)]
+pub struct Reasoning {
+    /// The reasoner of every agent of the team.
+    pub reasoner: Arc<dyn Reasoner>,
+    /// Tokens used so far by `reasoner`; `None` when it uses no model.
+    pub tokens: Option<Arc<dyn Fn() -> u64 + Send + Sync>>,
+}
+
+/// Makes the reasoning of each task run, for the genome under evaluation (which may name a
+/// model and a temperature).
+pub type ReasoningFactory = Arc<dyn Fn(&Genome) -> Reasoning + Send + Sync>;
 
 /// The built-in evaluator: a genome as the executors of a [`TaskSuite`]'s team, on each of its
 /// tasks in turn, in a fresh workspace, on in-memory backends.
@@ -450,7 +479,7 @@ pub struct SuiteEvaluator {
     suite: Arc<TaskSuite>,
     sandbox: Sandbox,
     weights: FitnessWeights,
-    reasoner: Arc<dyn Reasoner>,
+    reasoning: ReasoningFactory,
 }
 
 impl SuiteEvaluator {
@@ -471,11 +500,12 @@ impl SuiteEvaluator {
         let reasoner = RuleBasedReasoner::new()
             .forbid_tools(suite.team.default_reasoner.forbid_tools.iter().cloned())
             .prefer(suite.team.default_reasoner.prefer.iter().cloned());
+        let reasoner: Arc<dyn Reasoner> = Arc::new(reasoner);
         Self {
             suite: Arc::new(suite),
             sandbox,
             weights: FitnessWeights::default(),
-            reasoner: Arc::new(reasoner),
+            reasoning: Arc::new(move |_| Reasoning { reasoner: reasoner.clone(), tokens: None }),
         }
     }
 
@@ -486,10 +516,20 @@ impl SuiteEvaluator {
         self
     }
 
-    /// The same evaluator with every agent of the task teams reasoning with `reasoner`.
+    /// The same evaluator with every agent of the task teams reasoning with `reasoner`
+    /// (its tokens not metered).
     #[must_use]
     pub fn with_reasoner(mut self, reasoner: Arc<dyn Reasoner>) -> Self {
-        self.reasoner = reasoner;
+        self.reasoning = Arc::new(move |_| Reasoning { reasoner: reasoner.clone(), tokens: None });
+        self
+    }
+
+    /// The same evaluator with each task's team reasoning as `factory` says for the genome
+    /// (a model reasoner with the genome's model, and a meter of its tokens: then the tokens a
+    /// task used count in its efficiency against the suite's `token_budget`).
+    #[must_use]
+    pub fn with_reasoning(mut self, factory: ReasoningFactory) -> Self {
+        self.reasoning = factory;
         self
     }
 
@@ -510,7 +550,9 @@ impl SuiteEvaluator {
         let workspace_context = ToolContext::new(&workspace)
             .map_err(|e| EvalError::new(format!("cannot use the workspace: {e}")))?
             .with_sandbox(self.sandbox.clone());
-        let services = TeamServices::in_memory(workspace_context, self.reasoner.clone());
+        let reasoning = (self.reasoning)(genome);
+        let tokens_before = reasoning.tokens.as_ref().map(|meter| meter());
+        let services = TeamServices::in_memory(workspace_context, reasoning.reasoner.clone());
         let audit = services.audit.clone();
         let started = Instant::now();
         let team = Team::start(spec, services).await.map_err(|e| {
@@ -530,6 +572,11 @@ impl SuiteEvaluator {
             }
         };
         let wall_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let tokens = reasoning
+            .tokens
+            .as_ref()
+            .zip(tokens_before)
+            .map(|(meter, before)| meter().saturating_sub(before));
         if let Err(e) = team.shutdown().await {
             tracing::debug!(task = %task.name, error = %e, "the task team did not shut down cleanly");
         }
@@ -558,6 +605,7 @@ impl SuiteEvaluator {
             failed_calls,
             refused,
             wall_ms,
+            tokens,
         })
     }
 
@@ -613,15 +661,18 @@ impl SuiteEvaluator {
                 if idle(r) {
                     return 0.0;
                 }
-                let calls =
-                    if r.calls == 0 { 1.0 } else { (r.steps as f64 / r.calls as f64).min(1.0) };
-                match self.suite.time_budget_ms {
-                    Some(budget) => {
-                        let time = (1.0 - r.wall_ms as f64 / budget as f64).max(0.0);
-                        (calls + time) / 2.0
-                    }
-                    None => calls,
+                let mut parts = vec![if r.calls == 0 {
+                    1.0
+                } else {
+                    (r.steps as f64 / r.calls as f64).min(1.0)
+                }];
+                if let Some(budget) = self.suite.time_budget_ms {
+                    parts.push((1.0 - r.wall_ms as f64 / budget as f64).max(0.0));
                 }
+                if let (Some(budget), Some(tokens)) = (self.suite.token_budget, r.tokens) {
+                    parts.push((1.0 - tokens as f64 / budget as f64).max(0.0));
+                }
+                parts.iter().sum::<f64>() / parts.len() as f64
             })
             .sum::<f64>()
             / n;
@@ -640,6 +691,10 @@ impl SuiteEvaluator {
         let failed: u64 = runs.iter().map(|r| r.failed_calls).sum();
         let refused: u64 = runs.iter().map(|r| r.refused).sum();
         let mut fitness = Fitness::weighted(success, efficiency, safety, &self.weights);
+        if runs.iter().any(|r| r.tokens.is_some()) {
+            let tokens: u64 = runs.iter().filter_map(|r| r.tokens).sum();
+            fitness.scores.insert("tokens".into(), tokens as f64);
+        }
         for (name, value) in [
             ("tasks", runs.len() as f64),
             ("passed", passed as f64),

@@ -293,6 +293,11 @@
 //!                                  # schema or syntax check), 3 (its tests pass before and
 //!                                  # after, on a copy), 4 (a human signs: [approvals] humans)
 //! test_command = "test -s README.md"   # levels 3 and 4: run with `sh -c` in the sandbox
+//! # model = "gpt-4o-mini"          # its model, when the team reasons with one; default the
+//!                                  # executor's
+//! # max_retries = 3                # its runtime settings; default the executor's (a
+//! # turn_timeout_ms = 30000        # hot-swapped genome, `strata adopt`, sets them; a
+//! # temperature = 0.2              # rollback restores them)
 //!
 //! # Roles: the kinds of agent the team may create while it works, each spawned by an agent
 //! # whose role enables it. Without roles the team is the agents listed above.

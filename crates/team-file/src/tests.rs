@@ -2979,6 +2979,21 @@ fn an_ooda_executor_reads_its_config_with_the_executors_tools_by_default() {
     assert_eq!(config.tools, ["read_file", "write_file"]);
     assert_eq!(config.self_modification_level.get(), 4);
     assert_eq!(config.max_iterations, 10, "seed 004's default");
+    assert_eq!(
+        (config.max_retries, config.turn_timeout_ms, config.temperature),
+        (None, None, None)
+    );
+    // Its own runtime settings, as a hot-swapped genome sets them.
+    let tuned = team(&with_head(&format!(
+        "{OODA}max_retries = 5\nturn_timeout_ms = 9000\ntemperature = 0.5\n"
+    )));
+    let ooda = tuned.spec.agents.iter().find(|a| a.config.id.as_str() == "ooda-1").unwrap();
+    let RoleSpec::Bottom(b) = &ooda.role else { panic!("{ooda:?}") };
+    let config = b.ooda.as_deref().expect("an OODA configuration");
+    assert_eq!(
+        (config.max_retries, config.turn_timeout_ms, config.temperature),
+        (Some(5), Some(9000), Some(0.5))
+    );
 }
 
 #[test]
@@ -2990,6 +3005,10 @@ fn a_bad_ooda_config_points_at_it() {
     assert!(err.message().contains("`shell` is not one of the executor's `tools`"), "{err}");
     let err = bad("max_iterations = 0");
     assert!(err.message().contains("max_iterations"), "{err}");
+    let err = bad("turn_timeout_ms = 0");
+    assert!(err.message().contains("turn_timeout_ms"), "{err}");
+    let err = bad("temperature = 3.0");
+    assert!(err.message().contains("temperature"), "{err}");
     let err = bad("sandbox_enabled = false");
     assert!(err.message().contains("sandbox"), "{err}");
     let both = OODA.replace(

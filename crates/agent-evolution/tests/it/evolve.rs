@@ -295,3 +295,46 @@ async fn a_prompt_gene_may_take_variants_the_reasoner_writes() {
     assert!(!children.is_empty());
     assert!(children.iter().any(|c| c.config.prompt == "Verify every result."), "{children:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resuming_from_any_point_of_the_record_ends_as_the_uninterrupted_evolution() {
+    let whole = arc(MemoryRecorder::new());
+    evolve(21, whole.clone(), arc(Gym::default())).await;
+    let all = whole.events().await.unwrap();
+    // A kill can stop the evolution after any recorded event: births half recorded, some
+    // evaluations of a generation done, fates half written.
+    for cut in (0..all.len()).step_by(3) {
+        let partial = arc(MemoryRecorder::new());
+        for (key, event) in &all[..cut] {
+            partial.record(*key, event).await.unwrap();
+        }
+        evolve(21, partial.clone(), arc(Gym::default())).await;
+        let resumed = partial.events().await.unwrap();
+        let first_difference = all.iter().zip(&resumed).position(|(a, b)| a != b);
+        assert!(
+            first_difference.is_none() && resumed.len() == all.len(),
+            "resumed after {cut} of {} events, the record differs at {first_difference:?}: {}",
+            all.len(),
+            first_difference.map_or(String::new(), |i| format!(
+                "{}\nbecame\n{}",
+                serde_json::to_string(&all[i].1).unwrap(),
+                serde_json::to_string(&resumed[i].1).unwrap()
+            ))
+        );
+    }
+    // Another seed on the same record is another evolution: refused, nothing added.
+    let err = Evolution::new(
+        settings(22),
+        space(),
+        genesis(),
+        arc(Gym::default()),
+        whole.clone(),
+        arc(FixedClock),
+    )
+    .unwrap()
+    .run()
+    .await
+    .unwrap_err();
+    assert!(matches!(err, EvolveError::OtherEvolution { .. }), "{err}");
+    assert_eq!(whole.events().await.unwrap().len(), all.len());
+}

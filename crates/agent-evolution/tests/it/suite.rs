@@ -143,3 +143,47 @@ async fn a_check_command_that_does_not_exist_fails_the_evaluation_naming_the_tas
     assert!(err.to_string().contains("task `one`"), "{err}");
     assert!(err.to_string().contains("exit 127"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tokens_a_genomes_model_uses_count_in_its_efficiency() {
+    use std::sync::Arc;
+
+    use agent_core::{ScriptedAnswer, ScriptedReasoner};
+    use agent_evolution::Reasoning;
+
+    let dir = tiny_suite("check = 'test \"$(cat out.txt)\" = seeded'\n");
+    let settings = std::fs::read_to_string(dir.path().join("suite.toml")).unwrap();
+    write(dir.path(), "suite.toml", &format!("{settings}token_budget = 20000\n"));
+    let suite = TaskSuite::load(dir.path()).unwrap();
+    assert_eq!(suite.token_budget, Some(20_000));
+    // Every decision of the team costs what the genome's model costs per call: a stand-in for
+    // a provider's usage, through the same meter a model reasoner's ledger would give.
+    let evaluator =
+        SuiteEvaluator::new(suite.clone()).unwrap().with_reasoning(Arc::new(|genome: &Genome| {
+            let per_call: u64 =
+                if genome.config.model.as_deref() == Some("large") { 1_000 } else { 100 };
+            let reasoner = Arc::new(ScriptedReasoner::from_fn(|_| ScriptedAnswer::Fallback));
+            let meter = reasoner.clone();
+            Reasoning {
+                reasoner,
+                tokens: Some(Arc::new(move || meter.requests().len() as u64 * per_call)),
+            }
+        }));
+    let with = |model: &str| {
+        let mut config = suite.executor_config();
+        config.model = Some(model.into());
+        Genome::genesis(config, suite.permissions()).unwrap()
+    };
+    let small = evaluator.evaluate(&with("small"), &ctx()).await.unwrap();
+    let large = evaluator.evaluate(&with("large"), &ctx()).await.unwrap();
+    assert_eq!(small.scores["passed"], 1.0);
+    assert_eq!(large.scores["passed"], 1.0);
+    assert!(small.scores["tokens"] > 0.0);
+    assert_eq!(
+        large.scores["tokens"],
+        small.scores["tokens"] * 10.0,
+        "the same calls, ten times the price"
+    );
+    assert!(large.scores["efficiency"] < small.scores["efficiency"], "{small:?} {large:?}");
+    assert!(large.overall < small.overall);
+}
