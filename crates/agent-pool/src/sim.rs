@@ -41,8 +41,8 @@ use std::time::Duration;
 
 use agent_core::tools::{ToolContext, ToolError, ToolOutput, ToolRegistry};
 use agent_core::{
-    AuditEvent, AuditRecord, Clock, InMemoryAuditLog, InMemoryStateStore, ReasoningRequest,
-    ScriptedAnswer, ScriptedReasoner, TokioClock, Verdict,
+    AuditEvent, AuditRecord, Clock, ReasoningRequest, ScriptedAnswer, ScriptedReasoner, TokioClock,
+    Verdict,
 };
 use agent_layers::{BottomSpec, MidSpec, TopSpec};
 use agent_state::{
@@ -53,7 +53,6 @@ use async_trait::async_trait;
 use governance::{Governance, InMemoryGovernance};
 use message_bus::{InMemoryBus, InboxError, MessageBus, RegisterError, SendError};
 use serde_json::{Value, json};
-use whiteboard::InMemoryWhiteboard;
 
 use crate::team::{AgentSpec, RoleSpec, Team, TeamServices, TeamSpec};
 
@@ -602,21 +601,10 @@ impl World {
         });
         let services = TeamServices {
             bus: sim_bus.clone(),
-            boards: Arc::new(InMemoryWhiteboard::new()),
             governance: governance.clone(),
-            audit: Arc::new(InMemoryAuditLog::new()),
             clock: Arc::new(SimClock::new(Timestamp(1_700_000_000_000), mix(seed ^ 3))),
-            workspace: Arc::new(workspace),
             tools: Arc::new(tools),
-            reasoner: Arc::new(reasoner),
-            state: Arc::new(InMemoryStateStore::new()),
-            reasoners: BTreeMap::new(),
-            agent_tools: BTreeMap::new(),
-            role_reasoners: BTreeMap::new(),
-            role_tools: BTreeMap::new(),
-            costs: None,
-            executor: None,
-            events: agent_core::EventHub::default(),
+            ..TeamServices::in_memory(workspace, Arc::new(reasoner))
         };
         Ok(Self { bus, sim_bus, services, governance, effects })
     }

@@ -167,17 +167,10 @@ fn bad_evolution_input_is_refused_before_anything_is_written() {
     s.strata(&["evolve", "--resume", "nope", "--data", "D"]).bad_input(&["no evolution `nope`"]);
 }
 
-/// The example team with an OODA executor (waiting for a human on a level-4 change) and alice
-/// allowed to operate it.
+/// The OODA scratch of `ooda.rs` (an OODA executor under the docs lead, alice allowed to
+/// operate it) whose plan makes it wait for a human on a level-4 change, and a genome for it.
 fn ooda_scratch() -> Scratch {
-    let s = Scratch::with_example();
-    let team = s.read("team.toml");
-    s.write(
-        "team.toml",
-        &format!(
-            "{team}\n[approvals]\nhumans = [\"alice\"]\n\n[[bottom]]\nid = \"ooda-1\"\nsupervisor = \"mid-docs\"\ntools = [\"read_file\", \"write_file\"]\n[bottom.ooda]\nrole = \"Editor\"\ngoal = \"keep its prompt right\"\nself_modification_enabled = true\nself_modification_level = 4\n"
-        ),
-    );
+    let s = crate::ooda::scratch();
     s.write(
         "plan.toml",
         "id = \"improve\"\ngoal = \"wait for a human\"\n[[steps]]\nid = \"careful\"\nagent = \"ooda-1\"\ntool = \"modify_self\"\nargs = { modification_type = \"prompt\", target = \"prompt\", change = { text = \"Ask first.\" }, safety_level = 4 }\n",

@@ -26,7 +26,7 @@ after = ["brief"]
 "#;
 
 /// The example team with an OODA executor under the docs lead, and alice allowed to sign.
-fn scratch() -> Scratch {
+pub(crate) fn scratch() -> Scratch {
     let s = Scratch::with_example();
     let team = s.read("team.toml");
     s.write(
