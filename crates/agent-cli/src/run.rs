@@ -487,6 +487,11 @@ pub(crate) fn resolve_run(data: &Path, run: &str) -> Result<PathBuf, Failure> {
             data.display()
         )));
     }
+    if dir.join(crate::evolve::EVOLUTION_FILE).is_file() {
+        return Err(bad_input(anyhow::anyhow!(
+            "`{run}` is an evolution, not a team run: `strata inspect {run} lineage` and `strata lineage {run}` show it, `strata evolve --resume {run}` goes on with it"
+        )));
+    }
     if !dir.join(RUN_FILE).is_file() || !dir.join(run_store::RUN_MARKER).is_file() {
         return Err(bad_input(anyhow::anyhow!(
             "{} is not a Strata run (no {} or {}); `strata runs` lists the runs",

@@ -113,8 +113,13 @@ fn strata_evolve_runs_an_evolution_and_exports_its_family_tree() {
         s.strata(&["lineage", "e1", "--format", "mermaid", "--data", "D"]).code(0).stdout.clone();
     assert!(mermaid.starts_with("flowchart TD"), "{mermaid}");
 
-    // A finished evolution is not resumed.
+    // A finished evolution is not resumed; the team-run commands say what it is.
     s.strata(&["evolve", "--resume", "e1", "--data", "D"]).bad_input(&["has finished"]);
+    for command in [&["resume", "e1"][..], &["inspect", "e1", "tree"], &["verify", "e1"]] {
+        let mut args = command.to_vec();
+        args.extend(["--data", "D"]);
+        s.strata(&args).bad_input(&["`e1` is an evolution", "strata evolve --resume e1"]);
+    }
 }
 
 #[test]
