@@ -1349,18 +1349,20 @@ impl Agent {
         if let Err(e) = self.behavior.on_shutdown(&mut self.ctx).await {
             tracing::warn!(agent = %self.id(), error = %e, "clean-up failed during shutdown");
         }
-        self.read_late_warnings().await;
+        self.read_late_notices().await;
         self.unregister_quietly().await;
         self.ctx.transition(AgentStatus::Terminated, "shutdown complete").await?;
         // Saved once more so that its record anchors its last audit record.
         self.save().await
     }
 
-    /// Acknowledges the runtime's warnings still in the inbox at shutdown (a missed heartbeat
-    /// of a subordinate, sent by the scheduler's last cycle as the run closed): they ask for
-    /// nothing, and the scheduler has stopped, so none comes after. Every other message is put
-    /// back, unacknowledged, for a run that resumes.
-    async fn read_late_warnings(&self) {
+    /// Acknowledges the messages still in the inbox at shutdown that ask for nothing and that
+    /// no layer acts on: the runtime's warnings (a missed heartbeat of a subordinate, sent by
+    /// the scheduler's last cycle as the run closed; the scheduler has stopped, so none comes
+    /// after) and another lead's `peer_coordination_response` (its acknowledgement of a note,
+    /// sent from its own last turn while this agent was shutting down). Every other message is
+    /// put back, unacknowledged, for a run that resumes.
+    async fn read_late_notices(&self) {
         let bus = &self.ctx.deps.bus;
         let inbox = Address::Agent(self.id().clone());
         let taken = match bus.take(&inbox, usize::MAX).await {
@@ -1370,16 +1372,19 @@ impl Agent {
                 return;
             }
         };
-        let warnings: Vec<MessageId> = taken
+        let notices: Vec<MessageId> = taken
             .iter()
-            .filter(|m| m.kind == MessageKind::Warning && m.from == Address::System)
+            .filter(|m| {
+                (m.kind == MessageKind::Warning && m.from == Address::System)
+                    || m.kind == MessageKind::PeerCoordinationResponse
+            })
             .map(|m| m.id)
             .collect();
-        if !warnings.is_empty() {
-            if let Err(e) = bus.ack(&inbox, &warnings).await {
-                tracing::debug!(agent = %self.id(), error = %e, "acknowledging warnings at shutdown");
+        if !notices.is_empty() {
+            if let Err(e) = bus.ack(&inbox, &notices).await {
+                tracing::debug!(agent = %self.id(), error = %e, "acknowledging notices at shutdown");
             }
-            tracing::debug!(agent = %self.id(), count = warnings.len(), "late warnings read at shutdown");
+            tracing::debug!(agent = %self.id(), count = notices.len(), "late notices read at shutdown");
         }
         if let Err(e) = bus.release(&inbox).await {
             tracing::debug!(agent = %self.id(), error = %e, "releasing the inbox at shutdown");

@@ -209,3 +209,33 @@ async fn the_chain_check_follows_each_agent_on_its_own_and_skips_other_events() 
     );
     assert_eq!(check_transition_chain(&[]), Ok(vec![]));
 }
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_reads_late_notices_and_keeps_real_work_for_a_resume() {
+    let s = Services::new().await;
+    let probe = Probe::default();
+    let mut agent = s.ready(&probe).await;
+    // What can land while the agent shuts down: the scheduler's last warning, another lead's
+    // acknowledgement of a note, and work, which must survive for a run that resumes.
+    s.send(Address::System, ME, MessageKind::Warning, serde_json::json!({"about": "x"})).await;
+    s.send(
+        Address::Agent(id("mid-2")),
+        ME,
+        MessageKind::PeerCoordinationResponse,
+        serde_json::json!({"note": "mid-2 acknowledges"}),
+    )
+    .await;
+    let work = s
+        .send(Address::Agent(id("mid-2")), ME, MessageKind::TaskAssign, serde_json::json!({}))
+        .await;
+    // A warning from an agent is not the runtime's: it is kept too.
+    let forged =
+        s.send(Address::Agent(id("mid-2")), ME, MessageKind::Warning, serde_json::json!({})).await;
+
+    agent.shutdown().await.unwrap();
+
+    // What a resumed agent finds once it registers again.
+    s.bus.register(&id(ME)).await.unwrap();
+    let left: Vec<MessageId> = s.drain(&inbox(ME)).await.iter().map(|m| m.id).collect();
+    assert_eq!(left, [work, forged]);
+}
