@@ -230,14 +230,15 @@ impl Evolution {
         let recorded: BTreeMap<EventKey, EvolutionaryEvent> =
             self.recorder.events().await?.into_iter().collect();
         if let Some(first) = recorded.get(&EventKey { generation: 0, phase: 0, index: 0, seq: 0 }) {
-            let settings = serde_json::to_value(&self.settings).unwrap_or_default();
+            let settings = identity(serde_json::to_value(&self.settings).unwrap_or_default());
             if first.genome_id != self.genesis.id {
                 return Err(EvolveError::OtherEvolution {
                     found: format!("genesis {}", first.genome_id),
                     expected: format!("genesis {}", self.genesis.id),
                 });
             }
-            if first.payload.get("settings").is_some_and(|s| *s != settings) {
+            let recorded_settings = first.payload.get("settings").cloned().map(identity);
+            if recorded_settings.is_some_and(|s| s != settings) {
                 return Err(EvolveError::OtherEvolution {
                     found: format!("settings {}", first.payload["settings"]),
                     expected: format!("settings {settings}"),
@@ -623,6 +624,15 @@ pub fn needs_writer(space: &SearchSpace) -> bool {
     space.genes.iter().any(|g| {
         matches!(&g.kind, GeneKind::Prompt { variants, from_reasoner: true } if variants.is_empty())
     })
+}
+
+/// What makes an evolution this one, of its settings as JSON: all but how many evaluations
+/// run at once (which changes how long it takes, not what it finds).
+fn identity(mut settings: Value) -> Value {
+    if let Value::Object(map) = &mut settings {
+        map.remove("concurrency");
+    }
+    settings
 }
 
 /// The agent id an evolution's events carry for a member.

@@ -338,3 +338,29 @@ async fn resuming_from_any_point_of_the_record_ends_as_the_uninterrupted_evoluti
     assert!(matches!(err, EvolveError::OtherEvolution { .. }), "{err}");
     assert_eq!(whole.events().await.unwrap().len(), all.len());
 }
+
+#[tokio::test]
+async fn a_resume_may_run_more_evaluations_at_once() {
+    let recorder = arc(MemoryRecorder::new());
+    evolve(31, recorder.clone(), arc(Gym::default())).await;
+    let before = bytes(&recorder.events().await.unwrap());
+    let mut faster = settings(31);
+    faster.concurrency = 8;
+    Evolution::new(
+        faster,
+        space(),
+        genesis(),
+        arc(Gym::default()),
+        recorder.clone(),
+        arc(FixedClock),
+    )
+    .unwrap()
+    .run()
+    .await
+    .unwrap();
+    assert_eq!(
+        bytes(&recorder.events().await.unwrap()),
+        before,
+        "the same evolution, all taken from the record"
+    );
+}
