@@ -127,7 +127,17 @@ impl AuditLog for PublishingAuditLog {
     ) -> Result<u64, BackendError> {
         if !self.hub.is_watched() {
             // Nobody listens: the record need not be built whole (nor cloned) for them.
-            return self.inner.append(agent, at, event).await;
+            let seq = self.inner.append(agent, at, event).await?;
+            if self.hub.is_watched() {
+                // Someone subscribed while it was being stored, and may have read the log
+                // before it was there (a watcher subscribes, then reads what is stored): it is
+                // read back and published, so that it is read, received, or both.
+                let records = self.inner.records_from(seq).await?;
+                if let Some(record) = records.into_iter().find(|r| r.seq == seq) {
+                    self.hub.publish(TeamEvent::Audit(record));
+                }
+            }
+            return Ok(seq);
         }
         let record = self.inner.append_record(agent, at, event).await?;
         let seq = record.seq;

@@ -183,3 +183,48 @@ async fn append_record_returns_what_the_backends_store() {
         assert_eq!(crate::verify_chain(&stored), Ok(3));
     }
 }
+
+/// An audit log whose appends wait for `open` before storing: an append caught half-way.
+#[derive(Default)]
+struct Slow {
+    inner: InMemoryAuditLog,
+    open: tokio::sync::Notify,
+}
+
+#[async_trait]
+impl AuditLog for Slow {
+    async fn append(
+        &self,
+        agent: &AgentId,
+        at: Timestamp,
+        event: AuditEvent,
+    ) -> Result<u64, BackendError> {
+        self.open.notified().await;
+        self.inner.append(agent, at, event).await
+    }
+
+    async fn records(&self, agent: Option<&AgentId>) -> Result<Vec<AuditRecord>, BackendError> {
+        self.inner.records(agent).await
+    }
+}
+
+#[tokio::test]
+async fn a_record_stored_while_a_watcher_subscribes_is_read_or_received() {
+    let hub = EventHub::new(16);
+    let slow = Arc::new(Slow::default());
+    let log = Arc::new(PublishingAuditLog::new(slow.clone(), hub.clone()));
+    // An append begins while nobody watches...
+    let appending = tokio::spawn({
+        let log = log.clone();
+        async move { log.append(&id("a"), Timestamp(1), transition(Initializing, Idle)).await }
+    });
+    tokio::task::yield_now().await;
+    // ...a watcher subscribes and reads the log before the record is there...
+    let mut stream = hub.subscribe();
+    assert!(log.records(None).await.unwrap().is_empty());
+    // ...and the record, stored after, reaches it on the stream.
+    slow.open.notify_one();
+    assert_eq!(appending.await.unwrap().unwrap(), 0);
+    let received = stream.try_next().expect("the record, published before the append returned");
+    assert_eq!(audit_record(received).seq, 0);
+}
