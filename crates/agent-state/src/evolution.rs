@@ -811,7 +811,7 @@ impl Gene {
     }
 
     /// Whether `value` is within this gene's bounds; the reason when it is not.
-    fn admits(&self, value: &Value, permissions: Option<&[String]>) -> Result<(), String> {
+    fn admits(&self, value: &Value) -> Result<(), String> {
         match &self.kind {
             GeneKind::Int { min, max, .. } => match value.as_i64() {
                 Some(v) if (*min..=*max).contains(&v) => Ok(()),
@@ -840,13 +840,9 @@ impl Gene {
             }
             GeneKind::Tools { min } => {
                 let tools: Vec<String> = serde_json::from_value(value.clone()).unwrap_or_default();
+                // The permissions are the genome's own, checked when it is built.
                 if tools.len() < *min {
                     return Err(format!("{} tools is fewer than the minimum {min}", tools.len()));
-                }
-                if let Some(permissions) = permissions
-                    && let Some(t) = tools.iter().find(|t| !permissions.contains(t))
-                {
-                    return Err(format!("`{t}` is beyond the permissions"));
                 }
                 Ok(())
             }
@@ -891,7 +887,7 @@ impl SearchSpace {
     /// undeclared target, within the field's own rules).
     pub fn check(&self, target: &GeneTarget, value: &Value) -> Result<(), EvolutionError> {
         match self.gene(target) {
-            Some(gene) => gene.admits(value, None).map_err(|reason| EvolutionError::OutOfBounds {
+            Some(gene) => gene.admits(value).map_err(|reason| EvolutionError::OutOfBounds {
                 field: target.to_string(),
                 reason,
             }),
