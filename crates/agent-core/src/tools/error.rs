@@ -160,6 +160,20 @@ pub enum ToolError {
         #[source]
         source: super::SandboxError,
     },
+    /// The program that serves the tool (an MCP server) could not do the call: it is gone
+    /// (exited or crashed, perhaps mid-call), refused the call, or answered with something
+    /// that is not a result. `source` is that program's typed error, naming it. Permanent:
+    /// the same call to the same server fails the same way.
+    #[error("tool `{tool}`: {source}")]
+    Remote {
+        /// The tool's name.
+        tool: String,
+        /// The name of the program (server) that serves the tool.
+        server: String,
+        /// What went wrong, as the serving side's typed error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// The tool failed for another reason, described in `message`.
     #[error("tool `{tool}` failed: {message}")]
     Failed {
@@ -233,6 +247,7 @@ impl ToolError {
             | Self::EditMatchCount { .. }
             | Self::Interrupted { .. }
             | Self::Sandbox { .. }
+            | Self::Remote { .. }
             | Self::Failed { .. } => false,
         }
     }

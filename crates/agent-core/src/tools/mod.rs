@@ -126,6 +126,15 @@ pub trait Tool: Send + Sync {
         args: serde_json::Value,
     ) -> Result<ToolOutput, ToolError>;
 
+    /// Whether [`schema`](Tool::schema) is any JSON Schema rather than the subset
+    /// [`check_schema`] accepts: the schema of a tool served by another program (an MCP
+    /// server), which checks the arguments itself. Then [`ToolRegistry::register`] refuses only
+    /// a schema whose root is not an object schema, and arguments are checked against the
+    /// keywords [`validate`] knows (the others are left to the tool). `false` by default.
+    fn foreign_schema(&self) -> bool {
+        false
+    }
+
     /// Whether the tool stops its own work at its time limit (at most
     /// [`ToolContext::tool_timeout`]), as `shell` stops its command: then
     /// [`ToolRegistry`] does not cut a call short at the limit, and gives up on it only

@@ -47,14 +47,15 @@ impl ToolRegistry {
     /// Adds `tool`.
     ///
     /// Refuses a name that is already registered ([`ToolError::DuplicateTool`]) and a schema
-    /// that [`check_schema`] rejects ([`ToolError::InvalidSchema`]); the registry is unchanged
-    /// then.
+    /// that [`check_schema`] rejects ([`ToolError::InvalidSchema`]; for a tool with a
+    /// [foreign schema](Tool::foreign_schema), only a root that is not an object schema); the
+    /// registry is unchanged then.
     pub fn register(&mut self, tool: Arc<dyn Tool>) -> Result<(), ToolError> {
         let name = tool.name();
         if self.tools.contains_key(name) {
             return Err(ToolError::DuplicateTool { name: name.to_owned() });
         }
-        let problems = check_schema(tool.schema());
+        let problems = schema_problems(tool.as_ref());
         if !problems.is_empty() {
             return Err(ToolError::InvalidSchema { tool: name.to_owned(), problems });
         }
@@ -66,7 +67,7 @@ impl ToolRegistry {
     /// a `shell` with its own network setting for some agents, say. A schema that
     /// [`check_schema`] rejects is refused ([`ToolError::InvalidSchema`]), changing nothing.
     pub fn replace(&mut self, tool: Arc<dyn Tool>) -> Result<Option<Arc<dyn Tool>>, ToolError> {
-        let problems = check_schema(tool.schema());
+        let problems = schema_problems(tool.as_ref());
         if !problems.is_empty() {
             return Err(ToolError::InvalidSchema { tool: tool.name().to_owned(), problems });
         }
@@ -176,6 +177,20 @@ impl ToolRegistry {
 impl fmt::Debug for ToolRegistry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ToolRegistry").field("tools", &self.names()).finish()
+    }
+}
+
+/// The problems of `tool`'s schema: [`check_schema`]'s, or for a [foreign
+/// schema](Tool::foreign_schema) (any JSON Schema, checked by its server) only a root that is
+/// not an object schema.
+fn schema_problems(tool: &dyn Tool) -> Vec<String> {
+    if !tool.foreign_schema() {
+        return check_schema(tool.schema());
+    }
+    if tool.schema().get("type").and_then(Value::as_str) == Some("object") {
+        Vec::new()
+    } else {
+        vec!["`#`: the root of an argument schema must have \"type\": \"object\"".into()]
     }
 }
 

@@ -367,6 +367,60 @@ fn registering_an_unsupported_schema_is_refused() {
     assert!(registry.names().is_empty());
 }
 
+/// A tool whose schema is any JSON Schema, checked by the program serving it (an MCP tool).
+struct Foreign(Value);
+
+#[async_trait]
+impl Tool for Foreign {
+    fn name(&self) -> &str {
+        "foreign"
+    }
+
+    fn description(&self) -> &str {
+        "served elsewhere"
+    }
+
+    fn schema(&self) -> &Value {
+        &self.0
+    }
+
+    fn has_side_effects(&self) -> bool {
+        false
+    }
+
+    fn foreign_schema(&self) -> bool {
+        true
+    }
+
+    async fn call(&self, _ctx: &ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
+        Ok(ToolOutput { success: true, output: "served".into(), data: args })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_foreign_schema_is_registered_with_any_keywords_and_checked_by_the_known_ones() {
+    let (_dir, ctx) = workspace();
+    let mut registry = ToolRegistry::new();
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "n": { "type": "integer", "exclusiveMinimum": 0 },
+            "s": { "anyOf": [{ "type": "string" }, { "type": "null" }] },
+        },
+        "required": ["n"],
+        "$defs": { "x": { "type": "string" } },
+    });
+    registry.register(Arc::new(Foreign(schema))).unwrap();
+    let out = registry.call(&ctx, "foreign", json!({ "n": 1, "s": null })).await.unwrap();
+    assert_eq!(out.output, "served");
+    // What the known keywords say is still checked before the call.
+    let err = registry.call(&ctx, "foreign", json!({ "n": "1" })).await.unwrap_err();
+    assert_eq!(problems(err), ["`n`: expected integer, found string"]);
+    // A root that is not an object schema is refused even so.
+    let err = ToolRegistry::new().register(Arc::new(Foreign(json!({ "type": "string" }))));
+    assert!(matches!(err, Err(ToolError::InvalidSchema { tool, .. }) if tool == "foreign"));
+}
+
 #[tokio::test(start_paused = true)]
 async fn unknown_tool_lists_the_available_ones() {
     let (_dir, ctx) = workspace();

@@ -1,0 +1,76 @@
+//! MCP tools for Strata: the tools of Model Context Protocol servers, offered to agents beside
+//! the built-in tools, called through the official Rust SDK (`rmcp`).
+//!
+//! A server is declared by an [`McpServerSpec`]: a program speaking MCP over its standard input
+//! and output ([`McpTransport::Stdio`]: command, arguments, environment), or a streamable-HTTP
+//! endpoint ([`McpTransport::Http`], plain `http://`). [`McpServers::start`] starts a team's
+//! servers, does the handshake and lists their tools (`tools/list`) once; each tool becomes an
+//! [`McpTool`], an [`agent_core::tools::Tool`] registered as `mcp__<server>__<tool>` (a name
+//! model providers accept: `[a-zA-Z0-9_-]`, at most 64 characters).
+//!
+//! - **Schemas.** A tool's input schema is the server's: any JSON Schema
+//!   ([`Tool::foreign_schema`](agent_core::tools::Tool::foreign_schema)); the registry checks the
+//!   keywords it knows, the server the rest. A schema that is not JSON Schema at all
+//!   ([`check_input_schema`]: not an object schema, an unknown `type`, a keyword of the wrong
+//!   shape) is refused at start with [`McpError::InvalidSchema`] naming the server and the tool;
+//!   the tool is not offered ([`McpServer::refused`]), the others are.
+//! - **Side effects.** A tool annotated `readOnlyHint: true` has none. Any other has side
+//!   effects, so the runtime journals its calls like `write_file` or `shell`
+//!   (`AgentContext::call_tool_once`): recorded as started, its result recorded, and a call
+//!   interrupted by a crash never run again, unless `idempotentHint: true`.
+//! - **Failures.** A server that cannot start, fails the handshake or the listing, or takes
+//!   too long is an [`McpError`] naming it. A call whose server is gone (it crashed or exited,
+//!   even mid-call) or refuses it fails with `ToolError::Remote` carrying the typed
+//!   [`McpError`] ([`McpError::ServerGone`], [`McpError::Call`]): a failed tool call like any
+//!   other, the agent goes on. A result with `isError: true` is a [`ToolOutput`] with
+//!   `success: false`.
+//!
+//! What it does not do: it is an MCP *client* of tools only (no resources, prompts, sampling
+//! or elicitation; a server asking for them is answered that the client cannot), it does not
+//! restart a server that died (its tools fail from then on), it does not speak TLS (reach an
+//! HTTPS server through a local proxy), and it never decides which agent may call which tool:
+//! the team file's tool lists do that, as for the built-in tools.
+//!
+//! [`ToolOutput`]: agent_core::tools::ToolOutput
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use agent_core::tools::{ToolContext, ToolRegistry};
+//! use agent_mcp::{DEFAULT_START_TIMEOUT, McpServerSpec, McpServers};
+//! use serde_json::json;
+//!
+//! let spec = McpServerSpec::stdio(
+//!     "fs",
+//!     "npx",
+//!     ["-y", "@modelcontextprotocol/server-filesystem", "/tmp/work"],
+//! );
+//! let servers = McpServers::start(&[spec], DEFAULT_START_TIMEOUT).await?;
+//! let mut tools = ToolRegistry::with_builtins();
+//! servers.register(&mut tools)?;
+//! let ctx = ToolContext::new("/tmp/work")?;
+//! let listing = tools
+//!     .call(&ctx, "mcp__fs__list_directory", json!({ "path": "/tmp/work" }))
+//!     .await?;
+//! assert!(listing.success);
+//! servers.shutdown().await;
+//! # Ok(())
+//! # }
+//! ```
+
+mod client;
+mod error;
+mod schema;
+mod spec;
+mod tool;
+
+#[cfg(test)]
+mod tests;
+
+pub use client::{DEFAULT_START_TIMEOUT, McpServer, McpServers};
+pub use error::McpError;
+pub use schema::check_input_schema;
+pub use spec::{
+    MAX_SERVER_NAME, MAX_TOOL_NAME, McpServerSpec, McpTransport, TOOL_PREFIX, check_server_name,
+    split_tool_name, tool_name,
+};
+pub use tool::McpTool;

@@ -1,0 +1,241 @@
+//! agent-mcp against a real MCP server: `server.py` beside this file, written with the `mcp`
+//! package from PyPI, run by the Python of the virtual environment `.ci/mcp-setup` makes
+//! (`STRATA_MCP_PYTHON`, else `${XDG_CACHE_HOME:-$HOME/.cache}/strata/mcp/venv/bin/python`).
+//! A missing environment fails the tests, saying how to make it.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use agent_core::tools::{ToolContext, ToolError, ToolRegistry};
+use agent_mcp::{McpError, McpServerSpec, McpServers};
+use serde_json::json;
+
+/// The Python that has the `mcp` package; panics, saying how to install it, when there is none.
+fn python() -> PathBuf {
+    let python = match std::env::var_os("STRATA_MCP_PYTHON") {
+        Some(path) => PathBuf::from(path),
+        None => {
+            let cache = std::env::var_os("XDG_CACHE_HOME")
+                .map(PathBuf::from)
+                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+                .expect("neither XDG_CACHE_HOME nor HOME is set");
+            cache.join("strata/mcp/venv/bin/python")
+        }
+    };
+    assert!(
+        python.is_file(),
+        "no Python with the `mcp` package at {}: run `bash .ci/mcp-setup` (CI's setup does), \
+         or set STRATA_MCP_PYTHON to one",
+        python.display()
+    );
+    python
+}
+
+fn server_script() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/server.py").display().to_string()
+}
+
+fn spec(extra: &[&str]) -> McpServerSpec {
+    let mut args = vec![server_script()];
+    args.extend(extra.iter().map(|s| (*s).to_owned()));
+    McpServerSpec::stdio("t", python().display().to_string(), args)
+}
+
+async fn start() -> (McpServers, ToolRegistry) {
+    let servers = McpServers::start(&[spec(&[])], Duration::from_secs(60)).await.unwrap();
+    let mut tools = ToolRegistry::with_builtins();
+    servers.register(&mut tools).unwrap();
+    (servers, tools)
+}
+
+fn remote(err: ToolError) -> (String, McpError) {
+    match err {
+        ToolError::Remote { server, source, .. } => {
+            (server, *source.downcast::<McpError>().expect("an McpError"))
+        }
+        other => panic!("expected a remote error, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_are_listed_at_start_with_their_schemas_and_annotations() {
+    let (servers, tools) = start().await;
+    let mut offered: Vec<&str> = servers.offered()["t"].clone();
+    offered.sort_unstable();
+    assert_eq!(
+        offered,
+        [
+            "mcp__t__add",
+            "mcp__t__append_line",
+            "mcp__t__crash",
+            "mcp__t__echo",
+            "mcp__t__fail",
+            "mcp__t__slow"
+        ]
+    );
+    let effects = |name: &str| {
+        let tool = tools.get(name).unwrap();
+        (tool.has_side_effects(), tool.idempotent())
+    };
+    assert_eq!(effects("mcp__t__echo"), (false, true), "readOnlyHint: no side effects");
+    assert_eq!(effects("mcp__t__append_line"), (true, false), "journaled, never repeated");
+    assert_eq!(effects("mcp__t__crash"), (true, false), "no annotations: side effects");
+    let add = tools.get("mcp__t__add").unwrap();
+    assert_eq!(add.description(), "Adds two integers.");
+    assert_eq!(add.schema()["properties"]["b"]["exclusiveMinimum"], json!(-1000));
+    assert!(add.foreign_schema());
+
+    // The tool whose schema is not JSON Schema is refused, naming server and tool; the
+    // others are offered.
+    let refused = servers.refusal("mcp__t__bad_schema").expect("bad_schema is refused");
+    assert!(
+        matches!(refused, McpError::InvalidSchema { server, tool, problems }
+            if server == "t" && tool == "bad_schema" && problems.len() == 2),
+        "{refused:?}"
+    );
+    assert!(refused.to_string().contains("unknown type \"strng\""), "{refused}");
+    assert!(tools.get("mcp__t__bad_schema").is_none());
+    servers.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_go_through_the_registry_and_map_results_and_tool_errors() {
+    let (servers, tools) = start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = ToolContext::new(dir.path()).unwrap();
+
+    let out = tools.call(&ctx, "mcp__t__echo", json!({ "text": "hello" })).await.unwrap();
+    assert!(out.success);
+    assert_eq!(out.output, "hello");
+    assert_eq!(out.data, json!({ "server": "t", "tool": "echo" }));
+    let out = tools.call(&ctx, "mcp__t__add", json!({ "a": 2, "b": 3 })).await.unwrap();
+    assert_eq!(out.output, "5");
+
+    // The registry checks what it knows of the schema before the server sees the call.
+    let err = tools.call(&ctx, "mcp__t__add", json!({ "a": "2" })).await.unwrap_err();
+    assert!(
+        matches!(&err, ToolError::InvalidArguments { problems, .. } if problems.len() == 2),
+        "{err:?}"
+    );
+
+    // isError: a failed output, not an error.
+    let out = tools.call(&ctx, "mcp__t__fail", json!({})).await.unwrap();
+    assert!(!out.success);
+    assert_eq!(out.output, "this tool always fails");
+
+    // A side effect, once per call.
+    let file = dir.path().join("lines.txt");
+    let path = file.display().to_string();
+    for line in ["one", "two"] {
+        let out = tools
+            .call(&ctx, "mcp__t__append_line", json!({ "path": path, "line": line }))
+            .await
+            .unwrap();
+        assert!(out.success, "{out:?}");
+    }
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "one\ntwo\n");
+    servers.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_crashes_mid_call_fails_the_call_with_its_name_and_the_caller_goes_on() {
+    let (servers, tools) = start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = ToolContext::new(dir.path()).unwrap();
+    let err = tools.call(&ctx, "mcp__t__crash", json!({})).await.unwrap_err();
+    assert!(!err.is_transient());
+    assert!(err.to_string().starts_with("tool `mcp__t__crash`: MCP server `t` is gone"), "{err}");
+    let (server, mcp) = remote(err);
+    assert_eq!(server, "t");
+    match mcp {
+        McpError::ServerGone { server, tool, stderr } => {
+            assert_eq!((server.as_str(), tool.as_str()), ("t", "crash"));
+            assert!(stderr.contains("crashing on purpose"), "{stderr:?}");
+        }
+        other => panic!("expected ServerGone, got {other:?}"),
+    }
+    // Later calls to the dead server fail the same way; the built-in tools still work.
+    let (_, mcp) =
+        remote(tools.call(&ctx, "mcp__t__echo", json!({ "text": "x" })).await.unwrap_err());
+    assert!(matches!(mcp, McpError::ServerGone { .. }), "{mcp:?}");
+    tools.call(&ctx, "write_file", json!({ "path": "a", "content": "b" })).await.unwrap();
+    servers.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_past_the_tool_limit_times_out_and_the_server_keeps_serving() {
+    let (servers, tools) = start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = ToolContext::new(dir.path()).unwrap().with_tool_timeout(Duration::from_millis(300));
+    let err = tools.call(&ctx, "mcp__t__slow", json!({ "seconds": 30 })).await.unwrap_err();
+    assert!(matches!(err, ToolError::Timeout { ref tool, .. } if tool == "mcp__t__slow"), "{err}");
+    let out = tools.call(&ctx, "mcp__t__echo", json!({ "text": "still here" })).await.unwrap();
+    assert_eq!(out.output, "still here");
+    servers.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_fails_to_start_is_a_typed_error_naming_it() {
+    let err = McpServers::start(&[spec(&["--exit-at-start"])], Duration::from_secs(60))
+        .await
+        .unwrap_err();
+    match &err {
+        McpError::Start { server, stage, stderr, .. } => {
+            assert_eq!((server.as_str(), *stage), ("t", "initialize"));
+            assert!(stderr.contains("refuses to start"), "{stderr:?}");
+        }
+        other => panic!("expected Start, got {other:?}"),
+    }
+    assert!(err.to_string().starts_with("MCP server `t` failed to start"), "{err}");
+
+    let missing = McpServerSpec::stdio("nope", "/nonexistent/strata-mcp-server", ["x"]);
+    let err = McpServers::start(&[missing], Duration::from_secs(10)).await.unwrap_err();
+    assert!(matches!(&err, McpError::Spawn { server, .. } if server == "nope"), "{err:?}");
+    assert!(
+        err.to_string().starts_with(
+            "MCP server `nope` failed to start: cannot run `/nonexistent/strata-mcp-server`"
+        ),
+        "{err}"
+    );
+
+    let twice = [spec(&[]), spec(&[])];
+    let err = McpServers::start(&twice, Duration::from_secs(10)).await.unwrap_err();
+    assert!(matches!(err, McpError::DuplicateServer { server } if server == "t"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamable_http_server_serves_the_same_tools() {
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let mut child = tokio::process::Command::new(python())
+        .arg(server_script())
+        .args(["--http", &port.to_string()])
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    // Wait (bounded) until it listens.
+    let mut up = false;
+    for _ in 0..200 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+            up = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(up, "the HTTP server did not listen on port {port} within 10 s");
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let servers = McpServers::start(&[McpServerSpec::http("web", url)], Duration::from_secs(30))
+        .await
+        .unwrap();
+    let mut tools = ToolRegistry::new();
+    servers.register(&mut tools).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = ToolContext::new(dir.path()).unwrap();
+    let out = tools.call(&ctx, "mcp__web__add", json!({ "a": 40, "b": 2 })).await.unwrap();
+    assert_eq!(out.output, "42");
+    servers.shutdown().await;
+    child.kill().await.unwrap();
+}

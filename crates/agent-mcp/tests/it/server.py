@@ -1,0 +1,131 @@
+"""A small MCP server for agent-mcp's tests, on the `mcp` package's low-level server, over stdio.
+
+Tools: `echo` and `add` (read-only), `append_line` (appends a line to a file: a side effect the
+tests can count), `fail` (answers with isError), `crash` (the server exits mid-call), `slow`
+(sleeps), and `bad_schema` (an input schema that is not valid JSON Schema).
+
+`--exit-at-start` makes it exit before the MCP handshake, as a server that fails to start.
+`--http PORT` serves streamable HTTP on 127.0.0.1:PORT at `/mcp` instead of stdio.
+"""
+
+import asyncio
+import os
+import sys
+
+import mcp_types as types
+from mcp.server import Server
+from mcp.server.stdio import stdio_server
+
+
+def text(value):
+    return [types.TextContent(type="text", text=value)]
+
+
+TOOLS = [
+    types.Tool(
+        name="echo",
+        description="Returns its text.",
+        input_schema={
+            "type": "object",
+            "properties": {"text": {"type": "string"}},
+            "required": ["text"],
+        },
+        annotations=types.ToolAnnotations(read_only_hint=True),
+    ),
+    types.Tool(
+        name="add",
+        description="Adds two integers.",
+        input_schema={
+            "type": "object",
+            "properties": {
+                "a": {"type": "integer"},
+                "b": {"type": "integer", "exclusiveMinimum": -1000},
+            },
+            "required": ["a", "b"],
+            "$defs": {"unused": {"type": "string"}},
+        },
+        annotations=types.ToolAnnotations(read_only_hint=True, idempotent_hint=True),
+    ),
+    types.Tool(
+        name="append_line",
+        description="Appends a line to a file.",
+        input_schema={
+            "type": "object",
+            "properties": {"path": {"type": "string"}, "line": {"type": "string"}},
+            "required": ["path", "line"],
+        },
+        annotations=types.ToolAnnotations(read_only_hint=False, destructive_hint=False),
+    ),
+    types.Tool(
+        name="fail",
+        description="Always fails, as a tool error.",
+        input_schema={"type": "object", "properties": {}},
+        annotations=types.ToolAnnotations(read_only_hint=True),
+    ),
+    types.Tool(
+        name="crash",
+        description="Makes the server exit in the middle of the call.",
+        input_schema={"type": "object", "properties": {}},
+    ),
+    types.Tool(
+        name="slow",
+        description="Sleeps for `seconds`.",
+        input_schema={
+            "type": "object",
+            "properties": {"seconds": {"type": "number"}},
+            "required": ["seconds"],
+        },
+        annotations=types.ToolAnnotations(read_only_hint=True),
+    ),
+    types.Tool(
+        name="bad_schema",
+        description="Its input schema is not valid JSON Schema.",
+        input_schema={"type": "object", "properties": {"x": {"type": "strng"}, "y": {"minLength": -1}}},
+    ),
+]
+
+
+async def list_tools(ctx, params):
+    return types.ListToolsResult(tools=TOOLS)
+
+
+async def call_tool(ctx, params):
+    args = params.arguments or {}
+    if params.name == "echo":
+        return types.CallToolResult(content=text(args["text"]))
+    if params.name == "add":
+        return types.CallToolResult(content=text(str(args["a"] + args["b"])))
+    if params.name == "append_line":
+        with open(args["path"], "a", encoding="utf-8") as f:
+            f.write(args["line"] + "\n")
+        return types.CallToolResult(content=text("appended to " + args["path"]))
+    if params.name == "fail":
+        return types.CallToolResult(content=text("this tool always fails"), is_error=True)
+    if params.name == "crash":
+        print("crashing on purpose", file=sys.stderr, flush=True)
+        os._exit(3)
+    if params.name == "slow":
+        await asyncio.sleep(float(args["seconds"]))
+        return types.CallToolResult(content=text("slept"))
+    return types.CallToolResult(content=text("unknown tool " + params.name), is_error=True)
+
+
+async def main():
+    if "--exit-at-start" in sys.argv:
+        print("the test server refuses to start", file=sys.stderr, flush=True)
+        sys.exit(2)
+    server = Server("strata-test", on_list_tools=list_tools, on_call_tool=call_tool)
+    if "--http" in sys.argv:
+        import uvicorn
+
+        port = int(sys.argv[sys.argv.index("--http") + 1])
+        app = server.streamable_http_app(host="127.0.0.1")
+        config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
+        await uvicorn.Server(config).serve()
+        return
+    async with stdio_server() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
