@@ -208,6 +208,19 @@
 //!                                  # environment variable when the call is made (secrets never
 //!                                  # go in the file)
 //!
+//! # MCP servers: programs whose tools executors and roles may list, as
+//! # `mcp__<server>__<tool>` (in `tools`, `forbid_tools` and a plan step's `tool`).
+//! [[mcp_servers]]
+//! name = "notes"                   # required, unique: 1 to 32 ASCII letters, digits, `-`, `_`
+//!                                  # (no `__`, not ending in `_`)
+//! command = "python3"              # a program speaking MCP on stdio, started before the team
+//! args = ["notes_server.py"]       # (relative paths: from where `strata` runs); default none
+//! env = { NOTES_DIR = "notes" }    # added to its environment; default none
+//!
+//! [[mcp_servers]]
+//! name = "search"
+//! url = "http://127.0.0.1:8931/mcp"   # or: a running streamable-HTTP server (`http://` only)
+//!
 //! [executor]                # the retry policy of executor kind runs (seed 002); each field
 //! max_retries = 1           # optional, default the seed's: retries after the first attempt
 //! initial_delay_ms = 1000   # the wait before the first retry
@@ -333,6 +346,14 @@
 //! `timed_out` (naming the limit), not retried nor reassigned. A turn never cuts a
 //! side-effecting tool call short: `tool_ms` bounds it.
 //!
+//! MCP tools (`[[mcp_servers]]`): [`mcp_servers`] reads the declarations alone, so that a
+//! program starts the servers and registers their tools (the `agent-mcp` crate) before
+//! [`parse_team`] checks the lists; a tool a list names that its server does not offer is an
+//! error at that name. An executor or role may call only the MCP tools it lists, as for the
+//! built-in tools. A tool annotated read-only by its server simply runs; any other is
+//! journaled like `write_file` or `shell` (not run again after a crash unless annotated
+//! idempotent). [`parse_stored_team`] reads a stored run's team file without starting them.
+//!
 //! Capabilities: a top power may hold `plan`, `reflect`, `review`, `coordinate`, `delegate` and
 //! `arbitrate`; a mid lead the same but `arbitrate`; a bottom executor `plan`, `execute`,
 //! `reflect`, `tool_call`, `code_gen`, `test_exec` and `coordinate`. A role may hold what its
@@ -413,6 +434,7 @@ mod examples;
 mod exec;
 mod executor;
 mod limits;
+mod mcp;
 mod plan;
 mod raw;
 mod team;
@@ -430,6 +452,10 @@ pub use executor::ExecutorSettings;
 pub use limits::{
     HeartbeatOutOfRange, MAX_HEARTBEAT, MAX_PLAN_FILE_BYTES, MAX_PLAN_STEPS, MAX_STEP_ARGS_BYTES,
     MAX_TEAM_FILE_BYTES, MIN_HEARTBEAT, check_heartbeat,
+};
+pub use mcp::{
+    MAX_MCP_SERVER_NAME, MCP_TOOL_PREFIX, McpServerDecl, McpServerTransport, mcp_servers,
+    parse_stored_team, split_mcp_tool,
 };
 pub use plan::{goal_plan_toml, parse_plan};
 pub use team::{

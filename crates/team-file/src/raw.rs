@@ -49,6 +49,23 @@ pub(crate) struct RawTeam {
     pub(crate) executor: Option<RawExecutor>,
     #[serde(default)]
     pub(crate) sandbox: Option<RawSandbox>,
+    #[serde(default)]
+    pub(crate) mcp_servers: Vec<RawMcpServer>,
+}
+
+/// An `[[mcp_servers]]` table: an MCP server whose tools the executors may list.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawMcpServer {
+    pub(crate) name: Spanned<String>,
+    #[serde(default)]
+    pub(crate) command: Option<Spanned<String>>,
+    #[serde(default)]
+    pub(crate) args: Option<Vec<Spanned<String>>>,
+    #[serde(default)]
+    pub(crate) env: Option<BTreeMap<String, Spanned<String>>>,
+    #[serde(default)]
+    pub(crate) url: Option<Spanned<String>>,
 }
 
 /// `[sandbox]`: how `shell` commands are confined.

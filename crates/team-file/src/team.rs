@@ -22,6 +22,7 @@ use toml::Spanned;
 use crate::error::{FileError, Seg, Source};
 use crate::executor::{ExecutorSettings, check_kind, executor_settings};
 use crate::limits::{MAX_TEAM_FILE_BYTES, check_heartbeat, parse_duration};
+use crate::mcp::McpServerDecl;
 use crate::raw::{
     Entry, EntryKind, RawBudget, RawConversation, RawPrice, RawReasoner, RawRole, RawSandbox,
     RawTeam, RawTimeouts, RawTop,
@@ -58,6 +59,8 @@ pub struct TeamFile {
     pub executor: ExecutorSettings,
     /// How `shell` commands are confined (`[sandbox]`, and `network` of executors and roles).
     pub sandbox: SandboxSettings,
+    /// The MCP servers whose tools executors and roles may list (`[[mcp_servers]]`).
+    pub mcp_servers: Vec<McpServerDecl>,
 }
 
 /// The team file's sandbox settings: `[sandbox]` (network, limits) and the `network` of
@@ -192,6 +195,7 @@ pub fn parse_team(path: &Path, text: &str, tools: &ToolRegistry) -> Result<TeamF
     src.check_size(MAX_TEAM_FILE_BYTES, "team file")?;
     let raw: RawTeam = toml::from_str(text).map_err(|e| src.toml_error(&e))?;
     team_controls(&src, &raw)?;
+    let mcp_servers = crate::mcp::declared(&src, &raw.mcp_servers)?;
     let heartbeat = match &raw.heartbeat {
         Some(h) => parse_duration(h.get_ref())
             .and_then(|d| check_heartbeat(d).map_err(|e| e.to_string()))
@@ -352,6 +356,7 @@ pub fn parse_team(path: &Path, text: &str, tools: &ToolRegistry) -> Result<TeamF
         conversation,
         executor,
         sandbox,
+        mcp_servers,
     })
 }
 
@@ -415,6 +420,7 @@ pub fn default_team() -> TeamFile {
         conversation: ConversationLimits::default(),
         executor: ExecutorSettings::default(),
         sandbox: SandboxSettings::default(),
+        mcp_servers: Vec::new(),
     }
 }
 
@@ -771,10 +777,11 @@ fn executor_tools(
     let mut out: Vec<String> = Vec::with_capacity(names.get_ref().len());
     for name in names.get_ref() {
         if tools.get(name.get_ref()).is_none() {
-            return Err(src.error(
-                name.span(),
-                format!("unknown tool `{}` (available: {})", name.get_ref(), available()),
-            ));
+            let message =
+                crate::mcp::unknown_mcp_tool(name.get_ref(), tools).unwrap_or_else(|| {
+                    format!("unknown tool `{}` (available: {})", name.get_ref(), available())
+                });
+            return Err(src.error(name.span(), message));
         }
         if !out.contains(name.get_ref()) {
             out.push(name.get_ref().clone());

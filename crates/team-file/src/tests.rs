@@ -1,6 +1,7 @@
 //! Tests of the team and plan files: the examples, the defaults, and where each error points.
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
+mod mcp;
 mod timeouts;
 
 use std::borrow::Cow;

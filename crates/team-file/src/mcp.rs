@@ -1,0 +1,270 @@
+//! `[[mcp_servers]]`: the MCP servers a team file declares ([`McpServerDecl`], read alone by
+//! [`mcp_servers`] so that a program can start them before [`parse_team`](crate::parse_team)
+//! checks the tools the executors list), the names their tools take, and
+//! [`parse_stored_team`] for reading a stored run's team file without starting them.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use agent_core::tools::{Tool, ToolContext, ToolError, ToolOutput, ToolRegistry};
+use async_trait::async_trait;
+use serde_json::Value;
+
+use crate::error::{FileError, Source};
+use crate::limits::MAX_TEAM_FILE_BYTES;
+use crate::raw::{RawMcpServer, RawTeam};
+use crate::team::TeamFile;
+
+/// The prefix of an MCP tool's name: `mcp__<server>__<tool>`.
+pub const MCP_TOOL_PREFIX: &str = "mcp__";
+
+/// The longest MCP server name.
+pub const MAX_MCP_SERVER_NAME: usize = 32;
+
+/// An MCP server a team file declares in `[[mcp_servers]]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct McpServerDecl {
+    /// Its name: its tools are `mcp__<name>__<tool>`.
+    pub name: String,
+    /// How it is reached.
+    pub transport: McpServerTransport,
+}
+
+/// How a declared MCP server is reached.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum McpServerTransport {
+    /// A program started by the run, speaking MCP over its standard input and output.
+    Stdio {
+        /// The program (`command`), found on `PATH`.
+        command: String,
+        /// Its arguments (`args`).
+        args: Vec<String>,
+        /// Variables added to its environment (`env`).
+        env: BTreeMap<String, String>,
+    },
+    /// A server already running, at a streamable-HTTP endpoint (`url`, `http://` only).
+    Http {
+        /// The endpoint.
+        url: String,
+    },
+}
+
+/// Reads and checks only the `[[mcp_servers]]` of a team file's `text` (a file that is not
+/// TOML, or has unknown fields, is refused as by [`parse_team`](crate::parse_team)): a name
+/// (1 to [`MAX_MCP_SERVER_NAME`] ASCII letters, digits, `-` and `_`, no `__`, not ending in
+/// `_`) used once, and either `command` (with `args` and `env`) or `url` (`http://...`).
+pub fn mcp_servers(path: &Path, text: &str) -> Result<Vec<McpServerDecl>, FileError> {
+    let src = Source { path, text };
+    src.check_size(MAX_TEAM_FILE_BYTES, "team file")?;
+    let raw: RawTeam = toml::from_str(text).map_err(|e| src.toml_error(&e))?;
+    declared(&src, &raw.mcp_servers)
+}
+
+/// Like [`parse_team`](crate::parse_team) for the team file a run stored, read without
+/// starting its MCP servers (`strata inspect`, `approve`): every `mcp__<server>__<tool>` the
+/// file names, for a server it declares, is taken as a tool of that server (one that cannot
+/// run). Use [`parse_team`](crate::parse_team), with the servers' tools registered, for a run.
+pub fn parse_stored_team(
+    path: &Path,
+    text: &str,
+    tools: &ToolRegistry,
+) -> Result<TeamFile, FileError> {
+    let servers = mcp_servers(path, text)?;
+    let mut tools = tools.clone();
+    if !servers.is_empty()
+        && let Ok(value) = toml::from_str::<toml::Value>(text)
+    {
+        let mut names = Vec::new();
+        strings(&value, &mut names);
+        for name in names {
+            let declared = split_mcp_tool(name)
+                .is_some_and(|(server, _)| servers.iter().any(|s| s.name == server));
+            if declared && tools.get(name).is_none() {
+                // Unique (just checked) and with an object schema: cannot fail.
+                let _ = tools.register(Arc::new(Unstarted::new(name)));
+            }
+        }
+    }
+    crate::team::parse_team(path, text, &tools)
+}
+
+/// The server and tool parts of `mcp__<server>__<tool>`, or `None`.
+pub fn split_mcp_tool(name: &str) -> Option<(&str, &str)> {
+    let rest = name.strip_prefix(MCP_TOOL_PREFIX)?;
+    let (server, tool) = rest.split_once("__")?;
+    (!server.is_empty() && !tool.is_empty()).then_some((server, tool))
+}
+
+/// What to say about a tool name that `tools` does not have, when it names an MCP tool:
+/// the tools its server offers, or that no such server runs.
+pub(crate) fn unknown_mcp_tool(name: &str, tools: &ToolRegistry) -> Option<String> {
+    let (server, tool) = split_mcp_tool(name)?;
+    let prefix = format!("{MCP_TOOL_PREFIX}{server}__");
+    let offered: Vec<&str> = tools.names().into_iter().filter(|n| n.starts_with(&prefix)).collect();
+    Some(if offered.is_empty() {
+        format!(
+            "unknown tool `{name}`: no MCP server `{server}` is declared in [[mcp_servers]], or it offers no tools"
+        )
+    } else {
+        format!(
+            "MCP server `{server}` does not offer a tool `{tool}` (it offers: {})",
+            offered.join(", ")
+        )
+    })
+}
+
+/// Checks the declared servers.
+pub(crate) fn declared(
+    src: &Source<'_>,
+    raw: &[RawMcpServer],
+) -> Result<Vec<McpServerDecl>, FileError> {
+    let mut out: Vec<McpServerDecl> = Vec::with_capacity(raw.len());
+    for server in raw {
+        src.no_control(&server.name, "an MCP server's `name`")?;
+        let name = server.name.get_ref();
+        if let Err(reason) = check_server_name(name) {
+            return Err(src.error(server.name.span(), format!("`name`: {reason}")));
+        }
+        if out.iter().any(|s| &s.name == name) {
+            return Err(src.error(
+                server.name.span(),
+                format!("two MCP servers are named `{name}`; give each a unique name"),
+            ));
+        }
+        let transport = match (&server.command, &server.url) {
+            (Some(command), None) => {
+                src.no_control(command, "an MCP server's `command`")?;
+                if command.get_ref().trim().is_empty() {
+                    return Err(src.error(command.span(), "`command` is empty"));
+                }
+                for arg in server.args.iter().flatten() {
+                    src.no_control(arg, "an MCP server's argument")?;
+                }
+                McpServerTransport::Stdio {
+                    command: command.get_ref().clone(),
+                    args: server.args.iter().flatten().map(|a| a.get_ref().clone()).collect(),
+                    env: server
+                        .env
+                        .iter()
+                        .flatten()
+                        .map(|(k, v)| (k.clone(), v.get_ref().clone()))
+                        .collect(),
+                }
+            }
+            (None, Some(url)) => {
+                src.no_control(url, "an MCP server's `url`")?;
+                if server.args.is_some() || server.env.is_some() {
+                    return Err(src.error(
+                        url.span(),
+                        "`args` and `env` are for a server started with `command`, not one reached at a `url`",
+                    ));
+                }
+                let text = url.get_ref();
+                if text.starts_with("https://") {
+                    return Err(src.error(
+                        url.span(),
+                        "`url`: only plain `http://` endpoints are supported (no TLS); reach an HTTPS server through a local proxy",
+                    ));
+                }
+                let host = text.strip_prefix("http://").map(|r| r.split(['/', '?', '#']).next());
+                if !matches!(host, Some(Some(h)) if !h.is_empty()) || text.contains(' ') {
+                    return Err(src.error(
+                        url.span(),
+                        format!("`url`: `{text}` is not an `http://host:port/path` URL"),
+                    ));
+                }
+                McpServerTransport::Http { url: text.clone() }
+            }
+            (Some(_), Some(url)) => {
+                return Err(src.error(
+                    url.span(),
+                    "an MCP server has a `command` (started by the run) or a `url` (already running), not both",
+                ));
+            }
+            (None, None) => {
+                return Err(src.error(
+                    server.name.span(),
+                    format!(
+                        "MCP server `{name}` needs a `command` (with `args`: a program speaking MCP on stdio) or a `url` (a streamable-HTTP endpoint)"
+                    ),
+                ));
+            }
+        };
+        out.push(McpServerDecl { name: name.clone(), transport });
+    }
+    Ok(out)
+}
+
+/// Why `name` cannot name an MCP server, if it cannot.
+fn check_server_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > MAX_MCP_SERVER_NAME {
+        return Err(format!("an MCP server's name must be 1 to {MAX_MCP_SERVER_NAME} characters"));
+    }
+    if let Some(bad) = name.chars().find(|c| !(c.is_ascii_alphanumeric() || *c == '-' || *c == '_'))
+    {
+        return Err(format!(
+            "an MCP server's name may hold only ASCII letters, digits, `-` and `_`, not {bad:?}"
+        ));
+    }
+    if name.contains("__") || name.ends_with('_') {
+        return Err(
+            "an MCP server's name may not hold `__` or end with `_` (its tools are `mcp__<server>__<tool>`)"
+                .into(),
+        );
+    }
+    Ok(())
+}
+
+/// Every string in `value`.
+fn strings<'v>(value: &'v toml::Value, out: &mut Vec<&'v str>) {
+    match value {
+        toml::Value::String(s) => out.push(s),
+        toml::Value::Array(items) => items.iter().for_each(|v| strings(v, out)),
+        toml::Value::Table(table) => table.values().for_each(|v| strings(v, out)),
+        _ => {}
+    }
+}
+
+/// An MCP tool a stored team file names, whose server is not running: known by name only.
+struct Unstarted {
+    name: String,
+    schema: Value,
+}
+
+impl Unstarted {
+    fn new(name: &str) -> Self {
+        Self { name: name.to_owned(), schema: serde_json::json!({ "type": "object" }) }
+    }
+}
+
+#[async_trait]
+impl Tool for Unstarted {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn description(&self) -> &str {
+        "a tool of an MCP server that is not running"
+    }
+
+    fn schema(&self) -> &Value {
+        &self.schema
+    }
+
+    fn has_side_effects(&self) -> bool {
+        true
+    }
+
+    fn foreign_schema(&self) -> bool {
+        true
+    }
+
+    async fn call(&self, _ctx: &ToolContext, _args: Value) -> Result<ToolOutput, ToolError> {
+        Err(ToolError::Failed {
+            tool: self.name.clone(),
+            message: "its MCP server is not running (the team file was read without starting it)"
+                .into(),
+        })
+    }
+}
