@@ -4,9 +4,11 @@
 //! While the run goes, the lines come from the team's event stream ([`Team::events`]) as
 //! things happen: every audit record once it is stored (`audit` in JSON; [`event_line`] in
 //! text), every state change, progress report and note of an executor kind's run
-//! (`executor_run`; [`run_line`]), and, when the view fell behind and the stream dropped
-//! events for it, how many (`lagged` with `skipped`; [`lagged_line`]). The audit log keeps
-//! every record (`strata inspect RUN audit`); the final summary is read from the store.
+//! (`executor_run`; [`run_line`]), the pieces of the models' answers as they stream (`tokens`
+//! in JSON; the live view's "model output", a line per agent; not in plain lines), and, when
+//! the view fell behind and the stream dropped events for it, how many (`lagged` with
+//! `skipped`; [`lagged_line`]). The audit log keeps every record (`strata inspect RUN
+//! audit`); the final summary is read from the store.
 //!
 //! Text that can come from outside (file paths a tool wrote, tool output, goals, reasons) is
 //! printed with its control characters escaped ([`esc`]: a newline shows as `\n`), so one
@@ -31,6 +33,7 @@ use crate::run::{RunInfo, now_ms};
 /// How often the view refreshes.
 const REFRESH: Duration = Duration::from_millis(250);
 
+mod output;
 #[cfg(test)]
 mod tests;
 
@@ -148,6 +151,8 @@ struct Shown {
     /// The sequence numbers of the records read from the log before the stream, in order: one
     /// of them that also comes on the stream was already shown.
     history: Vec<u64>,
+    /// What the models are writing (the live view's "model output").
+    outputs: output::Outputs,
 }
 
 impl Shown {
@@ -184,6 +189,20 @@ impl Shown {
         }
     }
 
+    /// A piece of a model's answer: a `tokens` line in JSON, the agent's "model output" line
+    /// in the live view; the plain lines leave them out (one event per piece would bury the
+    /// records; what the answer led to is in them).
+    fn tokens(&mut self, tokens: &agent_core::ModelTokens) -> Option<String> {
+        match self.mode {
+            Mode::Json => Some(output::json_line(tokens)),
+            Mode::Live => {
+                self.outputs.record(tokens);
+                None
+            }
+            Mode::Lines => None,
+        }
+    }
+
     fn lagged(&mut self, skipped: u64) -> Option<String> {
         match self.mode {
             Mode::Json => {
@@ -202,6 +221,7 @@ impl Shown {
             Received::Event(event) => match &**event {
                 TeamEvent::Audit(record) => self.audit(record),
                 TeamEvent::Run { agent, event } => self.run(agent, event),
+                TeamEvent::Tokens(tokens) => self.tokens(tokens),
             },
             Received::Lagged(skipped) => self.lagged(*skipped),
             Received::Closed => None,
@@ -259,6 +279,7 @@ impl View {
             steps_done: 0,
             recent: VecDeque::with_capacity(RECENT),
             history: Vec::new(),
+            outputs: output::Outputs::default(),
         };
         match self.services.audit.records(None).await {
             Ok(history) => {
@@ -492,6 +513,13 @@ async fn live(team: &Team, services: &TeamServices, task: &Task, info: &RunInfo,
                     d.id
                 ));
             }
+        }
+    }
+    let outputs = shown.outputs.lines();
+    if !outputs.is_empty() {
+        out.push_str("\nmodel output:\n");
+        for line in outputs {
+            out.push_str(&format!("  {line}\n"));
         }
     }
     out.push_str("\nrecent:\n");

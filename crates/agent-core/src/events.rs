@@ -13,6 +13,12 @@
 //! (`agent_pool::Team`) wraps its audit log in one, so every agent's transitions, tool calls,
 //! decisions and spawns are published.
 //!
+//! **Model output.** A model reasoner given the hub (agent-llm's `LlmReasoner::with_events`)
+//! publishes each answer as it streams from the model, in pieces ([`TeamEvent::Tokens`],
+//! [`ModelTokens`]), so that a watcher sees an agent's model writing. They are for watching
+//! only, never stored: the answer the agent acts on is the reasoner's, checked once the call
+//! ended, and what it led to is in the audit log.
+//!
 //! **Order.** A subscriber sees events in the order they were published. The records one
 //! agent appends one after another therefore arrive in sequence order; the records of
 //! different agents whose appends overlap (a durable backend syncs them together) may arrive
@@ -42,6 +48,32 @@ pub enum TeamEvent {
         /// What happened.
         event: RunEvent,
     },
+    /// More of a model's answer, as it streams (published by a model reasoner that has the
+    /// hub; the answer is what the reasoner returns once the call ended, checked: these
+    /// pieces are never recorded).
+    Tokens(ModelTokens),
+}
+
+/// Most characters of text one [`TeamEvent::Tokens`] carries: a longer piece is published
+/// as several events.
+pub const MAX_TOKEN_EVENT_CHARS: usize = 512;
+
+/// A piece of the answer a model is writing for an agent ([`TeamEvent::Tokens`]). The pieces
+/// of one attempt of one call, in order, are its answer as it arrived; an attempt that fails
+/// mid-stream stops, and the next one (a retry, `attempt` one more) starts over.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct ModelTokens {
+    /// The agent the call is for.
+    pub agent: AgentId,
+    /// The call, numbered by the reasoner from 1: with `agent`, it tells the calls apart.
+    pub call: u64,
+    /// The attempt of the call, 1 for the first.
+    pub attempt: u32,
+    /// `None`: the answer's text (a structured answer's JSON); `Some(tool)`: the arguments of a
+    /// call of `tool` the model is making.
+    pub tool: Option<String>,
+    /// The next characters, at most [`MAX_TOKEN_EVENT_CHARS`].
+    pub text: String,
 }
 
 /// The sending side of a team's event stream. Cheap to clone; publishing with no subscriber

@@ -66,7 +66,10 @@ pub use clock::{Clock, TokioClock, new_decision_id, new_message_id};
 #[cfg(feature = "sled")]
 pub use durable::{AUDIT_ANCHOR, SledAuditLog, SledStateStore};
 pub use error::AgentError;
-pub use events::{EventHub, EventStream, PublishingAuditLog, Received, TeamEvent};
+pub use events::{
+    EventHub, EventStream, MAX_TOKEN_EVENT_CHARS, ModelTokens, PublishingAuditLog, Received,
+    TeamEvent,
+};
 pub use offclock::untimed;
 pub use reasoner::{
     BUDGET_EXTENSION_KIND, Candidate, Conflict, FINISH_TOOL, Judgement, NextAction, Persona,

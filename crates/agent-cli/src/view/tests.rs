@@ -133,6 +133,7 @@ fn shown(mode: Mode) -> Shown {
         steps_done: 0,
         recent: VecDeque::new(),
         history: Vec::new(),
+        outputs: output::Outputs::default(),
     }
 }
 
@@ -272,4 +273,62 @@ fn summary_shows_a_tools_output_as_lines_cut_with_a_count() {
     assert_eq!(output_lines("a\nb\nc\nd", 3), vec!["a", "b", "… 2 more lines"]);
     // Each line is escaped on its own: a tab or an escape never reaches the terminal.
     assert_eq!(output_lines("a\tb\n\u{1b}[2J", 3), vec!["a\\tb", "\\u{1b}[2J"]);
+}
+
+fn tokens(agent: &str, call: u64, attempt: u32, tool: Option<&str>, text: &str) -> Received {
+    Received::Event(Arc::new(TeamEvent::Tokens(agent_core::ModelTokens {
+        agent: AgentId::from(agent),
+        call,
+        attempt,
+        tool: tool.map(str::to_owned),
+        text: text.into(),
+    })))
+}
+
+#[test]
+fn model_output_is_a_line_per_agent_live_a_json_line_per_piece_and_not_in_plain_lines() {
+    let events = [
+        tokens("top-a", 1, 1, None, "{\"verdict\": "),
+        tokens("exec-1", 4, 1, Some("write_file"), "{\"path\": \"a\nb\""),
+        tokens("top-a", 1, 1, None, "\"sign\"}"),
+        // A retry of exec-1's call starts its output over.
+        tokens("exec-1", 4, 2, Some("write_file"), "{\"path\":"),
+    ];
+    let (shown, printed) = shown_after(Mode::Live, &[], &events);
+    assert!(printed.is_empty());
+    assert_eq!(
+        shown.outputs.lines(),
+        [
+            "exec-1         write_file({\"path\": (retry 1)",
+            "top-a          {\"verdict\": \"sign\"}",
+        ]
+    );
+    assert!(shown.recent.is_empty(), "pieces are not events of the recent list");
+
+    let (_, printed) = shown_after(Mode::Lines, &[], &events);
+    assert!(printed.is_empty(), "{printed:#?}");
+
+    let (_, printed) = shown_after(Mode::Json, &[], &events);
+    let lines: Vec<serde_json::Value> =
+        printed.iter().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 4);
+    assert_eq!(
+        lines[1],
+        json!({"event": "tokens", "agent": "exec-1", "call": 4, "attempt": 1,
+            "tool": "write_file", "text": "{\"path\": \"a\nb\""})
+    );
+    assert_eq!(lines[0]["tool"], serde_json::Value::Null);
+}
+
+#[test]
+fn a_long_model_output_shows_its_escaped_tail_on_one_line() {
+    let long = format!("{}\u{1b}[2J\nend", "x".repeat(300));
+    let (shown, _) = shown_after(Mode::Live, &[], &[tokens("top-a", 1, 1, None, &long)]);
+    let lines = shown.outputs.lines();
+    assert_eq!(lines.len(), 1);
+    let line = &lines[0];
+    assert!(line.starts_with("top-a          …x"), "{line}");
+    assert!(line.ends_with("\\u{1b}[2J\\nend"), "{line}");
+    assert!(!line.chars().any(agent_state::is_control), "{line:?}");
+    assert!(line.chars().count() <= 16 + output::OUTPUT_CHARS, "{line}");
 }

@@ -25,7 +25,7 @@ fn audit_records(received: &[Received]) -> Vec<AuditRecord> {
         .filter_map(|r| match r {
             Received::Event(event) => match &**event {
                 TeamEvent::Audit(record) => Some(record.clone()),
-                TeamEvent::Run { .. } => None,
+                TeamEvent::Run { .. } | TeamEvent::Tokens(_) => None,
             },
             other => panic!("the stream lost events or closed: {other:?}"),
         })
