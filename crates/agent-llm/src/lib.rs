@@ -84,8 +84,10 @@ mod provider;
 mod reasoner;
 mod retry;
 mod store;
+mod stream;
 #[cfg(feature = "testing")]
 pub mod testing;
+mod tokens;
 
 #[cfg(feature = "http")]
 pub use anthropic::{AnthropicConfig, AnthropicProvider};
@@ -111,7 +113,11 @@ pub use provider::{
     ProviderErrorKind, ProviderToolCall, ResponseFormat, Role, ToolSpec, Usage,
 };
 pub use reasoner::{BUDGET_DECISION_KIND, FINISH_TOOL, LlmReasoner, LlmSettings};
-pub use retry::{MAX_RATE_LIMIT_WAITS, MAX_WAIT, RetryEvent, RetryStats, complete_with_retry};
+pub use retry::{
+    MAX_RATE_LIMIT_WAITS, MAX_WAIT, RetryEvent, RetryStats, complete_streaming_with_retry,
+    complete_with_retry,
+};
 pub use store::LlmStore;
+pub use stream::{Piece, TokenSink};
 #[cfg(feature = "sled")]
 pub use store::{CONVERSATIONS_TREE, SledLlmStore, USAGE_TREE};

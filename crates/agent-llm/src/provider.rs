@@ -26,6 +26,23 @@ pub trait Provider: Send + Sync + 'static {
     /// it onto forced tool use and returns that tool call's input as the text).
     async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, ProviderError>;
 
+    /// One completion, its answer delivered to `sink` piece by piece as the model writes it
+    /// (see [`crate::TokenSink`]), then returned whole exactly as [`complete`](Self::complete)
+    /// returns it, usage included. Pieces delivered before an error are not an answer.
+    ///
+    /// The HTTP providers stream from the server; the default calls `complete` and delivers
+    /// the whole answer as one piece of text and one per tool call, so every provider and test
+    /// double can be asked this way.
+    async fn complete_streaming(
+        &self,
+        request: &ChatRequest,
+        sink: &mut dyn crate::TokenSink,
+    ) -> Result<ChatResponse, ProviderError> {
+        let response = self.complete(request).await?;
+        crate::stream::deliver_whole(&response, sink);
+        Ok(response)
+    }
+
     /// Checks, before a run starts, that the provider can serve: the model exists and the key
     /// is accepted. The HTTP providers ask the server's model list (a server without one passes);
     /// the default checks nothing.

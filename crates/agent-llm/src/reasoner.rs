@@ -86,6 +86,7 @@ use crate::provider::{
     ResponseFormat, ToolSpec, Usage,
 };
 use crate::retry::{RetryEvent, complete_with_retry};
+use crate::tokens::complete_publishing;
 
 /// The tool an executor calls to end its subtask (the runtime's name for it).
 pub use agent_core::FINISH_TOOL;
@@ -123,6 +124,10 @@ pub struct LlmSettings {
     /// schema narrowed to those values), so the model chooses between the planned call and
     /// finishing: for small models that cannot write arguments. Default off.
     pub planned_arguments_only: bool,
+    /// With an event hub ([`LlmReasoner::with_events`]) that someone watches, stream each
+    /// answer and publish it as it arrives (default on); the answer, its checks and its usage
+    /// are the same either way.
+    pub stream: bool,
 }
 
 impl Default for LlmSettings {
@@ -135,6 +140,7 @@ impl Default for LlmSettings {
             retry: None,
             offer_agent_tools: true,
             planned_arguments_only: false,
+            stream: true,
         }
     }
 }
@@ -153,6 +159,10 @@ pub struct LlmReasoner {
     conversations: Arc<Conversations>,
     boards: Option<Arc<dyn Whiteboard>>,
     settings: LlmSettings,
+    /// Where answers are published as they stream, if anywhere.
+    events: Option<agent_core::EventHub>,
+    /// Calls made so far, to number them in the events.
+    calls: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for LlmReasoner {
@@ -179,7 +189,17 @@ impl LlmReasoner {
             conversations,
             boards: None,
             settings: LlmSettings::default(),
+            events: None,
+            calls: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// Publishes every answer on `hub` as it streams from the model
+    /// ([`agent_core::TeamEvent::Tokens`]), when [`LlmSettings::stream`] is on and the hub is
+    /// watched (see [`crate::Provider::complete_streaming`]).
+    pub fn with_events(mut self, hub: agent_core::EventHub) -> Self {
+        self.events = Some(hub);
+        self
     }
 
     /// Describes the tools of `registry` to the model (names, descriptions, argument schemas).
@@ -330,8 +350,17 @@ impl LlmReasoner {
                 retried_failures += 1;
             }
         };
-        let result =
-            complete_with_retry(self.provider.as_ref(), request, &policy, &mut observe).await;
+        let call = self.calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        let result = match self.events.as_ref().filter(|h| self.settings.stream && h.is_watched()) {
+            Some(hub) => {
+                let provider = self.provider.as_ref();
+                let me = &who.config.id;
+                complete_publishing(provider, request, &policy, &mut observe, hub, me, call).await
+            }
+            None => {
+                complete_with_retry(self.provider.as_ref(), request, &policy, &mut observe).await
+            }
+        };
         self.ledger.retried(&site, retried_failures, rate_limit_waits);
         match result {
             Ok((response, _)) => {

@@ -8,6 +8,7 @@ use std::time::Duration;
 use agent_state::{ErrorClass, RetryPolicy};
 
 use crate::provider::{ChatRequest, ChatResponse, Provider, ProviderError, ProviderErrorKind};
+use crate::stream::TokenSink;
 
 /// Most rate-limit waits in one [`complete_with_retry`] call: rate limits do not count toward
 /// [`RetryPolicy::max_retries`], so this bound keeps a server that always answers 429 from
@@ -60,10 +61,39 @@ pub async fn complete_with_retry(
     policy: &RetryPolicy,
     observer: &mut (dyn FnMut(&RetryEvent<'_>) + Send),
 ) -> Result<(ChatResponse, RetryStats), ProviderError> {
+    attempts(provider, request, policy, observer, None).await
+}
+
+/// [`complete_with_retry`] through [`Provider::complete_streaming`]: every attempt delivers
+/// the pieces of its answer to `sink` as they arrive. An attempt that fails mid-stream has
+/// delivered some pieces already; the next attempt's pieces start the answer over (the
+/// observer has seen the failure in between).
+pub async fn complete_streaming_with_retry(
+    provider: &dyn Provider,
+    request: &ChatRequest,
+    policy: &RetryPolicy,
+    observer: &mut (dyn FnMut(&RetryEvent<'_>) + Send),
+    sink: &mut dyn TokenSink,
+) -> Result<(ChatResponse, RetryStats), ProviderError> {
+    attempts(provider, request, policy, observer, Some(sink)).await
+}
+
+/// The attempts of one call, streamed to `sink` if there is one.
+async fn attempts(
+    provider: &dyn Provider,
+    request: &ChatRequest,
+    policy: &RetryPolicy,
+    observer: &mut (dyn FnMut(&RetryEvent<'_>) + Send),
+    mut sink: Option<&mut dyn TokenSink>,
+) -> Result<(ChatResponse, RetryStats), ProviderError> {
     let mut stats = RetryStats::default();
     loop {
         stats.attempts += 1;
-        let error = match provider.complete(request).await {
+        let answer = match sink.as_deref_mut() {
+            Some(sink) => provider.complete_streaming(request, sink).await,
+            None => provider.complete(request).await,
+        };
+        let error = match answer {
             Ok(response) => return Ok((response, stats)),
             Err(error) => error,
         };

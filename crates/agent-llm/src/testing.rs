@@ -9,6 +9,9 @@
 //! - [`add_program_scenario`] is such a handler: the model of a team that writes and tests a
 //!   small shell program. It answers from the request body alone, so it serves any number of
 //!   agents asking at once, and a run that is killed and resumed.
+//! - Asked with `"stream": true`, it streams the handler's answer as OpenAI's chunk events,
+//!   in the [`StreamStyle`] set with [`FakeModel::set_stream_style`]: whole and well formed
+//!   by default, or without usage, hanging mid-stream, malformed mid-stream, or not streamed.
 //! - [`text_completion`] and [`tool_call_completion`] build the OpenAI response bodies a
 //!   handler returns; [`decision_of`] and [`speaker_of`] read what a request asks and who asks.
 //!
@@ -30,9 +33,11 @@
 
 mod scenario;
 mod server;
+mod stream;
 
 pub use scenario::{
     USAGE_COMPLETION_TOKENS, USAGE_PROMPT_TOKENS, add_program_scenario, decision_of, speaker_of,
     text_completion, tool_call_completion,
 };
 pub use server::{FakeModel, Handler};
+pub use stream::{PIECE_CHARS, StreamStyle};

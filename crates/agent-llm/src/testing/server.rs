@@ -10,6 +10,8 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::{JoinHandle, JoinSet};
 
+use super::StreamStyle;
+
 /// What a [`FakeModel`] asks for every chat completion: the OpenAI response body for a request
 /// body, or a problem (in words), which the server records and answers with a 400.
 pub type Handler = dyn Fn(&Value) -> Result<Value, String> + Send + Sync;
@@ -24,7 +26,8 @@ const MAX_BODY: usize = 64 * 1024 * 1024;
 /// - `GET /v1/models` with `{"object": "list", "data": [{"id": MODEL, ...}]}`, the model it was
 ///   started with, which is what the provider's preflight checks;
 /// - `POST /v1/chat/completions` with `200` and what the handler returns for the request body,
-///   or, when the handler returns a problem, `400` with an OpenAI error body;
+///   or, when the handler returns a problem, `400` with an OpenAI error body; a request with
+///   `"stream": true` gets that answer as an event stream ([`FakeModel::set_stream_style`]);
 /// - anything else with `404`.
 ///
 /// A request the server cannot use (a body that is not JSON, an unknown route, a missing or
@@ -53,6 +56,7 @@ struct Shared {
     bodies: Mutex<Vec<Value>>,
     problems: Mutex<Vec<String>>,
     chat_requests: AtomicUsize,
+    stream_style: Mutex<StreamStyle>,
 }
 
 impl Shared {
@@ -100,6 +104,7 @@ impl FakeModel {
             bodies: Mutex::new(Vec::new()),
             problems: Mutex::new(Vec::new()),
             chat_requests: AtomicUsize::new(0),
+            stream_style: Mutex::new(StreamStyle::default()),
         });
         let task = tokio::spawn(accept(listener, Arc::clone(&shared)));
         Ok(Self { addr, shared, task })
@@ -131,6 +136,12 @@ impl FakeModel {
     /// asked only what it understood.
     pub fn problems(&self) -> Vec<String> {
         lock(&self.shared.problems).clone()
+    }
+
+    /// How the chat completions asked with `"stream": true` are answered from now on (at
+    /// first [`StreamStyle::Chunks`]).
+    pub fn set_stream_style(&self, style: StreamStyle) {
+        *lock(&self.shared.stream_style) = style;
     }
 }
 
@@ -187,7 +198,17 @@ async fn serve(stream: TcpStream, shared: Arc<Shared>) {
             }
         };
         let (status, body) = answer(&shared, &request).await;
-        if reply(stream.get_mut(), status, &body).await.is_err() {
+        let style = *lock(&shared.stream_style);
+        let asked: Option<Value> = serde_json::from_slice(&request.body).ok();
+        let streamed = asked.as_ref().is_some_and(|b| b["stream"] == json!(true));
+        let sent = if status == 200 && streamed && style != StreamStyle::Whole {
+            let usage = asked.as_ref().is_some_and(|b| b["stream_options"]["include_usage"] == json!(true));
+            let events = super::stream::events(&body, style, usage);
+            super::stream::reply(stream.get_mut(), &events, style == StreamStyle::Stall).await
+        } else {
+            reply(stream.get_mut(), status, &body).await
+        };
+        if sent.is_err() {
             return;
         }
     }

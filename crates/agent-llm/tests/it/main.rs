@@ -10,4 +10,5 @@ mod mock;
 mod openai;
 mod reasoner;
 mod retry;
+mod streaming;
 mod team;
