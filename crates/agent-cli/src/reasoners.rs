@@ -68,6 +68,7 @@ pub(crate) async fn build(
     store: &RunStore,
     boards: Arc<dyn Whiteboard>,
     tools: &ToolRegistry,
+    events: &agent_core::EventHub,
 ) -> Result<Reasoning, SettingError> {
     let settings_of = |id: Option<&AgentId>| -> ReasonerSettings {
         let s = id.and_then(|id| team.agent_reasoners.get(id)).unwrap_or(&team.default_reasoner);
@@ -105,6 +106,7 @@ pub(crate) async fn build(
             boards,
             tools: tools.clone(),
             agent_tools,
+            events: events.clone(),
             providers: ProviderSet { providers: BTreeMap::new(), dry_run: false },
         });
     }
@@ -323,6 +325,9 @@ struct Shared {
     boards: Arc<dyn Whiteboard>,
     tools: ToolRegistry,
     agent_tools: Arc<BTreeMap<AgentId, Arc<[String]>>>,
+    /// The team's event stream, where the model reasoners publish their answers as they
+    /// stream.
+    events: agent_core::EventHub,
     providers: ProviderSet,
 }
 
@@ -388,6 +393,8 @@ impl Shared {
         if let Some(max) = settings.max_tokens {
             llm.max_tokens = max;
         }
+        // `[reasoner] stream = false` turns streaming (and its events) off; on by default.
+        llm.stream = settings.stream.unwrap_or(true);
         // The embedded model is too small to choose among tools or to write arguments: it is
         // offered the step's own tool, with the plan's arguments only, and `finish_subtask`.
         let small = settings.kind == ReasonerKind::Local;
@@ -398,6 +405,7 @@ impl Shared {
                 .with_tools(&self.tools)
                 .with_agent_tools(self.agent_tools.clone())
                 .with_boards(self.boards.clone())
+                .with_events(self.events.clone())
                 .with_settings(llm),
         ))
     }

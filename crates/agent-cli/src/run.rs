@@ -515,7 +515,9 @@ async fn services(
     let kind_override = reasoner_kind(info.reasoner.as_deref())?;
     let boards: Arc<dyn Whiteboard> =
         Arc::new(SledWhiteboard::open(store).context("cannot open the whiteboards")?);
-    let reasoning = reasoners::build(team, kind_override, store, boards.clone(), &tools)
+    // The team's event stream: the model reasoners publish their answers on it as they stream.
+    let events = agent_core::EventHub::default();
+    let reasoning = reasoners::build(team, kind_override, store, boards.clone(), &tools, &events)
         .await
         .map_err(bad_input)?;
     let workspace = Arc::new(
@@ -543,7 +545,7 @@ async fn services(
         role_reasoners: reasoning.per_role,
         role_tools,
         costs: reasoning.ledger.clone().map(|ledger| -> Arc<dyn agent_core::CostMeter> { ledger }),
-        events: agent_core::EventHub::default(),
+        events,
     };
     Ok((services, reasoning.ledger))
 }

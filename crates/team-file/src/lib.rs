@@ -110,6 +110,8 @@
 //! base_url = "http://127.0.0.1:11434/v1"   # openai/anthropic: default the vendor's API
 //! model = "gpt-4o-mini"     # openai/anthropic: required here or on each agent; local:
 //!                           # "gemma-3-270m-q4_k_m" (the only one)
+//! stream = true             # model reasoners: answers stream and show as they are written
+//!                           # (live view, --json); default true; usage is exact either way
 //! api_key_env = "OPENAI_API_KEY"   # the variable holding the key (never the key itself);
 //!                           # default OPENAI_API_KEY / ANTHROPIC_API_KEY when no base_url is set
 //! request_timeout = "120s"  # one model call

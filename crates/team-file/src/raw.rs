@@ -215,6 +215,8 @@ pub(crate) struct RawReasoner {
     #[serde(default)]
     pub(crate) model: Option<Spanned<String>>,
     #[serde(default)]
+    pub(crate) stream: Option<bool>,
+    #[serde(default)]
     pub(crate) api_key_env: Option<Spanned<String>>,
     #[serde(default)]
     pub(crate) request_timeout: Option<Spanned<String>>,

@@ -120,6 +120,9 @@ pub struct ReasonerSettings {
     pub base_url: Option<String>,
     /// The model (an agent's own `model` wins).
     pub model: Option<String>,
+    /// For the model reasoners: whether answers stream from the model and show as they are
+    /// written (`strata run`'s live view and `--json`); `None`: the default, on.
+    pub stream: Option<bool>,
     /// The environment variable holding the API key.
     pub api_key_env: Option<String>,
     /// How long one model call may take.
@@ -847,6 +850,7 @@ fn reasoner_settings(
         Some(m) => Some(m.get_ref().trim().to_owned()),
         None => base.model.clone(),
     };
+    let stream = raw.stream.or(base.stream);
     let api_key_env = match &raw.api_key_env {
         Some(v) => {
             let name = v.get_ref();
@@ -882,6 +886,7 @@ fn reasoner_settings(
         prefer,
         base_url,
         model,
+        stream,
         api_key_env,
         request_timeout,
         max_tokens,

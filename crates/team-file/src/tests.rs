@@ -3048,3 +3048,20 @@ fn a_plan_step_may_name_an_ooda_call_only_for_an_ooda_executor() {
     let err = plan_err_for(&team.spec, &step("ooda-1", bad));
     assert_at(&err, 7, 8, &["unknown modification type `firmware`"]);
 }
+
+#[test]
+fn streaming_is_on_unless_a_reasoner_table_turns_it_off_and_agents_inherit_it() {
+    let t = team(&format!(
+        "[reasoner]\nkind = \"openai\"\nmodel = \"m\"\nstream = false\n\n{ONE_POWER}reasoner = {{ model = \"n\" }}\n"
+    ));
+    assert_eq!(t.default_reasoner.stream, Some(false));
+    let own = &t.agent_reasoners[&agent_state::AgentId::new("top-a")];
+    assert_eq!(own.stream, Some(false), "inherited from [reasoner]");
+    let t = team(&format!(
+        "{ONE_POWER}reasoner = {{ kind = \"openai\", model = \"n\", stream = true }}\n"
+    ));
+    assert_eq!(t.default_reasoner.stream, None, "not said: the default, on");
+    assert_eq!(t.agent_reasoners[&agent_state::AgentId::new("top-a")].stream, Some(true));
+    let err = team_err(&format!("[reasoner]\nstream = \"yes\"\n\n{ONE_POWER}"));
+    assert!(err.to_string().starts_with("team.toml:2:"), "{err}");
+}
