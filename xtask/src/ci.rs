@@ -2,7 +2,7 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
@@ -104,6 +104,9 @@ fn setup(root: &Path) -> anyhow::Result<()> {
             "bubblewrap (`bwrap`) not found: every `shell` command runs in its sandbox, and the tests check it; install it with `apt-get install bubblewrap` (`.ci/run` does this)"
         );
     }
+    // The MCP tests' server: PyPI's `mcp` package in a cached virtual environment, where the
+    // tests look for it (installed once; `.ci/run` runs the same script).
+    run_command(Command::new("bash").arg(root.join(".ci/mcp-setup")).stdout(Stdio::null()))?;
     run_command(cargo(root).args([
         "run",
         "--quiet",

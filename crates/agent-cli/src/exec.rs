@@ -19,7 +19,7 @@ use crate::{Failure, bad_input};
 
 /// `strata exec`.
 pub(crate) async fn exec(args: ExecArgs) -> Result<u8, Failure> {
-    let tools = ToolRegistry::with_builtins();
+    let mut tools = ToolRegistry::with_builtins();
     let (team_path, team_text) = match &args.start.team {
         Some(path) => {
             (path.clone(), run::read_input(path, "team file", team_file::MAX_TEAM_FILE_BYTES)?)
@@ -28,8 +28,11 @@ pub(crate) async fn exec(args: ExecArgs) -> Result<u8, Failure> {
     };
     let registry = agent_executor::builtins();
     if args.list {
+        // Listing runs nothing: the team file's MCP servers are not started.
         let team = match &args.start.team {
-            Some(path) => Some(team_file::parse_team(path, &team_text, &tools).map_err(bad_input)?),
+            Some(path) => {
+                Some(team_file::parse_stored_team(path, &team_text, &tools).map_err(bad_input)?)
+            }
             None => None,
         };
         list(&registry, team.as_ref(), args.start.output.json);
@@ -42,10 +45,27 @@ pub(crate) async fn exec(args: ExecArgs) -> Result<u8, Failure> {
         )));
     };
     let inputs = inputs(args.inputs.as_deref(), &args.input)?;
+
     let request = RunRequest::new(kind.as_str(), objective.as_str()).with_inputs(inputs.clone());
     Executor::new(registry).check(&request).map_err(bad_input)?;
+    let servers = crate::mcp::start_servers(&team_path, &team_text, &mut tools).await?;
+    let result = exec_with(&args, kind, objective, inputs, &team_path, &team_text, tools).await;
+    servers.shutdown().await;
+    result
+}
+
+/// `strata exec KIND OBJECTIVE` once the team file's MCP servers are started.
+async fn exec_with(
+    args: &ExecArgs,
+    kind: &str,
+    objective: &str,
+    inputs: serde_json::Value,
+    team_path: &Path,
+    team_text: &str,
+    tools: ToolRegistry,
+) -> Result<u8, Failure> {
     let exec =
-        team_file::with_executor_kind(&team_path, &team_text, kind, &tools).map_err(bad_input)?;
+        team_file::with_executor_kind(team_path, team_text, kind, &tools).map_err(bad_input)?;
     let mut team = exec.team;
     if let Some(heartbeat) = args.start.heartbeat {
         team.spec.heartbeat = heartbeat;

@@ -234,7 +234,7 @@ fn reasoner_kinds(dir: &Path, info: &RunInfo) -> String {
     let path = dir.join(TEAM_FILE);
     let team = std::fs::read_to_string(&path)
         .ok()
-        .and_then(|text| team_file::parse_team(&path, &text, &tools).ok());
+        .and_then(|text| team_file::parse_stored_team(&path, &text, &tools).ok());
     let Some(team) = team else {
         return format!("unknown ({} cannot be read)", path.display());
     };
@@ -365,7 +365,7 @@ async fn tree(dir: &Path, store: &RunStore, info: &RunInfo, json: bool) -> Resul
     let team_path = dir.join(TEAM_FILE);
     let text = std::fs::read_to_string(&team_path)
         .with_context(|| format!("cannot read {}", team_path.display()))?;
-    let team = team_file::parse_team(&team_path, &text, &tools).map_err(bad_input)?;
+    let team = team_file::parse_stored_team(&team_path, &text, &tools).map_err(bad_input)?;
     let records = SledAuditLog::open(store)?.records(None).await?;
     let (breaks, _) = anchors(store, &records).await?;
     let mut damage: Vec<String> = breaks.iter().map(ToString::to_string).collect();
@@ -420,7 +420,7 @@ async fn results(dir: &Path, store: &RunStore, json: bool) -> Result<(), Failure
     let path = dir.join(TEAM_FILE);
     let roles: HashMap<AgentId, String> = std::fs::read_to_string(&path)
         .ok()
-        .and_then(|text| team_file::parse_team(&path, &text, &tools).ok())
+        .and_then(|text| team_file::parse_stored_team(&path, &text, &tools).ok())
         .map(|team| team.spec.agent_roles.into_iter().collect())
         .unwrap_or_default();
     let results = spawns::results(&records, &roles);

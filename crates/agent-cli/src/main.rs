@@ -35,6 +35,7 @@ mod cli;
 mod evolve;
 mod exec;
 mod inspect;
+mod mcp;
 mod model;
 mod operator;
 mod reasoners;

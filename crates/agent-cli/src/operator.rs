@@ -599,7 +599,7 @@ fn allowed_humans(dir: &Path) -> Result<Vec<String>, Failure> {
 fn stored_team(dir: &Path) -> Result<team_file::TeamFile, Failure> {
     let path = dir.join(TEAM_FILE);
     let text = read_input(&path, "team file", team_file::MAX_TEAM_FILE_BYTES)?;
-    team_file::parse_team(&path, &text, &ToolRegistry::with_builtins()).map_err(bad_input)
+    team_file::parse_stored_team(&path, &text, &ToolRegistry::with_builtins()).map_err(bad_input)
 }
 
 /// What the command can check at once, on a private copy of the run's store: `Some(error)`

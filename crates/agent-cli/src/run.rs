@@ -139,16 +139,39 @@ pub(crate) fn read_input(path: &Path, what: &str, limit: usize) -> Result<String
 
 /// `strata run`.
 pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
-    // Everything the user gave is checked before anything is written.
-    let tools = ToolRegistry::with_builtins();
-    let (team_text, mut team) = match &args.start.team {
+    // Everything the user gave is checked before anything is written. The team file's MCP
+    // servers start first: the executors' tool lists name their tools.
+    let mut tools = ToolRegistry::with_builtins();
+    let (team_text, team, servers) = match &args.start.team {
         Some(path) => {
             let text = read_input(path, "team file", team_file::MAX_TEAM_FILE_BYTES)?;
-            let team = team_file::parse_team(path, &text, &tools).map_err(bad_input)?;
-            (text, team)
+            let servers = crate::mcp::start_servers(path, &text, &mut tools).await?;
+            match team_file::parse_team(path, &text, &tools) {
+                Ok(team) => (text, team, servers),
+                Err(e) => {
+                    servers.shutdown().await;
+                    return Err(bad_input(e));
+                }
+            }
         }
-        None => (team_file::example_team_toml().to_owned(), team_file::default_team()),
+        None => (
+            team_file::example_team_toml().to_owned(),
+            team_file::default_team(),
+            agent_mcp::McpServers::default(),
+        ),
     };
+    let result = run_with(args, team_text, team, tools).await;
+    servers.shutdown().await;
+    result
+}
+
+/// `strata run` once the team file is read (and its MCP servers started).
+async fn run_with(
+    args: RunArgs,
+    team_text: String,
+    mut team: TeamFile,
+    tools: ToolRegistry,
+) -> Result<u8, Failure> {
     if let Some(heartbeat) = args.start.heartbeat {
         team.spec.heartbeat = heartbeat;
     }
@@ -328,14 +351,31 @@ pub(crate) async fn resume(args: ResumeArgs) -> Result<u8, Failure> {
     let dir = resolve_run(&args.data, &args.run)?;
     let durability = if args.no_sync { Durability::NoSync } else { Durability::Synced };
     let store = RunStore::open(&dir, durability).map_err(bad_input)?;
-    let mut info = RunInfo::read(&dir).map_err(bad_input)?;
+    let info = RunInfo::read(&dir).map_err(bad_input)?;
     if matches!(info.status, RunStatus::Succeeded | RunStatus::Failed) {
         view::already_finished(&args.output, &info, &dir);
         return Ok(if info.status == RunStatus::Succeeded { 0 } else { TASK_FAILED });
     }
-    let tools = ToolRegistry::with_builtins();
+    let mut tools = ToolRegistry::with_builtins();
     let team_path = dir.join(TEAM_FILE);
     let team_text = read_input(&team_path, "team file", team_file::MAX_TEAM_FILE_BYTES)?;
+    // The MCP servers start again (before anything is marked running), with their tools.
+    let servers = crate::mcp::start_servers(&team_path, &team_text, &mut tools).await?;
+    let result = resume_with(args, dir, store, info, team_path, team_text, tools).await;
+    servers.shutdown().await;
+    result
+}
+
+/// `strata resume` once the team file's MCP servers are started.
+async fn resume_with(
+    args: ResumeArgs,
+    dir: PathBuf,
+    store: RunStore,
+    mut info: RunInfo,
+    team_path: PathBuf,
+    team_text: String,
+    tools: ToolRegistry,
+) -> Result<u8, Failure> {
     let mut team = team_file::parse_team(&team_path, &team_text, &tools).map_err(bad_input)?;
     team.spec.heartbeat = team_file::check_heartbeat(Duration::from_millis(info.heartbeat_ms))
         .map_err(|m| {

@@ -257,10 +257,10 @@ async fn start(
             let (transport, err) = TokioChildProcess::builder(cmd)
                 .stderr(Stdio::piped())
                 .spawn()
-                .map_err(|source| McpError::Spawn {
+                .map_err(|error| McpError::Spawn {
                 server: server.clone(),
                 command: command.clone(),
-                source,
+                error,
             })?;
             if let Some(err) = err {
                 keep_stderr(&server, err, stderr.clone());

@@ -20,15 +20,14 @@ pub enum McpError {
         server: String,
     },
     /// The server's process could not be started (no such program, not executable).
-    #[error("MCP server `{server}` failed to start: cannot run `{command}`: {source}")]
+    #[error("MCP server `{server}` failed to start: cannot run `{command}`: {error}")]
     Spawn {
         /// The server.
         server: String,
         /// The program.
         command: String,
-        /// What the operating system reported.
-        #[source]
-        source: std::io::Error,
+        /// What the operating system reported (in the message, so not a `source`).
+        error: std::io::Error,
     },
     /// The server started but the MCP handshake (`initialize`) or the listing of its tools
     /// (`tools/list`) failed: it exited, answered something else, or is not an MCP server.

@@ -20,6 +20,7 @@ mod interrupt;
 mod llm;
 #[cfg(feature = "local")]
 mod local;
+mod mcp;
 mod ooda;
 mod papercuts;
 mod sandbox;

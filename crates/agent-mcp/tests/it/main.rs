@@ -68,6 +68,7 @@ async fn tools_are_listed_at_start_with_their_schemas_and_annotations() {
         [
             "mcp__t__add",
             "mcp__t__append_line",
+            "mcp__t__append_then_sleep",
             "mcp__t__crash",
             "mcp__t__echo",
             "mcp__t__fail",

@@ -1,7 +1,7 @@
 """A small MCP server for agent-mcp's tests, on the `mcp` package's low-level server, over stdio.
 
 Tools: `echo` and `add` (read-only), `append_line` (appends a line to a file: a side effect the
-tests can count), `fail` (answers with isError), `crash` (the server exits mid-call), `slow`
+tests can count), `append_then_sleep` (appends, then sleeps: a kill lands mid-call), `fail` (answers with isError), `crash` (the server exits mid-call), `slow`
 (sleeps), and `bad_schema` (an input schema that is not valid JSON Schema).
 
 `--exit-at-start` makes it exit before the MCP handshake, as a server that fails to start.
@@ -57,6 +57,19 @@ TOOLS = [
         annotations=types.ToolAnnotations(read_only_hint=False, destructive_hint=False),
     ),
     types.Tool(
+        name="append_then_sleep",
+        description="Appends a line to a file, then sleeps for `seconds`.",
+        input_schema={
+            "type": "object",
+            "properties": {
+                "path": {"type": "string"},
+                "line": {"type": "string"},
+                "seconds": {"type": "number"},
+            },
+            "required": ["path", "line", "seconds"],
+        },
+    ),
+    types.Tool(
         name="fail",
         description="Always fails, as a tool error.",
         input_schema={"type": "object", "properties": {}},
@@ -99,6 +112,11 @@ async def call_tool(ctx, params):
         with open(args["path"], "a", encoding="utf-8") as f:
             f.write(args["line"] + "\n")
         return types.CallToolResult(content=text("appended to " + args["path"]))
+    if params.name == "append_then_sleep":
+        with open(args["path"], "a", encoding="utf-8") as f:
+            f.write(args["line"] + "\n")
+        await asyncio.sleep(float(args["seconds"]))
+        return types.CallToolResult(content=text("appended, then slept"))
     if params.name == "fail":
         return types.CallToolResult(content=text("this tool always fails"), is_error=True)
     if params.name == "crash":
