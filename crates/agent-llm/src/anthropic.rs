@@ -11,9 +11,13 @@ use serde_json::{Value, json};
 
 use crate::http::{self, ConfigError, HttpClient};
 use crate::provider::{
-    ChatRequest, ChatResponse, Provider, ProviderError, ProviderErrorKind, ProviderToolCall,
-    ResponseFormat, Role, Usage,
+    ChatRequest, ChatResponse, Provider, ProviderError, ProviderToolCall, ResponseFormat, Role,
+    Usage,
 };
+use crate::stream::{SharedSink, TokenSink};
+use crate::structured::{self, ModeChoice, ModeSelector, StructuredMode, StructuredOutput};
+
+mod stream;
 
 /// How to reach the Anthropic API.
 #[derive(Clone, PartialEq, Eq)]
@@ -28,6 +32,10 @@ pub struct AnthropicConfig {
     pub api_key: Option<String>,
     /// The longest one call may take, connecting and reading the whole answer included.
     pub timeout: Duration,
+    /// How to ask for structured answers: [`StructuredMode::ToolCall`] (the API's own way,
+    /// tried first by [`StructuredOutput::Auto`]) or [`StructuredMode::Prompt`]; the API has no
+    /// `response_format`, so the JSON modes are refused when the provider is built.
+    pub structured_output: StructuredOutput,
 }
 
 impl AnthropicConfig {
@@ -45,6 +53,7 @@ impl AnthropicConfig {
             model: model.into(),
             api_key: None,
             timeout: Self::DEFAULT_TIMEOUT,
+            structured_output: StructuredOutput::Auto,
         }
     }
 }
@@ -56,6 +65,7 @@ impl fmt::Debug for AnthropicConfig {
             .field("model", &self.model)
             .field("api_key", &http::redacted(self.api_key.as_ref()))
             .field("timeout", &self.timeout)
+            .field("structured_output", &self.structured_output)
             .finish()
     }
 }
@@ -86,6 +96,8 @@ pub struct AnthropicProvider {
     http: HttpClient,
     /// The server's model list, for [`Provider::preflight`].
     models: reqwest::Url,
+    /// The structured output mode in use and the ones the server refused.
+    modes: ModeSelector,
 }
 
 impl AnthropicProvider {
@@ -104,6 +116,8 @@ impl AnthropicProvider {
         // The list is paged (20 by default); 1000 is the largest page.
         models.set_query(Some("limit=1000"));
         http::check_model(&config.model, "claude-sonnet-4-5")?;
+        structured::check_supported(config.structured_output, Self::NAME, &Self::MODES)
+            .map_err(ConfigError::StructuredOutput)?;
         let key = http::api_key(config.api_key.as_deref());
         let mut headers = HeaderMap::new();
         headers.insert(
@@ -115,7 +129,54 @@ impl AnthropicProvider {
         }
         let http =
             HttpClient::new(Self::NAME, config.model, endpoint, headers, key, config.timeout)?;
-        Ok(Self { http, models })
+        let modes = ModeSelector::new(config.structured_output, &Self::MODES);
+        Ok(Self { http, models, modes })
+    }
+
+    /// The structured output modes the API takes, best first.
+    pub const MODES: [StructuredMode; 2] = [StructuredMode::ToolCall, StructuredMode::Prompt];
+
+    /// Sends `request`, a JSON request in `mode` when it asks for JSON.
+    async fn complete_in(
+        &self,
+        request: &ChatRequest,
+        mode: Option<StructuredMode>,
+        sink: Option<&SharedSink<'_>>,
+    ) -> Result<ChatResponse, ProviderError> {
+        if let (Some(StructuredMode::Prompt), ResponseFormat::Json { schema, .. }) =
+            (mode, &request.response)
+        {
+            // The schema in the system prompt, the answer's text checked by the reasoner.
+            let mut plain = request.clone();
+            plain.response = ResponseFormat::Text;
+            plain.system = structured::with_schema_instruction(&plain.system, schema);
+            let body = wire_request(self.http.model(), &plain);
+            let mut response = stream::answer(&self.http, body, None, sink).await?;
+            response.text = structured::unfenced(&response.text);
+            return Ok(response);
+        }
+        let body = wire_request(self.http.model(), request);
+        let json_tool = match &request.response {
+            ResponseFormat::Json { name, .. } => Some(name.as_str()),
+            ResponseFormat::Text => None,
+        };
+        stream::answer(&self.http, body, json_tool, sink).await
+    }
+
+    /// Sends `request` in the structured output mode in use, adapting to the server's
+    /// refusals; streamed to `sink` if there is one.
+    async fn send(
+        &self,
+        request: &ChatRequest,
+        sink: Option<&SharedSink<'_>>,
+    ) -> Result<ChatResponse, ProviderError> {
+        if !matches!(request.response, ResponseFormat::Json { .. }) {
+            return self.complete_in(request, None, sink).await;
+        }
+        structured::complete_adapting(&self.modes, Self::NAME, self.http.model(), |mode| {
+            self.complete_in(request, Some(mode), sink)
+        })
+        .await
     }
 }
 
@@ -134,14 +195,20 @@ impl Provider for AnthropicProvider {
     }
 
     async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, ProviderError> {
-        let body = wire_request(self.http.model(), request);
-        let message: WireResponse = self.http.post(&body).await?;
-        let json_tool = match &request.response {
-            ResponseFormat::Json { name, .. } => Some(name.as_str()),
-            ResponseFormat::Text => None,
-        };
-        from_wire(message, json_tool)
-            .map_err(|e| self.http.error(ProviderErrorKind::BadResponse, e))
+        self.send(request, None).await
+    }
+
+    /// Streamed (`"stream": true`, see [`stream`]).
+    async fn complete_streaming(
+        &self,
+        request: &ChatRequest,
+        sink: &mut dyn TokenSink,
+    ) -> Result<ChatResponse, ProviderError> {
+        self.send(request, Some(&SharedSink::new(sink))).await
+    }
+
+    fn structured_choice(&self) -> Option<ModeChoice> {
+        Some(self.modes.choice())
     }
 }
 

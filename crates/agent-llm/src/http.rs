@@ -16,6 +16,10 @@ use thiserror::Error;
 
 use crate::provider::{ProviderError, ProviderErrorKind};
 
+mod stream;
+
+pub(crate) use stream::Streamed;
+
 /// An HTTP provider's configuration was refused when the provider was built. The message names
 /// the setting and says how to fix it; it never contains the API key.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
@@ -45,6 +49,9 @@ pub enum ConfigError {
         "api_key: not usable in an HTTP header (it holds a control character); copy the key again"
     )]
     ApiKey,
+    /// `structured_output` names a mode the provider cannot send.
+    #[error("{0}")]
+    StructuredOutput(String),
     /// The HTTP client could not be built (TLS roots, ...).
     #[error("http client: {0}")]
     Client(String),
@@ -94,6 +101,11 @@ impl HttpClient {
     /// The model.
     pub(crate) fn model(&self) -> &str {
         &self.model
+    }
+
+    /// Where requests go.
+    pub(crate) fn endpoint(&self) -> &Url {
+        &self.endpoint
     }
 
     /// POSTs `body` as JSON and reads a 2xx answer as `T`; anything else is a classified error.
@@ -275,6 +287,10 @@ impl HttpClient {
             (403, _) => ProviderErrorKind::Forbidden,
             (404, _) => ProviderErrorKind::UnknownModel,
             (400, _) if detail.says_unknown_model() => ProviderErrorKind::UnknownModel,
+            // A server that answers a request it cannot validate with a 5xx (llama-cpp-python
+            // answers an unsupported `response_format` with HTTP 500 and pydantic's validation
+            // errors): sending it again cannot help.
+            (500 | 501, _) if says_invalid_request(&text) => ProviderErrorKind::BadRequest,
             (_, Some(FailureKind::RateLimited)) => ProviderErrorKind::RateLimited,
             (_, Some(FailureKind::Timeout)) => ProviderErrorKind::Timeout,
             (_, Some(FailureKind::Server)) => ProviderErrorKind::Server,
@@ -407,6 +423,25 @@ impl ErrorDetail {
     }
 }
 
+/// Whether a server error's text is a validation error of the request (pydantic's, FastAPI's,
+/// or a server saying so in words) rather than a failure of the server.
+fn says_invalid_request(text: &str) -> bool {
+    let text = text.to_lowercase();
+    [
+        "validation error",
+        "input should be",
+        "literal_error",
+        "value_error",
+        "extra_forbidden",
+        "invalid request",
+        "unprocessable",
+        "not supported",
+        "unsupported",
+    ]
+    .iter()
+    .any(|marker| text.contains(marker))
+}
+
 /// A body as text, for messages.
 fn snippet(body: &[u8]) -> String {
     let text = String::from_utf8_lossy(body);
@@ -441,7 +476,7 @@ fn error_chain(error: &reqwest::Error) -> String {
 mod tests {
     use std::time::Duration;
 
-    use super::{ErrorDetail, parse_retry_after, truncate};
+    use super::{ErrorDetail, parse_retry_after, says_invalid_request, truncate};
 
     #[test]
     fn retry_after_reads_delta_seconds_and_fractions() {
@@ -484,6 +519,17 @@ mod tests {
         assert_eq!(detail.message.as_deref(), Some("max_tokens: too large"));
         assert!(!detail.says_unknown_model());
         assert!(ErrorDetail::parse(b"<html>").message.is_none());
+    }
+
+    #[test]
+    fn validation_errors_in_a_server_error_are_recognised() {
+        assert!(says_invalid_request(
+            "[{'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), 'msg': \"Input should be 'text' or 'json_object'\"}]"
+        ));
+        assert!(says_invalid_request("1 validation error for CreateChatCompletionRequest"));
+        assert!(says_invalid_request("response_format json_schema is not supported"));
+        assert!(!says_invalid_request("CUDA out of memory"));
+        assert!(!says_invalid_request("internal server error"));
     }
 
     #[test]

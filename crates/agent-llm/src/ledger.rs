@@ -288,6 +288,10 @@ pub struct UsageReport {
     pub extensions: Vec<Extension>,
     /// Why the run stopped on its budget, if it did.
     pub stopped: Option<BudgetExceeded>,
+    /// Per `provider/model`: the structured output mode in use and the modes the server
+    /// refused ([`crate::StructuredOutput`]). Empty for providers with a single way.
+    #[serde(default)]
+    pub structured_output: BTreeMap<String, crate::ModeChoice>,
 }
 
 impl Versioned for UsageReport {
@@ -687,6 +691,17 @@ impl UsageLedger {
         let mut s = self.lock();
         let tally = Tally { failed_calls: failed, rate_limit_waits, ..Tally::default() };
         record(&mut s.report, site, &tally);
+        self.persist(&s);
+    }
+
+    /// Records the structured output mode `site`'s provider uses (stored when it changed).
+    pub fn structured_mode(&self, site: &CallSite, choice: crate::ModeChoice) {
+        let mut s = self.lock();
+        let key = site.model_key();
+        if s.report.structured_output.get(&key) == Some(&choice) {
+            return;
+        }
+        s.report.structured_output.insert(key, choice);
         self.persist(&s);
     }
 

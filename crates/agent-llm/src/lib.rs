@@ -23,6 +23,11 @@
 //!   rate-limit waits honour `Retry-After` and are not failures; permanent errors fail at once
 //!   with a message naming provider, model and cause. Keys come from the caller (the `strata`
 //!   command reads them from environment variables) and never appear in errors or logs.
+//! - Streamed answers: [`Provider::complete_streaming`] delivers an answer's [`Piece`]s to a
+//!   [`TokenSink`] as the model writes it (the HTTP providers read the server's event stream;
+//!   the answer and its usage are exactly a whole answer's), and [`LlmReasoner::with_events`]
+//!   publishes them on the team's event hub (`agent_core::TeamEvent::Tokens`). Only the
+//!   finished, checked answer is recorded.
 //! - Feature `testing` (off by default): `testing`, a fake OpenAI-compatible model on a
 //!   loopback HTTP server (`FakeModel`) and the scripted goal scenario that drives a whole
 //!   goal-driven team through it (`add_program_scenario`).
@@ -71,6 +76,8 @@
 mod anthropic;
 mod approval;
 mod conversation;
+#[cfg(feature = "http")]
+mod emulated_tools;
 #[cfg(feature = "fetch")]
 mod fetch;
 #[cfg(feature = "http")]
@@ -83,8 +90,11 @@ mod openai;
 mod provider;
 mod reasoner;
 mod retry;
+#[cfg(feature = "http")]
+mod sse;
 mod store;
 mod stream;
+mod structured;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod tokens;
@@ -118,6 +128,7 @@ pub use retry::{
     complete_with_retry,
 };
 pub use store::LlmStore;
-pub use stream::{Piece, TokenSink};
 #[cfg(feature = "sled")]
 pub use store::{CONVERSATIONS_TREE, SledLlmStore, USAGE_TREE};
+pub use stream::{Piece, TokenSink};
+pub use structured::{ModeChoice, RejectedMode, StructuredMode, StructuredOutput, UnknownMode};

@@ -9,11 +9,16 @@ use reqwest::header::{AUTHORIZATION, HeaderMap};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use crate::emulated_tools;
 use crate::http::{self, ConfigError, HttpClient};
 use crate::provider::{
     ChatRequest, ChatResponse, Provider, ProviderError, ProviderErrorKind, ProviderToolCall,
     ResponseFormat, Role, Usage,
 };
+use crate::stream::{SharedSink, TokenSink};
+use crate::structured::{self, ModeChoice, ModeSelector, StructuredMode, StructuredOutput};
+
+mod stream;
 
 /// How to reach an OpenAI-compatible server.
 #[derive(Clone, PartialEq, Eq)]
@@ -29,6 +34,9 @@ pub struct OpenAiConfig {
     pub api_key: Option<String>,
     /// The longest one call may take, connecting and reading the whole answer included.
     pub timeout: Duration,
+    /// How to ask for structured answers ([`StructuredOutput::Auto`]: the best mode the server
+    /// takes, found as it answers).
+    pub structured_output: StructuredOutput,
 }
 
 impl OpenAiConfig {
@@ -42,6 +50,7 @@ impl OpenAiConfig {
             model: model.into(),
             api_key: None,
             timeout: Self::DEFAULT_TIMEOUT,
+            structured_output: StructuredOutput::Auto,
         }
     }
 }
@@ -53,6 +62,7 @@ impl fmt::Debug for OpenAiConfig {
             .field("model", &self.model)
             .field("api_key", &http::redacted(self.api_key.as_ref()))
             .field("timeout", &self.timeout)
+            .field("structured_output", &self.structured_output)
             .finish()
     }
 }
@@ -68,8 +78,16 @@ impl fmt::Debug for OpenAiConfig {
 /// - a [`Role::Tool`] message is `{"role": "tool", "tool_call_id", "content"}`;
 /// - tools are `[{type: "function", function: {name, description, parameters}}]`, and
 ///   `require_tool` sends `tool_choice: "required"` (otherwise the server's default, `auto`);
-/// - [`ResponseFormat::Json`] is `response_format: {type: "json_schema", json_schema: {name,
-///   schema, strict: false}}`;
+/// - [`ResponseFormat::Json`] is sent in the [`StructuredMode`] in use: `json_schema` is
+///   `response_format: {type: "json_schema", json_schema: {name, schema, strict: false}}`,
+///   `json_object` is `response_format: {type: "json_object", schema}` with the schema also in
+///   the system prompt, `tool_call` is a function named after the schema with the schema as its
+///   parameters, forced with `tool_choice: {type: "function", function: {name}}` (its arguments
+///   are the answer), `prompt` is the schema in the system prompt only. With
+///   [`StructuredOutput::Auto`] the provider starts with `json_schema` and, when the server
+///   refuses a request because of its format (see [`crate::StructuredOutput`]), sends the same
+///   request in the next mode at once; the refusal is remembered for every later call
+///   ([`Provider::structured_choice`]);
 /// - `max_tokens` (omitted when 0: the server's default) and `temperature` (if set).
 ///
 /// The answer is `choices[0].message`: `content` (may be `null`) and `tool_calls`, whose
@@ -80,6 +98,10 @@ pub struct OpenAiProvider {
     http: HttpClient,
     /// The server's model list, for [`Provider::preflight`].
     models: reqwest::Url,
+    /// The structured output mode in use and the ones the server refused.
+    modes: ModeSelector,
+    /// Whether answers are streamed (see [`stream`]).
+    streaming: stream::StreamState,
 }
 
 impl OpenAiProvider {
@@ -100,7 +122,121 @@ impl OpenAiProvider {
         }
         let http =
             HttpClient::new(Self::NAME, config.model, endpoint, headers, key, config.timeout)?;
-        Ok(Self { http, models })
+        let modes = ModeSelector::new(config.structured_output, &StructuredMode::ALL);
+        Ok(Self { http, models, modes, streaming: stream::StreamState::default() })
+    }
+
+    /// Takes over the structured output modes that an earlier provider for the same server
+    /// found refused (the pre-run check's, or the run's stored usage report), so that they are
+    /// not tried again. Ignored when its setting differs from this provider's.
+    pub fn remember(&self, choice: &ModeChoice) {
+        self.modes.remember(choice);
+        if choice.stream_without_usage {
+            self.streaming.stop();
+        }
+    }
+
+    /// Sends `request` in `mode`: the server's answer, or its refusal.
+    async fn complete_in(
+        &self,
+        request: &ChatRequest,
+        mode: Option<StructuredMode>,
+        sink: Option<&SharedSink<'_>>,
+    ) -> Result<ChatResponse, ProviderError> {
+        let body = wire_request(self.http.model(), request, mode);
+        let mut response = stream::answer(self, request, mode, body, sink).await?;
+        match (mode, &request.response) {
+            (Some(StructuredMode::ToolCall), ResponseFormat::Json { name, .. }) => {
+                // The forced call's arguments are the answer; a server that ignored the
+                // `tool_choice` and answered in text gives its text, checked like any answer.
+                if let Some(i) = response.tool_calls.iter().position(|c| &c.name == name) {
+                    let call = response.tool_calls.remove(i);
+                    response.text = call.arguments;
+                } else {
+                    response.text = structured::unfenced(&response.text);
+                }
+            }
+            (Some(StructuredMode::JsonObject | StructuredMode::Prompt), _) => {
+                response.text = structured::unfenced(&response.text);
+            }
+            _ => {}
+        }
+        Ok(response)
+    }
+
+    /// Sends `request` in the structured output mode in use, adapting to the server's
+    /// refusals; streamed to `sink` if there is one.
+    async fn send(
+        &self,
+        request: &ChatRequest,
+        sink: Option<&SharedSink<'_>>,
+    ) -> Result<ChatResponse, ProviderError> {
+        if request.require_tool && !request.tools.is_empty() {
+            return self.call_a_tool(request, sink).await;
+        }
+        if !matches!(request.response, ResponseFormat::Json { .. }) {
+            return self.complete_in(request, None, sink).await;
+        }
+        structured::complete_adapting(&self.modes, Self::NAME, self.http.model(), |mode| {
+            self.complete_in(request, Some(mode), sink)
+        })
+        .await
+    }
+
+    /// A request that must call a tool: `tool_choice: "required"`, or, on a server that
+    /// answered that without a tool call, the same request as a structured question
+    /// ([`emulated_tools`]); the answer that called no tool is counted in the usage.
+    async fn call_a_tool(
+        &self,
+        request: &ChatRequest,
+        sink: Option<&SharedSink<'_>>,
+    ) -> Result<ChatResponse, ProviderError> {
+        let mut spent = Usage::default();
+        if !self.modes.tools_emulated() {
+            let response = self.complete_in(request, None, sink).await?;
+            if !response.tool_calls.is_empty() {
+                return Ok(response);
+            }
+            tracing::info!(
+                provider = Self::NAME,
+                model = %self.http.model(),
+                text = %response.text,
+                "the server answered tool_choice \"required\" without a tool call; tool calls are asked as JSON from now on"
+            );
+            self.modes.emulate_tools();
+            spent = response.usage;
+        }
+        let question = emulated_tools::request(request);
+        let mut response =
+            structured::complete_adapting(&self.modes, Self::NAME, self.http.model(), |mode| {
+                self.complete_in(&question, Some(mode), sink)
+            })
+            .await?;
+        response.usage.input_tokens += spent.input_tokens;
+        response.usage.output_tokens += spent.output_tokens;
+        Ok(emulated_tools::answer(response))
+    }
+
+    /// A short structured request, to learn before a run which mode the server takes.
+    fn probe() -> ChatRequest {
+        ChatRequest {
+            system: "You answer in JSON.".to_owned(),
+            messages: vec![crate::provider::ChatMessage::user(
+                "Reply with the JSON {\"ok\": true}.",
+            )],
+            response: ResponseFormat::Json {
+                name: "probe".to_owned(),
+                schema: json!({
+                    "type": "object",
+                    "properties": {"ok": {"type": "boolean"}},
+                    "required": ["ok"],
+                    "additionalProperties": false,
+                }),
+            },
+            max_tokens: 16,
+            temperature: Some(0.0),
+            ..ChatRequest::default()
+        }
     }
 }
 
@@ -114,22 +250,59 @@ impl Provider for OpenAiProvider {
         self.http.model()
     }
 
+    /// Checks that the server serves the model, then sends one short structured request (16
+    /// tokens at most) to find the structured output mode it takes: a server that refuses
+    /// every mode fails here, naming what was tried.
     async fn preflight(&self) -> Result<(), ProviderError> {
-        self.http.check_model_listed(self.models.clone()).await
+        self.http.check_model_listed(self.models.clone()).await?;
+        // Streamed, so that a server that streams without the usage is known before the run,
+        // whose calls are then not streamed and all counted exactly.
+        let mut ignore = |_: crate::stream::Piece<'_>| {};
+        self.complete_streaming(&Self::probe(), &mut ignore).await.map(drop).map_err(|mut error| {
+            if error.kind == ProviderErrorKind::BadRequest {
+                error.message =
+                    format!("the server at {}: {}", self.http.endpoint(), error.message);
+            }
+            error
+        })
     }
 
     async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, ProviderError> {
-        let body = wire_request(self.http.model(), request);
-        let completion: Completion = self.http.post(&body).await?;
-        from_wire(completion).map_err(|e| self.http.error(ProviderErrorKind::BadResponse, e))
+        self.send(request, None).await
+    }
+
+    /// Streamed (`"stream": true`, see [`stream`]) unless the server streamed an answer without
+    /// its usage before.
+    async fn complete_streaming(
+        &self,
+        request: &ChatRequest,
+        sink: &mut dyn TokenSink,
+    ) -> Result<ChatResponse, ProviderError> {
+        self.send(request, Some(&SharedSink::new(sink))).await
+    }
+
+    fn structured_choice(&self) -> Option<ModeChoice> {
+        let mut choice = self.modes.choice();
+        choice.stream_without_usage = !self.streaming.streams();
+        Some(choice)
     }
 }
 
-/// The request body.
-fn wire_request(model: &str, request: &ChatRequest) -> Value {
+/// The request body, a JSON request sent in `mode`.
+fn wire_request(model: &str, request: &ChatRequest, mode: Option<StructuredMode>) -> Value {
     let mut messages = Vec::with_capacity(request.messages.len() + 1);
-    if !request.system.is_empty() {
-        messages.push(json!({"role": "system", "content": request.system}));
+    let schema = match &request.response {
+        ResponseFormat::Json { name, schema } => Some((name, schema)),
+        ResponseFormat::Text => None,
+    };
+    let system = match (mode, schema) {
+        (Some(StructuredMode::JsonObject | StructuredMode::Prompt), Some((_, schema))) => {
+            structured::with_schema_instruction(&request.system, schema)
+        }
+        _ => request.system.clone(),
+    };
+    if !system.is_empty() {
+        messages.push(json!({"role": "system", "content": system}));
     }
     for message in &request.messages {
         messages.push(match message.role {
@@ -161,31 +334,35 @@ fn wire_request(model: &str, request: &ChatRequest) -> Value {
         });
     }
     let mut body = json!({"model": model, "messages": messages});
-    if !request.tools.is_empty() {
-        let tools: Vec<Value> = request
-            .tools
-            .iter()
-            .map(|tool| {
-                json!({
-                    "type": "function",
-                    "function": {
-                        "name": tool.name,
-                        "description": tool.description,
-                        "parameters": tool.parameters,
-                    },
-                })
-            })
-            .collect();
-        body["tools"] = Value::Array(tools);
-        if request.require_tool {
-            body["tool_choice"] = json!("required");
-        }
+    let function = |name: &str, description: &str, parameters: &Value| {
+        json!({
+            "type": "function",
+            "function": {"name": name, "description": description, "parameters": parameters},
+        })
+    };
+    let mut tools: Vec<Value> =
+        request.tools.iter().map(|t| function(&t.name, &t.description, &t.parameters)).collect();
+    if request.require_tool && !tools.is_empty() {
+        body["tool_choice"] = json!("required");
     }
-    if let ResponseFormat::Json { name, schema } = &request.response {
-        body["response_format"] = json!({
-            "type": "json_schema",
-            "json_schema": {"name": name, "schema": schema, "strict": false},
-        });
+    match (mode, schema) {
+        (Some(StructuredMode::JsonSchema), Some((name, schema))) => {
+            body["response_format"] = json!({
+                "type": "json_schema",
+                "json_schema": {"name": name, "schema": schema, "strict": false},
+            });
+        }
+        (Some(StructuredMode::JsonObject), Some((_, schema))) => {
+            body["response_format"] = json!({"type": "json_object", "schema": schema});
+        }
+        (Some(StructuredMode::ToolCall), Some((name, schema))) => {
+            tools.push(function(name, "Give your answer as this function's arguments.", schema));
+            body["tool_choice"] = json!({"type": "function", "function": {"name": name}});
+        }
+        _ => {}
+    }
+    if !tools.is_empty() {
+        body["tools"] = Value::Array(tools);
     }
     if request.max_tokens > 0 {
         body["max_tokens"] = json!(request.max_tokens);

@@ -11,7 +11,8 @@ use thiserror::Error;
 
 /// A chat model behind some API. Object-safe: hold it as `Arc<dyn Provider>`.
 ///
-/// A provider makes exactly one attempt per [`complete`](Provider::complete) call: retries,
+/// A provider makes exactly one attempt per [`complete`](Provider::complete) call (one per
+/// structured output mode, when the server refuses a mode and the provider adapts): retries,
 /// budgets and validation belong to the caller ([`crate::complete_with_retry`], [`crate::LlmReasoner`]).
 #[async_trait]
 pub trait Provider: Send + Sync + 'static {
@@ -48,6 +49,14 @@ pub trait Provider: Send + Sync + 'static {
     /// the default checks nothing.
     async fn preflight(&self) -> Result<(), ProviderError> {
         Ok(())
+    }
+
+    /// The structured output mode this provider uses for [`ResponseFormat::Json`] requests
+    /// and the modes the server refused ([`crate::StructuredOutput`]); `None` for a provider
+    /// with a single way (the embedded model's grammar, test doubles). The reasoner keeps it
+    /// in the usage report.
+    fn structured_choice(&self) -> Option<crate::ModeChoice> {
+        None
     }
 }
 

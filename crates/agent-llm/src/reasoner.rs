@@ -362,6 +362,9 @@ impl LlmReasoner {
             }
         };
         self.ledger.retried(&site, retried_failures, rate_limit_waits);
+        if let Some(choice) = self.provider.structured_choice() {
+            self.ledger.structured_mode(&site, choice);
+        }
         match result {
             Ok((response, _)) => {
                 held.settle(response.usage);

@@ -50,3 +50,26 @@ pub(crate) fn deliver_whole(response: &crate::ChatResponse, sink: &mut dyn Token
         sink.piece(Piece::ToolArguments { index, tool: &call.name, text: &call.arguments });
     }
 }
+
+/// A sink lent in turn to the attempts of a call that may send its request more than once (a
+/// provider trying the next structured output mode): each attempt holds a `&SharedSink`, which
+/// is a [`TokenSink`] too.
+#[cfg(feature = "http")]
+pub(crate) struct SharedSink<'a>(std::sync::Mutex<&'a mut dyn TokenSink>);
+
+#[cfg(feature = "http")]
+impl<'a> SharedSink<'a> {
+    /// Shares `sink`.
+    pub(crate) fn new(sink: &'a mut dyn TokenSink) -> Self {
+        Self(std::sync::Mutex::new(sink))
+    }
+}
+
+#[cfg(feature = "http")]
+impl TokenSink for &SharedSink<'_> {
+    fn piece(&mut self, piece: Piece<'_>) {
+        // Only the attempt under way delivers; a panic in a sink leaves nothing to protect.
+        let mut sink = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        sink.piece(piece);
+    }
+}

@@ -83,6 +83,7 @@ pub fn speaker_of(body: &Value) -> &str {
 ///   `docs_lead` for `docs`, and two goal steps without `after`: `program` ("write add.sh and
 ///   its test, and run the test", role `coder`, domain `code`, accepted when `sh test_add.sh`
 ///   prints PASS) and `readme` ("write README.md", role `writer`, domain `docs`).
+/// - **`probe`** (the pre-run check's structured request): `{"ok": true}`.
 /// - **`review`**: sign. **`vote`**: the first option. **`answer`** (a reply to
 ///   `speak_to_agent`): "Understood; working on it." **`judge`**: complete, unless the last
 ///   user message says `: failed`.
@@ -380,6 +381,7 @@ fn choose(body: &Value) -> Result<Choice, String> {
                 Ok(Choice::Text(json!({"complete": !failed, "summary": "judged from the results"})))
             }
             "answer" => Ok(Choice::Text(json!({"reply": "Understood; working on it."}))),
+            "probe" => Ok(Choice::Text(json!({"ok": true}))),
             "vote" => Ok(Choice::Text(
                 json!({"choice": schema["properties"]["choice"]["enum"][0], "reason": "first"}),
             )),

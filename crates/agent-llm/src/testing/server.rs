@@ -202,7 +202,8 @@ async fn serve(stream: TcpStream, shared: Arc<Shared>) {
         let asked: Option<Value> = serde_json::from_slice(&request.body).ok();
         let streamed = asked.as_ref().is_some_and(|b| b["stream"] == json!(true));
         let sent = if status == 200 && streamed && style != StreamStyle::Whole {
-            let usage = asked.as_ref().is_some_and(|b| b["stream_options"]["include_usage"] == json!(true));
+            let usage =
+                asked.as_ref().is_some_and(|b| b["stream_options"]["include_usage"] == json!(true));
             let events = super::stream::events(&body, style, usage);
             super::stream::reply(stream.get_mut(), &events, style == StreamStyle::Stall).await
         } else {

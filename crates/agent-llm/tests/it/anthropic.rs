@@ -19,6 +19,7 @@ fn provider(url: &str, timeout: Duration) -> AnthropicProvider {
         model: "claude-test".to_owned(),
         api_key: Some(KEY.to_owned()),
         timeout,
+        structured_output: agent_llm::StructuredOutput::Auto,
     })
     .unwrap()
 }

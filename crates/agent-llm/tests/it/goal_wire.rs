@@ -164,6 +164,7 @@ async fn a_goal_runs_to_success_with_every_agent_asking_a_model_over_http() {
         model: "gpt-wire".to_owned(),
         api_key: Some(KEY.to_owned()),
         timeout: Duration::from_secs(10),
+        structured_output: agent_llm::StructuredOutput::Auto,
     })
     .unwrap();
     let ledger = Arc::new(UsageLedger::new(PriceTable::new(), Budget::default()));

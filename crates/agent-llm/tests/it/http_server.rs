@@ -26,6 +26,8 @@ pub(crate) struct Reply {
     body: Vec<u8>,
     delay: Duration,
     close: bool,
+    /// Send only this many bytes of the body, then nothing more (a server that hangs).
+    stall_after: Option<usize>,
 }
 
 /// A request as received.
@@ -99,6 +101,7 @@ impl Reply {
             body: body.into(),
             delay: Duration::ZERO,
             close: false,
+            stall_after: None,
         }
     }
 
@@ -110,6 +113,12 @@ impl Reply {
     /// With one more header.
     pub(crate) fn header(mut self, name: &str, value: &str) -> Self {
         self.headers.push((name.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// Sends the head and the first `bytes` bytes of the body, then hangs, the connection open.
+    pub(crate) fn stalling_after(mut self, bytes: usize) -> Self {
+        self.stall_after = Some(bytes);
         self
     }
 
@@ -157,6 +166,13 @@ async fn serve(stream: TcpStream, state: Arc<State>) {
         }
         head.push_str(&format!("content-length: {}\r\n\r\n", reply.body.len()));
         let stream = stream.get_mut();
+        if let Some(bytes) = reply.stall_after {
+            let sent = &reply.body[..bytes.min(reply.body.len())];
+            let _ = stream.write_all(head.as_bytes()).await;
+            let _ = stream.write_all(sent).await;
+            let _ = stream.flush().await;
+            std::future::pending::<()>().await;
+        }
         if stream.write_all(head.as_bytes()).await.is_err()
             || stream.write_all(&reply.body).await.is_err()
             || stream.flush().await.is_err()

@@ -11,4 +11,5 @@ mod openai;
 mod reasoner;
 mod retry;
 mod streaming;
+mod structured;
 mod team;

@@ -20,6 +20,7 @@ fn provider(url: &str, key: Option<&str>, timeout: Duration) -> OpenAiProvider {
         model: "gpt-test".to_owned(),
         api_key: key.map(str::to_owned),
         timeout,
+        structured_output: agent_llm::StructuredOutput::Auto,
     })
     .unwrap()
 }
