@@ -82,7 +82,9 @@ fn fuzz(root: &Path) -> anyhow::Result<()> {
 /// What the other steps need beyond cargo: cmake and clang to build llama.cpp (the embedded
 /// model, feature `local`, which every step builds with `--all-features`), Graphviz (the
 /// lineage tests render DOT), bubblewrap (the `shell` tool's sandbox), and the model file,
-/// fetched once by `strata model fetch` (nothing is downloaded when it is already there).
+/// fetched once by `strata model fetch` (nothing is downloaded when it is already there), and
+/// llama-cpp-python's server (installed once from PyPI, [`crate::pyenv`]), which serves that
+/// model to the `--reasoner openai` test.
 fn setup(root: &Path) -> anyhow::Result<()> {
     let missing: Vec<&str> = ["cmake", "clang"]
         .into_iter()
@@ -116,7 +118,8 @@ fn setup(root: &Path) -> anyhow::Result<()> {
         "--",
         "model",
         "fetch",
-    ]))
+    ]))?;
+    crate::pyenv::llama_server().map(drop)
 }
 
 fn fmt(root: &Path) -> anyhow::Result<()> {
@@ -149,6 +152,12 @@ fn doc(root: &Path) -> anyhow::Result<()> {
 /// The tests with nextest when it is installed, else with `cargo test`; then the doctests, which
 /// nextest does not run.
 fn tests(root: &Path) -> anyhow::Result<()> {
+    let llama_server = crate::pyenv::llama_server_python()?;
+    let cargo = |root: &Path| {
+        let mut command = cargo(root);
+        command.env(crate::pyenv::LLAMA_SERVER_PYTHON_VAR, &llama_server);
+        command
+    };
     if succeeds(cargo(root).args(["nextest", "--version"])) {
         run_command(cargo(root).args([
             "nextest",

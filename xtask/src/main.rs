@@ -12,6 +12,7 @@ mod ci;
 mod coverage;
 mod fuzz;
 mod peers;
+mod pyenv;
 mod simulate;
 mod tidy;
 mod torture;

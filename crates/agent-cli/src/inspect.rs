@@ -315,6 +315,12 @@ fn usage(dir: &Path, store: &RunStore, info: &RunInfo, json: bool) -> Result<(),
     }
     outln!("total");
     row("all", &report.total);
+    if !report.structured_output.is_empty() {
+        outln!("structured output (mode in use, and the modes the server refused)");
+        for (model, choice) in &report.structured_output {
+            outln!("  {model}: {choice}");
+        }
+    }
     if !report.unpriced_models.is_empty() {
         outln!(
             "no price for: {} (counted as $0; set them in the team file's [prices] table)",

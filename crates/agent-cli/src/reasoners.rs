@@ -58,6 +58,7 @@ struct ProviderKey {
     model: String,
     api_key_env: Option<String>,
     timeout_ms: Option<u128>,
+    structured_output: agent_llm::StructuredOutput,
 }
 
 /// Builds the reasoners for `team`'s agents and roles. `kind_override` (from `--reasoner`)
@@ -88,6 +89,7 @@ pub(crate) async fn build(
             UsageLedger::stored(team.prices.clone(), team.budget.clone(), llm_store.clone())
                 .map_err(|e| SettingError(format!("run store: usage ledger: {e}")))?;
         let conversations = Conversations::stored(team.conversation, llm_store);
+        let known = ledger.report().structured_output;
         let agent_tools = Arc::new(
             team.spec
                 .agents
@@ -107,7 +109,7 @@ pub(crate) async fn build(
             tools: tools.clone(),
             agent_tools,
             events: events.clone(),
-            providers: ProviderSet { providers: BTreeMap::new(), dry_run: false },
+            providers: ProviderSet { providers: BTreeMap::new(), known, dry_run: false },
         });
     }
     let default = make(&mut shared, &settings_of(None), None).await?;
@@ -338,7 +340,7 @@ pub(crate) async fn check(
     team: &TeamFile,
     kind_override: Option<ReasonerKind>,
 ) -> Result<(), CheckError> {
-    let mut set = ProviderSet { providers: BTreeMap::new(), dry_run: true };
+    let mut set = ProviderSet { providers: BTreeMap::new(), known: BTreeMap::new(), dry_run: true };
     let with_override = |s: &ReasonerSettings| overridden(s, kind_override);
     let default = with_override(&team.default_reasoner);
     if default.kind != ReasonerKind::RuleBased {
@@ -358,8 +360,9 @@ pub(crate) async fn check(
             set.get(&s, role.model.as_deref()).await?;
         }
     }
-    // Ask each server once: does it serve the model, does it take the key?
-    for provider in set.providers.values() {
+    // Ask each server once: does it serve the model, does it take the key, which structured
+    // output mode does it take?
+    for (key, provider) in &set.providers {
         provider.preflight().await.map_err(|e| {
             if e.is_transient() {
                 CheckError::Unavailable(e)
@@ -367,13 +370,27 @@ pub(crate) async fn check(
                 CheckError::Setting(SettingError(format!("reasoner check before the run: {e}")))
             }
         })?;
+        if let Some(choice) = provider.structured_choice() {
+            learned().insert(key.clone(), choice);
+        }
     }
     Ok(())
+}
+
+/// The structured output modes the pre-run check learned, by provider: the run's providers
+/// (built later in the same process, which runs one run) start from them instead of asking
+/// again.
+fn learned() -> std::sync::MutexGuard<'static, BTreeMap<ProviderKey, agent_llm::ModeChoice>> {
+    static LEARNED: std::sync::Mutex<BTreeMap<ProviderKey, agent_llm::ModeChoice>> =
+        std::sync::Mutex::new(BTreeMap::new());
+    LEARNED.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Providers by settings, built once each.
 struct ProviderSet {
     providers: BTreeMap<ProviderKey, Arc<dyn Provider>>,
+    /// The structured output modes the run's usage report holds, by `provider/model`.
+    known: BTreeMap<String, agent_llm::ModeChoice>,
     /// Check only: the embedded model's file is verified but the model is not loaded.
     dry_run: bool,
 }
@@ -395,9 +412,10 @@ impl Shared {
         }
         // `[reasoner] stream = false` turns streaming (and its events) off; on by default.
         llm.stream = settings.stream.unwrap_or(true);
-        // The embedded model is too small to choose among tools or to write arguments: it is
-        // offered the step's own tool, with the plan's arguments only, and `finish_subtask`.
-        let small = settings.kind == ReasonerKind::Local;
+        // The embedded model (or one the team file says is small) cannot choose among tools or
+        // write arguments: it is offered the step's own tool, with the plan's arguments only,
+        // and `finish_subtask`.
+        let small = settings.kind == ReasonerKind::Local || settings.small_model;
         llm.offer_agent_tools = !small;
         llm.planned_arguments_only = small;
         Ok(Arc::new(
@@ -425,6 +443,7 @@ impl ProviderSet {
             model: model.clone().unwrap_or_default(),
             api_key_env: s.api_key_env.clone(),
             timeout_ms: s.request_timeout.map(|t| t.as_millis()),
+            structured_output: s.structured_output,
         };
         if let Some(p) = self.providers.get(&key) {
             return Ok(Some(p.clone()));
@@ -443,9 +462,17 @@ impl ProviderSet {
                 if let Some(t) = s.request_timeout {
                     config.timeout = t;
                 }
-                Arc::new(OpenAiProvider::new(config).map_err(|e| {
+                config.structured_output = s.structured_output;
+                let provider = OpenAiProvider::new(config).map_err(|e| {
                     SettingError(format!("team file [reasoner] kind = \"openai\": {e}"))
-                })?)
+                })?;
+                // Start from the modes the server refused to the pre-run check, or (a resumed
+                // run) before.
+                let stored = self.known.get(&format!("{}/{}", provider.name(), provider.model()));
+                for choice in learned().get(&key).into_iter().chain(stored) {
+                    provider.remember(choice);
+                }
+                Arc::new(provider)
             }
             ReasonerKind::Anthropic => {
                 let model = need_model(kind, model, "claude-sonnet-4-5")?;
@@ -457,6 +484,7 @@ impl ProviderSet {
                 if let Some(t) = s.request_timeout {
                     config.timeout = t;
                 }
+                config.structured_output = s.structured_output;
                 Arc::new(AnthropicProvider::new(config).map_err(|e| {
                     SettingError(format!("team file [reasoner] kind = \"anthropic\": {e}"))
                 })?)

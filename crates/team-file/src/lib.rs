@@ -116,6 +116,12 @@
 //!                           # default OPENAI_API_KEY / ANTHROPIC_API_KEY when no base_url is set
 //! request_timeout = "120s"  # one model call
 //! max_tokens = 512          # most tokens one decision may generate
+//! structured_output = "auto"  # openai/anthropic: how JSON answers are asked for: "auto"
+//!                           # (default: the best mode the server takes, moving on when it
+//!                           # refuses one), "json_schema", "json_object", "tool_call", "prompt"
+//! small_model = false       # openai/anthropic: a small model (Gemma 3 270M behind a local
+//!                           # server): executors are offered only their step's tool, with the
+//!                           # plan's arguments, as the embedded model always is
 //!
 //! [prices]                  # US dollars per million tokens, 0 or more; unpriced models cost 0
 //! "gpt-4o-mini" = { input_per_mtok = 0.15, output_per_mtok = 0.6 }

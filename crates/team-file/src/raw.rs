@@ -222,6 +222,10 @@ pub(crate) struct RawReasoner {
     pub(crate) request_timeout: Option<Spanned<String>>,
     #[serde(default)]
     pub(crate) max_tokens: Option<Spanned<u32>>,
+    #[serde(default)]
+    pub(crate) structured_output: Option<Spanned<String>>,
+    #[serde(default)]
+    pub(crate) small_model: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -129,6 +129,13 @@ pub struct ReasonerSettings {
     pub request_timeout: Option<Duration>,
     /// Most tokens one decision may generate.
     pub max_tokens: Option<u32>,
+    /// For `openai` and `anthropic`: how structured answers are asked for (default
+    /// [`agent_llm::StructuredOutput::Auto`], the best mode the server takes).
+    pub structured_output: agent_llm::StructuredOutput,
+    /// For `openai` and `anthropic`: the model is small (such as Gemma 3 270M behind a local
+    /// server), so an executor is offered only its step's own tool, with the plan's arguments,
+    /// as the embedded model always is. Default `false`.
+    pub small_model: bool,
 }
 
 /// The reasoners a team file can name.
@@ -880,6 +887,14 @@ fn reasoner_settings(
         Some(m) => Some(*m.get_ref()),
         None => base.max_tokens,
     };
+    let structured_output = match &raw.structured_output {
+        Some(m) => m
+            .get_ref()
+            .parse::<agent_llm::StructuredOutput>()
+            .map_err(|e| src.error(m.span(), format!("`structured_output`: {e}")))?,
+        None => base.structured_output,
+    };
+    let small_model = raw.small_model.unwrap_or(base.small_model);
     Ok(ReasonerSettings {
         kind,
         forbid_tools,
@@ -890,6 +905,8 @@ fn reasoner_settings(
         api_key_env,
         request_timeout,
         max_tokens,
+        structured_output,
+        small_model,
     })
 }
 

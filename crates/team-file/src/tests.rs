@@ -1181,6 +1181,8 @@ model = "qwen"
 api_key_env = "MY_KEY"
 request_timeout = "30s"
 max_tokens = 256
+structured_output = "json_object"
+small_model = true
 
 [prices]
 "qwen" = {{ input_per_mtok = 0.5, output_per_mtok = 1.5 }}
@@ -1206,6 +1208,11 @@ max_chars = 900
     assert_eq!(r.api_key_env.as_deref(), Some("MY_KEY"));
     assert_eq!(r.request_timeout, Some(Duration::from_secs(30)));
     assert_eq!(r.max_tokens, Some(256));
+    assert_eq!(
+        r.structured_output,
+        agent_llm::StructuredOutput::Only(agent_llm::StructuredMode::JsonObject)
+    );
+    assert!(r.small_model);
     let own = &t.agent_reasoners[&agent_state::AgentId::new("top-a")];
     assert_eq!(own.kind, ReasonerKind::Anthropic);
     assert_eq!(own.model.as_deref(), Some("claude-x"));
@@ -1245,8 +1252,12 @@ fn a_human_decides_budget_extensions_with_ask_human_and_someone_must_be_listed()
 
 #[test]
 fn bad_model_settings_are_refused_where_they_are_written() {
-    let cases: [(&str, &[&str]); 9] = [
+    let cases: [(&str, &[&str]); 10] = [
         ("[reasoner]\nkind = \"gpt\"\n", &["unknown reasoner kind `gpt`", "openai"]),
+        (
+            "[reasoner]\nstructured_output = \"json\"\n",
+            &["`structured_output`", "`json`", "\"auto\"", "\"tool_call\"", "\"prompt\""],
+        ),
         ("[reasoner]\nbase_url = \"not a url\"\n", &["`base_url`", "not an http(s) URL"]),
         ("[reasoner]\nbase_url = \"ftp://x\"\n", &["`base_url`", "https://api.openai.com/v1"]),
         (

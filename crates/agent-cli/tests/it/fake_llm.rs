@@ -44,6 +44,9 @@ pub(crate) enum Mode {
     /// Every model call: 200 with an answer that does not fit the question (text that is not
     /// JSON, no tool call).
     Invalid,
+    /// Like llama-cpp-python 0.3: `response_format: json_schema` is refused with HTTP 500 and
+    /// pydantic's validation error; `json_object` with a `schema` is answered.
+    JsonObjectOnly,
 }
 
 /// One request as the server read it.
@@ -142,9 +145,21 @@ impl FakeLlm {
         self.shared.requests.lock().unwrap().clone()
     }
 
-    /// The model calls so far (`POST`s; the model list is left out).
+    /// The model calls of the run so far (`POST`s; the model list and the pre-run check's
+    /// probe are left out).
     pub(crate) fn calls(&self) -> Vec<Recorded> {
-        self.requests().into_iter().filter(|r| r.method == "POST").collect()
+        self.requests()
+            .into_iter()
+            .filter(|r| r.method == "POST" && r.decision() != "probe")
+            .collect()
+    }
+
+    /// The pre-run check's structured probes (`strata` sends one per server and model).
+    pub(crate) fn probes(&self) -> Vec<Recorded> {
+        self.requests()
+            .into_iter()
+            .filter(|r| r.method == "POST" && r.decision() == "probe")
+            .collect()
     }
 }
 
@@ -268,6 +283,23 @@ enum Question {
 
 impl Question {
     fn of(body: &Value) -> Self {
+        // OpenAI: response_format json_object with a schema, which names no decision: the
+        // schema's fields tell it.
+        if body.pointer("/response_format/type").and_then(Value::as_str) == Some("json_object") {
+            let schema = body.pointer("/response_format/schema").cloned().unwrap_or(Value::Null);
+            let has = |field: &str| schema.pointer(&format!("/properties/{field}")).is_some();
+            let name = [
+                ("verdict", "review"),
+                ("choice", "vote"),
+                ("complete", "judge"),
+                ("placements", "decompose"),
+                ("ok", "probe"),
+            ]
+            .into_iter()
+            .find(|(field, _)| has(field))
+            .map_or("unknown", |(_, name)| name);
+            return Question::Json { name: name.to_owned(), schema };
+        }
         // OpenAI: response_format.json_schema.
         if let Some(js) = body.pointer("/response_format/json_schema") {
             return Question::Json {
@@ -292,6 +324,16 @@ impl Question {
             return Question::Tools;
         }
         Question::Other
+    }
+}
+
+impl Question {
+    /// The decision a structured question asks for.
+    fn name(&self) -> Option<&str> {
+        match self {
+            Question::Json { name, .. } => Some(name),
+            Question::Tools | Question::Other => None,
+        }
     }
 }
 
@@ -346,10 +388,13 @@ fn answer(mode: Mode, request: &Recorded) -> (u16, String) {
             return (404, error.to_string());
         }
     };
+    // The pre-run check's probe is a call like any other, but the modes that fail calls
+    // stand for a key revoked, or a server failing, after the run started.
+    let probe = !list && Question::of(&request.json()).name() == Some("probe");
     let refuse_key = match mode {
         Mode::Unauthorized => true,
-        Mode::UnauthorizedCalls => !list,
-        Mode::Sensible | Mode::ServerError | Mode::Invalid => false,
+        Mode::UnauthorizedCalls => !list && !probe,
+        Mode::Sensible | Mode::ServerError | Mode::Invalid | Mode::JsonObjectOnly => false,
     };
     if refuse_key {
         // Real APIs echo (part of) the key they were sent; the client must redact it.
@@ -368,7 +413,18 @@ fn answer(mode: Mode, request: &Recorded) -> (u16, String) {
         };
         return (401, body.to_string());
     }
-    if mode == Mode::ServerError && !list {
+    if mode == Mode::JsonObjectOnly
+        && wire == Wire::OpenAi
+        && request.json().pointer("/response_format/type").and_then(Value::as_str)
+            == Some("json_schema")
+    {
+        let message = "[{'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), 'msg': \"Input should be 'text' or 'json_object'\", 'input': 'json_schema'}]";
+        return (
+            500,
+            json!({"error": {"message": message, "type": "internal_server_error"}}).to_string(),
+        );
+    }
+    if mode == Mode::ServerError && !list && !probe {
         let body = match wire {
             Wire::OpenAi => {
                 json!({"error": {"message": "the fake server is down", "type": "server_error"}})
@@ -391,7 +447,7 @@ fn answer(mode: Mode, request: &Recorded) -> (u16, String) {
     let usage_in = request.body.len() / 4;
     let question = Question::of(&body);
     let msgs = messages(wire, &body);
-    let reply = if mode == Mode::Invalid {
+    let reply = if mode == Mode::Invalid && !probe {
         Reply::Text("I would rather not answer in the requested form.".into())
     } else {
         match question {
@@ -460,6 +516,7 @@ fn decide(name: &str, schema: &Value) -> Value {
             json!({"choice": first, "reason": "the first option is fine"})
         }
         "judge" => json!({"complete": true, "summary": "done"}),
+        "probe" => json!({"ok": true}),
         "decompose" => json!({"placements": placements(schema)}),
         other => json!({"error": format!("the fake model does not know the decision `{other}`")}),
     }

@@ -513,3 +513,47 @@ fn the_goal_example_killed_at_varied_moments_resumes_to_the_same_success() {
         failures.join("\n\n")
     );
 }
+
+/// `strata run --json` with a model reasoner shows the models' answers as they stream: `tokens`
+/// lines whose pieces, call by call, put back together, are the JSON the model answered; and
+/// the usage report counts every answered call once, exactly as the model counted it, streamed
+/// or not.
+#[test]
+fn strata_run_json_shows_the_models_answers_as_they_stream_and_counts_usage_exactly() {
+    let g = GoalExample::new();
+    let args: Vec<&str> = GoalExample::run_args("t", "ws")
+        .into_iter()
+        .map(|a| if a == "--quiet" { "--json" } else { a })
+        .collect();
+    let out = g.strata(&args);
+    g.no_problems();
+    let out = out.code(0);
+    let lines: Vec<Value> =
+        out.stdout.lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect();
+    let tokens: Vec<&Value> = lines.iter().filter(|l| l["event"] == "tokens").collect();
+    assert!(!tokens.is_empty(), "no tokens lines in:\n{}", out.stdout);
+    let mut answers: std::collections::BTreeMap<(String, u64, u64, String), String> =
+        std::collections::BTreeMap::new();
+    for t in &tokens {
+        let key = (
+            t["agent"].as_str().unwrap().to_owned(),
+            t["call"].as_u64().unwrap(),
+            t["attempt"].as_u64().unwrap(),
+            t["tool"].as_str().unwrap_or_default().to_owned(),
+        );
+        answers.entry(key).or_default().push_str(t["text"].as_str().unwrap());
+    }
+    for (key, text) in &answers {
+        assert!(serde_json::from_str::<Value>(text).is_ok(), "{key:?} streamed {text:?}");
+    }
+    let requests = g.model.requests();
+    let streamed = requests.iter().filter(|r| r["stream"] == true).count();
+    assert!(streamed > 12, "the agents' calls streamed: {streamed} of {}", requests.len());
+    let answered =
+        requests.iter().filter(|r| agent_llm::testing::decision_of(r) != Some("probe")).count()
+            as u64;
+    let usage = g.strata(&["inspect", "t", "usage", "--data", "data", "--json"]).code(0).json();
+    let total = &usage["usage"]["total"];
+    assert_eq!(total["input_tokens"], answered * agent_llm::testing::USAGE_PROMPT_TOKENS);
+    assert_eq!(total["output_tokens"], answered * agent_llm::testing::USAGE_COMPLETION_TOKENS);
+}

@@ -166,8 +166,13 @@ fn the_hello_plan_runs_to_success_with_an_openai_reasoner() {
     assert_eq!(s.read("W/notes/plan.md"), "# Plan\n- greet\n- measure\n");
     assert_eq!(run_info(&s)["status"], "succeeded");
 
-    let requests = server.calls();
+    let (probes, requests) = (server.probes(), server.calls());
     all_openai_with_key(&requests);
+    // Before the run, one short structured call finds the mode the server takes (json_schema,
+    // the first), with the key; it is not a call of the run's.
+    assert_eq!(probes.len(), 1, "{probes:?}");
+    assert_eq!(probes[0].json()["response_format"]["type"], "json_schema");
+    assert!(probes[0].at < requests[0].at);
     // Before the run, one look at the model list, with the key.
     let lists: Vec<Recorded> =
         server.requests().into_iter().filter(|r| r.method == "GET").collect();
@@ -191,6 +196,8 @@ fn the_hello_plan_runs_to_success_with_an_openai_reasoner() {
         "openai/fake-model",
         "no price for: openai/fake-model",
         "extensions approved: 0",
+        "structured output",
+        "openai/fake-model: json_schema (auto)",
     ]);
     let json = usage(&s, true);
     assert_eq!(json.code(0).json()["reasoner"], "openai");
@@ -425,7 +432,10 @@ fn a_key_refused_during_the_run_fails_it_naming_provider_model_and_status() {
     let s = scratch(&team(&openai(&server), ""));
     let out = run(&s, &[]);
     out.code(1);
+    // The pre-run check's probe was answered (the key was revoked after it); every call of
+    // the run was refused.
     let requests = server.calls();
+    assert_eq!(server.probes().len(), 1);
     all_openai_with_key(&requests);
     // The run stops when the first power fails past its retries, naming it and the cause.
     let info = run_info(&s);
@@ -654,4 +664,66 @@ fn a_humans_veto_of_a_budget_extension_stops_the_run_with_the_reason() {
     let report = &usage(&s, true).code(0).json()["usage"];
     assert_eq!(report["stopped"]["refused"], "vetoed by human:alice: spent enough", "{report}");
     assert_eq!(report["stopped"]["on_exceed"], "ask_human");
+}
+
+#[test]
+fn a_server_that_takes_only_json_object_is_met_where_it_is_and_the_mode_is_shown() {
+    // Like llama-cpp-python: `json_schema` answered with HTTP 500 and a validation error.
+    let server = FakeLlm::start(Mode::JsonObjectOnly);
+    let s = scratch(&team(&openai(&server), ""));
+    run(&s, &[]).code(0).stdout_has(&["task `hello` succeeded"]);
+    assert_eq!(s.read("W/hello.txt"), "hello, strata\n");
+
+    // The pre-run check learned it: `json_schema` was sent once, by the probe, never retried,
+    // and every decision of the run went out as `json_object` with its schema.
+    let calls: Vec<Recorded> =
+        server.requests().into_iter().filter(|r| r.method == "POST").collect();
+    let format_of = |r: &Recorded| {
+        r.json().pointer("/response_format/type").and_then(Value::as_str).map(str::to_owned)
+    };
+    let json_schema: Vec<&Recorded> =
+        calls.iter().filter(|r| format_of(r).as_deref() == Some("json_schema")).collect();
+    assert_eq!(json_schema.len(), 1, "{json_schema:?}");
+    let decisions: Vec<&Recorded> = calls
+        .iter()
+        .filter(|r| format_of(r).as_deref() == Some("json_object") && r.decision() != "probe")
+        .collect();
+    assert!(decisions.iter().any(|r| r.decision() == "review"), "{decisions:?}");
+    for r in &decisions {
+        assert!(r.json().pointer("/response_format/schema/properties").is_some(), "{}", r.body);
+    }
+
+    usage(&s, false).code(0).stdout_has(&[
+        "structured output",
+        "openai/fake-model: json_object (auto); refused: json_schema (HTTP 500",
+        "Input should be 'text' or 'json_object'",
+    ]);
+    let report = usage(&s, true).code(0).json();
+    let choice = &report["usage"]["structured_output"]["openai/fake-model"];
+    assert_eq!(choice["mode"], "json_object", "{report}");
+    assert_eq!(choice["setting"], "auto");
+    assert_eq!(choice["rejected"][0]["mode"], "json_schema");
+    assert_eq!(report["usage"]["total"]["failed_calls"], 0, "a refused mode is no failed call");
+}
+
+#[test]
+fn an_explicit_mode_the_server_refuses_fails_the_pre_run_check_naming_what_was_tried() {
+    let server = FakeLlm::start(Mode::JsonObjectOnly);
+    let reasoner = format!("{}\nstructured_output = \"json_schema\"", openai(&server));
+    let s = scratch(&team(&reasoner, ""));
+    let out = run(&s, &[]);
+    out.bad_input(&[
+        "reasoner check before the run",
+        "openai model `fake-model`",
+        &format!("the server at {}/chat/completions", server.openai_url()),
+        "tried: json_schema (HTTP 500",
+        "structured_output = \"auto\"",
+    ]);
+    assert!(!s.path("D").exists() && !s.path("W").exists(), "nothing is written");
+    assert_eq!(server.probes().len(), 1, "one probe, not retried");
+    assert!(server.calls().is_empty());
+
+    // `auto` (the default) runs on the same server.
+    let s = scratch(&team(&openai(&server), ""));
+    run(&s, &[]).code(0);
 }

@@ -17,6 +17,7 @@ mod happy;
 mod help;
 mod inspection;
 mod interrupt;
+mod llama_server;
 mod llm;
 #[cfg(feature = "local")]
 mod local;

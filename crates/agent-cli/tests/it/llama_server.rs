@@ -1,0 +1,193 @@
+//! `--reasoner openai` against a real OpenAI-compatible server: llama-cpp-python's
+//! (`llama-cpp-python[server]` 0.3.36 from PyPI, which `cargo xtask ci`'s setup installs into a
+//! virtual environment, see `xtask/src/pyenv.rs`) serving the embedded model's GGUF file on
+//! loopback. It refuses `response_format: json_schema` with an HTTP 500; the run must find the
+//! mode it takes before it starts and complete the hello plan.
+//!
+//! Needs the server (`STRATA_LLAMA_SERVER_PYTHON`, or the setup's default environment) and the
+//! model file (`strata model fetch`): without them the test fails, saying how to get them.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::Scratch;
+
+/// The llama-cpp-python release the setup installs (`xtask/src/pyenv.rs`).
+const VERSION: &str = "0.3.36";
+
+/// `${XDG_CACHE_HOME:-$HOME/.cache}/strata`.
+fn cache() -> PathBuf {
+    std::env::var_os("XDG_CACHE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .expect("neither XDG_CACHE_HOME nor HOME is set")
+        .join("strata")
+}
+
+/// The server's Python.
+fn python() -> PathBuf {
+    std::env::var_os("STRATA_LLAMA_SERVER_PYTHON").map(PathBuf::from).unwrap_or_else(|| {
+        cache().join(format!("llama-cpp-python-{VERSION}")).join("bin").join("python")
+    })
+}
+
+/// The embedded model's file.
+fn model_file() -> PathBuf {
+    std::env::var_os("STRATA_MODEL_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| cache().join("models"))
+        .join("gemma-3-270m-q4_k_m.gguf")
+}
+
+/// The running server, killed when dropped.
+struct LlamaServer {
+    child: Child,
+    port: u16,
+}
+
+impl LlamaServer {
+    /// Starts the server on a free loopback port and waits until it lists its model.
+    fn start(model_alias: &str) -> Self {
+        let python = python();
+        assert!(
+            python.is_file(),
+            "llama-cpp-python's server is not installed at {}: `cargo xtask ci` installs it in its setup step (or set STRATA_LLAMA_SERVER_PYTHON)",
+            python.display()
+        );
+        let model = model_file();
+        assert!(
+            model.is_file(),
+            "the model file {} is missing: run `cargo run -p agent-cli -- model fetch`",
+            model.display()
+        );
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let child = Command::new(&python)
+            .args(["-m", "llama_cpp.server", "--model"])
+            .arg(&model)
+            .args(["--model_alias", model_alias, "--host", "127.0.0.1", "--port"])
+            .arg(port.to_string())
+            .args(["--n_ctx", "4096", "--n_threads", "2", "--verbose", "false"])
+            // Threads that sleep while they wait: spinning ones slow everything down on a
+            // machine busy with other tests.
+            .env("OMP_WAIT_POLICY", "PASSIVE")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", python.display()));
+        let mut server = Self { child, port };
+        let started = Instant::now();
+        loop {
+            if let Ok(Some(status)) = server.child.try_wait() {
+                panic!("llama-cpp-python's server exited at start ({status})");
+            }
+            if server.lists_models() {
+                return server;
+            }
+            assert!(started.elapsed() < Duration::from_secs(120), "the server did not start");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    fn base_url(&self) -> String {
+        format!("http://127.0.0.1:{}/v1", self.port)
+    }
+
+    /// Whether `GET /v1/models` answers 200.
+    fn lists_models(&self) -> bool {
+        use std::io::{Read, Write};
+        let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let request = "GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+        let mut answer = String::new();
+        stream.write_all(request.as_bytes()).is_ok()
+            && stream.read_to_string(&mut answer).is_ok()
+            && answer.starts_with("HTTP/1.1 200")
+    }
+}
+
+impl Drop for LlamaServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn the_hello_plan_runs_through_llama_cpp_python_which_takes_json_object_only() {
+    let server = LlamaServer::start("gemma-3-270m");
+    let s = Scratch::with_example();
+    // Greedy decoding (temperature 0 on every agent), as the embedded model decodes: the
+    // answers are the model's most likely ones, the same on every run.
+    let team: String = s
+        .read("team.toml")
+        .lines()
+        .map(|line| {
+            if line.starts_with("id = ") {
+                format!("{line}\ntemperature = 0.0\n")
+            } else {
+                format!("{line}\n")
+            }
+        })
+        .collect();
+    let team = team.replace(
+        "kind = \"rule-based\"",
+        &format!(
+            "kind = \"openai\"\nbase_url = \"{}\"\nmodel = \"gemma-3-270m\"\nsmall_model = true\nmax_tokens = 256",
+            server.base_url()
+        ),
+    );
+    // The model runs on the CPU beside the other tests: a call may take a while.
+    s.write("team.toml", &format!("{team}\n[timeouts]\nturn_ms = 600000\nreasoning_ms = 600000\n"));
+    let out = s.strata(&[
+        "run",
+        "plan.toml",
+        "--team",
+        "team.toml",
+        "--reasoner",
+        "openai",
+        "--heartbeat",
+        "1s",
+        "--data",
+        "D",
+        "--workspace",
+        "W",
+        "--run-id",
+        "r1",
+        "--quiet",
+    ]);
+    out.code(0).stdout_has(&["task `hello` succeeded"]);
+    assert_eq!(s.read("W/hello.txt"), "hello, strata\n");
+    assert_eq!(s.read("W/notes/plan.md"), "# Plan\n- greet\n- measure\n");
+
+    // The mode actually used: json_object, after the server refused json_schema.
+    let usage = s.strata(&["inspect", "r1", "usage", "--data", "D", "--json"]).code(0).json();
+    let report = &usage["usage"];
+    let choice = &report["structured_output"]["openai/gemma-3-270m"];
+    assert_eq!(choice["mode"], "json_object", "{report}");
+    assert_eq!(choice["rejected"][0]["mode"], "json_schema", "{report}");
+    let reason = choice["rejected"][0]["reason"].as_str().unwrap();
+    assert!(reason.contains("HTTP 500"), "{reason}");
+    // It answers `tool_choice: "required"` without a call: the executors' tool choice was
+    // asked as JSON. It streams without the usage: the pre-run check's streamed probe found
+    // that, so no call of the run was streamed and every one counts its tokens.
+    assert_eq!(choice["tool_calls_emulated"], true, "{report}");
+    assert_eq!(choice["stream_without_usage"], true, "{report}");
+    for (agent, tally) in report["by_agent"].as_object().unwrap() {
+        if tally["calls"].as_u64().unwrap() > 0 {
+            assert!(tally["input_tokens"].as_u64().unwrap() > 0, "{agent}: {report}");
+            assert!(tally["output_tokens"].as_u64().unwrap() > 0, "{agent}: {report}");
+        }
+    }
+    let calls = report["by_model"]["openai/gemma-3-270m"]["calls"].as_u64().unwrap();
+    assert!(calls >= 6, "every layer asked the model: {report}");
+    assert!(report["total"]["output_tokens"].as_u64().unwrap() > 0, "{report}");
+    for layer in ["top", "mid", "bottom"] {
+        assert!(report["by_layer"][layer]["calls"].as_u64().unwrap() > 0, "{layer}: {report}");
+    }
+    s.strata(&["verify", "r1", "--data", "D"]).code(0);
+}
