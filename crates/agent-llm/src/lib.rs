@@ -9,10 +9,16 @@
 //!   the model still gets wrong after the repair goes to the runtime to refuse rather than
 //!   failing the agent.
 //! - Providers: [`OpenAiProvider`] (any OpenAI-compatible chat completions server: OpenAI,
-//!   vLLM, Ollama, LM Studio, llama.cpp's server) and [`AnthropicProvider`] (feature `http`,
+//!   vLLM, Ollama, LM Studio, llama.cpp's server, llama-cpp-python) and [`AnthropicProvider`] (feature `http`,
 //!   on by default); `LocalProvider`, the embedded Gemma 3 270M on llama.cpp (feature `local`,
 //!   model fetched once by `fetch_model`, feature `fetch`). Test doubles implement [`Provider`]
 //!   in a few lines; [`agent_core::ScriptedReasoner`] replaces the whole reasoner.
+//! - Structured output that adapts to the server ([`StructuredOutput`]): `json_schema`,
+//!   `json_object` with a schema, a forced tool call or the schema in the prompt; with `auto`
+//!   a provider moves to the next mode when the server refuses one because of its format (not
+//!   a retry), remembers it, and reports what it uses ([`Provider::structured_choice`],
+//!   [`ModeChoice`], kept in the [`UsageReport`]). A server that answers `tool_choice:
+//!   "required"` without a call gets tool calls asked as JSON.
 //! - Per-agent [`Conversations`], bounded by a documented rule and kept with the run.
 //! - A team-wide [`UsageLedger`]: tokens and cost per agent, layer and model ([`PriceTable`]),
 //!   and run [`Budget`]s (tokens, cost, wall time, calls) that stop the run or, with
