@@ -198,7 +198,7 @@ impl Provider for AnthropicProvider {
         self.send(request, None).await
     }
 
-    /// Streamed (`"stream": true`, see [`stream`]).
+    /// Streamed (`"stream": true`, see the `stream` module).
     async fn complete_streaming(
         &self,
         request: &ChatRequest,

@@ -271,7 +271,7 @@ impl Provider for OpenAiProvider {
         self.send(request, None).await
     }
 
-    /// Streamed (`"stream": true`, see [`stream`]) unless the server streamed an answer without
+    /// Streamed (`"stream": true`, see the `stream` module) unless the server streamed an answer without
     /// its usage before.
     async fn complete_streaming(
         &self,
