@@ -38,6 +38,7 @@ pub mod evolution;
 mod guard;
 mod ids;
 mod layer;
+pub mod mcp;
 mod message;
 mod metrics;
 pub mod ooda;

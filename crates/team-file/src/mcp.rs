@@ -16,11 +16,11 @@ use crate::limits::MAX_TEAM_FILE_BYTES;
 use crate::raw::{RawMcpServer, RawTeam};
 use crate::team::TeamFile;
 
-/// The prefix of an MCP tool's name: `mcp__<server>__<tool>`.
-pub const MCP_TOOL_PREFIX: &str = "mcp__";
-
-/// The longest MCP server name.
-pub const MAX_MCP_SERVER_NAME: usize = 32;
+pub use agent_state::mcp::{
+    MAX_SERVER_NAME as MAX_MCP_SERVER_NAME, TOOL_PREFIX as MCP_TOOL_PREFIX,
+    split_tool_name as split_mcp_tool,
+};
+use agent_state::mcp::{check_server_name, check_server_url};
 
 /// An MCP server a team file declares in `[[mcp_servers]]`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -89,13 +89,6 @@ pub fn parse_stored_team(
     crate::team::parse_team(path, text, &tools)
 }
 
-/// The server and tool parts of `mcp__<server>__<tool>`, or `None`.
-pub fn split_mcp_tool(name: &str) -> Option<(&str, &str)> {
-    let rest = name.strip_prefix(MCP_TOOL_PREFIX)?;
-    let (server, tool) = rest.split_once("__")?;
-    (!server.is_empty() && !tool.is_empty()).then_some((server, tool))
-}
-
 /// What to say about a tool name that `tools` does not have, when it names an MCP tool:
 /// the tools its server offers, or that no such server runs.
 pub(crate) fn unknown_mcp_tool(name: &str, tools: &ToolRegistry) -> Option<String> {
@@ -161,18 +154,8 @@ pub(crate) fn declared(
                     ));
                 }
                 let text = url.get_ref();
-                if text.starts_with("https://") {
-                    return Err(src.error(
-                        url.span(),
-                        "`url`: only plain `http://` endpoints are supported (no TLS); reach an HTTPS server through a local proxy",
-                    ));
-                }
-                let host = text.strip_prefix("http://").map(|r| r.split(['/', '?', '#']).next());
-                if !matches!(host, Some(Some(h)) if !h.is_empty()) || text.contains(' ') {
-                    return Err(src.error(
-                        url.span(),
-                        format!("`url`: `{text}` is not an `http://host:port/path` URL"),
-                    ));
+                if let Err(reason) = check_server_url(text) {
+                    return Err(src.error(url.span(), format!("`url`: {reason}")));
                 }
                 McpServerTransport::Http { url: text.clone() }
             }
@@ -194,26 +177,6 @@ pub(crate) fn declared(
         out.push(McpServerDecl { name: name.clone(), transport });
     }
     Ok(out)
-}
-
-/// Why `name` cannot name an MCP server, if it cannot.
-fn check_server_name(name: &str) -> Result<(), String> {
-    if name.is_empty() || name.len() > MAX_MCP_SERVER_NAME {
-        return Err(format!("an MCP server's name must be 1 to {MAX_MCP_SERVER_NAME} characters"));
-    }
-    if let Some(bad) = name.chars().find(|c| !(c.is_ascii_alphanumeric() || *c == '-' || *c == '_'))
-    {
-        return Err(format!(
-            "an MCP server's name may hold only ASCII letters, digits, `-` and `_`, not {bad:?}"
-        ));
-    }
-    if name.contains("__") || name.ends_with('_') {
-        return Err(
-            "an MCP server's name may not hold `__` or end with `_` (its tools are `mcp__<server>__<tool>`)"
-                .into(),
-        );
-    }
-    Ok(())
 }
 
 /// Every string in `value`.

@@ -34,12 +34,10 @@ fn python() -> PathBuf {
     })
 }
 
-/// The embedded model's file.
+/// The embedded model's file, where `strata model fetch` puts it.
 fn model_file() -> PathBuf {
-    std::env::var_os("STRATA_MODEL_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| cache().join("models"))
-        .join("gemma-3-270m-q4_k_m.gguf")
+    let dir = agent_llm::default_model_dir().expect("neither STRATA_MODEL_DIR nor HOME is set");
+    agent_llm::GEMMA3_270M_Q4_K_M.path_in(&dir)
 }
 
 /// The running server, killed when dropped.
