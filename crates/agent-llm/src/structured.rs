@@ -174,8 +174,6 @@ pub(crate) struct ModeSelector {
 #[derive(Debug, Default)]
 struct SelectorState {
     rejected: Vec<RejectedMode>,
-    /// A mode a successful answer confirmed.
-    confirmed: bool,
     /// Tool calls are asked as structured questions.
     tools_emulated: bool,
 }
@@ -209,7 +207,6 @@ impl ModeSelector {
             if !state.rejected.iter().any(|r| r.mode == mode) {
                 state.rejected.push(RejectedMode { mode, reason });
             }
-            state.confirmed = false;
         }
         self.current()
     }
@@ -222,11 +219,6 @@ impl ModeSelector {
     /// From now on, asks tool calls as structured questions.
     pub(crate) fn emulate_tools(&self) {
         self.lock().tools_emulated = true;
-    }
-
-    /// Records that the server answered a request in `mode`.
-    pub(crate) fn confirm(&self) {
-        self.lock().confirmed = true;
     }
 
     /// Takes over what another selector (the pre-run check's, or a stored report) learned:
@@ -335,20 +327,17 @@ where
             return Err(modes.exhausted(&last));
         };
         match send(mode).await {
-            Ok(response) => {
-                modes.confirm();
-                return Ok(response);
-            }
+            Ok(response) => return Ok(response),
             Err(error) if names_format(&error) => {
-                let next = modes.reject(mode, error.message.clone());
-                if next.is_none() || !modes.adapts() {
+                // An explicit mode is the selector's only one: nothing comes next.
+                let Some(next) = modes.reject(mode, error.message.clone()) else {
                     return Err(modes.exhausted(&error));
-                }
+                };
                 tracing::info!(
                     provider,
                     model,
                     refused = %mode,
-                    next = ?next.map(StructuredMode::as_str),
+                    next = %next,
                     reason = %error.message,
                     "the server refused this structured output mode; using the next one"
                 );
