@@ -897,17 +897,14 @@ async fn drive(
 ) -> HeartbeatScheduler {
     let mut interval = tokio::time::interval(period);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The first cycle starts before a stop is heeded (the interval's first tick is at once): a
+    // resumed team's agents first take the turns an interruption cut short, their
+    // unacknowledged mail, and a stop waits for those turns. Without this, a run killed after
+    // its task closed but before the closing turn acknowledged its message would resume, see
+    // the outcome, and shut down with that message never acknowledged.
+    interval.tick().await;
+    let mut event = Event::Heartbeat;
     loop {
-        let running = scheduler.running() > 0;
-        let allowance = scheduler.next_wake();
-        let event = tokio::select! {
-            biased;
-            _ = stop.changed() => Event::Stop,
-            _ = interval.tick() => Event::Heartbeat,
-            () = mail.notified() => Event::Mail,
-            true = scheduler.next_finished(), if running => Event::TurnEnded,
-            () = sleep_until_some(allowance), if allowance.is_some() => Event::Mail,
-        };
         match event {
             Event::Stop => {
                 // Let the running heartbeats finish, then read what they reported.
@@ -934,6 +931,16 @@ async fn drive(
             }
         }
         drain_system(bus.as_ref(), state.as_ref(), &outcomes).await;
+        let running = scheduler.running() > 0;
+        let allowance = scheduler.next_wake();
+        event = tokio::select! {
+            biased;
+            _ = stop.changed() => Event::Stop,
+            _ = interval.tick() => Event::Heartbeat,
+            () = mail.notified() => Event::Mail,
+            true = scheduler.next_finished(), if running => Event::TurnEnded,
+            () = sleep_until_some(allowance), if allowance.is_some() => Event::Mail,
+        };
     }
 }
 

@@ -5,8 +5,11 @@ use std::time::Duration;
 
 use agent_core::{AuditEvent, check_transition_chain};
 use agent_pool::Team;
-use agent_state::{AgentStatus, PlanStep, Task};
-use message_bus::InMemoryBus;
+use agent_state::{
+    Address, AgentStatus, Message, MessageId, MessageKind, PlanStep, ProgressReport,
+    ProgressStatus, Task, Timestamp,
+};
+use message_bus::{InMemoryBus, MessageBus};
 
 use crate::support::*;
 
@@ -89,4 +92,53 @@ async fn a_team_killed_at_any_cycle_resumes_and_runs_every_side_effect_once() {
             "each shell step ran exactly once (killed after {kill_after_cycles} cycles)"
         );
     }
+}
+
+/// A run killed after its task closed, but before the closing turn acknowledged the message it
+/// answered, resumes with the outcome already stored. The resumed team still takes that turn
+/// before a shutdown is heeded: the message is acknowledged, not left behind for ever.
+#[tokio::test(start_paused = true)]
+async fn a_message_left_unacknowledged_when_the_task_closed_is_answered_on_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let bus = std::sync::Arc::new(InMemoryBus::new());
+    let mut services = services(dir.path());
+    services.bus = bus.clone();
+    let team = Team::start(standard_team(), services.clone()).await.unwrap();
+    team.submit(appending_task()).await.unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(3600), team.wait("append")).await;
+    assert!(outcome.is_ok_and(|o| o.is_success()));
+    drop(team); // abrupt: nothing is shut down
+
+    // The mid's last report as the killed process left it: stored on the bus, not yet
+    // acknowledged by the top power, whose task it closed.
+    let top = Address::Agent("top-a".into());
+    let report = ProgressReport {
+        task_id: "append".into(),
+        status: ProgressStatus::Completed,
+        percentage: 100,
+        description: "1 of 1 step(s) done".into(),
+        results: Vec::new(),
+        failure: None,
+    };
+    bus.send(Message::new(
+        MessageId::from_u128(1),
+        Address::Agent("mid-build".into()),
+        top.clone(),
+        MessageKind::ProgressReport,
+        serde_json::to_value(&report).unwrap(),
+        Timestamp(1_700_000_000_000),
+    ))
+    .await
+    .unwrap();
+    bus.restart();
+
+    let team = Team::resume(standard_team(), services.clone()).await.unwrap();
+    assert!(team.outcome("append").is_some_and(|o| o.is_success()));
+    // What the CLI does on finding the outcome stored: stop (waiting for running turns), then
+    // shut down.
+    team.stop().await;
+    assert_eq!(bus.pending(&top).await.unwrap(), 0, "the top power's inbox is read");
+    let again = bus.take(&top, usize::MAX).await.unwrap();
+    assert!(again.is_empty(), "acknowledged, not put back: {again:?}");
+    team.shutdown().await.unwrap();
 }
