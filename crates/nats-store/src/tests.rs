@@ -1,0 +1,213 @@
+//! Against the real server at `STRATA_NATS_URL` (default `nats://127.0.0.1:4222`), and a second
+//! server without JetStream started here.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "tests")]
+
+use async_nats::jetstream::{kv, stream};
+
+use super::*;
+
+fn namespace() -> String {
+    format!("t{}", uuid::Uuid::new_v4().simple())
+}
+
+#[tokio::test]
+async fn names_and_subjects_live_under_the_namespace() {
+    let store = NatsStore::connect(&test_url(), "run-1").await.unwrap();
+    assert_eq!(store.name("bus"), "strata-run-1-bus");
+    assert_eq!(store.subject("bus"), "strata.run-1.bus");
+    assert_eq!(store.namespace(), "run-1");
+}
+
+#[tokio::test]
+async fn a_bad_namespace_is_refused_before_connecting() {
+    for bad in ["", "a.b", "a b", "a*", "é", &"x".repeat(65)] {
+        let err = NatsStore::connect("nats://127.0.0.1:1", bad).await.unwrap_err();
+        assert!(matches!(err, NatsError::BadNamespace { .. }), "{bad:?}: {err}");
+    }
+}
+
+#[tokio::test]
+async fn a_server_that_does_not_answer_is_named_in_the_error() {
+    // Nothing listens on port 1 of loopback.
+    let err = NatsStore::connect("nats://127.0.0.1:1", "x").await.unwrap_err();
+    assert!(matches!(err, NatsError::Unreachable { .. }), "{err}");
+    assert!(err.to_string().contains("nats://127.0.0.1:1"), "{err}");
+    let err = NatsStore::connect("not a url at all", "x").await.unwrap_err();
+    assert!(matches!(err, NatsError::Unreachable { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn a_server_without_jetstream_is_refused() {
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let mut server = std::process::Command::new("nats-server")
+        .args(["-a", "127.0.0.1", "-p", &port.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("nats-server is on PATH (Debian's nats-server package)");
+    let url = format!("nats://127.0.0.1:{port}");
+    let mut result = None;
+    for _ in 0..50 {
+        match NatsStore::connect(&url, "x").await {
+            Err(NatsError::Unreachable { .. }) => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            other => {
+                result = Some(other);
+                break;
+            }
+        }
+    }
+    let _ = server.kill();
+    let _ = server.wait();
+    let err = result.expect("the second server started").unwrap_err();
+    assert!(matches!(err, NatsError::NoJetStream { .. }), "{err}");
+    assert!(err.to_string().contains("-js"), "{err}");
+}
+
+#[tokio::test]
+async fn streams_and_buckets_are_made_once_and_checked_for_their_schema() {
+    let store = NatsStore::connect(&test_url(), &namespace()).await.unwrap();
+    let config = stream::Config {
+        subjects: vec![format!("{}.>", store.subject("log"))],
+        ..Default::default()
+    };
+    let made = store.stream("log", config.clone()).await.unwrap();
+    assert_eq!(made.cached_info().config.name, store.name("log"));
+    // Opening again uses what is there.
+    store.stream("log", config.clone()).await.unwrap();
+    let bucket = store.bucket("boards", kv::Config::default()).await.unwrap();
+    bucket.put("k", "v".into()).await.unwrap();
+    let again = store.bucket("boards", kv::Config::default()).await.unwrap();
+    assert_eq!(again.get("k").await.unwrap().as_deref(), Some(&b"v"[..]));
+
+    // A stream of the same name made by someone else (or another schema version) is refused,
+    // and left as it was.
+    let foreign = stream::Config {
+        name: store.name("other"),
+        description: Some("strata schema 0: other".into()),
+        subjects: vec![format!("{}.>", store.subject("other"))],
+        ..Default::default()
+    };
+    store.jetstream().create_stream(foreign).await.unwrap();
+    let err = store
+        .stream(
+            "other",
+            stream::Config {
+                subjects: vec![format!("{}.>", store.subject("other"))],
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, NatsError::SchemaMismatch { kind: "stream", .. }), "{err}");
+    let mut kept = store.jetstream().get_stream(store.name("other")).await.unwrap();
+    assert_eq!(
+        kept.info().await.unwrap().config.description.as_deref(),
+        Some("strata schema 0: other")
+    );
+    // (A bucket is a stream named `KV_<bucket>`.)
+    store
+        .jetstream()
+        .create_stream(stream::Config {
+            name: format!("KV_{}", store.name("oldkv")),
+            description: Some("made by hand".into()),
+            subjects: vec![format!("$KV.{}.>", store.name("oldkv"))],
+            max_messages_per_subject: 1,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let err = store.bucket("oldkv", kv::Config::default()).await.unwrap_err();
+    assert!(matches!(err, NatsError::SchemaMismatch { kind: "bucket", .. }), "{err}");
+
+    assert_eq!(store.delete_namespace().await.unwrap(), 4);
+    assert_eq!(store.delete_namespace().await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn a_reconnect_is_a_new_connection_to_the_same_namespace() {
+    let store = NatsStore::connect(&test_url(), &namespace()).await.unwrap();
+    let bucket = store.bucket("state", kv::Config::default()).await.unwrap();
+    bucket.put("a", "1".into()).await.unwrap();
+    let again = store.reconnect().await.unwrap();
+    assert_eq!(again.namespace(), store.namespace());
+    let bucket = again.bucket("state", kv::Config::default()).await.unwrap();
+    assert_eq!(bucket.get("a").await.unwrap().as_deref(), Some(&b"1"[..]));
+    store.delete_namespace().await.unwrap();
+}
+
+/// The key-value and stream operations the backends are built on work against this server
+/// (Debian's nats-server is 2.9, older than async-nats's newest requests).
+#[tokio::test]
+async fn the_server_takes_the_operations_the_backends_use() {
+    use futures_util::StreamExt as _;
+    let store = NatsStore::connect(&test_url(), &namespace()).await.unwrap();
+    let js = store.jetstream();
+    let bucket = store.bucket("kv", kv::Config { history: 1, ..Default::default() }).await.unwrap();
+    let first = bucket.create("a", "1".into()).await.unwrap();
+    assert!(bucket.create("a", "again".into()).await.is_err(), "create is create-only");
+    let second = bucket.update("a", "2".into(), first).await.unwrap();
+    assert!(bucket.update("a", "stale".into(), first).await.is_err(), "update checks the revision");
+    let entry = bucket.entry("a").await.unwrap().unwrap();
+    assert_eq!((entry.revision, &entry.value[..]), (second, &b"2"[..]));
+    bucket.put("b", "x".into()).await.unwrap();
+    bucket.delete("b").await.unwrap();
+    // (`keys` and `history` time out on a 2.9 server: the backends list keys through the
+    // stream's per-subject counts instead.)
+    let kv_stream = js.get_stream(format!("KV_{}", store.name("kv"))).await.unwrap();
+    let subjects: Vec<(String, usize)> = kv_stream
+        .info_with_subjects(format!("$KV.{}.>", store.name("kv")))
+        .await
+        .unwrap()
+        .map(|s| s.unwrap())
+        .collect()
+        .await;
+    assert_eq!(subjects.len(), 2, "a, and the delete marker of b: {subjects:?}");
+    let mut watch = bucket.watch("a").await.unwrap();
+    bucket.put("a", "3".into()).await.unwrap();
+    let seen = watch.next().await.unwrap().unwrap();
+    assert_eq!(&seen.value[..], b"3");
+
+    let subject = store.subject("log");
+    let stream = store
+        .stream(
+            "log",
+            stream::Config {
+                subjects: vec![format!("{subject}.>")],
+                allow_direct: true,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    for i in 0..3 {
+        js.publish(format!("{subject}.x"), format!("{i}").into()).await.unwrap().await.unwrap();
+    }
+    let message =
+        stream.direct_get_next_for_subject(format!("{subject}.x"), Some(2)).await.unwrap();
+    assert_eq!(&message.payload[..], b"1");
+    stream.delete_message(2).await.unwrap();
+    let message =
+        stream.direct_get_next_for_subject(format!("{subject}.x"), Some(2)).await.unwrap();
+    assert_eq!(&message.payload[..], b"2");
+    let consumer = stream
+        .create_consumer(async_nats::jetstream::consumer::pull::Config {
+            filter_subject: format!("{subject}.x"),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut batch = consumer.fetch().max_messages(10).messages().await.unwrap();
+    let mut payloads = Vec::new();
+    while let Some(message) = batch.next().await {
+        let message = message.unwrap();
+        payloads.push(String::from_utf8(message.payload.to_vec()).unwrap());
+        message.ack().await.unwrap();
+    }
+    assert_eq!(payloads, ["0", "2"]);
+    store.delete_namespace().await.unwrap();
+}
