@@ -14,11 +14,14 @@
 //! the schema version in its description (`strata schema 1: <part>`); opening one that another
 //! schema version made is refused with [`NatsError::SchemaMismatch`], changing nothing.
 //!
-//! **Durability.** A JetStream write is acknowledged once the server has it in its file store;
-//! with the server's default `sync_interval` (2 minutes) the file is synced to the device only
-//! periodically, so an acknowledged write can be lost on a power loss (not on a crash of the
-//! server process). A server started with `sync_interval: always` in its `jetstream` block syncs
-//! every write before acknowledging it, which closes that gap at the cost of a sync per write.
+//! **Durability.** A JetStream write is acknowledged once the server has written it to its
+//! file store; the server syncs those files to the device periodically, not on every write
+//! (every 2 minutes by default in nats-server 2.10 and later). So an acknowledged write
+//! survives a crash of the server process, but can be lost on a power loss of the server's
+//! machine. nats-server 2.10 and later close that gap with `sync_interval: always` in the
+//! `jetstream` block (a sync per write, at the cost of a device flush on every
+//! acknowledgement). Debian 12's nats-server (2.9.10, the one this project is tested on)
+//! refuses that setting: it cannot be had, nor its cost measured, on that server.
 //!
 //! A *restart* of a backend is a new client connection ([`NatsStore::reconnect`]): what was
 //! acknowledged is on the server; what the old connection held in memory (such as which
