@@ -16,6 +16,15 @@
 //! JSON schemas. This crate does not schedule heartbeats or hold many agents: that is
 //! `agent-pool`.
 //!
+//! **Backends** of the [`AuditLog`] and the [`StateStore`] (agents' saved state, the tool
+//! journal, task outcomes and blobs), one per cargo feature:
+//!
+//! | feature   | audit log / state store                   | keeps                              |
+//! |-----------|-------------------------------------------|------------------------------------|
+//! | (none)    | [`InMemoryAuditLog`], [`InMemoryStateStore`] | nothing across a restart        |
+//! | `sled`    | `SledAuditLog`, `SledStateStore`          | a run directory (`run-store`)      |
+//! | `testing` | `testing::run_conformance`                | the conformance suite every backend passes |
+//!
 //! ```
 //! use agent_core::{AuditEvent, AuditLog, InMemoryAuditLog};
 //! use agent_state::{AgentId, AgentStatus, Timestamp};
@@ -47,6 +56,8 @@ mod reasoner;
 mod scripted;
 pub mod spawn;
 mod state;
+#[cfg(feature = "testing")]
+pub mod testing;
 mod timed;
 pub mod tools;
 
