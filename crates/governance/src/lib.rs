@@ -12,7 +12,8 @@
 //!
 //! This crate holds the trait, its errors, the [`InMemoryGovernance`] backend, and (feature
 //! `testing`) the conformance suite every backend must pass; the durable `SledGovernance` sits
-//! behind feature `sled`. It does not hold the distributed backends.
+//! behind feature `sled`, and `NatsGovernance`, which the processes of a team on several
+//! machines share through NATS JetStream, behind feature `nats`.
 //!
 //! # Feature flags
 //!
@@ -20,6 +21,7 @@
 //! |-----------|--------------|
 //! | `testing` | the `testing` module: the conformance suite, for backend authors |
 //! | `sled`    | `SledGovernance` and `DECISIONS_TREE`: decisions in a run's sled database (crate `run-store`); a change is durable (sled flush + `fdatasync`) when the call returns `Ok` |
+//! | `nats`    | `NatsGovernance` and `DECISIONS_BUCKET`: decisions in a NATS JetStream key-value bucket (crate `nats-store`), one key per decision, every change a revision-checked write, so two processes never both sign or decide the same decision; a change is acknowledged by JetStream when the call returns `Ok` |
 //!
 //! ```
 //! use agent_state::{AgentId, Decision, DecisionId, DecisionStatus, SignOutcome, Timestamp};
@@ -50,11 +52,15 @@ use async_trait::async_trait;
 use thiserror::Error;
 
 mod memory;
+#[cfg(feature = "nats")]
+mod nats;
 #[cfg(feature = "sled")]
 mod sled;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
+#[cfg(feature = "nats")]
+pub use self::nats::{DECISIONS_BUCKET, NatsGovernance};
 #[cfg(feature = "sled")]
 pub use self::sled::{DECISIONS_TREE, SledGovernance};
 pub use memory::InMemoryGovernance;
