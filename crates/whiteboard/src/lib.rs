@@ -8,7 +8,8 @@
 //!
 //! This crate holds the trait, its errors, the [`InMemoryWhiteboard`] backend, and (feature
 //! `testing`) the conformance suite every backend must pass; the durable `SledWhiteboard` sits
-//! behind feature `sled`. It does not hold the distributed backends.
+//! behind feature `sled`, and `NatsWhiteboard`, which the processes of a team on several
+//! machines share through NATS JetStream, behind feature `nats`.
 //!
 //! # Feature flags
 //!
@@ -16,6 +17,7 @@
 //! |-----------|--------------|
 //! | `testing` | module `testing`: the conformance suite, for backend authors |
 //! | `sled`    | `SledWhiteboard` and `BOARDS_TREE`: boards in a run's sled database (crate `run-store`); a change is durable (sled flush + `fdatasync`) when the call returns `Ok` |
+//! | `nats`    | `NatsWhiteboard`, `BOARDS_BUCKET` and `RECORD_HEADROOM`: boards in a NATS JetStream key-value bucket (crate `nats-store`), one key per board, every change a revision-checked write, so two processes never overwrite each other's writes; a change is acknowledged by JetStream when the call returns `Ok`; a board holds at most the server's `max_payload` less `RECORD_HEADROOM` |
 //!
 //! ```
 //! use agent_state::{Actor, AgentId, AgentLayer, BoardId, Timestamp};
@@ -44,12 +46,16 @@ use async_trait::async_trait;
 use thiserror::Error;
 
 mod memory;
+#[cfg(feature = "nats")]
+mod nats;
 mod rules;
 #[cfg(feature = "sled")]
 mod sled;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
+#[cfg(feature = "nats")]
+pub use self::nats::{BOARDS_BUCKET, NatsWhiteboard, RECORD_HEADROOM};
 #[cfg(feature = "sled")]
 pub use self::sled::{BOARDS_TREE, SledWhiteboard};
 pub use memory::{InMemoryWhiteboard, MAX_BOARD_BYTES};

@@ -1,4 +1,4 @@
-//! The rules both whiteboard backends apply, written once: the permission check with its
+//! The rules every whiteboard backend applies, written once: the permission check with its
 //! refusal, the append separator, and version bumps.
 
 use agent_state::{

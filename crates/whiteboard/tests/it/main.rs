@@ -1,7 +1,9 @@
-//! Integration tests: the conformance suite on the in-memory and sled backends, and proof that
-//! the suite catches a backend that breaks the contract.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! Integration tests: the conformance suite on the in-memory, sled and (feature `nats`) NATS
+//! backends, and proof that the suite catches a backend that breaks the contract.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "tests")]
 
+#[cfg(feature = "nats")]
+mod nats;
 mod sled_backend;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
