@@ -23,6 +23,7 @@
 //! |-----------|-------------------------------------------|------------------------------------|
 //! | (none)    | [`InMemoryAuditLog`], [`InMemoryStateStore`] | nothing across a restart        |
 //! | `sled`    | `SledAuditLog`, `SledStateStore`          | a run directory (`run-store`)      |
+//! | `nats`    | `NatsAuditLog`, `NatsStateStore`          | streams and buckets on a NATS JetStream server (`nats-store`), shared by the processes and machines of a team |
 //! | `testing` | `testing::run_conformance`                | the conformance suite every backend passes |
 //!
 //! ```
@@ -50,6 +51,8 @@ mod clock;
 mod durable;
 mod error;
 pub mod events;
+#[cfg(feature = "nats")]
+pub mod nats;
 mod offclock;
 pub mod protocol;
 mod reasoner;
@@ -81,6 +84,8 @@ pub use events::{
     EventHub, EventStream, MAX_TOKEN_EVENT_CHARS, ModelTokens, PublishingAuditLog, Received,
     TeamEvent,
 };
+#[cfg(feature = "nats")]
+pub use nats::{NatsAuditLog, NatsStateStore};
 pub use offclock::untimed;
 pub use reasoner::{
     BUDGET_EXTENSION_KIND, Candidate, Conflict, FINISH_TOOL, Judgement, NextAction, Persona,

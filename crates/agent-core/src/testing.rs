@@ -80,6 +80,25 @@ pub trait StoreFactory: Send + Sync {
     }
 }
 
+#[async_trait]
+impl<F: StoreFactory + ?Sized> StoreFactory for &F {
+    async fn fresh(&self) -> Stores {
+        (**self).fresh().await
+    }
+
+    async fn reopen(&self, stores: Stores) -> Option<Stores> {
+        (**self).reopen(stores).await
+    }
+
+    async fn share(&self, stores: &Stores) -> Option<Stores> {
+        (**self).share(stores).await
+    }
+
+    async fn discard(&self, stores: Stores) {
+        (**self).discard(stores).await;
+    }
+}
+
 /// Runs the whole suite against the backend `factory` makes; panics at the first failed check.
 ///
 /// Builds its own current-thread tokio runtime, so call it from a plain `#[test]`, not from

@@ -3,6 +3,8 @@
 //! adds to it.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "tests")]
 
+#[cfg(feature = "nats")]
+mod nats;
 #[cfg(feature = "sled")]
 mod sled;
 
