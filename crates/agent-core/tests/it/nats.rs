@@ -7,7 +7,6 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 use agent_core::testing::{StoreFactory, Stores, run_conformance};
 use agent_core::tools::ToolOutput;
@@ -85,10 +84,10 @@ impl StoreFactory for Nats {
 #[test]
 fn nats_stores_pass_the_conformance_suite_with_reconnects() {
     let factory = Nats::default();
-    let started = Instant::now();
     run_conformance(&factory);
-    tracing::info!(elapsed = ?started.elapsed(), "NATS conformance suite");
-    assert!(factory.reopens.load(Ordering::Relaxed) > 5, "the suite reconnected too rarely");
+    // The probe and the restart scenarios' three, at least.
+    let reopens = factory.reopens.load(Ordering::Relaxed);
+    assert!(reopens >= 4, "the suite reconnected {reopens} times");
     assert!(factory.open.lock().unwrap().is_empty(), "the suite left namespaces behind");
 }
 

@@ -86,6 +86,7 @@ fn sled_stores_pass_the_conformance_suite_with_real_restarts() {
         open: Mutex::new(HashMap::new()),
         reopens: Arc::clone(&reopens),
     });
-    // The probe, the restart scenarios' four, and the generated sequences' restarts.
-    assert!(reopens.load(Ordering::Relaxed) > 5, "the suite reopened {reopens:?} times");
+    // The probe and the restart scenarios' three (the generated sequences' restarts come on
+    // top, as many as `PROPTEST_CASES` draws).
+    assert!(reopens.load(Ordering::Relaxed) >= 4, "the suite reopened {reopens:?} times");
 }
