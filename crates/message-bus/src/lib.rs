@@ -9,14 +9,16 @@
 //! [`MessageId`].
 //!
 //! This crate holds the trait, its errors, the [`InMemoryBus`] backend, (feature `sled`) the
-//! durable `SledBus` backend in a run's database, and (feature `testing`) the conformance suite
-//! every backend must pass. It does not hold the distributed (NATS) backend.
+//! durable `SledBus` backend in a run's database, (feature `nats`) the distributed `NatsBus`
+//! backend on a NATS JetStream server, shared by the processes of a team across machines, and
+//! (feature `testing`) the conformance suite every backend must pass.
 //!
 //! # Feature flags
 //!
 //! | feature   | what it adds |
 //! |-----------|--------------|
 //! | `sled`    | `SledBus`: the durable backend, in the sled database of a `run_store::RunStore` |
+//! | `nats`    | `NatsBus`: the distributed backend, on NATS JetStream through a `nats_store::NatsStore` |
 //! | `testing` | the `testing` module: the conformance suite, for backend authors |
 //!
 //! ```
@@ -51,11 +53,15 @@ use thiserror::Error;
 
 mod inbox;
 mod memory;
+#[cfg(feature = "nats")]
+mod nats;
 #[cfg(feature = "sled")]
 mod sled;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
+#[cfg(feature = "nats")]
+pub use self::nats::{NatsBus, NatsBusError};
 #[cfg(feature = "sled")]
 pub use self::sled::{SledBus, StoredMessage};
 pub use memory::{DEFAULT_INBOX_CAPACITY, InMemoryBus};

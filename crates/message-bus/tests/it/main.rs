@@ -1,7 +1,9 @@
-//! Integration tests: the conformance suite against `InMemoryBus` and `SledBus`, and the trait's
-//! object safety.
+//! Integration tests: the conformance suite against `InMemoryBus`, `SledBus` and (feature `nats`,
+//! with a NATS server) `NatsBus`, and the trait's object safety.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[cfg(feature = "nats")]
+mod nats;
 #[cfg(feature = "sled")]
 mod sled;
 
