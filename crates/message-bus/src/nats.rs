@@ -51,11 +51,12 @@ use crate::{DEFAULT_INBOX_CAPACITY, InboxError, MessageBus, RegisterError, SendE
 ///   the bus does not deduplicate. When `send` fails with a backend error the message may or
 ///   may not be stored: send it again, the receiver deduplicates by [`MessageId`].
 /// - `broadcast` goes to the agents the cache holds as registered. It publishes the copies
-///   together and waits for every acknowledgement. JetStream
-///   (2.9) has no atomic multi-subject publish: if one copy is refused because its inbox is
-///   full, the copies already stored are deleted again before [`SendError::InboxFull`] is
-///   returned. The copies are never visible to this connection's readers in between, but a
-///   reader in another process may see and take one for that moment.
+///   together and waits for every acknowledgement. JetStream (2.9) has no atomic publish to
+///   several subjects: if one copy is refused because its inbox is full, the copies already
+///   stored are deleted again before [`SendError::InboxFull`] is returned, so a refused
+///   broadcast leaves nothing behind. A reader that takes from one of the other inboxes in
+///   that moment (a concurrent task, or another process) may get a copy; it is deleted all
+///   the same, and acknowledging it is harmless.
 /// - `take` serves first the messages this connection released, then reads the inbox's subject
 ///   with a pull consumer of this connection (no acknowledgements on the server, started after
 ///   the last message read). `take` and `release` are not stored: which messages are in flight
@@ -73,7 +74,9 @@ use crate::{DEFAULT_INBOX_CAPACITY, InboxError, MessageBus, RegisterError, SendE
 ///   is refused, so an agent registered by another process a moment ago is never refused. An
 ///   agent another process unregistered a moment ago may still receive a message until the
 ///   watch brings the change (milliseconds): the message is kept, as any message of an
-///   unregistered agent, and read when it registers again.
+///   unregistered agent, and read when it registers again. If the watch fails (it logs a
+///   warning; its consumer is remade by the client as long as the connection lives), other
+///   processes' changes reach the cache only through those lookups.
 ///
 /// **Several processes.** Any number of processes may send to any inbox: the stream orders the
 /// messages of one inbox, so each sender's order is kept. Each inbox must be read (taken,

@@ -474,3 +474,46 @@ fn an_undecodable_record_is_an_error_naming_it_and_nothing_is_skipped() {
         assert_eq!(ids(&bus.take(&inbox, 10).await.unwrap()), vec![id(3)]);
     });
 }
+
+/// The capacity is the server's: two connections sending to one inbox at once store exactly
+/// as many messages as it holds, and a bus opened again finds the capacity it was made with.
+#[test]
+fn the_capacity_holds_across_connections() {
+    let namespaces = Namespaces::new();
+    let (a, b) = (AgentId::new("agent-a"), AgentId::new("agent-b"));
+    runtime().block_on(async {
+        let first = namespaces.connect().await;
+        let bus_a = Arc::new(NatsBus::with_capacity(&first, 3).await.unwrap());
+        bus_a.register(&a).await.unwrap();
+        bus_a.register(&b).await.unwrap();
+        let bus_b = Arc::new(NatsBus::open(&first.reconnect().await.unwrap()).await.unwrap());
+        assert_eq!(bus_b.capacity(), 3);
+        let mut tasks = Vec::new();
+        for (s, bus) in [Arc::clone(&bus_a), Arc::clone(&bus_b)].into_iter().enumerate() {
+            let (from, to) = (a.clone(), b.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut outcomes = Vec::new();
+                for n in 0..3 {
+                    outcomes.push(bus.send(msg(10 * (s as u128 + 1) + n, &from, &to)).await);
+                }
+                outcomes
+            }));
+        }
+        let mut stored_ok = 0;
+        for task in tasks {
+            for outcome in task.await.unwrap() {
+                match outcome {
+                    Ok(1) => stored_ok += 1,
+                    Err(SendError::InboxFull { capacity: 3, .. }) => {}
+                    other => panic!("expected a delivery or InboxFull, got {other:?}"),
+                }
+            }
+        }
+        assert_eq!(stored_ok, 3);
+        assert_eq!(
+            stored(&first).await,
+            HashMap::from([(bus_a.inbox_subject(&Address::from(&b)), 3)])
+        );
+        assert_eq!(bus_a.take(&Address::from(&b), 10).await.unwrap().len(), 3);
+    });
+}
