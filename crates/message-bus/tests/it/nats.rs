@@ -3,9 +3,8 @@
 //! processes on one bus, refused input that changes nothing on the server, and a stream or
 //! capacity that does not fit.
 //!
-//! Every test works in namespaces of its own, under one prefix, and deletes them all at the end
-//! (also when it fails): `delete_namespace` of the prefix removes every stream named
-//! `strata-<prefix>-...`, which the namespaces `<prefix>-<n>` are.
+//! Every test works in namespaces of its own (`<prefix>-<n>`, the prefix random) and deletes
+//! each with `delete_namespace` at the end, also when it fails.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "tests")]
 
 use std::collections::HashMap;
@@ -22,7 +21,7 @@ use message_bus::{
 };
 use nats_store::{NatsError, NatsStore, test_url};
 
-/// A prefix for the namespaces of one test; dropping it deletes them all from the server.
+/// The namespaces of one test; dropping it deletes them all from the server.
 struct Namespaces {
     prefix: String,
     next: AtomicUsize,
@@ -49,14 +48,21 @@ impl Drop for Namespaces {
         // runtime of its own.
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         runtime.block_on(async {
-            match NatsStore::connect(&test_url(), &self.prefix).await {
-                Ok(store) => {
-                    if let Err(err) = store.delete_namespace().await {
-                        tracing::warn!(prefix = self.prefix, error = %err, "cannot delete the test namespaces");
-                    }
-                }
+            let store = match NatsStore::connect(&test_url(), &self.prefix).await {
+                Ok(store) => store,
                 Err(err) => {
                     tracing::warn!(prefix = self.prefix, error = %err, "cannot delete the test namespaces");
+                    return;
+                }
+            };
+            for n in 0..*self.next.get_mut() {
+                let namespace = format!("{}-{n}", self.prefix);
+                let deleted = match store.with_namespace(&namespace) {
+                    Ok(store) => store.delete_namespace().await,
+                    Err(err) => Err(err),
+                };
+                if let Err(err) = deleted {
+                    tracing::warn!(namespace, error = %err, "cannot delete a test namespace");
                 }
             }
         });
