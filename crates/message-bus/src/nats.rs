@@ -453,6 +453,12 @@ impl NatsBus {
                 format!("deleting message #{seq} of the bus: the server refused: {error}"),
             ));
         }
+        if reply.get("success").and_then(serde_json::Value::as_bool) != Some(true) {
+            return Err(BackendError::new(
+                BACKEND,
+                format!("deleting message #{seq} of the bus: the server answered {reply}"),
+            ));
+        }
         Ok(true)
     }
 
