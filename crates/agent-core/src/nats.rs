@@ -3,7 +3,7 @@
 //!
 //! **Layout.** Every name lives under the run's namespace (see [`nats_store`]):
 //!
-//! - the audit log is the stream `strata-<ns>-audit`, one subject per agent,
+//! - the audit log is the stream `strata_<ns>_audit`, one subject per agent,
 //!   `strata.<ns>.audit.<agent>`. Record `n` is the stream's message `n + 1`: each append is a
 //!   publish carrying `Nats-Expected-Last-Sequence: n`, so the server takes record `n` from one
 //!   writer only; a writer that lost the race reads the new tail and builds its record again
@@ -12,10 +12,10 @@
 //!   which retries up to 1000 times before giving up with an error.) The stream refuses deleting
 //!   and purging messages; [`AuditLog::head_of`] is the last message on the agent's subject,
 //!   read from the server (so it includes what other processes appended).
-//! - the state store is four key-value buckets (history 1): `strata-<ns>-agents` (by agent
-//!   id), `strata-<ns>-tools` (the tool journal, by journal key; `forget_tool` leaves a delete
-//!   marker), `strata-<ns>-outcomes` (by task id, written create-only: the first outcome wins
-//!   across processes) and `strata-<ns>-blobs`. A blob is cut into parts that fit in one
+//! - the state store is four key-value buckets (history 1): `strata_<ns>_agents` (by agent
+//!   id), `strata_<ns>_tools` (the tool journal, by journal key; `forget_tool` leaves a delete
+//!   marker), `strata_<ns>_outcomes` (by task id, written create-only: the first outcome wins
+//!   across processes) and `strata_<ns>_blobs`. A blob is cut into parts that fit in one
 //!   message (`<blob>.<put id>.<n>`) and becomes visible only when its manifest (`<blob>`,
 //!   create-only) is written after every part: a blob larger than the server's maximum message
 //!   (1 MB by default) is stored like any other, and a put that fails half-way leaves no blob

@@ -15,7 +15,7 @@ use nats_store::{NatsError, NatsStore, backend_error};
 use crate::{DecideError, Governance, SubmitError, check_fresh};
 
 /// The part of the namespace the decisions bucket is named after: the bucket is
-/// `strata-<namespace>-decisions` ([`NatsStore::name`]).
+/// `strata_<namespace>_decisions` ([`NatsStore::name`]).
 pub const DECISIONS_BUCKET: &str = "decisions";
 
 /// How many times one call re-reads and retries after another writer changed the decision
@@ -30,8 +30,8 @@ const MAX_ATTEMPTS: usize = 1000;
 /// It behaves exactly like [`InMemoryGovernance`](crate::InMemoryGovernance): the same checks in
 /// the same order, the same errors, the same results.
 ///
-/// **Layout.** One bucket, `strata-<namespace>-decisions` (its stream is
-/// `KV_strata-<namespace>-decisions`, file storage, history 1). Each decision is one key, its id
+/// **Layout.** One bucket, `strata_<namespace>_decisions` (its stream is
+/// `KV_strata_<namespace>_decisions`, file storage, history 1). Each decision is one key, its id
 /// in hyphenated form (`DecisionId`'s `Display`), holding an [`agent_state::encode`]d
 /// [`Decision`]. Decisions are never deleted.
 ///

@@ -25,7 +25,7 @@ use crate::{DEFAULT_INBOX_CAPACITY, InboxError, MessageBus, RegisterError, SendE
 /// connects with the same namespace.
 ///
 /// **Layout** (names from [`NatsStore::name`] and [`NatsStore::subject`], `<ns>` the namespace):
-/// - the stream `strata-<ns>-bus` ([`STREAM`](Self::STREAM)), file storage, holds every message
+/// - the stream `strata_<ns>_bus` ([`STREAM`](Self::STREAM)), file storage, holds every message
 ///   still in an inbox, pending or in flight: the `system` inbox is the subject
 ///   `strata.<ns>.bus.system`, an agent's inbox is `strata.<ns>.bus.agent.<id>`. The stream's
 ///   order is each inbox's send order. The payload is the message in its versioned envelope
@@ -37,7 +37,7 @@ use crate::{DEFAULT_INBOX_CAPACITY, InboxError, MessageBus, RegisterError, SendE
 ///   `discard: new` per subject: the server itself refuses a message into a full inbox, so the
 ///   check costs no round trip, holds against senders in other processes, and a reopened bus
 ///   keeps its capacity (it is stored in the stream);
-/// - the key-value bucket `strata-<ns>-bus-agents` ([`AGENTS_BUCKET`](Self::AGENTS_BUCKET)):
+/// - the key-value bucket `strata_<ns>_bus-agents` ([`AGENTS_BUCKET`](Self::AGENTS_BUCKET)):
 ///   one key per agent that was ever registered (its escaped id), a value while registered, a
 ///   delete marker once unregistered.
 ///

@@ -6,8 +6,8 @@
 //! JetStream, and fixes a **namespace** (a run, or a test) that every stream, bucket and subject
 //! of the backends is named under, so several runs share one server without meeting:
 //!
-//! - a stream or bucket for `part` is named `strata-<namespace>-<part>`
-//!   ([`NatsStore::name`]);
+//! - a stream or bucket for `part` is named `strata_<namespace>_<part>`
+//!   ([`NatsStore::name`]); a namespace holds no `_`, so no two namespaces share a name;
 //! - its subjects begin with `strata.<namespace>.<part>` ([`NatsStore::subject`]).
 //!
 //! Every stream and bucket made through [`NatsStore::stream`] and [`NatsStore::bucket`] carries
@@ -32,7 +32,7 @@
 //!
 //! # async fn example() -> Result<(), nats_store::NatsError> {
 //! let store = NatsStore::connect("nats://127.0.0.1:4222", "run-1").await?;
-//! assert_eq!(store.name("bus"), "strata-run-1-bus");
+//! assert_eq!(store.name("bus"), "strata_run-1_bus");
 //! assert_eq!(store.subject("bus"), "strata.run-1.bus");
 //! # Ok(())
 //! # }
@@ -98,7 +98,7 @@ pub enum NatsError {
     },
     /// The namespace cannot name streams and subjects.
     #[error(
-        "namespace {namespace:?}: use 1 to 64 ASCII letters, digits, `-` or `_` (it names streams and subjects)"
+        "namespace {namespace:?}: use 1 to 64 ASCII letters, digits or `-` (it names streams and subjects)"
     )]
     BadNamespace {
         /// The namespace given.
@@ -220,9 +220,10 @@ impl NatsStore {
         &self.jetstream
     }
 
-    /// The name of the stream or bucket for `part`: `strata-<namespace>-<part>`.
+    /// The name of the stream or bucket for `part`: `strata_<namespace>_<part>` (`part` is
+    /// one of the backends' own names: ASCII letters, digits and `-`).
     pub fn name(&self, part: &str) -> String {
-        format!("strata-{}-{part}", self.namespace)
+        format!("strata_{}_{part}", self.namespace)
     }
 
     /// The subject prefix for `part`: `strata.<namespace>.<part>`.
@@ -328,8 +329,8 @@ impl NatsStore {
         }
     }
 
-    /// Deletes every stream and bucket of this namespace (for tests, and for removing a run).
-    /// Returns how many were deleted.
+    /// Deletes every stream and bucket of this namespace, and of no other (for tests, and for
+    /// removing a run). Returns how many were deleted.
     pub async fn delete_namespace(&self) -> Result<usize, NatsError> {
         use futures_util::StreamExt as _;
         let prefix = self.name("");
@@ -353,7 +354,7 @@ impl NatsStore {
 
 fn check_namespace(namespace: &str) -> Result<(), NatsError> {
     let fits = (1..=64).contains(&namespace.len())
-        && namespace.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        && namespace.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
     if fits { Ok(()) } else { Err(NatsError::BadNamespace { namespace: namespace.to_owned() }) }
 }
 

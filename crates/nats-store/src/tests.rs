@@ -13,14 +13,14 @@ fn namespace() -> String {
 #[tokio::test]
 async fn names_and_subjects_live_under_the_namespace() {
     let store = NatsStore::connect(&test_url(), "run-1").await.unwrap();
-    assert_eq!(store.name("bus"), "strata-run-1-bus");
+    assert_eq!(store.name("bus"), "strata_run-1_bus");
     assert_eq!(store.subject("bus"), "strata.run-1.bus");
     assert_eq!(store.namespace(), "run-1");
 }
 
 #[tokio::test]
 async fn a_bad_namespace_is_refused_before_connecting() {
-    for bad in ["", "a.b", "a b", "a*", "é", &"x".repeat(65)] {
+    for bad in ["", "a.b", "a b", "a*", "a_b", "é", &"x".repeat(65)] {
         let err = NatsStore::connect("nats://127.0.0.1:1", bad).await.unwrap_err();
         assert!(matches!(err, NatsError::BadNamespace { .. }), "{bad:?}: {err}");
     }
@@ -210,4 +210,17 @@ async fn the_server_takes_the_operations_the_backends_use() {
     }
     assert_eq!(payloads, ["0", "2"]);
     store.delete_namespace().await.unwrap();
+}
+
+/// Deleting a namespace leaves the namespaces whose names begin with it.
+#[tokio::test]
+async fn deleting_a_namespace_leaves_its_neighbours() {
+    let base = namespace();
+    let store = NatsStore::connect(&test_url(), &base).await.unwrap();
+    let longer = store.with_namespace(&format!("{base}-bus")).unwrap();
+    store.bucket("bus-agents", kv::Config::default()).await.unwrap();
+    longer.bucket("agents", kv::Config::default()).await.unwrap();
+    assert_ne!(store.name("bus-agents"), longer.name("agents"));
+    assert_eq!(store.delete_namespace().await.unwrap(), 1);
+    assert_eq!(longer.delete_namespace().await.unwrap(), 1);
 }

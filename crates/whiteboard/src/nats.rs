@@ -16,7 +16,7 @@ use crate::rules::{bump, empty_board, needs_separator, permit};
 use crate::{BoardError, CreateError, MAX_BOARD_BYTES, Whiteboard};
 
 /// The part of the namespace the boards bucket is named after: the bucket is
-/// `strata-<namespace>-boards` ([`NatsStore::name`]).
+/// `strata_<namespace>_boards` ([`NatsStore::name`]).
 pub const BOARDS_BUCKET: &str = "boards";
 
 /// The bytes of one NATS message a board's content may not use: its record's header (the board's
@@ -36,8 +36,8 @@ const MAX_ATTEMPTS: usize = 1000;
 /// It behaves like [`InMemoryWhiteboard`](crate::InMemoryWhiteboard): the same checks in the
 /// same order, the same errors, the same results. What differs:
 ///
-/// - **Layout.** One bucket, `strata-<namespace>-boards` (its stream is
-///   `KV_strata-<namespace>-boards`, file storage, history 1). Each board is one key: `global`
+/// - **Layout.** One bucket, `strata_<namespace>_boards` (its stream is
+///   `KV_strata_<namespace>_boards`, file storage, history 1). Each board is one key: `global`
 ///   for the global board, the owner's agent id for an agent board (agent ids are ASCII letters,
 ///   digits, `-` and `_`, all valid in keys, and `global` is not one; an id that cannot name an
 ///   agent never has a board and is never looked up). A record is the board's
