@@ -30,6 +30,9 @@
 //!   the typed reason (`TaskFailure::PingPong`, `NoProgress`, `WaitCycle`), audited, or warns
 //!   the stuck agent's supervisor first (`OnStuck::Escalate`); the layers' tool loops stop an
 //!   agent repeating itself (`TaskFailure::Loop`);
+//! - with the feature `nats`, [`TeamServices::on_nats`]: a team whose bus, whiteboards,
+//!   governance, audit log and state store are on a NATS JetStream server (`nats-store`), so
+//!   another process can resume it;
 //! - with the feature `sim`, the module `sim`: the deterministic simulation of a whole team from a seed
 //!   (hundreds of agents, crashes, message delays and reorderings, slow and failing simulated
 //!   tools) on paused tokio time in one thread, invariants checked after every step, and a

@@ -195,6 +195,29 @@ impl TeamServices {
     }
 }
 
+#[cfg(feature = "nats")]
+impl TeamServices {
+    /// Services on the NATS JetStream backends of `store`'s namespace (bus, whiteboards,
+    /// governance, audit log, state store and its tool journal), created there if new, and
+    /// otherwise as [`TeamServices::in_memory`]: the real clock, the built-in tools in
+    /// `workspace`, every agent reasoning with `reasoner`. A team started on them can be resumed
+    /// by another process (or after a restart) with services opened on the same namespace.
+    pub async fn on_nats(
+        store: &nats_store::NatsStore,
+        workspace: ToolContext,
+        reasoner: Arc<dyn Reasoner>,
+    ) -> Result<Self, agent_state::BackendError> {
+        Ok(Self {
+            bus: Arc::new(message_bus::NatsBus::open(store).await?),
+            boards: Arc::new(whiteboard::NatsWhiteboard::open(store).await?),
+            governance: Arc::new(governance::NatsGovernance::open(store).await?),
+            audit: Arc::new(agent_core::NatsAuditLog::open(store).await?),
+            state: Arc::new(agent_core::NatsStateStore::open(store).await?),
+            ..Self::in_memory(workspace, reasoner)
+        })
+    }
+}
+
 /// Where goal steps land only on executors that carry them out by themselves (with a `kind`,
 /// or OODA agents): those executors, and the domains whose every executor is one.
 #[derive(Debug, Default)]

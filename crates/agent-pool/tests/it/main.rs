@@ -8,6 +8,8 @@ mod goal;
 mod guards;
 mod heartbeats;
 mod kinds;
+#[cfg(feature = "nats")]
+mod nats;
 mod ooda;
 mod peers;
 mod resume;

@@ -1,0 +1,172 @@
+//! A whole team on the NATS JetStream backends (`TeamServices::on_nats`), against the server at
+//! `STRATA_NATS_URL` (default `nats://127.0.0.1:4222`), on real time: the run completes, and a
+//! team dropped mid-run (as if its process died) is resumed over a new connection, as another
+//! process would, and finishes without running a side effect twice. (Kills while a command
+//! runs are the crash torture harness's, on whole processes.)
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_core::tools::ToolContext;
+use agent_core::{AuditEvent, AuditLog, RuleBasedReasoner, check_transition_chain, verify_chain};
+use agent_pool::{Team, TeamServices, TeamSpec};
+use agent_state::{AgentId, AgentStatus, PlanStep, SignOutcome, Task, Timestamp};
+use nats_store::{NatsStore, test_url};
+
+use crate::support::*;
+
+/// A fresh namespace on the test server, deleted when dropped (also when a test fails).
+struct Namespace(NatsStore);
+
+impl Namespace {
+    async fn new() -> Self {
+        let name = format!("pool{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+        Self(NatsStore::connect(&test_url(), &name).await.unwrap())
+    }
+}
+
+impl Drop for Namespace {
+    fn drop(&mut self) {
+        let store = self.0.clone();
+        // A runtime of its own: the test's may be shutting down.
+        let _ = std::thread::spawn(move || {
+            let runtime =
+                tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            runtime.block_on(async { store.reconnect().await?.delete_namespace().await })
+        })
+        .join();
+    }
+}
+
+fn team() -> TeamSpec {
+    let mut spec = standard_team();
+    spec.heartbeat = Duration::from_millis(250);
+    spec
+}
+
+/// Four shell steps, one after the other, each appending a line: a step run twice shows.
+fn appending_task() -> Task {
+    let append = |id: &str, domain: &str, after: &[&str]| PlanStep {
+        after: after.iter().map(|s| (*s).to_owned()).collect(),
+        ..step(
+            id,
+            domain,
+            "shell",
+            serde_json::json!({ "command": format!("sleep 0.2; echo {id} >> log.txt") }),
+        )
+    };
+    Task {
+        id: "append".into(),
+        goal: "append four lines in order".into(),
+        steps: vec![
+            append("one", "docs", &[]),
+            append("two", "build", &["one"]),
+            append("three", "docs", &["two"]),
+            append("four", "build", &["three"]),
+        ],
+    }
+}
+
+async fn services(store: &NatsStore, workspace: &std::path::Path) -> TeamServices {
+    TeamServices::on_nats(
+        store,
+        ToolContext::new(workspace).unwrap(),
+        Arc::new(RuleBasedReasoner::new()),
+    )
+    .await
+    .unwrap()
+}
+
+async fn finished(team: &Team) -> agent_state::TaskOutcome {
+    tokio::time::timeout(Duration::from_secs(120), team.wait("append"))
+        .await
+        .expect("the task closes within two minutes")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_team_on_nats_completes_its_task_with_every_record_on_the_server() {
+    let namespace = Namespace::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let services = services(&namespace.0, dir.path()).await;
+    let team = Team::start(team(), services.clone()).await.unwrap();
+    team.submit(appending_task()).await.unwrap();
+    let outcome = finished(&team).await;
+    assert!(outcome.is_success(), "{outcome:?}");
+    team.shutdown().await.unwrap();
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("log.txt")).unwrap(),
+        "one\ntwo\nthree\nfour\n"
+    );
+
+    // What a second process reads from the server: the whole chained log, every agent ended,
+    // and the outcome.
+    let reader = namespace.0.reconnect().await.unwrap();
+    let audit = agent_core::NatsAuditLog::open(&reader).await.unwrap();
+    let records = audit.records(None).await.unwrap();
+    verify_chain(&records).unwrap();
+    let finals = check_transition_chain(&records).unwrap();
+    assert!(finals.iter().all(|(_, s)| *s == AgentStatus::Terminated), "{finals:?}");
+    let state = agent_core::NatsStateStore::open(&reader).await.unwrap();
+    use agent_core::StateStore as _;
+    let outcomes = state.outcomes().await.unwrap();
+    assert!(outcomes.iter().any(|o| o.task_id() == "append" && o.is_success()), "{outcomes:?}");
+}
+
+/// A team whose plans also need a human's signature: it stops, deterministically, with the
+/// plan signed by the powers and nothing run yet.
+fn team_with_a_human() -> TeamSpec {
+    let mut spec = team();
+    spec.approvals = agent_pool::Approvals { humans: vec!["alice".into()], plans: true };
+    spec
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_team_dropped_mid_run_is_resumed_by_another_connection_and_runs_each_step_once() {
+    let namespace = Namespace::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log.txt");
+    let decision = {
+        let first = namespace.0.reconnect().await.unwrap();
+        let services = services(&first, dir.path()).await;
+        let team = Team::start(team_with_a_human(), services.clone()).await.unwrap();
+        team.submit(appending_task()).await.unwrap();
+        // Until the powers have signed and only the human is missing; then as if the process
+        // died: nothing shut down, its connection gone with it.
+        let decision = tokio::time::timeout(Duration::from_secs(60), async {
+            loop {
+                let pending = services.governance.list_pending().await.unwrap();
+                if let Some(d) = pending.first()
+                    && d.missing_signers().next().is_none()
+                {
+                    break d.id;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .expect("the powers signed within a minute");
+        drop(team);
+        decision
+    };
+    assert!(!log.exists(), "nothing ran before the human signed");
+
+    // Another process: a new connection, the team resumed from the server, the human signs
+    // there.
+    let second = namespace.0.reconnect().await.unwrap();
+    let services = services(&second, dir.path()).await;
+    let team = Team::resume(team_with_a_human(), services.clone()).await.unwrap();
+    assert_eq!(team.outcome("append"), None);
+    let alice = AgentId::human("alice").unwrap();
+    let signed = services.governance.sign(decision, &alice, Timestamp(1)).await.unwrap();
+    assert_eq!(signed, SignOutcome::Approved);
+    let outcome = finished(&team).await;
+    assert!(outcome.is_success(), "{outcome:?}");
+    team.shutdown().await.unwrap();
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "one\ntwo\nthree\nfour\n");
+    let records = services.audit.records(None).await.unwrap();
+    verify_chain(&records).unwrap();
+    let finals = check_transition_chain(&records).unwrap();
+    assert!(finals.iter().all(|(_, s)| *s == AgentStatus::Terminated), "{finals:?}");
+    let runs = records.iter().filter(|r| matches!(&r.event, AuditEvent::ToolCall { .. })).count();
+    assert_eq!(runs, 4, "each shell step ran exactly once");
+}
