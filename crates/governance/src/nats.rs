@@ -9,8 +9,7 @@ use agent_state::{
 };
 use async_nats::jetstream::kv;
 use async_trait::async_trait;
-use futures_util::StreamExt as _;
-use nats_store::{NatsError, NatsStore, backend_error};
+use nats_store::{Found, NatsError, NatsStore, backend_error};
 
 use crate::{DecideError, Governance, SubmitError, check_fresh};
 
@@ -196,35 +195,14 @@ impl NatsGovernance {
         Ok(out)
     }
 
-    /// Every key that has, or had, a value. (The bucket's `keys` request times out on a 2.9
-    /// server, so the keys come from the per-subject counts of the bucket's stream.)
+    /// Every key of the bucket (see [`nats_store::keys`]).
     async fn keys(&self) -> Result<Vec<String>, BackendError> {
-        let prefix = format!("$KV.{}.", self.name);
-        let mut subjects =
-            self.bucket.stream.info_with_subjects(format!("{prefix}>")).await.map_err(|e| {
-                backend_error(format!("cannot list the keys of bucket `{}`", self.name), e)
-            })?;
-        let mut keys = Vec::new();
-        while let Some(subject) = subjects.next().await {
-            let (subject, _count) = subject.map_err(|e| {
-                backend_error(format!("cannot list the keys of bucket `{}`", self.name), e)
-            })?;
-            if let Some(key) = subject.strip_prefix(&prefix) {
-                keys.push(key.to_owned());
-            }
-        }
-        Ok(keys)
+        nats_store::keys(&self.bucket, &self.name).await
     }
 
     /// The latest entry of `key`.
     async fn entry(&self, key: &str) -> Result<Option<Found>, BackendError> {
-        let entry = self.bucket.entry(key).await.map_err(|e| {
-            backend_error(format!("cannot read key `{key}` of bucket `{}`", self.name), e)
-        })?;
-        Ok(entry.map(|entry| match entry.operation {
-            kv::Operation::Put => Found::Value(entry),
-            kv::Operation::Delete | kv::Operation::Purge => Found::Deleted(entry.revision),
-        }))
+        nats_store::entry(&self.bucket, &self.name, key).await
     }
 
     /// Decodes the record under `key` and checks that it is the decision `key` names.
@@ -253,22 +231,8 @@ impl NatsGovernance {
     }
 
     fn too_many_races(&self, key: &str) -> BackendError {
-        BackendError::new(
-            nats_store::BACKEND,
-            format!(
-                "key `{key}` of bucket `{}` changed under {MAX_ATTEMPTS} writes in a row; nothing was written",
-                self.name
-            ),
-        )
+        nats_store::too_many_races(&self.name, key, MAX_ATTEMPTS)
     }
-}
-
-/// What the bucket holds under a key.
-enum Found {
-    /// A value, with its revision.
-    Value(kv::Entry),
-    /// A delete marker (written by something else than this backend) at this revision.
-    Deleted(u64),
 }
 
 impl fmt::Debug for NatsGovernance {

@@ -23,6 +23,9 @@
 //! acknowledgement). Debian 12's nats-server (2.9.10, the one this project is tested on)
 //! refuses that setting: it cannot be had, nor its cost measured, on that server.
 //!
+//! With the feature `testing`, [`TestNamespaces`] gives tests fresh namespaces on the server at
+//! [`test_url`] and deletes them afterwards.
+//!
 //! A *restart* of a backend is a new client connection ([`NatsStore::reconnect`]): what was
 //! acknowledged is on the server; what the old connection held in memory (such as which
 //! messages it had taken) is gone.
@@ -351,6 +354,15 @@ impl NatsStore {
         Ok(mine.len())
     }
 }
+
+mod keys;
+#[cfg(feature = "testing")]
+mod testing;
+
+#[cfg(feature = "testing")]
+pub use testing::TestNamespaces;
+
+pub use keys::{Found, entry, keys, too_many_races};
 
 fn check_namespace(namespace: &str) -> Result<(), NatsError> {
     let fits = (1..=64).contains(&namespace.len())

@@ -13,46 +13,13 @@ use async_nats::jetstream::stream;
 use async_trait::async_trait;
 use governance::testing::{GovernanceFactory, run_conformance};
 use governance::{DECISIONS_BUCKET, DecideError, Governance, NatsGovernance, SubmitError};
-use nats_store::{NatsError, NatsStore, test_url};
-
-/// The namespaces a test made; dropping the last handle deletes them from the server (also when
-/// the test fails), from a thread of its own so that it works inside and outside a runtime.
-#[derive(Default)]
-struct Namespaces(Mutex<Vec<String>>);
-
-impl Namespaces {
-    fn make(&self) -> String {
-        let namespace = format!("t{}", uuid::Uuid::new_v4().simple());
-        self.0.lock().unwrap().push(namespace.clone());
-        namespace
-    }
-}
-
-impl Drop for Namespaces {
-    fn drop(&mut self) {
-        let namespaces = std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()));
-        let cleanup = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-            rt.block_on(async {
-                let Ok(store) = NatsStore::connect(&test_url(), "cleanup").await else { return };
-                for namespace in namespaces {
-                    if let Err(e) =
-                        store.with_namespace(&namespace).unwrap().delete_namespace().await
-                    {
-                        tracing::warn!(%namespace, error = %e, "cannot delete a test namespace");
-                    }
-                }
-            });
-        });
-        let _ = cleanup.join();
-    }
-}
+use nats_store::{NatsError, NatsStore, TestNamespaces, test_url};
 
 /// Each `fresh` backend is a new namespace on its own connection; `reopen` drops the backend,
 /// and with it its connection, and connects again to the same namespace.
 #[derive(Default)]
 struct Nats {
-    namespaces: Namespaces,
+    namespaces: TestNamespaces,
     /// The namespace of each live backend, by the address of its allocation.
     live: Mutex<HashMap<usize, String>>,
 }
@@ -96,7 +63,7 @@ fn runtime() -> tokio::runtime::Runtime {
 
 /// Two connections to one new namespace, each with its own backend: two processes of a team.
 async fn two_processes(
-    namespaces: &Namespaces,
+    namespaces: &TestNamespaces,
 ) -> (NatsStore, Arc<NatsGovernance>, Arc<NatsGovernance>) {
     let namespace = namespaces.make();
     let one = NatsStore::connect(&test_url(), &namespace).await.unwrap();
@@ -133,7 +100,7 @@ async fn last_sequence(store: &NatsStore) -> u64 {
 fn two_connections_never_both_win_and_lose_nothing() {
     const SIGNERS: usize = 16;
     const DECISIONS: u128 = 12;
-    let namespaces = Namespaces::default();
+    let namespaces = TestNamespaces::new();
     runtime().block_on(async {
         let (store, one, two) = two_processes(&namespaces).await;
         let via = |i: usize| if i.is_multiple_of(2) { Arc::clone(&one) } else { Arc::clone(&two) };
@@ -249,7 +216,7 @@ fn two_connections_never_both_win_and_lose_nothing() {
 /// invalid submissions.
 #[test]
 fn refused_calls_write_nothing() {
-    let namespaces = Namespaces::default();
+    let namespaces = TestNamespaces::new();
     runtime().block_on(async {
         let (store, gov, _) = two_processes(&namespaces).await;
         let (a, b) = (AgentId::new("top-a"), AgentId::new("top-b"));
@@ -292,7 +259,7 @@ fn refused_calls_write_nothing() {
 /// skip it.
 #[test]
 fn an_undecodable_record_is_reported_by_name_and_the_rest_stays_readable() {
-    let namespaces = Namespaces::default();
+    let namespaces = TestNamespaces::new();
     runtime().block_on(async {
         let (store, gov, _) = two_processes(&namespaces).await;
         let a = AgentId::new("top-a");
@@ -346,7 +313,7 @@ fn an_undecodable_record_is_reported_by_name_and_the_rest_stays_readable() {
 /// lists leave it out, deciding it is an unknown decision, and its id may be submitted again.
 #[test]
 fn a_deleted_decision_is_gone_and_its_id_free() {
-    let namespaces = Namespaces::default();
+    let namespaces = TestNamespaces::new();
     runtime().block_on(async {
         let (store, gov, _) = two_processes(&namespaces).await;
         let a = AgentId::new("top-a");
@@ -369,7 +336,7 @@ fn a_deleted_decision_is_gone_and_its_id_free() {
 /// A bucket of the same name made by another schema version is refused and left as it was.
 #[test]
 fn a_bucket_of_another_schema_is_refused() {
-    let namespaces = Namespaces::default();
+    let namespaces = TestNamespaces::new();
     runtime().block_on(async {
         let store = NatsStore::connect(&test_url(), &namespaces.make()).await.unwrap();
         let name = store.name(DECISIONS_BUCKET);

@@ -10,43 +10,9 @@ use std::sync::{Arc, Mutex};
 use agent_state::{Actor, AgentId, AgentLayer, BoardId, Timestamp};
 use async_nats::jetstream::stream;
 use async_trait::async_trait;
-use nats_store::{NatsError, NatsStore, test_url};
+use nats_store::{NatsError, NatsStore, TestNamespaces, test_url};
 use whiteboard::testing::{WhiteboardFactory, run_conformance};
 use whiteboard::{BOARDS_BUCKET, BoardError, CreateError, NatsWhiteboard, Whiteboard};
-
-/// The namespaces a test made; dropping the last handle deletes them from the server (also when
-/// the test fails), from a thread of its own so that it works inside and outside a runtime.
-#[derive(Default)]
-struct Namespaces(Mutex<Vec<String>>);
-
-impl Namespaces {
-    fn make(&self) -> String {
-        let namespace = format!("t{}", uuid::Uuid::new_v4().simple());
-        self.0.lock().unwrap().push(namespace.clone());
-        namespace
-    }
-}
-
-impl Drop for Namespaces {
-    fn drop(&mut self) {
-        let namespaces = std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()));
-        let cleanup = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-            rt.block_on(async {
-                let Ok(store) = NatsStore::connect(&test_url(), "cleanup").await else {
-                    return;
-                };
-                for namespace in namespaces {
-                    let store = store.with_namespace(&namespace).unwrap();
-                    if let Err(e) = store.delete_namespace().await {
-                        tracing::warn!(%namespace, error = %e, "cannot delete a test namespace");
-                    }
-                }
-            });
-        });
-        let _ = cleanup.join();
-    }
-}
 
 /// The limit [`NatsWhiteboard::open`] gives on the test server, read on a connection of its own.
 fn default_limit() -> usize {
@@ -65,14 +31,14 @@ fn default_limit() -> usize {
 /// and with it its connection, and connects again to the same namespace.
 struct Nats {
     max_bytes: usize,
-    namespaces: Namespaces,
+    namespaces: TestNamespaces,
     /// The namespace of each live backend, by the address of its allocation.
     live: Mutex<HashMap<usize, String>>,
 }
 
 impl Nats {
     fn new(max_bytes: usize) -> Self {
-        Self { max_bytes, namespaces: Namespaces::default(), live: Mutex::new(HashMap::new()) }
+        Self { max_bytes, namespaces: TestNamespaces::new(), live: Mutex::new(HashMap::new()) }
     }
 
     async fn open(&self, namespace: &str) -> Arc<dyn Whiteboard> {
@@ -123,7 +89,7 @@ fn runtime() -> tokio::runtime::Runtime {
 
 /// Two connections to one new namespace, each with its own backend: two processes of a team.
 async fn two_processes(
-    namespaces: &Namespaces,
+    namespaces: &TestNamespaces,
 ) -> (NatsStore, Arc<NatsWhiteboard>, Arc<NatsWhiteboard>) {
     let namespace = namespaces.make();
     let one = NatsStore::connect(&test_url(), &namespace).await.unwrap();
@@ -150,7 +116,7 @@ async fn last_sequence(store: &NatsStore) -> u64 {
 fn two_connections_never_overwrite_each_other() {
     const WRITERS: usize = 16;
     const ROUNDS: usize = 3;
-    let namespaces = Namespaces::default();
+    let namespaces = TestNamespaces::new();
     runtime().block_on(async {
         let (_store, one, two) = two_processes(&namespaces).await;
         let via = |i: usize| if i.is_multiple_of(2) { Arc::clone(&one) } else { Arc::clone(&two) };
@@ -237,7 +203,7 @@ fn two_connections_never_overwrite_each_other() {
 /// Refused calls, and creating an existing board again, write nothing to the bucket.
 #[test]
 fn refused_calls_write_nothing() {
-    let namespaces = Namespaces::default();
+    let namespaces = TestNamespaces::new();
     runtime().block_on(async {
         let namespace = namespaces.make();
         let store = NatsStore::connect(&test_url(), &namespace).await.unwrap();
@@ -322,7 +288,7 @@ fn refused_calls_write_nothing() {
 /// is refused before anything is made.
 #[test]
 fn the_limit_follows_the_servers_max_payload() {
-    let namespaces = Namespaces::default();
+    let namespaces = TestNamespaces::new();
     runtime().block_on(async {
         let namespace = namespaces.make();
         let store = NatsStore::connect(&test_url(), &namespace).await.unwrap();
@@ -361,7 +327,7 @@ fn the_limit_follows_the_servers_max_payload() {
 /// skips it.
 #[test]
 fn an_undecodable_record_is_reported_by_name_and_the_rest_stays_readable() {
-    let namespaces = Namespaces::default();
+    let namespaces = TestNamespaces::new();
     runtime().block_on(async {
         let namespace = namespaces.make();
         let store = NatsStore::connect(&test_url(), &namespace).await.unwrap();
@@ -424,7 +390,7 @@ fn an_undecodable_record_is_reported_by_name_and_the_rest_stays_readable() {
 /// A bucket of the same name made by another schema version is refused and left as it was.
 #[test]
 fn a_bucket_of_another_schema_is_refused() {
-    let namespaces = Namespaces::default();
+    let namespaces = TestNamespaces::new();
     runtime().block_on(async {
         let store = NatsStore::connect(&test_url(), &namespaces.make()).await.unwrap();
         let name = store.name(BOARDS_BUCKET);
