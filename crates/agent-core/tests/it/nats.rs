@@ -2,7 +2,7 @@
 //! `nats://127.0.0.1:4222`): the conformance suite with restarts (new connections) and second
 //! connections, two connections appending at once, the failover of the tool journal, refused
 //! values that leave everything as it was, and a damaged record. Every test uses a namespace
-//! of its own and deletes it.
+//! of its own, deleted afterwards (also when it fails).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -15,16 +15,8 @@ use agent_core::{
     verify_chain,
 };
 use agent_state::{AgentId, TaskFailure, TaskOutcome, Timestamp};
-use nats_store::{NatsStore, test_url};
+use nats_store::{NatsStore, TestNamespaces};
 use serde_json::json;
-
-fn namespace() -> String {
-    format!("t{}", uuid::Uuid::new_v4().simple())
-}
-
-async fn connect() -> NatsStore {
-    NatsStore::connect(&test_url(), &namespace()).await.unwrap()
-}
 
 /// Makes NATS stores, each in a namespace of its own; `reopen` is a new connection, `share`
 /// another one beside the first, and `discard` deletes the namespace.
@@ -34,6 +26,8 @@ struct Nats {
     open: Mutex<HashMap<usize, NatsStore>>,
     reopens: AtomicUsize,
     namespaces: AtomicUsize,
+    /// Every namespace made, deleted from the server at the end (also when the test fails).
+    made: TestNamespaces,
 }
 
 fn key(stores: &Stores) -> usize {
@@ -55,7 +49,7 @@ impl Nats {
 impl StoreFactory for Nats {
     async fn fresh(&self) -> Stores {
         self.namespaces.fetch_add(1, Ordering::Relaxed);
-        self.keep(connect().await).await
+        self.keep(self.made.connect().await.unwrap()).await
     }
 
     async fn reopen(&self, stores: Stores) -> Option<Stores> {
@@ -97,7 +91,8 @@ fn event(n: u64) -> AuditEvent {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_connections_appending_at_once_keep_one_linear_chain() {
-    let store = connect().await;
+    let namespaces = TestNamespaces::new();
+    let store = namespaces.connect().await.unwrap();
     let mut writers = Vec::new();
     let start = Arc::new(tokio::sync::Barrier::new(2));
     for w in 0..2 {
@@ -135,12 +130,12 @@ async fn two_connections_appending_at_once_keep_one_linear_chain() {
         assert_eq!(reader.head_of(&agent).await.unwrap(), last);
     }
     assert_eq!(reader.last_anchor().await.unwrap(), log.last().map(AuditAnchor::of));
-    store.delete_namespace().await.unwrap();
 }
 
 #[tokio::test]
 async fn an_append_on_a_stale_tail_is_refused_by_the_server_and_built_again() {
-    let store = connect().await;
+    let namespaces = TestNamespaces::new();
+    let store = namespaces.connect().await.unwrap();
     let first = NatsAuditLog::open(&store).await.unwrap();
     let second = NatsAuditLog::open(&store.reconnect().await.unwrap()).await.unwrap();
     let (a, b) = (AgentId::new("a"), AgentId::new("b"));
@@ -166,12 +161,12 @@ async fn an_append_on_a_stale_tail_is_refused_by_the_server_and_built_again() {
     let err = refused.unwrap_err();
     assert_eq!(err.kind(), async_nats::jetstream::context::PublishErrorKind::WrongLastSequence);
     assert_eq!(second.records(None).await.unwrap(), log);
-    store.delete_namespace().await.unwrap();
 }
 
 #[tokio::test]
 async fn a_call_begun_before_a_kill_is_seen_by_the_next_connection() {
-    let store = connect().await;
+    let namespaces = TestNamespaces::new();
+    let store = namespaces.connect().await.unwrap();
     let key = "bottom-1/task-1:s1#1#0";
     {
         let first = store.reconnect().await.unwrap();
@@ -189,12 +184,12 @@ async fn a_call_begun_before_a_kill_is_seen_by_the_next_connection() {
     second.record_tool(key, &output).await.unwrap();
     let third = NatsStateStore::open(&store.reconnect().await.unwrap()).await.unwrap();
     assert_eq!(third.tool(key).await.unwrap(), Some(Some(output)));
-    store.delete_namespace().await.unwrap();
 }
 
 #[tokio::test]
 async fn values_too_large_for_a_message_are_refused_and_change_nothing() {
-    let store = connect().await;
+    let namespaces = TestNamespaces::new();
+    let store = namespaces.connect().await.unwrap();
     let log = NatsAuditLog::open(&store).await.unwrap();
     let state = NatsStateStore::open(&store).await.unwrap();
     let agent = AgentId::new("bottom-1");
@@ -236,12 +231,12 @@ async fn values_too_large_for_a_message_are_refused_and_change_nothing() {
     };
     assert!(state.record_outcome(&outcome).await.is_err());
     assert_eq!(state.outcomes().await.unwrap(), Vec::new());
-    store.delete_namespace().await.unwrap();
 }
 
 #[tokio::test]
 async fn a_damaged_audit_message_is_an_error_naming_its_record() {
-    let store = connect().await;
+    let namespaces = TestNamespaces::new();
+    let store = namespaces.connect().await.unwrap();
     let log = NatsAuditLog::open(&store).await.unwrap();
     let agent = AgentId::new("bottom-1");
     log.append(&agent, Timestamp(0), event(0)).await.unwrap();
@@ -253,5 +248,4 @@ async fn a_damaged_audit_message_is_an_error_naming_its_record() {
     assert!(err.to_string().contains("audit record 1 cannot be read"), "{err}");
     let err = log.append(&agent, Timestamp(2), event(2)).await.unwrap_err();
     assert!(err.to_string().contains("audit record 1 cannot be read"), "{err}");
-    store.delete_namespace().await.unwrap();
 }
