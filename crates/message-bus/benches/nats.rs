@@ -39,8 +39,8 @@
 //!   per message, the one that found it included. It measures the bus and the server on one
 //!   machine (loopback, both clients and the server sharing its cores), not a network.
 //!
-//! Each of the three works in a namespace of its own (`bench-<random>-<n>`), deleted at the end,
-//! also when the bench fails. Run without `--bench` (as `cargo test --benches` does), the two
+//! Each of the three works in a namespace of its own (nats-store's `TestNamespaces`), deleted at
+//! the end, also when the bench fails. Run without `--bench` (as `cargo test --benches` does), the two
 //! figures are measured over a few messages and not written.
 #![allow(missing_docs)]
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "benchmarks")]
@@ -51,14 +51,13 @@
 )]
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use agent_state::{Address, AgentId, Message, MessageId, MessageKind, Timestamp};
 use async_nats::jetstream::stream::{self, DiscardPolicy, StorageType};
 use criterion::{Criterion, SamplingMode, Throughput};
 use message_bus::{MessageBus, NatsBus};
-use nats_store::{DEFAULT_URL, NatsStore, URL_VAR, test_url};
+use nats_store::{DEFAULT_URL, NatsStore, TestNamespaces, URL_VAR, test_url};
 use tokio::runtime::Runtime;
 
 /// Messages in one round of the ratio's measurement: short rounds, so that a burst of load from
@@ -89,80 +88,39 @@ fn main() {
     let mut criterion = Criterion::default().configure_from_args();
     nats_bus(&mut criterion, &rt, &namespaces);
     criterion.final_summary();
-    namespaces.delete_all(&rt);
+    drop(namespaces);
 }
 
 fn runtime() -> Runtime {
     tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap()
 }
 
-/// The namespaces this run made; each is deleted by [`delete_all`](Self::delete_all), or on drop
-/// when the bench fails before.
-struct Namespaces {
-    url: String,
-    prefix: String,
-    made: AtomicUsize,
-}
+/// The namespaces this run made (nats-store's `TestNamespaces`: deleted when dropped, also
+/// when the bench fails).
+struct Namespaces(TestNamespaces);
 
 impl Namespaces {
     /// Checks that the server answers, with a clear message when it does not.
     fn new(rt: &Runtime) -> Self {
         let url = test_url();
-        let id = uuid::Uuid::new_v4().simple().to_string();
-        let prefix = format!("bench-{}", &id[..12]);
-        if let Err(err) = rt.block_on(NatsStore::connect(&url, &prefix)) {
+        if let Err(err) = rt.block_on(NatsStore::connect(&url, "bench")) {
             eprintln!(
                 "the nats bench needs a NATS server with JetStream, at {url} ({URL_VAR}, default {DEFAULT_URL}); {err}"
             );
             std::process::exit(1);
         }
-        Self { url, prefix, made: AtomicUsize::new(0) }
+        Self(TestNamespaces::new())
     }
 
     /// A connection to a new namespace.
     fn connect(&self, rt: &Runtime) -> NatsStore {
-        let namespace = format!("{}-{}", self.prefix, self.made.fetch_add(1, Ordering::Relaxed));
-        self.connect_to(rt, &namespace)
+        rt.block_on(self.0.connect()).unwrap_or_else(|err| panic!("connecting again: {err}"))
     }
 
     /// Another connection to `namespace`, as another process would make.
     fn connect_to(&self, rt: &Runtime, namespace: &str) -> NatsStore {
-        rt.block_on(NatsStore::connect(&self.url, namespace))
-            .unwrap_or_else(|err| panic!("connecting to {} again: {err}", self.url))
-    }
-
-    /// Deletes every namespace made, stopping at the first failure.
-    fn delete(&mut self, rt: &Runtime) -> Result<(), String> {
-        let made = std::mem::take(self.made.get_mut());
-        rt.block_on(async {
-            let store =
-                NatsStore::connect(&self.url, &self.prefix).await.map_err(|e| e.to_string())?;
-            for n in 0..made {
-                let namespace = format!("{}-{n}", self.prefix);
-                let store = store.with_namespace(&namespace).map_err(|e| e.to_string())?;
-                store.delete_namespace().await.map_err(|e| format!("{namespace}: {e}"))?;
-            }
-            Ok(())
-        })
-    }
-
-    fn delete_all(mut self, rt: &Runtime) {
-        if let Err(err) = self.delete(rt) {
-            panic!("deleting the bench's namespaces on {}: {err}", self.url);
-        }
-    }
-}
-
-impl Drop for Namespaces {
-    fn drop(&mut self) {
-        if *self.made.get_mut() == 0 {
-            return;
-        }
-        // The bench failed: delete what it made on a runtime of its own.
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        if let Err(err) = self.delete(&rt) {
-            eprintln!("cannot delete the bench's namespaces `{}-*`: {err}", self.prefix);
-        }
+        rt.block_on(NatsStore::connect(&test_url(), namespace))
+            .unwrap_or_else(|err| panic!("connecting again: {err}"))
     }
 }
 

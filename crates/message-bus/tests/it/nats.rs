@@ -3,8 +3,8 @@
 //! processes on one bus, refused input that changes nothing on the server, and a stream or
 //! capacity that does not fit.
 //!
-//! Every test works in namespaces of its own (`<prefix>-<n>`, the prefix random) and deletes
-//! each with `delete_namespace` at the end, also when it fails.
+//! Every test works in namespaces of its own (nats-store's `TestNamespaces`), deleted at the
+//! end, also when it fails.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "tests")]
 
 use std::collections::HashMap;
@@ -19,60 +19,12 @@ use message_bus::testing::{BusFactory, run_conformance};
 use message_bus::{
     DEFAULT_INBOX_CAPACITY, InboxError, MessageBus, NatsBus, NatsBusError, RegisterError, SendError,
 };
-use nats_store::{NatsError, NatsStore, test_url};
-
-/// The namespaces of one test; dropping it deletes them all from the server.
-struct Namespaces {
-    prefix: String,
-    next: AtomicUsize,
-}
-
-impl Namespaces {
-    fn new() -> Self {
-        let id = uuid::Uuid::new_v4().simple().to_string();
-        Self { prefix: format!("t{}", &id[..12]), next: AtomicUsize::new(0) }
-    }
-
-    fn fresh(&self) -> String {
-        format!("{}-{}", self.prefix, self.next.fetch_add(1, Ordering::Relaxed))
-    }
-
-    async fn connect(&self) -> NatsStore {
-        NatsStore::connect(&test_url(), &self.fresh()).await.unwrap()
-    }
-}
-
-impl Drop for Namespaces {
-    fn drop(&mut self) {
-        // The test's runtime (and the connections made on it) may be gone: connect again on a
-        // runtime of its own.
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        runtime.block_on(async {
-            let store = match NatsStore::connect(&test_url(), &self.prefix).await {
-                Ok(store) => store,
-                Err(err) => {
-                    tracing::warn!(prefix = self.prefix, error = %err, "cannot delete the test namespaces");
-                    return;
-                }
-            };
-            for n in 0..*self.next.get_mut() {
-                let namespace = format!("{}-{n}", self.prefix);
-                let deleted = match store.with_namespace(&namespace) {
-                    Ok(store) => store.delete_namespace().await,
-                    Err(err) => Err(err),
-                };
-                if let Err(err) = deleted {
-                    tracing::warn!(namespace, error = %err, "cannot delete a test namespace");
-                }
-            }
-        });
-    }
-}
+use nats_store::{NatsError, NatsStore, TestNamespaces};
 
 /// Makes NATS buses, each in a new namespace; `reopen` drops the bus and opens it again on a
 /// new connection, as a restarted process would.
 struct Nats {
-    namespaces: Namespaces,
+    namespaces: TestNamespaces,
     /// The store of each live bus, by the address of its allocation.
     open: Mutex<HashMap<usize, NatsStore>>,
     reopens: Arc<AtomicUsize>,
@@ -93,7 +45,7 @@ impl Nats {
 #[async_trait::async_trait]
 impl BusFactory for Nats {
     async fn fresh(&self) -> Arc<dyn MessageBus> {
-        let store = self.namespaces.connect().await;
+        let store = self.namespaces.connect().await.unwrap();
         let bus = NatsBus::open(&store).await.unwrap();
         self.keep(store, bus)
     }
@@ -110,7 +62,7 @@ impl BusFactory for Nats {
     }
 
     async fn fresh_with_capacity(&self, per_inbox: usize) -> Option<Arc<dyn MessageBus>> {
-        let store = self.namespaces.connect().await;
+        let store = self.namespaces.connect().await.unwrap();
         let bus = NatsBus::with_capacity(&store, per_inbox).await.unwrap();
         Some(self.keep(store, bus))
     }
@@ -120,7 +72,7 @@ impl BusFactory for Nats {
 fn nats_bus_passes_the_conformance_suite_with_reconnects() {
     let reopens = Arc::new(AtomicUsize::new(0));
     run_conformance(Nats {
-        namespaces: Namespaces::new(),
+        namespaces: TestNamespaces::new(),
         open: Mutex::new(HashMap::new()),
         reopens: Arc::clone(&reopens),
     });
@@ -185,11 +137,11 @@ async fn registrations(store: &NatsStore) -> (Vec<String>, u64) {
 /// in order; an acknowledged one is deleted from the stream and never comes back.
 #[test]
 fn unacked_messages_come_back_after_a_reconnect_and_acked_ones_do_not() {
-    let namespaces = Namespaces::new();
+    let namespaces = TestNamespaces::new();
     let (lead, worker) = (AgentId::new("mid-1"), AgentId::new("bottom-1"));
     let inbox = Address::from(&worker);
     runtime().block_on(async {
-        let store = namespaces.connect().await;
+        let store = namespaces.connect().await.unwrap();
         let bus = NatsBus::open(&store).await.unwrap();
         assert_eq!(bus.capacity(), DEFAULT_INBOX_CAPACITY);
         bus.register(&lead).await.unwrap();
@@ -234,11 +186,11 @@ fn unacked_messages_come_back_after_a_reconnect_and_acked_ones_do_not() {
 #[test]
 fn two_connections_share_one_bus() {
     const EACH: u128 = 100;
-    let namespaces = Namespaces::new();
+    let namespaces = TestNamespaces::new();
     let (a, b, reader) =
         (AgentId::new("sender-a"), AgentId::new("sender-b"), AgentId::new("reader"));
     runtime().block_on(async {
-        let first = namespaces.connect().await;
+        let first = namespaces.connect().await.unwrap();
         let second = first.reconnect().await.unwrap();
         let bus_a = Arc::new(NatsBus::open(&first).await.unwrap());
         let bus_b = Arc::new(NatsBus::open(&second).await.unwrap());
@@ -315,9 +267,9 @@ fn two_connections_share_one_bus() {
 /// Refused calls store nothing: no message in the stream, no key in the bucket.
 #[test]
 fn refused_input_changes_nothing_on_the_server() {
-    let namespaces = Namespaces::new();
+    let namespaces = TestNamespaces::new();
     runtime().block_on(async {
-        let store = namespaces.connect().await;
+        let store = namespaces.connect().await.unwrap();
         let bus = NatsBus::with_capacity(&store, 1).await.unwrap();
         let (a, b) = (AgentId::new("agent-a"), AgentId::new("agent-b"));
         bus.register(&a).await.unwrap();
@@ -379,9 +331,9 @@ fn refused_input_changes_nothing_on_the_server() {
 /// capacity.
 #[test]
 fn a_foreign_stream_or_another_capacity_is_refused() {
-    let namespaces = Namespaces::new();
+    let namespaces = TestNamespaces::new();
     runtime().block_on(async {
-        let store = namespaces.connect().await;
+        let store = namespaces.connect().await.unwrap();
         let foreign = stream::Config {
             name: store.name(NatsBus::STREAM),
             description: Some("strata schema 0: bus".into()),
@@ -402,7 +354,7 @@ fn a_foreign_stream_or_another_capacity_is_refused() {
         assert_eq!(info.config.description.as_deref(), Some("strata schema 0: bus"));
         assert_eq!(info.config.max_messages_per_subject, -1);
 
-        let store = namespaces.connect().await;
+        let store = namespaces.connect().await.unwrap();
         let bus = NatsBus::with_capacity(&store, 3).await.unwrap();
         drop(bus);
         match NatsBus::with_capacity(&store, 5).await {
@@ -422,11 +374,11 @@ fn a_foreign_stream_or_another_capacity_is_refused() {
 /// the reader stopped: nothing is skipped or taken twice.
 #[test]
 fn a_consumer_dropped_by_the_server_is_made_again() {
-    let namespaces = Namespaces::new();
+    let namespaces = TestNamespaces::new();
     let (a, b) = (AgentId::new("agent-a"), AgentId::new("agent-b"));
     let inbox = Address::from(&b);
     runtime().block_on(async {
-        let store = namespaces.connect().await;
+        let store = namespaces.connect().await.unwrap();
         let bus = NatsBus::open(&store).await.unwrap();
         bus.register(&a).await.unwrap();
         bus.register(&b).await.unwrap();
@@ -451,11 +403,11 @@ fn a_consumer_dropped_by_the_server_is_made_again() {
 /// the messages before it are delivered, and once it is deleted the rest follow.
 #[test]
 fn an_undecodable_record_is_an_error_naming_it_and_nothing_is_skipped() {
-    let namespaces = Namespaces::new();
+    let namespaces = TestNamespaces::new();
     let (a, b) = (AgentId::new("agent-a"), AgentId::new("agent-b"));
     let inbox = Address::from(&b);
     runtime().block_on(async {
-        let store = namespaces.connect().await;
+        let store = namespaces.connect().await.unwrap();
         let bus = NatsBus::open(&store).await.unwrap();
         bus.register(&a).await.unwrap();
         bus.register(&b).await.unwrap();
@@ -485,10 +437,10 @@ fn an_undecodable_record_is_an_error_naming_it_and_nothing_is_skipped() {
 /// as many messages as it holds, and a bus opened again finds the capacity it was made with.
 #[test]
 fn the_capacity_holds_across_connections() {
-    let namespaces = Namespaces::new();
+    let namespaces = TestNamespaces::new();
     let (a, b) = (AgentId::new("agent-a"), AgentId::new("agent-b"));
     runtime().block_on(async {
-        let first = namespaces.connect().await;
+        let first = namespaces.connect().await.unwrap();
         let bus_a = Arc::new(NatsBus::with_capacity(&first, 3).await.unwrap());
         bus_a.register(&a).await.unwrap();
         bus_a.register(&b).await.unwrap();
