@@ -11,30 +11,20 @@ use agent_core::tools::ToolContext;
 use agent_core::{AuditEvent, AuditLog, RuleBasedReasoner, check_transition_chain, verify_chain};
 use agent_pool::{Team, TeamServices, TeamSpec};
 use agent_state::{AgentId, AgentStatus, PlanStep, SignOutcome, Task, Timestamp};
-use nats_store::{NatsStore, test_url};
+use nats_store::{NatsStore, TestNamespaces};
 
 use crate::support::*;
 
 /// A fresh namespace on the test server, deleted when dropped (also when a test fails).
-struct Namespace(NatsStore);
+struct Namespace(
+    NatsStore,
+    #[allow(dead_code, reason = "deletes the namespace when dropped")] TestNamespaces,
+);
 
 impl Namespace {
     async fn new() -> Self {
-        let name = format!("pool{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
-        Self(NatsStore::connect(&test_url(), &name).await.unwrap())
-    }
-}
-
-impl Drop for Namespace {
-    fn drop(&mut self) {
-        let store = self.0.clone();
-        // A runtime of its own: the test's may be shutting down.
-        let _ = std::thread::spawn(move || {
-            let runtime =
-                tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-            runtime.block_on(async { store.reconnect().await?.delete_namespace().await })
-        })
-        .join();
+        let namespaces = TestNamespaces::new();
+        Self(namespaces.connect().await.unwrap(), namespaces)
     }
 }
 
