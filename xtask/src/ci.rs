@@ -106,6 +106,7 @@ fn setup(root: &Path) -> anyhow::Result<()> {
             "bubblewrap (`bwrap`) not found: every `shell` command runs in its sandbox, and the tests check it; install it with `apt-get install bubblewrap` (`.ci/run` does this)"
         );
     }
+    nats()?;
     // The MCP tests' server: PyPI's `mcp` package in a cached virtual environment, where the
     // tests look for it (installed once; `.ci/run` runs the same script).
     run_command(Command::new("bash").arg(root.join(".ci/mcp-setup")).stdout(Stdio::null()))?;
@@ -121,6 +122,49 @@ fn setup(root: &Path) -> anyhow::Result<()> {
     ]))?;
     crate::pyenv::llama_server().map(drop)
 }
+
+/// The NATS backends' tests need a server with JetStream at `STRATA_NATS_URL`. When that is
+/// not set and nothing answers on the default address, a local `nats-server` is started there
+/// (as `.ci/run` does), storing in the user's cache; without one, setup fails saying what to do.
+fn nats() -> anyhow::Result<()> {
+    if std::env::var_os(NATS_URL_VAR).is_some_and(|v| !v.is_empty()) {
+        return Ok(());
+    }
+    let address = std::net::SocketAddr::from(([127, 0, 0, 1], 4222));
+    let answers = || std::net::TcpStream::connect_timeout(&address, Duration::from_secs(1)).is_ok();
+    if answers() {
+        return Ok(());
+    }
+    if !succeeds(Command::new("nats-server").arg("--version")) {
+        bail!(
+            "no NATS server answers on {NATS_ADDR} and `nats-server` is not installed: the NATS backends' tests need one with JetStream; install it (`apt-get install nats-server`, `.ci/run` starts it), or set {NATS_URL_VAR} to a server's URL"
+        );
+    }
+    let store = crate::pyenv::cache_dir()?.join("nats");
+    std::fs::create_dir_all(&store)?;
+    println!(
+        "ci: starting nats-server with JetStream on {NATS_ADDR} (storing in {})",
+        store.display()
+    );
+    Command::new("nats-server")
+        .args(["-a", "127.0.0.1", "-p", "4222", "-js", "-sd"])
+        .arg(&store)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    for _ in 0..40 {
+        if answers() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    bail!("nats-server was started but does not answer on {NATS_ADDR} after 10 s")
+}
+
+/// Where the NATS tests find their server, and the address they use when it is not set.
+const NATS_URL_VAR: &str = "STRATA_NATS_URL";
+const NATS_ADDR: &str = "127.0.0.1:4222";
 
 fn fmt(root: &Path) -> anyhow::Result<()> {
     run_command(cargo(root).args(["fmt", "--all", "--", "--check"]))

@@ -21,7 +21,7 @@ pub(crate) const LLAMA_CPP_PYTHON: &str = "0.3.36";
 pub(crate) const LLAMA_SERVER_PYTHON_VAR: &str = "STRATA_LLAMA_SERVER_PYTHON";
 
 /// `${XDG_CACHE_HOME:-$HOME/.cache}/strata`.
-fn cache_dir() -> anyhow::Result<PathBuf> {
+pub(crate) fn cache_dir() -> anyhow::Result<PathBuf> {
     let base = match std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
         Some(dir) => PathBuf::from(dir),
         None => {
