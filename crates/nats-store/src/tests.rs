@@ -6,9 +6,6 @@ use async_nats::jetstream::{kv, stream};
 
 use super::*;
 
-fn namespace() -> String {
-    format!("t{}", uuid::Uuid::new_v4().simple())
-}
 
 #[tokio::test]
 async fn names_and_subjects_live_under_the_namespace() {
@@ -70,7 +67,8 @@ async fn a_server_without_jetstream_is_refused() {
 
 #[tokio::test]
 async fn streams_and_buckets_are_made_once_and_checked_for_their_schema() {
-    let store = NatsStore::connect(&test_url(), &namespace()).await.unwrap();
+    let namespaces = TestNamespaces::new();
+    let store = namespaces.connect().await.unwrap();
     let config = stream::Config {
         subjects: vec![format!("{}.>", store.subject("log"))],
         ..Default::default()
@@ -130,14 +128,14 @@ async fn streams_and_buckets_are_made_once_and_checked_for_their_schema() {
 
 #[tokio::test]
 async fn a_reconnect_is_a_new_connection_to_the_same_namespace() {
-    let store = NatsStore::connect(&test_url(), &namespace()).await.unwrap();
+    let namespaces = TestNamespaces::new();
+    let store = namespaces.connect().await.unwrap();
     let bucket = store.bucket("state", kv::Config::default()).await.unwrap();
     bucket.put("a", "1".into()).await.unwrap();
     let again = store.reconnect().await.unwrap();
     assert_eq!(again.namespace(), store.namespace());
     let bucket = again.bucket("state", kv::Config::default()).await.unwrap();
     assert_eq!(bucket.get("a").await.unwrap().as_deref(), Some(&b"1"[..]));
-    store.delete_namespace().await.unwrap();
 }
 
 /// The key-value and stream operations the backends are built on work against this server
@@ -145,7 +143,8 @@ async fn a_reconnect_is_a_new_connection_to_the_same_namespace() {
 #[tokio::test]
 async fn the_server_takes_the_operations_the_backends_use() {
     use futures_util::StreamExt as _;
-    let store = NatsStore::connect(&test_url(), &namespace()).await.unwrap();
+    let namespaces = TestNamespaces::new();
+    let store = namespaces.connect().await.unwrap();
     let js = store.jetstream();
     let bucket = store.bucket("kv", kv::Config { history: 1, ..Default::default() }).await.unwrap();
     let first = bucket.create("a", "1".into()).await.unwrap();
@@ -209,15 +208,16 @@ async fn the_server_takes_the_operations_the_backends_use() {
         message.ack().await.unwrap();
     }
     assert_eq!(payloads, ["0", "2"]);
-    store.delete_namespace().await.unwrap();
 }
 
 /// Deleting a namespace leaves the namespaces whose names begin with it.
 #[tokio::test]
 async fn deleting_a_namespace_leaves_its_neighbours() {
-    let base = namespace();
+    let namespaces = TestNamespaces::new();
+    let base = namespaces.make();
     let store = NatsStore::connect(&test_url(), &base).await.unwrap();
     let longer = store.with_namespace(&format!("{base}-bus")).unwrap();
+    // (Not one of `namespaces`: deleted here, or left by a failure before.)
     store.bucket("bus-agents", kv::Config::default()).await.unwrap();
     longer.bucket("agents", kv::Config::default()).await.unwrap();
     assert_ne!(store.name("bus-agents"), longer.name("agents"));
