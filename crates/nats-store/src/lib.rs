@@ -357,7 +357,7 @@ impl NatsStore {
 
 mod keys;
 #[cfg(feature = "testing")]
-mod testing;
+pub mod testing;
 
 #[cfg(feature = "testing")]
 pub use testing::TestNamespaces;

@@ -57,3 +57,39 @@ impl Drop for TestNamespaces {
         let _ = cleanup.join();
     }
 }
+
+/// Makes the bucket for `part` in `store`'s namespace as another schema version (0) would
+/// have made it, so a test can check that a backend refuses to open it.
+pub async fn make_foreign_bucket(store: &NatsStore, part: &str) -> Result<(), NatsError> {
+    let name = store.name(part);
+    let config = async_nats::jetstream::stream::Config {
+        name: format!("KV_{name}"),
+        description: Some(format!("strata schema 0: {part}")),
+        subjects: vec![format!("$KV.{name}.>")],
+        max_messages_per_subject: 1,
+        allow_direct: true,
+        ..Default::default()
+    };
+    store
+        .jetstream()
+        .create_stream(config)
+        .await
+        .map_err(|e| crate::backend_error(format!("creating the bucket `{name}`"), e))?;
+    Ok(())
+}
+
+/// The description the server has for the bucket of `part` (`None` if it has none).
+pub async fn bucket_description(
+    store: &NatsStore,
+    part: &str,
+) -> Result<Option<String>, NatsError> {
+    let name = format!("KV_{}", store.name(part));
+    let mut stream = store
+        .jetstream()
+        .get_stream(&name)
+        .await
+        .map_err(|e| crate::backend_error(format!("opening the stream `{name}`"), e))?;
+    let info =
+        stream.info().await.map_err(|e| crate::backend_error(format!("reading `{name}`"), e))?;
+    Ok(info.config.description.clone())
+}

@@ -6,7 +6,6 @@ use async_nats::jetstream::{kv, stream};
 
 use super::*;
 
-
 #[tokio::test]
 async fn names_and_subjects_live_under_the_namespace() {
     let store = NatsStore::connect(&test_url(), "run-1").await.unwrap();

@@ -9,10 +9,10 @@ use std::sync::{Arc, Mutex};
 use agent_state::{
     AgentId, Decision, DecisionId, DecisionStatus, SignError, SignOutcome, Timestamp, encode,
 };
-use async_nats::jetstream::stream;
 use async_trait::async_trait;
 use governance::testing::{GovernanceFactory, run_conformance};
 use governance::{DECISIONS_BUCKET, DecideError, Governance, NatsGovernance, SubmitError};
+use nats_store::testing::{bucket_description, make_foreign_bucket};
 use nats_store::{NatsError, NatsStore, TestNamespaces, test_url};
 
 /// Each `fresh` backend is a new namespace on its own connection; `reopen` drops the backend,
@@ -339,24 +339,11 @@ fn a_bucket_of_another_schema_is_refused() {
     let namespaces = TestNamespaces::new();
     runtime().block_on(async {
         let store = NatsStore::connect(&test_url(), &namespaces.make()).await.unwrap();
-        let name = store.name(DECISIONS_BUCKET);
-        store
-            .jetstream()
-            .create_stream(stream::Config {
-                name: format!("KV_{name}"),
-                description: Some("strata schema 0: decisions".into()),
-                subjects: vec![format!("$KV.{name}.>")],
-                max_messages_per_subject: 1,
-                allow_direct: true,
-                ..Default::default()
-            })
-            .await
-            .unwrap();
+        make_foreign_bucket(&store, DECISIONS_BUCKET).await.unwrap();
         let err = NatsGovernance::open(&store).await.unwrap_err();
         assert!(matches!(err, NatsError::SchemaMismatch { kind: "bucket", .. }), "{err}");
-        let mut kept = store.jetstream().get_stream(format!("KV_{name}")).await.unwrap();
         assert_eq!(
-            kept.info().await.unwrap().config.description.as_deref(),
+            bucket_description(&store, DECISIONS_BUCKET).await.unwrap().as_deref(),
             Some("strata schema 0: decisions")
         );
     });

@@ -8,8 +8,8 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use agent_state::{Actor, AgentId, AgentLayer, BoardId, Timestamp};
-use async_nats::jetstream::stream;
 use async_trait::async_trait;
+use nats_store::testing::{bucket_description, make_foreign_bucket};
 use nats_store::{NatsError, NatsStore, TestNamespaces, test_url};
 use whiteboard::testing::{WhiteboardFactory, run_conformance};
 use whiteboard::{BOARDS_BUCKET, BoardError, CreateError, NatsWhiteboard, Whiteboard};
@@ -393,24 +393,11 @@ fn a_bucket_of_another_schema_is_refused() {
     let namespaces = TestNamespaces::new();
     runtime().block_on(async {
         let store = NatsStore::connect(&test_url(), &namespaces.make()).await.unwrap();
-        let name = store.name(BOARDS_BUCKET);
-        store
-            .jetstream()
-            .create_stream(stream::Config {
-                name: format!("KV_{name}"),
-                description: Some("strata schema 0: boards".into()),
-                subjects: vec![format!("$KV.{name}.>")],
-                max_messages_per_subject: 1,
-                allow_direct: true,
-                ..Default::default()
-            })
-            .await
-            .unwrap();
+        make_foreign_bucket(&store, BOARDS_BUCKET).await.unwrap();
         let err = NatsWhiteboard::open(&store).await.unwrap_err();
         assert!(matches!(err, NatsError::SchemaMismatch { kind: "bucket", .. }), "{err}");
-        let mut kept = store.jetstream().get_stream(format!("KV_{name}")).await.unwrap();
         assert_eq!(
-            kept.info().await.unwrap().config.description.as_deref(),
+            bucket_description(&store, BOARDS_BUCKET).await.unwrap().as_deref(),
             Some("strata schema 0: boards")
         );
     });
