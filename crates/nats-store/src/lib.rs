@@ -23,6 +23,9 @@
 //! acknowledgement). Debian 12's nats-server (2.9.10, the one this project is tested on)
 //! refuses that setting: it cannot be had, nor its cost measured, on that server.
 //!
+//! [`Leases`] are the primitive of placing work on processes: a key held by one holder at a
+//! time, lost when not renewed within its time to live.
+//!
 //! With the feature `testing`, [`TestNamespaces`] gives tests fresh namespaces on the server at
 //! [`test_url`] and deletes them afterwards.
 //!
@@ -356,6 +359,7 @@ impl NatsStore {
 }
 
 mod keys;
+mod lease;
 #[cfg(feature = "testing")]
 pub mod testing;
 
@@ -363,6 +367,7 @@ pub mod testing;
 pub use testing::TestNamespaces;
 
 pub use keys::{Found, entry, keys, too_many_races};
+pub use lease::{Lease, Leases};
 
 fn check_namespace(namespace: &str) -> Result<(), NatsError> {
     let fits = (1..=64).contains(&namespace.len())

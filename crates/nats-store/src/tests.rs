@@ -223,3 +223,78 @@ async fn deleting_a_namespace_leaves_its_neighbours() {
     assert_eq!(store.delete_namespace().await.unwrap(), 1);
     assert_eq!(longer.delete_namespace().await.unwrap(), 1);
 }
+
+const TTL: Duration = Duration::from_millis(1000);
+
+/// Two holders on two connections race for the same leases: each lease goes to exactly one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_holders_racing_for_a_lease_never_both_get_it() {
+    let namespaces = TestNamespaces::new();
+    let one = namespaces.connect().await.unwrap();
+    let two = one.reconnect().await.unwrap();
+    let (a, b) = (
+        Leases::open(&one, "leases", TTL).await.unwrap(),
+        Leases::open(&two, "leases", TTL).await.unwrap(),
+    );
+    for round in 0..20 {
+        let key = format!("agent-{round}");
+        let (x, y) = tokio::join!(a.acquire(&key, "worker-a"), b.acquire(&key, "worker-b"));
+        let (x, y) = (x.unwrap(), y.unwrap());
+        assert!(x.is_some() != y.is_some(), "round {round}: exactly one holder: {x:?} {y:?}");
+        let winner = x.or(y).unwrap();
+        assert_eq!(a.holder(&key).await.unwrap().as_deref(), Some(winner.holder()));
+        // The loser cannot take it either, now the race is over.
+        let other = if winner.holder() == "worker-a" { ("worker-b", &b) } else { ("worker-a", &a) };
+        assert_eq!(other.1.acquire(&key, other.0).await.unwrap(), None);
+    }
+}
+
+/// A lease renewed stays; one not renewed expires on the server and in its holder's view,
+/// another takes it, and the old holder can no longer renew it. A released lease is free at
+/// once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_not_renewed_expires_and_its_old_holder_cannot_renew_it() {
+    let namespaces = TestNamespaces::new();
+    let store = namespaces.connect().await.unwrap();
+    let leases = Leases::open(&store, "leases", TTL).await.unwrap();
+    let mut held = leases.acquire("top-a", "worker-a").await.unwrap().unwrap();
+    for _ in 0..3 {
+        tokio::time::sleep(TTL / 2).await;
+        assert!(leases.renew(&mut held).await.unwrap(), "renewed in time");
+        assert!(held.is_valid());
+    }
+    assert_eq!(leases.acquire("top-a", "worker-b").await.unwrap(), None, "still held");
+
+    // worker-a stops renewing (killed, or cut off): its own view ends first, then the server's.
+    let mut waited = Duration::ZERO;
+    let taken = loop {
+        if let Some(lease) = leases.acquire("top-a", "worker-b").await.unwrap() {
+            break lease;
+        }
+        assert!(waited < TTL * 10, "the lease never expired on the server");
+        tokio::time::sleep(TTL / 10).await;
+        waited += TTL / 10;
+    };
+    assert!(!held.is_valid(), "the old holder's view expired before the server let go");
+    assert!(!leases.renew(&mut held).await.unwrap(), "a lease taken over cannot be renewed");
+    assert!(!held.is_valid());
+    assert_eq!(leases.holder("top-a").await.unwrap().as_deref(), Some("worker-b"));
+
+    // Releasing a lost lease leaves it to its new holder; releasing a held one frees it.
+    leases.release(held).await.unwrap();
+    assert_eq!(leases.holder("top-a").await.unwrap().as_deref(), Some("worker-b"));
+    leases.release(taken).await.unwrap();
+    assert_eq!(leases.holder("top-a").await.unwrap(), None);
+    assert!(leases.acquire("top-a", "worker-c").await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn leases_of_another_time_to_live_or_too_short_are_refused() {
+    let namespaces = TestNamespaces::new();
+    let store = namespaces.connect().await.unwrap();
+    Leases::open(&store, "leases", TTL).await.unwrap();
+    let err = Leases::open(&store, "leases", TTL * 2).await.unwrap_err();
+    assert!(err.to_string().contains("time to live"), "{err}");
+    let err = Leases::open(&store, "other", Duration::from_millis(10)).await.unwrap_err();
+    assert!(err.to_string().contains("too short"), "{err}");
+}
