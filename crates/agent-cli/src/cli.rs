@@ -33,13 +33,15 @@ pub(crate) enum Command {
     /// Run one executor kind on an objective (`research_agent`, `writer_agent`, ...), as a
     /// durable team run that `runs`, `inspect` and `resume` work on; `--list` lists the kinds.
     Exec(ExecArgs),
-    /// Continue a run that was interrupted (Ctrl-C, crash, kill).
+    /// Continue a run that was interrupted (Ctrl-C, crash, kill); a run on NATS
+    /// (`run --nats`) on the server its run.json names.
     Resume(ResumeArgs),
     /// List the runs in the data directory.
     Runs(RunsArgs),
     /// Show what happened in a run.
     Inspect(InspectArgs),
-    /// Check a run's audit chain and stored data, and say what is broken.
+    /// Check a run's audit chain and stored data, and say what is broken (a run on NATS: read
+    /// from its server; it has no seal, so only the agents' anchors hold the log's end).
     Verify(VerifyArgs),
     /// Sign a decision as a human (`human:NAME`, one of the run's `[approvals] humans`),
     /// from another terminal while the run waits; a run that is not running gets it when
@@ -237,6 +239,13 @@ pub(crate) struct StartArgs {
     /// system and network. Only where the sandbox cannot work; the run records it.
     #[arg(long)]
     pub(crate) unsandboxed: bool,
+    /// Keep the run's message bus, whiteboards, governance, audit log and state store (with
+    /// the tool journal) on this NATS server with JetStream, such as nats://127.0.0.1:4222,
+    /// under the run id (then 1 to 64 letters, digits or `-`). The run directory keeps the
+    /// rest (run.json, which records the URL for resume, verify and inspect; the usage ledger,
+    /// the conversations, the commands' crash journal). One process runs the whole team.
+    #[arg(long, value_name = "URL")]
+    pub(crate) nats: Option<String>,
     #[command(flatten)]
     pub(crate) output: OutputArgs,
 }
@@ -279,7 +288,8 @@ pub(crate) enum View {
     Tree,
     /// The audit log.
     Audit,
-    /// Messages still in inboxes (not yet acknowledged).
+    /// Messages still in inboxes (not yet acknowledged). A run on NATS: how many wait in each
+    /// inbox (the server deletes a message once it is acknowledged, so there is no history).
     Messages,
     /// Every whiteboard.
     Whiteboards,

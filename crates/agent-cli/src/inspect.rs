@@ -5,24 +5,30 @@
 //! read-only directory and on a run that a live process is writing (they then show the run as
 //! it was while it was copied).
 //!
+//! A run on NATS (`strata run --nats`) has its bus, whiteboards, decisions, audit log and
+//! agent state on the server its `run.json` names: they are read there, live (only the usage
+//! ledger comes from the copy). The server keeps no acknowledged message, so `messages`
+//! says so and counts what still waits in the inboxes; and a run on NATS has no seal, so
+//! `verify` checks the agents' anchors and that the log read reaches the audit stream's last
+//! record, not an anchor kept apart from the server.
+//!
 //! `tree` and `results` are drawn from the audit log by the pure functions of [`spawns`].
 
 use std::collections::HashMap;
 use std::path::Path;
 
 use agent_core::{
-    AnchorBreak, AuditAnchor, AuditLog, AuditRecord, CostMeter, SledAuditLog, SledStateStore,
-    StateStore, check_anchors, check_transition_chain, verify_chain,
+    AuditAnchor, AuditRecord, CostMeter, SledAuditLog, check_anchors, check_transition_chain,
+    verify_chain,
 };
-use agent_state::{Actor, AgentId};
+use agent_state::{Actor, Address, AgentId};
 use anyhow::Context;
-use governance::{Governance, SledGovernance};
 use message_bus::{MessageBus, SledBus};
 use run_store::RunStore;
 use team_file::escape_controls as esc;
-use whiteboard::{SledWhiteboard, Whiteboard};
 
 use crate::cli::{InspectArgs, VerifyArgs, View};
+use crate::nats::Stores;
 use crate::run::{RunInfo, TEAM_FILE, resolve_run};
 use crate::view::event_line;
 use crate::{Failure, bad_input};
@@ -37,20 +43,46 @@ fn open(dir: &Path) -> Result<RunStore, Failure> {
 }
 
 /// The audit log's anchors (the seal's and each agent's) compared with `records`, and what
-/// protects the log, in words.
+/// protects the log, in words. A run on NATS has no seal: its agents' anchors are checked, and
+/// that `records` reach the audit stream's last record on the server (unless a live process
+/// may be appending to it).
 async fn anchors(
+    dir: &Path,
     store: &RunStore,
+    stores: &Stores,
     records: &[AuditRecord],
-) -> anyhow::Result<(Vec<AnchorBreak>, String)> {
-    let sealed = SledAuditLog::sealed_anchor(store)?;
-    let agents: Vec<(agent_state::AgentId, AuditAnchor)> = SledStateStore::open(store)?
+) -> anyhow::Result<(Vec<String>, String)> {
+    let agents: Vec<(agent_state::AgentId, AuditAnchor)> = stores
+        .state
         .agents()
         .await?
         .into_iter()
         .filter_map(|a| a.audit_head.map(|head| (a.id, head)))
         .collect();
-    let breaks = check_anchors(records, sealed, &agents);
-    let protection = match (sealed, agents.len()) {
+    if let Some(log) = &stores.nats_audit {
+        let mut breaks: Vec<String> =
+            check_anchors(records, None, &agents).iter().map(ToString::to_string).collect();
+        let live = RunStore::is_in_use(dir).unwrap_or(false);
+        let last = log.last_anchor().await?;
+        if !live && last != records.last().map(AuditAnchor::of) {
+            let show =
+                |a: Option<AuditAnchor>| a.map_or_else(|| "nothing".to_owned(), |a| a.to_string());
+            breaks.push(format!(
+                "the audit stream on the NATS server ends at {}, but reading it gave records up to {}",
+                show(last),
+                show(records.last().map(AuditAnchor::of))
+            ));
+        }
+        let n = agents.len();
+        let protection = format!(
+            "hash chain anchored in agent records ({n}, lower bounds) on the NATS server; a run on NATS has no seal: records cut from the end of the audit stream past the agents' anchors cannot be detected"
+        );
+        return Ok((breaks, protection));
+    }
+    let sealed = SledAuditLog::sealed_anchor(store)?;
+    let n = agents.len();
+    let breaks = check_anchors(records, sealed, &agents).iter().map(ToString::to_string).collect();
+    let protection = match (sealed, n) {
         (Some(seal), n) => format!(
             "hash chain anchored in seal + agent records (the seal anchors the final {seal}; {n} agent records anchor their last records)"
         ),
@@ -74,12 +106,15 @@ pub(crate) async fn inspect(args: &InspectArgs) -> Result<(), Failure> {
     let dir = resolve_run(&args.data, &args.run)?;
     let info = RunInfo::read(&dir).map_err(bad_input)?;
     let store = open(&dir)?;
+    // The bus, boards, decisions, audit log and agents: in the copy, or on the run's NATS
+    // server (connected only for the views that read them).
+    let stores = || Stores::of_run(&store, &dir, &info);
     match args.view {
         // An evolution, not a team run (taken above, before its directory is read as a run's).
         View::Lineage => crate::evolve::inspect(&args.data, &args.run, args.json).await,
-        View::Tree => tree(&dir, &store, &info, args.json).await,
+        View::Tree => tree(&dir, &store, &stores().await?, &info, args.json).await,
         View::Audit => {
-            let records = SledAuditLog::open(&store)?.records(None).await?;
+            let records = stores().await?.audit.records(None).await?;
             if args.json {
                 outln!("{}", serde_json::to_string_pretty(&records)?);
             } else {
@@ -88,6 +123,9 @@ pub(crate) async fn inspect(args: &InspectArgs) -> Result<(), Failure> {
                 }
             }
             Ok(())
+        }
+        View::Messages if info.nats.is_some() => {
+            nats_messages(&info, stores().await?.bus.as_ref(), args.json).await
         }
         View::Messages => {
             // Every message of the run, acknowledged or not, in send order.
@@ -137,7 +175,7 @@ pub(crate) async fn inspect(args: &InspectArgs) -> Result<(), Failure> {
             Ok(())
         }
         View::Whiteboards => {
-            let boards = SledWhiteboard::open(&store)?.list(&Actor::System).await?;
+            let boards = stores().await?.boards.list(&Actor::System).await?;
             if args.json {
                 outln!("{}", serde_json::to_string_pretty(&boards)?);
             } else {
@@ -150,7 +188,7 @@ pub(crate) async fn inspect(args: &InspectArgs) -> Result<(), Failure> {
             Ok(())
         }
         View::Decisions => {
-            let decisions = SledGovernance::open(&store)?.list().await?;
+            let decisions = stores().await?.governance.list().await?;
             if args.json {
                 outln!("{}", serde_json::to_string_pretty(&decisions)?);
             } else if decisions.is_empty() {
@@ -182,7 +220,7 @@ pub(crate) async fn inspect(args: &InspectArgs) -> Result<(), Failure> {
             Ok(())
         }
         View::Metrics => {
-            let agents = SledStateStore::open(&store)?.agents().await?;
+            let agents = stores().await?.state.agents().await?;
             if args.json {
                 let json: Vec<_> = agents
                     .iter()
@@ -219,8 +257,54 @@ pub(crate) async fn inspect(args: &InspectArgs) -> Result<(), Failure> {
             Ok(())
         }
         View::Usage => usage(&dir, &store, &info, args.json),
-        View::Results => results(&dir, &store, args.json).await,
+        View::Results => results(&dir, &stores().await?, args.json).await,
     }
+}
+
+/// `inspect messages` of a run on NATS: the server deletes a message once it is acknowledged,
+/// so there is no history to show; what is still in the inboxes is counted.
+async fn nats_messages(info: &RunInfo, bus: &dyn MessageBus, json: bool) -> Result<(), Failure> {
+    let url = info.nats.as_deref().unwrap_or_default();
+    let mut waiting: Vec<(String, usize)> = Vec::new();
+    let system = bus.pending(&Address::System).await?;
+    if system > 0 {
+        waiting.push(("system".to_owned(), system));
+    }
+    for agent in bus.inboxes_with_mail().await? {
+        let n = bus.pending(&Address::Agent(agent.clone())).await?;
+        if n > 0 {
+            waiting.push((agent.as_str().to_owned(), n));
+        }
+    }
+    if json {
+        let inboxes: Vec<_> = waiting
+            .iter()
+            .map(|(inbox, n)| serde_json::json!({"inbox": inbox, "not_acknowledged": n}))
+            .collect();
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "nats": url,
+                "history": false,
+                "waiting": inboxes,
+            }))?
+        );
+        return Ok(());
+    }
+    outln!(
+        "run {} keeps its messages on the NATS server {url}, which deletes each message once it is acknowledged: there is no history of them to show (`strata inspect {} audit` shows what the agents did)",
+        info.run_id,
+        info.run_id
+    );
+    if waiting.is_empty() {
+        outln!("no message is waiting in an inbox");
+    } else {
+        outln!("{:<14} not acknowledged", "inbox");
+        for (inbox, n) in &waiting {
+            outln!("{:<14} {n}", esc(inbox));
+        }
+    }
+    Ok(())
 }
 
 /// The reasoners a run's agents used, such as `rule-based` or `openai, rule-based`: the
@@ -366,15 +450,20 @@ impl CostMeter for StoredCosts {
 
 /// `inspect tree`: the configured agents and those spawned under them, with status, task,
 /// results, dismissal and cost (when the run has a usage ledger).
-async fn tree(dir: &Path, store: &RunStore, info: &RunInfo, json: bool) -> Result<(), Failure> {
+async fn tree(
+    dir: &Path,
+    store: &RunStore,
+    stores: &Stores,
+    info: &RunInfo,
+    json: bool,
+) -> Result<(), Failure> {
     let tools = agent_core::tools::ToolRegistry::with_builtins();
     let team_path = dir.join(TEAM_FILE);
     let text = std::fs::read_to_string(&team_path)
         .with_context(|| format!("cannot read {}", team_path.display()))?;
     let team = team_file::parse_stored_team(&team_path, &text, &tools).map_err(bad_input)?;
-    let records = SledAuditLog::open(store)?.records(None).await?;
-    let (breaks, _) = anchors(store, &records).await?;
-    let mut damage: Vec<String> = breaks.iter().map(ToString::to_string).collect();
+    let records = stores.audit.records(None).await?;
+    let (mut damage, _) = anchors(dir, store, stores, &records).await?;
     if let Err(e) = verify_chain(&records) {
         damage.push(e.to_string());
     }
@@ -418,8 +507,8 @@ async fn tree(dir: &Path, store: &RunStore, info: &RunInfo, json: bool) -> Resul
 }
 
 /// `inspect results`: every structured result agents returned, in order.
-async fn results(dir: &Path, store: &RunStore, json: bool) -> Result<(), Failure> {
-    let records = SledAuditLog::open(store)?.records(None).await?;
+async fn results(dir: &Path, stores: &Stores, json: bool) -> Result<(), Failure> {
+    let records = stores.audit.records(None).await?;
     // The configured agents' roles, if the team file can be read; spawned agents' roles come
     // from the audit log.
     let tools = agent_core::tools::ToolRegistry::with_builtins();
@@ -442,9 +531,13 @@ async fn results(dir: &Path, store: &RunStore, json: bool) -> Result<(), Failure
 pub(crate) async fn verify(args: &VerifyArgs) -> Result<u8, Failure> {
     let dir = resolve_run(&args.data, &args.run)?;
     let store = open(&dir)?;
+    // A run on NATS (`nats` in run.json) keeps the stores checked below on its server; a
+    // run.json that cannot be read is taken for a run in its own database, as before.
+    let nats = RunInfo::read(&dir).ok().filter(|info| info.nats.is_some());
     let mut checks: Vec<(&str, Result<String, String>)> = Vec::new();
+    let local = if nats.is_some() { "local store (usage ledger, conversations)" } else { "store" };
     checks.push((
-        "store",
+        local,
         Ok(if store.was_sealed() {
             "closed cleanly; the database matches its seal".to_owned()
         } else if RunStore::is_in_use(&dir).unwrap_or(false) {
@@ -455,13 +548,28 @@ pub(crate) async fn verify(args: &VerifyArgs) -> Result<u8, Failure> {
                 .to_owned()
         }),
     ));
-    let audit = match SledAuditLog::open(&store) {
-        Ok(log) => log.records(None).await.map_err(|e| e.to_string()),
-        Err(e) => Err(e.to_string()),
+    let stores = match &nats {
+        Some(info) => {
+            let stores = Stores::of_run(&store, &dir, info).await?;
+            checks.push((
+                "nats",
+                Ok(format!(
+                    "the bus, whiteboards, decisions, audit log and agent state are on {} (run id `{}`)",
+                    info.nats.as_deref().unwrap_or_default(),
+                    info.run_id
+                )),
+            ));
+            Ok(stores)
+        }
+        None => Stores::sled(&store).map_err(|e| format!("{e:#}")),
+    };
+    let audit = match &stores {
+        Ok(stores) => stores.audit.records(None).await.map_err(|e| e.to_string()),
+        Err(e) => Err(e.clone()),
     };
     let mut protection = None;
-    match &audit {
-        Ok(records) => {
+    match (&audit, &stores) {
+        (Ok(records), Ok(stores)) => {
             checks.push((
                 "audit chain",
                 verify_chain(records)
@@ -470,7 +578,7 @@ pub(crate) async fn verify(args: &VerifyArgs) -> Result<u8, Failure> {
             ));
             checks.push((
                 "audit anchors",
-                match anchors(&store, records).await {
+                match anchors(&dir, &store, stores, records).await {
                     Ok((breaks, words)) if breaks.is_empty() => {
                         let ok = format!("the log holds every anchored record; {words}");
                         protection = Some(words);
@@ -478,7 +586,7 @@ pub(crate) async fn verify(args: &VerifyArgs) -> Result<u8, Failure> {
                     }
                     Ok((breaks, words)) => {
                         protection = Some(words);
-                        Err(breaks.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))
+                        Err(breaks.join("; "))
                     }
                     Err(e) => Err(format!("the anchors cannot be read: {e:#}")),
                 },
@@ -492,53 +600,53 @@ pub(crate) async fn verify(args: &VerifyArgs) -> Result<u8, Failure> {
                     .map_err(|e| e.to_string()),
             ));
         }
-        Err(e) => checks.push(("audit chain", Err(e.clone()))),
+        (Err(e), _) | (_, Err(e)) => checks.push(("audit chain", Err(e.clone()))),
     }
-    checks.push((
-        "messages",
-        match SledBus::open(&store) {
-            Ok(bus) => bus
-                .registered()
-                .await
-                .map(|r| format!("{} inboxes readable", r.len()))
-                .map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
-        },
-    ));
-    checks.push((
-        "whiteboards",
-        match SledWhiteboard::open(&store) {
-            Ok(b) => b
-                .list(&Actor::System)
-                .await
-                .map(|b| format!("{} boards readable", b.len()))
-                .map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
-        },
-    ));
-    checks.push((
-        "decisions",
-        match SledGovernance::open(&store) {
-            Ok(g) => g
-                .list()
-                .await
-                .map(|d| format!("{} decisions readable", d.len()))
-                .map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
-        },
-    ));
-    checks.push((
-        "agent state",
-        match SledStateStore::open(&store) {
-            Ok(s) => match (s.agents().await, s.outcomes().await) {
-                (Ok(a), Ok(o)) => {
-                    Ok(format!("{} agents, {} task outcomes readable", a.len(), o.len()))
-                }
-                (Err(e), _) | (_, Err(e)) => Err(e.to_string()),
-            },
-            Err(e) => Err(e.to_string()),
-        },
-    ));
+    match &stores {
+        Ok(stores) => {
+            checks.push((
+                "messages",
+                stores
+                    .bus
+                    .registered()
+                    .await
+                    .map(|r| format!("{} inboxes readable", r.len()))
+                    .map_err(|e| e.to_string()),
+            ));
+            checks.push((
+                "whiteboards",
+                stores
+                    .boards
+                    .list(&Actor::System)
+                    .await
+                    .map(|b| format!("{} boards readable", b.len()))
+                    .map_err(|e| e.to_string()),
+            ));
+            checks.push((
+                "decisions",
+                stores
+                    .governance
+                    .list()
+                    .await
+                    .map(|d| format!("{} decisions readable", d.len()))
+                    .map_err(|e| e.to_string()),
+            ));
+            checks.push((
+                "agent state",
+                match (stores.state.agents().await, stores.state.outcomes().await) {
+                    (Ok(a), Ok(o)) => {
+                        Ok(format!("{} agents, {} task outcomes readable", a.len(), o.len()))
+                    }
+                    (Err(e), _) | (_, Err(e)) => Err(e.to_string()),
+                },
+            ));
+        }
+        Err(e) => {
+            for name in ["messages", "whiteboards", "decisions", "agent state"] {
+                checks.push((name, Err(e.clone())));
+            }
+        }
+    }
     let broken = checks.iter().any(|(_, r)| r.is_err());
     if args.json {
         let json: Vec<_> = checks

@@ -37,6 +37,7 @@ mod exec;
 mod inspect;
 mod mcp;
 mod model;
+mod nats;
 mod operator;
 mod reasoners;
 mod run;

@@ -22,6 +22,9 @@
 //!    it. When the run is not live, an accepted request stays queued for `strata resume`, and
 //!    a refused one is audited at once by the command itself (it can open the store then).
 //!
+//! A run on NATS (`strata run --nats`) goes through the same drop directory; the checks read
+//! its decisions on its server, and a refusal of a run that is not live is audited there.
+//!
 //! A rollback (`strata rollback RUN AGENT VERSION --as NAME`) is checked the same way (`NAME`
 //! one of the run's `[approvals] humans`, `AGENT` an OODA agent of the run's team, `VERSION`
 //! 1 or more) and delivered to the agent as a command from `system`
@@ -43,17 +46,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_core::tools::ToolRegistry;
-use agent_core::{AuditEvent, AuditLog, Clock, SledAuditLog};
+use agent_core::{AuditEvent, AuditLog, Clock};
 use agent_state::{
     Address, AgentId, DecisionId, HUMAN_PREFIX, Message, MessageKind, SignOutcome, Timestamp,
 };
 use anyhow::Context;
-use governance::{DecideError, Governance, SledGovernance};
+use governance::{DecideError, Governance};
 use message_bus::MessageBus;
 use run_store::{Durability, RunStore};
 use serde::{Deserialize, Serialize};
 
 use crate::cli::{AdoptArgs, ApproveArgs, DecisionTarget, RollbackArgs, VetoArgs};
+use crate::nats::Stores;
 use crate::run::{RunInfo, TEAM_FILE, now_ms, read_input, resolve_run, write_atomic};
 use crate::{Failure, TASK_FAILED, bad_input};
 
@@ -557,7 +561,7 @@ async fn submit(
                 wait_for(dir, &envelope.id).await;
             }
         } else {
-            audit_now(dir, &envelope).await?;
+            audit_now(dir, info, &envelope).await?;
         }
         return Err(bad_input(anyhow::anyhow!("{error}")));
     }
@@ -613,7 +617,8 @@ async fn check(
     allowed: &[String],
 ) -> Result<Option<String>, Failure> {
     let store = read_copy(dir).await?;
-    let governance = SledGovernance::open(&store).context("cannot open governance")?;
+    // A run on NATS has its decisions on its server.
+    let governance = Stores::of_run(&store, dir, info).await?.governance;
     let Some(mut decision) = governance.get(id).await.context("cannot read the decision")? else {
         return Ok(Some(format!(
             "no decision {id} in run {}; `strata inspect {} decisions` lists them",
@@ -685,18 +690,19 @@ async fn wait_for(dir: &Path, id: &str) -> Option<Done> {
     }
 }
 
-/// Audits a refused request of a run that is not live, in its own store.
-async fn audit_now(dir: &Path, envelope: &Envelope) -> Result<(), Failure> {
+/// Audits a refused request of a run that is not live, in its own store (on its NATS server
+/// for a run on NATS; its database stays locked meanwhile, so the run cannot start).
+async fn audit_now(dir: &Path, info: &RunInfo, envelope: &Envelope) -> Result<(), Failure> {
     let store = match RunStore::open(dir, Durability::Synced) {
         Ok(store) => store,
         // Started meanwhile: the run audits it.
         Err(run_store::StoreError::Locked { .. }) => return deliver(dir, envelope),
         Err(e) => return Err(Failure::Other(anyhow::Error::new(e).context("cannot open the run"))),
     };
-    let governance = SledGovernance::open(&store).context("cannot open governance")?;
-    let audit = SledAuditLog::open(&store).context("cannot open the audit log")?;
-    let bus = message_bus::SledBus::open(&store).context("cannot open the bus")?;
-    apply(envelope, &governance, &bus, &audit, Timestamp(now_ms())).await?;
+    let stores = Stores::of_run(&store, dir, info).await?;
+    let now = Timestamp(now_ms());
+    apply(envelope, stores.governance.as_ref(), stores.bus.as_ref(), stores.audit.as_ref(), now)
+        .await?;
     Ok(())
 }
 

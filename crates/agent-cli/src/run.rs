@@ -7,19 +7,17 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use agent_core::tools::{Sandbox, Shell, ToolContext, ToolRegistry};
-use agent_core::{AuditEvent, SledAuditLog, SledStateStore, TokioClock};
+use agent_core::{AuditEvent, TokioClock};
 use agent_llm::{ApprovalDesk, OnExceed, UsageLedger};
 use agent_pool::{Team, TeamServices};
 use agent_state::{AgentId, AgentLayer, AgentStatus, Task, TaskFailure, TaskOutcome, Timestamp};
 use anyhow::Context;
-use governance::SledGovernance;
-use message_bus::SledBus;
 use run_store::{Durability, RunStore};
 use serde::{Deserialize, Serialize};
 use team_file::{ReadError, ReasonerKind, TeamFile};
-use whiteboard::{SledWhiteboard, Whiteboard};
 
 use crate::cli::{OutputArgs, RUN_WORKSPACE, ResumeArgs, RunArgs, StartArgs};
+use crate::nats::Stores;
 use crate::reasoners;
 use crate::{Failure, INTERRUPTED, TASK_FAILED, bad_input, view};
 
@@ -79,6 +77,10 @@ pub(crate) struct RunInfo {
     /// the run.
     #[serde(default)]
     pub(crate) unsandboxed: bool,
+    /// The NATS server the run's bus, whiteboards, governance, audit log and state store are
+    /// on (`--nats URL`; the namespace is the run id); `None`: they are in the run's database.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) nats: Option<String>,
 }
 
 impl RunStatus {
@@ -232,6 +234,12 @@ pub(crate) async fn start(prepared: Prepared, args: &StartArgs) -> Result<u8, Fa
     let sandbox = sandbox(&team, args.unsandboxed)?;
     let run_id = args.run_id.clone().unwrap_or_else(|| new_run_id(&task.id));
     let dir = args.data.join(&run_id);
+    // On NATS, the server is checked (it answers, has JetStream, holds no run of this id)
+    // before anything is written, there or here.
+    let server = match &args.nats {
+        Some(url) => Some(crate::nats::connect_new(url, &run_id).await?),
+        None => None,
+    };
     let durability = if args.no_sync { Durability::NoSync } else { Durability::Synced };
     let store = match RunStore::create(&dir, &run_id, Timestamp(now_ms()), durability) {
         Ok(store) => store,
@@ -263,13 +271,20 @@ pub(crate) async fn start(prepared: Prepared, args: &StartArgs) -> Result<u8, Fa
         status: RunStatus::Running,
         failure: None,
         unsandboxed: args.unsandboxed,
+        nats: server.as_ref().map(|s| s.url().to_owned()),
+    };
+    // The stores are opened (on NATS: created) before `run.json` is written: a run that
+    // `resume` can find has its streams on the server.
+    let stores = match &server {
+        Some(server) => Stores::nats(server).await?,
+        None => Stores::sled(&store)?,
     };
     info.write(&dir)?;
     view::started(&args.output, &info, &dir);
     warn_if_unsynced(args.no_sync);
     warn_if_unsandboxed(args.unsandboxed);
     let sandbox = sandbox.hide(data_dir(&args.data));
-    let (services, ledger) = services(&store, &info, &team, tools, sandbox).await?;
+    let (services, ledger) = services(&store, stores, &info, &team, tools, sandbox).await?;
     let task = store_large_contents(task, &services).await?;
     let team_handle =
         Team::start(team.spec.clone(), services.clone()).await.context("cannot start the team")?;
@@ -390,6 +405,14 @@ async fn resume_with(
     // changed since the run started. Nothing is marked running before they pass.
     check_reasoners(&team, info.reasoner.as_deref()).await?;
     let sandbox = sandbox(&team, args.unsandboxed)?.hide(data_dir(&args.data)).hide(&dir);
+    // A run on NATS: its server must answer and hold the run before it is marked running.
+    let stores = match &info.nats {
+        Some(url) => {
+            let server = crate::nats::connect_existing(url, &dir, &info).await?;
+            Stores::nats(&server).await?
+        }
+        None => Stores::sled(&store)?,
+    };
     info.status = RunStatus::Running;
     info.finished_at = None;
     info.unsandboxed |= args.unsandboxed;
@@ -397,7 +420,7 @@ async fn resume_with(
     view::resumed(&args.output, &info, &dir);
     warn_if_unsynced(args.no_sync);
     warn_if_unsandboxed(args.unsandboxed);
-    let (services, ledger) = services(&store, &info, &team, tools, sandbox).await?;
+    let (services, ledger) = services(&store, stores, &info, &team, tools, sandbox).await?;
     let task = store_large_contents(task, &services).await?;
     let team_handle = Team::resume(team.spec.clone(), services.clone())
         .await
@@ -543,18 +566,19 @@ pub(crate) fn resolve_run(data: &Path, run: &str) -> Result<PathBuf, Failure> {
     Ok(dir)
 }
 
-/// The team's services on `store`, and the reasoning (with the run's ledger, if any agent
-/// uses a model). Every reasoner setting is checked here, before any agent runs.
+/// The team's services on `stores`, and the reasoning (with the run's ledger, if any agent
+/// uses a model; the ledger and the conversations are kept in `store`). Every reasoner setting
+/// is checked here, before any agent runs.
 async fn services(
     store: &RunStore,
+    stores: Stores,
     info: &RunInfo,
     team: &TeamFile,
     tools: ToolRegistry,
     sandbox: Sandbox,
 ) -> Result<(TeamServices, Option<Arc<UsageLedger>>), Failure> {
     let kind_override = reasoner_kind(info.reasoner.as_deref())?;
-    let boards: Arc<dyn Whiteboard> =
-        Arc::new(SledWhiteboard::open(store).context("cannot open the whiteboards")?);
+    let Stores { bus, boards, governance, audit, state, nats_audit: _ } = stores;
     // The team's event stream: the model reasoners publish their answers on it as they stream.
     let events = agent_core::EventHub::default();
     let reasoning = reasoners::build(team, kind_override, store, boards.clone(), &tools, &events)
@@ -569,11 +593,11 @@ async fn services(
     let (agent_tools, role_tools) = network_tools(team, &tools);
     let clock: Arc<dyn agent_core::Clock> = Arc::new(TokioClock::new());
     let services = TeamServices {
-        bus: Arc::new(SledBus::open(store).context("cannot open the message bus")?),
+        bus,
         boards,
-        governance: Arc::new(SledGovernance::open(store).context("cannot open governance")?),
-        audit: Arc::new(SledAuditLog::open(store).context("cannot open the audit log")?),
-        state: Arc::new(SledStateStore::open(store).context("cannot open the state store")?),
+        governance,
+        audit,
+        state,
         // The team file's `[http]`, `[[endpoints]]` and `[executor]`, in the run's workspace.
         executor: Some(Arc::new(team.executor(workspace.clone()).with_clock(clock.clone()))),
         clock,

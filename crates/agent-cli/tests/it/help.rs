@@ -22,6 +22,7 @@ fn help_for_every_command_names_its_arguments() {
                 "--reasoner",
                 "--no-sync",
                 "--run-id",
+                "--nats <URL>",
                 "--quiet",
                 "--json",
             ],

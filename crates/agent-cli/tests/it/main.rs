@@ -22,6 +22,7 @@ mod llm;
 #[cfg(feature = "local")]
 mod local;
 mod mcp;
+mod nats;
 mod ooda;
 mod papercuts;
 mod sandbox;
