@@ -153,6 +153,35 @@ fn a_run_on_nats_succeeds_verifies_and_shows_its_records_from_the_server() {
     assert!(!s.path("D2").exists(), "the refused run created its data directory");
 }
 
+/// A human signs a run on NATS from another terminal: `inspect decisions` reads the pending
+/// decision from the server while the run waits, and the running process applies the request.
+#[test]
+fn a_human_approves_a_live_run_on_nats() {
+    let s = Scratch::with_example();
+    let team = s.read("team.toml");
+    s.write("team.toml", &format!("{team}\n[approvals]\nhumans = [\"alice\"]\nplans = true\n"));
+    let ns = Namespace::new();
+    let url = test_url();
+    let id = ns.id();
+    let mut run = s.spawn(&run_args("plan.toml", id, &url, &["--team", "team.toml"]));
+    let decision = pending_decision(&s, &mut run, id, "the plan to wait for alice", |d| {
+        d["status"] == "pending" && d["human_approval"]["allowed"][0] == "alice"
+    });
+    s.strata(&["approve", id, &decision, "--as", "alice", "--data", "D"])
+        .code(0)
+        .stdout_has(&[&decision, "by human:alice"]);
+    run.finish().code(0).stdout_has(&["task `hello` succeeded"]);
+    let audit = s.strata(&["inspect", id, "audit", "--data", "D", "--json"]).code(0).json();
+    let approved = audit
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["event"]["event"] == "operator" && r["event"]["outcome"] == "approved")
+        .count();
+    assert_eq!(approved, 1, "{audit}");
+    s.strata(&["verify", id, "--data", "D"]).code(0).stdout_has(&["the run verifies"]);
+}
+
 /// Three steps; the second is a `shell` command that waits at a gate (a file the test creates),
 /// so the test knows the run is in the middle of a side effect when it kills it.
 const GATED_PLAN: &str = r#"
