@@ -719,8 +719,10 @@ impl AgentContext {
             Err(e) => (false, shorten(&e.to_string())),
         };
         match &result {
-            Ok(output) if output.success => state.record_tool(&key, output).await?,
-            _ => state.forget_tool(&key).await?,
+            Ok(output) if output.success => {
+                store_outcome(&key, || state.record_tool(&key, output)).await?;
+            }
+            _ => store_outcome(&key, || state.forget_tool(&key)).await?,
         }
         self.discard_journal(&key).await;
         self.audit_tool(call, success, summary).await?;
@@ -783,12 +785,12 @@ impl AgentContext {
         }
         match effect.await {
             Ok(output) => {
-                state.record_tool(&key, &output).await?;
+                store_outcome(&key, || state.record_tool(&key, &output)).await?;
                 self.audit_tool(call, output.success, shorten(&output.output)).await?;
                 Ok(output)
             }
             Err(error) => {
-                state.forget_tool(&key).await?;
+                store_outcome(&key, || state.forget_tool(&key)).await?;
                 self.audit_tool(call, false, shorten(&error.to_string())).await?;
                 Err(error)
             }
@@ -1394,6 +1396,34 @@ impl Agent {
     async fn unregister_quietly(&self) {
         if let Err(e) = self.ctx.deps.bus.unregister(self.id()).await {
             tracing::debug!(agent = %self.id(), error = %e, "unregister at shutdown");
+        }
+    }
+}
+
+/// How long a call's outcome waits for the state store to take it.
+pub(crate) const OUTCOME_PATIENCE: Duration = Duration::from_secs(60);
+
+/// Stores a side effect's outcome with `write`, waiting out a state store that fails for a
+/// while (a restarting server, a lost connection): the effect has run, and until stored its
+/// outcome is only in memory, so giving up at once would leave the call to be recovered as
+/// interrupted. Tries again after 100 ms, doubling up to 2 s, for up to [`OUTCOME_PATIENCE`]
+/// (on tokio's clock), then returns the last error.
+async fn store_outcome<F, Fut>(key: &str, mut write: F) -> Result<(), agent_state::BackendError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), agent_state::BackendError>>,
+{
+    let started = tokio::time::Instant::now();
+    let mut pause = Duration::from_millis(100);
+    loop {
+        match write().await {
+            Ok(()) => return Ok(()),
+            Err(error) if started.elapsed() + pause <= OUTCOME_PATIENCE => {
+                tracing::warn!(key, error = %error, retry_in_ms = pause.as_millis() as u64, "cannot store a call's outcome; trying again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(2));
+            }
+            Err(error) => return Err(error),
         }
     }
 }

@@ -801,3 +801,105 @@ async fn a_crashed_retry_does_not_adopt_the_failed_result_of_an_earlier_attempt(
     assert_eq!(once.log(), "run\nrun\n", "the retry ran");
     assert!(retried.success, "{retried:?}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// a state store that fails for a while (a restarting server)
+
+/// The in-memory store, but `record_tool` and `forget_tool` fail while `failures` is above
+/// zero (each failure counts it down).
+struct Unavailable {
+    inner: InMemoryStateStore,
+    failures: AtomicUsize,
+}
+
+impl Unavailable {
+    fn refuse(&self) -> Result<(), BackendError> {
+        let left = self.failures.load(Ordering::SeqCst);
+        if left == 0 {
+            return Ok(());
+        }
+        self.failures.store(left - 1, Ordering::SeqCst);
+        Err(BackendError::new("test", "the server is restarting"))
+    }
+}
+
+#[async_trait]
+impl StateStore for Unavailable {
+    async fn save_agent(&self, record: &crate::AgentRecord) -> Result<(), BackendError> {
+        self.inner.save_agent(record).await
+    }
+    async fn agents(&self) -> Result<Vec<crate::AgentRecord>, BackendError> {
+        self.inner.agents().await
+    }
+    async fn begin_tool(&self, key: &str) -> Result<(), BackendError> {
+        self.inner.begin_tool(key).await
+    }
+    async fn record_tool(&self, key: &str, output: &ToolOutput) -> Result<(), BackendError> {
+        self.refuse()?;
+        self.inner.record_tool(key, output).await
+    }
+    async fn forget_tool(&self, key: &str) -> Result<(), BackendError> {
+        self.refuse()?;
+        self.inner.forget_tool(key).await
+    }
+    async fn tool(&self, key: &str) -> Result<Option<Option<ToolOutput>>, BackendError> {
+        self.inner.tool(key).await
+    }
+    async fn record_outcome(&self, outcome: &agent_state::TaskOutcome) -> Result<(), BackendError> {
+        self.inner.record_outcome(outcome).await
+    }
+    async fn outcomes(&self) -> Result<Vec<agent_state::TaskOutcome>, BackendError> {
+        self.inner.outcomes().await
+    }
+    async fn put_blob(&self, hash: &str, content: &[u8]) -> Result<(), BackendError> {
+        self.inner.put_blob(hash, content).await
+    }
+    async fn blob(&self, hash: &str) -> Result<Option<Vec<u8>>, BackendError> {
+        self.inner.blob(hash).await
+    }
+}
+
+/// An agent of `once` whose state store fails `failures` times to store a call's outcome.
+async fn with_unavailable_store(once: &Once, failures: usize) -> (Agent, Arc<Unavailable>) {
+    let state = Arc::new(Unavailable {
+        inner: InMemoryStateStore::new(),
+        failures: AtomicUsize::new(failures),
+    });
+    let deps = Arc::new(AgentDeps { state: state.clone(), ..(*once.deps).clone() });
+    let config = AgentConfig::new(ME, "Executor", AgentLayer::Bottom)
+        .with_role("executor")
+        .with_supervisor(SUPERVISOR);
+    let mut agent = Agent::new(config, Box::new(TestBehavior(Probe::default())), deps).unwrap();
+    agent.initialize().await.unwrap();
+    (agent, state)
+}
+
+/// A command that ran while the store was briefly unavailable has its outcome stored once the
+/// store is back: it is neither lost (and later seen as interrupted) nor run again.
+#[tokio::test(start_paused = true)]
+async fn an_outcome_waits_for_a_state_store_that_is_briefly_unavailable() {
+    let once = Once::new(None, true).await;
+    let (mut agent, state) = with_unavailable_store(&once, 5).await;
+    let done = agent.ctx_mut().call_tool_once("k", &shell("echo line >> log")).await.unwrap();
+    assert!(done.success, "{done:?}");
+    assert_eq!(state.failures.load(Ordering::SeqCst), 0, "it tried until the store took it");
+    assert_eq!(state.inner.tool(&scoped("k")).await.unwrap(), Some(Some(done.clone())));
+    let again = agent.ctx_mut().call_tool_once("k", &shell("echo line >> log")).await.unwrap();
+    assert_eq!(again, done);
+    assert_eq!(once.log(), "line\n", "the command ran once");
+}
+
+/// A store that stays unavailable longer than the patience: the error is returned (the call
+/// is then recovered as after a crash), after waiting, on tokio's clock, no longer than it.
+#[tokio::test(start_paused = true)]
+async fn an_outcome_the_state_store_never_takes_is_an_error_after_the_patience() {
+    let once = Once::new(None, true).await;
+    let (mut agent, state) = with_unavailable_store(&once, usize::MAX).await;
+    let started = tokio::time::Instant::now();
+    let err = agent.ctx_mut().call_tool_once("k", &shell("echo line >> log")).await.unwrap_err();
+    assert!(matches!(err, AgentError::Backend(_)), "{err:?}");
+    assert!(started.elapsed() <= crate::agent::OUTCOME_PATIENCE, "{:?}", started.elapsed());
+    assert!(started.elapsed() >= crate::agent::OUTCOME_PATIENCE / 2, "{:?}", started.elapsed());
+    assert_eq!(state.inner.tool(&scoped("k")).await.unwrap(), Some(None), "left as started");
+    assert_eq!(once.log(), "line\n");
+}
