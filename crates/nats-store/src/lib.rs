@@ -335,19 +335,28 @@ impl NatsStore {
         }
     }
 
-    /// Deletes every stream and bucket of this namespace, and of no other (for tests, and for
-    /// removing a run). Returns how many were deleted.
-    pub async fn delete_namespace(&self) -> Result<usize, NatsError> {
+    /// The names of this namespace's streams and of its buckets' streams (`KV_<bucket>`), and
+    /// of no other namespace's.
+    pub async fn streams(&self) -> Result<Vec<String>, NatsError> {
         use futures_util::StreamExt as _;
         let prefix = self.name("");
+        let kv_prefix = format!("KV_{prefix}");
         let mut names = self.jetstream.stream_names();
         let mut mine = Vec::new();
         while let Some(name) = names.next().await {
             let name = name.map_err(|e| backend_error("listing the streams", e))?;
-            if name.starts_with(&prefix) || name.starts_with(&format!("KV_{prefix}")) {
+            if name.starts_with(&prefix) || name.starts_with(&kv_prefix) {
                 mine.push(name);
             }
         }
+        mine.sort();
+        Ok(mine)
+    }
+
+    /// Deletes every stream and bucket of this namespace, and of no other (for tests, and for
+    /// removing a run). Returns how many were deleted.
+    pub async fn delete_namespace(&self) -> Result<usize, NatsError> {
+        let mine = self.streams().await?;
         for name in &mine {
             self.jetstream
                 .delete_stream(name)
@@ -364,7 +373,7 @@ mod lease;
 pub mod testing;
 
 #[cfg(feature = "testing")]
-pub use testing::TestNamespaces;
+pub use testing::{TestNamespaces, TestServer};
 
 pub use keys::{Found, entry, keys, too_many_races};
 pub use lease::{Lease, Leases};

@@ -93,3 +93,78 @@ pub async fn bucket_description(
         stream.info().await.map_err(|e| crate::backend_error(format!("reading `{name}`"), e))?;
     Ok(info.config.description.clone())
 }
+
+/// A `nats-server` of a test's own on a free port of loopback, with JetStream storing in a
+/// directory or without JetStream: it can be killed (as in a crash) and started again with what
+/// it stored. Killed when dropped.
+#[derive(Debug)]
+pub struct TestServer {
+    port: u16,
+    jetstream: Option<std::path::PathBuf>,
+    child: Option<std::process::Child>,
+}
+
+impl TestServer {
+    /// A server with JetStream storing in `dir`.
+    pub fn with_jetstream(dir: &std::path::Path) -> std::io::Result<Self> {
+        Self::start(Some(dir.to_owned()))
+    }
+
+    /// A server without JetStream.
+    pub fn without_jetstream() -> std::io::Result<Self> {
+        Self::start(None)
+    }
+
+    fn start(jetstream: Option<std::path::PathBuf>) -> std::io::Result<Self> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let mut server = Self { port, jetstream, child: None };
+        server.restart()?;
+        Ok(server)
+    }
+
+    /// The server's URL.
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// Starts the server (again, after [`kill`](Self::kill)) and waits, up to 5 s, until it
+    /// listens. Needs `nats-server` on the `PATH` (Debian's nats-server package).
+    pub fn restart(&mut self) -> std::io::Result<()> {
+        self.kill();
+        let mut command = std::process::Command::new("nats-server");
+        command.args(["-a", "127.0.0.1", "-p", &self.port.to_string()]);
+        if let Some(dir) = &self.jetstream {
+            command.arg("-js").arg("-sd").arg(dir);
+        }
+        let child = command
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()?;
+        self.child = Some(child);
+        for _ in 0..100 {
+            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return Ok(());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        Err(std::io::Error::other(format!(
+            "nats-server did not listen on port {} within 5 s",
+            self.port
+        )))
+    }
+
+    /// Kills the server with SIGKILL, as a crash would.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

@@ -34,32 +34,8 @@ async fn a_server_that_does_not_answer_is_named_in_the_error() {
 
 #[tokio::test]
 async fn a_server_without_jetstream_is_refused() {
-    let port = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.local_addr().unwrap().port()
-    };
-    let mut server = std::process::Command::new("nats-server")
-        .args(["-a", "127.0.0.1", "-p", &port.to_string()])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("nats-server is on PATH (Debian's nats-server package)");
-    let url = format!("nats://127.0.0.1:{port}");
-    let mut result = None;
-    for _ in 0..50 {
-        match NatsStore::connect(&url, "x").await {
-            Err(NatsError::Unreachable { .. }) => {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            other => {
-                result = Some(other);
-                break;
-            }
-        }
-    }
-    let _ = server.kill();
-    let _ = server.wait();
-    let err = result.expect("the second server started").unwrap_err();
+    let server = TestServer::without_jetstream().unwrap();
+    let err = NatsStore::connect(&server.url(), "x").await.unwrap_err();
     assert!(matches!(err, NatsError::NoJetStream { .. }), "{err}");
     assert!(err.to_string().contains("-js"), "{err}");
 }
