@@ -3,50 +3,11 @@
 //! The plan holds a gate: a shell step that waits for a file the test creates, so the test
 //! knows the run is in the middle of a side effect when it stops it.
 
-use std::path::PathBuf;
 use std::process::Command;
 
-use crate::support::{FAST, Out, Running, Scratch, listed_run, snapshot, wait_for};
-
-const GATED_PLAN: &str = r#"
-id = "gated"
-goal = "write, wait at a gate, then finish"
-
-[[steps]]
-id = "write-hello"
-domain = "docs"
-tool = "write_file"
-args = { path = "hello.txt", content = "hello\n" }
-
-[[steps]]
-id = "gate"
-domain = "build"
-tool = "shell"
-args = { command = "touch waiting; while [ ! -e go ]; do sleep 0.01; done; echo ran >> count.txt; cat hello.txt", timeout_ms = 120000 }
-after = ["write-hello"]
-
-[[steps]]
-id = "finish"
-domain = "docs"
-tool = "write_file"
-args = { path = "done.txt", content = "done\n" }
-after = ["gate"]
-"#;
-
-/// The gate's file; opened when dropped, so a failing test leaves no shell waiting.
-struct Gate(PathBuf);
-
-impl Gate {
-    fn open(&self) {
-        std::fs::write(&self.0, "").unwrap();
-    }
-}
-
-impl Drop for Gate {
-    fn drop(&mut self) {
-        let _ = std::fs::write(&self.0, "");
-    }
-}
+use crate::support::{
+    FAST, GATED_PLAN, Gate, Out, Running, Scratch, listed_run, snapshot, wait_for,
+};
 
 /// Starts the gated plan as run `id` and waits until its shell step is at the gate.
 fn start_at_gate(s: &Scratch, id: &str) -> (Running, Gate) {

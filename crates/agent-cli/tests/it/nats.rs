@@ -5,11 +5,7 @@
 //! on the server. Each test's run id is a fresh namespace, deleted when the test ends (also when
 //! it fails).
 
-use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-
-use nats_store::{NatsStore, test_url};
+use nats_store::{NatsStore, TestNamespaces, TestServer, test_url};
 
 use crate::support::*;
 
@@ -19,12 +15,16 @@ fn block_on<T>(future: impl std::future::Future<Output = T>) -> T {
 }
 
 /// A fresh run id, which is the run's namespace on the server; everything under it is deleted
-/// when dropped.
-struct Namespace(String);
+/// when dropped (nats-store's `TestNamespaces`, also when a test fails).
+struct Namespace(
+    String,
+    #[allow(dead_code, reason = "deletes the namespace when dropped")] TestNamespaces,
+);
 
 impl Namespace {
     fn new() -> Self {
-        Self(format!("clinats-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]))
+        let namespaces = TestNamespaces::new();
+        Self(namespaces.make(), namespaces)
     }
 
     fn id(&self) -> &str {
@@ -33,37 +33,9 @@ impl Namespace {
 
     /// The names of the streams (buckets included) of the namespace on the server.
     fn streams(&self) -> Vec<String> {
-        use futures_util::StreamExt as _;
         block_on(async {
-            let store = NatsStore::connect(&test_url(), &self.0).await.unwrap();
-            let prefix = store.name("");
-            let mut names = store.jetstream().stream_names();
-            let mut mine = Vec::new();
-            while let Some(name) = names.next().await {
-                let name = name.unwrap();
-                if name.starts_with(&prefix) || name.starts_with(&format!("KV_{prefix}")) {
-                    mine.push(name);
-                }
-            }
-            mine.sort();
-            mine
+            NatsStore::connect(&test_url(), &self.0).await.unwrap().streams().await.unwrap()
         })
-    }
-}
-
-impl Drop for Namespace {
-    fn drop(&mut self) {
-        let namespace = self.0.clone();
-        // On a thread of its own: a test that fails may be unwinding inside a runtime.
-        let _ = std::thread::spawn(move || {
-            block_on(async {
-                match NatsStore::connect(&test_url(), &namespace).await {
-                    Ok(store) => store.delete_namespace().await.map(|_| ()),
-                    Err(e) => Err(e),
-                }
-            })
-        })
-        .join();
     }
 }
 
@@ -182,42 +154,6 @@ fn a_human_approves_a_live_run_on_nats() {
     s.strata(&["verify", id, "--data", "D"]).code(0).stdout_has(&["the run verifies"]);
 }
 
-/// Three steps; the second is a `shell` command that waits at a gate (a file the test creates),
-/// so the test knows the run is in the middle of a side effect when it kills it.
-const GATED_PLAN: &str = r#"
-id = "gated"
-goal = "write, wait at a gate, then finish"
-
-[[steps]]
-id = "write-hello"
-domain = "docs"
-tool = "write_file"
-args = { path = "hello.txt", content = "hello\n" }
-
-[[steps]]
-id = "gate"
-domain = "build"
-tool = "shell"
-args = { command = "touch waiting; while [ ! -e go ]; do sleep 0.01; done; echo ran >> count.txt; cat hello.txt", timeout_ms = 120000 }
-after = ["write-hello"]
-
-[[steps]]
-id = "finish"
-domain = "docs"
-tool = "write_file"
-args = { path = "done.txt", content = "done\n" }
-after = ["gate"]
-"#;
-
-/// The gate's file; opened when dropped, so a failing test leaves no shell waiting.
-struct Gate(PathBuf);
-
-impl Drop for Gate {
-    fn drop(&mut self) {
-        let _ = std::fs::write(&self.0, "");
-    }
-}
-
 #[test]
 fn a_run_on_nats_killed_mid_step_is_resumed_from_the_server_and_runs_the_step_once() {
     let s = Scratch::new();
@@ -275,36 +211,6 @@ fn a_run_on_nats_killed_mid_step_is_resumed_from_the_server_and_runs_the_step_on
     assert_eq!(shell_calls, 1, "the gate is audited once");
 }
 
-/// A `nats-server` without JetStream on a free port of loopback; killed when dropped.
-struct PlainServer {
-    child: Child,
-    url: String,
-}
-
-impl PlainServer {
-    fn start() -> Self {
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let child = Command::new("nats-server")
-            .args(["-a", "127.0.0.1", "-p", &port.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("nats-server is on PATH (Debian's nats-server package)");
-        let server = Self { child, url: format!("nats://127.0.0.1:{port}") };
-        wait_for("the server without JetStream to listen", || {
-            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-        });
-        server
-    }
-}
-
-impl Drop for PlainServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[test]
 fn every_bad_nats_is_refused_before_anything_is_written() {
     let s = Scratch::with_example();
@@ -322,8 +228,9 @@ fn every_bad_nats_is_refused_before_anything_is_written() {
     refused(ns.id(), "not a url", &["--nats not a url", "cannot connect"]);
 
     // A server without JetStream.
-    let plain = PlainServer::start();
-    refused(ns.id(), &plain.url, &[&format!("--nats {}", plain.url), "no JetStream", "-js"]);
+    let plain = TestServer::without_jetstream().unwrap();
+    let plain_url = plain.url();
+    refused(ns.id(), &plain_url, &[&format!("--nats {plain_url}"), "no JetStream", "-js"]);
     drop(plain);
     assert_eq!(ns.streams(), Vec::<String>::new(), "a refused run made streams");
 

@@ -393,3 +393,45 @@ pub(crate) fn pending_decision(
     });
     found.unwrap()
 }
+
+/// Three steps; the second is a `shell` command that waits at a gate (a file the test creates),
+/// so a test knows the run is in the middle of a side effect when it stops it.
+pub(crate) const GATED_PLAN: &str = r#"
+id = "gated"
+goal = "write, wait at a gate, then finish"
+
+[[steps]]
+id = "write-hello"
+domain = "docs"
+tool = "write_file"
+args = { path = "hello.txt", content = "hello\n" }
+
+[[steps]]
+id = "gate"
+domain = "build"
+tool = "shell"
+args = { command = "touch waiting; while [ ! -e go ]; do sleep 0.01; done; echo ran >> count.txt; cat hello.txt", timeout_ms = 120000 }
+after = ["write-hello"]
+
+[[steps]]
+id = "finish"
+domain = "docs"
+tool = "write_file"
+args = { path = "done.txt", content = "done\n" }
+after = ["gate"]
+"#;
+
+/// The gate's file; opened when dropped, so a failing test leaves no shell waiting.
+pub(crate) struct Gate(pub(crate) PathBuf);
+
+impl Gate {
+    pub(crate) fn open(&self) {
+        std::fs::write(&self.0, "").unwrap();
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        let _ = std::fs::write(&self.0, "");
+    }
+}

@@ -11,7 +11,7 @@ use agent_core::tools::ToolContext;
 use agent_core::{AuditEvent, AuditLog, RuleBasedReasoner, check_transition_chain, verify_chain};
 use agent_pool::{Team, TeamServices, TeamSpec};
 use agent_state::{AgentId, AgentStatus, PlanStep, SignOutcome, Task, Timestamp};
-use nats_store::{NatsStore, TestNamespaces};
+use nats_store::{NatsStore, TestNamespaces, TestServer};
 
 use crate::support::*;
 
@@ -161,66 +161,13 @@ async fn a_team_dropped_mid_run_is_resumed_by_another_connection_and_runs_each_s
     assert_eq!(runs, 4, "each shell step ran exactly once");
 }
 
-/// A nats-server of the test's own, on a free port of loopback, storing in `dir`: it can be
-/// stopped and started again with what it stored.
-struct OwnServer {
-    port: u16,
-    dir: std::path::PathBuf,
-    child: Option<std::process::Child>,
-}
-
-impl OwnServer {
-    fn start(dir: &std::path::Path) -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let mut server = Self { port, dir: dir.to_owned(), child: None };
-        server.restart();
-        server
-    }
-
-    fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.port)
-    }
-
-    fn restart(&mut self) {
-        let child = std::process::Command::new("nats-server")
-            .args(["-a", "127.0.0.1", "-p", &self.port.to_string(), "-js", "-sd"])
-            .arg(&self.dir)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("nats-server is on PATH (Debian's nats-server package)");
-        self.child = Some(child);
-        for _ in 0..100 {
-            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("nats-server did not start on port {}", self.port);
-    }
-
-    /// As a crash of the server: SIGKILL.
-    fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-impl Drop for OwnServer {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
 /// The NATS server is killed mid-run and started again with what it stored: the team carries on
 /// when it is back (the client reconnects, failed turns are retried), and the task completes
 /// with each step run once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_goes_on_when_the_nats_server_comes_back_after_a_crash() {
     let data = tempfile::tempdir().unwrap();
-    let mut server = OwnServer::start(data.path());
+    let mut server = TestServer::with_jetstream(data.path()).unwrap();
     let store = NatsStore::connect(&server.url(), "restart").await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("log.txt");
@@ -236,7 +183,7 @@ async fn a_run_goes_on_when_the_nats_server_comes_back_after_a_crash() {
     .expect("a step ran within a minute");
     server.kill();
     tokio::time::sleep(Duration::from_secs(1)).await;
-    server.restart();
+    server.restart().unwrap();
     let outcome = finished(&team).await;
     assert!(outcome.is_success(), "{outcome:?}");
     team.shutdown().await.unwrap();
