@@ -6,7 +6,7 @@
 use std::process::Command;
 
 use crate::support::{
-    FAST, GATED_PLAN, Gate, Out, Running, Scratch, listed_run, snapshot, wait_for,
+    FAST, GATED_PLAN, Gate, Out, Running, Scratch, audited_calls, listed_run, snapshot, wait_for,
 };
 
 /// Starts the gated plan as run `id` and waits until its shell step is at the gate.
@@ -62,14 +62,7 @@ fn check_finished(s: &Scratch, id: &str) {
     for agent in tree["agents"].as_array().unwrap() {
         assert_eq!(agent["status"], "terminated", "{agent}");
     }
-    let audit = s.strata(&["inspect", id, "audit", "--data", "D", "--json"]).code(0).json();
-    let shell_calls = audit
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|r| r["event"]["event"] == "tool_call" && r["event"]["tool"] == "shell")
-        .count();
-    assert_eq!(shell_calls, 1, "the gate is audited once");
+    assert_eq!(audited_calls(s, id, "shell"), 1, "the gate is audited once");
 }
 
 /// SIGKILL in the middle of a side effect; `resume` adopts the effect's result instead of

@@ -201,14 +201,7 @@ fn a_run_on_nats_killed_mid_step_is_resumed_from_the_server_and_runs_the_step_on
     assert_eq!(listed_run(&s, "D", id)["status"], "succeeded");
     let verify = s.strata(&["verify", id, "--data", "D", "--json"]).code(0).json();
     assert_eq!(verify["ok"], true, "{verify}");
-    let audit = s.strata(&["inspect", id, "audit", "--data", "D", "--json"]).code(0).json();
-    let shell_calls = audit
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|r| r["event"]["event"] == "tool_call" && r["event"]["tool"] == "shell")
-        .count();
-    assert_eq!(shell_calls, 1, "the gate is audited once");
+    assert_eq!(audited_calls(&s, id, "shell"), 1, "the gate is audited once");
 }
 
 #[test]

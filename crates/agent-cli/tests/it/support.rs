@@ -435,3 +435,14 @@ impl Drop for Gate {
         let _ = std::fs::write(&self.0, "");
     }
 }
+
+/// How many calls of `tool` run `id` in data directory `D` audited.
+pub(crate) fn audited_calls(s: &Scratch, id: &str, tool: &str) -> usize {
+    let audit = s.strata(&["inspect", id, "audit", "--data", "D", "--json"]).code(0).json();
+    audit
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["event"]["event"] == "tool_call" && r["event"]["tool"] == tool)
+        .count()
+}
