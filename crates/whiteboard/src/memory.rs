@@ -7,11 +7,11 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use agent_state::{
     Actor, AgentId, AgentLayer, BoardAccess, BoardId, BoardSnapshot, Principal, Timestamp,
-    board_permits, check_agent_id,
+    board_permits,
 };
 use async_trait::async_trait;
 
-use crate::rules::{bump, empty_board, needs_separator, permit};
+use crate::rules::{bump, check_owner, check_recreate, empty_board, needs_separator, permit};
 use crate::{BoardError, CreateError, Whiteboard};
 
 /// The default size limit of one board, in bytes of UTF-8 content: 1 MiB.
@@ -72,20 +72,10 @@ impl Whiteboard for InMemoryWhiteboard {
         owner: &AgentId,
         layer: AgentLayer,
     ) -> Result<BoardSnapshot, CreateError> {
-        check_agent_id(owner.as_str()).map_err(|kind| CreateError::InvalidOwner {
-            owner: owner.to_string(),
-            reason: kind.to_string(),
-        })?;
+        check_owner(owner)?;
         let mut boards = self.lock();
         if let Some(existing) = boards.agents.get(owner) {
-            let existing_layer = existing.layer();
-            if existing_layer != layer {
-                return Err(CreateError::LayerMismatch {
-                    owner: owner.clone(),
-                    existing: existing_layer,
-                    requested: layer,
-                });
-            }
+            check_recreate(owner, existing.layer(), layer)?;
             return Ok(existing.snapshot(owner).into_owned());
         }
         boards.agents.insert(owner.clone(), Stored::Empty(layer));

@@ -11,7 +11,7 @@ use async_nats::jetstream::kv;
 use async_trait::async_trait;
 use nats_store::{Found, NatsError, NatsStore, backend_error};
 
-use crate::rules::{bump, empty_board, needs_separator, permit};
+use crate::rules::{bump, check_owner, check_recreate, empty_board, needs_separator, permit};
 use crate::{BoardError, CreateError, MAX_BOARD_BYTES, Whiteboard};
 
 /// The part of the namespace the boards bucket is named after: the bucket is
@@ -155,26 +155,17 @@ impl NatsWhiteboard {
         owner: &AgentId,
         layer: AgentLayer,
     ) -> Result<BoardSnapshot, CreateError> {
-        check_agent_id(owner.as_str()).map_err(|kind| CreateError::InvalidOwner {
-            owner: owner.to_string(),
-            reason: kind.to_string(),
-        })?;
+        check_owner(owner)?;
         let key = owner.as_str();
         let board = empty_board(BoardId::from(owner), Some(layer));
         for _ in 0..MAX_ATTEMPTS {
             let revision = match self.entry(key).await? {
                 Some(Found::Value(entry)) => {
                     let existing = self.decode(key, &entry.value)?;
-                    return match existing.layer {
-                        Some(existing_layer) if existing_layer != layer => {
-                            Err(CreateError::LayerMismatch {
-                                owner: owner.clone(),
-                                existing: existing_layer,
-                                requested: layer,
-                            })
-                        }
-                        _ => Ok(existing),
-                    };
+                    if let Some(existing_layer) = existing.layer {
+                        check_recreate(owner, existing_layer, layer)?;
+                    }
+                    return Ok(existing);
                 }
                 Some(Found::Deleted(revision)) => revision,
                 None => 0,

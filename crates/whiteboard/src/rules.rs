@@ -1,11 +1,34 @@
-//! The rules every whiteboard backend applies, written once: the permission check with its
-//! refusal, the append separator, and version bumps.
+//! The rules every whiteboard backend applies, written once: who may own a board, creating a
+//! board that exists, the permission check with its refusal, the append separator, and version
+//! bumps.
 
 use agent_state::{
-    Actor, AgentLayer, BoardAccess, BoardId, BoardSnapshot, Principal, Timestamp, board_permits,
+    Actor, AgentId, AgentLayer, BoardAccess, BoardId, BoardSnapshot, Principal, Timestamp,
+    board_permits, check_agent_id,
 };
 
-use crate::{BoardError, denial_rule};
+use crate::{BoardError, CreateError, denial_rule};
+
+/// Refuses an owner id that cannot name an agent.
+pub(crate) fn check_owner(owner: &AgentId) -> Result<(), CreateError> {
+    check_agent_id(owner.as_str()).map_err(|kind| CreateError::InvalidOwner {
+        owner: owner.to_string(),
+        reason: kind.to_string(),
+    })
+}
+
+/// Creating a board that exists with layer `existing`: the same layer changes nothing, another
+/// is refused.
+pub(crate) fn check_recreate(
+    owner: &AgentId,
+    existing: AgentLayer,
+    requested: AgentLayer,
+) -> Result<(), CreateError> {
+    if existing == requested {
+        return Ok(());
+    }
+    Err(CreateError::LayerMismatch { owner: owner.clone(), existing, requested })
+}
 
 /// A board never written.
 pub(crate) fn empty_board(board: BoardId, layer: Option<AgentLayer>) -> BoardSnapshot {

@@ -6,12 +6,12 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use agent_state::{
     Actor, AgentId, AgentLayer, BackendError, BoardAccess, BoardId, BoardSnapshot, GLOBAL_BOARD,
-    Principal, Timestamp, board_permits, check_agent_id, decode, encode,
+    Principal, Timestamp, board_permits, decode, encode,
 };
 use async_trait::async_trait;
 use run_store::RunStore;
 
-use crate::rules::{bump, empty_board, needs_separator, permit};
+use crate::rules::{bump, check_owner, check_recreate, empty_board, needs_separator, permit};
 use crate::{BoardError, CreateError, MAX_BOARD_BYTES, Whiteboard};
 
 /// The tree of the run database that holds the boards: one record per board, keyed by the
@@ -96,22 +96,13 @@ impl SledWhiteboard {
     }
 
     fn create_now(&self, owner: &AgentId, layer: AgentLayer) -> Result<BoardSnapshot, CreateError> {
-        check_agent_id(owner.as_str()).map_err(|kind| CreateError::InvalidOwner {
-            owner: owner.to_string(),
-            reason: kind.to_string(),
-        })?;
+        check_owner(owner)?;
         let _guard = self.lock();
         if let Some(existing) = self.load(owner.as_str())? {
-            return match existing.layer {
-                Some(existing_layer) if existing_layer != layer => {
-                    Err(CreateError::LayerMismatch {
-                        owner: owner.clone(),
-                        existing: existing_layer,
-                        requested: layer,
-                    })
-                }
-                _ => Ok(existing),
-            };
+            if let Some(existing_layer) = existing.layer {
+                check_recreate(owner, existing_layer, layer)?;
+            }
+            return Ok(existing);
         }
         let board = empty_board(BoardId::from(owner), Some(layer));
         self.store_board(&board)?;
