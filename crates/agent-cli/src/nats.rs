@@ -20,7 +20,6 @@ use agent_core::{
     AuditLog, NatsAuditLog, NatsStateStore, SledAuditLog, SledStateStore, StateStore,
 };
 use anyhow::Context;
-use futures_util::StreamExt as _;
 use governance::{Governance, NatsGovernance, SledGovernance};
 use message_bus::{MessageBus, NatsBus, SledBus};
 use nats_store::{NatsError, NatsStore, SCHEMA_VERSION};
@@ -161,18 +160,8 @@ async fn streams(
     let failed = |what: &str, e: &dyn std::fmt::Display| {
         bad_input(anyhow::anyhow!("{}: {what}: {e}", setting.name(store.url())))
     };
-    let prefix = store.name("");
-    let kv_prefix = format!("KV_{prefix}");
     let jetstream = store.jetstream();
-    let mut names = jetstream.stream_names();
-    let mut mine = Vec::new();
-    while let Some(name) = names.next().await {
-        let name = name.map_err(|e| failed("cannot list the streams", &e))?;
-        if name.starts_with(&prefix) || name.starts_with(&kv_prefix) {
-            mine.push(name);
-        }
-    }
-    mine.sort();
+    let mine = store.streams().await.map_err(|e| failed("cannot list the streams", &e))?;
     let mut out = Vec::with_capacity(mine.len());
     for name in mine {
         let stream = jetstream
