@@ -65,6 +65,55 @@ pub(crate) enum Command {
     Lineage(LineageArgs),
     /// The embedded model: fetch it (setup, downloads once) or show where it is.
     Model(ModelArgs),
+    /// Host a share of the agents of the runs placed on a NATS server (`run --nats` while
+    /// workers are live): agents are taken by leases renewed every heartbeat, and taken over
+    /// by the other workers when this one dies or is cut off. Ctrl-C releases them.
+    Worker(WorkerArgs),
+}
+
+/// `strata worker`.
+#[derive(Debug, Args)]
+pub(crate) struct WorkerArgs {
+    /// The NATS server with JetStream the runs are placed on, such as nats://127.0.0.1:4222.
+    #[arg(long, value_name = "URL")]
+    pub(crate) nats: String,
+    /// Host only agents whose id matches one of these patterns (`*` matches anything), such
+    /// as `exec-*`; comma-separated or repeated.
+    #[arg(long, value_name = "PATTERN", value_delimiter = ',')]
+    pub(crate) agents: Vec<String>,
+    /// Host only agents of these layers: top, mid or bottom; comma-separated or repeated.
+    #[arg(long, value_name = "LAYER", value_delimiter = ',', value_parser = crate::worker::parse_layer)]
+    pub(crate) layer: Vec<agent_state::AgentLayer>,
+    /// How many agents this worker hosts at most, over all runs.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(usize))]
+    pub(crate) capacity: usize,
+    /// The worker's id, unique among the live workers (default: host name and process id).
+    #[arg(long, value_parser = parse_worker_id)]
+    pub(crate) id: Option<String>,
+    /// Where the worker keeps its part of each run (`worker-<id>/<run>`: usage ledger,
+    /// conversations, the commands' crash journal, and the workspace unless --workspace).
+    #[arg(long, default_value = DEFAULT_DATA)]
+    pub(crate) data: PathBuf,
+    /// The directory the tools work in, for every run (default: one per run in the worker's
+    /// directory).
+    #[arg(long)]
+    pub(crate) workspace: Option<PathBuf>,
+    /// Run `shell` commands without the sandbox (bubblewrap). A run started with
+    /// `--unsandboxed` runs so on every worker.
+    #[arg(long)]
+    pub(crate) unsandboxed: bool,
+}
+
+/// A worker id: 1 to 64 ASCII letters, digits or `-`.
+fn parse_worker_id(text: &str) -> Result<String, String> {
+    if !text.is_empty()
+        && text.len() <= 64
+        && text.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+    {
+        Ok(text.to_owned())
+    } else {
+        Err(format!("`{text}` cannot be a worker id: use 1 to 64 ASCII letters, digits or `-`"))
+    }
 }
 
 /// `strata evolve`.
@@ -243,7 +292,9 @@ pub(crate) struct StartArgs {
     /// the tool journal) on this NATS server with JetStream, such as nats://127.0.0.1:4222,
     /// under the run id (then 1 to 64 letters, digits or `-`). The run directory keeps the
     /// rest (run.json, which records the URL for resume, verify and inspect; the usage ledger,
-    /// the conversations, the commands' crash journal). One process runs the whole team.
+    /// the conversations, the commands' crash journal). With live workers of this version on
+    /// the server (`strata worker`), the agents are placed on them and this process only
+    /// coordinates; with none, it runs the whole team.
     #[arg(long, value_name = "URL")]
     pub(crate) nats: Option<String>,
     #[command(flatten)]

@@ -43,6 +43,7 @@ mod reasoners;
 mod run;
 mod runs;
 mod view;
+mod worker;
 
 use std::process::ExitCode;
 
@@ -141,5 +142,6 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::Evolve(args) => evolve::evolve(args).await,
         Command::Lineage(args) => evolve::lineage(&args).await,
         Command::Model(args) => model::model(args).await,
+        Command::Worker(args) => worker::worker(args).await,
     }
 }

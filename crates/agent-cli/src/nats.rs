@@ -152,6 +152,12 @@ async fn connect(url: &str, namespace: &str, setting: &Setting<'_>) -> Result<Na
     })
 }
 
+/// A connection to `url` given with `--nats`, under `namespace`; its failure is bad input
+/// naming `--nats`.
+pub(crate) async fn connect_flag(url: &str, namespace: &str) -> Result<NatsStore, Failure> {
+    connect(url, namespace, &Setting::Flag).await
+}
+
 /// The streams (key-value buckets included) of `store`'s namespace, with their descriptions.
 async fn streams(
     store: &NatsStore,
@@ -185,6 +191,11 @@ fn foreign(streams: &[(String, String)]) -> Option<&(String, String)> {
 /// (or `--run-id`).
 pub(crate) async fn connect_new(url: &str, run_id: &str) -> Result<NatsStore, Failure> {
     let setting = Setting::Flag;
+    if run_id == agent_pool::placement::REGISTRY {
+        return Err(bad_input(anyhow::anyhow!(
+            "--run-id {run_id}: on NATS ({FLAG}) the id `{run_id}` is the workers' registry; choose another run id"
+        )));
+    }
     let store = connect(url, run_id, &setting).await?;
     let found = streams(&store, &setting).await?;
     if let Some((name, description)) = foreign(&found) {

@@ -20,6 +20,8 @@ use crate::cli::{OutputArgs, RUN_WORKSPACE, ResumeArgs, RunArgs, StartArgs};
 use crate::nats::Stores;
 use crate::reasoners;
 use crate::{Failure, INTERRUPTED, TASK_FAILED, bad_input, view};
+use agent_pool::Share;
+use agent_pool::placement::{self, PlacedRun, Registry};
 
 #[cfg(test)]
 mod tests;
@@ -240,6 +242,12 @@ pub(crate) async fn start(prepared: Prepared, args: &StartArgs) -> Result<u8, Fa
         Some(url) => Some(crate::nats::connect_new(url, &run_id).await?),
         None => None,
     };
+    // With live workers of this version there, the agents are placed on them (checked before
+    // anything is written: live workers of another version only refuse the run).
+    let registry = match &server {
+        Some(server) => crate::worker::live_registry(server).await?,
+        None => None,
+    };
     let durability = if args.no_sync { Durability::NoSync } else { Durability::Synced };
     let store = match RunStore::create(&dir, &run_id, Timestamp(now_ms()), durability) {
         Ok(store) => store,
@@ -284,10 +292,23 @@ pub(crate) async fn start(prepared: Prepared, args: &StartArgs) -> Result<u8, Fa
     warn_if_unsynced(args.no_sync);
     warn_if_unsandboxed(args.unsandboxed);
     let sandbox = sandbox.hide(data_dir(&args.data));
-    let (services, ledger) = services(&store, stores, &info, &team, tools, sandbox).await?;
+    let (services, ledger) =
+        services(&store, stores, &info, &team, tools, sandbox, dir.join(JOURNAL_DIR)).await?;
     let task = store_large_contents(task, &services).await?;
-    let team_handle =
-        Team::start(team.spec.clone(), services.clone()).await.context("cannot start the team")?;
+    let placed = match (registry, &server) {
+        (Some(registry), Some(server)) => Some(Placed {
+            registry,
+            server: server.clone(),
+            run: PlacedRun::new(&run_id, &team.spec, placed_spec(&team_text, args)),
+        }),
+        _ => None,
+    };
+    let team_handle = match &placed {
+        Some(placed) => placed.coordinate(&team, services.clone()).await?,
+        None => Team::start(team.spec.clone(), services.clone())
+            .await
+            .context("cannot start the team")?,
+    };
     team_handle.submit(task.clone()).await.context("cannot submit the task")?;
     let run = Running {
         team: team_handle,
@@ -296,6 +317,7 @@ pub(crate) async fn start(prepared: Prepared, args: &StartArgs) -> Result<u8, Fa
         ledger,
         tops: top_ids(&team),
         humans: team.spec.approvals.humans.clone(),
+        placed,
     };
     drive(run, task, info, dir, &args.output).await
 }
@@ -406,12 +428,26 @@ async fn resume_with(
     check_reasoners(&team, info.reasoner.as_deref()).await?;
     let sandbox = sandbox(&team, args.unsandboxed)?.hide(data_dir(&args.data)).hide(&dir);
     // A run on NATS: its server must answer and hold the run before it is marked running.
-    let stores = match &info.nats {
+    // With live workers of this version there, its agents are placed on them again.
+    let (stores, placed) = match &info.nats {
         Some(url) => {
             let server = crate::nats::connect_existing(url, &dir, &info).await?;
-            Stores::nats(&server).await?
+            let placed = crate::worker::live_registry(&server).await?.map(|registry| Placed {
+                registry,
+                server: server.clone(),
+                run: PlacedRun::new(
+                    &info.run_id,
+                    &team.spec,
+                    placed_spec_of(
+                        &team_text,
+                        info.reasoner.as_deref(),
+                        info.unsandboxed || args.unsandboxed,
+                    ),
+                ),
+            });
+            (Stores::nats(&server).await?, placed)
         }
-        None => Stores::sled(&store)?,
+        None => (Stores::sled(&store)?, None),
     };
     info.status = RunStatus::Running;
     info.finished_at = None;
@@ -420,11 +456,15 @@ async fn resume_with(
     view::resumed(&args.output, &info, &dir);
     warn_if_unsynced(args.no_sync);
     warn_if_unsandboxed(args.unsandboxed);
-    let (services, ledger) = services(&store, stores, &info, &team, tools, sandbox).await?;
+    let (services, ledger) =
+        services(&store, stores, &info, &team, tools, sandbox, dir.join(JOURNAL_DIR)).await?;
     let task = store_large_contents(task, &services).await?;
-    let team_handle = Team::resume(team.spec.clone(), services.clone())
-        .await
-        .context("cannot resume the team")?;
+    let team_handle = match &placed {
+        Some(placed) => placed.coordinate(&team, services.clone()).await?,
+        None => Team::resume(team.spec.clone(), services.clone())
+            .await
+            .context("cannot resume the team")?,
+    };
     if team_handle.outcome(&task.id).is_none() {
         // The task may never have reached the top power before the interruption; a second
         // copy of the assignment is ignored by the power if it already has the task.
@@ -444,8 +484,100 @@ async fn resume_with(
         ledger,
         tops: top_ids(&team),
         humans: team.spec.approvals.humans.clone(),
+        placed,
     };
     drive(run, task, info, dir, &args.output).await
+}
+
+/// A run whose agents are placed on workers (`strata worker`): this process coordinates.
+struct Placed {
+    registry: Registry,
+    /// The run's namespace on the server.
+    server: nats_store::NatsStore,
+    run: PlacedRun,
+}
+
+/// How long a finished placed run waits for its workers to shut its agents down.
+const RELEASE_PATIENCE: Duration = Duration::from_secs(30);
+/// How long a placed run waits for a worker to host its proposing power.
+const PLACEMENT_PATIENCE: Duration = Duration::from_secs(60);
+
+impl Placed {
+    /// The coordinator's share of the run, and the run placed for the workers to take.
+    async fn coordinate(&self, team: &TeamFile, services: TeamServices) -> Result<Team, Failure> {
+        let proposer = top_ids(team).into_iter().next();
+        let bus = services.bus.clone();
+        let handle = Team::join(team.spec.clone(), services, Share::Coordinator)
+            .await
+            .context("cannot start the team")?;
+        self.registry.publish(&self.run).await.context("cannot place the run on the workers")?;
+        // The task goes to the proposing power once a worker hosts it.
+        let Some(proposer) = proposer else { return Ok(handle) };
+        let until = tokio::time::Instant::now() + PLACEMENT_PATIENCE;
+        loop {
+            match bus.is_registered(&proposer).await {
+                Ok(true) => return Ok(handle),
+                Ok(false) if tokio::time::Instant::now() < until => {}
+                outcome => {
+                    self.withdraw().await;
+                    let why = match outcome {
+                        Err(e) => format!("the bus failed: {e}"),
+                        Ok(_) => format!(
+                            "no worker took it within {}s (do the live workers' --agents, --layer and --capacity leave it out?)",
+                            PLACEMENT_PATIENCE.as_secs()
+                        ),
+                    };
+                    return Err(Failure::Other(anyhow::anyhow!(
+                        "the run could not be placed: the proposing power `{proposer}` is not hosted: {why}"
+                    )));
+                }
+            }
+            tokio::time::sleep(self.run.lease_period()).await;
+        }
+    }
+
+    /// The run is over: the workers shut its agents down and release them.
+    async fn close(&self) {
+        if let Err(e) = self.registry.close(&self.run.run_id).await {
+            errln!("warning: could not tell the workers the run is over: {e}");
+            return;
+        }
+        match placement::wait_released(&self.server, &self.run, RELEASE_PATIENCE).await {
+            Ok(true) => {
+                // Nothing more for the workers to do with it.
+                if let Err(e) = self.registry.remove(&self.run.run_id).await {
+                    errln!("warning: could not remove the closed run from the registry: {e}");
+                }
+            }
+            Ok(false) => errln!(
+                "warning: some agents were still held by workers {}s after the run closed",
+                RELEASE_PATIENCE.as_secs()
+            ),
+            Err(e) => errln!("warning: could not see the workers release the agents: {e}"),
+        }
+    }
+
+    /// The run stops here (interrupted, failed): the workers stop its agents, which stay
+    /// resumable (`strata resume` places them again).
+    async fn withdraw(&self) {
+        if let Err(e) = self.registry.remove(&self.run.run_id).await {
+            errln!("warning: could not take the run back from the workers: {e}");
+        }
+    }
+}
+
+/// What the workers build a placed run's team from.
+fn placed_spec(team_text: &str, args: &StartArgs) -> serde_json::Value {
+    placed_spec_of(team_text, args.reasoner.as_deref(), args.unsandboxed)
+}
+
+fn placed_spec_of(team_text: &str, reasoner: Option<&str>, unsandboxed: bool) -> serde_json::Value {
+    serde_json::to_value(crate::worker::PlacedSpec {
+        team: team_text.to_owned(),
+        reasoner: reasoner.map(str::to_owned),
+        unsandboxed,
+    })
+    .unwrap_or_default()
 }
 
 /// The `--reasoner` kind, if one was given.
@@ -471,7 +603,7 @@ pub(crate) async fn check_reasoners(team: &TeamFile, kind: Option<&str>) -> Resu
 /// The sandbox of a run's commands: the team file's, checked to work here (else the run is
 /// refused, exit 2, saying how to fix it or to pass `--unsandboxed`), or none when
 /// `unsandboxed`.
-fn sandbox(team: &TeamFile, unsandboxed: bool) -> Result<Sandbox, Failure> {
+pub(crate) fn sandbox(team: &TeamFile, unsandboxed: bool) -> Result<Sandbox, Failure> {
     if unsandboxed {
         return Ok(Sandbox::unsandboxed());
     }
@@ -569,13 +701,14 @@ pub(crate) fn resolve_run(data: &Path, run: &str) -> Result<PathBuf, Failure> {
 /// The team's services on `stores`, and the reasoning (with the run's ledger, if any agent
 /// uses a model; the ledger and the conversations are kept in `store`). Every reasoner setting
 /// is checked here, before any agent runs.
-async fn services(
+pub(crate) async fn services(
     store: &RunStore,
     stores: Stores,
     info: &RunInfo,
     team: &TeamFile,
     tools: ToolRegistry,
     sandbox: Sandbox,
+    journal: PathBuf,
 ) -> Result<(TeamServices, Option<Arc<UsageLedger>>), Failure> {
     let kind_override = reasoner_kind(info.reasoner.as_deref())?;
     let Stores { bus, boards, governance, audit, state, nats_audit: _ } = stores;
@@ -584,12 +717,15 @@ async fn services(
     let reasoning = reasoners::build(team, kind_override, store, boards.clone(), &tools, &events)
         .await
         .map_err(bad_input)?;
-    let workspace = Arc::new(
-        ToolContext::new(&info.workspace)
-            .context("cannot use the workspace")?
-            .with_journal(store.dir().join(JOURNAL_DIR))
-            .with_sandbox(sandbox),
-    );
+    let mut context = ToolContext::new(&info.workspace)
+        .context("cannot use the workspace")?
+        .with_journal(journal)
+        .with_sandbox(sandbox);
+    if info.nats.is_some() {
+        // Its agents may have run on workers, on other hosts.
+        context = context.with_foreign_calls();
+    }
+    let workspace = Arc::new(context);
     let (agent_tools, role_tools) = network_tools(team, &tools);
     let clock: Arc<dyn agent_core::Clock> = Arc::new(TokioClock::new());
     let services = TeamServices {
@@ -627,6 +763,8 @@ struct Running {
     /// The team's `[approvals] humans`: with `on_exceed = "ask_human"` one of them decides
     /// budget extensions.
     humans: Vec<String>,
+    /// The workers host the agents; this process coordinates.
+    placed: Option<Placed>,
 }
 
 /// The top powers of `team`, in file order.
@@ -721,8 +859,17 @@ async fn drive(
     dir: PathBuf,
     output: &OutputArgs,
 ) -> Result<u8, Failure> {
-    let Running { team, services, store, ledger, tops, humans } = run;
+    let Running { team, services, store, ledger, tops, humans, placed } = run;
     let team = Arc::new(team);
+    // Mail the workers send (the outcome on `system`) wakes the coordinator at once.
+    let follower = placed.as_ref().map(|p| {
+        let team = Arc::downgrade(&team);
+        placement::follow(&p.server, move |_| {
+            if let Some(team) = team.upgrade() {
+                team.wake();
+            }
+        })
+    });
     let watcher =
         view::watch(team.clone(), services.clone(), task.clone(), info.clone(), output.clone());
     // Budget extensions: the top powers sign them ("ask"), or one of the team's humans
@@ -773,6 +920,15 @@ async fn drive(
         desk.abort();
     }
     inbox.abort();
+    if let Some(follower) = follower {
+        follower.abort();
+    }
+    if let Some(placed) = &placed {
+        match end {
+            End::Outcome(_) => placed.close().await,
+            _ => placed.withdraw().await,
+        }
+    }
     let flush = |ledger: &Option<Arc<UsageLedger>>| {
         if let Some(ledger) = ledger
             && let Err(e) = ledger.flush()

@@ -32,7 +32,9 @@
 //!   agent repeating itself (`TaskFailure::Loop`);
 //! - with the feature `nats`, [`TeamServices::on_nats`]: a team whose bus, whiteboards,
 //!   governance, audit log and state store are on a NATS JetStream server (`nats-store`), so
-//!   another process can resume it;
+//!   another process can resume it; and the module `placement`: workers that each host a
+//!   share of a run's agents ([`Team::join`] with a [`Share`]), placed by leases renewed every
+//!   heartbeat, taken over by another worker when one dies or is cut off;
 //! - with the feature `sim`, the module `sim`: the deterministic simulation of a whole team from a seed
 //!   (hundreds of agents, crashes, message delays and reorderings, slow and failing simulated
 //!   tools) on paused tokio time in one thread, invariants checked after every step, and a
@@ -51,6 +53,8 @@ mod capability;
 mod deadline;
 mod guard;
 mod metrics;
+#[cfg(feature = "nats")]
+pub mod placement;
 mod pool;
 mod scheduler;
 #[cfg(feature = "sim")]
@@ -67,6 +71,7 @@ pub use metrics::{AgentSummary, MetricsCalculator};
 pub use pool::{AgentPeek, AgentPool, AgentSlot, DEFAULT_MAX_AGENTS, MAX_POOL_SIZE, PoolError};
 pub use scheduler::{CycleReport, DEFAULT_HEARTBEAT, HeartbeatScheduler, WAKE_BURST, WAKE_RATE};
 pub use team::{
-    AgentSpec, Approvals, RoleSpec, SubmitError, Team, TeamError, TeamServices, TeamSpec, validate,
+    AgentSpec, Approvals, RoleSpec, Share, SubmitError, Team, TeamError, TeamServices, TeamSpec,
+    validate,
 };
 pub use wake::WakingBus;

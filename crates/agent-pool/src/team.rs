@@ -129,6 +129,42 @@ impl TeamSpec {
     }
 }
 
+/// Which part of a team's run a [`Team`] hosts in this process ([`Team::join`]).
+///
+/// A run spread over several processes (workers on NATS, see [`crate::placement`]) has one
+/// **coordinator**, which hands tasks to the proposing power and reads their outcomes, and any
+/// number of processes each hosting a **share of the agents**. Every process is given the
+/// whole [`TeamSpec`]: each agent knows the others by id, wherever they run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Share {
+    /// Every agent, the tasks and their outcomes: a run in one process ([`Team::start`],
+    /// [`Team::resume`]).
+    All,
+    /// These configured agents (and the agents they spawn), each restored from the stores if
+    /// it ran before (on another worker, say), or created. The `system` inbox, the tasks'
+    /// deadlines and the guards that need the whole team's state (no progress, wait cycles)
+    /// are the coordinator's; ping-pong is watched here.
+    Agents(std::collections::BTreeSet<AgentId>),
+    /// No agent: the tasks ([`Team::submit`]), their deadlines and outcomes ([`Team::wait`],
+    /// read from the `system` inbox).
+    Coordinator,
+}
+
+impl Share {
+    fn hosts(&self, agent: &AgentId) -> bool {
+        match self {
+            Share::All => true,
+            Share::Agents(agents) => agents.contains(agent),
+            Share::Coordinator => false,
+        }
+    }
+
+    /// Whether this share reads the `system` inbox and keeps the tasks' deadlines.
+    fn coordinates(&self) -> bool {
+        !matches!(self, Share::Agents(_))
+    }
+}
+
 /// The services a team runs on. Per-agent reasoners and tool registries override the defaults.
 #[derive(Clone)]
 pub struct TeamServices {
@@ -373,6 +409,12 @@ pub enum TeamError {
     /// No top power.
     #[error("a team needs at least one top-layer agent to propose and sign plans")]
     NoTopAgent,
+    /// A share of a run names an agent the team does not have.
+    #[error("agent `{agent}` is not in the team; a share can host only the team's agents")]
+    NotInTeam {
+        /// The agent.
+        agent: AgentId,
+    },
     /// An OODA executor's configuration is refused.
     #[error("OODA agent `{agent}`: {error}")]
     Ooda {
@@ -453,13 +495,19 @@ pub struct Team {
     /// The open tasks' submission times, for the task limit.
     deadlines: Arc<TaskDeadlines>,
     driver: Mutex<Option<(watch::Sender<bool>, JoinHandle<HeartbeatScheduler>)>>,
+    /// Signalled by every delivery through the team's bus: wakes the driver.
+    mail: Arc<Notify>,
+    /// What the guards are shown of the deliveries.
+    observer: Arc<Observer>,
+    /// The layer of every configured agent, wherever it is hosted.
+    layers: BTreeMap<AgentId, AgentLayer>,
 }
 
 impl Team {
     /// Validates `spec`, creates every agent (initializing → idle) and starts the heartbeat.
     /// Nothing is started when the spec is invalid.
     pub async fn start(spec: TeamSpec, services: TeamServices) -> Result<Self, TeamError> {
-        Self::launch(spec, services, false).await
+        Self::launch(spec, services, false, Share::All).await
     }
 
     /// Carries on a team whose run was interrupted: each agent gets back its last status (from
@@ -467,15 +515,34 @@ impl Team {
     /// state store); its unacknowledged messages are delivered again; closed tasks keep their
     /// outcomes. Agents the store has never seen are created fresh.
     pub async fn resume(spec: TeamSpec, services: TeamServices) -> Result<Self, TeamError> {
-        Self::launch(spec, services, true).await
+        Self::launch(spec, services, true, Share::All).await
+    }
+
+    /// Hosts `share` of a run that may be spread over several processes, on services every
+    /// process shares (NATS): the agents of the share are restored from the stores as
+    /// [`Team::resume`] does (an agent that never ran is created), and only they take turns
+    /// here. `Share::All` is [`Team::resume`].
+    pub async fn join(
+        spec: TeamSpec,
+        services: TeamServices,
+        share: Share,
+    ) -> Result<Self, TeamError> {
+        Self::launch(spec, services, true, share).await
     }
 
     async fn launch(
         spec: TeamSpec,
         mut services: TeamServices,
         resume: bool,
+        share: Share,
     ) -> Result<Self, TeamError> {
         let configs = validate(&spec, &services)?;
+        if let Share::Agents(agents) = &share
+            && let Some(stranger) =
+                agents.iter().find(|a| !spec.agents.iter().any(|s| s.config.id == **a))
+        {
+            return Err(TeamError::NotInTeam { agent: stranger.clone() });
+        }
         // Every tool call of the team is bounded by its tool limit.
         services.workspace = Arc::new(
             services
@@ -565,6 +632,9 @@ impl Team {
         let mut creating: tokio::task::JoinSet<Result<(), PoolError>> = tokio::task::JoinSet::new();
         for (agent, config) in spec.agents.iter().zip(configs) {
             let id = config.id.clone();
+            if !share.hosts(&id) {
+                continue;
+            }
             let behavior: Box<dyn AgentBehavior> = match &agent.role {
                 RoleSpec::Top(t) => {
                     let peers = tops.iter().filter(|(p, _)| *p != id).cloned().collect();
@@ -668,6 +738,11 @@ impl Team {
             created(joined)?;
         }
         if let Some(spawner) = &spawner {
+            // Spawned agents live with the configured agent their spawn tree starts from.
+            let spawns = match &share {
+                Share::All => spawns,
+                _ => hosted_spawns(spawns, |root| share.hosts(root)),
+            };
             spawner.restore(&pool, spawns, &despawned, &statuses, &mut records).await?;
         }
         let known: BTreeMap<String, TaskOutcome> = services
@@ -694,7 +769,7 @@ impl Team {
         );
         let guard = RunGuard::new(
             spec.guards,
-            observer,
+            observer.clone(),
             pool.clone(),
             services.bus.clone(),
             services.audit.clone(),
@@ -705,12 +780,13 @@ impl Team {
             scheduler,
             guard,
             spec.heartbeat,
-            mail,
+            mail.clone(),
             services.bus.clone(),
             services.state.clone(),
             outcome_tx,
             stop_rx,
             deadlines.clone(),
+            share.coordinates(),
         ));
         Ok(Self {
             pool,
@@ -721,7 +797,23 @@ impl Team {
             submitted,
             deadlines,
             driver: Mutex::new(Some((stop_tx, driver))),
+            mail,
+            observer,
+            layers: spec.agents.iter().map(|a| (a.config.id.clone(), a.config.layer)).collect(),
         })
+    }
+
+    /// Wakes the team's driver as a delivery through its own bus does: the agents with mail
+    /// take their turns now, not at the next heartbeat. For mail that another process
+    /// delivered (a worker sees it on the server).
+    pub fn wake(&self) {
+        self.mail.notify_one();
+    }
+
+    /// Shows the team's guards a message that another process delivered, as they are shown
+    /// every delivery through the team's own bus (ping-pong is followed across workers).
+    pub fn observe(&self, message: &Message) {
+        self.observer.saw(message);
     }
 
     /// The pool of agents.
@@ -818,7 +910,9 @@ impl Team {
         self.outcomes.borrow().get(task_id).cloned()
     }
 
-    /// Every agent's status, metrics and score, by id.
+    /// Every agent's status, metrics and score, by id: those hosted here as they are now, and
+    /// the team's configured agents hosted elsewhere (a run spread over workers) as the stores
+    /// last recorded them (left out if the stores cannot be read).
     pub async fn summary(&self) -> Vec<AgentSummary> {
         let mut lines = Vec::new();
         for slot in self.pool.all() {
@@ -831,6 +925,30 @@ impl Team {
                 metrics,
             ));
         }
+        let elsewhere: Vec<(&AgentId, &AgentLayer)> =
+            self.layers.iter().filter(|(id, _)| self.pool.get(id).is_none()).collect();
+        if elsewhere.is_empty() {
+            return lines;
+        }
+        let (Ok(audit), Ok(records)) =
+            (self.services.audit.records(None).await, self.services.state.agents().await)
+        else {
+            return lines;
+        };
+        let statuses: BTreeMap<AgentId, AgentStatus> =
+            check_transition_chain(&audit).map(|c| c.into_iter().collect()).unwrap_or_default();
+        let mut metrics: BTreeMap<AgentId, agent_state::AgentMetrics> =
+            records.into_iter().map(|r| (r.id, r.metrics)).collect();
+        for (id, layer) in elsewhere {
+            let Some(&status) = statuses.get(id) else { continue };
+            lines.push(MetricsCalculator::summarize(
+                id.clone(),
+                *layer,
+                status,
+                metrics.remove(id).unwrap_or_default(),
+            ));
+        }
+        lines.sort_by(|a, b| a.id.cmp(&b.id));
         lines
     }
 
@@ -917,6 +1035,7 @@ async fn drive(
     outcomes: watch::Sender<BTreeMap<String, TaskOutcome>>,
     mut stop: watch::Receiver<bool>,
     deadlines: Arc<TaskDeadlines>,
+    coordinates: bool,
 ) -> HeartbeatScheduler {
     let mut interval = tokio::time::interval(period);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -932,12 +1051,20 @@ async fn drive(
             Event::Stop => {
                 // Let the running heartbeats finish, then read what they reported.
                 scheduler.settle().await;
-                drain_system(bus.as_ref(), state.as_ref(), &outcomes).await;
+                if coordinates {
+                    drain_system(bus.as_ref(), state.as_ref(), &outcomes).await;
+                }
                 return scheduler;
             }
             Event::Heartbeat => {
-                guard.heartbeat(scheduler.still_running() > 0).await;
-                deadlines.expire(bus.as_ref(), &outcomes).await;
+                if coordinates {
+                    guard.heartbeat(scheduler.still_running() > 0).await;
+                    deadlines.expire(bus.as_ref(), &outcomes).await;
+                } else {
+                    // A share of a run sees only its own agents: whether the run moves is the
+                    // coordinator's to judge; bounces are followed here.
+                    guard.bounces().await;
+                }
                 let report = scheduler.tick().await;
                 tracing::trace!(
                     heartbeat = report.number,
@@ -953,7 +1080,9 @@ async fn drive(
                 tracing::trace!(woken, "wake on work");
             }
         }
-        drain_system(bus.as_ref(), state.as_ref(), &outcomes).await;
+        if coordinates {
+            drain_system(bus.as_ref(), state.as_ref(), &outcomes).await;
+        }
         let running = scheduler.running() > 0;
         let allowance = scheduler.next_wake();
         event = tokio::select! {
@@ -965,6 +1094,28 @@ async fn drive(
             () = sleep_until_some(allowance), if allowance.is_some() => Event::Mail,
         };
     }
+}
+
+/// The spawns among `spawns` whose spawn tree starts from a configured agent `hosted` says
+/// yes to (a spawn's parent is a configured agent or an earlier spawn).
+fn hosted_spawns(
+    spawns: Vec<agent_core::SpawnRecord>,
+    hosted: impl Fn(&AgentId) -> bool,
+) -> Vec<agent_core::SpawnRecord> {
+    let parents: BTreeMap<AgentId, AgentId> =
+        spawns.iter().map(|s| (s.agent.clone(), s.parent.clone())).collect();
+    let root = |agent: &AgentId| {
+        let mut at = agent.clone();
+        // Bounded: a malformed record with a parent cycle ends the walk.
+        for _ in 0..=parents.len() {
+            match parents.get(&at) {
+                Some(parent) => at = parent.clone(),
+                None => break,
+            }
+        }
+        at
+    };
+    spawns.into_iter().filter(|s| hosted(&root(&s.agent))).collect()
 }
 
 /// How many agents [`Team`] creates or restores at the same time.

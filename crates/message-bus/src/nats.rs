@@ -821,15 +821,7 @@ fn apply_entry(registry: &Mutex<Registry>, entry: kv::Entry) {
 /// An agent id as one subject token (and key): letters, digits, `-` and `_` as they are, any
 /// other byte as `=XX` (uppercase hex).
 fn escape(id: &str) -> String {
-    let mut out = String::with_capacity(id.len());
-    for b in id.bytes() {
-        if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("={b:02X}"));
-        }
-    }
-    out
+    nats_store::escape_token(id)
 }
 
 /// The agent id `token` stands for, if it is an escaped one.

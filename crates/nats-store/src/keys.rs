@@ -60,3 +60,17 @@ pub fn too_many_races(name: &str, key: &str, attempts: usize) -> BackendError {
         ),
     )
 }
+
+/// `text` as one subject token or key: ASCII letters, digits, `-` and `_` as they are, any
+/// other byte as `=XX` (uppercase hex), so two texts never share a token.
+pub fn escape_token(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("={b:02X}"));
+        }
+    }
+    out
+}

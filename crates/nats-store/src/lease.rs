@@ -54,6 +54,11 @@ impl Lease {
     pub fn is_valid(&self) -> bool {
         self.renewed_at.elapsed() < self.ttl
     }
+
+    /// When [`is_valid`](Self::is_valid) turns false unless the lease is renewed before.
+    pub fn valid_until(&self) -> Instant {
+        self.renewed_at + self.ttl
+    }
 }
 
 impl Leases {

@@ -375,7 +375,7 @@ pub mod testing;
 #[cfg(feature = "testing")]
 pub use testing::{TestNamespaces, TestServer};
 
-pub use keys::{Found, entry, keys, too_many_races};
+pub use keys::{Found, entry, escape_token, keys, too_many_races};
 pub use lease::{Lease, Leases};
 
 fn check_namespace(namespace: &str) -> Result<(), NatsError> {

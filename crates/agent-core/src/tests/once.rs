@@ -659,6 +659,26 @@ async fn a_shell_command_that_never_started_before_the_crash_runs_once() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_shell_command_begun_where_this_host_cannot_see_its_journal_is_not_run_again() {
+    // A run on workers: the call was begun on another host (no crash journal here), so it may
+    // have run; it fails as interrupted instead of running a second time.
+    let mut once = Once::new(None, true).await;
+    let workspace = once.deps.workspace.as_ref().clone().with_foreign_calls();
+    once.deps = Arc::new(AgentDeps { workspace: Arc::new(workspace), ..(*once.deps).clone() });
+    let call = shell("echo line >> log; echo ran");
+    once.crash_after_begin("k").await;
+    let mut agent = once.agent(ME).await;
+
+    let err = agent.ctx_mut().call_tool_once("k", &call).await.unwrap_err();
+
+    assert!(err.to_string().contains("interrupted"), "{err}");
+    assert_eq!(once.log(), "", "the command did not run here");
+    // The same call with its journal here (workers sharing a data directory) is adopted as
+    // before: the foreign-calls rule only changes "no journal at all".
+    assert!(!once.journal("k").exists());
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_shell_command_still_running_after_the_crash_is_waited_for_and_adopted() {
     let once = Once::new(None, true).await;
     let call = shell("echo line >> log; echo ran");

@@ -209,6 +209,8 @@ pub struct ToolContext {
     shell_timeout: Duration,
     tool_timeout: Duration,
     journal: Option<PathBuf>,
+    /// Calls may have been started by another process on another host (a run on workers).
+    foreign_calls: bool,
     sandbox: Sandbox,
 }
 
@@ -237,6 +239,7 @@ impl ToolContext {
             shell_timeout: Self::DEFAULT_SHELL_TIMEOUT,
             tool_timeout: Self::DEFAULT_TOOL_TIMEOUT,
             journal: None,
+            foreign_calls: false,
             sandbox: Sandbox::new(),
         })
     }
@@ -268,6 +271,23 @@ impl ToolContext {
     /// Where crash journals are kept, if anywhere.
     pub fn journal(&self) -> Option<&Path> {
         self.journal.as_deref()
+    }
+
+    /// The same context for a run whose calls may have been started by another process on
+    /// another host (agents that move between workers): a call recorded as started whose
+    /// crash journal is not in [`journal`](Self::journal) may have run elsewhere, so its
+    /// recovery is [`Recovery::Unknown`] (never run again) instead of
+    /// [`Recovery::NotStarted`]. Workers that share the journal directory (one machine, one
+    /// data directory) still adopt each other's finished and running commands.
+    #[must_use]
+    pub fn with_foreign_calls(mut self) -> Self {
+        self.foreign_calls = true;
+        self
+    }
+
+    /// Whether calls may have been started elsewhere ([`with_foreign_calls`](Self::with_foreign_calls)).
+    pub fn foreign_calls(&self) -> bool {
+        self.foreign_calls
     }
 
     /// The same context with `timeout` as the default for `shell` calls without `timeout_ms`.

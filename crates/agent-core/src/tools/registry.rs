@@ -168,7 +168,19 @@ impl ToolRegistry {
     ) -> Result<Recovery, ToolError> {
         let tool = self.checked(name, &args)?;
         match ctx.journal() {
-            Some(root) => tool.recover(ctx, args, &root.join(journal_name(key))).await,
+            Some(root) => {
+                let dir = root.join(journal_name(key));
+                match tool.recover(ctx, args, &dir).await? {
+                    // No journal here at all: it may have been started on another host.
+                    Recovery::NotStarted
+                        if ctx.foreign_calls()
+                            && !tokio::fs::try_exists(&dir).await.unwrap_or(true) =>
+                    {
+                        Ok(Recovery::Unknown)
+                    }
+                    recovery => Ok(recovery),
+                }
+            }
             None => Ok(Recovery::Unknown),
         }
     }

@@ -15,6 +15,7 @@ mod peers;
 mod resume;
 mod scenarios;
 mod scripted;
+mod shares;
 #[cfg(feature = "sim")]
 mod sim;
 mod support;

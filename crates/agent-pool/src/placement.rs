@@ -1,0 +1,956 @@
+//! Teams across processes on NATS JetStream: workers that host a share of each run's agents,
+//! placed by leases, and taken over when a worker dies or is cut off.
+//!
+//! **The registry** ([`Registry`], the namespace [`REGISTRY`] on the server) holds two
+//! key-value buckets: the live workers ([`WorkerInfo`], each entry expiring
+//! [`WORKER_TTL`] after the worker last announced itself), and the placed runs
+//! ([`PlacedRun`]: the run's id, the Strata version that started it, its agents and
+//! heartbeat, and what a worker needs to build the team, opaque here).
+//!
+//! **A worker** ([`Worker`]) announces itself every [`WORKER_BEAT`], and joins every open run
+//! of its own Strata version (a run of another version is refused, once, with
+//! [`WorkerEvent::Refused`]). For each run it keeps, at the run's heartbeat:
+//! - a **lease** per agent it hosts, in the run's bucket `leases` (a [`Leases`] whose time to
+//!   live is [`LEASE_BEATS`] heartbeats), renewed every heartbeat. A lease that cannot be
+//!   renewed (taken over, or the server out of reach until it is no longer valid) ends the
+//!   hosting of its group of agents at once: the [`Team`] hosting them is dropped (its turns
+//!   are aborted, as if the process died), and nothing of them runs here any more.
+//! - **placement**: every agent of the run that matches the worker's [`WorkerFilter`] and is
+//!   not leased is taken, up to the worker's fair share (the run's agents over the live
+//!   workers of this version) and its capacity; an agent left unleased for a whole heartbeat
+//!   is taken by any worker that matches and has room. The agents taken together are hosted by
+//!   one [`Team::join`] with [`Share::Agents`]: restored from the run's stores (status,
+//!   metrics, processed messages, layer state; unacknowledged messages are read again), so a
+//!   takeover goes on where the dead worker stopped, and a tool call recorded in the tool
+//!   journal is not made again.
+//! - **wake on work across processes**: a plain subscription to the run's bus subjects sees
+//!   every message any process sends, wakes the teams here, and shows it to their guards.
+//! - when the run is closed ([`Registry::close`]), its agents are shut down (terminated) and
+//!   the leases released.
+//!
+//! **The coordinator** (the process that placed the run) hosts [`Share::Coordinator`]: it
+//! submits the tasks, keeps their deadlines and reads their outcomes; [`follow`] wakes it.
+//!
+//! A worker stopped cleanly ([`Worker::run`]'s stop) stops its teams (their agents stay
+//! resumable) and releases its leases, so other workers take the agents at once; a worker
+//! killed is noticed when its leases expire, within [`LEASE_BEATS`] heartbeats.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use agent_state::{AgentId, AgentLayer, BackendError, Message};
+use async_nats::jetstream::kv;
+use async_trait::async_trait;
+use futures_util::StreamExt as _;
+use nats_store::{Found, Lease, Leases, NatsError, NatsStore, backend_error, entry, escape_token};
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+use crate::team::{Share, Team, TeamServices, TeamSpec};
+
+/// The Strata version of this build: a worker hosts only runs started by the same version.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+/// The namespace of the registry of workers and placed runs (no run may use it as its id).
+pub const REGISTRY: &str = "workers";
+/// How often a worker announces itself.
+pub const WORKER_BEAT: Duration = Duration::from_secs(1);
+/// How long a worker counts as live after it last announced itself.
+pub const WORKER_TTL: Duration = Duration::from_secs(5);
+/// A lease lives this many of the run's heartbeats after its last renewal: a worker that
+/// stops renewing is noticed within this many missed heartbeats.
+pub const LEASE_BEATS: u32 = 3;
+/// The shortest period at which leases are renewed, whatever the run's heartbeat.
+pub const MIN_LEASE_PERIOD: Duration = Duration::from_millis(100);
+/// The part of a run's namespace that holds its agents' leases.
+pub const LEASES: &str = "leases";
+
+/// A live worker, as it announces itself.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerInfo {
+    /// Its id, unique among the live workers.
+    pub id: String,
+    /// The Strata version it runs.
+    pub version: String,
+    /// Which agents it hosts.
+    pub filter: WorkerFilter,
+    /// How many agents it hosts at most.
+    pub capacity: usize,
+    /// How many it hosts now.
+    pub hosting: usize,
+}
+
+/// An agent of a placed run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlacedAgent {
+    /// Its id.
+    pub id: AgentId,
+    /// Its layer.
+    pub layer: AgentLayer,
+}
+
+/// A run placed on workers.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PlacedRun {
+    /// The run's id: its namespace on the server.
+    pub run_id: String,
+    /// The Strata version that placed it.
+    pub version: String,
+    /// The team's heartbeat, in milliseconds: the period of the leases.
+    pub heartbeat_ms: u64,
+    /// The configured agents to place.
+    pub agents: Vec<PlacedAgent>,
+    /// Closed: its agents shut down and nothing more is placed.
+    pub closed: bool,
+    /// What a worker builds the team from (for `strata`, the team and plan files): read by
+    /// the [`RunBuilder`], opaque here.
+    pub spec: serde_json::Value,
+}
+
+impl PlacedRun {
+    /// A run of `spec`'s agents, open, placed by this version.
+    pub fn new(run_id: &str, team: &TeamSpec, spec: serde_json::Value) -> Self {
+        Self {
+            run_id: run_id.to_owned(),
+            version: VERSION.to_owned(),
+            heartbeat_ms: u64::try_from(team.heartbeat.as_millis()).unwrap_or(u64::MAX),
+            agents: team
+                .agents
+                .iter()
+                .map(|a| PlacedAgent { id: a.config.id.clone(), layer: a.config.layer })
+                .collect(),
+            closed: false,
+            spec,
+        }
+    }
+
+    /// How often its leases are renewed.
+    pub fn lease_period(&self) -> Duration {
+        Duration::from_millis(self.heartbeat_ms).max(MIN_LEASE_PERIOD)
+    }
+
+    /// How long a lease lives after its last renewal.
+    pub fn lease_ttl(&self) -> Duration {
+        self.lease_period() * LEASE_BEATS
+    }
+}
+
+/// Which agents a worker hosts: those matching every condition given (none: every agent).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerFilter {
+    /// Agent id patterns, `*` matching any run of characters; empty: any id.
+    pub agents: Vec<String>,
+    /// Layers; empty: any layer.
+    pub layers: Vec<AgentLayer>,
+}
+
+impl WorkerFilter {
+    /// Whether an agent `id` on `layer` is one this worker hosts.
+    pub fn matches(&self, id: &AgentId, layer: AgentLayer) -> bool {
+        (self.agents.is_empty() || self.agents.iter().any(|p| glob(p, id.as_str())))
+            && (self.layers.is_empty() || self.layers.contains(&layer))
+    }
+}
+
+/// Whether `text` matches `pattern`, where `*` matches any run of characters.
+fn glob(pattern: &str, text: &str) -> bool {
+    let parts: Vec<&str> = pattern.split('*').collect();
+    let [first, middle @ .., last] = parts.as_slice() else {
+        return pattern == text;
+    };
+    let Some(mut rest) = text.strip_prefix(first) else { return false };
+    for part in middle {
+        match rest.find(part) {
+            Some(at) => rest = &rest[at + part.len()..],
+            None => return false,
+        }
+    }
+    rest.len() >= last.len() && rest.ends_with(last)
+}
+
+/// The registry of workers and placed runs on a NATS server.
+#[derive(Clone, Debug)]
+pub struct Registry {
+    workers: kv::Store,
+    workers_name: String,
+    runs: kv::Store,
+    runs_name: String,
+}
+
+impl Registry {
+    /// The registry on `store`'s server (in the namespace [`REGISTRY`], whatever `store`'s),
+    /// created if it does not exist; refused if another schema version made it.
+    pub async fn open(store: &NatsStore) -> Result<Self, NatsError> {
+        let store = store.with_namespace(REGISTRY)?;
+        let workers = store
+            .bucket("workers", kv::Config { history: 1, max_age: WORKER_TTL, ..Default::default() })
+            .await?;
+        let runs = store.bucket("runs", kv::Config { history: 1, ..Default::default() }).await?;
+        Ok(Self {
+            workers,
+            workers_name: store.name("workers"),
+            runs,
+            runs_name: store.name("runs"),
+        })
+    }
+
+    /// The live workers: those that announced themselves within [`WORKER_TTL`].
+    pub async fn workers(&self) -> Result<Vec<WorkerInfo>, BackendError> {
+        read_all(&self.workers, &self.workers_name).await
+    }
+
+    /// Announces (or renews) `worker`.
+    pub async fn announce(&self, worker: &WorkerInfo) -> Result<(), BackendError> {
+        put(&self.workers, &self.workers_name, &escape_token(&worker.id), worker).await
+    }
+
+    /// Withdraws worker `id` (it stops).
+    pub async fn withdraw(&self, id: &str) -> Result<(), BackendError> {
+        self.workers.delete(escape_token(id)).await.map_err(|e| {
+            backend_error(format!("cannot withdraw worker `{id}` from `{}`", self.workers_name), e)
+        })
+    }
+
+    /// Places `run` (or updates it).
+    pub async fn publish(&self, run: &PlacedRun) -> Result<(), BackendError> {
+        put(&self.runs, &self.runs_name, &escape_token(&run.run_id), run).await
+    }
+
+    /// The placed run `run_id`, if there is one.
+    pub async fn run(&self, run_id: &str) -> Result<Option<PlacedRun>, BackendError> {
+        read(&self.runs, &self.runs_name, &escape_token(run_id)).await
+    }
+
+    /// Every placed run, open or closed.
+    pub async fn runs(&self) -> Result<Vec<PlacedRun>, BackendError> {
+        read_all(&self.runs, &self.runs_name).await
+    }
+
+    /// Takes the placed run `run_id` back: its workers stop its agents (which stay
+    /// resumable) and release them.
+    pub async fn remove(&self, run_id: &str) -> Result<(), BackendError> {
+        self.runs.delete(escape_token(run_id)).await.map_err(|e| {
+            backend_error(format!("cannot remove run `{run_id}` from `{}`", self.runs_name), e)
+        })
+    }
+
+    /// Closes the placed run `run_id`: its workers shut its agents down and release them.
+    pub async fn close(&self, run_id: &str) -> Result<(), BackendError> {
+        if let Some(mut run) = self.run(run_id).await? {
+            run.closed = true;
+            self.publish(&run).await?;
+        }
+        Ok(())
+    }
+}
+
+async fn put<T: Serialize>(
+    bucket: &kv::Store,
+    name: &str,
+    key: &str,
+    value: &T,
+) -> Result<(), BackendError> {
+    let bytes = serde_json::to_vec(value).map_err(|e| {
+        BackendError::new(nats_store::BACKEND, format!("cannot encode `{key}` of `{name}`: {e}"))
+    })?;
+    bucket
+        .put(key, bytes.into())
+        .await
+        .map_err(|e| backend_error(format!("cannot write `{key}` of `{name}`"), e))?;
+    Ok(())
+}
+
+async fn read<T: for<'de> Deserialize<'de>>(
+    bucket: &kv::Store,
+    name: &str,
+    key: &str,
+) -> Result<Option<T>, BackendError> {
+    match entry(bucket, name, key).await? {
+        Some(Found::Value(entry)) => serde_json::from_slice(&entry.value).map(Some).map_err(|e| {
+            BackendError::new(
+                nats_store::BACKEND,
+                format!("`{key}` of `{name}` is not what this Strata writes: {e}"),
+            )
+        }),
+        Some(Found::Deleted(_)) | None => Ok(None),
+    }
+}
+
+async fn read_all<T: for<'de> Deserialize<'de>>(
+    bucket: &kv::Store,
+    name: &str,
+) -> Result<Vec<T>, BackendError> {
+    let mut out = Vec::new();
+    for key in nats_store::keys(bucket, name).await? {
+        match read(bucket, name, &key).await {
+            Ok(Some(value)) => out.push(value),
+            Ok(None) => {}
+            // One unreadable entry (another version's) does not hide the others.
+            Err(e) => tracing::warn!(error = %e, "skipping a registry entry"),
+        }
+    }
+    Ok(out)
+}
+
+/// A run's team as a worker hosts it: built once per run and worker by a [`RunBuilder`].
+pub struct HostedRun {
+    /// The whole team (every process is given all of it).
+    pub spec: TeamSpec,
+    /// The services, on the run's namespace of the server; shared by the worker's groups of
+    /// agents of this run.
+    pub services: TeamServices,
+    /// The connection, in the run's namespace.
+    pub store: NatsStore,
+}
+
+/// Builds the team of a placed run on a worker (the CLI reads the team file from
+/// [`PlacedRun::spec`], and makes the reasoners, tools and workspace).
+#[async_trait]
+pub trait RunBuilder: Send + Sync {
+    /// The team and services of `run`; an error (in words) refuses the run on this worker.
+    async fn build(&self, run: &PlacedRun) -> Result<HostedRun, String>;
+}
+
+/// What a worker does, as it happens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WorkerEvent {
+    /// It joined a run.
+    Joined {
+        /// The run.
+        run: String,
+    },
+    /// It refused a run (another Strata version, or the team could not be built here).
+    Refused {
+        /// The run.
+        run: String,
+        /// Why.
+        reason: String,
+    },
+    /// It hosts these agents of a run from now on.
+    Hosting {
+        /// The run.
+        run: String,
+        /// The agents taken.
+        agents: Vec<AgentId>,
+    },
+    /// It stopped hosting these agents: a lease was lost.
+    Lost {
+        /// The run.
+        run: String,
+        /// The agents given up.
+        agents: Vec<AgentId>,
+        /// Why.
+        reason: String,
+    },
+    /// The run was taken back by its coordinator (stopped, to be resumed): its agents here
+    /// were stopped, resumable, and released.
+    Withdrawn {
+        /// The run.
+        run: String,
+    },
+    /// The run was closed: its agents here were shut down and released.
+    Closed {
+        /// The run.
+        run: String,
+    },
+    /// Something failed and is retried (hosting a group of agents, reading the registry).
+    Trouble {
+        /// The run, if it is about one.
+        run: Option<String>,
+        /// What failed.
+        error: String,
+    },
+}
+
+/// A worker's settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkerConfig {
+    /// Its id, unique among the live workers.
+    pub id: String,
+    /// Which agents it hosts.
+    pub filter: WorkerFilter,
+    /// How many agents it hosts at most, over all runs (at least 1).
+    pub capacity: usize,
+}
+
+/// A worker refused at start.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    /// The registry cannot be opened (another schema version, or the server failed).
+    #[error("the registry of workers on the server: {0}")]
+    Registry(#[from] NatsError),
+    /// Another live worker has this id.
+    #[error(
+        "a live worker named `{id}` is on the server already; give this one another id, or stop that one"
+    )]
+    DuplicateId {
+        /// The id.
+        id: String,
+    },
+    /// A capacity of zero.
+    #[error("a worker's capacity must be at least 1 agent")]
+    NoCapacity,
+    /// The server failed.
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+}
+
+/// A worker: hosts a share of every open run placed on the server.
+pub struct Worker {
+    registry: Registry,
+    store: NatsStore,
+    config: WorkerConfig,
+    builder: Arc<dyn RunBuilder>,
+    events: mpsc::Sender<WorkerEvent>,
+    hosting: Arc<AtomicUsize>,
+}
+
+/// How many events wait for the reader before new ones are dropped (logged all the same).
+const EVENT_QUEUE: usize = 1_024;
+
+impl Worker {
+    /// A worker on `store`'s server; its events come on the receiver. Checks the registry and
+    /// that no live worker has its id; nothing is announced until [`run`](Self::run).
+    pub async fn new(
+        store: &NatsStore,
+        config: WorkerConfig,
+        builder: Arc<dyn RunBuilder>,
+    ) -> Result<(Self, mpsc::Receiver<WorkerEvent>), WorkerError> {
+        if config.capacity == 0 {
+            return Err(WorkerError::NoCapacity);
+        }
+        let registry = Registry::open(store).await?;
+        if registry.workers().await?.iter().any(|w| w.id == config.id) {
+            return Err(WorkerError::DuplicateId { id: config.id });
+        }
+        let (events, receiver) = mpsc::channel(EVENT_QUEUE);
+        let worker = Self {
+            registry,
+            store: store.clone(),
+            config,
+            builder,
+            events,
+            hosting: Arc::new(AtomicUsize::new(0)),
+        };
+        Ok((worker, receiver))
+    }
+
+    /// Works until `stop` turns true: announces itself, joins runs, hosts agents. On stop,
+    /// every team here is stopped (its agents resumable) and every lease released.
+    pub async fn run(self, mut stop: watch::Receiver<bool>) {
+        let mut hosts: BTreeMap<String, (watch::Sender<bool>, JoinHandle<()>)> = BTreeMap::new();
+        let mut refused: BTreeSet<String> = BTreeSet::new();
+        let mut beat = tokio::time::interval(WORKER_BEAT);
+        beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stop.changed() => break,
+                _ = beat.tick() => {}
+            }
+            if *stop.borrow() {
+                break;
+            }
+            let info = WorkerInfo {
+                id: self.config.id.clone(),
+                version: VERSION.to_owned(),
+                filter: self.config.filter.clone(),
+                capacity: self.config.capacity,
+                hosting: self.hosting.load(Ordering::Relaxed),
+            };
+            if let Err(e) = self.registry.announce(&info).await {
+                self.emit(WorkerEvent::Trouble { run: None, error: e.to_string() });
+            }
+            hosts.retain(|_, (_, task)| !task.is_finished());
+            let runs = match self.registry.runs().await {
+                Ok(runs) => runs,
+                Err(e) => {
+                    self.emit(WorkerEvent::Trouble { run: None, error: e.to_string() });
+                    continue;
+                }
+            };
+            for run in runs {
+                if run.closed || hosts.contains_key(&run.run_id) || refused.contains(&run.run_id) {
+                    continue;
+                }
+                if run.version != VERSION {
+                    refused.insert(run.run_id.clone());
+                    self.emit(WorkerEvent::Refused {
+                        reason: format!(
+                            "it was placed by Strata {}, this worker is Strata {VERSION}; start a worker of that version for it",
+                            run.version
+                        ),
+                        run: run.run_id,
+                    });
+                    continue;
+                }
+                let hosted = match self.builder.build(&run).await {
+                    Ok(hosted) => hosted,
+                    Err(reason) => {
+                        refused.insert(run.run_id.clone());
+                        self.emit(WorkerEvent::Refused { run: run.run_id, reason });
+                        continue;
+                    }
+                };
+                let (stop_run, stopped) = watch::channel(false);
+                let host = RunHost {
+                    run: run.clone(),
+                    hosted,
+                    registry: self.registry.clone(),
+                    registry_store: self.store.clone(),
+                    config: self.config.clone(),
+                    events: self.events.clone(),
+                    hosting: self.hosting.clone(),
+                };
+                self.emit(WorkerEvent::Joined { run: run.run_id.clone() });
+                hosts.insert(run.run_id, (stop_run, tokio::spawn(host.run(stopped))));
+            }
+        }
+        for (_, (stop_run, task)) in hosts {
+            let _ = stop_run.send(true);
+            if let Err(e) = task.await {
+                tracing::error!(error = %e, "a run's host task failed");
+            }
+        }
+        if let Err(e) = self.registry.withdraw(&self.config.id).await {
+            tracing::warn!(error = %e, "could not withdraw the worker from the registry");
+        }
+    }
+
+    fn emit(&self, event: WorkerEvent) {
+        emit(&self.events, event);
+    }
+}
+
+fn emit(events: &mpsc::Sender<WorkerEvent>, event: WorkerEvent) {
+    tracing::info!(?event, "worker");
+    let _ = events.try_send(event);
+}
+
+/// A group of agents hosted together: one team, and a lease per configured agent.
+struct Group {
+    team: Arc<Team>,
+    leases: Vec<(AgentId, Lease)>,
+}
+
+/// The teams hosting a run's groups, shared with the subscription that wakes them.
+type Teams = Arc<Mutex<Vec<Arc<Team>>>>;
+
+/// One worker's part in one run.
+struct RunHost {
+    run: PlacedRun,
+    hosted: HostedRun,
+    registry: Registry,
+    /// The connection the registry is on (also the worker's own).
+    #[allow(dead_code, reason = "keeps the worker's connection alive as long as the host")]
+    registry_store: NatsStore,
+    config: WorkerConfig,
+    events: mpsc::Sender<WorkerEvent>,
+    hosting: Arc<AtomicUsize>,
+}
+
+impl RunHost {
+    async fn run(self, mut stop: watch::Receiver<bool>) {
+        let run_id = self.run.run_id.clone();
+        let leases = match Leases::open(&self.hosted.store, LEASES, self.run.lease_ttl()).await {
+            Ok(leases) => leases,
+            Err(e) => {
+                emit(
+                    &self.events,
+                    WorkerEvent::Refused { run: run_id, reason: format!("its leases: {e}") },
+                );
+                return;
+            }
+        };
+        let teams: Teams = Arc::default();
+        let follower = {
+            let teams = teams.clone();
+            follow(&self.hosted.store, move |message| {
+                for team in lock(&teams).iter() {
+                    team.observe(message);
+                    team.wake();
+                }
+            })
+        };
+        let mut groups: Vec<Group> = Vec::new();
+        // Agents seen unleased at the last heartbeat: taken beyond the fair share now.
+        let mut waiting: BTreeSet<AgentId> = BTreeSet::new();
+        let mut beat = tokio::time::interval(self.run.lease_period());
+        beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            // The first lease to run out ends its group at once, not at the next beat.
+            let deadline =
+                groups.iter().flat_map(|g| g.leases.iter()).map(|(_, l)| l.valid_until()).min();
+            tokio::select! {
+                _ = stop.changed() => break,
+                () = sleep_until(deadline), if deadline.is_some() => {}
+                _ = beat.tick() => {}
+            }
+            if *stop.borrow() {
+                break;
+            }
+            // The beat's work is bounded by the first lease to run out: a server that does
+            // not answer (a partition) must not keep a group acting past its lease.
+            let first_out = earliest(&groups);
+            let beat_work = self.beat(&leases, &teams, &mut groups, &mut waiting);
+            let end = match first_out {
+                Some(at) => tokio::time::timeout_at(at, beat_work).await.unwrap_or(Beat::Open),
+                None => beat_work.await,
+            };
+            // Every group with a lease no longer valid stops at once, whatever the beat did.
+            let (expired, valid): (Vec<Group>, Vec<Group>) = std::mem::take(&mut groups)
+                .into_iter()
+                .partition(|g| g.leases.iter().any(|(_, l)| !l.is_valid()));
+            groups = valid;
+            for group in expired {
+                let reason = "a lease ran out before it could be renewed (the server did not answer in time)".to_owned();
+                self.give_up(&leases, &teams, group, reason).await;
+            }
+            match end {
+                Beat::Open => {}
+                Beat::Closed => {
+                    // Closed: shut the agents down, release them.
+                    for group in std::mem::take(&mut groups) {
+                        if let Err(e) = group.team.shutdown().await {
+                            tracing::warn!(error = %e, run = %run_id, "an agent did not shut down cleanly");
+                        }
+                        self.release(&leases, &teams, group).await;
+                    }
+                    emit(&self.events, WorkerEvent::Closed { run: run_id.clone() });
+                    break;
+                }
+                Beat::Withdrawn => {
+                    // Taken back (its coordinator stopped): the agents stay resumable.
+                    for group in std::mem::take(&mut groups) {
+                        group.team.stop().await;
+                        self.release(&leases, &teams, group).await;
+                    }
+                    emit(&self.events, WorkerEvent::Withdrawn { run: run_id.clone() });
+                    break;
+                }
+            }
+        }
+        if *stop.borrow() {
+            // A clean stop: the agents stay resumable, and others may take them at once.
+            for group in std::mem::take(&mut groups) {
+                group.team.stop().await;
+                self.release(&leases, &teams, group).await;
+            }
+        }
+        follower.abort();
+    }
+
+    /// One heartbeat's work: renew the leases (a group with one lost is given up), read
+    /// whether the run is still open, place what is free.
+    async fn beat(
+        &self,
+        leases: &Leases,
+        teams: &Teams,
+        groups: &mut Vec<Group>,
+        waiting: &mut BTreeSet<AgentId>,
+    ) -> Beat {
+        let mut i = 0;
+        while i < groups.len() {
+            match renew(leases, &mut groups[i]).await {
+                None => i += 1,
+                Some(reason) => {
+                    let group = groups.remove(i);
+                    self.give_up(leases, teams, group, reason).await;
+                }
+            }
+        }
+        match self.registry.run(&self.run.run_id).await {
+            Ok(Some(run)) if !run.closed => {}
+            Ok(Some(_)) => return Beat::Closed,
+            Ok(None) => return Beat::Withdrawn,
+            Err(e) => {
+                emit(
+                    &self.events,
+                    WorkerEvent::Trouble {
+                        run: Some(self.run.run_id.clone()),
+                        error: e.to_string(),
+                    },
+                );
+                return Beat::Open;
+            }
+        }
+        self.place(leases, teams, groups, waiting).await;
+        Beat::Open
+    }
+
+    /// Takes the unleased agents this worker should host, as one new group.
+    async fn place(
+        &self,
+        leases: &Leases,
+        teams: &Teams,
+        groups: &mut Vec<Group>,
+        waiting: &mut BTreeSet<AgentId>,
+    ) {
+        let mine: BTreeSet<&AgentId> =
+            groups.iter().flat_map(|g| g.leases.iter().map(|(a, _)| a)).collect();
+        let live = match self.registry.workers().await {
+            Ok(workers) => workers.iter().filter(|w| w.version == VERSION).count().max(1),
+            Err(_) => 1,
+        };
+        let share = self.run.agents.len().div_ceil(live);
+        let mut taken: Vec<(AgentId, Lease)> = Vec::new();
+        let mut unleased = BTreeSet::new();
+        for agent in &self.run.agents {
+            if mine.contains(&agent.id) || !self.config.filter.matches(&agent.id, agent.layer) {
+                continue;
+            }
+            let room = self.hosting.load(Ordering::Relaxed) + taken.len() < self.config.capacity;
+            let fair = mine.len() + taken.len() < share || waiting.contains(&agent.id);
+            let key = escape_token(agent.id.as_str());
+            if !(room && fair) {
+                // Only noted, so that it is taken at the next heartbeat if still free.
+                if let Ok(None) = leases.holder(&key).await {
+                    unleased.insert(agent.id.clone());
+                }
+                continue;
+            }
+            match leases.acquire(&key, &self.config.id).await {
+                Ok(Some(lease)) => taken.push((agent.id.clone(), lease)),
+                Ok(None) => {}
+                Err(e) => emit(
+                    &self.events,
+                    WorkerEvent::Trouble {
+                        run: Some(self.run.run_id.clone()),
+                        error: e.to_string(),
+                    },
+                ),
+            }
+        }
+        *waiting = unleased;
+        if taken.is_empty() {
+            return;
+        }
+        let agents: BTreeSet<AgentId> = taken.iter().map(|(a, _)| a.clone()).collect();
+        match Team::join(
+            self.hosted.spec.clone(),
+            self.hosted.services.clone(),
+            Share::Agents(agents.clone()),
+        )
+        .await
+        {
+            Ok(team) => {
+                let team = Arc::new(team);
+                self.hosting.fetch_add(taken.len(), Ordering::Relaxed);
+                lock(teams).push(team.clone());
+                // Mail may be waiting already.
+                team.wake();
+                emit(
+                    &self.events,
+                    WorkerEvent::Hosting {
+                        run: self.run.run_id.clone(),
+                        agents: agents.into_iter().collect(),
+                    },
+                );
+                groups.push(Group { team, leases: taken });
+            }
+            Err(e) => {
+                emit(
+                    &self.events,
+                    WorkerEvent::Trouble {
+                        run: Some(self.run.run_id.clone()),
+                        error: format!("cannot host {}: {e}", names(&agents)),
+                    },
+                );
+                for (_, lease) in taken {
+                    let _ = leases.release(lease).await;
+                }
+            }
+        }
+    }
+
+    /// Ends the hosting of `group` at once (its turns aborted), gives its inboxes' messages
+    /// back, and releases what leases it still holds.
+    async fn give_up(&self, leases: &Leases, teams: &Teams, group: Group, reason: String) {
+        let agents: Vec<AgentId> = group.leases.iter().map(|(a, _)| a.clone()).collect();
+        emit(&self.events, WorkerEvent::Lost { run: self.run.run_id.clone(), agents, reason });
+        self.release(leases, teams, group).await;
+    }
+
+    /// Drops `group`'s team (aborting what still runs), puts its agents' messages taken and
+    /// not acknowledged back, and releases its leases.
+    async fn release(&self, leases: &Leases, teams: &Teams, group: Group) {
+        let Group { team, leases: held } = group;
+        let inboxes: Vec<AgentId> = team.pool().all().iter().map(|s| s.id().clone()).collect();
+        lock(teams).retain(|t| !Arc::ptr_eq(t, &team));
+        drop(team);
+        for agent in inboxes {
+            let _ = self.hosted.services.bus.release(&agent_state::Address::Agent(agent)).await;
+        }
+        self.hosting.fetch_sub(held.len(), Ordering::Relaxed);
+        for (_, lease) in held {
+            if lease.is_valid()
+                && let Err(e) = leases.release(lease).await
+            {
+                tracing::debug!(error = %e, "could not release a lease; it expires");
+            }
+        }
+    }
+}
+
+/// What a heartbeat found of the run.
+enum Beat {
+    /// Open (or unknown: the registry did not answer).
+    Open,
+    /// Closed by its coordinator: shut the agents down.
+    Closed,
+    /// Taken back by its coordinator: stop the agents, resumable.
+    Withdrawn,
+}
+
+/// When the first lease of `groups` runs out, if any is held.
+fn earliest(groups: &[Group]) -> Option<tokio::time::Instant> {
+    groups.iter().flat_map(|g| g.leases.iter()).map(|(_, l)| l.valid_until()).min()
+}
+
+/// Renews every lease of `group`; `Some(why)` when one is lost.
+async fn renew(leases: &Leases, group: &mut Group) -> Option<String> {
+    for (agent, lease) in &mut group.leases {
+        match leases.renew(lease).await {
+            Ok(true) => {}
+            Ok(false) => return Some(format!("the lease of `{agent}` was taken over")),
+            Err(e) if !lease.is_valid() => {
+                return Some(format!("the lease of `{agent}` could not be renewed in time: {e}"));
+            }
+            Err(e) => {
+                tracing::debug!(agent = %agent, error = %e, "a lease renewal failed; retried")
+            }
+        }
+        if !lease.is_valid() {
+            return Some(format!("the lease of `{agent}` ran out before it was renewed"));
+        }
+    }
+    None
+}
+
+fn names(agents: &BTreeSet<AgentId>) -> String {
+    agents.iter().map(AgentId::as_str).collect::<Vec<_>>().join(", ")
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    if let Some(at) = at {
+        tokio::time::sleep_until(at).await;
+    }
+}
+
+/// Calls `seen` with every message any process sends on the bus of `store`'s namespace (a
+/// plain subscription to its subjects: nothing is taken or acknowledged), until the returned
+/// task is aborted. What wakes a process's teams on mail another process sent.
+pub fn follow(store: &NatsStore, seen: impl Fn(&Message) + Send + 'static) -> JoinHandle<()> {
+    let client = store.client().clone();
+    let subject = format!("{}.>", store.subject(message_bus::NatsBus::STREAM));
+    tokio::spawn(async move {
+        loop {
+            match client.subscribe(subject.clone()).await {
+                Ok(mut messages) => {
+                    while let Some(delivered) = messages.next().await {
+                        match agent_state::decode::<Message>(&delivered.payload) {
+                            Ok(message) => seen(&message),
+                            Err(e) => tracing::debug!(error = %e, "an unreadable bus message"),
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, subject, "cannot follow the bus; retrying"),
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    })
+}
+
+/// Waits until none of `run`'s agents is leased (the workers shut them down and released them
+/// after [`Registry::close`]), or `patience` passed: `false` then.
+pub async fn wait_released(
+    store: &NatsStore,
+    run: &PlacedRun,
+    patience: Duration,
+) -> Result<bool, NatsError> {
+    let leases = Leases::open(store, LEASES, run.lease_ttl()).await?;
+    let until = tokio::time::Instant::now() + patience;
+    loop {
+        let mut held = false;
+        for agent in &run.agents {
+            if leases.holder(&escape_token(agent.id.as_str())).await?.is_some() {
+                held = true;
+                break;
+            }
+        }
+        if !held {
+            return Ok(true);
+        }
+        if tokio::time::Instant::now() >= until {
+            return Ok(false);
+        }
+        tokio::time::sleep(run.lease_period()).await;
+    }
+}
+
+/// Who holds each of `run`'s agents now (its lease's holder), by agent.
+pub async fn placement(
+    store: &NatsStore,
+    run: &PlacedRun,
+) -> Result<BTreeMap<AgentId, Option<String>>, NatsError> {
+    let leases = Leases::open(store, LEASES, run.lease_ttl()).await?;
+    let mut out = BTreeMap::new();
+    for agent in &run.agents {
+        out.insert(agent.id.clone(), leases.holder(&escape_token(agent.id.as_str())).await?);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "tests")]
+
+    use super::*;
+
+    #[test]
+    fn globs_match_as_a_shell_would() {
+        assert!(glob("*", "anything"));
+        assert!(glob("exec-*", "exec-1"));
+        assert!(!glob("exec-*", "lead-1"));
+        assert!(glob("*-1", "exec-1"));
+        assert!(glob("a*b*c", "axxbyyc"));
+        assert!(!glob("a*b*c", "axxbyy"));
+        assert!(glob("top", "top"));
+        assert!(!glob("top", "top2"));
+        assert!(!glob("ab*ba", "aba"), "the two ends may not overlap");
+    }
+
+    #[test]
+    fn a_filter_needs_every_condition_given() {
+        let any = WorkerFilter::default();
+        assert!(any.matches(&AgentId::new("x"), AgentLayer::Top));
+        let bottoms = WorkerFilter { agents: vec![], layers: vec![AgentLayer::Bottom] };
+        assert!(bottoms.matches(&AgentId::new("exec"), AgentLayer::Bottom));
+        assert!(!bottoms.matches(&AgentId::new("exec"), AgentLayer::Mid));
+        let both = WorkerFilter { agents: vec!["e*".into()], layers: vec![AgentLayer::Bottom] };
+        assert!(both.matches(&AgentId::new("e1"), AgentLayer::Bottom));
+        assert!(!both.matches(&AgentId::new("f1"), AgentLayer::Bottom));
+        assert!(!both.matches(&AgentId::new("e1"), AgentLayer::Top));
+    }
+
+    #[test]
+    fn leases_live_three_heartbeats_and_never_less_than_the_floor() {
+        let mut run = PlacedRun {
+            run_id: "r".into(),
+            version: VERSION.into(),
+            heartbeat_ms: 500,
+            agents: vec![],
+            closed: false,
+            spec: serde_json::Value::Null,
+        };
+        assert_eq!(run.lease_ttl(), Duration::from_millis(1_500));
+        run.heartbeat_ms = 20;
+        assert_eq!(run.lease_period(), MIN_LEASE_PERIOD);
+        assert_eq!(run.lease_ttl(), MIN_LEASE_PERIOD * 3);
+    }
+}
