@@ -90,12 +90,13 @@ pub(crate) struct WorkerArgs {
     /// The worker's id, unique among the live workers (default: host name and process id).
     #[arg(long, value_parser = parse_worker_id)]
     pub(crate) id: Option<String>,
-    /// Where the worker keeps its part of each run (`worker-<id>/<run>`: usage ledger,
-    /// conversations, the commands' crash journal, and the workspace unless --workspace).
+    /// Where the worker keeps its part of each run: `worker-<id>/<run>` (usage ledger,
+    /// conversations) and `<run>/journal` (the commands' crash journal, shared by the workers
+    /// of one data directory, which adopt each other's commands when one dies).
     #[arg(long, default_value = DEFAULT_DATA)]
     pub(crate) data: PathBuf,
-    /// The directory the tools work in, for every run (default: one per run in the worker's
-    /// directory).
+    /// The directory the tools work in, for every run (default: the run's own workspace, as
+    /// it was started; on one machine every agent shares it).
     #[arg(long)]
     pub(crate) workspace: Option<PathBuf>,
     /// Run `shell` commands without the sandbox (bubblewrap). A run started with

@@ -299,7 +299,7 @@ pub(crate) async fn start(prepared: Prepared, args: &StartArgs) -> Result<u8, Fa
         (Some(registry), Some(server)) => Some(Placed {
             registry,
             server: server.clone(),
-            run: PlacedRun::new(&run_id, &team.spec, placed_spec(&team_text, args)),
+            run: PlacedRun::new(&run_id, &team.spec, placed_spec(&team_text, &info)),
         }),
         _ => None,
     };
@@ -438,10 +438,12 @@ async fn resume_with(
                 run: PlacedRun::new(
                     &info.run_id,
                     &team.spec,
-                    placed_spec_of(
+                    placed_spec(
                         &team_text,
-                        info.reasoner.as_deref(),
-                        info.unsandboxed || args.unsandboxed,
+                        &RunInfo {
+                            unsandboxed: info.unsandboxed || args.unsandboxed,
+                            ..info.clone()
+                        },
                     ),
                 ),
             });
@@ -566,16 +568,14 @@ impl Placed {
     }
 }
 
-/// What the workers build a placed run's team from.
-fn placed_spec(team_text: &str, args: &StartArgs) -> serde_json::Value {
-    placed_spec_of(team_text, args.reasoner.as_deref(), args.unsandboxed)
-}
-
-fn placed_spec_of(team_text: &str, reasoner: Option<&str>, unsandboxed: bool) -> serde_json::Value {
+/// What the workers build a placed run's team from: the team file, the run's reasoner
+/// override and sandbox setting, and its workspace (the workers' default).
+fn placed_spec(team_text: &str, info: &RunInfo) -> serde_json::Value {
     serde_json::to_value(crate::worker::PlacedSpec {
         team: team_text.to_owned(),
-        reasoner: reasoner.map(str::to_owned),
-        unsandboxed,
+        reasoner: info.reasoner.clone(),
+        unsandboxed: info.unsandboxed,
+        workspace: Some(info.workspace.clone()),
     })
     .unwrap_or_default()
 }

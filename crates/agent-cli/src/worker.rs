@@ -5,8 +5,10 @@
 //!
 //! A worker builds each run's team from what the run placed (the team file's text, the
 //! `--reasoner` override, `--unsandboxed`), with its own directory per run under
-//! `<data>/worker-<id>/<run>` (the usage ledger, the conversations, the `shell` crash
-//! journal) and its own workspace there unless `--workspace` names one.
+//! `<data>/worker-<id>/<run>` (the usage ledger and the conversations). It works in the
+//! `--workspace` it was given, or else in the run's workspace (the path the run was started
+//! with: on one machine every agent shares it). The `shell` commands' crash journal is
+//! `<data>/<run>/journal`, so workers sharing a data directory adopt each other's commands.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -38,6 +40,10 @@ pub(crate) struct PlacedSpec {
     pub(crate) reasoner: Option<String>,
     /// `--unsandboxed`: the workers run `shell` commands without the sandbox too.
     pub(crate) unsandboxed: bool,
+    /// The run's workspace where it was started: a worker without `--workspace` works there
+    /// (made if missing), so on one machine every agent shares it.
+    #[serde(default)]
+    pub(crate) workspace: Option<PathBuf>,
 }
 
 /// The registry on the server of `server`, if workers of this version are live there; `None`
@@ -204,7 +210,11 @@ impl CliBuilder {
         let sandbox = crate::run::sandbox(&team, unsandboxed)?.hide(&self.data);
         let server = self.server.with_namespace(&run.run_id).map_err(bad_input)?;
         let stores = Stores::nats(&server).await?;
-        let workspace = self.workspace.clone().unwrap_or_else(|| dir.join(RUN_WORKSPACE));
+        let workspace = self
+            .workspace
+            .clone()
+            .or_else(|| placed.workspace.clone())
+            .unwrap_or_else(|| dir.join(RUN_WORKSPACE));
         std::fs::create_dir_all(&workspace)
             .with_context(|| format!("cannot create the workspace {}", workspace.display()))?;
         let workspace = std::fs::canonicalize(&workspace)
