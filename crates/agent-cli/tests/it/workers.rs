@@ -145,6 +145,62 @@ fn three_workers_run_a_team_and_a_killed_workers_agents_are_taken_over() {
 }
 
 #[test]
+fn a_run_on_workers_carries_on_when_the_nats_server_is_killed_and_started_again() {
+    let s = Scratch::new();
+    let mut server = Server::start();
+    let url = server.url();
+    s.write("gated.toml", GATED_PLAN);
+    std::fs::create_dir_all(s.path("W")).unwrap();
+    let gate = Gate(s.path("W/go"));
+    let a = worker(&s, &url, "wa", &["--layer", "top,mid"]);
+    let b = worker(&s, &url, "wb", &["--layer", "bottom"]);
+    let mut run = s.spawn(&[
+        "run",
+        "gated.toml",
+        "--data",
+        "D",
+        "--workspace",
+        "W",
+        "--run-id",
+        "restart",
+        "--nats",
+        &url,
+        "--heartbeat",
+        "200ms",
+        "--no-sync",
+        "--quiet",
+    ]);
+    wait_for("the gate step to start on an executor", || {
+        assert!(
+            !run.exited(),
+            "the run exited early:
+{}",
+            run.stderr_so_far()
+        );
+        s.path("W/waiting").exists()
+    });
+    // The server dies mid-step, for longer than a lease lives: both workers stop their
+    // agents; once it is back they take them again, restored from what it stored.
+    server.server.kill();
+    wait_for("the workers to stop their agents", || {
+        a.stdout_so_far().contains("run restart: stopped hosting")
+            && b.stdout_so_far().contains("run restart: stopped hosting")
+    });
+    server.server.restart().expect("nats-server restarts");
+    wait_for("the workers to host the agents again", || {
+        [&a, &b].iter().all(|w| {
+            w.stdout_so_far().lines().filter(|l| l.starts_with("run restart: hosting")).count() >= 2
+        })
+    });
+    gate.open();
+    run.finish().code(0).stdout_has(&["task `gated` succeeded"]);
+    assert_eq!(s.read("W/count.txt"), "ran\n", "the gate's command ran exactly once");
+    assert_eq!(s.read("W/done.txt"), "done\n");
+    let verify = s.strata(&["verify", "restart", "--data", "D", "--json"]).code(0).json();
+    assert_eq!(verify["ok"], true, "{verify}");
+}
+
+#[test]
 fn workers_and_runs_of_another_version_and_bad_worker_input_are_refused() {
     let s = Scratch::with_example();
     let server = Server::start();
