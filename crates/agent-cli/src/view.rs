@@ -477,6 +477,12 @@ async fn live(team: &Team, services: &TeamServices, task: &Task, info: &RunInfo,
         task.steps.len()
     ));
     let slots = team.pool().all();
+    if slots.is_empty() {
+        out.push_str(&format!(
+            "the agents run on workers (`strata worker`); `strata inspect {} tree` shows them\n",
+            info.run_id
+        ));
+    }
     let line = |slot: &agent_pool::AgentSlot, indent: &str| {
         let (status, work) = match slot.try_peek() {
             Some(p) => (p.status.to_string(), p.current_work.unwrap_or_default()),
