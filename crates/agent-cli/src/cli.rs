@@ -298,6 +298,10 @@ pub(crate) struct StartArgs {
     /// coordinates; with none, it runs the whole team.
     #[arg(long, value_name = "URL")]
     pub(crate) nats: Option<String>,
+    /// With --nats: run every agent in this process even when workers are live on the server
+    /// (the workers never see the run).
+    #[arg(long, requires = "nats")]
+    pub(crate) local: bool,
     #[command(flatten)]
     pub(crate) output: OutputArgs,
 }

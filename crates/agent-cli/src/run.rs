@@ -83,6 +83,10 @@ pub(crate) struct RunInfo {
     /// on (`--nats URL`; the namespace is the run id); `None`: they are in the run's database.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) nats: Option<String>,
+    /// On NATS, every agent runs in the run's own process even when workers are live
+    /// (`--local`); `resume` keeps it so.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) local: bool,
 }
 
 impl RunStatus {
@@ -245,8 +249,8 @@ pub(crate) async fn start(prepared: Prepared, args: &StartArgs) -> Result<u8, Fa
     // With live workers of this version there, the agents are placed on them (checked before
     // anything is written: live workers of another version only refuse the run).
     let registry = match &server {
-        Some(server) => crate::worker::live_registry(server).await?,
-        None => None,
+        Some(server) if !args.local => crate::worker::live_registry(server).await?,
+        _ => None,
     };
     let durability = if args.no_sync { Durability::NoSync } else { Durability::Synced };
     let store = match RunStore::create(&dir, &run_id, Timestamp(now_ms()), durability) {
@@ -280,6 +284,7 @@ pub(crate) async fn start(prepared: Prepared, args: &StartArgs) -> Result<u8, Fa
         failure: None,
         unsandboxed: args.unsandboxed,
         nats: server.as_ref().map(|s| s.url().to_owned()),
+        local: args.local,
     };
     // The stores are opened (on NATS: created) before `run.json` is written: a run that
     // `resume` can find has its streams on the server.
@@ -432,7 +437,11 @@ async fn resume_with(
     let (stores, placed) = match &info.nats {
         Some(url) => {
             let server = crate::nats::connect_existing(url, &dir, &info).await?;
-            let placed = crate::worker::live_registry(&server).await?.map(|registry| Placed {
+            let registry = match info.local {
+                true => None,
+                false => crate::worker::live_registry(&server).await?,
+            };
+            let placed = registry.map(|registry| Placed {
                 registry,
                 server: server.clone(),
                 run: PlacedRun::new(

@@ -232,6 +232,7 @@ impl CliBuilder {
             failure: None,
             unsandboxed,
             nats: Some(self.server.url().to_owned()),
+            local: false,
         };
         // The commands' crash journal where the run's own directory keeps it: workers that
         // share the data directory (one machine) adopt each other's commands.

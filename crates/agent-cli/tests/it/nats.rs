@@ -53,6 +53,8 @@ fn run_args<'a>(plan: &'a str, id: &'a str, url: &'a str, extra: &[&'a str]) -> 
         id,
         "--nats",
         url,
+        // Workers live on the machine's server (a developer's) must not take these runs.
+        "--local",
         FAST[0],
         FAST[1],
         "--no-sync",

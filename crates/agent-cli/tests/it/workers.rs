@@ -201,6 +201,43 @@ fn a_run_on_workers_carries_on_when_the_nats_server_is_killed_and_started_again(
 }
 
 #[test]
+fn a_local_run_on_nats_is_not_placed_on_the_live_workers() {
+    let s = Scratch::with_example();
+    let server = Server::start();
+    let url = server.url();
+    std::fs::create_dir_all(s.path("W")).unwrap();
+    let w = worker(&s, &url, "w1", &[]);
+    s.strata(&[
+        "run",
+        "plan.toml",
+        "--team",
+        "team.toml",
+        "--data",
+        "D",
+        "--workspace",
+        "W",
+        "--run-id",
+        "here",
+        "--nats",
+        &url,
+        "--local",
+        "--heartbeat",
+        "50ms",
+        "--no-sync",
+        "--quiet",
+    ])
+    .code(0)
+    .stdout_has(&["task `hello` succeeded"]);
+    assert_eq!(server.block_on(server.registry.run("here")).unwrap(), None, "the run was placed");
+    std::thread::sleep(std::time::Duration::from_millis(1_200));
+    assert!(!w.stdout_so_far().contains("run here"), "{}", w.stdout_so_far());
+    // `--local` needs `--nats`.
+    let out = s.strata(&["run", "plan.toml", "--local"]);
+    out.code(2);
+    assert!(out.stderr.contains("--nats"), "{}", out.stderr);
+}
+
+#[test]
 fn workers_and_runs_of_another_version_and_bad_worker_input_are_refused() {
     let s = Scratch::with_example();
     let server = Server::start();
