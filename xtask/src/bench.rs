@@ -12,7 +12,10 @@
 //! their name ends in: `bytes_per_agent` as `812.3 B/agent`, `p99_us` as `p99 23.25 ms`,
 //! `spawns_per_s` as `26251 spawns/s`. Among them: `pool/spawn_agent` (agents spawned per second
 //! through `spawn_agent`) and `pool/speak_to_agent_round_trip` (p50 and p99), from agent-pool's
-//! `spawn` bench.
+//! `spawn` bench; `placement/agents_per_worker` (the CPU one NATS worker and its server spend per
+//! second on a run's idle agents, the leases it lost and the heartbeats missed, and the time to
+//! place them), from agent-pool's `placement` bench. Numbers that are not at the top level of a
+//! file (such as that figure's `runs`, one object per size) are left out of the table.
 
 use std::path::{Path, PathBuf};
 
