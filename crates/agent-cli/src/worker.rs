@@ -116,7 +116,11 @@ pub(crate) async fn worker(args: WorkerArgs) -> Result<u8, Failure> {
     printer.abort();
     builder.stop_servers().await;
     outln!("worker {id}: stopped");
-    Ok(if interrupted { 0 } else { crate::TASK_FAILED })
+    // A turn stopped mid-command leaves the thread waiting for that command in the runtime's
+    // blocking pool, which a normal return would wait for (up to the command's timeout). The
+    // command goes on in its own process group, journaled, for the agent's next holder to
+    // adopt; nothing of this worker is left to store, so it exits now.
+    std::process::exit(if interrupted { 0 } else { i32::from(crate::TASK_FAILED) })
 }
 
 /// Waits for Ctrl-C or SIGTERM: `true`; `false` if neither can be waited for.

@@ -64,6 +64,10 @@ pub const WORKER_TTL: Duration = Duration::from_secs(5);
 pub const LEASE_BEATS: u32 = 3;
 /// The shortest period at which leases are renewed, whatever the run's heartbeat.
 pub const MIN_LEASE_PERIOD: Duration = Duration::from_millis(100);
+/// How long a worker that stops (or a run taken back) waits for its agents' running turns
+/// before it stops them as a crash would (a command keeps running; its journal lets the next
+/// holder adopt it).
+pub const STOP_PATIENCE: Duration = Duration::from_secs(2);
 /// The part of a run's namespace that holds its agents' leases.
 pub const LEASES: &str = "leases";
 
@@ -576,6 +580,8 @@ impl RunHost {
         let mut groups: Vec<Group> = Vec::new();
         // Agents seen unleased at the last heartbeat: taken beyond the fair share now.
         let mut waiting: BTreeSet<AgentId> = BTreeSet::new();
+        // Where the next beat's look at the present leases starts.
+        let mut cursor = 0;
         let mut beat = tokio::time::interval(self.run.lease_period());
         beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -593,7 +599,7 @@ impl RunHost {
             // The beat's work is bounded by the first lease to run out: a server that does
             // not answer (a partition) must not keep a group acting past its lease.
             let first_out = earliest(&groups);
-            let beat_work = self.beat(&leases, &teams, &mut groups, &mut waiting);
+            let beat_work = self.beat(&leases, &teams, &mut groups, &mut waiting, &mut cursor);
             let end = match first_out {
                 Some(at) => tokio::time::timeout_at(at, beat_work).await.unwrap_or(Beat::Open),
                 None => beat_work.await,
@@ -623,7 +629,9 @@ impl RunHost {
                 Beat::Withdrawn => {
                     // Taken back (its coordinator stopped): the agents stay resumable.
                     for group in std::mem::take(&mut groups) {
-                        group.team.stop().await;
+                        if !group.team.stop_within(STOP_PATIENCE).await {
+                            tracing::info!(run = %run_id, "turns still running were stopped as a crash would");
+                        }
                         self.release(&leases, &teams, group).await;
                     }
                     emit(&self.events, WorkerEvent::Withdrawn { run: run_id.clone() });
@@ -634,7 +642,9 @@ impl RunHost {
         if *stop.borrow() {
             // A clean stop: the agents stay resumable, and others may take them at once.
             for group in std::mem::take(&mut groups) {
-                group.team.stop().await;
+                if !group.team.stop_within(STOP_PATIENCE).await {
+                    tracing::info!(run = %run_id, "turns still running were stopped as a crash would");
+                }
                 self.release(&leases, &teams, group).await;
             }
         }
@@ -649,6 +659,7 @@ impl RunHost {
         teams: &Teams,
         groups: &mut Vec<Group>,
         waiting: &mut BTreeSet<AgentId>,
+        cursor: &mut usize,
     ) -> Beat {
         let mut i = 0;
         while i < groups.len() {
@@ -675,7 +686,7 @@ impl RunHost {
                 return Beat::Open;
             }
         }
-        self.place(leases, teams, groups, waiting).await;
+        self.place(leases, teams, groups, waiting, cursor).await;
         Beat::Open
     }
 
@@ -686,6 +697,7 @@ impl RunHost {
         teams: &Teams,
         groups: &mut Vec<Group>,
         waiting: &mut BTreeSet<AgentId>,
+        cursor: &mut usize,
     ) {
         let mine: BTreeSet<&AgentId> =
             groups.iter().flat_map(|g| g.leases.iter().map(|(a, _)| a)).collect();
@@ -694,20 +706,44 @@ impl RunHost {
             Err(_) => 1,
         };
         let share = self.run.agents.len().div_ceil(live);
+        // The keys with an entry: leased (or released a moment ago); one request for all.
+        let present = match leases.keys().await {
+            Ok(keys) => keys,
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot list the leases; asking for each");
+                BTreeSet::new()
+            }
+        };
+        // Leases are taken for at most one heartbeat, so the first one taken still has most
+        // of its life when the group starts; the rest wait for the next beat.
+        let started = tokio::time::Instant::now();
+        let (mut probes, mut seen) = (0, 0);
         let mut taken: Vec<(AgentId, Lease)> = Vec::new();
         let mut unleased = BTreeSet::new();
         for agent in &self.run.agents {
             if mine.contains(&agent.id) || !self.config.filter.matches(&agent.id, agent.layer) {
                 continue;
             }
+            let key = escape_token(agent.id.as_str());
             let room = self.hosting.load(Ordering::Relaxed) + taken.len() < self.config.capacity;
             let fair = mine.len() + taken.len() < share || waiting.contains(&agent.id);
-            let key = escape_token(agent.id.as_str());
-            if !(room && fair) {
-                // Only noted, so that it is taken at the next heartbeat if still free.
-                if let Ok(None) = leases.holder(&key).await {
-                    unleased.insert(agent.id.clone());
+            if present.contains(&key) {
+                // Held, or released a moment ago (a delete marker stays until it expires): a
+                // few are looked at each beat, in turn, so a released agent is taken soon
+                // without asking for every held one at every beat.
+                if room && fair && probes < PROBES_PER_BEAT && seen >= *cursor {
+                    probes += 1;
+                    *cursor = seen + 1;
+                    if let Ok(Some(lease)) = leases.acquire(&key, &self.config.id).await {
+                        taken.push((agent.id.clone(), lease));
+                    }
                 }
+                seen += 1;
+                continue;
+            }
+            if !(room && fair) || started.elapsed() > self.run.lease_period() {
+                // Only noted, so that it is taken at the next heartbeat if still free.
+                unleased.insert(agent.id.clone());
                 continue;
             }
             match leases.acquire(&key, &self.config.id).await {
@@ -723,6 +759,10 @@ impl RunHost {
             }
         }
         *waiting = unleased;
+        if probes < PROBES_PER_BEAT {
+            // Every present key was looked at: start again from the first.
+            *cursor = 0;
+        }
         if taken.is_empty() {
             return;
         }
@@ -735,6 +775,30 @@ impl RunHost {
         .await
         {
             Ok(team) => {
+                // Creating many agents takes a while: the leases are renewed before they act.
+                let mut taken = taken;
+                if let Some(why) = renew_all(leases, &mut taken).await {
+                    emit(
+                        &self.events,
+                        WorkerEvent::Trouble {
+                            run: Some(self.run.run_id.clone()),
+                            error: format!("cannot host {}: {why}", names(&agents)),
+                        },
+                    );
+                    drop(team);
+                    for (agent, lease) in taken {
+                        let _ = self
+                            .hosted
+                            .services
+                            .bus
+                            .release(&agent_state::Address::Agent(agent))
+                            .await;
+                        if lease.is_valid() {
+                            let _ = leases.release(lease).await;
+                        }
+                    }
+                    return;
+                }
                 let team = Arc::new(team);
                 self.hosting.fetch_add(taken.len(), Ordering::Relaxed);
                 lock(teams).push(team.clone());
@@ -810,22 +874,52 @@ fn earliest(groups: &[Group]) -> Option<tokio::time::Instant> {
 
 /// Renews every lease of `group`; `Some(why)` when one is lost.
 async fn renew(leases: &Leases, group: &mut Group) -> Option<String> {
-    for (agent, lease) in &mut group.leases {
-        match leases.renew(lease).await {
-            Ok(true) => {}
-            Ok(false) => return Some(format!("the lease of `{agent}` was taken over")),
+    renew_all(leases, &mut group.leases).await
+}
+
+/// How many held (or just released) leases one beat looks at to find released ones.
+const PROBES_PER_BEAT: usize = 64;
+
+/// How many lease renewals are in flight at once (each is one round trip to the server).
+const RENEWALS_IN_FLIGHT: usize = 64;
+
+/// Renews every lease of `held`, [`RENEWALS_IN_FLIGHT`] at a time; `Some(why)` when one is
+/// lost. A renewal not finished when this is dropped (the beat ran out of time) leaves its
+/// lease as it was: seen as running out, which gives its group up.
+async fn renew_all(leases: &Leases, held: &mut [(AgentId, Lease)]) -> Option<String> {
+    let mut next = 0;
+    let mut lost = None;
+    let mut renewing = tokio::task::JoinSet::new();
+    loop {
+        while renewing.len() < RENEWALS_IN_FLIGHT && next < held.len() {
+            let (leases, mut lease, at) = (leases.clone(), held[next].1.clone(), next);
+            renewing.spawn(async move {
+                let renewed = leases.renew(&mut lease).await;
+                (at, lease, renewed)
+            });
+            next += 1;
+        }
+        let Some(joined) = renewing.join_next().await else { break };
+        let Ok((at, lease, renewed)) = joined else { continue };
+        let agent = &held[at].0;
+        let why = match renewed {
+            Ok(true) if lease.is_valid() => None,
+            Ok(true) => Some(format!("the lease of `{agent}` ran out before it was renewed")),
+            Ok(false) => Some(format!("the lease of `{agent}` was taken over")),
             Err(e) if !lease.is_valid() => {
-                return Some(format!("the lease of `{agent}` could not be renewed in time: {e}"));
+                Some(format!("the lease of `{agent}` could not be renewed in time: {e}"))
             }
             Err(e) => {
-                tracing::debug!(agent = %agent, error = %e, "a lease renewal failed; retried")
+                tracing::debug!(agent = %agent, error = %e, "a lease renewal failed; retried");
+                None
             }
-        }
-        if !lease.is_valid() {
-            return Some(format!("the lease of `{agent}` ran out before it was renewed"));
+        };
+        held[at].1 = lease;
+        if lost.is_none() {
+            lost = why;
         }
     }
-    None
+    lost
 }
 
 fn names(agents: &BTreeSet<AgentId>) -> String {

@@ -965,6 +965,29 @@ impl Team {
         }
     }
 
+    /// Stops the heartbeat as [`stop`](Self::stop) does, waiting at most `patience` for the
+    /// running heartbeats; past it they are aborted, as if the process died (a tool call that
+    /// was running is what a crash leaves: its journal tells whoever resumes the agent what
+    /// became of it). `false` if it had to abort.
+    pub async fn stop_within(&self, patience: Duration) -> bool {
+        let Some((stop, mut driver)) = self.driver.lock().await.take() else { return true };
+        let _ = stop.send(true);
+        match tokio::time::timeout(patience, &mut driver).await {
+            Ok(Ok(mut scheduler)) => {
+                scheduler.settle().await;
+                true
+            }
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "the team's driver task failed");
+                true
+            }
+            Err(_) => {
+                driver.abort();
+                false
+            }
+        }
+    }
+
     /// Stops the heartbeat, waits for running heartbeats, and shuts every agent down (bottom
     /// layer first, top last, so the powers' final reports see the end): all end terminated.
     pub async fn shutdown(&self) -> Result<(), PoolError> {

@@ -156,6 +156,12 @@ impl Leases {
         }
     }
 
+    /// The keys with an entry now: every lease held, and those released less than a time to
+    /// live ago (their delete markers). One request, whatever the number of leases.
+    pub async fn keys(&self) -> Result<std::collections::BTreeSet<String>, BackendError> {
+        Ok(crate::keys(&self.bucket, &self.name).await?.into_iter().collect())
+    }
+
     /// Who holds the lease on `key` now, as the server says.
     pub async fn holder(&self, key: &str) -> Result<Option<String>, BackendError> {
         Ok(match entry(&self.bucket, &self.name, key).await? {

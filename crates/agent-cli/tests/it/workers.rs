@@ -201,6 +201,56 @@ fn a_run_on_workers_carries_on_when_the_nats_server_is_killed_and_started_again(
 }
 
 #[test]
+fn a_worker_stopped_with_ctrl_c_hands_its_agents_to_another_mid_task() {
+    let s = Scratch::new();
+    let server = Server::start();
+    let url = server.url();
+    s.write("gated.toml", GATED_PLAN);
+    std::fs::create_dir_all(s.path("W")).unwrap();
+    let gate = Gate(s.path("W/go"));
+    let mut a = worker(&s, &url, "wa", &[]);
+    let mut run = s.spawn(&[
+        "run",
+        "gated.toml",
+        "--data",
+        "D",
+        "--workspace",
+        "W",
+        "--run-id",
+        "handover",
+        "--nats",
+        &url,
+        "--heartbeat",
+        "200ms",
+        "--no-sync",
+        "--quiet",
+    ]);
+    wait_for("the gate step to start", || {
+        assert!(!run.exited(), "the run exited early:\n{}", run.stderr_so_far());
+        s.path("W/waiting").exists()
+    });
+    let b = worker(&s, &url, "wb", &[]);
+    wait_for("worker B to join", || b.stdout_so_far().contains("run handover: joined"));
+    assert_eq!(hosting(&b, "handover"), None, "B took agents A holds");
+    // Ctrl-C: A stops its agents (resumable) and releases their leases; B takes all nine.
+    let status = std::process::Command::new("kill").args(["-INT", &a.pid().to_string()]).status();
+    assert!(status.unwrap().success());
+    wait_for("worker A to stop", || a.exited());
+    assert!(a.stdout_so_far().contains("worker wa: stopped"), "{}", a.stdout_so_far());
+    wait_for("worker B to host every agent", || {
+        hosting(&b, "handover").is_some_and(|l| {
+            ["top-a", "top-b", "top-c", "mid-docs", "mid-build", "bottom-b1", "bottom-d2"]
+                .iter()
+                .all(|agent| l.contains(agent))
+        })
+    });
+    gate.open();
+    run.finish().code(0).stdout_has(&["task `gated` succeeded"]);
+    assert_eq!(s.read("W/count.txt"), "ran\n", "the gate's command ran exactly once");
+    assert_eq!(s.read("W/done.txt"), "done\n");
+}
+
+#[test]
 fn a_local_run_on_nats_is_not_placed_on_the_live_workers() {
     let s = Scratch::with_example();
     let server = Server::start();
