@@ -17,7 +17,8 @@
 //!   the agents stay idle.
 //! - `place_ms`: from the publish until the worker's [`WorkerEvent::Hosting`] events cover
 //!   every agent: the worker's next beat (at most `WORKER_BEAT`, 1 s, away) joins the run, then
-//!   takes a lease per agent, one after the other, and creates them all with one `Team::join`;
+//!   takes a lease per agent, one after the other, for at most one heartbeat per beat, and
+//!   creates those with one `Team::join` (so a large run comes in a few groups);
 //!   `host_ms`, the part from the worker's `Joined` event.
 //! - after [`SETTLE`] (the agents' first heartbeats), over a window of [`WINDOW`]:
 //!   `cpu_percent_of_one_core`, the CPU time (user and system, `/proc/self/stat`) this process
@@ -29,9 +30,9 @@
 //!   not answer its cycle); `audit_records` and `bus_messages`, everything appended to the
 //!   audit log and sent on the bus (an idle team sends nothing); `held`, the agents the worker
 //!   still leases after it ([`placement::placement`]).
-//! - `lost_before_window`: the agents lost from the publish to the window. A worker that takes
-//!   longer to lease and create its agents than a lease lives (`LEASE_BEATS` heartbeats) loses
-//!   them all at its first renewal, and takes them again.
+//! - `lost_before_window`: the agents lost from the publish to the window (a worker that took
+//!   longer to lease and create a group than its leases live would lose it; the worker renews a
+//!   group's leases once it is created, before its agents act).
 //!
 //! `--quick` (what `cargo xtask bench --quick` passes) halves the window. Each line of output is
 //! one size; every event of the worker but its joining and the first hosting of every agent is
@@ -74,7 +75,7 @@ use support::target_dir;
 use tokio::sync::watch;
 
 /// The runs' sizes, in agents, under `cargo bench`.
-const SIZES: [usize; 4] = [50, 200, 1_000, 5_000];
+const SIZES: [usize; 4] = [50, 200, 1_000, 10_000];
 /// Other sizes, such as `100,10000`.
 const SIZES_VAR: &str = "STRATA_PLACEMENT_AGENTS";
 /// The one run's size of a smoke run (`cargo test --benches`).
