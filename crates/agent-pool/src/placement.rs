@@ -628,12 +628,7 @@ impl RunHost {
                 }
                 Beat::Withdrawn => {
                     // Taken back (its coordinator stopped): the agents stay resumable.
-                    for group in std::mem::take(&mut groups) {
-                        if !group.team.stop_within(STOP_PATIENCE).await {
-                            tracing::info!(run = %run_id, "turns still running were stopped as a crash would");
-                        }
-                        self.release(&leases, &teams, group).await;
-                    }
+                    self.stop_all(&leases, &teams, std::mem::take(&mut groups)).await;
                     emit(&self.events, WorkerEvent::Withdrawn { run: run_id.clone() });
                     break;
                 }
@@ -641,14 +636,20 @@ impl RunHost {
         }
         if *stop.borrow() {
             // A clean stop: the agents stay resumable, and others may take them at once.
-            for group in std::mem::take(&mut groups) {
-                if !group.team.stop_within(STOP_PATIENCE).await {
-                    tracing::info!(run = %run_id, "turns still running were stopped as a crash would");
-                }
-                self.release(&leases, &teams, group).await;
-            }
+            self.stop_all(&leases, &teams, std::mem::take(&mut groups)).await;
         }
         follower.abort();
+    }
+
+    /// Stops every group's agents (resumable; turns still running after [`STOP_PATIENCE`]
+    /// are stopped as a crash would) and releases them.
+    async fn stop_all(&self, leases: &Leases, teams: &Teams, groups: Vec<Group>) {
+        for group in groups {
+            if !group.team.stop_within(STOP_PATIENCE).await {
+                tracing::info!(run = %self.run.run_id, "turns still running were stopped as a crash would");
+            }
+            self.release(leases, teams, group).await;
+        }
     }
 
     /// One heartbeat's work: renew the leases (a group with one lost is given up), read

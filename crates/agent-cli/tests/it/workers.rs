@@ -50,6 +50,7 @@ impl Server {
 /// `strata worker --nats URL --id ID --data D --workspace W` and `extra`.
 fn worker(s: &Scratch, url: &str, id: &str, extra: &[&str]) -> Running {
     let workspace = s.path("W");
+    std::fs::create_dir_all(&workspace).unwrap();
     let workspace = workspace.to_str().unwrap();
     let mut args =
         vec!["worker", "--nats", url, "--id", id, "--data", "D", "--workspace", workspace];
@@ -59,6 +60,33 @@ fn worker(s: &Scratch, url: &str, id: &str, extra: &[&str]) -> Running {
         running.stdout_so_far().contains("waiting for runs")
     });
     running
+}
+
+/// The gated plan (see `GATED_PLAN`) run on the workers of `url` as run `id`, with the
+/// workspace `W` and a 200 ms heartbeat, once its gate step has started on an executor.
+fn gated_run(s: &Scratch, url: &str, id: &str) -> Running {
+    s.write("gated.toml", GATED_PLAN);
+    let mut run = s.spawn(&[
+        "run",
+        "gated.toml",
+        "--data",
+        "D",
+        "--workspace",
+        "W",
+        "--run-id",
+        id,
+        "--nats",
+        url,
+        "--heartbeat",
+        "200ms",
+        "--no-sync",
+        "--quiet",
+    ]);
+    wait_for("the gate step to start on an executor", || {
+        assert!(!run.exited(), "the run exited early:\n{}", run.stderr_so_far());
+        s.path("W/waiting").exists()
+    });
+    run
 }
 
 /// The lines of `worker`'s output that say it hosts agents of `run` (a takeover may come in
@@ -78,32 +106,11 @@ fn three_workers_run_a_team_and_a_killed_workers_agents_are_taken_over() {
     let s = Scratch::new();
     let server = Server::start();
     let url = server.url();
-    s.write("gated.toml", GATED_PLAN);
-    std::fs::create_dir_all(s.path("W")).unwrap();
     let gate = Gate(s.path("W/go"));
     // A hosts the powers and the leads, B the executors.
     let a = worker(&s, &url, "wa", &["--layer", "top,mid"]);
     let b = worker(&s, &url, "wb", &["--layer", "bottom"]);
-    let mut run = s.spawn(&[
-        "run",
-        "gated.toml",
-        "--data",
-        "D",
-        "--workspace",
-        "W",
-        "--run-id",
-        "dist",
-        "--nats",
-        &url,
-        "--heartbeat",
-        "200ms",
-        "--no-sync",
-        "--quiet",
-    ]);
-    wait_for("the gate step to start on an executor", || {
-        assert!(!run.exited(), "the run exited early:\n{}", run.stderr_so_far());
-        s.path("W/waiting").exists()
-    });
+    let run = gated_run(&s, &url, "dist");
     let a_hosts = hosting(&a, "dist").expect("worker A hosts agents");
     for agent in ["top-a", "top-b", "top-c", "mid-build", "mid-docs"] {
         assert!(a_hosts.contains(agent), "{agent} not on A: {a_hosts}");
@@ -149,36 +156,10 @@ fn a_run_on_workers_carries_on_when_the_nats_server_is_killed_and_started_again(
     let s = Scratch::new();
     let mut server = Server::start();
     let url = server.url();
-    s.write("gated.toml", GATED_PLAN);
-    std::fs::create_dir_all(s.path("W")).unwrap();
     let gate = Gate(s.path("W/go"));
     let a = worker(&s, &url, "wa", &["--layer", "top,mid"]);
     let b = worker(&s, &url, "wb", &["--layer", "bottom"]);
-    let mut run = s.spawn(&[
-        "run",
-        "gated.toml",
-        "--data",
-        "D",
-        "--workspace",
-        "W",
-        "--run-id",
-        "restart",
-        "--nats",
-        &url,
-        "--heartbeat",
-        "200ms",
-        "--no-sync",
-        "--quiet",
-    ]);
-    wait_for("the gate step to start on an executor", || {
-        assert!(
-            !run.exited(),
-            "the run exited early:
-{}",
-            run.stderr_so_far()
-        );
-        s.path("W/waiting").exists()
-    });
+    let run = gated_run(&s, &url, "restart");
     // The server dies mid-step, for longer than a lease lives: both workers stop their
     // agents; once it is back they take them again, restored from what it stored.
     server.server.kill();
@@ -205,30 +186,9 @@ fn a_worker_stopped_with_ctrl_c_hands_its_agents_to_another_mid_task() {
     let s = Scratch::new();
     let server = Server::start();
     let url = server.url();
-    s.write("gated.toml", GATED_PLAN);
-    std::fs::create_dir_all(s.path("W")).unwrap();
     let gate = Gate(s.path("W/go"));
     let mut a = worker(&s, &url, "wa", &[]);
-    let mut run = s.spawn(&[
-        "run",
-        "gated.toml",
-        "--data",
-        "D",
-        "--workspace",
-        "W",
-        "--run-id",
-        "handover",
-        "--nats",
-        &url,
-        "--heartbeat",
-        "200ms",
-        "--no-sync",
-        "--quiet",
-    ]);
-    wait_for("the gate step to start", || {
-        assert!(!run.exited(), "the run exited early:\n{}", run.stderr_so_far());
-        s.path("W/waiting").exists()
-    });
+    let run = gated_run(&s, &url, "handover");
     let b = worker(&s, &url, "wb", &[]);
     wait_for("worker B to join", || b.stdout_so_far().contains("run handover: joined"));
     assert_eq!(hosting(&b, "handover"), None, "B took agents A holds");
@@ -255,7 +215,6 @@ fn a_local_run_on_nats_is_not_placed_on_the_live_workers() {
     let s = Scratch::with_example();
     let server = Server::start();
     let url = server.url();
-    std::fs::create_dir_all(s.path("W")).unwrap();
     let w = worker(&s, &url, "w1", &[]);
     s.strata(&[
         "run",
