@@ -60,6 +60,10 @@ pub(crate) struct TeamSpawner {
     guards: GuardSettings,
     /// The team's time limits: a spawned agent's turns are bounded by `turn_ms`.
     timeouts: agent_state::Timeouts,
+    /// This spawner serves a share of a run (`Share::Agents`): other processes spawn too, so
+    /// a spawned agent's id names the configured agent its spawn tree starts from, which only
+    /// one process hosts at a time.
+    shared: bool,
 }
 
 impl TeamSpawner {
@@ -73,6 +77,7 @@ impl TeamSpawner {
         agent_roles: BTreeMap<AgentId, String>,
         guards: GuardSettings,
         timeouts: agent_state::Timeouts,
+        shared: bool,
     ) -> Arc<Self> {
         Arc::new_cyclic(|me| Self {
             me: me.clone(),
@@ -86,6 +91,7 @@ impl TeamSpawner {
             gate: tokio::sync::Mutex::new(()),
             guards,
             timeouts,
+            shared,
         })
     }
 
@@ -158,12 +164,27 @@ impl TeamSpawner {
         Ok((role, depth))
     }
 
-    /// A fresh id for an agent of `role`: `role-N`.
-    fn new_id(&self, role: &str, pool: &AgentPool) -> AgentId {
+    /// A fresh id for an agent of `role` spawned by `parent`: `role-N`; in a share of a run,
+    /// `role-ROOT-N`, ROOT the configured agent the spawn tree starts from.
+    fn new_id(&self, role: &str, parent: &AgentId, pool: &AgentPool) -> AgentId {
         let nodes = self.nodes();
+        let prefix = match self.shared {
+            false => role.to_owned(),
+            true => {
+                let mut root = parent.clone();
+                // Bounded: a malformed parent cycle ends the walk.
+                for _ in 0..=nodes.len() {
+                    match nodes.get(&root) {
+                        Some(node) => root = node.record.parent.clone(),
+                        None => break,
+                    }
+                }
+                format!("{role}-{root}")
+            }
+        };
         let mut n = nodes.values().filter(|x| x.record.role == role).count() + 1;
         loop {
-            let id = AgentId::new(format!("{role}-{n}"));
+            let id = AgentId::new(format!("{prefix}-{n}"));
             if !nodes.contains_key(&id) && pool.get(&id).is_none() {
                 return id;
             }
@@ -342,7 +363,7 @@ impl Spawner for TeamSpawner {
             return Err(SpawnError::PoolFull { max: pool.max_agents() });
         }
         let record = SpawnRecord {
-            agent: self.new_id(&role.name, &pool),
+            agent: self.new_id(&role.name, &request.parent, &pool),
             parent: request.parent.clone(),
             role: role.name.clone(),
             layer: role.layer,

@@ -140,10 +140,12 @@ pub enum Share {
     /// Every agent, the tasks and their outcomes: a run in one process ([`Team::start`],
     /// [`Team::resume`]).
     All,
-    /// These configured agents (and the agents they spawn), each restored from the stores if
-    /// it ran before (on another worker, say), or created. The `system` inbox, the tasks'
-    /// deadlines and the guards that need the whole team's state (no progress, wait cycles)
-    /// are the coordinator's; ping-pong is watched here.
+    /// These configured agents (and the agents they spawn, named `role-ROOT-N` after the
+    /// configured agent their spawn tree starts from, so two shares never pick one id), each
+    /// restored from the stores if it ran before (on another worker, say), or created. The
+    /// `system` inbox and the tasks' deadlines are the coordinator's; ping-pong is watched
+    /// here; the guards that need every agent's state in one process (no progress, wait
+    /// cycles) are not watched.
     Agents(std::collections::BTreeSet<AgentId>),
     /// No agent: the tasks ([`Team::submit`]), their deadlines and outcomes ([`Team::wait`],
     /// read from the `system` inbox).
@@ -626,6 +628,7 @@ impl Team {
                 spec.agent_roles.clone(),
                 spec.guards,
                 spec.timeouts,
+                matches!(share, Share::Agents(_)),
             )
         });
         let roles = spawner.as_ref().map(|s| s.roles()).unwrap_or_default();

@@ -28,7 +28,7 @@ fn role(name: &str, layer: AgentLayer, tools: &[&str], enabled: &[&str]) -> Role
     }
 }
 
-fn roles() -> RoleBook {
+pub(crate) fn roles() -> RoleBook {
     RoleBook::new([
         role("code_lead", AgentLayer::Mid, &[], &["coder", "tester"]),
         role("docs_lead", AgentLayer::Mid, &[], &["writer"]),
@@ -40,7 +40,7 @@ fn roles() -> RoleBook {
 }
 
 /// Three powers and nothing else: the leads and workers are created as the work unfolds.
-fn goal_team(roles: RoleBook) -> TeamSpec {
+pub(crate) fn goal_team(roles: RoleBook) -> TeamSpec {
     let mut spec = TeamSpec::new(vec![
         top("top-a", "power_a", 2.0),
         top("top-b", "power_b", 1.0),
@@ -164,7 +164,7 @@ fn worker(description: &str, history: &[ToolCallRecord]) -> ScriptedAnswer {
 }
 
 /// The whole team's script: plans, signs (rule-based), leads and workers.
-fn script(request: &ReasoningRequest) -> ScriptedAnswer {
+pub(crate) fn script(request: &ReasoningRequest) -> ScriptedAnswer {
     match request {
         ReasoningRequest::Plan { .. } => ScriptedAnswer::Plan(the_plan()),
         ReasoningRequest::NextAction { agent, subtask, history } => {
@@ -208,7 +208,7 @@ fn script(request: &ReasoningRequest) -> ScriptedAnswer {
     }
 }
 
-fn scripted_services(
+pub(crate) fn scripted_services(
     dir: &std::path::Path,
     script: fn(&ReasoningRequest) -> ScriptedAnswer,
 ) -> (agent_pool::TeamServices, Arc<ScriptedReasoner>) {
@@ -218,11 +218,11 @@ fn scripted_services(
     (services, reasoner)
 }
 
-async fn audit(services: &agent_pool::TeamServices) -> Vec<AuditRecord> {
+pub(crate) async fn audit(services: &agent_pool::TeamServices) -> Vec<AuditRecord> {
     services.audit.records(None).await.unwrap()
 }
 
-fn spawned(records: &[AuditRecord]) -> Vec<(String, String, String)> {
+pub(crate) fn spawned(records: &[AuditRecord]) -> Vec<(String, String, String)> {
     records
         .iter()
         .filter_map(|r| match &r.event {
@@ -234,7 +234,7 @@ fn spawned(records: &[AuditRecord]) -> Vec<(String, String, String)> {
         .collect()
 }
 
-async fn run_goal(team: &Team) -> TaskOutcome {
+pub(crate) async fn run_goal(team: &Team) -> TaskOutcome {
     team.submit(Task::goal("add", "a shell program that adds two numbers, tested, with a README"))
         .await
         .unwrap();

@@ -61,3 +61,32 @@ async fn a_share_naming_an_agent_outside_the_team_is_refused() {
     assert!(matches!(&error, TeamError::NotInTeam { agent } if agent.as_str() == "ghost"));
     assert!(error.to_string().contains("`ghost` is not in the team"), "{error}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn agents_spawned_in_a_share_are_named_after_its_configured_agent_and_do_the_work() {
+    use crate::goal::{audit, goal_team, roles, run_goal, script, scripted_services, spawned};
+    let dir = tempfile::tempdir().unwrap();
+    let (services, _reasoner) = scripted_services(dir.path(), script);
+    let spec = goal_team(roles());
+    // top-a plans and spawns the leads, which spawn the workers: all of them live in top-a's
+    // share, named after it, so another share's spawns could never take their ids.
+    let proposer =
+        Team::join(spec.clone(), services.clone(), Share::Agents(ids(&["top-a"]))).await.unwrap();
+    let signers =
+        Team::join(spec.clone(), services.clone(), Share::Agents(ids(&["top-b", "top-c"])))
+            .await
+            .unwrap();
+    let coordinator = Team::join(spec, services.clone(), Share::Coordinator).await.unwrap();
+    let outcome = run_goal(&coordinator).await;
+    assert!(outcome.is_success(), "{outcome:?}");
+    let spawns = spawned(&audit(&services).await);
+    assert!(!spawns.is_empty());
+    for (_, agent, role) in &spawns {
+        assert!(agent.starts_with(&format!("{role}-top-a-")), "{spawns:?}");
+        assert!(
+            proposer.pool().get(&AgentId::new(agent.as_str())).is_some(),
+            "{agent} is hosted with its root"
+        );
+        assert!(signers.pool().get(&AgentId::new(agent.as_str())).is_none());
+    }
+}
