@@ -444,7 +444,7 @@ impl Worker {
     /// Works until `stop` turns true: announces itself, joins runs, hosts agents. On stop,
     /// every team here is stopped (its agents resumable) and every lease released.
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
-        let mut hosts: BTreeMap<String, (watch::Sender<bool>, JoinHandle<()>)> = BTreeMap::new();
+        let mut hosts: BTreeMap<String, (watch::Sender<bool>, JoinHandle<bool>)> = BTreeMap::new();
         let mut refused: BTreeSet<String> = BTreeSet::new();
         let mut beat = tokio::time::interval(WORKER_BEAT);
         beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -466,7 +466,20 @@ impl Worker {
             if let Err(e) = self.registry.announce(&info).await {
                 self.emit(WorkerEvent::Trouble { run: None, error: e.to_string() });
             }
-            hosts.retain(|_, (_, task)| !task.is_finished());
+            // A run whose host ended is joined again if it is placed again (a resumed run),
+            // unless it was refused.
+            let ended: Vec<String> = hosts
+                .iter()
+                .filter(|(_, (_, t))| t.is_finished())
+                .map(|(r, _)| r.clone())
+                .collect();
+            for run in ended {
+                if let Some((_, task)) = hosts.remove(&run)
+                    && !task.await.unwrap_or(false)
+                {
+                    refused.insert(run);
+                }
+            }
             let runs = match self.registry.runs().await {
                 Ok(runs) => runs,
                 Err(e) => {
@@ -555,7 +568,9 @@ struct RunHost {
 }
 
 impl RunHost {
-    async fn run(self, mut stop: watch::Receiver<bool>) {
+    /// Hosts this worker's share of the run until it is closed, taken back or `stop` turns
+    /// true; `false` if the run was refused (its leases cannot be used), not to be joined again.
+    async fn run(self, mut stop: watch::Receiver<bool>) -> bool {
         let run_id = self.run.run_id.clone();
         let leases = match Leases::open(&self.hosted.store, LEASES, self.run.lease_ttl()).await {
             Ok(leases) => leases,
@@ -564,7 +579,7 @@ impl RunHost {
                     &self.events,
                     WorkerEvent::Refused { run: run_id, reason: format!("its leases: {e}") },
                 );
-                return;
+                return false;
             }
         };
         let teams: Teams = Arc::default();
@@ -639,6 +654,7 @@ impl RunHost {
             self.stop_all(&leases, &teams, std::mem::take(&mut groups)).await;
         }
         follower.abort();
+        true
     }
 
     /// Stops every group's agents (resumable; turns still running after [`STOP_PATIENCE`]
