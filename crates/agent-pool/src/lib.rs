@@ -71,7 +71,7 @@ pub use metrics::{AgentSummary, MetricsCalculator};
 pub use pool::{AgentPeek, AgentPool, AgentSlot, DEFAULT_MAX_AGENTS, MAX_POOL_SIZE, PoolError};
 pub use scheduler::{CycleReport, DEFAULT_HEARTBEAT, HeartbeatScheduler, WAKE_BURST, WAKE_RATE};
 pub use team::{
-    AgentSpec, Approvals, RoleSpec, Share, SubmitError, Team, TeamError, TeamServices, TeamSpec,
-    validate,
+    AgentSpec, Approvals, QUIESCE_HEARTBEATS, RoleSpec, Share, SubmitError, Team, TeamError,
+    TeamServices, TeamSpec, validate,
 };
 pub use wake::WakingBus;

@@ -503,7 +503,12 @@ pub struct Team {
     observer: Arc<Observer>,
     /// The layer of every configured agent, wherever it is hosted.
     layers: BTreeMap<AgentId, AgentLayer>,
+    /// The heartbeat period.
+    heartbeat: Duration,
 }
+
+/// How many heartbeats [`Team::shutdown`] lets the agents answer the mail still waiting.
+pub const QUIESCE_HEARTBEATS: u32 = 5;
 
 impl Team {
     /// Validates `spec`, creates every agent (initializing → idle) and starts the heartbeat.
@@ -803,6 +808,7 @@ impl Team {
             mail,
             observer,
             layers: spec.agents.iter().map(|a| (a.config.id.clone(), a.config.layer)).collect(),
+            heartbeat: spec.heartbeat,
         })
     }
 
@@ -991,9 +997,33 @@ impl Team {
         }
     }
 
-    /// Stops the heartbeat, waits for running heartbeats, and shuts every agent down (bottom
-    /// layer first, top last, so the powers' final reports see the end): all end terminated.
+    /// Lets the agents answer the mail still waiting for them, for at most `patience` (the
+    /// driver keeps running meanwhile): once every inbox of the team's agents is empty, or the
+    /// time is up. A message can arrive after the task it is about closed (an agent resumed
+    /// after a crash reports again what it had reported before); a graceful end answers it
+    /// rather than leaving it unacknowledged.
+    pub async fn quiesce(&self, patience: Duration) {
+        let until = tokio::time::Instant::now() + patience;
+        let poll = (self.heartbeat / 4).clamp(Duration::from_millis(5), Duration::from_millis(100));
+        loop {
+            let waiting = match self.services.bus.inboxes_with_mail().await {
+                Ok(inboxes) => inboxes.iter().any(|a| self.pool.get(a).is_some()),
+                Err(_) => false,
+            };
+            if !waiting || tokio::time::Instant::now() >= until {
+                return;
+            }
+            self.wake();
+            tokio::time::sleep(poll).await;
+        }
+    }
+
+    /// Lets the agents answer the mail still waiting (at most [`QUIESCE_HEARTBEATS`]
+    /// heartbeats, see [`quiesce`](Self::quiesce)), stops the heartbeat, waits for running
+    /// heartbeats, and shuts every agent down (bottom layer first, top last, so the powers'
+    /// final reports see the end): all end terminated.
     pub async fn shutdown(&self) -> Result<(), PoolError> {
+        self.quiesce(self.heartbeat * QUIESCE_HEARTBEATS).await;
         self.stop().await;
         for layer in [AgentLayer::Bottom, AgentLayer::Mid, AgentLayer::Top] {
             // The agents of a layer shut down concurrently, a bounded number at a time, so a

@@ -88,3 +88,29 @@ async fn an_executor_without_tool_call_is_refused_at_the_call_and_writes_nothing
     );
     team.shutdown().await.unwrap();
 }
+
+#[tokio::test(start_paused = true)]
+async fn mail_that_arrives_after_the_task_closed_is_answered_before_the_team_shuts_down() {
+    use agent_state::{Address, AgentId, Message, MessageId, MessageKind, Timestamp};
+    let dir = tempfile::tempdir().unwrap();
+    let services = services(dir.path());
+    let team = Team::start(standard_team(), services.clone()).await.unwrap();
+    team.submit(hello_task("late")).await.unwrap();
+    assert!(team.wait("late").await.is_success());
+    // A late message, as a resumed executor's second report of a step would be.
+    let late = Message::new(
+        services.clock.message_id(),
+        Address::System,
+        &AgentId::new("mid-docs"),
+        MessageKind::Warning,
+        serde_json::json!({"about": "bottom-d1", "reason": "a late note"}),
+        Timestamp(1_700_000_100_000),
+    );
+    services.bus.send(late).await.unwrap();
+    let inbox = Address::Agent(AgentId::new("mid-docs"));
+    assert_eq!(services.bus.pending(&inbox).await.unwrap(), 1);
+    // What `shutdown` does first: the agents answer what waits for them.
+    team.quiesce(std::time::Duration::from_secs(2)).await;
+    assert_eq!(services.bus.pending(&inbox).await.unwrap(), 0, "the late message was answered");
+    team.shutdown().await.unwrap();
+}
