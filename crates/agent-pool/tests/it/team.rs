@@ -91,7 +91,7 @@ async fn an_executor_without_tool_call_is_refused_at_the_call_and_writes_nothing
 
 #[tokio::test(start_paused = true)]
 async fn mail_that_arrives_after_the_task_closed_is_answered_before_the_team_shuts_down() {
-    use agent_state::{Address, AgentId, Message, MessageId, MessageKind, Timestamp};
+    use agent_state::{Address, AgentId, Message, MessageKind, Timestamp};
     let dir = tempfile::tempdir().unwrap();
     let services = services(dir.path());
     let team = Team::start(standard_team(), services.clone()).await.unwrap();
@@ -101,7 +101,7 @@ async fn mail_that_arrives_after_the_task_closed_is_answered_before_the_team_shu
     let late = Message::new(
         services.clock.message_id(),
         Address::System,
-        &AgentId::new("mid-docs"),
+        AgentId::new("mid-docs"),
         MessageKind::Warning,
         serde_json::json!({"about": "bottom-d1", "reason": "a late note"}),
         Timestamp(1_700_000_100_000),
