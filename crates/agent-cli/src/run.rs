@@ -508,6 +508,47 @@ struct Placed {
     run: PlacedRun,
 }
 
+/// How often the coordinator of a placed run reads the audit log for the workers' records.
+const BRIDGE_EVERY: Duration = Duration::from_millis(500);
+
+/// Brings the records a placed run's workers append to its audit log (on the server) to the
+/// coordinator's event stream, so its view shows what its agents do elsewhere. It reads the
+/// whole log at each pass: fine for a run's thousands of records; reading from the last one
+/// is for when logs grow larger.
+#[derive(Clone)]
+struct Bridge {
+    audit: Arc<dyn agent_core::AuditLog>,
+    events: agent_core::EventHub,
+    /// The last record published.
+    last: Arc<tokio::sync::Mutex<Option<u64>>>,
+}
+
+impl Bridge {
+    /// Publishes the records appended since the last pass.
+    async fn pass(&self) {
+        let mut last = self.last.lock().await;
+        match self.audit.records(None).await {
+            Ok(records) => {
+                for record in records {
+                    if last.is_none_or(|seq| record.seq > seq) {
+                        *last = Some(record.seq);
+                        self.events.publish(agent_core::TeamEvent::Audit(record));
+                    }
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "cannot read the run's audit log; retrying"),
+        }
+    }
+
+    /// A pass every [`BRIDGE_EVERY`], until aborted.
+    async fn run(self) {
+        loop {
+            self.pass().await;
+            tokio::time::sleep(BRIDGE_EVERY).await;
+        }
+    }
+}
+
 /// How long a finished placed run waits for its workers to shut its agents down.
 const RELEASE_PATIENCE: Duration = Duration::from_secs(30);
 /// How long a placed run waits for a worker to host its proposing power.
@@ -870,7 +911,8 @@ async fn drive(
 ) -> Result<u8, Failure> {
     let Running { team, services, store, ledger, tops, humans, placed } = run;
     let team = Arc::new(team);
-    // Mail the workers send (the outcome on `system`) wakes the coordinator at once.
+    // Mail the workers send (the outcome on `system`) wakes the coordinator at once, and the
+    // records the workers' agents append reach the view.
     let follower = placed.as_ref().map(|p| {
         let team = Arc::downgrade(&team);
         placement::follow(&p.server, move |_| {
@@ -879,6 +921,12 @@ async fn drive(
             }
         })
     });
+    let bridge = placed.as_ref().map(|_| Bridge {
+        audit: services.audit.clone(),
+        events: services.events.clone(),
+        last: Arc::default(),
+    });
+    let bridging = bridge.clone().map(|b| tokio::spawn(b.run()));
     let watcher =
         view::watch(team.clone(), services.clone(), task.clone(), info.clone(), output.clone());
     // Budget extensions: the top powers sign them ("ask"), or one of the team's humans
@@ -937,6 +985,11 @@ async fn drive(
             End::Outcome(_) => placed.close().await,
             _ => placed.withdraw().await,
         }
+    }
+    if let (Some(bridging), Some(bridge)) = (bridging, &bridge) {
+        bridging.abort();
+        // What the workers appended up to now (their agents shut down) is shown.
+        bridge.pass().await;
     }
     let flush = |ledger: &Option<Arc<UsageLedger>>| {
         if let Some(ledger) = ledger

@@ -148,9 +148,10 @@ struct Shown {
     steps_done: usize,
     /// The live view's last lines.
     recent: VecDeque<String>,
-    /// The sequence numbers of the records read from the log before the stream, in order: one
-    /// of them that also comes on the stream was already shown.
-    history: Vec<u64>,
+    /// The sequence numbers of the records shown: one that comes again (read from the log
+    /// before the stream and received on it, or brought from a run's workers by the
+    /// coordinator's bridge as well) is shown once.
+    seen: std::collections::BTreeSet<u64>,
     /// What the models are writing (the live view's "model output").
     outputs: output::Outputs,
 }
@@ -169,7 +170,7 @@ impl Shown {
     }
 
     fn audit(&mut self, record: &AuditRecord) -> Option<String> {
-        if self.history.binary_search(&record.seq).is_ok() {
+        if !self.seen.insert(record.seq) {
             return None;
         }
         self.steps_done += usize::from(step_done(record));
@@ -278,13 +279,12 @@ impl View {
             run_id: self.info.run_id.clone(),
             steps_done: 0,
             recent: VecDeque::with_capacity(RECENT),
-            history: Vec::new(),
+            seen: std::collections::BTreeSet::new(),
             outputs: output::Outputs::default(),
         };
         match self.services.audit.records(None).await {
             Ok(history) => {
                 history.iter().for_each(|r| print(shown.audit(r)));
-                shown.history = history.iter().map(|r| r.seq).collect();
             }
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read the audit log; showing new events only")

@@ -132,7 +132,7 @@ fn shown(mode: Mode) -> Shown {
         run_id: "r".into(),
         steps_done: 0,
         recent: VecDeque::new(),
-        history: Vec::new(),
+        seen: std::collections::BTreeSet::new(),
         outputs: output::Outputs::default(),
     }
 }
@@ -142,7 +142,6 @@ fn shown(mode: Mode) -> Shown {
 fn shown_after(mode: Mode, history: &[AuditRecord], events: &[Received]) -> (Shown, Vec<String>) {
     let mut shown = shown(mode);
     let mut printed: Vec<String> = history.iter().filter_map(|r| shown.audit(r)).collect();
-    shown.history = history.iter().map(|r| r.seq).collect();
     printed.extend(events.iter().filter_map(|e| shown.received(e)));
     (shown, printed)
 }

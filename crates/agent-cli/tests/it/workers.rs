@@ -147,6 +147,12 @@ fn three_workers_run_a_team_and_a_killed_workers_agents_are_taken_over() {
         server.block_on(server.registry.run("dist")).unwrap().is_none(),
         "the closed run stays placed"
     );
+    // The coordinator's view shows what the agents did on the workers.
+    assert!(
+        out.stdout.lines().any(|l| l.contains("bottom-b1") && l.contains("tool shell ok")),
+        "the workers' records are not in the run's view:\n{}",
+        out.stdout
+    );
     let summary = out.stdout.clone();
     assert!(summary.contains("terminated"), "agents hosted elsewhere are summarised:\n{summary}");
 }
