@@ -126,6 +126,9 @@ fn fits(what: impl FnOnce() -> String, len: usize, max: usize) -> Result<(), Bac
     )))
 }
 
+/// How long one message of a fetched batch (or the batch's end) may take to arrive.
+const BATCH_WAIT: Duration = Duration::from_secs(2);
+
 /// Every message of `stream` on `filter` from `deliver` on, in stream order, with its stream
 /// sequence number, read through a short-lived consumer.
 async fn read_stream(
@@ -157,7 +160,9 @@ async fn read_stream(
             .await
             .map_err(|e| backend_error(format!("reading {what}"), e))?;
         let before = out.len();
-        while let Some(message) = batch.next().await {
+        // A batch whose end never comes (its status lost on the way) is not waited for
+        // forever: what arrived is kept, and the next fetch goes on from there.
+        while let Ok(Some(message)) = tokio::time::timeout(BATCH_WAIT, batch.next()).await {
             let message = message.map_err(|e| broken(format!("reading {what}: {e}")))?;
             let info = message.info().map_err(|e| {
                 broken(format!("reading {what}: a message without stream information: {e}"))
