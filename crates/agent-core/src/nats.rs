@@ -126,17 +126,55 @@ fn fits(what: impl FnOnce() -> String, len: usize, max: usize) -> Result<(), Bac
     )))
 }
 
-/// How long one message of a fetched batch (or the batch's end) may take to arrive.
-const BATCH_WAIT: Duration = Duration::from_secs(2);
-
 /// Every message of `stream` on `filter` from `deliver` on, in stream order, with its stream
-/// sequence number, read through a short-lived consumer.
+/// sequence number, read through a short-lived consumer. A reader that stalls (the server said
+/// messages were pending and sent none, or a batch's end never came) is given up and the read
+/// made again with a new one, a few times.
 async fn read_stream(
     stream: &stream::Stream,
     filter: String,
     deliver: DeliverPolicy,
     what: &str,
 ) -> Result<Vec<(u64, async_nats::Message)>, BackendError> {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match read_once(stream, filter.clone(), deliver, what).await {
+            Ok(messages) => return Ok(messages),
+            Err(Read::Stalled(pending)) if attempt < READ_ATTEMPTS => {
+                tracing::debug!(what, pending, attempt, "a reader stalled; reading again");
+            }
+            Err(Read::Stalled(pending)) => {
+                return Err(broken(format!(
+                    "reading {what}: the server announced {pending} more messages but sent none, {READ_ATTEMPTS} times"
+                )));
+            }
+            Err(Read::Failed(e)) => return Err(e),
+        }
+    }
+}
+
+/// How a read through one consumer ended, when it did not return the messages.
+enum Read {
+    /// Messages were pending and none came: this many.
+    Stalled(u64),
+    /// A request failed.
+    Failed(BackendError),
+}
+
+/// How many times a stalled read is made again with a new consumer.
+const READ_ATTEMPTS: usize = 3;
+
+/// How long one message of a fetched batch (or the batch's end) may take to arrive.
+const BATCH_WAIT: Duration = Duration::from_secs(2);
+
+/// [`read_stream`] through one consumer.
+async fn read_once(
+    stream: &stream::Stream,
+    filter: String,
+    deliver: DeliverPolicy,
+    what: &str,
+) -> Result<Vec<(u64, async_nats::Message)>, Read> {
     let config = pull::Config {
         deliver_policy: deliver,
         ack_policy: AckPolicy::None,
@@ -148,46 +186,61 @@ async fn read_stream(
     let consumer = stream
         .create_consumer(config)
         .await
-        .map_err(|e| backend_error(format!("opening a reader of {what}"), e))?;
+        .map_err(|e| Read::Failed(backend_error(format!("opening a reader of {what}"), e)))?;
+    let name = consumer.cached_info().name.clone();
     let mut pending = consumer.cached_info().num_pending;
     let mut out = Vec::new();
     let mut idle = 0;
-    while pending > 0 {
-        let mut batch = consumer
-            .fetch()
-            .max_messages(BATCH)
-            .messages()
-            .await
-            .map_err(|e| backend_error(format!("reading {what}"), e))?;
+    let result = loop {
+        if pending == 0 {
+            break Ok(());
+        }
+        let mut batch = match consumer.fetch().max_messages(BATCH).messages().await {
+            Ok(batch) => batch,
+            Err(e) => break Err(Read::Failed(backend_error(format!("reading {what}"), e))),
+        };
         let before = out.len();
+        let mut failed = None;
         // A batch whose end never comes (its status lost on the way) is not waited for
         // forever: what arrived is kept, and the next fetch goes on from there.
         while let Ok(Some(message)) = tokio::time::timeout(BATCH_WAIT, batch.next()).await {
-            let message = message.map_err(|e| broken(format!("reading {what}: {e}")))?;
-            let info = message.info().map_err(|e| {
-                broken(format!("reading {what}: a message without stream information: {e}"))
-            })?;
+            let message = match message {
+                Ok(message) => message,
+                Err(e) => {
+                    failed = Some(broken(format!("reading {what}: {e}")));
+                    break;
+                }
+            };
+            let info = match message.info() {
+                Ok(info) => info,
+                Err(e) => {
+                    failed = Some(broken(format!(
+                        "reading {what}: a message without stream information: {e}"
+                    )));
+                    break;
+                }
+            };
             pending = info.pending;
             let seq = info.stream_sequence;
             out.push((seq, message.message));
         }
+        if let Some(e) = failed {
+            break Err(Read::Failed(e));
+        }
         if out.len() == before {
             // The server said messages were pending, then sent none: ask again a few times.
             idle += 1;
-            if idle > 20 {
-                return Err(broken(format!(
-                    "reading {what}: the server announced {pending} more messages but sent none"
-                )));
+            if idle > 5 {
+                break Err(Read::Stalled(pending));
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-    }
-    let name = consumer.cached_info().name.clone();
+    };
     if let Err(err) = stream.delete_consumer(&name).await {
         // The server deletes it on its own once it is idle.
         tracing::debug!(consumer = %name, error = %err, "could not delete a reader");
     }
-    Ok(out)
+    result.map(|()| out)
 }
 
 /// The audit log on a JetStream stream (see the [module](self) doc).
