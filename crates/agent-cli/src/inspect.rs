@@ -64,7 +64,16 @@ async fn anchors(
             check_anchors(records, None, &agents).iter().map(ToString::to_string).collect();
         let live = RunStore::is_in_use(dir).unwrap_or(false);
         let last = log.last_anchor().await?;
-        if !live && last != records.last().map(AuditAnchor::of) {
+        // A record appended after `records` were read (a worker of a placed run finishing
+        // its part) is found by reading again; a log cut short is not.
+        let reaches = |records: &[AuditRecord]| match last {
+            None => records.is_empty(),
+            Some(last) => records.iter().rev().any(|r| AuditAnchor::of(r) == last),
+        };
+        let reached = reaches(records)
+            || (last.is_some_and(|l| records.last().is_none_or(|r| r.seq < l.seq))
+                && reaches(&stores.audit.records(None).await?));
+        if !live && !reached {
             let show =
                 |a: Option<AuditAnchor>| a.map_or_else(|| "nothing".to_owned(), |a| a.to_string());
             breaks.push(format!(

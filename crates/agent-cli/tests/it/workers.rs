@@ -183,6 +183,11 @@ fn a_run_on_workers_carries_on_when_the_nats_server_is_killed_and_started_again(
     run.finish().code(0).stdout_has(&["task `gated` succeeded"]);
     assert_eq!(s.read("W/count.txt"), "ran\n", "the gate's command ran exactly once");
     assert_eq!(s.read("W/done.txt"), "done\n");
+    for w in [&a, &b] {
+        wait_for("the workers to close the run", || {
+            w.stdout_so_far().contains("run restart: closed")
+        });
+    }
     let verify = s.strata(&["verify", "restart", "--data", "D", "--json"]).code(0).json();
     assert_eq!(verify["ok"], true, "{verify}");
 }
