@@ -27,6 +27,7 @@ use agent_state::{
 };
 use async_trait::async_trait;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use tracing_subscriber::layer::SubscriberExt as _;
 
 /// Heartbeats an agent runs before it is measured.
 const WARM_UP: usize = 1000;
@@ -212,7 +213,46 @@ fn overhead(c: &mut Criterion) {
             spent
         });
     });
+
+    // The same heartbeat with telemetry on: the OpenTelemetry layer (agent-telemetry) builds
+    // the heartbeat's, message's and reasoning call's spans and hands them to a sink that drops
+    // them (no export). Telemetry off is `heartbeat_one_message` above: no subscriber, every
+    // span disabled at its callsite.
+    let sink: Arc<dyn opentelemetry_sdk::trace::SpanProcessor> = Arc::new(Drop);
+    let subscriber =
+        tracing_subscriber::registry().with(agent_telemetry::OtelLayer::new(sink, None));
+    tracing::subscriber::with_default(subscriber, || {
+        group.bench_function("heartbeat_one_message_otel_on", |bench| {
+            bench.iter_custom(|iters| {
+                let mut spent = Duration::ZERO;
+                for _ in 0..iters {
+                    if fixture.heartbeats > HEARTBEATS_PER_AGENT {
+                        fixture = Fixture::new(&rt, &workspace);
+                    }
+                    spent += rt.block_on(fixture.heartbeat());
+                }
+                spent
+            });
+        });
+    });
     group.finish();
+}
+
+/// A span processor that drops every span: what telemetry on costs before the export.
+#[derive(Debug)]
+struct Drop;
+
+impl opentelemetry_sdk::trace::SpanProcessor for Drop {
+    fn on_start(&self, _: &mut opentelemetry_sdk::trace::Span, _: &opentelemetry::Context) {}
+    fn on_end(&self, span: opentelemetry_sdk::trace::SpanData) {
+        black_box(span);
+    }
+    fn force_flush(&self) -> opentelemetry_sdk::error::OTelSdkResult {
+        Ok(())
+    }
+    fn shutdown_with_timeout(&self, _: Duration) -> opentelemetry_sdk::error::OTelSdkResult {
+        Ok(())
+    }
 }
 
 criterion_group!(benches, overhead);

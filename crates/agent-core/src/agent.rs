@@ -16,6 +16,7 @@ use governance::{DecideError, Governance};
 use message_bus::MessageBus;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use tracing::Instrument as _;
 use whiteboard::{BoardError, Whiteboard};
 
 use crate::audit::{AuditEvent, AuditLog};
@@ -359,6 +360,7 @@ impl AgentContext {
             )
             .await?;
         tracing::debug!(agent = %record.agent, from = %record.from, to = %record.to, reason = %record.reason, "transition");
+        crate::otel::transition(&record.agent, self.config.layer, record.to);
         self.status = next.status();
         Ok(())
     }
@@ -461,7 +463,8 @@ impl AgentContext {
         let id = self.deps.clock.message_id();
         let mut message = Message::new(id, self.config.id.clone(), to, kind, content, self.now());
         message.correlation_id = correlation;
-        self.deps.bus.send(message).await?;
+        let span = crate::otel::message(&message, Some(self.config.layer));
+        self.deps.bus.send(message).instrument(span).await?;
         self.metrics.messages_processed += 1;
         Ok(id)
     }
@@ -533,7 +536,9 @@ impl AgentContext {
             decision =
                 decision.with_human_approval(humans).map_err(|e| AgentError::Submit(e.into()))?;
         }
-        self.deps.governance.submit(decision).await?;
+        let span = crate::otel::decision("propose", &id, self.id());
+        crate::otel::decided(&span, &decision);
+        self.deps.governance.submit(decision).instrument(span).await?;
         self.audit(AuditEvent::Decision {
             decision: id,
             action: "proposed".into(),
@@ -545,7 +550,10 @@ impl AgentContext {
 
     /// Signs a decision. A refusal (not a required signer, already decided) is audited.
     pub async fn sign(&mut self, id: DecisionId) -> Result<SignOutcome, AgentError> {
-        let result = self.deps.governance.sign(id, self.id(), self.now()).await;
+        let span = crate::otel::decision("sign", &id, self.id());
+        let result =
+            self.deps.governance.sign(id, self.id(), self.now()).instrument(span.clone()).await;
+        self.record_decision(&span, id).await;
         let outcome = self.audit_decision(result, id, "sign").await?;
         if outcome != SignOutcome::AlreadySigned {
             self.metrics.decisions_signed += 1;
@@ -562,7 +570,14 @@ impl AgentContext {
 
     /// Vetoes a decision. A refusal is audited.
     pub async fn veto(&mut self, id: DecisionId, reason: &str) -> Result<(), AgentError> {
-        let result = self.deps.governance.veto(id, self.id(), reason, self.now()).await;
+        let span = crate::otel::decision("veto", &id, self.id());
+        let result = self
+            .deps
+            .governance
+            .veto(id, self.id(), reason, self.now())
+            .instrument(span.clone())
+            .await;
+        self.record_decision(&span, id).await;
         self.audit_decision(result, id, "veto").await?;
         self.metrics.decisions_vetoed += 1;
         self.audit(AuditEvent::Decision {
@@ -572,6 +587,16 @@ impl AgentContext {
         })
         .await?;
         Ok(())
+    }
+
+    /// Records decision `id`'s state on `span` (telemetry on only: it reads the decision).
+    async fn record_decision(&self, span: &tracing::Span, id: DecisionId) {
+        if span.is_disabled() {
+            return;
+        }
+        if let Ok(Some(decision)) = self.deps.governance.get(id).await {
+            crate::otel::decided(span, &decision);
+        }
     }
 
     async fn audit_decision<T>(
@@ -638,9 +663,21 @@ impl AgentContext {
         call: &ToolCall,
         idempotent: bool,
     ) -> Result<ToolOutput, AgentError> {
+        let span = crate::otel::tool(self.id(), &call.tool);
+        let result = self.step_tool(key, call, idempotent).instrument(span.clone()).await;
+        crate::otel::tool_done(&span, &result);
+        result
+    }
+
+    async fn step_tool(
+        &mut self,
+        key: &str,
+        call: &ToolCall,
+        idempotent: bool,
+    ) -> Result<ToolOutput, AgentError> {
         self.require(Action::CallTool, &call.tool).await?;
         let Some(tool) = self.deps.tools.get(&call.tool).filter(|t| t.has_side_effects()) else {
-            return self.call_tool(call).await;
+            return self.run_tool(call).await;
         };
         // Outside a heartbeat no timeout watches the call, so there is nothing to mark.
         let _in_flight = self.effect_in_flight.as_ref().map(EffectInFlight::mark);
@@ -859,6 +896,13 @@ impl AgentContext {
     /// before the tool runs; large strings the call carries are stored once and audited as
     /// references.
     pub async fn call_tool(&mut self, call: &ToolCall) -> Result<ToolOutput, AgentError> {
+        let span = crate::otel::tool(self.id(), &call.tool);
+        let result = self.run_tool(call).instrument(span.clone()).await;
+        crate::otel::tool_done(&span, &result);
+        result
+    }
+
+    async fn run_tool(&mut self, call: &ToolCall) -> Result<ToolOutput, AgentError> {
         self.require(Action::CallTool, &call.tool).await?;
         let (call, args) = self.prepare_call(call).await?;
         let call = &call;
@@ -1066,6 +1110,21 @@ impl Agent {
             }
             return Ok(HeartbeatOutcome::Idle);
         }
+        let span =
+            crate::otel::heartbeat(self.id(), self.ctx.config.layer, number, cycle, &messages);
+        self.work(number, cycle, messages).instrument(span).await
+    }
+
+    /// The rest of a turn that has work: `messages` (perhaps none, for a tick) are processed,
+    /// the effects stored, the messages acknowledged.
+    async fn work(
+        &mut self,
+        number: u64,
+        cycle: bool,
+        messages: Vec<Message>,
+    ) -> Result<HeartbeatOutcome, AgentError> {
+        let inbox = Address::Agent(self.id().clone());
+        let bus = self.ctx.deps.bus.clone();
         if self.status() == AgentStatus::Idle {
             self.ctx
                 .transition(
@@ -1265,6 +1324,7 @@ impl Agent {
             self.ctx.retries += 1;
             self.ctx.metrics.retries += 1;
             let retry = self.ctx.retries;
+            crate::otel::retry(self.id(), self.ctx.config.layer, retry);
             self.ctx
                 .audit(AuditEvent::Error { error: text.clone(), retry, max_retries: max })
                 .await?;

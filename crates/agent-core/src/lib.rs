@@ -54,6 +54,7 @@ pub mod events;
 #[cfg(feature = "nats")]
 pub mod nats;
 mod offclock;
+pub mod otel;
 pub mod protocol;
 mod reasoner;
 mod scripted;

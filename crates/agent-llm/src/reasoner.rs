@@ -64,6 +64,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
+use tracing::Instrument as _;
 
 use agent_core::spawn::{RETURN_RESULTS, is_agent_tool, supervisor_tool_spec};
 use agent_core::tools::{ToolRegistry, validate};
@@ -351,16 +352,37 @@ impl LlmReasoner {
             }
         };
         let call = self.calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        let span = chat_span(who, self.provider.name(), self.provider.model(), request, call);
         let result = match self.events.as_ref().filter(|h| self.settings.stream && h.is_watched()) {
             Some(hub) => {
                 let provider = self.provider.as_ref();
                 let me = &who.config.id;
-                complete_publishing(provider, request, &policy, &mut observe, hub, me, call).await
+                complete_publishing(provider, request, &policy, &mut observe, hub, me, call)
+                    .instrument(span.clone())
+                    .await
             }
             None => {
-                complete_with_retry(self.provider.as_ref(), request, &policy, &mut observe).await
+                complete_with_retry(self.provider.as_ref(), request, &policy, &mut observe)
+                    .instrument(span.clone())
+                    .await
             }
         };
+        if !span.is_disabled() {
+            match &result {
+                Ok((response, _)) => {
+                    let usage = response.usage;
+                    let cost = self.ledger.prices().cost(self.provider.model(), usage);
+                    span.record("gen_ai.usage.input_tokens", usage.input_tokens);
+                    span.record("gen_ai.usage.output_tokens", usage.output_tokens);
+                    span.record("strata.cost_usd", cost);
+                }
+                Err(e) => {
+                    span.record("error.type", tracing::field::debug(&e.kind));
+                    span.record("otel.status_code", "error");
+                }
+            }
+            span.record("gen_ai.request.retries", retried_failures + rate_limit_waits);
+        }
         self.ledger.retried(&site, retried_failures, rate_limit_waits);
         if let Some(choice) = self.provider.structured_choice() {
             self.ledger.structured_mode(&site, choice);
@@ -1479,4 +1501,38 @@ fn pretty(v: &Value) -> String {
 
 fn join<'a>(items: impl Iterator<Item = &'a str>) -> String {
     items.collect::<Vec<_>>().join(", ")
+}
+
+/// The span of one reasoning call (OpenTelemetry GenAI conventions: `chat MODEL`, with the
+/// provider, the model and, once it ended, the tokens in and out and the cost), or a disabled
+/// one when telemetry is off.
+fn chat_span(
+    who: Persona<'_>,
+    provider: &str,
+    model: &str,
+    request: &ChatRequest,
+    call: u64,
+) -> tracing::Span {
+    if !agent_core::otel::enabled() {
+        return tracing::Span::none();
+    }
+    tracing::info_span!(
+        target: "strata::otel",
+        "chat",
+        otel.name = format!("chat {model}").as_str(),
+        otel.kind = "client",
+        gen_ai.operation.name = "chat",
+        gen_ai.provider.name = provider,
+        gen_ai.request.model = model,
+        gen_ai.request.max_tokens = request.max_tokens,
+        gen_ai.usage.input_tokens = tracing::field::Empty,
+        gen_ai.usage.output_tokens = tracing::field::Empty,
+        gen_ai.request.retries = tracing::field::Empty,
+        strata.cost_usd = tracing::field::Empty,
+        strata.call = call,
+        agent.id = %who.config.id,
+        agent.layer = %who.config.layer,
+        error.type = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+    )
 }

@@ -39,6 +39,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
+use tracing::Instrument as _;
 
 use agent_state::{AgentId, AgentLayer, BackendError, Message};
 use async_nats::jetstream::kv;
@@ -784,11 +785,13 @@ impl RunHost {
             return;
         }
         let agents: BTreeSet<AgentId> = taken.iter().map(|(a, _)| a.clone()).collect();
+        let span = agent_core::otel::share(&self.run.run_id, agents.len());
         match Team::join(
             self.hosted.spec.clone(),
             self.hosted.services.clone(),
             Share::Agents(agents.clone()),
         )
+        .instrument(span)
         .await
         {
             Ok(team) => {

@@ -288,7 +288,7 @@ impl HeartbeatScheduler {
         report.started += 1;
         self.busy.insert(id.clone());
         let ticking = self.ticking.clone();
-        self.running.spawn(async move {
+        self.running.spawn(tracing::Instrument::in_current_span(async move {
             let result = guard.heartbeat(number).await.map_err(|e| e.to_string());
             if matches!(result, Ok(HeartbeatOutcome::Idle | HeartbeatOutcome::Processed { .. })) {
                 slot.note_answer(number);
@@ -300,7 +300,7 @@ impl HeartbeatScheduler {
                 ticking.remove(&id);
             }
             (id, result)
-        });
+        }));
     }
 
     /// Wake on work: starts a turn ([`Agent::wake`](agent_core::Agent::wake)) for every agent
@@ -337,7 +337,7 @@ impl HeartbeatScheduler {
             started += 1;
             self.busy.insert(id.clone());
             let ticking = self.ticking.clone();
-            self.running.spawn(async move {
+            self.running.spawn(tracing::Instrument::in_current_span(async move {
                 let result = guard.wake().await.map_err(|e| e.to_string());
                 let mut ticking = ticking.lock().unwrap_or_else(PoisonError::into_inner);
                 if guard.wants_tick() {
@@ -346,7 +346,7 @@ impl HeartbeatScheduler {
                     ticking.remove(&id);
                 }
                 (id, result)
-            });
+            }));
         }
         started
     }

@@ -18,6 +18,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
+use tracing::Instrument as _;
 
 use agent_core::{
     Agent, AgentBehavior, AgentDeps, AgentRecord, AuditEvent, SpawnError, SpawnRecord,
@@ -373,16 +374,18 @@ impl Spawner for TeamSpawner {
             depth,
         };
         let (config, behavior, deps) = self.build(&record)?;
+        let span = agent_core::otel::spawn(&record.parent, &record.agent, &record.role);
         // Audited first: a resumed run creates what the log says was spawned.
         let now = self.services.clock.now();
         self.services
             .audit
             .append(&record.parent, now, AuditEvent::Spawned { spawn: record.clone() })
+            .instrument(span.clone())
             .await
             .map_err(|e| SpawnError::Failed(format!("cannot record the spawn: {e}")))?;
         self.nodes()
             .insert(record.agent.clone(), Node { record: record.clone(), despawned: false });
-        match pool.create(config, behavior, deps).await {
+        match pool.create(config, behavior, deps).instrument(span).await {
             Ok(_) => {
                 tracing::info!(agent = %record.agent, parent = %record.parent, role = %record.role, depth, "agent spawned");
                 Ok(record)

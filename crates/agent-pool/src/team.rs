@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument as _;
 
 use agent_core::protocol::StatusReport;
 use agent_core::tools::{ToolContext, ToolRegistry};
@@ -494,6 +495,9 @@ pub struct Team {
     kinds: KindCoverage,
     outcomes: watch::Receiver<BTreeMap<String, TaskOutcome>>,
     submitted: Mutex<Vec<String>>,
+    /// The open tasks' telemetry spans (disabled ones when telemetry is off), ended when
+    /// their outcome is read ([`wait`](Self::wait)).
+    task_spans: std::sync::Mutex<BTreeMap<String, tracing::Span>>,
     /// The open tasks' submission times, for the task limit.
     deadlines: Arc<TaskDeadlines>,
     driver: Mutex<Option<(watch::Sender<bool>, JoinHandle<HeartbeatScheduler>)>>,
@@ -784,7 +788,9 @@ impl Team {
             services.clock.clone(),
             proposer.clone(),
         );
-        let driver = tokio::spawn(drive(
+        // The driver (and the turns it starts) run in the caller's span: a run's telemetry
+        // knows which run every agent's span belongs to.
+        let driver = tokio::spawn(tracing::Instrument::in_current_span(drive(
             scheduler,
             guard,
             spec.heartbeat,
@@ -795,7 +801,7 @@ impl Team {
             stop_rx,
             deadlines.clone(),
             share.coordinates(),
-        ));
+        )));
         Ok(Self {
             pool,
             services,
@@ -803,6 +809,7 @@ impl Team {
             kinds: KindCoverage::of(&spec),
             outcomes,
             submitted,
+            task_spans: std::sync::Mutex::default(),
             deadlines,
             driver: Mutex::new(Some((stop_tx, driver))),
             mail,
@@ -892,8 +899,16 @@ impl Team {
             content,
             self.services.clock.now(),
         );
-        self.services.bus.send(message).await?;
+        let span = agent_core::otel::task(&task.id, &task.goal, "submitted");
+        let sent = span.in_scope(|| agent_core::otel::message(&message, None));
+        self.services.bus.send(message).instrument(sent).await?;
         self.deadlines.submitted(&task.id);
+        if !span.is_disabled() {
+            self.task_spans
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(task.id.clone(), span);
+        }
         submitted.push(task.id);
         Ok(())
     }
@@ -903,6 +918,7 @@ impl Team {
         let mut outcomes = self.outcomes.clone();
         loop {
             if let Some(outcome) = outcomes.borrow_and_update().get(task_id) {
+                self.task_closed(outcome);
                 return outcome.clone();
             }
             if outcomes.changed().await.is_err() {
@@ -911,6 +927,20 @@ impl Team {
                     reason: TaskFailure::ShutDown,
                 };
             }
+        }
+    }
+
+    /// Ends a task's telemetry span with its outcome.
+    fn task_closed(&self, outcome: &TaskOutcome) {
+        let span = self
+            .task_spans
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(outcome.task_id());
+        if let Some(span) = span {
+            let succeeded = matches!(outcome, TaskOutcome::Succeeded { .. });
+            span.record("task.outcome", if succeeded { "succeeded" } else { "failed" });
+            span.record("otel.status_code", if succeeded { "ok" } else { "error" });
         }
     }
 
