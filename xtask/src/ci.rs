@@ -81,10 +81,10 @@ fn fuzz(root: &Path) -> anyhow::Result<()> {
 
 /// What the other steps need beyond cargo: cmake and clang to build llama.cpp (the embedded
 /// model, feature `local`, which every step builds with `--all-features`), Graphviz (the
-/// lineage tests render DOT), bubblewrap (the `shell` tool's sandbox), and the model file,
-/// fetched once by `strata model fetch` (nothing is downloaded when it is already there), and
-/// llama-cpp-python's server (installed once from PyPI, [`crate::pyenv`]), which serves that
-/// model to the `--reasoner openai` test.
+/// lineage tests render DOT), bubblewrap (the `shell` tool's sandbox), Chromium and chromedriver
+/// (the browser test of the dashboard), and the model file, fetched once by `strata model fetch`
+/// (nothing is downloaded when it is already there), and llama-cpp-python's server (installed
+/// once from PyPI, [`crate::pyenv`]), which serves that model to the `--reasoner openai` test.
 fn setup(root: &Path) -> anyhow::Result<()> {
     let missing: Vec<&str> = ["cmake", "clang"]
         .into_iter()
@@ -104,6 +104,16 @@ fn setup(root: &Path) -> anyhow::Result<()> {
     if !succeeds(Command::new("bwrap").arg("--version")) {
         bail!(
             "bubblewrap (`bwrap`) not found: every `shell` command runs in its sandbox, and the tests check it; install it with `apt-get install bubblewrap` (`.ci/run` does this)"
+        );
+    }
+    let missing: Vec<&str> = ["chromium", "chromedriver"]
+        .into_iter()
+        .filter(|tool| !succeeds(Command::new(tool).arg("--version")))
+        .collect();
+    if !missing.is_empty() {
+        bail!(
+            "{} not found: the CLI's browser test drives the dashboard (`strata serve`) in headless Chromium through chromedriver; install them with `apt-get install chromium chromium-driver` (`.ci/run` does this)",
+            missing.join(" and ")
         );
     }
     nats()?;

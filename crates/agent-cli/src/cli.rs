@@ -21,6 +21,10 @@ mod tests;
 pub(crate) struct Cli {
     #[command(subcommand)]
     pub(crate) command: Command,
+    /// Export OpenTelemetry traces and metrics over OTLP/HTTP to this collector (its base URL,
+    /// such as http://127.0.0.1:4318); default: $OTEL_EXPORTER_OTLP_ENDPOINT, else off.
+    #[arg(long, global = true, value_name = "URL")]
+    pub(crate) otlp: Option<String>,
 }
 
 /// The commands.
@@ -69,6 +73,28 @@ pub(crate) enum Command {
     /// workers are live): agents are taken by leases renewed every heartbeat, and taken over
     /// by the other workers when this one dies or is cut off. Ctrl-C releases them.
     Worker(WorkerArgs),
+    /// Serve a web dashboard of the runs (loopback by default): the hierarchy, decisions,
+    /// progress, events, cost and the audit verification, live; approve/veto where a human
+    /// may sign (with the token it prints).
+    Serve(ServeArgs),
+}
+
+/// `strata serve`.
+#[derive(Debug, Args)]
+pub(crate) struct ServeArgs {
+    /// Where runs are stored.
+    #[arg(long, default_value = DEFAULT_DATA)]
+    pub(crate) data: PathBuf,
+    /// Read runs on NATS from this server instead of the one their run.json names.
+    #[arg(long, value_name = "URL")]
+    pub(crate) nats: Option<String>,
+    /// Address to listen on; anything but loopback needs --token (or $STRATA_SERVE_TOKEN).
+    #[arg(long, default_value = "127.0.0.1:7878")]
+    pub(crate) addr: String,
+    /// The token signing (and, off loopback, every request) needs; default
+    /// $STRATA_SERVE_TOKEN, else a new one, printed in the URL.
+    #[arg(long)]
+    pub(crate) token: Option<String>,
 }
 
 /// `strata worker`.

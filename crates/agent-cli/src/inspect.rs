@@ -33,7 +33,7 @@ use crate::run::{RunInfo, TEAM_FILE, resolve_run};
 use crate::view::event_line;
 use crate::{Failure, bad_input};
 
-mod spawns;
+pub(crate) mod spawns;
 #[cfg(test)]
 mod tests;
 
@@ -46,7 +46,7 @@ fn open(dir: &Path) -> Result<RunStore, Failure> {
 /// protects the log, in words. A run on NATS has no seal: its agents' anchors are checked, and
 /// that `records` reach the audit stream's last record on the server (unless a live process
 /// may be appending to it).
-async fn anchors(
+pub(crate) async fn anchors(
     dir: &Path,
     store: &RunStore,
     stores: &Stores,
@@ -457,6 +457,21 @@ impl CostMeter for StoredCosts {
     }
 }
 
+/// The agents of a run's team file, with their layer, supervisor and role (`inspect tree`,
+/// the dashboard).
+pub(crate) fn configured(team: &team_file::TeamFile) -> Vec<spawns::Configured> {
+    team.spec
+        .agents
+        .iter()
+        .map(|a| spawns::Configured {
+            id: a.config.id.clone(),
+            layer: a.config.layer,
+            supervisor: a.config.supervisor.clone(),
+            role: team.spec.agent_roles.get(&a.config.id).cloned(),
+        })
+        .collect()
+}
+
 /// `inspect tree`: the configured agents and those spawned under them, with status, task,
 /// results, dismissal and cost (when the run has a usage ledger).
 async fn tree(
@@ -478,17 +493,7 @@ async fn tree(
     }
     let usage = agent_llm::LlmStore::load_usage(&agent_llm::SledLlmStore::open(store)?)?;
     let costs = usage.map(|report| StoredCosts { report, prices: team.prices.clone() });
-    let configured = team
-        .spec
-        .agents
-        .iter()
-        .map(|a| spawns::Configured {
-            id: a.config.id.clone(),
-            layer: a.config.layer,
-            supervisor: a.config.supervisor.clone(),
-            role: team.spec.agent_roles.get(&a.config.id).cloned(),
-        })
-        .collect();
+    let configured = configured(&team);
     let tree =
         spawns::SpawnTree::build(configured, &records, costs.as_ref().map(|c| c as &dyn CostMeter));
     if json {

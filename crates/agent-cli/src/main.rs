@@ -42,6 +42,7 @@ mod operator;
 mod reasoners;
 mod run;
 mod runs;
+mod serve;
 mod view;
 mod worker;
 
@@ -103,8 +104,38 @@ fn bad_input(e: impl Into<anyhow::Error>) -> Failure {
     Failure::BadInput(e.into())
 }
 
+/// The process's OpenTelemetry export, when `--otlp` or `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
+static TELEMETRY: std::sync::Mutex<Option<agent_telemetry::Telemetry>> =
+    std::sync::Mutex::new(None);
+
+/// Sends the telemetry left and stops its export (before the process ends; a no-op when
+/// telemetry is off or was stopped already).
+fn finish_telemetry() {
+    let telemetry = TELEMETRY.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+    if let Some(telemetry) = telemetry {
+        telemetry.shutdown();
+    }
+}
+
+/// Starts the OpenTelemetry export if an endpoint is given; a bad endpoint is bad input.
+fn start_telemetry(flag: Option<&str>) -> Result<(), String> {
+    let endpoint = agent_telemetry::Endpoint::from_flag_or_env(flag).map_err(|e| e.to_string())?;
+    if let Some(endpoint) = endpoint {
+        let telemetry = agent_telemetry::Telemetry::install(&endpoint, "strata", |warning| {
+            errln!("{warning}");
+        })
+        .map_err(|e| e.to_string())?;
+        *TELEMETRY.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(telemetry);
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Err(e) = start_telemetry(cli.otlp.as_deref()) {
+        errln!("error: {e}");
+        return ExitCode::from(BAD_INPUT);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -113,6 +144,7 @@ fn main() -> ExitCode {
         }
     };
     let result = runtime.block_on(dispatch(cli));
+    finish_telemetry();
     match result {
         Ok(code) => ExitCode::from(code),
         Err(Failure::BadInput(e)) => {
@@ -143,5 +175,6 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::Lineage(args) => evolve::lineage(&args).await,
         Command::Model(args) => model::model(args).await,
         Command::Worker(args) => worker::worker(args).await,
+        Command::Serve(args) => serve::serve(args).await,
     }
 }

@@ -508,10 +508,36 @@ async fn decide(
     target: &DecisionTarget,
     request: impl FnOnce(DecisionId, String) -> OperatorRequest,
 ) -> Result<u8, Failure> {
-    let (run, decision, no_wait) = (&target.run, &target.decision, target.operator.no_wait);
-    let dir = resolve_run(&target.operator.data, run)?;
+    let (data, run, no_wait) = (&target.operator.data, &target.run, target.operator.no_wait);
+    let as_name = target.operator.as_name.as_deref();
+    let decision = &target.decision;
+    let (id, human, submitted) =
+        send_decision(data, run, decision, as_name, request, no_wait, true).await?;
+    Ok(match submitted {
+        Submitted::Applied(done) => {
+            outln!("decision {id}: {} by {HUMAN_PREFIX}{human}", done.outcome.replace('_', " "));
+            0
+        }
+        Submitted::Queued => 0,
+        Submitted::TimedOut => TASK_FAILED,
+    })
+}
+
+/// Checks and delivers a decision request (`strata approve` / `veto`, and the dashboard's
+/// buttons): the run in `data`, the decision's id, who (`as_name`, else `$USER`). With `say`,
+/// what is queued or late is printed as the commands print it; without, only returned.
+pub(crate) async fn send_decision(
+    data: &Path,
+    run: &str,
+    decision: &str,
+    as_name: Option<&str>,
+    request: impl FnOnce(DecisionId, String) -> OperatorRequest,
+    no_wait: bool,
+    say: bool,
+) -> Result<(DecisionId, String, Submitted), Failure> {
+    let dir = resolve_run(data, run)?;
     let info = RunInfo::read(&dir).map_err(bad_input)?;
-    let human = operator_name(target.operator.as_name.as_deref())?;
+    let human = operator_name(as_name)?;
     let id = uuid::Uuid::parse_str(decision.trim()).map(DecisionId::from_uuid).map_err(|_| {
         bad_input(anyhow::anyhow!(
             "`{}` is not a decision id; `strata inspect {run} decisions` lists them",
@@ -522,18 +548,12 @@ async fn decide(
     let allowed = allowed_humans(&dir)?;
     let refused = check(&dir, &info, &request, id, &human, &allowed).await?;
     let envelope = Envelope { id: new_request_id(), at: now_ms(), request, refused };
-    Ok(match submit(&dir, &info, envelope, no_wait).await? {
-        Submitted::Applied(done) => {
-            outln!("decision {id}: {} by {HUMAN_PREFIX}{human}", done.outcome.replace('_', " "));
-            0
-        }
-        Submitted::Queued => 0,
-        Submitted::TimedOut => TASK_FAILED,
-    })
+    let submitted = submit_as(&dir, &info, envelope, no_wait, say).await?;
+    Ok((id, human, submitted))
 }
 
 /// What became of a request [`submit`] delivered.
-enum Submitted {
+pub(crate) enum Submitted {
     /// The live run applied it.
     Applied(Done),
     /// Queued for `strata resume`, or not waited for (`--no-wait`); the command said so.
@@ -552,6 +572,17 @@ async fn submit(
     envelope: Envelope,
     no_wait: bool,
 ) -> Result<Submitted, Failure> {
+    submit_as(dir, info, envelope, no_wait, true).await
+}
+
+/// [`submit`], printing what is queued or late only with `say`.
+async fn submit_as(
+    dir: &Path,
+    info: &RunInfo,
+    envelope: Envelope,
+    no_wait: bool,
+    say: bool,
+) -> Result<Submitted, Failure> {
     let live = RunStore::is_in_use(dir).map_err(bad_input)?;
     if let Some(error) = &envelope.refused {
         if live {
@@ -567,28 +598,34 @@ async fn submit(
     }
     deliver(dir, &envelope)?;
     if !live {
-        outln!(
-            "run {} is not running: request {} is queued; `strata resume {}` applies it",
-            info.run_id,
-            envelope.id,
-            info.run_id
-        );
+        if say {
+            outln!(
+                "run {} is not running: request {} is queued; `strata resume {}` applies it",
+                info.run_id,
+                envelope.id,
+                info.run_id
+            );
+        }
         return Ok(Submitted::Queued);
     }
     if no_wait {
-        outln!("request {} delivered to run {}", envelope.id, info.run_id);
+        if say {
+            outln!("request {} delivered to run {}", envelope.id, info.run_id);
+        }
         return Ok(Submitted::Queued);
     }
     match wait_for(dir, &envelope.id).await {
         Some(Done { error: Some(error), .. }) => Err(bad_input(anyhow::anyhow!("{error}"))),
         Some(done) => Ok(Submitted::Applied(done)),
         None => {
-            errln!(
-                "run {} has not taken request {} within {} s; it stays queued and is applied when the run reads its requests",
-                info.run_id,
-                envelope.id,
-                WAIT.as_secs()
-            );
+            if say {
+                errln!(
+                    "run {} has not taken request {} within {} s; it stays queued and is applied when the run reads its requests",
+                    info.run_id,
+                    envelope.id,
+                    WAIT.as_secs()
+                );
+            }
             Ok(Submitted::TimedOut)
         }
     }
@@ -649,7 +686,7 @@ async fn check(
 
 /// A private copy of the run's store; a copy of a live run caught mid-write is taken again
 /// (a few times).
-async fn read_copy(dir: &Path) -> Result<RunStore, Failure> {
+pub(crate) async fn read_copy(dir: &Path) -> Result<RunStore, Failure> {
     const ATTEMPTS: u32 = 5;
     let mut attempt = 0;
     loop {

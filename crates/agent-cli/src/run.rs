@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tracing::Instrument as _;
 
 use agent_core::tools::{Sandbox, Shell, ToolContext, ToolRegistry};
 use agent_core::{AuditEvent, TokioClock};
@@ -286,45 +287,50 @@ pub(crate) async fn start(prepared: Prepared, args: &StartArgs) -> Result<u8, Fa
         nats: server.as_ref().map(|s| s.url().to_owned()),
         local: args.local,
     };
-    // The stores are opened (on NATS: created) before `run.json` is written: a run that
-    // `resume` can find has its streams on the server.
-    let stores = match &server {
-        Some(server) => Stores::nats(server).await?,
-        None => Stores::sled(&store)?,
-    };
-    info.write(&dir)?;
-    view::started(&args.output, &info, &dir);
-    warn_if_unsynced(args.no_sync);
-    warn_if_unsandboxed(args.unsandboxed);
-    let sandbox = sandbox.hide(data_dir(&args.data));
-    let (services, ledger) =
-        services(&store, stores, &info, &team, tools, sandbox, dir.join(JOURNAL_DIR)).await?;
-    let task = store_large_contents(task, &services).await?;
-    let placed = match (registry, &server) {
-        (Some(registry), Some(server)) => Some(Placed {
-            registry,
-            server: server.clone(),
-            run: PlacedRun::new(&run_id, &team.spec, placed_spec(&team_text, &info)),
-        }),
-        _ => None,
-    };
-    let team_handle = match &placed {
-        Some(placed) => placed.coordinate(&team, services.clone()).await?,
-        None => Team::start(team.spec.clone(), services.clone())
-            .await
-            .context("cannot start the team")?,
-    };
-    team_handle.submit(task.clone()).await.context("cannot submit the task")?;
-    let run = Running {
-        team: team_handle,
-        services,
-        store,
-        ledger,
-        tops: top_ids(&team),
-        humans: team.spec.approvals.humans.clone(),
-        placed,
-    };
-    drive(run, task, info, dir, &args.output).await
+    let span = run_span(&run_id, &task.id, "started");
+    async move {
+        // The stores are opened (on NATS: created) before `run.json` is written: a run that
+        // `resume` can find has its streams on the server.
+        let stores = match &server {
+            Some(server) => Stores::nats(server).await?,
+            None => Stores::sled(&store)?,
+        };
+        info.write(&dir)?;
+        view::started(&args.output, &info, &dir);
+        warn_if_unsynced(args.no_sync);
+        warn_if_unsandboxed(args.unsandboxed);
+        let sandbox = sandbox.hide(data_dir(&args.data));
+        let (services, ledger) =
+            services(&store, stores, &info, &team, tools, sandbox, dir.join(JOURNAL_DIR)).await?;
+        let task = store_large_contents(task, &services).await?;
+        let placed = match (registry, &server) {
+            (Some(registry), Some(server)) => Some(Placed {
+                registry,
+                server: server.clone(),
+                run: PlacedRun::new(&run_id, &team.spec, placed_spec(&team_text, &info)),
+            }),
+            _ => None,
+        };
+        let team_handle = match &placed {
+            Some(placed) => placed.coordinate(&team, services.clone()).await?,
+            None => Team::start(team.spec.clone(), services.clone())
+                .await
+                .context("cannot start the team")?,
+        };
+        team_handle.submit(task.clone()).await.context("cannot submit the task")?;
+        let run = Running {
+            team: team_handle,
+            services,
+            store,
+            ledger,
+            tops: top_ids(&team),
+            humans: team.spec.approvals.humans.clone(),
+            placed,
+        };
+        drive(run, task, info, dir, &args.output).await
+    }
+    .instrument(span)
+    .await
 }
 
 /// The plan of `strata run --goal TEXT`: a goal-only plan file (stored in the run as its
@@ -467,37 +473,42 @@ async fn resume_with(
     view::resumed(&args.output, &info, &dir);
     warn_if_unsynced(args.no_sync);
     warn_if_unsandboxed(args.unsandboxed);
-    let (services, ledger) =
-        services(&store, stores, &info, &team, tools, sandbox, dir.join(JOURNAL_DIR)).await?;
-    let task = store_large_contents(task, &services).await?;
-    let team_handle = match &placed {
-        Some(placed) => placed.coordinate(&team, services.clone()).await?,
-        None => Team::resume(team.spec.clone(), services.clone())
-            .await
-            .context("cannot resume the team")?,
-    };
-    if team_handle.outcome(&task.id).is_none() {
-        // The task may never have reached the top power before the interruption; a second
-        // copy of the assignment is ignored by the power if it already has the task.
-        match team_handle.submit(task.clone()).await {
-            Ok(()) | Err(agent_pool::SubmitError::Duplicate(_)) => {}
-            Err(e) => {
-                return Err(Failure::Other(
-                    anyhow::Error::new(e).context("cannot resubmit the task"),
-                ));
+    let span = run_span(&info.run_id, &task.id, "resumed");
+    async move {
+        let (services, ledger) =
+            services(&store, stores, &info, &team, tools, sandbox, dir.join(JOURNAL_DIR)).await?;
+        let task = store_large_contents(task, &services).await?;
+        let team_handle = match &placed {
+            Some(placed) => placed.coordinate(&team, services.clone()).await?,
+            None => Team::resume(team.spec.clone(), services.clone())
+                .await
+                .context("cannot resume the team")?,
+        };
+        if team_handle.outcome(&task.id).is_none() {
+            // The task may never have reached the top power before the interruption; a second
+            // copy of the assignment is ignored by the power if it already has the task.
+            match team_handle.submit(task.clone()).await {
+                Ok(()) | Err(agent_pool::SubmitError::Duplicate(_)) => {}
+                Err(e) => {
+                    return Err(Failure::Other(
+                        anyhow::Error::new(e).context("cannot resubmit the task"),
+                    ));
+                }
             }
         }
+        let run = Running {
+            team: team_handle,
+            services,
+            store,
+            ledger,
+            tops: top_ids(&team),
+            humans: team.spec.approvals.humans.clone(),
+            placed,
+        };
+        drive(run, task, info, dir, &args.output).await
     }
-    let run = Running {
-        team: team_handle,
-        services,
-        store,
-        ledger,
-        tops: top_ids(&team),
-        humans: team.spec.approvals.humans.clone(),
-        placed,
-    };
-    drive(run, task, info, dir, &args.output).await
+    .instrument(span)
+    .await
 }
 
 /// A run whose agents are placed on workers (`strata worker`): this process coordinates.
@@ -1115,4 +1126,20 @@ pub(crate) fn civil_from_days(z: i64) -> (i64, u32, u32) {
     let d = u32::try_from(doy - (153 * mp + 2) / 5 + 1).unwrap_or(1);
     let m = u32::try_from(if mp < 10 { mp + 3 } else { mp - 9 }).unwrap_or(1);
     (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+/// The telemetry span of a run in this process (`strata run`, `resume`): every agent's and
+/// task's span in it knows the run ([`agent_core::otel`]). Disabled when telemetry is off.
+pub(crate) fn run_span(run_id: &str, task_id: &str, how: &'static str) -> tracing::Span {
+    if !agent_core::otel::enabled() {
+        return tracing::Span::none();
+    }
+    tracing::info_span!(
+        target: "strata::otel",
+        "strata.run",
+        run.id = run_id,
+        run.task = task_id,
+        run.how = how,
+        strata.version = env!("CARGO_PKG_VERSION"),
+    )
 }

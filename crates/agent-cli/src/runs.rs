@@ -45,7 +45,7 @@ pub(crate) fn init(args: &InitArgs) -> Result<(), Failure> {
 }
 
 /// How a run listed by `strata runs` stands, including runs killed while running.
-fn effective_status(dir: &Path, info: &RunInfo) -> &'static str {
+pub(crate) fn effective_status(dir: &Path, info: &RunInfo) -> &'static str {
     match info.status {
         RunStatus::Succeeded => "succeeded",
         RunStatus::Failed => "failed",

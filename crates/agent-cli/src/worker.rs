@@ -120,6 +120,7 @@ pub(crate) async fn worker(args: WorkerArgs) -> Result<u8, Failure> {
     // blocking pool, which a normal return would wait for (up to the command's timeout). The
     // command goes on in its own process group, journaled, for the agent's next holder to
     // adopt; nothing of this worker is left to store, so it exits now.
+    crate::finish_telemetry();
     std::process::exit(if interrupted { 0 } else { i32::from(crate::TASK_FAILED) })
 }
 

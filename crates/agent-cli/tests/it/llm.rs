@@ -18,15 +18,15 @@ const HELLO_TEAM: &str = include_str!("../../../../examples/hello/team.toml");
 const HELLO_PLAN: &str = include_str!("../../../../examples/hello/plan.toml");
 
 /// The variable the team files name in `api_key_env`, and the key the tests put in it.
-const KEY_VAR: &str = "STRATA_TEST_KEY";
-const KEY: &str = "sk-fake-7c1e2f9a4b-do-not-leak";
+pub(crate) const KEY_VAR: &str = "STRATA_TEST_KEY";
+pub(crate) const KEY: &str = "sk-fake-7c1e2f9a4b-do-not-leak";
 
 /// A heartbeat that keeps the runs fast.
 const HEARTBEAT: [&str; 2] = ["--heartbeat", "50ms"];
 
 /// The hello team with its `[reasoner]` kind line replaced by `reasoner` (the other
 /// `[reasoner]` fields stay), and `extra` (more tables) appended.
-fn team(reasoner: &str, extra: &str) -> String {
+pub(crate) fn team(reasoner: &str, extra: &str) -> String {
     let mut replaced = false;
     let mut out = String::new();
     for line in HELLO_TEAM.lines() {
@@ -45,7 +45,7 @@ fn team(reasoner: &str, extra: &str) -> String {
 }
 
 /// `[reasoner]` lines for the OpenAI-compatible provider at `server`.
-fn openai(server: &FakeLlm) -> String {
+pub(crate) fn openai(server: &FakeLlm) -> String {
     format!(
         "kind = \"openai\"\nbase_url = \"{}\"\nmodel = \"fake-model\"\napi_key_env = \"{KEY_VAR}\"",
         server.openai_url()
@@ -53,7 +53,7 @@ fn openai(server: &FakeLlm) -> String {
 }
 
 /// A scratch directory holding `team.toml` (`team_text`) and the hello `plan.toml`.
-fn scratch(team_text: &str) -> Scratch {
+pub(crate) fn scratch(team_text: &str) -> Scratch {
     let s = Scratch::new();
     s.write("team.toml", team_text);
     s.write("plan.toml", HELLO_PLAN);

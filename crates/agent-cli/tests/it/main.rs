@@ -8,6 +8,7 @@
 
 mod approval;
 mod bad_input;
+mod browser;
 mod evolve;
 mod exec;
 mod failure;
@@ -24,9 +25,11 @@ mod local;
 mod mcp;
 mod nats;
 mod ooda;
+mod otel;
 mod papercuts;
 mod partition;
 mod sandbox;
+mod serve;
 mod spawn_views;
 mod storage;
 mod support;

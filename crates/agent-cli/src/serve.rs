@@ -1,0 +1,490 @@
+//! `strata serve`: a web dashboard of the runs of a data directory, live.
+//!
+//! An axum server (HTTP/1) serves a small page (`serve/page/`, embedded: nothing is fetched at
+//! run time) and a JSON API:
+//!
+//! - `GET /api/runs`: the runs (id, title, status, started, agents).
+//! - `GET /api/runs/{id}`: a snapshot of one run ([`model::RunModel::snapshot_json`]).
+//! - `GET /api/runs/{id}/events`: server-sent events, one small JSON delta per change
+//!   ([`model::Delta`]), `id:` the last record's seq, so `Last-Event-ID` (or `?after=SEQ`)
+//!   resumes.
+//! - `POST /api/runs/{id}/decisions/{decision}/approve` and `/veto` with
+//!   `{"as": "NAME", "reason": "..."}`: through the operator inbox, as `strata approve` and
+//!   `strata veto` ([`crate::operator::send_decision`]).
+//!
+//! Runs are read as `strata inspect` reads them ([`watch`]). Security: loopback by default;
+//! signing always needs the token (`Authorization: Bearer TOKEN`); bound elsewhere, every API
+//! request needs it (`?token=` for the event stream, which a browser cannot give headers), and
+//! a token must be given (`--token` or `$STRATA_SERVE_TOKEN`). Errors are JSON
+//! `{"error": "..."}`.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path as UrlPath, RawQuery, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use futures_util::stream::Stream;
+use serde::Deserialize;
+
+use crate::cli::ServeArgs;
+use crate::operator::{OperatorRequest, Submitted};
+use crate::run::RunInfo;
+use crate::{Failure, bad_input};
+
+pub(crate) mod model;
+mod watch;
+
+#[cfg(test)]
+mod model_tests;
+#[cfg(test)]
+mod tests;
+
+/// The environment variable of the token.
+pub(crate) const TOKEN_VAR: &str = "STRATA_SERVE_TOKEN";
+/// Event lines in a snapshot.
+const SNAPSHOT_EVENTS: usize = 500;
+/// The delta that tells a page it missed some: it reloads the snapshot.
+const RESET: &str = r#"{"kind":"reset"}"#;
+/// Largest request body accepted.
+const MAX_BODY: usize = 64 * 1024;
+
+const INDEX_HTML: &str = include_str!("serve/page/index.html");
+const APP_JS: &str = include_str!("serve/page/app.js");
+const STYLE_CSS: &str = include_str!("serve/page/style.css");
+
+/// What every handler shares.
+struct App {
+    data: PathBuf,
+    nats: Option<String>,
+    token: String,
+    /// Bound to loopback: reading needs no token.
+    loopback: bool,
+    watches: watch::Watches,
+    /// Set when the server stops: the event streams end (else they would hold it open).
+    stopping: tokio::sync::watch::Sender<bool>,
+}
+
+type Shared = Arc<App>;
+
+/// `strata serve`.
+pub(crate) async fn serve(args: ServeArgs) -> Result<u8, Failure> {
+    let addr: SocketAddr = args.addr.parse().map_err(|_| {
+        bad_input(anyhow::anyhow!(
+            "--addr {}: not an address; write it like 127.0.0.1:7878",
+            args.addr.escape_debug()
+        ))
+    })?;
+    let given = args
+        .token
+        .clone()
+        .or_else(|| std::env::var(TOKEN_VAR).ok())
+        .filter(|t| !t.trim().is_empty());
+    let loopback = addr.ip().is_loopback();
+    if !loopback && given.is_none() {
+        return Err(bad_input(anyhow::anyhow!(
+            "--addr {addr} is not a loopback address: give a token (--token TOKEN or ${TOKEN_VAR}) so that nobody else on the network can read the runs or sign"
+        )));
+    }
+    if !args.data.is_dir() {
+        return Err(bad_input(anyhow::anyhow!(
+            "the data directory {} does not exist or is not a directory; give --data the directory of the runs (where `strata run --data` writes them)",
+            args.data.display()
+        )));
+    }
+    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+        let why = if e.kind() == std::io::ErrorKind::AddrInUse {
+            "the port is in use (another `strata serve`?); choose another with --addr 127.0.0.1:PORT".to_owned()
+        } else {
+            e.to_string()
+        };
+        bad_input(anyhow::anyhow!("cannot listen on {addr}: {why}"))
+    })?;
+    let local = listener.local_addr().unwrap_or(addr);
+    let token = given.unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string());
+    let app = Arc::new(App {
+        data: args.data.clone(),
+        nats: args.nats.clone(),
+        token: token.clone(),
+        loopback,
+        watches: watch::Watches::default(),
+        stopping: tokio::sync::watch::Sender::new(false),
+    });
+    outln!("strata serve: http://{local}/#token={token}");
+    outln!("  data: {} (Ctrl-C stops)", args.data.display());
+    let router = router(app.clone());
+    let stopping = app.stopping.clone();
+    let served = axum::serve(listener, router)
+        .with_graceful_shutdown(async move {
+            let _ = tokio::signal::ctrl_c().await;
+            stopping.send_replace(true);
+        })
+        .await;
+    app.watches.stop();
+    served.map_err(|e| Failure::Other(anyhow::anyhow!("the server failed: {e}")))?;
+    Ok(0)
+}
+
+fn router(app: Shared) -> Router {
+    let api = Router::new()
+        .route("/api/runs", get(runs))
+        .route("/api/runs/{id}", get(snapshot))
+        .route("/api/runs/{id}/events", get(events))
+        .route("/api/runs/{id}/decisions/{decision}/{action}", post(decide))
+        .route_layer(middleware::from_fn_with_state(app.clone(), auth));
+    Router::new()
+        .route("/", get(|| async { page("text/html; charset=utf-8", INDEX_HTML) }))
+        .route("/app.js", get(|| async { page("text/javascript; charset=utf-8", APP_JS) }))
+        .route("/style.css", get(|| async { page("text/css; charset=utf-8", STYLE_CSS) }))
+        .merge(api)
+        .fallback(|| async { error(StatusCode::NOT_FOUND, "no such page; the dashboard is at /") })
+        .with_state(app)
+}
+
+fn page(kind: &'static str, body: &'static str) -> Response {
+    ([(header::CONTENT_TYPE, kind), (header::CACHE_CONTROL, "no-cache")], body).into_response()
+}
+
+/// A JSON error.
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    let body = serde_json::json!({ "error": message.into() }).to_string();
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+fn json(status: StatusCode, body: String) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json"), (header::CACHE_CONTROL, "no-store")],
+        body,
+    )
+        .into_response()
+}
+
+/// Whether `given` is the token (compared in constant time).
+fn token_ok(app: &App, given: Option<&str>) -> bool {
+    let Some(given) = given else { return false };
+    let (a, b) = (given.as_bytes(), app.token.as_bytes());
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The token of a request: `Authorization: Bearer TOKEN`, else `?token=`.
+fn request_token(request: &Request) -> Option<String> {
+    if let Some(value) = request.headers().get(header::AUTHORIZATION) {
+        return value.to_str().ok().and_then(|v| v.strip_prefix("Bearer ")).map(str::to_owned);
+    }
+    let query = request.uri().query()?;
+    query.split('&').find_map(|pair| pair.strip_prefix("token=")).map(str::to_owned)
+}
+
+/// Signing always needs the token; off loopback, so does every API request.
+async fn auth(State(app): State<Shared>, request: Request, next: Next) -> Response {
+    let signing = request.method() == axum::http::Method::POST;
+    if (signing || !app.loopback) && !token_ok(&app, request_token(&request).as_deref()) {
+        let what = if signing { "signing" } else { "this server (not on loopback)" };
+        return error(
+            StatusCode::UNAUTHORIZED,
+            format!(
+                "{what} needs the token `strata serve` printed: send `Authorization: Bearer TOKEN` (the page takes it from the URL's #token=...)"
+            ),
+        );
+    }
+    next.run(request).await
+}
+
+/// An error of a handler: its status and message, sent as JSON.
+struct ApiError(StatusCode, String);
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        error(self.0, self.1)
+    }
+}
+
+/// The directory of run `id`, or a 404.
+fn run_dir(app: &App, id: &str) -> Result<PathBuf, ApiError> {
+    let missing = || {
+        ApiError(
+            StatusCode::NOT_FOUND,
+            format!(
+                "no run `{}` in {}; GET /api/runs lists them",
+                id.escape_debug(),
+                app.data.display()
+            ),
+        )
+    };
+    crate::cli::parse_run_id(id).map_err(|_| missing())?;
+    let dir = app.data.join(id);
+    if RunInfo::read(&dir).is_err() {
+        return Err(missing());
+    }
+    Ok(dir)
+}
+
+/// `GET /api/runs`.
+async fn runs(State(app): State<Shared>) -> Response {
+    let data = app.data.clone();
+    let app2 = app.clone();
+    let listed = tokio::task::spawn_blocking(move || -> std::io::Result<Vec<serde_json::Value>> {
+        let mut rows = Vec::new();
+        for entry in std::fs::read_dir(&data)?.flatten() {
+            let dir = entry.path();
+            let Ok(info) = RunInfo::read(&dir) else { continue };
+            let agents = app2.watches.agents(&info.run_id).or_else(|| team_agents(&dir));
+            rows.push(serde_json::json!({
+                "id": info.run_id,
+                "task": info.task_id,
+                "title": info.goal,
+                "status": crate::runs::effective_status(&dir, &info),
+                "started_at": info.started_at,
+                "started": crate::runs::format_time(info.started_at),
+                "agents": agents,
+            }));
+        }
+        rows.sort_by_key(|r| r["started_at"].as_u64().unwrap_or(0));
+        Ok(rows)
+    })
+    .await;
+    match listed {
+        Ok(Ok(rows)) => json(StatusCode::OK, serde_json::Value::Array(rows).to_string()),
+        Ok(Err(e)) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot read the data directory {}: {e}", app.data.display()),
+        ),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot list the runs: {e}")),
+    }
+}
+
+/// How many agents the team file of the run in `dir` configures.
+fn team_agents(dir: &std::path::Path) -> Option<usize> {
+    let path = dir.join(crate::run::TEAM_FILE);
+    let text = std::fs::read_to_string(&path).ok()?;
+    let tools = agent_core::tools::ToolRegistry::with_builtins();
+    team_file::parse_stored_team(&path, &text, &tools).ok().map(|t| t.spec.agents.len())
+}
+
+/// The watch of run `id`, or the error response.
+async fn watched(app: &App, id: &str) -> Result<Arc<watch::RunWatch>, ApiError> {
+    let dir = run_dir(app, id)?;
+    app.watches.get(id, &dir, app.nats.as_deref()).await.map_err(|e| {
+        ApiError(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot read run `{id}`: {e:#}"))
+    })
+}
+
+/// `GET /api/runs/{id}`.
+async fn snapshot(State(app): State<Shared>, UrlPath(id): UrlPath<String>) -> Response {
+    match watched(&app, &id).await {
+        Ok(w) => {
+            let body = watch::lock(&w.state).model.snapshot_json(SNAPSHOT_EVENTS);
+            json(StatusCode::OK, body)
+        }
+        Err(e) => e.into_response(),
+    }
+}
+
+/// `GET /api/runs/{id}/events`.
+async fn events(
+    State(app): State<Shared>,
+    UrlPath(id): UrlPath<String>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    let w = match watched(&app, &id).await {
+        Ok(w) => w,
+        Err(e) => return e.into_response(),
+    };
+    let after = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .or_else(|| {
+            let query = query?;
+            query.split('&').find_map(|p| p.strip_prefix("after="))?.parse::<u64>().ok()
+        });
+    let stream = delta_stream(w, after, app.stopping.subscribe());
+    let mut response = Sse::new(stream)
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)).text("keep-alive"))
+        .into_response();
+    response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+/// The frames after `after` that the ring still holds, then every new one; a `reset` when
+/// some were lost (the page then reloads the snapshot).
+fn delta_stream(
+    w: Arc<watch::RunWatch>,
+    after: Option<u64>,
+    stopping: tokio::sync::watch::Receiver<bool>,
+) -> impl Stream<Item = Result<Event, Infallible>> + Send {
+    let receiver = w.frames.subscribe();
+    // Subscribed first: a frame made meanwhile is in the ring and on the receiver, and is
+    // sent once (frames up to `seen` are skipped on the receiver).
+    let (first, seen) = {
+        let state = watch::lock(&w.state);
+        let seen = state.ring.back().map_or(0, |f| f.n);
+        let last = state.model.last_seq();
+        let first: Vec<Event> = match after {
+            Some(after) if last.is_some_and(|l| l > after) => {
+                let covered = state.ring.front().is_some_and(|f| f.seq.is_some_and(|s| s <= after));
+                if covered {
+                    state
+                        .ring
+                        .iter()
+                        .filter(|f| f.seq.is_some_and(|s| s > after))
+                        .map(|f| frame_event(f))
+                        .collect()
+                } else {
+                    vec![Event::default().data(RESET)]
+                }
+            }
+            _ => Vec::new(),
+        };
+        (first, seen)
+    };
+    futures_util::stream::unfold(
+        (first.into_iter(), receiver, seen, w, stopping),
+        |(mut first, mut receiver, seen, w, mut stopping)| async move {
+            if let Some(event) = first.next() {
+                return Some((Ok(event), (first, receiver, seen, w, stopping)));
+            }
+            loop {
+                let received = tokio::select! {
+                    received = receiver.recv() => received,
+                    _ = stopping.wait_for(|stop| *stop) => return None,
+                };
+                match received {
+                    Ok(frame) if frame.n <= seen => continue,
+                    Ok(frame) => {
+                        w.touch();
+                        let event = frame_event(&frame);
+                        return Some((Ok(event), (first, receiver, frame.n, w, stopping)));
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                        let event = Event::default().data(RESET);
+                        let seen = current_n(&w);
+                        return Some((Ok(event), (first, receiver, seen, w, stopping)));
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+                }
+            }
+        },
+    )
+}
+
+/// The number of the last frame of the run.
+fn current_n(w: &watch::RunWatch) -> u64 {
+    watch::lock(&w.state).ring.back().map_or(0, |f| f.n)
+}
+
+fn frame_event(frame: &watch::Frame) -> Event {
+    let event = Event::default().data(frame.json.as_str());
+    match frame.seq {
+        Some(seq) => event.id(seq.to_string()),
+        None => event,
+    }
+}
+
+/// The body of a signing request.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SignBody {
+    /// Who signs: one of the run's `[approvals] humans`.
+    #[serde(rename = "as")]
+    as_name: String,
+    /// Why (a veto needs one).
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+/// `POST /api/runs/{id}/decisions/{decision}/{approve|veto}`.
+async fn decide(
+    State(app): State<Shared>,
+    UrlPath((id, decision, action)): UrlPath<(String, String, String)>,
+    body: Bytes,
+) -> Response {
+    let veto = match action.as_str() {
+        "approve" => false,
+        "veto" => true,
+        other => {
+            return error(
+                StatusCode::NOT_FOUND,
+                format!("no action `{}`: POST .../approve or .../veto", other.escape_debug()),
+            );
+        }
+    };
+    if let Err(e) = run_dir(&app, &id) {
+        return e.into_response();
+    }
+    if body.len() > MAX_BODY {
+        return error(StatusCode::PAYLOAD_TOO_LARGE, "the request body is too large");
+    }
+    let body: SignBody = match serde_json::from_slice(&body) {
+        Ok(body) => body,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "the body must be JSON like {{\"as\": \"NAME\", \"reason\": \"why\"}}: {e}"
+                ),
+            );
+        }
+    };
+    let reason = body.reason.unwrap_or_default();
+    if veto && reason.trim().is_empty() {
+        return error(StatusCode::BAD_REQUEST, "a veto needs a reason: give \"reason\"");
+    }
+    let request = move |decision, human| {
+        if veto {
+            OperatorRequest::Veto { decision, human, reason }
+        } else {
+            OperatorRequest::Approve { decision, human }
+        }
+    };
+    let sent = crate::operator::send_decision(
+        &app.data,
+        &id,
+        &decision,
+        Some(&body.as_name),
+        request,
+        false,
+        false,
+    )
+    .await;
+    let reply = |status, outcome: &str, decision: String, human: &str, message: &str| {
+        json(
+            status,
+            serde_json::json!({"outcome": outcome, "decision": decision, "by": format!("human:{human}"), "message": message})
+                .to_string(),
+        )
+    };
+    match sent {
+        Ok((d, human, Submitted::Applied(done))) => {
+            reply(StatusCode::OK, &done.outcome, d.to_string(), &human, "applied by the run")
+        }
+        Ok((d, human, Submitted::Queued)) => reply(
+            StatusCode::ACCEPTED,
+            "queued",
+            d.to_string(),
+            &human,
+            &format!(
+                "run {id} is not running: the request is queued; `strata resume {id}` applies it"
+            ),
+        ),
+        Ok((d, human, Submitted::TimedOut)) => reply(
+            StatusCode::ACCEPTED,
+            "queued",
+            d.to_string(),
+            &human,
+            "the run has not taken the request yet; it is applied when the run reads its requests",
+        ),
+        Err(Failure::BadInput(e)) => error(StatusCode::BAD_REQUEST, format!("{e:#}")),
+        Err(Failure::Other(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}")),
+    }
+}

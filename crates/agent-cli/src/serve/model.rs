@@ -1,0 +1,513 @@
+//! The dashboard's model of one run, folded from its audit records one at a time: every agent
+//! (configured and spawned) with its layer, parent, status and current activity, the
+//! decisions, progress, cost per agent and a time series of tokens and cost, the last event
+//! lines, and the audit verification. Each change comes out as a small [`Delta`] for the
+//! browsers watching; [`RunModel::snapshot_json`] is the whole picture.
+//!
+//! Pure: no I/O, no clock (times are given), nothing of the `strata` binary but the event
+//! line formatter it is given ([`LineFn`]), so the dashboard bench can build it on its own.
+
+use std::collections::{HashMap, VecDeque};
+
+use agent_core::{AuditEvent, AuditRecord};
+use agent_state::{AgentId, AgentLayer, AgentStatus, Decision, DecisionStatus};
+use serde::Serialize;
+
+/// How an audit record becomes one line of text (`view::event_line` in `strata`), given the
+/// run's start in ms since the epoch.
+pub(crate) type LineFn = fn(&AuditRecord, u64) -> String;
+
+/// Event lines kept for the snapshot.
+pub(crate) const EVENT_LINES: usize = 500;
+/// Points of the tokens and cost series kept; older points are thinned out.
+pub(crate) const SERIES_POINTS: usize = 1000;
+/// Characters of a decision's content shown.
+const WHAT_CHARS: usize = 200;
+/// Characters of an agent's current activity shown.
+const STEP_CHARS: usize = 160;
+
+/// An agent as the dashboard shows it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub(crate) struct AgentView {
+    /// Its id.
+    pub(crate) id: String,
+    /// `top`, `mid` or `bottom`.
+    pub(crate) layer: &'static str,
+    /// Its role, if it has one.
+    pub(crate) role: Option<String>,
+    /// Its supervisor (a spawned agent: its spawner).
+    pub(crate) parent: Option<String>,
+    /// Its last status, as the lifecycle names it (`initializing` before its first transition).
+    pub(crate) status: &'static str,
+    /// What it did last, in words.
+    pub(crate) step: String,
+    /// Model tokens it used (in and out).
+    pub(crate) tokens: u64,
+    /// Its cost in USD; `None` when not known (no price).
+    pub(crate) cost: Option<f64>,
+    /// Whether it was spawned during the run.
+    pub(crate) spawned: bool,
+}
+
+/// An agent of the team file, before any record.
+pub(crate) struct Seed {
+    /// Its id.
+    pub(crate) id: AgentId,
+    /// Its layer.
+    pub(crate) layer: AgentLayer,
+    /// Its supervisor.
+    pub(crate) parent: Option<AgentId>,
+    /// Its role.
+    pub(crate) role: Option<String>,
+}
+
+/// A signature or a veto.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub(crate) struct Vote {
+    /// Who.
+    pub(crate) by: String,
+    /// When (ms since the epoch).
+    pub(crate) at: u64,
+    /// Why (vetoes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) reason: Option<String>,
+}
+
+/// A decision as the dashboard shows it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub(crate) struct DecisionView {
+    /// Its id.
+    pub(crate) id: String,
+    /// Who proposed it.
+    pub(crate) proposer: String,
+    /// What is decided, shortened.
+    pub(crate) what: String,
+    /// `pending`, `approved`, `vetoed`, ...
+    pub(crate) status: &'static str,
+    /// Who must sign.
+    pub(crate) required: Vec<String>,
+    /// The signatures.
+    pub(crate) signatures: Vec<Vote>,
+    /// The vetoes, with their reasons.
+    pub(crate) vetoes: Vec<Vote>,
+    /// The humans of whom one must sign, if a human must.
+    pub(crate) humans: Vec<String>,
+    /// Whether a human may sign or veto it now (pending, waiting for a human, and the run
+    /// names humans who may).
+    pub(crate) human_may_sign: bool,
+}
+
+/// One point of the tokens and cost series.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub(crate) struct CostPoint {
+    /// Ms since the run started.
+    pub(crate) t: u64,
+    /// Tokens so far.
+    pub(crate) tokens: u64,
+    /// Cost so far, USD.
+    pub(crate) cost: f64,
+}
+
+/// How far the task is.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub(crate) struct Progress {
+    /// Steps done (successful tool calls, as the live view counts them).
+    pub(crate) done: usize,
+    /// Steps of the plan.
+    pub(crate) total: usize,
+    /// The run's status: `running`, `succeeded`, `failed`, ...
+    pub(crate) status: String,
+    /// Why it failed, if it did.
+    pub(crate) outcome: Option<String>,
+}
+
+/// The audit log's verification.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub(crate) struct AuditCheck {
+    /// Whether everything checks.
+    pub(crate) ok: bool,
+    /// Records checked.
+    pub(crate) records: u64,
+    /// What is broken (empty when `ok`).
+    pub(crate) problems: Vec<String>,
+    /// What protects the log, in words.
+    pub(crate) protection: String,
+}
+
+/// A cost change of one agent.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub(crate) struct AgentCost {
+    /// The agent.
+    pub(crate) id: String,
+    /// Its tokens.
+    pub(crate) tokens: u64,
+    /// Its cost.
+    pub(crate) cost: Option<f64>,
+}
+
+/// One change, sent to the browsers as JSON (`kind` says which).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub(crate) enum Delta {
+    /// An audit record was folded: its line, the agent it changed (added or updated), and the
+    /// progress if it changed.
+    Record {
+        /// Its sequence number.
+        seq: u64,
+        /// Its event line.
+        line: String,
+        /// The agent as it is now, if the record changed it.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        agent: Option<AgentView>,
+        /// The progress, if the record changed it.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        progress: Option<Progress>,
+    },
+    /// A decision appeared or changed.
+    Decision {
+        /// The decision as it is now.
+        decision: DecisionView,
+    },
+    /// Tokens or cost changed: the new point and the agents whose figures changed.
+    Cost {
+        /// The new point.
+        point: CostPoint,
+        /// The agents that changed.
+        agents: Vec<AgentCost>,
+    },
+    /// The run's status changed.
+    Progress {
+        /// The progress.
+        progress: Progress,
+    },
+    /// The audit verification changed.
+    Audit {
+        /// The verification.
+        audit: AuditCheck,
+    },
+}
+
+/// The model of one run.
+pub(crate) struct RunModel {
+    run_id: String,
+    title: String,
+    started_at: u64,
+    line: LineFn,
+    agents: Vec<AgentView>,
+    index: HashMap<String, usize>,
+    decisions: Vec<DecisionView>,
+    humans: Vec<String>,
+    progress: Progress,
+    series: Vec<CostPoint>,
+    events: VecDeque<String>,
+    last_seq: Option<u64>,
+    audit: AuditCheck,
+}
+
+impl RunModel {
+    /// A run `run_id` (its goal `title`, started at `started_at`) of the `agents` of its team
+    /// file, whose plan has `steps` steps, where `humans` may sign.
+    pub(crate) fn new(
+        run_id: &str,
+        title: &str,
+        started_at: u64,
+        agents: Vec<Seed>,
+        humans: Vec<String>,
+        steps: usize,
+        line: LineFn,
+    ) -> Self {
+        let mut model = Self {
+            run_id: run_id.to_owned(),
+            title: title.to_owned(),
+            started_at,
+            line,
+            agents: Vec::with_capacity(agents.len()),
+            index: HashMap::with_capacity(agents.len()),
+            decisions: Vec::new(),
+            humans,
+            progress: Progress {
+                done: 0,
+                total: steps,
+                status: "running".to_owned(),
+                outcome: None,
+            },
+            series: Vec::new(),
+            events: VecDeque::with_capacity(EVENT_LINES),
+            last_seq: None,
+            audit: AuditCheck::default(),
+        };
+        for seed in agents {
+            model.add(
+                seed.id.as_str(),
+                seed.layer,
+                seed.parent.map(|p| p.to_string()),
+                seed.role,
+                false,
+            );
+        }
+        model
+    }
+
+    fn add(
+        &mut self,
+        id: &str,
+        layer: AgentLayer,
+        parent: Option<String>,
+        role: Option<String>,
+        spawned: bool,
+    ) -> usize {
+        if let Some(&i) = self.index.get(id) {
+            return i;
+        }
+        let i = self.agents.len();
+        self.agents.push(AgentView {
+            id: id.to_owned(),
+            layer: layer.as_str(),
+            role,
+            parent,
+            status: AgentStatus::Initializing.as_str(),
+            step: String::new(),
+            tokens: 0,
+            cost: None,
+            spawned,
+        });
+        self.index.insert(id.to_owned(), i);
+        i
+    }
+
+    /// The last record folded.
+    pub(crate) fn last_seq(&self) -> Option<u64> {
+        self.last_seq
+    }
+
+    /// The next sequence number to read.
+    pub(crate) fn next_seq(&self) -> u64 {
+        self.last_seq.map_or(0, |s| s + 1)
+    }
+
+    /// How many agents.
+    pub(crate) fn agent_count(&self) -> usize {
+        self.agents.len()
+    }
+
+    /// Folds `record`; `None` when it was folded already (its seq is not after the last).
+    pub(crate) fn fold(&mut self, record: &AuditRecord) -> Option<Delta> {
+        if self.last_seq.is_some_and(|last| record.seq <= last) {
+            return None;
+        }
+        self.last_seq = Some(record.seq);
+        let line = (self.line)(record, self.started_at);
+        if self.events.len() == EVENT_LINES {
+            self.events.pop_front();
+        }
+        self.events.push_back(line.clone());
+        let changed = match &record.event {
+            AuditEvent::Spawned { spawn } => {
+                let i = self.add(
+                    spawn.agent.as_str(),
+                    spawn.layer,
+                    Some(spawn.parent.to_string()),
+                    Some(spawn.role.clone()),
+                    true,
+                );
+                // The spawner's activity too, but the new agent is the news.
+                self.set_step(record.agent.as_str(), &line);
+                Some(i)
+            }
+            AuditEvent::Despawned { agent, .. } => {
+                self.set_step(record.agent.as_str(), &line);
+                self.set_step(agent.as_str(), &line)
+            }
+            AuditEvent::Transition { to, .. } => {
+                let i = self.set_step(record.agent.as_str(), &line);
+                if let Some(i) = i {
+                    self.agents[i].status = to.as_str();
+                }
+                i
+            }
+            _ => self.set_step(record.agent.as_str(), &line),
+        };
+        let progress =
+            matches!(record.event, AuditEvent::ToolCall { success: true, .. }).then(|| {
+                self.progress.done += 1;
+                self.progress.clone()
+            });
+        Some(Delta::Record {
+            seq: record.seq,
+            line,
+            agent: changed.map(|i| self.agents[i].clone()),
+            progress,
+        })
+    }
+
+    /// Sets the activity of `agent` from its event `line` (the part after the time and the
+    /// agent's id); its index, if it is an agent of the tree.
+    fn set_step(&mut self, agent: &str, line: &str) -> Option<usize> {
+        let &i = self.index.get(agent)?;
+        let what = line.split_once("] ").map_or(line, |(_, rest)| rest);
+        let what = what.trim_start().strip_prefix(agent).unwrap_or(what).trim_start();
+        self.agents[i].step = shorten(what, STEP_CHARS);
+        Some(i)
+    }
+
+    /// Takes the run's decisions as they are now; a delta for each that is new or changed.
+    pub(crate) fn set_decisions(&mut self, decisions: &[Decision]) -> Vec<Delta> {
+        let mut out = Vec::new();
+        for d in decisions {
+            let view = self.decision_view(d);
+            match self.decisions.iter_mut().find(|v| v.id == view.id) {
+                Some(old) if *old == view => {}
+                Some(old) => {
+                    *old = view.clone();
+                    out.push(Delta::Decision { decision: view });
+                }
+                None => {
+                    self.decisions.push(view.clone());
+                    out.push(Delta::Decision { decision: view });
+                }
+            }
+        }
+        out
+    }
+
+    fn decision_view(&self, d: &Decision) -> DecisionView {
+        let humans: Vec<String> =
+            d.human_approval.as_ref().map(|h| h.allowed.clone()).unwrap_or_default();
+        let human_may_sign = d.status == DecisionStatus::Pending
+            && d.needs_human()
+            && humans.iter().any(|h| self.humans.contains(h));
+        DecisionView {
+            id: d.id.to_string(),
+            proposer: d.proposer.to_string(),
+            what: what(&d.content),
+            status: d.status.as_str(),
+            required: d.required_signers.iter().map(ToString::to_string).collect(),
+            signatures: d
+                .signatures
+                .iter()
+                .map(|s| Vote { by: s.signer.to_string(), at: s.at.0, reason: None })
+                .collect(),
+            vetoes: d
+                .vetoes
+                .iter()
+                .map(|v| Vote {
+                    by: v.vetoer.to_string(),
+                    at: v.at.0,
+                    reason: Some(v.reason.clone()),
+                })
+                .collect(),
+            humans,
+            human_may_sign,
+        }
+    }
+
+    /// Takes each agent's tokens and cost at `now` (ms since the epoch); a delta with a new
+    /// point of the series when a figure changed.
+    pub(crate) fn set_usage(&mut self, now: u64, usage: &[AgentCost]) -> Option<Delta> {
+        let mut changed = Vec::new();
+        for u in usage {
+            let Some(&i) = self.index.get(&u.id) else { continue };
+            let a = &mut self.agents[i];
+            if a.tokens != u.tokens || a.cost != u.cost {
+                a.tokens = u.tokens;
+                a.cost = u.cost;
+                changed.push(u.clone());
+            }
+        }
+        if changed.is_empty() {
+            return None;
+        }
+        let tokens = self.agents.iter().map(|a| a.tokens).sum();
+        let cost = self.agents.iter().filter_map(|a| a.cost).sum();
+        let point = CostPoint { t: now.saturating_sub(self.started_at), tokens, cost };
+        if self.series.len() >= SERIES_POINTS {
+            // Every other point of the older half goes: the shape stays, the size is bounded.
+            let half = self.series.len() / 2;
+            let mut k = 0;
+            self.series.retain(|_| {
+                k += 1;
+                k > half || k % 2 == 0
+            });
+        }
+        self.series.push(point);
+        Some(Delta::Cost { point, agents: changed })
+    }
+
+    /// Takes the run's status and failure; a delta when they changed.
+    pub(crate) fn set_status(&mut self, status: &str, outcome: Option<String>) -> Option<Delta> {
+        if self.progress.status == status && self.progress.outcome == outcome {
+            return None;
+        }
+        self.progress.status = status.to_owned();
+        self.progress.outcome = outcome;
+        Some(Delta::Progress { progress: self.progress.clone() })
+    }
+
+    /// Takes the audit verification; a delta when it changed.
+    pub(crate) fn set_audit(&mut self, audit: AuditCheck) -> Option<Delta> {
+        if self.audit == audit {
+            return None;
+        }
+        self.audit = audit.clone();
+        Some(Delta::Audit { audit })
+    }
+
+    /// The whole picture as JSON text, with the last `events` event lines.
+    pub(crate) fn snapshot_json(&self, events: usize) -> String {
+        #[derive(Serialize)]
+        struct Snapshot<'a> {
+            run_id: &'a str,
+            title: &'a str,
+            started_at: u64,
+            last_seq: Option<u64>,
+            agents: &'a [AgentView],
+            decisions: &'a [DecisionView],
+            humans: &'a [String],
+            progress: &'a Progress,
+            series: &'a [CostPoint],
+            events: Vec<&'a str>,
+            audit: &'a AuditCheck,
+        }
+        let skip = self.events.len().saturating_sub(events);
+        let snapshot = Snapshot {
+            run_id: &self.run_id,
+            title: &self.title,
+            started_at: self.started_at,
+            last_seq: self.last_seq,
+            agents: &self.agents,
+            decisions: &self.decisions,
+            humans: &self.humans,
+            progress: &self.progress,
+            series: &self.series,
+            events: self.events.iter().skip(skip).map(String::as_str).collect(),
+            audit: &self.audit,
+        };
+        serde_json::to_string(&snapshot).unwrap_or_else(|e| {
+            serde_json::json!({ "error": format!("cannot serialise the run: {e}") }).to_string()
+        })
+    }
+}
+
+/// A decision's content in a few words: its first text field among the usual ones, else its
+/// JSON, shortened.
+fn what(content: &serde_json::Value) -> String {
+    if let Some(text) = content.as_str() {
+        return shorten(text, WHAT_CHARS);
+    }
+    for key in ["summary", "goal", "title", "task", "what", "kind"] {
+        if let Some(text) = content.get(key).and_then(|v| v.as_str()) {
+            return shorten(text, WHAT_CHARS);
+        }
+    }
+    shorten(&content.to_string(), WHAT_CHARS)
+}
+
+/// At most `max` characters of `text` (`…` when cut).
+fn shorten(text: &str, max: usize) -> String {
+    let mut chars = text.chars();
+    let mut out: String = chars.by_ref().take(max).collect();
+    if chars.next().is_some() {
+        out.push('…');
+    }
+    out
+}

@@ -1,0 +1,150 @@
+//! The model's folding of audit records: agents added by spawns, statuses and steps from
+//! transitions and tool calls, progress, duplicates ignored, decisions, cost and the audit
+//! check as deltas.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
+
+use agent_core::{AuditEvent, AuditRecord, GENESIS_HASH, SpawnRecord};
+use agent_state::{
+    AgentId, AgentLayer, AgentStatus, Decision, DecisionId, HumanApproval, Timestamp,
+};
+
+use super::model::*;
+
+fn line(r: &AuditRecord, start: u64) -> String {
+    format!(
+        "[{:>7.2}s] {:<12} {:?}",
+        r.at.0.saturating_sub(start) as f64 / 1000.0,
+        r.agent.as_str(),
+        r.event
+    )
+}
+
+fn model() -> RunModel {
+    let seed = |id: &str, layer, parent: Option<&str>| Seed {
+        id: AgentId::new(id),
+        layer,
+        parent: parent.map(AgentId::new),
+        role: None,
+    };
+    RunModel::new(
+        "r",
+        "a goal",
+        1000,
+        vec![
+            seed("top-a", AgentLayer::Top, None),
+            seed("mid-1", AgentLayer::Mid, Some("top-a")),
+            seed("bottom-1", AgentLayer::Bottom, Some("mid-1")),
+        ],
+        vec!["alice".to_owned()],
+        2,
+        line,
+    )
+}
+
+fn record(seq: u64, agent: &str, event: AuditEvent) -> AuditRecord {
+    AuditRecord::new(seq, Timestamp(1000 + seq * 10), AgentId::new(agent), event, GENESIS_HASH)
+}
+
+fn transition(from: AgentStatus, to: AgentStatus) -> AuditEvent {
+    AuditEvent::Transition { from, to, reason: "test".into() }
+}
+
+#[test]
+fn transitions_set_status_and_step_and_duplicates_are_ignored() {
+    let mut m = model();
+    let r = record(0, "mid-1", transition(AgentStatus::Initializing, AgentStatus::Idle));
+    let Some(Delta::Record { seq, agent: Some(agent), progress: None, line }) = m.fold(&r) else {
+        panic!("a record delta with the agent")
+    };
+    assert_eq!((seq, agent.id.as_str(), agent.status), (0, "mid-1", "idle"));
+    assert!(line.contains("mid-1"), "{line}");
+    assert!(agent.step.starts_with("Transition"), "{}", agent.step);
+    assert_eq!(m.fold(&r), None, "a record folded twice changes nothing");
+    assert_eq!(m.last_seq(), Some(0));
+    assert_eq!(m.next_seq(), 1);
+    // An actor outside the tree (a human): a line, no agent.
+    let r = record(1, "human:alice", AuditEvent::MissedHeartbeat { heartbeat: 1 });
+    assert!(matches!(m.fold(&r), Some(Delta::Record { agent: None, .. })));
+}
+
+#[test]
+fn spawns_add_agents_under_their_parent_and_tool_calls_count_steps() {
+    let mut m = model();
+    let spawn = SpawnRecord {
+        agent: AgentId::new("bottom-1.s1"),
+        parent: AgentId::new("bottom-1"),
+        role: "helper".into(),
+        layer: AgentLayer::Bottom,
+        task_prompt: "help".into(),
+        key: "k".into(),
+        domain: None,
+        depth: 1,
+    };
+    let d = m.fold(&record(0, "bottom-1", AuditEvent::Spawned { spawn })).unwrap();
+    let Delta::Record { agent: Some(a), .. } = d else { panic!("the new agent") };
+    assert_eq!(
+        (a.id.as_str(), a.parent.as_deref(), a.status, a.spawned),
+        ("bottom-1.s1", Some("bottom-1"), "initializing", true)
+    );
+    assert_eq!(m.agent_count(), 4);
+    let call = AuditEvent::ToolCall {
+        tool: "shell".into(),
+        args: serde_json::json!({}),
+        success: true,
+        summary: "ok".into(),
+    };
+    let Some(Delta::Record { progress: Some(p), .. }) = m.fold(&record(1, "bottom-1", call)) else {
+        panic!("progress")
+    };
+    assert_eq!((p.done, p.total), (1, 2));
+    let snap: serde_json::Value = serde_json::from_str(&m.snapshot_json(10)).unwrap();
+    assert_eq!(snap["agents"].as_array().unwrap().len(), 4);
+    assert_eq!(snap["events"].as_array().unwrap().len(), 2);
+    assert_eq!(snap["last_seq"], 1);
+    assert_eq!(snap["progress"]["done"], 1);
+}
+
+#[test]
+fn decisions_usage_status_and_audit_change_once() {
+    let mut m = model();
+    let mut d = Decision::propose(
+        DecisionId::from_uuid(uuid::Uuid::new_v4()),
+        AgentId::new("top-a"),
+        serde_json::json!({"goal": "ship it"}),
+        vec![AgentId::new("top-a")],
+        Timestamp(1),
+    )
+    .unwrap();
+    d.human_approval = Some(HumanApproval { allowed: vec!["alice".into()] });
+    let deltas = m.set_decisions(std::slice::from_ref(&d));
+    let [Delta::Decision { decision }] = deltas.as_slice() else { panic!("{deltas:?}") };
+    assert_eq!((decision.what.as_str(), decision.status), ("ship it", "pending"));
+    assert!(decision.human_may_sign);
+    assert!(m.set_decisions(std::slice::from_ref(&d)).is_empty(), "unchanged");
+
+    let usage = [AgentCost { id: "mid-1".into(), tokens: 120, cost: Some(0.5) }];
+    let Some(Delta::Cost { point, agents }) = m.set_usage(3000, &usage) else { panic!("cost") };
+    assert_eq!((point.t, point.tokens, point.cost, agents.len()), (2000, 120, 0.5, 1));
+    assert_eq!(m.set_usage(4000, &usage), None, "unchanged");
+
+    assert!(m.set_status("succeeded", None).is_some());
+    assert_eq!(m.set_status("succeeded", None), None);
+    let ok = AuditCheck { ok: true, records: 3, problems: vec![], protection: "seal".into() };
+    assert!(m.set_audit(ok.clone()).is_some());
+    assert_eq!(m.set_audit(ok), None);
+}
+
+#[test]
+fn event_lines_and_series_are_bounded() {
+    let mut m = model();
+    for seq in 0..(EVENT_LINES as u64 + 10) {
+        m.fold(&record(seq, "top-a", AuditEvent::MissedHeartbeat { heartbeat: seq }));
+    }
+    let snap: serde_json::Value = serde_json::from_str(&m.snapshot_json(usize::MAX)).unwrap();
+    assert_eq!(snap["events"].as_array().unwrap().len(), EVENT_LINES);
+    for i in 0..(SERIES_POINTS as u64 * 2) {
+        m.set_usage(i, &[AgentCost { id: "top-a".into(), tokens: i + 1, cost: None }]);
+    }
+    let snap: serde_json::Value = serde_json::from_str(&m.snapshot_json(0)).unwrap();
+    assert!(snap["series"].as_array().unwrap().len() <= SERIES_POINTS);
+}

@@ -1,0 +1,312 @@
+// Strata dashboard: plain JavaScript, no build step, no download. The server is `strata serve`.
+"use strict";
+
+const state = { token: "", run: null, source: null, nodes: new Map(), kids: new Map(),
+  agents: new Map(), decisions: new Map(), humans: [], series: [], pending: [], frame: 0 };
+const MAX_EVENTS = 500;
+
+function params() { return new URLSearchParams(location.hash.slice(1)); }
+function headers(extra) {
+  const h = Object.assign({}, extra || {});
+  if (state.token) h["Authorization"] = "Bearer " + state.token;
+  return h;
+}
+function link(run) {
+  const p = new URLSearchParams();
+  if (run) p.set("run", run);
+  if (state.token) p.set("token", state.token);
+  return "#" + p.toString();
+}
+function el(tag, cls, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+function showError(message) {
+  const box = document.getElementById("error");
+  box.textContent = message || "";
+  box.hidden = !message;
+}
+async function getJson(url) {
+  const r = await fetch(url, { headers: headers() });
+  const body = await r.json().catch(() => ({ error: "not JSON (status " + r.status + ")" }));
+  if (!r.ok) throw new Error(body.error || ("status " + r.status));
+  return body;
+}
+
+function route() {
+  const p = params();
+  if (p.get("token")) state.token = p.get("token");
+  document.getElementById("home").href = link(null);
+  const run = p.get("run");
+  if (state.source) { state.source.close(); state.source = null; }
+  document.body.dataset.live = "false";
+  showError("");
+  if (run) { openRun(run); } else { openList(); }
+}
+
+async function openList() {
+  state.run = null;
+  document.getElementById("list-view").hidden = false;
+  document.getElementById("run-view").hidden = true;
+  document.getElementById("title").textContent = "";
+  const box = document.getElementById("runs");
+  try {
+    const runs = await getJson("/api/runs");
+    const frag = document.createDocumentFragment();
+    if (runs.length === 0) frag.appendChild(el("p", "muted", "no runs in this data directory yet"));
+    for (const r of runs.slice().reverse()) {
+      const a = el("a");
+      a.dataset.run = r.id;
+      a.href = link(r.id);
+      a.appendChild(el("span", "st", r.status));
+      a.appendChild(el("b", null, r.id));
+      a.appendChild(el("span", "muted", "  " + r.title + " · " + r.started + " UTC · " +
+        (r.agents == null ? "?" : r.agents) + " agents"));
+      frag.appendChild(a);
+    }
+    box.replaceChildren(frag);
+  } catch (e) { showError("cannot list the runs: " + e.message); }
+}
+
+async function openRun(id) {
+  state.run = id;
+  document.getElementById("list-view").hidden = true;
+  document.getElementById("run-view").hidden = false;
+  try {
+    const snap = await getJson("/api/runs/" + encodeURIComponent(id));
+    if (state.run !== id) return;
+    renderSnapshot(snap);
+    connect(id, snap.last_seq);
+  } catch (e) { showError("cannot show run " + id + ": " + e.message); }
+}
+
+function connect(id, lastSeq) {
+  const q = new URLSearchParams();
+  if (lastSeq !== null && lastSeq !== undefined) q.set("after", String(lastSeq));
+  if (state.token) q.set("token", state.token);
+  const source = new EventSource("/api/runs/" + encodeURIComponent(id) + "/events?" + q.toString());
+  state.source = source;
+  source.onopen = () => { document.body.dataset.live = "true"; };
+  source.onerror = () => { document.body.dataset.live = "false"; };
+  source.onmessage = (m) => {
+    let delta;
+    try { delta = JSON.parse(m.data); } catch (e) { return; }
+    state.pending.push(delta);
+    if (!state.frame) state.frame = requestAnimationFrame(flush);
+  };
+}
+
+function renderSnapshot(snap) {
+  document.getElementById("title").textContent = snap.run_id + " · " + snap.title;
+  state.humans = snap.humans || [];
+  renderTree(snap.agents);
+  state.decisions = new Map(snap.decisions.map((d) => [d.id, d]));
+  renderDecisions();
+  renderProgress(snap.progress);
+  const events = document.getElementById("events");
+  const frag = document.createDocumentFragment();
+  for (const line of snap.events) frag.appendChild(el("div", null, line));
+  events.replaceChildren(frag);
+  events.scrollTop = events.scrollHeight;
+  state.series = snap.series.slice();
+  renderCosts();
+  renderAudit(snap.audit);
+}
+
+function agentNode(a) {
+  const node = el("div", "agent");
+  node.dataset.agent = a.id;
+  node.dataset.status = a.status;
+  const head = el("div", "head");
+  head.appendChild(el("span", "dot"));
+  head.appendChild(el("span", "id", a.id));
+  head.appendChild(el("span", "layer muted", a.layer + (a.role ? " · " + a.role : "")));
+  head.appendChild(el("span", "status", a.status));
+  head.appendChild(el("span", "step", a.step || ""));
+  node.appendChild(head);
+  const kids = el("div", "kids");
+  node.appendChild(kids);
+  state.nodes.set(a.id, node);
+  state.kids.set(a.id, kids);
+  return node;
+}
+
+// The whole tree, built off the document in one fragment; nodes kept by id for updates.
+function renderTree(agents) {
+  const t0 = performance.now();
+  state.nodes = new Map();
+  state.kids = new Map();
+  state.agents = new Map();
+  for (const a of agents) { state.agents.set(a.id, a); agentNode(a); }
+  const frag = document.createDocumentFragment();
+  for (const a of agents) {
+    const parent = a.parent && a.parent !== a.id ? state.kids.get(a.parent) : null;
+    (parent || frag).appendChild(state.nodes.get(a.id));
+  }
+  const tree = document.getElementById("tree");
+  tree.replaceChildren(frag);
+  window.__strataRenderMs = performance.now() - t0;
+}
+
+function updateAgent(a) {
+  state.agents.set(a.id, a);
+  let node = state.nodes.get(a.id);
+  if (!node) {
+    node = agentNode(a);
+    const parent = a.parent ? state.kids.get(a.parent) : null;
+    (parent || document.getElementById("tree")).appendChild(node);
+    return;
+  }
+  if (node.dataset.status !== a.status) {
+    node.dataset.status = a.status;
+    node.querySelector(":scope > .head > .status").textContent = a.status;
+  }
+  node.querySelector(":scope > .head > .step").textContent = a.step || "";
+}
+
+function renderProgress(p) {
+  state.progress = p;
+  const text = p.done + "/" + p.total + " steps · " + p.status + (p.outcome ? " (" + p.outcome + ")" : "");
+  document.getElementById("progress").textContent = text;
+}
+
+function renderAudit(a) {
+  const box = document.getElementById("audit");
+  box.dataset.ok = a.ok ? "true" : "false";
+  box.textContent = a.ok
+    ? "verified: " + a.records + " records, every hash links. " + a.protection
+    : "BROKEN: " + a.problems.join("; ");
+}
+
+function renderDecisions() {
+  const box = document.getElementById("decisions");
+  const frag = document.createDocumentFragment();
+  if (state.decisions.size === 0) frag.appendChild(el("p", "muted", "no decisions yet"));
+  for (const d of state.decisions.values()) {
+    const div = el("div", "decision");
+    div.dataset.decision = d.id;
+    div.dataset.status = d.status;
+    div.appendChild(el("div", null, d.id.slice(0, 8) + " by " + d.proposer + " · "));
+    div.firstChild.appendChild(el("b", "st", d.status));
+    div.appendChild(el("div", "what", d.what));
+    const signed = d.signatures.map((s) => s.by).join(", ") || "nobody";
+    div.appendChild(el("div", "muted", "signed by " + signed + " · required: " + d.required.join(", ")));
+    for (const v of d.vetoes) div.appendChild(el("div", "veto-reason", "vetoed by " + v.by + ": " + v.reason));
+    if (d.humans.length) div.appendChild(el("div", "muted", "needs one human of: " + d.humans.join(", ")));
+    if (d.human_may_sign) {
+      const ok = el("button", "approve", "approve");
+      const no = el("button", "veto", "veto");
+      ok.onclick = () => sign(d.id, "approve");
+      no.onclick = () => sign(d.id, "veto");
+      div.appendChild(ok);
+      div.appendChild(document.createTextNode(" "));
+      div.appendChild(no);
+    }
+    frag.appendChild(div);
+  }
+  box.replaceChildren(frag);
+}
+
+async function sign(decision, action) {
+  const who = prompt("Sign as (one of: " + state.humans.join(", ") + ")", state.humans[0] || "");
+  if (!who) return;
+  const body = { as: who };
+  if (action === "veto") {
+    const reason = prompt("Why veto?");
+    if (!reason) return;
+    body.reason = reason;
+  }
+  try {
+    const r = await fetch("/api/runs/" + encodeURIComponent(state.run) + "/decisions/" +
+      encodeURIComponent(decision) + "/" + action,
+      { method: "POST", headers: headers({ "Content-Type": "application/json" }), body: JSON.stringify(body) });
+    const reply = await r.json().catch(() => ({}));
+    if (!r.ok) showError(action + " refused: " + (reply.error || r.status));
+    else showError("");
+  } catch (e) { showError(action + " failed: " + e.message); }
+}
+
+function renderCosts() {
+  const body = document.querySelector("#costs tbody");
+  const rows = [...state.agents.values()].filter((a) => a.tokens > 0 || a.cost)
+    .sort((x, y) => (y.cost || 0) - (x.cost || 0) || y.tokens - x.tokens).slice(0, 200);
+  const frag = document.createDocumentFragment();
+  for (const a of rows) {
+    const tr = el("tr");
+    tr.dataset.costAgent = a.id;
+    tr.appendChild(el("td", null, a.id));
+    tr.appendChild(el("td", null, String(a.tokens)));
+    tr.appendChild(el("td", null, a.cost == null ? "?" : a.cost.toFixed(4)));
+    frag.appendChild(tr);
+  }
+  if (rows.length === 0) {
+    const tr = el("tr");
+    const td = el("td", "muted", "no model usage recorded");
+    td.colSpan = 3;
+    tr.appendChild(td);
+    frag.appendChild(tr);
+  }
+  body.replaceChildren(frag);
+  const svg = document.getElementById("cost-chart");
+  const s = state.series;
+  const ns = "http://www.w3.org/2000/svg";
+  svg.replaceChildren();
+  if (s.length === 0) return;
+  const tMax = Math.max(1, s[s.length - 1].t), kMax = Math.max(1, ...s.map((p) => p.tokens));
+  const cMax = Math.max(1e-9, ...s.map((p) => p.cost));
+  const line = (f, cls) => {
+    const path = document.createElementNS(ns, "polyline");
+    path.setAttribute("class", cls);
+    path.setAttribute("points", s.map((p) => (p.t / tMax * 318 + 1).toFixed(1) + "," +
+      (118 - f(p) * 116).toFixed(1)).join(" "));
+    svg.appendChild(path);
+  };
+  line((p) => p.tokens / kMax, "tok");
+  line((p) => p.cost / cMax, "usd");
+}
+
+// Deltas of one animation frame, applied together.
+function flush() {
+  state.frame = 0;
+  const batch = state.pending;
+  state.pending = [];
+  const events = document.getElementById("events");
+  let costs = false, decisions = false, lines = false;
+  for (const d of batch) {
+    switch (d.kind) {
+      case "record":
+        if (d.agent) updateAgent(d.agent);
+        if (d.progress) renderProgress(d.progress);
+        events.appendChild(el("div", null, d.line));
+        lines = true;
+        break;
+      case "decision": state.decisions.set(d.decision.id, d.decision); decisions = true; break;
+      case "cost":
+        state.series.push(d.point);
+        for (const c of d.agents) {
+          const a = state.agents.get(c.id);
+          if (a) { a.tokens = c.tokens; a.cost = c.cost; }
+        }
+        costs = true;
+        break;
+      case "progress": renderProgress(d.progress); break;
+      case "audit": renderAudit(d.audit); break;
+      case "reset":
+        if (state.source) state.source.close();
+        openRun(state.run);
+        return;
+      default: break;
+    }
+  }
+  if (lines) {
+    while (events.childElementCount > MAX_EVENTS) events.firstElementChild.remove();
+    events.scrollTop = events.scrollHeight;
+  }
+  if (decisions) renderDecisions();
+  if (costs) renderCosts();
+}
+
+window.addEventListener("hashchange", route);
+route();

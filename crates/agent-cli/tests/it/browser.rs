@@ -1,0 +1,260 @@
+//! The web dashboard (`strata serve`) in a real browser: Debian's Chromium, headless, driven
+//! through chromedriver by a minimal WebDriver client ([`webdriver`]).
+//!
+//! Needs `chromium` and `chromedriver` on the `PATH` (Debian's `chromium` and
+//! `chromium-driver`, which `.ci/run` installs). Where they are missing, the tests fail when the
+//! environment variable `CI` is set (CI installs them, so they must run there) and are skipped
+//! with a note otherwise.
+
+pub(crate) mod webdriver;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::support::{GATED_PLAN, Gate, Running, Scratch, wait_for};
+use webdriver::Browser;
+
+/// The run's heartbeat: slow enough that the event lines at the gate are the team's work, not
+/// the executor's missed heartbeats while the shell step blocks it.
+const HEARTBEAT: &str = "200ms";
+
+/// How long the page may take to show what the run did.
+const PAGE_PATIENCE: Duration = Duration::from_secs(30);
+
+/// A browser, or `None` (with a note) where Chromium or chromedriver is missing outside CI.
+#[allow(clippy::print_stderr, reason = "says why the test did not run where it cannot")]
+fn browser() -> Option<Browser> {
+    match Browser::start() {
+        Ok(browser) => Some(browser),
+        Err(why) => {
+            let needs = "the browser tests need Chromium and chromedriver";
+            assert!(std::env::var_os("CI").is_none(), "{needs}, and CI runs them: {why}");
+            eprintln!("not run: {needs}: {why}");
+            None
+        }
+    }
+}
+
+/// The client itself, on a page of its own (a `data:` URL): navigation, scripts, elements,
+/// attributes, text, a click, and a screenshot that is a PNG.
+#[test]
+fn the_webdriver_client_drives_headless_chromium() {
+    let Some(browser) = browser() else { return };
+    let page = "<!doctype html><body data-live='true'><ul id='tree'>\
+        <li data-agent='a' data-status='idle'><span class='step'>none</span></li>\
+        <li data-agent='b' data-status='working'><span class='step'>build</span></li></ul>\
+        <button id='go' onclick=\"document.querySelector('[data-agent=a]').dataset.status='done'\">go</button>\
+        </body>";
+    browser.goto(&format!("data:text/html,{}", page.replace('#', "%23")));
+    assert_eq!(browser.execute("return document.body.dataset.live", &[]), json!("true"));
+    let agents = browser.find_all("#tree [data-agent]");
+    assert_eq!(agents.len(), 2);
+    assert_eq!(browser.attribute(&agents[1], "data-status").as_deref(), Some("working"));
+    assert_eq!(browser.attribute(&agents[1], "data-nothing"), None);
+    assert_eq!(browser.text(&browser.find("[data-agent=b] .step").unwrap()), "build");
+    assert!(browser.find("#absent").is_none());
+    browser.click(&browser.find("#go").unwrap());
+    browser.wait_for("the click's effect", std::time::Duration::from_secs(5), |b| {
+        let status = b.execute("return arguments[0].dataset.status", &[agents[0].arg()]);
+        if status == "done" { Ok(()) } else { Err(status.to_string()) }
+    });
+    let answer =
+        browser.execute_async("arguments[arguments.length - 1](arguments[0] * 2)", &[json!(21)]);
+    assert_eq!(answer, json!(42));
+    let png = browser.screenshot();
+    assert!(png.len() > 1000 && png.starts_with(b"\x89PNG\r\n\x1a\n"), "{} bytes", png.len());
+}
+
+/// `strata serve --data D --addr 127.0.0.1:0 --token TOKEN` in `s`, and the address it listens
+/// on (`127.0.0.1:PORT`, from the URL it prints).
+pub(crate) fn serve(s: &Scratch, token: &str) -> (Running, String) {
+    let mut server = s.spawn(&["serve", "--data", "D", "--addr", "127.0.0.1:0", "--token", token]);
+    let mut addr = None;
+    wait_for("`strata serve` to print its URL", || {
+        addr = server
+            .stdout_so_far()
+            .lines()
+            .find_map(|l| l.strip_prefix("strata serve: http://"))
+            .and_then(|rest| rest.split_once('/'))
+            .map(|(addr, _)| addr.to_owned());
+        addr.is_some() || server.exited()
+    });
+    let addr = addr.unwrap_or_else(|| panic!("`strata serve` failed:\n{}", server.stderr_so_far()));
+    (server, addr)
+}
+
+/// Each agent of the tree, by id, with its `data-status`, and the agent it is nested in.
+fn page_tree(browser: &Browser) -> BTreeMap<String, (String, Option<String>)> {
+    let tree = browser.execute(
+        "return [...document.querySelectorAll('#tree [data-agent]')].map((e) => {
+            const up = e.parentElement.closest('[data-agent]');
+            return [e.dataset.agent, e.dataset.status, up ? up.dataset.agent : null];
+        })",
+        &[],
+    );
+    tree.as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            let text = |v: &Value| v.as_str().map(str::to_owned);
+            (text(&a[0]).unwrap(), (text(&a[1]).unwrap_or_default(), text(&a[2])))
+        })
+        .collect()
+}
+
+/// The run's agents as `strata inspect RUN tree --json` gives them: id, (status, supervisor).
+fn cli_tree(s: &Scratch, run: &str) -> BTreeMap<String, (String, Option<String>)> {
+    let tree = s.strata(&["inspect", run, "tree", "--data", "D", "--json"]).code(0).json();
+    tree["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            let supervisor = a["supervisor"].as_str().map(str::to_owned);
+            (
+                a["id"].as_str().unwrap().to_owned(),
+                (a["status"].as_str().unwrap().to_owned(), supervisor),
+            )
+        })
+        .collect()
+}
+
+/// For each status in the tree, the colours its agents are drawn in: per agent, the computed
+/// text, background and border colours of its element and everything in it but the agents
+/// nested in it.
+fn status_colours(browser: &Browser) -> BTreeMap<String, BTreeSet<String>> {
+    let colours = browser.execute(
+        "const by = {};
+         for (const e of document.querySelectorAll('#tree [data-agent]')) {
+             const own = [e, ...e.querySelectorAll('*')]
+                 .filter((x) => x === e || x.closest('[data-agent]') === e);
+             const look = own.map((x) => {
+                 const s = getComputedStyle(x);
+                 return s.color + ' ' + s.backgroundColor + ' ' + s.borderColor;
+             }).join(' | ');
+             (by[e.dataset.status] ??= []).push(look);
+         }
+         return by",
+        &[],
+    );
+    serde_json::from_value(colours).unwrap()
+}
+
+/// The text of the element `selector`, or an empty string when there is none.
+fn text_of(browser: &Browser, selector: &str) -> String {
+    let text = browser.execute(
+        "const e = document.querySelector(arguments[0]); return e ? e.textContent : ''",
+        &[json!(selector)],
+    );
+    text.as_str().unwrap_or_default().to_owned()
+}
+
+/// The dashboard end to end: a team run held at a gate, `strata serve` and headless Chromium.
+/// The run is picked from the list; the tree shows every agent of the team, nested as the team
+/// nests them, with a live event stream; statuses change while the run proceeds until they are
+/// the ones `strata inspect` gives for the finished run, with the progress complete and the
+/// audit log verified. A screenshot is taken at the gate (and written to `$STRATA_SCREENSHOT`
+/// when that is set, relative to the repository: `STRATA_SCREENSHOT=docs/dashboard.png` makes
+/// the README's picture).
+#[test]
+fn the_dashboard_shows_a_live_team_run_in_a_real_browser() {
+    let Some(browser) = browser() else { return };
+    let s = Scratch::new();
+    s.write("gated.toml", GATED_PLAN);
+    std::fs::create_dir_all(s.path("W")).unwrap();
+    let gate = Gate(s.path("W/go"));
+    let mut run = s.spawn(&[
+        "run",
+        "gated.toml",
+        "--data",
+        "D",
+        "--workspace",
+        "W",
+        "--run-id",
+        "gated",
+        "--heartbeat",
+        HEARTBEAT,
+        "--no-sync",
+        "--quiet",
+    ]);
+    wait_for("the gate step to start", || {
+        assert!(!run.exited(), "the run exited before the gate:\n{}", run.stderr_so_far());
+        s.path("W/waiting").exists()
+    });
+    let team = cli_tree(&s, "gated");
+    assert!(team.len() >= 3, "{team:?}");
+
+    let token = "browser-test-token";
+    let (_server, addr) = serve(&s, token);
+    browser.goto(&format!("http://{addr}/#token={token}"));
+    let link = browser.wait_for("the run in the list", PAGE_PATIENCE, |b| {
+        b.find("#runs a[data-run=\"gated\"]").ok_or_else(|| text_of(b, "#runs"))
+    });
+    browser.click(&link);
+
+    // Every agent of the team, nested under its supervisor, and the event stream open.
+    let at_gate = browser.wait_for("every agent in the tree", PAGE_PATIENCE, |b| {
+        let tree = page_tree(b);
+        let same = tree.len() == team.len()
+            && team.iter().all(|(id, (_, up))| tree.get(id).is_some_and(|(_, nest)| nest == up));
+        if same { Ok(tree) } else { Err(format!("{tree:?}, expected the agents of {team:?}")) }
+    });
+    browser.wait_for("the event stream to open", PAGE_PATIENCE, |b| {
+        let live = b.execute("return document.body.dataset.live", &[]);
+        if live == "true" { Ok(()) } else { Err(live.to_string()) }
+    });
+    // At the gate an executor is working on the shell step, which the page says.
+    let working: Vec<&String> =
+        at_gate.iter().filter(|(_, (status, _))| status == "working").map(|(id, _)| id).collect();
+    assert!(!working.is_empty(), "no agent is working at the gate: {at_gate:?}");
+    let step = text_of(&browser, &format!("[data-agent=\"{}\"] .step", working[0]));
+    assert!(!step.trim().is_empty(), "the working agent shows no step");
+    assert!(!text_of(&browser, "#events").trim().is_empty(), "no event lines");
+    assert!(browser.find("svg#cost-chart").is_some(), "no cost chart");
+    let progress = text_of(&browser, "#progress");
+    assert!(progress.contains("/3 steps") && !progress.starts_with("3/3"), "{progress}");
+
+    let png = browser.screenshot();
+    assert!(
+        png.len() > 1000 && png.starts_with(b"\x89PNG\r\n\x1a\n"),
+        "not a PNG: {} bytes",
+        png.len()
+    );
+    std::fs::write(s.path("dashboard.png"), &png).unwrap();
+    if let Some(path) = std::env::var_os("STRATA_SCREENSHOT") {
+        // Relative to the repository (the test runs in the crate's directory).
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(path);
+        std::fs::write(&path, &png)
+            .unwrap_or_else(|e| panic!("cannot write the screenshot {}: {e}", path.display()));
+    }
+    // Statuses are told apart by colour.
+    let colours = status_colours(&browser);
+    if let (Some(working), Some(idle)) = (colours.get("working"), colours.get("idle")) {
+        assert!(
+            working.iter().all(|c| !idle.contains(c)),
+            "a working agent is drawn in the colours of an idle one: {colours:#?}"
+        );
+    }
+
+    // Released, the run ends; the page follows until it shows what `inspect` shows.
+    gate.open();
+    let out = run.finish();
+    assert_eq!(out.status.code(), Some(0), "the run failed:\n{}", out.stderr);
+    let finished = cli_tree(&s, "gated");
+    let end = browser.wait_for("the finished run's statuses", PAGE_PATIENCE, |b| {
+        let tree = page_tree(b);
+        let progress = text_of(b, "#progress");
+        if tree == finished && progress.starts_with("3/3 steps") && progress.contains("succeeded") {
+            Ok(tree)
+        } else {
+            Err(format!("{progress}: {tree:?}, expected {finished:?}"))
+        }
+    });
+    assert_ne!(end, at_gate, "no status changed while the run proceeded");
+    assert!(end.values().all(|(status, _)| status != "working"), "{end:?}");
+    browser.wait_for("the audit log verified", PAGE_PATIENCE, |b| {
+        b.find("#audit[data-ok=\"true\"]").map(drop).ok_or_else(|| text_of(b, "#audit"))
+    });
+}

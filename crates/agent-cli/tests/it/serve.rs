@@ -1,0 +1,344 @@
+//! `strata serve`, the web dashboard, over real HTTP: the runs list, the snapshot of a finished
+//! run, the event stream of a run that is going, a human's approval through the API with the
+//! token, and the bad input (a port in use, a data directory that does not exist, an address
+//! off loopback without a token, an unknown run, malformed requests, signing without the
+//! token: nothing written).
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::support::*;
+
+/// A port nobody listens on (bound and released).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// `strata serve --data D --addr ADDR` and `extra`, once it listens.
+fn serve(s: &Scratch, addr: &str, extra: &[&str]) -> Running {
+    let mut args = vec!["serve", "--data", "D", "--addr", addr];
+    args.extend_from_slice(extra);
+    let mut running = s.spawn(&args);
+    wait_for("strata serve to listen", || {
+        assert!(!running.exited(), "serve exited:\n{}", running.stderr_so_far());
+        running.stdout_so_far().contains("strata serve: http://")
+    });
+    running
+}
+
+/// One HTTP/1.1 request to 127.0.0.1:`port`: the status and the body.
+fn http(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String) {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    request.push_str(body);
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    (status, body)
+}
+
+/// A GET that must answer `status` with JSON.
+#[track_caller]
+fn get_json(port: u16, path: &str, headers: &[(&str, &str)], status: u16) -> Value {
+    let (got, body) = http(port, "GET", path, headers, "");
+    assert_eq!(got, status, "GET {path}: {body}");
+    serde_json::from_str(&body).unwrap_or_else(|e| panic!("GET {path}: not JSON ({e}): {body}"))
+}
+
+/// A POST of `body` that must answer `status` with JSON.
+#[track_caller]
+fn post(port: u16, path: &str, token: Option<&str>, body: &str, status: u16) -> Value {
+    let auth = token.map(|t| format!("Bearer {t}"));
+    let mut headers = vec![("Content-Type", "application/json")];
+    if let Some(auth) = &auth {
+        headers.push(("Authorization", auth));
+    }
+    let (got, reply) = http(port, "POST", path, &headers, body);
+    assert_eq!(got, status, "POST {path} {body}: {reply}");
+    serde_json::from_str(&reply).unwrap_or_else(|e| panic!("POST {path}: not JSON ({e}): {reply}"))
+}
+
+/// An open event stream; its text so far.
+struct Events {
+    stream: TcpStream,
+    text: String,
+}
+
+impl Events {
+    fn open(port: u16, path: &str) -> Self {
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        stream.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+        let request =
+            format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n\r\n");
+        stream.write_all(request.as_bytes()).unwrap();
+        Self { stream, text: String::new() }
+    }
+
+    /// Reads until `found` holds for the text so far; panics after a minute.
+    #[track_caller]
+    fn until(&mut self, what: &str, found: impl Fn(&str) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut buf = [0u8; 8192];
+        while !found(&self.text) {
+            assert!(Instant::now() < deadline, "gave up waiting for {what}; got:\n{}", self.text);
+            match self.stream.read(&mut buf) {
+                Ok(0) => panic!("the event stream ended while waiting for {what}:\n{}", self.text),
+                Ok(n) => self.text.push_str(&String::from_utf8_lossy(&buf[..n])),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                Err(e) => panic!("cannot read the event stream: {e}"),
+            }
+        }
+    }
+
+    /// The JSON of every `data:` line so far.
+    fn deltas(&self) -> Vec<Value> {
+        self.text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .filter_map(|d| serde_json::from_str(d).ok())
+            .collect()
+    }
+}
+
+#[test]
+fn serve_lists_the_runs_and_shows_a_finished_run_whole() {
+    let s = Scratch::with_example();
+    finished_run(&s);
+    let port = free_port();
+    let server = serve(&s, &format!("127.0.0.1:{port}"), &["--token", "t0k"]);
+    assert!(server.stdout_so_far().contains(&format!("http://127.0.0.1:{port}/#token=t0k")));
+
+    for (path, kind, needle) in [
+        ("/", "text/html", "id=\"tree\""),
+        ("/app.js", "text/javascript", "__strataRenderMs"),
+        ("/style.css", "text/css", "data-status"),
+    ] {
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        write!(stream, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        assert!(response.starts_with("HTTP/1.1 200"), "{path}: {response}");
+        assert!(response.to_lowercase().contains(&format!("content-type: {kind}")), "{path}");
+        assert!(response.contains(needle), "{path} lacks {needle}");
+    }
+
+    let runs = get_json(port, "/api/runs", &[], 200);
+    let run = &runs.as_array().unwrap()[0];
+    assert_eq!(
+        (run["id"].as_str(), run["status"].as_str(), run["agents"].as_u64()),
+        (Some("r"), Some("succeeded"), Some(9))
+    );
+    assert!(run["title"].as_str().unwrap().contains("greeting"), "{run}");
+
+    let snap = get_json(port, "/api/runs/r", &[], 200);
+    let agents = snap["agents"].as_array().unwrap();
+    let ids: Vec<&str> = agents.iter().map(|a| a["id"].as_str().unwrap()).collect();
+    for id in
+        ["top-a", "top-b", "top-c", "mid-docs", "mid-build", "bottom-d1", "bottom-d2", "bottom-b1"]
+    {
+        assert!(ids.contains(&id), "{id} missing: {ids:?}");
+    }
+    assert_eq!(agents.len(), 9);
+    for a in agents {
+        assert_eq!(a["status"], "terminated", "{a}");
+        assert!(["top", "mid", "bottom"].contains(&a["layer"].as_str().unwrap()), "{a}");
+    }
+    let mid = agents.iter().find(|a| a["id"] == "mid-docs").unwrap();
+    assert_eq!(mid["parent"], "top-a");
+    let decision = &snap["decisions"][0];
+    assert_eq!(decision["status"], "approved", "{decision}");
+    assert_eq!(decision["signatures"].as_array().unwrap().len(), 2, "{decision}");
+    assert_eq!(decision["human_may_sign"], false);
+    assert_eq!(snap["audit"]["ok"], true, "{}", snap["audit"]);
+    assert_eq!(snap["progress"]["status"], "succeeded");
+    assert_eq!(snap["progress"]["done"], snap["progress"]["total"]);
+    let last = snap["last_seq"].as_u64().unwrap();
+    assert_eq!(snap["audit"]["records"].as_u64(), Some(last + 1));
+    assert!(!snap["events"].as_array().unwrap().is_empty());
+
+    // Resumes after a seq: the records after it, with their ids.
+    let mut events = Events::open(port, &format!("/api/runs/r/events?after={}", last - 2));
+    events.until("the last two records", |t| t.contains(&format!("id: {last}")));
+    assert!(events.text.contains("text/event-stream"), "{}", events.text);
+    assert!(!events.text.contains(&format!("id: {}\n", last - 2)), "{}", events.text);
+
+    // Unknown runs and pages: 404 with a JSON error.
+    let e = get_json(port, "/api/runs/nope", &[], 404);
+    assert!(e["error"].as_str().unwrap().contains("no run `nope`"), "{e}");
+    get_json(port, "/api/runs/..", &[], 404);
+    get_json(port, "/api/runs/nope/events", &[], 404);
+    get_json(port, "/nothing/here", &[], 404);
+    post(port, "/api/runs/nope/decisions/x/approve", Some("t0k"), r#"{"as":"alice"}"#, 404);
+    server.kill();
+}
+
+/// The example team with alice allowed to sign and every plan needing a human, and a
+/// one-step plan.
+fn human_scratch() -> Scratch {
+    let s = Scratch::with_example();
+    let team = s.read("team.toml");
+    s.write("team.toml", &format!("{team}\n[approvals]\nhumans = [\"alice\"]\nplans = true\n"));
+    s.write(
+        "plan.toml",
+        r#"
+id = "signed"
+goal = "write a note once a human signs"
+
+[[steps]]
+id = "note"
+domain = "docs"
+tool = "write_file"
+args = { path = "note.txt", content = "signed\n" }
+"#,
+    );
+    s
+}
+
+#[test]
+fn a_live_run_streams_its_records_and_a_human_approves_through_the_api() {
+    let s = human_scratch();
+    let mut run = start_run(&s, "h1");
+    let decision = pending_decision(&s, &mut run, "h1", "the plan to wait for a human", |d| {
+        d["status"] == "pending" && d["human_approval"]["allowed"][0] == "alice"
+    });
+    let port = free_port();
+    let server = serve(&s, &format!("127.0.0.1:{port}"), &[]);
+    let url = server.stdout_so_far();
+    let token = url.split("#token=").nth(1).unwrap().lines().next().unwrap().trim().to_owned();
+    assert_eq!(token.len(), 32, "a generated token: {url}");
+
+    let runs = get_json(port, "/api/runs", &[], 200);
+    assert_eq!(runs[0]["status"], "running", "{runs}");
+    let snap = get_json(port, "/api/runs/h1", &[], 200);
+    assert_eq!(snap["humans"][0], "alice");
+    let d = snap["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["id"] == decision.as_str())
+        .unwrap();
+    assert_eq!(
+        (d["status"].as_str(), d["human_may_sign"].as_bool()),
+        (Some("pending"), Some(true)),
+        "{d}"
+    );
+    let last = snap["last_seq"].as_u64().unwrap();
+    let mut events = Events::open(port, &format!("/api/runs/h1/events?after={last}"));
+    events.until("the stream to open", |t| t.contains("text/event-stream"));
+
+    // Signing without the token, or with a wrong one, or malformed: refused, nothing written.
+    let requests = s.path("D/h1/requests");
+    let before = snapshot(&requests);
+    let path = format!("/api/runs/h1/decisions/{decision}/approve");
+    let body = r#"{"as":"alice"}"#;
+    let e = post(port, &path, None, body, 401);
+    assert!(e["error"].as_str().unwrap().contains("token"), "{e}");
+    post(port, &path, Some("wrong"), body, 401);
+    let (status, _) = http(port, "POST", &path, &[("Authorization", "Basic alice")], body);
+    assert_eq!(status, 401);
+    post(port, &path, Some(&token), "{not json", 400);
+    let e = post(port, &path, Some(&token), "{}", 400);
+    assert!(e["error"].as_str().unwrap().contains("`as`"), "{e}");
+    post(port, &path, Some(&token), r#"{"as":"alice","extra":1}"#, 400);
+    let e = post(port, "/api/runs/h1/decisions/not-a-decision/approve", Some(&token), body, 400);
+    assert!(e["error"].as_str().unwrap().contains("not a decision id"), "{e}");
+    let veto = format!("/api/runs/h1/decisions/{decision}/veto");
+    let e = post(port, &veto, Some(&token), body, 400);
+    assert!(e["error"].as_str().unwrap().contains("reason"), "{e}");
+    post(port, &format!("/api/runs/h1/decisions/{decision}/sign"), Some(&token), body, 404);
+    assert_eq!(snapshot(&requests), before, "a refused request wrote to the run's requests");
+
+    // With the token: through the operator inbox, applied by the live run.
+    let reply = post(port, &path, Some(&token), body, 200);
+    assert_eq!(
+        (reply["outcome"].as_str(), reply["by"].as_str()),
+        (Some("approved"), Some("human:alice")),
+        "{reply}"
+    );
+    events.until("the approval and the step on the stream", |t| {
+        t.contains("\"kind\":\"record\"")
+            && t.contains("\"status\":\"approved\"")
+            && t.contains("write_file")
+    });
+    let deltas = events.deltas();
+    let seqs: Vec<u64> = deltas.iter().filter_map(|d| d["seq"].as_u64()).collect();
+    assert!(seqs.iter().all(|&s| s > last), "records at or before {last}: {seqs:?}");
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "not in order: {seqs:?}");
+    run.finish().code(0);
+    events.until("the run's end", |t| t.contains("\"status\":\"succeeded\""));
+    let snap = get_json(port, "/api/runs/h1", &[], 200);
+    assert_eq!(snap["progress"]["status"], "succeeded");
+    assert_eq!(snap["audit"]["ok"], true, "{}", snap["audit"]);
+    server.kill();
+}
+
+#[test]
+fn serve_refuses_bad_input() {
+    let s = Scratch::with_example();
+    std::fs::create_dir_all(s.path("D")).unwrap();
+    // A port in use.
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    s.strata(&["serve", "--data", "D", "--addr", &addr]).bad_input(&[
+        "cannot listen",
+        &addr,
+        "in use",
+    ]);
+    // No data directory.
+    let free = format!("127.0.0.1:{}", free_port());
+    s.strata(&["serve", "--data", "missing", "--addr", &free])
+        .bad_input(&["missing", "does not exist"]);
+    // Not an address.
+    s.strata(&["serve", "--data", "D", "--addr", "localhost"])
+        .bad_input(&["--addr", "not an address"]);
+    // Off loopback without a token.
+    let mut no_env = s.command(&["serve", "--data", "D", "--addr", "0.0.0.0:1"]);
+    no_env.env_remove("STRATA_SERVE_TOKEN");
+    Out::of(&["serve", "--data", "D", "--addr", "0.0.0.0:1"], &mut no_env)
+        .bad_input(&["not a loopback address", "--token"]);
+    assert!(!s.path("D").read_dir().unwrap().any(|_| true), "nothing written");
+}
+
+#[test]
+fn off_loopback_every_api_request_needs_the_token() {
+    let s = Scratch::with_example();
+    std::fs::create_dir_all(s.path("D")).unwrap();
+    let port = free_port();
+    let mut command = s.command(&["serve", "--data", "D", "--addr", &format!("0.0.0.0:{port}")]);
+    command.env("STRATA_SERVE_TOKEN", "envtok");
+    let mut server = Scratch::spawn_command(&["serve"], &mut command);
+    wait_for("strata serve to listen", || {
+        assert!(!server.exited(), "serve exited:\n{}", server.stderr_so_far());
+        server.stdout_so_far().contains("#token=envtok")
+    });
+    get_json(port, "/api/runs", &[], 401);
+    get_json(port, "/api/runs?token=nope", &[], 401);
+    assert_eq!(get_json(port, "/api/runs?token=envtok", &[], 200), serde_json::json!([]));
+    get_json(port, "/api/runs", &[("Authorization", "Bearer envtok")], 200);
+    // The page itself holds no data.
+    assert_eq!(http(port, "GET", "/", &[], "").0, 200);
+    server.kill();
+}
