@@ -328,6 +328,11 @@ pub(crate) struct StartArgs {
     /// (the workers never see the run).
     #[arg(long, requires = "nats")]
     pub(crate) local: bool,
+    /// Serve the web dashboard (`strata serve`'s) from this process on this address, such as
+    /// 127.0.0.1:7878, its run fed by its own event stream, until the run ends. Its URL, with
+    /// the token, is printed on standard error; off loopback give $STRATA_SERVE_TOKEN.
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) serve: Option<String>,
     #[command(flatten)]
     pub(crate) output: OutputArgs,
 }
@@ -347,6 +352,10 @@ pub(crate) struct ResumeArgs {
     /// system and network. Only where the sandbox cannot work; the run records it.
     #[arg(long)]
     pub(crate) unsandboxed: bool,
+    /// Serve the web dashboard from this process on this address until the run ends, as
+    /// `strata run --serve`.
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) serve: Option<String>,
     #[command(flatten)]
     pub(crate) output: OutputArgs,
 }

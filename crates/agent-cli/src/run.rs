@@ -239,6 +239,11 @@ pub(crate) async fn start(prepared: Prepared, args: &StartArgs) -> Result<u8, Fa
 
     // Nothing is created for a run whose commands could not be sandboxed.
     let sandbox = sandbox(&team, args.unsandboxed)?;
+    // The dashboard's port is taken before anything is written: one in use is bad input.
+    let serving = match &args.serve {
+        Some(addr) => Some(crate::serve::bind("--serve", addr, None).await?),
+        None => None,
+    };
     let run_id = args.run_id.clone().unwrap_or_else(|| new_run_id(&task.id));
     let dir = args.data.join(&run_id);
     // On NATS, the server is checked (it answers, has JetStream, holds no run of this id)
@@ -295,6 +300,7 @@ pub(crate) async fn start(prepared: Prepared, args: &StartArgs) -> Result<u8, Fa
             Some(server) => Stores::nats(server).await?,
             None => Stores::sled(&store)?,
         };
+        let nats_audit = stores.nats_audit.clone();
         info.write(&dir)?;
         view::started(&args.output, &info, &dir);
         warn_if_unsynced(args.no_sync);
@@ -326,8 +332,9 @@ pub(crate) async fn start(prepared: Prepared, args: &StartArgs) -> Result<u8, Fa
             tops: top_ids(&team),
             humans: team.spec.approvals.humans.clone(),
             placed,
+            nats_audit,
         };
-        drive(run, task, info, dir, &args.output).await
+        drive(run, task, info, dir, &args.output, serving).await
     }
     .instrument(span)
     .await
@@ -397,6 +404,11 @@ async fn store_large_contents(mut task: Task, services: &TeamServices) -> Result
 /// `strata resume`.
 pub(crate) async fn resume(args: ResumeArgs) -> Result<u8, Failure> {
     let dir = resolve_run(&args.data, &args.run)?;
+    // The dashboard's port is taken before anything is written: one in use is bad input.
+    let serving = match &args.serve {
+        Some(addr) => Some(crate::serve::bind("--serve", addr, None).await?),
+        None => None,
+    };
     let durability = if args.no_sync { Durability::NoSync } else { Durability::Synced };
     let store = RunStore::open(&dir, durability).map_err(bad_input)?;
     let info = RunInfo::read(&dir).map_err(bad_input)?;
@@ -409,12 +421,13 @@ pub(crate) async fn resume(args: ResumeArgs) -> Result<u8, Failure> {
     let team_text = read_input(&team_path, "team file", team_file::MAX_TEAM_FILE_BYTES)?;
     // The MCP servers start again (before anything is marked running), with their tools.
     let servers = crate::mcp::start_servers(&team_path, &team_text, &mut tools).await?;
-    let result = resume_with(args, dir, store, info, team_path, team_text, tools).await;
+    let result = resume_with(args, dir, store, info, team_path, team_text, tools, serving).await;
     servers.shutdown().await;
     result
 }
 
 /// `strata resume` once the team file's MCP servers are started.
+#[allow(clippy::too_many_arguments, reason = "what `resume` read and checked, passed on")]
 async fn resume_with(
     args: ResumeArgs,
     dir: PathBuf,
@@ -423,6 +436,7 @@ async fn resume_with(
     team_path: PathBuf,
     team_text: String,
     tools: ToolRegistry,
+    serving: Option<crate::serve::Bound>,
 ) -> Result<u8, Failure> {
     let mut team = team_file::parse_team(&team_path, &team_text, &tools).map_err(bad_input)?;
     team.spec.heartbeat = team_file::check_heartbeat(Duration::from_millis(info.heartbeat_ms))
@@ -466,6 +480,7 @@ async fn resume_with(
         }
         None => (Stores::sled(&store)?, None),
     };
+    let nats_audit = stores.nats_audit.clone();
     info.status = RunStatus::Running;
     info.finished_at = None;
     info.unsandboxed |= args.unsandboxed;
@@ -504,8 +519,9 @@ async fn resume_with(
             tops: top_ids(&team),
             humans: team.spec.approvals.humans.clone(),
             placed,
+            nats_audit,
         };
-        drive(run, task, info, dir, &args.output).await
+        drive(run, task, info, dir, &args.output, serving).await
     }
     .instrument(span)
     .await
@@ -826,6 +842,8 @@ struct Running {
     humans: Vec<String>,
     /// The workers host the agents; this process coordinates.
     placed: Option<Placed>,
+    /// The audit log again, when it is on NATS (for the dashboard's verification).
+    nats_audit: Option<Arc<agent_core::NatsAuditLog>>,
 }
 
 /// The top powers of `team`, in file order.
@@ -913,14 +931,52 @@ async fn budget_stop(
     }
 }
 
+/// Drives `run` to its end, serving the dashboard meanwhile on `serving` (`--serve`): the
+/// server sends the run's last records and its end, then stops.
 async fn drive(
+    run: Running,
+    task: Task,
+    info: RunInfo,
+    dir: PathBuf,
+    output: &OutputArgs,
+    serving: Option<crate::serve::Bound>,
+) -> Result<u8, Failure> {
+    let server = match serving {
+        Some(bound) => {
+            let s = &run.services;
+            let live = crate::serve::Live {
+                events: s.events.clone(),
+                store: run.store.clone(),
+                stores: Stores {
+                    bus: s.bus.clone(),
+                    boards: s.boards.clone(),
+                    governance: s.governance.clone(),
+                    audit: s.audit.clone(),
+                    state: s.state.clone(),
+                    nats_audit: run.nats_audit.clone(),
+                },
+                ledger: run.ledger.clone(),
+            };
+            let data = dir.parent().map_or_else(|| dir.clone(), Path::to_path_buf);
+            Some(crate::serve::serve_run(bound, data, &dir, &info.run_id, live).await?)
+        }
+        None => None,
+    };
+    let result = drive_run(run, task, info, dir, output).await;
+    if let Some(server) = server {
+        server.finish().await;
+    }
+    result
+}
+
+async fn drive_run(
     run: Running,
     task: Task,
     mut info: RunInfo,
     dir: PathBuf,
     output: &OutputArgs,
 ) -> Result<u8, Failure> {
-    let Running { team, services, store, ledger, tops, humans, placed } = run;
+    let Running { team, services, store, ledger, tops, humans, placed, nats_audit: _ } = run;
     let team = Arc::new(team);
     // Mail the workers send (the outcome on `system`) wakes the coordinator at once, and the
     // records the workers' agents append reach the view.

@@ -17,6 +17,11 @@
 //! request needs it (`?token=` for the event stream, which a browser cannot give headers), and
 //! a token must be given (`--token` or `$STRATA_SERVE_TOKEN`). Errors are JSON
 //! `{"error": "..."}`.
+//!
+//! `strata run --serve ADDR` (and `strata resume --serve ADDR`) serves the same dashboard from
+//! the run's own process ([`serve_run`]): its run is fed by its event stream
+//! ([`watch::RunWatch::live`]), the other runs of the data directory are read as here; the
+//! server stops once the run has ended and its last records are sent.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -42,6 +47,8 @@ use crate::{Failure, bad_input};
 
 pub(crate) mod model;
 mod watch;
+
+pub(crate) use watch::Live;
 
 #[cfg(test)]
 mod model_tests;
@@ -75,34 +82,36 @@ struct App {
 
 type Shared = Arc<App>;
 
-/// `strata serve`.
-pub(crate) async fn serve(args: ServeArgs) -> Result<u8, Failure> {
-    let addr: SocketAddr = args.addr.parse().map_err(|_| {
+/// A listening socket and the token: checked and bound before anything else is done.
+pub(crate) struct Bound {
+    listener: tokio::net::TcpListener,
+    local: SocketAddr,
+    token: String,
+    loopback: bool,
+}
+
+/// Checks `addr` (given as `flag`) and the token (`token`, else `$STRATA_SERVE_TOKEN`, else a
+/// new one; off loopback one must be given) and listens there.
+pub(crate) async fn bind(flag: &str, addr: &str, token: Option<String>) -> Result<Bound, Failure> {
+    let addr: SocketAddr = addr.parse().map_err(|_| {
         bad_input(anyhow::anyhow!(
-            "--addr {}: not an address; write it like 127.0.0.1:7878",
-            args.addr.escape_debug()
+            "{flag} {}: not an address; write it like 127.0.0.1:7878",
+            addr.escape_debug()
         ))
     })?;
-    let given = args
-        .token
-        .clone()
-        .or_else(|| std::env::var(TOKEN_VAR).ok())
-        .filter(|t| !t.trim().is_empty());
+    let given = token.or_else(|| std::env::var(TOKEN_VAR).ok()).filter(|t| !t.trim().is_empty());
     let loopback = addr.ip().is_loopback();
     if !loopback && given.is_none() {
+        let how = if flag == "--addr" { "--token TOKEN or " } else { "" };
         return Err(bad_input(anyhow::anyhow!(
-            "--addr {addr} is not a loopback address: give a token (--token TOKEN or ${TOKEN_VAR}) so that nobody else on the network can read the runs or sign"
-        )));
-    }
-    if !args.data.is_dir() {
-        return Err(bad_input(anyhow::anyhow!(
-            "the data directory {} does not exist or is not a directory; give --data the directory of the runs (where `strata run --data` writes them)",
-            args.data.display()
+            "{flag} {addr} is not a loopback address: give a token ({how}${TOKEN_VAR}) so that nobody else on the network can read the runs or sign"
         )));
     }
     let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
         let why = if e.kind() == std::io::ErrorKind::AddrInUse {
-            "the port is in use (another `strata serve`?); choose another with --addr 127.0.0.1:PORT".to_owned()
+            format!(
+                "the port is in use (another `strata serve`?); choose another with {flag} 127.0.0.1:PORT"
+            )
         } else {
             e.to_string()
         };
@@ -110,6 +119,19 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<u8, Failure> {
     })?;
     let local = listener.local_addr().unwrap_or(addr);
     let token = given.unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string());
+    Ok(Bound { listener, local, token, loopback })
+}
+
+/// `strata serve`.
+pub(crate) async fn serve(args: ServeArgs) -> Result<u8, Failure> {
+    if !args.data.is_dir() {
+        return Err(bad_input(anyhow::anyhow!(
+            "the data directory {} does not exist or is not a directory; give --data the directory of the runs (where `strata run --data` writes them)",
+            args.data.display()
+        )));
+    }
+    let Bound { listener, local, token, loopback } =
+        bind("--addr", &args.addr, args.token.clone()).await?;
     let app = Arc::new(App {
         data: args.data.clone(),
         nats: args.nats.clone(),
@@ -131,6 +153,72 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<u8, Failure> {
     app.watches.stop();
     served.map_err(|e| Failure::Other(anyhow::anyhow!("the server failed: {e}")))?;
     Ok(0)
+}
+
+/// The dashboard a run's own process serves (`strata run --serve`): stopped by
+/// [`Self::finish`] once the run has ended.
+pub(crate) struct RunServer {
+    app: Shared,
+    watch: Arc<watch::RunWatch>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+/// How long the event streams are given to send the run's last records when it has ended.
+const LAST_RECORDS: Duration = Duration::from_millis(500);
+
+/// Serves the dashboard on `bound` from the process of run `run_id` in `data` (the directory
+/// `dir`): that run fed by `live` (its event stream), the others read from their stores.
+pub(crate) async fn serve_run(
+    bound: Bound,
+    data: PathBuf,
+    dir: &std::path::Path,
+    run_id: &str,
+    live: Live,
+) -> Result<RunServer, Failure> {
+    let Bound { listener, local, token, loopback } = bound;
+    let watch = watch::RunWatch::live(dir, live)
+        .await
+        .map_err(|e| Failure::Other(e.context("cannot watch the run for the dashboard")))?;
+    let app = Arc::new(App {
+        data,
+        nats: None,
+        token: token.clone(),
+        loopback,
+        watches: watch::Watches::default(),
+        stopping: tokio::sync::watch::Sender::new(false),
+    });
+    app.watches.insert(run_id, watch.clone());
+    let mut stopped = app.stopping.subscribe();
+    let router = router(app.clone());
+    let server = tokio::spawn(async move {
+        let served = axum::serve(listener, router)
+            .with_graceful_shutdown(async move {
+                let _ = stopped.wait_for(|stop| *stop).await;
+            })
+            .await;
+        if let Err(e) = served {
+            errln!("warning: the dashboard stopped: {e}");
+        }
+    });
+    // On standard error: standard output may be the run's JSON lines.
+    errln!("strata serve: http://{local}/#token={token}");
+    errln!("  run {run_id}: the dashboard stops when the run ends");
+    Ok(RunServer { app, watch, server })
+}
+
+impl RunServer {
+    /// The run has ended: sends its last records and its end, then stops the server.
+    pub(crate) async fn finish(self) {
+        self.watch.finish().await;
+        tokio::time::sleep(LAST_RECORDS).await;
+        self.app.stopping.send_replace(true);
+        // An open connection is not waited for long.
+        let mut server = self.server;
+        if tokio::time::timeout(Duration::from_secs(3), &mut server).await.is_err() {
+            server.abort();
+        }
+        self.app.watches.stop();
+    }
 }
 
 fn router(app: Shared) -> Router {
@@ -356,6 +444,8 @@ fn delta_stream(
             }
             loop {
                 let received = tokio::select! {
+                    // What was sent before the server stops is sent first.
+                    biased;
                     received = receiver.recv() => received,
                     _ = stopping.wait_for(|stop| *stop) => return None,
                 };

@@ -39,7 +39,8 @@ pub(crate) struct AgentView {
     pub(crate) parent: Option<String>,
     /// Its last status, as the lifecycle names it (`initializing` before its first transition).
     pub(crate) status: &'static str,
-    /// What it did last, in words.
+    /// The work it is doing, in words (see [`Activity`]): the step or package it is on and
+    /// the tool call of its turn, else the reason of its last transition; never a warning.
     pub(crate) step: String,
     /// Model tokens it used (in and out).
     pub(crate) tokens: u64,
@@ -59,6 +60,57 @@ pub(crate) struct Seed {
     pub(crate) parent: Option<AgentId>,
     /// Its role.
     pub(crate) role: Option<String>,
+}
+
+/// What an agent is doing, as its records tell (they do not name the step a lead assigned,
+/// only what came of it): the work it was given (a spawned agent's task, the step of a result
+/// or of a peer's help, a lead's executor at work), the tool call of its current turn (or a
+/// governance act), and the reason of its last transition, which stands in for the rest. The
+/// warnings (missed heartbeats, errors, refusals, timeouts, stuck guards) change none of it.
+#[derive(Clone, Debug, Default)]
+struct Activity {
+    /// The task it was spawned for, until it returns its results.
+    assigned: Option<String>,
+    /// The step or package it works on in this turn.
+    work: Option<String>,
+    /// The tool call (or act) of this turn.
+    tool: Option<String>,
+    /// Why its status last changed.
+    reason: String,
+}
+
+impl Activity {
+    /// The agent's `step`.
+    fn step(&self) -> String {
+        let step = match (self.work.as_ref().or(self.assigned.as_ref()), &self.tool) {
+            (Some(work), Some(tool)) => format!("{work} · {tool}"),
+            (Some(work), None) => work.clone(),
+            (None, Some(tool)) => tool.clone(),
+            (None, None) => self.reason.clone(),
+        };
+        shorten(&step, STEP_CHARS)
+    }
+
+    /// What it is on, for its lead: its work, else its tool call.
+    fn doing(&self) -> Option<&str> {
+        self.work.as_deref().or(self.assigned.as_deref()).or(self.tool.as_deref())
+    }
+}
+
+/// Whether an agent in `status` is busy with a turn.
+fn busy(status: AgentStatus) -> bool {
+    matches!(status, AgentStatus::Working | AgentStatus::WaitingApproval | AgentStatus::Blocked)
+}
+
+/// A tool call in a few words: the tool and its main argument (a path, a command, ...), and
+/// whether it failed.
+fn tool_call(tool: &str, args: &serde_json::Value, success: bool) -> String {
+    let main = ["path", "command", "cmd", "file", "url", "query", "to", "name", "pattern"]
+        .iter()
+        .find_map(|key| args.get(key).and_then(serde_json::Value::as_str))
+        .map(|arg| format!(" {}", shorten(arg.lines().next().unwrap_or_default(), 60)))
+        .unwrap_or_default();
+    format!("{tool}{main}{}", if success { "" } else { " (failed)" })
 }
 
 /// A signature or a veto.
@@ -159,6 +211,9 @@ pub(crate) enum Delta {
         /// The agent as it is now, if the record changed it.
         #[serde(skip_serializing_if = "Option::is_none")]
         agent: Option<AgentView>,
+        /// Its lead (or spawner) as it is now, if the record changed what it coordinates.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        lead: Option<Box<AgentView>>,
         /// The progress, if the record changed it.
         #[serde(skip_serializing_if = "Option::is_none")]
         progress: Option<Progress>,
@@ -194,6 +249,7 @@ pub(crate) struct RunModel {
     started_at: u64,
     line: LineFn,
     agents: Vec<AgentView>,
+    activity: Vec<Activity>,
     index: HashMap<String, usize>,
     decisions: Vec<DecisionView>,
     humans: Vec<String>,
@@ -222,6 +278,7 @@ impl RunModel {
             started_at,
             line,
             agents: Vec::with_capacity(agents.len()),
+            activity: Vec::with_capacity(agents.len()),
             index: HashMap::with_capacity(agents.len()),
             decisions: Vec::new(),
             humans,
@@ -271,6 +328,7 @@ impl RunModel {
             cost: None,
             spawned,
         });
+        self.activity.push(Activity::default());
         self.index.insert(id.to_owned(), i);
         i
     }
@@ -301,6 +359,8 @@ impl RunModel {
             self.events.pop_front();
         }
         self.events.push_back(line.clone());
+        let me = self.index.get(record.agent.as_str()).copied();
+        let mut lead = None;
         let changed = match &record.event {
             AuditEvent::Spawned { spawn } => {
                 let i = self.add(
@@ -310,22 +370,84 @@ impl RunModel {
                     Some(spawn.role.clone()),
                     true,
                 );
-                // The spawner's activity too, but the new agent is the news.
-                self.set_step(record.agent.as_str(), &line);
+                let task = spawn.task_prompt.lines().next().unwrap_or_default().trim();
+                let task = if task.is_empty() {
+                    spawn.key.clone()
+                } else {
+                    format!("{}: {task}", spawn.key)
+                };
+                self.activity[i].assigned = Some(task);
+                self.refresh(i);
+                // The spawner coordinates it: the new agent is the news, the spawner its lead.
+                lead = me.map(|s| {
+                    self.activity[s].work = Some(format!("coordinating {}", spawn.key));
+                    self.refresh(s)
+                });
                 Some(i)
             }
             AuditEvent::Despawned { agent, .. } => {
-                self.set_step(record.agent.as_str(), &line);
-                self.set_step(agent.as_str(), &line)
+                let gone = self.index.get(agent.as_str()).copied();
+                lead = me.map(|s| {
+                    self.activity[s].tool = Some(format!("dismissed {agent}"));
+                    self.refresh(s)
+                });
+                gone.map(|i| {
+                    let what = &mut self.activity[i];
+                    (what.assigned, what.work, what.tool) = (None, None, None);
+                    what.reason = "dismissed".to_owned();
+                    self.refresh(i)
+                })
             }
-            AuditEvent::Transition { to, .. } => {
-                let i = self.set_step(record.agent.as_str(), &line);
-                if let Some(i) = i {
-                    self.agents[i].status = to.as_str();
+            AuditEvent::Transition { from, to, reason } => me.map(|i| {
+                let what = &mut self.activity[i];
+                what.reason = reason.to_string();
+                if !busy(*to) {
+                    (what.work, what.tool) = (None, None);
+                    if matches!(to, AgentStatus::ShuttingDown | AgentStatus::Terminated) {
+                        what.assigned = None;
+                    }
+                } else if !busy(*from) {
+                    // A new turn.
+                    (what.work, what.tool) = (None, None);
                 }
-                i
-            }
-            _ => self.set_step(record.agent.as_str(), &line),
+                self.agents[i].status = to.as_str();
+                self.refresh(i)
+            }),
+            AuditEvent::ToolCall { tool, args, success, .. } => me.map(|i| {
+                self.activity[i].tool = Some(tool_call(tool, args, *success));
+                lead = self.coordinate(i);
+                self.refresh(i)
+            }),
+            AuditEvent::Result { task, .. } => me.map(|i| {
+                let what = &mut self.activity[i];
+                what.assigned = None;
+                what.work = Some(task.clone());
+                what.tool = Some("returned results".to_owned());
+                lead = self.coordinate(i);
+                self.refresh(i)
+            }),
+            AuditEvent::PeerHelp { step: Some(step), .. } => me.map(|i| {
+                self.activity[i].work = Some(step.clone());
+                lead = self.coordinate(i);
+                self.refresh(i)
+            }),
+            AuditEvent::Decision { decision, action, .. } => me.map(|i| {
+                let id = decision.to_string();
+                let id = id.get(..8).unwrap_or(&id);
+                self.activity[i].tool = Some(format!("decision {id} {action}"));
+                self.refresh(i)
+            }),
+            AuditEvent::Ooda { .. } | AuditEvent::Operator { .. } => me.map(|i| {
+                self.activity[i].tool = Some(after_agent(&line, record.agent.as_str()));
+                self.refresh(i)
+            }),
+            // Warnings and what is not work: the step stays.
+            AuditEvent::Denied { .. }
+            | AuditEvent::Error { .. }
+            | AuditEvent::MissedHeartbeat { .. }
+            | AuditEvent::TimedOut { .. }
+            | AuditEvent::Stuck { .. }
+            | AuditEvent::PeerHelp { step: None, .. } => None,
         };
         let progress =
             matches!(record.event, AuditEvent::ToolCall { success: true, .. }).then(|| {
@@ -336,18 +458,34 @@ impl RunModel {
             seq: record.seq,
             line,
             agent: changed.map(|i| self.agents[i].clone()),
+            lead: lead.map(|i| Box::new(self.agents[i].clone())),
             progress,
         })
     }
 
-    /// Sets the activity of `agent` from its event `line` (the part after the time and the
-    /// agent's id); its index, if it is an agent of the tree.
-    fn set_step(&mut self, agent: &str, line: &str) -> Option<usize> {
-        let &i = self.index.get(agent)?;
-        let what = line.split_once("] ").map_or(line, |(_, rest)| rest);
-        let what = what.trim_start().strip_prefix(agent).unwrap_or(what).trim_start();
-        self.agents[i].step = shorten(what, STEP_CHARS);
-        Some(i)
+    /// Sets the step of agent `i` from its activity; `i`.
+    fn refresh(&mut self, i: usize) -> usize {
+        self.agents[i].step = self.activity[i].step();
+        i
+    }
+
+    /// The lead of agent `i` (its supervisor or spawner, a mid-layer agent) coordinates what
+    /// `i` is on now; the lead's index, if it changed.
+    fn coordinate(&mut self, i: usize) -> Option<usize> {
+        let parent = self.agents[i].parent.as_deref()?;
+        let &p = self.index.get(parent)?;
+        if p == i || self.agents[p].layer != AgentLayer::Mid.as_str() {
+            return None;
+        }
+        let doing = self.activity[i].doing()?;
+        let work = Some(format!("coordinating {}: {doing}", self.agents[i].id));
+        if self.activity[p].work == work {
+            return None;
+        }
+        self.activity[p].work = work;
+        let before = std::mem::take(&mut self.agents[p].step);
+        self.refresh(p);
+        (self.agents[p].step != before).then_some(p)
     }
 
     /// Takes the run's decisions as they are now; a delta for each that is new or changed.
@@ -486,6 +624,12 @@ impl RunModel {
             serde_json::json!({ "error": format!("cannot serialise the run: {e}") }).to_string()
         })
     }
+}
+
+/// An event `line` without its time and the id of its `agent`.
+fn after_agent(line: &str, agent: &str) -> String {
+    let what = line.split_once("] ").map_or(line, |(_, rest)| rest);
+    what.trim_start().strip_prefix(agent).unwrap_or(what).trim_start().to_owned()
 }
 
 /// A decision's content in a few words: its first text field among the usual ones, else its

@@ -53,17 +53,27 @@ fn transition(from: AgentStatus, to: AgentStatus) -> AuditEvent {
 fn transitions_set_status_and_step_and_duplicates_are_ignored() {
     let mut m = model();
     let r = record(0, "mid-1", transition(AgentStatus::Initializing, AgentStatus::Idle));
-    let Some(Delta::Record { seq, agent: Some(agent), progress: None, line }) = m.fold(&r) else {
+    let Some(Delta::Record { seq, agent: Some(agent), progress: None, line, lead: None }) =
+        m.fold(&r)
+    else {
         panic!("a record delta with the agent")
     };
     assert_eq!((seq, agent.id.as_str(), agent.status), (0, "mid-1", "idle"));
     assert!(line.contains("mid-1"), "{line}");
-    assert!(agent.step.starts_with("Transition"), "{}", agent.step);
+    assert_eq!(agent.step, "test", "the transition's reason");
     assert_eq!(m.fold(&r), None, "a record folded twice changes nothing");
     assert_eq!(m.last_seq(), Some(0));
     assert_eq!(m.next_seq(), 1);
     // An actor outside the tree (a human): a line, no agent.
-    let r = record(1, "human:alice", AuditEvent::MissedHeartbeat { heartbeat: 1 });
+    let r = record(
+        1,
+        "human:alice",
+        AuditEvent::Decision {
+            decision: DecisionId::from_uuid(uuid::Uuid::new_v4()),
+            action: "signed".into(),
+            detail: String::new(),
+        },
+    );
     assert!(matches!(m.fold(&r), Some(Delta::Record { agent: None, .. })));
 }
 
@@ -147,4 +157,107 @@ fn event_lines_and_series_are_bounded() {
     }
     let snap: serde_json::Value = serde_json::from_str(&m.snapshot_json(0)).unwrap();
     assert!(snap["series"].as_array().unwrap().len() <= SERIES_POINTS);
+}
+
+fn step_of(m: &RunModel, id: &str) -> String {
+    let snap: serde_json::Value = serde_json::from_str(&m.snapshot_json(0)).unwrap();
+    let agents = snap["agents"].as_array().unwrap();
+    let agent = agents.iter().find(|a| a["id"] == id).unwrap();
+    agent["step"].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn the_step_is_the_work_not_the_last_warning() {
+    let mut m = model();
+    let working = |reason: &str| AuditEvent::Transition {
+        from: AgentStatus::Idle,
+        to: AgentStatus::Working,
+        reason: reason.to_owned().into(),
+    };
+    m.fold(&record(0, "bottom-1", working("processing 1 message(s)")));
+    assert_eq!(step_of(&m, "bottom-1"), "processing 1 message(s)", "before any tool call");
+    // Warnings change nothing: no agent in their delta, the step stays.
+    let warnings = [
+        AuditEvent::MissedHeartbeat { heartbeat: 4 },
+        AuditEvent::Error { error: "boom".into(), retry: 1, max_retries: 3 },
+        AuditEvent::Denied { action: "write board x".into(), error: "no".into() },
+    ];
+    for (seq, warning) in (1..).zip(warnings) {
+        let Some(Delta::Record { agent: None, lead: None, .. }) =
+            m.fold(&record(seq, "bottom-1", warning))
+        else {
+            panic!("a warning changed the agent")
+        };
+    }
+    assert_eq!(step_of(&m, "bottom-1"), "processing 1 message(s)");
+    // The tool call it is on, and its lead coordinates it.
+    let call = AuditEvent::ToolCall {
+        tool: "shell".into(),
+        args: serde_json::json!({"command": "make build\nmore"}),
+        success: true,
+        summary: "ok".into(),
+    };
+    let Some(Delta::Record { agent: Some(a), lead: Some(lead), .. }) =
+        m.fold(&record(4, "bottom-1", call))
+    else {
+        panic!("the executor and its lead")
+    };
+    assert_eq!(a.step, "shell make build");
+    assert_eq!(
+        (lead.id.as_str(), lead.step.as_str()),
+        ("mid-1", "coordinating bottom-1: shell make build")
+    );
+    m.fold(&record(5, "bottom-1", AuditEvent::MissedHeartbeat { heartbeat: 5 }));
+    assert_eq!(step_of(&m, "bottom-1"), "shell make build", "not the missed heartbeat");
+    // Its result names the step; back to idle, the reason.
+    let result = AuditEvent::Result {
+        task: "t1/s1".into(),
+        result: serde_json::from_value(serde_json::json!({
+            "status": "success", "summary": "built", "artifacts": [], "known_issues": []
+        }))
+        .unwrap(),
+        trusted: true,
+    };
+    m.fold(&record(6, "bottom-1", result));
+    assert_eq!(step_of(&m, "bottom-1"), "t1/s1 · returned results");
+    assert_eq!(step_of(&m, "mid-1"), "coordinating bottom-1: t1/s1");
+    let idle = AuditEvent::Transition {
+        from: AgentStatus::Working,
+        to: AgentStatus::Idle,
+        reason: "work complete".into(),
+    };
+    m.fold(&record(7, "bottom-1", idle));
+    assert_eq!(step_of(&m, "bottom-1"), "work complete");
+}
+
+#[test]
+fn a_spawned_agent_shows_its_task_and_its_spawner_the_package() {
+    let mut m = model();
+    let spawn = SpawnRecord {
+        agent: AgentId::new("mid-1.s1"),
+        parent: AgentId::new("mid-1"),
+        role: "helper".into(),
+        layer: AgentLayer::Bottom,
+        task_prompt: "index the docs\nin detail".into(),
+        key: "t1/docs".into(),
+        domain: None,
+        depth: 1,
+    };
+    let Some(Delta::Record { agent: Some(a), lead: Some(lead), .. }) =
+        m.fold(&record(0, "mid-1", AuditEvent::Spawned { spawn }))
+    else {
+        panic!("the new agent and its spawner")
+    };
+    assert_eq!(a.step, "t1/docs: index the docs");
+    assert_eq!((lead.id.as_str(), lead.step.as_str()), ("mid-1", "coordinating t1/docs"));
+    m.fold(&record(
+        1,
+        "mid-1.s1",
+        AuditEvent::Transition {
+            from: AgentStatus::Initializing,
+            to: AgentStatus::Idle,
+            reason: "initialization complete".into(),
+        },
+    ));
+    assert_eq!(step_of(&m, "mid-1.s1"), "t1/docs: index the docs", "assigned until it returns");
 }

@@ -4,13 +4,20 @@
 //! private copy of its database, or its NATS server), publishes each on the run's
 //! [`EventHub`] and sends the deltas to the browsers. The task stops once the run has ended,
 //! or when nobody has watched the run for [`IDLE`].
+//!
+//! The run of this process (`strata run --serve`, [`RunWatch::live`]) is fed by its own event
+//! stream instead ([`Source::Hub`]): each audit record as it is published, the log read from
+//! the last one folded when the stream fell behind or skipped one; every [`POLL`] its
+//! decisions, usage and status are read from its stores in memory.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use agent_core::{AuditRecord, EventHub, TeamEvent, check_transition_chain, verify_chain};
+use agent_core::{
+    AuditRecord, EventHub, EventStream, Received, TeamEvent, check_transition_chain, verify_chain,
+};
 use anyhow::Context;
 use tokio::sync::broadcast;
 
@@ -49,9 +56,31 @@ pub(crate) struct State {
     n: u64,
 }
 
+/// The stores of the run this process drives, in memory, and its event stream.
+pub(crate) struct Live {
+    /// The run's event stream (the one the CLI's view follows).
+    pub(crate) events: EventHub,
+    /// The run's store.
+    pub(crate) store: run_store::RunStore,
+    /// The run's stores.
+    pub(crate) stores: Stores,
+    /// The usage ledger, when some agent reasons with a model.
+    pub(crate) ledger: Option<Arc<agent_llm::UsageLedger>>,
+}
+
+/// Where a watched run's records come from.
+enum Source {
+    /// Its stores, read every [`POLL`] (a private copy of its database, or its NATS server):
+    /// another process runs it.
+    Poll,
+    /// This process runs it: its event stream, and its stores in memory.
+    Hub(Live),
+}
+
 /// A watched run.
 pub(crate) struct RunWatch {
     dir: PathBuf,
+    source: Source,
     nats: Option<String>,
     prices: agent_llm::PriceTable,
     /// The model and the last frames.
@@ -94,6 +123,11 @@ impl Watches {
         Ok(watch)
     }
 
+    /// Watches `watch` as run `id` for as long as the server runs (never evicted).
+    pub(crate) fn insert(&self, id: &str, watch: Arc<RunWatch>) {
+        lock(&self.runs).insert(id.to_owned(), watch);
+    }
+
     /// The model of run `id` if it is watched: for its agent count.
     pub(crate) fn agents(&self, id: &str) -> Option<usize> {
         let watch = lock(&self.runs).get(id).cloned()?;
@@ -103,7 +137,9 @@ impl Watches {
     /// Drops the runs nobody watched for [`IDLE`], stopping their tasks.
     fn evict(&self) {
         lock(&self.runs).retain(|_, w| {
-            let keep = w.frames.receiver_count() > 0 || lock(&w.touched).elapsed() < IDLE;
+            let keep = matches!(w.source, Source::Hub(_))
+                || w.frames.receiver_count() > 0
+                || lock(&w.touched).elapsed() < IDLE;
             if !keep && let Some(task) = lock(&w.task).take() {
                 task.abort();
             }
@@ -144,6 +180,34 @@ fn read_info(dir: &Path, nats: Option<&str>) -> anyhow::Result<RunInfo> {
 impl RunWatch {
     /// The run in `dir`: its team and plan, then everything its stores hold so far.
     async fn load(dir: &Path, nats: Option<&str>) -> anyhow::Result<Self> {
+        Self::load_from(dir, nats, Source::Poll).await
+    }
+
+    /// The run of this process in `dir`, fed by `live`'s event stream until [`Self::finish`].
+    pub(crate) async fn live(dir: &Path, live: Live) -> anyhow::Result<Arc<Self>> {
+        // Subscribed before the log is read: a record appended in between is read, received,
+        // or both (then folded once).
+        let events = live.events.subscribe();
+        let watch = Arc::new(Self::load_from(dir, None, Source::Hub(live)).await?);
+        *lock(&watch.task) = Some(tokio::spawn(follow(Arc::downgrade(&watch), events)));
+        Ok(watch)
+    }
+
+    /// Stops following the run of this process (it has ended) and folds what it still holds:
+    /// its last records, its end status, the audit log verified once more.
+    pub(crate) async fn finish(&self) {
+        let task = lock(&self.task).take();
+        if let Some(task) = task {
+            task.abort();
+            let _ = task.await;
+        }
+        *lock(&self.verified) = None;
+        if let Err(e) = self.poll().await {
+            tracing::warn!(error = %format!("{e:#}"), "cannot read the run's last records");
+        }
+    }
+
+    async fn load_from(dir: &Path, nats: Option<&str>, source: Source) -> anyhow::Result<Self> {
         let info = read_info(dir, nats)?;
         let tools = agent_core::tools::ToolRegistry::with_builtins();
         let team_path = dir.join(TEAM_FILE);
@@ -172,6 +236,7 @@ impl RunWatch {
         let (frames, _) = broadcast::channel(RING);
         let watch = Self {
             dir: dir.to_path_buf(),
+            source,
             nats: nats.map(str::to_owned),
             prices: team.prices.clone(),
             state: Mutex::new(State { model, ring: VecDeque::new(), n: 0 }),
@@ -193,6 +258,9 @@ impl RunWatch {
 
     /// Starts the polling task if the run is live and no task runs.
     fn restart_if_live(self: &Arc<Self>, dir: &Path) {
+        if matches!(self.source, Source::Hub(_)) {
+            return;
+        }
         let mut task = lock(&self.task);
         if task.as_ref().is_some_and(|t| !t.is_finished()) {
             return;
@@ -223,9 +291,57 @@ impl RunWatch {
 
     /// Reads what is new in the run and folds it; whether the run is still live.
     pub(crate) async fn poll(&self) -> anyhow::Result<bool> {
+        let Source::Hub(live) = &self.source else { return self.poll_store().await };
+        let next = lock(&self.state).model.next_seq();
+        let records = live.stores.audit.records_from(next).await?;
+        self.refresh_live(live, records).await
+    }
+
+    /// Folds `received` (of the run of this process): its audit records when they follow the
+    /// last one folded, else (the stream fell behind, or a record came out of order) what the
+    /// log holds after it.
+    async fn received(&self, live: &Live, received: Vec<Received>) -> anyhow::Result<bool> {
+        let mut lagged = false;
+        let mut records = Vec::new();
+        for r in &received {
+            match r {
+                Received::Event(event) => {
+                    if let TeamEvent::Audit(record) = &**event {
+                        records.push(record.clone());
+                    }
+                }
+                Received::Lagged(_) => lagged = true,
+                Received::Closed => {}
+            }
+        }
+        let next = lock(&self.state).model.next_seq();
+        records.retain(|r| r.seq >= next);
+        let follows = records.iter().zip(next..).all(|(r, seq)| r.seq == seq);
+        if lagged || !follows {
+            return self.poll().await;
+        }
+        if records.is_empty() {
+            return Ok(true);
+        }
+        self.refresh_live(live, records).await
+    }
+
+    /// Folds `records` of the run of this process, with its decisions, usage and status.
+    async fn refresh_live(&self, live: &Live, records: Vec<AuditRecord>) -> anyhow::Result<bool> {
+        let info = RunInfo::read(&self.dir)?;
+        let status = match info.status {
+            crate::run::RunStatus::Running => "running",
+            _ => runs::effective_status(&self.dir, &info),
+        };
+        let costs =
+            live.ledger.as_ref().map(|l| costs(&l.report(), &self.prices)).unwrap_or_default();
+        self.fold(&info, status, records, &live.store, &live.stores, costs).await
+    }
+
+    /// Reads what is new in a run another process runs, from a copy of its stores.
+    async fn poll_store(&self) -> anyhow::Result<bool> {
         let info = read_info(&self.dir, self.nats.as_deref())?;
         let status = runs::effective_status(&self.dir, &info);
-        let live = status == "running";
         let store = crate::operator::read_copy(&self.dir).await.map_err(to_anyhow)?;
         let stores = match &info.nats {
             None => Stores::sled(&store)?,
@@ -244,21 +360,24 @@ impl RunWatch {
         };
         let next = lock(&self.state).model.next_seq();
         let records = stores.audit.records_from(next).await?;
-        let decisions = stores.governance.list().await?;
         let usage = agent_llm::LlmStore::load_usage(&agent_llm::SledLlmStore::open(&store)?)?;
-        let costs: Vec<AgentCost> = usage
-            .map(|report| {
-                report
-                    .by_agent
-                    .iter()
-                    .map(|(id, t)| AgentCost {
-                        id: id.clone(),
-                        tokens: t.input_tokens + t.output_tokens,
-                        cost: report.agent_cost_usd(id, &self.prices),
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
+        let costs = usage.map(|report| costs(&report, &self.prices)).unwrap_or_default();
+        self.fold(&info, status, records, &store, &stores, costs).await
+    }
+
+    /// Folds `records`, then the run's decisions, usage, status and (when due) the audit
+    /// log's verification; sends the deltas. Whether the run is still live.
+    async fn fold(
+        &self,
+        info: &RunInfo,
+        status: &'static str,
+        records: Vec<AuditRecord>,
+        store: &run_store::RunStore,
+        stores: &Stores,
+        costs: Vec<AgentCost>,
+    ) -> anyhow::Result<bool> {
+        let live = status == "running";
+        let decisions = stores.governance.list().await?;
         let verify = {
             let mut verified = lock(&self.verified);
             let due = verified.is_none_or(|at| at.elapsed() >= VERIFY_EVERY)
@@ -268,7 +387,7 @@ impl RunWatch {
             }
             due
         };
-        let audit = if verify { Some(check(&self.dir, &store, &stores).await) } else { None };
+        let audit = if verify { Some(check(&self.dir, store, stores).await) } else { None };
         let mut deltas: Vec<(Delta, Option<&AuditRecord>)> = Vec::new();
         let mut state = lock(&self.state);
         for record in &records {
@@ -304,6 +423,53 @@ impl RunWatch {
             }
         }
         Ok(live)
+    }
+}
+
+/// What each agent spent, from the run's usage report.
+fn costs(report: &agent_llm::UsageReport, prices: &agent_llm::PriceTable) -> Vec<AgentCost> {
+    report
+        .by_agent
+        .iter()
+        .map(|(id, t)| AgentCost {
+            id: id.clone(),
+            tokens: t.input_tokens + t.output_tokens,
+            cost: report.agent_cost_usd(id, prices),
+        })
+        .collect()
+}
+
+/// Follows the run of this process: folds what `events` brings as it comes, and every
+/// [`POLL`] its decisions, usage and status; until aborted ([`RunWatch::finish`]) or the
+/// stream closes.
+async fn follow(me: Weak<RunWatch>, mut events: EventStream) {
+    let mut tick = tokio::time::interval(POLL);
+    loop {
+        let received = tokio::select! {
+            biased;
+            received = events.next() => {
+                let mut all = vec![received];
+                while all.len() < 1024 && let Some(more) = events.try_next() {
+                    all.push(more);
+                }
+                Some(all)
+            }
+            _ = tick.tick() => None,
+        };
+        let Some(watch) = me.upgrade() else { return };
+        let Source::Hub(live) = &watch.source else { return };
+        let closed =
+            received.as_ref().is_some_and(|r| r.iter().any(|r| matches!(r, Received::Closed)));
+        let folded = match received {
+            Some(received) => watch.received(live, received).await,
+            None => watch.refresh_live(live, Vec::new()).await,
+        };
+        if let Err(e) = folded {
+            tracing::debug!(error = %format!("{e:#}"), "cannot read the run; trying again");
+        }
+        if closed {
+            return;
+        }
     }
 }
 

@@ -342,3 +342,123 @@ fn off_loopback_every_api_request_needs_the_token() {
     assert_eq!(http(port, "GET", "/", &[], "").0, 200);
     server.kill();
 }
+
+/// `strata run gated.toml --serve ADDR` and `extra`, at its gate: the process, the gate, the
+/// port and the token it printed.
+fn serving_run(s: &Scratch, extra: &[&str]) -> (Running, Gate, u16, String) {
+    s.write("gated.toml", GATED_PLAN);
+    std::fs::create_dir_all(s.path("W")).unwrap();
+    let gate = Gate(s.path("W/go"));
+    let mut args = vec![
+        "run",
+        "gated.toml",
+        "--data",
+        "D",
+        "--workspace",
+        "W",
+        "--run-id",
+        "g",
+        FAST[0],
+        FAST[1],
+        "--no-sync",
+        "--serve",
+        "127.0.0.1:0",
+    ];
+    args.extend_from_slice(extra);
+    let mut run = s.spawn(&args);
+    let mut url = None;
+    wait_for("the run's dashboard to listen", || {
+        assert!(!run.exited(), "the run exited:\n{}", run.stderr_so_far());
+        url = run
+            .stderr_so_far()
+            .lines()
+            .find_map(|l| l.strip_prefix("strata serve: http://").map(str::to_owned));
+        url.is_some()
+    });
+    let url = url.unwrap();
+    let (addr, token) = url.split_once("/#token=").unwrap();
+    let port = addr.rsplit(':').next().unwrap().parse().unwrap();
+    wait_for("the gate step to start", || {
+        assert!(!run.exited(), "the run exited before the gate:\n{}", run.stderr_so_far());
+        s.path("W/waiting").exists()
+    });
+    (run, gate, port, token.trim().to_owned())
+}
+
+#[test]
+fn a_run_serves_its_own_dashboard_from_its_event_stream_until_it_ends() {
+    let s = Scratch::new();
+    let (run, gate, port, token) = serving_run(&s, &["--quiet"]);
+    assert_eq!(token.len(), 32, "a generated token: {token}");
+
+    let runs = get_json(port, "/api/runs", &[], 200);
+    let listed = runs.as_array().unwrap().iter().find(|r| r["id"] == "g").unwrap();
+    assert_eq!((listed["status"].as_str(), listed["agents"].as_u64()), (Some("running"), Some(9)));
+    let snap = get_json(port, "/api/runs/g", &[], 200);
+    let agents = snap["agents"].as_array().unwrap();
+    let mut ids: Vec<&str> = agents.iter().map(|a| a["id"].as_str().unwrap()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!((agents.len(), ids.len()), (9, 9), "every agent of the default team: {ids:?}");
+    assert_eq!(snap["progress"]["status"], "running", "{}", snap["progress"]);
+    // Signing needs the token here too.
+    post(port, "/api/runs/g/decisions/x/approve", None, r#"{"as":"alice"}"#, 401);
+
+    let last = snap["last_seq"].as_u64().unwrap();
+    let mut events = Events::open(port, &format!("/api/runs/g/events?after={last}"));
+    events.until("the stream to open", |t| t.contains("text/event-stream"));
+    gate.open();
+    events.until("the last step and the run's end", |t| {
+        t.contains("done.txt") && t.contains("\"status\":\"succeeded\"")
+    });
+    // Once the run has ended, the server stops: the stream ends.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut buf = [0u8; 8192];
+    loop {
+        assert!(Instant::now() < deadline, "the stream did not end:\n{}", events.text);
+        match events.stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => events.text.push_str(&String::from_utf8_lossy(&buf[..n])),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => break,
+        }
+    }
+    run.finish().code(0);
+    let seqs: Vec<u64> = events.deltas().iter().filter_map(|d| d["seq"].as_u64()).collect();
+    assert!(seqs.iter().all(|&s| s > last), "records at or before {last}: {seqs:?}");
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "not in order: {seqs:?}");
+    assert!(TcpStream::connect(("127.0.0.1", port)).is_err(), "still serving after the run");
+
+    // Every record of the run reached the stream: its last is the one `strata serve` reads.
+    let other = free_port();
+    let server = serve(&s, &format!("127.0.0.1:{other}"), &[]);
+    let end = get_json(other, "/api/runs/g", &[], 200);
+    assert_eq!(seqs.last().copied(), end["last_seq"].as_u64(), "{}", events.text);
+    assert_eq!(end["progress"]["status"], "succeeded");
+    server.kill();
+}
+
+#[test]
+fn run_serve_refuses_a_port_in_use_before_writing_anything() {
+    let s = Scratch::new();
+    s.write("gated.toml", GATED_PLAN);
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    s.strata(&["run", "gated.toml", "--data", "D", "--serve", &addr]).bad_input(&[
+        "cannot listen",
+        &addr,
+        "in use",
+        "--serve",
+    ]);
+    s.strata(&["run", "gated.toml", "--data", "D", "--serve", "nowhere"])
+        .bad_input(&["--serve", "not an address"]);
+    let args = ["run", "gated.toml", "--data", "D", "--serve", "0.0.0.0:1"];
+    let mut no_env = s.command(&args);
+    no_env.env_remove("STRATA_SERVE_TOKEN");
+    Out::of(&args, &mut no_env).bad_input(&["not a loopback address", "STRATA_SERVE_TOKEN"]);
+    assert!(!s.path("D").exists(), "the data directory was written");
+}

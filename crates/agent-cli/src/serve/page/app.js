@@ -1,8 +1,8 @@
 // Strata dashboard: plain JavaScript, no build step, no download. The server is `strata serve`.
 "use strict";
 
-const state = { token: "", run: null, source: null, nodes: new Map(), kids: new Map(),
-  agents: new Map(), decisions: new Map(), humans: [], series: [], pending: [], frame: 0 };
+const state = { token: "", run: null, source: null, nodes: new Map(), agents: new Map(),
+  decisions: new Map(), humans: [], series: [], pending: [], frame: 0, scroll: 0 };
 const MAX_EVENTS = 500;
 
 function params() { return new URLSearchParams(location.hash.slice(1)); }
@@ -109,61 +109,75 @@ function renderSnapshot(snap) {
   const frag = document.createDocumentFragment();
   for (const line of snap.events) frag.appendChild(el("div", null, line));
   events.replaceChildren(frag);
-  events.scrollTop = events.scrollHeight;
+  scrollEvents();
   state.series = snap.series.slice();
   renderCosts();
   renderAudit(snap.audit);
 }
 
+// One agent's element, cloned from a template; its parts are kept (in `state.nodes`) so an
+// update writes them without querying the document.
+let agentTemplate = null;
 function agentNode(a) {
-  const node = el("div", "agent");
+  if (!agentTemplate) {
+    agentTemplate = el("div", "agent");
+    const head = el("div", "head");
+    for (const cls of ["dot", "id", "layer muted", "status", "step"]) head.appendChild(el("span", cls));
+    agentTemplate.appendChild(head);
+    agentTemplate.appendChild(el("div", "kids"));
+  }
+  const node = agentTemplate.cloneNode(true);
   node.dataset.agent = a.id;
   node.dataset.status = a.status;
-  const head = el("div", "head");
-  head.appendChild(el("span", "dot"));
-  head.appendChild(el("span", "id", a.id));
-  head.appendChild(el("span", "layer muted", a.layer + (a.role ? " · " + a.role : "")));
-  head.appendChild(el("span", "status", a.status));
-  head.appendChild(el("span", "step", a.step || ""));
-  node.appendChild(head);
-  const kids = el("div", "kids");
-  node.appendChild(kids);
-  state.nodes.set(a.id, node);
-  state.kids.set(a.id, kids);
-  return node;
+  const head = node.firstChild;
+  const parts = head.children;
+  parts[1].textContent = a.id;
+  parts[2].textContent = a.layer + (a.role ? " · " + a.role : "");
+  parts[3].textContent = a.status;
+  const step = a.step || "";
+  parts[4].textContent = step;
+  const entry = { node, kids: node.lastChild, status: parts[3], step: parts[4],
+    statusText: a.status, stepText: step };
+  state.nodes.set(a.id, entry);
+  return entry;
 }
 
 // The whole tree, built off the document in one fragment; nodes kept by id for updates.
 function renderTree(agents) {
   const t0 = performance.now();
   state.nodes = new Map();
-  state.kids = new Map();
   state.agents = new Map();
   for (const a of agents) { state.agents.set(a.id, a); agentNode(a); }
   const frag = document.createDocumentFragment();
   for (const a of agents) {
-    const parent = a.parent && a.parent !== a.id ? state.kids.get(a.parent) : null;
-    (parent || frag).appendChild(state.nodes.get(a.id));
+    const parent = a.parent && a.parent !== a.id ? state.nodes.get(a.parent) : null;
+    (parent ? parent.kids : frag).appendChild(state.nodes.get(a.id).node);
   }
   const tree = document.getElementById("tree");
   tree.replaceChildren(frag);
   window.__strataRenderMs = performance.now() - t0;
 }
 
+// Writes only what changed, to the elements kept for the agent: no query, no layout read.
 function updateAgent(a) {
   state.agents.set(a.id, a);
-  let node = state.nodes.get(a.id);
-  if (!node) {
-    node = agentNode(a);
-    const parent = a.parent ? state.kids.get(a.parent) : null;
-    (parent || document.getElementById("tree")).appendChild(node);
+  let entry = state.nodes.get(a.id);
+  if (!entry) {
+    entry = agentNode(a);
+    const parent = a.parent && a.parent !== a.id ? state.nodes.get(a.parent) : null;
+    (parent ? parent.kids : document.getElementById("tree")).appendChild(entry.node);
     return;
   }
-  if (node.dataset.status !== a.status) {
-    node.dataset.status = a.status;
-    node.querySelector(":scope > .head > .status").textContent = a.status;
+  if (entry.statusText !== a.status) {
+    entry.statusText = a.status;
+    entry.node.dataset.status = a.status;
+    entry.status.textContent = a.status;
   }
-  node.querySelector(":scope > .head > .step").textContent = a.step || "";
+  const step = a.step || "";
+  if (entry.stepText !== step) {
+    entry.stepText = step;
+    entry.step.textContent = step;
+  }
 }
 
 function renderProgress(p) {
@@ -267,20 +281,32 @@ function renderCosts() {
   line((p) => p.cost / cMax, "usd");
 }
 
-// Deltas of one animation frame, applied together.
+// The event lines scrolled to the bottom once per frame, after the frame's writes (reading
+// the height in the middle of them would force a layout per batch).
+function scrollEvents() {
+  if (state.scroll) return;
+  state.scroll = requestAnimationFrame(() => {
+    state.scroll = 0;
+    const events = document.getElementById("events");
+    events.scrollTop = events.scrollHeight;
+  });
+}
+
+// Deltas of one animation frame, applied together: only the last MAX_EVENTS event lines of
+// a batch are added, and nothing of the layout is read.
 function flush() {
   state.frame = 0;
   const batch = state.pending;
   state.pending = [];
-  const events = document.getElementById("events");
-  let costs = false, decisions = false, lines = false;
+  const lines = [];
+  let costs = false, decisions = false;
   for (const d of batch) {
     switch (d.kind) {
       case "record":
         if (d.agent) updateAgent(d.agent);
+        if (d.lead) updateAgent(d.lead);
         if (d.progress) renderProgress(d.progress);
-        events.appendChild(el("div", null, d.line));
-        lines = true;
+        lines.push(d.line);
         break;
       case "decision": state.decisions.set(d.decision.id, d.decision); decisions = true; break;
       case "cost":
@@ -300,9 +326,14 @@ function flush() {
       default: break;
     }
   }
-  if (lines) {
-    while (events.childElementCount > MAX_EVENTS) events.firstElementChild.remove();
-    events.scrollTop = events.scrollHeight;
+  if (lines.length) {
+    const events = document.getElementById("events");
+    const frag = document.createDocumentFragment();
+    for (const line of lines.slice(-MAX_EVENTS)) frag.appendChild(el("div", null, line));
+    events.appendChild(frag);
+    let extra = events.childElementCount - MAX_EVENTS;
+    while (extra-- > 0) events.firstElementChild.remove();
+    scrollEvents();
   }
   if (decisions) renderDecisions();
   if (costs) renderCosts();
