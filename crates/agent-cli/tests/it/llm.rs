@@ -72,7 +72,7 @@ fn strata_env(s: &Scratch, args: &[&str], key: bool) -> Out {
 }
 
 /// `strata run` of the scratch's plan and team into `D` and `W`, quiet, fast, as run `r1`.
-const RUN: [&str; 14] = [
+pub(crate) const RUN: [&str; 14] = [
     "run",
     "plan.toml",
     "--team",

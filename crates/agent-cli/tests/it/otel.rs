@@ -10,27 +10,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use agent_telemetry::testing::{ReceivedSpan, Receiver};
 
 use crate::fake_llm::{FakeLlm, Mode};
-use crate::llm::{KEY, KEY_VAR, openai, scratch, team};
+use crate::llm::{KEY, KEY_VAR, RUN, openai, scratch, team};
 use crate::support::{Out, Scratch};
 
 /// The hello run with the fake model (priced), quiet and fast, as run `r1`, with `more`.
 fn run(s: &Scratch, more: &[&str], env: &[(&str, &str)]) -> Out {
-    let mut args = vec![
-        "run",
-        "plan.toml",
-        "--team",
-        "team.toml",
-        "--data",
-        "D",
-        "--workspace",
-        "W",
-        "--heartbeat",
-        "50ms",
-        "--no-sync",
-        "--quiet",
-        "--run-id",
-        "r1",
-    ];
+    let mut args = RUN.to_vec();
     args.extend_from_slice(more);
     let mut command = s.command(&args);
     command.env(KEY_VAR, KEY).env_remove("OTEL_EXPORTER_OTLP_ENDPOINT");
