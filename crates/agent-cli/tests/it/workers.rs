@@ -2,7 +2,8 @@
 //! `strata run --nats` places on them. Three workers run a team; the one hosting the powers and
 //! leads is killed with SIGKILL mid-task and a standby takes its agents over, the task
 //! completes, and its command ran once. Workers and runs of another Strata version are refused,
-//! and a worker's bad input is refused before it announces itself.
+//! and a worker's bad input is refused before it announces itself. With `--otlp` on the
+//! coordinator and the workers, a task's spans from the three processes form one trace.
 //!
 //! Each test has a NATS server of its own (`nats_store::TestServer`): the registry of workers is
 //! one per server, so these workers never take the runs of other tests.
@@ -332,4 +333,75 @@ fn workers_and_runs_of_another_version_and_bad_worker_input_are_refused() {
     let live: Vec<String> =
         server.block_on(registry.workers()).unwrap().into_iter().map(|w| w.id).collect();
     assert!(!live.contains(&"w2".to_owned()) && live.contains(&"w1".to_owned()), "{live:?}");
+}
+
+/// Stops `worker` with Ctrl-C and waits for it to exit (it sends its telemetry first).
+fn interrupt(mut worker: Running) {
+    let status =
+        std::process::Command::new("kill").args(["-INT", &worker.pid().to_string()]).status();
+    assert!(status.unwrap().success());
+    wait_for("the worker to stop", || worker.exited());
+}
+
+#[test]
+fn a_placed_runs_telemetry_from_every_process_is_one_trace_per_task() {
+    let s = Scratch::with_example();
+    let server = Server::start();
+    let url = server.url();
+    let receiver = server.block_on(agent_telemetry::testing::Receiver::start()).unwrap();
+    let otlp = receiver.endpoint();
+    // The powers and leads on one worker, the executors on another, the task's span in the
+    // coordinator: three processes.
+    let a = worker(&s, &url, "wa", &["--layer", "top,mid", "--otlp", &otlp]);
+    let b = worker(&s, &url, "wb", &["--layer", "bottom", "--otlp", &otlp]);
+    s.strata(&[
+        "run",
+        "plan.toml",
+        "--team",
+        "team.toml",
+        "--data",
+        "D",
+        "--workspace",
+        "W",
+        "--run-id",
+        "traced",
+        "--nats",
+        &url,
+        "--heartbeat",
+        "200ms",
+        "--no-sync",
+        "--quiet",
+        "--otlp",
+        &otlp,
+    ])
+    .code(0)
+    .stdout_has(&["task `hello` succeeded"]);
+    interrupt(a);
+    interrupt(b);
+
+    let spans = receiver.spans();
+    let task = spans.iter().find(|s| s.name == "strata.task").expect("the task's span");
+    let shares: Vec<_> = spans.iter().filter(|s| s.name == "strata.share").collect();
+    assert!(shares.len() >= 2, "each worker's share of the run: {shares:?}");
+    assert!(shares.iter().all(|s| s.attr("run.id") == Some("traced")));
+    let ids: std::collections::BTreeMap<&str, _> =
+        spans.iter().map(|s| (s.span_id.as_str(), s)).collect();
+    let tools: Vec<_> =
+        spans.iter().filter(|s| s.attr("gen_ai.operation.name") == Some("execute_tool")).collect();
+    assert!(tools.len() >= 4, "{tools:?}");
+    for tool in tools {
+        // Run on worker B, under a heartbeat of B's, delegated by a lead on worker A, whose
+        // work came from a power on A, for the task the coordinator submitted.
+        assert_eq!(tool.trace_id, task.trace_id, "{tool:?}");
+        let mut at = tool;
+        let mut agents = Vec::new();
+        while let Some(parent) = ids.get(at.parent_span_id.as_str()) {
+            agents.extend(parent.attr("agent.id").map(str::to_owned));
+            at = parent;
+        }
+        assert_eq!(at.span_id, task.span_id, "the chain of {} stops at {at:?}", tool.name);
+        assert!(agents.iter().any(|a| a.starts_with("bottom-")), "{agents:?}");
+        assert!(agents.iter().any(|a| a.starts_with("mid-")), "{agents:?}");
+        assert!(agents.iter().any(|a| a.starts_with("top-")), "{agents:?}");
+    }
 }
