@@ -922,6 +922,24 @@ impl AgentContext {
     }
 }
 
+/// Why an agent starts working: how many messages, and what the first is about (its kind,
+/// and the task and step it names), such as `processing 1 message(s): task_assign hello/greet`,
+/// so that a watcher (the live view, the dashboard) can show what an agent is working on.
+fn working_reason(messages: &[Message]) -> String {
+    use std::fmt::Write as _;
+    let mut reason = format!("processing {} message(s)", messages.len());
+    if let Some(first) = messages.first() {
+        let _ = write!(reason, ": {}", first.kind);
+        if let Some(task) = crate::otel::task_of(&first.content) {
+            let _ = write!(reason, " {task}");
+            if let Some(step) = crate::otel::step_of(&first.content) {
+                let _ = write!(reason, "/{step}");
+            }
+        }
+    }
+    reason
+}
+
 /// Whether a recorded tool result is the record of an interrupted call.
 fn is_interrupted(output: &ToolOutput) -> bool {
     !output.success
@@ -1126,12 +1144,7 @@ impl Agent {
         let inbox = Address::Agent(self.id().clone());
         let bus = self.ctx.deps.bus.clone();
         if self.status() == AgentStatus::Idle {
-            self.ctx
-                .transition(
-                    AgentStatus::Working,
-                    format!("processing {} message(s)", messages.len()),
-                )
-                .await?;
+            self.ctx.transition(AgentStatus::Working, working_reason(&messages)).await?;
         }
 
         let result = self.process(&messages).await;

@@ -31,10 +31,22 @@ pub fn message_key(id: &MessageId) -> String {
 /// The task a message's content is about: its `task_id`, or the `id` of the `task` it
 /// carries, at the top level or one level down (a work package, a subtask, a report).
 pub fn task_of(content: &serde_json::Value) -> Option<&str> {
+    // (`step_of` below finds the step the same way.)
     fn direct(v: &serde_json::Value) -> Option<&str> {
         v.get("task_id")
             .and_then(serde_json::Value::as_str)
             .or_else(|| v.get("task").and_then(|t| t.get("id")).and_then(serde_json::Value::as_str))
+    }
+    direct(content).or_else(|| content.as_object()?.values().find_map(direct))
+}
+
+/// The plan step a message's content is about: its `step_id`, or the `id` of the `step` it
+/// carries, at the top level or one level down (a subtask, a result).
+pub fn step_of(content: &serde_json::Value) -> Option<&str> {
+    fn direct(v: &serde_json::Value) -> Option<&str> {
+        v.get("step_id")
+            .and_then(serde_json::Value::as_str)
+            .or_else(|| v.get("step").and_then(|t| t.get("id")).and_then(serde_json::Value::as_str))
     }
     direct(content).or_else(|| content.as_object()?.values().find_map(direct))
 }
@@ -256,5 +268,27 @@ pub fn retry(agent: &AgentId, layer: AgentLayer, retry: u32) {
             agent.layer = %layer,
             retry,
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn the_task_and_step_are_found_at_the_top_or_one_level_down() {
+        let subtask =
+            json!({"type": "subtask", "subtask": {"task_id": "t1", "step": {"id": "s2"}}});
+        assert_eq!(task_of(&subtask), Some("t1"));
+        assert_eq!(step_of(&subtask), Some("s2"));
+        let task = json!({"type": "task", "task": {"id": "t9", "steps": []}});
+        assert_eq!(task_of(&task), Some("t9"));
+        assert_eq!(step_of(&task), None);
+        let result = json!({"task_id": "t1", "step_id": "s3"});
+        assert_eq!((task_of(&result), step_of(&result)), (Some("t1"), Some("s3")));
+        assert_eq!(task_of(&json!({"heartbeat": 4})), None);
+        assert_eq!(task_of(&json!("text")), None);
     }
 }
