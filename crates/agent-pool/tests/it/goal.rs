@@ -3,6 +3,7 @@
 //! they write files and run tests, return structured results, and the task succeeds. Then each
 //! refusal, a claim of a file nobody wrote, a despawn mid-task, and a resume after a kill.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -370,6 +371,39 @@ fn refusals(request: &ReasoningRequest) -> ScriptedAnswer {
         }
         _ => ScriptedAnswer::Fallback,
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_spawn_is_a_delegation_span_from_spawner_to_spawned() {
+    let collector = agent_telemetry::testing::Collector::default();
+    // The runtime is on this thread (tokio's test runtime): every agent's span reaches it.
+    let _default = tracing::subscriber::set_default(collector.subscriber());
+    let dir = tempfile::tempdir().unwrap();
+    let (services, _) = scripted_services(dir.path(), script);
+    let team = Team::start(goal_team(roles()), services.clone()).await.unwrap();
+    let outcome = run_goal(&team).await;
+    assert!(matches!(outcome, TaskOutcome::Succeeded { .. }), "{outcome:?}");
+    let spans = collector.spans();
+    let attr = |a: &BTreeMap<String, String>, k: &str| a.get(k).cloned().unwrap_or_default();
+    let mut spawns: Vec<(String, String, String)> = spans
+        .iter()
+        .filter(|(name, a)| name == "strata.delegation" && attr(a, "delegation.kind") == "spawn")
+        .map(|(_, a)| (attr(a, "delegation.from"), attr(a, "delegation.to"), attr(a, "agent.role")))
+        .collect();
+    spawns.sort();
+    let records = audit(&services).await;
+    let mut audited = spawned(&records);
+    audited.sort();
+    assert_eq!(spawns, audited, "one span per audited spawn");
+    assert_eq!(spawns.len(), 6);
+    // The spawned agents' work is traced too: their heartbeats and tool calls.
+    for agent in ["coder-1", "tester-1", "writer-1"] {
+        assert!(
+            spans.iter().any(|(n, a)| n == "strata.heartbeat" && attr(a, "agent.id") == agent),
+            "no heartbeat span of {agent}"
+        );
+    }
+    assert!(spans.iter().any(|(n, _)| n.starts_with("execute_tool ")));
 }
 
 #[tokio::test(start_paused = true)]
