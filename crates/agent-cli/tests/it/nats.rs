@@ -16,18 +16,18 @@ fn block_on<T>(future: impl std::future::Future<Output = T>) -> T {
 
 /// A fresh run id, which is the run's namespace on the server; everything under it is deleted
 /// when dropped (nats-store's `TestNamespaces`, also when a test fails).
-struct Namespace(
+pub(crate) struct Namespace(
     String,
     #[allow(dead_code, reason = "deletes the namespace when dropped")] TestNamespaces,
 );
 
 impl Namespace {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let namespaces = TestNamespaces::new();
         Self(namespaces.make(), namespaces)
     }
 
-    fn id(&self) -> &str {
+    pub(crate) fn id(&self) -> &str {
         &self.0
     }
 
@@ -41,7 +41,12 @@ impl Namespace {
 
 /// `strata run PLAN --data D --workspace W --run-id ID --nats URL`, fast and quiet, with
 /// `extra` arguments.
-fn run_args<'a>(plan: &'a str, id: &'a str, url: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+pub(crate) fn run_args<'a>(
+    plan: &'a str,
+    id: &'a str,
+    url: &'a str,
+    extra: &[&'a str],
+) -> Vec<&'a str> {
     let mut args = vec![
         "run",
         plan,

@@ -2,14 +2,16 @@
 //! run, the event stream of a run that is going, a human's approval through the API with the
 //! token, and the bad input (a port in use, a data directory that does not exist, an address
 //! off loopback without a token, an unknown run, malformed requests, signing without the
-//! token: nothing written).
+//! token: nothing written); a run on NATS JetStream read from its server, finished and live.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
+use nats_store::test_url;
 use serde_json::Value;
 
+use crate::nats::{Namespace, run_args};
 use crate::support::*;
 
 /// A port nobody listens on (bound and released).
@@ -27,6 +29,14 @@ fn serve(s: &Scratch, addr: &str, extra: &[&str]) -> Running {
         running.stdout_so_far().contains("strata serve: http://")
     });
     running
+}
+
+/// The port and the token `strata serve` printed in its URL.
+fn printed(server: &Running) -> (u16, String) {
+    let out = server.stdout_so_far();
+    let url = out.lines().find_map(|l| l.strip_prefix("strata serve: http://")).unwrap();
+    let (addr, token) = url.split_once("/#token=").unwrap();
+    (addr.rsplit(':').next().unwrap().parse().unwrap(), token.trim().to_owned())
 }
 
 /// One HTTP/1.1 request to 127.0.0.1:`port`: the status and the body.
@@ -461,4 +471,100 @@ fn run_serve_refuses_a_port_in_use_before_writing_anything() {
     no_env.env_remove("STRATA_SERVE_TOKEN");
     Out::of(&args, &mut no_env).bad_input(&["not a loopback address", "STRATA_SERVE_TOKEN"]);
     assert!(!s.path("D").exists(), "the data directory was written");
+}
+
+/// A run on NATS (`strata run --nats URL`): the dashboard reads its audit log, decisions and
+/// agents from the server `run.json` names (its sled database holds none of them).
+#[test]
+fn serve_shows_a_finished_run_on_nats_from_its_server() {
+    let s = Scratch::with_example();
+    let ns = Namespace::new();
+    let url = test_url();
+    let id = ns.id();
+    s.strata(&run_args("plan.toml", id, &url, &["--team", "team.toml"]))
+        .code(0)
+        .stdout_has(&["task `hello` succeeded"]);
+    let inspected = s.strata(&["inspect", id, "audit", "--data", "D", "--json"]).code(0).json();
+    let decisions = s.strata(&["inspect", id, "decisions", "--data", "D", "--json"]).code(0).json();
+
+    let server = serve(&s, "127.0.0.1:0", &["--token", "t0k"]);
+    let (port, token) = printed(&server);
+    assert_eq!(token, "t0k");
+    let runs = get_json(port, "/api/runs", &[], 200);
+    let listed = runs.as_array().unwrap().iter().find(|r| r["id"] == id).unwrap();
+    assert_eq!(
+        (listed["status"].as_str(), listed["agents"].as_u64()),
+        (Some("succeeded"), Some(9))
+    );
+
+    let snap = get_json(port, &format!("/api/runs/{id}"), &[], 200);
+    let agents = snap["agents"].as_array().unwrap();
+    let mut ids: Vec<&str> = agents.iter().map(|a| a["id"].as_str().unwrap()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!((agents.len(), ids.len()), (9, 9), "every agent of the team: {ids:?}");
+    for a in agents {
+        assert_eq!(a["status"], "terminated", "{a}");
+        assert!(["top", "mid", "bottom"].contains(&a["layer"].as_str().unwrap()), "{a}");
+    }
+    let decision = &snap["decisions"][0];
+    assert_eq!(snap["decisions"].as_array().unwrap().len(), 1, "{}", snap["decisions"]);
+    assert_eq!(decision["id"], decisions[0]["id"], "the decision on the server: {decision}");
+    assert_eq!(decision["status"], "approved", "{decision}");
+    assert_eq!(decision["signatures"].as_array().unwrap().len(), 2, "{decision}");
+    assert_eq!(snap["progress"]["status"], "succeeded", "{}", snap["progress"]);
+    assert_eq!(snap["progress"]["done"], snap["progress"]["total"], "{}", snap["progress"]);
+    assert!(snap["progress"]["total"].as_u64().unwrap() > 0, "{}", snap["progress"]);
+    let audit = &snap["audit"];
+    assert_eq!(audit["ok"], true, "{audit}");
+    assert!(audit["protection"].as_str().unwrap().contains("on the NATS server"), "{audit}");
+    let records = inspected.as_array().unwrap().len() as u64;
+    assert_eq!(audit["records"].as_u64(), Some(records), "{audit}");
+    assert_eq!(snap["last_seq"].as_u64(), Some(records - 1));
+    assert!(!snap["events"].as_array().unwrap().is_empty());
+    server.kill();
+}
+
+/// A live run on NATS, at its gate: the dashboard follows it on the server and streams its
+/// last records and its end.
+#[test]
+fn a_live_run_on_nats_streams_its_records() {
+    let s = Scratch::new();
+    let ns = Namespace::new();
+    let url = test_url();
+    let id = ns.id();
+    s.write("gated.toml", GATED_PLAN);
+    std::fs::create_dir_all(s.path("W")).unwrap();
+    let gate = Gate(s.path("W/go"));
+    let mut run = s.spawn(&run_args("gated.toml", id, &url, &[]));
+    wait_for("the gate step to start", || {
+        assert!(!run.exited(), "the run exited before the gate:\n{}", run.stderr_so_far());
+        s.path("W/waiting").exists()
+    });
+    let server = serve(&s, "127.0.0.1:0", &[]);
+    let (port, _) = printed(&server);
+    let runs = get_json(port, "/api/runs", &[], 200);
+    assert_eq!(runs[0]["status"], "running", "{runs}");
+    let snap = get_json(port, &format!("/api/runs/{id}"), &[], 200);
+    assert_eq!(snap["progress"]["status"], "running", "{}", snap["progress"]);
+    assert_eq!(snap["agents"].as_array().unwrap().len(), 9, "{}", snap["agents"]);
+    let last = snap["last_seq"].as_u64().unwrap();
+    let mut events = Events::open(port, &format!("/api/runs/{id}/events?after={last}"));
+    events.until("the stream to open", |t| t.contains("text/event-stream"));
+    gate.open();
+    events.until("the last step and the run's end", |t| {
+        t.contains("done.txt") && t.contains("\"status\":\"succeeded\"")
+    });
+    run.finish().code(0);
+    let seqs: Vec<u64> = events.deltas().iter().filter_map(|d| d["seq"].as_u64()).collect();
+    assert!(!seqs.is_empty() && seqs.iter().all(|&s| s > last), "after {last}: {seqs:?}");
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "not in order: {seqs:?}");
+    let end = get_json(port, &format!("/api/runs/{id}"), &[], 200);
+    assert_eq!(end["progress"]["status"], "succeeded", "{}", end["progress"]);
+    assert_eq!(end["audit"]["ok"], true, "{}", end["audit"]);
+    // Verified once more at the end: every record of the run, not those of the last check.
+    let last = end["last_seq"].as_u64().unwrap();
+    assert_eq!(seqs.last(), Some(&last), "{}", events.text);
+    assert_eq!(end["audit"]["records"].as_u64(), Some(last + 1), "{}", end["audit"]);
+    server.kill();
 }
