@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use agent_core::{
-    AuditAnchor, AuditRecord, CostMeter, SledAuditLog, check_anchors, check_transition_chain,
+    AuditAnchor, AuditRecord, CostMeter, NatsAuditLog, SledAuditLog, check_anchors, check_transition_chain,
     verify_chain,
 };
 use agent_state::{Actor, Address, AgentId};
@@ -52,42 +52,11 @@ pub(crate) async fn anchors(
     stores: &Stores,
     records: &[AuditRecord],
 ) -> anyhow::Result<(Vec<String>, String)> {
-    let agents: Vec<(agent_state::AgentId, AuditAnchor)> = stores
-        .state
-        .agents()
-        .await?
-        .into_iter()
-        .filter_map(|a| a.audit_head.map(|head| (a.id, head)))
-        .collect();
     if let Some(log) = &stores.nats_audit {
-        let mut breaks: Vec<String> =
-            check_anchors(records, None, &agents).iter().map(ToString::to_string).collect();
         let live = RunStore::is_in_use(dir).unwrap_or(false);
-        let last = log.last_anchor().await?;
-        // A record appended after `records` were read (a worker of a placed run finishing
-        // its part) is found by reading again; a log cut short is not.
-        let reaches = |records: &[AuditRecord]| match last {
-            None => records.is_empty(),
-            Some(last) => records.iter().rev().any(|r| AuditAnchor::of(r) == last),
-        };
-        let reached = reaches(records)
-            || (last.is_some_and(|l| records.last().is_none_or(|r| r.seq < l.seq))
-                && reaches(&stores.audit.records(None).await?));
-        if !live && !reached {
-            let show =
-                |a: Option<AuditAnchor>| a.map_or_else(|| "nothing".to_owned(), |a| a.to_string());
-            breaks.push(format!(
-                "the audit stream on the NATS server ends at {}, but reading it gave records up to {}",
-                show(last),
-                show(records.last().map(AuditAnchor::of))
-            ));
-        }
-        let n = agents.len();
-        let protection = format!(
-            "hash chain anchored in agent records ({n}, lower bounds) on the NATS server; a run on NATS has no seal: records cut from the end of the audit stream past the agents' anchors cannot be detected"
-        );
-        return Ok((breaks, protection));
+        return nats_anchors(log, stores, records, live).await;
     }
+    let agents = agent_anchors(stores).await?;
     let sealed = SledAuditLog::sealed_anchor(store)?;
     let n = agents.len();
     let breaks = check_anchors(records, sealed, &agents).iter().map(ToString::to_string).collect();
@@ -104,6 +73,66 @@ pub(crate) async fn anchors(
             "hash chain anchored in agent records ({n}, lower bounds; the run is not sealed: running, or it did not close cleanly)"
         ),
     };
+    Ok((breaks, protection))
+}
+
+/// The agents' anchors of the audit log: each agent's last record it anchors.
+async fn agent_anchors(stores: &Stores) -> anyhow::Result<Vec<(agent_state::AgentId, AuditAnchor)>> {
+    Ok(stores
+        .state
+        .agents()
+        .await?
+        .into_iter()
+        .filter_map(|a| a.audit_head.map(|head| (a.id, head)))
+        .collect())
+}
+
+/// [`anchors`] of a run on NATS (`log`, its audit stream): the agents' anchors, and that
+/// `records` reach the stream's last record unless the run is `live` (a process may be
+/// appending to it).
+pub(crate) async fn nats_anchors(
+    log: &NatsAuditLog,
+    stores: &Stores,
+    records: &[AuditRecord],
+    live: bool,
+) -> anyhow::Result<(Vec<String>, String)> {
+    let agents = agent_anchors(stores).await?;
+    let check = |records: &[AuditRecord]| -> Vec<String> {
+        check_anchors(records, None, &agents).iter().map(ToString::to_string).collect()
+    };
+    let mut breaks = check(records);
+    if !breaks.is_empty() {
+        // Nothing on the server is a snapshot: an agent of a live run may have anchored a
+        // record appended after `records` were read. The log is read again; one cut short
+        // still fails.
+        let again = stores.audit.records(None).await?;
+        if again.len() > records.len() {
+            breaks = check(&again);
+        }
+    }
+    let last = log.last_anchor().await?;
+    // A record appended after `records` were read (a worker of a placed run finishing
+    // its part) is found by reading again; a log cut short is not.
+    let reaches = |records: &[AuditRecord]| match last {
+        None => records.is_empty(),
+        Some(last) => records.iter().rev().any(|r| AuditAnchor::of(r) == last),
+    };
+    let reached = reaches(records)
+        || (last.is_some_and(|l| records.last().is_none_or(|r| r.seq < l.seq))
+            && reaches(&stores.audit.records(None).await?));
+    if !live && !reached {
+        let show =
+            |a: Option<AuditAnchor>| a.map_or_else(|| "nothing".to_owned(), |a| a.to_string());
+        breaks.push(format!(
+            "the audit stream on the NATS server ends at {}, but reading it gave records up to {}",
+            show(last),
+            show(records.last().map(AuditAnchor::of))
+        ));
+    }
+    let n = agents.len();
+    let protection = format!(
+        "hash chain anchored in agent records ({n}, lower bounds) on the NATS server; a run on NATS has no seal: records cut from the end of the audit stream past the agents' anchors cannot be detected"
+    );
     Ok((breaks, protection))
 }
 
