@@ -85,7 +85,9 @@ pub(crate) struct ServeArgs {
     /// Where runs are stored.
     #[arg(long, default_value = DEFAULT_DATA)]
     pub(crate) data: PathBuf,
-    /// Read runs on NATS from this server instead of the one their run.json names.
+    /// Also list the runs placed on the workers of this NATS server (`strata run --nats URL`
+    /// with `strata worker`s live), read from the server: a dashboard on another machine,
+    /// with no directory of the run, shows them (read-only: sign where the run is coordinated).
     #[arg(long, value_name = "URL")]
     pub(crate) nats: Option<String>,
     /// Address to listen on; anything but loopback needs --token (or $STRATA_SERVE_TOKEN).

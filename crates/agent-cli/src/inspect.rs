@@ -18,8 +18,8 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use agent_core::{
-    AuditAnchor, AuditRecord, CostMeter, NatsAuditLog, SledAuditLog, check_anchors, check_transition_chain,
-    verify_chain,
+    AuditAnchor, AuditRecord, CostMeter, NatsAuditLog, SledAuditLog, check_anchors,
+    check_transition_chain, verify_chain,
 };
 use agent_state::{Actor, Address, AgentId};
 use anyhow::Context;
@@ -77,7 +77,9 @@ pub(crate) async fn anchors(
 }
 
 /// The agents' anchors of the audit log: each agent's last record it anchors.
-async fn agent_anchors(stores: &Stores) -> anyhow::Result<Vec<(agent_state::AgentId, AuditAnchor)>> {
+async fn agent_anchors(
+    stores: &Stores,
+) -> anyhow::Result<Vec<(agent_state::AgentId, AuditAnchor)>> {
     Ok(stores
         .state
         .agents()

@@ -313,7 +313,7 @@ pub(crate) async fn start(prepared: Prepared, args: &StartArgs) -> Result<u8, Fa
             (Some(registry), Some(server)) => Some(Placed {
                 registry,
                 server: server.clone(),
-                run: PlacedRun::new(&run_id, &team.spec, placed_spec(&team_text, &info)),
+                run: PlacedRun::new(&run_id, &team.spec, placed_spec(&team_text, &info, &dir)),
             }),
             _ => None,
         };
@@ -473,6 +473,7 @@ async fn resume_with(
                             unsandboxed: info.unsandboxed || args.unsandboxed,
                             ..info.clone()
                         },
+                        &dir,
                     ),
                 ),
             });
@@ -646,13 +647,18 @@ impl Placed {
 }
 
 /// What the workers build a placed run's team from: the team file, the run's reasoner
-/// override and sandbox setting, and its workspace (the workers' default).
-fn placed_spec(team_text: &str, info: &RunInfo) -> serde_json::Value {
+/// override and sandbox setting, and its workspace (the workers' default); with its goal, task,
+/// start and plan (from the run's directory `dir`) for a dashboard on another machine.
+fn placed_spec(team_text: &str, info: &RunInfo, dir: &Path) -> serde_json::Value {
     serde_json::to_value(crate::worker::PlacedSpec {
         team: team_text.to_owned(),
         reasoner: info.reasoner.clone(),
         unsandboxed: info.unsandboxed,
         workspace: Some(info.workspace.clone()),
+        goal: info.goal.clone(),
+        task_id: info.task_id.clone(),
+        started_at: info.started_at,
+        plan: std::fs::read_to_string(dir.join(PLAN_FILE)).ok(),
     })
     .unwrap_or_default()
 }

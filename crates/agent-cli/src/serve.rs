@@ -12,7 +12,12 @@
 //!   `{"as": "NAME", "reason": "..."}`: through the operator inbox, as `strata approve` and
 //!   `strata veto` ([`crate::operator::send_decision`]).
 //!
-//! Runs are read as `strata inspect` reads them ([`watch`]). Security: loopback by default;
+//! Runs are read as `strata inspect` reads them ([`watch`]). With `--nats URL`, the runs placed
+//! on that server's workers (`strata run --nats URL` with `strata worker`s live there) are
+//! listed too, and read from the server alone, so a dashboard on another machine, with no
+//! directory of the run, shows them; a run in both is the data directory's. Such a run is
+//! read-only here: signing goes through the operator inbox in the run's directory, on the
+//! machine that coordinates it. Security: loopback by default;
 //! signing always needs the token (`Authorization: Bearer TOKEN`); bound elsewhere, every API
 //! request needs it (`?token=` for the event stream, which a browser cannot give headers), and
 //! a token must be given (`--token` or `$STRATA_SERVE_TOKEN`). Errors are JSON
@@ -39,6 +44,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use futures_util::stream::Stream;
 use serde::Deserialize;
+
+use agent_pool::placement::{REGISTRY, Registry};
 
 use crate::cli::ServeArgs;
 use crate::operator::{OperatorRequest, Submitted};
@@ -71,7 +78,11 @@ const STYLE_CSS: &str = include_str!("serve/page/style.css");
 /// What every handler shares.
 struct App {
     data: PathBuf,
-    nats: Option<String>,
+    /// `--nats URL`: the server whose placed runs are listed too.
+    server: Option<watch::Server>,
+    /// The placed runs listed last (not in the data directory), shown as unreachable while
+    /// the server does not answer.
+    placed: std::sync::Mutex<Vec<serde_json::Value>>,
     token: String,
     /// Bound to loopback: reading needs no token.
     loopback: bool,
@@ -132,9 +143,14 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<u8, Failure> {
     }
     let Bound { listener, local, token, loopback } =
         bind("--addr", &args.addr, args.token.clone()).await?;
+    let server = match &args.nats {
+        Some(url) => Some(placed_runs(url).await?),
+        None => None,
+    };
     let app = Arc::new(App {
         data: args.data.clone(),
-        nats: args.nats.clone(),
+        server,
+        placed: std::sync::Mutex::default(),
         token: token.clone(),
         loopback,
         watches: watch::Watches::default(),
@@ -142,6 +158,9 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<u8, Failure> {
     });
     outln!("strata serve: http://{local}/#token={token}");
     outln!("  data: {} (Ctrl-C stops)", args.data.display());
+    if let Some(url) = &args.nats {
+        outln!("  and the runs placed on the workers of {url}");
+    }
     let router = router(app.clone());
     let stopping = app.stopping.clone();
     let served = axum::serve(listener, router)
@@ -153,6 +172,25 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<u8, Failure> {
     app.watches.stop();
     served.map_err(|e| Failure::Other(anyhow::anyhow!("the server failed: {e}")))?;
     Ok(0)
+}
+
+/// The registry of workers on the server `url` (`--nats URL`); a server that does not answer
+/// (or has no JetStream) is bad input.
+async fn placed_runs(url: &str) -> Result<watch::Server, Failure> {
+    let connected = tokio::time::timeout(watch::SERVER_PATIENCE * 2, async {
+        let store = crate::nats::connect_flag(url, REGISTRY).await?;
+        let registry = Registry::open(&store).await.map_err(|e| {
+            bad_input(anyhow::anyhow!("--nats {url}: the registry of workers: {e}"))
+        })?;
+        Ok::<_, Failure>(watch::Server { url: url.to_owned(), store, registry })
+    })
+    .await;
+    connected.unwrap_or_else(|_| {
+        Err(bad_input(anyhow::anyhow!(
+            "--nats {url}: the NATS server did not answer within {}s; check the URL and that nats-server is running there",
+            (watch::SERVER_PATIENCE * 2).as_secs()
+        )))
+    })
 }
 
 /// The dashboard a run's own process serves (`strata run --serve`): stopped by
@@ -181,7 +219,8 @@ pub(crate) async fn serve_run(
         .map_err(|e| Failure::Other(e.context("cannot watch the run for the dashboard")))?;
     let app = Arc::new(App {
         data,
-        nats: None,
+        server: None,
+        placed: std::sync::Mutex::default(),
         token: token.clone(),
         loopback,
         watches: watch::Watches::default(),
@@ -316,6 +355,59 @@ fn run_dir(app: &App, id: &str) -> Result<PathBuf, ApiError> {
     Ok(dir)
 }
 
+/// The placed runs of the server of `--nats` that the data directory does not hold (`local`,
+/// its run ids), as rows of `GET /api/runs`; those listed last, marked unreachable, if the
+/// server does not answer.
+async fn placed_rows(app: &App, local: &[String]) -> Vec<serde_json::Value> {
+    let Some(server) = &app.server else { return Vec::new() };
+    let listed = tokio::time::timeout(watch::SERVER_PATIENCE, server.registry.runs())
+        .await
+        .map_err(|_| watch::unanswered(server))
+        .and_then(|r| r.map_err(anyhow::Error::new));
+    let mut last = watch::lock(&app.placed);
+    match listed {
+        Ok(placed) => {
+            let rows: Vec<serde_json::Value> = placed
+                .iter()
+                .filter(|run| !local.contains(&run.run_id))
+                .map(|run| placed_row(app, run))
+                .collect();
+            last.clone_from(&rows);
+            rows
+        }
+        Err(e) => {
+            let why =
+                format!("cannot read the runs placed on the NATS server {}: {e:#}", server.url);
+            last.iter()
+                .cloned()
+                .map(|mut row| {
+                    row["status"] = "unreachable".into();
+                    row["error"] = why.clone().into();
+                    row
+                })
+                .collect()
+        }
+    }
+}
+
+/// The row of placed run `run`.
+fn placed_row(app: &App, run: &agent_pool::placement::PlacedRun) -> serde_json::Value {
+    let spec: Option<crate::worker::PlacedSpec> = serde_json::from_value(run.spec.clone()).ok();
+    let (task, goal, started_at) =
+        spec.map(|s| (s.task_id, s.goal, s.started_at)).unwrap_or_default();
+    let agents = app.watches.agents(&run.run_id).unwrap_or(run.agents.len());
+    serde_json::json!({
+        "id": run.run_id,
+        "task": task,
+        "title": goal,
+        "status": if run.closed { "ended" } else { "running" },
+        "started_at": started_at,
+        "started": crate::runs::format_time(started_at),
+        "agents": agents,
+        "placed": true,
+    })
+}
+
 /// `GET /api/runs`.
 async fn runs(State(app): State<Shared>) -> Response {
     let data = app.data.clone();
@@ -341,7 +433,13 @@ async fn runs(State(app): State<Shared>) -> Response {
     })
     .await;
     match listed {
-        Ok(Ok(rows)) => json(StatusCode::OK, serde_json::Value::Array(rows).to_string()),
+        Ok(Ok(mut rows)) => {
+            let local: Vec<String> =
+                rows.iter().filter_map(|r| r["id"].as_str().map(str::to_owned)).collect();
+            rows.extend(placed_rows(&app, &local).await);
+            rows.sort_by_key(|r| r["started_at"].as_u64().unwrap_or(0));
+            json(StatusCode::OK, serde_json::Value::Array(rows).to_string())
+        }
         Ok(Err(e)) => error(
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("cannot read the data directory {}: {e}", app.data.display()),
@@ -358,10 +456,27 @@ fn team_agents(dir: &std::path::Path) -> Option<usize> {
     team_file::parse_stored_team(&path, &text, &tools).ok().map(|t| t.spec.agents.len())
 }
 
-/// The watch of run `id`, or the error response.
+/// The watch of run `id` (in the data directory, else placed on the server of `--nats`), or
+/// the error response.
 async fn watched(app: &App, id: &str) -> Result<Arc<watch::RunWatch>, ApiError> {
-    let dir = run_dir(app, id)?;
-    app.watches.get(id, &dir, app.nats.as_deref()).await.map_err(|e| {
+    let dir = match run_dir(app, id) {
+        Ok(dir) => dir,
+        Err(missing) => {
+            let Some(server) = &app.server else { return Err(missing) };
+            return match app.watches.placed(id, server).await {
+                Ok(Some(w)) => Ok(w),
+                Ok(None) => Err(ApiError(
+                    missing.0,
+                    format!("{}; nor is it placed on the NATS server {}", missing.1, server.url),
+                )),
+                Err(e) => Err(ApiError(
+                    StatusCode::BAD_GATEWAY,
+                    format!("cannot read run `{id}` on the NATS server {}: {e:#}", server.url),
+                )),
+            };
+        }
+    };
+    app.watches.get(id, &dir).await.map_err(|e| {
         ApiError(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot read run `{id}`: {e:#}"))
     })
 }
@@ -510,6 +625,22 @@ async fn decide(
         }
     };
     if let Err(e) = run_dir(&app, &id) {
+        if let Some(server) = &app.server
+            && (app.watches.is_placed(&id)
+                || matches!(
+                    tokio::time::timeout(watch::SERVER_PATIENCE, server.registry.run(&id)).await,
+                    Ok(Ok(Some(_)))
+                ))
+        {
+            return error(
+                StatusCode::CONFLICT,
+                format!(
+                    "run `{id}` is placed on the NATS server {} by another machine and has no directory in {}: this dashboard only reads it. Approvals and vetoes go through the operator inbox in the run's directory: sign from the machine that coordinates the run (its `strata serve`, or `strata approve`/`strata veto` there)",
+                    server.url,
+                    app.data.display()
+                ),
+            );
+        }
         return e.into_response();
     }
     if body.len() > MAX_BODY {

@@ -44,6 +44,18 @@ pub(crate) struct PlacedSpec {
     /// (made if missing), so on one machine every agent shares it.
     #[serde(default)]
     pub(crate) workspace: Option<PathBuf>,
+    /// The run's goal, for a dashboard that lists the placed runs (`strata serve --nats`).
+    #[serde(default)]
+    pub(crate) goal: String,
+    /// The run's task id, for that dashboard.
+    #[serde(default)]
+    pub(crate) task_id: String,
+    /// When the run started, in milliseconds since the epoch, for that dashboard.
+    #[serde(default)]
+    pub(crate) started_at: u64,
+    /// The plan file's text, for that dashboard (the run's steps).
+    #[serde(default)]
+    pub(crate) plan: Option<String>,
 }
 
 /// The registry on the server of `server`, if workers of this version are live there; `None`

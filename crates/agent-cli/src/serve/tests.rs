@@ -6,7 +6,8 @@ use super::*;
 fn app(token: &str) -> App {
     App {
         data: PathBuf::from("D"),
-        nats: None,
+        server: None,
+        placed: std::sync::Mutex::default(),
         token: token.to_owned(),
         loopback: true,
         watches: watch::Watches::default(),

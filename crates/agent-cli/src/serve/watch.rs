@@ -9,6 +9,12 @@
 //! stream instead ([`Source::Hub`]): each audit record as it is published, the log read from
 //! the last one folded when the stream fell behind or skipped one; every [`POLL`] its
 //! decisions, usage and status are read from its stores in memory.
+//!
+//! A run placed on the NATS server of `strata serve --nats URL` with no directory here
+//! ([`Source::Placed`]) is read from the server alone: its team, goal and plan from what the
+//! run placed in the workers' registry, its records and decisions from its namespace, its
+//! status from the registry (running while placed and open, ended once closed or taken back).
+//! When the server does not answer, its status says so, until it answers again.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -21,15 +27,21 @@ use agent_core::{
 use anyhow::Context;
 use tokio::sync::broadcast;
 
+use agent_pool::placement::{PlacedRun, Registry};
+use nats_store::NatsStore;
+
 use super::model::{AgentCost, AuditCheck, Delta, RunModel, Seed};
 use crate::nats::Stores;
 use crate::run::{PLAN_FILE, RunInfo, TEAM_FILE};
+use crate::worker::PlacedSpec;
 use crate::{Failure, runs};
 
 /// How often a live run is read.
 pub(crate) const POLL: Duration = Duration::from_millis(500);
 /// A run nobody watched for this long is dropped (its task stops).
 pub(crate) const IDLE: Duration = Duration::from_secs(60);
+/// How long a read of the NATS server of the placed runs may take.
+pub(crate) const SERVER_PATIENCE: Duration = Duration::from_secs(5);
 /// How often a live run's audit log is verified again (a finished one: once more at its end).
 const VERIFY_EVERY: Duration = Duration::from_secs(3);
 /// Deltas kept for a browser that reconnects (`Last-Event-ID`).
@@ -75,13 +87,35 @@ enum Source {
     Poll,
     /// This process runs it: its event stream, and its stores in memory.
     Hub(Live),
+    /// Placed on the server of `strata serve --nats` by a process elsewhere (no directory
+    /// here): read from the server every [`POLL`].
+    Placed(Box<PlacedSource>),
+}
+
+/// The NATS server of `strata serve --nats URL`: the workers' registry there.
+#[derive(Clone)]
+pub(crate) struct Server {
+    /// The URL given.
+    pub(crate) url: String,
+    /// The connection.
+    pub(crate) store: NatsStore,
+    /// The registry of workers and placed runs.
+    pub(crate) registry: Registry,
+}
+
+/// Where a placed run is read.
+struct PlacedSource {
+    server: Server,
+    /// The run's stores in its namespace on the server.
+    stores: Stores,
 }
 
 /// A watched run.
 pub(crate) struct RunWatch {
+    /// The run's directory (empty for a placed run: it has none here).
     dir: PathBuf,
+    run_id: String,
     source: Source,
-    nats: Option<String>,
     prices: agent_llm::PriceTable,
     /// The model and the last frames.
     pub(crate) state: Mutex<State>,
@@ -104,12 +138,7 @@ pub(crate) struct Watches {
 impl Watches {
     /// The watch of the run `id` in `dir`, loaded (and its task started while the run is live)
     /// if it was not watched.
-    pub(crate) async fn get(
-        &self,
-        id: &str,
-        dir: &Path,
-        nats: Option<&str>,
-    ) -> anyhow::Result<Arc<RunWatch>> {
+    pub(crate) async fn get(&self, id: &str, dir: &Path) -> anyhow::Result<Arc<RunWatch>> {
         self.evict();
         let found = lock(&self.runs).get(id).cloned();
         if let Some(watch) = found {
@@ -117,10 +146,44 @@ impl Watches {
             watch.restart_if_live(dir);
             return Ok(watch);
         }
-        let watch = Arc::new(RunWatch::load(dir, nats).await?);
+        let watch = Arc::new(RunWatch::load(dir).await?);
         let watch = lock(&self.runs).entry(id.to_owned()).or_insert(watch).clone();
         watch.restart_if_live(dir);
         Ok(watch)
+    }
+
+    /// The watch of run `id` placed on `server`, if it is watched already or the registry
+    /// there holds it (then loaded from the server); `None` if neither.
+    pub(crate) async fn placed(
+        &self,
+        id: &str,
+        server: &Server,
+    ) -> anyhow::Result<Option<Arc<RunWatch>>> {
+        self.evict();
+        let found = lock(&self.runs).get(id).cloned();
+        if let Some(watch) = found.filter(|w| matches!(w.source, Source::Placed(_))) {
+            watch.touch();
+            watch.restart_if_live(&watch.dir.clone());
+            return Ok(Some(watch));
+        }
+        let run = tokio::time::timeout(SERVER_PATIENCE, server.registry.run(id))
+            .await
+            .map_err(|_| unanswered(server))?
+            .with_context(|| format!("the NATS server {}", server.url))?;
+        let Some(run) = run else { return Ok(None) };
+        let watch = Arc::new(
+            tokio::time::timeout(SERVER_PATIENCE * 2, RunWatch::placed(&run, server))
+                .await
+                .map_err(|_| unanswered(server))??,
+        );
+        let watch = lock(&self.runs).entry(id.to_owned()).or_insert(watch).clone();
+        watch.restart_if_live(&watch.dir.clone());
+        Ok(Some(watch))
+    }
+
+    /// Whether run `id` is watched as a placed run (it has no directory here).
+    pub(crate) fn is_placed(&self, id: &str) -> bool {
+        lock(&self.runs).get(id).is_some_and(|w| matches!(w.source, Source::Placed(_)))
     }
 
     /// Watches `watch` as run `id` for as long as the server runs (never evicted).
@@ -168,19 +231,54 @@ fn to_anyhow(f: Failure) -> anyhow::Error {
     }
 }
 
-/// The run's info, with its NATS server replaced by `nats` (`strata serve --nats`).
-fn read_info(dir: &Path, nats: Option<&str>) -> anyhow::Result<RunInfo> {
-    let mut info = RunInfo::read(dir)?;
-    if let (Some(url), Some(_)) = (nats, &info.nats) {
-        info.nats = Some(url.to_owned());
-    }
-    Ok(info)
+/// The error of a server that did not answer within [`SERVER_PATIENCE`].
+pub(crate) fn unanswered(server: &Server) -> anyhow::Error {
+    anyhow::anyhow!(
+        "the NATS server {} (--nats) did not answer within {}s; is it still running?",
+        server.url,
+        SERVER_PATIENCE.as_secs()
+    )
 }
 
 impl RunWatch {
     /// The run in `dir`: its team and plan, then everything its stores hold so far.
-    async fn load(dir: &Path, nats: Option<&str>) -> anyhow::Result<Self> {
-        Self::load_from(dir, nats, Source::Poll).await
+    async fn load(dir: &Path) -> anyhow::Result<Self> {
+        Self::load_from(dir, Source::Poll).await
+    }
+
+    /// The placed run `run` of `server`: its team, goal and plan from what it placed, then
+    /// everything its stores on the server hold so far.
+    async fn placed(run: &PlacedRun, server: &Server) -> anyhow::Result<Self> {
+        let placed: PlacedSpec = serde_json::from_value(run.spec.clone()).with_context(|| {
+            format!(
+                "run `{}` on {}: its placement is not what this Strata writes",
+                run.run_id, server.url
+            )
+        })?;
+        let tools = agent_core::tools::ToolRegistry::with_builtins();
+        let team_path = Path::new(TEAM_FILE);
+        let team = team_file::parse_stored_team(team_path, &placed.team, &tools)?;
+        let steps = placed
+            .plan
+            .as_deref()
+            .and_then(|plan| {
+                team_file::parse_plan(Path::new(PLAN_FILE), plan, &team.spec, &tools).ok()
+            })
+            .map_or(0, |task| task.steps.len());
+        let namespace = server.store.with_namespace(&run.run_id)?;
+        let stores = Stores::nats(&namespace).await?;
+        let source = Source::Placed(Box::new(PlacedSource { server: server.clone(), stores }));
+        let watch = Self::build(
+            PathBuf::new(),
+            &run.run_id,
+            &placed.goal,
+            placed.started_at,
+            &team,
+            steps,
+            source,
+        );
+        watch.poll().await?;
+        Ok(watch)
     }
 
     /// The run of this process in `dir`, fed by `live`'s event stream until [`Self::finish`].
@@ -188,7 +286,7 @@ impl RunWatch {
         // Subscribed before the log is read: a record appended in between is read, received,
         // or both (then folded once).
         let events = live.events.subscribe();
-        let watch = Arc::new(Self::load_from(dir, None, Source::Hub(live)).await?);
+        let watch = Arc::new(Self::load_from(dir, Source::Hub(live)).await?);
         *lock(&watch.task) = Some(tokio::spawn(follow(Arc::downgrade(&watch), events)));
         Ok(watch)
     }
@@ -207,37 +305,60 @@ impl RunWatch {
         }
     }
 
-    async fn load_from(dir: &Path, nats: Option<&str>, source: Source) -> anyhow::Result<Self> {
-        let info = read_info(dir, nats)?;
+    async fn load_from(dir: &Path, source: Source) -> anyhow::Result<Self> {
+        let info = RunInfo::read(dir)?;
         let tools = agent_core::tools::ToolRegistry::with_builtins();
         let team_path = dir.join(TEAM_FILE);
         let text = std::fs::read_to_string(&team_path)
             .with_context(|| format!("cannot read {}", team_path.display()))?;
         let team = team_file::parse_stored_team(&team_path, &text, &tools)?;
-        let seeds: Vec<Seed> = crate::inspect::configured(&team)
-            .into_iter()
-            .map(|c| Seed { id: c.id, layer: c.layer, parent: c.supervisor, role: c.role })
-            .collect();
         let steps = std::fs::read_to_string(dir.join(PLAN_FILE))
             .ok()
             .and_then(|plan| {
                 team_file::parse_plan(&dir.join(PLAN_FILE), &plan, &team.spec, &tools).ok()
             })
             .map_or(0, |task| task.steps.len());
-        let model = RunModel::new(
+        let watch = Self::build(
+            dir.to_path_buf(),
             &info.run_id,
             &info.goal,
             info.started_at,
+            &team,
+            steps,
+            source,
+        );
+        watch.poll().await?;
+        Ok(watch)
+    }
+
+    /// A watch of run `run_id` of `team`, nothing folded yet.
+    fn build(
+        dir: PathBuf,
+        run_id: &str,
+        goal: &str,
+        started_at: u64,
+        team: &team_file::TeamFile,
+        steps: usize,
+        source: Source,
+    ) -> Self {
+        let seeds: Vec<Seed> = crate::inspect::configured(team)
+            .into_iter()
+            .map(|c| Seed { id: c.id, layer: c.layer, parent: c.supervisor, role: c.role })
+            .collect();
+        let model = RunModel::new(
+            run_id,
+            goal,
+            started_at,
             seeds,
             team.spec.approvals.humans.clone(),
             steps,
             crate::view::event_line,
         );
         let (frames, _) = broadcast::channel(RING);
-        let watch = Self {
-            dir: dir.to_path_buf(),
+        Self {
+            dir,
+            run_id: run_id.to_owned(),
             source,
-            nats: nats.map(str::to_owned),
             prices: team.prices.clone(),
             state: Mutex::new(State { model, ring: VecDeque::new(), n: 0 }),
             frames,
@@ -246,9 +367,7 @@ impl RunWatch {
             verified: Mutex::new(None),
             stores: tokio::sync::Mutex::new(None),
             task: Mutex::new(None),
-        };
-        watch.poll().await?;
-        Ok(watch)
+        }
     }
 
     /// Marks the run as watched now.
@@ -265,8 +384,9 @@ impl RunWatch {
         if task.as_ref().is_some_and(|t| !t.is_finished()) {
             return;
         }
-        let live =
-            RunInfo::read(dir).is_ok_and(|info| runs::effective_status(dir, &info) == "running");
+        // A placed run is polled until it has ended: the poll says so.
+        let live = matches!(self.source, Source::Placed(_))
+            || RunInfo::read(dir).is_ok_and(|info| runs::effective_status(dir, &info) == "running");
         if live {
             let me = Arc::downgrade(self);
             *task = Some(tokio::spawn(async move {
@@ -291,7 +411,11 @@ impl RunWatch {
 
     /// Reads what is new in the run and folds it; whether the run is still live.
     pub(crate) async fn poll(&self) -> anyhow::Result<bool> {
-        let Source::Hub(live) = &self.source else { return self.poll_store().await };
+        let live = match &self.source {
+            Source::Poll => return self.poll_store().await,
+            Source::Placed(placed) => return self.poll_placed(placed).await,
+            Source::Hub(live) => live,
+        };
         let next = lock(&self.state).model.next_seq();
         let records = live.stores.audit.records_from(next).await?;
         self.refresh_live(live, records).await
@@ -335,12 +459,42 @@ impl RunWatch {
         };
         let costs =
             live.ledger.as_ref().map(|l| costs(&l.report(), &self.prices)).unwrap_or_default();
-        self.fold(&info, status, records, &live.store, &live.stores, costs).await
+        self.fold(info.failure.clone(), status, records, Some(&live.store), &live.stores, costs)
+            .await
+    }
+
+    /// Reads what is new in a placed run from its server; when the server does not answer,
+    /// the run's status says so (and the error is returned).
+    async fn poll_placed(&self, placed: &PlacedSource) -> anyhow::Result<bool> {
+        let read = tokio::time::timeout(SERVER_PATIENCE * 2, self.read_placed(placed))
+            .await
+            .unwrap_or_else(|_| Err(unanswered(&placed.server)));
+        if let Err(e) = &read {
+            let why =
+                format!("cannot read the run on the NATS server {}: {e:#}", placed.server.url);
+            let mut state = lock(&self.state);
+            if let Some(delta) = state.model.set_status("unreachable", Some(why)) {
+                let seq = state.model.last_seq();
+                self.send(&mut state, &delta, seq, None)?;
+            }
+        }
+        read
+    }
+
+    async fn read_placed(&self, placed: &PlacedSource) -> anyhow::Result<bool> {
+        let run = placed.server.registry.run(&self.run_id).await?;
+        let status = match run {
+            Some(run) if !run.closed => "running",
+            _ => "ended",
+        };
+        let next = lock(&self.state).model.next_seq();
+        let records = placed.stores.audit.records_from(next).await?;
+        self.fold(None, status, records, None, &placed.stores, Vec::new()).await
     }
 
     /// Reads what is new in a run another process runs, from a copy of its stores.
     async fn poll_store(&self) -> anyhow::Result<bool> {
-        let info = read_info(&self.dir, self.nats.as_deref())?;
+        let info = RunInfo::read(&self.dir)?;
         let status = runs::effective_status(&self.dir, &info);
         let store = crate::operator::read_copy(&self.dir).await.map_err(to_anyhow)?;
         let stores = match &info.nats {
@@ -362,17 +516,18 @@ impl RunWatch {
         let records = stores.audit.records_from(next).await?;
         let usage = agent_llm::LlmStore::load_usage(&agent_llm::SledLlmStore::open(&store)?)?;
         let costs = usage.map(|report| costs(&report, &self.prices)).unwrap_or_default();
-        self.fold(&info, status, records, &store, &stores, costs).await
+        self.fold(info.failure.clone(), status, records, Some(&store), &stores, costs).await
     }
 
-    /// Folds `records`, then the run's decisions, usage, status and (when due) the audit
-    /// log's verification; sends the deltas. Whether the run is still live.
+    /// Folds `records`, then the run's decisions, usage, status (with its `outcome`) and
+    /// (when due) the audit log's verification; sends the deltas. Whether the run is still
+    /// live. `store` is the run's database (none for a placed run).
     async fn fold(
         &self,
-        info: &RunInfo,
+        outcome: Option<String>,
         status: &'static str,
         records: Vec<AuditRecord>,
-        store: &run_store::RunStore,
+        store: Option<&run_store::RunStore>,
         stores: &Stores,
         costs: Vec<AgentCost>,
     ) -> anyhow::Result<bool> {
@@ -390,7 +545,7 @@ impl RunWatch {
             }
             due
         };
-        let audit = if verify { Some(check(&self.dir, store, stores).await) } else { None };
+        let audit = if verify { Some(check(&self.dir, store, stores, live).await) } else { None };
         let mut deltas: Vec<(Delta, Option<&AuditRecord>)> = Vec::new();
         let mut state = lock(&self.state);
         for record in &records {
@@ -402,7 +557,7 @@ impl RunWatch {
         if let Some(d) = state.model.set_usage(crate::run::now_ms(), &costs) {
             deltas.push((d, None));
         }
-        if let Some(d) = state.model.set_status(status, info.failure.clone()) {
+        if let Some(d) = state.model.set_status(status, outcome) {
             deltas.push((d, None));
         }
         if let Some(d) = audit.and_then(|a| state.model.set_audit(a)) {
@@ -413,19 +568,32 @@ impl RunWatch {
                 Some(r) => Some(r.seq),
                 None => state.model.last_seq(),
             };
-            state.n += 1;
-            let json = serde_json::to_string(&delta)?;
-            let frame = Arc::new(Frame { n: state.n, seq, json });
-            if state.ring.len() == RING {
-                state.ring.pop_front();
-            }
-            state.ring.push_back(frame.clone());
-            let _ = self.frames.send(frame);
-            if let Some(record) = record {
-                self.hub.publish(TeamEvent::Audit(record.clone()));
-            }
+            self.send(&mut state, &delta, seq, record)?;
         }
         Ok(live)
+    }
+
+    /// Sends `delta` (made when `seq` was the last record folded; `record`'s, if it is one)
+    /// and keeps it in the ring; publishes `record`.
+    fn send(
+        &self,
+        state: &mut State,
+        delta: &Delta,
+        seq: Option<u64>,
+        record: Option<&AuditRecord>,
+    ) -> anyhow::Result<()> {
+        state.n += 1;
+        let json = serde_json::to_string(delta)?;
+        let frame = Arc::new(Frame { n: state.n, seq, json });
+        if state.ring.len() == RING {
+            state.ring.pop_front();
+        }
+        state.ring.push_back(frame.clone());
+        let _ = self.frames.send(frame);
+        if let Some(record) = record {
+            self.hub.publish(TeamEvent::Audit(record.clone()));
+        }
+        Ok(())
     }
 }
 
@@ -477,9 +645,23 @@ async fn follow(me: Weak<RunWatch>, mut events: EventStream) {
 }
 
 /// The audit log's verification, as `strata verify` checks it: the hash chain, the anchors,
-/// the transitions.
-async fn check(dir: &Path, store: &run_store::RunStore, stores: &Stores) -> AuditCheck {
-    let mut records = match stores.audit.records(None).await {
+/// the transitions. `store` is the run's database in `dir` (none for a placed run, whose
+/// audit stream is on NATS; `live` then says whether it may be appended to).
+async fn check(
+    dir: &Path,
+    store: Option<&run_store::RunStore>,
+    stores: &Stores,
+    live: bool,
+) -> AuditCheck {
+    let anchors = |records: Vec<AuditRecord>| async move {
+        let found = match (store, &stores.nats_audit) {
+            (Some(store), _) => crate::inspect::anchors(dir, store, stores, &records).await,
+            (None, Some(log)) => crate::inspect::nats_anchors(log, stores, &records, live).await,
+            (None, None) => Err(anyhow::anyhow!("the run has no audit log here")),
+        };
+        (found, records)
+    };
+    let records = match stores.audit.records(None).await {
         Ok(records) => records,
         Err(e) => {
             return AuditCheck {
@@ -493,16 +675,17 @@ async fn check(dir: &Path, store: &run_store::RunStore, stores: &Stores) -> Audi
     // A live run's stores on NATS (or in this process) are no snapshot: an agent may anchor a
     // record appended after the log was read, which looks like a cut log. The log read again
     // then holds it: checked again with that (a few times at most).
-    let mut anchored = crate::inspect::anchors(dir, store, stores, &records).await;
+    let (mut anchored, mut records) = anchors(records).await;
     for _ in 0..3 {
         if anchored.as_ref().is_ok_and(|(breaks, _)| breaks.is_empty()) {
             break;
         }
         match stores.audit.records(None).await {
-            Ok(again) if again.len() > records.len() => records = again,
+            Ok(again) if again.len() > records.len() => {
+                (anchored, records) = anchors(again).await;
+            }
             _ => break,
         }
-        anchored = crate::inspect::anchors(dir, store, stores, &records).await;
     }
     let mut problems = Vec::new();
     if let Err(e) = verify_chain(&records) {

@@ -2,7 +2,8 @@
 //! run, the event stream of a run that is going, a human's approval through the API with the
 //! token, and the bad input (a port in use, a data directory that does not exist, an address
 //! off loopback without a token, an unknown run, malformed requests, signing without the
-//! token: nothing written); a run on NATS JetStream read from its server, finished and live.
+//! token: nothing written); a run on NATS JetStream read from its server, finished and live;
+//! with `--nats URL`, a run placed on workers there, shown with no directory of it.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -329,6 +330,13 @@ fn serve_refuses_bad_input() {
     no_env.env_remove("STRATA_SERVE_TOKEN");
     Out::of(&["serve", "--data", "D", "--addr", "0.0.0.0:1"], &mut no_env)
         .bad_input(&["not a loopback address", "--token"]);
+    // A NATS server that does not answer.
+    let nobody = format!("nats://127.0.0.1:{}", free_port());
+    s.strata(&["serve", "--data", "D", "--nats", &nobody, "--addr", &free]).bad_input(&[
+        "--nats",
+        &nobody,
+        "cannot connect",
+    ]);
     assert!(!s.path("D").read_dir().unwrap().any(|_| true), "nothing written");
 }
 
@@ -566,5 +574,82 @@ fn a_live_run_on_nats_streams_its_records() {
     let last = end["last_seq"].as_u64().unwrap();
     assert_eq!(seqs.last(), Some(&last), "{}", events.text);
     assert_eq!(end["audit"]["records"].as_u64(), Some(last + 1), "{}", end["audit"]);
+    server.kill();
+}
+
+/// `strata serve --nats URL` on another machine (an empty data directory): a run placed on
+/// a worker of that server is listed and shown whole from the server, read-only (signing is
+/// refused: it needs the run's directory); the gate opens and the run ends. The server going
+/// away leaves the dashboard serving, the run marked unreachable.
+#[test]
+fn serve_nats_shows_a_run_placed_on_workers_with_no_directory_here() {
+    let s = Scratch::new();
+    let nats = crate::workers::Server::start();
+    let url = nats.url();
+    let gate = Gate(s.path("W/go"));
+    let worker = crate::workers::worker(&s, &url, "wdash", &[]);
+    let run = crate::workers::gated_run(&s, &url, "placed");
+    std::fs::create_dir_all(s.path("EMPTY")).unwrap();
+    let args =
+        ["serve", "--data", "EMPTY", "--nats", &url, "--addr", "127.0.0.1:0", "--token", "T"];
+    let mut server = s.spawn(&args);
+    wait_for("strata serve to listen", || {
+        assert!(!server.exited(), "serve exited:\n{}", server.stderr_so_far());
+        server.stdout_so_far().contains("strata serve: http://")
+    });
+    let (port, token) = printed(&server);
+    assert_eq!(token, "T");
+
+    let runs = get_json(port, "/api/runs", &[], 200);
+    let rows = runs.as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{runs}");
+    let listed = &rows[0];
+    assert_eq!(listed["id"], "placed", "{listed}");
+    assert_eq!(listed["status"], "running", "{listed}");
+    assert_eq!(listed["agents"].as_u64(), Some(9), "{listed}");
+    assert_eq!(listed["task"], "gated", "{listed}");
+
+    let snap = get_json(port, "/api/runs/placed", &[], 200);
+    let agents = snap["agents"].as_array().unwrap();
+    let mut ids: Vec<&str> = agents.iter().map(|a| a["id"].as_str().unwrap()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!((agents.len(), ids.len()), (9, 9), "every agent of the team: {ids:?}");
+    for agent in ["top-a", "mid-build", "bottom-b1"] {
+        assert!(ids.contains(&agent), "{agent} missing: {ids:?}");
+    }
+    assert_eq!(snap["progress"]["status"], "running", "{}", snap["progress"]);
+    assert!(snap["progress"]["total"].as_u64().unwrap() > 0, "{}", snap["progress"]);
+    assert!(!snap["events"].as_array().unwrap().is_empty(), "{snap}");
+    assert_eq!(snap["audit"]["ok"], true, "{}", snap["audit"]);
+    // Read-only here: signing needs the run's directory.
+    let refused =
+        post(port, "/api/runs/placed/decisions/d-1/approve", Some("T"), r#"{"as":"alice"}"#, 409);
+    let why = refused["error"].as_str().unwrap();
+    assert!(why.contains("machine that coordinates the run"), "{why}");
+    // A run nowhere is still unknown.
+    get_json(port, "/api/runs/nowhere", &[], 404);
+
+    gate.open();
+    run.finish().code(0).stdout_has(&["task `gated` succeeded"]);
+    wait_for("the dashboard to see the run end", || {
+        let snap = get_json(port, "/api/runs/placed", &[], 200);
+        snap["progress"]["status"] == "ended"
+    });
+    let end = get_json(port, "/api/runs/placed", &[], 200);
+    assert_eq!(end["audit"]["ok"], true, "{}", end["audit"]);
+    let last = end["last_seq"].as_u64().unwrap();
+    assert_eq!(end["audit"]["records"].as_u64(), Some(last + 1), "{}", end["audit"]);
+
+    // The server goes away: the dashboard keeps serving and says the run cannot be read.
+    drop(worker);
+    drop(nats);
+    wait_for("the run to be marked unreachable", || {
+        let snap = get_json(port, "/api/runs/placed", &[], 200);
+        snap["progress"]["status"] == "unreachable"
+    });
+    let (status, _) = http(port, "GET", "/api/runs", &[], "");
+    assert_eq!(status, 200);
+    assert!(!server.exited(), "serve stopped: {}", server.stderr_so_far());
     server.kill();
 }

@@ -15,7 +15,7 @@ use crate::support::*;
 
 /// A server of the test's own, with JetStream in a temporary directory, and a client runtime
 /// whose connection to the registry lives as long as the server.
-struct Server {
+pub(crate) struct Server {
     server: TestServer,
     _dir: tempfile::TempDir,
     runtime: tokio::runtime::Runtime,
@@ -23,7 +23,7 @@ struct Server {
 }
 
 impl Server {
-    fn start() -> Self {
+    pub(crate) fn start() -> Self {
         let dir = tempfile::tempdir().unwrap();
         let server = TestServer::with_jetstream(dir.path()).expect("cannot start nats-server");
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -39,7 +39,7 @@ impl Server {
         Self { server, _dir: dir, runtime, registry }
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         self.server.url()
     }
 
@@ -49,7 +49,7 @@ impl Server {
 }
 
 /// `strata worker --nats URL --id ID --data D --workspace W` and `extra`.
-fn worker(s: &Scratch, url: &str, id: &str, extra: &[&str]) -> Running {
+pub(crate) fn worker(s: &Scratch, url: &str, id: &str, extra: &[&str]) -> Running {
     let workspace = s.path("W");
     std::fs::create_dir_all(&workspace).unwrap();
     let workspace = workspace.to_str().unwrap();
@@ -65,7 +65,7 @@ fn worker(s: &Scratch, url: &str, id: &str, extra: &[&str]) -> Running {
 
 /// The gated plan (see `GATED_PLAN`) run on the workers of `url` as run `id`, with the
 /// workspace `W` and a 200 ms heartbeat, once its gate step has started on an executor.
-fn gated_run(s: &Scratch, url: &str, id: &str) -> Running {
+pub(crate) fn gated_run(s: &Scratch, url: &str, id: &str) -> Running {
     s.write("gated.toml", GATED_PLAN);
     let mut run = s.spawn(&[
         "run",
