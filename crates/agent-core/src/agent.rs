@@ -464,7 +464,11 @@ impl AgentContext {
         let mut message = Message::new(id, self.config.id.clone(), to, kind, content, self.now());
         message.correlation_id = correlation;
         let span = crate::otel::message(&message, Some(self.config.layer));
-        self.deps.bus.send(message).instrument(span).await?;
+        if span.is_disabled() {
+            self.deps.bus.send(message).await?;
+        } else {
+            self.deps.bus.send(message).instrument(span).await?;
+        }
         self.metrics.messages_processed += 1;
         Ok(id)
     }
@@ -1130,6 +1134,10 @@ impl Agent {
         }
         let span =
             crate::otel::heartbeat(self.id(), self.ctx.config.layer, number, cycle, &messages);
+        if span.is_disabled() {
+            // Telemetry off: no wrapper around the turn at all.
+            return self.work(number, cycle, messages).await;
+        }
         self.work(number, cycle, messages).instrument(span).await
     }
 
