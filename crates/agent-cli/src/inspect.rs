@@ -99,29 +99,15 @@ pub(crate) async fn nats_anchors(
     live: bool,
 ) -> anyhow::Result<(Vec<String>, String)> {
     let agents = agent_anchors(stores).await?;
-    let check = |records: &[AuditRecord]| -> Vec<String> {
-        check_anchors(records, None, &agents).iter().map(ToString::to_string).collect()
-    };
-    let mut breaks = check(records);
-    if !breaks.is_empty() {
-        // Nothing on the server is a snapshot: an agent of a live run may have anchored a
-        // record appended after `records` were read. The log is read again; one cut short
-        // still fails.
-        let again = stores.audit.records(None).await?;
-        if again.len() > records.len() {
-            breaks = check(&again);
-        }
-    }
+    let mut breaks: Vec<String> =
+        check_anchors(records, None, &agents).iter().map(ToString::to_string).collect();
     let last = log.last_anchor().await?;
-    // A record appended after `records` were read (a worker of a placed run finishing
-    // its part) is found by reading again; a log cut short is not.
-    let reaches = |records: &[AuditRecord]| match last {
+    // A record appended after `records` were read (a worker of a placed run finishing its
+    // part) is found when [`anchored_log`] reads again; a log cut short is not.
+    let reached = match last {
         None => records.is_empty(),
         Some(last) => records.iter().rev().any(|r| AuditAnchor::of(r) == last),
     };
-    let reached = reaches(records)
-        || (last.is_some_and(|l| records.last().is_none_or(|r| r.seq < l.seq))
-            && reaches(&stores.audit.records(None).await?));
     if !live && !reached {
         let show =
             |a: Option<AuditAnchor>| a.map_or_else(|| "nothing".to_owned(), |a| a.to_string());
@@ -136,6 +122,42 @@ pub(crate) async fn nats_anchors(
         "hash chain anchored in agent records ({n}, lower bounds) on the NATS server; a run on NATS has no seal: records cut from the end of the audit stream past the agents' anchors cannot be detected"
     );
     Ok((breaks, protection))
+}
+
+/// The audit log as read from `stores`, and its anchors checked against it ([`anchors`] with
+/// the run's database `store`; [`nats_anchors`] for a run with none here, `live` saying
+/// whether a process may be appending to it).
+///
+/// A live run's stores are no snapshot: an agent may anchor a record appended after the log
+/// was read, which looks like records cut from the log. While the anchors break and the log
+/// has grown since, it is read and checked again (at most 3 more times); a log cut short
+/// still fails. `verify`, `inspect` and the dashboard all read the log this way.
+pub(crate) async fn anchored_log(
+    dir: &Path,
+    store: Option<&RunStore>,
+    stores: &Stores,
+    live: bool,
+) -> anyhow::Result<(Vec<AuditRecord>, anyhow::Result<(Vec<String>, String)>)> {
+    let check = |records: Vec<AuditRecord>| async move {
+        let found = match (store, &stores.nats_audit) {
+            (Some(store), _) => anchors(dir, store, stores, &records).await,
+            (None, Some(log)) => nats_anchors(log, stores, &records, live).await,
+            (None, None) => Err(anyhow::anyhow!("the run has no audit log here")),
+        };
+        (records, found)
+    };
+    let (mut records, mut anchored) = check(stores.audit.records(None).await?).await;
+    for _ in 0..3 {
+        if anchored.as_ref().is_ok_and(|(breaks, _)| breaks.is_empty()) {
+            break;
+        }
+        let again = stores.audit.records(None).await?;
+        if again.len() <= records.len() {
+            break;
+        }
+        (records, anchored) = check(again).await;
+    }
+    Ok((records, anchored))
 }
 
 /// `strata inspect RUN [VIEW]`.
@@ -517,8 +539,8 @@ async fn tree(
     let text = std::fs::read_to_string(&team_path)
         .with_context(|| format!("cannot read {}", team_path.display()))?;
     let team = team_file::parse_stored_team(&team_path, &text, &tools).map_err(bad_input)?;
-    let records = stores.audit.records(None).await?;
-    let (mut damage, _) = anchors(dir, store, stores, &records).await?;
+    let (records, anchored) = anchored_log(dir, Some(store), stores, false).await?;
+    let (mut damage, _) = anchored?;
     if let Err(e) = verify_chain(&records) {
         damage.push(e.to_string());
     }
@@ -609,12 +631,15 @@ pub(crate) async fn verify(args: &VerifyArgs) -> Result<u8, Failure> {
         None => Stores::sled(&store).map_err(|e| format!("{e:#}")),
     };
     let audit = match &stores {
-        Ok(stores) => stores.audit.records(None).await.map_err(|e| e.to_string()),
+        Ok(stores) => {
+            anchored_log(&dir, Some(&store), stores, false).await.map_err(|e| e.to_string())
+        }
         Err(e) => Err(e.clone()),
     };
     let mut protection = None;
-    match (&audit, &stores) {
-        (Ok(records), Ok(stores)) => {
+    match (audit, &stores) {
+        (Ok((records, anchored)), Ok(_)) => {
+            let records = &records;
             checks.push((
                 "audit chain",
                 verify_chain(records)
@@ -623,7 +648,7 @@ pub(crate) async fn verify(args: &VerifyArgs) -> Result<u8, Failure> {
             ));
             checks.push((
                 "audit anchors",
-                match anchors(&dir, &store, stores, records).await {
+                match anchored {
                     Ok((breaks, words)) if breaks.is_empty() => {
                         let ok = format!("the log holds every anchored record; {words}");
                         protection = Some(words);
@@ -645,7 +670,8 @@ pub(crate) async fn verify(args: &VerifyArgs) -> Result<u8, Failure> {
                     .map_err(|e| e.to_string()),
             ));
         }
-        (Err(e), _) | (_, Err(e)) => checks.push(("audit chain", Err(e.clone()))),
+        (Err(e), _) => checks.push(("audit chain", Err(e))),
+        (_, Err(e)) => checks.push(("audit chain", Err(e.clone()))),
     }
     match &stores {
         Ok(stores) => {

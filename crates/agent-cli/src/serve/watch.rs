@@ -653,40 +653,17 @@ async fn check(
     stores: &Stores,
     live: bool,
 ) -> AuditCheck {
-    let anchors = |records: Vec<AuditRecord>| async move {
-        let found = match (store, &stores.nats_audit) {
-            (Some(store), _) => crate::inspect::anchors(dir, store, stores, &records).await,
-            (None, Some(log)) => crate::inspect::nats_anchors(log, stores, &records, live).await,
-            (None, None) => Err(anyhow::anyhow!("the run has no audit log here")),
-        };
-        (found, records)
-    };
-    let records = match stores.audit.records(None).await {
-        Ok(records) => records,
+    let (records, anchored) = match crate::inspect::anchored_log(dir, store, stores, live).await {
+        Ok(read) => read,
         Err(e) => {
             return AuditCheck {
                 ok: false,
                 records: 0,
-                problems: vec![format!("the audit log cannot be read: {e}")],
+                problems: vec![format!("the audit log cannot be read: {e:#}")],
                 protection: String::new(),
             };
         }
     };
-    // A live run's stores on NATS (or in this process) are no snapshot: an agent may anchor a
-    // record appended after the log was read, which looks like a cut log. The log read again
-    // then holds it: checked again with that (a few times at most).
-    let (mut anchored, mut records) = anchors(records).await;
-    for _ in 0..3 {
-        if anchored.as_ref().is_ok_and(|(breaks, _)| breaks.is_empty()) {
-            break;
-        }
-        match stores.audit.records(None).await {
-            Ok(again) if again.len() > records.len() => {
-                (anchored, records) = anchors(again).await;
-            }
-            _ => break,
-        }
-    }
     let mut problems = Vec::new();
     if let Err(e) = verify_chain(&records) {
         problems.push(e.to_string());
