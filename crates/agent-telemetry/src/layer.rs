@@ -355,35 +355,12 @@ where
 mod tests {
     #![allow(clippy::unwrap_used, reason = "tests")]
 
-    use std::sync::Mutex;
-    use std::time::Duration;
-
-    use opentelemetry_sdk::error::OTelSdkResult;
-    use tracing_subscriber::layer::SubscriberExt as _;
-
     use super::*;
 
-    #[derive(Debug, Default)]
-    struct Collect(Mutex<Vec<SpanData>>);
-
-    impl SpanProcessor for Collect {
-        fn on_start(&self, _: &mut opentelemetry_sdk::trace::Span, _: &opentelemetry::Context) {}
-        fn on_end(&self, span: SpanData) {
-            self.0.lock().unwrap().push(span);
-        }
-        fn force_flush(&self) -> OTelSdkResult {
-            Ok(())
-        }
-        fn shutdown_with_timeout(&self, _: Duration) -> OTelSdkResult {
-            Ok(())
-        }
-    }
-
     fn collected(work: impl FnOnce()) -> Vec<SpanData> {
-        let sink = Arc::new(Collect::default());
-        let subscriber = tracing_subscriber::registry().with(OtelLayer::new(sink.clone(), None));
-        tracing::subscriber::with_default(subscriber, work);
-        sink.0.lock().unwrap().clone()
+        let sink = crate::collector::Collector::default();
+        tracing::subscriber::with_default(sink.subscriber(), work);
+        sink.span_data()
     }
 
     fn find<'a>(spans: &'a [SpanData], name: &str) -> &'a SpanData {

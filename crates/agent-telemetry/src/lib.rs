@@ -47,6 +47,8 @@
 //! # Ok::<(), agent_telemetry::TelemetryError>(())
 //! ```
 
+#[cfg(any(test, feature = "testing"))]
+pub mod collector;
 pub mod ids;
 mod layer;
 pub mod metrics;

@@ -117,24 +117,21 @@ impl Instruments {
         layer: Option<&str>,
         attributes: &[KeyValue],
     ) {
+        let operation = find(attributes, "gen_ai.operation.name").map(|v| v.as_str());
         if name == "strata.message" || name == "strata.delegation" {
             if let Some(kind) = find(attributes, "message.kind") {
                 let mut attrs = who(agent, layer);
                 attrs.push(KeyValue::new("message.kind", kind.as_str().into_owned()));
                 self.messages.add(1, &attrs);
             }
-        } else if find(attributes, "gen_ai.operation.name").map(|v| v.as_str()).as_deref()
-            == Some("execute_tool")
-        {
+        } else if operation.as_deref() == Some("execute_tool") {
             let ok = find(attributes, "tool.outcome").map(|v| v.as_str()).as_deref() == Some("ok");
             if !ok {
                 let mut attrs = who(agent, layer);
                 attrs.push(KeyValue::new("failure", "tool"));
                 self.failures.add(1, &attrs);
             }
-        } else if find(attributes, "gen_ai.operation.name").map(|v| v.as_str()).as_deref()
-            == Some("chat")
-        {
+        } else if operation.as_deref() == Some("chat") {
             let model = find(attributes, "gen_ai.request.model")
                 .map(|v| v.as_str().into_owned())
                 .unwrap_or_default();
