@@ -2,7 +2,7 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
@@ -17,7 +17,7 @@ struct Step {
 
 /// The steps, in the order CI runs them.
 const STEPS: [Step; 10] = [
-    Step { name: "setup", run: setup },
+    Step { name: "setup", run: crate::setup::run },
     Step { name: "fmt", run: fmt },
     Step { name: "clippy", run: clippy },
     Step { name: "doc", run: doc },
@@ -46,6 +46,8 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
         );
     }
     let started = Instant::now();
+    // Servers setup starts are stopped when this returns, passed or failed.
+    let _servers = crate::setup::started();
     let mut passed: Vec<(&str, Duration)> = Vec::new();
     for (index, step) in STEPS.iter().enumerate() {
         println!("\n==> [{}/{}] {}", index + 1, STEPS.len(), step.name);
@@ -78,103 +80,6 @@ fn simulate(root: &Path) -> anyhow::Result<()> {
 fn fuzz(root: &Path) -> anyhow::Result<()> {
     crate::fuzz::run(root, crate::fuzz::CI_SECONDS)
 }
-
-/// What the other steps need beyond cargo: cmake and clang to build llama.cpp (the embedded
-/// model, feature `local`, which every step builds with `--all-features`), Graphviz (the
-/// lineage tests render DOT), bubblewrap (the `shell` tool's sandbox), Chromium and chromedriver
-/// (the browser test of the dashboard), and the model file, fetched once by `strata model fetch`
-/// (nothing is downloaded when it is already there), and llama-cpp-python's server (installed
-/// once from PyPI, [`crate::pyenv`]), which serves that model to the `--reasoner openai` test.
-fn setup(root: &Path) -> anyhow::Result<()> {
-    let missing: Vec<&str> = ["cmake", "clang"]
-        .into_iter()
-        .filter(|tool| !succeeds(Command::new(tool).arg("--version")))
-        .collect();
-    if !missing.is_empty() {
-        bail!(
-            "{} not found: building the embedded model (llama.cpp) needs them; install them with `apt-get install cmake clang libclang-dev` (`.ci/run` does this)",
-            missing.join(" and ")
-        );
-    }
-    if !succeeds(Command::new("dot").arg("-V")) {
-        bail!(
-            "Graphviz (`dot`) not found: the CLI tests render `strata lineage --format dot` with it; install it with `apt-get install graphviz` (`.ci/run` does this)"
-        );
-    }
-    if !succeeds(Command::new("bwrap").arg("--version")) {
-        bail!(
-            "bubblewrap (`bwrap`) not found: every `shell` command runs in its sandbox, and the tests check it; install it with `apt-get install bubblewrap` (`.ci/run` does this)"
-        );
-    }
-    let missing: Vec<&str> = ["chromium", "chromedriver"]
-        .into_iter()
-        .filter(|tool| !succeeds(Command::new(tool).arg("--version")))
-        .collect();
-    if !missing.is_empty() {
-        bail!(
-            "{} not found: the CLI's browser test drives the dashboard (`strata serve`) in headless Chromium through chromedriver; install them with `apt-get install chromium chromium-driver` (`.ci/run` does this)",
-            missing.join(" and ")
-        );
-    }
-    nats()?;
-    // The MCP tests' server: PyPI's `mcp` package in a cached virtual environment, where the
-    // tests look for it (installed once; `.ci/run` runs the same script).
-    run_command(Command::new("bash").arg(root.join(".ci/mcp-setup")).stdout(Stdio::null()))?;
-    run_command(cargo(root).args([
-        "run",
-        "--quiet",
-        "--locked",
-        "-p",
-        "agent-cli",
-        "--",
-        "model",
-        "fetch",
-    ]))?;
-    crate::pyenv::llama_server().map(drop)
-}
-
-/// The NATS backends' tests need a server with JetStream at `STRATA_NATS_URL`. When that is
-/// not set and nothing answers on the default address, a local `nats-server` is started there
-/// (as `.ci/run` does), storing in the user's cache; without one, setup fails saying what to do.
-fn nats() -> anyhow::Result<()> {
-    if std::env::var_os(NATS_URL_VAR).is_some_and(|v| !v.is_empty()) {
-        return Ok(());
-    }
-    let address = std::net::SocketAddr::from(([127, 0, 0, 1], 4222));
-    let answers = || std::net::TcpStream::connect_timeout(&address, Duration::from_secs(1)).is_ok();
-    if answers() {
-        return Ok(());
-    }
-    if !succeeds(Command::new("nats-server").arg("--version")) {
-        bail!(
-            "no NATS server answers on {NATS_ADDR} and `nats-server` is not installed: the NATS backends' tests need one with JetStream; install it (`apt-get install nats-server`, `.ci/run` starts it), or set {NATS_URL_VAR} to a server's URL"
-        );
-    }
-    let store = crate::pyenv::cache_dir()?.join("nats");
-    std::fs::create_dir_all(&store)?;
-    println!(
-        "ci: starting nats-server with JetStream on {NATS_ADDR} (storing in {})",
-        store.display()
-    );
-    Command::new("nats-server")
-        .args(["-a", "127.0.0.1", "-p", "4222", "-js", "-sd"])
-        .arg(&store)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()?;
-    for _ in 0..40 {
-        if answers() {
-            return Ok(());
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
-    bail!("nats-server was started but does not answer on {NATS_ADDR} after 10 s")
-}
-
-/// Where the NATS tests find their server, and the address they use when it is not set.
-const NATS_URL_VAR: &str = "STRATA_NATS_URL";
-const NATS_ADDR: &str = "127.0.0.1:4222";
 
 fn fmt(root: &Path) -> anyhow::Result<()> {
     run_command(cargo(root).args(["fmt", "--all", "--", "--check"]))
@@ -212,7 +117,30 @@ fn tests(root: &Path) -> anyhow::Result<()> {
         command.env(crate::pyenv::LLAMA_SERVER_PYTHON_VAR, &llama_server);
         command
     };
-    if succeeds(cargo(root).args(["nextest", "--version"])) {
+    let nextest = succeeds(cargo(root).args(["nextest", "--version"]));
+    // Build first, then fetch the embedded model (once; later runs only verify it) with the
+    // `strata` just built: no second build of the CLI with other features.
+    if nextest {
+        run_command(cargo(root).args([
+            "nextest",
+            "run",
+            "--workspace",
+            "--all-features",
+            "--locked",
+            "--no-run",
+        ]))?;
+    } else {
+        run_command(cargo(root).args([
+            "test",
+            "--workspace",
+            "--all-features",
+            "--locked",
+            "--no-run",
+        ]))?;
+    }
+    let strata = crate::bench::target_dir(root)?.join("debug").join("strata");
+    run_command(std::process::Command::new(&strata).args(["model", "fetch"]).stdin(Stdio::null()))?;
+    if nextest {
         run_command(cargo(root).args([
             "nextest",
             "run",

@@ -19,14 +19,14 @@ use crate::{run as run_command, succeeds};
 pub(crate) const TARGETS: [&str; 4] = ["team_file", "plan_file", "stored_records", "model_answers"];
 
 /// Seconds per target in CI.
-pub(crate) const CI_SECONDS: u32 = 20;
+pub(crate) const CI_SECONDS: u32 = 10;
 
 /// Runs every target for `seconds`.
 pub(crate) fn run(root: &Path, seconds: u32) -> anyhow::Result<()> {
     let fuzz = root.join("fuzz");
     if !succeeds(Command::new("cargo").args(["fuzz", "--version"])) {
         bail!(
-            "cargo-fuzz is not installed: install it with `cargo install cargo-fuzz --locked` (`.ci/run` does)"
+            "cargo-fuzz is not installed: install it with `cargo install cargo-fuzz --locked` (`cargo xtask ci` does, in its setup step)"
         );
     }
     run_command(fuzz_command(&fuzz).args(["build", "-s", "none"]))?;

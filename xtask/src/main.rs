@@ -1,8 +1,8 @@
 //! Strata's task runner: `cargo xtask ci | coverage | bench [--peers] [--quick] | fuzz | torture |
 //! simulate | help`.
 //!
-//! `cargo xtask ci` is the single entry point that does exactly what CI does; `.ci/run` prepares
-//! the machine and then calls it. Every subcommand runs from the workspace root, whatever the
+//! `cargo xtask ci` is the single entry point that does exactly what CI does: its setup step
+//! installs and starts what the checks need (`.ci/run` only calls it). Every subcommand runs from the workspace root, whatever the
 //! current directory.
 
 #![allow(clippy::print_stdout, clippy::print_stderr, reason = "xtask is a command-line tool")]
@@ -13,6 +13,7 @@ mod coverage;
 mod fuzz;
 mod peers;
 mod pyenv;
+mod setup;
 mod simulate;
 mod tidy;
 mod torture;
