@@ -485,7 +485,9 @@ impl AgentContext {
     }
 
     /// Replaces the content of `board`. Only the agent's own board is allowed; a refusal is audited.
-    pub async fn write_to(&self, board: &BoardId, content: String) -> Result<u64, AgentError> {
+    /// The secrets this process knows are redacted first ([`crate::secrets`]).
+    pub async fn write_to(&self, board: &BoardId, mut content: String) -> Result<u64, AgentError> {
+        crate::secrets::redact_string(&mut content);
         let result = self.deps.boards.write(self.id(), board, content, self.now()).await;
         self.audit_refusal(result, || format!("write board {board}")).await
     }
@@ -495,8 +497,10 @@ impl AgentContext {
         self.append_to(&BoardId::Agent(self.id().clone()), content).await
     }
 
-    /// Appends to a board (its own, or the global board). A refusal is audited.
+    /// Appends to a board (its own, or the global board). A refusal is audited. The secrets
+    /// this process knows are redacted first ([`crate::secrets`]).
     pub async fn append_to(&self, board: &BoardId, content: &str) -> Result<u64, AgentError> {
+        let content = &*crate::secrets::redact(content);
         let result = self.deps.boards.append(self.id(), board, content, self.now()).await;
         self.audit_refusal(result, || format!("append to board {board}")).await
     }

@@ -282,6 +282,8 @@ impl Versioned for AuditRecord {
 
 impl AuditRecord {
     /// Builds record `seq` after the record whose hash is `prev_hash`, computing its hash.
+    /// Every secret this process knows is redacted from `event` first
+    /// ([`crate::secrets`]), so the stored record, and its hash, never hold one.
     pub fn new(
         seq: u64,
         at: Timestamp,
@@ -289,6 +291,7 @@ impl AuditRecord {
         event: AuditEvent,
         prev_hash: AuditHash,
     ) -> Self {
+        let event = redacted(event);
         let mut record = Self { seq, at, agent, event, prev_hash, hash: GENESIS_HASH };
         record.hash = record.compute_hash();
         record
@@ -318,6 +321,22 @@ impl AuditRecord {
             _ => None,
         }
     }
+}
+
+/// `event` with the secrets this process knows redacted. One that does not read back once
+/// redacted (a secret in a field of fixed form) is replaced by an error record saying so.
+fn redacted(event: AuditEvent) -> AuditEvent {
+    crate::secrets::redact_serde(event).unwrap_or_else(|_| {
+        tracing::warn!("an audit record held a secret where it could not be redacted; replaced");
+        AuditEvent::Error {
+            error: format!(
+                "{}: this record held a secret and was replaced",
+                crate::secrets::REDACTED
+            ),
+            retry: 0,
+            max_retries: 0,
+        }
+    })
 }
 
 /// Where an audit log stood: one record's sequence number and hash.

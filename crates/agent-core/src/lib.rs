@@ -58,6 +58,7 @@ pub mod otel;
 pub mod protocol;
 mod reasoner;
 mod scripted;
+pub mod secrets;
 pub mod spawn;
 mod state;
 #[cfg(feature = "testing")]

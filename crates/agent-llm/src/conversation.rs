@@ -139,8 +139,11 @@ impl Conversations {
         Ok(self.lock().entry(agent.clone()).or_insert(loaded).clone())
     }
 
-    /// Adds a turn to `agent`'s conversation and stores it.
-    pub fn push(&self, agent: &AgentId, turn: Turn) -> Result<(), BackendError> {
+    /// Adds a turn to `agent`'s conversation and stores it, with the secrets this process knows
+    /// redacted from its question and answer ([`agent_core::secrets`]).
+    pub fn push(&self, agent: &AgentId, mut turn: Turn) -> Result<(), BackendError> {
+        agent_core::secrets::redact_string(&mut turn.prompt);
+        agent_core::secrets::redact_string(&mut turn.answer);
         // Loaded (from the store, the first time) before the lock is taken ...
         self.get(agent)?;
         // ... then read, changed, stored and replaced under one lock, so that two turns of the

@@ -178,6 +178,8 @@ impl ToolRegistry {
                     {
                         Ok(Recovery::Unknown)
                     }
+                    Recovery::Completed(output) => Ok(Recovery::Completed(redacted(output))),
+                    Recovery::Interrupted(output) => Ok(Recovery::Interrupted(redacted(output))),
                     recovery => Ok(recovery),
                 }
             }
@@ -218,7 +220,7 @@ async fn bounded(
     let limit = ctx.tool_timeout();
     let wait = if tool.stops_itself() { limit.saturating_add(BACKSTOP_GRACE) } else { limit };
     match tokio::time::timeout(wait, call).await {
-        Ok(result) => result,
+        Ok(result) => result.map(redacted),
         Err(_) => {
             tracing::warn!(tool = tool.name(), limit_ms = limit.as_millis(), "tool call timed out");
             Err(ToolError::Timeout {
@@ -227,6 +229,14 @@ async fn bounded(
             })
         }
     }
+}
+
+/// A tool's output with the secrets this process knows redacted ([`crate::secrets`]): what
+/// every caller gets, records, audits and shows a model.
+fn redacted(mut output: ToolOutput) -> ToolOutput {
+    crate::secrets::redact_string(&mut output.output);
+    crate::secrets::redact_json(&mut output.data);
+    output
 }
 
 /// A directory name for a journal key: letters, digits and `-` kept, every other byte as `_XX`
