@@ -172,6 +172,71 @@ pub(crate) fn describe(request: &serde_json::Value) -> String {
     }
 }
 
+/// Who may operate a run, from its team file: the running process checks every request
+/// file against it before acting (a request file is only a claim: anything able to write the
+/// run's `requests/` could have written it, so the command's checks are not trusted).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Authority {
+    /// The team's `[approvals] humans`.
+    humans: Vec<String>,
+    /// The team's OODA agents (the only ones a rollback or a hot-swap may name).
+    oodas: Vec<AgentId>,
+}
+
+impl Authority {
+    /// The authority the team `spec` grants.
+    pub(crate) fn of(spec: &agent_pool::TeamSpec) -> Self {
+        let oodas = spec
+            .agents
+            .iter()
+            .filter(|a| matches!(&a.role, agent_pool::RoleSpec::Bottom(b) if b.ooda.is_some()))
+            .map(|a| a.config.id.clone())
+            .collect();
+        Self { humans: spec.approvals.humans.clone(), oodas }
+    }
+
+    /// Why `request` may not be applied to the run `run`, if so: the rules `strata approve`,
+    /// `veto`, `rollback` and `adopt` check (a name that names a human, one of the run's
+    /// `[approvals] humans`; a rollback or hot-swap of an OODA agent of the team, a version
+    /// from 1, a genome whose id matches its content). The decision's own rules (pending, a
+    /// required signer, a veto with a reason) are checked by governance as it applies it.
+    pub(crate) fn refusal(&self, run: &str, request: &OperatorRequest) -> Option<String> {
+        let (OperatorRequest::Approve { human, .. }
+        | OperatorRequest::Veto { human, .. }
+        | OperatorRequest::Rollback { human, .. }
+        | OperatorRequest::Adopt { human, .. }) = request;
+        if let Err(e) = agent_state::check_human_name(human) {
+            return Some(format!("`{}` names no human: {e}", human.escape_debug()));
+        }
+        if !self.humans.iter().any(|a| a == human) {
+            let who = if self.humans.is_empty() {
+                "nobody: its team file has no `[approvals] humans`".to_owned()
+            } else {
+                self.humans.join(", ")
+            };
+            return Some(format!("`{human}` may not operate run {run} (who may: {who})"));
+        }
+        let agent = match request {
+            OperatorRequest::Approve { .. } | OperatorRequest::Veto { .. } => return None,
+            OperatorRequest::Rollback { version: 0, .. } => {
+                return Some("versions start at 1".to_owned());
+            }
+            OperatorRequest::Adopt { genome, .. } if genome.verify().is_err() => {
+                return Some("the genome's id does not match its content".to_owned());
+            }
+            OperatorRequest::Rollback { agent, .. } | OperatorRequest::Adopt { agent, .. } => agent,
+        };
+        (!self.oodas.contains(agent)).then(|| {
+            let names: Vec<&str> = self.oodas.iter().map(|a| a.as_str()).collect();
+            format!(
+                "`{}` is not an OODA agent of run {run} (its OODA agents: {})",
+                agent.as_str().escape_debug(),
+                if names.is_empty() { "none".to_owned() } else { names.join(", ") }
+            )
+        })
+    }
+}
+
 /// Applies one request (a refused one is only audited) and audits it; `Err` on a backend
 /// failure, when the request should be tried again.
 pub(crate) async fn apply(
@@ -259,9 +324,17 @@ fn pending(inbox: &Path, max: usize) -> std::io::Result<Vec<Pending>> {
     };
     let mut names: Vec<String> = Vec::new();
     for entry in entries {
-        let name = entry?.file_name().to_string_lossy().into_owned();
-        if name.ends_with(".json") && !name.ends_with(".done.json") {
-            names.push(name);
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.ends_with(".json") || name.ends_with(".done.json") {
+            continue;
+        }
+        // Only regular files are requests: a symlink, FIFO, socket or directory is skipped
+        // (the file type of the entry itself, links not followed).
+        match entry.file_type() {
+            Ok(kind) if kind.is_file() => names.push(name),
+            Ok(_) => tracing::debug!(%name, "operator requests: not a regular file, skipped"),
+            Err(e) => tracing::debug!(%name, error = %e, "operator requests: skipped"),
         }
     }
     names.sort();
@@ -279,7 +352,18 @@ fn pending(inbox: &Path, max: usize) -> std::io::Result<Vec<Pending>> {
 
 fn read_request(path: &Path) -> Result<Envelope, String> {
     use std::io::Read as _;
-    let file = std::fs::File::open(path).map_err(|e| format!("cannot open it: {e}"))?;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    // Swapped for a link or a FIFO since it was listed: not followed, not waited on.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| format!("cannot open it: {e}"))?;
+    match file.metadata() {
+        Ok(meta) if meta.is_file() => {}
+        Ok(_) => return Err("it is not a regular file".to_owned()),
+        Err(e) => return Err(format!("cannot read it: {e}")),
+    }
     let mut bytes = Vec::new();
     file.take(MAX_REQUEST_BYTES + 1)
         .read_to_end(&mut bytes)
@@ -294,6 +378,7 @@ fn read_request(path: &Path) -> Result<Envelope, String> {
 /// returns how many were taken.
 pub(crate) async fn pass(
     dir: &Path,
+    authority: &Authority,
     governance: &dyn Governance,
     bus: &dyn MessageBus,
     audit: &dyn AuditLog,
@@ -307,7 +392,13 @@ pub(crate) async fn pass(
     let taken = found.len();
     for (path, id, read) in found {
         let done = match read {
-            Ok(envelope) => apply(&envelope, governance, bus, audit, clock.now()).await?,
+            Ok(mut envelope) => {
+                // The running process decides who may: the file's own claims are not trusted.
+                if envelope.refused.is_none() {
+                    envelope.refused = authority.refusal(&run_name(dir), &envelope.request);
+                }
+                apply(&envelope, governance, bus, audit, clock.now()).await?
+            }
             Err(why) => {
                 let error = format!("request file {id}.json cannot be taken: {why}");
                 audit
@@ -335,9 +426,16 @@ pub(crate) async fn pass(
     Ok(taken)
 }
 
-/// Serves the run's inbox until the task is aborted: a [`pass`] every `every`.
+/// The run's name as a refusal names it: its directory's name.
+fn run_name(dir: &Path) -> String {
+    dir.file_name().map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into_owned())
+}
+
+/// Serves the run's inbox until the task is aborted: a [`pass`] every `every`, each request
+/// authorised against `authority` (the run's team file).
 pub(crate) async fn serve(
     dir: PathBuf,
+    authority: Authority,
     governance: Arc<dyn Governance>,
     bus: Arc<dyn MessageBus>,
     audit: Arc<dyn AuditLog>,
@@ -345,7 +443,14 @@ pub(crate) async fn serve(
     every: Duration,
 ) {
     loop {
-        let pass = pass(&dir, governance.as_ref(), bus.as_ref(), audit.as_ref(), clock.as_ref());
+        let pass = pass(
+            &dir,
+            &authority,
+            governance.as_ref(),
+            bus.as_ref(),
+            audit.as_ref(),
+            clock.as_ref(),
+        );
         if let Err(e) = pass.await {
             tracing::warn!(error = %format!("{e:#}"), "operator requests: will try again");
         }
@@ -366,54 +471,14 @@ pub(crate) async fn veto(args: &VetoArgs) -> Result<u8, Failure> {
     decide(&args.target, request).await
 }
 
-/// Why `human` may not send a command to `agent` of the run in `dir` (not one of its
-/// `[approvals] humans`, not an OODA agent of its team), if so.
-fn ooda_refusal(
-    dir: &Path,
-    info: &RunInfo,
-    human: &str,
-    agent: &AgentId,
-) -> Result<Option<String>, Failure> {
-    let team = stored_team(dir)?;
-    let allowed = &team.spec.approvals.humans;
-    let oodas: Vec<&AgentId> = team
-        .spec
-        .agents
-        .iter()
-        .filter(|a| matches!(&a.role, agent_pool::RoleSpec::Bottom(b) if b.ooda.is_some()))
-        .map(|a| &a.config.id)
-        .collect();
-    Ok(if !allowed.iter().any(|a| a == human) {
-        let who = if allowed.is_empty() { "nobody".to_owned() } else { allowed.join(", ") };
-        Some(format!(
-            "`{human}` may not operate run {} (its [approvals] humans: {who})",
-            info.run_id
-        ))
-    } else if !oodas.contains(&agent) {
-        let names: Vec<&str> = oodas.iter().map(|a| a.as_str()).collect();
-        Some(format!(
-            "`{}` is not an OODA agent of run {} (its OODA agents: {})",
-            agent.as_str().escape_debug(),
-            info.run_id,
-            if names.is_empty() { "none".to_owned() } else { names.join(", ") }
-        ))
-    } else {
-        None
-    })
-}
-
 /// `strata rollback RUN AGENT VERSION`.
 pub(crate) async fn rollback(args: &RollbackArgs) -> Result<u8, Failure> {
     let dir = resolve_run(&args.operator.data, &args.run)?;
     let info = RunInfo::read(&dir).map_err(bad_input)?;
     let human = operator_name(args.operator.as_name.as_deref())?;
     let agent = AgentId::new(args.agent.as_str());
-    let refused = match ooda_refusal(&dir, &info, &human, &agent)? {
-        Some(refusal) => Some(refusal),
-        None if args.version == 0 => Some("versions start at 1".to_owned()),
-        None => None,
-    };
     let request = OperatorRequest::Rollback { agent: agent.clone(), version: args.version, human };
+    let refused = Authority::of(&stored_team(&dir)?.spec).refusal(&info.run_id, &request);
     let envelope = Envelope { id: new_request_id(), at: now_ms(), request, refused };
     Ok(match submit(&dir, &info, envelope, args.operator.no_wait).await? {
         Submitted::Applied(_) => {
@@ -436,9 +501,9 @@ pub(crate) async fn adopt(args: &AdoptArgs) -> Result<u8, Failure> {
     let human = operator_name(args.operator.as_name.as_deref())?;
     let agent = AgentId::new(args.agent.as_str());
     let genome = read_genome(&args.operator.data, &args.genome)?;
-    let refused = ooda_refusal(&dir, &info, &human, &agent)?;
     let short = genome.id.short().to_owned();
     let request = OperatorRequest::Adopt { agent: agent.clone(), genome: Box::new(genome), human };
+    let refused = Authority::of(&stored_team(&dir)?.spec).refusal(&info.run_id, &request);
     let envelope = Envelope { id: new_request_id(), at: now_ms(), request, refused };
     Ok(match submit(&dir, &info, envelope, args.operator.no_wait).await? {
         Submitted::Applied(_) => {

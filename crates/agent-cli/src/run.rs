@@ -331,6 +331,7 @@ pub(crate) async fn start(prepared: Prepared, args: &StartArgs) -> Result<u8, Fa
             ledger,
             tops: top_ids(&team),
             humans: team.spec.approvals.humans.clone(),
+            authority: crate::operator::Authority::of(&team.spec),
             placed,
             nats_audit,
         };
@@ -519,6 +520,7 @@ async fn resume_with(
             ledger,
             tops: top_ids(&team),
             humans: team.spec.approvals.humans.clone(),
+            authority: crate::operator::Authority::of(&team.spec),
             placed,
             nats_audit,
         };
@@ -846,6 +848,8 @@ struct Running {
     /// The team's `[approvals] humans`: with `on_exceed = "ask_human"` one of them decides
     /// budget extensions.
     humans: Vec<String>,
+    /// Who may operate the run (its requests are checked against it as they are applied).
+    authority: crate::operator::Authority,
     /// The workers host the agents; this process coordinates.
     placed: Option<Placed>,
     /// The audit log again, when it is on NATS (for the dashboard's verification).
@@ -982,7 +986,8 @@ async fn drive_run(
     dir: PathBuf,
     output: &OutputArgs,
 ) -> Result<u8, Failure> {
-    let Running { team, services, store, ledger, tops, humans, placed, nats_audit: _ } = run;
+    let Running { team, services, store, ledger, tops, humans, authority, placed, nats_audit: _ } =
+        run;
     let team = Arc::new(team);
     // Mail the workers send (the outcome on `system`) wakes the coordinator at once, and the
     // records the workers' agents append reach the view.
@@ -1031,6 +1036,7 @@ async fn drive_run(
     // run's inbox.
     let inbox = tokio::spawn(crate::operator::serve(
         dir.clone(),
+        authority,
         team.services().governance.clone(),
         team.services().bus.clone(),
         team.services().audit.clone(),

@@ -432,9 +432,12 @@ impl AgentContext {
     /// ([`Action::required_capability`]). A refusal is audited as `Denied` and returned as
     /// [`AgentError::MissingCapability`]; nothing else is done.
     ///
-    /// Sending a message checks the action its kind performs ([`Action::of_message`]) and
-    /// every tool call checks [`Action::CallTool`]; an act that does not go through the
-    /// context (such as spawning) calls this first.
+    /// Sending a message checks the action its kind performs ([`Action::of_message`]),
+    /// writing a whiteboard [`Action::Coordinate`], proposing a decision [`Action::Plan`],
+    /// signing or vetoing one [`Action::Review`], and every tool call [`Action::CallTool`]
+    /// (and [`Action::WriteCode`] for a tool that writes the workspace, [`Action::of_tool`]);
+    /// an act that does not go through the context (spawning, decomposing a task, working a
+    /// subtask, an OODA agent's reflection, code change or tests) calls this first.
     pub async fn require(&self, action: Action, target: &str) -> Result<(), AgentError> {
         let capability = action.required_capability();
         if self.config.capabilities.contains(&capability) {
@@ -448,6 +451,16 @@ impl AgentContext {
         Err(error)
     }
 
+    /// Checks the actions a call of `tool` performs: [`Action::CallTool`], and what
+    /// [`Action::of_tool`] adds (writing the workspace needs `code_gen`).
+    async fn require_tool(&self, tool: &str) -> Result<(), AgentError> {
+        self.require(Action::CallTool, tool).await?;
+        match Action::of_tool(tool) {
+            Some(action) => self.require(action, tool).await,
+            None => Ok(()),
+        }
+    }
+
     async fn send_message(
         &mut self,
         to: Address,
@@ -455,9 +468,7 @@ impl AgentContext {
         content: &impl Serialize,
         correlation: Option<MessageId>,
     ) -> Result<MessageId, AgentError> {
-        if let Some(action) = Action::of_message(kind) {
-            self.require(action, &format!("({kind} to {to})")).await?;
-        }
+        self.require(Action::of_message(kind), &format!("({kind} to {to})")).await?;
         let content = serde_json::to_value(content)
             .map_err(|e| AgentError::Encode { kind, error: e.to_string() })?;
         let id = self.deps.clock.message_id();
@@ -487,6 +498,7 @@ impl AgentContext {
     /// Replaces the content of `board`. Only the agent's own board is allowed; a refusal is audited.
     /// The secrets this process knows are redacted first ([`crate::secrets`]).
     pub async fn write_to(&self, board: &BoardId, mut content: String) -> Result<u64, AgentError> {
+        self.require(Action::Coordinate, &format!("(write board {board})")).await?;
         crate::secrets::redact_string(&mut content);
         let result = self.deps.boards.write(self.id(), board, content, self.now()).await;
         self.audit_refusal(result, || format!("write board {board}")).await
@@ -500,6 +512,7 @@ impl AgentContext {
     /// Appends to a board (its own, or the global board). A refusal is audited. The secrets
     /// this process knows are redacted first ([`crate::secrets`]).
     pub async fn append_to(&self, board: &BoardId, content: &str) -> Result<u64, AgentError> {
+        self.require(Action::Coordinate, &format!("(append to board {board})")).await?;
         let content = &*crate::secrets::redact(content);
         let result = self.deps.boards.append(self.id(), board, content, self.now()).await;
         self.audit_refusal(result, || format!("append to board {board}")).await
@@ -537,6 +550,7 @@ impl AgentContext {
         signers: Vec<AgentId>,
         humans: Option<Vec<String>>,
     ) -> Result<DecisionId, AgentError> {
+        self.require(Action::Plan, "(propose a decision)").await?;
         let id = self.deps.clock.decision_id();
         let mut decision = Decision::propose(id, self.id().clone(), content, signers, self.now())
             .map_err(|e| AgentError::Submit(e.into()))?;
@@ -558,6 +572,7 @@ impl AgentContext {
 
     /// Signs a decision. A refusal (not a required signer, already decided) is audited.
     pub async fn sign(&mut self, id: DecisionId) -> Result<SignOutcome, AgentError> {
+        self.require(Action::Review, &format!("(sign decision {id})")).await?;
         let span = crate::otel::decision("sign", &id, self.id());
         let result =
             self.deps.governance.sign(id, self.id(), self.now()).instrument(span.clone()).await;
@@ -578,6 +593,7 @@ impl AgentContext {
 
     /// Vetoes a decision. A refusal is audited.
     pub async fn veto(&mut self, id: DecisionId, reason: &str) -> Result<(), AgentError> {
+        self.require(Action::Review, &format!("(veto decision {id})")).await?;
         let span = crate::otel::decision("veto", &id, self.id());
         let result = self
             .deps
@@ -683,7 +699,7 @@ impl AgentContext {
         call: &ToolCall,
         idempotent: bool,
     ) -> Result<ToolOutput, AgentError> {
-        self.require(Action::CallTool, &call.tool).await?;
+        self.require_tool(&call.tool).await?;
         let Some(tool) = self.deps.tools.get(&call.tool).filter(|t| t.has_side_effects()) else {
             return self.run_tool(call).await;
         };
@@ -797,7 +813,7 @@ impl AgentContext {
     where
         F: std::future::Future<Output = Result<ToolOutput, AgentError>> + Send,
     {
-        self.require(Action::CallTool, &call.tool).await?;
+        self.require_tool(&call.tool).await?;
         let _in_flight = self.effect_in_flight.as_ref().map(EffectInFlight::mark);
         // Audited with its large strings stored once, like a tool call.
         let (audited, _) = self.prepare_call(call).await?;
@@ -911,7 +927,7 @@ impl AgentContext {
     }
 
     async fn run_tool(&mut self, call: &ToolCall) -> Result<ToolOutput, AgentError> {
-        self.require(Action::CallTool, &call.tool).await?;
+        self.require_tool(&call.tool).await?;
         let (call, args) = self.prepare_call(call).await?;
         let call = &call;
         let result = self.deps.tools.call(&self.deps.workspace, &call.tool, args).await;

@@ -31,9 +31,9 @@ use agent_core::{
     AgentBehavior, AgentContext, AgentError, AuditEvent, PeerHelpOutcome, PeerHelpRequest,
 };
 use agent_state::{
-    AgentId, AgentResult, Assignment, BoardId, BoardSnapshot, ErrorClass, GuardSettings, Message,
-    MessageId, MessageKind, OnStuck, ProgressReport, ProgressStatus, ResultStatus, Subtask,
-    SubtaskResult, TaskFailure, Timestamp,
+    Action, AgentId, AgentResult, Assignment, BoardId, BoardSnapshot, ErrorClass, GuardSettings,
+    Message, MessageId, MessageKind, OnStuck, ProgressReport, ProgressStatus, ResultStatus,
+    Subtask, SubtaskResult, TaskFailure, Timestamp,
 };
 
 use crate::kind::{self, KindEnd, KindRunner};
@@ -244,6 +244,7 @@ impl BottomAgent {
         ctx: &mut AgentContext,
         subtask: &Subtask,
     ) -> Result<bool, AgentError> {
+        ctx.require(Action::Execute, &format!("(subtask {})", subtask.key())).await?;
         if let (Some(kind), Some(runner)) = (self.spec.kind.clone(), self.runner.clone())
             && kind::runs_through(&kind, subtask)
         {

@@ -10,8 +10,8 @@ use agent_core::protocol::{
 };
 use agent_core::{AgentBehavior, AgentContext, AgentError, AuditEvent, Candidate, ReasonError};
 use agent_state::{
-    AgentId, ArbitrationSettings, Assignment, BoardSnapshot, GuardSettings, Message, MessageKind,
-    ProgressReport, ProgressStatus, Subtask, SubtaskResult, TaskFailure, WorkPackage,
+    Action, AgentId, ArbitrationSettings, Assignment, BoardSnapshot, GuardSettings, Message,
+    MessageKind, ProgressReport, ProgressStatus, Subtask, SubtaskResult, TaskFailure, WorkPackage,
 };
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -451,6 +451,8 @@ impl MidAgent {
         if self.work.contains_key(&work.key()) {
             return Ok(()); // redelivered
         }
+        // Decomposing a task into steps for others is planning.
+        ctx.require(Action::Plan, &format!("(decompose task {})", work.task_id)).await?;
         if self.spawns_workers() {
             return self.take_work_supervising(ctx, from, work).await;
         }

@@ -313,6 +313,9 @@ impl TopAgent {
             ctx.propose_with_humans(content, signers.clone(), self.humans.clone()).await?;
         for signer in &signers {
             if signer == ctx.id() {
+                if !may_review(ctx, decision).await? {
+                    continue; // audited: a power without `review` does not sign its own plan
+                }
                 ctx.sign(decision).await?;
             } else {
                 ctx.send(
@@ -387,6 +390,9 @@ impl TopAgent {
         }
         if decision.status != DecisionStatus::Pending || decision.has_signed(ctx.id()) {
             return Ok(()); // decided already, or a redelivered request
+        }
+        if !may_review(ctx, decision.id).await? {
+            return Ok(()); // audited: the decision waits for a signer who may review
         }
         let verdict = ctx.reasoner().review_decision(ctx.persona(), &decision).await?;
         let status = match verdict {
@@ -1171,5 +1177,15 @@ impl AgentBehavior for TopAgent {
             Phase::AwaitingSignatures => format!("{id}: awaiting signatures"),
             _ => format!("{id}: in progress"),
         })
+    }
+}
+
+/// Whether this power may sign or veto decision `id` (it holds `review`); a refusal is
+/// audited as `Denied` and is not an error of the agent: the decision waits for others.
+async fn may_review(ctx: &AgentContext, id: agent_state::DecisionId) -> Result<bool, AgentError> {
+    match ctx.require(Action::Review, &format!("(sign decision {id})")).await {
+        Ok(()) => Ok(true),
+        Err(AgentError::MissingCapability { .. }) => Ok(false),
+        Err(e) => Err(e),
     }
 }

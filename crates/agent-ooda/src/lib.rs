@@ -56,7 +56,10 @@ mod ooda;
 pub use agent_core::AgentBehavior;
 pub use behavior::{OodaBehavior, OodaCommand};
 pub use copy::{MAX_COPY_BYTES, MAX_COPY_FILES};
-pub use modify::{Applied, Change, FileChange, MAX_CODE_BYTES, Pending, VersionRecord};
+pub use modify::{
+    Applied, Change, FileChange, MAX_CODE_BYTES, Pending, SUPERVISED_FIELDS, VersionRecord,
+    level_of,
+};
 pub use ooda::{
     AgentStep, Choice, MAX_HISTORY, MODIFY_SELF, Ooda, OodaAgent, OodaError, Outcome, ReasonerLoop,
     SEND_MESSAGE, StepEnd, View, check_config,

@@ -6,14 +6,44 @@
 
 use agent_core::{AgentContext, AuditEvent, ToolCall};
 use agent_state::ooda::{
-    Modification, ModificationError, OodaConfig, OodaEventKind, SafetyLevel, apply_code_change,
+    Modification, ModificationError, ModificationType, OodaConfig, OodaEventKind, SafetyLevel,
+    apply_code_change,
 };
-use agent_state::{AgentStatus, Decision, DecisionId, DecisionStatus, HumanApproval, Timestamp};
+use agent_state::{
+    Action, AgentStatus, Decision, DecisionId, DecisionStatus, HumanApproval, Timestamp,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::ooda::{AgentStep, Ooda, OodaError, StepEnd};
+
+/// The configuration fields only the team file or the agent's supervisor sets, beside
+/// [`agent_state::ooda::PROTECTED_FIELDS`]: the command whose success validates a change, and
+/// the level changes are validated at.
+pub const SUPERVISED_FIELDS: [&str; 2] = ["test_command", "safety_level"];
+
+/// The level a self-modification is validated at: the highest of what the request claims, the
+/// agent's configured `safety_level` (from its team file or its supervisor, never from the
+/// agent), and [`SafetyLevel::LOW`] for a code change (it writes a file: never unchecked).
+pub fn level_of(modification: &Modification, config: &OodaConfig) -> SafetyLevel {
+    let floor = match modification.modification_type {
+        ModificationType::Code => SafetyLevel::LOW,
+        _ => SafetyLevel::READ_ONLY,
+    };
+    modification.safety_level.max(config.safety_level).max(floor)
+}
+
+/// Checks that the agent holds the capability `action` needs (audited when it does not); a
+/// refusal refuses the change, it does not fail the agent.
+async fn require(ctx: &AgentContext, action: Action, target: &str) -> Result<(), OodaError> {
+    match ctx.require(action, target).await {
+        Err(e @ agent_core::AgentError::MissingCapability { .. }) => {
+            Err(OodaError::Config(e.to_string()))
+        }
+        other => Ok(other?),
+    }
+}
 
 /// The largest file a code change may write or replace (its old content is kept for rollback).
 pub const MAX_CODE_BYTES: usize = 256 * 1024;
@@ -236,14 +266,29 @@ impl Ooda {
         ctx: &mut AgentContext,
         request: &Value,
     ) -> Result<Pending, OodaError> {
-        let modification = Modification::parse(request)?;
+        let mut modification = Modification::parse(request)?;
+        // The level a change is validated at is not the agent's to choose: its request may
+        // only raise it above what its team file (or supervisor) set.
+        modification.safety_level = level_of(&modification, &self.config);
         modification.allowed_by(&self.config)?;
+        if modification.modification_type == ModificationType::Config
+            && SUPERVISED_FIELDS.contains(&modification.target.as_str())
+        {
+            return Err(ModificationError::WidensPermissions {
+                what: format!(
+                    "`{}` is set by the team file or the agent's supervisor, never by the agent",
+                    modification.target
+                ),
+            }
+            .into());
+        }
         let validation = modification.safety_level.validation();
         let mut files = Vec::new();
         let config = match modification.apply_to(&self.config, &self.ceiling)? {
             Some(config) => config,
             None => {
                 check_path(&modification.target)?;
+                require(ctx, Action::WriteCode, &modification.target).await?;
                 let before = read(ctx, &modification.target).await?;
                 if before.as_ref().is_some_and(|b| b.len() > MAX_CODE_BYTES) {
                     return Err(ModificationError::Malformed(format!(
@@ -273,6 +318,7 @@ impl Ooda {
                     modification.safety_level
                 )));
             };
+            require(ctx, Action::RunTests, &format!("({command})")).await?;
             crate::copy::tests_before_and_after(ctx, &command, &files, self.config.timeout_ms)
                 .await?;
         }
@@ -575,7 +621,7 @@ impl Ooda {
             files: pending.applied.files.clone(),
             at: ctx.now(),
         };
-        self.config = pending.applied.config.clone();
+        self.config = self.supervise(pending.applied.config.clone());
         self.state = self.state.modified(&self.config, ctx.now());
         self.state.state_version = pending.version;
         self.versions.push(record);

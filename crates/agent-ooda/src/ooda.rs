@@ -8,7 +8,7 @@ use agent_state::ooda::{
     MessageRole, ModificationError, OodaConfig, OodaEvent, OodaEventKind, OodaMessage,
     OodaSchemaError, OodaState, Phase, StopReason,
 };
-use agent_state::{AgentId, PlanStep, StepTarget, Subtask, Timestamp};
+use agent_state::{Action, AgentId, PlanStep, StepTarget, Subtask, Timestamp};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -347,6 +347,9 @@ pub struct Ooda {
     pub(crate) ceiling: Vec<String>,
     /// The humans who may sign a level-4 change.
     pub(crate) approvers: Vec<String>,
+    /// The settings its team file (or supervisor) gave it that bound its own authority: kept
+    /// whatever a change, a rollback or a restored snapshot says.
+    pub(crate) supervised: OodaConfig,
     /// The lead's subtask, when it works as an executor.
     pub(crate) task: Option<Subtask>,
     /// The subtasks it finished (`task/step`): a redelivered assignment of one is not run again.
@@ -386,6 +389,7 @@ impl Ooda {
     ) -> Result<Self, OodaError> {
         check_config(&config, ceiling)?;
         let state = OodaState::new(id, &config, now);
+        let supervised = config.clone();
         let (events, _) = broadcast::channel(EVENT_BUFFER);
         Ok(Self {
             config,
@@ -397,6 +401,7 @@ impl Ooda {
             stop: None,
             ceiling: ceiling.to_vec(),
             approvers: Vec::new(),
+            supervised,
             task: None,
             done: Vec::new(),
             events,
@@ -503,15 +508,33 @@ impl Ooda {
         let saved: Saved = serde_json::from_value(saved).map_err(|e| {
             OodaError::Schema(OodaSchemaError::Invalid { what: "state", reason: e.to_string() })
         })?;
-        self.config = saved.config;
+        self.config = self.supervise(saved.config);
         self.state = saved.state;
         self.history = saved.history;
         self.versions = saved.versions;
-        self.pending = saved.pending;
+        self.pending = saved.pending.map(|mut p| {
+            p.applied.config = self.supervise(p.applied.config);
+            p
+        });
         self.stop = saved.stop;
         self.task = saved.task;
         self.done = saved.done;
         Ok(())
+    }
+
+    /// `config` with the settings only its team file or supervisor sets (its safety and
+    /// self-modification levels, whether it may modify itself, its sandbox, its test command)
+    /// as they were given: a saved or rolled-back configuration cannot carry others.
+    pub(crate) fn supervise(&self, config: OodaConfig) -> OodaConfig {
+        let given = &self.supervised;
+        OodaConfig {
+            safety_level: given.safety_level,
+            self_modification_enabled: given.self_modification_enabled,
+            self_modification_level: given.self_modification_level,
+            sandbox_enabled: given.sandbox_enabled,
+            test_command: given.test_command.clone(),
+            ..config
+        }
     }
 
     /// Emits an event: audited, then streamed.
@@ -640,7 +663,8 @@ impl Ooda {
             (!outcome.success).then(|| outcome.output.clone()),
         ));
 
-        // Reflect.
+        // Reflect (a capability of its own: an agent configured without it stops here).
+        ctx.require(Action::Reflect, "(reflect on the act)").await?;
         self.state = self.state.entering(Phase::Reflect, ctx.now());
         self.emit(ctx, OodaEventKind::Reflect, json!({ "success": outcome.success })).await?;
         let (agent, config, history, task) = self.parts();

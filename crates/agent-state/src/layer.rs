@@ -174,16 +174,35 @@ impl fmt::Display for Capability {
 }
 
 /// An act that needs a capability: the one table that says which (seed 001 §7.1). The
-/// runtime checks it where the act happens, against the agent's configured capabilities.
+/// runtime checks it where the act happens, against the agent's configured capabilities; every
+/// capability of the matrix is needed by at least one act ([`Action::ALL`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Action {
+    /// Proposing a plan or another decision for signatures, or decomposing a task into
+    /// steps for others: `plan`.
+    Plan,
+    /// Working a subtask (an executor's tool loop, an executor kind's run, an OODA agent's
+    /// objective): `execute`.
+    Execute,
+    /// Reflecting on a result to adjust (an OODA agent's reflect phase): `reflect`.
+    Reflect,
+    /// Calling a tool, or running an effect that stands for a tool call: `tool_call`.
+    CallTool,
+    /// Writing code or files: a tool that writes the workspace ([`Action::of_tool`]), an OODA
+    /// agent's code change: `code_gen`.
+    WriteCode,
+    /// Running tests (an OODA agent's test command, before and after a change): `test_exec`.
+    RunTests,
+    /// Signing or vetoing a decision: `review`.
+    Review,
+    /// Coordinating: sending a message of a kind that needs no other capability, writing a
+    /// whiteboard: `coordinate`.
+    Coordinate,
     /// Assigning work to another agent (a `task_assign` message): `delegate`.
     AssignWork,
     /// Creating a subordinate agent: `delegate`.
     Spawn,
-    /// Calling a tool, or running an effect that stands for a tool call: `tool_call`.
-    CallTool,
     /// Asking for or casting a vote on a conflict (`vote_request`, `vote_response`):
     /// `arbitrate`.
     Vote,
@@ -193,34 +212,67 @@ pub enum Action {
 
 impl Action {
     /// Every action.
-    pub const ALL: [Action; 5] =
-        [Action::AssignWork, Action::Spawn, Action::CallTool, Action::Vote, Action::Arbitrate];
+    pub const ALL: [Action; 12] = [
+        Action::Plan,
+        Action::Execute,
+        Action::Reflect,
+        Action::CallTool,
+        Action::WriteCode,
+        Action::RunTests,
+        Action::Review,
+        Action::Coordinate,
+        Action::AssignWork,
+        Action::Spawn,
+        Action::Vote,
+        Action::Arbitrate,
+    ];
 
     /// The capability an agent needs to do this.
     pub const fn required_capability(self) -> Capability {
         match self {
-            Action::AssignWork | Action::Spawn => Capability::Delegate,
+            Action::Plan => Capability::Plan,
+            Action::Execute => Capability::Execute,
+            Action::Reflect => Capability::Reflect,
             Action::CallTool => Capability::ToolCall,
+            Action::WriteCode => Capability::CodeGen,
+            Action::RunTests => Capability::TestExec,
+            Action::Review => Capability::Review,
+            Action::Coordinate => Capability::Coordinate,
+            Action::AssignWork | Action::Spawn => Capability::Delegate,
             Action::Vote | Action::Arbitrate => Capability::Arbitrate,
         }
     }
 
-    /// The action sending a message of `kind` performs, if it needs a capability.
-    pub const fn of_message(kind: MessageKind) -> Option<Action> {
+    /// The action sending a message of `kind` performs: delegating, voting, arbitrating, or
+    /// else coordinating.
+    pub const fn of_message(kind: MessageKind) -> Action {
         match kind {
-            MessageKind::TaskAssign => Some(Action::AssignWork),
-            MessageKind::VoteRequest | MessageKind::VoteResponse => Some(Action::Vote),
-            MessageKind::ArbitrationResult => Some(Action::Arbitrate),
-            _ => None,
+            MessageKind::TaskAssign => Action::AssignWork,
+            MessageKind::VoteRequest | MessageKind::VoteResponse => Action::Vote,
+            MessageKind::ArbitrationResult => Action::Arbitrate,
+            _ => Action::Coordinate,
         }
+    }
+
+    /// The action a call of the built-in tool `tool` performs beside [`Action::CallTool`], if
+    /// any: writing the workspace (`write_file`, `edit_file`) is [`Action::WriteCode`].
+    pub fn of_tool(tool: &str) -> Option<Action> {
+        matches!(tool, "write_file" | "edit_file").then_some(Action::WriteCode)
     }
 
     /// The wire name, such as `assign_work`.
     pub const fn as_str(self) -> &'static str {
         match self {
+            Action::Plan => "plan",
+            Action::Execute => "execute",
+            Action::Reflect => "reflect",
+            Action::CallTool => "call_tool",
+            Action::WriteCode => "write_code",
+            Action::RunTests => "run_tests",
+            Action::Review => "review",
+            Action::Coordinate => "coordinate",
             Action::AssignWork => "assign_work",
             Action::Spawn => "spawn",
-            Action::CallTool => "call_tool",
             Action::Vote => "vote",
             Action::Arbitrate => "arbitrate",
         }

@@ -21,6 +21,11 @@ fn plan(n: u128) -> Decision {
     .unwrap()
 }
 
+/// A team whose only human is alice and whose only OODA agent is `ooda-1`.
+fn alice() -> Authority {
+    Authority { humans: vec!["alice".into()], oodas: vec![AgentId::new("ooda-1")] }
+}
+
 fn drop_request(dir: &Path, id: &str, request: OperatorRequest, refused: Option<&str>) {
     let envelope = Envelope { id: id.into(), at: 1, request, refused: refused.map(str::to_owned) };
     deliver(dir, &envelope).map_err(|_| "deliver").unwrap();
@@ -68,7 +73,9 @@ async fn requests_are_applied_as_the_human_audited_answered_and_removed() {
     );
     std::fs::write(tmp.path().join(REQUESTS_DIR).join("5-a.json"), b"{not json").unwrap();
     assert_eq!(
-        pass(tmp.path(), &gov, &message_bus::InMemoryBus::new(), &audit, &clock).await.unwrap(),
+        pass(tmp.path(), &alice(), &gov, &message_bus::InMemoryBus::new(), &audit, &clock)
+            .await
+            .unwrap(),
         5
     );
 
@@ -105,7 +112,9 @@ async fn requests_are_applied_as_the_human_audited_answered_and_removed() {
     );
     // Every request was taken: a second pass finds nothing.
     assert_eq!(
-        pass(tmp.path(), &gov, &message_bus::InMemoryBus::new(), &audit, &clock).await.unwrap(),
+        pass(tmp.path(), &alice(), &gov, &message_bus::InMemoryBus::new(), &audit, &clock)
+            .await
+            .unwrap(),
         0
     );
 }
@@ -122,13 +131,17 @@ async fn a_pass_takes_a_bounded_number_of_requests_oldest_first() {
         drop_request(tmp.path(), &format!("{i:04}"), request, None);
     }
     assert_eq!(
-        pass(tmp.path(), &gov, &message_bus::InMemoryBus::new(), &audit, &clock).await.unwrap(),
+        pass(tmp.path(), &alice(), &gov, &message_bus::InMemoryBus::new(), &audit, &clock)
+            .await
+            .unwrap(),
         MAX_PER_PASS
     );
     assert!(done(tmp.path(), "0000").error.unwrap().contains("no decision"));
     assert!(tmp.path().join(REQUESTS_DIR).join(format!("{:04}.json", MAX_PER_PASS)).is_file());
     assert_eq!(
-        pass(tmp.path(), &gov, &message_bus::InMemoryBus::new(), &audit, &clock).await.unwrap(),
+        pass(tmp.path(), &alice(), &gov, &message_bus::InMemoryBus::new(), &audit, &clock)
+            .await
+            .unwrap(),
         3
     );
 }
@@ -146,4 +159,136 @@ fn the_request_format_is_tagged_and_stable() {
     assert_eq!(describe(&json), format!("veto decision {} (\"no\")", DecisionId::from_u128(1)));
     let back: OperatorRequest = serde_json::from_value(json).unwrap();
     assert_eq!(back, request);
+}
+
+/// A request file written by hand (no `strata` command checked it), signed by a name that is
+/// not one of the run's `[approvals] humans`, of each kind: the running process refuses and
+/// audits every one, and applies none.
+#[tokio::test]
+async fn forged_requests_of_every_kind_are_refused_by_the_running_process() {
+    let tmp = tempfile::tempdir().unwrap();
+    let gov = InMemoryGovernance::new();
+    let audit = InMemoryAuditLog::new();
+    let bus = message_bus::InMemoryBus::new();
+    let clock = TokioClock::new();
+    let ooda = AgentId::new("ooda-1");
+    bus.register(&ooda).await.unwrap();
+    // A decision that (wrongly) names mallory as a required human: only the team file says
+    // who may sign for humans.
+    let decision = Decision::propose(
+        DecisionId::from_u128(1),
+        AgentId::new("top-a"),
+        serde_json::json!({"plan": 1}),
+        vec![AgentId::new("top-b")],
+        Timestamp(0),
+    )
+    .unwrap()
+    .with_human_approval(vec!["mallory".into()])
+    .unwrap();
+    gov.submit(decision.clone()).await.unwrap();
+    let one = DecisionId::from_u128(1);
+    let genome = agent_state::evolution::Genome::genesis(
+        agent_state::evolution::GenomeConfig::new("evil"),
+        Vec::new(),
+    )
+    .unwrap();
+    let forged = [
+        serde_json::json!({"id": "1-a", "at": 1,
+            "request": {"request": "approve", "decision": one, "human": "mallory"}}),
+        serde_json::json!({"id": "2-a", "at": 1,
+            "request": {"request": "veto", "decision": one, "human": "mallory", "reason": "x"}}),
+        serde_json::json!({"id": "3-a", "at": 1,
+            "request": {"request": "rollback", "agent": "ooda-1", "version": 1, "human": "mallory"}}),
+        serde_json::json!({"id": "4-a", "at": 1,
+            "request": {"request": "adopt", "agent": "ooda-1", "genome": genome, "human": "mallory"}}),
+        // Not a name a human can have.
+        serde_json::json!({"id": "5-a", "at": 1,
+            "request": {"request": "rollback", "agent": "ooda-1", "version": 1, "human": "../x"}}),
+        // One of the humans, but the rules the command applies still hold.
+        serde_json::json!({"id": "6-a", "at": 1,
+            "request": {"request": "rollback", "agent": "ooda-1", "version": 0, "human": "alice"}}),
+        serde_json::json!({"id": "7-a", "at": 1,
+            "request": {"request": "rollback", "agent": "top-a", "version": 1, "human": "alice"}}),
+    ];
+    let inbox = tmp.path().join(REQUESTS_DIR);
+    std::fs::create_dir_all(&inbox).unwrap();
+    for request in &forged {
+        let id = request["id"].as_str().unwrap();
+        std::fs::write(inbox.join(format!("{id}.json")), request.to_string()).unwrap();
+    }
+    assert_eq!(pass(tmp.path(), &alice(), &gov, &bus, &audit, &clock).await.unwrap(), 7);
+
+    for (id, why) in [
+        ("1-a", "`mallory` may not operate run"),
+        ("2-a", "`mallory` may not operate run"),
+        ("3-a", "`mallory` may not operate run"),
+        ("4-a", "`mallory` may not operate run"),
+        ("5-a", "names no human"),
+        ("6-a", "versions start at 1"),
+        ("7-a", "`top-a` is not an OODA agent"),
+    ] {
+        let done = done(tmp.path(), id);
+        assert_eq!(done.outcome, "refused", "{id}");
+        assert!(done.error.as_deref().unwrap_or("").contains(why), "{id}: {done:?}");
+    }
+    assert_eq!(gov.get(one).await.unwrap().unwrap(), decision, "nothing signed or vetoed");
+    assert_eq!(
+        bus.pending(&Address::Agent(ooda)).await.unwrap(),
+        0,
+        "no command reached the agent"
+    );
+    let refused = audit
+        .records(None)
+        .await
+        .unwrap()
+        .iter()
+        .filter(
+            |r| matches!(&r.event, AuditEvent::Operator { outcome, .. } if outcome == "refused"),
+        )
+        .count();
+    assert_eq!(refused, 7, "every refusal is audited");
+}
+
+/// A FIFO, a symlink (to a request elsewhere) and a directory in `requests/` are skipped, not
+/// waited on nor followed; the regular request beside them is applied.
+#[tokio::test]
+async fn entries_that_are_not_regular_files_are_skipped_without_blocking() {
+    let tmp = tempfile::tempdir().unwrap();
+    let gov = InMemoryGovernance::new();
+    let audit = InMemoryAuditLog::new();
+    let bus = message_bus::InMemoryBus::new();
+    let clock = TokioClock::new();
+    gov.submit(plan(1)).await.unwrap();
+    let inbox = tmp.path().join(REQUESTS_DIR);
+    std::fs::create_dir_all(&inbox).unwrap();
+    let fifo = inbox.join("0-fifo.json");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let elsewhere = tmp.path().join("elsewhere.json");
+    let request =
+        OperatorRequest::Approve { decision: DecisionId::from_u128(1), human: "alice".into() };
+    let envelope = Envelope { id: "0-link".into(), at: 1, request: request.clone(), refused: None };
+    std::fs::write(&elsewhere, serde_json::to_vec(&envelope).unwrap()).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, inbox.join("0-link.json")).unwrap();
+    std::fs::create_dir(inbox.join("0-dir.json")).unwrap();
+    drop_request(tmp.path(), "1-a", request, None);
+
+    let taken = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        pass(tmp.path(), &alice(), &gov, &bus, &audit, &clock),
+    )
+    .await
+    .expect("a pass does not block on a FIFO")
+    .unwrap();
+    assert_eq!(taken, 1, "only the regular file is a request");
+    assert_eq!(done(tmp.path(), "1-a").outcome, "signed");
+    assert!(!inbox.join("0-link.done.json").exists(), "the link was not followed");
+    assert!(fifo.exists() && inbox.join("0-dir.json").is_dir(), "skipped, left alone");
+    // A file swapped for a FIFO after it was listed is not waited on either.
+    assert_eq!(
+        read_request(&fifo).unwrap_err(),
+        "it is not a regular file",
+        "opened without blocking"
+    );
+    assert!(read_request(&inbox.join("0-link.json")).unwrap_err().contains("cannot open"));
 }

@@ -169,3 +169,60 @@ async fn an_act_without_a_required_capability_is_refused_by_require() {
 
     assert_eq!(s.denied(ME).await, [("spawn a worker".to_owned(), error)]);
 }
+
+/// A power configured without `review` cannot sign or veto; without `plan` it cannot propose.
+/// An executor without `code_gen` cannot write the workspace; one without `coordinate` cannot
+/// report or write its board. Each refusal is audited and changes nothing.
+#[tokio::test(start_paused = true)]
+async fn every_capability_is_checked_at_the_act_that_needs_it() {
+    let s = Services::new().await;
+    let decision = agent_state::Decision::propose(
+        agent_state::DecisionId::from_u128(7),
+        id("top-2"),
+        json!({"steps": []}),
+        vec![id("top-1")],
+        s.now(),
+    )
+    .unwrap();
+    s.deps.governance.submit(decision.clone()).await.unwrap();
+    let d = agent_state::DecisionId::from_u128(7);
+    let mut power = s.agent(
+        top_config("top-1").with_capabilities([Capability::Coordinate, Capability::Arbitrate]),
+        &Probe::default(),
+    );
+    let sign = assert_missing(power.ctx_mut().sign(d).await, "top-1", Action::Review);
+    let veto = assert_missing(power.ctx_mut().veto(d, "no").await, "top-1", Action::Review);
+    let propose =
+        assert_missing(power.ctx_mut().propose(json!({}), vec![]).await, "top-1", Action::Plan);
+    assert_eq!(
+        s.denied("top-1").await,
+        [
+            (format!("review (sign decision {d})"), sign),
+            (format!("review (veto decision {d})"), veto),
+            ("plan (propose a decision)".to_owned(), propose),
+        ]
+    );
+    assert_eq!(s.deps.governance.get(d).await.unwrap().unwrap(), decision, "nothing signed");
+
+    let config = bottom_config().with_capabilities([
+        Capability::Execute,
+        Capability::ToolCall,
+        Capability::Coordinate,
+    ]);
+    let mut writer = s.agent(config, &Probe::default());
+    let write =
+        ToolCall { tool: "write_file".into(), args: json!({"path": "a.txt", "content": "a"}) };
+    assert_missing(writer.ctx_mut().call_tool(&write).await, ME, Action::WriteCode);
+    assert!(!s._workspace.path().join("a.txt").exists(), "nothing written");
+    let read = ToolCall { tool: "list_dir".into(), args: json!({}) };
+    writer.ctx_mut().call_tool(&read).await.unwrap();
+
+    let mute = bottom_config().with_capabilities([Capability::Execute, Capability::ToolCall]);
+    let mut mute = s.agent(mute, &Probe::default());
+    assert_missing(mute.ctx_mut().append_own("note").await, ME, Action::Coordinate);
+    assert_missing(
+        mute.ctx_mut().send(&id("mid-1"), MessageKind::ProgressReport, &json!({})).await,
+        ME,
+        Action::Coordinate,
+    );
+}

@@ -311,3 +311,108 @@ async fn a_kill_during_a_modification_leaves_the_old_version_or_completes_the_ne
         assert_eq!(resumed.versions()[0].files[0].before.as_deref(), Some("old\n"));
     }
 }
+
+/// The team file gives the agent safety level 3 and a test command. The agent's own proposals
+/// cannot loosen either: a `test_command = "true"` change is refused, and a destructive code
+/// change it calls level 1 is validated at its team's level 3 (the tests fail after it, so it
+/// is rolled back, the workspace untouched).
+// Real time: the test command is a real process, which paused time would time out at once.
+#[tokio::test]
+async fn the_agent_cannot_set_its_own_safety_level_or_test_command() {
+    let w = World::new().await;
+    w.write("notes.md", "hello world\n");
+    let mut team = tested(3);
+    team.safety_level = agent_state::ooda::SafetyLevel::MEDIUM;
+    let mut ctx = w.ctx(script([
+        modify("config", "test_command", json!({"value": "true"}), 1),
+        modify("config", "safety_level", json!({"value": 1}), 1),
+        modify("code", "notes.md", json!({"content": "rm -rf ./*\n"}), 1),
+    ]));
+    let mut ooda = ooda(team.clone());
+
+    for (i, expected) in ["never by the agent", "never by the agent"].into_iter().enumerate() {
+        let end = ooda.step(&mut ctx).await.unwrap();
+        let step = end.steps.iter().find(|s| s.step_type == OodaEventKind::ModifySelf).unwrap();
+        let error = step.error.clone().unwrap_or_default();
+        assert!(!step.success && error.contains(expected), "{i}: {error}");
+    }
+    assert_eq!(ooda.config(), &team, "nothing changed");
+
+    let end = ooda.step(&mut ctx).await.unwrap();
+    let step = end.steps.iter().find(|s| s.step_type == OodaEventKind::ModifySelf).unwrap();
+    let error = step.error.clone().unwrap_or_default();
+    assert!(!step.success && error.contains("fail after the change"), "{error}");
+    assert_eq!(w.read("notes.md"), "hello world\n", "the workspace never saw it");
+    assert_eq!(ooda.state().state_version, 1);
+    let outcomes: Vec<String> =
+        w.modifications().await.iter().map(|d| outcome(d).to_owned()).collect();
+    assert_eq!(outcomes, ["refused", "refused", "rolled_back"]);
+}
+
+/// A code change is never unchecked: without a safety level of its own from the team file, a
+/// code change called level 1 still gets the level-2 syntax check, and an agent allowed only
+/// level 1 may not make one.
+#[tokio::test(start_paused = true)]
+async fn a_code_change_is_validated_at_least_at_level_two_whatever_it_claims() {
+    refused(
+        config(2),
+        modify("code", "data.json", json!({"content": "{not json"}), 1),
+        "not valid JSON",
+    )
+    .await;
+    let mut one = config(1);
+    one.safety_level = agent_state::ooda::SafetyLevel::READ_ONLY;
+    refused(one, modify("code", "notes.md", json!({"content": "x"}), 1), "exceeds").await;
+}
+
+/// A saved snapshot (the agent's own state) whose configuration carries other safety settings
+/// or another test command does not get them back: the team's are kept.
+#[tokio::test(start_paused = true)]
+async fn a_restored_snapshot_cannot_change_the_supervised_settings() {
+    let team = tested(3);
+    let ooda = ooda(team.clone());
+    let mut saved = ooda.snapshot();
+    saved["config"]["test_command"] = json!("true");
+    saved["config"]["safety_level"] = json!(1);
+    saved["config"]["self_modification_level"] = json!(4);
+    saved["config"]["prompt"] = json!("restored");
+    let mut resumed =
+        Ooda::new(AgentId::new(ME), team.clone(), ReasonerLoop, &tools(), START).unwrap();
+    resumed.restore(saved, START).unwrap();
+    assert_eq!(resumed.config().prompt, "restored", "the rest is restored");
+    assert_eq!(resumed.config().test_command, team.test_command);
+    assert_eq!(resumed.config().safety_level, team.safety_level);
+    assert_eq!(resumed.config().self_modification_level, team.self_modification_level);
+}
+
+/// An OODA agent configured without `test_exec` cannot run its test step, without `code_gen`
+/// cannot change code: the change is refused (audited), nothing runs or changes.
+#[tokio::test(start_paused = true)]
+async fn an_agent_without_test_exec_or_code_gen_cannot_run_tests_or_change_code() {
+    use agent_state::{AgentConfig, AgentLayer, Capability};
+    for (missing, request, expected) in [
+        (
+            Capability::TestExec,
+            modify("prompt", "prompt", json!({"text": "x"}), 3),
+            "lacks the `test_exec` capability",
+        ),
+        (
+            Capability::CodeGen,
+            modify("code", "notes.md", json!({"content": "x"}), 2),
+            "lacks the `code_gen` capability",
+        ),
+    ] {
+        let w = World::new().await;
+        w.write("notes.md", "hello\n");
+        let caps = AgentLayer::Bottom.capabilities().filter(|c| *c != missing);
+        let config = AgentConfig::new(ME, "Improver", AgentLayer::Bottom).with_capabilities(caps);
+        let mut ctx = w.ctx_as(std::sync::Arc::new(script([request])), config);
+        let mut ooda = ooda(tested(3));
+        let end = ooda.step(&mut ctx).await.unwrap();
+        let step = end.steps.iter().find(|s| s.step_type == OodaEventKind::ModifySelf).unwrap();
+        let error = step.error.clone().unwrap_or_default();
+        assert!(!step.success && error.contains(expected), "{error}");
+        assert_eq!(w.read("notes.md"), "hello\n");
+        assert_eq!(ooda.state().state_version, 1);
+    }
+}

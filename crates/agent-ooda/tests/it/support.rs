@@ -59,6 +59,11 @@ impl World {
 
     /// The context of agent `ooda-1` with a reasoner the test keeps.
     pub(crate) fn ctx_shared(&self, reasoner: Arc<dyn Reasoner>) -> AgentContext {
+        self.ctx_as(reasoner, AgentConfig::new(ME, "Improver", AgentLayer::Bottom))
+    }
+
+    /// The context of agent `ooda-1` with `config` (its capabilities, say).
+    pub(crate) fn ctx_as(&self, reasoner: Arc<dyn Reasoner>, config: AgentConfig) -> AgentContext {
         let deps = Arc::new(AgentDeps {
             bus: self.bus.clone(),
             boards: Arc::new(InMemoryWhiteboard::new()),
@@ -72,11 +77,7 @@ impl World {
             spawner: None,
             timeouts: Default::default(),
         });
-        AgentContext::new(
-            AgentConfig::new(ME, "Improver", AgentLayer::Bottom),
-            "improves notes",
-            deps,
-        )
+        AgentContext::new(config, "improves notes", deps)
     }
 
     /// Every OODA event audited, in order.

@@ -15,7 +15,6 @@ use agent_state::{
     TaskFailure, TaskOutcome,
 };
 use async_trait::async_trait;
-use governance::DecideError;
 use whiteboard::BoardError;
 
 use crate::support::*;
@@ -352,8 +351,9 @@ async fn permission_violations_are_refused_and_audited() {
     )
     .unwrap();
     services.governance.submit(decision).await.unwrap();
+    // An executor holds no `review`: it is refused before governance is asked.
     let err = ctx.sign(agent_state::DecisionId::from_u128(9)).await.unwrap_err();
-    assert!(matches!(err, AgentError::Decide(DecideError::Rule(_))), "{err}");
+    assert!(matches!(err, AgentError::MissingCapability { .. }), "{err}");
     drop(agent);
 
     let mid_board = services

@@ -293,18 +293,31 @@ fn each_action_needs_the_capability_of_its_matrix_row() {
     assert_eq!(
         table,
         [
+            (Action::Plan, Capability::Plan),
+            (Action::Execute, Capability::Execute),
+            (Action::Reflect, Capability::Reflect),
+            (Action::CallTool, Capability::ToolCall),
+            (Action::WriteCode, Capability::CodeGen),
+            (Action::RunTests, Capability::TestExec),
+            (Action::Review, Capability::Review),
+            (Action::Coordinate, Capability::Coordinate),
             (Action::AssignWork, Capability::Delegate),
             (Action::Spawn, Capability::Delegate),
-            (Action::CallTool, Capability::ToolCall),
             (Action::Vote, Capability::Arbitrate),
             (Action::Arbitrate, Capability::Arbitrate),
         ]
     );
-    assert_eq!(Action::of_message(MessageKind::TaskAssign), Some(Action::AssignWork));
-    assert_eq!(Action::of_message(MessageKind::VoteResponse), Some(Action::Vote));
-    assert_eq!(Action::of_message(MessageKind::VoteRequest), Some(Action::Vote));
-    assert_eq!(Action::of_message(MessageKind::ArbitrationResult), Some(Action::Arbitrate));
-    assert_eq!(Action::of_message(MessageKind::ProgressReport), None);
+    // Every capability of the matrix is needed by some act, so every one is checked.
+    for capability in Capability::ALL {
+        assert!(table.iter().any(|(_, c)| *c == capability), "{capability} is never checked");
+    }
+    assert_eq!(Action::of_message(MessageKind::TaskAssign), Action::AssignWork);
+    assert_eq!(Action::of_message(MessageKind::VoteResponse), Action::Vote);
+    assert_eq!(Action::of_message(MessageKind::VoteRequest), Action::Vote);
+    assert_eq!(Action::of_message(MessageKind::ArbitrationResult), Action::Arbitrate);
+    assert_eq!(Action::of_message(MessageKind::ProgressReport), Action::Coordinate);
+    assert_eq!(Action::of_tool("write_file"), Some(Action::WriteCode));
+    assert_eq!(Action::of_tool("read_file"), None);
     // Every layer's default capabilities cover what its layer does in the default teams.
     for layer in AgentLayer::ALL {
         let can = |a: Action| layer.default_capabilities().contains(&a.required_capability());
