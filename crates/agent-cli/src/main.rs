@@ -34,6 +34,7 @@ macro_rules! errln {
 mod cli;
 mod evolve;
 mod exec;
+mod inputs;
 mod inspect;
 mod mcp;
 mod model;

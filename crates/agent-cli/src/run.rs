@@ -302,6 +302,8 @@ pub(crate) async fn start(prepared: Prepared, args: &StartArgs) -> Result<u8, Fa
         };
         let nats_audit = stores.nats_audit.clone();
         info.write(&dir)?;
+        // The stored inputs' hashes, which `resume` checks before it starts anything.
+        crate::inputs::record(stores.audit.as_ref(), &dir).await?;
         view::started(&args.output, &info, &dir);
         warn_if_unsynced(args.no_sync);
         warn_if_unsandboxed(args.unsandboxed);
@@ -417,6 +419,9 @@ pub(crate) async fn resume(args: ResumeArgs) -> Result<u8, Failure> {
         view::already_finished(&args.output, &info, &dir);
         return Ok(if info.status == RunStatus::Succeeded { 0 } else { TASK_FAILED });
     }
+    // The stored team file, plan and run.json are the ones the run recorded, or nothing starts
+    // (no MCP server, no agent).
+    crate::inputs::check(&store, &dir, &info).await?;
     let mut tools = ToolRegistry::with_builtins();
     let team_path = dir.join(TEAM_FILE);
     let team_text = read_input(&team_path, "team file", team_file::MAX_TEAM_FILE_BYTES)?;
@@ -492,6 +497,7 @@ async fn resume_with(
     warn_if_unsandboxed(args.unsandboxed);
     let span = run_span(&info.run_id, &task.id, "resumed");
     async move {
+    crate::inputs::record(stores.audit.as_ref(), &dir).await?;
         let (services, ledger) =
             services(&store, stores, &info, &team, tools, sandbox, dir.join(JOURNAL_DIR)).await?;
         let task = store_large_contents(task, &services).await?;
@@ -812,6 +818,8 @@ pub(crate) async fn services(
     }
     let workspace = Arc::new(context);
     let (agent_tools, role_tools) = network_tools(team, &tools);
+        // What commands cannot see (the data directory), the file tools cannot reach either.
+        .with_masked(sandbox.hidden().to_vec())
     let clock: Arc<dyn agent_core::Clock> = Arc::new(TokioClock::new());
     let services = TeamServices {
         bus,

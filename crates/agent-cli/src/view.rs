@@ -428,6 +428,9 @@ pub(crate) fn event_line(r: &AuditRecord, start: u64) -> String {
                 event.state_version
             )
         }
+        AuditEvent::RunInputs { sha256 } => {
+            format!("run inputs recorded ({})", sha256.keys().cloned().collect::<Vec<_>>().join(", "))
+        }
         AuditEvent::Operator { request, outcome, error } => {
             let error = error.as_ref().map(|e| format!(": {e}")).unwrap_or_default();
             format!(

@@ -151,6 +151,13 @@ pub enum AuditEvent {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
     },
+    /// The SHA-256 of each input a run stored (its team file, plan and the fixed part of its
+    /// `run.json`), written by the runtime when the run starts and after each resume: `strata
+    /// resume` compares the stored files with the last such record before it starts anything.
+    RunInputs {
+        /// File name → lowercase hex SHA-256.
+        sha256: std::collections::BTreeMap<String, String>,
+    },
 }
 
 /// What an executor asks a peer of the same lead ([`AuditEvent::PeerHelp`]).

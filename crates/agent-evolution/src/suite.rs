@@ -55,7 +55,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agent_core::tools::{Sandbox, ToolContext, ToolRegistry};
+use agent_core::tools::{Sandbox, ToolContext, ToolRegistry, WorkspaceFiles};
 use agent_core::{AuditEvent, Reasoner, RuleBasedReasoner};
 use agent_layers::BottomSpec;
 use agent_pool::{RoleSpec, Team, TeamServices, TeamSpec};
@@ -720,14 +720,13 @@ async fn prepare_workspace(
             let mut copied = 0;
             copy_tree(&from, &workspace, &mut copied)?;
         }
+        // The genome's files are written beneath the workspace root, never through a link
+        // and never outside it (a path with `..` or a leading `/` is refused).
+        let files = WorkspaceFiles::open(&workspace)
+            .map_err(|e| EvalError::new(format!("cannot use the workspace: {e}")))?;
         for (path, text) in code {
-            let target = workspace.join(&path);
-            if let Some(parent) = target.parent() {
-                std::fs::create_dir_all(parent).map_err(|e| {
-                    EvalError::new(format!("cannot write the genome's `{path}`: {e}"))
-                })?;
-            }
-            std::fs::write(&target, text)
+            files
+                .write(Path::new(&path), text.as_bytes())
                 .map_err(|e| EvalError::new(format!("cannot write the genome's `{path}`: {e}")))?;
         }
         Ok(())
@@ -787,5 +786,34 @@ impl FitnessEvaluator for SuiteEvaluator {
             runs.push(run);
         }
         Ok(self.score(&runs))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use std::os::unix::fs::symlink;
+
+    use super::*;
+
+    /// A genome's code is written beneath the workspace: a path that climbs out, or a task file
+    /// that is a symlink to a directory outside, cannot lead the write out of it.
+    #[tokio::test]
+    async fn a_genome_cannot_write_outside_the_workspace() {
+        let outside = tempfile::tempdir().unwrap();
+        let workspace = tempfile::tempdir().unwrap();
+        let ws = workspace.path().to_path_buf();
+        symlink(outside.path(), ws.join("out")).unwrap();
+        for path in ["../escaped.txt", "out/planted.txt", "/tmp/abs.txt"] {
+            let code = BTreeMap::from([(path.to_owned(), "x".to_owned())]);
+            let err = prepare_workspace(None, code, ws.clone()).await.unwrap_err();
+            assert!(err.to_string().contains(path), "{err}");
+        }
+        assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+        assert!(!workspace.path().parent().unwrap().join("escaped.txt").exists());
+        let code = BTreeMap::from([("src/lib.rs".to_owned(), "fn f() {}".to_owned())]);
+        prepare_workspace(None, code, ws.clone()).await.unwrap();
+        assert_eq!(std::fs::read_to_string(ws.join("src/lib.rs")).unwrap(), "fn f() {}");
     }
 }

@@ -447,6 +447,7 @@ impl RunModel {
             | AuditEvent::MissedHeartbeat { .. }
             | AuditEvent::TimedOut { .. }
             | AuditEvent::Stuck { .. }
+            | AuditEvent::RunInputs { .. }
             | AuditEvent::PeerHelp { step: None, .. } => None,
         };
         let progress =

@@ -16,6 +16,7 @@ mod fake_llm;
 mod goal;
 mod happy;
 mod help;
+mod inputs;
 mod inspection;
 mod interrupt;
 mod llama_server;

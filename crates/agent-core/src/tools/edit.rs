@@ -1,13 +1,13 @@
 //! The `edit_file` tool: replaces an exact piece of text in a workspace file.
 
 use std::os::unix::fs::MetadataExt as _;
-use std::path::Path;
 
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::fs::{blocking, parse, read_regular, replace_file};
+use super::beneath::Beneath;
+use super::fs::{Workspace, blocking, parse, read_regular, replace_file};
 use super::path::{display, resolve};
 use super::{Tool, ToolContext, ToolError, ToolOutput};
 
@@ -110,8 +110,8 @@ impl Tool for EditFile {
                 "`new_text`: is the same as `old_text`, so the edit would change nothing",
             ));
         }
-        let root = ctx.workspace().to_path_buf();
-        blocking(Self::NAME, move || edit_file(&root, &args)).await
+        let ws = Workspace::of(ctx);
+        blocking(Self::NAME, move || edit_file(&ws.open(Self::NAME)?, &args)).await
     }
 }
 
@@ -125,11 +125,12 @@ struct EditArgs {
     replace_all: bool,
 }
 
-fn edit_file(root: &Path, args: &EditArgs) -> Result<ToolOutput, ToolError> {
+fn edit_file(ws: &Beneath, args: &EditArgs) -> Result<ToolOutput, ToolError> {
     const TOOL: &str = EditFile::NAME;
+    let root = ws.root();
     let requested = args.path.as_str();
     let path = resolve(root, TOOL, requested)?;
-    let (bytes, before) = read_regular(TOOL, root, &path, requested)?;
+    let (bytes, before) = read_regular(TOOL, ws, &path, requested)?;
     let content = String::from_utf8(bytes).map_err(|err| {
         let offset = err.utf8_error().valid_up_to();
         ToolError::failed(
@@ -166,7 +167,7 @@ fn edit_file(root: &Path, args: &EditArgs) -> Result<ToolOutput, ToolError> {
             ))
         }
     };
-    replace_file(TOOL, root, &path, &edited, Some(before.permissions()), unchanged)?;
+    replace_file(TOOL, ws, &path, edited.as_bytes(), Some(before.permissions()), unchanged)?;
 
     let bytes = edited.len();
     let delta =

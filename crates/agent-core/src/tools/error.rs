@@ -55,6 +55,19 @@ pub enum ToolError {
         /// The canonical workspace root.
         workspace: PathBuf,
     },
+    /// The path lies in a masked directory (the run's data directory inside the workspace,
+    /// see [`ToolContext::with_masked`](super::ToolContext::with_masked)), directly or through
+    /// a symlink: no tool reads, lists or writes it. Permanent.
+    #[error(
+        "tool `{tool}`: `{path}` is inside the run's data directory, which agents can neither \
+         read nor write; work on other files of the workspace"
+    )]
+    Masked {
+        /// The tool's name.
+        tool: String,
+        /// The path as the workspace shows it.
+        path: String,
+    },
     /// An I/O operation failed.
     #[error("tool `{tool}` failed on {}: {source}", .path.display())]
     Io {
@@ -241,6 +254,7 @@ impl ToolError {
             | Self::InvalidSchema { .. }
             | Self::InvalidArguments { .. }
             | Self::PathOutsideWorkspace { .. }
+            | Self::Masked { .. }
             | Self::TooLarge { .. }
             | Self::NotAFile { .. }
             | Self::InvalidPattern { .. }

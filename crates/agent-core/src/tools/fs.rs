@@ -10,9 +10,12 @@
 //! (`RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS`, see `beneath.rs`), so a symlink created or
 //! swapped while a call runs cannot lead it out of the workspace.
 
-use std::fs::{self, File, OpenOptions};
+use std::ffi::OsStr;
+use std::fs::{self, File};
 use std::io::{ErrorKind, Read as _, Write as _};
-use std::os::unix::fs::{FileTypeExt as _, OpenOptionsExt as _};
+use std::os::fd::AsFd as _;
+use std::os::unix::ffi::OsStrExt as _;
+use std::os::unix::fs::FileTypeExt as _;
 use std::path::Path;
 
 use async_trait::async_trait;
@@ -22,7 +25,7 @@ use serde_json::{Value, json};
 
 use rustix::fs::OFlags;
 
-use super::beneath;
+use super::beneath::{Beneath, Masks};
 use super::path::{display, resolve};
 use super::{Tool, ToolContext, ToolError, ToolOutput};
 
@@ -170,8 +173,8 @@ impl Tool for ReadFile {
 
     async fn call(&self, ctx: &ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
         let PathArgs { path } = parse(Self::NAME, args)?;
-        let root = ctx.workspace().to_path_buf();
-        blocking(Self::NAME, move || read_file(&root, &path)).await
+        let ws = Workspace::of(ctx);
+        blocking(Self::NAME, move || read_file(&ws.open(Self::NAME)?, &path)).await
     }
 }
 
@@ -201,8 +204,8 @@ impl Tool for WriteFile {
 
     async fn call(&self, ctx: &ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
         let WriteArgs { path, content } = parse(Self::NAME, args)?;
-        let root = ctx.workspace().to_path_buf();
-        blocking(Self::NAME, move || write_file(&root, &path, &content)).await
+        let ws = Workspace::of(ctx);
+        blocking(Self::NAME, move || write_file(&ws.open(Self::NAME)?, &path, &content)).await
     }
 }
 
@@ -227,8 +230,27 @@ impl Tool for ListDir {
 
     async fn call(&self, ctx: &ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
         let ListArgs { path } = parse(Self::NAME, args)?;
-        let root = ctx.workspace().to_path_buf();
-        blocking(Self::NAME, move || list_dir(&root, &path)).await
+        let ws = Workspace::of(ctx);
+        blocking(Self::NAME, move || list_dir(&ws.open(Self::NAME)?, &path)).await
+    }
+}
+
+/// What a file tool's blocking work needs of its context: the workspace root and the masked
+/// directories, moved onto the blocking pool and opened there ([`Workspace::open`]).
+pub(super) struct Workspace {
+    root: std::path::PathBuf,
+    masked: Vec<super::beneath::MaskedDir>,
+}
+
+impl Workspace {
+    /// `ctx`'s workspace and masked directories.
+    pub(super) fn of(ctx: &ToolContext) -> Self {
+        Self { root: ctx.workspace().to_path_buf(), masked: ctx.masked_dirs().to_vec() }
+    }
+
+    /// A handle on the root, with the masked directories' identities now. Blocking.
+    pub(super) fn open(&self, tool: &str) -> Result<Beneath, ToolError> {
+        Beneath::new(tool, &self.root, Masks::now(&self.masked))
     }
 }
 
@@ -277,10 +299,11 @@ fn dot() -> String {
     ".".to_owned()
 }
 
-fn read_file(root: &Path, requested: &str) -> Result<ToolOutput, ToolError> {
+fn read_file(ws: &Beneath, requested: &str) -> Result<ToolOutput, ToolError> {
     const TOOL: &str = ReadFile::NAME;
+    let root = ws.root();
     let path = resolve(root, TOOL, requested)?;
-    let (bytes, _) = read_regular(TOOL, root, &path, requested)?;
+    let (bytes, _) = read_regular(TOOL, ws, &path, requested)?;
     let size = bytes.len() as u64;
     let content = String::from_utf8(bytes).map_err(|err| {
         let offset = err.utf8_error().valid_up_to();
@@ -308,10 +331,11 @@ fn read_file(root: &Path, requested: &str) -> Result<ToolOutput, ToolError> {
 /// [`ToolError::TooLarge`].
 pub(super) fn read_regular(
     tool: &str,
-    root: &Path,
+    ws: &Beneath,
     path: &Path,
     requested: &str,
 ) -> Result<(Vec<u8>, fs::Metadata), ToolError> {
+    let root = ws.root();
     let io = |err| ToolError::io(tool, path, err);
     let is_dir = || {
         ToolError::failed(
@@ -326,7 +350,7 @@ pub(super) fn read_regular(
         return Err(is_dir());
     }
     not_a_regular_file(tool, root, path, &before.file_type(), "read")?;
-    let file = beneath::open(tool, root, path, OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY)?;
+    let file = ws.open(tool, path, OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY)?;
     let meta = file.metadata().map_err(io)?;
     if meta.is_dir() {
         return Err(is_dir());
@@ -351,8 +375,9 @@ pub(super) fn read_regular(
     Ok((bytes, meta))
 }
 
-fn write_file(root: &Path, requested: &str, content: &str) -> Result<ToolOutput, ToolError> {
+fn write_file(ws: &Beneath, requested: &str, content: &str) -> Result<ToolOutput, ToolError> {
     const TOOL: &str = WriteFile::NAME;
+    let root = ws.root();
     let target = resolve(root, TOOL, requested)?;
     let dir = match target.parent() {
         Some(dir) if target != root => dir,
@@ -363,7 +388,7 @@ fn write_file(root: &Path, requested: &str, content: &str) -> Result<ToolOutput,
             ));
         }
     };
-    beneath::create_dirs(TOOL, root, dir)?;
+    ws.create_dirs(TOOL, dir)?;
     // `target` is canonical when it exists, so this is the file itself; a dangling symlink is
     // replaced by the rename like a missing file. The target is never opened.
     let previous = match fs::symlink_metadata(&target) {
@@ -381,7 +406,7 @@ fn write_file(root: &Path, requested: &str, content: &str) -> Result<ToolOutput,
         Err(err) if err.kind() == ErrorKind::NotFound => None,
         Err(err) => return Err(ToolError::io(TOOL, &target, err)),
     };
-    replace_file(TOOL, root, &target, content, previous, || Ok(()))?;
+    replace_file(TOOL, ws, &target, content.as_bytes(), previous, || Ok(()))?;
     let bytes = content.len();
     let shown = display(root, &target);
     Ok(ToolOutput {
@@ -391,24 +416,25 @@ fn write_file(root: &Path, requested: &str, content: &str) -> Result<ToolOutput,
     })
 }
 
-/// Replaces `target` (in an existing directory under `root`) with `content` atomically: a
+/// Replaces `target` (in an existing directory of the workspace) with `content` atomically: a
 /// temporary file in the same directory, flushed to disk and given `permissions`, is renamed
-/// over it, and the directory is synced. The directory is opened beneath `root` (a symlink
-/// swapped in cannot lead out) and the file and rename are relative to that handle.
+/// over it, and the directory is synced. The directory is opened beneath the root (a symlink
+/// swapped in cannot lead out, a masked directory is refused) and the file and rename are
+/// relative to that handle.
 /// `before_rename` runs last before the rename and may still refuse (the temporary file is
 /// removed then). The target is never opened.
 pub(super) fn replace_file(
     tool: &str,
-    root: &Path,
+    ws: &Beneath,
     target: &Path,
-    content: &str,
+    content: &[u8],
     permissions: Option<fs::Permissions>,
     before_rename: impl FnOnce() -> Result<(), ToolError>,
 ) -> Result<(), ToolError> {
     let (Some(dir), Some(name)) = (target.parent(), target.file_name()) else {
         return Err(ToolError::failed(tool, "the workspace root is not a file"));
     };
-    let handle = beneath::open_dir(tool, root, dir)?;
+    let handle = ws.open_dir(tool, dir)?;
     let temp = format!(".strata-write-{}.tmp", uuid::Uuid::new_v4().simple());
     // Best effort: the temporary file is ours and useless after a failure.
     let discard = |err| {
@@ -433,7 +459,7 @@ pub(super) fn replace_file(
 fn write_temp(
     dir: &std::os::fd::OwnedFd,
     temp: &str,
-    content: &str,
+    content: &[u8],
     permissions: Option<fs::Permissions>,
 ) -> std::io::Result<()> {
     // `O_EXCL` never opens something already there, FIFO or not; `O_NOFOLLOW` no symlink.
@@ -449,15 +475,16 @@ fn write_temp(
     if !file.metadata()?.file_type().is_file() {
         return Err(std::io::Error::other("the temporary file is not a regular file"));
     }
-    file.write_all(content.as_bytes())?;
+    file.write_all(content)?;
     if let Some(permissions) = permissions {
         file.set_permissions(permissions)?;
     }
     file.sync_all()
 }
 
-fn list_dir(root: &Path, requested: &str) -> Result<ToolOutput, ToolError> {
+fn list_dir(ws: &Beneath, requested: &str) -> Result<ToolOutput, ToolError> {
     const TOOL: &str = ListDir::NAME;
+    let root = ws.root();
     let dir = resolve(root, TOOL, requested)?;
     let io = |err| ToolError::io(TOOL, &dir, err);
     // `read_dir` opens with O_DIRECTORY, which fails at once on anything else; this check only
@@ -473,7 +500,7 @@ fn list_dir(root: &Path, requested: &str) -> Result<ToolOutput, ToolError> {
             action: "listed",
         });
     }
-    let handle = beneath::open_dir(TOOL, root, &dir)?;
+    let handle = ws.open_dir(TOOL, &dir)?;
     let mut entries = Vec::new();
     let io = |errno: rustix::io::Errno| ToolError::io(TOOL, &dir, errno.into());
     for entry in rustix::fs::Dir::read_from(&handle).map_err(io)? {
@@ -496,6 +523,10 @@ fn list_dir(root: &Path, requested: &str) -> Result<ToolOutput, ToolError> {
             file_type => file_type == rustix::fs::FileType::Directory,
         };
         if is_dir {
+            // A masked directory (the run's data) is not shown.
+            if ws.masks().is_masked_entry(handle.as_fd(), OsStr::from_bytes(raw)) {
+                continue;
+            }
             name.push('/');
         }
         entries.push(name);
@@ -506,12 +537,6 @@ fn list_dir(root: &Path, requested: &str) -> Result<ToolOutput, ToolError> {
         output: entries.join("\n"),
         data: json!({ "path": display(root, &dir), "entries": entries }),
     })
-}
-
-/// Opens `path` read-only with `O_NONBLOCK` and `extra` flags: opening a FIFO this way returns
-/// at once instead of waiting for a writer. (Reads of a regular file ignore `O_NONBLOCK`.)
-pub(super) fn open_nonblocking(path: &Path, extra: libc::c_int) -> std::io::Result<File> {
-    OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | extra).open(path)
 }
 
 /// [`ToolError::NotAFile`] unless `file_type` is a regular file (directories are the caller's

@@ -35,6 +35,11 @@
 //! The file tools open what they read, list and write beneath the workspace root with
 //! `openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)`, so a symlink created or swapped in by a
 //! command while they run (between the path check and the open) cannot lead them out either.
+//! `search` opens what it walked through no symlink at all. A directory masked with
+//! [`ToolContext::with_masked`] (the run's data directory inside the workspace) is refused
+//! ([`ToolError::Masked`]) on the opened handle's real location, and walks leave it out.
+//! [`WorkspaceFiles`] opens files the same way for the runtime's own reads and writes on an
+//! agent's behalf (OODA's level-3 copy, evolution's workspaces).
 //!
 //! `shell` commands run in a [`Sandbox`] (bubblewrap: the system read-only, the workspace
 //! read-write, home, `/run`, secrets and the run's data hidden, no network unless allowed,
@@ -86,6 +91,7 @@ use serde::{Deserialize, Serialize};
 pub use edit::EditFile;
 pub use error::{ToolError, WorkspaceError};
 pub use fs::{ListDir, MAX_READ_BYTES, ReadFile, WriteFile};
+pub use beneath::{EntryKind, WorkspaceFiles};
 pub use registry::ToolRegistry;
 pub use sandbox::{
     DEFAULT_FILE_BYTES, DEFAULT_MEMORY_BYTES, DEFAULT_OPEN_FILES, DEFAULT_PROCESSES,
@@ -216,6 +222,8 @@ pub struct ToolContext {
 
 impl ToolContext {
     /// The default shell timeout: the task timeout of seed 000, 30 s.
+    /// Directories no file tool may read, list or write ([`with_masked`](Self::with_masked)).
+    masked: Vec<beneath::MaskedDir>,
     pub const DEFAULT_SHELL_TIMEOUT: Duration =
         Duration::from_millis(agent_state::DEFAULT_TIMEOUT_MS);
 
@@ -245,6 +253,7 @@ impl ToolContext {
     }
 
     /// The same context running `shell` commands in `sandbox` ([`Sandbox::unsandboxed`]: in
+            masked: Vec::new(),
     /// none). Check that it can work with [`Sandbox::check`] before a run starts.
     #[must_use]
     pub fn with_sandbox(mut self, sandbox: Sandbox) -> Self {
@@ -261,6 +270,37 @@ impl ToolContext {
     /// directory's `journal/`), so that a resumed run can tell whether an interrupted call
     /// completed. Without one, an interrupted non-idempotent call is never run again.
     #[must_use]
+    /// The same context with `dirs` masked as well: no file tool reads, lists or writes
+    /// anything in them (a call is refused with [`ToolError::Masked`], checked on the handle it
+    /// opened, so a symlink into one or a rename of one does not get round it), and `search`,
+    /// `glob` and `list_dir` leave them out. A runtime masks the run's data directory when the
+    /// workspace contains it (the [`Sandbox`] hides it from commands with
+    /// [`Sandbox::hide`]). A directory outside the workspace needs no mask and is harmless
+    /// here; one that contains the workspace masks nothing (the workspace is never refused).
+    ///
+    /// Blocking (each directory is resolved and its identity taken now); call it while
+    /// setting up.
+    #[must_use]
+    pub fn with_masked<P: AsRef<Path>>(mut self, dirs: impl IntoIterator<Item = P>) -> Self {
+        for dir in dirs {
+            let masked = beneath::MaskedDir::new(dir.as_ref());
+            if !self.masked.contains(&masked) {
+                self.masked.push(masked);
+            }
+        }
+        self
+    }
+
+    /// The masked directories' paths ([`with_masked`](Self::with_masked)).
+    pub fn masked(&self) -> impl Iterator<Item = &Path> {
+        self.masked.iter().map(beneath::MaskedDir::path)
+    }
+
+    /// The masked directories, for the tools.
+    pub(crate) fn masked_dirs(&self) -> &[beneath::MaskedDir] {
+        &self.masked
+    }
+
     pub fn with_journal(mut self, dir: impl Into<PathBuf>) -> Self {
         // Tools run in the workspace, so a relative journal path must not be read from there.
         let dir = dir.into();

@@ -11,7 +11,10 @@ use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkMatch}
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::fs::{blocking, open_nonblocking, parse};
+use rustix::fs::OFlags;
+
+use super::beneath::Beneath;
+use super::fs::{Workspace, blocking, parse};
 use super::walk::{GlobFilter, Notes, Scope};
 use super::{Tool, ToolContext, ToolError, ToolOutput};
 
@@ -174,9 +177,9 @@ impl Tool for Search {
 
     async fn call(&self, ctx: &ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
         let args: SearchArgs = parse(Self::NAME, args)?;
-        let root = ctx.workspace().to_path_buf();
+        let ws = Workspace::of(ctx);
         let limit = ctx.tool_timeout();
-        blocking(Self::NAME, move || search(&root, args, limit)).await
+        blocking(Self::NAME, move || search(&ws.open(Self::NAME)?, args, limit)).await
     }
 }
 
@@ -201,9 +204,9 @@ impl Tool for Glob {
 
     async fn call(&self, ctx: &ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
         let args: GlobArgs = parse(Self::NAME, args)?;
-        let root = ctx.workspace().to_path_buf();
+        let ws = Workspace::of(ctx);
         let limit = ctx.tool_timeout();
-        blocking(Self::NAME, move || glob(&root, args, limit)).await
+        blocking(Self::NAME, move || glob(&ws.open(Self::NAME)?, args, limit)).await
     }
 }
 
@@ -249,7 +252,7 @@ fn cap(tool: &str, requested: Option<u64>, default: u64, max: u64) -> Result<usi
     Ok(usize::try_from(n).unwrap_or(usize::MAX))
 }
 
-fn search(root: &Path, args: SearchArgs, limit: Duration) -> Result<ToolOutput, ToolError> {
+fn search(ws: &Beneath, args: SearchArgs, limit: Duration) -> Result<ToolOutput, ToolError> {
     const TOOL: &str = Search::NAME;
     if args.pattern.is_empty() {
         return Err(ToolError::invalid(TOOL, "`pattern`: must not be empty"));
@@ -270,7 +273,9 @@ fn search(root: &Path, args: SearchArgs, limit: Duration) -> Result<ToolOutput, 
             reason: err.to_string().into(),
         })?;
     let filter = args.glob.as_deref().map(|g| GlobFilter::new(TOOL, "glob", g)).transpose()?;
-    let scope = Scope::new(TOOL, root, args.path.as_deref())?;
+    let scope = Scope::new(TOOL, ws.root(), args.path.as_deref(), ws.masks().clone())?;
+    // A scope in a masked directory is refused rather than walked (and found empty).
+    drop(ws.open(TOOL, scope.target(), OFlags::PATH)?);
     let mut searcher = SearcherBuilder::new()
         .line_number(true)
         .binary_detection(BinaryDetection::quit(b'\0'))
@@ -287,7 +292,7 @@ fn search(root: &Path, args: SearchArgs, limit: Duration) -> Result<ToolOutput, 
             return;
         }
         let shown = scope.show(path);
-        match search_file(&mut searcher, &matcher, path, &shown, found.len(), cap) {
+        match search_file(ws, &mut searcher, &matcher, path, &shown, found.len(), cap) {
             Ok(FileResult::Binary) => binary_files += 1,
             Ok(FileResult::Text { count, kept }) => {
                 files_searched += 1;
@@ -343,9 +348,12 @@ enum FileResult {
     NotRegular,
 }
 
-/// Searches the regular file at `path`, opened without blocking and checked on the handle,
-/// keeping matches while `already + kept` is under `cap`.
+/// Searches the regular file at `path`, opened without blocking beneath the workspace root
+/// through no symlink (the walk followed none: a component swapped for one since fails) and
+/// outside the masked directories, and checked on the handle, keeping matches while
+/// `already + kept` is under `cap`. A failure never quotes the file.
 fn search_file(
+    ws: &Beneath,
     searcher: &mut Searcher,
     matcher: &grep_regex::RegexMatcher,
     path: &Path,
@@ -353,7 +361,9 @@ fn search_file(
     already: usize,
     cap: usize,
 ) -> std::io::Result<FileResult> {
-    let file = open_nonblocking(path, libc::O_NOCTTY)?;
+    let file = ws
+        .open_no_links(Search::NAME, path, OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY)
+        .map_err(std::io::Error::other)?;
     if !file.metadata()?.is_file() {
         tracing::debug!(path = %shown, "no longer a regular file; not searched");
         return Ok(FileResult::NotRegular);
@@ -414,14 +424,16 @@ fn shorten_line(bytes: &[u8]) -> String {
     }
 }
 
-fn glob(root: &Path, args: GlobArgs, limit: Duration) -> Result<ToolOutput, ToolError> {
+fn glob(ws: &Beneath, args: GlobArgs, limit: Duration) -> Result<ToolOutput, ToolError> {
     const TOOL: &str = Glob::NAME;
     if args.pattern.is_empty() {
         return Err(ToolError::invalid(TOOL, "`pattern`: must not be empty"));
     }
     let cap = cap(TOOL, args.max_results, Glob::DEFAULT_MAX_RESULTS, Glob::MAX_RESULTS)?;
     let filter = GlobFilter::new(TOOL, "pattern", &args.pattern)?;
-    let scope = Scope::new(TOOL, root, args.path.as_deref())?;
+    let scope = Scope::new(TOOL, ws.root(), args.path.as_deref(), ws.masks().clone())?;
+    // A scope in a masked directory is refused rather than walked (and found empty).
+    drop(ws.open(TOOL, scope.target(), OFlags::PATH)?);
     let mut files: Vec<String> = Vec::new();
     let notes = scope.walk(TOOL, limit, |path, _: &FileType| {
         if filter.matches(scope.base(), path) {

@@ -1076,3 +1076,4 @@ fn display_paths_are_relative_to_the_workspace() {
 mod coding;
 mod escapes;
 mod journal;
+mod masked;

@@ -12,8 +12,15 @@
 //! skipped unless the scope names them, and a directory whose ignore file is not a regular file
 //! inside the workspace (a FIFO that the walker would block on when reading its rules, a device,
 //! a link out of the workspace) is skipped and reported, never entered.
+//!
+//! A masked directory (the run's data directory inside the workspace, see
+//! [`ToolContext::with_masked`](super::ToolContext::with_masked)) is pruned by its device and
+//! inode before it is read, silently; `search` opens each file it visits beneath the root
+//! through the masks again, so a directory renamed or swapped for a link while the walk runs
+//! does not lead it in.
 
 use std::fs;
+use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -22,6 +29,7 @@ use globset::{GlobBuilder, GlobMatcher};
 use ignore::{DirEntry, WalkBuilder};
 
 use super::ToolError;
+use super::beneath::Masks;
 use super::fs::kind_of;
 use super::path::{display, resolve};
 
@@ -40,6 +48,8 @@ pub(super) struct Scope {
     target: PathBuf,
     /// Whether `target` is a directory.
     is_dir: bool,
+    /// The masked directories, pruned from the walk.
+    masks: Masks,
 }
 
 /// What went wrong on the way, for the tool's output: entries that were skipped and why.
@@ -65,7 +75,12 @@ impl Scope {
     /// tool's path: it must exist and be a directory or a regular file.
     ///
     /// Blocking: call it on the blocking pool.
-    pub(super) fn new(tool: &str, root: &Path, requested: Option<&str>) -> Result<Self, ToolError> {
+    pub(super) fn new(
+        tool: &str,
+        root: &Path,
+        requested: Option<&str>,
+        masks: Masks,
+    ) -> Result<Self, ToolError> {
         let target = resolve(root, tool, requested.unwrap_or("."))?;
         let meta = fs::metadata(&target).map_err(|err| ToolError::io(tool, &target, err))?;
         if !meta.is_dir() && !meta.is_file() {
@@ -77,7 +92,12 @@ impl Scope {
                 action: "searched",
             });
         }
-        Ok(Self { root: root.to_path_buf(), target, is_dir: meta.is_dir() })
+        Ok(Self { root: root.to_path_buf(), target, is_dir: meta.is_dir(), masks })
+    }
+
+    /// The canonical directory or file that was asked for.
+    pub(super) fn target(&self) -> &Path {
+        &self.target
     }
 
     /// The directory that relative glob patterns start from: the target, or a file's parent.
@@ -126,7 +146,8 @@ impl Scope {
             let notes = Arc::clone(&notes);
             let root = self.root.clone();
             let target = self.target.clone();
-            move |entry: &DirEntry| keep(&root, &target, entry, &notes)
+            let masks = self.masks.clone();
+            move |entry: &DirEntry| keep(&root, &target, &masks, entry, &notes)
         };
         let walker = WalkBuilder::new(&self.root)
             .standard_filters(true)
@@ -237,8 +258,13 @@ impl GlobFilter {
 }
 
 /// The walk's filter: whether to keep `entry` (and, for a directory, descend into it).
-fn keep(root: &Path, target: &Path, entry: &DirEntry, notes: &Mutex<Notes>) -> bool {
+fn keep(root: &Path, target: &Path, masks: &Masks, entry: &DirEntry, notes: &Mutex<Notes>) -> bool {
     let path = entry.path();
+    if entry.file_type().is_some_and(|t| t.is_dir())
+        && entry.metadata().is_ok_and(|m| masks.is_masked(m.dev(), m.ino()))
+    {
+        return false;
+    }
     let on_the_way = target.starts_with(path);
     if !on_the_way && !path.starts_with(target) {
         return false;

@@ -52,6 +52,11 @@ impl Jail {
         self.ctx.workspace()
     }
 
+    /// A handle on the workspace root, as the file tools open one.
+    fn beneath(&self) -> beneath::Beneath {
+        fs::Workspace::of(&self.ctx).open("test").unwrap()
+    }
+
     /// Runs `command` journaled with a 20 s timeout and checks that nothing of it is left.
     async fn sh(&self, command: &str) -> Result<ToolOutput, ToolError> {
         self.sh_for(command, 20_000).await
@@ -251,7 +256,8 @@ fn e20_a_read_whose_directory_became_a_symlink_is_refused_at_the_open() {
     let jail = jail();
     symlink(outside.path(), jail.ws().join("swapped")).unwrap();
     let path = jail.ws().join("swapped/secret.txt");
-    let err = fs::read_regular("read_file", jail.ws(), &path, "swapped/secret.txt").unwrap_err();
+    let err =
+        fs::read_regular("read_file", &jail.beneath(), &path, "swapped/secret.txt").unwrap_err();
     assert!(matches!(err, ToolError::PathOutsideWorkspace { .. }), "{err:?}");
 }
 
@@ -261,7 +267,8 @@ fn e21_a_write_whose_directory_became_a_symlink_is_refused_at_the_open() {
     let jail = jail();
     symlink(outside.path(), jail.ws().join("swapped")).unwrap();
     let target = jail.ws().join("swapped/planted.txt");
-    let err = fs::replace_file("write_file", jail.ws(), &target, "x", None, || Ok(())).unwrap_err();
+    let err = fs::replace_file("write_file", &jail.beneath(), &target, b"x", None, || Ok(()))
+        .unwrap_err();
     assert!(matches!(err, ToolError::PathOutsideWorkspace { .. }), "{err:?}");
     assert!(!outside.path().join("planted.txt").exists());
 }
@@ -271,7 +278,9 @@ fn e22_creating_directories_through_a_swapped_symlink_is_refused() {
     let (outside, _) = outside_file("x");
     let jail = jail();
     symlink(outside.path(), jail.ws().join("swapped")).unwrap();
-    let err = beneath::create_dirs("write_file", jail.ws(), &jail.ws().join("swapped/new/deeper"))
+    let err = jail
+        .beneath()
+        .create_dirs("write_file", &jail.ws().join("swapped/new/deeper"))
         .unwrap_err();
     assert!(matches!(err, ToolError::PathOutsideWorkspace { .. }), "{err:?}");
     assert!(!outside.path().join("new").exists());
@@ -283,7 +292,8 @@ fn e23_an_absolute_symlink_back_into_the_workspace_is_still_refused_at_the_open(
     let jail = jail();
     std::fs::write(jail.ws().join("real.txt"), "x").unwrap();
     symlink(jail.ws().join("real.txt"), jail.ws().join("abs")).unwrap();
-    let err = fs::read_regular("read_file", jail.ws(), &jail.ws().join("abs"), "abs").unwrap_err();
+    let err =
+        fs::read_regular("read_file", &jail.beneath(), &jail.ws().join("abs"), "abs").unwrap_err();
     assert!(matches!(err, ToolError::PathOutsideWorkspace { .. }), "{err:?}");
 }
 
