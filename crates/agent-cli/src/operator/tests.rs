@@ -87,7 +87,7 @@ async fn requests_are_applied_as_the_human_audited_answered_and_removed() {
     assert_eq!(done(tmp.path(), "2-a").outcome, "vetoed");
     let refused = done(tmp.path(), "3-a");
     assert_eq!(refused.outcome, "refused");
-    assert!(refused.error.unwrap().contains("not a required signer"));
+    assert!(refused.error.unwrap().contains("`mallory` may not operate run"));
     assert_eq!(gov.get(three).await.unwrap().unwrap(), plan(3), "refusals change nothing");
     assert_eq!(done(tmp.path(), "4-a").error.as_deref(), Some("refused by the command"));
     assert!(done(tmp.path(), "5-a").error.unwrap().contains("not a request"));
