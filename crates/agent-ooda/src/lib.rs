@@ -27,8 +27,8 @@
 //!   `modify_self` call asks for a change; it applies only if self-modification is enabled and
 //!   its level is within the agent's. Level 1 applies as is; level 2 checks the result (the
 //!   config against its schema and rules, a `.json` or `.toml` file's syntax); level 3 runs the
-//!   agent's `test_command` before and after on a copy of the workspace and drops the change if
-//!   they fail; level 4 waits, in `waiting_approval`, for a governance decision a human signs.
+//!   agent's `test_command` before and after on a copy of the workspace (read beneath its root,
+//!   never through a symlink nor from a masked directory) and drops the change if they fail; level 4 waits, in `waiting_approval`, for a governance decision a human signs.
 //!   A change never gives the agent a tool its supervisor does not hold, nor touches the fields
 //!   that bound its permissions. Every applied change bumps `state_version` and is recorded with
 //!   before and after hashes; [`Ooda::rollback`] goes back to any earlier version (as a new
