@@ -41,11 +41,14 @@
 //! [`WorkspaceFiles`] opens files the same way for the runtime's own reads and writes on an
 //! agent's behalf (OODA's level-3 copy, evolution's workspaces).
 //!
-//! `shell` commands run in a [`Sandbox`] (bubblewrap: the system read-only, the workspace
-//! read-write, home, `/run`, secrets and the run's data hidden, no network unless allowed,
-//! limits on memory, processes, file size and open files, and a PID namespace so that nothing
-//! a call started outlives it). It is on by default; [`Sandbox::unsandboxed`] turns it off
-//! explicitly, and a call whose sandbox cannot work here is refused ([`ToolError::Sandbox`]).
+//! `shell` commands run in a [`Sandbox`] (built in, no external program: the system read-only,
+//! the workspace read-write, home, `/run`, secrets and the run's data hidden, a private capped
+//! `/tmp` and `/dev/shm`, no network unless allowed, a minimal environment, limits on memory,
+//! processes, file size and open files, control groups for the whole command tree as root, and
+//! a PID namespace so that nothing a call started outlives it). A program using it calls
+//! [`run_sandbox_launcher_if_requested`] first in `main`, or ships the `strata-sandbox`
+//! binary next to its executable (see [`Sandbox`]). It is on by default;
+//! [`Sandbox::unsandboxed`] turns it off explicitly, and a call whose sandbox cannot work here is refused ([`ToolError::Sandbox`]).
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -88,11 +91,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+pub use beneath::{EntryKind, WorkspaceFiles};
 pub use edit::EditFile;
 pub use error::{ToolError, WorkspaceError};
 pub use fs::{ListDir, MAX_READ_BYTES, ReadFile, WriteFile};
-pub use beneath::{EntryKind, WorkspaceFiles};
 pub use registry::ToolRegistry;
+pub use sandbox::launch::{run_sandbox_launcher_if_requested, sandbox_launcher_main};
 pub use sandbox::{
     DEFAULT_FILE_BYTES, DEFAULT_MEMORY_BYTES, DEFAULT_OPEN_FILES, DEFAULT_PROCESSES,
     DEFAULT_TMP_BYTES, Sandbox, SandboxError, SandboxLimits,

@@ -1,5 +1,8 @@
-//! The sandbox every `shell` command runs in: bubblewrap (`bwrap`) namespaces plus resource
-//! limits, or explicitly none ([`Sandbox::unsandboxed`]). See [`Sandbox`].
+//! The sandbox every `shell` command runs in: Strata's built-in sandbox (namespaces, mounts,
+//! resource limits and control groups, through the hakoniwa crate and a launcher process), or
+//! explicitly none ([`Sandbox::unsandboxed`]). See [`Sandbox`].
+
+pub(super) mod launch;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -20,6 +23,8 @@ pub const DEFAULT_TMP_BYTES: u64 = 256 * 1024 * 1024;
 
 /// Where the kernel's `pids` controller is mounted on cgroup v1 systems.
 const PIDS_CGROUP_V1: &str = "/sys/fs/cgroup/pids";
+/// Where the kernel's `memory` controller is mounted on cgroup v1 systems.
+const MEMORY_CGROUP_V1: &str = "/sys/fs/cgroup/memory";
 
 /// The resource limits of a sandboxed command.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,38 +53,73 @@ impl Default for SandboxLimits {
     }
 }
 
-/// How `shell` commands are confined: a bubblewrap sandbox (the default) or, explicitly,
-/// none ([`Sandbox::unsandboxed`]).
+/// How `shell` commands are confined: Strata's built-in sandbox (the default) or,
+/// explicitly, none ([`Sandbox::unsandboxed`]).
+///
+/// The sandbox needs no external program: it is built by the crate
+/// [hakoniwa](https://docs.rs/hakoniwa) (Linux namespaces, mounts and rlimits; built without
+/// its seccomp, cgroups and landlock features, so no system C library is needed) and a few
+/// safe `nix`/`caps` calls, run by a launcher process that Strata starts before each command
+/// (see "The launcher" below). hakoniwa was chosen over landlock + seccomp because namespaces
+/// give what the previous bubblewrap sandbox gave on every kernel Strata meets (mount, PID,
+/// network isolation, hidden paths, a private `/tmp`), while landlock only restricts file
+/// access and needs kernel 5.13+ with the LSM enabled.
 ///
 /// A sandboxed command (Linux only) sees:
 ///
-/// - the whole system read-only (`--ro-bind / /`), a fresh `/dev` and `/proc` (its own PID
-///   namespace: no other process of the machine is visible), an empty private `/tmp` of at most
-///   [`SandboxLimits::tmp_bytes`];
+/// - the whole system read-only (every mount), a fresh `/dev` and `/proc` (its own PID
+///   namespace: no other process of the machine is visible; `/proc/sys` read-only), a private
+///   `/tmp` and a private `/dev/shm`, each a tmpfs of at most [`SandboxLimits::tmp_bytes`];
 /// - the workspace read-write, and nothing else writable;
 /// - hidden (an empty read-only directory, or an empty file, mounted over them): the user's
 ///   home (`$HOME`, `/home`, `/root`), `/run` (where daemons' sockets live), the password and
 ///   sudo files and SSH host keys, the run's crash journals and every path added with
 ///   [`Sandbox::hide`] (a run hides its data directory: other runs and its own store);
-/// - no network (a network namespace of its own, with only its own loopback) unless
-///   [`Sandbox::with_network`] allows it; no capabilities; no new user namespaces;
-/// - limits: address space, file size, open files and processes ([`SandboxLimits`]). The
-///   process limit is `RLIMIT_NPROC` in the sandbox's own user namespace; the kernel never
-///   applies it to root, so when Strata runs as root the command is also put into a `pids`
-///   control group of its own (cgroup v1 `/sys/fs/cgroup/pids`, when writable).
-///   [`Sandbox::enforces_process_limit`] says whether a limit holds on this machine.
+/// - no network (a network namespace of its own, with only a loopback interface, which is
+///   down) unless [`Sandbox::with_network`] allows it; no capabilities (bounding set
+///   included); no new user namespaces; `no_new_privs`; its own IPC and UTS namespaces and its
+///   own session;
+/// - a minimal environment: `PATH`, `LANG`, `TERM`, `HOME=/tmp` (inside the sandbox) and the
+///   variables named with [`Sandbox::pass_env`] (a team file's `[sandbox] env`). Strata's own
+///   environment (API keys, tokens, OTLP headers) never reaches a command, unsandboxed
+///   neither (there `HOME` is the user's);
+/// - limits ([`SandboxLimits`]): per process `RLIMIT_AS`, `RLIMIT_FSIZE`, `RLIMIT_NOFILE` and
+///   `RLIMIT_NPROC` (counted in the sandbox's own user namespace; the kernel never applies it
+///   to root). For the whole command tree, when Strata runs as root, a `pids` and a `memory`
+///   control group of the call's own (cgroup v1 `/sys/fs/cgroup/{pids,memory}`, or a pure
+///   cgroup v2 hierarchy), capped at [`SandboxLimits::processes`] and
+///   [`SandboxLimits::memory_bytes`] (tmpfs pages count too). As another user, only the
+///   rlimits hold: the process count is bounded by `RLIMIT_NPROC`, memory per process only.
+///   [`Sandbox::enforces_process_limit`] says whether a process limit holds here.
 ///
-/// Every process of a call lives in the sandbox's PID namespace, so when the command exits, is
-/// killed at its timeout, or its runner dies (`--die-with-parent`), the kernel kills every
-/// process it started, including ones that left its process group or session (`setsid`, a
-/// double fork): a call leaves nothing running.
+/// Every process of a call lives in the sandbox's PID namespace, whose PID 1 is the command:
+/// when it exits, is killed at its timeout, or the launcher dies (the parent-death signal), the
+/// kernel kills every process it started, including ones that left its process group or
+/// session (`setsid`, a double fork). The launcher then removes the call's control groups and
+/// the empty skeleton directory it made under the temporary directory; after a kill the
+/// caller removes them, and a leftover control group of an earlier attempt is emptied and
+/// removed when the call is retried, so a retry never finds it in the way.
 ///
-/// The sandbox sits inside the `shell` tool's runner (runner `sh` → `timeout` → `bwrap` →
-/// `prlimit` → `sh -c command`), so a command still outlives a crash of Strata and is adopted on
-/// resume.
+/// The sandbox sits inside the `shell` tool's runner (runner `sh` → `timeout` → launcher →
+/// `sh -c command`), so a command still outlives a crash of Strata and is adopted on resume.
 ///
-/// [`Sandbox::check`] tells whether `bwrap` works here ([`SandboxError`] says how to fix it);
-/// a `shell` call under a sandbox that cannot work is refused with
+/// # The launcher
+///
+/// The launcher is a fresh process of an executable that hands itself to
+/// [`run_sandbox_launcher_if_requested`](super::run_sandbox_launcher_if_requested) first
+/// thing in `main` (before any thread starts, so it may fork). Strata looks for it:
+///
+/// 1. the running executable itself, if it called that function (`strata` does);
+/// 2. else a `strata-sandbox` binary (this crate's, `cargo build -p agent-core --bin
+///    strata-sandbox`) next to the running executable, or in its parent directory (test
+///    binaries live in `target/<profile>/deps`, the binary in `target/<profile>`; a workspace
+///    build or test builds it).
+///
+/// Where none is found, [`Sandbox::check`] answers [`SandboxError::NoLauncher`] saying
+/// exactly that.
+///
+/// [`Sandbox::check`] tells whether the sandbox works here ([`SandboxError`] names what is
+/// missing and how to fix it); a `shell` call under a sandbox that cannot work is refused with
 /// [`ToolError::Sandbox`](super::ToolError::Sandbox), never run without it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Sandbox {
@@ -88,32 +128,36 @@ pub struct Sandbox {
     limits: SandboxLimits,
     hidden: Vec<PathBuf>,
     read_only: Vec<PathBuf>,
+    pass_env: Vec<String>,
 }
 
 /// Why the sandbox cannot work on this machine, and how to fix it.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SandboxError {
-    /// `bwrap` is not installed.
+    /// No launcher executable was found.
     #[error(
-        "commands run in a bubblewrap sandbox, and `bwrap` is not installed: install it \
-         (Debian/Ubuntu `apt-get install bubblewrap`, Fedora `dnf install bubblewrap`), or pass \
-         `--unsandboxed` to run commands without a sandbox"
+        "commands run in Strata's built-in sandbox, whose launcher was not found: call \
+         `agent_core::tools::run_sandbox_launcher_if_requested()` first thing in `main`, or \
+         build the `strata-sandbox` binary (`cargo build -p agent-core --bin strata-sandbox`) \
+         and put it next to the executable (looked for {searched}); or pass `--unsandboxed` \
+         to run commands without a sandbox"
     )]
-    Missing,
-    /// `bwrap` is there but cannot create the sandbox (user namespaces disabled, say).
+    NoLauncher {
+        /// The paths looked at.
+        searched: String,
+    },
+    /// The kernel lacks what the sandbox needs (user or mount namespaces, say).
     #[error(
-        "commands run in a bubblewrap sandbox, and `bwrap` cannot create one here ({detail}): \
-         allow unprivileged user namespaces (`sysctl kernel.unprivileged_userns_clone=1`; on \
-         Ubuntu also `kernel.apparmor_restrict_unprivileged_userns=0`), or pass \
-         `--unsandboxed` to run commands without a sandbox"
+        "commands run in Strata's built-in sandbox, which cannot be built here: {detail}; \
+         pass `--unsandboxed` to run commands without a sandbox"
     )]
     Unusable {
-        /// What `bwrap` reported.
+        /// What is missing, or what the launcher reported.
         detail: String,
     },
     /// The sandbox is not available on this operating system.
     #[error(
-        "commands run in a sandbox, which needs Linux (bubblewrap); pass `--unsandboxed` to run \
+        "commands run in a sandbox, which needs Linux (namespaces); pass `--unsandboxed` to run \
          commands without one"
     )]
     Unsupported,
@@ -134,6 +178,7 @@ impl Sandbox {
             limits: SandboxLimits::default(),
             hidden: Vec::new(),
             read_only: Vec::new(),
+            pass_env: Vec::new(),
         }
     }
 
@@ -207,8 +252,55 @@ impl Sandbox {
         &self.read_only
     }
 
-    /// Whether the sandbox can work on this machine: `Ok` when it is disabled or `bwrap` can
-    /// create it. The answer is probed once per process (it runs `bwrap … true`).
+    /// The same sandbox also passing the variables `names` of Strata's environment to
+    /// commands (those that are set): a team file's `[sandbox] env`. Nothing else of Strata's
+    /// environment reaches a command but `PATH`, `LANG`, `TERM` and a `HOME`.
+    #[must_use]
+    pub fn pass_env<I, S>(mut self, names: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        for name in names {
+            let name = name.into();
+            if !self.pass_env.contains(&name) {
+                self.pass_env.push(name);
+            }
+        }
+        self
+    }
+
+    /// The variables added with [`pass_env`](Self::pass_env).
+    pub fn passed_env(&self) -> &[String] {
+        &self.pass_env
+    }
+
+    /// The whole environment of a command: `PATH`, `LANG`, `TERM` and `HOME` (the user's
+    /// unsandboxed; the launcher sets `/tmp` inside the sandbox), and the variables of
+    /// [`pass_env`](Self::pass_env) that are set. Give it after `env_clear`.
+    pub fn command_env(&self) -> Vec<(String, OsString)> {
+        let mut env: Vec<(String, OsString)> = Vec::new();
+        let path = std::env::var_os("PATH")
+            .unwrap_or_else(|| OsString::from("/usr/local/bin:/usr/bin:/bin"));
+        env.push(("PATH".to_owned(), path));
+        for name in ["LANG", "TERM"] {
+            if let Some(value) = std::env::var_os(name) {
+                env.push((name.to_owned(), value));
+            }
+        }
+        let home = if self.enabled { None } else { std::env::var_os("HOME") };
+        env.push(("HOME".to_owned(), home.unwrap_or_else(|| OsString::from("/tmp"))));
+        for name in &self.pass_env {
+            if let Some(value) = std::env::var_os(name) {
+                env.retain(|(known, _)| known != name);
+                env.push((name.clone(), value));
+            }
+        }
+        env
+    }
+
+    /// Whether the sandbox can work on this machine: `Ok` when it is disabled, or when the
+    /// launcher is found and builds a sandbox around `true`. Probed once per process.
     ///
     /// Blocking: call it while setting up.
     pub fn check(&self) -> Result<(), SandboxError> {
@@ -216,112 +308,90 @@ impl Sandbox {
             return Ok(());
         }
         static PROBE: OnceLock<Result<(), SandboxError>> = OnceLock::new();
-        PROBE.get_or_init(|| probe("bwrap")).clone()
+        PROBE.get_or_init(probe).clone()
     }
 
     /// Whether the process limit binds on this machine: always for a user other than root
     /// (`RLIMIT_NPROC` in the sandbox's user namespace), for root only with a writable `pids`
     /// cgroup. Without one, a fork bomb run as root is stopped only by the call's timeout.
     pub fn enforces_process_limit(&self) -> bool {
-        self.enabled && (!is_root() || pids_cgroup_root().is_some())
+        self.enabled && (!is_root() || cgroup_roots().iter().any(|c| c.pids))
     }
 
     /// A command that runs `program` inside this sandbox, in `workspace` (the workspace
-    /// read-write, the rest as for a `shell` call; no per-call `pids` cgroup, so as root the
-    /// process limit is not enforced: see [`enforces_process_limit`](Self::enforces_process_limit)).
-    /// Disabled: `program` itself. Add its arguments; run it in its own process group and kill
-    /// the group when done (the PID namespace then takes every process it started with it).
+    /// read-write, the rest as for a `shell` call, with the [minimal
+    /// environment](Self::command_env); as root no per-call control group, so the process and
+    /// memory limits are per process: see
+    /// [`enforces_process_limit`](Self::enforces_process_limit)). Add its arguments; run it in
+    /// its own process group and kill the group when done (the PID namespace then takes every
+    /// process it started with it).
+    ///
+    /// It dies with its parent: the launcher sets the parent-death signal, which Linux sends
+    /// when the *thread* that spawned it ends, so spawn it from a thread that lives as long
+    /// as it should (an async runtime's worker, not `spawn_blocking`). Disabled, the launcher
+    /// only sets that signal and the minimal environment, then runs `program`. Check
+    /// [`check`](Self::check) first: without a launcher the command fails to start.
     pub fn command(&self, workspace: &Path, program: &str) -> tokio::process::Command {
-        let prefix = self.command_prefix(workspace, None, None);
-        let Some((first, rest)) = prefix.split_first() else {
-            return tokio::process::Command::new(program);
-        };
-        let mut command = tokio::process::Command::new(first);
-        command.args(rest).arg(program);
+        let launcher = launcher_path().unwrap_or_else(|_| PathBuf::from(LAUNCHER_NAME));
+        let spec = self.spec(workspace, None, &[], "strata-command");
+        let mut command = tokio::process::Command::new(launcher);
+        command.arg(launch::LAUNCH_ARG).arg(spec).arg("--").arg(program);
+        command.env_clear().envs(self.command_env()).current_dir(workspace);
         command
     }
 
+    /// The launcher's specification, as JSON, for a command in `workspace` (`journal`, the
+    /// context's journal root, hidden too; `cgroups` to create).
+    fn spec(
+        &self,
+        workspace: &Path,
+        journal: Option<&Path>,
+        cgroups: &[PathBuf],
+        tag: &str,
+    ) -> String {
+        let mut spec = launch::Spec::new(self.enabled);
+        if self.enabled {
+            spec.workspace = workspace.to_path_buf();
+            spec.network = self.network;
+            spec.memory_bytes = self.limits.memory_bytes;
+            spec.processes = self.limits.processes;
+            spec.file_bytes = self.limits.file_bytes;
+            spec.open_files = self.limits.open_files;
+            spec.tmp_bytes = self.limits.tmp_bytes;
+            spec.hides = self.hides(workspace, journal);
+            // Paths shown read-only, perhaps inside a hidden directory (a toolchain in the home).
+            let mut shown: Vec<PathBuf> =
+                self.read_only.iter().filter_map(|path| std::fs::canonicalize(path).ok()).collect();
+            // A resolver configuration under a hidden directory comes back with the network.
+            if self.network
+                && let Ok(resolv) = std::fs::canonicalize("/etc/resolv.conf")
+                && resolv != Path::new("/etc/resolv.conf")
+            {
+                shown.push(resolv);
+            }
+            spec.shown = shown;
+            spec.cgroups = cgroups.to_vec();
+            spec.tag = tag.to_owned();
+        }
+        serde_json::to_string(&spec).unwrap_or_default()
+    }
+
     /// The command line that runs a command inside the sandbox, before `sh -c command`: empty
-    /// when disabled. `journal` (the context's journal root) is hidden too. `cgroup` is the
-    /// `pids` cgroup to create for this call, when [`pids_cgroup_for`] gave one.
+    /// when disabled. `journal` (the context's journal root) is hidden too; `cgroups` are the
+    /// call's control groups ([`cgroups_for`]); `tag` names the call.
     pub(crate) fn command_prefix(
         &self,
         workspace: &Path,
         journal: Option<&Path>,
-        cgroup: Option<&Path>,
-    ) -> Vec<OsString> {
+        cgroups: &[PathBuf],
+        tag: &str,
+    ) -> Result<Vec<OsString>, SandboxError> {
         if !self.enabled {
-            return Vec::new();
+            return Ok(Vec::new());
         }
-        let mut args: Vec<OsString> = Vec::new();
-        if let Some(cgroup) = cgroup {
-            // Joins the call's own `pids` cgroup before the sandbox starts (root only).
-            args.extend(strs(&["sh", "-c", CGROUP_PRELUDE, "strata-sandbox"]));
-            args.push(cgroup.into());
-            args.push((self.limits.processes + CGROUP_OVERHEAD).to_string().into());
-        }
-        args.extend(strs(&[
-            "bwrap",
-            "--die-with-parent",
-            "--new-session",
-            "--unshare-user",
-            "--disable-userns",
-            "--unshare-pid",
-            "--unshare-ipc",
-            "--unshare-uts",
-            "--cap-drop",
-            "ALL",
-        ]));
-        if !self.network {
-            args.push("--unshare-net".into());
-        }
-        args.extend(strs(&["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]));
-        args.extend(strs(&["--perms", "1777", "--size"]));
-        args.push(self.limits.tmp_bytes.to_string().into());
-        args.extend(strs(&["--tmpfs", "/tmp"]));
-        let hides = self.hides(workspace, journal);
-        let (before, after): (Vec<_>, Vec<_>) =
-            hides.iter().partition(|(path, _)| workspace.starts_with(path));
-        for (path, is_dir) in &before {
-            hide_args(&mut args, path, *is_dir);
-        }
-        args.extend(["--bind".into(), workspace.into(), workspace.into()]);
-        for (path, is_dir) in &after {
-            hide_args(&mut args, path, *is_dir);
-        }
-        // Paths shown read-only, perhaps inside a hidden directory (a toolchain in the home).
-        let mut shown: Vec<PathBuf> =
-            self.read_only.iter().filter_map(|path| std::fs::canonicalize(path).ok()).collect();
-        // A resolver configuration that lives under a hidden directory comes back with the
-        // network.
-        if self.network
-            && let Ok(resolv) = std::fs::canonicalize("/etc/resolv.conf")
-            && resolv != Path::new("/etc/resolv.conf")
-        {
-            shown.push(resolv);
-        }
-        for path in shown {
-            args.extend(["--ro-bind-try".into(), path.clone().into(), path.into()]);
-        }
-        // Hidden directories become read-only last: the mounts above may need mount points
-        // made inside them (a workspace in the hidden home, say).
-        for (path, is_dir) in &hides {
-            if *is_dir {
-                args.extend(["--remount-ro".into(), path.into()]);
-            }
-        }
-        args.extend(["--chdir".into(), workspace.into(), "--".into()]);
-        let limits = self.limits;
-        args.extend([
-            "prlimit".into(),
-            format!("--nproc={}", limits.processes).into(),
-            format!("--as={}", limits.memory_bytes).into(),
-            format!("--fsize={}", limits.file_bytes).into(),
-            format!("--nofile={}", limits.open_files).into(),
-            "--core=0".into(),
-            "--".into(),
-        ]);
-        args
+        let launcher = launcher_path()?;
+        let spec = self.spec(workspace, journal, cgroups, tag);
+        Ok(vec![launcher.into(), launch::LAUNCH_ARG.into(), spec.into(), "--".into()])
     }
 
     /// The paths to hide that exist, canonical, with whether each is a directory; none is `/`
@@ -385,58 +455,231 @@ const SECRET_PATHS: [&str; 10] = [
     "/etc/sudoers.d",
 ];
 
-/// Joins a fresh `pids` cgroup (`$1`, limit `$2`), then runs the rest of the arguments.
-const CGROUP_PRELUDE: &str = r#"cg=$1; max=$2; shift 2
-mkdir "$cg" && echo "$max" > "$cg/pids.max" && echo $$ > "$cg/cgroup.procs" || {
-  echo "strata: cannot create the command's pids cgroup $cg" >&2; exit 126; }
-exec "$@""#;
+/// The name of the launcher binary looked for next to the executable.
+const LAUNCHER_NAME: &str = "strata-sandbox";
 
-/// Processes of the sandbox's own machinery inside a call's `pids` cgroup (the prelude
-/// shell, bwrap and its PID 1, prlimit's exec counts as the command).
-const CGROUP_OVERHEAD: u64 = 3;
+/// The launcher: this executable when it registered as one, else `strata-sandbox` next to it
+/// or in its parent directory.
+pub(crate) fn launcher_path() -> Result<PathBuf, SandboxError> {
+    #[cfg(test)]
+    build_launcher_for_tests();
+    launcher_next_to(std::env::current_exe().ok().as_deref(), launch::registered())
+}
 
-/// An empty `--tmpfs` over a directory (made read-only at the end), an empty file bound over
-/// a file.
-fn hide_args(args: &mut Vec<OsString>, path: &Path, is_dir: bool) {
-    if is_dir {
-        args.extend(["--tmpfs".into(), path.into()]);
+/// [`launcher_path`] for the executable `exe`, which is itself a launcher when `registered`.
+pub(super) fn launcher_next_to(
+    exe: Option<&Path>,
+    registered: bool,
+) -> Result<PathBuf, SandboxError> {
+    if registered && let Some(exe) = exe {
+        return Ok(exe.to_path_buf());
+    }
+    let mut searched = Vec::new();
+    if let Some(exe) = exe {
+        let dir = exe.parent();
+        for dir in [dir, dir.and_then(Path::parent)].into_iter().flatten() {
+            let candidate = dir.join(LAUNCHER_NAME);
+            if candidate.is_file() {
+                return Ok(candidate);
+            }
+            searched.push(candidate.display().to_string());
+        }
+    }
+    let searched = if searched.is_empty() {
+        "nothing: the executable's path is unknown".into()
     } else {
-        args.extend(["--ro-bind".into(), "/dev/null".into(), path.into()]);
+        searched.join(", ")
+    };
+    Err(SandboxError::NoLauncher { searched })
+}
+
+/// This crate's unit tests run in a test binary, which is no launcher: they build the
+/// `strata-sandbox` binary once when it is missing or older than the test binary, so they
+/// never use a stale one.
+#[cfg(test)]
+fn build_launcher_for_tests() {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let modified = |path: &Path| std::fs::metadata(path).and_then(|m| m.modified()).ok();
+        let exe = std::env::current_exe().ok();
+        let launcher = exe.as_deref().and_then(Path::parent).and_then(Path::parent);
+        let launcher = launcher.map(|dir| dir.join(LAUNCHER_NAME));
+        if let (Some(exe), Some(launcher)) = (&exe, &launcher)
+            && let (Some(built), Some(test)) = (modified(launcher), modified(exe))
+            && built >= test
+        {
+            return;
+        }
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
+        let status = Command::new(cargo)
+            .args(["build", "--quiet", "-p", "agent-core", "--bin", LAUNCHER_NAME])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .stdin(Stdio::null())
+            .status();
+        assert!(status.is_ok_and(|s| s.success()), "cannot build the sandbox launcher");
+    });
+}
+
+/// Runs the launcher around `true` with the sandbox's namespaces, after checking what the
+/// kernel offers.
+fn probe() -> Result<(), SandboxError> {
+    if !cfg!(target_os = "linux") {
+        return Err(SandboxError::Unsupported);
+    }
+    kernel_support()?;
+    let launcher = launcher_path()?;
+    let sandbox = Sandbox::new();
+    let workspace = std::env::temp_dir();
+    let spec = sandbox.spec(&workspace, None, &[], "strata-probe");
+    probe_with(&launcher, &spec)
+}
+
+/// Runs `launcher` with `spec` around `true`.
+pub(super) fn probe_with(launcher: &Path, spec: &str) -> Result<(), SandboxError> {
+    let output = Command::new(launcher)
+        .arg(launch::LAUNCH_ARG)
+        .arg(spec)
+        .args(["--", "true"])
+        .env_clear()
+        .envs(Sandbox::new().command_env())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output();
+    match output {
+        Err(err) => Err(SandboxError::Unusable {
+            detail: format!("cannot start the launcher {}: {err}", launcher.display()),
+        }),
+        Ok(output) if output.status.success() => Ok(()),
+        Ok(output) => {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            let detail = stderr.trim();
+            let detail = if detail.is_empty() {
+                format!("the launcher exited with {}", output.status)
+            } else {
+                detail.chars().take(400).collect()
+            };
+            Err(SandboxError::Unusable { detail })
+        }
     }
 }
 
-/// A new `pids` cgroup path for one call (not created yet), when the process limit needs one:
-/// Strata runs as root and cgroup v1's `pids` controller is writable. `tag` names the call.
-pub(crate) fn pids_cgroup_for(sandbox: &Sandbox, tag: &str) -> Option<PathBuf> {
-    if !sandbox.enabled || !is_root() {
-        return None;
+/// What the kernel must offer: user, mount, PID, IPC, UTS and network namespaces, and user
+/// namespaces allowed to this user.
+fn kernel_support() -> Result<(), SandboxError> {
+    let missing: Vec<&str> = ["user", "mnt", "pid", "ipc", "uts", "net"]
+        .into_iter()
+        .filter(|ns| !Path::new(&format!("/proc/self/ns/{ns}")).exists())
+        .collect();
+    if !missing.is_empty() {
+        return Err(SandboxError::Unusable {
+            detail: format!(
+                "this kernel has no {} namespaces (CONFIG_{}_NS)",
+                missing.join(", "),
+                missing[0].to_uppercase()
+            ),
+        });
     }
-    Some(pids_cgroup_root()?.join(tag))
+    let read = |path: &str| std::fs::read_to_string(path).ok().map(|text| text.trim().to_owned());
+    if read("/proc/sys/user/max_user_namespaces").as_deref() == Some("0") {
+        return Err(SandboxError::Unusable {
+            detail: "user namespaces are disabled (`user.max_user_namespaces = 0`): allow them \
+                     with `sysctl user.max_user_namespaces=15000`"
+                .into(),
+        });
+    }
+    if !is_root() {
+        if read("/proc/sys/kernel/unprivileged_userns_clone").as_deref() == Some("0") {
+            return Err(SandboxError::Unusable {
+                detail: "user namespaces are closed to users other than root \
+                         (`kernel.unprivileged_userns_clone = 0`): allow them with \
+                         `sysctl kernel.unprivileged_userns_clone=1`"
+                    .into(),
+            });
+        }
+        if read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").as_deref() == Some("1") {
+            return Err(SandboxError::Unusable {
+                detail: "AppArmor keeps users other than root from using user namespaces \
+                         (`kernel.apparmor_restrict_unprivileged_userns = 1`): allow them with \
+                         `sysctl kernel.apparmor_restrict_unprivileged_userns=0`"
+                    .into(),
+            });
+        }
+    }
+    Ok(())
 }
 
-/// Removes a call's `pids` cgroup once its processes are gone. Best effort.
-pub(crate) fn remove_cgroup(cgroup: &Path) {
-    if let Err(err) = std::fs::remove_dir(cgroup)
-        && err.kind() != std::io::ErrorKind::NotFound
-    {
-        tracing::debug!(cgroup = %cgroup.display(), %err, "could not remove a call's pids cgroup");
-    }
+/// A controller hierarchy where a call's control groups can be made (root only).
+#[derive(Clone, Debug)]
+pub(crate) struct CgroupRoot {
+    pub(crate) path: PathBuf,
+    /// It caps processes.
+    pub(crate) pids: bool,
 }
 
-fn pids_cgroup_root() -> Option<&'static Path> {
-    static ROOT: OnceLock<Option<PathBuf>> = OnceLock::new();
-    ROOT.get_or_init(|| {
-        // Usable if a child cgroup can be made there and has the `pids` controller's limit.
-        let root = Path::new(PIDS_CGROUP_V1);
-        let probe = root.join(format!("strata-probe-{}", std::process::id()));
-        let usable = std::fs::create_dir(&probe).is_ok() && {
-            let has_limit = probe.join("pids.max").is_file();
-            let _ = std::fs::remove_dir(&probe);
-            has_limit
+/// The control group hierarchies usable here: cgroup v1's `pids` and `memory`, or a pure
+/// cgroup v2 hierarchy with both controllers. Empty unless root. Probed once.
+pub(crate) fn cgroup_roots() -> &'static [CgroupRoot] {
+    static ROOTS: OnceLock<Vec<CgroupRoot>> = OnceLock::new();
+    ROOTS.get_or_init(|| {
+        if !is_root() {
+            return Vec::new();
+        }
+        let usable = |root: &Path, file: &str| {
+            let probe = root.join(format!("strata-probe-{}", std::process::id()));
+            std::fs::create_dir(&probe).is_ok() && {
+                let ok = probe.join(file).is_file();
+                let _ = std::fs::remove_dir(&probe);
+                ok
+            }
         };
-        usable.then(|| root.to_path_buf())
+        let v2 = Path::new("/sys/fs/cgroup");
+        if v2.join("cgroup.controllers").is_file() {
+            let has = |c: &str| {
+                std::fs::read_to_string(v2.join("cgroup.subtree_control"))
+                    .is_ok_and(|text| text.split_whitespace().any(|x| x == c))
+            };
+            if has("pids") && has("memory") && usable(v2, "pids.max") {
+                return vec![CgroupRoot { path: v2.to_path_buf(), pids: true }];
+            }
+            return Vec::new();
+        }
+        let mut roots = Vec::new();
+        let pids = Path::new(PIDS_CGROUP_V1);
+        if usable(pids, "pids.max") {
+            roots.push(CgroupRoot { path: pids.to_path_buf(), pids: true });
+        }
+        let memory = Path::new(MEMORY_CGROUP_V1);
+        if usable(memory, "memory.limit_in_bytes") {
+            roots.push(CgroupRoot { path: memory.to_path_buf(), pids: false });
+        }
+        roots
     })
-    .as_deref()
+}
+
+/// The control groups of one call (not created yet: the launcher makes them), when Strata runs
+/// as root with usable hierarchies. `tag` names the call.
+pub(crate) fn cgroups_for(sandbox: &Sandbox, tag: &str) -> Vec<PathBuf> {
+    if !sandbox.enabled {
+        return Vec::new();
+    }
+    cgroup_roots().iter().map(|root| root.path.join(tag)).collect()
+}
+
+/// Whether `path` is a call's control group: named for a call, right under a usable hierarchy.
+pub(crate) fn is_call_cgroup(path: &Path) -> bool {
+    let parent_ok = path.parent().is_some_and(|parent| {
+        [PIDS_CGROUP_V1, MEMORY_CGROUP_V1, "/sys/fs/cgroup"]
+            .iter()
+            .any(|root| parent == Path::new(root))
+    });
+    parent_ok
+        && path.file_name().is_some_and(|name| name.to_string_lossy().starts_with("strata-shell-"))
+}
+
+/// Removes a call's control group, killing what is left in it after half of `grace`.
+pub(crate) fn remove_cgroup(cgroup: &Path, grace: std::time::Duration) {
+    launch::remove_cgroup(cgroup, grace);
 }
 
 fn is_root() -> bool {
@@ -451,59 +694,4 @@ fn is_root() -> bool {
                 == Some("0")
         })
     })
-}
-
-/// Runs `program` (`bwrap`) with the sandbox's namespaces around `true`.
-pub(super) fn probe(program: &str) -> Result<(), SandboxError> {
-    if !cfg!(target_os = "linux") {
-        return Err(SandboxError::Unsupported);
-    }
-    let output = Command::new(program)
-        .args([
-            "--die-with-parent",
-            "--new-session",
-            "--unshare-user",
-            "--disable-userns",
-            "--unshare-pid",
-            "--unshare-ipc",
-            "--unshare-uts",
-            "--unshare-net",
-            "--cap-drop",
-            "ALL",
-            "--ro-bind",
-            "/",
-            "/",
-            "--dev",
-            "/dev",
-            "--proc",
-            "/proc",
-            "--tmpfs",
-            "/tmp",
-            "--",
-            "true",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .output();
-    match output {
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Err(SandboxError::Missing),
-        Err(err) => Err(SandboxError::Unusable { detail: format!("cannot start bwrap: {err}") }),
-        Ok(output) if output.status.success() => Ok(()),
-        Ok(output) => {
-            let stderr = String::from_utf8_lossy(&output.stderr);
-            let detail = stderr.trim();
-            let detail = if detail.is_empty() {
-                format!("bwrap exited with {}", output.status)
-            } else {
-                detail.chars().take(300).collect()
-            };
-            Err(SandboxError::Unusable { detail })
-        }
-    }
-}
-
-/// Each of `items` as an argument.
-fn strs(items: &[&str]) -> Vec<OsString> {
-    items.iter().map(OsString::from).collect()
 }

@@ -176,9 +176,11 @@ impl Tool for Shell {
 struct Call {
     root: PathBuf,
     sandbox: Sandbox,
-    prefix: Vec<std::ffi::OsString>,
-    /// The call's `pids` cgroup (root only), created by the sandbox and removed after the call.
-    cgroup: Option<PathBuf>,
+    /// The launcher's command line, or why there is none.
+    prefix: Result<Vec<std::ffi::OsString>, sandbox::SandboxError>,
+    /// The call's control groups (root only), created by the launcher and removed after the
+    /// call.
+    cgroups: Vec<PathBuf>,
     /// The command's `$0`, which names the call in the sandbox's command lines.
     tag: String,
 }
@@ -193,37 +195,56 @@ impl Call {
         if let Some(allowed) = network {
             sandbox = sandbox.with_network(allowed);
         }
-        let cgroup = sandbox::pids_cgroup_for(&sandbox, &tag);
-        let prefix = sandbox.command_prefix(ctx.workspace(), ctx.journal(), cgroup.as_deref());
-        Self { root: ctx.workspace().to_path_buf(), sandbox, prefix, cgroup, tag }
+        let cgroups = sandbox::cgroups_for(&sandbox, &tag);
+        let prefix = sandbox.command_prefix(ctx.workspace(), ctx.journal(), &cgroups, &tag);
+        Self { root: ctx.workspace().to_path_buf(), sandbox, prefix, cgroups, tag }
     }
 
     /// Refuses the call when its sandbox cannot work here.
     fn check(&self) -> Result<(), ToolError> {
-        self.sandbox
-            .check()
-            .map_err(|source| ToolError::Sandbox { tool: Shell::NAME.to_owned(), source })
+        let refuse = |source| ToolError::Sandbox { tool: Shell::NAME.to_owned(), source };
+        self.sandbox.check().map_err(refuse)?;
+        self.prefix.as_ref().map(|_| ()).map_err(|err| refuse(err.clone()))
     }
 
-    /// Waits until the sandbox of a killed call is gone, then removes the call's cgroup.
+    /// The launcher's command line (empty without a sandbox).
+    fn prefix(&self) -> &[std::ffi::OsString] {
+        self.prefix.as_deref().unwrap_or_default()
+    }
+
+    /// Waits until the sandbox of a killed call is gone, then removes what it left: the
+    /// call's control groups and the launcher's skeleton directory.
     fn clean_up(&self) {
         if self.sandbox.is_enabled() {
             wait_for_sandbox_end(&self.tag);
+            remove_skeletons(&self.tag);
         }
-        if let Some(cgroup) = &self.cgroup {
-            remove_cgroup_when_empty(cgroup);
+        for cgroup in &self.cgroups {
+            sandbox::remove_cgroup(cgroup, SANDBOX_GRACE);
         }
     }
 }
 
-/// How long a killed sandbox may take to end: killing its `bwrap` makes the kernel kill its
+/// Removes the skeleton directories a killed launcher of call `tag` left in the temporary
+/// directory (empty directories and files, links: nothing is followed).
+fn remove_skeletons(tag: &str) {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else { return };
+    let prefix = format!("{tag}-");
+    for entry in entries.flatten() {
+        let named = entry.file_name().to_str().is_some_and(|name| name.starts_with(&prefix));
+        if named && entry.file_type().is_ok_and(|kind| kind.is_dir()) {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+/// How long a killed sandbox may take to end: killing its launcher makes the kernel kill its
 /// PID namespace, which happens right after, not at once.
 const SANDBOX_GRACE: Duration = Duration::from_secs(2);
 
 /// Waits (at most [`SANDBOX_GRACE`]) until no process carrying `tag` in its command line is
-/// alive. The sandbox's `bwrap` processes carry it, and the namespace's PID 1 (one of them)
-/// ends only after every other process of the namespace is gone, so when none is left, nothing
-/// of the call runs any more.
+/// alive. The launcher and the command carry it, and the command is PID 1 of its namespace,
+/// so when none is left, nothing of the call runs any more.
 fn wait_for_sandbox_end(tag: &str) {
     let until = Instant::now() + SANDBOX_GRACE;
     while tagged_process_alive(tag) {
@@ -255,18 +276,6 @@ fn tagged_process_alive(tag: &str) -> bool {
     })
 }
 
-/// Removes `cgroup`, waiting up to [`PIPE_GRACE`] for its last processes to go.
-fn remove_cgroup_when_empty(cgroup: &Path) {
-    let until = Instant::now() + PIPE_GRACE;
-    while cgroup.exists() && Instant::now() < until {
-        if std::fs::remove_dir(cgroup).is_ok() {
-            return;
-        }
-        thread::sleep(MAX_POLL);
-    }
-    sandbox::remove_cgroup(cgroup);
-}
-
 impl Shell {
     fn parse_args(&self, ctx: &ToolContext, args: Value) -> Result<(String, Duration), ToolError> {
         let ShellArgs { command, timeout_ms } = parse(Self::NAME, args)?;
@@ -288,8 +297,8 @@ impl Shell {
     }
 }
 
-/// The journal runner, `sh -c RUNNER strata-shell COMMAND JOURNAL TIMEOUT_S CAP TAG CGROUP
-/// SANDBOX...`:
+/// The journal runner, `sh -c RUNNER strata-shell COMMAND JOURNAL TIMEOUT_S CAP TAG CGROUPS
+/// SANDBOX...`, run with the command's minimal environment ([`Sandbox::command_env`]):
 ///
 /// 1. marks that it started (`started` holds its pid, which is its process group);
 /// 2. runs the command under `timeout -s KILL` (its own process group, whose id goes to
@@ -298,7 +307,7 @@ impl Shell {
 ///    the cap counted by `wc -c` into `out.more` / `err.more`, so a flood of output costs at most
 ///    CAP bytes on disk and a fixed buffer in memory whatever the command prints;
 /// 3. writes the exit code to `code`, kills what the command left in its process group,
-///    removes the call's `pids` cgroup (`CGROUP`, empty without one), and once both streams
+///    removes the call's control groups (`CGROUPS`, space-separated, empty without any), and once both streams
 ///    are closed publishes the code as `done` (a rename: `done` appears only when everything
 ///    else is complete).
 ///
@@ -311,7 +320,7 @@ c=$1; t=$3; cap=$4; tag=$5; cg=$6; shift 6
     g=$!; echo $g > "$j/group"; wait $g; echo $? > "$j/code"; kill -s KILL -- -$g 2>/dev/null
   } | { stdbuf -o0 head -c "$cap" > "$j/err"; wc -c > "$j/err.more"; } 3>&-
 } 3>&1 | { stdbuf -o0 head -c "$cap" > "$j/out"; wc -c > "$j/out.more"; }
-[ -z "$cg" ] || rmdir "$cg" 2>/dev/null
+for c in $cg; do rmdir "$c" 2>/dev/null; done
 mv "$j/code" "$j/done""#;
 
 /// The files a runner writes into its journal directory.
@@ -337,8 +346,8 @@ fn run_journaled(
 ) -> Result<ToolOutput, ToolError> {
     let result = run_journaled_in(call, command, timeout, journal);
     call.clean_up();
-    // The cgroup is gone: recovery has nothing to remove.
-    if call.cgroup.as_deref().is_some_and(|cgroup| !cgroup.exists()) {
+    // The control groups are gone: recovery has nothing to remove.
+    if !call.cgroups.is_empty() && call.cgroups.iter().all(|cgroup| !cgroup.exists()) {
         let _ = std::fs::remove_file(journal.join("cgroup"));
     }
     result
@@ -355,10 +364,11 @@ fn run_journaled_in(
     std::fs::create_dir_all(journal).map_err(|err| ToolError::io(TOOL, journal, err))?;
     // A retry under the same key must not find an earlier attempt's markers.
     clear_journal(journal)?;
-    let cgroup = call.cgroup.as_deref().map(Path::as_os_str).unwrap_or_default();
-    if !cgroup.is_empty() {
-        // So that recovery can remove it after a crash.
-        std::fs::write(journal.join("cgroup"), cgroup.as_encoded_bytes())
+    let cgroups: Vec<String> =
+        call.cgroups.iter().map(|cgroup| cgroup.display().to_string()).collect();
+    if !cgroups.is_empty() {
+        // So that recovery can remove them after a crash.
+        std::fs::write(journal.join("cgroup"), cgroups.join("\n"))
             .map_err(|err| ToolError::io(TOOL, journal, err))?;
     }
     let mut child = Command::new("sh")
@@ -370,8 +380,10 @@ fn run_journaled_in(
         .arg(backstop_arg(timeout))
         .arg(MAX_STREAM_BYTES.to_string())
         .arg(call_tag(journal))
-        .arg(cgroup)
-        .args(&call.prefix)
+        .arg(cgroups.join(" "))
+        .args(call.prefix())
+        .env_clear()
+        .envs(call.sandbox.command_env())
         .current_dir(root)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -547,15 +559,19 @@ fn recover(journal: &Path, timeout: Duration) -> Recovery {
     Recovery::Interrupted(partial(journal, timeout))
 }
 
-/// Removes the `pids` cgroup a journaled call recorded, if any (only a directory of the
-/// `pids` controller named for a call, whatever the file says).
+/// Removes the control groups a journaled call recorded, if any (only directories named for
+/// a call right under a control group hierarchy, whatever the file says).
 fn remove_journal_cgroup(journal: &Path) {
-    let Some(path) = read_small(&journal.join("cgroup")) else { return };
-    let path = PathBuf::from(path.trim());
-    if path.parent() == Some(Path::new("/sys/fs/cgroup/pids"))
-        && path.file_name().is_some_and(|name| name.to_string_lossy().starts_with("strata-shell-"))
-    {
-        remove_cgroup_when_empty(&path);
+    let Ok(file) = open_regular(&journal.join("cgroup")) else { return };
+    let mut text = String::new();
+    if file.take(4096).read_to_string(&mut text).is_err() {
+        return;
+    }
+    for line in text.lines() {
+        let path = PathBuf::from(line.trim());
+        if sandbox::is_call_cgroup(&path) {
+            sandbox::remove_cgroup(&path, SANDBOX_GRACE);
+        }
     }
 }
 
@@ -694,8 +710,10 @@ fn run_in(call: &Call, command: &str, timeout: Duration) -> Result<ToolOutput, T
     // `timeout` is the watchdog that stops the command even if this process dies.
     let mut child = Command::new("timeout")
         .args(["-s", "KILL", &backstop_arg(timeout)])
-        .args(&call.prefix)
+        .args(call.prefix())
         .args(["sh", "-c", command, &call.tag])
+        .env_clear()
+        .envs(call.sandbox.command_env())
         .current_dir(root)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

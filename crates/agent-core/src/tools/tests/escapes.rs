@@ -32,7 +32,7 @@ fn jail_with(configure: impl FnOnce(Sandbox) -> Sandbox) -> Jail {
         .unwrap()
         .with_journal(runs.path().join("journal"))
         .with_sandbox(configure(Sandbox::new()));
-    ctx.sandbox().check().expect("the sandbox must work on the test machine (bubblewrap)");
+    ctx.sandbox().check().expect("the sandbox must work on the test machine");
     Jail { _dir: dir, _runs: runs, ctx }
 }
 
@@ -734,22 +734,34 @@ async fn e70_open_file_limit() {
 // ---- Refusals without a sandbox ---------------------------------------------------------------
 
 #[test]
-fn e71_a_missing_bwrap_is_a_typed_error_that_says_how_to_fix_it() {
-    let err = sandbox::probe("strata-test-no-such-bwrap").unwrap_err();
-    assert_eq!(err, SandboxError::Missing);
+fn e71_a_missing_launcher_is_a_typed_error_that_says_how_to_fix_it() {
+    let err = sandbox::launcher_next_to(Some(Path::new("/nonexistent/bin/program")), false);
+    let err = err.unwrap_err();
+    assert!(matches!(err, SandboxError::NoLauncher { .. }), "{err:?}");
     let text = err.to_string();
-    assert!(
-        text.contains("apt-get install bubblewrap") && text.contains("--unsandboxed"),
-        "{text}"
-    );
+    for needed in [
+        "run_sandbox_launcher_if_requested()",
+        "cargo build -p agent-core --bin strata-sandbox",
+        "/nonexistent/bin/strata-sandbox",
+        "--unsandboxed",
+    ] {
+        assert!(text.contains(needed), "{needed:?} missing from: {text}");
+    }
+    // A program that registered as a launcher is its own.
+    let own = sandbox::launcher_next_to(Some(Path::new("/opt/strata")), true).unwrap();
+    assert_eq!(own, Path::new("/opt/strata"));
 }
 
 #[test]
-fn e72_a_bwrap_that_cannot_sandbox_is_a_typed_error() {
-    // `false` stands in for a bwrap that fails (user namespaces disabled).
-    let err = sandbox::probe("false").unwrap_err();
+fn e72_a_launcher_that_cannot_sandbox_is_a_typed_error() {
+    // `false` stands in for a launcher that fails (user namespaces disabled, say).
+    let err = sandbox::probe_with(Path::new("false"), "{}").unwrap_err();
     assert!(matches!(err, SandboxError::Unusable { .. }), "{err:?}");
     assert!(err.to_string().contains("--unsandboxed"));
+    // A launcher of another build refuses the specification and says so.
+    let launcher = sandbox::launcher_path().unwrap();
+    let err = sandbox::probe_with(&launcher, r#"{"version": 999}"#).unwrap_err();
+    assert!(err.to_string().contains("rebuild the launcher"), "{err}");
 }
 
 #[tokio::test(start_paused = true)]
@@ -839,4 +851,127 @@ async fn e77_a_path_shown_read_only_inside_a_hidden_directory_cannot_be_written(
     jail.fails(&format!("echo 2.0 > '{}/version'", tools.display())).await;
     assert_eq!(std::fs::read_to_string(tools.join("version")).unwrap(), "1.0\n");
     jail.fails(&format!("cat '{}/secret.txt'", home.path().display())).await;
+}
+
+// ---- The built-in sandbox: shared memory, the tree's memory, clean-up, environment ----------
+
+#[tokio::test(start_paused = true)]
+async fn e78_shared_memory_is_private_and_capped() {
+    // The host's /dev/shm is a large tmpfs: 3 GB must not fit in the sandbox's own.
+    let jail = jail();
+    let out = jail
+        .fails("head -c 3000000000 /dev/zero > /dev/shm/big; s=$?; du -k /dev/shm/big; exit $s")
+        .await;
+    assert!(out.output.contains("No space left"), "{}", out.output);
+    let kb: u64 =
+        out.data["stdout"].as_str().unwrap().split_whitespace().next().unwrap().parse().unwrap();
+    assert!(kb * 1024 <= DEFAULT_TMP_BYTES, "{kb} KiB written to /dev/shm");
+    // Nothing of it reached the host.
+    assert!(!Path::new("/dev/shm/big").exists());
+}
+
+#[tokio::test(start_paused = true)]
+async fn e79_a_memory_hog_across_processes_is_stopped_by_the_tree_cap() {
+    // Each process stays under the per-process limit (256 MiB); four together do not fit.
+    let jail = jail_with(|sandbox| sandbox.with_limits(small_limits()));
+    assert!(jail.ctx.sandbox().enforces_process_limit(), "no control groups here (not root?)");
+    let hog = "python3 -c 'import time; b = b\"x\" * (150 << 20); time.sleep(2); print(\"held\")'";
+    let command = format!("for i in 1 2 3 4; do {hog} & done; wait");
+    let out = jail.sh(&command).await.unwrap();
+    let held = out.data["stdout"].as_str().unwrap().matches("held").count();
+    assert!(held <= 1, "{held} of 4 hogs kept 150 MiB each under a 256 MiB cap: {}", out.output);
+}
+
+#[tokio::test(start_paused = true)]
+async fn e80_a_command_killed_at_its_timeout_leaves_nothing_and_its_retry_runs() {
+    let jail = jail();
+    let journal = jail.ctx.journal().unwrap().join("retried");
+    let args = json!({ "command": "sleep 30", "timeout_ms": 500 });
+    let err = Shell::new().call_journaled(&jail.ctx, args, &journal).await.unwrap_err();
+    assert!(matches!(err, ToolError::Timeout { .. }), "{err:?}");
+    let tag = shell::call_tag(&journal);
+    for controller in ["pids", "memory"] {
+        let cgroup = Path::new("/sys/fs/cgroup").join(controller).join(&tag);
+        assert!(!cgroup.exists(), "{} was left behind", cgroup.display());
+    }
+    let skeletons = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .flatten()
+        .filter(|entry| entry.file_name().to_string_lossy().starts_with(&tag))
+        .count();
+    assert_eq!(skeletons, 0, "the sandbox's skeleton directory was left behind");
+    assert_eq!(alive_with_arg(&tag), Vec::<String>::new());
+    // The retry under the same key runs.
+    let args = json!({ "command": "echo again", "timeout_ms": 20_000 });
+    let out = Shell::new().call_journaled(&jail.ctx, args, &journal).await.unwrap();
+    assert!(out.success, "{}", out.output);
+    assert_eq!(out.data["stdout"], "again\n");
+}
+
+#[tokio::test(start_paused = true)]
+async fn e81_a_command_sees_only_a_minimal_environment() {
+    // Cargo and nextest set CARGO_PKG_NAME for this test process: it stands for a secret of
+    // Strata's environment.
+    assert!(std::env::var_os("CARGO_PKG_NAME").is_some());
+    let names = |out: &ToolOutput| -> Vec<String> {
+        let stdout = out.data["stdout"].as_str().unwrap();
+        stdout.lines().filter_map(|line| line.split_once('=')).map(|(k, _)| k.to_owned()).collect()
+    };
+    let allowed = ["PATH", "LANG", "TERM", "HOME", "PWD", "SHLVL", "_", "OLDPWD"];
+    let jail = jail();
+    let out = jail.sh("env").await.unwrap();
+    for name in names(&out) {
+        assert!(allowed.contains(&name.as_str()), "{name} reached the command: {}", out.output);
+    }
+    assert!(out.output.contains("HOME=/tmp\n"), "{}", out.output);
+    // Unsandboxed too.
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = ToolContext::new(dir.path()).unwrap().with_sandbox(Sandbox::unsandboxed());
+    let out = call(&ctx, "shell", json!({ "command": "env" })).await.unwrap();
+    for name in names(&out) {
+        assert!(allowed.contains(&name.as_str()), "{name} reached the command: {}", out.output);
+    }
+    // A variable the team file lists reaches it.
+    let jail = jail_with(|sandbox| sandbox.pass_env(["CARGO_PKG_NAME"]));
+    assert_eq!(jail.stdout("echo $CARGO_PKG_NAME").await, "agent-core\n");
+}
+
+#[tokio::test]
+async fn e82_a_sandboxed_program_dies_with_its_parent_and_sees_the_minimal_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    for sandbox in [Sandbox::new(), Sandbox::unsandboxed()] {
+        sandbox.check().unwrap();
+        let mut command = sandbox.command(dir.path(), "sh");
+        command.args(["-c", "env; sleep 30"]).stdout(std::process::Stdio::piped());
+        let mut child = command.spawn().unwrap();
+        let launcher = child.id().unwrap();
+        let mut stdout = child.stdout.take().unwrap();
+        let mut seen = Vec::new();
+        // The environment is printed before the sleep.
+        tokio::time::timeout(std::time::Duration::from_secs(10), async {
+            use tokio::io::AsyncReadExt as _;
+            let mut buf = [0u8; 4096];
+            while !String::from_utf8_lossy(&seen).contains("PATH=") {
+                let n = stdout.read(&mut buf).await.unwrap();
+                assert!(n > 0, "the program ended early");
+                seen.extend_from_slice(&buf[..n]);
+            }
+        })
+        .await
+        .unwrap();
+        assert!(!String::from_utf8_lossy(&seen).contains("CARGO_PKG_NAME"));
+        child.kill().await.unwrap();
+        // The launcher's death takes the program along.
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while std::time::Instant::now() < until
+            && !alive_with_arg("env; sleep 30").is_empty()
+        {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert_eq!(
+            alive_with_arg("env; sleep 30"),
+            Vec::<String>::new(),
+            "the program outlived its launcher {launcher}"
+        );
+    }
 }
