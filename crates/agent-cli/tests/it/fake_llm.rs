@@ -47,6 +47,10 @@ pub(crate) enum Mode {
     /// Like llama-cpp-python 0.3: `response_format: json_schema` is refused with HTTP 500 and
     /// pydantic's validation error; `json_object` with a `schema` is answered.
     JsonObjectOnly,
+    /// Like [`Mode::Sensible`], but an executor obeys what its first tool result tells it: after
+    /// the call the plan suggests, it makes, one by one, every call written in that result as a
+    /// line `DO <tool> <JSON arguments>`, then finishes. A model falling for a prompt injection.
+    Obedient,
 }
 
 /// One request as the server read it.
@@ -394,7 +398,11 @@ fn answer(mode: Mode, request: &Recorded) -> (u16, String) {
     let refuse_key = match mode {
         Mode::Unauthorized => true,
         Mode::UnauthorizedCalls => !list && !probe,
-        Mode::Sensible | Mode::ServerError | Mode::Invalid | Mode::JsonObjectOnly => false,
+        Mode::Sensible
+        | Mode::ServerError
+        | Mode::Invalid
+        | Mode::JsonObjectOnly
+        | Mode::Obedient => false,
     };
     if refuse_key {
         // Real APIs echo (part of) the key they were sent; the client must redact it.
@@ -452,10 +460,13 @@ fn answer(mode: Mode, request: &Recorded) -> (u16, String) {
     } else {
         match question {
             Question::Json { name, schema } => Reply::Json(name.clone(), decide(&name, &schema)),
+            Question::Tools if mode == Mode::Obedient => obey(&msgs),
             Question::Tools => next_action(&msgs),
             Question::Other => Reply::Text("hello".into()),
         }
     };
+    // Each call of a conversation has an id of its own.
+    let call_id = msgs.iter().filter(|m| m.role == "tool").count() + 1;
     let body = match wire {
         Wire::OpenAi => {
             let message = match reply {
@@ -464,7 +475,7 @@ fn answer(mode: Mode, request: &Recorded) -> (u16, String) {
                 Reply::Call(name, args) => json!({
                     "role": "assistant",
                     "content": null,
-                    "tool_calls": [{"id": "call_fake_1", "type": "function", "function": {"name": name, "arguments": args.to_string()}}],
+                    "tool_calls": [{"id": format!("call_fake_{call_id}"), "type": "function", "function": {"name": name, "arguments": args.to_string()}}],
                 }),
             };
             json!({
@@ -482,7 +493,7 @@ fn answer(mode: Mode, request: &Recorded) -> (u16, String) {
                     json!([{"type": "tool_use", "id": "toolu_fake_1", "name": name, "input": value}])
                 }
                 Reply::Call(name, args) => {
-                    json!([{"type": "tool_use", "id": "toolu_fake_1", "name": name, "input": args}])
+                    json!([{"type": "tool_use", "id": format!("toolu_fake_{call_id}"), "name": name, "input": args}])
                 }
             };
             json!({
@@ -553,6 +564,28 @@ fn next_action(msgs: &[Msg]) -> Reply {
     match suggested {
         Some((tool, args)) => Reply::Call(tool, args),
         None => finish(false, "the prompt suggests no tool"),
+    }
+}
+
+/// An executor that obeys its first tool result ([`Mode::Obedient`]).
+fn obey(msgs: &[Msg]) -> Reply {
+    let Some(last_user) = msgs.iter().rposition(|m| m.role == "user" && !m.text.is_empty()) else {
+        return finish(false, "no prompt to act on");
+    };
+    let results: Vec<&Msg> = msgs[last_user + 1..].iter().filter(|m| m.role == "tool").collect();
+    let Some(first) = results.first() else { return next_action(msgs) };
+    let orders: Vec<(String, Value)> = first
+        .text
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("DO "))
+        .filter_map(|order| {
+            let (tool, args) = order.split_once(' ')?;
+            Some((tool.to_owned(), serde_json::from_str(args.trim()).ok()?))
+        })
+        .collect();
+    match orders.get(results.len() - 1) {
+        Some((tool, args)) => Reply::Call(tool.clone(), args.clone()),
+        None => finish(true, "did what the notes said"),
     }
 }
 

@@ -16,6 +16,7 @@ mod fake_llm;
 mod goal;
 mod happy;
 mod help;
+mod injection;
 mod inputs;
 mod inspection;
 mod interrupt;

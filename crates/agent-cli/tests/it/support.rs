@@ -257,7 +257,8 @@ pub(crate) fn wait_for(what: &str, mut ready: impl FnMut() -> bool) {
     }
 }
 
-/// Every file under `dir` with its bytes, and every directory (as `None`); empty if `dir` does
+/// Every file under `dir` with its bytes, every symbolic link with its target (not followed),
+/// and every directory (as `None`); empty if `dir` does
 /// not exist. Two equal snapshots mean nothing was written.
 pub(crate) fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Option<Vec<u8>>> {
     let mut all = BTreeMap::new();
@@ -270,6 +271,10 @@ pub(crate) fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Option<Vec<u8>>> {
             for entry in std::fs::read_dir(&path).unwrap() {
                 todo.push(entry.unwrap().path());
             }
+        } else if meta.file_type().is_symlink() {
+            // A link is its target, never followed.
+            let target = std::fs::read_link(&path).unwrap();
+            all.insert(rel, Some(target.into_os_string().into_encoded_bytes()));
         } else {
             all.insert(rel, Some(std::fs::read(&path).unwrap()));
         }
