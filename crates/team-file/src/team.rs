@@ -326,6 +326,7 @@ pub fn parse_team(path: &Path, text: &str, tools: &ToolRegistry) -> Result<TeamF
         None => ConversationLimits::default(),
     };
     let sandbox = sandbox_settings(&src, &raw)?;
+    spawn_grants(&src, &raw.roles, &roles, &sandbox)?;
     let mut spec = TeamSpec::new(agents);
     spec.heartbeat = heartbeat;
     spec.max_agents = max_agents;
@@ -1330,6 +1331,54 @@ fn sandbox_settings(src: &Source<'_>, raw: &RawTeam) -> Result<SandboxSettings, 
         }
     }
     Ok(settings)
+}
+
+/// A spawned agent gets at most what its spawner holds: a role that `enabled_agents` names
+/// holds no tool and no capability its spawning role of the same layer lacks (across layers
+/// the `enabled_agents` entry is the grant: a lead holds no tools), and the network only where
+/// its spawner has it. Refused at the `enabled_agents` entry.
+fn spawn_grants(
+    src: &Source<'_>,
+    raw: &[RawRole],
+    book: &RoleBook,
+    sandbox: &SandboxSettings,
+) -> Result<(), FileError> {
+    let network = |role: &str| sandbox.role_network.get(role).copied().unwrap_or(sandbox.network);
+    for r in raw {
+        let Some(parent) = book.get(r.name.get_ref()) else { continue };
+        for entry in r.enabled_agents.iter().flat_map(|list| list.get_ref()) {
+            let Some(child) = book.get(entry.get_ref()) else { continue };
+            let mut more = None;
+            if parent.layer == child.layer {
+                let caps = parent.capabilities();
+                more = child
+                    .tools
+                    .iter()
+                    .find(|t| !parent.tools.contains(t))
+                    .map(|t| format!("the tool `{t}`"))
+                    .or_else(|| {
+                        child
+                            .capabilities()
+                            .into_iter()
+                            .find(|c| !caps.contains(c))
+                            .map(|c| format!("the capability `{c}`"))
+                    });
+            }
+            if more.is_none() && network(&child.name) && !network(&parent.name) {
+                more = Some("the network".to_owned());
+            }
+            if let Some(what) = more {
+                return Err(src.error(
+                    entry.span(),
+                    format!(
+                        "role `{}` may not spawn `{}`: it would hold {what}, which `{}` does not; a spawned agent gets at most its spawner's tools, network and capabilities",
+                        parent.name, child.name, parent.name
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `[sandbox]`'s network and limits, each limit at least 1.
