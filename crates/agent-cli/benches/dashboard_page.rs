@@ -92,7 +92,8 @@ fn measure(browser: &Browser, scratch: &Path) -> Value {
     eprintln!("dashboard/page: the run of {AGENTS} agents took {:.1?}", started.elapsed());
 
     let (server, addr) = serve(scratch);
-    browser.goto(&format!("http://{addr}/#token={TOKEN}&run=page"));
+    // The first load sets the token's cookie and redirects, keeping the fragment.
+    browser.goto(&format!("http://{addr}/?token={TOKEN}#run=page"));
     let shown = browser.wait_for("the tree of every agent", Duration::from_secs(120), |b| {
         let state = b.execute(
             "return [document.querySelectorAll('#tree [data-agent]').length,

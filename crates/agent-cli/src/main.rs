@@ -68,11 +68,41 @@ const BROKEN_PIPE: u8 = 141;
 /// once with [`BROKEN_PIPE`] and no message, as a Unix tool stopped by `SIGPIPE` does (a run's
 /// data is durable: `strata resume` carries on). Any other write error is reported on standard
 /// error and ends the process with exit 1: output that cannot be written is not silently cut.
+///
+/// The secrets this process knows are redacted ([`agent_core::secrets`]); see
+/// [`write_stdout_unredacted`] for the one line that must show one.
 fn write_stdout(args: std::fmt::Arguments<'_>) {
+    if agent_core::secrets::active() {
+        let text = args.to_string();
+        let text = agent_core::secrets::redact(&text);
+        return write_stdout_unredacted(format_args!("{text}"));
+    }
+    write_stdout_unredacted(args);
+}
+
+/// [`write_stdout`] without redaction: for the dashboard's own URL, whose token is a secret
+/// of this process that the user must be shown.
+fn write_stdout_unredacted(args: std::fmt::Arguments<'_>) {
     use std::io::Write as _;
     let mut stdout = std::io::stdout().lock();
     if let Err(e) = stdout.write_fmt(args) {
         stdout_failed(&e);
+    }
+}
+
+/// Registers the secrets this process reads from its environment, so that they are redacted
+/// from everything stored or served ([`agent_core::secrets`]): the providers' API keys, the
+/// dashboard's token and the OpenTelemetry export's headers. (The keys a team file names with
+/// `api_key_env`, the token `strata serve` generates and an MCP server's secret-looking
+/// environment are registered where they are read.)
+fn register_secrets() {
+    for name in ["OPENAI_API_KEY", "ANTHROPIC_API_KEY", serve::TOKEN_VAR] {
+        agent_core::secrets::register_env(name);
+    }
+    for name in ["OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS"] {
+        if let Ok(headers) = std::env::var(name) {
+            agent_core::secrets::register_header_list(&headers);
+        }
     }
 }
 
@@ -132,6 +162,7 @@ fn start_telemetry(flag: Option<&str>) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
+    register_secrets();
     let cli = Cli::parse();
     if let Err(e) = start_telemetry(cli.otlp.as_deref()) {
         errln!("error: {e}");

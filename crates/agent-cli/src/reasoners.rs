@@ -516,8 +516,8 @@ fn api_key(s: &ReasonerSettings, vendor_var: &str) -> Result<Option<String>, Set
         (None, None) => vendor_var,
         (None, Some(_)) => return Ok(None),
     };
-    match std::env::var(var) {
-        Ok(v) if !v.trim().is_empty() => Ok(Some(v)),
+    match agent_core::secrets::register_env(var) {
+        Some(v) if !v.trim().is_empty() => Ok(Some(v)),
         _ => Err(SettingError(format!(
             "reasoner kind \"{}\": the environment variable {var} (api_key_env) is not set; export it with your API key, or name another variable with `api_key_env` in the team file",
             s.kind.as_str()

@@ -17,11 +17,21 @@
 //! listed too, and read from the server alone, so a dashboard on another machine, with no
 //! directory of the run, shows them; a run in both is the data directory's. Such a run is
 //! read-only here: signing goes through the operator inbox in the run's directory, on the
-//! machine that coordinates it. Security: loopback by default;
-//! signing always needs the token (`Authorization: Bearer TOKEN`); bound elsewhere, every API
-//! request needs it (`?token=` for the event stream, which a browser cannot give headers), and
-//! a token must be given (`--token` or `$STRATA_SERVE_TOKEN`). Errors are JSON
-//! `{"error": "..."}`.
+//! machine that coordinates it. Errors are JSON `{"error": "..."}`.
+//!
+//! **Security** ([`guard`]). Loopback by default; bound elsewhere, a token must be given
+//! (`--token` or `$STRATA_SERVE_TOKEN`), else one is generated. Every request is refused (421)
+//! unless its `Host` is the bound address, `localhost:PORT` or a loopback address with the
+//! port (a page of another site that renamed itself to this address, DNS rebinding, cannot
+//! read it). Every read (the page, its script, the JSON API, the event streams) needs the
+//! token: `Authorization: Bearer TOKEN`, or the cookie `strata_token_PORT` (`HttpOnly`,
+//! `SameSite=Strict`) that a GET with `?token=TOKEN` sets before redirecting to the same URL
+//! without the token (the printed URL, `http://ADDR/?token=TOKEN`, does this). Signing (a
+//! POST) takes the token from the `Authorization` header only: a cookie alone, which a
+//! browser would send on a forged request too, is refused (401), and so is a `?token=` on a
+//! POST (400). The page gets the token for its signing requests in the page itself, which
+//! only a request with the token is given. Every response body and event has the secrets this
+//! process knows redacted ([`agent_core::secrets`]).
 //!
 //! `strata run --serve ADDR` (and `strata resume --serve ADDR`) serves the same dashboard from
 //! the run's own process ([`serve_run`]): its run is fed by its event stream
@@ -84,8 +94,8 @@ struct App {
     /// the server does not answer.
     placed: std::sync::Mutex<Vec<serde_json::Value>>,
     token: String,
-    /// Bound to loopback: reading needs no token.
-    loopback: bool,
+    /// Where the server listens: the `Host` a request must name, and the cookie's name.
+    local: SocketAddr,
     watches: watch::Watches,
     /// Set when the server stops: the event streams end (else they would hold it open).
     stopping: tokio::sync::watch::Sender<bool>,
@@ -98,7 +108,6 @@ pub(crate) struct Bound {
     listener: tokio::net::TcpListener,
     local: SocketAddr,
     token: String,
-    loopback: bool,
 }
 
 /// Checks `addr` (given as `flag`) and the token (`token`, else `$STRATA_SERVE_TOKEN`, else a
@@ -130,7 +139,9 @@ pub(crate) async fn bind(flag: &str, addr: &str, token: Option<String>) -> Resul
     })?;
     let local = listener.local_addr().unwrap_or(addr);
     let token = given.unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string());
-    Ok(Bound { listener, local, token, loopback })
+    // Redacted from what is stored and served, like every secret of this process.
+    agent_core::secrets::register(&token);
+    Ok(Bound { listener, local, token })
 }
 
 /// `strata serve`.
@@ -141,8 +152,7 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<u8, Failure> {
             args.data.display()
         )));
     }
-    let Bound { listener, local, token, loopback } =
-        bind("--addr", &args.addr, args.token.clone()).await?;
+    let Bound { listener, local, token } = bind("--addr", &args.addr, args.token.clone()).await?;
     let server = match &args.nats {
         Some(url) => Some(placed_runs(url).await?),
         None => None,
@@ -152,11 +162,12 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<u8, Failure> {
         server,
         placed: std::sync::Mutex::default(),
         token: token.clone(),
-        loopback,
+        local,
         watches: watch::Watches::default(),
         stopping: tokio::sync::watch::Sender::new(false),
     });
-    outln!("strata serve: http://{local}/#token={token}");
+    // The one line that shows the token (a secret: `outln!` would redact it).
+    crate::write_stdout_unredacted(format_args!("strata serve: {}\n", url(local, &token)));
     outln!("  data: {} (Ctrl-C stops)", args.data.display());
     if let Some(url) = &args.nats {
         outln!("  and the runs placed on the workers of {url}");
@@ -213,7 +224,7 @@ pub(crate) async fn serve_run(
     run_id: &str,
     live: Live,
 ) -> Result<RunServer, Failure> {
-    let Bound { listener, local, token, loopback } = bound;
+    let Bound { listener, local, token } = bound;
     let watch = watch::RunWatch::live(dir, live)
         .await
         .map_err(|e| Failure::Other(e.context("cannot watch the run for the dashboard")))?;
@@ -222,7 +233,7 @@ pub(crate) async fn serve_run(
         server: None,
         placed: std::sync::Mutex::default(),
         token: token.clone(),
-        loopback,
+        local,
         watches: watch::Watches::default(),
         stopping: tokio::sync::watch::Sender::new(false),
     });
@@ -240,7 +251,7 @@ pub(crate) async fn serve_run(
         }
     });
     // On standard error: standard output may be the run's JSON lines.
-    errln!("strata serve: http://{local}/#token={token}");
+    errln!("strata serve: {}", url(local, &token));
     errln!("  run {run_id}: the dashboard stops when the run ends");
     Ok(RunServer { app, watch, server })
 }
@@ -260,19 +271,60 @@ impl RunServer {
     }
 }
 
+/// The URL to open: the page, with the token for its first load (which sets the cookie).
+fn url(local: SocketAddr, token: &str) -> String {
+    format!("http://{local}/?token={}", query_escape(token))
+}
+
+/// `text` percent-encoded for a query value.
+fn query_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// `text` percent-decoded (`+` is a space), if it is valid UTF-8 once decoded.
+fn query_unescape(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' => {
+                let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
 fn router(app: Shared) -> Router {
-    let api = Router::new()
+    Router::new()
+        .route("/", get(index))
+        .route("/app.js", get(|| async { page("text/javascript; charset=utf-8", APP_JS) }))
+        .route("/style.css", get(|| async { page("text/css; charset=utf-8", STYLE_CSS) }))
         .route("/api/runs", get(runs))
         .route("/api/runs/{id}", get(snapshot))
         .route("/api/runs/{id}/events", get(events))
         .route("/api/runs/{id}/decisions/{decision}/{action}", post(decide))
-        .route_layer(middleware::from_fn_with_state(app.clone(), auth));
-    Router::new()
-        .route("/", get(|| async { page("text/html; charset=utf-8", INDEX_HTML) }))
-        .route("/app.js", get(|| async { page("text/javascript; charset=utf-8", APP_JS) }))
-        .route("/style.css", get(|| async { page("text/css; charset=utf-8", STYLE_CSS) }))
-        .merge(api)
         .fallback(|| async { error(StatusCode::NOT_FOUND, "no such page; the dashboard is at /") })
+        .layer(middleware::from_fn_with_state(app.clone(), guard))
         .with_state(app)
 }
 
@@ -280,13 +332,46 @@ fn page(kind: &'static str, body: &'static str) -> Response {
     ([(header::CONTENT_TYPE, kind), (header::CACHE_CONTROL, "no-cache")], body).into_response()
 }
 
-/// A JSON error.
+/// The page, with the token its signing requests send in their `Authorization` header (only
+/// a request that had the token is given it).
+async fn index(State(app): State<Shared>) -> Response {
+    let body = INDEX_HTML.replace("{{TOKEN}}", &html_escape(&app.token));
+    (
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8"), (header::CACHE_CONTROL, "no-store")],
+        body,
+    )
+        .into_response()
+}
+
+/// `text` safe in an HTML attribute.
+fn html_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A JSON error (the secrets this process knows redacted).
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
-    let body = serde_json::json!({ "error": message.into() }).to_string();
+    let message = message.into();
+    let body = serde_json::json!({ "error": agent_core::secrets::redact(&message) }).to_string();
     (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
+/// A JSON body, the secrets this process knows redacted.
 fn json(status: StatusCode, body: String) -> Response {
+    let body = match agent_core::secrets::redact(&body) {
+        std::borrow::Cow::Borrowed(_) => body,
+        std::borrow::Cow::Owned(redacted) => redacted,
+    };
     (
         status,
         [(header::CONTENT_TYPE, "application/json"), (header::CACHE_CONTROL, "no-store")],
@@ -302,28 +387,163 @@ fn token_ok(app: &App, given: Option<&str>) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// The token of a request: `Authorization: Bearer TOKEN`, else `?token=`.
-fn request_token(request: &Request) -> Option<String> {
-    if let Some(value) = request.headers().get(header::AUTHORIZATION) {
-        return value.to_str().ok().and_then(|v| v.strip_prefix("Bearer ")).map(str::to_owned);
-    }
-    let query = request.uri().query()?;
-    query.split('&').find_map(|pair| pair.strip_prefix("token=")).map(str::to_owned)
+/// The token of a request's `Authorization: Bearer TOKEN` header.
+fn header_token(request: &Request) -> Option<&str> {
+    let value = request.headers().get(header::AUTHORIZATION)?;
+    value.to_str().ok()?.strip_prefix("Bearer ")
 }
 
-/// Signing always needs the token; off loopback, so does every API request.
-async fn auth(State(app): State<Shared>, request: Request, next: Next) -> Response {
-    let signing = request.method() == axum::http::Method::POST;
-    if (signing || !app.loopback) && !token_ok(&app, request_token(&request).as_deref()) {
-        let what = if signing { "signing" } else { "this server (not on loopback)" };
+/// The name of the cookie that carries the token of the server on `local` (cookies are shared
+/// by every port of a host: the port keeps two dashboards apart).
+fn cookie_name(local: SocketAddr) -> String {
+    format!("strata_token_{}", local.port())
+}
+
+/// The token of a request's cookie of this server.
+fn cookie_token<'r>(request: &'r Request, name: &str) -> Option<&'r str> {
+    request
+        .headers()
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .find_map(|pair| pair.trim().strip_prefix(name)?.strip_prefix('='))
+}
+
+/// The `?token=` of a request's query (decoded), and the query without it.
+fn query_token(query: Option<&str>) -> Option<(String, String)> {
+    let query = query?;
+    let mut token = None;
+    let mut rest = Vec::new();
+    for pair in query.split('&') {
+        match pair.strip_prefix("token=") {
+            Some(value) if token.is_none() => {
+                token = Some(query_unescape(value).unwrap_or_default())
+            }
+            _ if pair.is_empty() => {}
+            _ => rest.push(pair),
+        }
+    }
+    Some((token?, rest.join("&")))
+}
+
+/// Whether `host` (a request's `Host`) names the server listening on `local`: its own address,
+/// `localhost` or a loopback address, with its port (80 when none is given); any IP address
+/// with the port when it listens on all of them. A name a page of another site could resolve
+/// to this address (DNS rebinding) is none of these.
+fn host_ok(local: SocketAddr, host: &str) -> bool {
+    let host = host.trim();
+    let (name, port) = if let Some(rest) = host.strip_prefix('[') {
+        let Some((ip, after)) = rest.split_once(']') else { return false };
+        match after.strip_prefix(':') {
+            Some(port) => (ip, port.parse::<u16>().ok()),
+            None if after.is_empty() => (ip, Some(80)),
+            None => return false,
+        }
+    } else {
+        match host.rsplit_once(':') {
+            Some((name, port)) => (name, port.parse::<u16>().ok()),
+            None => (host, Some(80)),
+        }
+    };
+    if port != Some(local.port()) {
+        return false;
+    }
+    if name.eq_ignore_ascii_case("localhost") {
+        return true;
+    }
+    match name.parse::<std::net::IpAddr>() {
+        Ok(ip) => ip == local.ip() || ip.is_loopback() || local.ip().is_unspecified(),
+        Err(_) => false,
+    }
+}
+
+/// What every request passes first: its `Host` must name this server (else 421); every
+/// request needs the token, from the `Authorization` header or this server's cookie, and a
+/// POST (signing) from the header only; a GET with `?token=TOKEN` sets the cookie and
+/// redirects to the same URL without the token.
+async fn guard(State(app): State<Shared>, request: Request, next: Next) -> Response {
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .or_else(|| request.uri().authority().map(|a| a.as_str().to_owned()));
+    if !host.as_deref().is_some_and(|h| host_ok(app.local, h)) {
         return error(
-            StatusCode::UNAUTHORIZED,
+            StatusCode::MISDIRECTED_REQUEST,
             format!(
-                "{what} needs the token `strata serve` printed: send `Authorization: Bearer TOKEN` (the page takes it from the URL's #token=...)"
+                "the Host {} is not this server's address: open http://{}/ (or localhost with its port)",
+                host.as_deref().unwrap_or("(none)").escape_debug(),
+                app.local
             ),
         );
     }
-    next.run(request).await
+    let reading = matches!(*request.method(), axum::http::Method::GET | axum::http::Method::HEAD);
+    let api = request.uri().path().starts_with("/api/");
+    if let Some((token, rest)) = query_token(request.uri().query()) {
+        if !reading {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "signing never takes the token from the URL (it would be logged and could be forged by a link): send `Authorization: Bearer TOKEN`",
+            );
+        }
+        if !token_ok(&app, Some(&token)) {
+            return unauthorized(api, "the token in the URL is not this server's");
+        }
+        let path = request.uri().path();
+        let location = if rest.is_empty() { path.to_owned() } else { format!("{path}?{rest}") };
+        let cookie = format!(
+            "{}={}; Path=/; HttpOnly; SameSite=Strict",
+            cookie_name(app.local),
+            query_escape(&app.token)
+        );
+        let mut response = StatusCode::SEE_OTHER.into_response();
+        let headers = response.headers_mut();
+        if let (Ok(location), Ok(cookie)) =
+            (HeaderValue::from_str(&location), HeaderValue::from_str(&cookie))
+        {
+            headers.insert(header::LOCATION, location);
+            headers.insert(header::SET_COOKIE, cookie);
+            headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+        }
+        return response;
+    }
+    let by_header = header_token(&request).is_some_and(|t| token_ok(&app, Some(t)));
+    if by_header {
+        return next.run(request).await;
+    }
+    if !reading {
+        return error(
+            StatusCode::UNAUTHORIZED,
+            "signing needs the token `strata serve` printed in the header `Authorization: Bearer TOKEN` (a cookie alone is not enough)",
+        );
+    }
+    let name = cookie_name(app.local);
+    let by_cookie = cookie_token(&request, &name)
+        .and_then(query_unescape)
+        .is_some_and(|t| token_ok(&app, Some(&t)));
+    if by_cookie {
+        return next.run(request).await;
+    }
+    unauthorized(api, "no token")
+}
+
+/// The refusal of a read without the token: JSON for the API, a line of text for a page.
+fn unauthorized(api: bool, why: &str) -> Response {
+    let message = format!(
+        "{why}: open the URL `strata serve` printed (http://ADDR/?token=TOKEN), or send `Authorization: Bearer TOKEN`"
+    );
+    if api {
+        return error(StatusCode::UNAUTHORIZED, message);
+    }
+    (
+        StatusCode::UNAUTHORIZED,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8"), (header::CACHE_CONTROL, "no-store")],
+        message,
+    )
+        .into_response()
 }
 
 /// An error of a handler: its status and message, sent as JSON.
@@ -589,7 +809,7 @@ fn current_n(w: &watch::RunWatch) -> u64 {
 }
 
 fn frame_event(frame: &watch::Frame) -> Event {
-    let event = Event::default().data(frame.json.as_str());
+    let event = Event::default().data(agent_core::secrets::redact(&frame.json));
     match frame.seq {
         Some(seq) => event.id(seq.to_string()),
         None => event,

@@ -67,22 +67,21 @@ fn the_webdriver_client_drives_headless_chromium() {
     assert!(png.len() > 1000 && png.starts_with(b"\x89PNG\r\n\x1a\n"), "{} bytes", png.len());
 }
 
-/// `strata serve --data D --addr 127.0.0.1:0 --token TOKEN` in `s`, and the address it listens
-/// on (`127.0.0.1:PORT`, from the URL it prints).
+/// `strata serve --data D --addr 127.0.0.1:0 --token TOKEN` in `s`, and the URL it prints
+/// (`http://127.0.0.1:PORT/?token=TOKEN`: the first load sets the cookie the page reads with).
 pub(crate) fn serve(s: &Scratch, token: &str) -> (Running, String) {
     let mut server = s.spawn(&["serve", "--data", "D", "--addr", "127.0.0.1:0", "--token", token]);
-    let mut addr = None;
+    let mut url = None;
     wait_for("`strata serve` to print its URL", || {
-        addr = server
+        url = server
             .stdout_so_far()
             .lines()
-            .find_map(|l| l.strip_prefix("strata serve: http://"))
-            .and_then(|rest| rest.split_once('/'))
-            .map(|(addr, _)| addr.to_owned());
-        addr.is_some() || server.exited()
+            .find_map(|l| l.strip_prefix("strata serve: "))
+            .map(|url| url.trim().to_owned());
+        url.is_some() || server.exited()
     });
-    let addr = addr.unwrap_or_else(|| panic!("`strata serve` failed:\n{}", server.stderr_so_far()));
-    (server, addr)
+    let url = url.unwrap_or_else(|| panic!("`strata serve` failed:\n{}", server.stderr_so_far()));
+    (server, url)
 }
 
 /// Each agent of the tree, by id, with its `data-status`, and the agent it is nested in.
@@ -187,11 +186,15 @@ fn the_dashboard_shows_a_live_team_run_in_a_real_browser() {
     assert!(team.len() >= 3, "{team:?}");
 
     let token = "browser-test-token";
-    let (_server, addr) = serve(&s, token);
-    browser.goto(&format!("http://{addr}/#token={token}"));
+    let (_server, url) = serve(&s, token);
+    assert_eq!(url.split_once("/?token=").map(|(_, t)| t), Some(token), "{url}");
+    // The URL as printed: its first load sets the cookie and drops the token from the URL.
+    browser.goto(&url);
     let link = browser.wait_for("the run in the list", PAGE_PATIENCE, |b| {
         b.find("#runs a[data-run=\"gated\"]").ok_or_else(|| text_of(b, "#runs"))
     });
+    let href = browser.execute("return location.href", &[]);
+    assert!(!href.to_string().contains("token"), "the token stayed in the URL: {href}");
     browser.click(&link);
 
     // Every agent of the team, nested under its supervisor, and the event stream open.

@@ -31,6 +31,7 @@ mod otel;
 mod papercuts;
 mod partition;
 mod sandbox;
+mod secrets;
 mod serve;
 mod spawn_views;
 mod storage;

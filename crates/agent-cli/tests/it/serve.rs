@@ -4,9 +4,15 @@
 //! off loopback without a token, an unknown run, malformed requests, signing without the
 //! token: nothing written); a run on NATS JetStream read from its server, finished and live;
 //! with `--nats URL`, a run placed on workers there, shown with no directory of it.
+//!
+//! The attacks on the dashboard: a read without the token (401), a foreign `Host` (DNS
+//! rebinding: 421), the token in the URL of a signing POST or a cookie alone on one (refused),
+//! and a stored record holding a secret of the serving process (served `[redacted]`).
 
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use nats_store::test_url;
@@ -29,15 +35,73 @@ fn serve(s: &Scratch, addr: &str, extra: &[&str]) -> Running {
         assert!(!running.exited(), "serve exited:\n{}", running.stderr_so_far());
         running.stdout_so_far().contains("strata serve: http://")
     });
+    printed(&running);
     running
+}
+
+/// The token of the server on each port, once read from the URL it printed ([`printed`]):
+/// [`http`] and [`Events::open`] send it (`Authorization: Bearer`) unless the request gives its
+/// own `Authorization` or `Cookie` (`("Authorization", "")` sends none that counts).
+static TOKENS: Mutex<BTreeMap<u16, String>> = Mutex::new(BTreeMap::new());
+
+/// The port and the token of a URL `strata serve` printed (`http://ADDR/?token=TOKEN`),
+/// remembered for the requests to that port.
+fn parse_url(url: &str) -> (u16, String) {
+    let (addr, token) = url.trim().split_once("/?token=").unwrap();
+    let port: u16 = addr.rsplit(':').next().unwrap().parse().unwrap();
+    let token = token.trim().to_owned();
+    TOKENS.lock().unwrap().insert(port, token.clone());
+    (port, token)
 }
 
 /// The port and the token `strata serve` printed in its URL.
 fn printed(server: &Running) -> (u16, String) {
     let out = server.stdout_so_far();
     let url = out.lines().find_map(|l| l.strip_prefix("strata serve: http://")).unwrap();
-    let (addr, token) = url.split_once("/#token=").unwrap();
-    (addr.rsplit(':').next().unwrap().parse().unwrap(), token.trim().to_owned())
+    parse_url(url)
+}
+
+/// The request head's lines for `port` beyond the request line: `Host: 127.0.0.1:PORT` and the
+/// port's token, unless `headers` give their own.
+fn head(port: u16, headers: &[(&str, &str)]) -> String {
+    let has = |name: &str| headers.iter().any(|(n, _)| n.eq_ignore_ascii_case(name));
+    let mut head = String::new();
+    if !has("Host") {
+        head.push_str(&format!("Host: 127.0.0.1:{port}\r\n"));
+    }
+    if !has("Authorization")
+        && !has("Cookie")
+        && let Some(token) = TOKENS.lock().unwrap().get(&port)
+    {
+        head.push_str(&format!("Authorization: Bearer {token}\r\n"));
+    }
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head
+}
+
+/// One HTTP/1.1 request to 127.0.0.1:`port`: the status, the response's head and its body.
+fn http_full(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String, String) {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nConnection: close\r\nContent-Length: {}\r\n{}\r\n{body}",
+        body.len(),
+        head(port, headers)
+    );
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    (status, head.to_owned(), body.to_owned())
 }
 
 /// One HTTP/1.1 request to 127.0.0.1:`port`: the status and the body.
@@ -48,23 +112,16 @@ fn http(
     headers: &[(&str, &str)],
     body: &str,
 ) -> (u16, String) {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let mut request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (name, value) in headers {
-        request.push_str(&format!("{name}: {value}\r\n"));
-    }
-    request.push_str("\r\n");
-    request.push_str(body);
-    stream.write_all(request.as_bytes()).unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let status = response.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    let (status, _, body) = http_full(port, method, path, headers, body);
     (status, body)
+}
+
+/// The value of header `name` in a response's `head`.
+fn header<'h>(head: &'h str, name: &str) -> Option<&'h str> {
+    head.lines().find_map(|line| {
+        let (n, v) = line.split_once(':')?;
+        n.trim().eq_ignore_ascii_case(name).then(|| v.trim())
+    })
 }
 
 /// A GET that must answer `status` with JSON.
@@ -78,11 +135,9 @@ fn get_json(port: u16, path: &str, headers: &[(&str, &str)], status: u16) -> Val
 /// A POST of `body` that must answer `status` with JSON.
 #[track_caller]
 fn post(port: u16, path: &str, token: Option<&str>, body: &str, status: u16) -> Value {
-    let auth = token.map(|t| format!("Bearer {t}"));
-    let mut headers = vec![("Content-Type", "application/json")];
-    if let Some(auth) = &auth {
-        headers.push(("Authorization", auth));
-    }
+    // No token: an empty `Authorization`, so that the port's token is not sent either.
+    let auth = token.map(|t| format!("Bearer {t}")).unwrap_or_default();
+    let headers = vec![("Content-Type", "application/json"), ("Authorization", auth.as_str())];
     let (got, reply) = http(port, "POST", path, &headers, body);
     assert_eq!(got, status, "POST {path} {body}: {reply}");
     serde_json::from_str(&reply).unwrap_or_else(|e| panic!("POST {path}: not JSON ({e}): {reply}"))
@@ -98,8 +153,10 @@ impl Events {
     fn open(port: u16, path: &str) -> Self {
         let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
         stream.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
-        let request =
-            format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n\r\n");
+        let request = format!(
+            "GET {path} HTTP/1.1\r\n{}\r\n",
+            head(port, &[("Accept", "text/event-stream")])
+        );
         stream.write_all(request.as_bytes()).unwrap();
         Self { stream, text: String::new() }
     }
@@ -140,20 +197,17 @@ fn serve_lists_the_runs_and_shows_a_finished_run_whole() {
     finished_run(&s);
     let port = free_port();
     let server = serve(&s, &format!("127.0.0.1:{port}"), &["--token", "t0k"]);
-    assert!(server.stdout_so_far().contains(&format!("http://127.0.0.1:{port}/#token=t0k")));
+    assert!(server.stdout_so_far().contains(&format!("http://127.0.0.1:{port}/?token=t0k")));
 
     for (path, kind, needle) in [
         ("/", "text/html", "id=\"tree\""),
         ("/app.js", "text/javascript", "__strataRenderMs"),
         ("/style.css", "text/css", "data-status"),
     ] {
-        let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
-        write!(stream, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
-        let mut response = String::new();
-        stream.read_to_string(&mut response).unwrap();
-        assert!(response.starts_with("HTTP/1.1 200"), "{path}: {response}");
-        assert!(response.to_lowercase().contains(&format!("content-type: {kind}")), "{path}");
-        assert!(response.contains(needle), "{path} lacks {needle}");
+        let (status, head, body) = http_full(port, "GET", path, &[], "");
+        assert_eq!(status, 200, "{path}: {head}\n{body}");
+        assert!(header(&head, "content-type").unwrap().starts_with(kind), "{path}: {head}");
+        assert!(body.contains(needle), "{path} lacks {needle}");
     }
 
     let runs = get_json(port, "/api/runs", &[], 200);
@@ -237,9 +291,8 @@ fn a_live_run_streams_its_records_and_a_human_approves_through_the_api() {
     });
     let port = free_port();
     let server = serve(&s, &format!("127.0.0.1:{port}"), &[]);
-    let url = server.stdout_so_far();
-    let token = url.split("#token=").nth(1).unwrap().lines().next().unwrap().trim().to_owned();
-    assert_eq!(token.len(), 32, "a generated token: {url}");
+    let (_, token) = printed(&server);
+    assert_eq!(token.len(), 32, "a generated token: {token}");
 
     let runs = get_json(port, "/api/runs", &[], 200);
     assert_eq!(runs[0]["status"], "running", "{runs}");
@@ -280,6 +333,18 @@ fn a_live_run_streams_its_records_and_a_human_approves_through_the_api() {
     let e = post(port, &veto, Some(&token), body, 400);
     assert!(e["error"].as_str().unwrap().contains("reason"), "{e}");
     post(port, &format!("/api/runs/h1/decisions/{decision}/sign"), Some(&token), body, 404);
+    // The token in the URL of a signing request (with no header, or with it too), or in the
+    // cookie alone (which a forged cross-site request would carry): refused.
+    let json = ("Content-Type", "application/json");
+    let in_url = format!("{path}?token={token}");
+    let (status, e) = http(port, "POST", &in_url, &[json, ("Authorization", "")], body);
+    assert_eq!(status, 400, "{e}");
+    assert!(e.contains("never takes the token from the URL"), "{e}");
+    assert_eq!(http(port, "POST", &in_url, &[json], body).0, 400);
+    let cookie = format!("strata_token_{port}={token}");
+    let (status, e) = http(port, "POST", &path, &[json, ("Cookie", &cookie)], body);
+    assert_eq!(status, 401, "{e}");
+    assert!(e.contains("a cookie alone is not enough"), "{e}");
     assert_eq!(snapshot(&requests), before, "a refused request wrote to the run's requests");
 
     // With the token: through the operator inbox, applied by the live run.
@@ -341,23 +406,129 @@ fn serve_refuses_bad_input() {
 }
 
 #[test]
-fn off_loopback_every_api_request_needs_the_token() {
+fn every_read_needs_the_token_from_the_header_or_the_cookie_its_url_sets() {
     let s = Scratch::with_example();
     std::fs::create_dir_all(s.path("D")).unwrap();
     let port = free_port();
     let mut command = s.command(&["serve", "--data", "D", "--addr", &format!("0.0.0.0:{port}")]);
-    command.env("STRATA_SERVE_TOKEN", "envtok");
+    command.env("STRATA_SERVE_TOKEN", "envtok-1234");
     let mut server = Scratch::spawn_command(&["serve"], &mut command);
     wait_for("strata serve to listen", || {
         assert!(!server.exited(), "serve exited:\n{}", server.stderr_so_far());
-        server.stdout_so_far().contains("#token=envtok")
+        server.stdout_so_far().contains("/?token=envtok-1234")
     });
-    get_json(port, "/api/runs", &[], 401);
-    get_json(port, "/api/runs?token=nope", &[], 401);
-    assert_eq!(get_json(port, "/api/runs?token=envtok", &[], 200), serde_json::json!([]));
-    get_json(port, "/api/runs", &[("Authorization", "Bearer envtok")], 200);
-    // The page itself holds no data.
-    assert_eq!(http(port, "GET", "/", &[], "").0, 200);
+    // No token: nothing is read, not even the page or its script.
+    let none = ("Authorization", "");
+    get_json(port, "/api/runs", &[none], 401);
+    get_json(port, "/api/runs/x/events", &[none], 401);
+    for page in ["/", "/app.js", "/style.css", "/nothing"] {
+        let (status, body) = http(port, "GET", page, &[none], "");
+        assert_eq!(status, 401, "{page}: {body}");
+        assert!(body.contains("?token="), "{page}: {body}");
+    }
+    get_json(port, "/api/runs?token=nope", &[none], 401);
+    get_json(port, "/api/runs", &[("Authorization", "Bearer envtok-1234")], 200);
+
+    // The printed URL sets the cookie and sends the browser to the URL without the token.
+    let (status, head, _) = http_full(port, "GET", "/?token=envtok-1234", &[none], "");
+    assert_eq!(status, 303, "{head}");
+    assert_eq!(header(&head, "location"), Some("/"), "{head}");
+    let set = header(&head, "set-cookie").unwrap();
+    let name = format!("strata_token_{port}");
+    assert!(set.starts_with(&format!("{name}=envtok-1234;")), "{set}");
+    for attribute in ["HttpOnly", "SameSite=Strict", "Path=/"] {
+        assert!(set.contains(attribute), "{set}");
+    }
+    let (status, head, _) =
+        http_full(port, "GET", "/api/runs/x/events?after=3&token=envtok-1234", &[none], "");
+    assert_eq!((status, header(&head, "location")), (303, Some("/api/runs/x/events?after=3")));
+    // The cookie alone reads everything, and the page is given the token for its signing.
+    let cookie = format!("{name}=envtok-1234");
+    let with_cookie = [("Cookie", cookie.as_str())];
+    assert_eq!(get_json(port, "/api/runs", &with_cookie, 200), serde_json::json!([]));
+    let (status, page) = http(port, "GET", "/", &with_cookie, "");
+    assert_eq!(status, 200);
+    assert!(page.contains(r#"<meta name="strata-token" content="envtok-1234">"#), "{page}");
+    // Another token, or the cookie of another port: refused.
+    get_json(port, "/api/runs", &[("Cookie", &format!("{name}=nope"))], 401);
+    get_json(port, "/api/runs", &[("Cookie", "strata_token_1=envtok-1234")], 401);
+    server.kill();
+}
+
+#[test]
+fn a_request_for_another_host_is_refused_even_with_the_token() {
+    let s = Scratch::with_example();
+    std::fs::create_dir_all(s.path("D")).unwrap();
+    let server = serve(&s, "127.0.0.1:0", &["--token", "rebind-tok"]);
+    let (port, _) = printed(&server);
+    // DNS rebinding: a page of evil.example, its name now resolving to 127.0.0.1.
+    for host in [
+        format!("evil.example:{port}"),
+        format!("127.0.0.1.nip.io:{port}"),
+        "127.0.0.1".to_owned(),
+        format!("127.0.0.1:{}", port.wrapping_add(1)),
+    ] {
+        for path in ["/", "/api/runs", "/?token=rebind-tok"] {
+            let (status, body) = http(port, "GET", path, &[("Host", &host)], "");
+            assert_eq!(status, 421, "Host {host} {path}: {body}");
+        }
+        let (status, _) = http(
+            port,
+            "POST",
+            "/api/runs/x/decisions/y/approve",
+            &[("Host", &host), ("Content-Type", "application/json")],
+            r#"{"as":"alice"}"#,
+        );
+        assert_eq!(status, 421, "Host {host}");
+    }
+    for host in [format!("localhost:{port}"), format!("127.0.0.1:{port}"), format!("[::1]:{port}")]
+    {
+        get_json(port, "/api/runs", &[("Host", &host)], 200);
+    }
+    server.kill();
+}
+
+/// A secret of the serving process (`$OPENAI_API_KEY`) in a record stored by a run that did
+/// not know it: served `[redacted]`, in the snapshot and on the event stream.
+#[test]
+fn a_served_record_holding_a_secret_shows_it_redacted() {
+    const SECRET: &str = "sk-test-served-3e9d1c7a5b";
+    let s = Scratch::with_example();
+    s.write("W/notes.txt", &format!("{SECRET} is the key\n"));
+    s.write(
+        "notes.toml",
+        r#"id = "notes"
+goal = "read the notes"
+
+[[steps]]
+id = "read"
+domain = "docs"
+tool = "read_file"
+args = { path = "notes.txt" }
+"#,
+    );
+    let args = ["run", "notes.toml", "--data", "D", "--workspace", "W", "--run-id", "n"];
+    let mut command = s.command(&[&args[..], &FAST, &["--quiet"]].concat());
+    command.env_remove("OPENAI_API_KEY");
+    Out::of(&args, &mut command).code(0);
+    let stored = s.strata(&["inspect", "n", "audit", "--data", "D", "--json"]);
+    assert!(stored.stdout.contains(SECRET), "the run did not know the secret: it is stored");
+
+    let mut command = s.command(&["serve", "--data", "D", "--addr", "127.0.0.1:0"]);
+    command.env("OPENAI_API_KEY", SECRET);
+    let mut server = Scratch::spawn_command(&["serve"], &mut command);
+    wait_for("strata serve to listen", || {
+        assert!(!server.exited(), "serve exited:\n{}", server.stderr_so_far());
+        server.stdout_so_far().contains("strata serve: http://")
+    });
+    let (port, _) = printed(&server);
+    let (status, snap) = http(port, "GET", "/api/runs/n", &[], "");
+    assert_eq!(status, 200, "{snap}");
+    assert!(!snap.contains(SECRET), "served the secret: {snap}");
+    assert!(snap.contains("[redacted] is the key"), "{snap}");
+    let mut events = Events::open(port, "/api/runs/n/events?after=0");
+    events.until("the records", |t| t.contains("read_file"));
+    assert!(!events.text.contains(SECRET), "streamed the secret: {}", events.text);
     server.kill();
 }
 
@@ -393,14 +564,12 @@ fn serving_run(s: &Scratch, extra: &[&str]) -> (Running, Gate, u16, String) {
             .find_map(|l| l.strip_prefix("strata serve: http://").map(str::to_owned));
         url.is_some()
     });
-    let url = url.unwrap();
-    let (addr, token) = url.split_once("/#token=").unwrap();
-    let port = addr.rsplit(':').next().unwrap().parse().unwrap();
+    let (port, token) = parse_url(&url.unwrap());
     wait_for("the gate step to start", || {
         assert!(!run.exited(), "the run exited before the gate:\n{}", run.stderr_so_far());
         s.path("W/waiting").exists()
     });
-    (run, gate, port, token.trim().to_owned())
+    (run, gate, port, token)
 }
 
 #[test]

@@ -1,7 +1,10 @@
 // Strata dashboard: plain JavaScript, no build step, no download. The server is `strata serve`.
 "use strict";
 
-const state = { token: "", run: null, source: null, nodes: new Map(), agents: new Map(),
+// The token: reads carry it in the cookie the first load set; signing sends it in a header,
+// taken from the page (which only a request with the token is given).
+const state = { token: (document.querySelector('meta[name="strata-token"]') || {}).content || "",
+  run: null, source: null, nodes: new Map(), agents: new Map(),
   decisions: new Map(), humans: [], series: [], pending: [], frame: 0, scroll: 0 };
 const MAX_EVENTS = 500;
 
@@ -14,7 +17,6 @@ function headers(extra) {
 function link(run) {
   const p = new URLSearchParams();
   if (run) p.set("run", run);
-  if (state.token) p.set("token", state.token);
   return "#" + p.toString();
 }
 function el(tag, cls, text) {
@@ -37,7 +39,6 @@ async function getJson(url) {
 
 function route() {
   const p = params();
-  if (p.get("token")) state.token = p.get("token");
   document.getElementById("home").href = link(null);
   const run = p.get("run");
   if (state.source) { state.source.close(); state.source = null; }
@@ -85,7 +86,6 @@ async function openRun(id) {
 function connect(id, lastSeq) {
   const q = new URLSearchParams();
   if (lastSeq !== null && lastSeq !== undefined) q.set("after", String(lastSeq));
-  if (state.token) q.set("token", state.token);
   const source = new EventSource("/api/runs/" + encodeURIComponent(id) + "/events?" + q.toString());
   state.source = source;
   source.onopen = () => { document.body.dataset.live = "true"; };
