@@ -3076,3 +3076,54 @@ fn streaming_is_on_unless_a_reasoner_table_turns_it_off_and_agents_inherit_it() 
     let err = team_err(&format!("[reasoner]\nstream = \"yes\"\n\n{ONE_POWER}"));
     assert!(err.to_string().starts_with("team.toml:2:"), "{err}");
 }
+
+/// A role that may spawn another holding a capability or the network it lacks is refused at
+/// load, at the `enabled_agents` entry (file:line:col).
+#[test]
+fn a_spawn_role_holding_more_than_its_spawner_is_refused_at_load() {
+    let spawner = |parent: &str, child: &str| {
+        format!(
+            r#"
+[[roles]]
+name = "lead"
+layer = "mid"
+description = "leads"
+{parent}
+enabled_agents = ["helper"]
+
+[[roles]]
+name = "helper"
+{child}
+"#
+        )
+    };
+    let refused = |parent: &str, child: &str, what: &str| {
+        let text = with_head(&spawner(parent, child));
+        let err = parse_team(Path::new("team.toml"), &text, &ToolRegistry::with_builtins())
+            .expect_err("more than the spawner holds is refused");
+        let shown = err.to_string();
+        assert!(
+            shown.contains(&format!("may not spawn `helper`: it would hold {what}")),
+            "{shown}"
+        );
+        let line = text.lines().position(|l| l.contains("enabled_agents = [\"helper\"]")).unwrap();
+        assert!(shown.contains(&format!("team.toml:{}:", line + 1)), "{shown}");
+    };
+    const EXECUTOR: &str = "layer = \"bottom\"\ntools = [\"read_file\"]";
+    const SUB_LEAD: &str = "layer = \"mid\"\ndescription = \"sub\"";
+    // An executor with the network, spawned by a lead without it.
+    refused("", &format!("{EXECUTOR}\nnetwork = true"), "the network");
+    // A sub-lead with a capability its spawning lead does not hold.
+    refused(
+        "capabilities = [\"plan\", \"coordinate\", \"delegate\"]",
+        &format!("{SUB_LEAD}\ncapabilities = [\"plan\", \"review\", \"delegate\"]"),
+        "the capability `review`",
+    );
+    // As much as the spawner, or less, loads.
+    let networked = format!("{EXECUTOR}\nnetwork = true");
+    for (parent, child) in [("", EXECUTOR), ("network = true", networked.as_str()), ("", SUB_LEAD)]
+    {
+        let text = with_head(&spawner(parent, child));
+        parse_team(Path::new("team.toml"), &text, &ToolRegistry::with_builtins()).unwrap();
+    }
+}
