@@ -48,7 +48,8 @@ pub(crate) async fn exec(args: ExecArgs) -> Result<u8, Failure> {
 
     let request = RunRequest::new(kind.as_str(), objective.as_str()).with_inputs(inputs.clone());
     Executor::new(registry).check(&request).map_err(bad_input)?;
-    let servers = crate::mcp::start_servers(&team_path, &team_text, &mut tools).await?;
+    let servers =
+        crate::mcp::start_for_run(&team_path, &team_text, &mut tools, &args.start).await?;
     let result = exec_with(&args, kind, objective, inputs, &team_path, &team_text, tools).await;
     servers.shutdown().await;
     result

@@ -1,29 +1,111 @@
 //! The team file's MCP servers (`[[mcp_servers]]`): started before the team file's tool lists
 //! are checked, their tools registered beside the built-in ones, stopped when the run ends.
+//!
+//! A stdio server starts inside the run's sandbox (the team file's `[sandbox]`, with the
+//! server's own `network`), in the workspace, with the minimal environment; one that opts out
+//! (`sandbox = false`) is printed on standard error at start and audited
+//! ([`audit_opt_outs`]). Every server is stopped when the run ends, killed when `strata` is.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use agent_core::tools::ToolRegistry;
-use agent_mcp::{DEFAULT_START_TIMEOUT, McpServerSpec, McpServers, McpTransport};
-use team_file::{McpServerDecl, McpServerTransport};
+use agent_core::tools::{Sandbox, ToolRegistry};
+use agent_mcp::{DEFAULT_START_TIMEOUT, McpLaunch, McpServerSpec, McpServers, McpTransport};
+use team_file::{McpServerDecl, McpServerTransport, TeamFile};
 
 use crate::{Failure, bad_input};
 
-/// Starts the MCP servers the team file `text` (at `path`) declares and registers their tools
-/// in `tools`. A server that fails to start, or a tool the file names that its server offers
-/// with a schema that is not JSON Schema, is bad input (exit 2), before anything is written:
-/// the servers started are stopped then.
-pub(crate) async fn start_servers(
+/// Where a run's servers start: its workspace (which must exist), whether the run is
+/// `--unsandboxed`, and the paths its sandbox hides (the data directory).
+pub(crate) struct Place<'a> {
+    /// The run's workspace.
+    pub(crate) workspace: &'a Path,
+    /// `--unsandboxed`: no server is sandboxed.
+    pub(crate) unsandboxed: bool,
+    /// Hidden from sandboxed servers, as from commands.
+    pub(crate) hide: Vec<PathBuf>,
+}
+
+/// [`start_servers`] for a new run (`strata run`, `exec`) with `args`: in its `--workspace`
+/// (made if missing), the data directory hidden. A team with stdio servers needs
+/// `--workspace`: they start before the run's own workspace exists (it is made with the run's
+/// directory, after every check), and they must work in the same directory on `resume`.
+pub(crate) async fn start_for_run(
     path: &Path,
     text: &str,
     tools: &mut ToolRegistry,
+    args: &crate::cli::StartArgs,
 ) -> Result<McpServers, Failure> {
     let declared = team_file::mcp_servers(path, text).map_err(bad_input)?;
     if declared.is_empty() {
         return Ok(McpServers::default());
     }
+    let stdio = declared.iter().find(|d| matches!(d.transport, McpServerTransport::Stdio { .. }));
+    if let (Some(server), None) = (stdio, &args.workspace) {
+        return Err(bad_input(anyhow::anyhow!(
+            "{}: MCP server `{}` is started in the run's workspace, which must exist before the \
+             run: give --workspace DIR (for example `--workspace .`)",
+            path.display(),
+            server.name
+        )));
+    }
+    let workspace = match &args.workspace {
+        Some(workspace) => {
+            std::fs::create_dir_all(workspace).map_err(|e| {
+                bad_input(anyhow::anyhow!(
+                    "cannot create the workspace {}: {e}",
+                    workspace.display()
+                ))
+            })?;
+            workspace.clone()
+        }
+        // HTTP servers only: not started, so no working directory.
+        None => std::env::temp_dir(),
+    };
+    let workspace = std::fs::canonicalize(&workspace).map_err(|e| {
+        bad_input(anyhow::anyhow!("cannot resolve the workspace {}: {e}", workspace.display()))
+    })?;
+    let data = std::fs::canonicalize(&args.data)
+        .unwrap_or_else(|_| std::path::absolute(&args.data).unwrap_or_default());
+    let place = Place { workspace: &workspace, unsandboxed: args.unsandboxed, hide: vec![data] };
+    start_servers(path, text, tools, &place).await
+}
+
+/// Starts the MCP servers the team file `text` (at `path`) declares, as `place` says, and
+/// registers their tools in `tools`. A server that fails to start (or cannot be sandboxed
+/// here), or a tool the file names that its server offers with a schema that is not JSON
+/// Schema, is bad input (exit 2), before anything is written: the servers started are stopped
+/// then. A server that opts out of the sandbox is named in a warning on standard error.
+pub(crate) async fn start_servers(
+    path: &Path,
+    text: &str,
+    tools: &mut ToolRegistry,
+    place: &Place<'_>,
+) -> Result<McpServers, Failure> {
+    let declared = team_file::mcp_servers(path, text).map_err(bad_input)?;
+    if declared.is_empty() {
+        return Ok(McpServers::default());
+    }
+    let sandbox = if place.unsandboxed {
+        Sandbox::unsandboxed()
+    } else {
+        // The team's `[sandbox]` (its limits, read-only paths and passed variables), read
+        // without the servers' tools.
+        let team = team_file::parse_stored_team(path, text, &ToolRegistry::with_builtins())
+            .map_err(bad_input)?;
+        place.hide.iter().fold(team.sandbox.sandbox(), |s, p| s.hide(p))
+    };
+    let launch = McpLaunch::new(place.workspace, sandbox);
     let specs: Vec<McpServerSpec> = declared.into_iter().map(spec).collect();
-    let servers = McpServers::start(&specs, DEFAULT_START_TIMEOUT)
+    for spec in specs.iter().filter(|s| s.opts_out()) {
+        tracing::warn!(server = %spec.name, "MCP server runs outside the sandbox (sandbox = false)");
+        errln!(
+            "warning: MCP server `{}` runs outside the sandbox (`sandbox = false` in {}), with \
+             your user's files and network",
+            spec.name,
+            path.display()
+        );
+    }
+    let servers = McpServers::start(&specs, &launch, DEFAULT_START_TIMEOUT)
         .await
         .map_err(|e| bad_input(anyhow::Error::new(e).context(format!("{}", path.display()))))?;
     if let Err(failure) = register(path, text, &servers, tools) {
@@ -58,12 +140,59 @@ fn register(
 /// A team file's declaration as what `agent-mcp` starts.
 fn spec(decl: McpServerDecl) -> McpServerSpec {
     let transport = match decl.transport {
-        McpServerTransport::Stdio { command, args, env } => {
-            McpTransport::Stdio { command, args, env }
+        McpServerTransport::Stdio { command, args, env, pass_env, sandbox, network } => {
+            // Values the server is given as secrets are redacted from what is stored.
+            for (name, value) in &env {
+                if agent_core::secrets::looks_secret(name) {
+                    agent_core::secrets::register(value);
+                }
+            }
+            for name in &pass_env {
+                if agent_core::secrets::looks_secret(name)
+                    && let Ok(value) = std::env::var(name)
+                {
+                    agent_core::secrets::register(&value);
+                }
+            }
+            McpTransport::Stdio { command, args, env, pass_env, sandboxed: sandbox, network }
         }
         McpServerTransport::Http { url } => McpTransport::Http { url },
     };
     McpServerSpec { name: decl.name, transport }
+}
+
+/// Appends to the run's audit log, at start (and at each resume), a record for each stdio
+/// server of `team` that runs outside the sandbox: one that opted out (`sandbox = false`), or
+/// every one of a run given `--unsandboxed`. Written under the id `mcp:<server>`.
+pub(crate) async fn audit_opt_outs(
+    team: &TeamFile,
+    unsandboxed: bool,
+    audit: &dyn agent_core::AuditLog,
+) -> Result<(), Failure> {
+    for server in &team.mcp_servers {
+        let McpServerTransport::Stdio { command, sandbox, .. } = &server.transport else {
+            continue;
+        };
+        let why = match (sandbox, unsandboxed) {
+            (false, _) => "`sandbox = false` in the team file",
+            (true, true) => "the run is `--unsandboxed`",
+            (true, false) => continue,
+        };
+        let event = agent_core::AuditEvent::Error {
+            error: format!(
+                "MCP server `{}` (`{command}`) runs outside the sandbox: {why}",
+                server.name
+            ),
+            retry: 0,
+            max_retries: 0,
+        };
+        let agent = agent_state::AgentId::new(format!("mcp:{}", server.name));
+        audit
+            .append(&agent, agent_state::Timestamp(crate::run::now_ms()), event)
+            .await
+            .map_err(|e| Failure::Other(anyhow::anyhow!("cannot write the audit log: {e}")))?;
+    }
+    Ok(())
 }
 
 /// Every string in `value`.

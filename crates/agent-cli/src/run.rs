@@ -154,7 +154,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
     let (team_text, team, servers) = match &args.start.team {
         Some(path) => {
             let text = read_input(path, "team file", team_file::MAX_TEAM_FILE_BYTES)?;
-            let servers = crate::mcp::start_servers(path, &text, &mut tools).await?;
+            let servers = crate::mcp::start_for_run(path, &text, &mut tools, &args.start).await?;
             match team_file::parse_team(path, &text, &tools) {
                 Ok(team) => (text, team, servers),
                 Err(e) => {
@@ -426,7 +426,12 @@ pub(crate) async fn resume(args: ResumeArgs) -> Result<u8, Failure> {
     let team_path = dir.join(TEAM_FILE);
     let team_text = read_input(&team_path, "team file", team_file::MAX_TEAM_FILE_BYTES)?;
     // The MCP servers start again (before anything is marked running), with their tools.
-    let servers = crate::mcp::start_servers(&team_path, &team_text, &mut tools).await?;
+    let place = crate::mcp::Place {
+        workspace: &info.workspace,
+        unsandboxed: info.unsandboxed || args.unsandboxed,
+        hide: vec![data_dir(&args.data), dir.clone()],
+    };
+    let servers = crate::mcp::start_servers(&team_path, &team_text, &mut tools, &place).await?;
     let result = resume_with(args, dir, store, info, team_path, team_text, tools, serving).await;
     servers.shutdown().await;
     result
@@ -803,6 +808,8 @@ pub(crate) async fn services(
 ) -> Result<(TeamServices, Option<Arc<UsageLedger>>), Failure> {
     let kind_override = reasoner_kind(info.reasoner.as_deref())?;
     let Stores { bus, boards, governance, audit, state, nats_audit: _ } = stores;
+    // MCP servers running outside the sandbox are on the record.
+    crate::mcp::audit_opt_outs(team, info.unsandboxed, audit.as_ref()).await?;
     // The team's event stream: the model reasoners publish their answers on it as they stream.
     let events = agent_core::EventHub::default();
     let reasoning = reasoners::build(team, kind_override, store, boards.clone(), &tools, &events)

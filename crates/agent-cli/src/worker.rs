@@ -216,17 +216,6 @@ impl CliBuilder {
         let store = open_or_create(&dir, &run.run_id)?;
         let team_path = dir.join(TEAM_FILE);
         write_atomic(&team_path, placed.team.as_bytes())?;
-        let mut tools = ToolRegistry::with_builtins();
-        let servers = crate::mcp::start_servers(&team_path, &placed.team, &mut tools).await?;
-        self.servers.lock().unwrap_or_else(PoisonError::into_inner).push(servers);
-        let mut team =
-            team_file::parse_team(&team_path, &placed.team, &tools).map_err(bad_input)?;
-        team.spec.heartbeat = Duration::from_millis(run.heartbeat_ms);
-        crate::run::check_reasoners(&team, placed.reasoner.as_deref()).await?;
-        let unsandboxed = placed.unsandboxed || self.unsandboxed;
-        let sandbox = crate::run::sandbox(&team, unsandboxed)?.hide(&self.data);
-        let server = self.server.with_namespace(&run.run_id).map_err(bad_input)?;
-        let stores = Stores::nats(&server).await?;
         let workspace = self
             .workspace
             .clone()
@@ -236,6 +225,24 @@ impl CliBuilder {
             .with_context(|| format!("cannot create the workspace {}", workspace.display()))?;
         let workspace = std::fs::canonicalize(&workspace)
             .with_context(|| format!("cannot resolve the workspace {}", workspace.display()))?;
+        let mut tools = ToolRegistry::with_builtins();
+        // The MCP servers start in the run's workspace, in its sandbox.
+        let place = crate::mcp::Place {
+            workspace: &workspace,
+            unsandboxed: placed.unsandboxed || self.unsandboxed,
+            hide: vec![self.data.clone()],
+        };
+        let servers =
+            crate::mcp::start_servers(&team_path, &placed.team, &mut tools, &place).await?;
+        self.servers.lock().unwrap_or_else(PoisonError::into_inner).push(servers);
+        let mut team =
+            team_file::parse_team(&team_path, &placed.team, &tools).map_err(bad_input)?;
+        team.spec.heartbeat = Duration::from_millis(run.heartbeat_ms);
+        crate::run::check_reasoners(&team, placed.reasoner.as_deref()).await?;
+        let unsandboxed = placed.unsandboxed || self.unsandboxed;
+        let sandbox = crate::run::sandbox(&team, unsandboxed)?.hide(&self.data);
+        let server = self.server.with_namespace(&run.run_id).map_err(bad_input)?;
+        let stores = Stores::nats(&server).await?;
         let info = RunInfo {
             run_id: run.run_id.clone(),
             task_id: String::new(),

@@ -14,6 +14,7 @@ use rmcp::{RoleClient, ServiceError, ServiceExt as _};
 use tokio::io::AsyncBufReadExt as _;
 
 use crate::McpError;
+use crate::launch::McpLaunch;
 use crate::schema::check_input_schema;
 use crate::spec::{McpServerSpec, McpTransport, tool_name};
 use crate::tool::McpTool;
@@ -33,6 +34,7 @@ pub struct McpServer {
     connection: Arc<Connection>,
     tools: Vec<Arc<McpTool>>,
     refused: Vec<McpError>,
+    sandboxed: Option<bool>,
 }
 
 /// The connection to one server, shared by its tools.
@@ -57,10 +59,17 @@ impl McpServer {
     /// too long or taken, is not offered: it is in [`refused`](Self::refused) with its typed
     /// error. A server that cannot be started, fails the handshake or the listing, or takes
     /// longer than `timeout` is an [`McpError`] naming it; its process is stopped then.
-    pub async fn connect(spec: &McpServerSpec, timeout: Duration) -> Result<Self, McpError> {
+    ///
+    /// A stdio server starts as `launch` says: in its workspace, inside its sandbox unless the
+    /// server opts out, with the minimal environment ([`McpLaunch`]).
+    pub async fn connect(
+        spec: &McpServerSpec,
+        launch: &McpLaunch,
+        timeout: Duration,
+    ) -> Result<Self, McpError> {
         spec.check()?;
         let stderr = Arc::new(Mutex::new(String::new()));
-        let started = tokio::time::timeout(timeout, start(spec, &stderr)).await;
+        let started = tokio::time::timeout(timeout, start(spec, launch, &stderr)).await;
         let (service, listed) = match started {
             Ok(result) => result?,
             Err(_) => {
@@ -70,6 +79,10 @@ impl McpServer {
                     stderr: tail(&stderr),
                 });
             }
+        };
+        let sandboxed = match &spec.transport {
+            McpTransport::Stdio { sandboxed, .. } => Some(launch.sandboxes(*sandboxed)),
+            McpTransport::Http { .. } => None,
         };
         let connection = Arc::new(Connection {
             name: spec.name.clone(),
@@ -89,13 +102,19 @@ impl McpServer {
                 }
             }
         }
-        tracing::info!(server = %spec.name, tools = tools.len(), "MCP server started");
-        Ok(Self { connection, tools, refused })
+        tracing::info!(server = %spec.name, tools = tools.len(), ?sandboxed, "MCP server started");
+        Ok(Self { connection, tools, refused, sandboxed })
     }
 
     /// The server's name.
     pub fn name(&self) -> &str {
         &self.connection.name
+    }
+
+    /// For a stdio server, whether its process runs inside the sandbox; `None` for an HTTP
+    /// server (not a process Strata starts, so not sandboxed by it).
+    pub fn sandboxed(&self) -> Option<bool> {
+        self.sandboxed
     }
 
     /// The tools it offered at start, as Strata tools (`mcp__<server>__<tool>`).
@@ -176,10 +195,14 @@ pub struct McpServers {
 }
 
 impl McpServers {
-    /// Starts every server of `specs`, one after the other, each within `timeout`. The first
-    /// that fails is the error (the ones started before it are stopped); a name used twice is
-    /// [`McpError::DuplicateServer`], before anything starts.
-    pub async fn start(specs: &[McpServerSpec], timeout: Duration) -> Result<Self, McpError> {
+    /// Starts every server of `specs` as `launch` says, one after the other, each within
+    /// `timeout`. The first that fails is the error (the ones started before it are stopped);
+    /// a name used twice is [`McpError::DuplicateServer`], before anything starts.
+    pub async fn start(
+        specs: &[McpServerSpec],
+        launch: &McpLaunch,
+        timeout: Duration,
+    ) -> Result<Self, McpError> {
         let mut seen = BTreeSet::new();
         for spec in specs {
             if !seen.insert(spec.name.as_str()) {
@@ -189,7 +212,7 @@ impl McpServers {
         }
         let mut servers = Self::default();
         for spec in specs {
-            match McpServer::connect(spec, timeout).await {
+            match McpServer::connect(spec, launch, timeout).await {
                 Ok(server) => servers.servers.push(server),
                 Err(error) => {
                     servers.shutdown().await;
@@ -247,13 +270,14 @@ impl McpServers {
 /// Starts the server and lists its tools.
 async fn start(
     spec: &McpServerSpec,
+    launch: &McpLaunch,
     stderr: &Arc<Mutex<String>>,
 ) -> Result<(RunningService<RoleClient, ()>, Vec<rmcp::model::Tool>), McpError> {
     let server = spec.name.clone();
     let service = match &spec.transport {
-        McpTransport::Stdio { command, args, env } => {
-            let mut cmd = tokio::process::Command::new(command);
-            cmd.args(args).envs(env);
+        McpTransport::Stdio { command, args, env, pass_env, sandboxed, network } => {
+            let cmd =
+                launch.command(&server, command, args, env, pass_env, *sandboxed, *network)?;
             let (transport, err) = TokioChildProcess::builder(cmd)
                 .stderr(Stdio::piped())
                 .spawn()

@@ -19,6 +19,15 @@ pub enum McpError {
         /// The name.
         server: String,
     },
+    /// The server runs inside the sandbox, and the sandbox cannot work on this machine (the
+    /// error says what is missing); it is never started without it unless it opts out.
+    #[error("MCP server `{server}` cannot start in the sandbox: {error}")]
+    Sandbox {
+        /// The server.
+        server: String,
+        /// Why the sandbox cannot work.
+        error: agent_core::tools::SandboxError,
+    },
     /// The server's process could not be started (no such program, not executable).
     #[error("MCP server `{server}` failed to start: cannot run `{command}`: {error}")]
     Spawn {
@@ -107,6 +116,7 @@ impl McpError {
             Self::InvalidSpec { server, .. }
             | Self::DuplicateServer { server }
             | Self::Spawn { server, .. }
+            | Self::Sandbox { server, .. }
             | Self::Start { server, .. }
             | Self::StartTimeout { server, .. }
             | Self::InvalidSchema { server, .. }

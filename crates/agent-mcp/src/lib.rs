@@ -8,6 +8,20 @@
 //! [`McpTool`], an [`agent_core::tools::Tool`] registered as `mcp__<server>__<tool>` (a name
 //! model providers accept: `[a-zA-Z0-9_-]`, at most 64 characters).
 //!
+//! - **Containment.** A stdio server is a process Strata starts ([`McpLaunch`]): inside the
+//!   sandbox by default ([`Sandbox::command`](agent_core::tools::Sandbox::command): the
+//!   workspace read-write and its working directory, the rest read-only, the home and the
+//!   run's data hidden, no network unless the server's `network` allows it), with a minimal
+//!   environment ([`McpLaunch::server_env`]: `PATH`, `LANG`, `TERM`, `HOME` (`/tmp` inside the sandbox), the
+//!   variables it (or the sandbox: a team's `[sandbox] env`) passes by name, its own `env`; never Strata's API keys, tokens or OTLP headers,
+//!   [`STRATA_SECRET_VARS`]). The program's prefix ([`program_prefix`]: a virtual environment
+//!   in `~/.cache`, say) is shown read-only so that it runs; anything else it needs under a
+//!   hidden directory goes in the sandbox's read-only list. Where the sandbox cannot work the
+//!   server is refused ([`McpError::Sandbox`]), never started without it, unless it opts out
+//!   explicitly ([`McpServerSpec::sandboxed`]`(false)`: minimal environment still). Every
+//!   server is killed when its [`McpServer`] is dropped or shut down, and the sandbox's
+//!   launcher dies with Strata (a `kill -9` of the run leaves no server behind). An HTTP
+//!   server is not a process Strata starts: it is not sandboxed by Strata.
 //! - **Schemas.** A tool's input schema is the server's: any JSON Schema
 //!   ([`Tool::foreign_schema`](agent_core::tools::Tool::foreign_schema)); the registry checks the
 //!   keywords it knows, the server the rest. A schema that is not JSON Schema at all
@@ -35,8 +49,8 @@
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! use agent_core::tools::{ToolContext, ToolRegistry};
-//! use agent_mcp::{DEFAULT_START_TIMEOUT, McpServerSpec, McpServers};
+//! use agent_core::tools::{Sandbox, ToolContext, ToolRegistry};
+//! use agent_mcp::{DEFAULT_START_TIMEOUT, McpLaunch, McpServerSpec, McpServers};
 //! use serde_json::json;
 //!
 //! let spec = McpServerSpec::stdio(
@@ -44,7 +58,9 @@
 //!     "npx",
 //!     ["-y", "@modelcontextprotocol/server-filesystem", "/tmp/work"],
 //! );
-//! let servers = McpServers::start(&[spec], DEFAULT_START_TIMEOUT).await?;
+//! // In the sandbox, working in /tmp/work (its only writable directory), no network.
+//! let launch = McpLaunch::new("/tmp/work", Sandbox::new());
+//! let servers = McpServers::start(&[spec], &launch, DEFAULT_START_TIMEOUT).await?;
 //! let mut tools = ToolRegistry::with_builtins();
 //! servers.register(&mut tools)?;
 //! let ctx = ToolContext::new("/tmp/work")?;
@@ -59,6 +75,7 @@
 
 mod client;
 mod error;
+mod launch;
 mod schema;
 mod spec;
 mod tool;
@@ -68,6 +85,7 @@ mod tests;
 
 pub use client::{DEFAULT_START_TIMEOUT, McpServer, McpServers};
 pub use error::McpError;
+pub use launch::{McpLaunch, STRATA_SECRET_VARS, program_prefix};
 pub use schema::check_input_schema;
 pub use spec::{
     MAX_SERVER_NAME, MAX_TOOL_NAME, McpServerSpec, McpTransport, TOOL_PREFIX, check_server_name,

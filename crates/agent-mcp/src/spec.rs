@@ -23,16 +23,26 @@ pub struct McpServerSpec {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum McpTransport {
     /// A child process speaking MCP on its standard input and output: `command` (found on
-    /// `PATH` like a shell would), its `args` and extra `env` variables. It runs in the
-    /// directory Strata runs in; its standard error is kept (the last few kilobytes) for error
+    /// `PATH` like a shell would) and its `args`, started in the workspace
+    /// ([`McpLaunch`](crate::McpLaunch)), inside the sandbox unless `sandboxed` is `false`. Its
+    /// environment is minimal: `PATH`, `LANG`, `TERM` and `HOME` from Strata's, the variables
+    /// named in `pass_env` (when Strata has them), then `env`; nothing else of Strata's
+    /// (no API keys or tokens). Its standard error is kept (the last few kilobytes) for error
     /// messages.
     Stdio {
         /// The program.
         command: String,
         /// Its arguments.
         args: Vec<String>,
-        /// Variables added to the inherited environment.
+        /// Variables set in its environment.
         env: BTreeMap<String, String>,
+        /// Variables of Strata's environment passed on by name (absent ones are skipped).
+        pass_env: Vec<String>,
+        /// Whether it runs inside the sandbox (the default); `false` only on an explicit
+        /// opt-out (`sandbox = false`), which a run audits and prints.
+        sandboxed: bool,
+        /// Whether it may use the network inside the sandbox (default `false`).
+        network: bool,
     },
     /// A server already running, at a streamable-HTTP endpoint (`http://host:port/mcp`; plain
     /// HTTP only).
@@ -55,8 +65,53 @@ impl McpServerSpec {
                 command: command.into(),
                 args: args.into_iter().map(Into::into).collect(),
                 env: BTreeMap::new(),
+                pass_env: Vec::new(),
+                sandboxed: true,
+                network: false,
             },
         }
+    }
+
+    /// The same server (stdio) outside the sandbox: `false` opts out, explicitly.
+    #[must_use]
+    pub fn sandboxed(mut self, on: bool) -> Self {
+        if let McpTransport::Stdio { sandboxed, .. } = &mut self.transport {
+            *sandboxed = on;
+        }
+        self
+    }
+
+    /// The same server (stdio) with the network allowed inside the sandbox (`true`).
+    #[must_use]
+    pub fn with_network(mut self, allowed: bool) -> Self {
+        if let McpTransport::Stdio { network, .. } = &mut self.transport {
+            *network = allowed;
+        }
+        self
+    }
+
+    /// The same server (stdio) with `name` set to `value` in its environment.
+    #[must_use]
+    pub fn with_env(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        if let McpTransport::Stdio { env, .. } = &mut self.transport {
+            env.insert(name.into(), value.into());
+        }
+        self
+    }
+
+    /// The same server (stdio) also given Strata's variable `name`, when it is set.
+    #[must_use]
+    pub fn pass_env(mut self, name: impl Into<String>) -> Self {
+        if let McpTransport::Stdio { pass_env, .. } = &mut self.transport {
+            pass_env.push(name.into());
+        }
+        self
+    }
+
+    /// Whether the server is a process started outside the sandbox (a stdio server that
+    /// opted out). An HTTP server is not a process Strata starts: `false`.
+    pub fn opts_out(&self) -> bool {
+        matches!(self.transport, McpTransport::Stdio { sandboxed: false, .. })
     }
 
     /// A server at the streamable-HTTP endpoint `url`.

@@ -221,13 +221,19 @@
 //! [[mcp_servers]]
 //! name = "notes"                   # required, unique: 1 to 32 ASCII letters, digits, `-`, `_`
 //!                                  # (no `__`, not ending in `_`)
-//! command = "python3"              # a program speaking MCP on stdio, started before the team
-//! args = ["notes_server.py"]       # (relative paths: from where `strata` runs); default none
-//! env = { NOTES_DIR = "notes" }    # added to its environment; default none
+//! command = "python3"              # a program speaking MCP on stdio, started in the sandbox
+//! args = ["notes_server.py"]       # in the workspace (relative paths: from the workspace)
+//! env = { NOTES_DIR = "notes" }    # its environment: PATH, LANG, TERM, HOME, these; default none
+//! pass_env = ["NOTES_LANG"]        # variables of strata's passed by name (never its API keys,
+//!                                  # tokens or OTLP headers); default none
+//! network = false                  # the network inside the sandbox; default false
+//! sandbox = true                   # `false`: run it outside the sandbox (audited, printed at
+//!                                  # start); only ever explicit; default true
 //!
 //! [[mcp_servers]]
 //! name = "search"
-//! url = "http://127.0.0.1:8931/mcp"   # or: a running streamable-HTTP server (`http://` only)
+//! url = "http://127.0.0.1:8931/mcp"   # or: a running streamable-HTTP server (`http://` only);
+//!                                     # not a process strata starts: not sandboxed by strata
 //!
 //! [executor]                # the retry policy of executor kind runs (seed 002); each field
 //! max_retries = 1           # optional, default the seed's: retries after the first attempt

@@ -36,12 +36,20 @@ pub struct McpServerDecl {
 pub enum McpServerTransport {
     /// A program started by the run, speaking MCP over its standard input and output.
     Stdio {
-        /// The program (`command`), found on `PATH`.
+        /// The program (`command`), found on `PATH` (or relative to the workspace).
         command: String,
         /// Its arguments (`args`).
         args: Vec<String>,
-        /// Variables added to its environment (`env`).
+        /// Variables set in its environment (`env`).
         env: BTreeMap<String, String>,
+        /// Variables of Strata's environment passed on by name (`pass_env`); never Strata's
+        /// own API keys, tokens or OTLP headers.
+        pass_env: Vec<String>,
+        /// Whether it runs inside the sandbox (`sandbox`, default `true`; `false` is the
+        /// explicit opt-out, audited and printed at start).
+        sandbox: bool,
+        /// Whether it may use the network inside the sandbox (`network`, default `false`).
+        network: bool,
     },
     /// A server already running, at a streamable-HTTP endpoint (`url`, `http://` only).
     Http {
@@ -53,7 +61,8 @@ pub enum McpServerTransport {
 /// Reads and checks only the `[[mcp_servers]]` of a team file's `text` (a file that is not
 /// TOML, or has unknown fields, is refused as by [`parse_team`](crate::parse_team)): a name
 /// (1 to [`MAX_MCP_SERVER_NAME`] ASCII letters, digits, `-` and `_`, no `__`, not ending in
-/// `_`) used once, and either `command` (with `args` and `env`) or `url` (`http://...`).
+/// `_`) used once, and either `command` (with `args`, `env`, `pass_env`, `sandbox`,
+/// `network`) or `url` (`http://...`).
 pub fn mcp_servers(path: &Path, text: &str) -> Result<Vec<McpServerDecl>, FileError> {
     let src = Source { path, text };
     src.check_size(MAX_TEAM_FILE_BYTES, "team file")?;
@@ -107,6 +116,16 @@ pub(crate) fn unknown_mcp_tool(name: &str, tools: &ToolRegistry) -> Option<Strin
     })
 }
 
+/// Strata's own secrets, which `pass_env` may not name.
+const STRATA_SECRETS: [&str; 6] = [
+    "OPENAI_API_KEY",
+    "ANTHROPIC_API_KEY",
+    "STRATA_SERVE_TOKEN",
+    "OTEL_EXPORTER_OTLP_HEADERS",
+    "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+    "OTEL_EXPORTER_OTLP_METRICS_HEADERS",
+];
+
 /// Checks the declared servers.
 pub(crate) fn declared(
     src: &Source<'_>,
@@ -134,7 +153,32 @@ pub(crate) fn declared(
                 for arg in server.args.iter().flatten() {
                     src.no_control(arg, "an MCP server's argument")?;
                 }
+                let mut pass_env = Vec::new();
+                for name in server.pass_env.iter().flatten() {
+                    let text = name.get_ref();
+                    let valid = !text.is_empty()
+                        && !text.starts_with(|c: char| c.is_ascii_digit())
+                        && text.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+                    if !valid {
+                        return Err(src.error(
+                            name.span(),
+                            format!("`pass_env`: `{text}` is not an environment variable name"),
+                        ));
+                    }
+                    if STRATA_SECRETS.contains(&text.as_str()) {
+                        return Err(src.error(
+                            name.span(),
+                            format!(
+                                "`pass_env`: `{text}` is one of strata's own secrets, never given to an MCP server"
+                            ),
+                        ));
+                    }
+                    pass_env.push(text.clone());
+                }
                 McpServerTransport::Stdio {
+                    pass_env,
+                    sandbox: server.sandbox.as_ref().is_none_or(|s| *s.get_ref()),
+                    network: server.network.as_ref().is_some_and(|n| *n.get_ref()),
                     command: command.get_ref().clone(),
                     args: server.args.iter().flatten().map(|a| a.get_ref().clone()).collect(),
                     env: server
@@ -151,6 +195,19 @@ pub(crate) fn declared(
                     return Err(src.error(
                         url.span(),
                         "`args` and `env` are for a server started with `command`, not one reached at a `url`",
+                    ));
+                }
+                let process_only = [
+                    server.sandbox.as_ref().map(|s| ("sandbox", s.span())),
+                    server.network.as_ref().map(|n| ("network", n.span())),
+                    server.pass_env.as_ref().map(|_| ("pass_env", url.span())),
+                ];
+                if let Some((field, span)) = process_only.into_iter().flatten().next() {
+                    return Err(src.error(
+                        span,
+                        format!(
+                            "`{field}` is for a server started with `command`; a server reached at a `url` is not a process strata starts, so strata does not sandbox it"
+                        ),
                     ));
                 }
                 let text = url.get_ref();

@@ -66,6 +66,12 @@ pub(crate) struct RawMcpServer {
     pub(crate) env: Option<BTreeMap<String, Spanned<String>>>,
     #[serde(default)]
     pub(crate) url: Option<Spanned<String>>,
+    #[serde(default)]
+    pub(crate) sandbox: Option<Spanned<bool>>,
+    #[serde(default)]
+    pub(crate) network: Option<Spanned<bool>>,
+    #[serde(default)]
+    pub(crate) pass_env: Option<Vec<Spanned<String>>>,
 }
 
 /// `[sandbox]`: how `shell` commands are confined.
@@ -86,6 +92,8 @@ pub(crate) struct RawSandbox {
     pub(crate) tmp_mb: Option<Spanned<u64>>,
     #[serde(default)]
     pub(crate) read_only: Option<Vec<Spanned<String>>>,
+    #[serde(default)]
+    pub(crate) env: Option<Vec<Spanned<String>>>,
 }
 
 /// `[http]`: which hosts the executor kinds may reach over HTTP.

@@ -37,10 +37,11 @@ fn repo(rel: &str) -> String {
 fn example(s: &Scratch) {
     let team = std::fs::read_to_string(repo("examples/mcp/team.toml")).unwrap();
     let team = replace_once(&team, "command = \"python3\"", &format!("command = {:?}", python()));
-    let team = replace_once(
-        &team,
-        "args = [\"examples/mcp/notes_server.py\"]",
-        &format!("args = [{:?}]", repo("examples/mcp/notes_server.py")),
+    // The server's script in the workspace (the directory strata runs in, here): a sandboxed
+    // server sees its workspace, the system read-only, and its Python's prefix.
+    s.write(
+        "examples/mcp/notes_server.py",
+        &std::fs::read_to_string(repo("examples/mcp/notes_server.py")).unwrap(),
     );
     assert!(team.contains("target/mcp-example/notes.md"));
     let team = team.replace("target/mcp-example/notes.md", "notes.md");
@@ -59,6 +60,8 @@ fn the_example_team_calls_mcp_tools_and_the_audit_shows_each_call_once() {
         "team.toml",
         "--data",
         "D",
+        "--workspace",
+        ".",
         "--run-id",
         "m",
         FAST[0],
@@ -93,7 +96,17 @@ fn a_server_that_fails_to_start_is_bad_input_and_nothing_is_written() {
     example(&s);
     let team = s.read("team.toml");
     s.write("team.toml", &team.replace(&python(), "/nonexistent/strata-python"));
-    let run = s.strata(&["run", "plan.toml", "--team", "team.toml", "--data", "D", "--quiet"]);
+    let run = s.strata(&[
+        "run",
+        "plan.toml",
+        "--team",
+        "team.toml",
+        "--data",
+        "D",
+        "--workspace",
+        ".",
+        "--quiet",
+    ]);
     run.bad_input(&["MCP server `notes` failed to start: cannot run `/nonexistent/strata-python`"]);
     assert!(!s.path("D").exists(), "a refused run writes nothing");
 }
@@ -104,7 +117,17 @@ fn a_listed_tool_the_server_does_not_offer_is_bad_input_at_its_name() {
     example(&s);
     let team = s.read("team.toml");
     s.write("team.toml", &team.replace("\"mcp__notes__count_words\", ", "\"mcp__notes__nope\", "));
-    let run = s.strata(&["run", "plan.toml", "--team", "team.toml", "--data", "D", "--quiet"]);
+    let run = s.strata(&[
+        "run",
+        "plan.toml",
+        "--team",
+        "team.toml",
+        "--data",
+        "D",
+        "--workspace",
+        ".",
+        "--quiet",
+    ]);
     run.bad_input(&[
         "team.toml:",
         "MCP server `notes` does not offer a tool `nope` (it offers: mcp__notes__append_note, \
@@ -128,8 +151,12 @@ fn a_kill_during_an_mcp_side_effect_is_not_repeated_on_resume() {
              [[mid]]\nid = \"lead\"\ndomain = \"d\"\nsupervisor = \"top-a\"\n\n\
              [[bottom]]\nid = \"e\"\nsupervisor = \"lead\"\ntools = [\"mcp__t__append_then_sleep\"]\n",
             python(),
-            repo("crates/agent-mcp/tests/it/server.py"),
+            "server.py",
         ),
+    );
+    s.write(
+        "server.py",
+        &std::fs::read_to_string(repo("crates/agent-mcp/tests/it/server.py")).unwrap(),
     );
     s.write(
         "plan.toml",
@@ -145,6 +172,8 @@ fn a_kill_during_an_mcp_side_effect_is_not_repeated_on_resume() {
         "team.toml",
         "--data",
         "D",
+        "--workspace",
+        ".",
         "--run-id",
         "k",
         "--heartbeat",
@@ -167,4 +196,207 @@ fn a_kill_during_an_mcp_side_effect_is_not_repeated_on_resume() {
     assert_eq!(s.read("count.txt"), "ran\n", "the side effect ran exactly once");
     let verify = s.strata(&["verify", "k", "--data", "D", "--json"]).code(0).json();
     assert_eq!(verify["ok"], true, "{verify}");
+}
+
+/// A team with the test server (`server.py`, copied into the scratch directory, the workspace)
+/// as `t`, its `extra` lines added to the server's entry, and a plan of one step calling
+/// `tool` with `args` (TOML inline table).
+fn test_server_team(s: &Scratch, extra: &str, tool: &str, args: &str) {
+    s.write(
+        "server.py",
+        &std::fs::read_to_string(repo("crates/agent-mcp/tests/it/server.py")).unwrap(),
+    );
+    s.write(
+        "team.toml",
+        &format!(
+            "[[mcp_servers]]\nname = \"t\"\ncommand = {:?}\nargs = [\"server.py\"]\n{extra}\n\n\
+             [[top]]\nid = \"top-a\"\npower_type = \"power_a\"\n\n\
+             [[mid]]\nid = \"lead\"\ndomain = \"d\"\nsupervisor = \"top-a\"\n\n\
+             [[bottom]]\nid = \"e\"\nsupervisor = \"lead\"\ntools = [\"mcp__t__{tool}\"]\n",
+            python(),
+        ),
+    );
+    s.write(
+        "plan.toml",
+        &format!(
+            "id = \"p\"\ngoal = \"g\"\n\n[[steps]]\nid = \"s\"\nagent = \"e\"\n\
+             tool = \"mcp__t__{tool}\"\nargs = {args}\n"
+        ),
+    );
+}
+
+const RUN: [&str; 13] = [
+    "run",
+    "plan.toml",
+    "--team",
+    "team.toml",
+    "--data",
+    "D",
+    "--workspace",
+    ".",
+    "--run-id",
+    "r",
+    "--heartbeat",
+    "100ms",
+    "--quiet",
+];
+
+/// Attack (issue 30, item 2): strata's API key and the dashboard's token are in its
+/// environment; an MCP server's tool that returns its environment shows neither, only the
+/// minimal environment, what its entry passes by name and its own `env`. Both with the
+/// sandbox (the default) and with the opt-out.
+#[test]
+fn an_mcp_server_never_sees_strata_secrets() {
+    for extra in [
+        "pass_env = [\"STRATA_TEST_PASSED\"]\nenv = { OWN = \"own\" }",
+        "sandbox = false\npass_env = [\"STRATA_TEST_PASSED\"]\nenv = { OWN = \"own\" }",
+    ] {
+        let s = Scratch::new();
+        test_server_team(&s, extra, "env", "{ path = \"seen.json\" }");
+        let mut run = s.command(&RUN);
+        run.env("OPENAI_API_KEY", "sk-strata-test-openai-key-0123456789")
+            .env("STRATA_SERVE_TOKEN", "strata-test-serve-token-0123456789")
+            .env("STRATA_TEST_PASSED", "passed by name")
+            .env("STRATA_TEST_NOT_PASSED", "not passed");
+        let out = crate::support::Out::of(&RUN, &mut run);
+        out.code(0);
+        let seen: serde_json::Value = serde_json::from_str(&s.read("seen.json")).unwrap();
+        let env = seen["env"].as_object().unwrap();
+        let text = seen.to_string();
+        for leaked in [
+            "OPENAI_API_KEY",
+            "sk-strata-test",
+            "STRATA_SERVE_TOKEN",
+            "strata-test-serve",
+            "STRATA_TEST_NOT_PASSED",
+        ] {
+            assert!(!text.contains(leaked), "{extra}: the server saw {leaked}: {text}");
+        }
+        assert_eq!(env["STRATA_TEST_PASSED"], "passed by name", "{extra}");
+        assert_eq!(env["OWN"], "own", "{extra}");
+        let workspace = std::fs::canonicalize(s.root()).unwrap();
+        assert_eq!(seen["cwd"], workspace.display().to_string(), "{extra}: works in the workspace");
+    }
+}
+
+/// A team file naming one of strata's own secrets in `pass_env` is refused at its place.
+#[test]
+fn passing_a_strata_secret_to_an_mcp_server_is_bad_input() {
+    let s = Scratch::new();
+    test_server_team(&s, "pass_env = [\"OPENAI_API_KEY\"]", "echo", "{ text = \"x\" }");
+    s.strata(&RUN).bad_input(&["team.toml:5:", "`OPENAI_API_KEY` is one of strata's own secrets"]);
+    assert!(!s.path("D").exists());
+}
+
+/// A stdio server is started in the run's workspace, so a new run needs `--workspace`.
+#[test]
+fn a_stdio_server_without_a_workspace_is_bad_input() {
+    let s = Scratch::new();
+    test_server_team(&s, "", "echo", "{ text = \"x\" }");
+    let run = s.strata(&["run", "plan.toml", "--team", "team.toml", "--data", "D", "--quiet"]);
+    run.bad_input(&["MCP server `t` is started in the run's workspace", "--workspace"]);
+    assert!(!s.path("D").exists());
+}
+
+/// The explicit opt-out (`sandbox = false`) is printed at start (a warning naming the server)
+/// and audited (a record under `mcp:t` saying it runs outside the sandbox); a sandboxed server
+/// is neither.
+#[test]
+fn an_mcp_server_outside_the_sandbox_is_printed_and_audited() {
+    let s = Scratch::new();
+    test_server_team(&s, "sandbox = false", "echo", "{ text = \"x\" }");
+    let out = s.strata(&RUN);
+    out.code(0);
+    assert!(
+        out.stderr.contains("warning: MCP server `t` runs outside the sandbox (`sandbox = false`"),
+        "{}",
+        out.stderr
+    );
+    let audit = s.strata(&["inspect", "r", "audit", "--data", "D", "--json"]).code(0).json();
+    let noted: Vec<&serde_json::Value> =
+        audit.as_array().unwrap().iter().filter(|r| r["agent"] == "mcp:t").collect();
+    assert_eq!(noted.len(), 1, "{audit}");
+    assert!(noted[0].to_string().contains("runs outside the sandbox"), "{}", noted[0]);
+
+    let s = Scratch::new();
+    test_server_team(&s, "", "echo", "{ text = \"x\" }");
+    let out = s.strata(&RUN);
+    out.code(0);
+    assert!(!out.stderr.contains("outside the sandbox"), "{}", out.stderr);
+    let audit = s.strata(&["inspect", "r", "audit", "--data", "D", "--json"]).code(0).json();
+    assert!(audit.as_array().unwrap().iter().all(|r| r["agent"] != "mcp:t"), "{audit}");
+}
+
+/// `sandbox`, `network` and `pass_env` are for started servers: on a `url` server they are
+/// refused, saying it is not sandboxed by strata.
+#[test]
+fn sandbox_fields_on_an_http_server_are_bad_input() {
+    let s = Scratch::new();
+    s.write(
+        "team.toml",
+        "[[mcp_servers]]\nname = \"web\"\nurl = \"http://127.0.0.1:9/mcp\"\nsandbox = false\n",
+    );
+    s.write("plan.toml", "id = \"p\"\ngoal = \"g\"\n");
+    s.strata(&RUN)
+        .bad_input(&["team.toml:4:", "not a process strata starts, so strata does not sandbox it"]);
+}
+
+/// The processes whose command line holds `needle`, other than this test's.
+fn processes_with(needle: &str) -> Vec<(u32, String)> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        if pid == std::process::id() {
+            continue;
+        }
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if cmdline.contains(needle) {
+            found.push((pid, cmdline));
+        }
+    }
+    found
+}
+
+/// Attack (issue 30, item 6): `kill -9` of a `strata run` whose MCP server is busy in a call;
+/// within a few seconds no process of the server is left (none orphaned to pid 1), with the
+/// sandbox and with the opt-out.
+#[test]
+fn a_killed_run_leaves_no_mcp_server_behind() {
+    for extra in ["", "sandbox = false"] {
+        let s = Scratch::new();
+        test_server_team(
+            &s,
+            extra,
+            "append_then_sleep",
+            "{ path = \"started.txt\", line = \"in\", seconds = 60 }",
+        );
+        let script = std::fs::canonicalize(s.path("server.py")).unwrap().display().to_string();
+        let mut run = s.spawn(&RUN);
+        wait_for("the MCP tool to start", || {
+            assert!(!run.exited(), "strata exited before the tool ran: {}", run.stderr_so_far());
+            s.path("started.txt").exists()
+        });
+        assert!(!processes_with("server.py").is_empty(), "{extra}: the server runs");
+        assert_eq!(run.kill().status.code(), None, "killed by a signal");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            // The script's path is relative in the command line; its directory is unique.
+            let left: Vec<(u32, String)> = processes_with("server.py")
+                .into_iter()
+                .filter(|(pid, _)| {
+                    std::fs::read_link(format!("/proc/{pid}/cwd"))
+                        .is_ok_and(|cwd| script.starts_with(&cwd.display().to_string()))
+                })
+                .collect();
+            if left.is_empty() {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{extra}: MCP server processes outlived the killed run: {left:?}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
 }

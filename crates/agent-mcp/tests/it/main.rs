@@ -7,8 +7,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use agent_core::tools::{ToolContext, ToolError, ToolRegistry};
-use agent_mcp::{McpError, McpServerSpec, McpServers};
+use agent_core::tools::{Sandbox, ToolContext, ToolError, ToolRegistry};
+use agent_mcp::{McpError, McpLaunch, McpServerSpec, McpServers};
 use serde_json::json;
 
 /// The Python that has the `mcp` package; panics, saying how to install it, when there is none.
@@ -42,8 +42,15 @@ fn spec(extra: &[&str]) -> McpServerSpec {
     McpServerSpec::stdio("t", python().display().to_string(), args)
 }
 
+/// Servers started without the sandbox, in a scratch workspace (the sandboxed start has tests
+/// of its own below).
+fn unsandboxed() -> McpLaunch {
+    McpLaunch::unsandboxed(std::env::temp_dir())
+}
+
 async fn start() -> (McpServers, ToolRegistry) {
-    let servers = McpServers::start(&[spec(&[])], Duration::from_secs(60)).await.unwrap();
+    let servers =
+        McpServers::start(&[spec(&[])], &unsandboxed(), Duration::from_secs(60)).await.unwrap();
     let mut tools = ToolRegistry::with_builtins();
     servers.register(&mut tools).unwrap();
     (servers, tools)
@@ -71,7 +78,9 @@ async fn tools_are_listed_at_start_with_their_schemas_and_annotations() {
             "mcp__t__append_then_sleep",
             "mcp__t__crash",
             "mcp__t__echo",
+            "mcp__t__env",
             "mcp__t__fail",
+            "mcp__t__read_path",
             "mcp__t__slow"
         ]
     );
@@ -178,9 +187,10 @@ async fn a_call_past_the_tool_limit_times_out_and_the_server_keeps_serving() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_fails_to_start_is_a_typed_error_naming_it() {
-    let err = McpServers::start(&[spec(&["--exit-at-start"])], Duration::from_secs(60))
-        .await
-        .unwrap_err();
+    let err =
+        McpServers::start(&[spec(&["--exit-at-start"])], &unsandboxed(), Duration::from_secs(60))
+            .await
+            .unwrap_err();
     match &err {
         McpError::Start { server, stage, stderr, .. } => {
             assert_eq!((server.as_str(), *stage), ("t", "initialize"));
@@ -191,7 +201,8 @@ async fn a_server_that_fails_to_start_is_a_typed_error_naming_it() {
     assert!(err.to_string().starts_with("MCP server `t` failed to start"), "{err}");
 
     let missing = McpServerSpec::stdio("nope", "/nonexistent/strata-mcp-server", ["x"]);
-    let err = McpServers::start(&[missing], Duration::from_secs(10)).await.unwrap_err();
+    let err =
+        McpServers::start(&[missing], &unsandboxed(), Duration::from_secs(10)).await.unwrap_err();
     assert!(matches!(&err, McpError::Spawn { server, .. } if server == "nope"), "{err:?}");
     assert!(
         err.to_string().starts_with(
@@ -201,7 +212,7 @@ async fn a_server_that_fails_to_start_is_a_typed_error_naming_it() {
     );
 
     let twice = [spec(&[]), spec(&[])];
-    let err = McpServers::start(&twice, Duration::from_secs(10)).await.unwrap_err();
+    let err = McpServers::start(&twice, &unsandboxed(), Duration::from_secs(10)).await.unwrap_err();
     assert!(matches!(err, McpError::DuplicateServer { server } if server == "t"));
 }
 
@@ -228,9 +239,14 @@ async fn a_streamable_http_server_serves_the_same_tools() {
     }
     assert!(up, "the HTTP server did not listen on port {port} within 10 s");
     let url = format!("http://127.0.0.1:{port}/mcp");
-    let servers = McpServers::start(&[McpServerSpec::http("web", url)], Duration::from_secs(30))
-        .await
-        .unwrap();
+    let servers = McpServers::start(
+        &[McpServerSpec::http("web", url)],
+        &unsandboxed(),
+        Duration::from_secs(30),
+    )
+    .await
+    .unwrap();
+    assert_eq!(servers.servers()[0].sandboxed(), None, "not a process Strata starts");
     let mut tools = ToolRegistry::new();
     servers.register(&mut tools).unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -239,4 +255,134 @@ async fn a_streamable_http_server_serves_the_same_tools() {
     assert_eq!(out.output, "42");
     servers.shutdown().await;
     child.kill().await.unwrap();
+}
+
+/// What the server `t` reports of itself: its environment, working directory and pid.
+async fn env_of(tools: &ToolRegistry) -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = ToolContext::new(dir.path()).unwrap();
+    let out = tools.call(&ctx, "mcp__t__env", json!({})).await.unwrap();
+    assert!(out.success, "{out:?}");
+    serde_json::from_str(&out.output).unwrap()
+}
+
+/// Outside the sandbox (an opt-out) a server still gets only the minimal environment, the
+/// variables its declaration passes by name and its own `env`, and runs in the workspace.
+/// (Strata's secrets are kept from it even when named: the CLI test sets them in Strata's
+/// environment; here the test's own environment has `HOME` and `PATH`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unsandboxed_server_gets_the_minimal_environment_in_the_workspace() {
+    let workspace = tempfile::tempdir().unwrap();
+    let workspace = std::fs::canonicalize(workspace.path()).unwrap();
+    let spec = spec(&[])
+        .sandboxed(false)
+        .with_env("MCP_OWN", "own value")
+        .pass_env("CARGO_PKG_NAME")
+        .pass_env("STRATA_SERVE_TOKEN");
+    let launch = McpLaunch::unsandboxed(&workspace);
+    let servers = McpServers::start(&[spec], &launch, Duration::from_secs(60)).await.unwrap();
+    assert_eq!(servers.servers()[0].sandboxed(), Some(false));
+    let mut tools = ToolRegistry::new();
+    servers.register(&mut tools).unwrap();
+    let seen = env_of(&tools).await;
+    assert_eq!(seen["cwd"], json!(workspace.display().to_string()));
+    let env = seen["env"].as_object().unwrap();
+    assert_eq!(env["MCP_OWN"], json!("own value"));
+    assert_eq!(env["PATH"], json!(std::env::var("PATH").unwrap()));
+    // Cargo sets CARGO_PKG_NAME for the test; the declaration passes it by name.
+    assert_eq!(
+        env.get("CARGO_PKG_NAME"),
+        std::env::var("CARGO_PKG_NAME").ok().map(|v| json!(v)).as_ref()
+    );
+    let mut names: Vec<&str> = env.keys().map(String::as_str).collect();
+    // Python adds nothing of Strata's; what it may set itself (LC_CTYPE) is not Strata's.
+    names.retain(|n| !["LC_CTYPE"].contains(n));
+    let allowed = ["PATH", "LANG", "TERM", "HOME", "MCP_OWN", "CARGO_PKG_NAME"];
+    assert!(names.iter().all(|n| allowed.contains(n)), "only the minimal environment: {names:?}");
+    // Cargo's own variables (CARGO_MANIFEST_DIR, RUST_*...) that the test process has do not
+    // reach it.
+    assert!(!env.contains_key("CARGO_MANIFEST_DIR"), "{names:?}");
+    servers.shutdown().await;
+}
+
+/// The environment a server's command gets, exactly: the minimal one, those passed by name
+/// except Strata's own secrets, then the declaration's own; the same with the sandbox
+/// (`HOME` is then the sandbox's own `/tmp`).
+#[test]
+fn the_server_environment_is_minimal_and_never_holds_strata_secrets() {
+    let own = std::collections::BTreeMap::from([("MODE".to_owned(), "fast".to_owned())]);
+    let pass: Vec<String> =
+        ["OPENAI_API_KEY", "STRATA_SERVE_TOKEN", "CARGO_PKG_NAME", "UNSET_HERE"]
+            .map(str::to_owned)
+            .to_vec();
+    for (launch, home) in [
+        (McpLaunch::unsandboxed("/tmp"), std::env::var("HOME").unwrap()),
+        (McpLaunch::new("/tmp", Sandbox::new()), "/tmp".to_owned()),
+    ] {
+        let env = launch.server_env("python3", &own, &pass, true);
+        let mut names: Vec<&str> = env.iter().map(|(n, _)| n.as_str()).collect();
+        names.sort_unstable();
+        let mut want = vec!["CARGO_PKG_NAME", "HOME", "MODE", "PATH"];
+        want.extend(["LANG", "TERM"].into_iter().filter(|n| std::env::var_os(n).is_some()));
+        want.sort_unstable();
+        assert_eq!(names, want, "{env:?}");
+        let home_seen = env.iter().find(|(n, _)| n == "HOME").map(|(_, v)| v.clone());
+        assert_eq!(home_seen, Some(home.into()));
+    }
+}
+
+/// A sandboxed server (the default) runs inside the sandbox: in the workspace, without the
+/// network, with the home hidden, and its program's virtual environment (in the hidden
+/// `~/.cache`) shown read-only so that it runs at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandboxed_server_runs_in_the_workspace_and_cannot_read_hidden_files() {
+    let sandbox = Sandbox::new();
+    sandbox.check().expect("the sandbox works on this machine (CI's machine has what it needs)");
+    let workspace = tempfile::tempdir().unwrap();
+    let workspace = std::fs::canonicalize(workspace.path()).unwrap();
+    // The server script lives in the workspace (the repository may be in a hidden home).
+    std::fs::copy(server_script(), workspace.join("server.py")).unwrap();
+    std::fs::write(workspace.join("mine.txt"), "the workspace's").unwrap();
+    // A secret beside the workspace, outside it: hidden.
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret.txt"), "do not read").unwrap();
+    let spec = McpServerSpec::stdio("t", python().display().to_string(), ["server.py"]);
+    let launch = McpLaunch::new(&workspace, sandbox.hide(outside.path()));
+    let servers = McpServers::start(&[spec], &launch, Duration::from_secs(60)).await.unwrap();
+    assert_eq!(servers.servers()[0].sandboxed(), Some(true));
+    let mut tools = ToolRegistry::new();
+    servers.register(&mut tools).unwrap();
+    let seen = env_of(&tools).await;
+    assert_eq!(seen["cwd"], json!(workspace.display().to_string()));
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = ToolContext::new(dir.path()).unwrap();
+    let read = |path: String| {
+        let tools = &tools;
+        let ctx = &ctx;
+        async move { tools.call(ctx, "mcp__t__read_path", json!({ "path": path })).await.unwrap() }
+    };
+    let mine = read(workspace.join("mine.txt").display().to_string()).await;
+    assert_eq!((mine.success, mine.output.as_str()), (true, "the workspace's"));
+    let secret = read(outside.path().join("secret.txt").display().to_string()).await;
+    assert!(!secret.success && !secret.output.contains("do not read"), "{secret:?}");
+    servers.shutdown().await;
+}
+
+/// Where the sandbox cannot work, a sandboxed server is refused with the sandbox's reason,
+/// never started without it; the opt-out starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandboxed_server_is_never_started_without_the_sandbox() {
+    let sandbox = Sandbox::new();
+    let launch = McpLaunch::new(std::env::temp_dir(), sandbox.clone());
+    let result = McpServers::start(&[spec(&[])], &launch, Duration::from_secs(60)).await;
+    match (sandbox.check(), result) {
+        (Ok(()), Ok(servers)) => {
+            assert_eq!(servers.servers()[0].sandboxed(), Some(true));
+            servers.shutdown().await;
+        }
+        (Err(why), Err(McpError::Sandbox { server, error })) => {
+            assert_eq!((server.as_str(), error), ("t", why));
+        }
+        (check, result) => panic!("sandbox {check:?}, start {result:?}"),
+    }
 }

@@ -1,6 +1,7 @@
 """A small MCP server for agent-mcp's tests, on the `mcp` package's low-level server, over stdio.
 
-Tools: `echo` and `add` (read-only), `append_line` (appends a line to a file: a side effect the
+Tools: `echo` and `add` (read-only), `env` (its environment, working directory and pid, as
+JSON), `read_path` (a file's text, or why it cannot be read), `append_line` (appends a line to a file: a side effect the
 tests can count), `append_then_sleep` (appends, then sleeps: a kill lands mid-call), `fail` (answers with isError), `crash` (the server exits mid-call), `slow`
 (sleeps), and `bad_schema` (an input schema that is not valid JSON Schema).
 
@@ -91,6 +92,22 @@ TOOLS = [
         annotations=types.ToolAnnotations(read_only_hint=True),
     ),
     types.Tool(
+        name="env",
+        description="Returns the server's environment (JSON) and working directory; writes it to `path` too when given.",
+        input_schema={"type": "object", "properties": {"path": {"type": "string"}}},
+        annotations=types.ToolAnnotations(read_only_hint=True),
+    ),
+    types.Tool(
+        name="read_path",
+        description="Returns the text of a file, or why it cannot be read.",
+        input_schema={
+            "type": "object",
+            "properties": {"path": {"type": "string"}},
+            "required": ["path"],
+        },
+        annotations=types.ToolAnnotations(read_only_hint=True),
+    ),
+    types.Tool(
         name="bad_schema",
         description="Its input schema is not valid JSON Schema.",
         input_schema={"type": "object", "properties": {"x": {"type": "strng"}, "y": {"minLength": -1}}},
@@ -117,6 +134,20 @@ async def call_tool(ctx, params):
             f.write(args["line"] + "\n")
         await asyncio.sleep(float(args["seconds"]))
         return types.CallToolResult(content=text("appended, then slept"))
+    if params.name == "env":
+        import json
+
+        seen = json.dumps({"env": dict(os.environ), "cwd": os.getcwd(), "pid": os.getpid()})
+        if "path" in args:
+            with open(args["path"], "w", encoding="utf-8") as f:
+                f.write(seen)
+        return types.CallToolResult(content=text(seen))
+    if params.name == "read_path":
+        try:
+            with open(args["path"], encoding="utf-8") as f:
+                return types.CallToolResult(content=text(f.read()))
+        except OSError as e:
+            return types.CallToolResult(content=text("cannot read: " + str(e)), is_error=True)
     if params.name == "fail":
         return types.CallToolResult(content=text("this tool always fails"), is_error=True)
     if params.name == "crash":

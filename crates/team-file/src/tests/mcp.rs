@@ -84,6 +84,9 @@ fn servers_are_declared_with_a_command_or_a_url() {
                     command: "python3".into(),
                     args: vec!["notes_server.py".into(), "--quiet".into()],
                     env: [("NOTES_DIR".to_owned(), "notes".to_owned())].into(),
+                    pass_env: Vec::new(),
+                    sandbox: true,
+                    network: false,
                 },
             },
             McpServerDecl {
@@ -179,4 +182,36 @@ fn a_plan_step_names_an_mcp_tool_and_its_arguments_are_checked() {
     let bad = plan.replace("line = \"hello\"", "line = 3");
     let err = parse_plan(Path::new("plan.toml"), &bad, &t.spec, &tools).unwrap_err().to_string();
     assert!(err.contains("`line`: expected string, found integer"), "{err}");
+}
+
+/// The sandbox fields of a started server: explicit opt-out and network, names passed; a
+/// default entry is sandboxed without network. Strata's own secrets and names that are not
+/// variable names are refused at their place.
+#[test]
+fn a_started_server_is_sandboxed_unless_it_says_otherwise() {
+    let text = "[[mcp_servers]]\nname = \"a\"\ncommand = \"x\"\n\n\
+                [[mcp_servers]]\nname = \"b\"\ncommand = \"x\"\nsandbox = false\nnetwork = true\npass_env = [\"LC_ALL\"]\n";
+    let servers = mcp_servers(Path::new("team.toml"), text).unwrap();
+    let fields = |i: usize| match &servers[i].transport {
+        McpServerTransport::Stdio { sandbox, network, pass_env, .. } => {
+            (*sandbox, *network, pass_env.clone())
+        }
+        McpServerTransport::Http { .. } => panic!("stdio"),
+    };
+    assert_eq!(fields(0), (true, false, vec![]));
+    assert_eq!(fields(1), (false, true, vec!["LC_ALL".to_owned()]));
+    for (bad, said) in [
+        (
+            "pass_env = [\"STRATA_SERVE_TOKEN\"]",
+            "team.toml:4:13: `pass_env`: `STRATA_SERVE_TOKEN` is one of strata's own secrets",
+        ),
+        (
+            "pass_env = [\"A-B\"]",
+            "team.toml:4:13: `pass_env`: `A-B` is not an environment variable name",
+        ),
+    ] {
+        let text = format!("[[mcp_servers]]\nname = \"a\"\ncommand = \"x\"\n{bad}\n");
+        let err = mcp_servers(Path::new("team.toml"), &text).unwrap_err().to_string();
+        assert!(err.starts_with(said), "{err}");
+    }
 }
