@@ -127,7 +127,7 @@ pub(crate) struct WorkerArgs {
     /// it was started; on one machine every agent shares it).
     #[arg(long)]
     pub(crate) workspace: Option<PathBuf>,
-    /// Run `shell` commands without the sandbox (bubblewrap). A run started with
+    /// Run `shell` commands without the built-in sandbox. A run started with
     /// `--unsandboxed` runs so on every worker.
     #[arg(long)]
     pub(crate) unsandboxed: bool,
@@ -161,7 +161,7 @@ pub(crate) struct EvolveArgs {
     /// The evolution's id (default: evo- and the time).
     #[arg(long)]
     pub(crate) run_id: Option<String>,
-    /// Run the suite's commands without the sandbox (bubblewrap).
+    /// Run the suite's commands without the built-in sandbox.
     #[arg(long)]
     pub(crate) unsandboxed: bool,
     /// Do not fdatasync the flight recorder (faster; a power loss may lose recent events).
@@ -313,7 +313,7 @@ pub(crate) struct StartArgs {
     /// The run id (default: the task id, the UTC time and four random hex digits).
     #[arg(long, value_parser = parse_run_id)]
     pub(crate) run_id: Option<String>,
-    /// Run `shell` commands without the sandbox (bubblewrap): with Strata's own user, file
+    /// Run `shell` commands without the built-in sandbox: with Strata's own user, file
     /// system and network. Only where the sandbox cannot work; the run records it.
     #[arg(long)]
     pub(crate) unsandboxed: bool,
@@ -350,7 +350,7 @@ pub(crate) struct ResumeArgs {
     /// Skip fdatasync on commits: faster, but a power loss can lose acknowledged data.
     #[arg(long)]
     pub(crate) no_sync: bool,
-    /// Run `shell` commands without the sandbox (bubblewrap): with Strata's own user, file
+    /// Run `shell` commands without the built-in sandbox: with Strata's own user, file
     /// system and network. Only where the sandbox cannot work; the run records it.
     #[arg(long)]
     pub(crate) unsandboxed: bool,

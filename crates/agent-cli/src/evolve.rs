@@ -230,11 +230,7 @@ async fn run(
         errln!("warning: --unsandboxed: the suite's commands run without a sandbox");
         SuiteEvaluator::new_unsandboxed(suite)
     } else {
-        SuiteEvaluator::new(suite).map_err(|e| {
-            bad_input(anyhow::anyhow!(
-                "{e}; install bubblewrap (apt-get install bubblewrap) or pass --unsandboxed"
-            ))
-        })?
+        SuiteEvaluator::new(suite).map_err(|e| bad_input(anyhow::anyhow!("{e}")))?
     };
     let evaluator = evaluator.with_weights(file.settings.weights);
     let recorder = SledRecorder::open(&store)?;

@@ -162,6 +162,9 @@ fn start_telemetry(flag: Option<&str>) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
+    // Strata's own executable is the sandbox launcher of its commands: started as one, it
+    // never returns from here (and starts no thread before it forks).
+    agent_core::tools::run_sandbox_launcher_if_requested();
     register_secrets();
     let cli = Cli::parse();
     if let Err(e) = start_telemetry(cli.otlp.as_deref()) {

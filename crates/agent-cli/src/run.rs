@@ -701,7 +701,7 @@ pub(crate) async fn check_reasoners(team: &TeamFile, kind: Option<&str>) -> Resu
 /// `unsandboxed`.
 pub(crate) fn sandbox(team: &TeamFile, unsandboxed: bool) -> Result<Sandbox, Failure> {
     if unsandboxed {
-        return Ok(Sandbox::unsandboxed());
+        return Ok(Sandbox::unsandboxed().pass_env(team.sandbox.env.iter().cloned()));
     }
     let sandbox = team.sandbox.sandbox();
     sandbox.check().map_err(|err| bad_input(anyhow::anyhow!("cannot start the run: {err}")))?;

@@ -53,7 +53,7 @@ fn benches(c: &mut Criterion) {
     config.max_retries = 2;
     config.strategy.insert("tool_timeout_ms".into(), json!(1000));
     let tuned = Genome::genesis(config, genesis.permissions.clone()).expect("a valid genome");
-    let evaluator = SuiteEvaluator::new(suite).expect("bubblewrap works here");
+    let evaluator = SuiteEvaluator::new(suite).expect("the sandbox works here");
     let multi = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
 
     let mut group = c.benchmark_group("evolution");

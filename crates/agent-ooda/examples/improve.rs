@@ -9,7 +9,7 @@
 //! cargo run -p agent-ooda --example improve -- DIR     # in DIR (notes.md is created there)
 //! ```
 //!
-//! The test command runs in the workspace sandbox (bubblewrap); pass `--unsandboxed` to run it
+//! The test command runs in the workspace sandbox (built in); pass `--unsandboxed` to run it
 //! without one.
 
 use std::sync::Arc;

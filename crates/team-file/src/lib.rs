@@ -184,18 +184,21 @@
 //!                           # one of `humans` (the proposer waits in `waiting_approval`);
 //!                           # default false
 //!
-//! [sandbox]                 # where `shell` commands run: a bubblewrap sandbox with the system
+//! [sandbox]                 # where `shell` commands run: the built-in sandbox with the system
 //!                           # read-only, the workspace read-write, home and the run data
 //!                           # hidden (`strata run --unsandboxed` turns it off); each optional
 //! network = false           # commands may use the network; default false (an executor's or
 //!                           # role's own `network` wins)
-//! memory_mb = 8192          # address space of each process; default 8192; at least 1
+//! memory_mb = 8192          # address space of each process and, as root, memory of the
+//!                           # whole command tree; default 8192; at least 1
 //! processes = 512           # processes and threads at once; default 512
 //! file_size_mb = 1024       # the largest file a command writes; default 1024
 //! open_files = 4096         # per process; default 4096
-//! tmp_mb = 256              # the command's private /tmp; default 256
+//! tmp_mb = 256              # the command's private /tmp and /dev/shm, each; default 256
 //! read_only = ["/opt/toolchain"]   # absolute paths commands see read-only even inside a
 //!                           # hidden directory (a toolchain in the home); default none
+//! env = ["CARGO_HOME"]      # Strata's environment variables commands get; default none
+//!                           # (they see only PATH, LANG, TERM and HOME besides)
 //!
 //! [http]                    # where executor kinds may reach over HTTP; default: nowhere
 //! allow_hosts = ["127.0.0.1:8080", "docs.example.com"]   # a host (that host only, not its

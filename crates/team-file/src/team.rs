@@ -79,12 +79,16 @@ pub struct SandboxSettings {
     /// Absolute paths commands see read-only even inside a hidden directory
     /// (`[sandbox] read_only`).
     pub read_only: Vec<std::path::PathBuf>,
+    /// Names of Strata's environment variables passed to commands (`[sandbox] env`); nothing
+    /// else of its environment reaches them but `PATH`, `LANG`, `TERM` and a `HOME`.
+    pub env: Vec<String>,
 }
 
 impl SandboxSettings {
     /// The team's sandbox: the default network setting and the limits.
     pub fn sandbox(&self) -> Sandbox {
         let sandbox = Sandbox::new().with_network(self.network).with_limits(self.limits);
+        let sandbox = sandbox.pass_env(self.env.iter().cloned());
         self.read_only.iter().fold(sandbox, |sandbox, path| sandbox.show_read_only(path))
     }
 
@@ -1403,6 +1407,21 @@ fn sandbox_limits(
             ));
         }
         settings.read_only.push(std::path::PathBuf::from(path.get_ref()));
+    }
+    for name in raw.env.iter().flatten() {
+        let valid = !name.get_ref().is_empty()
+            && name.get_ref().bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            && !name.get_ref().starts_with(|c: char| c.is_ascii_digit());
+        if !valid {
+            return Err(src.error(
+                name.span(),
+                format!(
+                    "`env`: {:?} is not an environment variable's name (letters, digits, `_`)",
+                    name.get_ref()
+                ),
+            ));
+        }
+        settings.env.push(name.get_ref().clone());
     }
     let limits = &mut settings.limits;
     for (value, name, slot, unit) in [

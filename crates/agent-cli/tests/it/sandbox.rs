@@ -2,37 +2,16 @@
 //! refused unless `--unsandboxed` is given, which the run then records and `inspect` shows; a
 //! sandboxed run's commands do not see the data directory.
 
-use std::path::Path;
 use std::process::Command;
 
 use serde_json::Value;
-use tempfile::TempDir;
 
 use crate::support::{FAST, Out, Scratch, run_id_of};
 
-/// A `PATH` with every program of `/usr/bin` and `/bin` but `bwrap`: a machine without
-/// bubblewrap.
-fn path_without_bwrap() -> TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    for bin in ["/usr/bin", "/bin", "/usr/sbin", "/sbin"] {
-        let Ok(entries) = std::fs::read_dir(bin) else { continue };
-        for entry in entries.flatten() {
-            let name = entry.file_name();
-            let link = dir.path().join(&name);
-            if name == "bwrap" || link.exists() {
-                continue;
-            }
-            std::os::unix::fs::symlink(entry.path(), link).unwrap();
-        }
-    }
-    assert!(!dir.path().join("bwrap").exists());
-    dir
-}
-
-/// `strata ARGS` in `s` with `path` as its `PATH`.
-fn strata_with_path(s: &Scratch, path: &Path, args: &[&str]) -> Out {
+/// `strata ARGS` in `s` with `vars` added to its environment.
+fn strata_with_env(s: &Scratch, vars: &[(&str, &str)], args: &[&str]) -> Out {
     let mut command: Command = s.command(args);
-    command.env("PATH", path);
+    command.envs(vars.iter().copied());
     Out::of(args, &mut command)
 }
 
@@ -42,24 +21,35 @@ fn run_json(s: &Scratch, data: &str, id: &str) -> Value {
 
 #[test]
 fn a_run_without_a_usable_sandbox_is_refused_and_writes_nothing() {
+    // The built-in sandbox needs no program; one that cannot be built (its skeleton
+    // directory has nowhere to go) refuses the run.
     let s = Scratch::with_example();
-    let path = path_without_bwrap();
     let args = ["run", "plan.toml", "--team", "team.toml", "--data", "D", "--workspace", "W"];
-    let out = strata_with_path(&s, path.path(), &args);
-    out.bad_input(&["bwrap", "install", "bubblewrap", "--unsandboxed"]);
+    let out = strata_with_env(&s, &[("TMPDIR", "/nonexistent-strata-tmp")], &args);
+    out.bad_input(&["built-in sandbox", "cannot be built", "--unsandboxed"]);
     let runs = std::fs::read_dir(s.path("D")).map(|d| d.count()).unwrap_or(0);
     assert_eq!(runs, 0, "a refused run left something in the data directory");
     assert!(!s.path("W/hello.txt").exists(), "a refused run ran a step");
 }
 
 #[test]
+fn the_main_command_runs_sandboxed_without_any_system_package() {
+    let s = Scratch::with_example();
+    let args = ["run", "plan.toml", "--team", "team.toml", "--data", "D", "--workspace", "W"];
+    let out = s.strata(&[&args[..], &FAST[..], &["--quiet"]].concat());
+    out.code(0);
+    assert!(!out.stderr.contains("unsandboxed"), "{}", out.stderr);
+    assert_eq!(s.read("W/hello.txt"), "hello, strata\n", "the run ran");
+    assert_eq!(run_json(&s, "D", &run_id_of(&out))["unsandboxed"], false);
+}
+
+#[test]
 fn unsandboxed_runs_record_it_and_inspect_shows_it() {
     let s = Scratch::with_example();
-    let path = path_without_bwrap();
     let mut args =
         vec!["run", "plan.toml", "--team", "team.toml", "--data", "D", "--workspace", "W"];
     args.extend([FAST[0], FAST[1], "--quiet", "--unsandboxed"]);
-    let out = strata_with_path(&s, path.path(), &args);
+    let out = s.strata(&args);
     out.code(0);
     assert!(out.stderr.contains("warning: --unsandboxed"), "{}", out.stderr);
     assert_eq!(s.read("W/hello.txt"), "hello, strata\n", "the run ran");
@@ -71,6 +61,49 @@ fn unsandboxed_runs_record_it_and_inspect_shows_it() {
     s.strata(&["inspect", &id, "tree", "--data", "D"])
         .code(0)
         .stdout_has(&["sandbox: off (--unsandboxed)"]);
+}
+
+#[test]
+fn no_secret_of_strata_s_environment_reaches_a_command_sandboxed_or_not() {
+    let s = Scratch::with_example();
+    s.write(
+        "env.toml",
+        r#"
+id = "env"
+goal = "print what a command sees of the environment"
+
+[[steps]]
+id = "env"
+description = "print the environment"
+domain = "build"
+tool = "shell"
+args = { command = "env > env.txt" }
+"#,
+    );
+    let team = s.read("team.toml");
+    assert!(!team.contains("[sandbox]"), "the example grew a [sandbox] table");
+    s.write("team.toml", &format!("{team}\n[sandbox]\nenv = [\"STRATA_TEST_SHARED\"]\n"));
+    let secrets = [
+        ("OPENAI_API_KEY", "sk-test-openai-secret"),
+        ("ANTHROPIC_API_KEY", "sk-ant-test-secret"),
+        ("STRATA_SERVE_TOKEN", "serve-token-secret"),
+        ("OTEL_EXPORTER_OTLP_HEADERS", "authorization=otlp-secret"),
+        ("STRATA_TEST_SHARED", "shared-on-purpose"),
+    ];
+    for extra in [&[][..], &["--unsandboxed"][..]] {
+        let args = ["run", "env.toml", "--team", "team.toml", "--data", "D", "--workspace", "W"];
+        let args = [&args[..], &FAST[..], &["--quiet"], extra].concat();
+        strata_with_env(&s, &secrets, &args).code(0);
+        let env = s.read("W/env.txt");
+        for (name, value) in &secrets[..4] {
+            assert!(
+                !env.contains(name) && !env.contains(value),
+                "{name} reached a command ({extra:?}):\n{env}"
+            );
+        }
+        assert!(env.contains("STRATA_TEST_SHARED=shared-on-purpose"), "{env}");
+        assert!(env.lines().any(|line| line.starts_with("PATH=")), "{env}");
+    }
 }
 
 #[test]

@@ -199,7 +199,13 @@ fn outside(spec: &Spec, program: &[OsString]) -> i32 {
             }
         }
     }
-    let skeleton = spec.scratch.join(format!("{}-{}", spec.tag, uuid::Uuid::new_v4().simple()));
+    remove_stale_skeletons(&spec.scratch);
+    let skeleton = spec.scratch.join(format!(
+        "{}-{}{SKELETON_MARK}{}",
+        spec.tag,
+        std::process::id(),
+        uuid::Uuid::new_v4().simple()
+    ));
     let code = match std::fs::DirBuilder::new().mode_0700().create(&skeleton) {
         Ok(()) => {
             let code = run_sandboxed(spec, program, &skeleton);
@@ -217,6 +223,35 @@ fn outside(spec: &Spec, program: &[OsString]) -> i32 {
     };
     leave_cgroups(&made);
     code
+}
+
+/// Separates a skeleton directory's launcher pid from its random part.
+const SKELETON_MARK: &str = "-sbx-";
+
+/// Removes the skeleton directories of launchers that were killed before they could (their
+/// pid, in the name, is no launcher any more). A skeleton holds only empty directories and
+/// files and links, and the sandbox that used it is gone with its launcher.
+fn remove_stale_skeletons(scratch: &Path) {
+    let Ok(entries) = std::fs::read_dir(scratch) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if !name.starts_with("strata-") {
+            continue;
+        }
+        let Some((head, random)) = name.rsplit_once(SKELETON_MARK) else { continue };
+        let Some((_, pid)) = head.rsplit_once('-') else { continue };
+        if random.len() != 32 || !random.bytes().all(|b| b.is_ascii_hexdigit()) {
+            continue;
+        }
+        let Ok(pid) = pid.parse::<u32>() else { continue };
+        let launcher_alive = std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
+            cmdline.split(|b| *b == 0).any(|arg| arg == LAUNCH_ARG.as_bytes())
+        });
+        if !launcher_alive && entry.file_type().is_ok_and(|kind| kind.is_dir()) {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
 }
 
 trait DirBuilderMode {

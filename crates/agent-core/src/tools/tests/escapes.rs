@@ -963,9 +963,7 @@ async fn e82_a_sandboxed_program_dies_with_its_parent_and_sees_the_minimal_envir
         child.kill().await.unwrap();
         // The launcher's death takes the program along.
         let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        while std::time::Instant::now() < until
-            && !alive_with_arg("env; sleep 30").is_empty()
-        {
+        while std::time::Instant::now() < until && !alive_with_arg("env; sleep 30").is_empty() {
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
         assert_eq!(
@@ -973,5 +971,16 @@ async fn e82_a_sandboxed_program_dies_with_its_parent_and_sees_the_minimal_envir
             Vec::<String>::new(),
             "the program outlived its launcher {launcher}"
         );
+        // The next launch removes the skeleton directory the killed launcher left.
+        if sandbox.is_enabled() {
+            let status = sandbox.command(dir.path(), "true").status().await.unwrap();
+            assert!(status.success());
+            let left = format!("strata-command-{launcher}-sbx-");
+            let stale = std::fs::read_dir(std::env::temp_dir())
+                .unwrap()
+                .flatten()
+                .any(|entry| entry.file_name().to_string_lossy().starts_with(&left));
+            assert!(!stale, "the killed launcher's skeleton directory is still there");
+        }
     }
 }
