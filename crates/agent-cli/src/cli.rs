@@ -93,8 +93,8 @@ pub(crate) struct ServeArgs {
     /// Address to listen on; anything but loopback needs --token (or $STRATA_SERVE_TOKEN).
     #[arg(long, default_value = "127.0.0.1:7878")]
     pub(crate) addr: String,
-    /// The token signing (and, off loopback, every request) needs; default
-    /// $STRATA_SERVE_TOKEN, else a new one, printed in the URL.
+    /// The token every request needs (a header, or the cookie the printed URL sets; signing:
+    /// the header only); default $STRATA_SERVE_TOKEN, else a new one, printed in the URL.
     #[arg(long)]
     pub(crate) token: Option<String>,
 }
