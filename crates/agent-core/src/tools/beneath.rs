@@ -146,6 +146,11 @@ impl Beneath {
         &self.masks
     }
 
+    /// The handle on the root (`O_PATH`): a walk starts from it.
+    pub(crate) fn handle(&self) -> BorrowedFd<'_> {
+        self.handle.as_fd()
+    }
+
     /// Opens `path` (under the root) with `flags` (plus `O_CLOEXEC`), resolving beneath the
     /// root; refused when what was opened lies in a masked directory.
     pub(crate) fn open(&self, tool: &str, path: &Path, flags: OFlags) -> Result<File, ToolError> {
@@ -480,6 +485,21 @@ fn open_at(
             Err(Errno::AGAIN | Errno::INTR) if attempts < RETRIES => attempts += 1,
             Ok(fd) => return Ok(fd),
             Err(errno) => return Err(error(tool, root, path, errno)),
+        }
+    }
+}
+
+/// The entry `name` of the directory `dir` itself, opened with `O_PATH | O_NOFOLLOW` (a
+/// symlink is opened as the link, never followed) and resolved beneath `dir` with no link
+/// allowed: for a walk that reads directories through handles, so a directory swapped for a
+/// symlink while it runs is never entered.
+pub(crate) fn open_entry(dir: BorrowedFd<'_>, name: &OsStr) -> Result<OwnedFd, Errno> {
+    let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let mut attempts = 0;
+    loop {
+        match rustix::fs::openat2(dir, name, flags, Mode::empty(), RESOLVE_NO_LINKS) {
+            Err(Errno::AGAIN | Errno::INTR) if attempts < RETRIES => attempts += 1,
+            result => return result,
         }
     }
 }

@@ -8,7 +8,8 @@
 //!
 //! What is read, listed or written is opened beneath the workspace root with `openat2`
 //! (`RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS`, see `beneath.rs`), so a symlink created or
-//! swapped while a call runs cannot lead it out of the workspace.
+//! swapped while a call runs cannot lead it out of the workspace: `list_dir` reads the type and
+//! the entries of the directory from that handle, never by path.
 
 use std::ffi::OsStr;
 use std::fs::{self, File};
@@ -487,9 +488,10 @@ fn list_dir(ws: &Beneath, requested: &str) -> Result<ToolOutput, ToolError> {
     let root = ws.root();
     let dir = resolve(root, TOOL, requested)?;
     let io = |err| ToolError::io(TOOL, &dir, err);
-    // `read_dir` opens with O_DIRECTORY, which fails at once on anything else; this check only
-    // gives that failure a clear message.
-    let meta = fs::metadata(&dir).map_err(io)?;
+    // The directory is opened with O_DIRECTORY, which fails at once on anything else; this
+    // check (on a handle opened beneath the root, never by path) only gives that failure a
+    // clear message.
+    let meta = ws.open(TOOL, &dir, OFlags::PATH)?.metadata().map_err(io)?;
     if !meta.is_dir() {
         let kind = kind_of(&meta.file_type());
         return Err(ToolError::NotAFile {

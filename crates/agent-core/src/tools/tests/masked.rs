@@ -1,6 +1,6 @@
 //! The run's data directory inside the workspace is masked: no file tool lists, reads, writes
-//! or edits it, directly, through a symlink or after a rename; and `search` never follows a
-//! file or directory swapped for a symlink while it runs.
+//! or edits it, directly, through a symlink or after a rename; and `search`, `glob` and
+//! `list_dir` never follow a file or directory swapped for a symlink while they run.
 
 use std::sync::atomic::AtomicBool;
 
@@ -284,6 +284,43 @@ async fn search_never_reads_the_data_directory_through_a_swapped_directory() {
     }
     stop.store(true, Ordering::Relaxed);
     assert!(dirs.join().unwrap() > 10);
+}
+
+/// `glob` and `list_dir` while a command swaps a workspace directory for a symlink to a
+/// directory outside: no name from outside is ever printed (issue 30, item 3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn glob_and_list_dir_never_show_names_from_a_directory_swapped_for_a_symlink() {
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(outside.path().join("x")).unwrap();
+    std::fs::write(outside.path().join("OUTSIDE-top.txt"), "").unwrap();
+    std::fs::write(outside.path().join("x/OUTSIDE-shadow.txt"), "").unwrap();
+    let (dir, ctx) = workspace();
+    std::fs::create_dir_all(dir.path().join("d/x")).unwrap();
+    std::fs::write(dir.path().join("d/x/a.txt"), "LINE harmless\n").unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let dirs = dir_swapper(dir.path().join("d"), outside.path().to_path_buf(), Arc::clone(&stop));
+    let mut seen_inside = 0;
+    for _ in 0..200 {
+        let out = call(&ctx, "glob", json!({ "pattern": "*.txt" })).await.unwrap();
+        assert!(!out.output.contains("OUTSIDE"), "glob listed outside names: {}", out.output);
+        assert!(!out.data.to_string().contains("OUTSIDE"), "{}", out.data);
+        seen_inside += usize::from(out.output.contains("d/x/a.txt"));
+    }
+    for _ in 0..200 {
+        for path in ["d", "d/x"] {
+            // Listing a directory that is a link out at that moment is refused; never followed.
+            match call(&ctx, "list_dir", json!({ "path": path })).await {
+                Ok(out) => {
+                    assert!(!out.output.contains("OUTSIDE"), "list_dir {path}: {}", out.output);
+                    assert!(!out.data.to_string().contains("OUTSIDE"), "{}", out.data);
+                }
+                Err(err) => assert!(!err.to_string().contains("OUTSIDE"), "{err}"),
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    assert!(dirs.join().unwrap() > 10, "the directory swapper must have raced the walks");
+    assert!(seen_inside > 0, "glob found the workspace's own file");
 }
 
 #[test]
