@@ -75,8 +75,9 @@ impl Default for SandboxLimits {
 ///   home (`$HOME`, `/home`, `/root`), `/run` (where daemons' sockets live), the password and
 ///   sudo files and SSH host keys, the run's crash journals and every path added with
 ///   [`Sandbox::hide`] (a run hides its data directory: other runs and its own store);
-/// - no network (a network namespace of its own, with only a loopback interface, which is
-///   down) unless [`Sandbox::with_network`] allows it; no capabilities (bounding set
+/// - no network (a network namespace of its own, with only its own loopback, up: a command
+///   may serve and reach 127.0.0.1 inside, never the host's) unless [`Sandbox::with_network`]
+///   allows it; no capabilities (bounding set
 ///   included); no new user namespaces; `no_new_privs`; its own IPC and UTS namespaces and its
 ///   own session;
 /// - a minimal environment: `PATH`, `LANG`, `TERM`, `HOME=/tmp` (inside the sandbox) and the

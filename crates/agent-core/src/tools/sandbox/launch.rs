@@ -18,7 +18,8 @@
 //! 2. **inside** (`/.strata-sandbox __strata_sandbox_inner SPEC -- PROGRAM ARGS...`, PID 1 of
 //!    the sandbox): makes every mount read-only but the workspace, `/tmp`, `/dev/shm` and
 //!    `/proc` (and `/proc/sys` and friends read-only too), forbids new user namespaces
-//!    (`user.max_user_namespaces = 0` in the sandbox's own), starts a new session, drops every
+//!    (`user.max_user_namespaces = 0` in the sandbox's own), brings the loopback of its own
+//!    network namespace up (without the network), starts a new session, drops every
 //!    capability (bounding set included), then starts the program and stays as the
 //!    namespace's init (reaping orphans) until it ends.
 //!
@@ -406,7 +407,8 @@ fn inside(spec: &Spec, program: &[OsString]) -> i32 {
     }
 }
 
-/// Read-only mounts, no new user namespaces, a new session, no capabilities.
+/// Read-only mounts, no new user namespaces, the own loopback up, a new session, no
+/// capabilities.
 fn seal(spec: &Spec) -> Result<(), String> {
     use nix::mount::{MsFlags, mount};
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")
@@ -434,6 +436,9 @@ fn seal(spec: &Spec) -> Result<(), String> {
             remount_read_only(Path::new(path))?;
         }
     }
+    if !spec.network {
+        loopback_up().map_err(|err| format!("cannot bring the loopback interface up: {err}"))?;
+    }
     nix::unistd::setsid().map_err(|err| format!("cannot start a session: {err}"))?;
     for set in [caps::CapSet::Ambient, caps::CapSet::Inheritable, caps::CapSet::Bounding] {
         caps::clear(None, set).map_err(|err| format!("cannot drop capabilities: {err}"))?;
@@ -444,6 +449,42 @@ fn seal(spec: &Spec) -> Result<(), String> {
     nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
         .map_err(|err| format!("cannot set the parent-death signal: {err}"))?;
     Ok(())
+}
+
+/// Brings `lo` up in the sandbox's own network namespace (a new namespace has it down), with
+/// one rtnetlink request (`RTM_SETLINK`, `IFF_UP`) acknowledged by the kernel: a command can
+/// then serve and reach 127.0.0.1 and ::1 inside its sandbox. The namespace has no other
+/// interface, so nothing outside it is reachable.
+fn loopback_up() -> Result<(), String> {
+    use netlink_packet_core::{NLM_F_ACK, NLM_F_REQUEST, NetlinkMessage, NetlinkPayload};
+    use netlink_packet_route::RouteNetlinkMessage;
+    use netlink_packet_route::link::{LinkFlags, LinkMessage};
+    use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
+    let index = nix::net::if_::if_nametoindex("lo").map_err(|err| format!("no `lo`: {err}"))?;
+    let mut link = LinkMessage::default();
+    link.header.index = index;
+    link.header.flags = LinkFlags::Up;
+    link.header.change_mask = LinkFlags::Up;
+    let mut request = NetlinkMessage::from(RouteNetlinkMessage::SetLink(link));
+    request.header.flags = NLM_F_REQUEST | NLM_F_ACK;
+    request.header.sequence_number = 1;
+    request.finalize();
+    let mut buf = vec![0; request.buffer_len()];
+    request.serialize(&mut buf);
+    let io = |err: std::io::Error| format!("rtnetlink: {err}");
+    let mut socket = Socket::new(NETLINK_ROUTE).map_err(io)?;
+    socket.bind_auto().map_err(io)?;
+    socket.connect(&SocketAddr::new(0, 0)).map_err(io)?;
+    socket.send(&buf, 0).map_err(io)?;
+    let (reply, _) = socket.recv_from_full().map_err(io)?;
+    let reply = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&reply)
+        .map_err(|err| format!("unreadable rtnetlink reply: {err}"))?;
+    match reply.payload {
+        // The acknowledgement: an error message with no error.
+        NetlinkPayload::Error(ack) if ack.code.is_none() => Ok(()),
+        NetlinkPayload::Error(err) => Err(format!("rtnetlink: {}", err.to_io())),
+        other => Err(format!("unexpected rtnetlink reply: {other:?}")),
+    }
 }
 
 /// The workspace (but what is hidden or shown read-only in it), `/tmp`, `/dev/shm`, `/dev/pts`

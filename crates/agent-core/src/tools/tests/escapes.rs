@@ -589,6 +589,41 @@ async fn e55_tcp_goes_through_when_the_team_allows_the_network() {
     assert_eq!(text, "hi\n");
 }
 
+/// A server and its client in one script: listens on 127.0.0.1 (at `port`, 0 for any),
+/// connects to itself, and prints what the server sent.
+fn loopback_echo(port: u16) -> String {
+    format!(
+        "/usr/bin/python3 - <<'EOF'\n\
+         import socket\n\
+         server = socket.socket()\n\
+         server.bind(('127.0.0.1', {port}))\n\
+         server.listen(1)\n\
+         client = socket.create_connection(server.getsockname(), timeout=5)\n\
+         peer, _ = server.accept()\n\
+         peer.sendall(b'pong')\n\
+         print(client.recv(4).decode())\n\
+         EOF"
+    )
+}
+
+/// A project's test suite that starts a local server and talks to it works without the
+/// network: the sandbox has its own loopback, up.
+#[tokio::test(start_paused = true)]
+async fn e83_a_command_serves_and_reaches_its_own_loopback() {
+    assert_eq!(jail().stdout(&loopback_echo(0)).await, "pong\n");
+}
+
+/// That loopback is the sandbox's own: the port a host process listens on at 127.0.0.1 is
+/// free inside, and the command's connection to it reaches its own server, never the host's.
+#[tokio::test(start_paused = true)]
+async fn e84_the_own_loopback_is_not_the_hosts() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    assert_eq!(jail().stdout(&loopback_echo(port)).await, "pong\n");
+    assert_eq!(listener.accept().unwrap_err().kind(), ErrorKind::WouldBlock);
+}
+
 // ---- Shell: processes that try to outlive the call ------------------------------------------
 
 #[tokio::test(start_paused = true)]
