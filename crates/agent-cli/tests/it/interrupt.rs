@@ -5,6 +5,8 @@
 
 use std::process::Command;
 
+use crate::fake_llm::{FakeLlm, Mode};
+use crate::llm;
 use crate::support::{
     FAST, GATED_PLAN, Gate, Out, Running, Scratch, audited_calls, listed_run, snapshot, wait_for,
 };
@@ -16,10 +18,21 @@ fn start_at_gate(s: &Scratch, id: &str) -> (Running, Gate) {
 
 /// [`start_at_gate`] with the output flag `output` (`--quiet`, `--json`).
 fn start_gated(s: &Scratch, id: &str, output: &str) -> (Running, Gate) {
+    start_gated_with(s, id, &[output], |_| {})
+}
+
+/// [`start_at_gate`] with the arguments `more` added and the command's environment set by
+/// `env`.
+fn start_gated_with(
+    s: &Scratch,
+    id: &str,
+    more: &[&str],
+    env: impl FnOnce(&mut Command),
+) -> (Running, Gate) {
     s.write("gated.toml", GATED_PLAN);
     std::fs::create_dir_all(s.path("W")).unwrap();
     let gate = Gate(s.path("W/go"));
-    let mut run = s.spawn(&[
+    let mut args = vec![
         "run",
         "gated.toml",
         "--data",
@@ -31,8 +44,11 @@ fn start_gated(s: &Scratch, id: &str, output: &str) -> (Running, Gate) {
         FAST[0],
         FAST[1],
         "--no-sync",
-        output,
-    ]);
+    ];
+    args.extend_from_slice(more);
+    let mut command = s.command(&args);
+    env(&mut command);
+    let mut run = Scratch::spawn_command(&args, &mut command);
     let waiting = s.path("W/waiting");
     wait_for("the gate step to start", || {
         assert!(!run.exited(), "strata exited before the gate");
@@ -133,39 +149,38 @@ fn ctrl_c_exits_130_and_the_run_resumes_to_success() {
     again.code(0).stdout_has(&["already finished"]);
 }
 
+/// The reasoner's check fails on resume (the model's key variable is not set where it
+/// resumes; the stored inputs are untouched, so the inputs check passes): exit 2 naming the
+/// variable, the run is left as it was (not marked running, no step ran, no model call), and
+/// it resumes to the end once the key is back.
 #[test]
 fn a_resume_whose_reasoner_settings_fail_their_check_leaves_the_run_as_it_was() {
+    let server = FakeLlm::start(Mode::Sensible);
     let s = Scratch::new();
-    let (run, gate) = start_at_gate(&s, "k");
+    s.write("team.toml", &llm::team(&llm::openai(&server), ""));
+    let (run, gate) = start_gated_with(&s, "k", &["--team", "team.toml", "--quiet"], |c| {
+        c.env(llm::KEY_VAR, llm::KEY);
+    });
     let sent = Command::new("kill").args(["-INT", &run.pid().to_string()]).status().unwrap();
     assert!(sent.success(), "kill -INT failed");
     gate.open();
     run.finish().code(130);
     assert_eq!(listed_run(&s, "D", "k")["status"], "interrupted");
 
-    // The run's team now reasons with a model whose key variable is not set where it resumes.
-    let stored = s.read("D/k/team.toml");
-    let model_team = stored.replacen(
-        "kind = \"rule-based\"",
-        "kind = \"openai\"\nmodel = \"m\"\napi_key_env = \"STRATA_TEST_UNSET_KEY\"",
-        1,
-    );
-    assert_ne!(model_team, stored);
-    s.write("D/k/team.toml", &model_team);
+    let inputs = s.read("D/k/team.toml");
     let before = snapshot(&s.path("W"));
-    let out = Out::of(
-        &["resume", "k", "--data", "D"],
-        s.command(&["resume", "k", "--data", "D"]).env_remove("STRATA_TEST_UNSET_KEY"),
-    );
-    // A stored team file changed after the start is refused before its settings are even
-    // read (issue #30: the stored inputs are checked against the run's audit log).
-    out.bad_input(&["D/k/team.toml", "changed after the run recorded it"]);
+    let calls = server.calls().len();
+    let args = ["resume", "k", "--data", "D", "--no-sync", "--quiet"];
+    let out = Out::of(&args, s.command(&args).env_remove(llm::KEY_VAR));
+    out.bad_input(&[llm::KEY_VAR, "not set"]);
+    assert!(!out.stderr.contains("changed after the run recorded it"), "{}", out.stderr);
     assert_eq!(listed_run(&s, "D", "k")["status"], "interrupted", "not marked running");
     assert_eq!(snapshot(&s.path("W")), before, "no step ran");
+    assert_eq!(server.calls().len(), calls, "the model was not called");
+    assert_eq!(s.read("D/k/team.toml"), inputs, "the stored team file was not touched");
 
-    // With the settings as they were, it resumes to the end.
-    s.write("D/k/team.toml", &stored);
-    s.strata(&["resume", "k", "--data", "D", "--no-sync", "--quiet"]).code(0);
+    // With the key back, it resumes to the end.
+    Out::of(&args, s.command(&args).env(llm::KEY_VAR, llm::KEY)).code(0);
     check_finished(&s, "k");
 }
 
