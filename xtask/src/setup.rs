@@ -25,7 +25,8 @@ use crate::{run as run_command, succeeds};
 
 /// A system package a step needs: how to tell it is installed, its Debian name, and what for.
 struct Package {
-    /// A program that answers `--version` (or, starting with `dpkg:`, a package `dpkg -s` knows).
+    /// A program that answers `--version` (`-V` after a space: `dot -V`), or, starting with
+    /// `dpkg:`, a package `dpkg -s` knows.
     probe: &'static str,
     /// The Debian package that provides it.
     name: &'static str,
@@ -43,7 +44,7 @@ const PACKAGES: [Package; 10] = [
         name: "libclang-dev",
         why: "building llama.cpp's bindings",
     },
-    Package { probe: "dot", name: "graphviz", why: "rendering `strata lineage --format dot`" },
+    Package { probe: "dot -V", name: "graphviz", why: "rendering `strata lineage --format dot`" },
     Package {
         probe: "ip",
         name: "iproute2",
@@ -125,7 +126,10 @@ fn installed(package: &Package) -> bool {
             Path::new("/usr/sbin/nats-server").is_file()
                 || succeeds(Command::new("nats-server").arg("--version"))
         }
-        None => succeeds(Command::new(package.probe).arg("--version")),
+        None => match package.probe.split_once(' ') {
+            Some((program, flag)) => succeeds(Command::new(program).arg(flag)),
+            None => succeeds(Command::new(package.probe).arg("--version")),
+        },
     }
 }
 
