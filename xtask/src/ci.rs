@@ -118,41 +118,22 @@ fn tests(root: &Path) -> anyhow::Result<()> {
         command
     };
     let nextest = succeeds(cargo(root).args(["nextest", "--version"]));
+    if !nextest {
+        println!("cargo-nextest is not installed; running the tests with `cargo test`");
+    }
+    let runner: &[&str] = if nextest { &["nextest", "run"] } else { &["test"] };
+    let all = ["--workspace", "--all-features", "--locked"];
     // Build first, then fetch the embedded model (once; later runs only verify it) with the
     // `strata` just built: no second build of the CLI with other features.
-    if nextest {
-        run_command(cargo(root).args([
-            "nextest",
-            "run",
-            "--workspace",
-            "--all-features",
-            "--locked",
-            "--no-run",
-        ]))?;
-    } else {
-        run_command(cargo(root).args([
-            "test",
-            "--workspace",
-            "--all-features",
-            "--locked",
-            "--no-run",
-        ]))?;
-    }
+    run_command(cargo(root).args(runner).args(all).arg("--no-run"))?;
     let strata = crate::bench::target_dir(root)?.join("debug").join("strata");
     run_command(std::process::Command::new(&strata).args(["model", "fetch"]).stdin(Stdio::null()))?;
+    let mut tests = cargo(root);
+    tests.args(runner).args(all);
     if nextest {
-        run_command(cargo(root).args([
-            "nextest",
-            "run",
-            "--workspace",
-            "--all-features",
-            "--locked",
-            "--no-tests=warn",
-        ]))?;
-    } else {
-        println!("cargo-nextest is not installed; running the tests with `cargo test`");
-        run_command(cargo(root).args(["test", "--workspace", "--all-features", "--locked"]))?;
+        tests.arg("--no-tests=warn");
     }
+    run_command(&mut tests)?;
     run_command(cargo(root).args(["test", "--workspace", "--all-features", "--doc", "--locked"]))
 }
 
