@@ -6,8 +6,22 @@
 //! it to every agent in [`AgentDeps::spawner`](crate::AgentDeps). Each spawn is audited as
 //! [`AuditEvent::Spawned`](crate::AuditEvent::Spawned) by its supervisor before the agent is
 //! created, which is what a resumed run rebuilds spawned agents from.
+//!
+//! A spawned agent gets at most its spawner's tools, network and capabilities. A
+//! `spawn_agent` call names a role and a task, nothing else (its schema has
+//! `additionalProperties: false`, and the runtime refuses a call with any other argument,
+//! such as `tools` or `network`, with [`SpawnError::ExtraArguments`]): the new agent holds what
+//! its role defines. The spawner then checks that definition against what the caller holds
+//! with [`check_grant`], in every layer combination: tools (a role of the caller's own layer
+//! holds none the caller lacks; across layers the caller's `enabled_agents`, as the team file
+//! was loaded and checked, is the grant, since a lead holds no tools), capabilities (none the
+//! caller's layer may hold and the caller does not), and the network (only where the caller
+//! has it, [`NetworkGrants`]). A refusal is a [`SpawnError::Widens`], audited as `Denied` by the
+//! caller, and nothing is spawned.
 
-use agent_state::{AgentId, AgentLayer, AgentStatus};
+use std::collections::BTreeMap;
+
+use agent_state::{AgentId, AgentLayer, AgentStatus, Capability};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -272,12 +286,118 @@ pub enum SpawnError {
         /// What it would hold beyond the caller.
         what: String,
     },
+    /// A `spawn_agent` call with arguments besides `role_name` and `task_prompt`, such as
+    /// `tools`, `network` or `capabilities`: a spawn cannot ask for more than the role holds.
+    #[error(
+        "spawn_agent takes only `role_name` and `task_prompt`, not {names}: the new agent holds what its role defines (tools, network, capabilities), at most what you hold"
+    )]
+    ExtraArguments {
+        /// The other arguments, quoted and comma-separated.
+        names: String,
+    },
     /// This team cannot spawn (no roles, or no spawner).
     #[error("this team has no roles to spawn")]
     Unavailable,
     /// Creating or stopping the agent failed in the runtime.
     #[error("{0}")]
     Failed(String),
+}
+
+/// The arguments a `spawn_agent` call may carry: `role_name` and `task_prompt`.
+pub const SPAWN_ARGUMENTS: [&str; 2] = ["role_name", "task_prompt"];
+
+/// Refuses a `spawn_agent` call's arguments when they hold anything besides
+/// [`SPAWN_ARGUMENTS`] (a model asking for extra `tools`, `network: true` or `capabilities`).
+pub fn check_spawn_arguments(args: &serde_json::Value) -> Result<(), SpawnError> {
+    let Some(map) = args.as_object() else { return Ok(()) };
+    let extra: Vec<String> = map
+        .keys()
+        .filter(|k| !SPAWN_ARGUMENTS.contains(&k.as_str()))
+        .map(|k| format!("`{}`", k.chars().take(40).collect::<String>()))
+        .collect();
+    if extra.is_empty() {
+        Ok(())
+    } else {
+        Err(SpawnError::ExtraArguments { names: extra.join(", ") })
+    }
+}
+
+/// Which agents' commands may use the network, as the team file sets it (`[sandbox] network`,
+/// and the `network` of executors and roles): what a spawn's network is checked against.
+/// The default (no network anywhere) is a team without a sandbox section.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NetworkGrants {
+    /// `[sandbox] network`: every agent's unless its own or its role's says otherwise.
+    pub default: bool,
+    /// Configured agents with their own `network`.
+    pub agents: BTreeMap<AgentId, bool>,
+    /// Roles with their own `network`, by role name.
+    pub roles: BTreeMap<String, bool>,
+}
+
+impl NetworkGrants {
+    /// Whether the commands of `agent` (of role `role`, if any) may use the network: its own
+    /// setting, else its role's, else the default.
+    pub fn of(&self, agent: &AgentId, role: Option<&str>) -> bool {
+        self.agents
+            .get(agent)
+            .or_else(|| role.and_then(|r| self.roles.get(r)))
+            .copied()
+            .unwrap_or(self.default)
+    }
+
+    /// Whether the agents of role `role` may use the network.
+    pub fn of_role(&self, role: &str) -> bool {
+        self.roles.get(role).copied().unwrap_or(self.default)
+    }
+}
+
+/// What an agent holds that it could pass on to an agent it spawns (or what a role would
+/// give the agent spawned with it).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Holdings {
+    /// Its layer.
+    pub layer: AgentLayer,
+    /// Its workspace tools.
+    pub tools: Vec<String>,
+    /// Its capabilities.
+    pub capabilities: Vec<Capability>,
+    /// Whether its commands may use the network.
+    pub network: bool,
+}
+
+/// Checks that an agent holding `child` (of role `role`) may be spawned by one holding
+/// `spawner`: permissions only narrow down the tree, in every layer combination.
+///
+/// - Tools: when the spawner's layer may hold tools (`tool_call`) or the new agent is of its
+///   own layer, every tool of the new agent is one the spawner holds; otherwise (a lead, which
+///   holds no tools, spawning an executor) the grant is the spawner's `enabled_agents`, as the
+///   team file defines those roles, which the caller checks before.
+/// - Capabilities: the new agent holds no capability the spawner's layer may hold and the
+///   spawner does not (the capabilities only the new agent's layer may hold, such as an
+///   executor's `tool_call`, are granted the same way as its tools).
+/// - Network: the new agent has it only if the spawner has it.
+///
+/// A top power's network is not checked: the powers are the root of the tree, and the team
+/// file's mid roles, as it defines them, are their grant.
+pub fn check_grant(spawner: &Holdings, role: &str, child: &Holdings) -> Result<(), SpawnError> {
+    let widen = |what: String| Err(SpawnError::Widens { role: role.to_owned(), what });
+    if (spawner.layer == child.layer || spawner.layer.allows(Capability::ToolCall))
+        && let Some(t) = child.tools.iter().find(|t| !spawner.tools.contains(t))
+    {
+        return widen(format!("the tool `{t}`"));
+    }
+    if let Some(c) = child
+        .capabilities
+        .iter()
+        .find(|c| spawner.layer.allows(**c) && !spawner.capabilities.contains(c))
+    {
+        return widen(format!("the capability `{c}`"));
+    }
+    if child.network && !spawner.network && spawner.layer != AgentLayer::Top {
+        return widen("the network".to_owned());
+    }
+    Ok(())
 }
 
 /// Creates, lists and dismisses agents on behalf of agents. Implemented by `agent-pool`.
@@ -311,4 +431,111 @@ pub trait Spawner: Send + Sync {
 pub trait CostMeter: Send + Sync {
     /// What `agent`'s own calls cost, in USD, when prices are known.
     fn cost_usd(&self, agent: &AgentId) -> Option<f64>;
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, reason = "tests")]
+mod tests {
+    use super::*;
+
+    fn holds(layer: AgentLayer, tools: &[&str], caps: &[Capability], network: bool) -> Holdings {
+        Holdings {
+            layer,
+            tools: tools.iter().map(|t| (*t).to_owned()).collect(),
+            capabilities: caps.to_vec(),
+            network,
+        }
+    }
+
+    fn lead(network: bool) -> Holdings {
+        holds(AgentLayer::Mid, &[], AgentLayer::Mid.default_capabilities(), network)
+    }
+
+    fn executor(tools: &[&str], network: bool) -> Holdings {
+        holds(AgentLayer::Bottom, tools, AgentLayer::Bottom.default_capabilities(), network)
+    }
+
+    #[test]
+    fn a_spawn_within_the_grant_is_allowed_in_every_layer_combination() {
+        let top = holds(AgentLayer::Top, &[], AgentLayer::Top.default_capabilities(), false);
+        assert_eq!(check_grant(&top, "lead", &lead(false)), Ok(()));
+        // A lead holds no tools: its executors' tools are granted by its `enabled_agents`.
+        assert_eq!(check_grant(&lead(false), "writer", &executor(&["write_file"], false)), Ok(()));
+        assert_eq!(check_grant(&lead(true), "fetcher", &executor(&["shell"], true)), Ok(()));
+        assert_eq!(check_grant(&lead(true), "sublead", &lead(true)), Ok(()));
+        // The powers are the root: the team file's mid roles, network included, are theirs.
+        assert_eq!(check_grant(&top, "lead", &lead(true)), Ok(()));
+    }
+
+    #[test]
+    fn a_spawn_with_the_network_its_spawner_lacks_is_refused() {
+        let err = check_grant(&lead(false), "fetcher", &executor(&["shell"], true)).unwrap_err();
+        assert_eq!(err, SpawnError::Widens { role: "fetcher".into(), what: "the network".into() });
+        assert!(err.to_string().contains("which you do not hold"), "{err}");
+        // Same layer too.
+        assert!(check_grant(&lead(false), "sublead", &lead(true)).is_err());
+    }
+
+    #[test]
+    fn a_spawn_with_capabilities_beyond_its_spawner_is_refused_across_layers() {
+        // A lead without `plan` may not create an executor that plans.
+        let narrow = holds(AgentLayer::Mid, &[], &[Capability::Delegate], false);
+        let err = check_grant(&narrow, "writer", &executor(&[], false)).unwrap_err();
+        assert_eq!(
+            err,
+            SpawnError::Widens { role: "writer".into(), what: "the capability `plan`".into() }
+        );
+        // A top power without `review` may not create a lead that reviews.
+        let top = holds(AgentLayer::Top, &[], &[Capability::Plan, Capability::Delegate], true);
+        let err = check_grant(&top, "lead", &lead(false)).unwrap_err();
+        assert!(err.to_string().contains("`reflect`"), "{err}");
+        // Capabilities only the new agent's layer may hold come with its role.
+        let bare = holds(AgentLayer::Mid, &[], AgentLayer::Mid.default_capabilities(), false);
+        assert_eq!(check_grant(&bare, "writer", &executor(&["shell"], false)), Ok(()));
+    }
+
+    #[test]
+    fn a_spawn_with_a_tool_its_same_layer_spawner_lacks_is_refused() {
+        let spawner = executor(&["read_file"], false);
+        let err =
+            check_grant(&spawner, "writer", &executor(&["read_file", "shell"], false)).unwrap_err();
+        assert_eq!(
+            err,
+            SpawnError::Widens { role: "writer".into(), what: "the tool `shell`".into() }
+        );
+    }
+
+    #[test]
+    fn a_spawn_call_with_extra_arguments_is_refused() {
+        let ok = json!({"role_name": "writer", "task_prompt": "write it"});
+        assert_eq!(check_spawn_arguments(&ok), Ok(()));
+        for extra in [
+            json!({"role_name": "writer", "task_prompt": "t", "tools": ["shell"]}),
+            json!({"role_name": "writer", "task_prompt": "t", "network": true}),
+            json!({"role_name": "writer", "task_prompt": "t", "capabilities": ["arbitrate"]}),
+        ] {
+            let err = check_spawn_arguments(&extra).unwrap_err();
+            assert!(matches!(err, SpawnError::ExtraArguments { .. }), "{err}");
+            assert!(err.to_string().contains("takes only `role_name` and `task_prompt`"), "{err}");
+        }
+        // The schema a model is offered says the same.
+        let spec = supervisor_tool_spec(SPAWN_AGENT).unwrap();
+        assert_eq!(spec.parameters["additionalProperties"], json!(false));
+        let props = spec.parameters["properties"].as_object().unwrap();
+        assert_eq!(props.keys().map(String::as_str).collect::<Vec<_>>(), SPAWN_ARGUMENTS);
+    }
+
+    #[test]
+    fn the_network_of_an_agent_is_its_own_else_its_roles_else_the_default() {
+        let grants = NetworkGrants {
+            default: false,
+            agents: [(AgentId::new("fetcher"), true)].into(),
+            roles: [("lead".to_owned(), true)].into(),
+        };
+        assert!(grants.of(&AgentId::new("fetcher"), None));
+        assert!(grants.of(&AgentId::new("lead-1"), Some("lead")));
+        assert!(!grants.of(&AgentId::new("other"), Some("writer")));
+        assert!(grants.of_role("lead"));
+        assert!(!grants.of_role("writer"));
+    }
 }

@@ -4,7 +4,9 @@
 //! Each turn the reasoner chooses the next call. Workspace tools run through the agent's tool
 //! journal (a resumed run does not repeat a side effect); the agent-management tools of seed 003
 //! run through the team's [`Spawner`](agent_core::Spawner) and the bus:
-//! - `spawn_agent` creates a subordinate and sends it its task; `get_agents` lists them;
+//! - `spawn_agent` creates a subordinate and sends it its task (a call with any argument
+//!   besides `role_name` and `task_prompt`, such as `tools` or `network`, is refused and
+//!   audited: the new agent holds what its role defines); `get_agents` lists them;
 //!   `despawn_agent` dismisses one;
 //! - `speak_to_agent` sends a message and **suspends** the loop until the reply arrives (or
 //!   [`SPEAK_TIMEOUT_MS`] passes): the loop is part of the agent's saved state, so a pending
@@ -636,6 +638,10 @@ impl WorkLoop {
             return self.refuse(ctx, call, error).await;
         }
         ctx.require(Action::Spawn, &format!("a `{role}`")).await?;
+        // A spawn names a role and a task: asking for tools, network or capabilities is refused.
+        if let Err(e) = agent_core::spawn::check_spawn_arguments(&call.args) {
+            return self.refuse(ctx, call, format!("cannot spawn: {e}")).await;
+        }
         let request = SpawnRequest {
             parent: ctx.id().clone(),
             role: role.clone(),

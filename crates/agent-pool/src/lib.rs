@@ -22,7 +22,9 @@
 //! - the team's spawner (seed 003): with [`TeamSpec::roles`], a top power creates the leads a
 //!   signed plan names, and leads spawn, speak to, list and despawn workers through the
 //!   `spawn_agent` family of tools, within `enabled_agents`, `max_instances`, the pool's limit
-//!   and [`TeamSpec::max_spawn_depth`]; every spawn is audited first, and [`Team::resume`]
+//!   and [`TeamSpec::max_spawn_depth`], each spawned agent holding at most its spawner's
+//!   capabilities and network ([`TeamSpec::network`]) in every layer combination; every spawn
+//!   is audited first, and [`Team::resume`]
 //!   rebuilds spawned agents from the audit log;
 //! - the run's guards ([`TeamSpec::guards`]): the team's driver watches every delivery and every
 //!   heartbeat, and a run that goes nowhere (a step or message bounced between two agents, no

@@ -5,9 +5,12 @@
 //! 1. the role exists, and the caller may spawn it: a top power may create any mid role (a
 //!    lead for a signed plan); any other agent only the roles its own role's `enabled_agents`
 //!    lists;
-//! 2. permissions only narrow down the tree: a role of the caller's own layer may hold no
-//!    tool, capability or enabled role that the caller's role does not hold (across layers the
-//!    caller's `enabled_agents` is the grant: a lead holds no tools, its executors do);
+//! 2. permissions only narrow down the tree, in every layer combination
+//!    ([`agent_core::spawn::check_grant`]): the new agent holds no capability the caller's
+//!    layer may hold and the caller does not, the network only if the caller has it (the
+//!    team's [`NetworkGrants`]; a top power's grant is the team's mid roles as defined), and a
+//!    role of the caller's own layer no tool or enabled role the caller lacks (across layers
+//!    the caller's `enabled_agents` is the grant: a lead holds no tools, its executors do);
 //! 3. the new agent's depth (1 below a configured agent, one more per level) is at most the
 //!    team's `max_spawn_depth`;
 //! 4. fewer than `max_instances` agents of the role are alive, and the pool has room.
@@ -20,12 +23,15 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use tracing::Instrument as _;
 
+use agent_core::spawn::{Holdings, NetworkGrants, check_grant};
 use agent_core::{
     Agent, AgentBehavior, AgentDeps, AgentRecord, AuditEvent, SpawnError, SpawnRecord,
     SpawnRequest, Spawner, Subordinate,
 };
 use agent_layers::{BottomAgent, BottomSpec, MidAgent, MidSpec};
-use agent_state::{AgentConfig, AgentId, AgentLayer, AgentStatus, GuardSettings, Role, RoleBook};
+use agent_state::{
+    AgentConfig, AgentId, AgentLayer, AgentStatus, Capability, GuardSettings, Role, RoleBook,
+};
 use async_trait::async_trait;
 
 use crate::pool::{AgentPool, PoolError};
@@ -65,6 +71,11 @@ pub(crate) struct TeamSpawner {
     /// a spawned agent's id names the configured agent its spawn tree starts from, which only
     /// one process hosts at a time.
     shared: bool,
+    /// Which agents' commands may use the network: a spawn gives it only where the spawner
+    /// has it.
+    network: NetworkGrants,
+    /// The layer and capabilities of the configured agents (their configuration's), by id.
+    configured: BTreeMap<AgentId, (AgentLayer, Vec<Capability>)>,
 }
 
 impl TeamSpawner {
@@ -79,6 +90,8 @@ impl TeamSpawner {
         guards: GuardSettings,
         timeouts: agent_state::Timeouts,
         shared: bool,
+        network: NetworkGrants,
+        configured: BTreeMap<AgentId, (AgentLayer, Vec<Capability>)>,
     ) -> Arc<Self> {
         Arc::new_cyclic(|me| Self {
             me: me.clone(),
@@ -93,6 +106,8 @@ impl TeamSpawner {
             guards,
             timeouts,
             shared,
+            network,
+            configured,
         })
     }
 
@@ -114,6 +129,20 @@ impl TeamSpawner {
             .get(agent)
             .map(|n| n.record.role.clone())
             .or_else(|| self.agent_roles.get(agent).cloned())
+    }
+
+    /// What `agent` holds that it could pass on: a configured agent its configuration's
+    /// capabilities (and its role's tools), a spawned one its role's; its network as the team
+    /// file sets it. `None`: an agent the team does not know.
+    fn holdings(&self, agent: &AgentId, role: Option<&Role>) -> Option<Holdings> {
+        let tools = role.map(|r| r.tools.clone()).unwrap_or_default();
+        let network = self.network.of(agent, role.map(|r| r.name.as_str()));
+        if let Some((layer, capabilities)) = self.configured.get(agent) {
+            let capabilities = capabilities.clone();
+            return Some(Holdings { layer: *layer, tools, capabilities, network });
+        }
+        let role = role?;
+        Some(Holdings { layer: role.layer, tools, capabilities: role.capabilities(), network })
     }
 
     fn depth_of(&self, agent: &AgentId) -> u32 {
@@ -142,11 +171,24 @@ impl TeamSpawner {
         if !allowed.contains(&role.name) {
             return Err(SpawnError::NotEnabled { role: role.name, allowed: allowed_text });
         }
-        if let Some(parent) =
-            self.role_of(&request.parent).and_then(|r| self.roles.get(&r).cloned())
-            && parent.layer == role.layer
+        let parent_role = self.role_of(&request.parent).and_then(|r| self.roles.get(&r).cloned());
+        let Some(holds) = self.holdings(&request.parent, parent_role.as_ref()) else {
+            return Err(SpawnError::NotEnabled { role: role.name, allowed: allowed_text });
+        };
+        let child = Holdings {
+            layer: role.layer,
+            tools: role.tools.clone(),
+            capabilities: role.capabilities(),
+            network: self.network.of_role(&role.name),
+        };
+        check_grant(&holds, &role.name, &child)?;
+        if let Some(parent) = parent_role.filter(|p| p.layer == role.layer)
+            && let Some(r) = role.enabled_agents.iter().find(|r| !parent.enabled_agents.contains(r))
         {
-            narrows(&parent, &role)?;
+            return Err(SpawnError::Widens {
+                role: role.name,
+                what: format!("the enabled role `{r}`"),
+            });
         }
         let depth = self.depth_of(&request.parent) + 1;
         if depth > self.max_depth {
@@ -328,22 +370,6 @@ impl TeamSpawner {
         }
         total
     }
-}
-
-/// A role of the caller's own layer may hold nothing the caller's role does not.
-fn narrows(parent: &Role, child: &Role) -> Result<(), SpawnError> {
-    let widen = |what: String| Err(SpawnError::Widens { role: child.name.clone(), what });
-    if let Some(t) = child.tools.iter().find(|t| !parent.tools.contains(t)) {
-        return widen(format!("the tool `{t}`"));
-    }
-    let caps = parent.capabilities();
-    if let Some(c) = child.capabilities().into_iter().find(|c| !caps.contains(c)) {
-        return widen(format!("the capability `{c}`"));
-    }
-    if let Some(r) = child.enabled_agents.iter().find(|r| !parent.enabled_agents.contains(r)) {
-        return widen(format!("the enabled role `{r}`"));
-    }
-    Ok(())
 }
 
 #[async_trait]

@@ -97,6 +97,10 @@ pub struct TeamSpec {
     /// Who may sign for humans, and what needs a human's signature (a team file's
     /// `[approvals]`; default: no humans, nothing needs one).
     pub approvals: Approvals,
+    /// Which agents' commands may use the network (a team file's `[sandbox] network` and the
+    /// `network` of its executors and roles; default: none): a spawn gives a role's network
+    /// only to an agent whose spawner has it ([`agent_core::spawn::check_grant`]).
+    pub network: agent_core::spawn::NetworkGrants,
 }
 
 /// Humans in the team's governance (a team file's `[approvals]`): who may sign as
@@ -126,6 +130,7 @@ impl TeamSpec {
             timeouts: agent_state::Timeouts::default(),
             arbitration: agent_state::ArbitrationSettings::default(),
             approvals: Approvals::default(),
+            network: agent_core::spawn::NetworkGrants::default(),
         }
     }
 }
@@ -638,6 +643,14 @@ impl Team {
                 spec.guards,
                 spec.timeouts,
                 matches!(share, Share::Agents(_)),
+                spec.network.clone(),
+                spec.agents
+                    .iter()
+                    .map(|a| {
+                        let config = &a.config;
+                        (config.id.clone(), (config.layer, config.capabilities.to_vec()))
+                    })
+                    .collect(),
             )
         });
         let roles = spawner.as_ref().map(|s| s.roles()).unwrap_or_default();

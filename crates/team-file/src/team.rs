@@ -338,6 +338,12 @@ pub fn parse_team(path: &Path, text: &str, tools: &ToolRegistry) -> Result<TeamF
     spec.max_spawn_depth = max_spawn_depth;
     spec.agent_roles = agent_roles;
     spec.timeouts = timeouts;
+    // What a spawn is checked against at run time, as at load (`spawn_grants`).
+    spec.network = agent_core::spawn::NetworkGrants {
+        default: sandbox.network,
+        agents: sandbox.agent_network.clone(),
+        roles: sandbox.role_network.clone(),
+    };
     if let Some(g) = &raw.guards {
         spec.guards = guards(&src, g)?;
     }
@@ -545,7 +551,24 @@ fn agent_spec<'e, 'a>(
         ));
     }
     let role = match entry.kind {
-        EntryKind::Top(raw) => RoleSpec::Top(top_spec(src, raw)?),
+        EntryKind::Top(raw) => {
+            let spec = top_spec(src, raw)?;
+            // A required signer that may not review would leave what it must sign pending.
+            if !spec.signature_authority.is_empty() && !config.has(Capability::Review) {
+                let span = entry
+                    .capabilities
+                    .and_then(|c| c.first())
+                    .map_or(entry.id.span(), Spanned::span);
+                return Err(src.error(
+                    span,
+                    format!(
+                        "top power `{id}` has signature authority ({}) but not the capability `review`, which signing needs: what it must sign would stay pending forever; add \"review\" to its `capabilities`, or drop the authority (`signature_authority = []`)",
+                        spec.signature_authority.join(", ")
+                    ),
+                ));
+            }
+            RoleSpec::Top(spec)
+        }
         EntryKind::Mid(raw) => {
             let domain = raw.domain.get_ref();
             if domain.trim().is_empty() {
@@ -1338,9 +1361,11 @@ fn sandbox_settings(src: &Source<'_>, raw: &RawTeam) -> Result<SandboxSettings, 
 }
 
 /// A spawned agent gets at most what its spawner holds: a role that `enabled_agents` names
-/// holds no tool and no capability its spawning role of the same layer lacks (across layers
-/// the `enabled_agents` entry is the grant: a lead holds no tools), and the network only where
-/// its spawner has it. Refused at the `enabled_agents` entry.
+/// holds no tool its spawning role of the same layer lacks (across layers the `enabled_agents`
+/// entry is the grant: a lead holds no tools), no capability the spawning role's layer may
+/// hold and it does not, and the network only where its spawner has it. Refused at the
+/// `enabled_agents` entry; the spawner checks the same at run time
+/// (`agent_core::spawn::check_grant`).
 fn spawn_grants(
     src: &Source<'_>,
     raw: &[RawRole],
@@ -1354,19 +1379,19 @@ fn spawn_grants(
             let Some(child) = book.get(entry.get_ref()) else { continue };
             let mut more = None;
             if parent.layer == child.layer {
-                let caps = parent.capabilities();
                 more = child
                     .tools
                     .iter()
                     .find(|t| !parent.tools.contains(t))
-                    .map(|t| format!("the tool `{t}`"))
-                    .or_else(|| {
-                        child
-                            .capabilities()
-                            .into_iter()
-                            .find(|c| !caps.contains(c))
-                            .map(|c| format!("the capability `{c}`"))
-                    });
+                    .map(|t| format!("the tool `{t}`"));
+            }
+            if more.is_none() {
+                let caps = parent.capabilities();
+                more = child
+                    .capabilities()
+                    .into_iter()
+                    .find(|c| parent.layer.allows(*c) && !caps.contains(c))
+                    .map(|c| format!("the capability `{c}`"));
             }
             if more.is_none() && network(&child.name) && !network(&parent.name) {
                 more = Some("the network".to_owned());

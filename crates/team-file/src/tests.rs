@@ -3127,3 +3127,105 @@ name = "helper"
         parse_team(Path::new("team.toml"), &text, &ToolRegistry::with_builtins()).unwrap();
     }
 }
+
+#[test]
+fn a_signer_without_review_is_refused_at_load() {
+    let file = |top: &str| {
+        format!(
+            r#"
+[[top]]
+id = "top-a"
+power_type = "power_a"
+
+[[top]]
+id = "top-b"
+power_type = "power_b"
+{top}
+
+[[mid]]
+id = "mid-a"
+domain = "docs"
+supervisor = "top-a"
+"#
+        )
+    };
+    // Signature authority (the default, ["plan"], or named) without `review`: what it must
+    // sign would stay pending forever.
+    for top in [
+        "capabilities = [\"plan\", \"arbitrate\"]",
+        "signature_authority = [\"plan\", \"budget\"]\ncapabilities = [\"plan\", \"arbitrate\"]",
+    ] {
+        let text = file(top);
+        let err = parse_team(Path::new("team.toml"), &text, &ToolRegistry::with_builtins())
+            .expect_err("a signer that may not review is refused");
+        let shown = err.to_string();
+        let line = text.lines().position(|l| l.starts_with("capabilities = ")).unwrap();
+        assert!(shown.starts_with(&format!("team.toml:{}:", line + 1)), "{shown}");
+        assert!(
+            shown.contains("top power `top-b` has signature authority (plan")
+                && shown.contains("not the capability `review`")
+                && shown.contains("add \"review\" to its `capabilities`, or drop the authority"),
+            "{shown}"
+        );
+    }
+    // With `review`, or without authority, it loads.
+    for top in [
+        "capabilities = [\"plan\", \"review\", \"arbitrate\"]",
+        "signature_authority = []\ncapabilities = [\"plan\", \"arbitrate\"]",
+        "",
+    ] {
+        parse_team(Path::new("team.toml"), &file(top), &ToolRegistry::with_builtins()).unwrap();
+    }
+}
+
+#[test]
+fn a_lead_role_without_a_capability_its_executor_role_holds_is_refused_at_load() {
+    // Across layers: the lead may not reflect; the executor role, by default, does.
+    let text = with_head(
+        r#"
+[[roles]]
+name = "lead"
+layer = "mid"
+capabilities = ["plan", "review", "coordinate", "delegate"]
+enabled_agents = ["helper"]
+
+[[roles]]
+name = "helper"
+layer = "bottom"
+tools = ["read_file"]
+"#,
+    );
+    let err = parse_team(Path::new("team.toml"), &text, &ToolRegistry::with_builtins())
+        .expect_err("a capability the spawner's layer may hold and it lacks is refused");
+    let shown = err.to_string();
+    let line = text.lines().position(|l| l.contains("enabled_agents = [\"helper\"]")).unwrap();
+    assert!(shown.starts_with(&format!("team.toml:{}:", line + 1)), "{shown}");
+    assert!(shown.contains("it would hold the capability `reflect`"), "{shown}");
+}
+
+#[test]
+fn the_team_file_network_settings_reach_the_spawner() {
+    let text = with_head(
+        r#"
+[sandbox]
+network = false
+
+[[roles]]
+name = "lead"
+layer = "mid"
+network = true
+enabled_agents = ["helper"]
+
+[[roles]]
+name = "helper"
+layer = "bottom"
+tools = ["read_file"]
+network = true
+"#,
+    );
+    let team = parse_team(Path::new("team.toml"), &text, &ToolRegistry::with_builtins()).unwrap();
+    let grants = &team.spec.network;
+    assert!(!grants.default);
+    assert!(grants.of_role("lead") && grants.of_role("helper"));
+    assert!(!grants.of(&AgentId::new("mid-a"), None));
+}

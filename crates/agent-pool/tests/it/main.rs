@@ -18,6 +18,7 @@ mod scripted;
 mod shares;
 #[cfg(feature = "sim")]
 mod sim;
+mod spawn_grants;
 mod support;
 mod team;
 mod timeouts;
