@@ -46,7 +46,7 @@ const PACKAGES: [Package; 10] = [
     },
     Package { probe: "dot -V", name: "graphviz", why: "rendering `strata lineage --format dot`" },
     Package {
-        probe: "ip",
+        probe: "ip -V",
         name: "iproute2",
         why: "the workers' partition test (network namespaces)",
     },
