@@ -19,7 +19,7 @@ use crate::{Failure, bad_input};
 
 /// `strata exec`.
 pub(crate) async fn exec(args: ExecArgs) -> Result<u8, Failure> {
-    let mut tools = ToolRegistry::with_builtins();
+    let tools = ToolRegistry::with_builtins();
     let (team_path, team_text) = match &args.start.team {
         Some(path) => {
             (path.clone(), run::read_input(path, "team file", team_file::MAX_TEAM_FILE_BYTES)?)
@@ -48,14 +48,14 @@ pub(crate) async fn exec(args: ExecArgs) -> Result<u8, Failure> {
 
     let request = RunRequest::new(kind.as_str(), objective.as_str()).with_inputs(inputs.clone());
     Executor::new(registry).check(&request).map_err(bad_input)?;
-    let servers =
-        crate::mcp::start_for_run(&team_path, &team_text, &mut tools, &args.start).await?;
-    let result = exec_with(&args, kind, objective, inputs, &team_path, &team_text, tools).await;
-    servers.shutdown().await;
-    result
+    // The team file's MCP tools are checked by name here; `run::start` starts the servers in
+    // the run's workspace and checks again with their tools.
+    let servers = team_file::mcp_servers(&team_path, &team_text).map_err(bad_input)?;
+    let tools = team_file::with_unstarted_tools(&servers, &team_text, &tools);
+    exec_with(&args, kind, objective, inputs, &team_path, &team_text, tools).await
 }
 
-/// `strata exec KIND OBJECTIVE` once the team file's MCP servers are started.
+/// `strata exec KIND OBJECTIVE` once its team file and inputs are read.
 async fn exec_with(
     args: &ExecArgs,
     kind: &str,
@@ -74,10 +74,13 @@ async fn exec_with(
     run::check_reasoners(&team, args.start.reasoner.as_deref()).await?;
     let plan_text = team_file::exec_plan_toml(kind, objective, &inputs, &exec.executor)
         .map_err(|m| bad_input(anyhow!("inputs of the `{kind}` run: {m}")))?;
-    let task = team_file::parse_plan(Path::new("(the exec plan)"), &plan_text, &team.spec, &tools)
-        .map_err(bad_input)?;
+    let plan_path = PathBuf::from("(the exec plan)");
+    let task =
+        team_file::parse_plan(&plan_path, &plan_text, &team.spec, &tools).map_err(bad_input)?;
     run::check_planning(&team, args.start.reasoner.as_deref(), &task)?;
-    let prepared = Prepared { team_text: exec.text, team, plan_text, task, tools };
+    let team_path = team_path.to_path_buf();
+    let prepared =
+        Prepared { team_path, team_text: exec.text, team, plan_path, plan_text, task, tools };
     run::start(prepared, &args.start).await
 }
 

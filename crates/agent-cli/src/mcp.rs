@@ -1,5 +1,7 @@
-//! The team file's MCP servers (`[[mcp_servers]]`): started before the team file's tool lists
-//! are checked, their tools registered beside the built-in ones, stopped when the run ends.
+//! The team file's MCP servers (`[[mcp_servers]]`): started in the run's workspace (a new
+//! run's once its directory is made, after every other check: its team and plan files are
+//! checked again with the servers' tools then), their tools registered beside the built-in
+//! ones, stopped when the run ends.
 //!
 //! A stdio server starts inside the run's sandbox (the team file's `[sandbox]`, with the
 //! server's own `network`), in the workspace, with the minimal environment; one that opts out
@@ -23,51 +25,6 @@ pub(crate) struct Place<'a> {
     pub(crate) unsandboxed: bool,
     /// Hidden from sandboxed servers, as from commands.
     pub(crate) hide: Vec<PathBuf>,
-}
-
-/// [`start_servers`] for a new run (`strata run`, `exec`) with `args`: in its `--workspace`
-/// (made if missing), the data directory hidden. A team with stdio servers needs
-/// `--workspace`: they start before the run's own workspace exists (it is made with the run's
-/// directory, after every check), and they must work in the same directory on `resume`.
-pub(crate) async fn start_for_run(
-    path: &Path,
-    text: &str,
-    tools: &mut ToolRegistry,
-    args: &crate::cli::StartArgs,
-) -> Result<McpServers, Failure> {
-    let declared = team_file::mcp_servers(path, text).map_err(bad_input)?;
-    if declared.is_empty() {
-        return Ok(McpServers::default());
-    }
-    let stdio = declared.iter().find(|d| matches!(d.transport, McpServerTransport::Stdio { .. }));
-    if let (Some(server), None) = (stdio, &args.workspace) {
-        return Err(bad_input(anyhow::anyhow!(
-            "{}: MCP server `{}` is started in the run's workspace, which must exist before the \
-             run: give --workspace DIR (for example `--workspace .`)",
-            path.display(),
-            server.name
-        )));
-    }
-    let workspace = match &args.workspace {
-        Some(workspace) => {
-            std::fs::create_dir_all(workspace).map_err(|e| {
-                bad_input(anyhow::anyhow!(
-                    "cannot create the workspace {}: {e}",
-                    workspace.display()
-                ))
-            })?;
-            workspace.clone()
-        }
-        // HTTP servers only: not started, so no working directory.
-        None => std::env::temp_dir(),
-    };
-    let workspace = std::fs::canonicalize(&workspace).map_err(|e| {
-        bad_input(anyhow::anyhow!("cannot resolve the workspace {}: {e}", workspace.display()))
-    })?;
-    let data = std::fs::canonicalize(&args.data)
-        .unwrap_or_else(|_| std::path::absolute(&args.data).unwrap_or_default());
-    let place = Place { workspace: &workspace, unsandboxed: args.unsandboxed, hide: vec![data] };
-    start_servers(path, text, tools, &place).await
 }
 
 /// Starts the MCP servers the team file `text` (at `path`) declares, as `place` says, and
@@ -163,7 +120,8 @@ fn spec(decl: McpServerDecl) -> McpServerSpec {
 
 /// Appends to the run's audit log, at start (and at each resume), a record for each stdio
 /// server of `team` that runs outside the sandbox: one that opted out (`sandbox = false`), or
-/// every one of a run given `--unsandboxed`. Written under the id `mcp:<server>`.
+/// every one of a run given `--unsandboxed`. Written under the id `mcp:<server>`, as
+/// [`AuditEvent::Unsandboxed`](agent_core::AuditEvent::Unsandboxed): a choice, not an error.
 pub(crate) async fn audit_opt_outs(
     team: &TeamFile,
     unsandboxed: bool,
@@ -178,13 +136,9 @@ pub(crate) async fn audit_opt_outs(
             (true, true) => "the run is `--unsandboxed`",
             (true, false) => continue,
         };
-        let event = agent_core::AuditEvent::Error {
-            error: format!(
-                "MCP server `{}` (`{command}`) runs outside the sandbox: {why}",
-                server.name
-            ),
-            retry: 0,
-            max_retries: 0,
+        let event = agent_core::AuditEvent::Unsandboxed {
+            command: command.clone(),
+            reason: why.to_owned(),
         };
         let agent = agent_state::AgentId::new(format!("mcp:{}", server.name));
         audit

@@ -149,48 +149,50 @@ pub(crate) fn read_input(path: &Path, what: &str, limit: usize) -> Result<String
 /// `strata run`.
 pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
     // Everything the user gave is checked before anything is written. The team file's MCP
-    // servers start first: the executors' tool lists name their tools.
-    let mut tools = ToolRegistry::with_builtins();
-    let (team_text, team, servers) = match &args.start.team {
+    // tools are checked by name first (the servers start in the run's workspace, once it is
+    // made: [`start`] checks them again with the tools the servers offer).
+    let builtins = ToolRegistry::with_builtins();
+    let (team_path, team_text, team, tools) = match &args.start.team {
         Some(path) => {
             let text = read_input(path, "team file", team_file::MAX_TEAM_FILE_BYTES)?;
-            let servers = crate::mcp::start_for_run(path, &text, &mut tools, &args.start).await?;
-            match team_file::parse_team(path, &text, &tools) {
-                Ok(team) => (text, team, servers),
-                Err(e) => {
-                    servers.shutdown().await;
-                    return Err(bad_input(e));
-                }
-            }
+            let servers = team_file::mcp_servers(path, &text).map_err(bad_input)?;
+            let tools = team_file::with_unstarted_tools(&servers, &text, &builtins);
+            let team = team_file::parse_team(path, &text, &tools).map_err(bad_input)?;
+            (path.clone(), text, team, tools)
         }
         None => (
+            PathBuf::from("(the default team)"),
             team_file::example_team_toml().to_owned(),
             team_file::default_team(),
-            agent_mcp::McpServers::default(),
+            builtins,
         ),
     };
-    let result = run_with(args, team_text, team, tools).await;
-    servers.shutdown().await;
-    result
+    run_with(args, team_path, team_text, team, tools).await
 }
 
-/// `strata run` once the team file is read (and its MCP servers started).
+/// `strata run` once the team file is read.
 async fn run_with(
     args: RunArgs,
+    team_path: PathBuf,
     team_text: String,
     mut team: TeamFile,
-    tools: ToolRegistry,
+    mut tools: ToolRegistry,
 ) -> Result<u8, Failure> {
     if let Some(heartbeat) = args.start.heartbeat {
         team.spec.heartbeat = heartbeat;
     }
     check_reasoners(&team, args.start.reasoner.as_deref()).await?;
-    let (plan_text, task) = match (&args.plan, &args.goal) {
-        (_, Some(goal)) => goal_plan(goal, &team, &tools)?,
+    let (plan_path, plan_text, task) = match (&args.plan, &args.goal) {
+        (_, Some(goal)) => {
+            let (text, task) = goal_plan(goal, &team, &tools)?;
+            (PathBuf::from("--goal"), text, task)
+        }
         (Some(plan), None) => {
             let text = read_input(plan, "plan file", team_file::MAX_PLAN_FILE_BYTES)?;
+            // The MCP tools it names, too, until the servers offer theirs.
+            tools = team_file::with_unstarted_tools(&team.mcp_servers, &text, &tools);
             let task = team_file::parse_plan(plan, &text, &team.spec, &tools).map_err(bad_input)?;
-            (text, task)
+            (plan.clone(), text, task)
         }
         // clap requires one of them.
         (None, None) => {
@@ -198,29 +200,41 @@ async fn run_with(
         }
     };
     check_planning(&team, args.start.reasoner.as_deref(), &task)?;
-    start(Prepared { team_text, team, plan_text, task, tools }, &args.start).await
+    let prepared = Prepared { team_path, team_text, team, plan_path, plan_text, task, tools };
+    start(prepared, &args.start).await
 }
 
 /// A run whose files are read and checked: the team and plan files as the run stores them
 /// (`team.toml`, `plan.toml`, which `resume` reads back) and what they are.
 pub(crate) struct Prepared {
+    /// The team file, as named in messages.
+    pub(crate) team_path: PathBuf,
     /// The team file's text.
     pub(crate) team_text: String,
     /// The team (with `--heartbeat` applied).
     pub(crate) team: TeamFile,
+    /// The plan file, as named in messages.
+    pub(crate) plan_path: PathBuf,
     /// The plan file's text.
     pub(crate) plan_text: String,
     /// The task.
     pub(crate) task: Task,
-    /// The tools the team's executors come from.
+    /// The tools the team's executors come from: with a tool that cannot run for each MCP
+    /// tool the team file names ([`team_file::with_unstarted_tools`]), replaced by the
+    /// servers' own when [`start`] starts them.
     pub(crate) tools: ToolRegistry,
 }
 
 /// Starts `prepared` as a new run with `args`' data directory, workspace, run id, reasoner,
 /// sync and output options (its plan, goal and team are read already), and drives it to its
 /// end: `strata run`, and `strata exec` on the run it generates.
+///
+/// The team file's MCP servers start once the run's directory and workspace are made (they
+/// work in the workspace, as on `resume`); the team and plan files are checked again with
+/// their tools. A server that does not start, or a check that fails then, is bad input and
+/// the run's directory is removed again: nothing is left written in the data directory.
 pub(crate) async fn start(prepared: Prepared, args: &StartArgs) -> Result<u8, Failure> {
-    let Prepared { team_text, team, plan_text, task, tools } = prepared;
+    let Prepared { team_path, team_text, team, plan_path, plan_text, task, tools } = prepared;
     if args.data.exists() && !args.data.is_dir() {
         return Err(bad_input(anyhow::anyhow!(
             "the data directory {} is a file; give --data a directory",
@@ -259,6 +273,9 @@ pub(crate) async fn start(prepared: Prepared, args: &StartArgs) -> Result<u8, Fa
         _ => None,
     };
     let durability = if args.no_sync { Durability::NoSync } else { Durability::Synced };
+    // What is made from here on is removed again if the MCP servers do not start.
+    let made_data = missing_dirs(&args.data);
+    let made_workspace = args.workspace.as_deref().map(missing_dirs).unwrap_or_default();
     let store = match RunStore::create(&dir, &run_id, Timestamp(now_ms()), durability) {
         Ok(store) => store,
         Err(e @ run_store::StoreError::AlreadyExists { .. }) => return Err(bad_input(e)),
@@ -275,6 +292,21 @@ pub(crate) async fn start(prepared: Prepared, args: &StartArgs) -> Result<u8, Fa
         .with_context(|| format!("cannot create the workspace {}", workspace.display()))?;
     let workspace = std::fs::canonicalize(&workspace)
         .with_context(|| format!("cannot resolve the workspace {}", workspace.display()))?;
+    let place = crate::mcp::Place {
+        workspace: &workspace,
+        unsandboxed: args.unsandboxed,
+        hide: vec![data_dir(&args.data), data_dir(&dir)],
+    };
+    let started = start_checked(&team_path, &team_text, &team, &plan_path, &plan_text, &place);
+    let (servers, tools) = match started.await {
+        Ok(Some(started)) => started,
+        Ok(None) => (agent_mcp::McpServers::default(), tools),
+        Err(failure) => {
+            drop(store);
+            unmake(&dir, &made_data, &made_workspace);
+            return Err(failure);
+        }
+    };
     write_atomic(&dir.join(TEAM_FILE), team_text.as_bytes())?;
     write_atomic(&dir.join(PLAN_FILE), plan_text.as_bytes())?;
     let info = RunInfo {
@@ -293,7 +325,7 @@ pub(crate) async fn start(prepared: Prepared, args: &StartArgs) -> Result<u8, Fa
         local: args.local,
     };
     let span = run_span(&run_id, &task.id, "started");
-    async move {
+    let result = async move {
         // The stores are opened (on NATS: created) before `run.json` is written: a run that
         // `resume` can find has its streams on the server.
         let stores = match &server {
@@ -340,7 +372,58 @@ pub(crate) async fn start(prepared: Prepared, args: &StartArgs) -> Result<u8, Fa
         drive(run, task, info, dir, &args.output, serving).await
     }
     .instrument(span)
-    .await
+    .await;
+    servers.shutdown().await;
+    result
+}
+
+/// Starts the MCP servers `team` declares (none: `None`) as `place` says, and checks the
+/// team file (`team_text` at `team_path`) and plan file again with their tools; the servers
+/// are stopped if a check fails.
+async fn start_checked(
+    team_path: &Path,
+    team_text: &str,
+    team: &TeamFile,
+    plan_path: &Path,
+    plan_text: &str,
+    place: &crate::mcp::Place<'_>,
+) -> Result<Option<(agent_mcp::McpServers, ToolRegistry)>, Failure> {
+    if team.mcp_servers.is_empty() {
+        return Ok(None);
+    }
+    let mut tools = ToolRegistry::with_builtins();
+    let servers = crate::mcp::start_servers(team_path, team_text, &mut tools, place).await?;
+    let checked = team_file::parse_team(team_path, team_text, &tools).and_then(|checked| {
+        team_file::parse_plan(plan_path, plan_text, &checked.spec, &tools).map(|_| ())
+    });
+    match checked {
+        Ok(()) => Ok(Some((servers, tools))),
+        Err(e) => {
+            servers.shutdown().await;
+            Err(bad_input(e))
+        }
+    }
+}
+
+/// `path` and those of its ancestors that do not exist, deepest first: what making `path`
+/// makes.
+fn missing_dirs(path: &Path) -> Vec<PathBuf> {
+    let Ok(path) = std::path::absolute(path) else {
+        return Vec::new();
+    };
+    path.ancestors().take_while(|p| !p.exists()).map(Path::to_path_buf).collect()
+}
+
+/// Removes a new run's directory `dir`, then the directories in `made` (deepest first) that
+/// are empty: a run refused once its directory was made leaves nothing behind.
+fn unmake(dir: &Path, made_data: &[PathBuf], made_workspace: &[PathBuf]) {
+    if let Err(e) = std::fs::remove_dir_all(dir) {
+        tracing::warn!(dir = %dir.display(), error = %e, "cannot remove the refused run's directory");
+    }
+    for made in made_data.iter().chain(made_workspace) {
+        // Only if empty: what else came to be there is not ours to remove.
+        let _ = std::fs::remove_dir(made);
+    }
 }
 
 /// The plan of `strata run --goal TEXT`: a goal-only plan file (stored in the run as its

@@ -429,7 +429,13 @@ pub(crate) fn event_line(r: &AuditRecord, start: u64) -> String {
             )
         }
         AuditEvent::RunInputs { sha256 } => {
-            format!("run inputs recorded ({})", sha256.keys().cloned().collect::<Vec<_>>().join(", "))
+            format!(
+                "run inputs recorded ({})",
+                sha256.keys().cloned().collect::<Vec<_>>().join(", ")
+            )
+        }
+        AuditEvent::Unsandboxed { command, reason } => {
+            format!("runs outside the sandbox: `{command}` ({reason})")
         }
         AuditEvent::Operator { request, outcome, error } => {
             let error = error.as_ref().map(|e| format!(": {e}")).unwrap_or_default();

@@ -158,6 +158,16 @@ pub enum AuditEvent {
         /// File name → lowercase hex SHA-256.
         sha256: std::collections::BTreeMap<String, String>,
     },
+    /// A program the run starts outside the sandbox, by the team file's or the operator's
+    /// explicit choice (an MCP server with `sandbox = false`, or every one of an
+    /// `--unsandboxed` run): written at start and at each resume under the program's id
+    /// (`mcp:<server>`). A recorded choice, not a failure.
+    Unsandboxed {
+        /// The program as the team file names it (`command`).
+        command: String,
+        /// Why it is not sandboxed, in words (`` `sandbox = false` in the team file ``).
+        reason: String,
+    },
 }
 
 /// What an executor asks a peer of the same lead ([`AuditEvent::PeerHelp`]).

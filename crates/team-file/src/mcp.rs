@@ -80,6 +80,19 @@ pub fn parse_stored_team(
     tools: &ToolRegistry,
 ) -> Result<TeamFile, FileError> {
     let servers = mcp_servers(path, text)?;
+    crate::team::parse_team(path, text, &with_unstarted_tools(&servers, text, tools))
+}
+
+/// `tools` and, for every `mcp__<server>__<tool>` written in `text` (a team or plan file,
+/// read as TOML) for one of `servers`, a tool of that name that cannot run (its schema any
+/// object): what [`parse_stored_team`] reads with, and what a new run checks its team and
+/// plan files with before its servers start (it checks them again with the servers' real
+/// tools then).
+pub fn with_unstarted_tools(
+    servers: &[McpServerDecl],
+    text: &str,
+    tools: &ToolRegistry,
+) -> ToolRegistry {
     let mut tools = tools.clone();
     if !servers.is_empty()
         && let Ok(value) = toml::from_str::<toml::Value>(text)
@@ -95,7 +108,7 @@ pub fn parse_stored_team(
             }
         }
     }
-    crate::team::parse_team(path, text, &tools)
+    tools
 }
 
 /// What to say about a tool name that `tools` does not have, when it names an MCP tool:

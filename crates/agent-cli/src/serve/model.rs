@@ -448,6 +448,7 @@ impl RunModel {
             | AuditEvent::TimedOut { .. }
             | AuditEvent::Stuck { .. }
             | AuditEvent::RunInputs { .. }
+            | AuditEvent::Unsandboxed { .. }
             | AuditEvent::PeerHelp { step: None, .. } => None,
         };
         let progress =

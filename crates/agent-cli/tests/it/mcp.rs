@@ -96,17 +96,8 @@ fn a_server_that_fails_to_start_is_bad_input_and_nothing_is_written() {
     example(&s);
     let team = s.read("team.toml");
     s.write("team.toml", &team.replace(&python(), "/nonexistent/strata-python"));
-    let run = s.strata(&[
-        "run",
-        "plan.toml",
-        "--team",
-        "team.toml",
-        "--data",
-        "D",
-        "--workspace",
-        ".",
-        "--quiet",
-    ]);
+    // Without `--workspace`: the run's own workspace is made for the server, then removed.
+    let run = s.strata(&["run", "plan.toml", "--team", "team.toml", "--data", "D", "--quiet"]);
     run.bad_input(&["MCP server `notes` failed to start: cannot run `/nonexistent/strata-python`"]);
     assert!(!s.path("D").exists(), "a refused run writes nothing");
 }
@@ -116,7 +107,13 @@ fn a_listed_tool_the_server_does_not_offer_is_bad_input_at_its_name() {
     let s = Scratch::new();
     example(&s);
     let team = s.read("team.toml");
-    s.write("team.toml", &team.replace("\"mcp__notes__count_words\", ", "\"mcp__notes__nope\", "));
+    // Listed beside the tools the plan calls: the plan is checked (by name) before the server
+    // starts, the tool lists again once it offers its tools.
+    let team = team.replace(
+        "\"mcp__notes__count_words\", ",
+        "\"mcp__notes__count_words\", \"mcp__notes__nope\", ",
+    );
+    s.write("team.toml", &team);
     let run = s.strata(&[
         "run",
         "plan.toml",
@@ -288,14 +285,79 @@ fn passing_a_strata_secret_to_an_mcp_server_is_bad_input() {
     assert!(!s.path("D").exists());
 }
 
-/// A stdio server is started in the run's workspace, so a new run needs `--workspace`.
+/// [`test_server_team`] for a run in its own workspace (`D/r/workspace`, no `--workspace`):
+/// the server's script named by its absolute path and shown to the sandbox with
+/// `[sandbox] read_only` (the scratch directory is under the private `/tmp` of the sandbox).
+fn own_workspace_team(s: &Scratch, extra: &str, tool: &str, args: &str) {
+    test_server_team(s, extra, tool, args);
+    let root = std::fs::canonicalize(s.root()).unwrap().display().to_string();
+    let team = replace_once(
+        &s.read("team.toml"),
+        "args = [\"server.py\"]",
+        &format!("args = [{:?}]", format!("{root}/server.py")),
+    );
+    s.write("team.toml", &format!("[sandbox]\nread_only = [{root:?}]\n\n{team}"));
+}
+
+/// [`RUN`] without `--workspace`: the README's way.
+const RUN_OWN_WORKSPACE: [&str; 11] = [
+    "run",
+    "plan.toml",
+    "--team",
+    "team.toml",
+    "--data",
+    "D",
+    "--run-id",
+    "r",
+    "--heartbeat",
+    "100ms",
+    "--quiet",
+];
+
+/// A new run with a stdio server needs no `--workspace`: its servers start, sandboxed, in the
+/// run's own workspace (`<data>/<run id>/workspace`), made before they start, where their
+/// relative paths land.
 #[test]
-fn a_stdio_server_without_a_workspace_is_bad_input() {
+fn a_stdio_server_starts_in_the_run_s_own_workspace() {
     let s = Scratch::new();
-    test_server_team(&s, "", "echo", "{ text = \"x\" }");
-    let run = s.strata(&["run", "plan.toml", "--team", "team.toml", "--data", "D", "--quiet"]);
-    run.bad_input(&["MCP server `t` is started in the run's workspace", "--workspace"]);
-    assert!(!s.path("D").exists());
+    own_workspace_team(&s, "", "env", "{ path = \"seen.json\" }");
+    s.strata(&RUN_OWN_WORKSPACE).code(0);
+    let workspace = std::fs::canonicalize(s.path("D/r/workspace")).unwrap();
+    let seen: serde_json::Value = serde_json::from_str(&s.read("D/r/workspace/seen.json")).unwrap();
+    assert_eq!(seen["cwd"], workspace.display().to_string(), "works in the run's workspace");
+    assert_eq!(seen["pid"], 2, "in the sandbox's own PID namespace: {seen}");
+    assert!(!s.path("seen.json").exists());
+}
+
+/// Bad input found once the servers started (a tool the file lists that its server does not
+/// offer; a plan step's `args` that do not fit the server's schema): exit 2, and the run's
+/// directory, made for the servers' workspace, is removed again: nothing is written.
+#[test]
+fn bad_input_found_once_the_servers_started_leaves_nothing_written() {
+    let s = Scratch::new();
+    own_workspace_team(&s, "", "echo", "{ text = \"x\" }");
+    let team = s.read("team.toml");
+    s.write("team.toml", &team.replace("tools = [\"mcp__t__echo\"]", "tools = [\"mcp__t__nope\"]"));
+    let plan = s.read("plan.toml");
+    s.write("plan.toml", &plan.replace("mcp__t__echo", "mcp__t__nope"));
+    s.strata(&RUN_OWN_WORKSPACE)
+        .bad_input(&["team.toml:", "MCP server `t` does not offer a tool `nope`"]);
+    assert!(!s.path("D").exists(), "a refused run writes nothing");
+
+    let s = Scratch::new();
+    own_workspace_team(&s, "", "echo", "{ words = 3 }");
+    s.strata(&RUN_OWN_WORKSPACE)
+        .bad_input(&["plan.toml:", "`args` do not fit the tool `mcp__t__echo`"]);
+    assert!(!s.path("D").exists(), "a refused run writes nothing");
+
+    // In an existing data directory, only the refused run's directory goes.
+    let s = Scratch::new();
+    own_workspace_team(&s, "", "echo", "{ words = 3 }");
+    s.write("D/other.txt", "kept");
+    s.strata(&RUN_OWN_WORKSPACE).bad_input(&["`args` do not fit the tool `mcp__t__echo`"]);
+    let left: Vec<_> =
+        std::fs::read_dir(s.path("D")).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert_eq!(left, ["other.txt"], "only the run's directory is removed");
 }
 
 /// The explicit opt-out (`sandbox = false`) is printed at start (a warning naming the server)
@@ -316,7 +378,15 @@ fn an_mcp_server_outside_the_sandbox_is_printed_and_audited() {
     let noted: Vec<&serde_json::Value> =
         audit.as_array().unwrap().iter().filter(|r| r["agent"] == "mcp:t").collect();
     assert_eq!(noted.len(), 1, "{audit}");
-    assert!(noted[0].to_string().contains("runs outside the sandbox"), "{}", noted[0]);
+    // A recorded choice, not an error (which would count as a failure).
+    assert_eq!(noted[0]["event"]["event"], "unsandboxed", "{}", noted[0]);
+    assert_eq!(noted[0]["event"]["reason"], "`sandbox = false` in the team file", "{}", noted[0]);
+    assert!(audit.as_array().unwrap().iter().all(|r| r["event"]["event"] != "error"), "{audit}");
+    s.strata(&["inspect", "r", "audit", "--data", "D"]).code(0).stdout_has(&[
+        "mcp:t",
+        "runs outside the sandbox: `",
+        "(`sandbox = false` in the team file)",
+    ]);
 
     let s = Scratch::new();
     test_server_team(&s, "", "echo", "{ text = \"x\" }");
@@ -395,6 +465,52 @@ fn a_killed_run_leaves_no_mcp_server_behind() {
             assert!(
                 std::time::Instant::now() < deadline,
                 "{extra}: MCP server processes outlived the killed run: {left:?}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+}
+
+/// Attack (issue 30, item 5): Ctrl-C (SIGINT) of a `strata run` in its own workspace whose
+/// sandboxed MCP server is busy in a call. Once: strata finishes the running heartbeat (the
+/// call), stores its state and exits 130. Twice: it stops at once. Either way no process of
+/// the server is left a few seconds after strata exited.
+#[test]
+fn ctrl_c_of_a_run_leaves_no_mcp_server_behind() {
+    for (seconds, interrupts) in [(2, 1), (60, 2)] {
+        let s = Scratch::new();
+        own_workspace_team(
+            &s,
+            "",
+            "append_then_sleep",
+            &format!("{{ path = \"started.txt\", line = \"in\", seconds = {seconds} }}"),
+        );
+        let script = std::fs::canonicalize(s.path("server.py")).unwrap().display().to_string();
+        let mut run = s.spawn(&RUN_OWN_WORKSPACE);
+        wait_for("the MCP tool to start", || {
+            assert!(!run.exited(), "strata exited before the tool ran: {}", run.stderr_so_far());
+            s.path("D/r/workspace/started.txt").exists()
+        });
+        assert!(!processes_with(&script).is_empty(), "the server runs");
+        for _ in 0..interrupts {
+            let pid = run.pid().to_string();
+            let sent = std::process::Command::new("kill").args(["-INT", &pid]).status().unwrap();
+            assert!(sent.success(), "kill -INT failed");
+            wait_for("strata to say it is interrupting", || {
+                run.stderr_so_far().contains("interrupted") || run.exited()
+            });
+        }
+        let out = run.finish();
+        assert_eq!(out.status.code(), Some(130), "Ctrl-C x{interrupts}: {}", out.stderr);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            let left = processes_with(&script);
+            if left.is_empty() {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "Ctrl-C x{interrupts}: MCP server processes outlived the run: {left:?}"
             );
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
