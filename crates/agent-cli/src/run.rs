@@ -580,12 +580,12 @@ async fn resume_with(
     info.finished_at = None;
     info.unsandboxed |= args.unsandboxed;
     info.write(&dir)?;
+    crate::inputs::record(stores.audit.as_ref(), &dir).await?;
     view::resumed(&args.output, &info, &dir);
     warn_if_unsynced(args.no_sync);
     warn_if_unsandboxed(args.unsandboxed);
     let span = run_span(&info.run_id, &task.id, "resumed");
     async move {
-    crate::inputs::record(stores.audit.as_ref(), &dir).await?;
         let (services, ledger) =
             services(&store, stores, &info, &team, tools, sandbox, dir.join(JOURNAL_DIR)).await?;
         let task = store_large_contents(task, &services).await?;
@@ -901,6 +901,8 @@ pub(crate) async fn services(
     let mut context = ToolContext::new(&info.workspace)
         .context("cannot use the workspace")?
         .with_journal(journal)
+        // What commands cannot see (the data directory), the file tools cannot reach either.
+        .with_masked(sandbox.hidden().to_vec())
         .with_sandbox(sandbox);
     if info.nats.is_some() {
         // Its agents may have run on workers, on other hosts.
@@ -908,8 +910,6 @@ pub(crate) async fn services(
     }
     let workspace = Arc::new(context);
     let (agent_tools, role_tools) = network_tools(team, &tools);
-        // What commands cannot see (the data directory), the file tools cannot reach either.
-        .with_masked(sandbox.hidden().to_vec())
     let clock: Arc<dyn agent_core::Clock> = Arc::new(TokioClock::new());
     let services = TeamServices {
         bus,

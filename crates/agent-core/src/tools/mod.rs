@@ -222,12 +222,12 @@ pub struct ToolContext {
     /// Calls may have been started by another process on another host (a run on workers).
     foreign_calls: bool,
     sandbox: Sandbox,
+    /// Directories no file tool may read, list or write ([`with_masked`](Self::with_masked)).
+    masked: Vec<beneath::MaskedDir>,
 }
 
 impl ToolContext {
     /// The default shell timeout: the task timeout of seed 000, 30 s.
-    /// Directories no file tool may read, list or write ([`with_masked`](Self::with_masked)).
-    masked: Vec<beneath::MaskedDir>,
     pub const DEFAULT_SHELL_TIMEOUT: Duration =
         Duration::from_millis(agent_state::DEFAULT_TIMEOUT_MS);
 
@@ -253,11 +253,11 @@ impl ToolContext {
             journal: None,
             foreign_calls: false,
             sandbox: Sandbox::new(),
+            masked: Vec::new(),
         })
     }
 
     /// The same context running `shell` commands in `sandbox` ([`Sandbox::unsandboxed`]: in
-            masked: Vec::new(),
     /// none). Check that it can work with [`Sandbox::check`] before a run starts.
     #[must_use]
     pub fn with_sandbox(mut self, sandbox: Sandbox) -> Self {
@@ -270,10 +270,6 @@ impl ToolContext {
         &self.sandbox
     }
 
-    /// The same context keeping crash journals of side-effecting calls under `dir` (a run
-    /// directory's `journal/`), so that a resumed run can tell whether an interrupted call
-    /// completed. Without one, an interrupted non-idempotent call is never run again.
-    #[must_use]
     /// The same context with `dirs` masked as well: no file tool reads, lists or writes
     /// anything in them (a call is refused with [`ToolError::Masked`], checked on the handle it
     /// opened, so a symlink into one or a rename of one does not get round it), and `search`,
@@ -305,6 +301,10 @@ impl ToolContext {
         &self.masked
     }
 
+    /// The same context keeping crash journals of side-effecting calls under `dir` (a run
+    /// directory's `journal/`), so that a resumed run can tell whether an interrupted call
+    /// completed. Without one, an interrupted non-idempotent call is never run again.
+    #[must_use]
     pub fn with_journal(mut self, dir: impl Into<PathBuf>) -> Self {
         // Tools run in the workspace, so a relative journal path must not be read from there.
         let dir = dir.into();
