@@ -96,14 +96,8 @@ fn write_stdout_unredacted(args: std::fmt::Arguments<'_>) {
 /// `api_key_env`, the token `strata serve` generates and an MCP server's secret-looking
 /// environment are registered where they are read.)
 fn register_secrets() {
-    for name in ["OPENAI_API_KEY", "ANTHROPIC_API_KEY", serve::TOKEN_VAR] {
-        agent_core::secrets::register_env(name);
-    }
-    for name in ["OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS"] {
-        if let Ok(headers) = std::env::var(name) {
-            agent_core::secrets::register_header_list(&headers);
-        }
-    }
+    debug_assert!(agent_core::secrets::ENV_VARS.contains(&serve::TOKEN_VAR));
+    agent_core::secrets::register_strata_env();
 }
 
 /// Ends the process after standard output failed with `e` (see [`write_stdout`]).

@@ -30,6 +30,33 @@ use std::sync::{Arc, PoisonError, RwLock};
 /// What a secret value is replaced with.
 pub const REDACTED: &str = "[redacted]";
 
+/// Strata's own secret environment variables: the providers' API keys, the dashboard's token
+/// and the OpenTelemetry export's headers. Registered at start by the CLI, never passed to a
+/// command or an MCP server (not even when a team file names one), refused by name where a
+/// team file lists variables to pass.
+pub const ENV_VARS: [&str; 6] = [
+    "OPENAI_API_KEY",
+    "ANTHROPIC_API_KEY",
+    "STRATA_SERVE_TOKEN",
+    "OTEL_EXPORTER_OTLP_HEADERS",
+    "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+    "OTEL_EXPORTER_OTLP_METRICS_HEADERS",
+];
+
+/// Registers the values of every set variable of [`ENV_VARS`] (a header list value by value,
+/// see [`register_header_list`]).
+pub fn register_strata_env() {
+    for name in ENV_VARS {
+        if name.ends_with("_HEADERS") {
+            if let Ok(headers) = std::env::var(name) {
+                register_header_list(&headers);
+            }
+        } else {
+            register_env(name);
+        }
+    }
+}
+
 /// The shortest value registered, in characters: shorter ones are ignored.
 pub const MIN_LEN: usize = 8;
 

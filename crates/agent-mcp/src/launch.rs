@@ -10,14 +10,7 @@ use agent_core::tools::Sandbox;
 use crate::McpError;
 
 /// Strata's own secrets: never passed to a server, even by name (`pass_env`).
-pub const STRATA_SECRET_VARS: [&str; 6] = [
-    "OPENAI_API_KEY",
-    "ANTHROPIC_API_KEY",
-    "STRATA_SERVE_TOKEN",
-    "OTEL_EXPORTER_OTLP_HEADERS",
-    "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
-    "OTEL_EXPORTER_OTLP_METRICS_HEADERS",
-];
+pub use agent_core::secrets::ENV_VARS as STRATA_SECRET_VARS;
 
 /// Where a team's stdio servers start: in `workspace` (their working directory, read-write
 /// inside the sandbox) and inside `sandbox` (its network setting is replaced by each server's

@@ -129,16 +129,6 @@ pub(crate) fn unknown_mcp_tool(name: &str, tools: &ToolRegistry) -> Option<Strin
     })
 }
 
-/// Strata's own secrets, which `pass_env` may not name.
-const STRATA_SECRETS: [&str; 6] = [
-    "OPENAI_API_KEY",
-    "ANTHROPIC_API_KEY",
-    "STRATA_SERVE_TOKEN",
-    "OTEL_EXPORTER_OTLP_HEADERS",
-    "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
-    "OTEL_EXPORTER_OTLP_METRICS_HEADERS",
-];
-
 /// Checks the declared servers.
 pub(crate) fn declared(
     src: &Source<'_>,
@@ -178,7 +168,7 @@ pub(crate) fn declared(
                             format!("`pass_env`: `{text}` is not an environment variable name"),
                         ));
                     }
-                    if STRATA_SECRETS.contains(&text.as_str()) {
+                    if agent_core::secrets::ENV_VARS.contains(&text.as_str()) {
                         return Err(src.error(
                             name.span(),
                             format!(

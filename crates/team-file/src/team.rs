@@ -1446,6 +1446,15 @@ fn sandbox_limits(
                 ),
             ));
         }
+        if agent_core::secrets::ENV_VARS.contains(&name.get_ref().as_str()) {
+            return Err(src.error(
+                name.span(),
+                format!(
+                    "`env`: `{}` is one of strata's own secrets, never given to a command",
+                    name.get_ref()
+                ),
+            ));
+        }
         settings.env.push(name.get_ref().clone());
     }
     let limits = &mut settings.limits;

@@ -2930,6 +2930,18 @@ fn sandbox_read_only_paths_must_be_absolute() {
     assert_at(&err, 14, 14, &["`read_only`", "not an absolute path"]);
 }
 
+#[test]
+fn sandbox_env_names_variables_and_never_strata_s_secrets() {
+    let file = team(&with_head("\n[sandbox]\nenv = [\"CARGO_HOME\"]\n"));
+    assert_eq!(file.sandbox.env, ["CARGO_HOME"]);
+    let err = team_err(&with_head("\n[sandbox]\nenv = [\"CARGO-HOME\"]\n"));
+    assert_at(&err, 14, 8, &["`env`", "not an environment variable's name"]);
+    for secret in agent_core::secrets::ENV_VARS {
+        let err = team_err(&with_head(&format!("\n[sandbox]\nenv = [\"{secret}\"]\n")));
+        assert_at(&err, 14, 8, &["`env`", secret, "strata's own secrets"]);
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // [approvals]
 

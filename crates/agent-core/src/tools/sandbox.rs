@@ -255,7 +255,8 @@ impl Sandbox {
 
     /// The same sandbox also passing the variables `names` of Strata's environment to
     /// commands (those that are set): a team file's `[sandbox] env`. Nothing else of Strata's
-    /// environment reaches a command but `PATH`, `LANG`, `TERM` and a `HOME`.
+    /// environment reaches a command but `PATH`, `LANG`, `TERM` and a `HOME`; Strata's own
+    /// secrets ([`crate::secrets::ENV_VARS`]) are never passed, even when named.
     #[must_use]
     pub fn pass_env<I, S>(mut self, names: I) -> Self
     where
@@ -291,7 +292,10 @@ impl Sandbox {
         }
         let home = if self.enabled { None } else { std::env::var_os("HOME") };
         env.push(("HOME".to_owned(), home.unwrap_or_else(|| OsString::from("/tmp"))));
-        for name in &self.pass_env {
+        // Strata's own secrets never, whatever was passed.
+        let passed =
+            self.pass_env.iter().filter(|name| !crate::secrets::ENV_VARS.contains(&name.as_str()));
+        for name in passed {
             if let Some(value) = std::env::var_os(name) {
                 env.retain(|(known, _)| known != name);
                 env.push((name.clone(), value));
