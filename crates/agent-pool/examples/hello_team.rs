@@ -60,8 +60,14 @@ fn step(id: &str, domain: &str, tool: &str, args: serde_json::Value, after: &[&s
     }
 }
 
-#[tokio::main(flavor = "current_thread")]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // This program is the sandbox launcher of its own `shell` commands: started as one, it
+    // never returns from here. Call it first, before the async runtime starts any thread.
+    agent_core::tools::run_sandbox_launcher_if_requested();
+    tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(run())
+}
+
+async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let workspace = std::env::args().nth(1).unwrap_or_else(|| "strata-workspace".into());
     let services =
         TeamServices::in_memory(ToolContext::new(&workspace)?, Arc::new(RuleBasedReasoner::new()));
