@@ -31,9 +31,13 @@ usage: cargo xtask <command>
 
 commands:
   ci              run every CI check, in CI's order, stopping at the first failure:
-                  fmt, clippy, doc, tests (nextest or cargo test, then doctests),
+                  setup, fmt, clippy, doc, tests (nextest or cargo test, then doctests),
                   simulate (300 seeds),
                   layering (agent-state stays free of async and I/O crates), tidy
+  setup           only ci's first step: install what the checks need (system packages
+                  with apt-get as root, rustfmt, clippy, cargo-nextest, cargo-fuzz, the
+                  Python peers, the embedded model's server) and start NATS if none
+                  answers (left running; `ci` stops the one it started)
   coverage        line coverage of the workspace tests with cargo-llvm-cov
   bench [--quick] run the criterion benches and print one table of the results
                   (--quick is passed to criterion: fewer samples, rougher numbers)
@@ -44,7 +48,7 @@ commands:
                   (--quick: the smaller sizes only, printed, nothing written)
   fuzz [--seconds N]
                   build the fuzz targets (fuzz/, needs cargo-fuzz) and run each for N
-                  seconds from its seeds (default 60; CI runs 20)
+                  seconds from its seeds (default 60; CI runs 10)
   torture [--kills N] [--seed S]
                   crash torture: run strata on a plan, SIGKILL it at random moments,
                   resume, repeat (default 500 kills; CI runs 50), then verify the result
@@ -66,6 +70,7 @@ fn main() -> ExitCode {
             Ok(())
         }
         ["ci"] => ci::run(&root),
+        ["setup"] => setup::run(&root),
         ["coverage"] => coverage::run(&root),
         ["bench"] => bench::run(&root, false),
         ["bench", "--quick"] => bench::run(&root, true),
