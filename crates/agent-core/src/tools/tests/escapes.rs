@@ -689,13 +689,17 @@ async fn e63_a_fork_bomb_is_bounded() {
         jail.ctx.sandbox().enforces_process_limit(),
         "the process limit does not hold on this machine (root without a writable pids cgroup)"
     );
-    let result = jail.sh_for("b() { b | b & }; b; wait", 3_000).await;
-    match result {
+    // A marker no other process carries, to find what is left of the bomb.
+    let bomb = format!("b() {{ b | b & }}; b; wait; : {}", unique_sleep());
+    match jail.sh_for(&bomb, 3_000).await {
         Err(ToolError::Timeout { .. }) => {}
-        // The limit made forks fail and the bomb collapsed before its time was up.
-        Ok(out) => assert!(out.output.contains("Cannot fork"), "{}", out.output),
+        // The limit made forks fail and the bomb collapsed, or the command ended first (its
+        // `wait` sees only its first job) and its sandbox's end took the rest with it: which
+        // comes first depends on the machine's load.
+        Ok(_) => {}
         Err(other) => panic!("{other:?}"),
     }
+    assert_eq!(alive_with_arg(&bomb), Vec::<String>::new(), "the bomb outlived its call");
 }
 
 #[tokio::test(start_paused = true)]
