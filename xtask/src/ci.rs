@@ -68,7 +68,17 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
 
 /// The crash torture harness in its short form.
 fn torture(root: &Path) -> anyhow::Result<()> {
-    crate::torture::run(root, crate::torture::CI_KILLS, None)
+    crate::torture::run(root, crate::torture::CI_KILLS, None, Some(&built_strata(root)?))
+}
+
+/// The `strata` the clippy step built (every feature), which the harnesses run instead of
+/// building their own.
+pub(crate) fn built_strata(root: &Path) -> anyhow::Result<std::path::PathBuf> {
+    let strata = crate::bench::target_dir(root)?.join("debug").join("strata");
+    if !strata.is_file() {
+        bail!("the clippy step did not leave a strata binary at {}", strata.display());
+    }
+    Ok(strata)
 }
 
 /// The deterministic simulation over CI's seeds.
@@ -85,17 +95,34 @@ fn fmt(root: &Path) -> anyhow::Result<()> {
     run_command(cargo(root).args(["fmt", "--all", "--", "--check"]))
 }
 
+/// Clippy over every target, with `-D warnings`, and at the same time the build the later steps
+/// use: see [`linted_cargo`].
 fn clippy(root: &Path) -> anyhow::Result<()> {
-    run_command(cargo(root).args([
-        "clippy",
+    run_command(linted_cargo(root)?.args([
+        "build",
         "--workspace",
         "--all-targets",
         "--all-features",
         "--locked",
-        "--",
-        "-D",
-        "warnings",
     ]))
+}
+
+/// `cargo` with clippy's driver as the workspace's compiler wrapper (`RUSTC_WORKSPACE_WRAPPER`,
+/// as `cargo clippy` sets it, with `-D warnings` in `CLIPPY_ARGS`): the driver lints each
+/// workspace crate and then compiles it as rustc would. So one build of every target both
+/// checks the lints and gives the binaries the tests run, where `cargo clippy` followed by the
+/// tests' build compiled the whole workspace twice (clippy took 580 s of a 37-minute CI run).
+/// Every CI step that builds workspace code goes through this, so none rebuilds it.
+fn linted_cargo(root: &Path) -> anyhow::Result<std::process::Command> {
+    const DRIVER: &str = "clippy-driver";
+    if !succeeds(std::process::Command::new(DRIVER).arg("--version")) {
+        bail!("{DRIVER} does not run: install clippy with `rustup component add clippy`");
+    }
+    let mut command = cargo(root);
+    command
+        .env("RUSTC_WORKSPACE_WRAPPER", DRIVER)
+        .env("CLIPPY_ARGS", "-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__");
+    Ok(command)
 }
 
 fn doc(root: &Path) -> anyhow::Result<()> {
@@ -112,8 +139,10 @@ fn doc(root: &Path) -> anyhow::Result<()> {
 /// nextest does not run.
 fn tests(root: &Path) -> anyhow::Result<()> {
     let llama_server = crate::pyenv::llama_server_python()?;
+    let linted = linted_cargo(root)?;
     let cargo = |root: &Path| {
         let mut command = cargo(root);
+        command.envs(linted.get_envs().filter_map(|(k, v)| Some((k, v?))));
         command.env(crate::pyenv::LLAMA_SERVER_PYTHON_VAR, &llama_server);
         command
     };
@@ -123,8 +152,8 @@ fn tests(root: &Path) -> anyhow::Result<()> {
     }
     let runner: &[&str] = if nextest { &["nextest", "run"] } else { &["test"] };
     let all = ["--workspace", "--all-features", "--locked"];
-    // Build first, then fetch the embedded model (once; later runs only verify it) with the
-    // `strata` just built: no second build of the CLI with other features.
+    // Built by the clippy step already (this only checks that it is fresh); then fetch the
+    // embedded model (once; later runs only verify it) with that `strata`.
     run_command(cargo(root).args(runner).args(all).arg("--no-run"))?;
     let strata = crate::bench::target_dir(root)?.join("debug").join("strata");
     run_command(std::process::Command::new(&strata).args(["model", "fetch"]).stdin(Stdio::null()))?;

@@ -84,7 +84,7 @@ fn main() -> ExitCode {
             Err(_) => Err(anyhow::anyhow!("--seconds takes a number, not `{n}`")),
         },
         ["torture", rest @ ..] => {
-            torture_args(rest).and_then(|(kills, seed)| torture::run(&root, kills, seed))
+            torture_args(rest).and_then(|(kills, seed)| torture::run(&root, kills, seed, None))
         }
         ["simulate", rest @ ..] => {
             simulate::args(rest).and_then(|(seeds, start)| simulate::run(&root, seeds, start))

@@ -99,20 +99,31 @@ fn plan() -> String {
     plan
 }
 
-/// Runs the harness with at least `kills` kills.
-pub(crate) fn run(root: &Path, kills: u32, seed: Option<u64>) -> anyhow::Result<()> {
-    run_command(cargo(root).args([
-        "build",
-        "--quiet",
-        "--locked",
-        "-p",
-        "agent-cli",
-        "--bin",
-        "strata",
-    ]))?;
-    let target =
-        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
-    let strata = target.join("debug").join("strata");
+/// Runs the harness with at least `kills` kills, on `built` (a `strata` binary) or, without
+/// one, on a `strata` it builds.
+pub(crate) fn run(
+    root: &Path,
+    kills: u32,
+    seed: Option<u64>,
+    built: Option<&Path>,
+) -> anyhow::Result<()> {
+    let strata = match built {
+        Some(strata) => strata.to_path_buf(),
+        None => {
+            run_command(cargo(root).args([
+                "build",
+                "--quiet",
+                "--locked",
+                "-p",
+                "agent-cli",
+                "--bin",
+                "strata",
+            ]))?;
+            let target = std::env::var_os("CARGO_TARGET_DIR")
+                .map_or_else(|| root.join("target"), PathBuf::from);
+            target.join("debug").join("strata")
+        }
+    };
     if !strata.is_file() {
         bail!("the strata binary is not at {}", strata.display());
     }
