@@ -467,8 +467,9 @@ pub use examples::{
 pub use exec::{ExecTeam, exec_plan_toml, with_executor_kind};
 pub use executor::ExecutorSettings;
 pub use limits::{
-    HeartbeatOutOfRange, MAX_HEARTBEAT, MAX_PLAN_FILE_BYTES, MAX_PLAN_STEPS, MAX_STEP_ARGS_BYTES,
-    MAX_TEAM_FILE_BYTES, MIN_HEARTBEAT, check_heartbeat,
+    HeartbeatOutOfRange, MAX_HEARTBEAT, MAX_ID_BYTES, MAX_PLAN_FILE_BYTES, MAX_PLAN_STEPS,
+    MAX_PLAN_TEXT_BYTES, MAX_STEP_ARGS_BYTES, MAX_TEAM_FILE_BYTES, MAX_TEXT_BYTES, MIN_HEARTBEAT,
+    check_heartbeat,
 };
 pub use mcp::{
     MAX_MCP_SERVER_NAME, MCP_TOOL_PREFIX, McpServerDecl, McpServerTransport, mcp_servers,

@@ -14,6 +14,18 @@ pub const MAX_PLAN_STEPS: usize = 10_000;
 /// The largest `args` of one step, measured as JSON: 8 MiB. This is the content of one tool
 /// call, such as what a `write_file` step writes.
 pub const MAX_STEP_ARGS_BYTES: usize = 8 * 1024 * 1024;
+/// The longest plan `id`, and the longest step `id`: 128 bytes.
+pub const MAX_ID_BYTES: usize = 128;
+/// The longest plan `goal` and step `description`: 16 KiB. They are what leads and executors
+/// (and their models) are told, not content: content goes in a step's `args`.
+pub const MAX_TEXT_BYTES: usize = 16 * 1024;
+/// The most bytes of step ids and descriptions in one plan, all steps together: 256 KiB. A
+/// lead writes the plan of the steps it is given to its whiteboard, a line each (the step's
+/// executor, up to 64 bytes, and its description), and the top power appends each wave's step
+/// ids to its own; a board holds at most 1 MiB (`whiteboard::MAX_BOARD_BYTES`). With
+/// [`MAX_PLAN_STEPS`] lines of framing this keeps every such board under that limit, so a plan
+/// that is read is one the team can hold.
+pub const MAX_PLAN_TEXT_BYTES: usize = 256 * 1024;
 /// The shortest heartbeat, in the team file or `--heartbeat`: 10 ms.
 pub const MIN_HEARTBEAT: Duration = Duration::from_millis(10);
 /// The longest heartbeat, in the team file or `--heartbeat`: 1 hour.

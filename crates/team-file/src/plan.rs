@@ -9,7 +9,10 @@ use agent_state::{AgentId, AgentLayer, PlanStep, Role, StepTarget, Task};
 
 use crate::error::{FileError, Seg, Source};
 use crate::executor::{kinds, known_kinds};
-use crate::limits::{MAX_PLAN_FILE_BYTES, MAX_PLAN_STEPS, MAX_STEP_ARGS_BYTES};
+use crate::limits::{
+    MAX_ID_BYTES, MAX_PLAN_FILE_BYTES, MAX_PLAN_STEPS, MAX_PLAN_TEXT_BYTES, MAX_STEP_ARGS_BYTES,
+    MAX_TEXT_BYTES,
+};
 use crate::raw::{RawPlan, RawStep};
 use crate::team::list_or_none;
 
@@ -47,6 +50,10 @@ pub fn parse_plan(
     if raw.goal.get_ref().trim().is_empty() {
         return Err(src.error(raw.goal.span(), "the plan's `goal` must not be empty"));
     }
+    check_len(&src, &raw.id, "the plan's `id`", MAX_ID_BYTES)?;
+    check_len(&src, &raw.goal, "the plan's `goal`", MAX_TEXT_BYTES)?;
+    // Step ids and descriptions, all steps together (see MAX_PLAN_TEXT_BYTES).
+    let mut text_bytes = 0_usize;
     let leads = leads(team);
     let mut steps: Vec<PlanStep> = Vec::with_capacity(raw.steps.len());
     for (i, step) in raw.steps.iter().enumerate() {
@@ -61,6 +68,10 @@ pub fn parse_plan(
                 step.id.span(),
                 format!("step id `{id}` is already used on line {line}; step ids must be unique"),
             ));
+        }
+        check_len(&src, &step.id, "a step's `id`", MAX_ID_BYTES)?;
+        if let Some(d) = &step.description {
+            check_len(&src, d, "a step's `description`", MAX_TEXT_BYTES)?;
         }
         let target = step_target(&src, step, team, &leads)?;
         let role = step_role(&src, step, team)?;
@@ -103,6 +114,17 @@ pub fn parse_plan(
                 (String::new(), description, serde_json::Value::Null)
             }
         };
+        text_bytes += id.len() + description.len();
+        if text_bytes > MAX_PLAN_TEXT_BYTES {
+            return Err(src.error(
+                step.id.span(),
+                format!(
+                    "the steps' ids and descriptions come to over {MAX_PLAN_TEXT_BYTES} bytes \
+                     (256 KiB) by this step, more than a lead's whiteboard can list; shorten \
+                     the descriptions or split the work into several plans"
+                ),
+            ));
+        }
         let mut after = Vec::with_capacity(step.after.len());
         for dep in &step.after {
             let name = dep.get_ref();
@@ -227,7 +249,10 @@ fn scripted_args(
             ),
         ));
     }
-    let problems = agent_core::tools::validate(registered.schema(), &args);
+    let mut problems = agent_core::tools::validate(registered.schema(), &args);
+    if problems.is_empty() {
+        problems = registered.check_args(&args);
+    }
     if !problems.is_empty() {
         return Err(src.error(
             tool.span(),
@@ -235,6 +260,26 @@ fn scripted_args(
         ));
     }
     Ok(args)
+}
+
+/// Refuses `value` (`what`, such as "a step's `description`") when it is over `max` bytes,
+/// pointing at it.
+fn check_len(
+    src: &Source<'_>,
+    value: &toml::Spanned<String>,
+    what: &str,
+    max: usize,
+) -> Result<(), FileError> {
+    let len = value.get_ref().len();
+    if len <= max {
+        return Ok(());
+    }
+    let hint = if max == MAX_TEXT_BYTES {
+        "say what to do in fewer words; content (what a step writes) goes in its `args`"
+    } else {
+        "use a shorter one"
+    };
+    Err(src.error(value.span(), format!("{what} is {len} bytes, over the limit of {max}; {hint}")))
 }
 
 /// The `args` of a step whose `tool` is an executor kind (the `index`th step):

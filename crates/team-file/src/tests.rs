@@ -1347,6 +1347,45 @@ fn oversized_files_and_step_arguments_are_refused_with_position() {
     assert_eq!(task.steps[0].args["content"].as_str().map(str::len), Some(content.len()));
 }
 
+/// A scripted step's tool and arguments, two lines.
+const LIST: &str = "tool = \"list_dir\"\nargs = { path = \".\" }\n";
+
+#[test]
+fn texts_the_team_cannot_hold_are_refused_with_position() {
+    // A description over 16 KiB: refused where it is, not signed and then lost on a board.
+    let long = "d".repeat(MAX_TEXT_BYTES + 1);
+    let err = plan_err(&format!(
+        "id = \"t\"\ngoal = \"g\"\n[[steps]]\nid = \"s\"\ndescription = \"{long}\"\n"
+    ));
+    assert_at(&err, 5, 15, &["a step's `description` is 16385 bytes, over the limit of 16384"]);
+    let err = plan_err(&format!("id = \"t\"\ngoal = \"{long}\"\n"));
+    assert_at(&err, 2, 8, &["the plan's `goal` is 16385 bytes"]);
+    let id = "i".repeat(MAX_ID_BYTES + 1);
+    let err = plan_err(&format!("id = \"{id}\"\ngoal = \"g\"\n"));
+    assert_at(&err, 1, 6, &["the plan's `id` is 129 bytes, over the limit of 128"]);
+    // At the limit each is accepted.
+    let ok = "d".repeat(MAX_TEXT_BYTES);
+    let task = plan(&format!(
+        "id = \"t\"\ngoal = \"{ok}\"\n[[steps]]\nid = \"s\"\ndescription = \"{ok}\"\n{LIST}"
+    ));
+    assert_eq!(task.steps[0].description.len(), MAX_TEXT_BYTES);
+
+    // Descriptions that are each short enough but together more than a lead's board can list:
+    // refused at the step that passes the limit (the 17th of 16 KiB each).
+    let mut text = String::from("id = \"t\"\ngoal = \"g\"\n");
+    // 16 steps of 16 383 bytes (id and description) fit in 256 KiB; the 17th does not.
+    let each = "d".repeat(MAX_TEXT_BYTES - 4);
+    for i in 1..=17 {
+        text.push_str(&format!("[[steps]]\nid = \"s{i:02}\"\ndescription = \"{each}\"\n{LIST}"));
+    }
+    assert_eq!(MAX_PLAN_TEXT_BYTES / MAX_TEXT_BYTES, 16);
+    let err = plan_err(&text);
+    // Step n's id is on line 2 + 5(n - 1) + 2.
+    assert_at(&err, 84, 6, &["over 262144 bytes (256 KiB) by this step", "several plans"]);
+    let sixteen: String = text.lines().take(2 + 5 * 16).map(|l| format!("{l}\n")).collect();
+    assert_eq!(plan(&sixteen).steps.len(), 16);
+}
+
 #[test]
 fn heartbeat_out_of_range_is_refused() {
     for (value, column) in [("9ms", 13), ("61m", 13), ("2h", 13), ("18446744073709551615ms", 13)] {

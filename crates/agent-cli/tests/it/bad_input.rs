@@ -458,3 +458,22 @@ fn control_characters_in_ids_are_refused() {
         pos(&text, "domain = \"do", "\"do")
     )]);
 }
+
+#[test]
+fn a_nul_byte_in_a_command_is_refused_where_it_is() {
+    let s = Scratch::with_example();
+    // TOML's `\u0000` is a NUL byte in the string: no command line can carry it.
+    let text = plan_with(
+        &s,
+        "nul.toml",
+        "args = { command = \"wc -c < hello.txt\" }",
+        "args = { command = \"wc -c\\u0000 < hello.txt\" }",
+    );
+    run(&s, "nul.toml", &[]).bad_input(&[
+        &format!(
+            "nul.toml:{}: `args` do not fit the tool `shell`",
+            pos(&text, "tool = \"shell\"", "\"shell\"")
+        ),
+        "`command`: holds a NUL byte (\\0) at character 6 (line 1 of the command)",
+    ]);
+}

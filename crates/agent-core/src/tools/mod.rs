@@ -136,6 +136,15 @@ pub trait Tool: Send + Sync {
         args: serde_json::Value,
     ) -> Result<ToolOutput, ToolError>;
 
+    /// Checks what the schema cannot say about `args` (already valid against
+    /// [`schema`](Tool::schema)): each problem as `` `field`: what is wrong ``. Called by
+    /// [`ToolRegistry`] before every call and by a plan's parser, so a plan step that can never
+    /// run is refused when the plan is read. `shell` refuses a NUL byte in its command. Empty by
+    /// default.
+    fn check_args(&self, _args: &serde_json::Value) -> Vec<String> {
+        Vec::new()
+    }
+
     /// Whether [`schema`](Tool::schema) is any JSON Schema rather than the subset
     /// [`check_schema`] accepts: the schema of a tool served by another program (an MCP
     /// server), which checks the arguments itself. Then [`ToolRegistry::register`] refuses only

@@ -101,7 +101,10 @@ impl ToolRegistry {
                 available: self.tools.keys().cloned().collect(),
             });
         };
-        let problems = validate(tool.schema(), &args);
+        let mut problems = validate(tool.schema(), &args);
+        if problems.is_empty() {
+            problems = tool.check_args(&args);
+        }
         if !problems.is_empty() {
             return Err(ToolError::InvalidArguments { tool: name.to_owned(), problems });
         }
@@ -116,7 +119,10 @@ impl ToolRegistry {
                 available: self.tools.keys().cloned().collect(),
             });
         };
-        let problems = validate(tool.schema(), args);
+        let mut problems = validate(tool.schema(), args);
+        if problems.is_empty() {
+            problems = tool.check_args(args);
+        }
         if !problems.is_empty() {
             return Err(ToolError::InvalidArguments { tool: name.to_owned(), problems });
         }

@@ -122,6 +122,11 @@ impl Tool for Shell {
         true
     }
 
+    fn check_args(&self, args: &Value) -> Vec<String> {
+        let command = args.get("command").and_then(Value::as_str).unwrap_or_default();
+        nul_problem(command).into_iter().collect()
+    }
+
     /// It stops its command itself at its timeout (at most the tool limit), and a journaled
     /// call's outcome must be recorded: the registry does not cut it short.
     fn stops_itself(&self) -> bool {
@@ -282,6 +287,9 @@ impl Shell {
         if command.is_empty() {
             return Err(ToolError::invalid(Self::NAME, "`command`: must not be empty"));
         }
+        if let Some(problem) = nul_problem(&command) {
+            return Err(ToolError::invalid(Self::NAME, problem));
+        }
         let timeout = match timeout_ms {
             Some(0) => {
                 return Err(ToolError::invalid(
@@ -295,6 +303,17 @@ impl Shell {
         // No call runs past the hard limit of every tool call.
         Ok((command, timeout.min(ctx.tool_timeout())))
     }
+}
+
+/// What is wrong with a command holding a NUL byte, which no command line can carry (the
+/// process would be started with the command cut at it): where the first one is.
+fn nul_problem(command: &str) -> Option<String> {
+    let at = command.find('\0')?;
+    let character = command[..at].chars().count() + 1;
+    let line = command[..at].matches('\n').count() + 1;
+    Some(format!(
+        "`command`: holds a NUL byte (\\0) at character {character} (line {line} of the command); a command line cannot carry one: remove it"
+    ))
 }
 
 /// The journal runner, `sh -c RUNNER strata-shell COMMAND JOURNAL TIMEOUT_S CAP TAG CGROUPS
