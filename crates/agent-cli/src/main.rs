@@ -102,6 +102,8 @@ fn register_secrets() {
 
 /// Ends the process after standard output failed with `e` (see [`write_stdout`]).
 fn stdout_failed(e: &std::io::Error) -> ! {
+    // Exiting skips the stores' drops: remove the private copies of runs being read here.
+    run_store::remove_read_copies();
     if e.kind() == std::io::ErrorKind::BrokenPipe {
         std::process::exit(i32::from(BROKEN_PIPE));
     }
@@ -187,6 +189,24 @@ fn main() -> ExitCode {
     }
 }
 
+/// Runs a command that reads runs through private copies of their databases
+/// ([`run_store::RunStore::open_read_only`]): Ctrl-C removes the copies, then exits with
+/// [`INTERRUPTED`], so a reader stopped early leaves nothing in the temporary directory.
+async fn reading<T>(work: impl Future<Output = Result<T, Failure>>) -> Result<T, Failure> {
+    let interrupted = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        result = work => result,
+        () = interrupted => {
+            run_store::remove_read_copies();
+            std::process::exit(i32::from(INTERRUPTED));
+        }
+    }
+}
+
 async fn dispatch(cli: Cli) -> Result<u8, Failure> {
     match cli.command {
         Command::Init(args) => runs::init(&args).map(|()| 0),
@@ -194,14 +214,14 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::Exec(args) => exec::exec(args).await,
         Command::Resume(args) => run::resume(args).await,
         Command::Runs(args) => runs::list(&args).map(|()| 0),
-        Command::Inspect(args) => inspect::inspect(&args).await.map(|()| 0),
-        Command::Verify(args) => inspect::verify(&args).await,
+        Command::Inspect(args) => reading(inspect::inspect(&args)).await.map(|()| 0),
+        Command::Verify(args) => reading(inspect::verify(&args)).await,
         Command::Approve(args) => operator::approve(&args).await,
         Command::Veto(args) => operator::veto(&args).await,
         Command::Rollback(args) => operator::rollback(&args).await,
         Command::Adopt(args) => operator::adopt(&args).await,
         Command::Evolve(args) => evolve::evolve(args).await,
-        Command::Lineage(args) => evolve::lineage(&args).await,
+        Command::Lineage(args) => reading(evolve::lineage(&args)).await,
         Command::Model(args) => model::model(args).await,
         Command::Worker(args) => worker::worker(args).await,
         Command::Serve(args) => serve::serve(args).await,

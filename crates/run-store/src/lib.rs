@@ -34,7 +34,9 @@
 //! **Reading without writing.** [`RunStore::open_read_only`] copies the database to a private
 //! temporary directory and opens the copy: the run directory is not opened for writing, locked,
 //! recovered, backed up or unsealed, so a read-only directory or a run a live process is writing
-//! can be read.
+//! can be read. A copy is removed when its store closes; [`remove_read_copies`] removes them
+//! for a program about to exit early, and a copy left by a process that is gone (`kill -9`) is
+//! removed by the next reader.
 //!
 //! ```
 //! use run_store::{Durability, RunStore};
@@ -58,12 +60,14 @@
 //! ```
 
 mod commit;
+mod readcopy;
 mod seal;
 mod store;
 
 #[cfg(test)]
 mod tests;
 
+pub use readcopy::remove_read_copies;
 pub use store::{
     DB_DIR, Durability, RUN_FORMAT, RUN_MARKER, RunMarker, RunStore, SCHEMA_VERSION, StoreError,
 };

@@ -177,6 +177,7 @@ impl Drop for RemoveCopyOnClose {
         if let Ok(file) = File::open(copy.path().join(DB_DIR).join("db")) {
             let _ = seal::lock_within(&file, seal::CLOSE_PATIENCE);
         }
+        crate::readcopy::forget(copy.path());
         if let Err(e) = copy.close() {
             tracing::warn!(error = %e, "could not remove the temporary copy of a run");
         }
@@ -328,9 +329,7 @@ impl RunStore {
         let mut attempt = 0;
         let (copy, sealed) = loop {
             attempt += 1;
-            let copy = tempfile::Builder::new()
-                .prefix("strata-read-")
-                .tempdir()
+            let copy = crate::readcopy::create()
                 .map_err(io_error("create a temporary directory to copy", dir))?;
             let copy_db = copy.path().join(DB_DIR);
             let before = seal::read(dir)?;

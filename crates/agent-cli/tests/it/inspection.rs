@@ -203,3 +203,47 @@ fn inspect_works_on_read_only_run() {
     drop(ro);
     assert!(snapshot(&s.path(dir)) == before, "reading a read-only run changed it");
 }
+
+/// The private copies of runs being read in `tmp` (`strata-read-*`).
+fn read_copies(tmp: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(tmp)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("strata-read-"))
+        .collect()
+}
+
+#[test]
+fn a_reader_stopped_early_leaves_no_copy_behind() {
+    let s = Scratch::with_example();
+    finished_run(&s);
+    let tmp = s.path("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+
+    // Output closed before it is read (`strata inspect r audit | true`): the first line written
+    // fails, strata exits 141 at once (the copy is made before anything is printed), and the
+    // copy is gone with the process.
+    let mut reader = s
+        .command(&["inspect", "r", "audit", "--data", "D"])
+        .env("TMPDIR", &tmp)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    drop(reader.stdout.take());
+    let status = reader.wait().unwrap();
+    assert_eq!(status.code(), Some(141), "{status:?}");
+    assert_eq!(read_copies(&tmp), Vec::<PathBuf>::new(), "a copy was left by a closed pipe");
+
+    // A copy left by a reader that was killed (`kill -9`: nothing of it ran) is removed by the
+    // next reader, which knows its process is gone; one without a pid in its name is not ours.
+    let mut gone = Command::new("true").spawn().unwrap();
+    let pid = gone.id();
+    gone.wait().unwrap();
+    let stale = tmp.join(format!("strata-read-{pid}-a1b2c3"));
+    std::fs::create_dir_all(stale.join("db")).unwrap();
+    std::fs::write(stale.join("db").join("db"), vec![0_u8; 4096]).unwrap();
+    let out = s.command(&["inspect", "r", "--data", "D"]).env("TMPDIR", &tmp).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(read_copies(&tmp), Vec::<PathBuf>::new(), "the stale copy was kept");
+}
