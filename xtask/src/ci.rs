@@ -16,7 +16,7 @@ struct Step {
 }
 
 /// The steps, in the order CI runs them.
-const STEPS: [Step; 10] = [
+const STEPS: [Step; 11] = [
     Step { name: "setup", run: crate::setup::run },
     Step { name: "fmt", run: fmt },
     Step { name: "clippy", run: clippy },
@@ -24,6 +24,7 @@ const STEPS: [Step; 10] = [
     Step { name: "tests", run: tests },
     Step { name: "torture", run: torture },
     Step { name: "simulate", run: simulate },
+    Step { name: "chaos", run: chaos },
     Step { name: "fuzz", run: fuzz },
     Step { name: "layering", run: layering },
     Step { name: "tidy", run: tidy::run },
@@ -84,6 +85,11 @@ pub(crate) fn built_strata(root: &Path) -> anyhow::Result<std::path::PathBuf> {
 /// The deterministic simulation over CI's seeds.
 fn simulate(root: &Path) -> anyhow::Result<()> {
     crate::simulate::run(root, crate::simulate::CI_SEEDS, 0)
+}
+
+/// The chaos harness over CI's share of the seeds (every fault kind once).
+fn chaos(root: &Path) -> anyhow::Result<()> {
+    crate::chaos::run(root, crate::chaos::CI_SEEDS, 0, Some(&built_strata(root)?))
 }
 
 /// Every fuzz target for a short, bounded time.

@@ -1,5 +1,5 @@
 //! Strata's task runner: `cargo xtask ci | coverage | bench [--peers] [--quick] | fuzz | torture |
-//! simulate | help`.
+//! simulate | chaos | help`.
 //!
 //! `cargo xtask ci` is the single entry point that does exactly what CI does: its setup step
 //! installs and starts what the checks need (`.ci/run` only calls it). Every subcommand runs from the workspace root, whatever the
@@ -8,6 +8,7 @@
 #![allow(clippy::print_stdout, clippy::print_stderr, reason = "xtask is a command-line tool")]
 
 mod bench;
+mod chaos;
 mod ci;
 mod coverage;
 mod fuzz;
@@ -32,7 +33,7 @@ usage: cargo xtask <command>
 commands:
   ci              run every CI check, in CI's order, stopping at the first failure:
                   setup, fmt, clippy, doc, tests (nextest or cargo test, then doctests),
-                  simulate (300 seeds),
+                  simulate (300 seeds), chaos (10 seeds),
                   layering (agent-state stays free of async and I/O crates), tidy
   setup           only ci's first step: install what the checks need (system packages
                   with apt-get as root, rustfmt, clippy, cargo-nextest, cargo-fuzz, the
@@ -58,6 +59,15 @@ commands:
                   on simulated time with crashes, message delays and failing tools,
                   check the invariants after every step, print each failing seed and
                   how to replay it
+  chaos [--seeds N] [--start S]
+                  seeded runs of generated teams on the real strata binary with injected
+                  faults (tool errors, model timeouts, 429 and 500 answers, garbage and
+                  truncated streams, kill -9 and resume, NATS server restarts, disk full;
+                  agent panics are reported as not injectable), seeds S..S+N (default 50
+                  from 0, every kind 5 times; CI runs 10): each run ends in success or a
+                  typed reason within a bound of heartbeats, no side effect twice, no
+                  message unacknowledged, `strata verify` passes; prints each failing seed
+                  with `cargo xtask chaos --seeds 1 --start S` and the counts
   help            print this text";
 
 fn main() -> ExitCode {
@@ -85,6 +95,9 @@ fn main() -> ExitCode {
         },
         ["torture", rest @ ..] => {
             torture_args(rest).and_then(|(kills, seed)| torture::run(&root, kills, seed, None))
+        }
+        ["chaos", rest @ ..] => {
+            chaos::args(rest).and_then(|(seeds, start)| chaos::run(&root, seeds, start, None))
         }
         ["simulate", rest @ ..] => {
             simulate::args(rest).and_then(|(seeds, start)| simulate::run(&root, seeds, start))
