@@ -7,6 +7,11 @@
 //! server's own `network`), in the workspace, with the minimal environment; one that opts out
 //! (`sandbox = false`) is printed on standard error at start and audited
 //! ([`audit_opt_outs`]). Every server is stopped when the run ends, killed when `strata` is.
+//!
+//! A tool's answer is capped like a `shell` stream (64 KiB of text); the whole answer is kept
+//! as a blob in the run's `mcp-results/` directory, named by its SHA-256, and the call's
+//! output says where. A stdio server's answer over 4 MiB is never read whole: it is streamed
+//! into that blob as it comes.
 
 use std::path::{Path, PathBuf};
 
@@ -23,9 +28,14 @@ pub(crate) struct Place<'a> {
     pub(crate) workspace: &'a Path,
     /// `--unsandboxed`: no server is sandboxed.
     pub(crate) unsandboxed: bool,
-    /// Hidden from sandboxed servers, as from commands.
+    /// Hidden from sandboxed servers, as from commands. The last is the run's own directory
+    /// (a worker's data directory): an answer too large to hand on whole is kept there, in
+    /// `mcp-results/<sha256>` ([`RESULTS_DIR`]).
     pub(crate) hide: Vec<PathBuf>,
 }
+
+/// The directory of a run where MCP answers too large to hand on whole are kept as blobs.
+pub(crate) const RESULTS_DIR: &str = "mcp-results";
 
 /// Starts the MCP servers the team file `text` (at `path`) declares, as `place` says, and
 /// registers their tools in `tools`. A server that fails to start (or cannot be sandboxed
@@ -51,7 +61,10 @@ pub(crate) async fn start_servers(
             .map_err(bad_input)?;
         place.hide.iter().fold(team.sandbox.sandbox(), |s, p| s.hide(p))
     };
-    let launch = McpLaunch::new(place.workspace, sandbox);
+    let mut launch = McpLaunch::new(place.workspace, sandbox);
+    if let Some(run_dir) = place.hide.last() {
+        launch = launch.with_results(run_dir.join(RESULTS_DIR));
+    }
     let specs: Vec<McpServerSpec> = declared.into_iter().map(spec).collect();
     for spec in specs.iter().filter(|s| s.opts_out()) {
         tracing::warn!(server = %spec.name, "MCP server runs outside the sandbox (sandbox = false)");

@@ -408,6 +408,10 @@ pub(crate) fn event_line(r: &AuditRecord, start: u64) -> String {
         AuditEvent::TimedOut { what, limit_ms, .. } => {
             format!("TIMED OUT: {what} (limit {limit_ms} ms)")
         }
+        AuditEvent::ToolOutcomeUnknown { tool, reason, cancelled, .. } => format!(
+            "OUTCOME UNKNOWN: {tool}: {reason}{}; not sent again, needs a decision",
+            if *cancelled { "; cancelled" } else { "" }
+        ),
         AuditEvent::PeerHelp { peer, step, request, outcome } => {
             let step = step.as_ref().map(|s| format!(" {s}")).unwrap_or_default();
             format!("peer help ({request}){step} with {peer}: {outcome}")

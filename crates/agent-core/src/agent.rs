@@ -759,6 +759,15 @@ impl AgentContext {
                         partial.data["interrupted"] = serde_json::Value::Bool(true);
                         state.record_tool(&key, &partial).await?;
                         self.discard_journal(&key).await;
+                        self.audit(AuditEvent::ToolOutcomeUnknown {
+                            tool: call.tool.clone(),
+                            args: call.args.clone(),
+                            reason: "interrupted by a crash after it was started; not idempotent, \
+                                     so not sent again"
+                                .into(),
+                            cancelled: false,
+                        })
+                        .await?;
                         let error = ToolError::Interrupted {
                             tool: call.tool.clone(),
                             partial: partial.output,
@@ -782,6 +791,28 @@ impl AgentContext {
         match &result {
             Ok(output) if output.success => {
                 store_outcome(&key, || state.record_tool(&key, output)).await?;
+            }
+            // Past the tool limit while it may still run where it is served: recorded as
+            // unknown, so that nothing under `key` sends it again.
+            Err(error @ ToolError::OutcomeUnknown { after_ms, cancelled, .. }) => {
+                let unknown = ToolOutput {
+                    success: false,
+                    output: error.to_string(),
+                    data: serde_json::json!({
+                        "interrupted": true,
+                        "outcome_unknown": true,
+                        "after_ms": after_ms,
+                        "cancelled": cancelled,
+                    }),
+                };
+                store_outcome(&key, || state.record_tool(&key, &unknown)).await?;
+                self.audit(AuditEvent::ToolOutcomeUnknown {
+                    tool: call.tool.clone(),
+                    args: call.args.clone(),
+                    reason: format!("no answer within the tool limit ({after_ms} ms)"),
+                    cancelled: *cancelled,
+                })
+                .await?;
             }
             _ => store_outcome(&key, || state.forget_tool(&key)).await?,
         }
@@ -865,6 +896,19 @@ impl AgentContext {
         call: &ToolCall,
         recorded: ToolOutput,
     ) -> Result<ToolOutput, AgentError> {
+        if is_interrupted(&recorded)
+            && recorded.data.get("outcome_unknown").and_then(serde_json::Value::as_bool)
+                == Some(true)
+        {
+            let field = |name: &str| recorded.data.get(name);
+            let error = ToolError::OutcomeUnknown {
+                tool: call.tool.clone(),
+                after_ms: field("after_ms").and_then(serde_json::Value::as_u64).unwrap_or(0),
+                cancelled: field("cancelled").and_then(serde_json::Value::as_bool) == Some(true),
+            };
+            self.audit_tool(call, false, shorten(&error.to_string())).await?;
+            return Err(error.into());
+        }
         if is_interrupted(&recorded) {
             let error =
                 ToolError::Interrupted { tool: call.tool.clone(), partial: recorded.output };

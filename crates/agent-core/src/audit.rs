@@ -107,6 +107,22 @@ pub enum AuditEvent {
         /// The limit, in milliseconds.
         limit_ms: u64,
     },
+    /// A call of a tool that is neither read-only nor idempotent whose outcome cannot be known:
+    /// it ran past the tool limit while it may still be running where it is served (its
+    /// request was cancelled, for an MCP tool through the protocol), or a crash interrupted it
+    /// and a resumed run cannot tell whether it had its effect. It is recorded under its call
+    /// so that it is never sent again automatically; its step goes to the lead, and from there
+    /// to a human, to decide.
+    ToolOutcomeUnknown {
+        /// The tool.
+        tool: String,
+        /// Its arguments (large strings as references, as in [`ToolCall`](AuditEvent::ToolCall)).
+        args: serde_json::Value,
+        /// Why the outcome is unknown, in words.
+        reason: String,
+        /// Whether a cancellation was sent to where the tool is served.
+        cancelled: bool,
+    },
     /// A guard found the run stuck (a loop, a ping-pong, no progress, a wait cycle: the
     /// [`TaskFailure`](agent_state::TaskFailure) says which, who and what) and stopped the task
     /// or escalated it to a supervisor.

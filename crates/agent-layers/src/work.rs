@@ -585,6 +585,21 @@ impl WorkLoop {
                     self.last_error = None;
                     (output.success, output.output)
                 }
+                // A call interrupted by a crash, or one past the tool limit that may still be
+                // running where it is served (not idempotent): never sent again; the step
+                // goes to the lead to decide.
+                Err(AgentError::Tool(ToolError::OutcomeUnknown { tool, after_ms, cancelled })) => {
+                    let said =
+                        ToolError::OutcomeUnknown { tool: tool.clone(), after_ms, cancelled };
+                    return Ok(Some(Progress::Done(Box::new(Outcome {
+                        success: false,
+                        summary: String::new(),
+                        result: None,
+                        error: None,
+                        interrupted: Some((tool, said.to_string())),
+                        stuck: None,
+                    }))));
+                }
                 Err(AgentError::Tool(ToolError::Interrupted { tool, partial })) => {
                     return Ok(Some(Progress::Done(Box::new(Outcome {
                         success: false,

@@ -7,13 +7,17 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use agent_core::tools::{ToolError, ToolRegistry};
-use rmcp::model::{CallToolRequestParams, CallToolResult};
-use rmcp::service::RunningService;
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotification,
+    CancelledNotificationParam, ClientRequest, RequestId, ServerResult,
+};
+use rmcp::service::{PeerRequestOptions, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::{RoleClient, ServiceError, ServiceExt as _};
 use tokio::io::AsyncBufReadExt as _;
 
 use crate::McpError;
+use crate::bounded::{ChildTransport, MAX_MESSAGE_BYTES, Spilled, Spills};
 use crate::launch::McpLaunch;
 use crate::schema::check_input_schema;
 use crate::spec::{McpServerSpec, McpTransport, tool_name};
@@ -43,6 +47,23 @@ pub(crate) struct Connection {
     service: Mutex<Option<RunningService<RoleClient, ()>>>,
     peer: rmcp::Peer<RoleClient>,
     stderr: Arc<Mutex<String>>,
+    /// Answers of a stdio server too large to read whole, by request id.
+    spills: Spills,
+    /// Where answers too large to hand on are kept as blobs.
+    pub(crate) results: Option<std::path::PathBuf>,
+}
+
+/// Why a `tools/call` gave no result.
+#[derive(Debug)]
+pub(crate) enum CallFailure {
+    /// The server is gone or refused the call.
+    Failed(McpError),
+    /// No answer within the limit; the request was cancelled (`notifications/cancelled`
+    /// sent: `cancelled`), and the server may still be working on it.
+    TimedOut {
+        /// Whether the cancellation went out.
+        cancelled: bool,
+    },
 }
 
 impl std::fmt::Debug for Connection {
@@ -69,7 +90,8 @@ impl McpServer {
     ) -> Result<Self, McpError> {
         spec.check()?;
         let stderr = Arc::new(Mutex::new(String::new()));
-        let started = tokio::time::timeout(timeout, start(spec, launch, &stderr)).await;
+        let spills = Spills::default();
+        let started = tokio::time::timeout(timeout, start(spec, launch, &stderr, &spills)).await;
         let (service, listed) = match started {
             Ok(result) => result?,
             Err(_) => {
@@ -89,6 +111,8 @@ impl McpServer {
             peer: service.peer().clone(),
             service: Mutex::new(Some(service)),
             stderr,
+            spills,
+            results: launch.results.clone(),
         });
         let mut tools = Vec::new();
         let mut refused = Vec::new();
@@ -136,15 +160,71 @@ impl McpServer {
 }
 
 impl Connection {
-    /// `tools/call` of `tool` (the server's name for it) with `arguments`.
+    /// `tools/call` of `tool` (the server's name for it) with `arguments`, waiting at most
+    /// `limit` for the answer. Past it, the request is cancelled through the protocol
+    /// (`notifications/cancelled` with its id, sent before this returns): the server may
+    /// still be working on it, or have done it. Dropped before the answer (the caller gave
+    /// up), the request is cancelled too (best effort, as the future cannot wait). With the
+    /// result comes what was kept of an answer too large to read whole ([`Spilled`]).
     pub(crate) async fn call(
         &self,
         tool: &str,
         arguments: serde_json::Map<String, serde_json::Value>,
-    ) -> Result<CallToolResult, McpError> {
+        limit: Duration,
+    ) -> Result<(CallToolResult, Option<Spilled>), CallFailure> {
         let mut params = CallToolRequestParams::new(tool.to_owned());
         params.arguments = Some(arguments);
-        self.peer.call_tool(params).await.map_err(|error| self.call_error(tool, error))
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let handle = self
+            .peer
+            .send_cancellable_request(request, PeerRequestOptions::no_options())
+            .await
+            .map_err(|error| CallFailure::Failed(self.call_error(tool, error)))?;
+        let id = handle.id.clone();
+        let mut guard = CancelOnDrop { peer: &self.peer, id: Some(id.clone()) };
+        let answer = tokio::time::timeout(limit, handle.await_response()).await;
+        guard.id = None;
+        match answer {
+            Ok(Ok(ServerResult::CallToolResult(result))) => Ok((result, self.spills.take(&id))),
+            Ok(Ok(other)) => {
+                self.spills.take(&id);
+                Err(CallFailure::Failed(McpError::Call {
+                    server: self.name.clone(),
+                    tool: tool.to_owned(),
+                    message: format!("the answer is not a tool result: {other:?}")
+                        .chars()
+                        .take(300)
+                        .collect(),
+                }))
+            }
+            Ok(Err(error)) => {
+                self.spills.take(&id);
+                Err(CallFailure::Failed(self.call_error(tool, error)))
+            }
+            Err(_) => {
+                let cancelled = self.cancel(tool, id, limit).await;
+                Err(CallFailure::TimedOut { cancelled })
+            }
+        }
+    }
+
+    /// Sends `notifications/cancelled` for the request `id`; whether it went out.
+    async fn cancel(&self, tool: &str, id: RequestId, limit: Duration) -> bool {
+        let reason = format!("no answer within the tool limit ({} ms)", limit.as_millis());
+        let notification = CancelledNotification::new(CancelledNotificationParam::new(
+            Some(id.clone()),
+            Some(reason),
+        ));
+        match self.peer.send_notification(notification.into()).await {
+            Ok(()) => {
+                tracing::warn!(server = %self.name, tool, ?id, "MCP call timed out; cancelled");
+                true
+            }
+            Err(error) => {
+                tracing::warn!(server = %self.name, tool, ?id, %error, "MCP call timed out; cannot send its cancellation");
+                false
+            }
+        }
     }
 
     fn call_error(&self, tool: &str, error: ServiceError) -> McpError {
@@ -184,6 +264,29 @@ impl Connection {
             && let Err(error) = service.cancel().await
         {
             tracing::warn!(server = %self.name, %error, "MCP server did not stop cleanly");
+        }
+    }
+}
+
+/// Cancels a request whose caller stopped waiting (its future was dropped): the
+/// notification is sent from a task of its own, as a drop cannot wait.
+struct CancelOnDrop<'a> {
+    peer: &'a rmcp::Peer<RoleClient>,
+    id: Option<RequestId>,
+}
+
+impl Drop for CancelOnDrop<'_> {
+    fn drop(&mut self) {
+        let Some(id) = self.id.take() else { return };
+        let peer = self.peer.clone();
+        let notification = CancelledNotification::new(CancelledNotificationParam::new(
+            Some(id),
+            Some("the call was stopped".into()),
+        ));
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = peer.send_notification(notification.into()).await;
+            });
         }
     }
 }
@@ -272,23 +375,32 @@ async fn start(
     spec: &McpServerSpec,
     launch: &McpLaunch,
     stderr: &Arc<Mutex<String>>,
+    spills: &Spills,
 ) -> Result<(RunningService<RoleClient, ()>, Vec<rmcp::model::Tool>), McpError> {
     let server = spec.name.clone();
     let service = match &spec.transport {
         McpTransport::Stdio { command, args, env, pass_env, sandboxed, network } => {
-            let cmd =
+            let mut cmd =
                 launch.command(&server, command, args, env, pass_env, *sandboxed, *network)?;
-            let (transport, err) = TokioChildProcess::builder(cmd)
-                .stderr(Stdio::piped())
-                .spawn()
-                .map_err(|error| McpError::Spawn {
-                server: server.clone(),
-                command: command.clone(),
-                error,
-            })?;
-            if let Some(err) = err {
+            cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+            let spawn_error =
+                |error| McpError::Spawn { server: server.clone(), command: command.clone(), error };
+            let mut child = cmd.spawn().map_err(spawn_error)?;
+            let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+                return Err(spawn_error(std::io::Error::other("its standard streams are missing")));
+            };
+            if let Some(err) = child.stderr.take() {
                 keep_stderr(&server, err, stderr.clone());
             }
+            // Its answers are read with bounded memory: one too large is kept as a blob.
+            let read = crate::bounded::reader(
+                &server,
+                stdout,
+                MAX_MESSAGE_BYTES,
+                launch.results.clone(),
+                spills.clone(),
+            );
+            let transport = ChildTransport::new(child, read, stdin);
             ().serve(transport).await.map_err(|e| McpError::Start {
                 server: server.clone(),
                 stage: "initialize",

@@ -23,12 +23,24 @@ pub struct McpLaunch {
     pub workspace: PathBuf,
     /// The sandbox they start in.
     pub sandbox: Sandbox,
+    /// Where answers too large to hand on whole are kept as blobs (the whole answer, in a
+    /// file named by its SHA-256): a directory of the run's own, hidden from the servers.
+    /// `None`: such an answer is only counted, its head handed on.
+    pub results: Option<PathBuf>,
 }
 
 impl McpLaunch {
     /// Servers started in `workspace`, inside `sandbox`.
     pub fn new(workspace: impl Into<PathBuf>, sandbox: Sandbox) -> Self {
-        Self { workspace: workspace.into(), sandbox }
+        Self { workspace: workspace.into(), sandbox, results: None }
+    }
+
+    /// The same launch keeping answers too large to hand on whole (over 4 MiB as a message,
+    /// over 64 KiB of text) as blobs in `dir` ([`results`](Self::results)).
+    #[must_use]
+    pub fn with_results(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.results = Some(dir.into());
+        self
     }
 
     /// Servers started in `workspace` without a sandbox (tests, and runs given

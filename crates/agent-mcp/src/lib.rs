@@ -73,6 +73,7 @@
 //! # }
 //! ```
 
+mod bounded;
 mod client;
 mod error;
 mod launch;
@@ -83,6 +84,7 @@ mod tool;
 #[cfg(test)]
 mod tests;
 
+pub use bounded::{MAX_MESSAGE_BYTES, MAX_RESULT_BYTES, Spilled};
 pub use client::{DEFAULT_START_TIMEOUT, McpServer, McpServers};
 pub use error::McpError;
 pub use launch::{McpLaunch, STRATA_SECRET_VARS, program_prefix};

@@ -9,7 +9,8 @@ use rmcp::model::{CallToolResult, ContentBlock, ResourceContents};
 use serde_json::{Value, json};
 
 use crate::McpError;
-use crate::client::{Connection, admit};
+use crate::bounded::{MAX_RESULT_BYTES, Spilled};
+use crate::client::{CallFailure, Connection, admit};
 
 /// One tool of an MCP server, registered as `mcp__<server>__<tool>`.
 ///
@@ -115,7 +116,13 @@ impl Tool for McpTool {
         true
     }
 
-    async fn call(&self, _ctx: &ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
+    /// It stops waiting at the tool limit itself, and cancels its request through the
+    /// protocol before it returns.
+    fn stops_itself(&self) -> bool {
+        true
+    }
+
+    async fn call(&self, ctx: &ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
         let arguments = match args {
             Value::Object(map) => map,
             Value::Null => serde_json::Map::new(),
@@ -127,13 +134,95 @@ impl Tool for McpTool {
             }
         };
         tracing::debug!(server = %self.connection.name, tool = %self.mcp_name, "calling MCP tool");
-        match self.connection.call(&self.mcp_name, arguments).await {
-            Ok(result) => Ok(output(&self.connection.name, &self.mcp_name, result)),
-            Err(error) => {
+        let limit = ctx.tool_timeout();
+        match self.connection.call(&self.mcp_name, arguments, limit).await {
+            Ok((result, spilled)) => {
+                let mut out = output(&self.connection.name, &self.mcp_name, result);
+                cap(&mut out, spilled, self.connection.results.as_deref()).await;
+                Ok(out)
+            }
+            Err(CallFailure::Failed(error)) => {
                 tracing::warn!(server = %self.connection.name, tool = %self.mcp_name, %error, "MCP tool call failed");
                 Err(self.connection.tool_error(&self.name, error))
             }
+            // Cancelled; an idempotent tool may be sent again, any other may still be at work
+            // on the server: its outcome is unknown.
+            Err(CallFailure::TimedOut { cancelled }) => {
+                let after_ms = u64::try_from(limit.as_millis()).unwrap_or(u64::MAX);
+                let tool = self.name.clone();
+                if self.idempotent() {
+                    Err(ToolError::Timeout { tool, after_ms })
+                } else {
+                    Err(ToolError::OutcomeUnknown { tool, after_ms, cancelled })
+                }
+            }
         }
+    }
+}
+
+/// Caps `out`'s text at [`MAX_RESULT_BYTES`], as `shell` caps a stream: the head is kept,
+/// then a line saying how much more there was and where it is kept. An answer replaced by its
+/// head while it was read (`spilled`, over the message limit) is kept whole as the blob the
+/// reader wrote; a text over the cap otherwise is written as a blob into `results` (a file
+/// named by its SHA-256). `data` gets `truncated`, `bytes` (the whole size), `blob`
+/// (`sha256:<hex>`) and `blob_path` (when kept).
+pub(crate) async fn cap(
+    out: &mut ToolOutput,
+    spilled: Option<Spilled>,
+    results: Option<&std::path::Path>,
+) {
+    let whole = match spilled {
+        Some(spilled) => Some(spilled),
+        None if out.output.len() > MAX_RESULT_BYTES => {
+            use sha2::Digest as _;
+            let digest = sha2::Sha256::digest(out.output.as_bytes());
+            let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+            let mut path = None;
+            if let Some(dir) = results {
+                let file = dir.join(&hex);
+                let written = async {
+                    tokio::fs::create_dir_all(dir).await?;
+                    tokio::fs::write(&file, out.output.as_bytes()).await
+                };
+                match written.await {
+                    Ok(()) => path = Some(file),
+                    Err(error) => {
+                        tracing::warn!(path = %file.display(), %error, "cannot keep an MCP result as a blob")
+                    }
+                }
+            }
+            Some(Spilled { bytes: out.output.len() as u64, hash: format!("sha256:{hex}"), path })
+        }
+        None => None,
+    };
+    let Some(whole) = whole else { return };
+    let mut end = out.output.len().min(MAX_RESULT_BYTES);
+    while !out.output.is_char_boundary(end) {
+        end -= 1;
+    }
+    out.output.truncate(end);
+    let kept = match &whole.path {
+        Some(path) => format!("kept whole as blob {} ({})", whole.hash, path.display()),
+        None => format!("not kept (blob {})", whole.hash),
+    };
+    out.output.push_str(&format!(
+        "\n[truncated: the answer was {} bytes, over the {MAX_RESULT_BYTES}-byte limit; {kept}]\n",
+        whole.bytes
+    ));
+    if !out.data.is_object() {
+        out.data = json!({});
+    }
+    out.data["truncated"] = Value::Bool(true);
+    out.data["bytes"] = json!(whole.bytes);
+    out.data["blob"] = json!(whole.hash);
+    if let Some(path) = &whole.path {
+        out.data["blob_path"] = json!(path.display().to_string());
+    }
+    // Structured content is as large as the text it comes with: not carried.
+    if let Some(structured) = out.data.get_mut("structured")
+        && structured.to_string().len() > MAX_RESULT_BYTES
+    {
+        *structured = Value::Null;
     }
 }
 

@@ -446,6 +446,7 @@ impl RunModel {
             | AuditEvent::Error { .. }
             | AuditEvent::MissedHeartbeat { .. }
             | AuditEvent::TimedOut { .. }
+            | AuditEvent::ToolOutcomeUnknown { .. }
             | AuditEvent::Stuck { .. }
             | AuditEvent::RunInputs { .. }
             | AuditEvent::Unsandboxed { .. }

@@ -516,3 +516,157 @@ fn ctrl_c_of_a_run_leaves_no_mcp_server_behind() {
         }
     }
 }
+
+/// The team of [`test_server_team`] with `[timeouts] tool_ms = 1000`.
+fn with_tool_ms(s: &Scratch) {
+    let team = s.read("team.toml");
+    s.write("team.toml", &format!("[timeouts]\ntool_ms = 1000\n\n{team}"));
+}
+
+/// `run`'s audit records of `event`.
+fn audited(s: &Scratch, run: &str, event: &str) -> Vec<serde_json::Value> {
+    let audit = s.strata(&["inspect", run, "audit", "--data", "D", "--json"]).code(0).json();
+    audit.as_array().unwrap().iter().filter(|r| r["event"]["event"] == event).cloned().collect()
+}
+
+/// Issue 31, item 4: a slow MCP tool that is neither read-only nor idempotent, past the
+/// team's `tool_ms`, runs exactly once: its request is cancelled through the protocol (the
+/// server sees `notifications/cancelled`), its outcome is recorded and audited as unknown,
+/// and the step goes to the lead as interrupted (exit 1, needing a decision), never sent again
+/// by a retry, a reassignment or the heartbeat.
+#[test]
+fn a_slow_side_effecting_mcp_tool_past_tool_ms_runs_once_and_its_outcome_is_unknown() {
+    let s = Scratch::new();
+    test_server_team(
+        &s,
+        "",
+        "effect_then_sleep",
+        "{ path = \"effects.txt\", line = \"ran\", seconds = 60 }",
+    );
+    with_tool_ms(&s);
+    let out = s.strata(&RUN);
+    out.code(1);
+    let printed = format!("{}{}", out.stdout, out.stderr);
+    assert!(printed.contains("mcp__t__effect_then_sleep"), "{printed}");
+    wait_for("the server to note the cancellation", || s.path("effects.txt.cancelled").exists());
+    assert_eq!(s.read("effects.txt"), "ran\n", "the side effect ran exactly once");
+    assert_eq!(s.read("effects.txt.cancelled"), "cancelled\n", "the server got the cancel");
+    let unknown = audited(&s, "r", "tool_outcome_unknown");
+    assert_eq!(unknown.len(), 1, "{unknown:?}");
+    assert_eq!(unknown[0]["event"]["tool"], "mcp__t__effect_then_sleep");
+    assert_eq!(unknown[0]["event"]["cancelled"], true, "{}", unknown[0]);
+    let calls: Vec<_> = audited(&s, "r", "tool_call")
+        .into_iter()
+        .filter(|r| r["event"]["tool"] == "mcp__t__effect_then_sleep")
+        .collect();
+    assert_eq!(calls.len(), 1, "one call, never sent again: {calls:?}");
+    let summary = calls[0]["event"]["summary"].as_str().unwrap();
+    assert!(summary.contains("may or may not have had its effect"), "{summary}");
+    s.strata(&["inspect", "r", "audit", "--data", "D"]).code(0).stdout_has(&[
+        "OUTCOME UNKNOWN: mcp__t__effect_then_sleep",
+        "not sent again, needs a decision",
+    ]);
+    // A resume does not send it again either: the unknown outcome is recorded.
+    let _ = s.strata(&["resume", "r", "--data", "D", "--quiet"]);
+    assert_eq!(s.read("effects.txt"), "ran\n", "not sent again on resume");
+    let verify = s.strata(&["verify", "r", "--data", "D", "--json"]).code(0).json();
+    assert_eq!(verify["ok"], true, "{verify}");
+}
+
+/// A read-only MCP tool past `tool_ms` is a plain time-out: it may be sent again.
+#[test]
+fn a_slow_read_only_mcp_tool_past_tool_ms_is_a_timeout() {
+    let s = Scratch::new();
+    test_server_team(&s, "", "slow", "{ seconds = 60 }");
+    with_tool_ms(&s);
+    let out = s.strata(&RUN);
+    assert_ne!(out.status.code(), Some(0), "{}{}", out.stdout, out.stderr);
+    assert!(audited(&s, "r", "tool_outcome_unknown").is_empty());
+    let calls = audited(&s, "r", "tool_call");
+    assert!(!calls.is_empty());
+    assert!(calls[0]["event"]["summary"].as_str().unwrap().contains("timed out after 1000 ms"));
+}
+
+/// The peak resident memory (`VmHWM`) of the process `pid`, in bytes.
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+}
+
+/// A run whose first step's MCP tool answers `bytes` bytes of text and whose second step
+/// (after it) holds the run while strata's peak memory is read; the peak and the run's end.
+fn peak_of_a_run_answering(s: &Scratch, bytes: u64) -> (u64, crate::support::Out) {
+    s.write(
+        "server.py",
+        &std::fs::read_to_string(repo("crates/agent-mcp/tests/it/server.py")).unwrap(),
+    );
+    s.write(
+        "team.toml",
+        &format!(
+            "[[mcp_servers]]\nname = \"t\"\ncommand = {:?}\nargs = [\"server.py\"]\n\n\
+             [[top]]\nid = \"top-a\"\npower_type = \"power_a\"\n\n\
+             [[mid]]\nid = \"lead\"\ndomain = \"d\"\nsupervisor = \"top-a\"\n\n\
+             [[bottom]]\nid = \"e\"\nsupervisor = \"lead\"\n\
+             tools = [\"mcp__t__huge\", \"mcp__t__append_then_sleep\"]\n",
+            python(),
+        ),
+    );
+    s.write(
+        "plan.toml",
+        &format!(
+            "id = \"p\"\ngoal = \"g\"\n\n\
+             [[steps]]\nid = \"big\"\nagent = \"e\"\ntool = \"mcp__t__huge\"\n\
+             args = {{ bytes = {bytes} }}\n\n\
+             [[steps]]\nid = \"hold\"\nagent = \"e\"\ntool = \"mcp__t__append_then_sleep\"\n\
+             args = {{ path = \"held.txt\", line = \"in\", seconds = 2 }}\nafter = [\"big\"]\n"
+        ),
+    );
+    let mut run = s.spawn(&RUN);
+    wait_for("the second step to start", || {
+        assert!(!run.exited(), "strata exited early: {}", run.stderr_so_far());
+        s.path("held.txt").exists()
+    });
+    let peak = peak_rss(run.pid());
+    (peak, run.finish())
+}
+
+/// Issue 31, item 4: a 200 MiB MCP answer keeps strata's peak memory bounded (within a
+/// generous bound derived from the message limit above a run answering 1 KB, far below the
+/// answer's size), the step's output is capped like a `shell` stream, and the whole answer is
+/// kept as a blob in the run's `mcp-results/`, named by its SHA-256.
+#[test]
+fn a_huge_mcp_answer_is_capped_kept_as_a_blob_and_memory_stays_bounded() {
+    let small = Scratch::new();
+    let (baseline, out) = peak_of_a_run_answering(&small, 1_000);
+    out.code(0);
+
+    let s = Scratch::new();
+    let size: u64 = 200 * 1024 * 1024;
+    let (peak, out) = peak_of_a_run_answering(&s, size);
+    out.code(0);
+    let bound = baseline + 16 * agent_mcp::MAX_MESSAGE_BYTES as u64;
+    assert!(
+        peak < bound,
+        "strata's peak was {} MiB with a {} MiB answer (baseline {} MiB, bound {} MiB)",
+        peak >> 20,
+        size >> 20,
+        baseline >> 20,
+        bound >> 20
+    );
+    let calls: Vec<_> = audited(&s, "r", "tool_call")
+        .into_iter()
+        .filter(|r| r["event"]["tool"] == "mcp__t__huge")
+        .collect();
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    let summary = calls[0]["event"]["summary"].as_str().unwrap();
+    assert!(summary.starts_with("0123456789abcdef"), "{summary:.200}");
+    let kept: Vec<_> = std::fs::read_dir(s.path("D/r/mcp-results"))
+        .unwrap()
+        .flatten()
+        .map(|e| (e.file_name().to_string_lossy().into_owned(), e.metadata().unwrap().len()))
+        .collect();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert_eq!(kept[0].0.len(), 64, "named by its SHA-256: {kept:?}");
+    assert!(kept[0].1 > size, "the whole answer is kept: {kept:?}");
+}

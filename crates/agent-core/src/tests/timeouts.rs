@@ -182,8 +182,11 @@ async fn a_tool_call_past_the_tool_limit_is_a_timeout_error_audited_as_a_failed_
     assert_eq!(s.chain().await, [(id(ME), Idle)]);
 }
 
+/// Issue 31, item 4: a side-effecting call that is not idempotent may still be running when
+/// it is cut at the tool limit; its outcome is unknown, recorded so that nothing under its key
+/// sends it again (a retry gets the same error without calling the tool), and audited.
 #[tokio::test(start_paused = true)]
-async fn a_side_effecting_call_past_the_tool_limit_is_forgotten_so_a_retry_runs_it_again() {
+async fn a_side_effecting_call_past_the_tool_limit_has_an_unknown_outcome_and_is_not_sent_again() {
     let s = Services::new().await;
     let deps = limited(&s);
     let mut agent = ready(deps.clone(), bottom_config()).await;
@@ -192,15 +195,41 @@ async fn a_side_effecting_call_past_the_tool_limit_is_forgotten_so_a_retry_runs_
     let error = agent.ctx_mut().call_tool_once("step-1", &call).await.unwrap_err();
 
     assert!(
-        matches!(error, AgentError::Tool(ToolError::Timeout { after_ms: 2_000, .. })),
+        matches!(error, AgentError::Tool(ToolError::OutcomeUnknown { after_ms: 2_000, .. })),
         "{error:?}"
     );
-    // Neither a result nor a dangling start is left: the store is as before the call.
-    assert_eq!(deps.state.tool(&format!("{ME}/step-1")).await.unwrap(), None);
+    assert_eq!(error.class(), ErrorClass::Permanent, "never retried automatically");
+    let recorded = deps.state.tool(&format!("{ME}/step-1")).await.unwrap();
+    let recorded = recorded.flatten().expect("the unknown outcome is recorded");
+    assert_eq!(recorded.data["outcome_unknown"], true, "{recorded:?}");
+    let unknown: Vec<_> = s
+        .events(ME)
+        .await
+        .into_iter()
+        .filter(|e| matches!(e, AuditEvent::ToolOutcomeUnknown { .. }))
+        .collect();
+    assert_eq!(unknown.len(), 1, "{unknown:?}");
+    // A retry under the same key does not call the tool again (it would hang again).
+    let started = s.now();
+    let again = agent.ctx_mut().call_tool_once("step-1", &call).await.unwrap_err();
+    assert!(matches!(again, AgentError::Tool(ToolError::OutcomeUnknown { .. })), "{again:?}");
+    assert_eq!(s.now(), started, "not sent again: no time spent waiting");
     let calls = tool_calls(&s, ME).await;
-    assert_eq!(calls.len(), 1);
-    assert!(!calls[0].1);
+    assert_eq!(calls.len(), 2);
+    assert!(!calls[0].1 && !calls[1].1);
     assert_eq!(s.chain().await, [(id(ME), Idle)]);
+}
+
+/// An idempotent or read-only tool cut at the limit is a plain timeout: a retry may send it.
+#[tokio::test(start_paused = true)]
+async fn a_read_only_call_past_the_tool_limit_is_a_transient_timeout() {
+    let s = Services::new().await;
+    let deps = limited(&s);
+    let mut agent = ready(deps.clone(), bottom_config()).await;
+    let call = ToolCall { tool: "hang".into(), args: json!({}) };
+    let error = agent.ctx_mut().call_tool_once("step-2", &call).await.unwrap_err();
+    assert!(matches!(error, AgentError::Tool(ToolError::Timeout { .. })), "{error:?}");
+    assert_eq!(error.class(), ErrorClass::Transient);
 }
 
 #[tokio::test(start_paused = true)]

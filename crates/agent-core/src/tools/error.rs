@@ -164,6 +164,27 @@ pub enum ToolError {
         /// What the call had printed before it was stopped (may be empty).
         partial: String,
     },
+    /// A call of a tool that is neither read-only nor declared idempotent ran past the hard
+    /// limit of a tool call ([`ToolContext::tool_timeout`](super::ToolContext::tool_timeout))
+    /// while it may still be running on the side that serves it (an MCP server): the caller
+    /// stopped waiting and asked that side to cancel it (`cancelled`: the request to cancel
+    /// went out), but whether it had its effect, or still will, cannot be known. It is never
+    /// sent again automatically (sending it again could run the effect twice): a supervisor or
+    /// a human decides. Permanent.
+    #[error(
+        "tool `{tool}` did not answer within {after_ms} ms and may or may not have had its effect \
+         (it is neither read-only nor idempotent{}); it is not sent again: check what it does, \
+         then re-plan the step (or raise the team's `[timeouts] tool_ms`)",
+        if *.cancelled { ", and its call was cancelled" } else { "" }
+    )]
+    OutcomeUnknown {
+        /// The tool's name.
+        tool: String,
+        /// The time limit that expired, in milliseconds.
+        after_ms: u64,
+        /// Whether a cancellation was sent to the side that serves the tool.
+        cancelled: bool,
+    },
     /// The command sandbox cannot work here: the call was refused, nothing ran.
     #[error("tool `{tool}` refused to run the command: {source}")]
     Sandbox {
@@ -236,7 +257,8 @@ fn partial_suffix(partial: &str) -> String {
 
 impl ToolError {
     /// Whether retrying the same call may succeed: timeouts and I/O errors of a passing kind
-    /// (interrupted, would block, timed out, resource busy). Unknown tools, bad arguments,
+    /// (interrupted, would block, timed out, resource busy). A call whose outcome is unknown
+    /// ([`OutcomeUnknown`](Self::OutcomeUnknown)) is not: sending it again could repeat its effect. Unknown tools, bad arguments,
     /// refused paths, oversized files, paths that are not regular files, invalid patterns and
     /// edits whose text is not found once are permanent.
     pub fn is_transient(&self) -> bool {
@@ -260,6 +282,7 @@ impl ToolError {
             | Self::InvalidPattern { .. }
             | Self::EditMatchCount { .. }
             | Self::Interrupted { .. }
+            | Self::OutcomeUnknown { .. }
             | Self::Sandbox { .. }
             | Self::Remote { .. }
             | Self::Failed { .. } => false,

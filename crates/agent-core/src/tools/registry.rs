@@ -215,9 +215,12 @@ fn schema_problems(tool: &dyn Tool) -> Vec<String> {
 }
 
 /// Runs `call` of `tool` within the context's hard limit of a tool call, measured on tokio's
-/// clock: past it the call is dropped and fails with [`ToolError::Timeout`]. A tool that
-/// [stops itself](Tool::stops_itself) at the limit gets [`BACKSTOP_GRACE`] more, so its own
-/// stop (and its recorded outcome) normally wins.
+/// clock: past it the call is dropped and fails with [`ToolError::Timeout`] if the tool is
+/// [idempotent](Tool::idempotent) (read-only tools are), so that a retry may send it again,
+/// and with [`ToolError::OutcomeUnknown`] otherwise: dropping the call does not undo what it
+/// started (an MCP server keeps working on a request until it gets its cancellation), so it
+/// must not be sent again automatically. A tool that [stops itself](Tool::stops_itself) at the
+/// limit gets [`BACKSTOP_GRACE`] more, so its own stop (and its recorded outcome) normally wins.
 async fn bounded(
     tool: &dyn Tool,
     ctx: &ToolContext,
@@ -228,11 +231,21 @@ async fn bounded(
     match tokio::time::timeout(wait, call).await {
         Ok(result) => result.map(redacted),
         Err(_) => {
-            tracing::warn!(tool = tool.name(), limit_ms = limit.as_millis(), "tool call timed out");
-            Err(ToolError::Timeout {
-                tool: tool.name().to_owned(),
-                after_ms: u64::try_from(limit.as_millis()).unwrap_or(u64::MAX),
-            })
+            let after_ms = u64::try_from(limit.as_millis()).unwrap_or(u64::MAX);
+            let tool_name = tool.name().to_owned();
+            if tool.idempotent() {
+                tracing::warn!(tool = %tool_name, limit_ms = after_ms, "tool call timed out");
+                Err(ToolError::Timeout { tool: tool_name, after_ms })
+            } else {
+                tracing::warn!(
+                    tool = %tool_name,
+                    limit_ms = after_ms,
+                    "tool call timed out; it is not idempotent, so its outcome is unknown"
+                );
+                // Whatever the dropped call cancels on its side, this side cannot tell: a
+                // tool that cancels for sure stops itself at the limit and says so.
+                Err(ToolError::OutcomeUnknown { tool: tool_name, after_ms, cancelled: false })
+            }
         }
     }
 }

@@ -78,8 +78,10 @@ async fn tools_are_listed_at_start_with_their_schemas_and_annotations() {
             "mcp__t__append_then_sleep",
             "mcp__t__crash",
             "mcp__t__echo",
+            "mcp__t__effect_then_sleep",
             "mcp__t__env",
             "mcp__t__fail",
+            "mcp__t__huge",
             "mcp__t__read_path",
             "mcp__t__slow"
         ]
@@ -182,6 +184,96 @@ async fn a_call_past_the_tool_limit_times_out_and_the_server_keeps_serving() {
     assert!(matches!(err, ToolError::Timeout { ref tool, .. } if tool == "mcp__t__slow"), "{err}");
     let out = tools.call(&ctx, "mcp__t__echo", json!({ "text": "still here" })).await.unwrap();
     assert_eq!(out.output, "still here");
+    servers.shutdown().await;
+}
+
+/// Issue 31, item 4: a tool that is neither read-only nor idempotent, past the tool limit, is
+/// cancelled through the protocol (the server sees `notifications/cancelled` and stops the
+/// call) and its outcome is unknown: a permanent error, so nothing retries it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_side_effecting_call_past_the_tool_limit_is_cancelled_and_its_outcome_unknown() {
+    let (servers, tools) = start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = ToolContext::new(dir.path()).unwrap().with_tool_timeout(Duration::from_millis(500));
+    let path = dir.path().join("effects.txt");
+    let args = json!({ "path": path.display().to_string(), "line": "ran", "seconds": 60 });
+    let err = tools.call(&ctx, "mcp__t__effect_then_sleep", args).await.unwrap_err();
+    assert!(
+        matches!(err, ToolError::OutcomeUnknown { ref tool, after_ms: 500, cancelled: true }
+            if tool == "mcp__t__effect_then_sleep"),
+        "{err:?}"
+    );
+    assert!(!err.is_transient(), "never retried automatically");
+    assert!(err.to_string().contains("may or may not have had its effect"), "{err}");
+    // The server got the cancellation: its call stopped sleeping and said so.
+    let cancelled = dir.path().join("effects.txt.cancelled");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !cancelled.exists() {
+        assert!(std::time::Instant::now() < deadline, "the server never saw the cancellation");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "ran\n", "ran once");
+    assert_eq!(std::fs::read_to_string(&cancelled).unwrap(), "cancelled\n");
+    // The connection is fine: the next call is answered.
+    let out = tools.call(&ctx, "mcp__t__echo", json!({ "text": "still here" })).await.unwrap();
+    assert_eq!(out.output, "still here");
+    servers.shutdown().await;
+}
+
+/// The peak resident memory of this process (`VmHWM`), in bytes.
+fn peak_rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    let kb: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kb * 1024
+}
+
+/// Issue 31, item 4: a 200 MB answer is read with bounded memory (this process's peak stays
+/// far under the answer's size, within a bound derived from the message limit), its text
+/// capped like a `shell` stream, and the whole answer kept as a blob named by its SHA-256.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_answer_is_capped_with_bounded_memory_and_kept_as_a_blob() {
+    let results = tempfile::tempdir().unwrap();
+    let launch = unsandboxed().with_results(results.path().join("mcp-results"));
+    let servers = McpServers::start(&[spec(&[])], &launch, Duration::from_secs(60)).await.unwrap();
+    let mut tools = ToolRegistry::with_builtins();
+    servers.register(&mut tools).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = ToolContext::new(dir.path()).unwrap();
+
+    // A text over the result cap but under the message limit: capped, kept as a blob.
+    let out = tools.call(&ctx, "mcp__t__huge", json!({ "bytes": 100_000 })).await.unwrap();
+    assert!(out.output.len() < agent_mcp::MAX_RESULT_BYTES + 400, "{}", out.output.len());
+    assert!(out.output.contains("[truncated: the answer was 100000 bytes"), "{:.200}", out.output);
+    assert_eq!(out.data["truncated"], true);
+    let blob = std::fs::read(out.data["blob_path"].as_str().unwrap()).unwrap();
+    assert_eq!(blob.len(), 100_000, "the whole text is kept");
+
+    let before = peak_rss();
+    let size: u64 = 200 * 1024 * 1024;
+    let out = tools.call(&ctx, "mcp__t__huge", json!({ "bytes": size })).await.unwrap();
+    let after = peak_rss();
+    assert!(out.success);
+    assert!(out.output.len() < agent_mcp::MAX_RESULT_BYTES + 400, "{}", out.output.len());
+    assert!(out.output.starts_with("0123456789abcdef"), "{:.100}", out.output);
+    assert!(out.output.contains("over the 65536-byte limit; kept whole as blob sha256:"));
+    let bytes = out.data["bytes"].as_u64().unwrap();
+    assert!(bytes > size, "the whole message's size: {bytes}");
+    let kept = std::path::PathBuf::from(out.data["blob_path"].as_str().unwrap());
+    assert_eq!(std::fs::metadata(&kept).unwrap().len(), bytes, "the whole message is kept");
+    assert!(kept.starts_with(results.path()));
+    // Memory: the answer is never held whole. A generous bound: 16 messages at the limit.
+    let bound = 16 * agent_mcp::MAX_MESSAGE_BYTES as u64;
+    assert!(
+        after.saturating_sub(before) < bound,
+        "the peak grew by {} MiB reading a {} MiB answer (bound {} MiB)",
+        after.saturating_sub(before) >> 20,
+        size >> 20,
+        bound >> 20
+    );
+    // The connection goes on.
+    let out = tools.call(&ctx, "mcp__t__echo", json!({ "text": "next" })).await.unwrap();
+    assert_eq!(out.output, "next");
     servers.shutdown().await;
 }
 

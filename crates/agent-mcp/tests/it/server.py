@@ -3,7 +3,9 @@
 Tools: `echo` and `add` (read-only), `env` (its environment, working directory and pid, as
 JSON), `read_path` (a file's text, or why it cannot be read), `append_line` (appends a line to a file: a side effect the
 tests can count), `append_then_sleep` (appends, then sleeps: a kill lands mid-call), `fail` (answers with isError), `crash` (the server exits mid-call), `slow`
-(sleeps), and `bad_schema` (an input schema that is not valid JSON Schema).
+(sleeps), `effect_then_sleep` (appends, then sleeps; a cancellation of the call
+(`notifications/cancelled`) appends `cancelled` to `<path>.cancelled`), `huge` (returns a text
+of `bytes` bytes, generated), and `bad_schema` (an input schema that is not valid JSON Schema).
 
 `--exit-at-start` makes it exit before the MCP handshake, as a server that fails to start.
 `--http PORT` serves streamable HTTP on 127.0.0.1:PORT at `/mcp` instead of stdio.
@@ -71,6 +73,30 @@ TOOLS = [
         },
     ),
     types.Tool(
+        name="effect_then_sleep",
+        description="Appends a line to a file, then sleeps for `seconds`; a cancelled call appends `cancelled` to `<path>.cancelled`.",
+        input_schema={
+            "type": "object",
+            "properties": {
+                "path": {"type": "string"},
+                "line": {"type": "string"},
+                "seconds": {"type": "number"},
+            },
+            "required": ["path", "line", "seconds"],
+        },
+        annotations=types.ToolAnnotations(read_only_hint=False, idempotent_hint=False),
+    ),
+    types.Tool(
+        name="huge",
+        description="Returns a text of `bytes` bytes.",
+        input_schema={
+            "type": "object",
+            "properties": {"bytes": {"type": "integer"}},
+            "required": ["bytes"],
+        },
+        annotations=types.ToolAnnotations(read_only_hint=True),
+    ),
+    types.Tool(
         name="fail",
         description="Always fails, as a tool error.",
         input_schema={"type": "object", "properties": {}},
@@ -134,6 +160,23 @@ async def call_tool(ctx, params):
             f.write(args["line"] + "\n")
         await asyncio.sleep(float(args["seconds"]))
         return types.CallToolResult(content=text("appended, then slept"))
+    if params.name == "effect_then_sleep":
+        with open(args["path"], "a", encoding="utf-8") as f:
+            f.write(args["line"] + "\n")
+        finished = False
+        try:
+            await asyncio.sleep(float(args["seconds"]))
+            finished = True
+        finally:
+            if not finished:
+                with open(args["path"] + ".cancelled", "a", encoding="utf-8") as f:
+                    f.write("cancelled\n")
+        return types.CallToolResult(content=text("appended, then slept"))
+    if params.name == "huge":
+        n = int(args["bytes"])
+        line = "0123456789abcdef" * 7 + "0123456789abcd\n"  # 128 bytes
+        body = line * (n // len(line)) + "x" * (n % len(line))
+        return types.CallToolResult(content=text(body))
     if params.name == "env":
         import json
 
