@@ -59,8 +59,12 @@ fn remove_stale(parent: &Path) {
         if pid != std::process::id() && !alive(pid) {
             let path = entry.path();
             match std::fs::remove_dir_all(&path) {
-                Ok(()) => tracing::debug!(copy = %path.display(), pid, "removed a read copy left by a process that is gone"),
-                Err(e) => tracing::debug!(copy = %path.display(), error = %e, "could not remove a stale read copy"),
+                Ok(()) => {
+                    tracing::debug!(copy = %path.display(), pid, "removed a read copy left by a process that is gone")
+                }
+                Err(e) => {
+                    tracing::debug!(copy = %path.display(), error = %e, "could not remove a stale read copy")
+                }
             }
         }
     }
