@@ -152,7 +152,7 @@ impl McpServer {
     }
 
     /// Closes the connection and, for a stdio server, ends its process (closing its input,
-    /// then `SIGTERM` and `SIGKILL` if it does not exit within a few seconds). A call of one
+    /// then `SIGKILL` if it does not exit within 3 seconds). A call of one
     /// of its tools after this fails with [`McpError::ServerGone`].
     pub async fn shutdown(&self) {
         self.connection.shutdown().await;

@@ -32,6 +32,18 @@
 //!   effects, so the runtime journals its calls like `write_file` or `shell`
 //!   (`AgentContext::call_tool_once`): recorded as started, its result recorded, and a call
 //!   interrupted by a crash never run again, unless `idempotentHint: true`.
+//! - **Time limits.** A call waits at most the tool limit
+//!   ([`ToolContext::tool_timeout`](agent_core::tools::ToolContext::tool_timeout), a team's
+//!   `tool_ms`). Past it the request is cancelled through the protocol
+//!   (`notifications/cancelled` with its id). A read-only or idempotent tool then fails with
+//!   `ToolError::Timeout` (a retry may send it again); any other with
+//!   `ToolError::OutcomeUnknown`: the server may still be at work on it, so the runtime
+//!   records its outcome as unknown and never sends it again on its own.
+//! - **Bounded answers.** A stdio server's message over [`MAX_MESSAGE_BYTES`] is never held
+//!   whole: it is streamed into a blob file ([`McpLaunch::with_results`], named by its SHA-256)
+//!   as it is read, and its head handed on. Every result's text is capped at
+//!   [`MAX_RESULT_BYTES`] (as `shell` caps a stream), the whole kept as a blob; the output's
+//!   last line and its `data` (`truncated`, `bytes`, `blob`, `blob_path`) say where.
 //! - **Failures.** A server that cannot start, fails the handshake or the listing, or takes
 //!   too long is an [`McpError`] naming it. A call whose server is gone (it crashed or exited,
 //!   even mid-call) or refuses it fails with `ToolError::Remote` carrying the typed
