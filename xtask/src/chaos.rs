@@ -25,9 +25,9 @@
 //! event's `reason.kind`, or the storage failure recorded in `run.json`) within a bound of
 //! heartbeats, else it is killed and the seed is a hang; no ledger line appears twice (and
 //! every one appears once when the task succeeded); a succeeded run leaves no message
-//! unacknowledged; `strata runs` agrees with the exit; `strata verify` passes. Each failing
-//! seed prints one line with the fault and the command that replays it alone
-//! (`cargo xtask chaos --seeds 1 --start S`); the end prints the counts.
+//! unacknowledged; no process of the run is left; `strata runs` agrees with the exit;
+//! `strata verify` passes. Each failing seed prints one line with the fault and the command
+//! that replays it alone (`cargo xtask chaos --seeds 1 --start S`); the end prints the counts.
 
 mod model;
 
@@ -87,6 +87,8 @@ const HEARTBEAT_MS: u64 = 100;
 const BOUND_HEARTBEATS: u64 = 400;
 /// The model reasoner's `request_timeout`, and how long a timed-out call is held.
 const REQUEST_TIMEOUT_MS: u64 = 1000;
+/// What `strata` says when the run's storage failed (`TaskFailure::Storage`).
+const STORAGE_FAILED: &str = "the run's storage failed";
 /// The environment variable holding the (fake) model key.
 const KEY_VAR: &str = "CHAOS_MODEL_KEY";
 
@@ -612,8 +614,9 @@ fn kill_group(child: &mut Child) {
     let _ = child.wait();
 }
 
-/// Waits for `child` up to `bound`; at `kill_at` (if any) kills it, and calls `at` once at
-/// `at_moment` (a NATS restart).
+/// Waits for `child` up to `bound` (then kills its process group: a hang); at `kill_at` (if
+/// any) kills it; calls `at`'s action once at its moment (a NATS restart). Returns the exit
+/// code, whether it hung, whether it was killed at `kill_at`.
 fn watch(
     child: &mut Child,
     bound: Duration,
@@ -627,7 +630,9 @@ fn watch(
         }
         let elapsed = launched.elapsed();
         if kill_at.is_some_and(|k| elapsed >= k) {
-            kill_group(child);
+            // `kill -9` of strata alone: a command it runs goes on, for `resume` to adopt.
+            child.kill().context("cannot kill strata")?;
+            child.wait()?;
             return Ok((None, false, true));
         }
         if let Some((moment, _)) = &at
@@ -724,7 +729,7 @@ fn play(strata: &Path, scenario: &Scenario, scratch: &Path) -> anyhow::Result<Se
         return Ok(report);
     }
     if scenario.fault == Fault::DiskFull
-        && let Err(why) = unshare_works()
+        && let Err(why) = unshare_works(scratch)
     {
         println!("chaos: seed {}: disk_full skipped: {why}", scenario.seed);
         report.outcome = Outcome::Skipped(why);
@@ -830,6 +835,8 @@ fn play(strata: &Path, scenario: &Scenario, scratch: &Path) -> anyhow::Result<Se
             new_run(&mut command, &data);
             command.arg("--nats").arg(server.url());
             let mut child = spawn(&mut command, scratch, "launch-0")?;
+            // The restart's moment counts from the run's start (the server is checked before).
+            started_run(&mut child, &scratch.join("launch-0.out"), bound)?;
             let pause = Duration::from_millis(scenario.moments[1]);
             let mut restart_error = None;
             let mut injected = 0;
@@ -896,6 +903,18 @@ fn play(strata: &Path, scenario: &Scenario, scratch: &Path) -> anyhow::Result<Se
     Ok(report)
 }
 
+/// Waits until `child` printed `run_started` in `out` (or ended, or `bound` passed).
+fn started_run(child: &mut Child, out: &Path, bound: Duration) -> anyhow::Result<()> {
+    let since = Instant::now();
+    while since.elapsed() < bound && child.try_wait()?.is_none() {
+        if std::fs::read_to_string(out).is_ok_and(|text| text.contains("\"run_started\"")) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Ok(())
+}
+
 /// Stops the worker with Ctrl-C (`SIGINT`); one that does not exit within 10 s is killed and
 /// reported.
 fn stop_worker(worker: &mut Child, report: &mut SeedReport) {
@@ -915,9 +934,18 @@ fn stop_worker(worker: &mut Child, report: &mut SeedReport) {
 }
 
 /// Whether a private mount namespace with a tmpfs can be made here.
-fn unshare_works() -> Result<(), String> {
+fn unshare_works(scratch: &Path) -> Result<(), String> {
+    let point = scratch.join("probe");
+    std::fs::create_dir_all(&point)
+        .map_err(|e| format!("cannot create {}: {e}", point.display()))?;
+    let point = crate::quote(&point.to_string_lossy());
     let probe = Command::new("unshare")
-        .args(["-m", "sh", "-c", "mount -t tmpfs -o size=64k chaos-probe /mnt && umount /mnt"])
+        .args([
+            "-m",
+            "sh",
+            "-c",
+            &format!("mount -t tmpfs -o size=64k chaos-probe {point} && umount {point}"),
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -959,7 +987,7 @@ dd if=/dev/zero of={m}/filler bs=1k count={fill_kib} 2>/dev/null
 timeout -s KILL {bound} {strata} run {plan} --team {team} --run-id {run_id} --workspace {ws} --data {m} --json > {s}/launch-0.out 2> {s}/launch-0.err
 echo $? > {s}/rc-0
 rm -f {m}/filler
-if grep -q interrupted {m}/{run_id}/run.json 2>/dev/null; then
+if grep -q interrupted {m}/{run_id}/run.json 2>/dev/null || grep -qF \"{STORAGE_FAILED}\" {s}/launch-0.err; then
   timeout -s KILL {bound} {strata} resume {run_id} --data {m} --json > {s}/launch-1.out 2> {s}/launch-1.err
   echo $? > {s}/rc-1
 fi
@@ -1054,8 +1082,11 @@ fn check(
                     None => Outcome::Untyped(format!("failed without a reason kind: {outcome}")),
                 }
             }
+            // The storage stop prints no outcome event; on a full disk run.json may not take
+            // the failure either, so the message on stderr counts too.
             (Some(1), None)
-                if row["failure"].as_str().is_some_and(|f| f.contains("storage failed")) =>
+                if row["failure"].as_str().is_some_and(|f| f.contains(STORAGE_FAILED))
+                    || last.stderr.contains(STORAGE_FAILED) =>
             {
                 Outcome::Failed("storage".into())
             }
@@ -1070,16 +1101,17 @@ fn check(
     if let Outcome::Untyped(what) = &report.outcome {
         report.problems.push(format!("no typed end: {what}"));
     }
-    let expected_status = match &report.outcome {
-        Outcome::Succeeded => Some("succeeded"),
-        Outcome::Failed(reason) if reason == "storage" => Some("interrupted"),
-        Outcome::Failed(_) => Some("failed"),
-        _ => None,
+    // A storage stop is `interrupted`, or `killed (resumable)` when run.json could not take it.
+    let expected_status: &[&str] = match &report.outcome {
+        Outcome::Succeeded => &["succeeded"],
+        Outcome::Failed(reason) if reason == "storage" => &["interrupted", "killed (resumable)"],
+        Outcome::Failed(_) => &["failed"],
+        _ => &[],
     };
-    if let Some(expected) = expected_status
-        && status != expected
-    {
-        report.problems.push(format!("`strata runs` says {status}, not {expected}"));
+    if !expected_status.is_empty() && !expected_status.contains(&status.as_str()) {
+        report
+            .problems
+            .push(format!("`strata runs` says {status}, not {}", expected_status.join(" or ")));
     }
     // Side effects: each shell step's line at most once, exactly once when the task succeeded.
     let ledger = std::fs::read_to_string(workspace.join("ledger.txt")).unwrap_or_default();
@@ -1144,6 +1176,17 @@ fn check(
             _ => report.problems.push(format!("inspect messages failed: {}", last_line(&messages))),
         }
     }
+    // No process of the run is left (nothing runs in its workspace), after a short grace for
+    // commands stopped with their sandbox.
+    let grace = Instant::now();
+    let mut left = processes_in(workspace);
+    while !left.is_empty() && grace.elapsed() < Duration::from_secs(2) {
+        std::thread::sleep(Duration::from_millis(50));
+        left = processes_in(workspace);
+    }
+    if !left.is_empty() {
+        report.problems.push(format!("processes of the run are left: {}", left.join(", ")));
+    }
     // The audit verifies.
     if data.join(&run_id).exists() {
         let (ok, out) = strata_output(strata, &["verify", &run_id], data);
@@ -1154,6 +1197,29 @@ fn check(
     } else {
         report.problems.push("no run directory was left".into());
     }
+}
+
+/// The processes whose working directory is in `workspace`, as `pid: command`.
+fn processes_in(workspace: &Path) -> Vec<String> {
+    let Ok(workspace) = std::fs::canonicalize(workspace) else { return Vec::new() };
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let mut found = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        if let Ok(cwd) = std::fs::read_link(entry.path().join("cwd"))
+            && cwd.starts_with(&workspace)
+        {
+            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            found.push(format!(
+                "{name}: {}",
+                String::from_utf8_lossy(&cmdline).replace('\0', " ").trim()
+            ));
+        }
+    }
+    found
 }
 
 /// Parses `[--seeds N] [--start S]` into the seeds `S..S+N`.
