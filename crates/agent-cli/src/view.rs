@@ -375,6 +375,23 @@ pub(crate) fn event_line(r: &AuditRecord, start: u64) -> String {
         AuditEvent::Error { error, retry, max_retries } => {
             format!("error (retry {retry}/{max_retries}): {error}")
         }
+        AuditEvent::Retry { attempt, max_retries, class, heartbeat, due_heartbeat, wait_beats } => {
+            let class = match class {
+                agent_state::ErrorClass::Transient => "transient",
+                agent_state::ErrorClass::Permanent => "permanent",
+            };
+            match (wait_beats, due_heartbeat) {
+                (Some(wait), Some(due)) => format!(
+                    "RETRY: attempt {attempt} of {} failed ({class}) at heartbeat {heartbeat}; \
+                     next attempt in {wait} heartbeat(s), at heartbeat {due}",
+                    max_retries.saturating_add(1)
+                ),
+                _ => format!(
+                    "NOT RETRIED: attempt {attempt} failed ({class}) at heartbeat {heartbeat}; {}",
+                    if class == "permanent" { "a permanent error" } else { "no retries left" }
+                ),
+            }
+        }
         AuditEvent::Decision { decision, action, detail } => {
             let detail = if detail.is_empty() { String::new() } else { format!(": {detail}") };
             format!("decision {} {action}{detail}", short(&decision.to_string()))

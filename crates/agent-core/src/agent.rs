@@ -95,6 +95,10 @@ pub struct AgentContext {
     /// Set while a side-effecting tool call runs: the heartbeat's timeout waits for it. Made
     /// by the first heartbeat with work, so an idle agent holds none.
     effect_in_flight: Option<Arc<AtomicBool>>,
+    /// After a failed turn that will be retried: the heartbeat its next attempt is due at
+    /// (seed 000: a retry waits for a later heartbeat). Until then it takes no turn. Not
+    /// saved: a resumed run (whose heartbeats count from 1 again) retries at once.
+    retry_due: Option<u64>,
 }
 
 /// The contract each layer implements (seed 000 §3 `BaseAgent`'s abstract methods).
@@ -172,12 +176,18 @@ pub enum HeartbeatOutcome {
         /// Messages handled.
         messages: usize,
     },
-    /// Processing failed; the messages are back in the inbox for the next heartbeat.
+    /// Processing failed; the messages are back in the inbox for the attempt due at a later
+    /// heartbeat ([`Agent::retry_due`]).
     Retrying {
         /// Retries spent.
         retry: u32,
         /// The error.
         error: String,
+    },
+    /// Waiting for the next attempt of a failed turn, due at heartbeat `due`: nothing taken.
+    Waiting {
+        /// The heartbeat the attempt is due at.
+        due: u64,
     },
     /// Retries exhausted (or a permanent error): the agent is failed.
     Failed {
@@ -189,6 +199,14 @@ pub enum HeartbeatOutcome {
         /// Its status.
         status: AgentStatus,
     },
+}
+
+/// What a failed agent's turn does with its supervisor's orders.
+enum Orders {
+    /// The turn is over (no orders, or a dismissal).
+    Over(HeartbeatOutcome),
+    /// New work brought it back to working: these messages are the turn's.
+    Work(Vec<Message>),
 }
 
 /// One agent: its context and its layer's behaviour.
@@ -211,6 +229,7 @@ impl AgentContext {
             deps,
             processed: Vec::new(),
             effect_in_flight: None,
+            retry_due: None,
         }
     }
 
@@ -274,6 +293,12 @@ impl AgentContext {
     /// The current heartbeat number.
     pub fn heartbeat_number(&self) -> u64 {
         self.heartbeat
+    }
+
+    /// The heartbeat the next attempt of a failed turn is due at, while the agent waits for
+    /// it ([`AuditEvent::Retry`]).
+    pub fn retry_due(&self) -> Option<u64> {
+        self.retry_due
     }
 
     /// The system prompt (seed 000 §3 `generateSystemPrompt`), built on first use so that an
@@ -1165,6 +1190,25 @@ impl Agent {
         self.turn(self.ctx.heartbeat, false).await
     }
 
+    /// [`wake`](Self::wake) in heartbeat cycle `cycle`, the scheduler's current one: the turn
+    /// knows which heartbeat it belongs to, so a failure in it is retried counting from there.
+    pub async fn wake_in(&mut self, cycle: u64) -> Result<HeartbeatOutcome, AgentError> {
+        self.ctx.heartbeat = self.ctx.heartbeat.max(cycle);
+        self.wake().await
+    }
+
+    /// Whether the agent waits, in heartbeat cycle `cycle`, for the next attempt of a failed
+    /// turn ([`AuditEvent::Retry`]): a scheduler takes no turn of it, for mail or work, before
+    /// the heartbeat the attempt is due at.
+    pub fn waits_for_retry(&self, cycle: u64) -> bool {
+        self.ctx.retry_due.is_some_and(|due| cycle < due)
+    }
+
+    /// The heartbeat the next attempt of a failed turn is due at, while the agent waits.
+    pub fn retry_due(&self) -> Option<u64> {
+        self.ctx.retry_due
+    }
+
     async fn turn(&mut self, number: u64, cycle: bool) -> Result<HeartbeatOutcome, AgentError> {
         let status = self.status();
         if matches!(
@@ -1172,6 +1216,17 @@ impl Agent {
             AgentStatus::Initializing | AgentStatus::ShuttingDown | AgentStatus::Terminated
         ) {
             return Ok(HeartbeatOutcome::Skipped { status });
+        }
+        if let Some(due) = self.ctx.retry_due {
+            if number < due {
+                // A failed turn's next attempt waits for its heartbeat (seed 000): the mail
+                // stays in the inbox; the agent is alive and answers the heartbeat.
+                if cycle {
+                    self.ctx.metrics.heartbeats_responded += 1;
+                }
+                return Ok(HeartbeatOutcome::Waiting { due });
+            }
+            self.ctx.retry_due = None;
         }
         let inbox = Address::Agent(self.id().clone());
         let bus = self.ctx.deps.bus.clone();
@@ -1185,11 +1240,14 @@ impl Agent {
             bus.ack(&inbox, &ids).await?;
         }
 
-        if status == AgentStatus::Failed
-            && let Some(outcome) = self.handle_supervisor_orders(&messages).await?
-        {
-            return Ok(outcome);
-        }
+        let messages = if status == AgentStatus::Failed {
+            match self.handle_supervisor_orders(messages).await? {
+                Orders::Over(outcome) => return Ok(outcome),
+                Orders::Work(messages) => messages,
+            }
+        } else {
+            messages
+        };
         if messages.is_empty() && !self.wants_tick() {
             if cycle {
                 self.ctx.metrics.heartbeats_responded += 1;
@@ -1356,25 +1414,32 @@ impl Agent {
     }
 
     /// A failed agent only listens to its supervisor: a new assignment brings it back to
-    /// working, a dismissal terminates it. Returns `Some` when the heartbeat is over.
+    /// working (failed → working, "reassigned by supervisor"), a dismissal terminates it.
+    /// Every request it cannot serve — `speak_to_agent` and peer help (`peer_help_request`),
+    /// a `status_query` — is refused at once with [`failed_refusal`](crate::protocol::failed_refusal),
+    /// audited as `Denied`, so that nobody waits for an answer that cannot come. Other mail is
+    /// held (taken, neither acknowledged nor released, so it does not wake the agent again)
+    /// until new work brings it back: then it is processed with the orders, in order.
     async fn handle_supervisor_orders(
         &mut self,
-        messages: &[Message],
-    ) -> Result<Option<HeartbeatOutcome>, AgentError> {
+        messages: Vec<Message>,
+    ) -> Result<Orders, AgentError> {
         let inbox = Address::Agent(self.id().clone());
         let bus = self.ctx.deps.bus.clone();
         let supervisor = self.ctx.config.supervisor.clone().map(Address::Agent);
-        let orders: Vec<(&Message, Option<agent_state::Assignment>)> = messages
+        let is_order =
+            |m: &Message| m.kind == MessageKind::TaskAssign && Some(&m.from) == supervisor.as_ref();
+        let orders: Vec<Option<agent_state::Assignment>> = messages
             .iter()
-            .filter(|m| m.kind == MessageKind::TaskAssign && Some(&m.from) == supervisor.as_ref())
-            .map(|m| (m, payload::<agent_state::Assignment>(m).ok()))
+            .filter(|m| is_order(m))
+            .map(|m| payload::<agent_state::Assignment>(m).ok())
             .collect();
         if orders.is_empty() {
-            bus.release(&inbox).await?;
-            return Ok(Some(HeartbeatOutcome::Skipped { status: AgentStatus::Failed }));
+            self.refuse_requests(&messages).await?;
+            return Ok(Orders::Over(HeartbeatOutcome::Skipped { status: AgentStatus::Failed }));
         }
         // A dismissal anywhere in the batch wins over new work in the same batch.
-        let dismissal = orders.iter().find_map(|(_, a)| match a {
+        let dismissal = orders.iter().find_map(|a| match a {
             Some(agent_state::Assignment::Dismiss { reason }) => Some(reason.clone()),
             _ => None,
         });
@@ -1386,14 +1451,73 @@ impl Agent {
                 .await?;
             self.save().await?;
             bus.ack(&inbox, &ids).await?;
+            // The mail it held goes back to its inbox, as before it failed.
+            bus.release(&inbox).await?;
             bus.unregister(self.id()).await?;
-            return Ok(Some(HeartbeatOutcome::Skipped { status: AgentStatus::Terminated }));
+            return Ok(Orders::Over(HeartbeatOutcome::Skipped { status: AgentStatus::Terminated }));
         }
         self.ctx.retries = 0;
+        self.ctx.retry_due = None;
         self.ctx.transition(AgentStatus::Working, "reassigned by supervisor").await?;
-        Ok(None)
+        // The mail held while it was failed comes first, then this batch, in order.
+        bus.release(&inbox).await?;
+        let taken = bus.take(&inbox, MAX_MESSAGES_PER_HEARTBEAT).await?;
+        let (seen, messages): (Vec<Message>, Vec<Message>) =
+            taken.into_iter().partition(|m| self.ctx.processed.contains(&m.id));
+        if !seen.is_empty() {
+            let ids: Vec<MessageId> = seen.iter().map(|m| m.id).collect();
+            bus.ack(&inbox, &ids).await?;
+        }
+        Ok(Orders::Work(messages))
     }
 
+    /// A failed agent's answers to the requests among `messages` (see
+    /// [`handle_supervisor_orders`](Self::handle_supervisor_orders)): each refused and
+    /// acknowledged; the rest stays held.
+    async fn refuse_requests(&mut self, messages: &[Message]) -> Result<(), AgentError> {
+        let inbox = Address::Agent(self.id().clone());
+        let reason = crate::protocol::failed_refusal(self.id());
+        let mut answered = Vec::new();
+        for message in messages {
+            let sent = match message.kind {
+                MessageKind::PeerHelpRequest => {
+                    let refused = crate::protocol::HelpResponse::Refused { reason: reason.clone() };
+                    self.ctx.reply(message, MessageKind::PeerHelpResponse, &refused).await
+                }
+                MessageKind::StatusQuery => {
+                    let refused = crate::protocol::StatusReport::Refused { reason: reason.clone() };
+                    self.ctx.reply(message, MessageKind::StatusReport, &refused).await
+                }
+                _ => continue,
+            };
+            if let Err(e) = sent {
+                // Its requester's limit ends the wait then; the failed agent stays as it is.
+                tracing::warn!(agent = %self.id(), error = %e, "cannot refuse a request while failed");
+                continue;
+            }
+            self.ctx
+                .audit(AuditEvent::Denied {
+                    action: format!("{} from {}", message.kind, message.from),
+                    error: reason.clone(),
+                })
+                .await?;
+            answered.push(message.id);
+        }
+        if !answered.is_empty() {
+            self.ctx.remember(&answered);
+            self.save().await?;
+            self.ctx.deps.bus.ack(&inbox, &answered).await?;
+            tracing::debug!(agent = %self.id(), count = answered.len(), "requests refused: the agent has failed");
+        }
+        Ok(())
+    }
+
+    /// A failed turn (seed 000 §3 `handleError`), as [`agent_state::plan_retry`] says: a
+    /// transient failure with retries left is retried at a later heartbeat (1, 2, 4
+    /// heartbeats after this one, capped), its messages back in the inbox and no turn taken
+    /// before then; a permanent one, or one past `max_retries`, fails the agent and reports
+    /// to its supervisor. Either way audited: the error ([`AuditEvent::Error`]), then the
+    /// attempt, the failure's class and when the next attempt is due ([`AuditEvent::Retry`]).
     async fn handle_error(
         &mut self,
         error: AgentError,
@@ -1403,20 +1527,34 @@ impl Agent {
         let bus = self.ctx.deps.bus.clone();
         let max = self.ctx.config.max_retries;
         let text = error.to_string();
+        let class = error.class();
+        let heartbeat = self.ctx.heartbeat;
+        let attempt = self.ctx.retries.saturating_add(1);
         self.ctx.metrics.heartbeats_missed += 1;
-        let retryable = error.class() == ErrorClass::Transient && self.ctx.retries < max;
-        if retryable {
-            self.ctx.retries += 1;
+        let plan = agent_state::plan_retry(class, self.ctx.retries, max, heartbeat);
+        if let agent_state::RetryPlan::Retry { retry, wait_beats, due } = plan {
+            self.ctx.retries = retry;
             self.ctx.metrics.retries += 1;
-            let retry = self.ctx.retries;
+            self.ctx.retry_due = Some(due);
             crate::otel::retry(self.id(), self.ctx.config.layer, retry);
             self.ctx
                 .audit(AuditEvent::Error { error: text.clone(), retry, max_retries: max })
                 .await?;
+            self.ctx
+                .audit(AuditEvent::Retry {
+                    attempt,
+                    max_retries: max,
+                    class,
+                    heartbeat,
+                    wait_beats: Some(wait_beats),
+                    due_heartbeat: Some(due),
+                })
+                .await?;
             bus.release(&inbox).await?;
-            tracing::info!(agent = %self.id(), retry, max, error = %text, "heartbeat failed, will retry");
+            tracing::info!(agent = %self.id(), retry, max, wait_beats, due, error = %text, "heartbeat failed, will retry");
             return Ok(HeartbeatOutcome::Retrying { retry, error: text });
         }
+        self.ctx.retry_due = None;
         self.ctx
             .audit(AuditEvent::Error {
                 error: text.clone(),
@@ -1424,7 +1562,17 @@ impl Agent {
                 max_retries: max,
             })
             .await?;
-        let reason = if error.class() == ErrorClass::Permanent {
+        self.ctx
+            .audit(AuditEvent::Retry {
+                attempt,
+                max_retries: max,
+                class,
+                heartbeat,
+                wait_beats: None,
+                due_heartbeat: None,
+            })
+            .await?;
+        let reason = if class == ErrorClass::Permanent {
             format!("permanent error: {text}")
         } else {
             format!("retry limit exceeded: {text}")

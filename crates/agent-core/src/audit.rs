@@ -59,6 +59,27 @@ pub enum AuditEvent {
         /// The agent's limit.
         max_retries: u32,
     },
+    /// After a failed turn ([`Error`](AuditEvent::Error)), whether and when the agent tries
+    /// it again (seed 000): a transient failure with retries left waits for a later heartbeat
+    /// (1, 2, 4 heartbeats, capped: [`agent_state::retry_wait_beats`]); a permanent one, or one
+    /// past the agent's retries, is not tried again and the agent fails.
+    Retry {
+        /// The attempt that failed: 1 for the first, `max_retries + 1` for the last.
+        attempt: u32,
+        /// The agent's limit of retries.
+        max_retries: u32,
+        /// The failure's class: transient (retried) or permanent (never retried).
+        class: agent_state::ErrorClass,
+        /// The heartbeat cycle the attempt failed in.
+        heartbeat: u64,
+        /// Heartbeats until the next attempt; `None`: no next attempt.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        wait_beats: Option<u64>,
+        /// The heartbeat the next attempt is due at (`heartbeat + wait_beats`): the agent takes
+        /// no turn before it, whatever mail arrives.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        due_heartbeat: Option<u64>,
+    },
     /// A governance act.
     Decision {
         /// The decision.

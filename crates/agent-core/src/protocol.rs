@@ -179,6 +179,13 @@ pub enum HelpResponse {
     },
 }
 
+/// What a failed agent answers at once to every request it cannot serve (`speak_to_agent`,
+/// peer help, a status query) until its supervisor gives it new work: the requester learns
+/// it now instead of waiting for an answer that cannot come.
+pub fn failed_refusal(agent: &AgentId) -> String {
+    format!("agent {agent} has failed and cannot process messages")
+}
+
 /// `status_report`: an answer to a status query, or a task's final outcome sent to `system`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "report", rename_all = "snake_case")]
@@ -216,6 +223,11 @@ pub enum StatusReport {
         from: AgentId,
         /// The executor that has it now (the sender).
         to: AgentId,
+    },
+    /// The agent cannot answer the query: it has failed ([`failed_refusal`]).
+    Refused {
+        /// Why.
+        reason: String,
     },
 }
 

@@ -5,8 +5,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use agent_core::protocol::{
-    ArbitrationResult, ConflictReport, ConflictSubject, ErrorReport, Escalation, PeerCoordination,
-    StatusReport, Warning,
+    ArbitrationResult, ConflictReport, ConflictSubject, ErrorReport, Escalation, HelpResponse,
+    PeerCoordination, StatusReport, Warning,
 };
 use agent_core::{AgentBehavior, AgentContext, AgentError, AuditEvent, Candidate, ReasonError};
 use agent_state::{
@@ -169,11 +169,17 @@ impl MidAgent {
                 }
             }
             MessageKind::PeerHelpResponse => {
-                if let Some(agent_core::protocol::HelpResponse::Said { reply }) =
-                    ctx.read_payload(message).await?
-                    && let Some(l) = self.loop_with_child(child)
-                {
-                    l.replied(message.correlation_id, &reply);
+                let response = ctx.read_payload(message).await?;
+                let correlation = message.correlation_id;
+                match (response, self.loop_with_child(child)) {
+                    (Some(HelpResponse::Said { reply }), Some(l)) => {
+                        l.replied(correlation, &reply);
+                    }
+                    // A failed worker refuses at once: the loop learns it now.
+                    (Some(HelpResponse::Refused { reason }), Some(l)) => {
+                        l.refused(correlation, &reason);
+                    }
+                    _ => {}
                 }
             }
             MessageKind::PeerHelpRequest => self.spoken_to(ctx, message).await?,
@@ -887,15 +893,25 @@ impl AgentBehavior for MidAgent {
                 continue;
             }
             if message.kind == MessageKind::PeerHelpResponse {
-                if let Some(agent_core::protocol::HelpResponse::Said { reply }) =
-                    ctx.read_payload(message).await?
-                {
-                    let correlation = message.correlation_id;
-                    for w in self.work.values_mut().filter(|w| !w.closed) {
-                        if w.loops.values_mut().any(|l| l.replied(correlation, &reply)) {
-                            break;
+                let correlation = message.correlation_id;
+                match ctx.read_payload(message).await? {
+                    Some(HelpResponse::Said { reply }) => {
+                        for w in self.work.values_mut().filter(|w| !w.closed) {
+                            if w.loops.values_mut().any(|l| l.replied(correlation, &reply)) {
+                                break;
+                            }
                         }
                     }
+                    // The agent spoken to has failed (its supervisor, or a worker of another
+                    // loop): the call fails at once instead of waiting for its limit.
+                    Some(HelpResponse::Refused { reason }) => {
+                        for w in self.work.values_mut().filter(|w| !w.closed) {
+                            if w.loops.values_mut().any(|l| l.refused(correlation, &reason)) {
+                                break;
+                            }
+                        }
+                    }
+                    _ => {}
                 }
                 continue;
             }

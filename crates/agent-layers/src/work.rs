@@ -237,6 +237,24 @@ impl WorkLoop {
         true
     }
 
+    /// The agent this loop spoke to refused to answer (it has failed: `reason` says so): the
+    /// `speak_to_agent` call fails with it at once, for the reasoner to move on (another
+    /// worker, a replacement, or giving up the step).
+    pub(crate) fn refused(&mut self, correlation: Option<MessageId>, reason: &str) -> bool {
+        let Some(Wait::Reply { message, call, to, .. }) = &self.waiting else { return false };
+        if correlation != Some(*message) {
+            return false;
+        }
+        self.history.push(ToolCallRecord {
+            call: call.clone(),
+            success: false,
+            output: json!({ "agent_id": to, "error": reason }).to_string(),
+            event: false,
+        });
+        self.waiting = None;
+        true
+    }
+
     /// Something said to this agent (by its supervisor or a subordinate) that the reasoner
     /// should see at its next choice.
     pub(crate) fn heard(&mut self, from: &AgentId, message: &str) {

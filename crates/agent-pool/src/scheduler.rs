@@ -149,7 +149,8 @@ impl HeartbeatScheduler {
     ///
     /// - an agent still busy with an earlier turn (or whose heartbeat task died) is **missed**;
     /// - an agent with mail or pending work has its heartbeat **started** in a task (it acks the
-    ///   heartbeat to `system` itself);
+    ///   heartbeat to `system` itself), unless it waits for a failed turn's next attempt, due
+    ///   at a later heartbeat: that one is swept;
     /// - every other agent is swept: one free to answer (its lock free, its status one that
     ///   answers: idle, working, waiting for approval, blocked) is **idle**, its answer
     ///   recorded in its slot; one not expected to answer (initializing, failed, shutting down,
@@ -211,6 +212,9 @@ impl HeartbeatScheduler {
                 continue;
             }
             match slot.agent().clone().try_lock_owned() {
+                // A failed turn's next attempt is not due yet (seed 000: it waits 1, 2, 4
+                // heartbeats): no turn; the sweep below books its answer like an idle agent's.
+                Ok(guard) if guard.waits_for_retry(number) => {}
                 Ok(guard) => self.start(slot, guard, number, &mut report),
                 Err(_) => {
                     // Someone else is acting as the agent right now: looked at again below.
@@ -252,7 +256,15 @@ impl HeartbeatScheduler {
             for (slot, due) in contended.drain(..) {
                 if due {
                     if let Ok(guard) = slot.agent().clone().try_lock_owned() {
-                        self.start(slot, guard, number, &mut report);
+                        if guard.waits_for_retry(number) {
+                            if sweep(&slot, &guard, number) {
+                                idle += 1;
+                            } else {
+                                exempt += 1;
+                            }
+                        } else {
+                            self.start(slot, guard, number, &mut report);
+                        }
                         continue;
                     }
                 } else if let Ok(agent) = slot.agent().try_lock() {
@@ -303,9 +315,11 @@ impl HeartbeatScheduler {
         }));
     }
 
-    /// Wake on work: starts a turn ([`Agent::wake`](agent_core::Agent::wake)) for every agent
-    /// with mail that is not busy and has a turn left in its allowance ([`WAKE_BURST`] at once,
-    /// [`WAKE_RATE`] per second). Costs time in the inboxes with mail, like a cycle. Returns how
+    /// Wake on work: starts a turn ([`Agent::wake_in`](agent_core::Agent::wake_in) the current
+    /// cycle) for every agent with mail that is not busy, does not wait for a failed turn's
+    /// next attempt ([`Agent::waits_for_retry`](agent_core::Agent::waits_for_retry): that waits
+    /// for its heartbeat, whatever mail arrives) and has a turn left in its allowance
+    /// ([`WAKE_BURST`] at once, [`WAKE_RATE`] per second). Costs time in the inboxes with mail, like a cycle. Returns how
     /// many turns it started; they run in tasks, as heartbeats do. An agent left waiting for its
     /// allowance is due at [`next_wake`](Self::next_wake).
     pub async fn wake(&mut self) -> usize {
@@ -326,6 +340,10 @@ impl HeartbeatScheduler {
             }
             let Some(slot) = self.pool.get(&id) else { continue };
             let Ok(mut guard) = slot.agent().clone().try_lock_owned() else { continue };
+            if guard.waits_for_retry(self.number) {
+                // Its mail waits for the heartbeat its failed turn's next attempt is due at.
+                continue;
+            }
             let allowance = self
                 .wakes
                 .entry(id.clone())
@@ -337,8 +355,9 @@ impl HeartbeatScheduler {
             started += 1;
             self.busy.insert(id.clone());
             let ticking = self.ticking.clone();
+            let cycle = self.number;
             self.running.spawn(tracing::Instrument::in_current_span(async move {
-                let result = guard.wake().await.map_err(|e| e.to_string());
+                let result = guard.wake_in(cycle).await.map_err(|e| e.to_string());
                 let mut ticking = ticking.lock().unwrap_or_else(PoisonError::into_inner);
                 if guard.wants_tick() {
                     ticking.insert(id.clone());

@@ -10,9 +10,11 @@ use tokio::sync::Notify;
 
 /// A [`MessageBus`] that delegates everything to another and signals a [`Notify`] after every
 /// delivery (a send or a broadcast). Every backend gets wake-on-work this way without knowing
-/// about it. Messages released back to pending (a failed turn) do not signal: a retry waits
-/// for the next heartbeat, as the seed says, and a failed agent that only releases its mail
-/// cannot spin.
+/// about it. Messages released back to pending (a failed turn) do not signal, and the
+/// scheduler takes no turn of an agent whose failed turn's next attempt is not due yet
+/// ([`Agent::waits_for_retry`](agent_core::Agent::waits_for_retry)), whatever mail arrives: a
+/// retry waits for its heartbeat (1, 2, 4 heartbeats, capped), as seed 000 says. A failed
+/// agent holds the mail it does not refuse (taken, not released), so it does not spin either.
 pub struct WakingBus {
     inner: Arc<dyn MessageBus>,
     mail: Arc<Notify>,

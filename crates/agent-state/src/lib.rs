@@ -82,7 +82,9 @@ pub use metrics::{
     AgentMetrics, RELIABILITY_WEIGHT, RESPONSIVENESS_CAP_MS, RESPONSIVENESS_WEIGHT, SUCCESS_WEIGHT,
 };
 pub use result::{AgentResult, Artifact, ChangeType, ResultStatus, same_path};
-pub use retry::{ErrorClass, RetryPolicy};
+pub use retry::{
+    ErrorClass, MAX_RETRY_WAIT_BEATS, RetryPlan, RetryPolicy, plan_retry, retry_wait_beats,
+};
 pub use role::{DEFAULT_MAX_SPAWN_DEPTH, Role, RoleBook, RoleError, check_role_name};
 pub use run::{
     AfterFailure, FailureKind, RunEvent, RunFailure, RunLifecycle, RunState, RunTransition,

@@ -1,4 +1,7 @@
-//! Retry policy and the pure backoff function (seed 002 numbers as a preset).
+//! Retry policy and the pure backoff functions: seed 002's executor runs back off in
+//! milliseconds ([`RetryPolicy::backoff`]); seed 000's agents retry a failed heartbeat turn at
+//! a later heartbeat, backing off in heartbeats ([`plan_retry`]: 1, 2, 4 beats, capped at
+//! [`MAX_RETRY_WAIT_BEATS`]).
 
 use std::time::Duration;
 
@@ -86,4 +89,58 @@ impl Default for RetryPolicy {
     fn default() -> Self {
         Self::agent_default()
     }
+}
+
+/// The most heartbeats an agent waits between two attempts of a failed turn.
+pub const MAX_RETRY_WAIT_BEATS: u64 = 8;
+
+/// How many heartbeats retry number `retry` (1 for the first) of a failed turn waits: the next
+/// heartbeat for the first (seed 000: a failed turn is tried again on a later heartbeat), then
+/// twice as many each time — 1, 2, 4 — capped at [`MAX_RETRY_WAIT_BEATS`]. Retry 0 waits
+/// nothing. Never decreases as `retry` grows.
+pub fn retry_wait_beats(retry: u32) -> u64 {
+    match retry {
+        0 => 0,
+        n => 1u64.checked_shl(n - 1).unwrap_or(u64::MAX).min(MAX_RETRY_WAIT_BEATS),
+    }
+}
+
+/// What an agent does after a failed attempt of a turn ([`plan_retry`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "plan", rename_all = "snake_case")]
+pub enum RetryPlan {
+    /// Try again, not before heartbeat `due`.
+    Retry {
+        /// The retry this is (1 for the first; the attempt that failed was `retry`).
+        retry: u32,
+        /// Heartbeats to wait ([`retry_wait_beats`]).
+        wait_beats: u64,
+        /// The heartbeat the next attempt is due at: the failing one plus `wait_beats`.
+        due: u64,
+    },
+    /// Do not try again: the error is permanent (retrying cannot help).
+    Permanent,
+    /// Do not try again: the retries are spent.
+    Exhausted,
+}
+
+/// Whether and when an agent tries a failed turn again (seed 000, pure): a failure of `class`
+/// at heartbeat `heartbeat`, after `retries_so_far` retries, with the agent's `max_retries`.
+/// A transient failure with retries left is retried after [`retry_wait_beats`] heartbeats; a
+/// permanent one never; a transient one with none left is [`RetryPlan::Exhausted`].
+pub fn plan_retry(
+    class: ErrorClass,
+    retries_so_far: u32,
+    max_retries: u32,
+    heartbeat: u64,
+) -> RetryPlan {
+    if class == ErrorClass::Permanent {
+        return RetryPlan::Permanent;
+    }
+    if retries_so_far >= max_retries {
+        return RetryPlan::Exhausted;
+    }
+    let retry = retries_so_far + 1;
+    let wait_beats = retry_wait_beats(retry);
+    RetryPlan::Retry { retry, wait_beats, due: heartbeat.saturating_add(wait_beats) }
 }

@@ -444,6 +444,7 @@ impl RunModel {
             // Warnings and what is not work: the step stays.
             AuditEvent::Denied { .. }
             | AuditEvent::Error { .. }
+            | AuditEvent::Retry { .. }
             | AuditEvent::MissedHeartbeat { .. }
             | AuditEvent::TimedOut { .. }
             | AuditEvent::ToolOutcomeUnknown { .. }

@@ -145,8 +145,10 @@ async fn exhausted_retries_fail_the_agent_and_report_the_abandoned_work_to_the_s
         agent.heartbeat(2).await.unwrap(),
         HeartbeatOutcome::Retrying { retry: 2, error: error.clone() }
     );
+    // The second retry waits 2 heartbeats.
+    assert_eq!(agent.heartbeat(3).await.unwrap(), HeartbeatOutcome::Waiting { due: 4 });
     assert_eq!(
-        agent.heartbeat(3).await.unwrap(),
+        agent.heartbeat(4).await.unwrap(),
         HeartbeatOutcome::Failed { error: error.clone() }
     );
 
@@ -239,23 +241,168 @@ async fn a_task_past_its_timeout_is_a_timeout_error_and_is_retried() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_failed_agent_ignores_messages_from_others_and_keeps_them_pending() {
+async fn a_failed_agent_holds_messages_from_others_until_its_supervisor_reassigns_it() {
     let s = Services::new().await;
     let probe = Probe::default();
     let mut agent = failed_agent(&s, &probe).await;
     let edges = s.edges(ME).await;
     let assignment = Assignment::Subtask { subtask: subtask("s1") };
     let content = serde_json::to_value(&assignment).unwrap();
-    s.send(inbox("bottom-2"), ME, MessageKind::TaskAssign, content).await;
+    let stranger = s.send(inbox("bottom-2"), ME, MessageKind::TaskAssign, content).await;
     // From the supervisor, only a `task_assign` is an order.
-    one_message(&s).await;
+    let note = s.send(from_supervisor(), ME, MessageKind::Warning, json!({})).await;
 
     assert_eq!(agent.heartbeat(2).await.unwrap(), HeartbeatOutcome::Skipped { status: Failed });
 
     assert_eq!(agent.status(), Failed);
-    assert_eq!(s.bus.pending(&inbox(ME)).await.unwrap(), 2);
     assert_eq!(s.edges(ME).await, edges);
     assert_eq!(probe.calls().len(), 1, "only the heartbeat that failed");
+    // Held, not pending: nothing wakes the failed agent again for them.
+    assert_eq!(s.bus.pending(&inbox(ME)).await.unwrap(), 0);
+    assert!(!s.bus.inboxes_with_mail().await.unwrap().contains(&id(ME)));
+    assert_eq!(agent.heartbeat(3).await.unwrap(), HeartbeatOutcome::Skipped { status: Failed });
+    assert_eq!(probe.calls().len(), 1);
+
+    // New work from its supervisor: the held messages come with it, in order.
+    let content = serde_json::to_value(Assignment::Subtask { subtask: subtask("s2") }).unwrap();
+    let order = s.send(from_supervisor(), ME, MessageKind::TaskAssign, content).await;
+    assert_eq!(agent.heartbeat(4).await.unwrap(), HeartbeatOutcome::Processed { messages: 3 });
+    assert_eq!(probe.calls()[1].messages, [stranger, note, order]);
+    assert_eq!(agent.status(), Idle);
+    assert_eq!(s.bus.pending(&inbox(ME)).await.unwrap(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_agent_refuses_speak_peer_help_and_status_queries_at_once() {
+    use crate::protocol::{HelpRequest, HelpResponse, StatusReport, failed_refusal};
+    let s = Services::new().await;
+    let probe = Probe::default();
+    let mut agent = failed_agent(&s, &probe).await;
+    s.bus.register(&id("bottom-2")).await.unwrap();
+    let speak = serde_json::to_value(HelpRequest::Speak { message: "status?".into() }).unwrap();
+    let spoken = s.send(from_supervisor(), ME, MessageKind::PeerHelpRequest, speak).await;
+    let take = HelpRequest::TakeOverTask { subtask: Box::new(subtask("s9")) };
+    let take = serde_json::to_value(take).unwrap();
+    let asked = s.send(inbox("bottom-2"), ME, MessageKind::PeerHelpRequest, take).await;
+    let queried = one_message(&s).await;
+
+    assert_eq!(agent.heartbeat(2).await.unwrap(), HeartbeatOutcome::Skipped { status: Failed });
+
+    let refusal = failed_refusal(&id(ME));
+    assert_eq!(refusal, format!("agent {ME} has failed and cannot process messages"));
+    let to_supervisor = s.drain(&from_supervisor()).await;
+    let answers: Vec<(MessageKind, Option<MessageId>, serde_json::Value)> =
+        to_supervisor.iter().map(|m| (m.kind, m.correlation_id, m.content.clone())).collect();
+    assert_eq!(
+        answers,
+        [
+            (
+                MessageKind::PeerHelpResponse,
+                Some(spoken),
+                serde_json::to_value(HelpResponse::Refused { reason: refusal.clone() }).unwrap()
+            ),
+            (
+                MessageKind::StatusReport,
+                Some(queried),
+                serde_json::to_value(StatusReport::Refused { reason: refusal.clone() }).unwrap()
+            ),
+        ]
+    );
+    let to_peer = s.drain(&inbox("bottom-2")).await;
+    assert_eq!(to_peer.len(), 1);
+    assert_eq!(to_peer[0].correlation_id, Some(asked));
+    assert_eq!(
+        payload::<HelpResponse>(&to_peer[0]).unwrap(),
+        HelpResponse::Refused { reason: refusal.clone() }
+    );
+    // Each refusal is audited; the requests are answered and gone; the agent is still failed.
+    let denied = s.denied(ME).await;
+    assert_eq!(denied.len(), 3, "{denied:?}");
+    assert!(denied.iter().all(|(_, error)| *error == refusal), "{denied:?}");
+    assert_eq!(s.bus.pending(&inbox(ME)).await.unwrap(), 0);
+    assert_eq!(agent.status(), Failed);
+    assert_eq!(probe.calls().len(), 1, "the layer saw none of them");
+    // Answered once: nothing comes again.
+    assert_eq!(agent.heartbeat(3).await.unwrap(), HeartbeatOutcome::Skipped { status: Failed });
+    assert!(s.drain(&from_supervisor()).await.is_empty());
+}
+
+/// The retry records of `agent`: (attempt, class, heartbeat, wait, due).
+async fn retries(
+    s: &Services,
+    agent: &str,
+) -> Vec<(u32, agent_state::ErrorClass, u64, Option<u64>, Option<u64>)> {
+    s.events(agent)
+        .await
+        .into_iter()
+        .filter_map(|e| match e {
+            AuditEvent::Retry { attempt, class, heartbeat, wait_beats, due_heartbeat, .. } => {
+                Some((attempt, class, heartbeat, wait_beats, due_heartbeat))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_waits_for_a_later_heartbeat_1_2_4_beats_whatever_mail_arrives() {
+    use agent_state::ErrorClass::Transient;
+    let s = Services::new().await;
+    let probe = Probe::default();
+    let mut agent = s.agent(bottom_config().with_max_retries(3), &probe);
+    agent.initialize().await.unwrap();
+    probe.steps([Step::Transient; 4]);
+    one_message(&s).await;
+    let error = transient().to_string();
+
+    let mut outcomes = Vec::new();
+    for n in 1..=8 {
+        outcomes.push(agent.heartbeat(n).await.unwrap());
+        // Mail between two heartbeats wakes no attempt before it is due.
+        one_message(&s).await;
+        if let HeartbeatOutcome::Waiting { .. } = agent.wake().await.unwrap() {
+        } else if agent.status() != Failed {
+            panic!("a wake-up turn ran before the retry was due");
+        }
+    }
+
+    let retrying = |retry| HeartbeatOutcome::Retrying { retry, error: error.clone() };
+    assert_eq!(
+        outcomes,
+        [
+            retrying(1),
+            retrying(2),
+            HeartbeatOutcome::Waiting { due: 4 },
+            retrying(3),
+            HeartbeatOutcome::Waiting { due: 8 },
+            HeartbeatOutcome::Waiting { due: 8 },
+            HeartbeatOutcome::Waiting { due: 8 },
+            HeartbeatOutcome::Failed { error: error.clone() },
+        ]
+    );
+    assert_eq!(probe.calls().len(), 4, "one attempt per due heartbeat");
+    assert_eq!(
+        retries(&s, ME).await,
+        [
+            (1, Transient, 1, Some(1), Some(2)),
+            (2, Transient, 2, Some(2), Some(4)),
+            (3, Transient, 4, Some(4), Some(8)),
+            (4, Transient, 8, None, None),
+        ]
+    );
+    // Waiting, it answered the heartbeats; the failed attempts missed theirs.
+    let metrics = agent.ctx().metrics();
+    assert_eq!((metrics.heartbeats_responded, metrics.heartbeats_missed), (4, 4));
+    assert_eq!(agent.retry_due(), None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_permanent_error_is_audited_as_not_retried() {
+    let s = Services::new().await;
+    let probe = Probe::default();
+    let _agent = failed_agent(&s, &probe).await;
+
+    assert_eq!(retries(&s, ME).await, [(1, agent_state::ErrorClass::Permanent, 1, None, None)]);
 }
 
 #[tokio::test(start_paused = true)]

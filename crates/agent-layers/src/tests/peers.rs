@@ -258,7 +258,8 @@ async fn a_subtask_taken_over_from_a_peer_is_not_offered_again_and_its_failure_g
 
     let outcomes: Vec<HeartbeatOutcome> = {
         let mut outcomes = Vec::new();
-        for n in 1..=4 {
+        // Its retries are due 1, 2 and 4 heartbeats after each failure.
+        for n in [1, 2, 4, 8] {
             outcomes.push(agent.heartbeat(n).await.unwrap());
         }
         outcomes
