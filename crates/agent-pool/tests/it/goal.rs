@@ -918,3 +918,81 @@ async fn a_spawned_worker_of_a_role_with_a_kind_runs_its_task_as_a_run_of_the_ki
     );
     team.shutdown().await.unwrap();
 }
+
+/// Issue 31, item 2 on the goal-driven path: a worker whose model keeps failing retries at
+/// later heartbeats (1, 2, 4), then fails and reports to its lead; the lead's `speak_to_agent`
+/// to it fails at once with "agent writer-1 has failed and cannot process messages" (not after
+/// the 120 s reply limit), and the lead spawns a replacement that does the work.
+#[tokio::test(start_paused = true)]
+async fn a_failed_worker_refuses_speak_at_once_and_its_lead_spawns_a_replacement() {
+    fn script(request: &ReasoningRequest) -> ScriptedAnswer {
+        match request {
+            ReasoningRequest::Plan { .. } => ScriptedAnswer::Plan(docs_plan()),
+            ReasoningRequest::NextAction { agent, history, .. }
+                if agent.as_str().starts_with("docs_lead") =>
+            {
+                let spawn = || {
+                    call(
+                        SPAWN_AGENT,
+                        json!({"role_name": "writer", "task_prompt": "write README.md for add.sh"}),
+                    )
+                };
+                match (
+                    count(history, SPAWN_AGENT),
+                    results_in(history),
+                    count(history, SPEAK_TO_AGENT),
+                ) {
+                    (0, _, _) => spawn(),
+                    (1, 0, _) => finish("waiting for the writer"),
+                    (1, _, 0) => {
+                        call(SPEAK_TO_AGENT, json!({"agent_id": "writer-1", "message": "status?"}))
+                    }
+                    (1, _, _) => spawn(),
+                    (2, r, _) if r < 2 => finish("waiting for the replacement"),
+                    _ => finish("README written"),
+                }
+            }
+            ReasoningRequest::NextAction { agent, .. } if agent.as_str() == "writer-1" => {
+                ScriptedAnswer::Fail(agent_core::ReasonError::BadQuestion(
+                    "the model is down".into(),
+                ))
+            }
+            ReasoningRequest::NextAction { subtask, history, .. } => {
+                worker(&subtask.step.description, history)
+            }
+            _ => ScriptedAnswer::Fallback,
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (services, scripted) = scripted_services(dir.path(), script);
+    let team = Team::start(goal_team(roles()), services.clone()).await.unwrap();
+    team.submit(Task::goal("t", "docs")).await.unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(3600), team.wait("t")).await.unwrap();
+    assert!(outcome.is_success(), "{outcome:?}");
+
+    let refusal = "agent writer-1 has failed and cannot process messages";
+    let told = scripted.requests().into_iter().any(|r| matches!(r,
+        ReasoningRequest::NextAction { agent, history, .. }
+            if agent.as_str() == "docs_lead-1"
+                && history.iter().any(|h| h.call.tool == SPEAK_TO_AGENT && !h.success && h.output.contains(refusal))
+                && !history.iter().any(|h| h.output.contains("did not answer within"))));
+    assert!(told, "the lead's speak_to_agent failed with the refusal, not the reply limit");
+    let records = audit(&services).await;
+    let waits: Vec<Option<u64>> = records
+        .iter()
+        .filter(|r| r.agent.as_str() == "writer-1")
+        .filter_map(|r| match &r.event {
+            AuditEvent::Retry { wait_beats, .. } => Some(*wait_beats),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(waits, [Some(1), Some(2), Some(4), None], "writer-1's attempts");
+    assert!(records.iter().any(|r| r.agent.as_str() == "writer-1"
+        && matches!(&r.event, AuditEvent::Denied { error, .. } if error == refusal)));
+    let spawns = spawned(&records);
+    assert!(
+        spawns.iter().any(|(by, agent, _)| by == "docs_lead-1" && agent == "writer-2"),
+        "{spawns:?}"
+    );
+    team.shutdown().await.unwrap();
+}
