@@ -425,6 +425,11 @@ pub(crate) fn event_line(r: &AuditRecord, start: u64) -> String {
         AuditEvent::TimedOut { what, limit_ms, .. } => {
             format!("TIMED OUT: {what} (limit {limit_ms} ms)")
         }
+        AuditEvent::SoftTimeout { what, soft_ms, hard_ms, .. } => {
+            format!(
+                "SOFT TIMEOUT: {what} still running after {soft_ms} ms (hard limit {hard_ms} ms)"
+            )
+        }
         AuditEvent::ToolOutcomeUnknown { tool, reason, cancelled, .. } => format!(
             "OUTCOME UNKNOWN: {tool}: {reason}{}; not sent again, needs a decision",
             if *cancelled { "; cancelled" } else { "" }

@@ -807,8 +807,10 @@ impl AgentContext {
                 state.begin_tool(&key).await?;
             }
         }
+        let result = self.deps.tools.call_journaled(&self.deps.workspace, &call.tool, args, &key);
+        let supervisor = self.config.supervisor.as_ref();
         let result =
-            self.deps.tools.call_journaled(&self.deps.workspace, &call.tool, args, &key).await;
+            crate::timed::tool_call(&self.deps, self.id(), supervisor, &call.tool, result).await;
         let (success, summary) = match &result {
             Ok(out) => (out.success, shorten(&out.output)),
             Err(e) => (false, shorten(&e.to_string())),
@@ -999,7 +1001,10 @@ impl AgentContext {
         self.require_tool(&call.tool).await?;
         let (call, args) = self.prepare_call(call).await?;
         let call = &call;
-        let result = self.deps.tools.call(&self.deps.workspace, &call.tool, args).await;
+        let result = self.deps.tools.call(&self.deps.workspace, &call.tool, args);
+        let supervisor = self.config.supervisor.as_ref();
+        let result =
+            crate::timed::tool_call(&self.deps, self.id(), supervisor, &call.tool, result).await;
         let (success, summary) = match &result {
             Ok(out) => (out.success, shorten(&out.output)),
             Err(e) => (false, shorten(&e.to_string())),
@@ -1365,6 +1370,10 @@ impl Agent {
         let board = self.ctx.read_board(&BoardId::Agent(self.id().clone())).await?;
         let after_ms = self.ctx.config.timeout_ms;
         let timeout = Duration::from_millis(after_ms);
+        // The turn's soft limit: told once (audited, the supervisor warned), the turn goes on.
+        let mut soft_ms = agent_state::soft_limit(after_ms, self.ctx.deps.timeouts.turn_soft_ms);
+        let soft_notice =
+            (self.ctx.deps.clone(), self.id().clone(), self.ctx.config.supervisor.clone());
         let in_flight = self
             .ctx
             .effect_in_flight
@@ -1381,13 +1390,28 @@ impl Agent {
             // Past the deadline while a side-effecting call runs: when to look again.
             let mut effect_poll: Option<tokio::time::Instant> = None;
             loop {
-                let deadline = clock.deadline().map(|d| effect_poll.map_or(d, |p| p.max(d)));
+                let hard_at = clock.deadline();
+                let deadline = hard_at.map(|d| effect_poll.map_or(d, |p| p.max(d)));
+                // The soft deadline moves with the hard one (untimed sections do not count).
+                let soft_at = soft_ms.zip(hard_at).map(|(soft, hard)| {
+                    hard - Duration::from_millis(after_ms.saturating_sub(soft))
+                });
                 tokio::select! {
                     // In order: the work first, so a turn that ends at its deadline is kept
                     // (and a simulation does not depend on tokio's random branch choice).
                     biased;
                     result = &mut work => break Some(result),
                     () = clock.changed() => {}
+                    () = crate::offclock::sleep_until_some(soft_at), if soft_ms.is_some() => {
+                        let soft = crate::timed::SoftTimeout {
+                            limit: agent_state::Limit::Turn,
+                            what: "heartbeat turn".into(),
+                            soft_ms: soft_ms.take().unwrap_or_default(),
+                            hard_ms: after_ms,
+                        };
+                        let (deps, id, supervisor) = &soft_notice;
+                        crate::timed::soft_timeout(deps, id, supervisor.as_ref(), soft).await;
+                    }
                     () = crate::offclock::sleep_until_some(deadline) => {
                         // A side-effecting call is never cut short: its outcome must be
                         // recorded. It is bounded by its own timeout (at most the tool limit);

@@ -128,6 +128,19 @@ pub enum AuditEvent {
         /// The limit, in milliseconds.
         limit_ms: u64,
     },
+    /// A tool call, a heartbeat turn or a task passed its soft limit (`[timeouts]
+    /// tool_soft_ms`, `turn_soft_ms`, `task_soft_ms`): it goes on to its hard limit, and the
+    /// supervisor was warned. Audited once per call, turn or task.
+    SoftTimeout {
+        /// Which limit.
+        limit: agent_state::Limit,
+        /// What is slow, in words (`tool call `shell``, `heartbeat turn`, `task `t1``).
+        what: String,
+        /// The soft limit passed, in milliseconds.
+        soft_ms: u64,
+        /// The hard limit it still runs under, in milliseconds.
+        hard_ms: u64,
+    },
     /// A call of a tool that is neither read-only nor idempotent whose outcome cannot be known:
     /// it ran past the tool limit while it may still be running where it is served (its
     /// request was cancelled, for an MCP tool through the protocol), or a crash interrupted it

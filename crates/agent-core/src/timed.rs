@@ -4,20 +4,135 @@
 //! it as [`AuditEvent::TimedOut`] and fails it with [`ReasonError::TimedOut`] (transient: the
 //! heartbeat that made it is retried). Time the call spends in [`untimed`](crate::untimed)
 //! sections (the LLM reasoner's wait for a budget decision) does not count.
+//!
+//! Soft limits (`[timeouts] tool_soft_ms`, `turn_soft_ms`): a tool call or a heartbeat turn
+//! still running at its soft limit goes on to its hard limit as before, but [`soft_timeout`]
+//! tells once: a tracing warning, an [`AuditEvent::SoftTimeout`] and a `warning` message from
+//! `system` to the agent's supervisor (`system` for an agent without one).
+//! [`with_soft_limit`] runs a call under its soft limit. Which limit is in force is
+//! [`agent_state::soft_limit`].
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_state::{AgentId, Limit, RoleBook, Subtask, SubtaskResult, Task, WorkPackage};
+use agent_state::{
+    Address, AgentId, Limit, Message, MessageKind, RoleBook, Subtask, SubtaskResult, Task,
+    WorkPackage,
+};
 use async_trait::async_trait;
 
+use crate::agent::AgentDeps;
 use crate::audit::{AuditEvent, AuditLog};
 use crate::clock::Clock;
+use crate::protocol::Warning;
 use crate::reasoner::{
     Candidate, Conflict, Judgement, NextAction, Persona, Placement, Plan, ReasonError, Reasoner,
     ToolCallRecord, Verdict,
 };
+
+/// What passed its soft limit, and whom to tell.
+#[derive(Clone, Debug)]
+pub(crate) struct SoftTimeout {
+    /// Which limit.
+    pub(crate) limit: Limit,
+    /// What is slow, in words.
+    pub(crate) what: String,
+    /// The soft limit passed.
+    pub(crate) soft_ms: u64,
+    /// The hard limit it still runs under.
+    pub(crate) hard_ms: u64,
+}
+
+/// Tells that `agent`'s work passed its soft limit: a tracing warning, an
+/// [`AuditEvent::SoftTimeout`] and a `warning` from `system` to `supervisor` (or to `system`
+/// for an agent without one). The work goes on: a record or a message that cannot be written
+/// is logged, not failed.
+pub(crate) async fn soft_timeout(
+    deps: &AgentDeps,
+    agent: &AgentId,
+    supervisor: Option<&AgentId>,
+    soft: SoftTimeout,
+) {
+    let SoftTimeout { limit, what, soft_ms, hard_ms } = soft;
+    tracing::warn!(agent = %agent, %limit, what = %what, soft_ms, hard_ms, "past its soft time limit; still running");
+    let now = deps.clock.now();
+    let reason = format!(
+        "{what} has run {soft_ms} ms, past its soft limit (`[timeouts] {key}`); still running, \
+         stopped at {hard_ms} ms",
+        key = limit.soft_key().unwrap_or_default()
+    );
+    let event = AuditEvent::SoftTimeout { limit, what, soft_ms, hard_ms };
+    if let Err(error) = deps.audit.append(agent, now, event).await {
+        tracing::warn!(agent = %agent, %error, "could not audit a soft timeout");
+    }
+    let to = supervisor.map_or(Address::System, |s| Address::Agent(s.clone()));
+    let content = match serde_json::to_value(Warning { about: agent.clone(), reason }) {
+        Ok(content) => content,
+        Err(error) => {
+            tracing::warn!(agent = %agent, %error, "cannot encode a soft timeout warning");
+            return;
+        }
+    };
+    let message = Message::new(
+        deps.clock.message_id(),
+        Address::System,
+        to,
+        MessageKind::Warning,
+        content,
+        now,
+    );
+    if let Err(error) = deps.bus.send(message).await {
+        tracing::warn!(agent = %agent, %error, "cannot warn the supervisor of a soft timeout");
+    }
+}
+
+/// Runs `work`; if it is still running after `soft` (on tokio's clock), runs `on_soft` beside
+/// it, once. `work` is never cut: its own hard limit bounds it.
+pub(crate) async fn with_soft_limit<T, N>(
+    work: impl Future<Output = T>,
+    soft: Option<Duration>,
+    on_soft: impl FnOnce() -> N,
+) -> T
+where
+    N: Future<Output = ()>,
+{
+    let Some(soft) = soft else {
+        return work.await;
+    };
+    tokio::pin!(work);
+    tokio::select! {
+        // The work first, so a call that ends at its soft limit is not reported.
+        biased;
+        out = &mut work => return out,
+        () = tokio::time::sleep(soft) => {}
+    }
+    let (out, ()) = tokio::join!(work, on_soft());
+    out
+}
+
+/// `work`, a call of `tool` by `agent`, under the tool call's soft limit: the team's
+/// `tool_soft_ms` against the workspace's tool limit ([`agent_state::soft_limit`]).
+pub(crate) async fn tool_call<T>(
+    deps: &AgentDeps,
+    agent: &AgentId,
+    supervisor: Option<&AgentId>,
+    tool: &str,
+    work: impl Future<Output = T>,
+) -> T {
+    let hard_ms = u64::try_from(deps.workspace.tool_timeout().as_millis()).unwrap_or(u64::MAX);
+    let soft_ms = agent_state::soft_limit(hard_ms, deps.timeouts.tool_soft_ms);
+    with_soft_limit(work, soft_ms.map(Duration::from_millis), || {
+        let soft = SoftTimeout {
+            limit: Limit::Tool,
+            what: format!("tool call `{tool}`"),
+            soft_ms: soft_ms.unwrap_or_default(),
+            hard_ms,
+        };
+        soft_timeout(deps, agent, supervisor, soft)
+    })
+    .await
+}
 
 /// A reasoner whose every call is bounded by a time limit; a call past it is audited for
 /// `agent` and fails with [`ReasonError::TimedOut`].

@@ -332,6 +332,9 @@ pub enum TeamError {
     /// A time limit of the team is zero or absurdly large.
     #[error("team time limits: {0}")]
     Timeouts(#[from] agent_state::LimitError),
+    /// A soft time limit not below its hard one.
+    #[error("[timeouts] {0}")]
+    SoftTimeouts(#[from] agent_state::SoftLimitError),
     /// The spec's role does not match the configuration's layer.
     #[error("agent `{agent}`: its role is for the {role} layer but `layer` says {layer}")]
     LayerMismatch {
@@ -781,8 +784,10 @@ impl Team {
         let submitted = Mutex::new(known.keys().cloned().collect());
         let deadlines = Arc::new(TaskDeadlines::new(
             spec.timeouts.task_ms,
+            spec.timeouts.soft(agent_state::Limit::Task),
             proposer.clone(),
             services.clock.clone(),
+            services.audit.clone(),
         ));
         let (outcome_tx, outcomes) = watch::channel(known);
         let (stop_tx, stop_rx) = watch::channel(false);
@@ -1287,6 +1292,7 @@ async fn drain_system(
 /// Checks the whole team and returns each agent's configuration with subordinates filled in.
 pub fn validate(spec: &TeamSpec, services: &TeamServices) -> Result<Vec<AgentConfig>, TeamError> {
     spec.timeouts.check()?;
+    spec.timeouts.check_soft()?;
     if spec.agents.len() > spec.max_agents {
         return Err(TeamError::TooManyAgents { count: spec.agents.len(), max: spec.max_agents });
     }

@@ -98,6 +98,7 @@ pub use task::{
 };
 pub use timeouts::{
     DEFAULT_REASONING_MS, DEFAULT_SUBTASK_MS, DEFAULT_TASK_MS, DEFAULT_TOOL_MS, DEFAULT_TURN_MS,
-    Limit, LimitError, MAX_LIMIT_MS, Timeouts, check_limit,
+    Limit, LimitError, LimitPhase, MAX_LIMIT_MS, SOFT_LIMIT_PERCENT, SoftLimitError, Timeouts,
+    check_limit, check_soft, default_soft_ms, limit_phase, soft_limit,
 };
 pub use version::{DecodeError, EncodeError, Stored, Versioned, decode, encode};

@@ -3,6 +3,13 @@
 //! check that refuses a zero or absurd value. Pure data: the runtime measures them on its
 //! clock and reports a limit hit as [`TaskFailure::TimedOut`](crate::TaskFailure) (a subtask or
 //! a task) or an error of the call (a tool call, a reasoning call, a turn).
+//!
+//! **Soft limits.** A tool call, a heartbeat turn and a task also have a soft limit
+//! (`tool_soft_ms`, `turn_soft_ms`, `task_soft_ms`), as the executor's runs have (seed 002):
+//! past it the work goes on, but the runtime audits it (`SoftTimeout`) and tells the
+//! supervisor; the hard limit is unchanged. Left out, a soft limit is half its hard limit
+//! ([`SOFT_LIMIT_PERCENT`]); one that is not below its hard limit is refused
+//! ([`SoftLimitError`]). [`soft_limit`] and [`limit_phase`] are the pure decisions.
 
 use std::fmt;
 
@@ -27,6 +34,9 @@ pub const DEFAULT_TASK_MS: u64 = 7_200_000;
 /// The longest any limit may be: 7 days. A larger value is refused as a mistake (a limit
 /// nobody would wait for is no limit).
 pub const MAX_LIMIT_MS: u64 = 7 * 24 * 3_600_000;
+
+/// A soft limit left out is this share of its hard limit, in percent: half.
+pub const SOFT_LIMIT_PERCENT: u64 = 50;
 
 /// Which of the five limits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -57,6 +67,22 @@ impl Limit {
             Limit::Turn => "turn_ms",
             Limit::Subtask => "subtask_ms",
             Limit::Task => "task_ms",
+        }
+    }
+
+    /// Whether it has a soft limit: a tool call, a heartbeat turn and a task do.
+    pub fn has_soft(self) -> bool {
+        matches!(self, Limit::Tool | Limit::Turn | Limit::Task)
+    }
+
+    /// The key of its soft limit in a team file's `[timeouts]` table, such as `tool_soft_ms`;
+    /// `None` for a limit without one.
+    pub fn soft_key(self) -> Option<&'static str> {
+        match self {
+            Limit::Tool => Some("tool_soft_ms"),
+            Limit::Turn => Some("turn_soft_ms"),
+            Limit::Task => Some("task_soft_ms"),
+            Limit::Reasoning | Limit::Subtask => None,
         }
     }
 
@@ -100,6 +126,76 @@ pub struct LimitError {
     pub value: u64,
 }
 
+/// A soft limit that cannot work: zero, not below its hard limit, or given for a limit
+/// without one.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum SoftLimitError {
+    /// Not from 1 ms to below the hard limit.
+    #[error(
+        "`{soft_key}` = {value} must be below `{hard_key}` ({hard} ms) and at least 1; a soft \
+         limit is when the supervisor is told that the work is slow (leave it out for half \
+         the hard limit, {half})",
+        soft_key = .limit.soft_key().unwrap_or("soft limit"),
+        hard_key = .limit.key(),
+        half = default_soft_ms(*.hard).unwrap_or(0)
+    )]
+    NotBelowHard {
+        /// Which limit.
+        limit: Limit,
+        /// The soft value refused.
+        value: u64,
+        /// Its hard limit.
+        hard: u64,
+    },
+    /// The limit has no soft limit.
+    #[error("the {limit} limit has no soft limit")]
+    NoSoftLimit {
+        /// Which limit.
+        limit: Limit,
+    },
+}
+
+/// The soft limit of `hard_ms` when none is given: [`SOFT_LIMIT_PERCENT`] of it, `None` when
+/// that is under 1 ms.
+pub fn default_soft_ms(hard_ms: u64) -> Option<u64> {
+    let soft = u64::try_from(u128::from(hard_ms) * u128::from(SOFT_LIMIT_PERCENT) / 100)
+        .unwrap_or(u64::MAX);
+    (soft >= 1 && soft < hard_ms).then_some(soft)
+}
+
+/// The soft limit in force for a hard limit of `hard_ms` and the soft value given, if any: the
+/// given one when it is from 1 ms to below the hard limit, else (none given, or one that
+/// does not fit this hard limit, such as the team's `turn_soft_ms` for an agent with a
+/// shorter own `timeout_ms`) the default, [`default_soft_ms`].
+pub fn soft_limit(hard_ms: u64, given: Option<u64>) -> Option<u64> {
+    match given {
+        Some(soft) if soft >= 1 && soft < hard_ms => Some(soft),
+        _ => default_soft_ms(hard_ms),
+    }
+}
+
+/// Where a piece of work stands against its limits after `elapsed_ms`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum LimitPhase {
+    /// Under the soft limit (or no soft limit, under the hard one).
+    Within,
+    /// At or past the soft limit, under the hard one: tell the supervisor, go on.
+    Soft,
+    /// At or past the hard limit: stop.
+    Hard,
+}
+
+/// Which limits `elapsed_ms` has reached: the hard one (`hard_ms`) wins over the soft one.
+pub fn limit_phase(elapsed_ms: u64, soft_ms: Option<u64>, hard_ms: u64) -> LimitPhase {
+    if elapsed_ms >= hard_ms {
+        LimitPhase::Hard
+    } else if soft_ms.is_some_and(|soft| elapsed_ms >= soft) {
+        LimitPhase::Soft
+    } else {
+        LimitPhase::Within
+    }
+}
+
 /// A team's time limits, in milliseconds (see [`Limit`] for what each bounds).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
@@ -114,6 +210,18 @@ pub struct Timeouts {
     pub subtask_ms: u64,
     /// Longest task, from its submission ([`DEFAULT_TASK_MS`]).
     pub task_ms: u64,
+    /// Soft limit of a tool call: when its agent's supervisor is told the call is slow
+    /// (`None`: half of `tool_ms`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_soft_ms: Option<u64>,
+    /// Soft limit of a heartbeat turn (`None`, or not below an agent's own `timeout_ms`:
+    /// half of the agent's turn limit).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub turn_soft_ms: Option<u64>,
+    /// Soft limit of a task, from its submission: when `system` (the run's output) is told
+    /// (`None`: half of `task_ms`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub task_soft_ms: Option<u64>,
 }
 
 impl Default for Timeouts {
@@ -124,6 +232,9 @@ impl Default for Timeouts {
             turn_ms: DEFAULT_TURN_MS,
             subtask_ms: DEFAULT_SUBTASK_MS,
             task_ms: DEFAULT_TASK_MS,
+            tool_soft_ms: None,
+            turn_soft_ms: None,
+            task_soft_ms: None,
         }
     }
 }
@@ -155,13 +266,62 @@ impl Timeouts {
     }
 
     /// Checks every limit: each from 1 ms to [`MAX_LIMIT_MS`]; the first one out of range is
-    /// the error.
+    /// the error. (The soft limits: [`check_soft`](Self::check_soft).)
     pub fn check(&self) -> Result<(), LimitError> {
         Limit::ALL.into_iter().try_for_each(|limit| check_limit(limit, self.get(limit)))
+    }
+
+    /// The soft value given for `limit`, if any (`None` too for a limit without one).
+    pub fn soft_given(&self, limit: Limit) -> Option<u64> {
+        match limit {
+            Limit::Tool => self.tool_soft_ms,
+            Limit::Turn => self.turn_soft_ms,
+            Limit::Task => self.task_soft_ms,
+            Limit::Reasoning | Limit::Subtask => None,
+        }
+    }
+
+    /// The soft limit in force for `limit` against the team's hard value ([`soft_limit`]);
+    /// `None` for a limit without one.
+    pub fn soft(&self, limit: Limit) -> Option<u64> {
+        limit.has_soft().then(|| soft_limit(self.get(limit), self.soft_given(limit))).flatten()
+    }
+
+    /// Sets the soft limit of `limit` to `ms` after checking it against the hard limit set
+    /// now (set the hard one first); unchanged on error.
+    pub fn set_soft(&mut self, limit: Limit, ms: u64) -> Result<(), SoftLimitError> {
+        check_soft(limit, ms, self.get(limit))?;
+        let slot = match limit {
+            Limit::Tool => &mut self.tool_soft_ms,
+            Limit::Turn => &mut self.turn_soft_ms,
+            Limit::Task => &mut self.task_soft_ms,
+            Limit::Reasoning | Limit::Subtask => return Err(SoftLimitError::NoSoftLimit { limit }),
+        };
+        *slot = Some(ms);
+        Ok(())
+    }
+
+    /// Checks every soft limit given: each from 1 ms to below its hard limit.
+    pub fn check_soft(&self) -> Result<(), SoftLimitError> {
+        Limit::ALL.into_iter().try_for_each(|limit| match self.soft_given(limit) {
+            Some(ms) => check_soft(limit, ms, self.get(limit)),
+            None => Ok(()),
+        })
     }
 }
 
 /// Checks one limit's value: from 1 ms to [`MAX_LIMIT_MS`].
 pub fn check_limit(limit: Limit, ms: u64) -> Result<(), LimitError> {
     if ms == 0 || ms > MAX_LIMIT_MS { Err(LimitError { limit, value: ms }) } else { Ok(()) }
+}
+
+/// Checks one soft limit's value: from 1 ms to below `hard_ms`, for a limit that has one.
+pub fn check_soft(limit: Limit, ms: u64, hard_ms: u64) -> Result<(), SoftLimitError> {
+    if !limit.has_soft() {
+        return Err(SoftLimitError::NoSoftLimit { limit });
+    }
+    if ms == 0 || ms >= hard_ms {
+        return Err(SoftLimitError::NotBelowHard { limit, value: ms, hard: hard_ms });
+    }
+    Ok(())
 }

@@ -152,6 +152,9 @@
 //! subtask_ms = 1800000      # one step's tool loop on its agent, from its start, across
 //!                           # heartbeats; default 1800000 (30 min)
 //! task_ms = 7200000         # one task, from its submission; default 7200000 (2 h)
+//! tool_soft_ms = 300000     # soft limits: past one the work goes on, but a `soft_timeout` is
+//! turn_soft_ms = 15000      # audited and the supervisor warned (a task's: the run's output);
+//! task_soft_ms = 3600000    # each optional, below its hard limit; default half of it
 //!
 //! [guards]                  # runs that go nowhere; each optional
 //! repeat_limit = 3          # the same call (tool and arguments) this many times in a row by
@@ -362,6 +365,15 @@
 //! runs past `subtask_ms` and a task open past `task_ms` end the task with the failure
 //! `timed_out` (naming the limit), not retried nor reassigned. A turn never cuts a
 //! side-effecting tool call short: `tool_ms` bounds it.
+//!
+//! Soft limits (`tool_soft_ms`, `turn_soft_ms`, `task_soft_ms`, seed 002's soft timeout for
+//! the tool calls, turns and tasks of a team): a tool call, a heartbeat turn or a task still
+//! running at its soft limit goes on to its hard limit unchanged, but is audited once as
+//! `soft_timeout` and the supervisor gets a `warning` message (a tool call's or a turn's: the
+//! agent's supervisor, `system` for a top power; a task's: `system`, shown in the run's
+//! output). Each left out is half its hard limit; one given must be from 1 ms to below its
+//! hard limit (refused at the value otherwise). An agent's own `timeout_ms` keeps
+//! `turn_soft_ms` when that is below it, else half of it.
 //!
 //! MCP tools (`[[mcp_servers]]`): [`mcp_servers`] reads the declarations alone, so that a
 //! program starts the servers and registers their tools (the `agent-mcp` crate) before

@@ -281,6 +281,12 @@ pub(crate) struct RawTimeouts {
     pub(crate) subtask_ms: Option<Spanned<u64>>,
     #[serde(default)]
     pub(crate) task_ms: Option<Spanned<u64>>,
+    #[serde(default)]
+    pub(crate) tool_soft_ms: Option<Spanned<u64>>,
+    #[serde(default)]
+    pub(crate) turn_soft_ms: Option<Spanned<u64>>,
+    #[serde(default)]
+    pub(crate) task_soft_ms: Option<Spanned<u64>>,
 }
 
 /// `[approvals]`: the humans who may sign, and whether plans need one of them.

@@ -1248,6 +1248,23 @@ fn timeouts(src: &Source<'_>, raw: &RawTimeouts) -> Result<Timeouts, FileError> 
             })?;
         }
     }
+    // The soft limits after every hard one, each checked against its own hard limit.
+    for (value, limit) in [
+        (&raw.tool_soft_ms, Limit::Tool),
+        (&raw.turn_soft_ms, Limit::Turn),
+        (&raw.task_soft_ms, Limit::Task),
+    ] {
+        if let Some(v) = value {
+            timeouts.set_soft(limit, *v.get_ref()).map_err(|e| {
+                let key = limit.soft_key().unwrap_or_default();
+                let span = src
+                    .locate(&[Seg::Key("timeouts"), Seg::Key(key)])
+                    .filter(|_| v.span().is_empty())
+                    .unwrap_or_else(|| v.span());
+                src.error(span, format!("[timeouts] {e}"))
+            })?;
+        }
+    }
     Ok(timeouts)
 }
 

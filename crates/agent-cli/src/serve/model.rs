@@ -447,6 +447,7 @@ impl RunModel {
             | AuditEvent::Retry { .. }
             | AuditEvent::MissedHeartbeat { .. }
             | AuditEvent::TimedOut { .. }
+            | AuditEvent::SoftTimeout { .. }
             | AuditEvent::ToolOutcomeUnknown { .. }
             | AuditEvent::Stuck { .. }
             | AuditEvent::RunInputs { .. }

@@ -33,6 +33,7 @@ mod partition;
 mod sandbox;
 mod secrets;
 mod serve;
+mod softtimeout;
 mod spawn_views;
 mod storage;
 mod support;

@@ -323,3 +323,197 @@ async fn a_shell_call_asking_for_more_than_the_tool_limit_gets_the_limit() {
         "{error:?}"
     );
 }
+
+/// A tool that takes `ms` on tokio's clock, then succeeds.
+struct Slow {
+    ms: u64,
+    schema: Value,
+}
+
+#[async_trait]
+impl Tool for Slow {
+    fn name(&self) -> &str {
+        "slow"
+    }
+
+    fn description(&self) -> &str {
+        "takes its time"
+    }
+
+    fn schema(&self) -> &Value {
+        &self.schema
+    }
+
+    fn has_side_effects(&self) -> bool {
+        false
+    }
+
+    async fn call(&self, _ctx: &ToolContext, _args: Value) -> Result<ToolOutput, ToolError> {
+        tokio::time::sleep(Duration::from_millis(self.ms)).await;
+        Ok(ToolOutput { success: true, output: "done".into(), data: Value::Null })
+    }
+}
+
+/// `agent`'s audited soft timeouts as (limit, what, soft_ms, hard_ms).
+async fn soft_timeouts(s: &Services, agent: &str) -> Vec<(Limit, String, u64, u64)> {
+    s.events(agent)
+        .await
+        .into_iter()
+        .filter_map(|e| match e {
+            AuditEvent::SoftTimeout { limit, what, soft_ms, hard_ms } => {
+                Some((limit, what, soft_ms, hard_ms))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// The warnings `system` sent to `to`, as (about, reason).
+async fn warnings(s: &Services, to: &Address) -> Vec<(AgentId, String)> {
+    s.drain(to)
+        .await
+        .into_iter()
+        .filter(|m| m.kind == MessageKind::Warning && m.from == Address::System)
+        .map(|m| {
+            let w: crate::protocol::Warning = serde_json::from_value(m.content).unwrap();
+            (w.about, w.reason)
+        })
+        .collect()
+}
+
+/// `s`'s services with the tool `slow` (taking `ms`), a tool limit of 2 s and `timeouts`.
+fn with_slow(s: &Services, ms: u64, timeouts: Timeouts) -> Arc<AgentDeps> {
+    let mut tools = ToolRegistry::with_builtins();
+    tools.register(Arc::new(Slow { ms, schema: json!({ "type": "object" }) })).unwrap();
+    tools.register(Arc::new(Hang::new("hang", false))).unwrap();
+    let workspace =
+        s.deps.workspace.as_ref().clone().with_tool_timeout(Duration::from_millis(2_000));
+    Arc::new(AgentDeps {
+        tools: Arc::new(tools),
+        workspace: Arc::new(workspace),
+        timeouts,
+        ..(*s.deps).clone()
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tool_call_past_its_soft_limit_is_audited_and_the_supervisor_warned_but_runs_on() {
+    let s = Services::new().await;
+    let timeouts = Timeouts { tool_soft_ms: Some(500), ..Timeouts::default() };
+    let mut agent = ready(with_slow(&s, 1_200, timeouts), bottom_config()).await;
+    let started = s.now();
+
+    let call = ToolCall { tool: "slow".into(), args: json!({}) };
+    let output = agent.ctx_mut().call_tool(&call).await.unwrap();
+
+    assert!(output.success, "the call ran to its end");
+    assert_eq!(s.now(), Timestamp(started.0 + 1_200), "not cut at the soft limit");
+    assert_eq!(soft_timeouts(&s, ME).await, [(Limit::Tool, "tool call `slow`".into(), 500, 2_000)]);
+    assert_eq!(timed_out(&s, ME).await, [], "no hard timeout");
+    let told = warnings(&s, &inbox(SUPERVISOR)).await;
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert_eq!(told[0].0, id(ME));
+    assert!(told[0].1.contains("tool call `slow` has run 500 ms"), "{}", told[0].1);
+    assert!(told[0].1.contains("`[timeouts] tool_soft_ms`"), "{}", told[0].1);
+    assert_eq!(tool_calls(&s, ME).await.len(), 1);
+    assert_eq!(s.chain().await, [(id(ME), Idle)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tool_call_within_its_soft_limit_tells_nobody() {
+    let s = Services::new().await;
+    // Left out, the soft limit is half the hard one: 1 s.
+    let mut agent = ready(with_slow(&s, 1_000, Timeouts::default()), bottom_config()).await;
+
+    let call = ToolCall { tool: "slow".into(), args: json!({}) };
+    assert!(agent.ctx_mut().call_tool(&call).await.unwrap().success);
+
+    assert_eq!(soft_timeouts(&s, ME).await, [], "a call ending at its soft limit is not slow");
+    assert_eq!(warnings(&s, &inbox(SUPERVISOR)).await, []);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_hard_tool_limit_is_unchanged_after_the_soft_one() {
+    let s = Services::new().await;
+    let mut agent = ready(with_slow(&s, 0, Timeouts::default()), bottom_config()).await;
+    let started = s.now();
+
+    let call = ToolCall { tool: "hang".into(), args: json!({}) };
+    let error = agent.ctx_mut().call_tool(&call).await.unwrap_err();
+
+    assert!(matches!(error, AgentError::Tool(ToolError::Timeout { after_ms: 2_000, .. })));
+    assert_eq!(s.now(), Timestamp(started.0 + 2_000), "cut at the hard limit");
+    assert_eq!(
+        soft_timeouts(&s, ME).await,
+        [(Limit::Tool, "tool call `hang`".into(), 1_000, 2_000)]
+    );
+    assert_eq!(warnings(&s, &inbox(SUPERVISOR)).await.len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_turn_past_its_soft_limit_is_audited_and_the_supervisor_warned_but_finishes() {
+    let s = Services::new().await;
+    let probe = Probe::default();
+    let mut agent = s.agent(bottom_config().with_timeout_ms(1_500), &probe);
+    agent.initialize().await.unwrap();
+    probe.steps([Step::Sleep(Duration::from_millis(1_000))]);
+    s.send(inbox(SUPERVISOR), ME, MessageKind::StatusQuery, json!({})).await;
+
+    let outcome = agent.heartbeat(1).await.unwrap();
+
+    assert_eq!(outcome, HeartbeatOutcome::Processed { messages: 1 }, "the turn went on");
+    assert_eq!(soft_timeouts(&s, ME).await, [(Limit::Turn, "heartbeat turn".into(), 750, 1_500)]);
+    assert_eq!(timed_out(&s, ME).await, []);
+    let told = warnings(&s, &inbox(SUPERVISOR)).await;
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert!(told[0].1.contains("heartbeat turn has run 750 ms"), "{}", told[0].1);
+    assert!(told[0].1.contains("stopped at 1500 ms"), "{}", told[0].1);
+    assert_eq!(s.chain().await, [(id(ME), Idle)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_turn_soft_limit_of_the_team_applies_and_a_top_power_tells_system() {
+    let s = Services::new().await;
+    let probe = Probe::default();
+    let deps = Arc::new(AgentDeps {
+        timeouts: Timeouts { turn_soft_ms: Some(200), ..Timeouts::default() },
+        ..(*s.deps).clone()
+    });
+    let mut agent = Agent::new(
+        top_config("top-a").with_timeout_ms(1_500),
+        Box::new(TestBehavior(probe.clone())),
+        deps,
+    )
+    .unwrap();
+    agent.initialize().await.unwrap();
+    probe.steps([Step::Sleep(Duration::from_millis(300))]);
+    s.send(Address::System, "top-a", MessageKind::StatusQuery, json!({})).await;
+
+    assert_eq!(agent.heartbeat(1).await.unwrap(), HeartbeatOutcome::Processed { messages: 1 });
+
+    assert_eq!(
+        soft_timeouts(&s, "top-a").await,
+        [(Limit::Turn, "heartbeat turn".into(), 200, 1_500)]
+    );
+    let told = warnings(&s, &Address::System).await;
+    assert_eq!(told.len(), 1, "no supervisor: system is told: {told:?}");
+    assert_eq!(told[0].0, id("top-a"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_turn_past_its_hard_limit_is_still_cut_after_its_soft_one() {
+    let s = Services::new().await;
+    let probe = Probe::default();
+    let mut agent = s.agent(bottom_config().with_timeout_ms(1_500), &probe);
+    agent.initialize().await.unwrap();
+    probe.steps([Step::Sleep(Duration::from_secs(60))]);
+    s.send(inbox(SUPERVISOR), ME, MessageKind::StatusQuery, json!({})).await;
+    let started = s.now();
+
+    let outcome = agent.heartbeat(1).await.unwrap();
+
+    assert!(matches!(outcome, HeartbeatOutcome::Retrying { retry: 1, .. }), "{outcome:?}");
+    assert_eq!(s.now(), Timestamp(started.0 + 1_500), "cut at the hard limit");
+    assert_eq!(soft_timeouts(&s, ME).await, [(Limit::Turn, "heartbeat turn".into(), 750, 1_500)]);
+    assert_eq!(timed_out(&s, ME).await, [(Limit::Turn, "heartbeat turn".into(), 1_500)]);
+}

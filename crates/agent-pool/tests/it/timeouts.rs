@@ -224,3 +224,124 @@ fn outcome_reason(outcome: &TaskOutcome) -> String {
         TaskOutcome::Succeeded { .. } => String::new(),
     }
 }
+
+/// A tool that takes 5 s on the run's clock, then succeeds.
+struct Slow {
+    schema: Value,
+}
+
+#[async_trait]
+impl Tool for Slow {
+    fn name(&self) -> &str {
+        "slow"
+    }
+
+    fn description(&self) -> &str {
+        "takes 5 s"
+    }
+
+    fn schema(&self) -> &Value {
+        &self.schema
+    }
+
+    fn has_side_effects(&self) -> bool {
+        false
+    }
+
+    async fn call(&self, _ctx: &ToolContext, _args: Value) -> Result<ToolOutput, ToolError> {
+        tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+        Ok(ToolOutput { success: true, output: "done".into(), data: Value::Null })
+    }
+}
+
+/// Every audited soft time-out as (agent, limit, what, soft_ms, hard_ms).
+fn soft_timed_out(records: &[AuditRecord]) -> Vec<(AgentId, Limit, String, u64, u64)> {
+    records
+        .iter()
+        .filter_map(|r| match &r.event {
+            AuditEvent::SoftTimeout { limit, what, soft_ms, hard_ms } => {
+                Some((r.agent.clone(), *limit, what.clone(), *soft_ms, *hard_ms))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_task_past_its_soft_limit_is_audited_once_and_still_succeeds() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut services = services(dir.path());
+    let mut tools = ToolRegistry::with_builtins();
+    tools.register(Arc::new(Slow { schema: json!({ "type": "object" }) })).unwrap();
+    services.tools = Arc::new(tools);
+    let mut spec = TeamSpec::new(vec![
+        top("top-a", "power_a", 1.0),
+        mid("mid-build", "build", "top-a"),
+        bottom("bottom-b1", "mid-build", &["slow"]),
+    ]);
+    // Told at 2 s, stopped at 60 s; the step takes 5 s (well under the tool and turn limits'
+    // soft halves).
+    spec.timeouts = Timeouts { task_ms: 60_000, task_soft_ms: Some(2_000), ..Timeouts::default() };
+    let team = Team::start(spec, services.clone()).await.unwrap();
+    let task = Task {
+        id: "slow-task".into(),
+        goal: "take a while".into(),
+        steps: vec![step("wait", "build", "slow", json!({}))],
+    };
+    team.submit(task).await.unwrap();
+
+    let outcome = team.wait("slow-task").await;
+
+    assert!(outcome.is_success(), "the soft limit does not stop it: {outcome:?}");
+    let all = records(&services).await;
+    assert_eq!(
+        soft_timed_out(&all),
+        [(AgentId::new("top-a"), Limit::Task, "task `slow-task`".into(), 2_000, 60_000)],
+        "audited once, as the proposing power's record"
+    );
+    assert_eq!(timed_out(&all), [], "no hard limit hit");
+    team.shutdown().await.unwrap();
+    assert_consistent(&services, &outcome).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_task_past_its_hard_limit_is_told_at_its_soft_one_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let services = hang_services(dir.path());
+    let timeouts = Timeouts { tool_ms: 60_000, task_ms: 10_000, ..Timeouts::default() };
+    let team = Team::start(hang_team(timeouts), services.clone()).await.unwrap();
+    team.submit(hang_task("late")).await.unwrap();
+
+    let outcome = team.wait("late").await;
+
+    assert!(
+        matches!(
+            &outcome,
+            TaskOutcome::Failed { reason: TaskFailure::TimedOut { limit: Limit::Task, .. }, .. }
+        ),
+        "the hard limit as before: {outcome:?}"
+    );
+    let all = records(&services).await;
+    let task_soft: Vec<_> =
+        soft_timed_out(&all).into_iter().filter(|(_, l, ..)| *l == Limit::Task).collect();
+    assert_eq!(
+        task_soft,
+        [(AgentId::new("top-a"), Limit::Task, "task `late`".into(), 5_000, 10_000)],
+        "half of task_ms by default, told once"
+    );
+    team.shutdown().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_soft_limit_not_below_its_hard_one_is_refused_before_anything_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let services = services(dir.path());
+    let mut spec = standard_team();
+    spec.timeouts = Timeouts { tool_ms: 1_000, tool_soft_ms: Some(1_000), ..Timeouts::default() };
+    let Err(error) = Team::start(spec, services.clone()).await else {
+        panic!("a soft limit equal to its hard one was accepted")
+    };
+    assert!(matches!(error, TeamError::SoftTimeouts(_)), "{error:?}");
+    assert!(error.to_string().contains("`tool_soft_ms` = 1000 must be below `tool_ms`"), "{error}");
+    assert!(records(&services).await.is_empty(), "no agent was created");
+}

@@ -2,7 +2,7 @@
 //! what is left out, an agent without its own `timeout_ms` gets `turn_ms`, and a zero, absurd,
 //! mistyped or unknown value is refused at the value.
 
-use agent_state::{DEFAULT_TIMEOUT_MS, MAX_LIMIT_MS, Timeouts};
+use agent_state::{DEFAULT_TIMEOUT_MS, Limit, MAX_LIMIT_MS, Timeouts};
 
 use super::*;
 
@@ -27,6 +27,7 @@ fn the_table_sets_the_team_limits_and_the_default_turn() {
             turn_ms: 20_000,
             subtask_ms: 300_000,
             task_ms: 3_600_000,
+            ..Timeouts::default()
         }
     );
     assert_eq!(config_timeout(&t, "top-a"), 20_000, "no own timeout_ms: the team's turn_ms");
@@ -75,4 +76,56 @@ fn an_agents_own_absurd_timeout_is_refused_at_the_value() {
         MAX_LIMIT_MS + 1
     ));
     assert_at(&err, 4, 14, &["`timeout_ms` is 604800001", "7 days"]);
+}
+
+#[test]
+fn soft_limits_are_read_and_default_to_half_the_hard_ones() {
+    let t = team(&format!(
+        "[timeouts]\ntool_ms = 5000\ntool_soft_ms = 1000\nturn_soft_ms = 20000\n\
+         task_soft_ms = 60000\n\n{TEAM}"
+    ));
+    let limits = t.spec.timeouts;
+    assert_eq!(limits.tool_soft_ms, Some(1_000));
+    assert_eq!(limits.soft(Limit::Tool), Some(1_000));
+    assert_eq!(limits.soft(Limit::Turn), Some(20_000));
+    assert_eq!(limits.soft(Limit::Task), Some(60_000));
+    let t = team(&format!("[timeouts]\ntool_ms = 5000\n{TEAM}"));
+    assert_eq!(t.spec.timeouts.tool_soft_ms, None);
+    assert_eq!(t.spec.timeouts.soft(Limit::Tool), Some(2_500), "half of tool_ms");
+    assert_eq!(t.spec.timeouts.soft(Limit::Task), Some(agent_state::DEFAULT_TASK_MS / 2));
+}
+
+#[test]
+fn a_soft_limit_not_below_its_hard_one_is_refused_at_the_value() {
+    let cases: Vec<(&str, usize, usize, Vec<&str>)> = vec![
+        (
+            "[timeouts]\ntool_ms = 5000\ntool_soft_ms = 5000\n",
+            3,
+            16,
+            vec![
+                "[timeouts] `tool_soft_ms` = 5000 must be below `tool_ms` (5000 ms)",
+                "half the hard limit, 2500",
+            ],
+        ),
+        // Checked against the default hard limit when that is left out.
+        (
+            "[timeouts]\nturn_soft_ms = 40000\n",
+            2,
+            16,
+            vec!["`turn_soft_ms` = 40000 must be below `turn_ms` (30000 ms)"],
+        ),
+        // The order in the table does not matter: the hard limit given later counts.
+        (
+            "[timeouts]\ntask_soft_ms = 9000\ntask_ms = 8000\n",
+            2,
+            16,
+            vec!["`task_soft_ms` = 9000 must be below `task_ms` (8000 ms)"],
+        ),
+        ("[timeouts]\ntool_soft_ms = 0\n", 2, 16, vec!["`tool_soft_ms` = 0"]),
+        ("[timeouts]\nreasoning_soft_ms = 5\n", 2, 1, vec!["unknown field `reasoning_soft_ms`"]),
+    ];
+    for (table, line, column, fragments) in cases {
+        let err = team_err(&format!("{table}{TEAM}"));
+        assert_at(&err, line, column, &fragments);
+    }
 }
