@@ -30,6 +30,8 @@
 //! that replays it alone (`cargo xtask chaos --seeds 1 --start S`); the end prints the counts.
 
 mod model;
+#[cfg(test)]
+mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -1238,33 +1240,4 @@ pub(crate) fn args(args: &[&str]) -> anyhow::Result<Vec<u64>> {
         }
     }
     Ok((start..start.saturating_add(seeds)).collect())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ten_seeds_in_a_row_cover_every_kind_and_a_seed_is_the_same_scenario() {
-        let kinds: BTreeSet<Fault> = (37..47).map(|s| Scenario::new(s).fault).collect();
-        assert_eq!(kinds.len(), KINDS.len());
-        let (a, b) = (Scenario::new(12), Scenario::new(12));
-        assert_eq!(a.plan(), b.plan());
-        assert_eq!(a.team(Some("http://x/v1")), b.team(Some("http://x/v1")));
-        assert_eq!(a.faulted, b.faulted);
-        assert_eq!(a.moments, b.moments);
-    }
-
-    #[test]
-    fn seeds_are_read_and_ci_leaves_out_only_the_listed_kinds() -> anyhow::Result<()> {
-        assert_eq!(args(&["--seeds", "2", "--start", "8"])?, vec![8, 9]);
-        assert_eq!(args(&[])?.len() as u64, DEFAULT_SEEDS);
-        assert!(args(&["--seeds", "x"]).is_err());
-        let ci = ci_seeds();
-        for seed in 0..CI_SEEDS {
-            let left_out = CI_LEFT_OUT.iter().any(|(kind, _)| *kind == Scenario::new(seed).fault);
-            assert_eq!(ci.contains(&seed), !left_out, "seed {seed}");
-        }
-        Ok(())
-    }
 }
