@@ -61,7 +61,9 @@ const CI_LEFT_OUT: [(Fault, &str); 2] = [
     ),
     (
         Fault::DiskFull,
-        "issue #31 item 5: with its data directory full the run stalls instead of ending with exit 1",
+        "issue #31 item 5: with its data directory full the run may stall instead of ending with \
+         exit 1, and a command whose exit code cannot be recorded on the full disk fails as \
+         permanent and is run again by another executor after resume (its side effect twice)",
     ),
 ];
 
