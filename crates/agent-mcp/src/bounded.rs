@@ -330,12 +330,32 @@ impl Scan {
     }
 
     pub(crate) fn feed(&mut self, bytes: &[u8]) {
-        for &b in bytes {
+        let mut i = 0;
+        while i < bytes.len() {
+            // Inside a string it keeps nothing of: straight to its next quote or backslash
+            // (the bulk of a huge answer is one such string).
+            if self.in_string && !self.escape && self.unicode_left == 0 && self.skipping() {
+                match bytes[i..].iter().position(|&b| b == b'"' || b == b'\\') {
+                    Some(k) => i += k,
+                    None => return,
+                }
+            }
+            let b = bytes[i];
             if self.in_string {
                 self.string_byte(b);
             } else {
                 self.structural(b);
             }
+            i += 1;
+        }
+    }
+
+    /// Whether the string being read is not kept (skipped, or a text already cut).
+    fn skipping(&self) -> bool {
+        match self.capture {
+            Capture::Skip | Capture::None => true,
+            Capture::Text => self.text_cut,
+            Capture::Key | Capture::Id | Capture::IdNumber => false,
         }
     }
 
