@@ -2,7 +2,9 @@
 //! that never returns, paused time): a step whose tool loop runs past `subtask_ms` and a task
 //! open past `task_ms` each end the task with a typed `TimedOut` reason, audited, with the
 //! outcome stored, the transition chain intact and a clean shutdown; a zero limit is refused
-//! before anything starts.
+//! before anything starts. A task past its soft limit (`task_soft_ms`) is audited once as
+//! `SoftTimeout` and goes on (to success, or to its hard limit as before); a soft limit not
+//! below its hard one is refused before anything starts.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

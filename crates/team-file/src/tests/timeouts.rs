@@ -1,6 +1,8 @@
 //! `[timeouts]`: the team's time limits are read into `TeamSpec::timeouts`, the defaults fill
 //! what is left out, an agent without its own `timeout_ms` gets `turn_ms`, and a zero, absurd,
-//! mistyped or unknown value is refused at the value.
+//! mistyped or unknown value is refused at the value. The soft limits (`tool_soft_ms`,
+//! `turn_soft_ms`, `task_soft_ms`) default to half their hard ones and are refused at the
+//! value when not below them.
 
 use agent_state::{DEFAULT_TIMEOUT_MS, Limit, MAX_LIMIT_MS, Timeouts};
 
