@@ -683,9 +683,21 @@ impl Placed {
     async fn coordinate(&self, team: &TeamFile, services: TeamServices) -> Result<Team, Failure> {
         let proposer = top_ids(team).into_iter().next();
         let bus = services.bus.clone();
+        let (audit, clock) = (services.audit.clone(), services.clock.clone());
         let handle = Team::join(team.spec.clone(), services, Share::Coordinator)
             .await
             .context("cannot start the team")?;
+        // The run's guards read the agents the workers host, and lost workers are audited.
+        let watch = placement::PlacedWatch::start(
+            &self.server,
+            self.registry.clone(),
+            &self.run,
+            audit,
+            clock,
+        )
+        .await
+        .context("cannot watch the run's agents on the workers")?;
+        handle.watch_remote(watch);
         self.registry.publish(&self.run).await.context("cannot place the run on the workers")?;
         // The task goes to the proposing power once a worker hosts it.
         let Some(proposer) = proposer else { return Ok(handle) };

@@ -463,6 +463,16 @@ pub(crate) fn event_line(r: &AuditRecord, start: u64) -> String {
         AuditEvent::Unsandboxed { command, reason } => {
             format!("runs outside the sandbox: `{command}` ({reason})")
         }
+        AuditEvent::WorkerLost { worker, agents, taken_by } => {
+            let each: Vec<String> = agents
+                .iter()
+                .map(|a| match taken_by.get(a) {
+                    Some(to) => format!("{a} taken over by worker {to}"),
+                    None => format!("{a} not taken over yet"),
+                })
+                .collect();
+            format!("WORKER LOST: worker {worker} no longer hosts its agents: {}", each.join(", "))
+        }
         AuditEvent::Operator { request, outcome, error } => {
             let error = error.as_ref().map(|e| format!(": {e}")).unwrap_or_default();
             format!(

@@ -9,6 +9,7 @@
 //! [`check_anchors`] compares a log with both.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use agent_state::{
@@ -217,6 +218,18 @@ pub enum AuditEvent {
         command: String,
         /// Why it is not sandboxed, in words (`` `sandbox = false` in the team file ``).
         reason: String,
+    },
+    /// A run placed on workers: a worker stopped holding agents it hosted (it was killed, cut
+    /// off from the server, or stopped), and which worker took each over. Written by the run's
+    /// coordinator (as `system`) once every agent was taken, or when none was taken after a
+    /// while.
+    WorkerLost {
+        /// The worker's id.
+        worker: String,
+        /// The agents it held.
+        agents: Vec<AgentId>,
+        /// The worker that took each agent over; an agent missing was not taken (yet).
+        taken_by: BTreeMap<AgentId, String>,
     },
 }
 

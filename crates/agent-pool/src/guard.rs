@@ -17,6 +17,11 @@
 //! closes the task with it, the way a lead's escalation closes one. With
 //! [`OnStuck::Escalate`] the stuck agent's supervisor gets a `warning` first, and the same
 //! condition found again stops the task.
+//!
+//! A run placed on workers (`placement`, feature `nats`) has these guards too: its coordinator
+//! hosts no agent, so its guard reads the agents it does not host from a [`RemoteAgents`] (what
+//! each worker reports of its agents at every heartbeat, [`agent_views`]) and counts the work
+//! moving on the run's bus from every process ([`RemoteAgents::progress`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,7 +33,9 @@ use agent_state::{
     Address, AgentId, GuardSettings, Message, MessageKind, OnStuck, PingPong, ProgressWatch,
     TaskFailure, WaitEdge, WaitGraph,
 };
+use async_trait::async_trait;
 use message_bus::MessageBus;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::pool::AgentPool;
@@ -39,11 +46,82 @@ const MAX_FOLLOWED: usize = 100_000;
 /// At most this many characters of a spoken message name it as a work item.
 const MAX_ITEM: usize = 120;
 
+/// One agent as the run's guards see it: what a process hosting it reports to a coordinator
+/// that does not host it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentView {
+    /// The agent.
+    pub id: AgentId,
+    /// Its supervisor, if any (a stuck agent's escalation goes there).
+    pub supervisor: Option<AgentId>,
+    /// The tasks it has open work for.
+    pub open_tasks: Vec<String>,
+    /// Whom it waits on, and for what.
+    pub waits: Vec<WaitEdge>,
+    /// In a turn when it was looked at (its other fields are then empty): work going on.
+    pub busy: bool,
+}
+
+/// The agents of a run that this process does not host, as the processes hosting them report
+/// them: what a coordinator's guards read ([`Team::watch_remote`](crate::Team::watch_remote)).
+#[async_trait]
+pub trait RemoteAgents: Send + Sync {
+    /// The agents hosted elsewhere, as last reported (an agent whose host is gone keeps its
+    /// last report, not busy: its state is in the stores, as its next host will find it).
+    async fn agents(&self) -> Vec<AgentView>;
+    /// A counter of the messages that move work (everything but heartbeat acks and warnings)
+    /// sent on the run's bus by any process: it changes when work moves anywhere.
+    fn progress(&self) -> u64;
+}
+
+/// Every agent of `pool` as the guards see it; an agent in a turn is only marked busy.
+pub fn agent_views(pool: &AgentPool) -> Vec<AgentView> {
+    pool.all()
+        .iter()
+        .map(|slot| {
+            let supervisor = slot.supervisor().cloned();
+            match slot.agent().try_lock() {
+                Ok(agent) => AgentView {
+                    id: slot.id().clone(),
+                    supervisor,
+                    open_tasks: agent.open_tasks(),
+                    waits: agent.waiting_on(),
+                    busy: false,
+                },
+                Err(_) => AgentView {
+                    id: slot.id().clone(),
+                    supervisor,
+                    open_tasks: Vec::new(),
+                    waits: Vec::new(),
+                    busy: true,
+                },
+            }
+        })
+        .collect()
+}
+
+/// Whether `message` moves work, as the guards count it.
+pub fn moves_work(message: &Message) -> bool {
+    !matches!(message.kind, MessageKind::HeartbeatAck | MessageKind::Warning)
+}
+
+/// Where the guards read the agents hosted elsewhere: set on a coordinator of a placed run.
+#[derive(Default)]
+struct RemoteSlot(Mutex<Option<Arc<dyn RemoteAgents>>>);
+
+impl std::fmt::Debug for RemoteSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let set = self.0.lock().unwrap_or_else(PoisonError::into_inner).is_some();
+        f.debug_tuple("RemoteSlot").field(&set).finish()
+    }
+}
+
 /// What the team's bus tells the guards: a progress counter and the hand-overs of work items.
 #[derive(Debug, Default)]
 pub(crate) struct Observer {
     progress: AtomicU64,
     hops: Mutex<Vec<Handed>>,
+    remote: RemoteSlot,
 }
 
 /// A work item handed from one agent to another.
@@ -60,7 +138,7 @@ impl Observer {
     /// Looks at one delivered message. Reads only the few fields that name a work item, without
     /// decoding the whole content (every message of a run passes here).
     pub(crate) fn saw(&self, message: &Message) {
-        if matches!(message.kind, MessageKind::HeartbeatAck | MessageKind::Warning) {
+        if !moves_work(message) {
             return;
         }
         self.progress.fetch_add(1, Ordering::Relaxed);
@@ -114,6 +192,15 @@ impl Observer {
         self.progress.load(Ordering::Relaxed)
     }
 
+    /// The guards read the agents hosted elsewhere from `remote` from now on.
+    pub(crate) fn set_remote(&self, remote: Arc<dyn RemoteAgents>) {
+        *self.remote.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(remote);
+    }
+
+    fn remote(&self) -> Option<Arc<dyn RemoteAgents>> {
+        self.remote.0.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
     fn take_hops(&self) -> Vec<Handed> {
         std::mem::take(&mut *self.hops.lock().unwrap_or_else(PoisonError::into_inner))
     }
@@ -137,6 +224,8 @@ pub(crate) struct RunGuard {
     escalated: BTreeSet<String>,
     /// Tasks this guard stopped (their escalation is on its way).
     stopped: BTreeSet<String>,
+    /// The agents hosted elsewhere, as read at the last heartbeat.
+    remote: Vec<AgentView>,
 }
 
 impl RunGuard {
@@ -162,51 +251,72 @@ impl RunGuard {
             cycle: None,
             escalated: BTreeSet::new(),
             stopped: BTreeSet::new(),
+            remote: Vec::new(),
         }
     }
 
-    /// Whether an agent of the pool waits for a human's signature (an agent held by a turn
-    /// is skipped: it is not idle).
+    /// Whether an agent waits for a human's signature (an agent held by a turn is skipped: it
+    /// is not idle).
     fn someone_waits_for_a_human(&self) -> bool {
         self.pool.all().iter().any(|slot| {
             slot.agent()
                 .try_lock()
                 .is_ok_and(|agent| agent.waiting_on().iter().any(|e| e.on.is_human()))
-        })
+        }) || self.remote.iter().any(|v| v.waits.iter().any(|e| e.on.is_human()))
+    }
+
+    /// Every agent as the guards see it: those of the pool (an agent held by a turn is busy),
+    /// then those hosted elsewhere.
+    fn views(&self) -> Vec<AgentView> {
+        let mut views = agent_views(&self.pool);
+        let here: BTreeSet<AgentId> = views.iter().map(|v| v.id.clone()).collect();
+        views.extend(self.remote.iter().filter(|v| !here.contains(&v.id)).cloned());
+        views
     }
 
     /// One heartbeat of the driver; `busy`: whether some agent is still running a turn.
     pub(crate) async fn heartbeat(&mut self, busy: bool) {
         self.bounces().await;
+        let remote = self.observer.remote();
+        let mut mark = self.observer.mark();
+        if let Some(remote) = &remote {
+            self.remote = remote.agents().await;
+            mark = mark.wrapping_add(remote.progress());
+        }
         // The proposer's open tasks; a busy proposer is work going on.
         let open: Vec<String> = match self.pool.get(&self.proposer) {
             Some(slot) => match slot.agent().try_lock() {
                 Ok(agent) => agent.open_tasks(),
                 Err(_) => Vec::new(),
             },
-            None => Vec::new(),
+            None => self
+                .remote
+                .iter()
+                .find(|v| v.id == self.proposer)
+                .map(|v| v.open_tasks.clone())
+                .unwrap_or_default(),
         };
         let open: Vec<String> = open.into_iter().filter(|t| !self.stopped.contains(t)).collect();
+        let busy = busy || self.remote.iter().any(|v| v.busy);
         // So is an agent waiting for a human's signature (a plan's, an OODA agent's change: a
         // person may take a while, not a stuck run); looked for only when the heartbeat would
         // otherwise count as idle.
         let human = !open.is_empty() && !busy && self.someone_waits_for_a_human();
-        let idle = self.watch.heartbeat(self.observer.mark(), !open.is_empty() && !busy && !human);
+        let idle = self.watch.heartbeat(mark, !open.is_empty() && !busy && !human);
         if idle == 0 {
             self.cycle = None;
             return;
         }
+        let views = self.views();
         // Nothing moved since the last heartbeat: who waits on whom?
         let mut graph = WaitGraph::new();
         let mut working: BTreeMap<AgentId, Vec<String>> = BTreeMap::new();
-        for slot in self.pool.all() {
-            let Ok(agent) = slot.agent().try_lock() else { continue };
-            for edge in agent.waiting_on() {
+        for view in views {
+            for edge in view.waits {
                 graph.add(edge);
             }
-            let tasks = agent.open_tasks();
-            if !tasks.is_empty() {
-                working.insert(slot.id().clone(), tasks);
+            if !view.open_tasks.is_empty() {
+                working.insert(view.id, view.open_tasks);
             }
         }
         match graph.cycle() {
@@ -311,6 +421,9 @@ impl RunGuard {
                 .pool
                 .get(&about)
                 .and_then(|s| s.supervisor().cloned())
+                .or_else(|| {
+                    self.remote.iter().find(|v| v.id == about).and_then(|v| v.supervisor.clone())
+                })
                 .unwrap_or_else(|| self.proposer.clone());
             tracing::warn!(%failure, supervisor = %to, "run stuck: escalated");
             for task in tasks.iter().map(Some).chain(tasks.is_empty().then_some(None)) {

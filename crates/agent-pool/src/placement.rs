@@ -34,6 +34,24 @@
 //! A worker stopped cleanly ([`Worker::run`]'s stop) stops its teams (their agents stay
 //! resumable) and releases its leases, so other workers take the agents at once; a worker
 //! killed is noticed when its leases expire, within [`LEASE_BEATS`] heartbeats.
+//!
+//! **Delivery waits for placement**: a worker's agents send through an [`AwaitingBus`], so a
+//! message to an agent no worker hosts yet (not registered on the bus) waits for it, at most
+//! [`PlacedRun::delivery_patience`], instead of failing at once; past it the send fails with
+//! [`SendError::NotHosted`](message_bus::SendError::NotHosted).
+//!
+//! **The guards of a placed run** are the coordinator's, as in a run in one process: every
+//! worker reports its agents at each heartbeat in the run's bucket [`GUARD`] ([`AgentView`]s:
+//! open tasks, whom each waits on, busy), and the coordinator's [`PlacedWatch`] hands them to
+//! its team's guards ([`Team::watch_remote`]) with the count of work messages it sees on the
+//! run's bus: a placed run that makes no progress, or whose agents wait on each other in a
+//! cycle, ends with the typed reason. The same watch follows who holds each agent's lease,
+//! and audits a worker that stopped holding its agents and who took them over
+//! ([`AuditEvent::WorkerLost`]).
+//!
+//! **Worker ids are unique**: [`Worker::new`] claims its id in the registry atomically (a
+//! create, not a write), so a second worker with an id in use is refused
+//! ([`WorkerError::DuplicateId`]) even when both start at once.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -41,7 +59,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tracing::Instrument as _;
 
-use agent_state::{AgentId, AgentLayer, BackendError, Message};
+use agent_core::{AuditEvent, AuditLog, Clock};
+use agent_state::{Address, AgentId, AgentLayer, BackendError, Message, MessageId};
 use async_nats::jetstream::kv;
 use async_trait::async_trait;
 use futures_util::StreamExt as _;
@@ -50,7 +69,10 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
+use crate::guard::{AgentView, RemoteAgents, agent_views, moves_work};
 use crate::team::{Share, Team, TeamServices, TeamSpec};
+use message_bus::{InboxError, MessageBus, RegisterError, SendError};
+use std::sync::atomic::AtomicU64;
 
 /// The Strata version of this build: a worker hosts only runs started by the same version.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -71,6 +93,13 @@ pub const MIN_LEASE_PERIOD: Duration = Duration::from_millis(100);
 pub const STOP_PATIENCE: Duration = Duration::from_secs(2);
 /// The part of a run's namespace that holds its agents' leases.
 pub const LEASES: &str = "leases";
+/// The part of a run's namespace where each worker reports its agents to the run's guards.
+pub const GUARD: &str = "guard";
+/// The shortest time a delivery waits for its recipient to be hosted.
+pub const MIN_DELIVERY_PATIENCE: Duration = Duration::from_secs(10);
+/// How many looks at the leases (one per lease period) the coordinator waits for a lost
+/// worker's agents to be taken over before it reports them not taken.
+const LOST_PATIENCE: u32 = LEASE_BEATS * 3;
 
 /// A live worker, as it announces itself.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -140,6 +169,18 @@ impl PlacedRun {
     pub fn lease_ttl(&self) -> Duration {
         self.lease_period() * LEASE_BEATS
     }
+
+    /// How long a message to an agent no worker hosts yet waits for it: ten lease lives, and
+    /// at least [`MIN_DELIVERY_PATIENCE`] (a worker joins a run within a second or two, and
+    /// takes an unleased agent within a heartbeat of seeing it).
+    pub fn delivery_patience(&self) -> Duration {
+        (self.lease_ttl() * 10).max(MIN_DELIVERY_PATIENCE)
+    }
+
+    /// How long a worker's report of its agents stays in [`GUARD`] without being renewed.
+    fn report_ttl(&self) -> Duration {
+        (self.lease_ttl() * 2).max(Duration::from_secs(2))
+    }
 }
 
 /// Which agents a worker hosts: those matching every condition given (none: every agent).
@@ -204,6 +245,26 @@ impl Registry {
     /// The live workers: those that announced themselves within [`WORKER_TTL`].
     pub async fn workers(&self) -> Result<Vec<WorkerInfo>, BackendError> {
         read_all(&self.workers, &self.workers_name).await
+    }
+
+    /// Claims `worker`'s id: announces it only if no live worker has it (atomically, so of
+    /// two workers claiming one id at once exactly one gets it); `false` if one has.
+    pub async fn claim(&self, worker: &WorkerInfo) -> Result<bool, BackendError> {
+        let key = escape_token(&worker.id);
+        let bytes = serde_json::to_vec(worker).map_err(|e| {
+            BackendError::new(
+                nats_store::BACKEND,
+                format!("cannot encode `{key}` of `{}`: {e}", self.workers_name),
+            )
+        })?;
+        match self.workers.create(&key, bytes.into()).await {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => Ok(false),
+            Err(e) => Err(backend_error(
+                format!("cannot claim the worker id `{}` in `{}`", worker.id, self.workers_name),
+                e,
+            )),
+        }
     }
 
     /// Announces (or renews) `worker`.
@@ -388,7 +449,7 @@ pub enum WorkerError {
     Registry(#[from] NatsError),
     /// Another live worker has this id.
     #[error(
-        "a live worker named `{id}` is on the server already; give this one another id, or stop that one"
+        "a live worker named `{id}` is on the server already (a worker that stopped abruptly stays listed for 5 s); give this one another --id, or stop that one"
     )]
     DuplicateId {
         /// The id.
@@ -417,7 +478,8 @@ const EVENT_QUEUE: usize = 1_024;
 
 impl Worker {
     /// A worker on `store`'s server; its events come on the receiver. Checks the registry and
-    /// that no live worker has its id; nothing is announced until [`run`](Self::run).
+    /// claims its id there ([`Registry::claim`]): refused if a live worker has it. It hosts
+    /// nothing until [`run`](Self::run) (which renews the claim every [`WORKER_BEAT`]).
     pub async fn new(
         store: &NatsStore,
         config: WorkerConfig,
@@ -427,7 +489,14 @@ impl Worker {
             return Err(WorkerError::NoCapacity);
         }
         let registry = Registry::open(store).await?;
-        if registry.workers().await?.iter().any(|w| w.id == config.id) {
+        let info = WorkerInfo {
+            id: config.id.clone(),
+            version: VERSION.to_owned(),
+            filter: config.filter.clone(),
+            capacity: config.capacity,
+            hosting: 0,
+        };
+        if !registry.claim(&info).await? {
             return Err(WorkerError::DuplicateId { id: config.id });
         }
         let (events, receiver) = mpsc::channel(EVENT_QUEUE);
@@ -571,8 +640,28 @@ struct RunHost {
 impl RunHost {
     /// Hosts this worker's share of the run until it is closed, taken back or `stop` turns
     /// true; `false` if the run was refused (its leases cannot be used), not to be joined again.
-    async fn run(self, mut stop: watch::Receiver<bool>) -> bool {
+    async fn run(mut self, mut stop: watch::Receiver<bool>) -> bool {
         let run_id = self.run.run_id.clone();
+        // A message to an agent no worker hosts yet waits for it (bounded), not fails at once.
+        self.hosted.services.bus = Arc::new(AwaitingBus::new(
+            self.hosted.services.bus.clone(),
+            self.run.delivery_patience(),
+            self.run.lease_period(),
+        ));
+        // Where this worker reports its agents to the run's guards (the coordinator's).
+        let reports = match guard_bucket(&self.hosted.store, &self.run).await {
+            Ok(bucket) => Some(bucket),
+            Err(e) => {
+                emit(
+                    &self.events,
+                    WorkerEvent::Trouble {
+                        run: Some(run_id.clone()),
+                        error: format!("cannot report its agents to the run's guards: {e}"),
+                    },
+                );
+                None
+            }
+        };
         let leases = match Leases::open(&self.hosted.store, LEASES, self.run.lease_ttl()).await {
             Ok(leases) => leases,
             Err(e) => {
@@ -629,6 +718,9 @@ impl RunHost {
                 let reason = "a lease ran out before it could be renewed (the server did not answer in time)".to_owned();
                 self.give_up(&leases, &teams, group, reason).await;
             }
+            if let (Some(bucket), Beat::Open) = (&reports, &end) {
+                self.report(bucket, &groups).await;
+            }
             match end {
                 Beat::Open => {}
                 Beat::Closed => {
@@ -655,7 +747,29 @@ impl RunHost {
             self.stop_all(&leases, &teams, std::mem::take(&mut groups)).await;
         }
         follower.abort();
+        if let Some(bucket) = &reports
+            && let Err(e) = bucket.delete(escape_token(&self.config.id)).await
+        {
+            tracing::debug!(error = %e, "could not withdraw the report of the agents; it expires");
+        }
         true
+    }
+
+    /// Tells the run's guards (the coordinator's) what this worker's agents are doing: their
+    /// open tasks, whom they wait on, whether they are in a turn. Bounded by a lease period.
+    async fn report(&self, bucket: &kv::Store, groups: &[Group]) {
+        let report = GuardReport {
+            worker: self.config.id.clone(),
+            agents: groups.iter().flat_map(|g| agent_views(g.team.pool())).collect(),
+        };
+        let name = self.hosted.store.name(GUARD);
+        let key = escape_token(&self.config.id);
+        match tokio::time::timeout(self.run.lease_period(), put(bucket, &name, &key, &report)).await
+        {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::debug!(error = %e, "could not report the agents to the guards"),
+            Err(_) => tracing::debug!("reporting the agents to the guards timed out"),
+        }
     }
 
     /// Stops every group's agents (resumable; turns still running after [`STOP_PATIENCE`]
@@ -1020,6 +1134,296 @@ pub async fn placement(
     Ok(out)
 }
 
+/// What a worker reports of its agents to the run's guards, in [`GUARD`] under its id.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct GuardReport {
+    worker: String,
+    agents: Vec<AgentView>,
+}
+
+/// The run's bucket of the workers' reports.
+async fn guard_bucket(store: &NatsStore, run: &PlacedRun) -> Result<kv::Store, NatsError> {
+    store
+        .bucket(GUARD, kv::Config { history: 1, max_age: run.report_ttl(), ..Default::default() })
+        .await
+}
+
+/// A bus on which a message to an agent not registered yet waits for it, up to a patience,
+/// instead of being refused at once: in a placed run, the recipient may be an agent no worker
+/// took yet (another worker is joining the run, or taking it over). Past the patience the send
+/// fails with [`SendError::NotHosted`]. Everything else goes straight to the bus it wraps.
+pub struct AwaitingBus {
+    inner: Arc<dyn MessageBus>,
+    patience: Duration,
+    poll: Duration,
+}
+
+impl AwaitingBus {
+    /// `inner`, with deliveries waiting up to `patience` for their recipient, looking every
+    /// `poll`.
+    pub fn new(inner: Arc<dyn MessageBus>, patience: Duration, poll: Duration) -> Self {
+        Self { inner, patience, poll: poll.max(Duration::from_millis(10)) }
+    }
+}
+
+#[async_trait]
+impl MessageBus for AwaitingBus {
+    async fn register(&self, agent: &AgentId) -> Result<(), RegisterError> {
+        self.inner.register(agent).await
+    }
+
+    async fn unregister(&self, agent: &AgentId) -> Result<(), RegisterError> {
+        self.inner.unregister(agent).await
+    }
+
+    async fn is_registered(&self, agent: &AgentId) -> Result<bool, BackendError> {
+        self.inner.is_registered(agent).await
+    }
+
+    async fn registered(&self) -> Result<Vec<AgentId>, BackendError> {
+        self.inner.registered().await
+    }
+
+    async fn send(&self, message: Message) -> Result<usize, SendError> {
+        let started = tokio::time::Instant::now();
+        let until = started + self.patience;
+        let mut told = false;
+        loop {
+            match self.inner.send(message.clone()).await {
+                Err(SendError::UnknownRecipient { id, kind, recipient }) => {
+                    if tokio::time::Instant::now() >= until {
+                        let waited_ms =
+                            u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+                        tracing::warn!(to = %recipient, waited_ms, "no worker hosted the recipient in time");
+                        return Err(SendError::NotHosted { id, kind, recipient, waited_ms });
+                    }
+                    if !told {
+                        told = true;
+                        tracing::info!(to = %recipient, %id, "the recipient is not hosted yet; the delivery waits for it");
+                    }
+                    tokio::time::sleep(self.poll.min(until - tokio::time::Instant::now())).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn take(&self, inbox: &Address, max: usize) -> Result<Vec<Message>, InboxError> {
+        self.inner.take(inbox, max).await
+    }
+
+    async fn ack(&self, inbox: &Address, ids: &[MessageId]) -> Result<usize, InboxError> {
+        self.inner.ack(inbox, ids).await
+    }
+
+    async fn release(&self, inbox: &Address) -> Result<usize, InboxError> {
+        self.inner.release(inbox).await
+    }
+
+    async fn pending(&self, inbox: &Address) -> Result<usize, InboxError> {
+        self.inner.pending(inbox).await
+    }
+
+    async fn inboxes_with_mail(&self) -> Result<Vec<AgentId>, BackendError> {
+        self.inner.inboxes_with_mail().await
+    }
+}
+
+/// The coordinator's watch over a placed run's agents, which it does not host: what the
+/// workers report of them (for the run's guards, as a [`RemoteAgents`]), the work moving on
+/// the run's bus, and who holds each agent's lease: a worker that stops holding its agents is
+/// audited ([`AuditEvent::WorkerLost`]) with the workers that took them over. Its tasks end
+/// when it is dropped.
+pub struct PlacedWatch {
+    agents: Arc<Mutex<Vec<AgentView>>>,
+    progress: Arc<AtomicU64>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl PlacedWatch {
+    /// Starts watching `run` on `store` (the run's namespace), reading the live workers from
+    /// `registry` and auditing lost workers in `audit` (the log the run's records are stored
+    /// in) as `system`, at `clock`'s time.
+    pub async fn start(
+        store: &NatsStore,
+        registry: Registry,
+        run: &PlacedRun,
+        audit: Arc<dyn AuditLog>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Arc<Self>, NatsError> {
+        let bucket = guard_bucket(store, run).await?;
+        let leases = Leases::open(store, LEASES, run.lease_ttl()).await?;
+        let agents: Arc<Mutex<Vec<AgentView>>> = Arc::default();
+        let progress: Arc<AtomicU64> = Arc::default();
+        let counting = {
+            let progress = progress.clone();
+            follow(store, move |message| {
+                if moves_work(message) {
+                    progress.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        };
+        let looking = {
+            let agents = agents.clone();
+            let name = store.name(GUARD);
+            let run = run.clone();
+            tokio::spawn(async move {
+                let mut known: BTreeMap<AgentId, AgentView> = BTreeMap::new();
+                let mut losses = Losses::default();
+                let mut beat = tokio::time::interval(run.lease_period());
+                beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    beat.tick().await;
+                    match read_all::<GuardReport>(&bucket, &name).await {
+                        Ok(reports) => {
+                            // An agent whose worker is gone keeps its last state, not busy.
+                            for view in known.values_mut() {
+                                view.busy = false;
+                            }
+                            for view in reports.into_iter().flat_map(|r| r.agents) {
+                                known.insert(view.id.clone(), view);
+                            }
+                            *lock(&agents) = known.values().cloned().collect();
+                        }
+                        Err(e) => tracing::debug!(error = %e, "cannot read the workers' reports"),
+                    }
+                    let holders = match holders(&leases, &run).await {
+                        Ok(holders) => holders,
+                        Err(e) => {
+                            tracing::debug!(error = %e, "cannot read who holds the agents");
+                            continue;
+                        }
+                    };
+                    let live: BTreeSet<String> = if losses.waiting() {
+                        match registry.workers().await {
+                            Ok(workers) => workers.into_iter().map(|w| w.id).collect(),
+                            Err(_) => continue,
+                        }
+                    } else {
+                        BTreeSet::new()
+                    };
+                    for lost in losses.observe(&holders, &live) {
+                        tracing::warn!(worker = %lost.worker, agents = ?lost.agents, taken_by = ?lost.taken_by, "a worker lost its agents");
+                        let event = AuditEvent::WorkerLost {
+                            worker: lost.worker,
+                            agents: lost.agents,
+                            taken_by: lost.taken_by,
+                        };
+                        if let Err(e) =
+                            audit.append(&AgentId::new("system"), clock.now(), event).await
+                        {
+                            tracing::warn!(error = %e, "could not audit a lost worker");
+                        }
+                    }
+                }
+            })
+        };
+        Ok(Arc::new(Self { agents, progress, tasks: vec![counting, looking] }))
+    }
+}
+
+impl Drop for PlacedWatch {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+#[async_trait]
+impl RemoteAgents for PlacedWatch {
+    async fn agents(&self) -> Vec<AgentView> {
+        lock(&self.agents).clone()
+    }
+
+    fn progress(&self) -> u64 {
+        self.progress.load(Ordering::Relaxed)
+    }
+}
+
+/// Who holds each of `run`'s agents now.
+async fn holders(
+    leases: &Leases,
+    run: &PlacedRun,
+) -> Result<BTreeMap<AgentId, Option<String>>, BackendError> {
+    let mut out = BTreeMap::new();
+    for agent in &run.agents {
+        out.insert(agent.id.clone(), leases.holder(&escape_token(agent.id.as_str())).await?);
+    }
+    Ok(out)
+}
+
+/// A worker that stopped holding agents, and who took them.
+#[derive(Debug, PartialEq, Eq)]
+struct LostWorker {
+    worker: String,
+    agents: Vec<AgentId>,
+    taken_by: BTreeMap<AgentId, String>,
+}
+
+/// Follows who holds each agent, look after look, and finds the workers that stopped holding
+/// agents: reported once every agent a worker gave up is held by another, or after
+/// [`LOST_PATIENCE`] looks if the worker is gone (a live worker whose agents nobody took
+/// released them: the run closed or was taken back).
+#[derive(Debug, Default)]
+struct Losses {
+    holders: BTreeMap<AgentId, String>,
+    lost: BTreeMap<String, Lost>,
+}
+
+#[derive(Debug, Default)]
+struct Lost {
+    agents: BTreeSet<AgentId>,
+    taken_by: BTreeMap<AgentId, String>,
+    looks: u32,
+}
+
+impl Losses {
+    /// Whether a lost worker waits to be reported (the live workers are needed then).
+    fn waiting(&self) -> bool {
+        !self.lost.is_empty()
+    }
+
+    /// One look: `now`, who holds each agent, and `live`, the live workers' ids.
+    fn observe(
+        &mut self,
+        now: &BTreeMap<AgentId, Option<String>>,
+        live: &BTreeSet<String>,
+    ) -> Vec<LostWorker> {
+        for (agent, old) in &self.holders {
+            let holder = now.get(agent).and_then(Option::as_deref);
+            if holder != Some(old.as_str()) {
+                self.lost.entry(old.clone()).or_default().agents.insert(agent.clone());
+            }
+        }
+        let mut out = Vec::new();
+        self.lost.retain(|worker, lost| {
+            lost.looks += 1;
+            for agent in &lost.agents {
+                if let Some(Some(holder)) = now.get(agent)
+                    && holder != worker
+                {
+                    lost.taken_by.insert(agent.clone(), holder.clone());
+                }
+            }
+            let all_taken = lost.taken_by.len() == lost.agents.len();
+            let patience_out = lost.looks >= LOST_PATIENCE;
+            let report = all_taken
+                || (patience_out && (!live.contains(worker) || !lost.taken_by.is_empty()));
+            if report {
+                out.push(LostWorker {
+                    worker: worker.clone(),
+                    agents: lost.agents.iter().cloned().collect(),
+                    taken_by: std::mem::take(&mut lost.taken_by),
+                });
+            }
+            !(report || patience_out)
+        });
+        self.holders = now.iter().filter_map(|(a, h)| h.clone().map(|h| (a.clone(), h))).collect();
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "tests")]
@@ -1050,6 +1454,101 @@ mod tests {
         assert!(both.matches(&AgentId::new("e1"), AgentLayer::Bottom));
         assert!(!both.matches(&AgentId::new("f1"), AgentLayer::Bottom));
         assert!(!both.matches(&AgentId::new("e1"), AgentLayer::Top));
+    }
+
+    fn holders(pairs: &[(&str, Option<&str>)]) -> BTreeMap<AgentId, Option<String>> {
+        pairs.iter().map(|(a, h)| (AgentId::new(*a), h.map(str::to_owned))).collect()
+    }
+
+    #[test]
+    fn a_worker_losing_its_agents_is_reported_once_with_who_took_each() {
+        let mut losses = Losses::default();
+        let live: BTreeSet<String> = ["wa".into(), "wb".into()].into();
+        let first = holders(&[("top", Some("wa")), ("exec", Some("wa")), ("lead", Some("wb"))]);
+        assert!(losses.observe(&first, &live).is_empty());
+        // wa's leases ran out: nobody holds its agents for a look, then wb takes them.
+        let gap = holders(&[("top", None), ("exec", None), ("lead", Some("wb"))]);
+        assert!(losses.observe(&gap, &live).is_empty());
+        let half = holders(&[("top", Some("wb")), ("exec", None), ("lead", Some("wb"))]);
+        assert!(losses.observe(&half, &live).is_empty(), "exec not taken yet");
+        let all = holders(&[("top", Some("wb")), ("exec", Some("wb")), ("lead", Some("wb"))]);
+        let lost = losses.observe(&all, &live);
+        assert_eq!(
+            lost,
+            vec![LostWorker {
+                worker: "wa".into(),
+                agents: vec![AgentId::new("exec"), AgentId::new("top")],
+                taken_by: [
+                    (AgentId::new("exec"), "wb".to_owned()),
+                    (AgentId::new("top"), "wb".to_owned()),
+                ]
+                .into(),
+            }]
+        );
+        for _ in 0..LOST_PATIENCE * 2 {
+            assert!(losses.observe(&all, &live).is_empty(), "reported once");
+        }
+    }
+
+    #[test]
+    fn agents_released_by_a_live_worker_and_taken_by_none_are_not_a_loss() {
+        let mut losses = Losses::default();
+        let live: BTreeSet<String> = ["wa".into()].into();
+        assert!(losses.observe(&holders(&[("top", Some("wa"))]), &live).is_empty());
+        for _ in 0..LOST_PATIENCE * 2 {
+            assert!(losses.observe(&holders(&[("top", None)]), &live).is_empty());
+        }
+        // A worker gone with agents nobody took: reported once its patience ran out.
+        let mut losses = Losses::default();
+        assert!(losses.observe(&holders(&[("top", Some("wa"))]), &live).is_empty());
+        let gone = BTreeSet::new();
+        let mut reports = Vec::new();
+        for _ in 0..LOST_PATIENCE * 2 {
+            reports.extend(losses.observe(&holders(&[("top", None)]), &gone));
+        }
+        assert_eq!(reports.len(), 1, "{reports:?}");
+        assert!(reports[0].taken_by.is_empty());
+    }
+
+    fn message_to(to: &str) -> Message {
+        Message::new(
+            agent_core::new_message_id(),
+            Address::System,
+            AgentId::new(to),
+            agent_state::MessageKind::TaskAssign,
+            serde_json::json!({}),
+            agent_state::Timestamp(0),
+        )
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_delivery_waits_for_its_recipient_to_be_hosted_up_to_its_patience() {
+        let inner = Arc::new(message_bus::InMemoryBus::new());
+        let bus =
+            AwaitingBus::new(inner.clone(), Duration::from_secs(10), Duration::from_millis(100));
+        // Registered 3 s after the send started: delivered then.
+        let later = {
+            let inner = inner.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                inner.register(&AgentId::new("exec")).await.unwrap();
+            })
+        };
+        let started = tokio::time::Instant::now();
+        assert_eq!(bus.send(message_to("exec")).await.unwrap(), 1);
+        assert!(started.elapsed() >= Duration::from_secs(3));
+        later.await.unwrap();
+        assert_eq!(inner.pending(&Address::Agent(AgentId::new("exec"))).await.unwrap(), 1);
+        // Never registered: refused with the typed reason once the patience passed.
+        let started = tokio::time::Instant::now();
+        match bus.send(message_to("nobody")).await {
+            Err(SendError::NotHosted { recipient, waited_ms, .. }) => {
+                assert_eq!(recipient, AgentId::new("nobody"));
+                assert_eq!(waited_ms, 10_000);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(started.elapsed(), Duration::from_secs(10));
     }
 
     #[test]

@@ -850,6 +850,13 @@ impl Team {
         self.observer.saw(message);
     }
 
+    /// The run's guards (no progress, wait cycles) read the agents this process does not host
+    /// from `remote` from now on: for the coordinator of a run placed on workers, whose share
+    /// hosts no agent (`placement::PlacedWatch`).
+    pub fn watch_remote(&self, remote: Arc<dyn crate::guard::RemoteAgents>) {
+        self.observer.set_remote(remote);
+    }
+
     /// The pool of agents.
     pub fn pool(&self) -> &Arc<AgentPool> {
         &self.pool

@@ -177,6 +177,21 @@ pub enum SendError {
         /// The recipient.
         recipient: AgentId,
     },
+    /// A run spread over workers: the recipient, an agent of the run, was not hosted by any
+    /// worker (not registered on the bus) within the time a delivery waits for it.
+    #[error(
+        "cannot send {kind} message {id} to `{recipient}`: no worker hosted it within {waited_ms} ms (do the live workers' --agents, --layer or --capacity leave it out?)"
+    )]
+    NotHosted {
+        /// The message id.
+        id: MessageId,
+        /// The message kind, on the wire.
+        kind: &'static str,
+        /// The recipient.
+        recipient: AgentId,
+        /// How long the delivery waited, in milliseconds.
+        waited_ms: u64,
+    },
     /// `broadcast` used as a sender.
     #[error("message {id} has `broadcast` as its sender; send from an agent or `system`")]
     InvalidSender {

@@ -452,6 +452,7 @@ impl RunModel {
             | AuditEvent::Stuck { .. }
             | AuditEvent::RunInputs { .. }
             | AuditEvent::Unsandboxed { .. }
+            | AuditEvent::WorkerLost { .. }
             | AuditEvent::PeerHelp { step: None, .. } => None,
         };
         let progress =

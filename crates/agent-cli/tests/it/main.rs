@@ -8,6 +8,7 @@
 
 mod approval;
 mod bad_input;
+mod cycle;
 mod browser;
 mod evolve;
 mod exec;
@@ -30,6 +31,7 @@ mod ooda;
 mod otel;
 mod papercuts;
 mod partition;
+mod placed;
 mod sandbox;
 mod secrets;
 mod serve;

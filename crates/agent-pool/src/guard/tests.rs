@@ -152,3 +152,110 @@ async fn waits_without_a_cycle_or_while_agents_work_are_left_alone() {
     }
     assert!(escalations(&bus, "power").await.is_empty(), "busy heartbeats are not idle");
 }
+
+/// What a coordinator's guard reads of agents hosted by workers.
+struct Remote {
+    agents: std::sync::Mutex<Vec<super::AgentView>>,
+    progress: std::sync::atomic::AtomicU64,
+}
+
+#[async_trait]
+impl super::RemoteAgents for Remote {
+    async fn agents(&self) -> Vec<super::AgentView> {
+        self.agents.lock().unwrap().clone()
+    }
+
+    fn progress(&self) -> u64 {
+        self.progress.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+fn view(id: &str, on: Option<&str>, busy: bool) -> super::AgentView {
+    super::AgentView {
+        id: AgentId::new(id),
+        supervisor: None,
+        open_tasks: vec!["t".into()],
+        waits: on
+            .map(|on| WaitEdge {
+                waiter: AgentId::new(id),
+                on: AgentId::new(on),
+                what: format!("the reply of {on}"),
+                task: Some("t".into()),
+            })
+            .into_iter()
+            .collect(),
+        busy,
+    }
+}
+
+/// A coordinator's guard: it hosts no agent, and reads them from `remote`.
+async fn coordinating(
+    remote: Arc<Remote>,
+) -> (RunGuard, Arc<InMemoryBus>, Arc<InMemoryAuditLog>, tempfile::TempDir) {
+    let (guard, bus, audit, dir) = guarded(&[("unused", None)]).await;
+    // The power's inbox, which its worker opened.
+    bus.register(&AgentId::new("power")).await.unwrap();
+    let observer = Arc::new(Observer::default());
+    observer.set_remote(remote);
+    let guard = RunGuard::new(
+        GuardSettings { wait_heartbeats: 2, idle_heartbeats: 4, ..GuardSettings::default() },
+        observer,
+        Arc::new(AgentPool::new(10)),
+        bus.clone(),
+        audit.clone(),
+        guard.clock.clone(),
+        AgentId::new("power"),
+    );
+    (guard, bus, audit, dir)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_coordinator_breaks_a_cycle_among_agents_hosted_elsewhere() {
+    let remote = Arc::new(Remote {
+        agents: std::sync::Mutex::new(vec![
+            view("power", Some("lead"), false),
+            view("lead", Some("worker"), false),
+            view("worker", Some("lead"), false),
+        ]),
+        progress: Default::default(),
+    });
+    let (mut guard, bus, _audit, _dir) = coordinating(remote.clone()).await;
+    guard.heartbeat(false).await;
+    guard.heartbeat(false).await;
+    let sent = escalations(&bus, "power").await;
+    let [TaskFailure::WaitCycle { cycle, .. }] = sent.as_slice() else { panic!("{sent:?}") };
+    assert_eq!(cycle, &[AgentId::new("lead"), AgentId::new("worker")]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_coordinator_sees_work_moving_or_agents_busy_elsewhere_as_progress() {
+    let remote = Arc::new(Remote {
+        agents: std::sync::Mutex::new(vec![
+            view("power", Some("lead"), false),
+            view("lead", None, true),
+        ]),
+        progress: Default::default(),
+    });
+    let (mut guard, bus, _audit, _dir) = coordinating(remote.clone()).await;
+    for _ in 0..6 {
+        guard.heartbeat(false).await;
+    }
+    assert!(escalations(&bus, "power").await.is_empty(), "a busy agent elsewhere is work");
+    // Not busy, but work moves on the bus at every heartbeat: progress.
+    *remote.agents.lock().unwrap() =
+        vec![view("power", Some("lead"), false), view("lead", None, false)];
+    for _ in 0..6 {
+        remote.progress.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        guard.heartbeat(false).await;
+    }
+    assert!(escalations(&bus, "power").await.is_empty(), "work moving is progress");
+    // Nothing moves and nobody works: no progress after the idle heartbeats.
+    for _ in 0..4 {
+        guard.heartbeat(false).await;
+    }
+    let sent = escalations(&bus, "power").await;
+    let [TaskFailure::NoProgress { heartbeats: 4, agents }] = sent.as_slice() else {
+        panic!("{sent:?}")
+    };
+    assert_eq!(agents, &[AgentId::new("lead"), AgentId::new("power")]);
+}

@@ -280,7 +280,9 @@ impl From<RegisterError> for Outcome {
 impl From<SendError> for Outcome {
     fn from(err: SendError) -> Self {
         match err {
-            SendError::UnknownRecipient { id, kind, recipient } => {
+            // A placed run's waiting bus gives up this way; the backends refuse at once.
+            SendError::UnknownRecipient { id, kind, recipient }
+            | SendError::NotHosted { id, kind, recipient, .. } => {
                 Outcome::UnknownRecipient { id, kind, recipient }
             }
             SendError::InvalidSender { id } => Outcome::InvalidSender(id),
