@@ -562,6 +562,7 @@ fn log_exit(status: std::io::Result<ExitStatus>) {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 mod tests {
     use super::*;
 
