@@ -709,24 +709,29 @@ pub(crate) async fn summary(
             if signed.is_empty() { "nobody".to_owned() } else { signed.join(", ") }
         );
     }
+    // The stored metrics (Team::summary), as `inspect RUN metrics` and the dashboard show them.
     outln!(
-        "\n{:<14} {:<7} {:<11} {:>5} {:>5} {:>7} {:>6}",
+        "\n{:<14} {:<7} {:<11} {:>5} {:>5} {:>6} {:>7} {:>7} {:>6}",
         "agent",
         "layer",
         "status",
         "done",
         "fail",
+        "beats",
+        "missed",
         "retries",
         "score"
     );
     for a in &agents {
         outln!(
-            "{:<14} {:<7} {:<11} {:>5} {:>5} {:>7} {:>6.1}",
+            "{:<14} {:<7} {:<11} {:>5} {:>5} {:>6} {:>7} {:>7} {:>6.1}",
             a.id.as_str(),
             a.layer.as_str(),
             a.status.as_str(),
             a.metrics.tasks_completed,
             a.metrics.tasks_failed,
+            a.metrics.heartbeats_responded,
+            a.metrics.heartbeats_missed,
             a.metrics.retries,
             a.score
         );

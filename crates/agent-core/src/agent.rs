@@ -1256,6 +1256,9 @@ impl Agent {
         if messages.is_empty() && !self.wants_tick() {
             if cycle {
                 self.ctx.metrics.heartbeats_responded += 1;
+                // Every answer is stored (rare here: the scheduler ran it for mail or work
+                // that was gone by the time it looked).
+                self.save_counts().await;
             }
             return Ok(HeartbeatOutcome::Idle);
         }
@@ -1331,6 +1334,15 @@ impl Agent {
         record.audit_head = self.ctx.deps.audit.head_of(self.id()).await?;
         self.ctx.deps.state.save_agent(&record).await?;
         Ok(())
+    }
+
+    /// Saves the record after a turn that changed only its counts (an idle answer, a retried
+    /// failure), so that every heartbeat answer and miss is stored. A store that refuses it is
+    /// logged, not the turn's failure: the counts are saved again with the next record.
+    async fn save_counts(&self) {
+        if let Err(e) = self.save().await {
+            tracing::warn!(agent = %self.id(), error = %e, "cannot store the agent's heartbeat counts");
+        }
     }
 
     /// Rebuilds an agent after a restart: its status from the audit log, the rest from its saved
@@ -1574,6 +1586,8 @@ impl Agent {
                     due_heartbeat: Some(due),
                 })
                 .await?;
+            // The missed heartbeat and the retry are stored (the messages come again).
+            self.save_counts().await;
             bus.release(&inbox).await?;
             tracing::info!(agent = %self.id(), retry, max, wait_beats, due, error = %text, "heartbeat failed, will retry");
             return Ok(HeartbeatOutcome::Retrying { retry, error: text });

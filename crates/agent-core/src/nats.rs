@@ -61,7 +61,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::audit::{AuditAnchor, AuditEvent, AuditHash, AuditLog, AuditRecord, GENESIS_HASH};
-use crate::state::{AgentRecord, OutcomeRecord, StateStore, ToolRecord};
+use crate::state::{AgentRecord, LivenessRecord, OutcomeRecord, StateStore, ToolRecord};
 use crate::tools::ToolOutput;
 
 /// The stream part of the audit log, and the bucket parts of the state store.
@@ -70,6 +70,7 @@ const AGENTS: &str = "agents";
 const TOOLS: &str = "tools";
 const OUTCOMES: &str = "outcomes";
 const BLOBS: &str = "blobs";
+const LIVENESS: &str = "liveness";
 
 /// How many times an append reads the tail again after another writer took its place.
 const MAX_APPEND_ATTEMPTS: u32 = 1000;
@@ -470,6 +471,7 @@ pub struct NatsStateStore {
     tools: Bucket,
     outcomes: Bucket,
     blobs: Bucket,
+    liveness: Bucket,
     max_value: usize,
 }
 
@@ -565,6 +567,7 @@ impl NatsStateStore {
             tools: Bucket::open(store, TOOLS).await?,
             outcomes: Bucket::open(store, OUTCOMES).await?,
             blobs: Bucket::open(store, BLOBS).await?,
+            liveness: Bucket::open(store, LIVENESS).await?,
             max_value: max_value(store),
         })
     }
@@ -590,6 +593,39 @@ impl NatsStateStore {
 
 #[async_trait]
 impl StateStore for NatsStateStore {
+    async fn save_liveness(&self, records: Vec<LivenessRecord>) -> Result<(), BackendError> {
+        for record in &records {
+            let id = &record.id;
+            let bytes = encode(record).map_err(|e| {
+                BackendError::with_source(
+                    nats_store::BACKEND,
+                    "cannot encode a liveness record",
+                    e,
+                )
+            })?;
+            self.liveness
+                .put(&token(id.as_str()), bytes, || format!("the heartbeat answers of `{id}`"))
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn liveness(&self) -> Result<Vec<LivenessRecord>, BackendError> {
+        let mut records = Vec::new();
+        for value in self.liveness.values().await? {
+            let record: LivenessRecord = decode(&value).map_err(|e| {
+                BackendError::with_source(
+                    nats_store::BACKEND,
+                    "the heartbeat answers of an agent cannot be read",
+                    e,
+                )
+            })?;
+            records.push(record);
+        }
+        records.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(records)
+    }
+
     async fn save_agent(&self, record: &AgentRecord) -> Result<(), BackendError> {
         let id = &record.id;
         let bytes = encode(record).map_err(|e| {

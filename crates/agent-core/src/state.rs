@@ -42,6 +42,38 @@ impl Versioned for AgentRecord {
     const VERSION: u32 = 1;
 }
 
+/// The heartbeat answers of one agent that its scheduler booked without running a heartbeat
+/// (the liveness ledger): the cycles its sweep recorded the agent's answer while it was idle,
+/// and the cycles it could not answer. The heartbeats the agent ran count in its own
+/// [`AgentRecord::metrics`]; the two are disjoint, and an agent's heartbeat counts are their
+/// sum ([`LivenessRecord::add_to`]). The scheduler saves the records of every agent whose
+/// counts changed once per cycle, in one write ([`StateStore::save_liveness`]), and a resumed
+/// run counts on from them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LivenessRecord {
+    /// The agent.
+    pub id: AgentId,
+    /// Cycles in which it was idle and the scheduler's sweep recorded its answer.
+    pub answered: u64,
+    /// Cycles in which it could not answer (busy with an earlier turn, or held by another task).
+    pub missed: u64,
+    /// The last heartbeat cycle counted.
+    pub cycle: u64,
+}
+
+impl Versioned for LivenessRecord {
+    const KIND: &'static str = "liveness_record";
+    const VERSION: u32 = 1;
+}
+
+impl LivenessRecord {
+    /// `metrics` (an agent's own, from its record) with these answers and misses added.
+    pub fn add_to(&self, metrics: &mut AgentMetrics) {
+        metrics.heartbeats_responded = metrics.heartbeats_responded.saturating_add(self.answered);
+        metrics.heartbeats_missed = metrics.heartbeats_missed.saturating_add(self.missed);
+    }
+}
+
 /// A side-effecting tool call as kept so that a resumed run does not run it twice: started
 /// (written before the tool runs), then its result.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -82,6 +114,20 @@ pub trait StateStore: Send + Sync + 'static {
     /// Every saved agent, by id.
     async fn agents(&self) -> Result<Vec<AgentRecord>, BackendError>;
 
+    /// Saves (replaces) the liveness records of several agents in one write (one commit on a
+    /// durable backend), so a scheduler stores every agent's heartbeat answers of a cycle at
+    /// once. The default keeps nothing (a store without a ledger); the in-memory, sled and
+    /// NATS stores keep them.
+    async fn save_liveness(&self, records: Vec<LivenessRecord>) -> Result<(), BackendError> {
+        let _ = records;
+        Ok(())
+    }
+
+    /// Every saved liveness record, by id.
+    async fn liveness(&self) -> Result<Vec<LivenessRecord>, BackendError> {
+        Ok(Vec::new())
+    }
+
     /// Records that the side-effecting tool call `key` is about to run (before it runs).
     async fn begin_tool(&self, key: &str) -> Result<(), BackendError>;
 
@@ -118,6 +164,7 @@ pub struct InMemoryStateStore {
 #[derive(Debug, Default)]
 struct Inner {
     agents: BTreeMap<AgentId, AgentRecord>,
+    liveness: BTreeMap<AgentId, LivenessRecord>,
     tools: BTreeMap<String, Option<ToolOutput>>,
     outcomes: BTreeMap<String, TaskOutcome>,
     blobs: BTreeMap<String, std::sync::Arc<[u8]>>,
@@ -143,6 +190,18 @@ impl StateStore for InMemoryStateStore {
 
     async fn agents(&self) -> Result<Vec<AgentRecord>, BackendError> {
         Ok(self.lock().agents.values().cloned().collect())
+    }
+
+    async fn save_liveness(&self, records: Vec<LivenessRecord>) -> Result<(), BackendError> {
+        let mut inner = self.lock();
+        for record in records {
+            inner.liveness.insert(record.id.clone(), record);
+        }
+        Ok(())
+    }
+
+    async fn liveness(&self) -> Result<Vec<LivenessRecord>, BackendError> {
+        Ok(self.lock().liveness.values().cloned().collect())
     }
 
     async fn begin_tool(&self, key: &str) -> Result<(), BackendError> {

@@ -1,5 +1,6 @@
-//! Benchmarks of the pool at scale: one heartbeat cycle over many idle agents, agents created
-//! per second, and the memory one idle agent holds.
+//! Benchmarks of the pool at scale: one heartbeat cycle over many idle agents (and with their
+//! answers stored in the liveness ledger), agents created per second, and the memory one idle
+//! agent holds.
 //!
 //! Memory is not something criterion measures: before the criterion groups run, `main` reads the
 //! process's resident set size, creates [`MEMORY_AGENTS`] idle agents (each with its bus inbox,
@@ -19,7 +20,8 @@ use support::{resident_bytes, target_dir};
 
 use agent_core::tools::{ToolContext, ToolRegistry};
 use agent_core::{
-    AgentBehavior, AgentDeps, InMemoryAuditLog, InMemoryStateStore, RuleBasedReasoner, TokioClock,
+    AgentBehavior, AgentDeps, InMemoryAuditLog, InMemoryStateStore, RuleBasedReasoner,
+    SledStateStore, StateStore, TokioClock,
 };
 use agent_layers::{BottomAgent, BottomSpec};
 use agent_pool::{AgentPool, HeartbeatScheduler};
@@ -181,7 +183,62 @@ fn create(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, tick, create);
+/// Pool sizes for the liveness ledger's cost.
+const LEDGER_SIZES: [usize; 2] = [1_000, 10_000];
+
+/// One cycle over idle agents with every answer stored (`tick` then `settle`, which waits for
+/// the cycle's write): without a ledger, with the in-memory store's, and with a sled run
+/// store's (synced: one `fdatasync` a cycle). Every idle agent's count changes each cycle, so
+/// each cycle writes every agent's record.
+fn tick_ledger(c: &mut Criterion) {
+    let rt = runtime();
+    let mut group = c.benchmark_group("pool/tick_ledger");
+    group.measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_millis(500));
+    for size in LEDGER_SIZES {
+        let services = Services::new();
+        let pool = Arc::new(AgentPool::new(usize::MAX));
+        rt.block_on(populate(&pool, &services, 0..size));
+        let dir = tempfile::tempdir().unwrap();
+        let store = run_store::RunStore::create(
+            &dir.path().join("run"),
+            "bench",
+            Timestamp(1_700_000_000_000),
+            run_store::Durability::Synced,
+        )
+        .unwrap();
+        let sled: Arc<dyn StateStore> = Arc::new(SledStateStore::open(&store).unwrap());
+        let memory: Arc<dyn StateStore> = Arc::new(InMemoryStateStore::new());
+        for (name, ledger) in [("none", None), ("memory", Some(memory)), ("sled", Some(sled))] {
+            let deps = &services.deps;
+            let mut scheduler = HeartbeatScheduler::new(
+                pool.clone(),
+                deps.bus.clone(),
+                deps.audit.clone(),
+                deps.clock.clone(),
+            );
+            if let Some(ledger) = ledger {
+                scheduler = scheduler.with_ledger(ledger);
+            }
+            group.throughput(Throughput::Elements(size as u64));
+            group.bench_with_input(BenchmarkId::new(name, size), &size, |bench, _| {
+                bench.iter_custom(|iters| {
+                    rt.block_on(async {
+                        let start = Instant::now();
+                        for _ in 0..iters {
+                            black_box(scheduler.tick().await);
+                            scheduler.settle().await;
+                        }
+                        start.elapsed()
+                    })
+                });
+            });
+        }
+        drop(pool);
+    }
+    group.finish();
+}
+
+criterion_group!(benches, tick, create, tick_ledger);
 
 /// Resident memory per idle agent, from the growth of the process's resident set while
 /// [`MEMORY_AGENTS`] agents are created. Printed, and written for `cargo xtask bench` when run

@@ -1,7 +1,15 @@
-//! The metrics calculator: performance scores for agents and a team summary.
+//! The metrics calculator: performance scores for agents and a team summary; the liveness
+//! ledger (the heartbeat answers the scheduler books, stored once per cycle) and
+//! [`stored_metrics`], the one source of the numbers the CLI shows.
 
-use agent_state::{AgentId, AgentLayer, AgentMetrics, AgentStatus};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use agent_core::{LivenessRecord, StateStore};
+use agent_state::{AgentId, AgentLayer, AgentMetrics, AgentStatus, BackendError};
 use serde::{Deserialize, Serialize};
+
+use crate::pool::{AgentPool, AgentSlot};
 
 /// One agent's line in a team summary.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -37,5 +45,104 @@ impl MetricsCalculator {
     ) -> AgentSummary {
         let score = metrics.performance_score();
         AgentSummary { id, layer, status, metrics, score }
+    }
+}
+
+/// One agent's metrics as the run's stores hold them: what `strata run`'s summary,
+/// `strata inspect RUN metrics` and the dashboard all show (see [`stored_metrics`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StoredMetrics {
+    /// The agent.
+    pub agent: AgentId,
+    /// Its metrics: its record's, with the heartbeat answers and misses its scheduler booked.
+    pub metrics: AgentMetrics,
+    /// Its performance score, 0 to 100 ([`AgentMetrics::performance_score`]).
+    pub score: f64,
+    /// Retries spent on its current work (its record's).
+    pub retries: u32,
+}
+
+/// Every agent's metrics as stored, by id: its saved record's (the heartbeats it ran, answered
+/// or failed, its tasks, messages, retries) with its liveness record's answers and misses (the
+/// cycles its scheduler's sweep booked without running it) added. The one source of the
+/// numbers and scores the CLI shows: the run summary, `inspect RUN metrics` and the dashboard.
+/// An agent with answers but no record yet (it never ran a turn) has default metrics plus them.
+pub async fn stored_metrics(state: &dyn StateStore) -> Result<Vec<StoredMetrics>, BackendError> {
+    let mut agents: BTreeMap<AgentId, (AgentMetrics, u32)> =
+        state.agents().await?.into_iter().map(|r| (r.id, (r.metrics, r.retries))).collect();
+    for liveness in state.liveness().await? {
+        liveness.add_to(&mut agents.entry(liveness.id.clone()).or_default().0);
+    }
+    Ok(agents
+        .into_iter()
+        .map(|(agent, (metrics, retries))| StoredMetrics {
+            score: metrics.performance_score(),
+            agent,
+            metrics,
+            retries,
+        })
+        .collect())
+}
+
+/// The scheduler's side of the liveness ledger: at the end of each cycle, the counts of every
+/// agent that changed go to the state store in one write, made in a task (one at a time).
+pub(crate) struct Ledger {
+    state: Arc<dyn StateStore>,
+    writing: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Ledger {
+    pub(crate) fn new(state: Arc<dyn StateStore>) -> Self {
+        Self { state, writing: None }
+    }
+
+    /// Starts storing the counts that changed by cycle `number`, unless the last write is still
+    /// in flight (they are stored with a later cycle's).
+    pub(crate) fn store(&mut self, pool: &AgentPool, number: u64) {
+        if self.writing.as_ref().is_some_and(|w| !w.is_finished()) {
+            return;
+        }
+        self.writing = changed(pool, number).map(|(slots, records)| {
+            let state = self.state.clone();
+            tokio::spawn(tracing::Instrument::in_current_span(write(state, slots, records)))
+        });
+    }
+
+    /// Waits for the write in flight, then stores what is left, and returns once it is stored.
+    pub(crate) async fn flush(&mut self, pool: &AgentPool, number: u64) {
+        if let Some(writing) = self.writing.take()
+            && let Err(e) = writing.await
+        {
+            tracing::warn!(error = %e, "the liveness write stopped");
+        }
+        if let Some((slots, records)) = changed(pool, number) {
+            write(self.state.clone(), slots, records).await;
+        }
+    }
+}
+
+type Changed = (Vec<Arc<AgentSlot>>, Vec<LivenessRecord>);
+
+/// The agents whose counts changed since the ledger last stored them, marked stored.
+fn changed(pool: &AgentPool, number: u64) -> Option<Changed> {
+    let (mut slots, mut records) = (Vec::new(), Vec::new());
+    pool.for_each(|slot| {
+        if let Some(record) = slot.liveness_due(number) {
+            slot.liveness_stored(&record);
+            slots.push(slot.clone());
+            records.push(record);
+        }
+    });
+    (!records.is_empty()).then_some((slots, records))
+}
+
+/// Stores `records` in one write; on failure their agents are due again.
+async fn write(state: Arc<dyn StateStore>, slots: Vec<Arc<AgentSlot>>, records: Vec<LivenessRecord>) {
+    let count = records.len();
+    if let Err(e) = state.save_liveness(records).await {
+        tracing::warn!(agents = count, error = %e, "cannot store the agents' heartbeat answers; trying again next cycle");
+        for slot in &slots {
+            slot.liveness_unstored();
+        }
     }
 }

@@ -57,6 +57,8 @@ pub struct AgentSlot {
     missed: AtomicU32,
     /// Terminated (absorbing) or being destroyed: the sweep skips it without locking it.
     gone: AtomicBool,
+    /// `acked` and `missed` (high and low 32 bits) as the liveness ledger last stored them.
+    stored: AtomicU64,
 }
 
 impl AgentSlot {
@@ -175,6 +177,41 @@ impl AgentSlot {
     /// A heartbeat the scheduler started for cycle `number` answered.
     pub(crate) fn note_answer(&self, number: u64) {
         self.last_ack.fetch_max(number, Ordering::Relaxed);
+    }
+
+    /// Counts on from the answers and misses the liveness ledger holds for this agent (a
+    /// resumed run): its counts continue, not reset and not counted twice.
+    pub(crate) fn seed_liveness(&self, record: &agent_core::LivenessRecord) {
+        let clamp = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
+        self.acked.store(clamp(record.answered), Ordering::Relaxed);
+        self.missed.store(clamp(record.missed), Ordering::Relaxed);
+        self.stored.store(self.packed(), Ordering::Relaxed);
+    }
+
+    /// The agent's liveness record as of cycle `number`, if its counts changed since the ledger
+    /// last stored them.
+    pub(crate) fn liveness_due(&self, number: u64) -> Option<agent_core::LivenessRecord> {
+        let packed = self.packed();
+        (packed != self.stored.load(Ordering::Relaxed)).then(|| agent_core::LivenessRecord {
+            id: self.id.clone(),
+            answered: packed >> 32,
+            missed: packed & u64::from(u32::MAX),
+            cycle: number,
+        })
+    }
+
+    /// The ledger is storing `record` (made by [`liveness_due`](Self::liveness_due)).
+    pub(crate) fn liveness_stored(&self, record: &agent_core::LivenessRecord) {
+        self.stored.store((record.answered << 32) | record.missed, Ordering::Relaxed);
+    }
+
+    /// The ledger failed to store the agent's counts: it is due again at the next cycle.
+    pub(crate) fn liveness_unstored(&self) {
+        self.stored.store(u64::MAX, Ordering::Relaxed);
+    }
+
+    fn packed(&self) -> u64 {
+        (self.acked() << 32) | self.missed()
     }
 
     pub(crate) fn count_missed(&self, number: u64) {
@@ -324,6 +361,7 @@ impl AgentPool {
             acked: AtomicU32::new(0),
             missed: AtomicU32::new(0),
             gone: AtomicBool::new(false),
+            stored: AtomicU64::new(0),
         });
         agents.insert(id.clone(), slot.clone());
         drop(agents);

@@ -115,6 +115,9 @@ pub struct HeartbeatScheduler {
     /// whether each is due a heartbeat (kept from cycle to cycle: while nobody holds an agent,
     /// a cycle allocates nothing for it).
     contended: Vec<(Arc<AgentSlot>, bool)>,
+    /// Where the heartbeat answers the sweep books are stored, once per cycle (see
+    /// [`with_ledger`](Self::with_ledger)).
+    ledger: Option<crate::metrics::Ledger>,
 }
 
 impl HeartbeatScheduler {
@@ -137,7 +140,20 @@ impl HeartbeatScheduler {
             wakes: HashMap::new(),
             next_wake: None,
             contended: Vec::new(),
+            ledger: None,
         }
+    }
+
+    /// Stores the heartbeat answers the scheduler books itself (the sweep's acks of idle
+    /// agents, the misses) in `state`'s liveness ledger
+    /// ([`StateStore::save_liveness`](agent_core::StateStore::save_liveness)): at the end of
+    /// each cycle, one write for every agent whose counts changed, made in a task so a slow
+    /// store never holds up the next cycle (while one write is in flight, the next cycle's
+    /// changes wait for the one after); [`settle`](Self::settle) stores the rest. Without it
+    /// they are counted in memory only.
+    pub fn with_ledger(mut self, state: Arc<dyn agent_core::StateStore>) -> Self {
+        self.ledger = Some(crate::metrics::Ledger::new(state));
+        self
     }
 
     /// The last heartbeat number.
@@ -284,6 +300,9 @@ impl HeartbeatScheduler {
         self.contended = contended;
         report.idle = idle;
         report.exempt += exempt;
+        if let Some(ledger) = &mut self.ledger {
+            ledger.store(&self.pool, number);
+        }
         report
     }
 
@@ -386,10 +405,14 @@ impl HeartbeatScheduler {
         }
     }
 
-    /// Waits for every running heartbeat to finish.
+    /// Waits for every running heartbeat to finish, then stores the heartbeat answers not
+    /// stored yet (with a ledger).
     pub async fn settle(&mut self) {
         while let Some(joined) = self.running.join_next().await {
             self.finished(joined);
+        }
+        if let Some(ledger) = &mut self.ledger {
+            ledger.flush(&self.pool, self.number).await;
         }
     }
 

@@ -791,12 +791,19 @@ impl Team {
         ));
         let (outcome_tx, outcomes) = watch::channel(known);
         let (stop_tx, stop_rx) = watch::channel(false);
+        // The heartbeat answers the scheduler booked before a restart: counted on from.
+        for liveness in services.state.liveness().await.map_err(TeamError::Store)? {
+            if let Some(slot) = pool.get(&liveness.id) {
+                slot.seed_liveness(&liveness);
+            }
+        }
         let scheduler = HeartbeatScheduler::new(
             pool.clone(),
             services.bus.clone(),
             services.audit.clone(),
             services.clock.clone(),
-        );
+        )
+        .with_ledger(services.state.clone());
         let guard = RunGuard::new(
             spec.guards,
             observer.clone(),
@@ -974,14 +981,30 @@ impl Team {
         self.outcomes.borrow().get(task_id).cloned()
     }
 
-    /// Every agent's status, metrics and score, by id: those hosted here as they are now, and
-    /// the team's configured agents hosted elsewhere (a run spread over workers) as the stores
-    /// last recorded them (left out if the stores cannot be read).
+    /// Every agent's status, metrics and score, by id. The metrics are the stored ones
+    /// ([`stored_metrics`](crate::stored_metrics): each agent's record with the heartbeat
+    /// answers its scheduler booked), the numbers `strata inspect RUN metrics` and the
+    /// dashboard show; only if the store cannot be read are the hosted agents' metrics taken
+    /// from memory. Statuses: those hosted here as they are now, and the team's configured
+    /// agents hosted elsewhere (a run spread over workers) as the audit log last recorded them
+    /// (left out if it cannot be read). Current once the team is stopped (its scheduler stores
+    /// the last answers as it settles); while it runs, up to a cycle behind.
     pub async fn summary(&self) -> Vec<AgentSummary> {
+        let mut stored: Option<BTreeMap<AgentId, agent_state::AgentMetrics>> =
+            match crate::metrics::stored_metrics(self.services.state.as_ref()).await {
+                Ok(all) => Some(all.into_iter().map(|s| (s.agent, s.metrics)).collect()),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read the stored metrics; showing those in memory");
+                    None
+                }
+            };
         let mut lines = Vec::new();
         for slot in self.pool.all() {
             let status = slot.status().await;
-            let metrics = slot.metrics().await;
+            let metrics = match &mut stored {
+                Some(stored) => stored.remove(slot.id()).unwrap_or_default(),
+                None => slot.metrics().await,
+            };
             lines.push(MetricsCalculator::summarize(
                 slot.id().clone(),
                 slot.layer(),
@@ -994,15 +1017,12 @@ impl Team {
         if elsewhere.is_empty() {
             return lines;
         }
-        let (Ok(audit), Ok(records)) =
-            (self.services.audit.records(None).await, self.services.state.agents().await)
+        let (Ok(audit), Some(mut metrics)) = (self.services.audit.records(None).await, stored)
         else {
             return lines;
         };
         let statuses: BTreeMap<AgentId, AgentStatus> =
             check_transition_chain(&audit).map(|c| c.into_iter().collect()).unwrap_or_default();
-        let mut metrics: BTreeMap<AgentId, agent_state::AgentMetrics> =
-            records.into_iter().map(|r| (r.id, r.metrics)).collect();
         for (id, layer) in elsewhere {
             let Some(&status) = statuses.get(id) else { continue };
             lines.push(MetricsCalculator::summarize(

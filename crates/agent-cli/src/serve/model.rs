@@ -1,5 +1,6 @@
 //! The dashboard's model of one run, folded from its audit records one at a time: every agent
 //! (configured and spawned) with its layer, parent, status and current activity, the
+//! stored metrics (heartbeat answers and scores, as the run summary shows them), the
 //! decisions, progress, cost per agent and a time series of tokens and cost, the last event
 //! lines, and the audit verification. Each change comes out as a small [`Delta`] for the
 //! browsers watching; [`RunModel::snapshot_json`] is the whole picture.
@@ -10,6 +11,7 @@
 use std::collections::{HashMap, VecDeque};
 
 use agent_core::{AuditEvent, AuditRecord};
+use agent_pool::StoredMetrics;
 use agent_state::{AgentId, AgentLayer, AgentStatus, Decision, DecisionStatus};
 use serde::Serialize;
 
@@ -240,6 +242,11 @@ pub(crate) enum Delta {
         /// The verification.
         audit: AuditCheck,
     },
+    /// The stored metrics changed (heartbeat answers, misses, tasks): every agent's.
+    Metrics {
+        /// Every stored agent's metrics and score, by id.
+        metrics: Vec<StoredMetrics>,
+    },
 }
 
 /// The model of one run.
@@ -258,6 +265,9 @@ pub(crate) struct RunModel {
     events: VecDeque<String>,
     last_seq: Option<u64>,
     audit: AuditCheck,
+    /// The stored metrics ([`agent_pool::stored_metrics`]), as the run summary and
+    /// `inspect RUN metrics` show them.
+    metrics: Vec<StoredMetrics>,
 }
 
 impl RunModel {
@@ -292,6 +302,7 @@ impl RunModel {
             events: VecDeque::with_capacity(EVENT_LINES),
             last_seq: None,
             audit: AuditCheck::default(),
+            metrics: Vec::new(),
         };
         for seed in agents {
             model.add(
@@ -596,6 +607,15 @@ impl RunModel {
         Some(Delta::Audit { audit })
     }
 
+    /// Takes the stored metrics; a delta when they changed.
+    pub(crate) fn set_metrics(&mut self, metrics: Vec<StoredMetrics>) -> Option<Delta> {
+        if self.metrics == metrics {
+            return None;
+        }
+        self.metrics = metrics.clone();
+        Some(Delta::Metrics { metrics })
+    }
+
     /// The whole picture as JSON text, with the last `events` event lines.
     pub(crate) fn snapshot_json(&self, events: usize) -> String {
         #[derive(Serialize)]
@@ -611,6 +631,7 @@ impl RunModel {
             series: &'a [CostPoint],
             events: Vec<&'a str>,
             audit: &'a AuditCheck,
+            metrics: &'a [StoredMetrics],
         }
         let skip = self.events.len().saturating_sub(events);
         let snapshot = Snapshot {
@@ -625,6 +646,7 @@ impl RunModel {
             series: &self.series,
             events: self.events.iter().skip(skip).map(String::as_str).collect(),
             audit: &self.audit,
+            metrics: &self.metrics,
         };
         serde_json::to_string(&snapshot).unwrap_or_else(|e| {
             serde_json::json!({ "error": format!("cannot serialise the run: {e}") }).to_string()

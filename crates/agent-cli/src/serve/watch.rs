@@ -546,6 +546,8 @@ impl RunWatch {
             due
         };
         let audit = if verify { Some(check(&self.dir, store, stores, live).await) } else { None };
+        // The one source of the numbers the summary and `inspect RUN metrics` show.
+        let metrics = agent_pool::stored_metrics(stores.state.as_ref()).await?;
         let mut deltas: Vec<(Delta, Option<&AuditRecord>)> = Vec::new();
         let mut state = lock(&self.state);
         for record in &records {
@@ -561,6 +563,9 @@ impl RunWatch {
             deltas.push((d, None));
         }
         if let Some(d) = audit.and_then(|a| state.model.set_audit(a)) {
+            deltas.push((d, None));
+        }
+        if let Some(d) = state.model.set_metrics(metrics) {
             deltas.push((d, None));
         }
         for (delta, record) in deltas {

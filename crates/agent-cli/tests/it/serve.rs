@@ -22,12 +22,12 @@ use crate::nats::{Namespace, run_args};
 use crate::support::*;
 
 /// A port nobody listens on (bound and released).
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// `strata serve --data D --addr ADDR` and `extra`, once it listens.
-fn serve(s: &Scratch, addr: &str, extra: &[&str]) -> Running {
+pub(crate) fn serve(s: &Scratch, addr: &str, extra: &[&str]) -> Running {
     let mut args = vec!["serve", "--data", "D", "--addr", addr];
     args.extend_from_slice(extra);
     let mut running = s.spawn(&args);
@@ -126,7 +126,7 @@ fn header<'h>(head: &'h str, name: &str) -> Option<&'h str> {
 
 /// A GET that must answer `status` with JSON.
 #[track_caller]
-fn get_json(port: u16, path: &str, headers: &[(&str, &str)], status: u16) -> Value {
+pub(crate) fn get_json(port: u16, path: &str, headers: &[(&str, &str)], status: u16) -> Value {
     let (got, body) = http(port, "GET", path, headers, "");
     assert_eq!(got, status, "GET {path}: {body}");
     serde_json::from_str(&body).unwrap_or_else(|e| panic!("GET {path}: not JSON ({e}): {body}"))

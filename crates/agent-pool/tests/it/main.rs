@@ -8,6 +8,7 @@ mod goal;
 mod guards;
 mod heartbeats;
 mod kinds;
+mod liveness;
 #[cfg(feature = "nats")]
 mod nats;
 mod ooda;

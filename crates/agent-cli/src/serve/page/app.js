@@ -113,6 +113,7 @@ function renderSnapshot(snap) {
   state.series = snap.series.slice();
   renderCosts();
   renderAudit(snap.audit);
+  renderMetrics(snap.metrics || []);
 }
 
 // One agent's element, cloned from a template; its parts are kept (in `state.nodes`) so an
@@ -184,6 +185,21 @@ function renderProgress(p) {
   state.progress = p;
   const text = p.done + "/" + p.total + " steps · " + p.status + (p.outcome ? " (" + p.outcome + ")" : "");
   document.getElementById("progress").textContent = text;
+}
+
+// The stored metrics: the numbers and scores the run summary and `inspect RUN metrics` show.
+function renderMetrics(list) {
+  const body = document.querySelector("#metrics tbody");
+  const frag = document.createDocumentFragment();
+  for (const a of list) {
+    const m = a.metrics;
+    const tr = el("tr");
+    for (const v of [a.agent, m.tasks_completed, m.tasks_failed, m.heartbeats_responded, m.heartbeats_missed, a.score.toFixed(1)]) {
+      tr.appendChild(el("td", null, String(v)));
+    }
+    frag.appendChild(tr);
+  }
+  body.replaceChildren(frag);
 }
 
 function renderAudit(a) {
@@ -319,6 +335,7 @@ function flush() {
         break;
       case "progress": renderProgress(d.progress); break;
       case "audit": renderAudit(d.audit); break;
+      case "metrics": renderMetrics(d.metrics); break;
       case "reset":
         if (state.source) state.source.close();
         openRun(state.run);
