@@ -8,7 +8,8 @@
 //!   tool), one at a time, each at most once per subtask (`take_over_task`). A peer accepts
 //!   when it is idle (nothing queued, not retrying) and able, and tells their lead
 //!   (`StatusReport::HandedOver`), which makes it the step's assignee; the subtask leaves the
-//!   asker's queue. A refusal (busy, unable, too late) or no answer within
+//!   asker's queue. A refusal (busy, unable, too late; a failed peer refuses at once, the
+//!   runtime answering for it) or no answer within
 //!   [`PEER_HELP_TIMEOUT_MS`] moves on to the next peer; when none is left the asker fails as
 //!   it would have ([`AgentError::GaveUp`]: its lead gets the subtask back with an
 //!   `error_report` and reassigns or escalates it). A subtask taken over from a peer is never
