@@ -191,6 +191,11 @@ fn a_kill_during_an_mcp_side_effect_is_not_repeated_on_resume() {
         "{printed}"
     );
     assert_eq!(s.read("count.txt"), "ran\n", "the side effect ran exactly once");
+    // Its outcome is recorded and audited as unknown (issue 31, item 4).
+    let unknown = audited(&s, "k", "tool_outcome_unknown");
+    assert_eq!(unknown.len(), 1, "{unknown:?}");
+    assert_eq!(unknown[0]["event"]["tool"], "mcp__t__append_then_sleep");
+    assert_eq!(unknown[0]["event"]["cancelled"], false, "{}", unknown[0]);
     let verify = s.strata(&["verify", "k", "--data", "D", "--json"]).code(0).json();
     assert_eq!(verify["ok"], true, "{verify}");
 }
