@@ -40,12 +40,14 @@ pub(crate) enum Command {
     /// Continue a run that was interrupted (Ctrl-C, crash, kill); a run on NATS
     /// (`run --nats`) on the server its run.json names.
     Resume(ResumeArgs),
-    /// List the runs in the data directory.
+    /// List the runs in the data directory (a run found damaged, as `verify` checks it, is
+    /// listed as damaged, with why).
     Runs(RunsArgs),
     /// Show what happened in a run.
     Inspect(InspectArgs),
-    /// Check a run's audit chain and stored data, and say what is broken (a run on NATS: read
-    /// from its server; it has no seal, so only the agents' anchors hold the log's end).
+    /// Check a run's audit chain and stored data against the anchors kept outside them (the
+    /// seal, the anchor files, the agents' records), and say what is broken; exit 1 when
+    /// damaged or when nothing anchors the log (a run on NATS: read from its server).
     Verify(VerifyArgs),
     /// Sign a decision as a human (`human:NAME`, one of the run's `[approvals] humans`),
     /// from another terminal while the run waits; a run that is not running gets it when

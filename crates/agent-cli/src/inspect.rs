@@ -18,8 +18,9 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use agent_core::{
-    AuditAnchor, AuditRecord, CostMeter, NatsAuditLog, SledAuditLog, check_anchors,
-    check_transition_chain, verify_chain,
+    AnchorBreak, AnchorHolder, AuditAnchor, AuditRecord, CostMeter, NATS_AUDIT_ANCHOR,
+    NatsAuditLog, SledAuditLog, check_anchor_list, check_anchors, check_transition_chain,
+    verify_chain,
 };
 use agent_state::{Actor, Address, AgentId};
 use anyhow::Context;
@@ -54,12 +55,52 @@ pub(crate) async fn anchors(
 ) -> anyhow::Result<(Vec<String>, String)> {
     if let Some(log) = &stores.nats_audit {
         let live = RunStore::is_in_use(dir).unwrap_or(false);
-        return nats_anchors(log, stores, records, live).await;
+        return nats_anchors(dir, log, stores, records, live).await;
     }
     let agents = agent_anchors(stores).await?;
     let sealed = SledAuditLog::sealed_anchor(store)?;
     let n = agents.len();
-    let breaks = check_anchors(records, sealed, &agents).iter().map(ToString::to_string).collect();
+    let mut breaks: Vec<String> =
+        check_anchors(records, sealed, &agents).iter().map(ToString::to_string).collect();
+    let files = anchor_files(dir, &store.marker().run_id, agent_core::AUDIT_ANCHOR);
+    breaks.extend(files.unreadable.iter().cloned());
+    // A live run's log is read from a copy taken while it runs, and its anchor files move on
+    // meanwhile: one past the copy's end is newer than the copy, not a sign of a cut.
+    let live = RunStore::is_in_use(dir).unwrap_or(false);
+    breaks.extend(
+        check_anchor_list(records, files.anchors.iter().cloned())
+            .iter()
+            .filter(|b| !(live && matches!(b, AnchorBreak::Truncated { .. })))
+            .map(ToString::to_string),
+    );
+    if !store.was_sealed() && files.found == 0 {
+        // Neither the exact end nor a lower bound kept outside the store: a log cut at its end
+        // (and the agents' records with it) looks whole.
+        breaks.push(if store.marker().anchored {
+            format!(
+                "{NO_ANCHOR}: the run has no seal and none of its anchor files ({}), which every run of this strata keeps from its start: they were deleted",
+                files.paths.join(", ")
+            )
+        } else {
+            format!(
+                "{NO_ANCHOR}: the run has no seal and no anchor file (it was created by a strata from before anchor files, and did not close cleanly); records cut from the end of its log cannot be detected"
+            )
+        });
+    }
+    if files.found > 0 && sealed.is_none() {
+        let held = files.anchors.iter().map(|(_, a)| a.seq).max();
+        let kept = match held {
+            Some(seq) => format!(
+                "anchor files ({} of 2; they anchor up to record {seq}, a lower bound kept outside the store while the run went)",
+                files.found
+            ),
+            None => format!("anchor files ({} of 2; they hold no audit record yet)", files.found),
+        };
+        let protection = format!(
+            "hash chain anchored in {kept} + agent records ({n}, lower bounds); the run is not sealed: running, or it did not close cleanly"
+        );
+        return Ok((breaks, protection));
+    }
     let protection = match (sealed, n) {
         (Some(seal), n) => format!(
             "hash chain anchored in seal + agent records (the seal anchors the final {seal}; {n} agent records anchor their last records)"
@@ -74,6 +115,56 @@ pub(crate) async fn anchors(
         ),
     };
     Ok((breaks, protection))
+}
+
+/// What a `verify` check says when the run has no anchor at all.
+pub(crate) const NO_ANCHOR: &str = "cannot be verified: no anchor";
+
+/// The run's anchor files (see `run_store::AnchorFile`), as read.
+#[derive(Default)]
+struct AnchorFiles {
+    /// Where they are looked for (the run's copy, the data directory's copy).
+    paths: Vec<String>,
+    /// How many exist.
+    found: usize,
+    /// The audit anchor of each that holds one.
+    anchors: Vec<(AnchorHolder, AuditAnchor)>,
+    /// Those that exist but cannot be read, in words.
+    unreadable: Vec<String>,
+}
+
+/// Reads the anchor files of run `run_id` in `dir` (its own and the data directory's copy),
+/// taking the audit anchor named `name` from each.
+fn anchor_files(dir: &Path, run_id: &str, name: &str) -> AnchorFiles {
+    let paths = [
+        run_store::AnchorFile::in_run(dir),
+        run_store::AnchorFile::in_index(&crate::runs::anchor_index(dir), run_id),
+    ];
+    let mut files = AnchorFiles {
+        paths: paths.iter().map(|p| p.display().to_string()).collect(),
+        found: 0,
+        anchors: Vec::new(),
+        unreadable: Vec::new(),
+    };
+    for path in &paths {
+        let shown = path.display().to_string();
+        match run_store::AnchorFile::read(path, run_id) {
+            Ok(None) => {}
+            Ok(Some(file)) => {
+                files.found += 1;
+                match file.anchors.get(name).cloned().map(SledAuditLog::anchor_of) {
+                    None => {}
+                    Some(Ok(anchor)) => files.anchors.push((AnchorHolder::File(shown), anchor)),
+                    Some(Err(e)) => files.unreadable.push(format!("the anchor file {shown}: {e}")),
+                }
+            }
+            Err(e) => {
+                files.found += 1;
+                files.unreadable.push(format!("the anchor file cannot be read: {e}"));
+            }
+        }
+    }
+    files
 }
 
 /// The agents' anchors of the audit log: each agent's last record it anchors.
@@ -93,6 +184,7 @@ async fn agent_anchors(
 /// `records` reach the stream's last record unless the run is `live` (a process may be
 /// appending to it).
 pub(crate) async fn nats_anchors(
+    dir: &Path,
     log: &NatsAuditLog,
     stores: &Stores,
     records: &[AuditRecord],
@@ -101,6 +193,19 @@ pub(crate) async fn nats_anchors(
     let agents = agent_anchors(stores).await?;
     let mut breaks: Vec<String> =
         check_anchors(records, None, &agents).iter().map(ToString::to_string).collect();
+    // The newest record acknowledged by the server, kept in the run directory's anchor files
+    // as the run went (see `agent_core::AnchoredAuditLog`).
+    let files = match RunStore::peek(dir) {
+        Ok(marker) => anchor_files(dir, &marker.run_id, NATS_AUDIT_ANCHOR),
+        Err(_) => AnchorFiles::default(),
+    };
+    breaks.extend(files.unreadable.iter().cloned());
+    breaks.extend(
+        check_anchor_list(records, files.anchors.iter().cloned())
+            .iter()
+            .filter(|b| !(live && matches!(b, AnchorBreak::Truncated { .. })))
+            .map(ToString::to_string),
+    );
     let last = log.last_anchor().await?;
     // A record appended after `records` were read (a worker of a placed run finishing its
     // part) is found when [`anchored_log`] reads again; a log cut short is not.
@@ -118,9 +223,15 @@ pub(crate) async fn nats_anchors(
         ));
     }
     let n = agents.len();
-    let protection = format!(
-        "hash chain anchored in agent records ({n}, lower bounds) on the NATS server; a run on NATS has no seal: records cut from the end of the audit stream past the agents' anchors cannot be detected"
-    );
+    let protection = match files.anchors.iter().map(|(_, a)| a.seq).max() {
+        Some(seq) => format!(
+            "hash chain anchored in the run directory's anchor files ({} of 2; up to record {seq}, a lower bound kept apart from the server as the run went) + agent records ({n}, lower bounds) on the NATS server (a run on NATS has no seal for its audit log)",
+            files.found
+        ),
+        None => format!(
+            "hash chain anchored in agent records ({n}, lower bounds) on the NATS server; no anchor file of the run holds an audit record of the server (a run from before anchor files, or none acknowledged): records cut from the end of the audit stream past the agents' anchors cannot be detected"
+        ),
+    };
     Ok((breaks, protection))
 }
 
@@ -141,7 +252,7 @@ pub(crate) async fn anchored_log(
     let check = |records: Vec<AuditRecord>| async move {
         let found = match (store, &stores.nats_audit) {
             (Some(store), _) => anchors(dir, store, stores, &records).await,
-            (None, Some(log)) => nats_anchors(log, stores, &records, live).await,
+            (None, Some(log)) => nats_anchors(dir, log, stores, &records, live).await,
             (None, None) => Err(anyhow::anyhow!("the run has no audit log here")),
         };
         (records, found)
@@ -158,6 +269,34 @@ pub(crate) async fn anchored_log(
         (records, anchored) = check(again).await;
     }
     Ok((records, anchored))
+}
+
+/// What `strata verify` finds broken in the run in `dir` (a run in its own database), in one
+/// line: the first broken check; `None` when it verifies, or when it cannot be verified for want
+/// of any anchor (a run from before anchor files, which is not shown as damaged). For `strata
+/// runs`, which lists such a run as damaged.
+pub(crate) async fn damage(dir: &Path) -> Option<String> {
+    let store = match RunStore::open_read_only(dir) {
+        Ok(store) => store,
+        Err(e @ run_store::StoreError::Corrupted { .. }) => return Some(e.to_string()),
+        // Not readable now (a copy caught mid-write, a permission): not found damaged.
+        Err(_) => return None,
+    };
+    let stores = match Stores::sled(&store) {
+        Ok(stores) => stores,
+        Err(e) => return Some(format!("{e:#}")),
+    };
+    let (records, anchored) = match anchored_log(dir, Some(&store), &stores, false).await {
+        Ok(found) => found,
+        Err(e) => return Some(format!("the audit log cannot be read: {e:#}")),
+    };
+    if let Err(e) = verify_chain(&records) {
+        return Some(format!("audit chain: {e}"));
+    }
+    match anchored {
+        Ok((breaks, _)) => breaks.into_iter().find(|b| !b.starts_with(NO_ANCHOR)),
+        Err(e) => Some(format!("the audit anchors cannot be read: {e:#}")),
+    }
 }
 
 /// `strata inspect RUN [VIEW]`.
@@ -282,10 +421,13 @@ pub(crate) async fn inspect(args: &InspectArgs) -> Result<(), Failure> {
             Ok(())
         }
         View::Metrics => {
-            // The one source of these numbers, as the run summary and the dashboard show them.
-            let agents = agent_pool::stored_metrics(stores().await?.state.as_ref()).await?;
+            let agents = stores().await?.state.agents().await?;
             if args.json {
-                outln!("{}", serde_json::to_string_pretty(&agents)?);
+                let json: Vec<_> = agents
+                    .iter()
+                    .map(|a| serde_json::json!({"agent": a.id, "metrics": a.metrics, "score": a.metrics.performance_score(), "retries": a.retries}))
+                    .collect();
+                outln!("{}", serde_json::to_string_pretty(&json)?);
             } else {
                 outln!(
                     "{:<14} {:>5} {:>5} {:>6} {:>6} {:>7} {:>7} {:>6}",
@@ -302,14 +444,14 @@ pub(crate) async fn inspect(args: &InspectArgs) -> Result<(), Failure> {
                     let m = &a.metrics;
                     outln!(
                         "{:<14} {:>5} {:>5} {:>6} {:>6} {:>7} {:>7} {:>6.1}",
-                        a.agent.as_str(),
+                        a.id.as_str(),
                         m.tasks_completed,
                         m.tasks_failed,
                         m.messages_processed,
                         m.heartbeats_responded,
                         m.heartbeats_missed,
                         m.retries,
-                        a.score
+                        m.performance_score()
                     );
                 }
             }
@@ -594,7 +736,26 @@ async fn results(dir: &Path, stores: &Stores, json: bool) -> Result<(), Failure>
 /// `strata verify RUN`: exit 0 when everything checks, 1 when something is broken.
 pub(crate) async fn verify(args: &VerifyArgs) -> Result<u8, Failure> {
     let dir = resolve_run(&args.data, &args.run)?;
-    let store = open(&dir)?;
+    let store = match RunStore::open_read_only(&dir) {
+        Ok(store) => store,
+        // A database that disagrees with its seal, or that sled cannot read: damaged, not bad
+        // input.
+        Err(e @ run_store::StoreError::Corrupted { .. }) => {
+            if args.json {
+                let check =
+                    serde_json::json!({"check": "store", "ok": false, "error": e.to_string()});
+                outln!(
+                    "{}",
+                    serde_json::json!({"run": dir, "ok": false, "verdict": "the run is damaged", "protection": null, "checks": [check]})
+                );
+            } else {
+                outln!("BROKEN  store: {e}");
+                outln!("the run is damaged");
+            }
+            return Ok(crate::TASK_FAILED);
+        }
+        Err(e) => return Err(bad_input(e)),
+    };
     // A run on NATS (`nats` in run.json) keeps the stores checked below on its server; a
     // run.json that cannot be read is taken for a run in its own database, as before.
     let nats = RunInfo::read(&dir).ok().filter(|info| info.nats.is_some());
@@ -716,6 +877,19 @@ pub(crate) async fn verify(args: &VerifyArgs) -> Result<u8, Failure> {
         }
     }
     let broken = checks.iter().any(|(_, r)| r.is_err());
+    // Nothing found broken, but nothing kept outside the store to compare the log's end with.
+    let unanchored = broken
+        && checks.iter().all(|(name, r)| match r {
+            Ok(_) => true,
+            Err(e) => *name == "audit anchors" && e.starts_with(NO_ANCHOR),
+        });
+    let verdict = if !broken {
+        "the run verifies".to_owned()
+    } else if unanchored {
+        format!("the run {NO_ANCHOR}")
+    } else {
+        "the run is damaged".to_owned()
+    };
     if args.json {
         let json: Vec<_> = checks
             .iter()
@@ -726,7 +900,7 @@ pub(crate) async fn verify(args: &VerifyArgs) -> Result<u8, Failure> {
             .collect();
         outln!(
             "{}",
-            serde_json::json!({"run": dir, "ok": !broken, "protection": protection, "checks": json})
+            serde_json::json!({"run": dir, "ok": !broken, "verdict": verdict, "protection": protection, "checks": json})
         );
     } else {
         for (name, r) in &checks {
@@ -735,7 +909,7 @@ pub(crate) async fn verify(args: &VerifyArgs) -> Result<u8, Failure> {
                 Err(error) => outln!("BROKEN  {name}: {error}"),
             }
         }
-        outln!("{}", if broken { "the run is damaged" } else { "the run verifies" });
+        outln!("{verdict}");
     }
     Ok(if broken { crate::TASK_FAILED } else { 0 })
 }

@@ -213,7 +213,7 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::Run(args) => run::run(args).await,
         Command::Exec(args) => exec::exec(args).await,
         Command::Resume(args) => run::resume(args).await,
-        Command::Runs(args) => runs::list(&args).map(|()| 0),
+        Command::Runs(args) => runs::list(&args).await.map(|()| 0),
         Command::Inspect(args) => reading(inspect::inspect(&args)).await.map(|()| 0),
         Command::Verify(args) => reading(inspect::verify(&args)).await,
         Command::Approve(args) => operator::approve(&args).await,

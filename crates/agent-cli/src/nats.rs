@@ -63,6 +63,15 @@ impl Stores {
         })
     }
 
+    /// For a run on NATS: its audit log anchored, as it grows, in the anchor files of `store`
+    /// (the run's local directory; see `agent_core::AnchoredAuditLog`). Unchanged otherwise.
+    pub(crate) fn anchored_in(mut self, store: &RunStore) -> Self {
+        if self.nats_audit.is_some() {
+            self.audit = Arc::new(agent_core::AnchoredAuditLog::new(self.audit, store.clone()));
+        }
+        self
+    }
+
     /// The stores on NATS under `store`'s namespace, created there if they are not.
     pub(crate) async fn nats(store: &NatsStore) -> anyhow::Result<Self> {
         let on = || format!("on the NATS server at {}", store.url());

@@ -309,6 +309,10 @@ pub(crate) async fn start(prepared: Prepared, args: &StartArgs) -> Result<u8, Fa
     };
     write_atomic(&dir.join(TEAM_FILE), team_text.as_bytes())?;
     write_atomic(&dir.join(PLAN_FILE), plan_text.as_bytes())?;
+    // The second copy of the run's anchor file, in the data directory (see `runs::ANCHOR_INDEX`).
+    store
+        .keep_anchor_copy_in(&crate::runs::anchor_index(&dir))
+        .context("cannot keep the run's anchor")?;
     let info = RunInfo {
         run_id: run_id.clone(),
         task_id: task.id.clone(),
@@ -329,7 +333,7 @@ pub(crate) async fn start(prepared: Prepared, args: &StartArgs) -> Result<u8, Fa
         // The stores are opened (on NATS: created) before `run.json` is written: a run that
         // `resume` can find has its streams on the server.
         let stores = match &server {
-            Some(server) => Stores::nats(server).await?,
+            Some(server) => Stores::nats(server).await?.anchored_in(&store),
             None => Stores::sled(&store)?,
         };
         let nats_audit = stores.nats_audit.clone();
@@ -497,6 +501,8 @@ pub(crate) async fn resume(args: ResumeArgs) -> Result<u8, Failure> {
     };
     let durability = if args.no_sync { Durability::NoSync } else { Durability::Synced };
     let store = RunStore::open(&dir, durability).map_err(bad_input)?;
+    // Before anything reads the audit log: a newer anchor in the data directory's copy counts.
+    store.keep_anchor_copy_in(&crate::runs::anchor_index(&dir)).map_err(bad_input)?;
     let info = RunInfo::read(&dir).map_err(bad_input)?;
     if matches!(info.status, RunStatus::Succeeded | RunStatus::Failed) {
         view::already_finished(&args.output, &info, &dir);
@@ -571,7 +577,7 @@ async fn resume_with(
                     ),
                 ),
             });
-            (Stores::nats(&server).await?, placed)
+            (Stores::nats(&server).await?.anchored_in(&store), placed)
         }
         None => (Stores::sled(&store)?, None),
     };

@@ -1,6 +1,12 @@
 //! `strata init` and `strata runs`.
+//!
+//! `strata runs` checks every run that no live process holds as `strata verify` does (the
+//! store against its seal, the audit log's chain and its anchors: the seal, the anchor files,
+//! the agents' records) and lists a run found broken as `damaged`, with why; the status it
+//! recorded is kept beside it. A run on NATS is listed as recorded (its audit log is on the
+//! server; `strata verify` checks it there).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use run_store::RunStore;
@@ -9,6 +15,7 @@ use crate::cli::{InitArgs, RunsArgs};
 use crate::evolve::EvolutionInfo;
 use crate::run::{RunInfo, RunStatus, civil_from_days, now_ms};
 use crate::{Failure, bad_input};
+use team_file::escape_controls as esc;
 
 /// `strata init [DIR]`: writes an example team file and plan, never overwriting a file.
 pub(crate) fn init(args: &InitArgs) -> Result<(), Failure> {
@@ -44,6 +51,16 @@ pub(crate) fn init(args: &InitArgs) -> Result<(), Failure> {
     Ok(())
 }
 
+/// The directory, in the data directory, that keeps a copy of every run's anchor file
+/// (`<run id>.anchor`): a second place, outside the run directory, so that deleting one file
+/// never removes every anchor of a run whose seal is gone.
+pub(crate) const ANCHOR_INDEX: &str = "strata-anchors";
+
+/// The anchor index of the run in `run_dir` (runs live in the data directory: `<data>/<run id>`).
+pub(crate) fn anchor_index(run_dir: &Path) -> PathBuf {
+    run_dir.parent().unwrap_or_else(|| Path::new(".")).join(ANCHOR_INDEX)
+}
+
 /// How a run listed by `strata runs` stands, including runs killed while running.
 pub(crate) fn effective_status(dir: &Path, info: &RunInfo) -> &'static str {
     match info.status {
@@ -74,10 +91,12 @@ struct Row {
     started: u64,
     end: u64,
     failure: Option<String>,
+    /// What `verify` finds broken, if anything (the status is then `damaged`).
+    damage: Option<String>,
 }
 
 /// `strata runs`: the team runs and the evolutions.
-pub(crate) fn list(args: &RunsArgs) -> Result<(), Failure> {
+pub(crate) async fn list(args: &RunsArgs) -> Result<(), Failure> {
     if !args.data.exists() {
         if args.json {
             outln!("[]");
@@ -98,8 +117,15 @@ pub(crate) fn list(args: &RunsArgs) -> Result<(), Failure> {
     for entry in entries.flatten() {
         let dir = entry.path();
         if let Ok(info) = RunInfo::read(&dir) {
+            let status = effective_status(&dir, &info);
+            let damage = if status == "running" || info.nats.is_some() {
+                None
+            } else {
+                crate::inspect::damage(&dir).await
+            };
             rows.push(Row {
-                status: effective_status(&dir, &info),
+                status,
+                damage,
                 end: info.finished_at.unwrap_or_else(now_ms),
                 id: info.run_id,
                 task: info.task_id,
@@ -116,6 +142,7 @@ pub(crate) fn list(args: &RunsArgs) -> Result<(), Failure> {
                 goal: format!("evolve on {}", info.suite.display()),
                 started: info.started_at,
                 failure: info.failure,
+                damage: None,
             });
         }
     }
@@ -124,9 +151,15 @@ pub(crate) fn list(args: &RunsArgs) -> Result<(), Failure> {
         let json: Vec<_> = rows
             .iter()
             .map(|row| {
-                serde_json::json!({"run_id": row.id, "status": row.status, "task": row.task, "goal": row.goal,
+                let status = if row.damage.is_some() { "damaged" } else { row.status };
+                let mut json = serde_json::json!({"run_id": row.id, "status": status, "task": row.task, "goal": row.goal,
                     "started_at": format_time(row.started), "duration_s": row.end.saturating_sub(row.started) as f64 / 1000.0,
-                    "failure": row.failure})
+                    "failure": row.failure});
+                if let Some(damage) = &row.damage {
+                    json["damage"] = damage.as_str().into();
+                    json["recorded_status"] = row.status.into();
+                }
+                json
             })
             .collect();
         outln!("{}", serde_json::Value::Array(json));
@@ -145,14 +178,21 @@ pub(crate) fn list(args: &RunsArgs) -> Result<(), Failure> {
         "duration"
     );
     for row in rows {
+        let status = match &row.damage {
+            Some(_) => format!("damaged ({})", row.status),
+            None => row.status.to_owned(),
+        };
         outln!(
             "{:<44} {:<19} {:<16} {:<20} {:>8.1}s",
             row.id,
-            row.status,
+            status,
             row.task,
             format_time(row.started),
             row.end.saturating_sub(row.started) as f64 / 1000.0
         );
+        if let Some(damage) = &row.damage {
+            outln!("    damaged: {}; `strata verify {}` shows every check", esc(damage), row.id);
+        }
     }
     Ok(())
 }

@@ -1,12 +1,17 @@
 //! The audit log: every status change and every notable act of an agent, in order.
 //!
 //! **Anchors.** The hash chain shows a record changed or removed in the middle of the log, but
-//! not records cut from its end: the newest hash must be kept somewhere else. Two places keep
+//! not records cut from its end: the newest hash must be kept somewhere else. Three places keep
 //! it. Each agent's saved record ([`AgentRecord::audit_head`](crate::AgentRecord::audit_head))
 //! holds the last record that agent had appended when the record was saved: a lower bound, as
 //! the agent may append more before a crash. The seal a run gets when it closes cleanly holds
 //! the log's exact final record (the `sled` backend keeps it there with `RunStore::set_anchor`).
-//! [`check_anchors`] compares a log with both.
+//! And while the run goes, the run's anchor files (`strata-run.anchor` and a copy in the data
+//! directory, written by `run-store` after each group commit) hold a record the store held
+//! durably: a lower bound that, unlike the agents' records, is not in the store itself, so a
+//! run whose seal is gone (crashed, killed, or the seal deleted) still cannot pass truncated or
+//! altered. [`check_anchors`] compares a log with the seal and the agents' records,
+//! [`check_anchor_list`] with any list of anchors.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -800,6 +805,9 @@ pub enum AnchorHolder {
     Seal,
     /// An agent's saved record: the last record that agent had appended when it was saved.
     Agent(AgentId),
+    /// An anchor file kept outside the store while the run went (named by where it is): a
+    /// record the store held, durably, when the file was written; a lower bound.
+    File(String),
 }
 
 impl std::fmt::Display for AnchorHolder {
@@ -807,6 +815,7 @@ impl std::fmt::Display for AnchorHolder {
         match self {
             Self::Seal => f.write_str("the run's seal"),
             Self::Agent(agent) => write!(f, "agent `{agent}`'s saved record"),
+            Self::File(path) => write!(f, "the anchor file {path}"),
         }
     }
 }
@@ -875,6 +884,22 @@ pub fn check_anchors(
     sealed: Option<AuditAnchor>,
     agents: &[(AgentId, AuditAnchor)],
 ) -> Vec<AnchorBreak> {
+    let anchors = sealed
+        .map(|anchor| (AnchorHolder::Seal, anchor))
+        .into_iter()
+        .chain(agents.iter().map(|(agent, anchor)| (AnchorHolder::Agent(agent.clone()), *anchor)));
+    check_anchor_list(records, anchors)
+}
+
+/// Compares an audit log (every record, in order) with `anchors`, in order: the seal's is the
+/// exact final record, every other one a lower bound (the log must hold that record, with that
+/// hash, appended by that agent for an agent's anchor, and may go on past it). Returns every
+/// disagreement. [`check_anchors`] is this for the seal and the agents' records; a reader adds
+/// the run's anchor files ([`AnchorHolder::File`]).
+pub fn check_anchor_list(
+    records: &[AuditRecord],
+    anchors: impl IntoIterator<Item = (AnchorHolder, AuditAnchor)>,
+) -> Vec<AnchorBreak> {
     let last = records.last().map(AuditAnchor::of);
     let at = |seq: u64| match records.binary_search_by_key(&seq, |r| r.seq) {
         Ok(i) => records.get(i),
@@ -882,9 +907,10 @@ pub fn check_anchors(
         Err(_) => records.iter().find(|r| r.seq == seq),
     };
     let mut breaks = Vec::new();
-    let mut check = |holder: AnchorHolder, anchor: AuditAnchor, exact: bool| {
+    let mut check = |holder: AnchorHolder, anchor: AuditAnchor| {
+        let exact = holder == AnchorHolder::Seal;
         let owner = match &holder {
-            AnchorHolder::Seal => None,
+            AnchorHolder::Seal | AnchorHolder::File(_) => None,
             AnchorHolder::Agent(agent) => Some(agent),
         };
         match at(anchor.seq) {
@@ -910,11 +936,8 @@ pub fn check_anchors(
             },
         }
     };
-    if let Some(anchor) = sealed {
-        check(AnchorHolder::Seal, anchor, true);
-    }
-    for (agent, anchor) in agents {
-        check(AnchorHolder::Agent(agent.clone()), *anchor, false);
+    for (holder, anchor) in anchors {
+        check(holder, anchor);
     }
     breaks
 }

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use run_store::RunStore;
 
 use crate::audit::{AuditAnchor, AuditEvent, AuditHash, AuditLog, AuditRecord, GENESIS_HASH};
-use crate::state::{AgentRecord, LivenessRecord, OutcomeRecord, StateStore, ToolRecord};
+use crate::state::{AgentRecord, OutcomeRecord, StateStore, ToolRecord};
 use crate::tools::ToolOutput;
 
 const AUDIT_TREE: &str = "audit";
@@ -16,7 +16,6 @@ const AGENTS_TREE: &str = "agents";
 const TOOLS_TREE: &str = "tools";
 const OUTCOMES_TREE: &str = "outcomes";
 const BLOBS_TREE: &str = "blobs";
-const LIVENESS_TREE: &str = "liveness";
 /// The name of the audit log's anchor in the run's seal: the log's final record.
 pub const AUDIT_ANCHOR: &str = "audit";
 
@@ -48,6 +47,7 @@ impl SledAuditLog {
     /// an error naming it (run `verify` to see the whole chain).
     pub fn open(store: &RunStore) -> Result<Self, BackendError> {
         let tree = store.tree(AUDIT_TREE)?;
+        reaches_kept_anchor(store, &tree)?;
         let tail = match tree.last().map_err(sled_error)? {
             None => (0, GENESIS_HASH),
             Some((key, value)) => {
@@ -77,6 +77,40 @@ impl SledAuditLog {
                 })
             })
             .transpose()
+    }
+}
+
+/// Refuses to open a log that does not hold the record the run's anchors held when the store
+/// opened it ([`RunStore::kept_anchor`]: the seal's, or the anchor file's kept while the run
+/// went): a log cut or altered while the seal was gone. Appending to it would move the anchors
+/// onto the damaged log and hide the damage.
+fn reaches_kept_anchor(store: &RunStore, tree: &sled::Tree) -> Result<(), BackendError> {
+    let Some(value) = store.kept_anchor(AUDIT_ANCHOR) else { return Ok(()) };
+    let anchor = SledAuditLog::anchor_of(value)?;
+    let found = match tree.get(anchor.seq.to_be_bytes()).map_err(sled_error)? {
+        None => match tree.last().map_err(sled_error)? {
+            None => "the log is empty".to_owned(),
+            Some((key, _)) => format!("the log ends at record {}", key_seq(&key)),
+        },
+        Some(value) => match decode::<AuditRecord>(&value) {
+            Ok(record) if record.hash == anchor.hash => return Ok(()),
+            Ok(record) => format!("record {} has hash {}", record.seq, record.hash),
+            Err(_) => format!("record {} cannot be read", anchor.seq),
+        },
+    };
+    Err(BackendError::new(
+        "sled",
+        format!(
+            "the run is damaged: its anchors (kept outside the database) hold audit {anchor},              but {found}: the audit log was truncated or altered; nothing was changed,              `strata verify` shows what is broken; restore the run directory from a copy"
+        ),
+    ))
+}
+
+impl SledAuditLog {
+    /// An audit anchor as the store keeps it (in the seal and in the anchor files).
+    pub fn anchor_of(value: serde_json::Value) -> Result<AuditAnchor, BackendError> {
+        serde_json::from_value(value)
+            .map_err(|e| BackendError::with_source("sled", "an audit anchor cannot be read", e))
     }
 }
 
@@ -181,6 +215,67 @@ impl AuditLog for SledAuditLog {
     }
 }
 
+/// The name of a NATS run's audit anchor in its local run directory's anchor files.
+pub const NATS_AUDIT_ANCHOR: &str = "nats_audit";
+
+/// An audit log kept elsewhere (on a NATS server) whose newest record is anchored in a run
+/// directory's anchor files (see `run_store::AnchorFile`) as each append is acknowledged: a
+/// lower bound kept apart from the server, so that records cut from the end of the server's
+/// log, or altered there, show. Reads go to the log itself.
+pub struct AnchoredAuditLog {
+    inner: std::sync::Arc<dyn AuditLog>,
+    store: RunStore,
+    /// The newest anchor set: appends can finish out of order; the anchor only moves forward.
+    newest: Mutex<Option<u64>>,
+}
+
+impl AnchoredAuditLog {
+    /// `inner`, anchored in `store`'s anchor files under [`NATS_AUDIT_ANCHOR`].
+    pub fn new(inner: std::sync::Arc<dyn AuditLog>, store: RunStore) -> Self {
+        Self { inner, store, newest: Mutex::new(None) }
+    }
+}
+
+#[async_trait]
+impl AuditLog for AnchoredAuditLog {
+    async fn append(
+        &self,
+        agent: &AgentId,
+        at: Timestamp,
+        event: AuditEvent,
+    ) -> Result<u64, BackendError> {
+        Ok(self.append_record(agent, at, event).await?.seq)
+    }
+
+    async fn append_record(
+        &self,
+        agent: &AgentId,
+        at: Timestamp,
+        event: AuditEvent,
+    ) -> Result<AuditRecord, BackendError> {
+        let record = self.inner.append_record(agent, at, event).await?;
+        let mut newest = self.newest.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if newest.is_none_or(|seq| seq < record.seq) {
+            *newest = Some(record.seq);
+            self.store.set_anchor(NATS_AUDIT_ANCHOR, anchor_json(AuditAnchor::of(&record)));
+            self.store.anchors_durable();
+        }
+        Ok(record)
+    }
+
+    async fn records(&self, agent: Option<&AgentId>) -> Result<Vec<AuditRecord>, BackendError> {
+        self.inner.records(agent).await
+    }
+
+    async fn records_from(&self, from: u64) -> Result<Vec<AuditRecord>, BackendError> {
+        self.inner.records_from(from).await
+    }
+
+    async fn head_of(&self, agent: &AgentId) -> Result<Option<AuditAnchor>, BackendError> {
+        self.inner.head_of(agent).await
+    }
+}
+
 impl SledStateStore {
     async fn put_tool(&self, key: &str, output: Option<ToolOutput>) -> Result<(), BackendError> {
         let record = ToolRecord { key: key.to_owned(), output };
@@ -197,7 +292,6 @@ pub struct SledStateStore {
     tools: sled::Tree,
     outcomes: sled::Tree,
     blobs: sled::Tree,
-    liveness: sled::Tree,
     // Declared after the trees: the store closes cleanly only once its trees are gone.
     store: RunStore,
 }
@@ -210,7 +304,6 @@ impl SledStateStore {
             tools: store.tree(TOOLS_TREE)?,
             outcomes: store.tree(OUTCOMES_TREE)?,
             blobs: store.tree(BLOBS_TREE)?,
-            liveness: store.tree(LIVENESS_TREE)?,
             store: store.clone(),
         })
     }
@@ -233,46 +326,6 @@ impl StateStore for SledStateStore {
                 BackendError::with_source(
                     "sled",
                     format!("state of agent `{}` cannot be read", String::from_utf8_lossy(&key)),
-                    e,
-                )
-            })?);
-        }
-        Ok(records)
-    }
-
-    async fn save_liveness(&self, records: Vec<LivenessRecord>) -> Result<(), BackendError> {
-        if records.is_empty() {
-            return Ok(());
-        }
-        // One batch for every agent of the cycle, encoded and applied off the runtime (a pool
-        // may hold many agents), then one group commit.
-        let tree = self.liveness.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut batch = sled::Batch::default();
-            for record in &records {
-                let bytes = encode(record).map_err(|e| {
-                    BackendError::with_source("sled", "cannot encode a liveness record", e)
-                })?;
-                batch.insert(record.id.as_str().as_bytes(), bytes);
-            }
-            tree.apply_batch(batch).map_err(sled_error)
-        })
-        .await
-        .map_err(|e| BackendError::with_source("sled", "the liveness write stopped", e))??;
-        self.store.commit().await
-    }
-
-    async fn liveness(&self) -> Result<Vec<LivenessRecord>, BackendError> {
-        let mut records = Vec::new();
-        for item in self.liveness.iter() {
-            let (key, value) = item.map_err(sled_error)?;
-            records.push(decode(&value).map_err(|e| {
-                BackendError::with_source(
-                    "sled",
-                    format!(
-                        "heartbeat answers of agent `{}` cannot be read",
-                        String::from_utf8_lossy(&key)
-                    ),
                     e,
                 )
             })?);

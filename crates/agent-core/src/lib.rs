@@ -76,11 +76,13 @@ pub use agent::{
 pub use audit::{
     AnchorBreak, AnchorHolder, AuditAnchor, AuditEvent, AuditHash, AuditLog, AuditRecord,
     ChainBreak, ChainError, GENESIS_HASH, InMemoryAuditLog, PeerHelpOutcome, PeerHelpRequest,
-    check_anchors, check_transition_chain, verify_chain,
+    check_anchor_list, check_anchors, check_transition_chain, verify_chain,
 };
 pub use clock::{Clock, TokioClock, new_decision_id, new_message_id};
 #[cfg(feature = "sled")]
-pub use durable::{AUDIT_ANCHOR, SledAuditLog, SledStateStore};
+pub use durable::{
+    AUDIT_ANCHOR, AnchoredAuditLog, NATS_AUDIT_ANCHOR, SledAuditLog, SledStateStore,
+};
 pub use error::AgentError;
 pub use events::{
     EventHub, EventStream, MAX_TOKEN_EVENT_CHARS, ModelTokens, PublishingAuditLog, Received,
@@ -98,6 +100,4 @@ pub use spawn::{
     CostMeter, SpawnError, SpawnRecord, SpawnRequest, Spawner, Subordinate, is_agent_tool,
     supervisor_tool_spec, supervisor_tool_specs,
 };
-pub use state::{
-    AgentRecord, InMemoryStateStore, LivenessRecord, OutcomeRecord, StateStore, ToolRecord,
-};
+pub use state::{AgentRecord, InMemoryStateStore, OutcomeRecord, StateStore, ToolRecord};

@@ -53,6 +53,16 @@ pub(crate) struct DiskSync {
     blobs: BTreeSet<OsString>,
 }
 
+/// Told of each sync by the syncer (the run's anchor keeper, [`crate::anchor`]): `before_sync`
+/// just before sled's flush (what it sees then is made durable by this sync), `after_sync` once
+/// the sync succeeded. Called on the syncer thread, one sync at a time: keep both cheap.
+pub(crate) trait SyncHook: Send + Sync {
+    /// A sync is about to flush everything written so far.
+    fn before_sync(&self);
+    /// That sync succeeded.
+    fn after_sync(&self);
+}
+
 /// How a sync ended, for its waiters: `Err` carries the reason.
 type Outcome = Result<(), String>;
 
@@ -81,7 +91,12 @@ struct Shared {
 
 impl GroupCommit {
     /// Starts the syncer thread. `disk` makes the files durable; `None` stops at sled's flush.
-    pub(crate) fn start(db: sled::Db, disk: Option<DiskSync>) -> io::Result<Self> {
+    /// `hook` is told of each sync.
+    pub(crate) fn start(
+        db: sled::Db,
+        disk: Option<DiskSync>,
+        hook: Option<Arc<dyn SyncHook>>,
+    ) -> io::Result<Self> {
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
             work: Condvar::new(),
@@ -90,8 +105,11 @@ impl GroupCommit {
         let worker = shared.clone();
         let thread = std::thread::Builder::new()
             .name("strata-sync".into())
-            .spawn(move || run(&worker, &db, disk))?;
-        Ok(Self { shared, thread: Some(thread) })
+            .spawn(move || run(&worker, &db, disk, hook.as_deref()))?;
+        Ok(Self {
+            shared,
+            thread: Some(thread),
+        })
     }
 
     /// Waits until everything written before this call is durable.
@@ -242,7 +260,7 @@ impl Waiter {
 }
 
 /// The syncer thread.
-fn run(shared: &Shared, db: &sled::Db, mut disk: Option<DiskSync>) {
+fn run(shared: &Shared, db: &sled::Db, mut disk: Option<DiskSync>, hook: Option<&dyn SyncHook>) {
     // If anything below panics (sled can), waiters must hear of it rather than wait forever:
     // the batch in hand is dropped (its waiters see the syncer gone), the queue is failed.
     let _guard = PanicGuard(shared);
@@ -250,15 +268,24 @@ fn run(shared: &Shared, db: &sled::Db, mut disk: Option<DiskSync>) {
         let batch = {
             let mut state = shared.lock();
             while state.queued.is_empty() && !state.stop {
-                state = shared.work.wait(state).unwrap_or_else(PoisonError::into_inner);
+                state = shared
+                    .work
+                    .wait(state)
+                    .unwrap_or_else(PoisonError::into_inner);
             }
             if state.queued.is_empty() {
                 break; // stopping, and nothing is queued
             }
             std::mem::take(&mut state.queued)
         };
+        if let Some(hook) = hook {
+            hook.before_sync();
+        }
         let outcome = sync(db, disk.as_mut());
         shared.syncs.fetch_add(1, Ordering::Relaxed);
+        if let (Some(hook), Ok(())) = (hook, &outcome) {
+            hook.after_sync();
+        }
         if let Err(reason) = &outcome {
             tracing::error!(error = %reason, "sync of the run database failed; the store is poisoned");
             shared.fail(reason);

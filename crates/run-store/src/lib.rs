@@ -29,7 +29,17 @@
 //!
 //! **Anchors.** The seal also keeps small values the backends hand to
 //! [`RunStore::set_anchor`] (the audit log keeps its final record there), so that a database
-//! rewritten to agree with itself still disagrees with its seal.
+//! rewritten to agree with itself still disagrees with its seal. A run that crashed, was
+//! killed, or whose seal was deleted has no seal to compare with, and sled's silent recovery
+//! would make a cut or overwritten log look whole; so the anchors are also kept *while the run
+//! goes*, outside the database: after each group commit (at most once per
+//! [`WRITE_INTERVAL`]) a thread writes the anchors that commit made durable to
+//! `strata-run.anchor` in the run directory ([`AnchorFile`]) and to a copy in the directory
+//! named by [`RunStore::keep_anchor_copy_in`] (the CLI: its data directory), each atomically
+//! and synced. Each value there is a lower bound of the database. [`RunStore::kept_anchor`]
+//! is what a run held when it opened (the seal's, else the newest anchor file's), which a
+//! backend checks before it writes; the marker's `anchored` says the run keeps anchor files, so
+//! a run that has lost all of them is told apart from one created before they existed.
 //!
 //! **Reading without writing.** [`RunStore::open_read_only`] copies the database to a private
 //! temporary directory and opens the copy: the run directory is not opened for writing, locked,
@@ -59,6 +69,7 @@
 //! # }
 //! ```
 
+mod anchor;
 mod commit;
 mod readcopy;
 mod seal;
@@ -67,6 +78,7 @@ mod store;
 #[cfg(test)]
 mod tests;
 
+pub use anchor::{ANCHOR_FILE, ANCHOR_FORMAT, AnchorFile, WRITE_INTERVAL};
 pub use readcopy::remove_read_copies;
 pub use store::{
     DB_DIR, Durability, RUN_FORMAT, RUN_MARKER, RunMarker, RunStore, SCHEMA_VERSION, StoreError,

@@ -9,6 +9,7 @@ use agent_state::{BackendError, Timestamp};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use crate::anchor::{self, AnchorKeeper};
 use crate::commit::{DiskSync, GroupCommit, Health, sync_dir};
 use crate::seal::{self, Anchors, Found};
 
@@ -32,6 +33,11 @@ pub struct RunMarker {
     pub run_id: String,
     /// When it was created.
     pub created_at: Timestamp,
+    /// The run keeps anchor files (see the crate docs), as every run created by this version
+    /// does: one with neither seal nor anchor file lost them. `false` for a run created before
+    /// anchor files existed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub anchored: bool,
 }
 
 /// How hard [`RunStore::commit`] works.
@@ -153,7 +159,13 @@ struct Inner {
     sealed: Option<Anchors>,
     /// The anchors the next seal will hold.
     anchors: Arc<Mutex<Anchors>>,
+    /// The anchors the run held when this store opened it: the seal's, or else the newest
+    /// anchor file's (lower bounds). Empty for a new run and a read-only copy.
+    kept: Mutex<Anchors>,
     committer: GroupCommit,
+    /// Writes the anchor files after each sync (none for a read-only copy). Declared after the
+    /// syncer, which tells it of the last sync, and before the seal.
+    keeper: Option<AnchorKeeper>,
     db: sled::Db,
     _close: OnClose,
 }
@@ -220,6 +232,7 @@ impl RunStore {
             schema_version: SCHEMA_VERSION,
             run_id: run_id.to_owned(),
             created_at,
+            anchored: true,
         };
         let bytes = serde_json::to_vec_pretty(&marker).map_err(|e| StoreError::Corrupted {
             dir: dir.to_path_buf(),
@@ -246,7 +259,12 @@ impl RunStore {
         fs::rename(&tmp, &marker_path).map_err(io_error("rename", &marker_path))?;
         sync_dir(dir).map_err(io_error("sync", dir))?;
         let run_lock = lock_run(dir)?;
-        Self::start(dir, marker, durability, db, disk, run_lock, None)
+        let store =
+            Self::start(dir, marker, durability, db, disk, run_lock, None, (Anchors::new(), 0))?;
+        if let Some(keeper) = &store.inner.keeper {
+            keeper.write_now().map_err(io_error("write the anchor file of", dir))?;
+        }
+        Ok(store)
     }
 
     /// Opens an existing run.
@@ -290,8 +308,11 @@ impl RunStore {
             }
         };
         drop(probe);
+        let kept = anchor::newest(dir, None, &marker.run_id).unwrap_or_default();
         match open_db(dir).and_then(|db| Ok((db, disk_sync(dir, durability)?))) {
-            Ok((db, disk)) => Self::start(dir, marker, durability, db, disk, run_lock, sealed),
+            Ok((db, disk)) => {
+                Self::start(dir, marker, durability, db, disk, run_lock, sealed, kept)
+            }
             Err(e) => {
                 if let Found::Sealed(bytes) = &found
                     && let Err(restore) = seal::restore(dir, bytes)
@@ -371,7 +392,7 @@ impl RunStore {
             }
             Err(e) => return Err(e),
         };
-        let committer = GroupCommit::start(db.clone(), None)
+        let committer = GroupCommit::start(db.clone(), None, None)
             .map_err(io_error("start the sync thread for", dir))?;
         tracing::debug!(run = %dir.display(), copy = %copy.path().display(), "run opened read-only, on a copy");
         Ok(Self {
@@ -380,8 +401,10 @@ impl RunStore {
                 marker,
                 durability: Durability::NoSync,
                 anchors: Arc::new(Mutex::new(sealed.clone().unwrap_or_default())),
+                kept: Mutex::new(Anchors::new()),
                 sealed,
                 committer,
+                keeper: None,
                 db,
                 _close: OnClose::RemoveCopy(RemoveCopyOnClose { copy: Some(copy) }),
             }),
@@ -417,6 +440,60 @@ impl RunStore {
             .insert(name.to_owned(), value);
     }
 
+    /// The anchor `name` the run held when this store opened it: the seal's if the run was
+    /// sealed, else the newest anchor file's (a lower bound: the database held at least that
+    /// when the file was written; see the crate docs). `None` for a new run, a read-only copy
+    /// (a reader reads the anchor files itself: [`AnchorFile::read`](crate::AnchorFile::read)),
+    /// and a run without anchors. A backend compares its data with it before it writes, so that
+    /// a damaged run is not extended (and its anchors moved) as if it were whole.
+    pub fn kept_anchor(&self, name: &str) -> Option<serde_json::Value> {
+        self.inner.kept.lock().unwrap_or_else(PoisonError::into_inner).get(name).cloned()
+    }
+
+    /// Keeps a second copy of the run's anchor file in `index_dir` (created if missing), as
+    /// `<run id>.anchor`, written with every later write of the run's copy, and written now.
+    /// Call it right after opening, before backends open: if the run is not sealed and the copy
+    /// there is newer than the run's own (which was deleted or is behind), its anchors become
+    /// [`kept_anchor`](Self::kept_anchor) and the anchors that no backend has set since.
+    pub fn keep_anchor_copy_in(&self, index_dir: &Path) -> Result<(), StoreError> {
+        let Some(keeper) = &self.inner.keeper else { return Ok(()) };
+        let run_id = &self.inner.marker.run_id;
+        if self.inner.sealed.is_none()
+            && let Some((found, generation)) =
+                anchor::newest(&self.inner.dir, Some(index_dir), run_id)
+        {
+            let mut kept = self.inner.kept.lock().unwrap_or_else(PoisonError::into_inner);
+            if *kept != found {
+                let mut live = self.inner.anchors.lock().unwrap_or_else(PoisonError::into_inner);
+                for (name, value) in &found {
+                    if live.get(name) == kept.get(name) {
+                        live.insert(name.clone(), value.clone());
+                    }
+                }
+                keeper.adopt(live.clone(), generation);
+                *kept = found;
+            }
+        }
+        // Both copies hold the newest anchors from now on, whichever was missing or behind.
+        keeper.write_now().map_err(io_error("write the anchor file of", &self.inner.dir))?;
+        keeper.keep_copy_in(index_dir).map_err(io_error("write the anchor file copy in", index_dir))
+    }
+
+    /// Has the anchor files written with the store's anchors as they are now, without waiting
+    /// for a sync (the thread that writes them does it soon, coalescing calls): for a backend
+    /// whose anchored data is durable somewhere else than this store, such as an audit log on a
+    /// NATS server, once the server acknowledged it. Every anchor set so far must be durable.
+    pub fn anchors_durable(&self) {
+        if let Some(keeper) = &self.inner.keeper {
+            keeper.publish();
+        }
+    }
+
+    /// How many times the anchor files have been written since the store opened.
+    pub fn anchor_writes(&self) -> u64 {
+        self.inner.keeper.as_ref().map_or(0, AnchorKeeper::writes)
+    }
+
     /// Reads a run's marker without opening its database (for listings).
     pub fn peek(dir: &Path) -> Result<RunMarker, StoreError> {
         read_marker(dir)
@@ -440,6 +517,8 @@ impl RunStore {
         }
     }
 
+    /// `files`: the newest anchor file's anchors and generation (empty and 0 if none).
+    #[allow(clippy::too_many_arguments, reason = "one private constructor")]
     fn start(
         dir: &Path,
         marker: RunMarker,
@@ -448,10 +527,22 @@ impl RunStore {
         disk: Option<DiskSync>,
         run_lock: File,
         sealed: Option<Anchors>,
+        files: (Anchors, u64),
     ) -> Result<Self, StoreError> {
-        let committer = GroupCommit::start(db.clone(), disk)
+        // A seal holds the exact end; without one, the newest anchor file a lower bound.
+        let kept = sealed.clone().unwrap_or(files.0);
+        let anchors = Arc::new(Mutex::new(kept.clone()));
+        let keeper = AnchorKeeper::start(
+            dir,
+            &marker.run_id,
+            anchors.clone(),
+            kept.clone(),
+            files.1,
+            durability == Durability::Synced,
+        )
+        .map_err(io_error("start the anchor thread for", dir))?;
+        let committer = GroupCommit::start(db.clone(), disk, Some(keeper.hook()))
             .map_err(io_error("start the sync thread for", dir))?;
-        let anchors = Arc::new(Mutex::new(sealed.clone().unwrap_or_default()));
         let seal = SealOnClose {
             dir: dir.to_path_buf(),
             health: committer.health(),
@@ -466,7 +557,9 @@ impl RunStore {
                 durability,
                 sealed,
                 anchors,
+                kept: Mutex::new(kept),
                 committer,
+                keeper: Some(keeper),
                 db,
                 _close: OnClose::Seal(seal),
             }),

@@ -6,6 +6,7 @@
 //! directory), 130 interrupted (the run can be resumed).
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
+mod anchor;
 mod approval;
 mod bad_input;
 mod cycle;
@@ -26,7 +27,6 @@ mod llm;
 #[cfg(feature = "local")]
 mod local;
 mod mcp;
-mod metrics;
 mod nats;
 mod ooda;
 mod otel;

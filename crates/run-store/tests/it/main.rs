@@ -1,6 +1,7 @@
 //! Integration tests of run directories: creating, opening, refusing, sealing and committing.
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
+mod anchor;
 mod commit;
 mod damage;
 mod lock;

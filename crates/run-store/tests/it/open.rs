@@ -15,6 +15,7 @@ fn create_then_open_round_trips_marker_and_data() {
         schema_version: SCHEMA_VERSION,
         run_id: "run-1".into(),
         created_at: Timestamp(7),
+        anchored: true,
     };
     assert_eq!(store.marker(), &expected);
     assert_eq!(store.dir(), run);
