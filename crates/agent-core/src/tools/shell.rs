@@ -534,7 +534,10 @@ fn read_stream(journal: &Path, name: &str) -> Captured {
 /// - no runner ever marked its start: [`Recovery::NotStarted`] (run it);
 /// - it is still running: waited for until its original timeout (counted from its start, not
 ///   from now) and adopted if it finishes; otherwise its process groups are killed and it is
-///   [`Recovery::Interrupted`] with the output it had produced.
+///   [`Recovery::Interrupted`] with the output it had produced;
+/// - its runner is gone without having published an outcome (killed with the caller, or the
+///   machine restarted): nothing can finish it, so it is [`Recovery::Interrupted`] at once,
+///   not at its timeout (see [`runner_alive`]).
 fn recover(journal: &Path, timeout: Duration) -> Recovery {
     let started = |j: &Path| j.join("started").exists() || j.join("done").exists();
     if !started(journal) {
@@ -557,12 +560,22 @@ fn recover(journal: &Path, timeout: Duration) -> Recovery {
         .and_then(|at| (at + timeout).duration_since(SystemTime::now()).ok())
         .unwrap_or(Duration::ZERO);
     let until = Instant::now() + remaining;
+    let mut why = Stopped::AtTimeout;
     loop {
         if let Some(finished) = journal_report(journal) {
             remove_journal_cgroup(journal);
             return adopt(journal, finished, began, timeout);
         }
         if Instant::now() >= until {
+            break;
+        }
+        if !runner_alive(journal) {
+            // It may have published its outcome just before it exited.
+            if let Some(finished) = journal_report(journal) {
+                remove_journal_cgroup(journal);
+                return adopt(journal, finished, began, timeout);
+            }
+            why = Stopped::RunnerGone;
             break;
         }
         thread::sleep(MAX_POLL);
@@ -575,7 +588,57 @@ fn recover(journal: &Path, timeout: Duration) -> Recovery {
         thread::sleep(MAX_POLL);
     }
     remove_journal_cgroup(journal);
-    Recovery::Interrupted(partial(journal, timeout))
+    Recovery::Interrupted(partial(journal, timeout, why))
+}
+
+/// Why recovery stopped waiting for an interrupted call.
+#[derive(Clone, Copy)]
+enum Stopped {
+    /// Its time ran out.
+    AtTimeout,
+    /// Its runner was gone, with no outcome published.
+    RunnerGone,
+}
+
+/// Whether the runner of the call journaled in `journal` is still running: the process whose
+/// pid it wrote to `started` exists, is not a zombie, and was started no later than that file
+/// was written. The last condition tells the runner from a process that reused its pid after
+/// it died (a later process, after a restart or a long time): such a process started after the
+/// runner wrote `started`. Unknown (no pid, no `/proc`) counts as alive: recovery then waits
+/// for the timeout, as it would without this check.
+fn runner_alive(journal: &Path) -> bool {
+    let Some(pid) = read_small(&journal.join("started")).and_then(|t| t.trim().parse::<u32>().ok())
+    else {
+        return true;
+    };
+    let Some(written) = modified(&journal.join("started")) else { return true };
+    let stat = match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return false,
+        Err(_) => return true,
+    };
+    // `pid (comm) state ppid ... starttime` (field 22); `comm` may hold spaces and parentheses.
+    let Some((_, fields)) = stat.rsplit_once(')') else { return true };
+    let fields: Vec<&str> = fields.split_whitespace().collect();
+    if fields.first() == Some(&"Z") || fields.first() == Some(&"X") {
+        return false;
+    }
+    let Some(ticks) = fields.get(19).and_then(|t| t.parse::<u64>().ok()) else { return true };
+    let Some(started) = process_start(ticks) else { return true };
+    // The boot time is known to the second only: two seconds of slack. A pid reused that soon
+    // after the runner started is not worth waiting out a timeout for.
+    started <= written + Duration::from_secs(2)
+}
+
+/// The wall-clock time of `ticks` clock ticks after boot (a process's start time in
+/// `/proc/PID/stat`).
+fn process_start(ticks: u64) -> Option<SystemTime> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let boot: u64 = stat.lines().find_map(|l| l.strip_prefix("btime "))?.trim().parse().ok()?;
+    // USER_HZ, the unit of `/proc`'s times: 100 on every architecture strata builds for.
+    const USER_HZ: u64 = 100;
+    let since_boot = Duration::from_millis(ticks.saturating_mul(1000) / USER_HZ);
+    Some(SystemTime::UNIX_EPOCH + Duration::from_secs(boot) + since_boot)
 }
 
 /// Removes the control groups a journaled call recorded, if any (only directories named for
@@ -607,21 +670,26 @@ fn adopt(
         _ => false,
     };
     if finished.status.signal() == Some(9) && ran_out {
-        Recovery::Interrupted(partial(journal, timeout))
+        Recovery::Interrupted(partial(journal, timeout, Stopped::AtTimeout))
     } else {
         Recovery::Completed(finished.output)
     }
 }
 
 /// What an interrupted call had printed, as a failed output that says it was stopped.
-fn partial(journal: &Path, timeout: Duration) -> ToolOutput {
+fn partial(journal: &Path, timeout: Duration, why: Stopped) -> ToolOutput {
     let stdout = read_stream(journal, "out");
     let stderr = read_stream(journal, "err");
     let mut output = report(ExitStatus::from_raw(9), &stdout, &stderr);
-    let note = format!(
-        "[interrupted: the run stopped while this command ran; it was stopped at its timeout of {} ms]",
-        timeout.as_millis()
-    );
+    let note = match why {
+        Stopped::AtTimeout => format!(
+            "[interrupted: the run stopped while this command ran; it was stopped at its timeout of {} ms]",
+            timeout.as_millis()
+        ),
+        Stopped::RunnerGone => "[interrupted: the run stopped while this command ran, and its \
+             process was gone when the run resumed: how far it got is unknown]"
+            .to_owned(),
+    };
     output.output = match output.output.rsplit_once("[killed by signal 9]") {
         Some((before, _)) => format!("{before}{note}"),
         None => note,

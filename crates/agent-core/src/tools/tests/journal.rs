@@ -489,13 +489,66 @@ async fn recover_reports_interrupted_when_a_started_call_never_finishes_within_i
 async fn recover_waits_for_a_runner_that_outlived_its_caller_and_adopts_its_result() {
     let (_dir, _runs, ctx) = journaled();
     let journal = journal_of(&ctx, "outlived");
-    prepare(&journal, &[("started", "42\n")]);
+    prepare(&journal, &[]);
     let mut runner = spawn_runner(&journal, &format!("sleep 0.3; {FINISH}"));
+    // Its pid, as the runner writes it when it starts.
+    std::fs::write(journal.join("started"), format!("{}\n", runner.id())).unwrap();
 
     let recovered = recover(&ctx, json!({ "command": "x", "timeout_ms": 30000 }), &journal).await;
 
     assert_eq!(recovered, Recovery::Completed(ok_output("late\n")));
     assert!(runner.wait().unwrap().success());
+}
+
+/// A runner that is gone without having published an outcome (killed along with its caller,
+/// or by a restart of the machine) cannot finish: recovery says so at once instead of waiting
+/// out the call's timeout (ten minutes here), and the outcome is unknown.
+#[tokio::test]
+async fn recover_reports_a_call_whose_runner_is_gone_as_interrupted_at_once() {
+    let (_dir, _runs, ctx) = journaled();
+    let journal = journal_of(&ctx, "gone");
+    prepare(&journal, &[]);
+    let mut runner = spawn_runner(&journal, r#"echo $$ > "$1/started"; echo half > "$1/out""#);
+    assert!(runner.wait().unwrap().success());
+    let args = json!({ "command": "x", "timeout_ms": 600_000 });
+
+    let recovered = tokio::time::timeout(Duration::from_secs(120), recover(&ctx, args, &journal))
+        .await
+        .expect("recovery waited for a runner that is gone");
+
+    let Recovery::Interrupted(partial) = recovered else { panic!("{recovered:?}") };
+    assert!(partial.output.starts_with("half\n[interrupted:"), "{}", partial.output);
+    assert!(partial.output.contains("its process was gone"), "{}", partial.output);
+}
+
+/// A pid in `started` that now belongs to a process started after the runner wrote it (the
+/// pid was reused) is not the runner: the call is interrupted at once, and that process is
+/// left alone.
+#[tokio::test]
+async fn recover_does_not_take_a_process_that_reused_the_runners_pid_for_the_runner() {
+    let (_dir, _runs, ctx) = journaled();
+    let ctx = ctx.with_tool_timeout(Duration::from_secs(3600));
+    let journal = journal_of(&ctx, "reused-pid");
+    let mut stranger = spawn_runner(Path::new("/nonexistent"), "sleep 30");
+    prepare(&journal, &[("started", &format!("{}\n", stranger.id()))]);
+    // Written ten minutes before the process with that pid started.
+    let touched = Command::new("touch")
+        .args(["-d", "10 minutes ago"])
+        .arg(journal.join("started"))
+        .status()
+        .unwrap();
+    assert!(touched.success());
+    // Fifty minutes of the call's hour are left.
+    let args = json!({ "command": "x", "timeout_ms": 3_600_000 });
+
+    let recovered = tokio::time::timeout(Duration::from_secs(120), recover(&ctx, args, &journal))
+        .await
+        .expect("recovery took an unrelated process for the runner");
+
+    assert!(matches!(recovered, Recovery::Interrupted(_)), "{recovered:?}");
+    assert_eq!(stranger.try_wait().unwrap(), None, "an unrelated process was killed");
+    stranger.kill().unwrap();
+    stranger.wait().unwrap();
 }
 
 #[tokio::test(start_paused = true)]
