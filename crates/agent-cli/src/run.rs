@@ -233,7 +233,15 @@ pub(crate) struct Prepared {
 /// work in the workspace, as on `resume`); the team and plan files are checked again with
 /// their tools. A server that does not start, or a check that fails then, is bad input and
 /// the run's directory is removed again: nothing is left written in the data directory.
+///
+/// A failure caused by a full disk says so ([`disk_full`]).
 pub(crate) async fn start(prepared: Prepared, args: &StartArgs) -> Result<u8, Failure> {
+    let run_id = args.run_id.clone().unwrap_or_else(|| new_run_id(&prepared.task.id));
+    start_as(prepared, args, run_id.clone()).await.map_err(|f| disk_full(f, &run_id, "start"))
+}
+
+/// [`start`] as run `run_id`.
+async fn start_as(prepared: Prepared, args: &StartArgs, run_id: String) -> Result<u8, Failure> {
     let Prepared { team_path, team_text, team, plan_path, plan_text, task, tools } = prepared;
     if args.data.exists() && !args.data.is_dir() {
         return Err(bad_input(anyhow::anyhow!(
@@ -258,7 +266,6 @@ pub(crate) async fn start(prepared: Prepared, args: &StartArgs) -> Result<u8, Fa
         Some(addr) => Some(crate::serve::bind("--serve", addr, None).await?),
         None => None,
     };
-    let run_id = args.run_id.clone().unwrap_or_else(|| new_run_id(&task.id));
     let dir = args.data.join(&run_id);
     // On NATS, the server is checked (it answers, has JetStream, holds no run of this id)
     // before anything is written, there or here.
@@ -379,6 +386,31 @@ pub(crate) async fn start(prepared: Prepared, args: &StartArgs) -> Result<u8, Fa
     .await;
     servers.shutdown().await;
     result
+}
+
+/// A failure whose cause is a full disk (a write refused with `ENOSPC`, wherever it came from:
+/// the run's database, the usage ledger, `run.json`), said as such: what the disk is, what was
+/// being written, and how to go on (`strata resume`, or running it again when the run was not
+/// recorded yet). Any other failure is returned as it is.
+fn disk_full(failure: Failure, run_id: &str, how: &str) -> Failure {
+    let Failure::Other(error) = failure else { return failure };
+    let full = error.chain().any(|cause| {
+        cause.downcast_ref::<std::io::Error>().is_some_and(|e| {
+            e.kind() == std::io::ErrorKind::StorageFull || e.raw_os_error() == Some(28)
+        }) || cause.to_string().contains("No space left on device")
+    });
+    if !full {
+        return Failure::Other(error);
+    }
+    let way_on = match how {
+        "start" => format!(
+            "free space and `strata resume {run_id}` (or, if `strata runs` does not list it, run it again)"
+        ),
+        _ => format!("free space and `strata resume {run_id}` again"),
+    };
+    Failure::Other(anyhow::anyhow!(
+        "the data directory's disk is full (No space left on device): {error:#}; {way_on}"
+    ))
 }
 
 /// Starts the MCP servers `team` declares (none: `None`) as `place` says, and checks the
@@ -521,9 +553,10 @@ pub(crate) async fn resume(args: ResumeArgs) -> Result<u8, Failure> {
         hide: vec![data_dir(&args.data), dir.clone()],
     };
     let servers = crate::mcp::start_servers(&team_path, &team_text, &mut tools, &place).await?;
+    let run_id = info.run_id.clone();
     let result = resume_with(args, dir, store, info, team_path, team_text, tools, serving).await;
     servers.shutdown().await;
-    result
+    result.map_err(|failure| disk_full(failure, &run_id, "resume"))
 }
 
 /// `strata resume` once the team file's MCP servers are started.
@@ -982,6 +1015,9 @@ fn top_ids(team: &TeamFile) -> Vec<AgentId> {
         .collect()
 }
 
+/// How long after one heartbeat a Ctrl-C waits for the running turns to store what they did.
+const INTERRUPT_GRACE: Duration = Duration::from_secs(1);
+
 /// How the run ended.
 enum End {
     Outcome(TaskOutcome),
@@ -1204,13 +1240,27 @@ async fn drive_run(
                     std::process::exit(i32::from(INTERRUPTED));
                 }
             });
-            team.stop().await;
+            // The heartbeats stop within one heartbeat (and a second to store what they did);
+            // a turn still in a long tool call then is cut short: its call goes on by itself
+            // where it runs (a shell command under its journal, to its own timeout) and
+            // `resume` takes its result, as after a kill, rather than running it again.
+            let patience = Duration::from_millis(info.heartbeat_ms) + INTERRUPT_GRACE;
+            let cut_short = !team.stop_within(patience).await;
+            if cut_short {
+                view::left_running(output);
+            }
             watcher.stop().await;
             flush(&ledger);
             info.status = RunStatus::Interrupted;
             info.finished_at = Some(now_ms());
             info.write(&dir)?;
             view::interrupted(output, &info, &dir);
+            if cut_short {
+                // The cut turn's call holds a thread of the blocking pool, which the runtime
+                // would wait for on its way out: leave now, as the second Ctrl-C does. What
+                // was committed is durable; the run is recovered when it resumes.
+                std::process::exit(i32::from(INTERRUPTED));
+            }
             return Ok(INTERRUPTED);
         }
         End::Budget(stop) => {

@@ -101,7 +101,16 @@ pub(crate) fn already_finished(output: &OutputArgs, info: &RunInfo, dir: &Path) 
 pub(crate) fn interrupting(output: &OutputArgs) {
     if mode(output) != Mode::Json {
         errln!(
-            "\ninterrupted: finishing the running heartbeats and storing state (Ctrl-C again to stop at once)"
+            "\ninterrupted: stopping the heartbeats and storing state, within a heartbeat (Ctrl-C again to stop at once)"
+        );
+    }
+}
+
+/// After [`interrupting`]: some turns were still in a tool call when the heartbeats stopped.
+pub(crate) fn left_running(output: &OutputArgs) {
+    if mode(output) != Mode::Json {
+        errln!(
+            "a tool call was still running: it was left to end on its own (a shell command at its timeout); `strata resume` takes its result instead of running it again"
         );
     }
 }
@@ -473,6 +482,11 @@ pub(crate) fn event_line(r: &AuditRecord, start: u64) -> String {
                 .collect();
             format!("WORKER LOST: worker {worker} no longer hosts its agents: {}", each.join(", "))
         }
+        AuditEvent::AgentPanicked { message, count, failed } => format!(
+            "PANICKED ({count} in a row): {}; {}",
+            first_line(message),
+            if *failed { "agent failed" } else { "reloaded from its stored state" }
+        ),
         AuditEvent::Operator { request, outcome, error } => {
             let error = error.as_ref().map(|e| format!(": {e}")).unwrap_or_default();
             format!(

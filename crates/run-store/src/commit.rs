@@ -14,6 +14,18 @@
 //! half a sync for the writers the last sync released. Neither beat this simple loop; the cycle
 //! is the device's two round trips (sled's `sync_file_range`, then the `fdatasync`) plus CPU.
 //!
+//! **Stalls.** sled 0.34 can wedge: a value too large for its log goes to a blob file of its
+//! own, and when writing that file fails (a full disk) sled returns the error to the writer but
+//! leaves the log buffer it had claimed unfinished, so every later flush (including the one
+//! sled runs when a tree is dropped) waits forever. So the flush runs on a thread of its own
+//! ("strata-flush") and the syncer waits for it in slices of [`STALL_CHECK`]; after each slice
+//! it probes the data directory with a small write. A probe that fails (no space left, a
+//! read-only or failing disk) ends the wait: the store is poisoned with the probe's error, and
+//! the flush thread, stuck in sled, is left behind holding its handle on the database (so no
+//! later drop of the database flushes and hangs either). A probe that succeeds means a slow
+//! disk, not a dead one: the wait goes on. When the store closes, one last flush goes the same
+//! way, so closing a store that sled wedged without a commit since does not hang.
+//!
 //! A failed sync poisons the store: the kernel may have dropped the dirty pages it could not
 //! write (so a later successful `fdatasync` proves nothing about them), and sled stops accepting
 //! writes after an I/O error. The failed batch, the queued waiters and every later commit fail;
@@ -27,14 +39,35 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, mpsc};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use agent_state::BackendError;
 use tokio::sync::oneshot;
 
+/// How long the syncer waits for a flush before it probes the data directory's disk.
+pub(crate) const STALL_CHECK: Duration = Duration::from_millis(500);
+
+/// How many bytes the probe writes: enough that a disk with no room for a database page
+/// refuses it.
+const PROBE_BYTES: usize = 64 * 1024;
+
+/// The probe's file, in the run directory (not in the database's, which the seal lists).
+const PROBE_FILE: &str = ".strata-space-probe";
+
 /// The group-commit syncer of one database.
 pub(crate) struct GroupCommit {
     shared: Arc<Shared>,
-    thread: Option<JoinHandle<()>>,
+    /// The syncer; it hands back the flush thread when that one is not stuck in sled.
+    thread: Option<JoinHandle<Option<JoinHandle<()>>>>,
+}
+
+/// The flush thread as the syncer sees it: where to ask for a sync and hear how it went.
+struct Flusher {
+    requests: mpsc::SyncSender<()>,
+    replies: mpsc::Receiver<Outcome>,
+    thread: JoinHandle<()>,
+    /// Where the probe writes: the run directory.
+    probe_dir: PathBuf,
 }
 
 /// Whether a store's syncs have all succeeded; outlives the syncer (the seal on close asks).
@@ -91,25 +124,30 @@ struct Shared {
 
 impl GroupCommit {
     /// Starts the syncer thread. `disk` makes the files durable; `None` stops at sled's flush.
-    /// `hook` is told of each sync.
+    /// `hook` is told of each sync. `probe_dir` is where a stalled flush's probe writes (the
+    /// run directory).
     pub(crate) fn start(
         db: sled::Db,
         disk: Option<DiskSync>,
         hook: Option<Arc<dyn SyncHook>>,
+        probe_dir: &Path,
     ) -> io::Result<Self> {
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
             work: Condvar::new(),
             syncs: AtomicU64::new(0),
         });
+        let (requests, asked) = mpsc::sync_channel(1);
+        let (answer, replies) = mpsc::sync_channel(1);
+        let flush = std::thread::Builder::new()
+            .name("strata-flush".into())
+            .spawn(move || flush_loop(&db, disk, &asked, &answer))?;
+        let flusher = Flusher { requests, replies, thread: flush, probe_dir: probe_dir.to_owned() };
         let worker = shared.clone();
         let thread = std::thread::Builder::new()
             .name("strata-sync".into())
-            .spawn(move || run(&worker, &db, disk, hook.as_deref()))?;
-        Ok(Self {
-            shared,
-            thread: Some(thread),
-        })
+            .spawn(move || run(&worker, flusher, hook.as_deref()))?;
+        Ok(Self { shared, thread: Some(thread) })
     }
 
     /// Waits until everything written before this call is durable.
@@ -156,10 +194,17 @@ impl Drop for GroupCommit {
     fn drop(&mut self) {
         self.shared.lock().stop = true;
         self.shared.work.notify_one();
-        if let Some(thread) = self.thread.take()
-            && thread.join().is_err()
-        {
-            tracing::error!("the sync thread of the run database panicked");
+        if let Some(thread) = self.thread.take() {
+            match thread.join() {
+                // The flush thread ends once the syncer has dropped its side of the channel.
+                Ok(Some(flush)) => {
+                    if flush.join().is_err() {
+                        tracing::error!("the flush thread of the run database panicked");
+                    }
+                }
+                Ok(None) => {}
+                Err(_) => tracing::error!("the sync thread of the run database panicked"),
+            }
         }
     }
 }
@@ -259,8 +304,8 @@ impl Waiter {
     }
 }
 
-/// The syncer thread.
-fn run(shared: &Shared, db: &sled::Db, mut disk: Option<DiskSync>, hook: Option<&dyn SyncHook>) {
+/// The syncer thread. Returns the flush thread when it is not stuck in sled.
+fn run(shared: &Shared, flusher: Flusher, hook: Option<&dyn SyncHook>) -> Option<JoinHandle<()>> {
     // If anything below panics (sled can), waiters must hear of it rather than wait forever:
     // the batch in hand is dropped (its waiters see the syncer gone), the queue is failed.
     let _guard = PanicGuard(shared);
@@ -268,10 +313,7 @@ fn run(shared: &Shared, db: &sled::Db, mut disk: Option<DiskSync>, hook: Option<
         let batch = {
             let mut state = shared.lock();
             while state.queued.is_empty() && !state.stop {
-                state = shared
-                    .work
-                    .wait(state)
-                    .unwrap_or_else(PoisonError::into_inner);
+                state = shared.work.wait(state).unwrap_or_else(PoisonError::into_inner);
             }
             if state.queued.is_empty() {
                 break; // stopping, and nothing is queued
@@ -281,7 +323,7 @@ fn run(shared: &Shared, db: &sled::Db, mut disk: Option<DiskSync>, hook: Option<
         if let Some(hook) = hook {
             hook.before_sync();
         }
-        let outcome = sync(db, disk.as_mut());
+        let outcome = flusher.sync();
         shared.syncs.fetch_add(1, Ordering::Relaxed);
         if let (Some(hook), Ok(())) = (hook, &outcome) {
             hook.after_sync();
@@ -292,8 +334,97 @@ fn run(shared: &Shared, db: &sled::Db, mut disk: Option<DiskSync>, hook: Option<
         }
         release(batch, &outcome);
         if outcome.is_err() {
-            break;
+            return None;
         }
+    }
+    // Closing: one last flush, bounded like the others, so that sled's own flush when the
+    // database is dropped has nothing left to wait for (or never runs: see the module docs).
+    if shared.lock().failed.is_some() {
+        return None;
+    }
+    if let Some(hook) = hook {
+        hook.before_sync();
+    }
+    if let Err(reason) = flusher.sync() {
+        tracing::error!(error = %reason, "the last sync of the run database failed");
+        shared.fail(&reason);
+        return None;
+    }
+    if let Some(hook) = hook {
+        hook.after_sync();
+    }
+    let Flusher { requests, thread, .. } = flusher;
+    drop(requests);
+    Some(thread)
+}
+
+/// The flush thread: a sync for each request, until the syncer lets go.
+fn flush_loop(
+    db: &sled::Db,
+    mut disk: Option<DiskSync>,
+    requests: &mpsc::Receiver<()>,
+    replies: &mpsc::SyncSender<Outcome>,
+) {
+    while requests.recv().is_ok() {
+        let outcome = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            sync(db, disk.as_mut())
+        })) {
+            Ok(outcome) => outcome,
+            Err(_) => Err("the flush of the database panicked".to_owned()),
+        };
+        if replies.send(outcome).is_err() {
+            return;
+        }
+    }
+}
+
+impl Flusher {
+    /// Has the flush thread sync, and waits for it; a flush that stalls while the data
+    /// directory cannot be written fails with the reason (see the module docs).
+    fn sync(&self) -> Outcome {
+        if self.requests.send(()).is_err() {
+            return Err("the flush thread stopped".to_owned());
+        }
+        loop {
+            match self.replies.recv_timeout(STALL_CHECK) {
+                Ok(outcome) => return outcome,
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err("the flush thread stopped".to_owned());
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    if let Err(e) = probe(&self.probe_dir) {
+                        return Err(format!(
+                            "{} while writing the run's database (it stopped writing)",
+                            disk_error(&e)
+                        ));
+                    }
+                    tracing::warn!(
+                        "a sync of the run database is slow; the disk takes writes, so it goes on"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Writes and removes a small file in `dir`: whether the disk takes writes.
+fn probe(dir: &Path) -> io::Result<()> {
+    use std::io::Write as _;
+    let path = dir.join(PROBE_FILE);
+    let written = File::create(&path).and_then(|mut file| {
+        file.write_all(&[0u8; PROBE_BYTES])?;
+        file.sync_data()
+    });
+    let _ = std::fs::remove_file(&path);
+    written
+}
+
+/// What a write error of the data directory means, in words: a full disk is named as such.
+pub(crate) fn disk_error(e: &io::Error) -> String {
+    if e.kind() == io::ErrorKind::StorageFull || e.raw_os_error() == Some(28) {
+        "the data directory's disk is full (No space left on device)".to_owned()
+    } else {
+        format!("the data directory cannot be written ({e})")
     }
 }
 
@@ -313,19 +444,46 @@ fn outcome(received: Option<Outcome>) -> Result<(), BackendError> {
 }
 
 fn failure(reason: &str) -> BackendError {
-    BackendError::new(
+    BackendError::with_source(
         "sled",
         format!(
             "could not make the write durable ({reason}); the run's database refuses further \
              commits: stop the run and open it again"
         ),
+        StoreFailed { reason: reason.to_owned() },
     )
 }
 
+/// The source of every error a poisoned store answers with: trying again cannot help (see
+/// the module docs), so a caller that retries storage errors stops at this one.
+#[derive(Debug, thiserror::Error)]
+#[error("the run's store refuses writes: {reason}")]
+pub struct StoreFailed {
+    /// Why: the failed sync's reason.
+    pub reason: String,
+}
+
+impl StoreFailed {
+    /// Whether `error` (a storage error) comes from a store that takes no more writes: a
+    /// poisoned store, or sled after an I/O error (sled 0.34 keeps its first I/O error and
+    /// answers every later operation with it).
+    pub fn is_cause_of(error: &BackendError) -> bool {
+        error.source.as_deref().is_some_and(|source| {
+            source.is::<StoreFailed>()
+                || source
+                    .downcast_ref::<sled::Error>()
+                    .is_some_and(|e| matches!(e, sled::Error::Io(_)))
+        })
+    }
+}
+
 fn sync(db: &sled::Db, disk: Option<&mut DiskSync>) -> Outcome {
-    db.flush().map_err(|e| format!("sled flush: {e}"))?;
+    db.flush().map_err(|e| match e {
+        sled::Error::Io(e) => format!("{} while writing the run's database", disk_error(&e)),
+        e => format!("sled flush: {e}"),
+    })?;
     if let Some(disk) = disk {
-        disk.sync().map_err(|e| format!("fdatasync: {e}"))?;
+        disk.sync().map_err(|e| format!("{} while syncing the run's database", disk_error(&e)))?;
     }
     Ok(())
 }

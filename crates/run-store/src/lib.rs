@@ -79,6 +79,7 @@ mod store;
 mod tests;
 
 pub use anchor::{ANCHOR_FILE, ANCHOR_FORMAT, AnchorFile, WRITE_INTERVAL};
+pub use commit::StoreFailed;
 pub use readcopy::remove_read_copies;
 pub use store::{
     DB_DIR, Durability, RUN_FORMAT, RUN_MARKER, RunMarker, RunStore, SCHEMA_VERSION, StoreError,

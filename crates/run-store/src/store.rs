@@ -392,7 +392,7 @@ impl RunStore {
             }
             Err(e) => return Err(e),
         };
-        let committer = GroupCommit::start(db.clone(), None, None)
+        let committer = GroupCommit::start(db.clone(), None, None, copy.path())
             .map_err(io_error("start the sync thread for", dir))?;
         tracing::debug!(run = %dir.display(), copy = %copy.path().display(), "run opened read-only, on a copy");
         Ok(Self {
@@ -541,7 +541,7 @@ impl RunStore {
             durability == Durability::Synced,
         )
         .map_err(io_error("start the anchor thread for", dir))?;
-        let committer = GroupCommit::start(db.clone(), disk, Some(keeper.hook()))
+        let committer = GroupCommit::start(db.clone(), disk, Some(keeper.hook()), dir)
             .map_err(io_error("start the sync thread for", dir))?;
         let seal = SealOnClose {
             dir: dir.to_path_buf(),

@@ -89,7 +89,8 @@ fn group_commit_releases_every_ticket_and_stays_healthy() {
     let db_dir = tmp.path().join("db");
     let db = sled::open(&db_dir).unwrap();
     let committer =
-        GroupCommit::start(db.clone(), Some(DiskSync::open(&db_dir).unwrap()), None).unwrap();
+        GroupCommit::start(db.clone(), Some(DiskSync::open(&db_dir).unwrap()), None, tmp.path())
+            .unwrap();
     std::thread::scope(|scope| {
         for t in 0..4u8 {
             let (db, committer) = (&db, &committer);

@@ -111,8 +111,10 @@ fn a_run_killed_mid_step_resumes_to_success_and_runs_the_step_once() {
     check_finished(&s, "k");
 }
 
-/// Ctrl-C: the running heartbeats finish, the state is stored, exit code 130; the run is
-/// listed as interrupted and `resume` finishes it.
+/// Ctrl-C in the middle of a long tool call (the gate, which waits until the test opens it):
+/// strata stops within a heartbeat, without waiting for the call, says so, stores the state
+/// and exits 130; the run is listed as interrupted, and `resume` takes the call's result (the
+/// command went on by itself) instead of running it again, and finishes the task.
 #[test]
 fn ctrl_c_exits_130_and_the_run_resumes_to_success() {
     let s = Scratch::new();
@@ -120,15 +122,27 @@ fn ctrl_c_exits_130_and_the_run_resumes_to_success() {
     let sent = Command::new("kill").args(["-INT", &run.pid().to_string()]).status().unwrap();
     assert!(sent.success(), "kill -INT failed");
     wait_for("strata to say it is interrupting", || {
-        if run.stderr_so_far().contains("interrupted: finishing the running heartbeats") {
+        if run.stderr_so_far().contains("interrupted: stopping the heartbeats") {
             return true;
         }
         assert!(!run.exited(), "strata exited on SIGINT without saying it is interrupting");
         false
     });
-    // The heartbeat at the gate is waited for; let it finish.
+    // It ends while the gate is still closed: the call is not waited for (before the fix it
+    // was, for as long as the gate stayed closed). The bound only keeps that from hanging.
+    let started = std::time::Instant::now();
+    while !run.exited() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(120),
+            "strata waited for the tool call after Ctrl-C: {}",
+            run.stderr_so_far()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(!s.path("W/count.txt").exists(), "the gate was passed");
     gate.open();
     let out = run.finish();
+    assert!(out.stderr.contains("a tool call was still running"), "{}", out.stderr);
     out.code(130).stdout_has(&["run c stopped", "strata resume c"]);
     assert_eq!(listed_run(&s, "D", "c")["status"], "interrupted");
     assert!(!s.path("W/done.txt").exists(), "stopped before the last step");
@@ -365,4 +379,49 @@ fn run_json_streams_events_while_the_run_goes_and_resume_does_too() {
     let done = at(&|r| wrote(&r) && r["event"]["args"]["path"] == "done.txt");
     assert!(gated < done, "{records:#?}");
     check_finished(&s, "j");
+}
+
+/// Regression (issue #31): after a crash that took the command's processes along (the
+/// machine restarted, or its processes were killed with strata), `resume` waited for the dead
+/// command until its whole timeout (ten minutes here) before it saw it was gone. Now it sees
+/// at once that nothing is left to finish it: the outcome is unknown (interrupted), the side
+/// effect is not repeated, and the task asks for a decision.
+#[test]
+fn resume_sees_at_once_that_a_killed_command_is_gone() {
+    let s = Scratch::new();
+    let plan = r#"
+id = "o"
+goal = "g"
+[[steps]]
+id = "s"
+agent = "bottom-d1"
+tool = "shell"
+args = { command = "echo ran >> count.txt; sleep 600", timeout_ms = 600000 }
+"#;
+    kill_mid_command(&s, plan, "gone");
+    // Everything the run had started dies too, as in a restart of the machine.
+    for process in processes_in(&s.path("W")) {
+        let pid = process.split(':').next().unwrap();
+        let _ = Command::new("kill").args(["-KILL", pid]).status();
+    }
+    wait_for("the command's processes to be gone", || processes_in(&s.path("W")).is_empty());
+
+    let mut resume = s.spawn(&["resume", "gone", "--data", "D", "--quiet"]);
+    // Without the fix it waits ten minutes; the bound only keeps that from hanging the test.
+    let started = std::time::Instant::now();
+    while !resume.exited() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(120),
+            "resume waited for a command that is gone: {}",
+            resume.stderr_so_far()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = resume.finish();
+    out.code(1);
+    let printed = format!("{}{}", out.stdout, out.stderr);
+    assert!(printed.contains("was interrupted while `bottom-d1` ran `shell`"), "{printed}");
+    assert!(printed.contains("needs a decision"), "{printed}");
+    assert_eq!(s.read("W/count.txt"), "ran\n", "the side effect ran exactly once");
+    assert_eq!(listed_run(&s, "D", "gone")["status"], "failed");
 }
