@@ -421,13 +421,10 @@ pub(crate) async fn inspect(args: &InspectArgs) -> Result<(), Failure> {
             Ok(())
         }
         View::Metrics => {
-            let agents = stores().await?.state.agents().await?;
+            // The one source of these numbers, as the run summary and the dashboard show them.
+            let agents = agent_pool::stored_metrics(stores().await?.state.as_ref()).await?;
             if args.json {
-                let json: Vec<_> = agents
-                    .iter()
-                    .map(|a| serde_json::json!({"agent": a.id, "metrics": a.metrics, "score": a.metrics.performance_score(), "retries": a.retries}))
-                    .collect();
-                outln!("{}", serde_json::to_string_pretty(&json)?);
+                outln!("{}", serde_json::to_string_pretty(&agents)?);
             } else {
                 outln!(
                     "{:<14} {:>5} {:>5} {:>6} {:>6} {:>7} {:>7} {:>6}",
@@ -444,14 +441,14 @@ pub(crate) async fn inspect(args: &InspectArgs) -> Result<(), Failure> {
                     let m = &a.metrics;
                     outln!(
                         "{:<14} {:>5} {:>5} {:>6} {:>6} {:>7} {:>7} {:>6.1}",
-                        a.id.as_str(),
+                        a.agent.as_str(),
                         m.tasks_completed,
                         m.tasks_failed,
                         m.messages_processed,
                         m.heartbeats_responded,
                         m.heartbeats_missed,
                         m.retries,
-                        m.performance_score()
+                        a.score
                     );
                 }
             }

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use run_store::RunStore;
 
 use crate::audit::{AuditAnchor, AuditEvent, AuditHash, AuditLog, AuditRecord, GENESIS_HASH};
-use crate::state::{AgentRecord, OutcomeRecord, StateStore, ToolRecord};
+use crate::state::{AgentRecord, LivenessRecord, OutcomeRecord, StateStore, ToolRecord};
 use crate::tools::ToolOutput;
 
 const AUDIT_TREE: &str = "audit";
@@ -16,6 +16,7 @@ const AGENTS_TREE: &str = "agents";
 const TOOLS_TREE: &str = "tools";
 const OUTCOMES_TREE: &str = "outcomes";
 const BLOBS_TREE: &str = "blobs";
+const LIVENESS_TREE: &str = "liveness";
 /// The name of the audit log's anchor in the run's seal: the log's final record.
 pub const AUDIT_ANCHOR: &str = "audit";
 
@@ -292,6 +293,7 @@ pub struct SledStateStore {
     tools: sled::Tree,
     outcomes: sled::Tree,
     blobs: sled::Tree,
+    liveness: sled::Tree,
     // Declared after the trees: the store closes cleanly only once its trees are gone.
     store: RunStore,
 }
@@ -304,6 +306,7 @@ impl SledStateStore {
             tools: store.tree(TOOLS_TREE)?,
             outcomes: store.tree(OUTCOMES_TREE)?,
             blobs: store.tree(BLOBS_TREE)?,
+            liveness: store.tree(LIVENESS_TREE)?,
             store: store.clone(),
         })
     }
@@ -326,6 +329,46 @@ impl StateStore for SledStateStore {
                 BackendError::with_source(
                     "sled",
                     format!("state of agent `{}` cannot be read", String::from_utf8_lossy(&key)),
+                    e,
+                )
+            })?);
+        }
+        Ok(records)
+    }
+
+    async fn save_liveness(&self, records: Vec<LivenessRecord>) -> Result<(), BackendError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        // One batch for every agent of the cycle, encoded and applied off the runtime (a pool
+        // may hold many agents), then one group commit.
+        let tree = self.liveness.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut batch = sled::Batch::default();
+            for record in &records {
+                let bytes = encode(record).map_err(|e| {
+                    BackendError::with_source("sled", "cannot encode a liveness record", e)
+                })?;
+                batch.insert(record.id.as_str().as_bytes(), bytes);
+            }
+            tree.apply_batch(batch).map_err(sled_error)
+        })
+        .await
+        .map_err(|e| BackendError::with_source("sled", "the liveness write stopped", e))??;
+        self.store.commit().await
+    }
+
+    async fn liveness(&self) -> Result<Vec<LivenessRecord>, BackendError> {
+        let mut records = Vec::new();
+        for item in self.liveness.iter() {
+            let (key, value) = item.map_err(sled_error)?;
+            records.push(decode(&value).map_err(|e| {
+                BackendError::with_source(
+                    "sled",
+                    format!(
+                        "heartbeat answers of agent `{}` cannot be read",
+                        String::from_utf8_lossy(&key)
+                    ),
                     e,
                 )
             })?);

@@ -100,4 +100,6 @@ pub use spawn::{
     CostMeter, SpawnError, SpawnRecord, SpawnRequest, Spawner, Subordinate, is_agent_tool,
     supervisor_tool_spec, supervisor_tool_specs,
 };
-pub use state::{AgentRecord, InMemoryStateStore, OutcomeRecord, StateStore, ToolRecord};
+pub use state::{
+    AgentRecord, InMemoryStateStore, LivenessRecord, OutcomeRecord, StateStore, ToolRecord,
+};

@@ -27,6 +27,7 @@ mod llm;
 #[cfg(feature = "local")]
 mod local;
 mod mcp;
+mod metrics;
 mod nats;
 mod ooda;
 mod otel;
