@@ -597,11 +597,7 @@ impl StateStore for NatsStateStore {
         for record in &records {
             let id = &record.id;
             let bytes = encode(record).map_err(|e| {
-                BackendError::with_source(
-                    nats_store::BACKEND,
-                    "cannot encode a liveness record",
-                    e,
-                )
+                BackendError::with_source(nats_store::BACKEND, "cannot encode a liveness record", e)
             })?;
             self.liveness
                 .put(&token(id.as_str()), bytes, || format!("the heartbeat answers of `{id}`"))

@@ -137,7 +137,11 @@ fn changed(pool: &AgentPool, number: u64) -> Option<Changed> {
 }
 
 /// Stores `records` in one write; on failure their agents are due again.
-async fn write(state: Arc<dyn StateStore>, slots: Vec<Arc<AgentSlot>>, records: Vec<LivenessRecord>) {
+async fn write(
+    state: Arc<dyn StateStore>,
+    slots: Vec<Arc<AgentSlot>>,
+    records: Vec<LivenessRecord>,
+) {
     let count = records.len();
     if let Err(e) = state.save_liveness(records).await {
         tracing::warn!(agents = count, error = %e, "cannot store the agents' heartbeat answers; trying again next cycle");
