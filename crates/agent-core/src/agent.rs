@@ -30,6 +30,10 @@ use crate::tools::{Recovery, ToolContext, ToolError, ToolOutput, ToolRegistry};
 /// Most messages one heartbeat takes from the inbox (seed 001 §8.2 batches per heartbeat).
 pub const MAX_MESSAGES_PER_HEARTBEAT: usize = 256;
 
+/// How many heartbeat turns of one agent may panic in a row: the first ones reload it from its
+/// stored state and try again; this one fails it ([`AuditEvent::AgentPanicked`]).
+pub const MAX_PANICS: u32 = 3;
+
 /// How often a heartbeat past its timeout checks whether its side-effecting call has ended.
 const EFFECT_POLL: Duration = Duration::from_millis(10);
 
@@ -99,6 +103,8 @@ pub struct AgentContext {
     /// (seed 000: a retry waits for a later heartbeat). Until then it takes no turn. Not
     /// saved: a resumed run (whose heartbeats count from 1 again) retries at once.
     retry_due: Option<u64>,
+    /// How many turns in a row have panicked ([`MAX_PANICS`]). Not saved.
+    panics: u32,
 }
 
 /// The contract each layer implements (seed 000 §3 `BaseAgent`'s abstract methods).
@@ -230,6 +236,7 @@ impl AgentContext {
             processed: Vec::new(),
             effect_in_flight: None,
             retry_due: None,
+            panics: 0,
         }
     }
 
@@ -1285,11 +1292,16 @@ impl Agent {
             self.ctx.transition(AgentStatus::Working, working_reason(&messages)).await?;
         }
 
-        let result = self.process(&messages).await;
+        // A panic in the layer is the crash of this one agent: see `recover_from_panic`.
+        let result = match crate::fault::CatchPanic(Box::pin(self.process(&messages))).await {
+            Ok(result) => result,
+            Err(panic) => return self.recover_from_panic(panic, &messages).await,
+        };
         match result {
             Ok(()) => {
                 let ids: Vec<MessageId> = messages.iter().map(|m| m.id).collect();
                 self.ctx.retries = 0;
+                self.ctx.panics = 0;
                 self.ctx.metrics.messages_processed += messages.len() as u64;
                 self.ctx.metrics.last_active = self.ctx.now();
                 self.ctx.remember(&ids);
@@ -1379,6 +1391,7 @@ impl Agent {
     }
 
     async fn process(&mut self, messages: &[Message]) -> Result<(), AgentError> {
+        crate::fault::panic_if_due(self.id());
         let board = self.ctx.read_board(&BoardId::Agent(self.id().clone())).await?;
         let after_ms = self.ctx.config.timeout_ms;
         let timeout = Duration::from_millis(after_ms);
@@ -1756,5 +1769,68 @@ where
             }
             Err(error) => return Err(error),
         }
+    }
+}
+
+impl Agent {
+    /// A turn that panicked while processing `messages`, handled as the crash of this one
+    /// agent (seed 000's promise that every fault ends in a typed outcome). Audited as
+    /// [`AuditEvent::AgentPanicked`]. Below [`MAX_PANICS`] panics in a row, the agent is
+    /// reloaded from its stored record as a resumed run reloads it (its layer's state, its
+    /// processed messages and counts: what the panicking turn changed in memory is dropped) and
+    /// `messages` go back to its inbox for the next turn, whose journaled tool calls are not run
+    /// again ([`HeartbeatOutcome::Retrying`]). At the limit it fails with reason
+    /// `panicked: <message>` and reports to its supervisor with the work it abandons, as a turn
+    /// past its retries does ([`HeartbeatOutcome::Failed`]).
+    pub async fn recover_from_panic(
+        &mut self,
+        panic: String,
+        messages: &[Message],
+    ) -> Result<HeartbeatOutcome, AgentError> {
+        self.ctx.panics = self.ctx.panics.saturating_add(1);
+        let count = self.ctx.panics;
+        let failed = count >= MAX_PANICS;
+        tracing::error!(agent = %self.id(), panic = %panic, count, failed, "a heartbeat turn panicked");
+        let inbox = Address::Agent(self.id().clone());
+        let bus = self.ctx.deps.bus.clone();
+        self.ctx.effect_in_flight = None;
+        self.ctx.retry_due = None;
+        let record = self.ctx.deps.state.agents().await?.into_iter().find(|r| r.id == *self.id());
+        if let Some(record) = record {
+            self.ctx.metrics = record.metrics;
+            self.ctx.retries = record.retries;
+            self.ctx.heartbeat = self.ctx.heartbeat.max(record.heartbeat);
+            self.ctx.processed = record.processed;
+            self.behavior.restore(record.behavior)?;
+        }
+        self.ctx.metrics.heartbeats_missed += 1;
+        self.ctx.audit(AuditEvent::AgentPanicked { message: panic.clone(), count, failed }).await?;
+        if !failed {
+            self.save_counts().await;
+            bus.release(&inbox).await?;
+            return Ok(HeartbeatOutcome::Retrying {
+                retry: count,
+                error: format!("panicked: {panic}"),
+            });
+        }
+        let reason = format!("panicked: {panic}");
+        self.fail(&reason).await?;
+        self.ctx.metrics.tasks_failed += 1;
+        let report = ErrorReport {
+            error: reason.clone(),
+            work: self.behavior.abandon_work(),
+            metrics: self.ctx.metrics.clone(),
+        };
+        let to = self.ctx.config.supervisor.clone().map_or(Address::System, Address::Agent);
+        if let Err(e) = self.ctx.send(to, MessageKind::ErrorReport, &report).await {
+            tracing::warn!(agent = %self.id(), error = %e, "could not send error report");
+        }
+        // The messages are consumed by the error report: a reassigned agent must not redo them.
+        let ids: Vec<MessageId> = messages.iter().map(|m| m.id).collect();
+        self.ctx.remember(&ids);
+        self.save().await?;
+        bus.ack(&inbox, &ids).await?;
+        tracing::warn!(agent = %self.id(), error = %reason, "agent failed");
+        Ok(HeartbeatOutcome::Failed { error: reason })
     }
 }

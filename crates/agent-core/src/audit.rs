@@ -236,6 +236,19 @@ pub enum AuditEvent {
         /// The worker that took each agent over; an agent missing was not taken (yet).
         taken_by: BTreeMap<AgentId, String>,
     },
+    /// A heartbeat turn of this agent panicked. The turn's work is dropped and the agent
+    /// reloaded from its stored state, as a resumed run does (the messages it had taken come
+    /// again; its journaled tool calls are not repeated); after
+    /// [`MAX_PANICS`](crate::MAX_PANICS) panics in a row it fails with reason
+    /// `panicked: <message>` and reports to its supervisor.
+    AgentPanicked {
+        /// The panic's message.
+        message: String,
+        /// How many turns in a row have panicked, this one included.
+        count: u32,
+        /// Whether the agent failed over it (else it was reloaded to try again).
+        failed: bool,
+    },
 }
 
 /// What an executor asks a peer of the same lead ([`AuditEvent::PeerHelp`]).

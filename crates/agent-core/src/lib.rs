@@ -50,6 +50,7 @@ mod clock;
 #[cfg(feature = "sled")]
 mod durable;
 mod error;
+pub mod fault;
 pub mod events;
 #[cfg(feature = "nats")]
 pub mod nats;
@@ -71,7 +72,7 @@ mod tests;
 
 pub use agent::{
     Agent, AgentBehavior, AgentContext, AgentDeps, HeartbeatOutcome, MAX_MESSAGES_PER_HEARTBEAT,
-    Tuning, payload, system_prompt,
+    MAX_PANICS, Tuning, payload, system_prompt,
 };
 pub use audit::{
     AnchorBreak, AnchorHolder, AuditAnchor, AuditEvent, AuditHash, AuditLog, AuditRecord,

@@ -105,6 +105,9 @@ pub struct HeartbeatScheduler {
     running: JoinSet<(AgentId, Result<HeartbeatOutcome, String>)>,
     /// Agents with a turn running, in order (missed heartbeats are warned about in id order).
     busy: BTreeSet<AgentId>,
+    /// The agent of each running task, so that a task that dies (a panic outside the layer's
+    /// turn, which [`Agent::recover_from_panic`] handles) is booked to its agent.
+    tasks: HashMap<tokio::task::Id, AgentId>,
     ticking: Arc<Mutex<BTreeSet<AgentId>>>,
     number: u64,
     /// Each agent's allowance of wake-up turns.
@@ -135,6 +138,7 @@ impl HeartbeatScheduler {
             clock,
             running: JoinSet::new(),
             busy: BTreeSet::new(),
+            tasks: HashMap::new(),
             ticking: Arc::default(),
             number: 0,
             wakes: HashMap::new(),
@@ -319,7 +323,8 @@ impl HeartbeatScheduler {
         report.started += 1;
         self.busy.insert(id.clone());
         let ticking = self.ticking.clone();
-        self.running.spawn(tracing::Instrument::in_current_span(async move {
+        let agent = id.clone();
+        let task = self.running.spawn(tracing::Instrument::in_current_span(async move {
             let result = guard.heartbeat(number).await.map_err(|e| e.to_string());
             if matches!(result, Ok(HeartbeatOutcome::Idle | HeartbeatOutcome::Processed { .. })) {
                 slot.note_answer(number);
@@ -332,6 +337,7 @@ impl HeartbeatScheduler {
             }
             (id, result)
         }));
+        self.tasks.insert(task.id(), agent);
     }
 
     /// Wake on work: starts a turn ([`Agent::wake_in`](agent_core::Agent::wake_in) the current
@@ -375,7 +381,8 @@ impl HeartbeatScheduler {
             self.busy.insert(id.clone());
             let ticking = self.ticking.clone();
             let cycle = self.number;
-            self.running.spawn(tracing::Instrument::in_current_span(async move {
+            let agent = id.clone();
+            let task = self.running.spawn(tracing::Instrument::in_current_span(async move {
                 let result = guard.wake_in(cycle).await.map_err(|e| e.to_string());
                 let mut ticking = ticking.lock().unwrap_or_else(PoisonError::into_inner);
                 if guard.wants_tick() {
@@ -385,6 +392,7 @@ impl HeartbeatScheduler {
                 }
                 (id, result)
             }));
+            self.tasks.insert(task.id(), agent);
         }
         started
     }
@@ -396,7 +404,7 @@ impl HeartbeatScheduler {
 
     /// Waits until one running turn ends and books it; `false` when none is running.
     pub async fn next_finished(&mut self) -> bool {
-        match self.running.join_next().await {
+        match self.running.join_next_with_id().await {
             Some(joined) => {
                 self.finished(joined);
                 true
@@ -408,7 +416,7 @@ impl HeartbeatScheduler {
     /// Waits for every running heartbeat to finish, then stores the heartbeat answers not
     /// stored yet (with a ledger).
     pub async fn settle(&mut self) {
-        while let Some(joined) = self.running.join_next().await {
+        while let Some(joined) = self.running.join_next_with_id().await {
             self.finished(joined);
         }
         if let Some(ledger) = &mut self.ledger {
@@ -428,17 +436,21 @@ impl HeartbeatScheduler {
     }
 
     fn reap(&mut self) {
-        while let Some(joined) = self.running.try_join_next() {
+        while let Some(joined) = self.running.try_join_next_with_id() {
             self.finished(joined);
         }
     }
 
     fn finished(
         &mut self,
-        joined: Result<(AgentId, Result<HeartbeatOutcome, String>), tokio::task::JoinError>,
+        joined: Result<
+            (tokio::task::Id, (AgentId, Result<HeartbeatOutcome, String>)),
+            tokio::task::JoinError,
+        >,
     ) {
         match joined {
-            Ok((agent, result)) => {
+            Ok((task, (agent, result))) => {
+                self.tasks.remove(&task);
                 match result {
                     Ok(outcome) => tracing::trace!(agent = %agent, ?outcome, "heartbeat done"),
                     Err(error) => {
@@ -448,11 +460,39 @@ impl HeartbeatScheduler {
                 self.busy.remove(&agent);
             }
             Err(e) => {
-                // The task panicked: its agent stays marked busy, so it is reported as missing
-                // every cycle instead of silently disappearing.
-                tracing::error!(error = %e, "a heartbeat task panicked or was cancelled");
+                let Some(agent) = self.tasks.remove(&e.id()) else {
+                    tracing::error!(error = %e, "a heartbeat task of an unknown agent died");
+                    return;
+                };
+                self.busy.remove(&agent);
+                let message = if e.is_panic() {
+                    agent_core::fault::panic_message(e.into_panic().as_ref())
+                } else {
+                    "its heartbeat task was cancelled".to_owned()
+                };
+                self.recover(agent, message);
             }
         }
+    }
+
+    /// A heartbeat task of `agent` died outside the layer's turn (a panic the turn could not
+    /// catch itself, saying `message`): its lock was released as the task unwound. The agent
+    /// is recovered in a task of its own, booked as its turn (busy until it ends, so nothing
+    /// else acts as it meanwhile), as a panic in its turn is
+    /// ([`Agent::recover_from_panic`]: audited, reloaded from its stored state with its mail
+    /// back in its inbox, failed after [`MAX_PANICS`](agent_core::MAX_PANICS) in a row).
+    /// Never left marked busy.
+    fn recover(&mut self, agent: AgentId, message: String) {
+        let Some(slot) = self.pool.get(&agent) else { return };
+        tracing::error!(agent = %agent, panic = %message, "a heartbeat task died; recovering its agent");
+        self.busy.insert(agent.clone());
+        let id = agent.clone();
+        let task = self.running.spawn(tracing::Instrument::in_current_span(async move {
+            let mut guard = slot.agent().clone().lock_owned().await;
+            let result = guard.recover_from_panic(message, &[]).await.map_err(|e| e.to_string());
+            (id, result)
+        }));
+        self.tasks.insert(task.id(), agent);
     }
 
     /// Audits a missed heartbeat and warns the agent's supervisor, saying `why`.

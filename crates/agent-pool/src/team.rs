@@ -1177,13 +1177,15 @@ async fn drive(
     // the outcome, and shut down with that message never acknowledged.
     interval.tick().await;
     let mut event = Event::Heartbeat;
+    // System messages read whose acknowledgement failed (a bus outage): sent again each cycle.
+    let mut unacked = Vec::new();
     loop {
         match event {
             Event::Stop => {
                 // Let the running heartbeats finish, then read what they reported.
                 scheduler.settle().await;
                 if coordinates {
-                    drain_system(bus.as_ref(), state.as_ref(), &outcomes).await;
+                    drain_system(bus.as_ref(), state.as_ref(), &outcomes, &mut unacked).await;
                 }
                 return scheduler;
             }
@@ -1212,7 +1214,7 @@ async fn drive(
             }
         }
         if coordinates {
-            drain_system(bus.as_ref(), state.as_ref(), &outcomes).await;
+            drain_system(bus.as_ref(), state.as_ref(), &outcomes, &mut unacked).await;
         }
         let running = scheduler.running() > 0;
         let allowance = scheduler.next_wake();
@@ -1281,11 +1283,13 @@ async fn drain_system(
     bus: &dyn MessageBus,
     state: &dyn StateStore,
     outcomes: &watch::Sender<BTreeMap<String, TaskOutcome>>,
+    unacked: &mut Vec<agent_state::MessageId>,
 ) {
     let messages = match bus.take(&Address::System, usize::MAX).await {
         Ok(m) => m,
         Err(e) => {
             tracing::warn!(error = %e, "cannot read the system inbox");
+            ack_system(bus, unacked, Vec::new()).await;
             return;
         }
     };
@@ -1299,6 +1303,7 @@ async fn drain_system(
                     // Not acknowledged: the report comes again on the next cycle.
                     tracing::warn!(error = %e, "cannot store a task outcome; will retry");
                     let _ = bus.release(&Address::System).await;
+                    ack_system(bus, unacked, Vec::new()).await;
                     return;
                 }
                 tracing::info!(task = %outcome.task_id(), success = outcome.is_success(), "task closed");
@@ -1310,9 +1315,27 @@ async fn drain_system(
             Err(e) => tracing::warn!(error = %e, "unreadable status report on the system inbox"),
         }
     }
-    let ids: Vec<_> = messages.iter().map(|m| m.id).collect();
-    if let Err(e) = bus.ack(&Address::System, &ids).await {
-        tracing::warn!(error = %e, "cannot acknowledge the system inbox");
+    ack_system(bus, unacked, messages.iter().map(|m| m.id).collect()).await;
+}
+
+/// Acknowledges `read` on the system inbox, with the ids in `unacked` whose acknowledgement
+/// failed before: a failed acknowledgement (the bus unreachable for a while) keeps them all in
+/// `unacked`, to be sent again at the next drain, so none stays pending once the bus is back.
+/// Acknowledging an id again is harmless (a bus ignores ids no longer in flight).
+async fn ack_system(
+    bus: &dyn MessageBus,
+    unacked: &mut Vec<agent_state::MessageId>,
+    read: Vec<agent_state::MessageId>,
+) {
+    unacked.extend(read);
+    if unacked.is_empty() {
+        return;
+    }
+    match bus.ack(&Address::System, unacked).await {
+        Ok(_) => unacked.clear(),
+        Err(e) => {
+            tracing::warn!(error = %e, pending = unacked.len(), "cannot acknowledge the system inbox; will send the acknowledgement again");
+        }
     }
 }
 
@@ -1460,4 +1483,92 @@ fn leads(spec: &TeamSpec, configs: &[AgentConfig]) -> Vec<LeadInfo> {
             _ => None,
         })
         .collect()
+}
+
+#[cfg(test)]
+mod drain_tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use agent_state::{BackendError, MessageId, Timestamp};
+    use async_trait::async_trait;
+    use message_bus::{InMemoryBus, InboxError, RegisterError, SendError};
+
+    use super::*;
+
+    /// An in-memory bus whose next `fails` acknowledgements fail (a server restarting).
+    struct FlakyAcks {
+        inner: InMemoryBus,
+        fails: AtomicU32,
+    }
+
+    #[async_trait]
+    impl MessageBus for FlakyAcks {
+        async fn register(&self, agent: &AgentId) -> Result<(), RegisterError> {
+            self.inner.register(agent).await
+        }
+        async fn unregister(&self, agent: &AgentId) -> Result<(), RegisterError> {
+            self.inner.unregister(agent).await
+        }
+        async fn is_registered(&self, agent: &AgentId) -> Result<bool, BackendError> {
+            self.inner.is_registered(agent).await
+        }
+        async fn registered(&self) -> Result<Vec<AgentId>, BackendError> {
+            self.inner.registered().await
+        }
+        async fn send(&self, message: Message) -> Result<usize, SendError> {
+            self.inner.send(message).await
+        }
+        async fn take(&self, inbox: &Address, max: usize) -> Result<Vec<Message>, InboxError> {
+            self.inner.take(inbox, max).await
+        }
+        async fn ack(&self, inbox: &Address, ids: &[MessageId]) -> Result<usize, InboxError> {
+            if self
+                .fails
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+            {
+                return Err(InboxError::Backend(BackendError::new("test", "server restarting")));
+            }
+            self.inner.ack(inbox, ids).await
+        }
+        async fn release(&self, inbox: &Address) -> Result<usize, InboxError> {
+            self.inner.release(inbox).await
+        }
+        async fn pending(&self, inbox: &Address) -> Result<usize, InboxError> {
+            self.inner.pending(inbox).await
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failed_system_ack_is_sent_again_at_the_next_drain() {
+        let bus = FlakyAcks { inner: InMemoryBus::new(), fails: AtomicU32::new(1) };
+        let from = AgentId::new("worker");
+        bus.register(&from).await.unwrap();
+        for heartbeat in 1..=2u64 {
+            let ack = Message::new(
+                agent_core::new_message_id(),
+                Address::Agent(from.clone()),
+                Address::System,
+                MessageKind::HeartbeatAck,
+                serde_json::json!({ "heartbeat": heartbeat }),
+                Timestamp(heartbeat),
+            );
+            bus.send(ack).await.unwrap();
+        }
+        let state = agent_core::InMemoryStateStore::default();
+        let (outcomes, _) = watch::channel(BTreeMap::new());
+        let mut unacked = Vec::new();
+        // The acknowledgement fails during the outage: both are kept.
+        drain_system(&bus, &state, &outcomes, &mut unacked).await;
+        assert_eq!(unacked.len(), 2);
+        // Back: the next drain, with nothing new to read, acknowledges them.
+        drain_system(&bus, &state, &outcomes, &mut unacked).await;
+        assert!(unacked.is_empty());
+        assert_eq!(bus.pending(&Address::System).await.unwrap(), 0);
+        assert_eq!(
+            bus.release(&Address::System).await.unwrap(),
+            0,
+            "left in flight, unacknowledged"
+        );
+    }
 }

@@ -464,6 +464,7 @@ impl RunModel {
             | AuditEvent::RunInputs { .. }
             | AuditEvent::Unsandboxed { .. }
             | AuditEvent::WorkerLost { .. }
+            | AuditEvent::AgentPanicked { .. }
             | AuditEvent::PeerHelp { step: None, .. } => None,
         };
         let progress =

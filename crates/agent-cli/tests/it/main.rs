@@ -30,6 +30,7 @@ mod mcp;
 mod metrics;
 mod nats;
 mod ooda;
+mod panic;
 mod otel;
 mod papercuts;
 mod partition;

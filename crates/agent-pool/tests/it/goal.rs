@@ -996,3 +996,134 @@ async fn a_failed_worker_refuses_speak_at_once_and_its_lead_spawns_a_replacement
     );
     team.shutdown().await.unwrap();
 }
+
+/// The docs team's lead: spawns `writer-1` and waits for its results.
+fn docs_lead(history: &[ToolCallRecord]) -> ScriptedAnswer {
+    let spawn = || {
+        call(
+            SPAWN_AGENT,
+            json!({"role_name": "writer", "task_prompt": "write README.md for add.sh"}),
+        )
+    };
+    match (count(history, SPAWN_AGENT), results_in(history)) {
+        (0, _) => spawn(),
+        (_, 0) => finish("waiting for the writer"),
+        _ => finish("README written"),
+    }
+}
+
+/// Each of `writer-1`'s panics, as audited: (count, failed).
+fn panics_of(records: &[AuditRecord], agent: &str) -> Vec<(u32, bool)> {
+    records
+        .iter()
+        .filter(|r| r.agent.as_str() == agent)
+        .filter_map(|r| match &r.event {
+            AuditEvent::AgentPanicked { count, failed, .. } => Some((*count, *failed)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Issue 31: a worker whose turn panics once (its model call panics) is reloaded from its
+/// stored state, its message comes again, and it does the work: the run succeeds, the panic is
+/// audited, and no message is left unacknowledged.
+#[tokio::test(start_paused = true)]
+async fn a_worker_whose_turn_panics_once_is_reloaded_and_the_run_succeeds() {
+    static PANICKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    fn script(request: &ReasoningRequest) -> ScriptedAnswer {
+        match request {
+            ReasoningRequest::Plan { .. } => ScriptedAnswer::Plan(docs_plan()),
+            ReasoningRequest::NextAction { agent, history, .. }
+                if agent.as_str().starts_with("docs_lead") =>
+            {
+                docs_lead(history)
+            }
+            ReasoningRequest::NextAction { agent, subtask, history } => {
+                if agent.as_str() == "writer-1"
+                    && !PANICKED.swap(true, std::sync::atomic::Ordering::SeqCst)
+                {
+                    panic!("the layer broke");
+                }
+                worker(&subtask.step.description, history)
+            }
+            _ => ScriptedAnswer::Fallback,
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let bus = Arc::new(message_bus::InMemoryBus::new());
+    let (mut services, _) = scripted_services(dir.path(), script);
+    services.bus = bus.clone();
+    let team = Team::start(goal_team(roles()), services.clone()).await.unwrap();
+    team.submit(Task::goal("t", "docs")).await.unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(3600), team.wait("t")).await.unwrap();
+    assert!(outcome.is_success(), "{outcome:?}");
+    let records = audit(&services).await;
+    assert_eq!(panics_of(&records, "writer-1"), [(1, false)]);
+    let spawns = spawned(&records);
+    assert!(!spawns.iter().any(|(_, agent, _)| agent == "writer-2"), "no replacement: {spawns:?}");
+    team.stop().await;
+    use message_bus::MessageBus as _;
+    for agent in ["writer-1", "docs_lead-1"] {
+        let inbox = agent_state::Address::Agent(agent.into());
+        assert_eq!(bus.pending(&inbox).await.unwrap(), 0, "{agent}'s inbox is read");
+        assert_eq!(bus.release(&inbox).await.unwrap(), 0, "{agent}'s mail is acknowledged");
+    }
+    team.shutdown().await.unwrap();
+}
+
+/// Issue 31: a worker whose every turn panics fails after `MAX_PANICS` panics in a row with
+/// reason "panicked: ...", its lead gets the error report with the work it abandoned and
+/// moves it on, and the run ends in success (never a worker marked busy for ever).
+#[tokio::test(start_paused = true)]
+async fn a_worker_that_always_panics_fails_and_its_lead_is_told() {
+    fn script(request: &ReasoningRequest) -> ScriptedAnswer {
+        match request {
+            ReasoningRequest::Plan { .. } => ScriptedAnswer::Plan(docs_plan()),
+            ReasoningRequest::NextAction { agent, history, .. }
+                if agent.as_str().starts_with("docs_lead") =>
+            {
+                let spawn = || {
+                    call(
+                        SPAWN_AGENT,
+                        json!({"role_name": "writer", "task_prompt": "write README.md for add.sh"}),
+                    )
+                };
+                match (count(history, SPAWN_AGENT), results_in(history)) {
+                    (0, _) => spawn(),
+                    (_, 0) => finish("waiting for the writer"),
+                    _ => finish("README written"),
+                }
+            }
+            ReasoningRequest::NextAction { agent, .. } if agent.as_str() == "writer-1" => {
+                panic!("the layer always breaks")
+            }
+            ReasoningRequest::NextAction { subtask, history, .. } => {
+                worker(&subtask.step.description, history)
+            }
+            _ => ScriptedAnswer::Fallback,
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (services, _) = scripted_services(dir.path(), script);
+    let team = Team::start(goal_team(roles()), services.clone()).await.unwrap();
+    team.submit(Task::goal("t", "docs")).await.unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(3600), team.wait("t")).await.unwrap();
+    let records = audit(&services).await;
+    let max = agent_core::MAX_PANICS;
+    let expected: Vec<(u32, bool)> = (1..=max).map(|n| (n, n == max)).collect();
+    assert_eq!(panics_of(&records, "writer-1"), expected);
+    let failed = records.iter().any(|r| {
+        r.agent.as_str() == "writer-1"
+            && matches!(&r.event, AuditEvent::Transition { to: agent_state::AgentStatus::Failed, reason, .. }
+                if reason.starts_with("panicked: ") && reason.contains("the layer always breaks"))
+    });
+    assert!(failed, "writer-1 failed with reason panicked: <message>");
+    assert!(outcome.is_success(), "{outcome:?}");
+    let told = records.iter().any(|r| {
+        r.agent.as_str() == "docs_lead-1"
+            && matches!(&r.event, AuditEvent::Transition { reason, .. }
+                if reason.contains("error_report t/writer-1"))
+    });
+    assert!(told, "the lead got writer-1's error report");
+    team.shutdown().await.unwrap();
+}
