@@ -1744,6 +1744,20 @@ impl Agent {
     }
 }
 
+/// Whether `error` comes from a run store that refused a sync (`run_store::StoreFailed`): it
+/// refuses every later write, so waiting for it is waiting forever.
+fn store_refuses_writes(error: &agent_state::BackendError) -> bool {
+    #[cfg(feature = "sled")]
+    {
+        run_store::StoreFailed::is_cause_of(error)
+    }
+    #[cfg(not(feature = "sled"))]
+    {
+        let _ = error;
+        false
+    }
+}
+
 /// How long a call's outcome waits for the state store to take it.
 pub(crate) const OUTCOME_PATIENCE: Duration = Duration::from_secs(60);
 
@@ -1751,7 +1765,8 @@ pub(crate) const OUTCOME_PATIENCE: Duration = Duration::from_secs(60);
 /// while (a restarting server, a lost connection): the effect has run, and until stored its
 /// outcome is only in memory, so giving up at once would leave the call to be recovered as
 /// interrupted. Tries again after 100 ms, doubling up to 2 s, for up to [`OUTCOME_PATIENCE`]
-/// (on tokio's clock), then returns the last error.
+/// (on tokio's clock), then returns the last error; at once for a run store that failed (a
+/// full disk: see [`store_refuses_writes`]), which never takes a write again.
 async fn store_outcome<F, Fut>(key: &str, mut write: F) -> Result<(), agent_state::BackendError>
 where
     F: FnMut() -> Fut,
@@ -1762,7 +1777,11 @@ where
     loop {
         match write().await {
             Ok(()) => return Ok(()),
-            Err(error) if started.elapsed() + pause <= OUTCOME_PATIENCE => {
+            // A run store that refused a sync refuses every later write: no point waiting.
+            Err(error)
+                if started.elapsed() + pause <= OUTCOME_PATIENCE
+                    && !store_refuses_writes(&error) =>
+            {
                 tracing::warn!(key, error = %error, retry_in_ms = pause.as_millis() as u64, "cannot store a call's outcome; trying again");
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_secs(2));
