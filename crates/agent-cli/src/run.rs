@@ -237,7 +237,22 @@ pub(crate) struct Prepared {
 /// A failure caused by a full disk says so ([`disk_full`]).
 pub(crate) async fn start(prepared: Prepared, args: &StartArgs) -> Result<u8, Failure> {
     let run_id = args.run_id.clone().unwrap_or_else(|| new_run_id(&prepared.task.id));
-    start_as(prepared, args, run_id.clone()).await.map_err(|f| disk_full(f, &run_id, "start"))
+    start_as(prepared, args, run_id.clone()).await.map_err(|failure| {
+        let dir = args.data.join(&run_id);
+        // A run the disk filled up before it was recorded (no run.json: nothing to resume)
+        // is removed, so that it can be run again as it was.
+        let unrecorded = dir.join(run_store::RUN_MARKER).is_file() && !dir.join(RUN_FILE).exists();
+        let way_on = if unrecorded {
+            "the run was not recorded yet and is removed: free space and run it again".to_owned()
+        } else {
+            format!("free space and `strata resume {run_id}`")
+        };
+        let failure = disk_full(failure, &way_on);
+        if unrecorded && matches!(&failure, Failure::Other(e) if e.is::<DiskFull>()) {
+            unmake(&dir, &[], &[]);
+        }
+        failure
+    })
 }
 
 /// [`start`] as run `run_id`.
@@ -389,10 +404,9 @@ async fn start_as(prepared: Prepared, args: &StartArgs, run_id: String) -> Resul
 }
 
 /// A failure whose cause is a full disk (a write refused with `ENOSPC`, wherever it came from:
-/// the run's database, the usage ledger, `run.json`), said as such: what the disk is, what was
-/// being written, and how to go on (`strata resume`, or running it again when the run was not
-/// recorded yet). Any other failure is returned as it is.
-fn disk_full(failure: Failure, run_id: &str, how: &str) -> Failure {
+/// the run's database, the usage ledger, `run.json`), said as such, with the way on; any other
+/// failure is returned as it is.
+fn disk_full(failure: Failure, way_on: &str) -> Failure {
     let Failure::Other(error) = failure else { return failure };
     let full = error.chain().any(|cause| {
         cause.downcast_ref::<std::io::Error>().is_some_and(|e| {
@@ -402,16 +416,13 @@ fn disk_full(failure: Failure, run_id: &str, how: &str) -> Failure {
     if !full {
         return Failure::Other(error);
     }
-    let way_on = match how {
-        "start" => format!(
-            "free space and `strata resume {run_id}` (or, if `strata runs` does not list it, run it again)"
-        ),
-        _ => format!("free space and `strata resume {run_id}` again"),
-    };
-    Failure::Other(anyhow::anyhow!(
-        "the data directory's disk is full (No space left on device): {error:#}; {way_on}"
-    ))
+    Failure::Other(anyhow::Error::new(DiskFull(format!("{error:#}; {way_on}"))))
 }
+
+/// A failure caused by a full disk: what failed, and the way on.
+#[derive(Debug, thiserror::Error)]
+#[error("the data directory's disk is full (No space left on device): {0}")]
+struct DiskFull(String);
 
 /// Starts the MCP servers `team` declares (none: `None`) as `place` says, and checks the
 /// team file (`team_text` at `team_path`) and plan file again with their tools; the servers
@@ -556,7 +567,9 @@ pub(crate) async fn resume(args: ResumeArgs) -> Result<u8, Failure> {
     let run_id = info.run_id.clone();
     let result = resume_with(args, dir, store, info, team_path, team_text, tools, serving).await;
     servers.shutdown().await;
-    result.map_err(|failure| disk_full(failure, &run_id, "resume"))
+    result.map_err(|failure| {
+        disk_full(failure, &format!("free space and `strata resume {run_id}` again"))
+    })
 }
 
 /// `strata resume` once the team file's MCP servers are started.
