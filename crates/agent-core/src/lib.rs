@@ -50,8 +50,8 @@ mod clock;
 #[cfg(feature = "sled")]
 mod durable;
 mod error;
-pub mod fault;
 pub mod events;
+pub mod fault;
 #[cfg(feature = "nats")]
 pub mod nats;
 mod offclock;

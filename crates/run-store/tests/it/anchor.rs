@@ -123,4 +123,3 @@ fn an_anchor_file_of_another_run_or_of_no_run_is_refused() {
     ));
     assert!(AnchorFile::read(&tmp.path().join("none.anchor"), "run-1").unwrap().is_none());
 }
-
