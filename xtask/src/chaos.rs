@@ -17,8 +17,10 @@
 //! - `disk_full`: the run's data directory on a small tmpfs in a private mount namespace
 //!   (`unshare -m`), nearly full from the start, then `strata resume` once room is made;
 //!   skipped with a note where `unshare`/`mount` cannot do it;
-//! - `agent_panic`: no documented way exists to make an agent of the `strata` binary panic, so
-//!   these seeds are reported as not injected (counted, never counted as passed).
+//! - `agent_panic`: `STRATA_FAULT_PANIC` (README, "Fault injection") makes an executor or a
+//!   lead panic on its 1st or 2nd turn with work, or on every one: the agent is reloaded from
+//!   its stored state (or, panicking every time, fails and its lead moves its work on); the
+//!   injected count is the audited `agent_panicked` records.
 //!
 //! Every shell step appends its own line to `ledger.txt` once its command succeeds. After the
 //! run the harness checks: it ended (exit 0, or exit 1 with a typed reason: the `run_finished`
@@ -215,6 +217,8 @@ struct Scenario {
     free_kib: u64,
     /// nats_restart: the run placed on a `strata worker` (else the run hosts its agents).
     placed: bool,
+    /// agent_panic: the value of `STRATA_FAULT_PANIC` (`<agent-id>:<n>` or `:always`).
+    panic: Option<String>,
 }
 
 impl Scenario {
@@ -262,7 +266,28 @@ impl Scenario {
         // A run of these plans stores about 450 KiB.
         let free_kib = rng.range(8, 420);
         let placed = fault == Fault::NatsRestart && rng.below(2) == 0;
-        Scenario { seed, fault, leads, per_lead, steps, model, faulted, moments, free_kib, placed }
+        let panic = (fault == Fault::AgentPanic).then(|| {
+            // A lead with work, or its first executor (the first its lead assigns to).
+            let lead = steps[rng.below(count as u64) as usize].domain;
+            let agent =
+                if rng.below(3) == 0 { format!("mid-{lead}") } else { format!("exec-{lead}-0") };
+            let when =
+                if rng.below(4) == 0 { "always".to_owned() } else { rng.range(1, 2).to_string() };
+            format!("{agent}:{when}")
+        });
+        Scenario {
+            seed,
+            fault,
+            leads,
+            per_lead,
+            steps,
+            model,
+            faulted,
+            moments,
+            free_kib,
+            placed,
+            panic,
+        }
     }
 
     fn run_id(&self) -> String {
@@ -377,7 +402,13 @@ impl Scenario {
             Fault::DiskFull => {
                 let _ = write!(text, " ({} KiB free on the data directory)", self.free_kib);
             }
-            Fault::AgentPanic => {}
+            Fault::AgentPanic => {
+                let _ = write!(
+                    text,
+                    " (STRATA_FAULT_PANIC={})",
+                    self.panic.as_deref().unwrap_or_default()
+                );
+            }
         }
         let _ = write!(
             text,
@@ -428,13 +459,15 @@ struct SeedReport {
     scratch: PathBuf,
 }
 
-/// Runs `seeds` on `built` (a `strata` binary) or, without one, on a `strata` it builds (as the
-/// torture harness does); fails if any seed failed a check.
+/// Runs `seeds` on `built` (a `strata` binary), else on the one `CHAOS_STRATA` names, else on
+/// a `strata` it builds (as the torture harness does); fails if any seed failed a check.
 pub(crate) fn run(root: &Path, seeds: &[u64], built: Option<&Path>) -> anyhow::Result<()> {
     let target =
         std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
-    let strata = match built {
-        Some(strata) => strata.to_path_buf(),
+    // `CHAOS_STRATA`: a strata binary built already (as CI's clippy step builds it).
+    let given = std::env::var_os("CHAOS_STRATA").map(PathBuf::from);
+    let strata = match built.map(Path::to_path_buf).or(given) {
+        Some(strata) => strata,
         None => {
             run_command(cargo(root).args([
                 "build",
@@ -725,13 +758,6 @@ fn play(strata: &Path, scenario: &Scenario, scratch: &Path) -> anyhow::Result<Se
         took: Duration::ZERO,
         scratch: scratch.to_path_buf(),
     };
-    if scenario.fault == Fault::AgentPanic {
-        report.outcome = Outcome::Skipped(
-            "strata has no documented way to make an agent panic from outside".into(),
-        );
-        report.took = started.elapsed();
-        return Ok(report);
-    }
     if scenario.fault == Fault::DiskFull
         && let Err(why) = unshare_works(scratch)
     {
@@ -765,6 +791,9 @@ fn play(strata: &Path, scenario: &Scenario, scratch: &Path) -> anyhow::Result<Se
     let mut nats =
         if scenario.fault == Fault::NatsRestart { Some(Nats::start(scratch)?) } else { None };
     let new_run = |command: &mut Command, data: &Path| {
+        if let Some(panic) = &scenario.panic {
+            command.env("STRATA_FAULT_PANIC", panic);
+        }
         command
             .env(KEY_VAR, "chaos-key")
             .arg("run")
@@ -899,6 +928,18 @@ fn play(strata: &Path, scenario: &Scenario, scratch: &Path) -> anyhow::Result<Se
             .count() as u64;
     }
     check(strata, scenario, &data, &workspace, &last, &mut report);
+    if scenario.fault == Fault::AgentPanic {
+        let (ok, audit) = strata_output(strata, &["inspect", &run_id, "audit", "--json"], &data);
+        report.injected = audit.matches("\"agent_panicked\"").count() as u64;
+        if ok && report.injected == 0 {
+            // The agent named had no turn with work (its lead gave it none, or not that many).
+            println!(
+                "chaos: seed {}: {} had no turn the fault names; nothing injected",
+                scenario.seed,
+                scenario.panic.as_deref().unwrap_or_default()
+            );
+        }
+    }
     if let Some(mut worker) = worker.take() {
         stop_worker(&mut worker, &mut report);
     }

@@ -85,6 +85,9 @@ fn answers(status: AgentStatus) -> bool {
     )
 }
 
+/// What a turn's task returns: its agent and how the turn went.
+type TurnEnd = (AgentId, Result<HeartbeatOutcome, String>);
+
 /// Drives the agents of a pool, one cycle per call to [`tick`](HeartbeatScheduler::tick).
 ///
 /// Heartbeats (tasks, messages, reasoning) are started only for the agents with something to
@@ -102,7 +105,7 @@ pub struct HeartbeatScheduler {
     bus: Arc<dyn MessageBus>,
     audit: Arc<dyn AuditLog>,
     clock: Arc<dyn Clock>,
-    running: JoinSet<(AgentId, Result<HeartbeatOutcome, String>)>,
+    running: JoinSet<TurnEnd>,
     /// Agents with a turn running, in order (missed heartbeats are warned about in id order).
     busy: BTreeSet<AgentId>,
     /// The agent of each running task, so that a task that dies (a panic outside the layer's
@@ -441,13 +444,7 @@ impl HeartbeatScheduler {
         }
     }
 
-    fn finished(
-        &mut self,
-        joined: Result<
-            (tokio::task::Id, (AgentId, Result<HeartbeatOutcome, String>)),
-            tokio::task::JoinError,
-        >,
-    ) {
+    fn finished(&mut self, joined: Result<(tokio::task::Id, TurnEnd), tokio::task::JoinError>) {
         match joined {
             Ok((task, (agent, result))) => {
                 self.tasks.remove(&task);

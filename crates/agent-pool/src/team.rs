@@ -1487,6 +1487,7 @@ fn leads(spec: &TeamSpec, configs: &[AgentConfig]) -> Vec<LeadInfo> {
 
 #[cfg(test)]
 mod drain_tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
     use std::sync::atomic::{AtomicU32, Ordering};
 
     use agent_state::{BackendError, MessageId, Timestamp};
