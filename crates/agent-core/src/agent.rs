@@ -848,6 +848,24 @@ impl AgentContext {
                 })
                 .await?;
             }
+            // It ran, but its end was not recorded (a shell command whose runner left no exit
+            // code): its outcome is unknown too, and nothing under `key` runs it again.
+            Err(error @ ToolError::Interrupted { partial, .. }) => {
+                let unknown = ToolOutput {
+                    success: false,
+                    output: partial.clone(),
+                    // Replayed as this same interruption (not as a call past its limit).
+                    data: serde_json::json!({ "interrupted": true }),
+                };
+                store_outcome(&key, || state.record_tool(&key, &unknown)).await?;
+                self.audit(AuditEvent::ToolOutcomeUnknown {
+                    tool: call.tool.clone(),
+                    args: call.args.clone(),
+                    reason: shorten(&error.to_string()),
+                    cancelled: false,
+                })
+                .await?;
+            }
             _ => store_outcome(&key, || state.forget_tool(&key)).await?,
         }
         self.discard_journal(&key).await;

@@ -723,13 +723,61 @@ async fn a_shell_command_of_unknown_fate_fails_as_interrupted_and_is_not_run_aga
     let err = agent.ctx_mut().call_tool_once("k", &call).await.unwrap_err();
 
     let message = err.to_string();
-    assert!(message.starts_with("tool `shell` was interrupted by a crash"), "{message}");
+    assert!(message.starts_with("tool `shell` was interrupted while running"), "{message}");
     assert!(message.contains("stopped at its timeout of 50 ms"), "{message}");
     assert_eq!(interrupted(err), "shell");
     assert_eq!(once.log(), "");
     let Some(Some(recorded)) = once.record("k").await else { panic!("not recorded") };
     assert_eq!(recorded.data["interrupted"], true);
     assert!(!once.journal("k").exists(), "the journal goes once the outcome is stored");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_command_whose_end_is_not_recorded_is_of_unknown_outcome_and_not_run_again() {
+    let once = Once::new(None, true).await;
+    let mut agent = once.agent(ME).await;
+    // The command has its effect, then its runner is killed before it can record the exit code
+    // (as when a full disk refuses the runner's files): the call ends without one.
+    let call = ToolCall {
+        tool: "shell".into(),
+        args: json!({ "command": "echo line >> log; sleep 5" }),
+    };
+    let (log, started) = (once.workspace().join("log"), once.journal("k").join("started"));
+    let killer = std::thread::spawn(move || {
+        for _ in 0..2000 {
+            let runner = std::fs::read_to_string(&started).ok();
+            let ran = std::fs::read_to_string(&log).is_ok_and(|l| l == "line\n");
+            if let (Some(runner), true) = (runner, ran) {
+                let group = format!("-{}", runner.trim());
+                let killed =
+                    std::process::Command::new("kill").args(["-KILL", "--", &group]).status();
+                return killed.is_ok_and(|s| s.success());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        false
+    });
+
+    let err = agent.ctx_mut().call_tool_once("k", &call).await.unwrap_err();
+    assert!(killer.join().unwrap(), "the runner was not found and killed");
+    let again = agent.ctx_mut().call_tool_once("k", &call).await.unwrap_err();
+
+    let message = err.to_string();
+    assert!(message.starts_with("tool `shell` was interrupted while running"), "{message}");
+    assert!(message.contains("ended without recording an exit code"), "{message}");
+    assert_eq!(interrupted(err), "shell");
+    assert_eq!(once.log(), "line\n", "it ran once, and not again under the same key");
+    assert_eq!(interrupted(again), "shell", "the second call gets the recorded outcome");
+    let Some(Some(recorded)) = once.record("k").await else { panic!("not recorded") };
+    assert_eq!(recorded.data["interrupted"], true);
+    let unknown = once
+        .s
+        .events(ME)
+        .await
+        .into_iter()
+        .filter(|e| matches!(e, AuditEvent::ToolOutcomeUnknown { .. }))
+        .count();
+    assert_eq!(unknown, 1, "audited once, as an outcome nobody knows");
 }
 
 #[tokio::test(start_paused = true)]

@@ -149,11 +149,12 @@ pub enum ToolError {
         /// How many times `old_text` occurs (overlapping occurrences count too).
         found: usize,
     },
-    /// A side-effecting call was interrupted by a crash and it cannot be known whether it had
+    /// A side-effecting call was interrupted (by a crash, or its end could not be recorded:
+    /// a shell command whose runner left no exit code) and it cannot be known whether it had
     /// its effect (or had all of it); it is not run again (at most once) unless its step is
     /// declared idempotent.
     #[error(
-        "tool `{tool}` was interrupted by a crash while running and may or may not have had its effect; \
+        "tool `{tool}` was interrupted while running and may or may not have had its effect; \
          it is not run again: check the workspace, then re-plan the step (or mark it \
          `idempotent = true` if running it twice is safe){}",
         partial_suffix(.partial)

@@ -454,10 +454,24 @@ fn run_journaled_in(
             Err(timeout_error(timeout))
         }
         Some(finished) => Ok(finished.output),
-        None => Err(ToolError::failed(
-            TOOL,
-            "the command's runner ended without recording an exit code",
-        )),
+        // The command ran, and may have had its effect, but its end was not recorded (a full
+        // disk refused the runner's files, or the runner was killed): not a failure to try
+        // again, which could repeat the effect, but an outcome nobody knows.
+        None => {
+            let stdout = read_stream(journal, "out");
+            let stderr = read_stream(journal, "err");
+            let so_far = report(ExitStatus::from_raw(9), &stdout, &stderr).output;
+            let so_far =
+                so_far.rsplit_once("[killed by signal 9]").map_or(so_far.as_str(), |(b, _)| b);
+            Err(ToolError::Interrupted {
+                tool: TOOL.to_owned(),
+                partial: format!(
+                    "[the command's runner ended without recording an exit code (a full disk, or \
+                     the runner was killed): how far the command got is unknown]\n{}",
+                    so_far.trim()
+                ),
+            })
+        }
     }
 }
 

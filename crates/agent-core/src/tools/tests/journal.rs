@@ -172,8 +172,8 @@ fn an_interrupted_call_is_a_permanent_error_that_says_what_to_do() {
     assert_eq!(err.class(), agent_state::ErrorClass::Permanent);
     assert_eq!(
         err.to_string(),
-        "tool `shell` was interrupted by a crash while running and may or may not have had its \
-         effect; it is not run again: check the workspace, then re-plan the step (or mark it \
+        "tool `shell` was interrupted while running and may or may not have had its effect; it \
+         is not run again: check the workspace, then re-plan the step (or mark it \
          `idempotent = true` if running it twice is safe)"
     );
     let with_output = ToolError::Interrupted { tool: "shell".into(), partial: "half\n".into() };
