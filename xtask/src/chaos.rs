@@ -54,20 +54,14 @@ pub(crate) const CI_SEEDS: u64 = 10;
 /// Fault kinds CI's share leaves out, with why: each fails today on a bug of issue #31 that is
 /// being fixed; `cargo xtask chaos` (every kind) still runs and reports them. Empty this once
 /// `cargo xtask chaos --seeds 1 --start <its CI seed>` passes.
-const CI_LEFT_OUT: [(Fault, &str); 2] = [
-    (
-        Fault::NatsRestart,
-        "issue #31 item 3: acknowledgements that fail while the server is down are not sent again \
-         (messages left in `system` after a run that succeeded), and a worker that cannot read a \
-         placed run's leases while the server is down refuses the run for good (the run hangs)",
-    ),
-    (
-        Fault::DiskFull,
-        "issue #31 item 5: with its data directory full the run may stall instead of ending with \
-         exit 1, and a command whose exit code cannot be recorded on the full disk fails as \
-         permanent and is run again by another executor after resume (its side effect twice)",
-    ),
-];
+const CI_LEFT_OUT: [(Fault, &str); 1] = [(
+    Fault::NatsRestart,
+    "after a NATS server killed with kill -9 comes back, heartbeat acknowledgements to `system` \
+     that strata had acknowledged reappear (the server had not yet stored their deletion), and a \
+     placed run's worker can send one after the coordinator's last read: the run succeeds, \
+     but messages are left unacknowledged, which this harness counts as a failure (seeds 17, \
+     27, 47; seed 7 now and then)",
+)];
 
 /// CI's seeds: `0..CI_SEEDS` but those whose kind is in [`CI_LEFT_OUT`], each printed with why.
 pub(crate) fn ci_seeds() -> Vec<u64> {
