@@ -129,9 +129,16 @@ args = { command = "ls -A D | wc -l > seen.txt; cat /etc/shadow >> seen.txt 2>/d
     assert!(!out.stderr.contains("unsandboxed"), "{}", out.stderr);
     let id = run_id_of(&out);
     assert_eq!(run_json(&s, "D", &id)["unsandboxed"], false);
-    // The data directory holds this run on the host; the command saw it empty, and no
-    // password hashes.
-    assert_eq!(std::fs::read_dir(s.path("D")).unwrap().count(), 1);
+    // The data directory holds this run (and the copies of its audit anchor) on the host;
+    // the command saw it empty, and no password hashes.
+    let mut held: Vec<String> = std::fs::read_dir(s.path("D"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    held.sort();
+    let mut expected = [id.clone(), "strata-anchors".to_owned()];
+    expected.sort();
+    assert_eq!(held, expected);
     assert_eq!(s.read("seen.txt"), "0\n");
     let tree = s.strata(&["inspect", &id, "tree", "--data", "D", "--json"]).code(0).json();
     assert_eq!(tree["sandbox"], "on");
