@@ -738,10 +738,8 @@ async fn a_command_whose_end_is_not_recorded_is_of_unknown_outcome_and_not_run_a
     let mut agent = once.agent(ME).await;
     // The command has its effect, then its runner is killed before it can record the exit code
     // (as when a full disk refuses the runner's files): the call ends without one.
-    let call = ToolCall {
-        tool: "shell".into(),
-        args: json!({ "command": "echo line >> log; sleep 5" }),
-    };
+    let call =
+        ToolCall { tool: "shell".into(), args: json!({ "command": "echo line >> log; sleep 5" }) };
     let (log, started) = (once.workspace().join("log"), once.journal("k").join("started"));
     let killer = std::thread::spawn(move || {
         for _ in 0..2000 {
