@@ -38,7 +38,7 @@
 //! **Delivery waits for placement**: a worker's agents send through an [`AwaitingBus`], so a
 //! message to an agent no worker hosts yet (not registered on the bus) waits for it, at most
 //! [`PlacedRun::delivery_patience`], instead of failing at once; past it the send fails with
-//! [`SendError::NotHosted`](message_bus::SendError::NotHosted).
+//! [`SendError::NotHosted`].
 //!
 //! **The guards of a placed run** are the coordinator's, as in a run in one process: every
 //! worker reports its agents at each heartbeat in the run's bucket [`GUARD`] ([`AgentView`]s:
