@@ -1646,10 +1646,22 @@ impl Agent {
         } else {
             format!("retry limit exceeded: {text}")
         };
-        self.fail(&reason).await?;
+        self.fail_and_report(&reason, text, messages).await
+    }
+
+    /// Fails the agent with `reason` and reports `error` to its supervisor (`system` for a
+    /// top power) with the work it abandons; `messages`, the turn's, are consumed by the
+    /// report: acknowledged and remembered, so a reassigned agent does not redo them.
+    async fn fail_and_report(
+        &mut self,
+        reason: &str,
+        error: String,
+        messages: &[Message],
+    ) -> Result<HeartbeatOutcome, AgentError> {
+        self.fail(reason).await?;
         self.ctx.metrics.tasks_failed += 1;
         let report = ErrorReport {
-            error: text.clone(),
+            error: error.clone(),
             work: self.behavior.abandon_work(),
             metrics: self.ctx.metrics.clone(),
         };
@@ -1657,13 +1669,12 @@ impl Agent {
         if let Err(e) = self.ctx.send(to, MessageKind::ErrorReport, &report).await {
             tracing::warn!(agent = %self.id(), error = %e, "could not send error report");
         }
-        // The messages are consumed by the error report: a reassigned agent must not redo them.
         let ids: Vec<MessageId> = messages.iter().map(|m| m.id).collect();
         self.ctx.remember(&ids);
         self.save().await?;
-        bus.ack(&inbox, &ids).await?;
-        tracing::warn!(agent = %self.id(), error = %text, "agent failed");
-        Ok(HeartbeatOutcome::Failed { error: text })
+        self.ctx.deps.bus.ack(&Address::Agent(self.id().clone()), &ids).await?;
+        tracing::warn!(agent = %self.id(), error = %error, "agent failed");
+        Ok(HeartbeatOutcome::Failed { error })
     }
 
     /// Walks to `failed` along allowed edges from wherever the agent is.
@@ -1851,23 +1862,6 @@ impl Agent {
             });
         }
         let reason = format!("panicked: {panic}");
-        self.fail(&reason).await?;
-        self.ctx.metrics.tasks_failed += 1;
-        let report = ErrorReport {
-            error: reason.clone(),
-            work: self.behavior.abandon_work(),
-            metrics: self.ctx.metrics.clone(),
-        };
-        let to = self.ctx.config.supervisor.clone().map_or(Address::System, Address::Agent);
-        if let Err(e) = self.ctx.send(to, MessageKind::ErrorReport, &report).await {
-            tracing::warn!(agent = %self.id(), error = %e, "could not send error report");
-        }
-        // The messages are consumed by the error report: a reassigned agent must not redo them.
-        let ids: Vec<MessageId> = messages.iter().map(|m| m.id).collect();
-        self.ctx.remember(&ids);
-        self.save().await?;
-        bus.ack(&inbox, &ids).await?;
-        tracing::warn!(agent = %self.id(), error = %reason, "agent failed");
-        Ok(HeartbeatOutcome::Failed { error: reason })
+        self.fail_and_report(&reason, reason.clone(), messages).await
     }
 }
