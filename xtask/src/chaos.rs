@@ -89,6 +89,9 @@ const BOUND_HEARTBEATS: u64 = 400;
 const REQUEST_TIMEOUT_MS: u64 = 1000;
 /// What `strata` says when the run's storage failed (`TaskFailure::Storage`).
 const STORAGE_FAILED: &str = "the run's storage failed";
+/// How `strata` says that a write was refused for want of room anywhere else (starting,
+/// shutting down, recording the run): the same typed end.
+const DISK_FULL: &str = "the data directory's disk is full";
 /// The environment variable holding the (fake) model key.
 const KEY_VAR: &str = "CHAOS_MODEL_KEY";
 
@@ -1026,7 +1029,7 @@ dd if=/dev/zero of={m}/filler bs=1k count={fill_kib} 2>/dev/null
 timeout -s KILL {bound} {strata} run {plan} --team {team} --run-id {run_id} --workspace {ws} --data {m} --json > {s}/launch-0.out 2> {s}/launch-0.err
 echo $? > {s}/rc-0
 rm -f {m}/filler
-if grep -q interrupted {m}/{run_id}/run.json 2>/dev/null || grep -qF \"{STORAGE_FAILED}\" {s}/launch-0.err; then
+if grep -q interrupted {m}/{run_id}/run.json 2>/dev/null || grep -qF -e \"{STORAGE_FAILED}\" -e \"{DISK_FULL}\" {s}/launch-0.err; then
   timeout -s KILL {bound} {strata} resume {run_id} --data {m} --json > {s}/launch-1.out 2> {s}/launch-1.err
   echo $? > {s}/rc-1
 fi
@@ -1125,7 +1128,8 @@ fn check(
             // the failure either, so the message on stderr counts too.
             (Some(1), None)
                 if row["failure"].as_str().is_some_and(|f| f.contains(STORAGE_FAILED))
-                    || last.stderr.contains(STORAGE_FAILED) =>
+                    || last.stderr.contains(STORAGE_FAILED)
+                    || last.stderr.contains(DISK_FULL) =>
             {
                 Outcome::Failed("storage".into())
             }

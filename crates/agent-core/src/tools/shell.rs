@@ -621,11 +621,14 @@ enum Stopped {
 /// runner wrote `started`. Unknown (no pid, no `/proc`) counts as alive: recovery then waits
 /// for the timeout, as it would without this check.
 fn runner_alive(journal: &Path) -> bool {
+    // Without its pid (a full disk left `started` empty) the runner and its command are
+    // known by the call's tag among their arguments.
+    let by_tag = || tagged_process_alive(&call_tag(journal));
     let Some(pid) = read_small(&journal.join("started")).and_then(|t| t.trim().parse::<u32>().ok())
     else {
-        return true;
+        return by_tag();
     };
-    let Some(written) = modified(&journal.join("started")) else { return true };
+    let Some(written) = modified(&journal.join("started")) else { return by_tag() };
     let stat = match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => stat,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return false,

@@ -521,6 +521,24 @@ async fn recover_reports_a_call_whose_runner_is_gone_as_interrupted_at_once() {
     assert!(partial.output.contains("its process was gone"), "{}", partial.output);
 }
 
+/// A runner that could not write its pid (a full disk left `started` empty) and is gone is
+/// found gone by the call's tag, which it and its command carry among their arguments: no
+/// process has it, so recovery says so at once instead of waiting out the call's timeout.
+#[tokio::test]
+async fn recover_finds_a_runner_that_left_no_pid_gone_by_its_tag() {
+    let (_dir, _runs, ctx) = journaled();
+    let journal = journal_of(&ctx, "no-pid");
+    prepare(&journal, &[("started", "")]);
+    let args = json!({ "command": "x", "timeout_ms": 600_000 });
+
+    let recovered = tokio::time::timeout(Duration::from_secs(120), recover(&ctx, args, &journal))
+        .await
+        .expect("recovery waited for a runner that is gone");
+
+    let Recovery::Interrupted(partial) = recovered else { panic!("{recovered:?}") };
+    assert!(partial.output.contains("its process was gone"), "{}", partial.output);
+}
+
 /// A pid in `started` that now belongs to a process started after the runner wrote it (the
 /// pid was reused) is not the runner: the call is interrupted at once, and that process is
 /// left alone.
