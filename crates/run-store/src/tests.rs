@@ -19,6 +19,11 @@ fn closed_db() -> tempfile::TempDir {
     db.insert("k", "v").unwrap();
     db.flush().unwrap();
     drop(db);
+    // sled's background threads can hold its lock on `db/db` a little after the last handle
+    // drops: wait for them (under load), so the database is closed when a test opens it again.
+    let file = fs::File::open(tmp.path().join("db").join("db")).unwrap();
+    assert!(seal::lock_within(&file, PATIENCE).unwrap(), "sled did not let go of the database");
+    drop(file);
     tmp
 }
 
