@@ -1,5 +1,6 @@
 //! Opening and creating run directories, and the errors that say what is wrong with one.
 
+use std::collections::BTreeSet;
 use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -162,6 +163,9 @@ struct Inner {
     /// The anchors the run held when this store opened it: the seal's, or else the newest
     /// anchor file's (lower bounds). Empty for a new run and a read-only copy.
     kept: Mutex<Anchors>,
+    /// The anchors that are only lower bounds (taken from an anchor file when the run was
+    /// opened unsealed) and that no backend has set since: see [`SealOnClose`].
+    unconfirmed: Arc<Mutex<BTreeSet<String>>>,
     committer: GroupCommit,
     /// Writes the anchor files after each sync (none for a read-only copy). Declared after the
     /// syncer, which tells it of the last sync, and before the seal.
@@ -198,10 +202,18 @@ impl Drop for RemoveCopyOnClose {
 
 /// Seals the run when dropped, if every sync succeeded and sled has closed the database, then
 /// releases the run's lock.
+///
+/// A run opened unsealed takes its anchors from its anchor files, which are lower bounds: the
+/// database may hold more (records synced after the file's last write, before a crash). Such
+/// an anchor is exact again only once its backend sets it (the audit log does when it opens).
+/// A store closed while one is still unconfirmed (a `resume` of a finished run opens no audit
+/// log) is left unsealed: a seal holding a lower bound as the exact end would make `verify`
+/// call the records after it added after the close.
 struct SealOnClose {
     dir: PathBuf,
     health: Health,
     anchors: Arc<Mutex<Anchors>>,
+    unconfirmed: Arc<Mutex<BTreeSet<String>>>,
     /// The run's own lock: an exclusive flock on the marker, held while the store is open.
     /// Unlike sled's lock on `db/db`, which sled's background threads can hold a little after its
     /// last handle drops, it is released exactly when the store has closed.
@@ -402,6 +414,7 @@ impl RunStore {
                 durability: Durability::NoSync,
                 anchors: Arc::new(Mutex::new(sealed.clone().unwrap_or_default())),
                 kept: Mutex::new(Anchors::new()),
+                unconfirmed: Arc::default(),
                 sealed,
                 committer,
                 keeper: None,
@@ -438,6 +451,7 @@ impl RunStore {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(name.to_owned(), value);
+        self.inner.unconfirmed.lock().unwrap_or_else(PoisonError::into_inner).remove(name);
     }
 
     /// The anchor `name` the run held when this store opened it: the seal's if the run was
@@ -465,9 +479,12 @@ impl RunStore {
             let mut kept = self.inner.kept.lock().unwrap_or_else(PoisonError::into_inner);
             if *kept != found {
                 let mut live = self.inner.anchors.lock().unwrap_or_else(PoisonError::into_inner);
+                let mut unconfirmed =
+                    self.inner.unconfirmed.lock().unwrap_or_else(PoisonError::into_inner);
                 for (name, value) in &found {
                     if live.get(name) == kept.get(name) {
                         live.insert(name.clone(), value.clone());
+                        unconfirmed.insert(name.clone());
                     }
                 }
                 keeper.adopt(live.clone(), generation);
@@ -532,6 +549,12 @@ impl RunStore {
         // A seal holds the exact end; without one, the newest anchor file a lower bound.
         let kept = sealed.clone().unwrap_or(files.0);
         let anchors = Arc::new(Mutex::new(kept.clone()));
+        // A seal's anchors are exact; an anchor file's are lower bounds until set again.
+        let unconfirmed = Arc::new(Mutex::new(if sealed.is_some() {
+            BTreeSet::new()
+        } else {
+            kept.keys().cloned().collect()
+        }));
         let keeper = AnchorKeeper::start(
             dir,
             &marker.run_id,
@@ -547,6 +570,7 @@ impl RunStore {
             dir: dir.to_path_buf(),
             health: committer.health(),
             anchors: anchors.clone(),
+            unconfirmed: unconfirmed.clone(),
             _run_lock: run_lock,
         };
         tracing::info!(run = %dir.display(), run_id = %marker.run_id, ?durability, "run store open");
@@ -558,6 +582,7 @@ impl RunStore {
                 sealed,
                 anchors,
                 kept: Mutex::new(kept),
+                unconfirmed,
                 committer,
                 keeper: Some(keeper),
                 db,
@@ -633,6 +658,16 @@ impl Drop for SealOnClose {
         let dir = &self.dir;
         if !self.health.is_healthy() {
             tracing::warn!(run = %dir.display(), "a sync failed: the run is left unsealed");
+            return;
+        }
+        let unconfirmed = self.unconfirmed.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        if !unconfirmed.is_empty() {
+            tracing::info!(
+                run = %dir.display(),
+                anchors = ?unconfirmed,
+                "the run was opened unsealed and no backend confirmed these anchors (their anchor \
+                 files hold lower bounds): it is left unsealed, and recovered when it next opens"
+            );
             return;
         }
         let anchors = self.anchors.lock().unwrap_or_else(PoisonError::into_inner).clone();

@@ -87,6 +87,8 @@ fn kept_anchors_come_from_the_seal_or_else_the_newest_anchor_file() {
     let store = RunStore::open(&run, Durability::Synced).unwrap();
     assert!(!store.was_sealed());
     assert_eq!(store.kept_anchor("audit"), Some(json!({"seq": 5})));
+    // Its backend confirms it, as the audit log does when it opens: the run is sealed again.
+    store.set_anchor("audit", json!({"seq": 5}));
     drop(store);
 
     // The seal and the run's anchor file deleted: the index's copy still holds it, once named.
@@ -104,6 +106,32 @@ fn kept_anchors_come_from_the_seal_or_else_the_newest_anchor_file() {
     drop(store);
     let store = reopen(&run);
     assert_eq!(store.kept_anchor("audit"), Some(json!({"seq": 5})));
+}
+
+#[test]
+fn a_run_opened_unsealed_is_sealed_again_only_once_a_backend_sets_its_anchors() {
+    let (_tmp, run, store) = new_run(Durability::Synced);
+    store.set_anchor("audit", json!({"seq": 5}));
+    store.commit_blocking().unwrap();
+    drop(store);
+    // As after a crash: no seal, and the anchor file holds a lower bound (the database may
+    // hold records synced after the file's last write).
+    std::fs::File::open(run.join(run_store::RUN_MARKER)).unwrap().lock().unwrap();
+    std::fs::remove_file(run.join("strata-run.seal")).unwrap();
+    let store = RunStore::open(&run, Durability::Synced).unwrap();
+    assert!(!store.was_sealed());
+    // Closed with nobody setting the anchor (`resume` of a finished run opens no audit log):
+    // sealing the lower bound would claim it as the log's exact end.
+    drop(store);
+    let store = reopen(&run);
+    assert!(!store.was_sealed(), "a lower bound was sealed as the exact end");
+    assert_eq!(store.kept_anchor("audit"), Some(json!({"seq": 5})));
+    // Set again by its backend: exact, and sealed.
+    store.set_anchor("audit", json!({"seq": 7}));
+    drop(store);
+    let store = reopen(&run);
+    assert!(store.was_sealed());
+    assert_eq!(store.sealed_anchor("audit"), Some(json!({"seq": 7})));
 }
 
 #[test]
