@@ -1,4 +1,4 @@
-//! Strata's task runner: `cargo xtask ci | coverage | bench [--peers] [--quick] | fuzz | torture |
+//! Strata's task runner: `cargo xtask ci | coverage | bench [--peers | --models] [--quick] | fuzz | torture |
 //! simulate | chaos | help`.
 //!
 //! `cargo xtask ci` is the single entry point that does exactly what CI does: its setup step
@@ -12,6 +12,7 @@ mod chaos;
 mod ci;
 mod coverage;
 mod fuzz;
+mod models;
 mod peers;
 mod pyenv;
 mod setup;
@@ -42,6 +43,11 @@ commands:
   coverage        line coverage of the workspace tests with cargo-llvm-cov
   bench [--quick] run the criterion benches and print one table of the results
                   (--quick is passed to criterion: fewer samples, rougher numbers)
+  bench --models [--runs N] [--backend embedded|server] [--task hello|todo|wordcount]
+                  teams driven by the embedded model and by llama-cpp-python's server on
+                  the README's settings: hello, a one-file goal and examples/goal, 10 runs
+                  each; successes, median and p90 wall time, model calls, tokens, plan
+                  repairs and each failure's reason, written to BENCHMARKS.md (full run only)
   bench --peers [--quick]
                   compare Strata with ractor and AutoGen (autogen-core, installed from
                   PyPI into target/peers/venv) on the same workloads, print the table
@@ -85,6 +91,9 @@ fn main() -> ExitCode {
         ["coverage"] => coverage::run(&root),
         ["bench"] => bench::run(&root, false),
         ["bench", "--quick"] => bench::run(&root, true),
+        ["bench", "--models", rest @ ..] => {
+            models::args(rest).and_then(|options| models::run(&root, &options))
+        }
         ["bench", "--peers"] => peers::run(&root, false),
         ["bench", "--peers", "--quick"] | ["bench", "--quick", "--peers"] => {
             peers::run(&root, true)
