@@ -14,6 +14,8 @@
 //! - [`Task`] and [`PlanStep`]: scripted steps (a tool and its arguments) or goal steps (a
 //!   description only), [`RoleBook`]: the roles a team may spawn, checked against the §7.1
 //!   matrix, and [`AgentResult`]: a worker's structured result, checked against its own calls.
+//! - [`quote`]: a model's words inside a message (a failure reason), as one short quoted line
+//!   without its chat template's markup.
 //!
 //! ```
 //! use agent_state::{AgentConfig, AgentLayer, AgentStatus, Lifecycle, Timestamp};
@@ -42,6 +44,7 @@ pub mod mcp;
 mod message;
 mod metrics;
 pub mod ooda;
+mod quote;
 mod result;
 mod retry;
 mod role;
@@ -81,6 +84,7 @@ pub use message::{Address, BROADCAST, Message, MessageKind, SYSTEM};
 pub use metrics::{
     AgentMetrics, RELIABILITY_WEIGHT, RESPONSIVENESS_CAP_MS, RESPONSIVENESS_WEIGHT, SUCCESS_WEIGHT,
 };
+pub use quote::{QUOTE_CHARS, TEMPLATE_TOKENS, quote};
 pub use result::{AgentResult, Artifact, ChangeType, ResultStatus, same_path};
 pub use retry::{
     ErrorClass, MAX_RETRY_WAIT_BEATS, RetryPlan, RetryPolicy, plan_retry, retry_wait_beats,

@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{AgentId, DecisionId};
+use crate::{AgentId, DecisionId, QUOTE_CHARS, quote};
 
 /// Who a plan step is for.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -178,11 +178,48 @@ impl TaskOutcome {
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum TaskFailure {
     /// A top power vetoed the plan and it could not be revised.
-    #[error("plan vetoed by `{by}`: {reason}")]
+    #[error("plan vetoed by `{by}`: {}", quote(reason, QUOTE_CHARS))]
     Vetoed {
         /// Who vetoed.
         by: AgentId,
-        /// The veto's reason.
+        /// The veto's reason, as given (a model's or a person's words: shown quoted and cut).
+        reason: String,
+    },
+    /// Every step had its result, and the top power that closes the task judged it incomplete
+    /// or not acceptable (its reasoner's judgement of the results and the global board).
+    #[error("{}", judged(by, reason, *succeeded, *steps))]
+    JudgedIncomplete {
+        /// The power that judged.
+        by: AgentId,
+        /// Its judgement, as given (a model's words: shown quoted and cut).
+        reason: String,
+        /// How many of the plan's steps had a successful result when it judged.
+        #[serde(default)]
+        succeeded: u32,
+        /// How many steps the plan has (0: not known).
+        #[serde(default)]
+        steps: u32,
+    },
+    /// An agent reported the task, or one step of it, failed without a typed reason (an
+    /// executor or an OODA agent reporting straight to a power, say): what it said.
+    #[error(
+        "`{by}` reported {} failed: {}",
+        step.as_ref().map_or_else(|| "the task".to_owned(), |s| format!("step `{s}`")),
+        quote(reason, QUOTE_CHARS)
+    )]
+    ReportedFailed {
+        /// The agent that reported it.
+        by: AgentId,
+        /// The step, when the report names one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        step: Option<String>,
+        /// What it said, as given (shown quoted and cut).
+        reason: String,
+    },
+    /// The leads a signed plan asks for (dynamic team formation) could not be created.
+    #[error("the team the plan asks for could not be formed: {reason}")]
+    TeamNotFormed {
+        /// Why.
         reason: String,
     },
     /// No lead or executor can take a step.
@@ -353,6 +390,23 @@ pub enum TaskFailure {
         /// What each waits for, in the same order.
         waits: Vec<String>,
     },
+}
+
+/// The message of [`TaskFailure::JudgedIncomplete`]: who judged, its words quoted, and what the
+/// results said, so that a judgement that contradicts them shows it.
+fn judged(by: &AgentId, reason: &str, succeeded: u32, steps: u32) -> String {
+    let quoted = quote(reason, QUOTE_CHARS);
+    let said = if quoted.len() <= 2 {
+        " without giving a reason".to_owned()
+    } else {
+        format!(": {quoted}")
+    };
+    let results = match (succeeded, steps) {
+        (_, 0) => String::new(),
+        (s, n) if s == n => format!(" (the results: all {n} step(s) succeeded)"),
+        (s, n) => format!(" (the results: {s} of {n} step(s) succeeded)"),
+    };
+    format!("`{by}` judged the task incomplete{said}{results}")
 }
 
 impl TaskFailure {
