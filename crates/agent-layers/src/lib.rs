@@ -75,7 +75,7 @@ use serde::{Deserialize, Serialize};
 pub use bottom::{BottomAgent, BottomSpec, PEER_HELP_TIMEOUT_MS, Peers};
 pub use kind::KindRunner;
 pub use mid::{MAX_FAILURES_BEFORE_DISMISSAL, MidAgent, MidSpec};
-pub use top::{PLAN_AUTHORITY, TopAgent, TopSpec, route};
+pub use top::{PLAN_AUTHORITY, TaskProgress, TopAgent, TopSpec, route, task_progress};
 pub use work::{
     MAX_TOOL_CALLS_PER_GOAL_STEP, MAX_TOOL_CALLS_PER_SUBTASK, MESSAGE_RECORD, SPEAK_TIMEOUT_MS,
 };

@@ -11,7 +11,8 @@ use agent_core::protocol::{
 use agent_core::{AgentBehavior, AgentContext, AgentError, AuditEvent, Candidate, ReasonError};
 use agent_state::{
     Action, AgentId, ArbitrationSettings, Assignment, BoardSnapshot, GuardSettings, Message,
-    MessageKind, ProgressReport, ProgressStatus, Subtask, SubtaskResult, TaskFailure, WorkPackage,
+    MessageKind, ProgressReport, ProgressStatus, QUOTE_CHARS, Subtask, SubtaskResult, TaskFailure,
+    WorkPackage, quote,
 };
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -598,7 +599,8 @@ impl MidAgent {
         let Some(state) = self.work.get_mut(key) else { return Ok(()) };
         let step = subtask.step.id.clone();
         if !state.arbitrated.insert(step.clone()) {
-            let error = format!("falls short of its acceptance check: {objection}");
+            let error =
+                format!("falls short of its acceptance check: {}", quote(&objection, QUOTE_CHARS));
             return self.reassign(ctx, subtask, error).await;
         }
         let me = ctx.id().clone();
@@ -606,8 +608,10 @@ impl MidAgent {
         let conflict = agent_core::Conflict {
             id: format!("{}/acceptance", subtask.key()),
             issue: format!(
-                "executor {executor} reports step {step} of task {} done; lead {me} finds it falls short of its acceptance check ({}): {objection}. Redo it on another executor, or accept it?",
-                subtask.task_id, subtask.step.acceptance
+                "executor {executor} reports step {step} of task {} done; lead {me} finds it falls short of its acceptance check ({}): {}. Redo it on another executor, or accept it?",
+                subtask.task_id,
+                subtask.step.acceptance,
+                quote(&objection, QUOTE_CHARS)
             ),
             parties: vec![me.clone(), executor.clone()],
             options: vec![agent_state::ballot::REDO.into(), agent_state::ballot::ACCEPT.into()],
@@ -678,7 +682,10 @@ impl MidAgent {
                     }
                     return self.report_if_done(ctx, &key).await;
                 }
-                let error = format!("falls short of its acceptance check: {objection}");
+                let error = format!(
+                    "falls short of its acceptance check: {}",
+                    quote(&objection, QUOTE_CHARS)
+                );
                 self.reassign(ctx, subtask, error).await
             }
             ConflictSubject::VetoedPlan { .. } => Ok(()),

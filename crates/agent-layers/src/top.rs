@@ -500,7 +500,7 @@ impl TopAgent {
             if let Some(state) = self.tasks.get_mut(task_id) {
                 state.phase = Phase::Closed;
             }
-            let failure = TaskFailure::Unplaceable { step: "(team formation)".into(), reason };
+            let failure = TaskFailure::TeamNotFormed { reason };
             return close(
                 ctx,
                 task_id,
@@ -593,10 +593,18 @@ impl TopAgent {
             ProgressStatus::InProgress => Ok(()),
             ProgressStatus::Failed => {
                 state.phase = Phase::Closed;
-                let reason = report.failure.unwrap_or(TaskFailure::StepFailed {
-                    step: "?".into(),
-                    attempts: 0,
-                    error: report.description,
+                // A typed failure says what happened; without one, what the reporter said, and
+                // the step it names if it names one.
+                let reason = report.failure.unwrap_or_else(|| {
+                    let failed = report.results.iter().find(|r| !r.success);
+                    TaskFailure::ReportedFailed {
+                        by: lead,
+                        step: failed.map(|r| r.step_id.clone()),
+                        reason: failed
+                            .map(|r| r.output.clone())
+                            .filter(|o| !o.trim().is_empty())
+                            .unwrap_or(report.description),
+                    }
                 });
                 close(
                     ctx,
@@ -636,12 +644,16 @@ impl TopAgent {
                     results.sort_by_key(|r| order.iter().position(|s| *s == r.step_id));
                     TaskOutcome::Succeeded { task_id: task_id.clone(), results }
                 } else {
+                    // No step failed (each has its result): the task fails on this power's
+                    // judgement, which says so, beside what the results say.
+                    let (succeeded, steps) = steps_succeeded(&state.task, &state.results);
                     TaskOutcome::Failed {
                         task_id: task_id.clone(),
-                        reason: TaskFailure::StepFailed {
-                            step: "?".into(),
-                            attempts: 0,
-                            error: judgement.summary,
+                        reason: TaskFailure::JudgedIncomplete {
+                            by: ctx.id().clone(),
+                            reason: judgement.summary,
+                            succeeded,
+                            steps,
                         },
                     }
                 };
@@ -932,6 +944,17 @@ pub fn route(leads: &[LeadInfo], step: &PlanStep) -> Option<AgentId> {
     lead.map(|l| l.id.clone())
 }
 
+/// How many steps of `task` have a successful result in `results`, and how many steps it has.
+fn steps_succeeded(task: &Task, results: &[SubtaskResult]) -> (u32, u32) {
+    let succeeded = task
+        .steps
+        .iter()
+        .filter(|s| results.iter().any(|r| r.step_id == s.id && r.success))
+        .count();
+    let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+    (count(succeeded), count(task.steps.len()))
+}
+
 async fn close(
     ctx: &mut AgentContext,
     task_id: &str,
@@ -1175,9 +1198,44 @@ impl AgentBehavior for TopAgent {
     fn current_work(&self) -> Option<String> {
         self.tasks.iter().find(|(_, t)| t.phase != Phase::Closed).map(|(id, t)| match t.phase {
             Phase::AwaitingSignatures => format!("{id}: awaiting signatures"),
-            _ => format!("{id}: in progress"),
+            _ => {
+                let (succeeded, steps) = steps_succeeded(&t.task, &t.results);
+                format!("{id}: in progress, {succeeded} of {steps} step(s) done")
+            }
         })
     }
+}
+
+/// Where a task stands at the top power that proposed it: what [`task_progress`] reads from
+/// the power's state.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TaskProgress {
+    /// The ids of the plan's steps (a goal's once the power has planned it).
+    pub steps: Vec<String>,
+    /// The ids of the steps with a successful result so far.
+    pub succeeded: Vec<String>,
+}
+
+/// Where task `task_id` stands, read from a top power's state (its
+/// [`AgentBehavior::snapshot`], as [`Agent::record`](agent_core::Agent::record) gives it):
+/// `None` when the power holds no such task (it did not propose it, or it is still planning
+/// it: a power holds a task once its plan is proposed).
+pub fn task_progress(snapshot: &serde_json::Value, task_id: &str) -> Option<TaskProgress> {
+    use serde_json::Value;
+    fn list(value: Option<&Value>) -> impl Iterator<Item = &Value> {
+        value.and_then(Value::as_array).into_iter().flatten()
+    }
+    fn text(value: &Value, key: &str) -> Option<String> {
+        value.get(key).and_then(Value::as_str).map(str::to_owned)
+    }
+    let task = snapshot.get("tasks")?.get(task_id)?;
+    let steps =
+        list(task.get("task").and_then(|t| t.get("steps"))).filter_map(|s| text(s, "id")).collect();
+    let succeeded = list(task.get("results"))
+        .filter(|r| r.get("success").and_then(Value::as_bool) == Some(true))
+        .filter_map(|r| text(r, "step_id"))
+        .collect();
+    Some(TaskProgress { steps, succeeded })
 }
 
 /// Whether this power may sign or veto decision `id` (it holds `review`); a refusal is

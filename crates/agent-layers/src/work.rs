@@ -32,8 +32,8 @@ use agent_core::{
 };
 use agent_state::{
     Action, AgentId, AgentResult, Assignment, GuardSettings, Limit, MessageId, MessageKind,
-    PlanStep, ResultStatus, StepTarget, Subtask, SubtaskResult, TaskFailure, Timestamp, WaitEdge,
-    call_fingerprint, detect_loop, same_path,
+    PlanStep, QUOTE_CHARS, ResultStatus, StepTarget, Subtask, SubtaskResult, TaskFailure,
+    Timestamp, WaitEdge, call_fingerprint, detect_loop, quote, same_path,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -415,6 +415,29 @@ impl WorkLoop {
                         });
                         self.waiting = Some(Wait::Results);
                         return Ok(Progress::Suspended);
+                    }
+                    // The reasoner gave up in its own words (not just passing on the output of
+                    // the call that failed last, as the rule-based reasoner does): the step
+                    // fails with them, quoted (a model's text, perhaps with its chat template's
+                    // markup in it).
+                    let echoes = self
+                        .history
+                        .iter()
+                        .rev()
+                        .find(|r| !r.event)
+                        .is_some_and(|r| !r.success && r.output == summary);
+                    if !success && self.last_error.is_none() && !echoes {
+                        let tool = if self.subtask.step.is_scripted() {
+                            self.subtask.step.tool.clone()
+                        } else {
+                            FINISH_TOOL.to_owned()
+                        };
+                        let output = format!(
+                            "`{}` gave up on the step: {}",
+                            ctx.id(),
+                            quote(&summary, QUOTE_CHARS)
+                        );
+                        self.last_error = Some(AgentError::ToolFailed { tool, output });
                     }
                     return Ok(self.done(success, summary, None));
                 }
@@ -898,14 +921,13 @@ impl WorkLoop {
             state.record_tool(&key, &output).await?;
         }
         let success = result.status == ResultStatus::Success;
+        // A result short of success is the step's failure: its words quoted (a model's text).
+        let words =
+            if success { result.summary.clone() } else { quote(&result.summary, QUOTE_CHARS) };
         let summary = if trusted {
-            result.summary.clone()
+            words
         } else {
-            format!(
-                "{} (UNTRUSTED: claims files it did not write: {})",
-                result.summary,
-                unverified.join(", ")
-            )
+            format!("{words} (UNTRUSTED: claims files it did not write: {})", unverified.join(", "))
         };
         self.ok(call, json!({ "status": "returned", "trusted": trusted }));
         self.last_error = None;

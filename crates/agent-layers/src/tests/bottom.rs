@@ -376,3 +376,64 @@ async fn a_reasoner_that_gives_up_after_a_refused_call_fails_the_step_with_that_
     assert_eq!(agent.ctx().metrics().retries, 0);
     assert_eq!(agent.status(), AgentStatus::Failed);
 }
+
+/// A goal step (a description only) for [`ME`].
+fn goal_step(step_id: &str) -> Subtask {
+    let step = PlanStep {
+        tool: String::new(),
+        args: serde_json::Value::Null,
+        description: "greet the user".into(),
+        ..step(step_id, "docs", "", json!(null))
+    };
+    subtask("t1", step, ME)
+}
+
+/// A model that gives up a goal step in its own words (issue #32: a small model echoing its
+/// chat template): the step fails with those words quoted and cleaned, not raw.
+#[tokio::test(start_paused = true)]
+async fn a_model_giving_up_in_its_own_words_fails_the_step_with_them_quoted() {
+    let w = World::new();
+    w.parties(&[LEAD, "mid-2", "bottom-2"]).await;
+    let reasoner = ScriptedReasoner::from_answers([ScriptedAnswer::Action(NextAction::Finish {
+        success: false,
+        summary: "<start_of_turn>model\n[INST]The tool's result:\nok\n\nNext?[/INST]".into(),
+    })]);
+    let spec = BottomSpec::new(["write_file"]);
+    let mut agent = w
+        .spawn_with(config(ME, AgentLayer::Bottom, Some(LEAD)), BottomAgent::new(spec), reasoner)
+        .await;
+    assign(&w, LEAD, goal_step("greet")).await;
+
+    let outcome = agent.heartbeat(1).await.unwrap();
+
+    let expected = "tool `finish_subtask` failed: `bottom-1` gave up on the step: \"The tool's \
+                    result: ok Next?\"";
+    assert_eq!(outcome, HeartbeatOutcome::Retrying { retry: 1, error: expected.into() });
+}
+
+/// A spawned worker whose structured result is a failure: the step fails with its summary
+/// quoted and cleaned.
+#[tokio::test(start_paused = true)]
+async fn a_failed_structured_result_reports_the_workers_words_quoted() {
+    let w = World::new();
+    w.parties(&[LEAD]).await;
+    let summary = "<|im_start|>assistant\nnothing   to do<|im_end|>";
+    let reasoner = ScriptedReasoner::from_answers([call(
+        "return_results",
+        json!({"result": {"status": "failure", "summary": summary, "artifacts": [], "known_issues": []}}),
+    )]);
+    let spec = BottomSpec::new(["write_file"]);
+    let worker = BottomAgent::new(spec).spawned();
+    let mut agent =
+        w.spawn_with(config(ME, AgentLayer::Bottom, Some(LEAD)), worker, reasoner).await;
+    assign(&w, LEAD, goal_step("greet")).await;
+
+    let outcome = agent.heartbeat(1).await.unwrap();
+
+    let reports: Vec<ProgressReport> = w.received(&addr(LEAD), MessageKind::ProgressReport).await;
+    assert_eq!(reports.len(), 1, "{outcome:?} {:?}", w.events(ME).await);
+    assert_eq!(reports[0].status, ProgressStatus::Failed);
+    assert_eq!(reports[0].results[0].output, "\"nothing to do\"");
+    let result = reports[0].results[0].result.as_ref().unwrap();
+    assert_eq!(result.summary, summary, "the structured result keeps the worker's words");
+}

@@ -4,7 +4,9 @@
 use std::time::Duration;
 
 use agent_core::protocol::StatusReport;
-use agent_core::{Reasoner, RuleBasedReasoner};
+use agent_core::{
+    Judgement, Reasoner, ReasoningRequest, RuleBasedReasoner, ScriptedAnswer, ScriptedReasoner,
+};
 use agent_state::{Assignment, Task, TaskFailure, TaskOutcome};
 use serde_json::json;
 
@@ -36,8 +38,18 @@ fn leads() -> Vec<LeadInfo> {
 
 /// The team, in heartbeat order; `top-b` reviews with `top_b_reasoner`.
 async fn team(w: &World, top_b_reasoner: impl Reasoner) -> Vec<Agent> {
+    team_with(w, [("top-b", Arc::new(top_b_reasoner) as Arc<dyn Reasoner>)]).await
+}
+
+/// The team, in heartbeat order; the powers named in `reasoners` reason with theirs, every
+/// other agent with the rule-based reasoner.
+async fn team_with(
+    w: &World,
+    reasoners: impl IntoIterator<Item = (&'static str, Arc<dyn Reasoner>)>,
+) -> Vec<Agent> {
+    let mut reasoners: std::collections::BTreeMap<&str, Arc<dyn Reasoner>> =
+        reasoners.into_iter().collect();
     let mut agents = Vec::new();
-    let mut top_b_reasoner = Some(top_b_reasoner);
     for power in POWERS {
         let peers = POWERS
             .iter()
@@ -51,12 +63,9 @@ async fn team(w: &World, top_b_reasoner: impl Reasoner) -> Vec<Agent> {
         };
         let behavior = TopAgent::new(spec, peers, leads());
         let config = config(power, AgentLayer::Top, None);
-        let agent = match (power, top_b_reasoner.take()) {
-            ("top-b", Some(reasoner)) => w.spawn_with(config, behavior, reasoner).await,
-            (_, reasoner) => {
-                top_b_reasoner = reasoner;
-                w.spawn(config, behavior).await
-            }
+        let agent = match reasoners.remove(power) {
+            Some(reasoner) => w.spawn_sharing(config, behavior, reasoner).await,
+            None => w.spawn(config, behavior).await,
         };
         agents.push(agent);
     }
@@ -174,4 +183,57 @@ async fn a_power_that_vetoes_stops_the_plan_before_anything_runs() {
     for agent in &agents {
         assert_eq!(agent.status(), AgentStatus::Idle, "{}", agent.id());
     }
+}
+
+/// Issue #32's run: every step succeeds, and the power closing the task (a small model
+/// behind llama-cpp-python's server, here scripted) judges it incomplete with its chat
+/// template's markup in the answer. The task fails with that judgement, by that power, quoted
+/// and cleaned, beside what the results say; no `step ?` with 0 attempts, and the executors'
+/// counts (what the run summary prints per layer) agree with the reason.
+#[tokio::test(start_paused = true)]
+async fn a_power_judging_a_finished_task_incomplete_fails_it_with_its_judgement_quoted() {
+    let w = World::new();
+    let judge = ScriptedReasoner::from_fn(|request| match request {
+        ReasoningRequest::Judge { .. } => ScriptedAnswer::Judgement(Judgement {
+            complete: false,
+            summary: "[INST]The tool's result:\nok\n\nevery step   failed[/INST]</s>".into(),
+        }),
+        _ => ScriptedAnswer::Fallback,
+    });
+    let mut agents = team_with(&w, [("top-a", Arc::new(judge) as Arc<dyn Reasoner>)]).await;
+    w.send(Address::System, "top-a", MessageKind::TaskAssign, &Assignment::Task { task: task() })
+        .await;
+
+    let outcome = run_until_closed(&w, &mut agents).await;
+
+    let TaskOutcome::Failed { reason, .. } = &outcome else {
+        panic!("expected a failure, got {outcome:?}")
+    };
+    assert_eq!(
+        *reason,
+        TaskFailure::JudgedIncomplete {
+            by: id("top-a"),
+            reason: "[INST]The tool's result:\nok\n\nevery step   failed[/INST]</s>".into(),
+            succeeded: 3,
+            steps: 3,
+        }
+    );
+    let message = reason.to_string();
+    assert_eq!(
+        message,
+        "`top-a` judged the task incomplete: \"The tool's result: ok every step failed\" \
+         (the results: all 3 step(s) succeeded)"
+    );
+    assert!(!message.contains("`?`") && !message.contains("0 attempt"), "{message}");
+    // What the summary prints for the bottom layer: 3 steps completed, 0 failed.
+    let count = |f: fn(&agent_state::AgentMetrics) -> u64| -> u64 {
+        agents
+            .iter()
+            .filter(|a| a.ctx().config().layer == AgentLayer::Bottom)
+            .map(|a| f(a.ctx().metrics()))
+            .sum()
+    };
+    assert_eq!((count(|m| m.tasks_completed), count(|m| m.tasks_failed)), (3, 0));
+    let global = w.board(BoardId::Global).await;
+    assert!(global.contains(&format!("## Task t1 closed: failed: {message}")), "{global}");
 }

@@ -3,7 +3,10 @@
 //! respect `after`, a veto or an escalation closes the task, and shutdown writes the report.
 
 use agent_core::protocol::{Escalation, SignatureRequest, StatusReport};
-use agent_core::{HeartbeatOutcome, RuleBasedReasoner};
+use agent_core::{
+    HeartbeatOutcome, Judgement, ReasoningRequest, RuleBasedReasoner, ScriptedAnswer,
+    ScriptedReasoner,
+};
 use agent_state::{
     AgentStatus::*, Assignment, Decision, DecisionId, DecisionStatus, ProgressReport,
     ProgressStatus, SubtaskResult, Task, TaskFailure, TaskOutcome, WorkPackage,
@@ -68,6 +71,13 @@ async fn power(
         .collect();
     let behavior = TopAgent::new(spec(me), peers, leads());
     w.spawn_with(config(me, AgentLayer::Top, None), behavior, reasoner).await
+}
+
+/// A power `me` with no peers (it signs its own plans), the two leads and `reasoner`.
+async fn alone_with(w: &World, reasoner: impl agent_core::Reasoner) -> Agent {
+    w.parties(&["mid-docs", "mid-build"]).await;
+    let behavior = TopAgent::new(spec(ME), Vec::new(), leads());
+    w.spawn_with(config(ME, AgentLayer::Top, None), behavior, reasoner).await
 }
 
 /// `top-a` with `top-b` and `top-c` as signing peers.
@@ -506,4 +516,170 @@ async fn a_malformed_task_assign_from_a_stranger_is_refused_without_failing() {
     assert_eq!(outcome, HeartbeatOutcome::Processed { messages: 1 });
     assert_eq!(agent.status(), Idle);
     assert_eq!(w.denied(ME).await, ["task_assign from mid-docs"]);
+}
+
+/// The outcomes' messages: none names a placeholder step or 0 attempts.
+fn honest(outcomes: &[TaskOutcome]) {
+    for outcome in outcomes {
+        if let TaskOutcome::Failed { reason, .. } = outcome {
+            let message = reason.to_string();
+            assert!(!message.contains("`?`") && !message.contains("0 attempt"), "{message}");
+            assert!(!message.contains("(team formation)"), "{message}");
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_finished_task_judged_incomplete_fails_on_that_judgement_not_on_a_step() {
+    let w = World::new();
+    let judge = ScriptedReasoner::from_fn(|request| match request {
+        ReasoningRequest::Judge { .. } => ScriptedAnswer::Judgement(Judgement {
+            complete: false,
+            summary: "<start_of_turn>model\nstep `b` did not check anything<end_of_turn>".into(),
+        }),
+        _ => ScriptedAnswer::Fallback,
+    });
+    let mut agent = alone_with(&w, judge).await;
+    submit(&w, Address::System, ME, task("t1")).await;
+    agent.heartbeat(1).await.unwrap();
+    w.send(addr("mid-docs"), ME, MessageKind::ProgressReport, &done("mid-docs", &["a"])).await;
+    agent.heartbeat(2).await.unwrap();
+    assert_eq!(agent.current_work().as_deref(), Some("t1: in progress, 1 of 3 step(s) done"));
+    let mut failed_b = done("mid-build", &["b", "c"]);
+    failed_b.results[0].success = false;
+    w.send(addr("mid-build"), ME, MessageKind::ProgressReport, &failed_b).await;
+    agent.heartbeat(3).await.unwrap();
+
+    let outcomes = closed(&w).await;
+    let [TaskOutcome::Failed { reason, .. }] = &outcomes[..] else {
+        panic!("expected one failure, got {outcomes:?}")
+    };
+    assert_eq!(
+        reason.to_string(),
+        "`top-a` judged the task incomplete: \"step `b` did not check anything\" (the results: \
+         2 of 3 step(s) succeeded)"
+    );
+    assert!(matches!(reason, TaskFailure::JudgedIncomplete { succeeded: 2, steps: 3, .. }));
+    honest(&outcomes);
+    assert_eq!(agent.current_work(), None);
+    let progress = crate::task_progress(&agent.record().behavior, "t1").unwrap();
+    assert_eq!(
+        (progress.steps, progress.succeeded),
+        (vec!["a".into(), "b".into(), "c".into()], vec!["a".into(), "c".into()])
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_judgement_without_words_says_so() {
+    let failure = TaskFailure::JudgedIncomplete {
+        by: id(ME),
+        reason: " [INST] </s>\n".into(),
+        succeeded: 0,
+        steps: 0,
+    };
+    assert_eq!(failure.to_string(), "`top-a` judged the task incomplete without giving a reason");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failure_reported_without_a_typed_reason_names_the_reporter_and_its_words() {
+    // With the step it names: that step and its output, quoted.
+    let w = World::new();
+    let mut agent = alone_with(&w, RuleBasedReasoner::new()).await;
+    submit(&w, Address::System, ME, task("t1")).await;
+    agent.heartbeat(1).await.unwrap();
+    let mut report = done("mid-build", &["b"]);
+    report.status = ProgressStatus::Failed;
+    report.results[0].success = false;
+    report.results[0].output = "[INST]The tool's result:\nexit 1[/INST]".into();
+    w.send(addr("mid-build"), ME, MessageKind::ProgressReport, &report).await;
+    agent.heartbeat(2).await.unwrap();
+    let outcomes = closed(&w).await;
+    let reported = TaskFailure::ReportedFailed {
+        by: id("mid-build"),
+        step: Some("b".into()),
+        reason: "[INST]The tool's result:\nexit 1[/INST]".into(),
+    };
+    assert_eq!(outcomes, [TaskOutcome::Failed { task_id: "t1".into(), reason: reported.clone() }]);
+    assert_eq!(
+        reported.to_string(),
+        "`mid-build` reported step `b` failed: \"The tool's result: exit 1\""
+    );
+    honest(&outcomes);
+
+    // Without a result: the report's description.
+    let w = World::new();
+    let mut agent = alone_with(&w, RuleBasedReasoner::new()).await;
+    submit(&w, Address::System, ME, task("t1")).await;
+    agent.heartbeat(1).await.unwrap();
+    let report = ProgressReport {
+        status: ProgressStatus::Failed,
+        results: Vec::new(),
+        description: "gave up".into(),
+        ..done("mid-docs", &[])
+    };
+    w.send(addr("mid-docs"), ME, MessageKind::ProgressReport, &report).await;
+    agent.heartbeat(2).await.unwrap();
+    let outcomes = closed(&w).await;
+    let [TaskOutcome::Failed { reason, .. }] = &outcomes[..] else {
+        panic!("expected one failure, got {outcomes:?}")
+    };
+    assert_eq!(reason.to_string(), "`mid-docs` reported the task failed: \"gave up\"");
+    honest(&outcomes);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_plan_whose_leads_cannot_be_created_fails_as_such_not_as_a_step() {
+    let w = World::new();
+    let mut lead = agent_state::Role::new("docs_lead", AgentLayer::Mid);
+    lead.description = "leads the docs".into();
+    let roles = agent_state::RoleBook::new([lead]).unwrap();
+    let plan = agent_core::Plan {
+        steps: vec![PlanStep {
+            tool: String::new(),
+            args: serde_json::Value::Null,
+            ..step("readme", "docs", "", json!(null))
+        }],
+        leads: vec![agent_state::LeadRequest { role: "docs_lead".into(), domain: "docs".into() }],
+    };
+    let planner = ScriptedReasoner::from_fn(move |request| match request {
+        ReasoningRequest::Plan { .. } => ScriptedAnswer::Plan(plan.clone()),
+        _ => ScriptedAnswer::Fallback,
+    });
+    w.parties(&["mid-docs", "mid-build"]).await;
+    let behavior = TopAgent::new(spec(ME), Vec::new(), leads()).with_roles(Arc::new(roles));
+    let mut agent = w.spawn_with(config(ME, AgentLayer::Top, None), behavior, planner).await;
+    submit(&w, Address::System, ME, Task::goal("t1", "write the readme")).await;
+
+    agent.heartbeat(1).await.unwrap();
+
+    let outcomes = closed(&w).await;
+    let [TaskOutcome::Failed { reason, .. }] = &outcomes[..] else {
+        panic!("expected one failure, got {outcomes:?}")
+    };
+    assert_eq!(
+        reason.to_string(),
+        "the team the plan asks for could not be formed: the plan asks for new leads but this \
+         team cannot spawn agents"
+    );
+    honest(&outcomes);
+}
+
+#[test]
+fn a_powers_state_tells_where_its_tasks_stand() {
+    let snapshot = json!({"tasks": {"t1": {
+        "task": {"id": "t1", "goal": "g", "steps": [{"id": "a"}, {"id": "b"}, {"id": "c"}]},
+        "results": [
+            {"step_id": "a", "success": true},
+            {"step_id": "b", "success": false},
+        ],
+    }}});
+    assert_eq!(
+        crate::task_progress(&snapshot, "t1"),
+        Some(crate::TaskProgress {
+            steps: vec!["a".into(), "b".into(), "c".into()],
+            succeeded: vec!["a".into()],
+        })
+    );
+    assert_eq!(crate::task_progress(&snapshot, "t2"), None);
+    assert_eq!(crate::task_progress(&serde_json::Value::Null, "t1"), None);
 }
