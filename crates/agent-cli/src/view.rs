@@ -34,6 +34,7 @@ use crate::run::{RunInfo, now_ms};
 const REFRESH: Duration = Duration::from_millis(250);
 
 mod output;
+mod progress;
 #[cfg(test)]
 mod tests;
 
@@ -153,8 +154,8 @@ struct Shown {
     started_at: u64,
     /// The run id, for the hint after a lag.
     run_id: String,
-    /// Steps done in the records shown (see [`step_done`]).
-    steps_done: usize,
+    /// The steps of the plan done in the records shown (the live view's counter).
+    steps: progress::Steps,
     /// The live view's last lines.
     recent: VecDeque<String>,
     /// The sequence numbers of the records shown: one that comes again (read from the log
@@ -182,7 +183,7 @@ impl Shown {
         if !self.seen.insert(record.seq) {
             return None;
         }
-        self.steps_done += usize::from(step_done(record));
+        self.steps.saw(record);
         match self.mode {
             Mode::Json => Some(serde_json::json!({"event": "audit", "record": record}).to_string()),
             Mode::Lines | Mode::Live => self.line(event_line(record, self.started_at)),
@@ -286,7 +287,7 @@ impl View {
             mode: self.mode,
             started_at: self.info.started_at,
             run_id: self.info.run_id.clone(),
-            steps_done: 0,
+            steps: progress::Steps::new(&self.task),
             recent: VecDeque::with_capacity(RECENT),
             seen: std::collections::BTreeSet::new(),
             outputs: output::Outputs::default(),
@@ -309,7 +310,7 @@ impl View {
                     open = !matches!(received, Received::Closed);
                     print(shown.received(&received));
                 }
-                _ = tick.tick(), if self.mode == Mode::Live => self.live(&shown).await,
+                _ = tick.tick(), if self.mode == Mode::Live => self.live(&mut shown).await,
             }
         }
         // What was published before the stop is waiting: show it.
@@ -320,11 +321,11 @@ impl View {
             print(shown.received(&received));
         }
         if self.mode == Mode::Live {
-            self.live(&shown).await;
+            self.live(&mut shown).await;
         }
     }
 
-    async fn live(&self, shown: &Shown) {
+    async fn live(&self, shown: &mut Shown) {
         live(&self.team, &self.services, &self.task, &self.info, shown).await;
     }
 }
@@ -525,15 +526,27 @@ fn short(id: &str) -> &str {
     id.get(..8).unwrap_or(id)
 }
 
-async fn live(team: &Team, services: &TeamServices, task: &Task, info: &RunInfo, shown: &Shown) {
+async fn live(
+    team: &Team,
+    services: &TeamServices,
+    task: &Task,
+    info: &RunInfo,
+    shown: &mut Shown,
+) {
     let mut out = String::from("\x1b[H\x1b[2J");
     let elapsed = now_ms().saturating_sub(info.started_at) as f64 / 1000.0;
-    let done = shown.steps_done;
+    let decisions = services.governance.list().await.ok();
+    // Where the task stands at its power (in this process; none when agents run on workers).
+    let power = team.pool().by_layer(AgentLayer::Top).iter().find_map(|slot| {
+        let agent = slot.agent().try_lock().ok()?;
+        agent_layers::task_progress(&agent.record().behavior, &task.id)
+    });
+    shown.steps.power(power);
+    let steps = shown.steps.line(&task.id, decisions.as_deref().unwrap_or_default());
     out.push_str(&format!(
-        "strata · run {} · task `{}` · {elapsed:.1}s · {done}/{} steps\n\n",
+        "strata · run {} · task `{}` · {elapsed:.1}s · {steps}\n\n",
         info.run_id,
-        esc(&task.id),
-        task.steps.len()
+        esc(&task.id)
     ));
     let slots = team.pool().all();
     if slots.is_empty() {
@@ -558,7 +571,7 @@ async fn live(team: &Team, services: &TeamServices, task: &Task, info: &RunInfo,
             out.push_str(&line(bottom, "    "));
         }
     }
-    if let Ok(decisions) = services.governance.list().await {
+    if let Some(decisions) = decisions {
         out.push_str("\ndecisions:\n");
         for d in decisions {
             let signed: Vec<&str> = d.signatures.iter().map(|s| s.signer.as_str()).collect();
@@ -595,11 +608,6 @@ async fn live(team: &Team, services: &TeamServices, task: &Task, info: &RunInfo,
     if let Err(e) = stdout.write_all(out.as_bytes()).and_then(|()| stdout.flush()) {
         crate::stdout_failed(&e);
     }
-}
-
-/// Whether `record` is a step done: a successful tool call, one per step.
-fn step_done(record: &AuditRecord) -> bool {
-    matches!(record.event, AuditEvent::ToolCall { success: true, .. })
 }
 
 /// Files the run wrote, from its audited `write_file` calls and the files trusted structured
@@ -691,7 +699,7 @@ pub(crate) async fn summary(
         }
     }
     outln!(
-        "top layer:    {} signatures, {} vetoes, {} arbitrations, {} task(s) closed",
+        "top layer:    {} signatures, {} vetoes, {} arbitrations, {} task(s) succeeded",
         sum(AgentLayer::Top, |m| m.decisions_signed),
         sum(AgentLayer::Top, |m| m.decisions_vetoed),
         sum(AgentLayer::Top, |m| m.conflicts_arbitrated),
