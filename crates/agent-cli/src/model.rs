@@ -1,5 +1,7 @@
 //! `strata model`: the embedded model's setup command. `fetch` is the only command that
-//! downloads anything; `run` never does.
+//! downloads anything; `run` never does. Each prints one line on standard output, the model
+//! file's path (progress and the check's verdict go to standard error), so that
+//! `$(strata model path)` is the path.
 
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -62,10 +64,11 @@ async fn path(args: ModelDirArgs) -> Result<u8, Failure> {
             .await
             .map_err(|e| Failure::Other(anyhow::anyhow!("the check did not finish: {e}")))?
     };
+    // Standard output holds the path alone, so that `$(strata model path)` is the path.
     outln!("{}", path.display());
     match checked {
         Ok(()) => {
-            outln!("present, size and sha256 verified");
+            errln!("present, size and sha256 verified");
             Ok(0)
         }
         Err(e) => Err(bad_input(e)),
