@@ -289,7 +289,8 @@ pub(crate) struct ExecArgs {
 /// What a new run of `strata run` or `strata exec` runs on and where it is kept.
 #[derive(Debug, Args)]
 pub(crate) struct StartArgs {
-    /// The team file (TOML); a default team of 3 powers, 2 leads and 4 executors without it.
+    /// The team file (TOML); without it, a default team of 3 powers, 2 leads and 4 executors
+    /// (with `--goal`: the goal example's 3 powers and `[[roles]]`, without its `[reasoner]`).
     /// For `exec`, its first executor with the kind (or, if none has it, its first executor
     /// without a kind, given the kind) runs it, with the file's `[http]`, `[[endpoints]]` and
     /// `[executor]`.
@@ -310,6 +311,16 @@ pub(crate) struct StartArgs {
     /// rule-based one an executor kind does what needs no model and says what does.
     #[arg(long)]
     pub(crate) reasoner: Option<String>,
+    /// The API root of every agent's model server, such as http://127.0.0.1:8080/v1 (overrides
+    /// the team file's `base_url`). Without it, `openai` takes the team file's `base_url`, else
+    /// $OPENAI_BASE_URL, else `https://api.openai.com/v1`. The key is read from the team file's
+    /// `api_key_env` (default $OPENAI_API_KEY); a server on loopback needs none.
+    #[arg(long, value_name = "URL", value_parser = parse_base_url)]
+    pub(crate) base_url: Option<String>,
+    /// The model of every agent, as the server names it (overrides the team file's `model`,
+    /// the agents' own too).
+    #[arg(long, value_name = "NAME", value_parser = parse_model)]
+    pub(crate) model: Option<String>,
     /// Skip fdatasync on commits: faster, but a power loss can lose acknowledged data.
     #[arg(long)]
     pub(crate) no_sync: bool,
@@ -527,6 +538,63 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
 /// [`team_file::MAX_HEARTBEAT`]); clap names the flag in the error.
 pub(crate) fn parse_heartbeat(text: &str) -> Result<Duration, String> {
     parse_duration(text).and_then(|d| team_file::check_heartbeat(d).map_err(|e| e.to_string()))
+}
+
+/// Parses a model server's API root (`--base-url`, `$OPENAI_BASE_URL`): an http(s) URL with a
+/// host, such as `http://127.0.0.1:8080/v1`; given back trimmed.
+pub(crate) fn parse_base_url(text: &str) -> Result<String, String> {
+    let url = text.trim();
+    let bad = || {
+        format!(
+            "`{url}` is not an http(s) URL; write it like https://api.openai.com/v1 or http://127.0.0.1:8080/v1"
+        )
+    };
+    let rest =
+        url.strip_prefix("http://").or_else(|| url.strip_prefix("https://")).ok_or_else(bad)?;
+    if rest.chars().any(|c| c.is_whitespace() || c.is_control() || c == '\\') {
+        return Err(bad());
+    }
+    let (host, port) = url_host(url).ok_or_else(bad)?;
+    let port_ok = port.is_none_or(|p| p.parse::<u16>().is_ok_and(|p| p > 0));
+    if host.is_empty() || !port_ok {
+        return Err(bad());
+    }
+    Ok(url.to_owned())
+}
+
+/// The host of an http(s) URL (without the brackets of an IPv6 address) and its port, if it
+/// gives one; `None` when it has no `scheme://`.
+pub(crate) fn url_host(url: &str) -> Option<(&str, Option<&str>)> {
+    let (_, rest) = url.split_once("://")?;
+    let authority = rest.split(['/', '?', '#', '\\']).next().unwrap_or_default();
+    // After the user information, if any (`user:password@host`).
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    if let Some(v6) = host_port.strip_prefix('[') {
+        let (host, after) = v6.split_once(']')?;
+        let port = match after {
+            "" => None,
+            _ => Some(after.strip_prefix(':')?),
+        };
+        return Some((host, port));
+    }
+    Some(match host_port.split_once(':') {
+        Some((host, port)) => (host, Some(port)),
+        None => (host_port, None),
+    })
+}
+
+/// Parses `--model`: a model name, not blank; given back trimmed.
+pub(crate) fn parse_model(text: &str) -> Result<String, String> {
+    let model = text.trim();
+    if model.is_empty() {
+        return Err(
+            "the model name is empty; give the name the server lists, such as gpt-4o-mini".into()
+        );
+    }
+    if model.chars().any(char::is_control) {
+        return Err("the model name holds a control character".into());
+    }
+    Ok(model.to_owned())
 }
 
 /// A run id names a directory: 1 to 100 ASCII letters, digits, `-`, `_` or `.`, not starting with `.`.

@@ -71,7 +71,8 @@ async fn exec_with(
     if let Some(heartbeat) = args.start.heartbeat {
         team.spec.heartbeat = heartbeat;
     }
-    run::check_reasoners(&team, args.start.reasoner.as_deref()).await?;
+    let flags = run::ModelFlags::of(&args.start);
+    run::check_reasoners(&team, args.start.reasoner.as_deref(), &flags).await?;
     let plan_text = team_file::exec_plan_toml(kind, objective, &inputs, &exec.executor)
         .map_err(|m| bad_input(anyhow!("inputs of the `{kind}` run: {m}")))?;
     let plan_path = PathBuf::from("(the exec plan)");

@@ -1,8 +1,16 @@
-//! Builds each agent's and each role's reasoner from the team file (and `--reasoner`), with the
-//! run's shared usage ledger and conversations. Every setting is checked here, before any agent
-//! runs: a missing key variable, a bad base URL, an unknown local model, a missing or damaged
-//! model file are errors that name the setting and say how to fix it; so is a task with goal
-//! steps (or only a goal) for a reasoner that does not plan ([`check_planning`]).
+//! Builds each agent's and each role's reasoner from the team file (and `--reasoner`,
+//! `--base-url`, `--model`: [`Overrides`]), with the run's shared usage ledger and
+//! conversations. Every setting is checked here, before any agent runs: a missing key variable,
+//! a bad base URL, an unknown local model, a missing or damaged model file are errors that name
+//! the setting and say how to fix it; so is a task with goal steps (or only a goal) for a
+//! reasoner that does not plan ([`check_planning`]).
+//!
+//! An `openai` reasoner finds its server and key as the official OpenAI clients do: the base URL
+//! is `--base-url`, else the team file's `base_url`, else `$OPENAI_BASE_URL` (as it was when the
+//! run started), else <https://api.openai.com/v1>; the key is read from the variable the team
+//! file's `api_key_env` names (default `OPENAI_API_KEY`). A server on loopback (`localhost`,
+//! 127.0.0.0/8, `::1`) needs no key: without one, no `Authorization` header is sent; any other
+//! server without a key is refused before the run.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -50,6 +58,36 @@ pub(crate) enum CheckError {
     Unavailable(agent_llm::ProviderError),
 }
 
+/// What the command line sets of every agent's and role's reasoner, over the team file's
+/// settings, and the environment's default server.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Overrides {
+    /// `--reasoner`: the kind.
+    pub(crate) kind: Option<ReasonerKind>,
+    /// `--base-url`: the server's API root.
+    pub(crate) base_url: Option<String>,
+    /// `--model`: the model (over the agents' and roles' own `model` too).
+    pub(crate) model: Option<String>,
+    /// `$OPENAI_BASE_URL` (as it was when the run started): the API root of the `openai`
+    /// reasoners that have none of their own.
+    pub(crate) openai_base_url: Option<String>,
+}
+
+/// The API root of OpenAI's own API, the `openai` reasoners' last default.
+pub(crate) const OPENAI_API: &str = "https://api.openai.com/v1";
+
+/// The variable the official OpenAI clients read the base URL from.
+pub(crate) const OPENAI_BASE_URL_VAR: &str = "OPENAI_BASE_URL";
+
+/// Whether `url` (an http(s) URL) names a server on this machine: `localhost`, an address of
+/// 127.0.0.0/8 or `::1`. Anything else, or anything that does not parse, is not.
+pub(crate) fn is_loopback(url: &str) -> bool {
+    let Some((host, _)) = crate::cli::url_host(url) else { return false };
+    let host = host.strip_suffix('.').unwrap_or(host);
+    host.eq_ignore_ascii_case("localhost")
+        || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
 /// Providers are shared by every agent with the same settings (one embedded model per run).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct ProviderKey {
@@ -61,11 +99,11 @@ struct ProviderKey {
     structured_output: agent_llm::StructuredOutput,
 }
 
-/// Builds the reasoners for `team`'s agents and roles. `kind_override` (from `--reasoner`)
-/// replaces every agent's and role's kind.
+/// Builds the reasoners for `team`'s agents and roles, with `overrides` (from `--reasoner`,
+/// `--base-url` and `--model`) over every agent's and role's settings.
 pub(crate) async fn build(
     team: &TeamFile,
-    kind_override: Option<ReasonerKind>,
+    overrides: &Overrides,
     store: &RunStore,
     boards: Arc<dyn Whiteboard>,
     tools: &ToolRegistry,
@@ -73,9 +111,9 @@ pub(crate) async fn build(
 ) -> Result<Reasoning, SettingError> {
     let settings_of = |id: Option<&AgentId>| -> ReasonerSettings {
         let s = id.and_then(|id| team.agent_reasoners.get(id)).unwrap_or(&team.default_reasoner);
-        overridden(s, kind_override)
+        overridden(s, overrides)
     };
-    let role_settings_of = |role: &str| role_settings(team, role, kind_override);
+    let role_settings_of = |role: &str| role_settings(team, role, overrides);
     let uses_model = |s: &ReasonerSettings| s.kind != ReasonerKind::RuleBased;
     let any_model = uses_model(&settings_of(None))
         || team.spec.agents.iter().any(|a| uses_model(&settings_of(Some(&a.config.id))))
@@ -109,14 +147,14 @@ pub(crate) async fn build(
             tools: tools.clone(),
             agent_tools,
             events: events.clone(),
-            providers: ProviderSet { providers: BTreeMap::new(), known, dry_run: false },
+            providers: ProviderSet::new(known, overrides, false),
         });
     }
     let default = make(&mut shared, &settings_of(None), None).await?;
     let mut per_agent = BTreeMap::new();
     for agent in &team.spec.agents {
         let id = &agent.config.id;
-        let own_model = agent.config.model.as_deref();
+        let own_model = own_model(overrides, agent.config.model.as_deref());
         if team.agent_reasoners.contains_key(id)
             || (own_model.is_some() && uses_model(&settings_of(Some(id))))
         {
@@ -128,7 +166,7 @@ pub(crate) async fn build(
     let mut per_role = BTreeMap::new();
     for role in team.spec.roles.roles() {
         let settings = role_settings_of(&role.name);
-        let own_model = role.model.as_deref();
+        let own_model = own_model(overrides, role.model.as_deref());
         if team.role_reasoners.contains_key(&role.name)
             || (own_model.is_some() && uses_model(&settings))
         {
@@ -138,21 +176,35 @@ pub(crate) async fn build(
     Ok(Reasoning { default, per_agent, per_role, ledger: shared.map(|s| s.ledger) })
 }
 
-/// `settings` with the kind `--reasoner` gives, if it gives one. Switching to the embedded
-/// model drops a `model` written for another kind: the embedded provider has one model, and
-/// a file written for a server (`model = "gpt-4o-mini"`) should run on it unchanged.
-fn overridden(
-    settings: &ReasonerSettings,
-    kind_override: Option<ReasonerKind>,
-) -> ReasonerSettings {
+/// `settings` with what the command line gives: the kind of `--reasoner`, the base URL of
+/// `--base-url`, the model of `--model`. Switching to the embedded model drops a `model`
+/// written for another kind: the embedded provider has one model, and a file written for a
+/// server (`model = "gpt-4o-mini"`) should run on it unchanged.
+fn overridden(settings: &ReasonerSettings, overrides: &Overrides) -> ReasonerSettings {
     let mut s = settings.clone();
-    if let Some(k) = kind_override {
+    if let Some(k) = overrides.kind {
         if k == ReasonerKind::Local && s.kind != ReasonerKind::Local {
             s.model = None;
         }
         s.kind = k;
     }
+    if let Some(url) = &overrides.base_url {
+        s.base_url = Some(url.clone());
+    }
+    if let Some(model) = &overrides.model {
+        s.model = Some(model.clone());
+    }
     s
+}
+
+/// An agent's or role's own `model`, unless `--model` gives every agent's.
+fn own_model<'a>(overrides: &Overrides, own: Option<&'a str>) -> Option<&'a str> {
+    if overrides.model.is_some() { None } else { own }
+}
+
+/// A kind override alone (what [`check_planning`] needs).
+fn kind_only(kind: Option<ReasonerKind>) -> Overrides {
+    Overrides { kind, ..Overrides::default() }
 }
 
 /// The reasoner settings of agent `id` (the default's if it has none of its own), with
@@ -162,17 +214,16 @@ fn agent_settings(
     id: &AgentId,
     kind_override: Option<ReasonerKind>,
 ) -> ReasonerSettings {
-    overridden(team.agent_reasoners.get(id).unwrap_or(&team.default_reasoner), kind_override)
+    overridden(
+        team.agent_reasoners.get(id).unwrap_or(&team.default_reasoner),
+        &kind_only(kind_override),
+    )
 }
 
 /// The reasoner settings of the agents of `role` (the default's if it has none of its own),
-/// with `kind_override`.
-fn role_settings(
-    team: &TeamFile,
-    role: &str,
-    kind_override: Option<ReasonerKind>,
-) -> ReasonerSettings {
-    overridden(team.role_reasoners.get(role).unwrap_or(&team.default_reasoner), kind_override)
+/// with `overrides`.
+fn role_settings(team: &TeamFile, role: &str, overrides: &Overrides) -> ReasonerSettings {
+    overridden(team.role_reasoners.get(role).unwrap_or(&team.default_reasoner), overrides)
 }
 
 /// Whether a reasoner of these settings plans and chooses its own tool calls
@@ -245,7 +296,7 @@ pub(crate) fn check_planning(
             .spec
             .roles
             .of_layer(AgentLayer::Bottom)
-            .any(|r| plans(&role_settings(team, &r.name, kind_override)));
+            .any(|r| plans(&role_settings(team, &r.name, &kind_only(kind_override))));
         if !executor_plans && !role_plans {
             return Err(refuse("every executor (and bottom role) has".to_owned()));
         }
@@ -253,7 +304,8 @@ pub(crate) fn check_planning(
     }
     for step in task.steps.iter().filter(|s| !s.is_scripted()) {
         if let Some(role) = &step.role {
-            if !role_has_kind(role) && !plans(&role_settings(team, role, kind_override)) {
+            if !role_has_kind(role) && !plans(&role_settings(team, role, &kind_only(kind_override)))
+            {
                 return Err(refuse(format!(
                     "the role `{role}`, which step `{}` asks for, has",
                     step.id
@@ -333,31 +385,30 @@ struct Shared {
     providers: ProviderSet,
 }
 
-/// Every setting of `team` (with `kind_override`) checked without building anything that
-/// lasts: keys present, URLs and models valid, the model file there and intact. Run before
-/// anything is written, so bad settings leave no run behind.
-pub(crate) async fn check(
-    team: &TeamFile,
-    kind_override: Option<ReasonerKind>,
-) -> Result<(), CheckError> {
-    let mut set = ProviderSet { providers: BTreeMap::new(), known: BTreeMap::new(), dry_run: true };
-    let with_override = |s: &ReasonerSettings| overridden(s, kind_override);
-    let default = with_override(&team.default_reasoner);
-    if default.kind != ReasonerKind::RuleBased {
-        set.get(&default, None).await?;
-    }
+/// Every setting of `team` (with `overrides`) checked without building anything that lasts:
+/// keys present, URLs and models valid, the model file there and intact, and `--base-url` or
+/// `--model` used by some agent. Run before anything is written, so bad settings leave no run
+/// behind.
+pub(crate) async fn check(team: &TeamFile, overrides: &Overrides) -> Result<(), CheckError> {
+    let mut set = ProviderSet::new(BTreeMap::new(), overrides, true);
+    let with_override = |s: &ReasonerSettings| overridden(s, overrides);
+    let mut all = vec![(with_override(&team.default_reasoner), None)];
     for agent in &team.spec.agents {
         let s = with_override(
             team.agent_reasoners.get(&agent.config.id).unwrap_or(&team.default_reasoner),
         );
-        if s.kind != ReasonerKind::RuleBased {
-            set.get(&s, agent.config.model.as_deref()).await?;
-        }
+        all.push((s, own_model(overrides, agent.config.model.as_deref())));
     }
     for role in team.spec.roles.roles() {
-        let s = role_settings(team, &role.name, kind_override);
+        all.push((
+            role_settings(team, &role.name, overrides),
+            own_model(overrides, role.model.as_deref()),
+        ));
+    }
+    unused_flags(overrides, all.iter().map(|(s, _)| s.kind))?;
+    for (s, own) in &all {
         if s.kind != ReasonerKind::RuleBased {
-            set.get(&s, role.model.as_deref()).await?;
+            set.get(s, *own).await?;
         }
     }
     // Ask each server once: does it serve the model, does it take the key, which structured
@@ -377,6 +428,33 @@ pub(crate) async fn check(
     Ok(())
 }
 
+/// Refuses `--base-url` when no agent or role talks to a server with it (every one is
+/// rule-based or the embedded model), and `--model` when none uses a model: a flag that would
+/// change nothing is a mistake to point out, not to ignore.
+fn unused_flags(
+    overrides: &Overrides,
+    kinds: impl Iterator<Item = ReasonerKind> + Clone,
+) -> Result<(), SettingError> {
+    let mut kinds = kinds;
+    let server = |k: &ReasonerKind| matches!(k, ReasonerKind::OpenAi | ReasonerKind::Anthropic);
+    let add = "add --reasoner openai (or anthropic), or give the team file's [reasoner] `kind`";
+    if let Some(url) = &overrides.base_url
+        && !kinds.clone().any(|k| server(&k))
+    {
+        return Err(SettingError(format!(
+            "--base-url {url}: no agent reasons with a model server (every one has the rule-based reasoner or the embedded model); {add}"
+        )));
+    }
+    if let Some(model) = &overrides.model
+        && !kinds.any(|k| k != ReasonerKind::RuleBased)
+    {
+        return Err(SettingError(format!(
+            "--model {model}: no agent reasons with a model (every one has the rule-based reasoner); {add}"
+        )));
+    }
+    Ok(())
+}
+
 /// The structured output modes the pre-run check learned, by provider: the run's providers
 /// (built later in the same process, which runs one run) start from them instead of asking
 /// again.
@@ -391,6 +469,8 @@ struct ProviderSet {
     providers: BTreeMap<ProviderKey, Arc<dyn Provider>>,
     /// The structured output modes the run's usage report holds, by `provider/model`.
     known: BTreeMap<String, agent_llm::ModeChoice>,
+    /// `$OPENAI_BASE_URL` as the run records it ([`Overrides::openai_base_url`]).
+    openai_base_url: Option<String>,
     /// Check only: the embedded model's file is verified but the model is not loaded.
     dry_run: bool,
 }
@@ -430,6 +510,31 @@ impl Shared {
 }
 
 impl ProviderSet {
+    fn new(
+        known: BTreeMap<String, agent_llm::ModeChoice>,
+        overrides: &Overrides,
+        dry_run: bool,
+    ) -> Self {
+        let openai_base_url = overrides.openai_base_url.clone();
+        Self { providers: BTreeMap::new(), known, openai_base_url, dry_run }
+    }
+
+    /// The API root of an `openai` reasoner with settings `s`: its own (`--base-url` or the
+    /// team file's), else `$OPENAI_BASE_URL`, else OpenAI's.
+    fn openai_base_url(&self, s: &ReasonerSettings) -> Result<String, SettingError> {
+        if let Some(url) = &s.base_url {
+            return Ok(url.clone());
+        }
+        match &self.openai_base_url {
+            Some(url) => crate::cli::parse_base_url(url).map_err(|e| {
+                SettingError(format!(
+                    "${OPENAI_BASE_URL_VAR}: {e} (it is the base URL of the `openai` reasoners without `base_url` or --base-url)"
+                ))
+            }),
+            None => Ok(OPENAI_API.to_owned()),
+        }
+    }
+
     async fn get(
         &mut self,
         s: &ReasonerSettings,
@@ -437,9 +542,13 @@ impl ProviderSet {
     ) -> Result<Option<Arc<dyn Provider>>, SettingError> {
         let kind = s.kind.as_str();
         let model = agent_model.map(str::to_owned).or_else(|| s.model.clone());
+        let base_url = match s.kind {
+            ReasonerKind::OpenAi => Some(self.openai_base_url(s)?),
+            _ => s.base_url.clone(),
+        };
         let key = ProviderKey {
             kind,
-            base_url: s.base_url.clone(),
+            base_url: base_url.clone(),
             model: model.clone().unwrap_or_default(),
             api_key_env: s.api_key_env.clone(),
             timeout_ms: s.request_timeout.map(|t| t.as_millis()),
@@ -454,11 +563,13 @@ impl ProviderSet {
             }
             ReasonerKind::OpenAi => {
                 let model = need_model(kind, model, "gpt-4o-mini")?;
-                let mut config = OpenAiConfig::new(
-                    s.base_url.clone().unwrap_or_else(|| "https://api.openai.com/v1".into()),
-                    model,
-                );
-                config.api_key = api_key(s, "OPENAI_API_KEY")?;
+                let base_url = base_url.unwrap_or_else(|| OPENAI_API.to_owned());
+                // As the official clients: the named variable, else OPENAI_API_KEY, whatever
+                // the server.
+                let var = s.api_key_env.as_deref().unwrap_or("OPENAI_API_KEY");
+                let api_key = api_key(s, Some(var), &base_url)?;
+                let mut config = OpenAiConfig::new(base_url, model);
+                config.api_key = api_key;
                 if let Some(t) = s.request_timeout {
                     config.timeout = t;
                 }
@@ -480,7 +591,13 @@ impl ProviderSet {
                 if let Some(url) = &s.base_url {
                     config.base_url = url.clone();
                 }
-                config.api_key = api_key(s, "ANTHROPIC_API_KEY")?;
+                // Without `api_key_env`, Anthropic's variable only for Anthropic's own API.
+                let var = match (&s.api_key_env, &s.base_url) {
+                    (Some(v), _) => Some(v.as_str()),
+                    (None, None) => Some("ANTHROPIC_API_KEY"),
+                    (None, Some(_)) => None,
+                };
+                config.api_key = api_key(s, var, &config.base_url)?;
                 if let Some(t) = s.request_timeout {
                     config.timeout = t;
                 }
@@ -502,24 +619,25 @@ impl ProviderSet {
 fn need_model(kind: &str, model: Option<String>, example: &str) -> Result<String, SettingError> {
     model.ok_or_else(|| {
         SettingError(format!(
-            "reasoner kind \"{kind}\" needs a model: set `model = \"{example}\"` in the team file's [reasoner] table or on the agent"
+            "reasoner kind \"{kind}\" needs a model: give --model NAME, or set `model = \"{example}\"` in the team file's [reasoner] table or on the agent"
         ))
     })
 }
 
-/// The key from the environment variable the settings name. Without `api_key_env`, the
-/// vendor's variable is used only for the vendor's own API (no `base_url`): a key is never
-/// sent to a server the user did not name it for.
-fn api_key(s: &ReasonerSettings, vendor_var: &str) -> Result<Option<String>, SettingError> {
-    let var = match (&s.api_key_env, &s.base_url) {
-        (Some(v), _) => v.as_str(),
-        (None, None) => vendor_var,
-        (None, Some(_)) => return Ok(None),
-    };
+/// The key for the server at `base_url`, from the environment variable `var` (`None`: no
+/// variable, no key). A server on loopback needs none: without the variable, no key is sent.
+/// Any other server without one is refused, naming the variable.
+fn api_key(
+    s: &ReasonerSettings,
+    var: Option<&str>,
+    base_url: &str,
+) -> Result<Option<String>, SettingError> {
+    let Some(var) = var else { return Ok(None) };
     match agent_core::secrets::register_env(var) {
         Some(v) if !v.trim().is_empty() => Ok(Some(v)),
+        _ if is_loopback(base_url) => Ok(None),
         _ => Err(SettingError(format!(
-            "reasoner kind \"{}\": the environment variable {var} (api_key_env) is not set; export it with your API key, or name another variable with `api_key_env` in the team file",
+            "reasoner kind \"{}\": the environment variable {var} (api_key_env) is not set, and {base_url} is not on loopback; export it with your API key, or name another variable with `api_key_env` in the team file (a server on this machine, such as http://127.0.0.1:8080/v1, needs none)",
             s.kind.as_str()
         ))),
     }
@@ -569,7 +687,7 @@ fn check_local_model(model: Option<&str>) -> Result<(), SettingError> {
         None => Ok(()),
         Some(m) if m == local => Ok(()),
         Some(m) => Err(SettingError(format!(
-            "unknown local model `{m}`: the embedded provider runs `{local}` only; remove `model` or set it to \"{local}\""
+            "unknown local model `{m}`: the embedded provider runs `{local}` only; remove `model` (or --model) or set it to \"{local}\""
         ))),
     }
 }
@@ -583,7 +701,7 @@ mod tests {
     use agent_core::tools::ToolRegistry;
     use team_file::{ReasonerKind, ReasonerSettings, TeamFile};
 
-    use super::{check_planning, overridden};
+    use super::{Overrides, check_planning, is_loopback, kind_only, overridden};
 
     /// Two leads: `docs` with a researcher (kind) and a plain executor, `notes` with a writer
     /// (kind) only; and a bottom role with a kind.
@@ -691,17 +809,69 @@ tools = ["read_file"]
         let mut server = team_file::default_team().default_reasoner;
         server.kind = ReasonerKind::OpenAi;
         server.model = Some("gpt-4o-mini".into());
-        let local = overridden(&server, Some(ReasonerKind::Local));
+        let local = overridden(&server, &kind_only(Some(ReasonerKind::Local)));
         assert_eq!((local.kind, local.model), (ReasonerKind::Local, None));
         // Another server kind keeps the model; no override keeps everything.
-        let other = overridden(&server, Some(ReasonerKind::Anthropic));
+        let other = overridden(&server, &kind_only(Some(ReasonerKind::Anthropic)));
         assert_eq!(other.model.as_deref(), Some("gpt-4o-mini"));
-        let same: ReasonerSettings = overridden(&server, None);
+        let same: ReasonerSettings = overridden(&server, &Overrides::default());
         assert_eq!(same, server);
         // A file that says `local` itself keeps its (checked) model name.
         let mut embedded = server.clone();
         embedded.kind = ReasonerKind::Local;
         embedded.model = Some("gemma-3-270m-q4_k_m".into());
-        assert_eq!(overridden(&embedded, Some(ReasonerKind::Local)).model, embedded.model);
+        assert_eq!(
+            overridden(&embedded, &kind_only(Some(ReasonerKind::Local))).model,
+            embedded.model
+        );
+    }
+
+    #[test]
+    fn base_url_and_model_flags_override_every_setting_and_keep_the_rest() {
+        let mut file = team_file::default_team().default_reasoner;
+        file.kind = ReasonerKind::OpenAi;
+        file.base_url = Some("http://10.0.0.5:8000/v1".into());
+        file.model = Some("from-the-file".into());
+        file.api_key_env = Some("MY_KEY".into());
+        let flags = Overrides {
+            kind: Some(ReasonerKind::OpenAi),
+            base_url: Some("http://127.0.0.1:9/v1".into()),
+            model: Some("from-the-flag".into()),
+            openai_base_url: Some("http://192.0.2.1/v1".into()),
+        };
+        let s = overridden(&file, &flags);
+        assert_eq!(s.base_url.as_deref(), Some("http://127.0.0.1:9/v1"));
+        assert_eq!(s.model.as_deref(), Some("from-the-flag"));
+        assert_eq!(s.api_key_env.as_deref(), Some("MY_KEY"));
+        // `--model` is kept on the embedded model too (and checked there).
+        let local = overridden(&file, &Overrides { kind: Some(ReasonerKind::Local), ..flags });
+        assert_eq!(local.model.as_deref(), Some("from-the-flag"));
+    }
+
+    #[test]
+    fn loopback_is_localhost_127_slash_8_and_ipv6_one_only() {
+        for url in [
+            "http://127.0.0.1:8080/v1",
+            "http://127.3.4.5/v1",
+            "http://localhost:11434/v1",
+            "https://LOCALHOST./v1",
+            "http://[::1]:8000/v1",
+            "http://user:pw@127.0.0.1:1/v1",
+        ] {
+            assert!(is_loopback(url), "{url}");
+        }
+        for url in [
+            "https://api.openai.com/v1",
+            "http://10.0.0.5:8000/v1",
+            "http://127.0.0.1.example.com/v1",
+            "http://localhost.example.com/v1",
+            "http://127.0.0.1@example.com/v1",
+            "http://example.com\\@127.0.0.1/v1",
+            "http://[::2]/v1",
+            "http://0.0.0.0:8080/v1",
+            "not a url",
+        ] {
+            assert!(!is_loopback(url), "{url}");
+        }
     }
 }

@@ -66,6 +66,9 @@ pub(crate) struct RunInfo {
     /// The reasoner override given on the command line, if any.
     #[serde(default)]
     pub(crate) reasoner: Option<String>,
+    /// `--base-url` and `--model`, and `$OPENAI_BASE_URL`, as the run started with them.
+    #[serde(flatten)]
+    pub(crate) flags: ModelFlags,
     /// When the run started (ms since the epoch).
     pub(crate) started_at: u64,
     /// When it ended, if it did.
@@ -88,6 +91,35 @@ pub(crate) struct RunInfo {
     /// (`--local`); `resume` keeps it so.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub(crate) local: bool,
+}
+
+/// What a run's agents reason with beside `--reasoner`, kept in `run.json` so that `resume`
+/// and the workers of a placed run use the same: `--base-url`, `--model`, and
+/// `$OPENAI_BASE_URL` as it was when the run started (a resume in another shell, or a worker on
+/// another machine, reaches the same server).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ModelFlags {
+    /// `--base-url`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) base_url: Option<String>,
+    /// `--model`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) model: Option<String>,
+    /// `$OPENAI_BASE_URL` (not blank) when the run started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) openai_base_url: Option<String>,
+}
+
+impl ModelFlags {
+    /// The flags of a new run (or `exec`), with `$OPENAI_BASE_URL` read now.
+    pub(crate) fn of(args: &StartArgs) -> Self {
+        let env = std::env::var(reasoners::OPENAI_BASE_URL_VAR).ok();
+        Self {
+            base_url: args.base_url.clone(),
+            model: args.model.clone(),
+            openai_base_url: env.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty()),
+        }
+    }
 }
 
 impl RunStatus {
@@ -160,6 +192,14 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
             let team = team_file::parse_team(path, &text, &tools).map_err(bad_input)?;
             (path.clone(), text, team, tools)
         }
+        // A goal is planned into roles: the goal example's powers and roles, with the
+        // reasoner the command line gives.
+        None if args.goal.is_some() => {
+            let path = PathBuf::from("(the built-in goal team)");
+            let text = goal_team_toml();
+            let team = team_file::parse_team(&path, &text, &builtins).map_err(bad_input)?;
+            (path, text, team, builtins)
+        }
         None => (
             PathBuf::from("(the default team)"),
             team_file::example_team_toml().to_owned(),
@@ -181,7 +221,7 @@ async fn run_with(
     if let Some(heartbeat) = args.start.heartbeat {
         team.spec.heartbeat = heartbeat;
     }
-    check_reasoners(&team, args.start.reasoner.as_deref()).await?;
+    check_reasoners(&team, args.start.reasoner.as_deref(), &ModelFlags::of(&args.start)).await?;
     let (plan_path, plan_text, task) = match (&args.plan, &args.goal) {
         (_, Some(goal)) => {
             let (text, task) = goal_plan(goal, &team, &tools)?;
@@ -342,6 +382,7 @@ async fn start_as(prepared: Prepared, args: &StartArgs, run_id: String) -> Resul
         workspace,
         heartbeat_ms: u64::try_from(team.spec.heartbeat.as_millis()).unwrap_or(u64::MAX),
         reasoner: args.reasoner.clone(),
+        flags: ModelFlags::of(args),
         started_at: now_ms(),
         finished_at: None,
         status: RunStatus::Running,
@@ -487,6 +528,39 @@ fn goal_plan(goal: &str, team: &TeamFile, tools: &ToolRegistry) -> Result<(Strin
     Ok((text, task))
 }
 
+/// The goal example (`examples/goal/team.toml`), from which the built-in goal team is made.
+const GOAL_EXAMPLE: &str = include_str!("../../../examples/goal/team.toml");
+
+/// The team of `strata run --goal` without `--team`: the goal example's three powers and
+/// `[[roles]]` (its settings too), without its opening comment and its `[reasoner]` table, so
+/// that the reasoner is the rule-based default unless `--reasoner`, `--base-url` and `--model`
+/// say otherwise (a goal on the rule-based reasoner is refused). Stored in the run as its
+/// `team.toml`, which `resume` reads back.
+pub(crate) fn goal_team_toml() -> String {
+    let mut text = String::from(
+        "# The built-in goal team of `strata run --goal` without --team: the powers and roles of\n\
+         # examples/goal/team.toml, without its [reasoner] table (the command line gives it).\n\n",
+    );
+    let mut opening = true;
+    let mut in_reasoner = false;
+    for line in GOAL_EXAMPLE.lines() {
+        let trimmed = line.trim();
+        if opening && (trimmed.is_empty() || trimmed.starts_with('#')) {
+            continue;
+        }
+        opening = false;
+        if trimmed.starts_with('[') {
+            let header = trimmed.split('#').next().unwrap_or_default().trim();
+            in_reasoner = header == "[reasoner]";
+        }
+        if !in_reasoner {
+            text.push_str(line);
+            text.push('\n');
+        }
+    }
+    text
+}
+
 /// The task id of a goal in words: `goal-` and its first words, such as
 /// `goal-write-a-readme-for-the`: the same for the same goal, and readable in the run id that
 /// starts with it (which adds the time and a random suffix).
@@ -596,7 +670,7 @@ async fn resume_with(
     check_planning(&team, info.reasoner.as_deref(), &task)?;
     // Keys, URLs, models and the model file are checked again: the environment may have
     // changed since the run started. Nothing is marked running before they pass.
-    check_reasoners(&team, info.reasoner.as_deref()).await?;
+    check_reasoners(&team, info.reasoner.as_deref(), &info.flags).await?;
     let sandbox = sandbox(&team, args.unsandboxed)?.hide(data_dir(&args.data)).hide(&dir);
     // A run on NATS: its server must answer and hold the run before it is marked running.
     // With live workers of this version there, its agents are placed on them again.
@@ -813,6 +887,7 @@ fn placed_spec(team_text: &str, info: &RunInfo, dir: &Path) -> serde_json::Value
     serde_json::to_value(crate::worker::PlacedSpec {
         team: team_text.to_owned(),
         reasoner: info.reasoner.clone(),
+        flags: info.flags.clone(),
         unsandboxed: info.unsandboxed,
         workspace: Some(info.workspace.clone()),
         goal: info.goal.clone(),
@@ -832,10 +907,25 @@ fn reasoner_kind(kind: Option<&str>) -> Result<Option<ReasonerKind>, Failure> {
     .transpose()
 }
 
-/// Every reasoner setting of `team` (with `--reasoner kind`), checked before anything is
-/// written or marked: a wrong setting is bad input, a server that cannot answer now is not.
-pub(crate) async fn check_reasoners(team: &TeamFile, kind: Option<&str>) -> Result<(), Failure> {
-    match reasoners::check(team, reasoner_kind(kind)?).await {
+/// What `--reasoner kind` and `flags` set over the team file's reasoner settings.
+fn overrides(kind: Option<&str>, flags: &ModelFlags) -> Result<reasoners::Overrides, Failure> {
+    Ok(reasoners::Overrides {
+        kind: reasoner_kind(kind)?,
+        base_url: flags.base_url.clone(),
+        model: flags.model.clone(),
+        openai_base_url: flags.openai_base_url.clone(),
+    })
+}
+
+/// Every reasoner setting of `team` (with `--reasoner kind` and `flags`), checked before
+/// anything is written or marked: a wrong setting is bad input, a server that cannot answer
+/// now is not.
+pub(crate) async fn check_reasoners(
+    team: &TeamFile,
+    kind: Option<&str>,
+    flags: &ModelFlags,
+) -> Result<(), Failure> {
+    match reasoners::check(team, &overrides(kind, flags)?).await {
         Ok(()) => Ok(()),
         Err(e @ reasoners::CheckError::Setting(_)) => Err(bad_input(e)),
         Err(e @ reasoners::CheckError::Unavailable(_)) => Err(Failure::Other(e.into())),
@@ -953,13 +1043,13 @@ pub(crate) async fn services(
     sandbox: Sandbox,
     journal: PathBuf,
 ) -> Result<(TeamServices, Option<Arc<UsageLedger>>), Failure> {
-    let kind_override = reasoner_kind(info.reasoner.as_deref())?;
+    let overrides = overrides(info.reasoner.as_deref(), &info.flags)?;
     let Stores { bus, boards, governance, audit, state, nats_audit: _ } = stores;
     // MCP servers running outside the sandbox are on the record.
     crate::mcp::audit_opt_outs(team, info.unsandboxed, audit.as_ref()).await?;
     // The team's event stream: the model reasoners publish their answers on it as they stream.
     let events = agent_core::EventHub::default();
-    let reasoning = reasoners::build(team, kind_override, store, boards.clone(), &tools, &events)
+    let reasoning = reasoners::build(team, &overrides, store, boards.clone(), &tools, &events)
         .await
         .map_err(bad_input)?;
     let mut context = ToolContext::new(&info.workspace)

@@ -38,6 +38,9 @@ pub(crate) struct PlacedSpec {
     pub(crate) team: String,
     /// `--reasoner`, if given.
     pub(crate) reasoner: Option<String>,
+    /// `--base-url`, `--model` and `$OPENAI_BASE_URL` as the run started with them.
+    #[serde(flatten)]
+    pub(crate) flags: crate::run::ModelFlags,
     /// `--unsandboxed`: the workers run `shell` commands without the sandbox too.
     pub(crate) unsandboxed: bool,
     /// The run's workspace where it was started: a worker without `--workspace` works there
@@ -238,7 +241,7 @@ impl CliBuilder {
         let mut team =
             team_file::parse_team(&team_path, &placed.team, &tools).map_err(bad_input)?;
         team.spec.heartbeat = Duration::from_millis(run.heartbeat_ms);
-        crate::run::check_reasoners(&team, placed.reasoner.as_deref()).await?;
+        crate::run::check_reasoners(&team, placed.reasoner.as_deref(), &placed.flags).await?;
         let unsandboxed = placed.unsandboxed || self.unsandboxed;
         let sandbox = crate::run::sandbox(&team, unsandboxed)?.hide(&self.data);
         let server = self.server.with_namespace(&run.run_id).map_err(bad_input)?;
@@ -250,6 +253,7 @@ impl CliBuilder {
             workspace,
             heartbeat_ms: run.heartbeat_ms,
             reasoner: placed.reasoner.clone(),
+            flags: placed.flags.clone(),
             started_at: now_ms(),
             finished_at: None,
             status: RunStatus::Running,

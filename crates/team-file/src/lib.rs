@@ -108,12 +108,14 @@
 //! forbid_tools = []         # rule-based: top powers veto plans using these tools, e.g. ["shell"]
 //! prefer = ["option-a"]     # rule-based: in arbitration, vote for the first of these
 //! base_url = "http://127.0.0.1:11434/v1"   # openai/anthropic: default the vendor's API
+//!                           # (openai: $OPENAI_BASE_URL first); --base-url overrides it
 //! model = "gpt-4o-mini"     # openai/anthropic: required here or on each agent; local:
 //!                           # "gemma-3-270m-q4_k_m" (the only one)
 //! stream = true             # model reasoners: answers stream and show as they are written
 //!                           # (live view, --json); default true; usage is exact either way
 //! api_key_env = "OPENAI_API_KEY"   # the variable holding the key (never the key itself);
-//!                           # default OPENAI_API_KEY / ANTHROPIC_API_KEY when no base_url is set
+//!                           # default OPENAI_API_KEY (anthropic: ANTHROPIC_API_KEY when no
+//!                           # base_url is set); a server on loopback needs none
 //! request_timeout = "120s"  # one model call
 //! max_tokens = 512          # most tokens one decision may generate
 //! structured_output = "auto"  # openai/anthropic: how JSON answers are asked for: "auto"

@@ -120,7 +120,8 @@ pub struct ReasonerSettings {
     pub forbid_tools: Vec<String>,
     /// Options to vote for first in arbitration.
     pub prefer: Vec<String>,
-    /// For `openai` and `anthropic`: the API's base URL (default: the vendor's).
+    /// For `openai` and `anthropic`: the API's base URL (default: the vendor's; for `openai`,
+    /// `$OPENAI_BASE_URL` first, as the official clients read it).
     pub base_url: Option<String>,
     /// The model (an agent's own `model` wins).
     pub model: Option<String>,

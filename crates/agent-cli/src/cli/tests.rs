@@ -15,3 +15,39 @@ fn heartbeat_flag_takes_the_team_file_range() {
         assert!(err.contains("out of range; use 10ms to 1h"), "{bad}: {err}");
     }
 }
+
+/// `--base-url` takes an http(s) URL with a host (and a port that is one), as the team file's
+/// `base_url`; `--model` a name that is not blank.
+#[test]
+fn base_url_and_model_flags_take_only_what_can_be_used() {
+    for good in [
+        "http://127.0.0.1:8080/v1",
+        "https://api.openai.com/v1",
+        " http://localhost:11434/v1 ",
+        "http://[::1]:8000/v1",
+        "http://user:pw@10.0.0.5/v1",
+    ] {
+        assert_eq!(super::parse_base_url(good), Ok(good.trim().to_owned()), "{good}");
+    }
+    for bad in [
+        "",
+        "not a url",
+        "localhost:8080",
+        "ftp://127.0.0.1/v1",
+        "http://",
+        "http:///v1",
+        "http://:8080/v1",
+        "http://127.0.0.1:99999/v1",
+        "http://127.0.0.1:0/v1",
+        "http://[::1/v1",
+        "http://host name/v1",
+        "http://a\\b/v1",
+    ] {
+        let err = super::parse_base_url(bad).unwrap_err();
+        assert!(err.contains("is not an http(s) URL"), "{bad}: {err}");
+    }
+    assert_eq!(super::parse_model(" gpt-4o-mini "), Ok("gpt-4o-mini".to_owned()));
+    for bad in ["", "   ", "a\nb"] {
+        assert!(super::parse_model(bad).is_err(), "{bad:?}");
+    }
+}

@@ -111,6 +111,7 @@ async fn a_lagged_event_stream_loses_no_record() {
         workspace: tmp.path().to_path_buf(),
         heartbeat_ms: 100,
         reasoner: None,
+        flags: Default::default(),
         started_at: crate::run::now_ms(),
         finished_at: None,
         status: RunStatus::Running,

@@ -132,22 +132,26 @@ fn the_hello_plan_runs_through_llama_cpp_python_which_takes_json_object_only() {
             }
         })
         .collect();
+    // The server and model come from the command line (`--base-url`, `--model`), as the README
+    // shows; the team file says only that the model is small (the README's `small_model`).
     let team = team.replace(
         "kind = \"rule-based\"",
-        &format!(
-            "kind = \"openai\"\nbase_url = \"{}\"\nmodel = \"gemma-3-270m\"\nsmall_model = true\nmax_tokens = 256",
-            server.base_url()
-        ),
+        "kind = \"rule-based\"\nsmall_model = true\nmax_tokens = 256",
     );
     // The model runs on the CPU beside the other tests: a call may take a while.
     s.write("team.toml", &format!("{team}\n[timeouts]\nturn_ms = 600000\nreasoning_ms = 600000\n"));
-    let out = s.strata(&[
+    let base_url = server.base_url();
+    let args = [
         "run",
         "plan.toml",
         "--team",
         "team.toml",
         "--reasoner",
         "openai",
+        "--base-url",
+        &base_url,
+        "--model",
+        "gemma-3-270m",
         "--heartbeat",
         "1s",
         "--data",
@@ -157,7 +161,11 @@ fn the_hello_plan_runs_through_llama_cpp_python_which_takes_json_object_only() {
         "--run-id",
         "r1",
         "--quiet",
-    ]);
+    ];
+    // No key: the server is on loopback.
+    let mut command = s.command(&args);
+    command.env_remove("OPENAI_API_KEY").env_remove("OPENAI_BASE_URL");
+    let out = crate::support::Out::of(&args, &mut command);
     out.code(0).stdout_has(&["task `hello` succeeded"]);
     assert_eq!(s.read("W/hello.txt"), "hello, strata\n");
     assert_eq!(s.read("W/notes/plan.md"), "# Plan\n- greet\n- measure\n");

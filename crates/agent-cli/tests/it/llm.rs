@@ -340,8 +340,9 @@ fn bad_reasoner_settings_exit_2_naming_the_setting_and_write_nothing() {
     let server = FakeLlm::start(Mode::Sensible);
     let url = server.openai_url();
 
-    // The key's variable is not set.
-    let s = scratch(&team(&openai(&server), ""));
+    // The key's variable is not set, for a server not on loopback (one on loopback needs none).
+    let remote = openai(&server).replace(&url, "https://llm.example.invalid/v1");
+    let s = scratch(&team(&remote, ""));
     refused(&s, &server, &[], false, &[KEY_VAR, "api_key_env", "not set"]);
 
     // A base URL that is not one.

@@ -22,6 +22,7 @@ mod injection;
 mod inputs;
 mod inspection;
 mod interrupt;
+mod knobs;
 mod llama_server;
 mod llm;
 #[cfg(feature = "local")]
