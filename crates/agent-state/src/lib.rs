@@ -101,8 +101,8 @@ pub use task::{
     SubtaskResult, Task, TaskFailure, TaskOutcome, WorkPackage,
 };
 pub use timeouts::{
-    DEFAULT_REASONING_MS, DEFAULT_SUBTASK_MS, DEFAULT_TASK_MS, DEFAULT_TOOL_MS, DEFAULT_TURN_MS,
-    Limit, LimitError, LimitPhase, MAX_LIMIT_MS, SOFT_LIMIT_PERCENT, SoftLimitError, Timeouts,
-    check_limit, check_soft, default_soft_ms, limit_phase, soft_limit,
+    DEFAULT_REASONING_MS, DEFAULT_SILENCE_MS, DEFAULT_SUBTASK_MS, DEFAULT_TASK_MS, DEFAULT_TOOL_MS,
+    DEFAULT_TURN_MS, Limit, LimitError, LimitPhase, MAX_LIMIT_MS, SOFT_LIMIT_PERCENT,
+    SoftLimitError, Timeouts, check_limit, check_soft, default_soft_ms, limit_phase, soft_limit,
 };
 pub use version::{DecodeError, EncodeError, Stored, Versioned, decode, encode};

@@ -1,8 +1,22 @@
-//! The five time limits of a team (its `[timeouts]`): how long one tool call, one reasoning
-//! call, one heartbeat turn, one subtask and one task may take, with their defaults and the
-//! check that refuses a zero or absurd value. Pure data: the runtime measures them on its
-//! clock and reports a limit hit as [`TaskFailure::TimedOut`](crate::TaskFailure) (a subtask or
-//! a task) or an error of the call (a tool call, a reasoning call, a turn).
+//! The six time limits of a team (its `[timeouts]`): how long one tool call, one reasoning
+//! call, one heartbeat turn, one subtask and one task may take, and how long a reasoning call
+//! may go without producing anything (its silence), with their defaults and the check that
+//! refuses a zero or absurd value. Pure data: the runtime measures them on its clock and
+//! reports a limit hit as [`TaskFailure::TimedOut`](crate::TaskFailure) (a subtask or a task)
+//! or an error of the call (a tool call, a reasoning call, a turn).
+//!
+//! **Silence and totals.** A model call on a slow machine is not a 30 s affair. Measured on a
+//! 2-core machine under load (a debug build, as `cargo run` and the tests have it), the
+//! embedded Gemma 3 270M read a 763-token planning prompt at 77 tokens a second and wrote at
+//! 7.8 tokens a second: 20 s for an 80-token plan, and about 5 minutes for a planning answer of
+//! the full 2 048 tokens after a 4 096-token prompt; a llama.cpp server there reads about 100
+//! tokens a second (10 s per 1 000). What tells a working call from a wedged one is whether it
+//! still produces anything: a reasoning call with no token (for the embedded model: no token
+//! and no 512-token prompt batch read, 7 s apart at most at those rates) for `silence_ms` is
+//! cut, while one still producing runs on to its total, `reasoning_ms`, and its turn to
+//! `turn_ms`. The totals are backstops sized from those rates (see [`DEFAULT_SILENCE_MS`],
+//! [`DEFAULT_REASONING_MS`], [`DEFAULT_TURN_MS`]); what a run may spend is the budget's to
+//! bound (`[budget]`).
 //!
 //! **Soft limits.** A tool call, a heartbeat turn and a task also have a soft limit
 //! (`tool_soft_ms`, `turn_soft_ms`, `task_soft_ms`), as the executor's runs have (seed 002):
@@ -16,17 +30,29 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::DEFAULT_TIMEOUT_MS;
-
 /// Default longest tool call: 10 minutes (a build or a test run through `shell`; a `shell`
 /// call asking for more is cut at this limit).
 pub const DEFAULT_TOOL_MS: u64 = 600_000;
 /// Default longest reasoning call (one decision of the reasoner, its provider's retries
-/// included): 2 minutes.
-pub const DEFAULT_REASONING_MS: u64 = 120_000;
-/// Default longest heartbeat turn: seed 000's task timeout, 30 s (an agent's own
-/// `timeout_ms` overrides it).
-pub const DEFAULT_TURN_MS: u64 = DEFAULT_TIMEOUT_MS;
+/// included) while it keeps producing tokens: 20 minutes. A backstop, not a guess at a call's
+/// length: a call that stops producing is cut by [`DEFAULT_SILENCE_MS`] long before. Sized from
+/// the rates measured for the embedded model on 2 cores (see the [module](self)): a planning
+/// answer of the full 2 048 tokens after a 4 096-token prompt takes
+/// 4 096 / 77 + 2 048 / 7.8 ≈ 315 s, so 20 minutes hold nearly four such attempts.
+pub const DEFAULT_REASONING_MS: u64 = 1_200_000;
+/// Default longest silence of a reasoning call: 2 minutes without a token (for the embedded
+/// model: without a token or a batch of the prompt read) and the call is cut, as a transient
+/// timeout. The longest silence of a working call is before its first token, while its server
+/// reads the prompt: at 100 tokens a second (a llama.cpp server on 2 cores) 2 minutes cover a
+/// 12 000-token prompt, at the 77 measured for the embedded model 9 000; the embedded model
+/// reports each 512-token batch of its prompt, so it is silent 7 s at most while it works.
+pub const DEFAULT_SILENCE_MS: u64 = 120_000;
+/// Default longest heartbeat turn: 30 minutes (an agent's own `timeout_ms` overrides it). A
+/// backstop for a turn that keeps working: one turn may hold a planning call and its repair,
+/// each cut when silent for [`DEFAULT_SILENCE_MS`] and bounded by [`DEFAULT_REASONING_MS`].
+/// Seed 000's 30 s ([`DEFAULT_TIMEOUT_MS`](crate::DEFAULT_TIMEOUT_MS)) stays the default of
+/// an agent configured outside a team file.
+pub const DEFAULT_TURN_MS: u64 = 1_800_000;
 /// Default longest subtask (an executor's whole tool loop, across heartbeats): 30 minutes.
 pub const DEFAULT_SUBTASK_MS: u64 = 1_800_000;
 /// Default longest task, from its submission: 2 hours.
@@ -38,7 +64,7 @@ pub const MAX_LIMIT_MS: u64 = 7 * 24 * 3_600_000;
 /// A soft limit left out is this share of its hard limit, in percent: half.
 pub const SOFT_LIMIT_PERCENT: u64 = 50;
 
-/// Which of the five limits.
+/// Which of the six limits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Limit {
@@ -46,6 +72,8 @@ pub enum Limit {
     Tool,
     /// One reasoning call.
     Reasoning,
+    /// The longest a reasoning call may go without producing anything (a token, a prompt batch).
+    Silence,
     /// One heartbeat turn of an agent.
     Turn,
     /// One subtask: an executor's tool loop from its start, across heartbeats.
@@ -55,15 +83,16 @@ pub enum Limit {
 }
 
 impl Limit {
-    /// All five, in the order of the `[timeouts]` table.
-    pub const ALL: [Limit; 5] =
-        [Limit::Tool, Limit::Reasoning, Limit::Turn, Limit::Subtask, Limit::Task];
+    /// All six, in the order of the `[timeouts]` table.
+    pub const ALL: [Limit; 6] =
+        [Limit::Tool, Limit::Reasoning, Limit::Silence, Limit::Turn, Limit::Subtask, Limit::Task];
 
     /// Its key in a team file's `[timeouts]` table, such as `tool_ms`.
     pub fn key(self) -> &'static str {
         match self {
             Limit::Tool => "tool_ms",
             Limit::Reasoning => "reasoning_ms",
+            Limit::Silence => "silence_ms",
             Limit::Turn => "turn_ms",
             Limit::Subtask => "subtask_ms",
             Limit::Task => "task_ms",
@@ -82,7 +111,7 @@ impl Limit {
             Limit::Tool => Some("tool_soft_ms"),
             Limit::Turn => Some("turn_soft_ms"),
             Limit::Task => Some("task_soft_ms"),
-            Limit::Reasoning | Limit::Subtask => None,
+            Limit::Reasoning | Limit::Silence | Limit::Subtask => None,
         }
     }
 
@@ -91,6 +120,7 @@ impl Limit {
         match self {
             Limit::Tool => DEFAULT_TOOL_MS,
             Limit::Reasoning => DEFAULT_REASONING_MS,
+            Limit::Silence => DEFAULT_SILENCE_MS,
             Limit::Turn => DEFAULT_TURN_MS,
             Limit::Subtask => DEFAULT_SUBTASK_MS,
             Limit::Task => DEFAULT_TASK_MS,
@@ -103,6 +133,7 @@ impl fmt::Display for Limit {
         f.write_str(match self {
             Limit::Tool => "tool call",
             Limit::Reasoning => "reasoning call",
+            Limit::Silence => "reasoning call's silence",
             Limit::Turn => "heartbeat turn",
             Limit::Subtask => "subtask",
             Limit::Task => "task",
@@ -204,6 +235,8 @@ pub struct Timeouts {
     pub tool_ms: u64,
     /// Longest reasoning call ([`DEFAULT_REASONING_MS`]).
     pub reasoning_ms: u64,
+    /// Longest a reasoning call may go without producing anything ([`DEFAULT_SILENCE_MS`]).
+    pub silence_ms: u64,
     /// Longest heartbeat turn of an agent without its own `timeout_ms` ([`DEFAULT_TURN_MS`]).
     pub turn_ms: u64,
     /// Longest subtask, from its start ([`DEFAULT_SUBTASK_MS`]).
@@ -229,6 +262,7 @@ impl Default for Timeouts {
         Self {
             tool_ms: DEFAULT_TOOL_MS,
             reasoning_ms: DEFAULT_REASONING_MS,
+            silence_ms: DEFAULT_SILENCE_MS,
             turn_ms: DEFAULT_TURN_MS,
             subtask_ms: DEFAULT_SUBTASK_MS,
             task_ms: DEFAULT_TASK_MS,
@@ -245,6 +279,7 @@ impl Timeouts {
         match limit {
             Limit::Tool => self.tool_ms,
             Limit::Reasoning => self.reasoning_ms,
+            Limit::Silence => self.silence_ms,
             Limit::Turn => self.turn_ms,
             Limit::Subtask => self.subtask_ms,
             Limit::Task => self.task_ms,
@@ -257,6 +292,7 @@ impl Timeouts {
         let slot = match limit {
             Limit::Tool => &mut self.tool_ms,
             Limit::Reasoning => &mut self.reasoning_ms,
+            Limit::Silence => &mut self.silence_ms,
             Limit::Turn => &mut self.turn_ms,
             Limit::Subtask => &mut self.subtask_ms,
             Limit::Task => &mut self.task_ms,
@@ -277,7 +313,7 @@ impl Timeouts {
             Limit::Tool => self.tool_soft_ms,
             Limit::Turn => self.turn_soft_ms,
             Limit::Task => self.task_soft_ms,
-            Limit::Reasoning | Limit::Subtask => None,
+            Limit::Reasoning | Limit::Silence | Limit::Subtask => None,
         }
     }
 
@@ -295,7 +331,9 @@ impl Timeouts {
             Limit::Tool => &mut self.tool_soft_ms,
             Limit::Turn => &mut self.turn_soft_ms,
             Limit::Task => &mut self.task_soft_ms,
-            Limit::Reasoning | Limit::Subtask => return Err(SoftLimitError::NoSoftLimit { limit }),
+            Limit::Reasoning | Limit::Silence | Limit::Subtask => {
+                return Err(SoftLimitError::NoSoftLimit { limit });
+            }
         };
         *slot = Some(ms);
         Ok(())

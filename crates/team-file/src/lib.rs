@@ -147,15 +147,17 @@
 //! [timeouts]                # the team's time limits in ms, each optional; 1 to 604800000 (7 days)
 //! tool_ms = 600000          # one tool call; default 600000 (10 min); a `shell` call asking
 //!                           # for a longer `timeout_ms` gets this one
-//! reasoning_ms = 120000     # one reasoning call (a model's answer, its retries included);
-//!                           # default 120000 (2 min)
-//! turn_ms = 30000           # one heartbeat turn of an agent without its own `timeout_ms`;
-//!                           # default 30000
+//! reasoning_ms = 1200000    # one reasoning call (a model's answer, its retries included)
+//!                           # while it keeps producing tokens; default 1200000 (20 min)
+//! silence_ms = 120000       # a reasoning call that produces nothing (no token, no prompt
+//!                           # batch read) this long is cut; default 120000 (2 min)
+//! turn_ms = 1800000         # one heartbeat turn of an agent without its own `timeout_ms`;
+//!                           # default 1800000 (30 min)
 //! subtask_ms = 1800000      # one step's tool loop on its agent, from its start, across
 //!                           # heartbeats; default 1800000 (30 min)
 //! task_ms = 7200000         # one task, from its submission; default 7200000 (2 h)
 //! tool_soft_ms = 300000     # soft limits: past one the work goes on, but a `soft_timeout` is
-//! turn_soft_ms = 15000      # audited and the supervisor warned (a task's: the run's output);
+//! turn_soft_ms = 900000     # audited and the supervisor warned (a task's: the run's output);
 //! task_soft_ms = 3600000    # each optional, below its hard limit; default half of it
 //!
 //! [guards]                  # runs that go nowhere; each optional
@@ -362,7 +364,9 @@
 //! Time limits (`[timeouts]`): every limit is measured on the run's clock, and hitting one is a
 //! typed failure written to the audit log. A tool call past `tool_ms` fails with the tool's
 //! timeout error (audited as a failed call; an agent's tool loop shows it to its reasoner); a
-//! reasoning call past `reasoning_ms` and a turn past the agent's `timeout_ms` are audited as
+//! reasoning call past `reasoning_ms`, one silent for `silence_ms` (a model still producing
+//! tokens is never cut by it: the limit is on silence, the totals are backstops sized for a
+//! CPU model on 2 cores) and a turn past the agent's `timeout_ms` are audited as
 //! `timed_out` and fail the turn, which is retried up to `max_retries`; a step whose tool loop
 //! runs past `subtask_ms` and a task open past `task_ms` end the task with the failure
 //! `timed_out` (naming the limit), not retried nor reassigned. A turn never cuts a

@@ -276,6 +276,8 @@ pub(crate) struct RawTimeouts {
     #[serde(default)]
     pub(crate) reasoning_ms: Option<Spanned<u64>>,
     #[serde(default)]
+    pub(crate) silence_ms: Option<Spanned<u64>>,
+    #[serde(default)]
     pub(crate) turn_ms: Option<Spanned<u64>>,
     #[serde(default)]
     pub(crate) subtask_ms: Option<Spanned<u64>>,

@@ -422,18 +422,23 @@ pub fn default_team() -> TeamFile {
         config: AgentConfig::new(id, name, AgentLayer::Bottom).with_supervisor(lead),
         role: RoleSpec::Bottom(BottomSpec::new(all.iter().cloned())),
     };
+    let mut spec = TeamSpec::new(vec![
+        top("top-a", "Power A", "power_a", 2.0),
+        top("top-b", "Power B", "power_b", 1.0),
+        top("top-c", "Power C", "power_c", 1.0),
+        mid("mid-docs", "Docs lead", "docs"),
+        mid("mid-build", "Build lead", "build"),
+        bottom("bottom-d1", "Docs executor 1", "mid-docs"),
+        bottom("bottom-d2", "Docs executor 2", "mid-docs"),
+        bottom("bottom-b1", "Build executor 1", "mid-build"),
+        bottom("bottom-b2", "Build executor 2", "mid-build"),
+    ]);
+    // Its turns are bounded by the team's `[timeouts] turn_ms`, as a file's agents' are.
+    for agent in &mut spec.agents {
+        agent.config.timeout_ms = spec.timeouts.turn_ms;
+    }
     TeamFile {
-        spec: TeamSpec::new(vec![
-            top("top-a", "Power A", "power_a", 2.0),
-            top("top-b", "Power B", "power_b", 1.0),
-            top("top-c", "Power C", "power_c", 1.0),
-            mid("mid-docs", "Docs lead", "docs"),
-            mid("mid-build", "Build lead", "build"),
-            bottom("bottom-d1", "Docs executor 1", "mid-docs"),
-            bottom("bottom-d2", "Docs executor 2", "mid-docs"),
-            bottom("bottom-b1", "Build executor 1", "mid-build"),
-            bottom("bottom-b2", "Build executor 2", "mid-build"),
-        ]),
+        spec,
         default_reasoner: ReasonerSettings::default(),
         agent_reasoners: BTreeMap::new(),
         role_reasoners: BTreeMap::new(),
@@ -1235,6 +1240,7 @@ fn timeouts(src: &Source<'_>, raw: &RawTimeouts) -> Result<Timeouts, FileError> 
     for (value, limit) in [
         (&raw.tool_ms, Limit::Tool),
         (&raw.reasoning_ms, Limit::Reasoning),
+        (&raw.silence_ms, Limit::Silence),
         (&raw.turn_ms, Limit::Turn),
         (&raw.subtask_ms, Limit::Subtask),
         (&raw.task_ms, Limit::Task),

@@ -221,7 +221,12 @@ tools = ["shell"]
     assert_eq!(file.default_reasoner, ReasonerSettings::default());
     assert!(file.agent_reasoners.is_empty());
     let [top, mid, bottom] = &file.spec.agents[..] else { panic!("three agents") };
-    assert_eq!(top.config, AgentConfig::new("top-a", "top-a", AgentLayer::Top));
+    // Each agent's turns are bounded by the team's default `turn_ms`.
+    let turn = agent_state::DEFAULT_TURN_MS;
+    assert_eq!(
+        top.config,
+        AgentConfig::new("top-a", "top-a", AgentLayer::Top).with_timeout_ms(turn)
+    );
     assert_eq!(
         top.role,
         RoleSpec::Top(TopSpec {
@@ -232,12 +237,16 @@ tools = ["shell"]
     );
     assert_eq!(
         mid.config,
-        AgentConfig::new("mid-a", "mid-a", AgentLayer::Mid).with_supervisor("top-a")
+        AgentConfig::new("mid-a", "mid-a", AgentLayer::Mid)
+            .with_supervisor("top-a")
+            .with_timeout_ms(turn)
     );
     assert_eq!(mid.role, RoleSpec::Mid(MidSpec { domain: "docs".into(), max_subordinates: 4 }));
     assert_eq!(
         bottom.config,
-        AgentConfig::new("bottom-a", "bottom-a", AgentLayer::Bottom).with_supervisor("mid-a")
+        AgentConfig::new("bottom-a", "bottom-a", AgentLayer::Bottom)
+            .with_supervisor("mid-a")
+            .with_timeout_ms(turn)
     );
     assert_eq!(bottom.role, RoleSpec::Bottom(BottomSpec::new(["shell"])));
 }

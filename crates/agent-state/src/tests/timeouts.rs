@@ -1,13 +1,13 @@
 //! The team's time limits: defaults, keys and the range check.
 
-use crate::DEFAULT_TIMEOUT_MS;
 use crate::timeouts::*;
 
 #[test]
 fn defaults_pass_and_zero_or_huge_values_are_refused() {
     let mut t = Timeouts::default();
     assert_eq!(t.check(), Ok(()));
-    assert_eq!(t.get(Limit::Turn), DEFAULT_TIMEOUT_MS);
+    assert_eq!(t.get(Limit::Turn), DEFAULT_TURN_MS);
+    assert_eq!(t.get(Limit::Silence), DEFAULT_SILENCE_MS);
     let err = t.set(Limit::Subtask, 0).unwrap_err();
     assert_eq!(err, LimitError { limit: Limit::Subtask, value: 0 });
     assert!(err.to_string().contains("`subtask_ms` = 0"), "{err}");
@@ -21,7 +21,7 @@ fn defaults_pass_and_zero_or_huge_values_are_refused() {
 #[test]
 fn keys_are_distinct_and_name_the_table_fields() {
     let keys: Vec<&str> = Limit::ALL.iter().map(|l| l.key()).collect();
-    assert_eq!(keys, ["tool_ms", "reasoning_ms", "turn_ms", "subtask_ms", "task_ms"]);
+    assert_eq!(keys, ["tool_ms", "reasoning_ms", "silence_ms", "turn_ms", "subtask_ms", "task_ms"]);
     let json = serde_json::to_value(Timeouts::default()).unwrap();
     for key in keys {
         assert!(json.get(key).is_some(), "{key}");
@@ -33,21 +33,19 @@ fn soft_limits_default_to_half_and_must_be_below_the_hard_one() {
     let mut t = Timeouts::default();
     assert_eq!(t.check_soft(), Ok(()));
     assert_eq!(t.soft(Limit::Tool), Some(DEFAULT_TOOL_MS / 2));
-    assert_eq!(t.soft(Limit::Turn), Some(DEFAULT_TIMEOUT_MS / 2));
+    assert_eq!(t.soft(Limit::Turn), Some(DEFAULT_TURN_MS / 2));
     assert_eq!(t.soft(Limit::Task), Some(DEFAULT_TASK_MS / 2));
     assert_eq!(t.soft(Limit::Reasoning), None, "no soft reasoning limit");
     assert_eq!(t.soft(Limit::Subtask), None, "no soft subtask limit");
+    assert_eq!(t.soft(Limit::Silence), None, "no soft silence limit");
 
     t.set_soft(Limit::Tool, 1_000).unwrap();
     assert_eq!(t.soft(Limit::Tool), Some(1_000));
-    let err = t.set_soft(Limit::Turn, DEFAULT_TIMEOUT_MS).unwrap_err();
+    t.turn_ms = 30_000;
+    let err = t.set_soft(Limit::Turn, 30_000).unwrap_err();
     assert_eq!(
         err,
-        SoftLimitError::NotBelowHard {
-            limit: Limit::Turn,
-            value: DEFAULT_TIMEOUT_MS,
-            hard: DEFAULT_TIMEOUT_MS
-        }
+        SoftLimitError::NotBelowHard { limit: Limit::Turn, value: 30_000, hard: 30_000 }
     );
     let text = err.to_string();
     assert!(text.contains("`turn_soft_ms` = 30000 must be below `turn_ms` (30000 ms)"), "{text}");
@@ -76,6 +74,10 @@ fn soft_keys_name_the_table_fields_and_old_values_still_read() {
     let old = serde_json::json!({"tool_ms": 5, "reasoning_ms": 6, "turn_ms": 7, "subtask_ms": 8, "task_ms": 9});
     let t: Timeouts = serde_json::from_value(old).unwrap();
     assert_eq!(t.tool_soft_ms, None);
+    assert_eq!(
+        t.silence_ms, DEFAULT_SILENCE_MS,
+        "a team stored before silence_ms gets the default"
+    );
     let t = Timeouts { task_soft_ms: Some(4), ..t };
     let back: Timeouts = serde_json::from_value(serde_json::to_value(t).unwrap()).unwrap();
     assert_eq!(back, t);

@@ -1,10 +1,10 @@
 //! `[timeouts]`: the team's time limits are read into `TeamSpec::timeouts`, the defaults fill
 //! what is left out, an agent without its own `timeout_ms` gets `turn_ms`, and a zero, absurd,
-//! mistyped or unknown value is refused at the value. The soft limits (`tool_soft_ms`,
+//! mistyped or unknown value is refused at the value (`silence_ms` as the others). The soft limits (`tool_soft_ms`,
 //! `turn_soft_ms`, `task_soft_ms`) default to half their hard ones and are refused at the
 //! value when not below them.
 
-use agent_state::{DEFAULT_TIMEOUT_MS, Limit, MAX_LIMIT_MS, Timeouts};
+use agent_state::{DEFAULT_TURN_MS, Limit, MAX_LIMIT_MS, Timeouts};
 
 use super::*;
 
@@ -18,7 +18,7 @@ fn config_timeout(t: &TeamFile, agent: &str) -> u64 {
 #[test]
 fn the_table_sets_the_team_limits_and_the_default_turn() {
     let t = team(&format!(
-        "[timeouts]\ntool_ms = 5000\nreasoning_ms = 60000\nturn_ms = 20000\n\
+        "[timeouts]\ntool_ms = 5000\nreasoning_ms = 60000\nsilence_ms = 45000\nturn_ms = 20000\n\
          subtask_ms = 300000\ntask_ms = 3600000\n\n{TEAM}"
     ));
     assert_eq!(
@@ -26,6 +26,7 @@ fn the_table_sets_the_team_limits_and_the_default_turn() {
         Timeouts {
             tool_ms: 5_000,
             reasoning_ms: 60_000,
+            silence_ms: 45_000,
             turn_ms: 20_000,
             subtask_ms: 300_000,
             task_ms: 3_600_000,
@@ -40,7 +41,7 @@ fn the_table_sets_the_team_limits_and_the_default_turn() {
 fn left_out_limits_keep_their_defaults() {
     let t = team(TEAM);
     assert_eq!(t.spec.timeouts, Timeouts::default());
-    assert_eq!(config_timeout(&t, "top-a"), DEFAULT_TIMEOUT_MS);
+    assert_eq!(config_timeout(&t, "top-a"), DEFAULT_TURN_MS);
     let t = team(&format!("[timeouts]\ntask_ms = 60000\n{TEAM}"));
     assert_eq!(t.spec.timeouts, Timeouts { task_ms: 60_000, ..Timeouts::default() });
 }
@@ -64,6 +65,12 @@ fn zero_absurd_mistyped_and_unknown_limits_are_refused_at_the_value() {
         ("[timeouts]\ntask_ms = \"2h\"\n".into(), 2, 11, vec!["invalid type", "expected u64"]),
         ("[timeouts]\nreasoning_ms = -5\n".into(), 2, 16, vec!["invalid value: integer `-5`"]),
         ("[timeouts]\nstep_ms = 5\n".into(), 2, 1, vec!["unknown field `step_ms`", "tool_ms"]),
+        (
+            "[timeouts]\nsilence_ms = 0\n".into(),
+            2,
+            14,
+            vec!["[timeouts] `silence_ms` = 0 is not a usable time limit", "such as 120000"],
+        ),
     ];
     for (table, line, column, fragments) in cases {
         let err = team_err(&format!("{table}{TEAM}"));
@@ -111,10 +118,10 @@ fn a_soft_limit_not_below_its_hard_one_is_refused_at_the_value() {
         ),
         // Checked against the default hard limit when that is left out.
         (
-            "[timeouts]\nturn_soft_ms = 40000\n",
+            "[timeouts]\nturn_soft_ms = 2000000\n",
             2,
             16,
-            vec!["`turn_soft_ms` = 40000 must be below `turn_ms` (30000 ms)"],
+            vec!["`turn_soft_ms` = 2000000 must be below `turn_ms` (1800000 ms)"],
         ),
         // The order in the table does not matter: the hard limit given later counts.
         (
