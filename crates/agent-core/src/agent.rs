@@ -341,14 +341,17 @@ impl AgentContext {
     }
 
     /// The reasoner, every call bounded by the team's reasoning limit
-    /// ([`Timeouts::reasoning_ms`](agent_state::Timeouts)): a call still running then is
-    /// stopped, audited as [`AuditEvent::TimedOut`] and fails with
-    /// [`ReasonError::TimedOut`](crate::ReasonError::TimedOut), which is transient (the
+    /// ([`Timeouts::reasoning_ms`](agent_state::Timeouts)) and its silence limit
+    /// (`silence_ms`: no token for that long): a call still running then is stopped, audited as
+    /// [`AuditEvent::TimedOut`] and fails with
+    /// [`ReasonError::TimedOut`](crate::ReasonError::TimedOut) (or
+    /// [`ReasonError::Silent`](crate::ReasonError::Silent)), which is transient (the
     /// heartbeat is retried, up to the agent's `max_retries`).
     pub fn reasoner(&self) -> Arc<dyn Reasoner> {
         Arc::new(crate::timed::TimedReasoner {
             inner: self.deps.reasoner.clone(),
             limit_ms: self.deps.timeouts.reasoning_ms,
+            silence_ms: self.deps.timeouts.silence_ms,
             agent: self.config.id.clone(),
             audit: self.deps.audit.clone(),
             clock: self.deps.clock.clone(),

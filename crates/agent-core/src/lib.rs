@@ -56,6 +56,7 @@ pub mod fault;
 pub mod nats;
 mod offclock;
 pub mod otel;
+pub mod progress;
 pub mod protocol;
 mod reasoner;
 mod scripted;
@@ -92,6 +93,7 @@ pub use events::{
 #[cfg(feature = "nats")]
 pub use nats::{NatsAuditLog, NatsStateStore};
 pub use offclock::untimed;
+pub use progress::{Activity, BusyAnswer, Progress};
 pub use reasoner::{
     BUDGET_EXTENSION_KIND, Candidate, Conflict, FINISH_TOOL, Judgement, NextAction, Persona,
     Placement, Plan, ReasonError, Reasoner, RuleBasedReasoner, ToolCall, ToolCallRecord, Verdict,

@@ -23,13 +23,15 @@ tokio::task_local! {
 }
 
 /// Runs `f` off the clock: the time it takes does not count against the limits of the
-/// reasoning call and heartbeat turn that await it (in the same task). For waits that are not
-/// the call's own work, such as a wait for a budget decision. Outside any limit it is `f`.
+/// reasoning call and heartbeat turn that await it (in the same task), nor as the silence of
+/// the call ([`progress`](crate::progress): the turn answers its heartbeats as busy, waiting).
+/// For waits that are not the call's own work, such as a wait for a budget decision. Outside
+/// any limit it is `f`.
 pub async fn untimed<F: Future>(f: F) -> F::Output {
-    let Ok(pauses) = PAUSES.try_with(Arc::clone) else {
-        return f.await;
-    };
-    let _open = Open::new(pauses);
+    // Dropped in reverse order: the wait's end is a sign of progress before the limits' clocks
+    // see the pause end, so the silence starts over when they look again.
+    let _open = PAUSES.try_with(Arc::clone).ok().map(Open::new);
+    let _waiting = crate::progress::Section::wait();
     f.await
 }
 
@@ -128,6 +130,7 @@ impl Stopwatch {
 }
 
 /// `work` bounded by `limit` on tokio's clock, untimed sections excepted; `None` past it.
+#[cfg(test)]
 pub(crate) async fn bounded<T>(limit: Duration, work: impl Future<Output = T>) -> Option<T> {
     let (mut clock, work) = Stopwatch::start(limit, work);
     tokio::pin!(work);
@@ -139,6 +142,46 @@ pub(crate) async fn bounded<T>(limit: Duration, work: impl Future<Output = T>) -
             out = &mut work => return Some(out),
             () = clock.changed() => {}
             () = sleep_until_some(deadline) => return None,
+        }
+    }
+}
+
+/// Why [`bounded_while_producing`] stopped its work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Cut {
+    /// It ran past its total limit.
+    Total,
+    /// It produced nothing for the silence limit.
+    Silent,
+}
+
+/// `work` bounded by `limit` as [`bounded`] bounds it, and cut sooner once `progress` shows
+/// no sign of it for `silence` ([`Progress::silent_at`](crate::Progress::silent_at): a token,
+/// a prompt batch, a call begun or ended). The silence stands still while the clock does (an
+/// untimed section is open) and while a tool call runs.
+pub(crate) async fn bounded_while_producing<T>(
+    limit: Duration,
+    silence: Duration,
+    progress: &crate::Progress,
+    work: impl Future<Output = T>,
+) -> Result<T, Cut> {
+    let (mut clock, work) = Stopwatch::start(limit, work);
+    tokio::pin!(work);
+    loop {
+        let deadline = clock.deadline();
+        let quiet = deadline.and(progress.silent_at(silence));
+        tokio::select! {
+            // The work first, so a call that ends at its deadline is kept.
+            biased;
+            out = &mut work => return Ok(out),
+            () = clock.changed() => {}
+            () = sleep_until_some(deadline) => return Err(Cut::Total),
+            () = sleep_until_some(quiet) => {
+                // Progress may have come meanwhile: the silence is then counted from it.
+                if progress.silent_at(silence).is_some_and(|at| at <= Instant::now()) {
+                    return Err(Cut::Silent);
+                }
+            }
         }
     }
 }
@@ -196,6 +239,68 @@ mod tests {
             call.await
         });
         assert_eq!(turn.await, Some(Some(())));
+    }
+
+    /// A call producing a token every 50 s, for 10 minutes: past the old 2-minute total.
+    async fn streaming(progress: Arc<crate::Progress>) -> &'static str {
+        crate::progress::scope(progress, async {
+            for _ in 0..12 {
+                tokio::time::sleep(Duration::from_secs(50)).await;
+                crate::progress::tokens(1);
+            }
+            "answer"
+        })
+        .await
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_still_producing_is_not_cut_and_a_silent_one_is_at_the_silence_limit() {
+        let silence = Duration::from_secs(60);
+        let total = Duration::from_secs(3_600);
+        let progress = Arc::new(crate::Progress::new(silence));
+        let out = bounded_while_producing(total, silence, &progress, streaming(progress.clone()));
+        assert_eq!(out.await, Ok("answer"), "a token every 50 s keeps it going for 10 minutes");
+
+        let started = Instant::now();
+        let progress = Arc::new(crate::Progress::new(silence));
+        let silent = async {
+            crate::progress::tokens(1);
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            crate::progress::tokens(1);
+            std::future::pending::<()>().await
+        };
+        let silent = crate::progress::scope(progress.clone(), silent);
+        let out = bounded_while_producing(total, silence, &progress, silent).await;
+        assert_eq!(out, Err(Cut::Silent));
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_secs(10) + silence,
+            "cut 60 s after its last token"
+        );
+
+        // Still producing, but past its total: cut there.
+        let progress = Arc::new(crate::Progress::new(silence));
+        let out = bounded_while_producing(
+            Duration::from_secs(300),
+            silence,
+            &progress,
+            streaming(progress.clone()),
+        );
+        assert_eq!(out.await, Err(Cut::Total));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_untimed_wait_is_not_silence() {
+        let silence = Duration::from_secs(60);
+        let progress = Arc::new(crate::Progress::new(silence));
+        // A budget decision that takes an hour, then the answer 30 s later.
+        let work = crate::progress::scope(progress.clone(), async {
+            untimed(tokio::time::sleep(Duration::from_secs(3_600))).await;
+            tokio::time::sleep(silence / 2).await;
+            "answer"
+        });
+        let out = bounded_while_producing(LIMIT * 100, silence, &progress, work).await;
+        assert_eq!(out, Ok("answer"));
     }
 
     #[tokio::test(start_paused = true)]

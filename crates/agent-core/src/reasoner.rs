@@ -195,6 +195,21 @@ pub enum ReasonError {
         /// The limit, in milliseconds.
         limit_ms: u64,
     },
+    /// The call produced nothing (no token, no prompt batch read) for the team's silence limit
+    /// (`[timeouts] silence_ms`) and was stopped. Transient, as [`TimedOut`](Self::TimedOut).
+    #[error(
+        "reasoner `{reasoner}` timed out: `{call}` produced nothing for {silence_ms} ms; raise \
+         `silence_ms` in the team file's `[timeouts]` (a slow server reading a long prompt is \
+         silent until its first token), or check that the model server is up"
+    )]
+    Silent {
+        /// The reasoner.
+        reasoner: String,
+        /// The call (`next_action`, `plan`, ...).
+        call: String,
+        /// The silence limit, in milliseconds.
+        silence_ms: u64,
+    },
     /// The reasoning backend failed.
     #[error("reasoner `{reasoner}` failed: {message}")]
     Backend {

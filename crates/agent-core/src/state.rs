@@ -44,21 +44,31 @@ impl Versioned for AgentRecord {
 
 /// The heartbeat answers of one agent that its scheduler booked without running a heartbeat
 /// (the liveness ledger): the cycles its sweep recorded the agent's answer while it was idle,
-/// and the cycles it could not answer. The heartbeats the agent ran count in its own
-/// [`AgentRecord::metrics`]; the two are disjoint, and an agent's heartbeat counts are their
-/// sum ([`LivenessRecord::add_to`]). The scheduler saves the records of every agent whose
-/// counts changed once per cycle, in one write ([`StateStore::save_liveness`]), and a resumed
-/// run counts on from them.
+/// the cycles it answered busy (a turn still working, showing progress: see
+/// [`progress`](crate::progress)), and the cycles it could not answer. The heartbeats the agent
+/// ran count in its own [`AgentRecord::metrics`]; the two are disjoint, and an agent's
+/// heartbeat counts are their sum ([`LivenessRecord::add_to`]): an idle or a busy answer is an
+/// answer. The scheduler saves the records of every agent whose counts changed once per cycle,
+/// in one write ([`StateStore::save_liveness`]), and a resumed run counts on from them.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LivenessRecord {
     /// The agent.
     pub id: AgentId,
     /// Cycles in which it was idle and the scheduler's sweep recorded its answer.
     pub answered: u64,
-    /// Cycles in which it could not answer (busy with an earlier turn, or held by another task).
+    /// Cycles in which it answered busy: a turn of it was still working and showed progress
+    /// (tokens, a tool running, a wait for a decision). Not in `answered`.
+    #[serde(default)]
+    pub busy: u64,
+    /// Cycles in which it could not answer (held by another task through the cycle, or a turn
+    /// of it silent past its silence limit).
     pub missed: u64,
     /// The last heartbeat cycle counted.
     pub cycle: u64,
+    /// Its last busy answer: what its turn was doing, its tokens so far and how long it had
+    /// run. `None` before its first one (and in records stored before busy answers existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_busy: Option<crate::progress::BusyAnswer>,
 }
 
 impl Versioned for LivenessRecord {
@@ -67,9 +77,11 @@ impl Versioned for LivenessRecord {
 }
 
 impl LivenessRecord {
-    /// `metrics` (an agent's own, from its record) with these answers and misses added.
+    /// `metrics` (an agent's own, from its record) with these answers (idle and busy) and
+    /// misses added.
     pub fn add_to(&self, metrics: &mut AgentMetrics) {
-        metrics.heartbeats_responded = metrics.heartbeats_responded.saturating_add(self.answered);
+        let answered = self.answered.saturating_add(self.busy);
+        metrics.heartbeats_responded = metrics.heartbeats_responded.saturating_add(answered);
         metrics.heartbeats_missed = metrics.heartbeats_missed.saturating_add(self.missed);
     }
 }

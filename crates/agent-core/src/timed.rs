@@ -1,9 +1,12 @@
-//! The team's reasoning limit (`[timeouts] reasoning_ms`): every reasoner call an agent makes
-//! through [`AgentContext::reasoner`](crate::AgentContext::reasoner) goes through
-//! [`TimedReasoner`], which stops a call still running at the limit (on tokio's clock), audits
-//! it as [`AuditEvent::TimedOut`] and fails it with [`ReasonError::TimedOut`] (transient: the
-//! heartbeat that made it is retried). Time the call spends in [`untimed`](crate::untimed)
-//! sections (the LLM reasoner's wait for a budget decision) does not count.
+//! The team's reasoning limits (`[timeouts] reasoning_ms` and `silence_ms`): every reasoner
+//! call an agent makes through [`AgentContext::reasoner`](crate::AgentContext::reasoner) goes
+//! through [`TimedReasoner`], which stops a call still running at its total limit, or one that
+//! produced nothing (no token, no prompt batch: see [`progress`](crate::progress)) for the
+//! silence limit (on tokio's clock), audits it as [`AuditEvent::TimedOut`] and fails it with
+//! [`ReasonError::TimedOut`] or [`ReasonError::Silent`] (transient: the heartbeat that made it
+//! is retried). A call still producing tokens is never cut by its silence. Time the call spends
+//! in [`untimed`](crate::untimed) sections (the LLM reasoner's wait for a budget decision)
+//! counts toward neither.
 //!
 //! Soft limits (`[timeouts] tool_soft_ms`, `turn_soft_ms`): a tool call or a heartbeat turn
 //! still running at its soft limit goes on to its hard limit as before, but [`soft_timeout`]
@@ -25,6 +28,7 @@ use async_trait::async_trait;
 use crate::agent::AgentDeps;
 use crate::audit::{AuditEvent, AuditLog};
 use crate::clock::Clock;
+use crate::offclock::Cut;
 use crate::protocol::Warning;
 use crate::reasoner::{
     Candidate, Conflict, Judgement, NextAction, Persona, Placement, Plan, ReasonError, Reasoner,
@@ -122,6 +126,8 @@ pub(crate) async fn tool_call<T>(
 ) -> T {
     let hard_ms = u64::try_from(deps.workspace.tool_timeout().as_millis()).unwrap_or(u64::MAX);
     let soft_ms = agent_state::soft_limit(hard_ms, deps.timeouts.tool_soft_ms);
+    // A tool running is progress of the turn, bounded by its own limit.
+    let _running = crate::progress::Section::tool(tool, deps.workspace.tool_timeout());
     with_soft_limit(work, soft_ms.map(Duration::from_millis), || {
         let soft = SoftTimeout {
             limit: Limit::Tool,
@@ -134,11 +140,17 @@ pub(crate) async fn tool_call<T>(
     .await
 }
 
-/// A reasoner whose every call is bounded by a time limit; a call past it is audited for
-/// `agent` and fails with [`ReasonError::TimedOut`].
+/// A reasoner whose every call is bounded by a total time limit and a silence limit; a call
+/// past either is audited for `agent` and fails with [`ReasonError::TimedOut`] or
+/// [`ReasonError::Silent`].
+///
+/// The call reports to its task's [`Progress`](crate::Progress) (the agent's, in a turn the
+/// scheduler runs; one of its own otherwise), which the reasoner feeds as tokens arrive
+/// ([`progress::tokens`](crate::progress::tokens)); its start is its first sign of progress.
 pub(crate) struct TimedReasoner {
     pub(crate) inner: Arc<dyn Reasoner>,
     pub(crate) limit_ms: u64,
+    pub(crate) silence_ms: u64,
     pub(crate) agent: AgentId,
     pub(crate) audit: Arc<dyn AuditLog>,
     pub(crate) clock: Arc<dyn Clock>,
@@ -150,28 +162,51 @@ impl TimedReasoner {
         call: &str,
         work: impl Future<Output = Result<T, ReasonError>> + Send,
     ) -> Result<T, ReasonError> {
-        match crate::offclock::bounded(Duration::from_millis(self.limit_ms), work).await {
-            Some(result) => result,
-            None => {
-                let reasoner = self.inner.name().to_owned();
+        let silence = Duration::from_millis(self.silence_ms);
+        let progress =
+            crate::progress::current().unwrap_or_else(|| Arc::new(crate::Progress::new(silence)));
+        let section = crate::progress::Section::call(progress.clone());
+        let work = crate::progress::scope(progress.clone(), work);
+        // What the reasoner records itself (a repaired answer) goes to this agent's audit log.
+        let work = crate::audit::with_reasoning_audit(
+            self.audit.clone(),
+            self.agent.clone(),
+            self.clock.clone(),
+            work,
+        );
+        let limit = Duration::from_millis(self.limit_ms);
+        let cut =
+            match crate::offclock::bounded_while_producing(limit, silence, &progress, work).await {
+                Ok(result) => return result,
+                Err(cut) => cut,
+            };
+        drop(section);
+        let reasoner = self.inner.name().to_owned();
+        let (limit, limit_ms, what) = match cut {
+            Cut::Total => {
                 tracing::warn!(agent = %self.agent, %reasoner, call, limit_ms = self.limit_ms, "reasoning call timed out");
-                let event = AuditEvent::TimedOut {
-                    limit: Limit::Reasoning,
-                    what: format!("reasoning call `{call}` of reasoner `{reasoner}`"),
-                    limit_ms: self.limit_ms,
-                };
-                // The error below fails the heartbeat, which audits it too; a log that cannot
-                // take this record fails the next append the same way.
-                if let Err(error) = self.audit.append(&self.agent, self.clock.now(), event).await {
-                    tracing::warn!(agent = %self.agent, %error, "could not audit a reasoning timeout");
-                }
-                Err(ReasonError::TimedOut {
-                    reasoner,
-                    call: call.to_owned(),
-                    limit_ms: self.limit_ms,
-                })
+                (Limit::Reasoning, self.limit_ms, "")
             }
+            Cut::Silent => {
+                tracing::warn!(agent = %self.agent, %reasoner, call, silence_ms = self.silence_ms, "reasoning call produced nothing for its silence limit");
+                (Limit::Silence, self.silence_ms, ", silent")
+            }
+        };
+        let event = AuditEvent::TimedOut {
+            limit,
+            what: format!("reasoning call `{call}` of reasoner `{reasoner}`{what}"),
+            limit_ms,
+        };
+        // The error below fails the heartbeat, which audits it too; a log that cannot take
+        // this record fails the next append the same way.
+        if let Err(error) = self.audit.append(&self.agent, self.clock.now(), event).await {
+            tracing::warn!(agent = %self.agent, %error, "could not audit a reasoning timeout");
         }
+        let call = call.to_owned();
+        Err(match cut {
+            Cut::Total => ReasonError::TimedOut { reasoner, call, limit_ms },
+            Cut::Silent => ReasonError::Silent { reasoner, call, silence_ms: limit_ms },
+        })
     }
 }
 

@@ -332,7 +332,7 @@ fn io_failure(e: std::io::Error) -> KindError {
 pub(crate) fn reason_failure(error: ReasonError) -> KindError {
     let kind = match &error {
         ReasonError::Backend { .. } => FailureKind::Server,
-        ReasonError::TimedOut { .. } => FailureKind::Timeout,
+        ReasonError::TimedOut { .. } | ReasonError::Silent { .. } => FailureKind::Timeout,
         ReasonError::NeedsModel { .. } | ReasonError::CannotPlan { .. } => {
             FailureKind::MissingInput
         }

@@ -9,10 +9,14 @@
 //!   every agent that has mail or pending work; every other agent acknowledges the cycle through
 //!   its bookkeeping, one sweep over the pool's slots that records each idle agent's answer in
 //!   its slot ([`AgentSlot::last_ack`]): an idle agent costs no task, no allocation, no message
-//!   and no reasoning call. An agent that cannot answer (still busy, held by someone else
-//!   through the cycle, or its heartbeat task died) counts a missed heartbeat, audited, and its
-//!   supervisor gets a warning; one not expected to answer (initializing, failed, shutting down,
-//!   terminated) is neither. Between heartbeats, **wake on work**: the team's [`WakingBus`]
+//!   and no reasoning call. An agent whose turn is still running answers **busy**, with its
+//!   turn's progress (what it is doing, tokens so far, how long it has run: see
+//!   [`AgentSlot::progress`]), and is not missed; one that did not answer at all (its turn
+//!   silent past `[timeouts] silence_ms`, held by someone else through the cycle, or its
+//!   heartbeat task died) counts a missed heartbeat, audited, and its supervisor gets a
+//!   warning; one not expected to answer (initializing, failed, shutting down, terminated) is
+//!   neither. Every answer, idle or busy, and every miss is stored in the liveness ledger.
+//!   Between heartbeats, **wake on work**: the team's [`WakingBus`]
 //!   signals every delivery and the agents with mail take a turn at once (each agent's turns
 //!   bounded by a token bucket: [`WAKE_BURST`] at once, [`WAKE_RATE`] per second), so a task moves at the speed of its
 //!   work, not of the heartbeat;

@@ -1,6 +1,6 @@
 //! The metrics calculator: performance scores for agents and a team summary; the liveness
-//! ledger (the heartbeat answers the scheduler books, stored once per cycle) and
-//! [`stored_metrics`], the one source of the numbers the CLI shows.
+//! ledger (the heartbeat answers the scheduler books, idle, busy or missed, stored once per
+//! cycle) and [`stored_metrics`], the one source of the numbers the CLI shows.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -54,32 +54,46 @@ impl MetricsCalculator {
 pub struct StoredMetrics {
     /// The agent.
     pub agent: AgentId,
-    /// Its metrics: its record's, with the heartbeat answers and misses its scheduler booked.
+    /// Its metrics: its record's, with the heartbeat answers (idle and busy) and misses its
+    /// scheduler booked.
     pub metrics: AgentMetrics,
     /// Its performance score, 0 to 100 ([`AgentMetrics::performance_score`]).
     pub score: f64,
     /// Retries spent on its current work (its record's).
     pub retries: u32,
+    /// Of its heartbeat answers (`metrics.heartbeats_responded`), those it gave busy: a turn
+    /// still working, with progress.
+    #[serde(default)]
+    pub busy: u64,
+    /// Its last busy answer: what its turn was doing, its tokens so far, how long it had run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_busy: Option<agent_core::BusyAnswer>,
 }
 
 /// Every agent's metrics as stored, by id: its saved record's (the heartbeats it ran, answered
-/// or failed, its tasks, messages, retries) with its liveness record's answers and misses (the
-/// cycles its scheduler's sweep booked without running it) added. The one source of the
-/// numbers and scores the CLI shows: the run summary, `inspect RUN metrics` and the dashboard.
-/// An agent with answers but no record yet (it never ran a turn) has default metrics plus them.
+/// or failed, its tasks, messages, retries) with its liveness record's answers, idle and busy,
+/// and misses (the cycles its scheduler booked without running it) added. The one source of
+/// the numbers and scores the CLI shows: the run summary, `inspect RUN metrics` and the
+/// dashboard. An agent with answers but no record yet (it never ran a turn) has default
+/// metrics plus them.
 pub async fn stored_metrics(state: &dyn StateStore) -> Result<Vec<StoredMetrics>, BackendError> {
-    let mut agents: BTreeMap<AgentId, (AgentMetrics, u32)> =
-        state.agents().await?.into_iter().map(|r| (r.id, (r.metrics, r.retries))).collect();
+    type Line = (AgentMetrics, u32, Option<LivenessRecord>);
+    let mut agents: BTreeMap<AgentId, Line> =
+        state.agents().await?.into_iter().map(|r| (r.id, (r.metrics, r.retries, None))).collect();
     for liveness in state.liveness().await? {
-        liveness.add_to(&mut agents.entry(liveness.id.clone()).or_default().0);
+        let line = agents.entry(liveness.id.clone()).or_default();
+        liveness.add_to(&mut line.0);
+        line.2 = Some(liveness);
     }
     Ok(agents
         .into_iter()
-        .map(|(agent, (metrics, retries))| StoredMetrics {
+        .map(|(agent, (metrics, retries, liveness))| StoredMetrics {
             score: metrics.performance_score(),
             agent,
             metrics,
             retries,
+            busy: liveness.as_ref().map_or(0, |l| l.busy),
+            last_busy: liveness.and_then(|l| l.last_busy),
         })
         .collect())
 }
@@ -127,8 +141,8 @@ type Changed = (Vec<Arc<AgentSlot>>, Vec<LivenessRecord>);
 fn changed(pool: &AgentPool, number: u64) -> Option<Changed> {
     let (mut slots, mut records) = (Vec::new(), Vec::new());
     pool.for_each(|slot| {
-        if let Some(record) = slot.liveness_due(number) {
-            slot.liveness_stored(&record);
+        if let Some((record, changes)) = slot.liveness_due(number) {
+            slot.liveness_stored(changes);
             slots.push(slot.clone());
             records.push(record);
         }

@@ -5,7 +5,7 @@ use std::ops::Bound::{Excluded, Unbounded};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
-use agent_core::{Agent, AgentBehavior, AgentDeps, AgentError};
+use agent_core::{Agent, AgentBehavior, AgentDeps, AgentError, BusyAnswer, Progress};
 use agent_state::{AgentConfig, AgentId, AgentLayer, AgentMetrics, AgentStatus, ConfigError};
 use thiserror::Error;
 use tokio::sync::Mutex;
@@ -24,7 +24,7 @@ const SWEEP_CHUNK: usize = 1024;
 /// One agent in the pool, with what the scheduler reads without locking it.
 ///
 /// Each heartbeat cycle books every agent in the pool exactly once (see
-/// [`HeartbeatScheduler::tick`](crate::HeartbeatScheduler::tick)), in one of four ways:
+/// [`HeartbeatScheduler::tick`](crate::HeartbeatScheduler::tick)), in one of five ways:
 ///
 /// - **ran**: the scheduler started its heartbeat (it had mail or pending work); the heartbeat
 ///   acks to `system` itself and counts in the agent's own metrics (answered, or missed when it
@@ -33,8 +33,13 @@ const SWEEP_CHUNK: usize = 1024;
 ///   answers a heartbeat: idle, working, waiting for approval or blocked), so the cycle's sweep
 ///   recorded its answer in bulk, without a task, a message or a reasoning call
 ///   ([`acked`](Self::acked), [`last_ack`](Self::last_ack));
-/// - **missed**: it could not answer: still busy with an earlier turn, its lock held by someone
-///   else through the cycle, or its heartbeat task died ([`missed`](Self::missed));
+/// - **busy**: a turn of it is still running and shows progress ([`progress`](Self::progress):
+///   a model call producing tokens, a tool running within its limit, a wait for a decision), so
+///   it answered busy, with what it is doing, its tokens so far and how long its turn has run
+///   ([`busy`](Self::busy), [`last_busy`](Self::last_busy)): an answer, not a miss;
+/// - **missed**: it could not answer: its lock held by someone else through the cycle, or a
+///   turn of it silent past its silence limit (`[timeouts] silence_ms`: wedged)
+///   ([`missed`](Self::missed));
 /// - **exempt**: it is not expected to answer (initializing, failed and waiting for its
 ///   supervisor's orders, shutting down, terminated, or being destroyed): neither acked nor
 ///   missed, as its own heartbeat would skip it.
@@ -53,12 +58,20 @@ pub struct AgentSlot {
     ran: AtomicU32,
     /// Cycles in which it was idle and the sweep recorded its answer.
     acked: AtomicU32,
+    /// Cycles in which a turn of it was running and showed progress.
+    busy: AtomicU32,
     /// Cycles in which it could not answer.
     missed: AtomicU32,
     /// Terminated (absorbing) or being destroyed: the sweep skips it without locking it.
     gone: AtomicBool,
-    /// `acked` and `missed` (high and low 32 bits) as the liveness ledger last stored them.
+    /// How many times its counts changed (only the pool's scheduler counts).
+    changes: AtomicU64,
+    /// `changes` as the liveness ledger last stored them (`u64::MAX`: due).
     stored: AtomicU64,
+    /// The progress of its turns, fed from inside them.
+    progress: Arc<Progress>,
+    /// Its last busy answer.
+    last_busy: std::sync::Mutex<Option<BusyAnswer>>,
 }
 
 impl AgentSlot {
@@ -90,15 +103,33 @@ impl AgentSlot {
     }
 
     /// Its metrics, with the scheduler's share added: the cycles the sweep recorded its answer
-    /// while it was idle count as answered ([`acked`](Self::acked)), the cycles it could not
-    /// answer as missed ([`missed`](Self::missed)). The heartbeats it ran count in the agent's
-    /// own metrics (answered, or missed when they failed). Cycles in which it was not expected to
-    /// answer (see [`AgentSlot`]) count in neither.
+    /// while it was idle ([`acked`](Self::acked)) and those it answered busy
+    /// ([`busy`](Self::busy)) count as answered, the cycles it could not answer as missed
+    /// ([`missed`](Self::missed)). The heartbeats it ran count in the agent's own metrics
+    /// (answered, or missed when they failed). Cycles in which it was not expected to answer
+    /// (see [`AgentSlot`]) count in neither.
     pub async fn metrics(&self) -> AgentMetrics {
         let mut metrics = self.agent.lock().await.ctx().metrics().clone();
+        let answered = self.acked().saturating_add(self.busy());
         metrics.heartbeats_missed = metrics.heartbeats_missed.saturating_add(self.missed());
-        metrics.heartbeats_responded = metrics.heartbeats_responded.saturating_add(self.acked());
+        metrics.heartbeats_responded = metrics.heartbeats_responded.saturating_add(answered);
         metrics
+    }
+
+    /// The progress of its turns: the scheduler starts and ends each turn on it and the turn
+    /// reports to it ([`agent_core::progress`]).
+    pub fn progress(&self) -> &Arc<Progress> {
+        &self.progress
+    }
+
+    /// Cycles in which a turn of it was running and showed progress, so it answered busy.
+    pub fn busy(&self) -> u64 {
+        u64::from(self.busy.load(Ordering::Relaxed))
+    }
+
+    /// Its last busy answer, if it gave one.
+    pub fn last_busy(&self) -> Option<BusyAnswer> {
+        self.last_busy.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 
     /// The last heartbeat cycle the agent answered, `None` if it never did: the sweep recorded
@@ -121,8 +152,8 @@ impl AgentSlot {
         u64::from(self.ran.load(Ordering::Relaxed))
     }
 
-    /// Cycles in which the agent could not answer: still busy with an earlier turn, its lock
-    /// held by someone else through the cycle, or its heartbeat task died. Each was audited
+    /// Cycles in which the agent could not answer: its lock held by someone else through the
+    /// cycle, or a turn of it silent past its silence limit. Each was audited
     /// ([`AuditEvent::MissedHeartbeat`](agent_core::AuditEvent::MissedHeartbeat)) and its
     /// supervisor warned.
     pub fn missed(&self) -> u64 {
@@ -172,6 +203,22 @@ impl AgentSlot {
         self.last_ack.store(number, Ordering::Relaxed);
         let acked = self.acked.load(Ordering::Relaxed);
         self.acked.store(acked.saturating_add(1), Ordering::Relaxed);
+        self.changed();
+    }
+
+    /// A turn of it answered cycle `number` busy, with `answer`.
+    pub(crate) fn count_busy(&self, number: u64, answer: BusyAnswer) {
+        self.booked.store(number, Ordering::Relaxed);
+        self.last_ack.fetch_max(number, Ordering::Relaxed);
+        count(&self.busy);
+        *self.last_busy.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(answer);
+        self.changed();
+    }
+
+    /// Its counts changed (only the pool's scheduler counts, so a plain load and store).
+    fn changed(&self) {
+        let changes = self.changes.load(Ordering::Relaxed);
+        self.changes.store(changes.wrapping_add(1) % u64::MAX, Ordering::Relaxed);
     }
 
     /// A heartbeat the scheduler started for cycle `number` answered.
@@ -184,25 +231,34 @@ impl AgentSlot {
     pub(crate) fn seed_liveness(&self, record: &agent_core::LivenessRecord) {
         let clamp = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
         self.acked.store(clamp(record.answered), Ordering::Relaxed);
+        self.busy.store(clamp(record.busy), Ordering::Relaxed);
         self.missed.store(clamp(record.missed), Ordering::Relaxed);
-        self.stored.store(self.packed(), Ordering::Relaxed);
+        *self.last_busy.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
+            record.last_busy.clone();
+        self.stored.store(self.changes.load(Ordering::Relaxed), Ordering::Relaxed);
     }
 
-    /// The agent's liveness record as of cycle `number`, if its counts changed since the ledger
-    /// last stored them.
-    pub(crate) fn liveness_due(&self, number: u64) -> Option<agent_core::LivenessRecord> {
-        let packed = self.packed();
-        (packed != self.stored.load(Ordering::Relaxed)).then(|| agent_core::LivenessRecord {
-            id: self.id.clone(),
-            answered: packed >> 32,
-            missed: packed & u64::from(u32::MAX),
-            cycle: number,
+    /// The agent's liveness record as of cycle `number` and the change it is as of, if its
+    /// counts changed since the ledger last stored them.
+    pub(crate) fn liveness_due(&self, number: u64) -> Option<(agent_core::LivenessRecord, u64)> {
+        let changes = self.changes.load(Ordering::Relaxed);
+        (changes != self.stored.load(Ordering::Relaxed)).then(|| {
+            let record = agent_core::LivenessRecord {
+                id: self.id.clone(),
+                answered: self.acked(),
+                busy: self.busy(),
+                missed: self.missed(),
+                cycle: number,
+                last_busy: self.last_busy(),
+            };
+            (record, changes)
         })
     }
 
-    /// The ledger is storing `record` (made by [`liveness_due`](Self::liveness_due)).
-    pub(crate) fn liveness_stored(&self, record: &agent_core::LivenessRecord) {
-        self.stored.store((record.answered << 32) | record.missed, Ordering::Relaxed);
+    /// The ledger is storing the record made by [`liveness_due`](Self::liveness_due) as of
+    /// `changes`.
+    pub(crate) fn liveness_stored(&self, changes: u64) {
+        self.stored.store(changes, Ordering::Relaxed);
     }
 
     /// The ledger failed to store the agent's counts: it is due again at the next cycle.
@@ -210,13 +266,10 @@ impl AgentSlot {
         self.stored.store(u64::MAX, Ordering::Relaxed);
     }
 
-    fn packed(&self) -> u64 {
-        (self.acked() << 32) | self.missed()
-    }
-
     pub(crate) fn count_missed(&self, number: u64) {
         self.booked.store(number, Ordering::Relaxed);
         count(&self.missed);
+        self.changed();
     }
 }
 
@@ -232,7 +285,7 @@ pub struct AgentPeek {
     pub status: AgentStatus,
     /// What it is working on.
     pub current_work: Option<String>,
-    /// Its metrics (without the scheduler's acked and missed counts: see
+    /// Its metrics (without the scheduler's acked, busy and missed counts: see
     /// [`AgentSlot::metrics`]).
     pub metrics: AgentMetrics,
 }
@@ -342,6 +395,7 @@ impl AgentPool {
         let config = agent.ctx().config();
         let (layer, supervisor) = (config.layer, config.supervisor.clone());
         let wants_tick = agent.wants_tick();
+        let silence = std::time::Duration::from_millis(agent.ctx().timeouts().silence_ms);
         let mut agents = self.write();
         if agents.len() >= self.max_agents {
             return Err(PoolError::Full { max: self.max_agents });
@@ -359,9 +413,13 @@ impl AgentPool {
             last_ack: AtomicU64::new(0),
             ran: AtomicU32::new(0),
             acked: AtomicU32::new(0),
+            busy: AtomicU32::new(0),
             missed: AtomicU32::new(0),
             gone: AtomicBool::new(false),
+            changes: AtomicU64::new(0),
             stored: AtomicU64::new(0),
+            progress: Arc::new(Progress::new(silence)),
+            last_busy: std::sync::Mutex::new(None),
         });
         agents.insert(id.clone(), slot.clone());
         drop(agents);

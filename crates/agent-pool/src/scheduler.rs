@@ -1,7 +1,9 @@
 //! The heartbeat scheduler: one cycle drives every agent that has something to do, each in its
 //! own task, so one slow agent never delays the others; every other agent acknowledges the
 //! cycle through its bookkeeping (a sweep of the pool's slots), which costs an idle agent no
-//! task, no allocation, no message and no reasoning call.
+//! task, no allocation, no message and no reasoning call. An agent whose turn is still running
+//! answers busy, with its turn's progress ([`agent_core::progress`]), unless that turn has been
+//! silent past its silence limit: "missed" means an agent that did not answer at all.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -52,8 +54,8 @@ impl Allowance {
     }
 }
 
-/// What one cycle did. Every agent in the pool is in exactly one of `started`, `idle`, `missed`
-/// and `exempt` (see [`AgentSlot`](crate::AgentSlot)).
+/// What one cycle did. Every agent in the pool is in exactly one of `started`, `idle`, `busy`,
+/// `missed` and `exempt` (see [`AgentSlot`](crate::AgentSlot)).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CycleReport {
     /// The heartbeat number.
@@ -63,9 +65,15 @@ pub struct CycleReport {
     /// Idle agents with nothing new whose answer the cycle's sweep recorded (their lock was free
     /// and their status one that answers): without a task, an allocation or a reasoning call.
     pub idle: usize,
-    /// Agents that could not answer, each counted, audited as
-    /// [`AuditEvent::MissedHeartbeat`] and its supervisor warned: still busy with an earlier
-    /// turn (or its heartbeat task died), or held by someone else through the cycle.
+    /// Agents whose turn was still running and showed progress (a model call producing tokens,
+    /// a tool within its limit, a wait for a decision): each answered busy, counted in its slot
+    /// with its progress ([`AgentSlot::last_busy`](crate::AgentSlot::last_busy)); neither
+    /// audited nor warned about.
+    pub busy: Vec<AgentId>,
+    /// Agents that did not answer, each counted, audited as
+    /// [`AuditEvent::MissedHeartbeat`] and its supervisor warned: a turn silent past its
+    /// silence limit (`[timeouts] silence_ms`: wedged), a heartbeat task that died, or held by
+    /// someone else through the cycle.
     pub missed: Vec<AgentId>,
     /// Agents not expected to answer, neither answered nor missed: initializing, failed (waiting
     /// for their supervisor's orders), shutting down, terminated, or being destroyed.
@@ -98,8 +106,11 @@ type TurnEnd = (AgentId, Result<HeartbeatOutcome, String>);
 /// an agent free to answer has its answer recorded in its slot
 /// ([`AgentSlot::last_ack`](crate::AgentSlot::last_ack),
 /// [`AgentSlot::acked`](crate::AgentSlot::acked)), with no task, no allocation and no message.
-/// So an idle agent costs a few atomic operations per cycle, and one that is wedged (held by
-/// someone else through the cycle) or whose heartbeat task died is missed, not credited.
+/// So an idle agent costs a few atomic operations per cycle; one whose turn is still running
+/// answers busy with that turn's progress ([`AgentSlot::progress`](crate::AgentSlot::progress),
+/// fed from inside the turn); and one that is wedged (its turn silent past its silence limit,
+/// or held by someone else through the cycle) or whose heartbeat task died is missed, not
+/// credited.
 pub struct HeartbeatScheduler {
     pool: Arc<AgentPool>,
     bus: Arc<dyn MessageBus>,
@@ -111,6 +122,8 @@ pub struct HeartbeatScheduler {
     /// The agent of each running task, so that a task that dies (a panic outside the layer's
     /// turn, which [`Agent::recover_from_panic`] handles) is booked to its agent.
     tasks: HashMap<tokio::task::Id, AgentId>,
+    /// Agents whose heartbeat task died since the last cycle: that cycle misses them.
+    died: BTreeSet<AgentId>,
     ticking: Arc<Mutex<BTreeSet<AgentId>>>,
     number: u64,
     /// Each agent's allowance of wake-up turns.
@@ -142,6 +155,7 @@ impl HeartbeatScheduler {
             running: JoinSet::new(),
             busy: BTreeSet::new(),
             tasks: HashMap::new(),
+            died: BTreeSet::new(),
             ticking: Arc::default(),
             number: 0,
             wakes: HashMap::new(),
@@ -152,7 +166,7 @@ impl HeartbeatScheduler {
     }
 
     /// Stores the heartbeat answers the scheduler books itself (the sweep's acks of idle
-    /// agents, the misses) in `state`'s liveness ledger
+    /// agents, the busy answers with their progress, the misses) in `state`'s liveness ledger
     /// ([`StateStore::save_liveness`](agent_core::StateStore::save_liveness)): at the end of
     /// each cycle, one write for every agent whose counts changed, made in a task so a slow
     /// store never holds up the next cycle (while one write is in flight, the next cycle's
@@ -170,7 +184,11 @@ impl HeartbeatScheduler {
 
     /// Runs one cycle, booking every agent of the pool once:
     ///
-    /// - an agent still busy with an earlier turn (or whose heartbeat task died) is **missed**;
+    /// - an agent still running an earlier turn is **busy** when that turn shows progress
+    ///   ([`Progress::answer`](agent_core::Progress::answer): a sign of progress within its
+    ///   silence limit, a tool call within its own limit, a wait for a decision), its answer
+    ///   and progress recorded in its slot; a turn silent past its silence limit is
+    ///   **missed**, and so is an agent whose heartbeat task died since the last cycle;
     /// - an agent with mail or pending work has its heartbeat **started** in a task (it acks the
     ///   heartbeat to `system` itself), unless it waits for a failed turn's next attempt, due
     ///   at a later heartbeat: that one is swept;
@@ -210,18 +228,52 @@ impl HeartbeatScheduler {
             due.extend(ticking.iter().cloned());
         }
 
+        for id in std::mem::take(&mut self.died) {
+            let Some(slot) = self.pool.get(&id) else { continue };
+            if slot.is_gone() {
+                continue;
+            }
+            slot.count_missed(number);
+            self.warn_missed(&id, slot.supervisor(), number, "its heartbeat task died").await;
+            report.missed.push(id);
+        }
+        let now = tokio::time::Instant::now();
         let busy: Vec<AgentId> = self.busy.iter().cloned().collect();
         for id in busy {
-            if let Some(slot) = self.pool.get(&id) {
-                if slot.is_gone() {
-                    // Being destroyed: the destroyer waits for its turn to end.
-                    slot.book(number);
-                    report.exempt += 1;
-                    continue;
+            let Some(slot) = self.pool.get(&id) else { continue };
+            if slot.booked_in(number) {
+                continue; // its task died: missed above
+            }
+            if slot.is_gone() {
+                // Being destroyed: the destroyer waits for its turn to end.
+                slot.book(number);
+                report.exempt += 1;
+                continue;
+            }
+            match slot.progress().answer(now) {
+                Some(answer) => {
+                    tracing::debug!(
+                        agent = %id,
+                        heartbeat = number,
+                        activity = %answer.activity,
+                        tokens = answer.tokens,
+                        elapsed_ms = answer.elapsed_ms,
+                        "busy"
+                    );
+                    slot.count_busy(number, answer);
+                    report.busy.push(id);
                 }
-                slot.count_missed(number);
-                self.warn_missed(&id, slot.supervisor(), number, "still busy").await;
-                report.missed.push(id);
+                None => {
+                    let progress = slot.progress();
+                    let why = format!(
+                        "its turn has shown no progress for {} ms (`[timeouts] silence_ms` = {})",
+                        progress.silent_for(now).as_millis(),
+                        progress.silence().as_millis()
+                    );
+                    slot.count_missed(number);
+                    self.warn_missed(&id, slot.supervisor(), number, &why).await;
+                    report.missed.push(id);
+                }
             }
         }
         let mut contended = std::mem::take(&mut self.contended);
@@ -327,8 +379,12 @@ impl HeartbeatScheduler {
         self.busy.insert(id.clone());
         let ticking = self.ticking.clone();
         let agent = id.clone();
+        let progress = slot.progress().clone();
+        progress.begin_turn();
         let task = self.running.spawn(tracing::Instrument::in_current_span(async move {
-            let result = guard.heartbeat(number).await.map_err(|e| e.to_string());
+            let turn = guard.heartbeat(number);
+            let result =
+                agent_core::progress::scope(progress, turn).await.map_err(|e| e.to_string());
             if matches!(result, Ok(HeartbeatOutcome::Idle | HeartbeatOutcome::Processed { .. })) {
                 slot.note_answer(number);
             }
@@ -385,8 +441,12 @@ impl HeartbeatScheduler {
             let ticking = self.ticking.clone();
             let cycle = self.number;
             let agent = id.clone();
+            let progress = slot.progress().clone();
+            progress.begin_turn();
             let task = self.running.spawn(tracing::Instrument::in_current_span(async move {
-                let result = guard.wake_in(cycle).await.map_err(|e| e.to_string());
+                let turn = guard.wake_in(cycle);
+                let result =
+                    agent_core::progress::scope(progress, turn).await.map_err(|e| e.to_string());
                 let mut ticking = ticking.lock().unwrap_or_else(PoisonError::into_inner);
                 if guard.wants_tick() {
                     ticking.insert(id.clone());
@@ -455,6 +515,7 @@ impl HeartbeatScheduler {
                     }
                 }
                 self.busy.remove(&agent);
+                self.end_turn(&agent);
             }
             Err(e) => {
                 let Some(agent) = self.tasks.remove(&e.id()) else {
@@ -462,6 +523,8 @@ impl HeartbeatScheduler {
                     return;
                 };
                 self.busy.remove(&agent);
+                self.end_turn(&agent);
+                self.died.insert(agent.clone());
                 let message = if e.is_panic() {
                     agent_core::fault::panic_message(e.into_panic().as_ref())
                 } else {
@@ -469,6 +532,14 @@ impl HeartbeatScheduler {
                 };
                 self.recover(agent, message);
             }
+        }
+    }
+
+    /// `agent`'s turn ended (booked here, not in its task: until the scheduler has booked the
+    /// end, the turn counts as running).
+    fn end_turn(&self, agent: &AgentId) {
+        if let Some(slot) = self.pool.get(agent) {
+            slot.progress().end_turn();
         }
     }
 
@@ -484,9 +555,13 @@ impl HeartbeatScheduler {
         tracing::error!(agent = %agent, panic = %message, "a heartbeat task died; recovering its agent");
         self.busy.insert(agent.clone());
         let id = agent.clone();
+        let progress = slot.progress().clone();
+        progress.begin_turn();
         let task = self.running.spawn(tracing::Instrument::in_current_span(async move {
             let mut guard = slot.agent().clone().lock_owned().await;
-            let result = guard.recover_from_panic(message, &[]).await.map_err(|e| e.to_string());
+            let recovery = guard.recover_from_panic(message, &[]);
+            let result =
+                agent_core::progress::scope(progress, recovery).await.map_err(|e| e.to_string());
             (id, result)
         }));
         self.tasks.insert(task.id(), agent);

@@ -265,6 +265,117 @@ async fn a_reasoning_call_past_the_reasoning_limit_is_a_transient_timed_out_erro
     assert_eq!(s.chain().await, [(id(ME), Idle)]);
 }
 
+/// A reasoner whose `vote` is a slow model: a token every `every`, `tokens` of them, then the
+/// answer; every other call never answers.
+struct Trickle {
+    every: Duration,
+    tokens: u32,
+}
+
+#[async_trait]
+impl Reasoner for Trickle {
+    fn name(&self) -> &str {
+        "trickle"
+    }
+
+    async fn review_decision(&self, _: Persona<'_>, _: &Decision) -> Result<Verdict, ReasonError> {
+        std::future::pending().await
+    }
+
+    async fn vote(&self, _who: Persona<'_>, _conflict: &Conflict) -> Result<String, ReasonError> {
+        for _ in 0..self.tokens {
+            tokio::time::sleep(self.every).await;
+            crate::progress::tokens(1);
+        }
+        Ok("a".into())
+    }
+
+    async fn decompose(
+        &self,
+        _: Persona<'_>,
+        _: &WorkPackage,
+        _: &[Candidate],
+    ) -> Result<Vec<Placement>, ReasonError> {
+        std::future::pending().await
+    }
+
+    async fn next_action(
+        &self,
+        _: Persona<'_>,
+        _: &Subtask,
+        _: &[ToolCallRecord],
+    ) -> Result<NextAction, ReasonError> {
+        std::future::pending().await
+    }
+
+    async fn judge_progress(
+        &self,
+        _: Persona<'_>,
+        _: &Task,
+        _: &[SubtaskResult],
+        _: &str,
+    ) -> Result<Judgement, ReasonError> {
+        std::future::pending().await
+    }
+}
+
+/// `s`'s services with a reasoning limit of 10 minutes and a silence limit of 60 s.
+fn with_silence(s: &Services) -> Arc<AgentDeps> {
+    let timeouts = Timeouts { reasoning_ms: 600_000, silence_ms: 60_000, ..Timeouts::default() };
+    Arc::new(AgentDeps { timeouts, ..(*s.deps).clone() })
+}
+
+fn conflict() -> Conflict {
+    Conflict {
+        id: "c1".into(),
+        issue: "which".into(),
+        parties: vec![id(ME)],
+        options: vec!["a".into(), "b".into()],
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reasoning_call_still_producing_tokens_runs_past_the_silence_limit_to_its_answer() {
+    // A token every 50 s for 5 minutes: five times the silence limit, under the total.
+    let s = Services::with_reasoner(Trickle { every: Duration::from_secs(50), tokens: 6 }).await;
+    let agent = ready(with_silence(&s), bottom_config()).await;
+    let started = s.now();
+    let answer = agent.ctx().reasoner().vote(agent.ctx().persona(), &conflict()).await;
+    assert_eq!(answer, Ok("a".into()));
+    assert_eq!(s.now(), Timestamp(started.0 + 300_000));
+    assert_eq!(timed_out(&s, ME).await, []);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reasoning_call_silent_for_the_silence_limit_is_cut_as_a_transient_error_and_audited() {
+    // Two tokens, then silence: cut 60 s after the second.
+    let s = Services::with_reasoner(Trickle { every: Duration::from_secs(50), tokens: 2 }).await;
+    let agent = ready(with_silence(&s), bottom_config()).await;
+    let reasoner = agent.ctx().reasoner();
+    assert_eq!(reasoner.vote(agent.ctx().persona(), &conflict()).await, Ok("a".into()));
+    let started = s.now();
+    let error = reasoner.next_action(agent.ctx().persona(), &subtask("s1"), &[]).await.unwrap_err();
+    assert_eq!(
+        error,
+        ReasonError::Silent {
+            reasoner: "trickle".into(),
+            call: "next_action".into(),
+            silence_ms: 60_000
+        }
+    );
+    assert!(error.to_string().contains("raise `silence_ms`"), "{error}");
+    assert_eq!(AgentError::from(error).class(), ErrorClass::Transient);
+    assert_eq!(s.now(), Timestamp(started.0 + 60_000), "cut at the silence limit, not the total");
+    assert_eq!(
+        timed_out(&s, ME).await,
+        [(
+            Limit::Silence,
+            "reasoning call `next_action` of reasoner `trickle`, silent".into(),
+            60_000
+        )]
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_turn_past_the_agents_timeout_is_audited_as_timed_out_and_retried() {
     let s = Services::new().await;

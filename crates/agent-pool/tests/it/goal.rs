@@ -759,7 +759,11 @@ async fn speak_to_agent_times_out_when_the_agent_does_not_answer() {
     let scripted = Arc::new(ScriptedReasoner::from_fn(talker));
     let mut services = services(dir.path());
     services.reasoner = Arc::new(Mute(scripted.clone()));
-    let team = Team::start(goal_team(roles()), services.clone()).await.unwrap();
+    // The writer's turns are cut at 30 s, before its silent model's call is (at the silence
+    // limit, 2 minutes, after which it would answer with its status): it never answers.
+    let mut spec = goal_team(roles());
+    spec.timeouts.turn_ms = 30_000;
+    let team = Team::start(spec, services.clone()).await.unwrap();
     team.submit(Task::goal("t", "docs")).await.unwrap();
     let outcome = tokio::time::timeout(Duration::from_secs(3600), team.wait("t")).await.unwrap();
     assert!(outcome.is_success(), "{outcome:?}");

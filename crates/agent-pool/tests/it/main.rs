@@ -3,6 +3,7 @@
 
 mod approvals;
 mod arbitration;
+mod busy;
 mod events;
 mod goal;
 mod guards;
