@@ -8,7 +8,10 @@
 //! An `openai` reasoner finds its server and key as the official OpenAI clients do: the base URL
 //! is `--base-url`, else the team file's `base_url`, else `$OPENAI_BASE_URL` (as it was when the
 //! run started), else <https://api.openai.com/v1>; the key is read from the variable the team
-//! file's `api_key_env` names (default `OPENAI_API_KEY`). A server on loopback (`localhost`,
+//! file's `api_key_env` names, else from `OPENAI_API_KEY` when the server is one the user named
+//! (`--base-url`, `$OPENAI_BASE_URL`) or OpenAI's own. A team file is input that may come from
+//! someone else: a server only its `base_url` names gets no key unless the file names the
+//! variable with `api_key_env`. A server on loopback (`localhost`,
 //! 127.0.0.0/8, `::1`) needs no key: without one, no `Authorization` header is sent; any other
 //! server without a key is refused before the run.
 
@@ -471,6 +474,8 @@ struct ProviderSet {
     known: BTreeMap<String, agent_llm::ModeChoice>,
     /// `$OPENAI_BASE_URL` as the run records it ([`Overrides::openai_base_url`]).
     openai_base_url: Option<String>,
+    /// `--base-url`, as the run records it: a server the user named.
+    flag_base_url: Option<String>,
     /// Check only: the embedded model's file is verified but the model is not loaded.
     dry_run: bool,
 }
@@ -492,6 +497,9 @@ impl Shared {
         }
         // `[reasoner] stream = false` turns streaming (and its events) off; on by default.
         llm.stream = settings.stream.unwrap_or(true);
+        if let Some(repairs) = settings.plan_repairs {
+            llm.plan_repairs = repairs;
+        }
         // The embedded model (or one the team file says is small) cannot choose among tools or
         // write arguments: it is offered the step's own tool, with the plan's arguments only,
         // and `finish_subtask`.
@@ -516,7 +524,8 @@ impl ProviderSet {
         dry_run: bool,
     ) -> Self {
         let openai_base_url = overrides.openai_base_url.clone();
-        Self { providers: BTreeMap::new(), known, openai_base_url, dry_run }
+        let flag_base_url = overrides.base_url.clone();
+        Self { providers: BTreeMap::new(), known, openai_base_url, flag_base_url, dry_run }
     }
 
     /// The API root of an `openai` reasoner with settings `s`: its own (`--base-url` or the
@@ -564,10 +573,16 @@ impl ProviderSet {
             ReasonerKind::OpenAi => {
                 let model = need_model(kind, model, "gpt-4o-mini")?;
                 let base_url = base_url.unwrap_or_else(|| OPENAI_API.to_owned());
-                // As the official clients: the named variable, else OPENAI_API_KEY, whatever
-                // the server.
-                let var = s.api_key_env.as_deref().unwrap_or("OPENAI_API_KEY");
-                let api_key = api_key(s, Some(var), &base_url)?;
+                // As the official clients: the named variable, else OPENAI_API_KEY, but that
+                // one only for a server the user named (--base-url, $OPENAI_BASE_URL) or
+                // OpenAI's: never for one only a team file (which may come from anyone) names.
+                let named_by_user = s.base_url.is_none() || s.base_url == self.flag_base_url;
+                let var = match &s.api_key_env {
+                    Some(var) => Some(var.as_str()),
+                    None if named_by_user => Some("OPENAI_API_KEY"),
+                    None => None,
+                };
+                let api_key = api_key(s, var, &base_url)?;
                 let mut config = OpenAiConfig::new(base_url, model);
                 config.api_key = api_key;
                 if let Some(t) = s.request_timeout {

@@ -1,8 +1,9 @@
 //! The simple knobs of a model run: `--base-url` and `--model` on `strata run` (and `exec`),
 //! without a team file too; `$OPENAI_BASE_URL` and `$OPENAI_API_KEY` read as the official OpenAI
 //! clients read them (`--base-url`, else the team file's `base_url`, else the variable, else
-//! OpenAI's API; the key from `api_key_env`, default `OPENAI_API_KEY`); no key needed for a
-//! server on loopback (and then no `Authorization` header), a clear refusal for any other; and
+//! OpenAI's API; the key from `api_key_env`, else `OPENAI_API_KEY` for a server the user
+//! named, never for one only a team file names); no key needed for a server on loopback (and
+//! then no `Authorization` header), a clear refusal for any other; and
 //! `strata model path` printing the path alone, so that `$(strata model path)` works.
 //!
 //! Every command runs with `OPENAI_API_KEY` and `OPENAI_BASE_URL` removed from its
@@ -196,21 +197,48 @@ fn resume_reaches_the_server_and_model_the_run_started_with() {
 }
 
 #[test]
-fn the_key_comes_from_openai_api_key_by_default_whatever_the_server() {
-    // A team file with a `base_url` and no `api_key_env`: OPENAI_API_KEY is the key, sent.
+fn openai_api_key_goes_to_a_server_the_user_named_never_to_one_only_a_team_file_names() {
     let server = FakeLlm::start(Mode::Sensible);
     let s = scratch();
+    let sent = |server: &FakeLlm| -> Vec<Option<String>> {
+        server.requests().iter().map(|r| r.header("authorization").map(str::to_owned)).collect()
+    };
+    // A team file's `base_url` without `api_key_env`: the file may come from anyone, so the
+    // user's OPENAI_API_KEY is not sent to the server it names.
     let lines = format!("base_url = \"{}\"\nmodel = \"fake-model\"", server.openai_url());
     s.write("team.toml", &openai_team(&lines));
     let out = strata(&s, &run_args(&["--team", "team.toml"]), &[("OPENAI_API_KEY", KEY)]);
     succeeded(&s, &out);
-    let requests = server.requests();
-    assert!(!requests.is_empty());
-    for r in &requests {
-        let sent = r.header("authorization");
-        assert_eq!(sent, Some(format!("Bearer {KEY}").as_str()), "{} {}", r.method, r.path);
-    }
+    let headers = sent(&server);
+    assert!(!headers.is_empty());
+    assert!(headers.iter().all(Option::is_none), "the key went to the team file's server");
+
+    // The same server named by the user (--base-url): the key is sent, as the OpenAI clients do.
+    let named = FakeLlm::start(Mode::Sensible);
+    let s = scratch();
+    s.write("team.toml", &openai_team("model = \"fake-model\""));
+    let url = named.openai_url();
+    let args = run_args(&["--team", "team.toml", "--base-url", &url]);
+    let out = strata(&s, &args, &[("OPENAI_API_KEY", KEY)]);
+    succeeded(&s, &out);
+    let bearer = format!("Bearer {KEY}");
+    let headers = sent(&named);
+    assert!(!headers.is_empty());
+    assert!(headers.iter().all(|h| h.as_deref() == Some(bearer.as_str())), "{headers:?}");
     assert!(!out.stdout.contains(KEY) && !out.stderr.contains(KEY), "the key was printed");
+
+    // A team file that names the variable itself: sent to its server.
+    let own = FakeLlm::start(Mode::Sensible);
+    let s = scratch();
+    let lines = format!(
+        "base_url = \"{}\"\nmodel = \"fake-model\"\napi_key_env = \"OPENAI_API_KEY\"",
+        own.openai_url()
+    );
+    s.write("team.toml", &openai_team(&lines));
+    let out = strata(&s, &run_args(&["--team", "team.toml"]), &[("OPENAI_API_KEY", KEY)]);
+    succeeded(&s, &out);
+    let headers = sent(&own);
+    assert!(headers.iter().all(|h| h.as_deref() == Some(bearer.as_str())), "{headers:?}");
 }
 
 #[test]
@@ -223,8 +251,13 @@ fn a_remote_server_without_a_key_is_refused_naming_the_variable() {
     out.bad_input(&["OPENAI_API_KEY", "is not set", REMOTE, "not on loopback", "api_key_env"]);
     refused_before_anything(&s, &out, None);
 
-    // A team file's remote `base_url`, without `api_key_env`: the same variable.
-    s.write("team.toml", &openai_team(&format!("base_url = \"{REMOTE}\"\nmodel = \"m\"")));
+    // A team file's remote `base_url` naming the variable: the same refusal.
+    s.write(
+        "team.toml",
+        &openai_team(&format!(
+            "base_url = \"{REMOTE}\"\nmodel = \"m\"\napi_key_env = \"OPENAI_API_KEY\""
+        )),
+    );
     let out = strata(&s, &run_args(&["--team", "team.toml"]), &[]);
     out.bad_input(&["OPENAI_API_KEY", "is not set", "not on loopback"]);
     refused_before_anything(&s, &out, None);
