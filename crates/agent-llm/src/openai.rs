@@ -32,7 +32,9 @@ pub struct OpenAiConfig {
     /// need none. The caller reads it from the environment; it is trimmed, never logged, and
     /// shown as `<redacted>` by `Debug`.
     pub api_key: Option<String>,
-    /// The longest one call may take, connecting and reading the whole answer included.
+    /// The longest one call may take, connecting and reading the whole answer included; for a
+    /// streamed call, the longest wait for its answer to begin and for each next piece (a slow
+    /// model that keeps writing is not cut: the team's reasoning limit bounds the whole call).
     pub timeout: Duration,
     /// How to ask for structured answers ([`StructuredOutput::Auto`]: the best mode the server
     /// takes, found as it answers).

@@ -86,7 +86,7 @@ use crate::provider::{
     ChatMessage, ChatRequest, ChatResponse, Provider, ProviderErrorKind, ProviderToolCall,
     ResponseFormat, ToolSpec, Usage,
 };
-use crate::retry::{RetryEvent, complete_with_retry};
+use crate::retry::{RetryEvent, complete_streaming_with_retry, complete_with_retry};
 use crate::tokens::complete_publishing;
 
 /// The tool an executor calls to end its subtask (the runtime's name for it).
@@ -125,9 +125,12 @@ pub struct LlmSettings {
     /// schema narrowed to those values), so the model chooses between the planned call and
     /// finishing: for small models that cannot write arguments. Default off.
     pub planned_arguments_only: bool,
-    /// With an event hub ([`LlmReasoner::with_events`]) that someone watches, stream each
-    /// answer and publish it as it arrives (default on); the answer, its checks and its usage
-    /// are the same either way.
+    /// Stream each answer (default on): with an event hub ([`LlmReasoner::with_events`]) that
+    /// someone watches, publish it as it arrives; either way each piece is progress of the
+    /// agent's turn (its heartbeat answers busy, with tokens so far, and the call's silence
+    /// limit, `[timeouts] silence_ms`, starts over). Off, a call shows no progress until its
+    /// answer, so its silence limit bounds the whole call. The answer, its checks and its
+    /// usage are the same either way.
     pub stream: bool,
 }
 
@@ -360,6 +363,21 @@ impl LlmReasoner {
                 complete_publishing(provider, request, &policy, &mut observe, hub, me, call)
                     .instrument(span.clone())
                     .await
+            }
+            // Unwatched, streamed all the same: each piece is progress of the agent's turn
+            // (`agent_core::progress`), so a call still producing is not cut by its silence.
+            None if self.settings.stream => {
+                let mut progress = |_: crate::Piece<'_>| agent_core::progress::pieces(1);
+                let provider = self.provider.as_ref();
+                complete_streaming_with_retry(
+                    provider,
+                    request,
+                    &policy,
+                    &mut observe,
+                    &mut progress,
+                )
+                .instrument(span.clone())
+                .await
             }
             None => {
                 complete_with_retry(self.provider.as_ref(), request, &policy, &mut observe)

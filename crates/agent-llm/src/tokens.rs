@@ -93,6 +93,7 @@ impl Publisher<'_> {
 
 impl TokenSink for Publisher<'_> {
     fn piece(&mut self, piece: Piece<'_>) {
+        agent_core::progress::pieces(1);
         let attempt = self.attempt.load(Ordering::Relaxed);
         let (tool, text) = match piece {
             Piece::Text(text) => (None, text),

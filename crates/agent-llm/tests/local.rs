@@ -207,3 +207,190 @@ fn the_fetched_model_verifies() {
         Err(error) => panic!("{error}"),
     }
 }
+
+/// The provider on the fetched model with the threads a 2-core machine gives it, recording the
+/// usage and engine timing of each call it answers.
+struct Recording {
+    inner: LocalProvider,
+    calls: std::sync::Mutex<Vec<(agent_llm::Usage, Option<agent_llm::EngineTiming>)>>,
+}
+
+#[async_trait::async_trait]
+impl Provider for Recording {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn model(&self) -> &str {
+        self.inner.model()
+    }
+
+    async fn complete(
+        &self,
+        request: &ChatRequest,
+    ) -> Result<agent_llm::ChatResponse, agent_llm::ProviderError> {
+        let response = self.inner.complete(request).await?;
+        self.calls.lock().unwrap().push((response.usage, response.timing));
+        Ok(response)
+    }
+}
+
+/// An agent that does nothing itself: its context's reasoner is what the test calls.
+struct Idle;
+
+#[async_trait::async_trait]
+impl agent_core::AgentBehavior for Idle {
+    fn responsibilities(&self) -> &'static str {
+        "- Approve major technical proposals and task allocations\n- Arbitrate conflicts"
+    }
+
+    async fn on_process(
+        &mut self,
+        _ctx: &mut agent_core::AgentContext,
+        _messages: &[agent_state::Message],
+        _board: &agent_state::BoardSnapshot,
+    ) -> Result<(), agent_core::AgentError> {
+        Ok(())
+    }
+}
+
+/// Issue #32: a planning call of the embedded model, on the cores this machine has, through
+/// the runtime's own limits at their defaults (`[timeouts] reasoning_ms` and `silence_ms`:
+/// `ctx.reasoner()` bounds every call by them): it completes, never silent for the silence
+/// limit, because the model thread reports each prompt batch and each token to the turn's
+/// progress. Prints the figures the defaults are sized from.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::print_stderr, reason = "its figures are what the defaults are sized from")]
+async fn a_planning_call_completes_under_the_default_limits_reporting_progress_per_token() {
+    use agent_state::{AgentConfig, AgentLayer, Role, RoleBook, Task, Timeouts};
+
+    let config = LocalConfig::default_model().expect("no model directory");
+    let threads = config.threads;
+    let local = LocalProvider::start(config).await.unwrap();
+    let provider = Arc::new(Recording { inner: local, calls: Default::default() });
+    let ledger = Arc::new(agent_llm::UsageLedger::new(
+        agent_llm::PriceTable::new(),
+        agent_llm::Budget::default(),
+    ));
+    let talk = Arc::new(agent_llm::Conversations::in_memory(Default::default()));
+    let reasoner = Arc::new(agent_llm::LlmReasoner::new(provider.clone(), ledger, talk));
+
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = agent_core::tools::ToolContext::new(dir.path()).unwrap();
+    let services = agent_pool::TeamServices::in_memory(workspace, reasoner);
+    let limits = Timeouts::default();
+    let deps = Arc::new(agent_core::AgentDeps {
+        bus: services.bus.clone(),
+        boards: services.boards.clone(),
+        governance: services.governance.clone(),
+        audit: services.audit.clone(),
+        reasoner: services.reasoner.clone(),
+        tools: services.tools.clone(),
+        workspace: services.workspace.clone(),
+        clock: services.clock.clone(),
+        state: services.state.clone(),
+        spawner: None,
+        timeouts: limits,
+    });
+    let config = AgentConfig::new("top-a", "Power A", AgentLayer::Top);
+    let mut agent = agent_core::Agent::new(config, Box::new(Idle), deps).unwrap();
+    agent.initialize().await.unwrap();
+
+    let lead = |name: &str, description: &str, workers: &[&str]| Role {
+        description: description.into(),
+        enabled_agents: workers.iter().map(|w| (*w).to_owned()).collect(),
+        ..Role::new(name, AgentLayer::Mid)
+    };
+    let worker = |name: &str, description: &str, tools: &[&str]| Role {
+        description: description.into(),
+        tools: tools.iter().map(|t| (*t).to_owned()).collect(),
+        ..Role::new(name, AgentLayer::Bottom)
+    };
+    let roles = RoleBook::new([
+        lead(
+            "code_lead",
+            "Leads the code: spawns a coder per piece and a tester.",
+            &["coder", "tester"],
+        ),
+        lead("docs_lead", "Leads the documentation: spawns a writer per document.", &["writer"]),
+        worker("coder", "Writes and edits source files.", &["read_file", "write_file", "list_dir"]),
+        worker("tester", "Runs the tests with the shell.", &["read_file", "shell"]),
+        worker("writer", "Writes documentation files.", &["read_file", "write_file"]),
+    ])
+    .unwrap();
+    let task = Task {
+        id: "t1".into(),
+        goal: "Write a small Python module `stats.py` with mean and median functions, a test \
+               file for it, and a README.md explaining how to use them."
+            .into(),
+        steps: Vec::new(),
+    };
+
+    // The turn's progress, as the scheduler gives it; sampled for its longest silence.
+    let progress =
+        Arc::new(agent_core::Progress::new(std::time::Duration::from_millis(limits.silence_ms)));
+    progress.begin_turn();
+    let sampler = {
+        let progress = progress.clone();
+        tokio::spawn(async move {
+            let mut longest = std::time::Duration::ZERO;
+            loop {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                longest = longest.max(progress.silent_for(tokio::time::Instant::now()));
+                if !progress.in_turn() {
+                    return longest;
+                }
+            }
+        })
+    };
+    let started = std::time::Instant::now();
+    let ctx = agent.ctx();
+    let plan = agent_core::progress::scope(
+        progress.clone(),
+        ctx.reasoner().plan(ctx.persona(), &task, &roles),
+    )
+    .await;
+    let took = started.elapsed();
+    progress.end_turn();
+    let longest_silence = sampler.await.unwrap();
+
+    // Not cut by either limit (the plan itself may still be refused: a 270M model's plans are
+    // another matter).
+    if let Err(error) = &plan {
+        assert!(
+            !matches!(
+                error,
+                agent_core::ReasonError::TimedOut { .. } | agent_core::ReasonError::Silent { .. }
+            ),
+            "{error}"
+        );
+    }
+    let calls = provider.calls.lock().unwrap().clone();
+    assert!(!calls.is_empty(), "the model answered");
+    let generated: u64 = calls.iter().map(|(usage, _)| usage.output_tokens).sum();
+    assert_eq!(progress.tokens(), generated, "each token generated was reported as progress");
+    for (usage, timing) in &calls {
+        let timing = timing.unwrap();
+        eprintln!(
+            "planning call: {} prompt tokens read in {:.0} ms ({:.0} tokens/s), {} tokens \
+             written in {:.0} ms ({:.1} tokens/s)",
+            usage.input_tokens,
+            timing.prompt_ms,
+            usage.input_tokens as f64 * 1000.0 / timing.prompt_ms.max(1.0),
+            usage.output_tokens,
+            timing.generate_ms,
+            timing.generated_tokens as f64 * 1000.0 / timing.generate_ms.max(1.0),
+        );
+    }
+    eprintln!(
+        "{} call(s) on {threads} thread(s) in {took:?}, longest silence {longest_silence:?} \
+         (limits: reasoning_ms {}, silence_ms {}); plan: {}",
+        calls.len(),
+        limits.reasoning_ms,
+        limits.silence_ms,
+        match &plan {
+            Ok(plan) => format!("{} step(s)", plan.steps.len()),
+            Err(error) => format!("refused: {error}"),
+        }
+    );
+}

@@ -112,11 +112,13 @@
 //! model = "gpt-4o-mini"     # openai/anthropic: required here or on each agent; local:
 //!                           # "gemma-3-270m-q4_k_m" (the only one)
 //! stream = true             # model reasoners: answers stream and show as they are written
-//!                           # (live view, --json); default true; usage is exact either way
+//!                           # (live view, --json); default true; usage is exact either way;
+//!                           # off, a call shows no progress, so [timeouts] silence_ms bounds
+//!                           # it whole
 //! api_key_env = "OPENAI_API_KEY"   # the variable holding the key (never the key itself);
 //!                           # default OPENAI_API_KEY (anthropic: ANTHROPIC_API_KEY when no
 //!                           # base_url is set); a server on loopback needs none
-//! request_timeout = "120s"  # one model call
+//! request_timeout = "120s"  # one model call; streamed, the longest wait for its next piece
 //! max_tokens = 512          # most tokens one decision may generate
 //! structured_output = "auto"  # openai/anthropic: how JSON answers are asked for: "auto"
 //!                           # (default: the best mode the server takes, moving on when it

@@ -1,7 +1,7 @@
 //! [`HttpClient::post_stream`]: one POST whose answer is read as a server-sent event stream
 //! ([`crate::sse`]) as it arrives, with the same classification of failures as a whole answer.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use reqwest::header::{ACCEPT, CONTENT_TYPE};
 
@@ -21,14 +21,24 @@ pub(crate) enum Streamed {
     Whole(Vec<u8>),
 }
 
+/// The bound of a streamed exchange as a whole: a backstop (7 days, the longest time limit a
+/// team may set) far past the team's reasoning limit, which bounds a call that keeps streaming.
+/// The call's own timeout bounds each wait instead: for the answer to begin, and for each next
+/// piece of it.
+const STREAM_BACKSTOP: Duration = Duration::from_secs(7 * 24 * 3_600);
+
 impl HttpClient {
     /// POSTs `body` as JSON and reads a 2xx `text/event-stream` answer event by event, handing
     /// each to `on_event` as soon as it is complete; `on_event` returns `Ok(true)` once the
     /// stream's last event came (the rest is not read), `Ok(false)` to read on, or the error
     /// that ends the call. A non-2xx answer is classified as [`HttpClient::post`] classifies it.
     ///
-    /// The call's timeout bounds the whole exchange, as for a whole answer: a server that stops
-    /// sending mid-stream ends the call with [`ProviderErrorKind::Timeout`] when it runs out.
+    /// The call's timeout bounds each wait, not the whole exchange: the answer must begin
+    /// within it, and each next piece arrive within it of the last, so a slow model that keeps
+    /// writing (a CPU model on 2 cores) is never cut while a server that stops sending
+    /// mid-stream ends the call with [`ProviderErrorKind::Timeout`]. The team's reasoning limit
+    /// bounds the call as a whole. A whole answer instead of a stream is bounded as
+    /// [`HttpClient::post`] bounds one.
     pub(crate) async fn post_stream(
         &self,
         body: &serde_json::Value,
@@ -64,15 +74,19 @@ impl HttpClient {
         let body = serde_json::to_vec(body).map_err(|e| {
             self.error(ProviderErrorKind::BadRequest, format!("cannot encode the request: {e}"))
         })?;
-        let mut response = self
+        let started = Instant::now();
+        let send = self
             .client
             .post(self.endpoint.clone())
             .headers(self.headers.clone())
             .header(CONTENT_TYPE, "application/json")
             .header(ACCEPT, "text/event-stream")
+            .timeout(STREAM_BACKSTOP)
             .body(body)
-            .send()
+            .send();
+        let mut response = tokio::time::timeout(self.timeout, send)
             .await
+            .map_err(|_| self.silent("no answer"))?
             .map_err(|e| self.transport_error(&e))?;
         let status = response.status();
         let is_stream =
@@ -81,7 +95,11 @@ impl HttpClient {
             });
         if !status.is_success() || !is_stream {
             let retry_after = retry_after(response.headers());
-            let bytes = response.bytes().await.map_err(|e| self.transport_error(&e))?;
+            let left = self.timeout.saturating_sub(started.elapsed());
+            let bytes = tokio::time::timeout(left, response.bytes())
+                .await
+                .map_err(|_| self.silent("no whole answer"))?
+                .map_err(|e| self.transport_error(&e))?;
             if !status.is_success() {
                 return Err(self.status_error(status, retry_after, &bytes));
             }
@@ -95,7 +113,10 @@ impl HttpClient {
             )
         };
         loop {
-            let chunk = response.chunk().await.map_err(|e| self.stream_error(&e))?;
+            let chunk = tokio::time::timeout(self.timeout, response.chunk())
+                .await
+                .map_err(|_| self.silent("the answer stopped arriving mid-stream: nothing more"))?
+                .map_err(|e| self.stream_error(&e))?;
             let events = match &chunk {
                 Some(bytes) => parser.feed(bytes).map_err(unreadable)?,
                 None => parser.finish().map_err(unreadable)?,
@@ -109,6 +130,11 @@ impl HttpClient {
                 return Ok(Streamed::Ended);
             }
         }
+    }
+
+    /// The timeout of a wait of a streamed call: `what` came within the call's timeout.
+    fn silent(&self, what: &str) -> ProviderError {
+        self.error(ProviderErrorKind::Timeout, format!("{what} within {:?}", self.timeout))
     }
 
     /// Classifies a failure to read the rest of a stream that had begun.

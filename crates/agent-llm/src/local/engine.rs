@@ -2,8 +2,10 @@
 
 use std::num::NonZeroU32;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
+
+use agent_core::Progress;
 
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::context::params::LlamaContextParams;
@@ -31,7 +33,15 @@ pub(super) struct Job {
     pub(super) call: u64,
     /// Where the answer goes; an error is the message of an engine failure.
     pub(super) reply: oneshot::Sender<Result<ChatResponse, String>>,
+    /// The progress of the caller's turn, told of each batch of the prompt read and each token
+    /// generated ([`agent_core::progress`]), if the caller runs in one.
+    pub(super) progress: Option<Arc<Progress>>,
 }
+
+/// How many prompt tokens are read per batch: the progress of the caller's turn is told after
+/// each, so even a long prompt on a slow machine is never silent for long (llama.cpp reads a
+/// prompt in batches of 512 tokens itself, so this costs nothing).
+const PROMPT_BATCH: usize = 512;
 
 /// The model thread's body: verify, load, report readiness on `ready`, then answer jobs until
 /// the queue closes.
@@ -141,12 +151,23 @@ impl Engine<'_> {
 
         self.context.clear_kv_cache();
         self.context.reset_timings();
-        let mut batch = LlamaBatch::new(prompt.len().max(1), 1);
-        for (pos, token) in prompt.iter().enumerate() {
-            let last = pos + 1 == prompt.len();
-            batch.add(*token, pos as i32, &[0], last).map_err(|e| format!("batch: {e}"))?;
+        let progress = job.progress.as_deref();
+        let mut batch = LlamaBatch::new(prompt.len().clamp(1, PROMPT_BATCH), 1);
+        for (chunk, tokens) in prompt.chunks(PROMPT_BATCH).enumerate() {
+            if job.reply.is_closed() {
+                return Err("the caller gave up".to_owned());
+            }
+            batch.clear();
+            for (i, token) in tokens.iter().enumerate() {
+                let pos = chunk * PROMPT_BATCH + i;
+                let last = pos + 1 == prompt.len();
+                batch.add(*token, pos as i32, &[0], last).map_err(|e| format!("batch: {e}"))?;
+            }
+            self.context.decode(&mut batch).map_err(|e| format!("cannot read the prompt: {e}"))?;
+            if let Some(progress) = progress {
+                progress.touch();
+            }
         }
-        self.context.decode(&mut batch).map_err(|e| format!("cannot read the prompt: {e}"))?;
 
         let mut output: Vec<u8> = Vec::new();
         let mut generated = 0_usize;
@@ -166,6 +187,9 @@ impl Engine<'_> {
                 grammar.try_accept(token).map_err(|e| format!("grammar: {e}"))?;
             }
             generated += 1;
+            if let Some(progress) = progress {
+                progress.add_tokens(1);
+            }
             piece.clear();
             vocab.token_to_piece_into(token, &mut piece, false, None);
             output.extend_from_slice(&piece);

@@ -136,6 +136,12 @@ pub enum LocalError {
 ///
 /// Usage counts the prompt's tokens and the answer's; [`EngineTiming`](crate::EngineTiming)
 /// holds llama.cpp's own counters for the call.
+///
+/// # Progress
+/// A call made in an agent's turn tells the turn's progress ([`agent_core::progress`]) of each
+/// batch of the prompt read and each token generated, from the model thread: the agent answers
+/// its heartbeats busy with its tokens so far, and the call is never silent for its silence
+/// limit (`[timeouts] silence_ms`) while the model works.
 #[derive(Debug)]
 pub struct LocalProvider {
     model: String,
@@ -201,7 +207,9 @@ impl Provider for LocalProvider {
     async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, ProviderError> {
         let call = self.calls.fetch_add(1, Ordering::Relaxed) + 1;
         let (reply, answer) = oneshot::channel();
-        let job = engine::Job { request: request.clone(), call, reply };
+        // The model thread tells the caller's turn of each prompt batch and token.
+        let progress = agent_core::progress::current();
+        let job = engine::Job { request: request.clone(), call, reply, progress };
         let stopped =
             || ProviderError::new(self, ProviderErrorKind::Engine, "the model thread has stopped");
         self.jobs.send(job).await.map_err(|_| stopped())?;

@@ -445,6 +445,11 @@ async fn a_streamed_vote_is_published_in_order_and_counted_exactly_as_one_not_st
         reasoner(Arc::new(openai(&model, Duration::from_secs(10))), Some(&hub));
     let (plain, plain_ledger, _) =
         reasoner(Arc::new(openai(&model, Duration::from_secs(10))), None);
+    let plain = plain.with_settings(LlmSettings {
+        stream: false,
+        retry: Some(RetryPolicy { max_retries: 0, ..RetryPolicy::default() }),
+        ..LlmSettings::default()
+    });
 
     let conflict = conflict(&["a", "b"]);
     assert_eq!(streaming.vote(agent.persona(), &conflict).await.unwrap(), "b");
@@ -471,21 +476,35 @@ async fn a_streamed_vote_is_published_in_order_and_counted_exactly_as_one_not_st
     assert_eq!(streamed_talk.get(&agent.config.id).unwrap().turns.len(), 1);
 }
 
+/// Issue #32: unwatched, an answer still streams, as progress of the agent's turn only
+/// (nothing is published); with streaming off nothing streams, and the call shows no progress
+/// until its answer.
 #[tokio::test]
-async fn nothing_is_published_or_streamed_when_nobody_watches_or_streaming_is_off() {
+async fn unwatched_an_answer_streams_as_progress_only_and_with_streaming_off_nothing_streams() {
     let model = FakeModel::start("gpt-stream", |_| Ok(text_completion("gpt-stream", &vote())))
         .await
         .unwrap();
     let agent = Agent::new("top-a", AgentLayer::Top);
     let hub = EventHub::default();
+    let progress = Arc::new(agent_core::Progress::default());
+    progress.begin_turn();
+    let conflict = conflict(&["a", "b"]);
     let (unwatched, _, _) = reasoner(Arc::new(openai(&model, Duration::from_secs(10))), Some(&hub));
-    unwatched.vote(agent.persona(), &conflict(&["a", "b"])).await.unwrap();
+    let vote = unwatched.vote(agent.persona(), &conflict);
+    agent_core::progress::scope(progress.clone(), vote).await.unwrap();
+    let streamed = progress.tokens();
+    assert!(streamed > 1, "each piece was progress: {streamed}");
+
     let mut watching = hub.subscribe();
     let (off, _, _) = reasoner(Arc::new(openai(&model, Duration::from_secs(10))), Some(&hub));
     let off = off.with_settings(LlmSettings { stream: false, ..LlmSettings::default() });
-    off.vote(agent.persona(), &conflict(&["a", "b"])).await.unwrap();
-    assert!(model.requests().iter().all(|r| r.get("stream").is_none()));
-    assert!(tokens(&mut watching).is_empty());
+    let vote = off.vote(agent.persona(), &conflict);
+    agent_core::progress::scope(progress.clone(), vote).await.unwrap();
+    assert_eq!(progress.tokens(), streamed, "not streamed: no progress");
+    let asked = model.requests();
+    assert_eq!(asked[0]["stream"], json!(true));
+    assert_eq!(asked[1].get("stream"), None);
+    assert!(tokens(&mut watching).is_empty(), "nothing published");
 }
 
 #[tokio::test]

@@ -329,8 +329,10 @@ async fn a_team_past_its_budget_waits_for_a_human_longer_than_its_time_limits_an
     let budget = Budget { max_calls: Some(6), on_exceed: OnExceed::AskHuman, ..Budget::default() };
     let s = setup(dir.path(), budget);
     let mut spec = team_spec();
-    // A reasoning call may take 10 s, a turn 30 s (the default). The human takes 10 min.
+    // A reasoning call may take 10 s, a turn 30 s (its agents' own default). The human takes
+    // 10 min.
     spec.timeouts.reasoning_ms = 10_000;
+    spec.timeouts.turn_ms = 30_000;
     let limits = spec.timeouts;
     let human_takes = Duration::from_secs(600);
     assert!(human_takes > Duration::from_millis(limits.reasoning_ms.max(limits.turn_ms)) * 2);
