@@ -488,6 +488,11 @@ pub(crate) fn event_line(r: &AuditRecord, start: u64) -> String {
             first_line(message),
             if *failed { "agent failed" } else { "reloaded from its stored state" }
         ),
+        AuditEvent::AnswerRepair { decision, repair, max_repairs, problems } => {
+            format!(
+                "INVALID {decision} answer, sent back for repair {repair} of {max_repairs}: {problems}"
+            )
+        }
         AuditEvent::Operator { request, outcome, error } => {
             let error = error.as_ref().map(|e| format!(": {e}")).unwrap_or_default();
             format!(

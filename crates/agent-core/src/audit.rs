@@ -15,7 +15,7 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use agent_state::{
     AgentId, AgentStatus, BackendError, DecisionId, Timestamp, TransitionRecord, Versioned,
@@ -249,6 +249,53 @@ pub enum AuditEvent {
         /// Whether the agent failed over it (else it was reloaded to try again).
         failed: bool,
     },
+    /// A model reasoner's answer to a decision (a plan, a review, a vote, ...) failed its
+    /// checks and was sent back to the model with its problems, for repair `repair` of at most
+    /// `max_repairs` (the LLM reasoner: a plan gets up to `[reasoner] plan_repairs`, another
+    /// decision one). Written through [`audit_reasoning`] under the agent whose call it is.
+    AnswerRepair {
+        /// The decision asked (`plan`, `review`, `vote`, `decompose`, `judge`, `answer`).
+        decision: String,
+        /// Which repair this is, from 1.
+        repair: u32,
+        /// Most repairs the decision gets.
+        max_repairs: u32,
+        /// The invalid answer's problems, as the repair request quotes them.
+        problems: String,
+    },
+}
+
+tokio::task_local! {
+    static REASONING: ReasoningAudit;
+}
+
+/// Where a reasoner's own records go during a call: the calling agent's audit log.
+#[derive(Clone)]
+struct ReasoningAudit {
+    log: Arc<dyn AuditLog>,
+    agent: AgentId,
+    clock: Arc<dyn crate::Clock>,
+}
+
+/// Runs `f`, a reasoning call of `agent`, so that what the reasoner records with
+/// [`audit_reasoning`] goes to `log` under `agent`. The runtime runs every call an agent makes
+/// through [`AgentContext::reasoner`](crate::AgentContext::reasoner) so.
+pub async fn with_reasoning_audit<F: std::future::Future>(
+    log: Arc<dyn AuditLog>,
+    agent: AgentId,
+    clock: Arc<dyn crate::Clock>,
+    f: F,
+) -> F::Output {
+    REASONING.scope(ReasoningAudit { log, agent, clock }, f).await
+}
+
+/// Appends `event` to the audit log of the agent whose reasoning call this is (see
+/// [`with_reasoning_audit`]); outside such a call it records nothing and returns `Ok(false)`.
+pub async fn audit_reasoning(event: AuditEvent) -> Result<bool, BackendError> {
+    let Ok(scope) = REASONING.try_with(Clone::clone) else {
+        return Ok(false);
+    };
+    scope.log.append(&scope.agent, scope.clock.now(), event).await.map(|_| true)
 }
 
 /// What an executor asks a peer of the same lead ([`AuditEvent::PeerHelp`]).

@@ -78,7 +78,8 @@ pub use agent::{
 pub use audit::{
     AnchorBreak, AnchorHolder, AuditAnchor, AuditEvent, AuditHash, AuditLog, AuditRecord,
     ChainBreak, ChainError, GENESIS_HASH, InMemoryAuditLog, PeerHelpOutcome, PeerHelpRequest,
-    check_anchor_list, check_anchors, check_transition_chain, verify_chain,
+    audit_reasoning, check_anchor_list, check_anchors, check_transition_chain, verify_chain,
+    with_reasoning_audit,
 };
 pub use clock::{Clock, TokioClock, new_decision_id, new_message_id};
 #[cfg(feature = "sled")]

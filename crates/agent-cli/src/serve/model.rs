@@ -465,6 +465,7 @@ impl RunModel {
             | AuditEvent::Unsandboxed { .. }
             | AuditEvent::WorkerLost { .. }
             | AuditEvent::AgentPanicked { .. }
+            | AuditEvent::AnswerRepair { .. }
             | AuditEvent::PeerHelp { step: None, .. } => None,
         };
         let progress =
