@@ -930,7 +930,12 @@ impl AgentContext {
             }
             None => state.begin_tool(&key).await?,
         }
-        match effect.await {
+        // Progress of the turn while it runs (its own limits bound it), as a tool call is.
+        let running =
+            crate::progress::Section::tool(&call.tool, self.deps.workspace.tool_timeout());
+        let result = effect.await;
+        drop(running);
+        match result {
             Ok(output) => {
                 store_outcome(&key, || state.record_tool(&key, &output)).await?;
                 self.audit_tool(call, output.success, shorten(&output.output)).await?;

@@ -72,6 +72,20 @@ pub struct BusyAnswer {
     pub silent_ms: u64,
 }
 
+/// A tool call in progress.
+#[derive(Clone, Debug)]
+struct RunningTool {
+    /// The tool.
+    name: String,
+    /// Its hard limit.
+    limit: Duration,
+    /// When it started.
+    since: u64,
+    /// Reasoning calls open when it started: one opened since (a run that asks the model, such
+    /// as an executor kind's) is the innermost activity, and its silence counts again.
+    calls: u32,
+}
+
 /// One agent's progress (see the [module](self)). Shared (`Arc`) between the scheduler, the
 /// turn's task and the threads that work for it; every method is lock-free but
 /// [`Activity::Tool`]'s name.
@@ -91,8 +105,8 @@ pub struct Progress {
     calls: AtomicU32,
     /// Untimed waits open.
     waits: AtomicU32,
-    /// The tool running, its hard limit and when it started.
-    tool: Mutex<Option<(String, Duration, u64)>>,
+    /// The tool running (or a run standing for one, such as an executor kind's).
+    tool: Mutex<Option<RunningTool>>,
     /// The silence limit of this agent's turns ([`Progress::answer`]).
     silence_ms: AtomicU64,
 }
@@ -170,9 +184,9 @@ impl Progress {
 
     /// When the silence since the last sign of progress reaches `silence`; `None` while the
     /// silence does not count: an untimed wait or a tool call is open (their own limits bound
-    /// them).
+    /// them), unless a reasoning call was opened inside that tool call.
     pub fn silent_at(&self, silence: Duration) -> Option<Instant> {
-        if self.waits.load(Ordering::Relaxed) > 0 || self.tool_running() {
+        if self.waits.load(Ordering::Relaxed) > 0 || self.tool_outermost().is_some() {
             return None;
         }
         let last = Duration::from_millis(self.last.load(Ordering::Relaxed));
@@ -197,13 +211,12 @@ impl Progress {
         }
         let silence = self.silence();
         let now_ms = millis(now.saturating_duration_since(self.origin));
-        let tool = self.tool.lock().unwrap_or_else(PoisonError::into_inner).clone();
         let silent_ms = millis(self.silent_for(now));
-        let activity = if let Some((tool, limit, since)) = tool {
-            if now_ms.saturating_sub(since) > millis(limit + silence) {
+        let activity = if let Some(tool) = self.tool_outermost() {
+            if now_ms.saturating_sub(tool.since) > millis(tool.limit + silence) {
                 return None;
             }
-            Activity::Tool(tool)
+            Activity::Tool(tool.name)
         } else if self.waits.load(Ordering::Relaxed) > 0 {
             Activity::Waiting
         } else if Duration::from_millis(silent_ms) > silence {
@@ -221,8 +234,10 @@ impl Progress {
         })
     }
 
-    fn tool_running(&self) -> bool {
-        self.tool.lock().unwrap_or_else(PoisonError::into_inner).is_some()
+    /// The tool call running, unless a reasoning call was opened inside it.
+    fn tool_outermost(&self) -> Option<RunningTool> {
+        let tool = self.tool.lock().unwrap_or_else(PoisonError::into_inner).clone()?;
+        (self.calls.load(Ordering::Relaxed) <= tool.calls).then_some(tool)
     }
 
     fn now_ms(&self) -> u64 {
@@ -289,9 +304,13 @@ impl Section {
     /// A call of `tool` bounded by `limit` in the current task, if it has a progress.
     pub(crate) fn tool(tool: &str, limit: Duration) -> Option<Self> {
         let progress = current()?;
-        let now = progress.now_ms();
-        *progress.tool.lock().unwrap_or_else(PoisonError::into_inner) =
-            Some((tool.to_owned(), limit, now));
+        let running = RunningTool {
+            name: tool.to_owned(),
+            limit,
+            since: progress.now_ms(),
+            calls: progress.calls.load(Ordering::Relaxed),
+        };
+        *progress.tool.lock().unwrap_or_else(PoisonError::into_inner) = Some(running);
         progress.touch();
         Some(Self { progress, kind: SectionKind::Tool })
     }
@@ -377,6 +396,19 @@ mod tests {
         drop(tool);
         let answer = progress.answer(Instant::now()).unwrap();
         assert_eq!((answer.activity, answer.silent_ms), (Activity::Turn, 0), "its end is progress");
+
+        // A run standing for a tool that asks the model: the model call's silence counts.
+        let run = scope(progress.clone(), async { Section::tool("kind", SILENCE * 10) }).await;
+        let call = Section::call(progress.clone());
+        assert!(progress.silent_at(SILENCE).is_some(), "a model call inside a run is silent");
+        tokio::time::sleep(SILENCE + Duration::from_millis(1)).await;
+        assert_eq!(progress.answer(Instant::now()), None, "silent past the limit in its call");
+        drop(call);
+        assert_eq!(
+            progress.answer(Instant::now()).unwrap().activity,
+            Activity::Tool("kind".into())
+        );
+        drop(run);
 
         let wait = scope(progress.clone(), async { Section::wait() }).await;
         tokio::time::sleep(SILENCE * 100).await;
