@@ -3,11 +3,12 @@
 //! - [`LlmReasoner`] asks a [`Provider`] for every decision a layer takes — sign or veto, vote,
 //!   decompose, the executor's tool loop, judge progress, plan (a goal in words into goal steps
 //!   and the leads to create from the team's roles), answer (a reply to an agent that speaks to
-//!   it through `speak_to_agent`) — as structured output checked against a JSON Schema, with one
-//!   repair attempt for an invalid answer. In the tool loop the agent is offered the tools it
-//!   holds, the supervisor tools (`spawn_agent`, ...) and `return_results` included, and a call
-//!   the model still gets wrong after the repair goes to the runtime to refuse rather than
-//!   failing the agent.
+//!   it through `speak_to_agent`) — as structured output checked against a JSON Schema; an
+//!   invalid answer goes back to the model with its problems (one repair, a plan up to
+//!   [`LlmSettings::plan_repairs`]), each repair audited. In the tool loop the agent is offered
+//!   the tools it holds, the supervisor tools (`spawn_agent`, ...) and `return_results`
+//!   included, and a call the model still gets wrong after the repair goes to the runtime to
+//!   refuse rather than failing the agent.
 //! - Providers: [`OpenAiProvider`] (any OpenAI-compatible chat completions server: OpenAI,
 //!   vLLM, Ollama, LM Studio, llama.cpp's server, llama-cpp-python) and [`AnthropicProvider`] (feature `http`,
 //!   on by default); `LocalProvider`, the embedded Gemma 3 270M on llama.cpp (feature `local`,
@@ -91,6 +92,7 @@ mod http;
 mod ledger;
 #[cfg(feature = "local")]
 mod local;
+mod model_text;
 #[cfg(feature = "http")]
 mod openai;
 mod provider;
@@ -128,7 +130,9 @@ pub use provider::{
     ChatMessage, ChatRequest, ChatResponse, EngineTiming, Provider, ProviderError,
     ProviderErrorKind, ProviderToolCall, ResponseFormat, Role, ToolSpec, Usage,
 };
-pub use reasoner::{BUDGET_DECISION_KIND, FINISH_TOOL, LlmReasoner, LlmSettings};
+pub use reasoner::{
+    BUDGET_DECISION_KIND, DEFAULT_PLAN_REPAIRS, FINISH_TOOL, LlmReasoner, LlmSettings,
+};
 pub use retry::{
     MAX_RATE_LIMIT_WAITS, MAX_WAIT, RetryEvent, RetryStats, complete_streaming_with_retry,
     complete_with_retry,

@@ -9,17 +9,23 @@
 //! | decompose | `{"placements": {<step id>: <an executor that can take it>, ...}}` |
 //! | next action (tool loop) | a call of one of the offered tools, or of `finish_subtask` |
 //! | judge progress | `{"complete": true \| false, "summary": "..."}` |
-//! | plan (a goal in words) | `{"leads": [{"role", "domain"}], "steps": [{"id", "description", "domain", "role", "after", "acceptance"}]}` |
+//! | plan (a goal in words) | `{"leads": [{"role", "domain"}], "steps": [{"id", "description", "domain", "after", "acceptance", "role"}]}` |
 //! | answer (`speak_to_agent`) | `{"reply": "..."}` |
 //! | compose (an executor kind's text) | free text |
 //!
 //! A **plan** turns a task's goal into goal steps (no tool: the executor's reasoner chooses its
 //! calls), each for a domain, and the mid-layer leads to create for those domains from the
 //! team's [`RoleBook`]. It is checked beyond its schema: at least one step; step ids of 1 to 64
-//! ASCII letters, digits, `-` and `_`, unique; `after` naming earlier steps only; lead roles
-//! that are mid roles of the book, one lead per domain; every step's domain led by a proposed
-//! lead (when the book has mid roles); a step's role, if given, a bottom role of the book.
-//! Without roles in the book the plan has steps only, their domains free text. An **answer**
+//! ASCII letters, digits, `-` and `_`, unique; `after` naming earlier steps only (a step that
+//! waits for itself, for a later step or for no step is told which); lead roles that are mid
+//! roles of the book, one lead per domain; every step's domain led by a proposed lead (when
+//! the book has mid roles); a step's role, if given, a bottom role of the book that its lead
+//! can spawn. Without roles in the book the plan has steps only, their domains free text. The
+//! question is short, for small models: the roles, what a step says, and one worked example,
+//! the goal itself as one step for the first lead that can spawn a worker (a goal that is one
+//! piece of work may be planned so; a model that can only copy plans a valid step asking for
+//! the whole goal). The schema bounds the plan (at most 8 steps, bounded strings and arrays)
+//! and lists a step's properties in the order they are written, `id` first. An **answer**
 //! is a short reply (at most 256 tokens) of an agent spoken to by its supervisor or a
 //! subordinate. A **composition** is the text an executor kind asks for (a draft, research
 //! notes): a plain text completion from the agent's system prompt, the instruction and the
@@ -41,9 +47,18 @@
 //!
 //! The answer is checked against the schema and against the question (a vote names an option
 //! on the ballot, every step is placed once on an available executor, tool arguments match
-//! the tool's schema). An invalid answer gets **one repair attempt** that quotes the problems;
-//! a second invalid answer is a [`ReasonError::Backend`], which the runtime treats like any
-//! other task error (retries, then a failure report).
+//! the tool's schema). An invalid answer goes back to the model with its problems, each named
+//! once (at most 8): a **repair**. The repair request is the question, the invalid answer and
+//! its problems (not the earlier answers). Every repair is audited
+//! ([`agent_core::AuditEvent::AnswerRepair`], under the agent whose call it is). A decision
+//! gets one repair; a second invalid answer is a [`ReasonError::Backend`], which the runtime
+//! treats like any other task error (retries, then a failure report). A **plan** gets up to
+//! [`LlmSettings::plan_repairs`] (3 by default); a plan still invalid then is a
+//! [`ReasonError::BadQuestion`] giving the last answer's problems once, on which the top power
+//! fails the task as an invalid plan instead of planning again from scratch (a greedy model
+//! would answer the same). What a model wrote that goes into an error or a message is shown
+//! without the chat template's tokens (`[INST]`, `<start_of_turn>`, `<|im_end|>`, ...) and,
+//! in an error, quoted on one line of at most 200 characters.
 //!
 //! The tool loop is the exception: a tool call the model got wrong twice never fails the
 //! agent. If the repaired answer (or else the first one) still calls a tool, that call is
@@ -69,12 +84,12 @@ use tracing::Instrument as _;
 use agent_core::spawn::{RETURN_RESULTS, is_agent_tool, supervisor_tool_spec};
 use agent_core::tools::{ToolRegistry, validate};
 use agent_core::{
-    Candidate, Conflict, Judgement, NextAction, Persona, Placement, Plan, ReasonError, Reasoner,
-    ToolCall, ToolCallRecord, Verdict,
+    AuditEvent, Candidate, Conflict, Judgement, NextAction, Persona, Placement, Plan, ReasonError,
+    Reasoner, ToolCall, ToolCallRecord, Verdict,
 };
 use agent_state::{
-    Actor, AgentId, AgentLayer, BoardId, Decision, LeadRequest, PlanStep, RetryPolicy, Role,
-    RoleBook, StepTarget, Subtask, SubtaskResult, Task, WorkPackage,
+    Actor, AgentId, AgentLayer, BoardId, Decision, PlanStep, RetryPolicy, RoleBook, StepTarget,
+    Subtask, SubtaskResult, Task, WorkPackage,
 };
 use async_trait::async_trait;
 use serde_json::{Value, json};
@@ -82,6 +97,7 @@ use whiteboard::Whiteboard;
 
 use crate::conversation::{Conversations, Turn};
 use crate::ledger::{CallSite, Pass, Reservation, UsageLedger};
+use crate::model_text::{one_line, quoted, shown, stripped};
 use crate::provider::{
     ChatMessage, ChatRequest, ChatResponse, Provider, ProviderErrorKind, ProviderToolCall,
     ResponseFormat, ToolSpec, Usage,
@@ -89,14 +105,16 @@ use crate::provider::{
 use crate::retry::{RetryEvent, complete_streaming_with_retry, complete_with_retry};
 use crate::tokens::complete_publishing;
 
+pub(crate) mod plan;
+
 /// The tool an executor calls to end its subtask (the runtime's name for it).
 pub use agent_core::FINISH_TOOL;
 
 /// Most tokens an answer to `speak_to_agent` may generate: a reply is short.
 const ANSWER_MAX_TOKENS: u32 = 256;
 
-/// Most characters of a plan step's id.
-const STEP_ID_MAX: usize = 64;
+/// Repairs a plan gets by default ([`LlmSettings::plan_repairs`]).
+pub const DEFAULT_PLAN_REPAIRS: u32 = 3;
 
 /// Content of a budget-extension decision (see [`crate::ApprovalDesk`]) carries this `kind`.
 pub const BUDGET_DECISION_KIND: &str = agent_core::BUDGET_EXTENSION_KIND;
@@ -132,6 +150,10 @@ pub struct LlmSettings {
     /// answer, so its silence limit bounds the whole call. The answer, its checks and its
     /// usage are the same either way.
     pub stream: bool,
+    /// Most times a plan that fails its checks goes back to the model with its problems before
+    /// the plan is given up as invalid (default 3; `[reasoner] plan_repairs` in a team file).
+    /// Every other decision gets one repair.
+    pub plan_repairs: u32,
 }
 
 impl Default for LlmSettings {
@@ -145,6 +167,7 @@ impl Default for LlmSettings {
             offer_agent_tools: true,
             planned_arguments_only: false,
             stream: true,
+            plan_repairs: DEFAULT_PLAN_REPAIRS,
         }
     }
 }
@@ -417,7 +440,7 @@ impl LlmReasoner {
         }
     }
 
-    /// Asks a structured question, checks the answer, repairs once, remembers the turn.
+    /// Asks a structured question, checks the answer, repairs it once, remembers the turn.
     async fn ask<T>(
         &self,
         who: Persona<'_>,
@@ -443,8 +466,43 @@ impl LlmReasoner {
         max_tokens: u32,
         check: impl Fn(&Value) -> Result<T, String>,
     ) -> Result<T, ReasonError> {
+        let asked = Asked { decision, prompt, schema, exempt, max_tokens, repairs: 1 };
+        self.ask_asked(who, asked, check).await.map_err(|unanswered| match unanswered {
+            Unanswered::Failed(error) => error,
+            Unanswered::Invalid { problems, .. } => self.invalid(decision, &problems),
+        })
+    }
+
+    /// A decision the model answered invalidly, also after its one repair.
+    fn invalid(&self, decision: &str, problems: &str) -> ReasonError {
+        self.backend(format!(
+            "{} model `{}` gave an invalid {decision} answer, also after one repair attempt: \
+             {problems}",
+            self.provider.name(),
+            self.provider.model()
+        ))
+    }
+
+    /// Asks a structured question and checks the answer; an invalid one goes back to the model
+    /// with its problems, up to `asked.repairs` times, each repair audited
+    /// ([`AuditEvent::AnswerRepair`]). The valid answer is remembered as a turn of the agent's
+    /// conversation.
+    ///
+    /// A repair request is the question, the last answer and that answer's problems (not every
+    /// earlier answer: the request stays the size of one repair, and a small model reads the
+    /// problems of the answer it just gave). An answer that repeats the previous invalid one
+    /// exactly is left out of the next repair request, which gives its problems only: a model
+    /// that copies the last JSON it read (a small one decoding greedily) would repeat it again.
+    async fn ask_asked<T>(
+        &self,
+        who: Persona<'_>,
+        asked: Asked,
+        check: impl Fn(&Value) -> Result<T, String>,
+    ) -> Result<T, Unanswered> {
+        let Asked { decision, prompt, schema, exempt, max_tokens, repairs } = asked;
+        let failed = |e: String| Unanswered::Failed(self.backend(e));
         let me = &who.config.id;
-        let history = self.conversations.get(me).map_err(|e| self.backend(e.to_string()))?;
+        let history = self.conversations.get(me).map_err(|e| failed(e.to_string()))?;
         let mut request = ChatRequest {
             system: self.system(who, history.dropped).await,
             messages: history.messages(),
@@ -455,43 +513,62 @@ impl LlmReasoner {
             temperature: who.config.temperature,
         };
         request.messages.push(ChatMessage::user(prompt.clone()));
-        let mut last_problem = String::new();
-        for attempt in 0..2 {
-            let response = self.call(who, &request, exempt).await?;
+        let question_ends = request.messages.len();
+        let mut answers = 0_u32;
+        let mut previous: Option<String> = None;
+        loop {
+            let response = self.call(who, &request, exempt).await.map_err(Unanswered::Failed)?;
+            answers += 1;
             let answer = response.text.trim().to_owned();
             let checked = serde_json::from_str::<Value>(&answer)
                 .map_err(|e| format!("the answer is not JSON ({e})"))
                 .and_then(|v| {
                     let problems = validate(&schema, &v);
-                    if problems.is_empty() { Ok(v) } else { Err(problems.join("; ")) }
+                    if problems.is_empty() { Ok(v) } else { Err(listed(problems)) }
                 })
                 .and_then(|v| check(&v));
-            match checked {
+            let problems = match checked {
                 Ok(value) => {
                     self.conversations
                         .push(me, Turn { decision: decision.to_owned(), prompt, answer })
-                        .map_err(|e| self.backend(e.to_string()))?;
+                        .map_err(|e| failed(e.to_string()))?;
                     return Ok(value);
                 }
-                Err(problem) => {
-                    tracing::warn!(agent = %me, decision, attempt, problem = %problem, "invalid answer from the model");
-                    request.messages.push(ChatMessage::assistant(answer));
-                    request.messages.push(ChatMessage::user(format!(
-                        "That answer is invalid: {problem}. Answer the same question again, with only JSON that matches the schema."
-                    )));
-                    last_problem = problem;
-                }
+                Err(problems) => problems,
+            };
+            let repair = answers;
+            tracing::warn!(agent = %me, decision, answer = answers, problems = %problems, "invalid answer from the model");
+            if repair > repairs {
+                return Err(Unanswered::Invalid { answers, problems });
             }
+            let event = AuditEvent::AnswerRepair {
+                decision: decision.to_owned(),
+                repair,
+                max_repairs: repairs,
+                problems: problems.clone(),
+            };
+            if let Err(error) = agent_core::audit_reasoning(event).await {
+                tracing::warn!(agent = %me, decision, %error, "could not audit a repair");
+            }
+            request.messages.truncate(question_ends);
+            if previous.as_deref() == Some(answer.as_str()) {
+                // The same invalid answer again: a model that copies the last JSON it read
+                // would write it once more. This repair leaves it out, so the last JSON before
+                // the answer is the question's own example.
+                request.messages.push(ChatMessage::user(format!(
+                    "Your answer to that question was invalid again, the same as before: \
+                     {problems}. Answer the question anew, differently, with only JSON that \
+                     matches the schema."
+                )));
+            } else {
+                request.messages.push(ChatMessage::assistant(stripped(&answer)));
+                request.messages.push(ChatMessage::user(format!(
+                    "That answer is invalid: {problems}. Answer the same question again, with \
+                     only JSON that matches the schema."
+                )));
+            }
+            previous = Some(answer);
         }
-        Err(self.invalid(decision, &last_problem))
-    }
-
-    fn invalid(&self, decision: &str, problem: &str) -> ReasonError {
-        self.backend(format!(
-            "{} model `{}` gave an invalid {decision} answer, also after one repair attempt: {problem}",
-            self.provider.name(),
-            self.provider.model()
-        ))
     }
 
     /// The tools offered in the tool loop, `finish_subtask` last: the tools the persona holds
@@ -575,8 +652,8 @@ impl LlmReasoner {
         let Some(spec) = offered.iter().find(|t| t.name == call.name) else {
             let names: Vec<&str> = offered.iter().map(|t| t.name.as_str()).collect();
             return Err(format!(
-                "`{}` is not one of the offered tools ({})",
-                call.name,
+                "{} is not one of the offered tools ({})",
+                shown(&call.name),
                 names.join(", ")
             ));
         };
@@ -591,13 +668,12 @@ impl LlmReasoner {
             return Err(format!(
                 "the arguments of `{}` are invalid: {}",
                 call.name,
-                problems.join("; ")
+                listed(problems)
             ));
         }
         if call.name == FINISH_TOOL {
             let success = args.get("success").and_then(Value::as_bool).unwrap_or(false);
-            let summary =
-                args.get("summary").and_then(Value::as_str).unwrap_or_default().to_owned();
+            let summary = stripped(args.get("summary").and_then(Value::as_str).unwrap_or_default());
             return Ok(NextAction::Finish { success, summary });
         }
         Ok(NextAction::Call(ToolCall { tool: call.name.clone(), args }))
@@ -639,12 +715,15 @@ impl Reasoner for LlmReasoner {
             "required": ["verdict", "reason"]
         });
         self.ask(who, "review", prompt, schema, budget, |v| {
-            let reason = v.get("reason").and_then(Value::as_str).unwrap_or_default().trim();
+            let reason = stripped(v.get("reason").and_then(Value::as_str).unwrap_or_default());
             match v.get("verdict").and_then(Value::as_str) {
                 Some("sign") => Ok(Verdict::Sign),
                 Some("veto") if reason.is_empty() => Err("a veto needs a reason".into()),
-                Some("veto") => Ok(Verdict::Veto { reason: reason.to_owned() }),
-                other => Err(format!("`verdict` must be \"sign\" or \"veto\", not {other:?}")),
+                Some("veto") => Ok(Verdict::Veto { reason }),
+                other => Err(format!(
+                    "`verdict` must be \"sign\" or \"veto\", not {}",
+                    other.map_or_else(|| "missing".to_owned(), quoted)
+                )),
             }
         })
         .await
@@ -679,7 +758,7 @@ impl Reasoner for LlmReasoner {
             if conflict.options.iter().any(|o| o == choice) {
                 Ok(choice.to_owned())
             } else {
-                Err(format!("`{choice}` is not one of the options"))
+                Err(format!("{} is not one of the options", shown(choice)))
             }
         })
         .await
@@ -790,13 +869,14 @@ impl Reasoner for LlmReasoner {
                 };
                 if !ids.contains(&who) {
                     return Err(format!(
-                        "step `{}` cannot go to `{who}`; it can go to {}",
+                        "step `{}` cannot go to {}; it can go to {}",
                         step.id,
+                        shown(who),
                         ids.join(", ")
                     ));
                 }
                 let Some(c) = available.iter().find(|c| c.id.as_str() == who) else {
-                    return Err(format!("`{who}` is not an available executor"));
+                    return Err(format!("{} is not an available executor", shown(who)));
                 };
                 out.push(Placement { step: (*step).clone(), assignee: c.id.clone() });
             }
@@ -958,7 +1038,7 @@ impl Reasoner for LlmReasoner {
         self.ask(who, "judge", prompt, schema, false, |v| {
             Ok(Judgement {
                 complete: v.get("complete").and_then(Value::as_bool).unwrap_or(false),
-                summary: v.get("summary").and_then(Value::as_str).unwrap_or_default().to_owned(),
+                summary: stripped(v.get("summary").and_then(Value::as_str).unwrap_or_default()),
             })
         })
         .await
@@ -974,93 +1054,30 @@ impl Reasoner for LlmReasoner {
         task: &Task,
         roles: &RoleBook,
     ) -> Result<Plan, ReasonError> {
-        let mids: Vec<&Role> = roles.of_layer(AgentLayer::Mid).collect();
-        let workers: Vec<&Role> = roles.of_layer(AgentLayer::Bottom).collect();
-        let mid_names: Vec<&str> = mids.iter().map(|r| r.name.as_str()).collect();
-        let worker_names: Vec<&str> = workers.iter().map(|r| r.name.as_str()).collect();
-        let with_leads = !mids.is_empty();
-
-        let mut prompt = format!("Plan task {}.\nGoal: {}\n", task.id, task.goal.trim());
-        if with_leads {
-            prompt.push_str(
-                "Leads you may create (mid-layer roles; a lead runs the steps of one domain):\n",
-            );
-            for r in &mids {
-                let _ = writeln!(prompt, "- {}: {}", r.name, described(&r.description));
-            }
-        }
-        if !workers.is_empty() {
-            prompt.push_str("Workers (bottom-layer roles) that carry out steps:\n");
-            for r in &workers {
-                let _ = writeln!(
-                    prompt,
-                    "- {}: {} (tools: {})",
-                    r.name,
-                    described(&r.description),
-                    if r.tools.is_empty() { "none".to_owned() } else { r.tools.join(", ") }
-                );
-            }
-        }
-        if !task.steps.is_empty() {
-            prompt.push_str(
-                "The task lists these steps already; your plan replaces the list, so keep those \
-                 still needed (with their ids):\n",
-            );
-            for s in &task.steps {
-                let tool =
-                    if s.is_scripted() { format!(" (tool `{}`)", s.tool) } else { String::new() };
-                let after = if s.after.is_empty() {
-                    String::new()
-                } else {
-                    format!(" after {}", s.after.join(", "))
-                };
-                let _ = writeln!(prompt, "- {}: {}{tool}{after}", s.id, s.description);
-            }
-        }
-        prompt.push_str(
-            "Break the goal into steps. A step says what to achieve (not which tool to call: \
-             whoever carries it out chooses its tools), its domain, the earlier steps it must \
-             wait for (`after`), and how to check that it is done well (`acceptance`). Step ids \
-             are 1 to 64 letters, digits, `-` or `_`, each used once.\n",
-        );
-        if with_leads {
-            prompt.push_str(
-                "Propose the leads to create in `leads`: one per domain, each with one of the lead \
-                 roles above; every step's domain must be the domain of one of your leads.\n",
-            );
-        } else {
-            prompt.push_str(
-                "A step's domain is a short name for the area of work it belongs to, such as \
-                 `docs` or `code`.\n",
-            );
-        }
-        if !workers.is_empty() {
-            prompt.push_str("A step may name the worker role it needs in `role`.\n");
-        }
-        let mut example_step = json!({
-            "id": "write-readme",
-            "description": "Write README.md explaining what the project does",
-            "domain": "docs",
-            "after": [],
-            "acceptance": "README.md exists and says what the project does"
-        });
-        if let Some(worker) = worker_names.first() {
-            example_step["role"] = json!(worker);
-        }
-        let example = match mid_names.first() {
-            Some(lead) => {
-                json!({"leads": [{"role": lead, "domain": "docs"}], "steps": [example_step]})
-            }
-            None => json!({"steps": [example_step]}),
+        let question = plan::PlanQuestion::new(task, roles);
+        let asked = Asked {
+            decision: "plan",
+            prompt: question.prompt.clone(),
+            schema: question.schema.clone(),
+            exempt: false,
+            max_tokens: self.settings.max_tokens.max(self.settings.plan_max_tokens),
+            repairs: self.settings.plan_repairs,
         };
-        let _ = write!(prompt, "Example answer: {example}");
-
-        let schema = plan_schema(&mid_names, &worker_names);
-        let max_tokens = self.settings.max_tokens.max(self.settings.plan_max_tokens);
-        self.ask_limited(who, "plan", prompt, schema, false, max_tokens, |v| {
-            check_plan(v, with_leads, &mid_names, &worker_names)
+        self.ask_asked(who, asked, |v| question.check(v)).await.map_err(|unanswered| {
+            match unanswered {
+                Unanswered::Failed(error) => error,
+                // No valid plan after its repairs: the plan is invalid (the top power fails
+                // the task with these problems), not the call failed (a failed call's turn is
+                // tried again from scratch, which a greedy model answers the same way).
+                Unanswered::Invalid { answers, problems } => ReasonError::BadQuestion(format!(
+                    "{} model `{}` gave no valid plan in {answers} answers ({} repairs); \
+                         the last answer's problems: {problems}",
+                    self.provider.name(),
+                    self.provider.model(),
+                    answers.saturating_sub(1)
+                )),
+            }
         })
-        .await
     }
 
     async fn concluded(
@@ -1119,8 +1136,8 @@ impl Reasoner for LlmReasoner {
         });
         let max_tokens = self.settings.max_tokens.min(ANSWER_MAX_TOKENS);
         self.ask_limited(who, "answer", prompt, schema, false, max_tokens, |v| {
-            match v.get("reply").and_then(Value::as_str).map(str::trim) {
-                Some(reply) if !reply.is_empty() => Ok(reply.to_owned()),
+            match v.get("reply").and_then(Value::as_str).map(stripped) {
+                Some(reply) if !reply.is_empty() => Ok(reply),
                 _ => Err("`reply` must say something".to_owned()),
             }
         })
@@ -1164,180 +1181,24 @@ impl Reasoner for LlmReasoner {
     }
 }
 
-/// The JSON Schema of a plan answer: leads of the mid roles `mid_names` (none without them)
-/// and goal steps, each naming one of the `worker_names` roles or none.
-pub(crate) fn plan_schema(mid_names: &[&str], worker_names: &[&str]) -> Value {
-    let mut step_properties = json!({
-        "id": {
-            "type": "string",
-            "minLength": 1,
-            "maxLength": STEP_ID_MAX,
-            "pattern": "^[A-Za-z0-9_-]{1,64}$"
-        },
-        "description": {"type": "string", "minLength": 1},
-        "domain": {"type": "string", "minLength": 1},
-        "after": {"type": "array", "items": {"type": "string"}},
-        "acceptance": {"type": "string"}
-    });
-    if !worker_names.is_empty() {
-        let mut allowed: Vec<Value> = worker_names.iter().map(|n| json!(n)).collect();
-        allowed.push(Value::Null);
-        step_properties["role"] = json!({ "enum": allowed });
-    }
-    let steps_schema = json!({
-        "type": "array",
-        "minItems": 1,
-        "items": {
-            "type": "object",
-            "properties": step_properties,
-            "required": ["id", "description", "domain", "after", "acceptance"]
-        }
-    });
-    if !mid_names.is_empty() {
-        json!({
-            "type": "object",
-            "properties": {
-                "leads": {
-                    "type": "array",
-                    "items": {
-                        "type": "object",
-                        "properties": {
-                            "role": {"enum": mid_names},
-                            "domain": {"type": "string", "minLength": 1}
-                        },
-                        "required": ["role", "domain"]
-                    }
-                },
-                "steps": steps_schema
-            },
-            "required": ["leads", "steps"]
-        })
-    } else {
-        json!({
-            "type": "object",
-            "properties": {"steps": steps_schema},
-            "required": ["steps"]
-        })
-    }
-}
-
 /// A role's description for a prompt.
 fn described(description: &str) -> &str {
     let d = description.trim();
     if d.is_empty() { "(no description)" } else { d }
 }
 
-/// Checks a plan answer beyond its schema and turns it into a [`Plan`] of goal steps. Every
-/// problem is reported, for the repair.
-fn check_plan(
-    v: &Value,
-    with_leads: bool,
-    mid_roles: &[&str],
-    worker_roles: &[&str],
-) -> Result<Plan, String> {
-    let mut problems: Vec<String> = Vec::new();
-    let text = |item: &Value, key: &str| -> String {
-        item.get(key).and_then(Value::as_str).map(str::trim).unwrap_or_default().to_owned()
-    };
-    let mut leads: Vec<LeadRequest> = Vec::new();
-    if with_leads {
-        for lead in v.get("leads").and_then(Value::as_array).into_iter().flatten() {
-            let (role, domain) = (text(lead, "role"), text(lead, "domain"));
-            if !mid_roles.contains(&role.as_str()) {
-                problems.push(format!(
-                    "lead role `{role}` is not a lead (mid) role; use one of: {}",
-                    mid_roles.join(", ")
-                ));
-            }
-            if domain.is_empty() {
-                problems.push(format!("the lead of role `{role}` has no domain"));
-            } else if leads.iter().any(|l| l.domain == domain && l.role == role) {
-                continue; // the same lead written twice: once is what was meant
-            } else if leads.iter().any(|l| l.domain == domain) {
-                problems.push(format!("two leads for domain `{domain}`; one lead per domain"));
-            }
-            leads.push(LeadRequest { role, domain });
-        }
-    }
-    let items = v.get("steps").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
-    if items.is_empty() {
-        problems.push("the plan has no steps; give at least one".to_owned());
-    }
-    let mut steps: Vec<PlanStep> = Vec::with_capacity(items.len());
-    for item in items {
-        let id = text(item, "id");
-        let valid_id = !id.is_empty()
-            && id.len() <= STEP_ID_MAX
-            && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-        if !valid_id {
-            problems.push(format!(
-                "step id `{id}` is not valid: use 1 to {STEP_ID_MAX} ASCII letters, digits, `-` and `_`"
-            ));
-        } else if steps.iter().any(|s| s.id == id) {
-            problems.push(format!("step id `{id}` is used twice; step ids must be unique"));
-        }
-        let description = text(item, "description");
-        if description.is_empty() {
-            problems.push(format!("step `{id}` has no description"));
-        }
-        let domain = text(item, "domain");
-        if domain.is_empty() {
-            problems.push(format!("step `{id}` has no domain"));
-        } else if with_leads && !leads.iter().any(|l| l.domain == domain) {
-            let led: Vec<&str> = leads.iter().map(|l| l.domain.as_str()).collect();
-            problems.push(format!(
-                "step `{id}` is for domain `{domain}`, which none of your leads leads; propose a \
-                 lead for it or use one of your leads' domains ({})",
-                if led.is_empty() { "you proposed none".to_owned() } else { led.join(", ") }
-            ));
-        }
-        let mut after: Vec<String> = Vec::new();
-        for earlier in item.get("after").and_then(Value::as_array).into_iter().flatten() {
-            let earlier = earlier.as_str().map(str::trim).unwrap_or_default();
-            if !steps.iter().any(|s| s.id == earlier) {
-                problems.push(format!(
-                    "step `{id}` waits for `{earlier}`, which is not an earlier step; `after` \
-                     names only steps listed before it"
-                ));
-            } else if !after.iter().any(|a| a == earlier) {
-                after.push(earlier.to_owned());
-            }
-        }
-        let role = Some(text(item, "role")).filter(|r| !r.is_empty());
-        if let Some(role) = &role
-            && !worker_roles.contains(&role.as_str())
-        {
-            problems.push(if worker_roles.is_empty() {
-                format!("step `{id}` names role `{role}`, but there are no worker roles; leave `role` out")
-            } else {
-                format!(
-                    "step `{id}` names role `{role}`, which is not a worker (bottom) role; use one of: {}",
-                    worker_roles.join(", ")
-                )
-            });
-        }
-        steps.push(PlanStep {
-            id,
-            description,
-            target: StepTarget::Domain(domain),
-            tool: String::new(),
-            args: Value::Null,
-            after,
-            idempotent: false,
-            role,
-            acceptance: text(item, "acceptance"),
-        });
-    }
-    if problems.is_empty() { Ok(Plan { steps, leads }) } else { Err(listed(problems)) }
-}
-
 /// Most distinct problems of one answer put in a repair prompt or an error.
 const MOST_PROBLEMS: usize = 8;
 
-/// Problems as one text: each once, at most [`MOST_PROBLEMS`] of them and how many more.
+/// Most characters of one problem (it may quote what the model wrote).
+const PROBLEM_CHARS: usize = 300;
+
+/// Problems as one text: each once, on one line, without the chat template's tokens, at most
+/// [`MOST_PROBLEMS`] of them and how many more.
 fn listed(problems: Vec<String>) -> String {
     let mut distinct: Vec<String> = Vec::new();
     for p in problems {
+        let p = one_line(&stripped(&p), PROBLEM_CHARS);
         if !distinct.contains(&p) {
             distinct.push(p);
         }
@@ -1346,9 +1207,38 @@ fn listed(problems: Vec<String>) -> String {
     distinct.truncate(MOST_PROBLEMS);
     let mut text = distinct.join("; ");
     if more > 0 {
-        text.push_str(&format!("; and {more} more problem(s)"));
+        let _ = write!(text, "; and {more} more problem(s)");
     }
     text
+}
+
+/// A structured question for [`LlmReasoner::ask_asked`].
+struct Asked {
+    /// The decision's name (the schema's name, the conversation turn's).
+    decision: &'static str,
+    /// The question.
+    prompt: String,
+    /// The answer's JSON Schema.
+    schema: Value,
+    /// Whether the call may spend a budget that is used up (a budget extension's review).
+    exempt: bool,
+    /// Most tokens the answer may have.
+    max_tokens: u32,
+    /// Most repairs an invalid answer gets.
+    repairs: u32,
+}
+
+/// Why a structured question has no valid answer.
+enum Unanswered {
+    /// A call failed (the provider, the budget, the conversation store).
+    Failed(ReasonError),
+    /// Every answer was invalid, the repairs' too.
+    Invalid {
+        /// How many answers the model gave.
+        answers: u32,
+        /// The last answer's problems.
+        problems: String,
+    },
 }
 
 /// A reservation held while its call runs; dropped unsettled (the call was cancelled), it books
@@ -1439,12 +1329,9 @@ fn pass_on(call: &ProviderToolCall, problem: &str) -> NextAction {
         let summary = args
             .get("summary")
             .and_then(Value::as_str)
-            .map(str::trim)
+            .map(stripped)
             .filter(|s| !s.is_empty())
-            .map_or_else(
-                || format!("the model finished with invalid arguments ({problem})"),
-                str::to_owned,
-            );
+            .unwrap_or_else(|| format!("the model finished with invalid arguments ({problem})"));
         return NextAction::Finish { success, summary };
     }
     NextAction::Call(ToolCall { tool: call.name.clone(), args })

@@ -8,8 +8,8 @@
 //! only forced tool calls, some nothing but text. With [`StructuredOutput::Auto`] a provider
 //! starts with the best mode it knows and, when the server refuses a request *because of* its
 //! format (`adapt::names_format`), moves on to the next one at once: not a retry, not a failure.
-//! Whatever mode is used, the reasoner checks the answer against the schema and asks for one
-//! repair.
+//! Whatever mode is used, the reasoner checks the answer against the schema and has an invalid
+//! one repaired (see `reasoner.rs`).
 
 use std::fmt;
 use std::str::FromStr;
@@ -160,6 +160,11 @@ impl fmt::Display for ModeChoice {
 
 #[cfg(feature = "http")]
 mod adapt;
+mod order;
+
+#[cfg(feature = "local")]
+pub(crate) use order::schema_text;
+pub(crate) use order::value_text;
 
 #[cfg(feature = "http")]
 pub(crate) use adapt::{

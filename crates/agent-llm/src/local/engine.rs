@@ -19,6 +19,7 @@ use llama_cpp_2::token::data::LlamaTokenData;
 use llama_cpp_2::token::data_array::LlamaTokenDataArray;
 use tokio::sync::{mpsc, oneshot};
 
+use super::closing::{Closers, JsonCursor, closing_from};
 use super::prompt::{self, Answer};
 use super::{LocalConfig, LocalError, LocalStartup};
 use crate::fetch::{ModelFileError, verify_model};
@@ -96,7 +97,9 @@ pub(super) fn run(
             return;
         }
     };
-    let mut engine = Engine { model: &model, context, context_tokens: config.context_tokens };
+    let closers = Closers::of(&model);
+    let mut engine =
+        Engine { model: &model, context, context_tokens: config.context_tokens, closers };
     let startup = LocalStartup { verify, load: loading.elapsed() };
     if ready.send(Ok(startup)).is_err() {
         return; // the starter gave up
@@ -129,6 +132,8 @@ struct Engine<'m> {
     model: &'m LlamaModel,
     context: LlamaContext<'m>,
     context_tokens: u32,
+    /// The tokens that close a JSON value, for an answer near its limit.
+    closers: Closers,
 }
 
 impl Engine<'_> {
@@ -173,12 +178,25 @@ impl Engine<'_> {
         let mut generated = 0_usize;
         let mut piece = Vec::new();
         let mut checks = [0_usize; 3];
+        // Near the limit, an open JSON answer is closed (see `closing`).
+        let (closing, mut cursor, mut closed) = (closing_from(limit), JsonCursor::default(), 0);
         while generated < limit {
             if job.reply.is_closed() {
                 return Err("the caller gave up".to_owned());
             }
             let logits = self.context.get_logits_ith(batch.n_tokens() - 1);
-            let (token, checked) = pick(logits, grammar.as_mut())?;
+            let closer = cursor
+                .closer()
+                .filter(|_| answer.is_json() && generated >= closing)
+                .and_then(|c| self.closers.token(c))
+                .filter(|t| grammar.as_mut().is_some_and(|g| allows(g, *t)));
+            let (token, checked) = match closer {
+                Some(token) => {
+                    closed += 1;
+                    (token, Checked::Top)
+                }
+                None => pick(logits, grammar.as_mut())?,
+            };
             checks[checked as usize] += 1;
             if vocab.is_eog(token) {
                 break;
@@ -193,6 +211,7 @@ impl Engine<'_> {
             piece.clear();
             vocab.token_to_piece_into(token, &mut piece, false, None);
             output.extend_from_slice(&piece);
+            cursor.feed(&piece);
             if answer.is_json() {
                 if piece.iter().any(|b| matches!(b, b'}' | b']' | b'"'))
                     && prompt::json_complete(&String::from_utf8_lossy(&output))
@@ -219,6 +238,7 @@ impl Engine<'_> {
             top_checks = checks[Checked::Top as usize],
             shortlist_checks = checks[Checked::Shortlist as usize],
             vocabulary_checks = checks[Checked::All as usize],
+            closing_tokens = closed,
             prompt_ms = timings.t_p_eval_ms(),
             generate_ms = timings.t_eval_ms(),
             "local model call done"
@@ -335,6 +355,12 @@ fn pick(
     best_allowed(grammar, logits.iter().copied().enumerate().collect())
         .map(|id| (token(id), Checked::All))
         .ok_or_else(|| "the grammar allows no token here".to_owned())
+}
+
+/// Whether the grammar allows `token` next.
+fn allows(grammar: &mut LlamaSampler, token: LlamaToken) -> bool {
+    let id = usize::try_from(token.0).unwrap_or(usize::MAX);
+    best_allowed(grammar, vec![(id, 0.0)]).is_some()
 }
 
 /// The most likely of `candidates` (token id, logit) that the grammar allows.

@@ -1,6 +1,7 @@
 //! The embedded model: [`LocalProvider`], a [`Provider`] that runs a GGUF model (Gemma 3 270M by
 //! default) in this process with llama.cpp, on a thread of its own.
 
+mod closing;
 mod engine;
 mod prompt;
 #[cfg(test)]
@@ -124,11 +125,15 @@ pub enum LocalError {
 ///
 /// # Decoding
 /// A JSON answer is generated under a grammar that llama.cpp builds from the request's JSON
-/// Schema, so it is JSON of the schema's shape unless `max_tokens` cuts it off (a schema that
-/// llama.cpp cannot convert falls back to any JSON, with a warning). With tools offered the
-/// answer is `{"tool": <name>, "arguments": <that tool's parameters>}`, returned as one
-/// [`ProviderToolCall`](crate::ProviderToolCall) with id `local-<n>`; when the request does not
-/// require a tool, `{"answer": ...}` is allowed too and becomes the text.
+/// Schema, so it is JSON of the schema's shape: the last 64 tokens before `max_tokens` (a
+/// quarter of it when that is less) close what is open instead of going on. A schema that
+/// llama.cpp cannot convert falls back, with a warning, to the same schema without what
+/// llama.cpp may refuse (patterns, formats, references): same objects, properties and types.
+/// Each object's required properties are written in the order its schema's `required` lists
+/// them. With tools offered the answer is `{"tool": <name>, "arguments": <that tool's
+/// parameters>}`, returned as one [`ProviderToolCall`](crate::ProviderToolCall) with id
+/// `local-<n>`; when the request does not require a tool, `{"answer": ...}` is allowed too and
+/// becomes the text.
 ///
 /// Decoding is greedy (the request's `temperature` is ignored): the most likely token that the
 /// grammar allows. The grammar checks the top token first, then the 32 most likely, and the

@@ -24,7 +24,9 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
+use crate::model_text::quoted;
 use crate::provider::{ChatMessage, ChatRequest, ProviderToolCall, ResponseFormat, Role};
+use crate::structured::schema_text;
 
 /// What the answer must look like, decided from the request.
 #[derive(Clone, Debug, PartialEq)]
@@ -83,7 +85,7 @@ pub(crate) fn render(request: &ChatRequest, dropped: usize) -> String {
                 "- {}: {} Arguments (JSON Schema): {}",
                 tool.name,
                 tool.description.trim(),
-                tool.parameters
+                schema_text(&tool.parameters)
             );
         }
         out.push_str(
@@ -115,6 +117,7 @@ pub(crate) fn render(request: &ChatRequest, dropped: usize) -> String {
         Answer::Text => out.push_str("\nAssistant:"),
         Answer::Json => {
             if let ResponseFormat::Json { schema, .. } = &request.response {
+                let schema = schema_text(schema);
                 let _ = writeln!(out, "\nThe answer is JSON matching this JSON Schema: {schema}");
             }
             out.push_str("Answer as JSON:\n");
@@ -163,14 +166,74 @@ fn bound(node: &mut Value) {
     }
 }
 
-/// The JSON Schema (as text, keys in the order the model should write them) that the output
-/// must match, or `None` for free text. With `permissive`, tool arguments and JSON answers are
-/// any JSON object or value: the fallback when the request's own schemas cannot be turned into
-/// a grammar.
+/// The JSON Schema types llama.cpp knows.
+const TYPES: [&str; 7] = ["object", "array", "string", "integer", "number", "boolean", "null"];
+
+/// `schema` with only what any grammar can express and llama.cpp always converts: `type` (of
+/// known types), `properties`, `required`, `additionalProperties`, `items` (one schema),
+/// non-empty `enum`, `const`, `anyOf` and `oneOf`, and the bounds `minLength`, `maxLength`,
+/// `minItems`, `maxItems` (non-negative integers), `minimum`, `maximum` (numbers). Gone: string
+/// `pattern`s and `format`s, `$ref`s, `allOf`, `not`, tuples and anything malformed; so the
+/// structure stays (objects, their properties and which are required, arrays, types, enums)
+/// and only what llama.cpp may refuse is loosened.
+pub(crate) fn loosened(node: &Value) -> Value {
+    let Value::Object(map) = node else {
+        return Value::Object(serde_json::Map::new());
+    };
+    let mut out = serde_json::Map::new();
+    for (key, value) in map {
+        let kept = match (key.as_str(), value) {
+            ("type", Value::String(t)) if TYPES.contains(&t.as_str()) => Some(value.clone()),
+            ("type", Value::Array(types))
+                if !types.is_empty()
+                    && types.iter().all(|t| t.as_str().is_some_and(|t| TYPES.contains(&t))) =>
+            {
+                Some(value.clone())
+            }
+            ("properties", Value::Object(properties)) => Some(Value::Object(
+                properties.iter().map(|(k, v)| (k.clone(), loosened(v))).collect(),
+            )),
+            ("required", Value::Array(names)) => {
+                Some(Value::Array(names.iter().filter(|n| n.is_string()).cloned().collect()))
+            }
+            ("additionalProperties", Value::Bool(_)) => Some(value.clone()),
+            ("additionalProperties" | "items", Value::Object(_)) => Some(loosened(value)),
+            ("enum", Value::Array(values)) if !values.is_empty() => Some(value.clone()),
+            ("const", _) => Some(value.clone()),
+            ("anyOf" | "oneOf", Value::Array(options)) if !options.is_empty() => {
+                Some(Value::Array(options.iter().map(loosened).collect()))
+            }
+            ("minLength" | "maxLength" | "minItems" | "maxItems", Value::Number(n))
+                if n.as_u64().is_some_and(|n| n <= i32::MAX as u64) =>
+            {
+                Some(value.clone())
+            }
+            ("minimum" | "maximum", Value::Number(_)) => Some(value.clone()),
+            _ => None,
+        };
+        if let Some(kept) = kept {
+            out.insert(key.clone(), kept);
+        }
+    }
+    Value::Object(out)
+}
+
+/// The JSON Schema (as text, each object's properties in the order its `required` lists them:
+/// the order the grammar makes the model write them, see [`schema_text`]) that the output must
+/// match, or `None` for free text.
+///
+/// With `permissive`, every schema in it is [`loosened`]: the fallback when llama.cpp cannot
+/// turn the request's own schemas into a grammar. It keeps the answer's structure (a tool call
+/// is still `{"tool", "arguments"}` with an object of arguments; a JSON answer still has its
+/// objects, their required properties and their types), so even the fallback grammar cannot
+/// produce an answer of another shape.
 pub(crate) fn answer_schema(request: &ChatRequest, permissive: bool) -> Option<String> {
+    let shaped = |schema: &Value| {
+        let schema = bounded(schema);
+        schema_text(&if permissive { loosened(&schema) } else { schema })
+    };
     let answer_value = || match &request.response {
-        ResponseFormat::Json { schema, .. } if !permissive => bounded(schema).to_string(),
-        ResponseFormat::Json { .. } => "{}".to_owned(),
+        ResponseFormat::Json { schema, .. } => shaped(schema),
         ResponseFormat::Text => r#"{"type":"string"}"#.to_owned(),
     };
     match Answer::of(request) {
@@ -181,10 +244,10 @@ pub(crate) fn answer_schema(request: &ChatRequest, permissive: bool) -> Option<S
                 .tools
                 .iter()
                 .map(|tool| {
-                    let arguments = if permissive || !tool.parameters.is_object() {
-                        r#"{"type":"object"}"#.to_owned()
+                    let arguments = if tool.parameters.is_object() {
+                        shaped(&tool.parameters)
                     } else {
-                        bounded(&tool.parameters).to_string()
+                        r#"{"type":"object"}"#.to_owned()
                     };
                     format!(
                         r#"{{"type":"object","properties":{{"tool":{{"const":{}}},"arguments":{arguments}}},"required":["tool","arguments"]}}"#,
@@ -235,7 +298,7 @@ pub(crate) fn interpret(
         Answer::Json => Ok((output.trim().to_owned(), Vec::new())),
         Answer::Tools { json_answer, .. } => {
             let value: Value = serde_json::from_str(output.trim()).map_err(|error| {
-                format!("the model's answer is not complete JSON ({error}): {output}")
+                format!("the model's answer is not complete JSON ({error}): {}", quoted(output))
             })?;
             if let Some(name) = value.get("tool").and_then(Value::as_str) {
                 let arguments = value.get("arguments").cloned().unwrap_or(Value::Null);
@@ -250,7 +313,8 @@ pub(crate) fn interpret(
                 Some(Value::String(text)) if !json_answer => Ok((text.clone(), Vec::new())),
                 Some(answer) => Ok((answer.to_string(), Vec::new())),
                 None => Err(format!(
-                    "the model's answer is neither a tool call nor an answer: {output}"
+                    "the model's answer is neither a tool call nor an answer: {}",
+                    quoted(output)
                 )),
             }
         }
@@ -298,3 +362,7 @@ fn tool_name<'a>(request: &'a ChatRequest, id: &str) -> Option<&'a str> {
         .find(|call| call.id == id)
         .map(|call| call.name.as_str())
 }
+
+#[cfg(test)]
+#[path = "grammar_tests.rs"]
+mod grammar_tests;

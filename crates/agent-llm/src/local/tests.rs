@@ -113,9 +113,16 @@ fn tool_schemas_put_the_tool_first_and_offer_an_answer_when_no_tool_is_required(
     assert_eq!(options[1]["properties"]["tool"]["const"], "b");
     assert_eq!(options[2]["properties"]["answer"]["properties"]["ok"]["type"], "boolean");
 
+    // The fallback keeps the structure: each tool's arguments object, the answer's object.
     let permissive: Value = serde_json::from_str(&answer_schema(&request, true).unwrap()).unwrap();
-    assert_eq!(permissive["anyOf"][0]["properties"]["arguments"], json!({"type": "object"}));
-    assert_eq!(permissive["anyOf"][2]["properties"]["answer"], json!({}));
+    assert_eq!(
+        permissive["anyOf"][0]["properties"]["arguments"],
+        json!({"type": "object", "properties": {"x": {"type": "integer"}}})
+    );
+    assert_eq!(
+        permissive["anyOf"][2]["properties"]["answer"],
+        json!({"type": "object", "properties": {"ok": {"type": "boolean"}}})
+    );
 }
 
 #[test]
@@ -231,7 +238,7 @@ fn the_plan_schema_becomes_a_grammar() {
             messages: vec![ChatMessage::user("plan")],
             response: ResponseFormat::Json {
                 name: "plan".to_owned(),
-                schema: crate::reasoner::plan_schema(&mids, &workers),
+                schema: crate::reasoner::plan::plan_schema(&mids, &workers, 2),
             },
             ..ChatRequest::default()
         };

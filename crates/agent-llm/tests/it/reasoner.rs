@@ -9,8 +9,8 @@ use agent_core::spawn::{
 };
 use agent_core::tools::{ToolRegistry, validate};
 use agent_core::{
-    Candidate, Conflict, Judgement, NextAction, Persona, ReasonError, Reasoner, ToolCall,
-    ToolCallRecord, Verdict,
+    AuditEvent, AuditLog, Candidate, Conflict, InMemoryAuditLog, Judgement, NextAction, Persona,
+    ReasonError, Reasoner, TokioClock, ToolCall, ToolCallRecord, Verdict, with_reasoning_audit,
 };
 use agent_llm::{
     Budget, ChatRequest, ConversationLimits, Conversations, FINISH_TOOL, LlmReasoner, LlmSettings,
@@ -1168,7 +1168,7 @@ async fn plan_turns_a_goal_into_goal_steps_and_leads_from_the_role_book() {
         "- docs_lead: Leads the documentation work.",
         "- writer: Writes and edits files. (tools: read_file, write_file)",
         "- tester: Runs the tests. (tools: shell)",
-        "Example answer: ",
+        "A goal that is one piece of work is one step, such as:\n{\"leads\":",
     ] {
         assert!(question.contains(needle), "{needle:?} missing from {question}");
     }
@@ -1194,67 +1194,308 @@ async fn a_plan_with_an_unknown_lead_role_is_repaired_once_then_accepted() {
     assert!(last_message(&requests[1]).content.contains("`leads[1].role`"));
 }
 
+/// The audit records of `agent` that are repairs: (decision, repair, max_repairs, problems).
+async fn repairs_of(log: &InMemoryAuditLog, agent: &str) -> Vec<(String, u32, u32, String)> {
+    log.records(Some(&AgentId::new(agent)))
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|r| match r.event {
+            AuditEvent::AnswerRepair { decision, repair, max_repairs, problems } => {
+                Some((decision, repair, max_repairs, problems))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// Plans `goal_task` for `top-a` as the runtime does: in the agent's reasoning-audit scope.
+async fn plan_audited(
+    rig: &Rig,
+    agent: &Agent,
+) -> (Result<agent_core::Plan, ReasonError>, Arc<InMemoryAuditLog>) {
+    let log = Arc::new(InMemoryAuditLog::new());
+    let result = with_reasoning_audit(
+        log.clone(),
+        agent.config.id.clone(),
+        Arc::new(TokioClock::new()),
+        rig.reasoner.plan(agent.persona(), &goal_task(), &roles()),
+    )
+    .await;
+    (result, log)
+}
+
 #[tokio::test(start_paused = true)]
-async fn a_plan_invalid_twice_is_a_backend_error_naming_the_problems() {
-    // Ids used twice, waiting on a later step, a step for a domain no lead leads, a step role
-    // that is a lead's, an id with a space.
+async fn a_plan_invalid_after_three_repairs_is_an_invalid_plan_listing_its_problems_once() {
+    // Four invalid plans: ids used twice and a step waiting on a later one; then three times a
+    // step for a domain no lead leads, a step role that is a lead's, an id with a space, two
+    // leads for one domain.
     let mut first = good_plan();
     first["steps"][0]["after"] = json!(["test"]);
     first["steps"][2]["id"] = json!("test");
-    let mut second = good_plan();
-    second["steps"][1]["domain"] = json!("ops");
-    second["steps"][1]["role"] = json!(null);
-    second["steps"][2]["id"] = json!("release notes");
-    second["leads"] =
+    let mut last = good_plan();
+    last["steps"][1]["domain"] = json!("ops");
+    last["steps"][1]["role"] = json!(null);
+    last["steps"][2]["id"] = json!("release notes");
+    last["leads"] =
         json!([{"role": "docs_lead", "domain": "docs"}, {"role": "code_lead", "domain": "docs"}]);
-    let rig = rig(MockProvider::queue([json(first), json(second)]));
+    let rig = rig(MockProvider::queue([
+        json(first.clone()),
+        json(last.clone()),
+        json(last.clone()),
+        json(last.clone()),
+        json(good_plan()), // never asked
+    ]));
     let agent = Agent::new("top-a", AgentLayer::Top);
-    let err = rig.reasoner.plan(agent.persona(), &goal_task(), &roles()).await.unwrap_err();
+    let (result, log) = plan_audited(&rig, &agent).await;
     let requests = rig.provider.requests();
-    assert_eq!(requests.len(), 2, "one repair");
+    assert_eq!(requests.len(), 4, "the answer and three repairs");
+
+    // Each repair request is the question, the last answer and its problems only; an answer
+    // that repeats the one before exactly (the third) is left out.
+    let question = &requests[0].messages;
+    for (i, repair) in requests[1..].iter().enumerate() {
+        assert_eq!(repair.messages[..question.len()], question[..]);
+        assert_eq!(repair.response, requests[0].response, "the same schema");
+        if i < 2 {
+            assert_eq!(repair.messages.len(), question.len() + 2, "repair {}", i + 1);
+            let bad = if i == 0 { &first } else { &last };
+            assert_eq!(repair.messages[question.len()].content, bad.to_string());
+        } else {
+            assert_eq!(repair.messages.len(), question.len() + 1, "repair {}", i + 1);
+            let asked = &last_message(repair).content;
+            assert!(asked.contains("invalid again, the same as before"), "{asked}");
+            assert!(asked.contains("domain `ops`"), "{asked}");
+        }
+    }
     let repair = &last_message(&requests[1]).content;
-    assert!(repair.contains("waits for `test`, which is not an earlier step"), "{repair}");
+    assert!(repair.contains("step `readme` waits for `test`, which comes after it"), "{repair}");
     assert!(repair.contains("step id `test` is used twice"), "{repair}");
-    let ReasonError::Backend { message, .. } = &err else { panic!("{err:?}") };
-    assert!(message.contains("plan"), "{message}");
-    assert!(message.contains("domain `ops`, which none of your leads leads"), "{message}");
-    assert!(message.contains("step id `release notes` is not valid"), "{message}");
-    assert!(message.contains("two leads for domain `docs`"), "{message}");
+
+    // The task's plan is invalid (the top power fails the task), not the call failed (which
+    // the runtime would try again from scratch).
+    let err = result.unwrap_err();
+    let ReasonError::BadQuestion(message) = &err else { panic!("{err:?}") };
+    assert!(
+        message.contains("mock model `mock-model` gave no valid plan in 4 answers (3 repairs)")
+    );
+    for problem in [
+        "domain `ops`, which none of your leads leads",
+        "step id \"release notes\" is not valid",
+        "two leads for domain `docs`",
+    ] {
+        assert_eq!(message.matches(problem).count(), 1, "{problem:?} once in {message}");
+    }
+    assert!(!message.contains("used twice"), "only the last answer's problems: {message}");
     assert!(rig.conversations.get(&AgentId::new("top-a")).unwrap().turns.is_empty());
+
+    // Each repair is audited under the planning agent, with the problems it sent back.
+    let audited = repairs_of(&log, "top-a").await;
+    let numbers: Vec<(u32, u32)> = audited.iter().map(|(_, n, of, _)| (*n, *of)).collect();
+    assert_eq!(numbers, [(1, 3), (2, 3), (3, 3)]);
+    assert!(audited.iter().all(|(decision, ..)| decision == "plan"));
+    assert!(audited[0].3.contains("waits for `test`"), "{}", audited[0].3);
+    assert!(audited[1].3.contains("domain `ops`"), "{}", audited[1].3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_repeated_invalid_answer_is_left_out_so_the_model_does_not_copy_it_again() {
+    // A model that copies the last JSON it read: the question's example, or its own answer.
+    let mut copied = good_plan();
+    copied["steps"][0]["after"] = json!(["readme"]);
+    let first = copied.clone();
+    let rig = rig(MockProvider::from_fn(move |request| {
+        match request.messages.iter().rev().find(|m| m.role == Role::Assistant) {
+            Some(own) => json(serde_json::from_str(&own.content).unwrap()),
+            None if request.messages.len() > 1
+                && last_message(request).content.contains("the same as before") =>
+            {
+                json(good_plan())
+            }
+            None => json(first.clone()),
+        }
+    }));
+    let agent = Agent::new("top-a", AgentLayer::Top);
+    let plan = rig.reasoner.plan(agent.persona(), &goal_task(), &roles()).await.unwrap();
+    assert_eq!(plan.steps.len(), 3);
+    let requests = rig.provider.requests();
+    assert_eq!(requests.len(), 3, "the answer, a repair it copied, a repair without it");
+    assert!(requests[1].messages.iter().any(|m| m.role == Role::Assistant));
+    assert!(!requests[2].messages.iter().any(|m| m.role == Role::Assistant));
+    let asked = &last_message(&requests[2]).content;
+    assert!(asked.contains("step `readme` waits for itself"), "{asked}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_plan_repaired_on_the_last_repair_is_accepted_and_each_repair_audited() {
+    let mut self_waiting = good_plan();
+    self_waiting["steps"][1]["after"] = json!(["test"]);
+    let rig = rig(MockProvider::queue([
+        json(self_waiting.clone()),
+        json(self_waiting.clone()),
+        json(self_waiting),
+        json(good_plan()),
+    ]));
+    let agent = Agent::new("top-a", AgentLayer::Top);
+    let (result, log) = plan_audited(&rig, &agent).await;
+    assert_eq!(result.unwrap().steps.len(), 3);
+    assert_eq!(rig.provider.calls(), 4);
+    let audited = repairs_of(&log, "top-a").await;
+    assert_eq!(audited.len(), 3);
+    assert!(audited[2].3.contains("step `test` waits for itself"), "{}", audited[2].3);
+    // The valid plan, once, is the turn remembered.
+    let turns = rig.conversations.get(&AgentId::new("top-a")).unwrap().turns;
+    assert_eq!(turns.len(), 1);
+    assert_eq!(turns[0].answer, good_plan().to_string());
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_repairs_a_plan_gets_are_a_setting_and_other_decisions_get_one() {
+    let mut bad = good_plan();
+    bad["steps"] = json!([]);
+    for repairs in [0_u32, 1, 5] {
+        let bad = bad.clone();
+        let rig = rig(MockProvider::from_fn(move |_| json(bad.clone())));
+        let reasoner =
+            LlmReasoner::new(rig.provider.clone(), rig.ledger.clone(), rig.conversations.clone())
+                .with_settings(LlmSettings { plan_repairs: repairs, ..LlmSettings::default() });
+        let agent = Agent::new("top-a", AgentLayer::Top);
+        let err = reasoner.plan(agent.persona(), &goal_task(), &roles()).await.unwrap_err();
+        assert_eq!(rig.provider.calls(), repairs as usize + 1, "{repairs} repairs");
+        assert!(err.to_string().contains("the plan has no steps"), "{err}");
+    }
+    assert_eq!(LlmSettings::default().plan_repairs, agent_llm::DEFAULT_PLAN_REPAIRS);
+    assert_eq!(agent_llm::DEFAULT_PLAN_REPAIRS, 3);
+
+    // A review still gets one repair, audited as such.
+    let rig = rig(MockProvider::from_fn(|_| json(json!({"verdict": "maybe", "reason": "?"}))));
+    let agent = Agent::new("top-b", AgentLayer::Top);
+    let log = Arc::new(InMemoryAuditLog::new());
+    let err = with_reasoning_audit(
+        log.clone(),
+        agent.config.id.clone(),
+        Arc::new(TokioClock::new()),
+        rig.reasoner.review_decision(agent.persona(), &plan_decision(1)),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, ReasonError::Backend { .. }), "{err:?}");
+    assert_eq!(rig.provider.calls(), 2);
+    let audited = repairs_of(&log, "top-b").await;
+    assert_eq!(audited.len(), 1);
+    assert_eq!((audited[0].0.as_str(), audited[0].1, audited[0].2), ("review", 1, 1));
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_plan_repeating_itself_is_told_each_problem_once_and_at_most_eight() {
     // A small model repeats itself: the same lead twice (meant once: accepted), and a step
-    // waiting on twenty steps that do not come before it.
+    // waiting on twenty steps that are not in the plan.
     let mut plan = good_plan();
     let lead = plan["leads"][0].clone();
     plan["leads"].as_array_mut().unwrap().push(lead);
     let missing: Vec<String> = (0..20).map(|i| format!("later-{}", i % 12)).collect();
     plan["steps"][0]["after"] = json!(missing);
-    let rig = rig(MockProvider::queue([json(plan.clone()), json(plan)]));
+    let rig = rig(MockProvider::from_fn(move |_| json(plan.clone())));
     let agent = Agent::new("top-a", AgentLayer::Top);
     let err = rig.reasoner.plan(agent.persona(), &goal_task(), &roles()).await.unwrap_err();
-    let ReasonError::Backend { message, .. } = &err else { panic!("{err:?}") };
+    let ReasonError::BadQuestion(message) = &err else { panic!("{err:?}") };
     assert!(!message.contains("two leads"), "{message}");
     assert_eq!(message.matches("waits for `later-0`").count(), 1, "{message}");
-    assert_eq!(message.matches("which is not an earlier step").count(), 8, "{message}");
+    assert_eq!(message.matches("which is no step of the plan").count(), 8, "{message}");
     assert!(message.contains("and 4 more problem(s)"), "{message}");
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_plan_without_steps_or_with_a_lead_role_on_a_step_is_refused() {
+async fn a_plan_without_steps_or_with_a_step_its_lead_cannot_staff_is_refused() {
     let mut no_steps = good_plan();
     no_steps["steps"] = json!([]);
     let mut lead_as_worker = good_plan();
     lead_as_worker["steps"][0]["role"] = json!("docs_lead");
-    let rig = rig(MockProvider::queue([json(no_steps), json(lead_as_worker)]));
+    // `docs_lead` can spawn writers only.
+    let mut unstaffed = good_plan();
+    unstaffed["steps"][0]["role"] = json!("tester");
+    let rig = rig(MockProvider::queue([
+        json(no_steps),
+        json(lead_as_worker),
+        json(unstaffed.clone()),
+        json(unstaffed),
+    ]));
     let agent = Agent::new("top-a", AgentLayer::Top);
     let err = rig.reasoner.plan(agent.persona(), &goal_task(), &roles()).await.unwrap_err();
-    let repair = last_message(&rig.provider.requests()[1]).content.clone();
-    assert!(repair.contains("the plan has no steps"), "{repair}");
-    let ReasonError::Backend { message, .. } = &err else { panic!("{err:?}") };
-    assert!(message.contains("`steps[0].role`"), "the schema's worker roles: {message}");
+    let requests = rig.provider.requests();
+    let repair = |i: usize| last_message(&requests[i]).content.clone();
+    assert!(repair(1).contains("the plan has no steps"), "{}", repair(1));
+    assert!(repair(2).contains("`steps[0].role`"), "the schema's worker roles: {}", repair(2));
+    let message = err.to_string();
+    assert!(
+        message.contains(
+            "step `readme` names role `tester`, which its lead (docs_lead, domain `docs`) \
+             cannot spawn; use one of: writer"
+        ),
+        "{message}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_plan_copying_its_example_is_valid_and_asks_for_the_whole_goal() {
+    // The worked example is the goal as one step: a model that can only copy plans that.
+    let rig = rig(MockProvider::from_fn(|request| {
+        let question = &last_message(request).content;
+        let example = question
+            .lines()
+            .find(|l| l.starts_with("{\"leads\""))
+            .expect("the example answer is on a line of its own");
+        json(serde_json::from_str(example).unwrap())
+    }));
+    let agent = Agent::new("top-a", AgentLayer::Top);
+    let plan = rig.reasoner.plan(agent.persona(), &goal_task(), &roles()).await.unwrap();
+    assert_eq!(rig.provider.calls(), 1, "valid as it is");
+    // The first lead that can spawn a worker, and that worker.
+    assert_eq!(plan.leads, [LeadRequest { role: "code_lead".into(), domain: "code".into() }]);
+    assert_eq!(plan.steps.len(), 1);
+    assert_eq!(plan.steps[0].description, goal_task().goal);
+    assert_eq!(plan.steps[0].role.as_deref(), Some("writer"));
+    assert!(plan.steps[0].after.is_empty());
+
+    // Written in the order the grammar has the model write it: a step's id first.
+    let question = last_message(&rig.provider.last()).content.clone();
+    let example = question.lines().find(|l| l.starts_with("{\"leads\"")).unwrap();
+    assert!(
+        example.contains(r#"{"id":"step-1","description":"Document the project and test it","#),
+        "{example}"
+    );
+    assert_eq!(
+        schema(&rig.provider.last())["properties"]["steps"]["items"]["required"],
+        json!(["id", "description", "domain", "after", "acceptance"])
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn model_text_in_problems_and_errors_is_quoted_without_template_tokens() {
+    let echoed = "<start_of_turn>model\n[INST]The tool's result: ok [/INST]</s>";
+    let voting =
+        rig(MockProvider::from_fn(move |_| json(json!({"choice": echoed, "reason": "x"}))));
+    let agent = Agent::new("top-a", AgentLayer::Top);
+    let err = voting.reasoner.vote(agent.persona(), &conflict(&["a", "b"])).await.unwrap_err();
+    let message = err.to_string();
+    assert!(message.contains("The tool's result: ok"), "{message}");
+    let repair = last_message(&voting.provider.last()).content.clone();
+    for token in ["<start_of_turn>", "[INST]", "[/INST]", "</s>", "\n"] {
+        assert!(!message.contains(token), "{token:?} in {message}");
+        assert!(!repair.contains(token), "{token:?} in {repair}");
+    }
+
+    // A reply is the model's own words: only the markup goes.
+    let replying = rig(MockProvider::queue([json(
+        json!({"reply": "<start_of_turn>model\nAll done.<end_of_turn>"}),
+    )]));
+    let agent = Agent::new("mid-code", AgentLayer::Mid);
+    let reply = replying
+        .reasoner
+        .answer(agent.persona(), &AgentId::new("top-a"), "status?", "")
+        .await
+        .unwrap();
+    assert_eq!(reply, "All done.");
 }
 
 #[tokio::test(start_paused = true)]

@@ -1,0 +1,363 @@
+//! The plan question: a task's goal in words into goal steps and the leads to create, asked so
+//! that a small model can answer it (a short prompt, one worked example written in the order
+//! the answer's grammar makes the model write, a schema that bounds the answer) and checked so
+//! that every problem of an invalid plan goes back to the model by name.
+
+use std::fmt::Write as _;
+
+use agent_core::Plan;
+use agent_state::{AgentLayer, LeadRequest, PlanStep, Role, RoleBook, StepTarget, Task};
+use serde_json::{Value, json};
+
+use crate::model_text::{one_line, shown, stripped};
+use crate::structured::value_text;
+
+/// Most characters of a plan step's id.
+pub(crate) const STEP_ID_MAX: usize = 64;
+
+/// Most steps a plan may have. A lead breaks its steps into pieces itself, so a plan names the
+/// big pieces of a goal; and a small model that repeats itself stops here.
+pub(crate) const MAX_STEPS: usize = 8;
+
+/// Most characters of a step's description or acceptance check: a goal of a few sentences
+/// fits, so a plan of one step can ask for the whole goal.
+const TEXT_CHARS: u64 = 600;
+
+/// Most characters of a domain.
+const DOMAIN_CHARS: u64 = 32;
+
+/// The order a step's properties are written in (the grammar follows the schema's `required`;
+/// `role`, optional, comes last): what the step is, then where it goes and what it waits for.
+const STEP_ORDER: [&str; 5] = ["id", "description", "domain", "after", "acceptance"];
+
+/// A plan question for one task and team.
+pub(crate) struct PlanQuestion<'a> {
+    /// What the model is asked.
+    pub(crate) prompt: String,
+    /// The answer's schema.
+    pub(crate) schema: Value,
+    /// The lead (mid) roles; none: the plan has steps only.
+    mids: Vec<&'a Role>,
+    /// The worker (bottom) role names.
+    workers: Vec<&'a str>,
+}
+
+impl<'a> PlanQuestion<'a> {
+    /// The question for `task`, with the leads and workers of `roles`.
+    pub(crate) fn new(task: &Task, roles: &'a RoleBook) -> Self {
+        let mids: Vec<&Role> = roles.of_layer(AgentLayer::Mid).collect();
+        let worker_roles: Vec<&Role> = roles.of_layer(AgentLayer::Bottom).collect();
+        let mid_names: Vec<&str> = mids.iter().map(|r| r.name.as_str()).collect();
+        let workers: Vec<&str> = worker_roles.iter().map(|r| r.name.as_str()).collect();
+        let max_leads = mids
+            .iter()
+            .map(|r| r.max_instances.map_or(MAX_STEPS, |n| n as usize))
+            .sum::<usize>()
+            .clamp(1, MAX_STEPS);
+        let schema = plan_schema(&mid_names, &workers, max_leads);
+
+        let mut prompt = format!("Plan task {}.\nGoal: {}\n", task.id, task.goal.trim());
+        if !mids.is_empty() {
+            prompt.push_str("Leads you may create, each for one domain (an area of work):\n");
+            for r in &mids {
+                let _ = writeln!(prompt, "- {}: {}", r.name, super::described(&r.description));
+            }
+        }
+        if !worker_roles.is_empty() {
+            prompt.push_str("Workers, one of which a step may name as its `role`:\n");
+            for r in &worker_roles {
+                let tools = if r.tools.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (tools: {})", r.tools.join(", "))
+                };
+                let _ =
+                    writeln!(prompt, "- {}: {}{tools}", r.name, super::described(&r.description));
+            }
+        }
+        if !task.steps.is_empty() {
+            prompt.push_str(
+                "The task lists these steps already; your plan replaces the list, so keep those \
+                 still needed (with their ids):\n",
+            );
+            for s in &task.steps {
+                let tool =
+                    if s.is_scripted() { format!(" (tool `{}`)", s.tool) } else { String::new() };
+                let after = if s.after.is_empty() {
+                    String::new()
+                } else {
+                    format!(" after {}", s.after.join(", "))
+                };
+                let _ = writeln!(prompt, "- {}: {}{tool}{after}", s.id, s.description);
+            }
+        }
+        prompt.push_str(
+            "Each step says what to achieve (whoever does it chooses the tools), its `domain`, \
+             the ids of the earlier steps it waits for (`after`: none for the first step; never \
+             the step itself or a later one) and how to check it (`acceptance`). Step ids are \
+             letters, digits, `-` and `_`, each used once.\n",
+        );
+        if mids.is_empty() {
+            prompt.push_str(
+                "A step's domain is a short name for its area of work, such as `docs` or `code`.\n",
+            );
+        } else {
+            prompt.push_str(
+                "Propose one lead per domain in `leads`; every step's domain is one of theirs.\n",
+            );
+        }
+        let _ = write!(
+            prompt,
+            "A goal that is one piece of work is one step, such as:\n{}\nSplit a goal into a few \
+             steps when parts of it need different workers or must wait for other parts.",
+            value_text(&example(task, &mids, &workers), &schema)
+        );
+        Self { prompt, schema, mids, workers }
+    }
+
+    /// Checks an answer beyond its schema and turns it into a [`Plan`] of goal steps; an
+    /// invalid one gives every problem, named (see [`check_plan`]).
+    pub(crate) fn check(&self, v: &Value) -> Result<Plan, String> {
+        check_plan(v, &self.mids, &self.workers)
+    }
+}
+
+/// The worked example: the goal as one step, for the first lead role that can spawn a worker
+/// (its domain the lead's name without `_lead`) and that worker. A model that only copies it
+/// plans a valid step that asks for the whole goal.
+fn example(task: &Task, mids: &[&Role], workers: &[&str]) -> Value {
+    let lead = mids
+        .iter()
+        .find(|m| m.enabled_agents.iter().any(|w| workers.contains(&w.as_str())))
+        .or(mids.first());
+    let worker = lead
+        .and_then(|m| m.enabled_agents.iter().find(|w| workers.contains(&w.as_str())))
+        .map(String::as_str)
+        .or(workers.first().copied());
+    let domain = lead
+        .map(|l| l.name.strip_suffix("_lead").filter(|d| !d.is_empty()).unwrap_or(&l.name))
+        .unwrap_or("work");
+    let goal: String = one_line(task.goal.trim(), TEXT_CHARS as usize);
+    let mut step = json!({
+        "id": "step-1",
+        "description": goal,
+        "domain": domain,
+        "after": [],
+        "acceptance": "what the goal asks for is done"
+    });
+    if let Some(worker) = worker {
+        step["role"] = json!(worker);
+    }
+    match lead {
+        Some(lead) => json!({"leads": [{"role": lead.name, "domain": domain}], "steps": [step]}),
+        None => json!({"steps": [step]}),
+    }
+}
+
+/// The JSON Schema of a plan answer: leads of the mid roles `mid_names` (none without them),
+/// at most `max_leads`, and one to [`MAX_STEPS`] goal steps, each naming one of the
+/// `worker_names` roles or none. Strings and arrays are bounded, so a model decoding under its
+/// grammar cannot run on.
+pub(crate) fn plan_schema(mid_names: &[&str], worker_names: &[&str], max_leads: usize) -> Value {
+    let id = json!({
+        "type": "string",
+        "minLength": 1,
+        "maxLength": STEP_ID_MAX,
+        "pattern": format!("^[A-Za-z0-9_-]{{1,{STEP_ID_MAX}}}$")
+    });
+    let mut step_properties = json!({
+        "id": id,
+        "description": {"type": "string", "minLength": 1, "maxLength": TEXT_CHARS},
+        "domain": {"type": "string", "minLength": 1, "maxLength": DOMAIN_CHARS},
+        "after": {"type": "array", "items": id, "maxItems": MAX_STEPS - 1},
+        "acceptance": {"type": "string", "maxLength": TEXT_CHARS}
+    });
+    if !worker_names.is_empty() {
+        let mut allowed: Vec<Value> = worker_names.iter().map(|n| json!(n)).collect();
+        allowed.push(Value::Null);
+        step_properties["role"] = json!({ "enum": allowed });
+    }
+    let steps_schema = json!({
+        "type": "array",
+        "minItems": 1,
+        "maxItems": MAX_STEPS,
+        "items": {
+            "type": "object",
+            "properties": step_properties,
+            "required": STEP_ORDER
+        }
+    });
+    if mid_names.is_empty() {
+        return json!({
+            "type": "object",
+            "properties": {"steps": steps_schema},
+            "required": ["steps"]
+        });
+    }
+    json!({
+        "type": "object",
+        "properties": {
+            "leads": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": max_leads,
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "role": {"enum": mid_names},
+                        "domain": {"type": "string", "minLength": 1, "maxLength": DOMAIN_CHARS}
+                    },
+                    "required": ["role", "domain"]
+                }
+            },
+            "steps": steps_schema
+        },
+        "required": ["leads", "steps"]
+    })
+}
+
+/// Checks a plan answer beyond its schema and turns it into a [`Plan`] of goal steps. Every
+/// problem is reported, by name, for the repair: lead roles that are not mid roles, two leads
+/// for a domain, no steps, step ids invalid or used twice, a step for a domain no lead leads, a
+/// step waiting for itself, for a later step or for no step, a step role that is not a worker
+/// role or not one its lead can spawn. Without mid roles the plan has steps only, their domains
+/// free text.
+pub(crate) fn check_plan(v: &Value, mids: &[&Role], worker_roles: &[&str]) -> Result<Plan, String> {
+    let with_leads = !mids.is_empty();
+    let mid_roles: Vec<&str> = mids.iter().map(|r| r.name.as_str()).collect();
+    let mut problems: Vec<String> = Vec::new();
+    let text = |item: &Value, key: &str| -> String {
+        item.get(key).and_then(Value::as_str).map(str::trim).unwrap_or_default().to_owned()
+    };
+    let mut leads: Vec<LeadRequest> = Vec::new();
+    if with_leads {
+        for lead in v.get("leads").and_then(Value::as_array).into_iter().flatten() {
+            let (role, domain) = (text(lead, "role"), text(lead, "domain"));
+            if !mid_roles.contains(&role.as_str()) {
+                problems.push(format!(
+                    "lead role {} is not a lead (mid) role; use one of: {}",
+                    shown(&role),
+                    mid_roles.join(", ")
+                ));
+            }
+            if domain.is_empty() {
+                problems.push(format!("the lead of role {} has no domain", shown(&role)));
+            } else if leads.iter().any(|l| l.domain == domain && l.role == role) {
+                continue; // the same lead written twice: once is what was meant
+            } else if leads.iter().any(|l| l.domain == domain) {
+                problems
+                    .push(format!("two leads for domain {}; one lead per domain", shown(&domain)));
+            }
+            leads.push(LeadRequest { role, domain });
+        }
+    }
+    let items = v.get("steps").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    if items.is_empty() {
+        problems.push("the plan has no steps; give at least one".to_owned());
+    }
+    let ids: Vec<String> = items.iter().map(|item| text(item, "id")).collect();
+    let mut steps: Vec<PlanStep> = Vec::with_capacity(items.len());
+    for (index, item) in items.iter().enumerate() {
+        let id = ids[index].clone();
+        let name = shown(&id);
+        let valid_id = !id.is_empty()
+            && id.len() <= STEP_ID_MAX
+            && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if !valid_id {
+            problems.push(format!(
+                "step id {name} is not valid: use 1 to {STEP_ID_MAX} ASCII letters, digits, `-` and `_`"
+            ));
+        } else if steps.iter().any(|s| s.id == id) {
+            problems.push(format!("step id {name} is used twice; step ids must be unique"));
+        }
+        let description = stripped(&text(item, "description"));
+        if description.is_empty() {
+            problems.push(format!("step {name} has no description"));
+        }
+        let domain = text(item, "domain");
+        let lead = leads.iter().find(|l| l.domain == domain);
+        if domain.is_empty() {
+            problems.push(format!("step {name} has no domain"));
+        } else if with_leads && lead.is_none() {
+            let led: Vec<&str> = leads.iter().map(|l| l.domain.as_str()).collect();
+            problems.push(format!(
+                "step {name} is for domain {}, which none of your leads leads; propose a lead \
+                 for it or use one of your leads' domains ({})",
+                shown(&domain),
+                if led.is_empty() { "you proposed none".to_owned() } else { led.join(", ") }
+            ));
+        }
+        let mut after: Vec<String> = Vec::new();
+        for earlier in item.get("after").and_then(Value::as_array).into_iter().flatten() {
+            let earlier = earlier.as_str().map(str::trim).unwrap_or_default();
+            let problem = if earlier == id {
+                Some(format!(
+                    "step {name} waits for itself; `after` names only steps listed before it"
+                ))
+            } else if ids[index + 1..].iter().any(|later| later == earlier) {
+                Some(format!(
+                    "step {name} waits for {}, which comes after it; list {} first, or leave \
+                     it out of `after`",
+                    shown(earlier),
+                    shown(earlier)
+                ))
+            } else if !steps.iter().any(|s| s.id == earlier) {
+                Some(format!(
+                    "step {name} waits for {}, which is no step of the plan; `after` names \
+                     only steps listed before it",
+                    shown(earlier)
+                ))
+            } else {
+                None
+            };
+            match problem {
+                Some(problem) => problems.push(problem),
+                None if !after.iter().any(|a| a == earlier) => after.push(earlier.to_owned()),
+                None => {}
+            }
+        }
+        let role = Some(text(item, "role")).filter(|r| !r.is_empty());
+        if let Some(role) = &role {
+            if !worker_roles.contains(&role.as_str()) {
+                problems.push(if worker_roles.is_empty() {
+                    format!(
+                        "step {name} names role {}, but there are no worker roles; leave `role` out",
+                        shown(role)
+                    )
+                } else {
+                    format!(
+                        "step {name} names role {}, which is not a worker (bottom) role; use \
+                         one of: {}",
+                        shown(role),
+                        worker_roles.join(", ")
+                    )
+                });
+            } else if let Some(lead_role) = lead
+                .and_then(|l| mids.iter().find(|m| m.name == l.role))
+                .filter(|m| !m.enabled_agents.is_empty())
+                && !lead_role.enabled_agents.iter().any(|w| w == role)
+            {
+                problems.push(format!(
+                    "step {name} names role {}, which its lead ({}, domain {}) cannot spawn; \
+                     use one of: {}",
+                    shown(role),
+                    lead_role.name,
+                    shown(&domain),
+                    lead_role.enabled_agents.join(", ")
+                ));
+            }
+        }
+        steps.push(PlanStep {
+            id,
+            description,
+            target: StepTarget::Domain(domain),
+            tool: String::new(),
+            args: Value::Null,
+            after,
+            idempotent: false,
+            role,
+            acceptance: stripped(&text(item, "acceptance")),
+        });
+    }
+    if problems.is_empty() { Ok(Plan { steps, leads }) } else { Err(super::listed(problems)) }
+}
