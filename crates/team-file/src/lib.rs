@@ -126,6 +126,9 @@
 //! small_model = false       # openai/anthropic: a small model (Gemma 3 270M behind a local
 //!                           # server): executors are offered only their step's tool, with the
 //!                           # plan's arguments, as the embedded model always is
+//! plan_repairs = 3          # model reasoners: most times an invalid plan goes back to the
+//!                           # model with its problems (each audited) before the task fails
+//!                           # as an invalid plan; 0 to 10, default 3
 //!
 //! [prices]                  # US dollars per million tokens, 0 or more; unpriced models cost 0
 //! "gpt-4o-mini" = { input_per_mtok = 0.15, output_per_mtok = 0.6 }

@@ -234,6 +234,8 @@ pub(crate) struct RawReasoner {
     pub(crate) structured_output: Option<Spanned<String>>,
     #[serde(default)]
     pub(crate) small_model: Option<bool>,
+    #[serde(default)]
+    pub(crate) plan_repairs: Option<Spanned<u32>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -141,7 +141,14 @@ pub struct ReasonerSettings {
     /// server), so an executor is offered only its step's own tool, with the plan's arguments,
     /// as the embedded model always is. Default `false`.
     pub small_model: bool,
+    /// For the model reasoners: most times an invalid plan goes back to the model with its
+    /// problems before the plan is given up (0 to 10); `None`: the default,
+    /// [`agent_llm::DEFAULT_PLAN_REPAIRS`].
+    pub plan_repairs: Option<u32>,
 }
+
+/// Most repairs `[reasoner] plan_repairs` may give a plan.
+const MAX_PLAN_REPAIRS: u32 = 10;
 
 /// The reasoners a team file can name.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -929,6 +936,15 @@ fn reasoner_settings(
         None => base.structured_output,
     };
     let small_model = raw.small_model.unwrap_or(base.small_model);
+    let plan_repairs = match &raw.plan_repairs {
+        Some(n) if *n.get_ref() > MAX_PLAN_REPAIRS => {
+            return Err(
+                src.error(n.span(), format!("`plan_repairs` must be at most {MAX_PLAN_REPAIRS}"))
+            );
+        }
+        Some(n) => Some(*n.get_ref()),
+        None => base.plan_repairs,
+    };
     Ok(ReasonerSettings {
         kind,
         forbid_tools,
@@ -941,6 +957,7 @@ fn reasoner_settings(
         max_tokens,
         structured_output,
         small_model,
+        plan_repairs,
     })
 }
 

@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
 mod mcp;
+mod plan_repairs;
 mod timeouts;
 
 use std::borrow::Cow;
