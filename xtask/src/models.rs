@@ -344,11 +344,7 @@ fn repairs(strata: &Path, data: &Path) -> u64 {
     let Some(Value::Array(records)) = inspect(strata, data, "audit") else { return 0 };
     records
         .iter()
-        .filter(|r| {
-            let event = &r["event"];
-            let kind = event.get("type").or_else(|| event.get("kind")).and_then(Value::as_str);
-            kind.is_some_and(|k| k.contains("repair"))
-        })
+        .filter(|r| r["event"]["event"] == "answer_repair" && r["event"]["decision"] == "plan")
         .count() as u64
 }
 
