@@ -35,6 +35,7 @@ const REFRESH: Duration = Duration::from_millis(250);
 
 mod output;
 mod progress;
+pub(crate) use progress::Steps;
 #[cfg(test)]
 mod tests;
 

@@ -165,10 +165,13 @@ pub(crate) struct CostPoint {
 /// How far the task is.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub(crate) struct Progress {
-    /// Steps done (successful tool calls, as the live view counts them).
+    /// Steps of the plan known to be done, as the live view counts them
+    /// ([`Steps`](crate::view::Steps)): never more than `total`.
     pub(crate) done: usize,
-    /// Steps of the plan.
+    /// Steps of the plan (0 while `planning`).
     pub(crate) total: usize,
+    /// A goal whose plan is not known yet.
+    pub(crate) planning: bool,
     /// The run's status: `running`, `succeeded`, `failed`, ...
     pub(crate) status: String,
     /// Why it failed, if it did.
@@ -261,6 +264,12 @@ pub(crate) struct RunModel {
     decisions: Vec<DecisionView>,
     humans: Vec<String>,
     progress: Progress,
+    /// The step counter, shared with the live view.
+    steps: crate::view::Steps,
+    /// The task the counter counts.
+    task_id: String,
+    /// The run's decisions as last read (a goal's plan is the one its power proposed).
+    raw_decisions: Vec<Decision>,
     series: Vec<CostPoint>,
     events: VecDeque<String>,
     last_seq: Option<u64>,
@@ -272,16 +281,17 @@ pub(crate) struct RunModel {
 
 impl RunModel {
     /// A run `run_id` (its goal `title`, started at `started_at`) of the `agents` of its team
-    /// file, whose plan has `steps` steps, where `humans` may sign.
+    /// file, running `task` (its plan's steps, none for a goal), where `humans` may sign.
     pub(crate) fn new(
         run_id: &str,
         title: &str,
         started_at: u64,
         agents: Vec<Seed>,
         humans: Vec<String>,
-        steps: usize,
+        task: &agent_state::Task,
         line: LineFn,
     ) -> Self {
+        let steps = crate::view::Steps::new(task);
         let mut model = Self {
             run_id: run_id.to_owned(),
             title: title.to_owned(),
@@ -294,10 +304,14 @@ impl RunModel {
             humans,
             progress: Progress {
                 done: 0,
-                total: steps,
+                total: task.steps.len(),
+                planning: task.steps.is_empty(),
                 status: "running".to_owned(),
                 outcome: None,
             },
+            steps,
+            task_id: task.id.clone(),
+            raw_decisions: Vec::new(),
             series: Vec::new(),
             events: VecDeque::with_capacity(EVENT_LINES),
             last_seq: None,
@@ -468,11 +482,8 @@ impl RunModel {
             | AuditEvent::AnswerRepair { .. }
             | AuditEvent::PeerHelp { step: None, .. } => None,
         };
-        let progress =
-            matches!(record.event, AuditEvent::ToolCall { success: true, .. }).then(|| {
-                self.progress.done += 1;
-                self.progress.clone()
-            });
+        self.steps.saw(record);
+        let progress = self.count_steps().then(|| self.progress.clone());
         Some(Delta::Record {
             seq: record.seq,
             line,
@@ -510,6 +521,10 @@ impl RunModel {
     /// Takes the run's decisions as they are now; a delta for each that is new or changed.
     pub(crate) fn set_decisions(&mut self, decisions: &[Decision]) -> Vec<Delta> {
         let mut out = Vec::new();
+        self.raw_decisions = decisions.to_vec();
+        if self.count_steps() {
+            out.push(Delta::Progress { progress: self.progress.clone() });
+        }
         for d in decisions {
             let view = self.decision_view(d);
             match self.decisions.iter_mut().find(|v| v.id == view.id) {
@@ -588,6 +603,38 @@ impl RunModel {
         }
         self.series.push(point);
         Some(Delta::Cost { point, agents: changed })
+    }
+
+    /// Takes where the task stands at its top power, when it could be read (see
+    /// [`Steps::power`](crate::view::Steps::power)); a delta when the counter changed.
+    pub(crate) fn set_power(&mut self, power: Option<agent_layers::TaskProgress>) -> Option<Delta> {
+        self.steps.power(power);
+        self.count_steps().then(|| Delta::Progress { progress: self.progress.clone() })
+    }
+
+    /// The task the step counter counts.
+    pub(crate) fn task_id(&self) -> &str {
+        &self.task_id
+    }
+
+    /// Whether top-layer agent `id` is one of the run's (its top powers hold the plan).
+    pub(crate) fn is_top(&self, id: &AgentId) -> bool {
+        self.index.get(id.as_str()).is_some_and(|&i| self.agents[i].layer == "top")
+    }
+
+    /// Counts the steps again; whether the counter changed.
+    fn count_steps(&mut self) -> bool {
+        let (done, total, planning) = match self.steps.count(&self.task_id, &self.raw_decisions) {
+            Some((done, total)) => (done, total, false),
+            None => (0, 0, true),
+        };
+        if (self.progress.done, self.progress.total, self.progress.planning)
+            == (done, total, planning)
+        {
+            return false;
+        }
+        (self.progress.done, self.progress.total, self.progress.planning) = (done, total, planning);
+        true
     }
 
     /// Takes the run's status and failure; a delta when they changed.

@@ -36,9 +36,32 @@ fn model() -> RunModel {
             seed("bottom-1", AgentLayer::Bottom, Some("mid-1")),
         ],
         vec!["alice".to_owned()],
-        2,
+        &two_steps(),
         line,
     )
+}
+
+/// A task of two scripted steps: `shell {}` and `write_file {"path": "a"}`.
+fn two_steps() -> agent_state::Task {
+    let step = |id: &str, tool: &str, args: serde_json::Value| agent_state::PlanStep {
+        id: id.to_owned(),
+        description: id.to_owned(),
+        target: agent_state::StepTarget::Domain("build".to_owned()),
+        tool: tool.to_owned(),
+        args,
+        after: Vec::new(),
+        idempotent: false,
+        role: None,
+        acceptance: String::new(),
+    };
+    agent_state::Task {
+        id: "t".to_owned(),
+        goal: "a goal".to_owned(),
+        steps: vec![
+            step("s1", "shell", serde_json::json!({})),
+            step("s2", "write_file", serde_json::json!({"path": "a"})),
+        ],
+    }
 }
 
 fn record(seq: u64, agent: &str, event: AuditEvent) -> AuditRecord {
@@ -107,11 +130,68 @@ fn spawns_add_agents_under_their_parent_and_tool_calls_count_steps() {
         panic!("progress")
     };
     assert_eq!((p.done, p.total), (1, 2));
+    // The same call again, or a call of no step, counts nothing more: the counter counts steps.
+    let again = AuditEvent::ToolCall {
+        tool: "shell".into(),
+        args: serde_json::json!({}),
+        success: true,
+        summary: "ok".into(),
+    };
+    assert!(matches!(
+        m.fold(&record(2, "bottom-1", again)),
+        Some(Delta::Record { progress: None, .. })
+    ));
     let snap: serde_json::Value = serde_json::from_str(&m.snapshot_json(10)).unwrap();
     assert_eq!(snap["agents"].as_array().unwrap().len(), 4);
-    assert_eq!(snap["events"].as_array().unwrap().len(), 2);
-    assert_eq!(snap["last_seq"], 1);
+    assert_eq!(snap["events"].as_array().unwrap().len(), 3);
+    assert_eq!(snap["last_seq"], 2);
     assert_eq!(snap["progress"]["done"], 1);
+}
+
+#[test]
+fn a_goal_counts_planning_then_the_steps_of_its_plan() {
+    // The issue's "1/0 steps": a goal run counted every successful tool call against 0 steps.
+    let seed = Seed { id: AgentId::new("top-a"), layer: AgentLayer::Top, parent: None, role: None };
+    let goal = agent_state::Task { id: "g".into(), goal: "write notes".into(), steps: Vec::new() };
+    let mut m = RunModel::new("r", "write notes", 1000, vec![seed], Vec::new(), &goal, line);
+    let snap: serde_json::Value = serde_json::from_str(&m.snapshot_json(10)).unwrap();
+    assert_eq!(snap["progress"]["planning"], true);
+    let call = AuditEvent::ToolCall {
+        tool: "write_file".into(),
+        args: serde_json::json!({"path": "notes.md"}),
+        success: true,
+        summary: "ok".into(),
+    };
+    assert!(matches!(
+        m.fold(&record(0, "top-a", call)),
+        Some(Delta::Record { progress: None, .. })
+    ));
+
+    // The power proposes its plan: three steps, none done.
+    let plan = Decision::propose(
+        DecisionId::from_uuid(uuid::Uuid::new_v4()),
+        AgentId::new("top-a"),
+        serde_json::json!({"task_id": "g", "steps": [{"id": "a"}, {"id": "b"}, {"id": "c"}]}),
+        vec![AgentId::new("top-a")],
+        Timestamp(1),
+    )
+    .unwrap();
+    let deltas = m.set_decisions(std::slice::from_ref(&plan));
+    let Some(Delta::Progress { progress }) =
+        deltas.iter().find(|d| matches!(d, Delta::Progress { .. }))
+    else {
+        panic!("{deltas:?}")
+    };
+    assert_eq!((progress.planning, progress.done, progress.total), (false, 0, 3));
+
+    // The power holds two successful results.
+    let power = agent_layers::TaskProgress {
+        steps: vec!["a".into(), "b".into(), "c".into()],
+        succeeded: vec!["a".into(), "c".into()],
+    };
+    let Some(Delta::Progress { progress }) = m.set_power(Some(power)) else { panic!("progress") };
+    assert_eq!((progress.done, progress.total), (2, 3));
+    assert!(m.set_power(None).is_none(), "an unreadable power keeps the last reading");
 }
 
 #[test]

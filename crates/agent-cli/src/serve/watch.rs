@@ -258,13 +258,13 @@ impl RunWatch {
         let tools = agent_core::tools::ToolRegistry::with_builtins();
         let team_path = Path::new(TEAM_FILE);
         let team = team_file::parse_stored_team(team_path, &placed.team, &tools)?;
-        let steps = placed
+        let task = placed
             .plan
             .as_deref()
             .and_then(|plan| {
                 team_file::parse_plan(Path::new(PLAN_FILE), plan, &team.spec, &tools).ok()
             })
-            .map_or(0, |task| task.steps.len());
+            .unwrap_or_else(|| goal_task(&placed.task_id, &placed.goal));
         let namespace = server.store.with_namespace(&run.run_id)?;
         let stores = Stores::nats(&namespace).await?;
         let source = Source::Placed(Box::new(PlacedSource { server: server.clone(), stores }));
@@ -274,7 +274,7 @@ impl RunWatch {
             &placed.goal,
             placed.started_at,
             &team,
-            steps,
+            &task,
             source,
         );
         watch.poll().await?;
@@ -312,19 +312,19 @@ impl RunWatch {
         let text = std::fs::read_to_string(&team_path)
             .with_context(|| format!("cannot read {}", team_path.display()))?;
         let team = team_file::parse_stored_team(&team_path, &text, &tools)?;
-        let steps = std::fs::read_to_string(dir.join(PLAN_FILE))
+        let task = std::fs::read_to_string(dir.join(PLAN_FILE))
             .ok()
             .and_then(|plan| {
                 team_file::parse_plan(&dir.join(PLAN_FILE), &plan, &team.spec, &tools).ok()
             })
-            .map_or(0, |task| task.steps.len());
+            .unwrap_or_else(|| goal_task(&info.task_id, &info.goal));
         let watch = Self::build(
             dir.to_path_buf(),
             &info.run_id,
             &info.goal,
             info.started_at,
             &team,
-            steps,
+            &task,
             source,
         );
         watch.poll().await?;
@@ -338,7 +338,7 @@ impl RunWatch {
         goal: &str,
         started_at: u64,
         team: &team_file::TeamFile,
-        steps: usize,
+        task: &agent_state::Task,
         source: Source,
     ) -> Self {
         let seeds: Vec<Seed> = crate::inspect::configured(team)
@@ -351,7 +351,7 @@ impl RunWatch {
             started_at,
             seeds,
             team.spec.approvals.humans.clone(),
-            steps,
+            task,
             crate::view::event_line,
         );
         let (frames, _) = broadcast::channel(RING);
@@ -548,6 +548,20 @@ impl RunWatch {
         let audit = if verify { Some(check(&self.dir, store, stores, live).await) } else { None };
         // The one source of the numbers the summary and `inspect RUN metrics` show.
         let metrics = agent_pool::stored_metrics(stores.state.as_ref()).await?;
+        // Where the task stands at its top power (a goal's plan and the steps done), read when
+        // a top power wrote a record (it holds the plan and takes the results) or the run ended.
+        let (powers_moved, task_id) = {
+            let state = lock(&self.state);
+            let moved = !live || records.iter().any(|r| state.model.is_top(&r.agent));
+            (moved, state.model.task_id().to_owned())
+        };
+        let power = if powers_moved {
+            stores.state.agents().await.ok().and_then(|agents| {
+                agents.iter().find_map(|a| agent_layers::task_progress(&a.behavior, &task_id))
+            })
+        } else {
+            None
+        };
         let mut deltas: Vec<(Delta, Option<&AuditRecord>)> = Vec::new();
         let mut state = lock(&self.state);
         for record in &records {
@@ -556,6 +570,9 @@ impl RunWatch {
             }
         }
         deltas.extend(state.model.set_decisions(&decisions).into_iter().map(|d| (d, None)));
+        if let Some(d) = state.model.set_power(power) {
+            deltas.push((d, None));
+        }
         if let Some(d) = state.model.set_usage(crate::run::now_ms(), &costs) {
             deltas.push((d, None));
         }
@@ -687,4 +704,10 @@ async fn check(
         problems.push(e.to_string());
     }
     AuditCheck { ok: problems.is_empty(), records: records.len() as u64, problems, protection }
+}
+
+/// The task of a run whose plan file cannot be read as a plan: its goal, no steps (the counter
+/// says `planning` until the power's plan is known).
+fn goal_task(task_id: &str, goal: &str) -> agent_state::Task {
+    agent_state::Task { id: task_id.to_owned(), goal: goal.to_owned(), steps: Vec::new() }
 }

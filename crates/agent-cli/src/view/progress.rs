@@ -65,20 +65,26 @@ impl Steps {
     /// The counter: `planning` while no plan is known, else `N/M steps`; `decisions` are the
     /// run's decisions.
     pub(crate) fn line(&self, task_id: &str, decisions: &[Decision]) -> String {
+        match self.count(task_id, decisions) {
+            Some((done, total)) => format!("{done}/{total} steps"),
+            None => "planning".to_owned(),
+        }
+    }
+
+    /// The counter as numbers: `(done, total)`, or `None` while no plan is known.
+    pub(crate) fn count(&self, task_id: &str, decisions: &[Decision]) -> Option<(usize, usize)> {
         let power = self.power.as_ref();
         let planned: Vec<String> = if !self.given.is_empty() {
             self.given.clone()
         } else if let Some(power) = power.filter(|p| !p.steps.is_empty()) {
             power.steps.clone()
-        } else if let Some(proposed) = proposed_plan(task_id, decisions) {
-            proposed
         } else {
-            return "planning".to_owned();
+            proposed_plan(task_id, decisions)?
         };
         let succeeded = power.map(|p| p.succeeded.as_slice()).unwrap_or_default();
         let done =
             planned.iter().filter(|id| self.called.contains(*id) || succeeded.contains(id)).count();
-        format!("{done}/{} steps", planned.len())
+        Some((done, planned.len()))
     }
 }
 

@@ -183,7 +183,8 @@ function updateAgent(a) {
 
 function renderProgress(p) {
   state.progress = p;
-  const text = p.done + "/" + p.total + " steps · " + p.status + (p.outcome ? " (" + p.outcome + ")" : "");
+  const counter = p.planning ? "planning" : p.done + "/" + p.total + " steps";
+  const text = counter + " · " + p.status + (p.outcome ? " (" + p.outcome + ")" : "");
   document.getElementById("progress").textContent = text;
 }
 
