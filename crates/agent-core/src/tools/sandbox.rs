@@ -477,7 +477,7 @@ pub(super) fn launcher_next_to(
     registered: bool,
 ) -> Result<PathBuf, SandboxError> {
     if registered && let Some(exe) = exe {
-        return Ok(running_binary(exe));
+        return Ok(exe.to_path_buf());
     }
     let mut searched = Vec::new();
     if let Some(exe) = exe {
@@ -496,20 +496,6 @@ pub(super) fn launcher_next_to(
         searched.join(", ")
     };
     Err(SandboxError::NoLauncher { searched })
-}
-
-/// The executable `exe` as a path that starts it: on Linux, a binary replaced or removed while
-/// this process runs (a rebuild, `cargo install`, a package upgrade during a long model run)
-/// is named `<path> (deleted)`, which cannot be started; `/proc/<pid>/exe` still starts the
-/// very binary this process runs (the launcher must be this build: it checks the spec's
-/// version).
-fn running_binary(exe: &Path) -> PathBuf {
-    let deleted = exe.to_str().is_some_and(|path| path.ends_with(" (deleted)"));
-    if deleted && cfg!(target_os = "linux") {
-        PathBuf::from(format!("/proc/{}/exe", std::process::id()))
-    } else {
-        exe.to_path_buf()
-    }
 }
 
 /// This crate's unit tests run in a test binary, which is no launcher: they build the
