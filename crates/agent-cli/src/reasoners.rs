@@ -506,6 +506,7 @@ impl Shared {
         let small = settings.kind == ReasonerKind::Local || settings.small_model;
         llm.offer_agent_tools = !small;
         llm.planned_arguments_only = small;
+        llm.scripted_supervision = small;
         Ok(Arc::new(
             LlmReasoner::new(provider, self.ledger.clone(), self.conversations.clone())
                 .with_tools(&self.tools)

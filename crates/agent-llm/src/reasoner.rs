@@ -81,7 +81,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use tracing::Instrument as _;
 
-use agent_core::spawn::{RETURN_RESULTS, is_agent_tool, supervisor_tool_spec};
+use agent_core::spawn::{RETURN_RESULTS, SPAWN_AGENT, is_agent_tool, supervisor_tool_spec};
 use agent_core::tools::{ToolRegistry, validate};
 use agent_core::{
     AuditEvent, Candidate, Conflict, Judgement, NextAction, Persona, Placement, Plan, ReasonError,
@@ -143,6 +143,12 @@ pub struct LlmSettings {
     /// schema narrowed to those values), so the model chooses between the planned call and
     /// finishing: for small models that cannot write arguments. Default off.
     pub planned_arguments_only: bool,
+    /// A supervising lead's tool loop runs without the model: it spawns one worker for the
+    /// step (the step's role, else the first role it may spawn) with the step as its task,
+    /// waits for its results and finishes the step with them. For small models, which cannot
+    /// drive the supervisor tools (Gemma 3 270M spoke to an agent named `speak_to_agent` until
+    /// the loop guard stopped the task). Default off.
+    pub scripted_supervision: bool,
     /// Stream each answer (default on): with an event hub ([`LlmReasoner::with_events`]) that
     /// someone watches, publish it as it arrives; either way each piece is progress of the
     /// agent's turn (its heartbeat answers busy, with tokens so far, and the call's silence
@@ -166,6 +172,7 @@ impl Default for LlmSettings {
             retry: None,
             offer_agent_tools: true,
             planned_arguments_only: false,
+            scripted_supervision: false,
             stream: true,
             plan_repairs: DEFAULT_PLAN_REPAIRS,
         }
@@ -623,6 +630,9 @@ impl LlmReasoner {
                 });
                 if self.settings.planned_arguments_only && scripted && n == step.tool {
                     spec.parameters = planned_only(&step.args);
+                } else if self.settings.planned_arguments_only && !scripted {
+                    // A goal step on a small model: it writes the arguments itself.
+                    spec.parameters = for_small_model(&spec.parameters, &mentioned_paths(step));
                 }
                 spec
             })
@@ -893,6 +903,11 @@ impl Reasoner for LlmReasoner {
     ) -> Result<NextAction, ReasonError> {
         let me = &who.config.id;
         let offered = self.offered_tools(who, subtask);
+        if self.settings.scripted_supervision
+            && let Some(action) = scripted_supervision(&offered, subtask, who.roles, history)
+        {
+            return Ok(action);
+        }
         let past = self.conversations.get(me).map_err(|e| self.backend(e.to_string()))?;
         // An agent that holds `return_results` concludes with it (the runtime turns it into
         // the step's result); `finish_subtask` still ends the step too.
@@ -1274,6 +1289,55 @@ impl Drop for Held<'_> {
 
 /// The tool loop's question: the step, and for a scripted step the plan's call for it; for a
 /// goal step what to achieve, and that the agent chooses its own calls.
+/// A supervising lead's next action without the model ([`LlmSettings::scripted_supervision`]):
+/// `None` when `offered` holds no `spawn_agent` or the lead may spawn no role (a loop of
+/// another kind). In order: a worker's results arrived, so finish the step with them (success
+/// as the worker said); a worker was spawned, so finish, which the loop turns into a wait for
+/// its results while it works; a spawn failed, so fail the step with its refusal; else spawn
+/// one worker of the step's role (or the first role the lead may spawn) with the step's
+/// description and acceptance as its task.
+fn scripted_supervision(
+    offered: &[ToolSpec],
+    subtask: &Subtask,
+    roles: &[(String, String)],
+    history: &[ToolCallRecord],
+) -> Option<NextAction> {
+    if !offered.iter().any(|t| t.name == SPAWN_AGENT) {
+        return None;
+    }
+    let first_role = &roles.first()?.0;
+    if let Some(results) = history.iter().rev().find(|r| r.event && r.call.tool == RETURN_RESULTS) {
+        return Some(NextAction::Finish {
+            success: results.success,
+            summary: results.output.clone(),
+        });
+    }
+    let spawns = || history.iter().filter(|r| !r.event && r.call.tool == SPAWN_AGENT);
+    if spawns().any(|r| r.success) {
+        return Some(NextAction::Finish {
+            success: true,
+            summary: "the worker has the step; its results finish it".to_owned(),
+        });
+    }
+    if let Some(refused) = spawns().next_back() {
+        return Some(NextAction::Finish { success: false, summary: refused.output.clone() });
+    }
+    let step = &subtask.step;
+    let role = step
+        .role
+        .as_deref()
+        .filter(|role| roles.iter().any(|(name, _)| name == role))
+        .unwrap_or(first_role);
+    let mut task = step.description.clone();
+    if !step.acceptance.trim().is_empty() {
+        task.push_str(&format!("\nIt is done when: {}", step.acceptance.trim()));
+    }
+    Some(NextAction::Call(ToolCall {
+        tool: SPAWN_AGENT.to_owned(),
+        args: json!({"role_name": role, "task_prompt": task}),
+    }))
+}
+
 fn step_prompt(subtask: &Subtask, returns: bool, roles: &[(String, String)]) -> String {
     let step = &subtask.step;
     let mut prompt =
@@ -1338,6 +1402,58 @@ fn pass_on(call: &ProviderToolCall, problem: &str) -> NextAction {
 }
 
 /// An argument schema that accepts exactly `args` (each property one allowed value).
+/// A tool's parameters as a small model writing its own arguments gets them: without the
+/// properties' descriptions (Gemma 3 270M copied them as values: it wrote "the complete new
+/// content of the file" to a file named "file path relative to the workspace root"), and a
+/// `path` property narrowed to the paths the step names, when it names any.
+fn for_small_model(parameters: &Value, paths: &[String]) -> Value {
+    let mut parameters = parameters.clone();
+    if let Some(properties) = parameters.get_mut("properties").and_then(Value::as_object_mut) {
+        for (name, property) in properties.iter_mut() {
+            if let Some(property) = property.as_object_mut() {
+                property.remove("description");
+                if name == "path"
+                    && !paths.is_empty()
+                    && property.get("type").and_then(Value::as_str) == Some("string")
+                {
+                    property.insert("enum".to_owned(), json!(paths));
+                }
+            }
+        }
+    }
+    parameters
+}
+
+/// The file paths a step's words name (its description and acceptance), in order, each once:
+/// words with a `/` or a file extension (`notes/todo.md`, `wordcount.py`), stripped of quotes,
+/// backticks and punctuation around them; not URLs.
+fn mentioned_paths(step: &PlanStep) -> Vec<String> {
+    let text = format!("{} {}", step.description, step.acceptance);
+    let mut paths: Vec<String> = Vec::new();
+    for word in text.split(|c: char| c.is_whitespace() || c == '`' || c == '"' || c == '\'') {
+        let word = word.trim_matches(|c: char| {
+            matches!(c, ',' | ';' | ':' | '.' | '(' | ')' | '[' | ']' | '!' | '?')
+        });
+        let plain =
+            word.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '/'));
+        if !plain || word.is_empty() || word.contains("//") || word.starts_with('/') {
+            continue;
+        }
+        let file = word.rsplit('/').next().unwrap_or(word);
+        let extension = file.rsplit_once('.').filter(|(stem, ext)| {
+            stem.len() > 1
+                && (1..=5).contains(&ext.len())
+                && ext.chars().all(|c| c.is_ascii_alphanumeric())
+        });
+        if (extension.is_some() || (word.contains('/') && !file.is_empty()))
+            && !paths.iter().any(|p| p == word)
+        {
+            paths.push(word.to_owned());
+        }
+    }
+    paths
+}
+
 fn planned_only(args: &Value) -> Value {
     let Some(map) = args.as_object() else {
         return json!({ "type": "object" });
@@ -1440,4 +1556,111 @@ fn chat_span(
         error.type = tracing::field::Empty,
         otel.status_code = tracing::field::Empty,
     )
+}
+
+#[cfg(test)]
+mod small_model_tests {
+    use super::*;
+
+    fn goal_step(description: &str, acceptance: &str) -> PlanStep {
+        PlanStep {
+            id: "s".into(),
+            description: description.into(),
+            target: agent_state::StepTarget::Domain("code".into()),
+            tool: String::new(),
+            args: Value::Null,
+            after: Vec::new(),
+            idempotent: false,
+            role: None,
+            acceptance: acceptance.into(),
+        }
+    }
+
+    #[test]
+    fn a_step_names_its_files() {
+        let step = goal_step(
+            "Write a small Python module `wordcount.py` with a function `count_words(text)`, a \
+             test file `test_wordcount.py` (run with `python3 test_wordcount.py`), and a README.md \
+             e.g. from https://example.com/x.md.",
+            "notes/todo.md exists",
+        );
+        assert_eq!(
+            mentioned_paths(&step),
+            ["wordcount.py", "test_wordcount.py", "README.md", "notes/todo.md"]
+        );
+        assert!(mentioned_paths(&goal_step("say hello", "")).is_empty());
+    }
+
+    #[test]
+    fn a_small_model_gets_no_descriptions_to_copy_and_the_step_s_paths() {
+        let write = json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "file path relative to the workspace root"},
+                "content": {"type": "string", "description": "the complete new content of the file"}
+            },
+            "required": ["path", "content"]
+        });
+        let narrowed = for_small_model(&write, &["notes/todo.md".to_owned()]);
+        assert_eq!(
+            narrowed["properties"]["path"],
+            json!({"type": "string", "enum": ["notes/todo.md"]})
+        );
+        assert_eq!(narrowed["properties"]["content"], json!({"type": "string"}));
+        assert_eq!(narrowed["required"], write["required"]);
+        // No path named: the path stays free, only its description goes.
+        let free = for_small_model(&write, &[]);
+        assert_eq!(free["properties"]["path"], json!({"type": "string"}));
+    }
+
+    #[test]
+    fn a_small_model_s_lead_spawns_one_worker_waits_and_finishes_with_its_results() {
+        let offered = vec![ToolSpec {
+            name: SPAWN_AGENT.into(),
+            description: String::new(),
+            parameters: json!({}),
+        }];
+        let roles = vec![
+            ("writer".to_owned(), "writes".to_owned()),
+            ("coder".to_owned(), "codes".to_owned()),
+        ];
+        let mut step = goal_step("create notes/todo.md", "it lists three tasks");
+        step.role = Some("coder".into());
+        let subtask =
+            Subtask { task_id: "t".into(), step, assignee: AgentId::new("lead"), attempt: 1 };
+        let Some(NextAction::Call(call)) = scripted_supervision(&offered, &subtask, &roles, &[])
+        else {
+            panic!("a spawn")
+        };
+        assert_eq!(call.tool, SPAWN_AGENT);
+        assert_eq!(call.args["role_name"], "coder");
+        assert_eq!(
+            call.args["task_prompt"],
+            "create notes/todo.md\nIt is done when: it lists three tasks"
+        );
+        let record = |tool: &str, success: bool, event: bool, output: &str| ToolCallRecord {
+            call: ToolCall { tool: tool.into(), args: json!({}) },
+            success,
+            output: output.into(),
+            event,
+        };
+        let spawned = [record(SPAWN_AGENT, true, false, "coder-1")];
+        assert!(matches!(
+            scripted_supervision(&offered, &subtask, &roles, &spawned),
+            Some(NextAction::Finish { success: true, .. })
+        ));
+        let reported = [spawned[0].clone(), record(RETURN_RESULTS, false, true, "results: failed")];
+        assert_eq!(
+            scripted_supervision(&offered, &subtask, &roles, &reported),
+            Some(NextAction::Finish { success: false, summary: "results: failed".into() })
+        );
+        let refused = [record(SPAWN_AGENT, false, false, "max_instances reached")];
+        assert_eq!(
+            scripted_supervision(&offered, &subtask, &roles, &refused),
+            Some(NextAction::Finish { success: false, summary: "max_instances reached".into() })
+        );
+        // Not a supervising loop: the model decides.
+        assert!(scripted_supervision(&[], &subtask, &roles, &[]).is_none());
+        assert!(scripted_supervision(&offered, &subtask, &[], &[]).is_none());
+    }
 }

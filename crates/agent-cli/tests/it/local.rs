@@ -10,11 +10,8 @@ use crate::support::{Out, Scratch};
 #[test]
 fn a_team_on_the_embedded_model_completes_the_hello_plan_with_valid_decisions() {
     let s = Scratch::with_example();
-    // The model runs on the CPU beside the other tests: a turn (or call) it takes longer than
-    // the default 30 s for would be cut, and a cut call counts as failed, which is not what
-    // this test is about (every answer the model gives is valid).
-    let team = s.read("team.toml");
-    s.write("team.toml", &format!("{team}\n[timeouts]\nturn_ms = 600000\nreasoning_ms = 600000\n"));
+    // The README's settings: the default time limits (a call is cut only when it falls
+    // silent), the heartbeat the README's command uses.
     let out = s.strata(&[
         "run",
         "plan.toml",
@@ -23,7 +20,7 @@ fn a_team_on_the_embedded_model_completes_the_hello_plan_with_valid_decisions() 
         "--reasoner",
         "local",
         "--heartbeat",
-        "100ms",
+        "250ms",
         "--data",
         "D",
         "--workspace",
@@ -86,4 +83,61 @@ fn a_missing_model_file_is_refused_before_the_run_naming_the_fix() {
     s.write("models/gemma-3-270m-q4_k_m.gguf", "not a model");
     run_with_models().bad_input(&["gemma-3-270m-q4_k_m.gguf", "strata model fetch"]);
     assert!(!s.path("D").exists(), "nothing is written");
+}
+
+/// The one-file goal of `cargo xtask bench --models`, with exactly the README's settings: the
+/// example goal team, `--reasoner local`, nothing raised. The model decodes greedily, so the
+/// run is the same each time but for timing.
+#[test]
+fn a_goal_team_on_the_embedded_model_writes_the_todo_file_with_the_readme_settings() {
+    let s = Scratch::new();
+    let team = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/goal/team.toml");
+    let out = s.strata(&[
+        "run",
+        "--goal",
+        "create notes/todo.md listing three tasks for setting up a Rust project",
+        "--team",
+        team,
+        "--reasoner",
+        "local",
+        "--data",
+        "D",
+        "--workspace",
+        "W",
+        "--run-id",
+        "todo",
+        "--quiet",
+    ]);
+    assert!(
+        !out.stderr.contains("is missing; run `strata model fetch`"),
+        "the embedded model is not fetched; run `cargo run -p agent-cli -- model fetch` first:\n{}",
+        out.stderr
+    );
+    out.code(0);
+    // The file the goal names, written by a worker the lead spawned. Whether it lists three
+    // tasks is the model's judgement, measured by `cargo xtask bench --models` (the 270M model
+    // writes the goal's own words there; see BENCHMARKS.md), not asserted here.
+    let todo = s.read("W/notes/todo.md");
+    assert!(!todo.trim().is_empty(), "notes/todo.md is empty");
+    let files: Vec<String> = walk(&s.path("W"));
+    assert_eq!(files, ["notes/todo.md"], "only the file the goal names is written");
+    s.strata(&["verify", "todo", "--data", "D"]).code(0);
+}
+
+/// The files under `dir`, relative and `/`-separated, sorted.
+fn walk(dir: &std::path::Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(at) = stack.pop() {
+        for entry in std::fs::read_dir(&at).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                out.push(path.strip_prefix(dir).unwrap().to_string_lossy().replace('\\', "/"));
+            }
+        }
+    }
+    out.sort();
+    out
 }
