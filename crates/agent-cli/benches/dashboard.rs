@@ -11,6 +11,14 @@
 #[path = "../src/serve/model.rs"]
 mod model;
 
+/// The step counter the model uses, from the binary's live view (`crate::view::Steps` there).
+#[allow(dead_code, reason = "the bench uses part of the counter")]
+#[path = "../src/view/progress.rs"]
+mod progress;
+mod view {
+    pub(crate) use crate::progress::Steps;
+}
+
 use agent_core::{AuditEvent, AuditRecord, GENESIS_HASH};
 use agent_state::{AgentId, AgentLayer, AgentStatus, Timestamp};
 use criterion::{Criterion, criterion_group, criterion_main};
@@ -74,8 +82,10 @@ fn transition(seq: u64, agent: &str, from: AgentStatus, to: AgentStatus) -> Audi
 fn run() -> (RunModel, u64) {
     let seeds = team();
     let ids: Vec<String> = seeds.iter().map(|s| s.id.to_string()).collect();
+    // A goal: the counter says `planning` (no plan is known), as a run starts.
+    let task = agent_state::Task { id: "t".into(), goal: "a big team".into(), steps: Vec::new() };
     let mut model =
-        RunModel::new("bench", "a big team", 1_000, seeds, vec!["alice".into()], 10, line);
+        RunModel::new("bench", "a big team", 1_000, seeds, vec!["alice".into()], &task, line);
     let mut seq = 0;
     for id in &ids {
         model.fold(&transition(seq, id, AgentStatus::Initializing, AgentStatus::Idle));
