@@ -7,7 +7,7 @@
 //!   limit is missed;
 //! - the silence limit (`[timeouts] silence_ms`) cuts a reasoning call that produces nothing
 //!   for that long, while a call still producing tokens goes on to its total limit
-//!   ([`TimedReasoner`](crate::timed::TimedReasoner)).
+//!   (`TimedReasoner`, in `timed.rs`).
 //!
 //! One [`Progress`] per agent (the scheduler keeps it in the agent's slot) is shared with the
 //! turn through a task-local value ([`scope`]), as [`untimed`](crate::untimed)'s pauses are:

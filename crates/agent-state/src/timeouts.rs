@@ -36,7 +36,7 @@ pub const DEFAULT_TOOL_MS: u64 = 600_000;
 /// Default longest reasoning call (one decision of the reasoner, its provider's retries
 /// included) while it keeps producing tokens: 20 minutes. A backstop, not a guess at a call's
 /// length: a call that stops producing is cut by [`DEFAULT_SILENCE_MS`] long before. Sized from
-/// the rates measured for the embedded model on 2 cores (see the [module](self)): a planning
+/// the rates measured for the embedded model on 2 cores (see the module docs): a planning
 /// answer of the full 2 048 tokens after a 4 096-token prompt takes
 /// 4 096 / 77 + 2 048 / 7.8 ≈ 315 s, so 20 minutes hold nearly four such attempts.
 pub const DEFAULT_REASONING_MS: u64 = 1_200_000;
