@@ -11,7 +11,7 @@
 //! file's `api_key_env` names, else from `OPENAI_API_KEY` when the server is one the user named
 //! (`--base-url`, `$OPENAI_BASE_URL`) or OpenAI's own. A team file is input that may come from
 //! someone else: a server only its `base_url` names gets no key unless the file names the
-//! variable with `api_key_env`. A server on loopback (`localhost`,
+//! variable with `api_key_env` (which must then be set). Otherwise a server on loopback (`localhost`,
 //! 127.0.0.0/8, `::1`) needs no key: without one, no `Authorization` header is sent; any other
 //! server without a key is refused before the run.
 
@@ -641,8 +641,9 @@ fn need_model(kind: &str, model: Option<String>, example: &str) -> Result<String
 }
 
 /// The key for the server at `base_url`, from the environment variable `var` (`None`: no
-/// variable, no key). A server on loopback needs none: without the variable, no key is sent.
-/// Any other server without one is refused, naming the variable.
+/// variable, no key). A variable the team file names (`api_key_env`) must be set. Otherwise a
+/// server on loopback needs none: without the variable, no key is sent. Any other server
+/// without one is refused, naming the variable.
 fn api_key(
     s: &ReasonerSettings,
     var: Option<&str>,
@@ -651,6 +652,11 @@ fn api_key(
     let Some(var) = var else { return Ok(None) };
     match agent_core::secrets::register_env(var) {
         Some(v) if !v.trim().is_empty() => Ok(Some(v)),
+        // A variable the team file names is one its server needs, wherever it is.
+        None | Some(_) if s.api_key_env.is_some() => Err(SettingError(format!(
+            "reasoner kind \"{}\": the environment variable {var} (the team file's api_key_env) is not set; export it with the server's API key, or remove api_key_env if the server on {base_url} needs none",
+            s.kind.as_str()
+        ))),
         _ if is_loopback(base_url) => Ok(None),
         _ => Err(SettingError(format!(
             "reasoner kind \"{}\": the environment variable {var} (api_key_env) is not set, and {base_url} is not on loopback; export it with your API key, or name another variable with `api_key_env` in the team file (a server on this machine, such as http://127.0.0.1:8080/v1, needs none)",

@@ -259,7 +259,7 @@ fn a_remote_server_without_a_key_is_refused_naming_the_variable() {
         )),
     );
     let out = strata(&s, &run_args(&["--team", "team.toml"]), &[]);
-    out.bad_input(&["OPENAI_API_KEY", "is not set", "not on loopback"]);
+    out.bad_input(&["OPENAI_API_KEY", "api_key_env", "is not set"]);
     refused_before_anything(&s, &out, None);
 
     // OpenAI's own API (no URL anywhere): the same.
