@@ -317,7 +317,14 @@ fn run_one(
             format!("still running after {} min: killed by the bench", RUN_LIMIT.as_secs() / 60)
         }
         Some(status) if !status.success() => {
-            format!("exit {}: {}", status.code().unwrap_or(-1), last_line(&stderr))
+            // The run's own reason (`--quiet` prints it on stdout, which the bench drops), else
+            // what strata said on stderr (a refusal before the run).
+            let why = std::fs::read(data.join("bench").join("run.json"))
+                .ok()
+                .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok())
+                .and_then(|info| info["failure"].as_str().map(|f| cut(f, 300)))
+                .unwrap_or_else(|| last_line(&stderr));
+            format!("exit {}: {why}", status.code().unwrap_or(-1))
         }
         Some(_) => match check(task, &workspace) {
             Ok(()) => {
