@@ -5,16 +5,8 @@
 //! ([`agent_state::quote`]), [`shown`] a name it wrote, [`stripped`] cleans it for a message in
 //! the model's own words (a step's summary, a reply).
 
-use agent_state::TEMPLATE_TOKENS;
-
 /// Most characters of model text [`quoted`] keeps between its quotes.
 pub(crate) const QUOTE_CHARS: usize = agent_state::QUOTE_CHARS;
-
-/// Tokens that open a turn: the role name right after one (`<start_of_turn>model`) is markup.
-const TURN_OPENERS: &[&str] = &["<start_of_turn>", "<|im_start|>", "<|start_header_id|>"];
-
-/// The roles a turn opener names.
-const ROLES: &[&str] = &["system", "user", "assistant", "model"];
 
 /// Model text for an error: the template tokens removed, every run of whitespace and control
 /// characters one space, cut to [`QUOTE_CHARS`] characters with `…` at the end when longer,
@@ -36,28 +28,10 @@ pub(crate) fn shown(name: &str) -> String {
 }
 
 /// Model text for a message in its own words: the template tokens removed (with the role name
-/// after a turn opener), the ends trimmed; nothing else changes.
+/// after a turn opener, [`agent_state::strip_template`]), the ends trimmed; nothing else
+/// changes.
 pub(crate) fn stripped(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    'scan: while let Some(c) = rest.chars().next() {
-        if matches!(c, '[' | '<') {
-            for token in TEMPLATE_TOKENS {
-                if starts_with_ignore_case(rest, token) {
-                    rest = &rest[token.len()..];
-                    if TURN_OPENERS.contains(token) {
-                        rest = past_role(rest);
-                    }
-                    // A space, so that removing a token never joins its neighbours into one.
-                    out.push(' ');
-                    continue 'scan;
-                }
-            }
-        }
-        out.push(c);
-        rest = &rest[c.len_utf8()..];
-    }
-    out.trim().to_owned()
+    agent_state::strip_template(text).trim().to_owned()
 }
 
 /// `text` as one line of at most `max` characters: runs of whitespace and control characters
@@ -75,29 +49,9 @@ pub(crate) fn one_line(text: &str, max: usize) -> String {
     }
 }
 
-/// `rest` past the role name it starts with, if it starts with one that ends there.
-fn past_role(rest: &str) -> &str {
-    let trimmed = rest.trim_start_matches([' ', '\t']);
-    for role in ROLES {
-        if starts_with_ignore_case(trimmed, role) {
-            let after = &trimmed[role.len()..];
-            if after.chars().next().is_none_or(|c| !c.is_alphanumeric()) {
-                return after;
-            }
-        }
-    }
-    rest
-}
-
-/// Whether `text` starts with the ASCII `prefix`, ignoring ASCII case.
-fn starts_with_ignore_case(text: &str, prefix: &str) -> bool {
-    text.as_bytes()
-        .get(..prefix.len())
-        .is_some_and(|head| head.eq_ignore_ascii_case(prefix.as_bytes()))
-}
-
 #[cfg(test)]
 mod tests {
+    use agent_state::TEMPLATE_TOKENS;
     use proptest::prelude::*;
 
     use super::*;
@@ -138,7 +92,8 @@ mod tests {
                 prop_oneof![
                     proptest::sample::select(TEMPLATE_TOKENS).prop_map(str::to_owned),
                     proptest::sample::select(TEMPLATE_TOKENS).prop_map(|t| t.to_lowercase()),
-                    proptest::sample::select(ROLES).prop_map(str::to_owned),
+                    proptest::sample::select(&["system", "user", "assistant", "model"][..])
+                        .prop_map(str::to_owned),
                     "[a-zA-Z/|_<>\\[\\] \n]{0,6}",
                     any::<String>(),
                 ],

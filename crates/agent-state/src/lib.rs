@@ -84,7 +84,7 @@ pub use message::{Address, BROADCAST, Message, MessageKind, SYSTEM};
 pub use metrics::{
     AgentMetrics, RELIABILITY_WEIGHT, RESPONSIVENESS_CAP_MS, RESPONSIVENESS_WEIGHT, SUCCESS_WEIGHT,
 };
-pub use quote::{QUOTE_CHARS, TEMPLATE_TOKENS, quote};
+pub use quote::{QUOTE_CHARS, TEMPLATE_TOKENS, quote, strip_template};
 pub use result::{AgentResult, Artifact, ChangeType, ResultStatus, same_path};
 pub use retry::{
     ErrorClass, MAX_RETRY_WAIT_BEATS, RetryPlan, RetryPolicy, plan_retry, retry_wait_beats,

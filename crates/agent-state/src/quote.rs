@@ -70,8 +70,9 @@ pub fn quote(text: &str, max_chars: usize) -> String {
 
 /// `text` with every chat-template token (and the role after a turn's opening token) replaced
 /// by a space. A space, never nothing: removing a token cannot join its neighbours into a new
-/// one (`[IN[INST]ST]` becomes `[IN ST]`, not `[INST]`).
-fn strip_template(text: &str) -> String {
+/// one (`[IN[INST]ST]` becomes `[IN ST]`, not `[INST]`). Nothing else changes: for model text
+/// shown in its own words (a step's summary, a reply); [`quote`] for an error.
+pub fn strip_template(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     'scan: while let Some(c) = rest.chars().next() {
