@@ -738,11 +738,14 @@ async fn a_command_whose_end_is_not_recorded_is_of_unknown_outcome_and_not_run_a
     let mut agent = once.agent(ME).await;
     // The command has its effect, then its runner is killed before it can record the exit code
     // (as when a full disk refuses the runner's files): the call ends without one.
+    // The command sleeps long and the killer looks for it for two minutes: under load (CI runs
+    // model tests beside it) starting the sandboxed runner took longer than the 20 s the killer
+    // once waited, and the command then ended on its own.
     let call =
-        ToolCall { tool: "shell".into(), args: json!({ "command": "echo line >> log; sleep 5" }) };
+        ToolCall { tool: "shell".into(), args: json!({ "command": "echo line >> log; sleep 60" }) };
     let (log, started) = (once.workspace().join("log"), once.journal("k").join("started"));
     let killer = std::thread::spawn(move || {
-        for _ in 0..2000 {
+        for _ in 0..12_000 {
             let runner = std::fs::read_to_string(&started).ok();
             let ran = std::fs::read_to_string(&log).is_ok_and(|l| l == "line\n");
             if let (Some(runner), true) = (runner, ran) {
