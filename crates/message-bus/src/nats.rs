@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use agent_state::{Address, AgentId, BackendError, Message, MessageId, check_agent_id};
 use async_nats::HeaderMap;
 use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, PullConsumer, pull};
-use async_nats::jetstream::context::PublishErrorKind;
+use async_nats::jetstream::context::{PublishErrorKind, RequestErrorKind};
 use async_nats::jetstream::kv;
 use async_nats::jetstream::message::PublishMessage;
 use async_nats::jetstream::stream::{self, DiscardPolicy, StorageType};
@@ -62,8 +62,10 @@ use crate::{DEFAULT_INBOX_CAPACITY, InboxError, MessageBus, RegisterError, SendE
 ///   the last message read). `take` and `release` are not stored: which messages are in flight
 ///   is memory of the connection, and a new connection (a restart) reads every message not
 ///   acknowledged from the start of its inbox, in send order.
-/// - `ack` deletes the messages from the stream (`no_erase`: the space is reclaimed, not
-///   overwritten); an acknowledged message is never delivered again to anyone.
+/// - `ack` deletes the messages from the stream, erasing each record in the server's store (a
+///   deletion with `no_erase` reaches nats-server 2.9's disk only at its next index write, so
+///   a server killed before that would bring acknowledged messages back); an acknowledged
+///   message is never delivered again to anyone.
 /// - `pending` and `inboxes_with_mail` ask the stream how many messages each inbox subject
 ///   holds (one request, answered in time proportional to the inboxes that hold messages) and
 ///   subtract this connection's in-flight ones: asked from another process than the inbox's
@@ -206,13 +208,26 @@ const FETCH_TIMEOUT: Duration = Duration::from_secs(2);
 const MAX_RENEWALS: usize = 3;
 /// How many times a publish whose acknowledgement timed out is sent again.
 const PUBLISH_RETRIES: usize = 2;
+/// How many times a deletion (an acknowledgement) that timed out is sent again.
+const DELETE_RETRIES: usize = 2;
+/// How long a deletion waits before it is sent again when nothing answered it (a server that
+/// is back, its JetStream not yet).
+const NO_RESPONDERS_PAUSE: Duration = Duration::from_millis(100);
+/// How many times a deletion waits [`NO_RESPONDERS_PAUSE`] for an answer at most.
+const NO_RESPONDERS_PAUSES: usize = 20;
 /// How long opening waits for the registrations to be read.
 const LOAD_TIMEOUT: Duration = Duration::from_secs(10);
 /// The JetStream error code of a store failure, which "maximum messages per subject exceeded"
 /// (a full inbox) is.
 const STORE_FAILED: u64 = 10077;
-/// The JetStream error code of "no message found".
+/// The JetStream error code of "no message found" (reading a message that is not there).
 const NO_MESSAGE_FOUND: u64 = 10037;
+/// The JetStream error code of a deletion that failed, with the store's reason (for a message
+/// deleted already: "no message found" or "deleted message").
+const DELETE_FAILED: u64 = 10057;
+/// The JetStream error code of "sequence N not found" (a deletion of a sequence that holds no
+/// message: deleted and erased already).
+const SEQUENCE_NOT_FOUND: u64 = 10043;
 
 impl NatsBus {
     /// The part (of [`NatsStore::name`] and [`NatsStore::subject`]) of the messages stream.
@@ -328,6 +343,62 @@ impl NatsBus {
         }
     }
 
+    /// Every inbox that holds messages on the server, with how many: `system` first, then the
+    /// agents by id. Unlike [`pending`](MessageBus::pending) and
+    /// [`inboxes_with_mail`](MessageBus::inboxes_with_mail), an agent that is not registered
+    /// (a run that ended unregistered its agents) is listed too, and the messages in flight
+    /// (taken, not acknowledged) count: this is what is left on the server, for a look at a
+    /// run from outside it.
+    pub async fn held(&self) -> Result<Vec<(Address, usize)>, BackendError> {
+        let counts = self.counts(&format!("{}.>", self.prefix)).await?;
+        let system = self.inbox_subject(&Address::System);
+        let agent_prefix = format!("{}.agent.", self.prefix);
+        let mut held = Vec::new();
+        let mut agents = Vec::new();
+        for (subject, count) in counts {
+            if count == 0 {
+                continue;
+            }
+            if subject == system {
+                held.push((Address::System, count));
+            } else if let Some(id) = subject.strip_prefix(&agent_prefix).and_then(unescape) {
+                agents.push((AgentId::new(id), count));
+            } else {
+                tracing::warn!(subject, "a subject of the bus is not an inbox");
+            }
+        }
+        agents.sort_unstable();
+        held.extend(agents.into_iter().map(|(agent, count)| (Address::Agent(agent), count)));
+        Ok(held)
+    }
+
+    /// Up to `max` of the messages `inbox` holds, oldest first, registered or not, read
+    /// without taking them: nothing changes on the server (the consumer that reads them keeps
+    /// no acknowledgements and is deleted again) nor in this bus (what it has in flight or
+    /// released stays so).
+    pub async fn peek(&self, inbox: &Address, max: usize) -> Result<Vec<Message>, InboxError> {
+        if *inbox == Address::Broadcast {
+            return Err(InboxError::NotAnInbox);
+        }
+        let subject = self.inbox_subject(inbox);
+        let mut reader = Reader {
+            in_flight: VecDeque::new(),
+            released: VecDeque::new(),
+            consumer: None,
+            consumer_seq: 0,
+            next_seq: 1,
+            used: Instant::now(),
+        };
+        let read = self.fetch(&subject, &mut reader, max).await;
+        if let Some(consumer) = reader.consumer.take() {
+            let name = consumer.cached_info().name.clone();
+            if let Err(e) = self.stream.delete_consumer(&name).await {
+                tracing::debug!(subject, error = %e, "the consumer of a look at an inbox is left to expire");
+            }
+        }
+        Ok(read?.into_iter().map(|entry| entry.message).collect())
+    }
+
     /// A `Nats-Msg-Id` no other publish uses.
     fn next_msg_id(&self) -> String {
         format!("{}.{}", self.instance, self.publishes.fetch_add(1, Ordering::Relaxed))
@@ -435,17 +506,44 @@ impl NatsBus {
     }
 
     /// Deletes the message `seq` from the stream; `Ok(false)` if it was not there.
+    ///
+    /// The record is erased (overwritten in the server's block file, marked deleted there),
+    /// not only dropped from the server's index: nats-server 2.9 writes a deletion made with
+    /// `no_erase` to disk only with its index, at its periodic sync or a clean shutdown, so a
+    /// server killed before that brings every message acknowledged since back; an erased
+    /// record stays deleted.
     async fn delete(&self, seq: u64) -> Result<bool, BackendError> {
-        let request = serde_json::json!({ "seq": seq, "no_erase": true });
+        let request = serde_json::json!({ "seq": seq, "no_erase": false });
         let subject = format!("STREAM.MSG.DELETE.{}", self.stream.cached_info().config.name);
-        let reply: serde_json::Value = self
-            .store
-            .jetstream()
-            .request(subject, &request)
-            .await
-            .map_err(|e| backend_error(format!("deleting message #{seq} of the bus"), e))?;
+        let js = self.store.jetstream();
+        let (mut attempt, mut paused) = (0, 0);
+        let reply: serde_json::Value = loop {
+            match js.request(subject.clone(), &request).await {
+                Ok(reply) => break reply,
+                // Sent again: a deletion sent to a server that died before it answered is
+                // lost, and one it made already is answered "no message found" the second
+                // time.
+                Err(err)
+                    if attempt < DELETE_RETRIES && err.kind() == RequestErrorKind::TimedOut =>
+                {
+                    attempt += 1;
+                    tracing::debug!(seq, attempt, error = %err, "deletion not answered, sending it again");
+                }
+                // A server that is back, its JetStream not yet: nothing answers at all.
+                Err(err)
+                    if paused < NO_RESPONDERS_PAUSES
+                        && err.kind() == RequestErrorKind::NoResponders =>
+                {
+                    paused += 1;
+                    tokio::time::sleep(NO_RESPONDERS_PAUSE).await;
+                }
+                Err(err) => {
+                    return Err(backend_error(format!("deleting message #{seq} of the bus"), err));
+                }
+            }
+        };
         if let Some(error) = reply.get("error") {
-            if error.get("err_code").and_then(serde_json::Value::as_u64) == Some(NO_MESSAGE_FOUND) {
+            if is_not_found(error) {
                 return Ok(false);
             }
             return Err(BackendError::new(
@@ -733,6 +831,18 @@ fn is_full(err: &async_nats::jetstream::context::PublishError) -> bool {
     source.downcast_ref::<async_nats::jetstream::Error>().is_some_and(|error| {
         error.error_code().0 == STORE_FAILED && error.to_string().contains("per subject")
     })
+}
+
+/// Whether the server's `error` answer to a deletion says the message is not there (deleted
+/// already: by an earlier attempt whose answer was lost, or by another connection).
+fn is_not_found(error: &serde_json::Value) -> bool {
+    let code = error.get("err_code").and_then(serde_json::Value::as_u64);
+    let description = error.get("description").and_then(serde_json::Value::as_str);
+    match code {
+        Some(NO_MESSAGE_FOUND | SEQUENCE_NOT_FOUND) => true,
+        Some(DELETE_FAILED) => matches!(description, Some("no message found" | "deleted message")),
+        _ => false,
+    }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {

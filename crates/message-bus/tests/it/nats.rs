@@ -180,6 +180,114 @@ fn unacked_messages_come_back_after_a_reconnect_and_acked_ones_do_not() {
     });
 }
 
+/// An acknowledgement holds when the server is killed (`kill -9`) right after it and started
+/// again: nats-server 2.9 writes a deletion made with `no_erase` to disk only with its index,
+/// so acknowledged messages used to come back (erased records do not).
+#[test]
+fn acknowledged_messages_stay_deleted_when_the_server_is_killed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = nats_store::TestServer::with_jetstream(dir.path()).unwrap();
+    let (lead, worker) = (AgentId::new("mid-1"), AgentId::new("bottom-1"));
+    let inbox = Address::from(&worker);
+    runtime().block_on(async {
+        let store = NatsStore::connect(&server.url(), "killed").await.unwrap();
+        let bus = NatsBus::open(&store).await.unwrap();
+        bus.register(&lead).await.unwrap();
+        bus.register(&worker).await.unwrap();
+        for n in 1..=4 {
+            bus.send(msg(n, &lead, &worker)).await.unwrap();
+        }
+        bus.send(msg(5, &lead, Address::System)).await.unwrap();
+        assert_eq!(bus.take(&inbox, 10).await.unwrap().len(), 4);
+        assert_eq!(bus.ack(&inbox, &[id(1), id(2), id(4)]).await.unwrap(), 3);
+        assert_eq!(bus.take(&Address::System, 10).await.unwrap().len(), 1);
+        assert_eq!(bus.ack(&Address::System, &[id(5)]).await.unwrap(), 1);
+        drop(bus);
+        drop(store);
+
+        server.kill();
+        server.restart().unwrap();
+        let store = NatsStore::connect(&server.url(), "killed").await.unwrap();
+        let bus = NatsBus::open(&store).await.unwrap();
+        assert_eq!(bus.held().await.unwrap(), vec![(inbox.clone(), 1)]);
+        assert_eq!(bus.take(&inbox, 10).await.unwrap(), vec![msg(3, &lead, &worker)]);
+        assert_eq!(bus.take(&Address::System, 10).await.unwrap(), vec![]);
+    });
+}
+
+/// A message in flight that is no longer on the server (deleted by an earlier attempt whose
+/// answer was lost, or by another connection) is acknowledged without an error.
+#[test]
+fn acknowledging_a_message_deleted_already_is_harmless() {
+    let namespaces = TestNamespaces::new();
+    let (lead, worker) = (AgentId::new("mid-1"), AgentId::new("bottom-1"));
+    let inbox = Address::from(&worker);
+    runtime().block_on(async {
+        let store = namespaces.connect().await.unwrap();
+        let bus = NatsBus::open(&store).await.unwrap();
+        bus.register(&lead).await.unwrap();
+        bus.register(&worker).await.unwrap();
+        bus.send(msg(1, &lead, &worker)).await.unwrap();
+        bus.send(msg(2, &lead, &worker)).await.unwrap();
+        assert_eq!(bus.take(&inbox, 10).await.unwrap().len(), 2);
+        // The first erased (its sequence holds nothing now), the second dropped from the index.
+        let subject = format!("STREAM.MSG.DELETE.{}", store.name(NatsBus::STREAM));
+        for (seq, no_erase) in [(1, false), (2, true)] {
+            let request = serde_json::json!({ "seq": seq, "no_erase": no_erase });
+            let reply: serde_json::Value =
+                store.jetstream().request(subject.clone(), &request).await.unwrap();
+            assert_eq!(reply["success"], true, "{reply}");
+        }
+
+        assert_eq!(bus.ack(&inbox, &[id(1), id(2)]).await.unwrap(), 2);
+        assert_eq!(bus.release(&inbox).await.unwrap(), 0, "nothing left in flight");
+        assert_eq!(bus.pending(&inbox).await.unwrap(), 0);
+    });
+}
+
+/// `held` lists every inbox holding messages, an agent's that is no longer registered too, and
+/// `peek` reads one without taking anything: the reader's view does not change, and no
+/// consumer is left on the server.
+#[test]
+fn held_and_peek_show_every_inbox_and_change_nothing() {
+    let namespaces = TestNamespaces::new();
+    let (lead, worker) = (AgentId::new("mid-1"), AgentId::new("bottom-1"));
+    let inbox = Address::from(&worker);
+    runtime().block_on(async {
+        let store = namespaces.connect().await.unwrap();
+        let bus = NatsBus::open(&store).await.unwrap();
+        bus.register(&lead).await.unwrap();
+        bus.register(&worker).await.unwrap();
+        bus.send(msg(1, &lead, &worker)).await.unwrap();
+        bus.send(msg(2, &lead, &worker)).await.unwrap();
+        bus.send(msg(3, &lead, Address::System)).await.unwrap();
+        bus.send(msg(4, &worker, &lead)).await.unwrap();
+        assert_eq!(bus.take(&Address::from(&lead), 10).await.unwrap().len(), 1);
+        bus.unregister(&worker).await.unwrap();
+
+        // In flight counts: it is not acknowledged.
+        let held = bus.held().await.unwrap();
+        assert_eq!(held, vec![(Address::System, 1), (inbox.clone(), 2), (Address::from(&lead), 1)]);
+        assert_eq!(bus.inboxes_with_mail().await.unwrap(), Vec::<AgentId>::new());
+        let peeked = bus.peek(&inbox, 10).await.unwrap();
+        assert_eq!(peeked, vec![msg(1, &lead, &worker), msg(2, &lead, &worker)]);
+        assert_eq!(bus.peek(&inbox, 1).await.unwrap(), vec![msg(1, &lead, &worker)]);
+        assert_eq!(bus.peek(&Address::from(&lead), 10).await.unwrap().len(), 1);
+        assert!(matches!(bus.peek(&Address::Broadcast, 1).await, Err(InboxError::NotAnInbox)));
+
+        let stream = store.jetstream().get_stream(store.name(NatsBus::STREAM)).await.unwrap();
+        let names: Vec<String> = stream.consumer_names().map(|n| n.unwrap()).collect().await;
+        assert_eq!(names.len(), 1, "only the lead's reader is left: {names:?}");
+        assert_eq!(
+            bus.take(&Address::System, 10).await.unwrap(),
+            vec![msg(3, &lead, Address::System)]
+        );
+        bus.register(&worker).await.unwrap();
+        assert_eq!(bus.take(&inbox, 10).await.unwrap(), peeked);
+        assert_eq!(bus.release(&Address::from(&lead)).await.unwrap(), 1);
+    });
+}
+
 /// Two processes (two connections) send to one inbox at the same time: every message arrives
 /// once, each sender's in its order. What one registers, the other sees at once when it sends,
 /// and through the watch in its list; an unregistration too.
