@@ -1247,7 +1247,30 @@ impl Agent {
         self.ctx.retry_due
     }
 
+    /// A turn; one that fails outside its layer's processing (a status change, a save, an
+    /// acknowledgement the backend refused: a bus or store briefly unreachable) puts the
+    /// messages it took back to pending, and its next attempt waits for the next heartbeat.
+    /// Left in flight, no later turn of this process would see them again (on NATS, until the
+    /// run ends): they come again instead, and those processed already are acknowledged
+    /// without being processed twice, as after a restart.
     async fn turn(&mut self, number: u64, cycle: bool) -> Result<HeartbeatOutcome, AgentError> {
+        let result = self.take_turn(number, cycle).await;
+        if result.is_err() {
+            let inbox = Address::Agent(self.id().clone());
+            if let Err(e) = self.ctx.deps.bus.release(&inbox).await {
+                tracing::debug!(agent = %self.id(), error = %e, "releasing the inbox after a failed turn");
+            }
+            let next = self.ctx.heartbeat.saturating_add(1);
+            self.ctx.retry_due = Some(self.ctx.retry_due.map_or(next, |due| due.max(next)));
+        }
+        result
+    }
+
+    async fn take_turn(
+        &mut self,
+        number: u64,
+        cycle: bool,
+    ) -> Result<HeartbeatOutcome, AgentError> {
         let status = self.status();
         if matches!(
             status,

@@ -464,3 +464,79 @@ async fn a_dismissal_after_an_assignment_in_the_same_batch_still_terminates_a_fa
     assert_eq!(outcome, HeartbeatOutcome::Skipped { status: Terminated });
     assert!(!s.bus.is_registered(&id(ME)).await.unwrap());
 }
+
+/// `s.bus`, whose next acknowledgement fails (a NATS server restarting).
+struct AckFailsOnce {
+    inner: Arc<message_bus::InMemoryBus>,
+    failed: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait]
+impl MessageBus for AckFailsOnce {
+    async fn register(&self, agent: &AgentId) -> Result<(), message_bus::RegisterError> {
+        self.inner.register(agent).await
+    }
+    async fn unregister(&self, agent: &AgentId) -> Result<(), message_bus::RegisterError> {
+        self.inner.unregister(agent).await
+    }
+    async fn is_registered(&self, agent: &AgentId) -> Result<bool, BackendError> {
+        self.inner.is_registered(agent).await
+    }
+    async fn registered(&self) -> Result<Vec<AgentId>, BackendError> {
+        self.inner.registered().await
+    }
+    async fn send(&self, message: Message) -> Result<usize, message_bus::SendError> {
+        self.inner.send(message).await
+    }
+    async fn take(
+        &self,
+        inbox: &Address,
+        max: usize,
+    ) -> Result<Vec<Message>, message_bus::InboxError> {
+        self.inner.take(inbox, max).await
+    }
+    async fn ack(
+        &self,
+        inbox: &Address,
+        ids: &[MessageId],
+    ) -> Result<usize, message_bus::InboxError> {
+        if !self.failed.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return Err(BackendError::new("test", "the acknowledgement timed out").into());
+        }
+        self.inner.ack(inbox, ids).await
+    }
+    async fn release(&self, inbox: &Address) -> Result<usize, message_bus::InboxError> {
+        self.inner.release(inbox).await
+    }
+    async fn pending(&self, inbox: &Address) -> Result<usize, message_bus::InboxError> {
+        self.inner.pending(inbox).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_turn_whose_acknowledgement_fails_puts_its_messages_back_and_the_next_acknowledges_them()
+{
+    let s = Services::new().await;
+    let probe = Probe::default();
+    let bus = AckFailsOnce { inner: s.bus.clone(), failed: false.into() };
+    let deps = Arc::new(AgentDeps { bus: Arc::new(bus), ..(*s.deps).clone() });
+    let mut agent =
+        Agent::new(bottom_config(), Box::new(TestBehavior(probe.clone())), deps).unwrap();
+    agent.initialize().await.unwrap();
+    let message = one_message(&s).await;
+
+    assert!(agent.heartbeat(1).await.is_err(), "the acknowledgement failed");
+
+    // Not stranded in flight: pending again, for the next heartbeat (not for a wake before).
+    assert_eq!(s.bus.pending(&inbox(ME)).await.unwrap(), 1);
+    assert!(agent.waits_for_retry(1));
+    assert!(!agent.waits_for_retry(2));
+    // Taken again, acknowledged without being processed again; the turn ends the work.
+    let outcome = agent.heartbeat(2).await.unwrap();
+    assert_eq!(outcome, HeartbeatOutcome::Processed { messages: 0 });
+    assert_eq!(agent.status(), Idle);
+    assert_eq!(s.bus.pending(&inbox(ME)).await.unwrap(), 0);
+    assert_eq!(s.bus.release(&inbox(ME)).await.unwrap(), 0, "acknowledged, not in flight");
+    let seen: Vec<MessageId> = probe.calls().into_iter().flat_map(|c| c.messages).collect();
+    assert_eq!(seen, [message], "processed once");
+}
