@@ -16,13 +16,14 @@ use std::time::Duration;
 
 use agent_core::tools::ToolRegistry;
 use agent_pool::placement::{
-    HostedRun, PlacedRun, REGISTRY, Registry, RunBuilder, VERSION, Worker, WorkerConfig,
-    WorkerError, WorkerEvent, WorkerFilter,
+    BuildError, HostedRun, PlacedRun, REGISTRY, Registry, RunBuilder, VERSION, Worker,
+    WorkerConfig, WorkerError, WorkerEvent, WorkerFilter,
 };
 use agent_state::{AgentLayer, Timestamp};
 use anyhow::Context as _;
 use async_trait::async_trait;
-use nats_store::NatsStore;
+use message_bus::NatsBusError;
+use nats_store::{NatsError, NatsStore};
 use run_store::{Durability, RunStore};
 use serde::{Deserialize, Serialize};
 
@@ -212,7 +213,12 @@ impl CliBuilder {
         }
     }
 
-    async fn try_build(&self, run: &PlacedRun) -> Result<HostedRun, Failure> {
+    async fn try_build(
+        &self,
+        run: &PlacedRun,
+        server: NatsStore,
+        stores: Stores,
+    ) -> Result<HostedRun, Failure> {
         let placed: PlacedSpec = serde_json::from_value(run.spec.clone())
             .context("the run's placement is not what this Strata writes")?;
         let dir = self.dir.join(&run.run_id);
@@ -244,8 +250,6 @@ impl CliBuilder {
         crate::run::check_reasoners(&team, placed.reasoner.as_deref(), &placed.flags).await?;
         let unsandboxed = placed.unsandboxed || self.unsandboxed;
         let sandbox = crate::run::sandbox(&team, unsandboxed)?.hide(&self.data);
-        let server = self.server.with_namespace(&run.run_id).map_err(bad_input)?;
-        let stores = Stores::nats(&server).await?;
         let info = RunInfo {
             run_id: run.run_id.clone(),
             task_id: String::new(),
@@ -273,11 +277,43 @@ impl CliBuilder {
 
 #[async_trait]
 impl RunBuilder for CliBuilder {
-    async fn build(&self, run: &PlacedRun) -> Result<HostedRun, String> {
-        self.try_build(run).await.map_err(|e| match e {
-            Failure::BadInput(e) | Failure::Other(e) => format!("{e:#}"),
+    async fn build(&self, run: &PlacedRun) -> Result<HostedRun, BuildError> {
+        let server = self
+            .server
+            .with_namespace(&run.run_id)
+            .map_err(|e| BuildError::Refused(e.to_string()))?;
+        // The run's stores first, before anything starts here (its MCP servers): a server
+        // that does not answer now (restarting) is tried again at the next beat, not refused.
+        let stores = match Stores::nats(&server).await {
+            Ok(stores) => stores,
+            Err(e) if for_good(&e) => return Err(BuildError::Refused(format!("{e:#}"))),
+            Err(e) => return Err(BuildError::Unavailable(format!("{e:#}"))),
+        };
+        self.try_build(run, server, stores).await.map_err(|e| match e {
+            Failure::BadInput(e) | Failure::Other(e) => BuildError::Refused(format!("{e:#}")),
         })
     }
+}
+
+/// Whether opening a run's stores on NATS failed for good: they were made by another schema,
+/// or are not laid out as this Strata lays them out, or the server has no JetStream. Any other
+/// failure (a request not answered, the server out of reach) is the server's for now.
+fn for_good(error: &anyhow::Error) -> bool {
+    let store = |e: &NatsError| {
+        matches!(
+            e,
+            NatsError::SchemaMismatch { .. }
+                | NatsError::NoJetStream { .. }
+                | NatsError::BadNamespace { .. }
+        )
+    };
+    error.chain().any(|cause| {
+        cause.downcast_ref::<NatsError>().is_some_and(store)
+            || cause.downcast_ref::<NatsBusError>().is_some_and(|e| match e {
+                NatsBusError::Store(e) => store(e),
+                _ => true,
+            })
+    })
 }
 
 /// The worker's directory of `run_id`, made on first use.

@@ -453,7 +453,7 @@ struct Builder {
 
 #[async_trait]
 impl RunBuilder for Builder {
-    async fn build(&self, run: &PlacedRun) -> Result<HostedRun, String> {
+    async fn build(&self, run: &PlacedRun) -> Result<HostedRun, placement::BuildError> {
         let store = self.server.with_namespace(&run.run_id).map_err(|e| e.to_string())?;
         let workspace = ToolContext::new(&self.workspace).map_err(|e| e.to_string())?;
         let services = TeamServices::on_nats(&store, workspace, Arc::new(RuleBasedReasoner::new()))

@@ -9,7 +9,9 @@
 //!
 //! **A worker** ([`Worker`]) announces itself every [`WORKER_BEAT`], and joins every open run
 //! of its own Strata version (a run of another version is refused, once, with
-//! [`WorkerEvent::Refused`]). For each run it keeps, at the run's heartbeat:
+//! [`WorkerEvent::Refused`]; a run whose stores do not answer, as while the server restarts,
+//! is tried again at the next beat: [`BuildError::Unavailable`]). For each run it keeps, at
+//! the run's heartbeat:
 //! - a **lease** per agent it hosts, in the run's bucket `leases` (a [`Leases`] whose time to
 //!   live is [`LEASE_BEATS`] heartbeats), renewed every heartbeat. A lease that cannot be
 //!   renewed (taken over, or the server out of reach until it is no longer valid) ends the
@@ -26,7 +28,10 @@
 //! - **wake on work across processes**: a plain subscription to the run's bus subjects sees
 //!   every message any process sends, wakes the teams here, and shows it to their guards.
 //! - when the run is closed ([`Registry::close`]), its agents are shut down (terminated) and
-//!   the leases released.
+//!   the leases released. Agents are placed only once the run, read again with their leases
+//!   held, is still open: so once the coordinator saw every lease released after its close
+//!   ([`wait_released`]), no agent of the run runs, and its last read of `system` finds
+//!   everything they sent.
 //!
 //! **The coordinator** (the process that placed the run) hosts [`Share::Coordinator`]: it
 //! submits the tasks, keeps their deadlines and reads their outcomes; [`follow`] wakes it.
@@ -375,8 +380,27 @@ pub struct HostedRun {
 /// [`PlacedRun::spec`], and makes the reasoners, tools and workspace).
 #[async_trait]
 pub trait RunBuilder: Send + Sync {
-    /// The team and services of `run`; an error (in words) refuses the run on this worker.
-    async fn build(&self, run: &PlacedRun) -> Result<HostedRun, String>;
+    /// The team and services of `run`; [`BuildError::Refused`] refuses the run on this
+    /// worker, [`BuildError::Unavailable`] tries again at the worker's next beat.
+    async fn build(&self, run: &PlacedRun) -> Result<HostedRun, BuildError>;
+}
+
+/// Why a [`RunBuilder`] could not build a placed run's team.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BuildError {
+    /// Not on this worker (a team it cannot build, a run's stores of another schema): the run
+    /// is refused, once, and not joined again.
+    Refused(String),
+    /// Not now (the server did not answer, as while it restarts): the worker reports the
+    /// trouble and tries again at its next beat.
+    Unavailable(String),
+}
+
+impl From<String> for BuildError {
+    /// Words alone refuse the run.
+    fn from(reason: String) -> Self {
+        BuildError::Refused(reason)
+    }
 }
 
 /// What a worker does, as it happens.
@@ -574,9 +598,14 @@ impl Worker {
                 }
                 let hosted = match self.builder.build(&run).await {
                     Ok(hosted) => hosted,
-                    Err(reason) => {
+                    Err(BuildError::Refused(reason)) => {
                         refused.insert(run.run_id.clone());
                         self.emit(WorkerEvent::Refused { run: run.run_id, reason });
+                        continue;
+                    }
+                    Err(BuildError::Unavailable(error)) => {
+                        // Joined at a later beat, once the server answers again.
+                        self.emit(WorkerEvent::Trouble { run: Some(run.run_id), error });
                         continue;
                     }
                 };
@@ -896,6 +925,17 @@ impl RunHost {
             *cursor = 0;
         }
         if taken.is_empty() {
+            return;
+        }
+        // The run may have closed since the beat read it open: its coordinator then waits for
+        // the leases it sees to be released, and drains `system` once none is left. A lease
+        // taken after that look would let agents start (and answer heartbeats to `system`)
+        // after the coordinator's last read: read the run again now that the leases are
+        // held, so that a close before this look is seen here, and one after it finds them.
+        if !matches!(self.registry.run(&self.run.run_id).await, Ok(Some(run)) if !run.closed) {
+            for (_, lease) in taken {
+                let _ = leases.release(lease).await;
+            }
             return;
         }
         let agents: BTreeSet<AgentId> = taken.iter().map(|(a, _)| a.clone()).collect();

@@ -1182,10 +1182,22 @@ async fn drive(
     loop {
         match event {
             Event::Stop => {
-                // Let the running heartbeats finish, then read what they reported.
+                // Let the running heartbeats finish, then read what they reported. A bus that
+                // fails now (its server restarting) is read again, a heartbeat later, a few
+                // times at most: what the agents reported last is not left in `system`.
                 scheduler.settle().await;
                 if coordinates {
-                    drain_system(bus.as_ref(), state.as_ref(), &outcomes, &mut unacked).await;
+                    for attempt in 1..=FINAL_DRAINS {
+                        let drained =
+                            drain_system(bus.as_ref(), state.as_ref(), &outcomes, &mut unacked)
+                                .await;
+                        if drained {
+                            break;
+                        }
+                        if attempt < FINAL_DRAINS {
+                            tokio::time::sleep(period).await;
+                        }
+                    }
                 }
                 return scheduler;
             }
@@ -1277,20 +1289,25 @@ async fn sleep_until_some(at: Option<tokio::time::Instant>) {
     }
 }
 
+/// How many times the driver's last read of `system` (at a stop) is made when the bus fails.
+const FINAL_DRAINS: u32 = 3;
+
 /// Reads the `system` inbox: heartbeat acks are dropped, task outcomes stored and published.
-/// A message is acknowledged only after its outcome is stored.
+/// A message is acknowledged only after its outcome is stored. `true` if everything read (now
+/// and before) is acknowledged; `false` if the bus or the store failed, leaving something for
+/// the next drain.
 async fn drain_system(
     bus: &dyn MessageBus,
     state: &dyn StateStore,
     outcomes: &watch::Sender<BTreeMap<String, TaskOutcome>>,
     unacked: &mut Vec<agent_state::MessageId>,
-) {
+) -> bool {
     let messages = match bus.take(&Address::System, usize::MAX).await {
         Ok(m) => m,
         Err(e) => {
             tracing::warn!(error = %e, "cannot read the system inbox");
             ack_system(bus, unacked, Vec::new()).await;
-            return;
+            return false;
         }
     };
     for message in &messages {
@@ -1304,7 +1321,7 @@ async fn drain_system(
                     tracing::warn!(error = %e, "cannot store a task outcome; will retry");
                     let _ = bus.release(&Address::System).await;
                     ack_system(bus, unacked, Vec::new()).await;
-                    return;
+                    return false;
                 }
                 tracing::info!(task = %outcome.task_id(), success = outcome.is_success(), "task closed");
                 outcomes.send_modify(|o| {
@@ -1315,26 +1332,31 @@ async fn drain_system(
             Err(e) => tracing::warn!(error = %e, "unreadable status report on the system inbox"),
         }
     }
-    ack_system(bus, unacked, messages.iter().map(|m| m.id).collect()).await;
+    ack_system(bus, unacked, messages.iter().map(|m| m.id).collect()).await
 }
 
 /// Acknowledges `read` on the system inbox, with the ids in `unacked` whose acknowledgement
 /// failed before: a failed acknowledgement (the bus unreachable for a while) keeps them all in
 /// `unacked`, to be sent again at the next drain, so none stays pending once the bus is back.
-/// Acknowledging an id again is harmless (a bus ignores ids no longer in flight).
+/// Acknowledging an id again is harmless (a bus ignores ids no longer in flight). `true` if
+/// nothing is left unacknowledged.
 async fn ack_system(
     bus: &dyn MessageBus,
     unacked: &mut Vec<agent_state::MessageId>,
     read: Vec<agent_state::MessageId>,
-) {
+) -> bool {
     unacked.extend(read);
     if unacked.is_empty() {
-        return;
+        return true;
     }
     match bus.ack(&Address::System, unacked).await {
-        Ok(_) => unacked.clear(),
+        Ok(_) => {
+            unacked.clear();
+            true
+        }
         Err(e) => {
             tracing::warn!(error = %e, pending = unacked.len(), "cannot acknowledge the system inbox; will send the acknowledgement again");
+            false
         }
     }
 }
@@ -1559,11 +1581,12 @@ mod drain_tests {
         let state = agent_core::InMemoryStateStore::default();
         let (outcomes, _) = watch::channel(BTreeMap::new());
         let mut unacked = Vec::new();
-        // The acknowledgement fails during the outage: both are kept.
-        drain_system(&bus, &state, &outcomes, &mut unacked).await;
+        // The acknowledgement fails during the outage: both are kept, and the drain says so
+        // (a stop's last drain is made again).
+        assert!(!drain_system(&bus, &state, &outcomes, &mut unacked).await);
         assert_eq!(unacked.len(), 2);
         // Back: the next drain, with nothing new to read, acknowledges them.
-        drain_system(&bus, &state, &outcomes, &mut unacked).await;
+        assert!(drain_system(&bus, &state, &outcomes, &mut unacked).await);
         assert!(unacked.is_empty());
         assert_eq!(bus.pending(&Address::System).await.unwrap(), 0);
         assert_eq!(
