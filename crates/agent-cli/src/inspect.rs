@@ -14,7 +14,7 @@
 //!
 //! `tree` and `results` are drawn from the audit log by the pure functions of [`spawns`].
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use agent_core::{
@@ -24,7 +24,7 @@ use agent_core::{
 };
 use agent_state::{Actor, Address, AgentId};
 use anyhow::Context;
-use message_bus::{MessageBus, SledBus};
+use message_bus::{NatsBus, SledBus};
 use run_store::RunStore;
 use team_file::escape_controls as esc;
 
@@ -325,9 +325,7 @@ pub(crate) async fn inspect(args: &InspectArgs) -> Result<(), Failure> {
             }
             Ok(())
         }
-        View::Messages if info.nats.is_some() => {
-            nats_messages(&info, stores().await?.bus.as_ref(), args.json).await
-        }
+        View::Messages if info.nats.is_some() => nats_messages(&dir, &info, args.json).await,
         View::Messages => {
             // Every message of the run, acknowledged or not, in send order.
             let all = SledBus::open(&store)?.history()?;
@@ -460,24 +458,34 @@ pub(crate) async fn inspect(args: &InspectArgs) -> Result<(), Failure> {
 }
 
 /// `inspect messages` of a run on NATS: the server deletes a message once it is acknowledged,
-/// so there is no history to show; what is still in the inboxes is counted.
-async fn nats_messages(info: &RunInfo, bus: &dyn MessageBus, json: bool) -> Result<(), Failure> {
+/// so there is no history to show; what is still in the inboxes (every inbox, the agents'
+/// whether registered or not) is counted, by kind.
+async fn nats_messages(dir: &Path, info: &RunInfo, json: bool) -> Result<(), Failure> {
     let url = info.nats.as_deref().unwrap_or_default();
-    let mut waiting: Vec<(String, usize)> = Vec::new();
-    let system = bus.pending(&Address::System).await?;
-    if system > 0 {
-        waiting.push(("system".to_owned(), system));
-    }
-    for agent in bus.inboxes_with_mail().await? {
-        let n = bus.pending(&Address::Agent(agent.clone())).await?;
-        if n > 0 {
-            waiting.push((agent.as_str().to_owned(), n));
+    let server = crate::nats::connect_existing(url, dir, info).await?;
+    let bus = NatsBus::open(&server).await.map_err(|e| {
+        bad_input(anyhow::anyhow!("cannot open the message bus on the NATS server at {url}: {e}"))
+    })?;
+    // Every inbox left holding messages, the agents' too once they are unregistered (a run
+    // that ended unregistered them), with the kinds of what waits there.
+    let mut waiting: Vec<(String, usize, BTreeMap<&'static str, usize>)> = Vec::new();
+    for (inbox, held) in bus.held().await? {
+        let mut kinds: BTreeMap<&'static str, usize> = BTreeMap::new();
+        for message in bus.peek(&inbox, held).await? {
+            *kinds.entry(message.kind.as_str()).or_default() += 1;
         }
+        let name = match &inbox {
+            Address::Agent(agent) => agent.as_str().to_owned(),
+            _ => "system".to_owned(),
+        };
+        waiting.push((name, held, kinds));
     }
     if json {
         let inboxes: Vec<_> = waiting
             .iter()
-            .map(|(inbox, n)| serde_json::json!({"inbox": inbox, "not_acknowledged": n}))
+            .map(|(inbox, n, kinds)| {
+                serde_json::json!({"inbox": inbox, "not_acknowledged": n, "kinds": kinds})
+            })
             .collect();
         outln!(
             "{}",
@@ -497,9 +505,10 @@ async fn nats_messages(info: &RunInfo, bus: &dyn MessageBus, json: bool) -> Resu
     if waiting.is_empty() {
         outln!("no message is waiting in an inbox");
     } else {
-        outln!("{:<14} not acknowledged", "inbox");
-        for (inbox, n) in &waiting {
-            outln!("{:<14} {n}", esc(inbox));
+        outln!("{:<14} {:<17} kinds", "inbox", "not acknowledged");
+        for (inbox, n, kinds) in &waiting {
+            let kinds: Vec<String> = kinds.iter().map(|(kind, k)| format!("{kind} {k}")).collect();
+            outln!("{:<14} {:<17} {}", esc(inbox), n, kinds.join(", "));
         }
     }
     Ok(())

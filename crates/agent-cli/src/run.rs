@@ -831,7 +831,8 @@ impl Placed {
         loop {
             match bus.is_registered(&proposer).await {
                 Ok(true) => return Ok(handle),
-                Ok(false) if tokio::time::Instant::now() < until => {}
+                // A bus that fails (its server restarting) is asked again, as patiently.
+                Ok(false) | Err(_) if tokio::time::Instant::now() < until => {}
                 outcome => {
                     self.withdraw().await;
                     let why = match outcome {

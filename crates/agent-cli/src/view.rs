@@ -637,6 +637,32 @@ fn files_written(records: &[AuditRecord]) -> Vec<String> {
     files.into_iter().collect()
 }
 
+/// The audit log and the decisions, for the summary: read again, a few times, when a backend
+/// fails (a NATS server restarting as the run ends), so that a run that ended is not reported
+/// as an error for it.
+async fn summary_reads(
+    services: &TeamServices,
+) -> anyhow::Result<(Vec<AuditRecord>, Vec<agent_state::Decision>)> {
+    let mut attempt = 0;
+    loop {
+        let read = async {
+            anyhow::Ok((services.audit.records(None).await?, services.governance.list().await?))
+        };
+        match read.await {
+            Ok(read) => return Ok(read),
+            Err(e) if attempt < SUMMARY_READS => {
+                attempt += 1;
+                tracing::debug!(error = %e, attempt, "reading the run for its summary failed; again");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// How many times [`summary_reads`] reads again.
+const SUMMARY_READS: u32 = 3;
+
 pub(crate) async fn summary(
     output: &OutputArgs,
     team: &Team,
@@ -646,8 +672,7 @@ pub(crate) async fn summary(
     info: &RunInfo,
     dir: &Path,
 ) -> anyhow::Result<()> {
-    let records = services.audit.records(None).await?;
-    let decisions = services.governance.list().await?;
+    let (records, decisions) = summary_reads(services).await?;
     let agents = team.summary().await;
     let duration =
         info.finished_at.unwrap_or_else(now_ms).saturating_sub(info.started_at) as f64 / 1000.0;
