@@ -467,13 +467,18 @@ async fn nats_messages(dir: &Path, info: &RunInfo, json: bool) -> Result<(), Fai
         bad_input(anyhow::anyhow!("cannot open the message bus on the NATS server at {url}: {e}"))
     })?;
     // Every inbox left holding messages, the agents' too once they are unregistered (a run
-    // that ended unregistered them), with the kinds of what waits there.
-    let mut waiting: Vec<(String, usize, BTreeMap<&'static str, usize>)> = Vec::new();
+    // that ended unregistered them), with the kinds of what waits there: kinds that cannot be
+    // read (the server does not answer the look) leave the count shown.
+    type Kinds = Result<BTreeMap<&'static str, usize>, String>;
+    let mut waiting: Vec<(String, usize, Kinds)> = Vec::new();
     for (inbox, held) in bus.held().await? {
-        let mut kinds: BTreeMap<&'static str, usize> = BTreeMap::new();
-        for message in bus.peek(&inbox, held).await? {
-            *kinds.entry(message.kind.as_str()).or_default() += 1;
-        }
+        let kinds = bus.peek(&inbox, held).await.map_err(|e| e.to_string()).map(|messages| {
+            let mut kinds: BTreeMap<&'static str, usize> = BTreeMap::new();
+            for message in messages {
+                *kinds.entry(message.kind.as_str()).or_default() += 1;
+            }
+            kinds
+        });
         let name = match &inbox {
             Address::Agent(agent) => agent.as_str().to_owned(),
             _ => "system".to_owned(),
@@ -483,8 +488,13 @@ async fn nats_messages(dir: &Path, info: &RunInfo, json: bool) -> Result<(), Fai
     if json {
         let inboxes: Vec<_> = waiting
             .iter()
-            .map(|(inbox, n, kinds)| {
-                serde_json::json!({"inbox": inbox, "not_acknowledged": n, "kinds": kinds})
+            .map(|(inbox, n, kinds)| match kinds {
+                Ok(kinds) => {
+                    serde_json::json!({"inbox": inbox, "not_acknowledged": n, "kinds": kinds})
+                }
+                Err(e) => serde_json::json!({
+                    "inbox": inbox, "not_acknowledged": n, "kinds": null, "kinds_error": e
+                }),
             })
             .collect();
         outln!(
@@ -507,8 +517,15 @@ async fn nats_messages(dir: &Path, info: &RunInfo, json: bool) -> Result<(), Fai
     } else {
         outln!("{:<14} {:<17} kinds", "inbox", "not acknowledged");
         for (inbox, n, kinds) in &waiting {
-            let kinds: Vec<String> = kinds.iter().map(|(kind, k)| format!("{kind} {k}")).collect();
-            outln!("{:<14} {:<17} {}", esc(inbox), n, kinds.join(", "));
+            let kinds = match kinds {
+                Ok(kinds) => kinds
+                    .iter()
+                    .map(|(kind, k)| format!("{kind} {k}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                Err(e) => format!("(cannot be read: {})", esc(e)),
+            };
+            outln!("{:<14} {:<17} {kinds}", esc(inbox), n);
         }
     }
     Ok(())

@@ -130,6 +130,32 @@ fn a_run_on_nats_succeeds_verifies_and_shows_its_records_from_the_server() {
         s.strata(&["run", "plan.toml", "--data", "D2", "--run-id", id, "--nats", &url, "--quiet"]);
     out.bad_input(&["--nats", "holds a run", &format!("strata resume {id}")]);
     assert!(!s.path("D2").exists(), "the refused run created its data directory");
+
+    // A message left in an agent's inbox is shown with its kind, though the run that ended
+    // unregistered its agents.
+    block_on(async {
+        use agent_state::{Address, AgentId, Message, MessageId, MessageKind, Timestamp};
+        use message_bus::MessageBus as _;
+        let store = NatsStore::connect(&url, id).await.unwrap();
+        let bus = message_bus::NatsBus::open(&store).await.unwrap();
+        let late = AgentId::new("late-reader");
+        bus.register(&late).await.unwrap();
+        let kind = MessageKind::Warning;
+        let note = serde_json::json!({"why": "left over"});
+        let message =
+            Message::new(MessageId::from_u128(1), Address::System, &late, kind, note, Timestamp(0));
+        bus.send(message).await.unwrap();
+        bus.unregister(&late).await.unwrap();
+    });
+    s.strata(&["inspect", id, "messages", "--data", "D"])
+        .code(0)
+        .stdout_has(&["late-reader", "warning 1"]);
+    let messages = s.strata(&["inspect", id, "messages", "--data", "D", "--json"]).code(0).json();
+    assert_eq!(
+        messages["waiting"],
+        serde_json::json!([{"inbox": "late-reader", "not_acknowledged": 1, "kinds": {"warning": 1}}]),
+        "{messages}"
+    );
 }
 
 /// A human signs a run on NATS from another terminal: `inspect decisions` reads the pending
