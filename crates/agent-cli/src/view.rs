@@ -184,7 +184,7 @@ impl Shown {
         if !self.seen.insert(record.seq) {
             return None;
         }
-        self.steps.saw(record);
+        let _ = self.steps.saw(record);
         match self.mode {
             Mode::Json => Some(serde_json::json!({"event": "audit", "record": record}).to_string()),
             Mode::Lines | Mode::Live => self.line(event_line(record, self.started_at)),

@@ -482,8 +482,10 @@ impl RunModel {
             | AuditEvent::AnswerRepair { .. }
             | AuditEvent::PeerHelp { step: None, .. } => None,
         };
-        self.steps.saw(record);
-        let progress = self.count_steps().then(|| self.progress.clone());
+        // Counted again only when the record marks a step done: folding stays O(1) a record
+        // (the count reads the plan and the decisions).
+        let progress =
+            (self.steps.saw(record) && self.count_steps()).then(|| self.progress.clone());
         Some(Delta::Record {
             seq: record.seq,
             line,

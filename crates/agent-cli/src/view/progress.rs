@@ -53,13 +53,15 @@ impl Steps {
     }
 
     /// Takes note of an audit record: a successful call of a scripted step's tool with its
-    /// arguments marks the step done.
-    pub(crate) fn saw(&mut self, record: &AuditRecord) {
+    /// arguments marks the step done. Whether it did (the counter may have moved).
+    pub(crate) fn saw(&mut self, record: &AuditRecord) -> bool {
         if let AuditEvent::ToolCall { tool, args, success: true, .. } = &record.event
             && let Some(steps) = self.calls.get(&call_fingerprint(tool, args))
         {
             self.called.extend(steps.iter().cloned());
+            return true;
         }
+        false
     }
 
     /// The counter: `planning` while no plan is known, else `N/M steps`; `decisions` are the
