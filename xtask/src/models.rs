@@ -260,7 +260,8 @@ fn command(
     match (backend, server) {
         (Backend::Server, Some(server)) => {
             command.args(["--reasoner", "openai", "--base-url", &server.base_url(), "--model"]);
-            command.arg(SERVER_MODEL);
+            // A 270M model: the README's flag for a small model behind a server.
+            command.args([SERVER_MODEL, "--small-model"]);
         }
         _ => {
             command.args(["--reasoner", "local"]);

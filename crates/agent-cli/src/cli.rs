@@ -321,6 +321,11 @@ pub(crate) struct StartArgs {
     /// the agents' own too).
     #[arg(long, value_name = "NAME", value_parser = parse_model)]
     pub(crate) model: Option<String>,
+    /// The model is small (about 1B parameters or less, such as Gemma 3 270M behind a local
+    /// server): every `openai`/`anthropic` agent gets the embedded model's narrow tool loop,
+    /// as the team file's `small_model = true` gives it (`--reasoner local` always has it).
+    #[arg(long)]
+    pub(crate) small_model: bool,
     /// Skip fdatasync on commits: faster, but a power loss can lose acknowledged data.
     #[arg(long)]
     pub(crate) no_sync: bool,

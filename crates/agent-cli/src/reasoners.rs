@@ -74,6 +74,8 @@ pub(crate) struct Overrides {
     /// `$OPENAI_BASE_URL` (as it was when the run started): the API root of the `openai`
     /// reasoners that have none of their own.
     pub(crate) openai_base_url: Option<String>,
+    /// `--small-model`: every model server's agent gets the small model's narrow tool loop.
+    pub(crate) small_model: bool,
 }
 
 /// The API root of OpenAI's own API, the `openai` reasoners' last default.
@@ -196,6 +198,9 @@ fn overridden(settings: &ReasonerSettings, overrides: &Overrides) -> ReasonerSet
     }
     if let Some(model) = &overrides.model {
         s.model = Some(model.clone());
+    }
+    if overrides.small_model {
+        s.small_model = true;
     }
     s
 }
@@ -448,6 +453,11 @@ fn unused_flags(
             "--base-url {url}: no agent reasons with a model server (every one has the rule-based reasoner or the embedded model); {add}"
         )));
     }
+    if overrides.small_model && !kinds.clone().any(|k| server(&k)) {
+        return Err(SettingError(format!(
+            "--small-model: no agent reasons with a model server (the embedded model is always treated as small); {add}"
+        )));
+    }
     if let Some(model) = &overrides.model
         && !kinds.any(|k| k != ReasonerKind::RuleBased)
     {
@@ -500,13 +510,15 @@ impl Shared {
         if let Some(repairs) = settings.plan_repairs {
             llm.plan_repairs = repairs;
         }
-        // The embedded model (or one the team file says is small) cannot choose among tools or
-        // write arguments: it is offered the step's own tool, with the plan's arguments only,
-        // and `finish_subtask`.
+        // The embedded model (or one the team file or `--small-model` says is small) cannot
+        // choose among tools or write arguments: it is offered the step's own tool, with the
+        // plan's arguments only, and `finish_subtask`; it decodes greedily (temperature 0)
+        // unless the agent sets a temperature.
         let small = settings.kind == ReasonerKind::Local || settings.small_model;
         llm.offer_agent_tools = !small;
         llm.planned_arguments_only = small;
         llm.scripted_supervision = small;
+        llm.temperature = small.then_some(0.0);
         Ok(Arc::new(
             LlmReasoner::new(provider, self.ledger.clone(), self.conversations.clone())
                 .with_tools(&self.tools)
@@ -860,8 +872,11 @@ tools = ["read_file"]
             base_url: Some("http://127.0.0.1:9/v1".into()),
             model: Some("from-the-flag".into()),
             openai_base_url: Some("http://192.0.2.1/v1".into()),
+            small_model: true,
         };
         let s = overridden(&file, &flags);
+        assert!(s.small_model, "--small-model sets the file's small_model");
+        assert!(!overridden(&file, &Overrides::default()).small_model);
         assert_eq!(s.base_url.as_deref(), Some("http://127.0.0.1:9/v1"));
         assert_eq!(s.model.as_deref(), Some("from-the-flag"));
         assert_eq!(s.api_key_env.as_deref(), Some("MY_KEY"));

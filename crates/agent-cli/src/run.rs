@@ -94,7 +94,7 @@ pub(crate) struct RunInfo {
 }
 
 /// What a run's agents reason with beside `--reasoner`, kept in `run.json` so that `resume`
-/// and the workers of a placed run use the same: `--base-url`, `--model`, and
+/// and the workers of a placed run use the same: `--base-url`, `--model`, `--small-model` and
 /// `$OPENAI_BASE_URL` as it was when the run started (a resume in another shell, or a worker on
 /// another machine, reaches the same server).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -108,6 +108,9 @@ pub(crate) struct ModelFlags {
     /// `$OPENAI_BASE_URL` (not blank) when the run started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) openai_base_url: Option<String>,
+    /// `--small-model`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) small_model: bool,
 }
 
 impl ModelFlags {
@@ -118,6 +121,7 @@ impl ModelFlags {
             base_url: args.base_url.clone(),
             model: args.model.clone(),
             openai_base_url: env.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty()),
+            small_model: args.small_model,
         }
     }
 }
@@ -915,6 +919,7 @@ fn overrides(kind: Option<&str>, flags: &ModelFlags) -> Result<reasoners::Overri
         base_url: flags.base_url.clone(),
         model: flags.model.clone(),
         openai_base_url: flags.openai_base_url.clone(),
+        small_model: flags.small_model,
     })
 }
 

@@ -160,6 +160,9 @@ pub struct LlmSettings {
     /// the plan is given up as invalid (default 3; `[reasoner] plan_repairs` in a team file).
     /// Every other decision gets one repair.
     pub plan_repairs: u32,
+    /// The sampling temperature of an agent that sets none (default `None`: the server's
+    /// own). Small models get 0: greedy, as the embedded model always decodes.
+    pub temperature: Option<f32>,
 }
 
 impl Default for LlmSettings {
@@ -175,6 +178,7 @@ impl Default for LlmSettings {
             scripted_supervision: false,
             stream: true,
             plan_repairs: DEFAULT_PLAN_REPAIRS,
+            temperature: None,
         }
     }
 }
@@ -517,7 +521,7 @@ impl LlmReasoner {
             require_tool: false,
             response: ResponseFormat::Json { name: decision.to_owned(), schema: schema.clone() },
             max_tokens,
-            temperature: who.config.temperature,
+            temperature: who.config.temperature.or(self.settings.temperature),
         };
         request.messages.push(ChatMessage::user(prompt.clone()));
         let question_ends = request.messages.len();
@@ -651,6 +655,50 @@ impl LlmReasoner {
             }),
         });
         out
+    }
+
+    /// A small model's call of a tool whose [`TEXT_BODY`] was left out of its JSON
+    /// ([`for_small_model`]), with the body written: the model is asked, in a text call of its
+    /// own, for the file's content alone, given the step and the file's path. Any other action
+    /// is returned as it is.
+    async fn text_body(
+        &self,
+        who: Persona<'_>,
+        subtask: &Subtask,
+        offered: &[ToolSpec],
+        action: NextAction,
+    ) -> Result<NextAction, ReasonError> {
+        let NextAction::Call(mut call) = action else { return Ok(action) };
+        let narrowed = offered
+            .iter()
+            .find(|t| t.name == call.tool)
+            .is_some_and(|t| !has_text_body(&t.parameters));
+        let own = self.tools.get(&call.tool).is_some_and(|t| has_text_body(&t.parameters));
+        let Value::Object(args) = &mut call.args else { return Ok(NextAction::Call(call)) };
+        if !narrowed || !own || args.contains_key(TEXT_BODY) {
+            return Ok(NextAction::Call(call));
+        }
+        let step = &subtask.step;
+        let path = args.get("path").and_then(Value::as_str).unwrap_or("the file").to_owned();
+        // The task and the file only: the step's acceptance is about the whole step (its
+        // tests pass, say), not about this file's content.
+        let instruction =
+            format!("Task: {}\nWrite the complete content of {path}.", step.description.trim());
+        // The answer starts as a file shown in a reply does: a base model continues it with
+        // the file (asked to "write the content", the 270M model repeated the request).
+        let start = format!("Here is {path}:\n\n```{}\n", fence_language(&path));
+        let request = ChatRequest {
+            system: self.context(who, 0).await,
+            messages: vec![ChatMessage::user(instruction), ChatMessage::assistant(start)],
+            tools: Vec::new(),
+            require_tool: false,
+            response: ResponseFormat::Text,
+            max_tokens: self.settings.max_tokens.max(self.settings.plan_max_tokens),
+            temperature: who.config.temperature.or(self.settings.temperature),
+        };
+        let response = self.call(who, &request, false).await?;
+        args.insert(TEXT_BODY.to_owned(), Value::String(file_text(&response.text)));
+        Ok(NextAction::Call(call))
     }
 
     /// Checks a tool call the model made.
@@ -921,7 +969,7 @@ impl Reasoner for LlmReasoner {
             require_tool: true,
             response: ResponseFormat::Text,
             max_tokens: self.settings.max_tokens,
-            temperature: who.config.temperature,
+            temperature: who.config.temperature.or(self.settings.temperature),
         };
         request.messages.push(ChatMessage::user(prompt.clone()));
         for (i, record) in history.iter().enumerate() {
@@ -971,7 +1019,10 @@ impl Reasoner for LlmReasoner {
                 )),
             };
             match checked {
-                Ok(action) => return Ok(finish_a_repeat(action, history)),
+                Ok(action) => {
+                    let action = finish_a_repeat(action, history);
+                    return self.text_body(who, subtask, &offered, action).await;
+                }
                 Err((problem, call)) => {
                     tracing::warn!(agent = %me, attempt, problem = %problem, "invalid tool call from the model");
                     let mut bad = ChatMessage::assistant(response.text.clone());
@@ -1179,7 +1230,7 @@ impl Reasoner for LlmReasoner {
             require_tool: false,
             response: ResponseFormat::Text,
             max_tokens: self.settings.max_tokens.max(self.settings.plan_max_tokens),
-            temperature: who.config.temperature,
+            temperature: who.config.temperature.or(self.settings.temperature),
         };
         let response = self.call(who, &request, false).await?;
         let text = response.text.trim();
@@ -1194,6 +1245,42 @@ impl Reasoner for LlmReasoner {
         }
         Ok(text.to_owned())
     }
+}
+
+/// The language tag of a code fence around the file `path`, by its extension.
+fn fence_language(path: &str) -> &'static str {
+    match path.rsplit_once('.').map(|(_, ext)| ext.to_ascii_lowercase()).as_deref() {
+        Some("py") => "python",
+        Some("rs") => "rust",
+        Some("md") => "markdown",
+        Some("toml") => "toml",
+        Some("json") => "json",
+        Some("sh") => "sh",
+        Some("js") => "javascript",
+        Some("ts") => "typescript",
+        Some("yaml" | "yml") => "yaml",
+        _ => "",
+    }
+}
+
+/// A file's content as a model wrote it after the opening of a code fence (or, from a server
+/// that answers anew, with its own fence around it): up to the closing fence, without the
+/// fence, ending with one newline.
+fn file_text(text: &str) -> String {
+    let mut body = text.trim_end();
+    if let Some(rest) = body.trim_start().strip_prefix("```") {
+        body = rest.split_once('\n').map_or("", |(_, b)| b);
+    }
+    let mut kept: Vec<&str> = Vec::new();
+    for line in body.lines() {
+        if line.trim_end() == "```" {
+            break;
+        }
+        kept.push(line);
+    }
+    let mut out = kept.join("\n").trim_matches('\n').to_owned();
+    out.push('\n');
+    out
 }
 
 /// A role's description for a prompt.
@@ -1402,12 +1489,37 @@ fn pass_on(call: &ProviderToolCall, problem: &str) -> NextAction {
 }
 
 /// An argument schema that accepts exactly `args` (each property one allowed value).
+/// The string argument a small model writes as plain text, in a call of its own
+/// ([`LlmReasoner::text_body`]), rather than inside its tool call's JSON: `write_file`'s
+/// `content` (and any tool's string property of that name).
+const TEXT_BODY: &str = "content";
+
+/// Whether a tool's `parameters` have a string [`TEXT_BODY`] property.
+fn has_text_body(parameters: &Value) -> bool {
+    parameters
+        .get("properties")
+        .and_then(|p| p.get(TEXT_BODY))
+        .and_then(|p| p.get("type"))
+        .and_then(Value::as_str)
+        == Some("string")
+}
+
 /// A tool's parameters as a small model writing its own arguments gets them: without the
 /// properties' descriptions (Gemma 3 270M copied them as values: it wrote "the complete new
-/// content of the file" to a file named "file path relative to the workspace root"), and a
-/// `path` property narrowed to the paths the step names, when it names any.
+/// content of the file" to a file named "file path relative to the workspace root"), with a
+/// `path` property narrowed to the paths the step names, when it names any, and without the
+/// [`TEXT_BODY`]: a file's content is written as text in a call of its own, not as a JSON
+/// string (the 270M model, writing it inside the call, wrote the step's own words).
 fn for_small_model(parameters: &Value, paths: &[String]) -> Value {
     let mut parameters = parameters.clone();
+    if has_text_body(&parameters) {
+        if let Some(properties) = parameters.get_mut("properties").and_then(Value::as_object_mut) {
+            properties.remove(TEXT_BODY);
+        }
+        if let Some(required) = parameters.get_mut("required").and_then(Value::as_array_mut) {
+            required.retain(|name| name != TEXT_BODY);
+        }
+    }
     if let Some(properties) = parameters.get_mut("properties").and_then(Value::as_object_mut) {
         for (name, property) in properties.iter_mut() {
             if let Some(property) = property.as_object_mut() {
@@ -1474,7 +1586,7 @@ fn planned_only(args: &Value) -> Value {
 /// finishing). The call is not repeated; the subtask finishes with that call's result.
 fn finish_a_repeat(action: NextAction, history: &[ToolCallRecord]) -> NextAction {
     match (&action, history.last().filter(|r| !r.event)) {
-        (NextAction::Call(call), Some(last)) if last.success && *call == last.call => {
+        (NextAction::Call(call), Some(last)) if last.success && same_call(call, &last.call) => {
             tracing::info!(tool = %call.tool, "the model repeated its last successful call; the subtask finishes with its result");
             NextAction::Finish {
                 success: true,
@@ -1485,6 +1597,24 @@ fn finish_a_repeat(action: NextAction, history: &[ToolCallRecord]) -> NextAction
             }
         }
         _ => action,
+    }
+}
+
+/// Whether `call` asks for `last` again: the same tool and arguments, where a call without
+/// its [`TEXT_BODY`] (a small model's, whose body is written after) is compared without it.
+fn same_call(call: &ToolCall, last: &ToolCall) -> bool {
+    if call.tool != last.tool {
+        return false;
+    }
+    match (&call.args, &last.args) {
+        (Value::Object(new), Value::Object(old))
+            if !new.contains_key(TEXT_BODY) && old.contains_key(TEXT_BODY) =>
+        {
+            let mut old = old.clone();
+            old.remove(TEXT_BODY);
+            *new == old
+        }
+        _ => call.args == last.args,
     }
 }
 
@@ -1606,11 +1736,40 @@ mod small_model_tests {
             narrowed["properties"]["path"],
             json!({"type": "string", "enum": ["notes/todo.md"]})
         );
-        assert_eq!(narrowed["properties"]["content"], json!({"type": "string"}));
-        assert_eq!(narrowed["required"], write["required"]);
+        // The content is written as text after the call, not inside its JSON.
+        assert_eq!(narrowed["properties"].get("content"), None);
+        assert_eq!(narrowed["required"], json!(["path"]));
         // No path named: the path stays free, only its description goes.
         let free = for_small_model(&write, &[]);
         assert_eq!(free["properties"]["path"], json!({"type": "string"}));
+    }
+
+    #[test]
+    fn a_file_s_text_loses_a_fence_around_it_and_ends_with_one_newline() {
+        assert_eq!(file_text("- a\n- b"), "- a\n- b\n");
+        assert_eq!(file_text("\n```markdown\n# Todo\n- a\n```\n"), "# Todo\n- a\n");
+        assert_eq!(file_text("```\nprint(1)\n"), "print(1)\n", "an unclosed fence");
+        assert_eq!(file_text("a ``` b"), "a ``` b\n", "a fence inside is kept");
+        // The continuation of an opened fence: up to the closing one, remarks after it gone.
+        assert_eq!(
+            file_text("def f():\n    return 1\n```\n\nThis is f."),
+            "def f():\n    return 1\n"
+        );
+        assert_eq!(fence_language("notes/todo.md"), "markdown");
+        assert_eq!(fence_language("wordcount.py"), "python");
+        assert_eq!(fence_language("Makefile"), "");
+    }
+
+    #[test]
+    fn a_call_without_its_body_repeats_the_same_call_with_one() {
+        let call = |args: Value| ToolCall { tool: "write_file".into(), args };
+        let written = call(json!({"path": "a.md", "content": "x"}));
+        assert!(same_call(&call(json!({"path": "a.md"})), &written));
+        assert!(!same_call(&call(json!({"path": "b.md"})), &written));
+        assert!(same_call(&written, &written));
+        assert!(!same_call(&call(json!({"path": "a.md", "content": "y"})), &written));
+        let other = ToolCall { tool: "read_file".into(), args: json!({"path": "a.md"}) };
+        assert!(!same_call(&other, &call(json!({"path": "a.md"}))));
     }
 
     #[test]

@@ -124,8 +124,10 @@
 //!                           # (default: the best mode the server takes, moving on when it
 //!                           # refuses one), "json_schema", "json_object", "tool_call", "prompt"
 //! small_model = false       # openai/anthropic: a small model (Gemma 3 270M behind a local
-//!                           # server): executors are offered only their step's tool, with the
-//!                           # plan's arguments, as the embedded model always is
+//!                           # server; `--small-model` sets it for every agent): the embedded
+//!                           # model's narrow tool loop (an executor is offered its step's tool,
+//!                           # with the plan's arguments; a lead spawns without the model) and
+//!                           # temperature 0 unless an agent sets one
 //! plan_repairs = 3          # model reasoners: most times an invalid plan goes back to the
 //!                           # model with its problems (each audited) before the task fails
 //!                           # as an invalid plan; 0 to 10, default 3

@@ -1,4 +1,5 @@
-//! The simple knobs of a model run: `--base-url` and `--model` on `strata run` (and `exec`),
+//! The simple knobs of a model run: `--base-url`, `--model` and `--small-model` on `strata run`
+//! (and `exec`),
 //! without a team file too; `$OPENAI_BASE_URL` and `$OPENAI_API_KEY` read as the official OpenAI
 //! clients read them (`--base-url`, else the team file's `base_url`, else the variable, else
 //! OpenAI's API; the key from `api_key_env`, else `OPENAI_API_KEY` for a server the user
@@ -125,6 +126,62 @@ fn the_flags_run_a_plan_without_a_team_file_on_a_loopback_server_without_a_key()
     let info = run_info(&s);
     assert_eq!((&info["reasoner"], &info["base_url"]), (&"openai".into(), &url.clone().into()));
     assert_eq!(info["model"], "fake-model");
+}
+
+/// The names of the tools each model call of `server` offered.
+fn offered_tools(server: &FakeLlm) -> Vec<Vec<String>> {
+    server
+        .calls()
+        .iter()
+        .map(|r| {
+            let body = r.json();
+            body["tools"]
+                .as_array()
+                .map(|tools| {
+                    tools
+                        .iter()
+                        .filter_map(|t| t["function"]["name"].as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+#[test]
+fn small_model_gives_every_server_agent_the_narrow_tool_loop_and_resume_keeps_it() {
+    let url_of = |server: &FakeLlm| server.openai_url();
+    // Without the flag, an executor is offered all its tools.
+    let wide = FakeLlm::start(Mode::Sensible);
+    let s = scratch();
+    let flags = ["--reasoner", "openai", "--base-url", &url_of(&wide), "--model", "fake-model"];
+    succeeded(&s, &strata(&s, &run_args(&flags), &[]));
+    assert!(
+        offered_tools(&wide).iter().any(|names| names.len() > 2),
+        "without --small-model no call offered more than the step's tool: {:?}",
+        offered_tools(&wide)
+    );
+    assert_eq!(run_info(&s).get("small_model"), None, "recorded though not given");
+
+    // With it: only the step's own tool and `finish_subtask`, and run.json keeps it.
+    let narrow = FakeLlm::start(Mode::Sensible);
+    let s = scratch();
+    let url = url_of(&narrow);
+    let mut flags = vec!["--reasoner", "openai", "--base-url", &url, "--model", "fake-model"];
+    flags.push("--small-model");
+    succeeded(&s, &strata(&s, &run_args(&flags), &[]));
+    let offered = offered_tools(&narrow);
+    assert!(offered.iter().any(|names| !names.is_empty()), "no tool was offered: {offered:?}");
+    for names in &offered {
+        assert!(names.len() <= 2, "--small-model offered {names:?}");
+    }
+    assert_eq!(run_info(&s)["small_model"], true);
+
+    // A flag no agent would use is refused, not ignored.
+    let s = scratch();
+    let out = strata(&s, &run_args(&["--small-model"]), &[]);
+    out.bad_input(&["--small-model", "no agent reasons with a model server"]);
+    refused_before_anything(&s, &out, None);
 }
 
 #[test]

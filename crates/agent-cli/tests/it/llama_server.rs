@@ -119,27 +119,9 @@ impl Drop for LlamaServer {
 fn the_hello_plan_runs_through_llama_cpp_python_which_takes_json_object_only() {
     let server = LlamaServer::start("gemma-3-270m");
     let s = Scratch::with_example();
-    // Greedy decoding (temperature 0 on every agent), as the embedded model decodes: the
-    // answers are the model's most likely ones, the same on every run.
-    let team: String = s
-        .read("team.toml")
-        .lines()
-        .map(|line| {
-            if line.starts_with("id = ") {
-                format!("{line}\ntemperature = 0.0\n")
-            } else {
-                format!("{line}\n")
-            }
-        })
-        .collect();
-    // The server and model come from the command line (`--base-url`, `--model`), as the README
-    // shows; the team file says only that the model is small (the README's `small_model`).
-    let team = team.replace(
-        "kind = \"rule-based\"",
-        "kind = \"rule-based\"\nsmall_model = true\nmax_tokens = 256",
-    );
-    // The model runs on the CPU beside the other tests: a call may take a while.
-    s.write("team.toml", &format!("{team}\n[timeouts]\nturn_ms = 600000\nreasoning_ms = 600000\n"));
+    // The README's settings for a small model behind a server: `--reasoner openai`,
+    // `--base-url`, `--model` and `--small-model` (which also decodes greedily), nothing in
+    // the team file, no raised limits.
     let base_url = server.base_url();
     let args = [
         "run",
@@ -152,8 +134,9 @@ fn the_hello_plan_runs_through_llama_cpp_python_which_takes_json_object_only() {
         &base_url,
         "--model",
         "gemma-3-270m",
+        "--small-model",
         "--heartbeat",
-        "1s",
+        "250ms",
         "--data",
         "D",
         "--workspace",

@@ -175,6 +175,9 @@ impl Engine<'_> {
         }
 
         let mut output: Vec<u8> = Vec::new();
+        // A text answer continuing an opened code fence ends where it closes.
+        let fenced = prompt::opens_fence(request);
+        let mut written: Vec<i32> = Vec::new();
         let mut generated = 0_usize;
         let mut piece = Vec::new();
         let mut checks = [0_usize; 3];
@@ -195,6 +198,8 @@ impl Engine<'_> {
                     closed += 1;
                     (token, Checked::Top)
                 }
+                // A text answer is picked with its repeats penalised (see `dry`).
+                None if !answer.is_json() => (pick_text(logits, &written), Checked::Top),
                 None => pick(logits, grammar.as_mut())?,
             };
             checks[checked as usize] += 1;
@@ -205,6 +210,7 @@ impl Engine<'_> {
                 grammar.try_accept(token).map_err(|e| format!("grammar: {e}"))?;
             }
             generated += 1;
+            written.push(token.0);
             if let Some(progress) = progress {
                 progress.add_tokens(1);
             }
@@ -218,7 +224,12 @@ impl Engine<'_> {
                 {
                     break;
                 }
-            } else if prompt::text_stop(&String::from_utf8_lossy(tail(&output, 32))).is_some() {
+            } else if prompt::text_stop(&String::from_utf8_lossy(tail(&output, 32)), false)
+                .is_some()
+                || (fenced
+                    && (output.starts_with(b"```")
+                        || String::from_utf8_lossy(tail(&output, 32)).contains("\n```")))
+            {
                 break;
             }
             if generated == limit {
@@ -245,7 +256,7 @@ impl Engine<'_> {
         );
         let text = String::from_utf8_lossy(&output);
         let (text, tool_calls) =
-            prompt::interpret(&answer, &text, || format!("local-{}", job.call))?;
+            prompt::interpret(&answer, &text, fenced, || format!("local-{}", job.call))?;
         Ok(ChatResponse {
             text,
             tool_calls,
@@ -267,6 +278,7 @@ impl Engine<'_> {
             let text = prompt::render(request, dropped);
             let tokens = vocab.tokenize(text.as_bytes(), true, false);
             if tokens.len() <= budget {
+                tracing::trace!(prompt = %text, tokens = tokens.len(), "local model prompt");
                 if dropped > 0 {
                     tracing::debug!(
                         dropped,
@@ -355,6 +367,18 @@ fn pick(
     best_allowed(grammar, logits.iter().copied().enumerate().collect())
         .map(|id| (token(id), Checked::All))
         .ok_or_else(|| "the grammar allows no token here".to_owned())
+}
+
+/// The most likely token of a free-text answer once the answer's repeats are penalised
+/// ([`super::dry::penalties`] of `written`, the answer's tokens so far).
+fn pick_text(logits: &[f32], written: &[i32]) -> LlamaToken {
+    let penalties = super::dry::penalties(written);
+    let penalised = |id: usize, logit: f32| {
+        let own = i32::try_from(id).ok();
+        logit - penalties.iter().find(|(t, _)| Some(*t) == own).map_or(0.0, |(_, p)| *p)
+    };
+    let best = argmax(logits.iter().enumerate().map(|(id, &logit)| (id, penalised(id, logit))));
+    token(best.map_or(0, |(id, _)| id))
 }
 
 /// Whether the grammar allows `token` next.

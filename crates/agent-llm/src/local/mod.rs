@@ -2,6 +2,7 @@
 //! default) in this process with llama.cpp, on a thread of its own.
 
 mod closing;
+mod dry;
 mod engine;
 mod prompt;
 #[cfg(test)]

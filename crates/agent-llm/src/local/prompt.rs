@@ -17,8 +17,9 @@
 //! Answer as JSON:
 //! ```
 //!
-//! A text request ends with `Assistant:` instead, and its answer stops where the model starts a
-//! new labelled line.
+//! A text request ends with `Assistant:` instead (or, when its last message is the assistant's
+//! own text, with `Assistant: <that text>`, which the answer continues), and its answer stops
+//! where the model starts a new labelled line.
 
 use std::fmt::Write as _;
 
@@ -110,10 +111,17 @@ pub(crate) fn render(request: &ChatRequest, dropped: usize) -> String {
     if keep_from > 0 {
         let _ = writeln!(out, "(The {keep_from} oldest messages are left out.)");
     }
-    for message in &request.messages[keep_from..] {
+    // A text answer whose request ends with the assistant's own words continues them.
+    let start = prefill(request).filter(|_| answer == Answer::Text);
+    let end = request.messages.len() - usize::from(start.is_some());
+    for message in &request.messages[keep_from.min(end)..end] {
         render_message(&mut out, request, message);
     }
     match &answer {
+        Answer::Text if start.is_some() => {
+            out.push_str("\nAssistant: ");
+            out.push_str(start.unwrap_or_default());
+        }
         Answer::Text => out.push_str("\nAssistant:"),
         Answer::Json => {
             if let ResponseFormat::Json { schema, .. } = &request.response {
@@ -125,6 +133,17 @@ pub(crate) fn render(request: &ChatRequest, dropped: usize) -> String {
         Answer::Tools { .. } => out.push_str("\nAnswer as JSON:\n"),
     }
     out
+}
+
+/// The start of the answer, when the request's last message is the assistant's own text (no
+/// tool calls): a text answer continues it (the answer holds what follows, not the start).
+pub(crate) fn prefill(request: &ChatRequest) -> Option<&str> {
+    request
+        .messages
+        .last()
+        .filter(|m| m.role == Role::Assistant && m.tool_calls.is_empty())
+        .map(|m| m.content.trim_start())
+        .filter(|c| !c.is_empty())
 }
 
 /// Longest string the grammar lets the model write where the schema sets no `maxLength`.
@@ -278,21 +297,36 @@ pub(crate) fn json_complete(text: &str) -> bool {
         && serde_json::from_str::<serde::de::IgnoredAny>(trimmed).is_ok()
 }
 
-/// Where a text answer stops: the byte offset of the first stop line, if any.
-pub(crate) fn text_stop(text: &str) -> Option<usize> {
-    STOPS.iter().filter_map(|stop| text.find(stop)).min()
+/// Where a text answer stops: the byte offset of the first stop line, if any; with `fenced`
+/// (the answer continues a code fence its start opened, see [`opens_fence`]), also where a
+/// line closes the fence.
+pub(crate) fn text_stop(text: &str, fenced: bool) -> Option<usize> {
+    let fence = fenced
+        .then(|| if text.starts_with("```") { Some(0) } else { text.find("\n```") })
+        .flatten();
+    STOPS.iter().filter_map(|stop| text.find(stop)).chain(fence).min()
+}
+
+/// Whether a text answer continues an open code fence: the request's [`prefill`] opened one
+/// (it holds an odd number of fence lines).
+pub(crate) fn opens_fence(request: &ChatRequest) -> bool {
+    prefill(request).is_some_and(|start| {
+        start.lines().filter(|l| l.trim_start().starts_with("```")).count() % 2 == 1
+    })
 }
 
 /// What the model's output means: the answer text and tool calls. `call_id` names a tool call.
-/// Errors say what is wrong with the output (cut off by the token limit, typically).
+/// Errors say what is wrong with the output (cut off by the token limit, typically). `fenced`:
+/// see [`text_stop`].
 pub(crate) fn interpret(
     answer: &Answer,
     output: &str,
+    fenced: bool,
     call_id: impl FnOnce() -> String,
 ) -> Result<(String, Vec<ProviderToolCall>), String> {
     match answer {
         Answer::Text => {
-            let end = text_stop(output).unwrap_or(output.len());
+            let end = text_stop(output, fenced).unwrap_or(output.len());
             Ok((output[..end].trim().to_owned(), Vec::new()))
         }
         Answer::Json => Ok((output.trim().to_owned(), Vec::new())),

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use super::prompt::{
     Answer, MAX_ARRAY_ITEMS, MAX_STRING_CHARS, answer_schema, bounded, interpret, json_complete,
-    render, text_stop,
+    opens_fence, render, text_stop,
 };
 use crate::provider::{ChatMessage, ChatRequest, ProviderToolCall, ResponseFormat, ToolSpec};
 
@@ -61,9 +61,42 @@ fn a_text_request_ends_with_the_assistant_label_and_stops_at_the_next_turn() {
     assert_eq!(Answer::of(&request), Answer::Text);
     assert_eq!(answer_schema(&request, false), None);
     let output = " Hello there.\nUser: and then";
-    assert_eq!(text_stop(output), Some(13));
-    let (text, calls) = interpret(&Answer::Text, output, || unreachable!()).unwrap();
+    assert_eq!(text_stop(output, false), Some(13));
+    let (text, calls) = interpret(&Answer::Text, output, false, || unreachable!()).unwrap();
     assert_eq!((text.as_str(), calls.len()), ("Hello there.", 0));
+}
+
+#[test]
+fn a_text_request_ending_with_the_assistant_s_words_continues_them() {
+    let request = ChatRequest {
+        messages: vec![
+            ChatMessage::user("Write a.py."),
+            ChatMessage::assistant("Here is a.py:\n\n```python\n"),
+        ],
+        ..ChatRequest::default()
+    };
+    assert_eq!(render(&request, 0), "User: Write a.py.\n\nAssistant: Here is a.py:\n\n```python\n");
+    // It continues the fence the start opened, and ends where the model closes it.
+    assert!(opens_fence(&request));
+    let output = "def f():\n    return 1\n```\nThat is all.";
+    assert_eq!(text_stop(output, true), Some(21));
+    assert_eq!(text_stop(output, false), None);
+    assert_eq!(text_stop("```\n", true), Some(0), "an empty file");
+    let (text, _) = interpret(&Answer::Text, output, true, || unreachable!()).unwrap();
+    assert_eq!(text, "def f():\n    return 1");
+    // A JSON request does not continue it: the assistant's words are history there.
+    let mut json = request.clone();
+    json.response = json_request().response;
+    assert!(render(&json, 0).contains("Assistant: Here is a.py:\n"), "{}", render(&json, 0));
+    assert!(render(&json, 0).ends_with("Answer as JSON:\n"));
+    // An assistant's tool call is not words to continue.
+    let mut called = request.clone();
+    called.messages[1].tool_calls.push(ProviderToolCall {
+        id: "c".into(),
+        name: "t".into(),
+        arguments: "{}".into(),
+    });
+    assert!(render(&called, 0).ends_with("\nAssistant:"), "{}", render(&called, 0));
 }
 
 #[test]
@@ -129,8 +162,10 @@ fn tool_schemas_put_the_tool_first_and_offer_an_answer_when_no_tool_is_required(
 fn tool_output_becomes_a_call_or_an_answer() {
     let required = Answer::Tools { required: true, json_answer: false };
     let (text, calls) =
-        interpret(&required, r#"{"tool": "a", "arguments": {"x": 2}}"#, || "local-7".to_owned())
-            .unwrap();
+        interpret(&required, r#"{"tool": "a", "arguments": {"x": 2}}"#, false, || {
+            "local-7".to_owned()
+        })
+        .unwrap();
     assert_eq!(text, "");
     assert_eq!(
         calls,
@@ -143,14 +178,14 @@ fn tool_output_becomes_a_call_or_an_answer() {
 
     let text_answer = Answer::Tools { required: false, json_answer: false };
     let (text, calls) =
-        interpret(&text_answer, r#"{"answer": "done"}"#, || unreachable!()).unwrap();
+        interpret(&text_answer, r#"{"answer": "done"}"#, false, || unreachable!()).unwrap();
     assert_eq!((text.as_str(), calls.len()), ("done", 0));
     let json_answer = Answer::Tools { required: false, json_answer: true };
     let (text, _) =
-        interpret(&json_answer, r#"{"answer": {"ok": true}}"#, || unreachable!()).unwrap();
+        interpret(&json_answer, r#"{"answer": {"ok": true}}"#, false, || unreachable!()).unwrap();
     assert_eq!(text, r#"{"ok":true}"#);
 
-    let cut = interpret(&required, r#"{"tool": "a", "argu"#, || unreachable!()).unwrap_err();
+    let cut = interpret(&required, r#"{"tool": "a", "argu"#, false, || unreachable!()).unwrap_err();
     assert!(cut.contains("not complete JSON"), "{cut}");
 }
 
