@@ -4,9 +4,9 @@
 //! private team file, no raised limits), on one of two backends:
 //!
 //! - **embedded**: `--reasoner local`, Gemma 3 270M on llama.cpp in the strata process;
-//! - **server**: `--reasoner openai --base-url URL --model NAME` against llama-cpp-python's
-//!   OpenAI-compatible server (the one `cargo xtask setup` installs) serving the same GGUF
-//!   file on loopback.
+//! - **server**: `--reasoner openai --base-url URL --model NAME --small-model` (the README's
+//!   flag for a small model behind a server) against llama-cpp-python's OpenAI-compatible
+//!   server (the one `cargo xtask setup` installs) serving the same GGUF file on loopback.
 //!
 //! and one of three tasks:
 //!
@@ -556,8 +556,9 @@ fn section(table: &str, rows: &[(Backend, Task, Vec<Outcome>)]) -> String {
     let mut out = format!(
         "## Teams driven by a model\n\nMeasured by `cargo xtask bench --models` on {cores} cores: \
          each task 10 times per backend, with the README's settings only (`--reasoner local`; \
-         `--reasoner openai --base-url URL --model {SERVER_MODEL}` against llama-cpp-python \
-         {}'s server on loopback), the same Gemma 3 270M Q4_K_M file, greedy decoding. Wall \
+         `--reasoner openai --base-url URL --model {SERVER_MODEL} --small-model` against \
+         llama-cpp-python {}'s server on loopback), the same Gemma 3 270M Q4_K_M file, greedy \
+         decoding (so the 10 runs of a task differ only by timing). Wall \
          time is the whole `strata run`, start-up and model load included.\n\n{table}\n",
         crate::pyenv::LLAMA_CPP_PYTHON
     );
