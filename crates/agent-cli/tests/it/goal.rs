@@ -101,8 +101,11 @@ fn a_plan_file_and_goal_are_one_or_the_other() {
 const GOAL_TEAM: &str = include_str!("../../../../examples/goal/team.toml");
 const GOAL_TEXT: &str = include_str!("../../../../examples/goal/goal.txt");
 
-/// The key the tests put in the variable the example's `api_key_env` names.
+/// The key the fake model wants, in the variable [`KEY_VAR`] the tests' team file names.
 const KEY: &str = "sk-goal-5d3f0a-not-a-real-key";
+
+/// The variable the tests' copy of the example names with `api_key_env`.
+const KEY_VAR: &str = "STRATA_GOAL_TEST_KEY";
 
 /// The agents the scenario spawns (id, spawner, role): the two leads the plan names, created
 /// by the proposing power, and the workers the leads spawn.
@@ -224,13 +227,15 @@ impl GoalExample {
         };
         let served = setting(GOAL_TEAM, "model");
         let model = runtime.block_on(FakeModel::start_with_key(served, KEY, handler)).unwrap();
-        // Only `base_url` changes: everything else is the example as shipped.
+        // Only `base_url` changes, and the fake model's key is named (`api_key_env`, a server
+        // the file names gets a key only so): everything else is the example as shipped.
         let shipped = format!("base_url = \"{}\"", setting(GOAL_TEAM, "base_url"));
-        let team = GOAL_TEAM.replacen(&shipped, &format!("base_url = \"{}\"", model.url()), 1);
+        let ours = format!("base_url = \"{}\"\napi_key_env = \"{KEY_VAR}\"", model.url());
+        let team = GOAL_TEAM.replacen(&shipped, &ours, 1);
         assert_ne!(team, GOAL_TEAM, "the example's base_url line was not replaced");
         let s = Scratch::new();
         s.write("team.toml", &team);
-        Self { s, model, hold, key_var: setting(GOAL_TEAM, "api_key_env"), _runtime: runtime }
+        Self { s, model, hold, key_var: KEY_VAR.to_owned(), _runtime: runtime }
     }
 
     /// `strata ARGS` with the key in the variable the team file names.
