@@ -565,8 +565,8 @@ fn section(table: &str, rows: &[(Backend, Task, Vec<Outcome>)]) -> String {
     let failures: Vec<String> = rows
         .iter()
         .flat_map(|(backend, task, outcomes)| {
-            outcomes.iter().enumerate().filter(|(_, o)| !o.ok).map(move |(i, o)| {
-                format!("- {} {} run {}: {}", backend.name(), task.name(), i + 1, o.reason)
+            failed_runs(outcomes).into_iter().map(move |(runs, reason)| {
+                format!("- {} {} {runs}: {reason}", backend.name(), task.name())
             })
         })
         .collect();
@@ -578,6 +578,26 @@ fn section(table: &str, rows: &[(Backend, Task, Vec<Outcome>)]) -> String {
         out.push('\n');
     }
     out
+}
+
+/// The failed runs of one row grouped by reason, in the order each reason first failed a run:
+/// (`run 3` or `runs 1, 2, 4`, the reason).
+pub(crate) fn failed_runs(outcomes: &[Outcome]) -> Vec<(String, String)> {
+    let mut groups: Vec<(Vec<usize>, &str)> = Vec::new();
+    for (i, o) in outcomes.iter().enumerate().filter(|(_, o)| !o.ok) {
+        match groups.iter_mut().find(|(_, reason)| *reason == o.reason) {
+            Some((runs, _)) => runs.push(i + 1),
+            None => groups.push((vec![i + 1], &o.reason)),
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(runs, reason)| {
+            let numbers: Vec<String> = runs.iter().map(ToString::to_string).collect();
+            let label = if runs.len() == 1 { "run" } else { "runs" };
+            (format!("{label} {}", numbers.join(", ")), reason.to_owned())
+        })
+        .collect()
 }
 
 /// `BENCHMARKS.md` with `section` between the markers: replaced when they are there, appended
@@ -597,6 +617,20 @@ pub(crate) fn update_document(existing: Option<&str>, section: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn failed_runs_are_grouped_by_reason() {
+        let run =
+            |ok: bool, reason: &str| Outcome { ok, reason: reason.into(), ..Outcome::default() };
+        let outcomes =
+            [run(false, "a"), run(true, ""), run(false, "b"), run(false, "a"), run(false, "b")];
+        assert_eq!(
+            failed_runs(&outcomes),
+            [("runs 1, 4".to_owned(), "a".to_owned()), ("runs 3, 5".to_owned(), "b".to_owned())]
+        );
+        assert_eq!(failed_runs(&outcomes[1..3]), [("run 2".to_owned(), "b".to_owned())]);
+        assert!(failed_runs(&outcomes[1..2]).is_empty());
+    }
 
     #[test]
     fn a_todo_needs_three_listed_tasks() {
