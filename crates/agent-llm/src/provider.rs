@@ -58,6 +58,14 @@ pub trait Provider: Send + Sync + 'static {
     fn structured_choice(&self) -> Option<crate::ModeChoice> {
         None
     }
+
+    /// Whether a text request whose last message is the assistant's own text is answered by
+    /// continuing that text (a prefill), as the embedded model does. Default `false`: a chat
+    /// server closes the assistant's turn and answers anew (llama-cpp-python's Gemma template
+    /// then answered a `Here is PATH:` prefill with nothing).
+    fn continues_assistant(&self) -> bool {
+        false
+    }
 }
 
 /// One request: system prompt, conversation, optional tools, and the expected answer shape.

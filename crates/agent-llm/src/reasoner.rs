@@ -682,14 +682,25 @@ impl LlmReasoner {
         let path = args.get("path").and_then(Value::as_str).unwrap_or("the file").to_owned();
         // The task and the file only: the step's acceptance is about the whole step (its
         // tests pass, say), not about this file's content.
-        let instruction =
+        let mut instruction =
             format!("Task: {}\nWrite the complete content of {path}.", step.description.trim());
-        // The answer starts as a file shown in a reply does: a base model continues it with
-        // the file (asked to "write the content", the 270M model repeated the request).
-        let start = format!("Here is {path}:\n\n```{}\n", fence_language(&path));
+        let language = fence_language(&path);
+        let mut messages = Vec::new();
+        if self.provider.continues_assistant() {
+            // The answer starts as a file shown in a reply does: a base model continues it
+            // with the file (asked to "write the content", the 270M model repeated the request).
+            messages.push(ChatMessage::user(instruction));
+            messages.push(ChatMessage::assistant(format!("Here is {path}:\n\n```{language}\n")));
+        } else {
+            let _ = write!(
+                instruction,
+                " Answer with the file's content alone, in one ```{language} code block."
+            );
+            messages.push(ChatMessage::user(instruction));
+        }
         let request = ChatRequest {
             system: self.context(who, 0).await,
-            messages: vec![ChatMessage::user(instruction), ChatMessage::assistant(start)],
+            messages,
             tools: Vec::new(),
             require_tool: false,
             response: ResponseFormat::Text,
@@ -697,7 +708,8 @@ impl LlmReasoner {
             temperature: who.config.temperature.or(self.settings.temperature),
         };
         let response = self.call(who, &request, false).await?;
-        args.insert(TEXT_BODY.to_owned(), Value::String(file_text(&response.text)));
+        let continued = self.provider.continues_assistant();
+        args.insert(TEXT_BODY.to_owned(), Value::String(file_text(&response.text, continued)));
         Ok(NextAction::Call(call))
     }
 
@@ -1263,22 +1275,22 @@ fn fence_language(path: &str) -> &'static str {
     }
 }
 
-/// A file's content as a model wrote it after the opening of a code fence (or, from a server
-/// that answers anew, with its own fence around it): up to the closing fence, without the
-/// fence, ending with one newline.
-fn file_text(text: &str) -> String {
-    let mut body = text.trim_end();
-    if let Some(rest) = body.trim_start().strip_prefix("```") {
-        body = rest.split_once('\n').map_or("", |(_, b)| b);
-    }
-    let mut kept: Vec<&str> = Vec::new();
-    for line in body.lines() {
-        if line.trim_end() == "```" {
-            break;
+/// A file's content as a model wrote it, ending with one newline. `continued`: the text
+/// continues an opened code fence (a prefill), so it ends at the first fence line; otherwise
+/// a model that answered anew put the file in a code block (perhaps after a remark), whose
+/// content is taken, or wrote the file bare.
+fn file_text(text: &str, continued: bool) -> String {
+    let is_fence = |line: &str| line.trim_start().starts_with("```");
+    let lines: Vec<&str> = text.lines().collect();
+    let body: &[&str] = match lines.iter().position(|l| is_fence(l)) {
+        Some(close) if continued => &lines[..close],
+        Some(open) => {
+            let rest = &lines[open + 1..];
+            &rest[..rest.iter().position(|l| is_fence(l)).unwrap_or(rest.len())]
         }
-        kept.push(line);
-    }
-    let mut out = kept.join("\n").trim_matches('\n').to_owned();
+        None => &lines,
+    };
+    let mut out = body.join("\n").trim_matches('\n').trim_end().to_owned();
     out.push('\n');
     out
 }
@@ -1746,15 +1758,16 @@ mod small_model_tests {
 
     #[test]
     fn a_file_s_text_loses_a_fence_around_it_and_ends_with_one_newline() {
-        assert_eq!(file_text("- a\n- b"), "- a\n- b\n");
-        assert_eq!(file_text("\n```markdown\n# Todo\n- a\n```\n"), "# Todo\n- a\n");
-        assert_eq!(file_text("```\nprint(1)\n"), "print(1)\n", "an unclosed fence");
-        assert_eq!(file_text("a ``` b"), "a ``` b\n", "a fence inside is kept");
-        // The continuation of an opened fence: up to the closing one, remarks after it gone.
-        assert_eq!(
-            file_text("def f():\n    return 1\n```\n\nThis is f."),
-            "def f():\n    return 1\n"
-        );
+        // Answered anew: the code block's content, after a remark too; bare text as it is.
+        assert_eq!(file_text("- a\n- b", false), "- a\n- b\n");
+        assert_eq!(file_text("\n```markdown\n# Todo\n- a\n```\n", false), "# Todo\n- a\n");
+        assert_eq!(file_text("Here it is:\n```python\nx = 1\n```\nDone.", false), "x = 1\n");
+        assert_eq!(file_text("```\nprint(1)\n", false), "print(1)\n", "an unclosed fence");
+        assert_eq!(file_text("a ``` b", false), "a ``` b\n", "a fence inside a line is kept");
+        // Continuing an opened fence: up to the closing one, remarks after it gone.
+        let continued = "def f():\n    return 1\n```\n\nThis is f.";
+        assert_eq!(file_text(continued, true), "def f():\n    return 1\n");
+        assert_eq!(file_text("- a\n- b", true), "- a\n- b\n");
         assert_eq!(fence_language("notes/todo.md"), "markdown");
         assert_eq!(fence_language("wordcount.py"), "python");
         assert_eq!(fence_language("Makefile"), "");

@@ -210,6 +210,10 @@ impl Provider for LocalProvider {
         &self.model
     }
 
+    fn continues_assistant(&self) -> bool {
+        true
+    }
+
     async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, ProviderError> {
         let call = self.calls.fetch_add(1, Ordering::Relaxed) + 1;
         let (reply, answer) = oneshot::channel();

@@ -1656,6 +1656,49 @@ async fn next_action_offers_the_tools_the_persona_holds_with_the_supervisor_tool
     assert!(repair.contains("`task_prompt`: required property is missing"), "{repair}");
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_small_model_names_the_file_and_writes_its_content_as_text_in_a_second_call() {
+    // The model names the path only (its schema has no `content`); the content comes from a
+    // text call, which a chat server answers anew, here in a code block after a remark.
+    let rig = rig(MockProvider::queue([
+        tool_call("w1", "write_file", r#"{"path": "README.md"}"#),
+        crate::mock::text("Here it is:\n```markdown\n# Word count\n\nRun it.\n```\nDone.", 9, 9),
+    ]));
+    let agent = Agent::new("writer-1", AgentLayer::Bottom);
+    let held = vec!["write_file".to_owned()];
+    let who =
+        Persona { config: &agent.config, system_prompt: &agent.prompt, tools: &held, roles: &[] };
+    let reasoner =
+        LlmReasoner::new(rig.provider.clone(), rig.ledger.clone(), rig.conversations.clone())
+            .with_tools(&ToolRegistry::with_builtins())
+            .with_settings(LlmSettings { planned_arguments_only: true, ..LlmSettings::default() });
+    let action = reasoner.next_action(who, &goal_subtask("a README"), &[]).await.unwrap();
+    assert_eq!(
+        action,
+        NextAction::Call(ToolCall {
+            tool: "write_file".into(),
+            args: json!({"path": "README.md", "content": "# Word count\n\nRun it.\n"})
+        })
+    );
+    let requests = rig.provider.requests();
+    assert_eq!(requests.len(), 2, "the call, then its content");
+    let write = requests[0].tools.iter().find(|t| t.name == "write_file").unwrap();
+    assert_eq!(write.parameters["properties"].get("content"), None, "{}", write.parameters);
+    assert_eq!(write.parameters["properties"]["path"]["enum"], json!(["README.md"]));
+    // The content's question: text, no tools, the task and the file; a server is not given
+    // the assistant's words to continue (it would answer anew, with nothing).
+    let body = &requests[1];
+    assert!(body.tools.is_empty());
+    assert_eq!(body.response, ResponseFormat::Text);
+    assert_eq!(body.messages.len(), 1, "{:?}", body.messages);
+    let asked = &body.messages[0].content;
+    assert!(asked.contains("Write README.md"), "{asked}");
+    assert!(asked.contains("Write the complete content of README.md."), "{asked}");
+    assert!(asked.contains("```markdown code block"), "{asked}");
+    // Both calls are the agent's: counted in the ledger.
+    assert_eq!(rig.ledger.report().total.calls, 2);
+}
+
 fn rig_again_with(answers: impl IntoIterator<Item = crate::mock::Answer>) -> Rig {
     rig(MockProvider::queue(answers))
 }
