@@ -698,19 +698,25 @@ impl LlmReasoner {
             );
             messages.push(ChatMessage::user(instruction));
         }
-        let request = ChatRequest {
-            system: self.context(who, 0).await,
+        let request = self.writing(who, self.context(who, 0).await, messages);
+        let response = self.call(who, &request, false).await?;
+        let continued = self.provider.continues_assistant();
+        args.insert(TEXT_BODY.to_owned(), Value::String(file_text(&response.text, continued)));
+        Ok(NextAction::Call(call))
+    }
+
+    /// A request for a text to write (a file's content, a composed text): no tools, free
+    /// text, the longer token limit of a plan.
+    fn writing(&self, who: Persona<'_>, system: String, messages: Vec<ChatMessage>) -> ChatRequest {
+        ChatRequest {
+            system,
             messages,
             tools: Vec::new(),
             require_tool: false,
             response: ResponseFormat::Text,
             max_tokens: self.settings.max_tokens.max(self.settings.plan_max_tokens),
             temperature: who.config.temperature.or(self.settings.temperature),
-        };
-        let response = self.call(who, &request, false).await?;
-        let continued = self.provider.continues_assistant();
-        args.insert(TEXT_BODY.to_owned(), Value::String(file_text(&response.text, continued)));
-        Ok(NextAction::Call(call))
+        }
     }
 
     /// Checks a tool call the model made.
@@ -1235,15 +1241,7 @@ impl Reasoner for LlmReasoner {
         prompt.push_str("\n\nAnswer with the text itself, without remarks about it.");
         let mut system = self.context(who, 0).await;
         system.push_str("\n\nYou are asked to write a text: answer with the text, not JSON.");
-        let request = ChatRequest {
-            system,
-            messages: vec![ChatMessage::user(prompt)],
-            tools: Vec::new(),
-            require_tool: false,
-            response: ResponseFormat::Text,
-            max_tokens: self.settings.max_tokens.max(self.settings.plan_max_tokens),
-            temperature: who.config.temperature.or(self.settings.temperature),
-        };
+        let request = self.writing(who, system, vec![ChatMessage::user(prompt)]);
         let response = self.call(who, &request, false).await?;
         let text = response.text.trim();
         if text.is_empty() {
