@@ -61,8 +61,9 @@ pub trait Provider: Send + Sync + 'static {
 
     /// Whether a text request whose last message is the assistant's own text is answered by
     /// continuing that text (a prefill), as the embedded model does. Default `false`: a chat
-    /// server closes the assistant's turn and answers anew (llama-cpp-python's Gemma template
-    /// then answered a `Here is PATH:` prefill with nothing).
+    /// server closes the assistant's turn and answers anew (llama-cpp-python, formatting the
+    /// 270M base model's chat with a Llama-2 template, answered a `Here is PATH:` prefill
+    /// with nothing).
     fn continues_assistant(&self) -> bool {
         false
     }
