@@ -194,6 +194,20 @@ struct Reader {
     used: Instant,
 }
 
+impl Reader {
+    /// A reader of an inbox from its first message, with no consumer yet.
+    fn new() -> Self {
+        Self {
+            in_flight: VecDeque::new(),
+            released: VecDeque::new(),
+            consumer: None,
+            consumer_seq: 0,
+            next_seq: 1,
+            used: Instant::now(),
+        }
+    }
+}
+
 /// A message in an inbox and its stream sequence.
 struct Entry {
     seq: u64,
@@ -381,14 +395,7 @@ impl NatsBus {
             return Err(InboxError::NotAnInbox);
         }
         let subject = self.inbox_subject(inbox);
-        let mut reader = Reader {
-            in_flight: VecDeque::new(),
-            released: VecDeque::new(),
-            consumer: None,
-            consumer_seq: 0,
-            next_seq: 1,
-            used: Instant::now(),
-        };
+        let mut reader = Reader::new();
         let read = self.fetch(&subject, &mut reader, max).await;
         if let Some(consumer) = reader.consumer.take() {
             let name = consumer.cached_info().name.clone();
@@ -438,16 +445,11 @@ impl NatsBus {
     /// The reader of the inbox at `subject`.
     fn reader(&self, subject: &str) -> Arc<tokio::sync::Mutex<Reader>> {
         let mut readers = lock(&self.readers);
-        Arc::clone(readers.entry(subject.to_owned()).or_insert_with(|| {
-            Arc::new(tokio::sync::Mutex::new(Reader {
-                in_flight: VecDeque::new(),
-                released: VecDeque::new(),
-                consumer: None,
-                consumer_seq: 0,
-                next_seq: 1,
-                used: Instant::now(),
-            }))
-        }))
+        Arc::clone(
+            readers
+                .entry(subject.to_owned())
+                .or_insert_with(|| Arc::new(tokio::sync::Mutex::new(Reader::new()))),
+        )
     }
 
     /// The subject of the inbox `address` names, for reading: `system` or a registered agent.

@@ -101,6 +101,15 @@ fn msg(n: u128, from: impl Into<Address>, to: impl Into<Address>) -> Message {
     )
 }
 
+/// The bus on `store`, with `agents` registered.
+async fn registered<const N: usize>(store: &NatsStore, agents: [&AgentId; N]) -> NatsBus {
+    let bus = NatsBus::open(store).await.unwrap();
+    for agent in agents {
+        bus.register(agent).await.unwrap();
+    }
+    bus
+}
+
 fn ids(messages: &[Message]) -> Vec<MessageId> {
     messages.iter().map(|m| m.id).collect()
 }
@@ -191,9 +200,7 @@ fn acknowledged_messages_stay_deleted_when_the_server_is_killed() {
     let inbox = Address::from(&worker);
     runtime().block_on(async {
         let store = NatsStore::connect(&server.url(), "killed").await.unwrap();
-        let bus = NatsBus::open(&store).await.unwrap();
-        bus.register(&lead).await.unwrap();
-        bus.register(&worker).await.unwrap();
+        let bus = registered(&store, [&lead, &worker]).await;
         for n in 1..=4 {
             bus.send(msg(n, &lead, &worker)).await.unwrap();
         }
@@ -224,9 +231,7 @@ fn acknowledging_a_message_deleted_already_is_harmless() {
     let inbox = Address::from(&worker);
     runtime().block_on(async {
         let store = namespaces.connect().await.unwrap();
-        let bus = NatsBus::open(&store).await.unwrap();
-        bus.register(&lead).await.unwrap();
-        bus.register(&worker).await.unwrap();
+        let bus = registered(&store, [&lead, &worker]).await;
         bus.send(msg(1, &lead, &worker)).await.unwrap();
         bus.send(msg(2, &lead, &worker)).await.unwrap();
         assert_eq!(bus.take(&inbox, 10).await.unwrap().len(), 2);
@@ -255,9 +260,7 @@ fn held_and_peek_show_every_inbox_and_change_nothing() {
     let inbox = Address::from(&worker);
     runtime().block_on(async {
         let store = namespaces.connect().await.unwrap();
-        let bus = NatsBus::open(&store).await.unwrap();
-        bus.register(&lead).await.unwrap();
-        bus.register(&worker).await.unwrap();
+        let bus = registered(&store, [&lead, &worker]).await;
         bus.send(msg(1, &lead, &worker)).await.unwrap();
         bus.send(msg(2, &lead, &worker)).await.unwrap();
         bus.send(msg(3, &lead, Address::System)).await.unwrap();
