@@ -224,12 +224,9 @@ impl Engine<'_> {
                 {
                     break;
                 }
-            } else if prompt::text_stop(&String::from_utf8_lossy(tail(&output, 32)), false)
-                .is_some()
-                || (fenced
-                    && (output.starts_with(b"```")
-                        || String::from_utf8_lossy(tail(&output, 32)).contains("\n```")))
-            {
+            } else if prompt::text_stop(&String::from_utf8_lossy(&output), fenced).is_some() {
+                // The same rule `interpret` cuts the answer by (the whole answer is a few
+                // kilobytes: scanning it is nothing beside a decoding step).
                 break;
             }
             if generated == limit {
@@ -278,7 +275,6 @@ impl Engine<'_> {
             let text = prompt::render(request, dropped);
             let tokens = vocab.tokenize(text.as_bytes(), true, false);
             if tokens.len() <= budget {
-                tracing::trace!(prompt = %text, tokens = tokens.len(), "local model prompt");
                 if dropped > 0 {
                     tracing::debug!(
                         dropped,
@@ -428,9 +424,4 @@ fn argmax(values: impl Iterator<Item = (usize, f32)>) -> Option<(usize, f32)> {
 
 fn token(id: usize) -> LlamaToken {
     LlamaToken::new(i32::try_from(id).unwrap_or(i32::MAX))
-}
-
-/// The last `n` bytes of `bytes`.
-fn tail(bytes: &[u8], n: usize) -> &[u8] {
-    &bytes[bytes.len().saturating_sub(n)..]
 }
