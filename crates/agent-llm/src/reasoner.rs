@@ -681,9 +681,14 @@ impl LlmReasoner {
         let step = &subtask.step;
         let path = args.get("path").and_then(Value::as_str).unwrap_or("the file").to_owned();
         // The task and the file only: the step's acceptance is about the whole step (its
-        // tests pass, say), not about this file's content.
+        // tests pass, say), not about this file's content, and a small model given it writes
+        // about it (with a lead's "It is done when: what the goal asks for is done" in the
+        // request, the 270M model wrote "This is a list of tasks for the project." as the
+        // whole todo list). A worker's task from a small model's lead carries the acceptance
+        // after [`DONE_WHEN`]: that part is left out too.
+        let task = step.description.split(DONE_WHEN).next().unwrap_or_default();
         let mut instruction =
-            format!("Task: {}\nWrite the complete content of {path}.", step.description.trim());
+            format!("Task: {}\nWrite the complete content of {path}.", task.trim());
         let language = fence_language(&path);
         let mut messages = Vec::new();
         if self.provider.continues_assistant() {
@@ -1427,7 +1432,8 @@ fn scripted_supervision(
         .unwrap_or(first_role);
     let mut task = step.description.clone();
     if !step.acceptance.trim().is_empty() {
-        task.push_str(&format!("\nIt is done when: {}", step.acceptance.trim()));
+        task.push_str(DONE_WHEN);
+        task.push_str(step.acceptance.trim());
     }
     Some(NextAction::Call(ToolCall {
         tool: SPAWN_AGENT.to_owned(),
@@ -1503,6 +1509,10 @@ fn pass_on(call: &ProviderToolCall, problem: &str) -> NextAction {
 /// ([`LlmReasoner::text_body`]), rather than inside its tool call's JSON: `write_file`'s
 /// `content` (and any tool's string property of that name).
 const TEXT_BODY: &str = "content";
+
+/// What separates a step's description from its acceptance in the task a small model's lead
+/// gives the worker it spawns ([`scripted_supervision`]).
+const DONE_WHEN: &str = "\nIt is done when: ";
 
 /// Whether a tool's `parameters` have a string [`TEXT_BODY`] property.
 fn has_text_body(parameters: &Value) -> bool {

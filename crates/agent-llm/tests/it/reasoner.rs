@@ -1672,7 +1672,11 @@ async fn a_small_model_names_the_file_and_writes_its_content_as_text_in_a_second
         LlmReasoner::new(rig.provider.clone(), rig.ledger.clone(), rig.conversations.clone())
             .with_tools(&ToolRegistry::with_builtins())
             .with_settings(LlmSettings { planned_arguments_only: true, ..LlmSettings::default() });
-    let action = reasoner.next_action(who, &goal_subtask("a README"), &[]).await.unwrap();
+    // The task as a small model's lead words it for the worker it spawns: the step, then
+    // when it is done.
+    let mut subtask = goal_subtask("");
+    subtask.step.description = "Write README.md\nIt is done when: what the goal asks for".into();
+    let action = reasoner.next_action(who, &subtask, &[]).await.unwrap();
     assert_eq!(
         action,
         NextAction::Call(ToolCall {
@@ -1693,6 +1697,10 @@ async fn a_small_model_names_the_file_and_writes_its_content_as_text_in_a_second
     assert_eq!(body.messages.len(), 1, "{:?}", body.messages);
     let asked = &body.messages[0].content;
     assert!(asked.contains("Write README.md"), "{asked}");
+    // Not when the step is done: that is about the whole step, and a small model writes it
+    // into the file.
+    assert!(!asked.contains("It is done when"), "{asked}");
+    assert!(!asked.contains("what the goal asks for"), "{asked}");
     assert!(asked.contains("Write the complete content of README.md."), "{asked}");
     assert!(asked.contains("```markdown code block"), "{asked}");
     // Both calls are the agent's: counted in the ledger.
