@@ -43,7 +43,10 @@
 //!
 //! In the tool loop, a call identical to the last one, which succeeded, is not repeated: the
 //! subtask finishes with that result (the loop guard; small models repeat themselves instead
-//! of finishing). The runtime also caps a subtask at `MAX_TOOL_CALLS_PER_SUBTASK` calls.
+//! of finishing). The runtime also caps a subtask at `MAX_TOOL_CALLS_PER_SUBTASK` calls. The
+//! subtask's earlier calls are fed back with each result's last
+//! [`LlmSettings::tool_output_chars`] characters and each string argument's first 1 000 (a
+//! file written is not sent whole again in every later prompt).
 //!
 //! The answer is checked against the schema and against the question (a vote names an option
 //! on the ballot, every step is placed once on an available executor, tool arguments match
@@ -1011,7 +1014,7 @@ impl Reasoner for LlmReasoner {
             call.tool_calls.push(ProviderToolCall {
                 id: id.clone(),
                 name: record.call.tool.clone(),
-                arguments: record.call.args.to_string(),
+                arguments: shortened(&record.call.args).to_string(),
             });
             request.messages.push(call);
             let status = if record.success { "ok" } else { "failed" };
@@ -1656,6 +1659,28 @@ fn estimate_tokens(request: &ChatRequest) -> u64 {
     (chars as u64).div_ceil(4)
 }
 
+/// Characters of each string argument of an earlier tool call shown back to the model.
+const ARGUMENT_CHARS: usize = 1_000;
+
+/// `args` as an earlier call is shown back to the model: each string longer than
+/// [`ARGUMENT_CHARS`] (a file's content, say) cut to its start and marked. The model wrote it;
+/// the whole of it again in every later prompt only fills the context (a small model's 8 KB
+/// todo list took a server's 4 096-token context past its limit on the next call).
+fn shortened(args: &Value) -> Value {
+    match args {
+        Value::String(s) if s.chars().count() > ARGUMENT_CHARS => {
+            let head: String = s.chars().take(ARGUMENT_CHARS).collect();
+            let rest = s.chars().count() - ARGUMENT_CHARS;
+            Value::String(format!("{head}[… {rest} more characters]"))
+        }
+        Value::Array(items) => Value::Array(items.iter().map(shortened).collect()),
+        Value::Object(map) => {
+            Value::Object(map.iter().map(|(k, v)| (k.clone(), shortened(v))).collect())
+        }
+        other => other.clone(),
+    }
+}
+
 /// The last `max` characters of `s` (at a character boundary), marked if cut.
 fn tail(s: &str, max: usize) -> String {
     let count = s.chars().count();
@@ -1779,6 +1804,17 @@ mod small_model_tests {
         assert_eq!(fence_language("notes/todo.md"), "markdown");
         assert_eq!(fence_language("wordcount.py"), "python");
         assert_eq!(fence_language("Makefile"), "");
+    }
+
+    #[test]
+    fn an_earlier_call_is_shown_with_its_long_arguments_cut() {
+        let long = "x".repeat(ARGUMENT_CHARS + 5);
+        let args = json!({"path": "a.md", "content": long, "n": 3, "list": [long]});
+        let shown = shortened(&args);
+        let cut = format!("{}[… 5 more characters]", "x".repeat(ARGUMENT_CHARS));
+        assert_eq!(shown, json!({"path": "a.md", "content": cut, "n": 3, "list": [cut]}));
+        let short = json!({"path": "a.md", "content": "x".repeat(ARGUMENT_CHARS)});
+        assert_eq!(shortened(&short), short, "an argument at the limit is shown whole");
     }
 
     #[test]

@@ -434,6 +434,35 @@ async fn a_repeat_of_the_last_successful_call_finishes_the_subtask_instead() {
     assert_eq!(action, NextAction::Call(ToolCall { tool: "write_file".into(), args }));
 }
 
+#[tokio::test(start_paused = true)]
+async fn an_earlier_write_is_fed_back_with_its_content_cut_but_a_repeat_is_still_one() {
+    // A file of 5 000 characters written: later prompts show its first 1 000, not all of it
+    // again (a small model's 8 KB file took a 4 096-token context past its limit).
+    let args = json!({"path": "a.txt", "content": "y".repeat(5_000)});
+    let done = ToolCallRecord {
+        call: ToolCall { tool: "write_file".into(), args: args.clone() },
+        success: true,
+        output: "wrote 5000 bytes".into(),
+        event: false,
+    };
+    let rig = rig_again(&args);
+    let agent = Agent::new("exec-w", AgentLayer::Bottom);
+    let action = rig
+        .reasoner
+        .next_action(agent.persona(), &subtask(), std::slice::from_ref(&done))
+        .await
+        .unwrap();
+    // The model asked for the whole call again: still the same call, still finished.
+    assert!(matches!(action, NextAction::Finish { success: true, .. }), "{action:?}");
+    let request = rig.provider.last();
+    let shown = request.messages.iter().flat_map(|m| &m.tool_calls).next().unwrap();
+    let shown: serde_json::Value = serde_json::from_str(&shown.arguments).unwrap();
+    assert_eq!(shown["path"], "a.txt");
+    let content = shown["content"].as_str().unwrap();
+    assert!(content.starts_with(&"y".repeat(1_000)), "{content}");
+    assert!(content.ends_with("[… 4000 more characters]"), "{content}");
+}
+
 fn rig_again(args: &serde_json::Value) -> Rig {
     rig(MockProvider::queue([tool_call("c2", "write_file", &args.to_string())]))
 }
