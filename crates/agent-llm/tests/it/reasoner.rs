@@ -403,19 +403,7 @@ async fn an_executor_is_offered_the_coding_tools_with_the_registrys_schemas() {
 #[tokio::test(start_paused = true)]
 async fn a_repeat_of_the_last_successful_call_finishes_the_subtask_instead() {
     let args = json!({"path": "a.txt", "content": "hi"});
-    let done = ToolCallRecord {
-        call: ToolCall { tool: "write_file".into(), args: args.clone() },
-        success: true,
-        output: "wrote 2 bytes".into(),
-        event: false,
-    };
-    let rig = rig(MockProvider::queue([tool_call("c2", "write_file", &args.to_string())]));
-    let agent = Agent::new("exec-w", AgentLayer::Bottom);
-    let action = rig
-        .reasoner
-        .next_action(agent.persona(), &subtask(), std::slice::from_ref(&done))
-        .await
-        .unwrap();
+    let (rig, done, action) = the_same_write_again(&args, "wrote 2 bytes").await;
     match action {
         NextAction::Finish { success: true, summary } => {
             assert!(summary.starts_with("wrote 2 bytes"), "{summary}");
@@ -430,8 +418,31 @@ async fn a_repeat_of_the_last_successful_call_finishes_the_subtask_instead() {
     // A failed call may be tried again as it was.
     let failed = ToolCallRecord { success: false, output: "disk full".into(), ..done };
     let rig = rig_again(&args);
+    let agent = Agent::new("exec-w", AgentLayer::Bottom);
     let action = rig.reasoner.next_action(agent.persona(), &subtask(), &[failed]).await.unwrap();
     assert_eq!(action, NextAction::Call(ToolCall { tool: "write_file".into(), args }));
+}
+
+/// A model that, after a successful `write_file` of `args`, asks for it again: the rig, the
+/// earlier call's record and the action returned.
+async fn the_same_write_again(
+    args: &serde_json::Value,
+    output: &str,
+) -> (Rig, ToolCallRecord, NextAction) {
+    let done = ToolCallRecord {
+        call: ToolCall { tool: "write_file".into(), args: args.clone() },
+        success: true,
+        output: output.into(),
+        event: false,
+    };
+    let rig = rig_again(args);
+    let agent = Agent::new("exec-w", AgentLayer::Bottom);
+    let action = rig
+        .reasoner
+        .next_action(agent.persona(), &subtask(), std::slice::from_ref(&done))
+        .await
+        .unwrap();
+    (rig, done, action)
 }
 
 #[tokio::test(start_paused = true)]
@@ -439,19 +450,7 @@ async fn an_earlier_write_is_fed_back_with_its_content_cut_but_a_repeat_is_still
     // A file of 5 000 characters written: later prompts show its first 1 000, not all of it
     // again (a small model's 8 KB file took a 4 096-token context past its limit).
     let args = json!({"path": "a.txt", "content": "y".repeat(5_000)});
-    let done = ToolCallRecord {
-        call: ToolCall { tool: "write_file".into(), args: args.clone() },
-        success: true,
-        output: "wrote 5000 bytes".into(),
-        event: false,
-    };
-    let rig = rig_again(&args);
-    let agent = Agent::new("exec-w", AgentLayer::Bottom);
-    let action = rig
-        .reasoner
-        .next_action(agent.persona(), &subtask(), std::slice::from_ref(&done))
-        .await
-        .unwrap();
+    let (rig, _, action) = the_same_write_again(&args, "wrote 5000 bytes").await;
     // The model asked for the whole call again: still the same call, still finished.
     assert!(matches!(action, NextAction::Finish { success: true, .. }), "{action:?}");
     let request = rig.provider.last();
