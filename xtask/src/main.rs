@@ -18,6 +18,7 @@ mod pyenv;
 mod setup;
 mod simulate;
 mod tidy;
+mod todo_list;
 mod torture;
 
 #[cfg(test)]

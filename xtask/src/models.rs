@@ -424,27 +424,9 @@ fn check(task: Task, workspace: &Path) -> Result<(), String> {
     }
 }
 
-/// `notes/todo.md` lists at least three tasks: list items (`-`, `*`, `+`, `1.`, `- [ ]`) with
-/// some text each.
+/// `notes/todo.md` lists at least three tasks ([`crate::todo_list::list_items`]).
 pub(crate) fn check_todo(text: &str) -> Result<(), String> {
-    let items = text
-        .lines()
-        .map(str::trim_start)
-        .filter_map(|line| {
-            let rest = line
-                .strip_prefix("- ")
-                .or_else(|| line.strip_prefix("* "))
-                .or_else(|| line.strip_prefix("+ "))
-                .or_else(|| {
-                    let digits = line.chars().take_while(char::is_ascii_digit).count();
-                    (digits > 0)
-                        .then(|| &line[digits..])
-                        .and_then(|r| r.strip_prefix(". ").or_else(|| r.strip_prefix(") ")))
-                })?;
-            let rest = rest.trim_start_matches("[ ]").trim_start_matches("[x]").trim();
-            (rest.chars().filter(|c| c.is_alphanumeric()).count() >= 3).then_some(rest)
-        })
-        .count();
+    let items = crate::todo_list::list_items(text);
     if items >= 3 {
         Ok(())
     } else {

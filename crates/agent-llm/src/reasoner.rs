@@ -1668,7 +1668,7 @@ const ARGUMENT_CHARS: usize = 1_000;
 /// todo list took a server's 4 096-token context past its limit on the next call).
 fn shortened(args: &Value) -> Value {
     match args {
-        Value::String(s) if s.chars().count() > ARGUMENT_CHARS => {
+        Value::String(s) if s.chars().nth(ARGUMENT_CHARS).is_some() => {
             let head: String = s.chars().take(ARGUMENT_CHARS).collect();
             let rest = s.chars().count() - ARGUMENT_CHARS;
             Value::String(format!("{head}[… {rest} more characters]"))

@@ -7,6 +7,10 @@ use serde_json::Value;
 
 use crate::support::{Out, Scratch};
 
+/// The bench's rule for the todo list, the same file.
+#[path = "../../../../xtask/src/todo_list.rs"]
+mod todo_list;
+
 #[test]
 fn a_team_on_the_embedded_model_completes_the_hello_plan_with_valid_decisions() {
     let s = Scratch::with_example();
@@ -115,21 +119,11 @@ fn a_goal_team_on_the_embedded_model_writes_the_todo_file_with_the_readme_settin
     );
     out.code(0);
     // The file the goal names, written by a worker the lead spawned, as a list of at least
-    // three tasks (the rule `cargo xtask bench --models` checks; greedy decoding writes the
+    // three tasks (the rule `cargo xtask bench --models` checks, the same code; greedy decoding writes the
     // same list each time). How good the tasks are is the model's judgement: the 270M model
     // repeats itself (see BENCHMARKS.md).
     let todo = s.read("W/notes/todo.md");
-    let items =
-        todo.lines()
-            .map(str::trim_start)
-            .filter_map(|line| {
-                let numbered = line.trim_start_matches(|c: char| c.is_ascii_digit());
-                ["- ", "* ", "+ "].iter().find_map(|m| line.strip_prefix(m)).or_else(|| {
-                    (numbered.len() < line.len()).then_some(numbered)?.strip_prefix(". ")
-                })
-            })
-            .filter(|item| item.chars().filter(|c| c.is_alphanumeric()).count() >= 3)
-            .count();
+    let items = todo_list::list_items(&todo);
     assert!(items >= 3, "notes/todo.md lists {items} task(s), not three:\n{todo}");
     let files: Vec<String> = walk(&s.path("W"));
     assert_eq!(files, ["notes/todo.md"], "only the file the goal names is written");
