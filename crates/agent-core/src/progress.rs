@@ -109,6 +109,8 @@ pub struct Progress {
     tool: Mutex<Option<RunningTool>>,
     /// The silence limit of this agent's turns ([`Progress::answer`]).
     silence_ms: AtomicU64,
+    /// Until when a call answered whole is expected to be quiet ([`expect_quiet`]); 0: none.
+    quiet_until: AtomicU64,
 }
 
 impl Default for Progress {
@@ -131,6 +133,7 @@ impl Progress {
             waits: AtomicU32::new(0),
             tool: Mutex::new(None),
             silence_ms: AtomicU64::new(millis(silence)),
+            quiet_until: AtomicU64::new(0),
         }
     }
 
@@ -176,10 +179,16 @@ impl Progress {
         self.tokens.load(Ordering::Relaxed).max(self.pieces.load(Ordering::Relaxed))
     }
 
-    /// Time since the last sign of progress, as of `now`.
+    /// Time since the last sign of progress, as of `now`; a call expected to be quiet
+    /// ([`expect_quiet`]) is not silent before its expected end.
     pub fn silent_for(&self, now: Instant) -> Duration {
-        let last = self.origin + Duration::from_millis(self.last.load(Ordering::Relaxed));
-        now.saturating_duration_since(last)
+        now.saturating_duration_since(self.origin + Duration::from_millis(self.counted_from()))
+    }
+
+    /// Where the silence counts from: the last sign of progress, or the end of the quiet
+    /// expected of a call answered whole, whichever is later (in ms from `origin`).
+    fn counted_from(&self) -> u64 {
+        self.last.load(Ordering::Relaxed).max(self.quiet_until.load(Ordering::Relaxed))
     }
 
     /// When the silence since the last sign of progress reaches `silence`; `None` while the
@@ -189,8 +198,7 @@ impl Progress {
         if self.waits.load(Ordering::Relaxed) > 0 || self.tool_outermost().is_some() {
             return None;
         }
-        let last = Duration::from_millis(self.last.load(Ordering::Relaxed));
-        Some(self.origin + last + silence)
+        Some(self.origin + Duration::from_millis(self.counted_from()) + silence)
     }
 
     /// Whether a turn is running (between [`begin_turn`](Self::begin_turn) and
@@ -269,6 +277,33 @@ pub fn tokens(n: u64) {
 /// [`scope`]).
 pub fn pieces(n: u64) {
     let _ = CURRENT.try_with(|p| p.add_pieces(n));
+}
+
+/// Declares that the call about to be made in the current task shows no progress until it ends
+/// (an HTTP answer sent whole, not streamed) and may take up to `expected`: until the returned
+/// guard drops, its silence counts from `expected` after now, so the silence limit cuts it only
+/// once it has run `expected` plus the silence limit, and its heartbeats answer busy meanwhile.
+/// The caller bounds the call by `expected` itself. `None` outside a [`scope`].
+pub fn expect_quiet(expected: Duration) -> Option<Quiet> {
+    let progress = current()?;
+    let until = progress.now_ms().saturating_add(millis(expected));
+    progress.quiet_until.store(until, Ordering::Relaxed);
+    Some(Quiet { progress })
+}
+
+/// The quiet expected of a call answered whole ([`expect_quiet`]); its end, when dropped, is a
+/// sign of progress.
+#[derive(Debug)]
+#[must_use = "the quiet ends when this is dropped"]
+pub struct Quiet {
+    progress: Arc<Progress>,
+}
+
+impl Drop for Quiet {
+    fn drop(&mut self) {
+        self.progress.quiet_until.store(0, Ordering::Relaxed);
+        self.progress.touch();
+    }
 }
 
 /// An open section of a turn (a reasoning call, a tool call, a wait); its start and its end
@@ -381,6 +416,24 @@ mod tests {
         assert_eq!(progress.answer(Instant::now()), None);
         progress.end_turn();
         assert_eq!(progress.answer(Instant::now()), None, "no turn, no answer");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_answered_whole_is_silent_only_past_its_expected_time_and_the_limit() {
+        let progress = turn();
+        let _call = Section::call(progress.clone());
+        let quiet = scope(progress.clone(), async { expect_quiet(SILENCE * 3) }).await.unwrap();
+        let start = Instant::now();
+        assert_eq!(progress.silent_at(SILENCE), Some(start + SILENCE * 4));
+        tokio::time::sleep(SILENCE * 4).await;
+        let answer = progress.answer(Instant::now()).unwrap();
+        assert_eq!((answer.activity, answer.silent_ms), (Activity::Model, millis(SILENCE)));
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!(progress.answer(Instant::now()), None, "past its time and the silence");
+        drop(quiet);
+        assert_eq!(progress.answer(Instant::now()).unwrap().silent_ms, 0, "its end is progress");
+        assert_eq!(progress.silent_at(SILENCE), Some(Instant::now() + SILENCE), "quiet no more");
+        assert!(expect_quiet(SILENCE).is_none(), "no progress outside a scope");
     }
 
     #[tokio::test(start_paused = true)]

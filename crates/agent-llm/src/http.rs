@@ -2,11 +2,25 @@
 //! configuration checks, one POST of a JSON body, and the classification of what can go wrong
 //! (transport failures and HTTP statuses) onto [`ProviderErrorKind`], including `Retry-After`.
 //!
+//! **A whole answer's time limit.** A call answered whole (not streamed) shows nothing until it
+//! ends, so neither its `timeout` nor the runtime's silence limit (`[timeouts] silence_ms`) can
+//! tell a server still generating from a wedged one. Such a call may take its `timeout` plus
+//! twice the time its `max_tokens` take at the slowest generation rate this client has measured
+//! (completion tokens over the whole call's time, on answers of at least
+//! [`PACE_MIN_TOKENS`] tokens), or at [`ASSUMED_TOKENS_PER_SECOND`] before it has measured one
+//! (a request without `max_tokens` counts [`UNSTATED_MAX_TOKENS`]). The call tells the agent's
+//! turn so (`agent_core::progress::expect_quiet`): it answers its heartbeats busy meanwhile,
+//! and its silence counts from that limit. On 2 cores, llama-cpp-python's server answered a
+//! 2 048-token planning request whole in 140 s (999 tokens: 7 tokens a second over the whole
+//! call): with the default 120 s `timeout`, before anything was measured, its limit is
+//! 120 + 2 × 2 048 / 8 = 632 s; at the measured 7 tokens a second, 705 s.
+//!
 //! Secrets stay out of messages: the key travels in a header marked sensitive, is never logged,
 //! and is replaced by `[redacted]` should a server echo it in an error message.
 
 use std::error::Error as _;
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
@@ -57,6 +71,49 @@ pub enum ConfigError {
     Client(String),
 }
 
+/// The generation rate assumed for a whole answer before one was measured, in tokens a second:
+/// about what the embedded Gemma 3 270M writes on 2 cores in a debug build (7.8).
+pub(crate) const ASSUMED_TOKENS_PER_SECOND: u64 = 8;
+/// The `max_tokens` counted for a request that leaves it to the server.
+pub(crate) const UNSTATED_MAX_TOKENS: u64 = 2_048;
+/// The fewest completion tokens of a whole answer whose rate is measured: a shorter one is
+/// mostly the time to read its prompt.
+pub(crate) const PACE_MIN_TOKENS: u64 = 32;
+
+/// The slowest generation rate measured on whole answers, in thousandths of a token a second
+/// (`u64::MAX`: none measured yet).
+#[derive(Debug)]
+struct Pace(AtomicU64);
+
+impl Default for Pace {
+    fn default() -> Self {
+        Self(AtomicU64::new(u64::MAX))
+    }
+}
+
+impl Pace {
+    /// How long a whole answer of at most `max_tokens` tokens may take beyond the call's
+    /// timeout: twice their time at the slowest rate measured (see the module docs).
+    fn allowance(&self, max_tokens: Option<u64>) -> Duration {
+        let tokens = max_tokens.filter(|&t| t > 0).unwrap_or(UNSTATED_MAX_TOKENS);
+        let rate = match self.0.load(Ordering::Relaxed) {
+            u64::MAX => ASSUMED_TOKENS_PER_SECOND * 1_000,
+            measured => measured.max(1),
+        };
+        // 2 × tokens / (rate / 1 000) seconds, in milliseconds.
+        Duration::from_millis(tokens.saturating_mul(2_000_000) / rate)
+    }
+
+    /// A whole answer of `tokens` completion tokens took `took`.
+    fn record(&self, tokens: u64, took: Duration) {
+        let millis = u64::try_from(took.as_millis()).unwrap_or(u64::MAX).max(1);
+        if tokens >= PACE_MIN_TOKENS {
+            let rate = tokens.saturating_mul(1_000_000) / millis;
+            self.0.fetch_min(rate, Ordering::Relaxed);
+        }
+    }
+}
+
 /// One provider's HTTP client: where to POST, with which headers, and how to report failures.
 pub(crate) struct HttpClient {
     provider: &'static str,
@@ -66,6 +123,8 @@ pub(crate) struct HttpClient {
     secret: Option<String>,
     timeout: Duration,
     client: reqwest::Client,
+    /// The slowest generation rate of its whole answers.
+    pace: Pace,
 }
 
 /// Longest provider error message kept in a [`ProviderError`], in characters.
@@ -90,7 +149,16 @@ impl HttpClient {
             .timeout(timeout)
             .build()
             .map_err(|e| ConfigError::Client(error_chain(&e)))?;
-        Ok(Self { provider, model, endpoint, headers, secret, timeout, client })
+        Ok(Self {
+            provider,
+            model,
+            endpoint,
+            headers,
+            secret,
+            timeout,
+            client,
+            pace: Pace::default(),
+        })
     }
 
     /// The provider's name.
@@ -108,13 +176,20 @@ impl HttpClient {
         &self.endpoint
     }
 
-    /// POSTs `body` as JSON and reads a 2xx answer as `T`; anything else is a classified error.
+    /// POSTs `body` as JSON and reads a 2xx answer, sent whole, as `T` (`generated` tells its
+    /// completion tokens); anything else is a classified error. The call may take its timeout
+    /// plus the time its `max_tokens` may take (see the module docs), which the agent's turn is
+    /// told.
     pub(crate) async fn post<T: DeserializeOwned>(
         &self,
         body: &serde_json::Value,
+        generated: impl FnOnce(&T) -> u64,
     ) -> Result<T, ProviderError> {
+        let max_tokens = body.get("max_tokens").and_then(serde_json::Value::as_u64);
+        let limit = self.timeout.saturating_add(self.pace.allowance(max_tokens));
+        let _quiet = agent_core::progress::expect_quiet(limit);
         let started = Instant::now();
-        let result = self.exchange(body).await;
+        let result = self.exchange(body, limit).await;
         let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         let (status, retry_after, bytes) = match result {
             Ok(answer) => answer,
@@ -141,7 +216,7 @@ impl HttpClient {
         if !status.is_success() {
             return Err(self.status_error(status, retry_after, &bytes));
         }
-        serde_json::from_slice(&bytes).map_err(|e| {
+        let answer: T = serde_json::from_slice(&bytes).map_err(|e| {
             self.error(
                 ProviderErrorKind::BadResponse,
                 format!(
@@ -149,7 +224,9 @@ impl HttpClient {
                     truncate(&self.redact(snippet(&bytes)))
                 ),
             )
-        })
+        })?;
+        self.pace.record(generated(&answer), started.elapsed());
+        Ok(answer)
     }
 
     /// GETs the model list at `url` (`{"data": [{"id": ...}]}`, as OpenAI and Anthropic
@@ -230,11 +307,12 @@ impl HttpClient {
         }
     }
 
-    /// Sends the request and reads the whole answer: its status, `Retry-After` and body, or a
-    /// transport error.
+    /// Sends the request and reads the whole answer within `limit`: its status, `Retry-After`
+    /// and body, or a transport error.
     async fn exchange(
         &self,
         body: &serde_json::Value,
+        limit: Duration,
     ) -> Result<(StatusCode, Option<Duration>, Vec<u8>), ProviderError> {
         let body = serde_json::to_vec(body).map_err(|e| {
             self.error(ProviderErrorKind::BadRequest, format!("cannot encode the request: {e}"))
@@ -244,24 +322,28 @@ impl HttpClient {
             .post(self.endpoint.clone())
             .headers(self.headers.clone())
             .header(CONTENT_TYPE, "application/json")
+            .timeout(limit)
             .body(body)
             .send()
             .await
-            .map_err(|e| self.transport_error(&e))?;
+            .map_err(|e| self.transport_error_within(&e, limit))?;
         let status = response.status();
         let retry_after = retry_after(response.headers());
-        let bytes = Vec::from(response.bytes().await.map_err(|e| self.transport_error(&e))?);
+        let bytes = response.bytes().await.map_err(|e| self.transport_error_within(&e, limit))?;
+        let bytes = Vec::from(bytes);
         Ok((status, retry_after, bytes))
     }
 
     /// Classifies a failure to send the request or to read the answer.
     fn transport_error(&self, error: &reqwest::Error) -> ProviderError {
+        self.transport_error_within(error, self.timeout)
+    }
+
+    /// Classifies a failure to send the request or to read the answer, given `limit`.
+    fn transport_error_within(&self, error: &reqwest::Error, limit: Duration) -> ProviderError {
         let chain = error_chain(error);
         if error.is_timeout() {
-            self.error(
-                ProviderErrorKind::Timeout,
-                format!("no answer within {:?}: {chain}", self.timeout),
-            )
+            self.error(ProviderErrorKind::Timeout, format!("no answer within {limit:?}: {chain}"))
         } else if error.is_builder() {
             self.error(ProviderErrorKind::BadRequest, chain)
         } else {

@@ -32,9 +32,11 @@ pub struct OpenAiConfig {
     /// need none. The caller reads it from the environment; it is trimmed, never logged, and
     /// shown as `<redacted>` by `Debug`.
     pub api_key: Option<String>,
-    /// The longest one call may take, connecting and reading the whole answer included; for a
-    /// streamed call, the longest wait for its answer to begin and for each next piece (a slow
-    /// model that keeps writing is not cut: the team's reasoning limit bounds the whole call).
+    /// For a streamed call, the longest wait for its answer to begin and for each next piece (a
+    /// slow model that keeps writing is not cut: the team's reasoning limit bounds the whole
+    /// call). A call answered whole may take this plus twice the time its `max_tokens` take at
+    /// the slowest generation rate measured on this provider's whole answers (8 tokens a
+    /// second before one is measured), connecting and reading the answer included.
     pub timeout: Duration,
     /// How to ask for structured answers ([`StructuredOutput::Auto`]: the best mode the server
     /// takes, found as it answers).

@@ -156,8 +156,9 @@ pub struct LlmSettings {
     /// someone watches, publish it as it arrives; either way each piece is progress of the
     /// agent's turn (its heartbeat answers busy, with tokens so far, and the call's silence
     /// limit, `[timeouts] silence_ms`, starts over). Off, a call shows no progress until its
-    /// answer, so its silence limit bounds the whole call. The answer, its checks and its
-    /// usage are the same either way.
+    /// answer: the provider tells the turn how long such a whole answer may take (its
+    /// `request_timeout` plus twice its `max_tokens` at the slowest rate measured), and the
+    /// silence counts from there. The answer, its checks and its usage are the same either way.
     pub stream: bool,
     /// Most times a plan that fails its checks goes back to the model with its problems before
     /// the plan is given up as invalid (default 3; `[reasoner] plan_repairs` in a team file).

@@ -113,12 +113,13 @@
 //!                           # "gemma-3-270m-q4_k_m" (the only one)
 //! stream = true             # model reasoners: answers stream and show as they are written
 //!                           # (live view, --json); default true; usage is exact either way;
-//!                           # off, a call shows no progress, so [timeouts] silence_ms bounds
-//!                           # it whole
+//!                           # off, a call is answered whole: it may take request_timeout
+//!                           # plus twice its max_tokens at the slowest rate measured
 //! api_key_env = "OPENAI_API_KEY"   # the variable holding the key (never the key itself);
 //!                           # default OPENAI_API_KEY (anthropic: ANTHROPIC_API_KEY when no
 //!                           # base_url is set); a server on loopback needs none
-//! request_timeout = "120s"  # one model call; streamed, the longest wait for its next piece
+//! request_timeout = "120s"  # one model call; streamed, the longest wait for its next piece;
+//!                           # answered whole, plus the time its max_tokens may take
 //! max_tokens = 512          # most tokens one decision may generate
 //! structured_output = "auto"  # openai/anthropic: how JSON answers are asked for: "auto"
 //!                           # (default: the best mode the server takes, moving on when it

@@ -32,7 +32,11 @@ pub(super) async fn answer(
     match sink {
         Some(mut shared) => exchange(http, body, json_tool, &mut shared).await,
         None => {
-            let message: super::WireResponse = http.post(&body).await?;
+            let message: super::WireResponse = http
+                .post(&body, |m: &super::WireResponse| {
+                    m.usage.as_ref().map_or(0, |u| u.output_tokens)
+                })
+                .await?;
             super::from_wire(message, json_tool)
                 .map_err(|e| http.error(ProviderErrorKind::BadResponse, e))
         }

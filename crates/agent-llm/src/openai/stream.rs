@@ -70,7 +70,11 @@ pub(super) async fn answer(
             exchange(http, &provider.streaming, body, &mut sink).await
         }
         sink => {
-            let completion: super::Completion = http.post(&body).await?;
+            let completion: super::Completion = http
+                .post(&body, |c: &super::Completion| {
+                    c.usage.as_ref().map_or(0, |u| u.completion_tokens)
+                })
+                .await?;
             let response = super::from_wire(completion)
                 .map_err(|e| http.error(ProviderErrorKind::BadResponse, e))?;
             if let Some(shared) = sink {

@@ -270,11 +270,13 @@ async fn transport_failures_are_classified() {
     let server =
         TestServer::start([Reply::json(200, message(json!([]))).after(Duration::from_secs(10))])
             .await;
+    // One token at the assumed 8 a second, twice: the call may take 200 + 250 ms.
     let error = provider(&server.url(), Duration::from_millis(200))
-        .complete(&ChatRequest::default())
+        .complete(&ChatRequest { max_tokens: 1, ..ChatRequest::default() })
         .await
         .unwrap_err();
     assert_eq!(error.kind, ProviderErrorKind::Timeout, "{error}");
+    assert!(error.message.contains("within 450ms"), "{error}");
     let error = provider(&refused_url().await, Duration::from_secs(5))
         .complete(&ChatRequest::default())
         .await

@@ -314,6 +314,11 @@ async fn rate_limit_carries_retry_after() {
     assert_eq!(error.retry_after, Some(Duration::from_secs(2)));
 }
 
+/// A request for at most `max_tokens` tokens.
+fn at_most(max_tokens: u32) -> ChatRequest {
+    ChatRequest { max_tokens, ..ChatRequest::default() }
+}
+
 #[tokio::test]
 async fn slow_answer_times_out() {
     let server = TestServer::start([
@@ -322,9 +327,37 @@ async fn slow_answer_times_out() {
     .await;
     let provider = provider(&server.url(), None, Duration::from_millis(200));
     let started = std::time::Instant::now();
-    let error = provider.complete(&ChatRequest::default()).await.unwrap_err();
+    // One token at the assumed 8 a second, twice: 250 ms on top of the 200 ms timeout.
+    let error = provider.complete(&at_most(1)).await.unwrap_err();
     assert_eq!(error.kind, ProviderErrorKind::Timeout, "{error}");
+    assert!(error.message.contains("no answer within 450ms"), "{error}");
     assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+/// An answer sent whole shows nothing until it ends: it may take its timeout plus twice the
+/// time of its `max_tokens` at the slowest rate measured (8 tokens a second before any).
+#[tokio::test]
+async fn a_whole_answer_has_time_for_its_max_tokens_at_the_slowest_rate_measured() {
+    let quick = json!({
+        "choices": [{"index": 0, "message": {"content": "quick"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 4_000},
+    });
+    let server = TestServer::start([
+        // 8 tokens at most, before any rate is measured: 2 s beyond the 200 ms timeout.
+        Reply::json(200, answer(json!({"content": "slow but within"})))
+            .after(Duration::from_secs(1)),
+        // 4 000 tokens in a few milliseconds: a fast server.
+        Reply::json(200, quick),
+        // The same 8 tokens now have a few milliseconds: the same slow answer is cut.
+        Reply::json(200, answer(json!({"content": "too slow now"}))).after(Duration::from_secs(1)),
+    ])
+    .await;
+    let provider = provider(&server.url(), None, Duration::from_millis(200));
+    let first = provider.complete(&at_most(8)).await.unwrap();
+    assert_eq!(first.text, "slow but within");
+    provider.complete(&at_most(8)).await.unwrap();
+    let error = provider.complete(&at_most(8)).await.unwrap_err();
+    assert_eq!(error.kind, ProviderErrorKind::Timeout, "{error}");
 }
 
 #[tokio::test]
