@@ -144,7 +144,10 @@ pub struct LlmSettings {
     pub offer_agent_tools: bool,
     /// In the tool loop, let the step's own tool be called only with the plan's arguments (its
     /// schema narrowed to those values), so the model chooses between the planned call and
-    /// finishing: for small models that cannot write arguments. Default off.
+    /// finishing: for small models that cannot write arguments. On a goal step the model writes
+    /// its arguments, without the parameters' descriptions and with `path` narrowed to the
+    /// files the step names (a file write: those not written yet in the step, while any is
+    /// left). Default off.
     pub planned_arguments_only: bool,
     /// A supervising lead's tool loop runs without the model: it spawns one worker for the
     /// step (the step's role, else the first role it may spawn) with the step as its task,
@@ -588,8 +591,14 @@ impl LlmReasoner {
 
     /// The tools offered in the tool loop, `finish_subtask` last: the tools the persona holds
     /// when its layer says; else the agent's tools from the map (unless the settings offer only
-    /// the step's tool) and the step's own tool, if it has one.
-    fn offered_tools(&self, who: Persona<'_>, subtask: &Subtask) -> Vec<ToolSpec> {
+    /// the step's tool) and the step's own tool, if it has one. `history` is the subtask's
+    /// calls so far (a small model's file writes are offered the named paths not written yet).
+    fn offered_tools(
+        &self,
+        who: Persona<'_>,
+        subtask: &Subtask,
+        history: &[ToolCallRecord],
+    ) -> Vec<ToolSpec> {
         let step = &subtask.step;
         let scripted = step.is_scripted();
         let only_the_steps = scripted && !self.settings.offer_agent_tools;
@@ -640,7 +649,11 @@ impl LlmReasoner {
                     spec.parameters = planned_only(&step.args);
                 } else if self.settings.planned_arguments_only && !scripted {
                     // A goal step on a small model: it writes the arguments itself.
-                    spec.parameters = for_small_model(&spec.parameters, &mentioned_paths(step));
+                    let mut paths = mentioned_paths(step);
+                    if has_text_body(&spec.parameters) {
+                        paths = not_yet_written(paths, n, history);
+                    }
+                    spec.parameters = for_small_model(&spec.parameters, &paths);
                 }
                 spec
             })
@@ -977,7 +990,7 @@ impl Reasoner for LlmReasoner {
         history: &[ToolCallRecord],
     ) -> Result<NextAction, ReasonError> {
         let me = &who.config.id;
-        let offered = self.offered_tools(who, subtask);
+        let offered = self.offered_tools(who, subtask, history);
         if self.settings.scripted_supervision
             && let Some(action) = scripted_supervision(&offered, subtask, who.roles, history)
         {
@@ -1558,6 +1571,23 @@ fn for_small_model(parameters: &Value, paths: &[String]) -> Value {
         }
     }
     parameters
+}
+
+/// Of `paths`, those that no successful call of `tool` in `history` wrote (all of them once
+/// each was): a small model whose step names three files and that asks to write the first one
+/// again (the 270M model wrote `test_wordcount.py` and asked for it again, which the loop guard
+/// took for the end of the step) is offered the other two.
+fn not_yet_written(paths: Vec<String>, tool: &str, history: &[ToolCallRecord]) -> Vec<String> {
+    let written = |path: &String| {
+        history.iter().any(|r| {
+            !r.event
+                && r.success
+                && r.call.tool == tool
+                && r.call.args.get("path").and_then(Value::as_str) == Some(path.as_str())
+        })
+    };
+    let left: Vec<String> = paths.iter().filter(|p| !written(p)).cloned().collect();
+    if left.is_empty() { paths } else { left }
 }
 
 /// The file paths a step's words name (its description and acceptance), in order, each once:

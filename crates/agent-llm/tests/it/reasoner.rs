@@ -1735,6 +1735,67 @@ async fn a_small_model_names_the_file_and_writes_its_content_as_text_in_a_second
     assert_eq!(rig.ledger.report().total.calls, 2);
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_small_model_s_next_write_is_offered_the_named_files_it_has_not_written() {
+    // The 270M model wrote `test_wordcount.py`, then asked for it again, which the loop guard
+    // took for the end of the step: two of the three files the step names were never written.
+    let rig = rig(MockProvider::queue([
+        tool_call("w2", "write_file", r#"{"path": "wordcount.py"}"#),
+        crate::mock::text("def count_words(text):\n    return {}\n```", 9, 9),
+    ]));
+    let agent = Agent::new("coder-1", AgentLayer::Bottom);
+    let held = vec!["write_file".to_owned(), "read_file".to_owned()];
+    let who =
+        Persona { config: &agent.config, system_prompt: &agent.prompt, tools: &held, roles: &[] };
+    let reasoner =
+        LlmReasoner::new(rig.provider.clone(), rig.ledger.clone(), rig.conversations.clone())
+            .with_tools(&ToolRegistry::with_builtins())
+            .with_settings(LlmSettings { planned_arguments_only: true, ..LlmSettings::default() });
+    let mut subtask = goal_subtask("");
+    subtask.step.description =
+        "Write wordcount.py, its tests in test_wordcount.py and a README.md".into();
+    let written = |path: &str, success: bool| ToolCallRecord {
+        call: ToolCall {
+            tool: "write_file".into(),
+            args: json!({"path": path, "content": "import numpy"}),
+        },
+        success,
+        output: if success { "wrote 12 bytes".into() } else { "disk full".into() },
+        event: false,
+    };
+    // One file written, one write that failed: the written one is no longer offered.
+    let history = [written("test_wordcount.py", true), written("README.md", false)];
+    let action = reasoner.next_action(who, &subtask, &history).await.unwrap();
+    assert!(
+        matches!(&action, NextAction::Call(call) if call.args["path"] == "wordcount.py"),
+        "{action:?}"
+    );
+    let offered = |request: &agent_llm::ChatRequest, tool: &str| {
+        let spec = request.tools.iter().find(|t| t.name == tool).unwrap();
+        spec.parameters["properties"]["path"]["enum"].clone()
+    };
+    let asked = &rig.provider.requests()[0];
+    assert_eq!(offered(asked, "write_file"), json!(["wordcount.py", "README.md"]));
+    // Reading is not writing: every named file stays readable.
+    assert_eq!(
+        offered(asked, "read_file"),
+        json!(["wordcount.py", "test_wordcount.py", "README.md"])
+    );
+
+    // Once every named file is written, any of them may be written again.
+    let rig = rig_again(&json!({"path": "README.md"}));
+    let reasoner =
+        LlmReasoner::new(rig.provider.clone(), rig.ledger.clone(), rig.conversations.clone())
+            .with_tools(&ToolRegistry::with_builtins())
+            .with_settings(LlmSettings { planned_arguments_only: true, ..LlmSettings::default() });
+    let all = ["wordcount.py", "test_wordcount.py", "README.md"].map(|p| written(p, true));
+    let _ = reasoner.next_action(who, &subtask, &all).await;
+    assert_eq!(
+        offered(&rig.provider.requests()[0], "write_file"),
+        json!(["wordcount.py", "test_wordcount.py", "README.md"])
+    );
+}
+
 fn rig_again_with(answers: impl IntoIterator<Item = crate::mock::Answer>) -> Rig {
     rig(MockProvider::queue(answers))
 }
