@@ -603,18 +603,57 @@ pub(crate) async fn send_decision(
     let dir = resolve_run(data, run)?;
     let info = RunInfo::read(&dir).map_err(bad_input)?;
     let human = operator_name(as_name)?;
-    let id = uuid::Uuid::parse_str(decision.trim()).map(DecisionId::from_uuid).map_err(|_| {
-        bad_input(anyhow::anyhow!(
-            "`{}` is not a decision id; `strata inspect {run} decisions` lists them",
-            decision.escape_debug()
-        ))
-    })?;
+    let id = decision_id(&dir, &info, decision.trim()).await?;
     let request = request(id, human.clone());
     let allowed = allowed_humans(&dir)?;
     let refused = check(&dir, &info, &request, id, &human, &allowed).await?;
     let envelope = Envelope { id: new_request_id(), at: now_ms(), request, refused };
     let submitted = submit_as(&dir, &info, envelope, no_wait, say).await?;
     Ok((id, human, submitted))
+}
+
+/// The shortest prefix of a decision id taken for the whole id (as `strata` prints them).
+const DECISION_PREFIX_MIN: usize = 8;
+
+/// The decision `text` names in the run in `dir`: its whole id, or a prefix of it of at least
+/// [`DECISION_PREFIX_MIN`] characters that no other decision of the run shares.
+async fn decision_id(dir: &Path, info: &RunInfo, text: &str) -> Result<DecisionId, Failure> {
+    let run = &info.run_id;
+    if let Ok(id) = uuid::Uuid::parse_str(text) {
+        return Ok(DecisionId::from_uuid(id));
+    }
+    let prefix = text.to_ascii_lowercase();
+    let plausible = (DECISION_PREFIX_MIN..36).contains(&prefix.len())
+        && prefix.chars().all(|c| c.is_ascii_hexdigit() || c == '-');
+    if !plausible {
+        return Err(bad_input(anyhow::anyhow!(
+            "`{}` is not a decision id nor a prefix of one ({DECISION_PREFIX_MIN} characters or more); `strata inspect {run} decisions` lists them",
+            text.escape_debug()
+        )));
+    }
+    let store = read_copy(dir).await?;
+    let governance = Stores::of_run(&store, dir, info).await?.governance;
+    let decisions = governance.list().await.context("cannot read the run's decisions")?;
+    by_prefix(&prefix, decisions.iter().map(|d| d.id)).map_err(|why| {
+        bad_input(anyhow::anyhow!("{why}; `strata inspect {run} decisions` lists them"))
+    })
+}
+
+/// The one id of `ids` that starts with `prefix` (lowercase), or why there is none.
+fn by_prefix(prefix: &str, ids: impl Iterator<Item = DecisionId>) -> Result<DecisionId, String> {
+    let matching: Vec<DecisionId> = ids.filter(|id| id.to_string().starts_with(prefix)).collect();
+    match matching.as_slice() {
+        [id] => Ok(*id),
+        [] => Err(format!("no decision starts with `{prefix}`")),
+        many => {
+            let ids: Vec<String> = many.iter().map(ToString::to_string).collect();
+            Err(format!(
+                "`{prefix}` starts {} decisions: {}; give more of the id",
+                many.len(),
+                ids.join(", ")
+            ))
+        }
+    }
 }
 
 /// What became of a request [`submit`] delivered.

@@ -292,3 +292,21 @@ async fn entries_that_are_not_regular_files_are_skipped_without_blocking() {
     );
     assert!(read_request(&inbox.join("0-link.json")).unwrap_err().contains("cannot open"));
 }
+
+#[test]
+fn a_decision_is_named_by_a_unique_prefix_and_an_ambiguous_one_names_the_candidates() {
+    let id = |s: &str| DecisionId::from_uuid(uuid::Uuid::parse_str(s).unwrap());
+    let ids = [
+        id("1fca0433-0000-4000-8000-000000000001"),
+        id("1fca0433-0000-4000-8000-000000000002"),
+        id("2b000000-0000-4000-8000-000000000003"),
+    ];
+    assert_eq!(by_prefix("2b000000", ids.into_iter()), Ok(ids[2]));
+    assert_eq!(by_prefix("1fca0433-0000-4000-8000-000000000002", ids.into_iter()), Ok(ids[1]));
+    let ambiguous = by_prefix("1fca0433", ids.into_iter()).unwrap_err();
+    assert!(ambiguous.starts_with("`1fca0433` starts 2 decisions"), "{ambiguous}");
+    assert!(ambiguous.contains(&ids[0].to_string()), "{ambiguous}");
+    assert!(ambiguous.contains(&ids[1].to_string()), "{ambiguous}");
+    let none = by_prefix("deadbeef", ids.into_iter()).unwrap_err();
+    assert_eq!(none, "no decision starts with `deadbeef`");
+}

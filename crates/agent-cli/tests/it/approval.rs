@@ -68,12 +68,19 @@ fn a_human_approves_from_another_terminal_and_bad_requests_are_refused_and_audit
         .bad_input(&["a veto needs a reason"]);
     s.strata(&["approve", "h1", "not-a-decision", "--as", "alice", "--data", "D"])
         .bad_input(&["not a decision id"]);
+    // A prefix too short to be told apart, and one no decision has.
+    s.strata(&["approve", "h1", &decision[..7], "--as", "alice", "--data", "D"])
+        .bad_input(&["8 characters or more"]);
+    let other = if decision.starts_with('0') { "ffffffff" } else { "00000000" };
+    s.strata(&["approve", "h1", other, "--as", "alice", "--data", "D"])
+        .bad_input(&["no decision starts with", "inspect h1 decisions"]);
     let mut no_user = s.command(&["approve", "h1", &decision, "--data", "D"]);
     no_user.env_remove("USER");
     Out::of(&["approve", "h1", &decision], &mut no_user).bad_input(&["--as NAME"]);
     assert!(!s.path("D/h1/workspace/note.txt").exists(), "nothing runs before a human signs");
 
-    s.strata(&["approve", "h1", &decision, "--as", "alice", "--data", "D"])
+    // Signed by the id as `strata` prints it short: its first 8 characters.
+    s.strata(&["approve", "h1", &decision[..8], "--as", "alice", "--data", "D"])
         .code(0)
         .stdout_has(&[&decision, "by human:alice"]);
     run.finish().code(0);
