@@ -268,8 +268,11 @@ fn count(history: &[ToolCallRecord], tool: &str) -> usize {
     history.iter().filter(|r| r.call.tool == tool).count()
 }
 
-fn spawn_worker() -> ScriptedAnswer {
-    call(SPAWN_AGENT, json!({"role_name": "worker", "task_prompt": "report back at once"}))
+/// The lead's `n`th spawn. Each asks for something else: the runtime's loop guard stops a lead
+/// that makes the same call `repeat_limit` (3) times in a row, which identical spawns are.
+fn spawn_worker(n: usize) -> ScriptedAnswer {
+    let task = format!("report back at once ({n})");
+    call(SPAWN_AGENT, json!({"role_name": "worker", "task_prompt": task}))
 }
 
 /// Starts a team whose every agent reasons with `script`.
@@ -329,9 +332,10 @@ async fn spawn_run(size: Size) -> (Duration, Duration) {
                         done.notify_one();
                     }
                 }
-                if count(history, SPAWN_AGENT) < size.calls_per_step {
+                let spawned = count(history, SPAWN_AGENT);
+                if spawned < size.calls_per_step {
                     spawns.first.get_or_insert_with(Instant::now);
-                    spawn_worker()
+                    spawn_worker(spawned)
                 } else {
                     finish("spawned my workers")
                 }
@@ -388,13 +392,16 @@ async fn speak_run(size: Size) -> Vec<f64> {
                         other => speaking.failed.push(format!("{other:?}")),
                     }
                 }
-                let Some(first) = history.first() else { return spawn_worker() };
-                if count(history, SPEAK_TO_AGENT) >= size.calls_per_step {
+                let Some(first) = history.first() else { return spawn_worker(0) };
+                let spoken = count(history, SPEAK_TO_AGENT);
+                if spoken >= size.calls_per_step {
                     return finish("spoke to my worker");
                 }
                 let worker: Value = serde_json::from_str(&first.output).unwrap_or_default();
                 speaking.pending = Some(Instant::now());
-                call(SPEAK_TO_AGENT, json!({"agent_id": worker["agent_id"], "message": "there?"}))
+                // Numbered, as the spawns are, so that the loop guard sees no repeat.
+                let message = format!("there? ({spoken})");
+                call(SPEAK_TO_AGENT, json!({"agent_id": worker["agent_id"], "message": message}))
             }
             // The worker reports at once, then answers from idle.
             ReasoningRequest::NextAction { .. } => finish("reported at once"),
