@@ -256,10 +256,95 @@ impl std::fmt::Debug for Telemetry {
     }
 }
 
+/// The variable naming the service, over any other source (the OpenTelemetry specification).
+pub const SERVICE_NAME_ENV: &str = "OTEL_SERVICE_NAME";
+
+/// The variable holding the resource's attributes (the OpenTelemetry specification).
+pub const RESOURCE_ATTRIBUTES_ENV: &str = "OTEL_RESOURCE_ATTRIBUTES";
+
+/// The process's resource, as the OpenTelemetry specification has it: the SDK's own attributes
+/// and those of `attributes_env` (`OTEL_RESOURCE_ATTRIBUTES`, see [`resource_attributes`]);
+/// `service.name` from `service_name_env` (`OTEL_SERVICE_NAME`) when it is set and not empty,
+/// else the one `OTEL_RESOURCE_ATTRIBUTES` gives, else `service`; `service.version` the
+/// crate's unless `OTEL_RESOURCE_ATTRIBUTES` gives one. Attributes that do not parse are
+/// left out, all of them, with the reason (the specification's rule).
+fn resource(
+    service: &str,
+    service_name_env: Option<String>,
+    attributes_env: Option<String>,
+) -> (Resource, Option<String>) {
+    use opentelemetry::KeyValue;
+    use opentelemetry_sdk::resource::TelemetryResourceDetector;
+    let (attributes, problem) = match attributes_env.as_deref().map(resource_attributes) {
+        None => (Vec::new(), None),
+        Some(Ok(attributes)) => (attributes, None),
+        Some(Err(problem)) => {
+            (Vec::new(), Some(format!("{RESOURCE_ATTRIBUTES_ENV} is left out: {problem}")))
+        }
+    };
+    let given = |key: &str| attributes.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
+    let name = service_name_env
+        .filter(|s| !s.trim().is_empty())
+        .or_else(|| given("service.name"))
+        .unwrap_or_else(|| service.to_owned());
+    let version = given("service.version").unwrap_or_else(|| env!("CARGO_PKG_VERSION").to_owned());
+    let resource = Resource::builder_empty()
+        .with_detector(Box::new(TelemetryResourceDetector))
+        .with_attributes(attributes.into_iter().map(|(k, v)| KeyValue::new(k, v)))
+        .with_attributes([KeyValue::new("service.version", version)])
+        .with_service_name(name)
+        .build();
+    (resource, problem)
+}
+
+/// The attributes of `OTEL_RESOURCE_ATTRIBUTES`: `key=value` pairs separated by commas, each
+/// key and value percent-decoded and trimmed; an empty entry is skipped. A pair without `=`,
+/// an empty key or a bad percent-encoding is an error naming it.
+pub fn resource_attributes(text: &str) -> Result<Vec<(String, String)>, String> {
+    let mut out = Vec::new();
+    for entry in text.split(',') {
+        if entry.trim().is_empty() {
+            continue;
+        }
+        let Some((key, value)) = entry.split_once('=') else {
+            return Err(format!("`{}` is not a key=value pair", entry.trim()));
+        };
+        let key = percent_decoded(key.trim())?;
+        if key.is_empty() {
+            return Err(format!("`{}` has no key", entry.trim()));
+        }
+        out.push((key, percent_decoded(value.trim())?));
+    }
+    Ok(out)
+}
+
+/// `text` with each `%XY` replaced by the byte it encodes; the bytes must be UTF-8.
+fn percent_decoded(text: &str) -> Result<String, String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
+            let byte = hex.and_then(|h| u8::from_str_radix(h, 16).ok());
+            let Some(byte) = byte else {
+                return Err(format!("`{text}` has a `%` that is not followed by two hex digits"));
+            };
+            out.push(byte);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| format!("`{text}` does not decode to UTF-8"))
+}
+
 impl Telemetry {
-    /// Exports this process's spans and metrics to `endpoint`, as service `service` (unless
-    /// `OTEL_SERVICE_NAME` says otherwise); `warn` is called once if an export fails. Installs
-    /// the process's global `tracing` subscriber.
+    /// Exports this process's spans and metrics to `endpoint`, as service `service` unless the
+    /// environment names another (`OTEL_SERVICE_NAME`, else `service.name` in
+    /// `OTEL_RESOURCE_ATTRIBUTES`, whose other attributes the resource carries too); `warn` is
+    /// called once if an export fails. Installs the process's global `tracing` subscriber.
     pub fn install(
         endpoint: &Endpoint,
         service: &'static str,
@@ -270,13 +355,14 @@ impl Telemetry {
             endpoint: endpoint.as_str().to_owned(),
             warn: Box::new(warn),
         });
-        let resource = Resource::builder()
-            .with_service_name(service)
-            .with_attributes([opentelemetry::KeyValue::new(
-                "service.version",
-                env!("CARGO_PKG_VERSION"),
-            )])
-            .build();
+        let (resource, problem) = resource(
+            service,
+            std::env::var(SERVICE_NAME_ENV).ok(),
+            std::env::var(RESOURCE_ATTRIBUTES_ENV).ok(),
+        );
+        if let Some(problem) = problem {
+            (warn.warn)(format!("warning: {problem}"));
+        }
         let build_error =
             |e: opentelemetry_otlp::ExporterBuildError| TelemetryError::Exporter(e.to_string());
         let span_exporter = opentelemetry_otlp::SpanExporter::builder()
@@ -323,5 +409,55 @@ impl Telemetry {
             drop(meters);
         });
         let _ = worker.join();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use opentelemetry::Key;
+
+    use super::*;
+
+    fn text(resource: &Resource, key: &str) -> Option<String> {
+        resource.get(&Key::new(key.to_owned())).map(|v| v.as_str().into_owned())
+    }
+
+    #[test]
+    fn resource_attributes_are_pairs_percent_decoded_and_a_bad_one_is_named() {
+        assert_eq!(
+            resource_attributes(" team = a%20b ,, region=eu%2Cwest,empty=").unwrap(),
+            [
+                ("team".to_owned(), "a b".to_owned()),
+                ("region".to_owned(), "eu,west".to_owned()),
+                ("empty".to_owned(), String::new()),
+            ]
+        );
+        assert_eq!(resource_attributes("team").unwrap_err(), "`team` is not a key=value pair");
+        assert_eq!(resource_attributes("=x").unwrap_err(), "`=x` has no key");
+        assert!(resource_attributes("a=%zz").unwrap_err().contains("two hex digits"));
+        assert!(resource_attributes("a=%ff").unwrap_err().contains("UTF-8"));
+    }
+
+    #[test]
+    fn the_service_is_named_by_otel_service_name_then_the_attributes_then_the_default() {
+        let attributes = Some("service.name=from-attributes,service.version=9,team=a".to_owned());
+        let (r, problem) = resource("strata", Some("checkout".into()), attributes.clone());
+        assert_eq!(problem, None);
+        assert_eq!(text(&r, "service.name").as_deref(), Some("checkout"));
+        assert_eq!(text(&r, "service.version").as_deref(), Some("9"));
+        assert_eq!(text(&r, "team").as_deref(), Some("a"));
+        assert_eq!(text(&r, "telemetry.sdk.language").as_deref(), Some("rust"));
+        let (r, _) = resource("strata", Some("  ".into()), attributes);
+        assert_eq!(text(&r, "service.name").as_deref(), Some("from-attributes"));
+        let (r, _) = resource("strata", None, None);
+        assert_eq!(text(&r, "service.name").as_deref(), Some("strata"));
+        assert_eq!(text(&r, "service.version").as_deref(), Some(env!("CARGO_PKG_VERSION")));
+        // Attributes that do not parse are left out, all of them, and said.
+        let (r, problem) = resource("strata", None, Some("team=a,oops".into()));
+        assert_eq!(text(&r, "team"), None);
+        assert_eq!(text(&r, "service.name").as_deref(), Some("strata"));
+        assert!(problem.unwrap().contains("`oops` is not a key=value pair"));
     }
 }

@@ -50,6 +50,8 @@ pub struct ReceivedSpan {
     pub links: Vec<(String, String)>,
     /// The resource's `service.name`.
     pub service: String,
+    /// The resource's attributes, values as text.
+    pub resource: BTreeMap<String, String>,
     /// The instrumentation scope's name.
     pub scope: String,
     /// Start, in nanoseconds since the Unix epoch.
@@ -128,11 +130,9 @@ async fn traces(State(received): State<Arc<Received>>, body: Bytes) -> impl Into
     };
     let mut spans = Vec::new();
     for resource in &request.resource_spans {
-        let service = resource
-            .resource
-            .as_ref()
-            .and_then(|r| attributes(&r.attributes).remove("service.name"))
-            .unwrap_or_default();
+        let resource_attributes =
+            resource.resource.as_ref().map(|r| attributes(&r.attributes)).unwrap_or_default();
+        let service = resource_attributes.get("service.name").cloned().unwrap_or_default();
         for scope in &resource.scope_spans {
             let scope_name = scope.scope.as_ref().map(|s| s.name.clone()).unwrap_or_default();
             for span in &scope.spans {
@@ -144,6 +144,7 @@ async fn traces(State(received): State<Arc<Received>>, body: Bytes) -> impl Into
                     attributes: attributes(&span.attributes),
                     links: span.links.iter().map(|l| (hex(&l.trace_id), hex(&l.span_id))).collect(),
                     service: service.clone(),
+                    resource: resource_attributes.clone(),
                     scope: scope_name.clone(),
                     start_ns: span.start_time_unix_nano,
                     end_ns: span.end_time_unix_nano,

@@ -18,7 +18,11 @@ fn run(s: &Scratch, more: &[&str], env: &[(&str, &str)]) -> Out {
     let mut args = RUN.to_vec();
     args.extend_from_slice(more);
     let mut command = s.command(&args);
-    command.env(KEY_VAR, KEY).env_remove("OTEL_EXPORTER_OTLP_ENDPOINT");
+    command
+        .env(KEY_VAR, KEY)
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .env_remove("OTEL_SERVICE_NAME")
+        .env_remove("OTEL_RESOURCE_ATTRIBUTES");
     for (k, v) in env {
         command.env(k, v);
     }
@@ -176,6 +180,48 @@ async fn a_run_exports_one_trace_per_task_with_its_whole_delegation_chain_and_me
         .map(|p| p.value)
         .sum();
     assert!(mid_messages > 0.0);
+}
+
+/// The service's name and resource as the OpenTelemetry specification has them:
+/// `OTEL_SERVICE_NAME` first, then `service.name` in `OTEL_RESOURCE_ATTRIBUTES`, whose other
+/// attributes (percent-encoded) the resource carries; else `strata`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn otel_service_name_and_resource_attributes_are_honoured() {
+    let attributes = "deployment.environment=staging,service.name=from-attributes,team=a%20b";
+    let cases: [(&[(&str, &str)], &str); 2] = [
+        (
+            &[("OTEL_SERVICE_NAME", "checkout"), ("OTEL_RESOURCE_ATTRIBUTES", attributes)],
+            "checkout",
+        ),
+        (&[("OTEL_RESOURCE_ATTRIBUTES", attributes)], "from-attributes"),
+    ];
+    for (env, service) in cases {
+        let receiver = Receiver::start().await.unwrap();
+        let server = FakeLlm::start(Mode::Sensible);
+        let s = priced_scratch(&server);
+        let endpoint = receiver.endpoint();
+        let env: Vec<(String, String)> =
+            env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        let out = tokio::task::spawn_blocking(move || {
+            let env: Vec<(&str, &str)> =
+                env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            run(&s, &["--otlp", &endpoint], &env)
+        })
+        .await
+        .unwrap();
+        out.code(0).stdout_has(&["task `hello` succeeded"]);
+        let spans = receiver.spans();
+        assert!(!spans.is_empty());
+        for span in &spans {
+            assert_eq!(span.service, service, "{span:?}");
+            assert_eq!(
+                span.resource.get("deployment.environment").map(String::as_str),
+                Some("staging")
+            );
+            assert_eq!(span.resource.get("team").map(String::as_str), Some("a b"));
+            assert!(span.resource.contains_key("service.version"), "{:?}", span.resource);
+        }
+    }
 }
 
 #[test]
