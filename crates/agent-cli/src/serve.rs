@@ -251,7 +251,8 @@ pub(crate) async fn serve_run(
         }
     });
     // On standard error: standard output may be the run's JSON lines.
-    errln!("strata serve: {}", url(local, &token));
+    // The run's own page: the fragment survives the redirect that takes the token away.
+    errln!("strata serve: {}#run={}", url(local, &token), query_escape(run_id));
     errln!("  run {run_id}: the dashboard stops when the run ends");
     Ok(RunServer { app, watch, server })
 }

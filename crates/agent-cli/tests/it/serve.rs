@@ -44,9 +44,10 @@ pub(crate) fn serve(s: &Scratch, addr: &str, extra: &[&str]) -> Running {
 /// own `Authorization` or `Cookie` (`("Authorization", "")` sends none that counts).
 static TOKENS: Mutex<BTreeMap<u16, String>> = Mutex::new(BTreeMap::new());
 
-/// The port and the token of a URL `strata serve` printed (`http://ADDR/?token=TOKEN`),
-/// remembered for the requests to that port.
+/// The port and the token of a URL `strata serve` printed (`http://ADDR/?token=TOKEN`, and
+/// `#run=ID` after it from `run --serve`), remembered for the requests to that port.
 fn parse_url(url: &str) -> (u16, String) {
+    let url = url.trim().split_once('#').map_or(url, |(url, _)| url);
     let (addr, token) = url.trim().split_once("/?token=").unwrap();
     let port: u16 = addr.rsplit(':').next().unwrap().parse().unwrap();
     let token = token.trim().to_owned();
@@ -564,7 +565,10 @@ fn serving_run(s: &Scratch, extra: &[&str]) -> (Running, Gate, u16, String) {
             .find_map(|l| l.strip_prefix("strata serve: http://").map(str::to_owned));
         url.is_some()
     });
-    let (port, token) = parse_url(&url.unwrap());
+    let url = url.unwrap();
+    // The URL opens the run itself, not the list of runs.
+    assert!(url.trim().ends_with("#run=g"), "{url}");
+    let (port, token) = parse_url(&url);
     wait_for("the gate step to start", || {
         assert!(!run.exited(), "the run exited before the gate:\n{}", run.stderr_so_far());
         s.path("W/waiting").exists()
@@ -801,9 +805,12 @@ fn serve_nats_shows_a_run_placed_on_workers_with_no_directory_here() {
 
     gate.open();
     run.finish().code(0).stdout_has(&["task `gated` succeeded"]);
-    wait_for("the dashboard to see the run end", || {
+    // The end, and every record up to the last: on a loaded machine the audit summary was
+    // once read a poll before the last records (records == last_seq).
+    wait_for("the dashboard to see the run end with all its records", || {
         let snap = get_json(port, "/api/runs/placed", &[], 200);
         snap["progress"]["status"] == "ended"
+            && snap["audit"]["records"].as_u64() == snap["last_seq"].as_u64().map(|l| l + 1)
     });
     let end = get_json(port, "/api/runs/placed", &[], 200);
     assert_eq!(end["audit"]["ok"], true, "{}", end["audit"]);
