@@ -311,10 +311,7 @@ async fn small_model_settings_offer_only_the_planned_call_and_finish() {
         ]),
         UsageLedger::new(PriceTable::new(), Budget::default()),
     );
-    let reasoner =
-        LlmReasoner::new(rig.provider.clone(), rig.ledger.clone(), rig.conversations.clone())
-            .with_tools(&ToolRegistry::with_builtins())
-            .with_settings(LlmSettings { planned_arguments_only: true, ..LlmSettings::default() });
+    let reasoner = small_model_reasoner(&rig);
     let action = reasoner.next_action(agent.persona(), &subtask(), &[]).await.unwrap();
     assert_eq!(
         action,
@@ -1684,6 +1681,13 @@ async fn next_action_offers_the_tools_the_persona_holds_with_the_supervisor_tool
     assert!(repair.contains("`task_prompt`: required property is missing"), "{repair}");
 }
 
+/// A reasoner for `rig`'s model as a small one: the built-in tools, planned arguments only.
+fn small_model_reasoner(rig: &Rig) -> LlmReasoner {
+    LlmReasoner::new(rig.provider.clone(), rig.ledger.clone(), rig.conversations.clone())
+        .with_tools(&ToolRegistry::with_builtins())
+        .with_settings(LlmSettings { planned_arguments_only: true, ..LlmSettings::default() })
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_small_model_names_the_file_and_writes_its_content_as_text_in_a_second_call() {
     // The model names the path only (its schema has no `content`); the content comes from a
@@ -1696,10 +1700,7 @@ async fn a_small_model_names_the_file_and_writes_its_content_as_text_in_a_second
     let held = vec!["write_file".to_owned()];
     let who =
         Persona { config: &agent.config, system_prompt: &agent.prompt, tools: &held, roles: &[] };
-    let reasoner =
-        LlmReasoner::new(rig.provider.clone(), rig.ledger.clone(), rig.conversations.clone())
-            .with_tools(&ToolRegistry::with_builtins())
-            .with_settings(LlmSettings { planned_arguments_only: true, ..LlmSettings::default() });
+    let reasoner = small_model_reasoner(&rig);
     // The task as a small model's lead words it for the worker it spawns: the step, then
     // when it is done.
     let mut subtask = goal_subtask("");
@@ -1747,10 +1748,7 @@ async fn a_small_model_s_next_write_is_offered_the_named_files_it_has_not_writte
     let held = vec!["write_file".to_owned(), "read_file".to_owned()];
     let who =
         Persona { config: &agent.config, system_prompt: &agent.prompt, tools: &held, roles: &[] };
-    let reasoner =
-        LlmReasoner::new(rig.provider.clone(), rig.ledger.clone(), rig.conversations.clone())
-            .with_tools(&ToolRegistry::with_builtins())
-            .with_settings(LlmSettings { planned_arguments_only: true, ..LlmSettings::default() });
+    let reasoner = small_model_reasoner(&rig);
     let mut subtask = goal_subtask("");
     subtask.step.description =
         "Write wordcount.py, its tests in test_wordcount.py and a README.md".into();
@@ -1784,10 +1782,7 @@ async fn a_small_model_s_next_write_is_offered_the_named_files_it_has_not_writte
 
     // Once every named file is written, any of them may be written again.
     let rig = rig_again(&json!({"path": "README.md"}));
-    let reasoner =
-        LlmReasoner::new(rig.provider.clone(), rig.ledger.clone(), rig.conversations.clone())
-            .with_tools(&ToolRegistry::with_builtins())
-            .with_settings(LlmSettings { planned_arguments_only: true, ..LlmSettings::default() });
+    let reasoner = small_model_reasoner(&rig);
     let all = ["wordcount.py", "test_wordcount.py", "README.md"].map(|p| written(p, true));
     let _ = reasoner.next_action(who, &subtask, &all).await;
     assert_eq!(
