@@ -603,10 +603,26 @@ pub(crate) async fn send_decision(
     let dir = resolve_run(data, run)?;
     let info = RunInfo::read(&dir).map_err(bad_input)?;
     let human = operator_name(as_name)?;
-    let id = decision_id(&dir, &info, decision.trim()).await?;
+    let named = named_decision(decision.trim(), &info.run_id)?;
+    // One copy of the store for finding the decision and checking the request.
+    let store = read_copy(&dir).await?;
+    // A run on NATS has its decisions on its server.
+    let governance = Stores::of_run(&store, &dir, &info).await?.governance;
+    let id = match named {
+        Named::Id(id) => id,
+        Named::Prefix(prefix) => {
+            let decisions = governance.list().await.context("cannot read the run's decisions")?;
+            by_prefix(&prefix, decisions.iter().map(|d| d.id)).map_err(|why| {
+                bad_input(anyhow::anyhow!(
+                    "{why}; `strata inspect {run} decisions` lists them",
+                    run = info.run_id
+                ))
+            })?
+        }
+    };
     let request = request(id, human.clone());
     let allowed = allowed_humans(&dir)?;
-    let refused = check(&dir, &info, &request, id, &human, &allowed).await?;
+    let refused = check(governance.as_ref(), &info, &request, id, &human, &allowed).await?;
     let envelope = Envelope { id: new_request_id(), at: now_ms(), request, refused };
     let submitted = submit_as(&dir, &info, envelope, no_wait, say).await?;
     Ok((id, human, submitted))
@@ -615,12 +631,20 @@ pub(crate) async fn send_decision(
 /// The shortest prefix of a decision id taken for the whole id (as `strata` prints them).
 const DECISION_PREFIX_MIN: usize = 8;
 
-/// The decision `text` names in the run in `dir`: its whole id, or a prefix of it of at least
-/// [`DECISION_PREFIX_MIN`] characters that no other decision of the run shares.
-async fn decision_id(dir: &Path, info: &RunInfo, text: &str) -> Result<DecisionId, Failure> {
-    let run = &info.run_id;
+/// How a command names a decision.
+enum Named {
+    /// By its whole id.
+    Id(DecisionId),
+    /// By a prefix of its id (lowercase), at least [`DECISION_PREFIX_MIN`] characters.
+    Prefix(String),
+}
+
+/// The decision `text` names: its whole id, or a prefix of it of at least
+/// [`DECISION_PREFIX_MIN`] characters (found among the decisions of run `run` by
+/// [`by_prefix`]); anything else is bad input.
+fn named_decision(text: &str, run: &str) -> Result<Named, Failure> {
     if let Ok(id) = uuid::Uuid::parse_str(text) {
-        return Ok(DecisionId::from_uuid(id));
+        return Ok(Named::Id(DecisionId::from_uuid(id)));
     }
     let prefix = text.to_ascii_lowercase();
     let plausible = (DECISION_PREFIX_MIN..36).contains(&prefix.len())
@@ -631,12 +655,7 @@ async fn decision_id(dir: &Path, info: &RunInfo, text: &str) -> Result<DecisionI
             text.escape_debug()
         )));
     }
-    let store = read_copy(dir).await?;
-    let governance = Stores::of_run(&store, dir, info).await?.governance;
-    let decisions = governance.list().await.context("cannot read the run's decisions")?;
-    by_prefix(&prefix, decisions.iter().map(|d| d.id)).map_err(|why| {
-        bad_input(anyhow::anyhow!("{why}; `strata inspect {run} decisions` lists them"))
-    })
+    Ok(Named::Prefix(prefix))
 }
 
 /// The one id of `ids` that starts with `prefix` (lowercase), or why there is none.
@@ -747,19 +766,16 @@ fn stored_team(dir: &Path) -> Result<team_file::TeamFile, Failure> {
     team_file::parse_stored_team(&path, &text, &ToolRegistry::with_builtins()).map_err(bad_input)
 }
 
-/// What the command can check at once, on a private copy of the run's store: `Some(error)`
-/// when the request is refused.
+/// What the command can check at once, on `governance` (from a private copy of the run's
+/// store, or its NATS server): `Some(error)` when the request is refused.
 async fn check(
-    dir: &Path,
+    governance: &dyn Governance,
     info: &RunInfo,
     request: &OperatorRequest,
     id: DecisionId,
     human: &str,
     allowed: &[String],
 ) -> Result<Option<String>, Failure> {
-    let store = read_copy(dir).await?;
-    // A run on NATS has its decisions on its server.
-    let governance = Stores::of_run(&store, dir, info).await?.governance;
     let Some(mut decision) = governance.get(id).await.context("cannot read the decision")? else {
         return Ok(Some(format!(
             "no decision {id} in run {}; `strata inspect {} decisions` lists them",
