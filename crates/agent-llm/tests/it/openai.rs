@@ -343,20 +343,20 @@ async fn a_whole_answer_has_time_for_its_max_tokens_at_the_slowest_rate_measured
         "usage": {"prompt_tokens": 3, "completion_tokens": 4_000},
     });
     let server = TestServer::start([
-        // 8 tokens at most, before any rate is measured: 2 s beyond the 200 ms timeout.
+        // 16 tokens at most, before any rate is measured: 4 s beyond the 200 ms timeout.
         Reply::json(200, answer(json!({"content": "slow but within"})))
             .after(Duration::from_secs(1)),
         // 4 000 tokens in a few milliseconds: a fast server.
         Reply::json(200, quick),
-        // The same 8 tokens now have a few milliseconds: the same slow answer is cut.
+        // The same 16 tokens now have a few milliseconds: the same slow answer is cut.
         Reply::json(200, answer(json!({"content": "too slow now"}))).after(Duration::from_secs(1)),
     ])
     .await;
     let provider = provider(&server.url(), None, Duration::from_millis(200));
-    let first = provider.complete(&at_most(8)).await.unwrap();
+    let first = provider.complete(&at_most(16)).await.unwrap();
     assert_eq!(first.text, "slow but within");
-    provider.complete(&at_most(8)).await.unwrap();
-    let error = provider.complete(&at_most(8)).await.unwrap_err();
+    provider.complete(&at_most(16)).await.unwrap();
+    let error = provider.complete(&at_most(16)).await.unwrap_err();
     assert_eq!(error.kind, ProviderErrorKind::Timeout, "{error}");
 }
 
