@@ -102,6 +102,8 @@ struct ProviderKey {
     api_key_env: Option<String>,
     timeout_ms: Option<u128>,
     structured_output: agent_llm::StructuredOutput,
+    /// A small model: asked on `/completions` (see `OpenAiConfig::completions`).
+    small_model: bool,
 }
 
 /// Builds the reasoners for `team`'s agents and roles, with `overrides` (from `--reasoner`,
@@ -575,6 +577,7 @@ impl ProviderSet {
             api_key_env: s.api_key_env.clone(),
             timeout_ms: s.request_timeout.map(|t| t.as_millis()),
             structured_output: s.structured_output,
+            small_model: s.small_model,
         };
         if let Some(p) = self.providers.get(&key) {
             return Ok(Some(p.clone()));
@@ -602,6 +605,9 @@ impl ProviderSet {
                     config.timeout = t;
                 }
                 config.structured_output = s.structured_output;
+                // A small base model is asked as the embedded one is: a transcript on
+                // /completions under the answer's grammar, when the server takes it.
+                config.completions = s.small_model;
                 let provider = OpenAiProvider::new(config).map_err(|e| {
                     SettingError(format!("team file [reasoner] kind = \"openai\": {e}"))
                 })?;

@@ -185,11 +185,21 @@ impl HttpClient {
         body: &serde_json::Value,
         generated: impl FnOnce(&T) -> u64,
     ) -> Result<T, ProviderError> {
+        self.post_to(&self.endpoint, body, generated).await
+    }
+
+    /// [`Self::post`] to another endpoint of the same server (`url`), with the same headers.
+    pub(crate) async fn post_to<T: DeserializeOwned>(
+        &self,
+        url: &Url,
+        body: &serde_json::Value,
+        generated: impl FnOnce(&T) -> u64,
+    ) -> Result<T, ProviderError> {
         let max_tokens = body.get("max_tokens").and_then(serde_json::Value::as_u64);
         let limit = self.timeout.saturating_add(self.pace.allowance(max_tokens));
         let _quiet = agent_core::progress::expect_quiet(limit);
         let started = Instant::now();
-        let result = self.exchange(body, limit).await;
+        let result = self.exchange(url, body, limit).await;
         let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         let (status, retry_after, bytes) = match result {
             Ok(answer) => answer,
@@ -214,7 +224,7 @@ impl HttpClient {
             "provider call answered"
         );
         if !status.is_success() {
-            return Err(self.status_error(status, retry_after, &bytes));
+            return Err(self.status_error(url, status, retry_after, &bytes));
         }
         let answer: T = serde_json::from_slice(&bytes).map_err(|e| {
             self.error(
@@ -254,7 +264,7 @@ impl HttpClient {
         let retry_after = retry_after(response.headers());
         let bytes = response.bytes().await.map_err(|e| self.transport_error(&e))?;
         if !status.is_success() {
-            return Err(self.status_error(status, retry_after, &bytes));
+            return Err(self.status_error(&url, status, retry_after, &bytes));
         }
         match serde_json::from_slice::<List>(&bytes) {
             Ok(list) => Ok(Some(list.data.into_iter().map(|e| e.id).collect())),
@@ -311,6 +321,7 @@ impl HttpClient {
     /// and body, or a transport error.
     async fn exchange(
         &self,
+        url: &Url,
         body: &serde_json::Value,
         limit: Duration,
     ) -> Result<(StatusCode, Option<Duration>, Vec<u8>), ProviderError> {
@@ -319,7 +330,7 @@ impl HttpClient {
         })?;
         let response = self
             .client
-            .post(self.endpoint.clone())
+            .post(url.clone())
             .headers(self.headers.clone())
             .header(CONTENT_TYPE, "application/json")
             .timeout(limit)
@@ -354,6 +365,7 @@ impl HttpClient {
     /// Classifies a non-2xx answer.
     fn status_error(
         &self,
+        url: &Url,
         status: StatusCode,
         retry_after: Option<Duration>,
         body: &[u8],
@@ -380,10 +392,7 @@ impl HttpClient {
             (_, None) => ProviderErrorKind::BadResponse,
         };
         let message = if status == StatusCode::NOT_FOUND {
-            format!(
-                "HTTP {status} from {}: {text} (check the model name and base_url)",
-                self.endpoint
-            )
+            format!("HTTP {status} from {url}: {text} (check the model name and base_url)")
         } else {
             format!("HTTP {status}: {text}")
         };

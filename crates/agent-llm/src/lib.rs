@@ -88,6 +88,8 @@ mod emulated_tools;
 #[cfg(feature = "fetch")]
 mod fetch;
 #[cfg(feature = "http")]
+mod gbnf;
+#[cfg(feature = "http")]
 mod http;
 mod ledger;
 #[cfg(feature = "local")]
@@ -106,6 +108,8 @@ mod structured;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod tokens;
+#[cfg(feature = "http")]
+mod transcript;
 
 #[cfg(feature = "http")]
 pub use anthropic::{AnthropicConfig, AnthropicProvider};

@@ -18,6 +18,7 @@ use crate::provider::{
 use crate::stream::{SharedSink, TokenSink};
 use crate::structured::{self, ModeChoice, ModeSelector, StructuredMode, StructuredOutput};
 
+mod completions;
 mod stream;
 
 /// How to reach an OpenAI-compatible server.
@@ -41,6 +42,14 @@ pub struct OpenAiConfig {
     /// How to ask for structured answers ([`StructuredOutput::Auto`]: the best mode the server
     /// takes, found as it answers).
     pub structured_output: StructuredOutput,
+    /// Asks as the embedded model is asked, for a small base model with no chat template of its
+    /// own (`--small-model`): each request rendered as a plain transcript on `POST
+    /// {base_url}/completions`, a JSON answer or tool call constrained by a GBNF `grammar`
+    /// (llama.cpp's server, llama-cpp-python take one), answers not streamed. The pre-run check
+    /// ([`Provider::preflight`]) tries it; a server without the endpoint, or one that refuses or
+    /// ignores the grammar, is asked through chat completions instead (and
+    /// `structured_output` applies there).
+    pub completions: bool,
 }
 
 impl OpenAiConfig {
@@ -55,6 +64,7 @@ impl OpenAiConfig {
             api_key: None,
             timeout: Self::DEFAULT_TIMEOUT,
             structured_output: StructuredOutput::Auto,
+            completions: false,
         }
     }
 }
@@ -67,6 +77,7 @@ impl fmt::Debug for OpenAiConfig {
             .field("api_key", &http::redacted(self.api_key.as_ref()))
             .field("timeout", &self.timeout)
             .field("structured_output", &self.structured_output)
+            .field("completions", &self.completions)
             .finish()
     }
 }
@@ -94,6 +105,9 @@ impl fmt::Debug for OpenAiConfig {
 ///   ([`Provider::structured_choice`]);
 /// - `max_tokens` (omitted when 0: the server's default) and `temperature` (if set).
 ///
+/// With [`OpenAiConfig::completions`], requests go to `/completions` instead, as the
+/// `completions` module describes.
+///
 /// The answer is `choices[0].message`: `content` (may be `null`) and `tool_calls`, whose
 /// `arguments` JSON string is kept exactly as written, malformed or not (a server sending an
 /// object instead gets it serialized); `usage.prompt_tokens` / `completion_tokens`, 0 if absent.
@@ -106,6 +120,9 @@ pub struct OpenAiProvider {
     modes: ModeSelector,
     /// Whether answers are streamed (see [`stream`]).
     streaming: stream::StreamState,
+    /// The server's `/completions`, and whether requests go there (see [`completions`]).
+    completions_url: reqwest::Url,
+    completions: completions::State,
 }
 
 impl OpenAiProvider {
@@ -118,6 +135,8 @@ impl OpenAiProvider {
         const EXAMPLE_URL: &str = "https://api.openai.com/v1";
         let endpoint = http::endpoint(&config.base_url, "chat/completions", EXAMPLE_URL)?;
         let models = http::endpoint(&config.base_url, "models", EXAMPLE_URL)?;
+        let completions_url = http::endpoint(&config.base_url, "completions", EXAMPLE_URL)?;
+        let completions = completions::State::new(config.completions);
         http::check_model(&config.model, "gpt-4o-mini")?;
         let key = http::api_key(config.api_key.as_deref());
         let mut headers = HeaderMap::new();
@@ -127,7 +146,14 @@ impl OpenAiProvider {
         let http =
             HttpClient::new(Self::NAME, config.model, endpoint, headers, key, config.timeout)?;
         let modes = ModeSelector::new(config.structured_output, &StructuredMode::ALL);
-        Ok(Self { http, models, modes, streaming: stream::StreamState::default() })
+        Ok(Self {
+            http,
+            models,
+            modes,
+            streaming: stream::StreamState::default(),
+            completions_url,
+            completions,
+        })
     }
 
     /// Takes over the structured output modes that an earlier provider for the same server
@@ -137,6 +163,9 @@ impl OpenAiProvider {
         self.modes.remember(choice);
         if choice.stream_without_usage {
             self.streaming.stop();
+        }
+        if choice.completions == Some(false) {
+            self.completions.refuse();
         }
     }
 
@@ -175,6 +204,9 @@ impl OpenAiProvider {
         request: &ChatRequest,
         sink: Option<&SharedSink<'_>>,
     ) -> Result<ChatResponse, ProviderError> {
+        if self.completions.in_use() {
+            return completions::answer(self, request, sink).await;
+        }
         if request.require_tool && !request.tools.is_empty() {
             return self.call_a_tool(request, sink).await;
         }
@@ -256,9 +288,25 @@ impl Provider for OpenAiProvider {
 
     /// Checks that the server serves the model, then sends one short structured request (16
     /// tokens at most) to find the structured output mode it takes: a server that refuses
-    /// every mode fails here, naming what was tried.
+    /// every mode fails here, naming what was tried. With [`OpenAiConfig::completions`], it
+    /// first checks that the server's `/completions` keeps a grammar (one short request), and
+    /// uses chat completions if not.
     async fn preflight(&self) -> Result<(), ProviderError> {
         self.http.check_model_listed(self.models.clone()).await?;
+        if self.completions.in_use() {
+            match completions::probe(self).await? {
+                None => return Ok(()),
+                Some(reason) => {
+                    tracing::info!(
+                        provider = Self::NAME,
+                        model = %self.http.model(),
+                        %reason,
+                        "the server's /completions does not take a grammar; asking through chat completions"
+                    );
+                    self.completions.refuse();
+                }
+            }
+        }
         // Streamed, so that a server that streams without the usage is known before the run,
         // whose calls are then not streamed and all counted exactly.
         let mut ignore = |_: crate::stream::Piece<'_>| {};
@@ -285,9 +333,16 @@ impl Provider for OpenAiProvider {
         self.send(request, Some(&SharedSink::new(sink))).await
     }
 
+    /// Asked as a transcript ([`OpenAiConfig::completions`]), the answer continues the
+    /// assistant's own last words, as the embedded model's does.
+    fn continues_assistant(&self) -> bool {
+        self.completions.in_use()
+    }
+
     fn structured_choice(&self) -> Option<ModeChoice> {
         let mut choice = self.modes.choice();
         choice.stream_without_usage = !self.streaming.streams();
+        choice.completions = self.completions.choice();
         Some(choice)
     }
 }
@@ -443,7 +498,7 @@ struct WireFunction {
 }
 
 #[derive(Default, Deserialize)]
-struct WireUsage {
+pub(super) struct WireUsage {
     #[serde(default)]
     prompt_tokens: u64,
     #[serde(default)]

@@ -134,6 +134,12 @@ pub struct ModeChoice {
     /// (llama-cpp-python ignores `stream_options`); every call is then counted exactly.
     #[serde(default)]
     pub stream_without_usage: bool,
+    /// For a provider asked to prompt a base model (`OpenAiConfig::completions`): whether its
+    /// requests go to `/completions` as transcripts under a grammar (`Some(true)`), or, since
+    /// the server has no such endpoint or ignores the grammar, to chat completions
+    /// (`Some(false)`). `None`: not asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completions: Option<bool>,
 }
 
 impl fmt::Display for ModeChoice {
@@ -149,6 +155,13 @@ impl fmt::Display for ModeChoice {
         if self.stream_without_usage {
             f.write_str("; answers not streamed (the server streams without the usage)")?;
         }
+        match self.completions {
+            Some(true) => f.write_str("; transcripts on /completions under a grammar")?,
+            Some(false) => {
+                f.write_str("; chat completions (the server's /completions takes no grammar)")?
+            }
+            None => {}
+        }
         if self.tool_calls_emulated {
             f.write_str(
                 "; tool calls asked as JSON (the server ignores tool_choice \"required\")",
@@ -162,7 +175,7 @@ impl fmt::Display for ModeChoice {
 mod adapt;
 mod order;
 
-#[cfg(feature = "local")]
+#[cfg(feature = "http")]
 pub(crate) use order::schema_text;
 pub(crate) use order::value_text;
 

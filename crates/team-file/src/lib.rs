@@ -127,8 +127,10 @@
 //! small_model = false       # openai/anthropic: a small model (Gemma 3 270M behind a local
 //!                           # server; `--small-model` sets it for every agent): the embedded
 //!                           # model's narrow tool loop (an executor is offered its step's tool,
-//!                           # with the plan's arguments; a lead spawns without the model) and
-//!                           # temperature 0 unless an agent sets one
+//!                           # with the plan's arguments; a lead spawns without the model),
+//!                           # temperature 0 unless an agent sets one, and (openai) each request
+//!                           # as the embedded model's transcript on /completions under the
+//!                           # answer's grammar, when the server keeps one (llama.cpp's servers)
 //! plan_repairs = 3          # model reasoners: most times an invalid plan goes back to the
 //!                           # model with its problems (each audited) before the task fails
 //!                           # as an invalid plan; 0 to 10, default 3

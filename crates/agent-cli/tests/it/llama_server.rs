@@ -1,8 +1,11 @@
 //! `--reasoner openai` against a real OpenAI-compatible server: llama-cpp-python's
 //! (`llama-cpp-python[server]` 0.3.36 from PyPI, which `cargo xtask ci`'s setup installs into a
 //! virtual environment, see `xtask/src/pyenv.rs`) serving the embedded model's GGUF file on
-//! loopback. It refuses `response_format: json_schema` with an HTTP 500; the run must find the
-//! mode it takes before it starts and complete the hello plan.
+//! loopback. With `--small-model` (the README's setting for a model this small) each request is
+//! the embedded model's transcript on `/completions` under the answer's grammar, which the run's
+//! pre-run check must find the server keeps; the run must complete the hello plan. Asked through
+//! chat completions instead, the server refuses `response_format: json_schema` with an HTTP 500,
+//! and the provider's check must find the mode it takes (`json_object`).
 //!
 //! Needs the server (`STRATA_LLAMA_SERVER_PYTHON`, or the setup's default environment) and the
 //! model file (`strata model fetch`): without them the test fails, saying how to get them.
@@ -116,7 +119,7 @@ impl Drop for LlamaServer {
 }
 
 #[test]
-fn the_hello_plan_runs_through_llama_cpp_python_which_takes_json_object_only() {
+fn the_hello_plan_runs_through_llama_cpp_python_asked_as_the_embedded_model_is() {
     let server = LlamaServer::start("gemma-3-270m");
     let s = Scratch::with_example();
     // The README's settings for a small model behind a server: `--reasoner openai`,
@@ -153,19 +156,15 @@ fn the_hello_plan_runs_through_llama_cpp_python_which_takes_json_object_only() {
     assert_eq!(s.read("W/hello.txt"), "hello, strata\n");
     assert_eq!(s.read("W/notes/plan.md"), "# Plan\n- greet\n- measure\n");
 
-    // The mode actually used: json_object, after the server refused json_schema.
+    // How it was asked: `--small-model` sends each request as the embedded model's transcript
+    // to `/completions`, under the answer's grammar, which the pre-run check found the server
+    // keeps; so no structured output mode was refused and no tool call emulated.
     let usage = s.strata(&["inspect", "r1", "usage", "--data", "D", "--json"]).code(0).json();
     let report = &usage["usage"];
     let choice = &report["structured_output"]["openai/gemma-3-270m"];
-    assert_eq!(choice["mode"], "json_object", "{report}");
-    assert_eq!(choice["rejected"][0]["mode"], "json_schema", "{report}");
-    let reason = choice["rejected"][0]["reason"].as_str().unwrap();
-    assert!(reason.contains("HTTP 500"), "{reason}");
-    // It answers `tool_choice: "required"` without a call: the executors' tool choice was
-    // asked as JSON. It streams without the usage: the pre-run check's streamed probe found
-    // that, so no call of the run was streamed and every one counts its tokens.
-    assert_eq!(choice["tool_calls_emulated"], true, "{report}");
-    assert_eq!(choice["stream_without_usage"], true, "{report}");
+    assert_eq!(choice["completions"], true, "{report}");
+    assert_eq!(choice["rejected"], serde_json::json!([]), "{report}");
+    assert_eq!(choice["tool_calls_emulated"], false, "{report}");
     for (agent, tally) in report["by_agent"].as_object().unwrap() {
         if tally["calls"].as_u64().unwrap() > 0 {
             assert!(tally["input_tokens"].as_u64().unwrap() > 0, "{agent}: {report}");
@@ -179,4 +178,20 @@ fn the_hello_plan_runs_through_llama_cpp_python_which_takes_json_object_only() {
         assert!(report["by_layer"][layer]["calls"].as_u64().unwrap() > 0, "{layer}: {report}");
     }
     s.strata(&["verify", "r1", "--data", "D"]).code(0);
+
+    // The same server through chat completions (a provider without `completions`): the
+    // pre-run check finds the mode it takes, and that it streams without the usage.
+    let chat = agent_llm::OpenAiProvider::new(agent_llm::OpenAiConfig::new(
+        base_url.clone(),
+        "gemma-3-270m",
+    ))
+    .unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(agent_llm::Provider::preflight(&chat)).unwrap();
+    let choice = agent_llm::Provider::structured_choice(&chat).unwrap();
+    assert_eq!(choice.mode, Some(agent_llm::StructuredMode::JsonObject), "{choice}");
+    assert_eq!(choice.rejected[0].mode, agent_llm::StructuredMode::JsonSchema, "{choice}");
+    assert!(choice.rejected[0].reason.contains("HTTP 500"), "{choice}");
+    assert!(choice.stream_without_usage, "{choice}");
+    assert_eq!(choice.completions, None, "{choice}");
 }

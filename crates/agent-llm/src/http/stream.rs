@@ -101,7 +101,7 @@ impl HttpClient {
                 .map_err(|_| self.silent("no whole answer"))?
                 .map_err(|e| self.transport_error(&e))?;
             if !status.is_success() {
-                return Err(self.status_error(status, retry_after, &bytes));
+                return Err(self.status_error(&self.endpoint, status, retry_after, &bytes));
             }
             return Ok(Streamed::Whole(bytes.to_vec()));
         }

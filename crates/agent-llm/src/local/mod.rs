@@ -4,7 +4,6 @@
 mod closing;
 mod dry;
 mod engine;
-mod prompt;
 #[cfg(test)]
 mod tests;
 
@@ -15,6 +14,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use thiserror::Error;
 use tokio::sync::{mpsc, oneshot};
+
+use crate::transcript as prompt;
 
 use crate::fetch::{
     GEMMA3_270M_Q4_K_M, ModelDirError, ModelFileError, ModelSpec, default_model_dir,

@@ -95,6 +95,7 @@ impl ModeSelector {
             rejected,
             tool_calls_emulated,
             stream_without_usage: false,
+            completions: None,
         }
     }
 
@@ -324,6 +325,7 @@ mod tests {
             rejected: vec![RejectedMode { mode: StructuredMode::JsonSchema, reason: "x".into() }],
             tool_calls_emulated: false,
             stream_without_usage: false,
+            completions: None,
         });
         assert_eq!(explicit.current(), Some(StructuredMode::JsonSchema));
         assert!(

@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 
 /// `schema` as compact JSON text, each `properties` listing first the properties its node's
 /// `required` names, in that order, then the others (sorted).
-#[cfg(any(feature = "local", test))]
+#[cfg(any(feature = "http", test))]
 pub(crate) fn schema_text(schema: &Value) -> String {
     let mut out = String::new();
     write_schema(&mut out, schema);
@@ -42,7 +42,7 @@ fn ordered<'a>(properties: &'a Map<String, Value>, required: Option<&'a Value>) 
     keys
 }
 
-#[cfg(any(feature = "local", test))]
+#[cfg(any(feature = "http", test))]
 fn write_schema(out: &mut String, node: &Value) {
     let Value::Object(map) = node else {
         out.push_str(&node.to_string());

@@ -25,7 +25,8 @@ const MAX_BODY: usize = 64 * 1024 * 1024;
 /// It answers
 /// - `GET /v1/models` with `{"object": "list", "data": [{"id": MODEL, ...}]}`, the model it was
 ///   started with, which is what the provider's preflight checks;
-/// - `POST /v1/chat/completions` with `200` and what the handler returns for the request body,
+/// - `POST /v1/chat/completions` (and `POST /v1/completions`, whose body has a `prompt` instead
+///   of `messages`) with `200` and what the handler returns for the request body,
 ///   or, when the handler returns a problem, `400` with an OpenAI error body; a request with
 ///   `"stream": true` gets that answer as an event stream ([`FakeModel::set_stream_style`]);
 /// - anything else with `404`.
@@ -219,7 +220,7 @@ async fn serve(stream: TcpStream, shared: Arc<Shared>) {
 async fn answer(shared: &Arc<Shared>, request: &Request) -> (u16, Value) {
     let path = request.path.split_once('?').map_or(request.path.as_str(), |(path, _)| path);
     let chat = match (request.method.as_str(), path) {
-        ("POST", "/v1/chat/completions") => true,
+        ("POST", "/v1/chat/completions" | "/v1/completions") => true,
         ("GET", "/v1/models") => false,
         (method, _) => {
             let problem = format!("no route {method} {}", request.path);

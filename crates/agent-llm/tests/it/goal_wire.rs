@@ -165,6 +165,7 @@ async fn a_goal_runs_to_success_with_every_agent_asking_a_model_over_http() {
         api_key: Some(KEY.to_owned()),
         timeout: Duration::from_secs(10),
         structured_output: agent_llm::StructuredOutput::Auto,
+        completions: false,
     })
     .unwrap();
     let ledger = Arc::new(UsageLedger::new(PriceTable::new(), Budget::default()));

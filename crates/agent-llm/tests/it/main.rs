@@ -3,6 +3,7 @@
 
 mod anthropic;
 mod approval;
+mod completions;
 mod goal_wire;
 mod http_server;
 mod ledger;

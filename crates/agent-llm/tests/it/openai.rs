@@ -21,6 +21,7 @@ fn provider(url: &str, key: Option<&str>, timeout: Duration) -> OpenAiProvider {
         api_key: key.map(str::to_owned),
         timeout,
         structured_output: agent_llm::StructuredOutput::Auto,
+        completions: false,
     })
     .unwrap()
 }

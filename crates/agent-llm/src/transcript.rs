@@ -1,8 +1,9 @@
-//! From a [`ChatRequest`] to a completion prompt and an answer schema for the base model, and
+//! From a [`ChatRequest`] to a completion prompt and an answer schema for a base model, and
 //! from the model's output back to a [`ChatResponse`]'s text and tool calls. Pure: no engine.
 //!
 //! The embedded model is a base model without a chat template, so a request becomes a plain
-//! transcript to continue:
+//! transcript to continue (and so does a request to an OpenAI-compatible server for a small
+//! model, on its `/completions` endpoint with the answer's grammar, see [`crate::gbnf`]):
 //!
 //! ```text
 //! <system prompt>
@@ -58,6 +59,7 @@ impl Answer {
     }
 
     /// Whether the output is grammar-constrained JSON.
+    #[cfg(feature = "local")]
     pub(crate) fn is_json(&self) -> bool {
         !matches!(self, Self::Text)
     }
@@ -291,6 +293,7 @@ pub(crate) fn answer_schema(request: &ChatRequest, permissive: bool) -> Option<S
 
 /// The output of a JSON answer is complete: it parses, and nothing could extend it (it ends
 /// with `}`, `]` or `"`).
+#[cfg(feature = "local")]
 pub(crate) fn json_complete(text: &str) -> bool {
     let trimmed = text.trim_end();
     trimmed.ends_with(['}', ']', '"'])
@@ -397,6 +400,6 @@ fn tool_name<'a>(request: &'a ChatRequest, id: &str) -> Option<&'a str> {
         .map(|call| call.name.as_str())
 }
 
-#[cfg(test)]
-#[path = "grammar_tests.rs"]
+#[cfg(all(test, feature = "local"))]
+#[path = "local/grammar_tests.rs"]
 mod grammar_tests;
