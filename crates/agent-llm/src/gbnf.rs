@@ -187,15 +187,18 @@ impl Builder {
 
     fn string(&mut self, map: &Map<String, Value>) -> String {
         let bound = |key: &str| map.get(key).and_then(Value::as_u64);
-        let (min, max) = (bound("minLength").unwrap_or(0), bound("maxLength"));
+        let max = bound("maxLength");
+        let min = max.map_or(bound("minLength").unwrap_or(0), |max| {
+            bound("minLength").unwrap_or(0).min(max)
+        });
         if let Some((class, pmin, pmax)) =
             map.get("pattern").and_then(Value::as_str).and_then(simple_pattern)
         {
-            let min = min.max(pmin);
             let max = match (max, pmax) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             };
+            let min = max.map_or(min.max(pmin), |max| min.max(pmin).min(max));
             return self.rule(format!(r#""\"" {class}{} "\"" space"#, repeat(min, max)));
         }
         if min == 0 && max.is_none() {
@@ -209,13 +212,19 @@ impl Builder {
             Some(items @ Value::Object(_)) => self.value(items),
             _ => self.any(),
         };
-        let min = map.get("minItems").and_then(Value::as_u64).unwrap_or(0);
         let max = map.get("maxItems").and_then(Value::as_u64);
+        let min = map.get("minItems").and_then(Value::as_u64).unwrap_or(0);
+        // A minimum above the maximum asks the impossible: the maximum wins.
+        let min = max.map_or(min, |max| min.min(max));
         if max == Some(0) {
             return self.rule(r#""[" space "]" space"#.to_owned());
         }
-        let rest = repeat(min.saturating_sub(1), max.map(|m| m.saturating_sub(1)));
-        let items = format!(r#"{item} ("," space {item}){rest}"#);
+        let items = if max == Some(1) {
+            item
+        } else {
+            let rest = repeat(min.saturating_sub(1), max.map(|m| m.saturating_sub(1)));
+            format!(r#"{item} ("," space {item}){rest}"#)
+        };
         let items = if min == 0 { format!("( {items} )?") } else { items };
         self.rule(format!(r#""[" space {items} "]" space"#))
     }
@@ -423,6 +432,55 @@ mod tests {
         assert_eq!(literal("a\"b\\c\nd\u{1}"), r#""a\"b\\c\nd\x01""#);
         let g = grammar(&json!({"const": "say \"hi\""}));
         assert!(g.contains(r#""\"say \\\"hi\\\"\"" space"#), "{g}");
+    }
+
+    #[test]
+    fn one_item_arrays_and_minimums_above_their_maximum() {
+        let one = grammar(&json!({"type": "array", "items": {"type": "integer"}, "maxItems": 1}));
+        assert!(one.contains(r#""[" space ( integer )? "]" space"#), "{one}");
+        let exactly_one = grammar(&json!({"type": "array", "items": {"type": "integer"},
+            "minItems": 1, "maxItems": 1}));
+        assert!(exactly_one.contains(r#""[" space integer "]" space"#), "{exactly_one}");
+        let impossible = grammar(&json!({"type": "array", "items": {"type": "integer"},
+            "minItems": 9, "maxItems": 2}));
+        assert!(impossible.contains(r#"("," space integer){1}"#), "{impossible}");
+        let string = grammar(&json!({"type": "string", "minLength": 9, "maxLength": 2}));
+        assert!(string.contains("char{2}"), "{string}");
+        let pattern = grammar(&json!({"type": "string", "pattern": "^[a-z]{50,60}$",
+            "maxLength": 4}));
+        assert!(pattern.contains("[a-z]{4}"), "{pattern}");
+    }
+
+    /// A tool's schema (an MCP server's, say) asking for a billion characters or items gets a
+    /// grammar of ordinary size: [`crate::transcript::bounded`] caps what it asks.
+    #[test]
+    fn a_hostile_schema_gives_a_grammar_of_ordinary_size() {
+        use crate::transcript::{LARGEST_ARRAY_ITEMS, LARGEST_STRING_CHARS, bounded};
+        let hostile = json!({"type": "object", "properties": {
+            "text": {"type": "string", "minLength": 1_000_000_000_u64, "maxLength": 2_000_000_000_u64},
+            "list": {"type": "array", "maxItems": 1_000_000_000_u64, "minItems": -3,
+                "items": {"type": "string", "maxLength": "many"}},
+            "code": {"type": "string", "pattern": "^[a-z]{99999999}$"},
+            "small": {"type": "string", "pattern": "^[a-z]{2,5}$"}
+        }, "required": ["text", "list", "code", "small"]});
+        let schema = bounded(&hostile);
+        let text = &schema["properties"]["text"];
+        assert_eq!(text["maxLength"], LARGEST_STRING_CHARS);
+        assert_eq!(text["minLength"], LARGEST_STRING_CHARS, "a minimum is at most the maximum");
+        let list = &schema["properties"]["list"];
+        assert_eq!(list["maxItems"], LARGEST_ARRAY_ITEMS);
+        assert!(list.get("minItems").is_none(), "a negative minimum is dropped");
+        assert_eq!(
+            list["items"]["maxLength"],
+            crate::transcript::MAX_STRING_CHARS,
+            "a bound that is not a count is the default"
+        );
+        assert!(schema["properties"]["code"].get("pattern").is_none(), "a huge count is dropped");
+        assert_eq!(schema["properties"]["small"]["pattern"], "^[a-z]{2,5}$", "a small one stays");
+        let g = grammar(&schema);
+        assert!(g.len() < 4_000, "{} bytes: {g}", g.len());
+        assert!(g.contains(&format!("char{{{LARGEST_STRING_CHARS}}}")), "{g}");
+        assert!(g.contains(&format!("{{0,{}}}", LARGEST_ARRAY_ITEMS - 1)), "{g}");
     }
 
     #[test]

@@ -153,10 +153,24 @@ pub(crate) const MAX_STRING_CHARS: u64 = 256;
 /// Most array items the grammar lets the model write where the schema sets no `maxItems`.
 pub(crate) const MAX_ARRAY_ITEMS: u64 = 16;
 
+/// Largest `maxLength` (and `minLength`) a schema may ask of the grammar: a grammar repeats a
+/// bounded rule once per allowed character, so a tool's schema asking for a billion would
+/// make a grammar no sampler can hold.
+pub(crate) const LARGEST_STRING_CHARS: u64 = 8192;
+/// Largest `maxItems` (and `minItems`) a schema may ask of the grammar, for the same reason.
+pub(crate) const LARGEST_ARRAY_ITEMS: u64 = 256;
+
 /// `schema` with a `maxLength` on every string and a `maxItems` on every array that has none.
 /// A small model decoding greedily can run on forever inside a string ("path/to/file/path/to/
 /// ...") until it hits `max_tokens` with the JSON unfinished; bounded, the grammar closes the
 /// value in time and the answer is always complete, valid JSON.
+///
+/// The schemas come from tools too (an MCP server's, which Strata does not control), so the
+/// bounds they set are capped: a `maxLength` above [`LARGEST_STRING_CHARS`] or a `maxItems`
+/// above [`LARGEST_ARRAY_ITEMS`] is lowered to it, a minimum above its maximum is lowered to
+/// the maximum, a bound that is not a non-negative integer is replaced by the default, and a
+/// string `pattern` that names a count above the largest is dropped (the grammar is looser,
+/// never huge).
 pub(crate) fn bounded(schema: &Value) -> Value {
     let mut out = schema.clone();
     bound(&mut out);
@@ -172,11 +186,18 @@ fn bound(node: &mut Value) {
                 _ => false,
             };
             let fixed = map.contains_key("enum") || map.contains_key("const");
-            if is("string", map) && !fixed && !map.contains_key("maxLength") {
-                map.insert("maxLength".into(), Value::from(MAX_STRING_CHARS));
+            if is("string", map) && !fixed {
+                cap(map, ("minLength", "maxLength"), MAX_STRING_CHARS, LARGEST_STRING_CHARS);
+                let huge = map
+                    .get("pattern")
+                    .and_then(Value::as_str)
+                    .is_some_and(|p| names_a_count_above(p, LARGEST_STRING_CHARS));
+                if huge {
+                    map.remove("pattern");
+                }
             }
-            if is("array", map) && !map.contains_key("maxItems") {
-                map.insert("maxItems".into(), Value::from(MAX_ARRAY_ITEMS));
+            if is("array", map) {
+                cap(map, ("minItems", "maxItems"), MAX_ARRAY_ITEMS, LARGEST_ARRAY_ITEMS);
             }
             for value in map.values_mut() {
                 bound(value);
@@ -185,6 +206,35 @@ fn bound(node: &mut Value) {
         Value::Array(items) => items.iter_mut().for_each(bound),
         _ => {}
     }
+}
+
+/// Sets `keys.1` (the maximum) to the schema's own, at most `largest`, or `default` when it
+/// has none usable; lowers `keys.0` (the minimum) to the maximum, or drops it when unusable.
+fn cap(
+    map: &mut serde_json::Map<String, Value>,
+    (min_key, max_key): (&str, &str),
+    default: u64,
+    largest: u64,
+) {
+    let max = map.get(max_key).and_then(Value::as_u64).map_or(default, |m| m.min(largest));
+    map.insert(max_key.into(), Value::from(max));
+    match map.get(min_key).map(Value::as_u64) {
+        Some(Some(min)) if min > max => {
+            map.insert(min_key.into(), Value::from(max));
+        }
+        Some(None) => {
+            map.remove(min_key);
+        }
+        _ => {}
+    }
+}
+
+/// Whether `pattern` holds a run of digits worth more than `largest` (a `{n}` count, or a
+/// literal that could be one: either way the pattern is dropped, which only loosens).
+fn names_a_count_above(pattern: &str, largest: u64) -> bool {
+    pattern
+        .split(|c: char| !c.is_ascii_digit())
+        .any(|digits| !digits.is_empty() && digits.parse::<u64>().map_or(true, |n| n > largest))
 }
 
 /// The JSON Schema types llama.cpp knows.
