@@ -228,6 +228,14 @@ mod tests {
         fn save_usage(&self, _: &crate::ledger::UsageReport) -> Result<(), BackendError> {
             Ok(())
         }
+
+        fn append_call(&self, _: &mut crate::CallRecord) -> Result<(), BackendError> {
+            Ok(())
+        }
+
+        fn load_calls(&self) -> Result<Vec<crate::CallRecord>, BackendError> {
+            Ok(Vec::new())
+        }
     }
 
     #[test]

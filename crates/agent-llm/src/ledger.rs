@@ -30,6 +30,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 use tokio::sync::watch;
 
+use crate::calls::CallRecord;
 use crate::provider::Usage;
 use crate::store::LlmStore;
 
@@ -366,6 +367,9 @@ pub struct UsageLedger {
     store: Option<Arc<dyn LlmStore>>,
     approval: watch::Sender<Option<ApprovalRequest>>,
     started: tokio::time::Instant,
+    /// Without a store: the latest call records ([`crate::calls::MEMORY_CALLS`]) and the
+    /// last number given.
+    calls: Mutex<(std::collections::VecDeque<CallRecord>, u64)>,
 }
 
 impl fmt::Debug for UsageLedger {
@@ -440,6 +444,7 @@ impl UsageLedger {
             store,
             approval,
             started: tokio::time::Instant::now(),
+            calls: Mutex::default(),
         }
     }
 
@@ -811,6 +816,39 @@ impl UsageLedger {
         let mut r = s.report.clone();
         r.wall_ms = u64::try_from(self.wall(&s).as_millis()).unwrap_or(u64::MAX);
         r
+    }
+
+    /// Keeps the record of a call that ended: numbers it ([`CallRecord::seq`]) and writes it
+    /// to the store, or without one keeps it among the latest
+    /// [`MEMORY_CALLS`](crate::calls::MEMORY_CALLS). Returns its number.
+    pub fn record_call(&self, mut record: CallRecord) -> Result<u64, BackendError> {
+        if let Some(store) = &self.store {
+            store.append_call(&mut record)?;
+            return Ok(record.seq);
+        }
+        let mut calls = self.calls.lock().unwrap_or_else(PoisonError::into_inner);
+        calls.1 += 1;
+        record.seq = calls.1;
+        if calls.0.len() == crate::calls::MEMORY_CALLS {
+            calls.0.pop_front();
+        }
+        calls.0.push_back(record);
+        Ok(calls.1)
+    }
+
+    /// The calls recorded, in order: every one in the store, or the latest kept in memory.
+    pub fn calls(&self) -> Result<Vec<CallRecord>, BackendError> {
+        match &self.store {
+            Some(store) => store.load_calls(),
+            None => Ok(self
+                .calls
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .0
+                .iter()
+                .cloned()
+                .collect()),
+        }
     }
 
     /// Stores the report now (with the wall time so far). The runner calls this at the end of

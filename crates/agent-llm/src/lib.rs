@@ -21,6 +21,9 @@
 //!   [`ModeChoice`], kept in the [`UsageReport`]). A server that answers `tool_choice:
 //!   "required"` without a call gets tool calls asked as JSON.
 //! - Per-agent [`Conversations`], bounded by a documented rule and kept with the run.
+//! - A [`CallRecord`] of every model call (who asked, the system prompt and messages, the
+//!   answer and its tool calls, tokens, latency, cost, outcome, retries; redacted and
+//!   bounded), kept in the [`UsageLedger`] and its store: `strata inspect RUN calls`.
 //! - A team-wide [`UsageLedger`]: tokens and cost per agent, layer and model ([`PriceTable`]),
 //!   and run [`Budget`]s (tokens, cost, wall time, calls) that stop the run or, with
 //!   [`OnExceed::AskTop`], pause it while the top layer votes on an extension ([`ApprovalDesk`])
@@ -82,6 +85,7 @@
 #[cfg(feature = "http")]
 mod anthropic;
 mod approval;
+mod calls;
 mod conversation;
 #[cfg(feature = "http")]
 mod emulated_tools;
@@ -114,6 +118,7 @@ mod transcript;
 #[cfg(feature = "http")]
 pub use anthropic::{AnthropicConfig, AnthropicProvider};
 pub use approval::ApprovalDesk;
+pub use calls::{CallFacts, CallOutcome, CallRecord, MAX_TEXT_CHARS, MEMORY_CALLS};
 pub use conversation::{Conversation, ConversationLimits, Conversations, Turn};
 #[cfg(feature = "fetch")]
 pub use fetch::{
@@ -143,6 +148,6 @@ pub use retry::{
 };
 pub use store::LlmStore;
 #[cfg(feature = "sled")]
-pub use store::{CONVERSATIONS_TREE, SledLlmStore, USAGE_TREE};
+pub use store::{CALLS_TREE, CONVERSATIONS_TREE, SledLlmStore, USAGE_TREE};
 pub use stream::{Piece, TokenSink};
 pub use structured::{ModeChoice, RejectedMode, StructuredMode, StructuredOutput, UnknownMode};

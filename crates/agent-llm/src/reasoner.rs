@@ -396,6 +396,8 @@ impl LlmReasoner {
             }
         };
         let call = self.calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        // Recorded however the call ends, a cancelled call (this future dropped) included.
+        let mut recorder = Recorder::new(&self.ledger, &site, request, call);
         let span = chat_span(who, self.provider.name(), self.provider.model(), request, call);
         let result = match self.events.as_ref().filter(|h| self.settings.stream && h.is_watched()) {
             Some(hub) => {
@@ -446,13 +448,20 @@ impl LlmReasoner {
         if let Some(choice) = self.provider.structured_choice() {
             self.ledger.structured_mode(&site, choice);
         }
+        let retries = retried_failures + rate_limit_waits;
         match result {
             Ok((response, _)) => {
                 held.settle(response.usage);
+                recorder.finish(Ok(&response), retries);
                 Ok(response)
             }
             Err(e) => {
                 held.fail();
+                let kind = serde_json::to_value(e.kind)
+                    .ok()
+                    .and_then(|k| k.as_str().map(str::to_owned))
+                    .unwrap_or_default();
+                recorder.finish(Err((kind, e.message.clone())), retries);
                 Err(self.backend(e.to_string()))
             }
         }
@@ -1402,6 +1411,76 @@ impl Drop for Held<'_> {
         if self.reservation.is_some() {
             tracing::debug!(agent = %self.site.agent, "model call cancelled; booked as failed");
             self.fail();
+        }
+    }
+}
+
+/// Keeps the record of one model call in the ledger ([`crate::calls`]): when it ends, or as
+/// cancelled when dropped before.
+struct Recorder<'a> {
+    ledger: &'a UsageLedger,
+    site: &'a CallSite,
+    request: &'a ChatRequest,
+    call: u64,
+    started_ms: u64,
+    started: tokio::time::Instant,
+    done: bool,
+}
+
+impl<'a> Recorder<'a> {
+    fn new(
+        ledger: &'a UsageLedger,
+        site: &'a CallSite,
+        request: &'a ChatRequest,
+        call: u64,
+    ) -> Self {
+        let started_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        Self {
+            ledger,
+            site,
+            request,
+            call,
+            started_ms,
+            started: tokio::time::Instant::now(),
+            done: false,
+        }
+    }
+
+    fn finish(&mut self, result: Result<&ChatResponse, (String, String)>, retries: u64) {
+        self.done = true;
+        let prices = self.ledger.prices();
+        let cost_usd = match (&result, prices.get(&self.site.model)) {
+            (Ok(response), Some(_)) => Some(prices.cost(&self.site.model, response.usage)),
+            (Err(_), Some(_)) => Some(0.0),
+            (_, None) => None,
+        };
+        let facts = crate::calls::CallFacts {
+            call: self.call,
+            agent: &self.site.agent,
+            layer: self.site.layer,
+            provider: &self.site.provider,
+            model: &self.site.model,
+            started_ms: self.started_ms,
+            latency_ms: u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            retries,
+            cost_usd,
+        };
+        let record = crate::calls::CallRecord::new(&facts, self.request, result);
+        // The record is for looking back; a store that cannot take it does not fail the call
+        // (the run's own commits report a failing store).
+        if let Err(e) = self.ledger.record_call(record) {
+            tracing::error!(agent = %self.site.agent, error = %e, "could not store the model call's record");
+        }
+    }
+}
+
+impl Drop for Recorder<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            let why = "the call was cancelled before it ended (its agent's turn ended)";
+            self.finish(Err(("cancelled".to_owned(), why.to_owned())), 0);
         }
     }
 }

@@ -1,8 +1,10 @@
-//! Where conversations and the usage ledger are kept: [`LlmStore`], with [`SledLlmStore`] in
-//! a run's database (feature `sled`). Without a store both live in memory only.
+//! Where conversations, the usage ledger and the record of every model call are kept:
+//! [`LlmStore`], with [`SledLlmStore`] in a run's database (feature `sled`). Without a store
+//! they live in memory only.
 
 use agent_state::{AgentId, BackendError};
 
+use crate::calls::CallRecord;
 use crate::conversation::Conversation;
 use crate::ledger::UsageReport;
 
@@ -20,10 +22,15 @@ pub trait LlmStore: Send + Sync + 'static {
     fn load_usage(&self) -> Result<Option<UsageReport>, BackendError>;
     /// Stores the usage report, replacing the previous one.
     fn save_usage(&self, report: &UsageReport) -> Result<(), BackendError>;
+    /// Numbers `record` (sets [`CallRecord::seq`] to one more than the last stored, from 1)
+    /// and stores it after the others.
+    fn append_call(&self, record: &mut CallRecord) -> Result<(), BackendError>;
+    /// Every stored call record, in [`CallRecord::seq`] order.
+    fn load_calls(&self) -> Result<Vec<CallRecord>, BackendError>;
 }
 
 #[cfg(feature = "sled")]
-pub use self::sled_store::{CONVERSATIONS_TREE, SledLlmStore, USAGE_TREE};
+pub use self::sled_store::{CALLS_TREE, CONVERSATIONS_TREE, SledLlmStore, USAGE_TREE};
 
 #[cfg(feature = "sled")]
 mod sled_store {
@@ -31,6 +38,7 @@ mod sled_store {
     use run_store::RunStore;
 
     use super::LlmStore;
+    use crate::calls::CallRecord;
     use crate::conversation::Conversation;
     use crate::ledger::UsageReport;
 
@@ -39,6 +47,8 @@ mod sled_store {
     /// The tree holding the usage report under the key `report`.
     pub const USAGE_TREE: &str = "llm.usage";
     const REPORT_KEY: &[u8] = b"report";
+    /// The tree holding every model call's record, keyed by its number (8 bytes, big-endian).
+    pub const CALLS_TREE: &str = "llm.calls";
 
     /// Conversations and the ledger in a run's sled database. Written records reach the disk
     /// with the run's next commit (every heartbeat commits).
@@ -46,6 +56,10 @@ mod sled_store {
         // Declared before `store`, so they drop first (the store seals only with no tree left).
         conversations: ::sled::Tree,
         usage: ::sled::Tree,
+        calls: ::sled::Tree,
+        /// The last call number stored (`None` until first needed, then read from the tree);
+        /// held while a record is numbered and written, so numbers are never given twice.
+        last_call: std::sync::Mutex<Option<u64>>,
         #[allow(dead_code, reason = "keeps the run open as long as the trees are used")]
         store: RunStore,
     }
@@ -62,6 +76,8 @@ mod sled_store {
             Ok(Self {
                 conversations: store.tree(CONVERSATIONS_TREE)?,
                 usage: store.tree(USAGE_TREE)?,
+                calls: store.tree(CALLS_TREE)?,
+                last_call: std::sync::Mutex::new(None),
                 store: store.clone(),
             })
         }
@@ -125,5 +141,43 @@ mod sled_store {
                 .map_err(|e| sled_error(USAGE_TREE, e))?;
             Ok(())
         }
+
+        fn append_call(&self, record: &mut CallRecord) -> Result<(), BackendError> {
+            let mut last = self.last_call.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let previous = match *last {
+                Some(n) => n,
+                None => match self.calls.last().map_err(|e| sled_error(CALLS_TREE, e))? {
+                    Some((key, _)) => call_number(&key)?,
+                    None => 0,
+                },
+            };
+            record.seq = previous + 1;
+            self.calls
+                .insert(record.seq.to_be_bytes(), encoded(&*record)?)
+                .map_err(|e| sled_error(CALLS_TREE, e))?;
+            *last = Some(record.seq);
+            Ok(())
+        }
+
+        fn load_calls(&self) -> Result<Vec<CallRecord>, BackendError> {
+            let mut out = Vec::new();
+            for entry in self.calls.iter() {
+                let (key, value) = entry.map_err(|e| sled_error(CALLS_TREE, e))?;
+                let seq = call_number(&key)?;
+                out.push(decoded(&value, CALLS_TREE, &seq.to_string())?);
+            }
+            Ok(out)
+        }
+    }
+
+    /// A key of the calls tree as its number.
+    fn call_number(key: &[u8]) -> Result<u64, BackendError> {
+        let bytes: [u8; 8] = key.try_into().map_err(|_| {
+            BackendError::new(
+                "sled",
+                format!("tree `{CALLS_TREE}` holds a key of {} bytes, not 8", key.len()),
+            )
+        })?;
+        Ok(u64::from_be_bytes(bytes))
     }
 }

@@ -1926,3 +1926,88 @@ async fn compose_is_refused_by_a_spent_budget_without_a_call() {
     assert!(matches!(err, ReasonError::Backend { .. }), "{err:?}");
     assert_eq!(rig.provider.calls(), 0);
 }
+
+/// Every model call is recorded in the ledger and its store (`strata inspect RUN calls`): the
+/// request, the answer with its tool calls, tokens and outcome, a failed call with its error;
+/// numbered on from the stored ones when a run resumes.
+#[tokio::test(start_paused = true)]
+async fn every_call_is_recorded_with_its_request_answer_and_outcome() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("run");
+    let agent = Agent::new("exec-w", AgentLayer::Bottom);
+    {
+        let store = RunStore::create(&dir, "run-1", Timestamp(0), Durability::Synced).unwrap();
+        let llm: Arc<dyn LlmStore> = Arc::new(SledLlmStore::open(&store).unwrap());
+        let conversations =
+            Arc::new(Conversations::stored(ConversationLimits::default(), llm.clone()));
+        let mut prices = PriceTable::new();
+        prices
+            .set("mock-model", agent_llm::Price { input_per_mtok: 1.0, output_per_mtok: 2.0 })
+            .unwrap();
+        let ledger = Arc::new(UsageLedger::stored(prices, Budget::default(), llm).unwrap());
+        let provider = MockProvider::queue([
+            tool_call("c1", "write_file", r#"{"path": "a.txt", "content": "hi"}"#),
+            failure(ProviderErrorKind::BadRequest, "the request was refused"),
+        ]);
+        let rig = rig_full(provider, ledger.clone(), conversations);
+        let action = rig.reasoner.next_action(agent.persona(), &subtask(), &[]).await.unwrap();
+        assert!(matches!(action, NextAction::Call(_)), "{action:?}");
+        let refused = rig.reasoner.next_action(agent.persona(), &subtask(), &[]).await;
+        assert!(refused.is_err(), "{refused:?}");
+
+        let calls = ledger.calls().unwrap();
+        assert_eq!(calls.len(), 2, "{calls:#?}");
+        let first = &calls[0];
+        assert_eq!(
+            (first.seq, first.agent.as_str(), first.layer),
+            (1, "exec-w", AgentLayer::Bottom)
+        );
+        assert_eq!((first.provider.as_str(), first.model.as_str()), ("mock", "mock-model"));
+        assert_eq!(first.outcome, agent_llm::CallOutcome::Answered);
+        assert_eq!(first.tool_calls[0].name, "write_file");
+        assert!(first.tool_calls[0].arguments.contains("a.txt"));
+        assert_eq!((first.usage.input_tokens, first.usage.output_tokens), (10, 5));
+        assert_eq!(first.cost_usd, Some((10.0 * 1.0 + 5.0 * 2.0) / 1e6));
+        assert!(first.tools.iter().any(|t| t == "write_file"), "{:?}", first.tools);
+        assert!(first.system.contains("exec-w"), "{}", first.system);
+        assert_eq!(first.messages, rig.provider.requests()[0].messages, "the request as sent");
+        let second = &calls[1];
+        assert_eq!(second.seq, 2);
+        assert_eq!(
+            second.outcome,
+            agent_llm::CallOutcome::Failed {
+                kind: "bad_request".into(),
+                message: "the request was refused".into()
+            }
+        );
+        assert!(second.answer.is_empty() && second.tool_calls.is_empty());
+        store.commit().await.unwrap();
+    }
+    // Resumed: the records are still there and the next call is number 3.
+    let store = RunStore::open(&dir, Durability::Synced).unwrap();
+    let llm: Arc<dyn LlmStore> = Arc::new(SledLlmStore::open(&store).unwrap());
+    assert_eq!(llm.load_calls().unwrap().len(), 2);
+    let ledger =
+        Arc::new(UsageLedger::stored(PriceTable::new(), Budget::default(), llm.clone()).unwrap());
+    let conversations = Arc::new(Conversations::stored(ConversationLimits::default(), llm.clone()));
+    let rig = rig_full(agreeable(), ledger, conversations);
+    let top = Agent::new("top-a", AgentLayer::Top);
+    rig.reasoner.review_decision(top.persona(), &plan_decision(3)).await.unwrap();
+    let calls = llm.load_calls().unwrap();
+    let seqs: Vec<u64> = calls.iter().map(|c| c.seq).collect();
+    assert_eq!(seqs, [1, 2, 3]);
+    assert_eq!(calls[2].agent.as_str(), "top-a");
+    assert_eq!(calls[2].cost_usd, None, "no price here");
+}
+
+/// Without a store the ledger keeps the latest calls in memory.
+#[tokio::test(start_paused = true)]
+async fn a_ledger_without_a_store_keeps_the_calls_in_memory() {
+    let rig = rig(agreeable());
+    let top = Agent::new("top-a", AgentLayer::Top);
+    rig.reasoner.review_decision(top.persona(), &plan_decision(3)).await.unwrap();
+    rig.reasoner.review_decision(top.persona(), &plan_decision(4)).await.unwrap();
+    let calls = rig.ledger.calls().unwrap();
+    assert_eq!(calls.iter().map(|c| c.seq).collect::<Vec<_>>(), [1, 2]);
+    assert!(!calls[1].answer.is_empty(), "{:?}", calls[1]);
+}
