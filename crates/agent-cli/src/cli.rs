@@ -411,6 +411,9 @@ pub(crate) enum View {
     Metrics,
     /// Reasoning usage (tokens, cost) per agent.
     Usage,
+    /// Every model call: agent, model, prompt and answer, tool calls with their arguments and
+    /// results, tokens, latency, cost and outcome (`calls AGENT`: one agent's).
+    Calls,
     /// The structured results agents returned: status, summary, artifacts, known issues.
     Results,
     /// An evolution's family tree: each genome under its parent, with fitness and fate.
@@ -425,6 +428,11 @@ pub(crate) struct InspectArgs {
     /// What to show.
     #[arg(value_enum, default_value = "tree")]
     pub(crate) view: View,
+    /// With `calls`: only this agent's calls.
+    pub(crate) agent: Option<String>,
+    /// With `calls`: every message of each request and whole texts, not one cut line each.
+    #[arg(long)]
+    pub(crate) full: bool,
     /// Where runs are stored.
     #[arg(long, default_value = DEFAULT_DATA)]
     pub(crate) data: PathBuf,

@@ -34,6 +34,7 @@ use crate::run::{RunInfo, TEAM_FILE, resolve_run};
 use crate::view::event_line;
 use crate::{Failure, bad_input};
 
+pub(crate) mod calls;
 pub(crate) mod spawns;
 #[cfg(test)]
 mod tests;
@@ -304,6 +305,11 @@ pub(crate) async fn inspect(args: &InspectArgs) -> Result<(), Failure> {
     if args.view == View::Lineage {
         return crate::evolve::inspect(&args.data, &args.run, args.json).await;
     }
+    if args.view != View::Calls && (args.agent.is_some() || args.full) {
+        return Err(bad_input(anyhow::anyhow!(
+            "an agent and --full go with the `calls` view only (strata inspect RUN calls [AGENT] [--full])"
+        )));
+    }
     let dir = resolve_run(&args.data, &args.run)?;
     let info = RunInfo::read(&dir).map_err(bad_input)?;
     let store = open(&dir)?;
@@ -453,6 +459,7 @@ pub(crate) async fn inspect(args: &InspectArgs) -> Result<(), Failure> {
             Ok(())
         }
         View::Usage => usage(&dir, &store, &info, args.json),
+        View::Calls => model_calls(&dir, &store, &info, args),
         View::Results => results(&dir, &stores().await?, args.json).await,
     }
 }
@@ -656,6 +663,40 @@ fn usage(dir: &Path, store: &RunStore, info: &RunInfo, json: bool) -> Result<(),
     );
     if let Some(stop) = &report.stopped {
         outln!("stopped: {stop}");
+    }
+    Ok(())
+}
+
+/// `inspect calls [AGENT]`: every model call the run recorded ([`calls`]).
+fn model_calls(
+    dir: &Path,
+    store: &RunStore,
+    info: &RunInfo,
+    args: &InspectArgs,
+) -> Result<(), Failure> {
+    let all = agent_llm::LlmStore::load_calls(&agent_llm::SledLlmStore::open(store)?)?;
+    let agent = args.agent.as_deref();
+    if let Some(id) = agent
+        && !all.iter().any(|r| r.agent.as_str() == id)
+    {
+        let mut agents: Vec<&str> = all.iter().map(|r| r.agent.as_str()).collect();
+        agents.sort_unstable();
+        agents.dedup();
+        let known = if agents.is_empty() { "none".to_owned() } else { agents.join(", ") };
+        return Err(bad_input(anyhow::anyhow!(
+            "agent `{}` made no model call in run {} (agents with calls: {known})",
+            esc(id),
+            info.run_id
+        )));
+    }
+    let records = calls::of_agent(all.clone(), agent);
+    if args.json {
+        outln!("{}", serde_json::to_string_pretty(&calls::json(&records, &all))?);
+    } else if records.is_empty() {
+        let reasoner = reasoner_kinds(dir, info);
+        outln!("reasoner: {reasoner}; no model call is recorded for this run");
+    } else {
+        outln!("{}", calls::plain(&records, &all, args.full).trim_end());
     }
     Ok(())
 }

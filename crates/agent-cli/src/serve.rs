@@ -323,6 +323,7 @@ fn router(app: Shared) -> Router {
         .route("/api/runs", get(runs))
         .route("/api/runs/{id}", get(snapshot))
         .route("/api/runs/{id}/events", get(events))
+        .route("/api/runs/{id}/calls", get(model_calls))
         .route("/api/runs/{id}/decisions/{decision}/{action}", post(decide))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "no such page; the dashboard is at /") })
         .layer(middleware::from_fn_with_state(app.clone(), guard))
@@ -711,6 +712,62 @@ async fn snapshot(State(app): State<Shared>, UrlPath(id): UrlPath<String>) -> Re
         }
         Err(e) => e.into_response(),
     }
+}
+
+/// Most call records `GET /api/runs/{id}/calls` returns: the latest ones (`omitted` says how
+/// many earlier ones were left out).
+const MOST_CALLS: usize = 200;
+
+/// `GET /api/runs/{id}/calls[?agent=ID]`: the run's model calls (every agent's, or one's) as
+/// `strata inspect RUN calls --json` prints them, the latest [`MOST_CALLS`], read from a copy
+/// of the run's store.
+async fn model_calls(
+    State(app): State<Shared>,
+    UrlPath(id): UrlPath<String>,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let dir = match run_dir(&app, &id) {
+        Ok(dir) => dir,
+        Err(e) => return e.into_response(),
+    };
+    let agent = query
+        .as_deref()
+        .and_then(|q| q.split('&').find_map(|p| p.strip_prefix("agent=")).and_then(query_unescape));
+    let store = match crate::operator::read_copy(&dir).await {
+        Ok(store) => store,
+        Err(e) => {
+            let (Failure::BadInput(e) | Failure::Other(e)) = e;
+            return error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("cannot read run `{id}`: {e:#}"),
+            );
+        }
+    };
+    let read = tokio::task::spawn_blocking(move || {
+        let all = agent_llm::LlmStore::load_calls(&agent_llm::SledLlmStore::open(&store)?)?;
+        Ok::<_, agent_state::BackendError>(all)
+    })
+    .await;
+    let all = match read {
+        Ok(Ok(all)) => all,
+        Ok(Err(e)) => {
+            return error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("cannot read run `{id}`'s model calls: {e}"),
+            );
+        }
+        Err(e) => {
+            return error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("reading the calls failed: {e}"),
+            );
+        }
+    };
+    let mine = crate::inspect::calls::of_agent(all.clone(), agent.as_deref());
+    let omitted = mine.len().saturating_sub(MOST_CALLS);
+    let mut body = crate::inspect::calls::json(&mine[omitted..], &all);
+    body["omitted"] = serde_json::Value::from(omitted);
+    json(StatusCode::OK, body.to_string())
 }
 
 /// `GET /api/runs/{id}/events`.

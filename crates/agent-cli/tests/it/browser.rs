@@ -261,3 +261,65 @@ fn the_dashboard_shows_a_live_team_run_in_a_real_browser() {
         b.find("#audit[data-ok=\"true\"]").map(drop).ok_or_else(|| text_of(b, "#audit"))
     });
 }
+
+/// A click on an agent in the tree opens its model calls: each call's head (model, tokens,
+/// outcome), its prompt and answer or tool calls, and the whole request a click further; the
+/// records are the ones `strata inspect RUN calls` lists for that agent.
+#[test]
+fn a_click_on_an_agent_shows_its_model_calls() {
+    let Some(browser) = browser() else { return };
+    let model = crate::fake_llm::FakeLlm::start(crate::fake_llm::Mode::Sensible);
+    let s = Scratch::with_example();
+    s.write("team.toml", &crate::llm::team(&crate::llm::openai(&model), ""));
+    std::fs::create_dir_all(s.path("W")).unwrap();
+    let args = [
+        "run",
+        "plan.toml",
+        "--team",
+        "team.toml",
+        "--data",
+        "D",
+        "--workspace",
+        "W",
+        "--heartbeat",
+        "50ms",
+        "--no-sync",
+        "--quiet",
+        "--unsandboxed",
+        "--run-id",
+        "m",
+    ];
+    let mut command = s.command(&args);
+    command.env(crate::llm::KEY_VAR, crate::llm::KEY);
+    crate::support::Out::of(&args, &mut command).code(0);
+    let calls = s.strata(&["inspect", "m", "calls", "--data", "D", "--json"]).code(0).json();
+    let agent = calls["calls"][0]["agent"].as_str().unwrap().to_owned();
+    let own =
+        calls["calls"].as_array().unwrap().iter().filter(|c| c["agent"] == agent.as_str()).count();
+
+    let (_server, url) = serve(&s, "browser-calls-token");
+    // The printed URL sets the cookie; then the run's own page.
+    browser.goto(&url);
+    browser.goto(&format!("{}/#run=m", url.split("/?").next().unwrap()));
+    let head = browser.wait_for("the agent in the tree", PAGE_PATIENCE, |b| {
+        b.find(&format!("#tree [data-agent=\"{agent}\"] > .head"))
+            .ok_or_else(|| text_of(b, "#tree"))
+    });
+    assert!(browser.find("#calls-panel:not([hidden])").is_none(), "the calls are shown unasked");
+    browser.click(&head);
+    let shown = browser.wait_for("the agent's calls", PAGE_PATIENCE, |b| {
+        let n = b.find_all("#calls .call").len();
+        if n == own { Ok(n) } else { Err(format!("{n} of {own}: {}", text_of(b, "#calls"))) }
+    });
+    assert_eq!(shown, own);
+    assert_eq!(text_of(&browser, "#calls-agent"), agent);
+    let first = text_of(&browser, "#calls .call");
+    assert!(first.starts_with("#"), "{first}");
+    assert!(first.contains("fake-model") && first.contains("answered"), "{first}");
+    assert!(first.contains("prompt:"), "{first}");
+    assert!(first.contains("whole request"), "{first}");
+    browser.click(&browser.find("#calls-close").unwrap());
+    browser.wait_for("the calls closed", PAGE_PATIENCE, |b| {
+        b.find("#calls-panel[hidden]").map(drop).ok_or_else(|| "still open".to_owned())
+    });
+}

@@ -562,3 +562,55 @@ fn strata_run_json_shows_the_models_answers_as_they_stream_and_counts_usage_exac
     assert_eq!(total["input_tokens"], answered * agent_llm::testing::USAGE_PROMPT_TOKENS);
     assert_eq!(total["output_tokens"], answered * agent_llm::testing::USAGE_COMPLETION_TOKENS);
 }
+
+/// `strata inspect RUN calls [AGENT]` lists every model call the run made (the pre-run probe
+/// is the provider's, not an agent's): agent, model, the request, the answer, tool calls with
+/// the results the agent's next request fed back, tokens and outcome; plain, `--full` and
+/// `--json`; an agent that made no call, or `--full` on another view, is refused.
+#[test]
+fn inspect_calls_lists_every_model_call_with_its_request_answer_and_tool_results() {
+    let g = GoalExample::new();
+    g.strata(&GoalExample::run_args("t", "ws")).code(0);
+    g.no_problems();
+    let answered = g
+        .model
+        .requests()
+        .iter()
+        .filter(|r| agent_llm::testing::decision_of(r) != Some("probe"))
+        .count();
+    let out = g.strata(&["inspect", "t", "calls", "--data", "data", "--json"]).code(0).json();
+    let calls = out["calls"].as_array().unwrap();
+    assert_eq!(calls.len(), answered, "{out:#}");
+    for (i, call) in calls.iter().enumerate() {
+        assert_eq!(call["seq"], i as u64 + 1);
+        assert_eq!(call["outcome"], "answered", "{call:#}");
+        assert!(!call["agent"].as_str().unwrap().is_empty());
+        assert!(!call["model"].as_str().unwrap().is_empty());
+        assert!(!call["messages"].as_array().unwrap().is_empty(), "{call:#}");
+        assert_eq!(call["usage"]["input_tokens"], agent_llm::testing::USAGE_PROMPT_TOKENS);
+    }
+    let with_result = calls
+        .iter()
+        .flat_map(|c| c["tool_calls"].as_array().into_iter().flatten())
+        .filter(|t| t["result"].is_string())
+        .count();
+    assert!(with_result > 0, "no tool call has its result: {out:#}");
+
+    let plain = g.strata(&["inspect", "t", "calls", "--data", "data"]);
+    plain.code(0).stdout_has(&["#1 ", " · answered", "  prompt: ", "    result: "]);
+    let full = g.strata(&["inspect", "t", "calls", "--data", "data", "--full"]);
+    full.code(0).stdout_has(&["  system:", "  user:"]);
+    assert!(full.stdout.len() > plain.stdout.len());
+
+    let agent = calls[calls.len() - 1]["agent"].as_str().unwrap().to_owned();
+    let own =
+        g.strata(&["inspect", "t", "calls", &agent, "--data", "data", "--json"]).code(0).json();
+    let own = own["calls"].as_array().unwrap();
+    assert!(!own.is_empty() && own.len() < calls.len(), "{} of {}", own.len(), calls.len());
+    assert!(own.iter().all(|c| c["agent"] == agent.as_str()));
+
+    g.strata(&["inspect", "t", "calls", "nobody", "--data", "data"])
+        .bad_input(&["agent `nobody` made no model call in run t", &agent]);
+    g.strata(&["inspect", "t", "tree", "--full", "--data", "data"])
+        .bad_input(&["go with the `calls` view only"]);
+}

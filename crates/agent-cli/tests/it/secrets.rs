@@ -104,10 +104,16 @@ fn a_run_that_prints_the_secrets_stores_none_of_them() {
     audit.code(0);
     printed_none(&audit);
     assert!(audit.stdout.contains("[redacted] is the key"), "{}", audit.stdout);
-    for view in ["tree", "whiteboards", "results", "usage"] {
+    for view in ["tree", "whiteboards", "results", "usage", "calls"] {
         let out = s.strata(&["inspect", "r1", view, "--data", "D"]);
         out.code(0);
         printed_none(&out);
+    }
+    for flag in ["--full", "--json"] {
+        let out = s.strata(&["inspect", "r1", "calls", flag, "--data", "D"]);
+        out.code(0);
+        printed_none(&out);
+        assert!(out.stdout.contains("[redacted] is the key"), "{}", out.stdout);
     }
     let verify = s.strata(&["verify", "r1", "--data", "D"]);
     verify.code(0);

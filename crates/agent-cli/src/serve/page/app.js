@@ -73,6 +73,7 @@ async function openList() {
 
 async function openRun(id) {
   state.run = id;
+  document.getElementById("calls-panel").hidden = true;
   document.getElementById("list-view").hidden = true;
   document.getElementById("run-view").hidden = false;
   try {
@@ -356,6 +357,76 @@ function flush() {
   if (decisions) renderDecisions();
   if (costs) renderCosts();
 }
+
+// An agent's model calls (GET /api/runs/RUN/calls?agent=ID), opened by a click on the agent
+// in the tree: each call's prompt, answer and tool calls with their results, cut; the whole
+// request a click away. Model text is set as text, never as markup.
+const SHOWN = 300;
+function cut(text) {
+  text = (text || "").trim();
+  return text.length > SHOWN ? text.slice(0, SHOWN) + "… (" + text.length + " characters)" : text;
+}
+function labelled(label, text) {
+  const line = el("div");
+  line.appendChild(el("span", "label", label + " "));
+  line.appendChild(document.createTextNode(cut(text)));
+  return line;
+}
+function callNode(c) {
+  const node = el("div", "call");
+  node.dataset.outcome = c.outcome;
+  let head = "#" + c.seq + " · " + c.provider + "/" + c.model + " · " + (c.latency_ms / 1000).toFixed(1) +
+    " s · " + c.usage.input_tokens + " in / " + c.usage.output_tokens + " out tokens";
+  if (c.cost_usd !== null && c.cost_usd !== undefined) head += " · $" + c.cost_usd.toFixed(4);
+  head += c.outcome === "answered" ? " · answered" : " · FAILED (" + c.kind + "): " + c.message;
+  if (c.retries) head += " · " + c.retries + " retried";
+  node.appendChild(el("div", "call-head", head));
+  const messages = c.messages || [];
+  if (messages.length) node.appendChild(labelled("prompt:", messages[messages.length - 1].content));
+  if (c.outcome === "answered" && (c.answer || !(c.tool_calls || []).length)) {
+    node.appendChild(labelled("answer:", c.answer));
+  }
+  for (const t of c.tool_calls || []) {
+    node.appendChild(labelled("calls " + t.name + ":", t.arguments));
+    if (t.result !== undefined) node.appendChild(labelled("  result:", t.result));
+  }
+  const whole = el("details");
+  whole.appendChild(el("summary", "muted", "whole request (" + messages.length + " messages)"));
+  whole.appendChild(el("pre", null, "system:\n" + c.system));
+  for (const m of messages) {
+    let text = m.role + ":\n" + m.content;
+    for (const t of m.tool_calls || []) text += "\n[called " + t.name + " " + t.arguments + "]";
+    whole.appendChild(el("pre", null, text));
+  }
+  if (c.answer) whole.appendChild(el("pre", null, "answer:\n" + c.answer));
+  node.appendChild(whole);
+  return node;
+}
+async function openCalls(agent) {
+  const run = state.run;
+  const panel = document.getElementById("calls-panel");
+  const box = document.getElementById("calls");
+  document.getElementById("calls-agent").textContent = agent;
+  panel.hidden = false;
+  box.replaceChildren(el("p", "muted", "loading…"));
+  try {
+    const body = await getJson("/api/runs/" + encodeURIComponent(run) + "/calls?agent=" + encodeURIComponent(agent));
+    if (state.run !== run) return;
+    const frag = document.createDocumentFragment();
+    if (body.omitted) frag.appendChild(el("p", "muted", body.omitted + " earlier calls not shown (strata inspect " + run + " calls " + agent + ")"));
+    if (!body.calls.length) frag.appendChild(el("p", "muted", "no model call by " + agent));
+    for (const c of body.calls) frag.appendChild(callNode(c));
+    box.replaceChildren(frag);
+  } catch (e) { box.replaceChildren(el("p", "muted", "cannot read the calls: " + e.message)); }
+}
+document.getElementById("tree").addEventListener("click", (e) => {
+  const head = e.target.closest(".head");
+  const agent = head && head.parentElement && head.parentElement.dataset.agent;
+  if (agent) openCalls(agent);
+});
+document.getElementById("calls-close").addEventListener("click", () => {
+  document.getElementById("calls-panel").hidden = true;
+});
 
 window.addEventListener("hashchange", route);
 route();

@@ -1,0 +1,153 @@
+//! `strata inspect RUN calls [AGENT]`: every model call of a run, from its store's call
+//! records ([`agent_llm::CallRecord`]): who asked which model, the prompt and the answer, the
+//! tool calls with their arguments and results, tokens, latency, cost and outcome.
+//!
+//! Plain, each text is one line cut to [`SHOWN_CHARS`] characters (`--full`: whole, every
+//! message of the request, line by line); `--json`, the records as stored, each tool call
+//! with its `result` when a later call of the agent holds it. Model text is printed with its
+//! control characters escaped, so an answer cannot move the terminal's cursor or colours.
+
+use std::fmt::Write as _;
+
+use agent_llm::{CallOutcome, CallRecord, Role};
+use team_file::escape_controls as esc;
+
+/// Most characters of a text shown on a plain line.
+pub(crate) const SHOWN_CHARS: usize = 200;
+
+/// The records of `agent` (every agent's when `None`), in order.
+pub(crate) fn of_agent(records: Vec<CallRecord>, agent: Option<&str>) -> Vec<CallRecord> {
+    match agent {
+        Some(id) => records.into_iter().filter(|r| r.agent.as_str() == id).collect(),
+        None => records,
+    }
+}
+
+/// The records as JSON: `{"calls": [...]}`, each tool call with its `result` when known.
+/// `all` holds every record of the run (a result may be in another agent-filtered record's
+/// successor, which is the same agent's: the filter keeps those too).
+pub(crate) fn json(records: &[CallRecord], all: &[CallRecord]) -> serde_json::Value {
+    let results = CallRecord::tool_results(all);
+    let calls: Vec<serde_json::Value> = records
+        .iter()
+        .map(|record| {
+            let mut value = serde_json::to_value(record).unwrap_or_default();
+            if let Some(calls) = value.get_mut("tool_calls").and_then(|c| c.as_array_mut()) {
+                for call in calls {
+                    let id = call.get("id").and_then(|i| i.as_str()).unwrap_or_default();
+                    if let Some(result) = results.get(&(record.seq, id.to_owned())) {
+                        call["result"] = serde_json::Value::from(result.as_str());
+                    }
+                }
+            }
+            value
+        })
+        .collect();
+    serde_json::json!({ "calls": calls })
+}
+
+/// The records as text, one block per call.
+pub(crate) fn plain(records: &[CallRecord], all: &[CallRecord], full: bool) -> String {
+    let results = CallRecord::tool_results(all);
+    let mut out = String::new();
+    for r in records {
+        let _ = write!(
+            out,
+            "#{} {} ({}) · {}/{} · {:.1} s · {} in / {} out tokens",
+            r.seq,
+            esc(r.agent.as_str()),
+            r.layer,
+            esc(&r.provider),
+            esc(&r.model),
+            r.latency_ms as f64 / 1000.0,
+            r.usage.input_tokens,
+            r.usage.output_tokens,
+        );
+        if let Some(cost) = r.cost_usd {
+            let _ = write!(out, " · ${cost:.4}");
+        }
+        match &r.outcome {
+            CallOutcome::Answered => out.push_str(" · answered"),
+            CallOutcome::Failed { kind, message } => {
+                let _ = write!(out, " · FAILED ({}): {}", esc(kind), shown(message));
+            }
+        }
+        if r.retries > 0 {
+            let _ = write!(out, " · {} retried", r.retries);
+        }
+        out.push('\n');
+        if !r.tools.is_empty() {
+            let _ = writeln!(out, "  tools offered: {}", esc(&r.tools.join(", ")));
+        }
+        if full {
+            block(&mut out, "system", &r.system);
+            for m in &r.messages {
+                let who = match m.role {
+                    Role::User => "user",
+                    Role::Assistant => "assistant",
+                    Role::Tool => "tool result",
+                };
+                block(&mut out, who, &m.content);
+                for call in &m.tool_calls {
+                    block(
+                        &mut out,
+                        &format!("assistant called {}", esc(&call.name)),
+                        &call.arguments,
+                    );
+                }
+            }
+        } else {
+            let earlier = r.messages.len().saturating_sub(1);
+            if earlier > 0 {
+                let _ =
+                    writeln!(out, "  ({earlier} earlier message(s) and the system prompt: --full)");
+            }
+            let _ = writeln!(out, "  prompt: {}", shown(r.prompt()));
+        }
+        let answered = matches!(r.outcome, CallOutcome::Answered);
+        if answered && (!r.answer.is_empty() || r.tool_calls.is_empty()) {
+            if full {
+                block(&mut out, "answer", &r.answer);
+            } else {
+                let _ = writeln!(out, "  answer: {}", shown(&r.answer));
+            }
+        }
+        for call in &r.tool_calls {
+            if full {
+                block(&mut out, &format!("calls {}", esc(&call.name)), &call.arguments);
+            } else {
+                let _ = writeln!(out, "  calls {} {}", esc(&call.name), shown(&call.arguments));
+            }
+            if let Some(result) = results.get(&(r.seq, call.id.clone())) {
+                if full {
+                    block(&mut out, "  result", result);
+                } else {
+                    let _ = writeln!(out, "    result: {}", shown(result));
+                }
+            }
+        }
+        if r.cut_chars > 0 {
+            let _ = writeln!(out, "  ({} characters were cut when it was recorded)", r.cut_chars);
+        }
+    }
+    out
+}
+
+/// `text` on one line, its controls escaped, cut to [`SHOWN_CHARS`] (with how much more).
+fn shown(text: &str) -> String {
+    let text = text.trim();
+    let total = text.chars().count();
+    if total <= SHOWN_CHARS {
+        return esc(text).into_owned();
+    }
+    let head: String = text.chars().take(SHOWN_CHARS).collect();
+    format!("{}… ({total} characters; --full shows all)", esc(&head))
+}
+
+/// `text` whole under `title`, line by line, each line's controls escaped.
+fn block(out: &mut String, title: &str, text: &str) {
+    let _ = writeln!(out, "  {title}:");
+    for line in text.lines() {
+        let _ = writeln!(out, "    {}", esc(line));
+    }
+}
