@@ -796,7 +796,7 @@ pub(crate) async fn summary(
         esc(&info.workspace.display().to_string())
     );
     outln!(
-        "inspect it with: strata inspect {} [tree|audit|messages|whiteboards|decisions|metrics|usage|results]",
+        "inspect it with: strata inspect {} [tree|audit|messages|whiteboards|decisions|metrics|usage|calls|results]",
         info.run_id
     );
     Ok(())
