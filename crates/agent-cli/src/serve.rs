@@ -640,6 +640,7 @@ async fn runs(State(app): State<Shared>) -> Response {
             let dir = entry.path();
             let Ok(info) = RunInfo::read(&dir) else { continue };
             let agents = app2.watches.agents(&info.run_id).or_else(|| team_agents(&dir));
+            let end = info.finished_at.unwrap_or_else(crate::run::now_ms);
             rows.push(serde_json::json!({
                 "id": info.run_id,
                 "task": info.task_id,
@@ -647,6 +648,8 @@ async fn runs(State(app): State<Shared>) -> Response {
                 "status": crate::runs::effective_status(&dir, &info),
                 "started_at": info.started_at,
                 "started": crate::runs::format_time(info.started_at),
+                "duration_s": end.saturating_sub(info.started_at) as f64 / 1000.0,
+                "failure": info.failure,
                 "agents": agents,
             }));
         }

@@ -195,6 +195,9 @@ fn the_dashboard_shows_a_live_team_run_in_a_real_browser() {
     });
     let href = browser.execute("return location.href", &[]);
     assert!(!href.to_string().contains("token"), "the token stayed in the URL: {href}");
+    // The row says how long the run has been going.
+    let row = text_of(&browser, "#runs a[data-run=\"gated\"]");
+    assert!(row.contains(" s · ") || row.contains(" min "), "no duration in the row: {row}");
     browser.click(&link);
 
     // Every agent of the team, nested under its supervisor, and the event stream open.

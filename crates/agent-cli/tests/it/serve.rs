@@ -218,6 +218,11 @@ fn serve_lists_the_runs_and_shows_a_finished_run_whole() {
         (Some("r"), Some("succeeded"), Some(9))
     );
     assert!(run["title"].as_str().unwrap().contains("greeting"), "{run}");
+    // How long it took, and no failure: what `strata runs --json` says of it.
+    let listed = s.strata(&["runs", "--data", "D", "--json"]).code(0).json();
+    assert_eq!(run["duration_s"], listed[0]["duration_s"], "{run}");
+    assert!(run["duration_s"].as_f64().unwrap() > 0.0, "{run}");
+    assert_eq!(run["failure"], Value::Null, "{run}");
 
     let snap = get_json(port, "/api/runs/r", &[], 200);
     let agents = snap["agents"].as_array().unwrap();

@@ -25,6 +25,11 @@ function el(tag, cls, text) {
   if (text !== undefined) e.textContent = text;
   return e;
 }
+function duration(seconds) {
+  if (seconds < 60) return seconds.toFixed(1) + " s";
+  const m = Math.floor(seconds / 60);
+  return m < 60 ? m + " min " + Math.round(seconds % 60) + " s" : Math.floor(m / 60) + " h " + (m % 60) + " min";
+}
 function showError(message) {
   const box = document.getElementById("error");
   box.textContent = message || "";
@@ -63,8 +68,11 @@ async function openList() {
       a.href = link(r.id);
       a.appendChild(el("span", "st", r.status));
       a.appendChild(el("b", null, r.id));
-      a.appendChild(el("span", "muted", "  " + r.title + " · " + r.started + " UTC · " +
-        (r.agents == null ? "?" : r.agents) + " agents"));
+      let line = "  " + r.title + " · " + r.started + " UTC";
+      if (typeof r.duration_s === "number") line += " · " + duration(r.duration_s);
+      line += " · " + (r.agents == null ? "?" : r.agents) + " agents";
+      a.appendChild(el("span", "muted", line));
+      if (r.failure) a.appendChild(el("div", "why", cut(r.failure)));
       frag.appendChild(a);
     }
     box.replaceChildren(frag);
