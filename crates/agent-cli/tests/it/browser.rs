@@ -272,30 +272,9 @@ fn the_dashboard_shows_a_live_team_run_in_a_real_browser() {
 fn a_click_on_an_agent_shows_its_model_calls() {
     let Some(browser) = browser() else { return };
     let model = crate::fake_llm::FakeLlm::start(crate::fake_llm::Mode::Sensible);
-    let s = Scratch::with_example();
-    s.write("team.toml", &crate::llm::team(&crate::llm::openai(&model), ""));
-    std::fs::create_dir_all(s.path("W")).unwrap();
-    let args = [
-        "run",
-        "plan.toml",
-        "--team",
-        "team.toml",
-        "--data",
-        "D",
-        "--workspace",
-        "W",
-        "--heartbeat",
-        "50ms",
-        "--no-sync",
-        "--quiet",
-        "--unsandboxed",
-        "--run-id",
-        "m",
-    ];
-    let mut command = s.command(&args);
-    command.env(crate::llm::KEY_VAR, crate::llm::KEY);
-    crate::support::Out::of(&args, &mut command).code(0);
-    let calls = s.strata(&["inspect", "m", "calls", "--data", "D", "--json"]).code(0).json();
+    let s = crate::llm::scratch(&crate::llm::team(&crate::llm::openai(&model), ""));
+    crate::llm::run(&s, &["--unsandboxed"]).code(0);
+    let calls = s.strata(&["inspect", "r1", "calls", "--data", "D", "--json"]).code(0).json();
     let agent = calls["calls"][0]["agent"].as_str().unwrap().to_owned();
     let own =
         calls["calls"].as_array().unwrap().iter().filter(|c| c["agent"] == agent.as_str()).count();
@@ -303,7 +282,7 @@ fn a_click_on_an_agent_shows_its_model_calls() {
     let (_server, url) = serve(&s, "browser-calls-token");
     // The printed URL sets the cookie; then the run's own page.
     browser.goto(&url);
-    browser.goto(&format!("{}/#run=m", url.split("/?").next().unwrap()));
+    browser.goto(&format!("{}/#run=r1", url.split("/?").next().unwrap()));
     let head = browser.wait_for("the agent in the tree", PAGE_PATIENCE, |b| {
         b.find(&format!("#tree [data-agent=\"{agent}\"] > .head"))
             .ok_or_else(|| text_of(b, "#tree"))

@@ -90,7 +90,7 @@ pub(crate) const RUN: [&str; 14] = [
 ];
 
 /// `strata run plan.toml --team team.toml` into `D` and `W`, with the key, quiet, fast.
-fn run(s: &Scratch, more: &[&str]) -> Out {
+pub(crate) fn run(s: &Scratch, more: &[&str]) -> Out {
     let mut args = RUN.to_vec();
     args.extend_from_slice(more);
     strata_env(s, &args, true)

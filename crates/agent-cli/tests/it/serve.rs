@@ -841,46 +841,25 @@ fn serve_nats_shows_a_run_placed_on_workers_with_no_directory_here() {
 #[test]
 fn the_api_serves_a_runs_model_calls_per_agent() {
     let server = crate::fake_llm::FakeLlm::start(crate::fake_llm::Mode::Sensible);
-    let s = Scratch::with_example();
-    s.write("team.toml", &crate::llm::team(&crate::llm::openai(&server), ""));
-    std::fs::create_dir_all(s.path("W")).unwrap();
-    let args = [
-        "run",
-        "plan.toml",
-        "--team",
-        "team.toml",
-        "--data",
-        "D",
-        "--workspace",
-        "W",
-        "--heartbeat",
-        "50ms",
-        "--no-sync",
-        "--quiet",
-        "--unsandboxed",
-        "--run-id",
-        "m",
-    ];
-    let mut command = s.command(&args);
-    command.env(crate::llm::KEY_VAR, crate::llm::KEY);
-    Out::of(&args, &mut command).code(0);
-    let stored = s.strata(&["inspect", "m", "calls", "--data", "D", "--json"]).code(0).json();
+    let s = crate::llm::scratch(&crate::llm::team(&crate::llm::openai(&server), ""));
+    crate::llm::run(&s, &["--unsandboxed"]).code(0);
+    let stored = s.strata(&["inspect", "r1", "calls", "--data", "D", "--json"]).code(0).json();
 
     let running = serve(&s, "127.0.0.1:0", &[]);
     let (port, _) = printed(&running);
-    let all = get_json(port, "/api/runs/m/calls", &[], 200);
+    let all = get_json(port, "/api/runs/r1/calls", &[], 200);
     let calls = all["calls"].as_array().unwrap();
     assert!(!calls.is_empty(), "{all:#}");
     assert_eq!(all["calls"], stored["calls"], "the same records as inspect's");
     assert_eq!(all["omitted"], 0);
     let agent = calls[0]["agent"].as_str().unwrap();
-    let own = get_json(port, &format!("/api/runs/m/calls?agent={agent}"), &[], 200);
+    let own = get_json(port, &format!("/api/runs/r1/calls?agent={agent}"), &[], 200);
     let own = own["calls"].as_array().unwrap();
     assert!(!own.is_empty() && own.iter().all(|c| c["agent"] == agent), "{own:#?}");
-    let nobody = get_json(port, "/api/runs/m/calls?agent=nobody", &[], 200);
+    let nobody = get_json(port, "/api/runs/r1/calls?agent=nobody", &[], 200);
     assert_eq!(nobody["calls"], serde_json::json!([]));
     let missing = get_json(port, "/api/runs/nope/calls", &[], 404);
     assert!(missing["error"].as_str().unwrap().contains("no run `nope`"), "{missing}");
-    get_json(port, "/api/runs/m/calls", &[("Authorization", "")], 401);
+    get_json(port, "/api/runs/r1/calls", &[("Authorization", "")], 401);
     running.kill();
 }
