@@ -414,6 +414,10 @@ pub(crate) enum View {
     /// Every model call: agent, model, prompt and answer, tool calls with their arguments and
     /// results, tokens, latency, cost and outcome (`calls AGENT`: one agent's).
     Calls,
+    /// Each step and each spawned agent's task in the order they started: who did it for
+    /// whom, when and how long, its input and output, its tool calls, retries and the
+    /// decisions on the way (`timeline AGENT`: the work it did or asked for).
+    Timeline,
     /// The structured results agents returned: status, summary, artifacts, known issues.
     Results,
     /// An evolution's family tree: each genome under its parent, with fitness and fate.
@@ -428,9 +432,11 @@ pub(crate) struct InspectArgs {
     /// What to show.
     #[arg(value_enum, default_value = "tree")]
     pub(crate) view: View,
-    /// With `calls`: only this agent's calls.
+    /// With `calls`: only this agent's calls; with `timeline`: only the work it did or asked
+    /// for.
     pub(crate) agent: Option<String>,
-    /// With `calls`: every message of each request and whole texts, not one cut line each.
+    /// With `calls`: every message of each request and whole texts; with `timeline`: whole
+    /// inputs and outputs (not one cut line each).
     #[arg(long)]
     pub(crate) full: bool,
     /// Where runs are stored.

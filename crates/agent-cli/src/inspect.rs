@@ -38,6 +38,7 @@ pub(crate) mod calls;
 pub(crate) mod spawns;
 #[cfg(test)]
 mod tests;
+mod timeline;
 
 /// Opens a private copy of the run: nothing in `dir` changes (see the module docs).
 fn open(dir: &Path) -> Result<RunStore, Failure> {
@@ -305,9 +306,9 @@ pub(crate) async fn inspect(args: &InspectArgs) -> Result<(), Failure> {
     if args.view == View::Lineage {
         return crate::evolve::inspect(&args.data, &args.run, args.json).await;
     }
-    if args.view != View::Calls && (args.agent.is_some() || args.full) {
+    if !matches!(args.view, View::Calls | View::Timeline) && (args.agent.is_some() || args.full) {
         return Err(bad_input(anyhow::anyhow!(
-            "an agent and --full go with the `calls` view only (strata inspect RUN calls [AGENT] [--full])"
+            "an agent and --full go with the `calls` and `timeline` views only (strata inspect RUN calls [AGENT] [--full])"
         )));
     }
     let dir = resolve_run(&args.data, &args.run)?;
@@ -460,6 +461,35 @@ pub(crate) async fn inspect(args: &InspectArgs) -> Result<(), Failure> {
         }
         View::Usage => usage(&dir, &store, &info, args.json),
         View::Calls => model_calls(&dir, &store, &info, args),
+        View::Timeline => {
+            let records = stores().await?.audit.records(None).await?;
+            // The bus history holds the steps' assignments and results; a run on NATS keeps
+            // none (its server deletes a message once it is acknowledged).
+            let messages: Vec<agent_state::Message> = match info.nats {
+                None => SledBus::open(&store)?.history()?.into_iter().map(|m| m.message).collect(),
+                Some(_) => Vec::new(),
+            };
+            let entries =
+                timeline::of_agent(timeline::build(&messages, &records), args.agent.as_deref());
+            if args.json {
+                outln!(
+                    "{}",
+                    serde_json::to_string_pretty(&timeline::json(&entries, info.started_at))?
+                );
+            } else {
+                if info.nats.is_some() {
+                    outln!(
+                        "(a run on NATS keeps no message history: its plan steps are not listed, only spawned agents' work)"
+                    );
+                }
+                if entries.is_empty() {
+                    outln!("no step was handed out in this run");
+                } else {
+                    outln!("{}", timeline::plain(&entries, info.started_at, args.full).trim_end());
+                }
+            }
+            Ok(())
+        }
         View::Results => results(&dir, &stores().await?, args.json).await,
     }
 }

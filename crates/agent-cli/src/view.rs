@@ -796,7 +796,7 @@ pub(crate) async fn summary(
         esc(&info.workspace.display().to_string())
     );
     outln!(
-        "inspect it with: strata inspect {} [tree|audit|messages|whiteboards|decisions|metrics|usage|calls|results]",
+        "inspect it with: strata inspect {} [tree|audit|messages|whiteboards|decisions|metrics|usage|calls|timeline|results]",
         info.run_id
     );
     Ok(())

@@ -134,7 +134,7 @@ pub(crate) fn plain(records: &[CallRecord], all: &[CallRecord], full: bool) -> S
 }
 
 /// `text` on one line, its controls escaped, cut to [`SHOWN_CHARS`] (with how much more).
-fn shown(text: &str) -> String {
+pub(crate) fn shown(text: &str) -> String {
     let text = text.trim();
     let total = text.chars().count();
     if total <= SHOWN_CHARS {

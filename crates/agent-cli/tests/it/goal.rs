@@ -612,5 +612,45 @@ fn inspect_calls_lists_every_model_call_with_its_request_answer_and_tool_results
     g.strata(&["inspect", "t", "calls", "nobody", "--data", "data"])
         .bad_input(&["agent `nobody` made no model call in run t", &agent]);
     g.strata(&["inspect", "t", "tree", "--full", "--data", "data"])
-        .bad_input(&["go with the `calls` view only"]);
+        .bad_input(&["go with the `calls` and `timeline` views only"]);
+}
+
+/// `strata inspect RUN timeline` of a goal run: the agents the leads spawned, each with its
+/// task, its spawner, how long it took, its result and its tool calls on the way.
+#[test]
+fn the_timeline_of_a_goal_run_shows_each_spawned_agents_task_and_tool_calls() {
+    let g = GoalExample::new();
+    g.strata(&GoalExample::run_args("t", "ws")).code(0);
+    g.no_problems();
+    let timeline =
+        g.strata(&["inspect", "t", "timeline", "--data", "data", "--json"]).code(0).json();
+    let steps = timeline["steps"].as_array().unwrap();
+    let spawned: Vec<&Value> = steps.iter().filter(|s| s["kind"] == "spawned").collect();
+    assert!(!spawned.is_empty(), "{timeline:#}");
+    let starts: Vec<f64> = steps.iter().map(|s| s["start_s"].as_f64().unwrap()).collect();
+    assert!(starts.is_sorted_by(|a, b| a <= b), "in the order they started: {starts:?}");
+    for s in &spawned {
+        assert_ne!(s["success"], false, "{s:#}");
+        assert!(!s["input"].as_str().unwrap().is_empty(), "{s:#}");
+        assert!(s["duration_s"].as_f64().is_some(), "every one ended: {s:#}");
+    }
+    let lines = |s: &Value| -> Vec<String> {
+        let records = s["records"].as_array().unwrap();
+        records.iter().map(|r| r["line"].as_str().unwrap().to_owned()).collect()
+    };
+    // A worker returned its result, with its tool calls on the way.
+    let worker = spawned
+        .iter()
+        .find(|s| s["success"] == true && lines(s).iter().any(|l| l.contains(" tool ")))
+        .unwrap_or_else(|| panic!("no worker with a result and a tool call: {timeline:#}"));
+    // Its lead's work lists the spawn.
+    let lead = spawned.iter().find(|s| s["agent"] == worker["for"]).unwrap();
+    let spawn = worker["agent"].as_str().unwrap();
+    assert!(lines(lead).iter().any(|l| l.contains(spawn)), "{lead:#}");
+    g.strata(&["inspect", "t", "timeline", "--data", "data"]).code(0).stdout_has(&[
+        "spawned ",
+        " for ",
+        "  input: ",
+        "  output: ",
+    ]);
 }

@@ -158,6 +158,40 @@ fn init_run_inspect_verify_the_example() {
         s.strata(&["inspect", &id, view, "--data", "D"]).code(0);
     }
 
+    // The timeline: the plan's four steps, each with who did it for whom, how long it took,
+    // its call and its result, and its own tool call on the way.
+    let timeline = inspect("timeline").code(0).json();
+    let steps = timeline["steps"].as_array().unwrap();
+    let keys: std::collections::BTreeSet<&str> =
+        steps.iter().map(|st| st["key"].as_str().unwrap()).collect();
+    assert_eq!(
+        keys,
+        ["hello/list", "hello/measure", "hello/write-hello", "hello/write-notes"].into(),
+        "{timeline:#}"
+    );
+    for step in steps {
+        assert_eq!(
+            (&step["kind"], &step["success"], &step["attempt"]),
+            (&"step".into(), &true.into(), &1.into()),
+            "{step:#}"
+        );
+        assert!(step["agent"].as_str().unwrap().starts_with("bottom-"), "{step:#}");
+        assert!(step["for"].as_str().unwrap().starts_with("mid-"), "{step:#}");
+        assert!(step["duration_s"].as_f64().unwrap() >= 0.0, "{step:#}");
+        let tool = if step["key"] == "hello/measure" { "tool shell ok" } else { "tool " };
+        let records = step["records"].as_array().unwrap();
+        assert_eq!(records.len(), 1, "one tool call per step: {step:#}");
+        assert!(records[0]["line"].as_str().unwrap().contains(tool), "{step:#}");
+        assert_eq!(records[0]["agent"], step["agent"]);
+    }
+    let greeting = steps.iter().find(|st| st["key"] == "hello/write-hello").unwrap();
+    assert!(greeting["input"].as_str().unwrap().contains("hello.txt"), "{greeting:#}");
+    assert!(greeting["output"].as_str().unwrap().contains("wrote"), "{greeting:#}");
+    let worker = greeting["agent"].as_str().unwrap().to_owned();
+    let text = s.strata(&["inspect", &id, "timeline", &worker, "--data", "D"]);
+    text.code(0).stdout_has(&["step hello/write-hello · ", "  input: ", "  output: ", "succeeded"]);
+    assert!(!text.stdout.contains("hello/measure"), "another agent's step: {}", text.stdout);
+
     let verify = s.strata(&["verify", &id, "--data", "D"]);
     verify.code(0).stdout_has(&["ok      audit chain", "the run verifies"]);
     let verify = s.strata(&["verify", &id, "--data", "D", "--json"]).code(0).json();

@@ -63,6 +63,7 @@ fn help_for_every_command_names_its_arguments() {
                 "metrics",
                 "usage",
                 "calls",
+                "timeline",
                 "[AGENT]",
                 "--full",
                 "--data",

@@ -1,0 +1,282 @@
+//! `strata inspect RUN timeline [AGENT]`: each piece of work of a run in the order it started,
+//! with who did it, for whom, when and how long, what it was given and what came of it, and
+//! on the way its tool calls, errors, retries and time limits, and the decisions taken
+//! meanwhile.
+//!
+//! Two kinds of work are read:
+//! - a plan step handed to an executor: the lead's `task_assign` message (a
+//!   [`Assignment::Subtask`]: the step's tool, arguments and description, the attempt) until
+//!   the executor's `progress_report` holding the step's result, from the run's bus history (a
+//!   run on NATS keeps none: its timeline holds only the spawned agents' work);
+//! - a spawned agent's task: its `Spawned` audit record until its `Result`, its dismissal, or
+//!   its end (a lead returns no result: its work is the agents it spawned, listed on the way).
+//!
+//! An audit record of the agent doing the work falls in the piece of work it was doing then;
+//! when it had several at once, in the one whose step's tool the record names, else the
+//! earliest.
+
+use std::fmt::Write as _;
+
+use agent_core::{AuditEvent, AuditRecord};
+use agent_state::{AgentId, Assignment, Message, MessageKind, ProgressReport};
+use serde_json::{Value, json};
+use team_file::escape_controls as esc;
+
+use super::calls::shown;
+use crate::view::event_line;
+
+/// One piece of work.
+#[derive(Debug)]
+pub(crate) struct Entry<'a> {
+    /// `step` or `spawned`.
+    kind: &'static str,
+    /// `task/step` for a step, the task in words' first line for a spawned agent.
+    key: String,
+    /// Who did it.
+    who: AgentId,
+    /// Who asked for it (the lead, the spawner).
+    by: AgentId,
+    /// 1 for a first assignment, more after reassignments (steps).
+    attempt: u32,
+    /// When it was handed over, in the run's clock (ms).
+    start: u64,
+    /// When its result came, if it did.
+    end: Option<u64>,
+    /// The step's tool, if a step.
+    tool: Option<String>,
+    /// What it was given: the step's call and description, or the spawned agent's task.
+    input: String,
+    /// Whether it succeeded and its output or summary, once it ended.
+    outcome: Option<(bool, String)>,
+    /// The records on the way: the worker's tool calls, the agents it spawned, its errors,
+    /// retries and time limits, and the decisions taken meanwhile.
+    records: Vec<&'a AuditRecord>,
+}
+
+/// The pieces of work of a run, in the order they started: from `messages` (the bus
+/// history in send order; empty for a run on NATS) and the audit log.
+pub(crate) fn build<'a>(messages: &[Message], records: &'a [AuditRecord]) -> Vec<Entry<'a>> {
+    let mut entries: Vec<Entry<'a>> = Vec::new();
+    for m in messages {
+        match m.kind {
+            MessageKind::TaskAssign => {
+                let Ok(Assignment::Subtask { subtask }) =
+                    serde_json::from_value::<Assignment>(m.content.clone())
+                else {
+                    continue;
+                };
+                let call = json!({"tool": subtask.step.tool, "args": subtask.step.args});
+                entries.push(Entry {
+                    kind: "step",
+                    key: subtask.key(),
+                    who: subtask.assignee.clone(),
+                    by: AgentId::new(m.from.as_str()),
+                    attempt: subtask.attempt,
+                    start: m.timestamp.0,
+                    end: None,
+                    tool: Some(subtask.step.tool.clone()),
+                    input: format!("{}: {call}", subtask.step.description),
+                    outcome: None,
+                    records: Vec::new(),
+                });
+            }
+            MessageKind::ProgressReport => {
+                let Ok(report) = serde_json::from_value::<ProgressReport>(m.content.clone()) else {
+                    continue;
+                };
+                for result in &report.results {
+                    let key = format!("{}/{}", result.task_id, result.step_id);
+                    let open = entries.iter_mut().rev().find(|e| {
+                        e.kind == "step" && e.end.is_none() && e.key == key && e.who == result.agent
+                    });
+                    if let Some(entry) = open {
+                        entry.end = Some(m.timestamp.0);
+                        entry.outcome = Some((result.success, result.output.clone()));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    for r in records {
+        match &r.event {
+            AuditEvent::Spawned { spawn } => entries.push(Entry {
+                kind: "spawned",
+                key: format!("{} ({})", spawn.agent, spawn.role),
+                who: spawn.agent.clone(),
+                by: spawn.parent.clone(),
+                attempt: 1,
+                start: r.at.0,
+                end: None,
+                tool: None,
+                input: spawn.task_prompt.clone(),
+                outcome: None,
+                records: Vec::new(),
+            }),
+            AuditEvent::Result { result, .. } => {
+                if let Some(entry) = open_spawn(&mut entries, &r.agent) {
+                    entry.end = Some(r.at.0);
+                    let success = result.status == agent_state::ResultStatus::Success;
+                    entry.outcome = Some((success, result.summary.clone()));
+                }
+            }
+            // A lead returns no result: its work ends with it (as does a worker's that ended
+            // without returning one).
+            AuditEvent::Transition { to, reason, .. }
+                if matches!(
+                    to,
+                    agent_state::AgentStatus::ShuttingDown
+                        | agent_state::AgentStatus::Terminated
+                        | agent_state::AgentStatus::Failed
+                ) =>
+            {
+                if let Some(entry) = open_spawn(&mut entries, &r.agent) {
+                    entry.end = Some(r.at.0);
+                    if *to == agent_state::AgentStatus::Failed {
+                        entry.outcome = Some((false, reason.to_string()));
+                    }
+                }
+            }
+            AuditEvent::Despawned { agent, summary } => {
+                if let Some(entry) = open_spawn(&mut entries, agent) {
+                    entry.end = Some(r.at.0);
+                    entry.outcome = Some((false, format!("dismissed: {summary}")));
+                }
+            }
+            _ => {}
+        }
+    }
+    entries.sort_by_key(|e| e.start);
+    for r in records {
+        let tool = match &r.event {
+            AuditEvent::ToolCall { tool, .. } | AuditEvent::ToolOutcomeUnknown { tool, .. } => {
+                Some(tool.as_str())
+            }
+            AuditEvent::Error { .. }
+            | AuditEvent::Spawned { .. }
+            | AuditEvent::Retry { .. }
+            | AuditEvent::TimedOut { .. }
+            | AuditEvent::SoftTimeout { .. }
+            | AuditEvent::Denied { .. } => None,
+            AuditEvent::Decision { .. } => {
+                // Every piece of work under way when it was taken.
+                for e in entries.iter_mut().filter(|e| during(e, r.at.0)) {
+                    e.records.push(r);
+                }
+                continue;
+            }
+            _ => continue,
+        };
+        let doing: Vec<usize> = (0..entries.len())
+            .filter(|&i| entries[i].who == r.agent && during(&entries[i], r.at.0))
+            .collect();
+        let chosen = doing
+            .iter()
+            .copied()
+            .find(|&i| tool.is_some() && entries[i].tool.as_deref() == tool)
+            .or_else(|| doing.first().copied());
+        if let Some(i) = chosen {
+            entries[i].records.push(r);
+        }
+    }
+    entries
+}
+
+/// The spawned agent `agent`'s piece of work still open.
+fn open_spawn<'e, 'a>(entries: &'e mut [Entry<'a>], agent: &AgentId) -> Option<&'e mut Entry<'a>> {
+    entries.iter_mut().rev().find(|e| e.kind == "spawned" && e.end.is_none() && &e.who == agent)
+}
+
+/// Whether `at` falls while `entry` was under way.
+fn during(entry: &Entry<'_>, at: u64) -> bool {
+    at >= entry.start && entry.end.is_none_or(|end| at <= end)
+}
+
+/// `entries` of `agent` (as the worker or who asked), or all of them.
+pub(crate) fn of_agent<'a>(entries: Vec<Entry<'a>>, agent: Option<&str>) -> Vec<Entry<'a>> {
+    match agent {
+        Some(id) => {
+            entries.into_iter().filter(|e| e.who.as_str() == id || e.by.as_str() == id).collect()
+        }
+        None => entries,
+    }
+}
+
+/// Seconds since `start`, for display.
+fn secs(at: u64, start: u64) -> f64 {
+    at.saturating_sub(start) as f64 / 1000.0
+}
+
+/// The entries as text: a line per piece of work, its input, its records, its output; texts
+/// cut to one line unless `full`.
+pub(crate) fn plain(entries: &[Entry<'_>], run_start: u64, full: bool) -> String {
+    let text = |s: &str| if full { esc(s.trim()).into_owned() } else { shown(s) };
+    let mut out = String::new();
+    for e in entries {
+        let attempt =
+            if e.attempt > 1 { format!(" (attempt {})", e.attempt) } else { String::new() };
+        let _ = write!(
+            out,
+            "{} {}{attempt} · {} for {} · from {:.2} s",
+            e.kind,
+            esc(&e.key),
+            esc(e.who.as_str()),
+            esc(e.by.as_str()),
+            secs(e.start, run_start)
+        );
+        match (e.end, &e.outcome) {
+            (Some(end), outcome) => {
+                let how = match outcome {
+                    Some((true, _)) => "succeeded",
+                    Some((false, _)) => "FAILED",
+                    None => "ended, no result returned",
+                };
+                let _ = write!(
+                    out,
+                    " to {:.2} s ({:.2} s) · {how}",
+                    secs(end, run_start),
+                    secs(end, e.start),
+                );
+            }
+            (None, _) => out.push_str(" · not finished"),
+        }
+        out.push('\n');
+        let _ = writeln!(out, "  input: {}", text(&e.input));
+        for r in &e.records {
+            let _ = writeln!(out, "  {}", esc(&event_line(r, run_start)));
+        }
+        if let Some((_, output)) = &e.outcome {
+            let _ = writeln!(out, "  output: {}", text(output));
+        }
+    }
+    out
+}
+
+/// The entries as JSON, texts whole: `{"steps": [...]}`.
+pub(crate) fn json(entries: &[Entry<'_>], run_start: u64) -> Value {
+    let steps: Vec<Value> = entries
+        .iter()
+        .map(|e| {
+            json!({
+                "kind": e.kind,
+                "key": e.key,
+                "agent": e.who,
+                "for": e.by,
+                "attempt": e.attempt,
+                "start_s": secs(e.start, run_start),
+                "end_s": e.end.map(|end| secs(end, run_start)),
+                "duration_s": e.end.map(|end| secs(end, e.start)),
+                "input": e.input,
+                "success": e.outcome.as_ref().map(|(ok, _)| *ok),
+                "output": e.outcome.as_ref().map(|(_, output)| output),
+                "records": e.records.iter().map(|r| json!({
+                    "seq": r.seq,
+                    "agent": r.agent,
+                    "at_s": secs(r.at.0, run_start),
+                    "line": event_line(r, run_start),
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    json!({ "steps": steps })
+}
