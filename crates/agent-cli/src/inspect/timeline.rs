@@ -280,3 +280,126 @@ pub(crate) fn json(entries: &[Entry<'_>], run_start: u64) -> Value {
         .collect();
     json!({ "steps": steps })
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use agent_core::GENESIS_HASH;
+    use agent_state::{
+        MessageId, PlanStep, ProgressStatus, StepTarget, Subtask, SubtaskResult, Timestamp,
+    };
+
+    use super::*;
+
+    fn assign(n: u128, at: u64, step: &str, tool: &str, to: &str, attempt: u32) -> Message {
+        let subtask = Subtask {
+            task_id: "t".into(),
+            step: PlanStep {
+                id: step.into(),
+                description: format!("do {step}"),
+                target: StepTarget::Domain("d".into()),
+                tool: tool.into(),
+                args: json!({"n": n}),
+                after: Vec::new(),
+                idempotent: false,
+                role: None,
+                acceptance: String::new(),
+            },
+            assignee: AgentId::new(to),
+            attempt,
+        };
+        let content = serde_json::to_value(Assignment::Subtask { subtask }).unwrap();
+        Message::new(
+            MessageId::from_u128(n),
+            AgentId::new("lead"),
+            AgentId::new(to),
+            MessageKind::TaskAssign,
+            content,
+            Timestamp(at),
+        )
+    }
+
+    fn report(n: u128, at: u64, step: &str, from: &str, success: bool) -> Message {
+        let report = ProgressReport {
+            task_id: "t".into(),
+            status: if success { ProgressStatus::Completed } else { ProgressStatus::Failed },
+            percentage: 100,
+            description: String::new(),
+            results: vec![SubtaskResult {
+                task_id: "t".into(),
+                step_id: step.into(),
+                agent: AgentId::new(from),
+                success,
+                output: format!("{step} output"),
+                result: None,
+            }],
+            failure: None,
+        };
+        Message::new(
+            MessageId::from_u128(n),
+            AgentId::new(from),
+            AgentId::new("lead"),
+            MessageKind::ProgressReport,
+            serde_json::to_value(report).unwrap(),
+            Timestamp(at),
+        )
+    }
+
+    fn tool(seq: u64, at: u64, agent: &str, tool: &str) -> AuditRecord {
+        AuditRecord {
+            seq,
+            at: Timestamp(at),
+            agent: AgentId::new(agent),
+            event: AuditEvent::ToolCall {
+                tool: tool.into(),
+                args: json!({}),
+                success: true,
+                summary: "ok".into(),
+            },
+            prev_hash: GENESIS_HASH,
+            hash: GENESIS_HASH,
+        }
+    }
+
+    /// Two steps at once for one executor: each tool call goes to the step whose tool it
+    /// names; a failed step handed out again is a second piece of work with its attempt; a
+    /// step with no result yet is not finished; another agent's call is in none of them.
+    #[test]
+    fn records_go_to_the_step_they_belong_to() {
+        let messages = vec![
+            assign(1, 100, "list", "list_dir", "e1", 1),
+            assign(2, 100, "measure", "shell", "e1", 1),
+            report(3, 300, "list", "e1", true),
+            report(4, 400, "measure", "e1", false),
+            assign(5, 450, "measure", "shell", "e2", 2),
+        ];
+        let records = vec![
+            tool(1, 150, "e1", "shell"),
+            tool(2, 200, "e1", "list_dir"),
+            tool(3, 220, "e9", "shell"),
+            tool(4, 500, "e2", "shell"),
+        ];
+        let entries = build(&messages, &records);
+        let seqs = |e: &Entry<'_>| e.records.iter().map(|r| r.seq).collect::<Vec<_>>();
+        assert_eq!(entries.len(), 3, "{entries:#?}");
+        let (list, measure, again) = (&entries[0], &entries[1], &entries[2]);
+        assert_eq!((list.key.as_str(), list.end, seqs(list)), ("t/list", Some(300), vec![2]));
+        assert_eq!(list.outcome, Some((true, "list output".to_owned())));
+        assert_eq!((measure.key.as_str(), seqs(measure)), ("t/measure", vec![1]));
+        assert_eq!(measure.outcome.as_ref().map(|o| o.0), Some(false));
+        assert_eq!((again.who.as_str(), again.attempt, again.end), ("e2", 2, None));
+        assert_eq!(seqs(again), vec![4]);
+        let text = plain(&entries, 0, false);
+        assert!(
+            text.contains("step t/measure (attempt 2) · e2 for lead · from 0.45 s · not finished"),
+            "{text}"
+        );
+        assert!(
+            text.contains("step t/measure · e1 for lead · from 0.10 s to 0.40 s (0.30 s) · FAILED"),
+            "{text}"
+        );
+        assert_eq!(of_agent(build(&messages, &records), Some("e2")).len(), 1);
+        assert_eq!(of_agent(build(&messages, &records), Some("lead")).len(), 3);
+    }
+}
