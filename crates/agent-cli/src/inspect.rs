@@ -38,7 +38,7 @@ pub(crate) mod calls;
 pub(crate) mod spawns;
 #[cfg(test)]
 mod tests;
-mod timeline;
+pub(crate) mod timeline;
 
 /// Opens a private copy of the run: nothing in `dir` changes (see the module docs).
 fn open(dir: &Path) -> Result<RunStore, Failure> {

@@ -324,6 +324,7 @@ fn router(app: Shared) -> Router {
         .route("/api/runs/{id}", get(snapshot))
         .route("/api/runs/{id}/events", get(events))
         .route("/api/runs/{id}/calls", get(model_calls))
+        .route("/api/runs/{id}/timeline", get(timeline))
         .route("/api/runs/{id}/decisions/{decision}/{action}", post(decide))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "no such page; the dashboard is at /") })
         .layer(middleware::from_fn_with_state(app.clone(), guard))
@@ -771,6 +772,59 @@ async fn model_calls(
     let mut body = crate::inspect::calls::json(&mine[omitted..], &all);
     body["omitted"] = serde_json::Value::from(omitted);
     json(StatusCode::OK, body.to_string())
+}
+
+/// `GET /api/runs/{id}/timeline[?agent=ID]`: the run's steps and spawned agents' work, as
+/// `strata inspect RUN timeline --json` gives them, read from a copy of the run's stores.
+async fn timeline(
+    State(app): State<Shared>,
+    UrlPath(id): UrlPath<String>,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let dir = match run_dir(&app, &id) {
+        Ok(dir) => dir,
+        Err(e) => return e.into_response(),
+    };
+    let agent = query
+        .as_deref()
+        .and_then(|q| q.split('&').find_map(|p| p.strip_prefix("agent=")).and_then(query_unescape));
+    let read = async {
+        let info = RunInfo::read(&dir)?;
+        let store = crate::operator::read_copy(&dir).await.map_err(|e| match e {
+            Failure::BadInput(e) | Failure::Other(e) => e,
+        })?;
+        let stores =
+            crate::nats::Stores::of_run(&store, &dir, &info).await.map_err(|e| match e {
+                Failure::BadInput(e) | Failure::Other(e) => e,
+            })?;
+        let records = stores.audit.records(None).await?;
+        // The steps are in the bus history, which a run on NATS does not keep.
+        let messages = match info.nats {
+            Some(_) => Vec::new(),
+            None => {
+                tokio::task::spawn_blocking(move || {
+                    let history = message_bus::SledBus::open(&store)?.history()?;
+                    Ok::<_, anyhow::Error>(history.into_iter().map(|m| m.message).collect())
+                })
+                .await??
+            }
+        };
+        Ok::<_, anyhow::Error>((info, records, messages))
+    };
+    match read.await {
+        Ok((info, records, messages)) => {
+            let entries = crate::inspect::timeline::of_agent(
+                crate::inspect::timeline::build(&messages, &records),
+                agent.as_deref(),
+            );
+            let body = crate::inspect::timeline::json(&entries, info.started_at);
+            json(StatusCode::OK, body.to_string())
+        }
+        Err(e) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot read run `{id}`'s timeline: {e:#}"),
+        ),
+    }
 }
 
 /// `GET /api/runs/{id}/events`.

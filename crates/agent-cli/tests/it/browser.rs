@@ -267,9 +267,10 @@ fn the_dashboard_shows_a_live_team_run_in_a_real_browser() {
 
 /// A click on an agent in the tree opens its model calls: each call's head (model, tokens,
 /// outcome), its prompt and answer or tool calls, and the whole request a click further; the
-/// records are the ones `strata inspect RUN calls` lists for that agent.
+/// records are the ones `strata inspect RUN calls` lists for that agent. The timeline shows
+/// the steps `strata inspect RUN timeline` lists, each linking to its worker's calls.
 #[test]
-fn a_click_on_an_agent_shows_its_model_calls() {
+fn a_click_on_an_agent_or_a_step_shows_the_model_calls_and_the_timeline_the_steps() {
     let Some(browser) = browser() else { return };
     let model = crate::fake_llm::FakeLlm::start(crate::fake_llm::Mode::Sensible);
     let s = crate::llm::scratch(&crate::llm::team(&crate::llm::openai(&model), ""));
@@ -303,5 +304,31 @@ fn a_click_on_an_agent_shows_its_model_calls() {
     browser.click(&browser.find("#calls-close").unwrap());
     browser.wait_for("the calls closed", PAGE_PATIENCE, |b| {
         b.find("#calls-panel[hidden]").map(drop).ok_or_else(|| "still open".to_owned())
+    });
+
+    // The timeline: the steps `inspect RUN timeline` lists, each linking to the model calls
+    // of the agent that did it.
+    let timeline = s.strata(&["inspect", "r1", "timeline", "--data", "D", "--json"]).code(0).json();
+    let steps = timeline["steps"].as_array().unwrap();
+    assert!(!steps.is_empty(), "{timeline:#}");
+    browser.click(&browser.find("#timeline-load").unwrap());
+    browser.wait_for("the timeline", PAGE_PATIENCE, |b| {
+        let n = b.find_all("#timeline .work").len();
+        if n == steps.len() { Ok(()) } else { Err(format!("{n} of {}", steps.len())) }
+    });
+    let first = text_of(&browser, "#timeline .work");
+    let key = steps[0]["key"].as_str().unwrap();
+    assert!(first.contains(key) && first.contains("input:"), "{first}");
+    let worker = steps[0]["agent"].as_str().unwrap();
+    let link = browser.find(&format!("#timeline .calls-link[data-agent=\"{worker}\"]")).unwrap();
+    browser.click(&link);
+    browser.wait_for("the worker's calls", PAGE_PATIENCE, |b| {
+        let shown = text_of(b, "#calls-agent");
+        let open = b.find("#calls-panel:not([hidden]) #calls .call").is_some();
+        if shown == worker && open {
+            Ok(())
+        } else {
+            Err(format!("{shown}: {}", text_of(b, "#calls")))
+        }
     });
 }

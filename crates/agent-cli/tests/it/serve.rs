@@ -835,11 +835,12 @@ fn serve_nats_shows_a_run_placed_on_workers_with_no_directory_here() {
     server.kill();
 }
 
-/// `GET /api/runs/{id}/calls[?agent=ID]`: the model calls of a run as `inspect RUN calls
-/// --json` gives them (what the dashboard shows when an agent is clicked), one agent's with
-/// `agent`; a run that is not there is a 404, and the token is needed as for every read.
+/// `GET /api/runs/{id}/calls[?agent=ID]` and `GET /api/runs/{id}/timeline[?agent=ID]`: the
+/// model calls and the timeline of a run as `inspect RUN calls --json` and `timeline --json`
+/// give them (what the dashboard shows), one agent's with `agent`; a run that is not there is
+/// a 404, and the token is needed as for every read.
 #[test]
-fn the_api_serves_a_runs_model_calls_per_agent() {
+fn the_api_serves_a_runs_model_calls_and_timeline_per_agent() {
     let server = crate::fake_llm::FakeLlm::start(crate::fake_llm::Mode::Sensible);
     let s = crate::llm::scratch(&crate::llm::team(&crate::llm::openai(&server), ""));
     crate::llm::run(&s, &["--unsandboxed"]).code(0);
@@ -861,5 +862,13 @@ fn the_api_serves_a_runs_model_calls_per_agent() {
     let missing = get_json(port, "/api/runs/nope/calls", &[], 404);
     assert!(missing["error"].as_str().unwrap().contains("no run `nope`"), "{missing}");
     get_json(port, "/api/runs/r1/calls", &[("Authorization", "")], 401);
+    // The timeline, as `inspect RUN timeline --json` gives it.
+    let timeline = s.strata(&["inspect", "r1", "timeline", "--data", "D", "--json"]).code(0).json();
+    assert_eq!(get_json(port, "/api/runs/r1/timeline", &[], 200), timeline);
+    let worker = timeline["steps"][0]["agent"].as_str().unwrap();
+    let own = get_json(port, &format!("/api/runs/r1/timeline?agent={worker}"), &[], 200);
+    let own = own["steps"].as_array().unwrap();
+    assert!(!own.is_empty() && own.iter().all(|st| st["agent"] == worker || st["for"] == worker));
+    get_json(port, "/api/runs/nope/timeline", &[], 404);
     running.kill();
 }

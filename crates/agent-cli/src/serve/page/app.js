@@ -82,6 +82,7 @@ async function openList() {
 async function openRun(id) {
   state.run = id;
   document.getElementById("calls-panel").hidden = true;
+  document.getElementById("timeline").replaceChildren();
   document.getElementById("list-view").hidden = true;
   document.getElementById("run-view").hidden = false;
   try {
@@ -427,6 +428,45 @@ async function openCalls(agent) {
     box.replaceChildren(frag);
   } catch (e) { box.replaceChildren(el("p", "muted", "cannot read the calls: " + e.message)); }
 }
+// The run's timeline (GET /api/runs/RUN/timeline): each step and spawned agent's task, with
+// who did it for whom, when, its input and output (cut) and its records on the way; each
+// links to the model calls of who did it.
+function workNode(w) {
+  const node = el("div", "work");
+  node.dataset.success = String(w.success);
+  const outcome = w.end_s === null ? "not finished"
+    : (w.success === true ? "succeeded" : w.success === false ? "FAILED" : "ended, no result returned");
+  let head = w.kind + " " + w.key + (w.attempt > 1 ? " (attempt " + w.attempt + ")" : "") + " · " +
+    w.agent + " for " + w.for + " · from " + w.start_s.toFixed(2) + " s";
+  if (w.end_s !== null) head += " to " + w.end_s.toFixed(2) + " s (" + w.duration_s.toFixed(2) + " s)";
+  const line = el("div", "work-head", head + " · " + outcome);
+  const calls = el("a", "calls-link", "model calls");
+  calls.dataset.agent = w.agent;
+  line.appendChild(calls);
+  node.appendChild(line);
+  node.appendChild(labelled("input:", w.input));
+  for (const r of w.records) node.appendChild(el("div", "rec", r.line));
+  if (w.output !== null && w.output !== undefined) node.appendChild(labelled("output:", w.output));
+  return node;
+}
+async function openTimeline() {
+  const run = state.run;
+  const box = document.getElementById("timeline");
+  box.replaceChildren(el("p", "muted", "loading…"));
+  try {
+    const body = await getJson("/api/runs/" + encodeURIComponent(run) + "/timeline");
+    if (state.run !== run) return;
+    const frag = document.createDocumentFragment();
+    if (!body.steps.length) frag.appendChild(el("p", "muted", "no step was handed out in this run"));
+    for (const w of body.steps) frag.appendChild(workNode(w));
+    box.replaceChildren(frag);
+  } catch (e) { box.replaceChildren(el("p", "muted", "cannot read the timeline: " + e.message)); }
+}
+document.getElementById("timeline-load").addEventListener("click", openTimeline);
+document.getElementById("timeline").addEventListener("click", (e) => {
+  const link = e.target.closest(".calls-link");
+  if (link) openCalls(link.dataset.agent);
+});
 document.getElementById("tree").addEventListener("click", (e) => {
   const head = e.target.closest(".head");
   const agent = head && head.parentElement && head.parentElement.dataset.agent;
