@@ -67,8 +67,9 @@ pub(crate) struct Seed {
 /// What an agent is doing, as its records tell (they do not name the step a lead assigned,
 /// only what came of it): the work it was given (a spawned agent's task, the step of a result
 /// or of a peer's help, a lead's executor at work), the tool call of its current turn (or a
-/// governance act), and the reason of its last transition, which stands in for the rest. The
-/// warnings (missed heartbeats, errors, refusals, timeouts, stuck guards) change none of it.
+/// governance act), and the reason of its last transition, which stands in for the rest; a
+/// finished agent shows the reason and the last work it was seen on. The warnings (missed
+/// heartbeats, errors, refusals, timeouts, stuck guards) change none of it.
 #[derive(Clone, Debug, Default)]
 struct Activity {
     /// The task it was spawned for, until it returns its results.
@@ -79,18 +80,32 @@ struct Activity {
     tool: Option<String>,
     /// Why its status last changed.
     reason: String,
+    /// The last work or tool call it was seen on, kept when it goes idle or ends.
+    last: Option<String>,
+    /// Whether it is shutting down or terminated: it then shows its last work, not
+    /// "shutdown complete" (which every finished agent would read alike).
+    ended: bool,
 }
 
 impl Activity {
     /// The agent's `step`.
     fn step(&self) -> String {
-        let step = match (self.work.as_ref().or(self.assigned.as_ref()), &self.tool) {
-            (Some(work), Some(tool)) => format!("{work} · {tool}"),
-            (Some(work), None) => work.clone(),
-            (None, Some(tool)) => tool.clone(),
-            (None, None) => self.reason.clone(),
+        let step = match (self.current(), &self.last) {
+            (Some(now), _) => now,
+            (None, Some(last)) if self.ended => format!("{} · last: {last}", self.reason),
+            (None, _) => self.reason.clone(),
         };
         shorten(&step, STEP_CHARS)
+    }
+
+    /// Its work and tool call of this turn, if it has any.
+    fn current(&self) -> Option<String> {
+        match (self.work.as_ref().or(self.assigned.as_ref()), &self.tool) {
+            (Some(work), Some(tool)) => Some(format!("{work} · {tool}")),
+            (Some(work), None) => Some(work.clone()),
+            (None, Some(tool)) => Some(tool.clone()),
+            (None, None) => None,
+        }
     }
 
     /// What it is on, for its lead: its work, else its tool call.
@@ -426,6 +441,7 @@ impl RunModel {
             AuditEvent::Transition { from, to, reason } => me.map(|i| {
                 let what = &mut self.activity[i];
                 what.reason = reason.to_string();
+                what.ended = matches!(to, AgentStatus::ShuttingDown | AgentStatus::Terminated);
                 if !busy(*to) {
                     (what.work, what.tool) = (None, None);
                     if matches!(to, AgentStatus::ShuttingDown | AgentStatus::Terminated) {
@@ -497,6 +513,9 @@ impl RunModel {
 
     /// Sets the step of agent `i` from its activity; `i`.
     fn refresh(&mut self, i: usize) -> usize {
+        if let Some(now) = self.activity[i].current() {
+            self.activity[i].last = Some(now);
+        }
         self.agents[i].step = self.activity[i].step();
         i
     }

@@ -308,6 +308,22 @@ fn the_step_is_the_work_not_the_last_warning() {
     };
     m.fold(&record(7, "bottom-1", idle));
     assert_eq!(step_of(&m, "bottom-1"), "work complete");
+    // Finished, it shows what it last did, not only "shutdown complete".
+    let ended = AuditEvent::Transition {
+        from: AgentStatus::ShuttingDown,
+        to: AgentStatus::Terminated,
+        reason: "shutdown complete".into(),
+    };
+    m.fold(&record(8, "bottom-1", ended));
+    assert_eq!(step_of(&m, "bottom-1"), "shutdown complete · last: t1/s1 · returned results");
+    // An agent that did nothing shows the reason alone.
+    let ended = AuditEvent::Transition {
+        from: AgentStatus::ShuttingDown,
+        to: AgentStatus::Terminated,
+        reason: "shutdown complete".into(),
+    };
+    m.fold(&record(9, "top-a", ended));
+    assert_eq!(step_of(&m, "top-a"), "shutdown complete");
 }
 
 #[test]
