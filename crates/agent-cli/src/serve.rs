@@ -718,6 +718,18 @@ async fn snapshot(State(app): State<Shared>, UrlPath(id): UrlPath<String>) -> Re
     }
 }
 
+/// The directory of run `id` (or a 404) and the `agent=` of `query`, decoded.
+fn run_and_agent(
+    app: &App,
+    id: &str,
+    query: Option<&str>,
+) -> Result<(PathBuf, Option<String>), ApiError> {
+    let dir = run_dir(app, id)?;
+    let agent = query
+        .and_then(|q| q.split('&').find_map(|p| p.strip_prefix("agent=")).and_then(query_unescape));
+    Ok((dir, agent))
+}
+
 /// Most call records `GET /api/runs/{id}/calls` returns: the latest ones (`omitted` says how
 /// many earlier ones were left out).
 const MOST_CALLS: usize = 200;
@@ -730,13 +742,10 @@ async fn model_calls(
     UrlPath(id): UrlPath<String>,
     RawQuery(query): RawQuery,
 ) -> Response {
-    let dir = match run_dir(&app, &id) {
-        Ok(dir) => dir,
+    let (dir, agent) = match run_and_agent(&app, &id, query.as_deref()) {
+        Ok(found) => found,
         Err(e) => return e.into_response(),
     };
-    let agent = query
-        .as_deref()
-        .and_then(|q| q.split('&').find_map(|p| p.strip_prefix("agent=")).and_then(query_unescape));
     let store = match crate::operator::read_copy(&dir).await {
         Ok(store) => store,
         Err(e) => {
@@ -781,13 +790,10 @@ async fn timeline(
     UrlPath(id): UrlPath<String>,
     RawQuery(query): RawQuery,
 ) -> Response {
-    let dir = match run_dir(&app, &id) {
-        Ok(dir) => dir,
+    let (dir, agent) = match run_and_agent(&app, &id, query.as_deref()) {
+        Ok(found) => found,
         Err(e) => return e.into_response(),
     };
-    let agent = query
-        .as_deref()
-        .and_then(|q| q.split('&').find_map(|p| p.strip_prefix("agent=")).and_then(query_unescape));
     let read = async {
         let info = RunInfo::read(&dir)?;
         let store = crate::operator::read_copy(&dir).await.map_err(|e| match e {
