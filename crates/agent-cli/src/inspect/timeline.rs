@@ -12,8 +12,8 @@
 //!   its end (a lead returns no result: its work is the agents it spawned, listed on the way).
 //!
 //! An audit record of the agent doing the work falls in the piece of work it was doing then;
-//! when it had several at once, in the one whose step's tool the record names, else the
-//! earliest.
+//! when it had several at once, in the one whose step's tool the record names, else the one
+//! started last (a spawned agent handed a step: the step, not its whole task).
 
 use std::fmt::Write as _;
 
@@ -170,11 +170,13 @@ pub(crate) fn build<'a>(messages: &[Message], records: &'a [AuditRecord]) -> Vec
         let doing: Vec<usize> = (0..entries.len())
             .filter(|&i| entries[i].who == r.agent && during(&entries[i], r.at.0))
             .collect();
+        // The step whose tool it names, else the work started last (a spawned agent's step
+        // rather than its whole task).
         let chosen = doing
             .iter()
             .copied()
             .find(|&i| tool.is_some() && entries[i].tool.as_deref() == tool)
-            .or_else(|| doing.first().copied());
+            .or_else(|| doing.last().copied());
         if let Some(i) = chosen {
             entries[i].records.push(r);
         }
@@ -401,5 +403,46 @@ mod tests {
         );
         assert_eq!(of_agent(build(&messages, &records), Some("e2")).len(), 1);
         assert_eq!(of_agent(build(&messages, &records), Some("lead")).len(), 3);
+    }
+
+    /// A spawned worker handed a step by its lead (a small model's scripted supervision): its
+    /// tool calls go to the step, the work started last; its task ends with it.
+    #[test]
+    fn a_spawned_workers_calls_go_to_its_step() {
+        let spawn = AuditRecord {
+            event: AuditEvent::Spawned {
+                spawn: agent_core::spawn::SpawnRecord {
+                    agent: AgentId::new("w"),
+                    parent: AgentId::new("lead"),
+                    role: "coder".into(),
+                    layer: agent_state::AgentLayer::Bottom,
+                    task_prompt: "write it".into(),
+                    key: "k".into(),
+                    domain: None,
+                    depth: 2,
+                },
+            },
+            agent: AgentId::new("lead"),
+            ..tool(1, 100, "lead", "spawn_agent")
+        };
+        let end = AuditRecord {
+            event: AuditEvent::Transition {
+                from: agent_state::AgentStatus::ShuttingDown,
+                to: agent_state::AgentStatus::Terminated,
+                reason: "shutdown complete".into(),
+            },
+            ..tool(4, 900, "w", "none")
+        };
+        let records =
+            vec![spawn, tool(2, 300, "w", "write_file"), tool(3, 400, "w", "write_file"), end];
+        let messages = vec![assign(1, 110, "w", "coder", "w", 1), report(2, 500, "w", "w", true)];
+        let entries = build(&messages, &records);
+        let seqs = |e: &Entry<'_>| e.records.iter().map(|r| r.seq).collect::<Vec<_>>();
+        assert_eq!(entries.len(), 2, "{entries:#?}");
+        let (task, step) = (&entries[0], &entries[1]);
+        assert_eq!((task.kind, task.end, &task.outcome), ("spawned", Some(900), &None));
+        assert_eq!((step.kind, seqs(step)), ("step", vec![2, 3]));
+        assert!(seqs(task).is_empty(), "{task:#?}");
+        assert!(plain(&entries, 0, false).contains("ended, no result returned"));
     }
 }

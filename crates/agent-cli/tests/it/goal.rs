@@ -616,7 +616,8 @@ fn inspect_calls_lists_every_model_call_with_its_request_answer_and_tool_results
 }
 
 /// `strata inspect RUN timeline` of a goal run: the agents the leads spawned, each with its
-/// task, its spawner, how long it took, its result and its tool calls on the way.
+/// task, its spawner, how long it took and its result; the step each worker was handed, with
+/// its tool calls on the way; a lead's work lists the agents it spawned.
 #[test]
 fn the_timeline_of_a_goal_run_shows_each_spawned_agents_task_and_tool_calls() {
     let g = GoalExample::new();
@@ -638,11 +639,17 @@ fn the_timeline_of_a_goal_run_shows_each_spawned_agents_task_and_tool_calls() {
         let records = s["records"].as_array().unwrap();
         records.iter().map(|r| r["line"].as_str().unwrap().to_owned()).collect()
     };
-    // A worker returned its result, with its tool calls on the way.
+    // A worker returned its result; the step its lead handed it holds its tool calls.
     let worker = spawned
         .iter()
-        .find(|s| s["success"] == true && lines(s).iter().any(|l| l.contains(" tool ")))
-        .unwrap_or_else(|| panic!("no worker with a result and a tool call: {timeline:#}"));
+        .find(|s| s["success"] == true && s["for"] != "top-a")
+        .unwrap_or_else(|| panic!("no worker with a result: {timeline:#}"));
+    let step = steps
+        .iter()
+        .find(|s| s["kind"] == "step" && s["agent"] == worker["agent"])
+        .unwrap_or_else(|| panic!("no step of {}: {timeline:#}", worker["agent"]));
+    assert_eq!((&step["for"], &step["success"]), (&worker["for"], &true.into()), "{step:#}");
+    assert!(lines(step).iter().any(|l| l.contains(" tool ")), "{step:#}");
     // Its lead's work lists the spawn.
     let lead = spawned.iter().find(|s| s["agent"] == worker["for"]).unwrap();
     let spawn = worker["agent"].as_str().unwrap();
