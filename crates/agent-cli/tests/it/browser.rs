@@ -284,6 +284,16 @@ fn a_click_on_an_agent_or_a_step_shows_the_model_calls_and_the_timeline_the_step
     // The printed URL sets the cookie; then the run's own page.
     browser.goto(&url);
     browser.goto(&format!("{}/#run=r1", url.split("/?").next().unwrap()));
+    // The tokens are charted though the team has no prices, and though the finished run was
+    // read once (one point of the series, drawn from the run's start).
+    browser.wait_for("the tokens charted", PAGE_PATIENCE, |b| {
+        let points = b.execute(
+            "const l = document.querySelector('#cost-chart polyline.tok');
+             return l ? l.getAttribute('points').trim().split(/\\s+/).length : 0",
+            &[],
+        );
+        if points.as_u64().unwrap_or(0) >= 2 { Ok(()) } else { Err(format!("{points} points")) }
+    });
     let head = browser.wait_for("the agent in the tree", PAGE_PATIENCE, |b| {
         b.find(&format!("#tree [data-agent=\"{agent}\"] > .head"))
             .ok_or_else(|| text_of(b, "#tree"))

@@ -291,7 +291,9 @@ function renderCosts() {
   }
   body.replaceChildren(frag);
   const svg = document.getElementById("cost-chart");
-  const s = state.series;
+  // A run starts at no tokens: a run read once (finished) has one point, drawn from there.
+  const s = state.series.length && state.series[0].t > 0
+    ? [{ t: 0, tokens: 0, cost: 0 }].concat(state.series) : state.series;
   const ns = "http://www.w3.org/2000/svg";
   svg.replaceChildren();
   if (s.length === 0) return;
