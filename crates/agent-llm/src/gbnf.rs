@@ -187,10 +187,10 @@ impl Builder {
 
     fn string(&mut self, map: &Map<String, Value>) -> String {
         let bound = |key: &str| map.get(key).and_then(Value::as_u64);
+        // A minimum above the maximum asks the impossible: the maximum wins.
+        let at_most = |min: u64, max: Option<u64>| max.map_or(min, |max| min.min(max));
         let max = bound("maxLength");
-        let min = max.map_or(bound("minLength").unwrap_or(0), |max| {
-            bound("minLength").unwrap_or(0).min(max)
-        });
+        let min = at_most(bound("minLength").unwrap_or(0), max);
         if let Some((class, pmin, pmax)) =
             map.get("pattern").and_then(Value::as_str).and_then(simple_pattern)
         {
@@ -198,7 +198,7 @@ impl Builder {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             };
-            let min = max.map_or(min.max(pmin), |max| min.max(pmin).min(max));
+            let min = at_most(min.max(pmin), max);
             return self.rule(format!(r#""\"" {class}{} "\"" space"#, repeat(min, max)));
         }
         if min == 0 && max.is_none() {

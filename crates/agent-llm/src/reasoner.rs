@@ -1457,11 +1457,8 @@ impl<'a> Recorder<'a> {
             (_, None) => None,
         };
         let facts = crate::calls::CallFacts {
+            site: self.site,
             call: self.call,
-            agent: &self.site.agent,
-            layer: self.site.layer,
-            provider: &self.site.provider,
-            model: &self.site.model,
             started_ms: self.started_ms,
             latency_ms: u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
             retries,
