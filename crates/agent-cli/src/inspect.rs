@@ -463,12 +463,7 @@ pub(crate) async fn inspect(args: &InspectArgs) -> Result<(), Failure> {
         View::Calls => model_calls(&dir, &store, &info, args),
         View::Timeline => {
             let records = stores().await?.audit.records(None).await?;
-            // The bus history holds the steps' assignments and results; a run on NATS keeps
-            // none (its server deletes a message once it is acknowledged).
-            let messages: Vec<agent_state::Message> = match info.nats {
-                None => SledBus::open(&store)?.history()?.into_iter().map(|m| m.message).collect(),
-                Some(_) => Vec::new(),
-            };
+            let messages = timeline::bus_history(&store, &info)?;
             let entries =
                 timeline::of_agent(timeline::build(&messages, &records), args.agent.as_deref());
             if args.json {

@@ -746,33 +746,20 @@ async fn model_calls(
         Ok(found) => found,
         Err(e) => return e.into_response(),
     };
-    let store = match crate::operator::read_copy(&dir).await {
-        Ok(store) => store,
-        Err(e) => {
-            let (Failure::BadInput(e) | Failure::Other(e)) = e;
-            return error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("cannot read run `{id}`: {e:#}"),
-            );
-        }
+    let read = async {
+        let store = crate::operator::read_copy(&dir).await.map_err(watch::to_anyhow)?;
+        let all = tokio::task::spawn_blocking(move || {
+            agent_llm::LlmStore::load_calls(&agent_llm::SledLlmStore::open(&store)?)
+        })
+        .await??;
+        Ok::<_, anyhow::Error>(all)
     };
-    let read = tokio::task::spawn_blocking(move || {
-        let all = agent_llm::LlmStore::load_calls(&agent_llm::SledLlmStore::open(&store)?)?;
-        Ok::<_, agent_state::BackendError>(all)
-    })
-    .await;
-    let all = match read {
-        Ok(Ok(all)) => all,
-        Ok(Err(e)) => {
-            return error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("cannot read run `{id}`'s model calls: {e}"),
-            );
-        }
+    let all = match read.await {
+        Ok(all) => all,
         Err(e) => {
             return error(
                 StatusCode::INTERNAL_SERVER_ERROR,
-                format!("reading the calls failed: {e}"),
+                format!("cannot read run `{id}`'s model calls: {e:#}"),
             );
         }
     };
@@ -796,34 +783,24 @@ async fn timeline(
     };
     let read = async {
         let info = RunInfo::read(&dir)?;
-        let store = crate::operator::read_copy(&dir).await.map_err(|e| match e {
-            Failure::BadInput(e) | Failure::Other(e) => e,
-        })?;
+        let store = crate::operator::read_copy(&dir).await.map_err(watch::to_anyhow)?;
         let stores =
-            crate::nats::Stores::of_run(&store, &dir, &info).await.map_err(|e| match e {
-                Failure::BadInput(e) | Failure::Other(e) => e,
-            })?;
+            crate::nats::Stores::of_run(&store, &dir, &info).await.map_err(watch::to_anyhow)?;
         let records = stores.audit.records(None).await?;
-        // The steps are in the bus history, which a run on NATS does not keep.
-        let messages = match info.nats {
-            Some(_) => Vec::new(),
-            None => {
-                tokio::task::spawn_blocking(move || {
-                    let history = message_bus::SledBus::open(&store)?.history()?;
-                    Ok::<_, anyhow::Error>(history.into_iter().map(|m| m.message).collect())
-                })
-                .await??
-            }
-        };
-        Ok::<_, anyhow::Error>((info, records, messages))
+        let started_at = info.started_at;
+        let messages = tokio::task::spawn_blocking(move || {
+            crate::inspect::timeline::bus_history(&store, &info)
+        })
+        .await??;
+        Ok::<_, anyhow::Error>((started_at, records, messages))
     };
     match read.await {
-        Ok((info, records, messages)) => {
+        Ok((started_at, records, messages)) => {
             let entries = crate::inspect::timeline::of_agent(
                 crate::inspect::timeline::build(&messages, &records),
                 agent.as_deref(),
             );
-            let body = crate::inspect::timeline::json(&entries, info.started_at);
+            let body = crate::inspect::timeline::json(&entries, started_at);
             json(StatusCode::OK, body.to_string())
         }
         Err(e) => error(

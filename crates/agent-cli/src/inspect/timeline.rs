@@ -25,6 +25,19 @@ use team_file::escape_controls as esc;
 use super::calls::shown;
 use crate::view::event_line;
 
+/// The run's bus history in send order, where the steps' assignments and results are; none
+/// for a run on NATS (its server deletes a message once it is acknowledged).
+pub(crate) fn bus_history(
+    store: &run_store::RunStore,
+    info: &crate::run::RunInfo,
+) -> anyhow::Result<Vec<Message>> {
+    if info.nats.is_some() {
+        return Ok(Vec::new());
+    }
+    let history = message_bus::SledBus::open(store)?.history()?;
+    Ok(history.into_iter().map(|m| m.message).collect())
+}
+
 /// One piece of work.
 #[derive(Debug)]
 pub(crate) struct Entry<'a> {

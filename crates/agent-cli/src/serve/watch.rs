@@ -225,7 +225,8 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-fn to_anyhow(f: Failure) -> anyhow::Error {
+/// The error of a failure, whichever kind.
+pub(crate) fn to_anyhow(f: Failure) -> anyhow::Error {
     match f {
         Failure::BadInput(e) | Failure::Other(e) => e,
     }
