@@ -340,18 +340,19 @@ impl StateStore for SledStateStore {
         if records.is_empty() {
             return Ok(());
         }
-        // One batch for every agent of the cycle, encoded and applied off the runtime (a pool
-        // may hold many agents), then one group commit.
+        // Every agent of the cycle, encoded and written off the runtime (a pool may hold many
+        // agents), then one group commit. One insert each, not a sled batch: a batch takes
+        // sled's process-wide write lock, which a flush wedged by a full disk holds off forever
+        // (see `run_store`'s module docs); each record stands alone, so nothing needs a batch.
         let tree = self.liveness.clone();
         tokio::task::spawn_blocking(move || {
-            let mut batch = sled::Batch::default();
             for record in &records {
                 let bytes = encode(record).map_err(|e| {
                     BackendError::with_source("sled", "cannot encode a liveness record", e)
                 })?;
-                batch.insert(record.id.as_str().as_bytes(), bytes);
+                tree.insert(record.id.as_str().as_bytes(), bytes).map_err(sled_error)?;
             }
-            tree.apply_batch(batch).map_err(sled_error)
+            Ok::<(), BackendError>(())
         })
         .await
         .map_err(|e| BackendError::with_source("sled", "the liveness write stopped", e))??;

@@ -35,7 +35,9 @@ use crate::{DEFAULT_INBOX_CAPACITY, InboxError, MessageBus, RegisterError, SendE
 ///   inbox's name (an agent id, or `system`), a zero byte, and a big-endian 64-bit sequence
 ///   number, so that sled's key order is each inbox's send order; the value is the message in
 ///   its versioned envelope ([`agent_state::encode`]). A broadcast stores one copy per inbox,
-///   all with the same sequence number;
+///   all with the same sequence number, one insert each (no sled batch: see `run_store`'s
+///   docs, "No batches"); a broadcast cut short by a crash before `send` returned may have
+///   reached some inboxes, like any send that did not return `Ok`;
 /// - [`ACKED_TREE`](Self::ACKED_TREE): every acknowledged message, with the key and value it
 ///   had in the messages tree, moved there by `ack` (written before the message leaves its
 ///   inbox, in the same commit). It is never read by the bus itself, only by
@@ -284,7 +286,8 @@ impl SledBus {
         Ok(())
     }
 
-    /// Sends to every registered agent but the sender, all or nothing, in one sled batch.
+    /// Sends to every registered agent but the sender: one record per inbox, all with one
+    /// sequence number; a write that fails takes back the copies written before it.
     fn broadcast(
         &self,
         state: &mut State,
@@ -313,11 +316,19 @@ impl SledBus {
             return Ok(0);
         }
         let seq = self.reserve_seq(state)?;
-        let mut batch = sled::Batch::default();
-        for agent in &targets {
-            batch.insert(message_key(&Address::Agent(agent.clone()), seq), value);
+        // One insert per copy, not a sled batch: a batch takes sled's process-wide write lock,
+        // which waits forever behind a flush that a full disk wedged (see `run_store`'s docs).
+        for (written, agent) in targets.iter().enumerate() {
+            let key = message_key(&Address::Agent(agent.clone()), seq);
+            if let Err(e) = self.messages.insert(key, value) {
+                // Take back the copies stored, so the failed broadcast delivers to none (sled
+                // refuses every write after an I/O error, so this is for other errors).
+                for stored in &targets[..written] {
+                    let _ = self.messages.remove(message_key(&Address::Agent(stored.clone()), seq));
+                }
+                return Err(write_failed(Self::MESSAGES_TREE, e).into());
+            }
         }
-        self.messages.apply_batch(batch).map_err(|e| write_failed(Self::MESSAGES_TREE, e))?;
         state.next_seq = seq + 1;
         for agent in &targets {
             if let Some(inbox) = state.agents.get_mut(agent) {
@@ -446,7 +457,7 @@ impl MessageBus for SledBus {
                     if !removed.is_empty() {
                         // Kept for `history` first: a crash in between leaves the message in
                         // its inbox (delivered again) rather than lost from the history.
-                        let mut kept = sled::Batch::default();
+                        // One write per record, not sled batches (see `broadcast`).
                         for &i in &removed {
                             let entry = &in_flight[i];
                             let value = agent_state::encode(&entry.message).map_err(|e| {
@@ -456,18 +467,15 @@ impl MessageBus for SledBus {
                                     e,
                                 )
                             })?;
-                            kept.insert(message_key(inbox, entry.seq), value);
+                            self.acked
+                                .insert(message_key(inbox, entry.seq), value)
+                                .map_err(|e| write_failed(Self::ACKED_TREE, e))?;
                         }
-                        self.acked
-                            .apply_batch(kept)
-                            .map_err(|e| write_failed(Self::ACKED_TREE, e))?;
-                        let mut batch = sled::Batch::default();
                         for &i in &removed {
-                            batch.remove(message_key(inbox, in_flight[i].seq));
+                            self.messages
+                                .remove(message_key(inbox, in_flight[i].seq))
+                                .map_err(|e| write_failed(Self::MESSAGES_TREE, e))?;
                         }
-                        self.messages
-                            .apply_batch(batch)
-                            .map_err(|e| write_failed(Self::MESSAGES_TREE, e))?;
                         let mut index = 0;
                         let mut next = removed.iter().peekable();
                         in_flight.retain(|_| {

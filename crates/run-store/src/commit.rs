@@ -25,6 +25,8 @@
 //! later drop of the database flushes and hangs either). A probe that succeeds means a slow
 //! disk, not a dead one: the wait goes on. When the store closes, one last flush goes the same
 //! way, so closing a store that sled wedged without a commit since does not hang.
+//! The stuck flush keeps a read hold on sled's process-wide concurrency lock, which is why no
+//! backend uses sled batches or transactions (the crate docs, "No batches").
 //!
 //! A failed sync poisons the store: the kernel may have dropped the dirty pages it could not
 //! write (so a later successful `fdatasync` proves nothing about them), and sled stops accepting

@@ -16,6 +16,14 @@
 //! [`Durability::NoSync`] skips the syncs (a process crash loses nothing, a power loss may); it
 //! must be chosen explicitly and is logged as a warning when the store opens.
 //!
+//! **No batches.** A backend writes to its trees one key at a time: no `apply_batch`, no
+//! transactions, no `checksum`. Those take a lock of sled's that is one for the whole process,
+//! and taking it waits for every sled read and write in flight to end. A full disk can wedge
+//! sled's log so that a flush never ends (see the module docs of the group commit): a batch
+//! after it would wait forever, and so would every sled call queued behind the batch, in every
+//! run of the process, including the tokio workers that should notice the failure and end the
+//! run. Without batches a wedged flush holds up only itself.
+//!
 //! **Damage.** sled 0.34 recovers its log by cutting it at the first record that fails its
 //! checksum and rewriting the file from there, without an error: a truncated or overwritten
 //! database would open with data silently missing, and the damaged bytes would be gone. So

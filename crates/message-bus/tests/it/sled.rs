@@ -435,3 +435,72 @@ fn a_message_of_another_schema_version_is_an_error_naming_it() {
         err.message
     );
 }
+
+/// A full disk that wedges sled's log (a value too large for the log, written to a blob file
+/// of its own, fails: sled leaves the log buffer it claimed unfinished, so the flush of the
+/// next commit never ends) holds up nothing but that flush: a broadcast and an ack after it
+/// return instead of waiting forever (regression: they were sled batches, whose process-wide
+/// lock waits for the stuck flush, and every sled call of the process queued behind them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::print_stderr, reason = "says why the test did not run where it cannot mount")]
+async fn a_flush_wedged_by_a_full_disk_holds_up_no_send_or_ack() {
+    let root = tempfile::tempdir().unwrap();
+    let disk = root.path().join("disk");
+    std::fs::create_dir_all(&disk).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=2m", "tmpfs"])
+        .arg(&disk)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        eprintln!("not run: mounting a tmpfs needs root (CI runs as root)");
+        return;
+    }
+    let unmount = Unmount(disk.clone());
+    let store = create(&disk.join("run"));
+    let bus = SledBus::open(&store).unwrap();
+    let (a, b, c) = (AgentId::new("agent-a"), AgentId::new("agent-b"), AgentId::new("agent-c"));
+    for agent in [&a, &b, &c] {
+        bus.register(agent).await.unwrap();
+    }
+    bus.send(msg(1, &a, &b)).await.unwrap();
+    let taken = bus.take(&Address::Agent(b.clone()), 10).await.unwrap();
+    assert_eq!(taken.len(), 1);
+
+    // Fill the disk, then wedge the log with a value over sled's blob threshold.
+    let mut filler = std::fs::File::create(disk.join("filler")).unwrap();
+    while std::io::Write::write_all(&mut filler, &[0u8; 4096]).is_ok() {}
+    let wedged = store.tree("big").unwrap().insert("big", vec![7u8; 256 * 1024]);
+    assert!(wedged.is_err(), "the blob write fails on the full disk");
+    let commit = store.commit().await;
+    assert!(commit.is_err(), "the stalled flush is found out and the store fails");
+
+    // Off the runtime, with a bound only so that the regression fails instead of hanging.
+    let (done, outcome) = std::sync::mpsc::channel();
+    let bus = Arc::new(bus);
+    let worker = bus.clone();
+    let handle = tokio::runtime::Handle::current();
+    std::thread::spawn(move || {
+        let mut broadcast = msg(2, &a, &b);
+        broadcast.to = Address::Broadcast;
+        let sent = handle.block_on(worker.send(broadcast));
+        let acked = handle.block_on(worker.ack(&Address::Agent(b), &[id(1)]));
+        let _ = done.send((sent.is_ok(), acked.is_ok()));
+    });
+    let returned = tokio::task::spawn_blocking(move || {
+        outcome.recv_timeout(std::time::Duration::from_secs(60))
+    })
+    .await
+    .unwrap();
+    assert!(returned.is_ok(), "a broadcast or an ack waited for the wedged flush");
+    drop(unmount);
+}
+
+/// Unmounts a directory when dropped (lazily: the wedged database keeps files open).
+struct Unmount(PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("--lazy").arg(&self.0).status();
+    }
+}
