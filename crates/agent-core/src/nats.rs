@@ -74,6 +74,11 @@ const LIVENESS: &str = "liveness";
 
 /// How many times an append reads the tail again after another writer took its place.
 const MAX_APPEND_ATTEMPTS: u32 = 1000;
+/// How many times an append sends its record again after the acknowledgement was lost (a
+/// timeout or a broken connection: a server restarting) and the log shows it was not stored.
+const LOST_ACK_RETRIES: u32 = 3;
+/// How long an append waits before it sends a record whose acknowledgement was lost again.
+const LOST_ACK_PAUSE: Duration = Duration::from_millis(200);
 /// Messages fetched per request when reading a stream.
 const BATCH: usize = 256;
 /// Room left in a message for its subject and headers.
@@ -354,6 +359,9 @@ impl AuditLog for NatsAuditLog {
     ) -> Result<AuditRecord, BackendError> {
         let subject = self.agent_subject(agent);
         let mut tail = self.tail.lock().await;
+        // Acknowledgements lost so far: sending the record again is safe, as the expected last
+        // sequence refuses a second copy (then the log's tail tells whether it was ours).
+        let mut lost = 0;
         for _ in 0..MAX_APPEND_ATTEMPTS {
             let (seq, prev) = match *tail {
                 Some(known) => known,
@@ -389,19 +397,43 @@ impl AuditLog for NatsAuditLog {
                     )));
                 }
                 Err(err) if err.kind() == PublishErrorKind::WrongLastSequence => {
-                    // Another writer appended record `seq` first: build on the new tail.
                     *tail = None;
-                }
-                Err(err) => {
-                    *tail = None;
-                    // The server may have stored the record before the acknowledgement was
-                    // lost: if the log now ends with exactly this record, it was appended.
-                    if let Ok((next, hash)) = self.read_tail().await
+                    // After a lost acknowledgement the record in place may be this one.
+                    if lost > 0
+                        && let Ok((next, hash)) = self.read_tail().await
                         && next == seq + 1
                         && hash == record.hash
                     {
                         *tail = Some((next, hash));
                         return Ok(record);
+                    }
+                    // Another writer appended record `seq` first: build on the new tail.
+                }
+                Err(err) => {
+                    *tail = None;
+                    // The server may have stored the record before the acknowledgement was
+                    // lost: if the log now ends with exactly this record, it was appended. If it
+                    // ends where it did, or cannot be read (the server is not back yet), the
+                    // record goes again, still expected at `seq`, so it cannot land twice.
+                    let lost_ack = matches!(
+                        err.kind(),
+                        PublishErrorKind::TimedOut | PublishErrorKind::BrokenPipe
+                    );
+                    let read = self.read_tail().await;
+                    if let Ok((next, hash)) = read
+                        && next == seq + 1
+                        && hash == record.hash
+                    {
+                        *tail = Some((next, hash));
+                        return Ok(record);
+                    }
+                    let unchanged = read.as_ref().map_or(true, |&(next, _)| next == seq);
+                    if unchanged && lost_ack && lost < LOST_ACK_RETRIES {
+                        lost += 1;
+                        tracing::debug!(seq, attempt = lost, error = %err, "audit record not acknowledged, sending it again");
+                        *tail = Some((seq, prev));
+                        tokio::time::sleep(LOST_ACK_PAUSE).await;
+                        continue;
                     }
                     return Err(backend_error(format!("appending audit record {seq}"), err));
                 }

@@ -154,6 +154,30 @@ impl TestServer {
         )))
     }
 
+    /// Stops the server with SIGSTOP: its connections stay open and nothing is answered, as
+    /// on a host that hangs; [`thaw`](Self::thaw) lets it go on with what it was sent.
+    pub fn freeze(&self) -> std::io::Result<()> {
+        self.signal("-STOP")
+    }
+
+    /// Lets a [`freeze`](Self::freeze)d server go on (SIGCONT).
+    pub fn thaw(&self) -> std::io::Result<()> {
+        self.signal("-CONT")
+    }
+
+    fn signal(&self, signal: &str) -> std::io::Result<()> {
+        let Some(child) = &self.child else {
+            return Err(std::io::Error::other("the server is not running"));
+        };
+        let status =
+            std::process::Command::new("kill").arg(signal).arg(child.id().to_string()).status()?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(std::io::Error::other(format!("kill {signal} failed: {status}")))
+        }
+    }
+
     /// Kills the server with SIGKILL, as a crash would.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

@@ -249,3 +249,47 @@ async fn a_damaged_audit_message_is_an_error_naming_its_record() {
     let err = log.append(&agent, Timestamp(2), event(2)).await.unwrap_err();
     assert!(err.to_string().contains("audit record 1 cannot be read"), "{err}");
 }
+
+/// An append whose acknowledgement is lost goes on: the record is sent again, expected at the
+/// same place, and the log ends with one linear chain, each record once. The server is frozen
+/// (SIGSTOP) with the first record sent to it, past the 5 s its acknowledgement is waited for
+/// and the 5 s the look at the log's tail that follows waits, then goes on and stores it
+/// (regression: an acknowledgement lost with the tail unreadable failed the append, and an
+/// agent shutting down then failed to shut down, after a NATS restart).
+#[test]
+fn appends_whose_acknowledgement_is_lost_go_on_and_land_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = nats_store::TestServer::with_jetstream(dir.path()).unwrap();
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let agent = AgentId::new("top-b");
+    let (store, log) = runtime.block_on(async {
+        let store = NatsStore::connect(&server.url(), "lost-ack").await.unwrap();
+        let log = Arc::new(NatsAuditLog::open(&store).await.unwrap());
+        log.append(&agent, Timestamp(0), event(0)).await.unwrap();
+        (store, log)
+    });
+    server.freeze().unwrap();
+    let writer = {
+        let (log, agent) = (Arc::clone(&log), agent.clone());
+        runtime.spawn(async move {
+            let mut seqs = Vec::new();
+            for n in 1..=3 {
+                seqs.push(log.append(&agent, Timestamp(n), event(n)).await);
+            }
+            seqs
+        })
+    };
+    std::thread::sleep(std::time::Duration::from_secs(11));
+    server.thaw().unwrap();
+    let seqs = runtime.block_on(writer).unwrap();
+    let seqs: Vec<u64> = seqs.into_iter().map(|s| s.expect("the append went on")).collect();
+    assert_eq!(seqs, vec![1, 2, 3]);
+    let records = runtime.block_on(async {
+        let reader = NatsAuditLog::open(&store.reconnect().await.unwrap()).await.unwrap();
+        reader.records(None).await.unwrap()
+    });
+    assert_eq!(verify_chain(&records).unwrap(), 4);
+    let events: Vec<&AuditEvent> = records.iter().map(|r| &r.event).collect();
+    assert_eq!(events, vec![&event(0), &event(1), &event(2), &event(3)]);
+}
