@@ -16,8 +16,8 @@
 //! second on a run's idle agents, the leases it lost and the heartbeats missed, and the time to
 //! place them), from agent-pool's `placement` bench; `dashboard/page_10000` (the dashboard's page
 //! holding a run of 10 000 agents in headless Chromium: the snapshot's fetch, the tree's full
-//! render, and a burst of 10 000 status updates), from agent-cli's `dashboard_page` bench, which
-//! writes nothing where Chromium is not installed. Numbers that are not at the top level of a
+//! render, a burst of 10 000 status updates, and a search for one agent), from agent-cli's
+//! `dashboard_page` bench, which writes nothing where Chromium is not installed. Numbers that are not at the top level of a
 //! file (such as `placement/agents_per_worker`'s `runs`, one object per size) are left out of
 //! the table.
 

@@ -11,7 +11,9 @@
 //! - `burst_ms` / `burst_layout_ms`: the median time to apply a burst of 10 000 status updates
 //!   (every agent changes status once, as one animation frame's batch of server-sent deltas,
 //!   with its 10 000 event lines), without and with style and layout; `burst_per_update_us` is
-//!   the latter over 10 000.
+//!   the latter over 10 000;
+//! - `search_ms` / `search_layout_ms`: the median time to apply a search for one agent's id
+//!   (every other agent hidden but its supervisors), without and with style and layout.
 //!
 //! The burst goes through the page's own `flush` of a frame's deltas, fed what the server
 //! sends; the timings are the page's (`performance.now()`), not the WebDriver round trips.
@@ -152,6 +154,30 @@ fn measure(browser: &Browser, scratch: &Path) -> Value {
          return [plain, laid]",
         &[json!(REPEATS)],
     );
+    // Searches: the id of one agent in the middle of the tree, as typed; the page hides every
+    // agent but it and its supervisors. Then cleared.
+    let searches = browser.execute(
+        "const ids = [...state.agents.keys()];
+         const plain = [], laid = [];
+         for (let i = 0; i < arguments[0]; i++) {
+             state.query = ids[Math.floor(ids.length / 2) + i].toLowerCase();
+             const t0 = performance.now();
+             applyFilter();
+             plain.push(performance.now() - t0);
+             void document.getElementById('tree').offsetHeight;
+             laid.push(performance.now() - t0);
+         }
+         const shown = [...document.querySelectorAll('#tree [data-agent]')].filter((e) => !e.hidden).length;
+         state.query = '';
+         applyFilter();
+         return [plain, laid, shown]",
+        &[json!(REPEATS)],
+    );
+    assert!(
+        searches[2].as_u64().is_some_and(|n| n > 0 && n < AGENTS as u64),
+        "a search showed {} agents",
+        searches[2]
+    );
     let statuses = browser.execute(
         "return new Set([...document.querySelectorAll('#tree [data-agent]')]
              .map((e) => e.dataset.status)).size",
@@ -174,6 +200,8 @@ fn measure(browser: &Browser, scratch: &Path) -> Value {
         "burst_ms": round(burst_ms),
         "burst_layout_ms": round(burst_layout_ms),
         "burst_per_update_us": round(burst_layout_ms * 1000.0 / AGENTS as f64),
+        "search_ms": round(median(&searches[0])),
+        "search_layout_ms": round(median(&searches[1])),
     })
 }
 

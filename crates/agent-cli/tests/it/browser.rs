@@ -342,3 +342,154 @@ fn a_click_on_an_agent_or_a_step_shows_the_model_calls_and_the_timeline_the_step
         }
     });
 }
+
+/// The ids of the agents the page shows (neither hidden by the search nor folded away).
+fn visible_agents(browser: &Browser) -> BTreeSet<String> {
+    let ids = browser.execute(
+        "return [...document.querySelectorAll('#tree [data-agent]')]
+             .filter((e) => e.firstChild.checkVisibility()).map((e) => e.dataset.agent)",
+        &[],
+    );
+    serde_json::from_value(ids).unwrap()
+}
+
+/// Types `text` into the agent search (as the `input` event a keystroke fires) and waits for
+/// the frame that applies it.
+fn search(browser: &Browser, text: &str) {
+    browser.execute_async(
+        "const [text, done] = arguments;
+         const box = document.getElementById('search');
+         box.value = text;
+         box.dispatchEvent(new Event('input'));
+         requestAnimationFrame(() => requestAnimationFrame(() => done(null)))",
+        &[json!(text)],
+    );
+}
+
+/// The tree at 10 000 agents is searched by id, role or status (a match shown with the
+/// supervisors above it, nothing else), filtered by a status picked from the counts per
+/// status, and folded by subtree; an agent's missed heartbeats are one event line with a
+/// count. The run is a real one; the 10 000 agents are then drawn by the page's own render,
+/// as a snapshot of that size would be.
+#[test]
+fn the_tree_of_10000_agents_is_searched_counted_and_folded_and_missed_beats_fold() {
+    let Some(browser) = browser() else { return };
+    let s = Scratch::with_example();
+    s.strata(&[
+        "run",
+        "plan.toml",
+        "--team",
+        "team.toml",
+        "--data",
+        "D",
+        "--workspace",
+        "W",
+        "--run-id",
+        "hello",
+        "--heartbeat",
+        "20ms",
+        "--quiet",
+    ])
+    .code(0);
+    let team = cli_tree(&s, "hello");
+    let (_server, url) = serve(&s, "browser-search-token");
+    browser.goto(&url);
+    browser.goto(&format!("{}/#run=hello", url.split("/?").next().unwrap()));
+    browser.wait_for("every agent in the tree", PAGE_PATIENCE, |b| {
+        let n = page_tree(b).len();
+        if n == team.len() { Ok(()) } else { Err(format!("{n} of {}", team.len())) }
+    });
+    let counts = text_of(&browser, "#counts");
+    assert!(counts.starts_with(&format!("{} agents", team.len())), "{counts}");
+    // The run's own tree: a search for one executor shows it and its supervisors only.
+    let (executor, (_, lead)) = team.iter().find(|(id, _)| id.starts_with("bottom")).unwrap();
+    search(&browser, executor);
+    let lead = lead.clone().unwrap();
+    let shown = visible_agents(&browser);
+    assert!(shown.contains(executor) && shown.contains(&lead), "{shown:?}");
+    assert!(shown.len() < team.len(), "nothing was hidden: {shown:?}");
+    assert!(text_of(&browser, "#counts").starts_with("1 of "), "{}", text_of(&browser, "#counts"));
+    search(&browser, "");
+    assert_eq!(visible_agents(&browser).len(), team.len());
+
+    // 10 000 agents: one top, 100 leads, 9 899 executors (a third of them working).
+    let drawn = browser.execute(
+        "const agents = [{ id: 'top-a', layer: 'top', parent: null, role: 'power', status: 'idle', tokens: 0 }];
+         for (let l = 0; l < 100; l++) agents.push({ id: 'mid-' + l, layer: 'mid', parent: 'top-a',
+             role: 'lead', status: 'idle', tokens: 0 });
+         for (let e = 0; agents.length < 10000; e++) agents.push({ id: 'e-' + e, layer: 'bottom',
+             parent: 'mid-' + (e % 100), role: e === 107 ? 'tester' : 'coder',
+             status: e % 3 === 0 ? 'working' : 'idle', step: 'step ' + e, tokens: 0 });
+         renderTree(agents);
+         return document.querySelectorAll('#tree [data-agent]').length",
+        &[],
+    );
+    assert_eq!(drawn, 10_000);
+    let counts = text_of(&browser, "#counts");
+    assert!(
+        counts.starts_with("10000 agents")
+            && counts.contains("idle 6700")
+            && counts.contains("working 3300"),
+        "{counts}"
+    );
+    // By id: e-107 and the two above it.
+    search(&browser, "e-107");
+    let expected: BTreeSet<String> = [
+        "top-a", "mid-7", "e-107", "e-1070", "e-1071", "e-1072", "e-1073", "e-1074", "e-1075",
+        "e-1076", "e-1077", "e-1078", "e-1079",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .chain((0..10).map(|i| format!("mid-{}", (1070 + i) % 100)))
+    .collect();
+    assert_eq!(visible_agents(&browser), expected);
+    // By role: the one tester.
+    search(&browser, "tester");
+    assert_eq!(
+        visible_agents(&browser),
+        ["top-a", "mid-7", "e-107"].iter().map(|s| (*s).to_owned()).collect()
+    );
+    assert!(text_of(&browser, "#counts").starts_with("1 of 10000 agents match"));
+    // By the status picked in the counts: every working agent, with its lead and the top.
+    search(&browser, "");
+    browser.click(&browser.find("#counts button[data-status-count=\"working\"]").unwrap());
+    let working = visible_agents(&browser);
+    assert_eq!(working.len(), 3300 + 100 + 1, "{} shown", working.len());
+    assert!(working.contains("e-0") && !working.contains("e-1"));
+    browser.click(&browser.find("#counts button[data-status-count=\"working\"]").unwrap());
+    assert_eq!(visible_agents(&browser).len(), 10_000);
+
+    // Folding a lead hides its executors; collapse all leaves the top and the leads.
+    browser.click(&browser.find("#tree [data-agent=\"mid-7\"] > .head .fold").unwrap());
+    let folded = visible_agents(&browser);
+    assert!(folded.contains("mid-7") && !folded.contains("e-7") && folded.contains("e-8"));
+    browser.click(&browser.find("#collapse-all").unwrap());
+    assert_eq!(visible_agents(&browser), std::iter::once("top-a".to_owned()).collect());
+    // A search opens what is folded, to show its matches.
+    search(&browser, "e-107");
+    assert!(visible_agents(&browser).contains("e-107"));
+    search(&browser, "");
+    browser.click(&browser.find("#expand-all").unwrap());
+    assert_eq!(visible_agents(&browser).len(), 10_000);
+
+    // Missed heartbeats: one line per agent, its latest, with the count.
+    let lines = browser.execute(
+        "const before = document.querySelectorAll('#events > div').length;
+         state.pending = [3, 4, 5].map((n) => ({ kind: 'record',
+             line: '[  1' + n + '.00s] e-5          missed heartbeat ' + n }))
+             .concat([{ kind: 'record', line: '[  16.00s] e-6          missed heartbeat 6' }]);
+         flush();
+         const all = [...document.querySelectorAll('#events > div')];
+         return [all.length - before, all.map((e) => e.textContent).filter((t) => t.includes('missed'))]",
+        &[],
+    );
+    assert_eq!(lines[0], 2, "{lines}");
+    let beats: Vec<String> = serde_json::from_value(lines[1].clone()).unwrap();
+    assert_eq!(
+        beats,
+        vec![
+            "[  15.00s] e-5          missed heartbeat 5  (3 missed heartbeats)".to_owned(),
+            "[  16.00s] e-6          missed heartbeat 6".to_owned()
+        ]
+    );
+}

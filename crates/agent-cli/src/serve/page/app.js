@@ -5,7 +5,8 @@
 // taken from the page (which only a request with the token is given).
 const state = { token: (document.querySelector('meta[name="strata-token"]') || {}).content || "",
   run: null, source: null, nodes: new Map(), agents: new Map(),
-  decisions: new Map(), humans: [], series: [], pending: [], frame: 0, scroll: 0 };
+  decisions: new Map(), humans: [], series: [], pending: [], frame: 0, scroll: 0,
+  counts: new Map(), query: "", statusFilter: null, matched: null, beats: new Map() };
 const MAX_EVENTS = 500;
 
 function params() { return new URLSearchParams(location.hash.slice(1)); }
@@ -117,7 +118,8 @@ function renderSnapshot(snap) {
   renderProgress(snap.progress);
   const events = document.getElementById("events");
   const frag = document.createDocumentFragment();
-  for (const line of snap.events) frag.appendChild(el("div", null, line));
+  state.beats = new Map();
+  for (const line of snap.events) eventLine(line, frag);
   events.replaceChildren(frag);
   scrollEvents();
   state.series = snap.series.slice();
@@ -133,7 +135,7 @@ function agentNode(a) {
   if (!agentTemplate) {
     agentTemplate = el("div", "agent");
     const head = el("div", "head");
-    for (const cls of ["dot", "id", "layer muted", "status", "step"]) head.appendChild(el("span", cls));
+    for (const cls of ["fold", "dot", "id", "layer muted", "status", "step"]) head.appendChild(el("span", cls));
     agentTemplate.appendChild(head);
     agentTemplate.appendChild(el("div", "kids"));
   }
@@ -142,12 +144,12 @@ function agentNode(a) {
   node.dataset.status = a.status;
   const head = node.firstChild;
   const parts = head.children;
-  parts[1].textContent = a.id;
-  parts[2].textContent = a.layer + (a.role ? " · " + a.role : "");
-  parts[3].textContent = a.status;
+  parts[2].textContent = a.id;
+  parts[3].textContent = a.layer + (a.role ? " · " + a.role : "");
+  parts[4].textContent = a.status;
   const step = a.step || "";
-  parts[4].textContent = step;
-  const entry = { node, kids: node.lastChild, status: parts[3], step: parts[4],
+  parts[5].textContent = step;
+  const entry = { node, kids: node.lastChild, status: parts[4], step: parts[5],
     statusText: a.status, stepText: step };
   state.nodes.set(a.id, entry);
   return entry;
@@ -158,28 +160,88 @@ function renderTree(agents) {
   const t0 = performance.now();
   state.nodes = new Map();
   state.agents = new Map();
-  for (const a of agents) { state.agents.set(a.id, a); agentNode(a); }
+  state.counts = new Map();
+  for (const a of agents) { state.agents.set(a.id, a); agentNode(a); count(a.status, 1); }
   const frag = document.createDocumentFragment();
   for (const a of agents) {
     const parent = a.parent && a.parent !== a.id ? state.nodes.get(a.parent) : null;
+    if (parent) parent.node.classList.add("parent");
     (parent ? parent.kids : frag).appendChild(state.nodes.get(a.id).node);
   }
   const tree = document.getElementById("tree");
   tree.replaceChildren(frag);
+  applyFilter();
   window.__strataRenderMs = performance.now() - t0;
+}
+
+// Agents per status, kept up to date by every update; drawn once per frame.
+function count(status, n) { state.counts.set(status, (state.counts.get(status) || 0) + n); }
+
+// The search (id, role, layer or status) and the status picked in the counts: agents that
+// match are shown with the supervisors above them, every other agent is hidden. Collapsed
+// subtrees open while a search is on, so a match is never hidden by a fold.
+function matches(a, q) {
+  if (state.statusFilter && a.status !== state.statusFilter) return false;
+  return !q || a.id.toLowerCase().includes(q) || (a.role || "").toLowerCase().includes(q) ||
+    a.status.includes(q) || String(a.layer).includes(q);
+}
+function applyFilter() {
+  const q = state.query;
+  const on = Boolean(q || state.statusFilter);
+  let shown = null, matched = 0;
+  if (on) {
+    shown = new Set();
+    for (const a of state.agents.values()) {
+      if (!matches(a, q)) continue;
+      matched++;
+      let id = a.id;
+      while (id && !shown.has(id)) {
+        shown.add(id);
+        const up = state.agents.get(id);
+        id = up && up.parent && up.parent !== id ? up.parent : null;
+      }
+    }
+  }
+  for (const [id, e] of state.nodes) {
+    const hide = on && !shown.has(id);
+    if (e.node.hidden !== hide) e.node.hidden = hide;
+  }
+  document.getElementById("tree").classList.toggle("searching", on);
+  state.matched = on ? matched : null;
+  renderCounts();
+}
+function renderCounts() {
+  const frag = document.createDocumentFragment();
+  const total = state.agents.size;
+  frag.appendChild(el("span", "muted", (state.matched === null ? total + " agents"
+    : state.matched + " of " + total + " agents match") + " · "));
+  for (const [status, n] of [...state.counts].filter(([, n]) => n > 0).sort()) {
+    const b = el("button", null, status + " " + n);
+    b.type = "button";
+    b.dataset.statusCount = status;
+    b.setAttribute("aria-pressed", String(state.statusFilter === status));
+    frag.appendChild(b);
+  }
+  document.getElementById("counts").replaceChildren(frag);
 }
 
 // Writes only what changed, to the elements kept for the agent: no query, no layout read.
 function updateAgent(a) {
   state.agents.set(a.id, a);
   let entry = state.nodes.get(a.id);
+  state.countsChanged = true;
   if (!entry) {
+    count(a.status, 1);
     entry = agentNode(a);
     const parent = a.parent && a.parent !== a.id ? state.nodes.get(a.parent) : null;
+    if (parent) parent.node.classList.add("parent");
     (parent ? parent.kids : document.getElementById("tree")).appendChild(entry.node);
+    if (state.query || state.statusFilter) state.countsChanged = true;
     return;
   }
   if (entry.statusText !== a.status) {
+    count(entry.statusText, -1);
+    count(a.status, 1);
     entry.statusText = a.status;
     entry.node.dataset.status = a.status;
     entry.status.textContent = a.status;
@@ -359,7 +421,7 @@ function flush() {
   if (lines.length) {
     const events = document.getElementById("events");
     const frag = document.createDocumentFragment();
-    for (const line of lines.slice(-MAX_EVENTS)) frag.appendChild(el("div", null, line));
+    for (const line of lines.slice(-MAX_EVENTS)) eventLine(line, frag);
     events.appendChild(frag);
     let extra = events.childElementCount - MAX_EVENTS;
     while (extra-- > 0) events.firstElementChild.remove();
@@ -367,6 +429,28 @@ function flush() {
   }
   if (decisions) renderDecisions();
   if (costs) renderCosts();
+  if (state.countsChanged) {
+    state.countsChanged = false;
+    if (state.query || state.statusFilter) applyFilter(); else renderCounts();
+  }
+}
+
+// One event line, added to `into`; an agent's missed heartbeats fold into one line, its
+// latest, with how many there were, moved to the end each time another comes.
+const MISSED_BEAT = /^\[\s*-?[\d.]+s\] (\S+)\s+missed heartbeat \d+$/;
+function eventLine(line, into) {
+  const beat = MISSED_BEAT.exec(line);
+  if (!beat) { into.appendChild(el("div", null, line)); return; }
+  const seen = state.beats.get(beat[1]);
+  if (seen && seen.node.parentNode) {
+    seen.count++;
+    seen.node.textContent = line + "  (" + seen.count + " missed heartbeats)";
+    into.appendChild(seen.node);
+    return;
+  }
+  const node = el("div", "beats", line);
+  state.beats.set(beat[1], { node, count: 1 });
+  into.appendChild(node);
 }
 
 // An agent's model calls (GET /api/runs/RUN/calls?agent=ID), opened by a click on the agent
@@ -470,10 +554,32 @@ document.getElementById("timeline").addEventListener("click", (e) => {
   if (link) openCalls(link.dataset.agent);
 });
 document.getElementById("tree").addEventListener("click", (e) => {
+  if (e.target.classList.contains("fold")) {
+    e.target.closest(".agent").classList.toggle("collapsed");
+    return;
+  }
   const head = e.target.closest(".head");
   const agent = head && head.parentElement && head.parentElement.dataset.agent;
   if (agent) openCalls(agent);
 });
+let searchFrame = 0;
+document.getElementById("search").addEventListener("input", (e) => {
+  state.query = e.target.value.trim().toLowerCase();
+  if (!searchFrame) searchFrame = requestAnimationFrame(() => { searchFrame = 0; applyFilter(); });
+});
+document.getElementById("counts").addEventListener("click", (e) => {
+  const status = e.target.dataset && e.target.dataset.statusCount;
+  if (!status) return;
+  state.statusFilter = state.statusFilter === status ? null : status;
+  applyFilter();
+});
+for (const [button, fold] of [["collapse-all", true], ["expand-all", false]]) {
+  document.getElementById(button).addEventListener("click", () => {
+    for (const e of state.nodes.values()) {
+      if (e.kids.firstChild) e.node.classList.toggle("collapsed", fold);
+    }
+  });
+}
 document.getElementById("calls-close").addEventListener("click", () => {
   document.getElementById("calls-panel").hidden = true;
 });
