@@ -111,6 +111,13 @@ pub(crate) enum OperatorRequest {
         /// Who asks.
         human: String,
     },
+    /// Stop the live run as Ctrl-C does (interrupted, to be resumed). Anyone who can write
+    /// the run's requests may: like Ctrl-C, it needs no place in `[approvals] humans`. Only
+    /// the process that was running when it was written applies it (see [`pass`]).
+    Cancel {
+        /// Who asks.
+        human: String,
+    },
 }
 
 impl OperatorRequest {
@@ -119,7 +126,8 @@ impl OperatorRequest {
         let (Self::Approve { human, .. }
         | Self::Veto { human, .. }
         | Self::Rollback { human, .. }
-        | Self::Adopt { human, .. }) = self;
+        | Self::Adopt { human, .. }
+        | Self::Cancel { human }) = self;
         AgentId::new(format!("{HUMAN_PREFIX}{human}"))
     }
 }
@@ -167,6 +175,7 @@ pub(crate) fn describe(request: &serde_json::Value) -> String {
         Some("veto") => {
             format!("veto decision {decision} ({:?})", request["reason"].as_str().unwrap_or(""))
         }
+        Some("cancel") => "cancel the run".to_owned(),
         Some(kind) => format!("{kind} decision {decision}"),
         None => "request".to_owned(),
     }
@@ -204,9 +213,13 @@ impl Authority {
         let (OperatorRequest::Approve { human, .. }
         | OperatorRequest::Veto { human, .. }
         | OperatorRequest::Rollback { human, .. }
-        | OperatorRequest::Adopt { human, .. }) = request;
+        | OperatorRequest::Adopt { human, .. }
+        | OperatorRequest::Cancel { human }) = request;
         if let Err(e) = agent_state::check_human_name(human) {
             return Some(format!("`{}` names no human: {e}", human.escape_debug()));
+        }
+        if matches!(request, OperatorRequest::Cancel { .. }) {
+            return None;
         }
         if !self.humans.iter().any(|a| a == human) {
             let who = if self.humans.is_empty() {
@@ -217,7 +230,9 @@ impl Authority {
             return Some(format!("`{human}` may not operate run {run} (who may: {who})"));
         }
         let agent = match request {
-            OperatorRequest::Approve { .. } | OperatorRequest::Veto { .. } => return None,
+            OperatorRequest::Approve { .. }
+            | OperatorRequest::Veto { .. }
+            | OperatorRequest::Cancel { .. } => return None,
             OperatorRequest::Rollback { version: 0, .. } => {
                 return Some("versions start at 1".to_owned());
             }
@@ -273,6 +288,8 @@ pub(crate) async fn apply(
             command(bus, agent, agent_ooda::OodaCommand::Adopt { genome: genome.clone() }, now)
                 .await?
         }
+        // The serving loop stops the run once this is audited and answered.
+        (None, OperatorRequest::Cancel { .. }) => Ok("cancelled"),
     };
     let done = match result {
         Ok(outcome) => Done { id: envelope.id.clone(), outcome: outcome.into(), error: None },
@@ -383,6 +400,7 @@ pub(crate) async fn pass(
     bus: &dyn MessageBus,
     audit: &dyn AuditLog,
     clock: &dyn Clock,
+    cancel: &Cancel,
 ) -> anyhow::Result<usize> {
     let inbox = dir.join(REQUESTS_DIR);
     let found = {
@@ -397,7 +415,18 @@ pub(crate) async fn pass(
                 if envelope.refused.is_none() {
                     envelope.refused = authority.refusal(&run_name(dir), &envelope.request);
                 }
-                apply(&envelope, governance, bus, audit, clock.now()).await?
+                let cancels = matches!(envelope.request, OperatorRequest::Cancel { .. });
+                if cancels && envelope.refused.is_none() && envelope.at < cancel.since_ms {
+                    envelope.refused = Some(
+                        "the cancel was asked of a run no longer running (it was written before this process took the run); not applied"
+                            .to_owned(),
+                    );
+                }
+                let done = apply(&envelope, governance, bus, audit, clock.now()).await?;
+                if cancels && done.error.is_none() {
+                    cancel.asked.notify_one();
+                }
+                done
             }
             Err(why) => {
                 let error = format!("request file {id}.json cannot be taken: {why}");
@@ -431,8 +460,19 @@ fn run_name(dir: &Path) -> String {
     dir.file_name().map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into_owned())
 }
 
+/// How a run hears of a [`OperatorRequest::Cancel`] it applied.
+#[derive(Debug, Default)]
+pub(crate) struct Cancel {
+    /// Notified once a cancel is applied: the run stops as on Ctrl-C.
+    pub(crate) asked: tokio::sync::Notify,
+    /// When this process took the run (ms since the epoch): a cancel written before was meant
+    /// for a run that has ended since, and is refused rather than stop this one.
+    pub(crate) since_ms: u64,
+}
+
 /// Serves the run's inbox until the task is aborted: a [`pass`] every `every`, each request
-/// authorised against `authority` (the run's team file).
+/// authorised against `authority` (the run's team file); an applied cancel notifies `cancel`.
+#[allow(clippy::too_many_arguments, reason = "the run's services, each its own")]
 pub(crate) async fn serve(
     dir: PathBuf,
     authority: Authority,
@@ -441,6 +481,7 @@ pub(crate) async fn serve(
     audit: Arc<dyn AuditLog>,
     clock: Arc<dyn Clock>,
     every: Duration,
+    cancel: Arc<Cancel>,
 ) {
     loop {
         let pass = pass(
@@ -450,6 +491,7 @@ pub(crate) async fn serve(
             bus.as_ref(),
             audit.as_ref(),
             clock.as_ref(),
+            &cancel,
         );
         if let Err(e) = pass.await {
             tracing::warn!(error = %format!("{e:#}"), "operator requests: will try again");
@@ -798,8 +840,10 @@ async fn check(
     let rule = match request {
         OperatorRequest::Approve { .. } => decision.sign(&actor, now).map(|_| ()),
         OperatorRequest::Veto { reason, .. } => decision.veto(&actor, reason.as_str(), now),
-        // Checked by `rollback` and `adopt`.
-        OperatorRequest::Rollback { .. } | OperatorRequest::Adopt { .. } => Ok(()),
+        // Checked by `rollback`, `adopt` and `send_cancel`.
+        OperatorRequest::Rollback { .. }
+        | OperatorRequest::Adopt { .. }
+        | OperatorRequest::Cancel { .. } => Ok(()),
     };
     Ok(rule.err().map(|e| e.to_string()))
 }
@@ -828,6 +872,32 @@ fn deliver(dir: &Path, envelope: &Envelope) -> Result<(), Failure> {
     let bytes = serde_json::to_vec_pretty(envelope)?;
     write_atomic(&inbox.join(format!("{}.json", envelope.id)), &bytes)?;
     Ok(())
+}
+
+/// Asks the live run `run` of `data` to stop as Ctrl-C does (the dashboard's cancel), as
+/// `human` (a name, not necessarily one of `[approvals] humans`), and waits for it to take
+/// the request. A run that is not running is bad input: a cancel is never queued for a
+/// later `resume`.
+pub(crate) async fn send_cancel(data: &Path, run: &str, human: &str) -> Result<Submitted, Failure> {
+    agent_state::check_human_name(human).map_err(|e| {
+        bad_input(anyhow::anyhow!("`{}` names no human: {e}", human.escape_debug()))
+    })?;
+    let dir = resolve_run(data, run)?;
+    let info = RunInfo::read(&dir).map_err(bad_input)?;
+    if !RunStore::is_in_use(&dir).map_err(bad_input)? {
+        return Err(bad_input(anyhow::anyhow!(
+            "run {} is not running ({}): there is nothing to cancel",
+            info.run_id,
+            info.status.as_str()
+        )));
+    }
+    let envelope = Envelope {
+        id: new_request_id(),
+        at: now_ms(),
+        request: OperatorRequest::Cancel { human: human.to_owned() },
+        refused: None,
+    };
+    submit_as(&dir, &info, envelope, false, false).await
 }
 
 /// The result of request `id`, once the run wrote it; `None` after [`WAIT`].

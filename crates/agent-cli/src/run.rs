@@ -1295,6 +1295,8 @@ async fn drive_run(
     };
     // Operator requests (`strata approve`, `strata veto`, `strata rollback`) dropped into the
     // run's inbox.
+    // A cancel (the dashboard's) stops the run as Ctrl-C does.
+    let cancel = Arc::new(crate::operator::Cancel { since_ms: now_ms(), ..Default::default() });
     let inbox = tokio::spawn(crate::operator::serve(
         dir.clone(),
         authority,
@@ -1303,10 +1305,12 @@ async fn drive_run(
         team.services().audit.clone(),
         team.services().clock.clone(),
         Duration::from_millis(info.heartbeat_ms.clamp(50, 500)),
+        cancel.clone(),
     ));
     let end = tokio::select! {
         outcome = team.wait(&task.id) => End::Outcome(outcome),
         _ = tokio::signal::ctrl_c() => End::Interrupted,
+        () = cancel.asked.notified() => End::Interrupted,
         stop = budget_stop(ledger.clone(), Duration::from_millis(100)) => End::Budget(stop),
         (agent, reason) = leader_failed(team.clone(), Duration::from_millis(100)) => {
             End::LeaderFailed(agent, reason)

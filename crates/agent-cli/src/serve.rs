@@ -326,6 +326,8 @@ fn router(app: Shared) -> Router {
         .route("/api/runs/{id}/calls", get(model_calls))
         .route("/api/runs/{id}/timeline", get(timeline))
         .route("/api/runs/{id}/decisions/{decision}/{action}", post(decide))
+        .route("/api/runs/{id}/cancel", post(cancel))
+        .route("/api/runs/{id}/resume", post(resume))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "no such page; the dashboard is at /") })
         .layer(middleware::from_fn_with_state(app.clone(), guard))
         .with_state(app)
@@ -927,6 +929,190 @@ struct SignBody {
 }
 
 /// `POST /api/runs/{id}/decisions/{decision}/{approve|veto}`.
+/// The directory of run `id` in the data directory, or the answer that refuses to act on it:
+/// 404 when there is no such run, 409 when it is a run placed on the NATS server by another
+/// machine (`how` says where to act on it instead).
+async fn local_run(app: &App, id: &str, how: &str) -> Result<PathBuf, Response> {
+    match run_dir(app, id) {
+        Ok(dir) => Ok(dir),
+        Err(e) => {
+            if let Some(server) = &app.server
+                && (app.watches.is_placed(id)
+                    || matches!(
+                        tokio::time::timeout(watch::SERVER_PATIENCE, server.registry.run(id)).await,
+                        Ok(Ok(Some(_)))
+                    ))
+            {
+                return Err(error(
+                    StatusCode::CONFLICT,
+                    format!(
+                        "run `{id}` is placed on the NATS server {} by another machine and has no directory in {}: this dashboard only reads it. {how}",
+                        server.url,
+                        app.data.display()
+                    ),
+                ));
+            }
+            Err(e.into_response())
+        }
+    }
+}
+
+/// The body of `POST /api/runs/ID/cancel`: who asks (a name; `dashboard` when not given).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CancelBody {
+    #[serde(rename = "as")]
+    as_name: Option<String>,
+}
+
+/// `POST /api/runs/ID/cancel`: stops a live run as Ctrl-C does (it ends interrupted and can
+/// be resumed), through its operator inbox; audited as `human:NAME`.
+async fn cancel(State(app): State<Shared>, UrlPath(id): UrlPath<String>, body: Bytes) -> Response {
+    if let Err(e) = local_run(
+        &app,
+        &id,
+        "Cancel it where it runs (Ctrl-C, or the `strata serve` of that machine).",
+    )
+    .await
+    {
+        return e;
+    }
+    if body.len() > MAX_BODY {
+        return error(StatusCode::PAYLOAD_TOO_LARGE, "the request body is too large");
+    }
+    let body: CancelBody = if body.iter().all(u8::is_ascii_whitespace) {
+        CancelBody::default()
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(body) => body,
+            Err(e) => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    format!("the body must be empty or JSON like {{\"as\": \"NAME\"}}: {e}"),
+                );
+            }
+        }
+    };
+    let human = body.as_name.unwrap_or_else(|| "dashboard".to_owned());
+    match crate::operator::send_cancel(&app.data, &id, &human).await {
+        Ok(Submitted::Applied(done)) => json(
+            StatusCode::OK,
+            serde_json::json!({"outcome": done.outcome, "by": format!("human:{human}"), "message": "the run stops as on Ctrl-C; resume it to go on"}).to_string(),
+        ),
+        Ok(Submitted::Queued | Submitted::TimedOut) => json(
+            StatusCode::ACCEPTED,
+            serde_json::json!({"outcome": "queued", "by": format!("human:{human}"), "message": "the run has not taken the cancel yet; it stops when it reads its requests"}).to_string(),
+        ),
+        Err(Failure::BadInput(e)) => error(StatusCode::CONFLICT, format!("{e:#}")),
+        Err(Failure::Other(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}")),
+    }
+}
+
+/// How long `POST /api/runs/ID/resume` watches the `strata resume` it started, until the run
+/// is live again: one that refuses the run (finished, running, needing `--unsandboxed`) does
+/// so within this.
+const RESUME_CHECK: Duration = Duration::from_secs(10);
+
+/// The file in the run's directory that a resume started by the dashboard writes its output
+/// to.
+pub(crate) const RESUME_LOG: &str = "resume.log";
+
+/// `POST /api/runs/ID/resume`: starts `strata resume ID --data DATA --quiet` (this program,
+/// with this server's environment, its API keys among it) in the background, its output in the
+/// run's `resume.log`. 202 once the run is live again (the page then reads it anew, and its
+/// watch follows it); a resume that refuses the run is answered 409 with what it said.
+async fn resume(State(app): State<Shared>, UrlPath(id): UrlPath<String>) -> Response {
+    let dir = match local_run(
+        &app,
+        &id,
+        "Resume it on the machine that coordinates it (`strata resume` there).",
+    )
+    .await
+    {
+        Ok(dir) => dir,
+        Err(e) => return e,
+    };
+    match run_store::RunStore::is_in_use(&dir) {
+        Ok(false) => {}
+        Ok(true) => {
+            return error(
+                StatusCode::CONFLICT,
+                format!("run {id} is running: there is nothing to resume"),
+            );
+        }
+        Err(e) => {
+            return error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("cannot tell whether run {id} is running: {e}"),
+            );
+        }
+    }
+    let started = tokio::task::spawn_blocking({
+        let (data, dir, id) = (app.data.clone(), dir.clone(), id.clone());
+        move || -> std::io::Result<std::process::Child> {
+            let log = std::fs::File::create(dir.join(RESUME_LOG))?;
+            std::process::Command::new(std::env::current_exe()?)
+                .arg("resume")
+                .arg(&id)
+                .arg("--data")
+                .arg(&data)
+                .arg("--quiet")
+                .stdin(std::process::Stdio::null())
+                .stdout(log.try_clone()?)
+                .stderr(log)
+                .spawn()
+        }
+    })
+    .await;
+    let mut child = match started {
+        Ok(Ok(child)) => child,
+        Ok(Err(e)) => {
+            return error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("cannot start `strata resume {id}`: {e}"),
+            );
+        }
+        Err(e) => {
+            return error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("cannot start `strata resume {id}`: {e}"),
+            );
+        }
+    };
+    // Watched until the run is live: a refusal comes before; then it runs on its own, reaped
+    // by a thread of its own whenever it ends.
+    let deadline = tokio::time::Instant::now() + RESUME_CHECK;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) if status.success() => {
+                return json(StatusCode::OK, serde_json::json!({"outcome": "finished", "message": format!("run {id} resumed and ended")}).to_string());
+            }
+            Ok(Some(status)) => {
+                let said = std::fs::read_to_string(dir.join(RESUME_LOG)).unwrap_or_default();
+                let said = team_file::escape_controls(said.trim()).into_owned();
+                return error(
+                    StatusCode::CONFLICT,
+                    format!("`strata resume {id}` ended at once ({status}): {said}"),
+                );
+            }
+            Ok(None)
+                if tokio::time::Instant::now() < deadline
+                    && !RunInfo::read(&dir).is_ok_and(|info| {
+                        crate::runs::effective_status(&dir, &info) == "running"
+                    }) =>
+            {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Ok(None) | Err(_) => break,
+        }
+    }
+    std::thread::spawn(move || child.wait());
+    json(
+        StatusCode::ACCEPTED,
+        serde_json::json!({"outcome": "resuming", "message": format!("run {id} is resuming; its output goes to {RESUME_LOG} in its directory")}).to_string(),
+    )
+}
+
 async fn decide(
     State(app): State<Shared>,
     UrlPath((id, decision, action)): UrlPath<(String, String, String)>,
@@ -942,24 +1128,8 @@ async fn decide(
             );
         }
     };
-    if let Err(e) = run_dir(&app, &id) {
-        if let Some(server) = &app.server
-            && (app.watches.is_placed(&id)
-                || matches!(
-                    tokio::time::timeout(watch::SERVER_PATIENCE, server.registry.run(&id)).await,
-                    Ok(Ok(Some(_)))
-                ))
-        {
-            return error(
-                StatusCode::CONFLICT,
-                format!(
-                    "run `{id}` is placed on the NATS server {} by another machine and has no directory in {}: this dashboard only reads it. Approvals and vetoes go through the operator inbox in the run's directory: sign from the machine that coordinates the run (its `strata serve`, or `strata approve`/`strata veto` there)",
-                    server.url,
-                    app.data.display()
-                ),
-            );
-        }
-        return e.into_response();
+    if let Err(e) = local_run(&app, &id, "Approvals and vetoes go through the operator inbox in the run's directory: sign from the machine that coordinates the run (its `strata serve`, or `strata approve`/`strata veto` there)").await {
+        return e;
     }
     if body.len() > MAX_BODY {
         return error(StatusCode::PAYLOAD_TOO_LARGE, "the request body is too large");

@@ -73,9 +73,17 @@ async fn requests_are_applied_as_the_human_audited_answered_and_removed() {
     );
     std::fs::write(tmp.path().join(REQUESTS_DIR).join("5-a.json"), b"{not json").unwrap();
     assert_eq!(
-        pass(tmp.path(), &alice(), &gov, &message_bus::InMemoryBus::new(), &audit, &clock)
-            .await
-            .unwrap(),
+        pass(
+            tmp.path(),
+            &alice(),
+            &gov,
+            &message_bus::InMemoryBus::new(),
+            &audit,
+            &clock,
+            &Cancel::default()
+        )
+        .await
+        .unwrap(),
         5
     );
 
@@ -112,9 +120,17 @@ async fn requests_are_applied_as_the_human_audited_answered_and_removed() {
     );
     // Every request was taken: a second pass finds nothing.
     assert_eq!(
-        pass(tmp.path(), &alice(), &gov, &message_bus::InMemoryBus::new(), &audit, &clock)
-            .await
-            .unwrap(),
+        pass(
+            tmp.path(),
+            &alice(),
+            &gov,
+            &message_bus::InMemoryBus::new(),
+            &audit,
+            &clock,
+            &Cancel::default()
+        )
+        .await
+        .unwrap(),
         0
     );
 }
@@ -131,17 +147,33 @@ async fn a_pass_takes_a_bounded_number_of_requests_oldest_first() {
         drop_request(tmp.path(), &format!("{i:04}"), request, None);
     }
     assert_eq!(
-        pass(tmp.path(), &alice(), &gov, &message_bus::InMemoryBus::new(), &audit, &clock)
-            .await
-            .unwrap(),
+        pass(
+            tmp.path(),
+            &alice(),
+            &gov,
+            &message_bus::InMemoryBus::new(),
+            &audit,
+            &clock,
+            &Cancel::default()
+        )
+        .await
+        .unwrap(),
         MAX_PER_PASS
     );
     assert!(done(tmp.path(), "0000").error.unwrap().contains("no decision"));
     assert!(tmp.path().join(REQUESTS_DIR).join(format!("{:04}.json", MAX_PER_PASS)).is_file());
     assert_eq!(
-        pass(tmp.path(), &alice(), &gov, &message_bus::InMemoryBus::new(), &audit, &clock)
-            .await
-            .unwrap(),
+        pass(
+            tmp.path(),
+            &alice(),
+            &gov,
+            &message_bus::InMemoryBus::new(),
+            &audit,
+            &clock,
+            &Cancel::default()
+        )
+        .await
+        .unwrap(),
         3
     );
 }
@@ -216,7 +248,10 @@ async fn forged_requests_of_every_kind_are_refused_by_the_running_process() {
         let id = request["id"].as_str().unwrap();
         std::fs::write(inbox.join(format!("{id}.json")), request.to_string()).unwrap();
     }
-    assert_eq!(pass(tmp.path(), &alice(), &gov, &bus, &audit, &clock).await.unwrap(), 7);
+    assert_eq!(
+        pass(tmp.path(), &alice(), &gov, &bus, &audit, &clock, &Cancel::default()).await.unwrap(),
+        7
+    );
 
     for (id, why) in [
         ("1-a", "`mallory` may not operate run"),
@@ -275,7 +310,7 @@ async fn entries_that_are_not_regular_files_are_skipped_without_blocking() {
 
     let taken = tokio::time::timeout(
         std::time::Duration::from_secs(5),
-        pass(tmp.path(), &alice(), &gov, &bus, &audit, &clock),
+        pass(tmp.path(), &alice(), &gov, &bus, &audit, &clock, &Cancel::default()),
     )
     .await
     .expect("a pass does not block on a FIFO")
@@ -309,4 +344,54 @@ fn a_decision_is_named_by_a_unique_prefix_and_an_ambiguous_one_names_the_candida
     assert!(ambiguous.contains(&ids[1].to_string()), "{ambiguous}");
     let none = by_prefix("deadbeef", ids.into_iter()).unwrap_err();
     assert_eq!(none, "no decision starts with `deadbeef`");
+}
+
+/// A cancel written while this process runs the run is applied: audited under the name
+/// (who need not be one of the humans), answered, and the run told; one written before the
+/// process took the run was meant for a run that has ended since, and is refused, the run
+/// not told. A name that names no human is refused.
+#[tokio::test]
+async fn a_cancel_stops_the_run_that_was_running_when_it_was_written_only() {
+    let tmp = tempfile::tempdir().unwrap();
+    let gov = InMemoryGovernance::new();
+    let audit = InMemoryAuditLog::new();
+    let clock = TokioClock::new();
+    let bus = message_bus::InMemoryBus::new();
+    let cancel = Cancel { since_ms: 10, ..Cancel::default() };
+    let stale = Envelope {
+        id: "0001".into(),
+        at: 9,
+        request: OperatorRequest::Cancel { human: "dashboard".into() },
+        refused: None,
+    };
+    deliver(tmp.path(), &stale).map_err(|_| "deliver").unwrap();
+    assert_eq!(pass(tmp.path(), &alice(), &gov, &bus, &audit, &clock, &cancel).await.unwrap(), 1);
+    assert!(done(tmp.path(), "0001").error.unwrap().contains("no longer running"));
+    let told = tokio::time::timeout(std::time::Duration::from_millis(50), cancel.asked.notified());
+    assert!(told.await.is_err(), "a stale cancel told the run to stop");
+
+    for (id, human) in [("0002", "bad name!"), ("0003", "dashboard")] {
+        let envelope = Envelope {
+            id: id.into(),
+            at: 11,
+            request: OperatorRequest::Cancel { human: human.into() },
+            refused: None,
+        };
+        deliver(tmp.path(), &envelope).map_err(|_| "deliver").unwrap();
+    }
+    assert_eq!(pass(tmp.path(), &alice(), &gov, &bus, &audit, &clock, &cancel).await.unwrap(), 2);
+    assert!(done(tmp.path(), "0002").error.unwrap().contains("names no human"));
+    assert_eq!(
+        done(tmp.path(), "0003"),
+        Done { id: "0003".into(), outcome: "cancelled".into(), error: None }
+    );
+    let told = tokio::time::timeout(std::time::Duration::from_secs(5), cancel.asked.notified());
+    assert!(told.await.is_ok(), "the run was not told to stop");
+    let records = audit.records(None).await.unwrap();
+    let last = records.last().unwrap();
+    assert_eq!(last.agent, AgentId::new("human:dashboard"));
+    assert!(
+        matches!(&last.event, AuditEvent::Operator { outcome, error: None, .. } if outcome == "cancelled"),
+        "{last:?}"
+    );
 }

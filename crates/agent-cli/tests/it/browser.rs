@@ -493,3 +493,94 @@ fn the_tree_of_10000_agents_is_searched_counted_and_folded_and_missed_beats_fold
         ]
     );
 }
+
+/// `POST` to the dashboard's API with the token in the header, as the page does: the status
+/// and the JSON answer.
+fn post(browser: &Browser, path: &str) -> (u64, Value) {
+    let answer = browser.execute_async(
+        "const [path, done] = arguments;
+         fetch(path, { method: 'POST', headers: headers({ 'Content-Type': 'application/json' }), body: '{}' })
+             .then(async (r) => done([r.status, await r.json().catch(() => null)]))",
+        &[json!(path)],
+    );
+    (answer[0].as_u64().unwrap_or(0), answer[1].clone())
+}
+
+/// A live run is cancelled from the dashboard (two clicks): it stops as on Ctrl-C (exit 130,
+/// `interrupted`, the cancel audited under the name); the page then offers to resume it, and
+/// the resume started from the page finishes the task, its gate step's command not run twice.
+/// A run that is not running cannot be cancelled, nor a running one resumed (409).
+#[test]
+fn a_live_run_is_cancelled_and_resumed_from_the_dashboard() {
+    let Some(browser) = browser() else { return };
+    let s = Scratch::new();
+    s.write("gated.toml", GATED_PLAN);
+    std::fs::create_dir_all(s.path("W")).unwrap();
+    let gate = Gate(s.path("W/go"));
+    let mut run = s.spawn(&[
+        "run",
+        "gated.toml",
+        "--data",
+        "D",
+        "--workspace",
+        "W",
+        "--run-id",
+        "gated",
+        "--heartbeat",
+        HEARTBEAT,
+        "--quiet",
+    ]);
+    wait_for("the gate step to start", || {
+        assert!(!run.exited(), "the run exited before the gate:\n{}", run.stderr_so_far());
+        s.path("W/waiting").exists()
+    });
+    let (_server, url) = serve(&s, "browser-cancel-token");
+    browser.goto(&url);
+    browser.goto(&format!("{}/#run=gated", url.split("/?").next().unwrap()));
+    let cancel = browser.wait_for("the cancel button", PAGE_PATIENCE, |b| {
+        b.find("#cancel-run:not([hidden])").ok_or_else(|| text_of(b, "#progress"))
+    });
+    assert!(browser.find("#resume-run:not([hidden])").is_none(), "a live run offers a resume");
+    let (status, answer) = post(&browser, "/api/runs/gated/resume");
+    assert_eq!(status, 409, "{answer}");
+    assert!(answer["error"].as_str().unwrap().contains("is running"), "{answer}");
+
+    // One click arms the button; the second cancels.
+    browser.click(&cancel);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!run.exited(), "one click cancelled the run");
+    browser.click(&cancel);
+    let out = run.finish();
+    assert_eq!(out.status.code(), Some(130), "not stopped as on Ctrl-C:\n{}", out.stderr);
+    assert_eq!(crate::support::listed_run(&s, "D", "gated")["status"], "interrupted");
+    let audit = s.strata(&["inspect", "gated", "audit", "--data", "D"]).code(0).stdout.clone();
+    assert!(audit.contains("OPERATOR cancel the run CANCELLED"), "{audit}");
+    assert!(audit.contains("human:dashboard"), "{audit}");
+    let (status, answer) = post(&browser, "/api/runs/gated/cancel");
+    assert_eq!(status, 409, "{answer}");
+    assert!(answer["error"].as_str().unwrap().contains("is not running"), "{answer}");
+
+    // The page offers the resume; the resumed run waits at the gate again, then finishes.
+    let resume = browser.wait_for("the resume button", PAGE_PATIENCE, |b| {
+        b.find("#resume-run:not([hidden])").ok_or_else(|| text_of(b, "#progress"))
+    });
+    browser.click(&resume);
+    browser.wait_for("the resumed run to be running", PAGE_PATIENCE, |_| {
+        match crate::support::listed_run(&s, "D", "gated")["status"].as_str() {
+            Some("running") => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    });
+    gate.open();
+    browser.wait_for("the resumed run's end on the page", PAGE_PATIENCE, |b| {
+        let progress = text_of(b, "#progress");
+        if progress.starts_with("3/3 steps") && progress.contains("succeeded") {
+            Ok(())
+        } else {
+            Err(format!("{progress}; resume.log: {}", s.read("D/gated/resume.log")))
+        }
+    });
+    assert_eq!(crate::support::listed_run(&s, "D", "gated")["status"], "succeeded");
+    assert_eq!(s.read("W/count.txt"), "ran\n", "the gate's command ran twice");
+    assert!(browser.find("#resume-run:not([hidden])").is_none());
+}

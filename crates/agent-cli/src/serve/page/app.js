@@ -258,7 +258,43 @@ function renderProgress(p) {
   const counter = p.planning ? "planning" : p.done + "/" + p.total + " steps";
   const text = counter + " · " + p.status + (p.outcome ? " (" + p.outcome + ")" : "");
   document.getElementById("progress").textContent = text;
+  // A live run can be cancelled; one that stopped before its end can be resumed.
+  const cancel = document.getElementById("cancel-run");
+  if (p.status !== "running") { cancel.dataset.armed = ""; cancel.textContent = "cancel run"; }
+  cancel.hidden = p.status !== "running";
+  document.getElementById("resume-run").hidden =
+    !["interrupted", "killed (resumable)", "failed"].includes(p.status);
 }
+
+// Cancel (as Ctrl-C does) and resume, with the token in the header; cancel asks for a
+// second click within 5 s.
+async function runAction(action) {
+  const said = document.getElementById("action-result");
+  said.textContent = action === "cancel" ? "cancelling…" : "resuming…";
+  try {
+    const r = await fetch("/api/runs/" + encodeURIComponent(state.run) + "/" + action,
+      { method: "POST", headers: headers({ "Content-Type": "application/json" }), body: "{}" });
+    const reply = await r.json().catch(() => ({}));
+    if (!r.ok) { said.textContent = ""; showError(action + " refused: " + (reply.error || r.status)); return; }
+    showError("");
+    said.textContent = reply.message || reply.outcome;
+    // A resumed run is a new process: follow it from its stored state.
+    if (action === "resume" && state.run) route();
+  } catch (e) { said.textContent = ""; showError(action + " failed: " + e.message); }
+}
+document.getElementById("cancel-run").addEventListener("click", (e) => {
+  const b = e.target;
+  if (b.dataset.armed !== "true") {
+    b.dataset.armed = "true";
+    b.textContent = "click again to cancel the run";
+    setTimeout(() => { b.dataset.armed = ""; b.textContent = "cancel run"; }, 5000);
+    return;
+  }
+  b.dataset.armed = "";
+  b.textContent = "cancel run";
+  runAction("cancel");
+});
+document.getElementById("resume-run").addEventListener("click", () => runAction("resume"));
 
 // The stored metrics: the numbers and scores the run summary and `inspect RUN metrics` show.
 function renderMetrics(list) {
