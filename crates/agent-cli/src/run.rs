@@ -91,6 +91,35 @@ pub(crate) struct RunInfo {
     /// (`--local`); `resume` keeps it so.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub(crate) local: bool,
+    /// What its model calls used, as the usage ledger had it when the run last stopped
+    /// (`None` for a run without a model, or one that has not stopped yet): `strata runs` and
+    /// the dashboard's runs list show it without opening the run's database.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) usage: Option<RunUsage>,
+}
+
+/// A run's model usage in `run.json`: the totals of its usage ledger.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub(crate) struct RunUsage {
+    /// Model calls answered.
+    pub(crate) calls: u64,
+    /// Prompt and generated tokens.
+    pub(crate) tokens: u64,
+    /// Cost in US dollars; `None` while a model without a price was called (the cost is not
+    /// known).
+    pub(crate) cost_usd: Option<f64>,
+}
+
+impl RunUsage {
+    /// The totals of `ledger`, if the run has one.
+    pub(crate) fn of(ledger: Option<&agent_llm::UsageLedger>) -> Option<Self> {
+        let total = ledger?.report().total;
+        Some(Self {
+            calls: total.calls,
+            tokens: total.input_tokens + total.output_tokens,
+            cost_usd: (total.unpriced_calls == 0).then_some(total.cost_usd),
+        })
+    }
 }
 
 /// What a run's agents reason with beside `--reasoner`, kept in `run.json` so that `resume`
@@ -394,6 +423,7 @@ async fn start_as(prepared: Prepared, args: &StartArgs, run_id: String) -> Resul
         unsandboxed: args.unsandboxed,
         nats: server.as_ref().map(|s| s.url().to_owned()),
         local: args.local,
+        usage: None,
     };
     let span = run_span(&run_id, &task.id, "started");
     let result = async move {
@@ -1364,6 +1394,7 @@ async fn drive_run(
             }
             watcher.stop().await;
             flush(&ledger);
+            info.usage = RunUsage::of(ledger.as_deref());
             info.status = RunStatus::Interrupted;
             info.finished_at = Some(now_ms());
             info.write(&dir)?;
@@ -1380,6 +1411,7 @@ async fn drive_run(
             team.stop().await;
             watcher.stop().await;
             flush(&ledger);
+            info.usage = RunUsage::of(ledger.as_deref());
             let outcome = TaskOutcome::Failed {
                 task_id: task.id.clone(),
                 reason: TaskFailure::BudgetExceeded { reason: stop.to_string() },
@@ -1398,6 +1430,7 @@ async fn drive_run(
             watcher.stop().await;
             let failure = TaskFailure::Storage { error };
             let cause = failure.to_string();
+            info.usage = RunUsage::of(ledger.as_deref());
             info.finished_at = Some(now_ms());
             info.status = RunStatus::Interrupted;
             info.failure = Some(cause.clone());
@@ -1417,6 +1450,7 @@ async fn drive_run(
             team.stop().await;
             watcher.stop().await;
             flush(&ledger);
+            info.usage = RunUsage::of(ledger.as_deref());
             let failure = TaskFailure::AgentFailed { agent, reason };
             let cause = failure.to_string();
             let outcome = TaskOutcome::Failed { task_id: task.id.clone(), reason: failure };
@@ -1432,6 +1466,7 @@ async fn drive_run(
     team.shutdown().await.context("the team did not shut down cleanly")?;
     watcher.stop().await;
     flush(&ledger);
+    info.usage = RunUsage::of(ledger.as_deref());
     info.finished_at = Some(now_ms());
     info.status = if outcome.is_success() { RunStatus::Succeeded } else { RunStatus::Failed };
     if let TaskOutcome::Failed { reason, .. } = &outcome {

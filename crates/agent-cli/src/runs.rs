@@ -93,6 +93,14 @@ struct Row {
     failure: Option<String>,
     /// What `verify` finds broken, if anything (the status is then `damaged`).
     damage: Option<String>,
+    /// What its model calls used, when it last stopped.
+    usage: Option<crate::run::RunUsage>,
+}
+
+/// A run's model usage as `strata runs --json` and `GET /api/runs` give it: `calls`,
+/// `tokens` and `cost_usd` (`null` when a model without a price was called).
+pub(crate) fn usage_json(usage: &crate::run::RunUsage) -> serde_json::Value {
+    serde_json::json!({"calls": usage.calls, "tokens": usage.tokens, "cost_usd": usage.cost_usd})
 }
 
 /// `strata runs`: the team runs and the evolutions.
@@ -132,6 +140,7 @@ pub(crate) async fn list(args: &RunsArgs) -> Result<(), Failure> {
                 goal: info.goal,
                 started: info.started_at,
                 failure: info.failure,
+                usage: info.usage,
             });
         } else if let Ok(info) = EvolutionInfo::read(&dir) {
             rows.push(Row {
@@ -143,6 +152,7 @@ pub(crate) async fn list(args: &RunsArgs) -> Result<(), Failure> {
                 started: info.started_at,
                 failure: info.failure,
                 damage: None,
+                usage: None,
             });
         }
     }
@@ -155,6 +165,9 @@ pub(crate) async fn list(args: &RunsArgs) -> Result<(), Failure> {
                 let mut json = serde_json::json!({"run_id": row.id, "status": status, "task": row.task, "goal": row.goal,
                     "started_at": format_time(row.started), "duration_s": row.end.saturating_sub(row.started) as f64 / 1000.0,
                     "failure": row.failure});
+                if let Some(usage) = &row.usage {
+                    json["usage"] = usage_json(usage);
+                }
                 if let Some(damage) = &row.damage {
                     json["damage"] = damage.as_str().into();
                     json["recorded_status"] = row.status.into();

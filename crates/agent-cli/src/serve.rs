@@ -654,6 +654,7 @@ async fn runs(State(app): State<Shared>) -> Response {
                 "duration_s": end.saturating_sub(info.started_at) as f64 / 1000.0,
                 "failure": info.failure,
                 "agents": agents,
+                "usage": info.usage.as_ref().map(crate::runs::usage_json),
             }));
         }
         rows.sort_by_key(|r| r["started_at"].as_u64().unwrap_or(0));

@@ -265,6 +265,7 @@ impl CliBuilder {
             unsandboxed,
             nats: Some(self.server.url().to_owned()),
             local: false,
+            usage: None,
         };
         // The commands' crash journal where the run's own directory keeps it: workers that
         // share the data directory (one machine) adopt each other's commands.

@@ -119,6 +119,7 @@ async fn a_lagged_event_stream_loses_no_record() {
         unsandboxed: false,
         nats: None,
         local: false,
+        usage: None,
     }
     .write(&dir)
     .unwrap();

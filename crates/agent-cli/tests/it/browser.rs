@@ -280,9 +280,21 @@ fn a_click_on_an_agent_or_a_step_shows_the_model_calls_and_the_timeline_the_step
     let own =
         calls["calls"].as_array().unwrap().iter().filter(|c| c["agent"] == agent.as_str()).count();
 
+    // run.json keeps the run's model usage, which `strata runs` and the runs list show.
+    let listed = crate::support::listed_run(&s, "D", "r1");
+    let tokens = listed["usage"]["tokens"].as_u64().unwrap_or(0);
+    assert!(tokens > 0, "{listed}");
+    assert_eq!(listed["usage"]["calls"], calls["calls"].as_array().unwrap().len(), "{listed}");
+
     let (_server, url) = serve(&s, "browser-calls-token");
     // The printed URL sets the cookie; then the run's own page.
     browser.goto(&url);
+    let row = browser.wait_for("the run in the list", PAGE_PATIENCE, |b| {
+        b.find("#runs a[data-run=\"r1\"]")
+            .map(|_| text_of(b, "#runs a[data-run=\"r1\"]"))
+            .ok_or_else(|| text_of(b, "#runs"))
+    });
+    assert!(row.contains(&format!(" · {tokens} tokens")), "{row}");
     browser.goto(&format!("{}/#run=r1", url.split("/?").next().unwrap()));
     // The tokens are charted though the team has no prices, and though the finished run was
     // read once (one point of the series, drawn from the run's start).

@@ -72,6 +72,10 @@ async function openList() {
       let line = "  " + r.title + " · " + r.started + " UTC";
       if (typeof r.duration_s === "number") line += " · " + duration(r.duration_s);
       line += " · " + (r.agents == null ? "?" : r.agents) + " agents";
+      if (r.usage) {
+        line += " · " + r.usage.tokens + " tokens";
+        if (r.usage.cost_usd !== null && r.usage.cost_usd !== undefined) line += " · $" + r.usage.cost_usd.toFixed(4);
+      }
       a.appendChild(el("span", "muted", line));
       if (r.failure) a.appendChild(el("div", "why", cut(r.failure)));
       frag.appendChild(a);
