@@ -466,10 +466,15 @@ pub(crate) async fn inspect(args: &InspectArgs) -> Result<(), Failure> {
             let messages = timeline::bus_history(&store, &info)?;
             let entries =
                 timeline::of_agent(timeline::build(&messages, &records), args.agent.as_deref());
+            let calls = agent_llm::LlmStore::load_calls(&agent_llm::SledLlmStore::open(&store)?)?;
             if args.json {
                 outln!(
                     "{}",
-                    serde_json::to_string_pretty(&timeline::json(&entries, info.started_at))?
+                    serde_json::to_string_pretty(&timeline::json(
+                        &entries,
+                        info.started_at,
+                        &calls
+                    ))?
                 );
             } else {
                 if info.nats.is_some() {
@@ -480,7 +485,8 @@ pub(crate) async fn inspect(args: &InspectArgs) -> Result<(), Failure> {
                 if entries.is_empty() {
                     outln!("no step was handed out in this run");
                 } else {
-                    outln!("{}", timeline::plain(&entries, info.started_at, args.full).trim_end());
+                    let text = timeline::plain(&entries, info.started_at, args.full, &calls);
+                    outln!("{}", text.trim_end());
                 }
             }
             Ok(())

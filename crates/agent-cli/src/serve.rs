@@ -791,19 +791,21 @@ async fn timeline(
             crate::nats::Stores::of_run(&store, &dir, &info).await.map_err(watch::to_anyhow)?;
         let records = stores.audit.records(None).await?;
         let started_at = info.started_at;
-        let messages = tokio::task::spawn_blocking(move || {
-            crate::inspect::timeline::bus_history(&store, &info)
+        let (messages, calls) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+            let messages = crate::inspect::timeline::bus_history(&store, &info)?;
+            let calls = agent_llm::LlmStore::load_calls(&agent_llm::SledLlmStore::open(&store)?)?;
+            Ok((messages, calls))
         })
         .await??;
-        Ok::<_, anyhow::Error>((started_at, records, messages))
+        Ok::<_, anyhow::Error>((started_at, records, messages, calls))
     };
     match read.await {
-        Ok((started_at, records, messages)) => {
+        Ok((started_at, records, messages, calls)) => {
             let entries = crate::inspect::timeline::of_agent(
                 crate::inspect::timeline::build(&messages, &records),
                 agent.as_deref(),
             );
-            let body = crate::inspect::timeline::json(&entries, started_at);
+            let body = crate::inspect::timeline::json(&entries, started_at, &calls);
             json(StatusCode::OK, body.to_string())
         }
         Err(e) => error(

@@ -18,6 +18,7 @@
 use std::fmt::Write as _;
 
 use agent_core::{AuditEvent, AuditRecord};
+use agent_llm::CallRecord;
 use agent_state::{AgentId, Assignment, Message, MessageKind, ProgressReport};
 use serde_json::{Value, json};
 use team_file::escape_controls as esc;
@@ -222,9 +223,29 @@ fn secs(at: u64, start: u64) -> f64 {
     at.saturating_sub(start) as f64 / 1000.0
 }
 
-/// The entries as text: a line per piece of work, its input, its records, its output; texts
-/// cut to one line unless `full`.
-pub(crate) fn plain(entries: &[Entry<'_>], run_start: u64, full: bool) -> String {
+/// The model calls (their `seq`) that the worker of `entry` started while it had the work:
+/// from its handing over to its result (to now, while it goes on). Calls carry no step of
+/// their own, so the window tells them; an agent works at one piece of work at a time.
+pub(crate) fn calls_of(entry: &Entry<'_>, calls: &[CallRecord]) -> Vec<u64> {
+    calls
+        .iter()
+        .filter(|c| {
+            c.agent == entry.who
+                && c.started_ms >= entry.start
+                && entry.end.is_none_or(|end| c.started_ms <= end)
+        })
+        .map(|c| c.seq)
+        .collect()
+}
+
+/// The entries as text: a line per piece of work, its input, its records, its model calls
+/// (`calls`: the run's), its output; texts cut to one line unless `full`.
+pub(crate) fn plain(
+    entries: &[Entry<'_>],
+    run_start: u64,
+    full: bool,
+    calls: &[CallRecord],
+) -> String {
     let text = |s: &str| if full { esc(s.trim()).into_owned() } else { shown(s) };
     let mut out = String::new();
     for e in entries {
@@ -260,6 +281,16 @@ pub(crate) fn plain(entries: &[Entry<'_>], run_start: u64, full: bool) -> String
         for r in &e.records {
             let _ = writeln!(out, "  {}", esc(&event_line(r, run_start)));
         }
+        let seqs = calls_of(e, calls);
+        if !seqs.is_empty() {
+            let each: Vec<String> = seqs.iter().map(|s| format!("#{s}")).collect();
+            let _ = writeln!(
+                out,
+                "  model calls: {} (`inspect RUN calls {}` shows them)",
+                each.join(" "),
+                esc(e.who.as_str())
+            );
+        }
         if let Some((_, output)) = &e.outcome {
             let _ = writeln!(out, "  output: {}", text(output));
         }
@@ -267,8 +298,9 @@ pub(crate) fn plain(entries: &[Entry<'_>], run_start: u64, full: bool) -> String
     out
 }
 
-/// The entries as JSON, texts whole: `{"steps": [...]}`.
-pub(crate) fn json(entries: &[Entry<'_>], run_start: u64) -> Value {
+/// The entries as JSON, texts whole: `{"steps": [...]}`, each with the `seq` of the model
+/// calls its worker made for it (`calls`: the run's; see [`calls_of`]).
+pub(crate) fn json(entries: &[Entry<'_>], run_start: u64, calls: &[CallRecord]) -> Value {
     let steps: Vec<Value> = entries
         .iter()
         .map(|e| {
@@ -284,6 +316,7 @@ pub(crate) fn json(entries: &[Entry<'_>], run_start: u64) -> Value {
                 "input": e.input,
                 "success": e.outcome.as_ref().map(|(ok, _)| *ok),
                 "output": e.outcome.as_ref().map(|(_, output)| output),
+                "calls": calls_of(e, calls),
                 "records": e.records.iter().map(|r| json!({
                     "seq": r.seq,
                     "agent": r.agent,
@@ -405,7 +438,7 @@ mod tests {
         assert_eq!(measure.outcome.as_ref().map(|o| o.0), Some(false));
         assert_eq!((again.who.as_str(), again.attempt, again.end), ("e2", 2, None));
         assert_eq!(seqs(again), vec![4]);
-        let text = plain(&entries, 0, false);
+        let text = plain(&entries, 0, false, &[]);
         assert!(
             text.contains("step t/measure (attempt 2) · e2 for lead · from 0.45 s · not finished"),
             "{text}"
@@ -456,6 +489,6 @@ mod tests {
         assert_eq!((task.kind, task.end, &task.outcome), ("spawned", Some(900), &None));
         assert_eq!((step.kind, seqs(step)), ("step", vec![2, 3]));
         assert!(seqs(task).is_empty(), "{task:#?}");
-        assert!(plain(&entries, 0, false).contains("ended, no result returned"));
+        assert!(plain(&entries, 0, false, &[]).contains("ended, no result returned"));
     }
 }

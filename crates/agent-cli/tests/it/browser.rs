@@ -342,15 +342,29 @@ fn a_click_on_an_agent_or_a_step_shows_the_model_calls_and_the_timeline_the_step
     let key = steps[0]["key"].as_str().unwrap();
     assert!(first.contains(key) && first.contains("input:"), "{first}");
     let worker = steps[0]["agent"].as_str().unwrap();
+    // Each step names the model calls its worker made for it: the worker's calls that
+    // started while it had the step, every one of them the worker's.
+    let step_calls: Vec<u64> = steps[0]["calls"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no calls in the step: {timeline:#}"))
+        .iter()
+        .filter_map(Value::as_u64)
+        .collect();
+    assert!(!step_calls.is_empty(), "the step's worker made no call for it: {timeline:#}");
+    for seq in &step_calls {
+        let call = calls["calls"].as_array().unwrap().iter().find(|c| c["seq"] == *seq).unwrap();
+        assert_eq!(call["agent"], worker, "{call}");
+    }
     let link = browser.find(&format!("#timeline .calls-link[data-agent=\"{worker}\"]")).unwrap();
     browser.click(&link);
-    browser.wait_for("the worker's calls", PAGE_PATIENCE, |b| {
+    let heading = format!("{worker} for {key}");
+    browser.wait_for("the step's calls", PAGE_PATIENCE, |b| {
         let shown = text_of(b, "#calls-agent");
-        let open = b.find("#calls-panel:not([hidden]) #calls .call").is_some();
-        if shown == worker && open {
+        let n = b.find_all("#calls-panel:not([hidden]) #calls .call").len();
+        if shown == heading && n == step_calls.len() {
             Ok(())
         } else {
-            Err(format!("{shown}: {}", text_of(b, "#calls")))
+            Err(format!("{shown}: {n} of {} calls: {}", step_calls.len(), text_of(b, "#calls")))
         }
     });
 }

@@ -537,20 +537,23 @@ function callNode(c) {
   node.appendChild(whole);
   return node;
 }
-async function openCalls(agent) {
+// `only`: the seqs of the calls to show (a step's, from the timeline), else every call of the
+// agent; `step` names that step in the heading.
+async function openCalls(agent, only, step) {
   const run = state.run;
   const panel = document.getElementById("calls-panel");
   const box = document.getElementById("calls");
-  document.getElementById("calls-agent").textContent = agent;
+  document.getElementById("calls-agent").textContent = agent + (step ? " for " + step : "");
   panel.hidden = false;
   box.replaceChildren(el("p", "muted", "loading…"));
   try {
     const body = await getJson("/api/runs/" + encodeURIComponent(run) + "/calls?agent=" + encodeURIComponent(agent));
     if (state.run !== run) return;
     const frag = document.createDocumentFragment();
+    const calls = only ? body.calls.filter((c) => only.includes(c.seq)) : body.calls;
     if (body.omitted) frag.appendChild(el("p", "muted", body.omitted + " earlier calls not shown (strata inspect " + run + " calls " + agent + ")"));
-    if (!body.calls.length) frag.appendChild(el("p", "muted", "no model call by " + agent));
-    for (const c of body.calls) frag.appendChild(callNode(c));
+    if (!calls.length) frag.appendChild(el("p", "muted", "no model call by " + agent + (step ? " for " + step : "")));
+    for (const c of calls) frag.appendChild(callNode(c));
     box.replaceChildren(frag);
   } catch (e) { box.replaceChildren(el("p", "muted", "cannot read the calls: " + e.message)); }
 }
@@ -566,8 +569,11 @@ function workNode(w) {
     w.agent + " for " + w.for + " · from " + w.start_s.toFixed(2) + " s";
   if (w.end_s !== null) head += " to " + w.end_s.toFixed(2) + " s (" + w.duration_s.toFixed(2) + " s)";
   const line = el("div", "work-head", head + " · " + outcome);
-  const calls = el("a", "calls-link", "model calls");
+  const seqs = w.calls || [];
+  const calls = el("a", "calls-link", "model calls (" + seqs.length + ")");
   calls.dataset.agent = w.agent;
+  calls.dataset.calls = seqs.join(",");
+  calls.dataset.step = w.key;
   line.appendChild(calls);
   node.appendChild(line);
   node.appendChild(labelled("input:", w.input));
@@ -591,7 +597,10 @@ async function openTimeline() {
 document.getElementById("timeline-load").addEventListener("click", openTimeline);
 document.getElementById("timeline").addEventListener("click", (e) => {
   const link = e.target.closest(".calls-link");
-  if (link) openCalls(link.dataset.agent);
+  if (link) {
+    const only = link.dataset.calls ? link.dataset.calls.split(",").map(Number) : [];
+    openCalls(link.dataset.agent, only, link.dataset.step);
+  }
 });
 document.getElementById("tree").addEventListener("click", (e) => {
   if (e.target.classList.contains("fold")) {
