@@ -67,6 +67,34 @@ fn the_webdriver_client_drives_headless_chromium() {
     assert!(png.len() > 1000 && png.starts_with(b"\x89PNG\r\n\x1a\n"), "{} bytes", png.len());
 }
 
+/// `strata run` of the gated plan in `s` (run `gated`, data `D`, workspace `W`, with `more`
+/// arguments), once its gate step waits; the gate, which lets it go on.
+fn at_the_gate(s: &Scratch, more: &[&str]) -> (Running, Gate) {
+    s.write("gated.toml", GATED_PLAN);
+    std::fs::create_dir_all(s.path("W")).unwrap();
+    let gate = Gate(s.path("W/go"));
+    let mut args = vec![
+        "run",
+        "gated.toml",
+        "--data",
+        "D",
+        "--workspace",
+        "W",
+        "--run-id",
+        "gated",
+        "--heartbeat",
+        HEARTBEAT,
+        "--quiet",
+    ];
+    args.extend_from_slice(more);
+    let mut run = s.spawn(&args);
+    wait_for("the gate step to start", || {
+        assert!(!run.exited(), "the run exited before the gate:\n{}", run.stderr_so_far());
+        s.path("W/waiting").exists()
+    });
+    (run, gate)
+}
+
 /// `strata serve --data D --addr 127.0.0.1:0 --token TOKEN` in `s`, and the URL it prints
 /// (`http://127.0.0.1:PORT/?token=TOKEN`: the first load sets the cookie the page reads with).
 pub(crate) fn serve(s: &Scratch, token: &str) -> (Running, String) {
@@ -161,27 +189,7 @@ fn text_of(browser: &Browser, selector: &str) -> String {
 fn the_dashboard_shows_a_live_team_run_in_a_real_browser() {
     let Some(browser) = browser() else { return };
     let s = Scratch::new();
-    s.write("gated.toml", GATED_PLAN);
-    std::fs::create_dir_all(s.path("W")).unwrap();
-    let gate = Gate(s.path("W/go"));
-    let mut run = s.spawn(&[
-        "run",
-        "gated.toml",
-        "--data",
-        "D",
-        "--workspace",
-        "W",
-        "--run-id",
-        "gated",
-        "--heartbeat",
-        HEARTBEAT,
-        "--no-sync",
-        "--quiet",
-    ]);
-    wait_for("the gate step to start", || {
-        assert!(!run.exited(), "the run exited before the gate:\n{}", run.stderr_so_far());
-        s.path("W/waiting").exists()
-    });
+    let (run, gate) = at_the_gate(&s, &["--no-sync"]);
     let team = cli_tree(&s, "gated");
     assert!(team.len() >= 3, "{team:?}");
 
@@ -540,26 +548,7 @@ fn post(browser: &Browser, path: &str) -> (u64, Value) {
 fn a_live_run_is_cancelled_and_resumed_from_the_dashboard() {
     let Some(browser) = browser() else { return };
     let s = Scratch::new();
-    s.write("gated.toml", GATED_PLAN);
-    std::fs::create_dir_all(s.path("W")).unwrap();
-    let gate = Gate(s.path("W/go"));
-    let mut run = s.spawn(&[
-        "run",
-        "gated.toml",
-        "--data",
-        "D",
-        "--workspace",
-        "W",
-        "--run-id",
-        "gated",
-        "--heartbeat",
-        HEARTBEAT,
-        "--quiet",
-    ]);
-    wait_for("the gate step to start", || {
-        assert!(!run.exited(), "the run exited before the gate:\n{}", run.stderr_so_far());
-        s.path("W/waiting").exists()
-    });
+    let (mut run, gate) = at_the_gate(&s, &[]);
     let (_server, url) = serve(&s, "browser-cancel-token");
     browser.goto(&url);
     browser.goto(&format!("{}/#run=gated", url.split("/?").next().unwrap()));
