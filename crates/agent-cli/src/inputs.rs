@@ -10,8 +10,8 @@
 //! that its stored team file (which names the programs `resume` starts) is the one it ran
 //! with; start it again with `strata run`.
 //!
-//! `run.json`'s `status`, `finished_at` and `failure` change as the run goes and are not
-//! inputs; every other field is (the workspace, the reasoner, the NATS server, `unsandboxed`).
+//! `run.json`'s `status`, `finished_at`, `failure` and `usage` change as the run goes and are
+//! not inputs; every other field is (the workspace, the reasoner, the NATS server, `unsandboxed`).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -30,7 +30,7 @@ use crate::{Failure, bad_input};
 pub(crate) const RECORDER: &str = "strata";
 
 /// The fields of `run.json` that change as the run goes (not inputs).
-const CHANGING: [&str; 3] = ["status", "finished_at", "failure"];
+const CHANGING: [&str; 4] = ["status", "finished_at", "failure", "usage"];
 
 /// The SHA-256 (lowercase hex) of each stored input of the run directory `dir`.
 pub(crate) fn digest(dir: &Path) -> anyhow::Result<BTreeMap<String, String>> {
