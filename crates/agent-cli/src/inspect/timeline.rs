@@ -451,6 +451,59 @@ mod tests {
         assert_eq!(of_agent(build(&messages, &records), Some("lead")).len(), 3);
     }
 
+    /// A model call of `agent` started at `started_ms`, numbered `seq`.
+    fn call(seq: u64, agent: &str, started_ms: u64) -> CallRecord {
+        CallRecord {
+            seq,
+            call: seq,
+            agent: AgentId::new(agent),
+            layer: agent_state::AgentLayer::Bottom,
+            provider: "fake".into(),
+            model: "m".into(),
+            started_ms,
+            latency_ms: 1,
+            system: String::new(),
+            messages: Vec::new(),
+            tools: Vec::new(),
+            answer: String::new(),
+            tool_calls: Vec::new(),
+            usage: agent_llm::Usage::default(),
+            cost_usd: None,
+            outcome: agent_llm::CallOutcome::Answered,
+            retries: 0,
+            cut_chars: 0,
+        }
+    }
+
+    /// A step's model calls are its worker's calls that started while it had the step: not
+    /// another agent's, not the worker's before it was handed the step or after its result; a
+    /// step still going takes the worker's calls up to now. The plain text names them.
+    #[test]
+    fn a_steps_calls_are_its_workers_while_it_had_the_step() {
+        let messages = vec![
+            assign(1, 100, "list", "shell", "e1", 1),
+            report(2, 300, "list", "e1", true),
+            assign(3, 400, "measure", "shell", "e1", 1),
+        ];
+        let entries = build(&messages, &[]);
+        let calls = vec![
+            call(1, "e1", 50),
+            call(2, "e1", 100),
+            call(3, "e9", 150),
+            call(4, "e1", 250),
+            call(5, "e1", 350),
+            call(6, "e1", 900),
+        ];
+        assert_eq!(calls_of(&entries[0], &calls), vec![2, 4]);
+        assert_eq!(calls_of(&entries[1], &calls), vec![6]);
+        let text = plain(&entries, 0, false, &calls);
+        assert!(
+            text.contains("  model calls: #2 #4 (`inspect RUN calls e1` shows them)"),
+            "{text}"
+        );
+        assert_eq!(json(&entries, 0, &calls)["steps"][1]["calls"], serde_json::json!([6]));
+    }
+
     /// A spawned worker handed a step by its lead (a small model's scripted supervision): its
     /// tool calls go to the step, the work started last; its task ends with it.
     #[test]
