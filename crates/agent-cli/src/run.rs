@@ -1323,10 +1323,10 @@ async fn drive_run(
         }
         _ => None,
     };
-    // Operator requests (`strata approve`, `strata veto`, `strata rollback`) dropped into the
-    // run's inbox.
     // A cancel (the dashboard's) stops the run as Ctrl-C does.
     let cancel = Arc::new(crate::operator::Cancel { since_ms: now_ms(), ..Default::default() });
+    // Operator requests (`strata approve`, `strata veto`, `strata rollback`, the dashboard's
+    // cancel) dropped into the run's inbox.
     let inbox = tokio::spawn(crate::operator::serve(
         dir.clone(),
         authority,
@@ -1365,12 +1365,14 @@ async fn drive_run(
         // What the workers appended up to now (their agents shut down) is shown.
         bridge.pass().await;
     }
-    let flush = |ledger: &Option<Arc<UsageLedger>>| {
+    // The usage ledger stored, and its totals put in run.json (written next).
+    let flush = |ledger: &Option<Arc<UsageLedger>>, info: &mut RunInfo| {
         if let Some(ledger) = ledger
             && let Err(e) = ledger.flush()
         {
             tracing::error!(error = %e, "could not store the usage ledger");
         }
+        info.usage = RunUsage::of(ledger.as_deref());
     };
     let outcome = match end {
         End::Outcome(outcome) => outcome,
@@ -1393,8 +1395,7 @@ async fn drive_run(
                 view::left_running(output);
             }
             watcher.stop().await;
-            flush(&ledger);
-            info.usage = RunUsage::of(ledger.as_deref());
+            flush(&ledger, &mut info);
             info.status = RunStatus::Interrupted;
             info.finished_at = Some(now_ms());
             info.write(&dir)?;
@@ -1410,8 +1411,7 @@ async fn drive_run(
         End::Budget(stop) => {
             team.stop().await;
             watcher.stop().await;
-            flush(&ledger);
-            info.usage = RunUsage::of(ledger.as_deref());
+            flush(&ledger, &mut info);
             let outcome = TaskOutcome::Failed {
                 task_id: task.id.clone(),
                 reason: TaskFailure::BudgetExceeded { reason: stop.to_string() },
@@ -1449,8 +1449,7 @@ async fn drive_run(
         End::LeaderFailed(agent, reason) => {
             team.stop().await;
             watcher.stop().await;
-            flush(&ledger);
-            info.usage = RunUsage::of(ledger.as_deref());
+            flush(&ledger, &mut info);
             let failure = TaskFailure::AgentFailed { agent, reason };
             let cause = failure.to_string();
             let outcome = TaskOutcome::Failed { task_id: task.id.clone(), reason: failure };
@@ -1465,8 +1464,7 @@ async fn drive_run(
     };
     team.shutdown().await.context("the team did not shut down cleanly")?;
     watcher.stop().await;
-    flush(&ledger);
-    info.usage = RunUsage::of(ledger.as_deref());
+    flush(&ledger, &mut info);
     info.finished_at = Some(now_ms());
     info.status = if outcome.is_success() { RunStatus::Succeeded } else { RunStatus::Failed };
     if let TaskOutcome::Failed { reason, .. } = &outcome {

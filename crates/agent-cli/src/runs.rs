@@ -97,12 +97,6 @@ struct Row {
     usage: Option<crate::run::RunUsage>,
 }
 
-/// A run's model usage as `strata runs --json` and `GET /api/runs` give it: `calls`,
-/// `tokens` and `cost_usd` (`null` when a model without a price was called).
-pub(crate) fn usage_json(usage: &crate::run::RunUsage) -> serde_json::Value {
-    serde_json::json!({"calls": usage.calls, "tokens": usage.tokens, "cost_usd": usage.cost_usd})
-}
-
 /// `strata runs`: the team runs and the evolutions.
 pub(crate) async fn list(args: &RunsArgs) -> Result<(), Failure> {
     if !args.data.exists() {
@@ -166,7 +160,7 @@ pub(crate) async fn list(args: &RunsArgs) -> Result<(), Failure> {
                     "started_at": format_time(row.started), "duration_s": row.end.saturating_sub(row.started) as f64 / 1000.0,
                     "failure": row.failure});
                 if let Some(usage) = &row.usage {
-                    json["usage"] = usage_json(usage);
+                    json["usage"] = serde_json::json!(usage);
                 }
                 if let Some(damage) = &row.damage {
                     json["damage"] = damage.as_str().into();

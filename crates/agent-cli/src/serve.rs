@@ -654,7 +654,7 @@ async fn runs(State(app): State<Shared>) -> Response {
                 "duration_s": end.saturating_sub(info.started_at) as f64 / 1000.0,
                 "failure": info.failure,
                 "agents": agents,
-                "usage": info.usage.as_ref().map(crate::runs::usage_json),
+                "usage": info.usage,
             }));
         }
         rows.sort_by_key(|r| r["started_at"].as_u64().unwrap_or(0));
@@ -931,7 +931,6 @@ struct SignBody {
     reason: Option<String>,
 }
 
-/// `POST /api/runs/{id}/decisions/{decision}/{approve|veto}`.
 /// The directory of run `id` in the data directory, or the answer that refuses to act on it:
 /// 404 when there is no such run, 409 when it is a run placed on the NATS server by another
 /// machine (`how` says where to act on it instead).
@@ -1067,14 +1066,8 @@ async fn resume(State(app): State<Shared>, UrlPath(id): UrlPath<String>) -> Resp
         }
     })
     .await;
-    let mut child = match started {
-        Ok(Ok(child)) => child,
-        Ok(Err(e)) => {
-            return error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("cannot start `strata resume {id}`: {e}"),
-            );
-        }
+    let mut child = match started.map_err(std::io::Error::other).and_then(|spawned| spawned) {
+        Ok(child) => child,
         Err(e) => {
             return error(
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -1116,6 +1109,7 @@ async fn resume(State(app): State<Shared>, UrlPath(id): UrlPath<String>) -> Resp
     )
 }
 
+/// `POST /api/runs/{id}/decisions/{decision}/{approve|veto}`.
 async fn decide(
     State(app): State<Shared>,
     UrlPath((id, decision, action)): UrlPath<(String, String, String)>,

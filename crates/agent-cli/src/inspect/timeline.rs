@@ -225,15 +225,12 @@ fn secs(at: u64, start: u64) -> f64 {
 
 /// The model calls (their `seq`) that the worker of `entry` started while it had the work:
 /// from its handing over to its result (to now, while it goes on). Calls carry no step of
-/// their own, so the window tells them; an agent works at one piece of work at a time.
+/// their own, so the window tells them, as it does for records; a spawned agent's call made
+/// for a step it was handed counts for that step and for its whole task.
 pub(crate) fn calls_of(entry: &Entry<'_>, calls: &[CallRecord]) -> Vec<u64> {
     calls
         .iter()
-        .filter(|c| {
-            c.agent == entry.who
-                && c.started_ms >= entry.start
-                && entry.end.is_none_or(|end| c.started_ms <= end)
-        })
+        .filter(|c| c.agent == entry.who && during(entry, c.started_ms))
         .map(|c| c.seq)
         .collect()
 }

@@ -233,17 +233,17 @@ function renderCounts() {
 function updateAgent(a) {
   state.agents.set(a.id, a);
   let entry = state.nodes.get(a.id);
-  state.countsChanged = true;
   if (!entry) {
     count(a.status, 1);
+    state.countsChanged = true;
     entry = agentNode(a);
     const parent = a.parent && a.parent !== a.id ? state.nodes.get(a.parent) : null;
     if (parent) parent.node.classList.add("parent");
     (parent ? parent.kids : document.getElementById("tree")).appendChild(entry.node);
-    if (state.query || state.statusFilter) state.countsChanged = true;
     return;
   }
   if (entry.statusText !== a.status) {
+    state.countsChanged = true;
     count(entry.statusText, -1);
     count(a.status, 1);
     entry.statusText = a.status;
@@ -469,6 +469,7 @@ function flush() {
   }
   if (decisions) renderDecisions();
   if (costs) renderCosts();
+  // A new agent or a new status changes the counts, and what a search or a status shows.
   if (state.countsChanged) {
     state.countsChanged = false;
     if (state.query || state.statusFilter) applyFilter(); else renderCounts();
