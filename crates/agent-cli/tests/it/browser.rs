@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::{GATED_PLAN, Gate, Running, Scratch, wait_for};
+use crate::support::{Gate, Running, Scratch, wait_for};
 use webdriver::Browser;
 
 /// The run's heartbeat: slow enough that the event lines at the gate are the team's work, not
@@ -67,32 +67,10 @@ fn the_webdriver_client_drives_headless_chromium() {
     assert!(png.len() > 1000 && png.starts_with(b"\x89PNG\r\n\x1a\n"), "{} bytes", png.len());
 }
 
-/// `strata run` of the gated plan in `s` (run `gated`, data `D`, workspace `W`, with `more`
-/// arguments), once its gate step waits; the gate, which lets it go on.
+/// `strata run` of the gated plan in `s` (run `gated`, with `more` arguments), once its gate
+/// step waits; the gate, which lets it go on.
 fn at_the_gate(s: &Scratch, more: &[&str]) -> (Running, Gate) {
-    s.write("gated.toml", GATED_PLAN);
-    std::fs::create_dir_all(s.path("W")).unwrap();
-    let gate = Gate(s.path("W/go"));
-    let mut args = vec![
-        "run",
-        "gated.toml",
-        "--data",
-        "D",
-        "--workspace",
-        "W",
-        "--run-id",
-        "gated",
-        "--heartbeat",
-        HEARTBEAT,
-        "--quiet",
-    ];
-    args.extend_from_slice(more);
-    let mut run = s.spawn(&args);
-    wait_for("the gate step to start", || {
-        assert!(!run.exited(), "the run exited before the gate:\n{}", run.stderr_so_far());
-        s.path("W/waiting").exists()
-    });
-    (run, gate)
+    crate::support::start_gated(s, "gated", HEARTBEAT, &[&["--quiet"], more].concat(), |_| {})
 }
 
 /// `strata serve --data D --addr 127.0.0.1:0 --token TOKEN` in `s`, and the URL it prints
@@ -562,7 +540,10 @@ fn a_live_run_is_cancelled_and_resumed_from_the_dashboard() {
 
     // One click arms the button; the second cancels.
     browser.click(&cancel);
-    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(text_of(&browser, "#cancel-run"), "click again to cancel the run");
+    let requests = s.path("D/gated/requests");
+    let asked = std::fs::read_dir(&requests).map(Iterator::count).unwrap_or(0);
+    assert_eq!(asked, 0, "one click sent a request to {}", requests.display());
     assert!(!run.exited(), "one click cancelled the run");
     browser.click(&cancel);
     let out = run.finish();

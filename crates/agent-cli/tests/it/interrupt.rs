@@ -8,7 +8,7 @@ use std::process::Command;
 use crate::fake_llm::{FakeLlm, Mode};
 use crate::llm;
 use crate::support::{
-    FAST, GATED_PLAN, Gate, Out, Running, Scratch, audited_calls, listed_run, snapshot, wait_for,
+    FAST, Gate, Out, Running, Scratch, audited_calls, listed_run, snapshot, wait_for,
 };
 
 /// Starts the gated plan as run `id` and waits until its shell step is at the gate.
@@ -29,32 +29,7 @@ fn start_gated_with(
     more: &[&str],
     env: impl FnOnce(&mut Command),
 ) -> (Running, Gate) {
-    s.write("gated.toml", GATED_PLAN);
-    std::fs::create_dir_all(s.path("W")).unwrap();
-    let gate = Gate(s.path("W/go"));
-    let mut args = vec![
-        "run",
-        "gated.toml",
-        "--data",
-        "D",
-        "--workspace",
-        "W",
-        "--run-id",
-        id,
-        FAST[0],
-        FAST[1],
-        "--no-sync",
-    ];
-    args.extend_from_slice(more);
-    let mut command = s.command(&args);
-    env(&mut command);
-    let mut run = Scratch::spawn_command(&args, &mut command);
-    let waiting = s.path("W/waiting");
-    wait_for("the gate step to start", || {
-        assert!(!run.exited(), "strata exited before the gate");
-        waiting.exists()
-    });
-    (run, gate)
+    crate::support::start_gated(s, id, FAST[1], &[&["--no-sync"], more].concat(), env)
 }
 
 /// What a finished gated run must show: every step's effect once, a clean audit, every

@@ -441,6 +441,42 @@ impl Drop for Gate {
     }
 }
 
+/// `strata run` of [`GATED_PLAN`] in `s` as run `id` (data `D`, workspace `W`, heartbeat
+/// `heartbeat`, then `more`), its command's environment set by `env`, once its shell step waits
+/// at the gate: the process, and the gate that lets it go on.
+pub(crate) fn start_gated(
+    s: &Scratch,
+    id: &str,
+    heartbeat: &str,
+    more: &[&str],
+    env: impl FnOnce(&mut Command),
+) -> (Running, Gate) {
+    s.write("gated.toml", GATED_PLAN);
+    std::fs::create_dir_all(s.path("W")).unwrap();
+    let gate = Gate(s.path("W/go"));
+    let mut args = vec![
+        "run",
+        "gated.toml",
+        "--data",
+        "D",
+        "--workspace",
+        "W",
+        "--run-id",
+        id,
+        "--heartbeat",
+        heartbeat,
+    ];
+    args.extend_from_slice(more);
+    let mut command = s.command(&args);
+    env(&mut command);
+    let mut run = Scratch::spawn_command(&args, &mut command);
+    wait_for("the gate step to start", || {
+        assert!(!run.exited(), "the run exited before the gate:\n{}", run.stderr_so_far());
+        s.path("W/waiting").exists()
+    });
+    (run, gate)
+}
+
 /// How many calls of `tool` run `id` in data directory `D` audited.
 pub(crate) fn audited_calls(s: &Scratch, id: &str, tool: &str) -> usize {
     let audit = s.strata(&["inspect", id, "audit", "--data", "D", "--json"]).code(0).json();
