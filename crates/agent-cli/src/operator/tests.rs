@@ -31,6 +31,18 @@ fn drop_request(dir: &Path, id: &str, request: OperatorRequest, refused: Option<
     deliver(dir, &envelope).map_err(|_| "deliver").unwrap();
 }
 
+/// One pass over `dir`'s requests as alice's team, on a bus of its own, no cancel awaited:
+/// how many requests it took.
+async fn pass_once(
+    dir: &Path,
+    gov: &InMemoryGovernance,
+    audit: &InMemoryAuditLog,
+    clock: &TokioClock,
+) -> usize {
+    let bus = message_bus::InMemoryBus::new();
+    pass(dir, &alice(), gov, &bus, audit, clock, &Cancel::default()).await.unwrap()
+}
+
 fn done(dir: &Path, id: &str) -> Done {
     let bytes = std::fs::read(dir.join(REQUESTS_DIR).join(format!("{id}.done.json"))).unwrap();
     serde_json::from_slice(&bytes).unwrap()
@@ -72,20 +84,7 @@ async fn requests_are_applied_as_the_human_audited_answered_and_removed() {
         Some("refused by the command"),
     );
     std::fs::write(tmp.path().join(REQUESTS_DIR).join("5-a.json"), b"{not json").unwrap();
-    assert_eq!(
-        pass(
-            tmp.path(),
-            &alice(),
-            &gov,
-            &message_bus::InMemoryBus::new(),
-            &audit,
-            &clock,
-            &Cancel::default()
-        )
-        .await
-        .unwrap(),
-        5
-    );
+    assert_eq!(pass_once(tmp.path(), &gov, &audit, &clock).await, 5);
 
     let d1 = gov.get(one).await.unwrap().unwrap();
     assert_eq!(d1.status, DecisionStatus::Pending, "top-b has not signed yet");
@@ -119,20 +118,7 @@ async fn requests_are_applied_as_the_human_audited_answered_and_removed() {
         ]
     );
     // Every request was taken: a second pass finds nothing.
-    assert_eq!(
-        pass(
-            tmp.path(),
-            &alice(),
-            &gov,
-            &message_bus::InMemoryBus::new(),
-            &audit,
-            &clock,
-            &Cancel::default()
-        )
-        .await
-        .unwrap(),
-        0
-    );
+    assert_eq!(pass_once(tmp.path(), &gov, &audit, &clock).await, 0);
 }
 
 #[tokio::test]
@@ -146,36 +132,10 @@ async fn a_pass_takes_a_bounded_number_of_requests_oldest_first() {
             OperatorRequest::Approve { decision: DecisionId::from_u128(9), human: "alice".into() };
         drop_request(tmp.path(), &format!("{i:04}"), request, None);
     }
-    assert_eq!(
-        pass(
-            tmp.path(),
-            &alice(),
-            &gov,
-            &message_bus::InMemoryBus::new(),
-            &audit,
-            &clock,
-            &Cancel::default()
-        )
-        .await
-        .unwrap(),
-        MAX_PER_PASS
-    );
+    assert_eq!(pass_once(tmp.path(), &gov, &audit, &clock).await, MAX_PER_PASS);
     assert!(done(tmp.path(), "0000").error.unwrap().contains("no decision"));
     assert!(tmp.path().join(REQUESTS_DIR).join(format!("{:04}.json", MAX_PER_PASS)).is_file());
-    assert_eq!(
-        pass(
-            tmp.path(),
-            &alice(),
-            &gov,
-            &message_bus::InMemoryBus::new(),
-            &audit,
-            &clock,
-            &Cancel::default()
-        )
-        .await
-        .unwrap(),
-        3
-    );
+    assert_eq!(pass_once(tmp.path(), &gov, &audit, &clock).await, 3);
 }
 
 #[test]

@@ -387,26 +387,11 @@ fn search(browser: &Browser, text: &str) {
 fn the_tree_of_10000_agents_is_searched_counted_and_folded_and_missed_beats_fold() {
     let Some(browser) = browser() else { return };
     let s = Scratch::with_example();
-    s.strata(&[
-        "run",
-        "plan.toml",
-        "--team",
-        "team.toml",
-        "--data",
-        "D",
-        "--workspace",
-        "W",
-        "--run-id",
-        "hello",
-        "--heartbeat",
-        "20ms",
-        "--quiet",
-    ])
-    .code(0);
-    let team = cli_tree(&s, "hello");
+    crate::support::finished_run(&s);
+    let team = cli_tree(&s, "r");
     let (_server, url) = serve(&s, "browser-search-token");
     browser.goto(&url);
-    browser.goto(&format!("{}/#run=hello", url.split("/?").next().unwrap()));
+    browser.goto(&format!("{}/#run=r", url.split("/?").next().unwrap()));
     browser.wait_for("every agent in the tree", PAGE_PATIENCE, |b| {
         let n = page_tree(b).len();
         if n == team.len() { Ok(()) } else { Err(format!("{n} of {}", team.len())) }
