@@ -4,12 +4,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
+use strata::url::parse_base_url;
 
 /// Default data directory, under the current directory.
 pub(crate) const DEFAULT_DATA: &str = ".strata/runs";
 /// The default workspace of a run: this directory inside the run's own directory
 /// (`.strata/runs/<id>/workspace`), so two runs never mix their files.
-pub(crate) const RUN_WORKSPACE: &str = "workspace";
+pub(crate) use strata::run_dir::RUN_WORKSPACE;
 
 #[cfg(test)]
 mod tests;
@@ -557,49 +558,6 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
 /// [`team_file::MAX_HEARTBEAT`]); clap names the flag in the error.
 pub(crate) fn parse_heartbeat(text: &str) -> Result<Duration, String> {
     parse_duration(text).and_then(|d| team_file::check_heartbeat(d).map_err(|e| e.to_string()))
-}
-
-/// Parses a model server's API root (`--base-url`, `$OPENAI_BASE_URL`): an http(s) URL with a
-/// host, such as `http://127.0.0.1:8080/v1`; given back trimmed.
-pub(crate) fn parse_base_url(text: &str) -> Result<String, String> {
-    let url = text.trim();
-    let bad = || {
-        format!(
-            "`{url}` is not an http(s) URL; write it like https://api.openai.com/v1 or http://127.0.0.1:8080/v1"
-        )
-    };
-    let rest =
-        url.strip_prefix("http://").or_else(|| url.strip_prefix("https://")).ok_or_else(bad)?;
-    if rest.chars().any(|c| c.is_whitespace() || c.is_control() || c == '\\') {
-        return Err(bad());
-    }
-    let (host, port) = url_host(url).ok_or_else(bad)?;
-    let port_ok = port.is_none_or(|p| p.parse::<u16>().is_ok_and(|p| p > 0));
-    if host.is_empty() || !port_ok {
-        return Err(bad());
-    }
-    Ok(url.to_owned())
-}
-
-/// The host of an http(s) URL (without the brackets of an IPv6 address) and its port, if it
-/// gives one; `None` when it has no `scheme://`.
-pub(crate) fn url_host(url: &str) -> Option<(&str, Option<&str>)> {
-    let (_, rest) = url.split_once("://")?;
-    let authority = rest.split(['/', '?', '#', '\\']).next().unwrap_or_default();
-    // After the user information, if any (`user:password@host`).
-    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    if let Some(v6) = host_port.strip_prefix('[') {
-        let (host, after) = v6.split_once(']')?;
-        let port = match after {
-            "" => None,
-            _ => Some(after.strip_prefix(':')?),
-        };
-        return Some((host, port));
-    }
-    Some(match host_port.split_once(':') {
-        Some((host, port)) => (host, Some(port)),
-        None => (host_port, None),
-    })
 }
 
 /// Parses `--model`: a model name, not blank; given back trimmed.

@@ -20,11 +20,11 @@ use run_store::{Durability, RunStore};
 use serde::{Deserialize, Serialize};
 
 use crate::cli::{EvolveArgs, LineageArgs, LineageFormat};
-use crate::run::{now_ms, read_json, write_atomic};
 use crate::{Failure, INTERRUPTED, bad_input};
+use strata::run_dir::{now_ms, read_json, write_atomic};
 
 /// What an evolution directory is: `evolution.json`.
-pub(crate) const EVOLUTION_FILE: &str = "evolution.json";
+pub(crate) use strata::run_dir::EVOLUTION_FILE;
 /// The evolution file it was started with.
 const CONFIG_FILE: &str = "evolution.toml";
 /// Its genesis genome.
@@ -75,11 +75,11 @@ pub(crate) struct EvolutionInfo {
 
 impl EvolutionInfo {
     pub(crate) fn read(dir: &Path) -> anyhow::Result<Self> {
-        read_json(&dir.join(EVOLUTION_FILE))
+        Ok(read_json(&dir.join(EVOLUTION_FILE))?)
     }
 
     fn write(&self, dir: &Path) -> anyhow::Result<()> {
-        write_atomic(&dir.join(EVOLUTION_FILE), &serde_json::to_vec_pretty(self)?)
+        Ok(write_atomic(&dir.join(EVOLUTION_FILE), &serde_json::to_vec_pretty(self)?)?)
     }
 
     /// The status `strata runs` shows, including an evolution killed while running.
@@ -112,7 +112,7 @@ pub(crate) fn resolve(data: &Path, run: &str) -> Result<PathBuf, Failure> {
 /// A new evolution's id: `evo-` and the time, with a random suffix.
 fn new_id() -> String {
     let secs = now_ms() / 1000;
-    let (y, m, d) = crate::run::civil_from_days(i64::try_from(secs / 86_400).unwrap_or(0));
+    let (y, m, d) = strata::run_dir::civil_from_days(i64::try_from(secs / 86_400).unwrap_or(0));
     let rest = secs % 86_400;
     let suffix = &uuid::Uuid::new_v4().simple().to_string()[..4];
     format!(

@@ -71,7 +71,7 @@ async fn exec_with(
     if let Some(heartbeat) = args.start.heartbeat {
         team.spec.heartbeat = heartbeat;
     }
-    let flags = run::ModelFlags::of(&args.start);
+    let flags = run::model_flags(&args.start);
     run::check_reasoners(&team, args.start.reasoner.as_deref(), &flags).await?;
     let plan_text = team_file::exec_plan_toml(kind, objective, &inputs, &exec.executor)
         .map_err(|m| bad_input(anyhow!("inputs of the `{kind}` run: {m}")))?;

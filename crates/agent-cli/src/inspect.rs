@@ -29,10 +29,10 @@ use run_store::RunStore;
 use team_file::escape_controls as esc;
 
 use crate::cli::{InspectArgs, VerifyArgs, View};
-use crate::nats::Stores;
-use crate::run::{RunInfo, TEAM_FILE, resolve_run};
 use crate::view::event_line;
 use crate::{Failure, bad_input};
+use strata::Stores;
+use strata::run_dir::{RunInfo, TEAM_FILE, resolve_run};
 
 pub(crate) mod calls;
 pub(crate) mod spawns;
@@ -140,7 +140,7 @@ struct AnchorFiles {
 fn anchor_files(dir: &Path, run_id: &str, name: &str) -> AnchorFiles {
     let paths = [
         run_store::AnchorFile::in_run(dir),
-        run_store::AnchorFile::in_index(&crate::runs::anchor_index(dir), run_id),
+        run_store::AnchorFile::in_index(&strata::run_dir::anchor_index(dir), run_id),
     ];
     let mut files = AnchorFiles {
         paths: paths.iter().map(|p| p.display().to_string()).collect(),
@@ -500,7 +500,7 @@ pub(crate) async fn inspect(args: &InspectArgs) -> Result<(), Failure> {
 /// whether registered or not) is counted, by kind.
 async fn nats_messages(dir: &Path, info: &RunInfo, json: bool) -> Result<(), Failure> {
     let url = info.nats.as_deref().unwrap_or_default();
-    let server = crate::nats::connect_existing(url, dir, info).await?;
+    let server = strata::stores::connect_existing(url, dir, info).await?;
     let bus = NatsBus::open(&server).await.map_err(|e| {
         bad_input(anyhow::anyhow!("cannot open the message bus on the NATS server at {url}: {e}"))
     })?;

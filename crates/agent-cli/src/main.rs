@@ -34,13 +34,9 @@ macro_rules! errln {
 mod cli;
 mod evolve;
 mod exec;
-mod inputs;
 mod inspect;
-mod mcp;
 mod model;
-mod nats;
 mod operator;
-mod reasoners;
 mod run;
 mod runs;
 mod serve;
@@ -121,8 +117,13 @@ enum Failure {
 }
 
 impl<E: Into<anyhow::Error>> From<E> for Failure {
+    /// An engine error that blames the input is bad input; anything else is a failure.
     fn from(e: E) -> Self {
-        Failure::Other(e.into())
+        let e = e.into();
+        match e.downcast_ref::<strata::Error>() {
+            Some(engine) if engine.is_bad_input() => Failure::BadInput(e),
+            _ => Failure::Other(e),
+        }
     }
 }
 

@@ -57,9 +57,10 @@ use run_store::{Durability, RunStore};
 use serde::{Deserialize, Serialize};
 
 use crate::cli::{AdoptArgs, ApproveArgs, DecisionTarget, RollbackArgs, VetoArgs};
-use crate::nats::Stores;
-use crate::run::{RunInfo, TEAM_FILE, now_ms, read_input, resolve_run, write_atomic};
+use crate::run::read_input;
 use crate::{Failure, TASK_FAILED, bad_input};
+use strata::Stores;
+use strata::run_dir::{RunInfo, TEAM_FILE, now_ms, resolve_run, write_atomic};
 
 /// The drop directory of a run's operator requests.
 pub(crate) const REQUESTS_DIR: &str = "requests";
@@ -584,7 +585,7 @@ fn read_genome(data: &Path, given: &str) -> Result<agent_state::evolution::Genom
         }
         best
     };
-    let genome: agent_state::evolution::Genome = crate::run::read_json(&path)
+    let genome: agent_state::evolution::Genome = strata::run_dir::read_json(&path)
         .with_context(|| format!("{} is not a genome", path.display()))
         .map_err(bad_input)?;
     genome

@@ -6,15 +6,15 @@
 //! recorded is kept beside it. A run on NATS is listed as recorded (its audit log is on the
 //! server; `strata verify` checks it there).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::Context;
 use run_store::RunStore;
 
 use crate::cli::{InitArgs, RunsArgs};
 use crate::evolve::EvolutionInfo;
-use crate::run::{RunInfo, RunStatus, civil_from_days, now_ms};
 use crate::{Failure, bad_input};
+use strata::run_dir::{RunInfo, RunStatus, now_ms};
 use team_file::escape_controls as esc;
 
 /// `strata init [DIR]`: writes an example team file and plan, never overwriting a file.
@@ -51,16 +51,6 @@ pub(crate) fn init(args: &InitArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-/// The directory, in the data directory, that keeps a copy of every run's anchor file
-/// (`<run id>.anchor`): a second place, outside the run directory, so that deleting one file
-/// never removes every anchor of a run whose seal is gone.
-pub(crate) const ANCHOR_INDEX: &str = "strata-anchors";
-
-/// The anchor index of the run in `run_dir` (runs live in the data directory: `<data>/<run id>`).
-pub(crate) fn anchor_index(run_dir: &Path) -> PathBuf {
-    run_dir.parent().unwrap_or_else(|| Path::new(".")).join(ANCHOR_INDEX)
-}
-
 /// How a run listed by `strata runs` stands, including runs killed while running.
 pub(crate) fn effective_status(dir: &Path, info: &RunInfo) -> &'static str {
     match info.status {
@@ -74,13 +64,7 @@ pub(crate) fn effective_status(dir: &Path, info: &RunInfo) -> &'static str {
     }
 }
 
-/// Formats milliseconds since the epoch as `YYYY-MM-DD HH:MM:SS` UTC.
-pub(crate) fn format_time(ms: u64) -> String {
-    let secs = ms / 1000;
-    let (y, m, d) = civil_from_days(i64::try_from(secs / 86_400).unwrap_or(0));
-    let rest = secs % 86_400;
-    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}", rest / 3600, rest % 3600 / 60, rest % 60)
-}
+pub(crate) use strata::run_dir::format_time;
 
 /// One line of `strata runs`: a team run or an evolution.
 struct Row {
@@ -94,7 +78,7 @@ struct Row {
     /// What `verify` finds broken, if anything (the status is then `damaged`).
     damage: Option<String>,
     /// What its model calls used, when it last stopped.
-    usage: Option<crate::run::RunUsage>,
+    usage: Option<strata::run_dir::RunUsage>,
 }
 
 /// `strata runs`: the team runs and the evolutions.

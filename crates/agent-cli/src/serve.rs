@@ -59,8 +59,8 @@ use agent_pool::placement::{REGISTRY, Registry};
 
 use crate::cli::ServeArgs;
 use crate::operator::{OperatorRequest, Submitted};
-use crate::run::RunInfo;
 use crate::{Failure, bad_input};
+use strata::run_dir::RunInfo;
 
 pub(crate) mod model;
 mod watch;
@@ -189,7 +189,7 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<u8, Failure> {
 /// (or has no JetStream) is bad input.
 async fn placed_runs(url: &str) -> Result<watch::Server, Failure> {
     let connected = tokio::time::timeout(watch::SERVER_PATIENCE * 2, async {
-        let store = crate::nats::connect_flag(url, REGISTRY).await?;
+        let store = strata::stores::connect_flag(url, REGISTRY).await?;
         let registry = Registry::open(&store).await.map_err(|e| {
             bad_input(anyhow::anyhow!("--nats {url}: the registry of workers: {e}"))
         })?;
@@ -617,7 +617,7 @@ async fn placed_rows(app: &App, local: &[String]) -> Vec<serde_json::Value> {
 
 /// The row of placed run `run`.
 fn placed_row(app: &App, run: &agent_pool::placement::PlacedRun) -> serde_json::Value {
-    let spec: Option<crate::worker::PlacedSpec> = serde_json::from_value(run.spec.clone()).ok();
+    let spec: Option<strata::placement::PlacedSpec> = serde_json::from_value(run.spec.clone()).ok();
     let (task, goal, started_at) =
         spec.map(|s| (s.task_id, s.goal, s.started_at)).unwrap_or_default();
     let agents = app.watches.agents(&run.run_id).unwrap_or(run.agents.len());
@@ -643,7 +643,7 @@ async fn runs(State(app): State<Shared>) -> Response {
             let dir = entry.path();
             let Ok(info) = RunInfo::read(&dir) else { continue };
             let agents = app2.watches.agents(&info.run_id).or_else(|| team_agents(&dir));
-            let end = info.finished_at.unwrap_or_else(crate::run::now_ms);
+            let end = info.finished_at.unwrap_or_else(strata::run_dir::now_ms);
             rows.push(serde_json::json!({
                 "id": info.run_id,
                 "task": info.task_id,
@@ -679,7 +679,7 @@ async fn runs(State(app): State<Shared>) -> Response {
 
 /// How many agents the team file of the run in `dir` configures.
 fn team_agents(dir: &std::path::Path) -> Option<usize> {
-    let path = dir.join(crate::run::TEAM_FILE);
+    let path = dir.join(strata::run_dir::TEAM_FILE);
     let text = std::fs::read_to_string(&path).ok()?;
     let tools = agent_core::tools::ToolRegistry::with_builtins();
     team_file::parse_stored_team(&path, &text, &tools).ok().map(|t| t.spec.agents.len())
@@ -787,8 +787,7 @@ async fn timeline(
     let read = async {
         let info = RunInfo::read(&dir)?;
         let store = crate::operator::read_copy(&dir).await.map_err(watch::to_anyhow)?;
-        let stores =
-            crate::nats::Stores::of_run(&store, &dir, &info).await.map_err(watch::to_anyhow)?;
+        let stores = strata::Stores::of_run(&store, &dir, &info).await?;
         let records = stores.audit.records(None).await?;
         let started_at = info.started_at;
         let (messages, calls) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {

@@ -28,7 +28,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::cli::OutputArgs;
-use crate::run::{RunInfo, now_ms};
+use strata::run_dir::{RunInfo, now_ms};
 
 /// How often the view refreshes.
 const REFRESH: Duration = Duration::from_millis(250);

@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use agent_core::tools::ToolRegistry;
 use agent_pool::placement::{
-    BuildError, HostedRun, PlacedRun, REGISTRY, Registry, RunBuilder, VERSION, Worker,
-    WorkerConfig, WorkerError, WorkerEvent, WorkerFilter,
+    BuildError, HostedRun, PlacedRun, REGISTRY, RunBuilder, VERSION, Worker, WorkerConfig,
+    WorkerError, WorkerEvent, WorkerFilter,
 };
 use agent_state::{AgentLayer, Timestamp};
 use anyhow::Context as _;
@@ -25,67 +25,11 @@ use async_trait::async_trait;
 use message_bus::NatsBusError;
 use nats_store::{NatsError, NatsStore};
 use run_store::{Durability, RunStore};
-use serde::{Deserialize, Serialize};
 
 use crate::cli::{RUN_WORKSPACE, WorkerArgs};
-use crate::nats::{FLAG, Stores};
-use crate::run::{RunInfo, RunStatus, TEAM_FILE, now_ms, write_atomic};
 use crate::{Failure, bad_input};
-
-/// What a placed run carries for the workers to build its team from.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct PlacedSpec {
-    /// The team file's text.
-    pub(crate) team: String,
-    /// `--reasoner`, if given.
-    pub(crate) reasoner: Option<String>,
-    /// `--base-url`, `--model` and `$OPENAI_BASE_URL` as the run started with them.
-    #[serde(flatten)]
-    pub(crate) flags: crate::run::ModelFlags,
-    /// `--unsandboxed`: the workers run `shell` commands without the sandbox too.
-    pub(crate) unsandboxed: bool,
-    /// The run's workspace where it was started: a worker without `--workspace` works there
-    /// (made if missing), so on one machine every agent shares it.
-    #[serde(default)]
-    pub(crate) workspace: Option<PathBuf>,
-    /// The run's goal, for a dashboard that lists the placed runs (`strata serve --nats`).
-    #[serde(default)]
-    pub(crate) goal: String,
-    /// The run's task id, for that dashboard.
-    #[serde(default)]
-    pub(crate) task_id: String,
-    /// When the run started, in milliseconds since the epoch, for that dashboard.
-    #[serde(default)]
-    pub(crate) started_at: u64,
-    /// The plan file's text, for that dashboard (the run's steps).
-    #[serde(default)]
-    pub(crate) plan: Option<String>,
-}
-
-/// The registry on the server of `server`, if workers of this version are live there; `None`
-/// if no worker is. Live workers of other versions only: bad input naming `--nats`, nothing
-/// written (the run could not be placed, and would wait forever).
-pub(crate) async fn live_registry(server: &NatsStore) -> Result<Option<Registry>, Failure> {
-    let url = server.url();
-    let registry = Registry::open(server)
-        .await
-        .map_err(|e| bad_input(anyhow::anyhow!("{FLAG} {url}: the registry of workers: {e}")))?;
-    let workers = registry.workers().await.map_err(|e| {
-        bad_input(anyhow::anyhow!("{FLAG} {url}: cannot list the live workers: {e}"))
-    })?;
-    if workers.is_empty() {
-        return Ok(None);
-    }
-    if workers.iter().any(|w| w.version == VERSION) {
-        return Ok(Some(registry));
-    }
-    let others: Vec<String> =
-        workers.iter().map(|w| format!("`{}` (Strata {})", w.id, w.version)).collect();
-    Err(bad_input(anyhow::anyhow!(
-        "{FLAG} {url}: the live workers there run another Strata version: {}; this is Strata {VERSION}. Start workers of this version (`strata worker {FLAG} {url}`), or stop those to run here",
-        others.join(", ")
-    )))
-}
+use strata::run_dir::{RunInfo, RunStatus, TEAM_FILE, now_ms, write_atomic};
+use strata::stores::{FLAG, Stores};
 
 /// `strata worker`.
 pub(crate) async fn worker(args: WorkerArgs) -> Result<u8, Failure> {
@@ -100,7 +44,7 @@ pub(crate) async fn worker(args: WorkerArgs) -> Result<u8, Failure> {
             args.data.display()
         )));
     }
-    let server = crate::nats::connect_flag(&args.nats, REGISTRY).await?;
+    let server = strata::stores::connect_flag(&args.nats, REGISTRY).await?;
     let builder = Arc::new(CliBuilder {
         server: server.clone(),
         dir: args.data.join(format!("worker-{id}")),
@@ -219,7 +163,7 @@ impl CliBuilder {
         server: NatsStore,
         stores: Stores,
     ) -> Result<HostedRun, Failure> {
-        let placed: PlacedSpec = serde_json::from_value(run.spec.clone())
+        let placed: strata::placement::PlacedSpec = serde_json::from_value(run.spec.clone())
             .context("the run's placement is not what this Strata writes")?;
         let dir = self.dir.join(&run.run_id);
         let store = open_or_create(&dir, &run.run_id)?;
@@ -236,20 +180,21 @@ impl CliBuilder {
             .with_context(|| format!("cannot resolve the workspace {}", workspace.display()))?;
         let mut tools = ToolRegistry::with_builtins();
         // The MCP servers start in the run's workspace, in its sandbox.
-        let place = crate::mcp::Place {
+        let place = strata::mcp::Place {
             workspace: &workspace,
             unsandboxed: placed.unsandboxed || self.unsandboxed,
             hide: vec![self.data.clone()],
+            warn: &|warning| errln!("{warning}"),
         };
         let servers =
-            crate::mcp::start_servers(&team_path, &placed.team, &mut tools, &place).await?;
+            strata::mcp::start_servers(&team_path, &placed.team, &mut tools, &place).await?;
         self.servers.lock().unwrap_or_else(PoisonError::into_inner).push(servers);
         let mut team =
             team_file::parse_team(&team_path, &placed.team, &tools).map_err(bad_input)?;
         team.spec.heartbeat = Duration::from_millis(run.heartbeat_ms);
-        crate::run::check_reasoners(&team, placed.reasoner.as_deref(), &placed.flags).await?;
+        strata::services::check_reasoners(&team, placed.reasoner.as_deref(), &placed.flags).await?;
         let unsandboxed = placed.unsandboxed || self.unsandboxed;
-        let sandbox = crate::run::sandbox(&team, unsandboxed)?.hide(&self.data);
+        let sandbox = strata::services::sandbox(&team, unsandboxed)?.hide(&self.data);
         let info = RunInfo {
             run_id: run.run_id.clone(),
             task_id: String::new(),
@@ -269,9 +214,10 @@ impl CliBuilder {
         };
         // The commands' crash journal where the run's own directory keeps it: workers that
         // share the data directory (one machine) adopt each other's commands.
-        let journal = self.data.join(&run.run_id).join(crate::run::JOURNAL_DIR);
+        let journal = self.data.join(&run.run_id).join(strata::run_dir::JOURNAL_DIR);
+        let tooling = strata::services::Tooling { tools, sandbox, journal };
         let (services, _ledger) =
-            crate::run::services(&store, stores, &info, &team, tools, sandbox, journal).await?;
+            strata::services::services(&store, stores, &info, &team, tooling).await?;
         Ok(HostedRun { spec: team.spec, services, store: server })
     }
 }
@@ -287,8 +233,8 @@ impl RunBuilder for CliBuilder {
         // that does not answer now (restarting) is tried again at the next beat, not refused.
         let stores = match Stores::nats(&server).await {
             Ok(stores) => stores,
-            Err(e) if for_good(&e) => return Err(BuildError::Refused(format!("{e:#}"))),
-            Err(e) => return Err(BuildError::Unavailable(format!("{e:#}"))),
+            Err(e) if for_good(&e) => return Err(BuildError::Refused(e.chain_text())),
+            Err(e) => return Err(BuildError::Unavailable(e.chain_text())),
         };
         self.try_build(run, server, stores).await.map_err(|e| match e {
             Failure::BadInput(e) | Failure::Other(e) => BuildError::Refused(format!("{e:#}")),
@@ -299,7 +245,7 @@ impl RunBuilder for CliBuilder {
 /// Whether opening a run's stores on NATS failed for good: they were made by another schema,
 /// or are not laid out as this Strata lays them out, or the server has no JetStream. Any other
 /// failure (a request not answered, the server out of reach) is the server's for now.
-fn for_good(error: &anyhow::Error) -> bool {
+fn for_good(error: &strata::Error) -> bool {
     let store = |e: &NatsError| {
         matches!(
             e,
@@ -308,13 +254,19 @@ fn for_good(error: &anyhow::Error) -> bool {
                 | NatsError::BadNamespace { .. }
         )
     };
-    error.chain().any(|cause| {
-        cause.downcast_ref::<NatsError>().is_some_and(store)
-            || cause.downcast_ref::<NatsBusError>().is_some_and(|e| match e {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(error) = cause {
+        let found = error.downcast_ref::<NatsError>().is_some_and(store)
+            || error.downcast_ref::<NatsBusError>().is_some_and(|e| match e {
                 NatsBusError::Store(e) => store(e),
                 _ => true,
-            })
-    })
+            });
+        if found {
+            return true;
+        }
+        cause = error.source();
+    }
+    false
 }
 
 /// The worker's directory of `run_id`, made on first use.

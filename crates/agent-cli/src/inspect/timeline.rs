@@ -30,7 +30,7 @@ use crate::view::event_line;
 /// for a run on NATS (its server deletes a message once it is acknowledged).
 pub(crate) fn bus_history(
     store: &run_store::RunStore,
-    info: &crate::run::RunInfo,
+    info: &strata::run_dir::RunInfo,
 ) -> anyhow::Result<Vec<Message>> {
     if info.nats.is_some() {
         return Ok(Vec::new());

@@ -93,13 +93,13 @@ fn only_this_servers_own_addresses_are_accepted_as_host() {
 /// that keeps one event) loses no record: the missed ones are read from the audit log.
 #[tokio::test]
 async fn a_lagged_event_stream_loses_no_record() {
-    use crate::run::{RunInfo, RunStatus, TEAM_FILE};
+    use strata::run_dir::{RunInfo, RunStatus, TEAM_FILE};
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("r");
     let store = run_store::RunStore::create(
         &dir,
         "r",
-        agent_state::Timestamp(crate::run::now_ms()),
+        agent_state::Timestamp(strata::run_dir::now_ms()),
         run_store::Durability::NoSync,
     )
     .unwrap();
@@ -112,7 +112,7 @@ async fn a_lagged_event_stream_loses_no_record() {
         heartbeat_ms: 100,
         reasoner: None,
         flags: Default::default(),
-        started_at: crate::run::now_ms(),
+        started_at: strata::run_dir::now_ms(),
         finished_at: None,
         status: RunStatus::Running,
         failure: None,
@@ -123,7 +123,7 @@ async fn a_lagged_event_stream_loses_no_record() {
     }
     .write(&dir)
     .unwrap();
-    let stores = crate::nats::Stores::sled(&store).unwrap();
+    let stores = strata::Stores::sled(&store).unwrap();
     let audit = stores.audit.clone();
     let events = agent_core::EventHub::new(1);
     let live = Live { events: events.clone(), store, stores, ledger: None };
@@ -134,7 +134,7 @@ async fn a_lagged_event_stream_loses_no_record() {
         let event =
             agent_core::AuditEvent::Error { error: format!("e{i}"), retry: 1, max_retries: 3 };
         let record = audit
-            .append_record(&agent, agent_state::Timestamp(crate::run::now_ms()), event)
+            .append_record(&agent, agent_state::Timestamp(strata::run_dir::now_ms()), event)
             .await
             .unwrap();
         last = record.seq;

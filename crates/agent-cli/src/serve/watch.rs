@@ -31,10 +31,10 @@ use agent_pool::placement::{PlacedRun, Registry};
 use nats_store::NatsStore;
 
 use super::model::{AgentCost, AuditCheck, Delta, RunModel, Seed};
-use crate::nats::Stores;
-use crate::run::{PLAN_FILE, RunInfo, TEAM_FILE};
-use crate::worker::PlacedSpec;
 use crate::{Failure, runs};
+use strata::Stores;
+use strata::placement::PlacedSpec;
+use strata::run_dir::{PLAN_FILE, RunInfo, TEAM_FILE};
 
 /// How often a live run is read.
 pub(crate) const POLL: Duration = Duration::from_millis(500);
@@ -455,7 +455,7 @@ impl RunWatch {
     async fn refresh_live(&self, live: &Live, records: Vec<AuditRecord>) -> anyhow::Result<bool> {
         let info = RunInfo::read(&self.dir)?;
         let status = match info.status {
-            crate::run::RunStatus::Running => "running",
+            strata::run_dir::RunStatus::Running => "running",
             _ => runs::effective_status(&self.dir, &info),
         };
         let costs =
@@ -505,8 +505,7 @@ impl RunWatch {
                 match &*cached {
                     Some(stores) => stores.clone(),
                     None => {
-                        let stores =
-                            Stores::of_run(&store, &self.dir, &info).await.map_err(to_anyhow)?;
+                        let stores = Stores::of_run(&store, &self.dir, &info).await?;
                         *cached = Some(stores.clone());
                         stores
                     }
@@ -574,7 +573,7 @@ impl RunWatch {
         if let Some(d) = state.model.set_power(power) {
             deltas.push((d, None));
         }
-        if let Some(d) = state.model.set_usage(crate::run::now_ms(), &costs) {
+        if let Some(d) = state.model.set_usage(strata::run_dir::now_ms(), &costs) {
             deltas.push((d, None));
         }
         if let Some(d) = state.model.set_status(status, outcome) {

@@ -16,43 +16,43 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::error::Context as _;
 use agent_core::{
     AuditLog, NatsAuditLog, NatsStateStore, SledAuditLog, SledStateStore, StateStore,
 };
-use anyhow::Context;
 use governance::{Governance, NatsGovernance, SledGovernance};
 use message_bus::{MessageBus, NatsBus, SledBus};
 use nats_store::{NatsError, NatsStore, SCHEMA_VERSION};
 use run_store::RunStore;
 use whiteboard::{NatsWhiteboard, SledWhiteboard, Whiteboard};
 
-use crate::run::{RUN_FILE, RunInfo};
-use crate::{Failure, bad_input};
+use crate::error::Error;
+use crate::run_dir::{RUN_FILE, RunInfo};
 
 /// The option that puts a run on NATS.
-pub(crate) const FLAG: &str = "--nats";
+pub const FLAG: &str = "--nats";
 
 /// The five stores of a run: on its sled database, or on NATS.
 #[derive(Clone)]
-pub(crate) struct Stores {
+pub struct Stores {
     /// The message bus.
-    pub(crate) bus: Arc<dyn MessageBus>,
+    pub bus: Arc<dyn MessageBus>,
     /// The whiteboards.
-    pub(crate) boards: Arc<dyn Whiteboard>,
+    pub boards: Arc<dyn Whiteboard>,
     /// Governance.
-    pub(crate) governance: Arc<dyn Governance>,
+    pub governance: Arc<dyn Governance>,
     /// The audit log.
-    pub(crate) audit: Arc<dyn AuditLog>,
+    pub audit: Arc<dyn AuditLog>,
     /// The state store, with the tool journal's records.
-    pub(crate) state: Arc<dyn StateStore>,
+    pub state: Arc<dyn StateStore>,
     /// The audit log again, when it is on NATS: its last record is what the seal of a sled
     /// run anchors.
-    pub(crate) nats_audit: Option<Arc<NatsAuditLog>>,
+    pub nats_audit: Option<Arc<NatsAuditLog>>,
 }
 
 impl Stores {
     /// The stores in the run's sled database.
-    pub(crate) fn sled(store: &RunStore) -> anyhow::Result<Self> {
+    pub fn sled(store: &RunStore) -> crate::Result<Self> {
         Ok(Self {
             bus: Arc::new(SledBus::open(store).context("cannot open the message bus")?),
             boards: Arc::new(SledWhiteboard::open(store).context("cannot open the whiteboards")?),
@@ -65,7 +65,7 @@ impl Stores {
 
     /// For a run on NATS: its audit log anchored, as it grows, in the anchor files of `store`
     /// (the run's local directory; see `agent_core::AnchoredAuditLog`). Unchanged otherwise.
-    pub(crate) fn anchored_in(mut self, store: &RunStore) -> Self {
+    pub fn anchored_in(mut self, store: &RunStore) -> Self {
         if self.nats_audit.is_some() {
             self.audit = Arc::new(agent_core::AnchoredAuditLog::new(self.audit, store.clone()));
         }
@@ -73,7 +73,7 @@ impl Stores {
     }
 
     /// The stores on NATS under `store`'s namespace, created there if they are not.
-    pub(crate) async fn nats(store: &NatsStore) -> anyhow::Result<Self> {
+    pub async fn nats(store: &NatsStore) -> crate::Result<Self> {
         let on = || format!("on the NATS server at {}", store.url());
         let audit = Arc::new(
             NatsAuditLog::open(store)
@@ -108,16 +108,12 @@ impl Stores {
 
     /// The stores of the run in `dir` described by `info`: in `store` (its database, or a copy
     /// of it), or on the NATS server `run.json` names, which must hold the run.
-    pub(crate) async fn of_run(
-        store: &RunStore,
-        dir: &Path,
-        info: &RunInfo,
-    ) -> Result<Self, Failure> {
+    pub async fn of_run(store: &RunStore, dir: &Path, info: &RunInfo) -> crate::Result<Self> {
         match &info.nats {
             None => Ok(Self::sled(store)?),
             Some(url) => {
                 let server = connect_existing(url, dir, info).await?;
-                Self::nats(&server).await.map_err(bad_input)
+                Self::nats(&server).await.map_err(Error::bad_input_from)
             }
         }
     }
@@ -143,37 +139,34 @@ impl Setting<'_> {
 
 /// A connection to `url` under `namespace`, with the connection's failure as bad input that
 /// names where the URL came from.
-async fn connect(url: &str, namespace: &str, setting: &Setting<'_>) -> Result<NatsStore, Failure> {
+async fn connect(url: &str, namespace: &str, setting: &Setting<'_>) -> crate::Result<NatsStore> {
     NatsStore::connect(url, namespace).await.map_err(|err| {
         let name = setting.name(url);
-        bad_input(match err {
-            NatsError::Unreachable { reason, .. } => anyhow::anyhow!(
+        Error::bad_input(match err {
+            NatsError::Unreachable { reason, .. } => format!(
                 "{name}: cannot connect to the NATS server: {reason}; check the URL and that nats-server is running there"
             ),
-            NatsError::NoJetStream { .. } => anyhow::anyhow!(
+            NatsError::NoJetStream { .. } => format!(
                 "{name}: the NATS server has no JetStream: start it with `-js` (or a `jetstream {{}}` block in its configuration)"
             ),
-            NatsError::BadNamespace { namespace } => anyhow::anyhow!(
+            NatsError::BadNamespace { namespace } => format!(
                 "--run-id {namespace}: a run on NATS ({FLAG}) needs an id of 1 to 64 ASCII letters, digits or `-` (it names the run's streams on the server)"
             ),
-            other => anyhow::anyhow!("{name}: {other}"),
+            other => format!("{name}: {other}"),
         })
     })
 }
 
 /// A connection to `url` given with `--nats`, under `namespace`; its failure is bad input
 /// naming `--nats`.
-pub(crate) async fn connect_flag(url: &str, namespace: &str) -> Result<NatsStore, Failure> {
+pub async fn connect_flag(url: &str, namespace: &str) -> crate::Result<NatsStore> {
     connect(url, namespace, &Setting::Flag).await
 }
 
 /// The streams (key-value buckets included) of `store`'s namespace, with their descriptions.
-async fn streams(
-    store: &NatsStore,
-    setting: &Setting<'_>,
-) -> Result<Vec<(String, String)>, Failure> {
+async fn streams(store: &NatsStore, setting: &Setting<'_>) -> crate::Result<Vec<(String, String)>> {
     let failed = |what: &str, e: &dyn std::fmt::Display| {
-        bad_input(anyhow::anyhow!("{}: {what}: {e}", setting.name(store.url())))
+        Error::bad_input(format!("{}: {what}: {e}", setting.name(store.url())))
     };
     let jetstream = store.jetstream();
     let mine = store.streams().await.map_err(|e| failed("cannot list the streams", &e))?;
@@ -198,22 +191,22 @@ fn foreign(streams: &[(String, String)]) -> Option<&(String, String)> {
 /// The server of a new run, checked: `url` answers, has JetStream, and holds nothing under
 /// `run_id`. Nothing is written on the server; every refusal is bad input naming `--nats`
 /// (or `--run-id`).
-pub(crate) async fn connect_new(url: &str, run_id: &str) -> Result<NatsStore, Failure> {
+pub async fn connect_new(url: &str, run_id: &str) -> crate::Result<NatsStore> {
     let setting = Setting::Flag;
     if run_id == agent_pool::placement::REGISTRY {
-        return Err(bad_input(anyhow::anyhow!(
+        return Err(Error::bad_input(format!(
             "--run-id {run_id}: on NATS ({FLAG}) the id `{run_id}` is the workers' registry; choose another run id"
         )));
     }
     let store = connect(url, run_id, &setting).await?;
     let found = streams(&store, &setting).await?;
     if let Some((name, description)) = foreign(&found) {
-        return Err(bad_input(anyhow::anyhow!(
+        return Err(Error::bad_input(format!(
             "{FLAG} {url}: the stream `{name}` of run id `{run_id}` on the server was made by {description:?}, not by this Strata (schema {SCHEMA_VERSION}): choose another --run-id, or delete it if it is no longer needed"
         )));
     }
     if let Some((name, _)) = found.first() {
-        return Err(bad_input(anyhow::anyhow!(
+        return Err(Error::bad_input(format!(
             "{FLAG} {url}: the server holds a run `{run_id}` already ({} streams, such as `{name}`): `strata resume {run_id}` goes on with it, or choose another --run-id",
             found.len()
         )));
@@ -224,23 +217,19 @@ pub(crate) async fn connect_new(url: &str, run_id: &str) -> Result<NatsStore, Fa
 /// The server of the existing run in `dir`, checked: the URL of its `run.json` answers, has
 /// JetStream, and holds the run's streams, made by this schema version. Nothing is written on
 /// the server; every refusal is bad input naming the server and `run.json`.
-pub(crate) async fn connect_existing(
-    url: &str,
-    dir: &Path,
-    info: &RunInfo,
-) -> Result<NatsStore, Failure> {
+pub async fn connect_existing(url: &str, dir: &Path, info: &RunInfo) -> crate::Result<NatsStore> {
     let setting = Setting::RunFile(dir);
     let store = connect(url, &info.run_id, &setting).await?;
     let found = streams(&store, &setting).await?;
     if let Some((name, description)) = foreign(&found) {
-        return Err(bad_input(anyhow::anyhow!(
+        return Err(Error::bad_input(format!(
             "{}: the stream `{name}` of run `{}` was made by {description:?}, not by this Strata (schema {SCHEMA_VERSION}): read it with the Strata that made it",
             setting.name(url),
             info.run_id
         )));
     }
     if found.is_empty() {
-        return Err(bad_input(anyhow::anyhow!(
+        return Err(Error::bad_input(format!(
             "{}: the server holds nothing of run `{}` (deleted, or another server?); nothing was changed",
             setting.name(url),
             info.run_id

@@ -32,26 +32,26 @@ use team_file::{ReasonerKind, ReasonerSettings, TeamFile};
 use whiteboard::Whiteboard;
 
 /// Each agent's reasoner and, if any agent uses a model, the run's ledger.
-pub(crate) struct Reasoning {
+pub struct Reasoning {
     /// For agents without their own.
-    pub(crate) default: Arc<dyn Reasoner>,
+    pub default: Arc<dyn Reasoner>,
     /// Per agent.
-    pub(crate) per_agent: BTreeMap<AgentId, Arc<dyn Reasoner>>,
+    pub per_agent: BTreeMap<AgentId, Arc<dyn Reasoner>>,
     /// Per role (for the agents spawned while the team works), for the roles with settings of
     /// their own; the others use `default`.
-    pub(crate) per_role: BTreeMap<String, Arc<dyn Reasoner>>,
+    pub per_role: BTreeMap<String, Arc<dyn Reasoner>>,
     /// The usage ledger, when at least one agent reasons with a model.
-    pub(crate) ledger: Option<Arc<UsageLedger>>,
+    pub ledger: Option<Arc<UsageLedger>>,
 }
 
 /// A setting that cannot be used; its message names the setting and the fix.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub(crate) struct SettingError(pub(crate) String);
+pub struct SettingError(pub String);
 
 /// Why the settings check before a run failed.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum CheckError {
+pub enum CheckError {
     /// A setting is wrong (bad input).
     #[error(transparent)]
     Setting(#[from] SettingError),
@@ -64,30 +64,30 @@ pub(crate) enum CheckError {
 /// What the command line sets of every agent's and role's reasoner, over the team file's
 /// settings, and the environment's default server.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Overrides {
+pub struct Overrides {
     /// `--reasoner`: the kind.
-    pub(crate) kind: Option<ReasonerKind>,
+    pub kind: Option<ReasonerKind>,
     /// `--base-url`: the server's API root.
-    pub(crate) base_url: Option<String>,
+    pub base_url: Option<String>,
     /// `--model`: the model (over the agents' and roles' own `model` too).
-    pub(crate) model: Option<String>,
+    pub model: Option<String>,
     /// `$OPENAI_BASE_URL` (as it was when the run started): the API root of the `openai`
     /// reasoners that have none of their own.
-    pub(crate) openai_base_url: Option<String>,
+    pub openai_base_url: Option<String>,
     /// `--small-model`: every model server's agent gets the small model's narrow tool loop.
-    pub(crate) small_model: bool,
+    pub small_model: bool,
 }
 
 /// The API root of OpenAI's own API, the `openai` reasoners' last default.
-pub(crate) const OPENAI_API: &str = "https://api.openai.com/v1";
+pub const OPENAI_API: &str = "https://api.openai.com/v1";
 
 /// The variable the official OpenAI clients read the base URL from.
-pub(crate) const OPENAI_BASE_URL_VAR: &str = "OPENAI_BASE_URL";
+pub const OPENAI_BASE_URL_VAR: &str = "OPENAI_BASE_URL";
 
 /// Whether `url` (an http(s) URL) names a server on this machine: `localhost`, an address of
 /// 127.0.0.0/8 or `::1`. Anything else, or anything that does not parse, is not.
-pub(crate) fn is_loopback(url: &str) -> bool {
-    let Some((host, _)) = crate::cli::url_host(url) else { return false };
+pub fn is_loopback(url: &str) -> bool {
+    let Some((host, _)) = crate::url::url_host(url) else { return false };
     let host = host.strip_suffix('.').unwrap_or(host);
     host.eq_ignore_ascii_case("localhost")
         || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
@@ -108,7 +108,7 @@ struct ProviderKey {
 
 /// Builds the reasoners for `team`'s agents and roles, with `overrides` (from `--reasoner`,
 /// `--base-url` and `--model`) over every agent's and role's settings.
-pub(crate) async fn build(
+pub async fn build(
     team: &TeamFile,
     overrides: &Overrides,
     store: &RunStore,
@@ -251,7 +251,7 @@ fn plans(settings: &ReasonerSettings) -> bool {
 /// goal step: the kind runs it, the step's description its objective. A task whose goal steps
 /// each name an executor with a kind, or a domain whose every executor has one, is accepted on
 /// any reasoner (as `Team::submit` accepts it).
-pub(crate) fn check_planning(
+pub fn check_planning(
     team: &TeamFile,
     kind_override: Option<ReasonerKind>,
     task: &Task,
@@ -399,7 +399,7 @@ struct Shared {
 /// keys present, URLs and models valid, the model file there and intact, and `--base-url` or
 /// `--model` used by some agent. Run before anything is written, so bad settings leave no run
 /// behind.
-pub(crate) async fn check(team: &TeamFile, overrides: &Overrides) -> Result<(), CheckError> {
+pub async fn check(team: &TeamFile, overrides: &Overrides) -> Result<(), CheckError> {
     let mut set = ProviderSet::new(BTreeMap::new(), overrides, true);
     let with_override = |s: &ReasonerSettings| overridden(s, overrides);
     let mut all = vec![(with_override(&team.default_reasoner), None)];
@@ -550,7 +550,7 @@ impl ProviderSet {
             return Ok(url.clone());
         }
         match &self.openai_base_url {
-            Some(url) => crate::cli::parse_base_url(url).map_err(|e| {
+            Some(url) => crate::url::parse_base_url(url).map_err(|e| {
                 SettingError(format!(
                     "${OPENAI_BASE_URL_VAR}: {e} (it is the base URL of the `openai` reasoners without `base_url` or --base-url)"
                 ))

@@ -19,36 +19,38 @@ use agent_core::tools::{Sandbox, ToolRegistry};
 use agent_mcp::{DEFAULT_START_TIMEOUT, McpLaunch, McpServerSpec, McpServers, McpTransport};
 use team_file::{McpServerDecl, McpServerTransport, TeamFile};
 
-use crate::{Failure, bad_input};
+use crate::error::Error;
 
 /// Where a run's servers start: its workspace (which must exist), whether the run is
 /// `--unsandboxed`, and the paths its sandbox hides (the data directory).
-pub(crate) struct Place<'a> {
+pub struct Place<'a> {
     /// The run's workspace.
-    pub(crate) workspace: &'a Path,
+    pub workspace: &'a Path,
     /// `--unsandboxed`: no server is sandboxed.
-    pub(crate) unsandboxed: bool,
+    pub unsandboxed: bool,
     /// Hidden from sandboxed servers, as from commands. The last is the run's own directory
     /// (a worker's data directory): an answer too large to hand on whole is kept there, in
     /// `mcp-results/<sha256>` ([`RESULTS_DIR`]).
-    pub(crate) hide: Vec<PathBuf>,
+    pub hide: Vec<PathBuf>,
+    /// Where warnings for the user go (the CLI prints them on standard error).
+    pub warn: &'a (dyn Fn(&str) + Send + Sync),
 }
 
 /// The directory of a run where MCP answers too large to hand on whole are kept as blobs.
-pub(crate) const RESULTS_DIR: &str = "mcp-results";
+pub const RESULTS_DIR: &str = "mcp-results";
 
 /// Starts the MCP servers the team file `text` (at `path`) declares, as `place` says, and
 /// registers their tools in `tools`. A server that fails to start (or cannot be sandboxed
 /// here), or a tool the file names that its server offers with a schema that is not JSON
 /// Schema, is bad input (exit 2), before anything is written: the servers started are stopped
-/// then. A server that opts out of the sandbox is named in a warning on standard error.
-pub(crate) async fn start_servers(
+/// then. A server that opts out of the sandbox is named in a warning ([`Place::warn`]).
+pub async fn start_servers(
     path: &Path,
     text: &str,
     tools: &mut ToolRegistry,
     place: &Place<'_>,
-) -> Result<McpServers, Failure> {
-    let declared = team_file::mcp_servers(path, text).map_err(bad_input)?;
+) -> crate::Result<McpServers> {
+    let declared = team_file::mcp_servers(path, text).map_err(Error::bad_input_from)?;
     if declared.is_empty() {
         return Ok(McpServers::default());
     }
@@ -58,7 +60,7 @@ pub(crate) async fn start_servers(
         // The team's `[sandbox]` (its limits, read-only paths and passed variables), read
         // without the servers' tools.
         let team = team_file::parse_stored_team(path, text, &ToolRegistry::with_builtins())
-            .map_err(bad_input)?;
+            .map_err(Error::bad_input_from)?;
         place.hide.iter().fold(team.sandbox.sandbox(), |s, p| s.hide(p))
     };
     let mut launch = McpLaunch::new(place.workspace, sandbox);
@@ -68,16 +70,16 @@ pub(crate) async fn start_servers(
     let specs: Vec<McpServerSpec> = declared.into_iter().map(spec).collect();
     for spec in specs.iter().filter(|s| s.opts_out()) {
         tracing::warn!(server = %spec.name, "MCP server runs outside the sandbox (sandbox = false)");
-        errln!(
+        (place.warn)(&format!(
             "warning: MCP server `{}` runs outside the sandbox (`sandbox = false` in {}), with \
              your user's files and network",
             spec.name,
             path.display()
-        );
+        ));
     }
     let servers = McpServers::start(&specs, &launch, DEFAULT_START_TIMEOUT)
         .await
-        .map_err(|e| bad_input(anyhow::Error::new(e).context(format!("{}", path.display()))))?;
+        .map_err(|e| Error::bad_input_from(e).context(path.display().to_string()))?;
     if let Err(failure) = register(path, text, &servers, tools) {
         servers.shutdown().await;
         return Err(failure);
@@ -90,7 +92,7 @@ fn register(
     text: &str,
     servers: &McpServers,
     tools: &mut ToolRegistry,
-) -> Result<(), Failure> {
+) -> crate::Result<()> {
     // A tool named in the file that its server refused: say why, rather than "not offered".
     if let Ok(value) = toml::from_str::<toml::Value>(text) {
         let mut names = Vec::new();
@@ -98,13 +100,13 @@ fn register(
         if let Some((name, why)) =
             names.into_iter().find_map(|name| servers.refusal(name).map(|why| (name, why)))
         {
-            return Err(bad_input(anyhow::anyhow!(
+            return Err(Error::bad_input(format!(
                 "{}: the tool `{name}` cannot be used: {why}",
                 path.display()
             )));
         }
     }
-    servers.register(tools).map_err(bad_input)
+    servers.register(tools).map_err(Error::bad_input_from)
 }
 
 /// A team file's declaration as what `agent-mcp` starts.
@@ -135,11 +137,11 @@ fn spec(decl: McpServerDecl) -> McpServerSpec {
 /// server of `team` that runs outside the sandbox: one that opted out (`sandbox = false`), or
 /// every one of a run given `--unsandboxed`. Written under the id `mcp:<server>`, as
 /// [`AuditEvent::Unsandboxed`](agent_core::AuditEvent::Unsandboxed): a choice, not an error.
-pub(crate) async fn audit_opt_outs(
+pub async fn audit_opt_outs(
     team: &TeamFile,
     unsandboxed: bool,
     audit: &dyn agent_core::AuditLog,
-) -> Result<(), Failure> {
+) -> crate::Result<()> {
     for server in &team.mcp_servers {
         let McpServerTransport::Stdio { command, sandbox, .. } = &server.transport else {
             continue;
@@ -155,9 +157,9 @@ pub(crate) async fn audit_opt_outs(
         };
         let agent = agent_state::AgentId::new(format!("mcp:{}", server.name));
         audit
-            .append(&agent, agent_state::Timestamp(crate::run::now_ms()), event)
+            .append(&agent, agent_state::Timestamp(crate::run_dir::now_ms()), event)
             .await
-            .map_err(|e| Failure::Other(anyhow::anyhow!("cannot write the audit log: {e}")))?;
+            .map_err(|e| Error::failed(format!("cannot write the audit log: {e}")))?;
     }
     Ok(())
 }

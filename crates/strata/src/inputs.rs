@@ -17,23 +17,23 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::error::Context as _;
 use agent_core::{AuditEvent, AuditLog};
 use agent_state::{AgentId, Timestamp};
-use anyhow::Context as _;
 use run_store::RunStore;
 use sha2::{Digest as _, Sha256};
 
-use crate::run::{PLAN_FILE, RUN_FILE, RunInfo, TEAM_FILE, now_ms};
-use crate::{Failure, bad_input};
+use crate::error::Error;
+use crate::run_dir::{PLAN_FILE, RUN_FILE, RunInfo, TEAM_FILE, now_ms};
 
 /// The id the runtime's own audit records are written under.
-pub(crate) const RECORDER: &str = "strata";
+pub const RECORDER: &str = "strata";
 
 /// The fields of `run.json` that change as the run goes (not inputs).
 const CHANGING: [&str; 4] = ["status", "finished_at", "failure", "usage"];
 
 /// The SHA-256 (lowercase hex) of each stored input of the run directory `dir`.
-pub(crate) fn digest(dir: &Path) -> anyhow::Result<BTreeMap<String, String>> {
+pub fn digest(dir: &Path) -> crate::Result<BTreeMap<String, String>> {
     let mut sha256 = BTreeMap::new();
     for name in [TEAM_FILE, PLAN_FILE] {
         let path = dir.join(name);
@@ -56,7 +56,7 @@ pub(crate) fn digest(dir: &Path) -> anyhow::Result<BTreeMap<String, String>> {
 }
 
 /// Appends the hashes of `dir`'s stored inputs to `audit`.
-pub(crate) async fn record(audit: &dyn AuditLog, dir: &Path) -> Result<(), Failure> {
+pub async fn record(audit: &dyn AuditLog, dir: &Path) -> crate::Result<()> {
     let sha256 = digest(dir)?;
     audit
         .append(&AgentId::new(RECORDER), Timestamp(now_ms()), AuditEvent::RunInputs { sha256 })
@@ -68,10 +68,10 @@ pub(crate) async fn record(audit: &dyn AuditLog, dir: &Path) -> Result<(), Failu
 /// Checks `dir`'s stored inputs against the last [`AuditEvent::RunInputs`] of its audit log
 /// (on `store`, or on the NATS server `info` names): bad input naming each changed file, or
 /// the lack of a record.
-pub(crate) async fn check(store: &RunStore, dir: &Path, info: &RunInfo) -> Result<(), Failure> {
+pub async fn check(store: &RunStore, dir: &Path, info: &RunInfo) -> crate::Result<()> {
     let audit: Arc<dyn AuditLog> = match &info.nats {
         Some(url) => {
-            let server = crate::nats::connect_existing(url, dir, info).await?;
+            let server = crate::stores::connect_existing(url, dir, info).await?;
             Arc::new(
                 agent_core::NatsAuditLog::open(&server)
                     .await
@@ -91,21 +91,21 @@ pub(crate) async fn check(store: &RunStore, dir: &Path, info: &RunInfo) -> Resul
         _ => None,
     });
     let Some(recorded) = recorded else {
-        return Err(bad_input(anyhow::anyhow!(
+        return Err(Error::bad_input(format!(
             "{}: the run's audit log holds no record of its stored inputs (a run started by an \
              older Strata), so nothing shows that its {TEAM_FILE}, {PLAN_FILE} and {RUN_FILE} \
              are the ones it started with; nothing was started. Start it again with `strata run`",
             dir.display()
         )));
     };
-    let now = digest(dir).map_err(bad_input)?;
+    let now = digest(dir).map_err(Error::bad_input_from)?;
     let changed: Vec<String> = [TEAM_FILE, PLAN_FILE, RUN_FILE]
         .into_iter()
         .filter(|name| recorded.get(*name) != now.get(*name))
         .map(|name| dir.join(name).display().to_string())
         .collect();
     if !changed.is_empty() {
-        return Err(bad_input(anyhow::anyhow!(
+        return Err(Error::bad_input(format!(
             "{} changed after the run recorded it (its SHA-256 differs from the one in the \
              run's audit log); nothing was started. Restore it, or start a new run with \
              `strata run`",

@@ -1,0 +1,46 @@
+//! Strata's engine as a library: what turns a team file and a plan into a durable run, and
+//! reads it back. The `strata` command is built on it; a Rust program can use it the same way.
+//!
+//! - [`run_dir`]: a run's directory in the data directory and its `run.json` ([`RunInfo`]):
+//!   the layout, reading, writing, finding a run by id, new run ids.
+//! - [`inputs`]: the hashes of a run's stored inputs (team file, plan, `run.json`), recorded in
+//!   its audit log, and the check `resume` makes before it starts anything.
+//! - [`stores`]: the five stores of a run (bus, whiteboards, governance, audit log, state
+//!   store) in its sled database or on a NATS JetStream server: one assembly for both.
+//! - [`services`]: the [`TeamServices`](agent_pool::TeamServices) a team file becomes: the
+//!   sandbox of its commands, the per-agent network rule, the reasoners and their usage
+//!   ledger, the workspace and its crash journals.
+//! - [`reasoners`] builds and checks every agent's reasoner from the team file; [`mcp`] starts
+//!   the team file's MCP servers.
+//! - [`Error`]: every failure says what went wrong and whether the user's input is to blame
+//!   ([`ErrorKind::BadInput`]: nothing was written).
+//!
+//! ```no_run
+//! # async fn read() -> strata::Result<()> {
+//! use std::path::Path;
+//!
+//! // A run of `strata run`, found by id in the data directory.
+//! let dir = strata::run_dir::resolve_run(Path::new(".strata/runs"), "hello-20261206-101500-ab12")?;
+//! let info = strata::RunInfo::read(&dir)?;
+//! // Its stored team file, plan and run.json are the ones it recorded.
+//! let store = run_store::RunStore::open_read_only(&dir)?;
+//! strata::inputs::check(&store, &dir, &info).await?;
+//! assert_eq!(info.status.as_str(), "succeeded");
+//! # Ok(()) }
+//! ```
+
+pub mod error;
+pub mod inputs;
+pub mod mcp;
+pub mod placement;
+pub mod reasoners;
+pub mod run;
+pub mod run_dir;
+pub mod services;
+pub mod stores;
+pub mod url;
+
+pub use agent_core::tools::run_sandbox_launcher_if_requested;
+pub use error::{Error, ErrorKind, Result};
+pub use run_dir::{ModelFlags, RunInfo, RunStatus, RunUsage};
+pub use stores::Stores;
