@@ -66,6 +66,7 @@ mod state;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod timed;
+mod toolpath;
 pub mod tools;
 
 #[cfg(test)]
@@ -107,3 +108,4 @@ pub use spawn::{
 pub use state::{
     AgentRecord, InMemoryStateStore, LivenessRecord, OutcomeRecord, StateStore, ToolRecord,
 };
+pub use toolpath::ToolPath;
