@@ -68,6 +68,7 @@ pub mod testing;
 mod timed;
 mod toolpath;
 pub mod tools;
+pub mod work_guard;
 
 #[cfg(test)]
 mod tests;
