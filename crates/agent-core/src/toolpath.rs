@@ -242,7 +242,7 @@ impl Caller<'_> {
         let result = self.deps.tools.call_journaled(&self.deps.workspace, &call.tool, args, &key);
         let supervisor = self.config.supervisor.as_ref();
         let result =
-            crate::timed::tool_call(&self.deps, self.id(), supervisor, &call.tool, result).await;
+            crate::timed::tool_call(self.deps, self.id(), supervisor, &call.tool, result).await;
         let (success, summary) = match &result {
             Ok(out) => (out.success, shorten(&out.output)),
             Err(e) => (false, shorten(&e.to_string())),
@@ -435,7 +435,7 @@ impl Caller<'_> {
         let result = self.deps.tools.call(&self.deps.workspace, &call.tool, args);
         let supervisor = self.config.supervisor.as_ref();
         let result =
-            crate::timed::tool_call(&self.deps, self.id(), supervisor, &call.tool, result).await;
+            crate::timed::tool_call(self.deps, self.id(), supervisor, &call.tool, result).await;
         let (success, summary) = match &result {
             Ok(out) => (out.success, shorten(&out.output)),
             Err(e) => (false, shorten(&e.to_string())),
