@@ -2,7 +2,7 @@
 //! implement, and the runtime that drives it through initialize, heartbeats and shutdown.
 
 use std::borrow::Cow;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -25,7 +25,8 @@ use crate::error::AgentError;
 use crate::protocol::{ErrorReport, HeartbeatAck};
 use crate::reasoner::{Persona, Reasoner, ToolCall};
 use crate::state::{AgentRecord, StateStore};
-use crate::tools::{Recovery, ToolContext, ToolError, ToolOutput, ToolRegistry};
+use crate::toolpath::{Caller, ToolPath};
+use crate::tools::{ToolContext, ToolOutput, ToolRegistry};
 
 /// Most messages one heartbeat takes from the inbox (seed 001 §8.2 batches per heartbeat).
 pub const MAX_MESSAGES_PER_HEARTBEAT: usize = 256;
@@ -68,6 +69,28 @@ pub struct AgentDeps {
     pub timeouts: agent_state::Timeouts,
 }
 
+impl AgentDeps {
+    /// Services for an agent that works alone, outside a team (what `strata exec` runs a kind
+    /// with): `tools` confined to `workspace`, and a bus, whiteboards, governance, audit log
+    /// and state store of its own in memory, which nothing else reads; the rule-based
+    /// reasoner, tokio's clock and the default time limits.
+    pub fn standalone(tools: Arc<ToolRegistry>, workspace: Arc<ToolContext>) -> Self {
+        Self {
+            bus: Arc::new(message_bus::InMemoryBus::new()),
+            boards: Arc::new(whiteboard::InMemoryWhiteboard::new()),
+            governance: Arc::new(governance::InMemoryGovernance::new()),
+            audit: Arc::new(crate::InMemoryAuditLog::new()),
+            reasoner: Arc::new(crate::RuleBasedReasoner::new()),
+            tools,
+            workspace,
+            clock: Arc::new(crate::TokioClock::new()),
+            state: Arc::new(crate::InMemoryStateStore::new()),
+            spawner: None,
+            timeouts: agent_state::Timeouts::default(),
+        }
+    }
+}
+
 /// Runtime settings to change on a live agent ([`AgentContext::tune`]); `None` keeps one.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Tuning {
@@ -98,7 +121,7 @@ pub struct AgentContext {
     processed: Vec<MessageId>,
     /// Set while a side-effecting tool call runs: the heartbeat's timeout waits for it. Made
     /// by the first heartbeat with work, so an idle agent holds none.
-    effect_in_flight: Option<Arc<AtomicBool>>,
+    effect_in_flight: Option<Arc<AtomicUsize>>,
     /// After a failed turn that will be retried: the heartbeat its next attempt is due at
     /// (seed 000: a retry waits for a later heartbeat). Until then it takes no turn. Not
     /// saved: a resumed run (whose heartbeats count from 1 again) retries at once.
@@ -474,26 +497,7 @@ impl AgentContext {
     /// an act that does not go through the context (spawning, decomposing a task, working a
     /// subtask, an OODA agent's reflection, code change or tests) calls this first.
     pub async fn require(&self, action: Action, target: &str) -> Result<(), AgentError> {
-        let capability = action.required_capability();
-        if self.config.capabilities.contains(&capability) {
-            return Ok(());
-        }
-        let error = AgentError::MissingCapability { agent: self.id().clone(), action, capability };
-        tracing::warn!(agent = %self.id(), %action, %capability, "missing capability, act refused");
-        let action =
-            if target.is_empty() { action.to_string() } else { format!("{action} {target}") };
-        self.audit(AuditEvent::Denied { action, error: error.to_string() }).await?;
-        Err(error)
-    }
-
-    /// Checks the actions a call of `tool` performs: [`Action::CallTool`], and what
-    /// [`Action::of_tool`] adds (writing the workspace needs `code_gen`).
-    async fn require_tool(&self, tool: &str) -> Result<(), AgentError> {
-        self.require(Action::CallTool, tool).await?;
-        match Action::of_tool(tool) {
-            Some(action) => self.require(action, tool).await,
-            None => Ok(()),
-        }
+        self.caller().require(action, target).await
     }
 
     async fn send_message(
@@ -722,158 +726,7 @@ impl AgentContext {
         call: &ToolCall,
         idempotent: bool,
     ) -> Result<ToolOutput, AgentError> {
-        let span = crate::otel::tool(self.id(), &call.tool);
-        let result = self.step_tool(key, call, idempotent).instrument(span.clone()).await;
-        crate::otel::tool_done(&span, &result);
-        result
-    }
-
-    async fn step_tool(
-        &mut self,
-        key: &str,
-        call: &ToolCall,
-        idempotent: bool,
-    ) -> Result<ToolOutput, AgentError> {
-        self.require_tool(&call.tool).await?;
-        let Some(tool) = self.deps.tools.get(&call.tool).filter(|t| t.has_side_effects()) else {
-            return self.run_tool(call).await;
-        };
-        // Outside a heartbeat no timeout watches the call, so there is nothing to mark.
-        let _in_flight = self.effect_in_flight.as_ref().map(EffectInFlight::mark);
-        let (call, args) = self.prepare_call(call).await?;
-        let call = &call;
-        let rerun_allowed = idempotent || tool.idempotent();
-        let key = format!("{}/{key}", self.id());
-        let state = self.deps.state.clone();
-        match state.tool(&key).await? {
-            Some(Some(recorded)) => return self.recorded(call, recorded).await,
-            Some(None) => {
-                let recovery = self
-                    .deps
-                    .tools
-                    .recover(&self.deps.workspace, &call.tool, args.clone(), &key)
-                    .await;
-                match recovery {
-                    Ok(Recovery::Completed(output)) => {
-                        state.record_tool(&key, &output).await?;
-                        self.discard_journal(&key).await;
-                        self.audit_tool(
-                            call,
-                            output.success,
-                            format!(
-                                "completed before a crash; result adopted, not run again: {}",
-                                shorten(&output.output)
-                            ),
-                        )
-                        .await?;
-                        return Ok(output);
-                    }
-                    Ok(Recovery::NotStarted) => {}
-                    Ok(Recovery::Interrupted(_) | Recovery::Unknown) | Err(_) if rerun_allowed => {
-                        self.audit_tool(
-                            call,
-                            false,
-                            "interrupted by a crash; idempotent, so it runs again".into(),
-                        )
-                        .await?;
-                        self.discard_journal(&key).await;
-                    }
-                    other => {
-                        let mut partial = match other {
-                            Ok(Recovery::Interrupted(output)) => output,
-                            _ => ToolOutput {
-                                success: false,
-                                output: String::new(),
-                                data: serde_json::Value::Null,
-                            },
-                        };
-                        partial.success = false;
-                        if !partial.data.is_object() {
-                            partial.data = serde_json::json!({});
-                        }
-                        partial.data["interrupted"] = serde_json::Value::Bool(true);
-                        state.record_tool(&key, &partial).await?;
-                        self.discard_journal(&key).await;
-                        self.audit(AuditEvent::ToolOutcomeUnknown {
-                            tool: call.tool.clone(),
-                            args: call.args.clone(),
-                            reason: "interrupted by a crash after it was started; not idempotent, \
-                                     so not sent again"
-                                .into(),
-                            cancelled: false,
-                        })
-                        .await?;
-                        let error = ToolError::Interrupted {
-                            tool: call.tool.clone(),
-                            partial: partial.output,
-                        };
-                        self.audit_tool(call, false, shorten(&error.to_string())).await?;
-                        return Err(error.into());
-                    }
-                }
-            }
-            None => {
-                self.deps.tools.discard_journal(&self.deps.workspace, &key).await?;
-                state.begin_tool(&key).await?;
-            }
-        }
-        let result = self.deps.tools.call_journaled(&self.deps.workspace, &call.tool, args, &key);
-        let supervisor = self.config.supervisor.as_ref();
-        let result =
-            crate::timed::tool_call(&self.deps, self.id(), supervisor, &call.tool, result).await;
-        let (success, summary) = match &result {
-            Ok(out) => (out.success, shorten(&out.output)),
-            Err(e) => (false, shorten(&e.to_string())),
-        };
-        match &result {
-            Ok(output) if output.success => {
-                store_outcome(&key, || state.record_tool(&key, output)).await?;
-            }
-            // Past the tool limit while it may still run where it is served: recorded as
-            // unknown, so that nothing under `key` sends it again.
-            Err(error @ ToolError::OutcomeUnknown { after_ms, cancelled, .. }) => {
-                let unknown = ToolOutput {
-                    success: false,
-                    output: error.to_string(),
-                    data: serde_json::json!({
-                        "interrupted": true,
-                        "outcome_unknown": true,
-                        "after_ms": after_ms,
-                        "cancelled": cancelled,
-                    }),
-                };
-                store_outcome(&key, || state.record_tool(&key, &unknown)).await?;
-                self.audit(AuditEvent::ToolOutcomeUnknown {
-                    tool: call.tool.clone(),
-                    args: call.args.clone(),
-                    reason: format!("no answer within the tool limit ({after_ms} ms)"),
-                    cancelled: *cancelled,
-                })
-                .await?;
-            }
-            // It ran, but its end was not recorded (a shell command whose runner left no exit
-            // code): its outcome is unknown too, and nothing under `key` runs it again.
-            Err(error @ ToolError::Interrupted { partial, .. }) => {
-                let unknown = ToolOutput {
-                    success: false,
-                    output: partial.clone(),
-                    // Replayed as this same interruption (not as a call past its limit).
-                    data: serde_json::json!({ "interrupted": true }),
-                };
-                store_outcome(&key, || state.record_tool(&key, &unknown)).await?;
-                self.audit(AuditEvent::ToolOutcomeUnknown {
-                    tool: call.tool.clone(),
-                    args: call.args.clone(),
-                    reason: shorten(&error.to_string()),
-                    cancelled: false,
-                })
-                .await?;
-            }
-            _ => store_outcome(&key, || state.forget_tool(&key)).await?,
-        }
-        self.discard_journal(&key).await;
-        self.audit_tool(call, success, summary).await?;
-        Ok(result?)
+        self.caller().call_step_tool(key, call, idempotent).await
     }
 
     /// Runs `effect`, a side effect that is not a registered tool (an executor kind's run),
@@ -899,123 +752,7 @@ impl AgentContext {
     where
         F: std::future::Future<Output = Result<ToolOutput, AgentError>> + Send,
     {
-        self.require_tool(&call.tool).await?;
-        let _in_flight = self.effect_in_flight.as_ref().map(EffectInFlight::mark);
-        // Audited with its large strings stored once, like a tool call.
-        let (audited, _) = self.prepare_call(call).await?;
-        let call = &audited;
-        let key = format!("{}/{key}", self.id());
-        let state = self.deps.state.clone();
-        match state.tool(&key).await? {
-            Some(Some(recorded)) => return self.recorded(call, recorded).await,
-            Some(None) if !idempotent => {
-                let partial = ToolOutput {
-                    success: false,
-                    output: String::new(),
-                    data: serde_json::json!({ "interrupted": true }),
-                };
-                state.record_tool(&key, &partial).await?;
-                let error =
-                    ToolError::Interrupted { tool: call.tool.clone(), partial: String::new() };
-                self.audit_tool(call, false, shorten(&error.to_string())).await?;
-                return Err(error.into());
-            }
-            Some(None) => {
-                self.audit_tool(
-                    call,
-                    false,
-                    "interrupted by a crash; idempotent, so it runs again".into(),
-                )
-                .await?;
-            }
-            None => state.begin_tool(&key).await?,
-        }
-        // Progress of the turn while it runs (its own limits bound it), as a tool call is.
-        let running =
-            crate::progress::Section::tool(&call.tool, self.deps.workspace.tool_timeout());
-        let result = effect.await;
-        drop(running);
-        match result {
-            Ok(output) => {
-                store_outcome(&key, || state.record_tool(&key, &output)).await?;
-                self.audit_tool(call, output.success, shorten(&output.output)).await?;
-                Ok(output)
-            }
-            Err(error) => {
-                store_outcome(&key, || state.forget_tool(&key)).await?;
-                self.audit_tool(call, false, shorten(&error.to_string())).await?;
-                Err(error)
-            }
-        }
-    }
-
-    /// A call found recorded under its key: the recorded interruption as an error, or the
-    /// recorded result, reused; audited either way, never run again.
-    async fn recorded(
-        &self,
-        call: &ToolCall,
-        recorded: ToolOutput,
-    ) -> Result<ToolOutput, AgentError> {
-        if is_interrupted(&recorded)
-            && recorded.data.get("outcome_unknown").and_then(serde_json::Value::as_bool)
-                == Some(true)
-        {
-            let field = |name: &str| recorded.data.get(name);
-            let error = ToolError::OutcomeUnknown {
-                tool: call.tool.clone(),
-                after_ms: field("after_ms").and_then(serde_json::Value::as_u64).unwrap_or(0),
-                cancelled: field("cancelled").and_then(serde_json::Value::as_bool) == Some(true),
-            };
-            self.audit_tool(call, false, shorten(&error.to_string())).await?;
-            return Err(error.into());
-        }
-        if is_interrupted(&recorded) {
-            let error =
-                ToolError::Interrupted { tool: call.tool.clone(), partial: recorded.output };
-            self.audit_tool(call, false, shorten(&error.to_string())).await?;
-            return Err(error.into());
-        }
-        let summary =
-            format!("recorded result reused, tool not run again: {}", shorten(&recorded.output));
-        self.audit_tool(call, recorded.success, summary).await?;
-        Ok(recorded)
-    }
-
-    /// The call as it is audited and recorded (its large strings stored once and referenced)
-    /// and the arguments the tool runs with (every reference resolved).
-    async fn prepare_call(
-        &self,
-        call: &ToolCall,
-    ) -> Result<(ToolCall, serde_json::Value), AgentError> {
-        let state = self.deps.state.as_ref();
-        let mut audited = call.clone();
-        crate::blob::externalize(&mut audited.args, state, crate::blob::BLOB_THRESHOLD).await?;
-        let args = crate::blob::resolve(&audited.args, state).await?;
-        Ok((audited, args))
-    }
-
-    /// Removes a call's crash journal once its outcome is stored. A journal that cannot be
-    /// removed is only clutter (the next call under the key clears it first), so that is
-    /// logged, not failed.
-    async fn discard_journal(&self, key: &str) {
-        if let Err(error) = self.deps.tools.discard_journal(&self.deps.workspace, key).await {
-            tracing::warn!(agent = %self.id(), key, %error, "could not remove a tool journal");
-        }
-    }
-
-    async fn audit_tool(
-        &self,
-        call: &ToolCall,
-        success: bool,
-        summary: String,
-    ) -> Result<(), AgentError> {
-        self.audit(AuditEvent::ToolCall {
-            tool: call.tool.clone(),
-            args: call.args.clone(),
-            success,
-            summary,
-        })
-        .await
+        self.caller().call_effect_once(key, call, idempotent, effect).await
     }
 
     /// Calls a tool through the registry, confined to the workspace, and audits the call.
@@ -1024,32 +761,19 @@ impl AgentContext {
     /// before the tool runs; large strings the call carries are stored once and audited as
     /// references.
     pub async fn call_tool(&mut self, call: &ToolCall) -> Result<ToolOutput, AgentError> {
-        let span = crate::otel::tool(self.id(), &call.tool);
-        let result = self.run_tool(call).instrument(span.clone()).await;
-        crate::otel::tool_done(&span, &result);
-        result
+        self.caller().call_tool(call).await
     }
 
-    async fn run_tool(&mut self, call: &ToolCall) -> Result<ToolOutput, AgentError> {
-        self.require_tool(&call.tool).await?;
-        let (call, args) = self.prepare_call(call).await?;
-        let call = &call;
-        let result = self.deps.tools.call(&self.deps.workspace, &call.tool, args);
-        let supervisor = self.config.supervisor.as_ref();
-        let result =
-            crate::timed::tool_call(&self.deps, self.id(), supervisor, &call.tool, result).await;
-        let (success, summary) = match &result {
-            Ok(out) => (out.success, shorten(&out.output)),
-            Err(e) => (false, shorten(&e.to_string())),
-        };
-        self.audit(AuditEvent::ToolCall {
-            tool: call.tool.clone(),
-            args: call.args.clone(),
-            success,
-            summary,
-        })
-        .await?;
-        Ok(result?)
+    /// This agent's tool path as an owned handle: the same capability check, audit, journal
+    /// and exactly-once recording as [`call_step_tool`](Self::call_step_tool), for work that
+    /// runs apart from the context (an executor kind's capsule). Taken in a turn, its calls
+    /// hold that turn's timeout off while they run, as the context's own do.
+    pub fn tool_path(&self) -> ToolPath {
+        ToolPath::of_context(&self.config, &self.deps, self.effect_in_flight.as_ref())
+    }
+
+    fn caller(&self) -> Caller<'_> {
+        Caller { config: &self.config, deps: &self.deps, in_flight: self.effect_in_flight.as_ref() }
     }
 }
 
@@ -1069,40 +793,6 @@ fn working_reason(messages: &[Message]) -> String {
         }
     }
     reason
-}
-
-/// Whether a recorded tool result is the record of an interrupted call.
-fn is_interrupted(output: &ToolOutput) -> bool {
-    !output.success
-        && output.data.get("interrupted").and_then(serde_json::Value::as_bool) == Some(true)
-}
-
-/// Marks that a side-effecting tool call is running, for as long as it lives.
-struct EffectInFlight(Arc<AtomicBool>);
-
-impl EffectInFlight {
-    fn mark(flag: &Arc<AtomicBool>) -> Self {
-        flag.store(true, Ordering::SeqCst);
-        Self(flag.clone())
-    }
-}
-
-impl Drop for EffectInFlight {
-    fn drop(&mut self) {
-        self.0.store(false, Ordering::SeqCst);
-    }
-}
-
-fn shorten(s: &str) -> String {
-    const MAX: usize = 512;
-    if s.len() <= MAX {
-        return s.to_owned();
-    }
-    let mut end = MAX;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &s[..end])
 }
 
 /// Seed 000 §3 `generateSystemPrompt`.
@@ -1448,11 +1138,8 @@ impl Agent {
         let mut soft_ms = agent_state::soft_limit(after_ms, self.ctx.deps.timeouts.turn_soft_ms);
         let soft_notice =
             (self.ctx.deps.clone(), self.id().clone(), self.ctx.config.supervisor.clone());
-        let in_flight = self
-            .ctx
-            .effect_in_flight
-            .get_or_insert_with(|| Arc::new(AtomicBool::new(false)))
-            .clone();
+        let in_flight =
+            self.ctx.effect_in_flight.get_or_insert_with(|| Arc::new(AtomicUsize::new(0))).clone();
         let finished = {
             // Time in untimed sections (a reasoning call waiting for a budget decision) does
             // not count against the turn.
@@ -1490,7 +1177,7 @@ impl Agent {
                         // A side-effecting call is never cut short: its outcome must be
                         // recorded. It is bounded by its own timeout (at most the tool limit);
                         // the heartbeat's applies once it is over.
-                        if !in_flight.load(Ordering::SeqCst) {
+                        if in_flight.load(Ordering::SeqCst) == 0 {
                             break None;
                         }
                         effect_poll = Some(tokio::time::Instant::now() + EFFECT_POLL);
@@ -1827,7 +1514,10 @@ pub(crate) const OUTCOME_PATIENCE: Duration = Duration::from_secs(60);
 /// interrupted. Tries again after 100 ms, doubling up to 2 s, for up to [`OUTCOME_PATIENCE`]
 /// (on tokio's clock), then returns the last error; at once for a run store that failed (a
 /// full disk: see [`store_refuses_writes`]), which never takes a write again.
-async fn store_outcome<F, Fut>(key: &str, mut write: F) -> Result<(), agent_state::BackendError>
+pub(crate) async fn store_outcome<F, Fut>(
+    key: &str,
+    mut write: F,
+) -> Result<(), agent_state::BackendError>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<(), agent_state::BackendError>>,

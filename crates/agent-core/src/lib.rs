@@ -66,7 +66,9 @@ mod state;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod timed;
+mod toolpath;
 pub mod tools;
+pub mod work_guard;
 
 #[cfg(test)]
 mod tests;
@@ -107,3 +109,4 @@ pub use spawn::{
 pub use state::{
     AgentRecord, InMemoryStateStore, LivenessRecord, OutcomeRecord, StateStore, ToolRecord,
 };
+pub use toolpath::ToolPath;

@@ -1,20 +1,24 @@
 //! The capsule: one run's own context (seed 002 "Capsule pattern").
 //!
 //! A handler reaches the world only through its [`Capsule`]: its progress sink, the agent's
-//! reasoner (with the run's own conversation and its share of the budget), the workspace tools,
+//! reasoner (with the run's own conversation and its share of the budget), the workspace tools
+//! (called through the agent's tool path, as every tool call of the agent is:
+//! [`Capsule::call_tool`]),
 //! the HTTP access the executor allows, and a scratch directory of its own at
 //! `<workspace>/.strata/capsules/<run-id>/`. Capsules share nothing: a scratch path that leaves
 //! the run's directory is refused, so one run cannot read another's scratch, and the
 //! conversation and budget are the run's alone. Processes a handler starts through
 //! [`Capsule::command`] and [`Capsule::spawn`] run in the workspace's sandbox (as `shell`
 //! commands do) and in their own process group, which is killed when the capsule is dropped:
-//! when the run ends, and when its hard timeout cancels it.
+//! when the run ends, and when its hard timeout cancels it. Without a workspace there is no
+//! sandbox, and a capsule refuses to start a process.
 
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use agent_core::tools::{ToolContext, ToolOutput};
-use agent_core::{Persona, ReasonError};
+use agent_core::{AgentDeps, AgentError, Persona, ReasonError, ToolCall, ToolPath};
 use agent_state::{AgentConfig, FailureKind};
 use serde::{Deserialize, Serialize};
 
@@ -47,6 +51,10 @@ pub struct Capsule {
     reasoner_calls_left: Option<u32>,
     last_percent: u8,
     groups: Vec<u32>,
+    /// The agent's tool path; `None` without one and without a workspace.
+    tools: Option<ToolPath>,
+    /// Tool calls made in this attempt: the next one's number in its key.
+    calls: AtomicU32,
 }
 
 impl std::fmt::Debug for Capsule {
@@ -63,6 +71,11 @@ impl std::fmt::Debug for Capsule {
 impl Capsule {
     pub(crate) fn new(run_id: &str, kind: &str, cx: RunContext, env: Arc<ExecEnv>) -> Self {
         let reasoner_calls_left = cx.reasoner_calls;
+        let tools = cx.tools.clone().or_else(|| {
+            let workspace = env.workspace.clone()?;
+            let deps = AgentDeps::standalone(env.tools.clone(), workspace);
+            Some(ToolPath::new((*cx.agent).clone(), Arc::new(deps)))
+        });
         Self {
             run_id: run_id.to_owned(),
             kind: kind.to_owned(),
@@ -73,11 +86,14 @@ impl Capsule {
             reasoner_calls_left,
             last_percent: 0,
             groups: Vec::new(),
+            tools,
+            calls: AtomicU32::new(0),
         }
     }
 
     pub(crate) fn begin_attempt(&mut self, attempt: u32) {
         self.attempt = attempt;
+        self.calls = AtomicU32::new(0);
     }
 
     /// The run's id.
@@ -191,26 +207,29 @@ impl Capsule {
         self.env.workspace.as_deref()
     }
 
-    /// Calls a workspace tool (`read_file`, `write_file`, `search`, ...), confined to the
-    /// workspace. Without a workspace: [`FailureKind::InvalidInput`].
+    /// Calls a workspace tool (`read_file`, `write_file`, `search`, ...) through the agent's
+    /// tool path ([`ToolPath`]), as the agent's own calls go: its capabilities are checked (a
+    /// refusal is audited and fails the run with [`FailureKind::Permission`]), the call is
+    /// audited, and one with side effects is recorded under the run, the attempt and the call's
+    /// number in it, so that a resumed run that repeats the attempt reuses its result instead of
+    /// running it again. In a team the path is the agent's own ([`RunContext::tools`]); alone,
+    /// one of the run's agent on the executor's workspace, with an audit log and a state store
+    /// in memory. Without either: [`FailureKind::InvalidInput`].
     pub async fn call_tool(
         &self,
         tool: &str,
         args: serde_json::Value,
     ) -> Result<ToolOutput, KindError> {
-        let Some(workspace) = self.env.workspace.as_deref() else {
+        let Some(path) = &self.tools else {
             return Err(KindError::invalid(format!(
                 "the `{}` run needs a workspace for `{tool}`, and the executor has none",
                 self.kind
             )));
         };
-        self.env.tools.call(workspace, tool, args).await.map_err(|e| {
-            let kind = match e.class() {
-                agent_state::ErrorClass::Transient => FailureKind::Network,
-                agent_state::ErrorClass::Permanent => FailureKind::InvalidInput,
-            };
-            KindError::new(kind, format!("`{tool}`: {e}"))
-        })
+        let n = self.calls.fetch_add(1, Ordering::SeqCst);
+        let key = format!("{}/{}/{n}", self.run_id, self.attempt);
+        let call = ToolCall { tool: tool.to_owned(), args };
+        path.call_once(&key, &call, false).await.map_err(|e| tool_failure(tool, e))
     }
 
     /// The executor's environment (HTTP policy, endpoints).
@@ -248,20 +267,24 @@ impl Capsule {
     }
 
     /// A command for a process that belongs to the run: it starts in its own process group,
-    /// and, with a workspace, inside the workspace's sandbox (as a `shell` call does: the
-    /// workspace read-write, the home and other runs hidden, the network as the sandbox says,
-    /// limits; [`Sandbox::command`](agent_core::tools::Sandbox::command)), in the workspace.
-    pub fn command(&self, program: &str) -> tokio::process::Command {
-        let mut command = match self.env.workspace.as_deref() {
-            Some(ws) => {
-                let mut command = ws.sandbox().command(ws.workspace(), program);
-                command.current_dir(ws.workspace());
-                command
-            }
-            None => tokio::process::Command::new(program),
+    /// inside the workspace's sandbox (as a `shell` call does: the workspace read-write, the
+    /// home and other runs hidden, the network as the sandbox says, limits;
+    /// [`Sandbox::command`](agent_core::tools::Sandbox::command)), in the workspace. Without a
+    /// workspace there is no sandbox to run it in, and it is refused
+    /// ([`FailureKind::InvalidInput`]).
+    pub fn command(&self, program: &str) -> Result<tokio::process::Command, KindError> {
+        let Some(ws) = self.env.workspace.as_deref() else {
+            return Err(KindError::invalid(format!(
+                "the `{}` run cannot start `{program}`: a capsule runs processes only in its \
+                 workspace's sandbox, and the executor has no workspace; give it one \
+                 (`ExecEnv::with_workspace`)",
+                self.kind
+            )));
         };
+        let mut command = ws.sandbox().command(ws.workspace(), program);
+        command.current_dir(ws.workspace());
         command.process_group(0).kill_on_drop(true).stdin(std::process::Stdio::null());
-        command
+        Ok(command)
     }
 
     /// Starts `command` (made by [`command`](Self::command)) and remembers its process group:
@@ -316,6 +339,21 @@ fn confined(name: &str) -> Result<&Path, KindError> {
             ),
         ))
     }
+}
+
+/// A refused or failed tool call as a run failure: a missing capability is a permission
+/// failure; a tool's own failure passes if it is transient; the rest (the audit log or state
+/// store failing) by its class.
+fn tool_failure(tool: &str, error: AgentError) -> KindError {
+    let transient = error.class() == agent_state::ErrorClass::Transient;
+    let kind = match &error {
+        AgentError::MissingCapability { .. } => FailureKind::Permission,
+        AgentError::Tool(_) if transient => FailureKind::Network,
+        AgentError::Tool(_) => FailureKind::InvalidInput,
+        _ if transient => FailureKind::Server,
+        _ => FailureKind::Internal,
+    };
+    KindError::new(kind, format!("`{tool}`: {error}"))
 }
 
 fn io_failure(e: std::io::Error) -> KindError {

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_core::{Clock, Reasoner, TokioClock};
+use agent_core::{Clock, Reasoner, TokioClock, ToolPath};
 use agent_state::{
     AfterFailure, AgentConfig, AgentLayer, Artifact, FailureKind, RetryPolicy, RunFailure,
     RunLifecycle, RunState, RunTransition, Timestamp,
@@ -36,6 +36,11 @@ pub struct RunContext {
     /// The run's share of the reasoning budget: at most this many reasoner calls (`None`: no
     /// limit of its own; the team's budget still applies).
     pub reasoner_calls: Option<u32>,
+    /// The agent's tool path, which the capsule's tool calls go through
+    /// ([`Capsule::call_tool`]): in a team, the agent's own
+    /// ([`AgentContext::tool_path`](agent_core::AgentContext::tool_path)). `None`: a path of
+    /// `agent` on the executor's workspace and tools, its audit log and state store in memory.
+    pub tools: Option<ToolPath>,
 }
 
 impl std::fmt::Debug for RunContext {
@@ -66,6 +71,7 @@ impl RunContext {
             observer: Arc::new(NoObserver),
             policy: None,
             reasoner_calls: None,
+            tools: None,
         }
     }
 
@@ -73,6 +79,13 @@ impl RunContext {
     #[must_use]
     pub fn with_observer(mut self, observer: Arc<dyn RunObserver>) -> Self {
         self.observer = observer;
+        self
+    }
+
+    /// The same context with the agent's tool path `tools` (see [`RunContext::tools`]).
+    #[must_use]
+    pub fn with_tools(mut self, tools: ToolPath) -> Self {
+        self.tools = Some(tools);
         self
     }
 

@@ -8,6 +8,7 @@ mod capsule;
 mod input;
 mod lifecycle;
 mod progress;
+mod toolpath;
 
 use std::sync::{Arc, Mutex};
 

@@ -8,7 +8,10 @@
 //! short is not repeated unless the kind is idempotent (the step is then reported interrupted
 //! and escalated). Its events (transitions, progress, notes) go to the team's event stream as
 //! [`TeamEvent::Run`]; its response (transitions, retries, timings) is kept with the recorded
-//! output.
+//! output. The tools the run calls go through the agent's own tool path
+//! ([`AgentContext::tool_path`]): checked against its capabilities, audited, and each call with
+//! side effects recorded under the run, so a run that is resumed (an idempotent kind, run again
+//! after a crash) reuses what its calls did instead of doing it again.
 
 use std::sync::Arc;
 
@@ -115,6 +118,9 @@ pub(crate) async fn run(
         observer: Arc::new(HubObserver { hub: runner.events.clone(), agent: ctx.id().clone() }),
         policy: None,
         reasoner_calls: None,
+        // The capsule's tool calls go through the agent's own path: its capabilities, its
+        // audit, its journal, each recorded under the run so a resumed run does not repeat it.
+        tools: Some(ctx.tool_path()),
     };
     let executor = runner.executor.clone();
     let key = format!("{}#{}#kind", subtask.key(), subtask.attempt);

@@ -28,12 +28,12 @@ use agent_core::spawn::{
 use agent_core::tools::ToolError;
 use agent_core::{
     AgentContext, AgentError, AuditEvent, FINISH_TOOL, NextAction, SpawnError, SpawnRequest,
-    ToolCall, ToolCallRecord,
+    ToolCall, ToolCallRecord, work_guard,
 };
 use agent_state::{
-    Action, AgentId, AgentResult, Assignment, GuardSettings, Limit, MessageId, MessageKind,
-    PlanStep, QUOTE_CHARS, ResultStatus, StepTarget, Subtask, SubtaskResult, TaskFailure,
-    Timestamp, WaitEdge, call_fingerprint, detect_loop, quote, same_path,
+    Action, AgentId, AgentResult, Assignment, GuardSettings, MessageId, MessageKind, PlanStep,
+    QUOTE_CHARS, ResultStatus, StepTarget, Subtask, SubtaskResult, TaskFailure, Timestamp,
+    WaitEdge, quote, same_path,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -472,87 +472,47 @@ impl WorkLoop {
         }))
     }
 
-    /// The loop rule: whether making `call` now repeats the calls since anything new arrived
-    /// (a worker's result, a message) `guards.repeat_limit` times in a row. The repeated call
-    /// is not made; the loop ends with [`TaskFailure::Loop`], audited.
+    /// The loop rule ([`work_guard::repeated_call`]): whether making `call` now repeats the
+    /// calls since anything new arrived (a worker's result, a message) `guards.repeat_limit`
+    /// times in a row. The repeated call is not made; the loop ends with
+    /// [`TaskFailure::Loop`], audited.
     async fn repeats(
         &mut self,
         ctx: &mut AgentContext,
         call: &ToolCall,
         guards: &GuardSettings,
     ) -> Result<Option<Progress>, AgentError> {
-        let since_news = self.history.iter().rposition(|r| r.event).map_or(0, |i| i + 1);
-        let mut calls: Vec<String> = self.history[since_news..]
-            .iter()
-            .map(|r| call_fingerprint(&r.call.tool, &r.call.args))
-            .collect();
-        calls.push(call_fingerprint(&call.tool, &call.args));
-        let Some(repetition) = detect_loop(&calls, guards.repeat_limit) else { return Ok(None) };
-        let block = &calls[calls.len() - repetition.period..];
-        let item = shorten_item(&block.join(" then "));
-        let failure = TaskFailure::Loop {
-            agent: ctx.id().clone(),
-            item,
-            repeats: u32::try_from(repetition.times).unwrap_or(u32::MAX),
-        };
-        tracing::warn!(agent = %ctx.id(), step = %self.subtask.key(), %failure, "loop stopped");
-        let escalated_to = match guards.on_stuck {
-            agent_state::OnStuck::Stop => None,
-            agent_state::OnStuck::Escalate => ctx.config().supervisor.clone(),
-        };
-        ctx.audit(AuditEvent::Stuck {
-            task: Some(self.subtask.task_id.clone()),
-            reason: failure.clone(),
-            escalated_to,
-        })
-        .await?;
-        let summary = failure.to_string();
-        Ok(Some(Progress::Done(Box::new(Outcome {
-            success: false,
-            summary: summary.clone(),
-            result: None,
-            error: Some(AgentError::ToolFailed { tool: call.tool.clone(), output: summary }),
-            interrupted: None,
-            stuck: Some(failure),
-        }))))
+        let failure =
+            work_guard::repeated_call(ctx, Some(&self.subtask), &self.history, call, guards)
+                .await?;
+        Ok(failure.map(|failure| self.stuck(call.tool.clone(), failure)))
     }
 
-    /// The subtask limit (`[timeouts] subtask_ms`): once that long has passed on the run's
-    /// clock since the loop [started](Self::started) (across heartbeats, suspensions and
-    /// retries), the loop ends with [`TaskFailure::TimedOut`], audited; its owner reports the
-    /// step failed with that reason and its lead escalates it (neither retried nor
-    /// reassigned). Checked before every choice of the reasoner and whenever a suspended loop
-    /// runs again.
+    /// The subtask limit ([`work_guard::out_of_time`], `[timeouts] subtask_ms`): once that
+    /// long has passed on the run's clock since the loop [started](Self::started) (across
+    /// heartbeats, suspensions and retries), the loop ends with [`TaskFailure::TimedOut`],
+    /// audited; its owner reports the step failed with that reason and its lead escalates it
+    /// (neither retried nor reassigned). Checked before every choice of the reasoner and
+    /// whenever a suspended loop runs again.
     async fn out_of_time(
         &mut self,
         ctx: &mut AgentContext,
     ) -> Result<Option<Progress>, AgentError> {
-        let limit_ms = ctx.timeouts().subtask_ms;
-        if ctx.now().millis_since(self.started) < limit_ms {
-            return Ok(None);
-        }
-        let what = format!(
-            "step `{}` of task `{}` on `{}`",
-            self.subtask.step.id,
-            self.subtask.task_id,
-            ctx.id()
-        );
-        tracing::warn!(agent = %ctx.id(), step = %self.subtask.key(), limit_ms, "subtask timed out");
-        ctx.audit(AuditEvent::TimedOut { limit: Limit::Subtask, what: what.clone(), limit_ms })
-            .await?;
-        let failure = TaskFailure::TimedOut { limit: Limit::Subtask, what, limit_ms };
+        let failure = work_guard::out_of_time(ctx, &self.subtask, self.started).await?;
+        Ok(failure.map(|failure| self.stuck(self.subtask.step.tool.clone(), failure)))
+    }
+
+    /// The loop's end when a guard stopped it with `failure`, failing `tool`'s call.
+    fn stuck(&self, tool: String, failure: TaskFailure) -> Progress {
         let summary = failure.to_string();
-        Ok(Some(Progress::Done(Box::new(Outcome {
+        Progress::Done(Box::new(Outcome {
             success: false,
             summary: summary.clone(),
             result: None,
-            error: Some(AgentError::ToolFailed {
-                tool: self.subtask.step.tool.clone(),
-                output: summary,
-            }),
+            error: Some(AgentError::ToolFailed { tool, output: summary }),
             interrupted: None,
             stuck: Some(failure),
-        }))))
+        }))
     }
 
     /// Carries out one call; `Some` when the loop stops (suspends or ends) with it.
@@ -939,16 +899,6 @@ impl WorkLoop {
             interrupted: None,
             stuck: None,
         }))))
-    }
-}
-
-/// At most this many characters of a repeated call go into a stop reason.
-const MAX_ITEM: usize = 300;
-
-fn shorten_item(item: &str) -> String {
-    match item.char_indices().nth(MAX_ITEM) {
-        Some((end, _)) => format!("{}…", &item[..end]),
-        None => item.to_owned(),
     }
 }
 

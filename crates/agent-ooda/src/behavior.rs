@@ -5,8 +5,8 @@ use agent_core::protocol::{HelpRequest, HelpResponse, StatusReport};
 use agent_core::{AgentBehavior, AgentContext, AgentError, AuditEvent};
 use agent_state::ooda::{MessageRole, OodaEvent, OodaEventKind, OodaMessage, StopReason};
 use agent_state::{
-    Address, AgentStatus, Assignment, BoardSnapshot, Message, MessageKind, ProgressReport,
-    ProgressStatus, SubtaskResult,
+    Address, AgentStatus, Assignment, BoardSnapshot, Message, MessageKind, OnStuck, ProgressReport,
+    ProgressStatus, SubtaskResult, TaskFailure,
 };
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -175,13 +175,25 @@ impl OodaBehavior {
             output: output.clone(),
             result: None,
         };
+        // Stopped by a guard: reported as an executor's stuck step is, the typed reason
+        // marked (its lead escalates it) when the team stops stuck work or the step ran out
+        // of time.
+        let failure = match stop {
+            StopReason::Stuck { failure }
+                if self.ooda.guards.on_stuck == OnStuck::Stop
+                    || matches!(failure, TaskFailure::TimedOut { .. }) =>
+            {
+                Some(failure.clone())
+            }
+            _ => None,
+        };
         let report = ProgressReport {
             task_id: task.task_id.clone(),
             status: if success { ProgressStatus::Completed } else { ProgressStatus::Failed },
             percentage: 100,
             description: task.step.description.clone(),
             results: vec![result],
-            failure: None,
+            failure,
         };
         ctx.send(&supervisor, MessageKind::ProgressReport, &report).await?;
         Ok(())

@@ -15,6 +15,12 @@
 //!   (journaled: a call is never repeated across a crash, and `shell` runs in the workspace
 //!   sandbox), and reflect (the outcome joins memory and knowledge). Implement [`OodaAgent`]
 //!   to replace any phase.
+//! - **Guards**: the loop runs inside the guards of every working agent's tool loop
+//!   ([`agent_core::work_guard`]): a call that would repeat itself `repeat_limit` times in a
+//!   row (the team's `[guards]`, [`Ooda::with_guards`]) is not made, and a lead's subtask
+//!   worked on past `[timeouts] subtask_ms` goes no further; either stops the loop with
+//!   [`StopReason::Stuck`](agent_state::ooda::StopReason) and its typed reason, audited, and
+//!   a lead's subtask is reported failed with it, as an executor's stuck step is.
 //! - **Events**: every phase emits an [`OodaEvent`](agent_state::ooda::OodaEvent) (observe, decide, act, reflect, error,
 //!   modify_self), stored in the run's audit ([`AuditEvent::Ooda`](agent_core::AuditEvent)) and
 //!   streamed to [`Ooda::subscribe`] as it happens.

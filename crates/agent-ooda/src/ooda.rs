@@ -8,7 +8,7 @@ use agent_state::ooda::{
     MessageRole, ModificationError, OodaConfig, OodaEvent, OodaEventKind, OodaMessage,
     OodaSchemaError, OodaState, Phase, StopReason,
 };
-use agent_state::{Action, AgentId, PlanStep, StepTarget, Subtask, Timestamp};
+use agent_state::{Action, AgentId, GuardSettings, PlanStep, StepTarget, Subtask, Timestamp};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -50,6 +50,23 @@ pub enum Choice {
         /// In words.
         summary: String,
     },
+}
+
+impl Choice {
+    /// The call it makes, as the history records it (`None` for a stop).
+    pub fn call(&self) -> Option<ToolCall> {
+        match self {
+            Choice::Act(call) => Some(call.clone()),
+            Choice::Modify(request) => {
+                Some(ToolCall { tool: MODIFY_SELF.into(), args: request.clone() })
+            }
+            Choice::Send { to, content } => Some(ToolCall {
+                tool: SEND_MESSAGE.into(),
+                args: json!({ "to": to, "content": content }),
+            }),
+            Choice::Stop { .. } => None,
+        }
+    }
 }
 
 /// What an action came to.
@@ -352,6 +369,10 @@ pub struct Ooda {
     pub(crate) supervised: OodaConfig,
     /// The lead's subtask, when it works as an executor.
     pub(crate) task: Option<Subtask>,
+    /// When it took the lead's subtask: the subtask limit counts from there.
+    pub(crate) task_started: Option<Timestamp>,
+    /// The team's guards: how many identical calls in a row are a loop.
+    pub(crate) guards: GuardSettings,
     /// The subtasks it finished (`task/step`): a redelivered assignment of one is not run again.
     pub(crate) done: Vec<String>,
     events: broadcast::Sender<OodaEvent>,
@@ -372,6 +393,8 @@ struct Saved {
     stop: Option<StopReason>,
     #[serde(default)]
     task: Option<Subtask>,
+    #[serde(default)]
+    task_started: Option<Timestamp>,
     #[serde(default)]
     done: Vec<String>,
 }
@@ -403,6 +426,8 @@ impl Ooda {
             approvers: Vec::new(),
             supervised,
             task: None,
+            task_started: None,
+            guards: GuardSettings::default(),
             done: Vec::new(),
             events,
         })
@@ -413,6 +438,15 @@ impl Ooda {
     #[must_use]
     pub fn with_approvers(mut self, humans: Vec<String>) -> Self {
         self.approvers = humans;
+        self
+    }
+
+    /// The team's guards (`[guards]`), which its decide/act loop runs inside as every working
+    /// agent's loop does: a call repeating itself `repeat_limit` times in a row is not made and
+    /// stops the loop ([`StopReason::Stuck`]). The defaults without it.
+    #[must_use]
+    pub fn with_guards(mut self, guards: GuardSettings) -> Self {
+        self.guards = guards;
         self
     }
 
@@ -462,6 +496,7 @@ impl Ooda {
             return false;
         }
         self.task = Some(task);
+        self.task_started = Some(now);
         self.stop = None;
         self.history.clear();
         self.state =
@@ -485,6 +520,7 @@ impl Ooda {
             pending: self.pending.clone(),
             stop: self.stop.clone(),
             task: self.task.clone(),
+            task_started: self.task_started,
             done: self.done.clone(),
         };
         serde_json::to_value(saved).unwrap_or(Value::Null)
@@ -518,6 +554,7 @@ impl Ooda {
         });
         self.stop = saved.stop;
         self.task = saved.task;
+        self.task_started = saved.task_started;
         self.done = saved.done;
         Ok(())
     }
@@ -579,6 +616,9 @@ impl Ooda {
             self.stop = Some(stop.clone());
             return Ok(StepEnd { steps: Vec::new(), stop: Some(stop), waiting: false });
         }
+        if let Some(stop) = self.out_of_time(ctx).await? {
+            return Ok(StepEnd { steps: Vec::new(), stop: Some(stop), waiting: false });
+        }
         let mut steps = Vec::with_capacity(4);
 
         // Observe.
@@ -609,6 +649,9 @@ impl Ooda {
         self.state = state;
         let chosen = serde_json::to_value(&choice).unwrap_or(Value::Null);
         steps.push(self.step_record(OodaEventKind::Decide, chosen.clone(), true, None));
+        if let Some(stop) = self.repeats(ctx, &choice).await? {
+            return Ok(StepEnd { steps, stop: Some(stop), waiting: false });
+        }
 
         // Act, unless decide stopped the loop.
         let outcome = match choice {
@@ -694,6 +737,41 @@ impl Ooda {
             }
         }
         Ok(StepEnd { steps: all, stop: self.stop.clone(), waiting: false })
+    }
+
+    /// The loop rule every working agent's loop runs inside
+    /// ([`work_guard::repeated_call`](agent_core::work_guard::repeated_call)): a choice that
+    /// would repeat the calls made since anything new arrived `repeat_limit` times in a row is
+    /// not acted on; the loop stops with [`StopReason::Stuck`], audited.
+    async fn repeats(
+        &mut self,
+        ctx: &AgentContext,
+        choice: &Choice,
+    ) -> Result<Option<StopReason>, OodaError> {
+        let Some(call) = choice.call() else { return Ok(None) };
+        let task = self.task.as_ref();
+        let found =
+            agent_core::work_guard::repeated_call(ctx, task, &self.history, &call, &self.guards)
+                .await?;
+        Ok(found.map(|failure| self.stuck(ctx, failure)))
+    }
+
+    /// The subtask limit every working agent's loop runs inside
+    /// ([`work_guard::out_of_time`](agent_core::work_guard::out_of_time), `[timeouts]
+    /// subtask_ms`): a lead's subtask worked on for that long stops the loop with
+    /// [`StopReason::Stuck`], audited.
+    async fn out_of_time(&mut self, ctx: &AgentContext) -> Result<Option<StopReason>, OodaError> {
+        let (Some(task), Some(started)) = (&self.task, self.task_started) else { return Ok(None) };
+        let found = agent_core::work_guard::out_of_time(ctx, task, started).await?;
+        Ok(found.map(|failure| self.stuck(ctx, failure)))
+    }
+
+    /// Stops the loop for a guard's `failure`.
+    fn stuck(&mut self, ctx: &AgentContext, failure: agent_state::TaskFailure) -> StopReason {
+        let stop = StopReason::Stuck { failure };
+        self.stop = Some(stop.clone());
+        self.state = self.state.iterated(ctx.now());
+        stop
     }
 
     /// The act phase begins: its event names the action.

@@ -703,7 +703,8 @@ impl Team {
                         services.clock.now(),
                     )
                     .map_err(|e| TeamError::Ooda { agent: id.clone(), error: e.to_string() })?
-                    .with_approvers(spec.approvals.humans.clone());
+                    .with_approvers(spec.approvals.humans.clone())
+                    .with_guards(spec.guards);
                     Box::new(agent_ooda::OodaBehavior::new(ooda))
                 }
                 RoleSpec::Bottom(b) => {

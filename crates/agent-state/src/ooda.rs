@@ -1104,6 +1104,13 @@ pub enum StopReason {
         /// The error.
         error: String,
     },
+    /// A guard every working agent runs inside stopped it: it was about to repeat itself
+    /// ([`TaskFailure::Loop`](crate::TaskFailure::Loop)), or its lead's step ran out of time
+    /// ([`TaskFailure::TimedOut`](crate::TaskFailure::TimedOut)).
+    Stuck {
+        /// The typed reason.
+        failure: crate::TaskFailure,
+    },
 }
 
 impl fmt::Display for StopReason {
@@ -1114,6 +1121,7 @@ impl fmt::Display for StopReason {
                 write!(f, "stopped after {limit} iterations (max_iterations); raise it to go on")
             }
             StopReason::Failed { phase, error } => write!(f, "{phase} failed: {error}"),
+            StopReason::Stuck { failure } => write!(f, "{failure}"),
         }
     }
 }

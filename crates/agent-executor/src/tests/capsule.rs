@@ -110,7 +110,7 @@ async fn the_hard_timeout_kills_the_processes_a_run_started() {
             let seen = seen.clone();
             Box::pin(async move {
                 // The group leader and a grandchild in the same group.
-                let mut command = capsule.command("sh");
+                let mut command = capsule.command("sh")?;
                 command.arg("-c").arg("sleep 1000 & wait");
                 let child = capsule.spawn(&mut command)?;
                 *seen.lock().unwrap() = child.id();
@@ -125,7 +125,10 @@ async fn the_hard_timeout_kills_the_processes_a_run_started() {
         soft_timeout_ms: 100,
         ..RetryPolicy::executor_default()
     };
-    let executor = Executor::new(registry).with_policy(policy);
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = Arc::new(ToolContext::new(dir.path()).unwrap());
+    let executor =
+        Executor::new(registry).with_env(ExecEnv::with_workspace(workspace)).with_policy(policy);
     let response = executor.execute(RunRequest::new("hang", "go"), cx("hang")).await.unwrap();
     assert_eq!(response.failure.map(|f| f.kind), Some(FailureKind::HardTimeout));
     let group = pid.lock().unwrap().expect("the process started");
@@ -182,7 +185,7 @@ fn shell_kind() -> Registry {
     registry
         .register(FnKind::new("sh", "runs its objective in sh", |req, capsule| {
             Box::pin(async move {
-                let mut command = capsule.command("sh");
+                let mut command = capsule.command("sh")?;
                 command.arg("-c").arg(&req.objective).stdout(std::process::Stdio::piped());
                 command.stderr(std::process::Stdio::piped());
                 let child = capsule.spawn(&mut command)?;
@@ -257,4 +260,19 @@ async fn the_hard_timeout_kills_a_sandboxed_process_tree() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(alive.is_empty(), "still running: {alive:?}");
+}
+
+#[tokio::test]
+async fn a_capsule_without_a_workspace_refuses_to_start_a_process() {
+    let executor = Executor::new(shell_kind());
+    let dir = tempfile::tempdir().unwrap();
+    let witness = dir.path().join("ran");
+    let objective = format!("touch {}", witness.display());
+    let response = executor.execute(RunRequest::new("sh", objective), cx("sh")).await.unwrap();
+    assert_eq!(response.status, RunState::Failed, "{response:?}");
+    let failure = response.failure.unwrap();
+    assert_eq!(failure.kind, FailureKind::InvalidInput, "{failure}");
+    assert!(failure.reason.contains("has no workspace"), "{failure}");
+    assert!(failure.reason.contains("ExecEnv::with_workspace"), "says what to set: {failure}");
+    assert!(!witness.exists(), "no bare process ran");
 }

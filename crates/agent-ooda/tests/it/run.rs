@@ -1,11 +1,12 @@
 //! The loop: phases and events in order, the final state, the iteration limit, the inbox and
 //! outbox, and a tool the agent does not hold.
 
+use agent_core::AuditLog;
 use agent_core::protocol::HelpRequest;
 use agent_core::{ReasoningRequest, ScriptedAnswer};
 use agent_ooda::{SEND_MESSAGE, StepEnd};
 use agent_state::ooda::{MessageRole, OodaEventKind, OodaMessage, StopReason};
-use agent_state::{AgentId, MessageKind};
+use agent_state::{AgentId, MessageKind, TaskFailure};
 use message_bus::MessageBus;
 use serde_json::json;
 
@@ -144,4 +145,66 @@ async fn a_failing_phase_emits_an_error_event_and_fails_the_step() {
     assert_eq!(last.kind, OodaEventKind::Error);
     assert_eq!(last.data["phase"], "decide");
     assert_eq!(ooda.state().iteration, 0, "the step did not count");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_agent_that_repeats_itself_is_stopped_by_the_loop_guard_with_the_typed_reason() {
+    let w = World::new().await;
+    w.write("notes.md", "x");
+    let reads = (0..10).map(|_| call("read_file", json!({"path": "notes.md"})));
+    let mut ctx = w.ctx(script(reads));
+    let mut ooda = ooda(config(2));
+
+    let end = ooda.run(&mut ctx, 10).await.unwrap();
+
+    // The third identical call in a row (the default `repeat_limit`) is not made.
+    let Some(StopReason::Stuck { failure: TaskFailure::Loop { agent, item, repeats } }) = &end.stop
+    else {
+        panic!("not stopped by the loop guard: {:?}", end.stop)
+    };
+    assert_eq!((agent.as_str(), *repeats), (ME, 3));
+    assert!(item.contains("read_file"), "{item}");
+    let acts = end.steps.iter().filter(|s| s.step_type == OodaEventKind::Act).count();
+    assert_eq!(acts, 2, "two reads made, the third refused");
+    assert_eq!(ooda.stopped(), end.stop.as_ref());
+    // Audited as every working agent's loop is.
+    let stuck: Vec<TaskFailure> = w
+        .audit
+        .records(Some(&AgentId::new(ME)))
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|r| match r.event {
+            agent_core::AuditEvent::Stuck { reason, .. } => Some(reason),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(stuck.len(), 1);
+    assert!(matches!(stuck[0], TaskFailure::Loop { repeats: 3, .. }));
+    // Stopped, it stays stopped.
+    let again = ooda.step(&mut ctx).await.unwrap();
+    assert_eq!(again.stop, end.stop);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_loop_guard_with_a_higher_limit_lets_more_repeats_through() {
+    let w = World::new().await;
+    w.write("notes.md", "x");
+    let reads = (0..10).map(|_| call("read_file", json!({"path": "notes.md"})));
+    let mut ctx = w.ctx(script(reads));
+    let guards = agent_state::GuardSettings { repeat_limit: 5, ..Default::default() };
+    let mut ooda = ooda(config(2)).with_guards(guards);
+
+    let end = ooda.run(&mut ctx, 10).await.unwrap();
+
+    assert!(
+        matches!(
+            &end.stop,
+            Some(StopReason::Stuck { failure: TaskFailure::Loop { repeats: 5, .. } })
+        ),
+        "{:?}",
+        end.stop
+    );
+    let acts = end.steps.iter().filter(|s| s.step_type == OodaEventKind::Act).count();
+    assert_eq!(acts, 4);
 }
