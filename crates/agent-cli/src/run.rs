@@ -562,8 +562,10 @@ fn goal_plan(goal: &str, team: &TeamFile, tools: &ToolRegistry) -> Result<(Strin
     Ok((text, task))
 }
 
-/// The goal example (`examples/goal/team.toml`), from which the built-in goal team is made.
-const GOAL_EXAMPLE: &str = include_str!("../../../examples/goal/team.toml");
+/// The goal example (`examples/goal/team.toml`), from which the built-in goal team is made: a
+/// copy inside the crate, since a packaged crate holds no file outside its directory (a test
+/// checks that the two are the same).
+const GOAL_EXAMPLE: &str = include_str!("run/goal_team.toml");
 
 /// The team of `strata run --goal` without `--team`: the goal example's three powers and
 /// `[[roles]]` (its settings too), without its opening comment and its `[reasoner]` table, so
