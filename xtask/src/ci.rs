@@ -16,7 +16,7 @@ struct Step {
 }
 
 /// The steps, in the order CI runs them.
-const STEPS: [Step; 11] = [
+const STEPS: [Step; 12] = [
     Step { name: "setup", run: crate::setup::run },
     Step { name: "fmt", run: fmt },
     Step { name: "clippy", run: clippy },
@@ -28,6 +28,7 @@ const STEPS: [Step; 11] = [
     Step { name: "fuzz", run: fuzz },
     Step { name: "layering", run: layering },
     Step { name: "tidy", run: tidy::run },
+    Step { name: "publish-check", run: publish_check },
 ];
 
 /// The crate whose dependency tree must stay free of async runtimes and I/O crates.
@@ -96,6 +97,11 @@ fn chaos(root: &Path) -> anyhow::Result<()> {
 /// Every fuzz target for a short, bounded time.
 fn fuzz(root: &Path) -> anyhow::Result<()> {
     crate::fuzz::run(root, crate::fuzz::CI_SECONDS)
+}
+
+/// Every publishable crate packaged, not built (see [`crate::publish::CI_VERIFY`]).
+fn publish_check(root: &Path) -> anyhow::Result<()> {
+    crate::publish::run(root, crate::publish::CI_VERIFY)
 }
 
 fn fmt(root: &Path) -> anyhow::Result<()> {

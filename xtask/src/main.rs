@@ -1,5 +1,5 @@
 //! Strata's task runner: `cargo xtask ci | coverage | bench [--peers | --models] [--quick] | fuzz | torture |
-//! simulate | chaos | help`.
+//! simulate | chaos | publish-check | help`.
 //!
 //! `cargo xtask ci` is the single entry point that does exactly what CI does: its setup step
 //! installs and starts what the checks need (`.ci/run` only calls it). Every subcommand runs from the workspace root, whatever the
@@ -14,6 +14,7 @@ mod coverage;
 mod fuzz;
 mod models;
 mod peers;
+mod publish;
 mod pyenv;
 mod setup;
 mod simulate;
@@ -36,7 +37,8 @@ commands:
   ci              run every CI check, in CI's order, stopping at the first failure:
                   setup, fmt, clippy, doc, tests (nextest or cargo test, then doctests),
                   simulate (300 seeds), chaos (10 seeds),
-                  layering (agent-state stays free of async and I/O crates), tidy
+                  layering (agent-state stays free of async and I/O crates), tidy,
+                  publish-check
   setup           only ci's first step: install what the checks need (system packages
                   with apt-get as root, rustfmt, clippy, cargo-nextest, cargo-fuzz, the
                   Python peers, the embedded model's server) and start NATS if none
@@ -76,6 +78,12 @@ commands:
                   typed reason within a bound of heartbeats, no side effect twice, no
                   message unacknowledged, `strata verify` passes; prints each failing seed
                   with `cargo xtask chaos --seeds 1 --start S` and the counts
+  publish-check [--verify]
+                  package every publishable workspace member (from cargo metadata) as
+                  `cargo publish` would, in dependency order, uploading nothing: path
+                  dependencies need versions, no crate needs a file outside its directory
+                  (--verify also builds each package on its own, as `cargo publish` does:
+                  many minutes per crate, so CI does not)
   help            print this text";
 
 fn main() -> ExitCode {
@@ -111,6 +119,8 @@ fn main() -> ExitCode {
         ["simulate", rest @ ..] => {
             simulate::args(rest).and_then(|(seeds, start)| simulate::run(&root, seeds, start))
         }
+        ["publish-check"] => publish::run(&root, false),
+        ["publish-check", "--verify"] => publish::run(&root, true),
         _ => Err(anyhow::anyhow!("unknown arguments `{}`\n\n{USAGE}", args.join(" "))),
     };
     match result {

@@ -2,7 +2,7 @@
 
 use crate::bench::{self, Figure, Row, Throughput};
 use crate::coverage::{LineCoverage, parse_total};
-use crate::{ci, tidy};
+use crate::{ci, publish, tidy};
 
 /// `cargo llvm-cov --workspace --summary-only` output, shortened.
 const LLVM_COV_REPORT: &str = "\
@@ -263,4 +263,140 @@ fn simulate_reads_its_seeds_and_start() -> anyhow::Result<()> {
     assert!(args(&["--seeds", "many"]).is_err());
     assert!(args(&["--kills", "3"]).is_err());
     Ok(())
+}
+
+/// A member called `name`, publishable or not, with `deps` as `(name, kind, versioned)`.
+fn member(name: &str, publishable: bool, deps: &[(&str, &str, bool)]) -> publish::Member {
+    publish::Member {
+        name: name.to_owned(),
+        dir: format!("crates/{name}"),
+        publishable,
+        deps: deps
+            .iter()
+            .map(|(name, kind, versioned)| publish::Dep {
+                name: (*name).to_owned(),
+                kind: (*kind).to_owned(),
+                versioned: *versioned,
+            })
+            .collect(),
+    }
+}
+
+#[test]
+fn publish_order_puts_every_crate_after_what_it_needs_and_leaves_out_the_unpublishable()
+-> anyhow::Result<()> {
+    let members = [
+        member("cli", true, &[("core", "normal", true), ("llm", "normal", true)]),
+        // A versioned dev-dependency must be on crates.io first; a path-only one is stripped.
+        member("llm", true, &[("core", "normal", true), ("pool", "dev", true)]),
+        member("pool", true, &[("core", "normal", true), ("llm", "dev", false)]),
+        member("core", true, &[("state", "normal", true), ("core", "dev", false)]),
+        member("state", true, &[]),
+        member("xtask", false, &[("cli", "normal", false)]),
+    ];
+    assert_eq!(publish::publish_order(&members)?, ["state", "core", "pool", "llm", "cli"]);
+    // The order does not depend on the order of the listing.
+    let mut reversed = members.to_vec();
+    reversed.reverse();
+    assert_eq!(publish::publish_order(&reversed)?, ["state", "core", "pool", "llm", "cli"]);
+    Ok(())
+}
+
+#[test]
+fn publish_order_names_every_dependency_that_cannot_be_published() {
+    let members = [
+        member("core", true, &[("state", "normal", false), ("tool", "build", true)]),
+        member("pool", true, &[("tool", "dev", true), ("state", "normal", true)]),
+        member("state", true, &[]),
+        member("tool", false, &[]),
+    ];
+    let Err(error) = publish::publish_order(&members) else {
+        panic!("path-only and unpublishable dependencies were accepted");
+    };
+    let error = error.to_string();
+    assert!(error.contains("core depends on state by path only"), "{error}");
+    assert!(error.contains("core (build dependency) needs tool"), "{error}");
+    assert!(error.contains("pool (dev dependency) needs tool"), "{error}");
+    assert_eq!(error.matches("\n  ").count(), 3, "{error}");
+}
+
+#[test]
+fn publish_order_refuses_a_cycle_through_a_versioned_dev_dependency() {
+    let members = [
+        member("a", true, &[("b", "normal", true)]),
+        member("b", true, &[("a", "dev", true)]),
+        member("c", true, &[]),
+    ];
+    let Err(error) = publish::publish_order(&members) else {
+        panic!("a cycle was given an order");
+    };
+    let error = error.to_string();
+    assert!(error.contains("none can be published first: a, b ("), "{error}");
+}
+
+#[test]
+fn publish_reads_members_and_their_dependencies_on_each_other_from_cargo_metadata()
+-> anyhow::Result<()> {
+    let metadata = serde_json::json!({
+        "workspace_members": ["path+file:///w/crates/core#0.1.0", "path+file:///w/xtask#0.1.0",
+                              "path+file:///w/crates/state#0.1.0"],
+        "packages": [
+            { "id": "path+file:///w/crates/core#0.1.0", "name": "core",
+              "manifest_path": "/w/crates/core/Cargo.toml", "publish": null,
+              "dependencies": [
+                { "name": "state", "req": "^0.1.0", "kind": null, "path": "/w/crates/state" },
+                { "name": "core", "req": "*", "kind": "dev", "path": "/w/crates/core" },
+                { "name": "state", "req": "*", "kind": "dev", "path": "/w/crates/state" },
+                { "name": "serde", "req": "^1", "kind": null }
+              ] },
+            { "id": "path+file:///w/xtask#0.1.0", "name": "xtask",
+              "manifest_path": "/w/xtask/Cargo.toml", "publish": [], "dependencies": [] },
+            { "id": "path+file:///w/crates/state#0.1.0", "name": "state",
+              "manifest_path": "/w/crates/state/Cargo.toml", "publish": null,
+              "dependencies": [] }
+        ]
+    });
+    let members = publish::members(&metadata)?;
+    let at = |dir: &str, member: publish::Member| publish::Member { dir: dir.to_owned(), ..member };
+    assert_eq!(
+        members,
+        [
+            at(
+                "/w/crates/core",
+                member("core", true, &[("state", "normal", true), ("state", "dev", false)]),
+            ),
+            at("/w/xtask", member("xtask", false, &[])),
+            at("/w/crates/state", member("state", true, &[])),
+        ]
+    );
+    assert_eq!(publish::publish_order(&members)?, ["state", "core"]);
+    Ok(())
+}
+
+#[test]
+fn publish_finds_files_a_crate_needs_from_outside_its_directory() {
+    let source = r#"//! A crate.
+const GOAL: &str = include_str!("../../../examples/goal/team.toml");
+const PAGE: &str = include_str!("serve/page/index.html");
+const README: &str = include_str!("../README.md");
+const OTHER: &[u8] = include_bytes!("../../other/data.bin");
+#[path = "../tests/it/webdriver.rs"]
+mod webdriver;
+#[path = "/etc/passwd"]
+mod absolute;
+const BUILT: &str = include_str!(concat!(env!("OUT_DIR"), "/x"));
+"#;
+    let found = publish::outside_references("crates/cli/src/run.rs", source, "crates/cli");
+    assert_eq!(
+        found,
+        [
+            "crates/cli/src/run.rs:2: include_str! \"../../../examples/goal/team.toml\" reaches outside crates/cli",
+            "crates/cli/src/run.rs:5: include_bytes! \"../../other/data.bin\" reaches outside crates/cli",
+            "crates/cli/src/run.rs:8: #[path] \"/etc/passwd\" reaches outside crates/cli",
+        ]
+    );
+    assert!(publish::is_test_file("crates/team-file/src/tests.rs"));
+    assert!(publish::is_test_file("crates/cli/src/run/tests/goal.rs"));
+    assert!(publish::is_test_file("crates/llm/src/local/grammar_tests.rs"));
+    assert!(!publish::is_test_file("crates/cli/src/run.rs"));
 }

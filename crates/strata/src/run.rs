@@ -1004,7 +1004,7 @@ fn goal_plan(goal: &str, team: &TeamFile, tools: &ToolRegistry) -> Result<(Strin
 }
 
 /// The goal example (`examples/goal/team.toml`), from which the built-in goal team is made.
-const GOAL_EXAMPLE: &str = include_str!("../../../examples/goal/team.toml");
+const GOAL_EXAMPLE: &str = include_str!("run/goal_team.toml");
 
 /// The team of `strata run --goal` without `--team`: the goal example's three powers and
 /// `[[roles]]` (its settings too), without its opening comment and its `[reasoner]` table, so
