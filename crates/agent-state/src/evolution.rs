@@ -1144,7 +1144,6 @@ const fn default_concurrency() -> u32 {
 impl EvolutionSettings {
     /// Settings with `population`, `generations` and `seed`, and the defaults (threshold 0.5,
     /// elitism 1, one mutation per child, two evaluations at once, the default weights).
-
     pub fn new(population: u32, generations: u32, seed: u64) -> Self {
         Self {
             population,

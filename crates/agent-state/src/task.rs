@@ -261,8 +261,7 @@ pub enum TaskFailure {
         #[serde(default)]
         partial: String,
     },
-    /// An executor kind's run of a step is blocked: it cannot
- proceed without an
+    /// An executor kind's run of a step is blocked: it cannot proceed without an
     /// input it was not given. Not retried and not reassigned (another executor would miss the
     /// same input): escalated for a person or a model to supply it.
     #[error(
