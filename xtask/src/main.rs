@@ -39,6 +39,10 @@ commands:
                   simulate (300 seeds), chaos (10 seeds),
                   layering (agent-state stays free of async and I/O crates), tidy,
                   publish-check
+  tidy            only ci's tidy step: every file opens with `//!` (Rust), no printing in
+                  libraries, no machine paths, ARCHITECTURE.md under 32 kB with every
+                  path of its Where-is-it index existing, every link to a section of
+                  docs/concepts.md naming one that exists
   setup           only ci's first step: install what the checks need (system packages
                   with apt-get as root, rustfmt, clippy, cargo-nextest, cargo-fuzz, the
                   Python peers, the embedded model's server) and start NATS if none
@@ -97,6 +101,7 @@ fn main() -> ExitCode {
         }
         ["ci"] => ci::run(&root),
         ["setup"] => setup::run(&root),
+        ["tidy"] => tidy::run(&root),
         ["coverage"] => coverage::run(&root),
         ["bench"] => bench::run(&root, false),
         ["bench", "--quick"] => bench::run(&root, true),

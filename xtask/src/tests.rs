@@ -399,4 +399,102 @@ const BUILT: &str = include_str!(concat!(env!("OUT_DIR"), "/x"));
     assert!(publish::is_test_file("crates/cli/src/run/tests/goal.rs"));
     assert!(publish::is_test_file("crates/llm/src/local/grammar_tests.rs"));
     assert!(!publish::is_test_file("crates/cli/src/run.rs"));
+
+/// A small ARCHITECTURE.md: prose, the index with a header, a separator and three rows (one
+/// with two locations), and a later section whose table is not part of the index.
+const ARCHITECTURE_SAMPLE: &str = "\
+# Architecture
+
+| not | the index |
+|---|---|
+| x | `nowhere.rs` |
+
+## Where is it
+
+| concept | where |
+|---|---|
+| heartbeat loop | `crates/agent-pool/src/team.rs#drive` |
+| anchors | `crates/agent-core/src/audit.rs#check_anchors`, `crates/run-store/src/anchor.rs` |
+| tidy | `xtask/src/tidy.rs` |
+
+## Testing
+
+| also | not |
+|---|---|
+| y | `elsewhere.rs` |
+";
+
+#[test]
+fn tidy_reads_the_index_rows_and_only_the_index() {
+    let (locations, problems) = tidy::index_locations(ARCHITECTURE_SAMPLE);
+    assert_eq!(problems, Vec::<String>::new());
+    let found: Vec<(usize, &str, Option<&str>)> =
+        locations.iter().map(|l| (l.line, l.path.as_str(), l.symbol.as_deref())).collect();
+    assert_eq!(
+        found,
+        [
+            (11, "crates/agent-pool/src/team.rs", Some("drive")),
+            (12, "crates/agent-core/src/audit.rs", Some("check_anchors")),
+            (12, "crates/run-store/src/anchor.rs", None),
+            (13, "xtask/src/tidy.rs", None),
+        ]
+    );
+}
+
+#[test]
+fn tidy_refuses_an_index_that_is_missing_or_malformed() {
+    let (locations, problems) = tidy::index_locations("# Architecture\n\n| a | `b.rs` |\n");
+    assert!(locations.is_empty());
+    assert_eq!(problems.len(), 1);
+    assert!(problems[0].contains("no `## Where is it` section"), "{problems:?}");
+
+    let malformed = "## Where is it\n\n| concept | where |\n|---|---|\n\
+                     | no location | somewhere |\n\
+                     | absolute | `/etc/passwd` |\n\
+                     | outside | `crates/../../x.rs` |\n\
+                     | empty symbol | `xtask/src/tidy.rs#` |\n\
+                     | fine | `xtask/src/tidy.rs#run` |\n";
+    let (locations, problems) = tidy::index_locations(malformed);
+    assert_eq!(locations.len(), 1, "{locations:?}");
+    assert_eq!(locations[0].line, 9);
+    let lines: Vec<&str> =
+        problems.iter().map(|p| p.split(": ").next().unwrap_or_default()).collect();
+    assert_eq!(
+        lines,
+        ["ARCHITECTURE.md:5", "ARCHITECTURE.md:6", "ARCHITECTURE.md:7", "ARCHITECTURE.md:8"]
+    );
+}
+
+#[test]
+fn tidy_matches_index_symbols_as_whole_identifiers() {
+    let text = "pub async fn drive_run() {}\nfn redrive() {}\n";
+    assert!(!tidy::contains_identifier(text, "drive"));
+    assert!(tidy::contains_identifier(text, "drive_run"));
+    assert!(tidy::contains_identifier("async fn drive(\n", "drive"));
+    assert!(tidy::contains_identifier("drive", "drive"));
+}
+
+#[test]
+fn tidy_makes_heading_anchors_as_github_does() {
+    let page = "# Concepts: the agent model\n\n## Roles and spawning\n\n#not a heading\n\
+                text\n### Self-modification\n";
+    assert_eq!(
+        tidy::heading_anchors(page),
+        ["concepts-the-agent-model", "roles-and-spawning", "self-modification"]
+    );
+}
+
+#[test]
+fn tidy_finds_links_to_sections_of_the_concepts_page_that_do_not_exist() {
+    // Spelled in pieces so that this file passes its own check.
+    let page = concat!("docs/concepts", ".md#");
+    let anchors = ["lifecycle".to_owned(), "roles-and-spawning".to_owned()];
+    let text = format!(
+        "//! The table ({page}lifecycle).\n/// See {page}roles-and-spawning, and {page}nope.\n"
+    );
+    let problems = tidy::check_concept_links("crates/a/src/x.rs", &text, &anchors);
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(problems[0].starts_with("crates/a/src/x.rs:2: "), "{problems:?}");
+    assert!(problems[0].contains("nope"), "{problems:?}");
+    assert!(tidy::check_concept_links("README.md", "no links here", &anchors).is_empty());
 }

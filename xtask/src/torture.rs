@@ -9,7 +9,7 @@
 //! step) happened exactly once and in order; no process of the run is left (nothing runs in its
 //! workspace); no message is left unacknowledged; `strata verify` passes (the audit chain links,
 //! every transition is allowed, every record decodes). The team also has an OODA executor
-//! (seed 004) whose steps change a file of its own code, one version after another: the file
+//! whose steps change a file of its own code, one version after another: the file
 //! ends at the last version and every version was applied, in order (a kill during a change
 //! leaves the old version or the resumed run completes the new one, never a mix).
 

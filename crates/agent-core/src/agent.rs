@@ -28,7 +28,7 @@ use crate::state::{AgentRecord, StateStore};
 use crate::toolpath::{Caller, ToolPath};
 use crate::tools::{ToolContext, ToolOutput, ToolRegistry};
 
-/// Most messages one heartbeat takes from the inbox (seed 001 §8.2 batches per heartbeat).
+/// Most messages one heartbeat takes from the inbox (messages are handled in batches).
 pub const MAX_MESSAGES_PER_HEARTBEAT: usize = 256;
 
 /// How many heartbeat turns of one agent may panic in a row: the first ones reload it from its
@@ -123,14 +123,14 @@ pub struct AgentContext {
     /// by the first heartbeat with work, so an idle agent holds none.
     effect_in_flight: Option<Arc<AtomicUsize>>,
     /// After a failed turn that will be retried: the heartbeat its next attempt is due at
-    /// (seed 000: a retry waits for a later heartbeat). Until then it takes no turn. Not
+    /// (a retry waits for a later heartbeat). Until then it takes no turn. Not
     /// saved: a resumed run (whose heartbeats count from 1 again) retries at once.
     retry_due: Option<u64>,
     /// How many turns in a row have panicked ([`MAX_PANICS`]). Not saved.
     panics: u32,
 }
 
-/// The contract each layer implements (seed 000 §3 `BaseAgent`'s abstract methods).
+/// The contract each layer implements.
 #[async_trait]
 pub trait AgentBehavior: Send + Sync + 'static {
     /// The responsibilities, one per line, used in the system prompt.
@@ -331,7 +331,7 @@ impl AgentContext {
         self.retry_due
     }
 
-    /// The system prompt (seed 000 §3 `generateSystemPrompt`), built on first use so that an
+    /// The system prompt, built on first use so that an
     /// agent that never reasons never pays for it.
     pub fn system_prompt(&self) -> &str {
         self.system_prompt.get_or_init(|| system_prompt(&self.config, self.responsibilities).into())
@@ -795,7 +795,8 @@ fn working_reason(messages: &[Message]) -> String {
     reason
 }
 
-/// Seed 000 §3 `generateSystemPrompt`.
+/// An agent's system prompt: its name, layer, role, capabilities, `responsibilities` and the
+/// rules of working in a team.
 pub fn system_prompt(config: &AgentConfig, responsibilities: &str) -> String {
     let capabilities =
         config.capabilities.iter().map(|c| c.as_str()).collect::<Vec<_>>().join(", ");
@@ -902,7 +903,7 @@ impl Agent {
         Ok(())
     }
 
-    /// One heartbeat (seed 000 §3 `onHeartbeat`): take the pending messages, go working when
+    /// One heartbeat (docs/concepts.md#heartbeat): take the pending messages, go working when
     /// there is work, read the board, process, acknowledge what was processed, update metrics,
     /// ack the heartbeat to `system`, and return to idle. A failure is retried on the next
     /// heartbeat up to `max_retries`; then the agent goes failed and reports to its supervisor.
@@ -970,7 +971,7 @@ impl Agent {
         }
         if let Some(due) = self.ctx.retry_due {
             if number < due {
-                // A failed turn's next attempt waits for its heartbeat (seed 000): the mail
+                // A failed turn's next attempt waits for its heartbeat: the mail
                 // stays in the inbox; the agent is alive and answers the heartbeat.
                 if cycle {
                     self.ctx.metrics.heartbeats_responded += 1;
@@ -1297,7 +1298,7 @@ impl Agent {
         Ok(())
     }
 
-    /// A failed turn (seed 000 §3 `handleError`), as [`agent_state::plan_retry`] says: a
+    /// A failed turn, as [`agent_state::plan_retry`] says: a
     /// transient failure with retries left is retried at a later heartbeat (1, 2, 4
     /// heartbeats after this one, capped), its messages back in the inbox and no turn taken
     /// before then; a permanent one, or one past `max_retries`, fails the agent and reports
@@ -1412,7 +1413,7 @@ impl Agent {
         }
     }
 
-    /// Shuts down (seed 000 §3 `shutdown`): back to idle if working, shutting_down, the layer's
+    /// Shuts down: back to idle if working, shutting_down, the layer's
     /// clean-up, unregister, terminated. A failed agent is dismissed (failed → terminated).
     pub async fn shutdown(&mut self) -> Result<(), AgentError> {
         loop {
@@ -1543,7 +1544,7 @@ where
 
 impl Agent {
     /// A turn that panicked while processing `messages`, handled as the crash of this one
-    /// agent (seed 000's promise that every fault ends in a typed outcome). Audited as
+    /// agent (every fault ends in a typed outcome). Audited as
     /// [`AuditEvent::AgentPanicked`]. Below [`MAX_PANICS`] panics in a row, the agent is
     /// reloaded from its stored record as a resumed run reloads it (its layer's state, its
     /// processed messages and counts: what the panicking turn changed in memory is dropped) and

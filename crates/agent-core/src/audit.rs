@@ -65,10 +65,10 @@ pub enum AuditEvent {
         /// The agent's limit.
         max_retries: u32,
     },
-    /// After a failed turn ([`Error`](AuditEvent::Error)), whether and when the agent tries
-    /// it again (seed 000): a transient failure with retries left waits for a later heartbeat
-    /// (1, 2, 4 heartbeats, capped: [`agent_state::retry_wait_beats`]); a permanent one, or one
-    /// past the agent's retries, is not tried again and the agent fails.
+    /// After a failed turn ([`Error`](AuditEvent::Error)), whether and when the agent tries it
+    /// again (docs/concepts.md#retries-and-timeouts): a transient failure with retries left waits
+    /// for a later heartbeat (1, 2, 4 heartbeats, capped: [`agent_state::retry_wait_beats`]); a
+    /// permanent one, or one past the agent's retries, is not tried again and the agent fails.
     Retry {
         /// The attempt that failed: 1 for the first, `max_retries + 1` for the last.
         attempt: u32,
@@ -189,8 +189,8 @@ pub enum AuditEvent {
         /// How it went.
         outcome: PeerHelpOutcome,
     },
-    /// One event of an OODA agent's loop (seed 004): a phase began, a phase failed, or a
-    /// self-modification was applied, refused, rolled back or waits for a human.
+    /// One event of an OODA agent's loop (docs/concepts.md#ooda-agents): a phase began, a phase
+    /// failed, or a self-modification was applied, refused, rolled back or waits for a human.
     Ooda {
         /// The event.
         ooda: agent_state::ooda::OodaEvent,

@@ -41,7 +41,7 @@ pub enum TeamEvent {
     /// A record was appended to the audit log: a transition, a tool call, a decision, a spawn,
     /// a refusal, ...
     Audit(AuditRecord),
-    /// An executor kind's run (seed 002) changed state, reported progress or an event.
+    /// An executor kind's run changed state, reported progress or an event.
     Run {
         /// The executor agent running it.
         agent: AgentId,

@@ -1,9 +1,9 @@
 //! The agent runtime: drives one Strata agent through its lifecycle.
 //!
-//! An [`Agent`] pairs an [`AgentContext`] (configuration, status, metrics, and the shared
-//! services in [`AgentDeps`]) with a layer's [`AgentBehavior`]. The runtime implements seed 000
-//! §3: [`Agent::initialize`] registers on the bus, creates the whiteboard and goes
-//! initializing → idle; [`Agent::heartbeat`] takes messages, works, acknowledges, acks the
+//! An [`Agent`] pairs an [`AgentContext`] (configuration, status, metrics, and the shared services
+//! in [`AgentDeps`]) with a layer's [`AgentBehavior`]. The runtime implements the lifecycle of
+//! docs/concepts.md#lifecycle: [`Agent::initialize`] registers on the bus, creates the whiteboard
+//! and goes initializing → idle; [`Agent::heartbeat`] takes messages, works, acknowledges, acks the
 //! heartbeat to `system`, and retries failures up to `max_retries` before going failed and
 //! reporting to the supervisor; [`Agent::shutdown`] ends in terminated. Every status change goes
 //! through `agent-state` and into the [`AuditLog`].
@@ -11,7 +11,7 @@
 //! Reasoning and tools are pluggable: [`Reasoner`] (with the deterministic
 //! [`RuleBasedReasoner`]) and the [`tools::ToolRegistry`] with workspace-confined file and shell
 //! tools. [`spawn`] defines how a layer creates and dismisses agents while a team works (the
-//! [`Spawner`] trait, implemented by `agent-pool`) and the seed-003 agent-management tools
+//! [`Spawner`] trait, implemented by `agent-pool`) and the agent-management tools
 //! (`spawn_agent`, `speak_to_agent`, `get_agents`, `despawn_agent`, `return_results`) with their
 //! JSON schemas. This crate does not schedule heartbeats or hold many agents: that is
 //! `agent-pool`.

@@ -160,7 +160,7 @@ pub fn message(message: &Message, layer: Option<AgentLayer>) -> Span {
     }
 }
 
-/// The span of an agent spawned by another (seed 003's spawner).
+/// The span of an agent spawned by another.
 pub fn spawn(spawner: &AgentId, spawned: &AgentId, role: &str) -> Span {
     if !enabled() {
         return Span::none();

@@ -18,7 +18,7 @@ pub const BUDGET_EXTENSION_KIND: &str = "budget_extension";
 pub struct Persona<'a> {
     /// The agent's configuration.
     pub config: &'a AgentConfig,
-    /// Its system prompt (seed 000 §3 `generateSystemPrompt`).
+    /// Its system prompt.
     pub system_prompt: &'a str,
     /// The tools it holds now, when its layer says (an executor's workspace tools, and the
     /// supervisor tools of an agent whose role may spawn); empty: the reasoner's own idea of
@@ -31,7 +31,7 @@ pub struct Persona<'a> {
 
 /// A plan the top layer's reasoner made from a goal in words: the steps (goal steps, which say
 /// what to do and leave the tool calls to the executors, or scripted ones) and the mid-layer
-/// leads to create for them (dynamic team formation, seed 001).
+/// leads to create for them (dynamic team formation, docs/concepts.md#roles-and-spawning).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Plan {
     /// The steps, in order; `after` names earlier steps.
@@ -296,7 +296,7 @@ pub trait Reasoner: Send + Sync + 'static {
         Ok(())
     }
 
-    /// Writes text for an executor kind (seed 002): `instruction` says what to write (a
+    /// Writes text for an executor kind: `instruction` says what to write (a
     /// report, an email body, research notes), `material` what to write it from (documents,
     /// fetched pages, earlier output). The default cannot: [`ReasonError::NeedsModel`], and
     /// the kinds then do the deterministic part of their work and say what needs a model.

@@ -1,6 +1,6 @@
-//! Spawning agents while a team works (seed 003 `AgentManager`): the [`Spawner`] a layer asks
-//! to create, list and dismiss its subordinates, and the supervisor tools a model calls to do
-//! it ([`SUPERVISOR_TOOLS`], [`supervisor_tool_specs`]).
+//! Spawning agents while a team works (docs/concepts.md#roles-and-spawning): the [`Spawner`] a
+//! layer asks to create, list and dismiss its subordinates, and the supervisor tools a model calls
+//! to do it ([`SUPERVISOR_TOOLS`], [`supervisor_tool_specs`]).
 //!
 //! The runtime of one agent does not own the pool: `agent-pool` implements [`Spawner`] and hands
 //! it to every agent in [`AgentDeps::spawner`](crate::AgentDeps). Each spawn is audited as
@@ -47,8 +47,8 @@ pub fn is_agent_tool(tool: &str) -> bool {
     SUPERVISOR_TOOLS.contains(&tool) || tool == RETURN_RESULTS
 }
 
-/// The name, description and JSON argument schema of an agent-management tool (seed 003's
-/// definitions), for a reasoner to offer as a native tool call.
+/// The name, description and JSON argument schema of an agent-management tool, for a reasoner to
+/// offer as a native tool call.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AgentToolSpec {
     /// The tool's name.

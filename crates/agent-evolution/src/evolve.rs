@@ -45,7 +45,7 @@ impl EvalError {
     }
 }
 
-/// Scores a genome (seed 004's "gym"): named scores and an overall fitness in 0..=1. The
+/// Scores a genome: named scores and an overall fitness in 0..=1. The
 /// default combination of success, efficiency and safety is
 /// [`FitnessWeights`](agent_state::evolution::FitnessWeights)' 0.4 / 0.3 / 0.3.
 #[async_trait]
@@ -640,7 +640,7 @@ pub fn agent_id(generation: u32, index: usize) -> String {
     format!("evolution/{generation}/{index}")
 }
 
-/// The fitness metrics of an event: the scores and `overall_fitness` (seed 004's name).
+/// The fitness metrics of an event: the scores and `overall_fitness`.
 fn metrics(fitness: &Fitness) -> BTreeMap<String, f64> {
     let mut out = fitness.scores.clone();
     out.insert("overall_fitness".into(), fitness.overall);

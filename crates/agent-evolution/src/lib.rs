@@ -1,5 +1,5 @@
-//! Evolution (seed 004 §6): agents that improve by variation and selection, on the Strata
-//! runtime.
+//! Evolution (docs/concepts.md#evolution): agents that improve by variation and selection, on the
+//! Strata runtime.
 //!
 //! - **Genomes** ([`agent_state::evolution::Genome`]): an agent's configuration (role,
 //!   prompt, model and temperature, tools, retries and turn limit, strategy parameters), its

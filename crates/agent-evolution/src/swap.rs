@@ -1,4 +1,4 @@
-//! Hot-swap (seed 004 §6 `evolve`): a live OODA agent becomes a genome.
+//! Hot-swap (docs/concepts.md#evolution): a live OODA agent becomes a genome.
 
 use std::time::Duration;
 
@@ -50,7 +50,7 @@ pub enum SwapError {
 /// an `ooda` `modify_self` event with the outcome `adopted`; `strata rollback` (or
 /// [`OodaCommand::Rollback`]) returns to the version before. Waits up to `wait` for the agent
 /// to apply it and returns the new version. With a `recorder`, the swap is recorded as the
-/// seed's `mutate` (`evolution_type: hot_swap`) and `survival` (`evolved_from`, `evolved_to`)
+/// flight recorder's `mutate` (`evolution_type: hot_swap`) and `survival` (`evolved_from`, `evolved_to`)
 /// events.
 pub async fn hot_swap(
     team: &Team,

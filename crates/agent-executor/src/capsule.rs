@@ -1,4 +1,4 @@
-//! The capsule: one run's own context (seed 002 "Capsule pattern").
+//! The capsule: one run's own context (docs/concepts.md#executor-kinds).
 //!
 //! A handler reaches the world only through its [`Capsule`]: its progress sink, the agent's
 //! reasoner (with the run's own conversation and its share of the budget), the workspace tools

@@ -1,4 +1,4 @@
-//! What a run tells its caller while it happens (seed 002 `onProgress` / `onEvent`).
+//! What a run tells its caller while it happens: its progress and events.
 //!
 //! An observer is called in the run's own task and must not block: [`ChannelObserver`] hands
 //! events to a bounded channel and drops a progress update when the consumer is behind (the

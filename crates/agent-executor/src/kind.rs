@@ -1,4 +1,4 @@
-//! Agent kinds and their registry (seed 002 "Registry pattern").
+//! Agent kinds and their registry (docs/concepts.md#executor-kinds).
 //!
 //! A kind is a name and a handler: `(request, capsule) -> output`. The capsule is the run's own
 //! context (progress sink, reasoner, scratch directory, budget share); see [`Capsule`].
@@ -115,7 +115,7 @@ impl From<RunFailure> for KindError {
 /// The future a closure handler returns.
 pub type KindFuture<'a> = Pin<Box<dyn Future<Output = Result<KindOutput, KindError>> + Send + 'a>>;
 
-/// A kind made of a name, a description and a closure (seed 002 `registerAgent(name, handler)`).
+/// A kind made of a name, a description and a closure.
 pub struct FnKind<F> {
     name: String,
     description: String,

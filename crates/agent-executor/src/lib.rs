@@ -1,12 +1,12 @@
-//! The agent executor (seed 002): runs one agent *kind* on one objective, with a lifecycle, a
-//! retry policy that tells transient failures from permanent ones, soft and hard timeouts,
-//! progress streamed to the caller, a capsule of its own, and batches.
+//! The agent executor (docs/concepts.md#executor-kinds): runs one agent *kind* on one objective,
+//! with a lifecycle, a retry policy that tells transient failures from permanent ones, soft and
+//! hard timeouts, progress streamed to the caller, a capsule of its own, and batches.
 //!
 //! In a team, an executor agent with a `kind` runs its subtasks through an [`Executor`]; alone,
 //! `strata exec KIND "objective"` (or [`Executor::execute`]) runs one kind without a team.
 //!
 //! - [`Registry`] and [`Kind`]: kinds registered by name (twice is an error); [`FnKind`] makes
-//!   one from a closure. [`builtins()`] registers the four kinds of the seed (module
+//!   one from a closure. [`builtins()`] registers the four built-in kinds (module
 //!   [`builtins`](mod@builtins)): [`RESEARCH_AGENT`] (sources from the workspace and from URLs
 //!   on allowed hosts, and notes), [`WRITER_AGENT`] (a report, email or document written to a
 //!   workspace file), [`PLANNER_AGENT`] (a Strata plan file) and [`INTEGRATIONS_AGENT`] (a call

@@ -10,7 +10,7 @@ pub const MAX_OBJECTIVE_BYTES: usize = 16 * 1024;
 /// The largest `inputs` object, in bytes of JSON.
 pub const MAX_INPUTS_BYTES: usize = 256 * 1024;
 
-/// One run of one kind on one objective (seed 002 `AgentRunRequest`).
+/// One run of one kind on one objective.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RunRequest {
     /// The run's id: unique, made of `a-z`, `A-Z`, `0-9`, `-` and `_` (it names the capsule's

@@ -1,5 +1,5 @@
 //! The executor: runs one request through its lifecycle, with retries, soft and hard timeouts,
-//! progress, and a capsule of its own (seed 002 `executeAgent`), and batches of requests.
+//! progress, and a capsule of its own, and batches of requests.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -110,7 +110,7 @@ pub struct Timings {
     pub attempts_ms: Vec<u64>,
 }
 
-/// One run's result envelope (seed 002 `AgentRunResponse`).
+/// One run's result envelope.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RunResponse {
     /// The run.
@@ -196,7 +196,7 @@ impl std::fmt::Debug for Executor {
 }
 
 impl Executor {
-    /// An executor on `registry`, with the seed's retry policy
+    /// An executor on `registry`, with the default retry policy
     /// ([`RetryPolicy::executor_default`]), no workspace and no HTTP hosts.
     pub fn new(registry: Registry) -> Self {
         Self {
@@ -309,9 +309,10 @@ impl Executor {
         Ok(kind)
     }
 
-    /// Runs `request` to its end: completed, blocked or failed (seed 002 lifecycle and retry
-    /// policy). A request that [`check`](Self::check) refuses is an [`ExecError`] and nothing
-    /// runs; every other outcome, a handler's panic included, is a [`RunResponse`].
+    /// Runs `request` to its end: completed, blocked or failed (the run lifecycle and retry policy
+    /// of docs/concepts.md#executor-kinds). A request that [`check`](Self::check) refuses is an
+    /// [`ExecError`] and nothing runs; every other outcome, a handler's panic included, is a
+    /// [`RunResponse`].
     ///
     /// - A transient failure is retried as the policy says, after its backoff.
     /// - A permanent failure fails the run at once; a missing input blocks it.

@@ -1,5 +1,5 @@
 //! The bottom layer: executors that run tools for their lead, record results on their board,
-//! report progress, help peers and answer status queries (seed 000 §6).
+//! report progress, help peers and answer status queries (docs/concepts.md#layers).
 //!
 //! **Peer help.** An executor knows its peers, the other executors of its lead
 //! ([`BottomAgent::with_peers`]), and helps only them:
@@ -42,17 +42,17 @@ use crate::work::{Means, Outcome, Progress, WorkLoop};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-/// An executor's settings (seed 000 §6 `BottomLayerAgentConfig`).
+/// An executor's settings.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BottomSpec {
     /// The tools it may call. Shared: executors with the same tools hold one list (a team of
     /// 100 000 executors holds a handful of lists, not 100 000).
     pub tools: Arc<[String]>,
-    /// The executor kind (seed 002) it runs its subtasks through, such as `research_agent`;
+    /// The executor kind it runs its subtasks through, such as `research_agent`;
     /// `None`: its reasoner chooses tool calls.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<Arc<str>>,
-    /// An OODA agent (seed 004, `agent-ooda`) with this configuration instead of a tool-loop
+    /// An OODA agent (`agent-ooda`) with this configuration instead of a tool-loop
     /// executor: it takes its lead's subtasks as objectives and runs its own loop; `tools` is
     /// the most it may hold (its configuration's tools, and any it adds to itself, are among
     /// them).
@@ -196,7 +196,7 @@ impl BottomAgent {
         self
     }
 
-    /// An executor spawned by a supervisor (seed 003): it is offered `return_results`, and its
+    /// An executor spawned by a supervisor: it is offered `return_results`, and its
     /// structured result goes to its supervisor.
     #[must_use]
     pub fn spawned(mut self) -> Self {

@@ -1,6 +1,6 @@
-//! Executors with a `kind` (seed 002): such an executor runs a subtask as one run of its kind
-//! on the team's [`Executor`] instead of a tool loop, when the step is a goal step (the
-//! objective is its description) or a scripted step whose `tool` is the kind (`args` =
+//! Executors with a `kind` (docs/concepts.md#executor-kinds): such an executor runs a subtask as
+//! one run of its kind on the team's [`Executor`] instead of a tool loop, when the step is a goal
+//! step (the objective is its description) or a scripted step whose `tool` is the kind (`args` =
 //! `{"objective": "...", "inputs": {...}}`).
 //!
 //! The run goes through [`AgentContext::call_effect_once`]: its start and its response are

@@ -1,14 +1,15 @@
-//! The three layers of a Strata team: top powers, mid leads and bottom executors.
+//! The three layers of a Strata team: top powers, mid leads and bottom executors
+//! (docs/concepts.md#layers).
 //!
 //! Each layer is an [`agent_core::AgentBehavior`] driven by the `agent-core` runtime:
-//! - [`TopAgent`] (seed 000 §4): proposes a task's plan as a decision the other powers must
+//! - [`TopAgent`]: proposes a task's plan as a decision the other powers must
 //!   sign, reviews signature requests through the reasoner, dispatches the signed plan to the
 //!   leads by domain, arbitrates conflicts by a weighted vote over the bus, judges the results
 //!   and closes the task, and writes a final report at shutdown;
-//! - [`MidAgent`] (seed 000 §5): takes work only from the top layer, places steps on its
+//! - [`MidAgent`]: takes work only from the top layer, places steps on its
 //!   executors, writes the allocation plan, aggregates their reports, reassigns the work of a
 //!   failed executor, escalates what it cannot place, and reports upward;
-//! - [`BottomAgent`] (seed 000 §6): takes subtasks only from its lead, runs them through the
+//! - [`BottomAgent`]: takes subtasks only from its lead, runs them through the
 //!   tool registry, records results on its board, reports, answers status queries, and helps
 //!   the other executors of its lead ([`BottomAgent::with_peers`]): a subtask it cannot finish
 //!   (its tool is missing, or its retries would run out) it first offers to them, one at a
@@ -16,30 +17,30 @@
 //!   retried goal step asks one of them for its knowledge; it takes a peer's subtask when idle
 //!   and able, and refuses anyone else's request, audited.
 //!
-//! Conflicts (seed 000 §4, [`ArbitrationSettings`](agent_state::ArbitrationSettings)): a lead
-//! whose step every able executor failed reports a conflict with its power instead of failing
-//! the task (`retry` or `abandon`); a lead whose reasoner finds an executor's result short of
-//! the step's `acceptance` check disputes it (`redo` or `accept`); a proposer whose plan is
-//! vetoed puts it to the vote when the team arbitrates vetoes (`proceed` or `abandon`). The
-//! power arbitrates by a weighted vote of the powers holding `arbitrate`, publishes the result
-//! on the global board, sends it to the parties, and each party acts on it (the lead places
-//! the step again or takes the result, the power fails the task or runs the plan). A report
-//! from an agent not party to the conflict, a vote nobody asked for and a ruling from anyone
-//! but a power are refused and audited.
+//! Conflicts (docs/concepts.md#governance,
+//! [`ArbitrationSettings`](agent_state::ArbitrationSettings)): a lead whose step every able
+//! executor failed reports a conflict with its power instead of failing the task (`retry` or
+//! `abandon`); a lead whose reasoner finds an executor's result short of the step's `acceptance`
+//! check disputes it (`redo` or `accept`); a proposer whose plan is vetoed puts it to the vote when
+//! the team arbitrates vetoes (`proceed` or `abandon`). The power arbitrates by a weighted vote of
+//! the powers holding `arbitrate`, publishes the result on the global board, sends it to the
+//! parties, and each party acts on it (the lead places the step again or takes the result, the
+//! power fails the task or runs the plan). A report from an agent not party to the conflict, a vote
+//! nobody asked for and a ruling from anyone but a power are refused and audited.
 //!
-//! Goal-driven teams (seed 003): given a goal without steps, the proposing power asks its
-//! reasoner to plan it (steps and the leads to create) and, once the plan is signed, creates the
-//! leads through the team's [`Spawner`](agent_core::Spawner). A lead made
+//! Goal-driven teams (docs/concepts.md#roles-and-spawning): given a goal without steps, the
+//! proposing power asks its reasoner to plan it (steps and the leads to create) and, once the plan
+//! is signed, creates the leads through the team's [`Spawner`](agent_core::Spawner). A lead made
 //! [`MidAgent::supervising`] (its role enables roles) works each step in a tool loop with the
 //! supervisor tools, and an executor [`BottomAgent::spawned`] by a supervisor concludes with
 //! `return_results`; the loop (`work.rs`) is part of the agent's saved state, so a pending
 //! `speak_to_agent` reply or a wait for workers' results survives a restart.
 //!
-//! Executor kinds (seed 002): an executor whose [`BottomSpec`] has a `kind` and that was given
-//! the team's executor ([`BottomAgent::with_runner`], a [`KindRunner`]) runs a goal step (its
-//! description as the objective) or a step whose `tool` is the kind as one run of the kind on
-//! [`agent_executor::Executor`], at most once across crashes; a blocked run is escalated
-//! ([`TaskFailure::Blocked`](agent_state::TaskFailure)), neither retried nor reassigned.
+//! Executor kinds (docs/concepts.md#executor-kinds): an executor whose [`BottomSpec`] has a `kind`
+//! and that was given the team's executor ([`BottomAgent::with_runner`], a [`KindRunner`]) runs a
+//! goal step (its description as the objective) or a step whose `tool` is the kind as one run of
+//! the kind on [`agent_executor::Executor`], at most once across crashes; a blocked run is
+//! escalated ([`TaskFailure::Blocked`](agent_state::TaskFailure)), neither retried nor reassigned.
 //!
 //! This crate holds no scheduling and no team assembly: that is `agent-pool`.
 //!

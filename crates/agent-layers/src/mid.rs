@@ -1,5 +1,5 @@
-//! The mid layer: leads that decompose work, delegate it to executors, follow it, reassign it
-//! when an executor fails, escalate what they cannot place, and report upward (seed 000 §5).
+//! The mid layer: leads that decompose work, delegate it to executors, follow it, reassign it when
+//! an executor fails, escalate what they cannot place, and report upward (docs/concepts.md#layers).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -21,7 +21,7 @@ use crate::work::{Means, Outcome, Progress, WorkLoop};
 
 mod handover;
 
-/// A lead's settings (seed 000 §5 `MidLayerAgentConfig`).
+/// A lead's settings.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MidSpec {
     /// The lead's domain, such as `backend`.
@@ -37,8 +37,9 @@ pub struct MidAgent {
     peers: Vec<AgentId>,
     executors: Vec<Executor>,
     work: BTreeMap<String, WorkState>,
-    /// Its role enables roles: without executors of its own, it carries out each step of its
-    /// work through its reasoner's tool loop with the supervisor tools (seed 003).
+    /// Its role enables roles: without executors of its own, it carries out each step of its work
+    /// through its reasoner's tool loop with the supervisor tools
+    /// (docs/concepts.md#roles-and-spawning).
     supervises: bool,
     /// The team's guards (its own tool loops that repeat themselves are stopped).
     guards: GuardSettings,

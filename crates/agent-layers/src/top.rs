@@ -1,5 +1,5 @@
 //! The top layer: three powers that propose, sign, veto, arbitrate and close tasks
-//! (seed 000 §4).
+//! (docs/concepts.md#layers).
 //!
 //! Arbitration: a `conflict_report` from one of the conflict's parties is put to a weighted
 //! vote (the power's own vote first, then one from each other power holding `arbitrate`);
@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::LeadInfo;
 
-/// A top power's settings (seed 000 §4 `TopLayerAgentConfig`).
+/// A top power's settings.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TopSpec {
     /// Which power, such as `power_a`.

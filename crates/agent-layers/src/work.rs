@@ -2,7 +2,7 @@
 //! executor's subtask, or a supervising lead's step.
 //!
 //! Each turn the reasoner chooses the next call. Workspace tools run through the agent's tool
-//! journal (a resumed run does not repeat a side effect); the agent-management tools of seed 003
+//! journal (a resumed run does not repeat a side effect); the agent-management tools
 //! run through the team's [`Spawner`](agent_core::Spawner) and the bus:
 //! - `spawn_agent` creates a subordinate and sends it its task (a call with any argument
 //!   besides `role_name` and `task_prompt`, such as `tools` or `network`, is refused and

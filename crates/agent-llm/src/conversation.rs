@@ -1,5 +1,5 @@
 //! Per-agent conversations: each agent's own history of questions and answers, isolated from
-//! every other agent's (seed 003), bounded, and kept with the run.
+//! every other agent's, bounded, and kept with the run.
 //!
 //! # The bounding rule
 //!

@@ -34,7 +34,7 @@
 //!
 //! In the tool loop the agent is offered the tools its layer says it holds now
 //! ([`Persona::tools`]: workspace tools described from the registry, agent-management tools
-//! such as `spawn_agent` and `return_results` with their seed-003 schemas) and
+//! such as `spawn_agent` and `return_results` with their schemas) and
 //! `finish_subtask`; without that list, its tools from [`LlmReasoner::with_agent_tools`] and
 //! its step's tool. A goal step (no tool) is put to the model as what to achieve and how it is
 //! accepted, and the model chooses its calls. An agent that holds `return_results` is told to

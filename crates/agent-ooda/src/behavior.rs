@@ -25,7 +25,7 @@ pub enum OodaCommand {
         /// The version.
         version: u64,
     },
-    /// Become `genome` (a hot-swap, seed 004 §6 `evolve`; see [`Ooda::adopt`]), as a new
+    /// Become `genome` (a hot-swap; see [`Ooda::adopt`]), as a new
     /// version.
     Adopt {
         /// The genome.

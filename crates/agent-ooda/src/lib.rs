@@ -1,6 +1,6 @@
-//! OODA agents (seed 004): an agent that runs its own loop — observe, decide, act, reflect —
-//! on the Strata runtime, emits an event for every phase, talks through an inbox and an outbox
-//! routed by the message bus, acts inside the run's sandbox, and may modify its own
+//! OODA agents (docs/concepts.md#ooda-agents): an agent that runs its own loop — observe, decide,
+//! act, reflect — on the Strata runtime, emits an event for every phase, talks through an inbox and
+//! an outbox routed by the message bus, acts inside the run's sandbox, and may modify its own
 //! configuration, prompt, tools, behaviour settings or code at one of four safety levels.
 //!
 //! An OODA agent is a Strata agent: [`OodaBehavior`] is an [`AgentBehavior`] the runtime
@@ -26,10 +26,10 @@
 //!   streamed to [`Ooda::subscribe`] as it happens.
 //! - **Messages**: decide's `send_message` call puts a message in the outbox; the bus routes it
 //!   at the end of the step (as a `speak_to_agent`-style request that layer agents answer);
-//!   whatever reaches the agent waits in its inbox until the next observe (seed 004 §4).
+//!   whatever reaches the agent waits in its inbox until the next observe.
 //!   Placed under a lead, it takes the lead's subtasks (the step's description as its goal) and
 //!   reports the result like any executor.
-//! - **Self-modification** (seed 004 §9, [`agent_state::ooda::Modification`]): decide's
+//! - **Self-modification** ([`agent_state::ooda::Modification`]): decide's
 //!   `modify_self` call asks for a change; it applies only if self-modification is enabled and
 //!   its level is within the agent's. Level 1 applies as is; level 2 checks the result (the
 //!   config against its schema and rules, a `.json` or `.toml` file's syntax); level 3 runs the

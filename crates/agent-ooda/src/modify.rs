@@ -1,8 +1,8 @@
-//! Self-modification (seed 004 `modify_self` and §9): a request is checked (enabled, level
-//! within the agent's, a known type and an existing target, no wider permissions), validated by
-//! its level (schema; tests before and after on a copy; a human's signature), recorded as the
-//! intent of the next version, and applied in a turn of its own: the intent is saved before any
-//! effect, so a kill leaves the old version, or the resumed agent completes the new one.
+//! Self-modification (`modify_self`, docs/concepts.md#self-modification): a request is checked
+//! (enabled, level within the agent's, a known type and an existing target, no wider permissions),
+//! validated by its level (schema; tests before and after on a copy; a human's signature), recorded
+//! as the intent of the next version, and applied in a turn of its own: the intent is saved before
+//! any effect, so a kill leaves the old version, or the resumed agent completes the new one.
 
 use agent_core::{AgentContext, AuditEvent, ToolCall};
 use agent_state::ooda::{
@@ -95,7 +95,7 @@ pub enum Change {
         /// The version whose configuration and files come back.
         to: u64,
     },
-    /// A hot-swap to a genome (seed 004 §6 `evolve`): its configuration and code replace the
+    /// A hot-swap to a genome: its configuration and code replace the
     /// agent's.
     Adopt {
         /// The genome's id.
@@ -442,7 +442,7 @@ impl Ooda {
         }
     }
 
-    /// A hot-swap to `genome` (seed 004 §6 `evolve`): its role, prompt, model, temperature,
+    /// A hot-swap to `genome` (docs/concepts.md#evolution): its role, prompt, model, temperature,
     /// tools, retries, turn time limit and strategy parameters (as behaviour settings) replace
     /// the agent's, and its code files are written into the workspace, as a new version
     /// (recorded, then applied at the agent's next turn, so that a kill leaves the old version

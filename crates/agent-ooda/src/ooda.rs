@@ -80,7 +80,7 @@ pub struct Outcome {
     pub call: Option<ToolCall>,
 }
 
-/// One phase's result (seed 004 `AgentStep`).
+/// One phase's result.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AgentStep {
     /// Which phase (or `modify_self`).
@@ -173,8 +173,8 @@ pub struct View<'a> {
     pub task: Option<&'a Subtask>,
 }
 
-/// The four phases of seed 004's `BaseAgent`. Each gets the state and returns a new one; the
-/// defaults make the agent a reasoner-driven loop over its tools ([`ReasonerLoop`]).
+/// The four phases of an OODA agent (docs/concepts.md#ooda-agents). Each gets the state and returns
+/// a new one; the defaults make the agent a reasoner-driven loop over its tools ([`ReasonerLoop`]).
 #[async_trait]
 pub trait OodaAgent: Send + Sync + 'static {
     /// Observe: by default, processes the inbox (its messages join memory).
@@ -505,7 +505,7 @@ impl Ooda {
         true
     }
 
-    /// A message for the next observe (seed 004 `receive_message`): it waits in the inbox.
+    /// A message for the next observe: it waits in the inbox.
     pub fn receive_message(&mut self, message: OodaMessage) {
         self.state = self.state.receiving(message);
     }
@@ -600,7 +600,7 @@ impl Ooda {
         self.history.drain(..excess);
     }
 
-    /// One full loop (seed 004 `step`): observe, decide, act, reflect. A change in progress is
+    /// One full loop: observe, decide, act, reflect. A change in progress is
     /// dealt with first, in a turn of its own (applied, or still waiting for a human: then
     /// nothing else runs). Past `max_iterations` the loop stops with
     /// [`StopReason::MaxIterations`]; after a stop, `step` does nothing and says why.
@@ -720,7 +720,7 @@ impl Ooda {
         Ok(StepEnd { steps, stop: None, waiting: false })
     }
 
-    /// Runs up to `max_iterations` loops (seed 004 `run`), fewer when the loop stops or waits
+    /// Runs up to `max_iterations` loops, fewer when the loop stops or waits
     /// for a human; returns every phase run and why it ended (`None`: it waits, or the
     /// iterations asked for ran without reaching `max_iterations`).
     pub async fn run(

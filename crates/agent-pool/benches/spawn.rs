@@ -1,4 +1,4 @@
-//! Spawning and speaking through a supervising lead's tool loop (seed 003), on a running team
+//! Spawning and speaking through a supervising lead's tool loop, on a running team
 //! on the in-memory services, real time, tokio's multi-thread runtime (one worker per core, as
 //! `strata` runs):
 //!

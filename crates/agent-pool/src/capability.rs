@@ -1,4 +1,4 @@
-//! The capability registry (seed 000 §8): which capabilities exist and which layers may use them.
+//! The capability registry: which capabilities exist and which layers may use them.
 
 use std::collections::BTreeMap;
 
@@ -16,7 +16,8 @@ pub struct CapabilityInfo {
     pub layers: Vec<AgentLayer>,
 }
 
-/// Capabilities by name. [`CapabilityRegistry::with_builtins`] holds the ten of seed 001 §7.1.
+/// Capabilities by name. [`CapabilityRegistry::with_builtins`] holds the ten of
+/// docs/concepts.md#capabilities.
 #[derive(Clone, Debug, Default)]
 pub struct CapabilityRegistry {
     capabilities: BTreeMap<String, CapabilityInfo>,

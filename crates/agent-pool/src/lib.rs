@@ -4,7 +4,8 @@
 //!   chosen by [`Team`] from the [`RoleSpec`]), destroys them cleanly, looks them up by id and by
 //!   layer, and refuses to grow past its limit (50 by default) with [`PoolError::Full`];
 //! - [`CapabilityRegistry`]: capabilities by name with the layers that may use them (the ten
-//!   built-ins of seed 001 §7.1, plus any a user registers); [`MetricsCalculator`]: scores;
+//!   built-ins of docs/concepts.md#capabilities, plus any a user registers); [`MetricsCalculator`]:
+//!   scores;
 //! - [`HeartbeatScheduler`]: each cycle (4 s by default) starts a heartbeat, in its own task, for
 //!   every agent that has mail or pending work; every other agent acknowledges the cycle through
 //!   its bookkeeping, one sweep over the pool's slots that records each idle agent's answer in
@@ -23,13 +24,12 @@
 //! - [`Team`]: builds a three-layer team from one [`TeamSpec`], takes tasks (scripted plans, or
 //!   a goal in words for a team whose proposer's reasoner plans: [`SubmitError::CannotPlan`]
 //!   otherwise), reports outcomes, shuts down with every agent terminated;
-//! - the team's spawner (seed 003): with [`TeamSpec::roles`], a top power creates the leads a
-//!   signed plan names, and leads spawn, speak to, list and despawn workers through the
-//!   `spawn_agent` family of tools, within `enabled_agents`, `max_instances`, the pool's limit
-//!   and [`TeamSpec::max_spawn_depth`], each spawned agent holding at most its spawner's
-//!   capabilities and network ([`TeamSpec::network`]) in every layer combination; every spawn
-//!   is audited first, and [`Team::resume`]
-//!   rebuilds spawned agents from the audit log;
+//! - the team's spawner (docs/concepts.md#roles-and-spawning): with [`TeamSpec::roles`], a top
+//!   power creates the leads a signed plan names, and leads spawn, speak to, list and despawn
+//!   workers through the `spawn_agent` family of tools, within `enabled_agents`, `max_instances`,
+//!   the pool's limit and [`TeamSpec::max_spawn_depth`], each spawned agent holding at most its
+//!   spawner's capabilities and network ([`TeamSpec::network`]) in every layer combination; every
+//!   spawn is audited first, and [`Team::resume`] rebuilds spawned agents from the audit log;
 //! - the run's guards ([`TeamSpec::guards`]): the team's driver watches every delivery and every
 //!   heartbeat, and a run that goes nowhere (a step or message bounced between two agents, no
 //!   progress for `idle_heartbeats`, agents waiting on each other in a cycle) ends its task with

@@ -22,11 +22,11 @@ pub struct AgentSummary {
     pub status: AgentStatus,
     /// Its metrics.
     pub metrics: AgentMetrics,
-    /// Its performance score, 0 to 100 (seed 000 §9).
+    /// Its performance score, 0 to 100 (docs/concepts.md#metrics).
     pub score: f64,
 }
 
-/// Computes scores (seed 000 §9 `AgentMetricsCalculator`).
+/// Computes scores.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct MetricsCalculator;
 

@@ -1,4 +1,5 @@
-//! The pool: agents by id and by layer, created and destroyed with a size limit (seed 000 §7).
+//! The pool: agents by id and by layer, created and destroyed with a size limit
+//! (docs/concepts.md#the-pool).
 
 use std::collections::BTreeMap;
 use std::ops::Bound::{Excluded, Unbounded};
@@ -10,7 +11,7 @@ use agent_state::{AgentConfig, AgentId, AgentLayer, AgentMetrics, AgentStatus, C
 use thiserror::Error;
 use tokio::sync::Mutex;
 
-/// At most this many agents in a pool by default (seed 000 §7).
+/// At most this many agents in a pool by default.
 pub const DEFAULT_MAX_AGENTS: usize = 50;
 
 /// The largest pool a team may ask for (`max_agents`): one million agents.

@@ -17,7 +17,7 @@ use tokio::task::JoinSet;
 
 use crate::pool::{AgentPool, AgentSlot};
 
-/// Seed 000's heartbeat period.
+/// The default heartbeat period.
 pub const DEFAULT_HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(4);
 
 /// How many turns one agent can take in a burst because mail arrived (wake on work).
@@ -287,7 +287,7 @@ impl HeartbeatScheduler {
                 continue;
             }
             match slot.agent().clone().try_lock_owned() {
-                // A failed turn's next attempt is not due yet (seed 000: it waits 1, 2, 4
+                // A failed turn's next attempt is not due yet (it waits 1, 2, 4
                 // heartbeats): no turn; the sweep below books its answer like an idle agent's.
                 Ok(guard) if guard.waits_for_retry(number) => {}
                 Ok(guard) => self.start(slot, guard, number, &mut report),

@@ -1,5 +1,6 @@
-//! The team's [`Spawner`]: creates agents of the team's roles while it works (seed 003
-//! `AgentManager`), lists and dismisses them, and rebuilds them when a run is resumed.
+//! The team's [`Spawner`]: creates agents of the team's roles while it works
+//! (docs/concepts.md#roles-and-spawning), lists and dismisses them, and rebuilds them when a run is
+//! resumed.
 //!
 //! Rules, checked in this order for `spawn_agent`:
 //! 1. the role exists, and the caller may spawn it: a top power may create any mid role (a

@@ -73,7 +73,7 @@ pub struct TeamSpec {
     pub heartbeat: Duration,
     /// The pool's limit.
     pub max_agents: usize,
-    /// The roles agents may spawn while the team works (seed 003); empty: none.
+    /// The roles agents may spawn while the team works; empty: none.
     pub roles: RoleBook,
     /// How deep the spawn tree may grow (default [`DEFAULT_MAX_SPAWN_DEPTH`]).
     pub max_spawn_depth: u32,
@@ -205,7 +205,7 @@ pub struct TeamServices {
     pub role_tools: BTreeMap<String, Arc<ToolRegistry>>,
     /// What each agent's reasoning costs, for `get_agents`; `None`: costs are not shown.
     pub costs: Option<Arc<dyn agent_core::CostMeter>>,
-    /// The executor that runs the subtasks of executors with a `kind` (seed 002); `None`: one
+    /// The executor that runs the subtasks of executors with a `kind`; `None`: one
     /// with the built-in kinds ([`agent_executor::builtins()`]) in the team's workspace.
     pub executor: Option<Arc<agent_executor::Executor>>,
     /// The team's live event stream ([`Team::events`]): audit records and executor runs.

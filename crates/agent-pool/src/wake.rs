@@ -13,7 +13,7 @@ use tokio::sync::Notify;
 /// about it. Messages released back to pending (a failed turn) do not signal, and the
 /// scheduler takes no turn of an agent whose failed turn's next attempt is not due yet
 /// ([`Agent::waits_for_retry`](agent_core::Agent::waits_for_retry)), whatever mail arrives: a
-/// retry waits for its heartbeat (1, 2, 4 heartbeats, capped), as seed 000 says. A failed
+/// retry waits for its heartbeat (1, 2, 4 heartbeats, capped). A failed
 /// agent holds the mail it does not refuse (taken, not released), so it does not spin either.
 pub struct WakingBus {
     inner: Arc<dyn MessageBus>,

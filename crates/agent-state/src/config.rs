@@ -1,4 +1,4 @@
-//! Agent configuration (seed 000 §1 `AgentConfig`) and its validation.
+//! Agent configuration and its validation.
 
 use std::borrow::Cow;
 
@@ -7,9 +7,9 @@ use thiserror::Error;
 
 use crate::{AgentId, AgentLayer, Capability, Versioned};
 
-/// Retries per agent before it goes `failed` (seed 000).
+/// Retries per agent before it goes `failed`.
 pub const DEFAULT_MAX_RETRIES: u32 = 3;
-/// Task timeout in milliseconds (seed 000).
+/// Task timeout in milliseconds.
 pub const DEFAULT_TIMEOUT_MS: u64 = 30_000;
 /// Longest agent id accepted, so ids stay usable as storage keys and bus subjects.
 pub const MAX_AGENT_ID_LEN: usize = 64;
@@ -32,8 +32,8 @@ pub struct AgentConfig {
     /// Subordinates: forbidden on bottom agents.
     #[serde(default)]
     pub subordinates: Vec<AgentId>,
-    /// Capabilities; each must be allowed for the layer (seed 001 §7.1). By default every
-    /// capability the layer allows, borrowed from [`AgentLayer::default_capabilities`].
+    /// Capabilities; each must be allowed for the layer (docs/concepts.md#capabilities). By default
+    /// every capability the layer allows, borrowed from [`AgentLayer::default_capabilities`].
     pub capabilities: Cow<'static, [Capability]>,
     /// Model name for an LLM reasoner, if any.
     #[serde(default)]

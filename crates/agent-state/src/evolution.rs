@@ -1,6 +1,6 @@
-//! Seed 004 §6, the evolutionary core, as plain data and pure rules: genomes and their ids,
-//! mutation (a [`Modification`] applied to a parent within a declared search space), fitness
-//! and its default weighting, selection (death below a threshold, survival, elitism), the
+//! The evolutionary core (docs/concepts.md#evolution), as plain data and pure rules: genomes and
+//! their ids, mutation (a [`Modification`] applied to a parent within a declared search space),
+//! fitness and its default weighting, selection (death below a threshold, survival, elitism), the
 //! flight recorder's [`EvolutionaryEvent`]s, and the family tree they rebuild ([`Lineage`]),
 //! exported as JSON, Graphviz DOT or Mermaid.
 //!
@@ -37,7 +37,7 @@ use thiserror::Error;
 use crate::ooda::{Modification, ModificationType, SafetyLevel, apply_code_change};
 use crate::{Timestamp, Versioned};
 
-/// Seed 004's death threshold: a genome whose overall fitness is below it dies.
+/// The default death threshold: a genome whose overall fitness is below it dies.
 pub const DEFAULT_THRESHOLD: f64 = 0.5;
 
 /// The most genomes one generation may hold.
@@ -145,10 +145,10 @@ pub struct GenomeConfig {
     /// The tools it uses: at most its [`Genome::permissions`].
     #[serde(default)]
     pub tools: Vec<String>,
-    /// Retries of a failed turn before it fails (seed 000's default 3).
+    /// Retries of a failed turn before it fails (the agents' default 3).
     #[serde(default = "default_retries")]
     pub max_retries: u32,
-    /// One turn's time limit, in milliseconds (seed 000's default 30 000).
+    /// One turn's time limit, in milliseconds (the agents' default 30 000).
     #[serde(default = "default_timeout")]
     pub timeout_ms: u64,
     /// Strategy parameters: anything else the agent's behaviour reads, by name.
@@ -247,7 +247,7 @@ impl GenomeConfig {
     }
 }
 
-/// A genome (seed 004 §6): an agent's configuration and code at a state version, with its
+/// A genome: an agent's configuration and code at a state version, with its
 /// place in the family tree. Its [`id`](Genome::id) is the SHA-256 of
 /// `{"code_hash", "config", "state_version"}` serialised canonically (keys sorted, no spaces,
 /// tools sorted), so it is the same on every machine and changes with any change of them.
@@ -371,7 +371,7 @@ impl Genome {
         canonical_genome(&self.config, self.code_hash.as_deref(), self.state_version)
     }
 
-    /// Reproduction (seed 004 `spawn`): a child of this genome with `mutation` applied,
+    /// Reproduction: a child of this genome with `mutation` applied,
     /// checked against `space`'s bounds; one state version and one generation further, its
     /// parent this genome. A change outside the bounds, to a field that does not exist or
     /// that would give it a tool beyond its permissions is refused, naming the field.
@@ -526,8 +526,7 @@ fn check_code_path(path: &str) -> Result<(), EvolutionError> {
     Ok(())
 }
 
-/// The id of a genome with `config`, `code_hash` and `state_version` (seed 004
-/// `compute_genome_id`).
+/// The id of a genome with `config`, `code_hash` and `state_version`.
 pub fn genome_id(
     config: &GenomeConfig,
     code_hash: Option<&str>,
@@ -1010,13 +1009,13 @@ fn can_move(gene: &Gene, parent: &Genome) -> bool {
     }
 }
 
-/// How the three scores make the overall fitness (seed 004: 0.4 success, 0.3 efficiency,
+/// How the three scores make the overall fitness (by default 0.4 success, 0.3 efficiency,
 /// 0.3 safety). Each weight is 0 or more and they sum to more than 0; the overall fitness is
 /// their weighted mean.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FitnessWeights {
-    /// The share of tasks done right (the seed's stability score).
+    /// The share of tasks done right.
     pub success: f64,
     /// How little it cost (calls, tokens, wall time).
     pub efficiency: f64,
@@ -1112,7 +1111,7 @@ pub struct EvolutionSettings {
     pub generations: u32,
     /// The seed every random choice comes from.
     pub seed: u64,
-    /// Below this overall fitness a genome dies (seed 004: 0.5).
+    /// Below this overall fitness a genome dies (0.5 by default).
     #[serde(default = "default_threshold")]
     pub threshold: f64,
     /// How many of the best survivors go on unchanged into the next generation.
@@ -1144,7 +1143,7 @@ const fn default_concurrency() -> u32 {
 
 impl EvolutionSettings {
     /// Settings with `population`, `generations` and `seed`, and the defaults (threshold 0.5,
-    /// elitism 1, one mutation per child, two evaluations at once, the seed's weights).
+    /// elitism 1, one mutation per child, two evaluations at once, the default weights).
     pub fn new(population: u32, generations: u32, seed: u64) -> Self {
         Self {
             population,
@@ -1245,7 +1244,7 @@ pub fn select(scored: &[(&GenomeId, f64)], settings: &EvolutionSettings) -> Sele
     Selection { fates, ranked, elite }
 }
 
-/// What a flight-recorder event records (seed 004 `EvolutionaryEventType`).
+/// What a flight-recorder event records.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EvolutionaryEventType {
@@ -1281,7 +1280,7 @@ impl fmt::Display for EvolutionaryEventType {
     }
 }
 
-/// One flight-recorder event (seed 004 `EvolutionaryEvent`), with every field the seed names.
+/// One flight-recorder event (docs/concepts.md#evolution).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct EvolutionaryEvent {
     /// When (milliseconds since the epoch, from the caller's clock).
@@ -1338,7 +1337,7 @@ pub struct LineageNode {
     pub adopted: bool,
 }
 
-/// The family tree the flight recorder's events rebuild (seed 004 `get_family_tree`).
+/// The family tree the flight recorder's events rebuild.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Lineage {
     /// The genesis genomes (usually one).

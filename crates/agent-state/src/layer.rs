@@ -1,4 +1,4 @@
-//! Layers and capabilities, and the layer–capability matrix of seed 001 §7.1.
+//! Layers and capabilities, and the layer–capability matrix (docs/concepts.md#capabilities).
 
 use std::fmt;
 
@@ -45,7 +45,7 @@ impl AgentLayer {
         self.rank() < other.rank()
     }
 
-    /// Whether an agent of this layer may hold `capability` (seed 001 §7.1).
+    /// Whether an agent of this layer may hold `capability` (the matrix).
     pub const fn allows(self, capability: Capability) -> bool {
         use Capability::*;
         match self {
@@ -88,7 +88,7 @@ impl fmt::Display for AgentLayer {
     }
 }
 
-/// The ten capabilities of seed 000 §1.
+/// The ten capabilities (docs/concepts.md#capabilities).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Capability {
@@ -115,7 +115,7 @@ pub enum Capability {
 }
 
 impl Capability {
-    /// All ten, in the seed's order.
+    /// All ten, in the order of docs/concepts.md#capabilities.
     pub const ALL: [Capability; 10] = [
         Capability::Plan,
         Capability::Execute,
@@ -173,7 +173,7 @@ impl fmt::Display for Capability {
     }
 }
 
-/// An act that needs a capability: the one table that says which (seed 001 §7.1). The
+/// An act that needs a capability: the one table that says which. The
 /// runtime checks it where the act happens, against the agent's configured capabilities; every
 /// capability of the matrix is needed by at least one act ([`Action::ALL`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

@@ -6,7 +6,8 @@
 //! [`TransitionRecord`] that [`Lifecycle::apply`] returns for the caller to audit.
 //!
 //! Key types:
-//! - [`Lifecycle`] and [`AgentStatus`]: the state machine of seed 000 §2, in one place;
+//! - [`Lifecycle`] and [`AgentStatus`]: the state machine (docs/concepts.md#lifecycle), in one
+//!   place;
 //! - [`AgentConfig`]: an agent's configuration, with [`AgentConfig::validate`];
 //! - [`Message`], [`Decision`], [`board_permits`]: the rules the bus, governance and
 //!   whiteboard backends enforce;

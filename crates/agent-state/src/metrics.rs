@@ -1,10 +1,10 @@
-//! Agent metrics and the performance score of seed 000 §9.
+//! Agent metrics and the performance score (docs/concepts.md#metrics).
 
 use serde::{Deserialize, Serialize};
 
 use crate::{Timestamp, Versioned};
 
-/// Weight of the success rate in the score (seed 000 §9).
+/// Weight of the success rate in the score.
 pub const SUCCESS_WEIGHT: f64 = 40.0;
 /// Weight of responsiveness in the score.
 pub const RESPONSIVENESS_WEIGHT: f64 = 30.0;

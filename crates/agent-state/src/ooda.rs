@@ -1,24 +1,25 @@
-//! Seed 004's OODA agent as plain data: its state and configuration schemas (versioned, with a
-//! documented migration from the seed's first layout), the phases and events of its loop, and
-//! the rules of self-modification (the kinds of change, the four safety levels, the validation
-//! each level needs, and the check that a change never widens the agent's permissions).
+//! The OODA agent (docs/concepts.md#ooda-agents) as plain data: its state and configuration schemas
+//! (versioned, with a documented migration from the first layout), the phases and events of its
+//! loop, and the rules of self-modification (the kinds of change, the four safety levels, the
+//! validation each level needs, and the check that a change never widens the agent's permissions).
 //!
 //! Nothing here runs the loop or touches a file: `agent-ooda` does, through the runtime. Every
-//! update returns a new value (seed 004 §1 "immutable updates"); time comes in as an argument.
+//! update returns a new value (immutable updates); time comes in as an argument.
 //!
 //! # Schema versions and the migration
 //!
-//! [`OodaState`] and [`OodaConfig`] are written at [`OODA_SCHEMA_VERSION`] (2). Version 1 is
-//! seed 004's layout, which [`OodaConfig::from_json`] and [`OodaState::from_json`] still read:
+//! [`OodaState`] and [`OodaConfig`] are written at [`OODA_SCHEMA_VERSION`] (2). Version 1 is the
+//! original design's layout, which [`OodaConfig::from_json`] and [`OodaState::from_json`] still
+//! read:
 //! - config: `timeout` in seconds (a float) becomes `timeout_ms`; `llm_model` becomes `model`
 //!   (`llm_provider` and `llm_config` are dropped: a Strata agent's reasoner is chosen by its
-//!   team); `tools` given as objects keep their `name`; the seed's integration switches
+//!   team); `tools` given as objects keep their `name`; the version-1 integration switches
 //!   (`empirica_enabled`, `tavern_keeper_enabled`, `decision_engine_enabled`) and
 //!   `custom_handlers` are dropped; `prompt` and `test_command` start empty;
-//! - state: the seed's `state_version` was both the schema version and the modification
+//! - state: version 1's `state_version` was both the schema version and the modification
 //!   counter: it becomes `state_version`, and `schema_version` is set to 2; `tools` given as
 //!   objects keep their `name`; `epistemic_state` and `hero_state` are dropped; `last_updated`
-//!   (a datetime string in the seed) becomes the time the caller passes.
+//!   (a datetime string in version 1) becomes the time the caller passes.
 //!
 //! A document whose `schema_version` is newer than this build's is refused
 //! ([`OodaSchemaError::Unsupported`]), never guessed at.
@@ -35,19 +36,19 @@ use crate::{AgentId, Timestamp, Versioned, find_control};
 /// The schema version this build writes for [`OodaState`] and [`OodaConfig`].
 pub const OODA_SCHEMA_VERSION: u32 = 2;
 
-/// Seed 004's default `max_iterations`.
+/// The default `max_iterations`.
 pub const DEFAULT_MAX_ITERATIONS: u32 = 10;
 
 /// The most iterations a configuration may ask for.
 pub const MAX_ITERATIONS: u32 = 10_000;
 
-/// Seed 004's default timeout: 300 s.
+/// The default timeout: 300 s.
 pub const DEFAULT_OODA_TIMEOUT_MS: u64 = 300_000;
 
 /// How many messages an agent's `memory` keeps; older ones are dropped first.
 pub const MAX_MEMORY: usize = 256;
 
-/// A phase of the loop (seed 004 §5).
+/// A phase of the loop (docs/concepts.md#ooda-agents).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
@@ -92,7 +93,7 @@ impl fmt::Display for Phase {
     }
 }
 
-/// Who a message in an agent's memory comes from (seed 004's AG2 roles).
+/// Who a message in an agent's memory comes from (the roles of a chat).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MessageRole {
@@ -135,7 +136,7 @@ impl OodaMessage {
     }
 }
 
-/// An OODA agent's state (seed 004 §1): the single source of truth the loop threads through its
+/// An OODA agent's state: the single source of truth the loop threads through its
 /// phases. Each update returns a new state.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct OodaState {
@@ -237,7 +238,7 @@ impl OodaState {
         next
     }
 
-    /// Processes the inbox (seed 004 `_process_inbox`): its messages move to memory, in order;
+    /// Processes the inbox: its messages move to memory, in order;
     /// returns the new state and the messages.
     #[must_use]
     pub fn taking_inbox(&self, now: Timestamp) -> (Self, Vec<OodaMessage>) {
@@ -249,7 +250,7 @@ impl OodaState {
         (next, taken)
     }
 
-    /// The same state with a message to `to` in the outbox (seed 004 `send_message`).
+    /// The same state with a message to `to` in the outbox.
     #[must_use]
     pub fn sending(&self, to: AgentId, content: impl Into<String>, now: Timestamp) -> Self {
         let mut message = OodaMessage::new(MessageRole::Agent, content, now);
@@ -261,7 +262,7 @@ impl OodaState {
         next
     }
 
-    /// Empties the outbox (seed 004 `_process_outbox`): returns the new state and the messages
+    /// Empties the outbox: returns the new state and the messages
     /// to route.
     #[must_use]
     pub fn taking_outbox(&self) -> (Self, Vec<OodaMessage>) {
@@ -304,7 +305,7 @@ impl OodaState {
     }
 
     /// Reads a stored or hand-written state of any known schema version, migrating version 1
-    /// (seed 004's layout; see the module docs) with `now` as its `last_updated`.
+    /// (the first layout; see the module docs) with `now` as its `last_updated`.
     pub fn from_json(value: Value, now: Timestamp) -> Result<Self, OodaSchemaError> {
         let version = schema_version(&value)?;
         let mut value = value;
@@ -336,7 +337,7 @@ impl OodaState {
     }
 }
 
-/// The version a document declares: `schema_version`, else version 1 (seed 004 wrote none).
+/// The version a document declares: `schema_version`, else version 1 (which wrote none).
 fn schema_version(value: &Value) -> Result<u32, OodaSchemaError> {
     let Value::Object(map) = value else {
         return Err(OodaSchemaError::NotAnObject { what: "document" });
@@ -352,7 +353,7 @@ fn schema_version(value: &Value) -> Result<u32, OodaSchemaError> {
     }
 }
 
-/// Seed 004 lists tools as objects (`name`, `description`, `parameters`): keeps their names.
+/// Version 1 lists tools as objects (`name`, `description`, `parameters`): keeps their names.
 fn tool_names(map: &mut serde_json::Map<String, Value>) {
     if let Some(Value::Array(tools)) = map.get_mut("tools") {
         for tool in tools.iter_mut() {
@@ -363,7 +364,7 @@ fn tool_names(map: &mut serde_json::Map<String, Value>) {
     }
 }
 
-/// Seed 004's messages carry a datetime `timestamp`; ours an `at`.
+/// Version 1's messages carry a datetime `timestamp`; ours an `at`.
 fn migrate_message(message: &mut Value, now: Timestamp) {
     if let Value::Object(m) = message {
         m.remove("timestamp");
@@ -380,7 +381,7 @@ fn migrate_message(message: &mut Value, now: Timestamp) {
     }
 }
 
-/// A safety level of seed 004 §9, 1 to 4.
+/// A safety level, 1 to 4 (docs/concepts.md#self-modification).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(try_from = "u8", into = "u8")]
 pub struct SafetyLevel(u8);
@@ -400,7 +401,7 @@ impl SafetyLevel {
         self.0
     }
 
-    /// What a change at this level must pass before it applies (seed 004 §9).
+    /// What a change at this level must pass before it applies.
     pub const fn validation(self) -> Validation {
         match self.0 {
             1 => Validation { schema: false, tests: false, human: false },
@@ -435,7 +436,7 @@ impl fmt::Display for SafetyLevel {
     }
 }
 
-/// The validation pipeline of a safety level (seed 004 §9). Each part includes the ones before:
+/// The validation pipeline of a safety level. Each part includes the ones before:
 /// level 3 checks the schema too; level 4 runs the tests (when the agent has a test command)
 /// and then needs a human signature.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -450,7 +451,7 @@ pub struct Validation {
     pub human: bool,
 }
 
-/// An OODA agent's configuration (seed 004 §2, without the seed's project integrations).
+/// An OODA agent's configuration.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct OodaConfig {
     /// The schema version it was written with ([`OODA_SCHEMA_VERSION`]).
@@ -539,7 +540,7 @@ impl Versioned for OodaConfig {
 }
 
 impl OodaConfig {
-    /// A configuration with seed 004's defaults.
+    /// A configuration with the defaults.
     pub fn new(role: impl Into<String>, goal: impl Into<String>) -> Self {
         Self {
             schema_version: OODA_SCHEMA_VERSION,
@@ -725,7 +726,7 @@ pub enum OodaSchemaError {
     },
 }
 
-/// What a modification changes (seed 004 `modification_type`).
+/// What a modification changes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ModificationType {
@@ -771,7 +772,7 @@ impl fmt::Display for ModificationType {
     }
 }
 
-/// A self-modification request (seed 004 `Modification`).
+/// A self-modification request (docs/concepts.md#self-modification).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Modification {
     /// What it changes.
@@ -782,7 +783,7 @@ pub struct Modification {
     pub change: Value,
     /// Its risk, 1 to 4: it decides the validation ([`SafetyLevel::validation`]).
     pub safety_level: SafetyLevel,
-    /// Seed 004's switch; Strata validates every change by its level whatever it says (a change
+    /// The version-1 switch; Strata validates every change by its level whatever it says (a change
     /// cannot opt out of its level's checks), and records it.
     #[serde(default = "yes")]
     pub validation_required: bool,
@@ -1035,7 +1036,7 @@ pub enum ModificationError {
     Invalid(OodaSchemaError),
 }
 
-/// What an OODA event is about (seed 004 `AgentEvent.event_type`).
+/// What an OODA event is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OodaEventKind {
@@ -1064,7 +1065,7 @@ impl From<Phase> for OodaEventKind {
     }
 }
 
-/// One event of an OODA agent's loop (seed 004 `AgentEvent`), streamed to the caller as it
+/// One event of an OODA agent's loop, streamed to the caller as it
 /// happens and kept in the run's audit.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct OodaEvent {

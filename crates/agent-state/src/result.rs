@@ -1,4 +1,4 @@
-//! A worker's structured answer (seed 003 `return_results`): a status, a summary, the files it
+//! A worker's structured answer (`return_results`): a status, a summary, the files it
 //! created, changed, deleted or consulted, and the issues it knows of.
 //!
 //! [`AgentResult::parse`] checks the JSON a model wrote against the schema and says what is

@@ -1,5 +1,5 @@
-//! Retry policy and the pure backoff functions: seed 002's executor runs back off in
-//! milliseconds ([`RetryPolicy::backoff`]); seed 000's agents retry a failed heartbeat turn at
+//! Retry policy and the pure backoff functions: executor kinds' runs back off in
+//! milliseconds ([`RetryPolicy::backoff`]); agents retry a failed heartbeat turn at
 //! a later heartbeat, backing off in heartbeats ([`plan_retry`]: 1, 2, 4 beats, capped at
 //! [`MAX_RETRY_WAIT_BEATS`]).
 
@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-/// Whether a failure is worth retrying (seed 002).
+/// Whether a failure is worth retrying.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorClass {
@@ -35,7 +35,7 @@ pub struct RetryPolicy {
 }
 
 impl RetryPolicy {
-    /// Seed 002's executor policy: 1 retry, 1 s initial delay, 5 s cap, ×2, 5 min hard and
+    /// The executor's policy: 1 retry, 1 s initial delay, 5 s cap, ×2, 5 min hard and
     /// 2 min soft timeout.
     pub const fn executor_default() -> Self {
         Self {
@@ -48,7 +48,7 @@ impl RetryPolicy {
         }
     }
 
-    /// Seed 000's agent policy: 3 retries, the executor's delays, a 30 s task timeout.
+    /// The agents' policy: 3 retries, the executor's delays, a 30 s task timeout.
     pub const fn agent_default() -> Self {
         Self {
             max_retries: crate::DEFAULT_MAX_RETRIES,
@@ -95,7 +95,7 @@ impl Default for RetryPolicy {
 pub const MAX_RETRY_WAIT_BEATS: u64 = 8;
 
 /// How many heartbeats retry number `retry` (1 for the first) of a failed turn waits: the next
-/// heartbeat for the first (seed 000: a failed turn is tried again on a later heartbeat), then
+/// heartbeat for the first (a failed turn is tried again on a later heartbeat), then
 /// twice as many each time — 1, 2, 4 — capped at [`MAX_RETRY_WAIT_BEATS`]. Retry 0 waits
 /// nothing. Never decreases as `retry` grows.
 pub fn retry_wait_beats(retry: u32) -> u64 {
@@ -124,10 +124,11 @@ pub enum RetryPlan {
     Exhausted,
 }
 
-/// Whether and when an agent tries a failed turn again (seed 000, pure): a failure of `class`
-/// at heartbeat `heartbeat`, after `retries_so_far` retries, with the agent's `max_retries`.
-/// A transient failure with retries left is retried after [`retry_wait_beats`] heartbeats; a
-/// permanent one never; a transient one with none left is [`RetryPlan::Exhausted`].
+/// Whether and when an agent tries a failed turn again (docs/concepts.md#retries-and-timeouts,
+/// pure): a failure of `class` at heartbeat `heartbeat`, after `retries_so_far` retries, with the
+/// agent's `max_retries`. A transient failure with retries left is retried after
+/// [`retry_wait_beats`] heartbeats; a permanent one never; a transient one with none left is
+/// [`RetryPlan::Exhausted`].
 pub fn plan_retry(
     class: ErrorClass,
     retries_so_far: u32,

@@ -1,9 +1,9 @@
-//! Roles (seed 003 step 1.1.4): the kinds of agent a team may create while it works, what each
-//! holds, and which roles each may spawn.
+//! Roles (docs/concepts.md#roles-and-spawning): the kinds of agent a team may create while it
+//! works, what each holds, and which roles each may spawn.
 //!
 //! A [`RoleBook`] is checked once, when it is built: every role it enables exists, no role
 //! enables one of a higher layer, and each role's tools and capabilities are allowed for its
-//! layer (seed 001 §7.1). Spawning then only asks [`RoleBook::may_spawn`].
+//! layer (docs/concepts.md#capabilities). Spawning then only asks [`RoleBook::may_spawn`].
 
 use std::collections::BTreeMap;
 
@@ -43,7 +43,7 @@ pub struct Role {
     /// Most agents of this role alive at once in the team; `None`: only the pool's limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_instances: Option<u32>,
-    /// The executor kind (seed 002, such as `research_agent`) an agent of this role runs its
+    /// The executor kind (such as `research_agent`) an agent of this role runs its
     /// subtasks through (bottom roles only); `None`: its reasoner's tool loop.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,

@@ -1,4 +1,5 @@
-//! The executor's run lifecycle and failure classes (seed 002), as pure rules.
+//! The executor's run lifecycle and failure classes (docs/concepts.md#executor-kinds), as
+//! pure rules.
 //!
 //! A run of one agent kind on one objective goes
 //!
@@ -24,7 +25,7 @@ use thiserror::Error;
 
 use crate::{ErrorClass, RetryPolicy, Timestamp};
 
-/// Where a run is (seed 002 "Lifecycle").
+/// Where a run is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RunState {
@@ -84,7 +85,7 @@ impl fmt::Display for RunState {
 }
 
 /// What kind of failure ended an attempt. [`class`](FailureKind::class) says whether it is
-/// worth retrying (seed 002: network errors, rate limits, timeouts and 5xx are transient;
+/// worth retrying (network errors, rate limits, timeouts and 5xx are transient;
 /// invalid input, permission errors and other 4xx are permanent).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -1,4 +1,5 @@
-//! The lifecycle: eight statuses, the transition table of seed 000 §2, and the apply step.
+//! The lifecycle: eight statuses, the transition table (docs/concepts.md#lifecycle), and the
+//! apply step.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -57,7 +58,7 @@ impl AgentStatus {
         }
     }
 
-    /// The statuses reachable from `self` in one step: the transition table of seed 000 §2,
+    /// The statuses reachable from `self` in one step: the transition table,
     /// the only place the table is written down.
     pub const fn successors(self) -> &'static [AgentStatus] {
         use AgentStatus::*;

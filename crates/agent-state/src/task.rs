@@ -47,7 +47,7 @@ pub struct PlanStep {
     /// [`TaskFailure::Interrupted`] and a person decides.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub idempotent: bool,
-    /// The role of the agents the step needs (seed 003), when a plan names one: a lead that
+    /// The role of the agents the step needs, when a plan names one: a lead that
     /// spawns its workers spawns this role for the step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<String>,
@@ -134,7 +134,7 @@ pub struct SubtaskResult {
     pub success: bool,
     /// Output or error text.
     pub output: String,
-    /// The structured result (seed 003 `return_results`), when the worker gave one.
+    /// The structured result (`return_results`), when the worker gave one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<crate::AgentResult>,
 }
@@ -261,7 +261,7 @@ pub enum TaskFailure {
         #[serde(default)]
         partial: String,
     },
-    /// An executor kind's run of a step is blocked (seed 002): it cannot proceed without an
+    /// An executor kind's run of a step is blocked: it cannot proceed without an
     /// input it was not given. Not retried and not reassigned (another executor would miss the
     /// same input): escalated for a person or a model to supply it.
     #[error(

@@ -19,7 +19,7 @@
 //! bound (`[budget]`).
 //!
 //! **Soft limits.** A tool call, a heartbeat turn and a task also have a soft limit
-//! (`tool_soft_ms`, `turn_soft_ms`, `task_soft_ms`), as the executor's runs have (seed 002):
+//! (`tool_soft_ms`, `turn_soft_ms`, `task_soft_ms`), as the executor's runs have:
 //! past it the work goes on, but the runtime audits it (`SoftTimeout`) and tells the
 //! supervisor; the hard limit is unchanged. Left out, a soft limit is half its hard limit
 //! ([`SOFT_LIMIT_PERCENT`]); one that is not below its hard limit is refused
@@ -50,7 +50,7 @@ pub const DEFAULT_SILENCE_MS: u64 = 120_000;
 /// Default longest heartbeat turn: 30 minutes (an agent's own `timeout_ms` overrides it). A
 /// backstop for a turn that keeps working: one turn may hold a planning call and its repair,
 /// each cut when silent for [`DEFAULT_SILENCE_MS`] and bounded by [`DEFAULT_REASONING_MS`].
-/// Seed 000's 30 s ([`DEFAULT_TIMEOUT_MS`](crate::DEFAULT_TIMEOUT_MS)) stays the default of
+/// The agents' 30 s ([`DEFAULT_TIMEOUT_MS`](crate::DEFAULT_TIMEOUT_MS)) stays the default of
 /// an agent configured outside a team file.
 pub const DEFAULT_TURN_MS: u64 = 1_800_000;
 /// Default longest subtask (an executor's whole tool loop, across heartbeats): 30 minutes.

@@ -1,4 +1,4 @@
-//! The executor settings of a team file (seed 002): `[http]`, `[[endpoints]]`, `[executor]`
+//! The executor settings of a team file: `[http]`, `[[endpoints]]`, `[executor]`
 //! with its per-kind overrides and the executors' own `executor_retry`, read into
 //! [`ExecutorSettings`], which builds the team's [`Executor`]; and the executor kinds a `kind`
 //! names ([`agent_executor::builtins()`]).
@@ -24,7 +24,7 @@ pub struct ExecutorSettings {
     pub http: HttpPolicy,
     /// `[[endpoints]]`, by name, each checked against `http`.
     pub endpoints: BTreeMap<String, Endpoint>,
-    /// `[executor]`: the retry policy of every run (the seed's,
+    /// `[executor]`: the retry policy of every run (the default,
     /// [`RetryPolicy::executor_default`], where a field is left out).
     pub policy: RetryPolicy,
     /// `[executor.kinds.<kind>]`: the policy of the runs of a kind, its fields left out taken
@@ -36,7 +36,7 @@ pub struct ExecutorSettings {
 }
 
 impl Default for ExecutorSettings {
-    /// No HTTP hosts, no endpoints, the seed's retry policy, no overrides.
+    /// No HTTP hosts, no endpoints, the default retry policy, no overrides.
     fn default() -> Self {
         Self {
             http: HttpPolicy::default(),

@@ -255,8 +255,8 @@
 //! url = "http://127.0.0.1:8931/mcp"   # or: a running streamable-HTTP server (`http://` only);
 //!                                     # not a process strata starts: not sandboxed by strata
 //!
-//! [executor]                # the retry policy of executor kind runs (seed 002); each field
-//! max_retries = 1           # optional, default the seed's: retries after the first attempt
+//! [executor]                # the retry policy of executor kind runs; each field
+//! max_retries = 1           # optional, default 1: retries after the first attempt
 //! initial_delay_ms = 1000   # the wait before the first retry
 //! max_delay_ms = 5000       # the cap of every wait; at least `initial_delay_ms`
 //! backoff_multiplier = 2.0  # each wait this many times the one before; 1 or more
@@ -315,7 +315,7 @@
 //! kind = "research_agent"          # an executor kind: research_agent, writer_agent,
 //!                                  # planner_agent or integrations_agent. Its goal steps, and
 //!                                  # steps whose `tool` is the kind, run as runs of it
-//!                                  # (seed 002) instead of a tool loop; default none
+//!                                  # instead of a tool loop; default none
 //! executor_retry = { max_retries = 3 }   # with a `kind`: the retry policy of its runs, the
 //!                                  # fields of [executor]; those left out are what its kind
 //!                                  # gets
@@ -324,7 +324,7 @@
 //! id = "bottom-o1"
 //! supervisor = "mid-docs"
 //! tools = ["read_file", "write_file"]
-//! [bottom.ooda]                    # an OODA agent (seed 004) instead of a tool loop: it takes
+//! [bottom.ooda]                    # an OODA agent instead of a tool loop: it takes
 //!                                  # its lead's steps as objectives and runs observe, decide,
 //!                                  # act, reflect; plan steps for it may name `modify_self`
 //!                                  # (args: a modification) or `send_message`; not with `kind`
@@ -382,8 +382,8 @@
 //! `timed_out` (naming the limit), not retried nor reassigned. A turn never cuts a
 //! side-effecting tool call short: `tool_ms` bounds it.
 //!
-//! Soft limits (`tool_soft_ms`, `turn_soft_ms`, `task_soft_ms`, seed 002's soft timeout for
-//! the tool calls, turns and tasks of a team): a tool call, a heartbeat turn or a task still
+//! Soft limits (`tool_soft_ms`, `turn_soft_ms`, `task_soft_ms`: soft timeouts for the tool
+//! calls, turns and tasks of a team): a tool call, a heartbeat turn or a task still
 //! running at its soft limit goes on to its hard limit unchanged, but is audited once as
 //! `soft_timeout` and the supervisor gets a `warning` message (a tool call's or a turn's: the
 //! agent's supervisor, `system` for a top power; a task's: `system`, shown in the run's
@@ -401,9 +401,9 @@
 //!
 //! Capabilities: a top power may hold `plan`, `reflect`, `review`, `coordinate`, `delegate` and
 //! `arbitrate`; a mid lead the same but `arbitrate`; a bottom executor `plan`, `execute`,
-//! `reflect`, `tool_call`, `code_gen`, `test_exec` and `coordinate`. A role may hold what its
-//! layer may (seed 001 §7.1), which is also why only mid roles enable roles (`delegate`) and
-//! only bottom roles have tools (`tool_call`).
+//! `reflect`, `tool_call`, `code_gen`, `test_exec` and `coordinate`. A role may hold what its layer
+//! may (docs/concepts.md#capabilities), which is also why only mid roles enable roles (`delegate`)
+//! and only bottom roles have tools (`tool_call`).
 //!
 //! # The plan file
 //!

@@ -424,7 +424,7 @@ pub(crate) struct RawBottom {
     /// Whether its commands may use the network (over its role's and `[sandbox] network`).
     #[serde(default)]
     pub(crate) network: Option<Spanned<bool>>,
-    /// An OODA agent's configuration (seed 004): the executor runs its own loop.
+    /// An OODA agent's configuration: the executor runs its own loop.
     #[serde(default)]
     pub(crate) ooda: Option<Spanned<toml::Table>>,
 }

@@ -652,7 +652,7 @@ fn agent_spec<'e, 'a>(
     Ok(AgentSpec { config, role })
 }
 
-/// An executor's `ooda = { ... }`: seed 004's configuration (version 1 or 2; see
+/// An executor's `ooda = { ... }`: an OODA configuration (version 1 or 2; see
 /// `agent_state::ooda`), its `tools` by default the executor's, all of them among the
 /// executor's.
 fn ooda_config(

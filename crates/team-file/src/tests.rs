@@ -2143,7 +2143,7 @@ args = { path = "x", content = "y" }
 }
 
 // ---------------------------------------------------------------------------------------------
-// Executor kinds (seed 002): `kind`, `[http]`, `[[endpoints]]`, `[executor]`, kind steps.
+// Executor kinds: `kind`, `[http]`, `[[endpoints]]`, `[executor]`, kind steps.
 
 /// The line and column (in characters, from 1) where the `nth` occurrence (from 0) of `needle`
 /// starts in `text`.
@@ -2195,7 +2195,7 @@ fn an_executor_may_run_a_kind() {
         bottom.role,
         RoleSpec::Bottom(BottomSpec::new(["read_file"]).with_kind("research_agent"))
     );
-    // Nothing else given: no hosts, no endpoints, the seed's policy.
+    // Nothing else given: no hosts, no endpoints, the default policy.
     assert_eq!(file.executor, ExecutorSettings::default());
     assert_eq!(file.executor.policy, agent_state::RetryPolicy::executor_default());
     assert_eq!(default_team().executor, ExecutorSettings::default());
@@ -2484,7 +2484,7 @@ soft_timeout_ms = 60000
         backoff_multiplier: 3.0,
         ..seed.clone()
     };
-    assert_eq!(file.executor.policy, team_policy, "left out: the seed's");
+    assert_eq!(file.executor.policy, team_policy, "left out: the default");
     // The kind's override over the team's (the built-in research_agent has no policy of its
     // own, or its own is the base).
     let research_base = agent_executor::builtins()
@@ -3051,7 +3051,7 @@ fn an_ooda_executor_reads_its_config_with_the_executors_tools_by_default() {
     assert_eq!((config.role.as_str(), config.goal.as_str()), ("Editor", "keep the docs clear"));
     assert_eq!(config.tools, ["read_file", "write_file"]);
     assert_eq!(config.self_modification_level.get(), 4);
-    assert_eq!(config.max_iterations, 10, "seed 004's default");
+    assert_eq!(config.max_iterations, 10, "the default");
     assert_eq!(
         (config.max_retries, config.turn_timeout_ms, config.temperature),
         (None, None, None)

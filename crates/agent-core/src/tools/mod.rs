@@ -236,7 +236,7 @@ pub struct ToolContext {
 }
 
 impl ToolContext {
-    /// The default shell timeout: the task timeout of seed 000, 30 s.
+    /// The default shell timeout: an agent's default task timeout, 30 s.
     pub const DEFAULT_SHELL_TIMEOUT: Duration =
         Duration::from_millis(agent_state::DEFAULT_TIMEOUT_MS);
 

@@ -114,7 +114,7 @@ async fn a_genome_is_hot_swapped_into_a_live_agent_and_rolled_back() {
     assert_eq!(adopted.len(), 1);
     assert_eq!(adopted[0]["change"]["genome_id"], json!(genome.id));
     assert_ne!(adopted[0]["before"], adopted[0]["after"]);
-    // The flight recorder has the seed's mutate and survival events for it.
+    // The flight recorder has the mutate and survival events for it.
     let events: Vec<_> = recorder.events().await.unwrap().into_iter().map(|(_, e)| e).collect();
     assert_eq!(events.len(), 2);
     assert_eq!(events[0].event_type, EvolutionaryEventType::Mutate);

@@ -1,4 +1,4 @@
-//! The four built-in kinds of seed 002, which [`builtins`] registers:
+//! The four built-in kinds, which [`builtins`] registers:
 //!
 //! | kind | does | needs a model for |
 //! |---|---|---|

@@ -116,7 +116,7 @@ async fn soft_then_hard_timeout() {
         )
         .await
         .unwrap();
-    assert_eq!(started.elapsed(), Duration::from_millis(300_000), "the seed's 5 min hard limit");
+    assert_eq!(started.elapsed(), Duration::from_millis(300_000), "the default 5 min hard limit");
     assert_eq!(response.status, RunState::Failed);
     let failure = response.failure.unwrap();
     assert_eq!(failure.kind, FailureKind::HardTimeout);

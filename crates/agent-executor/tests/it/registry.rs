@@ -1,4 +1,4 @@
-//! The built-in registry: the four kinds of the seed under their names, each with a
+//! The built-in registry: the four built-in kinds under their names, each with a
 //! description and an inputs schema the executor can check requests against.
 
 use agent_core::tools::{check_schema, validate};

@@ -48,7 +48,7 @@ impl Workspace {
     }
 }
 
-/// The seed's policy with tiny delays: a retry waits 5 ms (real time; HTTP tests use real
+/// The default policy with tiny delays: a retry waits 5 ms (real time; HTTP tests use real
 /// sockets).
 pub(crate) fn fast_policy() -> RetryPolicy {
     RetryPolicy { initial_delay_ms: 5, ..RetryPolicy::executor_default() }

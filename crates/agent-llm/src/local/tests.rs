@@ -219,7 +219,7 @@ fn strings_and_arrays_without_bounds_get_them_so_the_answer_always_finishes() {
     assert_eq!(b["properties"]["path"]["description"], "a path", "the rest is kept");
 }
 
-/// The agent-management tools (seed 003: `spawn_agent`, ..., `return_results` with its nested
+/// The agent-management tools (`spawn_agent`, ..., `return_results` with its nested
 /// result object) offered to the embedded model: each becomes one grammar option under its
 /// name, the nested strings and arrays bounded, and llama.cpp converts the whole schema (no
 /// fall back to the permissive grammar).

@@ -1,4 +1,4 @@
-//! Executors with a `kind` (seed 002) in a team: goal steps and steps naming the kind run as
+//! Executors with a `kind` in a team: goal steps and steps naming the kind run as
 //! executor runs, their progress reaches the team's event stream, a blocked run is escalated
 //! without being retried or reassigned, and a run a crash cut short is not repeated.
 

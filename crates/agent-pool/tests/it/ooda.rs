@@ -1,4 +1,4 @@
-//! An OODA agent (seed 004) in a team: an executor under a lead that takes the lead's step as
+//! An OODA agent in a team: an executor under a lead that takes the lead's step as
 //! its objective, speaks to its lead through the bus and hears the answer at its next observe,
 //! acts in the workspace and reports back; the task succeeds.
 

@@ -1,4 +1,4 @@
-//! The capability matrix of seed 001 §7.1 and `AgentConfig::validate`.
+//! The capability matrix (docs/concepts.md#capabilities) and `AgentConfig::validate`.
 
 use crate::{
     AgentConfig, AgentLayer, Capability, ConfigError, ConfigErrorKind, DEFAULT_MAX_RETRIES,
@@ -7,7 +7,8 @@ use crate::{
 
 use AgentLayer::{Bottom, Mid, Top};
 
-/// Seed 001 §7.1, row by row: capability, then top / mid / bottom (1 = ✅).
+/// The matrix of docs/concepts.md#capabilities, row by row: capability, then top / mid / bottom (1
+/// = ✅).
 #[rustfmt::skip]
 const SEED_MATRIX: [(Capability, [u8; 3]); 10] = [
     //                              top mid bottom
@@ -38,7 +39,7 @@ fn capability_matrix_equals_seed_001_7_1() {
             }
         }
     }
-    assert!(mismatches.is_empty(), "matrix differs from seed 001 §7.1: {mismatches:#?}");
+    assert!(mismatches.is_empty(), "matrix differs from the documented one: {mismatches:#?}");
 }
 
 #[test]

@@ -1,4 +1,4 @@
-//! Genomes, mutation, fitness, selection and the family tree (seed 004 §6).
+//! Genomes, mutation, fitness, selection and the family tree.
 
 use std::collections::BTreeMap;
 

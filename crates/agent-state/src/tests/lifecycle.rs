@@ -1,16 +1,16 @@
-//! The transition table of seed 000 §2 and `Lifecycle::apply`.
+//! The transition table (docs/concepts.md#lifecycle) and `Lifecycle::apply`.
 
 use super::id;
 use crate::{AgentStatus, Lifecycle, Timestamp, TransitionError, TransitionRecord, can_transition};
 
 use AgentStatus::*;
 
-/// The statuses in the order of seed 000 §1 (`enum AgentStatus`), the rows and columns of
+/// The statuses in the order of `enum AgentStatus`, the rows and columns of
 /// [`SEED_TABLE`].
 const ORDER: [AgentStatus; 8] =
     [Initializing, Idle, Working, WaitingApproval, Blocked, Failed, ShuttingDown, Terminated];
 
-/// Seed 000 §2 `allowedTransitions`, written out as an allow-matrix: row = from, column = to,
+/// The documented lifecycle table, written out as an allow-matrix: row = from, column = to,
 /// in [`ORDER`]. 1 = allowed.
 #[rustfmt::skip]
 const SEED_TABLE: [[u8; 8]; 8] = [
@@ -41,7 +41,7 @@ fn can_transition_equals_seed_000_table_for_all_64_pairs() {
             }
         }
     }
-    assert!(mismatches.is_empty(), "table differs from seed 000 §2: {mismatches:#?}");
+    assert!(mismatches.is_empty(), "table differs from the documented one: {mismatches:#?}");
 }
 
 #[test]

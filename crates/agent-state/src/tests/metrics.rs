@@ -1,4 +1,4 @@
-//! The performance score of seed 000 §9 and the running mean of task durations.
+//! The performance score (docs/concepts.md#metrics) and the running mean of task durations.
 
 use crate::{
     AgentMetrics, RELIABILITY_WEIGHT, RESPONSIVENESS_CAP_MS, RESPONSIVENESS_WEIGHT, SUCCESS_WEIGHT,
@@ -32,7 +32,7 @@ fn a_fresh_agent_scores_100() {
     assert_eq!(AgentMetrics::default().performance_score(), 100.0);
 }
 
-/// Each case computed by hand from seed 000 §9:
+/// Each case computed by hand from the documented weights:
 /// `successRate*40 + (1 - min(avg/60000, 1))*30 + reliability*30`.
 #[test]
 fn hand_computed_scores() {

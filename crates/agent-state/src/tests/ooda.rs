@@ -1,4 +1,4 @@
-//! Seed 004's OODA schemas: defaults, validation, the version-1 migration, immutable updates,
+//! The OODA schemas: defaults, validation, the version-1 migration, immutable updates,
 //! modifications and their checks.
 
 use proptest::prelude::*;

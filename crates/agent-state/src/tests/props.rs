@@ -15,7 +15,8 @@ use crate::{
 // ---------------------------------------------------------------------------------------------
 // Lifecycle
 
-/// Seed 000 §2 as an edge list, written independently of `AgentStatus::successors`.
+/// The lifecycle table (docs/concepts.md#lifecycle) as an edge list, written independently of
+/// `AgentStatus::successors`.
 const EDGES: [(AgentStatus, AgentStatus); 17] = {
     use AgentStatus::*;
     [

@@ -1,4 +1,4 @@
-//! Retry policy presets (seed 002, seed 000) and the backoff function.
+//! Retry policy presets (executor runs, agents) and the backoff function.
 
 use std::time::Duration;
 
@@ -10,7 +10,7 @@ use crate::{
 
 #[test]
 fn executor_default_is_seed_002() {
-    // DEFAULT_RETRY_POLICY in seed 002.
+    // The executor's default policy (docs/concepts.md#executor-kinds).
     assert_eq!(
         RetryPolicy::executor_default(),
         RetryPolicy {

@@ -1,4 +1,4 @@
-//! Roles (seed 003 step 1.1.4), goal steps and structured results.
+//! Roles, goal steps and structured results.
 
 use proptest::prelude::*;
 

@@ -1,5 +1,6 @@
-//! The executor's run lifecycle (seed 002): the table, the retry decisions, and a property test
-//! of random operation sequences against an edge list written independently of the code.
+//! The executor's run lifecycle (docs/concepts.md#executor-kinds): the table, the retry decisions,
+//! and a property test of random operation sequences against an edge list written independently of
+//! the code.
 
 use proptest::prelude::*;
 
@@ -8,7 +9,7 @@ use crate::{
     RunTransitionError, Timestamp,
 };
 
-/// Seed 002's diagram as an edge list.
+/// The run lifecycle as an edge list.
 const EDGES: [(RunState, RunState); 5] = {
     use RunState::*;
     [

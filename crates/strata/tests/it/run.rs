@@ -2,8 +2,6 @@
 //! interrupted and resumed to success; bad input refused before anything is written; a stored
 //! input changed after the run recorded it refused on resume.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
-
 use std::path::{Path, PathBuf};
 
 use strata::run::{End, Prepared, ResumeOptions, Resumed, Run, StartOptions};

@@ -1,0 +1,5 @@
+//! Integration tests of the engine through its public API.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
+
+mod run;
