@@ -399,6 +399,7 @@ const BUILT: &str = include_str!(concat!(env!("OUT_DIR"), "/x"));
     assert!(publish::is_test_file("crates/cli/src/run/tests/goal.rs"));
     assert!(publish::is_test_file("crates/llm/src/local/grammar_tests.rs"));
     assert!(!publish::is_test_file("crates/cli/src/run.rs"));
+}
 
 /// A small ARCHITECTURE.md: prose, the index with a header, a separator and three rows (one
 /// with two locations), and a later section whose table is not part of the index.

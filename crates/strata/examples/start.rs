@@ -1,5 +1,6 @@
 //! Starts a durable run of a team file and a plan, and drives it to its end:
 //! `cargo run -p strata --example start -- DATA_DIR TEAM_FILE PLAN_FILE`.
+#![allow(clippy::print_stdout, reason = "an example prints its result")]
 use std::path::Path;
 
 use strata::run::{Prepared, Run, StartOptions};

@@ -60,18 +60,14 @@ async fn bad_input_is_refused_with_the_path_and_nothing_is_written() {
     let data = root.path().join("runs");
     let options = options(&data);
     let missing = root.path().join("no-such-plan.toml");
-    let error = Prepared::from_files(Some(&example("team.toml")), &missing, &options)
-        .await
-        .err()
-        .unwrap();
+    let error =
+        Prepared::from_files(Some(&example("team.toml")), &missing, &options).await.err().unwrap();
     assert!(error.is_bad_input(), "{error}");
     assert!(error.to_string().contains("no-such-plan.toml"), "{error}");
     let team = root.path().join("team.toml");
     std::fs::write(&team, "[[agents]]\nid = \n").unwrap();
-    let error = Prepared::from_files(Some(&team), &example("plan.toml"), &options)
-        .await
-        .err()
-        .unwrap();
+    let error =
+        Prepared::from_files(Some(&team), &example("plan.toml"), &options).await.err().unwrap();
     assert!(error.is_bad_input(), "{error}");
     assert!(error.chain_text().contains("team.toml"), "{}", error.chain_text());
     let error = Prepared::from_goal(None, "  ", &options).await.err().unwrap();
