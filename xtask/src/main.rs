@@ -1,5 +1,5 @@
 //! Strata's task runner: `cargo xtask ci | coverage | bench [--peers | --models] [--quick] | fuzz | torture |
-//! simulate | chaos | help`.
+//! simulate | chaos | long-fns | help`.
 //!
 //! `cargo xtask ci` is the single entry point that does exactly what CI does: its setup step
 //! installs and starts what the checks need (`.ci/run` only calls it). Every subcommand runs from the workspace root, whatever the
@@ -12,6 +12,7 @@ mod chaos;
 mod ci;
 mod coverage;
 mod fuzz;
+mod long_fns;
 mod models;
 mod peers;
 mod pyenv;
@@ -76,6 +77,8 @@ commands:
                   typed reason within a bound of heartbeats, no side effect twice, no
                   message unacknowledged, `strata verify` passes; prints each failing seed
                   with `cargo xtask chaos --seeds 1 --start S` and the counts
+  long-fns        list every function over 80 lines or with more than 6 parameters,
+                  longest first, in the crates tidy checks and in those it does not yet
   help            print this text";
 
 fn main() -> ExitCode {
@@ -99,6 +102,7 @@ fn main() -> ExitCode {
         ["bench", "--peers", "--quick"] | ["bench", "--quick", "--peers"] => {
             peers::run(&root, true)
         }
+        ["long-fns"] => long_fns::run(&root),
         ["fuzz"] => fuzz::run(&root, 60),
         ["fuzz", "--seconds", n] => match n.parse() {
             Ok(seconds) => fuzz::run(&root, seconds),

@@ -3,13 +3,15 @@
 //! - every `.rs` file under `crates/` and `xtask/` starts with a `//!` line saying what it holds;
 //! - library crates do not print: no `print!`, `println!`, `eprint!`, `eprintln!` or `dbg!` in
 //!   `crates/*/src` (binaries, `src/bin/` and `*-cli` crates may print);
-//! - no text file names a machine-specific absolute path such as a home directory.
+//! - no text file names a machine-specific absolute path such as a home directory;
+//! - no function is over 80 lines or takes more than 6 parameters (see [`crate::long_fns`] for
+//!   what is scanned and the crates not checked yet).
 
 use std::path::Path;
 
 use anyhow::{Context, bail};
 
-use crate::capture;
+use crate::{capture, long_fns};
 
 /// Macros a library crate must not call: it logs through `tracing` instead.
 const PRINT_MACROS: [&str; 5] = ["print", "println", "eprint", "eprintln", "dbg"];
@@ -20,12 +22,11 @@ const MACHINE_PATHS: [&str; 3] =
 
 /// Checks every tracked (or new, not ignored) file and reports all problems at once.
 pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
-    let listing = capture(&mut git_ls_files(root))
-        .context("could not list the repository's files with git")?;
     let binary_crates = binary_crates(root)?;
     let mut problems = Vec::new();
     let mut checked = 0;
-    for relative in listing.split('\0').filter(|path| !path.is_empty()) {
+    for relative in listed_files(root)? {
+        let relative = relative.as_str();
         let path = root.join(relative);
         let Ok(bytes) = std::fs::read(&path) else {
             // Listed by git but deleted in the working tree.
@@ -75,7 +76,17 @@ pub(crate) fn check_file(path: &str, text: &str, binary_crates: &[String]) -> Ve
             ));
         }
     }
+    if long_fns::enforced(path) {
+        problems.extend(long_fns::long_fns(text).iter().map(|f| f.problem(path)));
+    }
     problems
+}
+
+/// The files git knows about (tracked, or new and not ignored), relative to `root`.
+pub(crate) fn listed_files(root: &Path) -> anyhow::Result<Vec<String>> {
+    let listing = capture(&mut git_ls_files(root))
+        .context("could not list the repository's files with git")?;
+    Ok(listing.split('\0').filter(|path| !path.is_empty()).map(str::to_owned).collect())
 }
 
 /// Whether `path` is library code: `crates/<name>/src/...` outside `src/bin/`, in a crate that
