@@ -1,5 +1,5 @@
 //! Strata's task runner: `cargo xtask ci | coverage | bench [--peers | --models] [--quick] | fuzz | torture |
-//! simulate | chaos | publish-check | help`.
+//! simulate | chaos | publish-check | long-fns | help`.
 //!
 //! `cargo xtask ci` is the single entry point that does exactly what CI does: its setup step
 //! installs and starts what the checks need (`.ci/run` only calls it). Every subcommand runs from the workspace root, whatever the
@@ -12,6 +12,7 @@ mod chaos;
 mod ci;
 mod coverage;
 mod fuzz;
+mod long_fns;
 mod models;
 mod peers;
 mod publish;
@@ -88,6 +89,8 @@ commands:
                   dependencies need versions, no crate needs a file outside its directory
                   (--verify also builds each package on its own, as `cargo publish` does:
                   many minutes per crate, so CI does not)
+  long-fns        list every function over 80 lines or with more than 6 parameters,
+                  longest first, in the crates tidy checks and in those it does not yet
   help            print this text";
 
 fn main() -> ExitCode {
@@ -112,6 +115,7 @@ fn main() -> ExitCode {
         ["bench", "--peers", "--quick"] | ["bench", "--quick", "--peers"] => {
             peers::run(&root, true)
         }
+        ["long-fns"] => long_fns::run(&root),
         ["fuzz"] => fuzz::run(&root, 60),
         ["fuzz", "--seconds", n] => match n.parse() {
             Ok(seconds) => fuzz::run(&root, seconds),

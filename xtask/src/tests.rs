@@ -2,7 +2,7 @@
 
 use crate::bench::{self, Figure, Row, Throughput};
 use crate::coverage::{LineCoverage, parse_total};
-use crate::{ci, publish, tidy};
+use crate::{ci, long_fns, publish, tidy};
 
 /// `cargo llvm-cov --workspace --summary-only` output, shortened.
 const LLVM_COV_REPORT: &str = "\
@@ -439,6 +439,25 @@ fn tidy_reads_the_index_rows_and_only_the_index() {
             (12, "crates/run-store/src/anchor.rs", None),
             (13, "xtask/src/tidy.rs", None),
         ]
+/// A function of `body_lines` lines between its signature and its closing brace.
+fn function(name: &str, params: &str, body_lines: usize) -> String {
+    let body: String = (0..body_lines).map(|i| format!("    let _x{i} = {i};\n")).collect();
+    format!("fn {name}({params}) {{\n{body}}}\n")
+}
+
+#[test]
+fn long_fns_finds_a_function_over_80_lines_with_its_line_and_length() {
+    let text = format!("//! A file.\n\n{}{}", function("short", "", 78), function("long", "", 79));
+    let found = long_fns::long_fns(&text);
+    assert_eq!(
+        found,
+        vec![long_fns::LongFn { name: "long".into(), line: 83, lines: 81, params: 0 }],
+        "an 80-line function passes, an 81-line one does not"
+    );
+    assert_eq!(
+        found[0].problem("crates/x/src/lib.rs"),
+        "crates/x/src/lib.rs:83: fn `long` is 81 lines long (at most 80); split it into smaller \
+         functions, or gather its parameters in a type"
     );
 }
 
@@ -498,4 +517,71 @@ fn tidy_finds_links_to_sections_of_the_concepts_page_that_do_not_exist() {
     assert!(problems[0].starts_with("crates/a/src/x.rs:2: "), "{problems:?}");
     assert!(problems[0].contains("nope"), "{problems:?}");
     assert!(tidy::check_concept_links("README.md", "no links here", &anchors).is_empty());
+fn long_fns_counts_parameters_but_not_self_nor_commas_inside_types() {
+    let six = "&self, a: u8, b: BTreeMap<String, Vec<(u8, u8)>>, c: impl Fn(u8, u8) -> bool, d: [u8; 2], e: &'a str, f: u8";
+    let seven = "mut self, a: u8, b: u8, c: u8, d: u8, e: u8, f: u8, g: u8,";
+    let text = format!("{}{}", function("six", six, 1), function("seven", seven, 1));
+    let found = long_fns::long_fns(&text);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!((found[0].name.as_str(), found[0].params), ("seven", 7));
+    assert!(found[0].problem("p.rs").contains("takes 7 parameters (at most 6)"));
+    let declaration =
+        "trait T { fn many(&self, a: u8, b: u8, c: u8, d: u8, e: u8, f: u8, g: u8); }";
+    assert_eq!(long_fns::long_fns(declaration)[0].params, 7);
+}
+
+#[test]
+fn long_fns_ignores_braces_and_fn_in_comments_strings_and_chars() {
+    let body = "    // } fn fake(a: u8) {\n    let _s = \"}}}\";\n    let _c = '}';\n    let _r = r#\"{ \"}\" \"#;\n    /* } */\n";
+    let text = format!("fn outer<'a>(x: &'a str) {{\n{body}}}\n{}", function("after", "", 81));
+    let found = long_fns::long_fns(&text);
+    let names: Vec<&str> = found.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(names, ["after"], "`outer` ends at its own brace; nothing in a literal counts");
+    assert_eq!(found[0].line, 8);
+}
+
+#[test]
+fn long_fns_leaves_out_test_code_but_not_the_code_after_it() {
+    let text = format!(
+        "#[cfg(test)]\nmod tests {{\n{}}}\n#[test]\n{}#[tokio::test(flavor = \"multi_thread\")]\n{}{}",
+        function("in_test_module", "", 90),
+        function("a_test", "", 90),
+        function("an_async_test", "", 90),
+        function("library", "", 90),
+    );
+    let names: Vec<String> = long_fns::long_fns(&text).into_iter().map(|f| f.name).collect();
+    assert_eq!(names, ["library"]);
+}
+
+#[test]
+fn long_fns_counts_a_nested_function_on_its_own_and_skips_fn_pointer_types() {
+    let inner = function("inner", "a: u8, b: u8, c: u8, d: u8, e: u8, f: u8, g: u8", 1);
+    let text = format!("fn outer(callback: fn(u8) -> u8) {{\n{inner}}}\nfn fn_like() {{}}\n");
+    let names: Vec<String> = long_fns::long_fns(&text).into_iter().map(|f| f.name).collect();
+    assert_eq!(names, ["inner"]);
+}
+
+#[test]
+fn long_fns_scans_crate_and_xtask_sources_and_tidy_enforces_the_checked_crates() {
+    assert!(long_fns::scanned("crates/message-bus/src/nats.rs"));
+    assert!(long_fns::scanned("xtask/src/chaos.rs"));
+    for left_out in [
+        "crates/message-bus/tests/bus.rs",
+        "crates/message-bus/src/tests.rs",
+        "crates/agent-llm/src/local/grammar_tests.rs",
+        "crates/agent-pool/src/guard/tests/mod.rs",
+        "crates/agent-pool/examples/hello_team.rs",
+        "crates/message-bus/README.md",
+    ] {
+        assert!(!long_fns::scanned(left_out), "{left_out} should not be scanned");
+    }
+    assert!(long_fns::enforced("crates/message-bus/src/nats.rs"));
+    assert!(!long_fns::enforced("crates/agent-cli/src/run.rs"));
+    let long = function("long", "", 79);
+    let problems = tidy::check_file("crates/message-bus/src/x.rs", &format!("//! x\n{long}"), &[]);
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(problems[0].starts_with("crates/message-bus/src/x.rs:2: fn `long` is 81 lines"));
+    assert!(
+        tidy::check_file("crates/agent-cli/src/x.rs", &format!("//! x\n{long}"), &[]).is_empty()
+    );
 }

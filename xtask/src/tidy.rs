@@ -7,13 +7,15 @@
 //! - `ARCHITECTURE.md` stays a map: at most [`ARCHITECTURE_MAX_BYTES`], and every location in
 //!   its "Where is it" index (`path` or `path#symbol`) exists, the symbol as a whole identifier
 //!   in the file;
-//! - every link to a section of `docs/concepts.md` names a heading that exists.
+//! - every link to a section of `docs/concepts.md` names a heading that exists;
+//! - no function is over 80 lines or takes more than 6 parameters (see [`crate::long_fns`] for
+//!   what is scanned and the crates not checked yet).
 
 use std::path::Path;
 
 use anyhow::{Context, bail};
 
-use crate::capture;
+use crate::{capture, long_fns};
 
 /// Macros a library crate must not call: it logs through `tracing` instead.
 const PRINT_MACROS: [&str; 5] = ["print", "println", "eprint", "eprintln", "dbg"];
@@ -36,8 +38,6 @@ const CONCEPTS: &str = "docs/concepts.md";
 
 /// Checks every tracked (or new, not ignored) file and reports all problems at once.
 pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
-    let listing = capture(&mut git_ls_files(root))
-        .context("could not list the repository's files with git")?;
     let binary_crates = binary_crates(root)?;
     let mut problems = check_architecture(root);
     let concept_anchors = match std::fs::read_to_string(root.join(CONCEPTS)) {
@@ -48,7 +48,8 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
         }
     };
     let mut checked = 0;
-    for relative in listing.split('\0').filter(|path| !path.is_empty()) {
+    for relative in listed_files(root)? {
+        let relative = relative.as_str();
         let path = root.join(relative);
         let Ok(bytes) = std::fs::read(&path) else {
             // Listed by git but deleted in the working tree.
@@ -99,7 +100,17 @@ pub(crate) fn check_file(path: &str, text: &str, binary_crates: &[String]) -> Ve
             ));
         }
     }
+    if long_fns::enforced(path) {
+        problems.extend(long_fns::long_fns(text).iter().map(|f| f.problem(path)));
+    }
     problems
+}
+
+/// The files git knows about (tracked, or new and not ignored), relative to `root`.
+pub(crate) fn listed_files(root: &Path) -> anyhow::Result<Vec<String>> {
+    let listing = capture(&mut git_ls_files(root))
+        .context("could not list the repository's files with git")?;
+    Ok(listing.split('\0').filter(|path| !path.is_empty()).map(str::to_owned).collect())
 }
 
 /// Whether `path` is library code: `crates/<name>/src/...` outside `src/bin/`, in a crate that

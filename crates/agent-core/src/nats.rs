@@ -340,6 +340,36 @@ fn decode_record(seq: u64, payload: &[u8]) -> Result<AuditRecord, BackendError> 
     Ok(record)
 }
 
+impl NatsAuditLog {
+    /// Publishes `record` on `subject`, expected right after stream sequence `record.seq`
+    /// (the server refuses it anywhere else); the outer error is a record that cannot be
+    /// encoded or is too large, the inner one the server's answer.
+    async fn publish(
+        &self,
+        subject: &str,
+        record: &AuditRecord,
+    ) -> Result<
+        Result<
+            async_nats::jetstream::publish::PublishAck,
+            async_nats::jetstream::context::PublishError,
+        >,
+        BackendError,
+    > {
+        let bytes = encode(record).map_err(|e| {
+            BackendError::with_source(nats_store::BACKEND, "cannot encode an audit record", e)
+        })?;
+        let agent = &record.agent;
+        fits(|| format!("the audit record of `{agent}`"), bytes.len(), self.max_value)?;
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert(async_nats::header::NATS_EXPECTED_LAST_SEQUENCE, record.seq.to_string());
+        let jetstream = self.store.jetstream();
+        Ok(match jetstream.publish_with_headers(subject.to_owned(), headers, bytes.into()).await {
+            Ok(ack) => ack.await,
+            Err(err) => Err(err),
+        })
+    }
+}
+
 #[async_trait]
 impl AuditLog for NatsAuditLog {
     async fn append(
@@ -368,22 +398,7 @@ impl AuditLog for NatsAuditLog {
                 None => self.read_tail().await?,
             };
             let record = AuditRecord::new(seq, at, agent.clone(), event.clone(), prev);
-            let bytes = encode(&record).map_err(|e| {
-                BackendError::with_source(nats_store::BACKEND, "cannot encode an audit record", e)
-            })?;
-            fits(|| format!("the audit record of `{agent}`"), bytes.len(), self.max_value)?;
-            let mut headers = async_nats::HeaderMap::new();
-            headers.insert(async_nats::header::NATS_EXPECTED_LAST_SEQUENCE, seq.to_string());
-            let published = match self
-                .store
-                .jetstream()
-                .publish_with_headers(subject.clone(), headers, bytes.into())
-                .await
-            {
-                Ok(ack) => ack.await,
-                Err(err) => Err(err),
-            };
-            match published {
+            match self.publish(&subject, &record).await? {
                 Ok(ack) if ack.sequence == seq + 1 => {
                     *tail = Some((seq + 1, record.hash));
                     return Ok(record);

@@ -114,38 +114,43 @@ pub fn supervisor_tool_specs() -> Vec<AgentToolSpec> {
         AgentToolSpec {
             name: RETURN_RESULTS,
             description: "Concludes your assigned task and passes structured results back to your supervisor. Artifacts you claim as created or modified must be files your own tool calls wrote.",
-            parameters: json!({
-                "type": "object",
-                "properties": {
-                    "result": {
-                        "type": "object",
-                        "properties": {
-                            "status": {"type": "string", "enum": ["success", "failure", "partial"]},
-                            "summary": {"type": "string", "minLength": 1},
-                            "artifacts": {
-                                "type": "array",
-                                "items": {
-                                    "type": "object",
-                                    "properties": {
-                                        "file_path": {"type": "string", "minLength": 1},
-                                        "description": {"type": "string"},
-                                        "change_type": {"type": "string", "enum": ["created", "modified", "deleted", "referenced"]}
-                                    },
-                                    "required": ["file_path", "description", "change_type"],
-                                    "additionalProperties": false
-                                }
-                            },
-                            "known_issues": {"type": "array", "items": {"type": "string"}}
-                        },
-                        "required": ["status", "summary", "artifacts", "known_issues"],
-                        "additionalProperties": false
-                    }
-                },
-                "required": ["result"],
-                "additionalProperties": false
-            }),
+            parameters: return_results_parameters(),
         },
     ]
+}
+
+/// The arguments of `return_results`: the result's status, summary, artifacts and known issues.
+fn return_results_parameters() -> serde_json::Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "result": {
+                "type": "object",
+                "properties": {
+                    "status": {"type": "string", "enum": ["success", "failure", "partial"]},
+                    "summary": {"type": "string", "minLength": 1},
+                    "artifacts": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "properties": {
+                                "file_path": {"type": "string", "minLength": 1},
+                                "description": {"type": "string"},
+                                "change_type": {"type": "string", "enum": ["created", "modified", "deleted", "referenced"]}
+                            },
+                            "required": ["file_path", "description", "change_type"],
+                            "additionalProperties": false
+                        }
+                    },
+                    "known_issues": {"type": "array", "items": {"type": "string"}}
+                },
+                "required": ["status", "summary", "artifacts", "known_issues"],
+                "additionalProperties": false
+            }
+        },
+        "required": ["result"],
+        "additionalProperties": false
+    })
 }
 
 /// The spec of the agent-management tool `name`.

@@ -648,6 +648,59 @@ impl BottomAgent {
     }
 
     /// A peer asks for this executor's knowledge: its board.
+    /// A peer asks for help (its knowledge, or to take over a subtask), or its supervisor
+    /// speaks to it: it answers once (a peer's request answered in a turn that failed after is
+    /// not answered again); anyone else speaking to it is refused.
+    async fn help_requested(
+        &mut self,
+        ctx: &mut AgentContext,
+        message: &Message,
+        from_supervisor: bool,
+    ) -> Result<(), AgentError> {
+        let Some(request) = ctx.read_payload::<HelpRequest>(message).await? else {
+            return Ok(());
+        };
+        let from_peer = !matches!(request, HelpRequest::Speak { .. });
+        if from_peer && self.answered.contains(&message.id) {
+            return Ok(()); // answered in a turn that failed after: the answer went out
+        }
+        let response = match request {
+            HelpRequest::ShareKnowledge => self.share(ctx, message).await?,
+            HelpRequest::TakeOverTask { subtask } => self.take_over(ctx, message, *subtask).await?,
+            HelpRequest::Speak { message: said } => {
+                let Some(from) = message.from.agent().cloned().filter(|_| from_supervisor) else {
+                    ctx.audit(AuditEvent::Denied {
+                        action: format!("speak from {}", message.from),
+                        error: "an executor answers only its supervisor".into(),
+                    })
+                    .await?;
+                    let refused = HelpResponse::Refused {
+                        reason: "only my supervisor may speak to me".into(),
+                    };
+                    ctx.reply(message, MessageKind::PeerHelpResponse, &refused).await?;
+                    return Ok(());
+                };
+                let context = match &self.current {
+                    Some(work) => work.context(),
+                    None => self.current_work().unwrap_or_default(),
+                };
+                let reply = crate::answer(ctx, &from, &said, &context).await;
+                if let Some(work) = self.current.as_mut() {
+                    work.heard(&from, &said);
+                }
+                HelpResponse::Said { reply }
+            }
+        };
+        ctx.reply(message, MessageKind::PeerHelpResponse, &response).await?;
+        if from_peer {
+            if self.answered.len() == MAX_ANSWERED {
+                self.answered.pop_front();
+            }
+            self.answered.push_back(message.id);
+        }
+        Ok(())
+    }
+
     async fn share(
         &mut self,
         ctx: &mut AgentContext,
@@ -843,51 +896,7 @@ impl AgentBehavior for BottomAgent {
                     .await?;
                 }
                 MessageKind::PeerHelpRequest => {
-                    let Some(request) = ctx.read_payload::<HelpRequest>(message).await? else {
-                        continue;
-                    };
-                    let from_peer = !matches!(request, HelpRequest::Speak { .. });
-                    if from_peer && self.answered.contains(&message.id) {
-                        continue; // answered in a turn that failed after: the answer went out
-                    }
-                    let response = match request {
-                        HelpRequest::ShareKnowledge => self.share(ctx, message).await?,
-                        HelpRequest::TakeOverTask { subtask } => {
-                            self.take_over(ctx, message, *subtask).await?
-                        }
-                        HelpRequest::Speak { message: said } => {
-                            let Some(from) =
-                                message.from.agent().cloned().filter(|_| from_supervisor)
-                            else {
-                                ctx.audit(AuditEvent::Denied {
-                                    action: format!("speak from {}", message.from),
-                                    error: "an executor answers only its supervisor".into(),
-                                })
-                                .await?;
-                                let refused = HelpResponse::Refused {
-                                    reason: "only my supervisor may speak to me".into(),
-                                };
-                                ctx.reply(message, MessageKind::PeerHelpResponse, &refused).await?;
-                                continue;
-                            };
-                            let context = match &self.current {
-                                Some(work) => work.context(),
-                                None => self.current_work().unwrap_or_default(),
-                            };
-                            let reply = crate::answer(ctx, &from, &said, &context).await;
-                            if let Some(work) = self.current.as_mut() {
-                                work.heard(&from, &said);
-                            }
-                            HelpResponse::Said { reply }
-                        }
-                    };
-                    ctx.reply(message, MessageKind::PeerHelpResponse, &response).await?;
-                    if from_peer {
-                        if self.answered.len() == MAX_ANSWERED {
-                            self.answered.pop_front();
-                        }
-                        self.answered.push_back(message.id);
-                    }
+                    self.help_requested(ctx, message, from_supervisor).await?
                 }
                 MessageKind::PeerHelpResponse => self.answered(ctx, message).await?,
                 MessageKind::StatusQuery if from_supervisor => {

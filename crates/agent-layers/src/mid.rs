@@ -114,44 +114,8 @@ impl MidAgent {
                 let Some(report) = ctx.read_payload::<ProgressReport>(message).await? else {
                     return Ok(());
                 };
-                if report.status == ProgressStatus::InProgress {
-                    return Ok(());
-                }
-                if let Some(failure) = report.failure.clone().filter(TaskFailure::is_stuck) {
-                    // The worker's loop was stopped by a guard that stops the task: so does
-                    // the lead, escalating it with the worker's reason.
-                    let Some(state) = self
-                        .work
-                        .values_mut()
-                        .find(|w| !w.closed && w.loops.values().any(|l| l.has_child(child)))
-                    else {
-                        return Ok(());
-                    };
-                    state.closed = true;
-                    let to = state.from.clone();
-                    ctx.append_own(&format!(
-                        "- [{child}] stopped by a guard, escalated: {failure}"
-                    ))
-                    .await?;
-                    let escalation = Escalation { task_id: report.task_id.clone(), failure };
-                    ctx.send(&to, MessageKind::IssueEscalation, &escalation).await?;
-                    return Ok(());
-                }
-                let result = report.results.into_iter().next().unwrap_or(SubtaskResult {
-                    task_id: report.task_id,
-                    step_id: child.to_string(),
-                    agent: child.clone(),
-                    success: report.status == ProgressStatus::Completed,
-                    output: report.description,
-                    result: None,
-                });
-                ctx.append_own(&format!(
-                    "- [{child}] returned: {}",
-                    if result.success { "success" } else { "failure" }
-                ))
-                .await?;
-                if let Some(l) = self.loop_with_child(child) {
-                    l.child_reported(child, result);
+                if report.status != ProgressStatus::InProgress {
+                    self.worker_returned(ctx, child, report).await?;
                 }
             }
             MessageKind::ErrorReport => {
@@ -186,6 +150,49 @@ impl MidAgent {
             }
             MessageKind::PeerHelpRequest => self.spoken_to(ctx, message).await?,
             _ => {}
+        }
+        Ok(())
+    }
+
+    /// A worker's last progress report: its result for the loop that spawned it, or, stopped
+    /// by a guard that stops the task, the task escalated with the worker's reason.
+    async fn worker_returned(
+        &mut self,
+        ctx: &mut AgentContext,
+        child: &AgentId,
+        report: ProgressReport,
+    ) -> Result<(), AgentError> {
+        if let Some(failure) = report.failure.clone().filter(TaskFailure::is_stuck) {
+            let Some(state) = self
+                .work
+                .values_mut()
+                .find(|w| !w.closed && w.loops.values().any(|l| l.has_child(child)))
+            else {
+                return Ok(());
+            };
+            state.closed = true;
+            let to = state.from.clone();
+            ctx.append_own(&format!("- [{child}] stopped by a guard, escalated: {failure}"))
+                .await?;
+            let escalation = Escalation { task_id: report.task_id.clone(), failure };
+            ctx.send(&to, MessageKind::IssueEscalation, &escalation).await?;
+            return Ok(());
+        }
+        let result = report.results.into_iter().next().unwrap_or(SubtaskResult {
+            task_id: report.task_id,
+            step_id: child.to_string(),
+            agent: child.clone(),
+            success: report.status == ProgressStatus::Completed,
+            output: report.description,
+            result: None,
+        });
+        ctx.append_own(&format!(
+            "- [{child}] returned: {}",
+            if result.success { "success" } else { "failure" }
+        ))
+        .await?;
+        if let Some(l) = self.loop_with_child(child) {
+            l.child_reported(child, result);
         }
         Ok(())
     }
@@ -775,31 +782,12 @@ impl MidAgent {
                 // Every able executor failed it: the top layer votes on retrying it or
                 // abandoning the task; the package stays open for the ruling.
                 state.escalated.insert(failed.step.id.clone());
-                let me = ctx.id().clone();
-                let conflict = agent_core::Conflict {
-                    id: format!("{}/escalation", failed.key()),
-                    issue: format!(
-                        "lead {me} cannot finish step {} of task {}: {failure}. Retry the step once more, or abandon the task?",
-                        failed.step.id, failed.task_id
-                    ),
-                    parties: vec![me.clone(), to.clone()],
-                    options: vec![
-                        agent_state::ballot::ABANDON.into(),
-                        agent_state::ballot::RETRY.into(),
-                    ],
-                };
-                let subject = ConflictSubject::Escalation {
-                    task_id: failed.task_id.clone(),
-                    step: failed.step.id.clone(),
-                    lead: me,
-                    failure,
-                };
                 ctx.append_own(&format!(
                     "- {} failed on every able executor: put to the top layer's vote",
                     failed.key()
                 ))
                 .await?;
-                let report = ConflictReport { conflict, subject: Some(subject) };
+                let report = escalation_vote(ctx.id().clone(), &to, &failed, failure);
                 ctx.send(&to, MessageKind::ConflictReport, &report).await?;
                 return Ok(());
             }
@@ -871,6 +859,194 @@ impl MidAgent {
     }
 }
 
+/// Who sent a message, as a lead sees it.
+struct Sender {
+    /// The top power it came from, if it came from one.
+    top: Option<AgentId>,
+    /// It came from one of the lead's executors.
+    executor: bool,
+    /// It came from the lead's own supervisor.
+    supervisor: bool,
+}
+
+impl MidAgent {
+    /// Handles one message of a turn.
+    async fn on_message(
+        &mut self,
+        ctx: &mut AgentContext,
+        message: &Message,
+    ) -> Result<(), AgentError> {
+        let from = message.from.agent();
+        let sender = Sender {
+            top: from.filter(|a| self.top.contains(a)).cloned(),
+            executor: from.is_some_and(|a| self.executors.iter().any(|e| &e.id == a)),
+            supervisor: from.is_some_and(|a| ctx.config().supervisor.as_ref() == Some(a)),
+        };
+        if let Some(child) = from.filter(|a| self.worker_of_mine(ctx, a)).cloned() {
+            return self.worker_message(ctx, &child, message).await;
+        }
+        if message.kind == MessageKind::PeerHelpResponse {
+            return self.help_response(ctx, message).await;
+        }
+        // Its power, its own supervisor and its executors (an OODA executor asks its lead)
+        // may speak to it.
+        if message.kind == MessageKind::PeerHelpRequest
+            && (sender.top.is_some() || sender.supervisor || sender.executor)
+        {
+            return self.spoken_to(ctx, message).await;
+        }
+        match message.kind {
+            MessageKind::TaskAssign => self.task_assigned(ctx, message, sender).await?,
+            MessageKind::ProgressReport if sender.executor => {
+                self.executor_report(ctx, message).await?
+            }
+            MessageKind::ArbitrationResult if sender.top.is_some() => {
+                self.ruling(ctx, message).await?
+            }
+            MessageKind::ArbitrationResult => {
+                ctx.audit(AuditEvent::Denied {
+                    action: format!("arbitration_result from {}", message.from),
+                    error: "only a top power announces the result of an arbitration".into(),
+                })
+                .await?;
+            }
+            MessageKind::ErrorReport if sender.executor => {
+                self.executor_failed(ctx, message).await?
+            }
+            MessageKind::PeerCoordination => {
+                let Some(note) = ctx.read_payload::<PeerCoordination>(message).await? else {
+                    return Ok(());
+                };
+                let answer = PeerCoordination {
+                    task_id: note.task_id,
+                    note: format!("{} acknowledges", ctx.id()),
+                };
+                ctx.reply(message, MessageKind::PeerCoordinationResponse, &answer).await?;
+            }
+            MessageKind::StatusReport if sender.executor => {
+                self.executor_status(ctx, message).await?
+            }
+            MessageKind::Warning => self.warned(ctx, message).await?,
+            MessageKind::StatusQuery => {
+                let status =
+                    StatusReport::Agent { status: ctx.status(), current: self.current_work() };
+                ctx.reply(message, MessageKind::StatusReport, &status).await?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The answer of an agent this lead spoke to, handed to the tool loop waiting for it.
+    async fn help_response(
+        &mut self,
+        ctx: &mut AgentContext,
+        message: &Message,
+    ) -> Result<(), AgentError> {
+        let correlation = message.correlation_id;
+        match ctx.read_payload(message).await? {
+            Some(HelpResponse::Said { reply }) => {
+                for w in self.work.values_mut().filter(|w| !w.closed) {
+                    if w.loops.values_mut().any(|l| l.replied(correlation, &reply)) {
+                        break;
+                    }
+                }
+            }
+            // The agent spoken to has failed (its supervisor, or a worker of another loop):
+            // the call fails at once instead of waiting for its limit.
+            Some(HelpResponse::Refused { reason }) => {
+                for w in self.work.values_mut().filter(|w| !w.closed) {
+                    if w.loops.values_mut().any(|l| l.refused(correlation, &reason)) {
+                        break;
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Work handed to this lead: a work package from the top layer, or (for a lead spawned by
+    /// a lead) one subtask from its supervisor; from anyone else, refused.
+    async fn task_assigned(
+        &mut self,
+        ctx: &mut AgentContext,
+        message: &Message,
+        sender: Sender,
+    ) -> Result<(), AgentError> {
+        let assignment = match &sender.top {
+            Some(_) => ctx.read_payload::<Assignment>(message).await?,
+            None => None,
+        };
+        let supervisor = message.from.agent().filter(|_| sender.supervisor).cloned();
+        if let (true, None, Some(supervisor)) = (self.spawns_workers(), &sender.top, supervisor) {
+            // A lead spawned by a lead gets its work as one subtask.
+            if let Some(Assignment::Subtask { subtask }) =
+                ctx.read_payload::<Assignment>(message).await?
+            {
+                let work = WorkPackage {
+                    task_id: subtask.task_id.clone(),
+                    goal: subtask.step.description.clone(),
+                    decision: agent_state::DecisionId::from_u128(0),
+                    wave: 0,
+                    steps: vec![subtask.step],
+                };
+                self.take_work(ctx, supervisor, work).await?;
+            }
+            return Ok(());
+        }
+        match (sender.top, assignment) {
+            (Some(top), Some(Assignment::Work { work })) => self.take_work(ctx, top, work).await,
+            (Some(_), None) => Ok(()), // unreadable: refused and audited by read_payload
+            _ => {
+                ctx.audit(AuditEvent::Denied {
+                    action: format!("task_assign from {}", message.from),
+                    error: "a lead takes work packages only from the top layer".into(),
+                })
+                .await
+            }
+        }
+    }
+
+    /// An executor's status: noted on the lead's board, or a step it handed over.
+    async fn executor_status(
+        &mut self,
+        ctx: &mut AgentContext,
+        message: &Message,
+    ) -> Result<(), AgentError> {
+        match ctx.read_payload(message).await? {
+            Some(StatusReport::Agent { status, current }) => {
+                ctx.append_own(&format!(
+                    "- [{}] status {status}: {}",
+                    message.from,
+                    current.unwrap_or_default()
+                ))
+                .await?;
+            }
+            Some(StatusReport::HandedOver { task_id, step_id, from, to }) => {
+                let step = (task_id.as_str(), step_id.as_str());
+                self.handed_over(ctx, message, step, &from, &to).await?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// A warning about one of the lead's agents: counted and noted on its board.
+    async fn warned(
+        &mut self,
+        ctx: &mut AgentContext,
+        message: &Message,
+    ) -> Result<(), AgentError> {
+        let Some(warning) = ctx.read_payload::<Warning>(message).await? else {
+            return Ok(());
+        };
+        ctx.metrics_mut().warnings_received += 1;
+        ctx.append_own(&format!("- warning about [{}]: {}", warning.about, warning.reason)).await?;
+        Ok(())
+    }
+}
+
 #[async_trait]
 impl AgentBehavior for MidAgent {
     fn responsibilities(&self) -> &'static str {
@@ -889,154 +1065,7 @@ impl AgentBehavior for MidAgent {
         _board: &BoardSnapshot,
     ) -> Result<(), AgentError> {
         for message in messages {
-            let from_top = message.from.agent().filter(|a| self.top.contains(a)).cloned();
-            let from_executor =
-                message.from.agent().is_some_and(|a| self.executors.iter().any(|e| &e.id == a));
-            let child = match message.from.agent() {
-                Some(a) if self.worker_of_mine(ctx, a) => Some(a.clone()),
-                _ => None,
-            };
-            if let Some(child) = child {
-                self.worker_message(ctx, &child, message).await?;
-                continue;
-            }
-            if message.kind == MessageKind::PeerHelpResponse {
-                let correlation = message.correlation_id;
-                match ctx.read_payload(message).await? {
-                    Some(HelpResponse::Said { reply }) => {
-                        for w in self.work.values_mut().filter(|w| !w.closed) {
-                            if w.loops.values_mut().any(|l| l.replied(correlation, &reply)) {
-                                break;
-                            }
-                        }
-                    }
-                    // The agent spoken to has failed (its supervisor, or a worker of another
-                    // loop): the call fails at once instead of waiting for its limit.
-                    Some(HelpResponse::Refused { reason }) => {
-                        for w in self.work.values_mut().filter(|w| !w.closed) {
-                            if w.loops.values_mut().any(|l| l.refused(correlation, &reason)) {
-                                break;
-                            }
-                        }
-                    }
-                    _ => {}
-                }
-                continue;
-            }
-            let from_supervisor =
-                message.from.agent().is_some_and(|a| ctx.config().supervisor.as_ref() == Some(a));
-            // Its power, its own supervisor and its executors (an OODA executor asks its lead)
-            // may speak to it.
-            if message.kind == MessageKind::PeerHelpRequest
-                && (from_top.is_some() || from_supervisor || from_executor)
-            {
-                self.spoken_to(ctx, message).await?;
-                continue;
-            }
-            match message.kind {
-                MessageKind::TaskAssign => {
-                    let assignment = match &from_top {
-                        Some(_) => ctx.read_payload::<Assignment>(message).await?,
-                        None => None,
-                    };
-                    let from_supervisor = message
-                        .from
-                        .agent()
-                        .filter(|a| ctx.config().supervisor.as_ref() == Some(*a))
-                        .cloned();
-                    if let (true, None, Some(supervisor)) =
-                        (self.spawns_workers(), &from_top, from_supervisor)
-                    {
-                        // A lead spawned by a lead gets its work as one subtask.
-                        if let Some(Assignment::Subtask { subtask }) =
-                            ctx.read_payload::<Assignment>(message).await?
-                        {
-                            let work = WorkPackage {
-                                task_id: subtask.task_id.clone(),
-                                goal: subtask.step.description.clone(),
-                                decision: agent_state::DecisionId::from_u128(0),
-                                wave: 0,
-                                steps: vec![subtask.step],
-                            };
-                            self.take_work(ctx, supervisor, work).await?;
-                        }
-                        continue;
-                    }
-                    match (from_top, assignment) {
-                        (Some(top), Some(Assignment::Work { work })) => {
-                            self.take_work(ctx, top, work).await?
-                        }
-                        (Some(_), None) => {} // unreadable: refused and audited by read_payload
-                        _ => {
-                            ctx.audit(AuditEvent::Denied {
-                                action: format!("task_assign from {}", message.from),
-                                error: "a lead takes work packages only from the top layer".into(),
-                            })
-                            .await?;
-                        }
-                    }
-                }
-                MessageKind::ProgressReport if from_executor => {
-                    self.executor_report(ctx, message).await?
-                }
-                MessageKind::ArbitrationResult if from_top.is_some() => {
-                    self.ruling(ctx, message).await?
-                }
-                MessageKind::ArbitrationResult => {
-                    ctx.audit(AuditEvent::Denied {
-                        action: format!("arbitration_result from {}", message.from),
-                        error: "only a top power announces the result of an arbitration".into(),
-                    })
-                    .await?;
-                }
-                MessageKind::ErrorReport if from_executor => {
-                    self.executor_failed(ctx, message).await?
-                }
-                MessageKind::PeerCoordination => {
-                    let Some(note) = ctx.read_payload::<PeerCoordination>(message).await? else {
-                        continue;
-                    };
-                    let answer = PeerCoordination {
-                        task_id: note.task_id,
-                        note: format!("{} acknowledges", ctx.id()),
-                    };
-                    ctx.reply(message, MessageKind::PeerCoordinationResponse, &answer).await?;
-                }
-                MessageKind::StatusReport if from_executor => {
-                    match ctx.read_payload(message).await? {
-                        Some(StatusReport::Agent { status, current }) => {
-                            ctx.append_own(&format!(
-                                "- [{}] status {status}: {}",
-                                message.from,
-                                current.unwrap_or_default()
-                            ))
-                            .await?;
-                        }
-                        Some(StatusReport::HandedOver { task_id, step_id, from, to }) => {
-                            let step = (task_id.as_str(), step_id.as_str());
-                            self.handed_over(ctx, message, step, &from, &to).await?;
-                        }
-                        _ => {}
-                    }
-                }
-                MessageKind::Warning => {
-                    let Some(warning) = ctx.read_payload::<Warning>(message).await? else {
-                        continue;
-                    };
-                    ctx.metrics_mut().warnings_received += 1;
-                    ctx.append_own(&format!(
-                        "- warning about [{}]: {}",
-                        warning.about, warning.reason
-                    ))
-                    .await?;
-                }
-                MessageKind::StatusQuery => {
-                    let status =
-                        StatusReport::Agent { status: ctx.status(), current: self.current_work() };
-                    ctx.reply(message, MessageKind::StatusReport, &status).await?;
-                }
-                _ => {}
-            }
+            self.on_message(ctx, message).await?;
         }
         if self.supervises {
             self.advance(ctx).await?;
@@ -1130,4 +1159,30 @@ impl AgentBehavior for MidAgent {
             format!("{id}: {} of {} step(s) done", w.results.len(), w.subtasks.len())
         })
     }
+}
+
+/// The vote a lead asks of the top layer (`to`) on step `failed`, which every able executor
+/// failed with `failure`: retry it once more, or abandon the task.
+fn escalation_vote(
+    me: AgentId,
+    to: &AgentId,
+    failed: &Subtask,
+    failure: TaskFailure,
+) -> ConflictReport {
+    let conflict = agent_core::Conflict {
+        id: format!("{}/escalation", failed.key()),
+        issue: format!(
+            "lead {me} cannot finish step {} of task {}: {failure}. Retry the step once more, or abandon the task?",
+            failed.step.id, failed.task_id
+        ),
+        parties: vec![me.clone(), to.clone()],
+        options: vec![agent_state::ballot::ABANDON.into(), agent_state::ballot::RETRY.into()],
+    };
+    let subject = ConflictSubject::Escalation {
+        task_id: failed.task_id.clone(),
+        step: failed.step.id.clone(),
+        lead: me,
+        failure,
+    };
+    ConflictReport { conflict, subject: Some(subject) }
 }

@@ -245,61 +245,13 @@ impl TopAgent {
         }
         let mut leads = Vec::new();
         if task.steps.is_empty() {
-            // A goal in words: the reasoner plans it (steps, roles, leads to create).
-            match ctx.reasoner().plan(ctx.persona(), &task, &self.roles).await {
-                Ok(plan) => {
-                    task.steps = plan.steps;
-                    leads = plan.leads;
-                }
-                Err(
-                    e @ (agent_core::ReasonError::CannotPlan { .. }
-                    | agent_core::ReasonError::BadQuestion(_)),
-                ) => {
-                    let failure = TaskFailure::InvalidPlan { reason: e.to_string() };
-                    return close(
-                        ctx,
-                        &task.id,
-                        TaskOutcome::Failed { task_id: task.id.clone(), reason: failure },
-                    )
-                    .await;
-                }
-                Err(e) => return Err(e.into()),
+            match self.plan_goal(ctx, &mut task).await? {
+                Ok(planned) => leads = planned,
+                Err(failure) => return fail(ctx, &task, failure).await,
             }
-            if let Some(bad) = leads.iter().find(|l| {
-                self.roles.get(&l.role).is_none_or(|r| r.layer != agent_state::AgentLayer::Mid)
-            }) {
-                let failure = TaskFailure::InvalidPlan {
-                    reason: format!(
-                        "the plan asks for a lead of role `{}`, which is not a mid role of the team (roles: {})",
-                        bad.role,
-                        self.roles.names()
-                    ),
-                };
-                return close(
-                    ctx,
-                    &task.id,
-                    TaskOutcome::Failed { task_id: task.id.clone(), reason: failure },
-                )
-                .await;
-            }
-            ctx.append_to(
-                &BoardId::Global,
-                &format!(
-                    "## Task {} planned from its goal: {} step(s), {} new lead(s)",
-                    task.id,
-                    task.steps.len(),
-                    leads.len()
-                ),
-            )
-            .await?;
         }
         if let Err(failure) = task.check() {
-            return close(
-                ctx,
-                &task.id,
-                TaskOutcome::Failed { task_id: task.id.clone(), reason: failure },
-            )
-            .await;
+            return fail(ctx, &task, failure).await;
         }
         let content = if leads.is_empty() {
             serde_json::json!({ "task_id": task.id, "goal": task.goal, "steps": task.steps })
@@ -308,24 +260,7 @@ impl TopAgent {
                 "task_id": task.id, "goal": task.goal, "steps": task.steps, "leads": leads
             })
         };
-        let signers = self.signers(ctx.id());
-        let decision =
-            ctx.propose_with_humans(content, signers.clone(), self.humans.clone()).await?;
-        for signer in &signers {
-            if signer == ctx.id() {
-                if !may_review(ctx, decision).await? {
-                    continue; // audited: a power without `review` does not sign its own plan
-                }
-                ctx.sign(decision).await?;
-            } else {
-                ctx.send(
-                    signer,
-                    MessageKind::SignatureRequest,
-                    &agent_core::protocol::SignatureRequest { decision },
-                )
-                .await?;
-            }
-        }
+        let decision = self.put_to_signers(ctx, content).await?;
         ctx.append_to(
             &BoardId::Global,
             &format!(
@@ -360,6 +295,127 @@ impl TopAgent {
         if ctx.status() == AgentStatus::Working {
             ctx.transition(AgentStatus::WaitingApproval, "plan submitted for signatures").await?;
         }
+        Ok(())
+    }
+
+    /// Plans a goal in words with the reasoner: the task gets its steps, and the leads to
+    /// create are returned; a plan that cannot be made, or asks for a lead of a role the team
+    /// does not have as a mid role, is the task's failure.
+    async fn plan_goal(
+        &self,
+        ctx: &mut AgentContext,
+        task: &mut Task,
+    ) -> Result<Result<Vec<LeadRequest>, TaskFailure>, AgentError> {
+        let leads = match ctx.reasoner().plan(ctx.persona(), task, &self.roles).await {
+            Ok(plan) => {
+                task.steps = plan.steps;
+                plan.leads
+            }
+            Err(
+                e @ (agent_core::ReasonError::CannotPlan { .. }
+                | agent_core::ReasonError::BadQuestion(_)),
+            ) => return Ok(Err(TaskFailure::InvalidPlan { reason: e.to_string() })),
+            Err(e) => return Err(e.into()),
+        };
+        if let Some(bad) = leads.iter().find(|l| {
+            self.roles.get(&l.role).is_none_or(|r| r.layer != agent_state::AgentLayer::Mid)
+        }) {
+            return Ok(Err(TaskFailure::InvalidPlan {
+                reason: format!(
+                    "the plan asks for a lead of role `{}`, which is not a mid role of the team (roles: {})",
+                    bad.role,
+                    self.roles.names()
+                ),
+            }));
+        }
+        ctx.append_to(
+            &BoardId::Global,
+            &format!(
+                "## Task {} planned from its goal: {} step(s), {} new lead(s)",
+                task.id,
+                task.steps.len(),
+                leads.len()
+            ),
+        )
+        .await?;
+        Ok(Ok(leads))
+    }
+
+    /// Proposes `content` as a decision and asks its signers: this power signs itself (if it
+    /// may review), the others get a signature request.
+    async fn put_to_signers(
+        &self,
+        ctx: &mut AgentContext,
+        content: serde_json::Value,
+    ) -> Result<agent_state::DecisionId, AgentError> {
+        let signers = self.signers(ctx.id());
+        let decision =
+            ctx.propose_with_humans(content, signers.clone(), self.humans.clone()).await?;
+        for signer in &signers {
+            if signer == ctx.id() {
+                if !may_review(ctx, decision).await? {
+                    continue; // audited: a power without `review` does not sign its own plan
+                }
+                ctx.sign(decision).await?;
+            } else {
+                ctx.send(
+                    signer,
+                    MessageKind::SignatureRequest,
+                    &agent_core::protocol::SignatureRequest { decision },
+                )
+                .await?;
+            }
+        }
+        Ok(decision)
+    }
+
+    /// A task handed to this power, by the system or another power; any other assignment,
+    /// or one from anyone else, is refused.
+    async fn task_assigned(
+        &mut self,
+        ctx: &mut AgentContext,
+        message: &Message,
+    ) -> Result<(), AgentError> {
+        let allowed = message.from == Address::System || self.is_top(&message.from);
+        let assignment =
+            if allowed { ctx.read_payload::<Assignment>(message).await? } else { None };
+        let error = match assignment {
+            Some(Assignment::Task { task }) => return self.propose_task(ctx, task).await,
+            Some(_) => "a top power does not take an assignment meant for another layer",
+            None if allowed => return Ok(()), // unreadable: refused and audited by read_payload
+            None => "a top power takes tasks only from the system or another power",
+        };
+        ctx.audit(agent_core::AuditEvent::Denied {
+            action: format!("task_assign from {}", message.from),
+            error: error.into(),
+        })
+        .await
+    }
+
+    /// Another power asks for this one's vote on a conflict: it votes with its weight.
+    async fn vote_requested(
+        &mut self,
+        ctx: &mut AgentContext,
+        message: &Message,
+    ) -> Result<(), AgentError> {
+        if !self.is_top(&message.from) {
+            return ctx
+                .audit(agent_core::AuditEvent::Denied {
+                    action: format!("vote_request from {}", message.from),
+                    error: "only a top power asks the others to vote".into(),
+                })
+                .await;
+        }
+        let Some(request) = ctx.read_payload::<VoteRequest>(message).await? else {
+            return Ok(());
+        };
+        let choice = ctx.reasoner().vote(ctx.persona(), &request.conflict).await?;
+        let vote = VoteResponse {
+            conflict_id: request.conflict.id,
+            choice,
+            weight: self.spec.vote_weight,
+        };
+        ctx.reply(message, MessageKind::VoteResponse, &vote).await?;
         Ok(())
     }
 
@@ -593,25 +649,9 @@ impl TopAgent {
             ProgressStatus::InProgress => Ok(()),
             ProgressStatus::Failed => {
                 state.phase = Phase::Closed;
-                // A typed failure says what happened; without one, what the reporter said, and
-                // the step it names if it names one.
-                let reason = report.failure.unwrap_or_else(|| {
-                    let failed = report.results.iter().find(|r| !r.success);
-                    TaskFailure::ReportedFailed {
-                        by: lead,
-                        step: failed.map(|r| r.step_id.clone()),
-                        reason: failed
-                            .map(|r| r.output.clone())
-                            .filter(|o| !o.trim().is_empty())
-                            .unwrap_or(report.description),
-                    }
-                });
-                close(
-                    ctx,
-                    &report.task_id,
-                    TaskOutcome::Failed { task_id: report.task_id.clone(), reason },
-                )
-                .await
+                let task_id = report.task_id.clone();
+                let reason = reported_failure(lead, report);
+                close(ctx, &task_id, TaskOutcome::Failed { task_id: task_id.clone(), reason }).await
             }
             ProgressStatus::Completed => {
                 if state.phase != Phase::Running {
@@ -993,56 +1033,13 @@ impl AgentBehavior for TopAgent {
     ) -> Result<(), AgentError> {
         for message in messages {
             match message.kind {
-                MessageKind::TaskAssign => {
-                    let allowed = message.from == Address::System || self.is_top(&message.from);
-                    let assignment =
-                        if allowed { ctx.read_payload::<Assignment>(message).await? } else { None };
-                    match assignment {
-                        Some(Assignment::Task { task }) => self.propose_task(ctx, task).await?,
-                        Some(_) => {
-                            ctx.audit(agent_core::AuditEvent::Denied {
-                                action: format!("task_assign from {}", message.from),
-                                error: "a top power does not take an assignment meant for another layer".into(),
-                            })
-                            .await?;
-                        }
-                        None if allowed => {} // unreadable: refused and audited by read_payload
-                        None => {
-                            ctx.audit(agent_core::AuditEvent::Denied {
-                                action: format!("task_assign from {}", message.from),
-                                error:
-                                    "a top power takes tasks only from the system or another power"
-                                        .into(),
-                            })
-                            .await?;
-                        }
-                    }
-                }
+                MessageKind::TaskAssign => self.task_assigned(ctx, message).await?,
                 MessageKind::SignatureRequest => self.review(ctx, message).await?,
                 MessageKind::ProgressReport => self.lead_report(ctx, message).await?,
                 MessageKind::IssueEscalation => self.escalation(ctx, message).await?,
                 MessageKind::ConflictReport => self.conflict_reported(ctx, message).await?,
                 MessageKind::ArbitrationResult => self.ruling_received(ctx, message).await?,
-                MessageKind::VoteRequest => {
-                    if !self.is_top(&message.from) {
-                        ctx.audit(agent_core::AuditEvent::Denied {
-                            action: format!("vote_request from {}", message.from),
-                            error: "only a top power asks the others to vote".into(),
-                        })
-                        .await?;
-                        continue;
-                    }
-                    let Some(request) = ctx.read_payload::<VoteRequest>(message).await? else {
-                        continue;
-                    };
-                    let choice = ctx.reasoner().vote(ctx.persona(), &request.conflict).await?;
-                    let vote = VoteResponse {
-                        conflict_id: request.conflict.id,
-                        choice,
-                        weight: self.spec.vote_weight,
-                    };
-                    ctx.reply(message, MessageKind::VoteResponse, &vote).await?;
-                }
+                MessageKind::VoteRequest => self.vote_requested(ctx, message).await?,
                 MessageKind::VoteResponse => self.record_vote(ctx, message).await?,
                 MessageKind::PeerHelpRequest => {
                     // A lead (its subordinate) speaks to it with `speak_to_agent`: it answers
@@ -1246,4 +1243,25 @@ async fn may_review(ctx: &AgentContext, id: agent_state::DecisionId) -> Result<b
         Err(AgentError::MissingCapability { .. }) => Ok(false),
         Err(e) => Err(e),
     }
+}
+
+/// Closes `task` as failed with `failure`.
+async fn fail(ctx: &mut AgentContext, task: &Task, failure: TaskFailure) -> Result<(), AgentError> {
+    close(ctx, &task.id, TaskOutcome::Failed { task_id: task.id.clone(), reason: failure }).await
+}
+
+/// Why a task failed, as `lead` reported it: a typed failure says what happened; without one,
+/// what the reporter said, and the step it names if it names one.
+fn reported_failure(lead: AgentId, report: ProgressReport) -> TaskFailure {
+    report.failure.unwrap_or_else(|| {
+        let failed = report.results.iter().find(|r| !r.success);
+        TaskFailure::ReportedFailed {
+            by: lead,
+            step: failed.map(|r| r.step_id.clone()),
+            reason: failed
+                .map(|r| r.output.clone())
+                .filter(|o| !o.trim().is_empty())
+                .unwrap_or(report.description),
+        }
+    })
 }

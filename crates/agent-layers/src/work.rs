@@ -359,23 +359,7 @@ impl WorkLoop {
             if let Some(progress) = self.out_of_time(ctx).await? {
                 return Ok(progress);
             }
-            if let Some(Wait::Reply { since, to, call, .. }) = &self.waiting {
-                if ctx.now().millis_since(*since) < SPEAK_TIMEOUT_MS {
-                    return Ok(Progress::Suspended);
-                }
-                let output = format!(
-                    "error: {to} did not answer within {} s; it may be busy: try again later or \
-                     call get_agents",
-                    SPEAK_TIMEOUT_MS / 1000
-                );
-                self.history.push(ToolCallRecord {
-                    call: call.clone(),
-                    success: false,
-                    output,
-                    event: false,
-                });
-                self.waiting = None;
-            }
+            self.reply_timed_out(ctx);
             if self.waiting.is_some() {
                 return Ok(Progress::Suspended);
             }
@@ -392,54 +376,7 @@ impl WorkLoop {
                 .await?;
             match action {
                 NextAction::Finish { success, summary } => {
-                    let working: Vec<String> = self
-                        .children
-                        .iter()
-                        .filter(|c| c.working())
-                        .map(|c| c.id.to_string())
-                        .collect();
-                    if !working.is_empty() {
-                        self.history.push(ToolCallRecord {
-                            call: ToolCall {
-                                tool: FINISH_TOOL.into(),
-                                args: json!({ "success": success, "summary": summary }),
-                            },
-                            success: false,
-                            output: format!(
-                                "not finished yet: your agents {} are still working; their \
-                                 results will arrive here. Finish once you have them (or \
-                                 despawn_agent those you no longer need).",
-                                working.join(", ")
-                            ),
-                            event: false,
-                        });
-                        self.waiting = Some(Wait::Results);
-                        return Ok(Progress::Suspended);
-                    }
-                    // The reasoner gave up in its own words (not just passing on the output of
-                    // the call that failed last, as the rule-based reasoner does): the step
-                    // fails with them, quoted (a model's text, perhaps with its chat template's
-                    // markup in it).
-                    let echoes = self
-                        .history
-                        .iter()
-                        .rev()
-                        .find(|r| !r.event)
-                        .is_some_and(|r| !r.success && r.output == summary);
-                    if !success && self.last_error.is_none() && !echoes {
-                        let tool = if self.subtask.step.is_scripted() {
-                            self.subtask.step.tool.clone()
-                        } else {
-                            FINISH_TOOL.to_owned()
-                        };
-                        let output = format!(
-                            "`{}` gave up on the step: {}",
-                            ctx.id(),
-                            quote(&summary, QUOTE_CHARS)
-                        );
-                        self.last_error = Some(AgentError::ToolFailed { tool, output });
-                    }
-                    return Ok(self.done(success, summary, None));
+                    return Ok(self.finish(ctx, success, summary));
                 }
                 NextAction::Call(call) => {
                     if let Some(progress) = self.repeats(ctx, &call, guards).await? {
@@ -451,6 +388,72 @@ impl WorkLoop {
                 }
             }
         }
+    }
+
+    /// A reply waited for past [`SPEAK_TIMEOUT_MS`] is given up: the call fails, and the loop
+    /// goes on. (Still in time, the loop stays suspended.)
+    fn reply_timed_out(&mut self, ctx: &AgentContext) {
+        let Some(Wait::Reply { since, to, call, .. }) = &self.waiting else { return };
+        if ctx.now().millis_since(*since) < SPEAK_TIMEOUT_MS {
+            return;
+        }
+        let output = format!(
+            "error: {to} did not answer within {} s; it may be busy: try again later or \
+             call get_agents",
+            SPEAK_TIMEOUT_MS / 1000
+        );
+        self.history.push(ToolCallRecord {
+            call: call.clone(),
+            success: false,
+            output,
+            event: false,
+        });
+        self.waiting = None;
+    }
+
+    /// The reasoner finishes the step: not while agents it spawned still work (it waits for
+    /// their results), and, giving up in its own words, failing with them.
+    fn finish(&mut self, ctx: &AgentContext, success: bool, summary: String) -> Progress {
+        let working: Vec<String> =
+            self.children.iter().filter(|c| c.working()).map(|c| c.id.to_string()).collect();
+        if !working.is_empty() {
+            self.history.push(ToolCallRecord {
+                call: ToolCall {
+                    tool: FINISH_TOOL.into(),
+                    args: json!({ "success": success, "summary": summary }),
+                },
+                success: false,
+                output: format!(
+                    "not finished yet: your agents {} are still working; their \
+                     results will arrive here. Finish once you have them (or \
+                     despawn_agent those you no longer need).",
+                    working.join(", ")
+                ),
+                event: false,
+            });
+            self.waiting = Some(Wait::Results);
+            return Progress::Suspended;
+        }
+        // The reasoner gave up in its own words (not just passing on the output of the call
+        // that failed last, as the rule-based reasoner does): the step fails with them, quoted
+        // (a model's text, perhaps with its chat template's markup in it).
+        let echoes = self
+            .history
+            .iter()
+            .rev()
+            .find(|r| !r.event)
+            .is_some_and(|r| !r.success && r.output == summary);
+        if !success && self.last_error.is_none() && !echoes {
+            let tool = if self.subtask.step.is_scripted() {
+                self.subtask.step.tool.clone()
+            } else {
+                FINISH_TOOL.to_owned()
+            };
+            let output =
+                format!("`{}` gave up on the step: {}", ctx.id(), quote(&summary, QUOTE_CHARS));
+            self.last_error = Some(AgentError::ToolFailed { tool, output });
+        }
+        self.done(success, summary, None)
     }
 
     fn done(&mut self, success: bool, summary: String, result: Option<AgentResult>) -> Progress {
@@ -643,6 +646,35 @@ impl WorkLoop {
         ctx.spawner().ok_or(SpawnError::Unavailable)
     }
 
+    /// The key of this loop's next spawn of `role`: the n-th spawn of this role in this loop
+    /// is the same agent when the call is made again after a crash, however the workers'
+    /// results interleaved with the calls.
+    fn spawn_key(&self, role: &str) -> String {
+        let spawned = self
+            .history
+            .iter()
+            .filter(|r| r.call.tool == SPAWN_AGENT && r.success && !r.event)
+            .filter(|r| r.call.args.get("role_name").and_then(Value::as_str) == Some(role))
+            .count();
+        format!("{}#{}#spawn-{role}-{spawned}", self.subtask.key(), self.subtask.attempt)
+    }
+
+    /// The subtask a spawned `agent` of `role` is given: `prompt`, as a step of its own.
+    fn spawned_subtask(&self, agent: &AgentId, role: &str, prompt: String) -> Subtask {
+        let step = PlanStep {
+            id: agent.to_string(),
+            description: prompt,
+            target: StepTarget::Agent(agent.clone()),
+            tool: String::new(),
+            args: Value::Null,
+            after: Vec::new(),
+            idempotent: false,
+            role: Some(role.to_owned()),
+            acceptance: String::new(),
+        };
+        Subtask { task_id: self.subtask.task_id.clone(), step, assignee: agent.clone(), attempt: 1 }
+    }
+
     async fn spawn(&mut self, ctx: &mut AgentContext, call: ToolCall) -> Result<(), AgentError> {
         let role =
             call.args.get("role_name").and_then(Value::as_str).unwrap_or_default().to_owned();
@@ -664,18 +696,7 @@ impl WorkLoop {
             task_prompt: prompt.clone(),
             // The n-th spawn of this role in this loop: the same agent when the call is made
             // again after a crash, however the workers' results interleaved with the calls.
-            key: format!(
-                "{}#{}#spawn-{}-{}",
-                self.subtask.key(),
-                self.subtask.attempt,
-                role,
-                self.history
-                    .iter()
-                    .filter(|r| r.call.tool == SPAWN_AGENT && r.success && !r.event)
-                    .filter(|r| r.call.args.get("role_name").and_then(Value::as_str)
-                        == Some(role.as_str()))
-                    .count()
-            ),
+            key: self.spawn_key(&role),
             domain: None,
         };
         let spawned = match Self::spawner(ctx) {
@@ -686,23 +707,7 @@ impl WorkLoop {
             Ok(record) => record,
             Err(e) => return self.refuse(ctx, call, format!("cannot spawn: {e}")).await,
         };
-        let step = PlanStep {
-            id: record.agent.to_string(),
-            description: prompt,
-            target: StepTarget::Agent(record.agent.clone()),
-            tool: String::new(),
-            args: Value::Null,
-            after: Vec::new(),
-            idempotent: false,
-            role: Some(role.clone()),
-            acceptance: String::new(),
-        };
-        let subtask = Subtask {
-            task_id: self.subtask.task_id.clone(),
-            step,
-            assignee: record.agent.clone(),
-            attempt: 1,
-        };
+        let subtask = self.spawned_subtask(&record.agent, &role, prompt);
         ctx.send(&record.agent, MessageKind::TaskAssign, &Assignment::Subtask { subtask }).await?;
         if !self.has_child(&record.agent) {
             self.children.push(Child {

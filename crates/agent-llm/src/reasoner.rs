@@ -351,13 +351,15 @@ impl LlmReasoner {
         s
     }
 
-    /// One model call: reserve, call with retries, record.
-    async fn call(
+    /// Reserves the budget a call of `request` may spend: its input estimate and its most
+    /// output tokens (a top power's call may wait while an extension is pending; an `exempt`
+    /// one may spend a budget that is used up).
+    async fn reserve(
         &self,
         who: Persona<'_>,
         request: &ChatRequest,
         exempt: bool,
-    ) -> Result<ChatResponse, ReasonError> {
+    ) -> Result<Reservation, ReasonError> {
         let input_estimate = estimate_tokens(request);
         let tokens = input_estimate + u64::from(request.max_tokens);
         let cost = self.ledger.estimate_cost(
@@ -372,11 +374,40 @@ impl LlmReasoner {
         } else {
             Pass::Checked
         };
-        let reservation = self
-            .ledger
-            .reserve_as(tokens, cost, pass)
-            .await
-            .map_err(|e| self.backend(e.to_string()))?;
+        self.ledger.reserve_as(tokens, cost, pass).await.map_err(|e| self.backend(e.to_string()))
+    }
+
+    /// Records a call's usage and cost (or its error) and its retries on its telemetry span.
+    fn record_on(
+        &self,
+        span: &tracing::Span,
+        response: Result<&ChatResponse, &crate::provider::ProviderError>,
+        retries: u64,
+    ) {
+        match response {
+            Ok(response) => {
+                let usage = response.usage;
+                let cost = self.ledger.prices().cost(self.provider.model(), usage);
+                span.record("gen_ai.usage.input_tokens", usage.input_tokens);
+                span.record("gen_ai.usage.output_tokens", usage.output_tokens);
+                span.record("strata.cost_usd", cost);
+            }
+            Err(e) => {
+                span.record("error.type", tracing::field::debug(&e.kind));
+                span.record("otel.status_code", "error");
+            }
+        }
+        span.record("gen_ai.request.retries", retries);
+    }
+
+    /// One model call: reserve, call with retries, record.
+    async fn call(
+        &self,
+        who: Persona<'_>,
+        request: &ChatRequest,
+        exempt: bool,
+    ) -> Result<ChatResponse, ReasonError> {
+        let reservation = self.reserve(who, request, exempt).await?;
         let site = self.site(who);
         // If this future is dropped mid-call (the agent's task timeout), the guard books the
         // call as failed and frees its estimate, which would otherwise hold the budget forever.
@@ -399,56 +430,17 @@ impl LlmReasoner {
         // Recorded however the call ends, a cancelled call (this future dropped) included.
         let mut recorder = Recorder::new(&self.ledger, &site, request, call);
         let span = chat_span(who, self.provider.name(), self.provider.model(), request, call);
-        let result = match self.events.as_ref().filter(|h| self.settings.stream && h.is_watched()) {
-            Some(hub) => {
-                let provider = self.provider.as_ref();
-                let me = &who.config.id;
-                complete_publishing(provider, request, &policy, &mut observe, hub, me, call)
-                    .instrument(span.clone())
-                    .await
-            }
-            // Unwatched, streamed all the same: each piece is progress of the agent's turn
-            // (`agent_core::progress`), so a call still producing is not cut by its silence.
-            None if self.settings.stream => {
-                let mut progress = |_: crate::Piece<'_>| agent_core::progress::pieces(1);
-                let provider = self.provider.as_ref();
-                complete_streaming_with_retry(
-                    provider,
-                    request,
-                    &policy,
-                    &mut observe,
-                    &mut progress,
-                )
-                .instrument(span.clone())
-                .await
-            }
-            None => {
-                complete_with_retry(self.provider.as_ref(), request, &policy, &mut observe)
-                    .instrument(span.clone())
-                    .await
-            }
-        };
+        let result =
+            self.complete(who, request, &policy, &mut observe, call).instrument(span.clone()).await;
+        let retries = retried_failures + rate_limit_waits;
         if !span.is_disabled() {
-            match &result {
-                Ok((response, _)) => {
-                    let usage = response.usage;
-                    let cost = self.ledger.prices().cost(self.provider.model(), usage);
-                    span.record("gen_ai.usage.input_tokens", usage.input_tokens);
-                    span.record("gen_ai.usage.output_tokens", usage.output_tokens);
-                    span.record("strata.cost_usd", cost);
-                }
-                Err(e) => {
-                    span.record("error.type", tracing::field::debug(&e.kind));
-                    span.record("otel.status_code", "error");
-                }
-            }
-            span.record("gen_ai.request.retries", retried_failures + rate_limit_waits);
+            let response = result.as_ref().map(|(response, _)| response);
+            self.record_on(&span, response, retries);
         }
         self.ledger.retried(&site, retried_failures, rate_limit_waits);
         if let Some(choice) = self.provider.structured_choice() {
             self.ledger.structured_mode(&site, choice);
         }
-        let retries = retried_failures + rate_limit_waits;
         match result {
             Ok((response, _)) => {
                 held.settle(response.usage);
@@ -467,6 +459,34 @@ impl LlmReasoner {
         }
     }
 
+    /// Model call `call` with retries: published as it arrives when someone watches the team's
+    /// events, else streamed (each piece is progress of the agent's turn) or, without
+    /// streaming, in one answer.
+    async fn complete(
+        &self,
+        who: Persona<'_>,
+        request: &ChatRequest,
+        policy: &RetryPolicy,
+        observe: &mut (dyn FnMut(&RetryEvent<'_>) + Send),
+        call: u64,
+    ) -> Result<(ChatResponse, crate::retry::RetryStats), crate::provider::ProviderError> {
+        let provider = self.provider.as_ref();
+        match self.events.as_ref().filter(|h| self.settings.stream && h.is_watched()) {
+            Some(hub) => {
+                let to = crate::tokens::PublishTo { hub, agent: &who.config.id, call };
+                complete_publishing(provider, request, policy, observe, to).await
+            }
+            // Unwatched, streamed all the same: each piece is progress of the agent's turn
+            // (`agent_core::progress`), so a call still producing is not cut by its silence.
+            None if self.settings.stream => {
+                let mut progress = |_: crate::Piece<'_>| agent_core::progress::pieces(1);
+                complete_streaming_with_retry(provider, request, policy, observe, &mut progress)
+                    .await
+            }
+            None => complete_with_retry(provider, request, policy, observe).await,
+        }
+    }
+
     /// Asks a structured question, checks the answer, repairs it once, remembers the turn.
     async fn ask<T>(
         &self,
@@ -477,23 +497,19 @@ impl LlmReasoner {
         exempt: bool,
         check: impl Fn(&Value) -> Result<T, String>,
     ) -> Result<T, ReasonError> {
-        self.ask_limited(who, decision, prompt, schema, exempt, self.settings.max_tokens, check)
-            .await
+        let max_tokens = self.settings.max_tokens;
+        let asked = Asked { decision, prompt, schema, exempt, max_tokens, repairs: 1 };
+        self.ask_limited(who, asked, check).await
     }
 
-    /// [`ask`](Self::ask) with its own limit on the tokens generated.
-    #[allow(clippy::too_many_arguments, reason = "ask's arguments and the token limit")]
+    /// [`ask`](Self::ask) with its own limit on the tokens generated (`asked.max_tokens`).
     async fn ask_limited<T>(
         &self,
         who: Persona<'_>,
-        decision: &'static str,
-        prompt: String,
-        schema: Value,
-        exempt: bool,
-        max_tokens: u32,
+        asked: Asked,
         check: impl Fn(&Value) -> Result<T, String>,
     ) -> Result<T, ReasonError> {
-        let asked = Asked { decision, prompt, schema, exempt, max_tokens, repairs: 1 };
+        let decision = asked.decision;
         self.ask_asked(who, asked, check).await.map_err(|unanswered| match unanswered {
             Unanswered::Failed(error) => error,
             Unanswered::Invalid { problems, .. } => self.invalid(decision, &problems),
@@ -887,86 +903,9 @@ impl Reasoner for LlmReasoner {
                 reason: "no executor of this lead is available".into(),
             });
         }
-        // Who may take each step: the executor the plan names, if available, else every
-        // available executor with the step's tool. The schema offers only those, so even a
-        // model that cannot read the table answers with a valid placement.
-        let mut eligible: Vec<(&PlanStep, Vec<&str>)> = Vec::with_capacity(work.steps.len());
-        for step in &work.steps {
-            let named = match &step.target {
-                StepTarget::Agent(id) => available.iter().find(|c| &c.id == id),
-                _ => None,
-            };
-            // A goal step names no tool: any available executor may take it and choose its
-            // own calls.
-            let ids: Vec<&str> = match named {
-                Some(c) => vec![c.id.as_str()],
-                None => available
-                    .iter()
-                    .filter(|c| !step.is_scripted() || c.tools.contains(&step.tool))
-                    .map(|c| c.id.as_str())
-                    .collect(),
-            };
-            if ids.is_empty() {
-                return Err(ReasonError::Unplaceable {
-                    step: step.id.clone(),
-                    reason: format!("no available executor has the tool `{}`", step.tool),
-                });
-            }
-            eligible.push((step, ids));
-        }
-        let mut prompt =
-            format!("Place each step of task {} on one of your executors.\nSteps:\n", work.task_id);
-        for (s, ids) in &eligible {
-            let target = match &s.target {
-                StepTarget::Agent(id) => format!(" (the plan names {id})"),
-                _ => String::new(),
-            };
-            let tool = if s.is_scripted() {
-                format!("tool `{}`", s.tool)
-            } else {
-                "no tool named (the executor chooses)".to_owned()
-            };
-            let _ = writeln!(
-                prompt,
-                "- {}: {} — {tool}{target}; can go to {}",
-                s.id,
-                s.description,
-                ids.join(", ")
-            );
-        }
-        prompt.push_str("Executors:\n");
-        for c in &available {
-            let _ = writeln!(
-                prompt,
-                "- {}: tools [{}], {} subtasks now{}",
-                c.id,
-                c.tools.join(", "),
-                c.load,
-                if c.failed { ", failed recently" } else { "" }
-            );
-        }
-        let example: serde_json::Map<String, Value> =
-            eligible.iter().map(|(s, ids)| (s.id.clone(), Value::from(ids[0]))).collect();
-        let _ = write!(
-            prompt,
-            "Give every step one executor that can take it; spread the load.\nExample answer: {}",
-            json!({ "placements": example })
-        );
-        let properties: serde_json::Map<String, Value> =
-            eligible.iter().map(|(s, ids)| (s.id.clone(), json!({ "enum": ids }))).collect();
-        let step_ids: Vec<&str> = work.steps.iter().map(|s| s.id.as_str()).collect();
-        let schema = json!({
-            "type": "object",
-            "properties": {
-                "placements": {
-                    "type": "object",
-                    "properties": properties,
-                    "required": step_ids,
-                    "additionalProperties": false
-                }
-            },
-            "required": ["placements"]
-        });
+        let eligible = eligible(work, &available)?;
+        let prompt = placement_prompt(work, &eligible, &available);
+        let schema = placement_schema(work, &eligible);
         self.ask(who, "decompose", prompt, schema, false, |v| {
             let chosen = v.get("placements").and_then(Value::as_object);
             let mut out = Vec::with_capacity(eligible.len());
@@ -1021,39 +960,8 @@ impl Reasoner for LlmReasoner {
             temperature: who.config.temperature.or(self.settings.temperature),
         };
         request.messages.push(ChatMessage::user(prompt.clone()));
-        for (i, record) in history.iter().enumerate() {
-            if record.event {
-                // Something that reached the agent (a worker's results, words spoken to it):
-                // a message, never a call the model did not make.
-                request.messages.push(ChatMessage::user(format!(
-                    "[{}] {}",
-                    record.call.tool,
-                    tail(&record.output, self.settings.tool_output_chars)
-                )));
-                continue;
-            }
-            let id = format!("call-{i}");
-            let mut call = ChatMessage::assistant("");
-            call.tool_calls.push(ProviderToolCall {
-                id: id.clone(),
-                name: record.call.tool.clone(),
-                arguments: shortened(&record.call.args).to_string(),
-            });
-            request.messages.push(call);
-            let status = if record.success { "ok" } else { "failed" };
-            let hint = if record.success {
-                format!(" (if the step is done, call `{conclude}`)")
-            } else {
-                String::new()
-            };
-            request.messages.push(ChatMessage::tool_result(
-                id,
-                format!(
-                    "{status}: {}{hint}",
-                    tail(&record.output, self.settings.tool_output_chars)
-                ),
-            ));
-        }
+        let chars = self.settings.tool_output_chars;
+        request.messages.extend(history_messages(history, conclude, chars));
         let mut last_problem = String::new();
         // The last tool call the model made, however wrong: what the loop passes on if the
         // repair fails too.
@@ -1074,27 +982,11 @@ impl Reasoner for LlmReasoner {
                 }
                 Err((problem, call)) => {
                     tracing::warn!(agent = %me, attempt, problem = %problem, "invalid tool call from the model");
-                    let mut bad = ChatMessage::assistant(response.text.clone());
-                    match call {
-                        Some(call) => {
-                            last_call = Some(call.clone());
-                            let id = call.id.clone();
-                            bad.tool_calls.push(call);
-                            request.messages.push(bad);
-                            request.messages.push(ChatMessage::tool_result(
-                                id,
-                                format!(
-                                    "error: {problem}. Call a tool again with valid arguments."
-                                ),
-                            ));
-                        }
-                        None => {
-                            request.messages.push(bad);
-                            request.messages.push(ChatMessage::user(format!(
-                                "That answer is invalid: {problem}."
-                            )));
-                        }
+                    if let Some(call) = &call {
+                        last_call = Some(call.clone());
                     }
+                    let bad = ChatMessage::assistant(response.text.clone());
+                    request.messages.extend(repair_messages(bad, call, &problem));
                     last_problem = problem;
                 }
             }
@@ -1250,7 +1142,9 @@ impl Reasoner for LlmReasoner {
             "required": ["reply"]
         });
         let max_tokens = self.settings.max_tokens.min(ANSWER_MAX_TOKENS);
-        self.ask_limited(who, "answer", prompt, schema, false, max_tokens, |v| {
+        let asked =
+            Asked { decision: "answer", prompt, schema, exempt: false, max_tokens, repairs: 1 };
+        self.ask_limited(who, asked, |v| {
             match v.get("reply").and_then(Value::as_str).map(stripped) {
                 Some(reply) if !reply.is_empty() => Ok(reply),
                 _ => Err("`reply` must say something".to_owned()),
@@ -1838,6 +1732,164 @@ fn chat_span(
         error.type = tracing::field::Empty,
         otel.status_code = tracing::field::Empty,
     )
+}
+
+/// Who may take each step of `work`: the executor the plan names, if available, else every
+/// available executor with the step's tool. The schema offers only those, so even a model
+/// that cannot read the table answers with a valid placement.
+fn eligible<'a>(
+    work: &'a WorkPackage,
+    available: &[&'a Candidate],
+) -> Result<Vec<(&'a PlanStep, Vec<&'a str>)>, ReasonError> {
+    let mut eligible: Vec<(&PlanStep, Vec<&str>)> = Vec::with_capacity(work.steps.len());
+    for step in &work.steps {
+        let named = match &step.target {
+            StepTarget::Agent(id) => available.iter().find(|c| &c.id == id),
+            _ => None,
+        };
+        // A goal step names no tool: any available executor may take it and choose its own
+        // calls.
+        let ids: Vec<&str> = match named {
+            Some(c) => vec![c.id.as_str()],
+            None => available
+                .iter()
+                .filter(|c| !step.is_scripted() || c.tools.contains(&step.tool))
+                .map(|c| c.id.as_str())
+                .collect(),
+        };
+        if ids.is_empty() {
+            return Err(ReasonError::Unplaceable {
+                step: step.id.clone(),
+                reason: format!("no available executor has the tool `{}`", step.tool),
+            });
+        }
+        eligible.push((step, ids));
+    }
+    Ok(eligible)
+}
+
+/// The question placing `work`'s steps: each step with the executors that may take it, the
+/// executors with their tools and load, and an example answer.
+fn placement_prompt(
+    work: &WorkPackage,
+    eligible: &[(&PlanStep, Vec<&str>)],
+    available: &[&Candidate],
+) -> String {
+    let mut prompt =
+        format!("Place each step of task {} on one of your executors.\nSteps:\n", work.task_id);
+    for (s, ids) in eligible {
+        let target = match &s.target {
+            StepTarget::Agent(id) => format!(" (the plan names {id})"),
+            _ => String::new(),
+        };
+        let tool = if s.is_scripted() {
+            format!("tool `{}`", s.tool)
+        } else {
+            "no tool named (the executor chooses)".to_owned()
+        };
+        let _ = writeln!(
+            prompt,
+            "- {}: {} — {tool}{target}; can go to {}",
+            s.id,
+            s.description,
+            ids.join(", ")
+        );
+    }
+    prompt.push_str("Executors:\n");
+    for c in available {
+        let _ = writeln!(
+            prompt,
+            "- {}: tools [{}], {} subtasks now{}",
+            c.id,
+            c.tools.join(", "),
+            c.load,
+            if c.failed { ", failed recently" } else { "" }
+        );
+    }
+    let example: serde_json::Map<String, Value> =
+        eligible.iter().map(|(s, ids)| (s.id.clone(), Value::from(ids[0]))).collect();
+    let _ = write!(
+        prompt,
+        "Give every step one executor that can take it; spread the load.\nExample answer: {}",
+        json!({ "placements": example })
+    );
+    prompt
+}
+
+/// The schema of a placement answer: every step placed on one of the executors that may take
+/// it.
+fn placement_schema(work: &WorkPackage, eligible: &[(&PlanStep, Vec<&str>)]) -> Value {
+    let properties: serde_json::Map<String, Value> =
+        eligible.iter().map(|(s, ids)| (s.id.clone(), json!({ "enum": ids }))).collect();
+    let step_ids: Vec<&str> = work.steps.iter().map(|s| s.id.as_str()).collect();
+    json!({
+        "type": "object",
+        "properties": {
+            "placements": {
+                "type": "object",
+                "properties": properties,
+                "required": step_ids,
+                "additionalProperties": false
+            }
+        },
+        "required": ["placements"]
+    })
+}
+
+/// The messages of a tool loop's `history`: what reached the agent as a user message, each call
+/// the model made with its result (`chars` of its output at most; a success reminds it to
+/// call `conclude` once the step is done).
+fn history_messages(history: &[ToolCallRecord], conclude: &str, chars: usize) -> Vec<ChatMessage> {
+    let mut messages = Vec::with_capacity(history.len() * 2);
+    for (i, record) in history.iter().enumerate() {
+        if record.event {
+            // Something that reached the agent (a worker's results, words spoken to it): a
+            // message, never a call the model did not make.
+            messages.push(ChatMessage::user(format!(
+                "[{}] {}",
+                record.call.tool,
+                tail(&record.output, chars)
+            )));
+            continue;
+        }
+        let id = format!("call-{i}");
+        let mut call = ChatMessage::assistant("");
+        call.tool_calls.push(ProviderToolCall {
+            id: id.clone(),
+            name: record.call.tool.clone(),
+            arguments: shortened(&record.call.args).to_string(),
+        });
+        messages.push(call);
+        let status = if record.success { "ok" } else { "failed" };
+        let hint = if record.success {
+            format!(" (if the step is done, call `{conclude}`)")
+        } else {
+            String::new()
+        };
+        messages.push(ChatMessage::tool_result(
+            id,
+            format!("{status}: {}{hint}", tail(&record.output, chars)),
+        ));
+    }
+    messages
+}
+
+/// The messages that send an invalid answer back for repair: the answer `bad` (with its
+/// `call`, if it made one) and what is wrong with it.
+fn repair_messages(
+    mut bad: ChatMessage,
+    call: Option<ProviderToolCall>,
+    problem: &str,
+) -> [ChatMessage; 2] {
+    match call {
+        Some(call) => {
+            let id = call.id.clone();
+            bad.tool_calls.push(call);
+            let error = format!("error: {problem}. Call a tool again with valid arguments.");
+            [bad, ChatMessage::tool_result(id, error)]
+        }
+        None => [bad, ChatMessage::user(format!("That answer is invalid: {problem}."))],
+    }
 }
 
 #[cfg(test)]

@@ -23,18 +23,23 @@ use crate::stream::{Piece, TokenSink};
 /// Longest a piece waits before it is published, unless more of it arrives.
 pub(crate) const FLUSH_AFTER: Duration = Duration::from_millis(100);
 
-/// [`complete_streaming_with_retry`], the answer published on `hub` as call `call` of `agent`
-/// while it arrives.
-#[allow(clippy::too_many_arguments, reason = "the retried call's arguments and where to publish")]
+/// Where a model call's answer is published while it arrives: on `hub`, as call `call` of
+/// `agent`.
+pub(crate) struct PublishTo<'a> {
+    pub(crate) hub: &'a EventHub,
+    pub(crate) agent: &'a AgentId,
+    pub(crate) call: u64,
+}
+
+/// [`complete_streaming_with_retry`], the answer published where `to` says while it arrives.
 pub(crate) async fn complete_publishing(
     provider: &dyn Provider,
     request: &ChatRequest,
     policy: &RetryPolicy,
     observer: &mut (dyn FnMut(&RetryEvent<'_>) + Send),
-    hub: &EventHub,
-    agent: &AgentId,
-    call: u64,
+    to: PublishTo<'_>,
 ) -> Result<(ChatResponse, RetryStats), ProviderError> {
+    let PublishTo { hub, agent, call } = to;
     let attempt = AtomicU32::new(1);
     let mut publisher =
         Publisher { hub, agent, call, attempt: &attempt, pending: None, last: Instant::now() };

@@ -380,8 +380,15 @@ async fn start(
     let server = spec.name.clone();
     let service = match &spec.transport {
         McpTransport::Stdio { command, args, env, pass_env, sandboxed, network } => {
-            let mut cmd =
-                launch.command(&server, command, args, env, pass_env, *sandboxed, *network)?;
+            let stdio = crate::launch::StdioServer {
+                command,
+                args,
+                env,
+                pass_env,
+                sandboxed: *sandboxed,
+                network: *network,
+            };
+            let mut cmd = launch.command(&server, stdio)?;
             cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
             let spawn_error =
                 |error| McpError::Spawn { server: server.clone(), command: command.clone(), error };

@@ -29,6 +29,23 @@ pub struct McpLaunch {
     pub results: Option<PathBuf>,
 }
 
+/// A stdio server's declaration ([`McpTransport::Stdio`](crate::McpTransport::Stdio)), as
+/// [`McpLaunch::command`] starts it.
+pub(crate) struct StdioServer<'a> {
+    /// The program.
+    pub(crate) command: &'a str,
+    /// Its arguments.
+    pub(crate) args: &'a [String],
+    /// Variables set in its environment.
+    pub(crate) env: &'a BTreeMap<String, String>,
+    /// Variables of Strata's environment passed on by name.
+    pub(crate) pass_env: &'a [String],
+    /// Whether it runs inside the sandbox.
+    pub(crate) sandboxed: bool,
+    /// Whether it may use the network inside the sandbox.
+    pub(crate) network: bool,
+}
+
 impl McpLaunch {
     /// Servers started in `workspace`, inside `sandbox`.
     pub fn new(workspace: impl Into<PathBuf>, sandbox: Sandbox) -> Self {
@@ -59,17 +76,12 @@ impl McpLaunch {
     /// sandbox's launcher without one (which still makes it die with Strata), in the
     /// workspace, with the minimal environment ([`server_env`](Self::server_env)), killed when
     /// dropped. A program that is not found is [`McpError::Spawn`].
-    #[allow(clippy::too_many_arguments, reason = "the fields of one stdio declaration")]
     pub(crate) fn command(
         &self,
         server: &str,
-        command: &str,
-        args: &[String],
-        env: &BTreeMap<String, String>,
-        pass_env: &[String],
-        sandboxed: bool,
-        network: bool,
+        stdio: StdioServer<'_>,
     ) -> Result<tokio::process::Command, McpError> {
+        let StdioServer { command, args, env, pass_env, sandboxed, network } = stdio;
         if find_program(command, &self.workspace).is_none() {
             return Err(McpError::Spawn {
                 server: server.to_owned(),

@@ -206,6 +206,14 @@ impl Observer {
     }
 }
 
+/// Where a run's guards send their warnings and escalations, and record what they do.
+pub(crate) struct Outlets {
+    pub(crate) bus: Arc<dyn MessageBus>,
+    pub(crate) audit: Arc<dyn AuditLog>,
+    /// Stamps their messages and records.
+    pub(crate) clock: Arc<dyn Clock>,
+}
+
 /// The guards of one team's run, kept by its driver.
 pub(crate) struct RunGuard {
     pub(crate) settings: GuardSettings,
@@ -229,15 +237,16 @@ pub(crate) struct RunGuard {
 }
 
 impl RunGuard {
+    /// The guards of `pool`'s run: `settings`, shown the deliveries by `observer`, stopping
+    /// tasks for `proposer` and warning through `outlets`.
     pub(crate) fn new(
         settings: GuardSettings,
         observer: Arc<Observer>,
         pool: Arc<AgentPool>,
-        bus: Arc<dyn MessageBus>,
-        audit: Arc<dyn AuditLog>,
-        clock: Arc<dyn Clock>,
         proposer: AgentId,
+        outlets: Outlets,
     ) -> Self {
+        let Outlets { bus, audit, clock } = outlets;
         Self {
             settings,
             observer,

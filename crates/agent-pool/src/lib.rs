@@ -21,6 +21,8 @@
 //!   signals every delivery and the agents with mail take a turn at once (each agent's turns
 //!   bounded by a token bucket: [`WAKE_BURST`] at once, [`WAKE_RATE`] per second), so a task moves at the speed of its
 //!   work, not of the heartbeat;
+//! - [`Driver`]: the team's heartbeat loop, owning its scheduler, wake-up signal, guards and
+//!   (for the run's coordinator) the `system` inbox and the tasks' deadlines; [`Team`] runs one;
 //! - [`Team`]: builds a three-layer team from one [`TeamSpec`], takes tasks (scripted plans, or
 //!   a goal in words for a team whose proposer's reasoner plans: [`SubmitError::CannotPlan`]
 //!   otherwise), reports outcomes, shuts down with every agent terminated;
@@ -57,6 +59,7 @@
 
 mod capability;
 mod deadline;
+mod driver;
 mod guard;
 mod metrics;
 #[cfg(feature = "nats")]
@@ -73,6 +76,7 @@ mod wake;
 mod tests;
 
 pub use capability::{CapabilityInfo, CapabilityRegistry};
+pub use driver::{Driver, DriverHandle, Outcomes};
 pub use guard::{AgentView, RemoteAgents, agent_views, moves_work};
 pub use metrics::{AgentSummary, MetricsCalculator, StoredMetrics, stored_metrics};
 pub use pool::{AgentPeek, AgentPool, AgentSlot, DEFAULT_MAX_AGENTS, MAX_POOL_SIZE, PoolError};

@@ -538,8 +538,7 @@ impl Worker {
     /// Works until `stop` turns true: announces itself, joins runs, hosts agents. On stop,
     /// every team here is stopped (its agents resumable) and every lease released.
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
-        let mut hosts: BTreeMap<String, (watch::Sender<bool>, JoinHandle<bool>)> = BTreeMap::new();
-        let mut refused: BTreeSet<String> = BTreeSet::new();
+        let mut hosts = Hosts::default();
         let mut beat = tokio::time::interval(WORKER_BEAT);
         beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -550,80 +549,9 @@ impl Worker {
             if *stop.borrow() {
                 break;
             }
-            let info = WorkerInfo {
-                id: self.config.id.clone(),
-                version: VERSION.to_owned(),
-                filter: self.config.filter.clone(),
-                capacity: self.config.capacity,
-                hosting: self.hosting.load(Ordering::Relaxed),
-            };
-            if let Err(e) = self.registry.announce(&info).await {
-                self.emit(WorkerEvent::Trouble { run: None, error: e.to_string() });
-            }
-            // A run whose host ended is joined again if it is placed again (a resumed run),
-            // unless it was refused.
-            let ended: Vec<String> = hosts
-                .iter()
-                .filter(|(_, (_, t))| t.is_finished())
-                .map(|(r, _)| r.clone())
-                .collect();
-            for run in ended {
-                if let Some((_, task)) = hosts.remove(&run)
-                    && !task.await.unwrap_or(false)
-                {
-                    refused.insert(run);
-                }
-            }
-            let runs = match self.registry.runs().await {
-                Ok(runs) => runs,
-                Err(e) => {
-                    self.emit(WorkerEvent::Trouble { run: None, error: e.to_string() });
-                    continue;
-                }
-            };
-            for run in runs {
-                if run.closed || hosts.contains_key(&run.run_id) || refused.contains(&run.run_id) {
-                    continue;
-                }
-                if run.version != VERSION {
-                    refused.insert(run.run_id.clone());
-                    self.emit(WorkerEvent::Refused {
-                        reason: format!(
-                            "it was placed by Strata {}, this worker is Strata {VERSION}; start a worker of that version for it",
-                            run.version
-                        ),
-                        run: run.run_id,
-                    });
-                    continue;
-                }
-                let hosted = match self.builder.build(&run).await {
-                    Ok(hosted) => hosted,
-                    Err(BuildError::Refused(reason)) => {
-                        refused.insert(run.run_id.clone());
-                        self.emit(WorkerEvent::Refused { run: run.run_id, reason });
-                        continue;
-                    }
-                    Err(BuildError::Unavailable(error)) => {
-                        // Joined at a later beat, once the server answers again.
-                        self.emit(WorkerEvent::Trouble { run: Some(run.run_id), error });
-                        continue;
-                    }
-                };
-                let (stop_run, stopped) = watch::channel(false);
-                let host = RunHost {
-                    run: run.clone(),
-                    hosted,
-                    registry: self.registry.clone(),
-                    registry_store: self.store.clone(),
-                    config: self.config.clone(),
-                    events: self.events.clone(),
-                    hosting: self.hosting.clone(),
-                };
-                self.emit(WorkerEvent::Joined { run: run.run_id.clone() });
-                hosts.insert(run.run_id, (stop_run, tokio::spawn(host.run(stopped))));
-            }
+            self.beat(&mut hosts).await;
         }
-        for (_, (stop_run, task)) in hosts {
+        for (_, (stop_run, task)) in hosts.running {
             let _ = stop_run.send(true);
             if let Err(e) = task.await {
                 tracing::error!(error = %e, "a run's host task failed");
@@ -634,6 +562,77 @@ impl Worker {
         }
     }
 
+    /// One beat: announces the worker, forgets the hosts that ended, joins the runs placed
+    /// since.
+    async fn beat(&self, hosts: &mut Hosts) {
+        let info = WorkerInfo {
+            id: self.config.id.clone(),
+            version: VERSION.to_owned(),
+            filter: self.config.filter.clone(),
+            capacity: self.config.capacity,
+            hosting: self.hosting.load(Ordering::Relaxed),
+        };
+        if let Err(e) = self.registry.announce(&info).await {
+            self.emit(WorkerEvent::Trouble { run: None, error: e.to_string() });
+        }
+        hosts.reap().await;
+        let runs = match self.registry.runs().await {
+            Ok(runs) => runs,
+            Err(e) => {
+                self.emit(WorkerEvent::Trouble { run: None, error: e.to_string() });
+                return;
+            }
+        };
+        for run in runs {
+            let run_id = &run.run_id;
+            if run.closed || hosts.running.contains_key(run_id) || hosts.refused.contains(run_id) {
+                continue;
+            }
+            self.join(run, hosts).await;
+        }
+    }
+
+    /// Joins `run`: builds its share here and starts its host, or refuses it (another
+    /// version, or a share this worker cannot build).
+    async fn join(&self, run: PlacedRun, hosts: &mut Hosts) {
+        if run.version != VERSION {
+            hosts.refused.insert(run.run_id.clone());
+            self.emit(WorkerEvent::Refused {
+                reason: format!(
+                    "it was placed by Strata {}, this worker is Strata {VERSION}; start a worker of that version for it",
+                    run.version
+                ),
+                run: run.run_id,
+            });
+            return;
+        }
+        let hosted = match self.builder.build(&run).await {
+            Ok(hosted) => hosted,
+            Err(BuildError::Refused(reason)) => {
+                hosts.refused.insert(run.run_id.clone());
+                self.emit(WorkerEvent::Refused { run: run.run_id, reason });
+                return;
+            }
+            Err(BuildError::Unavailable(error)) => {
+                // Joined at a later beat, once the server answers again.
+                self.emit(WorkerEvent::Trouble { run: Some(run.run_id), error });
+                return;
+            }
+        };
+        let (stop_run, stopped) = watch::channel(false);
+        let host = RunHost {
+            run: run.clone(),
+            hosted,
+            registry: self.registry.clone(),
+            registry_store: self.store.clone(),
+            config: self.config.clone(),
+            events: self.events.clone(),
+            hosting: self.hosting.clone(),
+        };
+        self.emit(WorkerEvent::Joined { run: run.run_id.clone() });
+        hosts.running.insert(run.run_id, (stop_run, tokio::spawn(host.run(stopped))));
+    }
+
     fn emit(&self, event: WorkerEvent) {
         emit(&self.events, event);
     }
@@ -642,6 +641,34 @@ impl Worker {
 fn emit(events: &mpsc::Sender<WorkerEvent>, event: WorkerEvent) {
     tracing::info!(?event, "worker");
     let _ = events.try_send(event);
+}
+
+/// The runs a worker hosts, by id, and those it refused (not joined again).
+#[derive(Default)]
+struct Hosts {
+    /// Each hosted run's stop signal and host task (`false` when it ends: refused).
+    running: BTreeMap<String, (watch::Sender<bool>, JoinHandle<bool>)>,
+    refused: BTreeSet<String>,
+}
+
+impl Hosts {
+    /// Forgets the hosts that ended: a run whose host ended is joined again if it is placed
+    /// again (a resumed run), unless it was refused.
+    async fn reap(&mut self) {
+        let ended: Vec<String> = self
+            .running
+            .iter()
+            .filter(|(_, (_, t))| t.is_finished())
+            .map(|(r, _)| r.clone())
+            .collect();
+        for run in ended {
+            if let Some((_, task)) = self.running.remove(&run)
+                && !task.await.unwrap_or(false)
+            {
+                self.refused.insert(run);
+            }
+        }
+    }
 }
 
 /// A group of agents hosted together: one team, and a lease per configured agent.
@@ -681,13 +708,7 @@ impl RunHost {
         let reports = match guard_bucket(&self.hosted.store, &self.run).await {
             Ok(bucket) => Some(bucket),
             Err(e) => {
-                emit(
-                    &self.events,
-                    WorkerEvent::Trouble {
-                        run: Some(run_id.clone()),
-                        error: format!("cannot report its agents to the run's guards: {e}"),
-                    },
-                );
+                self.trouble(format!("cannot report its agents to the run's guards: {e}"));
                 None
             }
         };
@@ -702,15 +723,7 @@ impl RunHost {
             }
         };
         let teams: Teams = Arc::default();
-        let follower = {
-            let teams = teams.clone();
-            follow(&self.hosted.store, move |message| {
-                for team in lock(&teams).iter() {
-                    team.observe(message);
-                    team.wake();
-                }
-            })
-        };
+        let follower = self.follow_deliveries(&teams);
         let mut groups: Vec<Group> = Vec::new();
         // Agents seen unleased at the last heartbeat: taken beyond the fair share now.
         let mut waiting: BTreeSet<AgentId> = BTreeSet::new();
@@ -738,37 +751,12 @@ impl RunHost {
                 Some(at) => tokio::time::timeout_at(at, beat_work).await.unwrap_or(Beat::Open),
                 None => beat_work.await,
             };
-            // Every group with a lease no longer valid stops at once, whatever the beat did.
-            let (expired, valid): (Vec<Group>, Vec<Group>) = std::mem::take(&mut groups)
-                .into_iter()
-                .partition(|g| g.leases.iter().any(|(_, l)| !l.is_valid()));
-            groups = valid;
-            for group in expired {
-                let reason = "a lease ran out before it could be renewed (the server did not answer in time)".to_owned();
-                self.give_up(&leases, &teams, group, reason).await;
-            }
+            self.stop_expired(&leases, &teams, &mut groups).await;
             if let (Some(bucket), Beat::Open) = (&reports, &end) {
                 self.report(bucket, &groups).await;
             }
-            match end {
-                Beat::Open => {}
-                Beat::Closed => {
-                    // Closed: shut the agents down, release them.
-                    for group in std::mem::take(&mut groups) {
-                        if let Err(e) = group.team.shutdown().await {
-                            tracing::warn!(error = %e, run = %run_id, "an agent did not shut down cleanly");
-                        }
-                        self.release(&leases, &teams, group).await;
-                    }
-                    emit(&self.events, WorkerEvent::Closed { run: run_id.clone() });
-                    break;
-                }
-                Beat::Withdrawn => {
-                    // Taken back (its coordinator stopped): the agents stay resumable.
-                    self.stop_all(&leases, &teams, std::mem::take(&mut groups)).await;
-                    emit(&self.events, WorkerEvent::Withdrawn { run: run_id.clone() });
-                    break;
-                }
+            if !self.carry_on(end, &leases, &teams, &mut groups).await {
+                break;
             }
         }
         if *stop.borrow() {
@@ -782,6 +770,63 @@ impl RunHost {
             tracing::debug!(error = %e, "could not withdraw the report of the agents; it expires");
         }
         true
+    }
+
+    /// Follows the run's deliveries: every group's team is shown each (its guards follow
+    /// ping-pong across workers) and woken by it.
+    fn follow_deliveries(&self, teams: &Teams) -> JoinHandle<()> {
+        let teams = teams.clone();
+        follow(&self.hosted.store, move |message| {
+            for team in lock(&teams).iter() {
+                team.observe(message);
+                team.wake();
+            }
+        })
+    }
+
+    /// Every group with a lease no longer valid stops at once, whatever the beat did.
+    async fn stop_expired(&self, leases: &Leases, teams: &Teams, groups: &mut Vec<Group>) {
+        let (expired, valid): (Vec<Group>, Vec<Group>) = std::mem::take(groups)
+            .into_iter()
+            .partition(|g| g.leases.iter().any(|(_, l)| !l.is_valid()));
+        *groups = valid;
+        for group in expired {
+            let reason =
+                "a lease ran out before it could be renewed (the server did not answer in time)"
+                    .to_owned();
+            self.give_up(leases, teams, group, reason).await;
+        }
+    }
+
+    /// Whether the host goes on after a beat that ended with `end`: a closed run's agents are
+    /// shut down and released; a run taken back (its coordinator stopped) leaves them
+    /// resumable.
+    async fn carry_on(
+        &self,
+        end: Beat,
+        leases: &Leases,
+        teams: &Teams,
+        groups: &mut Vec<Group>,
+    ) -> bool {
+        let run_id = &self.run.run_id;
+        match end {
+            Beat::Open => true,
+            Beat::Closed => {
+                for group in std::mem::take(groups) {
+                    if let Err(e) = group.team.shutdown().await {
+                        tracing::warn!(error = %e, run = %run_id, "an agent did not shut down cleanly");
+                    }
+                    self.release(leases, teams, group).await;
+                }
+                emit(&self.events, WorkerEvent::Closed { run: run_id.clone() });
+                false
+            }
+            Beat::Withdrawn => {
+                self.stop_all(leases, teams, std::mem::take(groups)).await;
+                emit(&self.events, WorkerEvent::Withdrawn { run: run_id.clone() });
+                false
+            }
+        }
     }
 
     /// Tells the run's guards (the coordinator's) what this worker's agents are doing: their
@@ -860,13 +905,37 @@ impl RunHost {
         waiting: &mut BTreeSet<AgentId>,
         cursor: &mut usize,
     ) {
+        let taken = self.take_leases(leases, groups, waiting, cursor).await;
+        if taken.is_empty() {
+            return;
+        }
+        // The run may have closed since the beat read it open: its coordinator then waits for
+        // the leases it sees to be released, and drains `system` once none is left. A lease
+        // taken after that look would let agents start (and answer heartbeats to `system`)
+        // after the coordinator's last read: read the run again now that the leases are
+        // held, so that a close before this look is seen here, and one after it finds them.
+        if !matches!(self.registry.run(&self.run.run_id).await, Ok(Some(run)) if !run.closed) {
+            for (_, lease) in taken {
+                let _ = leases.release(lease).await;
+            }
+            return;
+        }
+        self.host(leases, teams, groups, taken).await;
+    }
+
+    /// Takes the leases of the free agents this worker may host (its filter, its capacity, its
+    /// fair share of the live workers), at most for one heartbeat; the free agents left are
+    /// noted in `waiting`, and `cursor` says where the next look at held leases starts.
+    async fn take_leases(
+        &self,
+        leases: &Leases,
+        groups: &[Group],
+        waiting: &mut BTreeSet<AgentId>,
+        cursor: &mut usize,
+    ) -> Vec<(AgentId, Lease)> {
         let mine: BTreeSet<&AgentId> =
             groups.iter().flat_map(|g| g.leases.iter().map(|(a, _)| a)).collect();
-        let live = match self.registry.workers().await {
-            Ok(workers) => workers.iter().filter(|w| w.version == VERSION).count().max(1),
-            Err(_) => 1,
-        };
-        let share = self.run.agents.len().div_ceil(live);
+        let share = self.run.agents.len().div_ceil(self.live_workers().await);
         // The keys with an entry: leased (or released a moment ago); one request for all.
         let present = match leases.keys().await {
             Ok(keys) => keys,
@@ -910,13 +979,7 @@ impl RunHost {
             match leases.acquire(&key, &self.config.id).await {
                 Ok(Some(lease)) => taken.push((agent.id.clone(), lease)),
                 Ok(None) => {}
-                Err(e) => emit(
-                    &self.events,
-                    WorkerEvent::Trouble {
-                        run: Some(self.run.run_id.clone()),
-                        error: e.to_string(),
-                    },
-                ),
+                Err(e) => self.trouble(e.to_string()),
             }
         }
         *waiting = unleased;
@@ -924,82 +987,75 @@ impl RunHost {
             // Every present key was looked at: start again from the first.
             *cursor = 0;
         }
-        if taken.is_empty() {
-            return;
+        taken
+    }
+
+    /// How many workers of this version are alive (at least this one).
+    async fn live_workers(&self) -> usize {
+        match self.registry.workers().await {
+            Ok(workers) => workers.iter().filter(|w| w.version == VERSION).count().max(1),
+            Err(_) => 1,
         }
-        // The run may have closed since the beat read it open: its coordinator then waits for
-        // the leases it sees to be released, and drains `system` once none is left. A lease
-        // taken after that look would let agents start (and answer heartbeats to `system`)
-        // after the coordinator's last read: read the run again now that the leases are
-        // held, so that a close before this look is seen here, and one after it finds them.
-        if !matches!(self.registry.run(&self.run.run_id).await, Ok(Some(run)) if !run.closed) {
-            for (_, lease) in taken {
-                let _ = leases.release(lease).await;
-            }
-            return;
-        }
+    }
+
+    /// Reports trouble with this run.
+    fn trouble(&self, error: String) {
+        emit(&self.events, WorkerEvent::Trouble { run: Some(self.run.run_id.clone()), error });
+    }
+
+    /// Hosts the agents whose leases were `taken` as one group: a team joined on the run's
+    /// services, or, if it cannot start (or its leases cannot be renewed), nothing.
+    async fn host(
+        &self,
+        leases: &Leases,
+        teams: &Teams,
+        groups: &mut Vec<Group>,
+        mut taken: Vec<(AgentId, Lease)>,
+    ) {
         let agents: BTreeSet<AgentId> = taken.iter().map(|(a, _)| a.clone()).collect();
         let span = agent_core::otel::share(&self.run.run_id, agents.len());
-        match Team::join(
+        let joined = Team::join(
             self.hosted.spec.clone(),
             self.hosted.services.clone(),
             Share::Agents(agents.clone()),
         )
         .instrument(span)
-        .await
-        {
-            Ok(team) => {
-                // Creating many agents takes a while: the leases are renewed before they act.
-                let mut taken = taken;
-                if let Some(why) = renew_all(leases, &mut taken).await {
-                    emit(
-                        &self.events,
-                        WorkerEvent::Trouble {
-                            run: Some(self.run.run_id.clone()),
-                            error: format!("cannot host {}: {why}", names(&agents)),
-                        },
-                    );
-                    drop(team);
-                    for (agent, lease) in taken {
-                        let _ = self
-                            .hosted
-                            .services
-                            .bus
-                            .release(&agent_state::Address::Agent(agent))
-                            .await;
-                        if lease.is_valid() {
-                            let _ = leases.release(lease).await;
-                        }
-                    }
-                    return;
-                }
-                let team = Arc::new(team);
-                self.hosting.fetch_add(taken.len(), Ordering::Relaxed);
-                lock(teams).push(team.clone());
-                // Mail may be waiting already.
-                team.wake();
-                emit(
-                    &self.events,
-                    WorkerEvent::Hosting {
-                        run: self.run.run_id.clone(),
-                        agents: agents.into_iter().collect(),
-                    },
-                );
-                groups.push(Group { team, leases: taken });
-            }
+        .await;
+        let team = match joined {
+            Ok(team) => team,
             Err(e) => {
-                emit(
-                    &self.events,
-                    WorkerEvent::Trouble {
-                        run: Some(self.run.run_id.clone()),
-                        error: format!("cannot host {}: {e}", names(&agents)),
-                    },
-                );
+                self.trouble(format!("cannot host {}: {e}", names(&agents)));
                 for (_, lease) in taken {
                     let _ = leases.release(lease).await;
                 }
+                return;
             }
+        };
+        // Creating many agents takes a while: the leases are renewed before they act.
+        if let Some(why) = renew_all(leases, &mut taken).await {
+            self.trouble(format!("cannot host {}: {why}", names(&agents)));
+            drop(team);
+            for (agent, lease) in taken {
+                let _ = self.hosted.services.bus.release(&agent_state::Address::Agent(agent)).await;
+                if lease.is_valid() {
+                    let _ = leases.release(lease).await;
+                }
+            }
+            return;
         }
+        let team = Arc::new(team);
+        self.hosting.fetch_add(taken.len(), Ordering::Relaxed);
+        lock(teams).push(team.clone());
+        // Mail may be waiting already.
+        team.wake();
+        emit(
+            &self.events,
+            WorkerEvent::Hosting {
+                run: self.run.run_id.clone(),
+                agents: agents.into_iter().collect(),
+            },
+        );
+        groups.push(Group { team, leases: taken });
     }
 
     /// Ends the hosting of `group` at once (its turns aborted), gives its inboxes' messages

@@ -206,6 +206,28 @@ impl HeartbeatScheduler {
         self.number = number;
         self.reap();
         let mut report = CycleReport { number, ..CycleReport::default() };
+        let due = self.due().await;
+        self.report_died(number, &mut report).await;
+        self.answer_busy(number, &mut report).await;
+        let mut contended = std::mem::take(&mut self.contended);
+        self.start_due(due, number, &mut report, &mut contended);
+        self.sweep_all(number, &mut report, &mut contended);
+        if !contended.is_empty() {
+            // Held while the cycle looked: a short hold (a status read, a summary) has a chance
+            // to end; one held through the cycle cannot answer it.
+            tokio::task::yield_now().await;
+            self.look_again(&mut contended, number, &mut report).await;
+        }
+        self.contended = contended;
+        if let Some(ledger) = &mut self.ledger {
+            ledger.store(&self.pool, number);
+        }
+        report
+    }
+
+    /// The agents due a turn this cycle: those with mail, those still ticking, and newly
+    /// added (or restored) agents that have work without mail.
+    async fn due(&mut self) -> BTreeSet<AgentId> {
         let mut due: BTreeSet<AgentId> = match self.bus.inboxes_with_mail().await {
             Ok(agents) => agents.into_iter().collect(),
             Err(e) => {
@@ -213,21 +235,23 @@ impl HeartbeatScheduler {
                 self.pool.all().iter().map(|s| s.id().clone()).collect()
             }
         };
-        {
-            let mut ticking = self.ticking.lock().unwrap_or_else(PoisonError::into_inner);
-            // A newly added (or restored) agent may have work without mail: ask it once.
-            for id in self.pool.take_arrivals() {
-                let Some(slot) = self.pool.get(&id) else { continue };
-                match slot.agent().try_lock() {
-                    Ok(agent) if !agent.wants_tick() => {}
-                    _ => {
-                        ticking.insert(id);
-                    }
+        let mut ticking = self.ticking.lock().unwrap_or_else(PoisonError::into_inner);
+        // A newly added (or restored) agent may have work without mail: ask it once.
+        for id in self.pool.take_arrivals() {
+            let Some(slot) = self.pool.get(&id) else { continue };
+            match slot.agent().try_lock() {
+                Ok(agent) if !agent.wants_tick() => {}
+                _ => {
+                    ticking.insert(id);
                 }
             }
-            due.extend(ticking.iter().cloned());
         }
+        due.extend(ticking.iter().cloned());
+        due
+    }
 
+    /// Every agent whose heartbeat task died since the last cycle: missed.
+    async fn report_died(&mut self, number: u64, report: &mut CycleReport) {
         for id in std::mem::take(&mut self.died) {
             let Some(slot) = self.pool.get(&id) else { continue };
             if slot.is_gone() {
@@ -237,6 +261,11 @@ impl HeartbeatScheduler {
             self.warn_missed(&id, slot.supervisor(), number, "its heartbeat task died").await;
             report.missed.push(id);
         }
+    }
+
+    /// Every agent whose turn is running answers busy with its progress, or is missed if its
+    /// turn has been silent too long.
+    async fn answer_busy(&mut self, number: u64, report: &mut CycleReport) {
         let now = tokio::time::Instant::now();
         let busy: Vec<AgentId> = self.busy.iter().cloned().collect();
         for id in busy {
@@ -276,7 +305,17 @@ impl HeartbeatScheduler {
                 }
             }
         }
-        let mut contended = std::mem::take(&mut self.contended);
+    }
+
+    /// Starts the turn of every due agent that is free; one held by someone else is booked
+    /// and looked at again after the sweep.
+    fn start_due(
+        &mut self,
+        due: BTreeSet<AgentId>,
+        number: u64,
+        report: &mut CycleReport,
+        contended: &mut Vec<(Arc<AgentSlot>, bool)>,
+    ) {
         for id in due {
             if self.busy.contains(&id) {
                 continue;
@@ -290,7 +329,7 @@ impl HeartbeatScheduler {
                 // A failed turn's next attempt is not due yet (it waits 1, 2, 4
                 // heartbeats): no turn; the sweep below books its answer like an idle agent's.
                 Ok(guard) if guard.waits_for_retry(number) => {}
-                Ok(guard) => self.start(slot, guard, number, &mut report),
+                Ok(guard) => self.start(slot, guard, number, report),
                 Err(_) => {
                     // Someone else is acting as the agent right now: looked at again below.
                     slot.book(number);
@@ -298,71 +337,60 @@ impl HeartbeatScheduler {
                 }
             }
         }
+    }
 
-        // The sweep: every agent not booked yet acks the cycle, in bulk, if it is free to.
-        let (mut idle, mut exempt) = (0, 0);
+    /// The sweep: every agent not booked yet acks the cycle, in bulk, if it is free to.
+    fn sweep_all(
+        &self,
+        number: u64,
+        report: &mut CycleReport,
+        contended: &mut Vec<(Arc<AgentSlot>, bool)>,
+    ) {
         self.pool.for_each(|slot| {
             if slot.booked_in(number) {
                 return;
             }
             if slot.is_gone() {
-                exempt += 1;
+                report.exempt += 1;
                 return;
             }
             match slot.agent().try_lock() {
-                Ok(agent) => {
-                    if sweep(slot, &agent, number) {
-                        idle += 1;
-                    } else {
-                        exempt += 1;
-                    }
-                }
+                Ok(agent) => count_sweep(sweep(slot, &agent, number), report),
                 Err(_) => {
                     slot.book(number);
                     contended.push((slot.clone(), false));
                 }
             }
         });
+    }
 
-        if !contended.is_empty() {
-            // Held while the cycle looked: a short hold (a status read, a summary) has a chance
-            // to end; one held through the cycle cannot answer it.
-            tokio::task::yield_now().await;
-            for (slot, due) in contended.drain(..) {
-                if due {
-                    if let Ok(guard) = slot.agent().clone().try_lock_owned() {
-                        if guard.waits_for_retry(number) {
-                            if sweep(&slot, &guard, number) {
-                                idle += 1;
-                            } else {
-                                exempt += 1;
-                            }
-                        } else {
-                            self.start(slot, guard, number, &mut report);
-                        }
-                        continue;
-                    }
-                } else if let Ok(agent) = slot.agent().try_lock() {
-                    if sweep(&slot, &agent, number) {
-                        idle += 1;
+    /// The agents held by someone else while the cycle looked, looked at once more (`true`:
+    /// due a turn): still held, they are missed.
+    async fn look_again(
+        &mut self,
+        contended: &mut Vec<(Arc<AgentSlot>, bool)>,
+        number: u64,
+        report: &mut CycleReport,
+    ) {
+        for (slot, due) in contended.drain(..) {
+            if due {
+                if let Ok(guard) = slot.agent().clone().try_lock_owned() {
+                    if guard.waits_for_retry(number) {
+                        count_sweep(sweep(&slot, &guard, number), report);
                     } else {
-                        exempt += 1;
+                        self.start(slot, guard, number, report);
                     }
                     continue;
                 }
-                slot.count_missed(number);
-                let why = "cannot answer: another task holds it";
-                self.warn_missed(slot.id(), slot.supervisor(), number, why).await;
-                report.missed.push(slot.id().clone());
+            } else if let Ok(agent) = slot.agent().try_lock() {
+                count_sweep(sweep(&slot, &agent, number), report);
+                continue;
             }
+            slot.count_missed(number);
+            let why = "cannot answer: another task holds it";
+            self.warn_missed(slot.id(), slot.supervisor(), number, why).await;
+            report.missed.push(slot.id().clone());
         }
-        self.contended = contended;
-        report.idle = idle;
-        report.exempt += exempt;
-        if let Some(ledger) = &mut self.ledger {
-            ledger.store(&self.pool, number);
-        }
-        report
     }
 
     /// Starts `slot`'s heartbeat for cycle `number` in a task, holding `guard` until it ends.
@@ -603,6 +631,15 @@ impl HeartbeatScheduler {
 /// Books a swept agent, whose lock the sweep holds, in cycle `number`: its answer recorded if
 /// its status answers a heartbeat (`true`); otherwise exempt (`false`), and a terminated agent
 /// (an absorbing status) is skipped without locking from then on.
+/// Counts a swept agent: idle if it answered ([`sweep`] said `true`), else exempt.
+fn count_sweep(answered: bool, report: &mut CycleReport) {
+    if answered {
+        report.idle += 1;
+    } else {
+        report.exempt += 1;
+    }
+}
+
 fn sweep(slot: &AgentSlot, agent: &Agent, number: u64) -> bool {
     let status = agent.status();
     if answers(status) {

@@ -59,6 +59,97 @@ use serde_json::{Value, json};
 
 use crate::team::{AgentSpec, RoleSpec, Team, TeamServices, TeamSpec};
 
+/// A scenario's tools: three to five, latencies up to 4 s, some failing transiently, some
+/// permanently.
+fn sim_tools(rng: &mut SplitMix64) -> Vec<ToolProfile> {
+    (0..rng.between(3, 5))
+        .map(|t| {
+            let low = rng.between(0, 500);
+            ToolProfile {
+                name: format!("sim_tool_{t}"),
+                latency_ms: (low, low + rng.between(0, 3500)),
+                transient_per_mille: if rng.chance(500) { rng.between(50, 400) } else { 0 },
+                permanent: rng.chance(100),
+            }
+        })
+        .collect()
+}
+
+/// A scenario's team: `powers` powers, `leads` leads with one to twenty executors each, every
+/// executor holding the tools `names`.
+fn sim_team(rng: &mut SplitMix64, powers: u64, leads: u64, names: &[String]) -> TeamSpec {
+    let mut agents = Vec::new();
+    for p in 0..powers {
+        agents.push(AgentSpec {
+            config: AgentConfig::new(format!("top-{p}"), format!("Power {p}"), AgentLayer::Top)
+                .with_role("governance"),
+            role: RoleSpec::Top(TopSpec {
+                power_type: format!("power_{p}"),
+                vote_weight: if p == 0 { 2.0 } else { 1.0 },
+                signature_authority: vec!["plan".into()],
+            }),
+        });
+    }
+    for l in 0..leads {
+        let executors = rng.between(1, 20);
+        let lead = format!("lead-{l}");
+        agents.push(AgentSpec {
+            config: AgentConfig::new(lead.as_str(), format!("Lead {l}"), AgentLayer::Mid)
+                .with_supervisor("top-0"),
+            role: RoleSpec::Mid(MidSpec {
+                domain: format!("d{l}"),
+                max_subordinates: usize::try_from(executors).unwrap_or(usize::MAX),
+            }),
+        });
+        for e in 0..executors {
+            let id = format!("exec-{l}-{e}");
+            agents.push(AgentSpec {
+                config: AgentConfig::new(id.as_str(), format!("Executor {id}"), AgentLayer::Bottom)
+                    .with_supervisor(lead.as_str()),
+                role: RoleSpec::Bottom(BottomSpec::new(names.iter().cloned())),
+            });
+        }
+    }
+    let mut team = TeamSpec::new(agents);
+    team.max_agents = team.agents.len();
+    team.heartbeat = Duration::from_secs(1);
+    team.timeouts.task_ms = 20 * 60 * 1000;
+    team
+}
+
+/// A scenario's tasks: one to three, of one to six steps (with `after` links) on the tools
+/// `names`, each for the domain of one of the `leads` leads.
+fn sim_tasks(rng: &mut SplitMix64, leads: u64, names: &[String]) -> Vec<Task> {
+    (0..rng.between(1, 3))
+        .map(|t| {
+            let steps = rng.between(1, 6);
+            let mut plan = Vec::new();
+            for s in 0..steps {
+                let id = format!("s{s}");
+                let after = if s > 0 && rng.chance(400) {
+                    vec![format!("s{}", rng.between(0, s - 1))]
+                } else {
+                    Vec::new()
+                };
+                let tool =
+                    &names[usize::try_from(rng.between(0, names.len() as u64 - 1)).unwrap_or(0)];
+                plan.push(PlanStep {
+                    id: id.clone(),
+                    description: format!("step {id} of task t{t}"),
+                    target: StepTarget::Domain(format!("d{}", rng.between(0, leads - 1))),
+                    tool: tool.clone(),
+                    args: json!({ "effect": format!("t{t}/{id}") }),
+                    after,
+                    idempotent: false,
+                    role: None,
+                    acceptance: String::new(),
+                });
+            }
+            Task { id: format!("t{t}"), goal: format!("simulated task {t}"), steps: plan }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests;
 
@@ -401,86 +492,10 @@ impl Scenario {
         let mut rng = SplitMix64::new(seed);
         let powers = rng.between(1, 3);
         let leads = rng.between(1, 16);
-        let mut agents = Vec::new();
-        for p in 0..powers {
-            agents.push(AgentSpec {
-                config: AgentConfig::new(format!("top-{p}"), format!("Power {p}"), AgentLayer::Top)
-                    .with_role("governance"),
-                role: RoleSpec::Top(TopSpec {
-                    power_type: format!("power_{p}"),
-                    vote_weight: if p == 0 { 2.0 } else { 1.0 },
-                    signature_authority: vec!["plan".into()],
-                }),
-            });
-        }
-        let tools: Vec<ToolProfile> = (0..rng.between(3, 5))
-            .map(|t| {
-                let low = rng.between(0, 500);
-                ToolProfile {
-                    name: format!("sim_tool_{t}"),
-                    latency_ms: (low, low + rng.between(0, 3500)),
-                    transient_per_mille: if rng.chance(500) { rng.between(50, 400) } else { 0 },
-                    permanent: rng.chance(100),
-                }
-            })
-            .collect();
+        let tools = sim_tools(&mut rng);
         let names: Vec<String> = tools.iter().map(|t| t.name.clone()).collect();
-        for l in 0..leads {
-            let executors = rng.between(1, 20);
-            let lead = format!("lead-{l}");
-            agents.push(AgentSpec {
-                config: AgentConfig::new(lead.as_str(), format!("Lead {l}"), AgentLayer::Mid)
-                    .with_supervisor("top-0"),
-                role: RoleSpec::Mid(MidSpec {
-                    domain: format!("d{l}"),
-                    max_subordinates: usize::try_from(executors).unwrap_or(usize::MAX),
-                }),
-            });
-            for e in 0..executors {
-                let id = format!("exec-{l}-{e}");
-                agents.push(AgentSpec {
-                    config: AgentConfig::new(
-                        id.as_str(),
-                        format!("Executor {id}"),
-                        AgentLayer::Bottom,
-                    )
-                    .with_supervisor(lead.as_str()),
-                    role: RoleSpec::Bottom(BottomSpec::new(names.iter().cloned())),
-                });
-            }
-        }
-        let mut team = TeamSpec::new(agents);
-        team.max_agents = team.agents.len();
-        team.heartbeat = Duration::from_secs(1);
-        team.timeouts.task_ms = 20 * 60 * 1000;
-        let tasks = (0..rng.between(1, 3))
-            .map(|t| {
-                let steps = rng.between(1, 6);
-                let mut plan = Vec::new();
-                for s in 0..steps {
-                    let id = format!("s{s}");
-                    let after = if s > 0 && rng.chance(400) {
-                        vec![format!("s{}", rng.between(0, s - 1))]
-                    } else {
-                        Vec::new()
-                    };
-                    let tool = &names
-                        [usize::try_from(rng.between(0, names.len() as u64 - 1)).unwrap_or(0)];
-                    plan.push(PlanStep {
-                        id: id.clone(),
-                        description: format!("step {id} of task t{t}"),
-                        target: StepTarget::Domain(format!("d{}", rng.between(0, leads - 1))),
-                        tool: tool.clone(),
-                        args: json!({ "effect": format!("t{t}/{id}") }),
-                        after,
-                        idempotent: false,
-                        role: None,
-                        acceptance: String::new(),
-                    });
-                }
-                Task { id: format!("t{t}"), goal: format!("simulated task {t}"), steps: plan }
-            })
-            .collect();
+        let team = sim_team(&mut rng, powers, leads, &names);
+        let tasks = sim_tasks(&mut rng, leads, &names);
         let mut crashes: Vec<u64> = (0..rng.between(0, 2)).map(|_| rng.between(0, 60)).collect();
         crashes.sort_unstable();
         let max_delay = Duration::from_millis(rng.between(0, 3000));

@@ -36,7 +36,7 @@ use agent_state::{
 use async_trait::async_trait;
 
 use crate::pool::{AgentPool, PoolError};
-use crate::team::TeamServices;
+use crate::team::{TeamServices, TeamSpec};
 
 /// Most executors a spawned lead may have alive at once when its role sets no `max_instances`.
 const DEFAULT_SPAWNED_SUBORDINATES: usize = 16;
@@ -80,34 +80,38 @@ pub(crate) struct TeamSpawner {
 }
 
 impl TeamSpawner {
-    #[allow(clippy::too_many_arguments, reason = "the team's parts a spawner needs, each once")]
+    /// The spawner of the team `spec` (its roles, spawn depth, agent roles, guards, time limits
+    /// and network grants), spawning into `pool` on `services`; `tops` are the top powers;
+    /// `shared`: it serves a share of a run.
     pub(crate) fn new(
         pool: &Arc<AgentPool>,
         services: TeamServices,
-        roles: RoleBook,
-        max_depth: u32,
+        spec: &TeamSpec,
         tops: Vec<AgentId>,
-        agent_roles: BTreeMap<AgentId, String>,
-        guards: GuardSettings,
-        timeouts: agent_state::Timeouts,
         shared: bool,
-        network: NetworkGrants,
-        configured: BTreeMap<AgentId, (AgentLayer, Vec<Capability>)>,
     ) -> Arc<Self> {
+        let configured = spec
+            .agents
+            .iter()
+            .map(|a| {
+                let config = &a.config;
+                (config.id.clone(), (config.layer, config.capabilities.to_vec()))
+            })
+            .collect();
         Arc::new_cyclic(|me| Self {
             me: me.clone(),
             pool: Arc::downgrade(pool),
             services,
-            roles: Arc::new(roles),
-            max_depth,
+            roles: Arc::new(spec.roles.clone()),
+            max_depth: spec.max_spawn_depth,
             tops,
-            agent_roles,
+            agent_roles: spec.agent_roles.clone(),
             nodes: Mutex::new(BTreeMap::new()),
             gate: tokio::sync::Mutex::new(()),
-            guards,
-            timeouts,
+            guards: spec.guards,
+            timeouts: spec.timeouts,
             shared,
-            network,
+            network: spec.network.clone(),
             configured,
         })
     }

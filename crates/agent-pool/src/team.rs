@@ -6,15 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tracing::Instrument as _;
 
-use agent_core::protocol::StatusReport;
 use agent_core::tools::{ToolContext, ToolRegistry};
-use agent_core::{
-    Agent, AgentBehavior, AgentDeps, AgentRecord, AuditLog, Clock, Reasoner, StateStore,
-    check_transition_chain, payload,
-};
-use agent_layers::{
-    BottomAgent, BottomSpec, KindRunner, LeadInfo, MidAgent, MidSpec, TopAgent, TopSpec,
-};
+use agent_core::{AuditLog, Clock, Reasoner, StateStore, check_transition_chain};
+use agent_layers::{BottomSpec, KindRunner, LeadInfo, MidSpec, TopSpec};
 use agent_state::{
     Address, AgentConfig, AgentId, AgentLayer, AgentStatus, Assignment, DEFAULT_MAX_SPAWN_DEPTH,
     GuardSettings, Message, MessageKind, RoleBook, Task, TaskFailure, TaskOutcome,
@@ -23,16 +17,16 @@ use governance::Governance;
 use message_bus::MessageBus;
 use thiserror::Error;
 use tokio::sync::{Mutex, Notify, watch};
-use tokio::task::JoinHandle;
 use whiteboard::Whiteboard;
 
 use crate::deadline::TaskDeadlines;
-use crate::guard::{Observer, RunGuard};
+use crate::driver::DriverHandle;
+use crate::guard::Observer;
 use crate::metrics::{AgentSummary, MetricsCalculator};
 use crate::pool::{AgentPool, DEFAULT_MAX_AGENTS, PoolError};
-use crate::scheduler::{DEFAULT_HEARTBEAT, HeartbeatScheduler};
-use crate::spawner::TeamSpawner;
-use crate::wake::WakingBus;
+use crate::scheduler::DEFAULT_HEARTBEAT;
+
+mod build;
 
 /// What a layer adds to an agent's configuration.
 #[derive(Clone, Debug, PartialEq)]
@@ -73,7 +67,7 @@ pub struct TeamSpec {
     pub heartbeat: Duration,
     /// The pool's limit.
     pub max_agents: usize,
-    /// The roles agents may spawn while the team works; empty: none.
+    /// The roles agents may spawn while the team works (seed 003); empty: none.
     pub roles: RoleBook,
     /// How deep the spawn tree may grow (default [`DEFAULT_MAX_SPAWN_DEPTH`]).
     pub max_spawn_depth: u32,
@@ -205,7 +199,7 @@ pub struct TeamServices {
     pub role_tools: BTreeMap<String, Arc<ToolRegistry>>,
     /// What each agent's reasoning costs, for `get_agents`; `None`: costs are not shown.
     pub costs: Option<Arc<dyn agent_core::CostMeter>>,
-    /// The executor that runs the subtasks of executors with a `kind`; `None`: one
+    /// The executor that runs the subtasks of executors with a `kind` (seed 002); `None`: one
     /// with the built-in kinds ([`agent_executor::builtins()`]) in the team's workspace.
     pub executor: Option<Arc<agent_executor::Executor>>,
     /// The team's live event stream ([`Team::events`]): audit records and executor runs.
@@ -508,7 +502,7 @@ pub struct Team {
     task_spans: std::sync::Mutex<BTreeMap<String, tracing::Span>>,
     /// The open tasks' submission times, for the task limit.
     deadlines: Arc<TaskDeadlines>,
-    driver: Mutex<Option<(watch::Sender<bool>, JoinHandle<HeartbeatScheduler>)>>,
+    driver: Mutex<Option<DriverHandle>>,
     /// Signalled by every delivery through the team's bus: wakes the driver.
     mail: Arc<Notify>,
     /// What the guards are shown of the deliveries.
@@ -551,298 +545,11 @@ impl Team {
 
     async fn launch(
         spec: TeamSpec,
-        mut services: TeamServices,
+        services: TeamServices,
         resume: bool,
         share: Share,
     ) -> Result<Self, TeamError> {
-        let configs = validate(&spec, &services)?;
-        if let Share::Agents(agents) = &share
-            && let Some(stranger) =
-                agents.iter().find(|a| !spec.agents.iter().any(|s| s.config.id == **a))
-        {
-            return Err(TeamError::NotInTeam { agent: stranger.clone() });
-        }
-        // Every tool call of the team is bounded by its tool limit.
-        services.workspace = Arc::new(
-            services
-                .workspace
-                .as_ref()
-                .clone()
-                .with_tool_timeout(Duration::from_millis(spec.timeouts.tool_ms)),
-        );
-        // Wake on work: every delivery through the team's bus wakes the driver, and is shown
-        // to the run's guards.
-        let mail = Arc::new(Notify::new());
-        let observer = Arc::new(Observer::default());
-        services.bus =
-            Arc::new(WakingBus::new(services.bus.clone(), mail.clone()).observed(observer.clone()));
-        // Every record any agent appends is published on the team's event stream once stored.
-        services.audit = Arc::new(agent_core::PublishingAuditLog::new(
-            services.audit.clone(),
-            services.events.clone(),
-        ));
-        // One executor for every executor with a kind, made now if none was given.
-        services.executor = Some(services.kind_runner().executor);
-        let mut spawns = Vec::new();
-        let mut despawned = Vec::new();
-        let (statuses, mut records) = if resume {
-            let audit = services.audit.records(None).await.map_err(TeamError::Store)?;
-            for record in &audit {
-                match &record.event {
-                    agent_core::AuditEvent::Spawned { spawn } => spawns.push(spawn.clone()),
-                    agent_core::AuditEvent::Despawned { agent, .. } => {
-                        despawned.push(agent.clone())
-                    }
-                    _ => {}
-                }
-            }
-            let statuses: BTreeMap<AgentId, AgentStatus> =
-                check_transition_chain(&audit).map_err(TeamError::Chain)?.into_iter().collect();
-            let records: BTreeMap<AgentId, AgentRecord> = services
-                .state
-                .agents()
-                .await
-                .map_err(TeamError::Store)?
-                .into_iter()
-                .map(|r| (r.id.clone(), r))
-                .collect();
-            (statuses, records)
-        } else {
-            (BTreeMap::new(), BTreeMap::new())
-        };
-        let pool = Arc::new(AgentPool::new(spec.max_agents));
-        let leads = leads(&spec, &configs);
-        // Each lead's executors know one another (peer help): one shared list per lead.
-        let peers: BTreeMap<AgentId, agent_layers::Peers> =
-            leads.iter().map(|l| (l.id.clone(), l.executors.clone().into())).collect();
-        let tops: Vec<(AgentId, Vec<String>)> = spec
-            .agents
-            .iter()
-            .filter_map(|a| match &a.role {
-                RoleSpec::Top(t) => Some((a.config.id.clone(), t.signature_authority.clone())),
-                _ => None,
-            })
-            .collect();
-        let top_ids: Vec<AgentId> = tops.iter().map(|(id, _)| id.clone()).collect();
-        // The powers that vote in arbitrations.
-        let voters: Vec<AgentId> = spec
-            .agents
-            .iter()
-            .filter(|a| {
-                matches!(a.role, RoleSpec::Top(_))
-                    && a.config.has(agent_state::Capability::Arbitrate)
-            })
-            .map(|a| a.config.id.clone())
-            .collect();
-        let proposer = top_ids.first().cloned().ok_or(TeamError::NoTopAgent)?;
-        let spawner = (!spec.roles.is_empty()).then(|| {
-            TeamSpawner::new(
-                &pool,
-                services.clone(),
-                spec.roles.clone(),
-                spec.max_spawn_depth,
-                top_ids.clone(),
-                spec.agent_roles.clone(),
-                spec.guards,
-                spec.timeouts,
-                matches!(share, Share::Agents(_)),
-                spec.network.clone(),
-                spec.agents
-                    .iter()
-                    .map(|a| {
-                        let config = &a.config;
-                        (config.id.clone(), (config.layer, config.capabilities.to_vec()))
-                    })
-                    .collect(),
-            )
-        });
-        let roles = spawner.as_ref().map(|s| s.roles()).unwrap_or_default();
-        let mut creating: tokio::task::JoinSet<Result<(), PoolError>> = tokio::task::JoinSet::new();
-        for (agent, config) in spec.agents.iter().zip(configs) {
-            let id = config.id.clone();
-            if !share.hosts(&id) {
-                continue;
-            }
-            let behavior: Box<dyn AgentBehavior> = match &agent.role {
-                RoleSpec::Top(t) => {
-                    let peers = tops.iter().filter(|(p, _)| *p != id).cloned().collect();
-                    let others = voters.iter().filter(|v| **v != id).cloned().collect();
-                    Box::new(
-                        TopAgent::new(t.clone(), peers, leads.clone())
-                            .with_roles(roles.clone())
-                            .with_arbitration(spec.arbitration)
-                            .with_voters(others)
-                            .with_human_approval(
-                                spec.approvals.plans.then(|| spec.approvals.humans.clone()),
-                            ),
-                    )
-                }
-                RoleSpec::Mid(m) => {
-                    let executors = leads
-                        .iter()
-                        .find(|l| l.id == id)
-                        .map(|l| l.executors.clone())
-                        .unwrap_or_default();
-                    let peers = leads.iter().filter(|l| l.id != id).map(|l| l.id.clone()).collect();
-                    let lead = MidAgent::new(m.clone(), executors, top_ids.clone(), peers)
-                        .with_guards(spec.guards)
-                        .with_arbitration(spec.arbitration);
-                    let supervises = spec
-                        .agent_roles
-                        .get(&id)
-                        .and_then(|r| spec.roles.get(r))
-                        .is_some_and(agent_state::Role::supervises);
-                    Box::new(if supervises { lead.supervising() } else { lead })
-                }
-                RoleSpec::Bottom(BottomSpec { ooda: Some(config), tools, .. }) => {
-                    let ooda = agent_ooda::Ooda::new(
-                        id.clone(),
-                        config.as_ref().clone(),
-                        agent_ooda::ReasonerLoop,
-                        tools,
-                        services.clock.now(),
-                    )
-                    .map_err(|e| TeamError::Ooda { agent: id.clone(), error: e.to_string() })?
-                    .with_approvers(spec.approvals.humans.clone())
-                    .with_guards(spec.guards);
-                    Box::new(agent_ooda::OodaBehavior::new(ooda))
-                }
-                RoleSpec::Bottom(b) => {
-                    let mut executor = BottomAgent::new(b.clone()).with_guards(spec.guards);
-                    if let Some(peers) = config.supervisor.as_ref().and_then(|s| peers.get(s)) {
-                        executor = executor.with_peers(peers.clone());
-                    }
-                    Box::new(match b.kind {
-                        Some(_) => executor.with_runner(services.kind_runner()),
-                        None => executor,
-                    })
-                }
-            };
-            let deps = Arc::new(AgentDeps {
-                bus: services.bus.clone(),
-                boards: services.boards.clone(),
-                governance: services.governance.clone(),
-                audit: services.audit.clone(),
-                reasoner: services
-                    .reasoners
-                    .get(&id)
-                    .cloned()
-                    .unwrap_or_else(|| services.reasoner.clone()),
-                tools: services
-                    .agent_tools
-                    .get(&id)
-                    .cloned()
-                    .unwrap_or_else(|| services.tools.clone()),
-                workspace: services.workspace.clone(),
-                clock: services.clock.clone(),
-                state: services.state.clone(),
-                spawner: spawner.clone().map(|s| s as Arc<dyn agent_core::Spawner>),
-                timeouts: spec.timeouts,
-            });
-            // Agents are created (or restored) concurrently, a bounded number at a time, so a
-            // durable backend's group commit serves many of them with one sync.
-            if creating.len() >= CONCURRENT_CREATIONS
-                && let Some(joined) = creating.join_next().await
-            {
-                created(joined)?;
-            }
-            let pool = pool.clone();
-            match statuses.get(&id) {
-                Some(&status) => {
-                    let record = records.remove(&id);
-                    creating.spawn(async move {
-                        let agent = Agent::restore(config, behavior, deps, status, record)
-                            .await
-                            .map_err(|source| PoolError::Initialize { id: id.clone(), source })?;
-                        pool.insert(agent).map(drop)
-                    });
-                }
-                None => {
-                    creating
-                        .spawn(async move { pool.create(config, behavior, deps).await.map(drop) });
-                }
-            }
-        }
-        while let Some(joined) = creating.join_next().await {
-            created(joined)?;
-        }
-        if let Some(spawner) = &spawner {
-            // Spawned agents live with the configured agent their spawn tree starts from.
-            let spawns = match &share {
-                Share::All => spawns,
-                _ => hosted_spawns(spawns, |root| share.hosts(root)),
-            };
-            spawner.restore(&pool, spawns, &despawned, &statuses, &mut records).await?;
-        }
-        let known: BTreeMap<String, TaskOutcome> = services
-            .state
-            .outcomes()
-            .await
-            .map_err(TeamError::Store)?
-            .into_iter()
-            .map(|o| (o.task_id().to_owned(), o))
-            .collect();
-        let submitted = Mutex::new(known.keys().cloned().collect());
-        let deadlines = Arc::new(TaskDeadlines::new(
-            spec.timeouts.task_ms,
-            spec.timeouts.soft(agent_state::Limit::Task),
-            proposer.clone(),
-            services.clock.clone(),
-            services.audit.clone(),
-        ));
-        let (outcome_tx, outcomes) = watch::channel(known);
-        let (stop_tx, stop_rx) = watch::channel(false);
-        // The heartbeat answers the scheduler booked before a restart: counted on from.
-        for liveness in services.state.liveness().await.map_err(TeamError::Store)? {
-            if let Some(slot) = pool.get(&liveness.id) {
-                slot.seed_liveness(&liveness);
-            }
-        }
-        let scheduler = HeartbeatScheduler::new(
-            pool.clone(),
-            services.bus.clone(),
-            services.audit.clone(),
-            services.clock.clone(),
-        )
-        .with_ledger(services.state.clone());
-        let guard = RunGuard::new(
-            spec.guards,
-            observer.clone(),
-            pool.clone(),
-            services.bus.clone(),
-            services.audit.clone(),
-            services.clock.clone(),
-            proposer.clone(),
-        );
-        // The driver (and the turns it starts) run in the caller's span: a run's telemetry
-        // knows which run every agent's span belongs to.
-        let driver = tokio::spawn(tracing::Instrument::in_current_span(drive(
-            scheduler,
-            guard,
-            spec.heartbeat,
-            mail.clone(),
-            services.bus.clone(),
-            services.state.clone(),
-            outcome_tx,
-            stop_rx,
-            deadlines.clone(),
-            share.coordinates(),
-        )));
-        Ok(Self {
-            pool,
-            services,
-            proposer,
-            kinds: KindCoverage::of(&spec),
-            outcomes,
-            submitted,
-            task_spans: std::sync::Mutex::default(),
-            deadlines,
-            driver: Mutex::new(Some((stop_tx, driver))),
-            mail,
-            observer,
-            layers: spec.agents.iter().map(|a| (a.config.id.clone(), a.config.layer)).collect(),
-            heartbeat: spec.heartbeat,
-        })
+        build::TeamBuilder::new(spec, services, share)?.launch(resume).await
     }
 
     /// Wakes the team's driver as a delivery through its own bus does: the agents with mail
@@ -1041,12 +748,8 @@ impl Team {
     /// its current status with everything stored: the run can be resumed later with
     /// [`Team::resume`]. (Shutting down instead ends every agent terminated, which is final.)
     pub async fn stop(&self) {
-        if let Some((stop, driver)) = self.driver.lock().await.take() {
-            let _ = stop.send(true);
-            match driver.await {
-                Ok(mut scheduler) => scheduler.settle().await,
-                Err(e) => tracing::error!(error = %e, "the team's driver task failed"),
-            }
+        if let Some(driver) = self.driver.lock().await.take() {
+            driver.stop().await;
         }
     }
 
@@ -1055,21 +758,9 @@ impl Team {
     /// was running is what a crash leaves: its journal tells whoever resumes the agent what
     /// became of it). `false` if it had to abort.
     pub async fn stop_within(&self, patience: Duration) -> bool {
-        let Some((stop, mut driver)) = self.driver.lock().await.take() else { return true };
-        let _ = stop.send(true);
-        match tokio::time::timeout(patience, &mut driver).await {
-            Ok(Ok(mut scheduler)) => {
-                scheduler.settle().await;
-                true
-            }
-            Ok(Err(e)) => {
-                tracing::error!(error = %e, "the team's driver task failed");
-                true
-            }
-            Err(_) => {
-                driver.abort();
-                false
-            }
+        match self.driver.lock().await.take() {
+            Some(driver) => driver.stop_within(patience).await,
+            None => true,
         }
     }
 
@@ -1139,106 +830,9 @@ impl Drop for Team {
     /// heartbeat driver and every running heartbeat are aborted, nothing is shut down, and the
     /// run can be resumed from what the backends stored.
     fn drop(&mut self) {
-        if let Some((_, driver)) = self.driver.get_mut().take() {
+        if let Some(driver) = self.driver.get_mut().take() {
             driver.abort();
         }
-    }
-}
-
-/// What woke the driver.
-enum Event {
-    Heartbeat,
-    Mail,
-    TurnEnded,
-    Stop,
-}
-
-/// The team's driver: a heartbeat every `period`, and in between, wake on work: when mail
-/// arrives (`mail` is signalled by the team's [`WakingBus`]) or a turn ends (its agent may
-/// have more mail by now), the agents with mail run at once.
-#[allow(clippy::too_many_arguments, reason = "the driver's parts, each used in its loop")]
-async fn drive(
-    mut scheduler: HeartbeatScheduler,
-    mut guard: RunGuard,
-    period: Duration,
-    mail: Arc<Notify>,
-    bus: Arc<dyn MessageBus>,
-    state: Arc<dyn StateStore>,
-    outcomes: watch::Sender<BTreeMap<String, TaskOutcome>>,
-    mut stop: watch::Receiver<bool>,
-    deadlines: Arc<TaskDeadlines>,
-    coordinates: bool,
-) -> HeartbeatScheduler {
-    let mut interval = tokio::time::interval(period);
-    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // The first cycle starts before a stop is heeded (the interval's first tick is at once): a
-    // resumed team's agents first take the turns an interruption cut short, their
-    // unacknowledged mail, and a stop waits for those turns. Without this, a run killed after
-    // its task closed but before the closing turn acknowledged its message would resume, see
-    // the outcome, and shut down with that message never acknowledged.
-    interval.tick().await;
-    let mut event = Event::Heartbeat;
-    // System messages read whose acknowledgement failed (a bus outage): sent again each cycle.
-    let mut unacked = Vec::new();
-    loop {
-        match event {
-            Event::Stop => {
-                // Let the running heartbeats finish, then read what they reported. A bus that
-                // fails now (its server restarting) is read again, a heartbeat later, a few
-                // times at most: what the agents reported last is not left in `system`.
-                scheduler.settle().await;
-                if coordinates {
-                    for attempt in 1..=FINAL_DRAINS {
-                        let drained =
-                            drain_system(bus.as_ref(), state.as_ref(), &outcomes, &mut unacked)
-                                .await;
-                        if drained {
-                            break;
-                        }
-                        if attempt < FINAL_DRAINS {
-                            tokio::time::sleep(period).await;
-                        }
-                    }
-                }
-                return scheduler;
-            }
-            Event::Heartbeat => {
-                if coordinates {
-                    guard.heartbeat(scheduler.still_running() > 0).await;
-                    deadlines.expire(bus.as_ref(), &outcomes).await;
-                } else {
-                    // A share of a run sees only its own agents: whether the run moves is the
-                    // coordinator's to judge; bounces are followed here.
-                    guard.bounces().await;
-                }
-                let report = scheduler.tick().await;
-                tracing::trace!(
-                    heartbeat = report.number,
-                    started = report.started,
-                    idle = report.idle,
-                    missed = report.missed.len(),
-                    "cycle"
-                );
-            }
-            Event::Mail | Event::TurnEnded => {
-                guard.bounces().await;
-                let woken = scheduler.wake().await;
-                tracing::trace!(woken, "wake on work");
-            }
-        }
-        if coordinates {
-            drain_system(bus.as_ref(), state.as_ref(), &outcomes, &mut unacked).await;
-        }
-        let running = scheduler.running() > 0;
-        let allowance = scheduler.next_wake();
-        event = tokio::select! {
-            biased;
-            _ = stop.changed() => Event::Stop,
-            _ = interval.tick() => Event::Heartbeat,
-            () = mail.notified() => Event::Mail,
-            true = scheduler.next_finished(), if running => Event::TurnEnded,
-            () = sleep_until_some(allowance), if allowance.is_some() => Event::Mail,
-        };
     }
 }
 
@@ -1284,117 +878,11 @@ fn created(joined: Result<Result<(), PoolError>, tokio::task::JoinError>) -> Res
     }
 }
 
-async fn sleep_until_some(at: Option<tokio::time::Instant>) {
-    if let Some(at) = at {
-        tokio::time::sleep_until(at).await;
-    }
-}
-
-/// How many times the driver's last read of `system` (at a stop) is made when the bus fails.
-const FINAL_DRAINS: u32 = 3;
-
-/// Reads the `system` inbox: heartbeat acks are dropped, task outcomes stored and published.
-/// A message is acknowledged only after its outcome is stored. `true` if everything read (now
-/// and before) is acknowledged; `false` if the bus or the store failed, leaving something for
-/// the next drain.
-async fn drain_system(
-    bus: &dyn MessageBus,
-    state: &dyn StateStore,
-    outcomes: &watch::Sender<BTreeMap<String, TaskOutcome>>,
-    unacked: &mut Vec<agent_state::MessageId>,
-) -> bool {
-    let messages = match bus.take(&Address::System, usize::MAX).await {
-        Ok(m) => m,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot read the system inbox");
-            ack_system(bus, unacked, Vec::new()).await;
-            return false;
-        }
-    };
-    for message in &messages {
-        if message.kind != MessageKind::StatusReport {
-            continue;
-        }
-        match payload::<StatusReport>(message) {
-            Ok(StatusReport::TaskClosed { outcome }) => {
-                if let Err(e) = state.record_outcome(&outcome).await {
-                    // Not acknowledged: the report comes again on the next cycle.
-                    tracing::warn!(error = %e, "cannot store a task outcome; will retry");
-                    let _ = bus.release(&Address::System).await;
-                    ack_system(bus, unacked, Vec::new()).await;
-                    return false;
-                }
-                tracing::info!(task = %outcome.task_id(), success = outcome.is_success(), "task closed");
-                outcomes.send_modify(|o| {
-                    o.entry(outcome.task_id().to_owned()).or_insert(outcome);
-                });
-            }
-            Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "unreadable status report on the system inbox"),
-        }
-    }
-    ack_system(bus, unacked, messages.iter().map(|m| m.id).collect()).await
-}
-
-/// Acknowledges `read` on the system inbox, with the ids in `unacked` whose acknowledgement
-/// failed before: a failed acknowledgement (the bus unreachable for a while) keeps them all in
-/// `unacked`, to be sent again at the next drain, so none stays pending once the bus is back.
-/// Acknowledging an id again is harmless (a bus ignores ids no longer in flight). `true` if
-/// nothing is left unacknowledged.
-async fn ack_system(
-    bus: &dyn MessageBus,
-    unacked: &mut Vec<agent_state::MessageId>,
-    read: Vec<agent_state::MessageId>,
-) -> bool {
-    unacked.extend(read);
-    if unacked.is_empty() {
-        return true;
-    }
-    match bus.ack(&Address::System, unacked).await {
-        Ok(_) => {
-            unacked.clear();
-            true
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, pending = unacked.len(), "cannot acknowledge the system inbox; will send the acknowledgement again");
-            false
-        }
-    }
-}
-
 /// Checks the whole team and returns each agent's configuration with subordinates filled in.
 pub fn validate(spec: &TeamSpec, services: &TeamServices) -> Result<Vec<AgentConfig>, TeamError> {
-    spec.timeouts.check()?;
-    spec.timeouts.check_soft()?;
-    if spec.agents.len() > spec.max_agents {
-        return Err(TeamError::TooManyAgents { count: spec.agents.len(), max: spec.max_agents });
-    }
-    if !spec.agents.iter().any(|a| a.config.layer == AgentLayer::Top) {
-        return Err(TeamError::NoTopAgent);
-    }
-    if spec.arbitration.any()
-        && !spec.agents.iter().any(|a| {
-            a.config.layer == AgentLayer::Top && a.config.has(agent_state::Capability::Arbitrate)
-        })
-    {
-        return Err(TeamError::NoArbitrator);
-    }
-    spec.guards.check()?;
+    check_team_settings(spec)?;
     let executor = services.kind_runner().executor;
-    let mut layers: BTreeMap<AgentId, AgentLayer> = BTreeMap::new();
-    for agent in &spec.agents {
-        agent.config.validate()?;
-        if agent.role.layer() != agent.config.layer {
-            return Err(TeamError::LayerMismatch {
-                agent: agent.config.id.clone(),
-                role: agent.role.layer(),
-                layer: agent.config.layer,
-            });
-        }
-        if layers.insert(agent.config.id.clone(), agent.config.layer).is_some() {
-            return Err(TeamError::DuplicateAgent { agent: agent.config.id.clone() });
-        }
-    }
+    let layers = check_agents(spec)?;
     // Each agent's subordinates, found once (a team can have 100 000 agents).
     let mut children: BTreeMap<&AgentId, Vec<AgentId>> = BTreeMap::new();
     for agent in &spec.agents {
@@ -1405,25 +893,7 @@ pub fn validate(spec: &TeamSpec, services: &TeamServices) -> Result<Vec<AgentCon
     let mut configs = Vec::with_capacity(spec.agents.len());
     for agent in &spec.agents {
         let config = &agent.config;
-        if let Some(supervisor) = &config.supervisor {
-            let Some(&supervisor_layer) = layers.get(supervisor) else {
-                return Err(TeamError::UnknownSupervisor {
-                    agent: config.id.clone(),
-                    supervisor: supervisor.clone(),
-                });
-            };
-            let expected =
-                if config.layer == AgentLayer::Bottom { AgentLayer::Mid } else { AgentLayer::Top };
-            if supervisor_layer != expected {
-                return Err(TeamError::WrongSupervisorLayer {
-                    agent: config.id.clone(),
-                    layer: config.layer,
-                    supervisor: supervisor.clone(),
-                    supervisor_layer,
-                    expected,
-                });
-            }
-        }
+        check_supervisor(config, &layers)?;
         let derived: Vec<AgentId> = children.remove(&config.id).unwrap_or_default();
         if let Some(stray) = config.subordinates.iter().find(|s| !derived.contains(s)) {
             return Err(TeamError::SubordinateMismatch {
@@ -1443,34 +913,7 @@ pub fn validate(spec: &TeamSpec, services: &TeamServices) -> Result<Vec<AgentCon
                     });
                 }
             }
-            RoleSpec::Bottom(b) => {
-                if let Some(ooda) = &b.ooda {
-                    agent_ooda::check_config(ooda, &b.tools).map_err(|e| TeamError::Ooda {
-                        agent: config.id.clone(),
-                        error: e.to_string(),
-                    })?;
-                }
-                if let Some(kind) = &b.kind
-                    && !executor.registry().contains(kind)
-                {
-                    return Err(TeamError::UnknownKind {
-                        agent: config.id.clone(),
-                        kind: kind.to_string(),
-                        known: executor.registry().names().collect::<Vec<_>>().join(", "),
-                    });
-                }
-                let registry = services.agent_tools.get(&config.id).unwrap_or(&services.tools);
-                let is_kind = |t: &String| b.kind.as_deref() == Some(t.as_str());
-                if let Some(tool) =
-                    b.tools.iter().find(|t| registry.get(t).is_none() && !is_kind(t))
-                {
-                    return Err(TeamError::UnknownTool {
-                        agent: config.id.clone(),
-                        tool: tool.clone(),
-                        available: registry.names().join(", "),
-                    });
-                }
-            }
+            RoleSpec::Bottom(b) => check_executor(config, b, &executor, services)?,
             _ => {}
         }
         let mut config = config.clone();
@@ -1484,6 +927,104 @@ pub fn validate(spec: &TeamSpec, services: &TeamServices) -> Result<Vec<AgentCon
         configs.push(config);
     }
     Ok(configs)
+}
+
+/// The team's own settings: time limits, size, a top power (an arbitrator if it votes), guards.
+fn check_team_settings(spec: &TeamSpec) -> Result<(), TeamError> {
+    spec.timeouts.check()?;
+    spec.timeouts.check_soft()?;
+    if spec.agents.len() > spec.max_agents {
+        return Err(TeamError::TooManyAgents { count: spec.agents.len(), max: spec.max_agents });
+    }
+    if !spec.agents.iter().any(|a| a.config.layer == AgentLayer::Top) {
+        return Err(TeamError::NoTopAgent);
+    }
+    if spec.arbitration.any()
+        && !spec.agents.iter().any(|a| {
+            a.config.layer == AgentLayer::Top && a.config.has(agent_state::Capability::Arbitrate)
+        })
+    {
+        return Err(TeamError::NoArbitrator);
+    }
+    spec.guards.check()?;
+    Ok(())
+}
+
+/// Every agent's configuration, its role's layer, each id once; returns each agent's layer.
+fn check_agents(spec: &TeamSpec) -> Result<BTreeMap<AgentId, AgentLayer>, TeamError> {
+    let mut layers: BTreeMap<AgentId, AgentLayer> = BTreeMap::new();
+    for agent in &spec.agents {
+        agent.config.validate()?;
+        if agent.role.layer() != agent.config.layer {
+            return Err(TeamError::LayerMismatch {
+                agent: agent.config.id.clone(),
+                role: agent.role.layer(),
+                layer: agent.config.layer,
+            });
+        }
+        if layers.insert(agent.config.id.clone(), agent.config.layer).is_some() {
+            return Err(TeamError::DuplicateAgent { agent: agent.config.id.clone() });
+        }
+    }
+    Ok(layers)
+}
+
+/// An agent's supervisor is in the team, on the layer above.
+fn check_supervisor(
+    config: &AgentConfig,
+    layers: &BTreeMap<AgentId, AgentLayer>,
+) -> Result<(), TeamError> {
+    let Some(supervisor) = &config.supervisor else { return Ok(()) };
+    let Some(&supervisor_layer) = layers.get(supervisor) else {
+        return Err(TeamError::UnknownSupervisor {
+            agent: config.id.clone(),
+            supervisor: supervisor.clone(),
+        });
+    };
+    let expected =
+        if config.layer == AgentLayer::Bottom { AgentLayer::Mid } else { AgentLayer::Top };
+    if supervisor_layer != expected {
+        return Err(TeamError::WrongSupervisorLayer {
+            agent: config.id.clone(),
+            layer: config.layer,
+            supervisor: supervisor.clone(),
+            supervisor_layer,
+            expected,
+        });
+    }
+    Ok(())
+}
+
+/// An executor's OODA settings, its kind (one `executor` has) and its tools (registered).
+fn check_executor(
+    config: &AgentConfig,
+    b: &BottomSpec,
+    executor: &agent_executor::Executor,
+    services: &TeamServices,
+) -> Result<(), TeamError> {
+    if let Some(ooda) = &b.ooda {
+        agent_ooda::check_config(ooda, &b.tools)
+            .map_err(|e| TeamError::Ooda { agent: config.id.clone(), error: e.to_string() })?;
+    }
+    if let Some(kind) = &b.kind
+        && !executor.registry().contains(kind)
+    {
+        return Err(TeamError::UnknownKind {
+            agent: config.id.clone(),
+            kind: kind.to_string(),
+            known: executor.registry().names().collect::<Vec<_>>().join(", "),
+        });
+    }
+    let registry = services.agent_tools.get(&config.id).unwrap_or(&services.tools);
+    let is_kind = |t: &String| b.kind.as_deref() == Some(t.as_str());
+    if let Some(tool) = b.tools.iter().find(|t| registry.get(t).is_none() && !is_kind(t)) {
+        return Err(TeamError::UnknownTool {
+            agent: config.id.clone(),
+            tool: tool.clone(),
+            available: registry.names().join(", "),
+        });
+    }
+    Ok(())
 }
 
 fn leads(spec: &TeamSpec, configs: &[AgentConfig]) -> Vec<LeadInfo> {
@@ -1506,94 +1047,4 @@ fn leads(spec: &TeamSpec, configs: &[AgentConfig]) -> Vec<LeadInfo> {
             _ => None,
         })
         .collect()
-}
-
-#[cfg(test)]
-mod drain_tests {
-    #![allow(clippy::unwrap_used, reason = "tests")]
-    use std::sync::atomic::{AtomicU32, Ordering};
-
-    use agent_state::{BackendError, MessageId, Timestamp};
-    use async_trait::async_trait;
-    use message_bus::{InMemoryBus, InboxError, RegisterError, SendError};
-
-    use super::*;
-
-    /// An in-memory bus whose next `fails` acknowledgements fail (a server restarting).
-    struct FlakyAcks {
-        inner: InMemoryBus,
-        fails: AtomicU32,
-    }
-
-    #[async_trait]
-    impl MessageBus for FlakyAcks {
-        async fn register(&self, agent: &AgentId) -> Result<(), RegisterError> {
-            self.inner.register(agent).await
-        }
-        async fn unregister(&self, agent: &AgentId) -> Result<(), RegisterError> {
-            self.inner.unregister(agent).await
-        }
-        async fn is_registered(&self, agent: &AgentId) -> Result<bool, BackendError> {
-            self.inner.is_registered(agent).await
-        }
-        async fn registered(&self) -> Result<Vec<AgentId>, BackendError> {
-            self.inner.registered().await
-        }
-        async fn send(&self, message: Message) -> Result<usize, SendError> {
-            self.inner.send(message).await
-        }
-        async fn take(&self, inbox: &Address, max: usize) -> Result<Vec<Message>, InboxError> {
-            self.inner.take(inbox, max).await
-        }
-        async fn ack(&self, inbox: &Address, ids: &[MessageId]) -> Result<usize, InboxError> {
-            if self
-                .fails
-                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-                .is_ok()
-            {
-                return Err(InboxError::Backend(BackendError::new("test", "server restarting")));
-            }
-            self.inner.ack(inbox, ids).await
-        }
-        async fn release(&self, inbox: &Address) -> Result<usize, InboxError> {
-            self.inner.release(inbox).await
-        }
-        async fn pending(&self, inbox: &Address) -> Result<usize, InboxError> {
-            self.inner.pending(inbox).await
-        }
-    }
-
-    #[tokio::test]
-    async fn a_failed_system_ack_is_sent_again_at_the_next_drain() {
-        let bus = FlakyAcks { inner: InMemoryBus::new(), fails: AtomicU32::new(1) };
-        let from = AgentId::new("worker");
-        bus.register(&from).await.unwrap();
-        for heartbeat in 1..=2u64 {
-            let ack = Message::new(
-                agent_core::new_message_id(),
-                Address::Agent(from.clone()),
-                Address::System,
-                MessageKind::HeartbeatAck,
-                serde_json::json!({ "heartbeat": heartbeat }),
-                Timestamp(heartbeat),
-            );
-            bus.send(ack).await.unwrap();
-        }
-        let state = agent_core::InMemoryStateStore::default();
-        let (outcomes, _) = watch::channel(BTreeMap::new());
-        let mut unacked = Vec::new();
-        // The acknowledgement fails during the outage: both are kept, and the drain says so
-        // (a stop's last drain is made again).
-        assert!(!drain_system(&bus, &state, &outcomes, &mut unacked).await);
-        assert_eq!(unacked.len(), 2);
-        // Back: the next drain, with nothing new to read, acknowledges them.
-        assert!(drain_system(&bus, &state, &outcomes, &mut unacked).await);
-        assert!(unacked.is_empty());
-        assert_eq!(bus.pending(&Address::System).await.unwrap(), 0);
-        assert_eq!(
-            bus.release(&Address::System).await.unwrap(),
-            0,
-            "left in flight, unacknowledged"
-        );
-    }
 }

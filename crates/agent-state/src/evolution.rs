@@ -411,33 +411,7 @@ impl Genome {
                 }
             }
             ModificationType::Architecture => {
-                let names = |key: &str| -> Result<Vec<String>, EvolutionError> {
-                    match mutation.change.get(key) {
-                        None => Ok(Vec::new()),
-                        Some(v) => serde_json::from_value(v.clone()).map_err(|_| {
-                            EvolutionError::Mutation {
-                                field: "tools".into(),
-                                reason: format!("`{key}` must be a list of tool names"),
-                            }
-                        }),
-                    }
-                };
-                let (add, remove) = (names("add")?, names("remove")?);
-                if add.is_empty() && remove.is_empty() {
-                    return Err(EvolutionError::Mutation {
-                        field: "tools".into(),
-                        reason:
-                            "an architecture change is {\"add\": [...]} and/or {\"remove\": [...]}"
-                                .into(),
-                    });
-                }
-                child.config.tools.retain(|t| !remove.contains(t));
-                for tool in add {
-                    if !child.config.tools.contains(&tool) {
-                        child.config.tools.push(tool);
-                    }
-                }
-                child.config.tools.sort();
+                change_tools(&mut child.config.tools, mutation)?;
                 space.check(&GeneTarget::Tools, &Value::from(child.config.tools.clone()))?;
             }
             ModificationType::Code => {
@@ -460,6 +434,34 @@ impl Genome {
         child.lineage_path.push(child.id.clone());
         Ok(child)
     }
+}
+
+/// An architecture change to `tools`: tools added and removed, kept sorted.
+fn change_tools(tools: &mut Vec<String>, mutation: &Modification) -> Result<(), EvolutionError> {
+    let names = |key: &str| -> Result<Vec<String>, EvolutionError> {
+        match mutation.change.get(key) {
+            None => Ok(Vec::new()),
+            Some(v) => serde_json::from_value(v.clone()).map_err(|_| EvolutionError::Mutation {
+                field: "tools".into(),
+                reason: format!("`{key}` must be a list of tool names"),
+            }),
+        }
+    };
+    let (add, remove) = (names("add")?, names("remove")?);
+    if add.is_empty() && remove.is_empty() {
+        return Err(EvolutionError::Mutation {
+            field: "tools".into(),
+            reason: "an architecture change is {\"add\": [...]} and/or {\"remove\": [...]}".into(),
+        });
+    }
+    tools.retain(|t| !remove.contains(t));
+    for tool in add {
+        if !tools.contains(&tool) {
+            tools.push(tool);
+        }
+    }
+    tools.sort();
+    Ok(())
 }
 
 fn change_value(mutation: &Modification) -> Result<Value, EvolutionError> {
@@ -925,37 +927,8 @@ impl SearchSpace {
             GeneTarget::Tools => (ModificationType::Architecture, "tools".to_owned()),
         };
         let change = match &gene.kind {
-            GeneKind::Int { min, max, step } => {
-                let now = current.as_i64().unwrap_or(*min).clamp(*min, *max);
-                let delta =
-                    1 + i64::try_from(rng.below(u64::try_from(*step).unwrap_or(1))).unwrap_or(0);
-                let up = if now == *min {
-                    true
-                } else if now == *max {
-                    false
-                } else {
-                    rng.below(2) == 0
-                };
-                let next = if up { now.saturating_add(delta) } else { now.saturating_sub(delta) };
-                serde_json::json!({ "value": next.clamp(*min, *max) })
-            }
-            GeneKind::Float { min, max, step } => {
-                let now = current.as_f64().unwrap_or(*min).clamp(*min, *max);
-                // A move of one to ten tenths of the step, rounded to a millionth so that the
-                // stored value reads back exactly.
-                let tenths = 1 + rng.below(10);
-                let delta = *step * tenths as f64 / 10.0;
-                let up = if now <= *min {
-                    true
-                } else if now >= *max {
-                    false
-                } else {
-                    rng.below(2) == 0
-                };
-                let next = if up { now + delta } else { now - delta };
-                let next = (next.clamp(*min, *max) * 1e6).round() / 1e6;
-                serde_json::json!({ "value": next.clamp(*min, *max) })
-            }
+            GeneKind::Int { min, max, step } => int_move(&current, *min, *max, *step, rng),
+            GeneKind::Float { min, max, step } => float_move(&current, *min, *max, *step, rng),
             GeneKind::Choice { values } => {
                 let others: Vec<&Value> = values.iter().filter(|v| **v != current).collect();
                 serde_json::json!({ "value": others[rng.index(others.len())].clone() })
@@ -989,6 +962,40 @@ impl SearchSpace {
         };
         Ok(modification(kind, target, change))
     }
+}
+
+/// A whole-number gene's move from `current`: by one to `step`, up or down (up from `min`,
+/// down from `max`), clamped to the bounds.
+fn int_move(current: &Value, min: i64, max: i64, step: i64, rng: &mut SeededRng) -> Value {
+    let now = current.as_i64().unwrap_or(min).clamp(min, max);
+    let delta = 1 + i64::try_from(rng.below(u64::try_from(step).unwrap_or(1))).unwrap_or(0);
+    let up = if now == min {
+        true
+    } else if now == max {
+        false
+    } else {
+        rng.below(2) == 0
+    };
+    let next = if up { now.saturating_add(delta) } else { now.saturating_sub(delta) };
+    serde_json::json!({ "value": next.clamp(min, max) })
+}
+
+/// A number gene's move from `current`: by one to ten tenths of `step`, rounded to a
+/// millionth so that the stored value reads back exactly, clamped to the bounds.
+fn float_move(current: &Value, min: f64, max: f64, step: f64, rng: &mut SeededRng) -> Value {
+    let now = current.as_f64().unwrap_or(min).clamp(min, max);
+    let tenths = 1 + rng.below(10);
+    let delta = step * tenths as f64 / 10.0;
+    let up = if now <= min {
+        true
+    } else if now >= max {
+        false
+    } else {
+        rng.below(2) == 0
+    };
+    let next = if up { now + delta } else { now - delta };
+    let next = (next.clamp(min, max) * 1e6).round() / 1e6;
+    serde_json::json!({ "value": next.clamp(min, max) })
 }
 
 fn can_move(gene: &Gene, parent: &Genome) -> bool {

@@ -853,6 +853,62 @@ impl Modification {
         Ok(())
     }
 
+    /// An architecture change: tools added and removed.
+    fn change_tools(&self, next: &mut OodaConfig) -> Result<(), ModificationError> {
+        let names = |key: &str| -> Result<Vec<String>, ModificationError> {
+            match self.change.get(key) {
+                None => Ok(Vec::new()),
+                Some(v) => serde_json::from_value(v.clone()).map_err(|_| {
+                    ModificationError::Malformed(format!("`{key}` must be a list of tool names"))
+                }),
+            }
+        };
+        let (add, remove) = (names("add")?, names("remove")?);
+        if add.is_empty() && remove.is_empty() {
+            return Err(ModificationError::Malformed(
+                "an architecture change is {\"add\": [...]} and/or {\"remove\": [...]}".into(),
+            ));
+        }
+        next.tools.retain(|t| !remove.contains(t));
+        for tool in add {
+            if !next.tools.contains(&tool) {
+                next.tools.push(tool);
+            }
+        }
+        Ok(())
+    }
+
+    /// A config change: one field of the configuration (not one that bounds the agent's own
+    /// permissions) set to a new value.
+    fn change_config(&self, next: &OodaConfig) -> Result<OodaConfig, ModificationError> {
+        let value = self.change.get("value").cloned().ok_or_else(|| {
+            ModificationError::Malformed("a config change is {\"value\": ...}".into())
+        })?;
+        if PROTECTED_FIELDS.contains(&self.target.as_str()) {
+            return Err(ModificationError::WidensPermissions {
+                what: format!(
+                    "`{}` bounds what the agent may do; only its supervisor changes it",
+                    self.target
+                ),
+            });
+        }
+        let mut doc =
+            serde_json::to_value(next).map_err(|e| ModificationError::Malformed(e.to_string()))?;
+        let Some(map) = doc.as_object_mut() else {
+            return Err(ModificationError::Malformed("the config is not an object".into()));
+        };
+        if !map.contains_key(&self.target) {
+            return Err(ModificationError::NoSuchTarget { target: self.target.clone() });
+        }
+        map.insert(self.target.clone(), value);
+        serde_json::from_value(doc).map_err(|e| {
+            ModificationError::Invalid(OodaSchemaError::Invalid {
+                what: "config",
+                reason: e.to_string(),
+            })
+        })
+    }
+
     /// The configuration after this change, for the types that change the configuration
     /// (config, prompt, architecture, behaviour), validated against its rules. `ceiling` is
     /// what the agent's supervisor holds: the new tools must be among them. A field that
@@ -886,59 +942,8 @@ impl Modification {
                 })?;
                 next.behaviour.insert(self.target.clone(), value);
             }
-            ModificationType::Architecture => {
-                let names = |key: &str| -> Result<Vec<String>, ModificationError> {
-                    match self.change.get(key) {
-                        None => Ok(Vec::new()),
-                        Some(v) => serde_json::from_value(v.clone()).map_err(|_| {
-                            ModificationError::Malformed(format!(
-                                "`{key}` must be a list of tool names"
-                            ))
-                        }),
-                    }
-                };
-                let (add, remove) = (names("add")?, names("remove")?);
-                if add.is_empty() && remove.is_empty() {
-                    return Err(ModificationError::Malformed(
-                        "an architecture change is {\"add\": [...]} and/or {\"remove\": [...]}"
-                            .into(),
-                    ));
-                }
-                next.tools.retain(|t| !remove.contains(t));
-                for tool in add {
-                    if !next.tools.contains(&tool) {
-                        next.tools.push(tool);
-                    }
-                }
-            }
-            ModificationType::Config => {
-                let value = self.change.get("value").cloned().ok_or_else(|| {
-                    ModificationError::Malformed("a config change is {\"value\": ...}".into())
-                })?;
-                if PROTECTED_FIELDS.contains(&self.target.as_str()) {
-                    return Err(ModificationError::WidensPermissions {
-                        what: format!(
-                            "`{}` bounds what the agent may do; only its supervisor changes it",
-                            self.target
-                        ),
-                    });
-                }
-                let mut doc = serde_json::to_value(&next)
-                    .map_err(|e| ModificationError::Malformed(e.to_string()))?;
-                let Some(map) = doc.as_object_mut() else {
-                    return Err(ModificationError::Malformed("the config is not an object".into()));
-                };
-                if !map.contains_key(&self.target) {
-                    return Err(ModificationError::NoSuchTarget { target: self.target.clone() });
-                }
-                map.insert(self.target.clone(), value);
-                next = serde_json::from_value(doc).map_err(|e| {
-                    ModificationError::Invalid(OodaSchemaError::Invalid {
-                        what: "config",
-                        reason: e.to_string(),
-                    })
-                })?;
-            }
+            ModificationType::Architecture => self.change_tools(&mut next)?,
+            ModificationType::Config => next = self.change_config(&next)?,
         }
         if let Some(tool) = next.tools.iter().find(|t| !ceiling.contains(t)) {
             return Err(ModificationError::WidensPermissions {

@@ -659,27 +659,52 @@ fn fault_strategy() -> impl Strategy<Value = Fault> {
 
 /// Applies `ops` to a fresh backend and to the model, comparing after every step.
 async fn run_case(factory: &dyn GovernanceFactory, ops: &[Op]) -> Outcome {
-    let mut gov = factory.fresh().await;
-    let mut model = Model::default();
-    // Every decided decision as first seen decided: it must never change again.
-    let mut decided: BTreeMap<DecisionId, Decision> = BTreeMap::new();
+    let mut case = Case {
+        factory,
+        gov: factory.fresh().await,
+        model: Model::default(),
+        decided: BTreeMap::new(),
+    };
     for (step, op) in ops.iter().enumerate() {
         let at_step =
             |check: &str, detail: String| format!("step {step} {op:?}: {check}: {detail}");
+        case.apply(op, step, &at_step).await?;
+        let got = case.gov.list().await.map_err(|e| at_step("list", e.to_string()))?;
+        let want = case.model.sorted(false);
+        ensure!(
+            got == want,
+            "{}",
+            at_step("store matches the model", format!("list {got:?}, model {want:?}"))
+        );
+        check_invariants(&got, &mut case.decided).map_err(|e| at_step("invariant", e))?;
+    }
+    Ok(())
+}
+
+/// One scenario under way: the backend, the model it is compared with, and every decided
+/// decision as first seen decided (it must never change again).
+struct Case<'f> {
+    factory: &'f dyn GovernanceFactory,
+    gov: Arc<dyn Governance>,
+    model: Model,
+    decided: BTreeMap<DecisionId, Decision>,
+}
+
+impl Case<'_> {
+    /// Applies step `step`, `op`, to the backend and the model and compares their replies;
+    /// `at_step` words a failure.
+    async fn apply(
+        &mut self,
+        op: &Op,
+        step: usize,
+        at_step: &(dyn Fn(&str, String) -> String + Sync),
+    ) -> Outcome {
+        let (gov, model) = (&self.gov, &mut self.model);
         match *op {
             Op::Submit { slot, signers, created_at, fault } => {
                 let d = generated(slot, signers, created_at, fault, step);
-                let got = match gov.submit(d.clone()).await {
-                    Ok(()) => Ok(()),
-                    Err(SubmitError::DuplicateId { id }) => Err(SubmitRefusal::DuplicateId(id)),
-                    Err(SubmitError::NotFresh { id, status }) => {
-                        Err(SubmitRefusal::NotFresh(id, status))
-                    }
-                    Err(SubmitError::Invalid(e)) => Err(SubmitRefusal::Invalid(e)),
-                    Err(SubmitError::Backend(e)) => {
-                        return Err(at_step("submit", format!("backend error: {e}")));
-                    }
-                };
+                let got =
+                    submit_reply(gov.submit(d.clone()).await).map_err(|e| at_step("submit", e))?;
                 let want = model.submit(d);
                 ensure!(
                     got == want,
@@ -714,48 +739,61 @@ async fn run_case(factory: &dyn GovernanceFactory, ops: &[Op]) -> Outcome {
                     at_step("veto reply", detail(format!("{got:?}, model {want:?}")))
                 );
             }
-            Op::Get { target } => {
-                let id = model.target(target);
-                let got = gov.get(id).await.map_err(|e| at_step("get", e.to_string()))?;
-                let want = model.decisions.get(&id);
-                ensure!(
-                    got.as_ref() == want,
-                    "{}",
-                    at_step("get reply", format!("{id}: {got:?}, model {want:?}"))
-                );
-            }
-            Op::ListPending => {
-                let got =
-                    gov.list_pending().await.map_err(|e| at_step("list_pending", e.to_string()))?;
-                let want = model.sorted(true);
-                ensure!(
-                    got == want,
-                    "{}",
-                    at_step("list_pending reply", format!("{got:?}, model {want:?}"))
-                );
-            }
-            Op::List => {} // compared below, after every step
-            Op::Restart => {
-                gov = match factory.reopen(gov).await {
-                    Some(reopened) => reopened,
-                    None => {
-                        model = Model::default();
-                        decided.clear();
-                        factory.fresh().await
-                    }
-                };
-            }
+            Op::Get { .. } | Op::ListPending => return self.read(op, at_step).await,
+            Op::List => {} // compared after every step
+            Op::Restart => self.restart().await,
         }
-        let got = gov.list().await.map_err(|e| at_step("list", e.to_string()))?;
-        let want = model.sorted(false);
+        Ok(())
+    }
+
+    /// A read (`get`, `list_pending`), compared with the model's answer.
+    async fn read(&self, op: &Op, at_step: &(dyn Fn(&str, String) -> String + Sync)) -> Outcome {
+        let (gov, model) = (&self.gov, &self.model);
+        if let Op::Get { target } = *op {
+            let id = model.target(target);
+            let got = gov.get(id).await.map_err(|e| at_step("get", e.to_string()))?;
+            let want = model.decisions.get(&id);
+            ensure!(
+                got.as_ref() == want,
+                "{}",
+                at_step("get reply", format!("{id}: {got:?}, model {want:?}"))
+            );
+            return Ok(());
+        }
+        let got = gov.list_pending().await.map_err(|e| at_step("list_pending", e.to_string()))?;
+        let want = model.sorted(true);
         ensure!(
             got == want,
             "{}",
-            at_step("store matches the model", format!("list {got:?}, model {want:?}"))
+            at_step("list_pending reply", format!("{got:?}, model {want:?}"))
         );
-        check_invariants(&got, &mut decided).map_err(|e| at_step("invariant", e))?;
+        Ok(())
     }
-    Ok(())
+
+    /// The backend restarted: reopened on its store, or (one that keeps nothing) fresh with an
+    /// empty model.
+    async fn restart(&mut self) {
+        let gov = std::mem::replace(&mut self.gov, Arc::new(crate::InMemoryGovernance::new()));
+        self.gov = match self.factory.reopen(gov).await {
+            Some(reopened) => reopened,
+            None => {
+                self.model = Model::default();
+                self.decided.clear();
+                self.factory.fresh().await
+            }
+        };
+    }
+}
+
+/// A backend's answer to a submission, as the model words it; a backend error is a failure.
+fn submit_reply(r: Result<(), SubmitError>) -> Result<Result<(), SubmitRefusal>, String> {
+    match r {
+        Ok(()) => Ok(Ok(())),
+        Err(SubmitError::DuplicateId { id }) => Ok(Err(SubmitRefusal::DuplicateId(id))),
+        Err(SubmitError::NotFresh { id, status }) => Ok(Err(SubmitRefusal::NotFresh(id, status))),
+        Err(SubmitError::Invalid(e)) => Ok(Err(SubmitRefusal::Invalid(e))),
+        Err(SubmitError::Backend(e)) => Err(format!("backend error: {e}")),
+    }
 }
 
 impl Model {

@@ -687,50 +687,9 @@ impl NatsBus {
         let mut renewals = 0;
         while read.len() < max {
             let want = (max - read.len()).min(FETCH_BATCH);
-            // A consumer idle for half its lifetime on the server is not trusted to be there.
-            if reader.used.elapsed() > Self::CONSUMER_IDLE / 2 {
-                reader.consumer = None;
-            }
-            let consumer = match &reader.consumer {
-                Some(consumer) => consumer.clone(),
-                None => {
-                    let consumer = self
-                        .stream
-                        .create_consumer(pull::Config {
-                            filter_subject: subject.to_owned(),
-                            deliver_policy: DeliverPolicy::ByStartSequence {
-                                start_sequence: reader.next_seq.max(1),
-                            },
-                            ack_policy: AckPolicy::None,
-                            inactive_threshold: Self::CONSUMER_IDLE,
-                            ..Default::default()
-                        })
-                        .await
-                        .map_err(|e| backend_error(format!("reading the inbox `{subject}`"), e))?;
-                    reader.consumer = Some(consumer.clone());
-                    reader.consumer_seq = 0;
-                    consumer
-                }
-            };
+            let consumer = self.consumer(subject, reader).await?;
             let before = read.len();
-            // A request to a consumer the server no longer has is not answered at all: the
-            // wait is bounded, and what arrived until then is kept (`read_batch` records each
-            // message as it comes, so stopping it between two loses nothing).
-            let end = match tokio::time::timeout(
-                FETCH_TIMEOUT,
-                read_batch(subject, &consumer, reader, want, &mut read),
-            )
-            .await
-            {
-                Ok(end) => end,
-                Err(_) => Err(BatchError::Failed(BackendError::new(
-                    BACKEND,
-                    format!(
-                        "reading the inbox `{subject}`: no answer within {} ms",
-                        FETCH_TIMEOUT.as_millis()
-                    ),
-                ))),
-            };
+            let end = read_batch_within(subject, &consumer, reader, want, &mut read).await;
             reader.used = Instant::now();
             match end {
                 Ok(BatchEnd::Done) if read.len() - before < want => break,
@@ -762,6 +721,62 @@ impl NatsBus {
             }
         }
         Ok(read)
+    }
+
+    /// The consumer reading the inbox at `subject` for `reader`: its own, or a new one that
+    /// starts after the last message read. A consumer idle for half its lifetime on the server
+    /// is not trusted to be there.
+    async fn consumer(
+        &self,
+        subject: &str,
+        reader: &mut Reader,
+    ) -> Result<PullConsumer, BackendError> {
+        if reader.used.elapsed() > Self::CONSUMER_IDLE / 2 {
+            reader.consumer = None;
+        }
+        if let Some(consumer) = &reader.consumer {
+            return Ok(consumer.clone());
+        }
+        let consumer = self
+            .stream
+            .create_consumer(pull::Config {
+                filter_subject: subject.to_owned(),
+                deliver_policy: DeliverPolicy::ByStartSequence {
+                    start_sequence: reader.next_seq.max(1),
+                },
+                ack_policy: AckPolicy::None,
+                inactive_threshold: Self::CONSUMER_IDLE,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| backend_error(format!("reading the inbox `{subject}`"), e))?;
+        reader.consumer = Some(consumer.clone());
+        reader.consumer_seq = 0;
+        Ok(consumer)
+    }
+}
+
+/// [`read_batch`] within [`FETCH_TIMEOUT`]: a request to a consumer the server no longer has is
+/// not answered at all, so the wait is bounded, and what arrived until then is kept
+/// (`read_batch` records each message as it comes, so stopping it between two loses nothing).
+async fn read_batch_within(
+    subject: &str,
+    consumer: &PullConsumer,
+    reader: &mut Reader,
+    want: usize,
+    read: &mut Vec<Entry>,
+) -> Result<BatchEnd, BatchError> {
+    match tokio::time::timeout(FETCH_TIMEOUT, read_batch(subject, consumer, reader, want, read))
+        .await
+    {
+        Ok(end) => end,
+        Err(_) => Err(BatchError::Failed(BackendError::new(
+            BACKEND,
+            format!(
+                "reading the inbox `{subject}`: no answer within {} ms",
+                FETCH_TIMEOUT.as_millis()
+            ),
+        ))),
     }
 }
 

@@ -220,6 +220,22 @@ struct SealOnClose {
     _run_lock: File,
 }
 
+/// A run's database as opened: the database, the disk it syncs (none without durability) and
+/// the lock held on the run.
+struct OpenedDb {
+    db: sled::Db,
+    disk: Option<DiskSync>,
+    run_lock: File,
+}
+
+/// Where a run's streams ended, as known when its store starts.
+struct KnownEnds {
+    /// The seal's anchors, exact, if the run was sealed.
+    sealed: Option<Anchors>,
+    /// The newest anchor file's anchors and generation (empty and 0 if none): lower bounds.
+    files: (Anchors, u64),
+}
+
 impl RunStore {
     /// Creates a new run in `dir`, which must not exist or must be an empty directory.
     ///
@@ -271,8 +287,9 @@ impl RunStore {
         fs::rename(&tmp, &marker_path).map_err(io_error("rename", &marker_path))?;
         sync_dir(dir).map_err(io_error("sync", dir))?;
         let run_lock = lock_run(dir)?;
-        let store =
-            Self::start(dir, marker, durability, db, disk, run_lock, None, (Anchors::new(), 0))?;
+        let opened = OpenedDb { db, disk, run_lock };
+        let ends = KnownEnds { sealed: None, files: (Anchors::new(), 0) };
+        let store = Self::start(dir, marker, durability, opened, ends)?;
         if let Some(keeper) = &store.inner.keeper {
             keeper.write_now().map_err(io_error("write the anchor file of", dir))?;
         }
@@ -323,7 +340,8 @@ impl RunStore {
         let kept = anchor::newest(dir, None, &marker.run_id).unwrap_or_default();
         match open_db(dir).and_then(|db| Ok((db, disk_sync(dir, durability)?))) {
             Ok((db, disk)) => {
-                Self::start(dir, marker, durability, db, disk, run_lock, sealed, kept)
+                let opened = OpenedDb { db, disk, run_lock };
+                Self::start(dir, marker, durability, opened, KnownEnds { sealed, files: kept })
             }
             Err(e) => {
                 if let Found::Sealed(bytes) = &found
@@ -534,18 +552,16 @@ impl RunStore {
         }
     }
 
-    /// `files`: the newest anchor file's anchors and generation (empty and 0 if none).
-    #[allow(clippy::too_many_arguments, reason = "one private constructor")]
+    /// Starts the store of the run in `dir` on its opened database, from the ends known.
     fn start(
         dir: &Path,
         marker: RunMarker,
         durability: Durability,
-        db: sled::Db,
-        disk: Option<DiskSync>,
-        run_lock: File,
-        sealed: Option<Anchors>,
-        files: (Anchors, u64),
+        opened: OpenedDb,
+        ends: KnownEnds,
     ) -> Result<Self, StoreError> {
+        let OpenedDb { db, disk, run_lock } = opened;
+        let KnownEnds { sealed, files } = ends;
         // A seal holds the exact end; without one, the newest anchor file a lower bound.
         let kept = sealed.clone().unwrap_or(files.0);
         let anchors = Arc::new(Mutex::new(kept.clone()));

@@ -15,6 +15,7 @@ use crate::error::{FileError, Source};
 use crate::limits::MAX_TEAM_FILE_BYTES;
 use crate::raw::{RawMcpServer, RawTeam};
 use crate::team::TeamFile;
+use toml::Spanned;
 
 pub use agent_state::mcp::{
     MAX_SERVER_NAME as MAX_MCP_SERVER_NAME, TOOL_PREFIX as MCP_TOOL_PREFIX,
@@ -148,77 +149,8 @@ pub(crate) fn declared(
             ));
         }
         let transport = match (&server.command, &server.url) {
-            (Some(command), None) => {
-                src.no_control(command, "an MCP server's `command`")?;
-                if command.get_ref().trim().is_empty() {
-                    return Err(src.error(command.span(), "`command` is empty"));
-                }
-                for arg in server.args.iter().flatten() {
-                    src.no_control(arg, "an MCP server's argument")?;
-                }
-                let mut pass_env = Vec::new();
-                for name in server.pass_env.iter().flatten() {
-                    let text = name.get_ref();
-                    let valid = !text.is_empty()
-                        && !text.starts_with(|c: char| c.is_ascii_digit())
-                        && text.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-                    if !valid {
-                        return Err(src.error(
-                            name.span(),
-                            format!("`pass_env`: `{text}` is not an environment variable name"),
-                        ));
-                    }
-                    if agent_core::secrets::ENV_VARS.contains(&text.as_str()) {
-                        return Err(src.error(
-                            name.span(),
-                            format!(
-                                "`pass_env`: `{text}` is one of strata's own secrets, never given to an MCP server"
-                            ),
-                        ));
-                    }
-                    pass_env.push(text.clone());
-                }
-                McpServerTransport::Stdio {
-                    pass_env,
-                    sandbox: server.sandbox.as_ref().is_none_or(|s| *s.get_ref()),
-                    network: server.network.as_ref().is_some_and(|n| *n.get_ref()),
-                    command: command.get_ref().clone(),
-                    args: server.args.iter().flatten().map(|a| a.get_ref().clone()).collect(),
-                    env: server
-                        .env
-                        .iter()
-                        .flatten()
-                        .map(|(k, v)| (k.clone(), v.get_ref().clone()))
-                        .collect(),
-                }
-            }
-            (None, Some(url)) => {
-                src.no_control(url, "an MCP server's `url`")?;
-                if server.args.is_some() || server.env.is_some() {
-                    return Err(src.error(
-                        url.span(),
-                        "`args` and `env` are for a server started with `command`, not one reached at a `url`",
-                    ));
-                }
-                let process_only = [
-                    server.sandbox.as_ref().map(|s| ("sandbox", s.span())),
-                    server.network.as_ref().map(|n| ("network", n.span())),
-                    server.pass_env.as_ref().map(|_| ("pass_env", url.span())),
-                ];
-                if let Some((field, span)) = process_only.into_iter().flatten().next() {
-                    return Err(src.error(
-                        span,
-                        format!(
-                            "`{field}` is for a server started with `command`; a server reached at a `url` is not a process strata starts, so strata does not sandbox it"
-                        ),
-                    ));
-                }
-                let text = url.get_ref();
-                if let Err(reason) = check_server_url(text) {
-                    return Err(src.error(url.span(), format!("`url`: {reason}")));
-                }
-                McpServerTransport::Http { url: text.clone() }
-            }
+            (Some(command), None) => stdio_server(src, server, command)?,
+            (None, Some(url)) => http_server(src, server, url)?,
             (Some(_), Some(url)) => {
                 return Err(src.error(
                     url.span(),
@@ -237,6 +169,85 @@ pub(crate) fn declared(
         out.push(McpServerDecl { name: name.clone(), transport });
     }
     Ok(out)
+}
+
+/// A server started with `command`: its arguments, environment, `pass_env` (variable
+/// names, none of strata's own secrets) and sandbox.
+fn stdio_server(
+    src: &Source<'_>,
+    server: &RawMcpServer,
+    command: &Spanned<String>,
+) -> Result<McpServerTransport, FileError> {
+    src.no_control(command, "an MCP server's `command`")?;
+    if command.get_ref().trim().is_empty() {
+        return Err(src.error(command.span(), "`command` is empty"));
+    }
+    for arg in server.args.iter().flatten() {
+        src.no_control(arg, "an MCP server's argument")?;
+    }
+    let mut pass_env = Vec::new();
+    for name in server.pass_env.iter().flatten() {
+        let text = name.get_ref();
+        let valid = !text.is_empty()
+            && !text.starts_with(|c: char| c.is_ascii_digit())
+            && text.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid {
+            return Err(src.error(
+                name.span(),
+                format!("`pass_env`: `{text}` is not an environment variable name"),
+            ));
+        }
+        if agent_core::secrets::ENV_VARS.contains(&text.as_str()) {
+            return Err(src.error(
+                name.span(),
+                format!(
+                    "`pass_env`: `{text}` is one of strata's own secrets, never given to an MCP server"
+                ),
+            ));
+        }
+        pass_env.push(text.clone());
+    }
+    Ok(McpServerTransport::Stdio {
+        pass_env,
+        sandbox: server.sandbox.as_ref().is_none_or(|s| *s.get_ref()),
+        network: server.network.as_ref().is_some_and(|n| *n.get_ref()),
+        command: command.get_ref().clone(),
+        args: server.args.iter().flatten().map(|a| a.get_ref().clone()).collect(),
+        env: server.env.iter().flatten().map(|(k, v)| (k.clone(), v.get_ref().clone())).collect(),
+    })
+}
+
+/// A server reached at a `url`: none of the settings of a process strata starts.
+fn http_server(
+    src: &Source<'_>,
+    server: &RawMcpServer,
+    url: &Spanned<String>,
+) -> Result<McpServerTransport, FileError> {
+    src.no_control(url, "an MCP server's `url`")?;
+    if server.args.is_some() || server.env.is_some() {
+        return Err(src.error(
+            url.span(),
+            "`args` and `env` are for a server started with `command`, not one reached at a `url`",
+        ));
+    }
+    let process_only = [
+        server.sandbox.as_ref().map(|s| ("sandbox", s.span())),
+        server.network.as_ref().map(|n| ("network", n.span())),
+        server.pass_env.as_ref().map(|_| ("pass_env", url.span())),
+    ];
+    if let Some((field, span)) = process_only.into_iter().flatten().next() {
+        return Err(src.error(
+            span,
+            format!(
+                "`{field}` is for a server started with `command`; a server reached at a `url` is not a process strata starts, so strata does not sandbox it"
+            ),
+        ));
+    }
+    let text = url.get_ref();
+    if let Err(reason) = check_server_url(text) {
+        return Err(src.error(url.span(), format!("`url`: {reason}")));
+    }
+    Ok(McpServerTransport::Http { url: text.clone() })
 }
 
 /// Every string in `value`.

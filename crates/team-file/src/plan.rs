@@ -33,6 +33,24 @@ pub fn parse_plan(
     src.check_size(MAX_PLAN_FILE_BYTES, "plan file")?;
     let raw: RawPlan = toml::from_str(text).map_err(|e| src.toml_error(&e))?;
     plan_controls(&src, &raw)?;
+    plan_header(&src, &raw)?;
+    let leads = leads(team);
+    let check = PlanCheck { src: &src, team, leads: &leads, tools };
+    // Step ids and descriptions, all steps together (see MAX_PLAN_TEXT_BYTES).
+    let mut text_bytes = 0_usize;
+    let mut steps: Vec<PlanStep> = Vec::with_capacity(raw.steps.len());
+    for i in 0..raw.steps.len() {
+        let step = check.step(&raw, i, &steps, &mut text_bytes)?;
+        steps.push(step);
+    }
+    let task = Task { id: raw.id.get_ref().clone(), goal: raw.goal.get_ref().clone(), steps };
+    // Everything `check_request` refuses is caught above with a position; this is a safety net.
+    task.check_request().map_err(|e| src.error(raw.id.span(), e.to_string()))?;
+    Ok(task)
+}
+
+/// The plan's size in steps, its `id` and its `goal`.
+fn plan_header(src: &Source<'_>, raw: &RawPlan) -> Result<(), FileError> {
     if let Some(extra) = raw.steps.get(MAX_PLAN_STEPS) {
         return Err(src.error(
             extra.get_ref().id.span(),
@@ -50,14 +68,32 @@ pub fn parse_plan(
     if raw.goal.get_ref().trim().is_empty() {
         return Err(src.error(raw.goal.span(), "the plan's `goal` must not be empty"));
     }
-    check_len(&src, &raw.id, "the plan's `id`", MAX_ID_BYTES)?;
-    check_len(&src, &raw.goal, "the plan's `goal`", MAX_TEXT_BYTES)?;
-    // Step ids and descriptions, all steps together (see MAX_PLAN_TEXT_BYTES).
-    let mut text_bytes = 0_usize;
-    let leads = leads(team);
-    let mut steps: Vec<PlanStep> = Vec::with_capacity(raw.steps.len());
-    for (i, step) in raw.steps.iter().enumerate() {
-        let step = step.get_ref();
+    check_len(src, &raw.id, "the plan's `id`", MAX_ID_BYTES)?;
+    check_len(src, &raw.goal, "the plan's `goal`", MAX_TEXT_BYTES)?;
+    Ok(())
+}
+
+/// What a plan's steps are checked against: the file (for positions), the team, its leads and
+/// the registered tools.
+struct PlanCheck<'c> {
+    src: &'c Source<'c>,
+    team: &'c TeamSpec,
+    leads: &'c [Lead<'c>],
+    tools: &'c ToolRegistry,
+}
+
+impl PlanCheck<'_> {
+    /// Step `i` of `raw`, checked; `steps` are those before it, `text_bytes` the ids' and
+    /// descriptions' bytes so far.
+    fn step(
+        &self,
+        raw: &RawPlan,
+        i: usize,
+        steps: &[PlanStep],
+        text_bytes: &mut usize,
+    ) -> Result<PlanStep, FileError> {
+        let src = self.src;
+        let step = raw.steps[i].get_ref();
         let id = step.id.get_ref();
         if id.trim().is_empty() {
             return Err(src.error(step.id.span(), "a step's `id` must not be empty"));
@@ -69,53 +105,23 @@ pub fn parse_plan(
                 format!("step id `{id}` is already used on line {line}; step ids must be unique"),
             ));
         }
-        check_len(&src, &step.id, "a step's `id`", MAX_ID_BYTES)?;
+        check_len(src, &step.id, "a step's `id`", MAX_ID_BYTES)?;
         if let Some(d) = &step.description {
-            check_len(&src, d, "a step's `description`", MAX_TEXT_BYTES)?;
+            check_len(src, d, "a step's `description`", MAX_TEXT_BYTES)?;
         }
-        let target = step_target(&src, step, team, &leads)?;
-        let role = step_role(&src, step, team)?;
+        let target = step_target(src, step, self.team, self.leads)?;
+        let role = step_role(src, step, self.team)?;
         let description = step.description.as_ref().map(|d| d.get_ref().clone());
         let (tool, description, args) = match &step.tool {
             Some(tool) => {
-                let args = scripted_args(&src, i, step, tool, &target, role, team, &leads, tools)?;
+                let args = self.scripted_args(i, step, tool, &target, role)?;
                 let tool = tool.get_ref();
                 (tool.clone(), description.unwrap_or_else(|| format!("{id} ({tool})")), args)
             }
-            None => {
-                if let Some(d) = step.description.as_ref().filter(|d| d.get_ref().trim().is_empty())
-                {
-                    return Err(src.error(
-                        d.span(),
-                        "a goal step's `description` must say what to do; it is all its \
-                         executor is told (or name the step's `tool` and `args`)",
-                    ));
-                }
-                let Some(description) = description else {
-                    return Err(src.error(
-                        step.id.span(),
-                        format!(
-                            "step `{id}` names no `tool` and has no `description`: a scripted step \
-                             names its `tool` (and `args`), a goal step says in `description` what \
-                             to do and its executor's reasoner chooses the tools"
-                        ),
-                    ));
-                };
-                if step.args.is_some() {
-                    return Err(src.error(
-                        step.id.span(),
-                        format!(
-                            "step `{id}` has `args` but no `tool`; name the `tool` they are for, or \
-                             remove `args` (a goal step's executor chooses its tool calls)"
-                        ),
-                    ));
-                }
-                check_goal_reachable(&src, step, &target, team, &leads)?;
-                (String::new(), description, serde_json::Value::Null)
-            }
+            None => (String::new(), self.goal_step(step, &target)?, serde_json::Value::Null),
         };
-        text_bytes += id.len() + description.len();
-        if text_bytes > MAX_PLAN_TEXT_BYTES {
+        *text_bytes += id.len() + description.len();
+        if *text_bytes > MAX_PLAN_TEXT_BYTES {
             return Err(src.error(
                 step.id.span(),
                 format!(
@@ -125,6 +131,57 @@ pub fn parse_plan(
                 ),
             ));
         }
+        Ok(PlanStep {
+            id: id.clone(),
+            description,
+            target,
+            tool,
+            args,
+            after: self.after(raw, i, steps)?,
+            idempotent: step.idempotent,
+            role: role.map(|r| r.name.clone()),
+            acceptance: step.acceptance.clone().unwrap_or_default(),
+        })
+    }
+
+    /// A goal step's description: what to do, without `args`; some executor must reach it.
+    fn goal_step(&self, step: &RawStep, target: &StepTarget) -> Result<String, FileError> {
+        let src = self.src;
+        let id = step.id.get_ref();
+        if let Some(d) = step.description.as_ref().filter(|d| d.get_ref().trim().is_empty()) {
+            return Err(src.error(
+                d.span(),
+                "a goal step's `description` must say what to do; it is all its \
+                 executor is told (or name the step's `tool` and `args`)",
+            ));
+        }
+        let Some(description) = step.description.as_ref().map(|d| d.get_ref().clone()) else {
+            return Err(src.error(
+                step.id.span(),
+                format!(
+                    "step `{id}` names no `tool` and has no `description`: a scripted step \
+                     names its `tool` (and `args`), a goal step says in `description` what \
+                     to do and its executor's reasoner chooses the tools"
+                ),
+            ));
+        };
+        if step.args.is_some() {
+            return Err(src.error(
+                step.id.span(),
+                format!(
+                    "step `{id}` has `args` but no `tool`; name the `tool` they are for, or \
+                     remove `args` (a goal step's executor chooses its tool calls)"
+                ),
+            ));
+        }
+        check_goal_reachable(src, step, target, self.team, self.leads)?;
+        Ok(description)
+    }
+
+    /// Step `i`'s `after`: steps listed before it (`steps`).
+    fn after(&self, raw: &RawPlan, i: usize, steps: &[PlanStep]) -> Result<Vec<String>, FileError> {
+        let step = raw.steps[i].get_ref();
+        let id = step.id.get_ref();
         let mut after = Vec::with_capacity(step.after.len());
         for dep in &step.after {
             let name = dep.get_ref();
@@ -137,7 +194,7 @@ pub fn parse_plan(
             } else if let Some(later) =
                 raw.steps[i..].iter().find(|s| s.get_ref().id.get_ref() == name)
             {
-                let line = src.position(later.get_ref().id.span()).0;
+                let line = self.src.position(later.get_ref().id.span()).0;
                 format!(
                     "step `{name}` is listed later (line {line}); a step may wait only for steps listed before it"
                 )
@@ -147,24 +204,10 @@ pub fn parse_plan(
                     list_or_none(steps.iter().map(|s| s.id.as_str()))
                 )
             };
-            return Err(src.error(dep.span(), message));
+            return Err(self.src.error(dep.span(), message));
         }
-        steps.push(PlanStep {
-            id: id.clone(),
-            description,
-            target,
-            tool,
-            args,
-            after,
-            idempotent: step.idempotent,
-            role: role.map(|r| r.name.clone()),
-            acceptance: step.acceptance.clone().unwrap_or_default(),
-        });
+        Ok(after)
     }
-    let task = Task { id: raw.id.get_ref().clone(), goal: raw.goal.get_ref().clone(), steps };
-    // Everything `check_request` refuses is caught above with a position; this is a safety net.
-    task.check_request().map_err(|e| src.error(raw.id.span(), e.to_string()))?;
-    Ok(task)
 }
 
 /// The plan file of a task given as a goal in words (`strata run --goal`): its `id` and `goal`
@@ -179,57 +222,68 @@ pub fn goal_plan_toml(id: &str, goal: &str) -> String {
     )
 }
 
-/// A scripted step's `args` as JSON, after checking its tool: registered, held by an executor
-/// the step reaches (or by the step's role), and taking these arguments. The `tool` may also
-/// name an executor kind ([`kind_args`]).
-#[allow(clippy::too_many_arguments, reason = "the parts of one step's check")]
-fn scripted_args(
+impl PlanCheck<'_> {
+    /// A scripted step's `args` as JSON, after checking its tool: registered, held by an executor
+    /// the step reaches (or by the step's role), and taking these arguments. The `tool` may also
+    /// name an executor kind ([`kind_args`]).
+    fn scripted_args(
+        &self,
+        index: usize,
+        step: &RawStep,
+        tool: &toml::Spanned<String>,
+        target: &StepTarget,
+        role: Option<&Role>,
+    ) -> Result<serde_json::Value, FileError> {
+        let (src, tools) = (self.src, self.tools);
+        let name = tool.get_ref();
+        if OODA_CALLS.contains(&name.as_str()) {
+            // A call only an OODA agent makes: `modify_self` (its arguments a modification,
+            // checked here) or `send_message`.
+            self.check_reachable(tool, Need::Ooda, target)?;
+            let args = match &step.args {
+                Some(args) => table_to_json(args)
+                    .map_err(|m| src.error(tool.span(), format!("in `args`: {m}")))?,
+                None => serde_json::Value::Null,
+            };
+            if name == agent_ooda::MODIFY_SELF {
+                agent_state::ooda::Modification::parse(&args)
+                    .map_err(|e| src.error(tool.span(), format!("in `args`: {e}")))?;
+            }
+            return Ok(args);
+        }
+        let Some(registered) = tools.get(name) else {
+            if kinds().contains(name) {
+                if role.is_none_or(|r| r.kind.as_deref() != Some(name.as_str())) {
+                    self.check_reachable(tool, Need::Kind, target)?;
+                }
+                return kind_args(src, index, step, tool);
+            }
+            return Err(src.error(
+                tool.span(),
+                format!(
+                    "unknown tool `{name}` (available: {}); or an executor kind its executor runs ({})",
+                    tools.names().join(", "),
+                    known_kinds()
+                ),
+            ));
+        };
+        // A lead spawns an agent of the step's role to run it: the role's tools count.
+        if !role.is_some_and(|r| r.tools.contains(name)) {
+            self.check_reachable(tool, Need::Tool, target)?;
+        }
+        tool_args(src, step, tool, registered.as_ref())
+    }
+}
+
+/// A workspace tool's `args` as JSON: within the size of one call, fitting the tool's schema
+/// and its own checks.
+fn tool_args(
     src: &Source<'_>,
-    index: usize,
     step: &RawStep,
     tool: &toml::Spanned<String>,
-    target: &StepTarget,
-    role: Option<&Role>,
-    team: &TeamSpec,
-    leads: &[Lead<'_>],
-    tools: &ToolRegistry,
+    registered: &dyn agent_core::tools::Tool,
 ) -> Result<serde_json::Value, FileError> {
     let name = tool.get_ref();
-    if OODA_CALLS.contains(&name.as_str()) {
-        // A call only an OODA agent makes: `modify_self` (its arguments a modification,
-        // checked here) or `send_message`.
-        check_reachable(src, tool, Need::Ooda, target, team, leads)?;
-        let args = match &step.args {
-            Some(args) => table_to_json(args)
-                .map_err(|m| src.error(tool.span(), format!("in `args`: {m}")))?,
-            None => serde_json::Value::Null,
-        };
-        if name == agent_ooda::MODIFY_SELF {
-            agent_state::ooda::Modification::parse(&args)
-                .map_err(|e| src.error(tool.span(), format!("in `args`: {e}")))?;
-        }
-        return Ok(args);
-    }
-    let Some(registered) = tools.get(name) else {
-        if kinds().contains(name) {
-            if role.is_none_or(|r| r.kind.as_deref() != Some(name.as_str())) {
-                check_reachable(src, tool, Need::Kind, target, team, leads)?;
-            }
-            return kind_args(src, index, step, tool);
-        }
-        return Err(src.error(
-            tool.span(),
-            format!(
-                "unknown tool `{name}` (available: {}); or an executor kind its executor runs ({})",
-                tools.names().join(", "),
-                known_kinds()
-            ),
-        ));
-    };
-    // A lead spawns an agent of the step's role to run it: the role's tools count.
-    if !role.is_some_and(|r| r.tools.contains(name)) {
-        check_reachable(src, tool, Need::Tool, target, team, leads)?;
-    }
     // `args` has no span of its own (toml 0.8 cannot span a table written with dotted keys,
     // `args.command = "..."`), so its errors point at the step's tool.
     let args = match &step.args {
@@ -569,95 +623,112 @@ const OODA_CALLS: [&str; 2] = [agent_ooda::MODIFY_SELF, agent_ooda::SEND_MESSAGE
 /// How the plan checks see an OODA executor: as an executor of this kind.
 const OODA_KIND: &str = "ooda";
 
-/// Checks that some executor the step can reach has its `tool` (or, for [`Need::Kind`], runs
-/// that kind).
-fn check_reachable(
-    src: &Source<'_>,
-    tool: &toml::Spanned<String>,
-    need: Need,
-    target: &StepTarget,
-    team: &TeamSpec,
-    leads: &[Lead<'_>],
-) -> Result<(), FileError> {
-    let span = tool.span();
-    let tool = tool.get_ref();
-    let fits = |tools: &[String], kind: Option<&str>| match need {
-        Need::Tool => tools.contains(tool),
-        Need::Kind => kind == Some(tool.as_str()),
+/// An executor as the plan checks see it: its id, tools and kind (an OODA executor's is
+/// [`OODA_KIND`]).
+type ExecutorView<'t> = (&'t AgentId, &'t [String], Option<&'t str>);
+
+/// Whether an executor with `tools` and `kind` meets `need` for `tool`.
+fn fits(need: Need, tool: &str, tools: &[String], kind: Option<&str>) -> bool {
+    match need {
+        Need::Tool => tools.iter().any(|t| t == tool),
+        Need::Kind => kind == Some(tool),
         Need::Ooda => kind == Some(OODA_KIND),
-    };
-    type Executors<'t> = Vec<(&'t AgentId, &'t [String], Option<&'t str>)>;
-    let (place, executors): (String, Executors<'_>) = match target {
-        StepTarget::Domain(domain) => {
-            let lead = leads.iter().find(|l| l.domain == domain);
-            let executors = lead.map(|l| l.executors.clone()).unwrap_or_default();
-            let name = lead.map_or("", |l| l.id.as_str());
-            (format!("under the lead `{name}` of the domain `{domain}`"), executors)
-        }
-        StepTarget::Agent(id) => match leads.iter().find(|l| l.id == id) {
-            Some(lead) => (format!("under the lead `{id}`"), lead.executors.clone()),
-            None => {
-                let executor = team.agents.iter().find(|a| &a.config.id == id);
-                let (tools, kind) = executor
-                    .and_then(|a| match &a.role {
-                        RoleSpec::Bottom(b) => Some((
-                            &b.tools[..],
-                            b.kind.as_deref().or(b.ooda.as_ref().map(|_| OODA_KIND)),
-                        )),
-                        _ => None,
-                    })
-                    .unwrap_or_default();
-                if fits(tools, kind) {
-                    return Ok(());
-                }
-                let message = match need {
-                    Need::Tool => format!(
-                        "executor `{id}` does not have the tool `{tool}`; it has: {}",
-                        list_or_none(tools.iter().map(String::as_str))
-                    ),
-                    Need::Kind => format!(
-                        "executor `{id}` does not run the executor kind `{tool}` (its kind: {}); give it `kind = \"{tool}\"` in the team file",
-                        kind.unwrap_or("none")
-                    ),
-                    Need::Ooda => format!(
-                        "`{tool}` is a call of an OODA agent, and executor `{id}` is not one; give it `ooda = {{ ... }}` in the team file"
-                    ),
-                };
-                return Err(src.error(span, message));
-            }
-        },
-        StepTarget::Any => {
-            ("in the team".to_owned(), leads.iter().flat_map(|l| l.executors.clone()).collect())
-        }
-    };
-    if executors.iter().any(|(_, tools, kind)| fits(tools, *kind)) {
-        return Ok(());
     }
-    let message = if executors.is_empty() {
-        format!("there is no executor {place} to run `{tool}`")
-    } else {
-        let mut have: Vec<&str> = match need {
-            Need::Tool => {
-                executors.iter().flat_map(|(_, t, _)| t.iter().map(String::as_str)).collect()
+}
+
+impl PlanCheck<'_> {
+    /// Checks that some executor the step can reach has its `tool` (or, for [`Need::Kind`],
+    /// runs that kind).
+    fn check_reachable(
+        &self,
+        tool: &toml::Spanned<String>,
+        need: Need,
+        target: &StepTarget,
+    ) -> Result<(), FileError> {
+        let span = tool.span();
+        let name = tool.get_ref();
+        let leads = self.leads;
+        let (place, executors): (String, Vec<ExecutorView<'_>>) = match target {
+            StepTarget::Domain(domain) => {
+                let lead = leads.iter().find(|l| l.domain == domain);
+                let executors = lead.map(|l| l.executors.clone()).unwrap_or_default();
+                let lead_name = lead.map_or("", |l| l.id.as_str());
+                (format!("under the lead `{lead_name}` of the domain `{domain}`"), executors)
             }
-            Need::Kind | Need::Ooda => executors.iter().filter_map(|(_, _, k)| *k).collect(),
+            StepTarget::Agent(id) => match leads.iter().find(|l| l.id == id) {
+                Some(lead) => (format!("under the lead `{id}`"), lead.executors.clone()),
+                None => return self.check_executor(id, tool, need),
+            },
+            StepTarget::Any => {
+                ("in the team".to_owned(), leads.iter().flat_map(|l| l.executors.clone()).collect())
+            }
         };
-        have.sort_unstable();
-        have.dedup();
-        match need {
-            Need::Tool => {
-                format!("no executor {place} has the tool `{tool}`; they have: {}", have.join(", "))
-            }
+        if executors.iter().any(|(_, tools, kind)| fits(need, name, tools, *kind)) {
+            return Ok(());
+        }
+        Err(self.src.error(span, none_fits(need, name, &place, &executors)))
+    }
+
+    /// Checks that executor `id`, named by the step, meets `need` for `tool`.
+    fn check_executor(
+        &self,
+        id: &AgentId,
+        tool: &toml::Spanned<String>,
+        need: Need,
+    ) -> Result<(), FileError> {
+        let name = tool.get_ref();
+        let executor = self.team.agents.iter().find(|a| &a.config.id == id);
+        let (tools, kind) = executor
+            .and_then(|a| match &a.role {
+                RoleSpec::Bottom(b) => {
+                    Some((&b.tools[..], b.kind.as_deref().or(b.ooda.as_ref().map(|_| OODA_KIND))))
+                }
+                _ => None,
+            })
+            .unwrap_or_default();
+        if fits(need, name, tools, kind) {
+            return Ok(());
+        }
+        let message = match need {
+            Need::Tool => format!(
+                "executor `{id}` does not have the tool `{name}`; it has: {}",
+                list_or_none(tools.iter().map(String::as_str))
+            ),
             Need::Kind => format!(
-                "no executor {place} runs the executor kind `{tool}` (their kinds: {}); give one `kind = \"{tool}\"` in the team file",
-                list_or_none(have.into_iter())
+                "executor `{id}` does not run the executor kind `{name}` (its kind: {}); give it `kind = \"{name}\"` in the team file",
+                kind.unwrap_or("none")
             ),
             Need::Ooda => format!(
-                "`{tool}` is a call of an OODA agent, and no executor {place} is one; give one `ooda = {{ ... }}` in the team file"
+                "`{name}` is a call of an OODA agent, and executor `{id}` is not one; give it `ooda = {{ ... }}` in the team file"
             ),
-        }
+        };
+        Err(self.src.error(tool.span(), message))
+    }
+}
+
+/// Why none of `executors` (those `place` names) meets `need` for `tool`.
+fn none_fits(need: Need, tool: &str, place: &str, executors: &[ExecutorView<'_>]) -> String {
+    if executors.is_empty() {
+        return format!("there is no executor {place} to run `{tool}`");
+    }
+    let mut have: Vec<&str> = match need {
+        Need::Tool => executors.iter().flat_map(|(_, t, _)| t.iter().map(String::as_str)).collect(),
+        Need::Kind | Need::Ooda => executors.iter().filter_map(|(_, _, k)| *k).collect(),
     };
-    Err(src.error(span, message))
+    have.sort_unstable();
+    have.dedup();
+    match need {
+        Need::Tool => {
+            format!("no executor {place} has the tool `{tool}`; they have: {}", have.join(", "))
+        }
+        Need::Kind => format!(
+            "no executor {place} runs the executor kind `{tool}` (their kinds: {}); give one `kind = \"{tool}\"` in the team file",
+            list_or_none(have.into_iter())
+        ),
+        Need::Ooda => format!(
+            "`{tool}` is a call of an OODA agent, and no executor {place} is one; give one `ooda = {{ ... }}` in the team file"
+        ),
+    }
 }
 
 /// The JSON of a TOML table; datetimes become strings.

@@ -24,8 +24,8 @@ use crate::executor::{ExecutorSettings, check_kind, executor_settings};
 use crate::limits::{MAX_TEAM_FILE_BYTES, check_heartbeat, parse_duration};
 use crate::mcp::McpServerDecl;
 use crate::raw::{
-    Entry, EntryKind, RawBudget, RawConversation, RawPrice, RawReasoner, RawRole, RawSandbox,
-    RawTeam, RawTimeouts, RawTop,
+    Entry, EntryKind, RawBottom, RawBudget, RawConversation, RawMid, RawPrice, RawReasoner,
+    RawRole, RawSandbox, RawTeam, RawTimeouts, RawTop,
 };
 
 /// A lead's `max_subordinates` when the team file does not say.
@@ -216,106 +216,258 @@ pub fn parse_team(path: &Path, text: &str, tools: &ToolRegistry) -> Result<TeamF
     let src = Source { path, text };
     src.check_size(MAX_TEAM_FILE_BYTES, "team file")?;
     let raw: RawTeam = toml::from_str(text).map_err(|e| src.toml_error(&e))?;
-    team_controls(&src, &raw)?;
-    let mcp_servers = crate::mcp::declared(&src, &raw.mcp_servers)?;
-    let heartbeat = match &raw.heartbeat {
-        Some(h) => parse_duration(h.get_ref())
-            .and_then(|d| check_heartbeat(d).map_err(|e| e.to_string()))
-            .map_err(|m| src.error(h.span(), format!("`heartbeat`: {m}")))?,
-        None => DEFAULT_HEARTBEAT,
-    };
-    let max_agents = match &raw.max_agents {
-        Some(m) if *m.get_ref() == 0 => {
-            return Err(src.error(m.span(), "`max_agents` must be at least 1"));
-        }
-        Some(m) if *m.get_ref() > agent_pool::MAX_POOL_SIZE => {
-            return Err(src.error(
-                m.span(),
-                format!(
-                    "`max_agents` is {}, over the largest pool, {}; split the team",
-                    m.get_ref(),
-                    agent_pool::MAX_POOL_SIZE
-                ),
-            ));
-        }
-        Some(m) => *m.get_ref(),
-        None => DEFAULT_MAX_AGENTS,
-    };
-    let default_reasoner = match &raw.reasoner {
-        Some(r) => reasoner_settings(&src, r, &ReasonerSettings::default(), tools)?,
-        None => ReasonerSettings::default(),
-    };
-    let max_spawn_depth = match &raw.max_spawn_depth {
-        Some(d) if !(1..=MAX_SPAWN_DEPTH_LIMIT).contains(d.get_ref()) => {
-            return Err(src.error(
-                d.span(),
-                format!(
-                    "`max_spawn_depth` must be from 1 to {MAX_SPAWN_DEPTH_LIMIT}, not {} (a top power's lead is depth 1; default {DEFAULT_MAX_SPAWN_DEPTH})",
-                    d.get_ref()
-                ),
-            ));
-        }
-        Some(d) => *d.get_ref(),
-        None => DEFAULT_MAX_SPAWN_DEPTH,
-    };
-    let (roles, role_reasoners) = role_book(&src, &raw.roles, &default_reasoner, tools)?;
-    let mut entries: Vec<Entry<'_>> = raw
-        .top
-        .iter()
-        .map(Entry::top)
-        .chain(raw.mid.iter().map(Entry::mid))
-        .chain(raw.bottom.iter().map(Entry::bottom))
-        .collect();
-    entries.sort_by_key(|e| e.id.span().start);
-    let team = TeamIndex::new(&src, &entries)?;
-    if let Some(extra) = entries.get(max_agents) {
-        let limit = match &raw.max_agents {
-            Some(m) => format!("`max_agents` (line {}) is {max_agents}", src.position(m.span()).0),
-            None => format!("the pool allows {max_agents} (the default `max_agents`)"),
+    TeamReader { src: &src, raw: &raw, tools }.read()
+}
+
+/// Reads a parsed team file into a [`TeamFile`], table by table, in the order its mistakes are
+/// reported.
+struct TeamReader<'r> {
+    src: &'r Source<'r>,
+    raw: &'r RawTeam,
+    /// The registry the executors' tools must come from.
+    tools: &'r ToolRegistry,
+}
+
+/// The configured agents read from a team file, with the settings kept beside the spec.
+struct ReadAgents {
+    specs: Vec<AgentSpec>,
+    /// Reasoner settings of the agents that have their own.
+    reasoners: BTreeMap<AgentId, ReasonerSettings>,
+    /// The role of each configured agent that names one.
+    roles: BTreeMap<AgentId, String>,
+}
+
+impl<'r> TeamReader<'r> {
+    fn read(&self) -> Result<TeamFile, FileError> {
+        let (src, raw, tools) = (self.src, self.raw, self.tools);
+        team_controls(src, raw)?;
+        let mcp_servers = crate::mcp::declared(src, &raw.mcp_servers)?;
+        let heartbeat = self.heartbeat()?;
+        let max_agents = self.max_agents()?;
+        let default_reasoner = match &raw.reasoner {
+            Some(r) => reasoner_settings(src, r, &ReasonerSettings::default(), tools)?,
+            None => ReasonerSettings::default(),
         };
-        return Err(src.error(
-            extra.id.span(),
-            format!(
-                "too many agents for the pool: this is agent {} of {}, but {limit}; raise `max_agents` or remove agents",
-                max_agents + 1,
-                entries.len()
-            ),
-        ));
+        let max_spawn_depth = self.max_spawn_depth()?;
+        let (roles, role_reasoners) = role_book(src, &raw.roles, &default_reasoner, tools)?;
+        let entries = self.entries();
+        let team = self.index(&entries, max_agents)?;
+        let timeouts = match &raw.timeouts {
+            Some(t) => timeouts(src, t)?,
+            None => Timeouts::default(),
+        };
+        let agents = self.agents(&team, &roles, &default_reasoner, timeouts)?;
+        let executor = executor_settings(src, raw, &kinds(&agents.specs))?;
+        let prices = match &raw.prices {
+            Some(p) => price_table(src, p)?,
+            None => PriceTable::new(),
+        };
+        let budget = match &raw.budget {
+            Some(b) => budget(src, b)?,
+            None => Budget::default(),
+        };
+        let conversation = match &raw.conversation {
+            Some(c) => conversation_limits(src, c)?,
+            None => ConversationLimits::default(),
+        };
+        let sandbox = sandbox_settings(src, raw)?;
+        spawn_grants(src, &raw.roles, &roles, &sandbox)?;
+        let mut spec = TeamSpec::new(agents.specs);
+        spec.heartbeat = heartbeat;
+        spec.max_agents = max_agents;
+        spec.roles = roles;
+        spec.max_spawn_depth = max_spawn_depth;
+        spec.agent_roles = agents.roles;
+        spec.timeouts = timeouts;
+        // What a spawn is checked against at run time, as at load (`spawn_grants`).
+        spec.network = agent_core::spawn::NetworkGrants {
+            default: sandbox.network,
+            agents: sandbox.agent_network.clone(),
+            roles: sandbox.role_network.clone(),
+        };
+        self.governance(&mut spec, &budget)?;
+        Ok(TeamFile {
+            spec,
+            default_reasoner,
+            agent_reasoners: agents.reasoners,
+            role_reasoners,
+            prices,
+            budget,
+            conversation,
+            executor,
+            sandbox,
+            mcp_servers,
+        })
     }
-    if !entries.iter().any(|e| e.layer == AgentLayer::Top) {
-        return Err(src.error(
-            0..0,
-            "the team has no top power; add a [[top]] table (a team needs one to propose and sign plans)",
-        ));
+
+    /// `heartbeat`, checked.
+    fn heartbeat(&self) -> Result<Duration, FileError> {
+        Ok(match &self.raw.heartbeat {
+            Some(h) => parse_duration(h.get_ref())
+                .and_then(|d| check_heartbeat(d).map_err(|e| e.to_string()))
+                .map_err(|m| self.src.error(h.span(), format!("`heartbeat`: {m}")))?,
+            None => DEFAULT_HEARTBEAT,
+        })
     }
-    let timeouts = match &raw.timeouts {
-        Some(t) => timeouts(&src, t)?,
-        None => Timeouts::default(),
-    };
-    let mut domains: BTreeMap<&str, &Entry<'_>> = BTreeMap::new();
-    let mut agents = Vec::with_capacity(entries.len());
-    let mut agent_reasoners = BTreeMap::new();
-    let mut agent_roles = BTreeMap::new();
-    // Executors placed under each lead so far (counted as the entries go, not searched for:
-    // a generated team has 100 000 agents).
-    let mut placed: BTreeMap<&str, usize> = BTreeMap::new();
-    for entry in &entries {
-        let mut spec = agent_spec(&src, entry, &mut placed, &team, tools, &mut domains)?;
-        if entry.timeout_ms.is_none() {
-            // Its turns are bounded by the team's `[timeouts] turn_ms`.
-            spec.config.timeout_ms = timeouts.turn_ms;
-        }
-        if let Some(r) = entry.reasoner {
-            let settings = reasoner_settings(&src, r, &default_reasoner, tools)?;
-            agent_reasoners.insert(spec.config.id.clone(), settings);
-        }
-        if let Some(role) = agent_role(&src, entry, &roles)? {
-            agent_roles.insert(spec.config.id.clone(), role);
-        }
-        agents.push(spec);
+
+    /// `max_agents`, from 1 to the largest pool.
+    fn max_agents(&self) -> Result<usize, FileError> {
+        Ok(match &self.raw.max_agents {
+            Some(m) if *m.get_ref() == 0 => {
+                return Err(self.src.error(m.span(), "`max_agents` must be at least 1"));
+            }
+            Some(m) if *m.get_ref() > agent_pool::MAX_POOL_SIZE => {
+                return Err(self.src.error(
+                    m.span(),
+                    format!(
+                        "`max_agents` is {}, over the largest pool, {}; split the team",
+                        m.get_ref(),
+                        agent_pool::MAX_POOL_SIZE
+                    ),
+                ));
+            }
+            Some(m) => *m.get_ref(),
+            None => DEFAULT_MAX_AGENTS,
+        })
     }
-    share_tool_lists(&mut agents);
-    let kind_of: BTreeMap<AgentId, String> = agents
+
+    /// `max_spawn_depth`, from 1 to [`MAX_SPAWN_DEPTH_LIMIT`].
+    fn max_spawn_depth(&self) -> Result<u32, FileError> {
+        Ok(match &self.raw.max_spawn_depth {
+            Some(d) if !(1..=MAX_SPAWN_DEPTH_LIMIT).contains(d.get_ref()) => {
+                return Err(self.src.error(
+                    d.span(),
+                    format!(
+                        "`max_spawn_depth` must be from 1 to {MAX_SPAWN_DEPTH_LIMIT}, not {} (a top power's lead is depth 1; default {DEFAULT_MAX_SPAWN_DEPTH})",
+                        d.get_ref()
+                    ),
+                ));
+            }
+            Some(d) => *d.get_ref(),
+            None => DEFAULT_MAX_SPAWN_DEPTH,
+        })
+    }
+
+    /// The `[[top]]`, `[[mid]]` and `[[bottom]]` entries in the order they are written.
+    fn entries(&self) -> Vec<Entry<'r>> {
+        let raw = self.raw;
+        let mut entries: Vec<Entry<'r>> = raw
+            .top
+            .iter()
+            .map(Entry::top)
+            .chain(raw.mid.iter().map(Entry::mid))
+            .chain(raw.bottom.iter().map(Entry::bottom))
+            .collect();
+        entries.sort_by_key(|e| e.id.span().start);
+        entries
+    }
+
+    /// The entries by id, each id once; at most `max_agents` of them, and at least one top
+    /// power.
+    fn index<'e>(
+        &self,
+        entries: &'e [Entry<'r>],
+        max_agents: usize,
+    ) -> Result<TeamIndex<'e, 'r>, FileError> {
+        let src = self.src;
+        let team = TeamIndex::new(src, entries)?;
+        if let Some(extra) = entries.get(max_agents) {
+            let limit = match &self.raw.max_agents {
+                Some(m) => {
+                    format!("`max_agents` (line {}) is {max_agents}", src.position(m.span()).0)
+                }
+                None => format!("the pool allows {max_agents} (the default `max_agents`)"),
+            };
+            return Err(src.error(
+                extra.id.span(),
+                format!(
+                    "too many agents for the pool: this is agent {} of {}, but {limit}; raise `max_agents` or remove agents",
+                    max_agents + 1,
+                    entries.len()
+                ),
+            ));
+        }
+        if !entries.iter().any(|e| e.layer == AgentLayer::Top) {
+            return Err(src.error(
+                0..0,
+                "the team has no top power; add a [[top]] table (a team needs one to propose and sign plans)",
+            ));
+        }
+        Ok(team)
+    }
+
+    /// Every entry's agent spec, reasoner and role, checked against the team.
+    fn agents(
+        &self,
+        team: &TeamIndex<'_, 'r>,
+        roles: &RoleBook,
+        default_reasoner: &ReasonerSettings,
+        timeouts: Timeouts,
+    ) -> Result<ReadAgents, FileError> {
+        let (src, tools) = (self.src, self.tools);
+        let entries = team.entries;
+        let mut read = ReadAgents {
+            specs: Vec::with_capacity(entries.len()),
+            reasoners: BTreeMap::new(),
+            roles: BTreeMap::new(),
+        };
+        let mut domains: BTreeMap<&str, &Entry<'_>> = BTreeMap::new();
+        // Executors placed under each lead so far (counted as the entries go, not searched
+        // for: a generated team has 100 000 agents).
+        let mut placed: BTreeMap<&str, usize> = BTreeMap::new();
+        for entry in entries {
+            let mut spec = agent_spec(src, entry, &mut placed, team, tools, &mut domains)?;
+            if entry.timeout_ms.is_none() {
+                // Its turns are bounded by the team's `[timeouts] turn_ms`.
+                spec.config.timeout_ms = timeouts.turn_ms;
+            }
+            if let Some(r) = entry.reasoner {
+                let settings = reasoner_settings(src, r, default_reasoner, tools)?;
+                read.reasoners.insert(spec.config.id.clone(), settings);
+            }
+            if let Some(role) = agent_role(src, entry, roles)? {
+                read.roles.insert(spec.config.id.clone(), role);
+            }
+            read.specs.push(spec);
+        }
+        share_tool_lists(&mut read.specs);
+        Ok(read)
+    }
+
+    /// `[guards]`, `[arbitration]` and `[approvals]` into `spec`; a budget that asks a human
+    /// needs one.
+    fn governance(&self, spec: &mut TeamSpec, budget: &Budget) -> Result<(), FileError> {
+        let (src, raw) = (self.src, self.raw);
+        if let Some(g) = &raw.guards {
+            spec.guards = guards(src, g)?;
+        }
+        if let Some(a) = &raw.arbitration {
+            let d = spec.arbitration;
+            spec.arbitration = agent_state::ArbitrationSettings {
+                escalations: a.escalations.unwrap_or(d.escalations),
+                acceptance: a.acceptance.unwrap_or(d.acceptance),
+                vetoed_plans: a.vetoed_plans.unwrap_or(d.vetoed_plans),
+            };
+        }
+        if let Some(a) = &raw.approvals {
+            spec.approvals = approvals(src, a)?;
+        }
+        if budget.on_exceed == OnExceed::AskHuman
+            && spec.approvals.humans.is_empty()
+            && let Some(o) = raw.budget.as_ref().and_then(|b| b.on_exceed.as_ref())
+        {
+            return Err(src.error(
+                o.span(),
+                "[budget] `on_exceed = \"ask_human\"` needs someone to decide: list them in [approvals] `humans = [\"name\"]`",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The kind of every executor that has one, by id.
+fn kinds(agents: &[AgentSpec]) -> BTreeMap<AgentId, String> {
+    agents
         .iter()
         .filter_map(|a| match &a.role {
             RoleSpec::Bottom(BottomSpec { kind: Some(kind), .. }) => {
@@ -323,70 +475,7 @@ pub fn parse_team(path: &Path, text: &str, tools: &ToolRegistry) -> Result<TeamF
             }
             _ => None,
         })
-        .collect();
-    let executor = executor_settings(&src, &raw, &kind_of)?;
-    let prices = match &raw.prices {
-        Some(p) => price_table(&src, p)?,
-        None => PriceTable::new(),
-    };
-    let budget = match &raw.budget {
-        Some(b) => budget(&src, b)?,
-        None => Budget::default(),
-    };
-    let conversation = match &raw.conversation {
-        Some(c) => conversation_limits(&src, c)?,
-        None => ConversationLimits::default(),
-    };
-    let sandbox = sandbox_settings(&src, &raw)?;
-    spawn_grants(&src, &raw.roles, &roles, &sandbox)?;
-    let mut spec = TeamSpec::new(agents);
-    spec.heartbeat = heartbeat;
-    spec.max_agents = max_agents;
-    spec.roles = roles;
-    spec.max_spawn_depth = max_spawn_depth;
-    spec.agent_roles = agent_roles;
-    spec.timeouts = timeouts;
-    // What a spawn is checked against at run time, as at load (`spawn_grants`).
-    spec.network = agent_core::spawn::NetworkGrants {
-        default: sandbox.network,
-        agents: sandbox.agent_network.clone(),
-        roles: sandbox.role_network.clone(),
-    };
-    if let Some(g) = &raw.guards {
-        spec.guards = guards(&src, g)?;
-    }
-    if let Some(a) = &raw.arbitration {
-        let d = spec.arbitration;
-        spec.arbitration = agent_state::ArbitrationSettings {
-            escalations: a.escalations.unwrap_or(d.escalations),
-            acceptance: a.acceptance.unwrap_or(d.acceptance),
-            vetoed_plans: a.vetoed_plans.unwrap_or(d.vetoed_plans),
-        };
-    }
-    if let Some(a) = &raw.approvals {
-        spec.approvals = approvals(&src, a)?;
-    }
-    if budget.on_exceed == OnExceed::AskHuman
-        && spec.approvals.humans.is_empty()
-        && let Some(o) = raw.budget.as_ref().and_then(|b| b.on_exceed.as_ref())
-    {
-        return Err(src.error(
-            o.span(),
-            "[budget] `on_exceed = \"ask_human\"` needs someone to decide: list them in [approvals] `humans = [\"name\"]`",
-        ));
-    }
-    Ok(TeamFile {
-        spec,
-        default_reasoner,
-        agent_reasoners,
-        role_reasoners,
-        prices,
-        budget,
-        conversation,
-        executor,
-        sandbox,
-        mcp_servers,
-    })
+        .collect()
 }
 
 /// Makes executors with the same tools hold one list between them: a generated team of 100 000
@@ -502,6 +591,35 @@ fn agent_spec<'e, 'a>(
     tools: &ToolRegistry,
     domains: &mut BTreeMap<&'a str, &'e Entry<'a>>,
 ) -> Result<AgentSpec, FileError> {
+    let config = agent_config(src, entry, team)?;
+    let role = match entry.kind {
+        EntryKind::Top(raw) => top_role(src, entry, raw, &config)?,
+        EntryKind::Mid(raw) => mid_role(src, entry, raw, domains)?,
+        EntryKind::Bottom(raw) => bottom_role(src, raw, placed, team, tools)?,
+    };
+    // Everything `validate` refuses is caught above with a position; this is a safety net.
+    config.validate().map_err(|e| {
+        let span = match e.field() {
+            "name" => entry.name.map(Spanned::span),
+            "supervisor" => entry.supervisor.map(Spanned::span),
+            "temperature" => entry.temperature.map(Spanned::span),
+            "timeout_ms" => entry.timeout_ms.map(Spanned::span),
+            "role" => entry.role.map(Spanned::span),
+            "model" => entry.model.map(Spanned::span),
+            _ => None,
+        };
+        src.error(span.unwrap_or(entry.id.span()), e.kind.to_string())
+    })?;
+    Ok(AgentSpec { config, role })
+}
+
+/// An entry's configuration: name, supervisor, role, capabilities, model, temperature,
+/// retries and turn limit; a `kind` only on an executor.
+fn agent_config(
+    src: &Source<'_>,
+    entry: &Entry<'_>,
+    team: &TeamIndex<'_, '_>,
+) -> Result<AgentConfig, FileError> {
     let id = entry.id();
     let name = match entry.name {
         Some(name) if name.get_ref().trim().is_empty() => {
@@ -537,20 +655,7 @@ fn agent_spec<'e, 'a>(
         config.max_retries = retries;
     }
     if let Some(timeout) = entry.timeout_ms {
-        if *timeout.get_ref() == 0 {
-            return Err(src.error(timeout.span(), "`timeout_ms` must be greater than 0"));
-        }
-        if *timeout.get_ref() > MAX_LIMIT_MS {
-            return Err(src.error(
-                timeout.span(),
-                format!(
-                    "`timeout_ms` is {}, over the longest time limit, {MAX_LIMIT_MS} ms (7 days); give the longest one heartbeat turn may take, such as {}",
-                    timeout.get_ref(),
-                    agent_state::DEFAULT_TURN_MS
-                ),
-            ));
-        }
-        config.timeout_ms = *timeout.get_ref();
+        config.timeout_ms = turn_limit(src, timeout)?;
     }
     if let Some(kind) = entry.executor_kind
         && entry.layer != AgentLayer::Bottom
@@ -563,93 +668,118 @@ fn agent_spec<'e, 'a>(
             ),
         ));
     }
-    let role = match entry.kind {
-        EntryKind::Top(raw) => {
-            let spec = top_spec(src, raw)?;
-            // A required signer that may not review would leave what it must sign pending.
-            if !spec.signature_authority.is_empty() && !config.has(Capability::Review) {
-                let span = entry
-                    .capabilities
-                    .and_then(|c| c.first())
-                    .map_or(entry.id.span(), Spanned::span);
-                return Err(src.error(
-                    span,
-                    format!(
-                        "top power `{id}` has signature authority ({}) but not the capability `review`, which signing needs: what it must sign would stay pending forever; add \"review\" to its `capabilities`, or drop the authority (`signature_authority = []`)",
-                        spec.signature_authority.join(", ")
-                    ),
-                ));
-            }
-            RoleSpec::Top(spec)
+    Ok(config)
+}
+
+/// An agent's `timeout_ms`: above 0, at most [`MAX_LIMIT_MS`].
+fn turn_limit(src: &Source<'_>, timeout: &Spanned<u64>) -> Result<u64, FileError> {
+    if *timeout.get_ref() == 0 {
+        return Err(src.error(timeout.span(), "`timeout_ms` must be greater than 0"));
+    }
+    if *timeout.get_ref() > MAX_LIMIT_MS {
+        return Err(src.error(
+            timeout.span(),
+            format!(
+                "`timeout_ms` is {}, over the longest time limit, {MAX_LIMIT_MS} ms (7 days); give the longest one heartbeat turn may take, such as {}",
+                timeout.get_ref(),
+                agent_state::DEFAULT_TURN_MS
+            ),
+        ));
+    }
+    Ok(*timeout.get_ref())
+}
+
+/// A `[[top]]` entry's role: a required signer must hold `review`.
+fn top_role(
+    src: &Source<'_>,
+    entry: &Entry<'_>,
+    raw: &RawTop,
+    config: &AgentConfig,
+) -> Result<RoleSpec, FileError> {
+    let spec = top_spec(src, raw)?;
+    // A required signer that may not review would leave what it must sign pending.
+    if !spec.signature_authority.is_empty() && !config.has(Capability::Review) {
+        let span =
+            entry.capabilities.and_then(|c| c.first()).map_or(entry.id.span(), Spanned::span);
+        return Err(src.error(
+            span,
+            format!(
+                "top power `{}` has signature authority ({}) but not the capability `review`, which signing needs: what it must sign would stay pending forever; add \"review\" to its `capabilities`, or drop the authority (`signature_authority = []`)",
+                entry.id(),
+                spec.signature_authority.join(", ")
+            ),
+        ));
+    }
+    Ok(RoleSpec::Top(spec))
+}
+
+/// A `[[mid]]` entry's role: its domain, not empty and not another lead's.
+fn mid_role<'e, 'a>(
+    src: &Source<'_>,
+    entry: &'e Entry<'a>,
+    raw: &'a RawMid,
+    domains: &mut BTreeMap<&'a str, &'e Entry<'a>>,
+) -> Result<RoleSpec, FileError> {
+    let domain = raw.domain.get_ref();
+    if domain.trim().is_empty() {
+        return Err(src.error(raw.domain.span(), "`domain` must not be empty"));
+    }
+    if let Some(lead) = domains.insert(domain, entry) {
+        let line = src.position(lead.id.span()).0;
+        return Err(src.error(
+            raw.domain.span(),
+            format!(
+                "domain `{domain}` already has a lead, `{}` (line {line}); each domain has one lead",
+                lead.id()
+            ),
+        ));
+    }
+    let max_subordinates = raw.max_subordinates.unwrap_or(DEFAULT_MAX_SUBORDINATES);
+    Ok(RoleSpec::Mid(MidSpec { domain: domain.clone(), max_subordinates }))
+}
+
+/// A `[[bottom]]` entry's role: room under its lead, its tools, and an executor `kind` or an
+/// `ooda` loop (not both).
+fn bottom_role<'a>(
+    src: &Source<'_>,
+    raw: &'a RawBottom,
+    placed: &mut BTreeMap<&'a str, usize>,
+    team: &TeamIndex<'_, 'a>,
+    tools: &ToolRegistry,
+) -> Result<RoleSpec, FileError> {
+    let lead = raw.supervisor.get_ref();
+    let max = team.by_id.get(lead.as_str()).and_then(|e| match e.kind {
+        EntryKind::Mid(m) => Some(m.max_subordinates.unwrap_or(DEFAULT_MAX_SUBORDINATES)),
+        _ => None,
+    });
+    let siblings = placed.entry(lead.as_str()).or_insert(0);
+    if let Some(max) = max
+        && *siblings >= max
+    {
+        return Err(src.error(
+            raw.supervisor.span(),
+            format!(
+                "lead `{lead}` already has {max} executors, its `max_subordinates`; raise it or report to another lead ({})",
+                team.ids_on(AgentLayer::Mid)
+            ),
+        ));
+    }
+    *siblings += 1;
+    let spec = BottomSpec::new(executor_tools(src, &raw.tools, tools)?);
+    Ok(match (&raw.kind, &raw.ooda) {
+        (Some(_), Some(ooda)) => {
+            return Err(src.error(
+                ooda.span(),
+                "an executor runs either an executor `kind` or an `ooda` loop, not both; remove one",
+            ));
         }
-        EntryKind::Mid(raw) => {
-            let domain = raw.domain.get_ref();
-            if domain.trim().is_empty() {
-                return Err(src.error(raw.domain.span(), "`domain` must not be empty"));
-            }
-            if let Some(lead) = domains.insert(domain, entry) {
-                let line = src.position(lead.id.span()).0;
-                return Err(src.error(
-                    raw.domain.span(),
-                    format!(
-                        "domain `{domain}` already has a lead, `{}` (line {line}); each domain has one lead",
-                        lead.id()
-                    ),
-                ));
-            }
-            let max_subordinates = raw.max_subordinates.unwrap_or(DEFAULT_MAX_SUBORDINATES);
-            RoleSpec::Mid(MidSpec { domain: domain.clone(), max_subordinates })
+        (Some(kind), None) => RoleSpec::Bottom(spec.with_kind(check_kind(src, kind)?)),
+        (None, Some(ooda)) => {
+            let config = ooda_config(src, ooda, &spec.tools)?;
+            RoleSpec::Bottom(spec.with_ooda(config))
         }
-        EntryKind::Bottom(raw) => {
-            let lead = raw.supervisor.get_ref();
-            let max = team.by_id.get(lead.as_str()).and_then(|e| match e.kind {
-                EntryKind::Mid(m) => Some(m.max_subordinates.unwrap_or(DEFAULT_MAX_SUBORDINATES)),
-                _ => None,
-            });
-            let siblings = placed.entry(lead.as_str()).or_insert(0);
-            if let Some(max) = max
-                && *siblings >= max
-            {
-                return Err(src.error(
-                    raw.supervisor.span(),
-                    format!(
-                        "lead `{lead}` already has {max} executors, its `max_subordinates`; raise it or report to another lead ({})",
-                        team.ids_on(AgentLayer::Mid)
-                    ),
-                ));
-            }
-            *siblings += 1;
-            let spec = BottomSpec::new(executor_tools(src, &raw.tools, tools)?);
-            match (&raw.kind, &raw.ooda) {
-                (Some(_), Some(ooda)) => {
-                    return Err(src.error(
-                        ooda.span(),
-                        "an executor runs either an executor `kind` or an `ooda` loop, not both; remove one",
-                    ));
-                }
-                (Some(kind), None) => RoleSpec::Bottom(spec.with_kind(check_kind(src, kind)?)),
-                (None, Some(ooda)) => {
-                    let config = ooda_config(src, ooda, &spec.tools)?;
-                    RoleSpec::Bottom(spec.with_ooda(config))
-                }
-                (None, None) => RoleSpec::Bottom(spec),
-            }
-        }
-    };
-    // Everything `validate` refuses is caught above with a position; this is a safety net.
-    config.validate().map_err(|e| {
-        let span = match e.field() {
-            "name" => entry.name.map(Spanned::span),
-            "supervisor" => entry.supervisor.map(Spanned::span),
-            "temperature" => entry.temperature.map(Spanned::span),
-            "timeout_ms" => entry.timeout_ms.map(Spanned::span),
-            "role" => entry.role.map(Spanned::span),
-            "model" => entry.model.map(Spanned::span),
-            _ => None,
-        };
-        src.error(span.unwrap_or(entry.id.span()), e.kind.to_string())
-    })?;
-    Ok(AgentSpec { config, role })
+        (None, None) => RoleSpec::Bottom(spec),
+    })
 }
 
 /// An executor's `ooda = { ... }`: an OODA configuration (version 1 or 2; see
@@ -841,6 +971,60 @@ fn executor_tools(
     Ok(out)
 }
 
+/// A reasoner's `forbid_tools`: registered tools.
+fn forbidden_tools(
+    src: &Source<'_>,
+    list: &[Spanned<String>],
+    tools: &ToolRegistry,
+) -> Result<Vec<String>, FileError> {
+    if let Some(bad) = list.iter().find(|t| tools.get(t.get_ref()).is_none()) {
+        return Err(src.error(
+            bad.span(),
+            format!(
+                "unknown tool `{}` in `forbid_tools` (available: {})",
+                bad.get_ref(),
+                tools.names().join(", ")
+            ),
+        ));
+    }
+    Ok(list.iter().map(|t| t.get_ref().clone()).collect())
+}
+
+/// A reasoner's `base_url`: an http(s) URL with a host, trimmed.
+fn base_url(src: &Source<'_>, u: &Spanned<String>) -> Result<String, FileError> {
+    let url = u.get_ref().trim();
+    let scheme_ok = url.starts_with("http://") || url.starts_with("https://");
+    let host_ok = url.split_once("://").is_some_and(|(_, rest)| {
+        !rest.is_empty() && !rest.starts_with('/') && !rest.contains(char::is_whitespace)
+    });
+    if !scheme_ok || !host_ok {
+        return Err(src.error(
+            u.span(),
+            format!(
+                "`base_url` `{url}` is not an http(s) URL; write it like \"https://api.openai.com/v1\" or \"http://127.0.0.1:11434/v1\""
+            ),
+        ));
+    }
+    Ok(url.to_owned())
+}
+
+/// A reasoner's `api_key_env`: an environment variable's name (never the key).
+fn api_key_env(src: &Source<'_>, v: &Spanned<String>) -> Result<String, FileError> {
+    let name = v.get_ref();
+    let valid = !name.is_empty()
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !valid {
+        return Err(src.error(
+            v.span(),
+            format!(
+                "`api_key_env` `{name}` is not an environment variable name; name the variable that holds the key, such as \"OPENAI_API_KEY\" (the key itself never goes in the team file)"
+            ),
+        ));
+    }
+    Ok(name.clone())
+}
+
 fn reasoner_settings(
     src: &Source<'_>,
     raw: &RawReasoner,
@@ -853,19 +1037,7 @@ fn reasoner_settings(
         None => base.kind,
     };
     let forbid_tools = match &raw.forbid_tools {
-        Some(list) => {
-            if let Some(bad) = list.iter().find(|t| tools.get(t.get_ref()).is_none()) {
-                return Err(src.error(
-                    bad.span(),
-                    format!(
-                        "unknown tool `{}` in `forbid_tools` (available: {})",
-                        bad.get_ref(),
-                        tools.names().join(", ")
-                    ),
-                ));
-            }
-            list.iter().map(|t| t.get_ref().clone()).collect()
-        }
+        Some(list) => forbidden_tools(src, list, tools)?,
         None => base.forbid_tools.clone(),
     };
     let prefer = match &raw.prefer {
@@ -873,22 +1045,7 @@ fn reasoner_settings(
         None => base.prefer.clone(),
     };
     let base_url = match &raw.base_url {
-        Some(u) => {
-            let url = u.get_ref().trim();
-            let scheme_ok = url.starts_with("http://") || url.starts_with("https://");
-            let host_ok = url.split_once("://").is_some_and(|(_, rest)| {
-                !rest.is_empty() && !rest.starts_with('/') && !rest.contains(char::is_whitespace)
-            });
-            if !scheme_ok || !host_ok {
-                return Err(src.error(
-                    u.span(),
-                    format!(
-                        "`base_url` `{url}` is not an http(s) URL; write it like \"https://api.openai.com/v1\" or \"http://127.0.0.1:11434/v1\""
-                    ),
-                ));
-            }
-            Some(url.to_owned())
-        }
+        Some(u) => Some(base_url(src, u)?),
         None => base.base_url.clone(),
     };
     let model = match &raw.model {
@@ -900,21 +1057,7 @@ fn reasoner_settings(
     };
     let stream = raw.stream.or(base.stream);
     let api_key_env = match &raw.api_key_env {
-        Some(v) => {
-            let name = v.get_ref();
-            let valid = !name.is_empty()
-                && !name.starts_with(|c: char| c.is_ascii_digit())
-                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-            if !valid {
-                return Err(src.error(
-                    v.span(),
-                    format!(
-                        "`api_key_env` `{name}` is not an environment variable name; name the variable that holds the key, such as \"OPENAI_API_KEY\" (the key itself never goes in the team file)"
-                    ),
-                ));
-            }
-            Some(name.clone())
-        }
+        Some(v) => Some(api_key_env(src, v)?),
         None => base.api_key_env.clone(),
     };
     let request_timeout = match &raw.request_timeout {
@@ -988,73 +1131,79 @@ fn role_book(
                 ),
             ));
         }
-        let layer = match r.layer.get_ref().as_str() {
-            "mid" => AgentLayer::Mid,
-            "bottom" => AgentLayer::Bottom,
-            // Refused by the role book, with its reason.
-            "top" => AgentLayer::Top,
-            other => {
-                return Err(src.error(
-                    r.layer.span(),
-                    format!(
-                        "`layer` is \"mid\" (a lead, which may spawn agents) or \"bottom\" (an executor), not \"{other}\""
-                    ),
-                ));
-            }
-        };
-        let mut role = Role::new(name.clone(), layer);
-        role.description = r.description.clone().unwrap_or_default();
-        if let Some(prompt) = &r.system_prompt {
-            if prompt.get_ref().trim().is_empty() {
-                return Err(src.error(
-                    prompt.span(),
-                    "`system_prompt` must not be empty; leave it out to use the layer's own",
-                ));
-            }
-            role.system_prompt = Some(prompt.get_ref().clone());
-        }
-        match (&r.tools, layer) {
-            (Some(list), AgentLayer::Bottom) => role.tools = executor_tools(src, list, tools)?,
-            // Refused by the role book: only bottom roles call tools.
-            (Some(list), _) => {
-                role.tools = list.get_ref().iter().map(|t| t.get_ref().clone()).collect()
-            }
-            (None, AgentLayer::Bottom) => {
-                return Err(src.error(
-                    r.name.span(),
-                    format!(
-                        "role `{name}` is a bottom role and needs `tools`, the tools its agents run (available: {})",
-                        tools.names().join(", ")
-                    ),
-                ));
-            }
-            (None, _) => {}
-        }
-        if let Some(names) = &r.capabilities {
-            role.capabilities = Some(capability_names(src, layer, names)?);
-        }
-        if let Some(m) = &r.model {
-            if m.get_ref().trim().is_empty() {
-                return Err(src.error(m.span(), "`model` must not be empty"));
-            }
-            role.model = Some(m.get_ref().trim().to_owned());
-        }
-        if let Some(list) = &r.enabled_agents {
-            role.enabled_agents = list.get_ref().iter().map(|e| e.get_ref().clone()).collect();
-        }
-        role.max_instances = r.max_instances.as_ref().map(|m| *m.get_ref());
-        // Whether its layer may have one is the role book's check.
-        if let Some(kind) = &r.kind {
-            role.kind = Some(check_kind(src, kind)?);
-        }
+        roles.push(role(src, r, tools)?);
         if let Some(settings) = &r.reasoner {
             reasoners
                 .insert(name.clone(), reasoner_settings(src, settings, default_reasoner, tools)?);
         }
-        roles.push(role);
     }
     let book = RoleBook::new(roles).map_err(|e| role_error(src, raw, &e))?;
     Ok((book, reasoners))
+}
+
+/// One `[[roles]]` entry, read (the rules between roles are the role book's).
+fn role(src: &Source<'_>, r: &RawRole, tools: &ToolRegistry) -> Result<Role, FileError> {
+    let name = r.name.get_ref();
+    let layer = match r.layer.get_ref().as_str() {
+        "mid" => AgentLayer::Mid,
+        "bottom" => AgentLayer::Bottom,
+        // Refused by the role book, with its reason.
+        "top" => AgentLayer::Top,
+        other => {
+            return Err(src.error(
+                r.layer.span(),
+                format!(
+                    "`layer` is \"mid\" (a lead, which may spawn agents) or \"bottom\" (an executor), not \"{other}\""
+                ),
+            ));
+        }
+    };
+    let mut role = Role::new(name.clone(), layer);
+    role.description = r.description.clone().unwrap_or_default();
+    if let Some(prompt) = &r.system_prompt {
+        if prompt.get_ref().trim().is_empty() {
+            return Err(src.error(
+                prompt.span(),
+                "`system_prompt` must not be empty; leave it out to use the layer's own",
+            ));
+        }
+        role.system_prompt = Some(prompt.get_ref().clone());
+    }
+    match (&r.tools, layer) {
+        (Some(list), AgentLayer::Bottom) => role.tools = executor_tools(src, list, tools)?,
+        // Refused by the role book: only bottom roles call tools.
+        (Some(list), _) => {
+            role.tools = list.get_ref().iter().map(|t| t.get_ref().clone()).collect()
+        }
+        (None, AgentLayer::Bottom) => {
+            return Err(src.error(
+                r.name.span(),
+                format!(
+                    "role `{name}` is a bottom role and needs `tools`, the tools its agents run (available: {})",
+                    tools.names().join(", ")
+                ),
+            ));
+        }
+        (None, _) => {}
+    }
+    if let Some(names) = &r.capabilities {
+        role.capabilities = Some(capability_names(src, layer, names)?);
+    }
+    if let Some(m) = &r.model {
+        if m.get_ref().trim().is_empty() {
+            return Err(src.error(m.span(), "`model` must not be empty"));
+        }
+        role.model = Some(m.get_ref().trim().to_owned());
+    }
+    if let Some(list) = &r.enabled_agents {
+        role.enabled_agents = list.get_ref().iter().map(|e| e.get_ref().clone()).collect();
+    }
+    role.max_instances = r.max_instances.as_ref().map(|m| *m.get_ref());
+    // Whether its layer may have one is the role book's check.
+    if let Some(kind) = &r.kind {
+        role.kind = Some(check_kind(src, kind)?);
+    }
+    Ok(role)
 }
 
 /// A [`RoleError`] as a [`FileError`] pointing at the value it is about: the `enabled_agents`

@@ -155,7 +155,8 @@ impl Beneath {
     /// root; refused when what was opened lies in a masked directory.
     pub(crate) fn open(&self, tool: &str, path: &Path, flags: OFlags) -> Result<File, ToolError> {
         let relative = relative(tool, &self.root, path)?;
-        let fd = open_at(tool, &self.root, path, self.handle.as_fd(), &relative, flags, RESOLVE)?;
+        let fd = open_at(self.handle.as_fd(), &relative, flags, RESOLVE)
+            .map_err(|e| error(tool, &self.root, path, e))?;
         self.check(tool, path, &fd)?;
         Ok(File::from(fd))
     }
@@ -170,15 +171,8 @@ impl Beneath {
     ) -> Result<File, ToolError> {
         let relative = relative(tool, &self.root, path)?;
         let flags = flags | OFlags::NOFOLLOW;
-        let fd = open_at(
-            tool,
-            &self.root,
-            path,
-            self.handle.as_fd(),
-            &relative,
-            flags,
-            RESOLVE_NO_LINKS,
-        )?;
+        let fd = open_at(self.handle.as_fd(), &relative, flags, RESOLVE_NO_LINKS)
+            .map_err(|e| error(tool, &self.root, path, e))?;
         self.check(tool, path, &fd)?;
         Ok(File::from(fd))
     }
@@ -187,7 +181,8 @@ impl Beneath {
     pub(crate) fn open_dir(&self, tool: &str, dir: &Path) -> Result<OwnedFd, ToolError> {
         let relative = relative(tool, &self.root, dir)?;
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NONBLOCK;
-        let fd = open_at(tool, &self.root, dir, self.handle.as_fd(), &relative, flags, RESOLVE)?;
+        let fd = open_at(self.handle.as_fd(), &relative, flags, RESOLVE)
+            .map_err(|e| error(tool, &self.root, dir, e))?;
         self.check(tool, dir, &fd)?;
         Ok(fd)
     }
@@ -205,8 +200,10 @@ impl Beneath {
             walked.push(name);
             let flags = OFlags::PATH | OFlags::DIRECTORY;
             let at = current.as_ref().map_or(self.handle.as_fd(), AsFd::as_fd);
-            let opened =
-                |at| open_at(tool, &self.root, &walked, at, Path::new(name), flags, RESOLVE);
+            let opened = |at| {
+                open_at(at, Path::new(name), flags, RESOLVE)
+                    .map_err(|e| error(tool, &self.root, &walked, e))
+            };
             let next = match opened(at) {
                 Ok(next) => next,
                 Err(ToolError::Io { source, .. })
@@ -271,8 +268,7 @@ impl Beneath {
         };
         let flags = OFlags::PATH | OFlags::DIRECTORY;
         let dir =
-            open_at(tool, &self.root, path, self.handle.as_fd(), parent, flags, RESOLVE_NO_LINKS)
-                .map_err(|_| changed())?;
+            open_at(self.handle.as_fd(), parent, flags, RESOLVE_NO_LINKS).map_err(|_| changed())?;
         let here =
             rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW).map_err(|_| changed())?;
         if id(&here) != id(&stat) {
@@ -470,21 +466,19 @@ fn fd_id(tool: &str, path: &Path, fd: BorrowedFd<'_>) -> Result<Id, ToolError> {
     rustix::fs::fstat(fd).map(|s| id(&s)).map_err(|e| ToolError::io(tool, path, e.into()))
 }
 
+/// Opens `relative` beneath `dir` with `flags` (plus `O_CLOEXEC`) and `resolve`, again on
+/// `EAGAIN` or `EINTR` a few times.
 fn open_at(
-    tool: &str,
-    root: &Path,
-    path: &Path,
     dir: BorrowedFd<'_>,
     relative: &Path,
     flags: OFlags,
     resolve: ResolveFlags,
-) -> Result<OwnedFd, ToolError> {
+) -> Result<OwnedFd, Errno> {
     let mut attempts = 0;
     loop {
         match rustix::fs::openat2(dir, relative, flags | OFlags::CLOEXEC, Mode::empty(), resolve) {
             Err(Errno::AGAIN | Errno::INTR) if attempts < RETRIES => attempts += 1,
-            Ok(fd) => return Ok(fd),
-            Err(errno) => return Err(error(tool, root, path, errno)),
+            result => return result,
         }
     }
 }

@@ -252,26 +252,31 @@ fn cap(tool: &str, requested: Option<u64>, default: u64, max: u64) -> Result<usi
     Ok(usize::try_from(n).unwrap_or(usize::MAX))
 }
 
+/// The matcher of `args.pattern`: line-oriented (a match never spans a line break, a literal
+/// `\n` is refused), a NUL byte banned (it marks a binary file, which is skipped: it could
+/// never match).
+fn matcher(args: &SearchArgs) -> Result<grep_regex::RegexMatcher, ToolError> {
+    RegexMatcherBuilder::new()
+        .case_insensitive(args.case_insensitive)
+        .line_terminator(Some(b'\n'))
+        .ban_byte(Some(b'\0'))
+        .build(&args.pattern)
+        .map_err(|err| ToolError::InvalidPattern {
+            tool: Search::NAME.into(),
+            argument: "pattern",
+            pattern: args.pattern.as_str().into(),
+            kind: "regular expression",
+            reason: err.to_string().into(),
+        })
+}
+
 fn search(ws: &Beneath, args: SearchArgs, limit: Duration) -> Result<ToolOutput, ToolError> {
     const TOOL: &str = Search::NAME;
     if args.pattern.is_empty() {
         return Err(ToolError::invalid(TOOL, "`pattern`: must not be empty"));
     }
     let cap = cap(TOOL, args.max_results, Search::DEFAULT_MAX_RESULTS, Search::MAX_RESULTS)?;
-    let matcher = RegexMatcherBuilder::new()
-        .case_insensitive(args.case_insensitive)
-        // Line-oriented: a match never spans a line break (a literal `\n` is refused).
-        .line_terminator(Some(b'\n'))
-        // A NUL byte marks a binary file, which is skipped: it could never match.
-        .ban_byte(Some(b'\0'))
-        .build(&args.pattern)
-        .map_err(|err| ToolError::InvalidPattern {
-            tool: TOOL.into(),
-            argument: "pattern",
-            pattern: args.pattern.as_str().into(),
-            kind: "regular expression",
-            reason: err.to_string().into(),
-        })?;
+    let matcher = matcher(&args)?;
     let filter = args.glob.as_deref().map(|g| GlobFilter::new(TOOL, "glob", g)).transpose()?;
     let scope = Scope::new(TOOL, ws.root(), args.path.as_deref(), ws.masks().clone())?;
     // A scope in a masked directory is refused rather than walked (and found empty).
@@ -292,7 +297,8 @@ fn search(ws: &Beneath, args: SearchArgs, limit: Duration) -> Result<ToolOutput,
             return;
         }
         let shown = scope.show(path);
-        match search_file(ws, &mut searcher, &matcher, path, &shown, found.len(), cap) {
+        let room = cap.saturating_sub(found.len());
+        match search_file(ws, &mut searcher, &matcher, path, &shown, room) {
             Ok(FileResult::Binary) => binary_files += 1,
             Ok(FileResult::Text { count, kept }) => {
                 files_searched += 1;
@@ -350,16 +356,15 @@ enum FileResult {
 
 /// Searches the regular file at `path`, opened without blocking beneath the workspace root
 /// through no symlink (the walk followed none: a component swapped for one since fails) and
-/// outside the masked directories, and checked on the handle, keeping matches while
-/// `already + kept` is under `cap`. A failure never quotes the file.
+/// outside the masked directories, and checked on the handle, keeping at most `room` matches.
+/// A failure never quotes the file.
 fn search_file(
     ws: &Beneath,
     searcher: &mut Searcher,
     matcher: &grep_regex::RegexMatcher,
     path: &Path,
     shown: &str,
-    already: usize,
-    cap: usize,
+    room: usize,
 ) -> std::io::Result<FileResult> {
     let file = ws
         .open_no_links(Search::NAME, path, OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY)
@@ -368,13 +373,7 @@ fn search_file(
         tracing::debug!(path = %shown, "no longer a regular file; not searched");
         return Ok(FileResult::NotRegular);
     }
-    let mut sink = Collect {
-        shown,
-        room: cap.saturating_sub(already),
-        count: 0,
-        kept: Vec::new(),
-        binary: false,
-    };
+    let mut sink = Collect { shown, room, count: 0, kept: Vec::new(), binary: false };
     searcher.search_file(matcher, &file, &mut sink)?;
     if sink.binary {
         return Ok(FileResult::Binary);

@@ -390,26 +390,7 @@ fn run_journaled_in(
         std::fs::write(journal.join("cgroup"), cgroups.join("\n"))
             .map_err(|err| ToolError::io(TOOL, journal, err))?;
     }
-    let mut child = Command::new("sh")
-        .arg("-c")
-        .arg(RUNNER)
-        .arg("strata-shell")
-        .arg(command)
-        .arg(journal)
-        .arg(backstop_arg(timeout))
-        .arg(MAX_STREAM_BYTES.to_string())
-        .arg(call_tag(journal))
-        .arg(cgroups.join(" "))
-        .args(call.prefix())
-        .env_clear()
-        .envs(call.sandbox.command_env())
-        .current_dir(root)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .process_group(0)
-        .spawn()
-        .map_err(|err| ToolError::io(TOOL, root, err))?;
+    let mut child = spawn_runner(call, command, timeout, journal, &cgroups)?;
     let deadline = Instant::now() + timeout;
     let mut pause = Duration::from_millis(1);
     let mut exited_at: Option<Instant> = None;
@@ -447,6 +428,49 @@ fn run_journaled_in(
         thread::sleep(pause.min(deadline - now));
         pause = (pause * 2).min(MAX_POLL);
     }
+    journal_outcome(journal, deadline, timeout)
+}
+
+/// Starts the runner of `command` in a process group of its own, writing to `journal`, with
+/// the call's sandbox prefix and environment, in the call's root.
+fn spawn_runner(
+    call: &Call,
+    command: &str,
+    timeout: Duration,
+    journal: &Path,
+    cgroups: &[String],
+) -> Result<std::process::Child, ToolError> {
+    let root = call.root.as_path();
+    Command::new("sh")
+        .arg("-c")
+        .arg(RUNNER)
+        .arg("strata-shell")
+        .arg(command)
+        .arg(journal)
+        .arg(backstop_arg(timeout))
+        .arg(MAX_STREAM_BYTES.to_string())
+        .arg(call_tag(journal))
+        .arg(cgroups.join(" "))
+        .args(call.prefix())
+        .env_clear()
+        .envs(call.sandbox.command_env())
+        .current_dir(root)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .map_err(|err| ToolError::io(Shell::NAME, root, err))
+}
+
+/// What the journal says of a finished runner: its output, a timeout (killed at the
+/// `deadline`), or an end nobody recorded.
+fn journal_outcome(
+    journal: &Path,
+    deadline: Instant,
+    timeout: Duration,
+) -> Result<ToolOutput, ToolError> {
+    const TOOL: &str = Shell::NAME;
     match journal_report(journal) {
         Some(Finished { status, .. })
             if status.signal() == Some(9) && Instant::now() >= deadline =>

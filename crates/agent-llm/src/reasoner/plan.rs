@@ -223,131 +223,108 @@ pub(crate) fn plan_schema(mid_names: &[&str], worker_names: &[&str], max_leads: 
 /// role or not one its lead can spawn. Without mid roles the plan has steps only, their domains
 /// free text.
 pub(crate) fn check_plan(v: &Value, mids: &[&Role], worker_roles: &[&str]) -> Result<Plan, String> {
-    let with_leads = !mids.is_empty();
-    let mid_roles: Vec<&str> = mids.iter().map(|r| r.name.as_str()).collect();
-    let mut problems: Vec<String> = Vec::new();
-    let text = |item: &Value, key: &str| -> String {
-        item.get(key).and_then(Value::as_str).map(str::trim).unwrap_or_default().to_owned()
+    let mut check = PlanAnswer {
+        mids,
+        worker_roles,
+        leads: Vec::new(),
+        ids: Vec::new(),
+        steps: Vec::new(),
+        problems: Vec::new(),
     };
-    let mut leads: Vec<LeadRequest> = Vec::new();
-    if with_leads {
+    if !mids.is_empty() {
+        check.read_leads(v);
+    }
+    let items = v.get("steps").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    if items.is_empty() {
+        check.problems.push("the plan has no steps; give at least one".to_owned());
+    }
+    check.ids = items.iter().map(|item| text(item, "id")).collect();
+    check.steps.reserve(items.len());
+    for (index, item) in items.iter().enumerate() {
+        let step = check.read_step(index, item);
+        check.steps.push(step);
+    }
+    let PlanAnswer { steps, leads, problems, .. } = check;
+    if problems.is_empty() { Ok(Plan { steps, leads }) } else { Err(super::listed(problems)) }
+}
+
+/// The trimmed text of `item`'s `key` (empty if it has none).
+fn text(item: &Value, key: &str) -> String {
+    item.get(key).and_then(Value::as_str).map(str::trim).unwrap_or_default().to_owned()
+}
+
+/// A plan answer being checked: what it is checked against, what is read so far, and every
+/// problem found.
+struct PlanAnswer<'a> {
+    /// The team's mid roles (none: the plan has steps only, their domains free text).
+    mids: &'a [&'a Role],
+    worker_roles: &'a [&'a str],
+    leads: Vec<LeadRequest>,
+    /// Every step's id, in order.
+    ids: Vec<String>,
+    /// The steps read so far.
+    steps: Vec<PlanStep>,
+    problems: Vec<String>,
+}
+
+impl PlanAnswer<'_> {
+    /// The plan's leads: mid roles, one per domain.
+    fn read_leads(&mut self, v: &Value) {
+        let mid_roles: Vec<&str> = self.mids.iter().map(|r| r.name.as_str()).collect();
         for lead in v.get("leads").and_then(Value::as_array).into_iter().flatten() {
             let (role, domain) = (text(lead, "role"), text(lead, "domain"));
             if !mid_roles.contains(&role.as_str()) {
-                problems.push(format!(
+                self.problems.push(format!(
                     "lead role {} is not a lead (mid) role; use one of: {}",
                     shown(&role),
                     mid_roles.join(", ")
                 ));
             }
             if domain.is_empty() {
-                problems.push(format!("the lead of role {} has no domain", shown(&role)));
-            } else if leads.iter().any(|l| l.domain == domain && l.role == role) {
+                self.problems.push(format!("the lead of role {} has no domain", shown(&role)));
+            } else if self.leads.iter().any(|l| l.domain == domain && l.role == role) {
                 continue; // the same lead written twice: once is what was meant
-            } else if leads.iter().any(|l| l.domain == domain) {
-                problems
+            } else if self.leads.iter().any(|l| l.domain == domain) {
+                self.problems
                     .push(format!("two leads for domain {}; one lead per domain", shown(&domain)));
             }
-            leads.push(LeadRequest { role, domain });
+            self.leads.push(LeadRequest { role, domain });
         }
     }
-    let items = v.get("steps").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
-    if items.is_empty() {
-        problems.push("the plan has no steps; give at least one".to_owned());
-    }
-    let ids: Vec<String> = items.iter().map(|item| text(item, "id")).collect();
-    let mut steps: Vec<PlanStep> = Vec::with_capacity(items.len());
-    for (index, item) in items.iter().enumerate() {
-        let id = ids[index].clone();
+
+    /// Step `index`, `item`, as a goal step.
+    fn read_step(&mut self, index: usize, item: &Value) -> PlanStep {
+        let id = self.ids[index].clone();
         let name = shown(&id);
         let valid_id = !id.is_empty()
             && id.len() <= STEP_ID_MAX
             && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
         if !valid_id {
-            problems.push(format!(
+            self.problems.push(format!(
                 "step id {name} is not valid: use 1 to {STEP_ID_MAX} ASCII letters, digits, `-` and `_`"
             ));
-        } else if steps.iter().any(|s| s.id == id) {
-            problems.push(format!("step id {name} is used twice; step ids must be unique"));
+        } else if self.steps.iter().any(|s| s.id == id) {
+            self.problems.push(format!("step id {name} is used twice; step ids must be unique"));
         }
         let description = stripped(&text(item, "description"));
         if description.is_empty() {
-            problems.push(format!("step {name} has no description"));
+            self.problems.push(format!("step {name} has no description"));
         }
         let domain = text(item, "domain");
-        let lead = leads.iter().find(|l| l.domain == domain);
         if domain.is_empty() {
-            problems.push(format!("step {name} has no domain"));
-        } else if with_leads && lead.is_none() {
-            let led: Vec<&str> = leads.iter().map(|l| l.domain.as_str()).collect();
-            problems.push(format!(
+            self.problems.push(format!("step {name} has no domain"));
+        } else if !self.mids.is_empty() && !self.leads.iter().any(|l| l.domain == domain) {
+            let led: Vec<&str> = self.leads.iter().map(|l| l.domain.as_str()).collect();
+            self.problems.push(format!(
                 "step {name} is for domain {}, which none of your leads leads; propose a lead \
                  for it or use one of your leads' domains ({})",
                 shown(&domain),
                 if led.is_empty() { "you proposed none".to_owned() } else { led.join(", ") }
             ));
         }
-        let mut after: Vec<String> = Vec::new();
-        for earlier in item.get("after").and_then(Value::as_array).into_iter().flatten() {
-            let earlier = earlier.as_str().map(str::trim).unwrap_or_default();
-            let problem = if earlier == id {
-                Some(format!(
-                    "step {name} waits for itself; `after` names only steps listed before it"
-                ))
-            } else if ids[index + 1..].iter().any(|later| later == earlier) {
-                Some(format!(
-                    "step {name} waits for {}, which comes after it; list {} first, or leave \
-                     it out of `after`",
-                    shown(earlier),
-                    shown(earlier)
-                ))
-            } else if !steps.iter().any(|s| s.id == earlier) {
-                Some(format!(
-                    "step {name} waits for {}, which is no step of the plan; `after` names \
-                     only steps listed before it",
-                    shown(earlier)
-                ))
-            } else {
-                None
-            };
-            match problem {
-                Some(problem) => problems.push(problem),
-                None if !after.iter().any(|a| a == earlier) => after.push(earlier.to_owned()),
-                None => {}
-            }
-        }
-        let role = Some(text(item, "role")).filter(|r| !r.is_empty());
-        if let Some(role) = &role {
-            if !worker_roles.contains(&role.as_str()) {
-                problems.push(if worker_roles.is_empty() {
-                    format!(
-                        "step {name} names role {}, but there are no worker roles; leave `role` out",
-                        shown(role)
-                    )
-                } else {
-                    format!(
-                        "step {name} names role {}, which is not a worker (bottom) role; use \
-                         one of: {}",
-                        shown(role),
-                        worker_roles.join(", ")
-                    )
-                });
-            } else if let Some(lead_role) = lead
-                .and_then(|l| mids.iter().find(|m| m.name == l.role))
-                .filter(|m| !m.enabled_agents.is_empty())
-                && !lead_role.enabled_agents.iter().any(|w| w == role)
-            {
-                problems.push(format!(
-                    "step {name} names role {}, which its lead ({}, domain {}) cannot spawn; \
-                     use one of: {}",
-                    shown(role),
-                    lead_role.name,
-                    shown(&domain),
-                    lead_role.enabled_agents.join(", ")
-                ));
-            }
-        }
-        steps.push(PlanStep {
+        let after = self.read_after(index, item, &name);
+        let role = self.read_role(item, &name, &domain);
+        PlanStep {
             id,
             description,
             target: StepTarget::Domain(domain),
@@ -357,7 +334,77 @@ pub(crate) fn check_plan(v: &Value, mids: &[&Role], worker_roles: &[&str]) -> Re
             idempotent: false,
             role,
             acceptance: stripped(&text(item, "acceptance")),
-        });
+        }
     }
-    if problems.is_empty() { Ok(Plan { steps, leads }) } else { Err(super::listed(problems)) }
+
+    /// Step `index`'s `after`: steps listed before it, each once.
+    fn read_after(&mut self, index: usize, item: &Value, name: &str) -> Vec<String> {
+        let id = &self.ids[index];
+        let mut after: Vec<String> = Vec::new();
+        for earlier in item.get("after").and_then(Value::as_array).into_iter().flatten() {
+            let earlier = earlier.as_str().map(str::trim).unwrap_or_default();
+            let problem = if earlier == id {
+                Some(format!(
+                    "step {name} waits for itself; `after` names only steps listed before it"
+                ))
+            } else if self.ids[index + 1..].iter().any(|later| later == earlier) {
+                Some(format!(
+                    "step {name} waits for {}, which comes after it; list {} first, or leave \
+                     it out of `after`",
+                    shown(earlier),
+                    shown(earlier)
+                ))
+            } else if !self.steps.iter().any(|s| s.id == earlier) {
+                Some(format!(
+                    "step {name} waits for {}, which is no step of the plan; `after` names \
+                     only steps listed before it",
+                    shown(earlier)
+                ))
+            } else {
+                None
+            };
+            match problem {
+                Some(problem) => self.problems.push(problem),
+                None if !after.iter().any(|a| a == earlier) => after.push(earlier.to_owned()),
+                None => {}
+            }
+        }
+        after
+    }
+
+    /// A step's `role`: a worker role its lead (of `domain`) can spawn.
+    fn read_role(&mut self, item: &Value, name: &str, domain: &str) -> Option<String> {
+        let role = Some(text(item, "role")).filter(|r| !r.is_empty())?;
+        let worker_roles = self.worker_roles;
+        let lead = self.leads.iter().find(|l| l.domain == domain);
+        if !worker_roles.contains(&role.as_str()) {
+            self.problems.push(if worker_roles.is_empty() {
+                format!(
+                    "step {name} names role {}, but there are no worker roles; leave `role` out",
+                    shown(&role)
+                )
+            } else {
+                format!(
+                    "step {name} names role {}, which is not a worker (bottom) role; use \
+                     one of: {}",
+                    shown(&role),
+                    worker_roles.join(", ")
+                )
+            });
+        } else if let Some(lead_role) = lead
+            .and_then(|l| self.mids.iter().find(|m| m.name == l.role))
+            .filter(|m| !m.enabled_agents.is_empty())
+            && !lead_role.enabled_agents.contains(&role)
+        {
+            self.problems.push(format!(
+                "step {name} names role {}, which its lead ({}, domain {}) cannot spawn; \
+                 use one of: {}",
+                shown(&role),
+                lead_role.name,
+                shown(domain),
+                lead_role.enabled_agents.join(", ")
+            ));
+        }
+        Some(role)
+    }
 }

@@ -18,7 +18,7 @@ use agent_state::{
 use async_trait::async_trait;
 use message_bus::{InMemoryBus, MessageBus};
 
-use super::{Observer, RunGuard};
+use super::{Observer, Outlets, RunGuard};
 use crate::pool::AgentPool;
 
 /// An agent that waits on `on` (if any) for task `t`, which it has open.
@@ -86,15 +86,8 @@ async fn guarded(
     }
     let settings = GuardSettings { wait_heartbeats: 2, ..GuardSettings::default() };
     let proposer = AgentId::new(agents[0].0);
-    let guard = RunGuard::new(
-        settings,
-        Arc::new(Observer::default()),
-        pool,
-        bus.clone(),
-        audit.clone(),
-        clock,
-        proposer,
-    );
+    let outlets = Outlets { bus: bus.clone(), audit: audit.clone(), clock };
+    let guard = RunGuard::new(settings, Arc::new(Observer::default()), pool, proposer, outlets);
     (guard, bus, audit, dir)
 }
 
@@ -197,14 +190,13 @@ async fn coordinating(
     bus.register(&AgentId::new("power")).await.unwrap();
     let observer = Arc::new(Observer::default());
     observer.set_remote(remote);
+    let outlets = Outlets { bus: bus.clone(), audit: audit.clone(), clock: guard.clock.clone() };
     let guard = RunGuard::new(
         GuardSettings { wait_heartbeats: 2, idle_heartbeats: 4, ..GuardSettings::default() },
         observer,
         Arc::new(AgentPool::new(10)),
-        bus.clone(),
-        audit.clone(),
-        guard.clock.clone(),
         AgentId::new("power"),
+        outlets,
     );
     (guard, bus, audit, dir)
 }

@@ -268,7 +268,7 @@ impl DirBuilderMode for std::fs::DirBuilder {
 
 /// Builds the sandbox with hakoniwa and runs stage 2 in it; the command's exit code.
 fn run_sandboxed(spec: &Spec, program: &[OsString], skeleton: &Path) -> i32 {
-    use hakoniwa::{Container, MountOptions, Namespace, Rlimit, Runctl};
+    use hakoniwa::{Container, MountOptions, Namespace, Runctl};
     let Some(args) = utf8_all(program) else {
         report("the command line is not UTF-8");
         return SETUP_FAILED;
@@ -280,28 +280,9 @@ fn run_sandboxed(spec: &Spec, program: &[OsString], skeleton: &Path) -> i32 {
         container.unshare(Namespace::Network);
     }
     container.rootdir(skeleton).runctl(Runctl::MountFallback);
-    // The host's top-level entries, read-only (its `/dev`, `/proc` and `/tmp` are replaced).
-    let Ok(entries) = std::fs::read_dir("/") else {
+    if !mount_host_root(&mut container) {
         report("cannot list `/`");
         return SETUP_FAILED;
-    };
-    for entry in entries.flatten() {
-        let Some(name) = entry.file_name().to_str().map(str::to_owned) else { continue };
-        if matches!(name.as_str(), "dev" | "proc" | "tmp") {
-            continue;
-        }
-        let path = format!("/{name}");
-        match entry.file_type() {
-            Ok(kind) if kind.is_symlink() => {
-                if let Some(target) = std::fs::read_link(&path).ok().and_then(utf8_path) {
-                    container.symlink(&target, &path);
-                }
-            }
-            Ok(kind) if kind.is_dir() || kind.is_file() => {
-                container.bindmount_ro(&path, &path);
-            }
-            _ => {}
-        }
     }
     let tmpfs = |size: u64, mode: &str| Some(format!("size={size},mode={mode}"));
     let flags = MountOptions::NOSUID | MountOptions::NODEV;
@@ -335,15 +316,7 @@ fn run_sandboxed(spec: &Spec, program: &[OsString], skeleton: &Path) -> i32 {
         return SETUP_FAILED;
     };
     container.bindmount_ro(&exe, INNER_PATH);
-    for (limit, value) in [
-        (Rlimit::As, spec.memory_bytes),
-        (Rlimit::Nproc, spec.processes),
-        (Rlimit::Fsize, spec.file_bytes),
-        (Rlimit::Nofile, spec.open_files),
-        (Rlimit::Core, 0),
-    ] {
-        container.setrlimit(limit, value, value);
-    }
+    set_limits(&mut container, spec);
     let mut command = container.command(INNER_PATH);
     command.arg(INNER_ARG).arg(&spec_json).arg("--").args(&args).current_dir(&workspace);
     // The environment the caller chose (already minimal), with a home inside the sandbox.
@@ -365,6 +338,45 @@ fn run_sandboxed(spec: &Spec, program: &[OsString], skeleton: &Path) -> i32 {
             report(&format!("cannot build the sandbox: {err}"));
             SETUP_FAILED
         }
+    }
+}
+
+/// The host's top-level entries in `container`, read-only (its `/dev`, `/proc` and `/tmp` are
+/// replaced); `false` if `/` cannot be listed.
+fn mount_host_root(container: &mut hakoniwa::Container) -> bool {
+    let Ok(entries) = std::fs::read_dir("/") else { return false };
+    for entry in entries.flatten() {
+        let Some(name) = entry.file_name().to_str().map(str::to_owned) else { continue };
+        if matches!(name.as_str(), "dev" | "proc" | "tmp") {
+            continue;
+        }
+        let path = format!("/{name}");
+        match entry.file_type() {
+            Ok(kind) if kind.is_symlink() => {
+                if let Some(target) = std::fs::read_link(&path).ok().and_then(utf8_path) {
+                    container.symlink(&target, &path);
+                }
+            }
+            Ok(kind) if kind.is_dir() || kind.is_file() => {
+                container.bindmount_ro(&path, &path);
+            }
+            _ => {}
+        }
+    }
+    true
+}
+
+/// The resource limits of `spec` on `container`'s processes (no core dumps).
+fn set_limits(container: &mut hakoniwa::Container, spec: &Spec) {
+    use hakoniwa::Rlimit;
+    for (limit, value) in [
+        (Rlimit::As, spec.memory_bytes),
+        (Rlimit::Nproc, spec.processes),
+        (Rlimit::Fsize, spec.file_bytes),
+        (Rlimit::Nofile, spec.open_files),
+        (Rlimit::Core, 0),
+    ] {
+        container.setrlimit(limit, value, value);
     }
 }
 
