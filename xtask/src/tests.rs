@@ -439,25 +439,6 @@ fn tidy_reads_the_index_rows_and_only_the_index() {
             (12, "crates/run-store/src/anchor.rs", None),
             (13, "xtask/src/tidy.rs", None),
         ]
-/// A function of `body_lines` lines between its signature and its closing brace.
-fn function(name: &str, params: &str, body_lines: usize) -> String {
-    let body: String = (0..body_lines).map(|i| format!("    let _x{i} = {i};\n")).collect();
-    format!("fn {name}({params}) {{\n{body}}}\n")
-}
-
-#[test]
-fn long_fns_finds_a_function_over_80_lines_with_its_line_and_length() {
-    let text = format!("//! A file.\n\n{}{}", function("short", "", 78), function("long", "", 79));
-    let found = long_fns::long_fns(&text);
-    assert_eq!(
-        found,
-        vec![long_fns::LongFn { name: "long".into(), line: 83, lines: 81, params: 0 }],
-        "an 80-line function passes, an 81-line one does not"
-    );
-    assert_eq!(
-        found[0].problem("crates/x/src/lib.rs"),
-        "crates/x/src/lib.rs:83: fn `long` is 81 lines long (at most 80); split it into smaller \
-         functions, or gather its parameters in a type"
     );
 }
 
@@ -517,6 +498,31 @@ fn tidy_finds_links_to_sections_of_the_concepts_page_that_do_not_exist() {
     assert!(problems[0].starts_with("crates/a/src/x.rs:2: "), "{problems:?}");
     assert!(problems[0].contains("nope"), "{problems:?}");
     assert!(tidy::check_concept_links("README.md", "no links here", &anchors).is_empty());
+}
+
+/// A function of `body_lines` lines between its signature and its closing brace.
+fn function(name: &str, params: &str, body_lines: usize) -> String {
+    let body: String = (0..body_lines).map(|i| format!("    let _x{i} = {i};\n")).collect();
+    format!("fn {name}({params}) {{\n{body}}}\n")
+}
+
+#[test]
+fn long_fns_finds_a_function_over_80_lines_with_its_line_and_length() {
+    let text = format!("//! A file.\n\n{}{}", function("short", "", 78), function("long", "", 79));
+    let found = long_fns::long_fns(&text);
+    assert_eq!(
+        found,
+        vec![long_fns::LongFn { name: "long".into(), line: 83, lines: 81, params: 0 }],
+        "an 80-line function passes, an 81-line one does not"
+    );
+    assert_eq!(
+        found[0].problem("crates/x/src/lib.rs"),
+        "crates/x/src/lib.rs:83: fn `long` is 81 lines long (at most 80); split it into smaller \
+         functions, or gather its parameters in a type"
+    );
+}
+
+#[test]
 fn long_fns_counts_parameters_but_not_self_nor_commas_inside_types() {
     let six = "&self, a: u8, b: BTreeMap<String, Vec<(u8, u8)>>, c: impl Fn(u8, u8) -> bool, d: [u8; 2], e: &'a str, f: u8";
     let seven = "mut self, a: u8, b: u8, c: u8, d: u8, e: u8, f: u8, g: u8,";
