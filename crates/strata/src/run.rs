@@ -336,7 +336,8 @@ pub enum End {
     Storage(String),
 }
 
-/// A run driven to its end.
+/// A run driven to its end. Its database stays open (and locked to this process) while this
+/// value, which holds its team and services, lives.
 pub struct Ended {
     /// How it ended.
     pub end: End,

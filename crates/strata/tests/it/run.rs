@@ -47,6 +47,8 @@ async fn a_run_started_and_interrupted_resumes_to_success_and_then_is_finished()
     assert!(ended.succeeded(), "{:?}", ended.end);
     assert_eq!(ended.info.status, RunStatus::Succeeded);
     assert_eq!(std::fs::read_to_string(workspace.join("hello.txt")).unwrap(), "hello, strata\n");
+    // The run's database is open while its team and services live.
+    drop(ended);
     // A finished run starts nothing again.
     match Run::resume(&run_id, &resume).await.unwrap() {
         Resumed::Finished { info, .. } => assert_eq!(info.status, RunStatus::Succeeded),
