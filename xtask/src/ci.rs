@@ -16,12 +16,13 @@ struct Step {
 }
 
 /// The steps, in the order CI runs them.
-const STEPS: [Step; 12] = [
+const STEPS: [Step; 13] = [
     Step { name: "setup", run: crate::setup::run },
     Step { name: "fmt", run: fmt },
     Step { name: "clippy", run: clippy },
     Step { name: "doc", run: doc },
     Step { name: "tests", run: tests },
+    Step { name: "examples", run: examples },
     Step { name: "torture", run: torture },
     Step { name: "simulate", run: simulate },
     Step { name: "chaos", run: chaos },
@@ -97,6 +98,49 @@ fn chaos(root: &Path) -> anyhow::Result<()> {
 /// Every fuzz target for a short, bounded time.
 fn fuzz(root: &Path) -> anyhow::Result<()> {
     crate::fuzz::run(root, crate::fuzz::CI_SECONDS)
+}
+
+/// The engine's examples run as a library user runs them: `start` drives the hello example to
+/// its end as a durable run in a fresh data directory, and `resume` finds that run finished.
+/// Built with the workspace's features, so only the two programs are compiled here.
+fn examples(root: &Path) -> anyhow::Result<()> {
+    run_command(cargo(root).args([
+        "build",
+        "--locked",
+        "--workspace",
+        "--all-features",
+        "--example",
+        "start",
+        "--example",
+        "resume",
+    ]))?;
+    let bin = crate::bench::target_dir(root)?.join("debug").join("examples");
+    let data = std::env::temp_dir().join(format!("strata-ci-examples-{}", std::process::id()));
+    let result = (|| {
+        let hello = root.join("examples/hello");
+        let started = capture(
+            std::process::Command::new(bin.join("start"))
+                .arg(&data)
+                .arg(hello.join("team.toml"))
+                .arg(hello.join("plan.toml")),
+        )?;
+        let Some((run_id, "succeeded")) = started
+            .trim()
+            .rsplit_once('\n')
+            .map_or_else(|| started.trim().split_once(' '), |(_, last)| last.split_once(' '))
+        else {
+            bail!("the start example did not end with `RUN_ID succeeded`: {started}");
+        };
+        let resumed =
+            capture(std::process::Command::new(bin.join("resume")).arg(&data).arg(run_id))?;
+        if resumed.trim() != format!("{run_id} succeeded") {
+            bail!("the resume example did not find run {run_id} succeeded: {resumed}");
+        }
+        println!("examples: start ran {run_id} to success; resume found it finished");
+        Ok(())
+    })();
+    let _ = std::fs::remove_dir_all(&data);
+    result
 }
 
 /// Every publishable crate packaged, not built (see [`crate::publish::CI_VERIFY`]).

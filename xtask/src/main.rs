@@ -37,6 +37,7 @@ usage: cargo xtask <command>
 commands:
   ci              run every CI check, in CI's order, stopping at the first failure:
                   setup, fmt, clippy, doc, tests (nextest or cargo test, then doctests),
+                  examples (the engine's start and resume examples run),
                   simulate (300 seeds), chaos (10 seeds),
                   layering (agent-state stays free of async and I/O crates), tidy,
                   publish-check
