@@ -14,6 +14,7 @@
 //! - [`Task`] and [`PlanStep`]: scripted steps (a tool and its arguments) or goal steps (a
 //!   description only), [`RoleBook`]: the roles a team may spawn, checked against the §7.1
 //!   matrix, and [`AgentResult`]: a worker's structured result, checked against its own calls.
+//! - [`RunId`]: the name of a run, with the one rule every backend (directories, NATS) accepts.
 //! - [`quote`]: a model's words inside a message (a failure reason), as one short quoted line
 //!   without its chat template's markup.
 //!
@@ -49,6 +50,7 @@ mod result;
 mod retry;
 mod role;
 mod run;
+mod run_id;
 mod status;
 mod storage;
 mod task;
@@ -94,6 +96,7 @@ pub use run::{
     AfterFailure, FailureKind, RunEvent, RunFailure, RunLifecycle, RunState, RunTransition,
     RunTransitionError,
 };
+pub use run_id::{MAX_RUN_ID_LEN, RUN_ID_RULE, RunId, RunIdError, check_run_id};
 pub use status::{AgentStatus, Lifecycle, TransitionError, TransitionRecord, can_transition};
 pub use storage::BackendError;
 pub use task::{

@@ -16,6 +16,7 @@ mod props;
 mod retry;
 mod role;
 mod run;
+mod run_id;
 mod storage;
 mod timeouts;
 mod wire;
