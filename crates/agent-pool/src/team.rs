@@ -16,8 +16,9 @@ use agent_layers::{
     BottomAgent, BottomSpec, KindRunner, LeadInfo, MidAgent, MidSpec, TopAgent, TopSpec,
 };
 use agent_state::{
-    Address, AgentConfig, AgentId, AgentLayer, AgentStatus, Assignment, DEFAULT_MAX_SPAWN_DEPTH,
-    GuardSettings, Message, MessageKind, RoleBook, Task, TaskFailure, TaskOutcome,
+    Address, AgentConfig, AgentId, AgentLayer, AgentStatus, Assignment, CommandOutcome,
+    DEFAULT_MAX_SPAWN_DEPTH, GuardSettings, Message, MessageId, MessageKind, OperatorCommand,
+    RoleBook, Task, TaskFailure, TaskOutcome,
 };
 use governance::Governance;
 use message_bus::MessageBus;
@@ -462,6 +463,9 @@ pub enum TeamError {
     /// A guard threshold out of range.
     #[error(transparent)]
     Guards(#[from] agent_state::GuardError),
+    /// An operator command could not be sent ([`Team::command`]).
+    #[error("the operator command could not be sent: {0}")]
+    Command(String),
 }
 
 /// Submitting a task failed.
@@ -502,6 +506,8 @@ pub struct Team {
     /// Where a goal step runs without a model: on an executor with a `kind`.
     kinds: KindCoverage,
     outcomes: watch::Receiver<BTreeMap<String, TaskOutcome>>,
+    /// The answers to operator commands sent by `system`, by the command's message id.
+    commands: watch::Receiver<BTreeMap<MessageId, CommandOutcome>>,
     submitted: Mutex<Vec<String>>,
     /// The open tasks' telemetry spans (disabled ones when telemetry is off), ended when
     /// their outcome is read ([`wait`](Self::wait)).
@@ -790,6 +796,7 @@ impl Team {
             services.audit.clone(),
         ));
         let (outcome_tx, outcomes) = watch::channel(known);
+        let (command_tx, commands) = watch::channel(BTreeMap::new());
         let (stop_tx, stop_rx) = watch::channel(false);
         // The heartbeat answers the scheduler booked before a restart: counted on from.
         for liveness in services.state.liveness().await.map_err(TeamError::Store)? {
@@ -822,7 +829,7 @@ impl Team {
             mail.clone(),
             services.bus.clone(),
             services.state.clone(),
-            outcome_tx,
+            Reports { tasks: outcome_tx, commands: command_tx },
             stop_rx,
             deadlines.clone(),
             share.coordinates(),
@@ -833,6 +840,7 @@ impl Team {
             proposer,
             kinds: KindCoverage::of(&spec),
             outcomes,
+            commands,
             submitted,
             task_spans: std::sync::Mutex::default(),
             deadlines,
@@ -979,6 +987,52 @@ impl Team {
     /// The outcome of a task, if it is closed.
     pub fn outcome(&self, task_id: &str) -> Option<TaskOutcome> {
         self.outcomes.borrow().get(task_id).cloned()
+    }
+
+    /// Sends `command` to `agent` as an `operator_command` from `system` and returns the
+    /// message's id, which the agent's answer ([`command_outcome`](Self::command_outcome))
+    /// refers to.
+    pub async fn command(
+        &self,
+        agent: &AgentId,
+        command: &OperatorCommand,
+    ) -> Result<MessageId, TeamError> {
+        let content = serde_json::to_value(command)
+            .map_err(|e| TeamError::Command(format!("cannot encode the command: {e}")))?;
+        let id = self.services.clock.message_id();
+        let now = self.services.clock.now();
+        let message = Message::new(
+            id,
+            Address::System,
+            agent.clone(),
+            MessageKind::OperatorCommand,
+            content,
+            now,
+        );
+        self.services.bus.send(message).await.map_err(|e| TeamError::Command(e.to_string()))?;
+        Ok(id)
+    }
+
+    /// Waits up to `wait` for the answer to the operator command `command` sent by `system`
+    /// (see [`command`](Self::command)); `None` if none came (the agent may still answer:
+    /// a change applies at its next turn), or the team stopped.
+    pub async fn command_outcome(
+        &self,
+        command: MessageId,
+        wait: Duration,
+    ) -> Option<CommandOutcome> {
+        let mut commands = self.commands.clone();
+        let answered = async {
+            loop {
+                if let Some(outcome) = commands.borrow_and_update().get(&command) {
+                    return Some(outcome.clone());
+                }
+                if commands.changed().await.is_err() {
+                    return None;
+                }
+            }
+        };
+        tokio::time::timeout(wait, answered).await.ok().flatten()
     }
 
     /// Every agent's status, metrics and score, by id. The metrics are the stored ones
@@ -1163,7 +1217,7 @@ async fn drive(
     mail: Arc<Notify>,
     bus: Arc<dyn MessageBus>,
     state: Arc<dyn StateStore>,
-    outcomes: watch::Sender<BTreeMap<String, TaskOutcome>>,
+    reports: Reports,
     mut stop: watch::Receiver<bool>,
     deadlines: Arc<TaskDeadlines>,
     coordinates: bool,
@@ -1189,7 +1243,7 @@ async fn drive(
                 if coordinates {
                     for attempt in 1..=FINAL_DRAINS {
                         let drained =
-                            drain_system(bus.as_ref(), state.as_ref(), &outcomes, &mut unacked)
+                            drain_system(bus.as_ref(), state.as_ref(), &reports, &mut unacked)
                                 .await;
                         if drained {
                             break;
@@ -1204,7 +1258,7 @@ async fn drive(
             Event::Heartbeat => {
                 if coordinates {
                     guard.heartbeat(scheduler.still_running() > 0).await;
-                    deadlines.expire(bus.as_ref(), &outcomes).await;
+                    deadlines.expire(bus.as_ref(), &reports.tasks).await;
                 } else {
                     // A share of a run sees only its own agents: whether the run moves is the
                     // coordinator's to judge; bounces are followed here.
@@ -1226,7 +1280,7 @@ async fn drive(
             }
         }
         if coordinates {
-            drain_system(bus.as_ref(), state.as_ref(), &outcomes, &mut unacked).await;
+            drain_system(bus.as_ref(), state.as_ref(), &reports, &mut unacked).await;
         }
         let running = scheduler.running() > 0;
         let allowance = scheduler.next_wake();
@@ -1292,14 +1346,23 @@ async fn sleep_until_some(at: Option<tokio::time::Instant>) {
 /// How many times the driver's last read of `system` (at a stop) is made when the bus fails.
 const FINAL_DRAINS: u32 = 3;
 
-/// Reads the `system` inbox: heartbeat acks are dropped, task outcomes stored and published.
+/// What the agents report to `system`, published by the driver as it reads them.
+struct Reports {
+    /// The tasks' outcomes, by task id.
+    tasks: watch::Sender<BTreeMap<String, TaskOutcome>>,
+    /// The answers to operator commands, by the command's message id.
+    commands: watch::Sender<BTreeMap<MessageId, CommandOutcome>>,
+}
+
+/// Reads the `system` inbox: heartbeat acks are dropped, task outcomes stored and published,
+/// answers to operator commands published.
 /// A message is acknowledged only after its outcome is stored. `true` if everything read (now
 /// and before) is acknowledged; `false` if the bus or the store failed, leaving something for
 /// the next drain.
 async fn drain_system(
     bus: &dyn MessageBus,
     state: &dyn StateStore,
-    outcomes: &watch::Sender<BTreeMap<String, TaskOutcome>>,
+    reports: &Reports,
     unacked: &mut Vec<agent_state::MessageId>,
 ) -> bool {
     let messages = match bus.take(&Address::System, usize::MAX).await {
@@ -1311,6 +1374,23 @@ async fn drain_system(
         }
     };
     for message in &messages {
+        if message.kind == MessageKind::CommandOutcome {
+            match (payload::<CommandOutcome>(message), message.correlation_id) {
+                (Ok(outcome), Some(command)) => {
+                    tracing::info!(agent = %message.from, ?outcome, "operator command answered");
+                    reports.commands.send_modify(|c| {
+                        c.insert(command, outcome);
+                    });
+                }
+                (Ok(_), None) => {
+                    tracing::warn!(from = %message.from, "a command outcome that answers no command");
+                }
+                (Err(e), _) => {
+                    tracing::warn!(error = %e, "unreadable command outcome on the system inbox");
+                }
+            }
+            continue;
+        }
         if message.kind != MessageKind::StatusReport {
             continue;
         }
@@ -1324,7 +1404,7 @@ async fn drain_system(
                     return false;
                 }
                 tracing::info!(task = %outcome.task_id(), success = outcome.is_success(), "task closed");
-                outcomes.send_modify(|o| {
+                reports.tasks.send_modify(|o| {
                     o.entry(outcome.task_id().to_owned()).or_insert(outcome);
                 });
             }
@@ -1579,14 +1659,17 @@ mod drain_tests {
             bus.send(ack).await.unwrap();
         }
         let state = agent_core::InMemoryStateStore::default();
-        let (outcomes, _) = watch::channel(BTreeMap::new());
+        let reports = Reports {
+            tasks: watch::channel(BTreeMap::new()).0,
+            commands: watch::channel(BTreeMap::new()).0,
+        };
         let mut unacked = Vec::new();
         // The acknowledgement fails during the outage: both are kept, and the drain says so
         // (a stop's last drain is made again).
-        assert!(!drain_system(&bus, &state, &outcomes, &mut unacked).await);
+        assert!(!drain_system(&bus, &state, &reports, &mut unacked).await);
         assert_eq!(unacked.len(), 2);
         // Back: the next drain, with nothing new to read, acknowledges them.
-        assert!(drain_system(&bus, &state, &outcomes, &mut unacked).await);
+        assert!(drain_system(&bus, &state, &reports, &mut unacked).await);
         assert!(unacked.is_empty());
         assert_eq!(bus.pending(&Address::System).await.unwrap(), 0);
         assert_eq!(

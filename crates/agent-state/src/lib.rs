@@ -35,6 +35,7 @@
 //! ```
 
 mod board;
+mod command;
 mod config;
 mod decision;
 pub mod evolution;
@@ -63,6 +64,7 @@ mod tests;
 pub use board::{
     Actor, BoardAccess, BoardId, BoardSnapshot, GLOBAL_BOARD, Principal, board_permits,
 };
+pub use command::{CommandOrigin, CommandOutcome, OperatorCommand};
 pub use config::{
     AgentConfig, ConfigError, ConfigErrorKind, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_MS,
     MAX_AGENT_ID_LEN, check_agent_id, find_control, is_control,

@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod board;
+mod command;
 mod config;
 mod decision;
 mod evolution;
