@@ -161,8 +161,8 @@ pub(crate) struct EvolveArgs {
     /// Where runs and evolutions are stored.
     #[arg(long, default_value = DEFAULT_DATA)]
     pub(crate) data: PathBuf,
-    /// The evolution's id (default: evo- and the time).
-    #[arg(long)]
+    /// The evolution's id: 1 to 64 ASCII letters, digits or `-` (default: evo- and the time).
+    #[arg(long, value_parser = parse_run_id)]
     pub(crate) run_id: Option<String>,
     /// Run the suite's commands without the built-in sandbox.
     #[arg(long)]
@@ -330,7 +330,8 @@ pub(crate) struct StartArgs {
     /// Skip fdatasync on commits: faster, but a power loss can lose acknowledged data.
     #[arg(long)]
     pub(crate) no_sync: bool,
-    /// The run id (default: the task id, the UTC time and four random hex digits).
+    /// The run id: 1 to 64 ASCII letters, digits or `-` (default: the task id, the UTC time and
+    /// four random hex digits).
     #[arg(long, value_parser = parse_run_id)]
     pub(crate) run_id: Option<String>,
     /// Run `shell` commands without the built-in sandbox: with Strata's own user, file
@@ -574,8 +575,17 @@ pub(crate) fn parse_model(text: &str) -> Result<String, String> {
     Ok(model.to_owned())
 }
 
-/// A run id names a directory: 1 to 100 ASCII letters, digits, `-`, `_` or `.`, not starting with `.`.
+/// The id of a new run: [`agent_state::RunId`]'s rule (1 to 64 ASCII letters, digits or `-`),
+/// the one every store accepts, so a run id that NATS would refuse is refused here, before
+/// anything is written.
 pub(crate) fn parse_run_id(text: &str) -> Result<String, String> {
+    agent_state::RunId::parse(text).map(String::from).map_err(|e| e.to_string())
+}
+
+/// The name of a run directory that exists: what runs made before the one rule of
+/// [`parse_run_id`] may be named (1 to 100 ASCII letters, digits, `-`, `_` or `.`, not starting
+/// with `.`), so that they can still be read.
+pub(crate) fn parse_run_dir_name(text: &str) -> Result<String, String> {
     let ok = !text.is_empty()
         && text.len() <= 100
         && !text.starts_with('.')
@@ -584,7 +594,7 @@ pub(crate) fn parse_run_id(text: &str) -> Result<String, String> {
         Ok(text.to_owned())
     } else {
         Err(format!(
-            "`{text}` cannot be a run id: use 1 to 100 ASCII letters, digits, `-`, `_` or `.`, not starting with `.`"
+            "`{text}` cannot name a run: use 1 to 100 ASCII letters, digits, `-`, `_` or `.`, not starting with `.`"
         ))
     }
 }

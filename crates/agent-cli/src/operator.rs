@@ -307,8 +307,8 @@ pub(crate) async fn apply(
     Ok(done)
 }
 
-/// Sends `command` to the OODA agent `agent` as a `task_assign` from `system`: `Ok` with
-/// `delivered`, or the bus's refusal (no such inbox) as the request's error.
+/// Sends `command` to the OODA agent `agent` as an `operator_command` from `system`: `Ok`
+/// with `delivered`, or the bus's refusal (no such inbox) as the request's error.
 async fn command(
     bus: &dyn MessageBus,
     agent: &AgentId,
@@ -319,7 +319,7 @@ async fn command(
         agent_core::new_message_id(),
         Address::System,
         agent.clone(),
-        MessageKind::TaskAssign,
+        MessageKind::OperatorCommand,
         serde_json::to_value(command)?,
         now,
     );

@@ -572,7 +572,7 @@ fn run_dir(app: &App, id: &str) -> Result<PathBuf, ApiError> {
             ),
         )
     };
-    crate::cli::parse_run_id(id).map_err(|_| missing())?;
+    crate::cli::parse_run_dir_name(id).map_err(|_| missing())?;
     let dir = app.data.join(id);
     if RunInfo::read(&dir).is_err() {
         return Err(missing());

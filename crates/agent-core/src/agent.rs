@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use agent_state::{
     Action, Actor, Address, AgentConfig, AgentId, AgentMetrics, AgentStatus, BoardId,
-    BoardSnapshot, Decision, DecisionId, ErrorClass, Lifecycle, Message, MessageId, MessageKind,
-    SignError, SignOutcome, Subtask, Timestamp,
+    BoardSnapshot, CommandOrigin, CommandOutcome, Decision, DecisionId, ErrorClass, Lifecycle,
+    Message, MessageId, MessageKind, SignError, SignOutcome, Subtask, Timestamp,
 };
 use async_trait::async_trait;
 use governance::{DecideError, Governance};
@@ -192,6 +192,14 @@ pub trait AgentBehavior: Send + Sync + 'static {
     /// task. None by default.
     fn open_tasks(&self) -> Vec<String> {
         Vec::new()
+    }
+
+    /// Whether the agent carries out operator commands (`operator_command` messages, which
+    /// it then answers itself with [`AgentContext::answer_command`]). By default it does not:
+    /// the runtime refuses each one, audited, and answers the sender with
+    /// [`CommandOutcome::Refused`], before the turn sees it.
+    fn takes_commands(&self) -> bool {
+        false
     }
 }
 
@@ -475,6 +483,17 @@ impl AgentContext {
         content: &impl Serialize,
     ) -> Result<MessageId, AgentError> {
         self.send_message(request.from.clone(), kind, content, Some(request.id)).await
+    }
+
+    /// Answers the operator command that came from `origin` with `outcome`: a
+    /// `command_outcome` message to its sender, in reply to it.
+    pub async fn answer_command(
+        &mut self,
+        origin: &CommandOrigin,
+        outcome: &CommandOutcome,
+    ) -> Result<MessageId, AgentError> {
+        let to = origin.from.clone();
+        self.send_message(to, MessageKind::CommandOutcome, outcome, Some(origin.message)).await
     }
 
     /// Sends to every registered agent but this one.
@@ -1067,6 +1086,23 @@ impl Agent {
         }
     }
 
+    /// Refuses the operator commands among `messages`, for an agent that takes none: each is
+    /// audited as denied and answered with [`CommandOutcome::Refused`]. (The layer's turn
+    /// sees them too, and leaves a kind it does not know alone.)
+    async fn refuse_commands(&mut self, messages: &[Message]) -> Result<(), AgentError> {
+        for message in messages.iter().filter(|m| m.kind == MessageKind::OperatorCommand) {
+            let reason = format!(
+                "agent `{}` takes no operator commands (only an OODA agent does)",
+                self.id()
+            );
+            let action = format!("{} from {}", MessageKind::OperatorCommand, message.from);
+            self.ctx.audit(AuditEvent::Denied { action, error: reason.clone() }).await?;
+            let origin = CommandOrigin::of(message);
+            self.ctx.answer_command(&origin, &CommandOutcome::Refused { reason }).await?;
+        }
+        Ok(())
+    }
+
     /// The agent's state as saved after each heartbeat.
     pub fn record(&self) -> AgentRecord {
         AgentRecord {
@@ -1132,6 +1168,9 @@ impl Agent {
 
     async fn process(&mut self, messages: &[Message]) -> Result<(), AgentError> {
         crate::fault::panic_if_due(self.id());
+        if !self.behavior.takes_commands() {
+            self.refuse_commands(messages).await?;
+        }
         let board = self.ctx.read_board(&BoardId::Agent(self.id().clone())).await?;
         let after_ms = self.ctx.config.timeout_ms;
         let timeout = Duration::from_millis(after_ms);

@@ -2,17 +2,12 @@
 
 use std::time::Duration;
 
-use agent_core::AuditEvent;
-use agent_ooda::OodaCommand;
 use agent_pool::Team;
 use agent_state::evolution::{EvolutionaryEvent, EvolutionaryEventType, Genome};
-use agent_state::{Address, AgentId, Message, MessageKind};
-use serde_json::{Value, json};
+use agent_state::{AgentId, CommandOutcome, OperatorCommand};
+use serde_json::json;
 
 use crate::recorder::{EventKey, FlightRecorder, RecorderError};
-
-/// How often [`hot_swap`] looks at the agent's audit while it waits.
-const POLL: Duration = Duration::from_millis(20);
 
 /// A hot-swap that did not happen. The agent is unchanged.
 #[derive(Debug, thiserror::Error)]
@@ -20,7 +15,7 @@ pub enum SwapError {
     /// No such agent in the team.
     #[error("no agent `{0}` in the team")]
     NoSuchAgent(AgentId),
-    /// The message could not be sent or the audit read.
+    /// The command could not be sent.
     #[error("the hot-swap could not be delivered: {0}")]
     Delivery(String),
     /// The agent refused it (not an OODA agent, a tool its supervisor does not hold, a change
@@ -48,10 +43,11 @@ pub enum SwapError {
 /// Hot-swaps `genome` into the live OODA agent `agent` of `team`: the agent takes it as a new
 /// version at its next turn (its configuration, runtime settings and code files), audited as
 /// an `ooda` `modify_self` event with the outcome `adopted`; `strata rollback` (or
-/// [`OodaCommand::Rollback`]) returns to the version before. Waits up to `wait` for the agent
-/// to apply it and returns the new version. With a `recorder`, the swap is recorded as the
-/// flight recorder's `mutate` (`evolution_type: hot_swap`) and `survival` (`evolved_from`, `evolved_to`)
-/// events.
+/// [`OperatorCommand::Rollback`]) returns to the version before. The genome goes as an
+/// [`OperatorCommand::Adopt`] ([`Team::command`]); waits up to `wait` for the agent's answer
+/// ([`Team::command_outcome`]): the new version once applied, or why it refused. With a
+/// `recorder`, the swap is recorded as the flight recorder's `mutate` (`evolution_type: hot_swap`) and
+/// `survival` (`evolved_from`, `evolved_to`) events.
 pub async fn hot_swap(
     team: &Team,
     agent: &AgentId,
@@ -62,72 +58,17 @@ pub async fn hot_swap(
     if team.pool().get(agent).is_none() {
         return Err(SwapError::NoSuchAgent(agent.clone()));
     }
-    let services = team.services();
-    let before = services
-        .audit
-        .records(Some(agent))
-        .await
-        .map_err(|e| SwapError::Delivery(e.to_string()))?
-        .len();
-    let command = OodaCommand::Adopt { genome: Box::new(genome.clone()) };
-    let content = serde_json::to_value(&command).map_err(|e| SwapError::Delivery(e.to_string()))?;
-    let now = services.clock.now();
-    let message = Message::new(
-        services.clock.message_id(),
-        Address::System,
-        agent.clone(),
-        MessageKind::TaskAssign,
-        content,
-        now,
-    );
-    services.bus.send(message).await.map_err(|e| SwapError::Delivery(e.to_string()))?;
-    let started = tokio::time::Instant::now();
-    let (version, from) = loop {
-        let records = services
-            .audit
-            .records(Some(agent))
-            .await
-            .map_err(|e| SwapError::Delivery(e.to_string()))?;
-        let mut found = None;
-        for record in records.iter().skip(before) {
-            match &record.event {
-                AuditEvent::Ooda { ooda } => {
-                    let data = &ooda.data;
-                    let about = data.get("genome_id").and_then(Value::as_str)
-                        == Some(genome.id.as_str())
-                        || data.pointer("/change/genome_id").and_then(Value::as_str)
-                            == Some(genome.id.as_str());
-                    match data.get("outcome").and_then(Value::as_str) {
-                        Some("adopted") if about => {
-                            let from = data.pointer("/change/from").cloned().unwrap_or(Value::Null);
-                            found = Some(Ok((ooda.state_version, from)));
-                        }
-                        Some("refused") if about => {
-                            let reason = data.get("error").and_then(Value::as_str).unwrap_or("");
-                            found = Some(Err(reason.to_owned()));
-                        }
-                        _ => {}
-                    }
-                }
-                AuditEvent::Denied { action, error }
-                    if action.starts_with("task_assign") || action.starts_with("command") =>
-                {
-                    found = Some(Err(error.clone()));
-                }
-                _ => {}
-            }
+    let command = OperatorCommand::Adopt { genome: Box::new(genome.clone()) };
+    let sent =
+        team.command(agent, &command).await.map_err(|e| SwapError::Delivery(e.to_string()))?;
+    let (version, from) = match team.command_outcome(sent, wait).await {
+        Some(CommandOutcome::Applied { version, from }) => (version, from),
+        Some(CommandOutcome::Refused { reason }) => {
+            return Err(SwapError::Refused { agent: agent.clone(), reason });
         }
-        match found {
-            Some(Ok(done)) => break done,
-            Some(Err(reason)) => {
-                return Err(SwapError::Refused { agent: agent.clone(), reason });
-            }
-            None if started.elapsed() >= wait => {
-                return Err(SwapError::NotYet { agent: agent.clone(), waited: wait });
-            }
-            None => tokio::time::sleep(POLL).await,
-        }
+        None => return Err(SwapError::NotYet { agent: agent.clone(), waited: wait }),
     };
+    let services = team.services();
     if let Some(recorder) = recorder {
         let swaps = recorder
             .events()

@@ -33,7 +33,7 @@ fn executor() -> Executor {
 
 fn request(n: usize) -> RunRequest {
     RunRequest {
-        run_id: format!("run-{n}"),
+        run_id: format!("run-{n}").parse().expect("a run id"),
         kind: "now".into(),
         objective: "return at once".into(),
         inputs: serde_json::Value::Null,

@@ -42,7 +42,7 @@ pub struct Turn {
 /// One run's context. Made by the executor; a handler gets `&mut` to it for one attempt, and
 /// the same capsule (conversation, budget, scratch) for every attempt of the run.
 pub struct Capsule {
-    run_id: String,
+    run_id: agent_state::RunId,
     kind: String,
     attempt: u32,
     cx: RunContext,
@@ -69,7 +69,12 @@ impl std::fmt::Debug for Capsule {
 }
 
 impl Capsule {
-    pub(crate) fn new(run_id: &str, kind: &str, cx: RunContext, env: Arc<ExecEnv>) -> Self {
+    pub(crate) fn new(
+        run_id: &agent_state::RunId,
+        kind: &str,
+        cx: RunContext,
+        env: Arc<ExecEnv>,
+    ) -> Self {
         let reasoner_calls_left = cx.reasoner_calls;
         let tools = cx.tools.clone().or_else(|| {
             let workspace = env.workspace.clone()?;
@@ -77,7 +82,7 @@ impl Capsule {
             Some(ToolPath::new((*cx.agent).clone(), Arc::new(deps)))
         });
         Self {
-            run_id: run_id.to_owned(),
+            run_id: run_id.clone(),
             kind: kind.to_owned(),
             attempt: 0,
             cx,
@@ -97,7 +102,7 @@ impl Capsule {
     }
 
     /// The run's id.
-    pub fn run_id(&self) -> &str {
+    pub fn run_id(&self) -> &agent_state::RunId {
         &self.run_id
     }
 

@@ -84,7 +84,7 @@ pub use events::{ChannelObserver, NoObserver, RunObserver};
 pub use kind::{
     FnKind, Kind, KindError, KindFuture, KindOutput, Registry, RegistryError, valid_kind_name,
 };
-pub use request::{ExecError, MAX_INPUTS_BYTES, MAX_OBJECTIVE_BYTES, RunRequest, valid_run_id};
+pub use request::{ExecError, MAX_INPUTS_BYTES, MAX_OBJECTIVE_BYTES, RunRequest};
 pub use run::{BatchItem, Executor, RunContext, RunResponse, Timings};
 
 #[cfg(test)]

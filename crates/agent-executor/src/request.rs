@@ -1,6 +1,7 @@
 //! What a caller asks for ([`RunRequest`]) and the requests the executor refuses before a run
 //! exists ([`ExecError`]).
 
+use agent_state::RunId;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -13,9 +14,9 @@ pub const MAX_INPUTS_BYTES: usize = 256 * 1024;
 /// One run of one kind on one objective.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RunRequest {
-    /// The run's id: unique, made of `a-z`, `A-Z`, `0-9`, `-` and `_` (it names the capsule's
-    /// scratch directory).
-    pub run_id: String,
+    /// The run's id: unique (it names the capsule's scratch directory); a request whose id
+    /// breaks [`RunId`]'s rule does not deserialise.
+    pub run_id: RunId,
     /// The agent kind (`research_agent`, ...).
     pub kind: String,
     /// What to do, in words.
@@ -29,7 +30,7 @@ impl RunRequest {
     /// A request with a fresh run id and no inputs.
     pub fn new(kind: impl Into<String>, objective: impl Into<String>) -> Self {
         Self {
-            run_id: uuid::Uuid::new_v4().simple().to_string(),
+            run_id: fresh_run_id(),
             kind: kind.into(),
             objective: objective.into(),
             inputs: serde_json::Value::Null,
@@ -45,8 +46,8 @@ impl RunRequest {
 
     /// The same request with `run_id`.
     #[must_use]
-    pub fn with_run_id(mut self, run_id: impl Into<String>) -> Self {
-        self.run_id = run_id.into();
+    pub fn with_run_id(mut self, run_id: RunId) -> Self {
+        self.run_id = run_id;
         self
     }
 
@@ -99,14 +100,9 @@ pub enum ExecError {
         /// What ended it.
         reason: String,
     },
-    /// The run id is empty, too long or has characters other than `a-zA-Z0-9-_`.
-    #[error("run id `{0}` is not valid: use 1 to 64 characters from a-z, A-Z, 0-9, `-` and `_`")]
-    BadRunId(String),
 }
 
-/// Whether `id` may be a run id.
-pub fn valid_run_id(id: &str) -> bool {
-    !id.is_empty()
-        && id.len() <= 64
-        && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+/// A new random run id: 32 hex digits.
+fn fresh_run_id() -> RunId {
+    RunId::hex(uuid::Uuid::new_v4().as_u128())
 }

@@ -17,7 +17,7 @@ use crate::capsule::Capsule;
 use crate::env::ExecEnv;
 use crate::events::{NoObserver, RunObserver};
 use crate::kind::{Kind, KindError, KindOutput, Registry};
-use crate::request::{ExecError, MAX_INPUTS_BYTES, MAX_OBJECTIVE_BYTES, RunRequest, valid_run_id};
+use crate::request::{ExecError, MAX_INPUTS_BYTES, MAX_OBJECTIVE_BYTES, RunRequest};
 use agent_state::RunEvent;
 
 /// Who a run works for and how its caller hears of it.
@@ -114,7 +114,7 @@ pub struct Timings {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RunResponse {
     /// The run.
-    pub run_id: String,
+    pub run_id: agent_state::RunId,
     /// Its kind.
     pub kind: String,
     /// How it ended: completed, blocked or failed.
@@ -267,16 +267,14 @@ impl Executor {
     }
 
     /// Checks `request` without running it: the kind exists, the objective is not empty nor
-    /// too long, the run id is valid, the inputs are an object within the limit.
+    /// too long, the inputs are an object within the limit (the run id is valid: it is a
+    /// [`RunId`](agent_state::RunId)).
     pub fn check(&self, request: &RunRequest) -> Result<Arc<dyn Kind>, ExecError> {
         let kind =
             self.registry.get(&request.kind).cloned().ok_or_else(|| ExecError::UnknownKind {
                 kind: request.kind.clone(),
                 known: self.registry.names().collect::<Vec<_>>().join(", "),
             })?;
-        if !valid_run_id(&request.run_id) {
-            return Err(ExecError::BadRunId(request.run_id.clone()));
-        }
         if request.objective.trim().is_empty() {
             return Err(ExecError::EmptyObjective { kind: request.kind.clone() });
         }
@@ -530,7 +528,7 @@ pub enum BatchItem {
     /// An earlier request did not complete, so it was not run.
     Skipped {
         /// The request's run id.
-        run_id: String,
+        run_id: agent_state::RunId,
     },
 }
 

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use agent_core::tools::{ToolError, ToolOutput};
 use agent_core::{AgentContext, AgentError, EventHub, TeamEvent, ToolCall};
 use agent_executor::{ExecError, Executor, RunContext, RunObserver, RunRequest, RunResponse};
-use agent_state::{AgentId, AgentResult, ResultStatus, RunEvent, RunState, Subtask};
+use agent_state::{AgentId, AgentResult, ResultStatus, RunEvent, RunId, RunState, Subtask};
 use serde_json::json;
 
 /// What an executor with a kind holds: the team's executor and its event stream.
@@ -65,23 +65,22 @@ fn request(kind: &str, subtask: &Subtask) -> RunRequest {
     RunRequest { run_id: run_id(subtask), kind: kind.to_owned(), objective, inputs }
 }
 
-/// A run id for `subtask`: its key and attempt with every other character made `-`, and cut
-/// with a hash of the whole when longer than 64.
-pub(crate) fn run_id(subtask: &Subtask) -> String {
+/// A run id for `subtask`: its key and attempt with every character outside the run id rule
+/// made `-`, and followed by a hash of the whole when that changed it or it is longer than 64.
+pub(crate) fn run_id(subtask: &Subtask) -> RunId {
     let raw = format!("{}-{}-{}", subtask.task_id, subtask.step.id, subtask.attempt);
-    let clean: String = raw
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '-' })
-        .collect();
-    if clean.len() <= 64 && clean == raw {
-        return clean;
+    if let Ok(id) = RunId::parse(&raw) {
+        return id;
     }
+    let clean: String =
+        raw.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '-' }).collect();
     // Different keys may clean to the same text: a hash of the raw key keeps them apart.
     let hash = raw
         .bytes()
         .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
     let head: String = clean.chars().take(47).collect();
-    format!("{head}-{hash:016x}")
+    // 47 ASCII characters of the rule, `-` and 16 hex digits: always a run id.
+    RunId::parse(&format!("{head}-{hash:016x}")).unwrap_or_else(|_| RunId::hex(u128::from(hash)))
 }
 
 struct HubObserver {

@@ -5,33 +5,21 @@ use agent_core::protocol::{HelpRequest, HelpResponse, StatusReport};
 use agent_core::{AgentBehavior, AgentContext, AgentError, AuditEvent};
 use agent_state::ooda::{MessageRole, OodaEvent, OodaEventKind, OodaMessage, StopReason};
 use agent_state::{
-    Address, AgentStatus, Assignment, BoardSnapshot, Message, MessageKind, OnStuck, ProgressReport,
-    ProgressStatus, SubtaskResult, TaskFailure,
+    Address, AgentStatus, Assignment, BoardSnapshot, CommandOrigin, CommandOutcome, Message,
+    MessageKind, OnStuck, OperatorCommand, ProgressReport, ProgressStatus, SubtaskResult,
+    TaskFailure,
 };
 use async_trait::async_trait;
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
 use crate::ooda::Ooda;
 
-/// An operator's command to an OODA agent, sent by `system` (or its supervisor) as a
-/// `task_assign` whose content is this (for example from `strata rollback RUN AGENT VERSION`).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "command", rename_all = "snake_case")]
-pub enum OodaCommand {
-    /// Go back to the configuration and files of `version`, as a new version.
-    Rollback {
-        /// The version.
-        version: u64,
-    },
-    /// Become `genome` (a hot-swap; see [`Ooda::adopt`]), as a new
-    /// version.
-    Adopt {
-        /// The genome.
-        genome: Box<agent_state::evolution::Genome>,
-    },
-}
+/// An operator's command to an OODA agent: [`OperatorCommand`], sent as an
+/// `operator_command` message by `system` (for example from `strata rollback RUN AGENT
+/// VERSION`) or the agent's supervisor. The name this crate gave it before it moved to the
+/// vocabulary.
+pub type OodaCommand = OperatorCommand;
 
 /// An OODA agent in a Strata team: the runtime's lifecycle, heartbeat, retries, budget and
 /// audit, with one loop ([`Ooda::step`]) per turn.
@@ -42,8 +30,11 @@ pub enum OodaCommand {
 /// - A `peer_help_request` that speaks to it joins its inbox (answered at once with where it
 ///   stands); a `peer_help_response` joins it too. The next observe processes them.
 /// - Messages it decides to send are routed by the bus at the end of the step.
-/// - An [`OodaCommand`] from `system` or its supervisor is recorded in this turn and carried
-///   out in the next (so that it is saved before it has any effect).
+/// - An [`OperatorCommand`] (an `operator_command` message) from `system` or its supervisor
+///   is recorded in this turn and carried out in the next (so that it is saved before it has
+///   any effect); the sender is answered with a [`CommandOutcome`]: `refused` at once, or
+///   `applied` once the new version is in place. (A command sent as a `task_assign`, as
+///   before the kind existed, is still carried out, unanswered.)
 pub struct OodaBehavior {
     ooda: Ooda,
     /// It has a supervisor: it works on its lead's subtasks only, not on its own goal.
@@ -81,27 +72,30 @@ impl OodaBehavior {
         ctx: &mut AgentContext,
         message: &Message,
     ) -> Result<(), AgentError> {
-        let command = match serde_json::from_value::<OodaCommand>(message.content.clone()) {
+        // Only a command of the kind of its own is answered (one sent as a `task_assign`, as
+        // before that kind, has a sender that waits for no answer).
+        let origin =
+            (message.kind == MessageKind::OperatorCommand).then(|| CommandOrigin::of(message));
+        let command = match serde_json::from_value::<OperatorCommand>(message.content.clone()) {
             Ok(c) => c,
             Err(e) => {
-                return ctx
-                    .audit(AuditEvent::Denied {
-                        action: format!("command from {}", message.from),
-                        error: format!("not a command this agent knows (rollback, adopt): {e}"),
-                    })
+                let error = format!("not a command this agent knows (rollback, adopt): {e}");
+                let action = format!("command from {}", message.from);
+                ctx.audit(AuditEvent::Denied { action, error: error.clone() }).await?;
+                return answer(ctx, origin.as_ref(), CommandOutcome::Refused { reason: error })
                     .await;
             }
         };
-        let (asked, result) = match &command {
-            OodaCommand::Rollback { version } => {
-                (format!("rollback to version {version}"), self.ooda.rollback(*version))
-            }
-            OodaCommand::Adopt { genome } => {
-                (format!("hot-swap to genome {}", genome.id.short()), self.ooda.adopt(genome))
-            }
+        let asked = command.describe();
+        let result = match &command {
+            OperatorCommand::Rollback { version } => self.ooda.rollback(*version),
+            OperatorCommand::Adopt { genome } => self.ooda.adopt(genome),
         };
         match result {
             Ok((next, dropped)) => {
+                if let Some(pending) = self.ooda.pending.as_mut() {
+                    pending.origin = origin;
+                }
                 ctx.append_own(&format!(
                     "- {asked} asked by {}: it becomes version {next}",
                     message.from
@@ -115,13 +109,13 @@ impl OodaBehavior {
                     .await?;
                 }
                 let data = match &command {
-                    OodaCommand::Rollback { version } => json!({
+                    OperatorCommand::Rollback { version } => json!({
                         "outcome": "rollback_scheduled",
                         "to": version,
                         "version": next,
                         "dropped_decision": dropped,
                     }),
-                    OodaCommand::Adopt { genome } => json!({
+                    OperatorCommand::Adopt { genome } => json!({
                         "outcome": "hot_swap_scheduled",
                         "genome_id": genome.id,
                         "from": self.ooda.genome(),
@@ -136,14 +130,15 @@ impl OodaBehavior {
                 ctx.audit(AuditEvent::Denied { action: asked.clone(), error: error.clone() })
                     .await?;
                 let data = match &command {
-                    OodaCommand::Rollback { version } => {
+                    OperatorCommand::Rollback { version } => {
                         json!({ "outcome": "refused", "rollback_to": version, "error": error })
                     }
-                    OodaCommand::Adopt { genome } => {
+                    OperatorCommand::Adopt { genome } => {
                         json!({ "outcome": "refused", "genome_id": genome.id, "error": error })
                     }
                 };
                 self.ooda.emit(ctx, OodaEventKind::ModifySelf, data).await?;
+                answer(ctx, origin.as_ref(), CommandOutcome::Refused { reason: error }).await?;
             }
         }
         Ok(())
@@ -216,6 +211,18 @@ fn tune(
     })
 }
 
+/// Answers the command from `origin`, if it is to be answered.
+async fn answer(
+    ctx: &mut AgentContext,
+    origin: Option<&CommandOrigin>,
+    outcome: CommandOutcome,
+) -> Result<(), AgentError> {
+    if let Some(origin) = origin {
+        ctx.answer_command(origin, &outcome).await?;
+    }
+    Ok(())
+}
+
 fn text_of(content: &Value) -> String {
     match content {
         Value::String(s) => s.clone(),
@@ -225,6 +232,10 @@ fn text_of(content: &Value) -> String {
 
 #[async_trait]
 impl AgentBehavior for OodaBehavior {
+    fn takes_commands(&self) -> bool {
+        true
+    }
+
     fn responsibilities(&self) -> &'static str {
         "- Observe messages and the workspace\n\
          - Decide the next action toward the goal\n\
@@ -260,6 +271,19 @@ impl AgentBehavior for OodaBehavior {
                 supervisor.as_ref().is_some_and(|s| message.from.agent() == Some(s));
             let now = ctx.now();
             match message.kind {
+                MessageKind::OperatorCommand
+                    if from_supervisor || message.from == Address::System =>
+                {
+                    self.command(ctx, message).await?;
+                    commanded = true;
+                }
+                MessageKind::OperatorCommand => {
+                    let reason = "an OODA agent takes commands only from system and its supervisor";
+                    let action = format!("{} from {}", message.kind, message.from);
+                    ctx.audit(AuditEvent::Denied { action, error: reason.into() }).await?;
+                    let outcome = CommandOutcome::Refused { reason: reason.into() };
+                    ctx.answer_command(&CommandOrigin::of(message), &outcome).await?;
+                }
                 MessageKind::TaskAssign
                     if (from_supervisor || message.from == Address::System)
                         && message.content.get("command").is_some() =>

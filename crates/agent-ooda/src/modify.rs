@@ -10,7 +10,8 @@ use agent_state::ooda::{
     apply_code_change,
 };
 use agent_state::{
-    Action, AgentStatus, Decision, DecisionId, DecisionStatus, HumanApproval, Timestamp,
+    Action, AgentStatus, CommandOutcome, Decision, DecisionId, DecisionStatus, HumanApproval,
+    Timestamp,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -79,6 +80,9 @@ pub struct Pending {
     pub applied: Applied,
     /// The decision a human signs, for a level-4 change.
     pub decision: Option<DecisionId>,
+    /// The operator command that asked for it, answered once it applies (or is vetoed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<agent_state::CommandOrigin>,
 }
 
 /// What a version is.
@@ -330,7 +334,7 @@ impl Ooda {
         } else {
             None
         };
-        Ok(Pending { version, what, applied, decision })
+        Ok(Pending { version, what, applied, decision, origin: None })
     }
 
     /// Proposes the governance decision one of the team's humans signs for a level-4 change.
@@ -421,6 +425,7 @@ impl Ooda {
             what: Change::Rollback { to },
             applied: Applied { config, files },
             decision: None,
+            origin: None,
         });
         Ok((version, dropped))
     }
@@ -505,6 +510,7 @@ impl Ooda {
             },
             applied: Applied { config, files },
             decision: None,
+            origin: None,
         });
         Ok((version, dropped))
     }
@@ -537,6 +543,10 @@ impl Ooda {
                     }
                     let data = json!({ "outcome": "vetoed", "version": pending.version, "decision": id, "reason": reason });
                     self.emit(ctx, OodaEventKind::ModifySelf, data.clone()).await?;
+                    if let Some(origin) = &pending.origin {
+                        let outcome = CommandOutcome::Refused { reason: reason.clone() };
+                        ctx.answer_command(origin, &outcome).await?;
+                    }
                     let step =
                         self.step_record(OodaEventKind::ModifySelf, data, false, Some(reason));
                     return Ok(StepEnd { steps: vec![step], stop: None, waiting: false });
@@ -639,6 +649,14 @@ impl Ooda {
             "after": after_hash,
         });
         self.emit(ctx, OodaEventKind::ModifySelf, data.clone()).await?;
+        if let Some(origin) = &pending.origin {
+            let from = match &pending.what {
+                Change::Adopt { from, .. } => from.clone(),
+                _ => None,
+            };
+            let outcome = CommandOutcome::Applied { version: pending.version, from };
+            ctx.answer_command(origin, &outcome).await?;
+        }
         Ok(self.step_record(OodaEventKind::ModifySelf, data, true, None))
     }
 }

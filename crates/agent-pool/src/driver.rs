@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use agent_core::protocol::StatusReport;
 use agent_core::{StateStore, payload};
-use agent_state::{Address, MessageKind, TaskOutcome};
+use agent_state::{Address, CommandOutcome, MessageId, MessageKind, TaskOutcome};
 use message_bus::MessageBus;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
@@ -25,6 +25,10 @@ use crate::scheduler::HeartbeatScheduler;
 
 /// The outcomes of a run's tasks as the driver reads them, by task id.
 pub type Outcomes = watch::Sender<BTreeMap<String, TaskOutcome>>;
+
+/// The answers to operator commands sent by `system` as the driver reads them, by the
+/// command's message id.
+pub(crate) type Commands = watch::Sender<BTreeMap<MessageId, CommandOutcome>>;
 
 /// What woke the driver.
 enum Event {
@@ -55,19 +59,22 @@ pub(crate) struct Coordination {
     bus: Arc<dyn MessageBus>,
     state: Arc<dyn StateStore>,
     deadlines: Arc<TaskDeadlines>,
+    /// The answers to operator commands, published as read.
+    commands: Commands,
     /// System messages read whose acknowledgement failed (a bus outage): sent again each cycle.
     unacked: Vec<agent_state::MessageId>,
 }
 
 impl Coordination {
-    /// Reads `system` from `bus`, storing outcomes in `state`; closes the tasks `deadlines`
-    /// says are past their limit.
+    /// Reads `system` from `bus`, storing outcomes in `state` and publishing the answers to
+    /// operator commands on `commands`; closes the tasks `deadlines` says are past their limit.
     pub(crate) fn new(
         bus: Arc<dyn MessageBus>,
         state: Arc<dyn StateStore>,
         deadlines: Arc<TaskDeadlines>,
+        commands: Commands,
     ) -> Self {
-        Self { bus, state, deadlines, unacked: Vec::new() }
+        Self { bus, state, deadlines, commands, unacked: Vec::new() }
     }
 
     /// Closes the tasks past their limit.
@@ -78,7 +85,8 @@ impl Coordination {
     /// One read of the `system` inbox into `outcomes`; `true` if nothing is left
     /// unacknowledged.
     async fn drain(&mut self, outcomes: &Outcomes) -> bool {
-        drain_system(self.bus.as_ref(), self.state.as_ref(), outcomes, &mut self.unacked).await
+        let reports = Reports { tasks: outcomes, commands: &self.commands };
+        drain_system(self.bus.as_ref(), self.state.as_ref(), &reports, &mut self.unacked).await
     }
 }
 
@@ -286,14 +294,41 @@ async fn sleep_until_some(at: Option<tokio::time::Instant>) {
 /// How many times the driver's last read of `system` (at a stop) is made when the bus fails.
 const FINAL_DRAINS: u32 = 3;
 
-/// Reads the `system` inbox: heartbeat acks are dropped, task outcomes stored and published.
+/// Publishes the answer `message` gives to an operator command sent by `system`.
+fn command_answered(message: &agent_state::Message, commands: &Commands) {
+    match (payload::<CommandOutcome>(message), message.correlation_id) {
+        (Ok(outcome), Some(command)) => {
+            tracing::info!(agent = %message.from, ?outcome, "operator command answered");
+            commands.send_modify(|c| {
+                c.insert(command, outcome);
+            });
+        }
+        (Ok(_), None) => {
+            tracing::warn!(from = %message.from, "a command outcome that answers no command");
+        }
+        (Err(e), _) => {
+            tracing::warn!(error = %e, "unreadable command outcome on the system inbox");
+        }
+    }
+}
+
+/// What the agents report to `system`, published by the driver as it reads them.
+struct Reports<'a> {
+    /// The tasks' outcomes, by task id.
+    tasks: &'a Outcomes,
+    /// The answers to operator commands, by the command's message id.
+    commands: &'a Commands,
+}
+
+/// Reads the `system` inbox: heartbeat acks are dropped, task outcomes stored and published,
+/// answers to operator commands published.
 /// A message is acknowledged only after its outcome is stored. `true` if everything read (now
 /// and before) is acknowledged; `false` if the bus or the store failed, leaving something for
 /// the next drain.
 async fn drain_system(
     bus: &dyn MessageBus,
     state: &dyn StateStore,
-    outcomes: &watch::Sender<BTreeMap<String, TaskOutcome>>,
+    reports: &Reports<'_>,
     unacked: &mut Vec<agent_state::MessageId>,
 ) -> bool {
     let messages = match bus.take(&Address::System, usize::MAX).await {
@@ -305,6 +340,10 @@ async fn drain_system(
         }
     };
     for message in &messages {
+        if message.kind == MessageKind::CommandOutcome {
+            command_answered(message, reports.commands);
+            continue;
+        }
         if message.kind != MessageKind::StatusReport {
             continue;
         }
@@ -318,7 +357,7 @@ async fn drain_system(
                     return false;
                 }
                 tracing::info!(task = %outcome.task_id(), success = outcome.is_success(), "task closed");
-                outcomes.send_modify(|o| {
+                reports.tasks.send_modify(|o| {
                     o.entry(outcome.task_id().to_owned()).or_insert(outcome);
                 });
             }
@@ -430,13 +469,15 @@ mod drain_tests {
         }
         let state = agent_core::InMemoryStateStore::default();
         let (outcomes, _) = watch::channel(BTreeMap::new());
+        let (commands, _) = watch::channel(BTreeMap::new());
+        let reports = Reports { tasks: &outcomes, commands: &commands };
         let mut unacked = Vec::new();
         // The acknowledgement fails during the outage: both are kept, and the drain says so
         // (a stop's last drain is made again).
-        assert!(!drain_system(&bus, &state, &outcomes, &mut unacked).await);
+        assert!(!drain_system(&bus, &state, &reports, &mut unacked).await);
         assert_eq!(unacked.len(), 2);
         // Back: the next drain, with nothing new to read, acknowledges them.
-        assert!(drain_system(&bus, &state, &outcomes, &mut unacked).await);
+        assert!(drain_system(&bus, &state, &reports, &mut unacked).await);
         assert!(unacked.is_empty());
         assert_eq!(bus.pending(&Address::System).await.unwrap(), 0);
         assert_eq!(

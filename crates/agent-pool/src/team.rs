@@ -10,8 +10,9 @@ use agent_core::tools::{ToolContext, ToolRegistry};
 use agent_core::{AuditLog, Clock, Reasoner, StateStore, check_transition_chain};
 use agent_layers::{BottomSpec, KindRunner, LeadInfo, MidSpec, TopSpec};
 use agent_state::{
-    Address, AgentConfig, AgentId, AgentLayer, AgentStatus, Assignment, DEFAULT_MAX_SPAWN_DEPTH,
-    GuardSettings, Message, MessageKind, RoleBook, Task, TaskFailure, TaskOutcome,
+    Address, AgentConfig, AgentId, AgentLayer, AgentStatus, Assignment, CommandOutcome,
+    DEFAULT_MAX_SPAWN_DEPTH, GuardSettings, Message, MessageId, MessageKind, OperatorCommand,
+    RoleBook, Task, TaskFailure, TaskOutcome,
 };
 use governance::Governance;
 use message_bus::MessageBus;
@@ -456,6 +457,9 @@ pub enum TeamError {
     /// A guard threshold out of range.
     #[error(transparent)]
     Guards(#[from] agent_state::GuardError),
+    /// An operator command could not be sent ([`Team::command`]).
+    #[error("the operator command could not be sent: {0}")]
+    Command(String),
 }
 
 /// Submitting a task failed.
@@ -496,6 +500,8 @@ pub struct Team {
     /// Where a goal step runs without a model: on an executor with a `kind`.
     kinds: KindCoverage,
     outcomes: watch::Receiver<BTreeMap<String, TaskOutcome>>,
+    /// The answers to operator commands sent by `system`, by the command's message id.
+    commands: watch::Receiver<BTreeMap<MessageId, CommandOutcome>>,
     submitted: Mutex<Vec<String>>,
     /// The open tasks' telemetry spans (disabled ones when telemetry is off), ended when
     /// their outcome is read ([`wait`](Self::wait)).
@@ -687,6 +693,52 @@ impl Team {
     /// The outcome of a task, if it is closed.
     pub fn outcome(&self, task_id: &str) -> Option<TaskOutcome> {
         self.outcomes.borrow().get(task_id).cloned()
+    }
+
+    /// Sends `command` to `agent` as an `operator_command` from `system` and returns the
+    /// message's id, which the agent's answer ([`command_outcome`](Self::command_outcome))
+    /// refers to.
+    pub async fn command(
+        &self,
+        agent: &AgentId,
+        command: &OperatorCommand,
+    ) -> Result<MessageId, TeamError> {
+        let content = serde_json::to_value(command)
+            .map_err(|e| TeamError::Command(format!("cannot encode the command: {e}")))?;
+        let id = self.services.clock.message_id();
+        let now = self.services.clock.now();
+        let message = Message::new(
+            id,
+            Address::System,
+            agent.clone(),
+            MessageKind::OperatorCommand,
+            content,
+            now,
+        );
+        self.services.bus.send(message).await.map_err(|e| TeamError::Command(e.to_string()))?;
+        Ok(id)
+    }
+
+    /// Waits up to `wait` for the answer to the operator command `command` sent by `system`
+    /// (see [`command`](Self::command)); `None` if none came (the agent may still answer:
+    /// a change applies at its next turn), or the team stopped.
+    pub async fn command_outcome(
+        &self,
+        command: MessageId,
+        wait: Duration,
+    ) -> Option<CommandOutcome> {
+        let mut commands = self.commands.clone();
+        let answered = async {
+            loop {
+                if let Some(outcome) = commands.borrow_and_update().get(&command) {
+                    return Some(outcome.clone());
+                }
+                if commands.changed().await.is_err() {
+                    return None;
+                }
+            }
+        };
+        tokio::time::timeout(wait, answered).await.ok().flatten()
     }
 
     /// Every agent's status, metrics and score, by id. The metrics are the stored ones

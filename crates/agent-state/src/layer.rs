@@ -243,11 +243,11 @@ impl Action {
         }
     }
 
-    /// The action sending a message of `kind` performs: delegating, voting, arbitrating, or
-    /// else coordinating.
+    /// The action sending a message of `kind` performs: delegating (a task or an operator's
+    /// command to a subordinate), voting, arbitrating, or else coordinating.
     pub const fn of_message(kind: MessageKind) -> Action {
         match kind {
-            MessageKind::TaskAssign => Action::AssignWork,
+            MessageKind::TaskAssign | MessageKind::OperatorCommand => Action::AssignWork,
             MessageKind::VoteRequest | MessageKind::VoteResponse => Action::Vote,
             MessageKind::ArbitrationResult => Action::Arbitrate,
             _ => Action::Coordinate,

@@ -15,6 +15,7 @@
 //! - [`Task`] and [`PlanStep`]: scripted steps (a tool and its arguments) or goal steps (a
 //!   description only), [`RoleBook`]: the roles a team may spawn, checked against the §7.1
 //!   matrix, and [`AgentResult`]: a worker's structured result, checked against its own calls.
+//! - [`RunId`]: the name of a run, with the one rule every backend (directories, NATS) accepts.
 //! - [`quote`]: a model's words inside a message (a failure reason), as one short quoted line
 //!   without its chat template's markup.
 //!
@@ -35,6 +36,7 @@
 //! ```
 
 mod board;
+mod command;
 mod config;
 mod decision;
 pub mod evolution;
@@ -50,6 +52,7 @@ mod result;
 mod retry;
 mod role;
 mod run;
+mod run_id;
 mod status;
 mod storage;
 mod task;
@@ -62,6 +65,7 @@ mod tests;
 pub use board::{
     Actor, BoardAccess, BoardId, BoardSnapshot, GLOBAL_BOARD, Principal, board_permits,
 };
+pub use command::{CommandOrigin, CommandOutcome, OperatorCommand};
 pub use config::{
     AgentConfig, ConfigError, ConfigErrorKind, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_MS,
     MAX_AGENT_ID_LEN, check_agent_id, find_control, is_control,
@@ -95,6 +99,7 @@ pub use run::{
     AfterFailure, FailureKind, RunEvent, RunFailure, RunLifecycle, RunState, RunTransition,
     RunTransitionError,
 };
+pub use run_id::{MAX_RUN_ID_LEN, RUN_ID_RULE, RunId, RunIdError, check_run_id};
 pub use status::{AgentStatus, Lifecycle, TransitionError, TransitionRecord, can_transition};
 pub use storage::BackendError;
 pub use task::{

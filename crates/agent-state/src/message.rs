@@ -127,11 +127,17 @@ pub enum MessageKind {
     VoteResponse,
     /// A warning, such as a missed heartbeat.
     Warning,
+    /// An operator's command to an agent ([`OperatorCommand`](crate::OperatorCommand)), from
+    /// `system` or the agent's supervisor.
+    OperatorCommand,
+    /// What became of an operator command ([`CommandOutcome`](crate::CommandOutcome)), to
+    /// its sender, in reply to it.
+    CommandOutcome,
 }
 
 impl MessageKind {
     /// All kinds.
-    pub const ALL: [MessageKind; 17] = [
+    pub const ALL: [MessageKind; 19] = [
         MessageKind::HeartbeatAck,
         MessageKind::ErrorReport,
         MessageKind::SignatureRequest,
@@ -149,6 +155,8 @@ impl MessageKind {
         MessageKind::VoteRequest,
         MessageKind::VoteResponse,
         MessageKind::Warning,
+        MessageKind::OperatorCommand,
+        MessageKind::CommandOutcome,
     ];
 
     /// The wire name, such as `task_assign`.
@@ -171,6 +179,8 @@ impl MessageKind {
             MessageKind::VoteRequest => "vote_request",
             MessageKind::VoteResponse => "vote_response",
             MessageKind::Warning => "warning",
+            MessageKind::OperatorCommand => "operator_command",
+            MessageKind::CommandOutcome => "command_outcome",
         }
     }
 }

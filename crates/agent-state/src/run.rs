@@ -23,7 +23,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::{ErrorClass, RetryPolicy, Timestamp};
+use crate::{ErrorClass, RetryPolicy, RunId, Timestamp};
 
 /// Where a run is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -418,7 +418,7 @@ pub enum RunEvent {
     /// The run changed state.
     Transition {
         /// The run.
-        run_id: String,
+        run_id: RunId,
         /// Its kind.
         kind: String,
         /// The change.
@@ -427,7 +427,7 @@ pub enum RunEvent {
     /// The handler reported progress.
     Progress {
         /// The run.
-        run_id: String,
+        run_id: RunId,
         /// Its kind.
         kind: String,
         /// 0..=100.
@@ -438,7 +438,7 @@ pub enum RunEvent {
     /// The handler reported an event of its own (a source fetched, a file written).
     Note {
         /// The run.
-        run_id: String,
+        run_id: RunId,
         /// Its kind.
         kind: String,
         /// The event's name.
@@ -449,7 +449,7 @@ pub enum RunEvent {
     /// The run passed its soft timeout and goes on.
     SoftTimeout {
         /// The run.
-        run_id: String,
+        run_id: RunId,
         /// Its kind.
         kind: String,
         /// The soft timeout, in milliseconds.
@@ -458,7 +458,7 @@ pub enum RunEvent {
     /// An attempt failed transiently; the next starts after `delay_ms`.
     Retrying {
         /// The run.
-        run_id: String,
+        run_id: RunId,
         /// Its kind.
         kind: String,
         /// The retry's number, 1 for the first.
@@ -472,7 +472,7 @@ pub enum RunEvent {
 
 impl RunEvent {
     /// The run it is about.
-    pub fn run_id(&self) -> &str {
+    pub fn run_id(&self) -> &RunId {
         match self {
             RunEvent::Transition { run_id, .. }
             | RunEvent::Progress { run_id, .. }

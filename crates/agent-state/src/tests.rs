@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod board;
+mod command;
 mod config;
 mod decision;
 mod evolution;
@@ -16,6 +17,7 @@ mod props;
 mod retry;
 mod role;
 mod run;
+mod run_id;
 mod storage;
 mod timeouts;
 mod wire;

@@ -7,7 +7,8 @@
 //! of the backends is named under, so several runs share one server without meeting:
 //!
 //! - a stream or bucket for `part` is named `strata_<namespace>_<part>`
-//!   ([`NatsStore::name`]); a namespace holds no `_`, so no two namespaces share a name;
+//!   ([`NatsStore::name`]); a namespace follows the run id rule ([`agent_state::RunId`]): it
+//!   holds no `_`, so no two namespaces share a name, and no `.`, which splits a subject;
 //! - its subjects begin with `strata.<namespace>.<part>` ([`NatsStore::subject`]).
 //!
 //! Every stream and bucket made through [`NatsStore::stream`] and [`NatsStore::bucket`] carries
@@ -102,10 +103,9 @@ pub enum NatsError {
         /// The description this version writes.
         expected: String,
     },
-    /// The namespace cannot name streams and subjects.
-    #[error(
-        "namespace {namespace:?}: use 1 to 64 ASCII letters, digits or `-` (it names streams and subjects)"
-    )]
+    /// The namespace cannot name streams and subjects: it breaks the run id rule
+    /// ([`agent_state::RunId`]), which a namespace follows whether it is a run's or not.
+    #[error("namespace {namespace:?}: {}", agent_state::RUN_ID_RULE)]
     BadNamespace {
         /// The namespace given.
         namespace: String,
@@ -378,10 +378,11 @@ pub use testing::{TestNamespaces, TestServer};
 pub use keys::{Found, entry, escape_token, keys, too_many_races};
 pub use lease::{Lease, Leases};
 
+/// A namespace follows the run id rule ([`agent_state::check_run_id`]): a run's namespace is its
+/// run id, and the rule is the one under which no two namespaces share a stream's name.
 fn check_namespace(namespace: &str) -> Result<(), NatsError> {
-    let fits = (1..=64).contains(&namespace.len())
-        && namespace.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
-    if fits { Ok(()) } else { Err(NatsError::BadNamespace { namespace: namespace.to_owned() }) }
+    agent_state::check_run_id(namespace)
+        .map_err(|_| NatsError::BadNamespace { namespace: namespace.to_owned() })
 }
 
 #[cfg(test)]

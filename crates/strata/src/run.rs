@@ -88,7 +88,8 @@ pub struct StartOptions {
     pub data: PathBuf,
     /// The workspace the tools work in; `None`: the run's own (`<run dir>/workspace`).
     pub workspace: Option<PathBuf>,
-    /// The run id; `None`: a new one from the task id and the time ([`new_run_id`]).
+    /// The run id (1 to 64 ASCII letters, digits or `-`: [`agent_state::RunId`]); `None`: a
+    /// new one from the task id and the time ([`new_run_id`]).
     pub run_id: Option<String>,
     /// The heartbeat, over the team file's.
     pub heartbeat: Option<Duration>,
@@ -389,7 +390,13 @@ impl Run {
     /// input and the run's directory is removed again: nothing is left written in the data
     /// directory. A failure caused by a full disk says so.
     pub async fn start(prepared: Prepared, options: &StartOptions) -> Result<Self> {
-        let run_id = options.run_id.clone().unwrap_or_else(|| new_run_id(&prepared.task.id));
+        let run_id = match &options.run_id {
+            // One rule for every store (a run on NATS names its streams with it).
+            Some(id) => agent_state::RunId::parse(id)
+                .map_err(|e| Error::bad_input(format!("the run id `{id}`: {e}")))?
+                .to_string(),
+            None => new_run_id(&prepared.task.id),
+        };
         Self::start_as(prepared, options, run_id.clone()).await.map_err(|error| {
             let dir = options.data.join(&run_id);
             // A run the disk filled up before it was recorded (no run.json: nothing to

@@ -64,7 +64,7 @@ fn files_written_keep_their_names_for_the_summary() {
 fn run_events_are_one_line_each_like_audit_records() {
     let agent = AgentId::from("exec-1");
     let progress = RunEvent::Progress {
-        run_id: "3f2a0c1d-77".into(),
+        run_id: "3f2a0c1d-77".parse().unwrap(),
         kind: "research_agent".into(),
         percent: 40,
         message: "reading docs/a.md\nand more".into(),
@@ -79,7 +79,7 @@ fn run_events_are_one_line_each_like_audit_records() {
     );
 
     let transition = RunEvent::Transition {
-        run_id: "3f2a0c1d".into(),
+        run_id: "3f2a0c1d".parse().unwrap(),
         kind: "research_agent".into(),
         transition: agent_state::RunTransition {
             from: agent_state::RunState::Pending,
@@ -94,7 +94,7 @@ fn run_events_are_one_line_each_like_audit_records() {
     );
 
     let retrying = RunEvent::Retrying {
-        run_id: "r".into(),
+        run_id: "r".parse().unwrap(),
         kind: "fetch".into(),
         retry: 1,
         delay_ms: 1_000,
@@ -105,7 +105,7 @@ fn run_events_are_one_line_each_like_audit_records() {
     assert!(line.ends_with("reset"), "{line}");
 
     let note = RunEvent::Note {
-        run_id: "r".into(),
+        run_id: "r".parse().unwrap(),
         kind: "fetch".into(),
         name: "fetched".into(),
         data: json!({"url": "https://example.com/\u{1b}[2J"}),
@@ -182,7 +182,7 @@ fn a_record_both_read_and_received_is_shown_once_in_every_mode() {
     let history: Vec<AuditRecord> = (0..3).map(|i| numbered(i, "read_file")).collect();
     let audit = |r: AuditRecord| Received::Event(Arc::new(TeamEvent::Audit(r)));
     let progress = RunEvent::Progress {
-        run_id: "run-1".into(),
+        run_id: "run-1".parse().unwrap(),
         kind: "k".into(),
         percent: 50,
         message: "half".into(),

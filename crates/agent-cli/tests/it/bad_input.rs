@@ -297,6 +297,19 @@ fn bad_arguments() {
         ),
         (&["run", "plan.toml", "--run-id", "../escape"], "cannot be a run id"),
         (&["run", "plan.toml", "--run-id", ".hidden"], "cannot be a run id"),
+        // One rule for every store: `_` would make two runs' NATS streams meet, `.` splits a
+        // NATS subject.
+        (&["run", "plan.toml", "--run-id", "a_b"], "use 1 to 64 ASCII letters, digits or `-`"),
+        (&["run", "plan.toml", "--run-id", "a.b"], "use 1 to 64 ASCII letters, digits or `-`"),
+        (
+            &[
+                "run",
+                "plan.toml",
+                "--run-id",
+                "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+            ],
+            "over 64",
+        ),
         (&["run", "plan.toml", "--colour"], "unexpected argument '--colour'"),
         (&["run"], "the following required arguments were not provided"),
         (&["inspect", "some-run", "graph"], "invalid value 'graph'"),

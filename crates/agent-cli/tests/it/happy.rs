@@ -325,6 +325,47 @@ fn run_id_of_an_existing_run_is_refused_and_the_run_is_untouched() {
     s.strata(&["verify", "taken", "--data", "D"]).code(0);
 }
 
+/// A run made before run ids had one rule for every store may be named with `_` or `.`:
+/// `strata runs` still lists it and `strata inspect` still reads it, though a new run cannot
+/// take such an id.
+#[test]
+fn a_run_named_before_the_run_id_rule_is_still_listed_and_inspected() {
+    let s = Scratch::with_example();
+    let args = [
+        "run",
+        "plan.toml",
+        "--data",
+        "D",
+        "--workspace",
+        "W",
+        "--run-id",
+        "made",
+        FAST[0],
+        FAST[1],
+        "--no-sync",
+        "--quiet",
+    ];
+    s.strata(&args).code(0);
+    // As an older Strata named it.
+    let old = "old_run.v1";
+    std::fs::rename(s.path("D/made"), s.path(&format!("D/{old}"))).unwrap();
+    let info = s.path(&format!("D/{old}/run.json"));
+    let text = std::fs::read_to_string(&info).unwrap();
+    std::fs::write(&info, text.replace("\"made\"", &format!("\"{old}\""))).unwrap();
+    assert_eq!(listed_run(&s, "D", old)["status"], "succeeded");
+    let tree = s.strata(&["inspect", old, "tree", "--json", "--data", "D"]).code(0).json();
+    assert_eq!(tree["agents"].as_array().unwrap().len(), 9);
+    // A new run cannot take that id: refused by the command line, nothing written.
+    let mut again = args.to_vec();
+    again[7] = old;
+    again[3] = "D2";
+    let out = s.strata(&again);
+    out.code(2);
+    assert!(out.stderr.contains("cannot be a run id"), "{}", out.stderr);
+    assert!(out.stderr.contains("1 to 64 ASCII letters, digits or `-`"), "{}", out.stderr);
+    assert!(!s.path("D2").exists());
+}
+
 /// The total size of the files under `dir`.
 fn size_of(dir: &std::path::Path) -> u64 {
     let mut total = 0;

@@ -260,8 +260,13 @@ fn every_bad_nats_is_refused_before_anything_is_written() {
     drop(plain);
     assert_eq!(ns.streams(), Vec::<String>::new(), "a refused run made streams");
 
-    // A run id that cannot name streams.
-    refused("a_b", &url, &["--run-id a_b", "--nats"]);
+    // A run id that cannot name streams: refused by the command line, before anything is
+    // written or the server is asked, with the one rule for run ids.
+    let out = s.strata(&run_args("plan.toml", "a_b", &url, &[]));
+    out.code(2);
+    assert!(out.stderr.contains("`a_b` cannot be a run id"), "{}", out.stderr);
+    assert!(out.stderr.contains("use 1 to 64 ASCII letters, digits or `-`"), "{}", out.stderr);
+    assert!(!s.path("D").exists() && !s.path("W").exists(), "a refused run wrote something");
 
     // The namespace holds a run already.
     block_on(async {

@@ -141,7 +141,7 @@ async fn run_events_reach_every_subscriber() {
     let mut first = hub.subscribe();
     let mut second = hub.subscribe();
     let progress = agent_state::RunEvent::Progress {
-        run_id: "3f2a".into(),
+        run_id: "3f2a".parse().unwrap(),
         kind: "research_agent".into(),
         percent: 40,
         message: "reading docs/a.md".into(),

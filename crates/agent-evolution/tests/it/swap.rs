@@ -9,11 +9,10 @@ use agent_core::tools::ToolContext;
 use agent_core::{AuditEvent, RuleBasedReasoner};
 use agent_evolution::{FlightRecorder, MemoryRecorder, SwapError, hot_swap};
 use agent_layers::{BottomSpec, MidSpec, TopSpec};
-use agent_ooda::OodaCommand;
 use agent_pool::{AgentSpec, RoleSpec, Team, TeamServices, TeamSpec};
 use agent_state::evolution::{EvolutionaryEventType, Genome, GenomeConfig, Lineage};
 use agent_state::ooda::OodaConfig;
-use agent_state::{Address, AgentConfig, AgentLayer, Message, MessageKind};
+use agent_state::{AgentConfig, AgentLayer, CommandOutcome, OperatorCommand};
 use serde_json::{Value, json};
 
 use crate::support::*;
@@ -122,28 +121,30 @@ async fn a_genome_is_hot_swapped_into_a_live_agent_and_rolled_back() {
     assert_eq!(events[1].payload["evolved_to"], json!(genome.id));
     assert!(Lineage::from_events(&events).nodes[&genome.id].adopted);
 
-    // A rollback to version 1 brings back the team's settings and removes the code file.
-    let rollback = serde_json::to_value(OodaCommand::Rollback { version: 1 }).unwrap();
-    let services = team.services();
-    let message = Message::new(
-        services.clock.message_id(),
-        Address::System,
-        agent("ooda-1"),
-        MessageKind::TaskAssign,
-        rollback,
-        services.clock.now(),
-    );
-    services.bus.send(message).await.unwrap();
+    // A rollback to version 1, an operator command of its own kind, is answered once it
+    // applied: version 3, with the team's settings back and the code file gone.
+    let rollback = OperatorCommand::Rollback { version: 1 };
+    let sent = team.command(&agent("ooda-1"), &rollback).await.unwrap();
+    let outcome = team.command_outcome(sent, Duration::from_secs(10)).await;
+    assert_eq!(outcome, Some(CommandOutcome::Applied { version: 3, from: None }));
+    // Its runtime settings follow its configuration at its next turn.
     let mut back = false;
     for _ in 0..200 {
-        tokio::time::sleep(Duration::from_millis(20)).await;
         if max_retries(&team, "ooda-1").await == 3 {
             back = true;
             break;
         }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(back, "the rollback restores the team's retries");
     assert!(!dir.path().join("agent/prompt.md").exists());
+    // A rollback to a version it never had is refused, answered with why.
+    let sent =
+        team.command(&agent("ooda-1"), &OperatorCommand::Rollback { version: 9 }).await.unwrap();
+    match team.command_outcome(sent, Duration::from_secs(10)).await {
+        Some(CommandOutcome::Refused { reason }) => assert!(reason.contains('9'), "{reason}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
     team.shutdown().await.unwrap();
 }
 

@@ -72,12 +72,12 @@ async fn sequential_stops_at_the_first_failure() {
     let requests = vec![
         RunRequest::new("work", "10"),
         RunRequest::new("work", "fail"),
-        RunRequest::new("work", "10").with_run_id("third"),
+        RunRequest::new("work", "10").with_run_id("third".parse().unwrap()),
     ];
     let results = executor.execute_sequential(requests, cx("work")).await;
     assert!(matches!(&results[0], BatchItem::Ran(r) if r.success()));
     assert!(matches!(&results[1], BatchItem::Ran(r) if r.status == RunState::Failed));
-    assert_eq!(results[2], BatchItem::Skipped { run_id: "third".into() });
+    assert_eq!(results[2], BatchItem::Skipped { run_id: "third".parse().unwrap() });
     assert_eq!(peak.load(Ordering::SeqCst), 1, "one at a time");
 
     let requests = vec![RunRequest::new("work", "   "), RunRequest::new("work", "1")];

@@ -36,18 +36,19 @@ fn scratch_executor(dir: &std::path::Path) -> Executor {
 async fn one_run_cannot_read_another_runs_scratch() {
     let dir = tempfile::tempdir().unwrap();
     let executor = scratch_executor(dir.path());
-    let a = RunRequest::new("scratch", "write notes.txt").with_run_id("run-a");
+    let a = RunRequest::new("scratch", "write notes.txt").with_run_id("run-a".parse().unwrap());
     assert!(executor.execute(a, cx("scratch")).await.unwrap().success());
     assert!(dir.path().join(".strata/capsules/run-a/notes.txt").is_file());
 
-    let own = RunRequest::new("scratch", "read notes.txt").with_run_id("run-a");
+    let own = RunRequest::new("scratch", "read notes.txt").with_run_id("run-a".parse().unwrap());
     assert_eq!(
         executor.execute(own, cx("scratch")).await.unwrap().primary_output,
         "secret of this run"
     );
 
     for name in ["../run-a/notes.txt", "/etc/passwd", "sub/../../run-a/notes.txt"] {
-        let b = RunRequest::new("scratch", format!("read {name}")).with_run_id("run-b");
+        let b = RunRequest::new("scratch", format!("read {name}"))
+            .with_run_id("run-b".parse().unwrap());
         let response = executor.execute(b, cx("scratch")).await.unwrap();
         assert_eq!(response.status, RunState::Failed, "{name}");
         let failure = response.failure.unwrap();
@@ -55,7 +56,7 @@ async fn one_run_cannot_read_another_runs_scratch() {
         assert!(failure.reason.contains("leaves the run's capsule"), "{failure}");
     }
     // Its own scratch holds nothing of run a's.
-    let b = RunRequest::new("scratch", "read notes.txt").with_run_id("run-b");
+    let b = RunRequest::new("scratch", "read notes.txt").with_run_id("run-b".parse().unwrap());
     let response = executor.execute(b, cx("scratch")).await.unwrap();
     assert_eq!(response.status, RunState::Failed);
 }

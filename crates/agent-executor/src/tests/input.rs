@@ -53,11 +53,15 @@ async fn refusals_name_the_problem() {
         "inputs of the `alpha` run: expected a JSON object, found an array"
     );
 
-    for id in ["", "a/b", "../x", &"i".repeat(65)] {
-        let request = RunRequest::new("alpha", "x").with_run_id(id);
-        let err = executor.execute(request, cx("alpha")).await.unwrap_err();
-        assert!(matches!(err, ExecError::BadRunId(_)), "{id:?}: {err}");
+    // A run id is a `RunId`: a request with one that breaks its rule is refused as it is read.
+    for id in ["", "a/b", "../x", "a_b", "a.b", &"i".repeat(65)] {
+        let json = serde_json::json!({"run_id": id, "kind": "alpha", "objective": "x"});
+        let err = serde_json::from_value::<RunRequest>(json).unwrap_err();
+        assert!(err.to_string().contains(agent_state::RUN_ID_RULE), "{id:?}: {err}");
     }
+    let json = serde_json::json!({"run_id": "run-1", "kind": "alpha", "objective": "x"});
+    let request = serde_json::from_value::<RunRequest>(json).unwrap();
+    assert_eq!(executor.execute(request, cx("alpha")).await.unwrap().run_id, "run-1");
 }
 
 #[tokio::test(start_paused = true)]

@@ -48,7 +48,7 @@ async fn events_arrive_in_order_as_they_happen() {
     let response = task.await.unwrap().unwrap();
     let mut lines = Vec::new();
     while let Ok(event) = events.try_recv() {
-        assert_eq!(event.run_id(), response.run_id);
+        assert_eq!(event.run_id(), &response.run_id);
         lines.push(match event {
             RunEvent::Progress { percent, message, .. } => format!("{percent} {message}"),
             RunEvent::Note { name, .. } => name,

@@ -177,7 +177,7 @@ async fn a_resumed_run_does_not_repeat_a_capsule_side_effect() {
     let crash = Arc::new(AtomicBool::new(true));
     let executor = tools_kind(crash.clone());
     let caps = [Capability::ToolCall, Capability::CodeGen];
-    let request = RunRequest::new("tools", "go").with_run_id("run-1");
+    let request = RunRequest::new("tools", "go").with_run_id("run-1".parse().unwrap());
     // The first run does its calls, then dies before it ends.
     let first = executor.execute(request.clone(), agent.cx(&caps)).await.unwrap();
     assert_eq!(first.status, RunState::Failed, "{first:?}");
@@ -188,7 +188,7 @@ async fn a_resumed_run_does_not_repeat_a_capsule_side_effect() {
     assert_eq!(resumed.primary_output, "A bumped 1");
     assert_eq!(agent.bump.runs.load(Ordering::SeqCst), 1, "not bumped again");
     // Another run is another call.
-    let other = RunRequest::new("tools", "go").with_run_id("run-2");
+    let other = RunRequest::new("tools", "go").with_run_id("run-2".parse().unwrap());
     let response = executor.execute(other, agent.cx(&caps)).await.unwrap();
     assert_eq!(response.primary_output, "A bumped 2");
 }

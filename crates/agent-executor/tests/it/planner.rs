@@ -22,7 +22,7 @@ async fn numbered_lines_become_steps_each_after_the_one_before() {
     let objective =
         "Launch the site:\n1. Write the copy\n2) Build the pages\n   with the new theme\n3. Deploy";
     let request = RunRequest::new(PLANNER_AGENT, objective)
-        .with_run_id("r7")
+        .with_run_id("r7".parse().unwrap())
         .with_inputs(json!({"domain": "web"}));
     let response = executor(Workspace::new().env()).execute(request, cx).await.unwrap();
     assert_eq!(response.status, RunState::Completed, "{:?}", response.failure);

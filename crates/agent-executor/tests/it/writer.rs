@@ -53,7 +53,7 @@ async fn without_a_path_it_writes_a_draft_named_after_the_run() {
     let ws = Workspace::new();
     let (cx, _) = rule_based(WRITER_AGENT);
     let request = RunRequest::new(WRITER_AGENT, "Note the date")
-        .with_run_id("run-42")
+        .with_run_id("run-42".parse().unwrap())
         .with_inputs(json!({"content": "Monday\n"}));
     let response = executor(ws.env()).execute(request, cx).await.unwrap();
     assert_eq!(response.status, RunState::Completed, "{:?}", response.failure);

@@ -437,3 +437,22 @@ async fn a_failed_structured_result_reports_the_workers_words_quoted() {
     let result = reports[0].results[0].result.as_ref().unwrap();
     assert_eq!(result.summary, summary, "the structured result keeps the worker's words");
 }
+
+/// An executor kind's run id is the subtask's key when that fits the run id rule; otherwise
+/// the key cleaned to the rule and a hash of it, which keeps apart keys that clean alike.
+#[test]
+fn a_kinds_run_id_follows_the_run_id_rule() {
+    let id_of = |task: &str, step_id: &str| {
+        crate::kind::run_id(&subtask(task, step(step_id, "docs", "", json!({})), ME))
+    };
+    assert_eq!(id_of("t1", "s-1").as_str(), "t1-s-1-1");
+    let under = id_of("t1", "s_1");
+    let dot = id_of("t1", "s.1");
+    assert!(under.starts_with("t1-s-1-1-"), "{under}");
+    assert_ne!(under, dot);
+    let long = id_of(&"t".repeat(80), "s");
+    assert_eq!(long.len(), 64, "{long}");
+    for id in [under, dot, long] {
+        assert_eq!(agent_state::RunId::parse(&id), Ok(id.clone()));
+    }
+}

@@ -362,6 +362,7 @@ impl TeamBuilder {
             services.audit.clone(),
         ));
         let (outcome_tx, outcomes) = watch::channel(known);
+        let (command_tx, commands) = watch::channel(BTreeMap::new());
         // The heartbeat answers the scheduler booked before a restart: counted on from.
         for liveness in services.state.liveness().await.map_err(TeamError::Store)? {
             if let Some(slot) = pool.get(&liveness.id) {
@@ -391,6 +392,7 @@ impl TeamBuilder {
                 services.bus.clone(),
                 services.state.clone(),
                 deadlines.clone(),
+                command_tx,
             ));
         }
         // The driver (and the turns it starts) run in the caller's span: a run's telemetry
@@ -402,6 +404,7 @@ impl TeamBuilder {
             services,
             proposer,
             outcomes,
+            commands,
             submitted,
             task_spans: std::sync::Mutex::default(),
             deadlines,

@@ -90,7 +90,7 @@ fn statuses_use_the_seed_names() {
 }
 
 #[test]
-fn all_17_message_kinds_are_snake_case() {
+fn all_19_message_kinds_are_snake_case() {
     let names = [
         (MessageKind::HeartbeatAck, "heartbeat_ack"),
         (MessageKind::ErrorReport, "error_report"),
@@ -109,6 +109,8 @@ fn all_17_message_kinds_are_snake_case() {
         (MessageKind::VoteRequest, "vote_request"),
         (MessageKind::VoteResponse, "vote_response"),
         (MessageKind::Warning, "warning"),
+        (MessageKind::OperatorCommand, "operator_command"),
+        (MessageKind::CommandOutcome, "command_outcome"),
     ];
     assert_eq!(MessageKind::ALL.to_vec(), names.iter().map(|(k, _)| *k).collect::<Vec<_>>());
     for (kind, name) in names {
@@ -312,6 +314,8 @@ fn each_action_needs_the_capability_of_its_matrix_row() {
         assert!(table.iter().any(|(_, c)| *c == capability), "{capability} is never checked");
     }
     assert_eq!(Action::of_message(MessageKind::TaskAssign), Action::AssignWork);
+    assert_eq!(Action::of_message(MessageKind::OperatorCommand), Action::AssignWork);
+    assert_eq!(Action::of_message(MessageKind::CommandOutcome), Action::Coordinate);
     assert_eq!(Action::of_message(MessageKind::VoteResponse), Action::Vote);
     assert_eq!(Action::of_message(MessageKind::VoteRequest), Action::Vote);
     assert_eq!(Action::of_message(MessageKind::ArbitrationResult), Action::Arbitrate);

@@ -458,7 +458,23 @@ async fn message_arrives_unchanged(bus: Arc<dyn MessageBus>) -> Check {
         Timestamp(0),
     );
     ok(bus.send(warning.clone()).await, "send")?;
-    eq(ok(bus.take(&inbox(&a), 10).await, "take")?, vec![warning], "the warning taken")
+    eq(ok(bus.take(&inbox(&a), 10).await, "take")?, vec![warning], "the warning taken")?;
+    // Every kind, the operator's commands and their answers (to and from `system`) among them.
+    let mut sent = Vec::new();
+    for (n, kind) in (100..).zip(MessageKind::ALL) {
+        let to = if kind == MessageKind::CommandOutcome { Address::System } else { inbox(&b) };
+        let from = if kind == MessageKind::OperatorCommand { Address::System } else { inbox(&a) };
+        let m = Message::new(id(n), from, to, kind, serde_json::json!({"n": n}), Timestamp(0))
+            .in_reply_to(id(n - 1));
+        ok(bus.send(m.clone()).await, "send")?;
+        sent.push(m);
+    }
+    let mut taken = ok(bus.take(&inbox(&b), 100).await, "take")?;
+    taken.extend(ok(bus.take(&Address::System, 100).await, "take")?);
+    let mut expected: Vec<Message> =
+        sent.iter().filter(|m| m.to != Address::System).cloned().collect();
+    expected.extend(sent.iter().filter(|m| m.to == Address::System).cloned());
+    eq(taken, expected, "a message of every kind taken")
 }
 
 async fn concurrent_senders_keep_order(bus: Arc<dyn MessageBus>) -> Check {

@@ -74,6 +74,14 @@ async fn bad_input_is_refused_with_the_path_and_nothing_is_written() {
     assert!(error.chain_text().contains("team.toml"), "{}", error.chain_text());
     let error = Prepared::from_goal(None, "  ", &options).await.err().unwrap();
     assert!(error.is_bad_input(), "{error}");
+    let prepared =
+        Prepared::from_files(Some(&example("team.toml")), &example("plan.toml"), &options)
+            .await
+            .unwrap();
+    let named = StartOptions { run_id: Some("a_b".into()), ..options.clone() };
+    let error = Run::start(prepared, &named).await.err().unwrap();
+    assert!(error.is_bad_input(), "{error}");
+    assert!(error.to_string().contains("a_b"), "{error}");
     assert!(!data.exists(), "nothing is written for bad input");
     let error = Run::resume("nope", &ResumeOptions::new(&data)).await.err().unwrap();
     assert!(error.is_bad_input(), "{error}");
