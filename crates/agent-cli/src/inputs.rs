@@ -18,10 +18,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use agent_core::{AuditEvent, AuditLog};
-use agent_state::{AgentId, Timestamp};
+use agent_state::{AgentId, Timestamp, sha256_hex};
 use anyhow::Context as _;
 use run_store::RunStore;
-use sha2::{Digest as _, Sha256};
 
 use crate::run::{PLAN_FILE, RUN_FILE, RunInfo, TEAM_FILE, now_ms};
 use crate::{Failure, bad_input};
@@ -39,7 +38,7 @@ pub(crate) fn digest(dir: &Path) -> anyhow::Result<BTreeMap<String, String>> {
         let path = dir.join(name);
         let bytes =
             std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
-        sha256.insert(name.to_owned(), hex(&bytes));
+        sha256.insert(name.to_owned(), sha256_hex(&bytes));
     }
     let path = dir.join(RUN_FILE);
     let bytes = std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
@@ -51,7 +50,7 @@ pub(crate) fn digest(dir: &Path) -> anyhow::Result<BTreeMap<String, String>> {
         }
     }
     // Keys are sorted (serde_json's map is ordered by key): the same fields, the same bytes.
-    sha256.insert(RUN_FILE.to_owned(), hex(&serde_json::to_vec(&info)?));
+    sha256.insert(RUN_FILE.to_owned(), sha256_hex(&serde_json::to_vec(&info)?));
     Ok(sha256)
 }
 
@@ -113,10 +112,6 @@ pub(crate) async fn check(store: &RunStore, dir: &Path, info: &RunInfo) -> Resul
         )));
     }
     Ok(())
-}
-
-fn hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

@@ -16,6 +16,8 @@
 //!   matrix, and [`AgentResult`]: a worker's structured result, checked against its own calls.
 //! - [`quote`]: a model's words inside a message (a failure reason), as one short quoted line
 //!   without its chat template's markup.
+//! - [`canonical_json`], [`hex`], [`sha256_hex`], [`shorten`] and [`shorten_bytes`]: the one
+//!   canonical JSON text that hashes cover, hex, and text cut to a bound with `…`.
 //!
 //! ```
 //! use agent_state::{AgentConfig, AgentLayer, AgentStatus, Lifecycle, Timestamp};
@@ -36,6 +38,7 @@
 mod board;
 mod config;
 mod decision;
+mod encoding;
 pub mod evolution;
 mod guard;
 mod ids;
@@ -69,11 +72,11 @@ pub use decision::{
     ArbitrationSettings, Decision, DecisionStatus, HumanApproval, ProposeError, SignError,
     SignOutcome, Signature, Tally, TallyError, Veto, Vote, ballot, tally,
 };
+pub use encoding::{canonical_json, hex, sha256_hex, shorten, shorten_bytes};
 pub use guard::{
     Bounce, DEFAULT_BOUNCE_LIMIT, DEFAULT_IDLE_HEARTBEATS, DEFAULT_REPEAT_LIMIT,
     DEFAULT_WAIT_HEARTBEATS, GuardError, GuardSettings, Hop, MAX_LOOP_PERIOD, OnStuck, PingPong,
-    ProgressWatch, Repetition, WaitEdge, WaitGraph, call_fingerprint, canonical_json, detect_loop,
-    repeated_tail,
+    ProgressWatch, Repetition, WaitEdge, WaitGraph, call_fingerprint, detect_loop, repeated_tail,
 };
 pub use ids::{
     AgentId, DecisionId, HUMAN_PREFIX, HumanNameError, MAX_HUMAN_NAME_LEN, MessageId, Timestamp,

@@ -7,6 +7,7 @@
 mod board;
 mod config;
 mod decision;
+mod encoding;
 mod evolution;
 mod guard;
 mod lifecycle;
