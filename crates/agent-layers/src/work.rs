@@ -489,7 +489,7 @@ impl WorkLoop {
         calls.push(call_fingerprint(&call.tool, &call.args));
         let Some(repetition) = detect_loop(&calls, guards.repeat_limit) else { return Ok(None) };
         let block = &calls[calls.len() - repetition.period..];
-        let item = shorten_item(&block.join(" then "));
+        let item = agent_state::shorten(&block.join(" then "), MAX_ITEM);
         let failure = TaskFailure::Loop {
             agent: ctx.id().clone(),
             item,
@@ -726,17 +726,12 @@ impl WorkLoop {
             Ok(record) => record,
             Err(e) => return self.refuse(ctx, call, format!("cannot spawn: {e}")).await,
         };
-        let step = PlanStep {
-            id: record.agent.to_string(),
-            description: prompt,
-            target: StepTarget::Agent(record.agent.clone()),
-            tool: String::new(),
-            args: Value::Null,
-            after: Vec::new(),
-            idempotent: false,
-            role: Some(role.clone()),
-            acceptance: String::new(),
-        };
+        let step = PlanStep::goal(
+            record.agent.to_string(),
+            prompt,
+            StepTarget::Agent(record.agent.clone()),
+        )
+        .with_role(role.clone());
         let subtask = Subtask {
             task_id: self.subtask.task_id.clone(),
             step,
@@ -944,13 +939,6 @@ impl WorkLoop {
 
 /// At most this many characters of a repeated call go into a stop reason.
 const MAX_ITEM: usize = 300;
-
-fn shorten_item(item: &str) -> String {
-    match item.char_indices().nth(MAX_ITEM) {
-        Some((end, _)) => format!("{}…", &item[..end]),
-        None => item.to_owned(),
-    }
-}
 
 /// Whether a shell command mentions the file: a word of it is the path or its file name (or
 /// ends with `/` and either).

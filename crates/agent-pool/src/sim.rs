@@ -463,17 +463,13 @@ impl Scenario {
                     };
                     let tool = &names
                         [usize::try_from(rng.between(0, names.len() as u64 - 1)).unwrap_or(0)];
-                    plan.push(PlanStep {
-                        id: id.clone(),
-                        description: format!("step {id} of task t{t}"),
-                        target: StepTarget::Domain(format!("d{}", rng.between(0, leads - 1))),
-                        tool: tool.clone(),
-                        args: json!({ "effect": format!("t{t}/{id}") }),
-                        after,
-                        idempotent: false,
-                        role: None,
-                        acceptance: String::new(),
-                    });
+                    let target = StepTarget::Domain(format!("d{}", rng.between(0, leads - 1)));
+                    let args = json!({ "effect": format!("t{t}/{id}") });
+                    let description = format!("step {id} of task t{t}");
+                    plan.push(
+                        PlanStep::scripted(id.clone(), description, target, tool.clone(), args)
+                            .with_after(after),
+                    );
                 }
                 Task { id: format!("t{t}"), goal: format!("simulated task {t}"), steps: plan }
             })
