@@ -78,17 +78,13 @@ fn config() -> AgentConfig {
 fn subtask() -> Subtask {
     Subtask {
         task_id: "task-1".into(),
-        step: PlanStep {
-            id: "write-hello".into(),
-            description: "write a greeting".into(),
-            target: StepTarget::Domain("docs".into()),
-            tool: "write_file".into(),
-            args: serde_json::json!({"path": "hello.txt", "content": "hello, strata\n"}),
-            after: Vec::new(),
-            idempotent: false,
-            role: None,
-            acceptance: String::new(),
-        },
+        step: PlanStep::scripted(
+            "write-hello",
+            "write a greeting",
+            StepTarget::Domain("docs".into()),
+            "write_file",
+            serde_json::json!({"path": "hello.txt", "content": "hello, strata\n"}),
+        ),
         assignee: AgentId::new("bottom-1"),
         attempt: 1,
     }

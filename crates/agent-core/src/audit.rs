@@ -377,7 +377,7 @@ pub const GENESIS_HASH: AuditHash = AuditHash([0; 32]);
 
 impl std::fmt::Display for AuditHash {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&hex(&self.0))
+        f.write_str(&agent_state::hex(&self.0))
     }
 }
 
@@ -389,7 +389,7 @@ impl std::fmt::Debug for AuditHash {
 
 impl Serialize for AuditHash {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&hex(&self.0))
+        serializer.serialize_str(&agent_state::hex(&self.0))
     }
 }
 
@@ -845,17 +845,6 @@ pub fn verify_chain(records: &[AuditRecord]) -> Result<u64, ChainBreak> {
         prev = record.hash;
     }
     Ok(records.len() as u64)
-}
-
-/// Lowercase hex of `bytes`.
-fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push(char::from(DIGITS[usize::from(b >> 4)]));
-        out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
-    }
-    out
 }
 
 /// Who keeps an anchor of the audit log.

@@ -27,7 +27,6 @@
 
 use agent_state::BackendError;
 use serde_json::{Map, Value};
-use sha2::{Digest, Sha256};
 
 use crate::state::StateStore;
 
@@ -64,13 +63,7 @@ pub enum BlobError {
 
 /// The reference of `content`: `sha256:<hex>`.
 pub fn hash_of(content: &[u8]) -> String {
-    let digest = Sha256::digest(content);
-    let mut hex = String::with_capacity(7 + 64);
-    hex.push_str("sha256:");
-    for byte in digest {
-        hex.push_str(&format!("{byte:02x}"));
-    }
-    hex
+    format!("sha256:{}", agent_state::sha256_hex(content))
 }
 
 /// Whether `value` is a reference object.

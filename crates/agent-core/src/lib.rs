@@ -24,7 +24,7 @@
 //! | (none)    | [`InMemoryAuditLog`], [`InMemoryStateStore`] | nothing across a restart        |
 //! | `sled`    | `SledAuditLog`, `SledStateStore`          | a run directory (`run-store`)      |
 //! | `nats`    | `NatsAuditLog`, `NatsStateStore`          | streams and buckets on a NATS JetStream server (`nats-store`), shared by the processes and machines of a team |
-//! | `testing` | `testing::run_conformance`                | the conformance suite every backend passes |
+//! | `testing` | `testing::run_conformance`, `testing::FakeTool` | the conformance suite every backend passes; a fake tool for tests |
 //!
 //! ```
 //! use agent_core::{AuditEvent, AuditLog, InMemoryAuditLog};

@@ -58,7 +58,6 @@ use async_trait::async_trait;
 use futures_util::StreamExt as _;
 use nats_store::{NatsStore, backend_error};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use crate::audit::{AuditAnchor, AuditEvent, AuditHash, AuditLog, AuditRecord, GENESIS_HASH};
 use crate::state::{AgentRecord, LivenessRecord, OutcomeRecord, StateStore, ToolRecord};
@@ -102,12 +101,7 @@ fn token(text: &str) -> String {
     if out.len() <= MAX_NAME {
         return out;
     }
-    let mut hashed = String::with_capacity(65);
-    hashed.push('=');
-    for byte in Sha256::digest(text.as_bytes()) {
-        hashed.push_str(&format!("{byte:02x}"));
-    }
-    hashed
+    format!("={}", agent_state::sha256_hex(text.as_bytes()))
 }
 
 /// An error of this backend that no NATS error caused.

@@ -1,5 +1,7 @@
 //! The conformance suite every [`AuditLog`] and [`StateStore`] backend runs: named scenarios,
-//! then a model-based test (feature `testing`).
+//! then a model-based test (feature `testing`); and the fakes tests share: [`FakeTool`], a tool
+//! that fails, fails for a while, never returns or takes its time, and [`StuckReasoner`], a
+//! model that never answers or trickles its tokens.
 //!
 //! A backend calls [`run_conformance`] from one of its tests with a [`StoreFactory`] that makes
 //! fresh stores of that backend: an audit log and a state store of one run, as a run opens
@@ -38,7 +40,12 @@ use crate::{AuditLog, StateStore};
 
 mod data;
 mod model;
+mod reasoner;
 mod scenarios;
+mod tool;
+
+pub use reasoner::StuckReasoner;
+pub use tool::{FakeAct, FakeTool};
 
 /// The audit log and the state store of one run, as a run opens them.
 #[derive(Clone)]

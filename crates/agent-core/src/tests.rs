@@ -68,17 +68,13 @@ fn top_config(agent: &str) -> AgentConfig {
 fn subtask(step: &str) -> Subtask {
     Subtask {
         task_id: "task-1".into(),
-        step: PlanStep {
-            id: step.into(),
-            description: format!("do {step}"),
-            target: StepTarget::Any,
-            tool: "write_file".into(),
-            args: serde_json::json!({"path": "a.txt", "content": "a"}),
-            after: Vec::new(),
-            idempotent: false,
-            role: None,
-            acceptance: String::new(),
-        },
+        step: PlanStep::scripted(
+            step,
+            format!("do {step}"),
+            StepTarget::Any,
+            "write_file",
+            serde_json::json!({"path": "a.txt", "content": "a"}),
+        ),
         assignee: id(ME),
         attempt: 1,
     }

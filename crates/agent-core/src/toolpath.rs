@@ -475,14 +475,7 @@ impl Drop for EffectInFlight {
     }
 }
 
+/// At most 512 bytes of `s` (`…` when cut): what an audit record keeps of a tool's output.
 fn shorten(s: &str) -> String {
-    const MAX: usize = 512;
-    if s.len() <= MAX {
-        return s.to_owned();
-    }
-    let mut end = MAX;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &s[..end])
+    agent_state::shorten_bytes(s, 512)
 }

@@ -421,7 +421,7 @@ impl BottomAgent {
         tool: String,
         partial: String,
     ) -> Result<(), AgentError> {
-        let partial = shorten(&partial);
+        let partial = agent_state::shorten_bytes(partial.trim(), MAX_PARTIAL);
         let failure = TaskFailure::Interrupted {
             step: subtask.step.id.clone(),
             agent: ctx.id().clone(),
@@ -847,18 +847,6 @@ impl BottomAgent {
 
 /// At most this much of an interrupted call's output travels in reports.
 const MAX_PARTIAL: usize = 1024;
-
-fn shorten(text: &str) -> String {
-    let text = text.trim();
-    if text.len() <= MAX_PARTIAL {
-        return text.to_owned();
-    }
-    let mut end = MAX_PARTIAL;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
-}
 
 #[async_trait]
 impl AgentBehavior for BottomAgent {

@@ -53,9 +53,8 @@
 //!     domain: "docs".into(),
 //!     executors: vec![(AgentId::new("bottom-1"), ["write_file".to_owned()].into())],
 //! }];
-//! let step = PlanStep { id: "readme".into(), description: "write README".into(),
-//!     target: StepTarget::Domain("docs".into()), tool: "write_file".into(), args: serde_json::json!({}),
-//!     after: vec![], idempotent: false, role: None, acceptance: String::new() };
+//! let step = PlanStep::scripted("readme", "write README", StepTarget::Domain("docs".into()),
+//!     "write_file", serde_json::json!({}));
 //! assert_eq!(route(&leads, &step), Some(AgentId::new("mid-docs")));
 //! ```
 

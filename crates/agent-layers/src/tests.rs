@@ -40,17 +40,13 @@ fn addr(s: &str) -> Address {
 }
 
 fn step(id: &str, domain: &str, tool: &str, args: serde_json::Value) -> PlanStep {
-    PlanStep {
-        id: id.into(),
-        description: format!("{id} with {tool}"),
-        target: StepTarget::Domain(domain.into()),
-        tool: tool.into(),
+    PlanStep::scripted(
+        id,
+        format!("{id} with {tool}"),
+        StepTarget::Domain(domain.into()),
+        tool,
         args,
-        after: Vec::new(),
-        idempotent: false,
-        role: None,
-        acceptance: String::new(),
-    }
+    )
 }
 
 fn subtask(task: &str, step: PlanStep, assignee: &str) -> Subtask {
@@ -223,10 +219,4 @@ fn config(agent: &str, layer: AgentLayer, supervisor: Option<&str>) -> AgentConf
         Some(s) => config.with_supervisor(s),
         None => config,
     }
-}
-
-/// `{"type": "object"}`: the schema of the test tools, which take any arguments.
-fn object_schema() -> &'static serde_json::Value {
-    static SCHEMA: std::sync::OnceLock<serde_json::Value> = std::sync::OnceLock::new();
-    SCHEMA.get_or_init(|| serde_json::json!({"type": "object"}))
 }

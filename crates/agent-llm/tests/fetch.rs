@@ -11,7 +11,7 @@ use agent_llm::{
     FetchError, FetchProgress, FetchSource, ModelFileError, ModelPart, ModelSpec, fetch_model,
     verify_model,
 };
-use sha2::{Digest, Sha256};
+use agent_state::sha256_hex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
@@ -36,10 +36,6 @@ const PARTS: [ModelPart; 3] = [
         member: "fake_model_part3/data/m.gguf.part02",
     },
 ];
-
-fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
-}
 
 fn joined() -> Vec<u8> {
     PIECES.concat()

@@ -195,7 +195,7 @@ impl Spill {
     /// The message's short stand-in (a line), recording what was kept under its id; `None`
     /// when it is not an answer (no `id`, or a request of the server's): dropped then.
     async fn finish(self, server: &str, max: usize, spills: &Spills) -> Option<Vec<u8>> {
-        let hash = format!("sha256:{}", hex(&self.hasher.finalize()));
+        let hash = format!("sha256:{}", agent_state::hex(&self.hasher.finalize()));
         let mut path = None;
         if let (Some((mut file, temp)), Some(dir)) = (self.file, self.dir) {
             let kept = dir.join(hash.trim_start_matches("sha256:"));
@@ -252,14 +252,6 @@ impl Spill {
 fn next_serial() -> u64 {
     static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-}
-
-fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write as _;
-    bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
 }
 
 /// What a key of an object is, for the scanner.
@@ -645,6 +637,6 @@ mod tests {
         assert_eq!(spilled.bytes, large.len() as u64 + 1);
         let kept = std::fs::read(spilled.path.unwrap()).unwrap();
         assert_eq!(kept, format!("{large}\n").into_bytes(), "the whole message is kept");
-        assert_eq!(spilled.hash, format!("sha256:{}", hex(&Sha256::digest(&kept))));
+        assert_eq!(spilled.hash, format!("sha256:{}", agent_state::sha256_hex(&kept)));
     }
 }

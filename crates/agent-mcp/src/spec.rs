@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use crate::McpError;
 
 pub use agent_state::mcp::{
-    MAX_SERVER_NAME, MAX_TOOL_NAME, TOOL_PREFIX, check_server_name, split_tool_name, tool_name,
+    MAX_SERVER_NAME, MAX_TOOL_NAME, McpTransport, TOOL_PREFIX, check_server_name, split_tool_name,
+    tool_name,
 };
 
 /// An MCP server to start (or reach) and take tools from.
@@ -17,39 +18,6 @@ pub struct McpServerSpec {
     pub name: String,
     /// How to reach it.
     pub transport: McpTransport,
-}
-
-/// How an MCP server is reached.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum McpTransport {
-    /// A child process speaking MCP on its standard input and output: `command` (found on
-    /// `PATH` like a shell would) and its `args`, started in the workspace
-    /// ([`McpLaunch`](crate::McpLaunch)), inside the sandbox unless `sandboxed` is `false`. Its
-    /// environment is minimal: `PATH`, `LANG`, `TERM` and `HOME` from Strata's, the variables
-    /// named in `pass_env` (when Strata has them), then `env`; nothing else of Strata's
-    /// (no API keys or tokens). Its standard error is kept (the last few kilobytes) for error
-    /// messages.
-    Stdio {
-        /// The program.
-        command: String,
-        /// Its arguments.
-        args: Vec<String>,
-        /// Variables set in its environment.
-        env: BTreeMap<String, String>,
-        /// Variables of Strata's environment passed on by name (absent ones are skipped).
-        pass_env: Vec<String>,
-        /// Whether it runs inside the sandbox (the default); `false` only on an explicit
-        /// opt-out (`sandbox = false`), which a run audits and prints.
-        sandboxed: bool,
-        /// Whether it may use the network inside the sandbox (default `false`).
-        network: bool,
-    },
-    /// A server already running, at a streamable-HTTP endpoint (`http://host:port/mcp`; plain
-    /// HTTP only).
-    Http {
-        /// The endpoint.
-        url: String,
-    },
 }
 
 impl McpServerSpec {

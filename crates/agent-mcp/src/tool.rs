@@ -174,9 +174,7 @@ pub(crate) async fn cap(
     let whole = match spilled {
         Some(spilled) => Some(spilled),
         None if out.output.len() > MAX_RESULT_BYTES => {
-            use sha2::Digest as _;
-            let digest = sha2::Sha256::digest(out.output.as_bytes());
-            let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+            let hex = agent_state::sha256_hex(out.output.as_bytes());
             let mut path = None;
             if let Some(dir) = results {
                 let file = dir.join(&hex);

@@ -15,7 +15,6 @@ use agent_state::{
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 
 use crate::ooda::{AgentStep, Ooda, OodaError, StepEnd};
 
@@ -133,11 +132,7 @@ pub struct VersionRecord {
 /// SHA-256 of a value's JSON, in hex.
 pub(crate) fn hash_json(value: &impl Serialize) -> String {
     let bytes = serde_json::to_vec(value).unwrap_or_default();
-    hex(&Sha256::digest(&bytes))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    agent_state::sha256_hex(&bytes)
 }
 
 /// The hash of a configuration with file contents: what a version is.

@@ -8,7 +8,9 @@ use agent_state::ooda::{
     MessageRole, ModificationError, OodaConfig, OodaEvent, OodaEventKind, OodaMessage,
     OodaSchemaError, OodaState, Phase, StopReason,
 };
-use agent_state::{Action, AgentId, GuardSettings, PlanStep, StepTarget, Subtask, Timestamp};
+use agent_state::{
+    Action, AgentId, GuardSettings, PlanStep, StepTarget, Subtask, Timestamp, shorten_bytes,
+};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -284,7 +286,8 @@ pub trait OodaAgent: Send + Sync + 'static {
         outcome: &Outcome,
     ) -> Result<(OodaState, Value), OodaError> {
         let now = ctx.now();
-        let mut message = OodaMessage::new(MessageRole::Tool, shorten(&outcome.output), now);
+        let mut message =
+            OodaMessage::new(MessageRole::Tool, shorten_bytes(&outcome.output, MAX_OUTPUT), now);
         if let Some(call) = &outcome.call {
             message.metadata.insert("tool".into(), Value::String(call.tool.clone()));
         }
@@ -321,31 +324,14 @@ fn objective(me: &AgentId, view: &View<'_>, state: &OodaState) -> Subtask {
     }
     Subtask {
         task_id: format!("ooda-{me}"),
-        step: PlanStep {
-            id: format!("iteration-{}", state.iteration + 1),
+        step: PlanStep::goal(
+            format!("iteration-{}", state.iteration + 1),
             description,
-            target: StepTarget::Any,
-            tool: String::new(),
-            args: Value::Null,
-            after: Vec::new(),
-            idempotent: false,
-            role: None,
-            acceptance: String::new(),
-        },
+            StepTarget::Any,
+        ),
         assignee: me.clone(),
         attempt: 1,
     }
-}
-
-fn shorten(text: &str) -> String {
-    if text.len() <= MAX_OUTPUT {
-        return text.to_owned();
-    }
-    let mut end = MAX_OUTPUT;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
 }
 
 /// An OODA agent's loop: its configuration, state, history, recorded versions and any change
@@ -595,7 +581,12 @@ impl Ooda {
     }
 
     fn record(&mut self, call: ToolCall, success: bool, output: &str, event: bool) {
-        self.history.push(ToolCallRecord { call, success, output: shorten(output), event });
+        self.history.push(ToolCallRecord {
+            call,
+            success,
+            output: shorten_bytes(output, MAX_OUTPUT),
+            event,
+        });
         let excess = self.history.len().saturating_sub(MAX_HISTORY);
         self.history.drain(..excess);
     }

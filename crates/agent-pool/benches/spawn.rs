@@ -241,16 +241,14 @@ fn services(workspace: &std::path::Path, reasoner: Arc<ScriptedReasoner>) -> Tea
 /// one before when `chained`.
 fn plan(steps: usize, chained: bool) -> Plan {
     let steps = (0..steps)
-        .map(|n| PlanStep {
-            id: format!("step-{n}"),
-            description: format!("step {n}"),
-            target: StepTarget::Domain("work".into()),
-            tool: String::new(),
-            args: Value::Null,
-            after: if chained && n > 0 { vec![format!("step-{}", n - 1)] } else { Vec::new() },
-            idempotent: false,
-            role: Some("worker".into()),
-            acceptance: String::new(),
+        .map(|n| {
+            PlanStep::goal(
+                format!("step-{n}"),
+                format!("step {n}"),
+                StepTarget::Domain("work".into()),
+            )
+            .with_after((chained && n > 0).then(|| format!("step-{}", n - 1)))
+            .with_role("worker")
         })
         .collect();
     Plan { leads: vec![LeadRequest { role: "lead".into(), domain: "work".into() }], steps }

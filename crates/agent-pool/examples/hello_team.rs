@@ -47,17 +47,8 @@ fn executor(id: &str, lead: &str) -> AgentSpec {
 }
 
 fn step(id: &str, domain: &str, tool: &str, args: serde_json::Value, after: &[&str]) -> PlanStep {
-    PlanStep {
-        id: id.into(),
-        description: format!("{id} ({tool})"),
-        target: StepTarget::Domain(domain.into()),
-        tool: tool.into(),
-        args,
-        after: after.iter().map(|s| (*s).to_owned()).collect(),
-        idempotent: false,
-        role: None,
-        acceptance: String::new(),
-    }
+    PlanStep::scripted(id, format!("{id} ({tool})"), StepTarget::Domain(domain.into()), tool, args)
+        .with_after(after.iter().copied())
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

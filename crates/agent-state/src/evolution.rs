@@ -31,11 +31,10 @@ use std::fmt::{self, Write as _};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use sha2::{Digest as _, Sha256};
 use thiserror::Error;
 
 use crate::ooda::{Modification, ModificationType, SafetyLevel, apply_code_change};
-use crate::{Timestamp, Versioned};
+use crate::{Timestamp, Versioned, canonical_json, sha256_hex};
 
 /// The default death threshold: a genome whose overall fitness is below it dies.
 pub const DEFAULT_THRESHOLD: f64 = 0.5;
@@ -551,55 +550,6 @@ fn canonical_genome(
         "state_version": state_version,
     });
     Ok(canonical_json(&doc))
-}
-
-/// `value` as JSON with object keys sorted and no white space, whatever map type serde_json
-/// was built with: the same text for the same value everywhere.
-pub fn canonical_json(value: &Value) -> String {
-    let mut out = String::new();
-    write_canonical(value, &mut out);
-    out
-}
-
-fn write_canonical(value: &Value, out: &mut String) {
-    match value {
-        Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            out.push('{');
-            for (i, key) in keys.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push_str(&Value::String((*key).clone()).to_string());
-                out.push(':');
-                if let Some(v) = map.get(*key) {
-                    write_canonical(v, out);
-                }
-            }
-            out.push('}');
-        }
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_canonical(item, out);
-            }
-            out.push(']');
-        }
-        other => out.push_str(&other.to_string()),
-    }
-}
-
-fn sha256_hex(bytes: &[u8]) -> String {
-    let digest = Sha256::digest(bytes);
-    let mut hex = String::with_capacity(64);
-    for byte in digest {
-        let _ = write!(hex, "{byte:02x}");
-    }
-    hex
 }
 
 /// What a gene changes.
@@ -1540,8 +1490,7 @@ pub fn describe_mutation(modification: &Value) -> String {
         "prompt" => {
             let text = change.get("text").or_else(|| change.get("append"));
             let text = text.and_then(Value::as_str).unwrap_or("");
-            let short: String = text.chars().take(24).collect();
-            format!("prompt: {short}{}", if text.chars().count() > 24 { "…" } else { "" })
+            format!("prompt: {}", crate::shorten(text, 24))
         }
         "architecture" => {
             let mut parts = Vec::new();

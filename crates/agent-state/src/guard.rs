@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::AgentId;
+use crate::{AgentId, canonical_json};
 
 /// Default of [`GuardSettings::repeat_limit`]: the same call three times in a row is a loop.
 pub const DEFAULT_REPEAT_LIMIT: u32 = 3;
@@ -99,42 +99,6 @@ impl GuardSettings {
         }
         Ok(())
     }
-}
-
-/// The JSON text of `value` with every object's keys sorted: two values equal as data have
-/// the same canonical text, whatever the order their keys were written in.
-pub fn canonical_json(value: &Value) -> String {
-    fn write(value: &Value, out: &mut String) {
-        match value {
-            Value::Object(map) => {
-                let sorted: BTreeMap<&String, &Value> = map.iter().collect();
-                out.push('{');
-                for (i, (key, value)) in sorted.into_iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    out.push_str(&Value::String(key.clone()).to_string());
-                    out.push(':');
-                    write(value, out);
-                }
-                out.push('}');
-            }
-            Value::Array(items) => {
-                out.push('[');
-                for (i, item) in items.iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    write(item, out);
-                }
-                out.push(']');
-            }
-            other => out.push_str(&other.to_string()),
-        }
-    }
-    let mut out = String::new();
-    write(value, &mut out);
-    out
 }
 
 /// A tool call as one line: `tool {canonical args}`. Equal for the same tool with the same

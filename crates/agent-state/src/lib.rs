@@ -18,6 +18,8 @@
 //! - [`RunId`]: the name of a run, with the one rule every backend (directories, NATS) accepts.
 //! - [`quote`]: a model's words inside a message (a failure reason), as one short quoted line
 //!   without its chat template's markup.
+//! - [`canonical_json`], [`hex`], [`sha256_hex`], [`shorten`] and [`shorten_bytes`]: the one
+//!   canonical JSON text that hashes cover, hex, and text cut to a bound with `…`.
 //!
 //! ```
 //! use agent_state::{AgentConfig, AgentLayer, AgentStatus, Lifecycle, Timestamp};
@@ -39,6 +41,7 @@ mod board;
 mod command;
 mod config;
 mod decision;
+mod encoding;
 pub mod evolution;
 mod guard;
 mod ids;
@@ -74,11 +77,11 @@ pub use decision::{
     ArbitrationSettings, Decision, DecisionStatus, HumanApproval, ProposeError, SignError,
     SignOutcome, Signature, Tally, TallyError, Veto, Vote, ballot, tally,
 };
+pub use encoding::{canonical_json, hex, sha256_hex, shorten, shorten_bytes};
 pub use guard::{
     Bounce, DEFAULT_BOUNCE_LIMIT, DEFAULT_IDLE_HEARTBEATS, DEFAULT_REPEAT_LIMIT,
     DEFAULT_WAIT_HEARTBEATS, GuardError, GuardSettings, Hop, MAX_LOOP_PERIOD, OnStuck, PingPong,
-    ProgressWatch, Repetition, WaitEdge, WaitGraph, call_fingerprint, canonical_json, detect_loop,
-    repeated_tail,
+    ProgressWatch, Repetition, WaitEdge, WaitGraph, call_fingerprint, detect_loop, repeated_tail,
 };
 pub use ids::{
     AgentId, DecisionId, HUMAN_PREFIX, HumanNameError, MAX_HUMAN_NAME_LEN, MessageId, Timestamp,

@@ -1,6 +1,42 @@
-//! The names of MCP servers and of their tools, one set of rules for the team file that
-//! declares them (team-file) and the client that starts them (agent-mcp): a server's tools are
-//! registered as `mcp__<server>__<tool>`, within the 64 characters model providers accept.
+//! MCP servers as the team file that declares them (team-file) and the client that starts
+//! them (agent-mcp) both see them: how one is reached ([`McpTransport`]), and the names of
+//! servers and of their tools, one set of rules: a server's tools are registered as
+//! `mcp__<server>__<tool>`, within the 64 characters model providers accept.
+
+use std::collections::BTreeMap;
+
+/// How an MCP server is reached.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum McpTransport {
+    /// A child process speaking MCP on its standard input and output: `command` (found on
+    /// `PATH` like a shell would, or relative to the workspace) and its `args`, started in the
+    /// workspace, inside the sandbox unless `sandboxed` is `false`. Its environment is minimal:
+    /// `PATH`, `LANG`, `TERM` and `HOME` from Strata's, the variables named in `pass_env` (when
+    /// Strata has them), then `env`; nothing else of Strata's (no API keys or tokens). Its
+    /// standard error is kept (the last few kilobytes) for error messages.
+    Stdio {
+        /// The program (a team file's `command`).
+        command: String,
+        /// Its arguments (`args`).
+        args: Vec<String>,
+        /// Variables set in its environment (`env`).
+        env: BTreeMap<String, String>,
+        /// Variables of Strata's environment passed on by name (`pass_env`; absent ones are
+        /// skipped); never Strata's own API keys, tokens or OTLP headers.
+        pass_env: Vec<String>,
+        /// Whether it runs inside the sandbox (a team file's `sandbox`, default `true`);
+        /// `false` only on an explicit opt-out, which a run audits and prints.
+        sandboxed: bool,
+        /// Whether it may use the network inside the sandbox (`network`, default `false`).
+        network: bool,
+    },
+    /// A server already running, at a streamable-HTTP endpoint (`http://host:port/mcp`; plain
+    /// HTTP only).
+    Http {
+        /// The endpoint (`url`).
+        url: String,
+    },
+}
 
 /// The prefix of every MCP tool's registered name: `mcp__<server>__<tool>`.
 pub const TOOL_PREFIX: &str = "mcp__";

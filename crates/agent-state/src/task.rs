@@ -57,6 +57,64 @@ pub struct PlanStep {
 }
 
 impl PlanStep {
+    /// A goal step: `description` for `target`, with no tool; the executor's reasoner chooses
+    /// its calls. It waits for nothing, is not idempotent, and names no role or acceptance
+    /// check (the `with_` methods add them).
+    pub fn goal(id: impl Into<String>, description: impl Into<String>, target: StepTarget) -> Self {
+        Self {
+            id: id.into(),
+            description: description.into(),
+            target,
+            tool: String::new(),
+            args: serde_json::Value::Null,
+            after: Vec::new(),
+            idempotent: false,
+            role: None,
+            acceptance: String::new(),
+        }
+    }
+
+    /// A scripted step: `description` for `target`, done by calling `tool` with `args`;
+    /// otherwise as [`goal`](Self::goal).
+    pub fn scripted(
+        id: impl Into<String>,
+        description: impl Into<String>,
+        target: StepTarget,
+        tool: impl Into<String>,
+        args: serde_json::Value,
+    ) -> Self {
+        Self { tool: tool.into(), args, ..Self::goal(id, description, target) }
+    }
+
+    /// The same step, waiting for the steps `ids` (each listed earlier in the plan).
+    #[must_use]
+    pub fn with_after(mut self, ids: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.after = ids.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The same step, marked idempotent (`true`: a call of it a crash interrupted may run
+    /// again) or not.
+    #[must_use]
+    pub fn with_idempotent(mut self, idempotent: bool) -> Self {
+        self.idempotent = idempotent;
+        self
+    }
+
+    /// The same step, for agents of `role`.
+    #[must_use]
+    pub fn with_role(mut self, role: impl Into<String>) -> Self {
+        self.role = Some(role.into());
+        self
+    }
+
+    /// The same step, with how to tell it is done well.
+    #[must_use]
+    pub fn with_acceptance(mut self, acceptance: impl Into<String>) -> Self {
+        self.acceptance = acceptance.into();
+        self
+    }
+
     /// Whether the step names its tool (a scripted step) rather than leaving the calls to the
     /// executor's reasoner (a goal step).
     pub fn is_scripted(&self) -> bool {
@@ -442,17 +500,7 @@ impl Task {
     pub fn check_request(&self) -> Result<(), TaskFailure> {
         if self.steps.is_empty() {
             let planned = Task {
-                steps: vec![PlanStep {
-                    id: "goal".into(),
-                    description: self.goal.clone(),
-                    target: StepTarget::Any,
-                    tool: String::new(),
-                    args: serde_json::Value::Null,
-                    after: Vec::new(),
-                    idempotent: false,
-                    role: None,
-                    acceptance: String::new(),
-                }],
+                steps: vec![PlanStep::goal("goal", self.goal.clone(), StepTarget::Any)],
                 ..self.clone()
             };
             return planned.check();

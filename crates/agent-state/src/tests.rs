@@ -8,6 +8,7 @@ mod board;
 mod command;
 mod config;
 mod decision;
+mod encoding;
 mod evolution;
 mod guard;
 mod lifecycle;

@@ -19,9 +19,8 @@ use std::sync::Arc;
 
 use crate::error::Context as _;
 use agent_core::{AuditEvent, AuditLog};
-use agent_state::{AgentId, Timestamp};
+use agent_state::{AgentId, Timestamp, sha256_hex};
 use run_store::RunStore;
-use sha2::{Digest as _, Sha256};
 
 use crate::error::Error;
 use crate::run_dir::{PLAN_FILE, RUN_FILE, RunInfo, TEAM_FILE, now_ms};
@@ -39,7 +38,7 @@ pub fn digest(dir: &Path) -> crate::Result<BTreeMap<String, String>> {
         let path = dir.join(name);
         let bytes =
             std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
-        sha256.insert(name.to_owned(), hex(&bytes));
+        sha256.insert(name.to_owned(), sha256_hex(&bytes));
     }
     let path = dir.join(RUN_FILE);
     let bytes = std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
@@ -51,7 +50,7 @@ pub fn digest(dir: &Path) -> crate::Result<BTreeMap<String, String>> {
         }
     }
     // Keys are sorted (serde_json's map is ordered by key): the same fields, the same bytes.
-    sha256.insert(RUN_FILE.to_owned(), hex(&serde_json::to_vec(&info)?));
+    sha256.insert(RUN_FILE.to_owned(), sha256_hex(&serde_json::to_vec(&info)?));
     Ok(sha256)
 }
 
@@ -113,10 +112,6 @@ pub async fn check(store: &RunStore, dir: &Path, info: &RunInfo) -> crate::Resul
         )));
     }
     Ok(())
-}
-
-fn hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 
 use agent_core::tools::{Sandbox, ToolRegistry};
 use agent_mcp::{DEFAULT_START_TIMEOUT, McpLaunch, McpServerSpec, McpServers, McpTransport};
-use team_file::{McpServerDecl, McpServerTransport, TeamFile};
+use team_file::{McpServerDecl, TeamFile};
 
 use crate::error::Error;
 
@@ -111,26 +111,22 @@ fn register(
 
 /// A team file's declaration as what `agent-mcp` starts.
 fn spec(decl: McpServerDecl) -> McpServerSpec {
-    let transport = match decl.transport {
-        McpServerTransport::Stdio { command, args, env, pass_env, sandbox, network } => {
-            // Values the server is given as secrets are redacted from what is stored.
-            for (name, value) in &env {
-                if agent_core::secrets::looks_secret(name) {
-                    agent_core::secrets::register(value);
-                }
+    if let McpTransport::Stdio { env, pass_env, .. } = &decl.transport {
+        // Values the server is given as secrets are redacted from what is stored.
+        for (name, value) in env {
+            if agent_core::secrets::looks_secret(name) {
+                agent_core::secrets::register(value);
             }
-            for name in &pass_env {
-                if agent_core::secrets::looks_secret(name)
-                    && let Ok(value) = std::env::var(name)
-                {
-                    agent_core::secrets::register(&value);
-                }
-            }
-            McpTransport::Stdio { command, args, env, pass_env, sandboxed: sandbox, network }
         }
-        McpServerTransport::Http { url } => McpTransport::Http { url },
-    };
-    McpServerSpec { name: decl.name, transport }
+        for name in pass_env {
+            if agent_core::secrets::looks_secret(name)
+                && let Ok(value) = std::env::var(name)
+            {
+                agent_core::secrets::register(&value);
+            }
+        }
+    }
+    McpServerSpec { name: decl.name, transport: decl.transport }
 }
 
 /// Appends to the run's audit log, at start (and at each resume), a record for each stdio
@@ -143,10 +139,10 @@ pub async fn audit_opt_outs(
     audit: &dyn agent_core::AuditLog,
 ) -> crate::Result<()> {
     for server in &team.mcp_servers {
-        let McpServerTransport::Stdio { command, sandbox, .. } = &server.transport else {
+        let McpTransport::Stdio { command, sandboxed, .. } = &server.transport else {
             continue;
         };
-        let why = match (sandbox, unsandboxed) {
+        let why = match (sandboxed, unsandboxed) {
             (false, _) => "`sandbox = false` in the team file",
             (true, true) => "the run is `--unsandboxed`",
             (true, false) => continue,

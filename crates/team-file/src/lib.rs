@@ -500,7 +500,7 @@ pub use limits::{
     check_heartbeat,
 };
 pub use mcp::{
-    MAX_MCP_SERVER_NAME, MCP_TOOL_PREFIX, McpServerDecl, McpServerTransport, mcp_servers,
+    MAX_MCP_SERVER_NAME, MCP_TOOL_PREFIX, McpServerDecl, McpTransport, mcp_servers,
     parse_stored_team, split_mcp_tool, with_unstarted_tools,
 };
 pub use plan::{goal_plan_toml, parse_plan};

@@ -3,7 +3,6 @@
 //! checks the tools the executors list), the names their tools take, and
 //! [`parse_stored_team`] for reading a stored run's team file without starting them.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -18,7 +17,7 @@ use crate::team::TeamFile;
 use toml::Spanned;
 
 pub use agent_state::mcp::{
-    MAX_SERVER_NAME as MAX_MCP_SERVER_NAME, TOOL_PREFIX as MCP_TOOL_PREFIX,
+    MAX_SERVER_NAME as MAX_MCP_SERVER_NAME, McpTransport, TOOL_PREFIX as MCP_TOOL_PREFIX,
     split_tool_name as split_mcp_tool,
 };
 use agent_state::mcp::{check_server_name, check_server_url};
@@ -29,34 +28,7 @@ pub struct McpServerDecl {
     /// Its name: its tools are `mcp__<name>__<tool>`.
     pub name: String,
     /// How it is reached.
-    pub transport: McpServerTransport,
-}
-
-/// How a declared MCP server is reached.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum McpServerTransport {
-    /// A program started by the run, speaking MCP over its standard input and output.
-    Stdio {
-        /// The program (`command`), found on `PATH` (or relative to the workspace).
-        command: String,
-        /// Its arguments (`args`).
-        args: Vec<String>,
-        /// Variables set in its environment (`env`).
-        env: BTreeMap<String, String>,
-        /// Variables of Strata's environment passed on by name (`pass_env`); never Strata's
-        /// own API keys, tokens or OTLP headers.
-        pass_env: Vec<String>,
-        /// Whether it runs inside the sandbox (`sandbox`, default `true`; `false` is the
-        /// explicit opt-out, audited and printed at start).
-        sandbox: bool,
-        /// Whether it may use the network inside the sandbox (`network`, default `false`).
-        network: bool,
-    },
-    /// A server already running, at a streamable-HTTP endpoint (`url`, `http://` only).
-    Http {
-        /// The endpoint.
-        url: String,
-    },
+    pub transport: McpTransport,
 }
 
 /// Reads and checks only the `[[mcp_servers]]` of a team file's `text` (a file that is not
@@ -177,7 +149,7 @@ fn stdio_server(
     src: &Source<'_>,
     server: &RawMcpServer,
     command: &Spanned<String>,
-) -> Result<McpServerTransport, FileError> {
+) -> Result<McpTransport, FileError> {
     src.no_control(command, "an MCP server's `command`")?;
     if command.get_ref().trim().is_empty() {
         return Err(src.error(command.span(), "`command` is empty"));
@@ -207,9 +179,9 @@ fn stdio_server(
         }
         pass_env.push(text.clone());
     }
-    Ok(McpServerTransport::Stdio {
+    Ok(McpTransport::Stdio {
         pass_env,
-        sandbox: server.sandbox.as_ref().is_none_or(|s| *s.get_ref()),
+        sandboxed: server.sandbox.as_ref().is_none_or(|s| *s.get_ref()),
         network: server.network.as_ref().is_some_and(|n| *n.get_ref()),
         command: command.get_ref().clone(),
         args: server.args.iter().flatten().map(|a| a.get_ref().clone()).collect(),
@@ -222,7 +194,7 @@ fn http_server(
     src: &Source<'_>,
     server: &RawMcpServer,
     url: &Spanned<String>,
-) -> Result<McpServerTransport, FileError> {
+) -> Result<McpTransport, FileError> {
     src.no_control(url, "an MCP server's `url`")?;
     if server.args.is_some() || server.env.is_some() {
         return Err(src.error(
@@ -247,7 +219,7 @@ fn http_server(
     if let Err(reason) = check_server_url(text) {
         return Err(src.error(url.span(), format!("`url`: {reason}")));
     }
-    Ok(McpServerTransport::Http { url: text.clone() })
+    Ok(McpTransport::Http { url: text.clone() })
 }
 
 /// Every string in `value`.

@@ -340,17 +340,13 @@ mod tests {
     fn assign(n: u128, at: u64, step: &str, tool: &str, to: &str, attempt: u32) -> Message {
         let subtask = Subtask {
             task_id: "t".into(),
-            step: PlanStep {
-                id: step.into(),
-                description: format!("do {step}"),
-                target: StepTarget::Domain("d".into()),
-                tool: tool.into(),
-                args: json!({"n": n}),
-                after: Vec::new(),
-                idempotent: false,
-                role: None,
-                acceptance: String::new(),
-            },
+            step: PlanStep::scripted(
+                step,
+                format!("do {step}"),
+                StepTarget::Domain("d".into()),
+                tool,
+                json!({"n": n}),
+            ),
             assignee: AgentId::new(to),
             attempt,
         };

@@ -12,7 +12,7 @@ use std::collections::{HashMap, VecDeque};
 
 use agent_core::{AuditEvent, AuditRecord};
 use agent_pool::StoredMetrics;
-use agent_state::{AgentId, AgentLayer, AgentStatus, Decision, DecisionStatus};
+use agent_state::{AgentId, AgentLayer, AgentStatus, Decision, DecisionStatus, shorten};
 use serde::Serialize;
 
 /// How an audit record becomes one line of text (`view::event_line` in `strata`), given the
@@ -742,14 +742,4 @@ fn what(content: &serde_json::Value) -> String {
         }
     }
     shorten(&content.to_string(), WHAT_CHARS)
-}
-
-/// At most `max` characters of `text` (`…` when cut).
-fn shorten(text: &str, max: usize) -> String {
-    let mut chars = text.chars();
-    let mut out: String = chars.by_ref().take(max).collect();
-    if chars.next().is_some() {
-        out.push('…');
-    }
-    out
 }

@@ -43,16 +43,14 @@ fn model() -> RunModel {
 
 /// A task of two scripted steps: `shell {}` and `write_file {"path": "a"}`.
 fn two_steps() -> agent_state::Task {
-    let step = |id: &str, tool: &str, args: serde_json::Value| agent_state::PlanStep {
-        id: id.to_owned(),
-        description: id.to_owned(),
-        target: agent_state::StepTarget::Domain("build".to_owned()),
-        tool: tool.to_owned(),
-        args,
-        after: Vec::new(),
-        idempotent: false,
-        role: None,
-        acceptance: String::new(),
+    let step = |id: &str, tool: &str, args: serde_json::Value| {
+        agent_state::PlanStep::scripted(
+            id,
+            id,
+            agent_state::StepTarget::Domain("build".to_owned()),
+            tool,
+            args,
+        )
     };
     agent_state::Task {
         id: "t".to_owned(),

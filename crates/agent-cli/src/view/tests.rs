@@ -127,16 +127,14 @@ fn a_lag_says_how_many_events_were_skipped_and_where_they_all_are() {
 
 /// Task `t`, a step per tool of `tools`, each calling it with `{}` (as [`numbered`] does).
 fn calls_task(tools: &[&str]) -> Task {
-    let step = |tool: &&str| agent_state::PlanStep {
-        id: format!("{tool}-step"),
-        description: (*tool).into(),
-        target: agent_state::StepTarget::Any,
-        tool: (*tool).into(),
-        args: json!({}),
-        after: Vec::new(),
-        idempotent: false,
-        role: None,
-        acceptance: String::new(),
+    let step = |tool: &&str| {
+        agent_state::PlanStep::scripted(
+            format!("{tool}-step"),
+            *tool,
+            agent_state::StepTarget::Any,
+            *tool,
+            json!({}),
+        )
     };
     Task { id: "t".into(), goal: "g".into(), steps: tools.iter().map(step).collect() }
 }
@@ -417,28 +415,20 @@ fn a_scripted_runs_counter_counts_each_step_once_and_never_passes_the_plan() {
         id: "t".into(),
         goal: "g".into(),
         steps: vec![
-            agent_state::PlanStep {
-                id: "write".into(),
-                description: "write".into(),
-                target: agent_state::StepTarget::Any,
-                tool: "write_file".into(),
-                args: json!({"path": "a.txt", "content": "a"}),
-                after: Vec::new(),
-                idempotent: false,
-                role: None,
-                acceptance: String::new(),
-            },
-            agent_state::PlanStep {
-                id: "list".into(),
-                description: "list".into(),
-                target: agent_state::StepTarget::Any,
-                tool: "list_dir".into(),
-                args: json!({"path": "."}),
-                after: Vec::new(),
-                idempotent: false,
-                role: None,
-                acceptance: String::new(),
-            },
+            agent_state::PlanStep::scripted(
+                "write",
+                "write",
+                agent_state::StepTarget::Any,
+                "write_file",
+                json!({"path": "a.txt", "content": "a"}),
+            ),
+            agent_state::PlanStep::scripted(
+                "list",
+                "list",
+                agent_state::StepTarget::Any,
+                "list_dir",
+                json!({"path": "."}),
+            ),
         ],
     };
     let mut steps = progress::Steps::new(&task);

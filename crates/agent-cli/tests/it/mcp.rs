@@ -446,7 +446,8 @@ fn a_killed_run_leaves_no_mcp_server_behind() {
             "append_then_sleep",
             "{ path = \"started.txt\", line = \"in\", seconds = 60 }",
         );
-        let script = std::fs::canonicalize(s.path("server.py")).unwrap().display().to_string();
+        let script = std::fs::canonicalize(s.path("server.py")).unwrap();
+        let scratch = script.parent().unwrap().display().to_string();
         let mut run = s.spawn(&RUN);
         wait_for("the MCP tool to start", || {
             assert!(!run.exited(), "strata exited before the tool ran: {}", run.stderr_so_far());
@@ -456,12 +457,16 @@ fn a_killed_run_leaves_no_mcp_server_behind() {
         assert_eq!(run.kill().status.code(), None, "killed by a signal");
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         loop {
-            // The script's path is relative in the command line; its directory is unique.
+            // This run's servers: a sandboxed one's launcher names the run's directories (under
+            // the scratch directory, unique to this test) on its command line; one outside the
+            // sandbox works in the run's workspace, under it too. (A sandboxed process's working
+            // directory as seen from here can be `/`: it does not tell whose it is.)
             let left: Vec<(u32, String)> = processes_with("server.py")
                 .into_iter()
-                .filter(|(pid, _)| {
-                    std::fs::read_link(format!("/proc/{pid}/cwd"))
-                        .is_ok_and(|cwd| script.starts_with(&cwd.display().to_string()))
+                .filter(|(pid, cmdline)| {
+                    cmdline.contains(&scratch)
+                        || std::fs::read_link(format!("/proc/{pid}/cwd"))
+                            .is_ok_and(|cwd| cwd.starts_with(&scratch))
                 })
                 .collect();
             if left.is_empty() {

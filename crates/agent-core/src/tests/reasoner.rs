@@ -23,17 +23,13 @@ fn plan(content: serde_json::Value) -> Decision {
 }
 
 fn step(id: &str, tool: &str, target: StepTarget) -> PlanStep {
-    PlanStep {
-        id: id.into(),
-        description: format!("{id} with {tool}"),
+    PlanStep::scripted(
+        id,
+        format!("{id} with {tool}"),
         target,
-        tool: tool.into(),
-        args: json!({"path": format!("{id}.txt")}),
-        after: Vec::new(),
-        idempotent: false,
-        role: None,
-        acceptance: String::new(),
-    }
+        tool,
+        json!({"path": format!("{id}.txt")}),
+    )
 }
 
 fn work(steps: Vec<PlanStep>) -> WorkPackage {

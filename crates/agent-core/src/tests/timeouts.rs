@@ -3,120 +3,20 @@
 //! at `reasoning_ms`, a heartbeat turn cut at the agent's `timeout_ms`; each a typed error,
 //! audited, with the agent's stored state consistent.
 
-use agent_state::{
-    AgentStatus::*, Decision, ErrorClass, Limit, RoleBook, SubtaskResult, Task, Timeouts,
-    WorkPackage,
-};
-use serde_json::{Value, json};
+use agent_state::{AgentStatus::*, ErrorClass, Limit, RoleBook, Task, Timeouts};
+use serde_json::json;
 
 use super::*;
-use crate::tools::{Tool, ToolError, ToolOutput};
-use crate::{
-    Candidate, Conflict, HeartbeatOutcome, Judgement, NextAction, Persona, Placement, ReasonError,
-    ToolCall, ToolCallRecord, Verdict,
-};
-
-/// A tool that never returns: a search over an endless tree, a file on a stuck mount.
-struct Hang {
-    name: &'static str,
-    side_effects: bool,
-    schema: Value,
-}
-
-impl Hang {
-    fn new(name: &'static str, side_effects: bool) -> Self {
-        Self { name, side_effects, schema: json!({ "type": "object" }) }
-    }
-}
-
-#[async_trait]
-impl Tool for Hang {
-    fn name(&self) -> &str {
-        self.name
-    }
-
-    fn description(&self) -> &str {
-        "never returns"
-    }
-
-    fn schema(&self) -> &Value {
-        &self.schema
-    }
-
-    fn has_side_effects(&self) -> bool {
-        self.side_effects
-    }
-
-    async fn call(&self, _ctx: &ToolContext, _args: Value) -> Result<ToolOutput, ToolError> {
-        std::future::pending().await
-    }
-}
-
-/// A reasoner that never answers.
-struct Silent;
-
-#[async_trait]
-impl Reasoner for Silent {
-    fn name(&self) -> &str {
-        "silent"
-    }
-
-    async fn review_decision(
-        &self,
-        _who: Persona<'_>,
-        _decision: &Decision,
-    ) -> Result<Verdict, ReasonError> {
-        std::future::pending().await
-    }
-
-    async fn vote(&self, _who: Persona<'_>, _conflict: &Conflict) -> Result<String, ReasonError> {
-        std::future::pending().await
-    }
-
-    async fn decompose(
-        &self,
-        _who: Persona<'_>,
-        _work: &WorkPackage,
-        _team: &[Candidate],
-    ) -> Result<Vec<Placement>, ReasonError> {
-        std::future::pending().await
-    }
-
-    async fn next_action(
-        &self,
-        _who: Persona<'_>,
-        _subtask: &Subtask,
-        _history: &[ToolCallRecord],
-    ) -> Result<NextAction, ReasonError> {
-        std::future::pending().await
-    }
-
-    async fn judge_progress(
-        &self,
-        _who: Persona<'_>,
-        _task: &Task,
-        _results: &[SubtaskResult],
-        _global_board: &str,
-    ) -> Result<Judgement, ReasonError> {
-        std::future::pending().await
-    }
-
-    async fn plan(
-        &self,
-        _who: Persona<'_>,
-        _task: &Task,
-        _roles: &RoleBook,
-    ) -> Result<crate::Plan, ReasonError> {
-        std::future::pending().await
-    }
-}
+use crate::testing::{FakeTool, StuckReasoner};
+use crate::tools::{Tool, ToolError};
+use crate::{Conflict, HeartbeatOutcome, ReasonError, ToolCall};
 
 /// `s`'s services with the hanging tools `hang` (no side effects) and `hang_effect`, a tool
 /// limit of 2 s and a reasoning limit of 3 s.
 fn limited(s: &Services) -> Arc<AgentDeps> {
     let mut tools = ToolRegistry::with_builtins();
-    tools.register(Arc::new(Hang::new("hang", false))).unwrap();
-    tools.register(Arc::new(Hang::new("hang_effect", true))).unwrap();
+    tools.register(Arc::new(FakeTool::hanging("hang"))).unwrap();
+    tools.register(Arc::new(FakeTool::hanging("hang_effect").with_side_effects(true))).unwrap();
     let workspace =
         s.deps.workspace.as_ref().clone().with_tool_timeout(Duration::from_millis(2_000));
     let timeouts = Timeouts { reasoning_ms: 3_000, ..Timeouts::default() };
@@ -234,7 +134,7 @@ async fn a_read_only_call_past_the_tool_limit_is_a_transient_timeout() {
 
 #[tokio::test(start_paused = true)]
 async fn a_reasoning_call_past_the_reasoning_limit_is_a_transient_timed_out_error_and_audited() {
-    let s = Services::with_reasoner(Silent).await;
+    let s = Services::with_reasoner(StuckReasoner::silent()).await;
     let deps = limited(&s);
     let agent = ready(deps, bottom_config()).await;
     let started = s.now();
@@ -265,60 +165,6 @@ async fn a_reasoning_call_past_the_reasoning_limit_is_a_transient_timed_out_erro
     assert_eq!(s.chain().await, [(id(ME), Idle)]);
 }
 
-/// A reasoner whose `vote` is a slow model: a token every `every`, `tokens` of them, then the
-/// answer; every other call never answers.
-struct Trickle {
-    every: Duration,
-    tokens: u32,
-}
-
-#[async_trait]
-impl Reasoner for Trickle {
-    fn name(&self) -> &str {
-        "trickle"
-    }
-
-    async fn review_decision(&self, _: Persona<'_>, _: &Decision) -> Result<Verdict, ReasonError> {
-        std::future::pending().await
-    }
-
-    async fn vote(&self, _who: Persona<'_>, _conflict: &Conflict) -> Result<String, ReasonError> {
-        for _ in 0..self.tokens {
-            tokio::time::sleep(self.every).await;
-            crate::progress::tokens(1);
-        }
-        Ok("a".into())
-    }
-
-    async fn decompose(
-        &self,
-        _: Persona<'_>,
-        _: &WorkPackage,
-        _: &[Candidate],
-    ) -> Result<Vec<Placement>, ReasonError> {
-        std::future::pending().await
-    }
-
-    async fn next_action(
-        &self,
-        _: Persona<'_>,
-        _: &Subtask,
-        _: &[ToolCallRecord],
-    ) -> Result<NextAction, ReasonError> {
-        std::future::pending().await
-    }
-
-    async fn judge_progress(
-        &self,
-        _: Persona<'_>,
-        _: &Task,
-        _: &[SubtaskResult],
-        _: &str,
-    ) -> Result<Judgement, ReasonError> {
-        std::future::pending().await
-    }
-}
-
 /// `s`'s services with a reasoning limit of 10 minutes and a silence limit of 60 s.
 fn with_silence(s: &Services) -> Arc<AgentDeps> {
     let timeouts = Timeouts { reasoning_ms: 600_000, silence_ms: 60_000, ..Timeouts::default() };
@@ -337,7 +183,7 @@ fn conflict() -> Conflict {
 #[tokio::test(start_paused = true)]
 async fn a_reasoning_call_still_producing_tokens_runs_past_the_silence_limit_to_its_answer() {
     // A token every 50 s for 5 minutes: five times the silence limit, under the total.
-    let s = Services::with_reasoner(Trickle { every: Duration::from_secs(50), tokens: 6 }).await;
+    let s = Services::with_reasoner(StuckReasoner::trickling(Duration::from_secs(50), 6)).await;
     let agent = ready(with_silence(&s), bottom_config()).await;
     let started = s.now();
     let answer = agent.ctx().reasoner().vote(agent.ctx().persona(), &conflict()).await;
@@ -349,7 +195,7 @@ async fn a_reasoning_call_still_producing_tokens_runs_past_the_silence_limit_to_
 #[tokio::test(start_paused = true)]
 async fn a_reasoning_call_silent_for_the_silence_limit_is_cut_as_a_transient_error_and_audited() {
     // Two tokens, then silence: cut 60 s after the second.
-    let s = Services::with_reasoner(Trickle { every: Duration::from_secs(50), tokens: 2 }).await;
+    let s = Services::with_reasoner(StuckReasoner::trickling(Duration::from_secs(50), 2)).await;
     let agent = ready(with_silence(&s), bottom_config()).await;
     let reasoner = agent.ctx().reasoner();
     assert_eq!(reasoner.vote(agent.ctx().persona(), &conflict()).await, Ok("a".into()));
@@ -435,36 +281,6 @@ async fn a_shell_call_asking_for_more_than_the_tool_limit_gets_the_limit() {
     );
 }
 
-/// A tool that takes `ms` on tokio's clock, then succeeds.
-struct Slow {
-    ms: u64,
-    schema: Value,
-}
-
-#[async_trait]
-impl Tool for Slow {
-    fn name(&self) -> &str {
-        "slow"
-    }
-
-    fn description(&self) -> &str {
-        "takes its time"
-    }
-
-    fn schema(&self) -> &Value {
-        &self.schema
-    }
-
-    fn has_side_effects(&self) -> bool {
-        false
-    }
-
-    async fn call(&self, _ctx: &ToolContext, _args: Value) -> Result<ToolOutput, ToolError> {
-        tokio::time::sleep(Duration::from_millis(self.ms)).await;
-        Ok(ToolOutput { success: true, output: "done".into(), data: Value::Null })
-    }
-}
-
 /// `agent`'s audited soft timeouts as (limit, what, soft_ms, hard_ms).
 async fn soft_timeouts(s: &Services, agent: &str) -> Vec<(Limit, String, u64, u64)> {
     s.events(agent)
@@ -495,8 +311,8 @@ async fn warnings(s: &Services, to: &Address) -> Vec<(AgentId, String)> {
 /// `s`'s services with the tool `slow` (taking `ms`), a tool limit of 2 s and `timeouts`.
 fn with_slow(s: &Services, ms: u64, timeouts: Timeouts) -> Arc<AgentDeps> {
     let mut tools = ToolRegistry::with_builtins();
-    tools.register(Arc::new(Slow { ms, schema: json!({ "type": "object" }) })).unwrap();
-    tools.register(Arc::new(Hang::new("hang", false))).unwrap();
+    tools.register(Arc::new(FakeTool::slow("slow", Duration::from_millis(ms)))).unwrap();
+    tools.register(Arc::new(FakeTool::hanging("hang"))).unwrap();
     let workspace =
         s.deps.workspace.as_ref().clone().with_tool_timeout(Duration::from_millis(2_000));
     Arc::new(AgentDeps {

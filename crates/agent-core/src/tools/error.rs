@@ -248,12 +248,7 @@ fn partial_suffix(partial: &str) -> String {
     if partial.is_empty() {
         return String::new();
     }
-    let mut end = partial.len().min(MAX);
-    while !partial.is_char_boundary(end) {
-        end -= 1;
-    }
-    let more = if end < partial.len() { "…" } else { "" };
-    format!("; partial output: {}{more}", &partial[..end])
+    format!("; partial output: {}", agent_state::shorten_bytes(partial, MAX))
 }
 
 impl ToolError {

@@ -417,10 +417,7 @@ fn shorten_line(bytes: &[u8]) -> String {
     let bytes = bytes.strip_suffix(b"\n").unwrap_or(bytes);
     let bytes = bytes.strip_suffix(b"\r").unwrap_or(bytes);
     let text = String::from_utf8_lossy(bytes);
-    match text.char_indices().nth(Search::MAX_LINE_CHARS) {
-        Some((end, _)) => format!("{}…", &text[..end]),
-        None => text.into_owned(),
-    }
+    agent_state::shorten(&text, Search::MAX_LINE_CHARS)
 }
 
 fn glob(ws: &Beneath, args: GlobArgs, limit: Duration) -> Result<ToolOutput, ToolError> {

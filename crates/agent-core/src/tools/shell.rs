@@ -784,8 +784,7 @@ fn kill_journal_groups(journal: &Path, runner: Option<u32>) {
 /// The `$0` of a journaled command: names its call without revealing the journal's path.
 pub(super) fn call_tag(journal: &Path) -> String {
     let digest = sha2::Sha256::digest(journal.as_os_str().as_encoded_bytes());
-    let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
-    format!("strata-shell-{hex}")
+    format!("strata-shell-{}", agent_state::hex(&digest[..8]))
 }
 
 /// Whether process group `group` may be killed for the call journaled in `journal`: its

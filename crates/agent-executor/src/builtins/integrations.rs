@@ -27,12 +27,12 @@ use agent_state::FailureKind;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
-use super::text::cut;
 use crate::capsule::Capsule;
 use crate::env::{HeaderValue, Method};
 use crate::http::{HttpClient, Outgoing, Redirects, check_url, redact};
 use crate::kind::{Kind, KindError, KindOutput};
 use crate::request::RunRequest;
+use agent_state::shorten;
 
 /// The name `integrations_agent` is registered under.
 pub const INTEGRATIONS_AGENT: &str = "integrations_agent";
@@ -173,7 +173,7 @@ impl Kind for IntegrationsAgent {
             let mut reason = format!(
                 "{what} answered {}: {}",
                 fetched.status_line(),
-                cut(text.trim(), ERROR_BODY_CHARS)
+                shorten(text.trim(), ERROR_BODY_CHARS)
             );
             if kind == FailureKind::Permission {
                 reason.push_str("; check the credentials its headers carry");
@@ -190,7 +190,7 @@ impl Kind for IntegrationsAgent {
             "{} {what}: HTTP {}\n{}",
             endpoint.method.as_str(),
             fetched.status_line(),
-            cut(text.trim(), SHOWN_BODY_CHARS)
+            shorten(text.trim(), SHOWN_BODY_CHARS)
         );
         if fetched.truncated {
             let _ = write!(

@@ -115,16 +115,10 @@ impl Kind for PlannerAgent {
                 let steps = split_objective(goal)
                     .into_iter()
                     .enumerate()
-                    .map(|(i, description)| PlanStep {
-                        id: format!("step-{}", i + 1),
-                        description,
-                        target: domain.clone().map_or(StepTarget::Any, StepTarget::Domain),
-                        tool: String::new(),
-                        args: Value::Null,
-                        after: if i == 0 { Vec::new() } else { vec![format!("step-{i}")] },
-                        idempotent: false,
-                        role: None,
-                        acceptance: String::new(),
+                    .map(|(i, description)| {
+                        let target = domain.clone().map_or(StepTarget::Any, StepTarget::Domain);
+                        PlanStep::goal(format!("step-{}", i + 1), description, target)
+                            .with_after((i > 0).then(|| format!("step-{i}")))
                     })
                     .collect::<Vec<_>>();
                 capsule.progress(60, format!("split the objective into {} step(s)", steps.len()));

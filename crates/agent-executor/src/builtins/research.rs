@@ -21,11 +21,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
-use agent_state::{Artifact, ChangeType, FailureKind};
+use agent_state::{Artifact, ChangeType, FailureKind, shorten};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
-use super::text::{cut, html_to_text, in_state_dir, is_html, string_list, workspace_path};
+use super::text::{html_to_text, in_state_dir, is_html, string_list, workspace_path};
 use crate::capsule::Capsule;
 use crate::env::Method;
 use crate::http::{HttpClient, Outgoing, Redirects, check_url};
@@ -472,7 +472,7 @@ async fn workspace_sources(
         sources.push(Source {
             name: path,
             excerpt,
-            material: cut(&content, MATERIAL_CHARS),
+            material: shorten(&content, MATERIAL_CHARS),
             file: true,
         });
     }
@@ -497,7 +497,7 @@ fn excerpt_of(content: &str, hits: &[(u64, String)]) -> String {
         .map(|l| l.trim_end())
         .filter(|l| !l.trim().is_empty())
         .collect();
-    cut(&lines.join("\n"), EXCERPT_CHARS)
+    shorten(&lines.join("\n"), EXCERPT_CHARS)
 }
 
 /// Fetches one URL (already checked) as a source.
@@ -517,7 +517,7 @@ async fn fetch(capsule: &Capsule, client: &HttpClient, url: &str) -> Result<Sour
             format!(
                 "url `{url}` answered {}: {}",
                 fetched.status_line(),
-                cut(fetched.text().trim(), 200)
+                shorten(fetched.text().trim(), 200)
             ),
         ));
     }
@@ -543,8 +543,8 @@ async fn fetch(capsule: &Capsule, client: &HttpClient, url: &str) -> Result<Sour
     );
     Ok(Source {
         name: url.to_owned(),
-        excerpt: cut(text.trim(), EXCERPT_CHARS),
-        material: cut(text.trim(), MATERIAL_CHARS),
+        excerpt: shorten(text.trim(), EXCERPT_CHARS),
+        material: shorten(text.trim(), MATERIAL_CHARS),
         file: false,
     })
 }

@@ -54,14 +54,6 @@ pub(crate) fn in_state_dir(path: &str) -> bool {
         .is_some_and(|c| c.as_os_str() == STATE_DIR)
 }
 
-/// At most `max` characters of `text`, with `…` when it was cut.
-pub(crate) fn cut(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((end, _)) => format!("{}…", &text[..end]),
-        None => text.to_owned(),
-    }
-}
-
 /// The input `name` as a list of strings (the schema has checked its shape).
 pub(crate) fn string_list(request: &RunRequest, name: &str) -> Vec<String> {
     request

@@ -104,17 +104,10 @@ async fn quotes_backslashes_and_newlines_are_escaped_in_the_plan_file() {
 }
 
 fn goal_step(id: &str, description: &str, after: &[&str]) -> PlanStep {
-    PlanStep {
-        id: id.into(),
-        description: description.into(),
-        target: StepTarget::Domain("docs".into()),
-        tool: String::new(),
-        args: Value::Null,
-        after: after.iter().map(|a| (*a).to_owned()).collect(),
-        idempotent: false,
-        role: Some("writer".into()),
-        acceptance: format!("{id} is done"),
-    }
+    PlanStep::goal(id, description, StepTarget::Domain("docs".into()))
+        .with_after(after.iter().copied())
+        .with_role("writer")
+        .with_acceptance(format!("{id} is done"))
 }
 
 #[tokio::test]

@@ -1,16 +1,13 @@
 //! The bottom layer: an executor takes subtasks from its lead only, runs them through its tools,
 //! records and reports the result, helps peers and answers its lead's status queries.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use agent_core::protocol::{ErrorReport, HelpRequest, HelpResponse, StatusReport};
-use agent_core::tools::{Tool, ToolError, ToolOutput};
+use agent_core::testing::FakeTool;
 use agent_core::{
     AgentError, HeartbeatOutcome, NextAction, ReasoningRequest, ScriptedAnswer, ScriptedReasoner,
     ToolCall, ToolCallRecord,
 };
 use agent_state::{Assignment, ProgressReport, ProgressStatus, SubtaskResult};
-use async_trait::async_trait;
 use serde_json::json;
 
 use super::*;
@@ -244,41 +241,10 @@ async fn a_step_whose_tool_the_executor_lacks_fails_permanently() {
     assert!(w.kinds(&addr("bottom-2")).await.is_empty(), "a peer without the tool is not asked");
 }
 
-/// A tool that reports failure on its first call and succeeds afterwards.
-#[derive(Default)]
-struct Flaky {
-    calls: AtomicUsize,
-}
-
-#[async_trait]
-impl Tool for Flaky {
-    fn name(&self) -> &str {
-        "flaky"
-    }
-    fn description(&self) -> &str {
-        "fails once, then works"
-    }
-    fn schema(&self) -> &serde_json::Value {
-        super::object_schema()
-    }
-    fn has_side_effects(&self) -> bool {
-        false
-    }
-    async fn call(
-        &self,
-        _ctx: &ToolContext,
-        _args: serde_json::Value,
-    ) -> Result<ToolOutput, ToolError> {
-        let first = self.calls.fetch_add(1, Ordering::SeqCst) == 0;
-        let output = if first { "not yet" } else { "done" };
-        Ok(ToolOutput { success: !first, output: output.into(), data: serde_json::Value::Null })
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn a_tool_that_reports_failure_is_retried_and_the_subtask_reported_once() {
     let mut tools = ToolRegistry::with_builtins();
-    tools.register(Arc::new(Flaky::default())).unwrap();
+    tools.register(Arc::new(FakeTool::flaky("flaky", 1))).unwrap();
     let w = World::with_tools(tools);
     let mut agent = executor(&w, &["flaky"]).await;
     assign(&w, LEAD, subtask("t1", step("s1", "docs", "flaky", json!({})), ME)).await;
@@ -379,13 +345,7 @@ async fn a_reasoner_that_gives_up_after_a_refused_call_fails_the_step_with_that_
 
 /// A goal step (a description only) for [`ME`].
 fn goal_step(step_id: &str) -> Subtask {
-    let step = PlanStep {
-        tool: String::new(),
-        args: serde_json::Value::Null,
-        description: "greet the user".into(),
-        ..step(step_id, "docs", "", json!(null))
-    };
-    subtask("t1", step, ME)
+    subtask("t1", PlanStep::goal(step_id, "greet the user", StepTarget::Domain("docs".into())), ME)
 }
 
 /// A model that gives up a goal step in its own words (issue #32: a small model echoing its

@@ -7,13 +7,12 @@
 use std::time::Duration;
 
 use agent_core::protocol::{ErrorReport, HelpRequest, HelpResponse, StatusReport};
-use agent_core::tools::{Tool, ToolError, ToolOutput};
+use agent_core::testing::FakeTool;
 use agent_core::{
     Clock, HeartbeatOutcome, NextAction, PeerHelpOutcome, PeerHelpRequest, ReasoningRequest,
     ScriptedAnswer, ScriptedReasoner,
 };
 use agent_state::{Assignment, ProgressReport};
-use async_trait::async_trait;
 use serde_json::json;
 
 use super::*;
@@ -219,36 +218,10 @@ async fn a_pending_offer_survives_a_restart_and_is_made_once() {
     assert_eq!(agent.status(), AgentStatus::Idle);
 }
 
-/// A tool that always reports failure (a transient error: retried).
-struct Broken;
-
-#[async_trait]
-impl Tool for Broken {
-    fn name(&self) -> &str {
-        "broken"
-    }
-    fn description(&self) -> &str {
-        "always fails"
-    }
-    fn schema(&self) -> &serde_json::Value {
-        super::object_schema()
-    }
-    fn has_side_effects(&self) -> bool {
-        false
-    }
-    async fn call(
-        &self,
-        _ctx: &ToolContext,
-        _args: serde_json::Value,
-    ) -> Result<ToolOutput, ToolError> {
-        Ok(ToolOutput { success: false, output: "no".into(), data: serde_json::Value::Null })
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn a_subtask_taken_over_from_a_peer_is_not_offered_again_and_its_failure_goes_to_the_lead() {
     let mut tools = ToolRegistry::with_builtins();
-    tools.register(Arc::new(Broken)).unwrap();
+    tools.register(Arc::new(FakeTool::failing("broken", "no"))).unwrap();
     let w = World::with_tools(tools);
     let able: &[&str] = &["broken"];
     let (mut agent, _) = executor(&w, &["broken"], &[("bottom-2", able)]).await;

@@ -106,11 +106,7 @@ fn task() -> Task {
                 "write_file",
                 json!({"path": "notes.md", "content": "# Notes\n"}),
             ),
-            PlanStep {
-                after: vec!["hello".into()],
-                idempotent: false,
-                ..step("check", "build", "read_file", json!({"path": "hello.txt"}))
-            },
+            step("check", "build", "read_file", json!({"path": "hello.txt"})).with_after(["hello"]),
         ],
     }
 }

@@ -46,11 +46,7 @@ fn task(task_id: &str) -> Task {
         steps: vec![
             step("a", "docs", "write_file", json!({"path": "a.txt", "content": "a"})),
             step("b", "build", "shell", json!({"command": "true"})),
-            PlanStep {
-                after: vec!["a".into()],
-                idempotent: false,
-                ..step("c", "build", "read_file", json!({"path": "a.txt"}))
-            },
+            step("c", "build", "read_file", json!({"path": "a.txt"})).with_after(["a"]),
         ],
     }
 }
@@ -634,11 +630,7 @@ async fn a_plan_whose_leads_cannot_be_created_fails_as_such_not_as_a_step() {
     lead.description = "leads the docs".into();
     let roles = agent_state::RoleBook::new([lead]).unwrap();
     let plan = agent_core::Plan {
-        steps: vec![PlanStep {
-            tool: String::new(),
-            args: serde_json::Value::Null,
-            ..step("readme", "docs", "", json!(null))
-        }],
+        steps: vec![PlanStep::goal("readme", "readme with ", StepTarget::Domain("docs".into()))],
         leads: vec![agent_state::LeadRequest { role: "docs_lead".into(), domain: "docs".into() }],
     };
     let planner = ScriptedReasoner::from_fn(move |request| match request {

@@ -68,17 +68,7 @@ fn roles() -> RoleBook {
 }
 
 fn step(id: &str, tool: &str, args: Value) -> PlanStep {
-    PlanStep {
-        id: id.into(),
-        description: format!("do {id}"),
-        target: StepTarget::Domain("code".into()),
-        tool: tool.into(),
-        args,
-        after: Vec::new(),
-        idempotent: false,
-        role: None,
-        acceptance: String::new(),
-    }
+    PlanStep::scripted(id, format!("do {id}"), StepTarget::Domain("code".into()), tool, args)
 }
 
 /// Every request the reasoner makes: each decision, and the tool loop of an executor with the

@@ -98,17 +98,7 @@ pub(crate) fn conflict(options: &[&str]) -> Conflict {
 }
 
 fn step(id: &str, tool: &str, args: serde_json::Value) -> PlanStep {
-    PlanStep {
-        id: id.into(),
-        description: format!("do {id}"),
-        target: StepTarget::Domain("docs".into()),
-        tool: tool.into(),
-        args,
-        after: Vec::new(),
-        idempotent: false,
-        role: None,
-        acceptance: String::new(),
-    }
+    PlanStep::scripted(id, format!("do {id}"), StepTarget::Domain("docs".into()), tool, args)
 }
 
 fn work() -> WorkPackage {
@@ -1158,17 +1148,10 @@ async fn plan_turns_a_goal_into_goal_steps_and_leads_from_the_role_book() {
     assert_eq!(ids, ["readme", "test", "notes"]);
     assert_eq!(
         plan.steps[1],
-        PlanStep {
-            id: "test".into(),
-            description: "Run the test suite".into(),
-            target: StepTarget::Domain("code".into()),
-            tool: String::new(),
-            args: serde_json::Value::Null,
-            after: vec!["readme".into()],
-            idempotent: false,
-            role: Some("tester".into()),
-            acceptance: "every test passes".into(),
-        }
+        PlanStep::goal("test", "Run the test suite", StepTarget::Domain("code".into()))
+            .with_after(["readme"])
+            .with_role("tester")
+            .with_acceptance("every test passes")
     );
     assert!(plan.steps.iter().all(|s| !s.is_scripted()), "goal steps: no tool");
     assert_eq!(plan.steps[2].role, None);
@@ -1597,17 +1580,9 @@ async fn answer_replies_in_a_few_words_knowing_the_speaker_and_the_work() {
 fn goal_subtask(acceptance: &str) -> Subtask {
     Subtask {
         task_id: "t9".into(),
-        step: PlanStep {
-            id: "readme".into(),
-            description: "Write README.md".into(),
-            target: StepTarget::Domain("docs".into()),
-            tool: String::new(),
-            args: serde_json::Value::Null,
-            after: Vec::new(),
-            idempotent: false,
-            role: Some("writer".into()),
-            acceptance: acceptance.into(),
-        },
+        step: PlanStep::goal("readme", "Write README.md", StepTarget::Domain("docs".into()))
+            .with_role("writer")
+            .with_acceptance(acceptance),
         assignee: AgentId::new("worker-1"),
         attempt: 1,
     }

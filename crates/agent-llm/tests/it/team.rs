@@ -84,17 +84,14 @@ fn team_spec() -> TeamSpec {
 }
 
 fn step(id: &str, domain: &str, tool: &str, args: Value, after: &[&str]) -> PlanStep {
-    PlanStep {
-        id: id.into(),
-        description: format!("{id} with {tool}"),
-        target: StepTarget::Domain(domain.into()),
-        tool: tool.into(),
+    PlanStep::scripted(
+        id,
+        format!("{id} with {tool}"),
+        StepTarget::Domain(domain.into()),
+        tool,
         args,
-        after: after.iter().map(|a| (*a).to_owned()).collect(),
-        idempotent: false,
-        role: None,
-        acceptance: String::new(),
-    }
+    )
+    .with_after(after.iter().copied())
 }
 
 fn task(id: &str) -> Task {

@@ -6,14 +6,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use agent_core::testing::StuckReasoner;
 use agent_core::{
-    Activity, AgentBehavior, AgentContext, AgentDeps, AgentError, AuditEvent, Candidate, Conflict,
-    Judgement, NextAction, Persona, Placement, ReasonError, Reasoner, ToolCallRecord, Verdict,
+    Activity, AgentBehavior, AgentContext, AgentDeps, AgentError, AuditEvent, Conflict, Reasoner,
 };
 use agent_pool::{AgentPool, CycleReport, HeartbeatScheduler, stored_metrics};
 use agent_state::{
-    Address, AgentConfig, AgentId, AgentLayer, BoardSnapshot, Decision, Message, MessageKind,
-    Subtask, SubtaskResult, Task, Timeouts, WorkPackage,
+    Address, AgentConfig, AgentId, AgentLayer, BoardSnapshot, Message, MessageKind, Timeouts,
 };
 use async_trait::async_trait;
 
@@ -22,63 +21,10 @@ use crate::support::*;
 const HEARTBEAT: Duration = Duration::from_secs(4);
 const SILENCE: Duration = Duration::from_secs(10);
 
-/// A slow model: `vote` writes a token every `every`, `tokens` of them, then answers.
-struct Trickle {
-    every: Duration,
-    tokens: u32,
-}
-
-#[async_trait]
-impl Reasoner for Trickle {
-    fn name(&self) -> &str {
-        "trickle"
-    }
-
-    async fn review_decision(&self, _: Persona<'_>, _: &Decision) -> Result<Verdict, ReasonError> {
-        std::future::pending().await
-    }
-
-    async fn vote(&self, _: Persona<'_>, _: &Conflict) -> Result<String, ReasonError> {
-        for _ in 0..self.tokens {
-            tokio::time::sleep(self.every).await;
-            agent_core::progress::tokens(1);
-        }
-        Ok("a".into())
-    }
-
-    async fn decompose(
-        &self,
-        _: Persona<'_>,
-        _: &WorkPackage,
-        _: &[Candidate],
-    ) -> Result<Vec<Placement>, ReasonError> {
-        std::future::pending().await
-    }
-
-    async fn next_action(
-        &self,
-        _: Persona<'_>,
-        _: &Subtask,
-        _: &[ToolCallRecord],
-    ) -> Result<NextAction, ReasonError> {
-        std::future::pending().await
-    }
-
-    async fn judge_progress(
-        &self,
-        _: Persona<'_>,
-        _: &Task,
-        _: &[SubtaskResult],
-        _: &str,
-    ) -> Result<Judgement, ReasonError> {
-        std::future::pending().await
-    }
-}
-
 /// What the agent's one turn of work does.
 #[derive(Clone, Copy)]
 enum Work {
-    /// Asks its reasoner for a vote (a [`Trickle`]: a slow model producing tokens).
+    /// Asks its reasoner for a vote (a trickling [`StuckReasoner`]: a slow model).
     Reason,
     /// Hangs without a sign of life.
     Hang,
@@ -196,7 +142,7 @@ async fn an_agent_whose_model_call_produces_tokens_answers_busy_and_is_never_mis
     let dir = tempfile::tempdir().unwrap();
     // A model call of just over 2 minutes, a token every 2 s: thirty heartbeats, four times the
     // old 30 s limit of a whole turn.
-    let model = Arc::new(Trickle { every: Duration::from_secs(2), tokens: 61 });
+    let model = Arc::new(StuckReasoner::trickling(Duration::from_secs(2), 61));
     let (pool, mut scheduler, services) = one_agent(dir.path(), Work::Reason, model).await;
     let slot = pool.get(&AgentId::new("bottom-1")).unwrap();
 
@@ -241,7 +187,7 @@ async fn an_agent_whose_model_call_produces_tokens_answers_busy_and_is_never_mis
 #[tokio::test(start_paused = true)]
 async fn an_agent_whose_turn_is_silent_past_the_silence_limit_is_missed_and_its_lead_warned() {
     let dir = tempfile::tempdir().unwrap();
-    let model = Arc::new(Trickle { every: Duration::ZERO, tokens: 0 });
+    let model = Arc::new(StuckReasoner::trickling(Duration::ZERO, 0));
     let (pool, mut scheduler, services) = one_agent(dir.path(), Work::Hang, model).await;
     let slot = pool.get(&AgentId::new("bottom-1")).unwrap();
 

@@ -53,17 +53,7 @@ pub(crate) fn goal_team(roles: RoleBook) -> TeamSpec {
 }
 
 fn goal_step(id: &str, domain: &str, role: &str, description: &str) -> PlanStep {
-    PlanStep {
-        id: id.into(),
-        description: description.into(),
-        target: StepTarget::Domain(domain.into()),
-        tool: String::new(),
-        args: Value::Null,
-        after: Vec::new(),
-        idempotent: false,
-        role: Some(role.into()),
-        acceptance: String::new(),
-    }
+    PlanStep::goal(id, description, StepTarget::Domain(domain.into())).with_role(role)
 }
 
 fn the_plan() -> Plan {

@@ -203,17 +203,10 @@ fn goal_team() -> TeamSpec {
 fn readme_plan() -> Plan {
     Plan {
         leads: vec![LeadRequest { role: "docs_lead".into(), domain: "docs".into() }],
-        steps: vec![PlanStep {
-            id: "readme".into(),
-            description: "write README.md".into(),
-            target: StepTarget::Domain("docs".into()),
-            tool: String::new(),
-            args: Value::Null,
-            after: Vec::new(),
-            idempotent: false,
-            role: Some("writer".into()),
-            acceptance: String::new(),
-        }],
+        steps: vec![
+            PlanStep::goal("readme", "write README.md", StepTarget::Domain("docs".into()))
+                .with_role("writer"),
+        ],
     }
 }
 

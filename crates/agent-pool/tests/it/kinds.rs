@@ -32,13 +32,7 @@ fn kind_team(kind: &str) -> TeamSpec {
 
 /// A goal step for the docs lead.
 fn goal_step(id: &str, description: &str) -> PlanStep {
-    PlanStep {
-        description: description.into(),
-        tool: String::new(),
-        args: serde_json::Value::Null,
-        target: StepTarget::Domain("docs".into()),
-        ..step(id, "docs", "", serde_json::Value::Null)
-    }
+    PlanStep::goal(id, description, StepTarget::Domain("docs".into()))
 }
 
 /// `echo` (says its objective back, reporting progress) and `stuck` (blocked: missing input),
@@ -94,10 +88,7 @@ async fn a_goal_step_runs_through_the_kind_without_a_model() {
     let task = Task {
         id: "t".into(),
         goal: "say hello".into(),
-        steps: vec![PlanStep {
-            acceptance: "it said hello".into(),
-            ..goal_step("hello", "say hello to the team")
-        }],
+        steps: vec![goal_step("hello", "say hello to the team").with_acceptance("it said hello")],
     };
     team.submit(task).await.unwrap();
     let outcome = tokio::time::timeout(Duration::from_secs(600), team.wait("t")).await.unwrap();

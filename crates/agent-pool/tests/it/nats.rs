@@ -10,7 +10,7 @@ use std::time::Duration;
 use agent_core::tools::ToolContext;
 use agent_core::{AuditEvent, AuditLog, RuleBasedReasoner, check_transition_chain, verify_chain};
 use agent_pool::{Team, TeamServices, TeamSpec};
-use agent_state::{AgentId, AgentStatus, PlanStep, SignOutcome, Task, Timestamp};
+use agent_state::{AgentId, AgentStatus, SignOutcome, Task, Timestamp};
 use nats_store::{NatsStore, TestNamespaces, TestServer};
 
 use crate::support::*;
@@ -36,14 +36,10 @@ fn team() -> TeamSpec {
 
 /// Four shell steps, one after the other, each appending a line: a step run twice shows.
 fn appending_task() -> Task {
-    let append = |id: &str, domain: &str, after: &[&str]| PlanStep {
-        after: after.iter().map(|s| (*s).to_owned()).collect(),
-        ..step(
-            id,
-            domain,
-            "shell",
-            serde_json::json!({ "command": format!("sleep 0.2; echo {id} >> log.txt") }),
-        )
+    let append = |id: &str, domain: &str, after: &[&str]| {
+        let command = format!("sleep 0.2; echo {id} >> log.txt");
+        step(id, domain, "shell", serde_json::json!({ "command": command }))
+            .with_after(after.iter().copied())
     };
     Task {
         id: "append".into(),

@@ -70,17 +70,11 @@ fn goal_step() -> Task {
     Task {
         id: "t-ooda".into(),
         goal: "greet".into(),
-        steps: vec![PlanStep {
-            id: "greet".into(),
-            description: "write a greeting into hello.txt".into(),
-            target: StepTarget::Agent(AgentId::new("ooda-1")),
-            tool: String::new(),
-            args: serde_json::Value::Null,
-            after: Vec::new(),
-            idempotent: false,
-            role: None,
-            acceptance: String::new(),
-        }],
+        steps: vec![PlanStep::goal(
+            "greet",
+            "write a greeting into hello.txt",
+            StepTarget::Agent(AgentId::new("ooda-1")),
+        )],
     }
 }
 

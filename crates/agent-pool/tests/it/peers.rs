@@ -5,50 +5,17 @@
 //! peer knows. Nothing here sends a peer-help message by hand.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use agent_core::tools::{Tool, ToolContext, ToolError, ToolOutput, ToolRegistry};
+use agent_core::testing::FakeTool;
+use agent_core::tools::ToolRegistry;
 use agent_core::{AuditEvent, AuditRecord, PeerHelpOutcome, PeerHelpRequest};
 use agent_pool::{Team, TeamServices, TeamSpec};
 use agent_state::{AgentId, AgentStatus, PlanStep, StepTarget, Task, TaskOutcome};
-use async_trait::async_trait;
 use serde_json::json;
 
 use crate::scenarios::broken_registry;
 use crate::support::*;
-
-/// A tool that reports failure on its first `fails` calls and works afterwards.
-struct Flaky {
-    fails: usize,
-    calls: AtomicUsize,
-}
-
-#[async_trait]
-impl Tool for Flaky {
-    fn name(&self) -> &str {
-        "flaky"
-    }
-    fn description(&self) -> &str {
-        "fails a few times, then works"
-    }
-    fn schema(&self) -> &serde_json::Value {
-        object_schema()
-    }
-    fn has_side_effects(&self) -> bool {
-        false
-    }
-    async fn call(
-        &self,
-        _ctx: &ToolContext,
-        _args: serde_json::Value,
-    ) -> Result<ToolOutput, ToolError> {
-        let call = self.calls.fetch_add(1, Ordering::SeqCst);
-        let success = call >= self.fails;
-        let output = if success { "worked" } else { "not yet" };
-        Ok(ToolOutput { success, output: output.into(), data: serde_json::Value::Null })
-    }
-}
 
 /// One power, the lead `mid-docs` and its executors `bottom-d1` (whose `write_file` always
 /// fails, and who gives up at its first failure), `bottom-d2` (also holding `flaky`) and, if
@@ -56,7 +23,7 @@ impl Tool for Flaky {
 fn team(workspace: &std::path::Path, third: bool) -> (TeamSpec, TeamServices) {
     let mut services = services(workspace);
     let mut tools = ToolRegistry::with_builtins();
-    tools.register(Arc::new(Flaky { fails: 2, calls: AtomicUsize::new(0) })).unwrap();
+    tools.register(Arc::new(FakeTool::flaky("flaky", 2))).unwrap();
     services.tools = Arc::new(tools);
     services.agent_tools.insert(AgentId::new("bottom-d1"), Arc::new(broken_registry()));
     let mut d1 = bottom("bottom-d1", "mid-docs", &["write_file"]);
@@ -254,32 +221,6 @@ async fn a_step_sent_to_an_executor_without_its_tool_is_taken_over_by_a_peer_tha
     team.shutdown().await.unwrap();
 }
 
-/// A tool of a given name that always reports failure.
-struct Broken(&'static str);
-
-#[async_trait]
-impl Tool for Broken {
-    fn name(&self) -> &str {
-        self.0
-    }
-    fn description(&self) -> &str {
-        "always fails"
-    }
-    fn schema(&self) -> &serde_json::Value {
-        object_schema()
-    }
-    fn has_side_effects(&self) -> bool {
-        true
-    }
-    async fn call(
-        &self,
-        _ctx: &ToolContext,
-        _args: serde_json::Value,
-    ) -> Result<ToolOutput, ToolError> {
-        Ok(ToolOutput { success: false, output: "broken".into(), data: serde_json::Value::Null })
-    }
-}
-
 /// Killed at any cycle while `bottom-d1` retries a step whose `shell` always fails, offers it
 /// and `bottom-d2` takes it over, the team resumes and the step's effect happens once.
 #[tokio::test(start_paused = true)]
@@ -294,7 +235,9 @@ async fn a_team_killed_around_a_hand_over_resumes_and_runs_the_step_once() {
         for name in builtins.names().into_iter().filter(|n| *n != "shell") {
             broken.register(builtins.get(name).unwrap()).unwrap();
         }
-        broken.register(Arc::new(Broken("shell"))).unwrap();
+        broken
+            .register(Arc::new(FakeTool::failing("shell", "broken").with_side_effects(true)))
+            .unwrap();
         services.agent_tools.insert(AgentId::new("bottom-d1"), Arc::new(broken));
         let task = Task {
             id: "append".into(),

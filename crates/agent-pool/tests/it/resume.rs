@@ -6,8 +6,8 @@ use std::time::Duration;
 use agent_core::{AuditEvent, check_transition_chain};
 use agent_pool::Team;
 use agent_state::{
-    Address, AgentStatus, Message, MessageId, MessageKind, PlanStep, ProgressReport,
-    ProgressStatus, Task, Timestamp,
+    Address, AgentStatus, Message, MessageId, MessageKind, ProgressReport, ProgressStatus, Task,
+    Timestamp,
 };
 use message_bus::{InMemoryBus, MessageBus};
 
@@ -15,15 +15,10 @@ use crate::support::*;
 
 /// A plan whose shell steps append to a log, so a step that ran twice shows as a repeated line.
 fn appending_task() -> Task {
-    let append = |id: &str, domain: &str, line: &str, after: &[&str]| PlanStep {
-        after: after.iter().map(|s| (*s).to_owned()).collect(),
-        idempotent: false,
-        ..step(
-            id,
-            domain,
-            "shell",
-            serde_json::json!({ "command": format!("echo {line} >> log.txt") }),
-        )
+    let append = |id: &str, domain: &str, line: &str, after: &[&str]| {
+        let command = format!("echo {line} >> log.txt");
+        step(id, domain, "shell", serde_json::json!({ "command": command }))
+            .with_after(after.iter().copied())
     };
     Task {
         id: "append".into(),

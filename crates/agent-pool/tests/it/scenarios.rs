@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_core::protocol::ConflictReport;
-use agent_core::tools::{Tool, ToolContext, ToolError, ToolOutput, ToolRegistry};
+use agent_core::testing::FakeTool;
+use agent_core::tools::ToolRegistry;
 use agent_core::{
     AgentError, AuditEvent, Conflict, RuleBasedReasoner, check_transition_chain, new_message_id,
 };
@@ -14,67 +15,9 @@ use agent_state::{
     Actor, AgentId, AgentStatus, BoardId, DecisionStatus, Message, MessageKind, StepTarget,
     TaskFailure, TaskOutcome,
 };
-use async_trait::async_trait;
 use whiteboard::BoardError;
 
 use crate::support::*;
-
-/// A `write_file` that always fails, to make one executor fail.
-pub(crate) struct BrokenWrite;
-
-#[async_trait]
-impl Tool for BrokenWrite {
-    fn name(&self) -> &str {
-        "write_file"
-    }
-    fn description(&self) -> &str {
-        "always fails"
-    }
-    fn schema(&self) -> &serde_json::Value {
-        object_schema()
-    }
-    fn has_side_effects(&self) -> bool {
-        true
-    }
-    async fn call(
-        &self,
-        _ctx: &ToolContext,
-        _args: serde_json::Value,
-    ) -> Result<ToolOutput, ToolError> {
-        Ok(ToolOutput {
-            success: false,
-            output: "disk on fire".into(),
-            data: serde_json::Value::Null,
-        })
-    }
-}
-
-/// A tool that takes ten seconds of (paused) time.
-struct Slow;
-
-#[async_trait]
-impl Tool for Slow {
-    fn name(&self) -> &str {
-        "slow"
-    }
-    fn description(&self) -> &str {
-        "sleeps for ten seconds"
-    }
-    fn schema(&self) -> &serde_json::Value {
-        object_schema()
-    }
-    fn has_side_effects(&self) -> bool {
-        false
-    }
-    async fn call(
-        &self,
-        _ctx: &ToolContext,
-        _args: serde_json::Value,
-    ) -> Result<ToolOutput, ToolError> {
-        tokio::time::sleep(Duration::from_secs(10)).await;
-        Ok(ToolOutput { success: true, output: "slept".into(), data: serde_json::Value::Null })
-    }
-}
 
 #[tokio::test(start_paused = true)]
 async fn a_veto_fails_the_task_with_the_vetoes_reason_and_runs_nothing() {
@@ -172,7 +115,8 @@ pub(crate) fn broken_registry() -> ToolRegistry {
             r.register(builtins.get(name).unwrap()).unwrap();
         }
     }
-    r.register(Arc::new(BrokenWrite)).unwrap();
+    r.register(Arc::new(FakeTool::failing("write_file", "disk on fire").with_side_effects(true)))
+        .unwrap();
     r
 }
 
@@ -291,7 +235,7 @@ async fn a_slow_tool_call_answers_its_heartbeats_busy_not_missed_without_delayin
     let dir = tempfile::tempdir().unwrap();
     let mut services = services(dir.path());
     let mut tools = ToolRegistry::with_builtins();
-    tools.register(Arc::new(Slow)).unwrap();
+    tools.register(Arc::new(FakeTool::slow("slow", Duration::from_secs(10)))).unwrap();
     services.tools = Arc::new(tools);
     let mut spec = standard_team();
     for agent in &mut spec.agents {

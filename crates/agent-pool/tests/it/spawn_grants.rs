@@ -45,17 +45,9 @@ fn finish(summary: &str) -> ScriptedAnswer {
 fn plan() -> Plan {
     Plan {
         leads: vec![LeadRequest { role: "lead".into(), domain: "all".into() }],
-        steps: vec![PlanStep {
-            id: "s".into(),
-            description: "do it".into(),
-            target: StepTarget::Domain("all".into()),
-            tool: String::new(),
-            args: Value::Null,
-            after: Vec::new(),
-            idempotent: false,
-            role: Some("worker".into()),
-            acceptance: String::new(),
-        }],
+        steps: vec![
+            PlanStep::goal("s", "do it", StepTarget::Domain("all".into())).with_role("worker"),
+        ],
     }
 }
 

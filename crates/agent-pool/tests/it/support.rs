@@ -66,17 +66,13 @@ pub(crate) fn services(workspace: &std::path::Path) -> TeamServices {
 }
 
 pub(crate) fn step(id: &str, domain: &str, tool: &str, args: serde_json::Value) -> PlanStep {
-    PlanStep {
-        id: id.into(),
-        description: format!("{id} with {tool}"),
-        target: StepTarget::Domain(domain.into()),
-        tool: tool.into(),
+    PlanStep::scripted(
+        id,
+        format!("{id} with {tool}"),
+        StepTarget::Domain(domain.into()),
+        tool,
         args,
-        after: Vec::new(),
-        idempotent: false,
-        role: None,
-        acceptance: String::new(),
-    }
+    )
 }
 
 /// A plan that writes two files, lists them and runs a shell command over them.
@@ -97,16 +93,13 @@ pub(crate) fn hello_task(id: &str) -> Task {
                 "write_file",
                 serde_json::json!({"path": "docs/notes.md", "content": "# Notes\n"}),
             ),
-            PlanStep {
-                after: vec!["write-hello".into()],
-                idempotent: false,
-                ..step(
-                    "count",
-                    "build",
-                    "shell",
-                    serde_json::json!({"command": "wc -c < hello.txt > size.txt && cat size.txt"}),
-                )
-            },
+            step(
+                "count",
+                "build",
+                "shell",
+                serde_json::json!({"command": "wc -c < hello.txt > size.txt && cat size.txt"}),
+            )
+            .with_after(["write-hello"]),
         ],
     }
 }

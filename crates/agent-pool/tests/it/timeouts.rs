@@ -8,8 +8,10 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
-use agent_core::tools::{Tool, ToolContext, ToolError, ToolOutput, ToolRegistry};
+use agent_core::testing::FakeTool;
+use agent_core::tools::ToolRegistry;
 use agent_core::{
     AuditEvent, AuditRecord, NextAction, ReasoningRequest, ScriptedAnswer, ScriptedReasoner,
     ToolCall, check_transition_chain,
@@ -18,38 +20,9 @@ use agent_pool::{Team, TeamError, TeamServices, TeamSpec};
 use agent_state::{
     AgentId, AgentStatus, Limit, LimitError, Task, TaskFailure, TaskOutcome, Timeouts,
 };
-use async_trait::async_trait;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::support::*;
-
-/// A tool that never returns (a search over an endless tree, a file on a stuck mount).
-struct Hang {
-    schema: Value,
-}
-
-#[async_trait]
-impl Tool for Hang {
-    fn name(&self) -> &str {
-        "hang"
-    }
-
-    fn description(&self) -> &str {
-        "never returns"
-    }
-
-    fn schema(&self) -> &Value {
-        &self.schema
-    }
-
-    fn has_side_effects(&self) -> bool {
-        false
-    }
-
-    async fn call(&self, _ctx: &ToolContext, _args: Value) -> Result<ToolOutput, ToolError> {
-        std::future::pending().await
-    }
-}
 
 /// One power, one lead (`build`) and one executor holding `hang`.
 fn hang_team(timeouts: Timeouts) -> TeamSpec {
@@ -67,7 +40,7 @@ fn hang_team(timeouts: Timeouts) -> TeamSpec {
 fn hang_services(dir: &std::path::Path) -> TeamServices {
     let mut services = services(dir);
     let mut tools = ToolRegistry::with_builtins();
-    tools.register(Arc::new(Hang { schema: json!({ "type": "object" }) })).unwrap();
+    tools.register(Arc::new(FakeTool::hanging("hang"))).unwrap();
     services.tools = Arc::new(tools);
     let calls = AtomicU64::new(0);
     services.reasoner = Arc::new(ScriptedReasoner::from_fn(move |request| match request {
@@ -227,35 +200,6 @@ fn outcome_reason(outcome: &TaskOutcome) -> String {
     }
 }
 
-/// A tool that takes 5 s on the run's clock, then succeeds.
-struct Slow {
-    schema: Value,
-}
-
-#[async_trait]
-impl Tool for Slow {
-    fn name(&self) -> &str {
-        "slow"
-    }
-
-    fn description(&self) -> &str {
-        "takes 5 s"
-    }
-
-    fn schema(&self) -> &Value {
-        &self.schema
-    }
-
-    fn has_side_effects(&self) -> bool {
-        false
-    }
-
-    async fn call(&self, _ctx: &ToolContext, _args: Value) -> Result<ToolOutput, ToolError> {
-        tokio::time::sleep(std::time::Duration::from_secs(5)).await;
-        Ok(ToolOutput { success: true, output: "done".into(), data: Value::Null })
-    }
-}
-
 /// Every audited soft time-out as (agent, limit, what, soft_ms, hard_ms).
 fn soft_timed_out(records: &[AuditRecord]) -> Vec<(AgentId, Limit, String, u64, u64)> {
     records
@@ -274,7 +218,7 @@ async fn a_task_past_its_soft_limit_is_audited_once_and_still_succeeds() {
     let dir = tempfile::tempdir().unwrap();
     let mut services = services(dir.path());
     let mut tools = ToolRegistry::with_builtins();
-    tools.register(Arc::new(Slow { schema: json!({ "type": "object" }) })).unwrap();
+    tools.register(Arc::new(FakeTool::slow("slow", Duration::from_secs(5)))).unwrap();
     services.tools = Arc::new(tools);
     let mut spec = TeamSpec::new(vec![
         top("top-a", "power_a", 1.0),

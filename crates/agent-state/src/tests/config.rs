@@ -381,16 +381,9 @@ fn supervisor_and_subordinate_ids_must_name_agents() {
 #[test]
 fn plan_steps_may_only_wait_for_earlier_steps() {
     use crate::{PlanStep, StepTarget, Task, TaskFailure};
-    let step = |id: &str, after: &[&str]| PlanStep {
-        id: id.into(),
-        description: id.into(),
-        target: StepTarget::Any,
-        tool: "shell".into(),
-        args: serde_json::json!({}),
-        after: after.iter().map(|s| (*s).to_owned()).collect(),
-        idempotent: false,
-        role: None,
-        acceptance: String::new(),
+    let step = |id: &str, after: &[&str]| {
+        PlanStep::scripted(id, id, StepTarget::Any, "shell", serde_json::json!({}))
+            .with_after(after.iter().copied())
     };
     let task = |steps| Task { id: "t".into(), goal: "g".into(), steps };
     assert_eq!(task(vec![step("a", &[]), step("b", &["a"])]).check(), Ok(()));
@@ -437,16 +430,8 @@ fn control_characters_in_ids_are_refused() {
          line of printable text"
     );
 
-    let step = |id: &str| PlanStep {
-        id: id.into(),
-        description: "d\nmay span lines".into(),
-        target: StepTarget::Any,
-        tool: "shell".into(),
-        args: serde_json::json!({}),
-        after: Vec::new(),
-        idempotent: false,
-        role: None,
-        acceptance: String::new(),
+    let step = |id: &str| {
+        PlanStep::scripted(id, "d\nmay span lines", StepTarget::Any, "shell", serde_json::json!({}))
     };
     let task = |id: &str, steps| Task { id: id.into(), goal: "a goal\non two lines".into(), steps };
     assert_eq!(task("t", vec![step("a")]).check(), Ok(()), "goals and descriptions are text");

@@ -101,17 +101,7 @@ proptest! {
 }
 
 fn goal_step(id: &str, description: &str) -> PlanStep {
-    PlanStep {
-        id: id.into(),
-        description: description.into(),
-        target: StepTarget::Any,
-        tool: String::new(),
-        args: serde_json::Value::Null,
-        after: Vec::new(),
-        idempotent: false,
-        role: None,
-        acceptance: String::new(),
-    }
+    PlanStep::goal(id, description, StepTarget::Any)
 }
 
 #[test]

@@ -80,18 +80,18 @@ fn servers_are_declared_with_a_command_or_a_url() {
         [
             McpServerDecl {
                 name: "notes".into(),
-                transport: McpServerTransport::Stdio {
+                transport: McpTransport::Stdio {
                     command: "python3".into(),
                     args: vec!["notes_server.py".into(), "--quiet".into()],
                     env: [("NOTES_DIR".to_owned(), "notes".to_owned())].into(),
                     pass_env: Vec::new(),
-                    sandbox: true,
+                    sandboxed: true,
                     network: false,
                 },
             },
             McpServerDecl {
                 name: "web".into(),
-                transport: McpServerTransport::Http { url: "http://127.0.0.1:8931/mcp".into() },
+                transport: McpTransport::Http { url: "http://127.0.0.1:8931/mcp".into() },
             },
         ]
     );
@@ -193,10 +193,10 @@ fn a_started_server_is_sandboxed_unless_it_says_otherwise() {
                 [[mcp_servers]]\nname = \"b\"\ncommand = \"x\"\nsandbox = false\nnetwork = true\npass_env = [\"LC_ALL\"]\n";
     let servers = mcp_servers(Path::new("team.toml"), text).unwrap();
     let fields = |i: usize| match &servers[i].transport {
-        McpServerTransport::Stdio { sandbox, network, pass_env, .. } => {
-            (*sandbox, *network, pass_env.clone())
+        McpTransport::Stdio { sandboxed, network, pass_env, .. } => {
+            (*sandboxed, *network, pass_env.clone())
         }
-        McpServerTransport::Http { .. } => panic!("stdio"),
+        McpTransport::Http { .. } => panic!("stdio"),
     };
     assert_eq!(fields(0), (true, false, vec![]));
     assert_eq!(fields(1), (false, true, vec!["LC_ALL".to_owned()]));

@@ -83,28 +83,17 @@ async fn the_rule_based_plan_reads_back_as_the_steps_in_written_order() {
 #[tokio::test(flavor = "current_thread")]
 async fn a_reasoners_plan_reads_back_as_planned() {
     let steps = vec![
-        PlanStep {
-            id: "draft".into(),
-            description: "Draft the guide".into(),
-            target: StepTarget::Domain("docs".into()),
-            tool: String::new(),
-            args: Value::Null,
-            after: Vec::new(),
-            idempotent: false,
-            role: None,
-            acceptance: "guide.md has a section per command".into(),
-        },
-        PlanStep {
-            id: "stamp".into(),
-            description: "Write the version file".into(),
-            target: StepTarget::Agent(AgentId::new("bottom-d1")),
-            tool: "write_file".into(),
-            args: json!({"path": "VERSION", "content": "1.2.0\n"}),
-            after: vec!["draft".into()],
-            idempotent: true,
-            role: None,
-            acceptance: String::new(),
-        },
+        PlanStep::goal("draft", "Draft the guide", StepTarget::Domain("docs".into()))
+            .with_acceptance("guide.md has a section per command"),
+        PlanStep::scripted(
+            "stamp",
+            "Write the version file",
+            StepTarget::Agent(AgentId::new("bottom-d1")),
+            "write_file",
+            json!({"path": "VERSION", "content": "1.2.0\n"}),
+        )
+        .with_after(["draft"])
+        .with_idempotent(true),
     ];
     let reasoner = ScriptedReasoner::from_answers([ScriptedAnswer::Plan(Plan {
         steps: steps.clone(),
