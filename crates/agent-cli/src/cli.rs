@@ -64,7 +64,7 @@ pub(crate) enum Command {
     /// that `rollback` can undo; delivered like `approve`. Needs --as NAME among the run's
     /// `[approvals] humans`.
     Adopt(AdoptArgs),
-    /// Evolve the executors of a team (seed 004 §6): genomes mutated from a seed, scored on a
+    /// Evolve the executors of a team: genomes mutated from a seed, scored on a
     /// task suite run by real teams, selected; every step in a durable flight recorder, so a
     /// killed evolution resumes (`--resume RUN`).
     Evolve(EvolveArgs),

@@ -1,10 +1,10 @@
-//! `strata exec KIND "objective"`: one run of an executor kind (seed 002), as a durable team
-//! run. The team is the `--team` file (or the default team) with an executor that runs the
-//! kind ([`team_file::with_executor_kind`]), the plan one step calling it
-//! ([`team_file::exec_plan_toml`]); both are stored in the run like any other, so `runs`,
-//! `inspect` and `resume` work on it. Everything is checked before the run directory is
-//! created: an unknown kind, an empty or too long objective, inputs the kind does not take, a
-//! bad team file are bad input (exit 2). `strata exec --list` lists the kinds.
+//! `strata exec KIND "objective"`: one run of an executor kind (docs/concepts.md#executor-kinds),
+//! as a durable team run. The team is the `--team` file (or the default team) with an executor that
+//! runs the kind ([`team_file::with_executor_kind`]), the plan one step calling it
+//! ([`team_file::exec_plan_toml`]); both are stored in the run like any other, so `runs`, `inspect`
+//! and `resume` work on it. Everything is checked before the run directory is created: an unknown
+//! kind, an empty or too long objective, inputs the kind does not take, a bad team file are bad
+//! input (exit 2). `strata exec --list` lists the kinds.
 
 use std::path::{Path, PathBuf};
 

@@ -68,7 +68,8 @@ pub struct TeamSpec {
     pub heartbeat: Duration,
     /// The pool's limit.
     pub max_agents: usize,
-    /// The roles agents may spawn while the team works (seed 003); empty: none.
+    /// The roles agents may spawn while the team works (docs/concepts.md#roles-and-spawning);
+    /// empty: none.
     pub roles: RoleBook,
     /// How deep the spawn tree may grow (default [`DEFAULT_MAX_SPAWN_DEPTH`]).
     pub max_spawn_depth: u32,
@@ -200,8 +201,9 @@ pub struct TeamServices {
     pub role_tools: BTreeMap<String, Arc<ToolRegistry>>,
     /// What each agent's reasoning costs, for `get_agents`; `None`: costs are not shown.
     pub costs: Option<Arc<dyn agent_core::CostMeter>>,
-    /// The executor that runs the subtasks of executors with a `kind` (seed 002); `None`: one
-    /// with the built-in kinds ([`agent_executor::builtins()`]) in the team's workspace.
+    /// The executor that runs the subtasks of executors with a `kind`
+    /// (docs/concepts.md#executor-kinds); `None`: one with the built-in kinds
+    /// ([`agent_executor::builtins()`]) in the team's workspace.
     pub executor: Option<Arc<agent_executor::Executor>>,
     /// The team's live event stream ([`Team::events`]): audit records and executor runs.
     pub events: agent_core::EventHub,
