@@ -96,7 +96,7 @@ fn register(
     // A tool named in the file that its server refused: say why, rather than "not offered".
     if let Ok(value) = toml::from_str::<toml::Value>(text) {
         let mut names = Vec::new();
-        strings(&value, &mut names);
+        team_file::toml_strings(&value, &mut names);
         if let Some((name, why)) =
             names.into_iter().find_map(|name| servers.refusal(name).map(|why| (name, why)))
         {
@@ -158,14 +158,4 @@ pub async fn audit_opt_outs(
             .map_err(|e| Error::failed(format!("cannot write the audit log: {e}")))?;
     }
     Ok(())
-}
-
-/// Every string in `value`.
-fn strings<'v>(value: &'v toml::Value, out: &mut Vec<&'v str>) {
-    match value {
-        toml::Value::String(s) => out.push(s),
-        toml::Value::Array(items) => items.iter().for_each(|v| strings(v, out)),
-        toml::Value::Table(table) => table.values().for_each(|v| strings(v, out)),
-        _ => {}
-    }
 }

@@ -501,7 +501,7 @@ pub use limits::{
 };
 pub use mcp::{
     MAX_MCP_SERVER_NAME, MCP_TOOL_PREFIX, McpServerDecl, McpTransport, mcp_servers,
-    parse_stored_team, split_mcp_tool, with_unstarted_tools,
+    parse_stored_team, split_mcp_tool, toml_strings, with_unstarted_tools,
 };
 pub use plan::{goal_plan_toml, parse_plan};
 pub use team::{

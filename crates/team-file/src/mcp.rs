@@ -71,7 +71,7 @@ pub fn with_unstarted_tools(
         && let Ok(value) = toml::from_str::<toml::Value>(text)
     {
         let mut names = Vec::new();
-        strings(&value, &mut names);
+        toml_strings(&value, &mut names);
         for name in names {
             let declared = split_mcp_tool(name)
                 .is_some_and(|(server, _)| servers.iter().any(|s| s.name == server));
@@ -222,12 +222,12 @@ fn http_server(
     Ok(McpTransport::Http { url: text.clone() })
 }
 
-/// Every string in `value`.
-fn strings<'v>(value: &'v toml::Value, out: &mut Vec<&'v str>) {
+/// Every string in `value`, at any depth: the names a file may give tools by.
+pub fn toml_strings<'v>(value: &'v toml::Value, out: &mut Vec<&'v str>) {
     match value {
         toml::Value::String(s) => out.push(s),
-        toml::Value::Array(items) => items.iter().for_each(|v| strings(v, out)),
-        toml::Value::Table(table) => table.values().for_each(|v| strings(v, out)),
+        toml::Value::Array(items) => items.iter().for_each(|v| toml_strings(v, out)),
+        toml::Value::Table(table) => table.values().for_each(|v| toml_strings(v, out)),
         _ => {}
     }
 }
