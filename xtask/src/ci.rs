@@ -124,11 +124,8 @@ fn examples(root: &Path) -> anyhow::Result<()> {
                 .arg(hello.join("team.toml"))
                 .arg(hello.join("plan.toml")),
         )?;
-        let Some((run_id, "succeeded")) = started
-            .trim()
-            .rsplit_once('\n')
-            .map_or_else(|| started.trim().split_once(' '), |(_, last)| last.split_once(' '))
-        else {
+        let last = started.lines().last().unwrap_or_default();
+        let Some((run_id, "succeeded")) = last.split_once(' ') else {
             bail!("the start example did not end with `RUN_ID succeeded`: {started}");
         };
         let resumed =

@@ -298,6 +298,8 @@ pub struct Run {
     nats_audit: Option<Arc<agent_core::NatsAuditLog>>,
     /// The team file's MCP servers, stopped when the run ends.
     servers: agent_mcp::McpServers,
+    /// What the front end is told.
+    observer: Arc<dyn Observer>,
     task: Task,
     info: RunInfo,
     dir: PathBuf,
@@ -545,7 +547,7 @@ impl Run {
         .instrument(span.clone())
         .await;
         match begun {
-            Ok(run) => Ok(Run { servers, span, ..run }),
+            Ok(run) => Ok(Run { servers, span, observer: options.observer.clone(), ..run }),
             Err(error) => {
                 servers.shutdown().await;
                 Err(error)
@@ -589,7 +591,10 @@ impl Run {
         let run_id = info.run_id.clone();
         let stored = Stored { dir, store, info, team_path, team_text, tools };
         match stored.resume(options).await {
-            Ok((run, span)) => Ok(Resumed::Running(Box::new(Run { servers, span, ..run }))),
+            Ok((run, span)) => {
+                let observer = options.observer.clone();
+                Ok(Resumed::Running(Box::new(Run { servers, span, observer, ..run })))
+            }
             Err(error) => {
                 servers.shutdown().await;
                 Err(disk_full(error, &format!("free space and `strata resume {run_id}` again")).0)
@@ -717,6 +722,7 @@ impl Working {
             placed,
             nats_audit,
             servers: agent_mcp::McpServers::default(),
+            observer: Arc::new(Quiet),
             task,
             info,
             dir,
@@ -792,8 +798,19 @@ impl Stored {
 
 impl Run {
     async fn drive_to_end(self, stop: impl Future<Output = ()>) -> Result<Ended> {
-        let Run { team, services, store, ledger, team_file, placed, task, mut info, dir, .. } =
-            self;
+        let Run {
+            team,
+            services,
+            store,
+            ledger,
+            team_file,
+            placed,
+            task,
+            mut info,
+            dir,
+            observer,
+            ..
+        } = self;
         let heartbeat = Duration::from_millis(info.heartbeat_ms);
         // Mail the workers send (the outcome on `system`) wakes the coordinator at once, and
         // the records the workers' agents append reach the event stream.
@@ -893,7 +910,8 @@ impl Run {
             (_, Ok(())) => {}
             // Nothing more can be stored: run.json may not be writable either.
             (End::Storage(_), Err(e)) => {
-                tracing::warn!(error = %e, "could not record the storage failure in run.json");
+                observer
+                    .warn(&format!("warning: could not record the stop in run.json either: {e}"));
             }
             (_, Err(e)) => return Err(e),
         }
