@@ -6,10 +6,8 @@
 //! kind, an empty or too long objective, inputs the kind does not take, a bad team file are bad
 //! input (exit 2). `strata exec --list` lists the kinds.
 
-use std::path::{Path, PathBuf};
-
 use agent_core::tools::ToolRegistry;
-use agent_executor::{Executor, Kind, Registry, RunRequest};
+use agent_executor::{Kind, Registry};
 use anyhow::anyhow;
 use team_file::escape_controls as esc;
 
@@ -19,23 +17,17 @@ use crate::{Failure, bad_input};
 
 /// `strata exec`.
 pub(crate) async fn exec(args: ExecArgs) -> Result<u8, Failure> {
-    let tools = ToolRegistry::with_builtins();
-    let (team_path, team_text) = match &args.start.team {
-        Some(path) => {
-            (path.clone(), run::read_input(path, "team file", team_file::MAX_TEAM_FILE_BYTES)?)
-        }
-        None => (PathBuf::from("(the default team)"), team_file::example_team_toml().to_owned()),
-    };
-    let registry = agent_executor::builtins();
     if args.list {
         // Listing runs nothing: the team file's MCP servers are not started.
         let team = match &args.start.team {
             Some(path) => {
-                Some(team_file::parse_stored_team(path, &team_text, &tools).map_err(bad_input)?)
+                let text = run::read_input(path, "team file", team_file::MAX_TEAM_FILE_BYTES)?;
+                let tools = ToolRegistry::with_builtins();
+                Some(team_file::parse_stored_team(path, &text, &tools).map_err(bad_input)?)
             }
             None => None,
         };
-        list(&registry, team.as_ref(), args.start.output.json);
+        list(&agent_executor::builtins(), team.as_ref(), args.start.output.json);
         return Ok(0);
     }
     // clap requires both unless `--list`.
@@ -45,43 +37,9 @@ pub(crate) async fn exec(args: ExecArgs) -> Result<u8, Failure> {
         )));
     };
     let inputs = inputs(args.inputs.as_deref(), &args.input)?;
-
-    let request = RunRequest::new(kind.as_str(), objective.as_str()).with_inputs(inputs.clone());
-    Executor::new(registry).check(&request).map_err(bad_input)?;
-    // The team file's MCP tools are checked by name here; `run::start` starts the servers in
-    // the run's workspace and checks again with their tools.
-    let servers = team_file::mcp_servers(&team_path, &team_text).map_err(bad_input)?;
-    let tools = team_file::with_unstarted_tools(&servers, &team_text, &tools);
-    exec_with(&args, kind, objective, inputs, &team_path, &team_text, tools).await
-}
-
-/// `strata exec KIND OBJECTIVE` once its team file and inputs are read.
-async fn exec_with(
-    args: &ExecArgs,
-    kind: &str,
-    objective: &str,
-    inputs: serde_json::Value,
-    team_path: &Path,
-    team_text: &str,
-    tools: ToolRegistry,
-) -> Result<u8, Failure> {
-    let exec =
-        team_file::with_executor_kind(team_path, team_text, kind, &tools).map_err(bad_input)?;
-    let mut team = exec.team;
-    if let Some(heartbeat) = args.start.heartbeat {
-        team.spec.heartbeat = heartbeat;
-    }
-    let flags = run::model_flags(&args.start);
-    run::check_reasoners(&team, args.start.reasoner.as_deref(), &flags).await?;
-    let plan_text = team_file::exec_plan_toml(kind, objective, &inputs, &exec.executor)
-        .map_err(|m| bad_input(anyhow!("inputs of the `{kind}` run: {m}")))?;
-    let plan_path = PathBuf::from("(the exec plan)");
-    let task =
-        team_file::parse_plan(&plan_path, &plan_text, &team.spec, &tools).map_err(bad_input)?;
-    run::check_planning(&team, args.start.reasoner.as_deref(), &task)?;
-    let team_path = team_path.to_path_buf();
-    let prepared =
-        Prepared { team_path, team_text: exec.text, team, plan_path, plan_text, task, tools };
+    let options = run::start_options(&args.start);
+    let team = args.start.team.as_deref();
+    let prepared = Prepared::from_exec(team, kind, objective, inputs, &options).await?;
     run::start(prepared, &args.start).await
 }
 

@@ -9,7 +9,6 @@ use strata::run::{End, Ended, How, Observer, ResumeOptions, Resumed, Run, StartO
 use strata::run_dir::{ModelFlags, RunInfo, RunStatus, now_ms, resolve_run};
 
 pub(crate) use strata::run::{Prepared, read_input};
-pub(crate) use strata::services::{check_planning, check_reasoners};
 
 use crate::cli::{OutputArgs, ResumeArgs, RunArgs, StartArgs};
 use crate::{Failure, INTERRUPTED, TASK_FAILED, bad_input, view};
@@ -53,7 +52,7 @@ impl Observer for Terminal {
 }
 
 /// The engine's options of a new run from the command line.
-fn start_options(args: &StartArgs) -> StartOptions {
+pub(crate) fn start_options(args: &StartArgs) -> StartOptions {
     StartOptions {
         data: args.data.clone(),
         workspace: args.workspace.clone(),
@@ -207,7 +206,7 @@ async fn drive_run(run: Run, output: &OutputArgs) -> Result<u8, Failure> {
 /// Says how the run ended, and the exit code: 0 the task succeeded, 1 it failed (or the run's
 /// storage did), 130 interrupted.
 async fn report(ended: Ended, output: &OutputArgs) -> Result<u8, Failure> {
-    let Ended { info, dir, team, services, task, .. } = &ended;
+    let Ended { info, dir, .. } = &ended;
     match &ended.end {
         End::Interrupted { cut_short } => {
             if *cut_short {
@@ -234,8 +233,8 @@ async fn report(ended: Ended, output: &OutputArgs) -> Result<u8, Failure> {
             Ok(TASK_FAILED)
         }
         End::Outcome(_) | End::Budget(_) | End::LeaderFailed(..) => {
-            let Some(outcome) = ended.outcome() else { return Ok(TASK_FAILED) };
-            view::summary(output, team, services, task, &outcome, info, dir).await?;
+            let Some(summary) = ended.summary().await? else { return Ok(TASK_FAILED) };
+            view::summary(output, &summary, &ended);
             if let End::LeaderFailed(..) = &ended.end
                 && let Some(cause) = &info.failure
             {

@@ -97,9 +97,48 @@ pub(crate) async fn list(args: &RunsArgs) -> Result<(), Failure> {
             args.data.display()
         )));
     }
+    let rows = rows(&args.data).await?;
+    if args.json {
+        outln!("{}", json_rows(&rows));
+        return Ok(());
+    }
+    if rows.is_empty() {
+        outln!("no runs yet in {}", args.data.display());
+        return Ok(());
+    }
+    outln!(
+        "{:<44} {:<19} {:<16} {:<20} {:>9}",
+        "run",
+        "status",
+        "task",
+        "started (UTC)",
+        "duration"
+    );
+    for row in rows {
+        let status = match &row.damage {
+            Some(_) => format!("damaged ({})", row.status),
+            None => row.status.to_owned(),
+        };
+        outln!(
+            "{:<44} {:<19} {:<16} {:<20} {:>8.1}s",
+            row.id,
+            status,
+            row.task,
+            format_time(row.started),
+            row.end.saturating_sub(row.started) as f64 / 1000.0
+        );
+        if let Some(damage) = &row.damage {
+            outln!("    damaged: {}; `strata verify {}` shows every check", esc(damage), row.id);
+        }
+    }
+    Ok(())
+}
+
+/// A row for every run and evolution in `data`, oldest first.
+async fn rows(data: &Path) -> Result<Vec<Row>, Failure> {
     let mut rows = Vec::new();
-    let entries = std::fs::read_dir(&args.data)
-        .with_context(|| format!("cannot read {}", args.data.display()))?;
+    let entries =
+        std::fs::read_dir(data).with_context(|| format!("cannot read {}", data.display()))?;
     for entry in entries.flatten() {
         let dir = entry.path();
         if let Ok(info) = RunInfo::read(&dir) {
@@ -135,55 +174,27 @@ pub(crate) async fn list(args: &RunsArgs) -> Result<(), Failure> {
         }
     }
     rows.sort_by_key(|row| row.started);
-    if args.json {
-        let json: Vec<_> = rows
-            .iter()
-            .map(|row| {
-                let status = if row.damage.is_some() { "damaged" } else { row.status };
-                let mut json = serde_json::json!({"run_id": row.id, "status": status, "task": row.task, "goal": row.goal,
-                    "started_at": format_time(row.started), "duration_s": row.end.saturating_sub(row.started) as f64 / 1000.0,
-                    "failure": row.failure});
-                if let Some(usage) = &row.usage {
-                    json["usage"] = serde_json::json!(usage);
-                }
-                if let Some(damage) = &row.damage {
-                    json["damage"] = damage.as_str().into();
-                    json["recorded_status"] = row.status.into();
-                }
-                json
-            })
-            .collect();
-        outln!("{}", serde_json::Value::Array(json));
-        return Ok(());
-    }
-    if rows.is_empty() {
-        outln!("no runs yet in {}", args.data.display());
-        return Ok(());
-    }
-    outln!(
-        "{:<44} {:<19} {:<16} {:<20} {:>9}",
-        "run",
-        "status",
-        "task",
-        "started (UTC)",
-        "duration"
-    );
-    for row in rows {
-        let status = match &row.damage {
-            Some(_) => format!("damaged ({})", row.status),
-            None => row.status.to_owned(),
-        };
-        outln!(
-            "{:<44} {:<19} {:<16} {:<20} {:>8.1}s",
-            row.id,
-            status,
-            row.task,
-            format_time(row.started),
-            row.end.saturating_sub(row.started) as f64 / 1000.0
-        );
-        if let Some(damage) = &row.damage {
-            outln!("    damaged: {}; `strata verify {}` shows every check", esc(damage), row.id);
-        }
-    }
-    Ok(())
+    Ok(rows)
+}
+
+/// The rows as `strata runs --json` prints them.
+fn json_rows(rows: &[Row]) -> serde_json::Value {
+    let json: Vec<_> = rows
+        .iter()
+        .map(|row| {
+            let status = if row.damage.is_some() { "damaged" } else { row.status };
+            let mut json = serde_json::json!({"run_id": row.id, "status": status, "task": row.task, "goal": row.goal,
+                "started_at": format_time(row.started), "duration_s": row.end.saturating_sub(row.started) as f64 / 1000.0,
+                "failure": row.failure});
+            if let Some(usage) = &row.usage {
+                json["usage"] = serde_json::json!(usage);
+            }
+            if let Some(damage) = &row.damage {
+                json["damage"] = damage.as_str().into();
+                json["recorded_status"] = row.status.into();
+            }
+            json
+        })
+        .collect();
+    serde_json::Value::Array(json)
 }

@@ -14,7 +14,7 @@
 //! printed with its control characters escaped ([`esc`]: a newline shows as `\n`), so one
 //! event is always one line and nothing printed can drive the terminal.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::VecDeque;
 use std::io::{IsTerminal, Write};
 use std::path::Path;
 use std::sync::Arc;
@@ -28,7 +28,9 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::cli::OutputArgs;
+use strata::run::Ended;
 use strata::run_dir::{RunInfo, now_ms};
+use strata::summary::Summary;
 
 /// How often the view refreshes.
 const REFRESH: Duration = Duration::from_millis(250);
@@ -326,8 +328,95 @@ impl View {
         }
     }
 
+    /// The live screen: where the task stands, the agents, the decisions, the model's
+    /// output and the recent events, drawn again from the top.
     async fn live(&self, shown: &mut Shown) {
-        live(&self.team, &self.services, &self.task, &self.info, shown).await;
+        let (task, info) = (&self.task, &self.info);
+        let mut out = String::from("\x1b[H\x1b[2J");
+        let elapsed = now_ms().saturating_sub(info.started_at) as f64 / 1000.0;
+        let decisions = self.services.governance.list().await.ok();
+        // Where the task stands at its power (in this process; none when agents run on workers).
+        let power = self.team.pool().by_layer(AgentLayer::Top).iter().find_map(|slot| {
+            let agent = slot.agent().try_lock().ok()?;
+            agent_layers::task_progress(&agent.record().behavior, &task.id)
+        });
+        shown.steps.power(power);
+        let steps = shown.steps.line(&task.id, decisions.as_deref().unwrap_or_default());
+        out.push_str(&format!(
+            "strata · run {} · task `{}` · {elapsed:.1}s · {steps}\n\n",
+            info.run_id,
+            esc(&task.id)
+        ));
+        self.agent_lines(&mut out);
+        if let Some(decisions) = decisions {
+            decision_lines(&mut out, &decisions, &info.run_id);
+        }
+        let outputs = shown.outputs.lines();
+        if !outputs.is_empty() {
+            out.push_str("\nmodel output:\n");
+            for line in outputs {
+                out.push_str(&format!("  {line}\n"));
+            }
+        }
+        out.push_str("\nrecent:\n");
+        for line in &shown.recent {
+            out.push_str(&format!("  {line}\n"));
+        }
+        let mut stdout = std::io::stdout().lock();
+        if let Err(e) = stdout.write_all(out.as_bytes()).and_then(|()| stdout.flush()) {
+            crate::stdout_failed(&e);
+        }
+    }
+
+    /// The agents of this process as a tree, each with its status and current work.
+    fn agent_lines(&self, out: &mut String) {
+        let slots = self.team.pool().all();
+        if slots.is_empty() {
+            out.push_str(&format!(
+                "the agents run on workers (`strata worker`); `strata inspect {} tree` shows them\n",
+                self.info.run_id
+            ));
+        }
+        let line = |slot: &agent_pool::AgentSlot, indent: &str| {
+            let (status, work) = match slot.try_peek() {
+                Some(p) => (p.status.to_string(), p.current_work.unwrap_or_default()),
+                None => ("busy".to_owned(), "(heartbeat running)".to_owned()),
+            };
+            format!("{indent}{:<14} {:<17} {}\n", slot.id().as_str(), status, esc(&work))
+        };
+        for top in slots.iter().filter(|s| s.layer() == AgentLayer::Top) {
+            out.push_str(&line(top, ""));
+        }
+        for mid in slots.iter().filter(|s| s.layer() == AgentLayer::Mid) {
+            out.push_str(&line(mid, "  "));
+            for bottom in slots.iter().filter(|s| s.supervisor() == Some(mid.id())) {
+                out.push_str(&line(bottom, "    "));
+            }
+        }
+    }
+}
+
+/// The decisions on the live screen, with how a human approves one that waits for them.
+fn decision_lines(out: &mut String, decisions: &[agent_state::Decision], run_id: &str) {
+    out.push_str("\ndecisions:\n");
+    for d in decisions {
+        let signed: Vec<&str> = d.signatures.iter().map(|s| s.signer.as_str()).collect();
+        out.push_str(&format!(
+            "  {} {:<9} signed by [{}]\n",
+            short(&d.id.to_string()),
+            d.status.as_str(),
+            signed.join(", ")
+        ));
+        if d.status == agent_state::DecisionStatus::Pending
+            && let Some(humans) = d.human_approval.as_ref().filter(|_| d.needs_human())
+        {
+            out.push_str(&format!(
+                "    waiting for a human ({}): strata approve {} {} --as NAME\n",
+                humans.allowed.join(", "),
+                run_id,
+                d.id
+            ));
+        }
     }
 }
 
@@ -387,21 +476,7 @@ pub(crate) fn event_line(r: &AuditRecord, start: u64) -> String {
             format!("error (retry {retry}/{max_retries}): {error}")
         }
         AuditEvent::Retry { attempt, max_retries, class, heartbeat, due_heartbeat, wait_beats } => {
-            let class = match class {
-                agent_state::ErrorClass::Transient => "transient",
-                agent_state::ErrorClass::Permanent => "permanent",
-            };
-            match (wait_beats, due_heartbeat) {
-                (Some(wait), Some(due)) => format!(
-                    "RETRY: attempt {attempt} of {} failed ({class}) at heartbeat {heartbeat}; \
-                     next attempt in {wait} heartbeat(s), at heartbeat {due}",
-                    max_retries.saturating_add(1)
-                ),
-                _ => format!(
-                    "NOT RETRIED: attempt {attempt} failed ({class}) at heartbeat {heartbeat}; {}",
-                    if class == "permanent" { "a permanent error" } else { "no retries left" }
-                ),
-            }
+            retry_text(*attempt, *max_retries, *class, *heartbeat, due_heartbeat.zip(*wait_beats))
         }
         AuditEvent::Decision { decision, action, detail } => {
             let detail = if detail.is_empty() { String::new() } else { format!(": {detail}") };
@@ -425,14 +500,11 @@ pub(crate) fn event_line(r: &AuditRecord, start: u64) -> String {
             result.artifacts.len(),
             first_line(&result.summary)
         ),
-        AuditEvent::Stuck { task, reason, escalated_to } => format!(
-            "STUCK{}: {reason}; {}",
-            task.as_ref().map(|t| format!(" {t}")).unwrap_or_default(),
-            match escalated_to {
-                Some(to) => format!("escalated to {to}"),
-                None => "task stopped".to_owned(),
-            }
-        ),
+        AuditEvent::Stuck { task, reason, escalated_to } => {
+            let task = task.as_ref().map(|t| format!(" {t}")).unwrap_or_default();
+            let then = escalated_to.as_ref().map(|to| format!("escalated to {to}"));
+            format!("STUCK{task}: {reason}; {}", then.as_deref().unwrap_or("task stopped"))
+        }
         AuditEvent::TimedOut { what, limit_ms, .. } => {
             format!("TIMED OUT: {what} (limit {limit_ms} ms)")
         }
@@ -449,22 +521,7 @@ pub(crate) fn event_line(r: &AuditRecord, start: u64) -> String {
             let step = step.as_ref().map(|s| format!(" {s}")).unwrap_or_default();
             format!("peer help ({request}){step} with {peer}: {outcome}")
         }
-        AuditEvent::Ooda { ooda: event } => {
-            let data = match &event.data {
-                serde_json::Value::Null => String::new(),
-                serde_json::Value::Object(m) if m.is_empty() => String::new(),
-                data => format!(": {}", first_line(&data.to_string())),
-            };
-            format!(
-                "ooda {} (iteration {}, v{}){data}",
-                serde_json::to_value(event.kind)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_default(),
-                event.iteration,
-                event.state_version
-            )
-        }
+        AuditEvent::Ooda { ooda } => ooda_text(ooda),
         AuditEvent::RunInputs { sha256 } => {
             format!(
                 "run inputs recorded ({})",
@@ -475,14 +532,7 @@ pub(crate) fn event_line(r: &AuditRecord, start: u64) -> String {
             format!("runs outside the sandbox: `{command}` ({reason})")
         }
         AuditEvent::WorkerLost { worker, agents, taken_by } => {
-            let each: Vec<String> = agents
-                .iter()
-                .map(|a| match taken_by.get(a) {
-                    Some(to) => format!("{a} taken over by worker {to}"),
-                    None => format!("{a} not taken over yet"),
-                })
-                .collect();
-            format!("WORKER LOST: worker {worker} no longer hosts its agents: {}", each.join(", "))
+            worker_lost_text(worker, agents, taken_by)
         }
         AuditEvent::AgentPanicked { message, count, failed } => format!(
             "PANICKED ({count} in a row): {}; {}",
@@ -504,6 +554,65 @@ pub(crate) fn event_line(r: &AuditRecord, start: u64) -> String {
         }
     };
     esc(&format!("[{t:>7.2}s] {:<12} {what}", r.agent.as_str())).into_owned()
+}
+
+/// A retry record: when the next attempt is due, or why there is none.
+fn retry_text(
+    attempt: u32,
+    max_retries: u32,
+    class: agent_state::ErrorClass,
+    heartbeat: u64,
+    next: Option<(u64, u64)>,
+) -> String {
+    let class = match class {
+        agent_state::ErrorClass::Transient => "transient",
+        agent_state::ErrorClass::Permanent => "permanent",
+    };
+    match next {
+        Some((due, wait)) => format!(
+            "RETRY: attempt {attempt} of {} failed ({class}) at heartbeat {heartbeat}; \
+             next attempt in {wait} heartbeat(s), at heartbeat {due}",
+            max_retries.saturating_add(1)
+        ),
+        None => format!(
+            "NOT RETRIED: attempt {attempt} failed ({class}) at heartbeat {heartbeat}; {}",
+            if class == "permanent" { "a permanent error" } else { "no retries left" }
+        ),
+    }
+}
+
+/// An OODA record: its kind, iteration, state version and the first line of its data.
+fn ooda_text(event: &agent_state::ooda::OodaEvent) -> String {
+    let data = match &event.data {
+        serde_json::Value::Null => String::new(),
+        serde_json::Value::Object(m) if m.is_empty() => String::new(),
+        data => format!(": {}", first_line(&data.to_string())),
+    };
+    format!(
+        "ooda {} (iteration {}, v{}){data}",
+        serde_json::to_value(event.kind)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default(),
+        event.iteration,
+        event.state_version
+    )
+}
+
+/// A lost worker's agents, and who took each over.
+fn worker_lost_text(
+    worker: &str,
+    agents: &[AgentId],
+    taken_by: &std::collections::BTreeMap<AgentId, String>,
+) -> String {
+    let each: Vec<String> = agents
+        .iter()
+        .map(|a| match taken_by.get(a) {
+            Some(to) => format!("{a} taken over by worker {to}"),
+            None => format!("{a} not taken over yet"),
+        })
+        .collect();
+    format!("WORKER LOST: worker {worker} no longer hosts its agents: {}", each.join(", "))
 }
 
 /// How many lines of a step's output the summary shows.
@@ -532,175 +641,46 @@ fn short(id: &str) -> &str {
     id.get(..8).unwrap_or(id)
 }
 
-async fn live(
-    team: &Team,
-    services: &TeamServices,
-    task: &Task,
-    info: &RunInfo,
-    shown: &mut Shown,
-) {
-    let mut out = String::from("\x1b[H\x1b[2J");
-    let elapsed = now_ms().saturating_sub(info.started_at) as f64 / 1000.0;
-    let decisions = services.governance.list().await.ok();
-    // Where the task stands at its power (in this process; none when agents run on workers).
-    let power = team.pool().by_layer(AgentLayer::Top).iter().find_map(|slot| {
-        let agent = slot.agent().try_lock().ok()?;
-        agent_layers::task_progress(&agent.record().behavior, &task.id)
-    });
-    shown.steps.power(power);
-    let steps = shown.steps.line(&task.id, decisions.as_deref().unwrap_or_default());
-    out.push_str(&format!(
-        "strata · run {} · task `{}` · {elapsed:.1}s · {steps}\n\n",
-        info.run_id,
-        esc(&task.id)
-    ));
-    let slots = team.pool().all();
-    if slots.is_empty() {
-        out.push_str(&format!(
-            "the agents run on workers (`strata worker`); `strata inspect {} tree` shows them\n",
-            info.run_id
-        ));
-    }
-    let line = |slot: &agent_pool::AgentSlot, indent: &str| {
-        let (status, work) = match slot.try_peek() {
-            Some(p) => (p.status.to_string(), p.current_work.unwrap_or_default()),
-            None => ("busy".to_owned(), "(heartbeat running)".to_owned()),
-        };
-        format!("{indent}{:<14} {:<17} {}\n", slot.id().as_str(), status, esc(&work))
-    };
-    for top in slots.iter().filter(|s| s.layer() == AgentLayer::Top) {
-        out.push_str(&line(top, ""));
-    }
-    for mid in slots.iter().filter(|s| s.layer() == AgentLayer::Mid) {
-        out.push_str(&line(mid, "  "));
-        for bottom in slots.iter().filter(|s| s.supervisor() == Some(mid.id())) {
-            out.push_str(&line(bottom, "    "));
-        }
-    }
-    if let Some(decisions) = decisions {
-        out.push_str("\ndecisions:\n");
-        for d in decisions {
-            let signed: Vec<&str> = d.signatures.iter().map(|s| s.signer.as_str()).collect();
-            out.push_str(&format!(
-                "  {} {:<9} signed by [{}]\n",
-                short(&d.id.to_string()),
-                d.status.as_str(),
-                signed.join(", ")
-            ));
-            if d.status == agent_state::DecisionStatus::Pending
-                && let Some(humans) = d.human_approval.as_ref().filter(|_| d.needs_human())
-            {
-                out.push_str(&format!(
-                    "    waiting for a human ({}): strata approve {} {} --as NAME\n",
-                    humans.allowed.join(", "),
-                    info.run_id,
-                    d.id
-                ));
-            }
-        }
-    }
-    let outputs = shown.outputs.lines();
-    if !outputs.is_empty() {
-        out.push_str("\nmodel output:\n");
-        for line in outputs {
-            out.push_str(&format!("  {line}\n"));
-        }
-    }
-    out.push_str("\nrecent:\n");
-    for line in &shown.recent {
-        out.push_str(&format!("  {line}\n"));
-    }
-    let mut stdout = std::io::stdout().lock();
-    if let Err(e) = stdout.write_all(out.as_bytes()).and_then(|()| stdout.flush()) {
-        crate::stdout_failed(&e);
-    }
-}
-
-/// Files the run wrote, from its audited `write_file` calls and the files trusted structured
-/// results say were created or modified (an executor kind's run, such as `writer_agent`).
-fn files_written(records: &[AuditRecord]) -> Vec<String> {
-    let files: BTreeSet<String> = records
-        .iter()
-        .flat_map(|r| match &r.event {
-            AuditEvent::ToolCall { tool, args, success: true, .. } if tool == "write_file" => {
-                args.get("path").and_then(|p| p.as_str()).map(str::to_owned).into_iter().collect()
-            }
-            AuditEvent::Result { result, trusted: true, .. } => result
-                .artifacts
-                .iter()
-                .filter(|a| a.change_type.writes())
-                .map(|a| a.file_path.clone())
-                .collect(),
-            _ => Vec::new(),
-        })
-        .collect();
-    files.into_iter().collect()
-}
-
-/// The audit log and the decisions, for the summary: read again, a few times, when a backend
-/// fails (a NATS server restarting as the run ends), so that a run that ended is not reported
-/// as an error for it.
-async fn summary_reads(
-    services: &TeamServices,
-) -> anyhow::Result<(Vec<AuditRecord>, Vec<agent_state::Decision>)> {
-    let mut attempt = 0;
-    loop {
-        let read = async {
-            anyhow::Ok((services.audit.records(None).await?, services.governance.list().await?))
-        };
-        match read.await {
-            Ok(read) => return Ok(read),
-            Err(e) if attempt < SUMMARY_READS => {
-                attempt += 1;
-                tracing::debug!(error = %e, attempt, "reading the run for its summary failed; again");
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-            Err(e) => return Err(e),
-        }
-    }
-}
-
-/// How many times [`summary_reads`] reads again.
-const SUMMARY_READS: u32 = 3;
-
-pub(crate) async fn summary(
-    output: &OutputArgs,
-    team: &Team,
-    services: &TeamServices,
-    task: &Task,
-    outcome: &TaskOutcome,
-    info: &RunInfo,
-    dir: &Path,
-) -> anyhow::Result<()> {
-    let (records, decisions) = summary_reads(services).await?;
-    let agents = team.summary().await;
-    let duration =
-        info.finished_at.unwrap_or_else(now_ms).saturating_sub(info.started_at) as f64 / 1000.0;
-    let files = files_written(&records);
-    let sum = |layer: AgentLayer, f: fn(&agent_state::AgentMetrics) -> u64| -> u64 {
-        agents.iter().filter(|a| a.layer == layer).map(|a| f(&a.metrics)).sum()
-    };
-    let retries: u64 = agents.iter().map(|a| a.metrics.retries).sum();
-    let failures: u64 = agents.iter().map(|a| a.metrics.tasks_failed).sum();
+/// The summary of a run that ended with an outcome (`--json`: one `run_finished` line).
+pub(crate) fn summary(output: &OutputArgs, summary: &Summary, ended: &Ended) {
+    let Ended { info, dir, task, .. } = ended;
     if mode(output) == Mode::Json {
         json_line(&serde_json::json!({
             "event": "run_finished",
             "run_id": info.run_id,
             "task": task.id,
-            "outcome": outcome,
-            "duration_s": duration,
-            "files_written": files,
-            "decisions": decisions,
-            "retries": retries,
-            "failures": failures,
-            "agents": agents,
+            "outcome": summary.outcome,
+            "duration_s": summary.duration_s,
+            "files_written": summary.files_written,
+            "decisions": summary.decisions,
+            "retries": summary.retries(),
+            "failures": summary.failures(),
+            "agents": summary.agents,
             "data": dir,
             "workspace": info.workspace,
         }));
-        return Ok(());
+        return;
     }
     outln!();
-    match outcome {
+    outcome_lines(summary, task);
+    layer_lines(summary);
+    agent_table(&summary.agents);
+    outln!(
+        "\nrun {}: data in {}, workspace {}",
+        info.run_id,
+        esc(&dir.display().to_string()),
+        esc(&info.workspace.display().to_string())
+    );
+    outln!(
+        "inspect it with: strata inspect {} [tree|audit|messages|whiteboards|decisions|metrics|usage|calls|timeline|results]",
+        info.run_id
+    );
+}
+
+/// The outcome, with the first lines of each step's result.
+fn outcome_lines(summary: &Summary, task: &Task) {
+    let duration = summary.duration_s;
+    match &summary.outcome {
         TaskOutcome::Succeeded { results, .. } => {
             outln!(
                 "task `{}` succeeded in {duration:.1}s ({} steps)",
@@ -729,6 +709,11 @@ pub(crate) async fn summary(
             )
         }
     }
+}
+
+/// What each layer did, the retries and failures, the files written and the decisions.
+fn layer_lines(summary: &Summary) {
+    let sum = |layer, metric| summary.layer_sum(layer, metric);
     outln!(
         "top layer:    {} signatures, {} vetoes, {} arbitrations, {} task(s) succeeded",
         sum(AgentLayer::Top, |m| m.decisions_signed),
@@ -742,12 +727,13 @@ pub(crate) async fn summary(
         sum(AgentLayer::Bottom, |m| m.tasks_completed),
         sum(AgentLayer::Bottom, |m| m.tasks_failed)
     );
-    outln!("retries: {retries}, failures: {failures}");
+    outln!("retries: {}, failures: {}", summary.retries(), summary.failures());
+    let files = &summary.files_written;
     outln!(
         "files written: {}",
         if files.is_empty() { "none".to_owned() } else { esc(&files.join(", ")).into_owned() }
     );
-    for d in &decisions {
+    for d in &summary.decisions {
         let signed: Vec<&str> = d.signatures.iter().map(|s| s.signer.as_str()).collect();
         let vetoed = d
             .vetoes
@@ -762,7 +748,11 @@ pub(crate) async fn summary(
             if signed.is_empty() { "nobody".to_owned() } else { signed.join(", ") }
         );
     }
-    // The stored metrics (Team::summary), as `inspect RUN metrics` and the dashboard show them.
+}
+
+/// Every agent's stored metrics (Team::summary), as `inspect RUN metrics` and the dashboard
+/// show them.
+fn agent_table(agents: &[agent_pool::AgentSummary]) {
     outln!(
         "\n{:<14} {:<7} {:<11} {:>5} {:>5} {:>6} {:>7} {:>7} {:>6}",
         "agent",
@@ -775,7 +765,7 @@ pub(crate) async fn summary(
         "retries",
         "score"
     );
-    for a in &agents {
+    for a in agents {
         outln!(
             "{:<14} {:<7} {:<11} {:>5} {:>5} {:>6} {:>7} {:>7} {:>6.1}",
             a.id.as_str(),
@@ -789,15 +779,4 @@ pub(crate) async fn summary(
             a.score
         );
     }
-    outln!(
-        "\nrun {}: data in {}, workspace {}",
-        info.run_id,
-        esc(&dir.display().to_string()),
-        esc(&info.workspace.display().to_string())
-    );
-    outln!(
-        "inspect it with: strata inspect {} [tree|audit|messages|whiteboards|decisions|metrics|usage|calls|timeline|results]",
-        info.run_id
-    );
-    Ok(())
 }

@@ -12,6 +12,8 @@
 //!   ledger, the workspace and its crash journals.
 //! - [`reasoners`] builds and checks every agent's reasoner from the team file; [`mcp`] starts
 //!   the team file's MCP servers.
+//! - [`summary`]: a run's end in numbers (outcome, duration, files written, decisions, every
+//!   agent's metrics), which `strata run` prints.
 //! - [`Error`]: every failure says what went wrong and whether the user's input is to blame
 //!   ([`ErrorKind::BadInput`]: nothing was written).
 //!
@@ -38,6 +40,7 @@ pub mod run;
 pub mod run_dir;
 pub mod services;
 pub mod stores;
+pub mod summary;
 pub mod url;
 
 pub use agent_core::tools::run_sandbox_launcher_if_requested;

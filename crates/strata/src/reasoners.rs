@@ -259,81 +259,103 @@ pub fn check_planning(
     if task.is_scripted() {
         return Ok(());
     }
-    let agents = &team.spec.agents;
-    let has_kind = |id: &AgentId| {
-        agents.iter().any(|a| {
-            &a.config.id == id && matches!(&a.role, RoleSpec::Bottom(b) if b.kind.is_some())
-        })
-    };
-    let role_has_kind = |role: &str| team.spec.roles.get(role).is_some_and(|r| r.kind.is_some());
-    // As the team decides (`Team::submit`): a goal step for an executor with a kind, or for a
-    // domain whose every executor has one, is run by the kind.
-    let by_kind = |step: &agent_state::PlanStep| match &step.target {
-        StepTarget::Agent(id) => has_kind(id),
-        StepTarget::Domain(_) => {
-            let reached = reached(agents, &step.target);
-            !reached.is_empty() && reached.into_iter().all(has_kind)
-        }
-        StepTarget::Any => false,
-    };
-    if !task.steps.is_empty() && task.steps.iter().filter(|s| !s.is_scripted()).all(by_kind) {
+    let planning = Planning { team, kind_override };
+    let goal_steps = || task.steps.iter().filter(|s| !s.is_scripted());
+    if !task.steps.is_empty() && goal_steps().all(|step| planning.by_kind(step)) {
         return Ok(());
     }
-    let goal_steps: Vec<&str> =
-        task.steps.iter().filter(|s| !s.is_scripted()).map(|s| s.id.as_str()).collect();
-    let what = if goal_steps.is_empty() {
+    let ids: Vec<&str> = goal_steps().map(|s| s.id.as_str()).collect();
+    let what = if ids.is_empty() {
         "has only a goal, which needs".to_owned()
     } else {
-        format!("has goal steps ({}), which need", goal_steps.join(", "))
+        format!("has goal steps ({}), which need", ids.join(", "))
     };
-    let refuse = |who: String| {
-        SettingError(format!(
+    let refusal = match planning.proposer_refusal() {
+        Some(who) => Some(who),
+        None if task.steps.is_empty() => planning.goal_only_refusal(),
+        None => goal_steps().find_map(|step| planning.step_refusal(step)),
+    };
+    match refusal {
+        Some(who) => Err(SettingError(format!(
             "this task {what} a reasoner that plans, but {who} the rule-based one: use --reasoner openai, anthropic or local, or give it a model reasoner in the team file (the rule-based reasoner runs only steps that name their tool and args)"
-        ))
-    };
-    if let Some(proposer) = agents.iter().find(|a| a.config.layer == AgentLayer::Top) {
-        let id = &proposer.config.id;
-        if !plans(&agent_settings(team, id, kind_override)) {
-            return Err(refuse(format!("`{id}`, the top power that proposes it, has")));
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Who would have to plan a task that is not scripted, and whether their reasoners do.
+struct Planning<'a> {
+    team: &'a TeamFile,
+    kind_override: Option<ReasonerKind>,
+}
+
+impl Planning<'_> {
+    fn agents(&self) -> &[agent_pool::AgentSpec] {
+        &self.team.spec.agents
+    }
+
+    /// An executor with an executor `kind` runs goal steps without planning them.
+    fn has_kind(&self, id: &AgentId) -> bool {
+        self.agents().iter().any(|a| {
+            &a.config.id == id && matches!(&a.role, RoleSpec::Bottom(b) if b.kind.is_some())
+        })
+    }
+
+    fn role_has_kind(&self, role: &str) -> bool {
+        self.team.spec.roles.get(role).is_some_and(|r| r.kind.is_some())
+    }
+
+    fn agent_plans(&self, id: &AgentId) -> bool {
+        plans(&agent_settings(self.team, id, self.kind_override))
+    }
+
+    fn role_plans(&self, role: &str) -> bool {
+        plans(&role_settings(self.team, role, &kind_only(self.kind_override)))
+    }
+
+    /// As the team decides (`Team::submit`): a goal step for an executor with a kind, or for
+    /// a domain whose every executor has one, is run by the kind.
+    fn by_kind(&self, step: &agent_state::PlanStep) -> bool {
+        match &step.target {
+            StepTarget::Agent(id) => self.has_kind(id),
+            StepTarget::Domain(_) => {
+                let reached = reached(self.agents(), &step.target);
+                !reached.is_empty() && reached.into_iter().all(|id| self.has_kind(id))
+            }
+            StepTarget::Any => false,
         }
     }
-    if task.steps.is_empty() {
-        let executor_plans = agents
+
+    /// The first top power proposes the task (and plans a goal-only one).
+    fn proposer_refusal(&self) -> Option<String> {
+        let proposer = self.agents().iter().find(|a| a.config.layer == AgentLayer::Top)?;
+        let id = &proposer.config.id;
+        (!self.agent_plans(id)).then(|| format!("`{id}`, the top power that proposes it, has"))
+    }
+
+    /// A goal-only task needs at least one executor (or bottom role) that plans.
+    fn goal_only_refusal(&self) -> Option<String> {
+        let executor_plans = self
+            .agents()
             .iter()
             .filter(|a| a.config.layer == AgentLayer::Bottom)
-            .any(|a| plans(&agent_settings(team, &a.config.id, kind_override)));
-        let role_plans = team
-            .spec
-            .roles
-            .of_layer(AgentLayer::Bottom)
-            .any(|r| plans(&role_settings(team, &r.name, &kind_only(kind_override))));
-        if !executor_plans && !role_plans {
-            return Err(refuse("every executor (and bottom role) has".to_owned()));
-        }
-        return Ok(());
+            .any(|a| self.agent_plans(&a.config.id));
+        let role_plans =
+            self.team.spec.roles.of_layer(AgentLayer::Bottom).any(|r| self.role_plans(&r.name));
+        (!executor_plans && !role_plans).then(|| "every executor (and bottom role) has".to_owned())
     }
-    for step in task.steps.iter().filter(|s| !s.is_scripted()) {
+
+    /// A goal step needs its role, else every executor it may reach, to plan (or have a kind).
+    fn step_refusal(&self, step: &agent_state::PlanStep) -> Option<String> {
         if let Some(role) = &step.role {
-            if !role_has_kind(role) && !plans(&role_settings(team, role, &kind_only(kind_override)))
-            {
-                return Err(refuse(format!(
-                    "the role `{role}`, which step `{}` asks for, has",
-                    step.id
-                )));
-            }
-            continue;
+            return (!self.role_has_kind(role) && !self.role_plans(role))
+                .then(|| format!("the role `{role}`, which step `{}` asks for, has", step.id));
         }
-        if let Some(id) = reached(agents, &step.target)
+        reached(self.agents(), &step.target)
             .into_iter()
-            .find(|id| !has_kind(id) && !plans(&agent_settings(team, id, kind_override)))
-        {
-            return Err(refuse(format!(
-                "`{id}`, an executor that may carry out step `{}`, has",
-                step.id
-            )));
-        }
+            .find(|id| !self.has_kind(id) && !self.agent_plans(id))
+            .map(|id| format!("`{id}`, an executor that may carry out step `{}`, has", step.id))
     }
-    Ok(())
 }
 
 /// The executors a step for `target` may land on.
@@ -589,56 +611,10 @@ impl ProviderSet {
             ReasonerKind::OpenAi => {
                 let model = need_model(kind, model, "gpt-4o-mini")?;
                 let base_url = base_url.unwrap_or_else(|| OPENAI_API.to_owned());
-                // As the official clients: the named variable, else OPENAI_API_KEY, but that
-                // one only for a server the user named (--base-url, $OPENAI_BASE_URL) or
-                // OpenAI's: never for one only a team file (which may come from anyone) names.
-                let named_by_user = s.base_url.is_none() || s.base_url == self.flag_base_url;
-                let var = match &s.api_key_env {
-                    Some(var) => Some(var.as_str()),
-                    None if named_by_user => Some("OPENAI_API_KEY"),
-                    None => None,
-                };
-                let api_key = api_key(s, var, &base_url)?;
-                let mut config = OpenAiConfig::new(base_url, model);
-                config.api_key = api_key;
-                if let Some(t) = s.request_timeout {
-                    config.timeout = t;
-                }
-                config.structured_output = s.structured_output;
-                // A small base model is asked as the embedded one is: a transcript on
-                // /completions under the answer's grammar, when the server takes it.
-                config.completions = s.small_model;
-                let provider = OpenAiProvider::new(config).map_err(|e| {
-                    SettingError(format!("team file [reasoner] kind = \"openai\": {e}"))
-                })?;
-                // Start from the modes the server refused to the pre-run check, or (a resumed
-                // run) before.
-                let stored = self.known.get(&format!("{}/{}", provider.name(), provider.model()));
-                for choice in learned().get(&key).into_iter().chain(stored) {
-                    provider.remember(choice);
-                }
-                Arc::new(provider)
+                self.openai(s, base_url, model, &key)?
             }
             ReasonerKind::Anthropic => {
-                let model = need_model(kind, model, "claude-sonnet-4-5")?;
-                let mut config = AnthropicConfig::new(model);
-                if let Some(url) = &s.base_url {
-                    config.base_url = url.clone();
-                }
-                // Without `api_key_env`, Anthropic's variable only for Anthropic's own API.
-                let var = match (&s.api_key_env, &s.base_url) {
-                    (Some(v), _) => Some(v.as_str()),
-                    (None, None) => Some("ANTHROPIC_API_KEY"),
-                    (None, Some(_)) => None,
-                };
-                config.api_key = api_key(s, var, &config.base_url)?;
-                if let Some(t) = s.request_timeout {
-                    config.timeout = t;
-                }
-                config.structured_output = s.structured_output;
-                Arc::new(AnthropicProvider::new(config).map_err(|e| {
-                    SettingError(format!("team file [reasoner] kind = \"anthropic\": {e}"))
-                })?)
+                Arc::new(anthropic(s, need_model(kind, model, "claude-sonnet-4-5")?)?)
             }
             ReasonerKind::Local => match local_provider(model, self.dry_run).await? {
                 Some(p) => p,
@@ -648,6 +624,67 @@ impl ProviderSet {
         self.providers.insert(key, provider.clone());
         Ok(Some(provider))
     }
+}
+
+impl ProviderSet {
+    /// An OpenAI-compatible provider for `model` on `base_url`.
+    fn openai(
+        &self,
+        s: &ReasonerSettings,
+        base_url: String,
+        model: String,
+        key: &ProviderKey,
+    ) -> Result<Arc<dyn Provider>, SettingError> {
+        // As the official clients: the named variable, else OPENAI_API_KEY, but that one only
+        // for a server the user named (--base-url, $OPENAI_BASE_URL) or OpenAI's: never for
+        // one only a team file (which may come from anyone) names.
+        let named_by_user = s.base_url.is_none() || s.base_url == self.flag_base_url;
+        let var = match &s.api_key_env {
+            Some(var) => Some(var.as_str()),
+            None if named_by_user => Some("OPENAI_API_KEY"),
+            None => None,
+        };
+        let api_key = api_key(s, var, &base_url)?;
+        let mut config = OpenAiConfig::new(base_url, model);
+        config.api_key = api_key;
+        if let Some(t) = s.request_timeout {
+            config.timeout = t;
+        }
+        config.structured_output = s.structured_output;
+        // A small base model is asked as the embedded one is: a transcript on /completions
+        // under the answer's grammar, when the server takes it.
+        config.completions = s.small_model;
+        let provider = OpenAiProvider::new(config)
+            .map_err(|e| SettingError(format!("team file [reasoner] kind = \"openai\": {e}")))?;
+        // Start from the modes the server refused to the pre-run check, or (a resumed run)
+        // before.
+        let stored = self.known.get(&format!("{}/{}", provider.name(), provider.model()));
+        for choice in learned().get(key).into_iter().chain(stored) {
+            provider.remember(choice);
+        }
+        Ok(Arc::new(provider))
+    }
+}
+
+/// An Anthropic provider for `model`.
+fn anthropic(s: &ReasonerSettings, model: String) -> Result<AnthropicProvider, SettingError> {
+    let mut config = AnthropicConfig::new(model);
+    if let Some(url) = &s.base_url {
+        config.base_url = url.clone();
+    }
+    // Without `api_key_env`, Anthropic's variable only for Anthropic's own API.
+    let var = match (&s.api_key_env, &s.base_url) {
+        (Some(v), _) => Some(v.as_str()),
+        (None, None) => Some("ANTHROPIC_API_KEY"),
+        (None, Some(_)) => None,
+    };
+    config.api_key = api_key(s, var, &config.base_url)?;
+    if let Some(t) = s.request_timeout {
+        config.timeout = t;
+    }
+    config.structured_output = s.structured_output;
+    AnthropicProvider::new(config)
+        .map_err(|e| SettingError(format!("team file [reasoner] kind = \"anthropic\": {e}")))
 }
 
 fn need_model(kind: &str, model: Option<String>, example: &str) -> Result<String, SettingError> {

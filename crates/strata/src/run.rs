@@ -223,6 +223,52 @@ impl Prepared {
         Self::read(team, PlanSource::Goal(goal), options).await
     }
 
+    /// One executor-kind run (`strata exec`): the kind `kind` on `objective` with its
+    /// `inputs` (JSON, `null` for none), as a one-step plan for the team file at `team` (`None`:
+    /// the default team) with an executor of that kind. The request is checked against the
+    /// kind's inputs once the team file is read.
+    pub async fn from_exec(
+        team: Option<&Path>,
+        kind: &str,
+        objective: &str,
+        inputs: serde_json::Value,
+        options: &StartOptions,
+    ) -> Result<Self> {
+        let (team_path, team_text) = match team {
+            Some(path) => {
+                (path.to_path_buf(), read_input(path, "team file", team_file::MAX_TEAM_FILE_BYTES)?)
+            }
+            None => {
+                (PathBuf::from("(the default team)"), team_file::example_team_toml().to_owned())
+            }
+        };
+        let request = agent_executor::RunRequest::new(kind, objective).with_inputs(inputs.clone());
+        agent_executor::Executor::new(agent_executor::builtins())
+            .check(&request)
+            .map_err(Error::bad_input_from)?;
+        // The team file's MCP tools are checked by name here; `Run::start` starts the servers
+        // in the run's workspace and checks again with their tools.
+        let servers =
+            team_file::mcp_servers(&team_path, &team_text).map_err(Error::bad_input_from)?;
+        let tools =
+            team_file::with_unstarted_tools(&servers, &team_text, &ToolRegistry::with_builtins());
+        let exec = team_file::with_executor_kind(&team_path, &team_text, kind, &tools)
+            .map_err(Error::bad_input_from)?;
+        let mut team = exec.team;
+        if let Some(heartbeat) = options.heartbeat {
+            team.spec.heartbeat = heartbeat;
+        }
+        let reasoner = options.reasoner.as_deref();
+        check_reasoners(&team, reasoner, &options.flags).await?;
+        let plan_text = team_file::exec_plan_toml(kind, objective, &inputs, &exec.executor)
+            .map_err(|m| Error::bad_input(format!("inputs of the `{kind}` run: {m}")))?;
+        let plan_path = PathBuf::from("(the exec plan)");
+        let task = team_file::parse_plan(&plan_path, &plan_text, &team.spec, &tools)
+            .map_err(Error::bad_input_from)?;
+        check_planning(&team, reasoner, &task)?;
+        Ok(Self { team_path, team_text: exec.text, team, plan_path, plan_text, task, tools })
+    }
+
     async fn read(
         team: TeamSource<'_>,
         plan: PlanSource<'_>,
@@ -422,21 +468,7 @@ impl Run {
     async fn start_as(prepared: Prepared, options: &StartOptions, run_id: String) -> Result<Self> {
         let Prepared { team_path, team_text, team, plan_path, plan_text, task, tools } = prepared;
         let data = &options.data;
-        if data.exists() && !data.is_dir() {
-            return Err(Error::bad_input(format!(
-                "the data directory {} is a file; give --data a directory",
-                data.display()
-            )));
-        }
-        if let Some(workspace) = &options.workspace
-            && workspace.exists()
-            && !workspace.is_dir()
-        {
-            return Err(Error::bad_input(format!(
-                "the workspace {} is a file; give --workspace a directory",
-                workspace.display()
-            )));
-        }
+        check_dirs(data, options.workspace.as_deref())?;
         // Nothing is created for a run whose commands could not be sandboxed.
         let sandbox = sandbox(&team, options.unsandboxed)?;
         let dir = data.join(&run_id);
@@ -452,26 +484,11 @@ impl Run {
             Some(server) if !options.local => crate::placement::live_registry(server).await?,
             _ => None,
         };
-        let durability = if options.no_sync { Durability::NoSync } else { Durability::Synced };
         // What is made from here on is removed again if the MCP servers do not start.
         let made_data = missing_dirs(data);
         let made_workspace = options.workspace.as_deref().map(missing_dirs).unwrap_or_default();
-        let store = match RunStore::create(&dir, &run_id, Timestamp(now_ms()), durability) {
-            Ok(store) => store,
-            Err(e @ run_store::StoreError::AlreadyExists { .. }) => {
-                return Err(Error::bad_input_from(e));
-            }
-            Err(e) => {
-                return Err(Error::failed_from(e)
-                    .context(format!("cannot create the run directory {}", dir.display())));
-            }
-        };
-        // The run's own workspace unless one was chosen; `resume` finds it in `run.json`.
-        let workspace = options.workspace.clone().unwrap_or_else(|| dir.join(RUN_WORKSPACE));
-        std::fs::create_dir_all(&workspace)
-            .with_context(|| format!("cannot create the workspace {}", workspace.display()))?;
-        let workspace = std::fs::canonicalize(&workspace)
-            .with_context(|| format!("cannot resolve the workspace {}", workspace.display()))?;
+        let store = create_store(&dir, &run_id, options.no_sync)?;
+        let workspace = run_workspace(options.workspace.as_deref(), &dir)?;
         let observer = options.observer.clone();
         let warn = move |text: &str| observer.warn(text);
         let place = crate::mcp::Place {
@@ -491,61 +508,17 @@ impl Run {
             }
         };
         let info = RunInfo {
-            run_id: run_id.clone(),
-            task_id: task.id.clone(),
-            goal: task.goal.clone(),
-            workspace,
-            heartbeat_ms: u64::try_from(team.spec.heartbeat.as_millis()).unwrap_or(u64::MAX),
-            reasoner: options.reasoner.clone(),
-            flags: options.flags.clone(),
-            started_at: now_ms(),
-            finished_at: None,
-            status: RunStatus::Running,
-            failure: None,
-            unsandboxed: options.unsandboxed,
             nats: server.as_ref().map(|s| s.url().to_owned()),
-            local: options.local,
-            usage: None,
+            ..started_info(&run_id, &task, workspace, &team, options)
         };
         let span = run_span(&run_id, &task.id, "started");
-        let begun = async {
-            write_atomic(&dir.join(TEAM_FILE), team_text.as_bytes())?;
-            write_atomic(&dir.join(PLAN_FILE), plan_text.as_bytes())?;
-            // The second copy of the run's anchor file, in the data directory
-            // ([`crate::run_dir::ANCHOR_INDEX`]).
-            store
-                .keep_anchor_copy_in(&crate::run_dir::anchor_index(&dir))
-                .context("cannot keep the run's anchor")?;
-            // The stores are opened (on NATS: created) before `run.json` is written: a run
-            // that `resume` can find has its streams on the server.
-            let stores = match &server {
-                Some(server) => Stores::nats(server).await?.anchored_in(&store),
-                None => Stores::sled(&store)?,
-            };
-            info.write(&dir)?;
-            // The stored inputs' hashes, which `resume` checks before it starts anything.
-            crate::inputs::record(stores.audit.as_ref(), &dir).await?;
-            options.observer.recorded(&info, &dir, How::Started);
-            let placed = match (registry, &server) {
-                (Some(registry), Some(server)) => Some(Placed {
-                    registry,
-                    observer: options.observer.clone(),
-                    server: server.clone(),
-                    run: PlacedRun::new(&run_id, &team.spec, placed_spec(&team_text, &info, &dir)),
-                }),
-                _ => None,
-            };
-            let tooling = Tooling {
-                tools,
-                sandbox: sandbox.hide(data_dir(data)),
-                journal: dir.join(JOURNAL_DIR),
-            };
-            Working { store, stores, team, placed, tooling, task, info, dir: dir.clone() }
-                .begin(How::Started)
-                .await
-        }
-        .instrument(span.clone())
-        .await;
+        let tooling = Tooling {
+            tools,
+            sandbox: sandbox.hide(data_dir(data)),
+            journal: dir.join(JOURNAL_DIR),
+        };
+        let recording = Recording { store, team, team_text, plan_text, task, info, dir, tooling };
+        let begun = recording.begin(server, registry, options).instrument(span.clone()).await;
         match begun {
             Ok(run) => Ok(Run { servers, span, observer: options.observer.clone(), ..run }),
             Err(error) => {
@@ -812,23 +785,8 @@ impl Run {
             ..
         } = self;
         let heartbeat = Duration::from_millis(info.heartbeat_ms);
-        // Mail the workers send (the outcome on `system`) wakes the coordinator at once, and
-        // the records the workers' agents append reach the event stream.
-        let follower = placed.as_ref().map(|p| {
-            let team = Arc::downgrade(&team);
-            placement::follow(&p.server, move |_| {
-                if let Some(team) = team.upgrade() {
-                    team.wake();
-                }
-            })
-        });
-        let bridge = placed.as_ref().map(|_| Bridge {
-            audit: services.audit.clone(),
-            events: services.events.clone(),
-            last: Arc::default(),
-        });
-        let bridging = bridge.clone().map(|b| tokio::spawn(b.run()));
-        let desk = approval_desk(&team_file, ledger.as_ref(), &services, heartbeat);
+        let watchers =
+            Watchers::start(&team, &services, &team_file, heartbeat, ledger.as_ref(), &placed);
         let end = tokio::select! {
             outcome = team.wait(&task.id) => End::Outcome(outcome),
             () = stop => End::Interrupted { cut_short: false },
@@ -838,28 +796,44 @@ impl Run {
             }
             error = storage_failed(store.clone(), Duration::from_millis(100)) => End::Storage(error),
         };
-        if let Some(desk) = desk {
-            desk.abort();
+        watchers.stop(&end, placed.as_ref()).await;
+        let end = end.settle(&team, heartbeat).await?;
+        // The usage ledger stored, and its totals put in run.json.
+        if let Some(ledger) = &ledger
+            && !matches!(end, End::Storage(_))
+            && let Err(e) = ledger.flush()
+        {
+            tracing::error!(error = %e, "could not store the usage ledger");
         }
-        if let Some(follower) = follower {
-            follower.abort();
+        info.usage = RunUsage::of(ledger.as_deref());
+        info.finished_at = Some(now_ms());
+        let (status, failure) = end.status();
+        info.status = status;
+        if failure.is_some() {
+            info.failure = failure;
         }
-        if let Some(placed) = &placed {
-            match end {
-                End::Outcome(_) => placed.close().await,
-                _ => placed.withdraw().await,
+        match (&end, info.write(&dir)) {
+            (_, Ok(())) => {}
+            // Nothing more can be stored: run.json may not be writable either.
+            (End::Storage(_), Err(e)) => {
+                observer
+                    .warn(&format!("warning: could not record the stop in run.json either: {e}"));
             }
+            (_, Err(e)) => return Err(e),
         }
-        if let (Some(bridging), Some(bridge)) = (bridging, &bridge) {
-            bridging.abort();
-            // What the workers appended up to now (their agents shut down) is shown.
-            bridge.pass().await;
-        }
-        let end = match end {
+        Ok(Ended { end, info, dir, team, services, task })
+    }
+}
+
+impl End {
+    /// Brings the team to rest for this end: a clean shutdown after an outcome; after an
+    /// interruption the heartbeats stop within one heartbeat (and a grace to store what they
+    /// did); otherwise the team stops.
+    async fn settle(self, team: &Team, heartbeat: Duration) -> Result<End> {
+        Ok(match self {
             End::Interrupted { .. } => {
-                // The heartbeats stop within one heartbeat (and a grace to store what they
-                // did); a turn still in a long tool call then is cut short: its call goes on
-                // by itself where it runs (a shell command under its journal, to its own
+                // A turn still in a long tool call then is cut short: its call goes on by
+                // itself where it runs (a shell command under its journal, to its own
                 // timeout) and `resume` takes its result, as after a kill.
                 let cut_short = !team.stop_within(heartbeat + INTERRUPT_GRACE).await;
                 End::Interrupted { cut_short }
@@ -872,17 +846,12 @@ impl Run {
                 team.stop().await;
                 other
             }
-        };
-        // The usage ledger stored, and its totals put in run.json.
-        if let Some(ledger) = &ledger
-            && !matches!(end, End::Storage(_))
-            && let Err(e) = ledger.flush()
-        {
-            tracing::error!(error = %e, "could not store the usage ledger");
-        }
-        info.usage = RunUsage::of(ledger.as_deref());
-        info.finished_at = Some(now_ms());
-        let (status, failure) = match &end {
+        })
+    }
+
+    /// The status and failure text `run.json` records for this end.
+    fn status(&self) -> (RunStatus, Option<String>) {
+        match self {
             End::Outcome(outcome) => match outcome {
                 TaskOutcome::Failed { reason, .. } => (RunStatus::Failed, Some(reason.to_string())),
                 _ if outcome.is_success() => (RunStatus::Succeeded, None),
@@ -901,21 +870,69 @@ impl Run {
                 RunStatus::Interrupted,
                 Some(TaskFailure::Storage { error: error.clone() }.to_string()),
             ),
-        };
-        info.status = status;
-        if failure.is_some() {
-            info.failure = failure;
         }
-        match (&end, info.write(&dir)) {
-            (_, Ok(())) => {}
-            // Nothing more can be stored: run.json may not be writable either.
-            (End::Storage(_), Err(e)) => {
-                observer
-                    .warn(&format!("warning: could not record the stop in run.json either: {e}"));
+    }
+}
+
+/// What runs beside a driven run until it ends: the approval desk for budget extensions
+/// and, for a placed run, the follower of the workers' mail and the bridge of their records.
+struct Watchers {
+    desk: Option<tokio::task::JoinHandle<()>>,
+    follower: Option<tokio::task::JoinHandle<()>>,
+    bridge: Option<(Bridge, tokio::task::JoinHandle<()>)>,
+}
+
+impl Watchers {
+    fn start(
+        team: &Arc<Team>,
+        services: &TeamServices,
+        team_file: &TeamFile,
+        heartbeat: Duration,
+        ledger: Option<&Arc<UsageLedger>>,
+        placed: &Option<Placed>,
+    ) -> Self {
+        // Mail the workers send (the outcome on `system`) wakes the coordinator at once, and
+        // the records the workers' agents append reach the event stream.
+        let follower = placed.as_ref().map(|p| {
+            let team = Arc::downgrade(team);
+            placement::follow(&p.server, move |_| {
+                if let Some(team) = team.upgrade() {
+                    team.wake();
+                }
+            })
+        });
+        let bridge = placed.as_ref().map(|_| {
+            let bridge = Bridge {
+                audit: services.audit.clone(),
+                events: services.events.clone(),
+                last: Arc::default(),
+            };
+            let running = tokio::spawn(bridge.clone().run());
+            (bridge, running)
+        });
+        let desk = approval_desk(team_file, ledger, services, heartbeat);
+        Watchers { desk, follower, bridge }
+    }
+
+    /// Stops them; a placed run is closed (after an outcome) or withdrawn from its workers.
+    async fn stop(self, end: &End, placed: Option<&Placed>) {
+        if let Some(desk) = self.desk {
+            desk.abort();
+        }
+        if let Some(follower) = self.follower {
+            follower.abort();
+        }
+        if let Some(placed) = placed {
+            match end {
+                End::Outcome(_) => placed.close().await,
+                _ => placed.withdraw().await,
             }
-            (_, Err(e)) => return Err(e),
         }
-        Ok(Ended { end, info, dir, team, services, task })
+        if let Some((bridge, running)) = self.bridge {
+            running.abort();
+            // What the workers appended up to now (their agents shut down) is shown.
+            bridge.pass().await;
+        }
     }
 }
 
@@ -952,6 +969,127 @@ fn approval_desk(
         }
         .run(),
     ))
+}
+
+/// A new run's data directory and workspace, when they exist, must be directories.
+fn check_dirs(data: &Path, workspace: Option<&Path>) -> Result<()> {
+    if data.exists() && !data.is_dir() {
+        return Err(Error::bad_input(format!(
+            "the data directory {} is a file; give --data a directory",
+            data.display()
+        )));
+    }
+    if let Some(workspace) = workspace
+        && workspace.exists()
+        && !workspace.is_dir()
+    {
+        return Err(Error::bad_input(format!(
+            "the workspace {} is a file; give --workspace a directory",
+            workspace.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Creates a new run's directory and store; a run of this id already there is bad input.
+fn create_store(dir: &Path, run_id: &str, no_sync: bool) -> Result<RunStore> {
+    let durability = if no_sync { Durability::NoSync } else { Durability::Synced };
+    match RunStore::create(dir, run_id, Timestamp(now_ms()), durability) {
+        Ok(store) => Ok(store),
+        Err(e @ run_store::StoreError::AlreadyExists { .. }) => Err(Error::bad_input_from(e)),
+        Err(e) => Err(Error::failed_from(e)
+            .context(format!("cannot create the run directory {}", dir.display()))),
+    }
+}
+
+/// The run's own workspace unless one was chosen (`resume` finds it in `run.json`),
+/// created and resolved.
+fn run_workspace(chosen: Option<&Path>, dir: &Path) -> Result<PathBuf> {
+    let workspace = chosen.map_or_else(|| dir.join(RUN_WORKSPACE), Path::to_path_buf);
+    std::fs::create_dir_all(&workspace)
+        .with_context(|| format!("cannot create the workspace {}", workspace.display()))?;
+    std::fs::canonicalize(&workspace)
+        .with_context(|| format!("cannot resolve the workspace {}", workspace.display()))
+}
+
+/// `run.json` of a run that starts now (not on NATS).
+fn started_info(
+    run_id: &str,
+    task: &Task,
+    workspace: PathBuf,
+    team: &TeamFile,
+    options: &StartOptions,
+) -> RunInfo {
+    RunInfo {
+        run_id: run_id.to_owned(),
+        task_id: task.id.clone(),
+        goal: task.goal.clone(),
+        workspace,
+        heartbeat_ms: u64::try_from(team.spec.heartbeat.as_millis()).unwrap_or(u64::MAX),
+        reasoner: options.reasoner.clone(),
+        flags: options.flags.clone(),
+        started_at: now_ms(),
+        finished_at: None,
+        status: RunStatus::Running,
+        failure: None,
+        unsandboxed: options.unsandboxed,
+        nats: None,
+        local: options.local,
+        usage: None,
+    }
+}
+
+/// A new run whose store exists and whose MCP servers started: what it records before its
+/// team starts.
+struct Recording {
+    store: RunStore,
+    team: TeamFile,
+    team_text: String,
+    plan_text: String,
+    task: Task,
+    info: RunInfo,
+    dir: PathBuf,
+    tooling: Tooling,
+}
+
+impl Recording {
+    /// Writes the stored inputs and `run.json`, opens the stores (on NATS: creates them)
+    /// and the anchor copy, records the inputs' hashes, then starts the team.
+    async fn begin(
+        self,
+        server: Option<nats_store::NatsStore>,
+        registry: Option<Registry>,
+        options: &StartOptions,
+    ) -> Result<Run> {
+        let Recording { store, team, team_text, plan_text, task, info, dir, tooling } = self;
+        write_atomic(&dir.join(TEAM_FILE), team_text.as_bytes())?;
+        write_atomic(&dir.join(PLAN_FILE), plan_text.as_bytes())?;
+        // The second copy of the run's anchor file, in the data directory
+        // ([`crate::run_dir::ANCHOR_INDEX`]).
+        store
+            .keep_anchor_copy_in(&crate::run_dir::anchor_index(&dir))
+            .context("cannot keep the run's anchor")?;
+        // The stores are opened (on NATS: created) before `run.json` is written: a run
+        // that `resume` can find has its streams on the server.
+        let stores = match &server {
+            Some(server) => Stores::nats(server).await?.anchored_in(&store),
+            None => Stores::sled(&store)?,
+        };
+        info.write(&dir)?;
+        // The stored inputs' hashes, which `resume` checks before it starts anything.
+        crate::inputs::record(stores.audit.as_ref(), &dir).await?;
+        options.observer.recorded(&info, &dir, How::Started);
+        let placed = match (registry, server) {
+            (Some(registry), Some(server)) => Some(Placed {
+                registry,
+                observer: options.observer.clone(),
+                server,
+                run: PlacedRun::new(&info.run_id, &team.spec, placed_spec(&team_text, &info, &dir)),
+            }),
+            _ => None,
+        };
+        Working { store, stores, team, placed, tooling, task, info, dir }.begin(How::Started).await
+    }
 }
 
 /// `error`, said as a full disk with the way on when its cause is one (a write refused with

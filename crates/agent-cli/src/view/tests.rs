@@ -48,19 +48,6 @@ fn event_lines_escape_newlines_in_file_names() {
 }
 
 #[test]
-fn files_written_keep_their_names_for_the_summary() {
-    let write = record(AuditEvent::ToolCall {
-        tool: "write_file".into(),
-        args: json!({ "path": "a\nb.txt", "content": "x" }),
-        success: true,
-        summary: "wrote 1 bytes".into(),
-    });
-    let files = files_written(&[write]);
-    assert_eq!(files, ["a\nb.txt"]);
-    assert_eq!(esc(&files.join(", ")), "a\\nb.txt");
-}
-
-#[test]
 fn run_events_are_one_line_each_like_audit_records() {
     let agent = AgentId::from("exec-1");
     let progress = RunEvent::Progress {
