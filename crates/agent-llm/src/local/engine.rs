@@ -140,15 +140,13 @@ impl Engine<'_> {
     /// Answers one job.
     fn complete(&mut self, job: &Job) -> Result<ChatResponse, String> {
         let request = &job.request;
-        let answer = Answer::of(request);
-        let vocab = self.model.vocab();
         let n_ctx = self.context_tokens as usize;
         let reserve = match request.max_tokens {
             0 => (n_ctx / 4).min(512),
             max => (max as usize).min(n_ctx / 2),
         };
         let prompt = self.fit_prompt(request, n_ctx - reserve)?;
-        let mut grammar = self.grammar(request)?;
+        let grammar = self.grammar(request)?;
         let limit = match request.max_tokens {
             0 => n_ctx - prompt.len(),
             max => (max as usize).min(n_ctx - prompt.len()),
@@ -156,7 +154,31 @@ impl Engine<'_> {
 
         self.context.clear_kv_cache();
         self.context.reset_timings();
-        let progress = job.progress.as_deref();
+        let mut batch = self.read_prompt(job, &prompt)?;
+        let mut generation = Generation::new(job, grammar, limit);
+        while generation.generated < limit {
+            if job.reply.is_closed() {
+                return Err("the caller gave up".to_owned());
+            }
+            let Some(token) = self.next_token(&mut generation, &batch)? else { break };
+            if generation.done() || generation.generated == limit {
+                break;
+            }
+            batch.clear();
+            let pos = (prompt.len() + generation.generated - 1) as i32;
+            batch.add(token, pos, &[0], true).map_err(|e| format!("batch: {e}"))?;
+            self.context.decode(&mut batch).map_err(|e| format!("cannot decode: {e}"))?;
+        }
+        self.answer(job, &generation, prompt.len())
+    }
+
+    /// Reads the prompt into the context in batches of [`PROMPT_BATCH`], telling the caller's
+    /// progress after each; the last batch (whose last logits come next) is returned.
+    fn read_prompt(
+        &mut self,
+        job: &Job,
+        prompt: &[LlamaToken],
+    ) -> Result<LlamaBatch<'static>, String> {
         let mut batch = LlamaBatch::new(prompt.len().clamp(1, PROMPT_BATCH), 1);
         for (chunk, tokens) in prompt.chunks(PROMPT_BATCH).enumerate() {
             if job.reply.is_closed() {
@@ -169,95 +191,83 @@ impl Engine<'_> {
                 batch.add(*token, pos as i32, &[0], last).map_err(|e| format!("batch: {e}"))?;
             }
             self.context.decode(&mut batch).map_err(|e| format!("cannot read the prompt: {e}"))?;
-            if let Some(progress) = progress {
+            if let Some(progress) = job.progress.as_deref() {
                 progress.touch();
             }
         }
+        Ok(batch)
+    }
 
-        let mut output: Vec<u8> = Vec::new();
-        // A text answer continuing an opened code fence ends where it closes.
-        let fenced = prompt::opens_fence(request);
-        let mut written: Vec<i32> = Vec::new();
-        let mut generated = 0_usize;
-        let mut piece = Vec::new();
-        let mut checks = [0_usize; 3];
-        // Near the limit, an open JSON answer is closed (see `closing`).
-        let (closing, mut cursor, mut closed) = (closing_from(limit), JsonCursor::default(), 0);
-        while generated < limit {
-            if job.reply.is_closed() {
-                return Err("the caller gave up".to_owned());
+    /// Picks the next token from the last logits of `batch` and adds it to the answer;
+    /// `None` at the end of generation (an end-of-generation token).
+    fn next_token(
+        &mut self,
+        g: &mut Generation<'_>,
+        batch: &LlamaBatch<'_>,
+    ) -> Result<Option<LlamaToken>, String> {
+        let logits = self.context.get_logits_ith(batch.n_tokens() - 1);
+        let closer = g
+            .cursor
+            .closer()
+            .filter(|_| g.answer.is_json() && g.generated >= g.closing)
+            .and_then(|c| self.closers.token(c))
+            .filter(|t| g.grammar.as_mut().is_some_and(|gr| allows(gr, *t)));
+        let (token, checked) = match closer {
+            Some(token) => {
+                g.closed += 1;
+                (token, Checked::Top)
             }
-            let logits = self.context.get_logits_ith(batch.n_tokens() - 1);
-            let closer = cursor
-                .closer()
-                .filter(|_| answer.is_json() && generated >= closing)
-                .and_then(|c| self.closers.token(c))
-                .filter(|t| grammar.as_mut().is_some_and(|g| allows(g, *t)));
-            let (token, checked) = match closer {
-                Some(token) => {
-                    closed += 1;
-                    (token, Checked::Top)
-                }
-                // A text answer is picked with its repeats penalised (see `dry`).
-                None if !answer.is_json() => (pick_text(logits, &written), Checked::Top),
-                None => pick(logits, grammar.as_mut())?,
-            };
-            checks[checked as usize] += 1;
-            if vocab.is_eog(token) {
-                break;
-            }
-            if let Some(grammar) = grammar.as_mut() {
-                grammar.try_accept(token).map_err(|e| format!("grammar: {e}"))?;
-            }
-            generated += 1;
-            written.push(token.0);
-            if let Some(progress) = progress {
-                progress.add_tokens(1);
-            }
-            piece.clear();
-            vocab.token_to_piece_into(token, &mut piece, false, None);
-            output.extend_from_slice(&piece);
-            cursor.feed(&piece);
-            if answer.is_json() {
-                if piece.iter().any(|b| matches!(b, b'}' | b']' | b'"'))
-                    && prompt::json_complete(&String::from_utf8_lossy(&output))
-                {
-                    break;
-                }
-            } else if prompt::text_stop(&String::from_utf8_lossy(&output), fenced).is_some() {
-                // The same rule `interpret` cuts the answer by (the whole answer is a few
-                // kilobytes: scanning it is nothing beside a decoding step).
-                break;
-            }
-            if generated == limit {
-                break;
-            }
-            batch.clear();
-            let pos = (prompt.len() + generated - 1) as i32;
-            batch.add(token, pos, &[0], true).map_err(|e| format!("batch: {e}"))?;
-            self.context.decode(&mut batch).map_err(|e| format!("cannot decode: {e}"))?;
+            // A text answer is picked with its repeats penalised (see `dry`).
+            None if !g.answer.is_json() => (pick_text(logits, &g.written), Checked::Top),
+            None => pick(logits, g.grammar.as_mut())?,
+        };
+        g.checks[checked as usize] += 1;
+        let vocab = self.model.vocab();
+        if vocab.is_eog(token) {
+            return Ok(None);
         }
+        if let Some(grammar) = g.grammar.as_mut() {
+            grammar.try_accept(token).map_err(|e| format!("grammar: {e}"))?;
+        }
+        g.generated += 1;
+        g.written.push(token.0);
+        if let Some(progress) = g.job.progress.as_deref() {
+            progress.add_tokens(1);
+        }
+        g.piece.clear();
+        vocab.token_to_piece_into(token, &mut g.piece, false, None);
+        g.output.extend_from_slice(&g.piece);
+        g.cursor.feed(&g.piece);
+        Ok(Some(token))
+    }
 
+    /// The answer generated, interpreted (text, or tool calls), with its usage and timing.
+    fn answer(
+        &mut self,
+        job: &Job,
+        g: &Generation<'_>,
+        prompt_tokens: usize,
+    ) -> Result<ChatResponse, String> {
         let timings = self.context.timings();
         tracing::debug!(
             call = job.call,
-            prompt_tokens = prompt.len(),
-            generated,
-            top_checks = checks[Checked::Top as usize],
-            shortlist_checks = checks[Checked::Shortlist as usize],
-            vocabulary_checks = checks[Checked::All as usize],
-            closing_tokens = closed,
+            prompt_tokens,
+            generated = g.generated,
+            top_checks = g.checks[Checked::Top as usize],
+            shortlist_checks = g.checks[Checked::Shortlist as usize],
+            vocabulary_checks = g.checks[Checked::All as usize],
+            closing_tokens = g.closed,
             prompt_ms = timings.t_p_eval_ms(),
             generate_ms = timings.t_eval_ms(),
             "local model call done"
         );
-        let text = String::from_utf8_lossy(&output);
+        let text = String::from_utf8_lossy(&g.output);
         let (text, tool_calls) =
-            prompt::interpret(&answer, &text, fenced, || format!("local-{}", job.call))?;
+            prompt::interpret(&g.answer, &text, g.fenced, || format!("local-{}", job.call))?;
         Ok(ChatResponse {
             text,
             tool_calls,
-            usage: Usage { input_tokens: prompt.len() as u64, output_tokens: generated as u64 },
+            usage: Usage { input_tokens: prompt_tokens as u64, output_tokens: g.generated as u64 },
             timing: Some(EngineTiming {
                 prompt_tokens: u64::try_from(timings.n_p_eval()).unwrap_or(0),
                 prompt_ms: timings.t_p_eval_ms(),
@@ -321,6 +331,60 @@ impl Engine<'_> {
                     .map(Some)
                     .map_err(|e| format!("cannot build a JSON grammar: {e}"))
             }
+        }
+    }
+}
+
+/// One answer being generated: what was written so far and how it was picked.
+struct Generation<'j> {
+    job: &'j Job,
+    answer: Answer,
+    grammar: Option<LlamaSampler>,
+    /// A text answer continuing an opened code fence ends where it closes.
+    fenced: bool,
+    /// The answer's bytes so far.
+    output: Vec<u8>,
+    /// Its tokens so far.
+    written: Vec<i32>,
+    generated: usize,
+    /// The last token's text.
+    piece: Vec<u8>,
+    /// How many tokens were checked each way ([`Checked`]).
+    checks: [usize; 3],
+    /// Near the limit, an open JSON answer is closed (see `closing`): from this many tokens,
+    /// with the JSON read so far, and how many closing tokens were forced.
+    closing: usize,
+    cursor: JsonCursor,
+    closed: usize,
+}
+
+impl<'j> Generation<'j> {
+    fn new(job: &'j Job, grammar: Option<LlamaSampler>, limit: usize) -> Self {
+        Generation {
+            job,
+            answer: Answer::of(&job.request),
+            grammar,
+            fenced: prompt::opens_fence(&job.request),
+            output: Vec::new(),
+            written: Vec::new(),
+            generated: 0,
+            piece: Vec::new(),
+            checks: [0; 3],
+            closing: closing_from(limit),
+            cursor: JsonCursor::default(),
+            closed: 0,
+        }
+    }
+
+    /// Whether the answer is complete: a JSON value closed, or a text answer at its stop.
+    fn done(&self) -> bool {
+        if self.answer.is_json() {
+            self.piece.iter().any(|b| matches!(b, b'}' | b']' | b'"'))
+                && prompt::json_complete(&String::from_utf8_lossy(&self.output))
+        } else {
+            // The same rule `interpret` cuts the answer by (the whole answer is a few
+            // kilobytes: scanning it is nothing beside a decoding step).
+            prompt::text_stop(&String::from_utf8_lossy(&self.output), self.fenced).is_some()
         }
     }
 }
