@@ -166,77 +166,16 @@ impl Caller<'_> {
         let call = &call;
         let rerun_allowed = idempotent || tool.idempotent();
         let key = format!("{}/{key}", self.id());
-        let state = self.deps.state.clone();
-        match state.tool(&key).await? {
+        match self.deps.state.tool(&key).await? {
             Some(Some(recorded)) => return self.recorded(call, recorded).await,
             Some(None) => {
-                let recovery = self
-                    .deps
-                    .tools
-                    .recover(&self.deps.workspace, &call.tool, args.clone(), &key)
-                    .await;
-                match recovery {
-                    Ok(Recovery::Completed(output)) => {
-                        state.record_tool(&key, &output).await?;
-                        self.discard_journal(&key).await;
-                        self.audit_tool(
-                            call,
-                            output.success,
-                            format!(
-                                "completed before a crash; result adopted, not run again: {}",
-                                shorten(&output.output)
-                            ),
-                        )
-                        .await?;
-                        return Ok(output);
-                    }
-                    Ok(Recovery::NotStarted) => {}
-                    Ok(Recovery::Interrupted(_) | Recovery::Unknown) | Err(_) if rerun_allowed => {
-                        self.audit_tool(
-                            call,
-                            false,
-                            "interrupted by a crash; idempotent, so it runs again".into(),
-                        )
-                        .await?;
-                        self.discard_journal(&key).await;
-                    }
-                    other => {
-                        let mut partial = match other {
-                            Ok(Recovery::Interrupted(output)) => output,
-                            _ => ToolOutput {
-                                success: false,
-                                output: String::new(),
-                                data: serde_json::Value::Null,
-                            },
-                        };
-                        partial.success = false;
-                        if !partial.data.is_object() {
-                            partial.data = serde_json::json!({});
-                        }
-                        partial.data["interrupted"] = serde_json::Value::Bool(true);
-                        state.record_tool(&key, &partial).await?;
-                        self.discard_journal(&key).await;
-                        self.audit(AuditEvent::ToolOutcomeUnknown {
-                            tool: call.tool.clone(),
-                            args: call.args.clone(),
-                            reason: "interrupted by a crash after it was started; not idempotent, \
-                                     so not sent again"
-                                .into(),
-                            cancelled: false,
-                        })
-                        .await?;
-                        let error = ToolError::Interrupted {
-                            tool: call.tool.clone(),
-                            partial: partial.output,
-                        };
-                        self.audit_tool(call, false, shorten(&error.to_string())).await?;
-                        return Err(error.into());
-                    }
+                if let Some(adopted) = self.resume(call, &args, &key, rerun_allowed).await? {
+                    return Ok(adopted);
                 }
             }
             None => {
                 self.deps.tools.discard_journal(&self.deps.workspace, &key).await?;
-                state.begin_tool(&key).await?;
+                self.deps.state.begin_tool(&key).await?;
             }
         }
         let result = self.deps.tools.call_journaled(&self.deps.workspace, &call.tool, args, &key);
@@ -247,9 +186,108 @@ impl Caller<'_> {
             Ok(out) => (out.success, shorten(&out.output)),
             Err(e) => (false, shorten(&e.to_string())),
         };
-        match &result {
+        self.store_result(call, &key, &result).await?;
+        self.discard_journal(&key).await;
+        self.audit_tool(call, success, summary).await?;
+        Ok(result?)
+    }
+
+    /// A call under `key` that was begun before a crash and never finished: the tool is asked
+    /// what became of it. Its result when it completed (adopted, not run again); `None` when
+    /// it may run now (it never started, or running it again is allowed); an error when its
+    /// outcome is unknown and it must not be sent again.
+    async fn resume(
+        &self,
+        call: &ToolCall,
+        args: &serde_json::Value,
+        key: &str,
+        rerun_allowed: bool,
+    ) -> Result<Option<ToolOutput>, AgentError> {
+        let recovery =
+            self.deps.tools.recover(&self.deps.workspace, &call.tool, args.clone(), key).await;
+        match recovery {
+            Ok(Recovery::Completed(output)) => {
+                self.deps.state.record_tool(key, &output).await?;
+                self.discard_journal(key).await;
+                self.audit_tool(
+                    call,
+                    output.success,
+                    format!(
+                        "completed before a crash; result adopted, not run again: {}",
+                        shorten(&output.output)
+                    ),
+                )
+                .await?;
+                Ok(Some(output))
+            }
+            Ok(Recovery::NotStarted) => Ok(None),
+            Ok(Recovery::Interrupted(_) | Recovery::Unknown) | Err(_) if rerun_allowed => {
+                self.audit_tool(
+                    call,
+                    false,
+                    "interrupted by a crash; idempotent, so it runs again".into(),
+                )
+                .await?;
+                self.discard_journal(key).await;
+                Ok(None)
+            }
+            other => {
+                let partial = match other {
+                    Ok(Recovery::Interrupted(output)) => output,
+                    _ => ToolOutput {
+                        success: false,
+                        output: String::new(),
+                        data: serde_json::Value::Null,
+                    },
+                };
+                Err(self.interrupted_by_crash(call, key, partial).await?)
+            }
+        }
+    }
+
+    /// A call that a crash interrupted after it was started and that must not be sent again:
+    /// recorded under `key` as interrupted (with what it left, `partial`) and audited; the
+    /// error it ends with.
+    async fn interrupted_by_crash(
+        &self,
+        call: &ToolCall,
+        key: &str,
+        mut partial: ToolOutput,
+    ) -> Result<AgentError, AgentError> {
+        partial.success = false;
+        if !partial.data.is_object() {
+            partial.data = serde_json::json!({});
+        }
+        partial.data["interrupted"] = serde_json::Value::Bool(true);
+        self.deps.state.record_tool(key, &partial).await?;
+        self.discard_journal(key).await;
+        self.audit(AuditEvent::ToolOutcomeUnknown {
+            tool: call.tool.clone(),
+            args: call.args.clone(),
+            reason: "interrupted by a crash after it was started; not idempotent, \
+                     so not sent again"
+                .into(),
+            cancelled: false,
+        })
+        .await?;
+        let error = ToolError::Interrupted { tool: call.tool.clone(), partial: partial.output };
+        self.audit_tool(call, false, shorten(&error.to_string())).await?;
+        Ok(error.into())
+    }
+
+    /// Stores the outcome of a journaled call under `key`: a success is recorded; a call whose
+    /// outcome is unknown is recorded as interrupted (and audited so), so that nothing under
+    /// `key` sends it again; a failure is forgotten, so that the key may run it again.
+    async fn store_result(
+        &self,
+        call: &ToolCall,
+        key: &str,
+        result: &Result<ToolOutput, ToolError>,
+    ) -> Result<(), AgentError> {
+        let state = &self.deps.state;
+        match result {
             Ok(output) if output.success => {
-                store_outcome(&key, || state.record_tool(&key, output)).await?;
+                store_outcome(key, || state.record_tool(key, output)).await?;
             }
             // Past the tool limit while it may still run where it is served: recorded as
             // unknown, so that nothing under `key` sends it again.
@@ -264,14 +302,9 @@ impl Caller<'_> {
                         "cancelled": cancelled,
                     }),
                 };
-                store_outcome(&key, || state.record_tool(&key, &unknown)).await?;
-                self.audit(AuditEvent::ToolOutcomeUnknown {
-                    tool: call.tool.clone(),
-                    args: call.args.clone(),
-                    reason: format!("no answer within the tool limit ({after_ms} ms)"),
-                    cancelled: *cancelled,
-                })
-                .await?;
+                store_outcome(key, || state.record_tool(key, &unknown)).await?;
+                let reason = format!("no answer within the tool limit ({after_ms} ms)");
+                self.audit_outcome_unknown(call, reason, *cancelled).await?;
             }
             // It ran, but its end was not recorded (a shell command whose runner left no exit
             // code): its outcome is unknown too, and nothing under `key` runs it again.
@@ -282,20 +315,27 @@ impl Caller<'_> {
                     // Replayed as this same interruption (not as a call past its limit).
                     data: serde_json::json!({ "interrupted": true }),
                 };
-                store_outcome(&key, || state.record_tool(&key, &unknown)).await?;
-                self.audit(AuditEvent::ToolOutcomeUnknown {
-                    tool: call.tool.clone(),
-                    args: call.args.clone(),
-                    reason: shorten(&error.to_string()),
-                    cancelled: false,
-                })
-                .await?;
+                store_outcome(key, || state.record_tool(key, &unknown)).await?;
+                self.audit_outcome_unknown(call, shorten(&error.to_string()), false).await?;
             }
-            _ => store_outcome(&key, || state.forget_tool(&key)).await?,
+            _ => store_outcome(key, || state.forget_tool(key)).await?,
         }
-        self.discard_journal(&key).await;
-        self.audit_tool(call, success, summary).await?;
-        Ok(result?)
+        Ok(())
+    }
+
+    async fn audit_outcome_unknown(
+        &self,
+        call: &ToolCall,
+        reason: String,
+        cancelled: bool,
+    ) -> Result<(), AgentError> {
+        self.audit(AuditEvent::ToolOutcomeUnknown {
+            tool: call.tool.clone(),
+            args: call.args.clone(),
+            reason,
+            cancelled,
+        })
+        .await
     }
 
     /// See [`AgentContext::call_effect_once`](crate::AgentContext::call_effect_once).

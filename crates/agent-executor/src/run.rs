@@ -335,74 +335,24 @@ impl Executor {
         cx: RunContext,
         policy: RetryPolicy,
     ) -> RunResponse {
-        let observer = cx.observer.clone();
-        let mut run = Run {
-            request: request.clone(),
-            life: RunLifecycle::new(),
-            transitions: Vec::new(),
-            warnings: Vec::new(),
-            attempts_ms: Vec::new(),
-            observer,
-        };
         let started = Instant::now();
         let started_at = self.clock.now();
-        let hard_at = started + Duration::from_millis(policy.hard_timeout_ms);
-        let mut soft_at = Some(started + Duration::from_millis(policy.soft_timeout_ms))
-            .filter(|_| policy.soft_timeout_ms < policy.hard_timeout_ms);
+        let mut run = Run::new(request.clone(), &cx, self.clock.clone(), policy, started);
         let mut capsule = Some(Capsule::new(&request.run_id, &request.kind, cx, self.env.clone()));
         let mut output = None;
 
-        let at = self.clock.now();
-        let change = run.life.start(at);
+        let change = run.life.start(self.clock.now());
         run.record(change);
         loop {
-            let Some(mut current) = capsule.take() else { break };
-            current.begin_attempt(run.life.attempts());
-            let attempt_started = Instant::now();
-            let task = {
-                let kind = kind.clone();
-                let request = request.clone();
-                tokio::spawn(async move {
-                    let result = kind.run(&request, &mut current).await;
-                    (current, result)
-                })
-            };
-            let abort = task.abort_handle();
-            let mut task = task;
-            let joined = loop {
-                tokio::select! {
-                    // In order (the run's end first), not tokio's random choice: reproducible.
-                    biased;
-                    joined = &mut task => break Some(joined),
-                    () = sleep_until_opt(soft_at) => {
-                        soft_at = None;
-                        run.soft_timeout(policy.soft_timeout_ms);
-                    }
-                    () = tokio::time::sleep_until(hard_at) => {
-                        abort.abort();
-                        // The aborted task drops its capsule, killing its processes; a
-                        // handler stuck in blocking code cannot be stopped, so it is not
-                        // waited for long.
-                        let _ = tokio::time::timeout(ABORT_GRACE, &mut task).await;
-                        break None;
-                    }
-                }
-            };
-            run.attempts_ms.push(millis(attempt_started.elapsed()));
+            let Some(current) = capsule.take() else { break };
+            let joined = run.attempt(&kind, current).await;
             let at = self.clock.now();
             let failure = match joined {
                 None => {
-                    run.abandon(at, hard_timeout(&policy));
+                    run.abandon(at, hard_timeout(&run.policy));
                     break;
                 }
-                Some(Err(join)) => {
-                    let reason = if join.is_panic() {
-                        format!("the `{}` handler panicked: {}", request.kind, panic_text(join))
-                    } else {
-                        format!("the `{}` handler was cancelled", request.kind)
-                    };
-                    RunFailure::new(FailureKind::Internal, reason)
-                }
+                Some(Err(join)) => handler_failure(&request.kind, join),
                 Some(Ok((back, Ok(out)))) => {
                     capsule = Some(back);
                     let change = run.life.complete(at);
@@ -420,41 +370,9 @@ impl Executor {
                     failure
                 }
             };
-            let failed = run.life.fail(at, failure.clone(), &policy);
-            let after = match failed {
-                Ok((transition, after)) => {
-                    run.record(Ok(transition));
-                    after
-                }
-                Err(e) => {
-                    run.record(Err(e));
-                    break;
-                }
-            };
-            let AfterFailure::Retry { retry, delay_ms } = after else { break };
-            if capsule.is_none() {
-                break; // a panic lost the capsule; the failure is permanent anyway
-            }
-            run.observer.observe(&RunEvent::Retrying {
-                run_id: request.run_id.clone(),
-                kind: request.kind.clone(),
-                retry,
-                delay_ms,
-                failure,
-            });
-            let wake = Instant::now() + Duration::from_millis(delay_ms);
-            if wake >= hard_at {
-                tokio::time::sleep_until(hard_at).await;
-                run.abandon(self.clock.now(), hard_timeout(&policy));
+            if !run.retry_after(at, failure, capsule.is_some()).await {
                 break;
             }
-            tokio::time::sleep_until(wake).await;
-            if soft_at.is_some_and(|s| s <= Instant::now()) {
-                soft_at = None;
-                run.soft_timeout(policy.soft_timeout_ms);
-            }
-            let change = run.life.retry(self.clock.now());
-            run.record(change);
         }
         drop(capsule);
         let finished_at = self.clock.now();
@@ -532,7 +450,7 @@ pub enum BatchItem {
     },
 }
 
-/// The run under way: its lifecycle and what the response will carry.
+/// The run under way: its lifecycle, its deadlines, and what the response will carry.
 struct Run {
     request: Arc<RunRequest>,
     life: RunLifecycle,
@@ -540,9 +458,126 @@ struct Run {
     warnings: Vec<String>,
     attempts_ms: Vec<u64>,
     observer: Arc<dyn RunObserver>,
+    clock: Arc<dyn Clock>,
+    policy: RetryPolicy,
+    /// When the run is cancelled, counted from its start, retries included.
+    hard_at: Instant,
+    /// When the soft timeout is told, until it has been (`None` after, or when it is not
+    /// before the hard timeout).
+    soft_at: Option<Instant>,
 }
 
+/// How an attempt's task ended: `None` when the hard timeout cancelled it, else the task's
+/// join result (an error when the handler panicked), with the capsule it gives back.
+type Joined = Option<Result<(Capsule, Result<KindOutput, KindError>), tokio::task::JoinError>>;
+
 impl Run {
+    fn new(
+        request: Arc<RunRequest>,
+        cx: &RunContext,
+        clock: Arc<dyn Clock>,
+        policy: RetryPolicy,
+        started: Instant,
+    ) -> Self {
+        let hard_at = started + Duration::from_millis(policy.hard_timeout_ms);
+        let soft_at = Some(started + Duration::from_millis(policy.soft_timeout_ms))
+            .filter(|_| policy.soft_timeout_ms < policy.hard_timeout_ms);
+        Self {
+            request,
+            life: RunLifecycle::new(),
+            transitions: Vec::new(),
+            warnings: Vec::new(),
+            attempts_ms: Vec::new(),
+            observer: cx.observer.clone(),
+            clock,
+            policy,
+            hard_at,
+            soft_at,
+        }
+    }
+
+    /// Runs one attempt of `kind` in a task of its own with `capsule`, telling the soft
+    /// timeout if it passes meanwhile and cancelling the task at the hard timeout.
+    async fn attempt(&mut self, kind: &Arc<dyn Kind>, mut capsule: Capsule) -> Joined {
+        capsule.begin_attempt(self.life.attempts());
+        let attempt_started = Instant::now();
+        let mut task = {
+            let kind = kind.clone();
+            let request = self.request.clone();
+            tokio::spawn(async move {
+                let result = kind.run(&request, &mut capsule).await;
+                (capsule, result)
+            })
+        };
+        let abort = task.abort_handle();
+        let joined = loop {
+            tokio::select! {
+                // In order (the run's end first), not tokio's random choice: reproducible.
+                biased;
+                joined = &mut task => break Some(joined),
+                () = sleep_until_opt(self.soft_at) => {
+                    self.soft_at = None;
+                    self.soft_timeout(self.policy.soft_timeout_ms);
+                }
+                () = tokio::time::sleep_until(self.hard_at) => {
+                    abort.abort();
+                    // The aborted task drops its capsule, killing its processes; a
+                    // handler stuck in blocking code cannot be stopped, so it is not
+                    // waited for long.
+                    let _ = tokio::time::timeout(ABORT_GRACE, &mut task).await;
+                    break None;
+                }
+            }
+        };
+        self.attempts_ms.push(millis(attempt_started.elapsed()));
+        joined
+    }
+
+    /// Fails the attempt that ended at `at` with `failure` and, when the policy retries it and
+    /// the capsule is still there (`capsule_kept`; a panic loses it), waits out the backoff
+    /// and starts the retry. Whether there is a next attempt.
+    async fn retry_after(
+        &mut self,
+        at: Timestamp,
+        failure: RunFailure,
+        capsule_kept: bool,
+    ) -> bool {
+        let after = match self.life.fail(at, failure.clone(), &self.policy) {
+            Ok((transition, after)) => {
+                self.record(Ok(transition));
+                after
+            }
+            Err(e) => {
+                self.record(Err(e));
+                return false;
+            }
+        };
+        let AfterFailure::Retry { retry, delay_ms } = after else { return false };
+        if !capsule_kept {
+            return false; // a panic lost the capsule; the failure is permanent anyway
+        }
+        self.observer.observe(&RunEvent::Retrying {
+            run_id: self.request.run_id.clone(),
+            kind: self.request.kind.clone(),
+            retry,
+            delay_ms,
+            failure,
+        });
+        let wake = Instant::now() + Duration::from_millis(delay_ms);
+        if wake >= self.hard_at {
+            tokio::time::sleep_until(self.hard_at).await;
+            self.abandon(self.clock.now(), hard_timeout(&self.policy));
+            return false;
+        }
+        tokio::time::sleep_until(wake).await;
+        if self.soft_at.is_some_and(|s| s <= Instant::now()) {
+            self.soft_at = None;
+            self.soft_timeout(self.policy.soft_timeout_ms);
+        }
+        let change = self.life.retry(self.clock.now());
+        self.record(change);
+        true
+    }
     fn record(&mut self, change: Result<RunTransition, agent_state::RunTransitionError>) {
         match change {
             Ok(transition) => {
@@ -642,6 +677,16 @@ async fn sleep_until_opt(at: Option<Instant>) {
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The failure of an attempt whose handler panicked or was cancelled.
+fn handler_failure(kind: &str, join: tokio::task::JoinError) -> RunFailure {
+    let reason = if join.is_panic() {
+        format!("the `{kind}` handler panicked: {}", panic_text(join))
+    } else {
+        format!("the `{kind}` handler was cancelled")
+    };
+    RunFailure::new(FailureKind::Internal, reason)
 }
 
 fn panic_text(join: tokio::task::JoinError) -> String {

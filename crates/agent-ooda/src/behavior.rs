@@ -193,6 +193,150 @@ impl OodaBehavior {
         ctx.send(&supervisor, MessageKind::ProgressReport, &report).await?;
         Ok(())
     }
+
+    /// The runtime settings its team gave it, taken from its configuration at its first turn
+    /// (before any configuration of its own changes them).
+    fn team_settings(&mut self, ctx: &AgentContext) -> agent_core::Tuning {
+        self.team_settings
+            .get_or_insert_with(|| {
+                let c = ctx.config();
+                agent_core::Tuning {
+                    max_retries: Some(c.max_retries),
+                    timeout_ms: Some(c.timeout_ms),
+                    model: c.model.clone(),
+                    temperature: c.temperature,
+                }
+            })
+            .clone()
+    }
+
+    /// Takes one message of the turn (`from_supervisor`: its supervisor sent it). Whether it
+    /// was a command: then the loop does not run in this turn.
+    async fn take(
+        &mut self,
+        ctx: &mut AgentContext,
+        message: &Message,
+        from_supervisor: bool,
+    ) -> Result<bool, AgentError> {
+        let now = ctx.now();
+        match message.kind {
+            MessageKind::OperatorCommand if from_supervisor || message.from == Address::System => {
+                self.command(ctx, message).await?;
+                return Ok(true);
+            }
+            MessageKind::OperatorCommand => {
+                let reason = "an OODA agent takes commands only from system and its supervisor";
+                let action = format!("{} from {}", message.kind, message.from);
+                ctx.audit(AuditEvent::Denied { action, error: reason.into() }).await?;
+                let outcome = CommandOutcome::Refused { reason: reason.into() };
+                ctx.answer_command(&CommandOrigin::of(message), &outcome).await?;
+            }
+            MessageKind::TaskAssign
+                if (from_supervisor || message.from == Address::System)
+                    && message.content.get("command").is_some() =>
+            {
+                self.command(ctx, message).await?;
+                return Ok(true);
+            }
+            MessageKind::TaskAssign if from_supervisor => {
+                self.assignment(ctx, message, now).await?;
+            }
+            MessageKind::TaskAssign => {
+                ctx.audit(AuditEvent::Denied {
+                    action: format!("task_assign from {}", message.from),
+                    error: "an OODA agent takes work only from its supervisor, and commands from system".into(),
+                })
+                .await?;
+            }
+            MessageKind::PeerHelpRequest => self.help_request(ctx, message, now).await?,
+            MessageKind::PeerHelpResponse => self.help_response(ctx, message, now).await?,
+            MessageKind::StatusQuery if from_supervisor => {
+                let report =
+                    StatusReport::Agent { status: ctx.status(), current: self.current_work() };
+                ctx.reply(message, MessageKind::StatusReport, &report).await?;
+            }
+            _ => {}
+        }
+        Ok(false)
+    }
+
+    /// A `task_assign` from its supervisor: a subtask to work on, or a dismissal.
+    async fn assignment(
+        &mut self,
+        ctx: &mut AgentContext,
+        message: &Message,
+        now: agent_state::Timestamp,
+    ) -> Result<(), AgentError> {
+        match ctx.read_payload::<Assignment>(message).await? {
+            Some(Assignment::Subtask { subtask }) => {
+                let line = format!("- took {}: {}", subtask.key(), subtask.step.description);
+                // A redelivered assignment (working on it, or done) is not run again.
+                if self.ooda.assign(subtask, now) {
+                    ctx.append_own(&line).await?;
+                }
+            }
+            Some(Assignment::Dismiss { reason }) => {
+                ctx.append_own(&format!("- dismissed: {reason}")).await?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// A `peer_help_request`: what is said to it joins its inbox; it is answered at once with
+    /// where it stands (or its knowledge, or a refusal to take over a subtask).
+    async fn help_request(
+        &mut self,
+        ctx: &mut AgentContext,
+        message: &Message,
+        now: agent_state::Timestamp,
+    ) -> Result<(), AgentError> {
+        let Some(request) = ctx.read_payload::<HelpRequest>(message).await? else {
+            return Ok(());
+        };
+        let answer = match request {
+            HelpRequest::Speak { message: said } => {
+                let mut m = OodaMessage::new(MessageRole::Agent, said, now);
+                m.from = message.from.agent().cloned();
+                m.to = Some(ctx.id().clone());
+                self.ooda.receive_message(m);
+                HelpResponse::Said {
+                    reply: format!(
+                        "noted; I am at iteration {} of: {}",
+                        self.ooda.state.iteration, self.ooda.state.goal
+                    ),
+                }
+            }
+            HelpRequest::ShareKnowledge => HelpResponse::Knowledge {
+                knowledge: serde_json::to_string(&self.ooda.state.knowledge).unwrap_or_default(),
+            },
+            HelpRequest::TakeOverTask { .. } => {
+                HelpResponse::Refused { reason: "an OODA agent does not take over subtasks".into() }
+            }
+        };
+        ctx.reply(message, MessageKind::PeerHelpResponse, &answer).await?;
+        Ok(())
+    }
+
+    /// A `peer_help_response`: its text joins the inbox.
+    async fn help_response(
+        &mut self,
+        ctx: &mut AgentContext,
+        message: &Message,
+        now: agent_state::Timestamp,
+    ) -> Result<(), AgentError> {
+        let text = match ctx.read_payload::<HelpResponse>(message).await? {
+            Some(HelpResponse::Said { reply }) => reply,
+            Some(HelpResponse::Knowledge { knowledge }) => knowledge,
+            Some(other) => text_of(&serde_json::to_value(other).unwrap_or_default()),
+            None => return Ok(()),
+        };
+        let mut m = OodaMessage::new(MessageRole::Agent, text, now);
+        m.from = message.from.agent().cloned();
+        m.to = Some(ctx.id().clone());
+        self.ooda.receive_message(m);
+        Ok(())
+    }
 }
 
 /// The runtime settings of `config` (a hot-swapped genome's retries, turn limit, model and
@@ -250,18 +394,7 @@ impl AgentBehavior for OodaBehavior {
         messages: &[Message],
         _board: &BoardSnapshot,
     ) -> Result<(), AgentError> {
-        let team = self
-            .team_settings
-            .get_or_insert_with(|| {
-                let c = ctx.config();
-                agent_core::Tuning {
-                    max_retries: Some(c.max_retries),
-                    timeout_ms: Some(c.timeout_ms),
-                    model: c.model.clone(),
-                    temperature: c.temperature,
-                }
-            })
-            .clone();
+        let team = self.team_settings(ctx);
         tune(ctx, self.ooda.config(), &team)?;
         let supervisor = ctx.config().supervisor.clone();
         self.under_lead = supervisor.is_some();
@@ -269,97 +402,7 @@ impl AgentBehavior for OodaBehavior {
         for message in messages {
             let from_supervisor =
                 supervisor.as_ref().is_some_and(|s| message.from.agent() == Some(s));
-            let now = ctx.now();
-            match message.kind {
-                MessageKind::OperatorCommand
-                    if from_supervisor || message.from == Address::System =>
-                {
-                    self.command(ctx, message).await?;
-                    commanded = true;
-                }
-                MessageKind::OperatorCommand => {
-                    let reason = "an OODA agent takes commands only from system and its supervisor";
-                    let action = format!("{} from {}", message.kind, message.from);
-                    ctx.audit(AuditEvent::Denied { action, error: reason.into() }).await?;
-                    let outcome = CommandOutcome::Refused { reason: reason.into() };
-                    ctx.answer_command(&CommandOrigin::of(message), &outcome).await?;
-                }
-                MessageKind::TaskAssign
-                    if (from_supervisor || message.from == Address::System)
-                        && message.content.get("command").is_some() =>
-                {
-                    self.command(ctx, message).await?;
-                    commanded = true;
-                }
-                MessageKind::TaskAssign if from_supervisor => {
-                    match ctx.read_payload::<Assignment>(message).await? {
-                        Some(Assignment::Subtask { subtask }) => {
-                            let line =
-                                format!("- took {}: {}", subtask.key(), subtask.step.description);
-                            // A redelivered assignment (working on it, or done) is not run again.
-                            if self.ooda.assign(subtask, now) {
-                                ctx.append_own(&line).await?;
-                            }
-                        }
-                        Some(Assignment::Dismiss { reason }) => {
-                            ctx.append_own(&format!("- dismissed: {reason}")).await?;
-                        }
-                        _ => {}
-                    }
-                }
-                MessageKind::TaskAssign => {
-                    ctx.audit(AuditEvent::Denied {
-                        action: format!("task_assign from {}", message.from),
-                        error: "an OODA agent takes work only from its supervisor, and commands from system".into(),
-                    })
-                    .await?;
-                }
-                MessageKind::PeerHelpRequest => {
-                    let Some(request) = ctx.read_payload::<HelpRequest>(message).await? else {
-                        continue;
-                    };
-                    let answer = match request {
-                        HelpRequest::Speak { message: said } => {
-                            let mut m = OodaMessage::new(MessageRole::Agent, said, now);
-                            m.from = message.from.agent().cloned();
-                            m.to = Some(ctx.id().clone());
-                            self.ooda.receive_message(m);
-                            HelpResponse::Said {
-                                reply: format!(
-                                    "noted; I am at iteration {} of: {}",
-                                    self.ooda.state.iteration, self.ooda.state.goal
-                                ),
-                            }
-                        }
-                        HelpRequest::ShareKnowledge => HelpResponse::Knowledge {
-                            knowledge: serde_json::to_string(&self.ooda.state.knowledge)
-                                .unwrap_or_default(),
-                        },
-                        HelpRequest::TakeOverTask { .. } => HelpResponse::Refused {
-                            reason: "an OODA agent does not take over subtasks".into(),
-                        },
-                    };
-                    ctx.reply(message, MessageKind::PeerHelpResponse, &answer).await?;
-                }
-                MessageKind::PeerHelpResponse => {
-                    let text = match ctx.read_payload::<HelpResponse>(message).await? {
-                        Some(HelpResponse::Said { reply }) => reply,
-                        Some(HelpResponse::Knowledge { knowledge }) => knowledge,
-                        Some(other) => text_of(&serde_json::to_value(other).unwrap_or_default()),
-                        None => continue,
-                    };
-                    let mut m = OodaMessage::new(MessageRole::Agent, text, now);
-                    m.from = message.from.agent().cloned();
-                    m.to = Some(ctx.id().clone());
-                    self.ooda.receive_message(m);
-                }
-                MessageKind::StatusQuery if from_supervisor => {
-                    let report =
-                        StatusReport::Agent { status: ctx.status(), current: self.current_work() };
-                    ctx.reply(message, MessageKind::StatusReport, &report).await?;
-                }
-                _ => {}
-            }
+            commanded |= self.take(ctx, message, from_supervisor).await?;
         }
         if commanded || !self.has_work() {
             return Ok(());

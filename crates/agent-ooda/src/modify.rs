@@ -562,57 +562,10 @@ impl Ooda {
         ctx: &mut AgentContext,
         mut pending: Pending,
     ) -> Result<AgentStep, OodaError> {
-        let before_files: Vec<(String, Option<String>)> = {
-            let mut v = Vec::new();
-            for f in &pending.applied.files {
-                // A resumed agent may find the file written already: its content before is the
-                // recorded one when there is one.
-                let before = match &f.before {
-                    Some(b) => Some(b.clone()),
-                    None if matches!(pending.what, Change::Modification { .. }) => None,
-                    None => read(ctx, &f.path).await?,
-                };
-                v.push((f.path.clone(), before));
-            }
-            v
-        };
-        for (f, (_, before)) in pending.applied.files.iter_mut().zip(&before_files) {
-            if f.before.is_none() {
-                f.before = before.clone();
-            }
-        }
+        let before_files = files_before(ctx, &mut pending).await?;
         let before_hash = version_hash(&self.config, &before_files);
         for f in &pending.applied.files {
-            let key = format!("ooda/{}/version/{}/{}", ctx.id(), pending.version, hash_json(f));
-            match &f.after {
-                Some(content) => {
-                    let call = ToolCall {
-                        tool: "write_file".into(),
-                        args: json!({ "path": f.path, "content": content }),
-                    };
-                    let out = ctx.call_tool_once(&key, &call).await?;
-                    if !out.success {
-                        return Err(OodaError::Validation(format!(
-                            "cannot write `{}`: {}",
-                            f.path, out.output
-                        )));
-                    }
-                }
-                None => {
-                    check_path(&f.path)?;
-                    let full = ctx.deps().workspace.workspace().join(&f.path);
-                    match tokio::fs::remove_file(&full).await {
-                        Ok(()) => {}
-                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                        Err(e) => {
-                            return Err(OodaError::Validation(format!(
-                                "cannot remove `{}`: {e}",
-                                f.path
-                            )));
-                        }
-                    }
-                }
-            }
+            write_change(ctx, pending.version, f).await?;
         }
         let after_files: Vec<(String, Option<String>)> =
             pending.applied.files.iter().map(|f| (f.path.clone(), f.after.clone())).collect();
@@ -654,6 +607,68 @@ impl Ooda {
         }
         Ok(self.step_record(OodaEventKind::ModifySelf, data, true, None))
     }
+}
+
+/// The content before the change of each file `pending` writes (`None`: it did not exist),
+/// filled into the change where it was not recorded yet.
+async fn files_before(
+    ctx: &AgentContext,
+    pending: &mut Pending,
+) -> Result<Vec<(String, Option<String>)>, OodaError> {
+    let mut before_files = Vec::new();
+    for f in &pending.applied.files {
+        // A resumed agent may find the file written already: its content before is the
+        // recorded one when there is one.
+        let before = match &f.before {
+            Some(b) => Some(b.clone()),
+            None if matches!(pending.what, Change::Modification { .. }) => None,
+            None => read(ctx, &f.path).await?,
+        };
+        before_files.push((f.path.clone(), before));
+    }
+    for (f, (_, before)) in pending.applied.files.iter_mut().zip(&before_files) {
+        if f.before.is_none() {
+            f.before = before.clone();
+        }
+    }
+    Ok(before_files)
+}
+
+/// Makes one file change of `version`: a write through the runtime's journal (at most once,
+/// keyed by the version and the change), or a removal (a file the version does not have).
+async fn write_change(
+    ctx: &mut AgentContext,
+    version: u64,
+    f: &FileChange,
+) -> Result<(), OodaError> {
+    let key = format!("ooda/{}/version/{}/{}", ctx.id(), version, hash_json(f));
+    match &f.after {
+        Some(content) => {
+            let call = ToolCall {
+                tool: "write_file".into(),
+                args: json!({ "path": f.path, "content": content }),
+            };
+            let out = ctx.call_tool_once(&key, &call).await?;
+            if !out.success {
+                return Err(OodaError::Validation(format!(
+                    "cannot write `{}`: {}",
+                    f.path, out.output
+                )));
+            }
+        }
+        None => {
+            check_path(&f.path)?;
+            let full = ctx.deps().workspace.workspace().join(&f.path);
+            match tokio::fs::remove_file(&full).await {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    return Err(OodaError::Validation(format!("cannot remove `{}`: {e}", f.path)));
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

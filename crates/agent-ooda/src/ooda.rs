@@ -611,34 +611,8 @@ impl Ooda {
             return Ok(StepEnd { steps: Vec::new(), stop: Some(stop), waiting: false });
         }
         let mut steps = Vec::with_capacity(4);
-
-        // Observe.
-        self.state = self.state.entering(Phase::Observe, ctx.now());
-        self.emit(ctx, OodaEventKind::Observe, Value::Null).await?;
-        let inbox = self.state.inbox.clone();
-        let (agent, config, history, task) = self.parts();
-        let view = View { config: &config, history: &history, task: task.as_ref() };
-        let result = agent.observe(ctx, &view, self.state.clone()).await;
-        let (state, observed) = self.check(ctx, Phase::Observe, result).await?;
-        if state.inbox.is_empty() {
-            for message in inbox {
-                let from = message.from.as_ref().map_or("?", |f| f.as_str()).to_owned();
-                let call = ToolCall { tool: "message".into(), args: json!({ "from": from }) };
-                self.record(call, true, &message.content, true);
-            }
-        }
-        self.state = state;
-        steps.push(self.step_record(OodaEventKind::Observe, observed, true, None));
-
-        // Decide.
-        self.state = self.state.entering(Phase::Decide, ctx.now());
-        self.emit(ctx, OodaEventKind::Decide, Value::Null).await?;
-        let (agent, config, history, task) = self.parts();
-        let view = View { config: &config, history: &history, task: task.as_ref() };
-        let result = agent.decide(ctx, &view, self.state.clone()).await;
-        let (state, choice) = self.check(ctx, Phase::Decide, result).await?;
-        self.state = state;
-        let chosen = serde_json::to_value(&choice).unwrap_or(Value::Null);
+        steps.push(self.observe_phase(ctx).await?);
+        let (choice, chosen) = self.decide_phase(ctx).await?;
         steps.push(self.step_record(OodaEventKind::Decide, chosen.clone(), true, None));
         if let Some(stop) = self.repeats(ctx, &choice).await? {
             return Ok(StepEnd { steps, stop: Some(stop), waiting: false });
@@ -657,28 +631,8 @@ impl Ooda {
                 self.route_outbox(ctx).await?;
                 return Ok(StepEnd { steps, stop: Some(stop), waiting: false });
             }
-            Choice::Act(call) => {
-                self.begin_act(ctx, chosen).await?;
-                let (agent, config, history, task) = self.parts();
-                let view = View { config: &config, history: &history, task: task.as_ref() };
-                let result = agent.act(ctx, &view, self.state.clone(), &call).await;
-                let (state, outcome) = self.check(ctx, Phase::Act, result).await?;
-                self.state = state;
-                outcome
-            }
-            Choice::Send { to, content } => {
-                self.begin_act(ctx, chosen).await?;
-                self.state = self.state.sending(to.clone(), content.clone(), ctx.now());
-                let call = ToolCall {
-                    tool: SEND_MESSAGE.into(),
-                    args: json!({ "to": to, "content": content }),
-                };
-                Outcome {
-                    success: true,
-                    output: format!("message to {to} queued"),
-                    call: Some(call),
-                }
-            }
+            Choice::Act(call) => self.act_call(ctx, chosen, &call).await?,
+            Choice::Send { to, content } => self.act_send(ctx, chosen, to, content).await?,
             Choice::Modify(request) => {
                 self.begin_act(ctx, chosen).await?;
                 let call = ToolCall { tool: MODIFY_SELF.into(), args: request.clone() };
@@ -696,19 +650,92 @@ impl Ooda {
             outcome.success,
             (!outcome.success).then(|| outcome.output.clone()),
         ));
+        steps.push(self.reflect_phase(ctx, &outcome).await?);
+        self.route_outbox(ctx).await?;
+        Ok(StepEnd { steps, stop: None, waiting: false })
+    }
 
-        // Reflect (a capability of its own: an agent configured without it stops here).
+    /// The observe phase. When it took the inbox, the messages join the history (as
+    /// `message` calls) so that decide sees them.
+    async fn observe_phase(&mut self, ctx: &mut AgentContext) -> Result<AgentStep, OodaError> {
+        self.state = self.state.entering(Phase::Observe, ctx.now());
+        self.emit(ctx, OodaEventKind::Observe, Value::Null).await?;
+        let inbox = self.state.inbox.clone();
+        let (agent, config, history, task) = self.parts();
+        let view = View { config: &config, history: &history, task: task.as_ref() };
+        let result = agent.observe(ctx, &view, self.state.clone()).await;
+        let (state, observed) = self.check(ctx, Phase::Observe, result).await?;
+        if state.inbox.is_empty() {
+            for message in inbox {
+                let from = message.from.as_ref().map_or("?", |f| f.as_str()).to_owned();
+                let call = ToolCall { tool: "message".into(), args: json!({ "from": from }) };
+                self.record(call, true, &message.content, true);
+            }
+        }
+        self.state = state;
+        Ok(self.step_record(OodaEventKind::Observe, observed, true, None))
+    }
+
+    /// The decide phase: the choice, and the choice as its step records it.
+    async fn decide_phase(&mut self, ctx: &mut AgentContext) -> Result<(Choice, Value), OodaError> {
+        self.state = self.state.entering(Phase::Decide, ctx.now());
+        self.emit(ctx, OodaEventKind::Decide, Value::Null).await?;
+        let (agent, config, history, task) = self.parts();
+        let view = View { config: &config, history: &history, task: task.as_ref() };
+        let result = agent.decide(ctx, &view, self.state.clone()).await;
+        let (state, choice) = self.check(ctx, Phase::Decide, result).await?;
+        self.state = state;
+        let chosen = serde_json::to_value(&choice).unwrap_or(Value::Null);
+        Ok((choice, chosen))
+    }
+
+    /// The act phase for a tool call (`chosen`: the choice, which its event names).
+    async fn act_call(
+        &mut self,
+        ctx: &mut AgentContext,
+        chosen: Value,
+        call: &ToolCall,
+    ) -> Result<Outcome, OodaError> {
+        self.begin_act(ctx, chosen).await?;
+        let (agent, config, history, task) = self.parts();
+        let view = View { config: &config, history: &history, task: task.as_ref() };
+        let result = agent.act(ctx, &view, self.state.clone(), call).await;
+        let (state, outcome) = self.check(ctx, Phase::Act, result).await?;
+        self.state = state;
+        Ok(outcome)
+    }
+
+    /// The act phase for a message: it joins the outbox, routed at the end of the step.
+    async fn act_send(
+        &mut self,
+        ctx: &AgentContext,
+        chosen: Value,
+        to: AgentId,
+        content: String,
+    ) -> Result<Outcome, OodaError> {
+        self.begin_act(ctx, chosen).await?;
+        self.state = self.state.sending(to.clone(), content.clone(), ctx.now());
+        let call =
+            ToolCall { tool: SEND_MESSAGE.into(), args: json!({ "to": to, "content": content }) };
+        Ok(Outcome { success: true, output: format!("message to {to} queued"), call: Some(call) })
+    }
+
+    /// The reflect phase (a capability of its own: an agent configured without it stops
+    /// here), which ends the iteration.
+    async fn reflect_phase(
+        &mut self,
+        ctx: &mut AgentContext,
+        outcome: &Outcome,
+    ) -> Result<AgentStep, OodaError> {
         ctx.require(Action::Reflect, "(reflect on the act)").await?;
         self.state = self.state.entering(Phase::Reflect, ctx.now());
         self.emit(ctx, OodaEventKind::Reflect, json!({ "success": outcome.success })).await?;
         let (agent, config, history, task) = self.parts();
         let view = View { config: &config, history: &history, task: task.as_ref() };
-        let result = agent.reflect(ctx, &view, self.state.clone(), &outcome).await;
+        let result = agent.reflect(ctx, &view, self.state.clone(), outcome).await;
         let (state, lesson) = self.check(ctx, Phase::Reflect, result).await?;
         self.state = state.iterated(ctx.now());
-        steps.push(self.step_record(OodaEventKind::Reflect, lesson, true, None));
-        self.route_outbox(ctx).await?;
-        Ok(StepEnd { steps, stop: None, waiting: false })
+        Ok(self.step_record(OodaEventKind::Reflect, lesson, true, None))
     }
 
     /// Runs up to `max_iterations` loops, fewer when the loop stops or waits

@@ -28,8 +28,8 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 
 use crate::capsule::Capsule;
-use crate::env::{HeaderValue, Method};
-use crate::http::{HttpClient, Outgoing, Redirects, check_url, redact};
+use crate::env::{Endpoint, HeaderValue, Method};
+use crate::http::{Fetched, HttpClient, Outgoing, Redirects, check_url, redact};
 use crate::kind::{Kind, KindError, KindOutput};
 use crate::request::RunRequest;
 use agent_state::shorten;
@@ -94,23 +94,7 @@ impl Kind for IntegrationsAgent {
         request: &RunRequest,
         capsule: &mut Capsule,
     ) -> Result<KindOutput, KindError> {
-        let known = || {
-            let names: Vec<&str> = capsule.env().endpoints.keys().map(String::as_str).collect();
-            if names.is_empty() {
-                "none are configured: define them in the team file's `[[endpoints]]`".to_owned()
-            } else {
-                format!("the endpoints are: {}", names.join(", "))
-            }
-        };
-        let Some(name) = request.input_str("endpoint") else {
-            return Err(KindError::missing(format!(
-                "the endpoint to call: give `endpoint` ({})",
-                known()
-            )));
-        };
-        let Some(endpoint) = capsule.env().endpoints.get(name).cloned() else {
-            return Err(KindError::invalid(format!("unknown endpoint `{name}`; {}", known())));
-        };
+        let (name, endpoint) = requested_endpoint(request, capsule)?;
         let policy = capsule.env().http.clone();
         let what = format!("endpoint `{name}`");
         // The host first: outside the allow-list is a permission failure.
@@ -129,33 +113,7 @@ impl Kind for IntegrationsAgent {
             }
             Some(body) => Some(("application/json", body.to_string().into_bytes())),
         };
-
-        let mut headers = Vec::with_capacity(endpoint.headers.len());
-        let mut secrets = Vec::new();
-        for (header, value) in &endpoint.headers {
-            let value = match value {
-                HeaderValue::Value(v) => v.clone(),
-                HeaderValue::Env(var) => match std::env::var(var) {
-                    Ok(secret) => {
-                        secrets.push(secret.clone());
-                        secret
-                    }
-                    Err(std::env::VarError::NotPresent) => {
-                        return Err(KindError::missing(format!(
-                            "the environment variable `{var}`, which holds header `{header}` of \
-                             {what}: set it before the run"
-                        )));
-                    }
-                    Err(std::env::VarError::NotUnicode(_)) => {
-                        return Err(KindError::invalid(format!(
-                            "the environment variable `{var}` (header `{header}` of {what}) is \
-                             not valid Unicode"
-                        )));
-                    }
-                },
-            };
-            headers.push((header.clone(), value));
-        }
+        let (headers, secrets) = headers(&endpoint, &what)?;
 
         capsule.progress(10, format!("calling {what} ({})", endpoint.method.as_str()));
         let client = HttpClient::new(&policy, Redirects::Never)?;
@@ -169,49 +127,129 @@ impl Kind for IntegrationsAgent {
             json!({"endpoint": name, "method": endpoint.method.as_str(), "status": fetched.status}),
         );
         if !fetched.success() {
-            let kind = FailureKind::from_http_status(fetched.status).unwrap_or(FailureKind::Client);
-            let mut reason = format!(
-                "{what} answered {}: {}",
-                fetched.status_line(),
-                shorten(text.trim(), ERROR_BODY_CHARS)
-            );
-            if kind == FailureKind::Permission {
-                reason.push_str("; check the credentials its headers carry");
-            }
-            return Err(KindError::new(kind, reason));
+            return Err(error_answer(&fetched, &text, &what));
         }
         capsule.progress(90, format!("{what} answered {}", fetched.status_line()));
-        let body = if fetched.truncated {
-            Value::String(text.clone())
-        } else {
-            serde_json::from_str::<Value>(&text).unwrap_or_else(|_| Value::String(text.clone()))
-        };
-        let mut primary = format!(
-            "{} {what}: HTTP {}\n{}",
-            endpoint.method.as_str(),
-            fetched.status_line(),
-            shorten(text.trim(), SHOWN_BODY_CHARS)
-        );
-        if fetched.truncated {
-            let _ = write!(
-                primary,
-                "\n[cut: the answer is longer than {} bytes, the policy's `max_body_bytes`]",
-                policy.max_body_bytes
-            );
-        }
+        let output = answer(&fetched, &text, &endpoint, name, policy.max_body_bytes);
         capsule.progress(100, format!("{what} done"));
-        Ok(KindOutput {
-            primary_output: primary.trim_end().to_owned(),
-            confidence: 1.0,
-            artifacts: Vec::new(),
-            data: json!({
-                "endpoint": name,
-                "status": fetched.status,
-                "body": body,
-                "truncated": fetched.truncated,
-            }),
-            needs_model: None,
-        })
+        Ok(output)
+    }
+}
+
+/// The endpoint the request names, with that name: a request that names none is blocked, one
+/// that names an endpoint not configured is invalid (both list the known ones).
+fn requested_endpoint<'r>(
+    request: &'r RunRequest,
+    capsule: &Capsule,
+) -> Result<(&'r str, Endpoint), KindError> {
+    let known = || {
+        let names: Vec<&str> = capsule.env().endpoints.keys().map(String::as_str).collect();
+        if names.is_empty() {
+            "none are configured: define them in the team file's `[[endpoints]]`".to_owned()
+        } else {
+            format!("the endpoints are: {}", names.join(", "))
+        }
+    };
+    let Some(name) = request.input_str("endpoint") else {
+        return Err(KindError::missing(format!(
+            "the endpoint to call: give `endpoint` ({})",
+            known()
+        )));
+    };
+    let Some(endpoint) = capsule.env().endpoints.get(name).cloned() else {
+        return Err(KindError::invalid(format!("unknown endpoint `{name}`; {}", known())));
+    };
+    Ok((name, endpoint))
+}
+
+/// Headers as they are sent: each name and value.
+type Headers = Vec<(String, String)>;
+
+/// The headers sent to `endpoint` (`what`), those from environment variables read now, and
+/// the secrets among their values (to redact from what is shown).
+fn headers(endpoint: &Endpoint, what: &str) -> Result<(Headers, Vec<String>), KindError> {
+    let mut headers = Vec::with_capacity(endpoint.headers.len());
+    let mut secrets = Vec::new();
+    for (header, value) in &endpoint.headers {
+        let value = match value {
+            HeaderValue::Value(v) => v.clone(),
+            HeaderValue::Env(var) => match std::env::var(var) {
+                Ok(secret) => {
+                    secrets.push(secret.clone());
+                    secret
+                }
+                Err(std::env::VarError::NotPresent) => {
+                    return Err(KindError::missing(format!(
+                        "the environment variable `{var}`, which holds header `{header}` of \
+                         {what}: set it before the run"
+                    )));
+                }
+                Err(std::env::VarError::NotUnicode(_)) => {
+                    return Err(KindError::invalid(format!(
+                        "the environment variable `{var}` (header `{header}` of {what}) is \
+                         not valid Unicode"
+                    )));
+                }
+            },
+        };
+        headers.push((header.clone(), value));
+    }
+    Ok((headers, secrets))
+}
+
+/// The failure of a call that `what` answered with an error status (`text`: its body,
+/// redacted): its class is the status's.
+fn error_answer(fetched: &Fetched, text: &str, what: &str) -> KindError {
+    let kind = FailureKind::from_http_status(fetched.status).unwrap_or(FailureKind::Client);
+    let mut reason = format!(
+        "{what} answered {}: {}",
+        fetched.status_line(),
+        shorten(text.trim(), ERROR_BODY_CHARS)
+    );
+    if kind == FailureKind::Permission {
+        reason.push_str("; check the credentials its headers carry");
+    }
+    KindError::new(kind, reason)
+}
+
+/// The run's output from a 2xx answer of `endpoint` (requested as `name`), `text` its body,
+/// redacted (`max_body_bytes`: the policy's limit, named when the body was cut).
+fn answer(
+    fetched: &Fetched,
+    text: &str,
+    endpoint: &Endpoint,
+    name: &str,
+    max_body_bytes: usize,
+) -> KindOutput {
+    let what = format!("endpoint `{name}`");
+    let body = if fetched.truncated {
+        Value::String(text.to_owned())
+    } else {
+        serde_json::from_str::<Value>(text).unwrap_or_else(|_| Value::String(text.to_owned()))
+    };
+    let mut primary = format!(
+        "{} {what}: HTTP {}\n{}",
+        endpoint.method.as_str(),
+        fetched.status_line(),
+        shorten(text.trim(), SHOWN_BODY_CHARS)
+    );
+    if fetched.truncated {
+        let _ = write!(
+            primary,
+            "\n[cut: the answer is longer than {max_body_bytes} bytes, the policy's `max_body_bytes`]"
+        );
+    }
+    KindOutput {
+        primary_output: primary.trim_end().to_owned(),
+        confidence: 1.0,
+        artifacts: Vec::new(),
+        data: json!({
+            "endpoint": name,
+            "status": fetched.status,
+            "body": body,
+            "truncated": fetched.truncated,
+        }),
+        needs_model: None,
     }
 }
 

@@ -16,7 +16,7 @@
 //! `data.steps` holds the steps as `{id, description, after, owner, role}`; a reasoner's plan
 //! also gives `data.leads` (the leads it would create, which a plan file does not name).
 
-use agent_core::ReasonError;
+use agent_core::{Plan, ReasonError};
 use agent_state::{FailureKind, PlanStep, RoleBook, StepTarget, Task, find_control};
 use async_trait::async_trait;
 use serde::Serialize;
@@ -72,55 +72,18 @@ impl Kind for PlannerAgent {
         request: &RunRequest,
         capsule: &mut Capsule,
     ) -> Result<KindOutput, KindError> {
-        let id = request
-            .input_str("id")
-            .map_or_else(|| format!("plan-{}", capsule.run_id()), |s| s.trim().to_owned());
-        let domain = request.input_str("domain").map(|d| d.trim().to_owned());
-        for (what, value) in [("id", Some(id.as_str())), ("domain", domain.as_deref())] {
-            let Some(value) = value else { continue };
-            if value.is_empty() {
-                return Err(KindError::invalid(format!(
-                    "`{what}` is empty; leave it out or name it"
-                )));
-            }
-            if let Some((index, c)) = find_control(value) {
-                return Err(KindError::invalid(format!(
-                    "`{what}` has the control character {} at character {}; it must be one line \
-                     of printable text",
-                    c.escape_unicode(),
-                    index + 1
-                )));
-            }
-        }
+        let (id, domain) = plan_names(request, capsule)?;
         let goal = request.objective.trim();
 
         capsule.progress(10, "planning");
-        let reasoner = capsule.reasoner().clone();
-        let mut planned = None;
-        if reasoner.plans() {
-            capsule.spend_reasoner_call()?;
-            let task = Task::goal(id.clone(), goal);
-            match reasoner.plan(capsule.persona(), &task, &RoleBook::default()).await {
-                Ok(plan) => planned = Some(plan),
-                Err(ReasonError::CannotPlan { .. } | ReasonError::NeedsModel { .. }) => {}
-                Err(error) => return Err(reason_failure(error)),
-            }
-        }
+        let planned = reasoner_plan(capsule, &id, goal).await?;
         let (steps, leads, needs_model, confidence) = match planned {
             Some(plan) => {
                 capsule.progress(60, format!("the reasoner planned {} step(s)", plan.steps.len()));
                 (plan.steps, plan.leads, None, 0.8)
             }
             None => {
-                let steps = split_objective(goal)
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, description)| {
-                        let target = domain.clone().map_or(StepTarget::Any, StepTarget::Domain);
-                        PlanStep::goal(format!("step-{}", i + 1), description, target)
-                            .with_after((i > 0).then(|| format!("step-{i}")))
-                    })
-                    .collect::<Vec<_>>();
+                let steps = written_steps(goal, domain.as_deref());
                 capsule.progress(60, format!("split the objective into {} step(s)", steps.len()));
                 (steps, Vec::new(), Some(PLANNER_NEEDS_MODEL.to_owned()), 0.5)
             }
@@ -157,6 +120,66 @@ impl Kind for PlannerAgent {
             needs_model,
         })
     }
+}
+
+/// The plan's id (the `id` input, else `plan-<run id>`) and the `domain` input, each checked
+/// to be one line of printable text.
+fn plan_names(
+    request: &RunRequest,
+    capsule: &Capsule,
+) -> Result<(String, Option<String>), KindError> {
+    let id = request
+        .input_str("id")
+        .map_or_else(|| format!("plan-{}", capsule.run_id()), |s| s.trim().to_owned());
+    let domain = request.input_str("domain").map(|d| d.trim().to_owned());
+    for (what, value) in [("id", Some(id.as_str())), ("domain", domain.as_deref())] {
+        let Some(value) = value else { continue };
+        if value.is_empty() {
+            return Err(KindError::invalid(format!("`{what}` is empty; leave it out or name it")));
+        }
+        if let Some((index, c)) = find_control(value) {
+            return Err(KindError::invalid(format!(
+                "`{what}` has the control character {} at character {}; it must be one line \
+                 of printable text",
+                c.escape_unicode(),
+                index + 1
+            )));
+        }
+    }
+    Ok((id, domain))
+}
+
+/// The reasoner's plan of `goal` as the task `id`; `None` when the reasoner does not plan or
+/// cannot plan this one.
+async fn reasoner_plan(
+    capsule: &mut Capsule,
+    id: &str,
+    goal: &str,
+) -> Result<Option<Plan>, KindError> {
+    let reasoner = capsule.reasoner().clone();
+    if !reasoner.plans() {
+        return Ok(None);
+    }
+    capsule.spend_reasoner_call()?;
+    let task = Task::goal(id.to_owned(), goal);
+    match reasoner.plan(capsule.persona(), &task, &RoleBook::default()).await {
+        Ok(plan) => Ok(Some(plan)),
+        Err(ReasonError::CannotPlan { .. } | ReasonError::NeedsModel { .. }) => Ok(None),
+        Err(error) => Err(reason_failure(error)),
+    }
+}
+
+/// The steps of `goal` as written, each after the one before, owned by `domain` if given.
+fn written_steps(goal: &str, domain: Option<&str>) -> Vec<PlanStep> {
+    split_objective(goal)
+        .into_iter()
+        .enumerate()
+        .map(|(i, description)| {
+            let target = domain.map_or(StepTarget::Any, |d| StepTarget::Domain(d.to_owned()));
+            PlanStep::goal(format!("step-{}", i + 1), description, target)
+                .with_after((i > 0).then(|| format!("step-{i}")))
+        })
+        .collect()
 }
 
 /// Who owns a step: a domain, an agent, or nobody in particular.

@@ -207,106 +207,34 @@ impl Kind for ResearchAgent {
         request: &RunRequest,
         capsule: &mut Capsule,
     ) -> Result<KindOutput, KindError> {
-        let urls = string_list(request, "urls");
-        let paths = string_list(request, "paths");
-        let query = request.input_str("query").map(str::to_owned);
-        let max_sources = request
-            .inputs
-            .get("max_sources")
-            .and_then(Value::as_u64)
-            .map_or(DEFAULT_MAX_SOURCES, |n| usize::try_from(n).unwrap_or(MAX_SOURCES))
-            .clamp(1, MAX_SOURCES);
-
+        let inputs = Inputs::of(request);
         // Every URL is checked before anything is read or sent.
-        let mut checked_urls = Vec::with_capacity(urls.len());
-        for url in &urls {
+        let mut checked_urls = Vec::with_capacity(inputs.urls.len());
+        for url in &inputs.urls {
             checked_urls.push(check_url(&capsule.env().http, url, &format!("url `{url}`"))?);
         }
+        let keywords = keywords(&request.objective);
+        let search = Search { query: inputs.query.as_deref(), keywords: &keywords };
 
         let mut sources = Vec::new();
-        let keywords = keywords(&request.objective);
         if capsule.workspace().is_some() {
-            let searched = match &query {
-                Some(q) => format!("`{q}`"),
-                None => keywords.join(", "),
-            };
-            capsule.progress(5, format!("searching the workspace for {searched}"));
-            sources = workspace_sources(capsule, &paths, query.as_deref(), &keywords, max_sources)
-                .await?;
+            capsule.progress(5, format!("searching the workspace for {}", search.described()));
+            sources =
+                workspace_sources(capsule, &inputs.paths, &search, inputs.max_sources).await?;
             capsule.progress(40, format!("read {} workspace document(s)", sources.len()));
-        } else if !paths.is_empty() {
+        } else if !inputs.paths.is_empty() {
             return Err(KindError::invalid(
                 "`paths` names workspace files, and the executor has no workspace; run it with a \
                  workspace or leave out `paths`",
             ));
         }
-
-        if !checked_urls.is_empty() {
-            capsule.progress(45, format!("fetching {} URL(s)", checked_urls.len()));
-            let client = HttpClient::new(&capsule.env().http, Redirects::AllowedHosts)?;
-            for url in &checked_urls {
-                sources.push(fetch(capsule, &client, url).await?);
-            }
-            capsule.progress(70, format!("fetched {} URL(s)", checked_urls.len()));
-        }
-
+        sources.extend(fetch_all(capsule, &checked_urls).await?);
         if sources.is_empty() {
-            let looked = if capsule.workspace().is_none() {
-                "the executor has no workspace".to_owned()
-            } else {
-                match &query {
-                    Some(q) => format!("no workspace document matches `{q}`"),
-                    None if keywords.is_empty() => {
-                        "the objective has no keywords to search the workspace for".to_owned()
-                    }
-                    None => {
-                        format!("no workspace document mentions {}", keywords.join(", "))
-                    }
-                }
-            };
-            return Err(KindError::missing(format!(
-                "something to research: {looked} and no `urls` were given; give `urls` (on hosts \
-                 in `[http] allow_hosts`), `paths` of workspace documents, or a `query`"
-            )));
+            return Err(nothing_to_research(capsule, &search));
         }
 
-        let mut names = String::new();
-        let mut listing = String::new();
-        for (i, source) in sources.iter().enumerate() {
-            let _ = writeln!(names, "[{}] {}", i + 1, source.name);
-            let _ = writeln!(listing, "[{}] {}", i + 1, source.name);
-            for line in source.excerpt.lines() {
-                let _ = writeln!(listing, "    {line}");
-            }
-        }
-        let mut material = String::new();
-        for (i, source) in sources.iter().enumerate() {
-            let _ = write!(material, "[{}] {}\n{}\n\n", i + 1, source.name, source.material);
-        }
-
-        capsule.progress(80, format!("writing notes from {} source(s)", sources.len()));
-        let instruction = format!(
-            "Write research notes on: {}\nUse only the numbered sources given as material, cite \
-             them as [n], and say what they leave open.",
-            request.objective.trim()
-        );
-        let composed = capsule.compose(&instruction, &material).await?;
-        let (primary_output, confidence, needs_model) = match composed {
-            Some(notes) => (format!("{}\n\nSources:\n{names}", notes.trim()), 0.8, None),
-            None => (
-                format!(
-                    "Research notes on: {}\n\nExcerpts from {} source(s):\n{listing}",
-                    request.objective.trim(),
-                    sources.len()
-                ),
-                0.4,
-                Some(
-                    "summarising the sources into research notes: the notes are the excerpts \
-                     found, uninterpreted"
-                        .to_owned(),
-                ),
-            ),
-        };
+        let (primary_output, confidence, needs_model) =
+            notes(capsule, &request.objective, &sources).await?;
         let artifacts = sources
             .iter()
             .filter(|s| s.file)
@@ -321,7 +249,7 @@ impl Kind for ResearchAgent {
                 .iter()
                 .map(|s| json!({"source": s.name, "excerpt": s.excerpt}))
                 .collect::<Vec<_>>(),
-            "keywords": if query.is_some() { Vec::new() } else { keywords },
+            "keywords": if inputs.query.is_some() { Vec::new() } else { keywords },
         });
         capsule.progress(100, "research notes ready");
         Ok(KindOutput {
@@ -332,6 +260,183 @@ impl Kind for ResearchAgent {
             needs_model,
         })
     }
+}
+
+/// A run's inputs.
+struct Inputs {
+    /// `urls`: pages to fetch.
+    urls: Vec<String>,
+    /// `paths`: workspace files or globs to read first.
+    paths: Vec<String>,
+    /// `query`: a regex searched for instead of the objective's keywords.
+    query: Option<String>,
+    /// `max_sources`, within 1..=[`MAX_SOURCES`].
+    max_sources: usize,
+}
+
+impl Inputs {
+    fn of(request: &RunRequest) -> Self {
+        let max_sources = request
+            .inputs
+            .get("max_sources")
+            .and_then(Value::as_u64)
+            .map_or(DEFAULT_MAX_SOURCES, |n| usize::try_from(n).unwrap_or(MAX_SOURCES))
+            .clamp(1, MAX_SOURCES);
+        Self {
+            urls: string_list(request, "urls"),
+            paths: string_list(request, "paths"),
+            query: request.input_str("query").map(str::to_owned),
+            max_sources,
+        }
+    }
+}
+
+/// What the workspace is searched for: the `query` regex, else the objective's keywords.
+struct Search<'a> {
+    query: Option<&'a str>,
+    keywords: &'a [String],
+}
+
+/// Search hits, by file: each matching line's number and text.
+type Hits = BTreeMap<String, Vec<(u64, String)>>;
+
+impl Search<'_> {
+    /// What is searched for, as the progress message says it.
+    fn described(&self) -> String {
+        match self.query {
+            Some(q) => format!("`{q}`"),
+            None => self.keywords.join(", "),
+        }
+    }
+
+    /// The regex searched for: the query, else any keyword as a word (`None`: no keywords).
+    fn pattern(&self) -> Option<String> {
+        match self.query {
+            Some(q) => Some(q.to_owned()),
+            None if self.keywords.is_empty() => None,
+            None => Some(format!(r"\b(?:{})\b", self.keywords.join("|"))),
+        }
+    }
+
+    /// The workspace's matching lines, grouped by file, `.strata/` left out.
+    async fn hits(&self, capsule: &Capsule) -> Result<Hits, KindError> {
+        let mut hits = Hits::new();
+        let Some(pattern) = self.pattern() else { return Ok(hits) };
+        let found = capsule
+            .call_tool(
+                "search",
+                json!({
+                    "pattern": pattern,
+                    "case_insensitive": self.query.is_none(),
+                    "max_results": SEARCH_RESULTS,
+                }),
+            )
+            .await?;
+        for m in found.data.get("matches").and_then(Value::as_array).into_iter().flatten() {
+            let (Some(path), Some(line), Some(text)) = (
+                m.get("path").and_then(Value::as_str),
+                m.get("line").and_then(Value::as_u64),
+                m.get("text").and_then(Value::as_str),
+            ) else {
+                continue;
+            };
+            if in_state_dir(path) {
+                continue;
+            }
+            hits.entry(path.to_owned()).or_default().push((line, text.to_owned()));
+        }
+        Ok(hits)
+    }
+
+    /// The files hit, best first: by how many keywords they match (with a query, how many
+    /// lines), then by how many lines, then by path.
+    fn ranked<'h>(&self, hits: &'h Hits) -> Vec<&'h String> {
+        let mut ranked: Vec<(&String, usize, usize)> = hits
+            .iter()
+            .map(|(path, lines)| {
+                let distinct = if self.query.is_some() {
+                    lines.len()
+                } else {
+                    self.keywords
+                        .iter()
+                        .filter(|k| {
+                            lines.iter().any(|(_, t)| t.to_lowercase().contains(k.as_str()))
+                        })
+                        .count()
+                };
+                (path, distinct, lines.len())
+            })
+            .collect();
+        ranked.sort_by(|a, b| b.1.cmp(&a.1).then(b.2.cmp(&a.2)).then(a.0.cmp(b.0)));
+        ranked.into_iter().map(|(path, _, _)| path).collect()
+    }
+}
+
+/// Why there is nothing to research: the run is blocked, and the error says what to give.
+fn nothing_to_research(capsule: &Capsule, search: &Search<'_>) -> KindError {
+    let looked = if capsule.workspace().is_none() {
+        "the executor has no workspace".to_owned()
+    } else {
+        match search.query {
+            Some(q) => format!("no workspace document matches `{q}`"),
+            None if search.keywords.is_empty() => {
+                "the objective has no keywords to search the workspace for".to_owned()
+            }
+            None => {
+                format!("no workspace document mentions {}", search.keywords.join(", "))
+            }
+        }
+    };
+    KindError::missing(format!(
+        "something to research: {looked} and no `urls` were given; give `urls` (on hosts \
+         in `[http] allow_hosts`), `paths` of workspace documents, or a `query`"
+    ))
+}
+
+/// The notes on `objective` from `sources`: composed by a model reasoner, citing the sources
+/// as `[n]`; else the excerpts, with what needs a model. With their confidence.
+async fn notes(
+    capsule: &mut Capsule,
+    objective: &str,
+    sources: &[Source],
+) -> Result<(String, f64, Option<String>), KindError> {
+    let mut names = String::new();
+    let mut listing = String::new();
+    for (i, source) in sources.iter().enumerate() {
+        let _ = writeln!(names, "[{}] {}", i + 1, source.name);
+        let _ = writeln!(listing, "[{}] {}", i + 1, source.name);
+        for line in source.excerpt.lines() {
+            let _ = writeln!(listing, "    {line}");
+        }
+    }
+    let mut material = String::new();
+    for (i, source) in sources.iter().enumerate() {
+        let _ = write!(material, "[{}] {}\n{}\n\n", i + 1, source.name, source.material);
+    }
+
+    capsule.progress(80, format!("writing notes from {} source(s)", sources.len()));
+    let instruction = format!(
+        "Write research notes on: {}\nUse only the numbered sources given as material, cite \
+         them as [n], and say what they leave open.",
+        objective.trim()
+    );
+    let composed = capsule.compose(&instruction, &material).await?;
+    Ok(match composed {
+        Some(notes) => (format!("{}\n\nSources:\n{names}", notes.trim()), 0.8, None),
+        None => (
+            format!(
+                "Research notes on: {}\n\nExcerpts from {} source(s):\n{listing}",
+                objective.trim(),
+                sources.len()
+            ),
+            0.4,
+            Some(
+                "summarising the sources into research notes: the notes are the excerpts \
+                 found, uninterpreted"
+                    .to_owned(),
+            ),
+        ),
+    })
 }
 
 /// The objective's search words: lower-cased words of three letters or more that are not
@@ -359,11 +464,38 @@ pub(crate) fn keywords(objective: &str) -> Vec<String> {
 async fn workspace_sources(
     capsule: &Capsule,
     paths: &[String],
-    query: Option<&str>,
-    keywords: &[String],
+    search: &Search<'_>,
     max_sources: usize,
 ) -> Result<Vec<Source>, KindError> {
-    // The files named, globs expanded.
+    let named = named_files(capsule, paths).await?;
+    let hits = search.hits(capsule).await?;
+
+    let mut chosen: Vec<(String, bool)> = Vec::new();
+    for path in named {
+        if !chosen.iter().any(|(p, _)| *p == path) {
+            chosen.push((path, true));
+        }
+    }
+    for path in search.ranked(&hits) {
+        if chosen.len() >= max_sources.max(paths.len()) {
+            break;
+        }
+        if !chosen.iter().any(|(p, _)| p == path) {
+            chosen.push((path.clone(), false));
+        }
+    }
+
+    let mut sources = Vec::with_capacity(chosen.len());
+    for (path, named) in chosen {
+        let lines = hits.get(&path).map(Vec::as_slice).unwrap_or_default();
+        sources.push(read_source(capsule, path, named, lines).await?);
+    }
+    Ok(sources)
+}
+
+/// The files `paths` names, globs expanded (`.strata/` left out of what a glob finds, and
+/// refused when a glob names it).
+async fn named_files(capsule: &Capsule, paths: &[String]) -> Result<Vec<String>, KindError> {
     let mut named: Vec<String> = Vec::new();
     for entry in paths {
         if entry.contains(['*', '?', '[', '{']) {
@@ -387,96 +519,33 @@ async fn workspace_sources(
             named.push(workspace_path(entry, "paths")?);
         }
     }
+    Ok(named)
+}
 
-    // Search hits, grouped by file.
-    let pattern = match query {
-        Some(q) => Some(q.to_owned()),
-        None if keywords.is_empty() => None,
-        None => Some(format!(r"\b(?:{})\b", keywords.join("|"))),
+/// Reads the workspace file at `path` as a source (`named`: the user named it; `lines`: its
+/// search hits).
+async fn read_source(
+    capsule: &Capsule,
+    path: String,
+    named: bool,
+    lines: &[(u64, String)],
+) -> Result<Source, KindError> {
+    let content = match capsule.call_tool("read_file", json!({"path": path})).await {
+        Ok(read) => read.output,
+        // A file the user named must be readable; a search hit that is not (too large,
+        // not text) is shown by its matching lines.
+        Err(error) if named => return Err(error),
+        Err(error) => {
+            tracing::debug!(path = %path, error = %error, "research: a search hit could not be read; its matching lines stand for it");
+            lines.iter().map(|(n, t)| format!("{n}: {t}")).collect::<Vec<_>>().join("\n")
+        }
     };
-    let mut hits: BTreeMap<String, Vec<(u64, String)>> = BTreeMap::new();
-    if let Some(pattern) = pattern {
-        let found = capsule
-            .call_tool(
-                "search",
-                json!({
-                    "pattern": pattern,
-                    "case_insensitive": query.is_none(),
-                    "max_results": SEARCH_RESULTS,
-                }),
-            )
-            .await?;
-        for m in found.data.get("matches").and_then(Value::as_array).into_iter().flatten() {
-            let (Some(path), Some(line), Some(text)) = (
-                m.get("path").and_then(Value::as_str),
-                m.get("line").and_then(Value::as_u64),
-                m.get("text").and_then(Value::as_str),
-            ) else {
-                continue;
-            };
-            if in_state_dir(path) {
-                continue;
-            }
-            hits.entry(path.to_owned()).or_default().push((line, text.to_owned()));
-        }
-    }
-    let mut ranked: Vec<(&String, usize, usize)> = hits
-        .iter()
-        .map(|(path, lines)| {
-            let distinct = if query.is_some() {
-                lines.len()
-            } else {
-                keywords
-                    .iter()
-                    .filter(|k| lines.iter().any(|(_, t)| t.to_lowercase().contains(k.as_str())))
-                    .count()
-            };
-            (path, distinct, lines.len())
-        })
-        .collect();
-    ranked.sort_by(|a, b| b.1.cmp(&a.1).then(b.2.cmp(&a.2)).then(a.0.cmp(b.0)));
-
-    let mut chosen: Vec<(String, bool)> = Vec::new();
-    for path in named {
-        if !chosen.iter().any(|(p, _)| *p == path) {
-            chosen.push((path, true));
-        }
-    }
-    for (path, _, _) in ranked {
-        if chosen.len() >= max_sources.max(paths.len()) {
-            break;
-        }
-        if !chosen.iter().any(|(p, _)| p == path) {
-            chosen.push((path.clone(), false));
-        }
-    }
-
-    let mut sources = Vec::with_capacity(chosen.len());
-    for (path, named) in chosen {
-        let lines = hits.get(&path).map(Vec::as_slice).unwrap_or_default();
-        let content = match capsule.call_tool("read_file", json!({"path": path})).await {
-            Ok(read) => read.output,
-            // A file the user named must be readable; a search hit that is not (too large,
-            // not text) is shown by its matching lines.
-            Err(error) if named => return Err(error),
-            Err(error) => {
-                tracing::debug!(path = %path, error = %error, "research: a search hit could not be read; its matching lines stand for it");
-                lines.iter().map(|(n, t)| format!("{n}: {t}")).collect::<Vec<_>>().join("\n")
-            }
-        };
-        let excerpt = excerpt_of(&content, lines);
-        capsule.note(
-            "source_read",
-            json!({"source": path, "bytes": content.len(), "matching_lines": lines.len()}),
-        );
-        sources.push(Source {
-            name: path,
-            excerpt,
-            material: shorten(&content, MATERIAL_CHARS),
-            file: true,
-        });
-    }
-    Ok(sources)
+    let excerpt = excerpt_of(&content, lines);
+    capsule.note(
+        "source_read",
+        json!({"source": path, "bytes": content.len(), "matching_lines": lines.len()}),
+    );
+    Ok(Source { name: path, excerpt, material: shorten(&content, MATERIAL_CHARS), file: true })
 }
 
 /// What is shown of a document: the lines around its first matching line (or its first
@@ -498,6 +567,21 @@ fn excerpt_of(content: &str, hits: &[(u64, String)]) -> String {
         .filter(|l| !l.trim().is_empty())
         .collect();
     shorten(&lines.join("\n"), EXCERPT_CHARS)
+}
+
+/// Fetches the URLs (already checked), in order, as sources.
+async fn fetch_all(capsule: &mut Capsule, urls: &[String]) -> Result<Vec<Source>, KindError> {
+    let mut sources = Vec::with_capacity(urls.len());
+    if urls.is_empty() {
+        return Ok(sources);
+    }
+    capsule.progress(45, format!("fetching {} URL(s)", urls.len()));
+    let client = HttpClient::new(&capsule.env().http, Redirects::AllowedHosts)?;
+    for url in urls {
+        sources.push(fetch(capsule, &client, url).await?);
+    }
+    capsule.progress(70, format!("fetched {} URL(s)", urls.len()));
+    Ok(sources)
 }
 
 /// Fetches one URL (already checked) as a source.
