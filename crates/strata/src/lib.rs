@@ -12,6 +12,10 @@
 //!   ledger, the workspace and its crash journals.
 //! - [`reasoners`] builds and checks every agent's reasoner from the team file; [`mcp`] starts
 //!   the team file's MCP servers.
+//! - [`evolve`]: a durable evolution (`strata evolve`): started or resumed, run, its
+//!   `evolution.json`, best genome and family tree; [`evaluation`]: the services its suite's
+//!   task teams run on, built from the team file as a run's are (sandbox, per-agent network,
+//!   reasoners).
 //! - [`Error`]: every failure says what went wrong and whether the user's input is to blame
 //!   ([`ErrorKind::BadInput`]: nothing was written).
 //!
@@ -30,6 +34,8 @@
 //! ```
 
 pub mod error;
+pub mod evaluation;
+pub mod evolve;
 pub mod inputs;
 pub mod mcp;
 pub mod placement;
