@@ -27,7 +27,6 @@ pub(crate) const MAX_PARAMS: usize = 6;
 pub(crate) const NOT_YET_CHECKED: &[&str] = &[
     "crates/agent-cli/",
     "crates/agent-core/",
-    "crates/agent-evolution/",
     "crates/agent-executor/",
     "crates/agent-llm/",
     "crates/agent-ooda/",
