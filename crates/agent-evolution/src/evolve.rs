@@ -229,86 +229,12 @@ impl Evolution {
         }
         let recorded: BTreeMap<EventKey, EvolutionaryEvent> =
             self.recorder.events().await?.into_iter().collect();
-        if let Some(first) = recorded.get(&EventKey { generation: 0, phase: 0, index: 0, seq: 0 }) {
-            let settings = identity(serde_json::to_value(&self.settings).unwrap_or_default());
-            if first.genome_id != self.genesis.id {
-                return Err(EvolveError::OtherEvolution {
-                    found: format!("genesis {}", first.genome_id),
-                    expected: format!("genesis {}", self.genesis.id),
-                });
-            }
-            let recorded_settings = first.payload.get("settings").cloned().map(identity);
-            if recorded_settings.is_some_and(|s| s != settings) {
-                return Err(EvolveError::OtherEvolution {
-                    found: format!("settings {}", first.payload["settings"]),
-                    expected: format!("settings {settings}"),
-                });
-            }
-        }
-        let mut scores: BTreeMap<GenomeId, Fitness> = BTreeMap::new();
-        let mut best: Option<(Genome, Fitness)> = None;
-        let mut reports = Vec::new();
-        let (mut evaluated, mut reused) = (0, 0);
-        let mut parents: Vec<Genome> = Vec::new();
-        let mut elite: Vec<Genome> = Vec::new();
+        self.check_recorded(&recorded)?;
+        let mut tally = Tally::default();
         for generation in 0..=self.settings.generations {
-            let members = if generation == 0 {
-                vec![Member { genome: self.genesis.clone(), mutations: Vec::new(), elite: false }]
-            } else {
-                self.breed(generation, &parents, &elite, &recorded).await?
-            };
-            for (index, member) in members.iter().enumerate() {
-                self.record_birth(generation, index, member).await?;
-            }
-            let (fitness, ran, took) =
-                self.evaluate(generation, &members, &recorded, &scores).await?;
-            evaluated += ran;
-            reused += took;
-            for (member, fit) in members.iter().zip(&fitness) {
-                scores.entry(member.genome.id.clone()).or_insert_with(|| fit.clone());
-                let better = best.as_ref().is_none_or(|(g, b)| {
-                    fit.overall > b.overall || (fit.overall == b.overall && member.genome.id < g.id)
-                });
-                if better {
-                    best = Some((member.genome.clone(), fit.clone()));
-                }
-            }
-            let scored: Vec<(&GenomeId, f64)> =
-                members.iter().zip(&fitness).map(|(m, f)| (&m.genome.id, f.overall)).collect();
-            let selection = select(&scored, &self.settings);
-            for (index, member) in members.iter().enumerate() {
-                let fate = selection.fates[index];
-                self.record_fate(generation, index, member, &fitness[index], fate).await?;
-            }
-            let overall: Vec<f64> = fitness.iter().map(|f| f.overall).collect();
-            let report = GenerationReport {
-                generation,
-                members: members.len(),
-                best: overall.iter().copied().fold(0.0, f64::max),
-                mean: overall.iter().sum::<f64>() / overall.len().max(1) as f64,
-                survived: selection.fates.iter().filter(|f| **f == Fate::Survived).count(),
-                died: selection.fates.iter().filter(|f| **f == Fate::Died).count(),
-            };
-            tracing::info!(
-                generation,
-                best = report.best,
-                mean = report.mean,
-                survived = report.survived,
-                "generation evaluated"
-            );
-            if let Some(progress) = &self.progress {
-                progress(&report);
-            }
-            reports.push(report);
-            parents = selection.ranked.iter().map(|i| members[*i].genome.clone()).collect();
-            elite = selection.elite.iter().map(|i| members[*i].genome.clone()).collect();
-            if parents.is_empty() {
-                // Nobody survived: the next generation starts again from the best so far.
-                if let Some((genome, _)) = &best {
-                    parents.push(genome.clone());
-                }
-            }
+            self.generation(generation, &recorded, &mut tally).await?;
         }
+        let Tally { best, reports, evaluated, reused, .. } = tally;
         let Some((best, best_fitness)) = best else {
             return Err(EvolutionError::Field {
                 field: "generations".into(),
@@ -317,6 +243,85 @@ impl Evolution {
             .into());
         };
         Ok(EvolutionReport { best, best_fitness, generations: reports, evaluated, reused })
+    }
+
+    /// Refuses a recorder that holds another evolution: another genesis, or other settings.
+    fn check_recorded(
+        &self,
+        recorded: &BTreeMap<EventKey, EvolutionaryEvent>,
+    ) -> Result<(), EvolveError> {
+        let Some(first) = recorded.get(&EventKey { generation: 0, phase: 0, index: 0, seq: 0 })
+        else {
+            return Ok(());
+        };
+        let settings = identity(serde_json::to_value(&self.settings).unwrap_or_default());
+        if first.genome_id != self.genesis.id {
+            return Err(EvolveError::OtherEvolution {
+                found: format!("genesis {}", first.genome_id),
+                expected: format!("genesis {}", self.genesis.id),
+            });
+        }
+        let recorded_settings = first.payload.get("settings").cloned().map(identity);
+        if recorded_settings.is_some_and(|s| s != settings) {
+            return Err(EvolveError::OtherEvolution {
+                found: format!("settings {}", first.payload["settings"]),
+                expected: format!("settings {settings}"),
+            });
+        }
+        Ok(())
+    }
+
+    /// One generation: its members born (or taken from the record), evaluated, selected and
+    /// their fates recorded; its figures reported; its survivors the next one's parents.
+    async fn generation(
+        &self,
+        generation: u32,
+        recorded: &BTreeMap<EventKey, EvolutionaryEvent>,
+        tally: &mut Tally,
+    ) -> Result<(), EvolveError> {
+        let members = if generation == 0 {
+            vec![Member { genome: self.genesis.clone(), mutations: Vec::new(), elite: false }]
+        } else {
+            self.breed(generation, &tally.parents, &tally.elite, recorded).await?
+        };
+        for (index, member) in members.iter().enumerate() {
+            self.record_birth(generation, index, member).await?;
+        }
+        let (fitness, ran, took) =
+            self.evaluate(generation, &members, recorded, &tally.scores).await?;
+        tally.evaluated += ran;
+        tally.reused += took;
+        for (member, fit) in members.iter().zip(&fitness) {
+            tally.score(member, fit);
+        }
+        let scored: Vec<(&GenomeId, f64)> =
+            members.iter().zip(&fitness).map(|(m, f)| (&m.genome.id, f.overall)).collect();
+        let selection = select(&scored, &self.settings);
+        for (index, member) in members.iter().enumerate() {
+            let fate = selection.fates[index];
+            self.record_fate(generation, index, member, &fitness[index], fate).await?;
+        }
+        let report = generation_report(generation, &fitness, &selection.fates);
+        tracing::info!(
+            generation,
+            best = report.best,
+            mean = report.mean,
+            survived = report.survived,
+            "generation evaluated"
+        );
+        if let Some(progress) = &self.progress {
+            progress(&report);
+        }
+        tally.reports.push(report);
+        tally.parents = selection.ranked.iter().map(|i| members[*i].genome.clone()).collect();
+        tally.elite = selection.elite.iter().map(|i| members[*i].genome.clone()).collect();
+        if tally.parents.is_empty() {
+            // Nobody survived: the next generation starts again from the best so far.
+            if let Some((genome, _)) = &tally.best {
+                tally.parents.push(genome.clone());
+            }
+        }
+        Ok(())
     }
 
     /// The members of `generation`: the elite of the last one, unchanged, then children of
@@ -616,6 +621,52 @@ impl Evolution {
         let key = EventKey { generation, phase: EventKey::FATE, index: index as u32, seq: 0 };
         self.recorder.record(key, &event).await?;
         Ok(())
+    }
+}
+
+/// What an evolution has found so far, carried from one generation to the next.
+#[derive(Default)]
+struct Tally {
+    /// Each genome's fitness, from its first evaluation.
+    scores: BTreeMap<GenomeId, Fitness>,
+    /// The best genome so far and its fitness.
+    best: Option<(Genome, Fitness)>,
+    /// Each generation's figures.
+    reports: Vec<GenerationReport>,
+    /// Evaluations run.
+    evaluated: usize,
+    /// Evaluations reused.
+    reused: usize,
+    /// The last generation's survivors, best first.
+    parents: Vec<Genome>,
+    /// Its elite.
+    elite: Vec<Genome>,
+}
+
+impl Tally {
+    /// Keeps `fit` as `member`'s score (if it has none) and as the best if it is (on a tie,
+    /// the smaller genome id wins).
+    fn score(&mut self, member: &Member, fit: &Fitness) {
+        self.scores.entry(member.genome.id.clone()).or_insert_with(|| fit.clone());
+        let better = self.best.as_ref().is_none_or(|(g, b)| {
+            fit.overall > b.overall || (fit.overall == b.overall && member.genome.id < g.id)
+        });
+        if better {
+            self.best = Some((member.genome.clone(), fit.clone()));
+        }
+    }
+}
+
+/// The figures of a generation whose members scored `fitness` and met `fates`.
+fn generation_report(generation: u32, fitness: &[Fitness], fates: &[Fate]) -> GenerationReport {
+    let overall: Vec<f64> = fitness.iter().map(|f| f.overall).collect();
+    GenerationReport {
+        generation,
+        members: fitness.len(),
+        best: overall.iter().copied().fold(0.0, f64::max),
+        mean: overall.iter().sum::<f64>() / overall.len().max(1) as f64,
+        survived: fates.iter().filter(|f| **f == Fate::Survived).count(),
+        died: fates.iter().filter(|f| **f == Fate::Died).count(),
     }
 }
 

@@ -10,7 +10,10 @@
 //! - **Fitness** ([`FitnessEvaluator`]): named scores and an overall fitness; the built-in
 //!   [`SuiteEvaluator`] runs the genome as the executors of a real team on each task of a
 //!   [`TaskSuite`] and checks each result with the task's command (success, efficiency from
-//!   tool calls and wall time, safety from failed and refused actions; 0.4 / 0.3 / 0.3).
+//!   tool calls and wall time, safety from failed and refused actions; 0.4 / 0.3 / 0.3). Each
+//!   task's team runs on the services a [`TaskServices`] makes: the built-in
+//!   [`InMemoryServices`], or a program's own (the `strata` crate's gives the teams the
+//!   sandbox, per-agent network rule and reasoners of `strata run`).
 //! - **Evolution** ([`Evolution`]): generation 0 is the genesis; each later generation keeps
 //!   the elite of the last and fills the population with mutated children of its survivors;
 //!   genomes below the threshold (0.5) die. Evaluations of a generation run concurrently
@@ -68,6 +71,7 @@
 mod config;
 mod evolve;
 mod recorder;
+mod services;
 mod suite;
 mod swap;
 
@@ -79,8 +83,10 @@ pub use evolve::{
 pub use recorder::{
     EVENTS_TREE, EventKey, FlightRecorder, MemoryRecorder, RecorderError, SledRecorder,
 };
+pub use services::{
+    InMemoryServices, Reasoning, ReasoningFactory, TaskServices, TaskSetup, TaskTeam, TokenMeter,
+};
 pub use suite::{
-    Reasoning, ReasoningFactory, SuiteError, SuiteEvaluator, SuiteTask, TOOL_TIMEOUT_PARAMETER,
-    TaskRun, TaskSuite,
+    SuiteError, SuiteEvaluator, SuiteTask, TOOL_TIMEOUT_PARAMETER, TaskRun, TaskSuite,
 };
 pub use swap::{SwapError, hot_swap};

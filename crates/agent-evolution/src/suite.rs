@@ -14,6 +14,9 @@
 //!       files/            copied into the task's fresh workspace first (optional)
 //! ```
 //!
+//! Each task's team runs on the services the evaluator's [`TaskServices`] make: by default
+//! in-memory backends, the built-in tools and the team's sandbox ([`InMemoryServices`]).
+//!
 //! `suite.toml`:
 //!
 //! ```toml
@@ -55,8 +58,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agent_core::tools::{Sandbox, ToolContext, ToolRegistry, WorkspaceFiles};
-use agent_core::{AuditEvent, Reasoner, RuleBasedReasoner};
+use agent_core::tools::{Sandbox, ToolRegistry, WorkspaceFiles};
+use agent_core::{AuditEvent, AuditLog, Reasoner};
 use agent_layers::BottomSpec;
 use agent_pool::{RoleSpec, Team, TeamServices, TeamSpec};
 use agent_state::evolution::{Fitness, FitnessWeights, Genome, GenomeConfig};
@@ -66,6 +69,7 @@ use serde::Deserialize;
 use team_file::TeamFile;
 
 use crate::evolve::{EvalContext, EvalError, FitnessEvaluator};
+use crate::services::{InMemoryServices, ReasoningFactory, TaskServices, TaskSetup, TaskTeam};
 
 /// The largest `suite.toml` or `task.toml`.
 const MAX_SETTINGS_BYTES: usize = 1024 * 1024;
@@ -458,55 +462,38 @@ pub struct TaskRun {
     pub tokens: Option<u64>,
 }
 
-/// What the agents of one task's team reason with: a reasoner and, for one that uses a model,
-/// a meter of the tokens it has used so far (read before and after the task).
-#[derive(Clone)]
-pub struct Reasoning {
-    /// The reasoner of every agent of the team.
-    pub reasoner: Arc<dyn Reasoner>,
-    /// Tokens used so far by `reasoner`; `None` when it uses no model.
-    pub tokens: Option<Arc<dyn Fn() -> u64 + Send + Sync>>,
-}
-
-/// Makes the reasoning of each task run, for the genome under evaluation (which may name a
-/// model and a temperature).
-pub type ReasoningFactory = Arc<dyn Fn(&Genome) -> Reasoning + Send + Sync>;
-
 /// The built-in evaluator: a genome as the executors of a [`TaskSuite`]'s team, on each of its
-/// tasks in turn, in a fresh workspace, on in-memory backends.
+/// tasks in turn, in a fresh workspace, on the services its [`TaskServices`] make (the
+/// built-in [`InMemoryServices`] unless the program gives its own: [`with_services`]).
+///
+/// [`with_services`]: SuiteEvaluator::with_services
 #[derive(Clone)]
 pub struct SuiteEvaluator {
     suite: Arc<TaskSuite>,
-    sandbox: Sandbox,
     weights: FitnessWeights,
-    reasoning: ReasoningFactory,
+    services: Arc<dyn TaskServices>,
 }
 
 impl SuiteEvaluator {
-    /// An evaluator of `suite` whose commands (the tasks' and the checks') run in the team's
-    /// sandbox, checked to work here.
+    /// An evaluator of `suite` on in-memory services whose commands (the tasks' and the
+    /// checks') run in the team's sandbox, checked to work here.
     pub fn new(suite: TaskSuite) -> Result<Self, SuiteError> {
         let sandbox = suite.team.sandbox.sandbox();
         sandbox.check().map_err(|e| SuiteError::Sandbox(e.to_string()))?;
-        Ok(Self::with_sandbox(suite, sandbox))
+        let services = InMemoryServices::rule_based(&suite, sandbox);
+        Ok(Self::with_services(suite, Arc::new(services)))
     }
 
-    /// An evaluator of `suite` whose commands run without a sandbox.
+    /// An evaluator of `suite` on in-memory services whose commands run without a sandbox.
     pub fn new_unsandboxed(suite: TaskSuite) -> Self {
-        Self::with_sandbox(suite, Sandbox::unsandboxed())
+        let services = InMemoryServices::rule_based(&suite, Sandbox::unsandboxed());
+        Self::with_services(suite, Arc::new(services))
     }
 
-    fn with_sandbox(suite: TaskSuite, sandbox: Sandbox) -> Self {
-        let reasoner = RuleBasedReasoner::new()
-            .forbid_tools(suite.team.default_reasoner.forbid_tools.iter().cloned())
-            .prefer(suite.team.default_reasoner.prefer.iter().cloned());
-        let reasoner: Arc<dyn Reasoner> = Arc::new(reasoner);
-        Self {
-            suite: Arc::new(suite),
-            sandbox,
-            weights: FitnessWeights::default(),
-            reasoning: Arc::new(move |_| Reasoning { reasoner: reasoner.clone(), tokens: None }),
-        }
+    /// An evaluator of `suite` whose tasks' teams run on what `services` make (and whose
+    /// checks run in its sandbox).
+    pub fn with_services(suite: TaskSuite, services: Arc<dyn TaskServices>) -> Self {
+        Self { suite: Arc::new(suite), weights: FitnessWeights::default(), services }
     }
 
     /// The same evaluator combining its scores with `weights`.
@@ -516,20 +503,21 @@ impl SuiteEvaluator {
         self
     }
 
-    /// The same evaluator with every agent of the task teams reasoning with `reasoner`
-    /// (its tokens not metered).
+    /// The same evaluator on in-memory services (in the same sandbox) with every agent of the
+    /// task teams reasoning with `reasoner` (its tokens not metered).
     #[must_use]
-    pub fn with_reasoner(mut self, reasoner: Arc<dyn Reasoner>) -> Self {
-        self.reasoning = Arc::new(move |_| Reasoning { reasoner: reasoner.clone(), tokens: None });
-        self
+    pub fn with_reasoner(self, reasoner: Arc<dyn Reasoner>) -> Self {
+        self.with_reasoning(crate::services::fixed(reasoner))
     }
 
-    /// The same evaluator with each task's team reasoning as `factory` says for the genome
-    /// (a model reasoner with the genome's model, and a meter of its tokens: then the tokens a
-    /// task used count in its efficiency against the suite's `token_budget`).
+    /// The same evaluator on in-memory services (in the same sandbox) with each task's team
+    /// reasoning as `factory` says for the genome (a model reasoner with the genome's model,
+    /// and a meter of its tokens: then the tokens a task used count in its efficiency against
+    /// the suite's `token_budget`).
     #[must_use]
     pub fn with_reasoning(mut self, factory: ReasoningFactory) -> Self {
-        self.reasoning = factory;
+        let sandbox = self.services.sandbox().clone();
+        self.services = Arc::new(InMemoryServices::new(sandbox, factory));
         self
     }
 
@@ -547,14 +535,37 @@ impl SuiteEvaluator {
             .map_err(|e| EvalError::new(format!("cannot make a workspace: {e}")))?;
         let workspace = dir.path().to_path_buf();
         prepare_workspace(task.files.clone(), genome.code.clone(), workspace.clone()).await?;
-        let workspace_context = ToolContext::new(&workspace)
-            .map_err(|e| EvalError::new(format!("cannot use the workspace: {e}")))?
-            .with_sandbox(self.sandbox.clone());
-        let reasoning = (self.reasoning)(genome);
-        let tokens_before = reasoning.tokens.as_ref().map(|meter| meter());
-        let services = TeamServices::in_memory(workspace_context, reasoning.reasoner.clone());
+        let setup = TaskSetup { suite: &self.suite, genome, spec: &spec, workspace: &workspace };
+        let TaskTeam { services, tokens: meter } = self.services.services(setup).await?;
         let audit = services.audit.clone();
+        let tokens_before = meter.as_ref().map(|meter| meter());
         let started = Instant::now();
+        let succeeded = self.drive(spec, services, task).await?;
+        let wall_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let tokens = meter.zip(tokens_before).map(|(meter, before)| meter().saturating_sub(before));
+        let passed = succeeded && self.check(task, &workspace).await?;
+        let (calls, failed_calls, refused) = tally(audit.as_ref()).await?;
+        Ok(TaskRun {
+            name: task.name.clone(),
+            succeeded,
+            passed,
+            steps: task.task.steps.len(),
+            calls,
+            failed_calls,
+            refused,
+            wall_ms,
+            tokens,
+        })
+    }
+
+    /// Starts the team of `spec` on `services`, submits `task` and waits for its outcome (at
+    /// most the suite's task time limit), then shuts the team down: whether it succeeded.
+    async fn drive(
+        &self,
+        spec: TeamSpec,
+        services: TeamServices,
+        task: &SuiteTask,
+    ) -> Result<bool, EvalError> {
         let team = Team::start(spec, services).await.map_err(|e| {
             EvalError::new(format!("task `{}`: cannot start the team: {e}", task.name))
         })?;
@@ -571,47 +582,15 @@ impl SuiteEvaluator {
                 false
             }
         };
-        let wall_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let tokens = reasoning
-            .tokens
-            .as_ref()
-            .zip(tokens_before)
-            .map(|(meter, before)| meter().saturating_sub(before));
         if let Err(e) = team.shutdown().await {
             tracing::debug!(task = %task.name, error = %e, "the task team did not shut down cleanly");
         }
-        let passed = succeeded && self.check(task, &workspace).await?;
-        let (mut calls, mut failed_calls, mut refused) = (0, 0, 0);
-        let records = audit
-            .records(None)
-            .await
-            .map_err(|e| EvalError::new(format!("cannot read the task's audit log: {e}")))?;
-        for record in records {
-            match record.event {
-                AuditEvent::ToolCall { success, .. } => {
-                    calls += 1;
-                    failed_calls += u64::from(!success);
-                }
-                AuditEvent::Denied { .. } => refused += 1,
-                _ => {}
-            }
-        }
-        Ok(TaskRun {
-            name: task.name.clone(),
-            succeeded,
-            passed,
-            steps: task.task.steps.len(),
-            calls,
-            failed_calls,
-            refused,
-            wall_ms,
-            tokens,
-        })
+        Ok(succeeded)
     }
 
     /// Runs the task's check command in its workspace (in the sandbox): exit 0 is right.
     async fn check(&self, task: &SuiteTask, workspace: &Path) -> Result<bool, EvalError> {
-        let mut command = self.sandbox.command(workspace, "sh");
+        let mut command = self.services.sandbox().command(workspace, "sh");
         command
             .arg("-c")
             .arg(&task.check)
@@ -707,6 +686,26 @@ impl SuiteEvaluator {
         }
         fitness
     }
+}
+
+/// The tool calls, failed calls and refused actions a task's audit log holds.
+async fn tally(audit: &dyn AuditLog) -> Result<(u64, u64, u64), EvalError> {
+    let (mut calls, mut failed_calls, mut refused) = (0, 0, 0);
+    let records = audit
+        .records(None)
+        .await
+        .map_err(|e| EvalError::new(format!("cannot read the task's audit log: {e}")))?;
+    for record in records {
+        match record.event {
+            AuditEvent::ToolCall { success, .. } => {
+                calls += 1;
+                failed_calls += u64::from(!success);
+            }
+            AuditEvent::Denied { .. } => refused += 1,
+            _ => {}
+        }
+    }
+    Ok((calls, failed_calls, refused))
 }
 
 /// Copies a task's files and writes a genome's code into a fresh workspace.

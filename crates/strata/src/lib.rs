@@ -14,6 +14,10 @@
 //!   the team file's MCP servers.
 //! - [`summary`]: a run's end in numbers (outcome, duration, files written, decisions, every
 //!   agent's metrics), which `strata run` prints.
+//! - [`evolve`]: a durable evolution (`strata evolve`): started or resumed, run, its
+//!   `evolution.json`, best genome and family tree; [`evaluation`]: the services its suite's
+//!   task teams run on, built from the team file as a run's are (sandbox, per-agent network,
+//!   reasoners).
 //! - [`Error`]: every failure says what went wrong and whether the user's input is to blame
 //!   ([`ErrorKind::BadInput`]: nothing was written).
 //!
@@ -32,6 +36,8 @@
 //! ```
 
 pub mod error;
+pub mod evaluation;
+pub mod evolve;
 pub mod inputs;
 pub mod mcp;
 pub mod placement;

@@ -107,11 +107,13 @@ struct ProviderKey {
 }
 
 /// Builds the reasoners for `team`'s agents and roles, with `overrides` (from `--reasoner`,
-/// `--base-url` and `--model`) over every agent's and role's settings.
+/// `--base-url` and `--model`) over every agent's and role's settings. The usage ledger and
+/// the conversations are kept in `store` (a run's), or in memory without one (a task team of
+/// an evolution's evaluation).
 pub async fn build(
     team: &TeamFile,
     overrides: &Overrides,
-    store: &RunStore,
+    store: Option<&RunStore>,
     boards: Arc<dyn Whiteboard>,
     tools: &ToolRegistry,
     events: &agent_core::EventHub,
@@ -127,13 +129,7 @@ pub async fn build(
         || team.spec.roles.roles().any(|r| uses_model(&role_settings_of(&r.name)));
     let mut shared: Option<Shared> = None;
     if any_model {
-        let llm_store: Arc<dyn LlmStore> = Arc::new(
-            SledLlmStore::open(store).map_err(|e| SettingError(format!("run store: {e}")))?,
-        );
-        let ledger =
-            UsageLedger::stored(team.prices.clone(), team.budget.clone(), llm_store.clone())
-                .map_err(|e| SettingError(format!("run store: usage ledger: {e}")))?;
-        let conversations = Conversations::stored(team.conversation, llm_store);
+        let (ledger, conversations) = ledger_and_conversations(team, store)?;
         let known = ledger.report().structured_output;
         let agent_tools = Arc::new(
             team.spec
@@ -181,6 +177,23 @@ pub async fn build(
         }
     }
     Ok(Reasoning { default, per_agent, per_role, ledger: shared.map(|s| s.ledger) })
+}
+
+/// The usage ledger and the conversations of `team`'s model reasoners: kept in `store`
+/// (continuing from what it holds), or in memory.
+fn ledger_and_conversations(
+    team: &TeamFile,
+    store: Option<&RunStore>,
+) -> Result<(UsageLedger, Conversations), SettingError> {
+    let Some(store) = store else {
+        let ledger = UsageLedger::new(team.prices.clone(), team.budget.clone());
+        return Ok((ledger, Conversations::in_memory(team.conversation)));
+    };
+    let llm_store: Arc<dyn LlmStore> =
+        Arc::new(SledLlmStore::open(store).map_err(|e| SettingError(format!("run store: {e}")))?);
+    let ledger = UsageLedger::stored(team.prices.clone(), team.budget.clone(), llm_store.clone())
+        .map_err(|e| SettingError(format!("run store: usage ledger: {e}")))?;
+    Ok((ledger, Conversations::stored(team.conversation, llm_store)))
 }
 
 /// `settings` with what the command line gives: the kind of `--reasoner`, the base URL of

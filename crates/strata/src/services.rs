@@ -4,11 +4,11 @@
 //! `strata run`, `strata resume`, the workers and evolution build their teams on.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use agent_core::TokioClock;
-use agent_core::tools::{Sandbox, Shell, ToolContext, ToolRegistry};
+use agent_core::tools::{Sandbox, SandboxError, Shell, ToolContext, ToolRegistry};
 use agent_llm::UsageLedger;
 use agent_pool::TeamServices;
 use agent_state::{AgentId, Task};
@@ -59,11 +59,18 @@ pub async fn check_reasoners(
 /// refused, exit 2, saying how to fix it or to pass `--unsandboxed`), or none when
 /// `unsandboxed`.
 pub fn sandbox(team: &TeamFile, unsandboxed: bool) -> Result<Sandbox> {
+    checked_sandbox(team, unsandboxed)
+        .map_err(|err| Error::bad_input(format!("cannot start the run: {err}")))
+}
+
+/// The sandbox of [`sandbox`], or why it cannot work here, for a caller that says so in its
+/// own words (an evolution).
+pub fn checked_sandbox(team: &TeamFile, unsandboxed: bool) -> Result<Sandbox, SandboxError> {
     if unsandboxed {
         return Ok(Sandbox::unsandboxed().pass_env(team.sandbox.env.iter().cloned()));
     }
     let sandbox = team.sandbox.sandbox();
-    sandbox.check().map_err(|err| Error::bad_input(format!("cannot start the run: {err}")))?;
+    sandbox.check()?;
     Ok(sandbox)
 }
 
@@ -128,34 +135,63 @@ pub async fn services(
 ) -> Result<(TeamServices, Option<Arc<UsageLedger>>)> {
     let Tooling { tools, sandbox, journal } = tooling;
     let overrides = overrides(info.reasoner.as_deref(), &info.flags)?;
-    let Stores { bus, boards, governance, audit, state, nats_audit: _ } = stores;
     // MCP servers running outside the sandbox are on the record.
-    crate::mcp::audit_opt_outs(team, info.unsandboxed, audit.as_ref()).await?;
+    crate::mcp::audit_opt_outs(team, info.unsandboxed, stores.audit.as_ref()).await?;
     // The team's event stream: the model reasoners publish their answers on it as they stream.
     let events = agent_core::EventHub::default();
-    let reasoning = reasoners::build(team, &overrides, store, boards.clone(), &tools, &events)
-        .await
-        .map_err(Error::bad_input_from)?;
-    let mut context = ToolContext::new(&info.workspace)
-        .context("cannot use the workspace")?
-        .with_journal(journal)
-        // What commands cannot see (the data directory), the file tools cannot reach either.
-        .with_masked(sandbox.hidden().to_vec())
-        .with_sandbox(sandbox);
+    let reasoning =
+        reasoners::build(team, &overrides, Some(store), stores.boards.clone(), &tools, &events)
+            .await
+            .map_err(Error::bad_input_from)?;
+    let mut context = workspace(&info.workspace, sandbox)?.with_journal(journal);
     if info.nats.is_some() {
         // Its agents may have run on workers, on other hosts.
         context = context.with_foreign_calls();
     }
-    let workspace = Arc::new(context);
+    let ledger = reasoning.ledger.clone();
+    let parts = Parts { stores, workspace: Arc::new(context), tools, reasoning, events };
+    Ok((assemble(team, parts), ledger))
+}
+
+/// The tool context of `path`: its commands in `sandbox`, and what the sandbox hides (the data
+/// directory) out of the file tools' reach too.
+pub fn workspace(path: &Path, sandbox: Sandbox) -> Result<ToolContext> {
+    Ok(ToolContext::new(path)
+        .context("cannot use the workspace")?
+        .with_masked(sandbox.hidden().to_vec())
+        .with_sandbox(sandbox))
+}
+
+/// What a team's services are made of besides its team file: its stores, its workspace, its
+/// tools, its reasoners ([`reasoners::build`]) and the event stream they publish on.
+pub struct Parts {
+    /// The stores.
+    pub stores: Stores,
+    /// The workspace, with its sandbox ([`workspace`]).
+    pub workspace: Arc<ToolContext>,
+    /// The tools (the built-in ones and the MCP servers').
+    pub tools: ToolRegistry,
+    /// The reasoners.
+    pub reasoning: reasoners::Reasoning,
+    /// The team's event stream.
+    pub events: agent_core::EventHub,
+}
+
+/// The [`TeamServices`] of `team` on `parts`: with the per-agent network rule
+/// ([`network_tools`]), and the executor of the team file's `[http]`, `[[endpoints]]` and
+/// `[executor]` in the workspace. The one assembly of `strata run` and of evolution's task
+/// teams.
+pub fn assemble(team: &TeamFile, parts: Parts) -> TeamServices {
+    let Parts { stores, workspace, tools, reasoning, events } = parts;
+    let Stores { bus, boards, governance, audit, state, nats_audit: _ } = stores;
     let (agent_tools, role_tools) = network_tools(team, &tools);
     let clock: Arc<dyn agent_core::Clock> = Arc::new(TokioClock::new());
-    let services = TeamServices {
+    TeamServices {
         bus,
         boards,
         governance,
         audit,
         state,
-        // The team file's `[http]`, `[[endpoints]]` and `[executor]`, in the run's workspace.
         executor: Some(Arc::new(team.executor(workspace.clone()).with_clock(clock.clone()))),
         clock,
         workspace,
@@ -165,10 +201,9 @@ pub async fn services(
         agent_tools,
         role_reasoners: reasoning.per_role,
         role_tools,
-        costs: reasoning.ledger.clone().map(|ledger| -> Arc<dyn agent_core::CostMeter> { ledger }),
+        costs: reasoning.ledger.map(|ledger| -> Arc<dyn agent_core::CostMeter> { ledger }),
         events,
-    };
-    Ok((services, reasoning.ledger))
+    }
 }
 
 /// The top powers of `team`, in file order.

@@ -51,6 +51,18 @@ pub struct Stores {
 }
 
 impl Stores {
+    /// Stores in memory, gone with the process: an evolution's task teams run on them.
+    pub fn in_memory() -> Self {
+        Self {
+            bus: Arc::new(message_bus::InMemoryBus::new()),
+            boards: Arc::new(whiteboard::InMemoryWhiteboard::new()),
+            governance: Arc::new(governance::InMemoryGovernance::new()),
+            audit: Arc::new(agent_core::InMemoryAuditLog::new()),
+            state: Arc::new(agent_core::InMemoryStateStore::new()),
+            nats_audit: None,
+        }
+    }
+
     /// The stores in the run's sled database.
     pub fn sled(store: &RunStore) -> crate::Result<Self> {
         Ok(Self {
