@@ -12,6 +12,11 @@
 //!   ledger, the workspace and its crash journals.
 //! - [`reasoners`] builds and checks every agent's reasoner from the team file; [`mcp`] starts
 //!   the team file's MCP servers.
+//! - [`dashboard`]: the dashboard's data (`strata serve`): each watched run's model, folded
+//!   from its audit records into small deltas, kept live from its stores, its event stream or
+//!   its NATS server; and the step counter a live view shows.
+//! - [`worker`]: the host of a worker (`strata worker`): builds the team of each run placed on
+//!   NATS, as `strata run` would, for `agent_pool`'s [`Worker`](agent_pool::placement::Worker).
 //! - [`Error`]: every failure says what went wrong and whether the user's input is to blame
 //!   ([`ErrorKind::BadInput`]: nothing was written).
 //!
@@ -29,6 +34,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod dashboard;
 pub mod error;
 pub mod inputs;
 pub mod mcp;
@@ -39,6 +45,7 @@ pub mod run_dir;
 pub mod services;
 pub mod stores;
 pub mod url;
+pub mod worker;
 
 pub use agent_core::tools::run_sandbox_launcher_if_requested;
 pub use error::{Error, ErrorKind, Result};
