@@ -1106,7 +1106,7 @@ async fn decide(
     }
     let body = match sign_body(&body) {
         Ok(body) => body,
-        Err(refused) => return refused,
+        Err(refused) => return refused.into_response(),
     };
     let reason = body.reason.unwrap_or_default();
     if veto && reason.trim().is_empty() {
@@ -1133,12 +1133,13 @@ async fn decide(
 }
 
 /// The body of a signing request, or the answer that refuses it.
-fn sign_body(body: &[u8]) -> Result<SignBody, Response> {
+fn sign_body(body: &[u8]) -> Result<SignBody, ApiError> {
     if body.len() > MAX_BODY {
-        return Err(error(StatusCode::PAYLOAD_TOO_LARGE, "the request body is too large"));
+        let too_large = "the request body is too large".to_owned();
+        return Err(ApiError(StatusCode::PAYLOAD_TOO_LARGE, too_large));
     }
     serde_json::from_slice(body).map_err(|e| {
-        error(
+        ApiError(
             StatusCode::BAD_REQUEST,
             format!("the body must be JSON like {{\"as\": \"NAME\", \"reason\": \"why\"}}: {e}"),
         )
