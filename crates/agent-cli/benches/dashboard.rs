@@ -2,27 +2,15 @@
 //! one audit record into a run's model and serialise the delta sent to the browsers, and the
 //! time to serialise the whole snapshot (`GET /api/runs/{id}`).
 //!
-//! The model is the binary's own module (`src/serve/model.rs`), built here on its own with a
-//! plain event line formatter in place of `strata`'s.
+//! The model is the library's (`strata::dashboard::model`), built here with a plain event line
+//! formatter in place of the `strata` command's.
 #![allow(missing_docs)]
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "benchmarks")]
-
-#[allow(dead_code, reason = "the bench uses part of the model")]
-#[path = "../src/serve/model.rs"]
-mod model;
-
-/// The step counter the model uses, from the binary's live view (`crate::view::Steps` there).
-#[allow(dead_code, reason = "the bench uses part of the counter")]
-#[path = "../src/view/progress.rs"]
-mod progress;
-mod view {
-    pub(crate) use crate::progress::Steps;
-}
 
 use agent_core::{AuditEvent, AuditRecord, GENESIS_HASH};
 use agent_state::{AgentId, AgentLayer, AgentStatus, Timestamp};
 use criterion::{Criterion, criterion_group, criterion_main};
-use model::{RunModel, Seed};
+use strata::dashboard::model::{Outline, RunModel, Seed};
 
 /// Agents in the run.
 const AGENTS: usize = 10_000;
@@ -84,8 +72,14 @@ fn run() -> (RunModel, u64) {
     let ids: Vec<String> = seeds.iter().map(|s| s.id.to_string()).collect();
     // A goal: the counter says `planning` (no plan is known), as a run starts.
     let task = agent_state::Task { id: "t".into(), goal: "a big team".into(), steps: Vec::new() };
-    let mut model =
-        RunModel::new("bench", "a big team", 1_000, seeds, vec!["alice".into()], &task, line);
+    let outline = Outline {
+        run_id: "bench".into(),
+        title: "a big team".into(),
+        started_at: 1_000,
+        agents: seeds,
+        humans: vec!["alice".into()],
+    };
+    let mut model = RunModel::new(outline, &task, line);
     let mut seq = 0;
     for id in &ids {
         model.fold(&transition(seq, id, AgentStatus::Initializing, AgentStatus::Idle));

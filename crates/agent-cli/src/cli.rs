@@ -8,9 +8,6 @@ use strata::url::parse_base_url;
 
 /// Default data directory, under the current directory.
 pub(crate) const DEFAULT_DATA: &str = ".strata/runs";
-/// The default workspace of a run: this directory inside the run's own directory
-/// (`.strata/runs/<id>/workspace`), so two runs never mix their files.
-pub(crate) use strata::run_dir::RUN_WORKSPACE;
 
 #[cfg(test)]
 mod tests;

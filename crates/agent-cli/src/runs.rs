@@ -6,15 +6,12 @@
 //! recorded is kept beside it. A run on NATS is listed as recorded (its audit log is on the
 //! server; `strata verify` checks it there).
 
-use std::path::Path;
-
 use anyhow::Context;
-use run_store::RunStore;
 
 use crate::cli::{InitArgs, RunsArgs};
 use crate::evolve::EvolutionInfo;
 use crate::{Failure, bad_input};
-use strata::run_dir::{RunInfo, RunStatus, now_ms};
+use strata::run_dir::{RunInfo, now_ms};
 use team_file::escape_controls as esc;
 
 /// `strata init [DIR]`: writes an example team file and plan, never overwriting a file.
@@ -51,19 +48,7 @@ pub(crate) fn init(args: &InitArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-/// How a run listed by `strata runs` stands, including runs killed while running.
-pub(crate) fn effective_status(dir: &Path, info: &RunInfo) -> &'static str {
-    match info.status {
-        RunStatus::Succeeded => "succeeded",
-        RunStatus::Failed => "failed",
-        RunStatus::Interrupted => "interrupted",
-        RunStatus::Running => match RunStore::is_in_use(dir) {
-            Ok(true) => "running",
-            _ => "killed (resumable)",
-        },
-    }
-}
-
+pub(crate) use strata::run_dir::effective_status;
 pub(crate) use strata::run_dir::format_time;
 
 /// One line of `strata runs`: a team run or an evolution.

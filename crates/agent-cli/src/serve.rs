@@ -4,15 +4,16 @@
 //! run time) and a JSON API:
 //!
 //! - `GET /api/runs`: the runs (id, title, status, started, agents).
-//! - `GET /api/runs/{id}`: a snapshot of one run ([`model::RunModel::snapshot_json`]).
+//! - `GET /api/runs/{id}`: a snapshot of one run ([`RunModel::snapshot_json`](strata::dashboard::RunModel::snapshot_json)).
 //! - `GET /api/runs/{id}/events`: server-sent events, one small JSON delta per change
-//!   ([`model::Delta`]), `id:` the last record's seq, so `Last-Event-ID` (or `?after=SEQ`)
+//!   ([`Delta`](strata::dashboard::Delta)), `id:` the last record's seq, so `Last-Event-ID` (or `?after=SEQ`)
 //!   resumes.
 //! - `POST /api/runs/{id}/decisions/{decision}/approve` and `/veto` with
 //!   `{"as": "NAME", "reason": "..."}`: through the operator inbox, as `strata approve` and
 //!   `strata veto` ([`crate::operator::send_decision`]).
 //!
-//! Runs are read as `strata inspect` reads them ([`watch`]). With `--nats URL`, the runs placed
+//! Runs are read as `strata inspect` reads them (the library's [`strata::dashboard`], with
+//! [`reader`]). With `--nats URL`, the runs placed
 //! on that server's workers (`strata run --nats URL` with `strata worker`s live there) are
 //! listed too, and read from the server alone, so a dashboard on another machine, with no
 //! directory of the run, shows them; a run in both is the data directory's. Such a run is
@@ -35,7 +36,7 @@
 //!
 //! `strata run --serve ADDR` (and `strata resume --serve ADDR`) serves the same dashboard from
 //! the run's own process ([`serve_run`]): its run is fed by its event stream
-//! ([`watch::RunWatch::live`]), the other runs of the data directory are read as here; the
+//! ([`RunWatch::live`](strata::dashboard::RunWatch::live)), the other runs of the data directory are read as here; the
 //! server stops once the run has ended and its last records are sent.
 
 use std::convert::Infallible;
@@ -60,15 +61,14 @@ use agent_pool::placement::{REGISTRY, Registry};
 use crate::cli::ServeArgs;
 use crate::operator::{OperatorRequest, Submitted};
 use crate::{Failure, bad_input};
+use strata::dashboard::watch;
+use strata::run::{BackgroundError, BackgroundResume};
 use strata::run_dir::RunInfo;
 
-pub(crate) mod model;
-mod watch;
+mod reader;
 
-pub(crate) use watch::Live;
+pub(crate) use strata::dashboard::Live;
 
-#[cfg(test)]
-mod model_tests;
 #[cfg(test)]
 mod tests;
 
@@ -163,7 +163,7 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<u8, Failure> {
         placed: std::sync::Mutex::default(),
         token: token.clone(),
         local,
-        watches: watch::Watches::default(),
+        watches: watch::Watches::new(reader::reader()),
         stopping: tokio::sync::watch::Sender::new(false),
     });
     // The one line that shows the token (a secret: `outln!` would redact it).
@@ -225,16 +225,16 @@ pub(crate) async fn serve_run(
     live: Live,
 ) -> Result<RunServer, Failure> {
     let Bound { listener, local, token } = bound;
-    let watch = watch::RunWatch::live(dir, live)
-        .await
-        .map_err(|e| Failure::Other(e.context("cannot watch the run for the dashboard")))?;
+    let watch = watch::RunWatch::live(dir, live, reader::reader()).await.map_err(|e| {
+        Failure::Other(anyhow::Error::new(e.context("cannot watch the run for the dashboard")))
+    })?;
     let app = Arc::new(App {
         data,
         server: None,
         placed: std::sync::Mutex::default(),
         token: token.clone(),
         local,
-        watches: watch::Watches::default(),
+        watches: watch::Watches::new(reader::reader()),
         stopping: tokio::sync::watch::Sender::new(false),
     });
     app.watches.insert(run_id, watch.clone());
@@ -551,6 +551,13 @@ fn unauthorized(api: bool, why: &str) -> Response {
         .into_response()
 }
 
+/// The error of a failure, whichever kind.
+fn to_anyhow(f: Failure) -> anyhow::Error {
+    match f {
+        Failure::BadInput(e) | Failure::Other(e) => e,
+    }
+}
+
 /// An error of a handler: its status and message, sent as JSON.
 struct ApiError(StatusCode, String);
 
@@ -588,7 +595,7 @@ async fn placed_rows(app: &App, local: &[String]) -> Vec<serde_json::Value> {
     let listed = tokio::time::timeout(watch::SERVER_PATIENCE, server.registry.runs())
         .await
         .map_err(|_| watch::unanswered(server))
-        .and_then(|r| r.map_err(anyhow::Error::new));
+        .and_then(|r| r.map_err(strata::Error::failed_from));
     let mut last = watch::lock(&app.placed);
     match listed {
         Ok(placed) => {
@@ -601,8 +608,11 @@ async fn placed_rows(app: &App, local: &[String]) -> Vec<serde_json::Value> {
             rows
         }
         Err(e) => {
-            let why =
-                format!("cannot read the runs placed on the NATS server {}: {e:#}", server.url);
+            let why = format!(
+                "cannot read the runs placed on the NATS server {}: {}",
+                server.url,
+                e.chain_text()
+            );
             last.iter()
                 .cloned()
                 .map(|mut row| {
@@ -700,13 +710,20 @@ async fn watched(app: &App, id: &str) -> Result<Arc<watch::RunWatch>, ApiError> 
                 )),
                 Err(e) => Err(ApiError(
                     StatusCode::BAD_GATEWAY,
-                    format!("cannot read run `{id}` on the NATS server {}: {e:#}", server.url),
+                    format!(
+                        "cannot read run `{id}` on the NATS server {}: {}",
+                        server.url,
+                        e.chain_text()
+                    ),
                 )),
             };
         }
     };
     app.watches.get(id, &dir).await.map_err(|e| {
-        ApiError(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot read run `{id}`: {e:#}"))
+        ApiError(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot read run `{id}`: {}", e.chain_text()),
+        )
     })
 }
 
@@ -750,7 +767,7 @@ async fn model_calls(
         Err(e) => return e.into_response(),
     };
     let read = async {
-        let store = crate::operator::read_copy(&dir).await.map_err(watch::to_anyhow)?;
+        let store = crate::operator::read_copy(&dir).await.map_err(to_anyhow)?;
         let all = tokio::task::spawn_blocking(move || {
             agent_llm::LlmStore::load_calls(&agent_llm::SledLlmStore::open(&store)?)
         })
@@ -786,7 +803,7 @@ async fn timeline(
     };
     let read = async {
         let info = RunInfo::read(&dir)?;
-        let store = crate::operator::read_copy(&dir).await.map_err(watch::to_anyhow)?;
+        let store = crate::operator::read_copy(&dir).await.map_err(to_anyhow)?;
         let stores = strata::Stores::of_run(&store, &dir, &info).await?;
         let records = stores.audit.records(None).await?;
         let started_at = info.started_at;
@@ -1033,79 +1050,39 @@ async fn resume(State(app): State<Shared>, UrlPath(id): UrlPath<String>) -> Resp
         Ok(dir) => dir,
         Err(e) => return e,
     };
-    match run_store::RunStore::is_in_use(&dir) {
-        Ok(false) => {}
-        Ok(true) => {
-            return error(
-                StatusCode::CONFLICT,
-                format!("run {id} is running: there is nothing to resume"),
-            );
-        }
-        Err(e) => {
-            return error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("cannot tell whether run {id} is running: {e}"),
-            );
-        }
-    }
-    let started = tokio::task::spawn_blocking({
-        let (data, dir, id) = (app.data.clone(), dir.clone(), id.clone());
-        move || -> std::io::Result<std::process::Child> {
-            let log = std::fs::File::create(dir.join(RESUME_LOG))?;
-            std::process::Command::new(std::env::current_exe()?)
-                .arg("resume")
-                .arg(&id)
-                .arg("--data")
-                .arg(&data)
-                .arg("--quiet")
-                .stdin(std::process::Stdio::null())
-                .stdout(log.try_clone()?)
-                .stderr(log)
-                .spawn()
-        }
-    })
-    .await;
-    let mut child = match started.map_err(std::io::Error::other).and_then(|spawned| spawned) {
-        Ok(child) => child,
-        Err(e) => {
-            return error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("cannot start `strata resume {id}`: {e}"),
-            );
-        }
+    let data = app.data.clone();
+    let resume_id = id.clone();
+    let command = move || {
+        let mut command = std::process::Command::new(std::env::current_exe()?);
+        command.arg("resume").arg(&resume_id).arg("--data").arg(&data).arg("--quiet");
+        Ok(command)
     };
-    // Watched until the run is live: a refusal comes before; then it runs on its own, reaped
-    // by a thread of its own whenever it ends.
-    let deadline = tokio::time::Instant::now() + RESUME_CHECK;
-    loop {
-        match child.try_wait() {
-            Ok(Some(status)) if status.success() => {
-                return json(StatusCode::OK, serde_json::json!({"outcome": "finished", "message": format!("run {id} resumed and ended")}).to_string());
-            }
-            Ok(Some(status)) => {
-                let said = std::fs::read_to_string(dir.join(RESUME_LOG)).unwrap_or_default();
-                let said = team_file::escape_controls(said.trim()).into_owned();
-                return error(
-                    StatusCode::CONFLICT,
-                    format!("`strata resume {id}` ended at once ({status}): {said}"),
-                );
-            }
-            Ok(None)
-                if tokio::time::Instant::now() < deadline
-                    && !RunInfo::read(&dir).is_ok_and(|info| {
-                        crate::runs::effective_status(&dir, &info) == "running"
-                    }) =>
-            {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Ok(None) | Err(_) => break,
+    let resumed = strata::run::resume_in_background(&dir, command, RESUME_LOG, RESUME_CHECK).await;
+    match resumed {
+        Ok(BackgroundResume::Running) => {
+            error(StatusCode::CONFLICT, format!("run {id} is running: there is nothing to resume"))
         }
+        Ok(BackgroundResume::Finished) => json(
+            StatusCode::OK,
+            serde_json::json!({"outcome": "finished", "message": format!("run {id} resumed and ended")}).to_string(),
+        ),
+        Ok(BackgroundResume::Refused { status, said }) => error(
+            StatusCode::CONFLICT,
+            format!("`strata resume {id}` ended at once ({status}): {said}"),
+        ),
+        Ok(BackgroundResume::Resuming) => json(
+            StatusCode::ACCEPTED,
+            serde_json::json!({"outcome": "resuming", "message": format!("run {id} is resuming; its output goes to {RESUME_LOG} in its directory")}).to_string(),
+        ),
+        Err(BackgroundError::Status(e)) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot tell whether run {id} is running: {e}"),
+        ),
+        Err(BackgroundError::Start(e)) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot start `strata resume {id}`: {e}"),
+        ),
     }
-    std::thread::spawn(move || child.wait());
-    json(
-        StatusCode::ACCEPTED,
-        serde_json::json!({"outcome": "resuming", "message": format!("run {id} is resuming; its output goes to {RESUME_LOG} in its directory")}).to_string(),
-    )
 }
 
 /// `POST /api/runs/{id}/decisions/{decision}/{approve|veto}`.
@@ -1127,19 +1104,9 @@ async fn decide(
     if let Err(e) = local_run(&app, &id, "Approvals and vetoes go through the operator inbox in the run's directory: sign from the machine that coordinates the run (its `strata serve`, or `strata approve`/`strata veto` there)").await {
         return e;
     }
-    if body.len() > MAX_BODY {
-        return error(StatusCode::PAYLOAD_TOO_LARGE, "the request body is too large");
-    }
-    let body: SignBody = match serde_json::from_slice(&body) {
+    let body = match sign_body(&body) {
         Ok(body) => body,
-        Err(e) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                format!(
-                    "the body must be JSON like {{\"as\": \"NAME\", \"reason\": \"why\"}}: {e}"
-                ),
-            );
-        }
+        Err(refused) => return refused.into_response(),
     };
     let reason = body.reason.unwrap_or_default();
     if veto && reason.trim().is_empty() {
@@ -1162,6 +1129,28 @@ async fn decide(
         false,
     )
     .await;
+    decided(&id, sent)
+}
+
+/// The body of a signing request, or the answer that refuses it.
+fn sign_body(body: &[u8]) -> Result<SignBody, ApiError> {
+    if body.len() > MAX_BODY {
+        let too_large = "the request body is too large".to_owned();
+        return Err(ApiError(StatusCode::PAYLOAD_TOO_LARGE, too_large));
+    }
+    serde_json::from_slice(body).map_err(|e| {
+        ApiError(
+            StatusCode::BAD_REQUEST,
+            format!("the body must be JSON like {{\"as\": \"NAME\", \"reason\": \"why\"}}: {e}"),
+        )
+    })
+}
+
+/// The answer to a signature or a veto of run `id`, as `sent` through its operator inbox.
+fn decided(
+    id: &str,
+    sent: Result<(agent_state::DecisionId, String, Submitted), Failure>,
+) -> Response {
     let reply = |status, outcome: &str, decision: String, human: &str, message: &str| {
         json(
             status,

@@ -36,8 +36,7 @@ use strata::summary::Summary;
 const REFRESH: Duration = Duration::from_millis(250);
 
 mod output;
-mod progress;
-pub(crate) use progress::Steps;
+pub(crate) use strata::dashboard::Steps;
 #[cfg(test)]
 mod tests;
 
@@ -158,7 +157,7 @@ struct Shown {
     /// The run id, for the hint after a lag.
     run_id: String,
     /// The steps of the plan done in the records shown (the live view's counter).
-    steps: progress::Steps,
+    steps: Steps,
     /// The live view's last lines.
     recent: VecDeque<String>,
     /// The sequence numbers of the records shown: one that comes again (read from the log
@@ -290,7 +289,7 @@ impl View {
             mode: self.mode,
             started_at: self.info.started_at,
             run_id: self.info.run_id.clone(),
-            steps: progress::Steps::new(&self.task),
+            steps: Steps::new(&self.task),
             recent: VecDeque::with_capacity(RECENT),
             seen: std::collections::BTreeSet::new(),
             outputs: output::Outputs::default(),

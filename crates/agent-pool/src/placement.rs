@@ -25,6 +25,9 @@
 //!   metrics, processed messages, layer state; unacknowledged messages are read again), so a
 //!   takeover goes on where the dead worker stopped, and a tool call recorded in the tool
 //!   journal is not made again.
+//!   The group's agents take their turns in that team's own [`Driver`](crate::Driver), the
+//!   one heartbeat loop of every team (`strata run`, a library run, evolution): the worker's
+//!   beat here only renews the leases, reads the registry and places agents.
 //! - **wake on work across processes**: a plain subscription to the run's bus subjects sees
 //!   every message any process sends, wakes the teams here, and shows it to their guards.
 //! - when the run is closed ([`Registry::close`]), its agents are shut down (terminated) and

@@ -18,6 +18,11 @@
 //!   `evolution.json`, best genome and family tree; [`evaluation`]: the services its suite's
 //!   task teams run on, built from the team file as a run's are (sandbox, per-agent network,
 //!   reasoners).
+//! - [`dashboard`]: the dashboard's data (`strata serve`): each watched run's model, folded
+//!   from its audit records into small deltas, kept live from its stores, its event stream or
+//!   its NATS server; and the step counter a live view shows.
+//! - [`worker`]: the host of a worker (`strata worker`): builds the team of each run placed on
+//!   NATS, as `strata run` would, for `agent_pool`'s [`Worker`](agent_pool::placement::Worker).
 //! - [`Error`]: every failure says what went wrong and whether the user's input is to blame
 //!   ([`ErrorKind::BadInput`]: nothing was written).
 //!
@@ -35,6 +40,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod dashboard;
 pub mod error;
 pub mod evaluation;
 pub mod evolve;
@@ -48,6 +54,7 @@ pub mod services;
 pub mod stores;
 pub mod summary;
 pub mod url;
+pub mod worker;
 
 pub use agent_core::tools::run_sandbox_launcher_if_requested;
 pub use error::{Error, ErrorKind, Result};

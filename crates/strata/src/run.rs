@@ -9,6 +9,8 @@
 //! What a front end shows (progress, a summary, warnings) it learns from an [`Observer`] and
 //! from what [`Run::drive`] returns ([`Ended`]); the engine prints nothing.
 //!
+//! [`resume_in_background`] resumes a run in a process of its own (the dashboard's resume).
+//!
 //! ```no_run
 //! # async fn go() -> strata::Result<()> {
 //! use std::path::Path;
@@ -50,6 +52,9 @@ use crate::services::{
     Tooling, check_planning, check_reasoners, sandbox, services, store_large_contents, top_ids,
 };
 use crate::stores::Stores;
+
+mod background;
+pub use background::{BackgroundError, BackgroundResume, resume_in_background};
 
 /// What a front end is told as a run goes, beside what [`Run::drive`] returns.
 pub trait Observer: Send + Sync {

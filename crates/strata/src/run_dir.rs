@@ -192,6 +192,21 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))
 }
 
+/// How the run in `dir` (with its `run.json` `info`) stands, a run killed while running
+/// included: `succeeded`, `failed`, `interrupted`, `running` (its database is held by a live
+/// process) or `killed (resumable)`.
+pub fn effective_status(dir: &Path, info: &RunInfo) -> &'static str {
+    match info.status {
+        RunStatus::Succeeded => "succeeded",
+        RunStatus::Failed => "failed",
+        RunStatus::Interrupted => "interrupted",
+        RunStatus::Running => match run_store::RunStore::is_in_use(dir) {
+            Ok(true) => "running",
+            _ => "killed (resumable)",
+        },
+    }
+}
+
 /// Milliseconds since the epoch, now.
 pub fn now_ms() -> u64 {
     SystemTime::now()

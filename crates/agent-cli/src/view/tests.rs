@@ -131,12 +131,7 @@ fn shown(mode: Mode) -> Shown {
         mode,
         started_at: 1_000,
         run_id: "r".into(),
-        steps: progress::Steps::new(&calls_task(&[
-            "read_file",
-            "write_file",
-            "shell",
-            "edit_file",
-        ])),
+        steps: Steps::new(&calls_task(&["read_file", "write_file", "shell", "edit_file"])),
         recent: VecDeque::new(),
         seen: std::collections::BTreeSet::new(),
         outputs: output::Outputs::default(),
@@ -336,103 +331,4 @@ fn a_long_model_output_shows_its_escaped_tail_on_one_line() {
     assert!(line.ends_with("\\u{1b}[2J\\nend"), "{line}");
     assert!(!line.chars().any(agent_state::is_control), "{line:?}");
     assert!(line.chars().count() <= 16 + output::OUTPUT_CHARS, "{line}");
-}
-
-/// A successful call of `tool` with `args`.
-fn call(seq: u64, tool: &str, args: serde_json::Value) -> AuditRecord {
-    let event =
-        AuditEvent::ToolCall { tool: tool.into(), args, success: true, summary: "ok".into() };
-    AuditRecord { seq, ..record(event) }
-}
-
-/// The plan `top-a` proposed for task `t` at `at`: steps `ids`.
-fn proposed(n: u128, at: u64, task: &str, ids: &[&str]) -> agent_state::Decision {
-    let steps: Vec<serde_json::Value> =
-        ids.iter().map(|id| json!({"id": id, "description": "do it"})).collect();
-    agent_state::Decision::propose(
-        agent_state::DecisionId::from_u128(n),
-        AgentId::from("top-a"),
-        json!({"task_id": task, "goal": "g", "steps": steps}),
-        vec![AgentId::from("top-b")],
-        Timestamp(at),
-    )
-    .unwrap()
-}
-
-/// Issue #32: a goal run's counter read `1/0 steps` (every successful tool call counted, out
-/// of the submitted task's steps: none). It says `planning` until the plan is known, then
-/// counts the plan's steps done, whatever the calls.
-#[test]
-fn a_goal_runs_counter_says_planning_then_counts_the_planned_steps() {
-    let goal = Task::goal("t", "write the docs");
-    let mut steps = progress::Steps::new(&goal);
-    for seq in 0..5 {
-        steps.saw(&call(seq, "write_file", json!({"path": "a.md", "content": "x"})));
-    }
-    assert_eq!(steps.line("t", &[]), "planning");
-    // Another task's plan is not this one's.
-    assert_eq!(steps.line("t", &[proposed(1, 10, "other", &["x"])]), "planning");
-
-    // Proposed for signature (the power's state not readable: agents on workers).
-    let plans = [proposed(1, 10, "t", &["a", "b"]), proposed(2, 20, "t", &["a", "b", "c"])];
-    assert_eq!(steps.line("t", &plans), "0/3 steps", "the last plan proposed");
-    // A power still planning holds no steps: the proposed plan counts.
-    steps.power(Some(agent_layers::TaskProgress::default()));
-    assert_eq!(steps.line("t", &plans), "0/3 steps");
-    assert_eq!(steps.line("t", &[]), "planning");
-
-    // The power's state: its plan and the steps with a successful result.
-    let power = agent_layers::TaskProgress {
-        steps: vec!["a".into(), "b".into(), "c".into()],
-        succeeded: vec!["a".into(), "c".into()],
-    };
-    steps.power(Some(power));
-    assert_eq!(steps.line("t", &[]), "2/3 steps");
-    assert_eq!(steps.line("t", &plans), "2/3 steps");
-    // A power busy in its turn cannot be read: what it said last stands.
-    steps.power(None);
-    assert_eq!(steps.line("t", &plans), "2/3 steps");
-}
-
-/// A scripted plan: a step is done once a call of its tool with its arguments succeeded; its
-/// repeated calls, calls of other tools and failed calls do not count.
-#[test]
-fn a_scripted_runs_counter_counts_each_step_once_and_never_passes_the_plan() {
-    let task = Task {
-        id: "t".into(),
-        goal: "g".into(),
-        steps: vec![
-            agent_state::PlanStep::scripted(
-                "write",
-                "write",
-                agent_state::StepTarget::Any,
-                "write_file",
-                json!({"path": "a.txt", "content": "a"}),
-            ),
-            agent_state::PlanStep::scripted(
-                "list",
-                "list",
-                agent_state::StepTarget::Any,
-                "list_dir",
-                json!({"path": "."}),
-            ),
-        ],
-    };
-    let mut steps = progress::Steps::new(&task);
-    assert_eq!(steps.line("t", &[]), "0/2 steps");
-    // Same arguments in another key order: the same call.
-    steps.saw(&call(0, "write_file", json!({"content": "a", "path": "a.txt"})));
-    steps.saw(&call(1, "write_file", json!({"path": "a.txt", "content": "a"})));
-    steps.saw(&call(2, "read_file", json!({"path": "a.txt"})));
-    steps.saw(&call(3, "list_dir", json!({"path": "sub"})));
-    let failed = AuditEvent::ToolCall {
-        tool: "list_dir".into(),
-        args: json!({"path": "."}),
-        success: false,
-        summary: "no".into(),
-    };
-    steps.saw(&AuditRecord { seq: 4, ..record(failed) });
-    assert_eq!(steps.line("t", &[]), "1/2 steps");
-    steps.saw(&call(5, "list_dir", json!({"path": "."})));
-    assert_eq!(steps.line("t", &[]), "2/2 steps");
 }

@@ -2,8 +2,11 @@
 //! stores and kept up to date by a task that reads the audit records after the last one it
 //! folded (every [`POLL`] while the run is live, the way `strata inspect` reads a run: a
 //! private copy of its database, or its NATS server), publishes each on the run's
-//! [`EventHub`] and sends the deltas to the browsers. The task stops once the run has ended,
-//! or when nobody has watched the run for [`IDLE`].
+//! [`EventHub`] and sends the deltas ([`Frame`]s) to whoever follows them (the browsers). The
+//! task stops once the run has ended, or when nobody has watched the run for [`IDLE`].
+//!
+//! What the front end gives ([`RunReader`]): its event lines, and how a run's database is read
+//! while another process writes it and how its audit log is read with its anchors.
 //!
 //! The run of this process (`strata run --serve`, [`RunWatch::live`]) is fed by its own event
 //! stream instead ([`Source::Hub`]): each audit record as it is published, the log read from
@@ -24,24 +27,48 @@ use std::time::{Duration, Instant};
 use agent_core::{
     AuditRecord, EventHub, EventStream, Received, TeamEvent, check_transition_chain, verify_chain,
 };
-use anyhow::Context;
+use async_trait::async_trait;
 use tokio::sync::broadcast;
 
 use agent_pool::placement::{PlacedRun, Registry};
 use nats_store::NatsStore;
 
-use super::model::{AgentCost, AuditCheck, Delta, RunModel, Seed};
-use crate::{Failure, runs};
-use strata::Stores;
-use strata::placement::PlacedSpec;
-use strata::run_dir::{PLAN_FILE, RunInfo, TEAM_FILE};
+use super::model::{AgentCost, AuditCheck, Delta, LineFn, Outline, RunModel, Seed};
+use crate::Stores;
+use crate::error::{Context as _, Error, Result};
+use crate::placement::PlacedSpec;
+use crate::run_dir::{PLAN_FILE, RunInfo, RunStatus, TEAM_FILE, effective_status, now_ms};
+
+/// The audit log of a run as read with its anchors: its records, and what the anchors say
+/// (the breaks found and the protection in words) or why they cannot be read.
+pub type AnchoredLog = (Vec<AuditRecord>, Result<(Vec<String>, String)>);
+
+/// What the front end gives the dashboard: its event lines, and its readers of a run's
+/// database and anchored audit log (as `strata inspect` and `strata verify` read them).
+#[async_trait]
+pub trait RunReader: Send + Sync {
+    /// How an audit record becomes one line of text.
+    fn event_line(&self) -> LineFn;
+    /// A private copy of the database of the run in `dir`, readable while its process writes
+    /// it.
+    async fn read_copy(&self, dir: &Path) -> Result<run_store::RunStore>;
+    /// The audit log of the run in `dir` (its database `store`, none for a placed run whose
+    /// log is on NATS; `live`: it may be appended to) with what its anchors say.
+    async fn anchored_log(
+        &self,
+        dir: &Path,
+        store: Option<&run_store::RunStore>,
+        stores: &Stores,
+        live: bool,
+    ) -> Result<AnchoredLog>;
+}
 
 /// How often a live run is read.
-pub(crate) const POLL: Duration = Duration::from_millis(500);
+pub const POLL: Duration = Duration::from_millis(500);
 /// A run nobody watched for this long is dropped (its task stops).
-pub(crate) const IDLE: Duration = Duration::from_secs(60);
+pub const IDLE: Duration = Duration::from_secs(60);
 /// How long a read of the NATS server of the placed runs may take.
-pub(crate) const SERVER_PATIENCE: Duration = Duration::from_secs(5);
+pub const SERVER_PATIENCE: Duration = Duration::from_secs(5);
 /// How often a live run's audit log is verified again (a finished one: once more at its end).
 const VERIFY_EVERY: Duration = Duration::from_secs(3);
 /// Deltas kept for a browser that reconnects (`Last-Event-ID`).
@@ -50,34 +77,34 @@ const RING: usize = 4096;
 /// One delta as sent: `seq` is the last record folded when it was made (the SSE `id:`), `n`
 /// counts the frames of the run.
 #[derive(Debug)]
-pub(crate) struct Frame {
+pub struct Frame {
     /// Counts frames, from 1.
-    pub(crate) n: u64,
+    pub n: u64,
     /// The last record folded.
-    pub(crate) seq: Option<u64>,
+    pub seq: Option<u64>,
     /// The delta's JSON.
-    pub(crate) json: String,
+    pub json: String,
 }
 
 /// The model and the last frames.
-pub(crate) struct State {
+pub struct State {
     /// The run's model.
-    pub(crate) model: RunModel,
+    pub model: RunModel,
     /// The last frames, oldest first.
-    pub(crate) ring: VecDeque<Arc<Frame>>,
+    pub ring: VecDeque<Arc<Frame>>,
     n: u64,
 }
 
 /// The stores of the run this process drives, in memory, and its event stream.
-pub(crate) struct Live {
+pub struct Live {
     /// The run's event stream (the one the CLI's view follows).
-    pub(crate) events: EventHub,
+    pub events: EventHub,
     /// The run's store.
-    pub(crate) store: run_store::RunStore,
+    pub store: run_store::RunStore,
     /// The run's stores.
-    pub(crate) stores: Stores,
+    pub stores: Stores,
     /// The usage ledger, when some agent reasons with a model.
-    pub(crate) ledger: Option<Arc<agent_llm::UsageLedger>>,
+    pub ledger: Option<Arc<agent_llm::UsageLedger>>,
 }
 
 /// Where a watched run's records come from.
@@ -94,13 +121,13 @@ enum Source {
 
 /// The NATS server of `strata serve --nats URL`: the workers' registry there.
 #[derive(Clone)]
-pub(crate) struct Server {
+pub struct Server {
     /// The URL given.
-    pub(crate) url: String,
+    pub url: String,
     /// The connection.
-    pub(crate) store: NatsStore,
+    pub store: NatsStore,
     /// The registry of workers and placed runs.
-    pub(crate) registry: Registry,
+    pub registry: Registry,
 }
 
 /// Where a placed run is read.
@@ -111,18 +138,19 @@ struct PlacedSource {
 }
 
 /// A watched run.
-pub(crate) struct RunWatch {
+pub struct RunWatch {
     /// The run's directory (empty for a placed run: it has none here).
     dir: PathBuf,
     run_id: String,
     source: Source,
+    reader: Arc<dyn RunReader>,
     prices: agent_llm::PriceTable,
     /// The model and the last frames.
-    pub(crate) state: Mutex<State>,
+    pub state: Mutex<State>,
     /// The deltas, as they are made.
-    pub(crate) frames: broadcast::Sender<Arc<Frame>>,
+    pub frames: broadcast::Sender<Arc<Frame>>,
     /// The run's event stream: every record read, once folded.
-    pub(crate) hub: EventHub,
+    pub hub: EventHub,
     touched: Mutex<Instant>,
     verified: Mutex<Option<Instant>>,
     stores: tokio::sync::Mutex<Option<Stores>>,
@@ -130,15 +158,20 @@ pub(crate) struct RunWatch {
 }
 
 /// Every watched run, by id.
-#[derive(Default)]
-pub(crate) struct Watches {
+pub struct Watches {
     runs: Mutex<HashMap<String, Arc<RunWatch>>>,
+    reader: Arc<dyn RunReader>,
 }
 
 impl Watches {
+    /// No run watched yet; the runs are read with `reader`.
+    pub fn new(reader: Arc<dyn RunReader>) -> Self {
+        Self { runs: Mutex::default(), reader }
+    }
+
     /// The watch of the run `id` in `dir`, loaded (and its task started while the run is live)
     /// if it was not watched.
-    pub(crate) async fn get(&self, id: &str, dir: &Path) -> anyhow::Result<Arc<RunWatch>> {
+    pub async fn get(&self, id: &str, dir: &Path) -> Result<Arc<RunWatch>> {
         self.evict();
         let found = lock(&self.runs).get(id).cloned();
         if let Some(watch) = found {
@@ -146,7 +179,7 @@ impl Watches {
             watch.restart_if_live(dir);
             return Ok(watch);
         }
-        let watch = Arc::new(RunWatch::load(dir).await?);
+        let watch = Arc::new(RunWatch::load_from(dir, Source::Poll, self.reader.clone()).await?);
         let watch = lock(&self.runs).entry(id.to_owned()).or_insert(watch).clone();
         watch.restart_if_live(dir);
         Ok(watch)
@@ -154,11 +187,7 @@ impl Watches {
 
     /// The watch of run `id` placed on `server`, if it is watched already or the registry
     /// there holds it (then loaded from the server); `None` if neither.
-    pub(crate) async fn placed(
-        &self,
-        id: &str,
-        server: &Server,
-    ) -> anyhow::Result<Option<Arc<RunWatch>>> {
+    pub async fn placed(&self, id: &str, server: &Server) -> Result<Option<Arc<RunWatch>>> {
         self.evict();
         let found = lock(&self.runs).get(id).cloned();
         if let Some(watch) = found.filter(|w| matches!(w.source, Source::Placed(_))) {
@@ -172,7 +201,7 @@ impl Watches {
             .with_context(|| format!("the NATS server {}", server.url))?;
         let Some(run) = run else { return Ok(None) };
         let watch = Arc::new(
-            tokio::time::timeout(SERVER_PATIENCE * 2, RunWatch::placed(&run, server))
+            tokio::time::timeout(SERVER_PATIENCE * 2, RunWatch::placed(&run, server, &self.reader))
                 .await
                 .map_err(|_| unanswered(server))??,
         );
@@ -182,17 +211,17 @@ impl Watches {
     }
 
     /// Whether run `id` is watched as a placed run (it has no directory here).
-    pub(crate) fn is_placed(&self, id: &str) -> bool {
+    pub fn is_placed(&self, id: &str) -> bool {
         lock(&self.runs).get(id).is_some_and(|w| matches!(w.source, Source::Placed(_)))
     }
 
     /// Watches `watch` as run `id` for as long as the server runs (never evicted).
-    pub(crate) fn insert(&self, id: &str, watch: Arc<RunWatch>) {
+    pub fn insert(&self, id: &str, watch: Arc<RunWatch>) {
         lock(&self.runs).insert(id.to_owned(), watch);
     }
 
     /// The model of run `id` if it is watched: for its agent count.
-    pub(crate) fn agents(&self, id: &str) -> Option<usize> {
+    pub fn agents(&self, id: &str) -> Option<usize> {
         let watch = lock(&self.runs).get(id).cloned()?;
         Some(lock(&watch.state).model.agent_count())
     }
@@ -211,7 +240,7 @@ impl Watches {
     }
 
     /// Stops every task.
-    pub(crate) fn stop(&self) {
+    pub fn stop(&self) {
         for w in lock(&self.runs).values() {
             if let Some(task) = lock(&w.task).take() {
                 task.abort();
@@ -221,35 +250,31 @@ impl Watches {
 }
 
 /// Locks `m`; a poisoned lock (a panic elsewhere) is taken as it is.
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// The error of a failure, whichever kind.
-pub(crate) fn to_anyhow(f: Failure) -> anyhow::Error {
-    match f {
-        Failure::BadInput(e) | Failure::Other(e) => e,
-    }
-}
-
 /// The error of a server that did not answer within [`SERVER_PATIENCE`].
-pub(crate) fn unanswered(server: &Server) -> anyhow::Error {
-    anyhow::anyhow!(
+pub fn unanswered(server: &Server) -> Error {
+    Error::failed(format!(
         "the NATS server {} (--nats) did not answer within {}s; is it still running?",
         server.url,
         SERVER_PATIENCE.as_secs()
-    )
+    ))
+}
+
+/// What a new watch starts from: the run's directory (empty for a placed run) and outline.
+struct Header<'a> {
+    dir: PathBuf,
+    run_id: &'a str,
+    goal: &'a str,
+    started_at: u64,
 }
 
 impl RunWatch {
-    /// The run in `dir`: its team and plan, then everything its stores hold so far.
-    async fn load(dir: &Path) -> anyhow::Result<Self> {
-        Self::load_from(dir, Source::Poll).await
-    }
-
     /// The placed run `run` of `server`: its team, goal and plan from what it placed, then
     /// everything its stores on the server hold so far.
-    async fn placed(run: &PlacedRun, server: &Server) -> anyhow::Result<Self> {
+    async fn placed(run: &PlacedRun, server: &Server, reader: &Arc<dyn RunReader>) -> Result<Self> {
         let placed: PlacedSpec = serde_json::from_value(run.spec.clone()).with_context(|| {
             format!(
                 "run `{}` on {}: its placement is not what this Strata writes",
@@ -258,7 +283,8 @@ impl RunWatch {
         })?;
         let tools = agent_core::tools::ToolRegistry::with_builtins();
         let team_path = Path::new(TEAM_FILE);
-        let team = team_file::parse_stored_team(team_path, &placed.team, &tools)?;
+        let team = team_file::parse_stored_team(team_path, &placed.team, &tools)
+            .map_err(Error::failed_from)?;
         let task = placed
             .plan
             .as_deref()
@@ -266,35 +292,34 @@ impl RunWatch {
                 team_file::parse_plan(Path::new(PLAN_FILE), plan, &team.spec, &tools).ok()
             })
             .unwrap_or_else(|| goal_task(&placed.task_id, &placed.goal));
-        let namespace = server.store.with_namespace(&run.run_id)?;
+        let namespace = server.store.with_namespace(&run.run_id).map_err(Error::failed_from)?;
         let stores = Stores::nats(&namespace).await?;
         let source = Source::Placed(Box::new(PlacedSource { server: server.clone(), stores }));
-        let watch = Self::build(
-            PathBuf::new(),
-            &run.run_id,
-            &placed.goal,
-            placed.started_at,
-            &team,
-            &task,
-            source,
-        );
+        let header = Header {
+            dir: PathBuf::new(),
+            run_id: &run.run_id,
+            goal: &placed.goal,
+            started_at: placed.started_at,
+        };
+        let watch = Self::build(header, &team, &task, source, reader.clone());
         watch.poll().await?;
         Ok(watch)
     }
 
-    /// The run of this process in `dir`, fed by `live`'s event stream until [`Self::finish`].
-    pub(crate) async fn live(dir: &Path, live: Live) -> anyhow::Result<Arc<Self>> {
+    /// The run of this process in `dir`, fed by `live`'s event stream until [`Self::finish`],
+    /// read with `reader`.
+    pub async fn live(dir: &Path, live: Live, reader: Arc<dyn RunReader>) -> Result<Arc<Self>> {
         // Subscribed before the log is read: a record appended in between is read, received,
         // or both (then folded once).
         let events = live.events.subscribe();
-        let watch = Arc::new(Self::load_from(dir, Source::Hub(live)).await?);
+        let watch = Arc::new(Self::load_from(dir, Source::Hub(live), reader).await?);
         *lock(&watch.task) = Some(tokio::spawn(follow(Arc::downgrade(&watch), events)));
         Ok(watch)
     }
 
     /// Stops following the run of this process (it has ended) and folds what it still holds:
     /// its last records, its end status, the audit log verified once more.
-    pub(crate) async fn finish(&self) {
+    pub async fn finish(&self) {
         let task = lock(&self.task).take();
         if let Some(task) = task {
             task.abort();
@@ -302,64 +327,70 @@ impl RunWatch {
         }
         *lock(&self.verified) = None;
         if let Err(e) = self.poll().await {
-            tracing::warn!(error = %format!("{e:#}"), "cannot read the run's last records");
+            tracing::warn!(error = %e.chain_text(), "cannot read the run's last records");
         }
     }
 
-    async fn load_from(dir: &Path, source: Source) -> anyhow::Result<Self> {
+    /// The run in `dir`: its team and plan, then everything its stores hold so far.
+    async fn load_from(dir: &Path, source: Source, reader: Arc<dyn RunReader>) -> Result<Self> {
         let info = RunInfo::read(dir)?;
         let tools = agent_core::tools::ToolRegistry::with_builtins();
         let team_path = dir.join(TEAM_FILE);
         let text = std::fs::read_to_string(&team_path)
             .with_context(|| format!("cannot read {}", team_path.display()))?;
-        let team = team_file::parse_stored_team(&team_path, &text, &tools)?;
+        let team =
+            team_file::parse_stored_team(&team_path, &text, &tools).map_err(Error::failed_from)?;
         let task = std::fs::read_to_string(dir.join(PLAN_FILE))
             .ok()
             .and_then(|plan| {
                 team_file::parse_plan(&dir.join(PLAN_FILE), &plan, &team.spec, &tools).ok()
             })
             .unwrap_or_else(|| goal_task(&info.task_id, &info.goal));
-        let watch = Self::build(
-            dir.to_path_buf(),
-            &info.run_id,
-            &info.goal,
-            info.started_at,
-            &team,
-            &task,
-            source,
-        );
+        let header = Header {
+            dir: dir.to_path_buf(),
+            run_id: &info.run_id,
+            goal: &info.goal,
+            started_at: info.started_at,
+        };
+        let watch = Self::build(header, &team, &task, source, reader);
         watch.poll().await?;
         Ok(watch)
     }
 
-    /// A watch of run `run_id` of `team`, nothing folded yet.
+    /// A watch of the run `header` names, of `team`, nothing folded yet.
     fn build(
-        dir: PathBuf,
-        run_id: &str,
-        goal: &str,
-        started_at: u64,
+        header: Header<'_>,
         team: &team_file::TeamFile,
         task: &agent_state::Task,
         source: Source,
+        reader: Arc<dyn RunReader>,
     ) -> Self {
-        let seeds: Vec<Seed> = crate::inspect::configured(team)
-            .into_iter()
-            .map(|c| Seed { id: c.id, layer: c.layer, parent: c.supervisor, role: c.role })
+        // The agents of the team file, as `strata inspect` lists them.
+        let seeds: Vec<Seed> = team
+            .spec
+            .agents
+            .iter()
+            .map(|a| Seed {
+                id: a.config.id.clone(),
+                layer: a.config.layer,
+                parent: a.config.supervisor.clone(),
+                role: team.spec.agent_roles.get(&a.config.id).cloned(),
+            })
             .collect();
-        let model = RunModel::new(
-            run_id,
-            goal,
-            started_at,
-            seeds,
-            team.spec.approvals.humans.clone(),
-            task,
-            crate::view::event_line,
-        );
+        let outline = Outline {
+            run_id: header.run_id.to_owned(),
+            title: header.goal.to_owned(),
+            started_at: header.started_at,
+            agents: seeds,
+            humans: team.spec.approvals.humans.clone(),
+        };
+        let model = RunModel::new(outline, task, reader.event_line());
         let (frames, _) = broadcast::channel(RING);
         Self {
-            dir,
-            run_id: run_id.to_owned(),
+            dir: header.dir,
+            run_id: header.run_id.to_owned(),
             source,
+            reader,
             prices: team.prices.clone(),
             state: Mutex::new(State { model, ring: VecDeque::new(), n: 0 }),
             frames,
@@ -372,7 +403,7 @@ impl RunWatch {
     }
 
     /// Marks the run as watched now.
-    pub(crate) fn touch(&self) {
+    pub fn touch(&self) {
         *lock(&self.touched) = Instant::now();
     }
 
@@ -387,7 +418,7 @@ impl RunWatch {
         }
         // A placed run is polled until it has ended: the poll says so.
         let live = matches!(self.source, Source::Placed(_))
-            || RunInfo::read(dir).is_ok_and(|info| runs::effective_status(dir, &info) == "running");
+            || RunInfo::read(dir).is_ok_and(|info| effective_status(dir, &info) == "running");
         if live {
             let me = Arc::downgrade(self);
             *task = Some(tokio::spawn(async move {
@@ -402,7 +433,7 @@ impl RunWatch {
                         Ok(true) => {}
                         Ok(false) => return,
                         Err(e) => {
-                            tracing::debug!(error = %format!("{e:#}"), "cannot read the run; trying again")
+                            tracing::debug!(error = %e.chain_text(), "cannot read the run; trying again")
                         }
                     }
                 }
@@ -411,7 +442,7 @@ impl RunWatch {
     }
 
     /// Reads what is new in the run and folds it; whether the run is still live.
-    pub(crate) async fn poll(&self) -> anyhow::Result<bool> {
+    pub async fn poll(&self) -> Result<bool> {
         let live = match &self.source {
             Source::Poll => return self.poll_store().await,
             Source::Placed(placed) => return self.poll_placed(placed).await,
@@ -425,7 +456,7 @@ impl RunWatch {
     /// Folds `received` (of the run of this process): its audit records when they follow the
     /// last one folded, else (the stream fell behind, or a record came out of order) what the
     /// log holds after it.
-    async fn received(&self, live: &Live, received: Vec<Received>) -> anyhow::Result<bool> {
+    async fn received(&self, live: &Live, received: Vec<Received>) -> Result<bool> {
         let mut lagged = false;
         let mut records = Vec::new();
         for r in &received {
@@ -452,11 +483,11 @@ impl RunWatch {
     }
 
     /// Folds `records` of the run of this process, with its decisions, usage and status.
-    async fn refresh_live(&self, live: &Live, records: Vec<AuditRecord>) -> anyhow::Result<bool> {
+    async fn refresh_live(&self, live: &Live, records: Vec<AuditRecord>) -> Result<bool> {
         let info = RunInfo::read(&self.dir)?;
         let status = match info.status {
-            strata::run_dir::RunStatus::Running => "running",
-            _ => runs::effective_status(&self.dir, &info),
+            RunStatus::Running => "running",
+            _ => effective_status(&self.dir, &info),
         };
         let costs =
             live.ledger.as_ref().map(|l| costs(&l.report(), &self.prices)).unwrap_or_default();
@@ -466,13 +497,16 @@ impl RunWatch {
 
     /// Reads what is new in a placed run from its server; when the server does not answer,
     /// the run's status says so (and the error is returned).
-    async fn poll_placed(&self, placed: &PlacedSource) -> anyhow::Result<bool> {
+    async fn poll_placed(&self, placed: &PlacedSource) -> Result<bool> {
         let read = tokio::time::timeout(SERVER_PATIENCE * 2, self.read_placed(placed))
             .await
             .unwrap_or_else(|_| Err(unanswered(&placed.server)));
         if let Err(e) = &read {
-            let why =
-                format!("cannot read the run on the NATS server {}: {e:#}", placed.server.url);
+            let why = format!(
+                "cannot read the run on the NATS server {}: {}",
+                placed.server.url,
+                e.chain_text()
+            );
             let mut state = lock(&self.state);
             if let Some(delta) = state.model.set_status("unreachable", Some(why)) {
                 let seq = state.model.last_seq();
@@ -482,7 +516,7 @@ impl RunWatch {
         read
     }
 
-    async fn read_placed(&self, placed: &PlacedSource) -> anyhow::Result<bool> {
+    async fn read_placed(&self, placed: &PlacedSource) -> Result<bool> {
         let run = placed.server.registry.run(&self.run_id).await?;
         let status = match run {
             Some(run) if !run.closed => "running",
@@ -494,10 +528,10 @@ impl RunWatch {
     }
 
     /// Reads what is new in a run another process runs, from a copy of its stores.
-    async fn poll_store(&self) -> anyhow::Result<bool> {
+    async fn poll_store(&self) -> Result<bool> {
         let info = RunInfo::read(&self.dir)?;
-        let status = runs::effective_status(&self.dir, &info);
-        let store = crate::operator::read_copy(&self.dir).await.map_err(to_anyhow)?;
+        let status = effective_status(&self.dir, &info);
+        let store = self.reader.read_copy(&self.dir).await?;
         let stores = match &info.nats {
             None => Stores::sled(&store)?,
             Some(_) => {
@@ -530,9 +564,9 @@ impl RunWatch {
         store: Option<&run_store::RunStore>,
         stores: &Stores,
         costs: Vec<AgentCost>,
-    ) -> anyhow::Result<bool> {
+    ) -> Result<bool> {
         let live = status == "running";
-        let decisions = stores.governance.list().await?;
+        let decisions = stores.governance.list().await.map_err(Error::failed_from)?;
         let verify = {
             let mut verified = lock(&self.verified);
             // An ended run is verified whenever it is read (once, at its end): a check made
@@ -545,9 +579,14 @@ impl RunWatch {
             }
             due
         };
-        let audit = if verify { Some(check(&self.dir, store, stores, live).await) } else { None };
+        let audit = if verify {
+            Some(check(self.reader.as_ref(), &self.dir, store, stores, live).await)
+        } else {
+            None
+        };
         // The one source of the numbers the summary and `inspect RUN metrics` show.
-        let metrics = agent_pool::stored_metrics(stores.state.as_ref()).await?;
+        let metrics =
+            agent_pool::stored_metrics(stores.state.as_ref()).await.map_err(Error::failed_from)?;
         // Where the task stands at its top power (a goal's plan and the steps done), read when
         // a top power wrote a record (it holds the plan and takes the results) or the run ended.
         let (powers_moved, task_id) = {
@@ -573,7 +612,7 @@ impl RunWatch {
         if let Some(d) = state.model.set_power(power) {
             deltas.push((d, None));
         }
-        if let Some(d) = state.model.set_usage(strata::run_dir::now_ms(), &costs) {
+        if let Some(d) = state.model.set_usage(now_ms(), &costs) {
             deltas.push((d, None));
         }
         if let Some(d) = state.model.set_status(status, outcome) {
@@ -603,7 +642,7 @@ impl RunWatch {
         delta: &Delta,
         seq: Option<u64>,
         record: Option<&AuditRecord>,
-    ) -> anyhow::Result<()> {
+    ) -> Result<()> {
         state.n += 1;
         let json = serde_json::to_string(delta)?;
         let frame = Arc::new(Frame { n: state.n, seq, json });
@@ -658,7 +697,7 @@ async fn follow(me: Weak<RunWatch>, mut events: EventStream) {
             None => watch.refresh_live(live, Vec::new()).await,
         };
         if let Err(e) = folded {
-            tracing::debug!(error = %format!("{e:#}"), "cannot read the run; trying again");
+            tracing::debug!(error = %e.chain_text(), "cannot read the run; trying again");
         }
         if closed {
             return;
@@ -670,18 +709,19 @@ async fn follow(me: Weak<RunWatch>, mut events: EventStream) {
 /// the transitions. `store` is the run's database in `dir` (none for a placed run, whose
 /// audit stream is on NATS; `live` then says whether it may be appended to).
 async fn check(
+    reader: &dyn RunReader,
     dir: &Path,
     store: Option<&run_store::RunStore>,
     stores: &Stores,
     live: bool,
 ) -> AuditCheck {
-    let (records, anchored) = match crate::inspect::anchored_log(dir, store, stores, live).await {
+    let (records, anchored) = match reader.anchored_log(dir, store, stores, live).await {
         Ok(read) => read,
         Err(e) => {
             return AuditCheck {
                 ok: false,
                 records: 0,
-                problems: vec![format!("the audit log cannot be read: {e:#}")],
+                problems: vec![format!("the audit log cannot be read: {}", e.chain_text())],
                 protection: String::new(),
             };
         }
@@ -696,7 +736,7 @@ async fn check(
             words
         }
         Err(e) => {
-            problems.push(format!("the anchors cannot be read: {e:#}"));
+            problems.push(format!("the anchors cannot be read: {}", e.chain_text()));
             String::new()
         }
     };

@@ -26,19 +26,18 @@ fn model() -> RunModel {
         parent: parent.map(AgentId::new),
         role: None,
     };
-    RunModel::new(
-        "r",
-        "a goal",
-        1000,
-        vec![
+    let outline = Outline {
+        run_id: "r".to_owned(),
+        title: "a goal".to_owned(),
+        started_at: 1000,
+        agents: vec![
             seed("top-a", AgentLayer::Top, None),
             seed("mid-1", AgentLayer::Mid, Some("top-a")),
             seed("bottom-1", AgentLayer::Bottom, Some("mid-1")),
         ],
-        vec!["alice".to_owned()],
-        &two_steps(),
-        line,
-    )
+        humans: vec!["alice".to_owned()],
+    };
+    RunModel::new(outline, &two_steps(), line)
 }
 
 /// A task of two scripted steps: `shell {}` and `write_file {"path": "a"}`.
@@ -151,7 +150,14 @@ fn a_goal_counts_planning_then_the_steps_of_its_plan() {
     // The issue's "1/0 steps": a goal run counted every successful tool call against 0 steps.
     let seed = Seed { id: AgentId::new("top-a"), layer: AgentLayer::Top, parent: None, role: None };
     let goal = agent_state::Task { id: "g".into(), goal: "write notes".into(), steps: Vec::new() };
-    let mut m = RunModel::new("r", "write notes", 1000, vec![seed], Vec::new(), &goal, line);
+    let outline = Outline {
+        run_id: "r".to_owned(),
+        title: "write notes".to_owned(),
+        started_at: 1000,
+        agents: vec![seed],
+        humans: Vec::new(),
+    };
+    let mut m = RunModel::new(outline, &goal, line);
     let snap: serde_json::Value = serde_json::from_str(&m.snapshot_json(10)).unwrap();
     assert_eq!(snap["progress"]["planning"], true);
     let call = AuditEvent::ToolCall {

@@ -5,8 +5,8 @@
 //! lines, and the audit verification. Each change comes out as a small [`Delta`] for the
 //! browsers watching; [`RunModel::snapshot_json`] is the whole picture.
 //!
-//! Pure: no I/O, no clock (times are given), nothing of the `strata` binary but the event
-//! line formatter it is given ([`LineFn`]), so the dashboard bench can build it on its own.
+//! Pure: no I/O, no clock (times are given); the event lines are the front end's, made by the
+//! formatter it is given ([`LineFn`]).
 
 use std::collections::{HashMap, VecDeque};
 
@@ -15,14 +15,14 @@ use agent_pool::StoredMetrics;
 use agent_state::{AgentId, AgentLayer, AgentStatus, Decision, DecisionStatus, shorten};
 use serde::Serialize;
 
-/// How an audit record becomes one line of text (`view::event_line` in `strata`), given the
-/// run's start in ms since the epoch.
-pub(crate) type LineFn = fn(&AuditRecord, u64) -> String;
+/// How an audit record becomes one line of text (the `strata` command's `view::event_line`),
+/// given the run's start in ms since the epoch.
+pub type LineFn = fn(&AuditRecord, u64) -> String;
 
 /// Event lines kept for the snapshot.
-pub(crate) const EVENT_LINES: usize = 500;
+pub const EVENT_LINES: usize = 500;
 /// Points of the tokens and cost series kept; older points are thinned out.
-pub(crate) const SERIES_POINTS: usize = 1000;
+pub const SERIES_POINTS: usize = 1000;
 /// Characters of a decision's content shown.
 const WHAT_CHARS: usize = 200;
 /// Characters of an agent's current activity shown.
@@ -30,38 +30,38 @@ const STEP_CHARS: usize = 160;
 
 /// An agent as the dashboard shows it.
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub(crate) struct AgentView {
+pub struct AgentView {
     /// Its id.
-    pub(crate) id: String,
+    pub id: String,
     /// `top`, `mid` or `bottom`.
-    pub(crate) layer: &'static str,
+    pub layer: &'static str,
     /// Its role, if it has one.
-    pub(crate) role: Option<String>,
+    pub role: Option<String>,
     /// Its supervisor (a spawned agent: its spawner).
-    pub(crate) parent: Option<String>,
+    pub parent: Option<String>,
     /// Its last status, as the lifecycle names it (`initializing` before its first transition).
-    pub(crate) status: &'static str,
+    pub status: &'static str,
     /// The work it is doing, in words (see [`Activity`]): the step or package it is on and
     /// the tool call of its turn, else the reason of its last transition; never a warning.
-    pub(crate) step: String,
+    pub step: String,
     /// Model tokens it used (in and out).
-    pub(crate) tokens: u64,
+    pub tokens: u64,
     /// Its cost in USD; `None` when not known (no price).
-    pub(crate) cost: Option<f64>,
+    pub cost: Option<f64>,
     /// Whether it was spawned during the run.
-    pub(crate) spawned: bool,
+    pub spawned: bool,
 }
 
 /// An agent of the team file, before any record.
-pub(crate) struct Seed {
+pub struct Seed {
     /// Its id.
-    pub(crate) id: AgentId,
+    pub id: AgentId,
     /// Its layer.
-    pub(crate) layer: AgentLayer,
+    pub layer: AgentLayer,
     /// Its supervisor.
-    pub(crate) parent: Option<AgentId>,
+    pub parent: Option<AgentId>,
     /// Its role.
-    pub(crate) role: Option<String>,
+    pub role: Option<String>,
 }
 
 /// What an agent is doing, as its records tell (they do not name the step a lead assigned,
@@ -132,95 +132,95 @@ fn tool_call(tool: &str, args: &serde_json::Value, success: bool) -> String {
 
 /// A signature or a veto.
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub(crate) struct Vote {
+pub struct Vote {
     /// Who.
-    pub(crate) by: String,
+    pub by: String,
     /// When (ms since the epoch).
-    pub(crate) at: u64,
+    pub at: u64,
     /// Why (vetoes).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) reason: Option<String>,
+    pub reason: Option<String>,
 }
 
 /// A decision as the dashboard shows it.
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub(crate) struct DecisionView {
+pub struct DecisionView {
     /// Its id.
-    pub(crate) id: String,
+    pub id: String,
     /// Who proposed it.
-    pub(crate) proposer: String,
+    pub proposer: String,
     /// What is decided, shortened.
-    pub(crate) what: String,
+    pub what: String,
     /// `pending`, `approved`, `vetoed`, ...
-    pub(crate) status: &'static str,
+    pub status: &'static str,
     /// Who must sign.
-    pub(crate) required: Vec<String>,
+    pub required: Vec<String>,
     /// The signatures.
-    pub(crate) signatures: Vec<Vote>,
+    pub signatures: Vec<Vote>,
     /// The vetoes, with their reasons.
-    pub(crate) vetoes: Vec<Vote>,
+    pub vetoes: Vec<Vote>,
     /// The humans of whom one must sign, if a human must.
-    pub(crate) humans: Vec<String>,
+    pub humans: Vec<String>,
     /// Whether a human may sign or veto it now (pending, waiting for a human, and the run
     /// names humans who may).
-    pub(crate) human_may_sign: bool,
+    pub human_may_sign: bool,
 }
 
 /// One point of the tokens and cost series.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-pub(crate) struct CostPoint {
+pub struct CostPoint {
     /// Ms since the run started.
-    pub(crate) t: u64,
+    pub t: u64,
     /// Tokens so far.
-    pub(crate) tokens: u64,
+    pub tokens: u64,
     /// Cost so far, USD.
-    pub(crate) cost: f64,
+    pub cost: f64,
 }
 
 /// How far the task is.
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub(crate) struct Progress {
+pub struct Progress {
     /// Steps of the plan known to be done, as the live view counts them
-    /// ([`Steps`](crate::view::Steps)): never more than `total`.
-    pub(crate) done: usize,
+    /// ([`Steps`](super::Steps)): never more than `total`.
+    pub done: usize,
     /// Steps of the plan (0 while `planning`).
-    pub(crate) total: usize,
+    pub total: usize,
     /// A goal whose plan is not known yet.
-    pub(crate) planning: bool,
+    pub planning: bool,
     /// The run's status: `running`, `succeeded`, `failed`, ...
-    pub(crate) status: String,
+    pub status: String,
     /// Why it failed, if it did.
-    pub(crate) outcome: Option<String>,
+    pub outcome: Option<String>,
 }
 
 /// The audit log's verification.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub(crate) struct AuditCheck {
+pub struct AuditCheck {
     /// Whether everything checks.
-    pub(crate) ok: bool,
+    pub ok: bool,
     /// Records checked.
-    pub(crate) records: u64,
+    pub records: u64,
     /// What is broken (empty when `ok`).
-    pub(crate) problems: Vec<String>,
+    pub problems: Vec<String>,
     /// What protects the log, in words.
-    pub(crate) protection: String,
+    pub protection: String,
 }
 
 /// A cost change of one agent.
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub(crate) struct AgentCost {
+pub struct AgentCost {
     /// The agent.
-    pub(crate) id: String,
+    pub id: String,
     /// Its tokens.
-    pub(crate) tokens: u64,
+    pub tokens: u64,
     /// Its cost.
-    pub(crate) cost: Option<f64>,
+    pub cost: Option<f64>,
 }
 
 /// One change, sent to the browsers as JSON (`kind` says which).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
-pub(crate) enum Delta {
+pub enum Delta {
     /// An audit record was folded: its line, the agent it changed (added or updated), and the
     /// progress if it changed.
     Record {
@@ -267,8 +267,23 @@ pub(crate) enum Delta {
     },
 }
 
+/// What a [`RunModel`] starts from: the run, its goal, its start, the agents of its team file
+/// and the humans who may sign.
+pub struct Outline {
+    /// The run's id.
+    pub run_id: String,
+    /// Its goal (the page's title).
+    pub title: String,
+    /// When it started, ms since the epoch.
+    pub started_at: u64,
+    /// The agents of its team file.
+    pub agents: Vec<Seed>,
+    /// The humans who may sign (`[approvals] humans`).
+    pub humans: Vec<String>,
+}
+
 /// The model of one run.
-pub(crate) struct RunModel {
+pub struct RunModel {
     run_id: String,
     title: String,
     started_at: u64,
@@ -280,7 +295,7 @@ pub(crate) struct RunModel {
     humans: Vec<String>,
     progress: Progress,
     /// The step counter, shared with the live view.
-    steps: crate::view::Steps,
+    steps: super::Steps,
     /// The task the counter counts.
     task_id: String,
     /// The run's decisions as last read (a goal's plan is the one its power proposed).
@@ -295,21 +310,14 @@ pub(crate) struct RunModel {
 }
 
 impl RunModel {
-    /// A run `run_id` (its goal `title`, started at `started_at`) of the `agents` of its team
-    /// file, running `task` (its plan's steps, none for a goal), where `humans` may sign.
-    pub(crate) fn new(
-        run_id: &str,
-        title: &str,
-        started_at: u64,
-        agents: Vec<Seed>,
-        humans: Vec<String>,
-        task: &agent_state::Task,
-        line: LineFn,
-    ) -> Self {
-        let steps = crate::view::Steps::new(task);
+    /// A run as `outline` describes it, running `task` (its plan's steps, none for a goal),
+    /// its records made lines by `line`.
+    pub fn new(outline: Outline, task: &agent_state::Task, line: LineFn) -> Self {
+        let Outline { run_id, title, started_at, agents, humans } = outline;
+        let steps = super::Steps::new(task);
         let mut model = Self {
-            run_id: run_id.to_owned(),
-            title: title.to_owned(),
+            run_id,
+            title,
             started_at,
             line,
             agents: Vec::with_capacity(agents.len()),
@@ -374,22 +382,22 @@ impl RunModel {
     }
 
     /// The last record folded.
-    pub(crate) fn last_seq(&self) -> Option<u64> {
+    pub fn last_seq(&self) -> Option<u64> {
         self.last_seq
     }
 
     /// The next sequence number to read.
-    pub(crate) fn next_seq(&self) -> u64 {
+    pub fn next_seq(&self) -> u64 {
         self.last_seq.map_or(0, |s| s + 1)
     }
 
     /// How many agents.
-    pub(crate) fn agent_count(&self) -> usize {
+    pub fn agent_count(&self) -> usize {
         self.agents.len()
     }
 
     /// Folds `record`; `None` when it was folded already (its seq is not after the last).
-    pub(crate) fn fold(&mut self, record: &AuditRecord) -> Option<Delta> {
+    pub fn fold(&mut self, record: &AuditRecord) -> Option<Delta> {
         if self.last_seq.is_some_and(|last| record.seq <= last) {
             return None;
         }
@@ -399,30 +407,29 @@ impl RunModel {
             self.events.pop_front();
         }
         self.events.push_back(line.clone());
+        let (changed, lead) = self.apply(record, &line);
+        // Counted again only when the record marks a step done: folding stays O(1) a record
+        // (the count reads the plan and the decisions).
+        let progress =
+            (self.steps.saw(record) && self.count_steps()).then(|| self.progress.clone());
+        Some(Delta::Record {
+            seq: record.seq,
+            line,
+            agent: changed.map(|i| self.agents[i].clone()),
+            lead: lead.map(|i| Box::new(self.agents[i].clone())),
+            progress,
+        })
+    }
+
+    /// What `record` (whose event line is `line`) changes: the agent it changed and the lead
+    /// (or spawner) whose coordination it changed, by index.
+    fn apply(&mut self, record: &AuditRecord, line: &str) -> (Option<usize>, Option<usize>) {
         let me = self.index.get(record.agent.as_str()).copied();
         let mut lead = None;
         let changed = match &record.event {
             AuditEvent::Spawned { spawn } => {
-                let i = self.add(
-                    spawn.agent.as_str(),
-                    spawn.layer,
-                    Some(spawn.parent.to_string()),
-                    Some(spawn.role.clone()),
-                    true,
-                );
-                let task = spawn.task_prompt.lines().next().unwrap_or_default().trim();
-                let task = if task.is_empty() {
-                    spawn.key.clone()
-                } else {
-                    format!("{}: {task}", spawn.key)
-                };
-                self.activity[i].assigned = Some(task);
-                self.refresh(i);
-                // The spawner coordinates it: the new agent is the news, the spawner its lead.
-                lead = me.map(|s| {
-                    self.activity[s].work = Some(format!("coordinating {}", spawn.key));
-                    self.refresh(s)
-                });
+                let (i, spawner) = self.spawned(spawn, me);
+                lead = spawner;
                 Some(i)
             }
             AuditEvent::Despawned { agent, .. } => {
@@ -438,22 +445,9 @@ impl RunModel {
                     self.refresh(i)
                 })
             }
-            AuditEvent::Transition { from, to, reason } => me.map(|i| {
-                let what = &mut self.activity[i];
-                what.reason = reason.to_string();
-                what.ended = matches!(to, AgentStatus::ShuttingDown | AgentStatus::Terminated);
-                if !busy(*to) {
-                    (what.work, what.tool) = (None, None);
-                    if matches!(to, AgentStatus::ShuttingDown | AgentStatus::Terminated) {
-                        what.assigned = None;
-                    }
-                } else if !busy(*from) {
-                    // A new turn.
-                    (what.work, what.tool) = (None, None);
-                }
-                self.agents[i].status = to.as_str();
-                self.refresh(i)
-            }),
+            AuditEvent::Transition { from, to, reason } => {
+                me.map(|i| self.transition(i, (*from, *to), reason))
+            }
             AuditEvent::ToolCall { tool, args, success, .. } => me.map(|i| {
                 self.activity[i].tool = Some(tool_call(tool, args, *success));
                 lead = self.coordinate(i);
@@ -479,7 +473,7 @@ impl RunModel {
                 self.refresh(i)
             }),
             AuditEvent::Ooda { .. } | AuditEvent::Operator { .. } => me.map(|i| {
-                self.activity[i].tool = Some(after_agent(&line, record.agent.as_str()));
+                self.activity[i].tool = Some(after_agent(line, record.agent.as_str()));
                 self.refresh(i)
             }),
             // Warnings and what is not work: the step stays.
@@ -498,17 +492,57 @@ impl RunModel {
             | AuditEvent::AnswerRepair { .. }
             | AuditEvent::PeerHelp { step: None, .. } => None,
         };
-        // Counted again only when the record marks a step done: folding stays O(1) a record
-        // (the count reads the plan and the decisions).
-        let progress =
-            (self.steps.saw(record) && self.count_steps()).then(|| self.progress.clone());
-        Some(Delta::Record {
-            seq: record.seq,
-            line,
-            agent: changed.map(|i| self.agents[i].clone()),
-            lead: lead.map(|i| Box::new(self.agents[i].clone())),
-            progress,
-        })
+        (changed, lead)
+    }
+
+    /// Adds the agent `spawn` made, with its task; the spawner (`me`) coordinates it. The new
+    /// agent's index and the spawner's.
+    fn spawned(
+        &mut self,
+        spawn: &agent_core::SpawnRecord,
+        me: Option<usize>,
+    ) -> (usize, Option<usize>) {
+        let i = self.add(
+            spawn.agent.as_str(),
+            spawn.layer,
+            Some(spawn.parent.to_string()),
+            Some(spawn.role.clone()),
+            true,
+        );
+        let task = spawn.task_prompt.lines().next().unwrap_or_default().trim();
+        let task =
+            if task.is_empty() { spawn.key.clone() } else { format!("{}: {task}", spawn.key) };
+        self.activity[i].assigned = Some(task);
+        self.refresh(i);
+        // The spawner coordinates it: the new agent is the news, the spawner its lead.
+        let lead = me.map(|s| {
+            self.activity[s].work = Some(format!("coordinating {}", spawn.key));
+            self.refresh(s)
+        });
+        (i, lead)
+    }
+
+    /// Agent `i` went `from` a status `to` another, for `reason`; `i`.
+    fn transition(
+        &mut self,
+        i: usize,
+        (from, to): (AgentStatus, AgentStatus),
+        reason: &impl std::fmt::Display,
+    ) -> usize {
+        let what = &mut self.activity[i];
+        what.reason = reason.to_string();
+        what.ended = matches!(to, AgentStatus::ShuttingDown | AgentStatus::Terminated);
+        if !busy(to) {
+            (what.work, what.tool) = (None, None);
+            if matches!(to, AgentStatus::ShuttingDown | AgentStatus::Terminated) {
+                what.assigned = None;
+            }
+        } else if !busy(from) {
+            // A new turn.
+            (what.work, what.tool) = (None, None);
+        }
+        self.agents[i].status = to.as_str();
+        self.refresh(i)
     }
 
     /// Sets the step of agent `i` from its activity; `i`.
@@ -540,7 +574,7 @@ impl RunModel {
     }
 
     /// Takes the run's decisions as they are now; a delta for each that is new or changed.
-    pub(crate) fn set_decisions(&mut self, decisions: &[Decision]) -> Vec<Delta> {
+    pub fn set_decisions(&mut self, decisions: &[Decision]) -> Vec<Delta> {
         let mut out = Vec::new();
         self.raw_decisions = decisions.to_vec();
         if self.count_steps() {
@@ -596,7 +630,7 @@ impl RunModel {
 
     /// Takes each agent's tokens and cost at `now` (ms since the epoch); a delta with a new
     /// point of the series when a figure changed.
-    pub(crate) fn set_usage(&mut self, now: u64, usage: &[AgentCost]) -> Option<Delta> {
+    pub fn set_usage(&mut self, now: u64, usage: &[AgentCost]) -> Option<Delta> {
         let mut changed = Vec::new();
         for u in usage {
             let Some(&i) = self.index.get(&u.id) else { continue };
@@ -627,19 +661,19 @@ impl RunModel {
     }
 
     /// Takes where the task stands at its top power, when it could be read (see
-    /// [`Steps::power`](crate::view::Steps::power)); a delta when the counter changed.
-    pub(crate) fn set_power(&mut self, power: Option<agent_layers::TaskProgress>) -> Option<Delta> {
+    /// [`Steps::power`](super::Steps::power)); a delta when the counter changed.
+    pub fn set_power(&mut self, power: Option<agent_layers::TaskProgress>) -> Option<Delta> {
         self.steps.power(power);
         self.count_steps().then(|| Delta::Progress { progress: self.progress.clone() })
     }
 
     /// The task the step counter counts.
-    pub(crate) fn task_id(&self) -> &str {
+    pub fn task_id(&self) -> &str {
         &self.task_id
     }
 
     /// Whether top-layer agent `id` is one of the run's (its top powers hold the plan).
-    pub(crate) fn is_top(&self, id: &AgentId) -> bool {
+    pub fn is_top(&self, id: &AgentId) -> bool {
         self.index.get(id.as_str()).is_some_and(|&i| self.agents[i].layer == "top")
     }
 
@@ -659,7 +693,7 @@ impl RunModel {
     }
 
     /// Takes the run's status and failure; a delta when they changed.
-    pub(crate) fn set_status(&mut self, status: &str, outcome: Option<String>) -> Option<Delta> {
+    pub fn set_status(&mut self, status: &str, outcome: Option<String>) -> Option<Delta> {
         if self.progress.status == status && self.progress.outcome == outcome {
             return None;
         }
@@ -669,7 +703,7 @@ impl RunModel {
     }
 
     /// Takes the audit verification; a delta when it changed.
-    pub(crate) fn set_audit(&mut self, audit: AuditCheck) -> Option<Delta> {
+    pub fn set_audit(&mut self, audit: AuditCheck) -> Option<Delta> {
         if self.audit == audit {
             return None;
         }
@@ -678,7 +712,7 @@ impl RunModel {
     }
 
     /// Takes the stored metrics; a delta when they changed.
-    pub(crate) fn set_metrics(&mut self, metrics: Vec<StoredMetrics>) -> Option<Delta> {
+    pub fn set_metrics(&mut self, metrics: Vec<StoredMetrics>) -> Option<Delta> {
         if self.metrics == metrics {
             return None;
         }
@@ -687,7 +721,7 @@ impl RunModel {
     }
 
     /// The whole picture as JSON text, with the last `events` event lines.
-    pub(crate) fn snapshot_json(&self, events: usize) -> String {
+    pub fn snapshot_json(&self, events: usize) -> String {
         #[derive(Serialize)]
         struct Snapshot<'a> {
             run_id: &'a str,
