@@ -498,16 +498,10 @@ pub(crate) fn run(root: &Path, seeds: &[u64], built: Option<&Path>) -> anyhow::R
         let report = match play(&strata, &scenario, &scratch) {
             Ok(report) => report,
             Err(error) => SeedReport {
-                seed,
-                fault: scenario.fault,
-                description: scenario.describe(),
                 outcome: Outcome::Untyped(format!("harness error: {error:#}")),
-                injected: 0,
                 problems: vec![format!("the harness could not play the seed: {error:#}")],
-                repeats: 0,
-                verify_failed: false,
                 took: seed_started.elapsed(),
-                scratch: scratch.clone(),
+                ..SeedReport::new(&scenario, &scratch)
             },
         };
         print_seed(&report);
@@ -737,20 +731,53 @@ impl Drop for Nats {
     }
 }
 
+impl SeedReport {
+    /// The report of `scenario` played in `scratch`, before anything happened.
+    fn new(scenario: &Scenario, scratch: &Path) -> Self {
+        SeedReport {
+            seed: scenario.seed,
+            fault: scenario.fault,
+            description: scenario.describe(),
+            outcome: Outcome::Skipped(String::new()),
+            injected: 0,
+            problems: Vec::new(),
+            repeats: 0,
+            verify_failed: false,
+            took: Duration::ZERO,
+            scratch: scratch.to_path_buf(),
+        }
+    }
+}
+
+impl Launch {
+    /// The launch whose output went to `name.out` and `name.err` in `scratch`.
+    fn read(scratch: &Path, name: &str, code: Option<i32>, hung: bool) -> Self {
+        Launch {
+            code,
+            hung,
+            stdout: read(scratch, &format!("{name}.out")),
+            stderr: read(scratch, &format!("{name}.err")),
+        }
+    }
+}
+
+/// One seed being played: its scenario, the `strata` it runs and where the run's files are.
+struct Seed<'a> {
+    strata: &'a Path,
+    scenario: &'a Scenario,
+    scratch: &'a Path,
+    /// The run's workspace.
+    workspace: PathBuf,
+    /// The run's data directory.
+    data: PathBuf,
+    run_id: String,
+    /// The bound of one launch.
+    bound: Duration,
+}
+
 fn play(strata: &Path, scenario: &Scenario, scratch: &Path) -> anyhow::Result<SeedReport> {
     let started = Instant::now();
-    let mut report = SeedReport {
-        seed: scenario.seed,
-        fault: scenario.fault,
-        description: scenario.describe(),
-        outcome: Outcome::Skipped(String::new()),
-        injected: 0,
-        problems: Vec::new(),
-        repeats: 0,
-        verify_failed: false,
-        took: Duration::ZERO,
-        scratch: scratch.to_path_buf(),
-    };
+    let mut report = SeedReport::new(scenario, scratch);
     if scenario.fault == Fault::DiskFull
         && let Err(why) = unshare_works(scratch)
     {
@@ -759,151 +786,33 @@ fn play(strata: &Path, scenario: &Scenario, scratch: &Path) -> anyhow::Result<Se
         report.took = started.elapsed();
         return Ok(report);
     }
-    let model = if scenario.model {
-        let fault = match scenario.fault {
-            Fault::Model(kind) => Some(kind.fault()),
-            _ => None,
-        };
-        Some(FakeModel::start(
-            fault,
-            scenario.faulted.clone(),
-            Duration::from_millis(REQUEST_TIMEOUT_MS * 3),
-        )?)
-    } else {
-        None
-    };
+    let model = start_model(scenario)?;
     std::fs::write(
         scratch.join("team.toml"),
         scenario.team(model.as_ref().map(|m| m.url()).as_deref()),
     )?;
     std::fs::write(scratch.join("plan.toml"), scenario.plan())?;
-    let workspace = scratch.join("workspace");
-    std::fs::create_dir_all(&workspace)?;
-    let data = scratch.join("data");
-    let run_id = scenario.run_id();
+    let seed = Seed {
+        strata,
+        scenario,
+        scratch,
+        workspace: scratch.join("workspace"),
+        data: scratch.join("data"),
+        run_id: scenario.run_id(),
+        bound: scenario.bound(),
+    };
+    std::fs::create_dir_all(&seed.workspace)?;
     let mut nats =
         if scenario.fault == Fault::NatsRestart { Some(Nats::start(scratch)?) } else { None };
-    let new_run = |command: &mut Command, data: &Path| {
-        if let Some(panic) = &scenario.panic {
-            command.env("STRATA_FAULT_PANIC", panic);
-        }
-        command
-            .env(KEY_VAR, "chaos-key")
-            .arg("run")
-            .arg(scratch.join("plan.toml"))
-            .arg("--team")
-            .arg(scratch.join("team.toml"))
-            .arg("--run-id")
-            .arg(&run_id)
-            .arg("--workspace")
-            .arg(&workspace)
-            .arg("--data")
-            .arg(data)
-            .arg("--json");
-    };
-    let resume = |command: &mut Command, data: &Path| {
-        command
-            .env(KEY_VAR, "chaos-key")
-            .arg("resume")
-            .arg(&run_id)
-            .arg("--data")
-            .arg(data)
-            .arg("--json");
-    };
-    let bound = scenario.bound();
     let mut worker: Option<Child> = None;
     let last: Launch = match scenario.fault {
-        Fault::Kill9 => {
-            let mut launches = 0;
-            loop {
-                let run_dir = data.join(&run_id);
-                let fresh = !run_dir.join("run.json").is_file();
-                if fresh && run_dir.exists() {
-                    // Killed while the run directory was made: nothing was acknowledged yet.
-                    std::fs::remove_dir_all(&run_dir)?;
-                }
-                let mut command = Command::new(strata);
-                if fresh {
-                    new_run(&mut command, &data)
-                } else {
-                    resume(&mut command, &data)
-                }
-                let name = format!("launch-{launches}");
-                let mut child = spawn(&mut command, scratch, &name)?;
-                let kill_at = scenario.moments.get(launches).map(|ms| Duration::from_millis(*ms));
-                launches += 1;
-                let (code, hung, killed) = watch(&mut child, bound, kill_at, None)?;
-                if killed {
-                    report.injected += 1;
-                    continue;
-                }
-                break Launch {
-                    code,
-                    hung,
-                    stdout: read(scratch, &format!("{name}.out")),
-                    stderr: read(scratch, &format!("{name}.err")),
-                };
-            }
-        }
+        Fault::Kill9 => seed.kill9(&mut report)?,
         Fault::NatsRestart => {
             let Some(server) = nats.as_mut() else { bail!("no NATS server") };
-            if scenario.placed {
-                let mut command = Command::new(strata);
-                command
-                    .env(KEY_VAR, "chaos-key")
-                    .args(["worker", "--nats", &server.url(), "--id", "chaos-worker", "--data"])
-                    .arg(&data);
-                worker = Some(spawn(&mut command, scratch, "worker")?);
-                // Live once it has registered on the server.
-                std::thread::sleep(Duration::from_millis(1500));
-            }
-            let mut command = Command::new(strata);
-            new_run(&mut command, &data);
-            command.arg("--nats").arg(server.url());
-            let mut child = spawn(&mut command, scratch, "launch-0")?;
-            // The restart's moment counts from the run's start (the server is checked before).
-            started_run(&mut child, &scratch.join("launch-0.out"), bound)?;
-            let pause = Duration::from_millis(scenario.moments[1]);
-            let mut restart_error = None;
-            let mut injected = 0;
-            let mut restart = || {
-                server.down();
-                std::thread::sleep(pause);
-                injected += 1;
-                if let Err(e) = server.up() {
-                    restart_error = Some(e);
-                }
-            };
-            let (code, hung, _) = watch(
-                &mut child,
-                bound,
-                None,
-                Some((Duration::from_millis(scenario.moments[0]), &mut restart)),
-            )?;
-            report.injected += injected;
-            if let Some(e) = restart_error {
-                bail!("could not start the NATS server again: {e:#}");
-            }
-            Launch {
-                code,
-                hung,
-                stdout: read(scratch, "launch-0.out"),
-                stderr: read(scratch, "launch-0.err"),
-            }
+            seed.nats_restart(server, &mut worker, &mut report)?
         }
-        Fault::DiskFull => disk_full(strata, scenario, scratch, &data, &workspace, &mut report)?,
-        _ => {
-            let mut command = Command::new(strata);
-            new_run(&mut command, &data);
-            let mut child = spawn(&mut command, scratch, "launch-0")?;
-            let (code, hung, _) = watch(&mut child, bound, None, None)?;
-            Launch {
-                code,
-                hung,
-                stdout: read(scratch, "launch-0.out"),
-                stderr: read(scratch, "launch-0.err"),
-            }
-        }
+        Fault::DiskFull => seed.disk_full(&mut report)?,
+        _ => seed.once()?,
     };
     if let Some(model) = &model {
         if matches!(scenario.fault, Fault::Model(_)) {
@@ -920,18 +829,9 @@ fn play(strata: &Path, scenario: &Scenario, scratch: &Path) -> anyhow::Result<Se
             .filter(|s| matches!(s.shell, Some(Shell::Transient | Shell::Permanent)))
             .count() as u64;
     }
-    check(strata, scenario, &data, &workspace, &last, &mut report);
+    seed.check(&last, &mut report);
     if scenario.fault == Fault::AgentPanic {
-        let (ok, audit) = strata_output(strata, &["inspect", &run_id, "audit", "--json"], &data);
-        report.injected = audit.matches("\"agent_panicked\"").count() as u64;
-        if ok && report.injected == 0 {
-            // The agent named had no turn with work (its lead gave it none, or not that many).
-            println!(
-                "chaos: seed {}: {} had no turn the fault names; nothing injected",
-                scenario.seed,
-                scenario.panic.as_deref().unwrap_or_default()
-            );
-        }
+        seed.count_panics(&mut report);
     }
     if let Some(mut worker) = worker.take() {
         stop_worker(&mut worker, &mut report);
@@ -939,6 +839,157 @@ fn play(strata: &Path, scenario: &Scenario, scratch: &Path) -> anyhow::Result<Se
     drop(nats.take());
     report.took = started.elapsed();
     Ok(report)
+}
+
+/// The harness's model, when the scenario runs on one, misbehaving as its fault says.
+fn start_model(scenario: &Scenario) -> anyhow::Result<Option<FakeModel>> {
+    if !scenario.model {
+        return Ok(None);
+    }
+    let fault = match scenario.fault {
+        Fault::Model(kind) => Some(kind.fault()),
+        _ => None,
+    };
+    Ok(Some(FakeModel::start(
+        fault,
+        scenario.faulted.clone(),
+        Duration::from_millis(REQUEST_TIMEOUT_MS * 3),
+    )?))
+}
+
+impl Seed<'_> {
+    /// `command` made `strata run` of the seed's plan and team.
+    fn new_run(&self, command: &mut Command) {
+        if let Some(panic) = &self.scenario.panic {
+            command.env("STRATA_FAULT_PANIC", panic);
+        }
+        command
+            .env(KEY_VAR, "chaos-key")
+            .arg("run")
+            .arg(self.scratch.join("plan.toml"))
+            .arg("--team")
+            .arg(self.scratch.join("team.toml"))
+            .arg("--run-id")
+            .arg(&self.run_id)
+            .arg("--workspace")
+            .arg(&self.workspace)
+            .arg("--data")
+            .arg(&self.data)
+            .arg("--json");
+    }
+
+    /// `command` made `strata resume` of the seed's run.
+    fn resume(&self, command: &mut Command) {
+        command
+            .env(KEY_VAR, "chaos-key")
+            .arg("resume")
+            .arg(&self.run_id)
+            .arg("--data")
+            .arg(&self.data)
+            .arg("--json");
+    }
+
+    /// One launch of the run, left to end.
+    fn once(&self) -> anyhow::Result<Launch> {
+        let mut command = Command::new(self.strata);
+        self.new_run(&mut command);
+        let mut child = spawn(&mut command, self.scratch, "launch-0")?;
+        let (code, hung, _) = watch(&mut child, self.bound, None, None)?;
+        Ok(Launch::read(self.scratch, "launch-0", code, hung))
+    }
+
+    /// kill9: launches killed at the scenario's moments, each followed by a resume (or a fresh
+    /// start when nothing of the run was recorded), until one is left to end.
+    fn kill9(&self, report: &mut SeedReport) -> anyhow::Result<Launch> {
+        let mut launches = 0;
+        loop {
+            let run_dir = self.data.join(&self.run_id);
+            let fresh = !run_dir.join("run.json").is_file();
+            if fresh && run_dir.exists() {
+                // Killed while the run directory was made: nothing was acknowledged yet.
+                std::fs::remove_dir_all(&run_dir)?;
+            }
+            let mut command = Command::new(self.strata);
+            if fresh {
+                self.new_run(&mut command)
+            } else {
+                self.resume(&mut command)
+            }
+            let name = format!("launch-{launches}");
+            let mut child = spawn(&mut command, self.scratch, &name)?;
+            let kill_at = self.scenario.moments.get(launches).map(|ms| Duration::from_millis(*ms));
+            launches += 1;
+            let (code, hung, killed) = watch(&mut child, self.bound, kill_at, None)?;
+            if killed {
+                report.injected += 1;
+                continue;
+            }
+            break Ok(Launch::read(self.scratch, &name, code, hung));
+        }
+    }
+
+    /// nats_restart: the run on `server` (placed on a worker, left in `worker`, when the
+    /// scenario says so), the server killed and started again at the scenario's moments.
+    fn nats_restart(
+        &self,
+        server: &mut Nats,
+        worker: &mut Option<Child>,
+        report: &mut SeedReport,
+    ) -> anyhow::Result<Launch> {
+        if self.scenario.placed {
+            let mut command = Command::new(self.strata);
+            command
+                .env(KEY_VAR, "chaos-key")
+                .args(["worker", "--nats", &server.url(), "--id", "chaos-worker", "--data"])
+                .arg(&self.data);
+            *worker = Some(spawn(&mut command, self.scratch, "worker")?);
+            // Live once it has registered on the server.
+            std::thread::sleep(Duration::from_millis(1500));
+        }
+        let mut command = Command::new(self.strata);
+        self.new_run(&mut command);
+        command.arg("--nats").arg(server.url());
+        let mut child = spawn(&mut command, self.scratch, "launch-0")?;
+        // The restart's moment counts from the run's start (the server is checked before).
+        started_run(&mut child, &self.scratch.join("launch-0.out"), self.bound)?;
+        let pause = Duration::from_millis(self.scenario.moments[1]);
+        let mut restart_error = None;
+        let mut injected = 0;
+        let mut restart = || {
+            server.down();
+            std::thread::sleep(pause);
+            injected += 1;
+            if let Err(e) = server.up() {
+                restart_error = Some(e);
+            }
+        };
+        let (code, hung, _) = watch(
+            &mut child,
+            self.bound,
+            None,
+            Some((Duration::from_millis(self.scenario.moments[0]), &mut restart)),
+        )?;
+        report.injected += injected;
+        if let Some(e) = restart_error {
+            bail!("could not start the NATS server again: {e:#}");
+        }
+        Ok(Launch::read(self.scratch, "launch-0", code, hung))
+    }
+
+    /// agent_panic: the injected count is the audited `agent_panicked` records.
+    fn count_panics(&self, report: &mut SeedReport) {
+        let (ok, audit) =
+            strata_output(self.strata, &["inspect", &self.run_id, "audit", "--json"], &self.data);
+        report.injected = audit.matches("\"agent_panicked\"").count() as u64;
+        if ok && report.injected == 0 {
+            // The agent named had no turn with work (its lead gave it none, or not that many).
+            println!(
+                "chaos: seed {}: {} had no turn the fault names; nothing injected",
+                self.scenario.seed,
+                self.scenario.panic.as_deref().unwrap_or_default()
+            );
+        }
+    }
 }
 
 /// Waits until `child` printed `run_started` in `out` (or ended, or `bound` passed).
@@ -999,26 +1050,21 @@ fn unshare_works(scratch: &Path) -> Result<(), String> {
     }
 }
 
-/// The run with its data directory on a nearly full tmpfs of a private mount namespace; once it
-/// ends, room is made and the run is resumed if it stopped on its storage; the data directory
-/// is copied out for the checks.
-fn disk_full(
-    strata: &Path,
-    scenario: &Scenario,
-    scratch: &Path,
-    data: &Path,
-    workspace: &Path,
-    report: &mut SeedReport,
-) -> anyhow::Result<Launch> {
-    let mount = scratch.join("tmpfs");
-    std::fs::create_dir_all(&mount)?;
-    std::fs::create_dir_all(data)?;
-    let size_kib = 64 * 1024;
-    let fill_kib = size_kib - scenario.free_kib;
-    let bound = scenario.bound().as_secs() + 1;
-    let run_id = scenario.run_id();
-    let q = |p: &Path| crate::quote(&p.to_string_lossy());
-    let script = format!(
+impl Seed<'_> {
+    /// The run with its data directory on a nearly full tmpfs of a private mount namespace; once it
+    /// ends, room is made and the run is resumed if it stopped on its storage; the data directory
+    /// is copied out for the checks.
+    fn disk_full(&self, report: &mut SeedReport) -> anyhow::Result<Launch> {
+        let (scenario, scratch, data) = (self.scenario, self.scratch, self.data.as_path());
+        let mount = scratch.join("tmpfs");
+        std::fs::create_dir_all(&mount)?;
+        std::fs::create_dir_all(data)?;
+        let size_kib = 64 * 1024;
+        let fill_kib = size_kib - scenario.free_kib;
+        let bound = scenario.bound().as_secs() + 1;
+        let run_id = &self.run_id;
+        let q = |p: &Path| crate::quote(&p.to_string_lossy());
+        let script = format!(
         "set -u
 mount -t tmpfs -o size={size_kib}k chaos {m} || exit 97
 dd if=/dev/zero of={m}/filler bs=1k count={fill_kib} 2>/dev/null
@@ -1032,41 +1078,42 @@ fi
 cp -a {m}/. {d}/
 ",
         m = q(&mount),
-        strata = q(strata),
+        strata = q(self.strata),
         plan = q(&scratch.join("plan.toml")),
         team = q(&scratch.join("team.toml")),
-        ws = q(workspace),
+        ws = q(&self.workspace),
         s = q(scratch),
         d = q(data),
     );
-    std::fs::write(scratch.join("disk-full.sh"), &script)?;
-    let mut command = Command::new("unshare");
-    command.env(KEY_VAR, "chaos-key").args(["-m", "sh"]).arg(scratch.join("disk-full.sh"));
-    let mut child = spawn(&mut command, scratch, "unshare")?;
-    let (code, hung, _) = watch(&mut child, Duration::from_secs(2 * bound + 30), None, None)?;
-    if hung || code == Some(97) || code.is_none() {
-        bail!(
-            "the disk-full script did not complete ({}): {}",
-            if hung { "hung".to_owned() } else { format!("{code:?}") },
-            read(scratch, "unshare.err").trim()
-        );
+        std::fs::write(scratch.join("disk-full.sh"), &script)?;
+        let mut command = Command::new("unshare");
+        command.env(KEY_VAR, "chaos-key").args(["-m", "sh"]).arg(scratch.join("disk-full.sh"));
+        let mut child = spawn(&mut command, scratch, "unshare")?;
+        let (code, hung, _) = watch(&mut child, Duration::from_secs(2 * bound + 30), None, None)?;
+        if hung || code == Some(97) || code.is_none() {
+            bail!(
+                "the disk-full script did not complete ({}): {}",
+                if hung { "hung".to_owned() } else { format!("{code:?}") },
+                read(scratch, "unshare.err").trim()
+            );
+        }
+        let rc = |name: &str| read(scratch, name).trim().parse::<i32>().ok();
+        let first = rc("rc-0");
+        // The disk is nearly full from the start: less room than a run of these plans stores.
+        report.injected = 1;
+        let (name, code) = match rc("rc-1") {
+            Some(code) => ("launch-1", Some(code)),
+            None => ("launch-0", first),
+        };
+        // `timeout -s KILL` ends with 137: the bound.
+        let hung = code == Some(137);
+        Ok(Launch {
+            code: if hung { None } else { code },
+            hung,
+            stdout: read(scratch, &format!("{name}.out")),
+            stderr: read(scratch, &format!("{name}.err")),
+        })
     }
-    let rc = |name: &str| read(scratch, name).trim().parse::<i32>().ok();
-    let first = rc("rc-0");
-    // The disk is nearly full from the start: less room than a run of these plans stores.
-    report.injected = 1;
-    let (name, code) = match rc("rc-1") {
-        Some(code) => ("launch-1", Some(code)),
-        None => ("launch-0", first),
-    };
-    // `timeout -s KILL` ends with 137: the bound.
-    let hung = code == Some(137);
-    Ok(Launch {
-        code: if hung { None } else { code },
-        hung,
-        stdout: read(scratch, &format!("{name}.out")),
-        stderr: read(scratch, &format!("{name}.err")),
-    })
 }
 
 /// `strata ARGS --data DATA`: whether it succeeded, and its stdout (followed by its stderr when
@@ -1095,114 +1142,131 @@ fn last_line(text: &str) -> String {
     line.chars().take(300).collect()
 }
 
-fn check(
-    strata: &Path,
-    scenario: &Scenario,
-    data: &Path,
-    workspace: &Path,
-    last: &Launch,
-    report: &mut SeedReport,
-) {
-    let run_id = scenario.run_id();
-    // The outcome: exit 0, or exit 1 with a typed reason, within the bound.
-    let finished = last.stdout.lines().rev().find_map(|line| {
-        let event: Value = serde_json::from_str(line).ok()?;
-        (event["event"] == "run_finished").then(|| event["outcome"].clone())
-    });
-    let (_, runs) = strata_output(strata, &["runs", "--json"], data);
-    let runs: Value = serde_json::from_str(&runs).unwrap_or(Value::Null);
-    let row = runs
-        .as_array()
-        .and_then(|all| all.iter().find(|r| r["run_id"].as_str() == Some(run_id.as_str())))
-        .cloned()
-        .unwrap_or(Value::Null);
-    let status = row["status"].as_str().unwrap_or("(not listed)").to_owned();
-    report.outcome = if last.hung {
-        report.problems.push(format!(
-            "no end within {BOUND_HEARTBEATS} heartbeats ({:.0} s): killed",
-            scenario.bound().as_secs_f64()
-        ));
-        Outcome::Hang
-    } else {
-        match (last.code, &finished) {
-            (Some(0), Some(outcome)) if outcome["outcome"] == "succeeded" => Outcome::Succeeded,
-            (Some(1), Some(outcome)) if outcome["outcome"] == "failed" => {
-                match outcome.pointer("/reason/kind").and_then(Value::as_str) {
-                    Some(kind) => Outcome::Failed(kind.to_owned()),
-                    None => Outcome::Untyped(format!("failed without a reason kind: {outcome}")),
-                }
+impl Seed<'_> {
+    /// The checks after the run, whose last launch is `last`: each failed one is a problem of
+    /// `report`.
+    fn check(&self, last: &Launch, report: &mut SeedReport) {
+        let status = self.outcome(last, report);
+        // A storage stop is `interrupted`, or `killed (resumable)` when run.json could not take
+        // it.
+        let expected_status: &[&str] = match &report.outcome {
+            Outcome::Succeeded => &["succeeded"],
+            Outcome::Failed(reason) if reason == "storage" => {
+                &["interrupted", "killed (resumable)"]
             }
-            // The storage stop prints no outcome event; on a full disk run.json may not take
-            // the failure either, so the message on stderr counts too.
-            (Some(1), None)
-                if row["failure"].as_str().is_some_and(|f| f.contains(STORAGE_FAILED))
-                    || last.stderr.contains(STORAGE_FAILED)
-                    || last.stderr.contains(DISK_FULL) =>
+            Outcome::Failed(_) => &["failed"],
+            _ => &[],
+        };
+        if !expected_status.is_empty() && !expected_status.contains(&status.as_str()) {
+            report
+                .problems
+                .push(format!("`strata runs` says {status}, not {}", expected_status.join(" or ")));
+        }
+        self.check_side_effects(report);
+        // No message left unacknowledged by a run that succeeded.
+        if report.outcome == Outcome::Succeeded {
+            self.check_acknowledged(report);
+        }
+        // No process of the run is left (nothing runs in its workspace), after a short grace
+        // for commands stopped with their sandbox.
+        let grace = Instant::now();
+        let mut left = processes_in(&self.workspace);
+        while !left.is_empty() && grace.elapsed() < Duration::from_secs(2) {
+            std::thread::sleep(Duration::from_millis(50));
+            left = processes_in(&self.workspace);
+        }
+        if !left.is_empty() {
+            report.problems.push(format!("processes of the run are left: {}", left.join(", ")));
+        }
+        // The audit verifies.
+        if self.data.join(&self.run_id).exists() {
+            let (ok, out) = strata_output(self.strata, &["verify", &self.run_id], &self.data);
+            if !ok {
+                report.verify_failed = true;
+                report.problems.push(format!("strata verify failed: {}", last_line(&out)));
+            }
+        } else {
+            report.problems.push("no run directory was left".into());
+        }
+    }
+
+    /// Sets the report's outcome: exit 0, or exit 1 with a typed reason, within the bound.
+    /// Returns the run's status as `strata runs` lists it.
+    fn outcome(&self, last: &Launch, report: &mut SeedReport) -> String {
+        let finished = last.stdout.lines().rev().find_map(|line| {
+            let event: Value = serde_json::from_str(line).ok()?;
+            (event["event"] == "run_finished").then(|| event["outcome"].clone())
+        });
+        let (_, runs) = strata_output(self.strata, &["runs", "--json"], &self.data);
+        let runs: Value = serde_json::from_str(&runs).unwrap_or(Value::Null);
+        let row = runs
+            .as_array()
+            .and_then(|all| all.iter().find(|r| r["run_id"].as_str() == Some(self.run_id.as_str())))
+            .cloned()
+            .unwrap_or(Value::Null);
+        let status = row["status"].as_str().unwrap_or("(not listed)").to_owned();
+        report.outcome = if last.hung {
+            report.problems.push(format!(
+                "no end within {BOUND_HEARTBEATS} heartbeats ({:.0} s): killed",
+                self.scenario.bound().as_secs_f64()
+            ));
+            Outcome::Hang
+        } else {
+            ended(last, finished.as_ref(), &row)
+        };
+        if let Outcome::Untyped(what) = &report.outcome {
+            report.problems.push(format!("no typed end: {what}"));
+        }
+        status
+    }
+
+    /// Side effects: each shell step's line at most once, exactly once when the task
+    /// succeeded; each file written right when it succeeded.
+    fn check_side_effects(&self, report: &mut SeedReport) {
+        let workspace = &self.workspace;
+        let ledger = std::fs::read_to_string(workspace.join("ledger.txt")).unwrap_or_default();
+        let mut counts: BTreeMap<&str, u64> = BTreeMap::new();
+        for line in ledger.lines() {
+            *counts.entry(line).or_default() += 1;
+        }
+        for (i, step) in self.scenario.steps.iter().enumerate() {
+            let line = format!("line-{i}");
+            let count = counts.remove(line.as_str()).unwrap_or(0);
+            if count > 1 {
+                report.repeats += count - 1;
+                report.problems.push(format!("side effect of step s{i} ran {count} times"));
+            }
+            let must = report.outcome == Outcome::Succeeded
+                && matches!(step.shell, Some(Shell::Plain | Shell::Transient));
+            if must && count == 0 {
+                report
+                    .problems
+                    .push(format!("the task succeeded but step s{i}'s side effect is missing"));
+            }
+            if step.shell.is_none()
+                && report.outcome == Outcome::Succeeded
+                && std::fs::read_to_string(workspace.join("out").join(format!("file-{i}.txt")))
+                    .ok()
+                    .as_deref()
+                    != Some(&format!("content {i}\n"))
             {
-                Outcome::Failed("storage".into())
+                report
+                    .problems
+                    .push(format!("the task succeeded but out/file-{i}.txt is not written right"));
             }
-            (code, _) => Outcome::Untyped(format!(
-                "exit {}, {}: {}",
-                code.map_or("by a signal".to_owned(), |c| c.to_string()),
-                if finished.is_some() { "outcome printed" } else { "no outcome printed" },
-                last_line(&last.stderr)
-            )),
         }
-    };
-    if let Outcome::Untyped(what) = &report.outcome {
-        report.problems.push(format!("no typed end: {what}"));
-    }
-    // A storage stop is `interrupted`, or `killed (resumable)` when run.json could not take it.
-    let expected_status: &[&str] = match &report.outcome {
-        Outcome::Succeeded => &["succeeded"],
-        Outcome::Failed(reason) if reason == "storage" => &["interrupted", "killed (resumable)"],
-        Outcome::Failed(_) => &["failed"],
-        _ => &[],
-    };
-    if !expected_status.is_empty() && !expected_status.contains(&status.as_str()) {
-        report
-            .problems
-            .push(format!("`strata runs` says {status}, not {}", expected_status.join(" or ")));
-    }
-    // Side effects: each shell step's line at most once, exactly once when the task succeeded.
-    let ledger = std::fs::read_to_string(workspace.join("ledger.txt")).unwrap_or_default();
-    let mut counts: BTreeMap<&str, u64> = BTreeMap::new();
-    for line in ledger.lines() {
-        *counts.entry(line).or_default() += 1;
-    }
-    for (i, step) in scenario.steps.iter().enumerate() {
-        let line = format!("line-{i}");
-        let count = counts.remove(line.as_str()).unwrap_or(0);
-        if count > 1 {
-            report.repeats += count - 1;
-            report.problems.push(format!("side effect of step s{i} ran {count} times"));
-        }
-        let must = report.outcome == Outcome::Succeeded
-            && matches!(step.shell, Some(Shell::Plain | Shell::Transient));
-        if must && count == 0 {
-            report
-                .problems
-                .push(format!("the task succeeded but step s{i}'s side effect is missing"));
-        }
-        if step.shell.is_none()
-            && report.outcome == Outcome::Succeeded
-            && std::fs::read_to_string(workspace.join("out").join(format!("file-{i}.txt")))
-                .ok()
-                .as_deref()
-                != Some(&format!("content {i}\n"))
-        {
-            report
-                .problems
-                .push(format!("the task succeeded but out/file-{i}.txt is not written right"));
+        if !counts.is_empty() {
+            report.problems.push(format!("unexpected ledger lines: {counts:?}"));
         }
     }
-    if !counts.is_empty() {
-        report.problems.push(format!("unexpected ledger lines: {counts:?}"));
-    }
-    // No message left unacknowledged by a run that succeeded.
-    if report.outcome == Outcome::Succeeded {
-        let (ok, messages) =
-            strata_output(strata, &["inspect", &run_id, "messages", "--json"], data);
+
+    /// No message is left unacknowledged.
+    fn check_acknowledged(&self, report: &mut SeedReport) {
+        let (ok, messages) = strata_output(
+            self.strata,
+            &["inspect", &self.run_id, "messages", "--json"],
+            &self.data,
+        );
         // A run on NATS lists what still waits per inbox (`{"waiting": [...]}`).
         let listed = serde_json::from_str::<Value>(&messages).map(|v| match v {
             Value::Object(mut o) => o.remove("waiting").unwrap_or(Value::Null),
@@ -1227,26 +1291,34 @@ fn check(
             _ => report.problems.push(format!("inspect messages failed: {}", last_line(&messages))),
         }
     }
-    // No process of the run is left (nothing runs in its workspace), after a short grace for
-    // commands stopped with their sandbox.
-    let grace = Instant::now();
-    let mut left = processes_in(workspace);
-    while !left.is_empty() && grace.elapsed() < Duration::from_secs(2) {
-        std::thread::sleep(Duration::from_millis(50));
-        left = processes_in(workspace);
-    }
-    if !left.is_empty() {
-        report.problems.push(format!("processes of the run are left: {}", left.join(", ")));
-    }
-    // The audit verifies.
-    if data.join(&run_id).exists() {
-        let (ok, out) = strata_output(strata, &["verify", &run_id], data);
-        if !ok {
-            report.verify_failed = true;
-            report.problems.push(format!("strata verify failed: {}", last_line(&out)));
+}
+
+/// How a launch that was not killed at the bound ended, from its exit code, the outcome it
+/// printed (`finished`) and its row in `strata runs`.
+fn ended(last: &Launch, finished: Option<&Value>, row: &Value) -> Outcome {
+    match (last.code, finished) {
+        (Some(0), Some(outcome)) if outcome["outcome"] == "succeeded" => Outcome::Succeeded,
+        (Some(1), Some(outcome)) if outcome["outcome"] == "failed" => {
+            match outcome.pointer("/reason/kind").and_then(Value::as_str) {
+                Some(kind) => Outcome::Failed(kind.to_owned()),
+                None => Outcome::Untyped(format!("failed without a reason kind: {outcome}")),
+            }
         }
-    } else {
-        report.problems.push("no run directory was left".into());
+        // The storage stop prints no outcome event; on a full disk run.json may not take the
+        // failure either, so the message on stderr counts too.
+        (Some(1), None)
+            if row["failure"].as_str().is_some_and(|f| f.contains(STORAGE_FAILED))
+                || last.stderr.contains(STORAGE_FAILED)
+                || last.stderr.contains(DISK_FULL) =>
+        {
+            Outcome::Failed("storage".into())
+        }
+        (code, _) => Outcome::Untyped(format!(
+            "exit {}, {}: {}",
+            code.map_or("by a signal".to_owned(), |c| c.to_string()),
+            if finished.is_some() { "outcome printed" } else { "no outcome printed" },
+            last_line(&last.stderr)
+        )),
     }
 }
 

@@ -883,12 +883,15 @@ pub(crate) fn plots(report: &Report) -> anyhow::Result<Vec<(&'static str, String
     Ok(out)
 }
 
+/// A line of a plot: a runtime's figures, as (agents, value) points.
+type Line = (Runtime, Vec<(f64, f64)>);
+
 /// One workload's figures against the agent count, a line per runtime, log-log for rates and
 /// log-linear for memory.
 fn plot(report: &Report, workload: Workload, title: &str) -> anyhow::Result<String> {
     use plotters::prelude::*;
 
-    let series: Vec<(Runtime, Vec<(f64, f64)>)> = Runtime::ALL
+    let series: Vec<Line> = Runtime::ALL
         .into_iter()
         .map(|runtime| {
             let points = report
@@ -931,54 +934,67 @@ fn plot(report: &Report, workload: Workload, title: &str) -> anyhow::Result<Stri
             .x_label_area_size(48)
             .y_label_area_size(84);
         // The same chart on two kinds of y axis, which are different types.
-        macro_rules! draw {
-            ($chart:expr) => {{
-                let mut chart = $chart;
-                chart
-                    .configure_mesh()
-                    .x_desc("agents")
-                    .y_desc(y_desc)
-                    .x_label_formatter(&|x| axis_label(*x))
-                    .y_label_formatter(&|y| axis_label(*y))
-                    .label_style(("sans-serif", 14))
-                    .draw()?;
-                for (runtime, points) in &series {
-                    if points.is_empty() {
-                        continue;
-                    }
-                    let color = runtime.color();
-                    chart
-                        .draw_series(LineSeries::new(
-                            points.iter().copied(),
-                            color.stroke_width(2),
-                        ))?
-                        .label(runtime.name())
-                        .legend(move |(x, y)| {
-                            PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-                        });
-                    chart.draw_series(
-                        points.iter().map(|&point| Circle::new(point, 4, color.filled())),
-                    )?;
-                }
-                chart
-                    .configure_series_labels()
-                    .position(SeriesLabelPosition::UpperLeft)
-                    .background_style(WHITE.mix(0.9))
-                    .border_style(BLACK)
-                    .label_font(("sans-serif", 15))
-                    .draw()?;
-            }};
-        }
         if workload.higher_is_better() {
             // Room above the highest line for the legend.
             let y_range = (y_min / 3.0)..(y_max * 10.0);
-            draw!(builder.build_cartesian_2d(x_range.log_scale(), y_range.log_scale())?);
+            let chart = builder.build_cartesian_2d(x_range.log_scale(), y_range.log_scale())?;
+            draw_chart(chart, y_desc, &series)?;
         } else {
-            draw!(builder.build_cartesian_2d(x_range.log_scale(), 0.0..(y_max * 1.4))?);
+            let chart = builder.build_cartesian_2d(x_range.log_scale(), 0.0..(y_max * 1.4))?;
+            draw_chart(chart, y_desc, &series)?;
         }
         root.present()?;
     }
     Ok(svg)
+}
+
+/// Draws the mesh, a line with its points per runtime in `series`, and the legend on `chart`.
+fn draw_chart<'a, X, Y>(
+    mut chart: plotters::chart::ChartContext<
+        'a,
+        plotters::backend::SVGBackend<'a>,
+        plotters::coord::cartesian::Cartesian2d<X, Y>,
+    >,
+    y_desc: &str,
+    series: &[Line],
+) -> anyhow::Result<()>
+where
+    X: plotters::coord::ranged1d::Ranged<ValueType = f64>
+        + plotters::coord::ranged1d::ValueFormatter<f64>,
+    Y: plotters::coord::ranged1d::Ranged<ValueType = f64>
+        + plotters::coord::ranged1d::ValueFormatter<f64>,
+{
+    use plotters::prelude::*;
+
+    chart
+        .configure_mesh()
+        .x_desc("agents")
+        .y_desc(y_desc)
+        .x_label_formatter(&|x| axis_label(*x))
+        .y_label_formatter(&|y| axis_label(*y))
+        .label_style(("sans-serif", 14))
+        .draw()?;
+    for (runtime, points) in series {
+        if points.is_empty() {
+            continue;
+        }
+        let color = runtime.color();
+        chart
+            .draw_series(LineSeries::new(points.iter().copied(), color.stroke_width(2)))?
+            .label(runtime.name())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+        chart.draw_series(points.iter().map(|&point| Circle::new(point, 4, color.filled())))?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 15))
+        .draw()?;
+    Ok(())
 }
 
 fn read(path: &Path) -> anyhow::Result<String> {

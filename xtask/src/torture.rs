@@ -14,7 +14,7 @@
 //! leaves the old version or the resumed run completes the new one, never a mix).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -163,27 +163,25 @@ fn torture(strata: &Path, scratch: &Path, kills: u32, seed: u64) -> anyhow::Resu
     std::fs::write(&plan_path, plan())?;
     let data = scratch.join("data");
     let started = Instant::now();
-    let (mut killed, mut launches, mut runs, mut mid_command) = (0u32, 0u32, 0u32, 0u32);
+    let (mut runs, mut counts) = (0u32, Counts::default());
     // One run after another, each killed at random moments until it finishes, until enough
     // kills have happened; every run is checked.
-    while killed < kills || runs == 0 {
+    while counts.killed < kills || runs == 0 {
         runs += 1;
-        let run_id = format!("torture-{runs}");
-        let workspace = scratch.join(format!("workspace-{runs}"));
-        let (k, l, m) = drive_one(
+        let run = OneRun {
             strata,
-            &plan_path,
-            &data,
-            &workspace,
-            &run_id,
-            &mut rng,
-            kills.saturating_sub(killed),
-        )?;
-        killed += k;
-        launches += l;
-        mid_command += m;
-        check(strata, &data, &workspace, &run_id)?;
+            plan_path: &plan_path,
+            data: &data,
+            workspace: scratch.join(format!("workspace-{runs}")),
+            run_id: format!("torture-{runs}"),
+        };
+        let one = run.drive(&mut rng, kills.saturating_sub(counts.killed))?;
+        counts.killed += one.killed;
+        counts.launches += one.launches;
+        counts.mid_command += one.mid_command;
+        check(strata, &data, &run.workspace, &run.run_id)?;
     }
+    let Counts { killed, launches, mid_command } = counts;
     println!(
         "torture: ok — {runs} runs, {killed} kills ({mid_command} of them while a shell command ran), \
          {launches} launches in {:.1}s; every run succeeded, each of its {STEPS} side effects ran \
@@ -195,70 +193,104 @@ fn torture(strata: &Path, scratch: &Path, kills: u32, seed: u64) -> anyhow::Resu
     Ok(())
 }
 
-/// Drives one run to the end, killing it up to `budget` times. Returns (kills, launches, kills
-/// that landed while a shell command ran).
-fn drive_one(
-    strata: &Path,
-    plan_path: &Path,
-    data: &Path,
-    workspace: &Path,
-    run_id: &str,
-    rng: &mut Rng,
-    budget: u32,
-) -> anyhow::Result<(u32, u32, u32)> {
-    let run_dir = data.join(run_id);
-    let (mut killed, mut launches, mut mid_command) = (0u32, 0u32, 0u32);
-    loop {
+/// What driving runs counted.
+#[derive(Clone, Copy, Debug, Default)]
+struct Counts {
+    /// Kills.
+    killed: u32,
+    /// Launches of `strata`.
+    launches: u32,
+    /// Kills that landed while a shell command ran.
+    mid_command: u32,
+}
+
+/// One run of the plan, with its own id and workspace.
+struct OneRun<'a> {
+    strata: &'a Path,
+    plan_path: &'a Path,
+    data: &'a Path,
+    workspace: PathBuf,
+    run_id: String,
+}
+
+impl OneRun<'_> {
+    /// Drives the run to the end, killing it up to `budget` times.
+    fn drive(&self, rng: &mut Rng, budget: u32) -> anyhow::Result<Counts> {
+        let mut counts = Counts::default();
+        loop {
+            let mut child = self.launch()?;
+            counts.launches += 1;
+            // Half of the kills at a random moment of start-up, heartbeats and shutdown of a
+            // whole run (~2.5 s); the other half while a shell command runs, a random time after
+            // it marked its start.
+            let kill = (counts.killed < budget).then(|| {
+                if rng.below(2) == 0 {
+                    Kill::After(Duration::from_millis(rng.below(2_500) + 1))
+                } else {
+                    Kill::MidCommand(Duration::from_millis(rng.below(150)))
+                }
+            });
+            match self.watch(&mut child, kill, counts.launches)? {
+                Watched::Ended(status) => return self.ended(&mut child, status, counts),
+                Watched::Killed { mid_command } => {
+                    counts.killed += 1;
+                    counts.mid_command += u32::from(mid_command);
+                }
+            }
+        }
+    }
+
+    /// Starts `strata`: the run afresh when nothing of it was acknowledged yet, else a resume.
+    fn launch(&self) -> anyhow::Result<Child> {
+        let run_dir = self.data.join(&self.run_id);
         let fresh =
             !run_dir.join("strata-run.json").is_file() || !run_dir.join("run.json").is_file();
         if fresh && run_dir.exists() {
             // Killed while the run directory was being created: nothing was acknowledged yet.
             std::fs::remove_dir_all(&run_dir)?;
         }
-        let mut command = Command::new(strata);
+        let mut command = Command::new(self.strata);
         if fresh {
             command
                 .arg("run")
-                .arg(plan_path)
+                .arg(self.plan_path)
                 .arg("--team")
-                .arg(plan_path.with_file_name("team.toml"))
+                .arg(self.plan_path.with_file_name("team.toml"))
                 .arg("--run-id")
-                .arg(run_id)
+                .arg(&self.run_id)
                 .arg("--workspace")
-                .arg(workspace);
+                .arg(&self.workspace);
             command.args(["--heartbeat", "20ms"]);
         } else {
-            command.arg("resume").arg(run_id);
+            command.arg("resume").arg(&self.run_id);
         }
         command
             .arg("--data")
-            .arg(data)
+            .arg(self.data)
             .arg("--quiet")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
-        let mut child = command.spawn().context("cannot start strata")?;
-        launches += 1;
-        // Half of the kills at a random moment of start-up, heartbeats and shutdown of a whole
-        // run (~2.5 s); the other half while a shell command runs, a random time after it
-        // marked its start.
-        let kill = (killed < budget).then(|| {
-            if rng.below(2) == 0 {
-                Kill::After(Duration::from_millis(rng.below(2_500) + 1))
-            } else {
-                Kill::MidCommand(Duration::from_millis(rng.below(150)))
-            }
-        });
+        command.spawn().context("cannot start strata")
+    }
+
+    /// Waits for the launch to end, or kills it (`SIGKILL`) at `kill`.
+    fn watch(
+        &self,
+        child: &mut Child,
+        kill: Option<Kill>,
+        launches: u32,
+    ) -> anyhow::Result<Watched> {
         let launched = Instant::now();
         let mut mid_command_since: Option<Instant> = None;
-        let status = loop {
+        loop {
             if let Some(status) = child.try_wait()? {
-                break Some(status);
+                return Ok(Watched::Ended(status));
             }
             let due = match kill {
                 Some(Kill::After(after)) => launched.elapsed() >= after,
                 Some(Kill::MidCommand(into)) => {
-                    if mid_command_since.is_none() && command_running(workspace) {
+                    if mid_command_since.is_none() && command_running(&self.workspace) {
                         mid_command_since = Some(Instant::now());
                     }
                     mid_command_since.is_some_and(|since| since.elapsed() >= into)
@@ -266,38 +298,53 @@ fn drive_one(
                 None => false,
             };
             if due {
-                let mid = command_running(workspace);
+                let mid_command = command_running(&self.workspace);
                 child.kill().context("cannot kill strata")?; // SIGKILL
                 child.wait()?;
-                killed += 1;
-                mid_command += u32::from(mid);
-                break None;
+                return Ok(Watched::Killed { mid_command });
             }
             if launched.elapsed() > Duration::from_secs(120) {
                 child.kill()?;
-                bail!("{run_id}: strata did not finish within 120 s after launch {launches}");
+                bail!(
+                    "{}: strata did not finish within 120 s after launch {launches}",
+                    self.run_id
+                );
             }
             std::thread::sleep(Duration::from_millis(1));
-        };
-        if let Some(status) = status {
-            let mut stderr = String::new();
-            if let Some(mut pipe) = child.stderr.take() {
-                use std::io::Read;
-                let _ = pipe.read_to_string(&mut stderr);
-            }
-            return match status.code() {
-                Some(0) => Ok((killed, launches, mid_command)),
-                Some(code) => bail!(
-                    "{run_id}: strata exited with {code} on launch {launches}: {}",
-                    stderr.trim()
-                ),
-                None => bail!(
-                    "{run_id}: strata died by a signal on launch {launches}: {}",
-                    stderr.trim()
-                ),
-            };
         }
     }
+
+    /// The counts when the launch ended by itself with `status`: an error unless it succeeded.
+    fn ended(
+        &self,
+        child: &mut Child,
+        status: ExitStatus,
+        counts: Counts,
+    ) -> anyhow::Result<Counts> {
+        let mut stderr = String::new();
+        if let Some(mut pipe) = child.stderr.take() {
+            use std::io::Read;
+            let _ = pipe.read_to_string(&mut stderr);
+        }
+        let (run_id, launches) = (&self.run_id, counts.launches);
+        match status.code() {
+            Some(0) => Ok(counts),
+            Some(code) => {
+                bail!("{run_id}: strata exited with {code} on launch {launches}: {}", stderr.trim())
+            }
+            None => {
+                bail!("{run_id}: strata died by a signal on launch {launches}: {}", stderr.trim())
+            }
+        }
+    }
+}
+
+/// How a launch that was watched ended.
+enum Watched {
+    /// By itself, with this status.
+    Ended(ExitStatus),
+    /// Killed by the harness, while a shell command ran or not.
+    Killed { mid_command: bool },
 }
 
 /// When a launch is killed.

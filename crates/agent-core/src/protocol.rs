@@ -1,6 +1,8 @@
 //! The contents of the messages the layers exchange, one type per message kind that has content.
 
-use agent_state::{AgentId, AgentMetrics, AgentStatus, DecisionId, Subtask, Tally, TaskOutcome};
+use agent_state::{
+    AgentId, AgentMetrics, AgentStatus, BallotChoice, DecisionId, Subtask, Tally, TaskOutcome,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::reasoner::Conflict;
@@ -115,7 +117,7 @@ pub struct VoteResponse {
     /// The conflict.
     pub conflict_id: String,
     /// The option chosen.
-    pub choice: String,
+    pub choice: BallotChoice,
     /// The voter's weight.
     pub weight: f64,
 }
@@ -126,7 +128,7 @@ pub struct ArbitrationResult {
     /// The conflict.
     pub conflict_id: String,
     /// The winning option.
-    pub resolution: String,
+    pub resolution: BallotChoice,
     /// The tally behind it.
     pub tally: Tally,
     /// Who arbitrated.

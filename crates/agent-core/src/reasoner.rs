@@ -2,8 +2,8 @@
 //! [`RuleBasedReasoner`] is the deterministic default.
 
 use agent_state::{
-    AgentConfig, AgentId, Decision, LeadRequest, PlanStep, RoleBook, StepTarget, Subtask,
-    SubtaskResult, Task, WorkPackage,
+    AgentConfig, AgentId, BallotChoice, Decision, LeadRequest, PlanStep, RoleBook, StepTarget,
+    Subtask, SubtaskResult, Task, WorkPackage,
 };
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -64,7 +64,7 @@ pub struct Conflict {
     /// The agents in conflict.
     pub parties: Vec<AgentId>,
     /// The resolutions to choose from; at least one.
-    pub options: Vec<String>,
+    pub options: Vec<BallotChoice>,
 }
 
 /// An executor a lead can assign work to.
@@ -236,7 +236,11 @@ pub trait Reasoner: Send + Sync + 'static {
     ) -> Result<Verdict, ReasonError>;
 
     /// A top power votes on a conflict: one of `conflict.options`.
-    async fn vote(&self, who: Persona<'_>, conflict: &Conflict) -> Result<String, ReasonError>;
+    async fn vote(
+        &self,
+        who: Persona<'_>,
+        conflict: &Conflict,
+    ) -> Result<BallotChoice, ReasonError>;
 
     /// A lead places each step of its work package on one of its executors.
     async fn decompose(
@@ -342,7 +346,7 @@ pub trait Reasoner: Send + Sync + 'static {
 #[derive(Clone, Debug, Default)]
 pub struct RuleBasedReasoner {
     forbidden_tools: Vec<String>,
-    preferences: Vec<String>,
+    preferences: Vec<BallotChoice>,
 }
 
 impl RuleBasedReasoner {
@@ -358,7 +362,7 @@ impl RuleBasedReasoner {
     }
 
     /// Votes for the first of these options that is on the ballot.
-    pub fn prefer<I: IntoIterator<Item = S>, S: Into<String>>(mut self, options: I) -> Self {
+    pub fn prefer<I: IntoIterator<Item = S>, S: Into<BallotChoice>>(mut self, options: I) -> Self {
         self.preferences = options.into_iter().map(Into::into).collect();
         self
     }
@@ -400,7 +404,11 @@ impl Reasoner for RuleBasedReasoner {
         Ok(Verdict::Sign)
     }
 
-    async fn vote(&self, _who: Persona<'_>, conflict: &Conflict) -> Result<String, ReasonError> {
+    async fn vote(
+        &self,
+        _who: Persona<'_>,
+        conflict: &Conflict,
+    ) -> Result<BallotChoice, ReasonError> {
         if let Some(p) = self.preferences.iter().find(|p| conflict.options.contains(p)) {
             return Ok(p.clone());
         }

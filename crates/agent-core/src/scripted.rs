@@ -122,7 +122,7 @@ pub enum ScriptedAnswer {
     /// For a review.
     Verdict(Verdict),
     /// For a vote.
-    Vote(String),
+    Vote(agent_state::BallotChoice),
     /// For a decomposition.
     Placements(Vec<Placement>),
     /// For a next action.
@@ -270,7 +270,11 @@ impl Reasoner for ScriptedReasoner {
         }
     }
 
-    async fn vote(&self, who: Persona<'_>, conflict: &Conflict) -> Result<String, ReasonError> {
+    async fn vote(
+        &self,
+        who: Persona<'_>,
+        conflict: &Conflict,
+    ) -> Result<agent_state::BallotChoice, ReasonError> {
         let request =
             ReasoningRequest::Vote { agent: who.config.id.clone(), conflict: conflict.clone() };
         let kind = request.kind();

@@ -224,7 +224,11 @@ impl Reasoner for TimedReasoner {
         self.bound("review_decision", self.inner.review_decision(who, decision)).await
     }
 
-    async fn vote(&self, who: Persona<'_>, conflict: &Conflict) -> Result<String, ReasonError> {
+    async fn vote(
+        &self,
+        who: Persona<'_>,
+        conflict: &Conflict,
+    ) -> Result<agent_state::BallotChoice, ReasonError> {
         self.bound("vote", self.inner.vote(who, conflict)).await
     }
 

@@ -10,9 +10,9 @@ use agent_core::protocol::{
 };
 use agent_core::{AgentBehavior, AgentContext, AgentError, AuditEvent, Candidate, ReasonError};
 use agent_state::{
-    Action, AgentId, ArbitrationSettings, Assignment, BoardSnapshot, GuardSettings, Message,
-    MessageKind, ProgressReport, ProgressStatus, QUOTE_CHARS, Subtask, SubtaskResult, TaskFailure,
-    WorkPackage, quote,
+    Action, AgentId, ArbitrationSettings, Assignment, BallotChoice, BoardSnapshot, GuardSettings,
+    Message, MessageKind, ProgressReport, ProgressStatus, QUOTE_CHARS, Subtask, SubtaskResult,
+    TaskFailure, WorkPackage, quote,
 };
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -622,7 +622,7 @@ impl MidAgent {
                 quote(&objection, QUOTE_CHARS)
             ),
             parties: vec![me.clone(), executor.clone()],
-            options: vec![agent_state::ballot::REDO.into(), agent_state::ballot::ACCEPT.into()],
+            options: vec![BallotChoice::Redo, BallotChoice::Accept],
         };
         let subject = ConflictSubject::Acceptance {
             task_id: subtask.task_id.clone(),
@@ -651,7 +651,6 @@ impl MidAgent {
         ctx: &mut AgentContext,
         message: &Message,
     ) -> Result<(), AgentError> {
-        use agent_state::ballot;
         let Some(ruling) = ctx.read_payload::<ArbitrationResult>(message).await? else {
             return Ok(());
         };
@@ -673,7 +672,7 @@ impl MidAgent {
                 if !state.escalated.remove(&step) {
                     return Ok(()); // ruled on already
                 }
-                if ruling.resolution == ballot::RETRY {
+                if ruling.resolution == BallotChoice::Retry {
                     // Every executor may take it again.
                     state.tried.remove(&step);
                     return self.reassign(ctx, subtask, failure.to_string()).await;
@@ -683,7 +682,7 @@ impl MidAgent {
             }
             ConflictSubject::Acceptance { executor, objection, .. } => {
                 let Some(result) = state.disputed.remove(&step) else { return Ok(()) };
-                if ruling.resolution == ballot::ACCEPT {
+                if ruling.resolution == BallotChoice::Accept {
                     state.results.insert(step, result);
                     if let Some(e) = self.executors.iter_mut().find(|e| e.id == executor) {
                         e.failed = false;
@@ -1176,7 +1175,7 @@ fn escalation_vote(
             failed.step.id, failed.task_id
         ),
         parties: vec![me.clone(), to.clone()],
-        options: vec![agent_state::ballot::ABANDON.into(), agent_state::ballot::RETRY.into()],
+        options: vec![BallotChoice::Abandon, BallotChoice::Retry],
     };
     let subject = ConflictSubject::Escalation {
         task_id: failed.task_id.clone(),

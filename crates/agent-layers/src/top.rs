@@ -16,12 +16,11 @@ use agent_core::protocol::{
     VoteRequest, VoteResponse,
 };
 use agent_core::{AgentBehavior, AgentContext, AgentError, Conflict, Verdict};
-use agent_state::ballot;
 use agent_state::{
-    Action, Address, AgentId, AgentStatus, ArbitrationSettings, Assignment, BoardId, BoardSnapshot,
-    Capability, DecisionId, DecisionStatus, LeadRequest, Message, MessageKind, PlanStep,
-    ProgressReport, ProgressStatus, RoleBook, SignOutcome, StepTarget, SubtaskResult, Task,
-    TaskFailure, TaskOutcome, Vote, WorkPackage, tally,
+    Action, Address, AgentId, AgentStatus, ArbitrationSettings, Assignment, BallotChoice, BoardId,
+    BoardSnapshot, Capability, DecisionId, DecisionStatus, LeadRequest, Message, MessageKind,
+    PlanStep, ProgressReport, ProgressStatus, RoleBook, SignOutcome, StepTarget, SubtaskResult,
+    Task, TaskFailure, TaskOutcome, Vote, WorkPackage, tally,
 };
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -499,7 +498,7 @@ impl TopAgent {
                                 ctx.id()
                             ),
                             parties: vec![ctx.id().clone(), by.clone()],
-                            options: vec![ballot::ABANDON.into(), ballot::PROCEED.into()],
+                            options: vec![BallotChoice::Abandon, BallotChoice::Proceed],
                         };
                         let subject = ConflictSubject::VetoedPlan {
                             task_id: task_id.clone(),
@@ -810,7 +809,7 @@ impl TopAgent {
                 "- conflict `{}` put to the vote by {}: {}",
                 conflict.id,
                 ctx.id(),
-                conflict.options.join(" or ")
+                conflict.options.iter().map(BallotChoice::as_str).collect::<Vec<_>>().join(" or ")
             ),
         )
         .await?;
@@ -928,7 +927,7 @@ impl TopAgent {
                 if state.phase != Phase::Running {
                     return Ok(());
                 }
-                if ruling.resolution == ballot::RETRY {
+                if ruling.resolution == BallotChoice::Retry {
                     ctx.append_own(&format!("- {task_id}/{step}: the vote says retry")).await?;
                     return Ok(());
                 }
@@ -941,7 +940,7 @@ impl TopAgent {
                 if state.phase != Phase::Arbitrating {
                     return Ok(());
                 }
-                if ruling.resolution == ballot::PROCEED {
+                if ruling.resolution == BallotChoice::Proceed {
                     ctx.append_to(
                         &BoardId::Global,
                         &format!(
@@ -960,7 +959,7 @@ impl TopAgent {
 
 /// A vote for an option not on the ballot counts for the first option (the conservative
 /// one: the runtime lists it first), so a confused voter cannot stall or skew the tally.
-fn valid_choice(conflict: &Conflict, choice: String) -> String {
+fn valid_choice(conflict: &Conflict, choice: BallotChoice) -> BallotChoice {
     if conflict.options.contains(&choice) {
         return choice;
     }

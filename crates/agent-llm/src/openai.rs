@@ -12,8 +12,8 @@ use serde_json::{Value, json};
 use crate::emulated_tools;
 use crate::http::{self, ConfigError, HttpClient};
 use crate::provider::{
-    ChatRequest, ChatResponse, Provider, ProviderError, ProviderErrorKind, ProviderToolCall,
-    ResponseFormat, Role, Usage,
+    ChatMessage, ChatRequest, ChatResponse, Provider, ProviderError, ProviderErrorKind,
+    ProviderToolCall, ResponseFormat, Role, Usage,
 };
 use crate::stream::{SharedSink, TokenSink};
 use crate::structured::{self, ModeChoice, ModeSelector, StructuredMode, StructuredOutput};
@@ -349,7 +349,6 @@ impl Provider for OpenAiProvider {
 
 /// The request body, a JSON request sent in `mode`.
 fn wire_request(model: &str, request: &ChatRequest, mode: Option<StructuredMode>) -> Value {
-    let mut messages = Vec::with_capacity(request.messages.len() + 1);
     let schema = match &request.response {
         ResponseFormat::Json { name, schema } => Some((name, schema)),
         ResponseFormat::Text => None,
@@ -360,45 +359,12 @@ fn wire_request(model: &str, request: &ChatRequest, mode: Option<StructuredMode>
         }
         _ => request.system.clone(),
     };
+    let mut messages = Vec::with_capacity(request.messages.len() + 1);
     if !system.is_empty() {
         messages.push(json!({"role": "system", "content": system}));
     }
-    for message in &request.messages {
-        messages.push(match message.role {
-            Role::User => json!({"role": "user", "content": message.content}),
-            Role::Assistant if message.tool_calls.is_empty() => {
-                json!({"role": "assistant", "content": message.content})
-            }
-            Role::Assistant => {
-                let calls: Vec<Value> = message
-                    .tool_calls
-                    .iter()
-                    .map(|call| {
-                        json!({
-                            "id": call.id,
-                            "type": "function",
-                            "function": {"name": call.name, "arguments": call.arguments},
-                        })
-                    })
-                    .collect();
-                let content =
-                    if message.content.is_empty() { Value::Null } else { json!(message.content) };
-                json!({"role": "assistant", "content": content, "tool_calls": calls})
-            }
-            Role::Tool => json!({
-                "role": "tool",
-                "tool_call_id": message.tool_call_id.as_deref().unwrap_or_default(),
-                "content": message.content,
-            }),
-        });
-    }
+    messages.extend(request.messages.iter().map(wire_message));
     let mut body = json!({"model": model, "messages": messages});
-    let function = |name: &str, description: &str, parameters: &Value| {
-        json!({
-            "type": "function",
-            "function": {"name": name, "description": description, "parameters": parameters},
-        })
-    };
     let mut tools: Vec<Value> =
         request.tools.iter().map(|t| function(&t.name, &t.description, &t.parameters)).collect();
     if request.require_tool && !tools.is_empty() {
@@ -430,6 +396,45 @@ fn wire_request(model: &str, request: &ChatRequest, mode: Option<StructuredMode>
         body["temperature"] = json!(temperature);
     }
     body
+}
+
+/// One message of the conversation, as chat completions take it.
+fn wire_message(message: &ChatMessage) -> Value {
+    match message.role {
+        Role::User => json!({"role": "user", "content": message.content}),
+        Role::Assistant if message.tool_calls.is_empty() => {
+            json!({"role": "assistant", "content": message.content})
+        }
+        Role::Assistant => {
+            let calls: Vec<Value> = message
+                .tool_calls
+                .iter()
+                .map(|call| {
+                    json!({
+                        "id": call.id,
+                        "type": "function",
+                        "function": {"name": call.name, "arguments": call.arguments},
+                    })
+                })
+                .collect();
+            let content =
+                if message.content.is_empty() { Value::Null } else { json!(message.content) };
+            json!({"role": "assistant", "content": content, "tool_calls": calls})
+        }
+        Role::Tool => json!({
+            "role": "tool",
+            "tool_call_id": message.tool_call_id.as_deref().unwrap_or_default(),
+            "content": message.content,
+        }),
+    }
+}
+
+/// A function the model may call, as chat completions declare it.
+fn function(name: &str, description: &str, parameters: &Value) -> Value {
+    json!({
+        "type": "function",
+        "function": {"name": name, "description": description, "parameters": parameters},
+    })
 }
 
 /// The answer, read from the wire.

@@ -91,8 +91,8 @@ use agent_core::{
     Reasoner, ToolCall, ToolCallRecord, Verdict,
 };
 use agent_state::{
-    Actor, AgentId, AgentLayer, BoardId, Decision, PlanStep, RetryPolicy, RoleBook, StepTarget,
-    Subtask, SubtaskResult, Task, WorkPackage,
+    Actor, AgentId, AgentLayer, BallotChoice, BoardId, Decision, PlanStep, RetryPolicy, RoleBook,
+    StepTarget, Subtask, SubtaskResult, Task, WorkPackage,
 };
 use async_trait::async_trait;
 use serde_json::{Value, json};
@@ -852,7 +852,11 @@ impl Reasoner for LlmReasoner {
         .await
     }
 
-    async fn vote(&self, who: Persona<'_>, conflict: &Conflict) -> Result<String, ReasonError> {
+    async fn vote(
+        &self,
+        who: Persona<'_>,
+        conflict: &Conflict,
+    ) -> Result<BallotChoice, ReasonError> {
         if conflict.options.is_empty() {
             return Err(ReasonError::BadQuestion(format!(
                 "conflict `{}` has no options",
@@ -879,7 +883,7 @@ impl Reasoner for LlmReasoner {
         self.ask(who, "vote", prompt, schema, false, |v| {
             let choice = v.get("choice").and_then(Value::as_str).unwrap_or_default();
             if conflict.options.iter().any(|o| o == choice) {
-                Ok(choice.to_owned())
+                Ok(BallotChoice::from(choice))
             } else {
                 Err(format!("{} is not one of the options", shown(choice)))
             }

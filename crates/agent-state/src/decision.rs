@@ -357,7 +357,7 @@ pub struct Vote {
     /// Who voted.
     pub voter: AgentId,
     /// The option chosen.
-    pub choice: String,
+    pub choice: BallotChoice,
     /// The voter's weight; must be finite and not negative.
     pub weight: f64,
 }
@@ -366,9 +366,9 @@ pub struct Vote {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Tally {
     /// The winning option.
-    pub winner: String,
+    pub winner: BallotChoice,
     /// Total weight per option, in order of first appearance.
-    pub totals: Vec<(String, f64)>,
+    pub totals: Vec<(BallotChoice, f64)>,
     /// Whether the winner was chosen by the tie rule.
     pub tie_broken: bool,
 }
@@ -403,7 +403,7 @@ pub fn tally(votes: &[Vote]) -> Result<Tally, TallyError> {
     if votes.is_empty() {
         return Err(TallyError::NoVotes);
     }
-    let mut totals: Vec<(String, f64)> = Vec::new();
+    let mut totals: Vec<(BallotChoice, f64)> = Vec::new();
     for (i, vote) in votes.iter().enumerate() {
         if !vote.weight.is_finite() || vote.weight < 0.0 {
             return Err(TallyError::InvalidWeight {
@@ -422,8 +422,10 @@ pub fn tally(votes: &[Vote]) -> Result<Tally, TallyError> {
     let best = totals.iter().map(|(_, w)| *w).fold(f64::NEG_INFINITY, f64::max);
     let leaders = totals.iter().filter(|(_, w)| *w == best).count();
     // `totals` is in order of first appearance, so the first leader is the earliest vote's.
-    let winner =
-        totals.iter().find(|(_, w)| *w == best).map(|(c, _)| c.clone()).unwrap_or_default();
+    let winner = totals
+        .iter()
+        .find(|(_, w)| *w == best)
+        .map_or_else(|| BallotChoice::Other(String::new()), |(c, _)| c.clone());
     Ok(Tally { winner, totals, tie_broken: leaders > 1 })
 }
 
@@ -433,17 +435,19 @@ pub fn tally(votes: &[Vote]) -> Result<Tally, TallyError> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ArbitrationSettings {
     /// A lead that cannot finish a step (every able executor failed it) escalates it as a
-    /// conflict: the powers vote [`RETRY`](ballot::RETRY) (the lead places the step again, once) or
-    /// [`ABANDON`](ballot::ABANDON) (the task fails with the lead's reason). Default `true`; `false`: the task
-    /// fails at once, as an escalation always did.
+    /// conflict: the powers vote [`Retry`](BallotChoice::Retry) (the lead places the step again,
+    /// once) or [`Abandon`](BallotChoice::Abandon) (the task fails with the lead's reason).
+    /// Default `true`; `false`: the task fails at once, as an escalation always did.
     pub escalations: bool,
     /// A lead checks an executor's successful result against the step's acceptance check
     /// (when the plan gives one) through its reasoner; when it finds the result falls short,
-    /// lead and executor disagree and the powers vote [`REDO`](ballot::REDO) (another executor does the
-    /// step again) or [`ACCEPT`](ballot::ACCEPT) (the result stands). Default `true`.
+    /// lead and executor disagree and the powers vote [`Redo`](BallotChoice::Redo) (another
+    /// executor does the step again) or [`Accept`](BallotChoice::Accept) (the result stands).
+    /// Default `true`.
     pub acceptance: bool,
     /// A plan one power vetoes while its proposer stands by it is put to the vote
-    /// ([`PROCEED`](ballot::PROCEED) or [`ABANDON`](ballot::ABANDON)) instead of being dropped. Default `false`: a veto is final.
+    /// ([`Proceed`](BallotChoice::Proceed) or [`Abandon`](BallotChoice::Abandon)) instead of
+    /// being dropped. Default `false`: a veto is final.
     pub vetoed_plans: bool,
 }
 
@@ -460,16 +464,87 @@ impl ArbitrationSettings {
     }
 }
 
-/// The options the runtime puts on the ballot of each arbitrated situation.
-pub mod ballot {
-    /// Ballot option: the lead places the escalated step again.
-    pub const RETRY: &str = "retry";
-    /// Ballot option: the task fails (an escalation), or the vetoed plan is dropped.
-    pub const ABANDON: &str = "abandon";
-    /// Ballot option: another executor does the disputed step again.
-    pub const REDO: &str = "redo";
-    /// Ballot option: the disputed result stands.
-    pub const ACCEPT: &str = "accept";
-    /// Ballot option: the vetoed plan runs.
-    pub const PROCEED: &str = "proceed";
+/// An option on an arbitration's ballot, and so a vote's choice and a tally's winner: one of
+/// those the runtime puts on the ballot of the situations it arbitrates, or any other a reported
+/// conflict offers.
+///
+/// Written as its wire name, a JSON string (`"retry"`, or the other option's own text), as
+/// votes, tallies and rulings were written when they held plain strings: stored runs read the
+/// same. A name the runtime uses always reads as its variant, never as [`Other`](Self::Other):
+/// make one from text with `From` (`BallotChoice::from("retry") == BallotChoice::Retry`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(from = "String", into = "String")]
+pub enum BallotChoice {
+    /// `retry`: the lead places the escalated step again.
+    Retry,
+    /// `abandon`: the task fails (an escalation), or the vetoed plan is dropped.
+    Abandon,
+    /// `redo`: another executor does the disputed step again.
+    Redo,
+    /// `accept`: the disputed result stands.
+    Accept,
+    /// `proceed`: the vetoed plan runs.
+    Proceed,
+    /// Another option, by its text: a conflict reported by its parties may offer any.
+    Other(String),
+}
+
+impl BallotChoice {
+    /// The wire name: `retry`, ..., or the other option's text.
+    pub fn as_str(&self) -> &str {
+        match self {
+            BallotChoice::Retry => "retry",
+            BallotChoice::Abandon => "abandon",
+            BallotChoice::Redo => "redo",
+            BallotChoice::Accept => "accept",
+            BallotChoice::Proceed => "proceed",
+            BallotChoice::Other(text) => text,
+        }
+    }
+}
+
+impl From<String> for BallotChoice {
+    fn from(text: String) -> Self {
+        match text.as_str() {
+            "retry" => BallotChoice::Retry,
+            "abandon" => BallotChoice::Abandon,
+            "redo" => BallotChoice::Redo,
+            "accept" => BallotChoice::Accept,
+            "proceed" => BallotChoice::Proceed,
+            _ => BallotChoice::Other(text),
+        }
+    }
+}
+
+impl From<&str> for BallotChoice {
+    fn from(text: &str) -> Self {
+        BallotChoice::from(text.to_owned())
+    }
+}
+
+impl From<BallotChoice> for String {
+    fn from(choice: BallotChoice) -> Self {
+        match choice {
+            BallotChoice::Other(text) => text,
+            named => named.as_str().to_owned(),
+        }
+    }
+}
+
+impl fmt::Display for BallotChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<str> for BallotChoice {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for BallotChoice {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
 }

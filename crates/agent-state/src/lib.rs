@@ -74,8 +74,8 @@ pub use config::{
     MAX_AGENT_ID_LEN, check_agent_id, find_control, is_control,
 };
 pub use decision::{
-    ArbitrationSettings, Decision, DecisionStatus, HumanApproval, ProposeError, SignError,
-    SignOutcome, Signature, Tally, TallyError, Veto, Vote, ballot, tally,
+    ArbitrationSettings, BallotChoice, Decision, DecisionStatus, HumanApproval, ProposeError,
+    SignError, SignOutcome, Signature, Tally, TallyError, Veto, Vote, tally,
 };
 pub use encoding::{canonical_json, hex, sha256_hex, shorten, shorten_bytes};
 pub use guard::{

@@ -42,7 +42,11 @@ impl Reasoner for StuckReasoner {
         std::future::pending().await
     }
 
-    async fn vote(&self, _: Persona<'_>, _: &Conflict) -> Result<String, ReasonError> {
+    async fn vote(
+        &self,
+        _: Persona<'_>,
+        _: &Conflict,
+    ) -> Result<agent_state::BallotChoice, ReasonError> {
         let Some((every, tokens)) = self.trickle else { return std::future::pending().await };
         for _ in 0..tokens {
             tokio::time::sleep(every).await;

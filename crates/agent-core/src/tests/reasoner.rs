@@ -115,7 +115,7 @@ async fn vote_takes_the_first_preference_on_the_ballot_else_the_first_option() {
         id: "c1".into(),
         issue: "which way".into(),
         parties: vec![id("mid-1"), id("mid-2")],
-        options: options.iter().map(|o| (*o).to_owned()).collect(),
+        options: options.iter().map(|o| (*o).into()).collect(),
     };
     let reasoner = RuleBasedReasoner::new().prefer(["b", "c"]);
 
@@ -123,8 +123,8 @@ async fn vote_takes_the_first_preference_on_the_ballot_else_the_first_option() {
     let fallback = reasoner.vote(persona(&config), &conflict(&["x", "y"])).await;
     let empty = reasoner.vote(persona(&config), &conflict(&[])).await;
 
-    assert_eq!(preferred, Ok("b".to_owned()));
-    assert_eq!(fallback, Ok("x".to_owned()));
+    assert_eq!(preferred, Ok("b".into()));
+    assert_eq!(fallback, Ok("x".into()));
     assert_eq!(empty, Err(ReasonError::BadQuestion("conflict `c1` has no options".into())));
 }
 

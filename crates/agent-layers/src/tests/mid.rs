@@ -11,8 +11,8 @@ use agent_core::protocol::{
 };
 use agent_core::{HeartbeatOutcome, Judgement, ReasoningRequest, ScriptedAnswer, ScriptedReasoner};
 use agent_state::{
-    AgentMetrics, ArbitrationSettings, Assignment, DecisionId, ProgressReport, ProgressStatus,
-    SubtaskResult, TaskFailure, WorkPackage, ballot,
+    AgentMetrics, ArbitrationSettings, Assignment, BallotChoice, DecisionId, ProgressReport,
+    ProgressStatus, SubtaskResult, TaskFailure, WorkPackage,
 };
 use serde_json::json;
 
@@ -410,15 +410,15 @@ async fn rule(
     w: &World,
     from: &str,
     conflict_id: &str,
-    resolution: &str,
+    resolution: BallotChoice,
     subject: ConflictSubject,
 ) {
     let ruling = ArbitrationResult {
         conflict_id: conflict_id.into(),
-        resolution: resolution.into(),
+        resolution: resolution.clone(),
         tally: agent_state::Tally {
-            winner: resolution.into(),
-            totals: vec![(resolution.into(), 1.0)],
+            winner: resolution.clone(),
+            totals: vec![(resolution, 1.0)],
             tie_broken: false,
         },
         arbitrator: id(from),
@@ -455,7 +455,7 @@ async fn a_step_every_executor_failed_goes_to_the_vote_and_a_retry_places_it_aga
     let report = &reports[0];
     assert_eq!(report.conflict.id, "t1/s1/escalation");
     assert_eq!(report.conflict.parties, [id(ME), id("top-a")]);
-    assert_eq!(report.conflict.options, [ballot::ABANDON, ballot::RETRY]);
+    assert_eq!(report.conflict.options, [BallotChoice::Abandon, BallotChoice::Retry]);
     let failure = TaskFailure::StepFailed {
         step: "s1".into(),
         attempts: 2,
@@ -476,7 +476,7 @@ async fn a_step_every_executor_failed_goes_to_the_vote_and_a_retry_places_it_aga
         w.received(&addr("top-a"), MessageKind::ProgressReport).await;
     assert_eq!(progress.iter().map(|p| p.percentage).collect::<Vec<_>>(), [50]);
 
-    rule(&w, "top-a", "t1/s1/escalation", ballot::RETRY, subject.clone()).await;
+    rule(&w, "top-a", "t1/s1/escalation", BallotChoice::Retry, subject.clone()).await;
     agent.heartbeat(5).await.unwrap();
     // Retry: the step is placed again, on the healthy executor (bottom-2 finished s2 since).
     assert!(subtasks(&w, "bottom-1").await.is_empty());
@@ -487,7 +487,7 @@ async fn a_step_every_executor_failed_goes_to_the_vote_and_a_retry_places_it_aga
     assert!(board.contains("- arbitration `t1/s1/escalation` by top-a: retry"), "{board}");
 
     // A ruling comes once: a repeated one changes nothing.
-    rule(&w, "top-a", "t1/s1/escalation", ballot::RETRY, subject).await;
+    rule(&w, "top-a", "t1/s1/escalation", BallotChoice::Retry, subject).await;
     agent.heartbeat(6).await.unwrap();
     assert!(subtasks(&w, "bottom-1").await.is_empty());
     assert!(subtasks(&w, "bottom-2").await.is_empty());
@@ -517,7 +517,7 @@ async fn a_step_voted_abandon_closes_the_package() {
     let report: ConflictReport =
         w.received(&addr("top-a"), MessageKind::ConflictReport).await.pop().unwrap();
 
-    rule(&w, "top-a", &report.conflict.id, ballot::ABANDON, report.subject.unwrap()).await;
+    rule(&w, "top-a", &report.conflict.id, BallotChoice::Abandon, report.subject.unwrap()).await;
     agent.heartbeat(4).await.unwrap();
     report_done(&w, "bottom-2", "s2").await;
     agent.heartbeat(5).await.unwrap();
@@ -535,7 +535,7 @@ async fn a_ruling_from_anyone_but_a_power_is_refused() {
     let report: ConflictReport =
         w.received(&addr("top-a"), MessageKind::ConflictReport).await.pop().unwrap();
 
-    rule(&w, "bottom-2", &report.conflict.id, ballot::RETRY, report.subject.unwrap()).await;
+    rule(&w, "bottom-2", &report.conflict.id, BallotChoice::Retry, report.subject.unwrap()).await;
     agent.heartbeat(4).await.unwrap();
 
     assert_eq!(w.denied(ME).await, ["arbitration_result from bottom-2"]);
@@ -571,7 +571,7 @@ async fn a_result_the_lead_finds_short_of_its_acceptance_check_is_disputed_and_t
     let report = reports[0].clone();
     assert_eq!(report.conflict.id, "t1/s1/acceptance");
     assert_eq!(report.conflict.parties, [id(ME), id("bottom-1")]);
-    assert_eq!(report.conflict.options, [ballot::REDO, ballot::ACCEPT]);
+    assert_eq!(report.conflict.options, [BallotChoice::Redo, BallotChoice::Accept]);
     assert!(matches!(
         &report.subject,
         Some(ConflictSubject::Acceptance { executor, objection, .. })
@@ -580,7 +580,8 @@ async fn a_result_the_lead_finds_short_of_its_acceptance_check_is_disputed_and_t
 
     // Redo: another executor does it; its result is judged again and, falling short after a
     // ruling, counts as failed: with no executor left, it is escalated.
-    rule(&w, "top-a", &report.conflict.id, ballot::REDO, report.subject.clone().unwrap()).await;
+    rule(&w, "top-a", &report.conflict.id, BallotChoice::Redo, report.subject.clone().unwrap())
+        .await;
     agent.heartbeat(3).await.unwrap();
     let redo = subtasks(&w, "bottom-2").await;
     assert_eq!(redo.len(), 1);
@@ -606,7 +607,7 @@ async fn a_disputed_result_voted_accept_stands() {
     let report: ConflictReport =
         w.received(&addr("top-a"), MessageKind::ConflictReport).await.pop().unwrap();
 
-    rule(&w, "top-b", &report.conflict.id, ballot::ACCEPT, report.subject.unwrap()).await;
+    rule(&w, "top-b", &report.conflict.id, BallotChoice::Accept, report.subject.unwrap()).await;
     agent.heartbeat(3).await.unwrap();
 
     let reports: Vec<ProgressReport> =

@@ -99,70 +99,15 @@ pub(super) async fn answer(
 ) -> Result<ChatResponse, ProviderError> {
     let http = &provider.http;
     let answer = Answer::of(request);
-    let grammar = match transcript::answer_schema(request, false) {
-        Some(schema) => {
-            let schema: Value = serde_json::from_str(&schema).map_err(|e| {
-                http.error(ProviderErrorKind::BadRequest, format!("the answer's schema: {e}"))
-            })?;
-            Some(gbnf::grammar(&schema))
-        }
-        None => None,
-    };
-    let fenced = transcript::opens_fence(request);
-    let max_tokens = match request.max_tokens {
-        0 => UNSTATED_MAX_TOKENS,
-        max => u64::from(max),
-    };
-    let mut dropped = 0;
-    let completion = loop {
-        let mut body = json!({
-            "model": http.model(),
-            "prompt": transcript::render(request, dropped),
-            "max_tokens": max_tokens,
-        });
-        if let Some(temperature) = request.temperature {
-            body["temperature"] = json!(temperature);
-        }
-        match &grammar {
-            Some(grammar) => {
-                body["grammar"] = json!(grammar);
-                // No penalty on repeats inside JSON (llama-cpp-python's default is 1.1): the
-                // embedded model decodes its JSON answers without one.
-                body["repeat_penalty"] = json!(1.0);
-            }
-            None => {
-                let mut stops: Vec<&str> = STOPS.to_vec();
-                if fenced {
-                    stops.push("\n```");
-                }
-                body["stop"] = json!(stops);
-            }
-        }
-        match http.post_to(&provider.completions_url, &body, Completion::generated).await {
-            Err(error)
-                if error.kind == ProviderErrorKind::BadRequest
-                    && says_context_full(&error.message)
-                    && dropped + 1 < request.messages.len() =>
-            {
-                // Twice as many of the oldest messages left out, the last one always kept.
-                dropped = (dropped * 2).max(1).min(request.messages.len() - 1);
-                tracing::debug!(
-                    provider = OpenAiProvider::NAME,
-                    model = %http.model(),
-                    dropped,
-                    "the prompt is longer than the server's context; leaving out its oldest messages"
-                );
-            }
-            result => break result?,
-        }
-    };
+    let ask = Ask::of(provider, request)?;
+    let completion = ask.complete(provider).await?;
     let usage = completion.usage.unwrap_or_default();
     let output = completion.choices.into_iter().next().and_then(|c| c.text).ok_or_else(|| {
         http.error(ProviderErrorKind::BadResponse, "the answer has no choices".to_owned())
     })?;
     let call = provider.completions.calls.fetch_add(1, Ordering::Relaxed);
     let (text, tool_calls) =
-        transcript::interpret(&answer, &output, fenced, || format!("call_{call}"))
+        transcript::interpret(&answer, &output, ask.fenced, || format!("call_{call}"))
             .map_err(|e| http.error(ProviderErrorKind::BadResponse, e))?;
     let response = ChatResponse {
         text,
@@ -175,6 +120,93 @@ pub(super) async fn answer(
         crate::stream::deliver_whole(&response, &mut sink);
     }
     Ok(response)
+}
+
+/// How `request` is asked: its answer's grammar (or the stops of a text answer) and its limit.
+struct Ask<'a> {
+    request: &'a ChatRequest,
+    /// The GBNF grammar of a JSON answer or a tool call.
+    grammar: Option<String>,
+    /// Whether the prompt opens a fence the answer closes.
+    fenced: bool,
+    max_tokens: u64,
+}
+
+impl<'a> Ask<'a> {
+    fn of(provider: &OpenAiProvider, request: &'a ChatRequest) -> Result<Self, ProviderError> {
+        let grammar = match transcript::answer_schema(request, false) {
+            Some(schema) => {
+                let schema: Value = serde_json::from_str(&schema).map_err(|e| {
+                    provider
+                        .http
+                        .error(ProviderErrorKind::BadRequest, format!("the answer's schema: {e}"))
+                })?;
+                Some(gbnf::grammar(&schema))
+            }
+            None => None,
+        };
+        let max_tokens = match request.max_tokens {
+            0 => UNSTATED_MAX_TOKENS,
+            max => u64::from(max),
+        };
+        Ok(Self { request, grammar, fenced: transcript::opens_fence(request), max_tokens })
+    }
+
+    /// The request body, with the `dropped` oldest messages left out of the prompt.
+    fn body(&self, model: &str, dropped: usize) -> Value {
+        let mut body = json!({
+            "model": model,
+            "prompt": transcript::render(self.request, dropped),
+            "max_tokens": self.max_tokens,
+        });
+        if let Some(temperature) = self.request.temperature {
+            body["temperature"] = json!(temperature);
+        }
+        match &self.grammar {
+            Some(grammar) => {
+                body["grammar"] = json!(grammar);
+                // No penalty on repeats inside JSON (llama-cpp-python's default is 1.1): the
+                // embedded model decodes its JSON answers without one.
+                body["repeat_penalty"] = json!(1.0);
+            }
+            None => {
+                let mut stops: Vec<&str> = STOPS.to_vec();
+                if self.fenced {
+                    stops.push("\n```");
+                }
+                body["stop"] = json!(stops);
+            }
+        }
+        body
+    }
+
+    /// The server's completion, asked again without the oldest messages while the prompt is
+    /// longer than its context.
+    async fn complete(&self, provider: &OpenAiProvider) -> Result<Completion, ProviderError> {
+        let http = &provider.http;
+        let messages = self.request.messages.len();
+        let mut dropped = 0;
+        loop {
+            let body = self.body(http.model(), dropped);
+            match http.post_to(&provider.completions_url, &body, Completion::generated).await {
+                Err(error)
+                    if error.kind == ProviderErrorKind::BadRequest
+                        && says_context_full(&error.message)
+                        && dropped + 1 < messages =>
+                {
+                    // Twice as many of the oldest messages left out, the last one always kept.
+                    dropped = (dropped * 2).max(1).min(messages - 1);
+                    tracing::debug!(
+                        provider = OpenAiProvider::NAME,
+                        model = %http.model(),
+                        dropped,
+                        "the prompt is longer than the server's context; leaving out its oldest messages"
+                    );
+                }
+                result => return result,
+            }
+        }
+    }
 }
 
 /// The only answer [`PROBE_GRAMMAR`] allows.

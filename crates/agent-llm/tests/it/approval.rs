@@ -12,8 +12,8 @@ use agent_llm::{
     PriceTable, UsageLedger,
 };
 use agent_state::{
-    Address, AgentId, AgentLayer, Decision, DecisionId, DecisionStatus, MessageKind, SignOutcome,
-    Timestamp,
+    Address, AgentId, AgentLayer, BallotChoice, Decision, DecisionId, DecisionStatus, MessageKind,
+    SignOutcome, Timestamp,
 };
 use governance::{Governance, InMemoryGovernance};
 use message_bus::{InMemoryBus, MessageBus};
@@ -49,7 +49,7 @@ fn ask_top(max_calls: u64) -> UsageLedger {
 }
 
 /// `agent` votes on a fresh conflict, in a task of its own.
-fn vote(rig: &Rig, agent: &'static str) -> JoinHandle<Result<String, ReasonError>> {
+fn vote(rig: &Rig, agent: &'static str) -> JoinHandle<Result<BallotChoice, ReasonError>> {
     let reasoner = rig.reasoner.clone();
     tokio::spawn(async move {
         let who = Agent::new(agent, AgentLayer::Mid);

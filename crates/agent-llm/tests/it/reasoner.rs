@@ -93,7 +93,7 @@ pub(crate) fn conflict(options: &[&str]) -> Conflict {
         id: "c1".into(),
         issue: "two leads want the same file".into(),
         parties: vec![AgentId::new("mid-a"), AgentId::new("mid-b")],
-        options: options.iter().map(|o| (*o).to_owned()).collect(),
+        options: options.iter().map(|o| (*o).into()).collect(),
     }
 }
 

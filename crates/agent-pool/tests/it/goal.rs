@@ -670,7 +670,7 @@ impl agent_core::Reasoner for Mute {
         &self,
         who: agent_core::Persona<'_>,
         c: &agent_core::Conflict,
-    ) -> Result<String, agent_core::ReasonError> {
+    ) -> Result<agent_state::BallotChoice, agent_core::ReasonError> {
         self.0.vote(who, c).await
     }
     async fn decompose(

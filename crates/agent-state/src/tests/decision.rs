@@ -4,8 +4,8 @@ use serde_json::json;
 
 use super::id;
 use crate::{
-    AgentId, Decision, DecisionId, DecisionStatus, ProposeError, SignError, SignOutcome, Signature,
-    Tally, TallyError, Timestamp, Veto, Vote, tally,
+    AgentId, BallotChoice, Decision, DecisionId, DecisionStatus, ProposeError, SignError,
+    SignOutcome, Signature, Tally, TallyError, Timestamp, Veto, Vote, tally,
 };
 
 const D: DecisionId = DecisionId::from_u128(1);
@@ -188,7 +188,7 @@ fn check_validates_a_submitted_decision() {
 }
 
 fn vote(voter: &str, choice: &str, weight: f64) -> Vote {
-    Vote { voter: id(voter), choice: choice.to_owned(), weight }
+    Vote { voter: id(voter), choice: choice.into(), weight }
 }
 
 #[test]
@@ -198,8 +198,8 @@ fn weighted_majority_wins() {
     assert_eq!(
         t,
         Tally {
-            winner: "b".to_owned(),
-            totals: vec![("a".to_owned(), 1.25), ("b".to_owned(), 1.5)],
+            winner: "b".into(),
+            totals: vec![("a".into(), 1.25), ("b".into(), 1.5)],
             tie_broken: false,
         }
     );
@@ -231,7 +231,7 @@ fn tie_goes_to_the_earliest_votes_option() {
 #[test]
 fn a_single_option_is_not_a_tie() {
     let t = tally(&[vote("v1", "only", 1.0), vote("v2", "only", 2.0)]).unwrap();
-    assert_eq!(t.totals, [("only".to_owned(), 3.0)]);
+    assert_eq!(t.totals, [(BallotChoice::from("only"), 3.0)]);
     assert_eq!((t.winner.as_str(), t.tie_broken), ("only", false));
 }
 
@@ -380,4 +380,33 @@ fn decisions_stored_before_human_approval_still_read_and_round_trip() {
     let h = one_of_humans();
     let back: Decision = serde_json::from_value(serde_json::to_value(&h).unwrap()).unwrap();
     assert_eq!(back, h);
+}
+
+#[test]
+fn ballot_choices_read_and_write_their_stored_form() {
+    // A vote, a tally and the choices as stored runs hold them (plain strings).
+    let stored = r#"{"voter":"top-a","choice":"retry","weight":2.0}"#;
+    let vote: Vote = serde_json::from_str(stored).unwrap();
+    assert_eq!(vote.choice, BallotChoice::Retry);
+    assert_eq!(serde_json::to_string(&vote).unwrap(), stored);
+    let stored =
+        r#"{"winner":"merge","totals":[["merge",2.0],["abandon",1.0]],"tie_broken":false}"#;
+    let tally: Tally = serde_json::from_str(stored).unwrap();
+    assert_eq!(tally.winner, BallotChoice::Other("merge".into()));
+    assert_eq!(tally.totals[1].0, BallotChoice::Abandon);
+    assert_eq!(serde_json::to_string(&tally).unwrap(), stored);
+    for (choice, name) in [
+        (BallotChoice::Retry, "retry"),
+        (BallotChoice::Abandon, "abandon"),
+        (BallotChoice::Redo, "redo"),
+        (BallotChoice::Accept, "accept"),
+        (BallotChoice::Proceed, "proceed"),
+        (BallotChoice::Other("ship it".into()), "ship it"),
+    ] {
+        assert_eq!(serde_json::to_value(&choice).unwrap(), json!(name));
+        assert_eq!(serde_json::from_value::<BallotChoice>(name.into()).unwrap(), choice);
+        assert_eq!(BallotChoice::from(name), choice);
+        assert_eq!(choice.to_string(), name);
+        assert_eq!(choice, name);
+    }
 }

@@ -1,9 +1,9 @@
 //! Arbitration by weighted vote, as governance uses `agent_state::tally` when powers conflict.
 
-use agent_state::{AgentId, TallyError, Vote, tally};
+use agent_state::{AgentId, BallotChoice, TallyError, Vote, tally};
 
 fn vote(voter: &str, choice: &str, weight: f64) -> Vote {
-    Vote { voter: AgentId::new(voter), choice: choice.to_owned(), weight }
+    Vote { voter: AgentId::new(voter), choice: choice.into(), weight }
 }
 
 #[test]
@@ -15,7 +15,7 @@ fn the_heaviest_option_wins_even_against_more_voters() {
     ])
     .unwrap();
     assert_eq!(t.winner, "ship");
-    assert_eq!(t.totals, [("ship".to_owned(), 3.0), ("wait".to_owned(), 2.5)]);
+    assert_eq!(t.totals, [(BallotChoice::from("ship"), 3.0), ("wait".into(), 2.5)]);
     assert!(!t.tie_broken);
 }
 
