@@ -278,19 +278,19 @@ mod tests {
     async fn each_delivery_makes_exactly_its_recipient_ready_once_until_drained() {
         let (bus, ready) = bus_of(&["a", "b", "c"]).await;
         for (n, to) in ["b", "a", "b", "b"].into_iter().enumerate() {
-            bus.send(note(n as u128, &AgentId::new(to))).await.unwrap();
+            bus.send(note(n as u128, AgentId::new(to))).await.unwrap();
         }
         assert_eq!(drained(&ready), (vec![AgentId::new("b"), AgentId::new("a")], false));
         assert!(ready.is_empty());
         // Drained: the next delivery queues its agent again.
-        bus.send(note(9, &AgentId::new("b"))).await.unwrap();
+        bus.send(note(9, AgentId::new("b"))).await.unwrap();
         assert_eq!(drained(&ready), (vec![AgentId::new("b")], false));
     }
 
     #[tokio::test]
     async fn a_refused_delivery_makes_nobody_ready() {
         let (bus, ready) = bus_of(&["a"]).await;
-        assert!(bus.send(note(1, &AgentId::new("stranger"))).await.is_err());
+        assert!(bus.send(note(1, AgentId::new("stranger"))).await.is_err());
         assert_eq!(drained(&ready), (Vec::new(), false));
     }
 

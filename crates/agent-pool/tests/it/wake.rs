@@ -187,7 +187,7 @@ async fn a_delivery_wakes_exactly_its_agent_without_listing_inboxes() {
         Message::new(
             agent_core::new_message_id(),
             Address::System,
-            &AgentId::new(to),
+            AgentId::new(to),
             MessageKind::StatusQuery,
             serde_json::json!({ "n": n }),
             Timestamp(0),
