@@ -7,8 +7,9 @@
 //!
 //! - **throughput**: N agents, 100 messages each sent round-robin by one task, timed from the
 //!   first send until every message is processed. Strata: sent on the in-memory bus wrapped in
-//!   the [`WakingBus`], taken by the agents' turns ([`HeartbeatScheduler::wake`], driven as
-//!   `Team` drives it) and acknowledged; the clock stops at the last acknowledgement. ractor:
+//!   the [`WakingBus`], which makes each recipient ready in the team's [`ReadyQueue`], taken
+//!   by the agents' turns ([`HeartbeatScheduler::wake`] on that queue, driven as `Team` drives
+//!   it) and acknowledged; the clock stops at the last acknowledgement. ractor:
 //!   `cast` to N actors, each counting what it handled; the clock stops at the last one.
 //! - **idle**: one [`HeartbeatScheduler::tick`] over N idle agents (Strata only: ractor and
 //!   AutoGen have no heartbeat, so there is nothing to measure for them);
@@ -27,7 +28,9 @@
 //!
 //! It runs in full only when asked: `STRATA_PEERS=full` (or `quick`: the smaller sizes) with
 //! `cargo bench -p agent-pool --bench peers`; a plain `cargo bench` (which `cargo xtask bench`
-//! runs) prints a note and measures nothing. Run without `--bench` (`cargo test --benches`),
+//! runs) prints a note and measures nothing. `STRATA_PEERS_ONLY=ID` measures only the
+//! figures with that id or under it (`strata/throughput`: Strata's throughput at every size;
+//! `strata/throughput/10000`: at one). Run without `--bench` (`cargo test --benches`),
 //! it does each workload once on a few agents as a smoke test and writes nothing.
 #![allow(missing_docs)]
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "benchmarks")]
@@ -45,7 +48,7 @@ use agent_core::{
     AgentBehavior, AgentContext, AgentDeps, AgentError, InMemoryAuditLog, InMemoryStateStore,
     RuleBasedReasoner, TokioClock, new_message_id,
 };
-use agent_pool::{AgentPool, HeartbeatScheduler, WakingBus};
+use agent_pool::{AgentPool, HeartbeatScheduler, ReadyQueue, WakingBus};
 use agent_state::{
     Address, AgentConfig, AgentId, AgentLayer, BackendError, BoardSnapshot, Message, MessageId,
     MessageKind, Timestamp,
@@ -157,21 +160,36 @@ fn main() {
         }
     };
 
+    let only = std::env::var("STRATA_PEERS_ONLY").unwrap_or_default();
+    let wanted = |runtime: &str, workload: &str, agents: usize| {
+        let id = format!("{runtime}/{workload}/{agents}");
+        only.is_empty() || id == only || id.starts_with(&format!("{only}/"))
+    };
     let rt = runtime();
     for agents in mode.throughput_agents() {
-        record(run(&rt, strata_throughput(agents, mode)));
-        record(run(&rt, ractor_throughput(agents, mode)));
+        if wanted("strata", "throughput", agents) {
+            record(run(&rt, strata_throughput(agents, mode)));
+        }
+        if wanted("ractor", "throughput", agents) {
+            record(run(&rt, ractor_throughput(agents, mode)));
+        }
     }
     for agents in mode.scale_agents() {
-        let (create, idle) = run(&rt, strata_create_and_tick(agents, mode));
-        record(create);
-        record(idle);
-        record(run(&rt, ractor_create(agents, mode)));
+        if wanted("strata", "create", agents) || wanted("strata", "idle", agents) {
+            let (create, idle) = run(&rt, strata_create_and_tick(agents, mode));
+            record(create);
+            record(idle);
+        }
+        if wanted("ractor", "create", agents) {
+            record(run(&rt, ractor_create(agents, mode)));
+        }
     }
     drop(rt);
     for agents in mode.scale_agents() {
         for runtime in ["strata", "ractor"] {
-            record(memory_figure(runtime, agents, mode));
+            if wanted(runtime, "memory", agents) {
+                record(memory_figure(runtime, agents, mode));
+            }
         }
     }
 }
@@ -295,7 +313,7 @@ struct Strata {
     deps: Arc<AgentDeps>,
     pool: Arc<AgentPool>,
     progress: Arc<Progress>,
-    mail: Arc<Notify>,
+    ready: Arc<ReadyQueue>,
     ids: Vec<AgentId>,
     /// Keeps the tools' workspace alive.
     _workspace: tempfile::TempDir,
@@ -305,11 +323,11 @@ impl Strata {
     fn new() -> Self {
         let workspace = tempfile::tempdir().unwrap();
         let progress = Arc::new(Progress::default());
-        let mail = Arc::new(Notify::new());
+        let ready = Arc::new(ReadyQueue::new());
         let counting =
             Arc::new(CountingBus { inner: InMemoryBus::new(), progress: progress.clone() });
         let deps = Arc::new(AgentDeps {
-            bus: Arc::new(WakingBus::new(counting, mail.clone())),
+            bus: Arc::new(WakingBus::new(counting, ready.clone())),
             boards: Arc::new(InMemoryWhiteboard::new()),
             governance: Arc::new(InMemoryGovernance::new()),
             audit: Arc::new(InMemoryAuditLog::new()),
@@ -322,7 +340,7 @@ impl Strata {
             timeouts: Default::default(),
         });
         let pool = Arc::new(AgentPool::new(usize::MAX));
-        Self { deps, pool, progress, mail, ids: Vec::new(), _workspace: workspace }
+        Self { deps, pool, progress, ready, ids: Vec::new(), _workspace: workspace }
     }
 
     /// Creates `agents` no-op executors, one after the other.
@@ -343,6 +361,7 @@ impl Strata {
             self.deps.audit.clone(),
             self.deps.clock.clone(),
         )
+        .with_ready(self.ready.clone())
     }
 
     /// Sends `rounds` messages to every agent, round-robin, and waits until all are processed.
@@ -370,10 +389,10 @@ impl Strata {
 }
 
 /// The team's driver without its heartbeat (an hour away in `wake.rs` terms): a turn for every
-/// agent with mail whenever mail arrives or a turn ends, as `Team`'s `drive` does it.
+/// agent made ready whenever mail arrives or a turn ends, as `Team`'s `Driver` does it.
 async fn drive(
     mut scheduler: HeartbeatScheduler,
-    mail: Arc<Notify>,
+    ready: Arc<ReadyQueue>,
     mut stop: watch::Receiver<bool>,
 ) {
     loop {
@@ -385,7 +404,7 @@ async fn drive(
                 scheduler.settle().await;
                 return;
             }
-            () = mail.notified() => {}
+            () = ready.notified() => {}
             true = scheduler.next_finished(), if running => {}
             () = sleep_until_some(allowance), if allowance.is_some() => {}
         }
@@ -403,7 +422,7 @@ async fn strata_throughput(agents: usize, mode: Mode) -> Value {
     let mut strata = Strata::new();
     strata.populate(agents).await;
     let (stop, stopped) = watch::channel(false);
-    let driver = tokio::spawn(drive(strata.scheduler(), strata.mail.clone(), stopped));
+    let driver = tokio::spawn(drive(strata.scheduler(), strata.ready.clone(), stopped));
     strata.exchange(1).await;
     let mut times: Vec<Duration> = Vec::new();
     while !mode.enough(&times, THROUGHPUT_REPETITIONS) {

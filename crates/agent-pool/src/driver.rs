@@ -1,8 +1,9 @@
 //! The team's driver: the one heartbeat loop that moves a team's agents ([`Driver`]).
 //!
 //! A heartbeat every period, and in between, wake on work: when mail arrives (the team's
-//! [`WakingBus`](crate::WakingBus) signals every delivery) or a turn ends (its agent may have
-//! more mail by now), the agents with mail run at once. A driver that coordinates the run (a
+//! [`WakingBus`](crate::WakingBus) puts every recipient in the [`ReadyQueue`] and signals) or
+//! a turn ends (mail may have reached its agent meanwhile), the agents made ready run at
+//! once. A driver that coordinates the run (a
 //! [`Share`](crate::Share) other than a worker's share of agents) also reads the `system`
 //! inbox (the tasks' outcomes) and expires the tasks past their limit; the run's guards watch
 //! every cycle. [`Driver::spawn`] runs it in its own task, stopped through the
@@ -16,12 +17,13 @@ use agent_core::protocol::StatusReport;
 use agent_core::{StateStore, payload};
 use agent_state::{Address, CommandOutcome, MessageId, MessageKind, TaskOutcome};
 use message_bus::MessageBus;
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::deadline::TaskDeadlines;
 use crate::guard::RunGuard;
 use crate::scheduler::HeartbeatScheduler;
+use crate::wake::ReadyQueue;
 
 /// The outcomes of a run's tasks as the driver reads them, by task id.
 pub type Outcomes = watch::Sender<BTreeMap<String, TaskOutcome>>;
@@ -39,13 +41,13 @@ enum Event {
 }
 
 /// The heartbeat loop of a team: owns the scheduler and what the loop needs between cycles
-/// (the wake-up signal, the run's guards, the `system` inbox it reads as coordinator), so
+/// (the ready queue that wakes it, the run's guards, the `system` inbox it reads as coordinator), so
 /// one loop serves every way a team is run. Build it with [`Driver::new`] and the `with_`
 /// methods, then [`run`](Self::run) it, or [`spawn`](Self::spawn) it into its own task.
 pub struct Driver {
     scheduler: HeartbeatScheduler,
     period: Duration,
-    mail: Arc<Notify>,
+    ready: Arc<ReadyQueue>,
     guard: Option<RunGuard>,
     /// The tasks' outcomes, published as read; dropped when the driver ends, so whoever waits
     /// on them learns the team is stopped.
@@ -92,12 +94,14 @@ impl Coordination {
 
 impl Driver {
     /// A driver of `scheduler`'s pool with a heartbeat every `period`, woken by nothing but
-    /// its heartbeat and its turns' ends, with no guards, coordinating nothing.
+    /// its heartbeat, its turns' ends and the scheduler's ready queue (if it has one), with no
+    /// guards, coordinating nothing.
     pub fn new(scheduler: HeartbeatScheduler, period: Duration) -> Self {
+        let ready = scheduler.ready().cloned().unwrap_or_default();
         Self {
             scheduler,
             period,
-            mail: Arc::new(Notify::new()),
+            ready,
             guard: None,
             outcomes: watch::channel(BTreeMap::new()).0,
             coordination: None,
@@ -116,10 +120,13 @@ impl Driver {
         self.outcomes.subscribe()
     }
 
-    /// Woken between heartbeats whenever `mail` is signalled (by a
-    /// [`WakingBus`](crate::WakingBus), or by hand for mail another process delivered).
-    pub fn with_wake(mut self, mail: Arc<Notify>) -> Self {
-        self.mail = mail;
+    /// Woken between heartbeats whenever `ready` is signalled (by a
+    /// [`WakingBus`](crate::WakingBus), or by hand, [`ReadyQueue::rescan`], for mail another
+    /// process delivered); each wake starts the agents it made ready
+    /// ([`HeartbeatScheduler::with_ready`]).
+    pub fn with_wake(mut self, ready: Arc<ReadyQueue>) -> Self {
+        self.scheduler = self.scheduler.with_ready(ready.clone());
+        self.ready = ready;
         self
     }
 
@@ -196,7 +203,7 @@ impl Driver {
         );
     }
 
-    /// Wake on work: the agents with mail take their turns now.
+    /// Wake on work: the agents made ready take their turns now.
     async fn wake(&mut self) {
         if let Some(guard) = &mut self.guard {
             guard.bounces().await;
@@ -233,7 +240,7 @@ impl Driver {
             biased;
             _ = stop.changed() => Event::Stop,
             _ = interval.tick() => Event::Heartbeat,
-            () = self.mail.notified() => Event::Mail,
+            () = self.ready.notified() => Event::Mail,
             true = self.scheduler.next_finished(), if running => Event::TurnEnded,
             () = sleep_until_some(allowance), if allowance.is_some() => Event::Mail,
         }

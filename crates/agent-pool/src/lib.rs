@@ -17,10 +17,11 @@
 //!   heartbeat task died) counts a missed heartbeat, audited, and its supervisor gets a
 //!   warning; one not expected to answer (initializing, failed, shutting down, terminated) is
 //!   neither. Every answer, idle or busy, and every miss is stored in the liveness ledger.
-//!   Between heartbeats, **wake on work**: the team's [`WakingBus`]
-//!   signals every delivery and the agents with mail take a turn at once (each agent's turns
-//!   bounded by a token bucket: [`WAKE_BURST`] at once, [`WAKE_RATE`] per second), so a task moves at the speed of its
-//!   work, not of the heartbeat;
+//!   Between heartbeats, **wake on work**: the team's [`WakingBus`] puts the recipient of
+//!   every delivery in a [`ReadyQueue`] and the agents made ready take a turn at once (each
+//!   agent's turns bounded by a token bucket: [`WAKE_BURST`] at once, [`WAKE_RATE`] per
+//!   second), so a task moves at the speed of its work, not of the heartbeat, and a delivery
+//!   costs the same in a team of ten agents as in one of ten thousand;
 //! - [`Driver`]: the team's heartbeat loop, owning its scheduler, wake-up signal, guards and
 //!   (for the run's coordinator) the `system` inbox and the tasks' deadlines; [`Team`] runs one;
 //! - [`Team`]: builds a three-layer team from one [`TeamSpec`], takes tasks (scripted plans, or
@@ -85,4 +86,4 @@ pub use team::{
     AgentSpec, Approvals, QUIESCE_HEARTBEATS, RoleSpec, Share, SubmitError, Team, TeamError,
     TeamServices, TeamSpec, validate,
 };
-pub use wake::WakingBus;
+pub use wake::{ReadyQueue, WakingBus};

@@ -16,6 +16,7 @@ use tokio::sync::OwnedMutexGuard;
 use tokio::task::JoinSet;
 
 use crate::pool::{AgentPool, AgentSlot};
+use crate::wake::ReadyQueue;
 
 /// The default heartbeat period.
 pub const DEFAULT_HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(4);
@@ -117,8 +118,10 @@ pub struct HeartbeatScheduler {
     audit: Arc<dyn AuditLog>,
     clock: Arc<dyn Clock>,
     running: JoinSet<TurnEnd>,
-    /// Agents with a turn running, in order (missed heartbeats are warned about in id order).
-    busy: BTreeSet<AgentId>,
+    /// Agents with a turn running, each with whether mail reached it during the turn (it is
+    /// made ready again when the turn ends). Looked up once per delivery, so hashed; sorted
+    /// where the order shows (missed heartbeats are warned about in id order).
+    busy: HashMap<AgentId, bool>,
     /// The agent of each running task, so that a task that dies (a panic outside the layer's
     /// turn, which [`Agent::recover_from_panic`] handles) is booked to its agent.
     tasks: HashMap<tokio::task::Id, AgentId>,
@@ -137,6 +140,11 @@ pub struct HeartbeatScheduler {
     /// Where the heartbeat answers the sweep books are stored, once per cycle (see
     /// [`with_ledger`](Self::with_ledger)).
     ledger: Option<crate::metrics::Ledger>,
+    /// The agents deliveries made ready (see [`with_ready`](Self::with_ready)); without it a
+    /// wake lists the inboxes with mail.
+    ready: Option<Arc<ReadyQueue>>,
+    /// The agents one wake looks at (kept from wake to wake: its allocation is reused).
+    woken: Vec<AgentId>,
 }
 
 impl HeartbeatScheduler {
@@ -153,7 +161,7 @@ impl HeartbeatScheduler {
             audit,
             clock,
             running: JoinSet::new(),
-            busy: BTreeSet::new(),
+            busy: HashMap::new(),
             tasks: HashMap::new(),
             died: BTreeSet::new(),
             ticking: Arc::default(),
@@ -162,7 +170,22 @@ impl HeartbeatScheduler {
             next_wake: None,
             contended: Vec::new(),
             ledger: None,
+            ready: None,
+            woken: Vec::new(),
         }
+    }
+
+    /// Wakes from `ready`, the queue a [`WakingBus`](crate::WakingBus) fills: each
+    /// [`wake`](Self::wake) starts turns for the agents made ready since the last one, in time
+    /// proportional to them, instead of listing every inbox with mail.
+    pub fn with_ready(mut self, ready: Arc<ReadyQueue>) -> Self {
+        self.ready = Some(ready);
+        self
+    }
+
+    /// The ready queue it wakes from, if any.
+    pub fn ready(&self) -> Option<&Arc<ReadyQueue>> {
+        self.ready.as_ref()
     }
 
     /// Stores the heartbeat answers the scheduler books itself (the sweep's acks of idle
@@ -226,10 +249,24 @@ impl HeartbeatScheduler {
     }
 
     /// The agents due a turn this cycle: those with mail, those still ticking, and newly
-    /// added (or restored) agents that have work without mail.
+    /// added (or restored) agents that have work without mail. An agent with mail whose turn
+    /// is running takes it when that turn ends. The ready queue is emptied first: the inboxes
+    /// with mail, listed after, name every agent it held that still has mail.
     async fn due(&mut self) -> BTreeSet<AgentId> {
+        if let Some(ready) = &self.ready {
+            self.woken.clear();
+            ready.drain(&mut self.woken);
+            self.woken.clear();
+        }
         let mut due: BTreeSet<AgentId> = match self.bus.inboxes_with_mail().await {
-            Ok(agents) => agents.into_iter().collect(),
+            Ok(agents) => {
+                for agent in &agents {
+                    if let Some(again) = self.busy.get_mut(agent) {
+                        *again = true;
+                    }
+                }
+                agents.into_iter().collect()
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "cannot list inboxes with mail; driving every agent this cycle");
                 self.pool.all().iter().map(|s| s.id().clone()).collect()
@@ -267,7 +304,8 @@ impl HeartbeatScheduler {
     /// turn has been silent too long.
     async fn answer_busy(&mut self, number: u64, report: &mut CycleReport) {
         let now = tokio::time::Instant::now();
-        let busy: Vec<AgentId> = self.busy.iter().cloned().collect();
+        let mut busy: Vec<AgentId> = self.busy.keys().cloned().collect();
+        busy.sort_unstable();
         for id in busy {
             let Some(slot) = self.pool.get(&id) else { continue };
             if slot.booked_in(number) {
@@ -317,7 +355,7 @@ impl HeartbeatScheduler {
         contended: &mut Vec<(Arc<AgentSlot>, bool)>,
     ) {
         for id in due {
-            if self.busy.contains(&id) {
+            if self.busy.contains_key(&id) {
                 continue;
             }
             let Some(slot) = self.pool.get(&id) else { continue };
@@ -386,6 +424,10 @@ impl HeartbeatScheduler {
                 count_sweep(sweep(&slot, &agent, number), report);
                 continue;
             }
+            if due && let Some(ready) = &self.ready {
+                // Its mail is looked at again in the next wake.
+                ready.requeue(slot.id());
+            }
             slot.count_missed(number);
             let why = "cannot answer: another task holds it";
             self.warn_missed(slot.id(), slot.supervisor(), number, why).await;
@@ -404,7 +446,7 @@ impl HeartbeatScheduler {
         let id = slot.id().clone();
         slot.count_ran(number);
         report.started += 1;
-        self.busy.insert(id.clone());
+        self.busy.insert(id.clone(), false);
         let ticking = self.ticking.clone();
         let agent = id.clone();
         let progress = slot.progress().clone();
@@ -431,61 +473,130 @@ impl HeartbeatScheduler {
     /// cycle) for every agent with mail that is not busy, does not wait for a failed turn's
     /// next attempt ([`Agent::waits_for_retry`](agent_core::Agent::waits_for_retry): that waits
     /// for its heartbeat, whatever mail arrives) and has a turn left in its allowance
-    /// ([`WAKE_BURST`] at once, [`WAKE_RATE`] per second). Costs time in the inboxes with mail, like a cycle. Returns how
-    /// many turns it started; they run in tasks, as heartbeats do. An agent left waiting for its
-    /// allowance is due at [`next_wake`](Self::next_wake).
+    /// ([`WAKE_BURST`] at once, [`WAKE_RATE`] per second). Returns how many turns it started;
+    /// they run in tasks, as heartbeats do. An agent left waiting for its allowance is due at
+    /// [`next_wake`](Self::next_wake).
+    ///
+    /// With a ready queue ([`with_ready`](Self::with_ready)) the agents with mail are those
+    /// the deliveries since the last wake made ready, and a wake costs time in their number:
+    /// one whose turn is running is made ready again when that turn ends, one held by someone
+    /// else or out of allowance is looked at again in the next wake, and a working agent's
+    /// turn runs only if its mail is still there (an earlier turn may have taken it; its ticks
+    /// wait for the heartbeat). Without one, or when the queue asks for a rescan, the inboxes
+    /// with mail are listed, which costs time in their number, like a cycle.
     pub async fn wake(&mut self) -> usize {
         self.reap();
         self.next_wake = None;
-        let with_mail = match self.bus.inboxes_with_mail().await {
-            Ok(agents) => agents,
-            Err(e) => {
-                tracing::debug!(error = %e, "cannot list inboxes with mail; waiting for the heartbeat");
-                return 0;
-            }
-        };
+        let mut woken = std::mem::take(&mut self.woken);
+        woken.clear();
+        self.with_mail(&mut woken).await;
         let now = tokio::time::Instant::now();
         let mut started = 0;
-        for id in with_mail {
-            if self.busy.contains(&id) {
-                continue;
+        for id in woken.drain(..) {
+            if self.wake_one(id, now) {
+                started += 1;
             }
-            let Some(slot) = self.pool.get(&id) else { continue };
-            let Ok(mut guard) = slot.agent().clone().try_lock_owned() else { continue };
-            if guard.waits_for_retry(self.number) {
-                // Its mail waits for the heartbeat its failed turn's next attempt is due at.
-                continue;
+        }
+        self.woken = woken;
+        started
+    }
+
+    /// Fills `woken` with the agents a wake looks at: those the ready queue holds, and, without
+    /// a queue or when it asks for a rescan, the inboxes with mail.
+    async fn with_mail(&mut self, woken: &mut Vec<AgentId>) {
+        let rescan = match &self.ready {
+            Some(ready) => ready.drain(woken),
+            None => true,
+        };
+        if !rescan {
+            return;
+        }
+        match self.bus.inboxes_with_mail().await {
+            Ok(agents) if woken.is_empty() => *woken = agents,
+            Ok(agents) => {
+                woken.extend(agents);
+                woken.sort_unstable();
+                woken.dedup();
             }
-            let allowance = self
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot list inboxes with mail; waiting for the heartbeat");
+            }
+        }
+    }
+
+    /// Starts a wake turn of `id`, which has mail, if it may take one now; `true` if started.
+    fn wake_one(&mut self, id: AgentId, now: tokio::time::Instant) -> bool {
+        if let Some(again) = self.busy.get_mut(&id) {
+            // Its running turn may have taken the mail already, or not: looked at once more
+            // when the turn ends.
+            *again = true;
+            return false;
+        }
+        let Some(slot) = self.pool.get(&id) else { return false };
+        let Ok(guard) = slot.agent().clone().try_lock_owned() else {
+            // Someone else is acting as it: looked at again in the next wake.
+            self.requeue(&id);
+            return false;
+        };
+        if guard.waits_for_retry(self.number) {
+            // Its mail waits for the heartbeat its failed turn's next attempt is due at.
+            return false;
+        }
+        let allowance = match self.wakes.get_mut(&id) {
+            Some(allowance) => allowance,
+            None => self
                 .wakes
                 .entry(id.clone())
-                .or_insert(Allowance { tokens: f64::from(WAKE_BURST), at: now });
-            if let Err(due) = allowance.take(now) {
-                self.next_wake = Some(self.next_wake.map_or(due, |next| next.min(due)));
-                continue;
-            }
-            started += 1;
-            self.busy.insert(id.clone());
-            let ticking = self.ticking.clone();
-            let cycle = self.number;
-            let agent = id.clone();
-            let progress = slot.progress().clone();
-            progress.begin_turn();
-            let task = self.running.spawn(tracing::Instrument::in_current_span(async move {
-                let turn = guard.wake_in(cycle);
-                let result =
-                    agent_core::progress::scope(progress, turn).await.map_err(|e| e.to_string());
-                let mut ticking = ticking.lock().unwrap_or_else(PoisonError::into_inner);
-                if guard.wants_tick() {
-                    ticking.insert(id.clone());
-                } else {
-                    ticking.remove(&id);
-                }
-                (id, result)
-            }));
-            self.tasks.insert(task.id(), agent);
+                .or_insert(Allowance { tokens: f64::from(WAKE_BURST), at: now }),
+        };
+        if let Err(due) = allowance.take(now) {
+            self.next_wake = Some(self.next_wake.map_or(due, |next| next.min(due)));
+            self.requeue(&id);
+            return false;
         }
-        started
+        self.start_wake(slot, guard);
+        true
+    }
+
+    /// Starts `slot`'s wake turn in a task, holding `guard` until it ends.
+    fn start_wake(&mut self, slot: Arc<AgentSlot>, mut guard: OwnedMutexGuard<Agent>) {
+        let id = slot.id().clone();
+        self.busy.insert(id.clone(), false);
+        let ticking = self.ticking.clone();
+        let cycle = self.number;
+        let agent = id.clone();
+        let progress = slot.progress().clone();
+        progress.begin_turn();
+        // Made ready by a delivery whose message an earlier turn may have taken: a working
+        // agent would tick without mail, which only its heartbeat does.
+        let check = self.ready.is_some().then(|| self.bus.clone());
+        let task = self.running.spawn(tracing::Instrument::in_current_span(async move {
+            let result = match check {
+                Some(bus) if guard.wants_tick() && !has_mail(bus.as_ref(), &id).await => {
+                    Ok(HeartbeatOutcome::Idle)
+                }
+                _ => {
+                    let turn = guard.wake_in(cycle);
+                    agent_core::progress::scope(progress, turn).await.map_err(|e| e.to_string())
+                }
+            };
+            let mut ticking = ticking.lock().unwrap_or_else(PoisonError::into_inner);
+            if guard.wants_tick() {
+                ticking.insert(id.clone());
+            } else {
+                ticking.remove(&id);
+            }
+            (id, result)
+        }));
+        self.tasks.insert(task.id(), agent);
+    }
+
+    /// Queues `agent` again to be looked at in the next wake (with a ready queue; without
+    /// one, the next wake lists the inboxes with mail anyway).
+    fn requeue(&self, agent: &AgentId) {
+        if let Some(ready) = &self.ready {
+            ready.requeue(agent);
+        }
     }
 
     /// When an agent that used up its wake-up allowance may take its mail, if one is waiting.
@@ -542,7 +653,10 @@ impl HeartbeatScheduler {
                         tracing::warn!(agent = %agent, error = %error, "heartbeat could not complete")
                     }
                 }
-                self.busy.remove(&agent);
+                if self.busy.remove(&agent) == Some(true) {
+                    // Mail reached it during the turn.
+                    self.requeue(&agent);
+                }
                 self.end_turn(&agent);
             }
             Err(e) => {
@@ -581,7 +695,8 @@ impl HeartbeatScheduler {
     fn recover(&mut self, agent: AgentId, message: String) {
         let Some(slot) = self.pool.get(&agent) else { return };
         tracing::error!(agent = %agent, panic = %message, "a heartbeat task died; recovering its agent");
-        self.busy.insert(agent.clone());
+        // Its mail is back in its inbox: looked at once more when the recovery ends.
+        self.busy.insert(agent.clone(), true);
         let id = agent.clone();
         let progress = slot.progress().clone();
         progress.begin_turn();
@@ -651,4 +766,9 @@ fn sweep(slot: &AgentSlot, agent: &Agent, number: u64) -> bool {
         }
         false
     }
+}
+
+/// Whether `agent`'s inbox has pending mail (a bus that cannot tell: yes).
+async fn has_mail(bus: &dyn MessageBus, agent: &AgentId) -> bool {
+    !matches!(bus.pending(&Address::Agent(agent.clone())).await, Ok(0))
 }

@@ -16,8 +16,9 @@
 //! one seed produce the same audit log, record for record, and so the same
 //! [`SimReport::digest`].
 //! Determinism also needs the runtime's own order, which a change must keep: the `select!`s of
-//! the team's driver are `biased`, the scheduler keeps its busy agents in a `BTreeSet`, and the
-//! in-memory bus lists inboxes sorted.
+//! the team's driver are `biased`, the scheduler sorts its busy agents where their order shows,
+//! its ready queue keeps the order in which deliveries made agents ready, and the in-memory bus
+//! lists inboxes sorted.
 //!
 //! After every step (one heartbeat period of simulated time) [`run`] checks:
 //! - the audit log's hash chain verifies ([`agent_core::verify_chain`]) and its transitions

@@ -17,7 +17,7 @@ use agent_state::{
 use governance::Governance;
 use message_bus::MessageBus;
 use thiserror::Error;
-use tokio::sync::{Mutex, Notify, watch};
+use tokio::sync::{Mutex, watch};
 use whiteboard::Whiteboard;
 
 use crate::deadline::TaskDeadlines;
@@ -511,8 +511,8 @@ pub struct Team {
     /// The open tasks' submission times, for the task limit.
     deadlines: Arc<TaskDeadlines>,
     driver: Mutex<Option<DriverHandle>>,
-    /// Signalled by every delivery through the team's bus: wakes the driver.
-    mail: Arc<Notify>,
+    /// Filled by every delivery through the team's bus: wakes the driver.
+    ready: Arc<crate::wake::ReadyQueue>,
     /// What the guards are shown of the deliveries.
     observer: Arc<Observer>,
     /// The layer of every configured agent, wherever it is hosted.
@@ -560,11 +560,12 @@ impl Team {
         build::TeamBuilder::new(spec, services, share)?.launch(resume).await
     }
 
-    /// Wakes the team's driver as a delivery through its own bus does: the agents with mail
-    /// take their turns now, not at the next heartbeat. For mail that another process
-    /// delivered (a worker sees it on the server).
+    /// Wakes the team's driver for mail it cannot see arrive: the agents with mail take their
+    /// turns now, not at the next heartbeat. For mail that another process delivered (a
+    /// worker sees it on the server): the next wake lists the inboxes with mail
+    /// ([`ReadyQueue::rescan`](crate::ReadyQueue::rescan)).
     pub fn wake(&self) {
-        self.mail.notify_one();
+        self.ready.rescan();
     }
 
     /// Shows the team's guards a message that another process delivered, as they are shown

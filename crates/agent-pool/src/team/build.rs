@@ -11,7 +11,7 @@ use agent_core::{
 };
 use agent_layers::{BottomAgent, BottomSpec, LeadInfo, MidAgent, TopAgent};
 use agent_state::{AgentConfig, AgentId, AgentStatus, RoleBook, TaskOutcome};
-use tokio::sync::{Mutex, Notify, watch};
+use tokio::sync::{Mutex, watch};
 use tokio::task::JoinSet;
 
 use super::{
@@ -24,7 +24,7 @@ use crate::guard::{Observer, Outlets, RunGuard};
 use crate::pool::{AgentPool, PoolError};
 use crate::scheduler::HeartbeatScheduler;
 use crate::spawner::TeamSpawner;
-use crate::wake::WakingBus;
+use crate::wake::{ReadyQueue, WakingBus};
 
 /// A team on its way up: the checked spec, the services wired for it, and the share of the
 /// run this process hosts.
@@ -34,8 +34,8 @@ pub(super) struct TeamBuilder {
     share: Share,
     /// Each agent's configuration with subordinates filled in, in the spec's order.
     configs: Vec<AgentConfig>,
-    /// Signalled by every delivery through the team's bus: wakes the driver.
-    mail: Arc<Notify>,
+    /// Filled by every delivery through the team's bus: wakes the driver.
+    ready: Arc<ReadyQueue>,
     /// What the guards are shown of the deliveries.
     observer: Arc<Observer>,
 }
@@ -147,12 +147,13 @@ impl TeamBuilder {
                 .clone()
                 .with_tool_timeout(Duration::from_millis(spec.timeouts.tool_ms)),
         );
-        // Wake on work: every delivery through the team's bus wakes the driver, and is shown
-        // to the run's guards.
-        let mail = Arc::new(Notify::new());
+        // Wake on work: every delivery through the team's bus makes its recipient ready and
+        // wakes the driver, and is shown to the run's guards.
+        let ready = Arc::new(ReadyQueue::new());
         let observer = Arc::new(Observer::default());
-        services.bus =
-            Arc::new(WakingBus::new(services.bus.clone(), mail.clone()).observed(observer.clone()));
+        services.bus = Arc::new(
+            WakingBus::new(services.bus.clone(), ready.clone()).observed(observer.clone()),
+        );
         // Every record any agent appends is published on the team's event stream once stored.
         services.audit = Arc::new(agent_core::PublishingAuditLog::new(
             services.audit.clone(),
@@ -160,7 +161,7 @@ impl TeamBuilder {
         ));
         // One executor for every executor with a kind, made now if none was given.
         services.executor = Some(services.kind_runner().executor);
-        Ok(Self { spec, services, share, configs, mail, observer })
+        Ok(Self { spec, services, share, configs, ready, observer })
     }
 
     /// Creates (or, with `resume`, restores from the stores) every agent the share hosts and
@@ -344,7 +345,7 @@ impl TeamBuilder {
 
     /// Reads the closed tasks' outcomes, starts the driver and hands over the team.
     async fn start(self, pool: Arc<AgentPool>, proposer: AgentId) -> Result<Team, TeamError> {
-        let Self { spec, services, share, mail, observer, .. } = self;
+        let Self { spec, services, share, ready, observer, .. } = self;
         let known: BTreeMap<String, TaskOutcome> = services
             .state
             .outcomes()
@@ -384,7 +385,7 @@ impl TeamBuilder {
         let guard =
             RunGuard::new(spec.guards, observer.clone(), pool.clone(), proposer.clone(), outlets);
         let mut driver = Driver::new(scheduler, spec.heartbeat)
-            .with_wake(mail.clone())
+            .with_wake(ready.clone())
             .with_guard(guard)
             .with_outcomes(outcome_tx);
         if share.coordinates() {
@@ -409,7 +410,7 @@ impl TeamBuilder {
             task_spans: std::sync::Mutex::default(),
             deadlines,
             driver: Mutex::new(Some(driver)),
-            mail,
+            ready,
             observer,
             layers: spec.agents.iter().map(|a| (a.config.id.clone(), a.config.layer)).collect(),
             heartbeat: spec.heartbeat,
