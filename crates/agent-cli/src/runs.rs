@@ -6,6 +6,8 @@
 //! recorded is kept beside it. A run on NATS is listed as recorded (its audit log is on the
 //! server; `strata verify` checks it there).
 
+use std::path::Path;
+
 use anyhow::Context;
 
 use crate::cli::{InitArgs, RunsArgs};
