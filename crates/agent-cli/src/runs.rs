@@ -107,7 +107,7 @@ pub(crate) async fn list(args: &RunsArgs) -> Result<(), Failure> {
             let damage = if status == "running" || info.nats.is_some() {
                 None
             } else {
-                crate::inspect::damage(&dir).await
+                strata::audit::damage(&dir).await
             };
             rows.push(Row {
                 status,

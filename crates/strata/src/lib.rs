@@ -12,6 +12,12 @@
 //!   ledger, the workspace and its crash journals.
 //! - [`reasoners`] builds and checks every agent's reasoner from the team file; [`mcp`] starts
 //!   the team file's MCP servers.
+//! - [`audit`]: a stored run read back: its audit log checked against its anchors, the
+//!   checks of `strata verify`, and the data of `strata inspect`'s views (the agents' tree,
+//!   results, timeline, usage and model calls).
+//! - [`operator`]: the operator inbox of a run (approve, veto, rollback, hot-swap, cancel):
+//!   the request files, their checks and delivery, and the loop a running process serves
+//!   them with.
 //! - [`Error`]: every failure says what went wrong and whether the user's input is to blame
 //!   ([`ErrorKind::BadInput`]: nothing was written).
 //!
@@ -29,9 +35,11 @@
 //! # Ok(()) }
 //! ```
 
+pub mod audit;
 pub mod error;
 pub mod inputs;
 pub mod mcp;
+pub mod operator;
 pub mod placement;
 pub mod reasoners;
 pub mod run;

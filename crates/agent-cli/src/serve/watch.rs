@@ -31,7 +31,7 @@ use agent_pool::placement::{PlacedRun, Registry};
 use nats_store::NatsStore;
 
 use super::model::{AgentCost, AuditCheck, Delta, RunModel, Seed};
-use crate::{Failure, runs};
+use crate::runs;
 use strata::Stores;
 use strata::placement::PlacedSpec;
 use strata::run_dir::{PLAN_FILE, RunInfo, TEAM_FILE};
@@ -225,13 +225,6 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// The error of a failure, whichever kind.
-pub(crate) fn to_anyhow(f: Failure) -> anyhow::Error {
-    match f {
-        Failure::BadInput(e) | Failure::Other(e) => e,
-    }
-}
-
 /// The error of a server that did not answer within [`SERVER_PATIENCE`].
 pub(crate) fn unanswered(server: &Server) -> anyhow::Error {
     anyhow::anyhow!(
@@ -342,7 +335,7 @@ impl RunWatch {
         task: &agent_state::Task,
         source: Source,
     ) -> Self {
-        let seeds: Vec<Seed> = crate::inspect::configured(team)
+        let seeds: Vec<Seed> = strata::audit::configured(team)
             .into_iter()
             .map(|c| Seed { id: c.id, layer: c.layer, parent: c.supervisor, role: c.role })
             .collect();
@@ -497,7 +490,7 @@ impl RunWatch {
     async fn poll_store(&self) -> anyhow::Result<bool> {
         let info = RunInfo::read(&self.dir)?;
         let status = runs::effective_status(&self.dir, &info);
-        let store = crate::operator::read_copy(&self.dir).await.map_err(to_anyhow)?;
+        let store = strata::operator::read_copy(&self.dir).await?;
         let stores = match &info.nats {
             None => Stores::sled(&store)?,
             Some(_) => {
@@ -675,7 +668,7 @@ async fn check(
     stores: &Stores,
     live: bool,
 ) -> AuditCheck {
-    let (records, anchored) = match crate::inspect::anchored_log(dir, store, stores, live).await {
+    let (records, anchored) = match strata::audit::anchored_log(dir, store, stores, live).await {
         Ok(read) => read,
         Err(e) => {
             return AuditCheck {
