@@ -167,19 +167,19 @@ async fn drive_run(run: Run, output: &OutputArgs) -> Result<u8, Failure> {
         output.clone(),
     );
     // A cancel (the dashboard's) stops the run as Ctrl-C does.
-    let cancel = Arc::new(crate::operator::Cancel { since_ms: now_ms(), ..Default::default() });
+    let cancel = Arc::new(strata::operator::Cancel { since_ms: now_ms(), ..Default::default() });
     // Operator requests (`strata approve`, `strata veto`, `strata rollback`, the dashboard's
     // cancel) dropped into the run's inbox.
-    let inbox = tokio::spawn(crate::operator::serve(
-        run.dir().to_path_buf(),
-        crate::operator::Authority::of(&run.team_file().spec),
-        services.governance.clone(),
-        services.bus.clone(),
-        services.audit.clone(),
-        services.clock.clone(),
-        Duration::from_millis(run.info().heartbeat_ms.clamp(50, 500)),
-        cancel.clone(),
-    ));
+    let inbox = tokio::spawn(strata::operator::serve(strata::operator::Server {
+        dir: run.dir().to_path_buf(),
+        authority: strata::operator::Authority::of(&run.team_file().spec),
+        governance: services.governance.clone(),
+        bus: services.bus.clone(),
+        audit: services.audit.clone(),
+        clock: services.clock.clone(),
+        every: Duration::from_millis(run.info().heartbeat_ms.clamp(50, 500)),
+        cancel: cancel.clone(),
+    }));
     let stop = {
         let output = output.clone();
         async move {

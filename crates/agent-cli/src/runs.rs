@@ -133,7 +133,7 @@ async fn rows(data: &Path) -> Result<Vec<Row>, Failure> {
             let damage = if status == "running" || info.nats.is_some() {
                 None
             } else {
-                crate::inspect::damage(&dir).await
+                strata::audit::damage(&dir).await
             };
             rows.push(Row {
                 status,

@@ -10,7 +10,7 @@
 //!   resumes.
 //! - `POST /api/runs/{id}/decisions/{decision}/approve` and `/veto` with
 //!   `{"as": "NAME", "reason": "..."}`: through the operator inbox, as `strata approve` and
-//!   `strata veto` ([`crate::operator::send_decision`]).
+//!   `strata veto` ([`strata::operator::send_decision`]).
 //!
 //! Runs are read as `strata inspect` reads them (the library's [`strata::dashboard`], with
 //! [`reader`]). With `--nats URL`, the runs placed
@@ -59,10 +59,10 @@ use serde::Deserialize;
 use agent_pool::placement::{REGISTRY, Registry};
 
 use crate::cli::ServeArgs;
-use crate::operator::{OperatorRequest, Submitted};
 use crate::{Failure, bad_input};
 use strata::dashboard::watch;
 use strata::run::{BackgroundError, BackgroundResume};
+use strata::operator::{OperatorRequest, Submitted};
 use strata::run_dir::RunInfo;
 
 mod reader;
@@ -767,7 +767,7 @@ async fn model_calls(
         Err(e) => return e.into_response(),
     };
     let read = async {
-        let store = crate::operator::read_copy(&dir).await.map_err(to_anyhow)?;
+        let store = strata::operator::read_copy(&dir).await?;
         let all = tokio::task::spawn_blocking(move || {
             agent_llm::LlmStore::load_calls(&agent_llm::SledLlmStore::open(&store)?)
         })
@@ -783,7 +783,7 @@ async fn model_calls(
             );
         }
     };
-    let mine = crate::inspect::calls::of_agent(all.clone(), agent.as_deref());
+    let mine = strata::audit::calls_of_agent(all.clone(), agent.as_deref());
     let omitted = mine.len().saturating_sub(MOST_CALLS);
     let mut body = crate::inspect::calls::json(&mine[omitted..], &all);
     body["omitted"] = serde_json::Value::from(omitted);
@@ -803,12 +803,12 @@ async fn timeline(
     };
     let read = async {
         let info = RunInfo::read(&dir)?;
-        let store = crate::operator::read_copy(&dir).await.map_err(to_anyhow)?;
+        let store = strata::operator::read_copy(&dir).await?;
         let stores = strata::Stores::of_run(&store, &dir, &info).await?;
         let records = stores.audit.records(None).await?;
         let started_at = info.started_at;
         let (messages, calls) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
-            let messages = crate::inspect::timeline::bus_history(&store, &info)?;
+            let messages = strata::audit::timeline::bus_history(&store, &info)?;
             let calls = agent_llm::LlmStore::load_calls(&agent_llm::SledLlmStore::open(&store)?)?;
             Ok((messages, calls))
         })
@@ -817,8 +817,8 @@ async fn timeline(
     };
     match read.await {
         Ok((started_at, records, messages, calls)) => {
-            let entries = crate::inspect::timeline::of_agent(
-                crate::inspect::timeline::build(&messages, &records),
+            let entries = strata::audit::timeline::of_agent(
+                strata::audit::timeline::build(&messages, &records),
                 agent.as_deref(),
             );
             let body = crate::inspect::timeline::json(&entries, started_at, &calls);
@@ -1012,7 +1012,7 @@ async fn cancel(State(app): State<Shared>, UrlPath(id): UrlPath<String>, body: B
         }
     };
     let human = body.as_name.unwrap_or_else(|| "dashboard".to_owned());
-    match crate::operator::send_cancel(&app.data, &id, &human).await {
+    match strata::operator::send_cancel(&app.data, &id, &human).await.map_err(Failure::from) {
         Ok(Submitted::Applied(done)) => json(
             StatusCode::OK,
             serde_json::json!({"outcome": done.outcome, "by": format!("human:{human}"), "message": "the run stops as on Ctrl-C; resume it to go on"}).to_string(),
@@ -1119,16 +1119,16 @@ async fn decide(
             OperatorRequest::Approve { decision, human }
         }
     };
-    let sent = crate::operator::send_decision(
-        &app.data,
-        &id,
-        &decision,
-        Some(&body.as_name),
-        request,
-        false,
-        false,
-    )
-    .await;
+    let target = strata::operator::Target {
+        data: &app.data,
+        run: &id,
+        as_name: Some(&body.as_name),
+        no_wait: false,
+    };
+    let sent = strata::operator::send_decision(&target, &decision, request)
+        .await
+        .map(|sent| (sent.decision, sent.human, sent.delivery.submitted))
+        .map_err(Failure::from);
     decided(&id, sent)
 }
 

@@ -547,7 +547,7 @@ pub(crate) fn event_line(r: &AuditRecord, start: u64) -> String {
             let error = error.as_ref().map(|e| format!(": {e}")).unwrap_or_default();
             format!(
                 "OPERATOR {} {}{error}",
-                crate::operator::describe(request),
+                strata::operator::describe(request),
                 outcome.to_uppercase()
             )
         }

@@ -108,7 +108,11 @@ impl Error {
 }
 
 impl fmt::Display for Error {
+    /// The message; `{:#}`, the message and every cause, as [`Error::chain_text`].
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if f.alternate() {
+            return f.write_str(&self.chain_text());
+        }
         match (&self.message, &self.source) {
             (Some(message), _) => f.write_str(message),
             (None, Some(source)) => fmt::Display::fmt(source, f),
@@ -186,6 +190,8 @@ mod tests {
         let outer = inner.context("cannot read team.toml").unwrap_err();
         assert!(outer.is_bad_input());
         assert_eq!(outer.chain_text(), "cannot read team.toml: the team file has no agents");
+        assert_eq!(format!("{outer:#}"), outer.chain_text());
+        assert_eq!(outer.to_string(), "cannot read team.toml");
     }
 
     #[test]

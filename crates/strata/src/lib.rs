@@ -23,6 +23,12 @@
 //!   its NATS server; and the step counter a live view shows.
 //! - [`worker`]: the host of a worker (`strata worker`): builds the team of each run placed on
 //!   NATS, as `strata run` would, for `agent_pool`'s [`Worker`](agent_pool::placement::Worker).
+//! - [`audit`]: a stored run read back: its audit log checked against its anchors, the
+//!   checks of `strata verify`, and the data of `strata inspect`'s views (the agents' tree,
+//!   results, timeline, usage and model calls).
+//! - [`operator`]: the operator inbox of a run (approve, veto, rollback, hot-swap, cancel):
+//!   the request files, their checks and delivery, and the loop a running process serves
+//!   them with.
 //! - [`Error`]: every failure says what went wrong and whether the user's input is to blame
 //!   ([`ErrorKind::BadInput`]: nothing was written).
 //!
@@ -40,12 +46,14 @@
 //! # Ok(()) }
 //! ```
 
+pub mod audit;
 pub mod dashboard;
 pub mod error;
 pub mod evaluation;
 pub mod evolve;
 pub mod inputs;
 pub mod mcp;
+pub mod operator;
 pub mod placement;
 pub mod reasoners;
 pub mod run;

@@ -15,14 +15,6 @@ use team_file::escape_controls as esc;
 /// Most characters of a text shown on a plain line.
 pub(crate) const SHOWN_CHARS: usize = 200;
 
-/// The records of `agent` (every agent's when `None`), in order.
-pub(crate) fn of_agent(records: Vec<CallRecord>, agent: Option<&str>) -> Vec<CallRecord> {
-    match agent {
-        Some(id) => records.into_iter().filter(|r| r.agent.as_str() == id).collect(),
-        None => records,
-    }
-}
-
 /// The records as JSON: `{"calls": [...]}`, each tool call with its `result` when known.
 /// `all` holds every record of the run (a result may be in another agent-filtered record's
 /// successor, which is the same agent's: the filter keeps those too).
@@ -79,31 +71,7 @@ pub(crate) fn plain(records: &[CallRecord], all: &[CallRecord], full: bool) -> S
         if !r.tools.is_empty() {
             let _ = writeln!(out, "  tools offered: {}", esc(&r.tools.join(", ")));
         }
-        if full {
-            block(&mut out, "system", &r.system);
-            for m in &r.messages {
-                let who = match m.role {
-                    Role::User => "user",
-                    Role::Assistant => "assistant",
-                    Role::Tool => "tool result",
-                };
-                block(&mut out, who, &m.content);
-                for call in &m.tool_calls {
-                    block(
-                        &mut out,
-                        &format!("assistant called {}", esc(&call.name)),
-                        &call.arguments,
-                    );
-                }
-            }
-        } else {
-            let earlier = r.messages.len().saturating_sub(1);
-            if earlier > 0 {
-                let _ =
-                    writeln!(out, "  ({earlier} earlier message(s) and the system prompt: --full)");
-            }
-            let _ = writeln!(out, "  prompt: {}", shown(r.prompt()));
-        }
+        prompt(&mut out, r, full);
         let answered = matches!(r.outcome, CallOutcome::Answered);
         if answered && (!r.answer.is_empty() || r.tool_calls.is_empty()) {
             if full {
@@ -112,25 +80,60 @@ pub(crate) fn plain(records: &[CallRecord], all: &[CallRecord], full: bool) -> S
                 let _ = writeln!(out, "  answer: {}", shown(&r.answer));
             }
         }
-        for call in &r.tool_calls {
-            if full {
-                block(&mut out, &format!("calls {}", esc(&call.name)), &call.arguments);
-            } else {
-                let _ = writeln!(out, "  calls {} {}", esc(&call.name), shown(&call.arguments));
-            }
-            if let Some(result) = results.get(&(r.seq, call.id.clone())) {
-                if full {
-                    block(&mut out, "  result", result);
-                } else {
-                    let _ = writeln!(out, "    result: {}", shown(result));
-                }
-            }
-        }
+        tool_calls(&mut out, r, &results, full);
         if r.cut_chars > 0 {
             let _ = writeln!(out, "  ({} characters were cut when it was recorded)", r.cut_chars);
         }
     }
     out
+}
+
+/// The request of `r`: every message and the system prompt (`full`), else its last prompt
+/// on one line.
+fn prompt(out: &mut String, r: &CallRecord, full: bool) {
+    if full {
+        block(out, "system", &r.system);
+        for m in &r.messages {
+            let who = match m.role {
+                Role::User => "user",
+                Role::Assistant => "assistant",
+                Role::Tool => "tool result",
+            };
+            block(out, who, &m.content);
+            for call in &m.tool_calls {
+                block(out, &format!("assistant called {}", esc(&call.name)), &call.arguments);
+            }
+        }
+    } else {
+        let earlier = r.messages.len().saturating_sub(1);
+        if earlier > 0 {
+            let _ = writeln!(out, "  ({earlier} earlier message(s) and the system prompt: --full)");
+        }
+        let _ = writeln!(out, "  prompt: {}", shown(r.prompt()));
+    }
+}
+
+/// The tool calls `r` answered with, each with its result when a later call holds it.
+fn tool_calls(
+    out: &mut String,
+    r: &CallRecord,
+    results: &std::collections::BTreeMap<(u64, String), String>,
+    full: bool,
+) {
+    for call in &r.tool_calls {
+        if full {
+            block(out, &format!("calls {}", esc(&call.name)), &call.arguments);
+        } else {
+            let _ = writeln!(out, "  calls {} {}", esc(&call.name), shown(&call.arguments));
+        }
+        if let Some(result) = results.get(&(r.seq, call.id.clone())) {
+            if full {
+                block(out, "  result", result);
+            } else {
+                let _ = writeln!(out, "    result: {}", shown(result));
+            }
+        }
+    }
 }
 
 /// `text` on one line, its controls escaped, cut to [`SHOWN_CHARS`] (with how much more).

@@ -1,174 +1,31 @@
-//! `inspect tree` and `inspect results`, as pure functions of a run's audit log: which agents
-//! were spawned under which (`Spawned`, appended by the spawner), each one's last status
-//! (`Transition`), what it returned (`Result`) and whether it was dismissed (`Despawned`), with
-//! each agent's cost from a [`CostMeter`] rolled up its subtree.
+//! `inspect tree` and `inspect results` as text and JSON: the agents of a run, configured and
+//! spawned, drawn as a tree, and the structured results they returned
+//! ([`strata::audit::spawns`] reads them from the audit log).
 //!
 //! Every line is escaped like the rest of what strata prints ([`esc`]): a task or a summary
 //! with a newline or a terminal escape in it cannot break a line or drive the terminal.
 
-use std::collections::HashMap;
-
-use agent_core::{AuditEvent, AuditRecord, CostMeter, SpawnRecord};
-use agent_state::{AgentId, AgentLayer, AgentResult, AgentStatus, ChangeType, ResultStatus};
+use agent_state::{AgentStatus, ChangeType, ResultStatus};
 use serde_json::{Value, json};
+use strata::audit::spawns::{Node, Returned, SpawnTree};
 use team_file::escape_controls as esc;
 
 /// How many characters of a task's first line the tree shows.
 const TASK_CHARS: usize = 60;
 
-/// An agent of the team file.
-pub(crate) struct Configured {
-    /// Its id.
-    pub(crate) id: AgentId,
-    /// Its layer.
-    pub(crate) layer: AgentLayer,
-    /// Its configured supervisor.
-    pub(crate) supervisor: Option<AgentId>,
-    /// Its role, if it has one.
-    pub(crate) role: Option<String>,
-}
-
-/// One agent of the tree.
-struct Node {
-    id: AgentId,
-    layer: AgentLayer,
-    supervisor: Option<AgentId>,
-    role: Option<String>,
-    /// How it was spawned; `None` for a configured agent.
-    spawn: Option<SpawnRecord>,
-    status: Option<AgentStatus>,
-    /// Its final summary, if its supervisor dismissed it.
-    despawned: Option<String>,
-    results: u32,
-    untrusted: u32,
-    cost: Option<f64>,
-    /// Its own cost and its subtree's known costs.
-    subtree: Option<f64>,
-    /// Whether a cost in its subtree (its own included) is not known.
-    subtree_unknown: bool,
-    children: Vec<usize>,
-}
-
-/// The agents of a run, configured and spawned, as a tree.
-pub(crate) struct SpawnTree {
-    nodes: Vec<Node>,
-    /// The nodes in the order they are drawn, with their depth and whether each is the last
-    /// child of its parent.
-    order: Vec<(usize, usize, bool)>,
-    /// Whether costs are shown (some agent's cost is known).
-    costs: bool,
-}
-
-impl SpawnTree {
-    /// The tree of `configured` and of the agents the `Spawned` records of `records` add,
-    /// each under its supervisor (a spawned agent under its spawner), with statuses, results,
-    /// dismissals, and, with `costs`, each agent's own cost and its subtree's.
-    pub(crate) fn build(
-        configured: Vec<Configured>,
-        records: &[AuditRecord],
-        costs: Option<&dyn CostMeter>,
-    ) -> Self {
-        let mut nodes: Vec<Node> = configured
-            .into_iter()
-            .map(|c| node(c.id, c.layer, c.supervisor, c.role, None))
-            .collect();
-        let mut index: HashMap<AgentId, usize> =
-            nodes.iter().enumerate().map(|(i, n)| (n.id.clone(), i)).collect();
-        for r in records {
-            if let AuditEvent::Spawned { spawn } = &r.event
-                && !index.contains_key(&spawn.agent)
-            {
-                index.insert(spawn.agent.clone(), nodes.len());
-                nodes.push(node(
-                    spawn.agent.clone(),
-                    spawn.layer,
-                    Some(spawn.parent.clone()),
-                    Some(spawn.role.clone()),
-                    Some(spawn.clone()),
-                ));
-            }
-        }
-        // Each task's result counts once (the last, if a replayed turn recorded it twice).
-        let mut latest: HashMap<(&AgentId, &str), bool> = HashMap::new();
-        for r in records {
-            if let AuditEvent::Result { task, trusted, .. } = &r.event {
-                latest.insert((&r.agent, task.as_str()), *trusted);
-            }
-        }
-        for ((agent, _), trusted) in &latest {
-            if let Some(n) = index.get(*agent).map(|&i| &mut nodes[i]) {
-                n.results += 1;
-                n.untrusted += u32::from(!trusted);
-            }
-        }
-        for r in records {
-            let target = match &r.event {
-                AuditEvent::Despawned { agent, .. } => agent,
-                _ => &r.agent,
-            };
-            let Some(n) = index.get(target).map(|&i| &mut nodes[i]) else { continue };
-            match &r.event {
-                AuditEvent::Transition { to, .. } => n.status = Some(*to),
-                AuditEvent::Despawned { summary, .. } => n.despawned = Some(summary.clone()),
-                _ => {}
-            }
-        }
-        let mut roots = Vec::new();
-        for i in 0..nodes.len() {
-            match nodes[i].supervisor.as_ref().and_then(|s| index.get(s)).copied() {
-                Some(p) if p != i => nodes[p].children.push(i),
-                _ => roots.push(i),
-            }
-        }
-        // Depth first from the roots; a node a damaged log left in a cycle is drawn as a root.
-        let mut order = Vec::with_capacity(nodes.len());
-        let mut seen = vec![false; nodes.len()];
-        for start in roots.into_iter().chain(0..nodes.len()) {
-            let mut stack = vec![(start, 0, true)];
-            while let Some((i, depth, last)) = stack.pop() {
-                if std::mem::replace(&mut seen[i], true) {
-                    continue;
-                }
-                order.push((i, depth, last));
-                let children = &nodes[i].children;
-                stack.extend(
-                    children
-                        .iter()
-                        .enumerate()
-                        .rev()
-                        .map(|(k, &c)| (c, depth + 1, k + 1 == children.len())),
-                );
-            }
-        }
-        let mut shown = false;
-        if let Some(meter) = costs {
-            for n in &mut nodes {
-                n.cost = meter.cost_usd(&n.id);
-                shown |= n.cost.is_some();
-            }
-        }
-        // Children come after their parent in `order`: walking it backwards rolls costs up.
-        for &(i, _, _) in order.iter().rev() {
-            let (mut sum, mut unknown) = (nodes[i].cost, nodes[i].cost.is_none());
-            for &c in &nodes[i].children {
-                if let Some(s) = nodes[c].subtree {
-                    sum = Some(sum.unwrap_or(0.0) + s);
-                }
-                unknown |= nodes[c].subtree_unknown;
-            }
-            nodes[i].subtree = sum;
-            nodes[i].subtree_unknown = unknown;
-        }
-        Self { nodes, order, costs: shown }
-    }
-
-    /// How many agents were spawned.
-    pub(crate) fn spawned(&self) -> usize {
-        self.nodes.iter().filter(|n| n.spawn.is_some()).count()
-    }
-
+/// A [`SpawnTree`] as `strata inspect RUN tree` shows it.
+pub(crate) trait TreeView {
     /// The tree as text, one line per agent (`├─ └─`), and a line about what was spawned.
-    pub(crate) fn render(&self) -> String {
+    fn render(&self) -> String;
+    /// One agent's line.
+    fn line(&self, n: &Node) -> String;
+    /// Every agent as JSON, configured ones first (team file order), then spawned ones (in
+    /// the order they were spawned).
+    fn json(&self) -> Vec<Value>;
+}
+
+impl TreeView for SpawnTree {
+    fn render(&self) -> String {
         let mut out = String::new();
         // Whether the node drawn at each depth is the last of its siblings: the rails.
         let mut last_at: Vec<bool> = Vec::new();
@@ -238,9 +95,7 @@ impl SpawnTree {
         parts.join(" · ")
     }
 
-    /// Every agent as JSON, configured ones first (team file order), then spawned ones (in
-    /// the order they were spawned).
-    pub(crate) fn json(&self) -> Vec<Value> {
+    fn json(&self) -> Vec<Value> {
         self.nodes
             .iter()
             .map(|n| {
@@ -267,30 +122,6 @@ impl SpawnTree {
     }
 }
 
-fn node(
-    id: AgentId,
-    layer: AgentLayer,
-    supervisor: Option<AgentId>,
-    role: Option<String>,
-    spawn: Option<SpawnRecord>,
-) -> Node {
-    Node {
-        id,
-        layer,
-        supervisor,
-        role,
-        spawn,
-        status: None,
-        despawned: None,
-        results: 0,
-        untrusted: 0,
-        cost: None,
-        subtree: None,
-        subtree_unknown: false,
-        children: Vec::new(),
-    }
-}
-
 /// The first line of `text`, at most [`TASK_CHARS`] characters of it (`…` when cut).
 fn shorten(text: &str) -> String {
     let line = text.trim().lines().next().unwrap_or_default();
@@ -300,63 +131,6 @@ fn shorten(text: &str) -> String {
         out.push('…');
     }
     out
-}
-
-/// One structured result of the audit log.
-pub(crate) struct Returned<'a> {
-    record: &'a AuditRecord,
-    role: Option<String>,
-    task: &'a str,
-    result: &'a AgentResult,
-    trusted: bool,
-}
-
-/// Every `Result` record of `records`, in order, with the role of the agent that returned it
-/// (from its `Spawned` record, else from `roles`, the configured agents' roles).
-pub(crate) fn results<'a>(
-    records: &'a [AuditRecord],
-    roles: &HashMap<AgentId, String>,
-) -> Vec<Returned<'a>> {
-    let spawned: HashMap<&AgentId, &str> = records
-        .iter()
-        .filter_map(|r| match &r.event {
-            AuditEvent::Spawned { spawn } => Some((&spawn.agent, spawn.role.as_str())),
-            _ => None,
-        })
-        .collect();
-    // A result recorded twice for the same task (a turn run again after a crash, in a log
-    // written before results were recorded once) is shown once: the last.
-    let last: HashMap<(&AgentId, &str), usize> = records
-        .iter()
-        .enumerate()
-        .filter_map(|(i, r)| match &r.event {
-            AuditEvent::Result { task, .. } => Some(((&r.agent, task.as_str()), i)),
-            _ => None,
-        })
-        .collect();
-    records
-        .iter()
-        .enumerate()
-        .filter(|(i, r)| match &r.event {
-            AuditEvent::Result { task, .. } => last.get(&(&r.agent, task.as_str())) == Some(i),
-            _ => false,
-        })
-        .map(|(_, r)| r)
-        .filter_map(|r| match &r.event {
-            AuditEvent::Result { task, result, trusted } => Some(Returned {
-                record: r,
-                role: spawned
-                    .get(&r.agent)
-                    .copied()
-                    .or_else(|| roles.get(&r.agent).map(String::as_str))
-                    .map(str::to_owned),
-                task,
-                result,
-                trusted: *trusted,
-            }),
-            _ => None,
-        })
-        .collect()
 }
 
 /// The results as text: a headline per result, then its task, summary, artifacts and known

@@ -9,7 +9,9 @@ use agent_state::{
     AgentId, AgentLayer, AgentResult, AgentStatus, Artifact, ChangeType, ResultStatus, Timestamp,
 };
 
-use super::spawns::{Configured, SpawnTree, render_results, results, results_json};
+use strata::audit::spawns::{Configured, SpawnTree, results};
+
+use super::spawns::{TreeView as _, render_results, results_json};
 
 /// Builds a log record by record.
 #[derive(Default)]

@@ -2,37 +2,20 @@
 //! record when the stream falls behind.
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use agent_core::AuditRecord;
-use async_trait::async_trait;
 
 use super::*;
 use crate::Result;
 
-/// Reads a run as a front end would, with plain event lines and no anchors.
+/// Shows a run as a front end would, with plain event lines.
 struct Plain;
 
-#[async_trait]
 impl RunReader for Plain {
     fn event_line(&self) -> LineFn {
         |r: &AuditRecord, _| format!("{} {:?}", r.agent.as_str(), r.event)
-    }
-
-    async fn read_copy(&self, dir: &Path) -> Result<run_store::RunStore> {
-        Ok(run_store::RunStore::open_read_only(dir)?)
-    }
-
-    async fn anchored_log(
-        &self,
-        _dir: &Path,
-        _store: Option<&run_store::RunStore>,
-        stores: &crate::Stores,
-        _live: bool,
-    ) -> Result<watch::AnchoredLog> {
-        Ok((stores.audit.records(None).await?, Ok((Vec::new(), String::new()))))
     }
 }
 

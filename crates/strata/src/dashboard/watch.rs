@@ -27,7 +27,6 @@ use std::time::{Duration, Instant};
 use agent_core::{
     AuditRecord, EventHub, EventStream, Received, TeamEvent, check_transition_chain, verify_chain,
 };
-use async_trait::async_trait;
 use tokio::sync::broadcast;
 
 use agent_pool::placement::{PlacedRun, Registry};
@@ -39,28 +38,11 @@ use crate::error::{Context as _, Error, Result};
 use crate::placement::PlacedSpec;
 use crate::run_dir::{PLAN_FILE, RunInfo, RunStatus, TEAM_FILE, effective_status, now_ms};
 
-/// The audit log of a run as read with its anchors: its records, and what the anchors say
-/// (the breaks found and the protection in words) or why they cannot be read.
-pub type AnchoredLog = (Vec<AuditRecord>, Result<(Vec<String>, String)>);
-
-/// What the front end gives the dashboard: its event lines, and its readers of a run's
-/// database and anchored audit log (as `strata inspect` and `strata verify` read them).
-#[async_trait]
+/// What the front end gives the dashboard: how an audit record becomes a line of its event
+/// log (the live view's lines, for `strata serve`).
 pub trait RunReader: Send + Sync {
     /// How an audit record becomes one line of text.
     fn event_line(&self) -> LineFn;
-    /// A private copy of the database of the run in `dir`, readable while its process writes
-    /// it.
-    async fn read_copy(&self, dir: &Path) -> Result<run_store::RunStore>;
-    /// The audit log of the run in `dir` (its database `store`, none for a placed run whose
-    /// log is on NATS; `live`: it may be appended to) with what its anchors say.
-    async fn anchored_log(
-        &self,
-        dir: &Path,
-        store: Option<&run_store::RunStore>,
-        stores: &Stores,
-        live: bool,
-    ) -> Result<AnchoredLog>;
 }
 
 /// How often a live run is read.
@@ -366,16 +348,9 @@ impl RunWatch {
         reader: Arc<dyn RunReader>,
     ) -> Self {
         // The agents of the team file, as `strata inspect` lists them.
-        let seeds: Vec<Seed> = team
-            .spec
-            .agents
-            .iter()
-            .map(|a| Seed {
-                id: a.config.id.clone(),
-                layer: a.config.layer,
-                parent: a.config.supervisor.clone(),
-                role: team.spec.agent_roles.get(&a.config.id).cloned(),
-            })
+        let seeds: Vec<Seed> = crate::audit::configured(team)
+            .into_iter()
+            .map(|c| Seed { id: c.id, layer: c.layer, parent: c.supervisor, role: c.role })
             .collect();
         let outline = Outline {
             run_id: header.run_id.to_owned(),
@@ -531,7 +506,7 @@ impl RunWatch {
     async fn poll_store(&self) -> Result<bool> {
         let info = RunInfo::read(&self.dir)?;
         let status = effective_status(&self.dir, &info);
-        let store = self.reader.read_copy(&self.dir).await?;
+        let store = crate::operator::read_copy(&self.dir).await?;
         let stores = match &info.nats {
             None => Stores::sled(&store)?,
             Some(_) => {
@@ -580,7 +555,7 @@ impl RunWatch {
             due
         };
         let audit = if verify {
-            Some(check(self.reader.as_ref(), &self.dir, store, stores, live).await)
+            Some(check(&self.dir, store, stores, live).await)
         } else {
             None
         };
@@ -709,13 +684,12 @@ async fn follow(me: Weak<RunWatch>, mut events: EventStream) {
 /// the transitions. `store` is the run's database in `dir` (none for a placed run, whose
 /// audit stream is on NATS; `live` then says whether it may be appended to).
 async fn check(
-    reader: &dyn RunReader,
     dir: &Path,
     store: Option<&run_store::RunStore>,
     stores: &Stores,
     live: bool,
 ) -> AuditCheck {
-    let (records, anchored) = match reader.anchored_log(dir, store, stores, live).await {
+    let (records, anchored) = match crate::audit::anchored_log(dir, store, stores, live).await {
         Ok(read) => read,
         Err(e) => {
             return AuditCheck {

@@ -26,6 +26,18 @@ fn alice() -> Authority {
     Authority { humans: vec!["alice".into()], oodas: vec![AgentId::new("ooda-1")] }
 }
 
+/// The inbox of `dir` with these services.
+fn inbox_of<'a>(
+    dir: &'a Path,
+    authority: &'a Authority,
+    governance: &'a dyn Governance,
+    bus: &'a dyn MessageBus,
+    audit: &'a dyn AuditLog,
+    clock: &'a dyn Clock,
+) -> Inbox<'a> {
+    Inbox { dir, authority, governance, bus, audit, clock }
+}
+
 fn drop_request(dir: &Path, id: &str, request: OperatorRequest, refused: Option<&str>) {
     let envelope = Envelope { id: id.into(), at: 1, request, refused: refused.map(str::to_owned) };
     deliver(dir, &envelope).map_err(|_| "deliver").unwrap();
@@ -40,7 +52,7 @@ async fn pass_once(
     clock: &TokioClock,
 ) -> usize {
     let bus = message_bus::InMemoryBus::new();
-    pass(dir, &alice(), gov, &bus, audit, clock, &Cancel::default()).await.unwrap()
+    pass(&inbox_of(dir, &alice(), gov, &bus, audit, clock), &Cancel::default()).await.unwrap()
 }
 
 fn done(dir: &Path, id: &str) -> Done {
@@ -209,7 +221,9 @@ async fn forged_requests_of_every_kind_are_refused_by_the_running_process() {
         std::fs::write(inbox.join(format!("{id}.json")), request.to_string()).unwrap();
     }
     assert_eq!(
-        pass(tmp.path(), &alice(), &gov, &bus, &audit, &clock, &Cancel::default()).await.unwrap(),
+        pass(&inbox_of(tmp.path(), &alice(), &gov, &bus, &audit, &clock), &Cancel::default())
+            .await
+            .unwrap(),
         7
     );
 
@@ -270,7 +284,7 @@ async fn entries_that_are_not_regular_files_are_skipped_without_blocking() {
 
     let taken = tokio::time::timeout(
         std::time::Duration::from_secs(5),
-        pass(tmp.path(), &alice(), &gov, &bus, &audit, &clock, &Cancel::default()),
+        pass(&inbox_of(tmp.path(), &alice(), &gov, &bus, &audit, &clock), &Cancel::default()),
     )
     .await
     .expect("a pass does not block on a FIFO")
@@ -325,7 +339,10 @@ async fn a_cancel_stops_the_run_that_was_running_when_it_was_written_only() {
         refused: None,
     };
     deliver(tmp.path(), &stale).map_err(|_| "deliver").unwrap();
-    assert_eq!(pass(tmp.path(), &alice(), &gov, &bus, &audit, &clock, &cancel).await.unwrap(), 1);
+    assert_eq!(
+        pass(&inbox_of(tmp.path(), &alice(), &gov, &bus, &audit, &clock), &cancel).await.unwrap(),
+        1
+    );
     assert!(done(tmp.path(), "0001").error.unwrap().contains("no longer running"));
     let told = tokio::time::timeout(std::time::Duration::from_millis(50), cancel.asked.notified());
     assert!(told.await.is_err(), "a stale cancel told the run to stop");
@@ -339,7 +356,10 @@ async fn a_cancel_stops_the_run_that_was_running_when_it_was_written_only() {
         };
         deliver(tmp.path(), &envelope).map_err(|_| "deliver").unwrap();
     }
-    assert_eq!(pass(tmp.path(), &alice(), &gov, &bus, &audit, &clock, &cancel).await.unwrap(), 2);
+    assert_eq!(
+        pass(&inbox_of(tmp.path(), &alice(), &gov, &bus, &audit, &clock), &cancel).await.unwrap(),
+        2
+    );
     assert!(done(tmp.path(), "0002").error.unwrap().contains("names no human"));
     assert_eq!(
         done(tmp.path(), "0003"),
