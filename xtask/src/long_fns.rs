@@ -9,8 +9,8 @@
 //! to the line of its closing brace (attributes and doc comments not counted); a nested
 //! function counts within its parent too.
 //!
-//! The tidy step fails on a long function in any crate except those in [`NOT_YET_CHECKED`];
-//! `cargo xtask long-fns` lists them all, those crates included.
+//! The tidy step fails on a long function in any scanned file; `cargo xtask long-fns` lists
+//! them all.
 
 use std::path::Path;
 
@@ -21,11 +21,6 @@ pub(crate) const MAX_LINES: usize = 80;
 
 /// Most parameters a function may take, `self` not counted.
 pub(crate) const MAX_PARAMS: usize = 6;
-
-/// Crates whose long functions are not yet split up: the tidy step does not fail on them.
-/// The list only shrinks: once a crate is clean, remove it here.
-pub(crate) const NOT_YET_CHECKED: &[&str] =
-    &["crates/agent-cli/", "crates/agent-llm/", "crates/strata/"];
 
 /// A function over a limit.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -69,11 +64,6 @@ pub(crate) fn scanned(path: &str) -> bool {
         && file != "tests.rs"
         && !file.ends_with("_tests.rs")
         && !path.contains("/tests/")
-}
-
-/// Whether tidy fails on a long function in the file at `path`.
-pub(crate) fn enforced(path: &str) -> bool {
-    scanned(path) && !NOT_YET_CHECKED.iter().any(|prefix| path.starts_with(prefix))
 }
 
 /// The functions of `text` (Rust source) over a limit, test code left out.
@@ -341,8 +331,7 @@ fn char_literal_len(chars: &[char], i: usize) -> Option<usize> {
     }
 }
 
-/// `cargo xtask long-fns`: every long function in the scanned files, the crates tidy does not
-/// check yet included, longest first.
+/// `cargo xtask long-fns`: every long function in the scanned files, longest first.
 pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     let mut all = Vec::new();
     for path in crate::tidy::listed_files(root)? {
@@ -355,11 +344,7 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     }
     all.sort_by(|(_, a), (_, b)| b.lines.cmp(&a.lines).then(b.params.cmp(&a.params)));
     for (path, f) in &all {
-        let checked = if enforced(path) { "" } else { " (not yet checked by tidy)" };
-        println!(
-            "{:>4} lines {:>2} params  {path}:{} {}{checked}",
-            f.lines, f.params, f.line, f.name
-        );
+        println!("{:>4} lines {:>2} params  {path}:{} {}", f.lines, f.params, f.line, f.name);
     }
     println!("{} function(s) over {MAX_LINES} lines or {MAX_PARAMS} parameters", all.len());
     Ok(())

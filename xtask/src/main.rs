@@ -91,7 +91,7 @@ commands:
                   (--verify also builds each package on its own, as `cargo publish` does:
                   many minutes per crate, so CI does not)
   long-fns        list every function over 80 lines or with more than 6 parameters,
-                  longest first, in the crates tidy checks and in those it does not yet
+                  longest first (tidy fails on any)
   help            print this text";
 
 fn main() -> ExitCode {

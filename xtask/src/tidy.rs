@@ -100,7 +100,7 @@ pub(crate) fn check_file(path: &str, text: &str, binary_crates: &[String]) -> Ve
             ));
         }
     }
-    if long_fns::enforced(path) {
+    if long_fns::scanned(path) {
         problems.extend(long_fns::long_fns(text).iter().map(|f| f.problem(path)));
     }
     problems

@@ -6,14 +6,11 @@
 //! recorded is kept beside it. A run on NATS is listed as recorded (its audit log is on the
 //! server; `strata verify` checks it there).
 
-use std::path::Path;
-
 use anyhow::Context;
 
 use crate::cli::{InitArgs, RunsArgs};
-use crate::evolve::EvolutionInfo;
 use crate::{Failure, bad_input};
-use strata::run_dir::{RunInfo, now_ms};
+use strata::runs::Row;
 use team_file::escape_controls as esc;
 
 /// `strata init [DIR]`: writes an example team file and plan, never overwriting a file.
@@ -53,21 +50,6 @@ pub(crate) fn init(args: &InitArgs) -> Result<(), Failure> {
 pub(crate) use strata::run_dir::effective_status;
 pub(crate) use strata::run_dir::format_time;
 
-/// One line of `strata runs`: a team run or an evolution.
-struct Row {
-    id: String,
-    status: &'static str,
-    task: String,
-    goal: String,
-    started: u64,
-    end: u64,
-    failure: Option<String>,
-    /// What `verify` finds broken, if anything (the status is then `damaged`).
-    damage: Option<String>,
-    /// What its model calls used, when it last stopped.
-    usage: Option<strata::run_dir::RunUsage>,
-}
-
 /// `strata runs`: the team runs and the evolutions.
 pub(crate) async fn list(args: &RunsArgs) -> Result<(), Failure> {
     if !args.data.exists() {
@@ -84,7 +66,7 @@ pub(crate) async fn list(args: &RunsArgs) -> Result<(), Failure> {
             args.data.display()
         )));
     }
-    let rows = rows(&args.data).await?;
+    let rows = strata::runs::list(&args.data).await?;
     if args.json {
         outln!("{}", json_rows(&rows));
         return Ok(());
@@ -119,49 +101,6 @@ pub(crate) async fn list(args: &RunsArgs) -> Result<(), Failure> {
         }
     }
     Ok(())
-}
-
-/// A row for every run and evolution in `data`, oldest first.
-async fn rows(data: &Path) -> Result<Vec<Row>, Failure> {
-    let mut rows = Vec::new();
-    let entries =
-        std::fs::read_dir(data).with_context(|| format!("cannot read {}", data.display()))?;
-    for entry in entries.flatten() {
-        let dir = entry.path();
-        if let Ok(info) = RunInfo::read(&dir) {
-            let status = effective_status(&dir, &info);
-            let damage = if status == "running" || info.nats.is_some() {
-                None
-            } else {
-                strata::audit::damage(&dir).await
-            };
-            rows.push(Row {
-                status,
-                damage,
-                end: info.finished_at.unwrap_or_else(now_ms),
-                id: info.run_id,
-                task: info.task_id,
-                goal: info.goal,
-                started: info.started_at,
-                failure: info.failure,
-                usage: info.usage,
-            });
-        } else if let Ok(info) = EvolutionInfo::read(&dir) {
-            rows.push(Row {
-                status: info.effective_status(&dir),
-                end: info.finished_at.unwrap_or_else(now_ms),
-                id: info.run_id,
-                task: "(evolution)".into(),
-                goal: format!("evolve on {}", info.suite.display()),
-                started: info.started_at,
-                failure: info.failure,
-                damage: None,
-                usage: None,
-            });
-        }
-    }
-    rows.sort_by_key(|row| row.started);
-    Ok(rows)
 }
 
 /// The rows as `strata runs --json` prints them.

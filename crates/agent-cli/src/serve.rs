@@ -61,8 +61,8 @@ use agent_pool::placement::{REGISTRY, Registry};
 use crate::cli::ServeArgs;
 use crate::{Failure, bad_input};
 use strata::dashboard::watch;
-use strata::run::{BackgroundError, BackgroundResume};
 use strata::operator::{OperatorRequest, Submitted};
+use strata::run::{BackgroundError, BackgroundResume};
 use strata::run_dir::RunInfo;
 
 mod reader;
@@ -549,13 +549,6 @@ fn unauthorized(api: bool, why: &str) -> Response {
         message,
     )
         .into_response()
-}
-
-/// The error of a failure, whichever kind.
-fn to_anyhow(f: Failure) -> anyhow::Error {
-    match f {
-        Failure::BadInput(e) | Failure::Other(e) => e,
-    }
 }
 
 /// An error of a handler: its status and message, sent as JSON.

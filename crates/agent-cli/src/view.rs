@@ -464,12 +464,8 @@ pub(crate) fn event_line(r: &AuditRecord, start: u64) -> String {
         AuditEvent::Transition { from, to, reason } => format!("{from} -> {to} ({reason})"),
         AuditEvent::Denied { action, error } => format!("DENIED {action}: {error}"),
         AuditEvent::ToolCall { tool, success, summary, .. } => {
-            format!(
-                "tool {tool} {}: {}",
-                if *success { "ok" } else { "FAILED" },
-                // Whole (it is short), so a file name with a newline is shown, escaped, not cut.
-                summary.trim()
-            )
+            // Whole (it is short), so a file name with a newline is shown, escaped, not cut.
+            format!("tool {tool} {}: {}", if *success { "ok" } else { "FAILED" }, summary.trim())
         }
         AuditEvent::Error { error, retry, max_retries } => {
             format!("error (retry {retry}/{max_retries}): {error}")
@@ -482,23 +478,11 @@ pub(crate) fn event_line(r: &AuditRecord, start: u64) -> String {
             format!("decision {} {action}{detail}", short(&decision.to_string()))
         }
         AuditEvent::MissedHeartbeat { heartbeat } => format!("missed heartbeat {heartbeat}"),
-        AuditEvent::Spawned { spawn } => format!(
-            "spawned {} ({}, depth {}): {}",
-            spawn.agent,
-            spawn.role,
-            spawn.depth,
-            first_line(&spawn.task_prompt)
-        ),
+        AuditEvent::Spawned { spawn } => spawned_text(spawn),
         AuditEvent::Despawned { agent, summary } => {
             format!("despawned {agent}: {}", first_line(summary))
         }
-        AuditEvent::Result { result, trusted, .. } => format!(
-            "returned results ({:?}{}, {} artifact(s)): {}",
-            result.status,
-            if *trusted { "" } else { ", UNTRUSTED" },
-            result.artifacts.len(),
-            first_line(&result.summary)
-        ),
+        AuditEvent::Result { result, trusted, .. } => result_text(result, *trusted),
         AuditEvent::Stuck { task, reason, escalated_to } => {
             let task = task.as_ref().map(|t| format!(" {t}")).unwrap_or_default();
             let then = escalated_to.as_ref().map(|to| format!("escalated to {to}"));
@@ -545,14 +529,33 @@ pub(crate) fn event_line(r: &AuditRecord, start: u64) -> String {
         }
         AuditEvent::Operator { request, outcome, error } => {
             let error = error.as_ref().map(|e| format!(": {e}")).unwrap_or_default();
-            format!(
-                "OPERATOR {} {}{error}",
-                strata::operator::describe(request),
-                outcome.to_uppercase()
-            )
+            let request = strata::operator::describe(request);
+            format!("OPERATOR {request} {}{error}", outcome.to_uppercase())
         }
     };
     esc(&format!("[{t:>7.2}s] {:<12} {what}", r.agent.as_str())).into_owned()
+}
+
+/// A spawn record: the new agent, its role and depth, and its task's first line.
+fn spawned_text(spawn: &agent_core::spawn::SpawnRecord) -> String {
+    format!(
+        "spawned {} ({}, depth {}): {}",
+        spawn.agent,
+        spawn.role,
+        spawn.depth,
+        first_line(&spawn.task_prompt)
+    )
+}
+
+/// A structured result: its status, whether it is trusted, its artifacts and summary.
+fn result_text(result: &agent_state::AgentResult, trusted: bool) -> String {
+    format!(
+        "returned results ({:?}{}, {} artifact(s)): {}",
+        result.status,
+        if trusted { "" } else { ", UNTRUSTED" },
+        result.artifacts.len(),
+        first_line(&result.summary)
+    )
 }
 
 /// A retry record: when the next attempt is due, or why there is none.

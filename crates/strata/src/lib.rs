@@ -29,6 +29,8 @@
 //! - [`operator`]: the operator inbox of a run (approve, veto, rollback, hot-swap, cancel):
 //!   the request files, their checks and delivery, and the loop a running process serves
 //!   them with.
+//! - [`runs`]: the runs and evolutions of a data directory, each with how it stands and
+//!   what `verify` finds broken (`strata runs`).
 //! - [`Error`]: every failure says what went wrong and whether the user's input is to blame
 //!   ([`ErrorKind::BadInput`]: nothing was written).
 //!
@@ -58,6 +60,7 @@ pub mod placement;
 pub mod reasoners;
 pub mod run;
 pub mod run_dir;
+pub mod runs;
 pub mod services;
 pub mod stores;
 pub mod summary;

@@ -8,7 +8,6 @@ use std::time::Duration;
 use agent_core::AuditRecord;
 
 use super::*;
-use crate::Result;
 
 /// Shows a run as a front end would, with plain event lines.
 struct Plain;

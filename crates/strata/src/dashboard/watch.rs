@@ -125,7 +125,6 @@ pub struct RunWatch {
     dir: PathBuf,
     run_id: String,
     source: Source,
-    reader: Arc<dyn RunReader>,
     prices: agent_llm::PriceTable,
     /// The model and the last frames.
     pub state: Mutex<State>,
@@ -365,7 +364,6 @@ impl RunWatch {
             dir: header.dir,
             run_id: header.run_id.to_owned(),
             source,
-            reader,
             prices: team.prices.clone(),
             state: Mutex::new(State { model, ring: VecDeque::new(), n: 0 }),
             frames,
@@ -554,11 +552,7 @@ impl RunWatch {
             }
             due
         };
-        let audit = if verify {
-            Some(check(&self.dir, store, stores, live).await)
-        } else {
-            None
-        };
+        let audit = if verify { Some(check(&self.dir, store, stores, live).await) } else { None };
         // The one source of the numbers the summary and `inspect RUN metrics` show.
         let metrics =
             agent_pool::stored_metrics(stores.state.as_ref()).await.map_err(Error::failed_from)?;
