@@ -214,7 +214,7 @@ async fn metrics(shown: &Shown<'_>) -> Result<(), Failure> {
     Ok(())
 }
 
-/// `inspect timeline [AGENT]`: each piece of work of the run ([`timeline`]).
+/// `inspect timeline [AGENT]`: each piece of work of the run ([`mod@timeline`]).
 async fn timeline(shown: &Shown<'_>, args: &InspectArgs) -> Result<(), Failure> {
     let (store, info) = (shown.store, shown.info);
     let records = shown.stores().await?.audit.records(None).await?;

@@ -47,7 +47,7 @@ pub struct ConflictReport {
 
 /// What a conflict is about: the situations the runtime raises a conflict for (see
 /// [`ArbitrationSettings`](agent_state::ArbitrationSettings)) and the ballot of each
-/// ([`agent_state::ballot`]).
+/// ([`agent_state::BallotChoice`]).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "about", rename_all = "snake_case")]
 pub enum ConflictSubject {

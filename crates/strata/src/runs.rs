@@ -15,7 +15,7 @@ use crate::run_dir::{RunInfo, effective_status, now_ms};
 pub struct Row {
     /// Its id.
     pub id: String,
-    /// How it stands ([`effective_status`](crate::run_dir::effective_status)).
+    /// How it stands ([`crate::run_dir::effective_status`]).
     pub status: &'static str,
     /// Its task's id (`(evolution)` for an evolution).
     pub task: String,

@@ -41,7 +41,7 @@ pub struct AgentView {
     pub parent: Option<String>,
     /// Its last status, as the lifecycle names it (`initializing` before its first transition).
     pub status: &'static str,
-    /// The work it is doing, in words (see [`Activity`]): the step or package it is on and
+    /// The work it is doing, in words (see `Activity`): the step or package it is on and
     /// the tool call of its turn, else the reason of its last transition; never a warning.
     pub step: String,
     /// Model tokens it used (in and out).

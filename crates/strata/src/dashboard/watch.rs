@@ -5,16 +5,17 @@
 //! [`EventHub`] and sends the deltas ([`Frame`]s) to whoever follows them (the browsers). The
 //! task stops once the run has ended, or when nobody has watched the run for [`IDLE`].
 //!
-//! What the front end gives ([`RunReader`]): its event lines, and how a run's database is read
-//! while another process writes it and how its audit log is read with its anchors.
+//! What the front end gives ([`RunReader`]): its event lines. A run's database is read from a
+//! private copy while another process writes it, and its audit log with its anchors, as
+//! `strata inspect` and `strata verify` read them.
 //!
 //! The run of this process (`strata run --serve`, [`RunWatch::live`]) is fed by its own event
-//! stream instead ([`Source::Hub`]): each audit record as it is published, the log read from
+//! stream instead: each audit record as it is published, the log read from
 //! the last one folded when the stream fell behind or skipped one; every [`POLL`] its
 //! decisions, usage and status are read from its stores in memory.
 //!
 //! A run placed on the NATS server of `strata serve --nats URL` with no directory here
-//! ([`Source::Placed`]) is read from the server alone: its team, goal and plan from what the
+//! is read from the server alone: its team, goal and plan from what the
 //! run placed in the workers' registry, its records and decisions from its namespace, its
 //! status from the registry (running while placed and open, ended once closed or taken back).
 //! When the server does not answer, its status says so, until it answers again.
