@@ -13,17 +13,17 @@
 //! `<data>/<run>/journal`, so workers sharing a data directory adopt each other's commands.
 //!
 //! ```no_run
-//! # async fn host() -> crate::Result<()> {
+//! # async fn host() -> strata::Result<()> {
 //! use std::sync::Arc;
 //! use agent_pool::placement::{REGISTRY, Worker, WorkerConfig, WorkerFilter};
-//! use crate::worker::{HostOptions, WorkerHost};
+//! use strata::worker::{HostOptions, WorkerHost};
 //!
-//! let server = crate::stores::connect_flag("nats://127.0.0.1:4222", REGISTRY).await?;
+//! let server = strata::stores::connect_flag("nats://127.0.0.1:4222", REGISTRY).await?;
 //! let host = Arc::new(WorkerHost::new(server.clone(), HostOptions::new(".strata/runs", "w1")));
 //! let config = WorkerConfig { id: "w1".into(), filter: WorkerFilter::default(), capacity: 50 };
 //! let (worker, _events) = Worker::new(&server, config, host.clone())
 //!     .await
-//!     .map_err(crate::Error::failed_from)?;
+//!     .map_err(strata::Error::failed_from)?;
 //! let (_stop, stopped) = tokio::sync::watch::channel(false);
 //! worker.run(stopped).await;
 //! host.stop_servers().await;
