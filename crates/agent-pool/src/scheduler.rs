@@ -458,12 +458,7 @@ impl HeartbeatScheduler {
             if matches!(result, Ok(HeartbeatOutcome::Idle | HeartbeatOutcome::Processed { .. })) {
                 slot.note_answer(number);
             }
-            let mut ticking = ticking.lock().unwrap_or_else(PoisonError::into_inner);
-            if guard.wants_tick() {
-                ticking.insert(id.clone());
-            } else {
-                ticking.remove(&id);
-            }
+            note_ticking(&ticking, &id, guard.wants_tick());
             (id, result)
         }));
         self.tasks.insert(task.id(), agent);
@@ -580,12 +575,7 @@ impl HeartbeatScheduler {
                     agent_core::progress::scope(progress, turn).await.map_err(|e| e.to_string())
                 }
             };
-            let mut ticking = ticking.lock().unwrap_or_else(PoisonError::into_inner);
-            if guard.wants_tick() {
-                ticking.insert(id.clone());
-            } else {
-                ticking.remove(&id);
-            }
+            note_ticking(&ticking, &id, guard.wants_tick());
             (id, result)
         }));
         self.tasks.insert(task.id(), agent);
@@ -765,6 +755,18 @@ fn sweep(slot: &AgentSlot, agent: &Agent, number: u64) -> bool {
             slot.set_gone(true);
         }
         false
+    }
+}
+
+/// Books, once a turn of `id` has ended, whether the agent still ticks (`wants_tick`: it
+/// works without mail, so every cycle gives it a turn) in `ticking`, the set the next cycle's
+/// due agents are drawn from.
+fn note_ticking(ticking: &Mutex<BTreeSet<AgentId>>, id: &AgentId, wants_tick: bool) {
+    let mut ticking = ticking.lock().unwrap_or_else(PoisonError::into_inner);
+    if wants_tick {
+        ticking.insert(id.clone());
+    } else {
+        ticking.remove(id);
     }
 }
 
