@@ -116,7 +116,7 @@ pub(crate) struct WorkerArgs {
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(usize))]
     pub(crate) capacity: usize,
     /// The worker's id, unique among the live workers (default: host name and process id).
-    #[arg(long, value_parser = parse_worker_id)]
+    #[arg(long, value_parser = strata::worker::parse_id)]
     pub(crate) id: Option<String>,
     /// Where the worker keeps its part of each run: `worker-<id>/<run>` (usage ledger,
     /// conversations) and `<run>/journal` (the commands' crash journal, shared by the workers
@@ -131,18 +131,6 @@ pub(crate) struct WorkerArgs {
     /// `--unsandboxed` runs so on every worker.
     #[arg(long)]
     pub(crate) unsandboxed: bool,
-}
-
-/// A worker id: 1 to 64 ASCII letters, digits or `-`.
-fn parse_worker_id(text: &str) -> Result<String, String> {
-    if !text.is_empty()
-        && text.len() <= 64
-        && text.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-    {
-        Ok(text.to_owned())
-    } else {
-        Err(format!("`{text}` cannot be a worker id: use 1 to 64 ASCII letters, digits or `-`"))
-    }
 }
 
 /// `strata evolve`.
@@ -577,21 +565,4 @@ pub(crate) fn parse_model(text: &str) -> Result<String, String> {
 /// anything is written.
 pub(crate) fn parse_run_id(text: &str) -> Result<String, String> {
     agent_state::RunId::parse(text).map(String::from).map_err(|e| e.to_string())
-}
-
-/// The name of a run directory that exists: what runs made before the one rule of
-/// [`parse_run_id`] may be named (1 to 100 ASCII letters, digits, `-`, `_` or `.`, not starting
-/// with `.`), so that they can still be read.
-pub(crate) fn parse_run_dir_name(text: &str) -> Result<String, String> {
-    let ok = !text.is_empty()
-        && text.len() <= 100
-        && !text.starts_with('.')
-        && text.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
-    if ok {
-        Ok(text.to_owned())
-    } else {
-        Err(format!(
-            "`{text}` cannot name a run: use 1 to 100 ASCII letters, digits, `-`, `_` or `.`, not starting with `.`"
-        ))
-    }
 }

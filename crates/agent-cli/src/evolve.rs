@@ -14,7 +14,7 @@ use strata::run::Observer;
 use crate::cli::{EvolveArgs, LineageArgs, LineageFormat};
 use crate::{Failure, INTERRUPTED, bad_input};
 
-pub(crate) use strata::evolve::{BEST_FILE, EvolutionInfo, resolve};
+use strata::evolve::{EvolutionInfo, resolve};
 
 /// The engine's warnings, on standard error.
 struct Warnings;
@@ -184,19 +184,8 @@ pub(crate) async fn inspect(data: &Path, run: &str, json: bool) -> Result<(), Fa
         tree.nodes.len(),
         tree.events
     );
-    let mut children: std::collections::BTreeMap<
-        Option<&str>,
-        Vec<&agent_state::evolution::LineageNode>,
-    > = std::collections::BTreeMap::new();
-    for node in tree.ordered() {
-        children.entry(node.parent_id.as_ref().map(|p| p.as_str())).or_default().push(node);
-    }
     let best = tree.best.as_ref().map(|(id, _)| id.as_str());
-    let mut stack: Vec<(&agent_state::evolution::LineageNode, usize)> = children
-        .get(&None)
-        .map(|roots| roots.iter().rev().map(|n| (*n, 0)).collect())
-        .unwrap_or_default();
-    while let Some((node, depth)) = stack.pop() {
+    for (node, depth) in strata::evolve::family(&tree) {
         let fitness = node.fitness.map_or("  -  ".to_owned(), |f| format!("{f:.3}"));
         let fate = match node.fate {
             Some(agent_state::evolution::Fate::Died) => "died",
@@ -215,11 +204,6 @@ pub(crate) async fn inspect(data: &Path, run: &str, json: bool) -> Result<(), Fa
             node.generation,
             node.mutations.join("; ")
         );
-        if let Some(kids) = children.get(&Some(node.genome_id.as_str())) {
-            for kid in kids.iter().rev() {
-                stack.push((kid, depth + 1));
-            }
-        }
     }
     Ok(())
 }

@@ -6,7 +6,6 @@
 //! kind, an empty or too long objective, inputs the kind does not take, a bad team file are bad
 //! input (exit 2). `strata exec --list` lists the kinds.
 
-use agent_core::tools::ToolRegistry;
 use agent_executor::{Kind, Registry};
 use anyhow::anyhow;
 use team_file::escape_controls as esc;
@@ -19,14 +18,7 @@ use crate::{Failure, bad_input};
 pub(crate) async fn exec(args: ExecArgs) -> Result<u8, Failure> {
     if args.list {
         // Listing runs nothing: the team file's MCP servers are not started.
-        let team = match &args.start.team {
-            Some(path) => {
-                let text = run::read_input(path, "team file", team_file::MAX_TEAM_FILE_BYTES)?;
-                let tools = ToolRegistry::with_builtins();
-                Some(team_file::parse_stored_team(path, &text, &tools).map_err(bad_input)?)
-            }
-            None => None,
-        };
+        let team = args.start.team.as_deref().map(strata::run::read_team).transpose()?;
         list(&agent_executor::builtins(), team.as_ref(), args.start.output.json);
         return Ok(0);
     }

@@ -17,8 +17,8 @@ use strata::run_dir::{RunInfo, resolve_run};
 use team_file::escape_controls as esc;
 
 use crate::cli::{InspectArgs, VerifyArgs, View};
-use crate::view::event_line;
 use crate::{Failure, bad_input};
+use strata::lines::event_line;
 
 pub(crate) mod calls;
 pub(crate) mod spawns;
@@ -216,16 +216,11 @@ async fn metrics(shown: &Shown<'_>) -> Result<(), Failure> {
 
 /// `inspect timeline [AGENT]`: each piece of work of the run ([`mod@timeline`]).
 async fn timeline(shown: &Shown<'_>, args: &InspectArgs) -> Result<(), Failure> {
-    let (store, info) = (shown.store, shown.info);
-    let records = shown.stores().await?.audit.records(None).await?;
-    let messages = strata::audit::timeline::bus_history(store, info)?;
-    let entries = strata::audit::timeline::of_agent(
-        strata::audit::timeline::build(&messages, &records),
-        args.agent.as_deref(),
-    );
-    let calls = agent_llm::LlmStore::load_calls(&agent_llm::SledLlmStore::open(store)?)?;
+    let info = shown.info;
+    let sources = strata::audit::timeline::Sources::read(shown.dir, shown.store, info).await?;
+    let entries = sources.entries(args.agent.as_deref());
     if args.json {
-        let json = timeline::json(&entries, info.started_at, &calls);
+        let json = strata::audit::timeline::json(&entries, info.started_at, &sources.calls);
         outln!("{}", serde_json::to_string_pretty(&json)?);
         return Ok(());
     }
@@ -237,7 +232,7 @@ async fn timeline(shown: &Shown<'_>, args: &InspectArgs) -> Result<(), Failure> 
     if entries.is_empty() {
         outln!("no step was handed out in this run");
     } else {
-        let text = timeline::plain(&entries, info.started_at, args.full, &calls);
+        let text = timeline::plain(&entries, info.started_at, args.full, &sources.calls);
         outln!("{}", text.trim_end());
     }
     Ok(())
@@ -414,7 +409,7 @@ fn model_calls(
     let found = strata::audit::model_calls(store, info, args.agent.as_deref())?;
     let (records, all) = (&found.shown, &found.all);
     if args.json {
-        outln!("{}", serde_json::to_string_pretty(&calls::json(records, all))?);
+        outln!("{}", serde_json::to_string_pretty(&strata::audit::calls_json(records, all))?);
     } else if records.is_empty() {
         let reasoner = strata::audit::reasoner_kinds(dir, info);
         outln!("reasoner: {reasoner}; no model call is recorded for this run");

@@ -92,7 +92,7 @@ fn write_stdout_unredacted(args: std::fmt::Arguments<'_>) {
 /// `api_key_env`, the token `strata serve` generates and an MCP server's secret-looking
 /// environment are registered where they are read.)
 fn register_secrets() {
-    debug_assert!(agent_core::secrets::ENV_VARS.contains(&serve::TOKEN_VAR));
+    debug_assert!(agent_core::secrets::ENV_VARS.contains(&strata::dashboard::access::TOKEN_VAR));
     agent_core::secrets::register_strata_env();
 }
 

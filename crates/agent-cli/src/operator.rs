@@ -9,11 +9,7 @@
 //! A name that cannot name a human, a malformed decision id, or no name at all is refused
 //! before anything is written (exit 2, not audited: it names nobody who could sign).
 
-use std::path::Path;
-
 use agent_state::{AgentId, DecisionId, HUMAN_PREFIX};
-use strata::Error;
-use strata::error::Context as _;
 use strata::operator::{Delivery, OperatorRequest, Submitted, Target, WAIT};
 
 use crate::cli::{AdoptArgs, ApproveArgs, DecisionTarget, Operator, RollbackArgs, VetoArgs};
@@ -58,7 +54,7 @@ pub(crate) async fn adopt(args: &AdoptArgs) -> Result<u8, Failure> {
     let agent = AgentId::new(args.agent.as_str());
     let mut short = String::new();
     let request = |human| {
-        let genome = read_genome(&args.operator.data, &args.genome)?;
+        let genome = strata::evolve::read_genome(&args.operator.data, &args.genome)?;
         short = genome.id.short().to_owned();
         Ok(OperatorRequest::Adopt { agent: agent.clone(), genome: Box::new(genome), human })
     };
@@ -111,39 +107,6 @@ fn tell(delivery: &Delivery) -> u8 {
             TASK_FAILED
         }
     }
-}
-
-/// The genome `given` names: a genome JSON file (such as an evolution's `best-genome.json`),
-/// or an evolution in `data` whose best genome it is; checked (its id matches its content).
-fn read_genome(data: &Path, given: &str) -> strata::Result<agent_state::evolution::Genome> {
-    let file = Path::new(given);
-    let path = if file.is_file() {
-        file.to_path_buf()
-    } else {
-        let dir = crate::evolve::resolve(data, given).map_err(|_| {
-            Error::bad_input(format!(
-                "`{}` is neither a genome file nor an evolution in {}",
-                given.escape_debug(),
-                data.display()
-            ))
-        })?;
-        let best = dir.join(crate::evolve::BEST_FILE);
-        if !best.is_file() {
-            return Err(Error::bad_input(format!(
-                "evolution `{}` has no best genome yet (it has not finished); `strata evolve --resume {}` finishes it",
-                given.escape_debug(),
-                given.escape_debug()
-            )));
-        }
-        best
-    };
-    let genome: agent_state::evolution::Genome = strata::run_dir::read_json(&path)
-        .with_context(|| format!("{} is not a genome", path.display()))
-        .map_err(Error::bad_input_from)?;
-    genome
-        .verify()
-        .map_err(|e| Error::bad_input(format!("{} is not a valid genome: {e}", path.display())))?;
-    Ok(genome)
 }
 
 async fn decide(

@@ -3,12 +3,11 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use strata::run::{End, Ended, How, Observer, ResumeOptions, Resumed, Run, StartOptions};
 use strata::run_dir::{ModelFlags, RunInfo, RunStatus, now_ms, resolve_run};
 
-pub(crate) use strata::run::{Prepared, read_input};
+pub(crate) use strata::run::Prepared;
 
 use crate::cli::{OutputArgs, ResumeArgs, RunArgs, StartArgs};
 use crate::{Failure, INTERRUPTED, TASK_FAILED, bad_input, view};
@@ -136,15 +135,9 @@ async fn drive(
 ) -> Result<u8, Failure> {
     let server = match serving {
         Some(bound) => {
-            let live = crate::serve::Live {
-                events: run.services().events.clone(),
-                store: run.store().clone(),
-                stores: run.stores(),
-                ledger: run.ledger().cloned(),
-            };
             let dir = run.dir();
             let data = dir.parent().map_or_else(|| dir.to_path_buf(), Path::to_path_buf);
-            Some(crate::serve::serve_run(bound, data, dir, &run.info().run_id, live).await?)
+            Some(crate::serve::serve_run(bound, data, dir, &run.info().run_id, run.live()).await?)
         }
         None => None,
     };
@@ -158,10 +151,9 @@ async fn drive(
 /// Drives `run` with its progress shown and its operator inbox served; Ctrl-C (or the
 /// dashboard's cancel) stops it, resumable.
 async fn drive_run(run: Run, output: &OutputArgs) -> Result<u8, Failure> {
-    let services = run.services().clone();
     let watcher = view::watch(
         run.team().clone(),
-        services.clone(),
+        run.services().clone(),
         run.task().clone(),
         run.info().clone(),
         output.clone(),
@@ -170,16 +162,7 @@ async fn drive_run(run: Run, output: &OutputArgs) -> Result<u8, Failure> {
     let cancel = Arc::new(strata::operator::Cancel { since_ms: now_ms(), ..Default::default() });
     // Operator requests (`strata approve`, `strata veto`, `strata rollback`, the dashboard's
     // cancel) dropped into the run's inbox.
-    let inbox = tokio::spawn(strata::operator::serve(strata::operator::Server {
-        dir: run.dir().to_path_buf(),
-        authority: strata::operator::Authority::of(&run.team_file().spec),
-        governance: services.governance.clone(),
-        bus: services.bus.clone(),
-        audit: services.audit.clone(),
-        clock: services.clock.clone(),
-        every: Duration::from_millis(run.info().heartbeat_ms.clamp(50, 500)),
-        cancel: cancel.clone(),
-    }));
+    let inbox = tokio::spawn(strata::operator::serve(run.operator_server(cancel.clone())));
     let stop = {
         let output = output.clone();
         async move {

@@ -6,8 +6,6 @@
 //! recorded is kept beside it. A run on NATS is listed as recorded (its audit log is on the
 //! server; `strata verify` checks it there).
 
-use anyhow::Context;
-
 use crate::cli::{InitArgs, RunsArgs};
 use crate::{Failure, bad_input};
 use strata::runs::Row;
@@ -15,40 +13,13 @@ use team_file::escape_controls as esc;
 
 /// `strata init [DIR]`: writes an example team file and plan, never overwriting a file.
 pub(crate) fn init(args: &InitArgs) -> Result<(), Failure> {
-    let texts = match args.scale {
-        None => {
-            (team_file::example_team_toml().to_owned(), team_file::example_plan_toml().to_owned())
-        }
-        Some(agents) if !(team_file::MIN_SCALE..=agent_pool::MAX_POOL_SIZE).contains(&agents) => {
-            return Err(bad_input(anyhow::anyhow!(
-                "--scale {agents}: a generated team has from {} agents (three powers, a lead and an executor) to {}, the largest pool",
-                team_file::MIN_SCALE,
-                agent_pool::MAX_POOL_SIZE
-            )));
-        }
-        Some(agents) => (team_file::scaled_team_toml(agents), team_file::scaled_plan_toml(agents)),
-    };
-    let team = args.dir.join("team.toml");
-    let plan = args.dir.join("plan.toml");
-    for path in [&team, &plan] {
-        if path.exists() {
-            return Err(bad_input(anyhow::anyhow!(
-                "{} already exists; remove it or choose another directory",
-                path.display()
-            )));
-        }
-    }
-    std::fs::create_dir_all(&args.dir)
-        .with_context(|| format!("cannot create {}", args.dir.display()))?;
-    std::fs::write(&team, &texts.0).with_context(|| format!("cannot write {}", team.display()))?;
-    std::fs::write(&plan, &texts.1).with_context(|| format!("cannot write {}", plan.display()))?;
+    let (team, plan) = strata::runs::write_example(&args.dir, args.scale)?;
     outln!("wrote {} and {}", team.display(), plan.display());
     outln!("run it with: strata run {} --team {}", plan.display(), team.display());
     Ok(())
 }
 
-pub(crate) use strata::run_dir::effective_status;
-pub(crate) use strata::run_dir::format_time;
+use strata::run_dir::format_time;
 
 /// `strata runs`: the team runs and the evolutions.
 pub(crate) async fn list(args: &RunsArgs) -> Result<(), Failure> {

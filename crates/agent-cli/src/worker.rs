@@ -19,7 +19,7 @@ use strata::worker::{HostOptions, WorkerHost};
 pub(crate) async fn worker(args: WorkerArgs) -> Result<u8, Failure> {
     let id = match &args.id {
         Some(id) => id.clone(),
-        None => default_id(),
+        None => strata::worker::default_id(),
     };
     let filter = WorkerFilter { agents: args.agents.clone(), layers: args.layer.clone() };
     if args.data.exists() && !args.data.is_dir() {
@@ -104,18 +104,6 @@ fn print_event(event: &WorkerEvent) {
         WorkerEvent::Trouble { run: Some(run), error } => errln!("run {run}: warning: {error}"),
         WorkerEvent::Trouble { run: None, error } => errln!("warning: {error}"),
     }
-}
-
-/// The host name and process id: unique among the live workers of one machine.
-fn default_id() -> String {
-    let host = std::fs::read_to_string("/etc/hostname")
-        .ok()
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "worker".to_owned());
-    let host: String =
-        host.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '-' }).collect();
-    format!("{host}-{}", std::process::id())
 }
 
 /// A layer name for `--layer`.

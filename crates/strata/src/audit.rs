@@ -37,6 +37,8 @@ use crate::run_dir::{RunInfo, TEAM_FILE};
 use crate::stores::Stores;
 
 pub mod spawns;
+#[cfg(test)]
+mod tests;
 pub mod timeline;
 
 /// Opens a private copy of the run in `dir`: nothing in `dir` changes (see the module docs).
@@ -604,7 +606,7 @@ pub struct ModelCalls {
 /// The [`ModelCalls`] of the run `info` (its database `store`), those of `agent` shown; an
 /// agent that made no model call is bad input.
 pub fn model_calls(store: &RunStore, info: &RunInfo, agent: Option<&str>) -> Result<ModelCalls> {
-    let all = agent_llm::LlmStore::load_calls(&agent_llm::SledLlmStore::open(store)?)?;
+    let all = call_records(store)?;
     if let Some(id) = agent
         && !all.iter().any(|r| r.agent.as_str() == id)
     {
@@ -620,6 +622,36 @@ pub fn model_calls(store: &RunStore, info: &RunInfo, agent: Option<&str>) -> Res
     }
     let shown = calls_of_agent(all.clone(), agent);
     Ok(ModelCalls { all, shown })
+}
+
+/// Every model call record of the run whose database is `store`, in order (blocking: it
+/// reads the database).
+pub fn call_records(store: &RunStore) -> Result<Vec<CallRecord>> {
+    Ok(agent_llm::LlmStore::load_calls(&agent_llm::SledLlmStore::open(store)?)?)
+}
+
+/// The call records `records` as JSON (`strata inspect RUN calls --json`, the dashboard's
+/// calls): `{"calls": [...]}`, each record as stored, each of its tool calls with its
+/// `result` when a later call holds it. `all` holds every record of the run (a tool call's
+/// result is in a later record of the same agent).
+pub fn calls_json(records: &[CallRecord], all: &[CallRecord]) -> serde_json::Value {
+    let results = CallRecord::tool_results(all);
+    let calls: Vec<serde_json::Value> = records
+        .iter()
+        .map(|record| {
+            let mut value = serde_json::to_value(record).unwrap_or_default();
+            if let Some(calls) = value.get_mut("tool_calls").and_then(|c| c.as_array_mut()) {
+                for call in calls {
+                    let id = call.get("id").and_then(|i| i.as_str()).unwrap_or_default();
+                    if let Some(result) = results.get(&(record.seq, id.to_owned())) {
+                        call["result"] = serde_json::Value::from(result.as_str());
+                    }
+                }
+            }
+            value
+        })
+        .collect();
+    serde_json::json!({ "calls": calls })
 }
 
 /// The call records of `agent` (every agent's when `None`), in order.

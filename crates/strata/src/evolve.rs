@@ -23,6 +23,7 @@
 //! # Ok(()) }
 //! ```
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -31,7 +32,7 @@ use agent_evolution::{
     Evolution, EvolutionFile, EvolutionReport, Progress, SledRecorder, SuiteEvaluator, TaskSuite,
 };
 use agent_state::Timestamp;
-use agent_state::evolution::{EvolutionSettings, Genome, Lineage};
+use agent_state::evolution::{EvolutionSettings, Genome, Lineage, LineageNode};
 use run_store::{Durability, RunStore};
 use serde::{Deserialize, Serialize};
 
@@ -128,6 +129,62 @@ pub fn resolve(data: &Path, run: &str) -> Result<PathBuf> {
         )));
     }
     Ok(dir)
+}
+
+/// The genome `given` names: a genome JSON file (such as an evolution's [`BEST_FILE`]), or an
+/// evolution in `data` whose best genome it is; checked (its id matches its content). Bad
+/// input when it is neither, or not a valid genome.
+pub fn read_genome(data: &Path, given: &str) -> Result<Genome> {
+    let file = Path::new(given);
+    let path = if file.is_file() {
+        file.to_path_buf()
+    } else {
+        let dir = resolve(data, given).map_err(|_| {
+            Error::bad_input(format!(
+                "`{}` is neither a genome file nor an evolution in {}",
+                given.escape_debug(),
+                data.display()
+            ))
+        })?;
+        let best = dir.join(BEST_FILE);
+        if !best.is_file() {
+            return Err(Error::bad_input(format!(
+                "evolution `{}` has no best genome yet (it has not finished); `strata evolve --resume {}` finishes it",
+                given.escape_debug(),
+                given.escape_debug()
+            )));
+        }
+        best
+    };
+    let genome: Genome = read_json(&path)
+        .with_context(|| format!("{} is not a genome", path.display()))
+        .map_err(Error::bad_input_from)?;
+    genome
+        .verify()
+        .map_err(|e| Error::bad_input(format!("{} is not a valid genome: {e}", path.display())))?;
+    Ok(genome)
+}
+
+/// The genomes of `tree` depth first, each after its parent with its depth (0 for a root;
+/// siblings by generation, then id): the family tree as `strata inspect EVO lineage` indents
+/// it. A genome whose parent is not in the tree is left out.
+pub fn family(tree: &Lineage) -> Vec<(&LineageNode, usize)> {
+    let mut children: BTreeMap<Option<&str>, Vec<&LineageNode>> = BTreeMap::new();
+    for node in tree.ordered() {
+        children.entry(node.parent_id.as_ref().map(|p| p.as_str())).or_default().push(node);
+    }
+    let mut stack: Vec<(&LineageNode, usize)> = children
+        .get(&None)
+        .map(|roots| roots.iter().rev().map(|n| (*n, 0)).collect())
+        .unwrap_or_default();
+    let mut out = Vec::with_capacity(tree.nodes.len());
+    while let Some((node, depth)) = stack.pop() {
+        out.push((node, depth));
+        if let Some(kids) = children.get(&Some(node.genome_id.as_str())) {
+            stack.extend(kids.iter().rev().map(|kid| (*kid, depth + 1)));
+        }
+    }
+    out
 }
 
 /// A new evolution's id: `evo-` and the UTC time, with a random suffix.
@@ -421,6 +478,8 @@ pub struct Evolved {
 mod tests {
     #![allow(clippy::unwrap_used, reason = "tests")]
 
+    use agent_state::evolution::GenomeId;
+
     use super::*;
 
     #[test]
@@ -429,6 +488,55 @@ mod tests {
         assert!(id.starts_with("evo-"), "{id}");
         assert_eq!(id.len(), "evo-20261206-101500-ab12".len(), "{id}");
         assert!(agent_state::RunId::parse(&id).is_ok(), "{id}");
+    }
+
+    fn node(id: char, parent: Option<char>, generation: u32) -> LineageNode {
+        let id_of = |c: char| GenomeId::parse(&c.to_string().repeat(64)).unwrap();
+        LineageNode {
+            genome_id: id_of(id),
+            parent_id: parent.map(id_of),
+            generation,
+            fitness: None,
+            fate: None,
+            mutations: Vec::new(),
+            adopted: false,
+        }
+    }
+
+    /// Each genome comes after its parent, one deeper; siblings by generation, then id; a
+    /// genome whose parent is not in the tree is left out.
+    #[test]
+    fn a_family_is_walked_depth_first_under_each_parent() {
+        let nodes = [
+            node('a', None, 0),
+            node('c', Some('a'), 1),
+            node('b', Some('a'), 1),
+            node('d', Some('b'), 2),
+            node('e', Some('a'), 2),
+            node('f', Some('9'), 3),
+        ];
+        let tree = Lineage {
+            nodes: nodes.into_iter().map(|n| (n.genome_id.clone(), n)).collect(),
+            ..Lineage::default()
+        };
+        let walked: Vec<(char, usize)> = family(&tree)
+            .into_iter()
+            .map(|(n, depth)| (n.genome_id.as_str().chars().next().unwrap(), depth))
+            .collect();
+        assert_eq!(walked, [('a', 0), ('b', 1), ('d', 2), ('c', 1), ('e', 1)]);
+    }
+
+    #[test]
+    fn a_genome_is_a_file_or_a_finished_evolutions_best() {
+        let data = tempfile::tempdir().unwrap();
+        let err = read_genome(data.path(), "nope").unwrap_err();
+        assert!(err.is_bad_input());
+        assert!(err.to_string().contains("neither a genome file nor an evolution"), "{err}");
+        let file = data.path().join("g.json");
+        std::fs::write(&file, "{}").unwrap();
+        let err = read_genome(data.path(), file.to_str().unwrap()).unwrap_err();
+        assert!(err.is_bad_input());
+        assert!(err.to_string().ends_with("g.json is not a genome"), "{err}");
     }
 
     #[test]

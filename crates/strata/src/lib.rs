@@ -18,9 +18,14 @@
 //!   `evolution.json`, best genome and family tree; [`evaluation`]: the services its suite's
 //!   task teams run on, built from the team file as a run's are (sandbox, per-agent network,
 //!   reasoners).
-//! - [`dashboard`]: the dashboard's data (`strata serve`): each watched run's model, folded
-//!   from its audit records into small deltas, kept live from its stores, its event stream or
-//!   its NATS server; and the step counter a live view shows.
+//! - [`dashboard`]: the dashboard (`strata serve`) without its HTTP: each watched run's model,
+//!   folded from its audit records into small deltas, kept live from its stores, its event
+//!   stream or its NATS server; what its API answers (the runs, a run's snapshot, calls and
+//!   timeline, approve, veto, cancel, resume) and its access rules (token, host, cookie); the
+//!   step counter a live view shows.
+//! - [`lines`]: an audit record or an executor run's event as one line of text, as `strata`
+//!   prints a run and the dashboard lists its events; [`model_output`]: what the models are
+//!   writing as their answers stream, each agent's latest output.
 //! - [`worker`]: the host of a worker (`strata worker`): builds the team of each run placed on
 //!   NATS, as `strata run` would, for `agent_pool`'s [`Worker`](agent_pool::placement::Worker).
 //! - [`audit`]: a stored run read back: its audit log checked against its anchors, the
@@ -54,7 +59,9 @@ pub mod error;
 pub mod evaluation;
 pub mod evolve;
 pub mod inputs;
+pub mod lines;
 pub mod mcp;
+pub mod model_output;
 pub mod operator;
 pub mod placement;
 pub mod reasoners;
@@ -64,6 +71,8 @@ pub mod runs;
 pub mod services;
 pub mod stores;
 pub mod summary;
+#[cfg(test)]
+mod tests;
 pub mod url;
 pub mod worker;
 

@@ -47,7 +47,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_core::tools::ToolRegistry;
 use agent_core::{AuditEvent, AuditLog, Clock};
 use agent_state::{
     Address, AgentId, DecisionId, HUMAN_PREFIX, Message, MessageKind, SignOutcome, Timestamp,
@@ -58,7 +57,6 @@ use run_store::{Durability, RunStore};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Context as _, Error, Result};
-use crate::run::read_input;
 use crate::run_dir::{RunInfo, TEAM_FILE, now_ms, resolve_run, write_atomic};
 use crate::stores::Stores;
 
@@ -743,10 +741,7 @@ fn allowed_humans(dir: &Path) -> Result<Vec<String>> {
 
 /// The team file stored in the run.
 fn stored_team(dir: &Path) -> Result<team_file::TeamFile> {
-    let path = dir.join(TEAM_FILE);
-    let text = read_input(&path, "team file", team_file::MAX_TEAM_FILE_BYTES)?;
-    team_file::parse_stored_team(&path, &text, &ToolRegistry::with_builtins())
-        .map_err(Error::bad_input_from)
+    crate::run::read_team(&dir.join(TEAM_FILE))
 }
 
 /// What the command can check at once, on `governance` (from a private copy of the run's

@@ -165,6 +165,14 @@ pub fn read_input(path: &Path, what: &str, limit: usize) -> Result<String> {
     })
 }
 
+/// Reads the team file at `path` and checks it as a stored run's is: its MCP servers' tools
+/// are not started, so a tool list naming one is taken as it is. Bad input names what to fix.
+pub fn read_team(path: &Path) -> Result<TeamFile> {
+    let text = read_input(path, "team file", team_file::MAX_TEAM_FILE_BYTES)?;
+    team_file::parse_stored_team(path, &text, &ToolRegistry::with_builtins())
+        .map_err(Error::bad_input_from)
+}
+
 /// A run whose files are read and checked: the team and plan files as the run stores them
 /// (`team.toml`, `plan.toml`, which `resume` reads back) and what they are.
 pub struct Prepared {
@@ -630,6 +638,35 @@ impl Run {
             audit: s.audit.clone(),
             state: s.state.clone(),
             nats_audit: self.nats_audit.clone(),
+        }
+    }
+
+    /// What the dashboard follows of this run ([`crate::dashboard::Live`]): its event stream,
+    /// its store and stores in memory, its usage ledger.
+    pub fn live(&self) -> crate::dashboard::Live {
+        crate::dashboard::Live {
+            events: self.services.events.clone(),
+            store: self.store.clone(),
+            stores: self.stores(),
+            ledger: self.ledger.clone(),
+        }
+    }
+
+    /// The server of the run's operator inbox ([`crate::operator::serve`]): the requests of
+    /// `strata approve`, `veto`, `rollback`, `adopt` and the dashboard, read every heartbeat
+    /// (50 to 500 ms) and applied with the team file's authority; a cancel is told through
+    /// `cancel`.
+    pub fn operator_server(&self, cancel: Arc<crate::operator::Cancel>) -> crate::operator::Server {
+        let s = &self.services;
+        crate::operator::Server {
+            dir: self.dir.clone(),
+            authority: crate::operator::Authority::of(&self.team_file.spec),
+            governance: s.governance.clone(),
+            bus: s.bus.clone(),
+            audit: s.audit.clone(),
+            clock: s.clock.clone(),
+            every: Duration::from_millis(self.info.heartbeat_ms.clamp(50, 500)),
+            cancel,
         }
     }
 

@@ -242,6 +242,17 @@ pub fn resolve_run(data: &Path, run: &str) -> Result<PathBuf> {
     Ok(dir)
 }
 
+/// Whether `text` can name a run directory that exists: what runs made before
+/// [`agent_state::RunId`]'s rule may be named (1 to 100 ASCII letters, digits, `-`, `_` or
+/// `.`, not starting with `.`), so that they can still be read; nothing that climbs out of the
+/// data directory.
+pub fn is_run_dir_name(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= 100
+        && !text.starts_with('.')
+        && text.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
 /// The anchor index of the run in `run_dir` (runs live in the data directory:
 /// `<data>/<run id>`).
 pub fn anchor_index(run_dir: &Path) -> PathBuf {
@@ -342,6 +353,16 @@ mod tests {
         std::fs::write(dir.path().join(RUN_FILE), "{").unwrap();
         let error = RunInfo::read(dir.path()).unwrap_err();
         assert!(error.to_string().ends_with("run.json is damaged"), "{error}");
+    }
+
+    #[test]
+    fn run_directory_names_stay_in_the_data_directory() {
+        for good in ["hello-20261206-101500-ab12", "old_run.2", "a"] {
+            assert!(is_run_dir_name(good), "{good}");
+        }
+        for bad in ["", ".", "..", ".hidden", "a/b", "../x", "a b", &"x".repeat(101)] {
+            assert!(!is_run_dir_name(bad), "{bad}");
+        }
     }
 
     #[test]

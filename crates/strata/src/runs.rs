@@ -2,9 +2,10 @@
 //! oldest first, each with how it stands. A run that no live process holds is checked as
 //! `strata verify` checks it (the store against its seal, the audit log's chain and its
 //! anchors), and a broken one says why; a run on NATS is listed as recorded (its audit log is
-//! on the server).
+//! on the server). And the team file and plan a first run starts from ([`write_example`],
+//! `strata init`).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::error::{Context as _, Result};
 use crate::evolve::EvolutionInfo;
@@ -74,4 +75,67 @@ pub async fn list(data: &Path) -> Result<Vec<Row>> {
     }
     rows.sort_by_key(|row| row.started);
     Ok(rows)
+}
+
+/// Writes an example team file and plan into `dir` (`strata init`): `team.toml` and
+/// `plan.toml`, the example's, or with `scale`, a generated team of that many agents
+/// ([`team_file::scaled_team_toml`]) and a plan with work for a share of them. Never
+/// overwrites a file: one that exists is bad input, as is a scale out of range. Returns the
+/// two paths.
+pub fn write_example(dir: &Path, scale: Option<usize>) -> Result<(PathBuf, PathBuf)> {
+    let (team_text, plan_text) = match scale {
+        None => {
+            (team_file::example_team_toml().to_owned(), team_file::example_plan_toml().to_owned())
+        }
+        Some(agents) if !(team_file::MIN_SCALE..=agent_pool::MAX_POOL_SIZE).contains(&agents) => {
+            return Err(crate::Error::bad_input(format!(
+                "--scale {agents}: a generated team has from {} agents (three powers, a lead and an executor) to {}, the largest pool",
+                team_file::MIN_SCALE,
+                agent_pool::MAX_POOL_SIZE
+            )));
+        }
+        Some(agents) => (team_file::scaled_team_toml(agents), team_file::scaled_plan_toml(agents)),
+    };
+    let team = dir.join("team.toml");
+    let plan = dir.join("plan.toml");
+    for path in [&team, &plan] {
+        if path.exists() {
+            return Err(crate::Error::bad_input(format!(
+                "{} already exists; remove it or choose another directory",
+                path.display()
+            )));
+        }
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    std::fs::write(&team, team_text).with_context(|| format!("cannot write {}", team.display()))?;
+    std::fs::write(&plan, plan_text).with_context(|| format!("cannot write {}", plan.display()))?;
+    Ok((team, plan))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use super::*;
+
+    #[test]
+    fn the_example_is_written_once_and_never_over_a_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("new");
+        let (team, plan) = write_example(&dir, None).unwrap();
+        assert_eq!(std::fs::read_to_string(&team).unwrap(), team_file::example_team_toml());
+        assert_eq!(std::fs::read_to_string(&plan).unwrap(), team_file::example_plan_toml());
+        let again = write_example(&dir, None).unwrap_err();
+        assert!(again.is_bad_input());
+        assert!(
+            again
+                .to_string()
+                .ends_with("team.toml already exists; remove it or choose another directory"),
+            "{again}"
+        );
+        let small = write_example(tmp.path(), Some(team_file::MIN_SCALE - 1)).unwrap_err();
+        assert!(small.is_bad_input());
+        assert!(small.to_string().starts_with("--scale "), "{small}");
+        assert!(!tmp.path().join("team.toml").exists());
+    }
 }

@@ -108,26 +108,19 @@ pub fn files_written(records: &[AuditRecord]) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use agent_core::{AuditEvent, GENESIS_HASH};
-    use agent_state::{AgentId, Timestamp};
+    use agent_core::AuditEvent;
     use serde_json::json;
 
     use super::*;
+    use crate::tests::record;
 
     fn write(path: &str, success: bool) -> AuditRecord {
-        AuditRecord {
-            seq: 0,
-            at: Timestamp(0),
-            agent: AgentId::from("bottom-d1"),
-            event: AuditEvent::ToolCall {
-                tool: "write_file".into(),
-                args: json!({ "path": path, "content": "x" }),
-                success,
-                summary: "wrote 1 bytes".into(),
-            },
-            prev_hash: GENESIS_HASH,
-            hash: GENESIS_HASH,
-        }
+        record(AuditEvent::ToolCall {
+            tool: "write_file".into(),
+            args: json!({ "path": path, "content": "x" }),
+            success,
+            summary: "wrote 1 bytes".into(),
+        })
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! URLs of model servers: `--base-url`, `$OPENAI_BASE_URL`, a team file's `base_url`.
+//! URLs: those of model servers (`--base-url`, `$OPENAI_BASE_URL`, a team file's `base_url`),
+//! and query strings (the dashboard's): values percent-encoded and decoded, one found by name.
 
 /// Parses a model server's API root (`--base-url`, `$OPENAI_BASE_URL`): an http(s) URL with a
 /// host, such as `http://127.0.0.1:8080/v1`; given back trimmed.
@@ -41,4 +42,77 @@ pub fn url_host(url: &str) -> Option<(&str, Option<&str>)> {
         Some((host, port)) => (host, Some(port)),
         None => (host_port, None),
     })
+}
+
+/// `text` percent-encoded for a query value: every byte but ASCII letters, digits and `-._~`.
+pub fn query_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// `text` percent-decoded (`+` is a space), if it is valid UTF-8 once decoded and every `%`
+/// is followed by two hex digits.
+pub fn query_unescape(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' => {
+                let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// The raw (still encoded) value of the first `name=` pair of `query` (`a=1&b=2`), if any.
+pub fn query_raw<'q>(query: &'q str, name: &str) -> Option<&'q str> {
+    query.split('&').find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
+}
+
+/// The decoded value of the first `name=` pair of `query`, if there is one and it decodes.
+pub fn query_value(query: &str, name: &str) -> Option<String> {
+    query_raw(query, name).and_then(query_unescape)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use super::*;
+
+    #[test]
+    fn query_values_round_trip_and_are_found_by_name() {
+        for text in ["abc", "a b&c=d/é%", "t0k"] {
+            assert_eq!(query_unescape(&query_escape(text)).as_deref(), Some(text));
+        }
+        assert_eq!(query_escape("a&b"), "a%26b");
+        assert_eq!(query_unescape("a+b%2B"), Some("a b+".to_owned()));
+        assert_eq!(query_unescape("%zz"), None);
+        assert_eq!(query_unescape("%4"), None);
+        assert_eq!(query_unescape("%FF"), None, "not UTF-8");
+        let query = "after=3&agent=exec%2D1&agent=x&agents=y";
+        assert_eq!(query_value(query, "agent").as_deref(), Some("exec-1"));
+        assert_eq!(query_raw(query, "after"), Some("3"));
+        assert_eq!(query_value(query, "age"), None, "a whole name only");
+        assert_eq!(query_value(query, "token"), None);
+    }
 }

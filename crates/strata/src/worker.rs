@@ -46,6 +46,32 @@ use crate::error::{Context as _, Error, Result};
 use crate::run_dir::{RUN_WORKSPACE, RunInfo, RunStatus, TEAM_FILE, now_ms, write_atomic};
 use crate::stores::Stores;
 
+/// A worker id (`strata worker --id`), given back as it is: 1 to 64 ASCII letters, digits or
+/// `-`, else what is wrong with it.
+pub fn parse_id(text: &str) -> std::result::Result<String, String> {
+    if !text.is_empty()
+        && text.len() <= 64
+        && text.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+    {
+        Ok(text.to_owned())
+    } else {
+        Err(format!("`{text}` cannot be a worker id: use 1 to 64 ASCII letters, digits or `-`"))
+    }
+}
+
+/// A worker id unique among the live workers of one machine: its host name (reduced to ASCII
+/// letters, digits and `-`) and the process id.
+pub fn default_id() -> String {
+    let host = std::fs::read_to_string("/etc/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "worker".to_owned());
+    let host: String =
+        host.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '-' }).collect();
+    format!("{host}-{}", std::process::id())
+}
+
 /// Where warnings for the user go (the `strata` command prints them on standard error).
 pub type Warn = Arc<dyn Fn(&str) + Send + Sync>;
 
@@ -221,4 +247,23 @@ fn open_or_create(dir: &Path, run_id: &str) -> Result<RunStore> {
     }
     RunStore::create(dir, run_id, Timestamp(now_ms()), Durability::Synced)
         .with_context(|| format!("cannot create {}", dir.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use super::*;
+
+    #[test]
+    fn a_worker_id_is_short_plain_ascii_and_the_default_is_one() {
+        assert_eq!(parse_id("w-1").unwrap(), "w-1");
+        for bad in ["", "a b", "w_1", "é", &"w".repeat(65)] {
+            let e = parse_id(bad).unwrap_err();
+            assert!(e.contains("cannot be a worker id"), "{bad}: {e}");
+        }
+        let id = default_id();
+        assert!(id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'), "{id}");
+        assert!(id.ends_with(&format!("-{}", std::process::id())), "{id}");
+    }
 }

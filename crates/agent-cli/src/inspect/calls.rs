@@ -3,9 +3,9 @@
 //! tool calls with their arguments and results, tokens, latency, cost and outcome.
 //!
 //! Plain, each text is one line cut to [`SHOWN_CHARS`] characters (`--full`: whole, every
-//! message of the request, line by line); `--json`, the records as stored, each tool call
-//! with its `result` when a later call of the agent holds it. Model text is printed with its
-//! control characters escaped, so an answer cannot move the terminal's cursor or colours.
+//! message of the request, line by line); `--json` is the library's
+//! ([`strata::audit::calls_json`]). Model text is printed with its control characters
+//! escaped, so an answer cannot move the terminal's cursor or colours.
 
 use std::fmt::Write as _;
 
@@ -14,29 +14,6 @@ use team_file::escape_controls as esc;
 
 /// Most characters of a text shown on a plain line.
 pub(crate) const SHOWN_CHARS: usize = 200;
-
-/// The records as JSON: `{"calls": [...]}`, each tool call with its `result` when known.
-/// `all` holds every record of the run (a result may be in another agent-filtered record's
-/// successor, which is the same agent's: the filter keeps those too).
-pub(crate) fn json(records: &[CallRecord], all: &[CallRecord]) -> serde_json::Value {
-    let results = CallRecord::tool_results(all);
-    let calls: Vec<serde_json::Value> = records
-        .iter()
-        .map(|record| {
-            let mut value = serde_json::to_value(record).unwrap_or_default();
-            if let Some(calls) = value.get_mut("tool_calls").and_then(|c| c.as_array_mut()) {
-                for call in calls {
-                    let id = call.get("id").and_then(|i| i.as_str()).unwrap_or_default();
-                    if let Some(result) = results.get(&(record.seq, id.to_owned())) {
-                        call["result"] = serde_json::Value::from(result.as_str());
-                    }
-                }
-            }
-            value
-        })
-        .collect();
-    serde_json::json!({ "calls": calls })
-}
 
 /// The records as text, one block per call.
 pub(crate) fn plain(records: &[CallRecord], all: &[CallRecord], full: bool) -> String {

@@ -16,12 +16,19 @@
 //! when it had several at once, in the one whose step's tool the record names, else the one
 //! started last (a spawned agent handed a step: the step, not its whole task).
 
+use std::path::Path;
+
 use agent_core::{AuditEvent, AuditRecord};
 use agent_llm::CallRecord;
 use agent_state::{AgentId, Assignment, Message, MessageKind, ProgressReport};
-use serde_json::json;
+use serde_json::{Value, json};
 
+use crate::error::Error;
+use crate::lines::event_line;
 use crate::run_dir::RunInfo;
+
+#[cfg(test)]
+mod tests;
 
 /// The run's bus history in send order, where the steps' assignments and results are; none
 /// for a run on NATS (its server deletes a message once it is acknowledged).
@@ -241,4 +248,85 @@ pub fn calls_of(entry: &Entry<'_>, calls: &[CallRecord]) -> Vec<u64> {
         .filter(|c| c.agent == entry.who && during(entry, c.started_ms))
         .map(|c| c.seq)
         .collect()
+}
+
+/// Seconds from `start` to `at` (both in ms), for display.
+pub fn secs(at: u64, start: u64) -> f64 {
+    at.saturating_sub(start) as f64 / 1000.0
+}
+
+/// The entries as JSON (`strata inspect RUN timeline --json`, the dashboard's timeline),
+/// texts whole, times in seconds since `run_start`: `{"steps": [...]}`, each with its records
+/// (their event lines) and the `seq` of the model calls its worker made for it (`calls`: the
+/// run's; see [`calls_of`]).
+pub fn json(entries: &[Entry<'_>], run_start: u64, calls: &[CallRecord]) -> Value {
+    let steps: Vec<Value> = entries
+        .iter()
+        .map(|e| {
+            json!({
+                "kind": e.kind,
+                "key": e.key,
+                "agent": e.who,
+                "for": e.by,
+                "attempt": e.attempt,
+                "start_s": secs(e.start, run_start),
+                "end_s": e.end.map(|end| secs(end, run_start)),
+                "duration_s": e.end.map(|end| secs(end, e.start)),
+                "input": e.input,
+                "success": e.outcome.as_ref().map(|(ok, _)| *ok),
+                "output": e.outcome.as_ref().map(|(_, output)| output),
+                "calls": calls_of(e, calls),
+                "records": e.records.iter().map(|r| json!({
+                    "seq": r.seq,
+                    "agent": r.agent,
+                    "at_s": secs(r.at.0, run_start),
+                    "line": event_line(r, run_start),
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    json!({ "steps": steps })
+}
+
+/// What a run's timeline is built from, read from its stores.
+pub struct Sources {
+    /// When the run started (ms since the epoch): times are given from it.
+    pub started_at: u64,
+    /// Its audit log.
+    pub records: Vec<AuditRecord>,
+    /// Its bus history ([`bus_history`]).
+    pub messages: Vec<Message>,
+    /// Its model call records.
+    pub calls: Vec<CallRecord>,
+}
+
+impl Sources {
+    /// Reads them for the run `info` in `dir`, whose database is `store` (a private copy): its
+    /// audit log where it is kept (the copy, or the run's NATS server), its bus history and
+    /// call records from the copy.
+    pub async fn read(
+        dir: &Path,
+        store: &run_store::RunStore,
+        info: &RunInfo,
+    ) -> crate::Result<Self> {
+        let stores = crate::Stores::of_run(store, dir, info).await?;
+        let records = stores.audit.records(None).await?;
+        let (store, run) = (store.clone(), info.clone());
+        let (messages, calls) = tokio::task::spawn_blocking(move || {
+            Ok::<_, Error>((bus_history(&store, &run)?, super::call_records(&store)?))
+        })
+        .await
+        .map_err(Error::failed_from)??;
+        Ok(Self { started_at: info.started_at, records, messages, calls })
+    }
+
+    /// The pieces of work ([`build`]) of `agent` ([`of_agent`]), or all of them.
+    pub fn entries(&self, agent: Option<&str>) -> Vec<Entry<'_>> {
+        of_agent(build(&self.messages, &self.records), agent)
+    }
+
+    /// The timeline of `agent` (or the whole run's) as [`json`].
+    pub fn json(&self, agent: Option<&str>) -> Value {
+        json(&self.entries(agent), self.started_at, &self.calls)
+    }
 }

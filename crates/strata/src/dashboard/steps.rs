@@ -91,6 +91,15 @@ impl Steps {
     }
 }
 
+/// Where task `task_id` stands at a top power of `team` that runs in this process, if one
+/// can be read now (a power busy in its turn cannot; agents on workers are not here).
+pub fn team_power(team: &agent_pool::Team, task_id: &str) -> Option<TaskProgress> {
+    team.pool().by_layer(agent_state::AgentLayer::Top).iter().find_map(|slot| {
+        let agent = slot.agent().try_lock().ok()?;
+        agent_layers::task_progress(&agent.record().behavior, task_id)
+    })
+}
+
 /// The step ids of the last plan proposed for task `task_id` (a decision whose content names
 /// the task and lists steps), if any.
 fn proposed_plan(task_id: &str, decisions: &[Decision]) -> Option<Vec<String>> {
@@ -111,22 +120,11 @@ fn proposed_plan(task_id: &str, decisions: &[Decision]) -> Option<Vec<String>> {
 mod tests {
     #![allow(clippy::unwrap_used, reason = "tests")]
 
-    use agent_core::GENESIS_HASH;
     use agent_state::{AgentId, Timestamp};
     use serde_json::json;
 
     use super::*;
-
-    fn record(event: AuditEvent) -> AuditRecord {
-        AuditRecord {
-            seq: 0,
-            at: Timestamp(1_500),
-            agent: AgentId::from("bottom-d1"),
-            event,
-            prev_hash: GENESIS_HASH,
-            hash: GENESIS_HASH,
-        }
-    }
+    use crate::tests::record;
 
     /// A successful call of `tool` with `args`.
     fn call(seq: u64, tool: &str, args: serde_json::Value) -> AuditRecord {

@@ -5,7 +5,8 @@
 //! [`EventHub`] and sends the deltas ([`Frame`]s) to whoever follows them (the browsers). The
 //! task stops once the run has ended, or when nobody has watched the run for [`IDLE`].
 //!
-//! What the front end gives ([`RunReader`]): its event lines. A run's database is read from a
+//! What the front end gives ([`RunReader`]): its event lines ([`EventLines`]: the `strata`
+//! command's). A run's database is read from a
 //! private copy while another process writes it, and its audit log with its anchors, as
 //! `strata inspect` and `strata verify` read them.
 //!
@@ -44,6 +45,16 @@ use crate::run_dir::{PLAN_FILE, RunInfo, RunStatus, TEAM_FILE, effective_status,
 pub trait RunReader: Send + Sync {
     /// How an audit record becomes one line of text.
     fn event_line(&self) -> LineFn;
+}
+
+/// The event lines of the `strata` command ([`crate::lines::event_line`]), for a front end
+/// that has none of its own.
+pub struct EventLines;
+
+impl RunReader for EventLines {
+    fn event_line(&self) -> LineFn {
+        crate::lines::event_line
+    }
 }
 
 /// How often a live run is read.
