@@ -325,7 +325,7 @@ impl Sources {
         of_agent(build(&self.messages, &self.records), agent)
     }
 
-    /// The timeline of `agent` (or the whole run's) as [`json`].
+    /// The timeline of `agent` (or the whole run's) as [`json()`].
     pub fn json(&self, agent: Option<&str>) -> Value {
         json(&self.entries(agent), self.started_at, &self.calls)
     }
