@@ -15,7 +15,7 @@ use agent_pool::StoredMetrics;
 use agent_state::{AgentId, AgentLayer, AgentStatus, Decision, DecisionStatus, shorten};
 use serde::Serialize;
 
-/// How an audit record becomes one line of text (the `strata` command's `view::event_line`),
+/// How an audit record becomes one line of text (such as [`crate::lines::event_line`]),
 /// given the run's start in ms since the epoch.
 pub type LineFn = fn(&AuditRecord, u64) -> String;
 
