@@ -33,7 +33,7 @@ const STEPS: [Step; 13] = [
 ];
 
 /// The crate whose dependency tree must stay free of async runtimes and I/O crates.
-const PURE_CRATE: &str = "agent-state";
+const PURE_CRATE: &str = "strata-agent-state";
 
 /// Crates the pure core must not depend on, by exact name.
 const BANNED_CRATES: [&str; 6] = ["tokio", "sled", "async-trait", "futures", "mio", "async-nats"];

@@ -39,7 +39,7 @@ commands:
                   setup, fmt, clippy, doc, tests (nextest or cargo test, then doctests),
                   examples (the engine's start and resume examples run),
                   simulate (300 seeds), chaos (10 seeds),
-                  layering (agent-state stays free of async and I/O crates), tidy,
+                  layering (strata-agent-state stays free of async and I/O crates), tidy,
                   publish-check
   tidy            only ci's tidy step: every file opens with `//!` (Rust), no printing in
                   libraries, no machine paths, ARCHITECTURE.md under 32 kB with every

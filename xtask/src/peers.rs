@@ -214,7 +214,7 @@ pub(crate) fn run(root: &Path, quick: bool) -> anyhow::Result<()> {
     peers
         .env("CARGO_TARGET_DIR", &target)
         .env("STRATA_PEERS", if quick { "quick" } else { "full" })
-        .args(["bench", "-p", "agent-pool", "--bench", "peers"]);
+        .args(["bench", "-p", "strata-agent-pool", "--bench", "peers"]);
     run_command(&mut peers)?;
     let mut measurements = bench::read_figures(&figures_dir)?
         .iter()
@@ -771,7 +771,7 @@ pub(crate) fn markdown(report: &Report) -> String {
     let _ = writeln!(
         out,
         "\n### Commands\n\n```sh\ncargo xtask bench --peers\n```\n\nwhich runs, from the workspace root:\n\n```sh\n\
-         STRATA_PEERS=full cargo bench -p agent-pool --bench peers   # Strata and ractor\n\
+         STRATA_PEERS=full cargo bench -p strata-agent-pool --bench peers   # Strata and ractor\n\
          python3 -m venv target/peers/venv                            # once\n\
          target/peers/venv/bin/python -m pip install autogen-core=={AUTOGEN_VERSION}  # once\n\
          target/peers/venv/bin/python xtask/peers/autogen_bench.py   # AutoGen\n```\n"

@@ -29,7 +29,7 @@ use crate::{capture, cargo, run as run_command};
 /// Verifying builds each packaged crate in a target directory of its own, every dependency
 /// compiled again for each crate: measured here on 2 shared cores, agent-state took 2 min 41 s,
 /// agent-telemetry 6 min 45 s and nats-store 11 min 49 s, the first three of 17 (agent-core,
-/// agent-llm and agent-cli bring far more), where this step may add about 2 minutes to CI;
+/// agent-llm and the engine bring far more), where this step may add about 2 minutes to CI;
 /// without it the whole step takes about 75 s, most of it reading crates.io's index. What that
 /// build would find is mostly caught without it: a file a crate needs from outside its
 /// directory (`include_str!`, `#[path]`) fails [`escaping_includes`] here, a path dependency

@@ -25,7 +25,7 @@ pub(crate) fn run(root: &Path, seeds: u64, start: u64) -> anyhow::Result<()> {
         "--quiet",
         "--locked",
         "-p",
-        "agent-pool",
+        "strata-agent-pool",
         "--features",
         "sim",
         "--example",

@@ -43,7 +43,9 @@ fn layering_bans_async_and_io_crates_and_every_tokio_crate() {
         assert!(ci::is_banned(banned), "{banned} should be banned");
     }
     assert!(ci::is_banned("async-nats"));
-    for allowed in ["serde", "serde_json", "thiserror", "uuid", "agent-state", "async-stream-x"] {
+    for allowed in
+        ["serde", "serde_json", "thiserror", "uuid", "strata-agent-state", "async-stream-x"]
+    {
         assert!(!ci::is_banned(allowed), "{allowed} should be allowed");
     }
 }

@@ -1,5 +1,8 @@
 //! The agent runtime: drives one Strata agent through its lifecycle.
 //!
+//! The package is `strata-agent-core` (`strata-agent-core = "0.1"` in `Cargo.toml`); code
+//! names it `agent_core`.
+//!
 //! An [`Agent`] pairs an [`AgentContext`] (configuration, status, metrics, and the shared services
 //! in [`AgentDeps`]) with a layer's [`AgentBehavior`]. The runtime implements the lifecycle of
 //! docs/concepts.md#lifecycle: [`Agent::initialize`] registers on the bus, creates the whiteboard

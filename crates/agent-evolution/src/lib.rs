@@ -1,6 +1,9 @@
 //! Evolution (docs/concepts.md#evolution): agents that improve by variation and selection, on the
 //! Strata runtime.
 //!
+//! The package is `strata-agent-evolution` (`strata-agent-evolution = "0.1"` in `Cargo.toml`); code
+//! names it `agent_evolution`.
+//!
 //! - **Genomes** ([`agent_state::evolution::Genome`]): an agent's configuration (role,
 //!   prompt, model and temperature, tools, retries and turn limit, strategy parameters), its
 //!   code files and its state version; the id is the SHA-256 of their canonical form. A child

@@ -2,6 +2,9 @@
 //! with a lifecycle, a retry policy that tells transient failures from permanent ones, soft and
 //! hard timeouts, progress streamed to the caller, a capsule of its own, and batches.
 //!
+//! The package is `strata-agent-executor` (`strata-agent-executor = "0.1"` in `Cargo.toml`); code
+//! names it `agent_executor`.
+//!
 //! In a team, an executor agent with a `kind` runs its subtasks through an [`Executor`]; alone,
 //! `strata exec KIND "objective"` (or [`Executor::execute`]) runs one kind without a team.
 //!

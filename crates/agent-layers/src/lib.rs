@@ -1,6 +1,9 @@
 //! The three layers of a Strata team: top powers, mid leads and bottom executors
 //! (docs/concepts.md#layers).
 //!
+//! The package is `strata-agent-layers` (`strata-agent-layers = "0.1"` in `Cargo.toml`); code
+//! names it `agent_layers`.
+//!
 //! Each layer is an [`agent_core::AgentBehavior`] driven by the `agent-core` runtime:
 //! - [`TopAgent`]: proposes a task's plan as a decision the other powers must
 //!   sign, reviews signature requests through the reasoner, dispatches the signed plan to the

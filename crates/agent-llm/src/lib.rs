@@ -1,5 +1,8 @@
 //! LLM reasoners for Strata: real models behind [`agent_core::Reasoner`].
 //!
+//! The package is `strata-agent-llm` (`strata-agent-llm = "0.1"` in `Cargo.toml`); code
+//! names it `agent_llm`.
+//!
 //! - [`LlmReasoner`] asks a [`Provider`] for every decision a layer takes — sign or veto, vote,
 //!   decompose, the executor's tool loop, judge progress, plan (a goal in words into goal steps
 //!   and the leads to create from the team's roles), answer (a reply to an agent that speaks to

@@ -1,6 +1,9 @@
 //! MCP tools for Strata: the tools of Model Context Protocol servers, offered to agents beside
 //! the built-in tools, called through the official Rust SDK (`rmcp`).
 //!
+//! The package is `strata-agent-mcp` (`strata-agent-mcp = "0.1"` in `Cargo.toml`); code
+//! names it `agent_mcp`.
+//!
 //! A server is declared by an [`McpServerSpec`]: a program speaking MCP over its standard input
 //! and output ([`McpTransport::Stdio`]: command, arguments, environment), or a streamable-HTTP
 //! endpoint ([`McpTransport::Http`], plain `http://`). [`McpServers::start`] starts a team's

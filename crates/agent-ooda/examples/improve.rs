@@ -5,8 +5,8 @@
 //! prints as it happens, from the agent's event stream.
 //!
 //! ```sh
-//! cargo run -p agent-ooda --example improve            # in a temporary workspace
-//! cargo run -p agent-ooda --example improve -- DIR     # in DIR (notes.md is created there)
+//! cargo run -p strata-agent-ooda --example improve            # in a temporary workspace
+//! cargo run -p strata-agent-ooda --example improve -- DIR     # in DIR (notes.md is created there)
 //! ```
 //!
 //! The test command runs in the workspace sandbox (built in); pass `--unsandboxed` to run it

@@ -3,6 +3,9 @@
 //! an outbox routed by the message bus, acts inside the run's sandbox, and may modify its own
 //! configuration, prompt, tools, behaviour settings or code at one of four safety levels.
 //!
+//! The package is `strata-agent-ooda` (`strata-agent-ooda = "0.1"` in `Cargo.toml`); code
+//! names it `agent_ooda`.
+//!
 //! An OODA agent is a Strata agent: [`OodaBehavior`] is an [`AgentBehavior`] the runtime
 //! drives like any layer's, with the same lifecycle states, heartbeat, retries, budget and
 //! audit. Each turn it runs one full loop ([`Ooda::step`]); a phase that fails fails the turn,

@@ -27,8 +27,8 @@
 //! numbers, named by their unit as `cargo xtask bench` reads them.
 //!
 //! It runs in full only when asked: `STRATA_PEERS=full` (or `quick`: the smaller sizes) with
-//! `cargo bench -p agent-pool --bench peers`; a plain `cargo bench` (which `cargo xtask bench`
-//! runs) prints a note and measures nothing. `STRATA_PEERS_ONLY=ID` measures only the
+//! `cargo bench -p strata-agent-pool --bench peers`; a plain `cargo bench` (which
+//! `cargo xtask bench` runs) prints a note and measures nothing. `STRATA_PEERS_ONLY=ID` measures only the
 //! figures with that id or under it (`strata/throughput`: Strata's throughput at every size;
 //! `strata/throughput/10000`: at one). Run without `--bench` (`cargo test --benches`),
 //! it does each workload once on a few agents as a smoke test and writes nothing.
@@ -141,7 +141,7 @@ fn main() {
             Err(_) => {
                 println!(
                     "peers: the peer comparison runs only when asked: `cargo xtask bench --peers` \
-                     (or STRATA_PEERS=full cargo bench -p agent-pool --bench peers)"
+                     (or STRATA_PEERS=full cargo bench -p strata-agent-pool --bench peers)"
                 );
                 return;
             }

@@ -2,7 +2,7 @@
 //! one of them, on the in-memory backends, with the rule-based reasoner.
 //!
 //! ```text
-//! cargo run -p agent-pool --example hello_team -- [WORKSPACE]
+//! cargo run -p strata-agent-pool --example hello_team -- [WORKSPACE]
 //! ```
 //!
 //! WORKSPACE defaults to `./strata-workspace`. The heartbeat here is 100 ms so the demo takes

@@ -1,5 +1,8 @@
 //! The agent pool and the team: many Strata agents in one process.
 //!
+//! The package is `strata-agent-pool` (`strata-agent-pool = "0.1"` in `Cargo.toml`); code
+//! names it `agent_pool`.
+//!
 //! - [`AgentPool`]: creates agents from validated configurations (the concrete layer type is
 //!   chosen by [`Team`] from the [`RoleSpec`]), destroys them cleanly, looks them up by id and by
 //!   layer, and refuses to grow past its limit (50 by default) with [`PoolError::Full`];

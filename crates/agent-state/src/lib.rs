@@ -1,5 +1,8 @@
 //! The pure core of Strata: the vocabulary and the rules every other crate shares.
 //!
+//! The package is `strata-agent-state` (`strata-agent-state = "0.1"` in `Cargo.toml`); code
+//! names it `agent_state`.
+//!
 //! This crate **does no I/O**: it reads no clock, draws no random numbers, touches no file and
 //! no network, and has no async code. Time ([`Timestamp`]) and ids ([`MessageId`],
 //! [`DecisionId`]) come in as arguments; effects go out as values, such as the

@@ -2,6 +2,9 @@
 //! per task holding its whole delegation chain across agents and processes, and the runtime's
 //! metrics, over OTLP/HTTP (protobuf) to a collector.
 //!
+//! The package is `strata-agent-telemetry` (`strata-agent-telemetry = "0.1"` in `Cargo.toml`); code
+//! names it `agent_telemetry`.
+//!
 //! The runtime's crates only use `tracing`, with target [`TARGET`] (`strata::otel`). With no
 //! subscriber installed (the default: `strata` without `--otlp`), those spans are disabled at
 //! their callsites and cost one load and a branch each. [`Telemetry::install`] installs a

@@ -1,5 +1,8 @@
 //! Governance: decisions that named agents must sign, with vetoes, behind one trait.
 //!
+//! The package is `strata-governance` (`strata-governance = "0.1"` in `Cargo.toml`); code
+//! names it `governance`.
+//!
 //! A proposer submits a [`Decision`] naming its required signers. Each required signer signs or
 //! vetoes. The backend enforces the rules of [`agent_state::Decision`]: only a required signer may
 //! sign or veto; nothing changes once a decision is approved or vetoed; signing twice changes

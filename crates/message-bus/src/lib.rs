@@ -1,5 +1,8 @@
 //! The message bus: how Strata agents talk, behind one object-safe trait.
 //!
+//! The package is `strata-message-bus` (`strata-message-bus = "0.1"` in `Cargo.toml`); code
+//! names it `message_bus`.
+//!
 //! Every agent has an inbox; the runtime has the `system` inbox. A sender puts a [`Message`]
 //! into one inbox, into `system`, or into every registered agent's inbox (`broadcast`). The
 //! receiver [`take`](MessageBus::take)s pending messages, processes them, and

@@ -1,6 +1,9 @@
 //! Strata on NATS JetStream: one checked connection that hands out the streams and key-value
 //! buckets the distributed backends are built on.
 //!
+//! The package is `strata-nats-store` (`strata-nats-store = "0.1"` in `Cargo.toml`); code
+//! names it `nats_store`.
+//!
 //! This crate is to the NATS backends what `run-store` is to the sled ones: it does not know
 //! what is stored. [`NatsStore::connect`] connects to a server, checks that it answers and has
 //! JetStream, and fixes a **namespace** (a run, or a test) that every stream, bucket and subject

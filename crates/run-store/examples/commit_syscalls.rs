@@ -2,7 +2,7 @@
 //! syscalls that make a commit durable:
 //!
 //! ```text
-//! cargo build -p run-store --example commit_syscalls
+//! cargo build -p strata-run-store --example commit_syscalls
 //! strace -f -e trace=fdatasync,fsync,sync_file_range,write target/debug/examples/commit_syscalls synced
 //! strace -f -e trace=fdatasync,fsync,sync_file_range,write target/debug/examples/commit_syscalls no-sync
 //! ```

@@ -1,5 +1,8 @@
 //! A Strata run directory: one sled database per run, with durable commits.
 //!
+//! The package is `strata-run-store` (`strata-run-store = "0.1"` in `Cargo.toml`); code
+//! names it `run_store`.
+//!
 //! A run directory holds a marker file (`strata-run.json`: format, schema version, run id) and a
 //! sled database (`db/`). [`RunStore`] opens or creates it, refuses what is not a Strata run, a
 //! run written by another schema version, a damaged database, or one that a live process holds,

@@ -1,5 +1,5 @@
 //! Resumes a durable run where it stopped and drives it to its end:
-//! `cargo run -p strata --example resume -- DATA_DIR RUN_ID`.
+//! `cargo run -p strata-engine --example resume -- DATA_DIR RUN_ID`.
 #![allow(clippy::print_stdout, reason = "an example prints its result")]
 use strata::run::{ResumeOptions, Resumed, Run};
 

@@ -1,5 +1,5 @@
 //! Starts a durable run of a team file and a plan, and drives it to its end:
-//! `cargo run -p strata --example start -- DATA_DIR TEAM_FILE PLAN_FILE`.
+//! `cargo run -p strata-engine --example start -- DATA_DIR TEAM_FILE PLAN_FILE`.
 #![allow(clippy::print_stdout, reason = "an example prints its result")]
 use std::path::Path;
 

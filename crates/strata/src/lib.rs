@@ -1,6 +1,9 @@
 //! Strata's engine as a library: what turns a team file and a plan into a durable run, and
 //! reads it back. The `strata` command is built on it; a Rust program can use it the same way.
 //!
+//! The package is `strata-engine` (`strata-engine = "0.1"` in `Cargo.toml`); code
+//! names it `strata`.
+//!
 //! - [`run_dir`]: a run's directory in the data directory and its `run.json` ([`RunInfo`]):
 //!   the layout, reading, writing, finding a run by id, new run ids.
 //! - [`inputs`]: the hashes of a run's stored inputs (team file, plan, `run.json`), recorded in

@@ -2,6 +2,9 @@
 //! ([`TeamFile`], whose `spec` is an [`agent_pool::TeamSpec`]) and a task
 //! ([`agent_state::Task`]).
 //!
+//! The package is `strata-team-file` (`strata-team-file = "0.1"` in `Cargo.toml`); code
+//! names it `team_file`.
+//!
 //! The `strata` command, programs that embed Strata, and later the workers and the dashboard
 //! read these files through this crate, so a file means the same everywhere and a mistake is
 //! reported the same way: every error, from invalid TOML to a step whose tool no executor has,

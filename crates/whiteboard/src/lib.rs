@@ -1,5 +1,8 @@
 //! Whiteboards: the shared, versioned notes of a Strata team, with layer permissions.
 //!
+//! The package is `strata-whiteboard` (`strata-whiteboard = "0.1"` in `Cargo.toml`); code
+//! names it `whiteboard`.
+//!
 //! Each agent has one board, created under its layer; the team has one global board. The
 //! backend, not the agent, enforces the policy of [`agent_state::board_permits`]: an agent writes
 //! only its own board; anyone appends to the global board; an agent reads its own board, the

@@ -111,7 +111,7 @@ impl Default for SandboxLimits {
 /// thing in `main` (before any thread starts, so it may fork). Strata looks for it:
 ///
 /// 1. the running executable itself, if it called that function (`strata` does);
-/// 2. else a `strata-sandbox` binary (this crate's, `cargo build -p agent-core --bin
+/// 2. else a `strata-sandbox` binary (this crate's, `cargo build -p strata-agent-core --bin
 ///    strata-sandbox`) next to the running executable, or in its parent directory (test
 ///    binaries live in `target/<profile>/deps`, the binary in `target/<profile>`; a workspace
 ///    build or test builds it).
@@ -139,7 +139,7 @@ pub enum SandboxError {
     #[error(
         "commands run in Strata's built-in sandbox, whose launcher was not found: call \
          `agent_core::tools::run_sandbox_launcher_if_requested()` first thing in `main`, or \
-         build the `strata-sandbox` binary (`cargo build -p agent-core --bin strata-sandbox`) \
+         build the `strata-sandbox` binary (`cargo build -p strata-agent-core --bin strata-sandbox`) \
          and put it next to the executable (looked for {searched}); or pass `--unsandboxed` \
          to run commands without a sandbox"
     )]
@@ -517,7 +517,7 @@ fn build_launcher_for_tests() {
         }
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
         let status = Command::new(cargo)
-            .args(["build", "--quiet", "-p", "agent-core", "--bin", LAUNCHER_NAME])
+            .args(["build", "--quiet", "-p", env!("CARGO_PKG_NAME"), "--bin", LAUNCHER_NAME])
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .stdin(Stdio::null())
             .status();

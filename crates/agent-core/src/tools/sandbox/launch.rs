@@ -148,7 +148,7 @@ pub(crate) fn registered() -> bool {
 fn parse(mut args: impl Iterator<Item = OsString>) -> Result<(Spec, Vec<OsString>), String> {
     let spec = args.next().ok_or("no sandbox specification")?;
     let spec = spec.to_str().ok_or("the sandbox specification is not UTF-8")?;
-    let rebuild = "rebuild the launcher (`cargo build -p agent-core --bin strata-sandbox`)";
+    let rebuild = "rebuild the launcher (`cargo build -p strata-agent-core --bin strata-sandbox`)";
     let value: serde_json::Value = serde_json::from_str(spec)
         .map_err(|err| format!("unreadable sandbox specification ({err}): {rebuild}"))?;
     let version = value.get("version").and_then(serde_json::Value::as_u64);

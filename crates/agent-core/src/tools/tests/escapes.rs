@@ -780,7 +780,7 @@ fn e71_a_missing_launcher_is_a_typed_error_that_says_how_to_fix_it() {
     let text = err.to_string();
     for needed in [
         "run_sandbox_launcher_if_requested()",
-        "cargo build -p agent-core --bin strata-sandbox",
+        "cargo build -p strata-agent-core --bin strata-sandbox",
         "/nonexistent/bin/strata-sandbox",
         "--unsandboxed",
     ] {
@@ -972,7 +972,7 @@ async fn e81_a_command_sees_only_a_minimal_environment() {
     }
     // A variable the team file lists reaches it.
     let jail = jail_with(|sandbox| sandbox.pass_env(["CARGO_PKG_NAME"]));
-    assert_eq!(jail.stdout("echo $CARGO_PKG_NAME").await, "agent-core\n");
+    assert_eq!(jail.stdout("echo $CARGO_PKG_NAME").await, "strata-agent-core\n");
 }
 
 #[tokio::test]
