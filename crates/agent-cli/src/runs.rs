@@ -13,12 +13,22 @@ use crate::{Failure, bad_input};
 use strata::runs::Row;
 use team_file::escape_controls as esc;
 
-/// `strata init [DIR]`: writes an example team file and plan, never overwriting a file.
+/// `strata init [DIR]`: writes an example team file (of `--shape`, layered by default) and
+/// plan, never overwriting a file.
 pub(crate) fn init(args: &InitArgs) -> Result<(), Failure> {
+    let shape = args.shape.unwrap_or_default();
+    if let (Some(agents), agent_pool::TeamShape::Crew | agent_pool::TeamShape::Single) =
+        (args.scale, shape)
+    {
+        return Err(bad_input(anyhow::anyhow!(
+            "--scale {agents} writes a layered team (powers, leads, executors); it cannot be used with --shape {shape}"
+        )));
+    }
     let texts = match args.scale {
-        None => {
-            (team_file::example_team_toml().to_owned(), team_file::example_plan_toml().to_owned())
-        }
+        None => (
+            team_file::shape_team_toml(shape).to_owned(),
+            team_file::shape_plan_toml(shape).to_owned(),
+        ),
         Some(agents) if !(team_file::MIN_SCALE..=agent_pool::MAX_POOL_SIZE).contains(&agents) => {
             return Err(bad_input(anyhow::anyhow!(
                 "--scale {agents}: a generated team has from {} agents (three powers, a lead and an executor) to {}, the largest pool",
