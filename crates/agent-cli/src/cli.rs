@@ -217,10 +217,21 @@ pub(crate) struct InitArgs {
     /// Where to write `team.toml` and `plan.toml`.
     #[arg(default_value = ".")]
     pub(crate) dir: PathBuf,
+    /// The team's shape: `layered` (3 powers, 2 leads, 4 executors: the default), `crew` (one
+    /// lead and its executors, no powers) or `single` (one agent with every tool); each with a
+    /// plan it runs.
+    #[arg(long, value_name = "SHAPE", value_parser = parse_shape)]
+    pub(crate) shape: Option<agent_pool::TeamShape>,
     /// Write a generated team of N agents (3 powers, a lead per thousand agents, the rest
-    /// executors) and a plan with work for a share of them, instead of the example.
+    /// executors) and a plan with work for a share of them, instead of the example (a layered
+    /// team only).
     #[arg(long, value_name = "N")]
     pub(crate) scale: Option<usize>,
+}
+
+/// A team shape: `layered`, `crew` or `single`.
+fn parse_shape(text: &str) -> Result<agent_pool::TeamShape, String> {
+    text.parse().map_err(|e: agent_pool::UnknownShape| e.to_string())
 }
 
 /// Output options shared by the commands that run a team.

@@ -335,7 +335,8 @@ impl View {
         let mut out = String::from("\x1b[H\x1b[2J");
         let elapsed = now_ms().saturating_sub(info.started_at) as f64 / 1000.0;
         let decisions = self.services.governance.list().await.ok();
-        // Where the task stands at its power (in this process; none when agents run on workers).
+        // Where the task stands at the agent that took it, its proposing power (a crew's lead,
+        // a single agent), in this process; none when agents run on workers.
         shown.steps.power(strata::dashboard::team_power(&self.team, &task.id));
         let steps = shown.steps.line(&task.id, decisions.as_deref().unwrap_or_default());
         out.push_str(&format!(
@@ -382,6 +383,12 @@ impl View {
         };
         for top in slots.iter().filter(|s| s.layer() == AgentLayer::Top) {
             out.push_str(&line(top, ""));
+        }
+        // A single agent has no lead above it.
+        for alone in
+            slots.iter().filter(|s| s.layer() == AgentLayer::Bottom && s.supervisor().is_none())
+        {
+            out.push_str(&line(alone, ""));
         }
         for mid in slots.iter().filter(|s| s.layer() == AgentLayer::Mid) {
             out.push_str(&line(mid, "  "));
@@ -518,14 +525,20 @@ fn outcome_lines(summary: &Summary, task: &Task) {
 /// What each layer did, the retries and failures, the files written and the decisions.
 fn layer_lines(summary: &Summary) {
     let sum = |layer, metric| summary.layer_sum(layer, metric);
-    outln!(
-        "top layer:    {} signatures, {} vetoes, {} arbitrations, {} task(s) succeeded",
-        sum(AgentLayer::Top, |m| m.decisions_signed),
-        sum(AgentLayer::Top, |m| m.decisions_vetoed),
-        sum(AgentLayer::Top, |m| m.conflicts_arbitrated),
-        sum(AgentLayer::Top, |m| m.tasks_completed)
-    );
-    outln!("mid layer:    {} messages handled", sum(AgentLayer::Mid, |m| m.messages_processed));
+    // A crew has no top layer, a single agent no mid layer either: nothing to say of them.
+    let has = |layer| summary.agents.iter().any(|a| a.layer == layer);
+    if has(AgentLayer::Top) {
+        outln!(
+            "top layer:    {} signatures, {} vetoes, {} arbitrations, {} task(s) succeeded",
+            sum(AgentLayer::Top, |m| m.decisions_signed),
+            sum(AgentLayer::Top, |m| m.decisions_vetoed),
+            sum(AgentLayer::Top, |m| m.conflicts_arbitrated),
+            sum(AgentLayer::Top, |m| m.tasks_completed)
+        );
+    }
+    if has(AgentLayer::Mid) {
+        outln!("mid layer:    {} messages handled", sum(AgentLayer::Mid, |m| m.messages_processed));
+    }
     outln!(
         "bottom layer: {} steps completed, {} failed",
         sum(AgentLayer::Bottom, |m| m.tasks_completed),

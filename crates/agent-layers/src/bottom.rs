@@ -37,6 +37,7 @@ use agent_state::{
     Subtask, SubtaskResult, TaskFailure, Timestamp,
 };
 
+use crate::desk::Desk;
 use crate::kind::{self, KindEnd, KindRunner};
 use crate::work::{Means, Outcome, Progress, WorkLoop};
 use async_trait::async_trait;
@@ -144,6 +145,8 @@ pub struct BottomAgent {
     /// The peers' requests answered lately (not saved): a turn that fails after answering
     /// takes the request again, and it is not answered (nor audited) twice.
     answered: VecDeque<MessageId>,
+    /// A single agent ([`BottomAgent::solo`]): the tasks it takes itself, from `system`.
+    desk: Option<Desk>,
 }
 
 /// How many answered peer requests an executor remembers.
@@ -163,6 +166,27 @@ impl BottomAgent {
             peers: None,
             help: BTreeMap::new(),
             answered: VecDeque::new(),
+            desk: None,
+        }
+    }
+
+    /// The same executor as a team's single agent: with no lead, it takes the team's tasks
+    /// from `system` itself (a goal planned by its reasoner) and works their steps in turn,
+    /// wave by wave as their `after` steps succeed, each with its own tool loop (or its kind);
+    /// once every step has a result it judges them and closes the task (see `desk.rs`). A
+    /// step that fails for good (a failed result, an error past its retries, or one that must
+    /// not run again) fails the task: there is no other executor to hand it to.
+    #[must_use]
+    pub fn solo(mut self) -> Self {
+        self.desk = Some(Desk::default());
+        self
+    }
+
+    /// Where its reports go: its lead, or a single agent itself (its desk reads them).
+    fn reports_to(&self, ctx: &AgentContext) -> Option<AgentId> {
+        match &self.desk {
+            Some(_) => Some(ctx.id().clone()),
+            None => ctx.config().supervisor.clone(),
         }
     }
 
@@ -403,8 +427,8 @@ impl BottomAgent {
             results: vec![result],
             failure: None,
         };
-        if let Some(supervisor) = ctx.config().supervisor.clone() {
-            ctx.send(&supervisor, MessageKind::ProgressReport, &report).await?;
+        if let Some(to) = self.reports_to(ctx) {
+            ctx.send(&to, MessageKind::ProgressReport, &report).await?;
         }
         Ok(())
     }
@@ -485,10 +509,24 @@ impl BottomAgent {
             results: vec![result],
             failure: stop.then_some(failure),
         };
-        if let Some(supervisor) = ctx.config().supervisor.clone() {
-            ctx.send(&supervisor, MessageKind::ProgressReport, &report).await?;
+        if let Some(to) = self.reports_to(ctx) {
+            ctx.send(&to, MessageKind::ProgressReport, &report).await?;
         }
         Ok(())
+    }
+}
+
+/// Why a single agent's task fails on a step it reported failed: the typed failure it gave,
+/// else the step's failure with its output.
+fn solo_failure(report: ProgressReport) -> TaskFailure {
+    if let Some(failure) = report.failure {
+        return failure;
+    }
+    let failed = report.results.into_iter().find(|r| !r.success);
+    TaskFailure::StepFailed {
+        step: failed.as_ref().map(|r| r.step_id.clone()).unwrap_or_default(),
+        attempts: 1,
+        error: failed.map(|r| r.output).unwrap_or(report.description),
     }
 }
 
@@ -549,6 +587,9 @@ impl BottomAgent {
         subtask: &Subtask,
         error: AgentError,
     ) -> Result<(), AgentError> {
+        if self.desk.is_some() {
+            return self.failed_alone(ctx, subtask, error).await;
+        }
         let key = subtask.key();
         let taken = self.help.get(&key).is_some_and(|h| h.taken_from.is_some());
         let missing_tool = matches!(error, AgentError::NotAllowed(_))
@@ -566,6 +607,125 @@ impl BottomAgent {
             self.ask_knowledge(ctx, subtask).await?;
         }
         Err(error)
+    }
+
+    /// A single agent's step failed with `error`: retried as any failed turn while it has
+    /// retries left (a transient error of the work itself); past them, or for good (a
+    /// permanent error, such as a tool it does not have), the step is over and the task fails
+    /// with it, audited, the agent alive for the next task. An error of the services every
+    /// agent shares goes on as before (the agent fails once its retries are spent).
+    async fn failed_alone(
+        &mut self,
+        ctx: &mut AgentContext,
+        subtask: &Subtask,
+        error: AgentError,
+    ) -> Result<(), AgentError> {
+        let own = work_error(&error) || matches!(error, AgentError::NotAllowed(_));
+        let max = ctx.config().max_retries;
+        let spent = error.class() == ErrorClass::Permanent || ctx.retries() >= max;
+        if !own || !spent {
+            return Err(error);
+        }
+        let key = subtask.key();
+        self.queue.retain(|s| s.key() != key);
+        self.current = None;
+        self.done.push(key);
+        ctx.audit(AuditEvent::Error {
+            error: error.to_string(),
+            retry: ctx.retries(),
+            max_retries: max,
+        })
+        .await?;
+        let now = ctx.now();
+        ctx.metrics_mut().record_task(false, 0, now);
+        let failure = TaskFailure::StepFailed {
+            step: subtask.step.id.clone(),
+            attempts: ctx.retries().saturating_add(1),
+            error: error.to_string(),
+        };
+        ctx.append_own(&format!("## Failed\n\nTask: {}\n{failure}", subtask.step.description))
+            .await?;
+        self.task_failed(ctx, &subtask.task_id, failure).await
+    }
+
+    /// A single agent's task `task_id` fails with `failure`: closed at its desk, and the
+    /// steps of it still queued dropped.
+    async fn task_failed(
+        &mut self,
+        ctx: &mut AgentContext,
+        task_id: &str,
+        failure: TaskFailure,
+    ) -> Result<(), AgentError> {
+        let Some(desk) = self.desk.as_mut() else { return Ok(()) };
+        desk.fail(ctx, task_id, failure).await?;
+        self.queue.retain(|s| s.task_id != task_id);
+        if self.current.as_ref().is_some_and(|w| !self.queue.iter().any(|s| s.key() == w.key())) {
+            self.current = None;
+        }
+        Ok(())
+    }
+
+    /// A single agent's desk: a task from `system`, the team's escalation of one (its time
+    /// limit, its guards), and the reports it sends itself of its steps; `false` for anything
+    /// else, or an executor that is not a single agent.
+    async fn at_desk(
+        &mut self,
+        ctx: &mut AgentContext,
+        message: &Message,
+    ) -> Result<bool, AgentError> {
+        let Some(desk) = self.desk.as_mut() else { return Ok(false) };
+        let me = ctx.id().clone();
+        let own = message.from.agent() == Some(&me);
+        let system = message.from == agent_state::Address::System;
+        let work = match message.kind {
+            MessageKind::TaskAssign if system => {
+                match ctx.read_payload::<Assignment>(message).await? {
+                    Some(Assignment::Task { task }) => desk.take(ctx, task).await?,
+                    Some(_) => {
+                        ctx.audit(AuditEvent::Denied {
+                            action: format!("task_assign from {}", message.from),
+                            error: "a single agent takes whole tasks from the system".into(),
+                        })
+                        .await?;
+                        None
+                    }
+                    None => None, // unreadable: refused and audited by read_payload
+                }
+            }
+            MessageKind::IssueEscalation if system || own => {
+                if let Some(e) =
+                    ctx.read_payload::<agent_core::protocol::Escalation>(message).await?
+                {
+                    self.task_failed(ctx, &e.task_id, e.failure).await?;
+                }
+                None
+            }
+            MessageKind::ProgressReport if own => {
+                let Some(report) = ctx.read_payload::<ProgressReport>(message).await? else {
+                    return Ok(true);
+                };
+                match report.status {
+                    ProgressStatus::InProgress => None,
+                    ProgressStatus::Completed => {
+                        desk.completed(ctx, &report.task_id, report.results).await?
+                    }
+                    ProgressStatus::Failed => {
+                        let task_id = report.task_id.clone();
+                        let failure = solo_failure(report);
+                        self.task_failed(ctx, &task_id, failure).await?;
+                        None
+                    }
+                }
+            }
+            _ => return Ok(false),
+        };
+        if let Some(work) = work {
+            for step in work.steps {
+                let task_id = work.task_id.clone();
+                self.accept(Subtask { task_id, step, assignee: me.clone(), attempt: 1 });
+            }
+        }
+        Ok(true)
     }
 
     /// Carries on offering `subtask` to a peer: waits for the pending answer, asks the next
@@ -866,6 +1026,9 @@ impl AgentBehavior for BottomAgent {
     ) -> Result<(), AgentError> {
         let supervisor = ctx.config().supervisor.clone();
         for message in messages {
+            if self.at_desk(ctx, message).await? {
+                continue;
+            }
             let from_supervisor =
                 supervisor.as_ref().is_some_and(|s| message.from.agent() == Some(s));
             match message.kind {
@@ -920,13 +1083,18 @@ impl AgentBehavior for BottomAgent {
     }
 
     fn snapshot(&self) -> serde_json::Value {
-        if self.queue.is_empty() && self.done.is_empty() && self.help.is_empty() {
+        let desk = self.desk.as_ref().filter(|d| !d.is_empty());
+        if self.queue.is_empty() && self.done.is_empty() && self.help.is_empty() && desk.is_none() {
             return serde_json::Value::Null;
         }
         let mut saved =
             serde_json::json!({ "queue": self.queue, "done": self.done, "current": self.current });
         if !self.help.is_empty() {
             saved["help"] = serde_json::json!(self.help);
+        }
+        if let Some(desk) = desk {
+            // A top power's shape: `task_progress` reads it.
+            saved["tasks"] = serde_json::json!(desk);
         }
         saved
     }
@@ -940,6 +1108,8 @@ impl AgentBehavior for BottomAgent {
             current: Option<WorkLoop>,
             #[serde(default)]
             help: BTreeMap<String, Help>,
+            #[serde(default)]
+            tasks: Option<Desk>,
         }
         if state.is_null() {
             return Ok(());
@@ -951,11 +1121,17 @@ impl AgentBehavior for BottomAgent {
         self.done = saved.done;
         self.current = saved.current;
         self.help = saved.help;
+        if let (Some(desk), Some(tasks)) = (self.desk.as_mut(), saved.tasks) {
+            *desk = tasks;
+        }
         Ok(())
     }
 
     fn current_work(&self) -> Option<String> {
-        self.queue.front().map(|s| format!("{}: {}", s.key(), s.step.description))
+        self.queue
+            .front()
+            .map(|s| format!("{}: {}", s.key(), s.step.description))
+            .or_else(|| self.desk.as_ref().and_then(Desk::current_work))
     }
 
     fn abandon_work(&mut self) -> Option<Subtask> {
@@ -973,6 +1149,8 @@ impl AgentBehavior for BottomAgent {
 
     fn open_tasks(&self) -> Vec<String> {
         let mut tasks: Vec<String> = self.queue.iter().map(|s| s.task_id.clone()).collect();
+        tasks.extend(self.desk.iter().flat_map(Desk::open_tasks).cloned());
+        tasks.sort();
         tasks.dedup();
         tasks
     }

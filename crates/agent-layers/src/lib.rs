@@ -45,6 +45,15 @@
 //! the kind on [`agent_executor::Executor`], at most once across crashes; a blocked run is
 //! escalated ([`TaskFailure::Blocked`](agent_state::TaskFailure)), neither retried nor reassigned.
 //!
+//! Smaller team shapes (docs/concepts.md#layers): a crew's lead ([`MidAgent::leading`]) and a
+//! single agent ([`BottomAgent::solo`]) have no powers above them; each takes the team's tasks
+//! from `system` itself and keeps them at a desk (`desk.rs`), as a proposing power does without
+//! the governance: a goal is planned by its own reasoner, the plan runs unsigned, its steps go
+//! out in waves (to the lead's executors, or the agent's own tool loop), the results are judged
+//! and the task is closed to `system`. Where the powers would vote, it decides alone: a step no
+//! executor can finish fails the task, a result short of its acceptance check goes to another
+//! executor. Their reports go to themselves over the bus, so a crash loses none.
+//!
 //! This crate holds no scheduling and no team assembly: that is `agent-pool`.
 //!
 //! ```
@@ -62,6 +71,7 @@
 //! ```
 
 mod bottom;
+mod desk;
 mod kind;
 mod mid;
 mod top;

@@ -10,13 +10,14 @@ use agent_core::protocol::{
 };
 use agent_core::{AgentBehavior, AgentContext, AgentError, AuditEvent, Candidate, ReasonError};
 use agent_state::{
-    Action, AgentId, ArbitrationSettings, Assignment, BallotChoice, BoardSnapshot, GuardSettings,
-    Message, MessageKind, ProgressReport, ProgressStatus, QUOTE_CHARS, Subtask, SubtaskResult,
-    TaskFailure, WorkPackage, quote,
+    Action, Address, AgentId, ArbitrationSettings, Assignment, BallotChoice, BoardSnapshot,
+    GuardSettings, Message, MessageKind, ProgressReport, ProgressStatus, QUOTE_CHARS, Subtask,
+    SubtaskResult, TaskFailure, WorkPackage, quote,
 };
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+use crate::desk::Desk;
 use crate::work::{Means, Outcome, Progress, WorkLoop};
 
 mod handover;
@@ -45,6 +46,8 @@ pub struct MidAgent {
     guards: GuardSettings,
     /// Which of its disagreements and escalations go to the top layer's vote.
     arbitration: ArbitrationSettings,
+    /// A crew's lead ([`MidAgent::leading`]): the tasks it takes itself, from `system`.
+    desk: Option<Desk>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -247,7 +250,19 @@ impl MidAgent {
             supervises: false,
             guards: GuardSettings::default(),
             arbitration: ArbitrationSettings::default(),
+            desk: None,
         }
+    }
+
+    /// The same lead as a crew's lead: with no powers above it, it takes the team's tasks
+    /// from `system` itself (a goal planned by its reasoner), places each wave of steps on its
+    /// executors, judges the results and closes the task (see `desk.rs`). Nothing goes to a
+    /// vote: a step every able executor failed fails the task, and a result it finds short of
+    /// its step's acceptance check goes to another executor at once.
+    #[must_use]
+    pub fn leading(mut self) -> Self {
+        self.desk = Some(Desk::default());
+        self
     }
 
     /// The same lead settling with the top layer's vote what the settings say: a step no
@@ -362,7 +377,10 @@ impl MidAgent {
             results: Vec::new(),
             failure: None,
         };
-        ctx.send(from, MessageKind::ProgressReport, &report).await?;
+        // A crew's lead keeps its own work: it tells itself only when a package is done.
+        if from != ctx.id() {
+            ctx.send(from, MessageKind::ProgressReport, &report).await?;
+        }
         self.work.insert(key, state);
         Ok(())
     }
@@ -606,7 +624,8 @@ impl MidAgent {
     ) -> Result<(), AgentError> {
         let Some(state) = self.work.get_mut(key) else { return Ok(()) };
         let step = subtask.step.id.clone();
-        if !state.arbitrated.insert(step.clone()) {
+        // A crew's lead has no powers to ask: its own judgement stands.
+        if self.desk.is_some() || !state.arbitrated.insert(step.clone()) {
             let error =
                 format!("falls short of its acceptance check: {}", quote(&objection, QUOTE_CHARS));
             return self.reassign(ctx, subtask, error).await;
@@ -744,7 +763,9 @@ impl MidAgent {
             state.closed = true;
         }
         let to = state.from.clone();
-        ctx.send(&to, MessageKind::ProgressReport, &report).await?;
+        if complete || to != *ctx.id() {
+            ctx.send(&to, MessageKind::ProgressReport, &report).await?;
+        }
         Ok(())
     }
 
@@ -777,7 +798,8 @@ impl MidAgent {
                 error,
             };
             let to = state.from.clone();
-            if self.arbitration.escalations && state.arbitrated.insert(failed.step.id.clone()) {
+            let vote = self.arbitration.escalations && self.desk.is_none();
+            if vote && state.arbitrated.insert(failed.step.id.clone()) {
                 // Every able executor failed it: the top layer votes on retrying it or
                 // abandoning the task; the package stays open for the ruling.
                 state.escalated.insert(failed.step.id.clone());
@@ -884,6 +906,9 @@ impl MidAgent {
         if let Some(child) = from.filter(|a| self.worker_of_mine(ctx, a)).cloned() {
             return self.worker_message(ctx, &child, message).await;
         }
+        if self.at_desk(ctx, message).await? {
+            return Ok(());
+        }
         if message.kind == MessageKind::PeerHelpResponse {
             return self.help_response(ctx, message).await;
         }
@@ -934,6 +959,64 @@ impl MidAgent {
             _ => {}
         }
         Ok(())
+    }
+
+    /// A crew lead's desk: a task from `system`, the team's escalation of one (its time limit,
+    /// its guards), and what this lead tells itself of its work (a package done, a step it
+    /// cannot finish); `false` for anything else, or a lead that is not a crew's.
+    async fn at_desk(
+        &mut self,
+        ctx: &mut AgentContext,
+        message: &Message,
+    ) -> Result<bool, AgentError> {
+        let Some(desk) = self.desk.as_mut() else { return Ok(false) };
+        let me = ctx.id().clone();
+        let own = message.from.agent() == Some(&me);
+        let system = message.from == Address::System;
+        let work = match message.kind {
+            MessageKind::TaskAssign if system => {
+                match ctx.read_payload::<Assignment>(message).await? {
+                    Some(Assignment::Task { task }) => desk.take(ctx, task).await?,
+                    Some(_) => {
+                        ctx.audit(AuditEvent::Denied {
+                            action: format!("task_assign from {}", message.from),
+                            error: "a crew's lead takes whole tasks from the system".into(),
+                        })
+                        .await?;
+                        None
+                    }
+                    None => None, // unreadable: refused and audited by read_payload
+                }
+            }
+            MessageKind::IssueEscalation if system || own => {
+                if let Some(e) = ctx.read_payload::<Escalation>(message).await? {
+                    desk.fail(ctx, &e.task_id, e.failure).await?;
+                }
+                None
+            }
+            MessageKind::ProgressReport if own => {
+                let Some(report) = ctx.read_payload::<ProgressReport>(message).await? else {
+                    return Ok(true);
+                };
+                match report.status {
+                    ProgressStatus::InProgress => None,
+                    ProgressStatus::Completed => {
+                        desk.completed(ctx, &report.task_id, report.results).await?
+                    }
+                    ProgressStatus::Failed => {
+                        let task_id = report.task_id.clone();
+                        let failure = crate::top::reported_failure(me.clone(), report);
+                        desk.fail(ctx, &task_id, failure).await?;
+                        None
+                    }
+                }
+            }
+            _ => return Ok(false),
+        };
+        if let Some(work) = work {
+            self.take_work(ctx, me, work).await?;
+        }
+        Ok(true)
     }
 
     /// The answer of an agent this lead spoke to, handed to the tool loop waiting for it.
@@ -1081,10 +1164,19 @@ impl AgentBehavior for MidAgent {
     }
 
     fn snapshot(&self) -> serde_json::Value {
-        if self.work.is_empty() && self.executors.iter().all(|e| e.failures == 0 && !e.failed) {
+        let desk = self.desk.as_ref().filter(|d| !d.is_empty());
+        if self.work.is_empty()
+            && self.executors.iter().all(|e| e.failures == 0 && !e.failed)
+            && desk.is_none()
+        {
             return serde_json::Value::Null;
         }
-        serde_json::json!({ "work": self.work, "executors": self.executors })
+        let mut saved = serde_json::json!({ "work": self.work, "executors": self.executors });
+        if let Some(desk) = desk {
+            // A top power's shape: `task_progress` reads it.
+            saved["tasks"] = serde_json::json!(desk);
+        }
+        saved
     }
 
     fn restore(&mut self, state: serde_json::Value) -> Result<(), AgentError> {
@@ -1092,6 +1184,8 @@ impl AgentBehavior for MidAgent {
         struct Saved {
             work: BTreeMap<String, WorkState>,
             executors: Vec<Executor>,
+            #[serde(default)]
+            tasks: Option<Desk>,
         }
         if state.is_null() {
             return Ok(());
@@ -1100,6 +1194,9 @@ impl AgentBehavior for MidAgent {
             AgentError::NotAllowed(format!("saved state of a lead cannot be read: {e}"))
         })?;
         self.work = saved.work;
+        if let (Some(desk), Some(tasks)) = (self.desk.as_mut(), saved.tasks) {
+            *desk = tasks;
+        }
         for saved in saved.executors {
             if let Some(e) = self.executors.iter_mut().find(|e| e.id == saved.id) {
                 e.failed = saved.failed;
@@ -1149,14 +1246,20 @@ impl AgentBehavior for MidAgent {
     fn open_tasks(&self) -> Vec<String> {
         let mut tasks: Vec<String> =
             self.work.values().filter(|w| !w.closed).map(|w| w.package.task_id.clone()).collect();
+        tasks.extend(self.desk.iter().flat_map(Desk::open_tasks).cloned());
+        tasks.sort();
         tasks.dedup();
         tasks
     }
 
     fn current_work(&self) -> Option<String> {
-        self.work.iter().find(|(_, w)| !w.closed).map(|(id, w)| {
-            format!("{id}: {} of {} step(s) done", w.results.len(), w.subtasks.len())
-        })
+        self.work
+            .iter()
+            .find(|(_, w)| !w.closed)
+            .map(|(id, w)| {
+                format!("{id}: {} of {} step(s) done", w.results.len(), w.subtasks.len())
+            })
+            .or_else(|| self.desk.as_ref().and_then(Desk::current_work))
     }
 }
 

@@ -984,7 +984,7 @@ pub fn route(leads: &[LeadInfo], step: &PlanStep) -> Option<AgentId> {
 }
 
 /// How many steps of `task` have a successful result in `results`, and how many steps it has.
-fn steps_succeeded(task: &Task, results: &[SubtaskResult]) -> (u32, u32) {
+pub(crate) fn steps_succeeded(task: &Task, results: &[SubtaskResult]) -> (u32, u32) {
     let succeeded = task
         .steps
         .iter()
@@ -994,24 +994,39 @@ fn steps_succeeded(task: &Task, results: &[SubtaskResult]) -> (u32, u32) {
     (count(succeeded), count(task.steps.len()))
 }
 
-async fn close(
+pub(crate) async fn close(
     ctx: &mut AgentContext,
     task_id: &str,
     outcome: TaskOutcome,
 ) -> Result<(), AgentError> {
-    let line = match &outcome {
+    let line = closing_line(task_id, &outcome);
+    if outcome.is_success() {
+        ctx.metrics_mut().tasks_completed += 1;
+    }
+    report_closed(ctx, outcome, &line).await
+}
+
+/// Writes `line` (how the task closed) on the global board and reports `outcome` to
+/// `system`, which ends the task.
+pub(crate) async fn report_closed(
+    ctx: &mut AgentContext,
+    outcome: TaskOutcome,
+    line: &str,
+) -> Result<(), AgentError> {
+    ctx.append_to(&BoardId::Global, line).await?;
+    ctx.send(Address::System, MessageKind::StatusReport, &StatusReport::TaskClosed { outcome })
+        .await?;
+    Ok(())
+}
+
+/// The global board's line about how task `task_id` closed.
+pub(crate) fn closing_line(task_id: &str, outcome: &TaskOutcome) -> String {
+    match outcome {
         TaskOutcome::Succeeded { results, .. } => {
             format!("## Task {task_id} closed: succeeded ({} steps)", results.len())
         }
         TaskOutcome::Failed { reason, .. } => format!("## Task {task_id} closed: failed: {reason}"),
-    };
-    ctx.append_to(&BoardId::Global, &line).await?;
-    if outcome.is_success() {
-        ctx.metrics_mut().tasks_completed += 1;
     }
-    ctx.send(Address::System, MessageKind::StatusReport, &StatusReport::TaskClosed { outcome })
-        .await?;
-    Ok(())
 }
 
 #[async_trait]
@@ -1251,7 +1266,7 @@ async fn fail(ctx: &mut AgentContext, task: &Task, failure: TaskFailure) -> Resu
 
 /// Why a task failed, as `lead` reported it: a typed failure says what happened; without one,
 /// what the reporter said, and the step it names if it names one.
-fn reported_failure(lead: AgentId, report: ProgressReport) -> TaskFailure {
+pub(crate) fn reported_failure(lead: AgentId, report: ProgressReport) -> TaskFailure {
     report.failure.unwrap_or_else(|| {
         let failed = report.results.iter().find(|r| !r.success);
         TaskFailure::ReportedFailed {

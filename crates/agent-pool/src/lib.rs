@@ -27,8 +27,9 @@
 //!   costs the same in a team of ten agents as in one of ten thousand;
 //! - [`Driver`]: the team's heartbeat loop, owning its scheduler, wake-up signal, guards and
 //!   (for the run's coordinator) the `system` inbox and the tasks' deadlines; [`Team`] runs one;
-//! - [`Team`]: builds a three-layer team from one [`TeamSpec`], takes tasks (scripted plans, or
-//!   a goal in words for a team whose proposer's reasoner plans: [`SubmitError::CannotPlan`]
+//! - [`Team`]: builds a team from one [`TeamSpec`], of any [`TeamShape`] (three layers; a crew,
+//!   one lead and its executors; a single agent), takes tasks (scripted plans, or a goal in
+//!   words for a team whose entry agent's reasoner plans: [`SubmitError::CannotPlan`]
 //!   otherwise), reports outcomes, shuts down with every agent terminated;
 //! - the team's spawner (docs/concepts.md#roles-and-spawning): with [`TeamSpec::roles`], a top
 //!   power creates the leads a signed plan names, and leads spawn, speak to, list and despawn
@@ -70,6 +71,7 @@ mod metrics;
 pub mod placement;
 mod pool;
 mod scheduler;
+mod shape;
 #[cfg(feature = "sim")]
 pub mod sim;
 mod spawner;
@@ -85,6 +87,7 @@ pub use guard::{AgentView, RemoteAgents, agent_views, moves_work};
 pub use metrics::{AgentSummary, MetricsCalculator, StoredMetrics, stored_metrics};
 pub use pool::{AgentPeek, AgentPool, AgentSlot, DEFAULT_MAX_AGENTS, MAX_POOL_SIZE, PoolError};
 pub use scheduler::{CycleReport, DEFAULT_HEARTBEAT, HeartbeatScheduler, WAKE_BURST, WAKE_RATE};
+pub use shape::{TeamShape, UnknownShape};
 pub use team::{
     AgentSpec, Approvals, QUIESCE_HEARTBEATS, RoleSpec, Share, SubmitError, Team, TeamError,
     TeamServices, TeamSpec, validate,

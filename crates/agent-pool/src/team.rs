@@ -1,4 +1,5 @@
-//! The team API: build a three-layer team from one value, submit tasks, wait for outcomes,
+//! The team API: build a team (layered, a crew or a single agent: [`crate::TeamShape`]) from
+//! one value, submit tasks, wait for outcomes,
 //! watch its events as they happen ([`Team::events`]), shut down.
 
 use std::collections::BTreeMap;
@@ -265,6 +266,9 @@ impl TeamServices {
 struct KindCoverage {
     agents: std::collections::BTreeSet<AgentId>,
     domains: std::collections::BTreeSet<String>,
+    /// Every step: a crew whose every executor carries out its steps by itself, or a single
+    /// agent that does (a crew's lead and a single agent take every domain).
+    all: bool,
 }
 
 impl KindCoverage {
@@ -293,10 +297,18 @@ impl KindCoverage {
                 coverage.domains.insert(m.domain.clone());
             }
         }
+        coverage.all = match spec.shape() {
+            crate::TeamShape::Layered => false,
+            crate::TeamShape::Crew => !coverage.domains.is_empty(),
+            crate::TeamShape::Single => !coverage.agents.is_empty(),
+        };
         coverage
     }
 
     fn runs(&self, step: &agent_state::PlanStep) -> bool {
+        if self.all {
+            return true;
+        }
         match &step.target {
             agent_state::StepTarget::Agent(id) => self.agents.contains(id),
             agent_state::StepTarget::Domain(domain) => self.domains.contains(domain),
@@ -414,9 +426,27 @@ pub enum TeamError {
         /// The registered tools.
         available: String,
     },
-    /// No top power.
-    #[error("a team needs at least one top-layer agent to propose and sign plans")]
-    NoTopAgent,
+    /// The agents do not make one of the team shapes ([`TeamShape`](crate::TeamShape)).
+    #[error("a {shape} team: {reason}")]
+    Shape {
+        /// The shape the team's layers make.
+        shape: crate::TeamShape,
+        /// What is wrong, in words.
+        reason: String,
+    },
+    /// A lead or an executor without a supervisor in a team that has a layer above it: in a
+    /// team with powers every lead reports to a power and every executor to a lead; in a crew
+    /// every executor reports to the lead.
+    #[error(
+        "agent `{agent}` ({layer}) has no supervisor; {}",
+        crate::shape::reports_to(*.layer)
+    )]
+    MissingSupervisor {
+        /// The agent.
+        agent: AgentId,
+        /// Its layer.
+        layer: AgentLayer,
+    },
     /// A share of a run names an agent the team does not have.
     #[error("agent `{agent}` is not in the team; a share can host only the team's agents")]
     NotInTeam {
@@ -479,12 +509,12 @@ pub enum SubmitError {
     /// The bus refused the task.
     #[error(transparent)]
     Send(#[from] message_bus::SendError),
-    /// A goal-only task (or one with goal steps) for a team whose proposing power's reasoner
-    /// cannot plan.
+    /// A goal-only task (or one with goal steps) for a team whose entry agent's reasoner
+    /// (the proposing power's, a crew lead's, a single agent's) cannot plan.
     #[error(
         "task `{task}` has only a goal (or steps without a tool), but the reasoner `{reasoner}` \
-         of the proposing power cannot plan from words; give the top layer a model reasoner \
-         (openai, anthropic or local), or give every step a `tool` and its `args`"
+         of the agent that takes the team's tasks cannot plan from words; give it a model \
+         reasoner (openai, anthropic or local), or give every step a `tool` and its `args`"
     )]
     CannotPlan {
         /// The task.
@@ -498,6 +528,7 @@ pub enum SubmitError {
 pub struct Team {
     pool: Arc<AgentPool>,
     services: TeamServices,
+    /// The agent tasks go to ([`TeamSpec::entry`]).
     proposer: AgentId,
     /// Where a goal step runs without a model: on an executor with a `kind`.
     kinds: KindCoverage,
@@ -607,9 +638,16 @@ impl Team {
         &self.services.events
     }
 
-    /// Hands a task to the proposing top power. The plan is checked first; a task with only a
-    /// goal (no steps: the top layer plans it) or with goal steps needs a proposer whose
-    /// reasoner [plans](agent_core::Reasoner::plans), else [`SubmitError::CannotPlan`].
+    /// The agent the team hands its tasks to ([`TeamSpec::entry`]): the first top power of a
+    /// layered team, the lead of a crew, the executor of a single agent.
+    pub fn entry(&self) -> &AgentId {
+        &self.proposer
+    }
+
+    /// Hands a task to the team's entry agent ([`Team::entry`]: the proposing top power, a
+    /// crew's lead or a single agent). The plan is checked first; a task with only a goal (no
+    /// steps: the entry agent plans it) or with goal steps needs an entry agent whose reasoner
+    /// [plans](agent_core::Reasoner::plans), else [`SubmitError::CannotPlan`].
     ///
     /// The task must close within the team's task limit (`TeamSpec::timeouts.task_ms`) from
     /// now: past it, the proposing power closes it with [`TaskFailure::TimedOut`].
@@ -984,17 +1022,18 @@ pub fn validate(spec: &TeamSpec, services: &TeamServices) -> Result<Vec<AgentCon
     Ok(configs)
 }
 
-/// The team's own settings: time limits, size, a top power (an arbitrator if it votes), guards.
+/// The team's own settings: time limits, size, its shape (a layered team's arbitrator if it
+/// votes), guards.
 fn check_team_settings(spec: &TeamSpec) -> Result<(), TeamError> {
     spec.timeouts.check()?;
     spec.timeouts.check_soft()?;
     if spec.agents.len() > spec.max_agents {
         return Err(TeamError::TooManyAgents { count: spec.agents.len(), max: spec.max_agents });
     }
-    if !spec.agents.iter().any(|a| a.config.layer == AgentLayer::Top) {
-        return Err(TeamError::NoTopAgent);
-    }
-    if spec.arbitration.any()
+    let shape = crate::shape::check_shape(spec)?;
+    // A crew or a single agent has no powers to vote: nothing is arbitrated.
+    if shape == crate::TeamShape::Layered
+        && spec.arbitration.any()
         && !spec.agents.iter().any(|a| {
             a.config.layer == AgentLayer::Top && a.config.has(agent_state::Capability::Arbitrate)
         })
@@ -1024,7 +1063,7 @@ fn check_agents(spec: &TeamSpec) -> Result<BTreeMap<AgentId, AgentLayer>, TeamEr
     Ok(layers)
 }
 
-/// An agent's supervisor is in the team, on the layer above.
+/// An agent's supervisor, if it has one, is in the team, on the layer above.
 fn check_supervisor(
     config: &AgentConfig,
     layers: &BTreeMap<AgentId, AgentLayer>,

@@ -125,7 +125,10 @@ impl AgentConfig {
         self.capabilities.contains(&capability)
     }
 
-    /// Checks every rule and reports the first violation, naming the field.
+    /// Checks every rule and reports the first violation, naming the field. A lead or an
+    /// executor without a supervisor is valid here: it is the agent a crew's or a single
+    /// agent's team hands its tasks to; whether a team may have one is the team's check
+    /// (`agent_pool::TeamShape`).
     pub fn validate(&self) -> Result<(), ConfigError> {
         let agent = self.id.as_str().to_owned();
         let err = |kind| Err(ConfigError { agent: agent.clone(), kind });
@@ -151,9 +154,6 @@ impl AgentConfig {
                 return err(ConfigErrorKind::TopWithSupervisor {
                     supervisor: supervisor.to_string(),
                 });
-            }
-            (None, AgentLayer::Mid | AgentLayer::Bottom) => {
-                return err(ConfigErrorKind::MissingSupervisor { layer: self.layer });
             }
             (Some(supervisor), _) if *supervisor == self.id => {
                 return err(ConfigErrorKind::SupervisesItself);
@@ -279,12 +279,6 @@ pub enum ConfigErrorKind {
         /// The supervisor given.
         supervisor: String,
     },
-    /// A mid or bottom agent without a supervisor.
-    #[error("field `supervisor`: a {layer} agent needs a supervisor")]
-    MissingSupervisor {
-        /// The agent's layer.
-        layer: AgentLayer,
-    },
     /// The agent names itself as supervisor or subordinate.
     #[error("field `supervisor`/`subordinates`: an agent cannot supervise itself")]
     SupervisesItself,
@@ -345,9 +339,9 @@ impl ConfigErrorKind {
             | ConfigErrorKind::InvalidId { .. } => "id",
             ConfigErrorKind::EmptyName => "name",
             ConfigErrorKind::CapabilityNotAllowed { .. } => "capabilities",
-            ConfigErrorKind::TopWithSupervisor { .. }
-            | ConfigErrorKind::MissingSupervisor { .. }
-            | ConfigErrorKind::SupervisesItself => "supervisor",
+            ConfigErrorKind::TopWithSupervisor { .. } | ConfigErrorKind::SupervisesItself => {
+                "supervisor"
+            }
             ConfigErrorKind::SubordinatesOnBottom { .. }
             | ConfigErrorKind::DuplicateSubordinate { .. } => "subordinates",
             ConfigErrorKind::TemperatureOutOfRange { .. } => "temperature",

@@ -25,7 +25,7 @@ use agent_llm::{
     AnthropicConfig, AnthropicProvider, Conversations, LlmReasoner, LlmSettings, LlmStore,
     OpenAiConfig, OpenAiProvider, Provider, SledLlmStore, UsageLedger,
 };
-use agent_pool::RoleSpec;
+use agent_pool::{RoleSpec, TeamShape};
 use agent_state::{AgentId, AgentLayer, StepTarget, Task};
 use run_store::RunStore;
 use team_file::{ReasonerKind, ReasonerSettings, TeamFile};
@@ -332,18 +332,24 @@ impl Planning<'_> {
         match &step.target {
             StepTarget::Agent(id) => self.has_kind(id),
             StepTarget::Domain(_) => {
-                let reached = reached(self.agents(), &step.target);
+                let reached = reached(self.agents(), &step.target, self.team.spec.shape());
                 !reached.is_empty() && reached.into_iter().all(|id| self.has_kind(id))
             }
             StepTarget::Any => false,
         }
     }
 
-    /// The first top power proposes the task (and plans a goal-only one).
+    /// The team's entry agent takes the task (and plans a goal-only one): the first top
+    /// power, which proposes it; a crew's lead; a single agent.
     fn proposer_refusal(&self) -> Option<String> {
-        let proposer = self.agents().iter().find(|a| a.config.layer == AgentLayer::Top)?;
-        let id = &proposer.config.id;
-        (!self.agent_plans(id)).then(|| format!("`{id}`, the top power that proposes it, has"))
+        let entry = self.team.spec.entry()?;
+        let id = &entry.config.id;
+        let who = match self.team.spec.shape() {
+            TeamShape::Layered => "the top power that proposes it",
+            TeamShape::Crew => "the crew's lead, which takes it",
+            TeamShape::Single => "the single agent, which takes it",
+        };
+        (!self.agent_plans(id)).then(|| format!("`{id}`, {who}, has"))
     }
 
     /// A goal-only task needs at least one executor (or bottom role) that plans.
@@ -364,7 +370,7 @@ impl Planning<'_> {
             return (!self.role_has_kind(role) && !self.role_plans(role))
                 .then(|| format!("the role `{role}`, which step `{}` asks for, has", step.id));
         }
-        reached(self.agents(), &step.target)
+        reached(self.agents(), &step.target, self.team.spec.shape())
             .into_iter()
             .find(|id| !self.has_kind(id) && !self.agent_plans(id))
             .map(|id| format!("`{id}`, an executor that may carry out step `{}`, has", step.id))
@@ -372,7 +378,11 @@ impl Planning<'_> {
 }
 
 /// The executors a step for `target` may land on.
-fn reached<'a>(agents: &'a [agent_pool::AgentSpec], target: &'a StepTarget) -> Vec<&'a AgentId> {
+fn reached<'a>(
+    agents: &'a [agent_pool::AgentSpec],
+    target: &'a StepTarget,
+    shape: TeamShape,
+) -> Vec<&'a AgentId> {
     let executors_under = |lead: &AgentId| -> Vec<&'a AgentId> {
         agents
             .iter()
@@ -382,9 +392,15 @@ fn reached<'a>(agents: &'a [agent_pool::AgentSpec], target: &'a StepTarget) -> V
             .collect()
     };
     match target {
+        // A crew's lead and a single agent take every domain.
+        StepTarget::Domain(_) if shape == TeamShape::Single => {
+            agents.iter().map(|a| &a.config.id).collect()
+        }
         StepTarget::Domain(domain) => agents
             .iter()
-            .find(|a| matches!(&a.role, RoleSpec::Mid(m) if &m.domain == domain))
+            .find(|a| {
+                matches!(&a.role, RoleSpec::Mid(m) if &m.domain == domain || shape == TeamShape::Crew)
+            })
             .map(|lead| executors_under(&lead.config.id))
             .unwrap_or_default(),
         StepTarget::Agent(id) => match agents.iter().find(|a| &a.config.id == id) {

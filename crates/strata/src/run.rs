@@ -988,7 +988,8 @@ fn approval_desk(
     heartbeat: Duration,
 ) -> Option<tokio::task::JoinHandle<()>> {
     let tops = top_ids(team);
-    let (ledger, proposer) = (ledger?, tops.first()?.clone());
+    // The agent the run's tasks go to proposes the extension (a crew's lead, a single agent).
+    let (ledger, proposer) = (ledger?, team.spec.entry()?.config.id.clone());
     let on_exceed = ledger.report().budget.on_exceed;
     if !on_exceed.asks() {
         return None;
@@ -1321,7 +1322,7 @@ const PLACEMENT_PATIENCE: Duration = Duration::from_secs(60);
 impl Placed {
     /// The coordinator's share of the run, and the run placed for the workers to take.
     async fn coordinate(&self, team: &TeamFile, services: TeamServices) -> Result<Team> {
-        let proposer = top_ids(team).into_iter().next();
+        let proposer = team.spec.entry().map(|a| a.config.id.clone());
         let bus = services.bus.clone();
         let (audit, clock) = (services.audit.clone(), services.clock.clone());
         let handle = Team::join(team.spec.clone(), services, Share::Coordinator)
@@ -1430,14 +1431,14 @@ async fn storage_failed(store: RunStore, every: Duration) -> String {
     }
 }
 
-/// Waits until a top power or a mid lead of `team` is failed, looking every `every`, and
-/// returns it with the reason of its failure.
+/// Waits until a top power or a mid lead of `team`, or the agent its tasks go to (a single
+/// agent), is failed, looking every `every`, and returns it with the reason of its failure.
 ///
 /// A failed executor is handled by its lead (the step goes to another executor, or the task
-/// fails), but nothing brings back a failed top power (it has no supervisor) or lead (its
-/// supervisor only notes the error report): a task that needs its signature or its work would
-/// wait forever. That happens when an agent's reasoner keeps failing, such as a model API
-/// answering 401 or 500 past the agent's retries.
+/// fails), but nothing brings back a failed top power (it has no supervisor), lead (its
+/// supervisor only notes the error report) or single agent: a task that needs its signature
+/// or its work would wait forever. That happens when an agent's reasoner keeps failing, such
+/// as a model API answering 401 or 500 past the agent's retries.
 async fn leader_failed(team: Arc<Team>, every: Duration) -> (AgentId, String) {
     loop {
         // A glance at each leader without waiting for its heartbeat; the audit log is read
@@ -1445,6 +1446,7 @@ async fn leader_failed(team: Arc<Team>, every: Duration) -> (AgentId, String) {
         let failed = [AgentLayer::Top, AgentLayer::Mid]
             .into_iter()
             .flat_map(|layer| team.pool().by_layer(layer))
+            .chain(team.pool().get(team.entry()))
             .find(|slot| slot.try_peek().is_some_and(|p| p.status == AgentStatus::Failed));
         if let Some(slot) = failed {
             let agent = slot.id().clone();

@@ -78,15 +78,28 @@ pub async fn list(data: &Path) -> Result<Vec<Row>> {
 }
 
 /// Writes an example team file and plan into `dir` (`strata init`): `team.toml` and
-/// `plan.toml`, the example's, or with `scale`, a generated team of that many agents
-/// ([`team_file::scaled_team_toml`]) and a plan with work for a share of them. Never
-/// overwrites a file: one that exists is bad input, as is a scale out of range. Returns the
+/// `plan.toml`: the example of `shape` (layered, crew or single), or with `scale` (layered
+/// only), a generated team of that many agents ([`team_file::scaled_team_toml`]) and a plan
+/// with work for a share of them. Never overwrites a file: one that exists is bad input, as
+/// are a scale out of range and a scale with another shape. Returns the
 /// two paths.
-pub fn write_example(dir: &Path, scale: Option<usize>) -> Result<(PathBuf, PathBuf)> {
+pub fn write_example(
+    dir: &Path,
+    shape: agent_pool::TeamShape,
+    scale: Option<usize>,
+) -> Result<(PathBuf, PathBuf)> {
+    if let (Some(agents), agent_pool::TeamShape::Crew | agent_pool::TeamShape::Single) =
+        (scale, shape)
+    {
+        return Err(crate::Error::bad_input(format!(
+            "--scale {agents} writes a layered team (powers, leads, executors); it cannot be used with --shape {shape}"
+        )));
+    }
     let (team_text, plan_text) = match scale {
-        None => {
-            (team_file::example_team_toml().to_owned(), team_file::example_plan_toml().to_owned())
-        }
+        None => (
+            team_file::shape_team_toml(shape).to_owned(),
+            team_file::shape_plan_toml(shape).to_owned(),
+        ),
         Some(agents) if !(team_file::MIN_SCALE..=agent_pool::MAX_POOL_SIZE).contains(&agents) => {
             return Err(crate::Error::bad_input(format!(
                 "--scale {agents}: a generated team has from {} agents (three powers, a lead and an executor) to {}, the largest pool",
@@ -122,10 +135,10 @@ mod tests {
     fn the_example_is_written_once_and_never_over_a_file() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("new");
-        let (team, plan) = write_example(&dir, None).unwrap();
+        let (team, plan) = write_example(&dir, agent_pool::TeamShape::default(), None).unwrap();
         assert_eq!(std::fs::read_to_string(&team).unwrap(), team_file::example_team_toml());
         assert_eq!(std::fs::read_to_string(&plan).unwrap(), team_file::example_plan_toml());
-        let again = write_example(&dir, None).unwrap_err();
+        let again = write_example(&dir, agent_pool::TeamShape::default(), None).unwrap_err();
         assert!(again.is_bad_input());
         assert!(
             again

@@ -24,7 +24,8 @@
 //! [`goal_plan_toml`] (the plan file of a goal in words, `strata run --goal`),
 //! [`default_team`] (the team used without a team file), [`example_team_toml`] /
 //! [`example_plan_toml`] (what `strata init` writes), [`scaled_team_toml`] /
-//! [`scaled_plan_toml`] (what `strata init --scale N` writes), [`ExecutorSettings`] (the
+//! [`scaled_plan_toml`] (what `strata init --scale N` writes), [`shape_team_toml`] /
+//! [`shape_plan_toml`] (what `strata init --shape SHAPE` writes), [`ExecutorSettings`] (the
 //! team's executor of agent kinds: `[http]`, `[[endpoints]]`, `[executor]`),
 //! [`with_executor_kind`] / [`exec_plan_toml`] (what `strata exec KIND` runs) and
 //! [`FileError`].
@@ -101,6 +102,8 @@
 //! A field not listed here is an error, and so is a `supervisor` on a top power.
 //!
 //! ```toml
+//! shape = "layered"         # "layered", "crew" or "single" (see "Team shapes" below); left
+//!                           # out, the shape the agents make; written, checked against them
 //! heartbeat = "4s"          # "250ms", "4s", "1m" or "1h"; default "4s"; 10ms to 1h
 //! max_agents = 50           # the pool's limit; default 50
 //! max_spawn_depth = 3       # how deep agents may spawn agents (a top power's lead is depth 1);
@@ -298,7 +301,7 @@
 //! id = "mid-docs"
 //! name = "Docs lead"
 //! domain = "docs"                  # required; one lead per domain
-//! supervisor = "top-a"             # required: a top power
+//! supervisor = "top-a"             # required: a top power (none for a crew's lead)
 //! max_subordinates = 4             # default 4
 //! role = "docs_lead"               # a mid role (below): this lead may spawn writers
 //!
@@ -306,7 +309,7 @@
 //! [[bottom]]
 //! id = "bottom-d1"
 //! name = "Writer"
-//! supervisor = "mid-docs"          # required: a mid lead
+//! supervisor = "mid-docs"          # required: a mid lead (none for a single agent)
 //! tools = ["write_file", "shell"] # required: registered tools, at least one
 //! network = true                   # its `shell` commands may use the network; default its
 //!                                  # role's `network`, else [sandbox] network
@@ -374,6 +377,28 @@
 //!                                  # none; a bottom role enables none
 //! ```
 //!
+//! # Team shapes
+//!
+//! A team is one of three shapes ([`agent_pool::TeamShape`]), named by `shape` or, left out,
+//! by its agents: with a `[[top]]` power it is **layered**; without, with a `[[mid]]` lead it
+//! is a **crew**; with one `[[bottom]]` executor alone it is a **single** agent.
+//! - layered: every lead has a `supervisor` (a top power) and every executor one (a lead);
+//!   the first power proposes each plan, as above;
+//! - crew: exactly one lead, without a `supervisor`, and at least one executor, each with
+//!   `supervisor` naming that lead. The lead takes each task itself (nothing is signed), and
+//!   takes every plan step whatever its `domain`;
+//! - single: exactly one executor, without a `supervisor`, not an OODA agent (it may have a
+//!   `kind`). It takes each task itself and works its steps in turn.
+//!
+//! A crew and a single agent have no powers, so `[[roles]]`, `[arbitration]`, `[approvals]
+//! plans = true` and `[budget] on_exceed = "ask"` are refused there (`ask_human` is not);
+//! where a layered team would vote, the agent that took the task decides (a step no executor
+//! can finish fails the task; a result short of its `acceptance` goes to another executor).
+//! Each mistake points at the agent or value at fault: a written `shape` the agents do not
+//! make, a second lead of a crew or a second agent of a single, a `supervisor` a crew's lead
+//! or a single agent may not have, a lead or an executor of a team with powers (or an executor
+//! of a crew) without one.
+//!
 //! Time limits (`[timeouts]`): every limit is measured on the run's clock, and hitting one is a
 //! typed failure written to the audit log. A tool call past `tool_ms` fails with the tool's
 //! timeout error (audited as a failed call; an agent's tool loop shows it to its reasoner); a
@@ -417,7 +442,7 @@
 //! [[steps]]                        # none: a goal-only task, the top layer plans the steps
 //! id = "write-hello"               # required, unique in the plan
 //! description = "write hello.txt"  # default: "<id> (<tool>)"
-//! domain = "docs"                  # a lead's domain, or
+//! domain = "docs"                  # a lead's domain (a crew's lead, a single agent: any), or
 //! # agent = "bottom-d1"            # a lead or an executor; neither: any executor with the tool
 //! tool = "write_file"              # a registered tool an executor it reaches (or its role) has
 //! args = { path = "hello.txt", content = "hello\n" }   # checked against the tool's schema
@@ -485,6 +510,8 @@ mod limits;
 mod mcp;
 mod plan;
 mod raw;
+mod shape;
+mod shapes;
 mod team;
 mod text;
 
@@ -507,6 +534,7 @@ pub use mcp::{
     parse_stored_team, split_mcp_tool, toml_strings, with_unstarted_tools,
 };
 pub use plan::{goal_plan_toml, parse_plan};
+pub use shapes::{shape_plan_toml, shape_team_toml};
 pub use team::{
     DEFAULT_MAX_SUBORDINATES, MAX_SPAWN_DEPTH_LIMIT, ReasonerKind, ReasonerSettings,
     SandboxSettings, TeamFile, UnknownReasonerKind, default_team, parse_team,

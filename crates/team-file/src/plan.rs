@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use agent_core::tools::ToolRegistry;
-use agent_pool::{RoleSpec, TeamSpec};
+use agent_pool::{RoleSpec, TeamShape, TeamSpec};
 use agent_state::{AgentId, AgentLayer, PlanStep, Role, StepTarget, Task};
 
 use crate::error::{FileError, Seg, Source};
@@ -35,7 +35,9 @@ pub fn parse_plan(
     plan_controls(&src, &raw)?;
     plan_header(&src, &raw)?;
     let leads = leads(team);
-    let check = PlanCheck { src: &src, team, leads: &leads, tools };
+    // A crew's lead and a single agent take every domain.
+    let any_domain = team.shape() != TeamShape::Layered;
+    let check = PlanCheck { src: &src, team, leads: &leads, tools, any_domain };
     // Step ids and descriptions, all steps together (see MAX_PLAN_TEXT_BYTES).
     let mut text_bytes = 0_usize;
     let mut steps: Vec<PlanStep> = Vec::with_capacity(raw.steps.len());
@@ -80,6 +82,8 @@ struct PlanCheck<'c> {
     team: &'c TeamSpec,
     leads: &'c [Lead<'c>],
     tools: &'c ToolRegistry,
+    /// Every domain goes to the one lead (a crew) or the one agent (a single agent).
+    any_domain: bool,
 }
 
 impl PlanCheck<'_> {
@@ -109,7 +113,7 @@ impl PlanCheck<'_> {
         if let Some(d) = &step.description {
             check_len(src, d, "a step's `description`", MAX_TEXT_BYTES)?;
         }
-        let target = step_target(src, step, self.team, self.leads)?;
+        let target = step_target(src, step, self.team, self.leads, self.any_domain)?;
         let role = step_role(src, step, self.team)?;
         let description = step.description.as_ref().map(|d| d.get_ref().clone());
         let (tool, description, args) = match &step.tool {
@@ -174,7 +178,7 @@ impl PlanCheck<'_> {
                 ),
             ));
         }
-        check_goal_reachable(src, step, target, self.team, self.leads)?;
+        check_goal_reachable(src, step, target, self.team, self.domain_lead(target))?;
         Ok(description)
     }
 
@@ -457,14 +461,14 @@ fn check_goal_reachable(
     step: &RawStep,
     target: &StepTarget,
     team: &TeamSpec,
-    leads: &[Lead<'_>],
+    (leads, domain_lead): (&[Lead<'_>], Option<&Lead<'_>>),
 ) -> Result<(), FileError> {
     if !team.roles.is_empty() {
         return Ok(());
     }
     let (reached, place, span) = match (target, &step.domain, &step.agent) {
         (StepTarget::Domain(domain), Some(value), _) => {
-            let lead = leads.iter().find(|l| l.domain == domain);
+            let lead = domain_lead;
             let name = lead.map_or("", |l| l.id.as_str());
             (
                 lead.is_some_and(|l| !l.executors.is_empty()),
@@ -525,6 +529,18 @@ pub(crate) struct Lead<'t> {
 }
 
 pub(crate) fn leads(team: &TeamSpec) -> Vec<Lead<'_>> {
+    // A single agent is its own lead: every step is its.
+    if team.shape() == TeamShape::Single
+        && let Some(agent) = team.agents.first()
+        && let RoleSpec::Bottom(b) = &agent.role
+    {
+        let kind = b.kind.as_deref().or(b.ooda.as_ref().map(|_| OODA_KIND));
+        return vec![Lead {
+            id: &agent.config.id,
+            domain: "",
+            executors: vec![(&agent.config.id, &b.tools[..], kind)],
+        }];
+    }
     team.agents
         .iter()
         .filter_map(|lead| match &lead.role {
@@ -555,6 +571,7 @@ fn step_target(
     step: &RawStep,
     team: &TeamSpec,
     leads: &[Lead<'_>],
+    any_domain: bool,
 ) -> Result<StepTarget, FileError> {
     match (&step.domain, &step.agent) {
         (Some(_), Some(agent)) => Err(src.error(
@@ -562,7 +579,7 @@ fn step_target(
             "a step names either a `domain` or an `agent`, not both; remove one",
         )),
         (Some(domain), None) => {
-            if leads.iter().any(|l| l.domain == domain.get_ref()) {
+            if any_domain || leads.iter().any(|l| l.domain == domain.get_ref()) {
                 Ok(StepTarget::Domain(domain.get_ref().clone()))
             } else {
                 Err(src.error(
@@ -636,7 +653,18 @@ fn fits(need: Need, tool: &str, tools: &[String], kind: Option<&str>) -> bool {
     }
 }
 
-impl PlanCheck<'_> {
+impl<'c> PlanCheck<'c> {
+    /// The team's leads, and the one a step for a domain goes to: the lead of that domain; in
+    /// a crew, its lead; for a single agent, the agent.
+    fn domain_lead(&self, target: &StepTarget) -> (&'c [Lead<'c>], Option<&'c Lead<'c>>) {
+        let lead = match target {
+            StepTarget::Domain(_) if self.any_domain => self.leads.first(),
+            StepTarget::Domain(domain) => self.leads.iter().find(|l| l.domain == domain),
+            _ => None,
+        };
+        (self.leads, lead)
+    }
+
     /// Checks that some executor the step can reach has its `tool` (or, for [`Need::Kind`],
     /// runs that kind).
     fn check_reachable(
@@ -650,10 +678,16 @@ impl PlanCheck<'_> {
         let leads = self.leads;
         let (place, executors): (String, Vec<ExecutorView<'_>>) = match target {
             StepTarget::Domain(domain) => {
-                let lead = leads.iter().find(|l| l.domain == domain);
+                let lead = self.domain_lead(target).1;
                 let executors = lead.map(|l| l.executors.clone()).unwrap_or_default();
                 let lead_name = lead.map_or("", |l| l.id.as_str());
-                (format!("under the lead `{lead_name}` of the domain `{domain}`"), executors)
+                let place = match lead {
+                    // A single agent is its own lead, of no domain.
+                    Some(l) if self.any_domain && l.domain.is_empty() => "in the team".to_owned(),
+                    _ if self.any_domain => format!("under the lead `{lead_name}`"),
+                    _ => format!("under the lead `{lead_name}` of the domain `{domain}`"),
+                };
+                (place, executors)
             }
             StepTarget::Agent(id) => match leads.iter().find(|l| l.id == id) {
                 Some(lead) => (format!("under the lead `{id}`"), lead.executors.clone()),

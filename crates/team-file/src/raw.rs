@@ -11,6 +11,9 @@ use toml::Spanned;
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawTeam {
+    /// `layered`, `crew` or `single`; left out, the shape the agents make.
+    #[serde(default)]
+    pub(crate) shape: Option<Spanned<String>>,
     #[serde(default)]
     pub(crate) heartbeat: Option<Spanned<String>>,
     #[serde(default)]
@@ -371,7 +374,9 @@ pub(crate) struct RawMid {
     #[serde(default)]
     pub(crate) name: Option<Spanned<String>>,
     pub(crate) domain: Spanned<String>,
-    pub(crate) supervisor: Spanned<String>,
+    /// A top power; none for a crew's lead.
+    #[serde(default)]
+    pub(crate) supervisor: Option<Spanned<String>>,
     #[serde(default)]
     pub(crate) max_subordinates: Option<usize>,
     /// Refused with a message of its own: only executors run a kind.
@@ -399,7 +404,9 @@ pub(crate) struct RawBottom {
     pub(crate) id: Spanned<String>,
     #[serde(default)]
     pub(crate) name: Option<Spanned<String>>,
-    pub(crate) supervisor: Spanned<String>,
+    /// A lead; none for a single agent.
+    #[serde(default)]
+    pub(crate) supervisor: Option<Spanned<String>>,
     pub(crate) tools: Spanned<Vec<Spanned<String>>>,
     /// The executor kind it runs its subtasks through.
     #[serde(default)]
@@ -515,7 +522,7 @@ impl<'a> Entry<'a> {
             layer: AgentLayer::Mid,
             id: &raw.id,
             name: raw.name.as_ref(),
-            supervisor: Some(&raw.supervisor),
+            supervisor: raw.supervisor.as_ref(),
             role: raw.role.as_ref(),
             capabilities: raw.capabilities.as_ref(),
             model: raw.model.as_ref(),
@@ -533,7 +540,7 @@ impl<'a> Entry<'a> {
             layer: AgentLayer::Bottom,
             id: &raw.id,
             name: raw.name.as_ref(),
-            supervisor: Some(&raw.supervisor),
+            supervisor: raw.supervisor.as_ref(),
             role: raw.role.as_ref(),
             capabilities: raw.capabilities.as_ref(),
             model: raw.model.as_ref(),

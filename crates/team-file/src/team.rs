@@ -362,8 +362,8 @@ impl<'r> TeamReader<'r> {
         entries
     }
 
-    /// The entries by id, each id once; at most `max_agents` of them, and at least one top
-    /// power.
+    /// The entries by id, each id once; at most `max_agents` of them, making the team's
+    /// shape (`crate::shape`).
     fn index<'e>(
         &self,
         entries: &'e [Entry<'r>],
@@ -387,12 +387,7 @@ impl<'r> TeamReader<'r> {
                 ),
             ));
         }
-        if !entries.iter().any(|e| e.layer == AgentLayer::Top) {
-            return Err(src.error(
-                0..0,
-                "the team has no top power; add a [[top]] table (a team needs one to propose and sign plans)",
-            ));
-        }
+        crate::shape::shape(src, self.raw, entries)?;
         Ok(team)
     }
 
@@ -747,24 +742,10 @@ fn bottom_role<'a>(
     team: &TeamIndex<'_, 'a>,
     tools: &ToolRegistry,
 ) -> Result<RoleSpec, FileError> {
-    let lead = raw.supervisor.get_ref();
-    let max = team.by_id.get(lead.as_str()).and_then(|e| match e.kind {
-        EntryKind::Mid(m) => Some(m.max_subordinates.unwrap_or(DEFAULT_MAX_SUBORDINATES)),
-        _ => None,
-    });
-    let siblings = placed.entry(lead.as_str()).or_insert(0);
-    if let Some(max) = max
-        && *siblings >= max
-    {
-        return Err(src.error(
-            raw.supervisor.span(),
-            format!(
-                "lead `{lead}` already has {max} executors, its `max_subordinates`; raise it or report to another lead ({})",
-                team.ids_on(AgentLayer::Mid)
-            ),
-        ));
+    // A single agent has no lead (the shape is checked first).
+    if let Some(supervisor) = &raw.supervisor {
+        room_under_lead(src, supervisor, placed, team)?;
     }
-    *siblings += 1;
     let spec = BottomSpec::new(executor_tools(src, &raw.tools, tools)?);
     Ok(match (&raw.kind, &raw.ooda) {
         (Some(_), Some(ooda)) => {
@@ -780,6 +761,34 @@ fn bottom_role<'a>(
         }
         (None, None) => RoleSpec::Bottom(spec),
     })
+}
+
+/// Room for one more executor under the lead `supervisor` names (its `max_subordinates`).
+fn room_under_lead<'a>(
+    src: &Source<'_>,
+    supervisor: &'a Spanned<String>,
+    placed: &mut BTreeMap<&'a str, usize>,
+    team: &TeamIndex<'_, 'a>,
+) -> Result<(), FileError> {
+    let lead = supervisor.get_ref();
+    let max = team.by_id.get(lead.as_str()).and_then(|e| match e.kind {
+        EntryKind::Mid(m) => Some(m.max_subordinates.unwrap_or(DEFAULT_MAX_SUBORDINATES)),
+        _ => None,
+    });
+    let siblings = placed.entry(lead.as_str()).or_insert(0);
+    if let Some(max) = max
+        && *siblings >= max
+    {
+        return Err(src.error(
+            supervisor.span(),
+            format!(
+                "lead `{lead}` already has {max} executors, its `max_subordinates`; raise it or report to another lead ({})",
+                team.ids_on(AgentLayer::Mid)
+            ),
+        ));
+    }
+    *siblings += 1;
+    Ok(())
 }
 
 /// An executor's `ooda = { ... }`: an OODA configuration (version 1 or 2; see

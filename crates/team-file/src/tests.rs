@@ -3,6 +3,7 @@
 
 mod mcp;
 mod plan_repairs;
+mod shapes;
 mod timeouts;
 
 use std::borrow::Cow;
@@ -569,13 +570,13 @@ fn too_many_agents_points_at_the_first_that_does_not_fit() {
 }
 
 #[test]
-fn a_team_needs_a_top_power() {
+fn a_team_needs_agents() {
     let err = team_err(
         r#"
 heartbeat = "1s"
 "#,
     );
-    assert_at(&err, 1, 1, &["no top power; add a [[top]] table"]);
+    assert_at(&err, 1, 1, &["the team has no agents; add a [[bottom]] executor"]);
 }
 
 #[test]

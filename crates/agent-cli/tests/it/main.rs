@@ -39,6 +39,7 @@ mod placed;
 mod sandbox;
 mod secrets;
 mod serve;
+mod shapes;
 mod softtimeout;
 mod spawn_views;
 mod storage;

@@ -71,11 +71,11 @@ async fn a_board_that_cannot_be_created_fails_initialization_before_the_layer_se
 #[tokio::test(start_paused = true)]
 async fn an_invalid_configuration_is_refused_at_construction() {
     let s = Services::new().await;
-    let config = AgentConfig::new(ME, "Executor One", AgentLayer::Bottom);
+    let config = AgentConfig::new(ME, "Executor One", AgentLayer::Bottom).with_supervisor(ME);
     let err = Agent::new(config, Box::new(TestBehavior(Probe::default())), s.deps.clone())
         .err()
-        .expect("a bottom agent without a supervisor is invalid");
-    assert_eq!(err.kind, ConfigErrorKind::MissingSupervisor { layer: AgentLayer::Bottom });
+        .expect("an agent that supervises itself is invalid");
+    assert_eq!(err.kind, ConfigErrorKind::SupervisesItself);
 }
 
 /// Puts a fresh, initialized agent into `status` along allowed edges.

@@ -90,7 +90,8 @@ struct Roster {
     top_ids: Vec<AgentId>,
     /// The powers that vote in arbitrations.
     voters: Vec<AgentId>,
-    /// The first top power: it proposes the plans.
+    /// The agent tasks go to ([`TeamSpec::entry`]): the first top power, which proposes the
+    /// plans; a crew's lead; a single agent.
     proposer: AgentId,
     /// The roles agents may spawn (empty without a spawner).
     roles: Arc<RoleBook>,
@@ -118,7 +119,9 @@ impl Roster {
             })
             .map(|a| a.config.id.clone())
             .collect();
-        let proposer = top_ids.first().cloned().ok_or(TeamError::NoTopAgent)?;
+        let proposer = spec.entry().map(|a| a.config.id.clone()).ok_or_else(|| {
+            TeamError::Shape { shape: spec.shape(), reason: "the team has no agents".into() }
+        })?;
         Ok(Self { leads, peers, tops, top_ids, voters, proposer, roles: Arc::default() })
     }
 }
@@ -283,6 +286,10 @@ impl TeamBuilder {
             }
             RoleSpec::Bottom(b) => {
                 let mut executor = BottomAgent::new(b.clone()).with_guards(self.spec.guards);
+                if config.supervisor.is_none() {
+                    // A single agent: it takes the team's tasks itself.
+                    executor = executor.solo();
+                }
                 if let Some(peers) = config.supervisor.as_ref().and_then(|s| roster.peers.get(s)) {
                     executor = executor.with_peers(peers.clone());
                 }
@@ -311,6 +318,8 @@ impl TeamBuilder {
         let lead = MidAgent::new(spec.clone(), executors, roster.top_ids.clone(), peers)
             .with_guards(self.spec.guards)
             .with_arbitration(self.spec.arbitration);
+        // A crew's lead: it takes the team's tasks itself, with no powers above it.
+        let lead = if roster.proposer == *id { lead.leading() } else { lead };
         let supervises = self
             .spec
             .agent_roles

@@ -17,6 +17,7 @@ mod peers;
 mod resume;
 mod scenarios;
 mod scripted;
+mod shapes;
 mod shares;
 #[cfg(feature = "sim")]
 mod sim;

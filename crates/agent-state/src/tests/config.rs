@@ -235,13 +235,15 @@ fn top_with_supervisor_is_rejected() {
 }
 
 #[test]
-fn mid_or_bottom_without_supervisor_is_rejected() {
+fn mid_or_bottom_without_supervisor_is_valid_config() {
+    // The lead of a crew and the agent of a single-agent team take their tasks from the
+    // system: whether a team may have such an agent is the team's check, not the config's.
     let mut m = mid();
     m.supervisor = None;
-    check_rejected(m, ConfigErrorKind::MissingSupervisor { layer: Mid }, "supervisor");
+    assert_eq!(m.validate(), Ok(()));
     let mut b = bottom();
     b.supervisor = None;
-    check_rejected(b, ConfigErrorKind::MissingSupervisor { layer: Bottom }, "supervisor");
+    assert_eq!(b.validate(), Ok(()));
 }
 
 #[test]
@@ -352,8 +354,11 @@ fn zero_timeout_is_rejected() {
 
 #[test]
 fn the_first_violation_is_reported_in_field_order() {
-    // id before name before capabilities before supervisor.
-    let mut c = AgentConfig::new("system", "", Bottom).with_capabilities([Capability::Arbitrate]);
+    // id before name before capabilities before supervisor (which, once the id is
+    // `bottom-9`, names the agent itself).
+    let mut c = AgentConfig::new("system", "", Bottom)
+        .with_capabilities([Capability::Arbitrate])
+        .with_supervisor("bottom-9");
     assert_eq!(c.validate().unwrap_err().field(), "id");
     c.id = "bottom-9".into();
     assert_eq!(c.validate().unwrap_err().field(), "name");

@@ -672,9 +672,13 @@ impl RunModel {
         &self.task_id
     }
 
-    /// Whether top-layer agent `id` is one of the run's (its top powers hold the plan).
-    pub fn is_top(&self, id: &AgentId) -> bool {
-        self.index.get(id.as_str()).is_some_and(|&i| self.agents[i].layer == "top")
+    /// Whether `id` is one of the run's agents that take tasks and hold their plans: its top
+    /// powers, a crew's lead, a single agent (the configured agents without a supervisor).
+    pub fn takes_tasks(&self, id: &AgentId) -> bool {
+        self.index.get(id.as_str()).is_some_and(|&i| {
+            let agent = &self.agents[i];
+            agent.layer == "top" || (!agent.spawned && agent.parent.is_none())
+        })
     }
 
     /// Counts the steps again; whether the counter changed.

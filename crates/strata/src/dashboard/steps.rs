@@ -91,13 +91,13 @@ impl Steps {
     }
 }
 
-/// Where task `task_id` stands at a top power of `team` that runs in this process, if one
-/// can be read now (a power busy in its turn cannot; agents on workers are not here).
+/// Where task `task_id` stands at the agent of `team` that takes tasks (its proposing power;
+/// a crew's lead, a single agent) when it runs in this process and can be read now (an
+/// agent busy in its turn cannot; agents on workers are not here).
 pub fn team_power(team: &agent_pool::Team, task_id: &str) -> Option<TaskProgress> {
-    team.pool().by_layer(agent_state::AgentLayer::Top).iter().find_map(|slot| {
-        let agent = slot.agent().try_lock().ok()?;
-        agent_layers::task_progress(&agent.record().behavior, task_id)
-    })
+    let slot = team.pool().get(team.entry())?;
+    let agent = slot.agent().try_lock().ok()?;
+    agent_layers::task_progress(&agent.record().behavior, task_id)
 }
 
 /// The step ids of the last plan proposed for task `task_id` (a decision whose content names

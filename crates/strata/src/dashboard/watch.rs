@@ -568,11 +568,12 @@ impl RunWatch {
         // The one source of the numbers the summary and `inspect RUN metrics` show.
         let metrics =
             agent_pool::stored_metrics(stores.state.as_ref()).await.map_err(Error::failed_from)?;
-        // Where the task stands at its top power (a goal's plan and the steps done), read when
-        // a top power wrote a record (it holds the plan and takes the results) or the run ended.
+        // Where the task stands at the agent that took it (a goal's plan and the steps done),
+        // read when a top power (a crew's lead, a single agent) wrote a record (it holds the
+        // plan and takes the results) or the run ended.
         let (powers_moved, task_id) = {
             let state = lock(&self.state);
-            let moved = !live || records.iter().any(|r| state.model.is_top(&r.agent));
+            let moved = !live || records.iter().any(|r| state.model.takes_tasks(&r.agent));
             (moved, state.model.task_id().to_owned())
         };
         let power = if powers_moved {
