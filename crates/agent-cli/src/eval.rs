@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use strata::eval::{EvalInfo, EvalObserver, EvalOptions, EvalStatus, Evaluating};
+use strata::eval::{EvalInfo, EvalObserver, EvalOptions, EvalStatus, Evaluating, StopReason};
 use strata::run_dir::ModelFlags;
 
 use crate::cli::EvalArgs;
@@ -23,6 +23,7 @@ impl EvalObserver for Lines {
         let how = match (result.passed, result.stop, result.runaway) {
             (true, ..) => "passed".to_owned(),
             (false, _, true) => "runaway".to_owned(),
+            (false, Some(StopReason::Failed), _) => "failed".to_owned(),
             (false, Some(stop), _) => format!("failed ({})", stop.as_str()),
             (false, None, _) if result.check.is_some() => "failed its check".to_owned(),
             (false, None, _) => "failed".to_owned(),

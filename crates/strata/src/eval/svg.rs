@@ -55,7 +55,7 @@ impl Report {
         let _ = writeln!(svg, r#"<text x="{bar_x}" y="44">pass rate</text>"#);
         let _ = writeln!(
             svg,
-            r#"<text x="{box_x}" y="44">wall time: median to p90 (box), shortest to longest; 0 to {}</text>"#,
+            r#"<text x="{box_x}" y="44">wall time 0 to {}: box median to p90, line min to max</text>"#,
             seconds(longest)
         );
         for (i, row) in rows.iter().enumerate() {
