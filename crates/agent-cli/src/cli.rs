@@ -67,6 +67,11 @@ pub(crate) enum Command {
     Evolve(EvolveArgs),
     /// Export an evolution's family tree, with the fitness of each genome.
     Lineage(LineageArgs),
+    /// Evaluate teams on a task suite: every task run by each team, --repeat times, each
+    /// attempt a durable run (`runs`, `inspect` and the dashboard show it) judged by the
+    /// task's check; a table (or --json, --svg) of passes, wall time, model calls, tokens,
+    /// cost, repairs, stop reasons and runaway runs. A stopped eval goes on with --resume.
+    Eval(EvalArgs),
     /// The embedded model: fetch it (setup, downloads once) or show where it is.
     Model(ModelArgs),
     /// Host a share of the agents of the runs placed on a NATS server (`run --nats` while
@@ -158,6 +163,55 @@ pub(crate) struct EvolveArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub(crate) json: bool,
+}
+
+/// `strata eval`.
+#[derive(Debug, Args)]
+pub(crate) struct EvalArgs {
+    /// The suite folder: suite.toml, and tasks/NAME/task.toml each with `check` (or
+    /// `check_script`) and `goal` (or a plan.toml), optional files/ (see examples/evolve/suite).
+    #[arg(required_unless_present = "resume", conflicts_with = "resume")]
+    pub(crate) suite: Option<PathBuf>,
+    /// A team file to evaluate; repeat it for several (default: the suite's `team`).
+    #[arg(long = "team", value_name = "FILE", conflicts_with = "resume")]
+    pub(crate) teams: Vec<PathBuf>,
+    /// Attempts of each task by each team (1 to 1000).
+    #[arg(long, default_value_t = 1, conflicts_with = "resume")]
+    pub(crate) repeat: u32,
+    /// Go on with an eval that was stopped or killed: finished attempts are kept, an
+    /// interrupted run is resumed, the rest are started (a finished eval: its report again).
+    #[arg(long, value_name = "EVAL")]
+    pub(crate) resume: Option<String>,
+    /// Where runs and evals are stored.
+    #[arg(long, default_value = DEFAULT_DATA)]
+    pub(crate) data: PathBuf,
+    /// The eval's id: 1 to 64 ASCII letters, digits or `-` (default: eval- and the time).
+    #[arg(long, value_parser = parse_run_id, conflicts_with = "resume")]
+    pub(crate) eval_id: Option<String>,
+    /// The reasoner of every agent of every team, as `strata run --reasoner`.
+    #[arg(long, conflicts_with = "resume")]
+    pub(crate) reasoner: Option<String>,
+    /// The API root of every agent's model server, as `strata run --base-url`.
+    #[arg(long, value_name = "URL", value_parser = parse_base_url, conflicts_with = "resume")]
+    pub(crate) base_url: Option<String>,
+    /// The model of every agent, as `strata run --model`.
+    #[arg(long, value_name = "NAME", value_parser = parse_model, conflicts_with = "resume")]
+    pub(crate) model: Option<String>,
+    /// The model is small, as `strata run --small-model`.
+    #[arg(long, conflicts_with = "resume")]
+    pub(crate) small_model: bool,
+    /// Run the teams' commands and the checks without the built-in sandbox (recorded).
+    #[arg(long)]
+    pub(crate) unsandboxed: bool,
+    /// Skip fdatasync on the runs' commits.
+    #[arg(long)]
+    pub(crate) no_sync: bool,
+    /// Print the report as JSON (and no line per attempt).
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// Also write the report as an SVG plot into FILE.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) svg: Option<PathBuf>,
 }
 
 /// `strata lineage`.

@@ -32,6 +32,7 @@ macro_rules! errln {
 }
 
 mod cli;
+mod eval;
 mod evolve;
 mod exec;
 mod inspect;
@@ -223,6 +224,7 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::Adopt(args) => operator::adopt(&args).await,
         Command::Evolve(args) => evolve::evolve(args).await,
         Command::Lineage(args) => reading(evolve::lineage(&args)).await,
+        Command::Eval(args) => eval::eval(args).await,
         Command::Model(args) => model::model(args).await,
         Command::Worker(args) => worker::worker(args).await,
         Command::Serve(args) => serve::serve(args).await,

@@ -17,6 +17,8 @@
 //!   task's team runs on the services a [`TaskServices`] makes: the built-in
 //!   [`InMemoryServices`], or a program's own (the `strata` crate's gives the teams the
 //!   sandbox, per-agent network rule and reasoners of `strata run`).
+//!   A suite folder read on its own ([`SuiteFile`]: each task's check, goal or plan and files,
+//!   checked before anything runs) is also what `strata eval` runs, with any team.
 //! - **Evolution** ([`Evolution`]): generation 0 is the genesis; each later generation keeps
 //!   the elite of the last and fills the population with mutated children of its survivors;
 //!   genomes below the threshold (0.5) die. Evaluations of a generation run concurrently
@@ -90,6 +92,7 @@ pub use services::{
     InMemoryServices, Reasoning, ReasoningFactory, TaskServices, TaskSetup, TaskTeam, TokenMeter,
 };
 pub use suite::{
-    SuiteError, SuiteEvaluator, SuiteTask, TOOL_TIMEOUT_PARAMETER, TaskRun, TaskSuite,
+    Check, CheckError, CheckRun, MAX_TASK_FILES, SuiteError, SuiteEvaluator, SuiteFile, SuiteTask,
+    TOOL_TIMEOUT_PARAMETER, TaskFile, TaskRun, TaskSuite, Work, copy_files, run_check,
 };
 pub use swap::{SwapError, hot_swap};

@@ -9,10 +9,20 @@
 //!   team.toml             the team each task runs with (its [[bottom]] executors take the genome)
 //!   tasks/
 //!     flaky-build/
-//!       task.toml         check = "test -s build.out"   (required); goal = "..." (without a plan)
+//!       task.toml         check = "test -s build.out"   (or check_script = "check.sh");
+//!                         goal = "..." (without a plan); description = "..."
 //!       plan.toml         the plan (or `goal` in task.toml)
 //!       files/            copied into the task's fresh workspace first (optional)
 //! ```
+//!
+//! The same folder is what `strata eval` runs (its teams may come from the command line, and
+//! then `team` may be left out). Each task's check decides whether its result is right, in its
+//! final workspace, exit 0 meaning right: a shell command (`check`, run with `sh -c`), or an
+//! executable file in the task's folder (`check_script`). [`SuiteFile::read`] reads and checks
+//! the folder without a team: a task without a check (or with both), a check script that is not
+//! an executable file, a check command the shell cannot parse, an empty goal and a task folder
+//! (or its plan, files or script) that leads outside the suite are refused there, naming the
+//! path and why.
 //!
 //! Each task's team runs on the services the evaluator's [`TaskServices`] make: by default
 //! in-memory backends, the built-in tools and the team's sandbox ([`InMemoryServices`]).
@@ -20,10 +30,11 @@
 //! `suite.toml`:
 //!
 //! ```toml
-//! team = "team.toml"         # required
+//! team = "team.toml"         # required by evolution (`strata eval --team` may give others)
 //! task_timeout_ms = 60000    # a task still open after this fails (default 60000)
 //! check_timeout_ms = 10000   # the most a check command may take (default 10000)
-//! heartbeat = "50ms"         # the task teams' heartbeat (default 50 ms; 10 ms to 1 h)
+//! heartbeat = "50ms"         # the task teams' heartbeat (default 50 ms in evolution, the
+//!                            # team file's in `strata eval`; 10 ms to 1 h)
 //! time_budget_ms = 4000      # optional: wall time counts in efficiency, 1 - wall / budget
 //!                            # per task; left out, the fitness depends on nothing measured
 //! token_budget = 20000       # optional: model tokens count in efficiency, 1 - tokens /
@@ -65,17 +76,16 @@ use agent_pool::{RoleSpec, Team, TeamServices, TeamSpec};
 use agent_state::evolution::{Fitness, FitnessWeights, Genome, GenomeConfig};
 use agent_state::{AgentLayer, Task};
 use async_trait::async_trait;
-use serde::Deserialize;
 use team_file::TeamFile;
 
 use crate::evolve::{EvalContext, EvalError, FitnessEvaluator};
 use crate::services::{InMemoryServices, ReasoningFactory, TaskServices, TaskSetup, TaskTeam};
 
-/// The largest `suite.toml` or `task.toml`.
-const MAX_SETTINGS_BYTES: usize = 1024 * 1024;
+mod file;
 
-/// The most files a task's `files/` folder may hold (copied into every evaluation).
-const MAX_TASK_FILES: usize = 1000;
+pub use file::{
+    Check, CheckError, CheckRun, MAX_TASK_FILES, SuiteFile, TaskFile, Work, copy_files, run_check,
+};
 
 /// The strategy parameter the suite applies as its teams' tool time limit.
 pub const TOOL_TIMEOUT_PARAMETER: &str = "tool_timeout_ms";
@@ -104,9 +114,9 @@ pub enum SuiteError {
         /// What is wrong.
         reason: String,
     },
-    /// A task has no check command.
+    /// A task has no check.
     #[error(
-        "task `{task}` has no check command: add `check = \"...\"` to {} (a shell command run in the task's workspace; exit 0 means the result is right)",
+        "task `{task}` has no check: add `check = \"...\"` to {} (a shell command run in the task's workspace; exit 0 means the result is right), or `check_script = \"check.sh\"` (an executable file in the task's folder)",
         path.display()
     )]
     MissingCheck {
@@ -114,6 +124,51 @@ pub enum SuiteError {
         task: String,
         /// Its `task.toml`.
         path: PathBuf,
+    },
+    /// A task's check cannot be run: a script that is missing, not a file or not executable,
+    /// or a command the shell cannot parse.
+    #[error("task `{task}`: the check in {} is not executable: {reason}", path.display())]
+    CheckNotExecutable {
+        /// The task.
+        task: String,
+        /// Its `task.toml`, or the script.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// A task's goal is empty.
+    #[error(
+        "task `{task}`: `goal` in {} is empty: say in words what the team should achieve (or give a plan.toml)",
+        path.display()
+    )]
+    EmptyGoal {
+        /// The task.
+        task: String,
+        /// Its `task.toml`.
+        path: PathBuf,
+    },
+    /// A task's folder, or a file of it, leads outside the suite folder (a symbolic link).
+    #[error(
+        "task `{task}`: {} leads outside the suite folder (to {}): a task's folder, plan, files and check script must be inside the suite",
+        path.display(),
+        target.display()
+    )]
+    Escapes {
+        /// The task (`tasks` for the tasks folder itself).
+        task: String,
+        /// The path in the suite.
+        path: PathBuf,
+        /// Where it leads.
+        target: PathBuf,
+    },
+    /// The suite names no team and none was given.
+    #[error(
+        "the suite {} names no team: add `team = \"team.toml\"` to its suite.toml",
+        dir.display()
+    )]
+    NoTeam {
+        /// The suite folder.
+        dir: PathBuf,
     },
     /// The suite has no task.
     #[error("the suite {} has no task: add folders under tasks/, each with a task.toml", dir.display())]
@@ -129,7 +184,7 @@ pub enum SuiteError {
     },
     /// The team reasons with a model the suite evaluator cannot build.
     #[error(
-        "the suite's team {} uses the `{kind}` reasoner; the suite evaluator runs teams on the rule-based reasoner unless the program gives it one (SuiteEvaluator::with_reasoner)",
+        "the suite's team {} uses the `{kind}` reasoner; evolution runs suites on the rule-based reasoner unless the program gives it one (SuiteEvaluator::with_reasoner); `strata eval` runs a suite with any reasoner",
         path.display()
     )]
     Reasoner {
@@ -143,35 +198,6 @@ pub enum SuiteError {
     Sandbox(String),
 }
 
-/// The settings in `suite.toml`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawSuite {
-    team: String,
-    #[serde(default)]
-    task_timeout_ms: Option<u64>,
-    #[serde(default)]
-    check_timeout_ms: Option<u64>,
-    #[serde(default)]
-    heartbeat: Option<String>,
-    #[serde(default)]
-    time_budget_ms: Option<u64>,
-    #[serde(default)]
-    token_budget: Option<u64>,
-}
-
-/// The settings in a task's `task.toml`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawTask {
-    #[serde(default)]
-    check: Option<String>,
-    #[serde(default)]
-    goal: Option<String>,
-    #[serde(default)]
-    description: Option<String>,
-}
-
 /// One task of a suite.
 #[derive(Clone, Debug)]
 pub struct SuiteTask {
@@ -179,8 +205,8 @@ pub struct SuiteTask {
     pub name: String,
     /// What the team does (its plan, or a goal).
     pub task: Task,
-    /// The shell command whose exit 0 says the result is right.
-    pub check: String,
+    /// The check whose exit 0 says the result is right.
+    pub check: Check,
     /// Files copied into its workspace first.
     pub files: Option<PathBuf>,
     /// What it tests, in words.
@@ -192,6 +218,8 @@ pub struct SuiteTask {
 pub struct TaskSuite {
     /// The suite folder.
     pub dir: PathBuf,
+    /// The team file.
+    pub team_path: PathBuf,
     /// The team each task runs with.
     pub team: TeamFile,
     /// The tasks, by folder name.
@@ -206,101 +234,52 @@ pub struct TaskSuite {
     pub token_budget: Option<u64>,
 }
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> SuiteError + '_ {
-    move |source| SuiteError::Io { path: path.to_path_buf(), source }
-}
-
-fn read_text(path: &Path) -> Result<String, SuiteError> {
-    team_file::read(path, MAX_SETTINGS_BYTES).map_err(|e| match e {
-        team_file::ReadError::Io { path, source } => SuiteError::Io { path, source },
-        team_file::ReadError::File(e) => SuiteError::File(e),
-    })
-}
-
-fn toml_error(path: &Path, e: &toml::de::Error) -> SuiteError {
-    SuiteError::Field {
-        path: path.to_path_buf(),
-        field: "file".into(),
-        reason: format!("is not a valid settings file: {}", e.message()),
-    }
-}
-
 impl TaskSuite {
-    /// Reads and checks the suite in `dir` (blocking file reads; small files). Every task's
-    /// plan is checked against the team: a mistake is reported where it is written.
+    /// Reads and checks the suite in `dir` ([`SuiteFile::read`]: blocking, small files) with
+    /// the team its `suite.toml` names. Every task's plan is checked against the team: a
+    /// mistake is reported where it is written.
     pub fn load(dir: &Path) -> Result<Self, SuiteError> {
-        let dir = std::fs::canonicalize(dir).map_err(io(dir))?;
-        let settings_path = dir.join("suite.toml");
-        let raw: RawSuite = toml::from_str(&read_text(&settings_path)?)
-            .map_err(|e| toml_error(&settings_path, &e))?;
-        let field = |field: &str, reason: String| SuiteError::Field {
-            path: settings_path.clone(),
-            field: field.into(),
-            reason,
-        };
-        let team_path = dir.join(&raw.team);
+        let file = SuiteFile::read(dir)?;
+        let team_path =
+            file.team.clone().ok_or_else(|| SuiteError::NoTeam { dir: file.dir.clone() })?;
         let tools = ToolRegistry::with_builtins();
-        let mut team = team_file::parse_team(&team_path, &read_text(&team_path)?, &tools)?;
-        if !matches!(team.default_reasoner.kind, team_file::ReasonerKind::RuleBased)
-            || team
-                .agent_reasoners
-                .values()
-                .any(|r| !matches!(r.kind, team_file::ReasonerKind::RuleBased))
-        {
-            let kind = format!("{:?}", team.default_reasoner.kind).to_lowercase();
-            return Err(SuiteError::Reasoner { path: team_path, kind });
-        }
+        let mut team = team_file::parse_team(&team_path, &file::read_text(&team_path)?, &tools)?;
         if !team.spec.agents.iter().any(|a| a.config.layer == AgentLayer::Bottom) {
             return Err(SuiteError::NoExecutors { path: team_path });
         }
-        let heartbeat = match &raw.heartbeat {
-            None => Duration::from_millis(50),
-            Some(text) => parse_duration(text)
-                .filter(|d| (team_file::MIN_HEARTBEAT..=team_file::MAX_HEARTBEAT).contains(d))
-                .ok_or_else(|| {
-                    field("heartbeat", format!("is `{text}`; give 10ms to 1h, such as \"50ms\""))
-                })?,
-        };
-        team.spec.heartbeat = heartbeat;
-        let positive = |name: &str, value: Option<u64>, default: u64| -> Result<u64, SuiteError> {
-            match value {
-                None => Ok(default),
-                Some(0) => Err(field(name, "is 0; it must be above 0".into())),
-                Some(v) => Ok(v),
-            }
-        };
-        let task_timeout = positive("task_timeout_ms", raw.task_timeout_ms, 60_000)?;
-        let check_timeout = positive("check_timeout_ms", raw.check_timeout_ms, 10_000)?;
-        if raw.time_budget_ms == Some(0) {
-            return Err(field("time_budget_ms", "is 0; it must be above 0 (or left out)".into()));
-        }
-        if raw.token_budget == Some(0) {
-            return Err(field("token_budget", "is 0; it must be above 0 (or left out)".into()));
-        }
-        let tasks_dir = dir.join("tasks");
-        let mut names: Vec<String> = std::fs::read_dir(&tasks_dir)
-            .map_err(io(&tasks_dir))?
-            .filter_map(Result::ok)
-            .filter(|e| e.path().is_dir())
-            .filter_map(|e| e.file_name().into_string().ok())
-            .collect();
-        names.sort();
-        let mut tasks = Vec::new();
-        for name in names {
-            tasks.push(load_task(&tasks_dir.join(&name), &name, &team, &tools)?);
-        }
-        if tasks.is_empty() {
-            return Err(SuiteError::NoTasks { dir });
-        }
+        team.spec.heartbeat = file.heartbeat.unwrap_or(Duration::from_millis(50));
+        let tasks = file
+            .tasks
+            .iter()
+            .map(|task| suite_task(task, &team, &tools))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
-            dir,
+            dir: file.dir,
+            team_path,
             team,
             tasks,
-            task_timeout: Duration::from_millis(task_timeout),
-            check_timeout: Duration::from_millis(check_timeout),
-            time_budget_ms: raw.time_budget_ms,
-            token_budget: raw.token_budget,
+            task_timeout: file.task_timeout,
+            check_timeout: file.check_timeout,
+            time_budget_ms: file.time_budget_ms,
+            token_budget: file.token_budget,
         })
+    }
+
+    /// Refuses a suite whose team reasons with a model anywhere: what the built-in services
+    /// ([`InMemoryServices::rule_based`]) and `strata evolve` run on is the rule-based
+    /// reasoner.
+    pub fn require_rule_based(&self) -> Result<(), SuiteError> {
+        let team = &self.team;
+        let model = std::iter::once(&team.default_reasoner)
+            .chain(team.agent_reasoners.values())
+            .find(|r| !matches!(r.kind, team_file::ReasonerKind::RuleBased));
+        match model {
+            None => Ok(()),
+            Some(settings) => Err(SuiteError::Reasoner {
+                path: self.team_path.clone(),
+                kind: settings.kind.as_str().to_owned(),
+            }),
+        }
     }
 
     /// The tools a genome may hold: those of the team's executors.
@@ -391,51 +370,27 @@ impl TaskSuite {
     }
 }
 
-fn parse_duration(text: &str) -> Option<Duration> {
-    let text = text.trim();
-    let (number, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit())?);
-    let n: u64 = number.parse().ok()?;
-    match unit {
-        "ms" => Some(Duration::from_millis(n)),
-        "s" => Some(Duration::from_secs(n)),
-        "m" => Some(Duration::from_secs(n.checked_mul(60)?)),
-        "h" => Some(Duration::from_secs(n.checked_mul(3600)?)),
-        _ => None,
-    }
-}
-
-fn load_task(
-    dir: &Path,
-    name: &str,
+/// The task of `file` for `team`: its plan (or goal) checked against the team.
+fn suite_task(
+    file: &TaskFile,
     team: &TeamFile,
     tools: &ToolRegistry,
 ) -> Result<SuiteTask, SuiteError> {
-    let task_path = dir.join("task.toml");
-    let raw: RawTask =
-        toml::from_str(&read_text(&task_path)?).map_err(|e| toml_error(&task_path, &e))?;
-    let check = raw.check.filter(|c| !c.trim().is_empty()).ok_or_else(|| {
-        SuiteError::MissingCheck { task: name.to_owned(), path: task_path.clone() }
-    })?;
-    let plan_path = dir.join("plan.toml");
-    let task = if plan_path.is_file() {
-        team_file::parse_plan(&plan_path, &read_text(&plan_path)?, &team.spec, tools)?
-    } else if let Some(goal) = raw.goal.as_deref().filter(|g| !g.trim().is_empty()) {
-        let text = team_file::goal_plan_toml(name, goal);
-        team_file::parse_plan(&task_path, &text, &team.spec, tools)?
-    } else {
-        return Err(SuiteError::Field {
-            path: task_path,
-            field: "goal".into(),
-            reason: format!("is missing, and there is no plan.toml in {}: give one", dir.display()),
-        });
+    let task = match &file.work {
+        Work::Plan(path) => {
+            team_file::parse_plan(path, &file::read_text(path)?, &team.spec, tools)?
+        }
+        Work::Goal(goal) => {
+            let text = team_file::goal_plan_toml(&file.name, goal);
+            team_file::parse_plan(&file.dir.join("task.toml"), &text, &team.spec, tools)?
+        }
     };
-    let files = dir.join("files");
     Ok(SuiteTask {
-        name: name.to_owned(),
+        name: file.name.clone(),
         task,
-        check,
-        files: files.is_dir().then_some(files),
-        description: raw.description.unwrap_or_default(),
+        check: file.check.clone(),
+        files: file.files.clone(),
+        description: file.description.clone(),
     })
 }
 
@@ -476,8 +431,12 @@ pub struct SuiteEvaluator {
 
 impl SuiteEvaluator {
     /// An evaluator of `suite` on in-memory services whose commands (the tasks' and the
-    /// checks') run in the team's sandbox, checked to work here.
+    /// checks') run in the team's sandbox, checked to work here, every agent on the
+    /// rule-based reasoner: a team that names a model is refused ([`SuiteError::Reasoner`];
+    /// give the evaluator a reasoner with [`with_reasoner`](Self::with_reasoner) after
+    /// [`with_services`](Self::with_services), or run the suite with `strata eval`).
     pub fn new(suite: TaskSuite) -> Result<Self, SuiteError> {
+        suite.require_rule_based()?;
         let sandbox = suite.team.sandbox.sandbox();
         sandbox.check().map_err(|e| SuiteError::Sandbox(e.to_string()))?;
         let services = InMemoryServices::rule_based(&suite, sandbox);
@@ -588,42 +547,22 @@ impl SuiteEvaluator {
         Ok(succeeded)
     }
 
-    /// Runs the task's check command in its workspace (in the sandbox): exit 0 is right.
+    /// Runs the task's check in its workspace (in the sandbox): exit 0 is right.
     async fn check(&self, task: &SuiteTask, workspace: &Path) -> Result<bool, EvalError> {
-        let mut command = self.services.sandbox().command(workspace, "sh");
-        command
-            .arg("-c")
-            .arg(&task.check)
-            .current_dir(workspace)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .kill_on_drop(true);
-        let child = command.spawn().map_err(|e| {
-            EvalError::new(format!("task `{}`: the check command cannot start: {e}", task.name))
-        })?;
-        let output = tokio::time::timeout(self.suite.check_timeout, child.wait_with_output())
-            .await
-            .map_err(|_| {
-                EvalError::new(format!(
-                    "task `{}`: the check command ran past {} ms",
-                    task.name,
-                    self.suite.check_timeout.as_millis()
-                ))
-            })?
-            .map_err(|e| {
-                EvalError::new(format!("task `{}`: the check command failed: {e}", task.name))
-            })?;
-        match output.status.code() {
-            Some(0) => Ok(true),
-            Some(code @ (126 | 127)) => Err(EvalError::new(format!(
-                "task `{}`: the check command `{}` cannot run (exit {code}: {})",
+        let ran =
+            run_check(&task.check, self.services.sandbox(), workspace, self.suite.check_timeout)
+                .await
+                .map_err(|e| EvalError::new(format!("task `{}`: {e}", task.name)))?;
+        if ran.cannot_run() {
+            return Err(EvalError::new(format!(
+                "task `{}`: the check `{}` cannot run (exit {}: {})",
                 task.name,
                 task.check,
-                String::from_utf8_lossy(&output.stderr).trim()
-            ))),
-            _ => Ok(false),
+                ran.code.unwrap_or_default(),
+                ran.stderr
+            )));
         }
+        Ok(ran.passed())
     }
 
     /// The fitness of a genome's runs over the suite (see the module docs). A task on which
@@ -716,8 +655,8 @@ async fn prepare_workspace(
 ) -> Result<(), EvalError> {
     tokio::task::spawn_blocking(move || -> Result<(), EvalError> {
         if let Some(from) = files {
-            let mut copied = 0;
-            copy_tree(&from, &workspace, &mut copied)?;
+            copy_files(&from, &workspace)
+                .map_err(|e| EvalError::new(format!("cannot copy {}: {e}", from.display())))?;
         }
         // The genome's files are written beneath the workspace root, never through a link
         // and never outside it (a path with `..` or a leading `/` is refused).
@@ -732,30 +671,6 @@ async fn prepare_workspace(
     })
     .await
     .map_err(|e| EvalError::new(format!("preparing the workspace failed: {e}")))?
-}
-
-fn copy_tree(from: &Path, to: &Path, copied: &mut usize) -> Result<(), EvalError> {
-    let fail = |e: std::io::Error| EvalError::new(format!("cannot copy {}: {e}", from.display()));
-    std::fs::create_dir_all(to).map_err(fail)?;
-    for entry in std::fs::read_dir(from).map_err(fail)? {
-        let entry = entry.map_err(fail)?;
-        let kind = entry.file_type().map_err(fail)?;
-        let target = to.join(entry.file_name());
-        *copied += 1;
-        if *copied > MAX_TASK_FILES {
-            return Err(EvalError::new(format!(
-                "{} holds more than {MAX_TASK_FILES} files",
-                from.display()
-            )));
-        }
-        if kind.is_dir() {
-            copy_tree(&entry.path(), &target, copied)?;
-        } else if kind.is_file() {
-            std::fs::copy(entry.path(), &target).map_err(fail)?;
-        }
-        // Symbolic links and special files are not copied: a task's files are plain files.
-    }
-    Ok(())
 }
 
 #[async_trait]

@@ -382,12 +382,16 @@ impl Evolving {
 }
 
 /// Loads and checks the suite in `dir` (its files are read on a blocking thread): a suite
-/// that cannot be used is bad input.
+/// that cannot be used is bad input. Its team must be on the rule-based reasoner: an
+/// evolution scores many genomes on every task, and runs no pre-run check of a model's key
+/// and server (`strata eval` runs a suite with any reasoner, checked as `strata run` checks).
 async fn load_suite(dir: PathBuf) -> Result<TaskSuite> {
-    tokio::task::spawn_blocking(move || TaskSuite::load(&dir))
+    let suite = tokio::task::spawn_blocking(move || TaskSuite::load(&dir))
         .await
         .context("loading the suite failed")?
-        .map_err(Error::bad_input_from)
+        .map_err(Error::bad_input_from)?;
+    suite.require_rule_based().map_err(Error::bad_input_from)?;
+    Ok(suite)
 }
 
 /// An evolution ready to run ([`Evolving::prepare`]).

@@ -21,6 +21,9 @@
 //!   `evolution.json`, best genome and family tree; [`evaluation`]: the services its suite's
 //!   task teams run on, built from the team file as a run's are (sandbox, per-agent network,
 //!   reasoners).
+//! - [`eval`]: a durable eval (`strata eval`): every task of a suite run by each team,
+//!   repeatedly, each attempt an ordinary durable run checked on its final workspace; its
+//!   `eval.json`, resume, and the report (table, JSON, SVG).
 //! - [`dashboard`]: the dashboard (`strata serve`) without its HTTP: each watched run's model,
 //!   folded from its audit records into small deltas, kept live from its stores, its event
 //!   stream or its NATS server; what its API answers (the runs, a run's snapshot, calls and
@@ -59,6 +62,7 @@
 pub mod audit;
 pub mod dashboard;
 pub mod error;
+pub mod eval;
 pub mod evaluation;
 pub mod evolve;
 pub mod inputs;

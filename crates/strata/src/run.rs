@@ -174,7 +174,9 @@ pub fn read_team(path: &Path) -> Result<TeamFile> {
 }
 
 /// A run whose files are read and checked: the team and plan files as the run stores them
-/// (`team.toml`, `plan.toml`, which `resume` reads back) and what they are.
+/// (`team.toml`, `plan.toml`, which `resume` reads back) and what they are. A copy starts
+/// another run of the same files (`strata eval` starts each attempt from one).
+#[derive(Clone)]
 pub struct Prepared {
     /// The team file, as named in messages.
     pub team_path: PathBuf,

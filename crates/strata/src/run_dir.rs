@@ -27,6 +27,9 @@ pub const JOURNAL_DIR: &str = "journal";
 pub const RUN_WORKSPACE: &str = "workspace";
 /// The file that makes a directory of the data directory an evolution (not a team run).
 pub const EVOLUTION_FILE: &str = "evolution.json";
+/// The file that makes a directory of the data directory an eval (`strata eval`; its attempts
+/// are team runs of their own).
+pub const EVAL_FILE: &str = "eval.json";
 /// The directory, in the data directory, that keeps a copy of every run's anchor file
 /// (`<run id>.anchor`): a second place, outside the run directory, so that deleting one file
 /// never removes every anchor of a run whose seal is gone.
@@ -229,6 +232,11 @@ pub fn resolve_run(data: &Path, run: &str) -> Result<PathBuf> {
     if dir.join(EVOLUTION_FILE).is_file() {
         return Err(Error::bad_input(format!(
             "`{run}` is an evolution, not a team run: `strata inspect {run} lineage` and `strata lineage {run}` show it, `strata evolve --resume {run}` goes on with it"
+        )));
+    }
+    if dir.join(EVAL_FILE).is_file() {
+        return Err(Error::bad_input(format!(
+            "`{run}` is an eval, not a team run: `strata eval --resume {run}` shows its report (and goes on with it if it was stopped); its attempts are runs of their own, listed by `strata runs`"
         )));
     }
     if !dir.join(RUN_FILE).is_file() || !dir.join(run_store::RUN_MARKER).is_file() {

@@ -1,5 +1,6 @@
-//! The runs of a data directory, as `strata runs` lists them: every team run and evolution,
-//! oldest first, each with how it stands. A run that no live process holds is checked as
+//! The runs of a data directory, as `strata runs` lists them: every team run, evolution and
+//! eval (`strata eval`, whose attempts are team runs listed too), oldest first, each with how
+//! it stands. A run that no live process holds is checked as
 //! `strata verify` checks it (the store against its seal, the audit log's chain and its
 //! anchors), and a broken one says why; a run on NATS is listed as recorded (its audit log is
 //! on the server). And the team file and plan a first run starts from ([`write_example`],
@@ -58,6 +59,23 @@ pub async fn list(data: &Path) -> Result<Vec<Row>> {
                 started: info.started_at,
                 failure: info.failure,
                 usage: info.usage,
+            });
+        } else if let Ok(info) = crate::eval::EvalInfo::read(&dir) {
+            rows.push(Row {
+                status: info.effective_status(&dir),
+                end: info.finished_at.unwrap_or_else(now_ms),
+                task: "(eval)".into(),
+                goal: format!(
+                    "eval of {}: {} of {} attempts done",
+                    info.suite.display(),
+                    info.done(),
+                    info.attempts.len()
+                ),
+                id: info.eval_id,
+                started: info.started_at,
+                failure: info.failure,
+                damage: None,
+                usage: None,
             });
         } else if let Ok(info) = EvolutionInfo::read(&dir) {
             rows.push(Row {

@@ -71,6 +71,19 @@ fn help_for_every_command_names_its_arguments() {
             ],
         ),
         ("verify", &["Usage: strata verify", "<RUN>", "--data", "--json"]),
+        (
+            "eval",
+            &[
+                "Usage: strata eval",
+                "[SUITE]",
+                "--team <FILE>",
+                "--repeat <REPEAT>",
+                "--resume <EVAL>",
+                "--reasoner",
+                "--json",
+                "--svg <FILE>",
+            ],
+        ),
     ] {
         let args: Vec<&str> = [command, "--help"].into_iter().filter(|a| !a.is_empty()).collect();
         let out = s.strata(&args);

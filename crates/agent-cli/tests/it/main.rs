@@ -11,6 +11,7 @@ mod approval;
 mod bad_input;
 mod browser;
 mod cycle;
+mod eval;
 mod evolve;
 mod exec;
 mod failure;
