@@ -150,6 +150,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_scale_is_refused_with_a_shape_other_than_layered() {
+        let tmp = tempfile::tempdir().unwrap();
+        for shape in [agent_pool::TeamShape::Crew, agent_pool::TeamShape::Single] {
+            let err = write_example(tmp.path(), shape, Some(100)).unwrap_err();
+            assert!(err.is_bad_input());
+            assert!(err.to_string().contains("--scale 100"), "{err}");
+        }
+        assert!(!tmp.path().join("team.toml").exists(), "nothing written");
+    }
+
+    #[test]
     fn the_example_is_written_once_and_never_over_a_file() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("new");
@@ -164,7 +175,7 @@ mod tests {
                 .ends_with("team.toml already exists; remove it or choose another directory"),
             "{again}"
         );
-        let small = write_example(tmp.path(), Some(team_file::MIN_SCALE - 1)).unwrap_err();
+        let small = write_example(tmp.path(), agent_pool::TeamShape::default(), Some(team_file::MIN_SCALE - 1)).unwrap_err();
         assert!(small.is_bad_input());
         assert!(small.to_string().starts_with("--scale "), "{small}");
         assert!(!tmp.path().join("team.toml").exists());
