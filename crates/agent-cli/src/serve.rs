@@ -594,7 +594,7 @@ async fn placed_rows(app: &App, local: &[String]) -> Vec<serde_json::Value> {
         Ok(placed) => {
             let rows: Vec<serde_json::Value> = placed
                 .iter()
-                .filter(|run| !local.contains(&run.run_id))
+                .filter(|run| !local.iter().any(|id| *id == *run.run_id))
                 .map(|run| placed_row(app, run))
                 .collect();
             last.clone_from(&rows);
@@ -695,7 +695,12 @@ async fn watched(app: &App, id: &str) -> Result<Arc<watch::RunWatch>, ApiError> 
         Ok(dir) => dir,
         Err(missing) => {
             let Some(server) = &app.server else { return Err(missing) };
-            return match app.watches.placed(id, server).await {
+            // A placed run's id follows the run id rule; any other text names none.
+            let run_id = match agent_state::RunId::parse(id) {
+                Ok(run_id) => run_id,
+                Err(e) => return Err(ApiError(missing.0, format!("{}; {e}", missing.1))),
+            };
+            return match app.watches.placed(&run_id, server).await {
                 Ok(Some(w)) => Ok(w),
                 Ok(None) => Err(ApiError(
                     missing.0,
@@ -947,10 +952,13 @@ async fn local_run(app: &App, id: &str, how: &str) -> Result<PathBuf, Response> 
     match run_dir(app, id) {
         Ok(dir) => Ok(dir),
         Err(e) => {
+            // Text that breaks the run id rule names no placed run.
             if let Some(server) = &app.server
+                && let Ok(run_id) = agent_state::RunId::parse(id)
                 && (app.watches.is_placed(id)
                     || matches!(
-                        tokio::time::timeout(watch::SERVER_PATIENCE, server.registry.run(id)).await,
+                        tokio::time::timeout(watch::SERVER_PATIENCE, server.registry.run(&run_id))
+                            .await,
                         Ok(Ok(Some(_)))
                     ))
             {
