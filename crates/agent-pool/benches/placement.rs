@@ -66,7 +66,7 @@ use agent_pool::placement::{
     WorkerFilter,
 };
 use agent_pool::{AgentSpec, RoleSpec, TeamServices, TeamSpec};
-use agent_state::{AgentConfig, AgentLayer};
+use agent_state::{AgentConfig, AgentLayer, RunId};
 use async_trait::async_trait;
 use message_bus::NatsBus;
 use nats_store::{NatsStore, TestServer};
@@ -278,7 +278,7 @@ async fn measure(url: &str, agents: usize, settle: Duration, window: Duration) -
         }
     })
     .await;
-    let run = PlacedRun::new(&run_id, &spec, serde_json::Value::Null);
+    let run = PlacedRun::new(RunId::parse(&run_id).unwrap(), &spec, serde_json::Value::Null);
     let published = Instant::now();
     registry.publish(&run).await.unwrap();
     let mut hosted = BTreeSet::new();

@@ -43,6 +43,9 @@
 //!   the typed reason (`TaskFailure::PingPong`, `NoProgress`, `WaitCycle`), audited, or warns
 //!   the stuck agent's supervisor first (`OnStuck::Escalate`); the layers' tool loops stop an
 //!   agent repeating itself (`TaskFailure::Loop`);
+//! - [`TeamStores`]: the five stores a team keeps its data in, in memory or (feature `nats`,
+//!   [`NatsStores`]) on a NATS JetStream namespace: the one place they are assembled, for
+//!   [`TeamServices`] and the engine;
 //! - with the feature `nats`, [`TeamServices::on_nats`]: a team whose bus, whiteboards,
 //!   governance, audit log and state store are on a NATS JetStream server (`nats-store`), so
 //!   another process can resume it; and the module `placement`: workers that each host a
@@ -75,6 +78,7 @@ mod shape;
 #[cfg(feature = "sim")]
 pub mod sim;
 mod spawner;
+mod stores;
 mod team;
 mod wake;
 
@@ -88,6 +92,9 @@ pub use metrics::{AgentSummary, MetricsCalculator, StoredMetrics, stored_metrics
 pub use pool::{AgentPeek, AgentPool, AgentSlot, DEFAULT_MAX_AGENTS, MAX_POOL_SIZE, PoolError};
 pub use scheduler::{CycleReport, DEFAULT_HEARTBEAT, HeartbeatScheduler, WAKE_BURST, WAKE_RATE};
 pub use shape::{TeamShape, UnknownShape};
+pub use stores::TeamStores;
+#[cfg(feature = "nats")]
+pub use stores::{NatsStores, NatsStoresError};
 pub use team::{
     AgentSpec, Approvals, QUIESCE_HEARTBEATS, RoleSpec, Share, SubmitError, Team, TeamError,
     TeamServices, TeamSpec, validate,

@@ -68,7 +68,7 @@ use std::time::Duration;
 use tracing::Instrument as _;
 
 use agent_core::{AuditEvent, AuditLog, Clock};
-use agent_state::{Address, AgentId, AgentLayer, BackendError, Message, MessageId};
+use agent_state::{Address, AgentId, AgentLayer, BackendError, Message, MessageId, RunId};
 use async_nats::jetstream::kv;
 use async_trait::async_trait;
 use futures_util::StreamExt as _;
@@ -136,8 +136,9 @@ pub struct PlacedAgent {
 /// A run placed on workers.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PlacedRun {
-    /// The run's id: its namespace on the server.
-    pub run_id: String,
+    /// The run's id: its namespace on the server. Stored as its text; a stored run whose id
+    /// breaks the run id rule does not read (a worker skips it, with a warning).
+    pub run_id: RunId,
     /// The Strata version that placed it.
     pub version: String,
     /// The team's heartbeat, in milliseconds: the period of the leases.
@@ -153,9 +154,9 @@ pub struct PlacedRun {
 
 impl PlacedRun {
     /// A run of `spec`'s agents, open, placed by this version.
-    pub fn new(run_id: &str, team: &TeamSpec, spec: serde_json::Value) -> Self {
+    pub fn new(run_id: RunId, team: &TeamSpec, spec: serde_json::Value) -> Self {
         Self {
-            run_id: run_id.to_owned(),
+            run_id,
             version: VERSION.to_owned(),
             heartbeat_ms: u64::try_from(team.heartbeat.as_millis()).unwrap_or(u64::MAX),
             agents: team
@@ -293,7 +294,7 @@ impl Registry {
     }
 
     /// The placed run `run_id`, if there is one.
-    pub async fn run(&self, run_id: &str) -> Result<Option<PlacedRun>, BackendError> {
+    pub async fn run(&self, run_id: &RunId) -> Result<Option<PlacedRun>, BackendError> {
         read(&self.runs, &self.runs_name, &escape_token(run_id)).await
     }
 
@@ -304,14 +305,14 @@ impl Registry {
 
     /// Takes the placed run `run_id` back: its workers stop its agents (which stay
     /// resumable) and release them.
-    pub async fn remove(&self, run_id: &str) -> Result<(), BackendError> {
+    pub async fn remove(&self, run_id: &RunId) -> Result<(), BackendError> {
         self.runs.delete(escape_token(run_id)).await.map_err(|e| {
             backend_error(format!("cannot remove run `{run_id}` from `{}`", self.runs_name), e)
         })
     }
 
     /// Closes the placed run `run_id`: its workers shut its agents down and release them.
-    pub async fn close(&self, run_id: &str) -> Result<(), BackendError> {
+    pub async fn close(&self, run_id: &RunId) -> Result<(), BackendError> {
         if let Some(mut run) = self.run(run_id).await? {
             run.closed = true;
             self.publish(&run).await?;
@@ -412,26 +413,26 @@ pub enum WorkerEvent {
     /// It joined a run.
     Joined {
         /// The run.
-        run: String,
+        run: RunId,
     },
     /// It refused a run (another Strata version, or the team could not be built here).
     Refused {
         /// The run.
-        run: String,
+        run: RunId,
         /// Why.
         reason: String,
     },
     /// It hosts these agents of a run from now on.
     Hosting {
         /// The run.
-        run: String,
+        run: RunId,
         /// The agents taken.
         agents: Vec<AgentId>,
     },
     /// It stopped hosting these agents: a lease was lost.
     Lost {
         /// The run.
-        run: String,
+        run: RunId,
         /// The agents given up.
         agents: Vec<AgentId>,
         /// Why.
@@ -441,17 +442,17 @@ pub enum WorkerEvent {
     /// were stopped, resumable, and released.
     Withdrawn {
         /// The run.
-        run: String,
+        run: RunId,
     },
     /// The run was closed: its agents here were shut down and released.
     Closed {
         /// The run.
-        run: String,
+        run: RunId,
     },
     /// Something failed and is retried (hosting a group of agents, reading the registry).
     Trouble {
         /// The run, if it is about one.
-        run: Option<String>,
+        run: Option<RunId>,
         /// What failed.
         error: String,
     },
@@ -650,15 +651,15 @@ fn emit(events: &mpsc::Sender<WorkerEvent>, event: WorkerEvent) {
 #[derive(Default)]
 struct Hosts {
     /// Each hosted run's stop signal and host task (`false` when it ends: refused).
-    running: BTreeMap<String, (watch::Sender<bool>, JoinHandle<bool>)>,
-    refused: BTreeSet<String>,
+    running: BTreeMap<RunId, (watch::Sender<bool>, JoinHandle<bool>)>,
+    refused: BTreeSet<RunId>,
 }
 
 impl Hosts {
     /// Forgets the hosts that ended: a run whose host ended is joined again if it is placed
     /// again (a resumed run), unless it was refused.
     async fn reap(&mut self) {
-        let ended: Vec<String> = self
+        let ended: Vec<RunId> = self
             .running
             .iter()
             .filter(|(_, (_, t))| t.is_finished())
@@ -1529,6 +1530,28 @@ mod tests {
 
     use super::*;
 
+    /// A placed run's id is stored as its text, as when it was a `String`, so runs placed
+    /// before read the same; a stored id that breaks the run id rule does not read, with the
+    /// rule in the error.
+    #[test]
+    fn a_placed_run_keeps_its_id_as_text_and_a_bad_stored_id_does_not_read() {
+        let stored = serde_json::json!({
+            "run_id": "run-7",
+            "version": VERSION,
+            "heartbeat_ms": 250,
+            "agents": [{ "id": "top", "layer": "top" }],
+            "closed": false,
+            "spec": null,
+        });
+        let run: PlacedRun = serde_json::from_value(stored.clone()).unwrap();
+        assert_eq!(run.run_id, "run-7");
+        assert_eq!(serde_json::to_value(&run).unwrap(), stored);
+        let mut bad = stored;
+        bad["run_id"] = "run.7".into();
+        let error = serde_json::from_value::<PlacedRun>(bad).unwrap_err().to_string();
+        assert!(error.contains("`run.7` cannot be a run id"), "{error}");
+    }
+
     #[test]
     fn globs_match_as_a_shell_would() {
         assert!(glob("*", "anything"));
@@ -1653,7 +1676,7 @@ mod tests {
     #[test]
     fn leases_live_three_heartbeats_and_never_less_than_the_floor() {
         let mut run = PlacedRun {
-            run_id: "r".into(),
+            run_id: RunId::parse("r").unwrap(),
             version: VERSION.into(),
             heartbeat_ms: 500,
             agents: vec![],

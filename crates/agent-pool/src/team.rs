@@ -27,6 +27,7 @@ use crate::guard::Observer;
 use crate::metrics::{AgentSummary, MetricsCalculator};
 use crate::pool::{AgentPool, DEFAULT_MAX_AGENTS, PoolError};
 use crate::scheduler::DEFAULT_HEARTBEAT;
+use crate::stores::TeamStores;
 
 mod build;
 
@@ -216,16 +217,27 @@ impl TeamServices {
     /// `reasoner`, no cost meter and no executor of kinds: a team for a test, an example or an
     /// evaluation, whose data goes with the process. Set any field to change one.
     pub fn in_memory(workspace: ToolContext, reasoner: Arc<dyn Reasoner>) -> Self {
+        Self::on_stores(TeamStores::in_memory(), workspace, reasoner)
+    }
+
+    /// Services on `stores`, and otherwise as [`TeamServices::in_memory`]: the real clock, the
+    /// built-in tools in `workspace`, every agent reasoning with `reasoner`.
+    pub fn on_stores(
+        stores: TeamStores,
+        workspace: ToolContext,
+        reasoner: Arc<dyn Reasoner>,
+    ) -> Self {
+        let TeamStores { bus, boards, governance, audit, state } = stores;
         Self {
-            bus: Arc::new(message_bus::InMemoryBus::new()),
-            boards: Arc::new(whiteboard::InMemoryWhiteboard::new()),
-            governance: Arc::new(governance::InMemoryGovernance::new()),
-            audit: Arc::new(agent_core::InMemoryAuditLog::new()),
+            bus,
+            boards,
+            governance,
+            audit,
             clock: Arc::new(agent_core::TokioClock::new()),
             workspace: Arc::new(workspace),
             tools: Arc::new(ToolRegistry::with_builtins()),
             reasoner,
-            state: Arc::new(agent_core::InMemoryStateStore::new()),
+            state,
             reasoners: BTreeMap::new(),
             agent_tools: BTreeMap::new(),
             role_reasoners: BTreeMap::new(),
@@ -235,28 +247,21 @@ impl TeamServices {
             events: agent_core::EventHub::default(),
         }
     }
-}
 
-#[cfg(feature = "nats")]
-impl TeamServices {
-    /// Services on the NATS JetStream backends of `store`'s namespace (bus, whiteboards,
-    /// governance, audit log, state store and its tool journal), created there if new, and
-    /// otherwise as [`TeamServices::in_memory`]: the real clock, the built-in tools in
-    /// `workspace`, every agent reasoning with `reasoner`. A team started on them can be resumed
+    /// Services on the NATS JetStream stores of `store`'s namespace ([`NatsStores::open`]: bus,
+    /// whiteboards, governance, audit log, state store and its tool journal), created there if
+    /// new, and otherwise as [`TeamServices::on_stores`]. A team started on them can be resumed
     /// by another process (or after a restart) with services opened on the same namespace.
+    ///
+    /// [`NatsStores::open`]: crate::NatsStores::open
+    #[cfg(feature = "nats")]
     pub async fn on_nats(
         store: &nats_store::NatsStore,
         workspace: ToolContext,
         reasoner: Arc<dyn Reasoner>,
-    ) -> Result<Self, agent_state::BackendError> {
-        Ok(Self {
-            bus: Arc::new(message_bus::NatsBus::open(store).await?),
-            boards: Arc::new(whiteboard::NatsWhiteboard::open(store).await?),
-            governance: Arc::new(governance::NatsGovernance::open(store).await?),
-            audit: Arc::new(agent_core::NatsAuditLog::open(store).await?),
-            state: Arc::new(agent_core::NatsStateStore::open(store).await?),
-            ..Self::in_memory(workspace, reasoner)
-        })
+    ) -> Result<Self, crate::NatsStoresError> {
+        let stores = crate::NatsStores::open(store).await?;
+        Ok(Self::on_stores(stores.into(), workspace, reasoner))
     }
 }
 

@@ -142,7 +142,13 @@ macro_rules! failed_from {
     )*};
 }
 
-failed_from!(std::io::Error, serde_json::Error, run_store::StoreError, agent_state::BackendError,);
+failed_from!(
+    std::io::Error,
+    serde_json::Error,
+    run_store::StoreError,
+    agent_state::BackendError,
+    agent_pool::NatsStoresError,
+);
 
 /// Adds a message to the error of a `Result` (or to a `None`): the error becomes its cause, and
 /// keeps its kind if it is an engine [`Error`] ([`ErrorKind::Failed`] otherwise).

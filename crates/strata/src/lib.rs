@@ -9,7 +9,8 @@
 //! - [`inputs`]: the hashes of a run's stored inputs (team file, plan, `run.json`), recorded in
 //!   its audit log, and the check `resume` makes before it starts anything.
 //! - [`stores`]: the five stores of a run (bus, whiteboards, governance, audit log, state
-//!   store) in its sled database or on a NATS JetStream server: one assembly for both.
+//!   store) in its sled database or on a NATS JetStream server (there, as
+//!   [`agent_pool::NatsStores`] opens them): one type for both.
 //! - [`services`]: the [`TeamServices`](agent_pool::TeamServices) a team file becomes: the
 //!   sandbox of its commands, the per-agent network rule, the reasoners and their usage
 //!   ledger, the workspace and its crash journals.

@@ -789,11 +789,12 @@ impl Stored {
                 };
                 let unsandboxed = info.unsandboxed || options.unsandboxed;
                 let spec = placed_spec(&team_text, &RunInfo { unsandboxed, ..info.clone() }, &dir);
+                let run_id = placed_run_id(&info, &dir)?;
                 let placed = registry.map(|registry| Placed {
                     registry,
                     observer: options.observer.clone(),
                     server: server.clone(),
-                    run: PlacedRun::new(&info.run_id, &team.spec, spec),
+                    run: PlacedRun::new(run_id, &team.spec, spec),
                 });
                 (Stores::nats(&server).await?.anchored_in(&store), placed)
             }
@@ -1129,7 +1130,11 @@ impl Recording {
                 registry,
                 observer: options.observer.clone(),
                 server,
-                run: PlacedRun::new(&info.run_id, &team.spec, placed_spec(&team_text, &info, &dir)),
+                run: PlacedRun::new(
+                    placed_run_id(&info, &dir)?,
+                    &team.spec,
+                    placed_spec(&team_text, &info, &dir),
+                ),
             }),
             _ => None,
         };
@@ -1402,6 +1407,13 @@ impl Placed {
                 .warn(&format!("warning: could not take the run back from the workers: {e}"));
         }
     }
+}
+
+/// The id of the run `info` in `dir` as the registry of workers names it; an id that breaks the
+/// run id rule (a `run.json` edited by hand) is bad input, and nothing is placed.
+fn placed_run_id(info: &RunInfo, dir: &Path) -> Result<agent_state::RunId> {
+    agent_state::RunId::parse(&info.run_id)
+        .map_err(|e| Error::bad_input(format!("{}: `run_id`: {e}", dir.join(RUN_FILE).display())))
 }
 
 /// What the workers build a placed run's team from: the team file, the run's reasoner

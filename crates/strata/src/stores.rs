@@ -17,14 +17,13 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::error::Context as _;
-use agent_core::{
-    AuditLog, NatsAuditLog, NatsStateStore, SledAuditLog, SledStateStore, StateStore,
-};
-use governance::{Governance, NatsGovernance, SledGovernance};
-use message_bus::{MessageBus, NatsBus, SledBus};
+use agent_core::{AuditLog, NatsAuditLog, SledAuditLog, SledStateStore, StateStore};
+use agent_pool::{NatsStores, TeamStores};
+use governance::{Governance, SledGovernance};
+use message_bus::{MessageBus, SledBus};
 use nats_store::{NatsError, NatsStore, SCHEMA_VERSION};
 use run_store::RunStore;
-use whiteboard::{NatsWhiteboard, SledWhiteboard, Whiteboard};
+use whiteboard::{SledWhiteboard, Whiteboard};
 
 use crate::error::Error;
 use crate::run_dir::{RUN_FILE, RunInfo};
@@ -53,14 +52,7 @@ pub struct Stores {
 impl Stores {
     /// Stores in memory, gone with the process: an evolution's task teams run on them.
     pub fn in_memory() -> Self {
-        Self {
-            bus: Arc::new(message_bus::InMemoryBus::new()),
-            boards: Arc::new(whiteboard::InMemoryWhiteboard::new()),
-            governance: Arc::new(governance::InMemoryGovernance::new()),
-            audit: Arc::new(agent_core::InMemoryAuditLog::new()),
-            state: Arc::new(agent_core::InMemoryStateStore::new()),
-            nats_audit: None,
-        }
+        TeamStores::in_memory().into()
     }
 
     /// The stores in the run's sled database.
@@ -84,38 +76,12 @@ impl Stores {
         self
     }
 
-    /// The stores on NATS under `store`'s namespace, created there if they are not.
+    /// The stores on NATS under `store`'s namespace, created there if they are not
+    /// ([`NatsStores::open`], whose error names the store and the server's URL).
     pub async fn nats(store: &NatsStore) -> crate::Result<Self> {
-        let on = || format!("on the NATS server at {}", store.url());
-        let audit = Arc::new(
-            NatsAuditLog::open(store)
-                .await
-                .with_context(|| format!("cannot open the audit log {}", on()))?,
-        );
-        Ok(Self {
-            bus: Arc::new(
-                NatsBus::open(store)
-                    .await
-                    .with_context(|| format!("cannot open the message bus {}", on()))?,
-            ),
-            boards: Arc::new(
-                NatsWhiteboard::open(store)
-                    .await
-                    .with_context(|| format!("cannot open the whiteboards {}", on()))?,
-            ),
-            governance: Arc::new(
-                NatsGovernance::open(store)
-                    .await
-                    .with_context(|| format!("cannot open governance {}", on()))?,
-            ),
-            audit: audit.clone(),
-            state: Arc::new(
-                NatsStateStore::open(store)
-                    .await
-                    .with_context(|| format!("cannot open the state store {}", on()))?,
-            ),
-            nats_audit: Some(audit),
-        })
+        let stores = NatsStores::open(store).await?;
+        let nats_audit = Some(stores.audit.clone());
+        Ok(Self { nats_audit, ..TeamStores::from(stores).into() })
     }
 
     /// The stores of the run in `dir` described by `info`: in `store` (its database, or a copy
@@ -128,6 +94,14 @@ impl Stores {
                 Self::nats(&server).await.map_err(Error::bad_input_from)
             }
         }
+    }
+}
+
+impl From<TeamStores> for Stores {
+    /// `stores`, with no audit log on NATS to anchor.
+    fn from(stores: TeamStores) -> Self {
+        let TeamStores { bus, boards, governance, audit, state } = stores;
+        Self { bus, boards, governance, audit, state, nats_audit: None }
     }
 }
 

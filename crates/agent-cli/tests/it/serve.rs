@@ -783,8 +783,11 @@ fn serve_nats_shows_a_run_placed_on_workers_with_no_directory_here() {
         post(port, "/api/runs/placed/decisions/d-1/approve", Some("T"), r#"{"as":"alice"}"#, 409);
     let why = refused["error"].as_str().unwrap();
     assert!(why.contains("machine that coordinates the run"), "{why}");
-    // A run nowhere is still unknown.
+    // A run nowhere is still unknown; text that cannot be a run id is not asked of the server.
     get_json(port, "/api/runs/nowhere", &[], 404);
+    let bad = get_json(port, "/api/runs/no_where", &[], 404);
+    let why = bad["error"].as_str().unwrap();
+    assert!(why.contains("`no_where` cannot be a run id"), "{why}");
 
     gate.open();
     run.finish().code(0).stdout_has(&["task `gated` succeeded"]);

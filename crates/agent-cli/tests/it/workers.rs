@@ -9,6 +9,7 @@
 //! one per server, so these workers never take the runs of other tests.
 
 use agent_pool::placement::{PlacedRun, Registry, WorkerFilter, WorkerInfo};
+use agent_state::RunId;
 use nats_store::{NatsStore, TestServer};
 
 use crate::support::*;
@@ -145,7 +146,7 @@ fn three_workers_run_a_team_and_a_killed_workers_agents_are_taken_over() {
         wait_for("the workers to close the run", || w.stdout_so_far().contains("run dist: closed"));
     }
     assert!(
-        server.block_on(server.registry.run("dist")).unwrap().is_none(),
+        server.block_on(server.registry.run(&RunId::parse("dist").unwrap())).unwrap().is_none(),
         "the closed run stays placed"
     );
     // The coordinator's view shows what the agents did on the workers.
@@ -249,7 +250,11 @@ fn a_local_run_on_nats_is_not_placed_on_the_live_workers() {
     ])
     .code(0)
     .stdout_has(&["task `hello` succeeded"]);
-    assert_eq!(server.block_on(server.registry.run("here")).unwrap(), None, "the run was placed");
+    assert_eq!(
+        server.block_on(server.registry.run(&RunId::parse("here").unwrap())).unwrap(),
+        None,
+        "the run was placed"
+    );
     std::thread::sleep(std::time::Duration::from_millis(1_200));
     assert!(!w.stdout_so_far().contains("run here"), "{}", w.stdout_so_far());
     // `--local` needs `--nats`.
@@ -297,7 +302,7 @@ fn workers_and_runs_of_another_version_and_bad_worker_input_are_refused() {
 
     // A run placed by another version: a worker refuses it, and takes none of its agents.
     let mut old_run = PlacedRun {
-        run_id: "older".into(),
+        run_id: RunId::parse("older").unwrap(),
         version: "0.0.1".into(),
         heartbeat_ms: 200,
         agents: vec![],

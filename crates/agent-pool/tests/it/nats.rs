@@ -187,3 +187,49 @@ async fn a_run_goes_on_when_the_nats_server_comes_back_after_a_crash() {
     let records = services.audit.records(None).await.unwrap();
     verify_chain(&records).unwrap();
 }
+
+/// The one assembly of the five stores on NATS: they open on a fresh namespace, and the first
+/// that cannot be opened (here a bus stream of another schema version) is named with the
+/// server's URL, its backend's typed error kept as the cause.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stores_open_on_nats_and_a_foreign_one_is_named_with_the_server() {
+    let fresh = Namespace::new().await;
+    let stores = agent_pool::NatsStores::open(&fresh.0).await.unwrap();
+    assert!(stores.audit.records(None).await.unwrap().is_empty());
+
+    let foreign = Namespace::new().await;
+    let store = &foreign.0;
+    let config = async_nats::jetstream::stream::Config {
+        name: store.name(message_bus::NatsBus::STREAM),
+        description: Some("strata schema 0: bus".into()),
+        subjects: vec![format!("{}.>", store.subject(message_bus::NatsBus::STREAM))],
+        ..Default::default()
+    };
+    store.jetstream().create_stream(config).await.unwrap();
+    let Err(error) = agent_pool::NatsStores::open(store).await else {
+        panic!("a bus of another schema version was opened");
+    };
+    assert_eq!(error.store, "the message bus");
+    assert_eq!(error.url, store.url());
+    assert_eq!(
+        error.to_string(),
+        format!("cannot open the message bus on the NATS server at {}", store.url())
+    );
+    let cause = std::error::Error::source(&error).unwrap();
+    assert!(
+        matches!(
+            cause.downcast_ref::<message_bus::NatsBusError>(),
+            Some(message_bus::NatsBusError::Store(nats_store::NatsError::SchemaMismatch { .. }))
+        ),
+        "{cause:?}"
+    );
+    // The same error through TeamServices.
+    let workspace = tempfile::tempdir().unwrap();
+    let on_nats = TeamServices::on_nats(
+        store,
+        ToolContext::new(workspace.path()).unwrap(),
+        Arc::new(RuleBasedReasoner::new()),
+    )
+    .await;
+    assert_eq!(on_nats.err().map(|e| e.store), Some("the message bus"));
+}

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use agent_state::RunId;
 use agent_pool::placement::{PlacedRun, REGISTRY, Registry};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -184,10 +185,12 @@ impl Dashboard {
             Ok(dir) => return Ok(dir),
             Err(missing) => missing,
         };
+        // Text that breaks the run id rule names no placed run.
         if let Some(server) = &self.server
+            && let Ok(run_id) = RunId::parse(id)
             && (self.watches.is_placed(id)
                 || matches!(
-                    tokio::time::timeout(SERVER_PATIENCE, server.registry.run(id)).await,
+                    tokio::time::timeout(SERVER_PATIENCE, server.registry.run(&run_id)).await,
                     Ok(Ok(Some(_)))
                 ))
         {
@@ -209,7 +212,12 @@ impl Dashboard {
             Ok(dir) => dir,
             Err(missing) => {
                 let Some(server) = &self.server else { return Err(missing) };
-                return match self.watches.placed(id, server).await {
+                // A placed run's id follows the run id rule; any other text names none.
+                let run_id = match RunId::parse(id) {
+                    Ok(run_id) => run_id,
+                    Err(e) => return Err(ApiError::new(missing.kind, format!("{missing}; {e}"))),
+                };
+                return match self.watches.placed(&run_id, server).await {
                     Ok(Some(w)) => Ok(w),
                     Ok(None) => Err(ApiError::new(
                         missing.kind,
@@ -307,7 +315,7 @@ impl Dashboard {
             Ok(placed) => {
                 let rows: Vec<Value> = placed
                     .iter()
-                    .filter(|run| !local.contains(&run.run_id))
+                    .filter(|run| !local.iter().any(|id| *id == *run.run_id))
                     .map(|run| self.placed_row(run))
                     .collect();
                 last.clone_from(&rows);

@@ -32,6 +32,7 @@ use agent_core::{
 use tokio::sync::broadcast;
 
 use agent_pool::placement::{PlacedRun, Registry};
+use agent_state::RunId;
 use nats_store::NatsStore;
 
 use super::model::{AgentCost, AuditCheck, Delta, LineFn, Outline, RunModel, Seed};
@@ -127,6 +128,8 @@ pub struct Server {
 /// Where a placed run is read.
 struct PlacedSource {
     server: Server,
+    /// The run's id in the registry.
+    run_id: RunId,
     /// The run's stores in its namespace on the server.
     stores: Stores,
 }
@@ -135,7 +138,6 @@ struct PlacedSource {
 pub struct RunWatch {
     /// The run's directory (empty for a placed run: it has none here).
     dir: PathBuf,
-    run_id: String,
     source: Source,
     prices: agent_llm::PriceTable,
     /// The model and the last frames.
@@ -180,9 +182,9 @@ impl Watches {
 
     /// The watch of run `id` placed on `server`, if it is watched already or the registry
     /// there holds it (then loaded from the server); `None` if neither.
-    pub async fn placed(&self, id: &str, server: &Server) -> Result<Option<Arc<RunWatch>>> {
+    pub async fn placed(&self, id: &RunId, server: &Server) -> Result<Option<Arc<RunWatch>>> {
         self.evict();
-        let found = lock(&self.runs).get(id).cloned();
+        let found = lock(&self.runs).get(id.as_str()).cloned();
         if let Some(watch) = found.filter(|w| matches!(w.source, Source::Placed(_))) {
             watch.touch();
             watch.restart_if_live(&watch.dir.clone());
@@ -198,7 +200,7 @@ impl Watches {
                 .await
                 .map_err(|_| unanswered(server))??,
         );
-        let watch = lock(&self.runs).entry(id.to_owned()).or_insert(watch).clone();
+        let watch = lock(&self.runs).entry(id.to_string()).or_insert(watch).clone();
         watch.restart_if_live(&watch.dir.clone());
         Ok(Some(watch))
     }
@@ -287,7 +289,11 @@ impl RunWatch {
             .unwrap_or_else(|| goal_task(&placed.task_id, &placed.goal));
         let namespace = server.store.with_namespace(&run.run_id).map_err(Error::failed_from)?;
         let stores = Stores::nats(&namespace).await?;
-        let source = Source::Placed(Box::new(PlacedSource { server: server.clone(), stores }));
+        let source = Source::Placed(Box::new(PlacedSource {
+            server: server.clone(),
+            run_id: run.run_id.clone(),
+            stores,
+        }));
         let header = Header {
             dir: PathBuf::new(),
             run_id: &run.run_id,
@@ -374,7 +380,6 @@ impl RunWatch {
         let (frames, _) = broadcast::channel(RING);
         Self {
             dir: header.dir,
-            run_id: header.run_id.to_owned(),
             source,
             prices: team.prices.clone(),
             state: Mutex::new(State { model, ring: VecDeque::new(), n: 0 }),
@@ -502,7 +507,7 @@ impl RunWatch {
     }
 
     async fn read_placed(&self, placed: &PlacedSource) -> Result<bool> {
-        let run = placed.server.registry.run(&self.run_id).await?;
+        let run = placed.server.registry.run(&placed.run_id).await?;
         let status = match run {
             Some(run) if !run.closed => "running",
             _ => "ended",
