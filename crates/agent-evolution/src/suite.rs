@@ -116,7 +116,7 @@ pub enum SuiteError {
     },
     /// A task has no check.
     #[error(
-        "task `{task}` has no check: add `check = \"...\"` to {} (a shell command run in the task's workspace; exit 0 means the result is right), or `check_script = \"check.sh\"` (an executable file in the task's folder)",
+        "task `{task}` has no check command: add `check = \"...\"` to {} (a shell command run in the task's workspace; exit 0 means the result is right), or `check_script = \"check.sh\"` (an executable file in the task's folder)",
         path.display()
     )]
     MissingCheck {
