@@ -14,7 +14,8 @@ use team_file::escape_controls as esc;
 /// `strata init [DIR]`: writes an example team file (of `--shape`, layered by default) and
 /// plan, never overwriting a file.
 pub(crate) fn init(args: &InitArgs) -> Result<(), Failure> {
-    let (team, plan) = strata::runs::write_example(&args.dir, args.shape.unwrap_or_default(), args.scale)?;
+    let (team, plan) =
+        strata::runs::write_example(&args.dir, args.shape.unwrap_or_default(), args.scale)?;
     outln!("wrote {} and {}", team.display(), plan.display());
     outln!("run it with: strata run {} --team {}", plan.display(), team.display());
     Ok(())

@@ -175,7 +175,12 @@ mod tests {
                 .ends_with("team.toml already exists; remove it or choose another directory"),
             "{again}"
         );
-        let small = write_example(tmp.path(), agent_pool::TeamShape::default(), Some(team_file::MIN_SCALE - 1)).unwrap_err();
+        let small = write_example(
+            tmp.path(),
+            agent_pool::TeamShape::default(),
+            Some(team_file::MIN_SCALE - 1),
+        )
+        .unwrap_err();
         assert!(small.is_bad_input());
         assert!(small.to_string().starts_with("--scale "), "{small}");
         assert!(!tmp.path().join("team.toml").exists());

@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agent_state::RunId;
 use agent_pool::placement::{PlacedRun, REGISTRY, Registry};
+use agent_state::RunId;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
