@@ -608,8 +608,59 @@ impl AgentContext {
         signers: Vec<AgentId>,
         humans: Option<Vec<String>>,
     ) -> Result<DecisionId, AgentError> {
-        self.require(Action::Plan, "(propose a decision)").await?;
         let id = self.deps.clock.decision_id();
+        self.submit_proposal(id, content, signers, humans).await
+    }
+
+    /// [`propose_with_humans`](Self::propose_with_humans) at most once for the message
+    /// `cause` (the one this turn handles): the decision takes the message's id, so a turn
+    /// done again after a crash (the message redelivered because the first turn never ended)
+    /// finds the decision it proposed then, signatures and all, instead of proposing a second
+    /// one that nobody was asked about. Returns the decision as it stands now.
+    pub async fn propose_once(
+        &mut self,
+        cause: MessageId,
+        content: serde_json::Value,
+        signers: Vec<AgentId>,
+        humans: Option<Vec<String>>,
+    ) -> Result<Decision, AgentError> {
+        if let Some(existing) = self.proposed_for(cause).await? {
+            tracing::debug!(agent = %self.id(), decision = %existing.id, "proposed before this turn was redone");
+            return Ok(existing);
+        }
+        let id = DecisionId::from_uuid(cause.as_uuid());
+        self.submit_proposal(id, content, signers, humans).await?;
+        self.deps.governance.get(id).await?.ok_or_else(|| {
+            AgentError::NotAllowed(format!("decision {id} was submitted but cannot be read back"))
+        })
+    }
+
+    /// The decision this agent proposed with [`propose_once`](Self::propose_once) for the
+    /// message `cause`, if it did (in an earlier try of this turn). One with that id proposed
+    /// by another agent is refused: a message is one agent's.
+    pub async fn proposed_for(&self, cause: MessageId) -> Result<Option<Decision>, AgentError> {
+        let id = DecisionId::from_uuid(cause.as_uuid());
+        match self.deps.governance.get(id).await? {
+            Some(existing) if existing.proposer != *self.id() => {
+                Err(AgentError::NotAllowed(format!(
+                    "decision {id} for message {cause} was proposed by {}, not {}",
+                    existing.proposer,
+                    self.id()
+                )))
+            }
+            found => Ok(found),
+        }
+    }
+
+    /// Submits the decision `id` and audits it.
+    async fn submit_proposal(
+        &mut self,
+        id: DecisionId,
+        content: serde_json::Value,
+        signers: Vec<AgentId>,
+        humans: Option<Vec<String>>,
+    ) -> Result<DecisionId, AgentError> {
+        self.require(Action::Plan, "(propose a decision)").await?;
         let mut decision = Decision::propose(id, self.id().clone(), content, signers, self.now())
             .map_err(|e| AgentError::Submit(e.into()))?;
         if let Some(humans) = humans {

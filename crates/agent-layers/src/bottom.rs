@@ -37,7 +37,7 @@ use agent_state::{
     Subtask, SubtaskResult, TaskFailure, Timestamp,
 };
 
-use crate::desk::Desk;
+use crate::desk::{Desk, DeskMail};
 use crate::kind::{self, KindEnd, KindRunner};
 use crate::work::{Means, Outcome, Progress, WorkLoop};
 use async_trait::async_trait;
@@ -674,55 +674,22 @@ impl BottomAgent {
         message: &Message,
     ) -> Result<bool, AgentError> {
         let Some(desk) = self.desk.as_mut() else { return Ok(false) };
-        let me = ctx.id().clone();
-        let own = message.from.agent() == Some(&me);
-        let system = message.from == agent_state::Address::System;
-        let work = match message.kind {
-            MessageKind::TaskAssign if system => {
-                match ctx.read_payload::<Assignment>(message).await? {
-                    Some(Assignment::Task { task }) => desk.take(ctx, task).await?,
-                    Some(_) => {
-                        ctx.audit(AuditEvent::Denied {
-                            action: format!("task_assign from {}", message.from),
-                            error: "a single agent takes whole tasks from the system".into(),
-                        })
-                        .await?;
-                        None
-                    }
-                    None => None, // unreadable: refused and audited by read_payload
+        match desk.read_mail(ctx, message, "a single agent").await? {
+            DeskMail::NotMine => return Ok(false),
+            DeskMail::Handled => {}
+            DeskMail::Work(work) => {
+                let me = ctx.id().clone();
+                for step in work.steps {
+                    let task_id = work.task_id.clone();
+                    self.accept(Subtask { task_id, step, assignee: me.clone(), attempt: 1 });
                 }
             }
-            MessageKind::IssueEscalation if system || own => {
-                if let Some(e) =
-                    ctx.read_payload::<agent_core::protocol::Escalation>(message).await?
-                {
-                    self.task_failed(ctx, &e.task_id, e.failure).await?;
-                }
-                None
+            DeskMail::Escalated { task_id, failure } => {
+                self.task_failed(ctx, &task_id, failure).await?;
             }
-            MessageKind::ProgressReport if own => {
-                let Some(report) = ctx.read_payload::<ProgressReport>(message).await? else {
-                    return Ok(true);
-                };
-                match report.status {
-                    ProgressStatus::InProgress => None,
-                    ProgressStatus::Completed => {
-                        desk.completed(ctx, &report.task_id, report.results).await?
-                    }
-                    ProgressStatus::Failed => {
-                        let task_id = report.task_id.clone();
-                        let failure = solo_failure(report);
-                        self.task_failed(ctx, &task_id, failure).await?;
-                        None
-                    }
-                }
-            }
-            _ => return Ok(false),
-        };
-        if let Some(work) = work {
-            for step in work.steps {
-                let task_id = work.task_id.clone();
-                self.accept(Subtask { task_id, step, assignee: me.clone(), attempt: 1 });
+            DeskMail::Failed(report) => {
+                let task_id = report.task_id.clone();
+                self.task_failed(ctx, &task_id, solo_failure(report)).await?;
             }
         }
         Ok(true)

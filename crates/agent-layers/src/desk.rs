@@ -16,9 +16,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use agent_core::{AgentContext, AgentError, ReasonError};
+use agent_core::{AgentContext, AgentError, AuditEvent, ReasonError};
 use agent_state::{
-    Action, BoardId, DecisionId, PlanStep, RoleBook, SubtaskResult, Task, TaskFailure, TaskOutcome,
+    Action, Address, Assignment, BoardId, DecisionId, Message, MessageKind, PlanStep,
+    ProgressReport, ProgressStatus, RoleBook, SubtaskResult, Task, TaskFailure, TaskOutcome,
     WorkPackage,
 };
 use serde::{Deserialize, Serialize};
@@ -42,7 +43,78 @@ struct DeskTask {
     closed: bool,
 }
 
+/// What a message meant to the desk ([`Desk::read_mail`]).
+pub(crate) enum DeskMail {
+    /// Not the desk's: the agent handles it as any other.
+    NotMine,
+    /// Handled by the desk; nothing more to do.
+    Handled,
+    /// A wave of steps to work on.
+    Work(WorkPackage),
+    /// The team escalated a task (its time limit, its guards): it fails with `failure`.
+    Escalated {
+        /// The task.
+        task_id: String,
+        /// Why it fails.
+        failure: TaskFailure,
+    },
+    /// The agent's own report of work it could not finish: the task fails with it.
+    Failed(ProgressReport),
+}
+
 impl Desk {
+    /// Reads `message` as the desk's agent (`who`, for refusals: "a crew's lead", "a single
+    /// agent"): a task from `system` is taken, the team's escalation of a task and the
+    /// reports the agent sends itself of its work are answered; anything else is not the
+    /// desk's.
+    pub(crate) async fn read_mail(
+        &mut self,
+        ctx: &mut AgentContext,
+        message: &Message,
+        who: &str,
+    ) -> Result<DeskMail, AgentError> {
+        let own = message.from.agent() == Some(ctx.id());
+        let system = message.from == Address::System;
+        match message.kind {
+            MessageKind::TaskAssign if system => {
+                match ctx.read_payload::<Assignment>(message).await? {
+                    Some(Assignment::Task { task }) => {
+                        Ok(self.take(ctx, task).await?.map_or(DeskMail::Handled, DeskMail::Work))
+                    }
+                    Some(_) => {
+                        ctx.audit(AuditEvent::Denied {
+                            action: format!("task_assign from {}", message.from),
+                            error: format!("{who} takes whole tasks from the system"),
+                        })
+                        .await?;
+                        Ok(DeskMail::Handled)
+                    }
+                    None => Ok(DeskMail::Handled), // unreadable: refused and audited by read_payload
+                }
+            }
+            MessageKind::IssueEscalation if system || own => {
+                Ok(match ctx.read_payload::<agent_core::protocol::Escalation>(message).await? {
+                    Some(e) => DeskMail::Escalated { task_id: e.task_id, failure: e.failure },
+                    None => DeskMail::Handled,
+                })
+            }
+            MessageKind::ProgressReport if own => {
+                let Some(report) = ctx.read_payload::<ProgressReport>(message).await? else {
+                    return Ok(DeskMail::Handled);
+                };
+                match report.status {
+                    ProgressStatus::InProgress => Ok(DeskMail::Handled),
+                    ProgressStatus::Completed => Ok(self
+                        .completed(ctx, &report.task_id, report.results)
+                        .await?
+                        .map_or(DeskMail::Handled, DeskMail::Work)),
+                    ProgressStatus::Failed => Ok(DeskMail::Failed(report)),
+                }
+            }
+            _ => Ok(DeskMail::NotMine),
+        }
+    }
+
     /// A task from `system`: planned (a goal without steps), checked and kept; its first wave
     /// of steps, or `None` (a redelivered task, or one that failed and is closed).
     pub(crate) async fn take(

@@ -10,14 +10,14 @@ use agent_core::protocol::{
 };
 use agent_core::{AgentBehavior, AgentContext, AgentError, AuditEvent, Candidate, ReasonError};
 use agent_state::{
-    Action, Address, AgentId, ArbitrationSettings, Assignment, BallotChoice, BoardSnapshot,
-    GuardSettings, Message, MessageKind, ProgressReport, ProgressStatus, QUOTE_CHARS, Subtask,
-    SubtaskResult, TaskFailure, WorkPackage, quote,
+    Action, AgentId, ArbitrationSettings, Assignment, BallotChoice, BoardSnapshot, GuardSettings,
+    Message, MessageKind, ProgressReport, ProgressStatus, QUOTE_CHARS, Subtask, SubtaskResult,
+    TaskFailure, WorkPackage, quote,
 };
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use crate::desk::Desk;
+use crate::desk::{Desk, DeskMail};
 use crate::work::{Means, Outcome, Progress, WorkLoop};
 
 mod handover;
@@ -970,51 +970,19 @@ impl MidAgent {
         message: &Message,
     ) -> Result<bool, AgentError> {
         let Some(desk) = self.desk.as_mut() else { return Ok(false) };
-        let me = ctx.id().clone();
-        let own = message.from.agent() == Some(&me);
-        let system = message.from == Address::System;
-        let work = match message.kind {
-            MessageKind::TaskAssign if system => {
-                match ctx.read_payload::<Assignment>(message).await? {
-                    Some(Assignment::Task { task }) => desk.take(ctx, task).await?,
-                    Some(_) => {
-                        ctx.audit(AuditEvent::Denied {
-                            action: format!("task_assign from {}", message.from),
-                            error: "a crew's lead takes whole tasks from the system".into(),
-                        })
-                        .await?;
-                        None
-                    }
-                    None => None, // unreadable: refused and audited by read_payload
-                }
+        match desk.read_mail(ctx, message, "a crew's lead").await? {
+            DeskMail::NotMine => return Ok(false),
+            DeskMail::Handled => {}
+            DeskMail::Work(work) => {
+                let me = ctx.id().clone();
+                self.take_work(ctx, me, work).await?;
             }
-            MessageKind::IssueEscalation if system || own => {
-                if let Some(e) = ctx.read_payload::<Escalation>(message).await? {
-                    desk.fail(ctx, &e.task_id, e.failure).await?;
-                }
-                None
+            DeskMail::Escalated { task_id, failure } => desk.fail(ctx, &task_id, failure).await?,
+            DeskMail::Failed(report) => {
+                let task_id = report.task_id.clone();
+                let failure = crate::top::reported_failure(ctx.id().clone(), report);
+                desk.fail(ctx, &task_id, failure).await?;
             }
-            MessageKind::ProgressReport if own => {
-                let Some(report) = ctx.read_payload::<ProgressReport>(message).await? else {
-                    return Ok(true);
-                };
-                match report.status {
-                    ProgressStatus::InProgress => None,
-                    ProgressStatus::Completed => {
-                        desk.completed(ctx, &report.task_id, report.results).await?
-                    }
-                    ProgressStatus::Failed => {
-                        let task_id = report.task_id.clone();
-                        let failure = crate::top::reported_failure(me.clone(), report);
-                        desk.fail(ctx, &task_id, failure).await?;
-                        None
-                    }
-                }
-            }
-            _ => return Ok(false),
-        };
-        if let Some(work) = work {
-            self.take_work(ctx, me, work).await?;
         }
         Ok(true)
     }

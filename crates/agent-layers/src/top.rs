@@ -237,13 +237,25 @@ impl TopAgent {
     async fn propose_task(
         &mut self,
         ctx: &mut AgentContext,
+        cause: agent_state::MessageId,
         mut task: Task,
     ) -> Result<(), AgentError> {
         if self.tasks.contains_key(&task.id) {
             return Ok(()); // redelivered: already proposed
         }
         let mut leads = Vec::new();
-        if task.steps.is_empty() {
+        if let Some(earlier) = ctx.proposed_for(cause).await? {
+            // This turn is done again after a crash: the plan proposed then (and perhaps
+            // signed since) is the task's plan; a goal is not planned a second time.
+            let planned: ProposedPlan = serde_json::from_value(earlier.content).map_err(|e| {
+                AgentError::NotAllowed(format!(
+                    "the plan proposed earlier as decision {} cannot be read: {e}",
+                    earlier.id
+                ))
+            })?;
+            task.steps = planned.steps;
+            leads = planned.leads;
+        } else if task.steps.is_empty() {
             match self.plan_goal(ctx, &mut task).await? {
                 Ok(planned) => leads = planned,
                 Err(failure) => return fail(ctx, &task, failure).await,
@@ -259,7 +271,7 @@ impl TopAgent {
                 "task_id": task.id, "goal": task.goal, "steps": task.steps, "leads": leads
             })
         };
-        let decision = self.put_to_signers(ctx, content).await?;
+        let decision = self.put_to_signers(ctx, cause, content).await?;
         ctx.append_to(
             &BoardId::Global,
             &format!(
@@ -340,16 +352,23 @@ impl TopAgent {
         Ok(Ok(leads))
     }
 
-    /// Proposes `content` as a decision and asks its signers: this power signs itself (if it
-    /// may review), the others get a signature request.
+    /// Proposes `content` as a decision, once for the message `cause` (a redone turn finds
+    /// the decision it proposed before), and asks its signers while it is pending: this power
+    /// signs itself (if it may review), the others get a signature request (again, if the
+    /// turn is redone: a signer ignores a request for what it signed).
     async fn put_to_signers(
         &self,
         ctx: &mut AgentContext,
+        cause: agent_state::MessageId,
         content: serde_json::Value,
     ) -> Result<agent_state::DecisionId, AgentError> {
         let signers = self.signers(ctx.id());
-        let decision =
-            ctx.propose_with_humans(content, signers.clone(), self.humans.clone()).await?;
+        let proposed =
+            ctx.propose_once(cause, content, signers.clone(), self.humans.clone()).await?;
+        let decision = proposed.id;
+        if proposed.status != DecisionStatus::Pending {
+            return Ok(decision); // decided while this turn was cut short: nothing to ask
+        }
         for signer in &signers {
             if signer == ctx.id() {
                 if !may_review(ctx, decision).await? {
@@ -379,7 +398,9 @@ impl TopAgent {
         let assignment =
             if allowed { ctx.read_payload::<Assignment>(message).await? } else { None };
         let error = match assignment {
-            Some(Assignment::Task { task }) => return self.propose_task(ctx, task).await,
+            Some(Assignment::Task { task }) => {
+                return self.propose_task(ctx, message.id, task).await;
+            }
             Some(_) => "a top power does not take an assignment meant for another layer",
             None if allowed => return Ok(()), // unreadable: refused and audited by read_payload
             None => "a top power takes tasks only from the system or another power",
@@ -1278,4 +1299,12 @@ pub(crate) fn reported_failure(lead: AgentId, report: ProgressReport) -> TaskFai
                 .unwrap_or(report.description),
         }
     })
+}
+
+/// The plan in a proposed task's decision, as [`TopAgent::propose_task`] writes it.
+#[derive(Deserialize)]
+struct ProposedPlan {
+    steps: Vec<agent_state::PlanStep>,
+    #[serde(default)]
+    leads: Vec<LeadRequest>,
 }

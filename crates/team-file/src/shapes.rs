@@ -92,74 +92,60 @@ name = "Agent"
 tools = ["read_file", "write_file", "edit_file", "list_dir", "search", "glob", "shell"]
 "##;
 
-const CREW_PLAN: &str = r##"# A plan for the crew in team.toml.
+/// The steps of the crew's and the single agent's plans (the same work; only their headers
+/// differ), a macro so that `concat!` can join it to each header.
+macro_rules! shape_plan_steps {
+    () => {
+        r##"id = "hello"
+goal = "write a greeting and notes, then measure the greeting"
+
+[[steps]]
+id = "write-hello"
+description = "write the greeting"
+tool = "write_file"
+args = { path = "hello.txt", content = "hello, strata\n" }
+
+[[steps]]
+id = "write-notes"
+description = "write the notes"
+tool = "write_file"
+args = { path = "notes/plan.md", content = "# Plan\n- greet\n- measure\n" }
+
+[[steps]]
+id = "measure"
+description = "count the greeting's bytes"
+tool = "shell"
+args = { command = "wc -c < hello.txt" }
+after = ["write-hello"]         # waits until the greeting is written
+
+[[steps]]
+id = "list"
+description = "list the workspace"
+tool = "list_dir"
+args = { path = "." }
+after = ["write-hello", "write-notes"]
+"##
+    };
+}
+
+const CREW_PLAN: &str = concat!(
+    r##"# A plan for the crew in team.toml.
 #
 # The lead takes it (nothing to sign) and hands each step to one of its executors; a step
 # with `after` goes out once those steps are done. No step names a lead or an agent, so the
 # plan runs on every team shape (a `domain` would be taken by the crew's one lead).
 
-id = "hello"
-goal = "write a greeting and notes, then measure the greeting"
+"##,
+    shape_plan_steps!()
+);
 
-[[steps]]
-id = "write-hello"
-description = "write the greeting"
-tool = "write_file"
-args = { path = "hello.txt", content = "hello, strata\n" }
-
-[[steps]]
-id = "write-notes"
-description = "write the notes"
-tool = "write_file"
-args = { path = "notes/plan.md", content = "# Plan\n- greet\n- measure\n" }
-
-[[steps]]
-id = "measure"
-description = "count the greeting's bytes"
-tool = "shell"
-args = { command = "wc -c < hello.txt" }
-after = ["write-hello"]         # waits until the greeting is written
-
-[[steps]]
-id = "list"
-description = "list the workspace"
-tool = "list_dir"
-args = { path = "." }
-after = ["write-hello", "write-notes"]
-"##;
-
-const SINGLE_PLAN: &str = r##"# A plan for the single agent in team.toml.
+const SINGLE_PLAN: &str = concat!(
+    r##"# A plan for the single agent in team.toml.
 #
 # The agent takes it (nothing to sign) and works the steps in turn; a step with `after`
 # comes once those steps are done. No step names a lead or an agent, so the plan runs on
 # every team shape (a `domain` would be taken by the single agent).
 
-id = "hello"
-goal = "write a greeting and notes, then measure the greeting"
-
-[[steps]]
-id = "write-hello"
-description = "write the greeting"
-tool = "write_file"
-args = { path = "hello.txt", content = "hello, strata\n" }
-
-[[steps]]
-id = "write-notes"
-description = "write the notes"
-tool = "write_file"
-args = { path = "notes/plan.md", content = "# Plan\n- greet\n- measure\n" }
-
-[[steps]]
-id = "measure"
-description = "count the greeting's bytes"
-tool = "shell"
-args = { command = "wc -c < hello.txt" }
-after = ["write-hello"]         # waits until the greeting is written
-
-[[steps]]
-id = "list"
-description = "list the workspace"
-tool = "list_dir"
-args = { path = "." }
-after = ["write-hello", "write-notes"]
-"##;
+"##,
+    shape_plan_steps!()
+);

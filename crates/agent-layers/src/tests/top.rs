@@ -190,6 +190,51 @@ async fn a_task_from_system_becomes_a_decision_the_other_powers_are_asked_to_sig
     assert_eq!(agent.status(), WaitingApproval);
 }
 
+/// The power's turn on a task is cut short after it proposed the plan (its state never saved,
+/// the message never acknowledged), and a new power in its place takes the same message again:
+/// it finds the decision it proposed, with the signatures given since, instead of proposing a
+/// second one that nobody was asked about; once the last peer signs, the plan runs.
+#[tokio::test(start_paused = true)]
+async fn a_turn_redone_after_a_crash_takes_up_the_plan_it_proposed_before() {
+    let w = World::new();
+    let mut first = first_of_three(&w).await;
+    let content = serde_json::to_value(Assignment::Task { task: task("t1") }).unwrap();
+    let assign = Message::new(
+        new_message_id(),
+        Address::System,
+        addr(ME),
+        MessageKind::TaskAssign,
+        content,
+        Timestamp(START.0),
+    );
+    w.bus.send(assign.clone()).await.unwrap();
+    first.heartbeat(1).await.unwrap();
+    let proposed = decisions(&w).await;
+    assert_eq!(proposed.len(), 1);
+    let decision = proposed[0].id;
+    w.governance.sign(decision, &id("top-b"), Timestamp(START.0)).await.unwrap();
+    drop(first);
+    w.drain(&addr("top-c")).await;
+
+    // The same message again, to a power that never saw it.
+    let mut redone = first_of_three(&w).await;
+    w.bus.send(assign).await.unwrap();
+    redone.heartbeat(2).await.unwrap();
+    assert_eq!(decisions(&w).await.len(), 1, "no second decision for the same task");
+    assert_eq!(redone.current_work().as_deref(), Some("t1: awaiting signatures"));
+    let asked: Vec<SignatureRequest> =
+        w.received(&addr("top-c"), MessageKind::SignatureRequest).await;
+    assert_eq!(asked, [SignatureRequest { decision }], "the missing signer is asked again");
+
+    assert_eq!(
+        w.governance.sign(decision, &id("top-c"), Timestamp(START.0)).await.unwrap(),
+        agent_state::SignOutcome::Approved
+    );
+    redone.heartbeat(3).await.unwrap();
+    let docs = packages(&w, "mid-docs").await;
+    assert_eq!(docs.iter().map(step_ids).collect::<Vec<_>>(), [vec!["a"]], "the signed plan runs");
+}
+
 #[tokio::test(start_paused = true)]
 async fn only_powers_with_plan_authority_are_asked_to_sign() {
     let w = World::new();

@@ -2,7 +2,7 @@
 //! or edits it, directly, through a symlink or after a rename; and `search`, `glob` and
 //! `list_dir` never follow a file or directory swapped for a symlink while they run.
 
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 
 use super::*;
 
@@ -184,26 +184,62 @@ async fn a_workspace_inside_the_data_directory_works() {
     assert!(matches!(err, ToolError::PathOutsideWorkspace { .. }), "{err:?}");
 }
 
+/// A thread that swaps a path back and forth until `stop` ([`swapper`], [`dir_swapper`]),
+/// counting its swaps as it goes, so a test races it until it has swapped often enough,
+/// however loaded the machine is.
+struct Racer {
+    thread: std::thread::JoinHandle<()>,
+    swaps: Arc<AtomicUsize>,
+}
+
+impl Racer {
+    fn start(stop: Arc<AtomicBool>, mut swap: impl FnMut() + Send + 'static) -> Self {
+        let swaps = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&swaps);
+        let thread = std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                swap();
+                counted.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+        Self { thread, swaps }
+    }
+
+    /// Swaps done so far.
+    fn swaps(&self) -> usize {
+        self.swaps.load(Ordering::Relaxed)
+    }
+
+    /// Waits for the thread (stopped by its `stop`) and returns its swaps; a swap that
+    /// failed fails the test.
+    fn join(self) -> usize {
+        self.thread.join().unwrap();
+        self.swaps.load(Ordering::Relaxed)
+    }
+}
+
+/// Rounds a racing test runs: at least `MIN_ROUNDS`, and on until every racer has swapped more
+/// than `MIN_SWAPS` times (a loaded machine may starve a racer), at most `MAX_ROUNDS`.
+const MIN_ROUNDS: usize = 200;
+const MIN_SWAPS: usize = 10;
+const MAX_ROUNDS: usize = 20_000;
+
+/// Whether a racing test goes on after `round` rounds (see [`MIN_ROUNDS`]).
+fn racing(round: usize, racers: &[&Racer]) -> bool {
+    round < MIN_ROUNDS || (round < MAX_ROUNDS && racers.iter().any(|r| r.swaps() <= MIN_SWAPS))
+}
+
 /// Swaps `path` between a regular file and a symlink to `target` until `stop`, each swap an
 /// atomic rename (so the path always exists).
-fn swapper(
-    path: std::path::PathBuf,
-    target: std::path::PathBuf,
-    stop: Arc<AtomicBool>,
-) -> std::thread::JoinHandle<usize> {
-    std::thread::spawn(move || {
-        let dir = path.parent().unwrap().to_path_buf();
-        let (link, file) = (dir.join(".swap-link"), dir.join(".swap-file"));
-        let mut swaps = 0;
-        while !stop.load(Ordering::Relaxed) {
-            let _ = std::fs::remove_file(&link);
-            symlink(&target, &link).unwrap();
-            std::fs::rename(&link, &path).unwrap();
-            std::fs::write(&file, "LINE harmless\n").unwrap();
-            std::fs::rename(&file, &path).unwrap();
-            swaps += 1;
-        }
-        swaps
+fn swapper(path: std::path::PathBuf, target: std::path::PathBuf, stop: Arc<AtomicBool>) -> Racer {
+    let dir = path.parent().unwrap().to_path_buf();
+    let (link, file) = (dir.join(".swap-link"), dir.join(".swap-file"));
+    Racer::start(stop, move || {
+        let _ = std::fs::remove_file(&link);
+        symlink(&target, &link).unwrap();
+        std::fs::rename(&link, &path).unwrap();
+        std::fs::write(&file, "LINE harmless\n").unwrap();
+        std::fs::rename(&file, &path).unwrap();
     })
 }
 
@@ -212,27 +248,22 @@ fn dir_swapper(
     path: std::path::PathBuf,
     target: std::path::PathBuf,
     stop: Arc<AtomicBool>,
-) -> std::thread::JoinHandle<usize> {
-    std::thread::spawn(move || {
-        let parent = path.parent().unwrap().to_path_buf();
-        let (link, real) = (parent.join(".swap-dlink"), parent.join(".swap-dir"));
-        let mut swaps = 0;
-        while !stop.load(Ordering::Relaxed) {
-            let _ = std::fs::remove_file(&link);
-            symlink(&target, &link).unwrap();
-            // A directory cannot be renamed over another: move the real one aside first.
-            let _ = std::fs::remove_dir_all(&real);
-            if std::fs::rename(&path, &real).is_err() {
-                let _ = std::fs::remove_file(&path);
-            }
-            std::fs::rename(&link, &path).unwrap();
-            std::fs::create_dir_all(real.join("x")).unwrap();
-            std::fs::write(real.join("x/a.txt"), "LINE harmless\n").unwrap();
+) -> Racer {
+    let parent = path.parent().unwrap().to_path_buf();
+    let (link, real) = (parent.join(".swap-dlink"), parent.join(".swap-dir"));
+    Racer::start(stop, move || {
+        let _ = std::fs::remove_file(&link);
+        symlink(&target, &link).unwrap();
+        // A directory cannot be renamed over another: move the real one aside first.
+        let _ = std::fs::remove_dir_all(&real);
+        if std::fs::rename(&path, &real).is_err() {
             let _ = std::fs::remove_file(&path);
-            std::fs::rename(&real, &path).unwrap();
-            swaps += 1;
         }
-        swaps
+        std::fs::rename(&link, &path).unwrap();
+        std::fs::create_dir_all(real.join("x")).unwrap();
+        std::fs::write(real.join("x/a.txt"), "LINE harmless\n").unwrap();
+        let _ = std::fs::remove_file(&path);
+        std::fs::rename(&real, &path).unwrap();
     })
 }
 
@@ -251,7 +282,9 @@ async fn search_never_reads_a_file_swapped_for_a_symlink_while_it_runs() {
     let files = swapper(dir.path().join("a.txt"), secret.clone(), Arc::clone(&stop));
     let dirs = dir_swapper(dir.path().join("d"), outside.path().to_path_buf(), Arc::clone(&stop));
     let mut seen_harmless = 0;
-    for _ in 0..300 {
+    let mut round = 0;
+    while racing(round, &[&files, &dirs]) || seen_harmless == 0 && round < MAX_ROUNDS {
+        round += 1;
         let out = call(&ctx, "search", json!({ "pattern": "LINE" })).await.unwrap();
         assert!(
             !out.output.contains("SECRET"),
@@ -262,8 +295,8 @@ async fn search_never_reads_a_file_swapped_for_a_symlink_while_it_runs() {
         seen_harmless += usize::from(out.output.contains("harmless"));
     }
     stop.store(true, Ordering::Relaxed);
-    assert!(files.join().unwrap() > 10, "the file swapper must have raced the searches");
-    assert!(dirs.join().unwrap() > 10, "the directory swapper must have raced the searches");
+    assert!(files.join() > MIN_SWAPS, "the file swapper must have raced the searches");
+    assert!(dirs.join() > MIN_SWAPS, "the directory swapper must have raced the searches");
     assert!(seen_harmless > 0, "search found the workspace's own lines");
 }
 
@@ -274,7 +307,9 @@ async fn search_never_reads_the_data_directory_through_a_swapped_directory() {
     std::fs::create_dir_all(ws.join("d/x")).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let dirs = dir_swapper(ws.join("d"), ws.join(".strata/runs/r1"), Arc::clone(&stop));
-    for _ in 0..200 {
+    let mut round = 0;
+    while racing(round, &[&dirs]) {
+        round += 1;
         let out = call(&run.ctx, "search", json!({ "pattern": "mcp|LINE" })).await.unwrap();
         assert!(
             !out.output.contains("mcp_servers"),
@@ -283,7 +318,7 @@ async fn search_never_reads_the_data_directory_through_a_swapped_directory() {
         );
     }
     stop.store(true, Ordering::Relaxed);
-    assert!(dirs.join().unwrap() > 10);
+    assert!(dirs.join() > MIN_SWAPS);
 }
 
 /// `glob` and `list_dir` while a command swaps a workspace directory for a symlink to a
@@ -300,13 +335,18 @@ async fn glob_and_list_dir_never_show_names_from_a_directory_swapped_for_a_symli
     let stop = Arc::new(AtomicBool::new(false));
     let dirs = dir_swapper(dir.path().join("d"), outside.path().to_path_buf(), Arc::clone(&stop));
     let mut seen_inside = 0;
-    for _ in 0..200 {
+    let mut round = 0;
+    while racing(round, &[&dirs]) || seen_inside == 0 && round < MAX_ROUNDS {
+        round += 1;
         let out = call(&ctx, "glob", json!({ "pattern": "*.txt" })).await.unwrap();
         assert!(!out.output.contains("OUTSIDE"), "glob listed outside names: {}", out.output);
         assert!(!out.data.to_string().contains("OUTSIDE"), "{}", out.data);
         seen_inside += usize::from(out.output.contains("d/x/a.txt"));
     }
-    for _ in 0..200 {
+    let swapped = dirs.swaps();
+    let mut round = 0;
+    while round < MIN_ROUNDS || (round < MAX_ROUNDS && dirs.swaps() <= swapped + MIN_SWAPS) {
+        round += 1;
         for path in ["d", "d/x"] {
             // Listing a directory that is a link out at that moment is refused; never followed.
             match call(&ctx, "list_dir", json!({ "path": path })).await {
@@ -319,7 +359,7 @@ async fn glob_and_list_dir_never_show_names_from_a_directory_swapped_for_a_symli
         }
     }
     stop.store(true, Ordering::Relaxed);
-    assert!(dirs.join().unwrap() > 10, "the directory swapper must have raced the walks");
+    assert!(dirs.join() > MIN_SWAPS, "the directory swapper must have raced the walks");
     assert!(seen_inside > 0, "glob found the workspace's own file");
 }
 
