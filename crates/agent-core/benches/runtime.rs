@@ -178,7 +178,13 @@ fn overhead(c: &mut Criterion) {
     group.bench_function("reasoner_call", |bench| {
         let config = config();
         let prompt = system_prompt(&config, RESPONSIBILITIES);
-        let persona = Persona { config: &config, system_prompt: &prompt, tools: &[], roles: &[] };
+        let persona = Persona {
+            config: &config,
+            system_prompt: &prompt,
+            tools: &[],
+            roles: &[],
+            domains: &[],
+        };
         let reasoner: Arc<dyn Reasoner> = Arc::new(RuleBasedReasoner::new());
         let subtask = subtask();
         bench.iter_custom(|iters| {

@@ -352,6 +352,7 @@ impl AgentContext {
             system_prompt: self.system_prompt(),
             tools: &[],
             roles: &[],
+            domains: &[],
         }
     }
 
@@ -363,7 +364,13 @@ impl AgentContext {
         tools: &'a [String],
         roles: &'a [(String, String)],
     ) -> Persona<'a> {
-        Persona { config: &self.config, system_prompt: self.system_prompt(), tools, roles }
+        Persona {
+            config: &self.config,
+            system_prompt: self.system_prompt(),
+            tools,
+            roles,
+            domains: &[],
+        }
     }
 
     /// The spawner, if this team can spawn agents.

@@ -27,6 +27,11 @@ pub struct Persona<'a> {
     /// The roles it may spawn with `spawn_agent`, each with what it is for; empty for an agent
     /// that may not spawn.
     pub roles: &'a [(String, String)],
+    /// The domains of the leads it has already, for a planning agent (a layered team's
+    /// proposing power with fixed `[[mid]]` leads): a plan's steps may go to them, and without
+    /// lead roles to create others they are the only domains a step can be placed in. Empty:
+    /// none, the domains are the plan's own (or any, for a crew or a single agent).
+    pub domains: &'a [String],
 }
 
 /// A plan the top layer's reasoner made from a goal in words: the steps (goal steps, which say

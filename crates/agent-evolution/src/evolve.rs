@@ -414,7 +414,8 @@ impl Evolution {
             return None;
         }
         let config = AgentConfig::new("evolution", "evolution", AgentLayer::Bottom);
-        let persona = Persona { config: &config, system_prompt: "", tools: &[], roles: &[] };
+        let persona =
+            Persona { config: &config, system_prompt: "", tools: &[], roles: &[], domains: &[] };
         let instruction = "Rewrite these instructions for an AI agent so that it does its \
                            tasks more reliably and with fewer actions. Answer with the new \
                            instructions only.";

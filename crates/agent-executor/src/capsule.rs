@@ -157,6 +157,7 @@ impl Capsule {
             system_prompt: &self.cx.system_prompt,
             tools: &[],
             roles: &[],
+            domains: &[],
         }
     }
 

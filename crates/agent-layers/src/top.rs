@@ -317,7 +317,10 @@ impl TopAgent {
         ctx: &mut AgentContext,
         task: &mut Task,
     ) -> Result<Result<Vec<LeadRequest>, TaskFailure>, AgentError> {
-        let leads = match ctx.reasoner().plan(ctx.persona(), task, &self.roles).await {
+        // The team's fixed leads: a step for one of their domains is placed with it.
+        let domains: Vec<String> = self.leads.iter().map(|l| l.domain.clone()).collect();
+        let who = agent_core::Persona { domains: &domains, ..ctx.persona() };
+        let leads = match ctx.reasoner().plan(who, task, &self.roles).await {
             Ok(plan) => {
                 task.steps = plan.steps;
                 plan.leads

@@ -166,6 +166,7 @@ fn main() {
             system_prompt: "You are a top-layer power.",
             tools: &[],
             roles: &[],
+            domains: &[],
         };
         let decision = plan(n, statement);
         let before = recording.timings.lock().unwrap().len();

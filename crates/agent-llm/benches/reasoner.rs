@@ -102,11 +102,18 @@ fn bench(c: &mut Criterion) {
         b.iter(|| rt.block_on(async { black_box(provider.complete(&request).await.unwrap()) }))
     });
     g.bench_function("vote", |b| {
-        let who = Persona { config: &top, system_prompt: prompt, tools: &[], roles: &[] };
+        let who =
+            Persona { config: &top, system_prompt: prompt, tools: &[], roles: &[], domains: &[] };
         b.iter(|| rt.block_on(async { black_box(reasoner.vote(who, &conflict).await.unwrap()) }))
     });
     g.bench_function("next_action", |b| {
-        let who = Persona { config: &bottom, system_prompt: prompt, tools: &[], roles: &[] };
+        let who = Persona {
+            config: &bottom,
+            system_prompt: prompt,
+            tools: &[],
+            roles: &[],
+            domains: &[],
+        };
         b.iter(|| {
             rt.block_on(async {
                 black_box(reasoner.next_action(who, &subtask, &[]).await.unwrap())

@@ -79,7 +79,7 @@
 //! let conflict = Conflict {
 //!     id: "c1".into(), issue: "which".into(), parties: vec![], options: vec!["a".into(), "b".into()],
 //! };
-//! let who = Persona { config: &config, system_prompt: "You are top-a.", tools: &[], roles: &[] };
+//! let who = Persona { config: &config, system_prompt: "You are top-a.", tools: &[], roles: &[], domains: &[] };
 //! assert_eq!(reasoner.vote(who, &conflict).await.unwrap(), "b");
 //! assert_eq!(ledger.report().total.input_tokens, 50);
 //! # });

@@ -1065,7 +1065,7 @@ impl Reasoner for LlmReasoner {
         task: &Task,
         roles: &RoleBook,
     ) -> Result<Plan, ReasonError> {
-        let question = plan::PlanQuestion::new(task, roles);
+        let question = plan::PlanQuestion::new(task, roles, who.domains);
         let asked = Asked {
             decision: "plan",
             prompt: question.prompt.clone(),

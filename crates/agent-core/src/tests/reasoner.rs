@@ -14,7 +14,7 @@ fn config() -> AgentConfig {
 }
 
 fn persona(config: &AgentConfig) -> Persona<'_> {
-    Persona { config, system_prompt: "", tools: &[], roles: &[] }
+    Persona { config, system_prompt: "", tools: &[], roles: &[], domains: &[] }
 }
 
 fn plan(content: serde_json::Value) -> Decision {

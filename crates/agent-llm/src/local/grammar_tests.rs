@@ -92,7 +92,13 @@ async fn every_request() -> Vec<ChatRequest> {
     let top = AgentConfig::new("top-a", "A", AgentLayer::Top);
     let mid = AgentConfig::new("mid-a", "M", AgentLayer::Mid);
     let bottom = AgentConfig::new("bottom-a", "B", AgentLayer::Bottom);
-    let persona = |config| Persona { config, system_prompt: "You are it.", tools: &[], roles: &[] };
+    let persona = |config| Persona {
+        config,
+        system_prompt: "You are it.",
+        tools: &[],
+        roles: &[],
+        domains: &[],
+    };
 
     let decision = Decision::propose(
         DecisionId::from_u128(1),

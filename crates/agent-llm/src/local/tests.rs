@@ -273,7 +273,7 @@ fn the_plan_schema_becomes_a_grammar() {
             messages: vec![ChatMessage::user("plan")],
             response: ResponseFormat::Json {
                 name: "plan".to_owned(),
-                schema: crate::reasoner::plan::plan_schema(&mids, &workers, 2),
+                schema: crate::reasoner::plan::plan_schema(&mids, &workers, 2, &[]),
             },
             ..ChatRequest::default()
         };

@@ -40,11 +40,16 @@ pub(crate) struct PlanQuestion<'a> {
     mids: Vec<&'a Role>,
     /// The worker (bottom) role names.
     workers: Vec<&'a str>,
+    /// The domains of the leads the team has already (see [`Persona::domains`]).
+    ///
+    /// [`Persona::domains`]: agent_core::Persona::domains
+    domains: &'a [String],
 }
 
 impl<'a> PlanQuestion<'a> {
-    /// The question for `task`, with the leads and workers of `roles`.
-    pub(crate) fn new(task: &Task, roles: &'a RoleBook) -> Self {
+    /// The question for `task`, with the leads and workers of `roles`, and the `domains` of
+    /// the leads the team has already.
+    pub(crate) fn new(task: &Task, roles: &'a RoleBook, domains: &'a [String]) -> Self {
         let mids: Vec<&Role> = roles.of_layer(AgentLayer::Mid).collect();
         let worker_roles: Vec<&Role> = roles.of_layer(AgentLayer::Bottom).collect();
         let mid_names: Vec<&str> = mids.iter().map(|r| r.name.as_str()).collect();
@@ -54,7 +59,7 @@ impl<'a> PlanQuestion<'a> {
             .map(|r| r.max_instances.map_or(MAX_STEPS, |n| n as usize))
             .sum::<usize>()
             .clamp(1, MAX_STEPS);
-        let schema = plan_schema(&mid_names, &workers, max_leads);
+        let schema = plan_schema(&mid_names, &workers, max_leads, domains);
 
         let mut prompt = format!("Plan task {}.\nGoal: {}\n", task.id, task.goal.trim());
         if !mids.is_empty() {
@@ -97,7 +102,21 @@ impl<'a> PlanQuestion<'a> {
              the step itself or a later one) and how to check it (`acceptance`). Step ids are \
              letters, digits, `-` and `_`, each used once.\n",
         );
-        if mids.is_empty() {
+        if !domains.is_empty() {
+            let listed: Vec<String> = domains.iter().map(|d| format!("`{d}`")).collect();
+            let _ = writeln!(
+                prompt,
+                "The team has a lead for each of these domains already; a step for one of \
+                 them goes to its lead: {}.",
+                listed.join(", ")
+            );
+            prompt.push_str(if mids.is_empty() {
+                "Every step's domain is one of these.\n"
+            } else {
+                "Propose a lead in `leads` only for another domain; every step's domain is one \
+                 of these or of a lead you propose.\n"
+            });
+        } else if mids.is_empty() {
             prompt.push_str(
                 "A step's domain is a short name for its area of work, such as `docs` or `code`.\n",
             );
@@ -110,22 +129,41 @@ impl<'a> PlanQuestion<'a> {
             prompt,
             "A goal that is one piece of work is one step, such as:\n{}\nSplit a goal into a few \
              steps when parts of it need different workers or must wait for other parts.",
-            value_text(&example(task, &mids, &workers), &schema)
+            value_text(&example(task, &mids, &workers, domains), &schema)
         );
-        Self { prompt, schema, mids, workers }
+        Self { prompt, schema, mids, workers, domains }
     }
 
     /// Checks an answer beyond its schema and turns it into a [`Plan`] of goal steps; an
     /// invalid one gives every problem, named (see [`check_plan`]).
     pub(crate) fn check(&self, v: &Value) -> Result<Plan, String> {
-        check_plan(v, &self.mids, &self.workers)
+        check_plan(v, &self.mids, &self.workers, self.domains)
     }
 }
 
-/// The worked example: the goal as one step, for the first lead role that can spawn a worker
-/// (its domain the lead's name without `_lead`) and that worker. A model that only copies it
-/// plans a valid step that asks for the whole goal.
-fn example(task: &Task, mids: &[&Role], workers: &[&str]) -> Value {
+/// The worked example: the goal as one step, for the first of the team's leads (`domains`)
+/// or else the first lead role that can spawn a worker (its domain the lead's name without
+/// `_lead`), and that worker. A model that only copies it plans a valid step that asks for
+/// the whole goal.
+fn example(task: &Task, mids: &[&Role], workers: &[&str], domains: &[String]) -> Value {
+    if let Some(domain) = domains.first() {
+        let goal: String = one_line(task.goal.trim(), TEXT_CHARS as usize);
+        let mut step = json!({
+            "id": "step-1",
+            "description": goal,
+            "domain": domain,
+            "after": [],
+            "acceptance": "what the goal asks for is done"
+        });
+        if let Some(worker) = workers.first() {
+            step["role"] = json!(worker);
+        }
+        return if mids.is_empty() {
+            json!({"steps": [step]})
+        } else {
+            json!({"leads": [], "steps": [step]})
+        };
+    }
     let lead = mids
         .iter()
         .find(|m| m.enabled_agents.iter().any(|w| workers.contains(&w.as_str())))
@@ -155,10 +193,16 @@ fn example(task: &Task, mids: &[&Role], workers: &[&str]) -> Value {
 }
 
 /// The JSON Schema of a plan answer: leads of the mid roles `mid_names` (none without them),
-/// at most `max_leads`, and one to [`MAX_STEPS`] goal steps, each naming one of the
-/// `worker_names` roles or none. Strings and arrays are bounded, so a model decoding under its
+/// at most `max_leads` (none needed when the team has leads for `domains` already), and one
+/// to [`MAX_STEPS`] goal steps, each naming one of the `worker_names` roles or none; without
+/// mid roles, a team with leads already has each step's domain one of their `domains`. Strings and arrays are bounded, so a model decoding under its
 /// grammar cannot run on.
-pub(crate) fn plan_schema(mid_names: &[&str], worker_names: &[&str], max_leads: usize) -> Value {
+pub(crate) fn plan_schema(
+    mid_names: &[&str],
+    worker_names: &[&str],
+    max_leads: usize,
+    domains: &[String],
+) -> Value {
     let id = json!({
         "type": "string",
         "minLength": 1,
@@ -176,6 +220,9 @@ pub(crate) fn plan_schema(mid_names: &[&str], worker_names: &[&str], max_leads: 
         let mut allowed: Vec<Value> = worker_names.iter().map(|n| json!(n)).collect();
         allowed.push(Value::Null);
         step_properties["role"] = json!({ "enum": allowed });
+    }
+    if mid_names.is_empty() && !domains.is_empty() {
+        step_properties["domain"] = json!({ "enum": domains });
     }
     let steps_schema = json!({
         "type": "array",
@@ -199,7 +246,7 @@ pub(crate) fn plan_schema(mid_names: &[&str], worker_names: &[&str], max_leads: 
         "properties": {
             "leads": {
                 "type": "array",
-                "minItems": 1,
+                "minItems": usize::from(domains.is_empty()),
                 "maxItems": max_leads,
                 "items": {
                     "type": "object",
@@ -221,11 +268,18 @@ pub(crate) fn plan_schema(mid_names: &[&str], worker_names: &[&str], max_leads: 
 /// for a domain, no steps, step ids invalid or used twice, a step for a domain no lead leads, a
 /// step waiting for itself, for a later step or for no step, a step role that is not a worker
 /// role or not one its lead can spawn. Without mid roles the plan has steps only, their domains
-/// free text.
-pub(crate) fn check_plan(v: &Value, mids: &[&Role], worker_roles: &[&str]) -> Result<Plan, String> {
+/// free text, or one of `domains` when the team has leads for them already (which a step may
+/// also name with mid roles).
+pub(crate) fn check_plan(
+    v: &Value,
+    mids: &[&Role],
+    worker_roles: &[&str],
+    domains: &[String],
+) -> Result<Plan, String> {
     let mut check = PlanAnswer {
         mids,
         worker_roles,
+        domains,
         leads: Vec::new(),
         ids: Vec::new(),
         steps: Vec::new(),
@@ -259,6 +313,8 @@ struct PlanAnswer<'a> {
     /// The team's mid roles (none: the plan has steps only, their domains free text).
     mids: &'a [&'a Role],
     worker_roles: &'a [&'a str],
+    /// The domains of the team's leads.
+    domains: &'a [String],
     leads: Vec<LeadRequest>,
     /// Every step's id, in order.
     ids: Vec<String>,
@@ -287,6 +343,12 @@ impl PlanAnswer<'_> {
             } else if self.leads.iter().any(|l| l.domain == domain) {
                 self.problems
                     .push(format!("two leads for domain {}; one lead per domain", shown(&domain)));
+            } else if self.domains.contains(&domain) {
+                self.problems.push(format!(
+                    "the team has a lead for domain {} already; give its steps that domain \
+                     and propose no lead for it",
+                    shown(&domain)
+                ));
             }
             self.leads.push(LeadRequest { role, domain });
         }
@@ -313,14 +375,28 @@ impl PlanAnswer<'_> {
         let domain = text(item, "domain");
         if domain.is_empty() {
             self.problems.push(format!("step {name} has no domain"));
-        } else if !self.mids.is_empty() && !self.leads.iter().any(|l| l.domain == domain) {
-            let led: Vec<&str> = self.leads.iter().map(|l| l.domain.as_str()).collect();
-            self.problems.push(format!(
-                "step {name} is for domain {}, which none of your leads leads; propose a lead \
-                 for it or use one of your leads' domains ({})",
-                shown(&domain),
-                if led.is_empty() { "you proposed none".to_owned() } else { led.join(", ") }
-            ));
+        } else if (!self.mids.is_empty() || !self.domains.is_empty())
+            && !self.leads.iter().any(|l| l.domain == domain)
+            && !self.domains.contains(&domain)
+        {
+            let led: Vec<&str> = (self.domains.iter().map(String::as_str))
+                .chain(self.leads.iter().map(|l| l.domain.as_str()))
+                .collect();
+            self.problems.push(if self.mids.is_empty() {
+                format!(
+                    "step {name} is for domain {}, which no lead of the team leads; use one \
+                     of: {}",
+                    shown(&domain),
+                    led.join(", ")
+                )
+            } else {
+                format!(
+                    "step {name} is for domain {}, which none of your leads leads; propose a \
+                     lead for it or use one of your leads' domains ({})",
+                    shown(&domain),
+                    if led.is_empty() { "you proposed none".to_owned() } else { led.join(", ") }
+                )
+            });
         }
         let after = self.read_after(index, item, &name);
         let role = self.read_role(item, &name, &domain);

@@ -43,7 +43,13 @@ impl Agent {
     }
 
     pub(crate) fn persona(&self) -> Persona<'_> {
-        Persona { config: &self.config, system_prompt: &self.prompt, tools: &[], roles: &[] }
+        Persona {
+            config: &self.config,
+            system_prompt: &self.prompt,
+            tools: &[],
+            roles: &[],
+            domains: &[],
+        }
     }
 }
 
@@ -1532,6 +1538,63 @@ async fn without_roles_a_plan_is_steps_only_with_free_domains_and_sees_the_tasks
     assert!(!question.contains("Leads you may create"), "{question}");
 }
 
+/// A power whose team has fixed leads (`[[mid]]`, no lead roles) is told their domains, its
+/// schema allows only those, and a step for another domain is repaired naming them.
+#[tokio::test(start_paused = true)]
+async fn a_team_with_fixed_leads_plans_steps_for_their_domains_only() {
+    let step = |domain: &str| {
+        json!({"steps": [{"id": "fix", "description": "Fix the failing test", "domain": domain,
+                          "after": [], "acceptance": "the tests pass"}]})
+    };
+    let rig = rig(MockProvider::queue([json(step("work")), json(step("build"))]));
+    let agent = Agent::new("top-a", AgentLayer::Top);
+    let domains = ["docs".to_owned(), "build".to_owned()];
+    let who = Persona { domains: &domains, ..agent.persona() };
+    let plan = rig.reasoner.plan(who, &goal_task(), &RoleBook::default()).await.unwrap();
+    assert_eq!(plan.steps[0].target, StepTarget::Domain("build".into()));
+    assert!(plan.leads.is_empty());
+
+    let requests = rig.provider.requests();
+    let first = &requests[0];
+    let s = schema(first);
+    assert_eq!(s["properties"]["steps"]["items"]["properties"]["domain"]["enum"], json!(domains));
+    let question = &last_message(first).content;
+    assert!(
+        question.contains("a lead for each of these domains already; a step for one of them goes to its lead: `docs`, `build`."),
+        "{question}"
+    );
+    assert!(question.contains("\"domain\":\"docs\""), "the example uses a team domain: {question}");
+    let repair = &last_message(&requests[1]).content;
+    assert!(
+        repair.contains("`steps[0].domain`: expected one of \"docs\", \"build\", found \"work\""),
+        "{repair}"
+    );
+}
+
+/// With lead roles and fixed leads both, a plan may give steps to a fixed lead's domain and
+/// need propose no lead; proposing a second lead for a fixed lead's domain is repaired.
+#[tokio::test(start_paused = true)]
+async fn a_plan_may_use_the_fixed_leads_beside_the_leads_it_proposes() {
+    let plan = |leads: serde_json::Value| {
+        json!({"leads": leads, "steps": [
+            {"id": "a", "description": "Write the docs", "domain": "ops", "after": [],
+             "acceptance": "docs written"}
+        ]})
+    };
+    let twice_led = plan(json!([{"role": "docs_lead", "domain": "ops"}]));
+    let rig = rig(MockProvider::queue([json(twice_led), json(plan(json!([])))]));
+    let agent = Agent::new("top-a", AgentLayer::Top);
+    let domains = ["ops".to_owned()];
+    let who = Persona { domains: &domains, ..agent.persona() };
+    let planned = rig.reasoner.plan(who, &goal_task(), &roles()).await.unwrap();
+    assert!(planned.leads.is_empty());
+    assert_eq!(planned.steps[0].target, StepTarget::Domain("ops".into()));
+    let requests = rig.provider.requests();
+    assert_eq!(schema(&requests[0])["properties"]["leads"]["minItems"], json!(0));
+    let repair = &last_message(&requests[1]).content;
+    assert!(repair.contains("the team has a lead for domain `ops` already"), "{repair}");
+}
+
 #[tokio::test(start_paused = true)]
 async fn answer_replies_in_a_few_words_knowing_the_speaker_and_the_work() {
     let rig = rig(MockProvider::queue([json(json!({"reply": "  Tests are running.  "}))]));
@@ -1612,6 +1675,7 @@ async fn next_action_offers_the_tools_the_persona_holds_with_the_supervisor_tool
         system_prompt: &agent.prompt,
         tools: &held,
         roles: &roles,
+        domains: &[],
     };
     let action = rig.reasoner.next_action(who, &goal_subtask(""), &[]).await.unwrap();
     assert_eq!(action, NextAction::Call(ToolCall { tool: RETURN_RESULTS.into(), args: result }));
@@ -1673,8 +1737,13 @@ async fn a_small_model_names_the_file_and_writes_its_content_as_text_in_a_second
     ]));
     let agent = Agent::new("writer-1", AgentLayer::Bottom);
     let held = vec!["write_file".to_owned()];
-    let who =
-        Persona { config: &agent.config, system_prompt: &agent.prompt, tools: &held, roles: &[] };
+    let who = Persona {
+        config: &agent.config,
+        system_prompt: &agent.prompt,
+        tools: &held,
+        roles: &[],
+        domains: &[],
+    };
     let reasoner = small_model_reasoner(&rig);
     // The task as a small model's lead words it for the worker it spawns: the step, then
     // when it is done.
@@ -1721,8 +1790,13 @@ async fn a_small_model_s_next_write_is_offered_the_named_files_it_has_not_writte
     ]));
     let agent = Agent::new("coder-1", AgentLayer::Bottom);
     let held = vec!["write_file".to_owned(), "read_file".to_owned()];
-    let who =
-        Persona { config: &agent.config, system_prompt: &agent.prompt, tools: &held, roles: &[] };
+    let who = Persona {
+        config: &agent.config,
+        system_prompt: &agent.prompt,
+        tools: &held,
+        roles: &[],
+        domains: &[],
+    };
     let reasoner = small_model_reasoner(&rig);
     let mut subtask = goal_subtask("");
     subtask.step.description =
@@ -1775,8 +1849,13 @@ async fn a_goal_step_is_put_as_what_to_achieve_without_a_planned_call() {
     let rig = rig(MockProvider::queue([tool_call("c1", "read_file", r#"{"path": "src/lib.rs"}"#)]));
     let agent = Agent::new("worker-1", AgentLayer::Bottom);
     let held = ["read_file".to_owned(), "write_file".to_owned()];
-    let who =
-        Persona { config: &agent.config, system_prompt: &agent.prompt, tools: &held, roles: &[] };
+    let who = Persona {
+        config: &agent.config,
+        system_prompt: &agent.prompt,
+        tools: &held,
+        roles: &[],
+        domains: &[],
+    };
     let subtask = goal_subtask("README.md says what the project does");
     let action = rig.reasoner.next_action(who, &subtask, &[]).await.unwrap();
     assert_eq!(

@@ -84,7 +84,7 @@ async fn an_answer_of_the_wrong_kind_is_a_clear_error() {
         }),
     ]);
     let config = AgentConfig::new("top-a", "Power A", AgentLayer::Top);
-    let who = Persona { config: &config, system_prompt: "", tools: &[], roles: &[] };
+    let who = Persona { config: &config, system_prompt: "", tools: &[], roles: &[], domains: &[] };
     let decision = Decision::propose(
         DecisionId::from_u128(1),
         AgentId::new("top-a"),
