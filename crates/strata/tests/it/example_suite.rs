@@ -2,7 +2,7 @@
 //! every task's check, run as the engine runs it, fails on the files the task starts from and
 //! passes once a reference solution is laid over them. The reference solutions live in
 //! `tests/eval-solutions/NAME/`, outside the suite, so that no team under evaluation sees
-//! them.
+//! them. The team files beside the suite are the three shapes.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -50,5 +50,21 @@ async fn every_example_task_fails_as_given_and_passes_with_its_reference_solutio
         copy_files(&solutions.join(name), workspace.path()).unwrap();
         let solved = check(&task.check, workspace.path(), suite.check_timeout).await;
         assert!(solved.passed(), "{name}: the reference solution must pass: {solved:?}");
+    }
+}
+
+#[test]
+fn the_suite_s_team_files_are_the_three_shapes_and_leave_the_reasoner_to_the_command_line() {
+    let tools = agent_core::tools::ToolRegistry::with_builtins();
+    for shape in ["layered", "crew", "single"] {
+        let path = manifest_dir().join(format!("../../examples/eval/{shape}.toml"));
+        let text = std::fs::read_to_string(&path).unwrap();
+        let team = team_file::parse_team(&path, &text, &tools).unwrap();
+        assert_eq!(team.spec.shape().as_str(), shape);
+        assert!(
+            matches!(team.default_reasoner.kind, team_file::ReasonerKind::RuleBased)
+                && team.agent_reasoners.is_empty(),
+            "{shape}.toml names no reasoner: `strata eval --reasoner` gives it"
+        );
     }
 }
