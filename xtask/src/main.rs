@@ -1,4 +1,4 @@
-//! Strata's task runner: `cargo xtask ci | coverage | bench [--peers | --models] [--quick] | fuzz | torture |
+//! Strata's task runner: `cargo xtask ci | coverage | bench [--peers | --models | --eval] [--quick] | fuzz | torture |
 //! simulate | chaos | publish-check | long-fns | help`.
 //!
 //! `cargo xtask ci` is the single entry point that does exactly what CI does: its setup step
@@ -11,6 +11,7 @@ mod bench;
 mod chaos;
 mod ci;
 mod coverage;
+mod eval;
 mod fuzz;
 mod long_fns;
 mod models;
@@ -57,6 +58,12 @@ commands:
                   the README's settings: hello, a one-file goal and examples/goal, 10 runs
                   each; successes, median and p90 wall time, model calls, tokens, plan
                   repairs and each failure's reason, written to BENCHMARKS.md (full run only)
+  bench --eval [--repeat N] [--task NAME]... [--shape layered|crew|single]... [--record]
+                  `strata eval examples/eval` with its three team shapes on the embedded
+                  model (`--reasoner local`; `strata model fetch` first), each task N
+                  times (default 1); prints a line per attempt, then the table and why
+                  each failed attempt failed; --task and --shape run a part only;
+                  --record writes the table into BENCHMARKS.md (whole suite only)
   bench --peers [--quick]
                   compare Strata with ractor and AutoGen (autogen-core, installed from
                   PyPI into target/peers/venv) on the same workloads, print the table
@@ -111,6 +118,9 @@ fn main() -> ExitCode {
         ["bench", "--quick"] => bench::run(&root, true),
         ["bench", "--models", rest @ ..] => {
             models::args(rest).and_then(|options| models::run(&root, &options))
+        }
+        ["bench", "--eval", rest @ ..] => {
+            eval::args(rest).and_then(|options| eval::run(&root, &options))
         }
         ["bench", "--peers"] => peers::run(&root, false),
         ["bench", "--peers", "--quick"] | ["bench", "--quick", "--peers"] => {

@@ -212,7 +212,7 @@ pub(crate) fn run(root: &Path, options: &Options) -> anyhow::Result<()> {
 
 /// The embedded model's file, fetched by `strata model fetch` (which the bench does not run:
 /// it is the one command that downloads).
-fn model_file(strata: &Path) -> anyhow::Result<PathBuf> {
+pub(crate) fn model_file(strata: &Path) -> anyhow::Result<PathBuf> {
     let out = Command::new(strata)
         .args(["model", "path"])
         .output()
@@ -585,12 +585,23 @@ pub(crate) fn failed_runs(outcomes: &[Outcome]) -> Vec<(String, String)> {
 /// `BENCHMARKS.md` with `section` between the markers: replaced when they are there, appended
 /// otherwise.
 pub(crate) fn update_document(existing: Option<&str>, section: &str) -> String {
-    let block = format!("{BEGIN}\n\n{}\n{END}\n", section.trim_end());
+    between_markers(existing, BEGIN, END, section)
+}
+
+/// `existing` (a Markdown document, `None` when there is none yet) with `section` between the
+/// markers `begin` and `end`: replaced when they are there, appended otherwise.
+pub(crate) fn between_markers(
+    existing: Option<&str>,
+    begin: &str,
+    end: &str,
+    section: &str,
+) -> String {
+    let block = format!("{begin}\n\n{}\n{end}\n", section.trim_end());
     let Some(existing) = existing else { return format!("# Benchmarks\n\n{block}") };
-    match (existing.find(BEGIN), existing.find(END)) {
-        (Some(begin), Some(end)) if begin < end => {
-            let after = &existing[end + END.len()..];
-            format!("{}{block}{}", &existing[..begin], after.strip_prefix('\n').unwrap_or(after))
+    match (existing.find(begin), existing.find(end)) {
+        (Some(at), Some(to)) if at < to => {
+            let after = &existing[to + end.len()..];
+            format!("{}{block}{}", &existing[..at], after.strip_prefix('\n').unwrap_or(after))
         }
         _ => format!("{}\n\n{block}", existing.trim_end()),
     }

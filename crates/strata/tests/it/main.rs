@@ -4,4 +4,5 @@
 
 mod eval;
 mod evolve;
+mod example_suite;
 mod run;
