@@ -581,34 +581,12 @@ pub(crate) struct AdoptArgs {
     pub(crate) operator: Operator,
 }
 
-/// Parses `250ms`, `4s`, `1m`.
-pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("`{text}` is not a duration; write it like 250ms, 4s or 1m"))?;
-    let duration = match unit {
-        "ms" => Duration::from_millis(n),
-        "s" => Duration::from_secs(n),
-        "m" => Duration::from_secs(n.saturating_mul(60)),
-        _ => {
-            return Err(format!(
-                "`{text}` has an unknown unit; use ms, s or m (like 250ms, 4s, 1m)"
-            ));
-        }
-    };
-    if duration.is_zero() {
-        return Err("a duration must be greater than zero".into());
-    }
-    Ok(duration)
-}
-
-/// Parses `--heartbeat`: a duration from 10 ms to 1 h ([`team_file::MIN_HEARTBEAT`],
+/// Parses `--heartbeat` as the team file's `heartbeat` is read ([`team_file::parse_duration`]:
+/// `250ms`, `4s`, `1m`, `1h`), from 10 ms to 1 h ([`team_file::MIN_HEARTBEAT`],
 /// [`team_file::MAX_HEARTBEAT`]); clap names the flag in the error.
 pub(crate) fn parse_heartbeat(text: &str) -> Result<Duration, String> {
-    parse_duration(text).and_then(|d| team_file::check_heartbeat(d).map_err(|e| e.to_string()))
+    team_file::parse_duration(text.trim())
+        .and_then(|d| team_file::check_heartbeat(d).map_err(|e| e.to_string()))
 }
 
 /// Parses `--model`: a model name, not blank; given back trimmed.

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use strata::eval::{EvalInfo, EvalObserver, EvalOptions, EvalStatus, Evaluating, StopReason};
+use strata::eval::{EvalInfo, EvalObserver, EvalOptions, EvalStatus, Evaluating};
 use strata::run_dir::ModelFlags;
 
 use crate::cli::EvalArgs;
@@ -20,21 +20,14 @@ impl EvalObserver for Lines {
         let (Some(attempt), false) = (info.attempts.get(index), self.quiet) else { return };
         let Some(result) = &attempt.result else { return };
         let team = info.teams.get(attempt.team).map_or("?", |t| t.label.as_str());
-        let how = match (result.passed, result.stop, result.runaway) {
-            (true, ..) => "passed".to_owned(),
-            (false, _, true) => "runaway".to_owned(),
-            (false, Some(StopReason::Failed), _) => "failed".to_owned(),
-            (false, Some(stop), _) => format!("failed ({})", stop.as_str()),
-            (false, None, _) if result.check.is_some() => "failed its check".to_owned(),
-            (false, None, _) => "failed".to_owned(),
-        };
         outln!(
-            "[{}/{}] {} by {} #{}: {how} in {:.2}s, {} model calls (run {})",
+            "[{}/{}] {} by {} #{}: {} in {:.2}s, {} model calls (run {})",
             info.done(),
             info.attempts.len(),
             attempt.task,
             team,
             attempt.repeat,
+            result.verdict(),
             result.wall_ms as f64 / 1000.0,
             result.model_calls,
             attempt.run_id.as_deref().unwrap_or("?")

@@ -68,29 +68,9 @@ fn inputs(json: Option<&str>, pairs: &[String]) -> Result<serde_json::Value, Fai
 /// `strata exec --list`: each kind with what it does, whether a run of it may be repeated
 /// after a crash, and its inputs; with a team file, the endpoints it configures.
 fn list(registry: &Registry, team: Option<&team_file::TeamFile>, json: bool) {
-    let endpoints: Vec<&agent_executor::Endpoint> =
-        team.map(|t| t.executor.endpoints.values().collect()).unwrap_or_default();
+    let endpoints = strata::exec::endpoints(team);
     if json {
-        let kinds: Vec<serde_json::Value> = registry
-            .kinds()
-            .map(|k| {
-                serde_json::json!({
-                    "name": k.name(),
-                    "description": k.description(),
-                    "idempotent": k.idempotent(),
-                    "inputs_schema": k.inputs_schema(),
-                })
-            })
-            .collect();
-        let endpoints: Vec<serde_json::Value> = endpoints
-            .iter()
-            .map(|e| {
-                serde_json::json!({
-                    "name": e.name, "method": e.method, "url": e.url, "description": e.description,
-                })
-            })
-            .collect();
-        outln!("{}", serde_json::json!({ "kinds": kinds, "endpoints": endpoints }));
+        outln!("{}", strata::exec::list_json(registry, &endpoints));
         return;
     }
     for kind in registry.kinds() {
@@ -112,7 +92,8 @@ fn list(registry: &Registry, team: Option<&team_file::TeamFile>, json: bool) {
     );
 }
 
-/// One kind as `--list` shows it: its name and description, then its inputs, one a line.
+/// One kind as `--list` shows it: its name and description, then its inputs
+/// ([`strata::exec::inputs`]), one a line.
 fn kind_text(kind: &dyn Kind) -> String {
     let repeat = if kind.idempotent() {
         "safe to run again"
@@ -120,41 +101,20 @@ fn kind_text(kind: &dyn Kind) -> String {
         "has side effects: not run again after a crash"
     };
     let mut out = format!("{}: {} ({repeat})\n", kind.name(), esc(kind.description()));
-    let schema = kind.inputs_schema();
-    let required: Vec<&str> = schema
-        .get("required")
-        .and_then(serde_json::Value::as_array)
-        .map(|r| r.iter().filter_map(serde_json::Value::as_str).collect())
-        .unwrap_or_default();
-    match schema.get("properties").and_then(serde_json::Value::as_object) {
-        Some(properties) if !properties.is_empty() => {
-            out.push_str("  inputs:\n");
-            for (name, property) in properties {
-                let kind = property.get("type").map_or_else(|| "any".to_owned(), type_name);
-                let about = property
-                    .get("description")
-                    .and_then(serde_json::Value::as_str)
-                    .unwrap_or_default();
-                let required = if required.contains(&name.as_str()) { ", required" } else { "" };
-                out.push_str(&format!(
-                    "    {name:<14} {:<18} {}\n",
-                    format!("({kind}{required})"),
-                    esc(about)
-                ));
-            }
-        }
-        _ => out.push_str("  inputs: none\n"),
+    let inputs = strata::exec::inputs(kind);
+    if inputs.is_empty() {
+        out.push_str("  inputs: none\n");
+        return out;
+    }
+    out.push_str("  inputs:\n");
+    for input in inputs {
+        let required = if input.required { ", required" } else { "" };
+        out.push_str(&format!(
+            "    {:<14} {:<18} {}\n",
+            input.name,
+            format!("({}{required})", input.type_name),
+            esc(&input.description)
+        ));
     }
     out
-}
-
-/// A JSON Schema `type` (a name or a list of names) in words.
-fn type_name(value: &serde_json::Value) -> String {
-    match value {
-        serde_json::Value::String(s) => s.clone(),
-        serde_json::Value::Array(names) => {
-            names.iter().filter_map(serde_json::Value::as_str).collect::<Vec<_>>().join(" or ")
-        }
-        other => other.to_string(),
-    }
 }

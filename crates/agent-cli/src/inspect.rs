@@ -1,18 +1,17 @@
 //! `strata inspect` and `strata verify`: read a stored run without running it, and print it.
 //!
 //! What is read, and how, is the engine's ([`strata::audit`]): a private copy of the run's
-//! database, and for a run on NATS its server. This module parses the view asked for and
-//! renders it: text, or JSON with `--json`.
+//! database, and for a run on NATS its server; so are the `--json` documents. This module
+//! parses the view asked for and renders it as text, or prints the engine's JSON.
 //!
 //! `tree` and `results` are drawn by [`spawns`] from what [`strata::audit::spawns`] reads.
 
 use std::path::Path;
 
 use agent_state::Actor;
-use message_bus::SledBus;
 use run_store::RunStore;
 use strata::Stores;
-use strata::audit::{Check, Verification};
+use strata::audit::Check;
 use strata::run_dir::{RunInfo, resolve_run};
 use team_file::escape_controls as esc;
 
@@ -91,20 +90,9 @@ async fn audit(shown: &Shown<'_>) -> Result<(), Failure> {
 
 /// `inspect messages`: every message of the run, acknowledged or not, in send order.
 fn messages(store: &RunStore, json: bool) -> Result<(), Failure> {
-    let all = SledBus::open(store)?.history()?;
+    let all = strata::audit::messages(store)?;
     if json {
-        let json: Vec<_> = all
-            .iter()
-            .map(|m| {
-                serde_json::json!({
-                    "seq": m.seq,
-                    "inbox": m.inbox,
-                    "acknowledged": m.acknowledged,
-                    "message": m.message,
-                })
-            })
-            .collect();
-        outln!("{}", serde_json::to_string_pretty(&json)?);
+        outln!("{}", serde_json::to_string_pretty(&strata::audit::messages_json(&all))?);
         return Ok(());
     }
     if all.is_empty() {
@@ -245,25 +233,8 @@ async fn nats_messages(dir: &Path, info: &RunInfo, json: bool) -> Result<(), Fai
     let url = info.nats.as_deref().unwrap_or_default();
     let waiting = strata::audit::waiting(dir, info).await?;
     if json {
-        let inboxes: Vec<_> = waiting
-            .iter()
-            .map(|w| match &w.kinds {
-                Ok(kinds) => {
-                    serde_json::json!({"inbox": w.inbox, "not_acknowledged": w.held, "kinds": kinds})
-                }
-                Err(e) => serde_json::json!({
-                    "inbox": w.inbox, "not_acknowledged": w.held, "kinds": null, "kinds_error": e
-                }),
-            })
-            .collect();
-        outln!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({
-                "nats": url,
-                "history": false,
-                "waiting": inboxes,
-            }))?
-        );
+        let json = strata::audit::waiting_json(url, &waiting);
+        outln!("{}", serde_json::to_string_pretty(&json)?);
         return Ok(());
     }
     outln!(
@@ -290,10 +261,11 @@ async fn nats_messages(dir: &Path, info: &RunInfo, json: bool) -> Result<(), Fai
 
 /// `inspect usage`: the run's usage ledger, per agent, layer and model, with the budget.
 fn usage(dir: &Path, store: &RunStore, info: &RunInfo, json: bool) -> Result<(), Failure> {
-    let strata::audit::Usage { reasoner, report } = strata::audit::usage(dir, store, info)?;
-    let Some(report) = report else {
+    let usage = strata::audit::usage(dir, store, info)?;
+    let (reasoner, Some(report)) = (&usage.reasoner, &usage.report) else {
+        let reasoner = &usage.reasoner;
         if json {
-            outln!("{}", serde_json::json!({"reasoner": reasoner, "usage": null}));
+            outln!("{}", usage.json());
         } else if reasoner == "rule-based" {
             outln!(
                 "reasoner: {reasoner}; no model usage is recorded for this run (the rule-based reasoner calls no model)"
@@ -306,17 +278,12 @@ fn usage(dir: &Path, store: &RunStore, info: &RunInfo, json: bool) -> Result<(),
         return Ok(());
     };
     if json {
-        outln!(
-            "{}",
-            serde_json::to_string_pretty(
-                &serde_json::json!({"reasoner": reasoner, "usage": report})
-            )?
-        );
+        outln!("{}", serde_json::to_string_pretty(&usage.json())?);
         return Ok(());
     }
     outln!("reasoner: {reasoner}");
-    usage_tables(&report);
-    usage_budget(&report);
+    usage_tables(report);
+    usage_budget(report);
     Ok(())
 }
 
@@ -423,15 +390,12 @@ fn model_calls(
 /// results, dismissal and cost (when the run has a usage ledger).
 async fn tree(shown: &Shown<'_>) -> Result<(), Failure> {
     let (dir, info) = (shown.dir, shown.info);
-    let strata::audit::Tree { tree, damage } =
-        strata::audit::tree(dir, shown.store, &shown.stores().await?).await?;
+    let found = strata::audit::tree(dir, shown.store, &shown.stores().await?).await?;
     if shown.json {
-        outln!(
-            "{}",
-            serde_json::json!({"run_id": info.run_id, "status": info.status, "task": info.task_id, "sandbox": if info.unsandboxed { "off" } else { "on" }, "agents": tree.json(), "spawned": tree.spawned(), "audit_damage": damage})
-        );
+        outln!("{}", found.json(info));
         return Ok(());
     }
+    let strata::audit::Tree { tree, damage } = found;
     outln!("run {} · task `{}` · {}", info.run_id, info.task_id, info.status.as_str());
     if info.unsandboxed {
         outln!("sandbox: off (--unsandboxed): shell commands ran without a sandbox");
@@ -457,7 +421,7 @@ async fn results(dir: &Path, stores: &Stores, json: bool) -> Result<(), Failure>
     let roles = strata::audit::configured_roles(dir);
     let results = strata::audit::spawns::results(&records, &roles);
     if json {
-        outln!("{}", serde_json::to_string_pretty(&spawns::results_json(&results))?);
+        outln!("{}", serde_json::to_string_pretty(&strata::audit::spawns::results_json(&results))?);
     } else {
         out!("{}", spawns::render_results(&results));
     }
@@ -469,7 +433,7 @@ pub(crate) async fn verify(args: &VerifyArgs) -> Result<u8, Failure> {
     let dir = resolve_run(&args.data, &args.run)?;
     let found = strata::audit::verify(&dir).await?;
     if args.json {
-        outln!("{}", verification_json(&dir, &found));
+        outln!("{}", found.json(&dir));
     } else {
         for Check { name, result } in &found.checks {
             match result {
@@ -480,18 +444,4 @@ pub(crate) async fn verify(args: &VerifyArgs) -> Result<u8, Failure> {
         outln!("{}", found.verdict());
     }
     Ok(if found.broken() { crate::TASK_FAILED } else { 0 })
-}
-
-/// `strata verify --json`: the run, whether it verifies, the verdict, what protects its
-/// audit log, and every check.
-fn verification_json(dir: &Path, found: &Verification) -> serde_json::Value {
-    let checks: Vec<_> = found
-        .checks
-        .iter()
-        .map(|Check { name, result }| match result {
-            Ok(detail) => serde_json::json!({"check": name, "ok": true, "detail": detail}),
-            Err(error) => serde_json::json!({"check": name, "ok": false, "error": error}),
-        })
-        .collect();
-    serde_json::json!({"run": dir, "ok": !found.broken(), "verdict": found.verdict(), "protection": found.protection, "checks": checks})
 }

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use strata::run::{End, Ended, How, Observer, ResumeOptions, Resumed, Run, StartOptions};
-use strata::run_dir::{ModelFlags, RunInfo, RunStatus, now_ms, resolve_run};
+use strata::run_dir::{ModelFlags, RunInfo, RunStatus, resolve_run};
 
 pub(crate) use strata::run::Prepared;
 
@@ -148,8 +148,8 @@ async fn drive(
     result
 }
 
-/// Drives `run` with its progress shown and its operator inbox served; Ctrl-C (or the
-/// dashboard's cancel) stops it, resumable.
+/// Drives `run` with its progress shown and its operator inbox served
+/// ([`Run::drive_operated`]); Ctrl-C (or the dashboard's cancel) stops it, resumable.
 async fn drive_run(run: Run, output: &OutputArgs) -> Result<u8, Failure> {
     let watcher = view::watch(
         run.team().clone(),
@@ -158,19 +158,12 @@ async fn drive_run(run: Run, output: &OutputArgs) -> Result<u8, Failure> {
         run.info().clone(),
         output.clone(),
     );
-    // A cancel (the dashboard's) stops the run as Ctrl-C does.
-    let cancel = Arc::new(strata::operator::Cancel { since_ms: now_ms(), ..Default::default() });
-    // Operator requests (`strata approve`, `strata veto`, `strata rollback`, the dashboard's
-    // cancel) dropped into the run's inbox.
-    let inbox = tokio::spawn(strata::operator::serve(run.operator_server(cancel.clone())));
-    let stop = {
-        let output = output.clone();
-        async move {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                () = cancel.asked.notified() => {}
-            }
-            view::interrupting(&output);
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let ended = run
+        .drive_operated(ctrl_c, || {
+            view::interrupting(output);
             // A second Ctrl-C exits at once; what is stored so far is enough to resume.
             tokio::spawn(async {
                 if tokio::signal::ctrl_c().await.is_ok() {
@@ -178,10 +171,8 @@ async fn drive_run(run: Run, output: &OutputArgs) -> Result<u8, Failure> {
                     std::process::exit(i32::from(INTERRUPTED));
                 }
             });
-        }
-    };
-    let ended = run.drive(stop).await;
-    inbox.abort();
+        })
+        .await;
     watcher.stop().await;
     report(ended?, output).await
 }

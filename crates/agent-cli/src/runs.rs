@@ -8,7 +8,6 @@
 
 use crate::cli::{InitArgs, RunsArgs};
 use crate::{Failure, bad_input};
-use strata::runs::Row;
 use team_file::escape_controls as esc;
 
 /// `strata init [DIR]`: writes an example team file (of `--shape`, layered by default) and
@@ -41,7 +40,7 @@ pub(crate) async fn list(args: &RunsArgs) -> Result<(), Failure> {
     }
     let rows = strata::runs::list(&args.data).await?;
     if args.json {
-        outln!("{}", json_rows(&rows));
+        outln!("{}", strata::runs::json(&rows));
         return Ok(());
     }
     if rows.is_empty() {
@@ -74,26 +73,4 @@ pub(crate) async fn list(args: &RunsArgs) -> Result<(), Failure> {
         }
     }
     Ok(())
-}
-
-/// The rows as `strata runs --json` prints them.
-fn json_rows(rows: &[Row]) -> serde_json::Value {
-    let json: Vec<_> = rows
-        .iter()
-        .map(|row| {
-            let status = if row.damage.is_some() { "damaged" } else { row.status };
-            let mut json = serde_json::json!({"run_id": row.id, "status": status, "task": row.task, "goal": row.goal,
-                "started_at": format_time(row.started), "duration_s": row.end.saturating_sub(row.started) as f64 / 1000.0,
-                "failure": row.failure});
-            if let Some(usage) = &row.usage {
-                json["usage"] = serde_json::json!(usage);
-            }
-            if let Some(damage) = &row.damage {
-                json["damage"] = damage.as_str().into();
-                json["recorded_status"] = row.status.into();
-            }
-            json
-        })
-        .collect();
-    serde_json::Value::Array(json)
 }

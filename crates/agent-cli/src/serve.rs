@@ -280,16 +280,9 @@ fn json(status: StatusCode, body: String) -> Response {
         .into_response()
 }
 
-/// The HTTP status of a refusal of the dashboard's.
+/// The HTTP status of a refusal of the dashboard's ([`ApiErrorKind::http_status`]).
 fn status_of(kind: ApiErrorKind) -> StatusCode {
-    match kind {
-        ApiErrorKind::NotFound => StatusCode::NOT_FOUND,
-        ApiErrorKind::Conflict => StatusCode::CONFLICT,
-        ApiErrorKind::BadRequest => StatusCode::BAD_REQUEST,
-        ApiErrorKind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-        ApiErrorKind::Unreachable => StatusCode::BAD_GATEWAY,
-        ApiErrorKind::Failed => StatusCode::INTERNAL_SERVER_ERROR,
-    }
+    StatusCode::from_u16(kind.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
 }
 
 /// A JSON body, or the refusal as a JSON error.

@@ -2,9 +2,9 @@
 //! event lines otherwise, and the final summary.
 //!
 //! While the run goes, the lines come from the team's event stream ([`Team::events`]) as
-//! things happen: every audit record once it is stored (`audit` in JSON; [`event_line`] in
-//! text), every state change, progress report and note of an executor kind's run
-//! (`executor_run`; [`run_line`]), the pieces of the models' answers as they stream (`tokens`
+//! things happen (the JSON lines are the engine's, [`strata::json_lines`]): every audit
+//! record once it is stored (`audit` in JSON; [`event_line`] in text), every state change,
+//! progress report and note of an executor kind's run (`executor_run`; [`run_line`]), the pieces of the models' answers as they stream (`tokens`
 //! in JSON; the live view's "model output", a line per agent; not in plain lines), and, when
 //! the view fell behind and the stream dropped events for it, how many (`lagged` with
 //! `skipped`; [`lagged_line`]). The audit log keeps every record (`strata inspect RUN
@@ -28,8 +28,9 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::cli::OutputArgs;
+use strata::json_lines;
 use strata::lines::{event_line, run_line, short_id};
-use strata::run::Ended;
+use strata::run::{Ended, How};
 use strata::run_dir::{RunInfo, now_ms};
 use strata::summary::Summary;
 
@@ -64,10 +65,7 @@ fn json_line(value: &serde_json::Value) {
 
 pub(crate) fn started(output: &OutputArgs, info: &RunInfo, dir: &Path) {
     if mode(output) == Mode::Json {
-        json_line(
-            &serde_json::json!({"event": "run_started", "run_id": info.run_id, "task": info.task_id,
-            "data": dir, "workspace": info.workspace}),
-        );
+        json_line(&json_lines::started(info, dir, How::Started));
     } else {
         outln!("run {} started: task `{}` ({})", info.run_id, esc(&info.task_id), esc(&info.goal));
         outln!("  data:      {}", esc(&dir.display().to_string()));
@@ -77,10 +75,7 @@ pub(crate) fn started(output: &OutputArgs, info: &RunInfo, dir: &Path) {
 
 pub(crate) fn resumed(output: &OutputArgs, info: &RunInfo, dir: &Path) {
     if mode(output) == Mode::Json {
-        json_line(
-            &serde_json::json!({"event": "run_resumed", "run_id": info.run_id, "task": info.task_id,
-            "data": dir, "workspace": info.workspace}),
-        );
+        json_line(&json_lines::started(info, dir, How::Resumed));
     } else {
         outln!("run {} resumed: task `{}` ({})", info.run_id, esc(&info.task_id), esc(&info.goal));
         outln!("  data:      {}", esc(&dir.display().to_string()));
@@ -90,8 +85,7 @@ pub(crate) fn resumed(output: &OutputArgs, info: &RunInfo, dir: &Path) {
 
 pub(crate) fn already_finished(output: &OutputArgs, info: &RunInfo, dir: &Path) {
     if mode(output) == Mode::Json {
-        json_line(&serde_json::json!({"event": "run_finished_already", "run_id": info.run_id,
-            "status": info.status, "data": dir}));
+        json_line(&json_lines::finished_already(info, dir));
     } else {
         outln!(
             "run {} already finished ({}); nothing to resume. `strata inspect {}` shows it.",
@@ -121,9 +115,7 @@ pub(crate) fn left_running(output: &OutputArgs) {
 
 pub(crate) fn interrupted(output: &OutputArgs, info: &RunInfo, dir: &Path) {
     if mode(output) == Mode::Json {
-        json_line(
-            &serde_json::json!({"event": "run_interrupted", "run_id": info.run_id, "data": dir}),
-        );
+        json_line(&json_lines::interrupted(info, dir));
     } else {
         outln!(
             "run {} stopped; everything is stored. Continue it with: strata resume {}",
@@ -188,17 +180,14 @@ impl Shown {
         }
         let _ = self.steps.saw(record);
         match self.mode {
-            Mode::Json => Some(serde_json::json!({"event": "audit", "record": record}).to_string()),
+            Mode::Json => Some(json_lines::audit(record).to_string()),
             Mode::Lines | Mode::Live => self.line(event_line(record, self.started_at)),
         }
     }
 
     fn run(&mut self, agent: &AgentId, event: &RunEvent) -> Option<String> {
         match self.mode {
-            Mode::Json => Some(
-                serde_json::json!({"event": "executor_run", "agent": agent, "run": event})
-                    .to_string(),
-            ),
+            Mode::Json => Some(json_lines::executor_run(agent, event).to_string()),
             Mode::Lines | Mode::Live => self.line(run_line(agent, event, self.started_at)),
         }
     }
@@ -208,7 +197,7 @@ impl Shown {
     /// records; what the answer led to is in them).
     fn tokens(&mut self, tokens: &agent_core::ModelTokens) -> Option<String> {
         match self.mode {
-            Mode::Json => Some(output::json_line(tokens)),
+            Mode::Json => Some(json_lines::tokens(tokens).to_string()),
             Mode::Live => {
                 self.outputs.record(tokens);
                 None
@@ -219,9 +208,7 @@ impl Shown {
 
     fn lagged(&mut self, skipped: u64) -> Option<String> {
         match self.mode {
-            Mode::Json => {
-                Some(serde_json::json!({"event": "lagged", "skipped": skipped}).to_string())
-            }
+            Mode::Json => Some(json_lines::lagged(skipped).to_string()),
             Mode::Lines | Mode::Live => {
                 self.line(lagged_line(skipped, &self.run_id, now_ms(), self.started_at))
             }
@@ -456,20 +443,7 @@ pub(crate) fn output_lines(output: &str, max: usize) -> Vec<String> {
 pub(crate) fn summary(output: &OutputArgs, summary: &Summary, ended: &Ended) {
     let Ended { info, dir, task, .. } = ended;
     if mode(output) == Mode::Json {
-        json_line(&serde_json::json!({
-            "event": "run_finished",
-            "run_id": info.run_id,
-            "task": task.id,
-            "outcome": summary.outcome,
-            "duration_s": summary.duration_s,
-            "files_written": summary.files_written,
-            "decisions": summary.decisions,
-            "retries": summary.retries(),
-            "failures": summary.failures(),
-            "agents": summary.agents,
-            "data": dir,
-            "workspace": info.workspace,
-        }));
+        json_line(&json_lines::finished(summary, ended));
         return;
     }
     outln!();

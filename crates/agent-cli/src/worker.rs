@@ -1,19 +1,16 @@
 //! `strata worker --nats URL`: a process that hosts a share of the agents of every run placed on
-//! the server (`agent_pool::placement`), each run's team built by the library's host
-//! ([`strata::worker::WorkerHost`]). The command keeps its arguments, the signals that stop it
+//! the server (`agent_pool::placement`), joined and each run's team built by the library
+//! ([`strata::worker::join`]). The command keeps its arguments, the signals that stop it
 //! and the lines it prints of what the worker does.
 
 use std::sync::Arc;
 
-use agent_pool::placement::{
-    REGISTRY, VERSION, Worker, WorkerConfig, WorkerError, WorkerEvent, WorkerFilter,
-};
+use agent_pool::placement::{VERSION, WorkerConfig, WorkerEvent, WorkerFilter};
 use agent_state::AgentLayer;
 
 use crate::cli::WorkerArgs;
 use crate::{Failure, bad_input};
-use strata::stores::FLAG;
-use strata::worker::{HostOptions, WorkerHost};
+use strata::worker::{HostOptions, Joined};
 
 /// `strata worker`.
 pub(crate) async fn worker(args: WorkerArgs) -> Result<u8, Failure> {
@@ -28,20 +25,15 @@ pub(crate) async fn worker(args: WorkerArgs) -> Result<u8, Failure> {
             args.data.display()
         )));
     }
-    let server = strata::stores::connect_flag(&args.nats, REGISTRY).await?;
     let options = HostOptions {
         workspace: args.workspace.clone(),
         unsandboxed: args.unsandboxed,
         warn: Arc::new(|warning| errln!("{warning}")),
         ..HostOptions::new(&args.data, &id)
     };
-    let builder = Arc::new(WorkerHost::new(server.clone(), options));
     let config = WorkerConfig { id: id.clone(), filter, capacity: args.capacity };
-    let (worker, mut events) =
-        Worker::new(&server, config, builder.clone()).await.map_err(|e| match e {
-            WorkerError::Backend(_) => Failure::Other(anyhow::Error::new(e)),
-            e => bad_input(anyhow::anyhow!("{FLAG} {}: {e}", args.nats)),
-        })?;
+    let Joined { worker, mut events, host } =
+        strata::worker::join(&args.nats, options, config).await?;
     outln!("worker {id} (Strata {VERSION}) on {}: waiting for runs; Ctrl-C stops it", args.nats);
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let working = tokio::spawn(worker.run(stopped));
@@ -57,7 +49,7 @@ pub(crate) async fn worker(args: WorkerArgs) -> Result<u8, Failure> {
         errln!("error: the worker stopped abnormally: {e}");
     }
     printer.abort();
-    builder.stop_servers().await;
+    host.stop_servers().await;
     outln!("worker {id}: stopped");
     // A turn stopped mid-command leaves the thread waiting for that command in the runtime's
     // blocking pool, which a normal return would wait for (up to the command's timeout). The

@@ -1,8 +1,9 @@
 //! Reading a stored run back: its audit log checked against its anchors (`strata verify`,
 //! `strata inspect`, `strata runs`, the dashboard), the checks of `strata verify`, and the
 //! data of `strata inspect`'s views (the agents' tree and results, the timeline, the usage
-//! ledger and the model calls, what waits in a NATS run's inboxes), as typed values: the
-//! `strata` command renders them.
+//! ledger and the model calls, the message history, what waits in a NATS run's inboxes), as
+//! typed values, and each as the JSON document `strata inspect RUN VIEW --json` and `strata
+//! verify --json` print: the `strata` command renders them as text.
 //!
 //! Everything reads a private copy of the run's database ([`RunStore::open_read_only`],
 //! [`open`]): nothing in the run directory is opened for writing, locked, recovered or
@@ -29,7 +30,7 @@ use agent_core::{
 };
 use agent_llm::CallRecord;
 use agent_state::{Actor, Address, AgentId};
-use message_bus::NatsBus;
+use message_bus::{NatsBus, SledBus, StoredMessage};
 use run_store::RunStore;
 
 use crate::error::{Context as _, Error, Result};
@@ -351,6 +352,21 @@ impl Verification {
             "the run is damaged".to_owned()
         }
     }
+
+    /// As `strata verify --json` prints it: the run's directory `dir`, whether it verifies,
+    /// the verdict, what protects its audit log, and every check (`detail` when it passed,
+    /// `error` when it is broken).
+    pub fn json(&self, dir: &Path) -> serde_json::Value {
+        let checks: Vec<_> = self
+            .checks
+            .iter()
+            .map(|Check { name, result }| match result {
+                Ok(detail) => serde_json::json!({"check": name, "ok": true, "detail": detail}),
+                Err(error) => serde_json::json!({"check": name, "ok": false, "error": error}),
+            })
+            .collect();
+        serde_json::json!({"run": dir, "ok": !self.broken(), "verdict": self.verdict(), "protection": self.protection, "checks": checks})
+    }
 }
 
 /// Verifies the run in `dir` (`strata verify`): its store, its audit log's hash chain,
@@ -527,6 +543,15 @@ pub struct Tree {
     pub damage: Vec<String>,
 }
 
+impl Tree {
+    /// As `strata inspect RUN tree --json` prints it: the run `info` (id, status, task,
+    /// whether its commands ran sandboxed), its agents ([`spawns::SpawnTree::json`]), how many
+    /// were spawned, and the audit log's damage.
+    pub fn json(&self, info: &RunInfo) -> serde_json::Value {
+        serde_json::json!({"run_id": info.run_id, "status": info.status, "task": info.task_id, "sandbox": if info.unsandboxed { "off" } else { "on" }, "agents": self.tree.json(), "spawned": self.tree.spawned(), "audit_damage": self.damage})
+    }
+}
+
 /// The [`Tree`] of the run in `dir` (its database `store`, its stores `stores`). A team file
 /// that cannot be parsed is bad input.
 pub async fn tree(dir: &Path, store: &RunStore, stores: &Stores) -> Result<Tree> {
@@ -586,6 +611,14 @@ pub struct Usage {
     pub reasoner: String,
     /// The ledger.
     pub report: Option<agent_llm::UsageReport>,
+}
+
+impl Usage {
+    /// As `strata inspect RUN usage --json` prints it: `{"reasoner", "usage"}`, the ledger as
+    /// stored (`null` when none is recorded).
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::json!({"reasoner": self.reasoner, "usage": self.report})
+    }
 }
 
 /// The [`Usage`] of the run in `dir` (its database `store`).
@@ -699,4 +732,45 @@ pub async fn waiting(dir: &Path, info: &RunInfo) -> Result<Vec<Waiting>> {
         waiting.push(Waiting { inbox, held, kinds });
     }
     Ok(waiting)
+}
+
+/// What waits in the inboxes of the run on the NATS server `url` ([`waiting`]) as `strata
+/// inspect RUN messages --json` prints it: `{"nats", "history": false, "waiting"}`, each inbox
+/// with how many messages are not acknowledged and how many of each kind (`null`, and
+/// `kinds_error`, when they cannot be read).
+pub fn waiting_json(url: &str, waiting: &[Waiting]) -> serde_json::Value {
+    let inboxes: Vec<_> = waiting
+        .iter()
+        .map(|w| match &w.kinds {
+            Ok(kinds) => {
+                serde_json::json!({"inbox": w.inbox, "not_acknowledged": w.held, "kinds": kinds})
+            }
+            Err(e) => serde_json::json!({
+                "inbox": w.inbox, "not_acknowledged": w.held, "kinds": null, "kinds_error": e
+            }),
+        })
+        .collect();
+    serde_json::json!({"nats": url, "history": false, "waiting": inboxes})
+}
+
+/// Every message of the run whose database is `store`, acknowledged or not, in send order
+/// (`inspect messages`; a run on NATS keeps no history: [`waiting`]).
+pub fn messages(store: &RunStore) -> Result<Vec<StoredMessage>> {
+    Ok(SledBus::open(store)?.history()?)
+}
+
+/// The [`messages`] as `strata inspect RUN messages --json` prints them: each with its `seq`,
+/// inbox, whether it was acknowledged, and the message.
+pub fn messages_json(messages: &[StoredMessage]) -> serde_json::Value {
+    messages
+        .iter()
+        .map(|m| {
+            serde_json::json!({
+                "seq": m.seq,
+                "inbox": m.inbox,
+                "acknowledged": m.acknowledged,
+                "message": m.message,
+            })
+        })
+        .collect()
 }

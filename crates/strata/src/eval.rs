@@ -185,6 +185,21 @@ pub struct AttemptResult {
     pub repairs: u64,
 }
 
+impl AttemptResult {
+    /// How the attempt went, in words: `passed`, `runaway`, `failed`, `failed (REASON)` for a
+    /// stop other than a plain failure, or `failed its check`.
+    pub fn verdict(&self) -> String {
+        match (self.passed, self.stop, self.runaway) {
+            (true, ..) => "passed".to_owned(),
+            (false, _, true) => "runaway".to_owned(),
+            (false, Some(StopReason::Failed), _) => "failed".to_owned(),
+            (false, Some(stop), _) => format!("failed ({})", stop.as_str()),
+            (false, None, _) if self.check.is_some() => "failed its check".to_owned(),
+            (false, None, _) => "failed".to_owned(),
+        }
+    }
+}
+
 /// One attempt of the eval's plan: a task by a team, the `repeat`-th time.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Attempt {

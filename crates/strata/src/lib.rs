@@ -32,17 +32,20 @@
 //!   step counter a live view shows.
 //! - [`lines`]: an audit record or an executor run's event as one line of text, as `strata`
 //!   prints a run and the dashboard lists its events; [`model_output`]: what the models are
-//!   writing as their answers stream, each agent's latest output.
+//!   writing as their answers stream, each agent's latest output; [`json_lines`]: the JSON
+//!   lines of `strata run --json` (the run's start and end, its records and events).
+//! - [`exec`]: the executor kinds `strata exec` runs, described: each kind's inputs read
+//!   from its schema, and the list as JSON.
 //! - [`worker`]: the host of a worker (`strata worker`): builds the team of each run placed on
 //!   NATS, as `strata run` would, for `agent_pool`'s [`Worker`](agent_pool::placement::Worker).
 //! - [`audit`]: a stored run read back: its audit log checked against its anchors, the
 //!   checks of `strata verify`, and the data of `strata inspect`'s views (the agents' tree,
-//!   results, timeline, usage and model calls).
+//!   results, timeline, usage and model calls, messages), each with its `--json` document.
 //! - [`operator`]: the operator inbox of a run (approve, veto, rollback, hot-swap, cancel):
 //!   the request files, their checks and delivery, and the loop a running process serves
 //!   them with.
 //! - [`runs`]: the runs and evolutions of a data directory, each with how it stands and
-//!   what `verify` finds broken (`strata runs`).
+//!   what `verify` finds broken (`strata runs`, and its `--json`).
 //! - [`Error`]: every failure says what went wrong and whether the user's input is to blame
 //!   ([`ErrorKind::BadInput`]: nothing was written).
 //!
@@ -66,7 +69,9 @@ pub mod error;
 pub mod eval;
 pub mod evaluation;
 pub mod evolve;
+pub mod exec;
 pub mod inputs;
+pub mod json_lines;
 pub mod lines;
 pub mod mcp;
 pub mod model_output;

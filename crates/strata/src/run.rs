@@ -683,6 +683,29 @@ impl Run {
         servers.shutdown().await;
         result
     }
+
+    /// [`Self::drive`] with the run's operator inbox served meanwhile
+    /// ([`Self::operator_server`]: `strata approve`, `veto`, `rollback`, `adopt`, the
+    /// dashboard's cancel), as `strata run` drives a run: `stop` or an applied cancel stops
+    /// it, resumable, and `stopping` is called then, once (to say so).
+    pub async fn drive_operated(
+        self,
+        stop: impl Future<Output = ()>,
+        stopping: impl FnOnce(),
+    ) -> Result<Ended> {
+        let cancel = Arc::new(crate::operator::Cancel { since_ms: now_ms(), ..Default::default() });
+        let inbox = tokio::spawn(crate::operator::serve(self.operator_server(cancel.clone())));
+        let stop = async move {
+            tokio::select! {
+                () = stop => {}
+                () = cancel.asked.notified() => {}
+            }
+            stopping();
+        };
+        let ended = self.drive(stop).await;
+        inbox.abort();
+        ended
+    }
 }
 
 /// A recorded run whose team is about to start (or resume) on its stores.

@@ -3,14 +3,14 @@
 //! it stands. A run that no live process holds is checked as
 //! `strata verify` checks it (the store against its seal, the audit log's chain and its
 //! anchors), and a broken one says why; a run on NATS is listed as recorded (its audit log is
-//! on the server). And the team file and plan a first run starts from ([`write_example`],
-//! `strata init`).
+//! on the server); and the list as `strata runs --json` prints it ([`json`]). And the team
+//! file and plan a first run starts from ([`write_example`], `strata init`).
 
 use std::path::{Path, PathBuf};
 
 use crate::error::{Context as _, Result};
 use crate::evolve::EvolutionInfo;
-use crate::run_dir::{RunInfo, effective_status, now_ms};
+use crate::run_dir::{RunInfo, effective_status, format_time, now_ms};
 
 /// One line of `strata runs`: a team run or an evolution.
 #[derive(Debug, Clone)]
@@ -33,6 +33,30 @@ pub struct Row {
     pub damage: Option<String>,
     /// What its model calls used, when it last stopped.
     pub usage: Option<crate::run_dir::RunUsage>,
+}
+
+/// The rows as `strata runs --json` prints them: each run's id, status (`damaged` when
+/// `verify` finds it broken, with the `damage` and the `recorded_status`), task, goal, start
+/// (UTC, as text), duration in seconds, failure, and usage when recorded.
+pub fn json(rows: &[Row]) -> serde_json::Value {
+    let json: Vec<_> = rows
+        .iter()
+        .map(|row| {
+            let status = if row.damage.is_some() { "damaged" } else { row.status };
+            let mut json = serde_json::json!({"run_id": row.id, "status": status, "task": row.task, "goal": row.goal,
+                "started_at": format_time(row.started), "duration_s": row.end.saturating_sub(row.started) as f64 / 1000.0,
+                "failure": row.failure});
+            if let Some(usage) = &row.usage {
+                json["usage"] = serde_json::json!(usage);
+            }
+            if let Some(damage) = &row.damage {
+                json["damage"] = damage.as_str().into();
+                json["recorded_status"] = row.status.into();
+            }
+            json
+        })
+        .collect();
+    serde_json::Value::Array(json)
 }
 
 /// A row for every run and evolution in `data`, oldest first.
@@ -148,6 +172,38 @@ mod tests {
     #![allow(clippy::unwrap_used, reason = "tests")]
 
     use super::*;
+
+    fn row(id: &str, damage: Option<&str>, usage: Option<crate::run_dir::RunUsage>) -> Row {
+        Row {
+            id: id.into(),
+            status: "succeeded",
+            task: "hello".into(),
+            goal: "say hello".into(),
+            started: 1_767_225_600_000,
+            end: 1_767_225_601_500,
+            failure: None,
+            damage: damage.map(str::to_owned),
+            usage,
+        }
+    }
+
+    /// A damaged run is `damaged` with what is broken and the status it recorded; usage is
+    /// there only when recorded.
+    #[test]
+    fn the_json_says_damaged_with_why_and_keeps_the_recorded_status() {
+        let usage = crate::run_dir::RunUsage { calls: 2, tokens: 40, cost_usd: None };
+        let json = json(&[row("a", None, Some(usage)), row("b", Some("the chain breaks"), None)]);
+        assert_eq!(json[0]["run_id"], "a");
+        assert_eq!(json[0]["status"], "succeeded");
+        assert_eq!(json[0]["started_at"], "2026-01-01 00:00:00");
+        assert_eq!(json[0]["duration_s"], 1.5);
+        assert_eq!(json[0]["usage"]["calls"], 2);
+        assert!(json[0].get("damage").is_none() && json[0].get("recorded_status").is_none());
+        assert_eq!(json[1]["status"], "damaged");
+        assert_eq!(json[1]["damage"], "the chain breaks");
+        assert_eq!(json[1]["recorded_status"], "succeeded");
+        assert!(json[1].get("usage").is_none());
+    }
 
     #[test]
     fn a_scale_is_refused_with_a_shape_other_than_layered() {

@@ -4,7 +4,8 @@
 //! workers of this version are live is placed on them, and the run's process only coordinates
 //! (hands the task over, reads the outcome).
 //!
-//! A worker ([`WorkerHost`], handed to [`Worker::new`](agent_pool::placement::Worker::new))
+//! A worker ([`join`]: a [`WorkerHost`] handed to
+//! [`Worker::new`](agent_pool::placement::Worker::new))
 //! builds each run's team from what the run placed (the team file's text, the
 //! `--reasoner` override, `--unsandboxed`), with its own directory per run under
 //! `<data>/worker-<id>/<run>` (the usage ledger and the conversations). It works in the
@@ -14,16 +15,12 @@
 //!
 //! ```no_run
 //! # async fn host() -> strata::Result<()> {
-//! use std::sync::Arc;
-//! use agent_pool::placement::{REGISTRY, Worker, WorkerConfig, WorkerFilter};
-//! use strata::worker::{HostOptions, WorkerHost};
+//! use agent_pool::placement::{WorkerConfig, WorkerFilter};
+//! use strata::worker::{HostOptions, Joined};
 //!
-//! let server = strata::stores::connect_flag("nats://127.0.0.1:4222", REGISTRY).await?;
-//! let host = Arc::new(WorkerHost::new(server.clone(), HostOptions::new(".strata/runs", "w1")));
 //! let config = WorkerConfig { id: "w1".into(), filter: WorkerFilter::default(), capacity: 50 };
-//! let (worker, _events) = Worker::new(&server, config, host.clone())
-//!     .await
-//!     .map_err(strata::Error::failed_from)?;
+//! let options = HostOptions::new(".strata/runs", "w1");
+//! let Joined { worker, host, .. } = strata::worker::join("nats://127.0.0.1:4222", options, config).await?;
 //! let (_stop, stopped) = tokio::sync::watch::channel(false);
 //! worker.run(stopped).await;
 //! host.stop_servers().await;
@@ -35,7 +32,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use agent_core::tools::ToolRegistry;
-use agent_pool::placement::{BuildError, HostedRun, PlacedRun, RunBuilder};
+use agent_pool::placement::{
+    BuildError, HostedRun, PlacedRun, REGISTRY, RunBuilder, Worker, WorkerConfig, WorkerError,
+    WorkerEvent,
+};
 use agent_state::Timestamp;
 use async_trait::async_trait;
 use message_bus::NatsBusError;
@@ -70,6 +70,31 @@ pub fn default_id() -> String {
     let host: String =
         host.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '-' }).collect();
     format!("{host}-{}", std::process::id())
+}
+
+/// A worker that joined a NATS server ([`join`]).
+pub struct Joined {
+    /// The worker: [`Worker::run`] hosts its share of the placed runs until told to stop.
+    pub worker: Worker,
+    /// What it does, as it does it (joined, hosting, lost, ...).
+    pub events: tokio::sync::mpsc::Receiver<WorkerEvent>,
+    /// Its host: [`WorkerHost::stop_servers`] once the worker has stopped.
+    pub host: Arc<WorkerHost>,
+}
+
+/// Joins the NATS server at `url` (`strata worker --nats URL`) as the worker `config`
+/// describes, each run it takes built by a [`WorkerHost`] with `options`. A server that cannot
+/// be reached, or that refuses the worker (its id in use, no capacity), is bad input; a
+/// failure of the server's storage is not.
+pub async fn join(url: &str, options: HostOptions, config: WorkerConfig) -> Result<Joined> {
+    let server = crate::stores::connect_flag(url, REGISTRY).await?;
+    let host = Arc::new(WorkerHost::new(server.clone(), options));
+    let (worker, events) =
+        Worker::new(&server, config, host.clone()).await.map_err(|e| match e {
+            WorkerError::Backend(_) => Error::failed_from(e),
+            e => Error::bad_input(format!("{} {url}: {e}", crate::stores::FLAG)),
+        })?;
+    Ok(Joined { worker, events, host })
 }
 
 /// Where warnings for the user go (the `strata` command prints them on standard error).

@@ -89,7 +89,8 @@
 //! [`MAX_PLAN_FILE_BYTES`] (16 MiB), a team file over [`MAX_TEAM_FILE_BYTES`] (32 MiB), more
 //! than [`MAX_PLAN_STEPS`] (10 000) steps, a step whose `args` are over [`MAX_STEP_ARGS_BYTES`]
 //! (8 MiB as JSON), and a `heartbeat` outside [`MIN_HEARTBEAT`] to [`MAX_HEARTBEAT`] (10 ms to
-//! 1 h, [`check_heartbeat`]; `strata run --heartbeat` takes the same range). A file that is
+//! 1 h, [`check_heartbeat`]; `strata run --heartbeat` takes the same range, written as the
+//! file writes it: [`parse_duration`]). A file that is
 //! not UTF-8 ([`decode`], [`read`]) points at its first invalid byte. Ids and names (the plan and step ids, agent ids, names, roles,
 //! role names and layers, `enabled_agents`, models, domains, power types, tools, `after`,
 //! `prefer`) may not hold a control character (newline, tab, escape, other C0/C1 controls);
@@ -527,7 +528,7 @@ pub use executor::ExecutorSettings;
 pub use limits::{
     HeartbeatOutOfRange, MAX_HEARTBEAT, MAX_ID_BYTES, MAX_PLAN_FILE_BYTES, MAX_PLAN_STEPS,
     MAX_PLAN_TEXT_BYTES, MAX_STEP_ARGS_BYTES, MAX_TEAM_FILE_BYTES, MAX_TEXT_BYTES, MIN_HEARTBEAT,
-    check_heartbeat,
+    check_heartbeat, parse_duration,
 };
 pub use mcp::{
     MAX_MCP_SERVER_NAME, MCP_TOOL_PREFIX, McpServerDecl, McpTransport, mcp_servers,

@@ -52,8 +52,10 @@ pub fn check_heartbeat(heartbeat: Duration) -> Result<Duration, HeartbeatOutOfRa
     }
 }
 
-/// Parses `250ms`, `4s`, `1m` or `1h`, above zero.
-pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
+/// Parses `250ms`, `4s`, `1m` or `1h`, above zero: the durations of the team file (its
+/// `heartbeat`, an executor's timeouts) and of `strata run --heartbeat`. The error says what
+/// is wrong in words, the text quoted.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let bad = || {
         format!(
             "`{text}` is not a duration; write a whole number and a unit (ms, s, m or h), such as \"250ms\", \"4s\" or \"1m\""

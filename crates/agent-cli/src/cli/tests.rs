@@ -1,4 +1,5 @@
-//! Tests of the command line's own parsing: `--heartbeat` takes the team file's range.
+//! Tests of the command line's own parsing: `--heartbeat` is read as the team file's
+//! `heartbeat` is, in its range.
 #![allow(clippy::unwrap_used, reason = "tests")]
 
 use team_file::{MAX_HEARTBEAT, MIN_HEARTBEAT};
@@ -10,10 +11,19 @@ use super::parse_heartbeat;
 fn heartbeat_flag_takes_the_team_file_range() {
     assert_eq!(parse_heartbeat("10ms"), Ok(MIN_HEARTBEAT));
     assert_eq!(parse_heartbeat("60m"), Ok(MAX_HEARTBEAT));
-    for bad in ["9ms", "61m", "18446744073709551615s"] {
+    // Written as the team file writes it: hours too, and the longest heartbeat is 1 h.
+    assert_eq!(parse_heartbeat("1h"), Ok(MAX_HEARTBEAT));
+    assert_eq!(parse_heartbeat(" 4s "), Ok(std::time::Duration::from_secs(4)));
+    for bad in ["9ms", "61m", "2h", "18446744073709551615ms"] {
         let err = parse_heartbeat(bad).unwrap_err();
         assert!(err.contains("out of range; use 10ms to 1h"), "{bad}: {err}");
     }
+    // Not a duration at all, as the team file's parser says it.
+    for bad in ["4sec", "fast", "18446744073709551615s"] {
+        let err = parse_heartbeat(bad).unwrap_err();
+        assert!(err.contains("is not a duration; write a whole number and a unit"), "{bad}: {err}");
+    }
+    assert!(parse_heartbeat("0s").unwrap_err().contains("a duration must be longer than 0"));
 }
 
 /// `--base-url` takes an http(s) URL with a host (and a port that is one), as the team file's

@@ -1,12 +1,11 @@
-//! `inspect tree` and `inspect results` as text and JSON: the agents of a run, configured and
-//! spawned, drawn as a tree, and the structured results they returned
-//! ([`strata::audit::spawns`] reads them from the audit log).
+//! `inspect tree` and `inspect results` as text: the agents of a run, configured and spawned,
+//! drawn as a tree, and the structured results they returned ([`strata::audit::spawns`] reads
+//! them from the audit log, and gives them as JSON).
 //!
 //! Every line is escaped like the rest of what strata prints ([`esc`]): a task or a summary
 //! with a newline or a terminal escape in it cannot break a line or drive the terminal.
 
 use agent_state::{AgentStatus, ChangeType, ResultStatus};
-use serde_json::{Value, json};
 use strata::audit::spawns::{Node, Returned, SpawnTree};
 use team_file::escape_controls as esc;
 
@@ -19,9 +18,6 @@ pub(crate) trait TreeView {
     fn render(&self) -> String;
     /// One agent's line.
     fn line(&self, n: &Node) -> String;
-    /// Every agent as JSON, configured ones first (team file order), then spawned ones (in
-    /// the order they were spawned).
-    fn json(&self) -> Vec<Value>;
 }
 
 impl TreeView for SpawnTree {
@@ -94,32 +90,6 @@ impl TreeView for SpawnTree {
         }
         parts.join(" · ")
     }
-
-    fn json(&self) -> Vec<Value> {
-        self.nodes
-            .iter()
-            .map(|n| {
-                let cost = |v: Option<f64>| if self.costs { json!(v) } else { Value::Null };
-                json!({
-                    "id": n.id,
-                    "layer": n.layer,
-                    "supervisor": n.supervisor,
-                    "status": n.status.map_or("not started", AgentStatus::as_str),
-                    "role": n.role,
-                    "spawned": n.spawn.is_some(),
-                    "task_prompt": n.spawn.as_ref().map(|s| &s.task_prompt),
-                    "depth": n.spawn.as_ref().map(|s| s.depth),
-                    "results": n.results,
-                    "untrusted_results": n.untrusted,
-                    "despawned": n.despawned.is_some(),
-                    "despawn_summary": n.despawned,
-                    "cost_usd": cost(n.cost),
-                    "subtree_cost_usd": cost(n.subtree),
-                    "subtree_cost_complete": self.costs.then_some(!n.subtree_unknown),
-                })
-            })
-            .collect()
-    }
 }
 
 /// The first line of `text`, at most [`TASK_CHARS`] characters of it (`…` when cut).
@@ -182,24 +152,6 @@ pub(crate) fn render_results(results: &[Returned<'_>]) -> String {
         out.push('\n');
     }
     out
-}
-
-/// The results as JSON, in order.
-pub(crate) fn results_json(results: &[Returned<'_>]) -> Value {
-    results
-        .iter()
-        .map(|r| {
-            json!({
-                "seq": r.record.seq,
-                "at": r.record.at,
-                "agent": r.record.agent,
-                "role": r.role,
-                "task": r.task,
-                "trusted": r.trusted,
-                "result": r.result,
-            })
-        })
-        .collect()
 }
 
 fn result_status(s: ResultStatus) -> &'static str {

@@ -1,5 +1,6 @@
-//! The server's own parts: the page's escaping and the statuses of the library's refusals
-//! (the access rules and the API's answers are tested in `strata::dashboard`).
+//! The server's own parts: the page's escaping, the statuses of the library's refusals as
+//! axum's, the query's agent (the access rules, the API's answers and their statuses are
+//! tested in `strata::dashboard`).
 
 use super::*;
 
@@ -10,17 +11,9 @@ fn the_token_is_escaped_in_the_page() {
 }
 
 #[test]
-fn each_refusal_has_its_status() {
-    let statuses = [
-        (ApiErrorKind::NotFound, 404),
-        (ApiErrorKind::Conflict, 409),
-        (ApiErrorKind::BadRequest, 400),
-        (ApiErrorKind::TooLarge, 413),
-        (ApiErrorKind::Unreachable, 502),
-        (ApiErrorKind::Failed, 500),
-    ];
-    for (kind, status) in statuses {
-        assert_eq!(status_of(kind).as_u16(), status, "{kind:?}");
+fn each_refusal_has_its_status_and_an_agent_is_read_from_the_query() {
+    for kind in [ApiErrorKind::NotFound, ApiErrorKind::Unreachable, ApiErrorKind::Failed] {
+        assert_eq!(status_of(kind).as_u16(), kind.http_status(), "{kind:?}");
     }
     assert_eq!(agent_of(Some("after=2&agent=exec%2D1")).as_deref(), Some("exec-1"));
     assert_eq!(agent_of(None), None);

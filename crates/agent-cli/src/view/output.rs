@@ -1,11 +1,10 @@
 //! What the models are writing, as their answers stream ([`TeamEvent::Tokens`]; the library
 //! keeps each agent's latest, [`strata::model_output`]): the live view's "model output"
-//! lines, one per agent with the tail of its latest answer, and the `tokens` lines of
-//! `--json`.
+//! lines, one per agent with the tail of its latest answer (the `tokens` lines of `--json`
+//! are [`strata::json_lines::tokens`]).
 //!
 //! [`TeamEvent::Tokens`]: agent_core::TeamEvent::Tokens
 
-use agent_core::ModelTokens;
 use team_file::escape_controls as esc;
 
 pub(super) use strata::model_output::{ModelOutputs as Outputs, OUTPUT_CHARS};
@@ -34,18 +33,4 @@ pub(super) fn lines(outputs: &Outputs) -> Vec<String> {
             )
         })
         .collect()
-}
-
-/// A piece as one `--json` line: `{"event": "tokens", "agent", "call", "attempt", "tool",
-/// "text"}`.
-pub(super) fn json_line(tokens: &ModelTokens) -> String {
-    serde_json::json!({
-        "event": "tokens",
-        "agent": tokens.agent,
-        "call": tokens.call,
-        "attempt": tokens.attempt,
-        "tool": tokens.tool,
-        "text": tokens.text,
-    })
-    .to_string()
 }

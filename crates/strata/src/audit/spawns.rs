@@ -2,12 +2,17 @@
 //! inspect RUN tree` and `results`, the dashboard): which agents were spawned under which
 //! (`Spawned`, appended by the spawner), each one's last status (`Transition`), what it
 //! returned (`Result`) and whether it was dismissed (`Despawned`), with each agent's cost
-//! from a [`CostMeter`] rolled up its subtree.
+//! from a [`CostMeter`] rolled up its subtree; and both as the JSON of `strata inspect RUN
+//! tree --json` and `results --json` ([`SpawnTree::json`], [`results_json`]).
 
 use std::collections::HashMap;
 
 use agent_core::{AuditEvent, AuditRecord, CostMeter, SpawnRecord};
 use agent_state::{AgentId, AgentLayer, AgentResult, AgentStatus};
+use serde_json::{Value, json};
+
+#[cfg(test)]
+mod tests;
 
 /// An agent of the team file.
 pub struct Configured {
@@ -90,6 +95,35 @@ impl SpawnTree {
     /// How many agents were spawned.
     pub fn spawned(&self) -> usize {
         self.nodes.iter().filter(|n| n.spawn.is_some()).count()
+    }
+
+    /// Every agent as JSON, configured ones first (team file order), then spawned ones (in
+    /// the order they were spawned): id, layer, supervisor, status, role, how it was spawned,
+    /// its results, its dismissal, and its costs (`null` when no cost is known).
+    pub fn json(&self) -> Vec<Value> {
+        self.nodes
+            .iter()
+            .map(|n| {
+                let cost = |v: Option<f64>| if self.costs { json!(v) } else { Value::Null };
+                json!({
+                    "id": n.id,
+                    "layer": n.layer,
+                    "supervisor": n.supervisor,
+                    "status": n.status.map_or("not started", AgentStatus::as_str),
+                    "role": n.role,
+                    "spawned": n.spawn.is_some(),
+                    "task_prompt": n.spawn.as_ref().map(|s| &s.task_prompt),
+                    "depth": n.spawn.as_ref().map(|s| s.depth),
+                    "results": n.results,
+                    "untrusted_results": n.untrusted,
+                    "despawned": n.despawned.is_some(),
+                    "despawn_summary": n.despawned,
+                    "cost_usd": cost(n.cost),
+                    "subtree_cost_usd": cost(n.subtree),
+                    "subtree_cost_complete": self.costs.then_some(!n.subtree_unknown),
+                })
+            })
+            .collect()
     }
 }
 
@@ -283,6 +317,25 @@ pub fn results<'a>(
                 trusted: *trusted,
             }),
             _ => None,
+        })
+        .collect()
+}
+
+/// The results as JSON, in order: each one's audit record (`seq`, `at`), agent, role, task,
+/// whether it is trusted, and the result as returned.
+pub fn results_json(results: &[Returned<'_>]) -> Value {
+    results
+        .iter()
+        .map(|r| {
+            json!({
+                "seq": r.record.seq,
+                "at": r.record.at,
+                "agent": r.record.agent,
+                "role": r.role,
+                "task": r.task,
+                "trusted": r.trusted,
+                "result": r.result,
+            })
         })
         .collect()
 }

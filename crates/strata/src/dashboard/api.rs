@@ -58,6 +58,20 @@ pub enum ApiErrorKind {
     Failed,
 }
 
+impl ApiErrorKind {
+    /// The HTTP status the dashboard answers it with (the number each variant names).
+    pub const fn http_status(self) -> u16 {
+        match self {
+            Self::NotFound => 404,
+            Self::Conflict => 409,
+            Self::BadRequest => 400,
+            Self::TooLarge => 413,
+            Self::Unreachable => 502,
+            Self::Failed => 500,
+        }
+    }
+}
+
 /// A refused request: why, and what to tell the client.
 #[derive(Debug, thiserror::Error)]
 #[error("{message}")]

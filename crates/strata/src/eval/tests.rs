@@ -116,3 +116,16 @@ fn stop_reasons_come_from_the_typed_failure() {
     assert_eq!(StopReason::of(&TaskFailure::ShutDown), StopReason::Failed);
     assert_eq!(serde_json::to_value(StopReason::PingPong).unwrap(), "ping_pong");
 }
+
+#[test]
+fn an_attempts_verdict_says_how_it_went() {
+    assert_eq!(result(true, 10, None).verdict(), "passed");
+    assert_eq!(result(false, 10, Some(StopReason::Failed)).verdict(), "failed");
+    assert_eq!(result(false, 10, Some(StopReason::Loop)).verdict(), "failed (loop)");
+    assert_eq!(result(false, 10, None).verdict(), "failed");
+    let runaway = AttemptResult { runaway: true, ..result(false, 10, Some(StopReason::TimedOut)) };
+    assert_eq!(runaway.verdict(), "runaway");
+    let check = CheckResult { passed: false, code: Some(1), error: None };
+    let checked = AttemptResult { check: Some(check), ..result(false, 10, None) };
+    assert_eq!(checked.verdict(), "failed its check");
+}

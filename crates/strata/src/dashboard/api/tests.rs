@@ -104,3 +104,19 @@ async fn a_request_that_acts_on_a_run_is_checked_before_it_is_sent() {
     assert!(message.contains("nothing to cancel"), "{message}");
     assert_eq!(kind(dashboard.cancel("gone", b"").await).0, ApiErrorKind::NotFound);
 }
+
+/// Each refusal's HTTP status, as the server answers it.
+#[test]
+fn each_refusal_has_its_status() {
+    let statuses = [
+        (ApiErrorKind::NotFound, 404),
+        (ApiErrorKind::Conflict, 409),
+        (ApiErrorKind::BadRequest, 400),
+        (ApiErrorKind::TooLarge, 413),
+        (ApiErrorKind::Unreachable, 502),
+        (ApiErrorKind::Failed, 500),
+    ];
+    for (kind, status) in statuses {
+        assert_eq!(kind.http_status(), status, "{kind:?}");
+    }
+}
