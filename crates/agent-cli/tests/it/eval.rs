@@ -130,3 +130,50 @@ fn a_killed_eval_resumes_without_running_its_finished_attempts_again() {
     let team_runs = runs.as_array().unwrap().iter().filter(|r| r["task"] != "(eval)").count();
     assert_eq!(team_runs, 4, "{runs}");
 }
+
+/// The suite with a model reasoner given on the command line, OpenAI-compatible and then
+/// Anthropic (a fake server on loopback, so no key): every attempt's run reasons through it,
+/// the checks decide as with any reasoner, and the report counts the model's calls.
+#[test]
+fn strata_eval_runs_the_suite_with_an_openai_or_an_anthropic_reasoner() {
+    use crate::fake_llm::{FakeLlm, Mode};
+    for (kind, model, path) in [
+        ("openai", "fake-model", "/v1/chat/completions"),
+        ("anthropic", "fake-claude", "/v1/messages"),
+    ] {
+        let server = FakeLlm::start(Mode::Sensible);
+        let url = if kind == "openai" { server.openai_url() } else { server.anthropic_url() };
+        let s = scratch();
+        let args = [
+            "eval",
+            "suite",
+            "--team",
+            "team.toml",
+            "--reasoner",
+            kind,
+            "--base-url",
+            &url,
+            "--model",
+            model,
+            "--data",
+            "D",
+            "--eval-id",
+            "m",
+            "--no-sync",
+        ];
+        s.strata(&args)
+            .code(0)
+            .stdout_has(&["good by team.toml #1: passed", "bad by team.toml #1: failed its check"]);
+        let report = s.strata(&["eval", "--resume", "m", "--data", "D", "--json"]).code(0).json();
+        assert_eq!(report["total"]["attempts"], 2, "{kind}: {report}");
+        assert_eq!(report["total"]["passed"], 1, "{kind}: {report}");
+        let calls = server.calls();
+        assert!(!calls.is_empty(), "{kind}: the model was never asked");
+        assert!(calls.iter().all(|c| c.path == path), "{kind}: {:?}", calls[0].path);
+        assert_eq!(
+            report["total"]["model_calls"],
+            calls.len() as u64,
+            "{kind}: the report counts every call the server answered: {report}"
+        );
+    }
+}
