@@ -146,35 +146,24 @@ impl<'a> PlanQuestion<'a> {
 /// `_lead`), and that worker. A model that only copies it plans a valid step that asks for
 /// the whole goal.
 fn example(task: &Task, mids: &[&Role], workers: &[&str], domains: &[String]) -> Value {
-    if let Some(domain) = domains.first() {
-        let goal: String = one_line(task.goal.trim(), TEXT_CHARS as usize);
-        let mut step = json!({
-            "id": "step-1",
-            "description": goal,
-            "domain": domain,
-            "after": [],
-            "acceptance": "what the goal asks for is done"
-        });
-        if let Some(worker) = workers.first() {
-            step["role"] = json!(worker);
-        }
-        return if mids.is_empty() {
-            json!({"steps": [step]})
-        } else {
-            json!({"leads": [], "steps": [step]})
-        };
-    }
-    let lead = mids
-        .iter()
-        .find(|m| m.enabled_agents.iter().any(|w| workers.contains(&w.as_str())))
-        .or(mids.first());
-    let worker = lead
-        .and_then(|m| m.enabled_agents.iter().find(|w| workers.contains(&w.as_str())))
-        .map(String::as_str)
-        .or(workers.first().copied());
-    let domain = lead
-        .map(|l| l.name.strip_suffix("_lead").filter(|d| !d.is_empty()).unwrap_or(&l.name))
-        .unwrap_or("work");
+    // With fixed leads, the example's step goes to the first (it proposes no lead); else to
+    // the first lead role that can spawn a worker, proposed as the example's one lead.
+    let (domain, lead, worker) = if let Some(domain) = domains.first() {
+        (domain.as_str(), None, workers.first().copied())
+    } else {
+        let lead = mids
+            .iter()
+            .find(|m| m.enabled_agents.iter().any(|w| workers.contains(&w.as_str())))
+            .or(mids.first());
+        let worker = lead
+            .and_then(|m| m.enabled_agents.iter().find(|w| workers.contains(&w.as_str())))
+            .map(String::as_str)
+            .or(workers.first().copied());
+        let domain = lead
+            .map(|l| l.name.strip_suffix("_lead").filter(|d| !d.is_empty()).unwrap_or(&l.name))
+            .unwrap_or("work");
+        (domain, lead, worker)
+    };
     let goal: String = one_line(task.goal.trim(), TEXT_CHARS as usize);
     let mut step = json!({
         "id": "step-1",
@@ -188,15 +177,16 @@ fn example(task: &Task, mids: &[&Role], workers: &[&str], domains: &[String]) ->
     }
     match lead {
         Some(lead) => json!({"leads": [{"role": lead.name, "domain": domain}], "steps": [step]}),
-        None => json!({"steps": [step]}),
+        None if mids.is_empty() => json!({"steps": [step]}),
+        None => json!({"leads": [], "steps": [step]}),
     }
 }
 
 /// The JSON Schema of a plan answer: leads of the mid roles `mid_names` (none without them),
 /// at most `max_leads` (none needed when the team has leads for `domains` already), and one
 /// to [`MAX_STEPS`] goal steps, each naming one of the `worker_names` roles or none; without
-/// mid roles, a team with leads already has each step's domain one of their `domains`. Strings and arrays are bounded, so a model decoding under its
-/// grammar cannot run on.
+/// mid roles, a team with leads already has each step's domain one of their `domains`.
+/// Strings and arrays are bounded, so a model decoding under its grammar cannot run on.
 pub(crate) fn plan_schema(
     mid_names: &[&str],
     worker_names: &[&str],

@@ -11,6 +11,9 @@ use agent_core::{AuditEvent, AuditRecord, CostMeter, SpawnRecord};
 use agent_state::{AgentId, AgentLayer, AgentResult, AgentStatus};
 use serde_json::{Value, json};
 
+#[cfg(any(test, feature = "testing"))]
+#[doc(hidden)]
+pub mod fixtures;
 #[cfg(test)]
 mod tests;
 
