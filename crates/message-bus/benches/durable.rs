@@ -209,6 +209,9 @@ fn durable_sends(c: &mut Criterion) {
             });
         });
         let sends = run.next_id.load(Ordering::Relaxed);
+        if sends == 0 {
+            continue; // filtered out
+        }
         println!(
             "durable/send/{senders}_senders: {sends} sends in {} syncs ({:.1} sends per sync)",
             run.store.syncs(),
@@ -238,6 +241,9 @@ fn durable_batches(c: &mut Criterion) {
             });
         });
         let sends = run.next_id.load(Ordering::Relaxed);
+        if sends == 0 {
+            continue; // filtered out
+        }
         println!(
             "durable/send_many/{name}: {sends} messages in {} syncs ({:.1} messages per sync)",
             run.store.syncs(),

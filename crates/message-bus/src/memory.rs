@@ -21,6 +21,7 @@ pub const DEFAULT_INBOX_CAPACITY: usize = 65_536;
 ///
 /// Every call takes one short-lived lock and never awaits while holding it. `send` to one inbox
 /// is O(1): one hash lookup and one push, with no allocation beyond the queue's own growth.
+/// [`send_many`](MessageBus::send_many) checks and delivers its whole batch under one lock.
 ///
 /// Each inbox holds at most its capacity in messages, pending and in flight together: a taken
 /// message still counts until it is acknowledged.

@@ -58,6 +58,11 @@ use crate::{DEFAULT_INBOX_CAPACITY, InboxError, MessageBus, RegisterError, SendE
 ///   broadcast leaves nothing behind. A reader that takes from one of the other inboxes in
 ///   that moment (a concurrent task, or another process) may get a copy; it is deleted all
 ///   the same, and acknowledging it is harmless.
+/// - `send_many` checks every sender and recipient, then publishes the batch's copies in
+///   order on the one connection (chunks of 256) and waits for their acknowledgements: one
+///   round trip per chunk, not per message. Like a broadcast, a batch that is refused (a full
+///   inbox, an unknown recipient after messages that were published to learn whether they
+///   are refused first) or fails has the copies already stored deleted again.
 /// - `take` serves first the messages this connection released, then reads the inbox's subject
 ///   with a pull consumer of this connection (no acknowledgements on the server, started after
 ///   the last message read). `take` and `release` are not stored: which messages are in flight
@@ -489,6 +494,62 @@ impl NatsBus {
         }
     }
 
+    /// The copies of a batch of `send_many`, in order, and how many inboxes each message goes
+    /// into, from the checks that need no publish (sender, recipient), in batch order up to the
+    /// first refusal, which is returned too: the messages before it are still published, to
+    /// learn whether one of them is refused first (a full inbox).
+    async fn batch_copies(
+        &self,
+        messages: &[Message],
+    ) -> Result<(Vec<BatchCopy>, Vec<usize>, Option<SendError>), BackendError> {
+        let mut copies = Vec::new();
+        let mut counts = Vec::with_capacity(messages.len());
+        let mut refusal = None;
+        let mut known: HashSet<&AgentId> = HashSet::new();
+        for (index, message) in messages.iter().enumerate() {
+            if message.from == Address::Broadcast {
+                refusal = Some(SendError::InvalidSender { id: message.id });
+                break;
+            }
+            let targets = match &message.to {
+                Address::Broadcast => {
+                    let sender = message.from.agent();
+                    let mut targets: Vec<AgentId> = self
+                        .registry()
+                        .agents
+                        .iter()
+                        .filter(|(id, (registered, _))| *registered && Some(*id) != sender)
+                        .map(|(id, _)| id.clone())
+                        .collect();
+                    targets.sort_unstable();
+                    targets.into_iter().map(Address::Agent).collect()
+                }
+                Address::System => vec![Address::System],
+                Address::Agent(agent) => {
+                    if !known.contains(agent) {
+                        if !self.check_registered(agent).await? {
+                            refusal = Some(SendError::UnknownRecipient {
+                                id: message.id,
+                                kind: message.kind.as_str(),
+                                recipient: agent.clone(),
+                            });
+                            break;
+                        }
+                        known.insert(agent);
+                    }
+                    vec![message.to.clone()]
+                }
+            };
+            counts.push(targets.len());
+            copies.extend(targets.into_iter().map(|address| BatchCopy {
+                message: index,
+                subject: self.inbox_subject(&address),
+                address,
+            }));
+        }
+        Ok((copies, counts, refusal))
+    }
+
     /// Publishes the copies of a batch of `send_many` (`payloads` indexed by message), in
     /// order, a chunk at a time: every copy of a chunk is sent, then every acknowledgement
     /// awaited. Returns the stream sequences of the copies stored and the first copy (by
@@ -546,21 +607,7 @@ impl NatsBus {
                     {
                         let msg_id = format!("{base}.{index}");
                         let payload: &[u8] = &payloads[copy.message];
-                        match self.publish(&copy.subject, payload, &msg_id).await {
-                            Ok(ack) if ack.duplicate => Ok(ack.sequence),
-                            Ok(ack) => {
-                                // Stored: taken back with the rest of the batch.
-                                stored.push(ack.sequence);
-                                Err(PublishFailure::Backend(BackendError::new(
-                                    BACKEND,
-                                    format!(
-                                        "publishing to `{}`: a message of a batch was not acknowledged in time and was stored late, out of order",
-                                        copy.subject
-                                    ),
-                                )))
-                            }
-                            Err(failed) => Err(failed),
-                        }
+                        self.publish_again(copy, payload, &msg_id, &mut stored).await
                     }
                     Err(err) => Err(PublishFailure::Backend(backend_error(
                         format!("publishing to `{}`", copy.subject),
@@ -579,6 +626,31 @@ impl NatsBus {
             }
         }
         (stored, None)
+    }
+
+    /// A copy of a batch whose acknowledgement was lost, published again under its
+    /// `Nats-Msg-Id`: its sequence if it was stored in its place (the server answers a
+    /// duplicate); one stored only now (added to `stored`, to be taken back) may be out of
+    /// order, which fails the batch.
+    async fn publish_again(
+        &self,
+        copy: &BatchCopy,
+        payload: &[u8],
+        msg_id: &str,
+        stored: &mut Vec<u64>,
+    ) -> Result<u64, PublishFailure> {
+        let ack = self.publish(&copy.subject, payload, msg_id).await?;
+        if ack.duplicate {
+            return Ok(ack.sequence);
+        }
+        stored.push(ack.sequence);
+        Err(PublishFailure::Backend(BackendError::new(
+            BACKEND,
+            format!(
+                "publishing to `{}`: a message of a batch was not acknowledged in time and was stored late, out of order",
+                copy.subject
+            ),
+        )))
     }
 
     /// Publishes one copy of a message and waits for the server to store it; a lost
@@ -1204,54 +1276,7 @@ impl MessageBus for NatsBus {
         if messages.is_empty() {
             return Ok(Vec::new());
         }
-        // The checks that need no publish, in batch order, up to the first refusal: the
-        // messages before it are still published, to learn whether one of them is refused
-        // first (a full inbox).
-        let mut copies = Vec::new();
-        let mut counts = Vec::with_capacity(messages.len());
-        let mut refusal = None;
-        let mut known: HashSet<&AgentId> = HashSet::new();
-        for (index, message) in messages.iter().enumerate() {
-            if message.from == Address::Broadcast {
-                refusal = Some(SendError::InvalidSender { id: message.id });
-                break;
-            }
-            let targets = match &message.to {
-                Address::Broadcast => {
-                    let sender = message.from.agent();
-                    let mut targets: Vec<AgentId> = self
-                        .registry()
-                        .agents
-                        .iter()
-                        .filter(|(id, (registered, _))| *registered && Some(*id) != sender)
-                        .map(|(id, _)| id.clone())
-                        .collect();
-                    targets.sort_unstable();
-                    targets.into_iter().map(Address::Agent).collect()
-                }
-                Address::System => vec![Address::System],
-                Address::Agent(agent) => {
-                    if !known.contains(agent) {
-                        if !self.check_registered(agent).await? {
-                            refusal = Some(SendError::UnknownRecipient {
-                                id: message.id,
-                                kind: message.kind.as_str(),
-                                recipient: agent.clone(),
-                            });
-                            break;
-                        }
-                        known.insert(agent);
-                    }
-                    vec![message.to.clone()]
-                }
-            };
-            counts.push(targets.len());
-            copies.extend(targets.into_iter().map(|address| BatchCopy {
-                message: index,
-                subject: self.inbox_subject(&address),
-                address,
-            }));
-        }
+        let (copies, counts, refusal) = self.batch_copies(&messages).await?;
         let payloads = messages[..counts.len()]
             .iter()
             .map(|message| {

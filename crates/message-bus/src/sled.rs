@@ -20,7 +20,10 @@ use crate::{DEFAULT_INBOX_CAPACITY, InboxError, MessageBus, RegisterError, SendE
 /// is in the run's database and has been flushed and `fdatasync`ed through
 /// [`RunStore::commit`]: it survives a crash of the process and a loss of power (with
 /// [`Durability::Synced`](run_store::Durability::Synced); with `NoSync` a power loss may undo
-/// it). Concurrent calls share one sync. `take` and `release` are not stored: which messages
+/// it). Concurrent calls share one sync, and [`send_many`](MessageBus::send_many) writes its
+/// whole batch under one lock and waits for one commit: with many senders, batching several
+/// messages per call is what lifts the rate (the CPU cost of the calls, not the disk, is the
+/// limit; see `BENCHMARKS.md`). `take` and `release` are not stored: which messages
 /// are in flight is deliberately forgotten, so after a restart every message that was not
 /// acknowledged is pending again, in the order it was sent, and is delivered again
 /// (at-least-once).
