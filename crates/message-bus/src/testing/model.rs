@@ -407,21 +407,7 @@ impl Model {
                 },
             },
             Op::Send { from, to } => self.send(message(self.next_id, *from, *to)),
-            Op::SendMany(pairs) => {
-                // All or nothing: sent one by one on the model, put back at the first refusal.
-                let (agents, system) = (self.agents.clone(), self.system.clone());
-                let mut counts = Vec::with_capacity(pairs.len());
-                for message in batch(self.next_id, pairs) {
-                    match self.send(message) {
-                        Outcome::Count(n) => counts.push(n),
-                        refused => {
-                            (self.agents, self.system) = (agents, system);
-                            return refused;
-                        }
-                    }
-                }
-                Outcome::Counts(counts)
-            }
+            Op::SendMany(pairs) => self.send_many(batch(self.next_id, pairs)),
             Op::Take { inbox, max } => match self.inbox_mut(*inbox) {
                 Ok(inbox) => {
                     let n = (*max).min(inbox.pending.len());
@@ -476,6 +462,22 @@ impl Model {
                 Outcome::Done
             }
         }
+    }
+
+    /// All or nothing: sent one by one on the model, put back at the first refusal.
+    fn send_many(&mut self, messages: Vec<Message>) -> Outcome {
+        let (agents, system) = (self.agents.clone(), self.system.clone());
+        let mut counts = Vec::with_capacity(messages.len());
+        for message in messages {
+            match self.send(message) {
+                Outcome::Count(n) => counts.push(n),
+                refused => {
+                    (self.agents, self.system) = (agents, system);
+                    return refused;
+                }
+            }
+        }
+        Outcome::Counts(counts)
     }
 
     fn send(&mut self, message: Message) -> Outcome {

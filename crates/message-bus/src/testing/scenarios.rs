@@ -66,6 +66,29 @@ pub(super) async fn run_all<F: BusFactory>(factory: &F, durable: bool) {
         concurrent_senders_keep_order(factory.fresh().await),
     )
     .await;
+    run_batches(factory).await;
+    if let Some(bus) = factory.fresh_with_capacity(2).await {
+        run("a full inbox refuses a send and changes nothing", full_inbox_refuses(bus)).await;
+    }
+    if let Some(bus) = factory.fresh_with_capacity(2).await {
+        run("broadcast delivers to none if any inbox is full", broadcast_all_or_nothing(bus)).await;
+    }
+    if durable {
+        run(
+            "a restart keeps registrations and messages, in-flight back to pending",
+            restart_keeps_messages(factory, factory.fresh().await),
+        )
+        .await;
+        run(
+            "a restart keeps every message of a send_many",
+            restart_keeps_batch(factory, factory.fresh().await),
+        )
+        .await;
+    }
+}
+
+/// The scenarios of `send_many`.
+async fn run_batches<F: BusFactory>(factory: &F) {
     run(
         "send_many delivers each message once, in order per inbox",
         send_many_keeps_order(factory.fresh().await),
@@ -83,27 +106,9 @@ pub(super) async fn run_all<F: BusFactory>(factory: &F, durable: bool) {
     )
     .await;
     if let Some(bus) = factory.fresh_with_capacity(2).await {
-        run("a full inbox refuses a send and changes nothing", full_inbox_refuses(bus)).await;
-    }
-    if let Some(bus) = factory.fresh_with_capacity(2).await {
         run(
             "send_many counts its own messages against capacity, all or nothing",
             send_many_full_all_or_nothing(bus),
-        )
-        .await;
-    }
-    if let Some(bus) = factory.fresh_with_capacity(2).await {
-        run("broadcast delivers to none if any inbox is full", broadcast_all_or_nothing(bus)).await;
-    }
-    if durable {
-        run(
-            "a restart keeps registrations and messages, in-flight back to pending",
-            restart_keeps_messages(factory, factory.fresh().await),
-        )
-        .await;
-        run(
-            "a restart keeps every message of a send_many",
-            restart_keeps_batch(factory, factory.fresh().await),
         )
         .await;
     }
