@@ -512,6 +512,52 @@ impl AgentContext {
         self.send_message(Address::Broadcast, kind, content, None).await
     }
 
+    /// Sends several messages in one call to the bus ([`MessageBus::send_many`]): all of them
+    /// or, when one is refused, none (a durable bus stores the whole batch with one commit).
+    /// Each is sent as [`send`](Self::send) would send it (its capability checked, its content
+    /// encoded, its own id), in the order given; returns their ids in that order. A refused
+    /// capability or content that cannot be encoded stops the batch before anything is sent.
+    pub async fn send_all<A, C>(
+        &mut self,
+        sends: impl IntoIterator<Item = (A, MessageKind, C)>,
+    ) -> Result<Vec<MessageId>, AgentError>
+    where
+        A: Into<Address>,
+        C: Serialize,
+    {
+        let sends: Vec<(Address, MessageKind, serde_json::Result<serde_json::Value>)> = sends
+            .into_iter()
+            .map(|(to, kind, content)| (to.into(), kind, serde_json::to_value(&content)))
+            .collect();
+        let mut messages = Vec::with_capacity(sends.len());
+        for (to, kind, content) in sends {
+            self.require(Action::of_message(kind), &format!("({kind} to {to})")).await?;
+            let content = content.map_err(|e| AgentError::Encode { kind, error: e.to_string() })?;
+            let id = self.deps.clock.message_id();
+            messages.push(Message::new(id, self.config.id.clone(), to, kind, content, self.now()));
+        }
+        let ids: Vec<MessageId> = messages.iter().map(|m| m.id).collect();
+        match messages.len() {
+            0 => return Ok(ids),
+            1 => {
+                if let Some(message) = messages.pop() {
+                    self.deliver(message).await?;
+                }
+            }
+            n => {
+                // Each message has its span, open while the batch is sent.
+                let spans: Vec<tracing::Span> = messages
+                    .iter()
+                    .map(|m| crate::otel::message(m, Some(self.config.layer)))
+                    .collect();
+                self.deps.bus.send_many(messages).await?;
+                drop(spans);
+                self.metrics.messages_processed += n as u64;
+            }
+        }
+        Ok(ids)
+    }
+
     /// Checks that this agent holds the capability `action` needs
     /// ([`Action::required_capability`]). A refusal is audited as `Denied` and returned as
     /// [`AgentError::MissingCapability`]; nothing else is done.
@@ -539,6 +585,12 @@ impl AgentContext {
         let id = self.deps.clock.message_id();
         let mut message = Message::new(id, self.config.id.clone(), to, kind, content, self.now());
         message.correlation_id = correlation;
+        self.deliver(message).await?;
+        Ok(id)
+    }
+
+    /// Sends one message on the bus, in its span, and counts it.
+    async fn deliver(&mut self, message: Message) -> Result<(), AgentError> {
         let span = crate::otel::message(&message, Some(self.config.layer));
         if span.is_disabled() {
             self.deps.bus.send(message).await?;
@@ -546,7 +598,7 @@ impl AgentContext {
             self.deps.bus.send(message).instrument(span).await?;
         }
         self.metrics.messages_processed += 1;
-        Ok(id)
+        Ok(())
     }
 
     /// Reads a board. A refusal is audited.

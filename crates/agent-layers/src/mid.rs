@@ -514,24 +514,33 @@ impl MidAgent {
             state.subtasks.insert(subtask.step.id.clone(), subtask);
         }
         ctx.write_board(plan).await?;
-        for subtask in state.subtasks.values() {
-            ctx.send(
-                &subtask.assignee,
-                MessageKind::TaskAssign,
-                &Assignment::Subtask { subtask: subtask.clone() },
-            )
-            .await?;
+        // The subtasks, then the note to the peers, in one batch.
+        #[derive(Serialize)]
+        #[serde(untagged)]
+        enum Outgoing {
+            Subtask(Box<Assignment>),
+            Note(PeerCoordination),
         }
+        let mut batch: Vec<(AgentId, MessageKind, Outgoing)> = state
+            .subtasks
+            .values()
+            .map(|subtask| {
+                let assignment = Assignment::Subtask { subtask: subtask.clone() };
+                (
+                    subtask.assignee.clone(),
+                    MessageKind::TaskAssign,
+                    Outgoing::Subtask(Box::new(assignment)),
+                )
+            })
+            .collect();
         let note =
             format!("{} takes {} step(s) of {}", ctx.id(), state.subtasks.len(), work.task_id);
-        for peer in self.peers.clone() {
-            ctx.send(
-                &peer,
-                MessageKind::PeerCoordination,
-                &PeerCoordination { task_id: work.task_id.clone(), note: note.clone() },
-            )
-            .await?;
+        for peer in &self.peers {
+            let coordination =
+                PeerCoordination { task_id: work.task_id.clone(), note: note.clone() };
+            batch.push((peer.clone(), MessageKind::PeerCoordination, Outgoing::Note(coordination)));
         }
+        ctx.send_all(batch).await?;
         let assigned = format!("{} step(s) assigned", state.subtasks.len());
         self.started(ctx, &from, work.key(), state, assigned).await
     }

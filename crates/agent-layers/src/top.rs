@@ -372,20 +372,17 @@ impl TopAgent {
         if proposed.status != DecisionStatus::Pending {
             return Ok(decision); // decided while this turn was cut short: nothing to ask
         }
-        for signer in &signers {
-            if signer == ctx.id() {
-                if !may_review(ctx, decision).await? {
-                    continue; // audited: a power without `review` does not sign its own plan
-                }
-                ctx.sign(decision).await?;
-            } else {
-                ctx.send(
-                    signer,
-                    MessageKind::SignatureRequest,
-                    &agent_core::protocol::SignatureRequest { decision },
-                )
-                .await?;
-            }
+        // The other signers' requests in one batch (this power is a signer only when it has
+        // no peers with plan authority, so the order against its own signature is moot).
+        let request = agent_core::protocol::SignatureRequest { decision };
+        let others = signers.iter().filter(|signer| *signer != ctx.id());
+        let requests: Vec<_> = others
+            .map(|signer| (signer.clone(), MessageKind::SignatureRequest, &request))
+            .collect();
+        ctx.send_all(requests).await?;
+        // audited: a power without `review` does not sign its own plan
+        if signers.contains(ctx.id()) && may_review(ctx, decision).await? {
+            ctx.sign(decision).await?;
         }
         Ok(decision)
     }
@@ -633,6 +630,7 @@ impl TopAgent {
         }
         let (goal, decision, wave) = (state.task.goal.clone(), state.decision, state.wave + 1);
         let mut allocation = format!("## Task {task_id}, wave {wave}: allocation to leads\n");
+        let mut assignments = Vec::with_capacity(packages.len());
         for (lead, steps) in &packages {
             let work = WorkPackage {
                 task_id: task_id.into(),
@@ -641,10 +639,12 @@ impl TopAgent {
                 wave,
                 steps: steps.clone(),
             };
-            ctx.send(lead, MessageKind::TaskAssign, &Assignment::Work { work }).await?;
+            assignments.push((lead, MessageKind::TaskAssign, Assignment::Work { work }));
             let ids: Vec<&str> = steps.iter().map(|s| s.id.as_str()).collect();
             allocation.push_str(&format!("- [{lead}] {}\n", ids.join(", ")));
         }
+        // The wave in one batch: every lead gets its package, or none does.
+        ctx.send_all(assignments).await?;
         ctx.append_own(&allocation).await?;
         if let Some(state) = self.tasks.get_mut(task_id) {
             state.wave = wave;
@@ -823,10 +823,9 @@ impl TopAgent {
         let choice = valid_choice(&conflict, choice);
         let own = Vote { voter: ctx.id().clone(), choice, weight: self.spec.vote_weight };
         let awaiting = self.voters();
-        for peer in &awaiting {
-            ctx.send(peer, MessageKind::VoteRequest, &VoteRequest { conflict: conflict.clone() })
-                .await?;
-        }
+        let request = VoteRequest { conflict: conflict.clone() };
+        ctx.send_all(awaiting.iter().map(|peer| (peer, MessageKind::VoteRequest, &request)))
+            .await?;
         ctx.append_to(
             &BoardId::Global,
             &format!(
@@ -904,12 +903,11 @@ impl TopAgent {
             arbitrator: ctx.id().clone(),
             subject: arbitration.subject,
         };
-        for party in &arbitration.conflict.parties {
-            if party == ctx.id() {
-                continue; // acts on it below
-            }
-            ctx.send(party, MessageKind::ArbitrationResult, &message).await?;
-        }
+        // Every other party in one batch; this power acts on it below.
+        let others = arbitration.conflict.parties.iter().filter(|party| *party != ctx.id());
+        let results: Vec<_> =
+            others.map(|party| (party.clone(), MessageKind::ArbitrationResult, &message)).collect();
+        ctx.send_all(results).await?;
         if arbitration.conflict.parties.contains(ctx.id()) {
             self.act_on_ruling(ctx, &message).await?;
         }

@@ -1285,27 +1285,13 @@ impl MessageBus for AwaitingBus {
     }
 
     async fn send(&self, message: Message) -> Result<usize, SendError> {
-        let started = tokio::time::Instant::now();
-        let until = started + self.patience;
-        let mut told = false;
-        loop {
-            match self.inner.send(message.clone()).await {
-                Err(SendError::UnknownRecipient { id, kind, recipient }) => {
-                    if tokio::time::Instant::now() >= until {
-                        let waited_ms =
-                            u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-                        tracing::warn!(to = %recipient, waited_ms, "no worker hosted the recipient in time");
-                        return Err(SendError::NotHosted { id, kind, recipient, waited_ms });
-                    }
-                    if !told {
-                        told = true;
-                        tracing::info!(to = %recipient, %id, "the recipient is not hosted yet; the delivery waits for it");
-                    }
-                    tokio::time::sleep(self.poll.min(until - tokio::time::Instant::now())).await;
-                }
-                other => return other,
-            }
-        }
+        self.waiting(|| async { self.inner.send(message.clone()).await }).await
+    }
+
+    /// The whole batch waits, and is sent again, while one of its recipients is not hosted:
+    /// a batch refused is not delivered at all, so sending it again delivers it once.
+    async fn send_many(&self, messages: Vec<Message>) -> Result<Vec<usize>, SendError> {
+        self.waiting(|| async { self.inner.send_many(messages.clone()).await }).await
     }
 
     async fn take(&self, inbox: &Address, max: usize) -> Result<Vec<Message>, InboxError> {
@@ -1326,6 +1312,38 @@ impl MessageBus for AwaitingBus {
 
     async fn inboxes_with_mail(&self) -> Result<Vec<AgentId>, BackendError> {
         self.inner.inboxes_with_mail().await
+    }
+}
+
+impl AwaitingBus {
+    /// Runs `attempt` (a send) again, every `poll`, while it is refused for an unknown
+    /// recipient, up to the patience; then the refusal is [`SendError::NotHosted`].
+    async fn waiting<T, F, Fut>(&self, mut attempt: F) -> Result<T, SendError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, SendError>>,
+    {
+        let started = tokio::time::Instant::now();
+        let until = started + self.patience;
+        let mut told = false;
+        loop {
+            match attempt().await {
+                Err(SendError::UnknownRecipient { id, kind, recipient }) => {
+                    if tokio::time::Instant::now() >= until {
+                        let waited_ms =
+                            u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+                        tracing::warn!(to = %recipient, waited_ms, "no worker hosted the recipient in time");
+                        return Err(SendError::NotHosted { id, kind, recipient, waited_ms });
+                    }
+                    if !told {
+                        told = true;
+                        tracing::info!(to = %recipient, %id, "the recipient is not hosted yet; the delivery waits for it");
+                    }
+                    tokio::time::sleep(self.poll.min(until - tokio::time::Instant::now())).await;
+                }
+                other => return other,
+            }
+        }
     }
 }
 

@@ -312,6 +312,43 @@ impl MessageBus for SimBus {
         Ok(1)
     }
 
+    /// A batch travels as one: held back by one delay (when every message goes to a
+    /// registered agent, as for `send`), then handed to the inner bus as one batch, so it
+    /// stays all or nothing and in order.
+    async fn send_many(&self, messages: Vec<Message>) -> Result<Vec<usize>, SendError> {
+        let delay = self.delay();
+        let mut held_back = !delay.is_zero() && !messages.is_empty();
+        for message in &messages {
+            if !held_back {
+                break;
+            }
+            held_back = match &message.to {
+                Address::Agent(to) => self.inner.is_registered(to).await?,
+                Address::System | Address::Broadcast => false,
+            };
+        }
+        if !held_back {
+            return self.inner.send_many(messages).await;
+        }
+        let count = messages.len();
+        let n = u64::try_from(count).unwrap_or(u64::MAX);
+        self.held.fetch_add(n, Ordering::SeqCst);
+        let inner = self.inner.clone();
+        let delivered = self.delivered.clone();
+        let lost = self.lost.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            match inner.send_many(messages).await {
+                Ok(_) => delivered.fetch_add(n, Ordering::SeqCst),
+                Err(error) => {
+                    tracing::warn!(%error, "a delayed batch of messages could not be delivered");
+                    lost.fetch_add(n, Ordering::SeqCst)
+                }
+            };
+        });
+        Ok(vec![1; count])
+    }
+
     async fn take(&self, inbox: &Address, max: usize) -> Result<Vec<Message>, InboxError> {
         self.inner.take(inbox, max).await
     }

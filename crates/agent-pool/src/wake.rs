@@ -210,6 +210,28 @@ impl MessageBus for WakingBus {
         Ok(delivered)
     }
 
+    /// One batch for the inner bus; then each message's delivery makes its recipient ready, as
+    /// `send` does.
+    async fn send_many(&self, messages: Vec<Message>) -> Result<Vec<usize>, SendError> {
+        if let Some(observer) = &self.observer {
+            for message in &messages {
+                observer.saw(message);
+            }
+        }
+        let addresses: Vec<Address> = messages.iter().map(|m| m.to.clone()).collect();
+        let delivered = self.inner.send_many(messages).await?;
+        for (to, &count) in addresses.iter().zip(&delivered) {
+            if count > 0 {
+                match to {
+                    Address::Agent(agent) => self.ready.push(agent),
+                    Address::Broadcast => self.ready.rescan(),
+                    Address::System => self.ready.nudge(),
+                }
+            }
+        }
+        Ok(delivered)
+    }
+
     async fn take(&self, inbox: &Address, max: usize) -> Result<Vec<Message>, InboxError> {
         let taken = self.inner.take(inbox, max).await?;
         if taken.len() >= max

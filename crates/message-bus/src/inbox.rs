@@ -2,9 +2,9 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use agent_state::{Address, AgentId};
+use agent_state::{Address, AgentId, Message};
 
-use crate::InboxError;
+use crate::{InboxError, SendError};
 
 /// One inbox: pending messages and those taken but not yet acknowledged, of any entry type.
 ///
@@ -109,4 +109,103 @@ pub(crate) fn inbox_mut<'a, T>(
             _ => Err(InboxError::NotRegistered { agent: agent.clone() }),
         },
     }
+}
+
+/// Where one message of a batch goes, once the batch is known to go ahead.
+pub(crate) enum Target {
+    /// The `system` inbox.
+    System,
+    /// One registered agent.
+    Agent(AgentId),
+    /// A broadcast: these registered agents, sorted by id (possibly none).
+    Broadcast(Vec<AgentId>),
+}
+
+impl Target {
+    /// How many inboxes the message goes into.
+    pub(crate) fn count(&self) -> usize {
+        match self {
+            Target::System | Target::Agent(_) => 1,
+            Target::Broadcast(agents) => agents.len(),
+        }
+    }
+}
+
+/// Checks a batch of `send_many` against the inboxes, each message as if the messages before
+/// it were delivered, and says where each goes; the first refusal, in batch order, is returned
+/// and nothing is changed. Broadcast targets are sorted by id, and a broadcast that finds
+/// several full inboxes names the smallest id.
+pub(crate) fn plan_batch<T>(
+    agents: &HashMap<AgentId, Inbox<T>>,
+    system: &Inbox<T>,
+    capacity: usize,
+    messages: &[Message],
+) -> Result<Vec<Target>, SendError> {
+    let mut added: HashMap<&AgentId, usize> = HashMap::new();
+    let mut added_system = 0;
+    let full = |inbox: &Inbox<T>, added: usize| inbox.len().saturating_add(added) >= capacity;
+    let mut plan = Vec::with_capacity(messages.len());
+    for message in messages {
+        if message.from == Address::Broadcast {
+            return Err(SendError::InvalidSender { id: message.id });
+        }
+        let target = match &message.to {
+            Address::System => {
+                if full(system, added_system) {
+                    return Err(SendError::InboxFull {
+                        id: message.id,
+                        inbox: Address::System,
+                        capacity,
+                    });
+                }
+                added_system += 1;
+                Target::System
+            }
+            Address::Agent(agent) => match agents.get_key_value(agent) {
+                Some((id, inbox)) if inbox.registered => {
+                    let slot = added.entry(id).or_insert(0);
+                    if full(inbox, *slot) {
+                        return Err(SendError::InboxFull {
+                            id: message.id,
+                            inbox: message.to.clone(),
+                            capacity,
+                        });
+                    }
+                    *slot += 1;
+                    Target::Agent(id.clone())
+                }
+                _ => {
+                    return Err(SendError::UnknownRecipient {
+                        id: message.id,
+                        kind: message.kind.as_str(),
+                        recipient: agent.clone(),
+                    });
+                }
+            },
+            Address::Broadcast => {
+                let sender = message.from.agent();
+                let mut targets: Vec<(&AgentId, &Inbox<T>)> = agents
+                    .iter()
+                    .filter(|(id, inbox)| inbox.registered && Some(*id) != sender)
+                    .collect();
+                targets.sort_unstable_by(|a, b| a.0.cmp(b.0));
+                if let Some((id, _)) = targets
+                    .iter()
+                    .find(|(id, inbox)| full(inbox, added.get(*id).copied().unwrap_or(0)))
+                {
+                    return Err(SendError::InboxFull {
+                        id: message.id,
+                        inbox: Address::Agent((*id).clone()),
+                        capacity,
+                    });
+                }
+                for (id, _) in &targets {
+                    *added.entry(id).or_insert(0) += 1;
+                }
+                Target::Broadcast(targets.into_iter().map(|(id, _)| id.clone()).collect())
+            }
+        };
+        plan.push(target);
+    }
+    Ok(plan)
 }

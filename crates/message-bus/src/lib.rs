@@ -78,7 +78,8 @@ pub use memory::{DEFAULT_INBOX_CAPACITY, InMemoryBus};
 /// - `broadcast` reaches every registered agent except the sender, or none if any inbox is full;
 /// - a taken message is not taken again until it is released (or the backend restarts);
 ///   an acknowledged message is gone for good;
-/// - a refused call changes nothing.
+/// - a refused call changes nothing; a refused [`send_many`](MessageBus::send_many) delivers no
+///   message of its batch.
 ///
 /// Durability: if `send` returns `Ok` on a durable backend, the message survives a crash of the
 /// process and a loss of power; if `ack` returns `Ok`, it will not be delivered again. The same
@@ -109,6 +110,30 @@ pub trait MessageBus: Send + Sync + 'static {
     /// holds at most its capacity in messages, pending and in flight together; when a broadcast
     /// finds several full, [`SendError::InboxFull`] names one of them.
     async fn send(&self, message: Message) -> Result<usize, SendError>;
+
+    /// Sends several messages as one call: each is delivered as [`send`](MessageBus::send)
+    /// would deliver it, in the order given, and the answer holds, for each message, how many
+    /// inboxes it went into. An empty batch does nothing and returns an empty list.
+    ///
+    /// **All or nothing.** Every message is checked (sender, recipient, room in its inboxes,
+    /// counting the messages of the batch before it) before anything is stored: if one is
+    /// refused, the call returns that message's error (the first refused, in batch order) and
+    /// no message of the batch is delivered. Messages of the batch that go to one inbox keep
+    /// their order there, and no other sender's message comes between them. On a durable
+    /// backend, `Ok` means every message of the batch is stored as for `send`; a backend error
+    /// may leave some stored, as a failed `send` may: send the batch again, the receivers
+    /// deduplicate by [`MessageId`].
+    ///
+    /// The default sends one message at a time, stopping at the first refusal (the messages
+    /// before it stay delivered): backends override it with a real batch, which is what makes
+    /// it cheaper than that loop (one commit for the whole batch on a durable store).
+    async fn send_many(&self, messages: Vec<Message>) -> Result<Vec<usize>, SendError> {
+        let mut delivered = Vec::with_capacity(messages.len());
+        for message in messages {
+            delivered.push(self.send(message).await?);
+        }
+        Ok(delivered)
+    }
 
     /// Takes up to `max` pending messages from `inbox` (an agent or `system`), oldest first.
     /// They stay in flight until acknowledged or released.

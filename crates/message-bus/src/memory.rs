@@ -7,6 +7,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use agent_state::{Address, AgentId, BackendError, Message, MessageId, check_agent_id};
 use async_trait::async_trait;
 
+use crate::inbox::{Target, plan_batch};
 use crate::{InboxError, MessageBus, RegisterError, SendError};
 
 /// Messages one inbox holds by default, pending and in flight together.
@@ -20,6 +21,7 @@ pub const DEFAULT_INBOX_CAPACITY: usize = 65_536;
 ///
 /// Every call takes one short-lived lock and never awaits while holding it. `send` to one inbox
 /// is O(1): one hash lookup and one push, with no allocation beyond the queue's own growth.
+/// [`send_many`](MessageBus::send_many) checks and delivers its whole batch under one lock.
 ///
 /// Each inbox holds at most its capacity in messages, pending and in flight together: a taken
 /// message still counts until it is acknowledged.
@@ -146,6 +148,14 @@ impl State {
     fn inbox_mut(&mut self, address: &Address) -> Result<&mut Inbox, InboxError> {
         crate::inbox::inbox_mut(&mut self.agents, &mut self.system, address)
     }
+
+    /// Adds `message` to the inbox of `agent`, known to exist.
+    fn deliver(&mut self, agent: AgentId, message: Message) {
+        if let Some(inbox) = self.agents.get_mut(&agent) {
+            inbox.push(message);
+            self.with_mail.insert(agent);
+        }
+    }
 }
 
 #[async_trait]
@@ -225,6 +235,29 @@ impl MessageBus for InMemoryBus {
         }
         inbox.push(message);
         Ok(1)
+    }
+
+    /// One lock for the whole batch: checked first, then delivered.
+    async fn send_many(&self, messages: Vec<Message>) -> Result<Vec<usize>, SendError> {
+        if messages.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut state = self.lock();
+        let state = &mut *state;
+        let plan = plan_batch(&state.agents, &state.system, self.capacity, &messages)?;
+        let counts = plan.iter().map(Target::count).collect();
+        for (message, target) in messages.into_iter().zip(plan) {
+            match target {
+                Target::System => state.system.push(message),
+                Target::Agent(agent) => state.deliver(agent, message),
+                Target::Broadcast(agents) => {
+                    for agent in agents {
+                        state.deliver(agent, message.clone());
+                    }
+                }
+            }
+        }
+        Ok(counts)
     }
 
     async fn take(&self, inbox: &Address, max: usize) -> Result<Vec<Message>, InboxError> {

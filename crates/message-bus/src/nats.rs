@@ -13,6 +13,7 @@ use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, PullConsumer, pu
 use async_nats::jetstream::context::{PublishErrorKind, RequestErrorKind};
 use async_nats::jetstream::kv;
 use async_nats::jetstream::message::PublishMessage;
+use async_nats::jetstream::publish::PublishAck;
 use async_nats::jetstream::stream::{self, DiscardPolicy, StorageType};
 use async_trait::async_trait;
 use futures_util::StreamExt as _;
@@ -57,6 +58,11 @@ use crate::{DEFAULT_INBOX_CAPACITY, InboxError, MessageBus, RegisterError, SendE
 ///   broadcast leaves nothing behind. A reader that takes from one of the other inboxes in
 ///   that moment (a concurrent task, or another process) may get a copy; it is deleted all
 ///   the same, and acknowledging it is harmless.
+/// - `send_many` checks every sender and recipient, then publishes the batch's copies in
+///   order on the one connection (chunks of 256) and waits for their acknowledgements: one
+///   round trip per chunk, not per message. Like a broadcast, a batch that is refused (a full
+///   inbox, an unknown recipient after messages that were published to learn whether they
+///   are refused first) or fails has the copies already stored deleted again.
 /// - `take` serves first the messages this connection released, then reads the inbox's subject
 ///   with a pull consumer of this connection (no acknowledgements on the server, started after
 ///   the last message read). `take` and `release` are not stored: which messages are in flight
@@ -108,6 +114,19 @@ pub struct NatsBus {
     instance: String,
     /// The second part: how many publishes this bus object made.
     publishes: AtomicU64,
+    /// Room for the copies batches have published and not yet seen acknowledged
+    /// ([`BATCH_ACKS_IN_FLIGHT`]).
+    batch_room: tokio::sync::Semaphore,
+}
+
+/// One copy of a message of a `send_many` batch: which message, and the inbox it goes into.
+struct BatchCopy {
+    /// Its index in the batch.
+    message: usize,
+    /// The inbox.
+    address: Address,
+    /// The inbox's subject.
+    subject: String,
 }
 
 /// Why a [`NatsBus`] could not be opened.
@@ -220,6 +239,13 @@ const FETCH_BATCH: usize = 1_024;
 const FETCH_TIMEOUT: Duration = Duration::from_secs(2);
 /// How many times one read makes a new consumer after a failure or a lost delivery.
 const MAX_RENEWALS: usize = 3;
+/// How many copies of a batch of `send_many` are published before their acknowledgements are
+/// awaited.
+const BATCH_CHUNK: usize = 256;
+/// How many copies the batches of one bus may have published and not yet seen acknowledged,
+/// together: below the client's own bound on acknowledgements awaited (5 000), so that batches
+/// holding some of it never leave a publish waiting for room forever.
+const BATCH_ACKS_IN_FLIGHT: usize = 4_096;
 /// How many times a publish whose acknowledgement timed out is sent again.
 const PUBLISH_RETRIES: usize = 2;
 /// How many times a deletion (an acknowledgement) that timed out is sent again.
@@ -336,6 +362,7 @@ impl NatsBus {
             // A new inbox name is a fresh NUID under the client's prefix: unique to this object.
             instance: store.client().new_inbox(),
             publishes: AtomicU64::new(0),
+            batch_room: tokio::sync::Semaphore::new(BATCH_ACKS_IN_FLIGHT),
         })
     }
 
@@ -467,6 +494,165 @@ impl NatsBus {
         }
     }
 
+    /// The copies of a batch of `send_many`, in order, and how many inboxes each message goes
+    /// into, from the checks that need no publish (sender, recipient), in batch order up to the
+    /// first refusal, which is returned too: the messages before it are still published, to
+    /// learn whether one of them is refused first (a full inbox).
+    async fn batch_copies(
+        &self,
+        messages: &[Message],
+    ) -> Result<(Vec<BatchCopy>, Vec<usize>, Option<SendError>), BackendError> {
+        let mut copies = Vec::new();
+        let mut counts = Vec::with_capacity(messages.len());
+        let mut refusal = None;
+        let mut known: HashSet<&AgentId> = HashSet::new();
+        for (index, message) in messages.iter().enumerate() {
+            if message.from == Address::Broadcast {
+                refusal = Some(SendError::InvalidSender { id: message.id });
+                break;
+            }
+            let targets = match &message.to {
+                Address::Broadcast => {
+                    let sender = message.from.agent();
+                    let mut targets: Vec<AgentId> = self
+                        .registry()
+                        .agents
+                        .iter()
+                        .filter(|(id, (registered, _))| *registered && Some(*id) != sender)
+                        .map(|(id, _)| id.clone())
+                        .collect();
+                    targets.sort_unstable();
+                    targets.into_iter().map(Address::Agent).collect()
+                }
+                Address::System => vec![Address::System],
+                Address::Agent(agent) => {
+                    if !known.contains(agent) {
+                        if !self.check_registered(agent).await? {
+                            refusal = Some(SendError::UnknownRecipient {
+                                id: message.id,
+                                kind: message.kind.as_str(),
+                                recipient: agent.clone(),
+                            });
+                            break;
+                        }
+                        known.insert(agent);
+                    }
+                    vec![message.to.clone()]
+                }
+            };
+            counts.push(targets.len());
+            copies.extend(targets.into_iter().map(|address| BatchCopy {
+                message: index,
+                subject: self.inbox_subject(&address),
+                address,
+            }));
+        }
+        Ok((copies, counts, refusal))
+    }
+
+    /// Publishes the copies of a batch of `send_many` (`payloads` indexed by message), in
+    /// order, a chunk at a time: every copy of a chunk is sent, then every acknowledgement
+    /// awaited. Returns the stream sequences of the copies stored and the first copy (by
+    /// index) whose outcome is not a clean store, where publishing stopped.
+    ///
+    /// One connection sends the copies in order, so the server stores them in that order. A
+    /// copy whose acknowledgement was lost is published again under its `Nats-Msg-Id` to learn
+    /// its sequence: a duplicate was stored in its place; one stored only now may be out of
+    /// order, so it counts as a failure and the caller takes the batch back.
+    async fn publish_batch(
+        &self,
+        copies: &[BatchCopy],
+        payloads: Vec<Vec<u8>>,
+    ) -> (Vec<u64>, Option<(usize, PublishFailure)>) {
+        let js = self.store.jetstream();
+        let base = self.next_msg_id();
+        let mut stored = Vec::with_capacity(copies.len());
+        for (chunk_index, chunk) in copies.chunks(BATCH_CHUNK).enumerate() {
+            let first = chunk_index * BATCH_CHUNK;
+            // Room among the client's acknowledgements awaited, taken for the whole chunk at
+            // once: a batch never waits for room while it holds some.
+            let room = u32::try_from(chunk.len()).unwrap_or(u32::MAX);
+            let _room = match self.batch_room.acquire_many(room).await {
+                Ok(permit) => permit,
+                Err(err) => {
+                    let err = backend_error("publishing a batch of messages", err);
+                    return (stored, Some((first, PublishFailure::Backend(err))));
+                }
+            };
+            let mut sent = Vec::with_capacity(chunk.len());
+            for (k, copy) in chunk.iter().enumerate() {
+                let publish = PublishMessage::build()
+                    .payload(payloads[copy.message].clone().into())
+                    .message_id(format!("{base}.{}", first + k));
+                sent.push(js.send_publish(copy.subject.clone(), publish).await);
+            }
+            let acks = sent.into_iter().map(|sent| async move {
+                match sent {
+                    Ok(ack) => ack.await,
+                    Err(err) => Err(err),
+                }
+            });
+            let results = futures_util::future::join_all(acks).await;
+            let mut failure = None;
+            for (k, result) in results.into_iter().enumerate() {
+                let (index, copy) = (first + k, &chunk[k]);
+                let outcome = match result {
+                    Ok(ack) => Ok(ack.sequence),
+                    Err(err) if is_full(&err) => Err(PublishFailure::Full),
+                    Err(err)
+                        if matches!(
+                            err.kind(),
+                            PublishErrorKind::TimedOut | PublishErrorKind::BrokenPipe
+                        ) =>
+                    {
+                        let msg_id = format!("{base}.{index}");
+                        let payload: &[u8] = &payloads[copy.message];
+                        self.publish_again(copy, payload, &msg_id, &mut stored).await
+                    }
+                    Err(err) => Err(PublishFailure::Backend(backend_error(
+                        format!("publishing to `{}`", copy.subject),
+                        err,
+                    ))),
+                };
+                match outcome {
+                    Ok(seq) => stored.push(seq),
+                    Err(failed) => {
+                        failure.get_or_insert((index, failed));
+                    }
+                }
+            }
+            if failure.is_some() {
+                return (stored, failure);
+            }
+        }
+        (stored, None)
+    }
+
+    /// A copy of a batch whose acknowledgement was lost, published again under its
+    /// `Nats-Msg-Id`: its sequence if it was stored in its place (the server answers a
+    /// duplicate); one stored only now (added to `stored`, to be taken back) may be out of
+    /// order, which fails the batch.
+    async fn publish_again(
+        &self,
+        copy: &BatchCopy,
+        payload: &[u8],
+        msg_id: &str,
+        stored: &mut Vec<u64>,
+    ) -> Result<u64, PublishFailure> {
+        let ack = self.publish(&copy.subject, payload, msg_id).await?;
+        if ack.duplicate {
+            return Ok(ack.sequence);
+        }
+        stored.push(ack.sequence);
+        Err(PublishFailure::Backend(BackendError::new(
+            BACKEND,
+            format!(
+                "publishing to `{}`: a message of a batch was not acknowledged in time and was stored late, out of order",
+                copy.subject
+            ),
+        )))
+    }
+
     /// Publishes one copy of a message and waits for the server to store it; a lost
     /// acknowledgement is retried under the same `Nats-Msg-Id`.
     async fn publish(
@@ -474,7 +660,7 @@ impl NatsBus {
         subject: &str,
         payload: &[u8],
         msg_id: &str,
-    ) -> Result<u64, PublishFailure> {
+    ) -> Result<PublishAck, PublishFailure> {
         let js = self.store.jetstream();
         let mut attempt = 0;
         loop {
@@ -485,7 +671,7 @@ impl NatsBus {
                 Err(err) => Err(err),
             };
             match result {
-                Ok(ack) => return Ok(ack.sequence),
+                Ok(ack) => return Ok(ack),
                 Err(err) if is_full(&err) => return Err(PublishFailure::Full),
                 Err(err)
                     if attempt < PUBLISH_RETRIES
@@ -628,7 +814,7 @@ impl NatsBus {
         let copies = targets.iter().enumerate().map(|(i, agent)| {
             let subject = self.inbox_subject(&Address::Agent(agent.clone()));
             let msg_id = format!("{base}.{i}");
-            async move { self.publish(&subject, payload, &msg_id).await }
+            async move { self.publish(&subject, payload, &msg_id).await.map(|ack| ack.sequence) }
         });
         let results = futures_util::future::join_all(copies).await;
         let mut full = None;
@@ -1077,6 +1263,60 @@ impl MessageBus for NatsBus {
             self.broadcast(&message, &payload).await
         } else {
             self.send_one(&message, &payload).await.map(|()| 1)
+        }
+    }
+
+    /// Checks every sender and recipient first (from the cache, or the server), then publishes
+    /// the batch's copies in order and waits for their acknowledgements (see
+    /// [`publish_batch`](Self::publish_batch)). JetStream (2.9) has no atomic publish: when a
+    /// copy is refused (a full inbox) or fails, the copies already stored are deleted again
+    /// before the error is returned, as for a refused broadcast; a reader may take one of them
+    /// in that moment.
+    async fn send_many(&self, messages: Vec<Message>) -> Result<Vec<usize>, SendError> {
+        if messages.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (copies, counts, refusal) = self.batch_copies(&messages).await?;
+        let payloads = messages[..counts.len()]
+            .iter()
+            .map(|message| {
+                agent_state::encode(message).map_err(|e| {
+                    BackendError::with_source(
+                        BACKEND,
+                        format!("cannot encode message {}", message.id),
+                        e,
+                    )
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let (stored, failure) = self.publish_batch(&copies, payloads).await;
+        if failure.is_none() && refusal.is_none() {
+            return Ok(counts);
+        }
+        // Take back the copies stored, so the refused batch delivers nothing.
+        let undo = futures_util::future::join_all(stored.iter().map(|&seq| self.delete(seq))).await;
+        if let Some(err) = undo.into_iter().find_map(Result::err) {
+            return Err(BackendError::new(
+                BACKEND,
+                format!(
+                    "a batch of {} messages was refused and some of them could not be taken back ({err}); they will be delivered",
+                    messages.len()
+                ),
+            )
+            .into());
+        }
+        match (failure, refusal) {
+            (Some((index, PublishFailure::Full)), _) => {
+                let copy = &copies[index];
+                Err(SendError::InboxFull {
+                    id: messages[copy.message].id,
+                    inbox: copy.address.clone(),
+                    capacity: self.capacity,
+                })
+            }
+            (Some((_, PublishFailure::Backend(err))), _) => Err(err.into()),
+            (None, Some(refusal)) => Err(refusal),
+            (None, None) => Ok(counts),
         }
     }
 

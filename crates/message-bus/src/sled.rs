@@ -11,6 +11,7 @@ use agent_state::{
 use async_trait::async_trait;
 use run_store::RunStore;
 
+use crate::inbox::{Target, plan_batch};
 use crate::{DEFAULT_INBOX_CAPACITY, InboxError, MessageBus, RegisterError, SendError};
 
 /// A durable [`MessageBus`] in the sled database of a [`RunStore`].
@@ -19,7 +20,10 @@ use crate::{DEFAULT_INBOX_CAPACITY, InboxError, MessageBus, RegisterError, SendE
 /// is in the run's database and has been flushed and `fdatasync`ed through
 /// [`RunStore::commit`]: it survives a crash of the process and a loss of power (with
 /// [`Durability::Synced`](run_store::Durability::Synced); with `NoSync` a power loss may undo
-/// it). Concurrent calls share one sync. `take` and `release` are not stored: which messages
+/// it). Concurrent calls share one sync, and [`send_many`](MessageBus::send_many) writes its
+/// whole batch under one lock and waits for one commit: with many senders, batching several
+/// messages per call is what lifts the rate (the CPU cost of the calls, not the disk, is the
+/// limit; see `BENCHMARKS.md`). `take` and `release` are not stored: which messages
 /// are in flight is deliberately forgotten, so after a restart every message that was not
 /// acknowledged is pending again, in the order it was sent, and is delivered again
 /// (at-least-once).
@@ -340,6 +344,78 @@ impl SledBus {
     }
 }
 
+impl SledBus {
+    /// Writes a batch of `send_many` (`values` the encoded messages) and adds it to the mirror,
+    /// all or nothing: checked against the mirror first, and a write that fails takes back the
+    /// records written before it. Each message gets its own sequence number (a broadcast's
+    /// copies share one), in batch order.
+    fn write_batch(
+        &self,
+        state: &mut State,
+        messages: Vec<Message>,
+        values: &[Vec<u8>],
+    ) -> Result<Vec<usize>, SendError> {
+        let plan = plan_batch(&state.agents, &state.system, self.capacity, &messages)?;
+        let mut written: Vec<Vec<u8>> = Vec::new();
+        let mut seqs = Vec::with_capacity(messages.len());
+        let first_seq = state.next_seq;
+        let mut write = |state: &mut State| -> Result<(), BackendError> {
+            for (target, value) in plan.iter().zip(values) {
+                if target.count() == 0 {
+                    seqs.push(None);
+                    continue;
+                }
+                let seq = self.reserve_seq(state)?;
+                state.next_seq = seq + 1;
+                seqs.push(Some(seq));
+                let mut store = |address: Address| -> Result<(), BackendError> {
+                    let key = message_key(&address, seq);
+                    self.messages
+                        .insert(key.as_slice(), value.as_slice())
+                        .map_err(|e| write_failed(Self::MESSAGES_TREE, e))?;
+                    written.push(key);
+                    Ok(())
+                };
+                // One insert per record, not a sled batch (see `broadcast`).
+                match target {
+                    Target::System => store(Address::System)?,
+                    Target::Agent(agent) => store(Address::Agent(agent.clone()))?,
+                    Target::Broadcast(agents) => {
+                        for agent in agents {
+                            store(Address::Agent(agent.clone()))?;
+                        }
+                    }
+                }
+            }
+            Ok(())
+        };
+        if let Err(e) = write(state) {
+            // Take back the records stored, so the failed batch delivers nothing (sled refuses
+            // every write after an I/O error, so this is for other errors). The sequence
+            // numbers used stay used: they are never reused, gaps are harmless.
+            for key in &written {
+                let _ = self.messages.remove(key.as_slice());
+            }
+            tracing::debug!(first_seq, error = %e, "a batch of sends failed and was taken back");
+            return Err(e.into());
+        }
+        let counts = plan.iter().map(Target::count).collect();
+        for ((message, target), seq) in messages.into_iter().zip(plan).zip(seqs) {
+            let Some(seq) = seq else { continue };
+            match target {
+                Target::System => state.system.push(Entry { seq, message }),
+                Target::Agent(agent) => state.deliver(agent, Entry { seq, message }),
+                Target::Broadcast(agents) => {
+                    for agent in agents {
+                        state.deliver(agent, Entry { seq, message: message.clone() });
+                    }
+                }
+            }
+        }
+        Ok(counts)
+    }
+}
+
 impl fmt::Debug for SledBus {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = self.lock();
@@ -355,6 +431,14 @@ impl State {
     /// The inbox `address` names, for reading: `system` or a registered agent.
     fn inbox_mut(&mut self, address: &Address) -> Result<&mut Inbox, InboxError> {
         crate::inbox::inbox_mut(&mut self.agents, &mut self.system, address)
+    }
+
+    /// Adds `entry` to the inbox of `agent`, known to exist.
+    fn deliver(&mut self, agent: AgentId, entry: Entry) {
+        if let Some(inbox) = self.agents.get_mut(&agent) {
+            inbox.push(entry);
+            self.with_mail.insert(agent);
+        }
     }
 }
 
@@ -431,6 +515,34 @@ impl MessageBus for SledBus {
         };
         self.commit().await?;
         Ok(delivered)
+    }
+
+    /// The whole batch checked, then written under one lock, then one commit (one `fdatasync`
+    /// shared with concurrent calls) for all of it.
+    async fn send_many(&self, messages: Vec<Message>) -> Result<Vec<usize>, SendError> {
+        if messages.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Encode before taking the lock: senders serialise only on the sled writes. (A refusal,
+        // such as `broadcast` as a sender, is found in batch order under the lock.)
+        let values = messages
+            .iter()
+            .map(|message| {
+                agent_state::encode(message).map_err(|e| {
+                    BackendError::with_source(
+                        BACKEND,
+                        format!("cannot encode message {}", message.id),
+                        e,
+                    )
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let counts = {
+            let mut state = self.lock();
+            self.write_batch(&mut state, messages, &values)?
+        };
+        self.commit().await?;
+        Ok(counts)
     }
 
     async fn take(&self, inbox: &Address, max: usize) -> Result<Vec<Message>, InboxError> {

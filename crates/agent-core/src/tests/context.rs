@@ -197,3 +197,50 @@ async fn the_system_prompt_says_name_layer_role_capabilities_and_responsibilitie
     assert_eq!(prompt, system_prompt(&config, RESPONSIBILITIES));
     assert_eq!(agent.ctx().persona().system_prompt, prompt);
 }
+
+#[tokio::test(start_paused = true)]
+async fn send_all_sends_a_batch_in_order_or_nothing_of_it() {
+    let s = Services::new().await;
+    let mut agent = s.ready(&Probe::default()).await;
+    let (lead, peer) = (id(SUPERVISOR), id("bottom-2"));
+    s.bus.register(&lead).await.unwrap();
+    s.bus.register(&peer).await.unwrap();
+    let before = agent.ctx().metrics().messages_processed;
+
+    let sends = [
+        (Address::from(&lead), MessageKind::ProgressReport, json!({"n": 1})),
+        (Address::from(&peer), MessageKind::StatusReport, json!({"n": 2})),
+        (Address::from(&lead), MessageKind::StatusReport, json!({"n": 3})),
+    ];
+    let ids = agent.ctx_mut().send_all(sends).await.unwrap();
+
+    let to_lead = s.bus.take(&Address::from(&lead), 10).await.unwrap();
+    let got: Vec<_> = to_lead.iter().map(|m| (m.id, m.kind, m.content.clone())).collect();
+    assert_eq!(
+        got,
+        [
+            (ids[0], MessageKind::ProgressReport, json!({"n": 1})),
+            (ids[2], MessageKind::StatusReport, json!({"n": 3})),
+        ]
+    );
+    assert!(to_lead.iter().all(|m| m.from == Address::from(&id(ME))));
+    let to_peer = s.bus.take(&Address::from(&peer), 10).await.unwrap();
+    assert_eq!(to_peer.iter().map(|m| m.id).collect::<Vec<_>>(), [ids[1]]);
+    assert_eq!(agent.ctx().metrics().messages_processed, before + 3);
+
+    // One unknown recipient: nothing of the batch is delivered.
+    let sends = [
+        (Address::from(&lead), MessageKind::ProgressReport, json!({"n": 4})),
+        (Address::from(&id("ghost")), MessageKind::StatusReport, json!({"n": 5})),
+    ];
+    let err = agent.ctx_mut().send_all(sends).await.unwrap_err();
+    assert!(
+        matches!(&err, AgentError::Send(message_bus::SendError::UnknownRecipient { recipient, .. }) if *recipient == id("ghost")),
+        "{err:?}"
+    );
+    assert_eq!(s.bus.pending(&Address::from(&lead)).await.unwrap(), 0);
+    assert_eq!(agent.ctx().metrics().messages_processed, before + 3);
+
+    let none: [(AgentId, MessageKind, serde_json::Value); 0] = [];
+    assert_eq!(agent.ctx_mut().send_all(none).await.unwrap(), []);
+}

@@ -488,6 +488,12 @@ impl MessageBus for AckFailsOnce {
     async fn send(&self, message: Message) -> Result<usize, message_bus::SendError> {
         self.inner.send(message).await
     }
+    async fn send_many(
+        &self,
+        messages: Vec<Message>,
+    ) -> Result<Vec<usize>, message_bus::SendError> {
+        self.inner.send_many(messages).await
+    }
     async fn take(
         &self,
         inbox: &Address,

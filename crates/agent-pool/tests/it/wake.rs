@@ -146,6 +146,9 @@ impl MessageBus for CountingScans {
     async fn send(&self, message: Message) -> Result<usize, SendError> {
         self.inner.send(message).await
     }
+    async fn send_many(&self, messages: Vec<Message>) -> Result<Vec<usize>, SendError> {
+        self.inner.send_many(messages).await
+    }
     async fn take(&self, inbox: &Address, max: usize) -> Result<Vec<Message>, InboxError> {
         self.inner.take(inbox, max).await
     }

@@ -77,6 +77,8 @@ enum Op {
         from: Who,
         to: Who,
     },
+    /// One `send_many` of these (from, to) pairs, in order.
+    SendMany(Vec<(Who, Who)>),
     Take {
         inbox: Who,
         max: usize,
@@ -119,6 +121,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => prop_oneof![3 => (0..AGENTS.len()).prop_map(Who::Agent), 1 => Just(Who::Ghost)]
             .prop_map(Op::Unregister),
         8 => (who(), who()).prop_map(|(from, to)| Op::Send { from, to }),
+        4 => vec((who(), who()), 0..5).prop_map(Op::SendMany),
         5 => (who(), 0..5usize).prop_map(|(inbox, max)| Op::Take { inbox, max }),
         3 => (who(), vec(any::<Index>(), 0..3), option::of(any::<Index>()), any::<bool>())
             .prop_map(|(inbox, in_flight, pending, unknown)| Op::Ack {
@@ -140,6 +143,7 @@ enum Outcome {
     Registered(bool),
     Agents(Vec<AgentId>),
     Count(usize),
+    Counts(Vec<usize>),
     Taken(Vec<Message>),
     InvalidAgent {
         agent: String,
@@ -234,6 +238,9 @@ async fn apply(bus: &Arc<dyn MessageBus>, model: &Model, op: &Op) -> Outcome {
         },
         Op::Send { from, to } => {
             outcome(bus.send(message(model.next_id, *from, *to)).await, Outcome::Count)
+        }
+        Op::SendMany(pairs) => {
+            outcome(bus.send_many(batch(model.next_id, pairs)).await, Outcome::Counts)
         }
         Op::Take { inbox, max } => outcome(bus.take(&inbox.address(), *max).await, Outcome::Taken),
         Op::Ack { inbox, .. } => {
@@ -340,7 +347,7 @@ struct Model {
     last_ack: Vec<MessageId>,
 }
 
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct Inbox {
     registered: bool,
     pending: VecDeque<Message>,
@@ -400,6 +407,7 @@ impl Model {
                 },
             },
             Op::Send { from, to } => self.send(message(self.next_id, *from, *to)),
+            Op::SendMany(pairs) => self.send_many(batch(self.next_id, pairs)),
             Op::Take { inbox, max } => match self.inbox_mut(*inbox) {
                 Ok(inbox) => {
                     let n = (*max).min(inbox.pending.len());
@@ -454,6 +462,22 @@ impl Model {
                 Outcome::Done
             }
         }
+    }
+
+    /// All or nothing: sent one by one on the model, put back at the first refusal.
+    fn send_many(&mut self, messages: Vec<Message>) -> Outcome {
+        let (agents, system) = (self.agents.clone(), self.system.clone());
+        let mut counts = Vec::with_capacity(messages.len());
+        for message in messages {
+            match self.send(message) {
+                Outcome::Count(n) => counts.push(n),
+                refused => {
+                    (self.agents, self.system) = (agents, system);
+                    return refused;
+                }
+            }
+        }
+        Outcome::Counts(counts)
     }
 
     fn send(&mut self, message: Message) -> Outcome {
@@ -563,6 +587,12 @@ impl Who {
 
 fn agent(i: usize) -> AgentId {
     AgentId::new(AGENTS[i])
+}
+
+/// The messages of a `send_many` at step `step`: ids `step * 1000 + k`, above every id a
+/// single send uses (the step number).
+fn batch(step: u128, pairs: &[(Who, Who)]) -> Vec<Message> {
+    (0..).zip(pairs).map(|(k, (from, to))| message(step * 1_000 + k, *from, *to)).collect()
 }
 
 fn message(id: u128, from: Who, to: Who) -> Message {

@@ -66,6 +66,7 @@ pub(super) async fn run_all<F: BusFactory>(factory: &F, durable: bool) {
         concurrent_senders_keep_order(factory.fresh().await),
     )
     .await;
+    run_batches(factory).await;
     if let Some(bus) = factory.fresh_with_capacity(2).await {
         run("a full inbox refuses a send and changes nothing", full_inbox_refuses(bus)).await;
     }
@@ -76,6 +77,38 @@ pub(super) async fn run_all<F: BusFactory>(factory: &F, durable: bool) {
         run(
             "a restart keeps registrations and messages, in-flight back to pending",
             restart_keeps_messages(factory, factory.fresh().await),
+        )
+        .await;
+        run(
+            "a restart keeps every message of a send_many",
+            restart_keeps_batch(factory, factory.fresh().await),
+        )
+        .await;
+    }
+}
+
+/// The scenarios of `send_many`.
+async fn run_batches<F: BusFactory>(factory: &F) {
+    run(
+        "send_many delivers each message once, in order per inbox",
+        send_many_keeps_order(factory.fresh().await),
+    )
+    .await;
+    run("send_many of nothing does nothing", send_many_empty(factory.fresh().await)).await;
+    run(
+        "a refused send_many delivers nothing of its batch",
+        send_many_refused_stores_nothing(factory.fresh().await),
+    )
+    .await;
+    run(
+        "concurrent send_many batches keep their order and do not interleave",
+        concurrent_batches_keep_order(factory.fresh().await),
+    )
+    .await;
+    if let Some(bus) = factory.fresh_with_capacity(2).await {
+        run(
+            "send_many counts its own messages against capacity, all or nothing",
+            send_many_full_all_or_nothing(bus),
         )
         .await;
     }
@@ -509,7 +542,215 @@ async fn concurrent_senders_keep_order(bus: Arc<dyn MessageBus>) -> Check {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Batches (send_many)
+
+async fn send_many_keeps_order(bus: Arc<dyn MessageBus>) -> Check {
+    let (a, b, c) = register3(&bus).await?;
+    let batch = vec![
+        msg(1, &a, &b),
+        msg(2, &a, &c),
+        msg(3, &a, &b),
+        msg(4, &a, Address::System),
+        msg(5, &a, Address::Broadcast),
+        msg(6, &c, &b),
+        msg(7, Address::System, &a),
+    ];
+    eq(
+        ok(bus.send_many(batch.clone()).await, "send_many")?,
+        vec![1, 1, 1, 1, 2, 1, 1],
+        "inboxes each message of the batch reached",
+    )?;
+    let counts = snapshot(&bus, &[inbox(&a), inbox(&b), inbox(&c), Address::System]).await;
+    for ((address, got), want) in counts.pending.iter().zip([1, 4, 2, 1]) {
+        eq(got.clone(), Ok(want), &format!("pending({address}) after send_many"))?;
+    }
+    let b_got = ok(bus.take(&inbox(&b), 10).await, "take")?;
+    let b_want = vec![batch[0].clone(), batch[2].clone(), batch[4].clone(), batch[5].clone()];
+    eq(b_got, b_want, "agent-b's messages, as sent and in batch order")?;
+    eq(ids(&ok(bus.take(&inbox(&c), 10).await, "take")?), vec![id(2), id(5)], "agent-c's")?;
+    eq(ids(&ok(bus.take(&inbox(&a), 10).await, "take")?), vec![id(7)], "agent-a's")?;
+    eq(ids(&ok(bus.take(&Address::System, 10).await, "take")?), vec![id(4)], "system's")?;
+    for address in [inbox(&a), inbox(&b), inbox(&c), Address::System] {
+        eq(ok(bus.take(&address, 10).await, "take")?, vec![], &format!("{address} again"))?;
+    }
+    // A batch after single sends, and a single send after it, keep the order of the calls.
+    ok(bus.send(msg(8, &a, &b)).await, "send")?;
+    eq(
+        ok(bus.send_many(vec![msg(9, &a, &b), msg(10, &a, &b)]).await, "send_many")?,
+        vec![1, 1],
+        "a batch to one inbox",
+    )?;
+    ok(bus.send(msg(11, &a, &b)).await, "send")?;
+    eq(
+        ids(&ok(bus.take(&inbox(&b), 10).await, "take")?),
+        vec![id(8), id(9), id(10), id(11)],
+        "sends and a batch, in call order",
+    )
+}
+
+async fn send_many_empty(bus: Arc<dyn MessageBus>) -> Check {
+    let (a, b, c) = register3(&bus).await?;
+    ok(bus.send(msg(1, &a, &b)).await, "send")?;
+    let watched = [inbox(&a), inbox(&b), inbox(&c), Address::System];
+    let before = snapshot(&bus, &watched).await;
+    eq(ok(bus.send_many(Vec::new()).await, "send_many")?, vec![], "send_many of nothing")?;
+    eq(snapshot(&bus, &watched).await, before, "state after send_many of nothing")
+}
+
+async fn send_many_refused_stores_nothing(bus: Arc<dyn MessageBus>) -> Check {
+    let (a, b, c) = register3(&bus).await?;
+    ok(bus.send(msg(1, &a, &b)).await, "send")?;
+    let watched = [inbox(&a), inbox(&b), inbox(&c), Address::System];
+    let before = snapshot(&bus, &watched).await;
+
+    // An unknown recipient last: everything before it (an agent, system, a broadcast) is
+    // taken back or never stored.
+    let batch = vec![
+        msg(2, &a, &b),
+        msg(3, &a, Address::System),
+        msg(4, &a, Address::Broadcast),
+        msg(5, &a, ghost()),
+        msg(6, &a, &c),
+    ];
+    match bus.send_many(batch).await {
+        Err(SendError::UnknownRecipient { id: got, recipient, .. })
+            if got == id(5) && recipient == ghost() => {}
+        other => {
+            return Err(format!(
+                "send_many with message 5 to ghost: expected UnknownRecipient {{ id: {}, recipient: ghost }}, got {other:?}",
+                id(5)
+            ));
+        }
+    }
+    eq(
+        snapshot(&bus, &watched).await,
+        before.clone(),
+        "state after a batch refused for its recipient",
+    )?;
+
+    // `broadcast` as a sender in the middle.
+    let batch = vec![msg(7, &a, &b), msg(8, Address::Broadcast, &c), msg(9, &a, &c)];
+    match bus.send_many(batch).await {
+        Err(SendError::InvalidSender { id: got }) if got == id(8) => {}
+        other => {
+            return Err(format!(
+                "send_many with message 8 from broadcast: expected InvalidSender {{ id: {} }}, got {other:?}",
+                id(8)
+            ));
+        }
+    }
+    eq(snapshot(&bus, &watched).await, before, "state after a batch refused for its sender")?;
+    eq(ids(&ok(bus.take(&inbox(&b), 10).await, "take")?), vec![id(1)], "agent-b's inbox")?;
+    eq(ok(bus.take(&inbox(&c), 10).await, "take")?, vec![], "agent-c's inbox")?;
+    eq(ok(bus.take(&Address::System, 10).await, "take")?, vec![], "system's inbox")
+}
+
+async fn concurrent_batches_keep_order(bus: Arc<dyn MessageBus>) -> Check {
+    const SENDERS: u128 = 4;
+    const BATCHES: u128 = 10;
+    const EACH: u128 = 5;
+    let target = agent("agent-target");
+    ok(bus.register(&target).await, "register")?;
+    let mut tasks = Vec::new();
+    for s in 0..SENDERS {
+        let (bus, target) = (Arc::clone(&bus), target.clone());
+        tasks.push(tokio::spawn(async move {
+            let from = agent(&format!("sender-{s}"));
+            for b in 0..BATCHES {
+                let batch: Vec<Message> =
+                    (0..EACH).map(|n| msg(s * 1_000 + b * EACH + n, &from, &target)).collect();
+                ok(bus.send_many(batch).await, "send_many")?;
+                tokio::task::yield_now().await;
+            }
+            Ok::<(), String>(())
+        }));
+    }
+    for task in tasks {
+        task.await.map_err(|err| format!("sender task failed: {err}"))??;
+    }
+    let taken = ok(bus.take(&inbox(&target), 1_000).await, "take")?;
+    eq(taken.len(), (SENDERS * BATCHES * EACH) as usize, "messages taken")?;
+    for s in 0..SENDERS {
+        let from = Address::Agent(agent(&format!("sender-{s}")));
+        let got: Vec<MessageId> = taken.iter().filter(|m| m.from == from).map(|m| m.id).collect();
+        let want: Vec<MessageId> = (0..BATCHES * EACH).map(|n| id(s * 1_000 + n)).collect();
+        eq(got, want, &format!("order of sender-{s}'s messages"))?;
+    }
+    // Each batch arrives in one piece: no other sender's message between its messages.
+    for (i, window) in taken.chunks(EACH as usize).enumerate() {
+        let first = window[0].id.as_uuid().as_u128();
+        let want: Vec<MessageId> = (first..first + EACH).map(id).collect();
+        eq(ids(window), want, &format!("batch at position {}", i * EACH as usize))?;
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
 // Capacity (backends that can be built with a given capacity)
+
+async fn send_many_full_all_or_nothing(bus: Arc<dyn MessageBus>) -> Check {
+    let (a, b, c) = register3(&bus).await?;
+    let watched = [inbox(&a), inbox(&b), inbox(&c), Address::System];
+
+    // Three to an empty inbox of two: the third is refused, counting the first two.
+    let before = snapshot(&bus, &watched).await;
+    match bus.send_many(vec![msg(1, &a, &b), msg(2, &a, &b), msg(3, &a, &b)]).await {
+        Err(SendError::InboxFull { id: got, inbox: full, capacity: 2 })
+            if got == id(3) && full == inbox(&b) => {}
+        other => {
+            return Err(format!(
+                "send_many of 3 to an inbox of 2: expected InboxFull {{ id: {}, inbox: agent-b, capacity: 2 }}, got {other:?}",
+                id(3)
+            ));
+        }
+    }
+    eq(snapshot(&bus, &watched).await, before.clone(), "state after a batch overfilling an inbox")?;
+
+    // A broadcast of the batch meets an inbox its own messages filled.
+    match bus
+        .send_many(vec![
+            msg(4, &a, &c),
+            msg(5, &b, &c),
+            msg(6, Address::System, Address::Broadcast),
+        ])
+        .await
+    {
+        Err(SendError::InboxFull { id: got, inbox: full, capacity: 2 })
+            if got == id(6) && full == inbox(&c) => {}
+        other => {
+            return Err(format!(
+                "send_many with a broadcast to a filled inbox: expected InboxFull {{ id: {}, inbox: agent-c, capacity: 2 }}, got {other:?}",
+                id(6)
+            ));
+        }
+    }
+    eq(snapshot(&bus, &watched).await, before, "state after a batch whose broadcast was refused")?;
+
+    // A full inbox early in the batch is the refusal named, before an unknown recipient later.
+    ok(bus.send(msg(7, &a, &c)).await, "send")?;
+    ok(bus.send(msg(8, &a, &c)).await, "send")?;
+    let before = snapshot(&bus, &watched).await;
+    match bus.send_many(vec![msg(9, &a, &b), msg(10, &a, &c), msg(11, &a, ghost())]).await {
+        Err(SendError::InboxFull { id: got, inbox: full, capacity: 2 })
+            if got == id(10) && full == inbox(&c) => {}
+        other => {
+            return Err(format!(
+                "send_many to a full inbox, then to ghost: expected InboxFull {{ id: {}, inbox: agent-c, capacity: 2 }}, got {other:?}",
+                id(10)
+            ));
+        }
+    }
+    eq(snapshot(&bus, &watched).await, before, "state after a batch refused at a full inbox")?;
+    eq(ok(bus.take(&inbox(&b), 10).await, "take")?, vec![], "agent-b got nothing")?;
+
+    // Exactly the room left: accepted.
+    eq(
+        ok(bus.send_many(vec![msg(12, &a, &b), msg(13, &c, &b)]).await, "send_many")?,
+        vec![1, 1],
+        "a batch that fills an inbox",
+    )?;
+    eq(ids(&ok(bus.take(&inbox(&b), 10).await, "take")?), vec![id(12), id(13)], "agent-b's")
+}
 
 async fn full_inbox_refuses(bus: Arc<dyn MessageBus>) -> Check {
     let (a, b, c) = register3(&bus).await?;
@@ -623,11 +864,33 @@ async fn restart_keeps_messages<F: BusFactory>(factory: &F, bus: Arc<dyn Message
     eq(ok(bus.pending(&inbox(&c)).await, "pending")?, 1, "pending(agent-c) after second restart")
 }
 
+async fn restart_keeps_batch<F: BusFactory>(factory: &F, bus: Arc<dyn MessageBus>) -> Check {
+    let (a, b, c) = register3(&bus).await?;
+    let batch = vec![
+        msg(1, &a, &b),
+        msg(2, &a, Address::Broadcast),
+        msg(3, &a, Address::System),
+        msg(4, &c, &b),
+    ];
+    eq(ok(bus.send_many(batch).await, "send_many")?, vec![1, 2, 1, 1], "send_many")?;
+    let Some(bus) = factory.reopen(bus).await else {
+        return Err("reopen returned None, but it returned Some for the probe".into());
+    };
+    eq(
+        ids(&ok(bus.take(&inbox(&b), 10).await, "take")?),
+        vec![id(1), id(2), id(4)],
+        "take(agent-b) after restart",
+    )?;
+    eq(ids(&ok(bus.take(&inbox(&c), 10).await, "take")?), vec![id(2)], "take(agent-c)")?;
+    eq(ids(&ok(bus.take(&Address::System, 10).await, "take")?), vec![id(3)], "take(system)")?;
+    eq(ok(bus.take(&inbox(&a), 10).await, "take")?, vec![], "take(agent-a) after restart")
+}
+
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
 /// What a scenario compares before and after a refused call.
-#[derive(Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 struct Snapshot {
     registered: Result<Vec<AgentId>, String>,
     pending: Vec<(Address, Result<usize, String>)>,

@@ -119,3 +119,74 @@ fn message_bus_is_object_safe_and_shareable() {
         assert_eq!(bus.take(&Address::from(&worker), 8).await.unwrap(), vec![message]);
     });
 }
+
+/// An in-memory bus that keeps the trait's default `send_many`, a loop of `send` that stops at
+/// the first refusal and keeps what it sent before it.
+struct LoopingBatches(InMemoryBus);
+
+#[async_trait::async_trait]
+impl MessageBus for LoopingBatches {
+    async fn register(&self, agent: &AgentId) -> Result<(), message_bus::RegisterError> {
+        self.0.register(agent).await
+    }
+    async fn unregister(&self, agent: &AgentId) -> Result<(), message_bus::RegisterError> {
+        self.0.unregister(agent).await
+    }
+    async fn is_registered(&self, agent: &AgentId) -> Result<bool, agent_state::BackendError> {
+        self.0.is_registered(agent).await
+    }
+    async fn registered(&self) -> Result<Vec<AgentId>, agent_state::BackendError> {
+        self.0.registered().await
+    }
+    async fn send(&self, message: Message) -> Result<usize, message_bus::SendError> {
+        self.0.send(message).await
+    }
+    async fn take(
+        &self,
+        inbox: &Address,
+        max: usize,
+    ) -> Result<Vec<Message>, message_bus::InboxError> {
+        self.0.take(inbox, max).await
+    }
+    async fn ack(
+        &self,
+        inbox: &Address,
+        ids: &[MessageId],
+    ) -> Result<usize, message_bus::InboxError> {
+        self.0.ack(inbox, ids).await
+    }
+    async fn release(&self, inbox: &Address) -> Result<usize, message_bus::InboxError> {
+        self.0.release(inbox).await
+    }
+    async fn pending(&self, inbox: &Address) -> Result<usize, message_bus::InboxError> {
+        self.0.pending(inbox).await
+    }
+}
+
+struct Looping;
+
+#[async_trait::async_trait]
+impl BusFactory for Looping {
+    async fn fresh(&self) -> Arc<dyn MessageBus> {
+        Arc::new(LoopingBatches(InMemoryBus::new()))
+    }
+
+    async fn reopen(&self, _bus: Arc<dyn MessageBus>) -> Option<Arc<dyn MessageBus>> {
+        None
+    }
+}
+
+#[test]
+fn the_suite_fails_a_send_many_that_is_not_all_or_nothing() {
+    let failure = std::panic::catch_unwind(|| run_conformance(Looping))
+        .expect_err("the default send_many keeps part of a refused batch: the suite must fail");
+    let message = failure
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| failure.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+        .unwrap_or_default();
+    assert!(
+        message.contains("a refused send_many delivers nothing of its batch"),
+        "failed elsewhere: {message}"
+    );
+}
