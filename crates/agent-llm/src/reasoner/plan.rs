@@ -102,29 +102,7 @@ impl<'a> PlanQuestion<'a> {
              the step itself or a later one) and how to check it (`acceptance`). Step ids are \
              letters, digits, `-` and `_`, each used once.\n",
         );
-        if !domains.is_empty() {
-            let listed: Vec<String> = domains.iter().map(|d| format!("`{d}`")).collect();
-            let _ = writeln!(
-                prompt,
-                "The team has a lead for each of these domains already; a step for one of \
-                 them goes to its lead: {}.",
-                listed.join(", ")
-            );
-            prompt.push_str(if mids.is_empty() {
-                "Every step's domain is one of these.\n"
-            } else {
-                "Propose a lead in `leads` only for another domain; every step's domain is one \
-                 of these or of a lead you propose.\n"
-            });
-        } else if mids.is_empty() {
-            prompt.push_str(
-                "A step's domain is a short name for its area of work, such as `docs` or `code`.\n",
-            );
-        } else {
-            prompt.push_str(
-                "Propose one lead per domain in `leads`; every step's domain is one of theirs.\n",
-            );
-        }
+        domain_rules(&mut prompt, !mids.is_empty(), domains);
         let _ = write!(
             prompt,
             "A goal that is one piece of work is one step, such as:\n{}\nSplit a goal into a few \
@@ -138,6 +116,34 @@ impl<'a> PlanQuestion<'a> {
     /// invalid one gives every problem, named (see [`check_plan`]).
     pub(crate) fn check(&self, v: &Value) -> Result<Plan, String> {
         check_plan(v, &self.mids, &self.workers, self.domains)
+    }
+}
+
+/// What the question says of a step's domain: one of the team's leads' (`domains`), one of
+/// the leads the plan proposes (with `lead_roles` to create them), or free.
+fn domain_rules(prompt: &mut String, lead_roles: bool, domains: &[String]) {
+    if !domains.is_empty() {
+        let listed: Vec<String> = domains.iter().map(|d| format!("`{d}`")).collect();
+        let _ = writeln!(
+            prompt,
+            "The team has a lead for each of these domains already; a step for one of \
+             them goes to its lead: {}.",
+            listed.join(", ")
+        );
+        prompt.push_str(if lead_roles {
+            "Propose a lead in `leads` only for another domain; every step's domain is one \
+             of these or of a lead you propose.\n"
+        } else {
+            "Every step's domain is one of these.\n"
+        });
+    } else if lead_roles {
+        prompt.push_str(
+            "Propose one lead per domain in `leads`; every step's domain is one of theirs.\n",
+        );
+    } else {
+        prompt.push_str(
+            "A step's domain is a short name for its area of work, such as `docs` or `code`.\n",
+        );
     }
 }
 
