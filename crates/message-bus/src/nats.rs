@@ -1268,7 +1268,7 @@ impl MessageBus for NatsBus {
 
     /// Checks every sender and recipient first (from the cache, or the server), then publishes
     /// the batch's copies in order and waits for their acknowledgements (see
-    /// [`publish_batch`](Self::publish_batch)). JetStream (2.9) has no atomic publish: when a
+    /// `publish_batch`). JetStream (2.9) has no atomic publish: when a
     /// copy is refused (a full inbox) or fails, the copies already stored are deleted again
     /// before the error is returned, as for a refused broadcast; a reader may take one of them
     /// in that moment.

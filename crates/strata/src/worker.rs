@@ -130,7 +130,7 @@ impl HostOptions {
 }
 
 /// Builds a placed run's team on a worker, as `strata run` would: the [`RunBuilder`] a
-/// [`Worker`](agent_pool::placement::Worker) is given.
+/// [`Worker`] is given.
 pub struct WorkerHost {
     server: NatsStore,
     options: HostOptions,
