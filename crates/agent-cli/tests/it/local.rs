@@ -60,6 +60,38 @@ fn a_team_on_the_embedded_model_completes_the_hello_plan_with_valid_decisions() 
     s.strata(&["verify", "r1", "--data", "D"]).code(0);
 }
 
+/// `strata eval` on the embedded model: a one-task suite (the hello plan, checked on the
+/// files it writes) by the example team, every decision the model's; the attempt passes and
+/// the report counts the model's calls.
+#[test]
+fn strata_eval_runs_a_suite_on_the_embedded_model() {
+    let s = Scratch::with_example();
+    // Ten minutes before an attempt is a runaway (the default is one), for a loaded machine.
+    s.write("suite/suite.toml", "heartbeat = \"250ms\"\ntask_timeout_ms = 600000\n");
+    s.write("suite/tasks/hello/plan.toml", &s.read("plan.toml"));
+    s.write(
+        "suite/tasks/hello/task.toml",
+        "check = 'test \"$(cat hello.txt)\" = \"hello, strata\" && test -s notes/plan.md'\n",
+    );
+    let args = [
+        "eval",
+        "suite",
+        "--team",
+        "team.toml",
+        "--reasoner",
+        "local",
+        "--data",
+        "D",
+        "--eval-id",
+        "l",
+        "--no-sync",
+    ];
+    s.strata(&args).code(0).stdout_has(&["hello by team.toml #1: passed"]);
+    let report = s.strata(&["eval", "--resume", "l", "--data", "D", "--json"]).code(0).json();
+    assert_eq!(report["total"]["passed"], 1, "{report}");
+    assert!(report["total"]["model_calls"].as_u64().unwrap() >= 6, "{report}");
+}
+
 #[test]
 fn a_missing_model_file_is_refused_before_the_run_naming_the_fix() {
     let s = Scratch::with_example();
