@@ -85,6 +85,7 @@ fuzz_target!(|data: &[u8]| {
         system_prompt: "You are a test agent.",
         tools: &tools,
         roles: &[],
+        domains: &[],
     };
     let task = Task { id: "t".into(), goal: "write a".into(), steps: vec![step("s1"), step("s2")] };
     let runtime = match tokio::runtime::Builder::new_current_thread().build() {
