@@ -33,6 +33,15 @@ const CHANGING: [&str; 4] = ["status", "finished_at", "failure", "usage"];
 
 /// The SHA-256 (lowercase hex) of each stored input of the run directory `dir`.
 pub fn digest(dir: &Path) -> crate::Result<BTreeMap<String, String>> {
+    let path = dir.join(RUN_FILE);
+    let bytes = std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
+    let info: serde_json::Value =
+        serde_json::from_slice(&bytes).with_context(|| format!("{} is damaged", path.display()))?;
+    digest_with(dir, info)
+}
+
+/// The digest of `dir`'s team file and plan, with `info` as its `run.json`.
+fn digest_with(dir: &Path, mut info: serde_json::Value) -> crate::Result<BTreeMap<String, String>> {
     let mut sha256 = BTreeMap::new();
     for name in [TEAM_FILE, PLAN_FILE] {
         let path = dir.join(name);
@@ -40,10 +49,6 @@ pub fn digest(dir: &Path) -> crate::Result<BTreeMap<String, String>> {
             std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
         sha256.insert(name.to_owned(), sha256_hex(&bytes));
     }
-    let path = dir.join(RUN_FILE);
-    let bytes = std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
-    let mut info: serde_json::Value =
-        serde_json::from_slice(&bytes).with_context(|| format!("{} is damaged", path.display()))?;
     if let Some(fields) = info.as_object_mut() {
         for field in CHANGING {
             fields.remove(field);
@@ -54,14 +59,21 @@ pub fn digest(dir: &Path) -> crate::Result<BTreeMap<String, String>> {
     Ok(sha256)
 }
 
-/// Appends the hashes of `dir`'s stored inputs to `audit`.
-pub async fn record(audit: &dyn AuditLog, dir: &Path) -> crate::Result<()> {
-    let sha256 = digest(dir)?;
+/// Appends to `audit` the hashes of `dir`'s stored inputs with `info` as its `run.json`, then
+/// writes `info` there: in that order, so that a process killed in between leaves either no
+/// `run.json` (a run not started: nothing to resume) or, on resume, the one recorded before
+/// ([`check`] takes the last record or, for that case, the one before it).
+pub async fn record_and_write(
+    audit: &dyn AuditLog,
+    dir: &Path,
+    info: &RunInfo,
+) -> crate::Result<()> {
+    let sha256 = digest_with(dir, serde_json::to_value(info)?)?;
     audit
         .append(&AgentId::new(RECORDER), Timestamp(now_ms()), AuditEvent::RunInputs { sha256 })
         .await
         .context("cannot record the run's inputs in its audit log")?;
-    Ok(())
+    info.write(dir)
 }
 
 /// Checks `dir`'s stored inputs against the last [`AuditEvent::RunInputs`] of its audit log
@@ -85,11 +97,12 @@ pub async fn check(store: &RunStore, dir: &Path, info: &RunInfo) -> crate::Resul
         .records(Some(&AgentId::new(RECORDER)))
         .await
         .context("cannot read the run's audit log")?;
-    let recorded = records.into_iter().rev().find_map(|r| match r.event {
+    let mut recorded = records.into_iter().rev().filter_map(|r| match r.event {
         AuditEvent::RunInputs { sha256 } => Some(sha256),
         _ => None,
     });
-    let Some(recorded) = recorded else {
+    let (last, before) = (recorded.next(), recorded.next());
+    let Some(last) = last else {
         return Err(Error::bad_input(format!(
             "{}: the run's audit log holds no record of its stored inputs (a run started by an \
              older Strata), so nothing shows that its {TEAM_FILE}, {PLAN_FILE} and {RUN_FILE} \
@@ -98,9 +111,14 @@ pub async fn check(store: &RunStore, dir: &Path, info: &RunInfo) -> crate::Resul
         )));
     };
     let now = digest(dir).map_err(Error::bad_input_from)?;
+    // A resume killed after it recorded a changed run.json and before it wrote it leaves the
+    // run.json the record before describes.
+    if before.as_ref() == Some(&now) {
+        return Ok(());
+    }
     let changed: Vec<String> = [TEAM_FILE, PLAN_FILE, RUN_FILE]
         .into_iter()
-        .filter(|name| recorded.get(*name) != now.get(*name))
+        .filter(|name| last.get(*name) != now.get(*name))
         .map(|name| dir.join(name).display().to_string())
         .collect();
     if !changed.is_empty() {
@@ -130,6 +148,43 @@ mod tests {
         )
         .unwrap();
         dir
+    }
+
+    /// The inputs are recorded before run.json is written: a start killed in between leaves
+    /// no run.json (nothing to resume); a resume killed in between (its run.json changed, the
+    /// record made, the file not written) leaves the run.json the record before describes,
+    /// which `check` takes. A run.json the records never described is refused, named.
+    #[tokio::test]
+    async fn a_run_killed_between_recording_its_inputs_and_writing_run_json_still_resumes() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path().join("r");
+        let store =
+            RunStore::create(&run, "r", Timestamp(1), run_store::Durability::NoSync).unwrap();
+        std::fs::write(run.join(TEAM_FILE), "team").unwrap();
+        std::fs::write(run.join(PLAN_FILE), "plan").unwrap();
+        let audit = agent_core::SledAuditLog::open(&store).unwrap();
+        let mut info: RunInfo = serde_json::from_value(serde_json::json!({
+            "run_id": "r", "task_id": "t", "goal": "g", "workspace": "/w", "heartbeat_ms": 250,
+            "started_at": 1, "status": "running"
+        }))
+        .unwrap();
+        record_and_write(&audit, &run, &info).await.unwrap();
+        check(&store, &run, &info).await.unwrap();
+
+        // A resume with a changed run.json, cut short after the record.
+        info.unsandboxed = true;
+        let sha256 = digest_with(&run, serde_json::to_value(&info).unwrap()).unwrap();
+        let recorder = AgentId::new(RECORDER);
+        audit.append(&recorder, Timestamp(2), AuditEvent::RunInputs { sha256 }).await.unwrap();
+        check(&store, &run, &info).await.unwrap();
+
+        // Written, it is the last record's; a run.json no record describes is refused.
+        info.write(&run).unwrap();
+        check(&store, &run, &info).await.unwrap();
+        info.workspace = "/elsewhere".into();
+        info.write(&run).unwrap();
+        let error = check(&store, &run, &info).await.unwrap_err().to_string();
+        assert!(error.contains("run.json changed after the run recorded it"), "{error}");
     }
 
     #[test]

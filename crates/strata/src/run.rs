@@ -826,8 +826,7 @@ impl Stored {
         info.status = RunStatus::Running;
         info.finished_at = None;
         info.unsandboxed |= options.unsandboxed;
-        info.write(&dir)?;
-        crate::inputs::record(stores.audit.as_ref(), &dir).await?;
+        crate::inputs::record_and_write(stores.audit.as_ref(), &dir, &info).await?;
         options.observer.recorded(&info, &dir, How::Resumed);
         let span = run_span(&info.run_id, &task.id, "resumed");
         let tooling = Tooling { tools, sandbox, journal: dir.join(JOURNAL_DIR) };
@@ -1144,9 +1143,9 @@ impl Recording {
             Some(server) => Stores::nats(server).await?.anchored_in(&store),
             None => Stores::sled(&store)?,
         };
-        info.write(&dir)?;
-        // The stored inputs' hashes, which `resume` checks before it starts anything.
-        crate::inputs::record(stores.audit.as_ref(), &dir).await?;
+        // The stored inputs' hashes, which `resume` checks before it starts anything, then
+        // run.json.
+        crate::inputs::record_and_write(stores.audit.as_ref(), &dir, &info).await?;
         options.observer.recorded(&info, &dir, How::Started);
         let placed = match (registry, server) {
             (Some(registry), Some(server)) => Some(Placed {
