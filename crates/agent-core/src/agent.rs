@@ -687,7 +687,7 @@ impl AgentContext {
             tracing::debug!(agent = %self.id(), decision = %existing.id, "proposed before this turn was redone");
             return Ok(existing);
         }
-        let id = DecisionId::from_uuid(cause.as_uuid());
+        let id = DecisionId::for_message(cause);
         self.submit_proposal(id, content, signers, humans).await?;
         self.deps.governance.get(id).await?.ok_or_else(|| {
             AgentError::NotAllowed(format!("decision {id} was submitted but cannot be read back"))
@@ -698,7 +698,7 @@ impl AgentContext {
     /// message `cause`, if it did (in an earlier try of this turn). One with that id proposed
     /// by another agent is refused: a message is one agent's.
     pub async fn proposed_for(&self, cause: MessageId) -> Result<Option<Decision>, AgentError> {
-        let id = DecisionId::from_uuid(cause.as_uuid());
+        let id = DecisionId::for_message(cause);
         match self.deps.governance.get(id).await? {
             Some(existing) if existing.proposer != *self.id() => {
                 Err(AgentError::NotAllowed(format!(

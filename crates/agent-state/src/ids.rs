@@ -170,6 +170,16 @@ uuid_id!(
     DecisionId
 );
 
+impl DecisionId {
+    /// The id of the one decision an agent proposes in answer to message `cause`: the
+    /// message's own UUID, so a turn redone after a crash finds the decision it proposed
+    /// before instead of proposing it again. Message and decision ids live in separate stores,
+    /// so sharing the number cannot make two decisions meet.
+    pub const fn for_message(cause: MessageId) -> Self {
+        Self(cause.as_uuid())
+    }
+}
+
 /// A point in time in milliseconds since the Unix epoch, always supplied by the caller.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize)]
 #[serde(transparent)]
@@ -196,5 +206,17 @@ impl fmt::Debug for Timestamp {
 impl fmt::Display for Timestamp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}ms", self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_message_names_one_decision_and_two_messages_two() {
+        let (a, b) = (MessageId::from_u128(1), MessageId::from_u128(2));
+        assert_eq!(DecisionId::for_message(a), DecisionId::for_message(a));
+        assert_ne!(DecisionId::for_message(a), DecisionId::for_message(b));
     }
 }
