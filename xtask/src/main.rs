@@ -43,7 +43,7 @@ commands:
                   layering (strata-agent-state stays free of async and I/O crates), tidy,
                   publish-check
   tidy            only ci's tidy step: every file opens with `//!` (Rust), no printing in
-                  libraries, no machine paths, ARCHITECTURE.md under 32 kB with every
+                  libraries, no machine paths, ARCHITECTURE.md under 30 KiB with every
                   path of its Where-is-it index existing, every link to a section of
                   docs/concepts.md naming one that exists
   setup           only ci's first step: install what the checks need (system packages

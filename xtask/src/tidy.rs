@@ -28,7 +28,7 @@ const MACHINE_PATHS: [&str; 3] =
 const ARCHITECTURE: &str = "ARCHITECTURE.md";
 
 /// The most `ARCHITECTURE.md` may weigh: a map, not a manual (details go to the crate docs).
-pub(crate) const ARCHITECTURE_MAX_BYTES: usize = 32 * 1024;
+pub(crate) const ARCHITECTURE_MAX_BYTES: usize = 30 * 1024;
 
 /// The heading of the index of `ARCHITECTURE.md`: concept → location.
 const INDEX_HEADING: &str = "## Where is it";
