@@ -73,7 +73,7 @@ fn run() -> (RunModel, u64) {
     // A goal: the counter says `planning` (no plan is known), as a run starts.
     let task = agent_state::Task { id: "t".into(), goal: "a big team".into(), steps: Vec::new() };
     let outline = Outline {
-        run_id: "bench".into(),
+        run_id: agent_state::RunId::parse("bench").unwrap(),
         title: "a big team".into(),
         started_at: 1_000,
         agents: seeds,

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use agent_state::RunId;
 use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
 use strata::url::parse_base_url;
 
@@ -152,8 +153,8 @@ pub(crate) struct EvolveArgs {
     #[arg(long, default_value = DEFAULT_DATA)]
     pub(crate) data: PathBuf,
     /// The evolution's id: 1 to 64 ASCII letters, digits or `-` (default: evo- and the time).
-    #[arg(long, value_parser = parse_run_id)]
-    pub(crate) run_id: Option<String>,
+    #[arg(long)]
+    pub(crate) run_id: Option<RunId>,
     /// Run the suite's commands without the built-in sandbox.
     #[arg(long)]
     pub(crate) unsandboxed: bool,
@@ -186,8 +187,8 @@ pub(crate) struct EvalArgs {
     #[arg(long, default_value = DEFAULT_DATA)]
     pub(crate) data: PathBuf,
     /// The eval's id: 1 to 64 ASCII letters, digits or `-` (default: eval- and the time).
-    #[arg(long, value_parser = parse_run_id, conflicts_with = "resume")]
-    pub(crate) eval_id: Option<String>,
+    #[arg(long, conflicts_with = "resume")]
+    pub(crate) eval_id: Option<RunId>,
     /// The reasoner of every agent of every team, as `strata run --reasoner`.
     #[arg(long, conflicts_with = "resume")]
     pub(crate) reasoner: Option<String>,
@@ -382,8 +383,8 @@ pub(crate) struct StartArgs {
     pub(crate) no_sync: bool,
     /// The run id: 1 to 64 ASCII letters, digits or `-` (default: the task id, the UTC time and
     /// four random hex digits).
-    #[arg(long, value_parser = parse_run_id)]
-    pub(crate) run_id: Option<String>,
+    #[arg(long)]
+    pub(crate) run_id: Option<RunId>,
     /// Run `shell` commands without the built-in sandbox: with Strata's own user, file
     /// system and network. Only where the sandbox cannot work; the run records it.
     #[arg(long)]
@@ -601,11 +602,4 @@ pub(crate) fn parse_model(text: &str) -> Result<String, String> {
         return Err("the model name holds a control character".into());
     }
     Ok(model.to_owned())
-}
-
-/// The id of a new run: [`agent_state::RunId`]'s rule (1 to 64 ASCII letters, digits or `-`),
-/// the one every store accepts, so a run id that NATS would refuse is refused here, before
-/// anything is written.
-pub(crate) fn parse_run_id(text: &str) -> Result<String, String> {
-    agent_state::RunId::parse(text).map(String::from).map_err(|e| e.to_string())
 }

@@ -148,7 +148,7 @@ struct Shown {
     /// When the run started (ms since the epoch): event times are relative to it.
     started_at: u64,
     /// The run id, for the hint after a lag.
-    run_id: String,
+    run_id: agent_state::RunId,
     /// The steps of the plan done in the records shown (the live view's counter).
     steps: Steps,
     /// The live view's last lines.

@@ -42,6 +42,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use agent_state::RunId;
 use serde::{Deserialize, Serialize};
 
 use crate::commit::{SyncHook, sync_dir};
@@ -65,7 +66,7 @@ pub struct AnchorFile {
     /// Always [`ANCHOR_FORMAT`].
     pub format: String,
     /// The run's id.
-    pub run_id: String,
+    pub run_id: RunId,
     /// Grows with every write: of two copies, the one with the higher generation is newer.
     pub generation: u64,
     /// The store's anchors, each durable in the database when the file was written.
@@ -104,7 +105,7 @@ impl AnchorFile {
         if file.format != ANCHOR_FORMAT {
             return Err(damaged(format!("{} has format `{}`", path.display(), file.format)));
         }
-        if file.run_id != run_id {
+        if file.run_id.as_str() != run_id {
             return Err(damaged(format!(
                 "{} is the anchor file of run `{}`, not of run `{run_id}`",
                 path.display(),
@@ -147,7 +148,7 @@ struct Shared {
     /// The store's anchors, as backends set them.
     live: Arc<Mutex<Anchors>>,
     run_dir: PathBuf,
-    run_id: String,
+    run_id: RunId,
     sync: bool,
 }
 
@@ -174,7 +175,7 @@ impl AnchorKeeper {
     /// so that unchanged anchors are not written again. `sync`: fsync each write.
     pub(crate) fn start(
         run_dir: &Path,
-        run_id: &str,
+        run_id: &RunId,
         live: Arc<Mutex<Anchors>>,
         written: Anchors,
         generation: u64,
@@ -195,7 +196,7 @@ impl AnchorKeeper {
             work: Condvar::new(),
             live,
             run_dir: run_dir.to_path_buf(),
-            run_id: run_id.to_owned(),
+            run_id: run_id.clone(),
             sync,
         });
         let worker = shared.clone();

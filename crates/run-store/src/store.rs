@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use agent_state::{BackendError, Timestamp};
+use agent_state::{BackendError, RunId, RunIdError, Timestamp};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -31,7 +31,7 @@ pub struct RunMarker {
     /// The schema version the run was written with.
     pub schema_version: u32,
     /// The run's id.
-    pub run_id: String,
+    pub run_id: RunId,
     /// When it was created.
     pub created_at: Timestamp,
     /// The run keeps anchor files (see the crate docs), as every run created by this version
@@ -123,6 +123,29 @@ pub enum StoreError {
         dir: PathBuf,
         /// What sled said about the copy.
         detail: String,
+    },
+    /// The run id breaks the one run id rule ([`agent_state::RUN_ID_RULE`]); nothing was
+    /// created.
+    #[error("cannot create a run in {}: {source}", .dir.display())]
+    BadRunId {
+        /// The directory.
+        dir: PathBuf,
+        /// Why the id is refused.
+        #[source]
+        source: RunIdError,
+    },
+    /// A run whose id breaks today's run id rule: started by a Strata from before run ids had
+    /// one rule (it allowed `.` and `_`). Nothing was opened.
+    #[error(
+        "run {} has an id this version of Strata does not accept ({source}); it was started by an older Strata and cannot be opened: start its task again as a new run",
+        .dir.display()
+    )]
+    OldRunId {
+        /// The directory.
+        dir: PathBuf,
+        /// Why the id is refused.
+        #[source]
+        source: RunIdError,
     },
     /// The file system refused.
     #[error("cannot {action} {}: {source}", .path.display())]
@@ -247,6 +270,8 @@ impl RunStore {
         created_at: Timestamp,
         durability: Durability,
     ) -> Result<Self, StoreError> {
+        let run_id = RunId::parse(run_id)
+            .map_err(|source| StoreError::BadRunId { dir: dir.to_path_buf(), source })?;
         if dir.exists() {
             let empty =
                 dir.is_dir() && fs::read_dir(dir).map_err(io_error("read", dir))?.next().is_none();
@@ -258,7 +283,7 @@ impl RunStore {
         let marker = RunMarker {
             format: RUN_FORMAT.to_owned(),
             schema_version: SCHEMA_VERSION,
-            run_id: run_id.to_owned(),
+            run_id,
             created_at,
             anchored: true,
         };
@@ -761,6 +786,9 @@ fn read_marker(dir: &Path) -> Result<RunMarker, StoreError> {
             found: u32::try_from(found).unwrap_or(u32::MAX),
             supported: SCHEMA_VERSION,
         });
+    }
+    if let Some(Err(source)) = value.get("run_id").and_then(|id| id.as_str()).map(RunId::parse) {
+        return Err(StoreError::OldRunId { dir: dir.to_path_buf(), source });
     }
     serde_json::from_value(value).map_err(|e| corrupted(format!("{RUN_MARKER}: {e}")))
 }

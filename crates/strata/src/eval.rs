@@ -45,7 +45,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use agent_evolution::{Check, SuiteFile, TaskFile, Work};
-use agent_state::{TaskFailure, Timestamp, sha256_hex};
+use agent_state::{RunId, TaskFailure, Timestamp, sha256_hex};
 use run_store::{Durability, RunStore};
 use serde::{Deserialize, Serialize};
 
@@ -211,7 +211,7 @@ pub struct Attempt {
     pub repeat: u32,
     /// Its run, once it has one (recorded before the run starts).
     #[serde(default)]
-    pub run_id: Option<String>,
+    pub run_id: Option<RunId>,
     /// What it came to, once it has.
     #[serde(default)]
     pub result: Option<AttemptResult>,
@@ -221,7 +221,7 @@ pub struct Attempt {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct EvalInfo {
     /// Its id.
-    pub eval_id: String,
+    pub eval_id: RunId,
     /// The suite folder (absolute).
     pub suite: PathBuf,
     /// The SHA-256 of the suite's settings and tasks (`suite.toml`, each `task.toml`, plan and
@@ -323,8 +323,8 @@ impl crate::run::Observer for RunWarnings {
 pub struct EvalOptions {
     /// The data directory (the eval's directory is `<data>/<id>`, its runs `<data>/<run id>`).
     pub data: PathBuf,
-    /// A new eval's id (1 to 64 ASCII letters, digits or `-`); `None`: `eval-` and the time.
-    pub eval_id: Option<String>,
+    /// A new eval's id; `None`: `eval-` and the time.
+    pub eval_id: Option<RunId>,
     /// The reasoner kind of every agent, over the team files' (`rule-based`, `openai`,
     /// `anthropic`, `local`); a resumed eval keeps its own.
     pub reasoner: Option<String>,
@@ -421,12 +421,7 @@ impl Evaluating {
             )));
         }
         let prepared = prepare_all(&suite, &paths, options).await?;
-        let eval_id = match &options.eval_id {
-            Some(id) => agent_state::RunId::parse(id)
-                .map_err(|e| Error::bad_input(format!("the eval id `{id}`: {e}")))?
-                .to_string(),
-            None => new_run_id("eval"),
-        };
+        let eval_id = options.eval_id.clone().unwrap_or_else(|| new_run_id("eval"));
         let teams: Vec<EvalTeam> = paths
             .into_iter()
             .zip(&prepared)
@@ -467,7 +462,7 @@ impl Evaluating {
         let suite = read_suite(info.suite.clone()).await?;
         if suite_digest(&suite)? != info.suite_sha256 {
             return Err(Error::bad_input(format!(
-                "the suite {} changed since eval {} started (suite.toml, or a task's task.toml, plan or check script): start a new eval",
+                "the suite {} changed since eval {} started (suite.toml, or a task's task.toml, plan, check script or files): start a new eval",
                 suite.dir.display(),
                 info.eval_id
             )));
@@ -662,7 +657,7 @@ fn plan(suite: &SuiteFile, teams: usize, repeat: u32) -> Vec<Attempt> {
 }
 
 /// The SHA-256 of what defines the suite's tasks: `suite.toml`, and each task's name,
-/// `task.toml`, plan and check script (not its files to start from).
+/// `task.toml`, plan, check script and files to start from (each file's path and content).
 fn suite_digest(suite: &SuiteFile) -> Result<String> {
     let read = |path: &Path| -> Result<Vec<u8>> {
         std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))
@@ -679,7 +674,11 @@ fn suite_digest(suite: &SuiteFile) -> Result<String> {
             Check::Script(path) => read(path)?,
             Check::Command(_) => Vec::new(),
         };
-        parts.extend([task.name.as_bytes(), &toml, &plan, &script]);
+        let mut files = Vec::new();
+        if let Some(dir) = &task.files {
+            tree_bytes(dir, dir, &mut files)?;
+        }
+        parts.extend([task.name.as_bytes(), &toml, &plan, &script, &files]);
         for part in parts {
             bytes.extend_from_slice(&(part.len() as u64).to_le_bytes());
             bytes.extend_from_slice(part);
@@ -688,12 +687,47 @@ fn suite_digest(suite: &SuiteFile) -> Result<String> {
     Ok(sha256_hex(&bytes))
 }
 
+/// Appends every file under `dir` to `out`, in name order: its path relative to `root`, then
+/// its content, each with its length first. Symbolic links are taken as their target's path.
+fn tree_bytes(root: &Path, dir: &Path, out: &mut Vec<u8>) -> Result<()> {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .with_context(|| format!("cannot read {}", dir.display()))?
+        .collect::<std::io::Result<_>>()
+        .with_context(|| format!("cannot read {}", dir.display()))?;
+    entries.sort_by_key(std::fs::DirEntry::file_name);
+    for entry in entries {
+        let path = entry.path();
+        let kind = entry.file_type().with_context(|| format!("cannot read {}", path.display()))?;
+        let name = path.strip_prefix(root).unwrap_or(&path).to_string_lossy().into_owned();
+        let content = if kind.is_dir() {
+            tree_bytes(root, &path, out)?;
+            continue;
+        } else if kind.is_symlink() {
+            std::fs::read_link(&path)
+                .with_context(|| format!("cannot read {}", path.display()))?
+                .to_string_lossy()
+                .into_owned()
+                .into_bytes()
+        } else {
+            std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?
+        };
+        for part in [name.as_bytes(), &content] {
+            out.extend_from_slice(&(part.len() as u64).to_le_bytes());
+            out.extend_from_slice(part);
+        }
+    }
+    Ok(())
+}
+
 /// Creates a new eval's directory and store; one of this id already there is bad input.
 fn create_store(dir: &Path, id: &str, options: &EvalOptions) -> Result<RunStore> {
     let durability = if options.no_sync { Durability::NoSync } else { Durability::Synced };
     match RunStore::create(dir, id, Timestamp(now_ms()), durability) {
         Ok(store) => Ok(store),
-        Err(e @ run_store::StoreError::AlreadyExists { .. }) => Err(Error::bad_input_from(e)),
+        Err(
+            e @ (run_store::StoreError::AlreadyExists { .. }
+            | run_store::StoreError::BadRunId { .. }),
+        ) => Err(Error::bad_input_from(e)),
         Err(e) => Err(Error::failed_from(e)
             .context(format!("cannot create the eval directory {}", dir.display()))),
     }

@@ -31,8 +31,8 @@ use std::sync::Arc;
 use agent_evolution::{
     Evolution, EvolutionFile, EvolutionReport, Progress, SledRecorder, SuiteEvaluator, TaskSuite,
 };
-use agent_state::Timestamp;
 use agent_state::evolution::{EvolutionSettings, Genome, Lineage, LineageNode};
+use agent_state::{RunId, Timestamp};
 use run_store::{Durability, RunStore};
 use serde::{Deserialize, Serialize};
 
@@ -68,7 +68,7 @@ pub enum EvolutionStatus {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct EvolutionInfo {
     /// Its id.
-    pub run_id: String,
+    pub run_id: RunId,
     /// The evolution file it was started from, as given.
     pub config: String,
     /// The task suite (absolute).
@@ -188,17 +188,19 @@ pub fn family(tree: &Lineage) -> Vec<(&LineageNode, usize)> {
 }
 
 /// A new evolution's id: `evo-` and the UTC time, with a random suffix.
-pub fn new_id() -> String {
+pub fn new_id() -> RunId {
     let secs = now_ms() / 1000;
     let (y, m, d) = civil_from_days(i64::try_from(secs / 86_400).unwrap_or(0));
     let rest = secs % 86_400;
-    let suffix: String = uuid::Uuid::new_v4().simple().to_string().chars().take(4).collect();
-    format!(
+    let random = uuid::Uuid::new_v4();
+    let suffix: String = random.simple().to_string().chars().take(4).collect();
+    let text = format!(
         "evo-{y:04}{m:02}{d:02}-{:02}{:02}{:02}-{suffix}",
         rest / 3600,
         rest % 3600 / 60,
         rest % 60
-    )
+    );
+    RunId::parse(&text).unwrap_or_else(|_| RunId::hex(random.as_u128()))
 }
 
 /// The family tree of the evolution in `dir`, read from a private copy of its store.
@@ -217,8 +219,8 @@ pub fn lineage(dir: &Path) -> Result<Lineage> {
 pub struct EvolveOptions {
     /// The data directory (the evolution's directory is `<data>/<id>`).
     pub data: PathBuf,
-    /// A new evolution's id (1 to 64 ASCII letters, digits or `-`); `None`: [`new_id`].
-    pub run_id: Option<String>,
+    /// A new evolution's id; `None`: [`new_id`].
+    pub run_id: Option<RunId>,
     /// The suite's commands run without the sandbox (recorded in `evolution.json`, and kept
     /// on resume).
     pub unsandboxed: bool,
@@ -284,7 +286,10 @@ impl Evolving {
         let store = match RunStore::create(&dir, &run_id, Timestamp(now_ms()), options.durability())
         {
             Ok(store) => store,
-            Err(e @ run_store::StoreError::AlreadyExists { .. }) => {
+            Err(
+                e @ (run_store::StoreError::AlreadyExists { .. }
+                | run_store::StoreError::BadRunId { .. }),
+            ) => {
                 return Err(Error::bad_input_from(e));
             }
             Err(e) => {

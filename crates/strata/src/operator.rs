@@ -49,7 +49,7 @@ use std::time::Duration;
 
 use agent_core::{AuditEvent, AuditLog, Clock};
 use agent_state::{
-    Address, AgentId, DecisionId, HUMAN_PREFIX, Message, MessageKind, SignOutcome, Timestamp,
+    Address, AgentId, DecisionId, HUMAN_PREFIX, Message, MessageKind, RunId, SignOutcome, Timestamp,
 };
 use governance::{DecideError, Governance};
 use message_bus::MessageBus;
@@ -689,7 +689,7 @@ pub enum Submitted {
 #[derive(Debug)]
 pub struct Delivery {
     /// The run's id.
-    pub run_id: String,
+    pub run_id: RunId,
     /// The request's id.
     pub request_id: String,
     /// Whether a process was running the run when it was delivered.

@@ -38,7 +38,9 @@ use agent_core::tools::ToolRegistry;
 use agent_llm::{ApprovalDesk, OnExceed, UsageLedger};
 use agent_pool::placement::{self, PlacedRun, Registry};
 use agent_pool::{Share, Team, TeamServices};
-use agent_state::{AgentId, AgentLayer, AgentStatus, Task, TaskFailure, TaskOutcome, Timestamp};
+use agent_state::{
+    AgentId, AgentLayer, AgentStatus, RunId, Task, TaskFailure, TaskOutcome, Timestamp,
+};
 use run_store::{Durability, RunStore};
 use team_file::{ReadError, TeamFile};
 use tracing::Instrument as _;
@@ -93,9 +95,8 @@ pub struct StartOptions {
     pub data: PathBuf,
     /// The workspace the tools work in; `None`: the run's own (`<run dir>/workspace`).
     pub workspace: Option<PathBuf>,
-    /// The run id (1 to 64 ASCII letters, digits or `-`: [`agent_state::RunId`]); `None`: a
-    /// new one from the task id and the time ([`new_run_id`]).
-    pub run_id: Option<String>,
+    /// The run id; `None`: a new one from the task id and the time ([`new_run_id`]).
+    pub run_id: Option<RunId>,
     /// The heartbeat, over the team file's.
     pub heartbeat: Option<Duration>,
     /// The reasoner kind over the team file's (`rule_based`, `openai`, `anthropic`, `local`).
@@ -454,10 +455,7 @@ impl Run {
     /// directory. A failure caused by a full disk says so.
     pub async fn start(prepared: Prepared, options: &StartOptions) -> Result<Self> {
         let run_id = match &options.run_id {
-            // One rule for every store (a run on NATS names its streams with it).
-            Some(id) => agent_state::RunId::parse(id)
-                .map_err(|e| Error::bad_input(format!("the run id `{id}`: {e}")))?
-                .to_string(),
+            Some(id) => id.clone(),
             None => new_run_id(&prepared.task.id),
         };
         Self::start_as(prepared, options, run_id.clone()).await.map_err(|error| {
@@ -480,7 +478,7 @@ impl Run {
         })
     }
 
-    async fn start_as(prepared: Prepared, options: &StartOptions, run_id: String) -> Result<Self> {
+    async fn start_as(prepared: Prepared, options: &StartOptions, run_id: RunId) -> Result<Self> {
         let Prepared { team_path, team_text, team, plan_path, plan_text, task, tools } = prepared;
         let data = &options.data;
         check_dirs(data, options.workspace.as_deref())?;
@@ -812,7 +810,7 @@ impl Stored {
                 };
                 let unsandboxed = info.unsandboxed || options.unsandboxed;
                 let spec = placed_spec(&team_text, &RunInfo { unsandboxed, ..info.clone() }, &dir);
-                let run_id = placed_run_id(&info, &dir)?;
+                let run_id = info.run_id.clone();
                 let placed = registry.map(|registry| Placed {
                     registry,
                     observer: options.observer.clone(),
@@ -1064,7 +1062,10 @@ fn create_store(dir: &Path, run_id: &str, no_sync: bool) -> Result<RunStore> {
     let durability = if no_sync { Durability::NoSync } else { Durability::Synced };
     match RunStore::create(dir, run_id, Timestamp(now_ms()), durability) {
         Ok(store) => Ok(store),
-        Err(e @ run_store::StoreError::AlreadyExists { .. }) => Err(Error::bad_input_from(e)),
+        Err(
+            e @ (run_store::StoreError::AlreadyExists { .. }
+            | run_store::StoreError::BadRunId { .. }),
+        ) => Err(Error::bad_input_from(e)),
         Err(e) => Err(Error::failed_from(e)
             .context(format!("cannot create the run directory {}", dir.display()))),
     }
@@ -1082,14 +1083,14 @@ fn run_workspace(chosen: Option<&Path>, dir: &Path) -> Result<PathBuf> {
 
 /// `run.json` of a run that starts now (not on NATS).
 fn started_info(
-    run_id: &str,
+    run_id: &RunId,
     task: &Task,
     workspace: PathBuf,
     team: &TeamFile,
     options: &StartOptions,
 ) -> RunInfo {
     RunInfo {
-        run_id: run_id.to_owned(),
+        run_id: run_id.clone(),
         task_id: task.id.clone(),
         goal: task.goal.clone(),
         workspace,
@@ -1153,7 +1154,7 @@ impl Recording {
                 observer: options.observer.clone(),
                 server,
                 run: PlacedRun::new(
-                    placed_run_id(&info, &dir)?,
+                    info.run_id.clone(),
                     &team.spec,
                     placed_spec(&team_text, &info, &dir),
                 ),
@@ -1429,13 +1430,6 @@ impl Placed {
                 .warn(&format!("warning: could not take the run back from the workers: {e}"));
         }
     }
-}
-
-/// The id of the run `info` in `dir` as the registry of workers names it; an id that breaks the
-/// run id rule (a `run.json` edited by hand) is bad input, and nothing is placed.
-fn placed_run_id(info: &RunInfo, dir: &Path) -> Result<agent_state::RunId> {
-    agent_state::RunId::parse(&info.run_id)
-        .map_err(|e| Error::bad_input(format!("{}: `run_id`: {e}", dir.join(RUN_FILE).display())))
 }
 
 /// What the workers build a placed run's team from: the team file, the run's reasoner

@@ -11,6 +11,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use agent_state::RunId;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Context as _, Error, Result};
@@ -65,7 +66,7 @@ impl RunStatus {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RunInfo {
     /// The run id.
-    pub run_id: String,
+    pub run_id: RunId,
     /// The task id.
     pub task_id: String,
     /// The task's goal.
@@ -111,8 +112,20 @@ pub struct RunInfo {
 
 impl RunInfo {
     /// Reads `run.json` of the run in `dir`.
+    ///
+    /// A `run.json` whose run id breaks today's rule was written by a Strata from before run
+    /// ids had one rule: bad input that says so.
     pub fn read(dir: &Path) -> Result<Self> {
-        read_json(&dir.join(RUN_FILE))
+        let path = dir.join(RUN_FILE);
+        let value: serde_json::Value = read_json(&path)?;
+        if let Some(Err(e)) = value.get("run_id").and_then(|id| id.as_str()).map(RunId::parse) {
+            return Err(Error::bad_input(format!(
+                "{} was started by an older Strata, whose run ids could hold `.` and `_`, and \
+                 cannot be opened by this version: {e}",
+                dir.display()
+            )));
+        }
+        serde_json::from_value(value).with_context(|| format!("{} is damaged", path.display()))
     }
 
     /// Writes `run.json` of the run in `dir` (through a temporary file and a rename).
@@ -273,7 +286,7 @@ pub fn data_dir(data: &Path) -> PathBuf {
 }
 
 /// A readable, unique run id: the task id, the UTC time, and four random hex digits.
-pub fn new_run_id(task_id: &str) -> String {
+pub fn new_run_id(task_id: &str) -> RunId {
     let secs = now_ms() / 1000;
     let (days, rest) = (secs / 86_400, secs % 86_400);
     let (y, m, d) = civil_from_days(i64::try_from(days).unwrap_or(0));
@@ -282,13 +295,16 @@ pub fn new_run_id(task_id: &str) -> String {
         .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '-' })
         .take(32)
         .collect();
-    let suffix = &uuid::Uuid::new_v4().simple().to_string()[..4];
-    format!(
+    let random = uuid::Uuid::new_v4();
+    let suffix = &random.simple().to_string()[..4];
+    let text = format!(
         "{slug}-{y:04}{m:02}{d:02}-{:02}{:02}{:02}-{suffix}",
         rest / 3600,
         rest % 3600 / 60,
         rest % 60
-    )
+    );
+    // Valid by construction (at most 53 letters, digits and `-`); the hex id if not.
+    RunId::parse(&text).unwrap_or_else(|_| RunId::hex(random.as_u128()))
 }
 
 /// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (Howard Hinnant's
@@ -338,7 +354,7 @@ mod tests {
     fn run_json_round_trips() {
         let dir = tempfile::tempdir().unwrap();
         let info = RunInfo {
-            run_id: "r".into(),
+            run_id: RunId::parse("r").unwrap(),
             task_id: "t".into(),
             goal: "g".into(),
             workspace: dir.path().to_path_buf(),

@@ -15,7 +15,7 @@ use crate::run_dir::{RunInfo, effective_status, format_time, now_ms};
 /// One line of `strata runs`: a team run or an evolution.
 #[derive(Debug, Clone)]
 pub struct Row {
-    /// Its id.
+    /// Its id (for a run that cannot be read, its directory's name).
     pub id: String,
     /// How it stands ([`crate::run_dir::effective_status`]).
     pub status: &'static str,
@@ -77,7 +77,7 @@ pub async fn list(data: &Path) -> Result<Vec<Row>> {
                 status,
                 damage,
                 end: info.finished_at.unwrap_or_else(now_ms),
-                id: info.run_id,
+                id: info.run_id.to_string(),
                 task: info.task_id,
                 goal: info.goal,
                 started: info.started_at,
@@ -95,7 +95,7 @@ pub async fn list(data: &Path) -> Result<Vec<Row>> {
                     info.done(),
                     info.attempts.len()
                 ),
-                id: info.eval_id,
+                id: info.eval_id.to_string(),
                 started: info.started_at,
                 failure: info.failure,
                 damage: None,
@@ -105,11 +105,25 @@ pub async fn list(data: &Path) -> Result<Vec<Row>> {
             rows.push(Row {
                 status: info.effective_status(&dir),
                 end: info.finished_at.unwrap_or_else(now_ms),
-                id: info.run_id,
+                id: info.run_id.to_string(),
                 task: "(evolution)".into(),
                 goal: format!("evolve on {}", info.suite.display()),
                 started: info.started_at,
                 failure: info.failure,
+                damage: None,
+                usage: None,
+            });
+        } else if dir.join(crate::run_dir::RUN_FILE).is_file() {
+            // A run this version cannot read (an older Strata's, or a damaged run.json) is
+            // listed with why, not left out.
+            rows.push(Row {
+                status: "unreadable",
+                end: 0,
+                id: entry.file_name().to_string_lossy().into_owned(),
+                task: "?".into(),
+                goal: String::new(),
+                started: 0,
+                failure: RunInfo::read(&dir).err().map(|e| e.chain_text()),
                 damage: None,
                 usage: None,
             });

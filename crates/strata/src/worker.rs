@@ -193,7 +193,7 @@ impl WorkerHost {
         let unsandboxed = placed.unsandboxed || self.options.unsandboxed;
         let sandbox = crate::services::sandbox(&team, unsandboxed)?.hide(&self.options.data);
         let info = RunInfo {
-            run_id: run.run_id.to_string(),
+            run_id: run.run_id.clone(),
             task_id: String::new(),
             goal: String::new(),
             workspace,

@@ -35,7 +35,7 @@ fn shown(mode: Mode) -> Shown {
     Shown {
         mode,
         started_at: 1_000,
-        run_id: "r".into(),
+        run_id: agent_state::RunId::parse("r").unwrap(),
         steps: Steps::new(&calls_task(&["read_file", "write_file", "shell", "edit_file"])),
         recent: VecDeque::new(),
         seen: std::collections::BTreeSet::new(),

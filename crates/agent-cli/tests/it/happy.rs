@@ -325,11 +325,12 @@ fn run_id_of_an_existing_run_is_refused_and_the_run_is_untouched() {
     s.strata(&["verify", "taken", "--data", "D"]).code(0);
 }
 
-/// A run made before run ids had one rule for every store may be named with `_` or `.`:
-/// `strata runs` still lists it and `strata inspect` still reads it, though a new run cannot
-/// take such an id.
+/// A run made before run ids had one rule for every store may be named with `_` or `.`. Run
+/// ids are one type now (`RunId`), so this version does not open it: `strata runs` lists it as
+/// unreadable with why, `strata inspect` refuses it as an older Strata's and changes nothing,
+/// and a new run cannot take such an id.
 #[test]
-fn a_run_named_before_the_run_id_rule_is_still_listed_and_inspected() {
+fn a_run_named_before_the_run_id_rule_is_listed_as_unreadable_and_refused_as_older() {
     let s = Scratch::with_example();
     let args = [
         "run",
@@ -349,12 +350,19 @@ fn a_run_named_before_the_run_id_rule_is_still_listed_and_inspected() {
     // As an older Strata named it.
     let old = "old_run.v1";
     std::fs::rename(s.path("D/made"), s.path(&format!("D/{old}"))).unwrap();
-    let info = s.path(&format!("D/{old}/run.json"));
-    let text = std::fs::read_to_string(&info).unwrap();
-    std::fs::write(&info, text.replace("\"made\"", &format!("\"{old}\""))).unwrap();
-    assert_eq!(listed_run(&s, "D", old)["status"], "succeeded");
-    let tree = s.strata(&["inspect", old, "tree", "--json", "--data", "D"]).code(0).json();
-    assert_eq!(tree["agents"].as_array().unwrap().len(), 9);
+    for file in ["run.json", "strata-run.json"] {
+        let path = s.path(&format!("D/{old}/{file}"));
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, text.replace("\"made\"", &format!("\"{old}\""))).unwrap();
+    }
+    let before = snapshot(&s.path(&format!("D/{old}")));
+    let row = listed_run(&s, "D", old);
+    assert_eq!(row["status"], "unreadable", "{row}");
+    assert!(row["failure"].as_str().unwrap().contains("older Strata"), "{row}");
+    let out = s.strata(&["inspect", old, "tree", "--data", "D"]);
+    out.code(2);
+    assert!(out.stderr.contains("older Strata"), "{}", out.stderr);
+    assert_eq!(snapshot(&s.path(&format!("D/{old}"))), before, "nothing is changed");
     // A new run cannot take that id: refused by the command line, nothing written.
     let mut again = args.to_vec();
     again[7] = old;

@@ -2,7 +2,7 @@
 
 use std::fs;
 
-use agent_state::Timestamp;
+use agent_state::{RunId, Timestamp};
 use run_store::{Durability, RUN_MARKER, RunMarker, RunStore, SCHEMA_VERSION, StoreError};
 
 use crate::{new_run, snapshot};
@@ -13,7 +13,7 @@ fn create_then_open_round_trips_marker_and_data() {
     let expected = RunMarker {
         format: "strata-run".into(),
         schema_version: SCHEMA_VERSION,
-        run_id: "run-1".into(),
+        run_id: RunId::parse("run-1").unwrap(),
         created_at: Timestamp(7),
         anchored: true,
     };
@@ -78,6 +78,32 @@ fn create_refuses_an_existing_run() {
     let err = RunStore::create(&run, "run-2", Timestamp(0), Durability::Synced).unwrap_err();
     assert!(matches!(err, StoreError::AlreadyExists { .. }), "{err:?}");
     assert_eq!(snapshot(&run), before);
+}
+
+#[test]
+fn create_refuses_an_id_that_breaks_the_run_id_rule_and_makes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    for id in ["a_b", "a.b", "", "../escape"] {
+        let err = RunStore::create(&run, id, Timestamp(0), Durability::Synced).unwrap_err();
+        assert!(matches!(err, StoreError::BadRunId { .. }), "{id}: {err:?}");
+        assert!(err.to_string().contains("ASCII letters, digits or `-`"), "{err}");
+        assert!(!run.exists(), "{id}: nothing is created");
+    }
+}
+
+#[test]
+fn a_run_whose_marker_names_an_id_of_the_old_rule_is_refused_as_old() {
+    let (_tmp, run, store) = new_run(Durability::Synced);
+    drop(store);
+    let marker = fs::read_to_string(run.join(RUN_MARKER)).unwrap();
+    fs::write(run.join(RUN_MARKER), marker.replace("\"run-1\"", "\"run_1.old\"")).unwrap();
+    let before = snapshot(&run);
+    let err = RunStore::open(&run, Durability::Synced).unwrap_err();
+    assert!(matches!(err, StoreError::OldRunId { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(text.contains("older Strata") && text.contains("run_1.old"), "{text}");
+    assert_eq!(snapshot(&run), before, "nothing is changed");
 }
 
 #[test]

@@ -12,7 +12,7 @@ use std::collections::{HashMap, VecDeque};
 
 use agent_core::{AuditEvent, AuditRecord};
 use agent_pool::StoredMetrics;
-use agent_state::{AgentId, AgentLayer, AgentStatus, Decision, DecisionStatus, shorten};
+use agent_state::{AgentId, AgentLayer, AgentStatus, Decision, DecisionStatus, RunId, shorten};
 use serde::Serialize;
 
 /// How an audit record becomes one line of text (such as [`crate::lines::event_line`]),
@@ -271,7 +271,7 @@ pub enum Delta {
 /// and the humans who may sign.
 pub struct Outline {
     /// The run's id.
-    pub run_id: String,
+    pub run_id: RunId,
     /// Its goal (the page's title).
     pub title: String,
     /// When it started, ms since the epoch.
@@ -284,7 +284,7 @@ pub struct Outline {
 
 /// The model of one run.
 pub struct RunModel {
-    run_id: String,
+    run_id: RunId,
     title: String,
     started_at: u64,
     line: LineFn,

@@ -27,7 +27,7 @@ fn model() -> RunModel {
         role: None,
     };
     let outline = Outline {
-        run_id: "r".to_owned(),
+        run_id: agent_state::RunId::parse("r").unwrap(),
         title: "a goal".to_owned(),
         started_at: 1000,
         agents: vec![
@@ -151,7 +151,7 @@ fn a_goal_counts_planning_then_the_steps_of_its_plan() {
     let seed = Seed { id: AgentId::new("top-a"), layer: AgentLayer::Top, parent: None, role: None };
     let goal = agent_state::Task { id: "g".into(), goal: "write notes".into(), steps: Vec::new() };
     let outline = Outline {
-        run_id: "r".to_owned(),
+        run_id: agent_state::RunId::parse("r").unwrap(),
         title: "write notes".to_owned(),
         started_at: 1000,
         agents: vec![seed],

@@ -35,7 +35,7 @@ fn live_run(
     .unwrap();
     std::fs::write(dir.join(TEAM_FILE), team_file::example_team_toml()).unwrap();
     RunInfo {
-        run_id: "r".to_owned(),
+        run_id: agent_state::RunId::parse("r").unwrap(),
         task_id: "t".to_owned(),
         goal: "g".to_owned(),
         workspace: tmp.to_path_buf(),

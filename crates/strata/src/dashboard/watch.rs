@@ -261,7 +261,7 @@ pub fn unanswered(server: &Server) -> Error {
 /// What a new watch starts from: the run's directory (empty for a placed run) and outline.
 struct Header<'a> {
     dir: PathBuf,
-    run_id: &'a str,
+    run_id: &'a RunId,
     goal: &'a str,
     started_at: u64,
 }
@@ -370,7 +370,7 @@ impl RunWatch {
             .map(|c| Seed { id: c.id, layer: c.layer, parent: c.supervisor, role: c.role })
             .collect();
         let outline = Outline {
-            run_id: header.run_id.to_owned(),
+            run_id: header.run_id.clone(),
             title: header.goal.to_owned(),
             started_at: header.started_at,
             agents: seeds,

@@ -9,7 +9,7 @@ use std::pin::Pin;
 
 use agent_core::AuditEvent;
 use agent_evolution::{SuiteFile, TaskFile, run_check};
-use agent_state::TaskOutcome;
+use agent_state::{RunId, TaskOutcome};
 use run_store::RunStore;
 
 use super::{AttemptResult, CheckResult, EvalInfo, EvalOptions, StopReason, WORKSPACES_DIR};
@@ -134,7 +134,7 @@ impl Runner<'_> {
     }
 
     /// Starts the run `id` of `prepared` in a fresh workspace holding `task`'s files.
-    async fn start(&self, id: &str, task: &TaskFile, prepared: &Prepared) -> Result<Session> {
+    async fn start(&self, id: &RunId, task: &TaskFile, prepared: &Prepared) -> Result<Session> {
         let workspace = self.dir.join(WORKSPACES_DIR).join(id);
         let files = task.files.clone();
         let made = workspace.clone();
@@ -153,7 +153,7 @@ impl Runner<'_> {
         .context("making the workspace failed")?
         .with_context(|| format!("cannot make the workspace {}", workspace.display()))?;
         let options = StartOptions {
-            run_id: Some(id.to_owned()),
+            run_id: Some(id.clone()),
             workspace: Some(workspace),
             ..self.start.clone()
         };

@@ -127,7 +127,7 @@ impl Row {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Report {
     /// The eval.
-    pub eval_id: String,
+    pub eval_id: agent_state::RunId,
     /// Its suite.
     pub suite: PathBuf,
     /// How it stands.

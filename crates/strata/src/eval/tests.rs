@@ -22,7 +22,7 @@ fn result(passed: bool, wall_ms: u64, stop: Option<StopReason>) -> AttemptResult
 
 fn info(attempts: Vec<Attempt>) -> EvalInfo {
     EvalInfo {
-        eval_id: "eval-1".into(),
+        eval_id: agent_state::RunId::parse("eval-1").unwrap(),
         suite: PathBuf::from("/suite"),
         suite_sha256: String::new(),
         teams: vec![EvalTeam {
@@ -43,7 +43,13 @@ fn info(attempts: Vec<Attempt>) -> EvalInfo {
 }
 
 fn attempt(task: &str, repeat: u32, result: Option<AttemptResult>) -> Attempt {
-    Attempt { task: task.into(), team: 0, repeat, run_id: Some(format!("{task}-{repeat}")), result }
+    Attempt {
+        task: task.into(),
+        team: 0,
+        repeat,
+        run_id: Some(agent_state::RunId::parse(&format!("{task}-{repeat}")).unwrap()),
+        result,
+    }
 }
 
 #[test]

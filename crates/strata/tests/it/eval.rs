@@ -180,7 +180,7 @@ async fn a_suite_on_the_scripted_model_passes_fails_its_check_loops_and_blows_it
         let run = RunInfo::read(&data.path().join(id)).unwrap();
         assert_eq!(run.status, attempt.result.as_ref().unwrap().status);
     }
-    let row = rows.iter().find(|r| r.id == info.eval_id).unwrap();
+    let row = rows.iter().find(|r| *r.id == *info.eval_id).unwrap();
     assert_eq!((row.status, row.task.as_str()), ("finished", "(eval)"));
 
     let report = &evaluated.report;
@@ -283,6 +283,36 @@ async fn an_eval_interrupted_and_resumed_keeps_its_finished_attempts_and_finishe
     let evaluating = Evaluating::resume(&eval_id, &options(data.path())).await.unwrap();
     let again = evaluating.run(std::future::pending()).await.unwrap();
     assert_eq!(again.report.total.passed, 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_eval_whose_task_files_changed_since_it_started_is_not_resumed() {
+    let suite = rule_based_suite(&[("a", "touch done")], "");
+    write(suite.path(), "tasks/a/files/data/input.txt", "one\n");
+    let data = tempfile::tempdir().unwrap();
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let first = EvalOptions {
+        observer: Arc::new(StopAfter { after: 1, stop: stop.clone() }),
+        ..options(data.path())
+    };
+    let evaluating = Evaluating::start(suite.path(), &[], 2, &first).await.unwrap();
+    let eval_id = evaluating.info().eval_id.clone();
+    let evaluated = evaluating.run(async move { stop.notified().await }).await.unwrap();
+    assert_eq!(evaluated.info.status, EvalStatus::Interrupted);
+    let eval_json = data.path().join(&eval_id).join("eval.json");
+    let before = std::fs::read(&eval_json).unwrap();
+    // A file to start from, deep in the task's files, changed: the attempts left would start
+    // from other files than the finished one did.
+    write(suite.path(), "tasks/a/files/data/input.txt", "two\n");
+    let error = Evaluating::resume(&eval_id, &options(data.path())).await.err().unwrap();
+    assert!(error.is_bad_input(), "{error}");
+    assert!(error.to_string().contains("changed since eval"), "{error}");
+    assert_eq!(std::fs::read(&eval_json).unwrap(), before, "eval.json is untouched");
+    // Put back as it was, it resumes.
+    write(suite.path(), "tasks/a/files/data/input.txt", "one\n");
+    let evaluating = Evaluating::resume(&eval_id, &options(data.path())).await.unwrap();
+    let evaluated = evaluating.run(std::future::pending()).await.unwrap();
+    assert_eq!(evaluated.info.status, EvalStatus::Finished);
 }
 
 /// A suite of one good task; `spoil` breaks it.

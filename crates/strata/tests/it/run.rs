@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use strata::run::{End, Prepared, ResumeOptions, Resumed, Run, StartOptions};
-use strata::run_dir::{PLAN_FILE, RunStatus};
+use strata::run_dir::{PLAN_FILE, RUN_FILE, RunStatus};
 
 fn example(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/hello").join(name)
@@ -17,7 +17,7 @@ fn options(data: &Path) -> StartOptions {
     StartOptions { unsandboxed: true, ..StartOptions::new(data) }
 }
 
-async fn interrupted_run(data: &Path) -> String {
+async fn interrupted_run(data: &Path) -> agent_state::RunId {
     let options = options(data);
     let prepared =
         Prepared::from_files(Some(&example("team.toml")), &example("plan.toml"), &options)
@@ -78,10 +78,10 @@ async fn bad_input_is_refused_with_the_path_and_nothing_is_written() {
         Prepared::from_files(Some(&example("team.toml")), &example("plan.toml"), &options)
             .await
             .unwrap();
-    let named = StartOptions { run_id: Some("a_b".into()), ..options.clone() };
-    let error = Run::start(prepared, &named).await.err().unwrap();
-    assert!(error.is_bad_input(), "{error}");
+    // A run id is a `RunId`: one of another rule cannot be named at all.
+    let error = "a_b".parse::<agent_state::RunId>().err().unwrap();
     assert!(error.to_string().contains("a_b"), "{error}");
+    drop(prepared);
     assert!(!data.exists(), "nothing is written for bad input");
     let error = Run::resume("nope", &ResumeOptions::new(&data)).await.err().unwrap();
     assert!(error.is_bad_input(), "{error}");
@@ -98,4 +98,24 @@ async fn a_plan_changed_after_the_run_recorded_it_is_refused_on_resume() {
     let error = Run::resume(&run_id, &resume).await.err().unwrap();
     assert!(error.is_bad_input(), "{error}");
     assert!(error.to_string().contains("changed after the run recorded it"), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_named_under_the_old_run_id_rule_is_refused_as_older_and_left_as_it_was() {
+    let data = tempfile::tempdir().unwrap();
+    let run_id = interrupted_run(data.path()).await;
+    // An older Strata allowed `_` and `.` in a run id.
+    let old = data.path().join("old_run.1");
+    std::fs::rename(data.path().join(&run_id), &old).unwrap();
+    for file in [RUN_FILE, run_store::RUN_MARKER] {
+        let text = std::fs::read_to_string(old.join(file)).unwrap();
+        std::fs::write(old.join(file), text.replace(run_id.as_str(), "old_run.1")).unwrap();
+    }
+    let before = std::fs::read(old.join(RUN_FILE)).unwrap();
+    let resume = ResumeOptions::new(data.path());
+    let error = Run::resume("old_run.1", &resume).await.err().unwrap();
+    assert!(error.is_bad_input(), "{error}");
+    let text = error.chain_text();
+    assert!(text.contains("old_run.1") && text.contains("older Strata"), "{text}");
+    assert_eq!(std::fs::read(old.join(RUN_FILE)).unwrap(), before, "run.json is untouched");
 }

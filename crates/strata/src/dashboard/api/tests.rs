@@ -14,7 +14,7 @@ fn run(data: &Path, id: &str, started_at: u64) {
     drop(run_store::RunStore::create(&dir, id, timestamp, run_store::Durability::NoSync).unwrap());
     std::fs::write(dir.join(TEAM_FILE), team_file::example_team_toml()).unwrap();
     RunInfo {
-        run_id: id.to_owned(),
+        run_id: agent_state::RunId::parse(id).unwrap(),
         task_id: "t".to_owned(),
         goal: format!("the goal of {id}"),
         workspace: dir.clone(),
