@@ -12,6 +12,9 @@
 //!
 //! `run.json`'s `status`, `finished_at`, `failure` and `usage` change as the run goes and are
 //! not inputs; every other field is (the workspace, the reasoner, the NATS server, `unsandboxed`).
+//! A resume that changes `run.json` records the new hashes before it writes the file, with a
+//! marker ([`RUN_FILE_CHANGING`]) around the two: a resume killed in between leaves the marker,
+//! and only then does `check` take the `run.json` of the record before.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -59,21 +62,30 @@ fn digest_with(dir: &Path, mut info: serde_json::Value) -> crate::Result<BTreeMa
     Ok(sha256)
 }
 
+/// The file that marks a change of `run.json` under way: written before the new inputs are
+/// recorded, removed once `run.json` is written. Only while it is there may `run.json` be the
+/// one the record before the last describes (see [`record_and_write`]).
+pub const RUN_FILE_CHANGING: &str = "run.json.changing";
+
 /// Appends to `audit` the hashes of `dir`'s stored inputs with `info` as its `run.json`, then
 /// writes `info` there: in that order, so that a process killed in between leaves either no
-/// `run.json` (a run not started: nothing to resume) or, on resume, the one recorded before
-/// ([`check`] takes the last record or, for that case, the one before it).
+/// `run.json` (a run not started: nothing to resume) or, on resume, the one recorded before.
+/// [`RUN_FILE_CHANGING`] marks that window: [`check`] takes the record before the last only
+/// while the marker is there.
 pub async fn record_and_write(
     audit: &dyn AuditLog,
     dir: &Path,
     info: &RunInfo,
 ) -> crate::Result<()> {
     let sha256 = digest_with(dir, serde_json::to_value(info)?)?;
+    let marker = dir.join(RUN_FILE_CHANGING);
+    crate::run_dir::write_atomic(&marker, b"run.json is being changed\n")?;
     audit
         .append(&AgentId::new(RECORDER), Timestamp(now_ms()), AuditEvent::RunInputs { sha256 })
         .await
         .context("cannot record the run's inputs in its audit log")?;
-    info.write(dir)
+    info.write(dir)?;
+    std::fs::remove_file(&marker).with_context(|| format!("cannot remove {}", marker.display()))
 }
 
 /// Checks `dir`'s stored inputs against the last [`AuditEvent::RunInputs`] of its audit log
@@ -112,8 +124,8 @@ pub async fn check(store: &RunStore, dir: &Path, info: &RunInfo) -> crate::Resul
     };
     let now = digest(dir).map_err(Error::bad_input_from)?;
     // A resume killed after it recorded a changed run.json and before it wrote it leaves the
-    // run.json the record before describes.
-    if before.as_ref() == Some(&now) {
+    // run.json the record before describes, and the marker of that window.
+    if before.as_ref() == Some(&now) && dir.join(RUN_FILE_CHANGING).exists() {
         return Ok(());
     }
     let changed: Vec<String> = [TEAM_FILE, PLAN_FILE, RUN_FILE]
@@ -153,7 +165,8 @@ mod tests {
     /// The inputs are recorded before run.json is written: a start killed in between leaves
     /// no run.json (nothing to resume); a resume killed in between (its run.json changed, the
     /// record made, the file not written) leaves the run.json the record before describes,
-    /// which `check` takes. A run.json the records never described is refused, named.
+    /// which `check` takes while the marker of that window is there, and only then. A run.json
+    /// the records never described is refused, named.
     #[tokio::test]
     async fn a_run_killed_between_recording_its_inputs_and_writing_run_json_still_resumes() {
         let dir = tempfile::tempdir().unwrap();
@@ -171,16 +184,29 @@ mod tests {
         record_and_write(&audit, &run, &info).await.unwrap();
         check(&store, &run, &info).await.unwrap();
 
-        // A resume with a changed run.json, cut short after the record.
+        assert!(!run.join(RUN_FILE_CHANGING).exists(), "the marker is gone once written");
+        let first = std::fs::read(run.join(RUN_FILE)).unwrap();
+
+        // A resume with a changed run.json, cut short after the record (its marker left).
         info.unsandboxed = true;
+        std::fs::write(run.join(RUN_FILE_CHANGING), "").unwrap();
         let sha256 = digest_with(&run, serde_json::to_value(&info).unwrap()).unwrap();
         let recorder = AgentId::new(RECORDER);
         audit.append(&recorder, Timestamp(2), AuditEvent::RunInputs { sha256 }).await.unwrap();
         check(&store, &run, &info).await.unwrap();
+        // Without the marker, the run.json of the record before is a change like any other.
+        std::fs::remove_file(run.join(RUN_FILE_CHANGING)).unwrap();
+        let error = check(&store, &run, &info).await.unwrap_err().to_string();
+        assert!(error.contains("run.json changed after the run recorded it"), "{error}");
 
         // Written, it is the last record's; a run.json no record describes is refused.
         info.write(&run).unwrap();
         check(&store, &run, &info).await.unwrap();
+        // Put back as it was before the resume, with no change under way: refused.
+        std::fs::write(run.join(RUN_FILE), &first).unwrap();
+        let error = check(&store, &run, &info).await.unwrap_err().to_string();
+        assert!(error.contains("run.json changed after the run recorded it"), "{error}");
+        info.write(&run).unwrap();
         info.workspace = "/elsewhere".into();
         info.write(&run).unwrap();
         let error = check(&store, &run, &info).await.unwrap_err().to_string();
