@@ -11,7 +11,9 @@ use std::sync::Arc;
 
 use agent_llm::testing::{FakeModel, decision_of, text_completion, tool_call_completion};
 use serde_json::{Value, json};
-use strata::eval::{EvalInfo, EvalObserver, EvalOptions, EvalStatus, Evaluating, StopReason};
+use strata::eval::{
+    EvalInfo, EvalObserver, EvalOptions, EvalStatus, Evaluated, Evaluating, StopReason,
+};
 use strata::run_dir::{RunInfo, RunStatus};
 
 const MODEL: &str = "fake-model";
@@ -237,19 +239,26 @@ impl EvalObserver for StopAfter {
     }
 }
 
+/// The eval of `suite` with `repeat` attempts a task, in `data`, stopped once one attempt has
+/// its result: interrupted, resumable.
+async fn interrupted_after_one(suite: &Path, data: &Path, repeat: u32) -> Evaluated {
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let first = EvalOptions {
+        observer: Arc::new(StopAfter { after: 1, stop: stop.clone() }),
+        ..options(data)
+    };
+    let evaluating = Evaluating::start(suite, &[], repeat, &first).await.unwrap();
+    let evaluated = evaluating.run(async move { stop.notified().await }).await.unwrap();
+    assert_eq!(evaluated.info.status, EvalStatus::Interrupted);
+    evaluated
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_eval_interrupted_and_resumed_keeps_its_finished_attempts_and_finishes_the_rest() {
     let suite = rule_based_suite(&[("a", "touch done"), ("b", "touch done")], "");
     let data = tempfile::tempdir().unwrap();
-    let stop = Arc::new(tokio::sync::Notify::new());
-    let first = EvalOptions {
-        observer: Arc::new(StopAfter { after: 1, stop: stop.clone() }),
-        ..options(data.path())
-    };
-    let evaluating = Evaluating::start(suite.path(), &[], 2, &first).await.unwrap();
-    let eval_id = evaluating.info().eval_id.clone();
-    let evaluated = evaluating.run(async move { stop.notified().await }).await.unwrap();
-    assert_eq!(evaluated.info.status, EvalStatus::Interrupted);
+    let evaluated = interrupted_after_one(suite.path(), data.path(), 2).await;
+    let eval_id = evaluated.info.eval_id.clone();
     let before = evaluated.info.attempts.clone();
     assert!(before[0].result.as_ref().unwrap().passed, "{before:#?}");
     assert!(before[2..].iter().all(|a| a.result.is_none()), "{before:#?}");
@@ -290,15 +299,8 @@ async fn an_eval_whose_task_files_changed_since_it_started_is_not_resumed() {
     let suite = rule_based_suite(&[("a", "touch done")], "");
     write(suite.path(), "tasks/a/files/data/input.txt", "one\n");
     let data = tempfile::tempdir().unwrap();
-    let stop = Arc::new(tokio::sync::Notify::new());
-    let first = EvalOptions {
-        observer: Arc::new(StopAfter { after: 1, stop: stop.clone() }),
-        ..options(data.path())
-    };
-    let evaluating = Evaluating::start(suite.path(), &[], 2, &first).await.unwrap();
-    let eval_id = evaluating.info().eval_id.clone();
-    let evaluated = evaluating.run(async move { stop.notified().await }).await.unwrap();
-    assert_eq!(evaluated.info.status, EvalStatus::Interrupted);
+    let evaluated = interrupted_after_one(suite.path(), data.path(), 2).await;
+    let eval_id = evaluated.info.eval_id.clone();
     let eval_json = data.path().join(&eval_id).join("eval.json");
     let before = std::fs::read(&eval_json).unwrap();
     // A file to start from, deep in the task's files, changed: the attempts left would start
