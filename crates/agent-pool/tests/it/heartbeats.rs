@@ -156,7 +156,7 @@ async fn every_cycle_books_every_agent_once_and_the_counts_add_up() {
             // Held through the cycle: missed.
             1 if n < 6 => {
                 missed += 1;
-                Some(slot.agent().clone().lock_owned().await)
+                Some(slot.agent().lock_owned().await)
             }
             // Idle: acked.
             _ => None,
