@@ -77,8 +77,11 @@ pub struct AgentSlot {
     stored: AtomicU64,
     id: AgentId,
     supervisor: Option<AgentId>,
-    /// The progress of its turns, fed from inside them.
-    progress: Arc<Progress>,
+    /// The progress of its turns, fed from inside them: made by its first turn (an idle agent
+    /// that never ran one holds none).
+    progress: std::sync::OnceLock<Arc<Progress>>,
+    /// Its turns' silence limit, in milliseconds, for its progress.
+    silence_ms: u64,
     /// Its last busy answer (boxed: most agents never give one).
     last_busy: std::sync::Mutex<Option<Box<BusyAnswer>>>,
 }
@@ -128,7 +131,9 @@ impl AgentSlot {
     /// The progress of its turns: the scheduler starts and ends each turn on it and the turn
     /// reports to it ([`agent_core::progress`]).
     pub fn progress(&self) -> &Arc<Progress> {
-        &self.progress
+        self.progress.get_or_init(|| {
+            Arc::new(Progress::new(std::time::Duration::from_millis(self.silence_ms)))
+        })
     }
 
     /// Cycles in which a turn of it was running and showed progress, so it answered busy.
@@ -471,7 +476,7 @@ impl AgentPool {
         let config = agent.ctx().config();
         let (layer, supervisor) = (config.layer, config.supervisor.clone());
         let wants_tick = agent.wants_tick();
-        let silence = std::time::Duration::from_millis(agent.ctx().timeouts().silence_ms);
+        let silence_ms = agent.ctx().timeouts().silence_ms;
         let mut agents = self.write();
         if agents.len() >= self.max_agents {
             return Err(PoolError::Full { max: self.max_agents });
@@ -495,7 +500,8 @@ impl AgentPool {
             gone: AtomicBool::new(false),
             changes: AtomicU64::new(0),
             stored: AtomicU64::new(0),
-            progress: Arc::new(Progress::new(silence)),
+            progress: std::sync::OnceLock::new(),
+            silence_ms,
             last_busy: std::sync::Mutex::new(None),
         });
         agents.insert(id.clone(), slot.clone());
