@@ -33,7 +33,9 @@ const SWEEP_CHUNK: usize = 1024;
 /// - **acked**: it was idle and free to answer (its lock was free and its status one that
 ///   answers a heartbeat: idle, working, waiting for approval or blocked), so the cycle's sweep
 ///   recorded its answer in bulk, without a task, a message or a reasoning call
-///   ([`acked`](Self::acked), [`last_ack`](Self::last_ack));
+///   ([`acked`](Self::acked), [`last_ack`](Self::last_ack)); one it acked in the last cycle
+///   whose lock nobody took since (the [`AgentLock`] counts every taking) is acked by epoch,
+///   without locking it again: its status changes only under its lock;
 /// - **busy**: a turn of it is still running and shows progress ([`progress`](Self::progress):
 ///   a model call producing tokens, a tool running within its limit, a wait for a decision), so
 ///   it answered busy, with what it is doing, its tokens so far and how long its turn has run
