@@ -130,8 +130,9 @@ pub struct BottomAgent {
     spec: BottomSpec,
     queue: VecDeque<Subtask>,
     done: Vec<String>,
-    /// The tool loop of the subtask at the front of the queue, while it waits.
-    current: Option<WorkLoop>,
+    /// The tool loop of the subtask at the front of the queue, while it waits (boxed: an idle
+    /// executor holds none, and a hundred thousand of them should not each hold its size).
+    current: Option<Box<WorkLoop>>,
     /// Spawned by a supervisor: it concludes with `return_results`.
     returns: bool,
     /// The team's executor, for an executor with a `kind`.
@@ -286,7 +287,7 @@ impl BottomAgent {
         }
         let mut work = match self.current.take() {
             Some(w) if w.key() == subtask.key() => w,
-            _ => WorkLoop::new(subtask.clone(), ctx.now()),
+            _ => Box::new(WorkLoop::new(subtask.clone(), ctx.now())),
         };
         let means = Means {
             tools: &self.spec.tools,
@@ -301,7 +302,7 @@ impl BottomAgent {
         let progress = match work.run(ctx, &means).await {
             Ok(progress) => progress,
             Err(error) => {
-                self.current = Some(WorkLoop::new(subtask.clone(), work.started));
+                self.current = Some(Box::new(WorkLoop::new(subtask.clone(), work.started)));
                 return Err(error);
             }
         };
@@ -312,7 +313,7 @@ impl BottomAgent {
             }
             Progress::Done(outcome) => {
                 if let Err(error) = self.finish(ctx, subtask, work.started, *outcome).await {
-                    self.current = Some(WorkLoop::new(subtask.clone(), work.started));
+                    self.current = Some(Box::new(WorkLoop::new(subtask.clone(), work.started)));
                     return Err(error);
                 }
                 Ok(true)
@@ -1072,7 +1073,7 @@ impl AgentBehavior for BottomAgent {
             queue: VecDeque<Subtask>,
             done: Vec<String>,
             #[serde(default)]
-            current: Option<WorkLoop>,
+            current: Option<Box<WorkLoop>>,
             #[serde(default)]
             help: BTreeMap<String, Help>,
             #[serde(default)]

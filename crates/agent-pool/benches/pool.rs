@@ -7,6 +7,12 @@
 //! whiteboard and audit record), reads it again, prints bytes per agent and writes them as JSON
 //! to `<target>/strata-bench/memory.json`, where `cargo xtask bench` picks them up. It runs
 //! first, in a fresh process, so memory freed by other benches does not hide the growth.
+//!
+//! The same figure at one million executors in one process (about 1 GB and a few seconds) is
+//! opt-in: with `STRATA_BENCH_MEMORY_1M=1` set, the bench measures [`MEMORY_AGENTS_1M`] agents
+//! instead, writes `memory_1000000.json` (`pool/memory_per_idle_agent_1000000`, also picked up
+//! by `cargo xtask bench`) and stops there, without the criterion groups:
+//! `STRATA_BENCH_MEMORY_1M=1 cargo bench -p strata-agent-pool --bench pool`.
 #![allow(missing_docs)]
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "benchmarks")]
 #![allow(clippy::print_stdout, reason = "the memory figure is printed next to criterion's output")]
@@ -40,12 +46,22 @@ const CREATE_BATCH: usize = 10_000;
 const MEMORY_AGENTS: usize = 100_000;
 /// The memory figure's id in the `cargo xtask bench` table.
 const MEMORY_ID: &str = "pool/memory_per_idle_agent";
+/// Idle agents created for the opt-in memory figure at one million.
+const MEMORY_AGENTS_1M: usize = 1_000_000;
+/// The variable that asks for it.
+const MEMORY_1M_VAR: &str = "STRATA_BENCH_MEMORY_1M";
 
 /// The tools of an executor in the standard team of the integration tests.
 const TOOLS: [&str; 4] = ["read_file", "write_file", "list_dir", "shell"];
 
 fn main() {
-    memory_per_idle_agent();
+    let bench_mode = std::env::args().any(|arg| arg == "--bench");
+    if bench_mode && std::env::var_os(MEMORY_1M_VAR).is_some_and(|v| v == "1") {
+        memory_per_idle_agent(MEMORY_AGENTS_1M, "pool/memory_per_idle_agent_1000000");
+        return;
+    }
+    let agents = if bench_mode { MEMORY_AGENTS } else { 1_000 };
+    memory_per_idle_agent(agents, MEMORY_ID);
     benches();
     Criterion::default().configure_from_args().final_summary();
 }
@@ -241,11 +257,10 @@ fn tick_ledger(c: &mut Criterion) {
 criterion_group!(benches, tick, create, tick_ledger);
 
 /// Resident memory per idle agent, from the growth of the process's resident set while
-/// [`MEMORY_AGENTS`] agents are created. Printed, and written for `cargo xtask bench` when run
+/// `agents` agents are created. Printed, and written for `cargo xtask bench` as `id` when run
 /// as a benchmark (`cargo test` runs it on a few agents as a smoke test and writes nothing).
-fn memory_per_idle_agent() {
+fn memory_per_idle_agent(agents: usize, id: &str) {
     let bench_mode = std::env::args().any(|arg| arg == "--bench");
-    let agents = if bench_mode { MEMORY_AGENTS } else { 1_000 };
     let rt = runtime();
     let services = Services::new();
     let pool = AgentPool::new(usize::MAX);
@@ -256,18 +271,23 @@ fn memory_per_idle_agent() {
     assert_eq!(pool.len(), agents);
 
     let bytes_per_agent = after.saturating_sub(before) as f64 / agents as f64;
-    println!("{MEMORY_ID}: {bytes_per_agent:.1} bytes per idle agent ({agents} agents)");
+    println!("{id}: {bytes_per_agent:.1} bytes per idle agent ({agents} agents)");
     if bench_mode {
         let figure = serde_json::json!({
-            "id": MEMORY_ID,
+            "id": id,
             "bytes_per_agent": (bytes_per_agent * 10.0).round() / 10.0,
             "agents": agents,
         });
         let dir = target_dir().join("strata-bench");
         std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("memory.json");
+        let file = if id == MEMORY_ID {
+            "memory.json".to_owned()
+        } else {
+            format!("memory_{agents}.json")
+        };
+        let path = dir.join(file);
         std::fs::write(&path, format!("{figure}\n")).unwrap();
-        println!("{MEMORY_ID}: written to {}", path.display());
+        println!("{id}: written to {}", path.display());
     }
     drop(pool);
 }

@@ -89,7 +89,9 @@ pub use capability::{CapabilityInfo, CapabilityRegistry};
 pub use driver::{Driver, DriverHandle, Outcomes};
 pub use guard::{AgentView, RemoteAgents, agent_views, moves_work};
 pub use metrics::{AgentSummary, MetricsCalculator, StoredMetrics, stored_metrics};
-pub use pool::{AgentPeek, AgentPool, AgentSlot, DEFAULT_MAX_AGENTS, MAX_POOL_SIZE, PoolError};
+pub use pool::{
+    AgentLock, AgentPeek, AgentPool, AgentSlot, DEFAULT_MAX_AGENTS, MAX_POOL_SIZE, PoolError,
+};
 pub use scheduler::{CycleReport, DEFAULT_HEARTBEAT, HeartbeatScheduler, WAKE_BURST, WAKE_RATE};
 pub use shape::{TeamShape, UnknownShape};
 pub use stores::TeamStores;

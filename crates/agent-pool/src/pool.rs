@@ -9,7 +9,7 @@ use std::sync::{Arc, RwLock};
 use agent_core::{Agent, AgentBehavior, AgentDeps, AgentError, BusyAnswer, Progress};
 use agent_state::{AgentConfig, AgentId, AgentLayer, AgentMetrics, AgentStatus, ConfigError};
 use thiserror::Error;
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, MutexGuard, OwnedMutexGuard, TryLockError};
 
 /// At most this many agents in a pool by default.
 pub const DEFAULT_MAX_AGENTS: usize = 50;
@@ -33,7 +33,9 @@ const SWEEP_CHUNK: usize = 1024;
 /// - **acked**: it was idle and free to answer (its lock was free and its status one that
 ///   answers a heartbeat: idle, working, waiting for approval or blocked), so the cycle's sweep
 ///   recorded its answer in bulk, without a task, a message or a reasoning call
-///   ([`acked`](Self::acked), [`last_ack`](Self::last_ack));
+///   ([`acked`](Self::acked), [`last_ack`](Self::last_ack)); one it acked in the last cycle
+///   whose lock nobody took since (the [`AgentLock`] counts every taking) is acked by epoch,
+///   without locking it again: its status changes only under its lock;
 /// - **busy**: a turn of it is still running and shows progress ([`progress`](Self::progress):
 ///   a model call producing tokens, a tool running within its limit, a wait for a decision), so
 ///   it answered busy, with what it is doing, its tokens so far and how long its turn has run
@@ -44,35 +46,46 @@ const SWEEP_CHUNK: usize = 1024;
 /// - **exempt**: it is not expected to answer (initializing, failed and waiting for its
 ///   supervisor's orders, shutting down, terminated, or being destroyed): neither acked nor
 ///   missed, as its own heartbeat would skip it.
+// `repr(C)`: the fields the sweep reads and writes for an idle agent come first, together, so
+// that it touches one or two cache lines of the slot and nothing else.
+#[repr(C)]
 pub struct AgentSlot {
-    id: AgentId,
-    layer: AgentLayer,
-    supervisor: Option<AgentId>,
-    agent: Arc<Mutex<Agent>>,
     /// The last cycle in which the scheduler dealt with this agent before its sweep (ran it,
     /// counted it missed, or found it held), so the sweep skips it.
     booked: AtomicU64,
+    /// [`AgentLock::taken`] when the sweep last recorded the agent's answer (`u64::MAX`: it did
+    /// not, or found it exempt): while the count stays there nobody has taken its lock, so it
+    /// is still free and its status, which changes only under the lock, still answers, and the
+    /// sweep acks it without locking it (acknowledgement by epoch).
+    quiet: AtomicU64,
+    agent: AgentLock,
     /// The last cycle it answered (0: never): acked by the sweep, or its heartbeat completed.
     last_ack: AtomicU64,
+    /// How many times its counts changed (only the pool's scheduler counts).
+    changes: AtomicU64,
+    /// Cycles in which it was idle and the sweep recorded its answer.
+    acked: AtomicU32,
+    /// Terminated (absorbing) or being destroyed: the sweep skips it without locking it.
+    gone: AtomicBool,
+    layer: AgentLayer,
     /// Cycles in which the scheduler ran this agent's heartbeat (32 bits keep the slot small;
     /// they count up to 497 days of 10 ms heartbeats and then stay at their maximum).
     ran: AtomicU32,
-    /// Cycles in which it was idle and the sweep recorded its answer.
-    acked: AtomicU32,
     /// Cycles in which a turn of it was running and showed progress.
     busy: AtomicU32,
     /// Cycles in which it could not answer.
     missed: AtomicU32,
-    /// Terminated (absorbing) or being destroyed: the sweep skips it without locking it.
-    gone: AtomicBool,
-    /// How many times its counts changed (only the pool's scheduler counts).
-    changes: AtomicU64,
     /// `changes` as the liveness ledger last stored them (`u64::MAX`: due).
     stored: AtomicU64,
-    /// The progress of its turns, fed from inside them.
-    progress: Arc<Progress>,
-    /// Its last busy answer.
-    last_busy: std::sync::Mutex<Option<BusyAnswer>>,
+    id: AgentId,
+    supervisor: Option<AgentId>,
+    /// The progress of its turns, fed from inside them: made by its first turn (an idle agent
+    /// that never ran one holds none).
+    progress: std::sync::OnceLock<Arc<Progress>>,
+    /// Its turns' silence limit, in milliseconds, for its progress.
+    silence_ms: u64,
+    /// Its last busy answer (boxed: most agents never give one).
+    last_busy: std::sync::Mutex<Option<Box<BusyAnswer>>>,
 }
 
 impl AgentSlot {
@@ -94,7 +107,7 @@ impl AgentSlot {
     /// The agent itself. Lock it to act as the agent, briefly: the scheduler does not run it
     /// while it is locked, and an agent held through a heartbeat cycle cannot answer it and
     /// counts a missed heartbeat (see [`AgentSlot`]).
-    pub fn agent(&self) -> &Arc<Mutex<Agent>> {
+    pub fn agent(&self) -> &AgentLock {
         &self.agent
     }
 
@@ -120,7 +133,9 @@ impl AgentSlot {
     /// The progress of its turns: the scheduler starts and ends each turn on it and the turn
     /// reports to it ([`agent_core::progress`]).
     pub fn progress(&self) -> &Arc<Progress> {
-        &self.progress
+        self.progress.get_or_init(|| {
+            Arc::new(Progress::new(std::time::Duration::from_millis(self.silence_ms)))
+        })
     }
 
     /// Cycles in which a turn of it was running and showed progress, so it answered busy.
@@ -130,7 +145,7 @@ impl AgentSlot {
 
     /// Its last busy answer, if it gave one.
     pub fn last_busy(&self) -> Option<BusyAnswer> {
-        self.last_busy.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+        self.last_busy.lock().unwrap_or_else(std::sync::PoisonError::into_inner).as_deref().cloned()
     }
 
     /// The last heartbeat cycle the agent answered, `None` if it never did: the sweep recorded
@@ -169,6 +184,19 @@ impl AgentSlot {
             current_work: agent.current_work(),
             metrics: agent.ctx().metrics().clone(),
         })
+    }
+
+    /// Whether nobody took the agent's lock since the sweep last recorded its answer (which it
+    /// did holding the lock, after [`AgentLock`] counted the sweep's own taking), so it still
+    /// answers as it did then.
+    pub(crate) fn still_quiet(&self) -> bool {
+        self.quiet.load(Ordering::Relaxed) == self.agent.taken()
+    }
+
+    /// The sweep, holding the agent's lock, recorded its answer (`true`) or found it exempt.
+    pub(crate) fn set_quiet(&self, answered: bool) {
+        let quiet = if answered { self.agent.taken() } else { u64::MAX };
+        self.quiet.store(quiet, Ordering::Relaxed);
     }
 
     /// Whether the scheduler already booked the agent in cycle `number`.
@@ -212,7 +240,8 @@ impl AgentSlot {
         self.booked.store(number, Ordering::Relaxed);
         self.last_ack.fetch_max(number, Ordering::Relaxed);
         count(&self.busy);
-        *self.last_busy.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(answer);
+        *self.last_busy.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
+            Some(Box::new(answer));
         self.changed();
     }
 
@@ -235,7 +264,7 @@ impl AgentSlot {
         self.busy.store(clamp(record.busy), Ordering::Relaxed);
         self.missed.store(clamp(record.missed), Ordering::Relaxed);
         *self.last_busy.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
-            record.last_busy.clone();
+            record.last_busy.clone().map(Box::new);
         self.stored.store(self.changes.load(Ordering::Relaxed), Ordering::Relaxed);
     }
 
@@ -277,6 +306,59 @@ impl AgentSlot {
 /// Adds one to `counter`, staying at the maximum instead of wrapping.
 fn count(counter: &AtomicU32) {
     let _ = counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_add(1));
+}
+
+/// An agent behind its lock ([`tokio::sync::Mutex`]), counting every time the lock is taken,
+/// so that the scheduler's sweep can tell, without locking it, that nobody took it since it
+/// last looked (see [`AgentSlot`]).
+#[repr(C)]
+pub struct AgentLock {
+    /// How many times the lock was taken (counted once taken, before the holder acts).
+    taken: AtomicU64,
+    mutex: Arc<Mutex<Agent>>,
+}
+
+impl AgentLock {
+    fn new(agent: Agent) -> Self {
+        Self { taken: AtomicU64::new(0), mutex: Arc::new(Mutex::new(agent)) }
+    }
+
+    /// Locks the agent, waiting for the lock.
+    pub async fn lock(&self) -> MutexGuard<'_, Agent> {
+        let guard = self.mutex.lock().await;
+        self.took();
+        guard
+    }
+
+    /// Locks the agent if its lock is free.
+    pub fn try_lock(&self) -> Result<MutexGuard<'_, Agent>, TryLockError> {
+        let guard = self.mutex.try_lock()?;
+        self.took();
+        Ok(guard)
+    }
+
+    /// Locks the agent, waiting for the lock, with a guard that owns a reference to it.
+    pub async fn lock_owned(&self) -> OwnedMutexGuard<Agent> {
+        let guard = self.mutex.clone().lock_owned().await;
+        self.took();
+        guard
+    }
+
+    /// Locks the agent if its lock is free, with a guard that owns a reference to it.
+    pub fn try_lock_owned(&self) -> Result<OwnedMutexGuard<Agent>, TryLockError> {
+        let guard = self.mutex.clone().try_lock_owned()?;
+        self.took();
+        Ok(guard)
+    }
+
+    fn took(&self) {
+        self.taken.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// How many times the lock was taken.
+    fn taken(&self) -> u64 {
+        self.taken.load(Ordering::Acquire)
+    }
 }
 
 /// What [`AgentSlot::try_peek`] sees.
@@ -396,7 +478,7 @@ impl AgentPool {
         let config = agent.ctx().config();
         let (layer, supervisor) = (config.layer, config.supervisor.clone());
         let wants_tick = agent.wants_tick();
-        let silence = std::time::Duration::from_millis(agent.ctx().timeouts().silence_ms);
+        let silence_ms = agent.ctx().timeouts().silence_ms;
         let mut agents = self.write();
         if agents.len() >= self.max_agents {
             return Err(PoolError::Full { max: self.max_agents });
@@ -408,7 +490,8 @@ impl AgentPool {
             id: id.clone(),
             layer,
             supervisor,
-            agent: Arc::new(Mutex::new(agent)),
+            agent: AgentLock::new(agent),
+            quiet: AtomicU64::new(u64::MAX),
             // Not booked yet: its first cycle books it.
             booked: AtomicU64::new(0),
             last_ack: AtomicU64::new(0),
@@ -419,7 +502,8 @@ impl AgentPool {
             gone: AtomicBool::new(false),
             changes: AtomicU64::new(0),
             stored: AtomicU64::new(0),
-            progress: Arc::new(Progress::new(silence)),
+            progress: std::sync::OnceLock::new(),
+            silence_ms,
             last_busy: std::sync::Mutex::new(None),
         });
         agents.insert(id.clone(), slot.clone());

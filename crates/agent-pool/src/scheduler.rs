@@ -363,7 +363,7 @@ impl HeartbeatScheduler {
                 // Being destroyed, or terminated: the sweep counts it exempt.
                 continue;
             }
-            match slot.agent().clone().try_lock_owned() {
+            match slot.agent().try_lock_owned() {
                 // A failed turn's next attempt is not due yet (it waits 1, 2, 4
                 // heartbeats): no turn; the sweep below books its answer like an idle agent's.
                 Ok(guard) if guard.waits_for_retry(number) => {}
@@ -392,6 +392,13 @@ impl HeartbeatScheduler {
                 report.exempt += 1;
                 return;
             }
+            if slot.still_quiet() {
+                // Acked by the last sweep and its lock not taken since: free, and its status
+                // (changed only under the lock) still answers.
+                slot.count_acked(number);
+                report.idle += 1;
+                return;
+            }
             match slot.agent().try_lock() {
                 Ok(agent) => count_sweep(sweep(slot, &agent, number), report),
                 Err(_) => {
@@ -412,7 +419,7 @@ impl HeartbeatScheduler {
     ) {
         for (slot, due) in contended.drain(..) {
             if due {
-                if let Ok(guard) = slot.agent().clone().try_lock_owned() {
+                if let Ok(guard) = slot.agent().try_lock_owned() {
                     if guard.waits_for_retry(number) {
                         count_sweep(sweep(&slot, &guard, number), report);
                     } else {
@@ -528,7 +535,7 @@ impl HeartbeatScheduler {
             return false;
         }
         let Some(slot) = self.pool.get(&id) else { return false };
-        let Ok(guard) = slot.agent().clone().try_lock_owned() else {
+        let Ok(guard) = slot.agent().try_lock_owned() else {
             // Someone else is acting as it: looked at again in the next wake.
             self.requeue(&id);
             return false;
@@ -691,7 +698,7 @@ impl HeartbeatScheduler {
         let progress = slot.progress().clone();
         progress.begin_turn();
         let task = self.running.spawn(tracing::Instrument::in_current_span(async move {
-            let mut guard = slot.agent().clone().lock_owned().await;
+            let mut guard = slot.agent().lock_owned().await;
             let recovery = guard.recover_from_panic(message, &[]);
             let result =
                 agent_core::progress::scope(progress, recovery).await.map_err(|e| e.to_string());
@@ -747,7 +754,9 @@ fn count_sweep(answered: bool, report: &mut CycleReport) {
 
 fn sweep(slot: &AgentSlot, agent: &Agent, number: u64) -> bool {
     let status = agent.status();
-    if answers(status) {
+    let answered = answers(status);
+    slot.set_quiet(answered);
+    if answered {
         slot.count_acked(number);
         true
     } else {

@@ -156,7 +156,7 @@ async fn every_cycle_books_every_agent_once_and_the_counts_add_up() {
             // Held through the cycle: missed.
             1 if n < 6 => {
                 missed += 1;
-                Some(slot.agent().clone().lock_owned().await)
+                Some(slot.agent().lock_owned().await)
             }
             // Idle: acked.
             _ => None,
@@ -205,6 +205,29 @@ async fn a_terminated_agent_is_neither_acked_nor_missed() {
     assert_eq!(slot.last_ack(), last);
     assert!(missed_audited(&team, &id).await.is_empty());
     assert!(warnings(&team, "mid-docs", &id).await.is_empty());
+}
+
+/// An idle agent acked by epoch (the last sweep acked it and nobody took its lock since) is
+/// acked every cycle without being locked; once someone takes its lock and changes its status,
+/// the next sweep looks at it again.
+#[tokio::test(start_paused = true)]
+async fn an_agent_acked_by_epoch_is_looked_at_again_once_its_lock_was_taken() {
+    let dir = tempfile::tempdir().unwrap();
+    let (team, mut scheduler) = team_driven_by_hand(dir.path()).await;
+    let id = AgentId::new("bottom-d2");
+    let slot = team.pool().get(&id).unwrap();
+    cycle(&mut scheduler).await;
+    let (acked, ran, missed) = counts(&slot);
+    for n in 1..=3 {
+        let report = cycle(&mut scheduler).await;
+        assert_eq!(report.idle, team.pool().len(), "{report:?}");
+        assert_eq!(counts(&slot), (acked + n, ran, missed));
+        assert_eq!(slot.last_ack(), Some(report.number));
+    }
+    slot.agent().lock().await.shutdown().await.unwrap();
+    let report = cycle(&mut scheduler).await;
+    assert_eq!(report.exempt, 1, "{report:?}");
+    assert_eq!(counts(&slot), (acked + 3, ran, missed));
 }
 
 /// The sweep takes the pool's read lock a chunk of agents at a time: across chunks, every agent
