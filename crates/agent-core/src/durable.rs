@@ -17,6 +17,8 @@ const TOOLS_TREE: &str = "tools";
 const OUTCOMES_TREE: &str = "outcomes";
 const BLOBS_TREE: &str = "blobs";
 const LIVENESS_TREE: &str = "liveness";
+/// The parts of agents' layer states (`parts`): key `<agent id> NUL <path>`, value its JSON.
+const PARTS_TREE: &str = "agent_parts";
 /// The name of the audit log's anchor in the run's seal: the log's final record.
 pub const AUDIT_ANCHOR: &str = "audit";
 
@@ -294,6 +296,7 @@ pub struct SledStateStore {
     outcomes: sled::Tree,
     blobs: sled::Tree,
     liveness: sled::Tree,
+    parts: sled::Tree,
     // Declared after the trees: the store closes cleanly only once its trees are gone.
     store: RunStore,
 }
@@ -307,6 +310,7 @@ impl SledStateStore {
             outcomes: store.tree(OUTCOMES_TREE)?,
             blobs: store.tree(BLOBS_TREE)?,
             liveness: store.tree(LIVENESS_TREE)?,
+            parts: store.tree(PARTS_TREE)?,
             store: store.clone(),
         })
     }
@@ -317,21 +321,37 @@ impl StateStore for SledStateStore {
     async fn save_agent(&self, record: &AgentRecord) -> Result<(), BackendError> {
         let bytes = encode(record)
             .map_err(|e| BackendError::with_source("sled", "cannot encode an agent record", e))?;
+        // The record first, with its delta: once it is written the delta is what counts, and
+        // applying it to the parts below again after a crash changes nothing.
         self.agents.insert(record.id.as_str().as_bytes(), bytes).map_err(sled_error)?;
+        self.apply_parts(record)?;
         self.store.commit().await
+    }
+
+    fn keeps_parts(&self) -> bool {
+        true
     }
 
     async fn agents(&self) -> Result<Vec<AgentRecord>, BackendError> {
         let mut records = Vec::new();
         for item in self.agents.iter() {
             let (key, value) = item.map_err(sled_error)?;
-            records.push(decode(&value).map_err(|e| {
-                BackendError::with_source(
+            let unreadable = |e: &dyn std::fmt::Display| {
+                BackendError::new(
                     "sled",
-                    format!("state of agent `{}` cannot be read", String::from_utf8_lossy(&key)),
-                    e,
+                    format!(
+                        "state of agent `{}` cannot be read: {e}",
+                        String::from_utf8_lossy(&key)
+                    ),
                 )
-            })?);
+            };
+            let mut record = AgentRecord::decode(&value).map_err(|e| unreadable(&e))?;
+            if let Some(delta) = record.parts.take() {
+                let mut parts = self.stored_parts(&record.id)?;
+                crate::parts::apply(&mut parts, &delta);
+                record.behavior = crate::parts::assemble(parts).map_err(|e| unreadable(&e))?;
+            }
+            records.push(record);
         }
         Ok(records)
     }
@@ -444,6 +464,62 @@ impl StateStore for SledStateStore {
 fn key_seq(key: &[u8]) -> String {
     <[u8; 8]>::try_from(key)
         .map_or_else(|_| format!("{key:?}"), |b| u64::from_be_bytes(b).to_string())
+}
+
+impl SledStateStore {
+    /// The key prefix of `agent`'s parts.
+    fn parts_prefix(agent: &AgentId) -> Vec<u8> {
+        let mut prefix = agent.as_str().as_bytes().to_vec();
+        prefix.push(0);
+        prefix
+    }
+
+    /// The parts stored for `agent`, by path (as written, before its record's delta).
+    fn stored_parts(
+        &self,
+        agent: &AgentId,
+    ) -> Result<std::collections::BTreeMap<String, serde_json::Value>, BackendError> {
+        let prefix = Self::parts_prefix(agent);
+        let mut parts = std::collections::BTreeMap::new();
+        for item in self.parts.scan_prefix(&prefix) {
+            let (key, value) = item.map_err(sled_error)?;
+            let path = String::from_utf8_lossy(key.get(prefix.len()..).unwrap_or_default());
+            let value = serde_json::from_slice(&value).map_err(|e| {
+                BackendError::with_source("sled", format!("a part of agent `{agent}`'s state"), e)
+            })?;
+            parts.insert(path.into_owned(), value);
+        }
+        Ok(parts)
+    }
+
+    /// Writes `record`'s delta to its parts; a record without one (its state whole) has none,
+    /// so those stored earlier are removed.
+    fn apply_parts(&self, record: &AgentRecord) -> Result<(), BackendError> {
+        let prefix = Self::parts_prefix(&record.id);
+        let replace = record.parts.as_ref().is_none_or(|d| d.replace);
+        if replace {
+            for key in self.parts.scan_prefix(&prefix).keys() {
+                self.parts.remove(key.map_err(sled_error)?).map_err(sled_error)?;
+            }
+        }
+        let Some(delta) = &record.parts else { return Ok(()) };
+        for change in &delta.changes {
+            let mut key = prefix.clone();
+            key.extend_from_slice(change.path.as_bytes());
+            match &change.value {
+                Some(value) => {
+                    let bytes = serde_json::to_vec(value).map_err(|e| {
+                        BackendError::with_source("sled", "cannot encode a part of a state", e)
+                    })?;
+                    self.parts.insert(key, bytes).map_err(sled_error)?;
+                }
+                None => {
+                    self.parts.remove(key).map_err(sled_error)?;
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 fn sled_error(e: sled::Error) -> BackendError {
