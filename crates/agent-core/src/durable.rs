@@ -1,7 +1,7 @@
 //! The audit log and the state store on a sled run directory (feature `sled`).
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 
 use agent_state::{AgentId, BackendError, TaskOutcome, Timestamp, decode, encode};
 use async_trait::async_trait;
@@ -297,6 +297,9 @@ pub struct SledStateStore {
     blobs: sled::Tree,
     liveness: sled::Tree,
     parts: sled::Tree,
+    /// The agents with parts in `parts` (few: those whose state is large), so that saving a
+    /// record with its state inline looks for parts to remove only where there are some.
+    with_parts: Mutex<std::collections::HashSet<AgentId>>,
     // Declared after the trees: the store closes cleanly only once its trees are gone.
     store: RunStore,
 }
@@ -304,16 +307,36 @@ pub struct SledStateStore {
 impl SledStateStore {
     /// Opens the state trees of `store`.
     pub fn open(store: &RunStore) -> Result<Self, BackendError> {
+        let parts = store.tree(PARTS_TREE)?;
+        let with_parts = Mutex::new(agents_with_parts(&parts)?);
         Ok(Self {
             agents: store.tree(AGENTS_TREE)?,
             tools: store.tree(TOOLS_TREE)?,
             outcomes: store.tree(OUTCOMES_TREE)?,
             blobs: store.tree(BLOBS_TREE)?,
             liveness: store.tree(LIVENESS_TREE)?,
-            parts: store.tree(PARTS_TREE)?,
+            parts,
+            with_parts,
             store: store.clone(),
         })
     }
+}
+
+/// The agents that have parts in `parts`: one seek per agent, past its keys.
+fn agents_with_parts(
+    parts: &sled::Tree,
+) -> Result<std::collections::HashSet<AgentId>, BackendError> {
+    let mut agents = std::collections::HashSet::new();
+    let mut from: Vec<u8> = Vec::new();
+    while let Some(item) = parts.range(from.as_slice()..).next() {
+        let (key, _) = item.map_err(sled_error)?;
+        let Some(end) = key.iter().position(|b| *b == 0) else { break };
+        let id = key.get(..end).unwrap_or_default();
+        agents.insert(AgentId::new(String::from_utf8_lossy(id).as_ref()));
+        from = id.to_vec();
+        from.push(1);
+    }
+    Ok(agents)
 }
 
 #[async_trait]
@@ -497,7 +520,15 @@ impl SledStateStore {
     fn apply_parts(&self, record: &AgentRecord) -> Result<(), BackendError> {
         let prefix = Self::parts_prefix(&record.id);
         let replace = record.parts.as_ref().is_none_or(|d| d.replace);
-        if replace {
+        let had_parts = {
+            let mut with_parts = self.with_parts.lock().unwrap_or_else(PoisonError::into_inner);
+            if record.parts.is_some() {
+                !with_parts.insert(record.id.clone())
+            } else {
+                with_parts.remove(&record.id)
+            }
+        };
+        if replace && had_parts {
             for key in self.parts.scan_prefix(&prefix).keys() {
                 self.parts.remove(key.map_err(sled_error)?).map_err(sled_error)?;
             }
