@@ -24,7 +24,7 @@ fn big_state(steps: usize, calls: usize) -> Value {
         .map(|i| json!({ "call": i, "tool": "read_file", "output": "y".repeat(80) }))
         .collect();
     json!({
-        "work": { "t/1~a": { "subtasks": subtasks, "results": results, "closed": false,
+        "jobs": { "t/1~a": { "subtasks": subtasks, "results": results, "closed": false,
                              "loops": { "s0": { "history": history, "touched": [] } } } },
         "executors": {},
         "": [[], {}, null, [1, [2, 3]]],
@@ -74,7 +74,7 @@ fn a_save_writes_only_the_parts_that_changed() {
     assert!(only_head.changes.is_empty() && !only_head.replace);
 
     // A new result, one more tool call, one result gone.
-    let work = &mut state["work"]["t/1~a"];
+    let work = &mut state["jobs"]["t/1~a"];
     work["results"]["s100"] = json!({ "success": false });
     work["results"].as_object_mut().unwrap().remove("s5");
     work["loops"]["s0"]["history"].as_array_mut().unwrap().push(json!({ "call": 30 }));
@@ -84,9 +84,9 @@ fn a_save_writes_only_the_parts_that_changed() {
     assert_eq!(
         paths,
         [
-            ("/work/t~11~0a/loops/s0/history/~i30", true),
-            ("/work/t~11~0a/results/s100", true),
-            ("/work/t~11~0a/results/s5", false),
+            ("/jobs/t~11~0a/loops/s0/history/~i30", true),
+            ("/jobs/t~11~0a/results/s100", true),
+            ("/jobs/t~11~0a/results/s5", false),
         ]
     );
     assert!(!delta.replace);
@@ -131,8 +131,8 @@ async fn save_all(store: &dyn StateStore, states: &[Value]) -> AgentRecord {
 
 fn states() -> Vec<Value> {
     let mut grown = big_state(60, 10);
-    grown["work"]["t/1~a"]["results"]["s61"] = json!("new");
-    grown["work"]["t/1~a"]["loops"]["s0"]["history"] = json!([]);
+    grown["jobs"]["t/1~a"]["results"]["s61"] = json!("new");
+    grown["jobs"]["t/1~a"]["loops"]["s0"]["history"] = json!([]);
     vec![big_state(50, 10), json!({ "small": true }), big_state(60, 10), grown]
 }
 
