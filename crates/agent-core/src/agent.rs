@@ -250,6 +250,8 @@ enum Orders {
 pub struct Agent {
     ctx: AgentContext,
     behavior: Box<dyn AgentBehavior>,
+    /// What its last save wrote, so that the next writes only what changed.
+    saved: crate::parts::Saved,
 }
 
 impl AgentContext {
@@ -959,7 +961,7 @@ impl Agent {
     ) -> Result<Self, agent_state::ConfigError> {
         config.validate()?;
         let ctx = AgentContext::new(config, behavior.responsibilities(), deps);
-        Ok(Self { ctx, behavior })
+        Ok(Self { ctx, behavior, saved: crate::parts::Saved::Unknown })
     }
 
     /// The context.
@@ -1223,21 +1225,46 @@ impl Agent {
             processed: self.ctx.processed.clone(),
             behavior: self.behavior.snapshot(),
             audit_head: None,
+            parts: None,
         }
     }
 
     /// Saves [`record`](Self::record), anchored at the last audit record this agent appended.
-    async fn save(&self) -> Result<(), AgentError> {
+    /// To a store that [keeps parts](StateStore::keeps_parts), only what changed since the
+    /// last save: nothing if nothing did, else the record's fields and the layer state's
+    /// changed parts (see [`parts`](crate::parts)).
+    async fn save(&mut self) -> Result<(), AgentError> {
         let mut record = self.record();
         record.audit_head = self.ctx.deps.audit.head_of(self.id()).await?;
-        self.ctx.deps.state.save_agent(&record).await?;
+        let state = self.ctx.deps.state.clone();
+        if !state.keeps_parts() {
+            state.save_agent(&record).await?;
+            return Ok(());
+        }
+        let head = (
+            &record.metrics,
+            record.retries,
+            record.heartbeat,
+            &record.processed,
+            &record.audit_head,
+        );
+        let head = crate::parts::hash_bytes(&serde_json::to_vec(&head).unwrap_or_default());
+        let Some(plan) = self.saved.plan(head, &record.behavior) else {
+            return Ok(());
+        };
+        record.behavior = plan.behavior;
+        record.parts = plan.parts;
+        // Unknown until the store answers: a failed save may have written part of it.
+        self.saved = crate::parts::Saved::Unknown;
+        state.save_agent(&record).await?;
+        self.saved = plan.next;
         Ok(())
     }
 
     /// Saves the record after a turn that changed only its counts (an idle answer, a retried
     /// failure), so that every heartbeat answer and miss is stored. A store that refuses it is
     /// logged, not the turn's failure: the counts are saved again with the next record.
-    async fn save_counts(&self) {
+    async fn save_counts(&mut self) {
         if let Err(e) = self.save().await {
             tracing::warn!(agent = %self.id(), error = %e, "cannot store the agent's heartbeat counts");
         }

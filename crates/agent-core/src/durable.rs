@@ -1,7 +1,7 @@
 //! The audit log and the state store on a sled run directory (feature `sled`).
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 
 use agent_state::{AgentId, BackendError, TaskOutcome, Timestamp, decode, encode};
 use async_trait::async_trait;
@@ -17,6 +17,8 @@ const TOOLS_TREE: &str = "tools";
 const OUTCOMES_TREE: &str = "outcomes";
 const BLOBS_TREE: &str = "blobs";
 const LIVENESS_TREE: &str = "liveness";
+/// The parts of agents' layer states (`parts`): key `<agent id> NUL <path>`, value its JSON.
+const PARTS_TREE: &str = "agent_parts";
 /// The name of the audit log's anchor in the run's seal: the log's final record.
 pub const AUDIT_ANCHOR: &str = "audit";
 
@@ -294,6 +296,10 @@ pub struct SledStateStore {
     outcomes: sled::Tree,
     blobs: sled::Tree,
     liveness: sled::Tree,
+    parts: sled::Tree,
+    /// The agents with parts in `parts` (few: those whose state is large), so that saving a
+    /// record with its state inline looks for parts to remove only where there are some.
+    with_parts: Mutex<std::collections::HashSet<AgentId>>,
     // Declared after the trees: the store closes cleanly only once its trees are gone.
     store: RunStore,
 }
@@ -301,15 +307,36 @@ pub struct SledStateStore {
 impl SledStateStore {
     /// Opens the state trees of `store`.
     pub fn open(store: &RunStore) -> Result<Self, BackendError> {
+        let parts = store.tree(PARTS_TREE)?;
+        let with_parts = Mutex::new(agents_with_parts(&parts)?);
         Ok(Self {
             agents: store.tree(AGENTS_TREE)?,
             tools: store.tree(TOOLS_TREE)?,
             outcomes: store.tree(OUTCOMES_TREE)?,
             blobs: store.tree(BLOBS_TREE)?,
             liveness: store.tree(LIVENESS_TREE)?,
+            parts,
+            with_parts,
             store: store.clone(),
         })
     }
+}
+
+/// The agents that have parts in `parts`: one seek per agent, past its keys.
+fn agents_with_parts(
+    parts: &sled::Tree,
+) -> Result<std::collections::HashSet<AgentId>, BackendError> {
+    let mut agents = std::collections::HashSet::new();
+    let mut from: Vec<u8> = Vec::new();
+    while let Some(item) = parts.range(from.as_slice()..).next() {
+        let (key, _) = item.map_err(sled_error)?;
+        let Some(end) = key.iter().position(|b| *b == 0) else { break };
+        let id = key.get(..end).unwrap_or_default();
+        agents.insert(AgentId::new(String::from_utf8_lossy(id).as_ref()));
+        from = id.to_vec();
+        from.push(1);
+    }
+    Ok(agents)
 }
 
 #[async_trait]
@@ -317,21 +344,37 @@ impl StateStore for SledStateStore {
     async fn save_agent(&self, record: &AgentRecord) -> Result<(), BackendError> {
         let bytes = encode(record)
             .map_err(|e| BackendError::with_source("sled", "cannot encode an agent record", e))?;
+        // The record first, with its delta: once it is written the delta is what counts, and
+        // applying it to the parts below again after a crash changes nothing.
         self.agents.insert(record.id.as_str().as_bytes(), bytes).map_err(sled_error)?;
+        self.apply_parts(record)?;
         self.store.commit().await
+    }
+
+    fn keeps_parts(&self) -> bool {
+        true
     }
 
     async fn agents(&self) -> Result<Vec<AgentRecord>, BackendError> {
         let mut records = Vec::new();
         for item in self.agents.iter() {
             let (key, value) = item.map_err(sled_error)?;
-            records.push(decode(&value).map_err(|e| {
-                BackendError::with_source(
+            let unreadable = |e: &dyn std::fmt::Display| {
+                BackendError::new(
                     "sled",
-                    format!("state of agent `{}` cannot be read", String::from_utf8_lossy(&key)),
-                    e,
+                    format!(
+                        "state of agent `{}` cannot be read: {e}",
+                        String::from_utf8_lossy(&key)
+                    ),
                 )
-            })?);
+            };
+            let mut record = AgentRecord::decode(&value).map_err(|e| unreadable(&e))?;
+            if let Some(delta) = record.parts.take() {
+                let mut parts = self.stored_parts(&record.id)?;
+                crate::parts::apply(&mut parts, &delta);
+                record.behavior = crate::parts::assemble(parts).map_err(|e| unreadable(&e))?;
+            }
+            records.push(record);
         }
         Ok(records)
     }
@@ -444,6 +487,70 @@ impl StateStore for SledStateStore {
 fn key_seq(key: &[u8]) -> String {
     <[u8; 8]>::try_from(key)
         .map_or_else(|_| format!("{key:?}"), |b| u64::from_be_bytes(b).to_string())
+}
+
+impl SledStateStore {
+    /// The key prefix of `agent`'s parts.
+    fn parts_prefix(agent: &AgentId) -> Vec<u8> {
+        let mut prefix = agent.as_str().as_bytes().to_vec();
+        prefix.push(0);
+        prefix
+    }
+
+    /// The parts stored for `agent`, by path (as written, before its record's delta).
+    fn stored_parts(
+        &self,
+        agent: &AgentId,
+    ) -> Result<std::collections::BTreeMap<String, serde_json::Value>, BackendError> {
+        let prefix = Self::parts_prefix(agent);
+        let mut parts = std::collections::BTreeMap::new();
+        for item in self.parts.scan_prefix(&prefix) {
+            let (key, value) = item.map_err(sled_error)?;
+            let path = String::from_utf8_lossy(key.get(prefix.len()..).unwrap_or_default());
+            let value = serde_json::from_slice(&value).map_err(|e| {
+                BackendError::with_source("sled", format!("a part of agent `{agent}`'s state"), e)
+            })?;
+            parts.insert(path.into_owned(), value);
+        }
+        Ok(parts)
+    }
+
+    /// Writes `record`'s delta to its parts; a record without one (its state whole) has none,
+    /// so those stored earlier are removed.
+    fn apply_parts(&self, record: &AgentRecord) -> Result<(), BackendError> {
+        let prefix = Self::parts_prefix(&record.id);
+        let replace = record.parts.as_ref().is_none_or(|d| d.replace);
+        let had_parts = {
+            let mut with_parts = self.with_parts.lock().unwrap_or_else(PoisonError::into_inner);
+            if record.parts.is_some() {
+                !with_parts.insert(record.id.clone())
+            } else {
+                with_parts.remove(&record.id)
+            }
+        };
+        if replace && had_parts {
+            for key in self.parts.scan_prefix(&prefix).keys() {
+                self.parts.remove(key.map_err(sled_error)?).map_err(sled_error)?;
+            }
+        }
+        let Some(delta) = &record.parts else { return Ok(()) };
+        for change in &delta.changes {
+            let mut key = prefix.clone();
+            key.extend_from_slice(change.path.as_bytes());
+            match &change.value {
+                Some(value) => {
+                    let bytes = serde_json::to_vec(value).map_err(|e| {
+                        BackendError::with_source("sled", "cannot encode a part of a state", e)
+                    })?;
+                    self.parts.insert(key, bytes).map_err(sled_error)?;
+                }
+                None => {
+                    self.parts.remove(key).map_err(sled_error)?;
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 fn sled_error(e: sled::Error) -> BackendError {

@@ -59,6 +59,7 @@ pub mod fault;
 pub mod nats;
 mod offclock;
 pub mod otel;
+pub mod parts;
 pub mod progress;
 pub mod protocol;
 mod reasoner;

@@ -675,7 +675,7 @@ impl StateStore for NatsStateStore {
     async fn agents(&self) -> Result<Vec<AgentRecord>, BackendError> {
         let mut records = Vec::new();
         for value in self.agents.values().await? {
-            let record: AgentRecord = decode(&value).map_err(|e| {
+            let record = AgentRecord::decode(&value).map_err(|e| {
                 BackendError::with_source(
                     nats_store::BACKEND,
                     "the state of an agent cannot be read",

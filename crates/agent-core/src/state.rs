@@ -1,13 +1,21 @@
 //! What an agent keeps across a restart: its metrics, retry count, processed message ids and its
 //! layer's own state; the results of side-effecting tool calls; and closed tasks' outcomes.
+//!
+//! A store that [keeps parts](StateStore::keeps_parts) (in memory, sled) is handed a layer's
+//! state as what changed since the agent's last save ([`AgentRecord::parts`], see
+//! [`parts`](crate::parts)), so a record does not grow with the agent's subordinates, results
+//! or tool calls, and what did not change is not written again.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use agent_state::{AgentId, AgentMetrics, BackendError, MessageId, TaskOutcome, Versioned};
+use agent_state::{
+    AgentId, AgentMetrics, BackendError, DecodeError, MessageId, Stored, TaskOutcome, Versioned,
+};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+use crate::parts::BehaviorDelta;
 use crate::tools::ToolOutput;
 
 /// One agent's saved state, written after each heartbeat that changed it and before the
@@ -27,6 +35,8 @@ pub struct AgentRecord {
     /// ones were acknowledged and are gone from the bus.
     pub processed: Vec<MessageId>,
     /// The layer's own state ([`AgentBehavior::snapshot`](crate::AgentBehavior::snapshot)).
+    /// `null` in a record handed to [`StateStore::save_agent`] with [`parts`](Self::parts);
+    /// [`StateStore::agents`] always returns it whole.
     pub behavior: serde_json::Value,
     /// The last audit record this agent had appended when the record was saved: an anchor of
     /// the audit log kept outside it, so that `verify` notices records cut from the log's end
@@ -35,11 +45,36 @@ pub struct AgentRecord {
     /// before anchors existed.
     #[serde(default)]
     pub audit_head: Option<crate::audit::AuditAnchor>,
+    /// The layer's state as what changed since the agent's last save, for a store that
+    /// [keeps parts](StateStore::keeps_parts): the state is the parts the store holds for
+    /// this agent with this delta applied. The store keeps the delta in the record and applies
+    /// it to the parts after the record is written, so a crash between the two loses nothing.
+    /// `None`: the state is [`behavior`](Self::behavior), whole (records of version 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parts: Option<BehaviorDelta>,
 }
 
 impl Versioned for AgentRecord {
     const KIND: &'static str = "agent_record";
-    const VERSION: u32 = 1;
+    /// 2: [`parts`](Self::parts). Version 1 records (no parts) are read by
+    /// [`AgentRecord::decode`].
+    const VERSION: u32 = 2;
+}
+
+impl AgentRecord {
+    /// Decodes a stored record of this version or of version 1 (the same fields, without
+    /// [`parts`](Self::parts)).
+    pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
+        match agent_state::decode::<Self>(bytes) {
+            Err(DecodeError::IncompatibleVersion { found: 1, .. }) => {
+                let stored: Stored<Self> = serde_json::from_slice(bytes).map_err(|source| {
+                    DecodeError::Malformed { expected_kind: Self::KIND, source }
+                })?;
+                Ok(Self { parts: None, ..stored.value })
+            }
+            other => other,
+        }
+    }
 }
 
 /// The heartbeat answers of one agent that its scheduler booked without running a heartbeat
@@ -120,10 +155,18 @@ impl Versioned for OutcomeRecord {
 /// across a restart.
 #[async_trait]
 pub trait StateStore: Send + Sync + 'static {
-    /// Saves (replaces) one agent's state.
+    /// Saves (replaces) one agent's state. A record with [`parts`](AgentRecord::parts) is
+    /// handed only to a store that [keeps parts](Self::keeps_parts).
     async fn save_agent(&self, record: &AgentRecord) -> Result<(), BackendError>;
 
-    /// Every saved agent, by id.
+    /// Whether [`save_agent`](Self::save_agent) takes records whose layer state is a delta
+    /// ([`AgentRecord::parts`]) and keeps the parts under the agent's own keys. The default
+    /// (`false`): an agent hands its state whole.
+    fn keeps_parts(&self) -> bool {
+        false
+    }
+
+    /// Every saved agent, by id, with its layer state whole (`parts` is `None`).
     async fn agents(&self) -> Result<Vec<AgentRecord>, BackendError>;
 
     /// Saves (replaces) the liveness records of several agents in one write (one commit on a
@@ -176,6 +219,7 @@ pub struct InMemoryStateStore {
 #[derive(Debug, Default)]
 struct Inner {
     agents: BTreeMap<AgentId, AgentRecord>,
+    parts: BTreeMap<AgentId, BTreeMap<String, serde_json::Value>>,
     liveness: BTreeMap<AgentId, LivenessRecord>,
     tools: BTreeMap<String, Option<ToolOutput>>,
     outcomes: BTreeMap<String, TaskOutcome>,
@@ -196,12 +240,37 @@ impl InMemoryStateStore {
 #[async_trait]
 impl StateStore for InMemoryStateStore {
     async fn save_agent(&self, record: &AgentRecord) -> Result<(), BackendError> {
-        self.lock().agents.insert(record.id.clone(), record.clone());
+        let mut inner = self.lock();
+        let mut record = record.clone();
+        match record.parts.take() {
+            Some(delta) => {
+                let parts = inner.parts.entry(record.id.clone()).or_default();
+                crate::parts::apply(parts, &delta);
+            }
+            None => {
+                inner.parts.remove(&record.id);
+            }
+        }
+        inner.agents.insert(record.id.clone(), record);
         Ok(())
     }
 
+    fn keeps_parts(&self) -> bool {
+        true
+    }
+
     async fn agents(&self) -> Result<Vec<AgentRecord>, BackendError> {
-        Ok(self.lock().agents.values().cloned().collect())
+        let inner = self.lock();
+        let mut records = Vec::with_capacity(inner.agents.len());
+        for record in inner.agents.values() {
+            let mut record = record.clone();
+            if let Some(parts) = inner.parts.get(&record.id) {
+                record.behavior = crate::parts::assemble(parts.clone())
+                    .map_err(|e| BackendError::with_source("memory", "agent state", e))?;
+            }
+            records.push(record);
+        }
+        Ok(records)
     }
 
     async fn save_liveness(&self, records: Vec<LivenessRecord>) -> Result<(), BackendError> {

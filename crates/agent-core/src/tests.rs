@@ -11,6 +11,7 @@ mod events;
 mod heartbeat;
 mod lifecycle;
 mod once;
+mod parts;
 mod reasoner;
 mod state_store;
 mod timeouts;

@@ -59,6 +59,39 @@ struct Executor {
     dismissed: bool,
 }
 
+/// An executor's state as a lead saves it (only for those not in their first state).
+#[derive(Clone, Copy, Default, Serialize, Deserialize)]
+struct ExecutorState {
+    #[serde(default)]
+    failed: bool,
+    #[serde(default)]
+    failures: u32,
+    #[serde(default)]
+    dismissed: bool,
+}
+
+/// A lead's saved executors: by id, only those not in their first state; or, in records
+/// saved before, every executor listed.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum SavedExecutors {
+    ById(BTreeMap<String, ExecutorState>),
+    Listed(Vec<ListedExecutor>),
+}
+
+impl Default for SavedExecutors {
+    fn default() -> Self {
+        Self::ById(BTreeMap::new())
+    }
+}
+
+#[derive(Deserialize)]
+struct ListedExecutor {
+    id: AgentId,
+    #[serde(flatten)]
+    state: ExecutorState,
+}
+
 /// A lead dismisses an executor (failed → terminated) after this many failures.
 pub const MAX_FAILURES_BEFORE_DISMISSAL: u32 = 3;
 
@@ -1148,7 +1181,22 @@ impl AgentBehavior for MidAgent {
         {
             return serde_json::Value::Null;
         }
-        let mut saved = serde_json::json!({ "work": self.work, "executors": self.executors });
+        // Only the executors whose state is not the one the team file gives them, by id: the
+        // saved record does not list every subordinate.
+        let executors: BTreeMap<&str, ExecutorState> = self
+            .executors
+            .iter()
+            .filter(|e| e.failed || e.failures > 0 || e.dismissed)
+            .map(|e| {
+                let state = ExecutorState {
+                    failed: e.failed,
+                    failures: e.failures,
+                    dismissed: e.dismissed,
+                };
+                (e.id.as_str(), state)
+            })
+            .collect();
+        let mut saved = serde_json::json!({ "work": self.work, "executors": executors });
         if let Some(desk) = desk {
             // A top power's shape: `task_progress` reads it.
             saved["tasks"] = serde_json::json!(desk);
@@ -1160,7 +1208,8 @@ impl AgentBehavior for MidAgent {
         #[derive(Deserialize)]
         struct Saved {
             work: BTreeMap<String, WorkState>,
-            executors: Vec<Executor>,
+            #[serde(default)]
+            executors: SavedExecutors,
             #[serde(default)]
             tasks: Option<Desk>,
         }
@@ -1174,12 +1223,17 @@ impl AgentBehavior for MidAgent {
         if let (Some(desk), Some(tasks)) = (self.desk.as_mut(), saved.tasks) {
             *desk = tasks;
         }
-        for saved in saved.executors {
-            if let Some(e) = self.executors.iter_mut().find(|e| e.id == saved.id) {
-                e.failed = saved.failed;
-                e.failures = saved.failures;
-                e.dismissed = saved.dismissed;
+        let saved: BTreeMap<String, ExecutorState> = match saved.executors {
+            SavedExecutors::ById(by_id) => by_id,
+            SavedExecutors::Listed(listed) => {
+                listed.into_iter().map(|e| (e.id.as_str().to_owned(), e.state)).collect()
             }
+        };
+        for e in &mut self.executors {
+            let state = saved.get(e.id.as_str()).copied().unwrap_or_default();
+            e.failed = state.failed;
+            e.failures = state.failures;
+            e.dismissed = state.dismissed;
         }
         Ok(())
     }

@@ -18,6 +18,13 @@
 //!   the moment the lead's reasoner returns the call to the moment it is asked again with the
 //!   reply in its history: the message sent, the lead's turn ended, the worker woken, its
 //!   answer (a scripted reply) sent, the lead woken and its loop resumed.
+//! - **`pool/speak_to_agent_round_trip_after`**: the same round trip by how many calls the
+//!   loop had made before it: 1, 10 and 38 (a goal step's loop makes at most
+//!   `MAX_TOOL_CALLS_PER_GOAL_STEP`, 40, and its reasoner is not asked again after the 40th,
+//!   so 100 cannot be reached). Each step's loop spawns one worker and speaks to it until it
+//!   has made 39 calls, then finishes; only the round trips after
+//!   [`SPEAK_AFTER`] earlier calls are timed. Flat means a turn's cost does not grow with
+//!   the loop's history (its saved state, its journal).
 //!
 //! The heartbeat is an hour away, so every turn is a wake-up on mail, never a heartbeat. `main`
 //! prints the figures and, under `cargo bench`, writes them to
@@ -73,6 +80,11 @@ const PATIENCE: Duration = Duration::from_secs(120);
 /// The figures' ids in the `cargo xtask bench` table.
 const SPAWN_ID: &str = "pool/spawn_agent";
 const SPEAK_ID: &str = "pool/speak_to_agent_round_trip";
+const SPEAK_AFTER_ID: &str = "pool/speak_to_agent_round_trip_after";
+/// The round trips timed by `SPEAK_AFTER_ID`: after this many earlier calls of the loop.
+const SPEAK_AFTER: [usize; 3] = [1, 10, 38];
+/// Steps of one run of `SPEAK_AFTER_ID`.
+const SPEAK_AFTER_STEPS: usize = 25;
 
 /// How much to measure.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -101,6 +113,16 @@ impl Mode {
             Mode::Smoke => return Size { steps: 2, calls_per_step: 5, runs: 1 },
         };
         Size { steps: SPAWNS / SPAWNS_PER_STEP, calls_per_step: SPAWNS_PER_STEP, runs }
+    }
+
+    fn speak_after(self) -> Size {
+        let runs = match self {
+            Mode::Full => 8,
+            Mode::Quick => 2,
+            Mode::Smoke => return Size { steps: 1, calls_per_step: 12, runs: 1 },
+        };
+        let calls = agent_layers::MAX_TOOL_CALLS_PER_GOAL_STEP - 1;
+        Size { steps: SPEAK_AFTER_STEPS, calls_per_step: calls, runs }
     }
 
     fn speak(self) -> Size {
@@ -154,6 +176,8 @@ fn main() {
     let (p50, p99) = (percentile(&samples, 0.50), percentile(&samples, 0.99));
     println!("{SPEAK_ID}: p50 {p50:.1} µs, p99 {p99:.1} µs over {} round trips", samples.len());
 
+    let speak_after = speak_after_figures(&rt, mode);
+
     if mode != Mode::Smoke {
         let round = |value: f64| (value * 10.0).round() / 10.0;
         let dir = target_dir().join("strata-bench");
@@ -174,6 +198,8 @@ fn main() {
             "round_trips": samples.len(),
         });
         std::fs::write(dir.join("speak_round_trip.json"), format!("{speak_figure}\n")).unwrap();
+        let after = json!({ "id": SPEAK_AFTER_ID, "by_earlier_calls": speak_after });
+        std::fs::write(dir.join("speak_round_trip_after.json"), format!("{after}\n")).unwrap();
         println!("{SPAWN_ID}, {SPEAK_ID}: written to {}", dir.display());
     }
 }
@@ -414,6 +440,77 @@ async fn speak_run(size: Size) -> Vec<f64> {
     assert!(speaking.failed.is_empty(), "speaks without a reply: {:?}", speaking.failed);
     assert_eq!(speaking.samples.len(), size.steps * size.calls_per_step);
     speaking.samples
+}
+
+/// Runs `pool/speak_to_agent_round_trip_after` and prints its figures: p50 and p99 by the
+/// number of earlier calls.
+fn speak_after_figures(rt: &Runtime, mode: Mode) -> Value {
+    let size = mode.speak_after();
+    if mode != Mode::Smoke {
+        run(rt, speak_after_run(size));
+    }
+    let mut by_earlier: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
+    for _ in 0..size.runs {
+        for (earlier, sample) in run(rt, speak_after_run(size)) {
+            by_earlier.entry(earlier).or_default().push(sample);
+        }
+    }
+    let mut figures = Vec::new();
+    for (earlier, mut samples) in by_earlier {
+        samples.sort_by(f64::total_cmp);
+        let (p50, p99) = (percentile(&samples, 0.50), percentile(&samples, 0.99));
+        println!(
+            "{SPEAK_AFTER_ID}: after {earlier} earlier calls: p50 {p50:.1} µs, p99 {p99:.1} µs \
+             over {} round trips",
+            samples.len()
+        );
+        figures.push(json!({ "earlier_calls": earlier, "p50_us": p50, "p99_us": p99 }));
+    }
+    Value::Array(figures)
+}
+
+/// One run of `pool/speak_to_agent_round_trip_after`: (earlier calls, round trip in µs) of the
+/// timed round trips.
+async fn speak_after_run(size: Size) -> Vec<(usize, f64)> {
+    #[derive(Default)]
+    struct Timed {
+        pending: Option<(usize, Instant)>,
+        samples: Vec<(usize, f64)>,
+    }
+    let timed = Arc::new(Mutex::new(Timed::default()));
+    let script = {
+        let timed = timed.clone();
+        move |request: &ReasoningRequest| match request {
+            ReasoningRequest::Plan { .. } => ScriptedAnswer::Plan(plan(size.steps, true)),
+            ReasoningRequest::NextAction { agent, history, .. }
+                if agent.as_str().starts_with("lead") =>
+            {
+                let mut timed = timed.lock().unwrap();
+                if let Some((earlier, sent)) = timed.pending.take() {
+                    timed.samples.push((earlier, sent.elapsed().as_secs_f64() * 1e6));
+                }
+                let Some(first) = history.first() else { return spawn_worker(0) };
+                let made = history.iter().filter(|r| !r.event).count();
+                if made >= size.calls_per_step {
+                    return finish("spoke to my worker");
+                }
+                if SPEAK_AFTER.contains(&made) {
+                    timed.pending = Some((made, Instant::now()));
+                }
+                let worker: Value = serde_json::from_str(&first.output).unwrap_or_default();
+                let message = format!("there? ({made})");
+                call(SPEAK_TO_AGENT, json!({"agent_id": worker["agent_id"], "message": message}))
+            }
+            ReasoningRequest::NextAction { .. } => finish("reported at once"),
+            ReasoningRequest::Answer { .. } => ScriptedAnswer::Reply("here".into()),
+            _ => ScriptedAnswer::Fallback,
+        }
+    };
+    let (team, _workspace) = start(script).await;
+    team.submit(Task::goal("speak", "speak to workers")).await.unwrap();
+    close(team, "speak").await;
+    let timed = std::mem::take(&mut *timed.lock().unwrap());
+    timed.samples
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {

@@ -90,6 +90,7 @@ pub(super) fn agent_record(name: &str, v: u64) -> AgentRecord {
         processed: Vec::new(),
         behavior: json!({"version": v, "notes": ["a", "é"], "deep": {"x": null}}),
         audit_head: None,
+        parts: None,
     }
 }
 

@@ -218,6 +218,7 @@ async fn values_too_large_for_a_message_are_refused_and_change_nothing() {
         processed: Vec::new(),
         behavior: json!({}),
         audit_head: None,
+        parts: None,
     };
     state.save_agent(&record).await.unwrap();
     let bloated = AgentRecord { behavior: json!({ "notes": huge.clone() }), ..record.clone() };

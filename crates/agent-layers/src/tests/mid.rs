@@ -644,3 +644,31 @@ async fn without_acceptance_arbitration_the_lead_does_not_judge_results() {
         w.received(&addr("top-a"), MessageKind::ProgressReport).await;
     assert_eq!(reports[0].status, ProgressStatus::Completed);
 }
+
+/// A lead's saved state lists only the executors that are not in their first state, by id (not
+/// every subordinate); a state saved before, which listed every executor, still restores.
+#[test]
+fn a_lead_saves_only_the_executors_whose_state_changed() {
+    let tools: Arc<[String]> = ["write_file".to_owned()].into();
+    let new_lead = || {
+        MidAgent::new(
+            MidSpec { domain: "docs".into(), max_subordinates: 4 },
+            vec![(id("bottom-1"), tools.clone()), (id("bottom-2"), tools.clone())],
+            vec![id("top-a")],
+            vec![],
+        )
+    };
+    let mut lead = new_lead();
+    let listed = json!({ "work": {}, "executors": [
+        { "id": "bottom-1", "tools": ["write_file"], "failed": true, "failures": 2, "dismissed": false },
+        { "id": "bottom-2", "tools": ["write_file"], "failed": false, "failures": 0, "dismissed": false },
+    ]});
+    AgentBehavior::restore(&mut lead, listed).unwrap();
+    let saved = AgentBehavior::snapshot(&lead);
+    let bottom_1 = json!({ "failed": true, "failures": 2, "dismissed": false });
+    assert_eq!(saved["executors"], json!({ "bottom-1": bottom_1 }));
+
+    let mut again = new_lead();
+    AgentBehavior::restore(&mut again, saved.clone()).unwrap();
+    assert_eq!(AgentBehavior::snapshot(&again), saved);
+}
