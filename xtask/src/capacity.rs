@@ -326,8 +326,11 @@ pub(crate) fn markdown(report: &Report) -> String {
         let _ = writeln!(out, "| {} |", row.join(" | "));
     }
     if let Some(messages) = report.messages {
-        let _ =
-            writeln!(out, "\nOne task is {messages} messages between the agents on both sides.");
+        let _ = writeln!(
+            out,
+            "\nAutoGen's agents send {messages} messages per task (the flow below, read from the \
+             layers' code; Strata's own count per task, from a run's audit, is not checked here)."
+        );
     }
     let _ = writeln!(out, "\n![Tasks per second against concurrent tasks]({PLOT})\n");
     out.push_str(NOTES);
@@ -349,10 +352,13 @@ const NOTES: &str = "\
   peak RSS is the process's `VmHWM`, each N in a fresh process; store per task is the run
   directory's growth divided by N.
 - **AutoGen**: `SingleThreadedAgentRuntime` with nine `RoutedAgent`s of the same names,
-  exchanging the same messages for each task (proposal, signatures, assignments, results and
-  reports, in the same order and waves) and doing the same work in the executors (the same
-  two files written, the same shell command run as a subprocess, the directory listed). Its
-  messages are Python dataclasses in memory.
+  exchanging the messages of the hello team's flow for each task (the task, two signature
+  requests and answers, a work package per lead and wave, a step to each executor and its
+  result, a report per lead, the closing report: 18) and doing the same work in the
+  executors (the same two files written, the same shell command run as a subprocess, the
+  directory listed). Its messages are Python dataclasses in memory. The flow is read from
+  the layers' code; Strata may send a few more per task (progress notes, peer
+  coordination between leads, heartbeat acknowledgements), not counted here.
 - **Not comparable**: AutoGen keeps nothing: no durable inbox, no audit log, no saved agent
   state, no signature records, no sandbox, so a crash loses everything, where Strata's run
   resumes from its store. Strata's figures include that storage (synced writes) and its
@@ -416,7 +422,7 @@ mod tests {
         assert!(table.contains("600.0 ms / 1.50 s"), "{table}");
         assert!(table.contains("25 MiB / 40 MiB"), "{table}");
         assert!(table.contains("2.0 KiB"), "{table}");
-        assert!(markdown(&report).contains("One task is 18 messages"));
+        assert!(markdown(&report).contains("send 18 messages per task"));
     }
 
     #[test]
