@@ -19,7 +19,7 @@ use tokio::sync::Notify;
 /// them have mail: nothing lists the inboxes. An agent is queued at most once until the next
 /// drain, so the queue holds at most one entry per agent, and the driver is signalled at most
 /// once between two drains: a storm of mail signals it once. An agent the scheduler queued
-/// again without a signal ([`requeue`](Self::requeue): its lock was held, its allowance spent)
+/// again without a signal (its lock was held, its allowance spent)
 /// is still signalled for by the next delivery to it, so that delivery is never left waiting
 /// for the heartbeat.
 ///
@@ -65,7 +65,7 @@ impl ReadyQueue {
 
     /// Makes `agent` runnable and signals the driver, unless the driver has been signalled
     /// since its last drain already (it will drain this agent too). An agent that is queued
-    /// without a signal ([`requeue`](Self::requeue)) gets one now.
+    /// without a signal (by the scheduler) gets one now.
     pub fn push(&self, agent: &AgentId) {
         let signal = {
             let mut ready = self.lock();
