@@ -155,7 +155,7 @@ pub(crate) fn read_figures(dir: &Path) -> anyhow::Result<Vec<Figure>> {
     Ok(figures)
 }
 
-fn parse_figure(figure: &Value) -> Option<Figure> {
+pub(crate) fn parse_figure(figure: &Value) -> Option<Figure> {
     let object = figure.as_object()?;
     let id = object.get("id")?.as_str()?.to_owned();
     let values =

@@ -1,4 +1,4 @@
-//! Strata's task runner: `cargo xtask ci | coverage | bench [--peers | --models | --eval] [--quick] | fuzz | torture |
+//! Strata's task runner: `cargo xtask ci | coverage | bench [--peers | --capacity | --models | --eval] [--quick] | fuzz | torture |
 //! simulate | chaos | publish-check | long-fns | help`.
 //!
 //! `cargo xtask ci` is the single entry point that does exactly what CI does: its setup step
@@ -8,6 +8,7 @@
 #![allow(clippy::print_stdout, clippy::print_stderr, reason = "xtask is a command-line tool")]
 
 mod bench;
+mod capacity;
 mod chaos;
 mod ci;
 mod coverage;
@@ -69,6 +70,13 @@ commands:
                   PyPI into target/peers/venv) on the same workloads, print the table
                   with ratios, write the plots in docs/bench/ and BENCHMARKS.md
                   (--quick: the smaller sizes only, printed, nothing written)
+  bench --capacity [--quick]
+                  team capacity: 1, 10, 100 and 1 000 concurrent tasks of the hello
+                  example in one durable run (tasks/s, p50/p99 latency, peak RSS, store
+                  per task), against autogen-core agents exchanging the same messages
+                  (from PyPI into target/peers/venv); prints the table with the ratio,
+                  writes docs/bench/capacity-throughput.svg and BENCHMARKS.md
+                  (--quick: 1 and 10 tasks, printed, nothing written)
   fuzz [--seconds N]
                   build the fuzz targets (fuzz/, needs cargo-fuzz) and run each for N
                   seconds from its seeds (default 60; CI runs 10)
@@ -125,6 +133,10 @@ fn main() -> ExitCode {
         ["bench", "--peers"] => peers::run(&root, false),
         ["bench", "--peers", "--quick"] | ["bench", "--quick", "--peers"] => {
             peers::run(&root, true)
+        }
+        ["bench", "--capacity"] => capacity::run(&root, false),
+        ["bench", "--capacity", "--quick"] | ["bench", "--quick", "--capacity"] => {
+            capacity::run(&root, true)
         }
         ["long-fns"] => long_fns::run(&root),
         ["fuzz"] => fuzz::run(&root, 60),

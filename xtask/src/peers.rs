@@ -120,7 +120,7 @@ impl Runtime {
     }
 
     /// The plots' colour of the runtime's series.
-    fn color(self) -> plotters::style::RGBColor {
+    pub(crate) fn color(self) -> plotters::style::RGBColor {
         match self {
             Runtime::Strata => plotters::style::RGBColor(31, 119, 180),
             Runtime::Ractor => plotters::style::RGBColor(214, 39, 40),
@@ -369,7 +369,7 @@ fn autogen(root: &Path, target: &Path, quick: bool) -> Result<(AutoGen, Vec<Meas
 
 /// The virtual environment's Python, with autogen-core [`AUTOGEN_VERSION`] installed: makes
 /// the environment if it does not exist and runs pip if the version is not there.
-fn install_autogen(venv: &Path) -> anyhow::Result<PathBuf> {
+pub(crate) fn install_autogen(venv: &Path) -> anyhow::Result<PathBuf> {
     let python = venv.join("bin").join("python");
     if !python.is_file() {
         let base = std::env::var("STRATA_PEERS_PYTHON").unwrap_or_else(|_| PYTHON.to_owned());
@@ -430,7 +430,7 @@ pub(crate) fn tail(text: &str, lines: usize) -> String {
 
 /// Prints the command, runs it with stderr on the terminal, and returns its stdout; stops it
 /// past `timeout`.
-fn run_with_timeout(command: &mut Command, timeout: Duration) -> anyhow::Result<String> {
+pub(crate) fn run_with_timeout(command: &mut Command, timeout: Duration) -> anyhow::Result<String> {
     let shown = show(command);
     println!("$ {shown}");
     let mut child = command
@@ -477,7 +477,7 @@ pub(crate) fn lock_version(lock: &str, package: &str) -> Option<String> {
 
 /// The machine and toolchain, for the report: what is unknown says so. `load` is the load
 /// average when the run started.
-fn machine(root: &Path, load: Option<f64>) -> Vec<(String, String)> {
+pub(crate) fn machine(root: &Path, load: Option<f64>) -> Vec<(String, String)> {
     let file = |path: &str| std::fs::read_to_string(path).unwrap_or_default();
     let cores = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
     let cpu = cpu_model(&file("/proc/cpuinfo")).unwrap_or_else(|| "unknown CPU".to_owned());
@@ -852,19 +852,30 @@ AutoGen repeats its throughput three times, once at 10 000 agents (a million mes
   here.
 ";
 
-/// `BENCHMARKS.md` with `section` between the markers: replaced when they are there, appended
-/// when the file has none, and a new file with a heading when there is no file.
+/// `BENCHMARKS.md` with `section` between the peers markers ([`update_section`]).
 pub(crate) fn update_document(existing: Option<&str>, section: &str) -> String {
-    let block = format!("{BEGIN}\n\n{}\n{END}\n", section.trim_end());
+    update_section(existing, (BEGIN, END), section, "cargo xtask bench --peers")
+}
+
+/// `BENCHMARKS.md` with `section` between the `markers` (begin, end): replaced when they are
+/// there, appended when the file has none, and a new file with a heading (naming `command`,
+/// which writes the section) when there is no file.
+pub(crate) fn update_section(
+    existing: Option<&str>,
+    (begin_marker, end_marker): (&str, &str),
+    section: &str,
+    command: &str,
+) -> String {
+    let block = format!("{begin_marker}\n\n{}\n{end_marker}\n", section.trim_end());
     let Some(existing) = existing else {
         return format!(
-            "# Benchmarks\n\nFigures measured by `cargo xtask bench --peers`; everything between the \
+            "# Benchmarks\n\nFigures measured by `{command}`; everything between the \
              markers below is written by that command.\n\n{block}"
         );
     };
-    match (existing.find(BEGIN), existing.find(END)) {
+    match (existing.find(begin_marker), existing.find(end_marker)) {
         (Some(begin), Some(end)) if begin < end => {
-            let after = &existing[end + END.len()..];
+            let after = &existing[end + end_marker.len()..];
             format!("{}{block}{}", &existing[..begin], after.strip_prefix('\n').unwrap_or(after))
         }
         _ => format!("{}\n\n{block}", existing.trim_end()),
@@ -883,14 +894,20 @@ pub(crate) fn plots(report: &Report) -> anyhow::Result<Vec<(&'static str, String
     Ok(out)
 }
 
-/// A line of a plot: a runtime's figures, as (agents, value) points.
-type Line = (Runtime, Vec<(f64, f64)>);
+/// A line of a plot: its name in the legend, its colour, and its (x, y) points.
+pub(crate) type Line = (&'static str, plotters::style::RGBColor, Vec<(f64, f64)>);
+
+/// The axes of a plot: the x axis's and the y axis's descriptions, and whether the y axis is
+/// logarithmic (rates) or linear from zero (sizes).
+pub(crate) struct Axes<'a> {
+    pub(crate) x: &'a str,
+    pub(crate) y: &'a str,
+    pub(crate) log_y: bool,
+}
 
 /// One workload's figures against the agent count, a line per runtime, log-log for rates and
 /// log-linear for memory.
 fn plot(report: &Report, workload: Workload, title: &str) -> anyhow::Result<String> {
-    use plotters::prelude::*;
-
     let series: Vec<Line> = Runtime::ALL
         .into_iter()
         .map(|runtime| {
@@ -900,19 +917,10 @@ fn plot(report: &Report, workload: Workload, title: &str) -> anyhow::Result<Stri
                 .filter(|m| m.runtime == runtime && m.workload == workload && m.value > 0.0)
                 .map(|m| (m.agents as f64, m.value))
                 .collect();
-            (runtime, points)
+            (runtime.name(), runtime.color(), points)
         })
         .collect();
-    let all = || series.iter().flat_map(|(_, points)| points.iter());
-    let (Some(x_min), Some(x_max)) =
-        (all().map(|p| p.0).min_by(f64::total_cmp), all().map(|p| p.0).max_by(f64::total_cmp))
-    else {
-        bail!("no figures to plot");
-    };
-    let (y_min, y_max) =
-        (all().map(|p| p.1).fold(f64::INFINITY, f64::min), all().map(|p| p.1).fold(0.0, f64::max));
-    let x_range = (x_min / 1.5)..(x_max * 1.5);
-    let y_desc = match workload {
+    let y = match workload {
         Workload::Throughput => "messages per second",
         Workload::Create => "agents created per second",
         Workload::Memory => "bytes per agent",
@@ -922,7 +930,23 @@ fn plot(report: &Report, workload: Workload, title: &str) -> anyhow::Result<Stri
     if let AutoGen::Missing { .. } = report.autogen {
         caption.push_str(" (AutoGen missing)");
     }
+    let axes = Axes { x: "agents", y, log_y: workload.higher_is_better() };
+    line_plot(&caption, &axes, &series)
+}
 
+/// An SVG plot titled `caption` of `series` on `axes`, the x axis logarithmic.
+pub(crate) fn line_plot(caption: &str, axes: &Axes<'_>, series: &[Line]) -> anyhow::Result<String> {
+    use plotters::prelude::*;
+
+    let all = || series.iter().flat_map(|(_, _, points)| points.iter());
+    let (Some(x_min), Some(x_max)) =
+        (all().map(|p| p.0).min_by(f64::total_cmp), all().map(|p| p.0).max_by(f64::total_cmp))
+    else {
+        bail!("no figures to plot");
+    };
+    let (y_min, y_max) =
+        (all().map(|p| p.1).fold(f64::INFINITY, f64::min), all().map(|p| p.1).fold(0.0, f64::max));
+    let x_range = (x_min / 1.5)..(x_max * 1.5);
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (860, 520)).into_drawing_area();
@@ -934,28 +958,28 @@ fn plot(report: &Report, workload: Workload, title: &str) -> anyhow::Result<Stri
             .x_label_area_size(48)
             .y_label_area_size(84);
         // The same chart on two kinds of y axis, which are different types.
-        if workload.higher_is_better() {
+        if axes.log_y {
             // Room above the highest line for the legend.
             let y_range = (y_min / 3.0)..(y_max * 10.0);
             let chart = builder.build_cartesian_2d(x_range.log_scale(), y_range.log_scale())?;
-            draw_chart(chart, y_desc, &series)?;
+            draw_chart(chart, axes, series)?;
         } else {
             let chart = builder.build_cartesian_2d(x_range.log_scale(), 0.0..(y_max * 1.4))?;
-            draw_chart(chart, y_desc, &series)?;
+            draw_chart(chart, axes, series)?;
         }
         root.present()?;
     }
     Ok(svg)
 }
 
-/// Draws the mesh, a line with its points per runtime in `series`, and the legend on `chart`.
+/// Draws the mesh, a line with its points per entry of `series`, and the legend on `chart`.
 fn draw_chart<'a, X, Y>(
     mut chart: plotters::chart::ChartContext<
         'a,
         plotters::backend::SVGBackend<'a>,
         plotters::coord::cartesian::Cartesian2d<X, Y>,
     >,
-    y_desc: &str,
+    axes: &Axes<'_>,
     series: &[Line],
 ) -> anyhow::Result<()>
 where
@@ -968,20 +992,20 @@ where
 
     chart
         .configure_mesh()
-        .x_desc("agents")
-        .y_desc(y_desc)
+        .x_desc(axes.x)
+        .y_desc(axes.y)
         .x_label_formatter(&|x| axis_label(*x))
         .y_label_formatter(&|y| axis_label(*y))
         .label_style(("sans-serif", 14))
         .draw()?;
-    for (runtime, points) in series {
+    for (name, color, points) in series {
         if points.is_empty() {
             continue;
         }
-        let color = runtime.color();
+        let color = *color;
         chart
             .draw_series(LineSeries::new(points.iter().copied(), color.stroke_width(2)))?
-            .label(runtime.name())
+            .label(*name)
             .legend(move |(x, y)| {
                 PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
             });
@@ -997,6 +1021,6 @@ where
     Ok(())
 }
 
-fn read(path: &Path) -> anyhow::Result<String> {
+pub(crate) fn read(path: &Path) -> anyhow::Result<String> {
     std::fs::read_to_string(path).with_context(|| format!("could not read {}", path.display()))
 }

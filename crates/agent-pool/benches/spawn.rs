@@ -26,7 +26,9 @@
 //!   [`SPEAK_AFTER`] earlier calls are timed. Flat means a turn's cost does not grow with
 //!   the loop's history (its saved state, its journal).
 //!
-//! The heartbeat is an hour away, so every turn is a wake-up on mail, never a heartbeat. `main`
+//! The heartbeat is an hour away, so every turn is a wake-up on mail, never a heartbeat: a
+//! lost wake-up stalls a run, which then panics after [`PATIENCE`] with what every agent is
+//! doing (status, a turn in progress, a failed turn's retry, the mail in its inbox). `main`
 //! prints the figures and, under `cargo bench`, writes them to
 //! `<target>/strata-bench/spawn_agent.json` and `speak_round_trip.json`, where `cargo xtask
 //! bench` picks them up. `--quick` (what `cargo xtask bench --quick` passes) runs fewer
@@ -309,9 +311,33 @@ async fn start(
     (team, workspace)
 }
 
+/// What every agent of a stalled run is doing, for the panic that ends the bench: its status
+/// (or that a turn holds it), the heartbeat a failed turn's retry waits for, its current work
+/// and the mail waiting in its inbox.
+async fn stalled(team: &Team) -> String {
+    let bus = &team.services().bus;
+    let mut lines = vec![format!("heartbeats run: {}; the agents:", team.pool().cycles())];
+    for slot in team.pool().all() {
+        let mail = bus.pending(&agent_state::Address::Agent(slot.id().clone())).await;
+        let state = match slot.agent().try_lock() {
+            Ok(agent) => format!(
+                "{:?}, retry due {:?}, work {:?}",
+                agent.status(),
+                agent.retry_due(),
+                agent.current_work()
+            ),
+            Err(_) => "in a turn".to_owned(),
+        };
+        lines.push(format!("  {}: {state}, mail {mail:?}", slot.id()));
+    }
+    lines.join("\n")
+}
+
 /// Waits for the task to close (checking the run did what it should), and shuts the team down.
 async fn close(team: Team, task: &str) {
-    let outcome = tokio::time::timeout(PATIENCE, team.wait(task)).await.expect("the task closes");
+    let Ok(outcome) = tokio::time::timeout(PATIENCE, team.wait(task)).await else {
+        panic!("the task did not close; {}", stalled(&team).await);
+    };
     assert!(matches!(outcome, TaskOutcome::Succeeded { .. }), "{outcome:?}");
     team.shutdown().await.unwrap();
 }
@@ -371,7 +397,10 @@ async fn spawn_run(size: Size) -> (Duration, Duration) {
     let (team, _workspace) = start(script).await;
     let submitted = Instant::now();
     team.submit(Task::goal("spawn", "spawn workers")).await.unwrap();
-    tokio::time::timeout(PATIENCE, done.notified()).await.expect("every spawn returns");
+    if tokio::time::timeout(PATIENCE, done.notified()).await.is_err() {
+        let returned = spawns.lock().unwrap().returned;
+        panic!("{returned} of {target} spawns returned; {}", stalled(&team).await);
+    }
     let elapsed = {
         let spawns = spawns.lock().unwrap();
         assert!(spawns.refused.is_empty(), "spawns refused: {:?}", spawns.refused);

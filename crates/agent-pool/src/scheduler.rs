@@ -31,6 +31,10 @@ pub const WAKE_BURST: u32 = 256;
 /// `1 / WAKE_RATE` seconds, and is then taken.
 pub const WAKE_RATE: f64 = 20_000.0;
 
+/// How soon an agent with mail whose lock someone else held (a status read, a summary) is
+/// looked at again: the driver wakes then, whether or not more mail arrives.
+const CONTENDED_RETRY: std::time::Duration = std::time::Duration::from_millis(1);
+
 /// One agent's allowance of wake-up turns: a token bucket of [`WAKE_BURST`] turns refilled
 /// at [`WAKE_RATE`] per second.
 #[derive(Clone, Copy, Debug)]
@@ -431,9 +435,10 @@ impl HeartbeatScheduler {
                 count_sweep(sweep(&slot, &agent, number), report);
                 continue;
             }
-            if due && let Some(ready) = &self.ready {
-                // Its mail is looked at again in the next wake.
-                ready.requeue(slot.id());
+            if due && self.ready.is_some() {
+                // Its mail is looked at again in a wake shortly.
+                self.requeue(slot.id());
+                self.retry_soon(tokio::time::Instant::now());
             }
             slot.count_missed(number);
             let why = "cannot answer: another task holds it";
@@ -536,8 +541,10 @@ impl HeartbeatScheduler {
         }
         let Some(slot) = self.pool.get(&id) else { return false };
         let Ok(guard) = slot.agent().try_lock_owned() else {
-            // Someone else is acting as it: looked at again in the next wake.
+            // Someone else is acting as it: looked at again in a wake shortly (nothing else
+            // may wake the driver before the heartbeat).
             self.requeue(&id);
+            self.retry_soon(now);
             return false;
         };
         if guard.waits_for_retry(self.number) {
@@ -596,7 +603,14 @@ impl HeartbeatScheduler {
         }
     }
 
-    /// When an agent that used up its wake-up allowance may take its mail, if one is waiting.
+    /// Asks for a wake [`CONTENDED_RETRY`] after `now` (or sooner, if one is due sooner).
+    fn retry_soon(&mut self, now: tokio::time::Instant) {
+        let due = now + CONTENDED_RETRY;
+        self.next_wake = Some(self.next_wake.map_or(due, |next| next.min(due)));
+    }
+
+    /// When the driver should wake without a signal: an agent that used up its wake-up
+    /// allowance may take its mail, or one whose lock was held is looked at again.
     pub fn next_wake(&self) -> Option<tokio::time::Instant> {
         self.next_wake
     }

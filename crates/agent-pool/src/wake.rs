@@ -17,8 +17,11 @@ use tokio::sync::Notify;
 /// turn for exactly those agents, in the order they became ready. A delivery costs one hash
 /// lookup here and one in the scheduler, however many agents the team has and however many of
 /// them have mail: nothing lists the inboxes. An agent is queued at most once until the next
-/// drain, so the queue holds at most one entry per agent and a storm of mail to one agent
-/// signals the driver once.
+/// drain, so the queue holds at most one entry per agent, and the driver is signalled at most
+/// once between two drains: a storm of mail signals it once. An agent the scheduler queued
+/// again without a signal (its lock was held, its allowance spent)
+/// is still signalled for by the next delivery to it, so that delivery is never left waiting
+/// for the heartbeat.
 ///
 /// Mail the queue cannot name (delivered by another process and seen on the server, a
 /// broadcast) asks for a [`rescan`](Self::rescan): the next wake lists the inboxes with mail
@@ -50,6 +53,8 @@ struct Ready {
     queued: HashSet<AgentId>,
     /// Mail arrived that the queue cannot name: list the inboxes with mail.
     rescan: bool,
+    /// The driver was signalled since the last drain (a push need not signal it again).
+    signalled: bool,
 }
 
 impl ReadyQueue {
@@ -58,10 +63,16 @@ impl ReadyQueue {
         Self::default()
     }
 
-    /// Makes `agent` runnable and signals the driver; nothing if it is queued already (the
-    /// driver has been signalled and has not drained it yet).
+    /// Makes `agent` runnable and signals the driver, unless the driver has been signalled
+    /// since its last drain already (it will drain this agent too). An agent that is queued
+    /// without a signal (by the scheduler) gets one now.
     pub fn push(&self, agent: &AgentId) {
-        if self.enqueue(agent) {
+        let signal = {
+            let mut ready = self.lock();
+            ready.enqueue(agent);
+            !std::mem::replace(&mut ready.signalled, true)
+        };
+        if signal {
             self.signal.notify_one();
         }
     }
@@ -97,7 +108,7 @@ impl ReadyQueue {
     /// Queues `agent` again without a signal: it is looked at in the driver's next wake (a
     /// turn ended, another delivery, the timer of a spent allowance).
     pub(crate) fn requeue(&self, agent: &AgentId) {
-        self.enqueue(agent);
+        self.lock().enqueue(agent);
     }
 
     /// Moves the queued agents, in order, to the end of `into`; `true` if a rescan was asked.
@@ -109,23 +120,22 @@ impl ReadyQueue {
             ready.queued.remove(agent);
         }
         into.append(&mut ready.order);
+        ready.signalled = false;
         std::mem::take(&mut ready.rescan)
-    }
-
-    /// Queues `agent` unless it is queued; `true` if it was not.
-    fn enqueue(&self, agent: &AgentId) -> bool {
-        let mut ready = self.lock();
-        if ready.queued.contains(agent) {
-            return false;
-        }
-        ready.queued.insert(agent.clone());
-        ready.order.push(agent.clone());
-        true
     }
 
     fn lock(&self) -> MutexGuard<'_, Ready> {
         // Every critical section leaves the queue consistent before anything can panic.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Ready {
+    /// Queues `agent` unless it is queued.
+    fn enqueue(&mut self, agent: &AgentId) {
+        if self.queued.insert(agent.clone()) {
+            self.order.push(agent.clone());
+        }
     }
 }
 
@@ -327,6 +337,43 @@ mod tests {
         bus.send(all).await.unwrap();
         assert_eq!(drained(&ready), (Vec::new(), true));
         assert_eq!(drained(&ready), (Vec::new(), false), "a rescan is asked once");
+    }
+
+    /// Whether the driver has a signal waiting (a permit kept for its next wait).
+    async fn signalled(ready: &ReadyQueue) -> bool {
+        tokio::select! {
+            biased;
+            () = ready.notified() => true,
+            () = std::future::ready(()) => false,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_storm_of_mail_signals_the_driver_once_until_it_drains() {
+        let (bus, ready) = bus_of(&["a", "b"]).await;
+        for (n, to) in ["a", "b", "a"].into_iter().enumerate() {
+            bus.send(note(n as u128, AgentId::new(to))).await.unwrap();
+        }
+        assert!(signalled(&ready).await);
+        assert!(!signalled(&ready).await, "one signal for the three deliveries");
+        drained(&ready);
+        bus.send(note(9, AgentId::new("a"))).await.unwrap();
+        assert!(signalled(&ready).await, "drained: the next delivery signals again");
+    }
+
+    /// Regression (issue #36, the spawn bench that waited out its limit): an agent the
+    /// scheduler queued again without a signal (its lock was held when the driver looked)
+    /// was already queued when its next mail arrived, so that delivery did not signal the
+    /// driver either, and the mail waited for the heartbeat (an hour, in the bench).
+    #[tokio::test]
+    async fn a_delivery_to_an_agent_queued_again_without_a_signal_signals_the_driver() {
+        let (bus, ready) = bus_of(&["a"]).await;
+        let a = AgentId::new("a");
+        ready.requeue(&a);
+        assert!(!signalled(&ready).await, "a requeue does not signal");
+        bus.send(note(1, &a)).await.unwrap();
+        assert!(signalled(&ready).await, "the delivery signals");
+        assert_eq!(drained(&ready), (vec![a], false), "queued once");
     }
 
     #[tokio::test]

@@ -36,6 +36,33 @@ async fn a_task_moves_at_the_speed_of_its_work_not_of_the_heartbeat() {
     team.shutdown().await.unwrap();
 }
 
+/// Regression (issue #36): mail that reaches an agent while someone else holds its lock (a
+/// status read, a summary) is taken once the lock is free, not at the next heartbeat. The
+/// driver found the agent held and queued it again without a signal, and nothing woke the
+/// driver before the heartbeat (an hour here): the task never closed. (Real time, as above;
+/// the minute is a hang guard.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mail_to_an_agent_whose_lock_was_held_is_taken_once_it_is_free() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = standard_team();
+    spec.heartbeat = Duration::from_secs(3600);
+    let team = Team::start(spec, services(dir.path())).await.unwrap();
+    let proposer = team.pool().get(&AgentId::new("top-a")).unwrap();
+
+    let held = proposer.agent().lock().await;
+    team.submit(hello_task("task-1")).await.unwrap();
+    // The driver wakes for the task and finds the proposer held.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    drop(held);
+
+    let outcome = tokio::time::timeout(Duration::from_secs(60), team.wait("task-1"))
+        .await
+        .expect("the task's mail waited for the next heartbeat (an hour away)");
+    assert!(matches!(outcome, TaskOutcome::Succeeded { .. }), "{outcome:?}");
+    assert_eq!(team.pool().cycles(), 1, "only the first heartbeat ran");
+    team.shutdown().await.unwrap();
+}
+
 /// Idle agents still answer every cycle and cost nothing; a heartbeat still runs after wakes.
 #[tokio::test(start_paused = true)]
 async fn heartbeats_keep_counting_cycles_with_wake_on_work() {
