@@ -118,7 +118,10 @@ fn measure(tasks: usize) -> Value {
 /// The run: the time to the last outcome, each task's latency in ms, the store's growth.
 async fn run(data: &Path, tasks: usize) -> (Duration, Vec<f64>, u64) {
     let hello = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/hello");
-    let options = StartOptions { run_id: Some("capacity".into()), ..StartOptions::new(data) };
+    let options = StartOptions {
+        run_id: Some("capacity".parse().expect("a valid run id")),
+        ..StartOptions::new(data)
+    };
     let prepared =
         Prepared::from_files(Some(&hello.join("team.toml")), &hello.join("plan.toml"), &options)
             .await
