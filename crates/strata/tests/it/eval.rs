@@ -184,6 +184,14 @@ async fn a_suite_on_the_scripted_model_passes_fails_its_check_loops_and_blows_it
     }
     let row = rows.iter().find(|r| *r.id == *info.eval_id).unwrap();
     assert_eq!((row.status, row.task.as_str()), ("finished", "(eval)"));
+    // And the dashboard lists them as the runs they are.
+    let watches = strata::dashboard::Watches::new(Arc::new(strata::dashboard::EventLines));
+    let dashboard = Arc::new(strata::dashboard::Dashboard::new(data.path().into(), None, watches));
+    let listed = dashboard.runs().await.unwrap();
+    for attempt in &info.attempts {
+        let id = attempt.run_id.as_deref().unwrap();
+        assert!(listed.iter().any(|r| r["id"] == id), "{id} is not on the dashboard: {listed:?}");
+    }
 
     let report = &evaluated.report;
     assert_eq!((report.total.attempts, report.total.passed), (4, 1));
