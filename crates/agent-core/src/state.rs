@@ -1,8 +1,8 @@
 //! What an agent keeps across a restart: its metrics, retry count, processed message ids and its
 //! layer's own state; the results of side-effecting tool calls; and closed tasks' outcomes.
 //!
-//! A store that [keeps parts](StateStore::keeps_parts) (in memory, sled) is handed a layer's
-//! state as what changed since the agent's last save ([`AgentRecord::parts`], see
+//! A store that [keeps parts](StateStore::keeps_parts) (sled; in memory when asked) is handed
+//! a layer's state as what changed since the agent's last save ([`AgentRecord::parts`], see
 //! [`parts`](crate::parts)), so a record does not grow with the agent's subordinates, results
 //! or tool calls, and what did not change is not written again.
 
@@ -210,10 +210,14 @@ pub trait StateStore: Send + Sync + 'static {
     async fn blob(&self, hash: &str) -> Result<Option<Vec<u8>>, BackendError>;
 }
 
-/// A state store in memory.
+/// A state store in memory. It keeps each record whole, as saved: cutting a layer's state
+/// into parts (see [`crate::parts`]) saves writes to a disk, and in memory it only costs the
+/// hashing ([`keeping_parts`](Self::keeping_parts) makes one that keeps parts, as the sled
+/// store does).
 #[derive(Debug, Default)]
 pub struct InMemoryStateStore {
     inner: Mutex<Inner>,
+    keep_parts: bool,
 }
 
 #[derive(Debug, Default)]
@@ -227,9 +231,15 @@ struct Inner {
 }
 
 impl InMemoryStateStore {
-    /// An empty store.
+    /// An empty store that keeps records whole.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty store that keeps a layer's state in parts and is handed only what changed,
+    /// as the sled store is.
+    pub fn keeping_parts() -> Self {
+        Self { keep_parts: true, ..Self::default() }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -256,7 +266,7 @@ impl StateStore for InMemoryStateStore {
     }
 
     fn keeps_parts(&self) -> bool {
-        true
+        self.keep_parts
     }
 
     async fn agents(&self) -> Result<Vec<AgentRecord>, BackendError> {
