@@ -1115,8 +1115,7 @@ impl Agent {
         let bus = self.ctx.deps.bus.clone();
         let taken = bus.take(&inbox, MAX_MESSAGES_PER_HEARTBEAT).await?;
         // A message processed before a crash, but not acknowledged, comes again: skip it.
-        let (seen, messages): (Vec<Message>, Vec<Message>) =
-            taken.into_iter().partition(|m| self.ctx.processed.contains(&m.id));
+        let (seen, messages) = split_processed(&self.ctx.processed, taken);
         if !seen.is_empty() {
             let ids: Vec<MessageId> = seen.iter().map(|m| m.id).collect();
             tracing::debug!(agent = %self.id(), count = ids.len(), "skipping messages processed before a restart");
@@ -1424,8 +1423,7 @@ impl Agent {
         // The mail held while it was failed comes first, then this batch, in order.
         bus.release(&inbox).await?;
         let taken = bus.take(&inbox, MAX_MESSAGES_PER_HEARTBEAT).await?;
-        let (seen, messages): (Vec<Message>, Vec<Message>) =
-            taken.into_iter().partition(|m| self.ctx.processed.contains(&m.id));
+        let (seen, messages) = split_processed(&self.ctx.processed, taken);
         if !seen.is_empty() {
             let ids: Vec<MessageId> = seen.iter().map(|m| m.id).collect();
             bus.ack(&inbox, &ids).await?;
@@ -1668,6 +1666,23 @@ impl Agent {
     }
 }
 
+/// Splits `taken` into the messages among `processed` (processed before a crash, not yet
+/// acknowledged) and the rest, each in order. `processed` holds the last turn's ids (up to
+/// [`MAX_MESSAGES_PER_HEARTBEAT`]): looked up in a set when it is long, so a full turn costs
+/// time in its messages, not in their square.
+fn split_processed(processed: &[MessageId], taken: Vec<Message>) -> (Vec<Message>, Vec<Message>) {
+    /// Up to this many ids, a scan is cheaper than building a set.
+    const SCAN: usize = 8;
+    if processed.is_empty() {
+        return (Vec::new(), taken);
+    }
+    if processed.len() <= SCAN {
+        return taken.into_iter().partition(|m| processed.contains(&m.id));
+    }
+    let set: std::collections::HashSet<&MessageId> = processed.iter().collect();
+    taken.into_iter().partition(|m| set.contains(&m.id))
+}
+
 /// Whether `error` comes from a run store that refused a sync (`run_store::StoreFailed`): it
 /// refuses every later write, so waiting for it is waiting forever.
 fn store_refuses_writes(error: &agent_state::BackendError) -> bool {
@@ -1761,5 +1776,38 @@ impl Agent {
         }
         let reason = format!("panicked: {panic}");
         self.fail_and_report(&reason, reason.clone(), messages).await
+    }
+}
+
+#[cfg(test)]
+mod split_tests {
+    use super::*;
+
+    fn message(n: u128) -> Message {
+        Message::new(
+            MessageId::from_u128(n),
+            Address::System,
+            &AgentId::new("a"),
+            MessageKind::StatusQuery,
+            serde_json::Value::Null,
+            Timestamp(0),
+        )
+    }
+
+    fn ids(messages: &[Message]) -> Vec<u128> {
+        messages.iter().map(|m| m.id.as_uuid().as_u128()).collect()
+    }
+
+    /// The seen and the new keep their order, whether the last turn's ids are scanned (few)
+    /// or looked up in a set (many).
+    #[test]
+    fn split_processed_keeps_the_order_of_both_sides() {
+        for last_turn in [0_u128, 3, 8, 9, 256] {
+            let processed: Vec<MessageId> = (0..last_turn).map(MessageId::from_u128).collect();
+            let taken: Vec<Message> = (0..300).rev().map(message).collect();
+            let (seen, new) = split_processed(&processed, taken);
+            assert_eq!(ids(&seen), (0..last_turn).rev().collect::<Vec<_>>(), "{last_turn}");
+            assert_eq!(ids(&new), (last_turn..300).rev().collect::<Vec<_>>(), "{last_turn}");
+        }
     }
 }
