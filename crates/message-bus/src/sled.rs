@@ -1,7 +1,6 @@
 //! The sled backend (feature `sled`): the bus's inboxes in a run's database, an in-memory mirror
 //! for reads, and every stored change committed (flushed and `fdatasync`ed) before a call returns.
 
-use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -11,7 +10,7 @@ use agent_state::{
 use async_trait::async_trait;
 use run_store::RunStore;
 
-use crate::inbox::{Target, plan_batch};
+use crate::inbox::{Acked, AgentMap, AgentSet, Target, plan_batch};
 use crate::{DEFAULT_INBOX_CAPACITY, InboxError, MessageBus, RegisterError, SendError};
 
 /// A durable [`MessageBus`] in the sled database of a [`RunStore`].
@@ -115,11 +114,11 @@ pub struct StoredMessage {
 struct State {
     /// Every agent registered or holding messages; unregistered agents keep their inbox with
     /// `registered` off.
-    agents: HashMap<AgentId, Inbox>,
+    agents: AgentMap<Inbox>,
     /// The runtime's inbox, which always exists.
     system: Inbox,
-    /// Agents whose pending queue is not empty (registered or not).
-    with_mail: HashSet<AgentId>,
+    /// Agents with pending messages (registered or not).
+    with_mail: AgentSet,
     /// The sequence number the next send uses.
     next_seq: u64,
     /// The `next_seq` bound stored in the meta tree: sequence numbers below it may be used
@@ -562,45 +561,45 @@ impl MessageBus for SledBus {
         let removed = {
             let mut state = self.lock();
             let queue = state.inbox_mut(inbox)?;
-            let removed = match queue.in_flight_mut() {
-                None => 0,
-                Some(in_flight) => {
-                    let removed = acked(in_flight, ids);
-                    if !removed.is_empty() {
-                        // Kept for `history` first: a crash in between leaves the message in
-                        // its inbox (delivered again) rather than lost from the history.
-                        // One write per record, not sled batches (see `broadcast`).
-                        for &i in &removed {
-                            let entry = &in_flight[i];
-                            let value = agent_state::encode(&entry.message).map_err(|e| {
-                                BackendError::with_source(
-                                    BACKEND,
-                                    format!("cannot encode message {}", entry.message.id),
-                                    e,
-                                )
-                            })?;
-                            self.acked
-                                .insert(message_key(inbox, entry.seq), value)
-                                .map_err(|e| write_failed(Self::ACKED_TREE, e))?;
-                        }
-                        for &i in &removed {
-                            self.messages
-                                .remove(message_key(inbox, in_flight[i].seq))
-                                .map_err(|e| write_failed(Self::MESSAGES_TREE, e))?;
-                        }
-                        let mut index = 0;
-                        let mut next = removed.iter().peekable();
-                        in_flight.retain(|_| {
-                            let remove = next.next_if_eq(&&index).is_some();
-                            index += 1;
-                            !remove
-                        });
-                    }
-                    removed.len()
+            let mut acked = Acked::new(ids);
+            // Positions among the in-flight messages, ascending.
+            let removed: Vec<usize> = queue
+                .in_flight()
+                .enumerate()
+                .filter(|(i, entry)| acked.contains(*i, entry.message.id))
+                .map(|(i, _)| i)
+                .collect();
+            if !removed.is_empty() {
+                let entries = || {
+                    let mut next = removed.iter().peekable();
+                    queue
+                        .in_flight()
+                        .enumerate()
+                        .filter_map(move |(i, entry)| next.next_if_eq(&&i).map(|_| entry))
+                };
+                // Kept for `history` first: a crash in between leaves the message in its inbox
+                // (delivered again) rather than lost from the history. One write per record,
+                // not sled batches (see `broadcast`).
+                for entry in entries() {
+                    let value = agent_state::encode(&entry.message).map_err(|e| {
+                        BackendError::with_source(
+                            BACKEND,
+                            format!("cannot encode message {}", entry.message.id),
+                            e,
+                        )
+                    })?;
+                    self.acked
+                        .insert(message_key(inbox, entry.seq), value)
+                        .map_err(|e| write_failed(Self::ACKED_TREE, e))?;
                 }
-            };
-            queue.tidy();
-            removed
+                for entry in entries() {
+                    self.messages
+                        .remove(message_key(inbox, entry.seq))
+                        .map_err(|e| write_failed(Self::MESSAGES_TREE, e))?;
+                }
+                queue.remove_in_flight(|i, _| removed.binary_search(&i).is_ok());
+            }
+            removed.len()
         };
         // Commit even when nothing was removed: a concurrent ack of the same ids may not have
         // committed yet, and this one's `Ok` promises the messages are gone.
@@ -634,29 +633,6 @@ impl MessageBus for SledBus {
         agents.sort_unstable();
         Ok(agents)
     }
-}
-
-/// The positions in `in_flight` of the messages whose id is in `ids`, ascending.
-///
-/// The common case, acknowledging a batch in the order it was taken, costs one comparison per
-/// message; anything else falls back to a lookup of `ids` (sorted when there are many).
-fn acked(in_flight: &VecDeque<Entry>, ids: &[MessageId]) -> Vec<usize> {
-    let prefix = in_flight.iter().zip(ids).take_while(|(e, id)| e.message.id == **id).count();
-    let mut removed: Vec<usize> = (0..prefix).collect();
-    if prefix < in_flight.len() && !ids.is_empty() {
-        // The bus does not deduplicate, so an id of the prefix may appear again further on.
-        let rest = in_flight.iter().enumerate().skip(prefix);
-        if ids.len() <= 8 {
-            removed.extend(rest.filter(|(_, e)| ids.contains(&e.message.id)).map(|(i, _)| i));
-        } else {
-            let mut sorted = ids.to_vec();
-            sorted.sort_unstable();
-            removed.extend(
-                rest.filter(|(_, e)| sorted.binary_search(&e.message.id).is_ok()).map(|(i, _)| i),
-            );
-        }
-    }
-    removed
 }
 
 /// Reads every stored record into a fresh mirror.
