@@ -87,6 +87,18 @@ impl<T> Inbox<T> {
         self.queue.as_deref().map(|q| q.entries.range(..q.in_flight)).into_iter().flatten()
     }
 
+    /// Every entry, the in-flight ones first (in the order taken), then the pending ones.
+    #[cfg(feature = "sled")]
+    pub(crate) fn entries(&self) -> impl Iterator<Item = &T> {
+        self.queue.as_deref().into_iter().flat_map(|q| q.entries.iter())
+    }
+
+    /// [`entries`](Self::entries), to change them in place.
+    #[cfg(feature = "sled")]
+    pub(crate) fn entries_mut(&mut self) -> impl Iterator<Item = &mut T> {
+        self.queue.as_deref_mut().into_iter().flat_map(|q| q.entries.iter_mut())
+    }
+
     /// Acknowledges `ids`: removes every in-flight entry whose id (`id_of`) is listed; the
     /// others keep their order. Returns how many were removed.
     pub(crate) fn ack(&mut self, ids: &[MessageId], id_of: impl Fn(&T) -> MessageId) -> usize {

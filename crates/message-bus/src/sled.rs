@@ -1,6 +1,7 @@
 //! The sled backend (feature `sled`): the bus's inboxes in a run's database, an in-memory mirror
 //! for reads, and every stored change committed (flushed and `fdatasync`ed) before a call returns.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -20,9 +21,9 @@ use crate::{DEFAULT_INBOX_CAPACITY, InboxError, MessageBus, RegisterError, SendE
 /// [`RunStore::commit`]: it survives a crash of the process and a loss of power (with
 /// [`Durability::Synced`](run_store::Durability::Synced); with `NoSync` a power loss may undo
 /// it). Concurrent calls share one sync, and [`send_many`](MessageBus::send_many) writes its
-/// whole batch under one lock and waits for one commit: with many senders, batching several
-/// messages per call is what lifts the rate (the CPU cost of the calls, not the disk, is the
-/// limit; see `BENCHMARKS.md`). `take` and `release` are not stored: which messages
+/// whole batch under one lock, as one record per inbox it reaches, and waits for one commit:
+/// with many senders, batching several messages per call is what lifts the rate (the CPU cost
+/// of sled's inserts, not the disk, is the limit; see `BENCHMARKS.md`). `take` and `release` are not stored: which messages
 /// are in flight is deliberately forgotten, so after a restart every message that was not
 /// acknowledged is pending again, in the order it was sent, and is delivered again
 /// (at-least-once).
@@ -34,16 +35,23 @@ use crate::{DEFAULT_INBOX_CAPACITY, InboxError, MessageBus, RegisterError, SendE
 /// **Layout.** Three trees of the run's database:
 /// - [`REGISTERED_TREE`](Self::REGISTERED_TREE): one key per registered agent (its id), empty
 ///   values;
-/// - [`MESSAGES_TREE`](Self::MESSAGES_TREE): one record per message in an inbox, keyed by the
-///   inbox's name (an agent id, or `system`), a zero byte, and a big-endian 64-bit sequence
-///   number, so that sled's key order is each inbox's send order; the value is the message in
-///   its versioned envelope ([`agent_state::encode`]). A broadcast stores one copy per inbox,
-///   all with the same sequence number, one insert each (no sled batch: see `run_store`'s
-///   docs, "No batches"); a broadcast cut short by a crash before `send` returned may have
-///   reached some inboxes, like any send that did not return `Ok`;
-/// - [`ACKED_TREE`](Self::ACKED_TREE): every acknowledged message, with the key and value it
-///   had in the messages tree, moved there by `ack` (written before the message leaves its
-///   inbox, in the same commit). It is never read by the bus itself, only by
+/// - [`MESSAGES_TREE`](Self::MESSAGES_TREE): the messages in the inboxes, keyed by the inbox's
+///   name (an agent id, or `system`), a zero byte, and a big-endian 64-bit sequence number, so
+///   that sled's key order is each inbox's send order. A `send` stores one record per message:
+///   the value is the message in its versioned envelope ([`agent_state::encode`]). A
+///   `send_many` stores the messages it sends to one inbox as one record, keyed by the first
+///   one's sequence number: a batch record, whose value is a `0x01` byte, a layout version
+///   byte (`1`), then for each message its sequence number (8 bytes), the length of its
+///   envelope (4 bytes, both big-endian) and the envelope. Acknowledging some messages of a
+///   batch record stores the rest again, keyed by the first of them, before the old record
+///   goes. A broadcast stores one copy per inbox, all with the same sequence number, one
+///   insert each (no sled batch: see `run_store`'s docs, "No batches"); a broadcast cut short
+///   by a crash before `send` returned may have reached some inboxes, like any send that did
+///   not return `Ok`;
+/// - [`ACKED_TREE`](Self::ACKED_TREE): every acknowledged message, keyed and stored as in the
+///   messages tree (the messages of one record that one `ack` acknowledges as one record, keyed
+///   by the first of them), moved there by `ack` (written before the message leaves its inbox,
+///   in the same commit). It is never read by the bus itself, only by
 ///   [`history`](Self::history), so that a run's messages can be shown after it ends;
 /// - [`META_TREE`](Self::META_TREE): `next_seq`, a bound below which sequence numbers may have
 ///   been used. Sequence numbers are never reused, across restarts too.
@@ -124,14 +132,20 @@ struct State {
     /// The `next_seq` bound stored in the meta tree: sequence numbers below it may be used
     /// without writing it again.
     reserved: u64,
+    /// The batch records of the messages tree (by key) and how many of their messages are
+    /// still in an inbox: a record goes once all of them are acknowledged.
+    batches: HashMap<Vec<u8>, usize>,
 }
 
 /// One inbox of this backend.
 type Inbox = crate::inbox::Inbox<Entry>;
 
-/// A message and the sequence number of its record.
+/// A message, its sequence number, and the key of the record it is stored in.
 struct Entry {
     seq: u64,
+    /// The sequence number in the key of its record: its own for a record of one message, that
+    /// of the first message of a batch record.
+    record: u64,
     message: Message,
 }
 
@@ -198,9 +212,9 @@ impl SledBus {
                         "not an inbox name, a zero byte and a sequence number",
                     ));
                 };
-                let message = agent_state::decode::<Message>(&value)
-                    .map_err(|e| undecodable(name, &inbox, seq, e))?;
-                all.push(StoredMessage { seq, inbox, message, acknowledged });
+                for (seq, message) in decode_record(name, &inbox, seq, &value)? {
+                    all.push(StoredMessage { seq, inbox: inbox.clone(), message, acknowledged });
+                }
             }
         }
         // Acknowledged first, so a message a crash left in both trees counts as acknowledged.
@@ -284,7 +298,7 @@ impl SledBus {
             _ => Some(&mut state.system),
         };
         if let Some(inbox) = inbox {
-            inbox.push(Entry { seq, message });
+            inbox.push(Entry { seq, record: seq, message });
         }
         Ok(())
     }
@@ -335,7 +349,7 @@ impl SledBus {
         state.next_seq = seq + 1;
         for agent in &targets {
             if let Some(inbox) = state.agents.get_mut(agent) {
-                inbox.push(Entry { seq, message: message.clone() });
+                inbox.push(Entry { seq, record: seq, message: message.clone() });
                 state.with_mail.insert(agent.clone());
             }
         }
@@ -347,7 +361,9 @@ impl SledBus {
     /// Writes a batch of `send_many` (`values` the encoded messages) and adds it to the mirror,
     /// all or nothing: checked against the mirror first, and a write that fails takes back the
     /// records written before it. Each message gets its own sequence number (a broadcast's
-    /// copies share one), in batch order.
+    /// copies share one), in batch order; the messages that go to one inbox are stored as one
+    /// record (a batch record when there are several), so a batch costs one insert per inbox
+    /// it reaches, not one per message.
     fn write_batch(
         &self,
         state: &mut State,
@@ -355,58 +371,76 @@ impl SledBus {
         values: &[Vec<u8>],
     ) -> Result<Vec<usize>, SendError> {
         let plan = plan_batch(&state.agents, &state.system, self.capacity, &messages)?;
-        let mut written: Vec<Vec<u8>> = Vec::new();
-        let mut seqs = Vec::with_capacity(messages.len());
         let first_seq = state.next_seq;
-        let mut write = |state: &mut State| -> Result<(), BackendError> {
-            for (target, value) in plan.iter().zip(values) {
-                if target.count() == 0 {
-                    seqs.push(None);
-                    continue;
-                }
-                let seq = self.reserve_seq(state)?;
-                state.next_seq = seq + 1;
-                seqs.push(Some(seq));
-                let mut store = |address: Address| -> Result<(), BackendError> {
-                    let key = message_key(&address, seq);
-                    self.messages
-                        .insert(key.as_slice(), value.as_slice())
-                        .map_err(|e| write_failed(Self::MESSAGES_TREE, e))?;
-                    written.push(key);
-                    Ok(())
-                };
-                // One insert per record, not a sled batch (see `broadcast`).
-                match target {
-                    Target::System => store(Address::System)?,
-                    Target::Agent(agent) => store(Address::Agent(agent.clone()))?,
-                    Target::Broadcast(agents) => {
-                        for agent in agents {
-                            store(Address::Agent(agent.clone()))?;
-                        }
+        // Each message's sequence number, and each inbox's (sequence number, value) pairs, in
+        // batch order.
+        let mut seqs = Vec::with_capacity(messages.len());
+        let mut inboxes: Vec<(Address, Vec<(u64, usize)>)> = Vec::new();
+        for (i, target) in plan.iter().enumerate() {
+            if target.count() == 0 {
+                seqs.push(None);
+                continue;
+            }
+            let seq = self.reserve_seq(state)?;
+            state.next_seq = seq + 1;
+            seqs.push(Some(seq));
+            let mut add = |address: Address| match inboxes.iter_mut().find(|(a, _)| *a == address) {
+                Some((_, records)) => records.push((seq, i)),
+                None => inboxes.push((address, vec![(seq, i)])),
+            };
+            match target {
+                Target::System => add(Address::System),
+                Target::Agent(agent) => add(Address::Agent(agent.clone())),
+                Target::Broadcast(agents) => {
+                    for agent in agents {
+                        add(Address::Agent(agent.clone()));
                     }
                 }
             }
-            Ok(())
-        };
-        if let Err(e) = write(state) {
-            // Take back the records stored, so the failed batch delivers nothing (sled refuses
-            // every write after an I/O error, so this is for other errors). The sequence
-            // numbers used stay used: they are never reused, gaps are harmless.
-            for key in &written {
-                let _ = self.messages.remove(key.as_slice());
-            }
-            tracing::debug!(first_seq, error = %e, "a batch of sends failed and was taken back");
-            return Err(e.into());
         }
+        // One insert per inbox, not a sled batch (see `broadcast`).
+        let mut written: Vec<Vec<u8>> = Vec::with_capacity(inboxes.len());
+        for (address, records) in &inboxes {
+            let key = message_key(address, records[0].0);
+            let value = match records.as_slice() {
+                [(_, i)] => values[*i].clone(),
+                _ => batch_value(records.iter().map(|(seq, i)| (*seq, values[*i].as_slice()))),
+            };
+            if let Err(e) = self.messages.insert(key.as_slice(), value) {
+                // Take back the records stored, so the failed batch delivers nothing (sled
+                // refuses every write after an I/O error, so this is for other errors). The
+                // sequence numbers used stay used: they are never reused, gaps are harmless.
+                for key in &written {
+                    let _ = self.messages.remove(key.as_slice());
+                }
+                tracing::debug!(first_seq, error = %e, "a batch of sends failed and was taken back");
+                return Err(write_failed(Self::MESSAGES_TREE, e).into());
+            }
+            if records.len() > 1 {
+                state.batches.insert(key.clone(), records.len());
+            }
+            written.push(key);
+        }
+        // The record each inbox's messages went into: the sequence number of its first.
+        let record_of = |address: &Address| {
+            inboxes.iter().find(|(a, _)| a == address).map_or(0, |(_, records)| records[0].0)
+        };
         let counts = plan.iter().map(Target::count).collect();
         for ((message, target), seq) in messages.into_iter().zip(plan).zip(seqs) {
             let Some(seq) = seq else { continue };
             match target {
-                Target::System => state.system.push(Entry { seq, message }),
-                Target::Agent(agent) => state.deliver(agent, Entry { seq, message }),
+                Target::System => {
+                    let record = record_of(&Address::System);
+                    state.system.push(Entry { seq, record, message });
+                }
+                Target::Agent(agent) => {
+                    let record = record_of(&Address::Agent(agent.clone()));
+                    state.deliver(agent, Entry { seq, record, message });
+                }
                 Target::Broadcast(agents) => {
                     for agent in agents {
-                        state.deliver(agent, Entry { seq, message: message.clone() });
+                        let record = record_of(&Address::Agent(agent.clone()));
+                        state.deliver(agent, Entry { seq, record, message: message.clone() });
                     }
                 }
             }
@@ -560,7 +594,8 @@ impl MessageBus for SledBus {
     async fn ack(&self, inbox: &Address, ids: &[MessageId]) -> Result<usize, InboxError> {
         let removed = {
             let mut state = self.lock();
-            let queue = state.inbox_mut(inbox)?;
+            let State { agents, system, batches, .. } = &mut *state;
+            let queue = crate::inbox::inbox_mut(agents, system, inbox)?;
             let mut acked = Acked::new(ids);
             // Positions among the in-flight messages, ascending.
             let removed: Vec<usize> = queue
@@ -570,34 +605,83 @@ impl MessageBus for SledBus {
                 .map(|(i, _)| i)
                 .collect();
             if !removed.is_empty() {
-                let entries = || {
-                    let mut next = removed.iter().peekable();
-                    queue
-                        .in_flight()
-                        .enumerate()
-                        .filter_map(move |(i, entry)| next.next_if_eq(&&i).map(|_| entry))
-                };
-                // Kept for `history` first: a crash in between leaves the message in its inbox
-                // (delivered again) rather than lost from the history. One write per record,
-                // not sled batches (see `broadcast`).
-                for entry in entries() {
-                    let value = agent_state::encode(&entry.message).map_err(|e| {
-                        BackendError::with_source(
-                            BACKEND,
-                            format!("cannot encode message {}", entry.message.id),
-                            e,
-                        )
-                    })?;
-                    self.acked
-                        .insert(message_key(inbox, entry.seq), value)
-                        .map_err(|e| write_failed(Self::ACKED_TREE, e))?;
+                // The acknowledged messages by record: a record's messages are next to each
+                // other in their inbox, in order.
+                let mut groups: Vec<(u64, Vec<&Entry>)> = Vec::new();
+                let mut next = removed.iter().peekable();
+                for (i, entry) in queue.in_flight().enumerate() {
+                    if next.next_if_eq(&&i).is_none() {
+                        continue;
+                    }
+                    match groups.last_mut() {
+                        Some((record, entries)) if *record == entry.record => entries.push(entry),
+                        _ => groups.push((entry.record, vec![entry])),
+                    }
                 }
-                for entry in entries() {
+                // Batch records gone, and batch records rewritten without the acknowledged
+                // messages: (old record, new record, messages left).
+                let mut gone = Vec::new();
+                let mut rewritten = Vec::new();
+                for (record, entries) in &groups {
+                    // Kept for `history` first: a crash in between leaves the message in its
+                    // inbox (delivered again) rather than lost from the history. One write per
+                    // record, not sled batches (see `broadcast`).
+                    let value = record_value(entries.iter().map(|e| (e.seq, &e.message)))?;
+                    let first = entries.first().map_or(*record, |e| e.seq);
+                    self.acked
+                        .insert(message_key(inbox, first), value)
+                        .map_err(|e| write_failed(Self::ACKED_TREE, e))?;
+                    let key = message_key(inbox, *record);
+                    let left: Vec<&Entry> = if batches.contains_key(&key) {
+                        queue
+                            .entries()
+                            .enumerate()
+                            .filter(|(i, e)| {
+                                e.record == *record && removed.binary_search(i).is_err()
+                            })
+                            .map(|(_, e)| e)
+                            .collect()
+                    } else {
+                        Vec::new()
+                    };
+                    let Some(new) = left.first().map(|e| e.seq) else {
+                        self.messages
+                            .remove(key.as_slice())
+                            .map_err(|e| write_failed(Self::MESSAGES_TREE, e))?;
+                        gone.push(key);
+                        continue;
+                    };
+                    // Some messages of a batch record are left: they are stored again, as a
+                    // record keyed by the first of them, before the old record goes (a crash in
+                    // between delivers them twice rather than never).
+                    let value = record_value(left.iter().map(|e| (e.seq, &e.message)))?;
+                    let new_key = message_key(inbox, new);
                     self.messages
-                        .remove(message_key(inbox, entry.seq))
+                        .insert(new_key.as_slice(), value)
                         .map_err(|e| write_failed(Self::MESSAGES_TREE, e))?;
+                    if new_key != key {
+                        self.messages
+                            .remove(key.as_slice())
+                            .map_err(|e| write_failed(Self::MESSAGES_TREE, e))?;
+                    }
+                    rewritten.push((*record, new, key, new_key, left.len()));
+                }
+                drop(groups);
+                for key in gone {
+                    batches.remove(&key);
                 }
                 queue.remove_in_flight(|i, _| removed.binary_search(&i).is_ok());
+                for (record, new, key, new_key, left) in rewritten {
+                    batches.remove(&key);
+                    if left > 1 {
+                        batches.insert(new_key, left);
+                    }
+                    if new != record {
+                        queue.entries_mut().filter(|e| e.record == record).for_each(|e| {
+                            e.record = new;
+                        });
+                    }
+                }
             }
             removed.len()
         };
@@ -661,8 +745,10 @@ fn load(
                 "not an inbox name, a zero byte and a sequence number",
             ));
         };
-        let message = agent_state::decode::<Message>(&value)
-            .map_err(|e| undecodable(SledBus::MESSAGES_TREE, &address, seq, e))?;
+        let stored = decode_record(SledBus::MESSAGES_TREE, &address, seq, &value)?;
+        if value.first() == Some(&BATCH_MAGIC) {
+            state.batches.insert(key.to_vec(), stored.len());
+        }
         let inbox = match &address {
             Address::Agent(agent) => {
                 state.with_mail.insert(agent.clone());
@@ -670,9 +756,15 @@ fn load(
             }
             _ => &mut state.system,
         };
-        // Keys come in order, so each inbox's records come in sequence order.
-        inbox.push(Entry { seq, message });
-        end = end.max(seq.saturating_add(1));
+        // Keys come in order, so each inbox's records come in sequence order (and a batch
+        // record's messages are in order). A crash in the middle of an ack that rewrote a batch
+        // record may leave both the old record and the rewritten one: their messages are then
+        // delivered twice, which at-least-once allows.
+        let record = seq;
+        for (seq, message) in stored {
+            inbox.push(Entry { seq, record, message });
+            end = end.max(seq.saturating_add(1));
+        }
     }
 
     let bound = match meta.get(NEXT_SEQ_KEY).map_err(|e| read_failed(SledBus::META_TREE, e))? {
@@ -697,6 +789,90 @@ fn message_key(inbox: &Address, seq: u64) -> Vec<u8> {
     key.push(0);
     key.extend_from_slice(&seq.to_be_bytes());
     key
+}
+
+/// The first byte of a batch record's value; a record of one message is a JSON envelope, which
+/// starts with `{`.
+const BATCH_MAGIC: u8 = 0x01;
+/// The layout version of batch records, their second byte.
+const BATCH_VERSION: u8 = 1;
+
+/// The value of a batch record: the magic byte and the layout version, then, for each message
+/// in order, its sequence number (big-endian 64 bits), the length of its envelope (big-endian
+/// 32 bits) and the envelope ([`agent_state::encode`]), as a record of one message holds it.
+fn batch_value<'a>(messages: impl Iterator<Item = (u64, &'a [u8])>) -> Vec<u8> {
+    let mut value = vec![BATCH_MAGIC, BATCH_VERSION];
+    for (seq, envelope) in messages {
+        value.extend_from_slice(&seq.to_be_bytes());
+        // An envelope over 4 GiB cannot be sent: sled refuses values that large long before.
+        let len = u32::try_from(envelope.len()).unwrap_or(u32::MAX);
+        value.extend_from_slice(&len.to_be_bytes());
+        value.extend_from_slice(envelope);
+    }
+    value
+}
+
+/// The messages of a stored record, with their sequence numbers: one for a record of one
+/// message (`seq` from its key), each of a batch record. `tree` and `inbox` name the record in
+/// errors.
+fn decode_record(
+    tree: &str,
+    inbox: &Address,
+    seq: u64,
+    value: &[u8],
+) -> Result<Vec<(u64, Message)>, BackendError> {
+    let Some(rest) = value.strip_prefix(&[BATCH_MAGIC]) else {
+        let message =
+            agent_state::decode::<Message>(value).map_err(|e| undecodable(tree, inbox, seq, e))?;
+        return Ok(vec![(seq, message)]);
+    };
+    let cut =
+        |what: &str| damaged(tree, &format!("`{inbox} #{seq}`"), &format!("a batch record {what}"));
+    let Some((&BATCH_VERSION, mut rest)) = rest.split_first() else {
+        return Err(cut("of an unknown layout version"));
+    };
+    let mut messages = Vec::new();
+    while !rest.is_empty() {
+        let (Some(head), Some(len)) = (rest.get(..8), rest.get(8..12)) else {
+            return Err(cut("cut short"));
+        };
+        let mut seq_bytes = [0; 8];
+        seq_bytes.copy_from_slice(head);
+        let mut len_bytes = [0; 4];
+        len_bytes.copy_from_slice(len);
+        let message_seq = u64::from_be_bytes(seq_bytes);
+        let len = u32::from_be_bytes(len_bytes) as usize;
+        let Some(envelope) = rest.get(12..12 + len) else { return Err(cut("cut short")) };
+        let message = agent_state::decode::<Message>(envelope)
+            .map_err(|e| undecodable(tree, inbox, message_seq, e))?;
+        messages.push((message_seq, message));
+        rest = &rest[12 + len..];
+    }
+    if messages.is_empty() {
+        return Err(cut("with no message"));
+    }
+    Ok(messages)
+}
+
+/// The value a record of `messages` (with their sequence numbers) is stored with: a record of
+/// one message, or a batch record.
+fn record_value<'a>(
+    messages: impl Iterator<Item = (u64, &'a Message)>,
+) -> Result<Vec<u8>, BackendError> {
+    let encode = |message: &Message| {
+        agent_state::encode(message).map_err(|e| {
+            BackendError::with_source(BACKEND, format!("cannot encode message {}", message.id), e)
+        })
+    };
+    let mut envelopes = messages
+        .map(|(seq, message)| Ok::<_, BackendError>((seq, encode(message)?)))
+        .collect::<Result<Vec<_>, _>>()?;
+    if envelopes.len() == 1
+        && let Some((_, envelope)) = envelopes.pop()
+    {
+        return Ok(envelope);
+    }
+    Ok(batch_value(envelopes.iter().map(|(seq, envelope)| (*seq, envelope.as_slice()))))
 }
 
 /// The inbox and sequence number of a message key, if it is one.
