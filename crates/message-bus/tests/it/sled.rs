@@ -378,6 +378,38 @@ fn dropping_the_bus_closes_the_run_cleanly() {
 // ---------------------------------------------------------------------------------------------
 // Damaged records
 
+/// A batch record cut short (its last message's envelope truncated) makes `open` fail with an
+/// error naming the record, and changes nothing.
+#[test]
+fn a_batch_record_cut_short_is_an_error_naming_it() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("run");
+    let (a, b) = (AgentId::new("agent-a"), AgentId::new("agent-b"));
+    let rt = runtime();
+    rt.block_on(async {
+        let store = create(&dir);
+        let bus = SledBus::open(&store).unwrap();
+        bus.register(&a).await.unwrap();
+        bus.register(&b).await.unwrap();
+        bus.send_many(vec![msg(1, &a, &b), msg(2, &a, &b)]).await.unwrap();
+    });
+    let store = RunStore::open(&dir, Durability::Synced).unwrap();
+    let messages = store.tree(SledBus::MESSAGES_TREE).unwrap();
+    let (key, value) = messages.first().unwrap().unwrap();
+    let seq = u64::from_be_bytes(key[key.len() - 8..].try_into().unwrap());
+    let cut = &value[..value.len() - 3];
+    messages.insert(&key, cut).unwrap();
+    store.commit_blocking().unwrap();
+
+    let err = SledBus::open(&store).unwrap_err();
+    assert_eq!(err.backend, "sled");
+    let want = format!(
+        "cannot read record `agent-b #{seq}` of tree `bus.messages`: a batch record cut short"
+    );
+    assert!(err.message.starts_with(&want), "{}", err.message);
+    assert_eq!(messages.get(&key).unwrap().unwrap().as_ref(), cut);
+}
+
 /// Writes a run with two messages for `agent-b`, then overwrites the first record's value.
 /// Returns the key that was damaged.
 fn damage_first_message(dir: &Path, rt: &tokio::runtime::Runtime) -> Vec<u8> {
