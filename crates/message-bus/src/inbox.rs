@@ -71,14 +71,15 @@ impl<T> Inbox<T> {
             .push_back(entry);
     }
 
-    /// Takes up to `max` pending entries, oldest first (they become in flight), showing each to
-    /// `each`.
-    pub(crate) fn take(&mut self, max: usize, mut each: impl FnMut(&T)) {
-        let Some(queue) = self.queue.as_deref_mut() else { return };
-        let start = queue.in_flight;
-        let end = start + max.min(queue.entries.len() - start);
-        queue.entries.range(start..end).for_each(&mut each);
-        queue.in_flight = end;
+    /// Takes up to `max` pending entries, oldest first (they become in flight), and returns
+    /// them.
+    pub(crate) fn take(&mut self, max: usize) -> impl ExactSizeIterator<Item = &T> {
+        let taken = self.queue.as_deref_mut().map(|queue| {
+            let start = queue.in_flight;
+            queue.in_flight = start + max.min(queue.entries.len() - start);
+            queue.entries.range(start..queue.in_flight)
+        });
+        taken.unwrap_or_default()
     }
 
     /// The in-flight entries, in the order they were taken.

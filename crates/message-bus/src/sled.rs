@@ -581,8 +581,7 @@ impl MessageBus for SledBus {
     async fn take(&self, inbox: &Address, max: usize) -> Result<Vec<Message>, InboxError> {
         let mut state = self.lock();
         let queue = state.inbox_mut(inbox)?;
-        let mut taken = Vec::with_capacity(max.min(queue.pending_len()));
-        queue.take(max, |entry| taken.push(entry.message.clone()));
+        let taken: Vec<Message> = queue.take(max).map(|entry| entry.message.clone()).collect();
         if queue.pending_len() == 0
             && let Address::Agent(agent) = inbox
         {
