@@ -371,40 +371,151 @@ impl SledBus {
         values: &[Vec<u8>],
     ) -> Result<Vec<usize>, SendError> {
         let plan = plan_batch(&state.agents, &state.system, self.capacity, &messages)?;
-        let first_seq = state.next_seq;
-        // Each message's sequence number, and each inbox's (sequence number, value) pairs, in
-        // batch order.
-        let mut seqs = Vec::with_capacity(messages.len());
-        let mut inboxes: Vec<(Address, Vec<(u64, usize)>)> = Vec::new();
-        for (i, target) in plan.iter().enumerate() {
-            if target.count() == 0 {
-                seqs.push(None);
-                continue;
-            }
-            let seq = self.reserve_seq(state)?;
-            state.next_seq = seq + 1;
-            seqs.push(Some(seq));
-            let mut add = |address: Address| match inboxes.iter_mut().find(|(a, _)| *a == address) {
-                Some((_, records)) => records.push((seq, i)),
-                None => inboxes.push((address, vec![(seq, i)])),
-            };
+        let records = self.number_batch(state, &plan)?;
+        self.store_batch(state, &records, values)?;
+        let counts = plan.iter().map(Target::count).collect();
+        for ((message, target), seq) in messages.into_iter().zip(plan).zip(&records.seqs) {
+            let Some(seq) = *seq else { continue };
             match target {
-                Target::System => add(Address::System),
-                Target::Agent(agent) => add(Address::Agent(agent.clone())),
+                Target::System => {
+                    let record = records.record_of(&Address::System);
+                    state.system.push(Entry { seq, record, message });
+                }
+                Target::Agent(agent) => {
+                    let record = records.record_of(&Address::Agent(agent.clone()));
+                    state.deliver(agent, Entry { seq, record, message });
+                }
                 Target::Broadcast(agents) => {
                     for agent in agents {
-                        add(Address::Agent(agent.clone()));
+                        let record = records.record_of(&Address::Agent(agent.clone()));
+                        state.deliver(agent, Entry { seq, record, message: message.clone() });
                     }
                 }
             }
         }
-        // One insert per inbox, not a sled batch (see `broadcast`).
-        let mut written: Vec<Vec<u8>> = Vec::with_capacity(inboxes.len());
-        for (address, records) in &inboxes {
-            let key = message_key(address, records[0].0);
-            let value = match records.as_slice() {
+        Ok(counts)
+    }
+
+    /// Stores the acknowledgement of the in-flight messages of `queue` (the inbox `inbox`) at
+    /// `removed` (ascending positions among the in-flight ones): each record's acknowledged
+    /// messages into the acked tree, then the record removed, or rewritten without them when
+    /// some of a batch record's messages are left. Returns the batch records gone and those
+    /// rewritten, for the mirror; changes nothing in it.
+    fn store_ack(
+        &self,
+        inbox: &Address,
+        queue: &Inbox,
+        batches: &HashMap<Vec<u8>, usize>,
+        removed: &[usize],
+    ) -> Result<(Vec<Vec<u8>>, Vec<Rewritten>), BackendError> {
+        // The acknowledged messages by record: a record's messages are next to each other in
+        // their inbox, in order.
+        let mut groups: Vec<(u64, Vec<&Entry>)> = Vec::new();
+        let mut next = removed.iter().peekable();
+        for (i, entry) in queue.in_flight().enumerate() {
+            if next.next_if_eq(&&i).is_none() {
+                continue;
+            }
+            match groups.last_mut() {
+                Some((record, entries)) if *record == entry.record => entries.push(entry),
+                _ => groups.push((entry.record, vec![entry])),
+            }
+        }
+        // Batch records gone, and batch records rewritten without the acknowledged messages.
+        let mut gone = Vec::new();
+        let mut rewritten = Vec::new();
+        for (record, entries) in &groups {
+            // Kept for `history` first: a crash in between leaves the message in its inbox
+            // (delivered again) rather than lost from the history. One write per record, not
+            // sled batches (see `broadcast`).
+            let value = record_value(entries.iter().map(|e| (e.seq, &e.message)))?;
+            let first = entries.first().map_or(*record, |e| e.seq);
+            self.acked
+                .insert(message_key(inbox, first), value)
+                .map_err(|e| write_failed(Self::ACKED_TREE, e))?;
+            let key = message_key(inbox, *record);
+            let left: Vec<&Entry> = if batches.contains_key(&key) {
+                queue
+                    .entries()
+                    .enumerate()
+                    .filter(|(i, e)| e.record == *record && removed.binary_search(i).is_err())
+                    .map(|(_, e)| e)
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            let Some(new) = left.first().map(|e| e.seq) else {
+                self.messages
+                    .remove(key.as_slice())
+                    .map_err(|e| write_failed(Self::MESSAGES_TREE, e))?;
+                gone.push(key);
+                continue;
+            };
+            // Some messages of a batch record are left: they are stored again, as a record
+            // keyed by the first of them, before the old record goes (a crash in between
+            // delivers them twice rather than never).
+            let value = record_value(left.iter().map(|e| (e.seq, &e.message)))?;
+            let new_key = message_key(inbox, new);
+            self.messages
+                .insert(new_key.as_slice(), value)
+                .map_err(|e| write_failed(Self::MESSAGES_TREE, e))?;
+            if new_key != key {
+                self.messages
+                    .remove(key.as_slice())
+                    .map_err(|e| write_failed(Self::MESSAGES_TREE, e))?;
+            }
+            rewritten.push(Rewritten { record: *record, key, new, new_key, left: left.len() });
+        }
+        Ok((gone, rewritten))
+    }
+
+    /// Gives each message of a planned batch its sequence number, in batch order, and gathers
+    /// the messages by inbox.
+    fn number_batch(
+        &self,
+        state: &mut State,
+        plan: &[Target],
+    ) -> Result<BatchRecords, BackendError> {
+        let mut records = BatchRecords {
+            seqs: Vec::with_capacity(plan.len()),
+            inboxes: Vec::new(),
+            index: HashMap::new(),
+        };
+        for (i, target) in plan.iter().enumerate() {
+            if target.count() == 0 {
+                records.seqs.push(None);
+                continue;
+            }
+            let seq = self.reserve_seq(state)?;
+            state.next_seq = seq + 1;
+            records.seqs.push(Some(seq));
+            match target {
+                Target::System => records.add(Address::System, seq, i),
+                Target::Agent(agent) => records.add(Address::Agent(agent.clone()), seq, i),
+                Target::Broadcast(agents) => {
+                    for agent in agents {
+                        records.add(Address::Agent(agent.clone()), seq, i);
+                    }
+                }
+            }
+        }
+        Ok(records)
+    }
+
+    /// Stores a numbered batch, one record per inbox (one insert each, not a sled batch: see
+    /// `broadcast`); a write that fails takes back the records written before it.
+    fn store_batch(
+        &self,
+        state: &mut State,
+        records: &BatchRecords,
+        values: &[Vec<u8>],
+    ) -> Result<(), BackendError> {
+        let mut written: Vec<Vec<u8>> = Vec::with_capacity(records.inboxes.len());
+        for (address, messages) in &records.inboxes {
+            let key = message_key(address, messages[0].0);
+            let value = match messages.as_slice() {
                 [(_, i)] => values[*i].clone(),
-                _ => batch_value(records.iter().map(|(seq, i)| (*seq, values[*i].as_slice()))),
+                _ => batch_value(messages.iter().map(|(seq, i)| (*seq, values[*i].as_slice()))),
             };
             if let Err(e) = self.messages.insert(key.as_slice(), value) {
                 // Take back the records stored, so the failed batch delivers nothing (sled
@@ -412,40 +523,57 @@ impl SledBus {
                 // sequence numbers used stay used: they are never reused, gaps are harmless.
                 for key in &written {
                     let _ = self.messages.remove(key.as_slice());
+                    state.batches.remove(key);
                 }
-                tracing::debug!(first_seq, error = %e, "a batch of sends failed and was taken back");
-                return Err(write_failed(Self::MESSAGES_TREE, e).into());
+                let first_seq = records.seqs.iter().flatten().next();
+                tracing::debug!(?first_seq, error = %e, "a batch of sends failed and was taken back");
+                return Err(write_failed(Self::MESSAGES_TREE, e));
             }
-            if records.len() > 1 {
-                state.batches.insert(key.clone(), records.len());
+            if messages.len() > 1 {
+                state.batches.insert(key.clone(), messages.len());
             }
             written.push(key);
         }
-        // The record each inbox's messages went into: the sequence number of its first.
-        let record_of = |address: &Address| {
-            inboxes.iter().find(|(a, _)| a == address).map_or(0, |(_, records)| records[0].0)
-        };
-        let counts = plan.iter().map(Target::count).collect();
-        for ((message, target), seq) in messages.into_iter().zip(plan).zip(seqs) {
-            let Some(seq) = seq else { continue };
-            match target {
-                Target::System => {
-                    let record = record_of(&Address::System);
-                    state.system.push(Entry { seq, record, message });
-                }
-                Target::Agent(agent) => {
-                    let record = record_of(&Address::Agent(agent.clone()));
-                    state.deliver(agent, Entry { seq, record, message });
-                }
-                Target::Broadcast(agents) => {
-                    for agent in agents {
-                        let record = record_of(&Address::Agent(agent.clone()));
-                        state.deliver(agent, Entry { seq, record, message: message.clone() });
-                    }
-                }
+        Ok(())
+    }
+}
+
+/// A batch record rewritten by an acknowledgement: its old record (sequence number and key),
+/// the new one, and how many messages it holds now.
+struct Rewritten {
+    record: u64,
+    key: Vec<u8>,
+    new: u64,
+    new_key: Vec<u8>,
+    left: usize,
+}
+
+/// The messages of a `send_many` by inbox, once numbered.
+struct BatchRecords {
+    /// Each message's sequence number, in batch order (`None` for a broadcast that reaches no
+    /// inbox).
+    seqs: Vec<Option<u64>>,
+    /// Each inbox the batch reaches, with its messages' (sequence number, index in the batch),
+    /// in batch order.
+    inboxes: Vec<(Address, Vec<(u64, usize)>)>,
+    /// Where each inbox is in `inboxes`.
+    index: HashMap<Address, usize>,
+}
+
+impl BatchRecords {
+    fn add(&mut self, address: Address, seq: u64, i: usize) {
+        match self.index.get(&address) {
+            Some(&at) => self.inboxes[at].1.push((seq, i)),
+            None => {
+                self.index.insert(address.clone(), self.inboxes.len());
+                self.inboxes.push((address, vec![(seq, i)]));
             }
         }
-        Ok(counts)
+    }
+
+    /// The record `address`'s messages went into: the sequence number of its first.
+    fn record_of(&self, address: &Address) -> u64 {
+        self.index.get(address).map_or(0, |&at| self.inboxes[at].1[0].0)
     }
 }
 
@@ -604,73 +732,12 @@ impl MessageBus for SledBus {
                 .map(|(i, _)| i)
                 .collect();
             if !removed.is_empty() {
-                // The acknowledged messages by record: a record's messages are next to each
-                // other in their inbox, in order.
-                let mut groups: Vec<(u64, Vec<&Entry>)> = Vec::new();
-                let mut next = removed.iter().peekable();
-                for (i, entry) in queue.in_flight().enumerate() {
-                    if next.next_if_eq(&&i).is_none() {
-                        continue;
-                    }
-                    match groups.last_mut() {
-                        Some((record, entries)) if *record == entry.record => entries.push(entry),
-                        _ => groups.push((entry.record, vec![entry])),
-                    }
-                }
-                // Batch records gone, and batch records rewritten without the acknowledged
-                // messages: (old record, new record, messages left).
-                let mut gone = Vec::new();
-                let mut rewritten = Vec::new();
-                for (record, entries) in &groups {
-                    // Kept for `history` first: a crash in between leaves the message in its
-                    // inbox (delivered again) rather than lost from the history. One write per
-                    // record, not sled batches (see `broadcast`).
-                    let value = record_value(entries.iter().map(|e| (e.seq, &e.message)))?;
-                    let first = entries.first().map_or(*record, |e| e.seq);
-                    self.acked
-                        .insert(message_key(inbox, first), value)
-                        .map_err(|e| write_failed(Self::ACKED_TREE, e))?;
-                    let key = message_key(inbox, *record);
-                    let left: Vec<&Entry> = if batches.contains_key(&key) {
-                        queue
-                            .entries()
-                            .enumerate()
-                            .filter(|(i, e)| {
-                                e.record == *record && removed.binary_search(i).is_err()
-                            })
-                            .map(|(_, e)| e)
-                            .collect()
-                    } else {
-                        Vec::new()
-                    };
-                    let Some(new) = left.first().map(|e| e.seq) else {
-                        self.messages
-                            .remove(key.as_slice())
-                            .map_err(|e| write_failed(Self::MESSAGES_TREE, e))?;
-                        gone.push(key);
-                        continue;
-                    };
-                    // Some messages of a batch record are left: they are stored again, as a
-                    // record keyed by the first of them, before the old record goes (a crash in
-                    // between delivers them twice rather than never).
-                    let value = record_value(left.iter().map(|e| (e.seq, &e.message)))?;
-                    let new_key = message_key(inbox, new);
-                    self.messages
-                        .insert(new_key.as_slice(), value)
-                        .map_err(|e| write_failed(Self::MESSAGES_TREE, e))?;
-                    if new_key != key {
-                        self.messages
-                            .remove(key.as_slice())
-                            .map_err(|e| write_failed(Self::MESSAGES_TREE, e))?;
-                    }
-                    rewritten.push((*record, new, key, new_key, left.len()));
-                }
-                drop(groups);
+                let (gone, rewritten) = self.store_ack(inbox, queue, batches, &removed)?;
                 for key in gone {
                     batches.remove(&key);
                 }
                 queue.remove_in_flight(|i, _| removed.binary_search(&i).is_ok());
-                for (record, new, key, new_key, left) in rewritten {
+                for Rewritten { record, key, new, new_key, left } in rewritten {
                     batches.remove(&key);
                     if left > 1 {
                         batches.insert(new_key, left);
