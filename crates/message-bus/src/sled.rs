@@ -10,6 +10,7 @@ use agent_state::{
 };
 use async_trait::async_trait;
 use run_store::RunStore;
+use rustc_hash::FxBuildHasher;
 
 use crate::inbox::{Acked, AgentMap, AgentSet, Target, plan_batch};
 use crate::{DEFAULT_INBOX_CAPACITY, InboxError, MessageBus, RegisterError, SendError};
@@ -134,7 +135,7 @@ struct State {
     reserved: u64,
     /// The batch records of the messages tree (by key) and how many of their messages are
     /// still in an inbox: a record goes once all of them are acknowledged.
-    batches: HashMap<Vec<u8>, usize>,
+    batches: HashMap<Vec<u8>, usize, FxBuildHasher>,
 }
 
 /// One inbox of this backend.
@@ -405,7 +406,7 @@ impl SledBus {
         &self,
         inbox: &Address,
         queue: &Inbox,
-        batches: &HashMap<Vec<u8>, usize>,
+        batches: &HashMap<Vec<u8>, usize, FxBuildHasher>,
         removed: &[usize],
     ) -> Result<(Vec<Vec<u8>>, Vec<Rewritten>), BackendError> {
         // The acknowledged messages by record: a record's messages are next to each other in
@@ -479,7 +480,7 @@ impl SledBus {
         let mut records = BatchRecords {
             seqs: Vec::with_capacity(plan.len()),
             inboxes: Vec::new(),
-            index: HashMap::new(),
+            index: HashMap::default(),
         };
         for (i, target) in plan.iter().enumerate() {
             if target.count() == 0 {
@@ -557,7 +558,7 @@ struct BatchRecords {
     /// in batch order.
     inboxes: Vec<(Address, Vec<(u64, usize)>)>,
     /// Where each inbox is in `inboxes`.
-    index: HashMap<Address, usize>,
+    index: HashMap<Address, usize, FxBuildHasher>,
 }
 
 impl BatchRecords {
