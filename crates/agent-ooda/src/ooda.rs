@@ -828,15 +828,18 @@ impl Ooda {
         AgentStep { step_type, state: self.state.clone(), result, success, error }
     }
 
-    /// Sends the outbox's messages through the bus (as `speak_to_agent`-style requests).
+    /// Sends the outbox's messages through the bus (as `speak_to_agent`-style requests), as one
+    /// batch (`send_all`: one commit on a durable bus, and none sent if one is refused).
     pub(crate) async fn route_outbox(&mut self, ctx: &mut AgentContext) -> Result<(), OodaError> {
         let (state, out) = self.state.taking_outbox();
-        for message in out {
-            let Some(to) = message.to.clone() else { continue };
-            let request =
-                agent_core::protocol::HelpRequest::Speak { message: message.content.clone() };
-            ctx.send(&to, agent_state::MessageKind::PeerHelpRequest, &request).await?;
-        }
+        let requests: Vec<_> = out
+            .into_iter()
+            .filter_map(|message| {
+                let request = agent_core::protocol::HelpRequest::Speak { message: message.content };
+                Some((message.to?, agent_state::MessageKind::PeerHelpRequest, request))
+            })
+            .collect();
+        ctx.send_all(requests).await?;
         self.state = state;
         Ok(())
     }

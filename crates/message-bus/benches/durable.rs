@@ -1,5 +1,5 @@
 //! Benchmarks of the sled bus: durable sends per second with 1, 8 and 64 concurrent senders,
-//! durable batches (`send_many` of 8 and of 32 messages) with 64 senders, and the latency of
+//! durable batches (`send_many` of 4, 8 and 32 messages) with 64 senders, and the latency of
 //! both.
 //!
 //! Every send returns only once its message is flushed and `fdatasync`ed ([`RunStore::commit`],
@@ -41,7 +41,7 @@ const LATENCY_SENDERS: usize = 64;
 /// The latency figure's id in the `cargo xtask bench` table.
 const LATENCY_ID: &str = "message-bus/durable_send_latency_64";
 /// Messages per `send_many` in the batch benchmarks.
-const BATCHES: [usize; 2] = [8, 32];
+const BATCHES: [usize; 3] = [4, 8, 32];
 const WARM_UP: Duration = Duration::from_secs(1);
 const MEASUREMENT: Duration = Duration::from_secs(3);
 

@@ -1,13 +1,13 @@
-//! The in-memory backend: one mutex over a map of inboxes, each a pending FIFO and an in-flight list.
+//! The in-memory backend: one mutex over a map of inboxes, each one queue of its in-flight messages
+//! followed by its pending ones.
 
-use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use agent_state::{Address, AgentId, BackendError, Message, MessageId, check_agent_id};
 use async_trait::async_trait;
 
-use crate::inbox::{Target, plan_batch};
+use crate::inbox::{AgentMap, AgentSet, Target, plan_batch};
 use crate::{InboxError, MessageBus, RegisterError, SendError};
 
 /// Messages one inbox holds by default, pending and in flight together.
@@ -21,6 +21,9 @@ pub const DEFAULT_INBOX_CAPACITY: usize = 65_536;
 ///
 /// Every call takes one short-lived lock and never awaits while holding it. `send` to one inbox
 /// is O(1): one hash lookup and one push, with no allocation beyond the queue's own growth.
+/// `take` moves nothing: a taken message stays in its inbox's one queue, ahead of the pending
+/// ones, until it is acknowledged (dropped from the front when acknowledged in the order taken)
+/// or released (which only resets the in-flight count).
 /// [`send_many`](MessageBus::send_many) checks and delivers its whole batch under one lock.
 ///
 /// Each inbox holds at most its capacity in messages, pending and in flight together: a taken
@@ -41,12 +44,12 @@ pub struct InMemoryBus {
 #[derive(Default)]
 struct State {
     /// Every agent ever registered; unregistered agents keep their inbox with `registered` off.
-    agents: HashMap<AgentId, Inbox>,
+    agents: AgentMap<Inbox>,
     /// The runtime's inbox, which always exists.
     system: Inbox,
-    /// Agents whose pending queue is not empty (registered or not), kept on every change so
+    /// Agents with pending messages (registered or not), kept on every change so
     /// that `inboxes_with_mail` costs time in the size of its answer.
-    with_mail: HashSet<AgentId>,
+    with_mail: AgentSet,
 }
 
 /// One inbox of this backend.
@@ -263,8 +266,7 @@ impl MessageBus for InMemoryBus {
     async fn take(&self, inbox: &Address, max: usize) -> Result<Vec<Message>, InboxError> {
         let mut state = self.lock();
         let queue = state.inbox_mut(inbox)?;
-        let mut taken = Vec::with_capacity(max.min(queue.pending_len()));
-        queue.take(max, |message| taken.push(message.clone()));
+        let taken: Vec<Message> = queue.take(max).cloned().collect();
         if queue.pending_len() == 0
             && let Address::Agent(agent) = inbox
         {
@@ -276,9 +278,7 @@ impl MessageBus for InMemoryBus {
     async fn ack(&self, inbox: &Address, ids: &[MessageId]) -> Result<usize, InboxError> {
         let mut state = self.lock();
         let inbox = state.inbox_mut(inbox)?;
-        let removed = inbox.in_flight_mut().map_or(0, |in_flight| remove_acked(in_flight, ids));
-        inbox.tidy();
-        Ok(removed)
+        Ok(inbox.ack(ids, |message| message.id))
     }
 
     async fn release(&self, inbox: &Address) -> Result<usize, InboxError> {
@@ -307,28 +307,6 @@ impl MessageBus for InMemoryBus {
     async fn pending(&self, inbox: &Address) -> Result<usize, InboxError> {
         Ok(self.lock().inbox_mut(inbox)?.pending_len())
     }
-}
-
-/// Removes every in-flight message whose id is in `ids`; returns how many were removed.
-///
-/// The common case, acknowledging a batch in the order it was taken, costs one comparison per
-/// message; anything else falls back to a sorted lookup of `ids`.
-fn remove_acked(in_flight: &mut VecDeque<Message>, ids: &[MessageId]) -> usize {
-    let before = in_flight.len();
-    // Fast path: `ids` starts with the oldest in-flight messages, in order.
-    let prefix = in_flight.iter().zip(ids).take_while(|(m, id)| m.id == **id).count();
-    in_flight.drain(..prefix);
-    if !in_flight.is_empty() && !ids.is_empty() {
-        // The bus does not deduplicate, so an id of the prefix may appear again further on.
-        if ids.len() <= 8 {
-            in_flight.retain(|m| !ids.contains(&m.id));
-        } else {
-            let mut sorted = ids.to_vec();
-            sorted.sort_unstable();
-            in_flight.retain(|m| sorted.binary_search(&m.id).is_err());
-        }
-    }
-    before - in_flight.len()
 }
 
 #[cfg(test)]

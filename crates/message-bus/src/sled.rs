@@ -1,7 +1,7 @@
 //! The sled backend (feature `sled`): the bus's inboxes in a run's database, an in-memory mirror
 //! for reads, and every stored change committed (flushed and `fdatasync`ed) before a call returns.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -10,8 +10,9 @@ use agent_state::{
 };
 use async_trait::async_trait;
 use run_store::RunStore;
+use rustc_hash::FxBuildHasher;
 
-use crate::inbox::{Target, plan_batch};
+use crate::inbox::{Acked, AgentMap, AgentSet, Target, plan_batch};
 use crate::{DEFAULT_INBOX_CAPACITY, InboxError, MessageBus, RegisterError, SendError};
 
 /// A durable [`MessageBus`] in the sled database of a [`RunStore`].
@@ -21,9 +22,9 @@ use crate::{DEFAULT_INBOX_CAPACITY, InboxError, MessageBus, RegisterError, SendE
 /// [`RunStore::commit`]: it survives a crash of the process and a loss of power (with
 /// [`Durability::Synced`](run_store::Durability::Synced); with `NoSync` a power loss may undo
 /// it). Concurrent calls share one sync, and [`send_many`](MessageBus::send_many) writes its
-/// whole batch under one lock and waits for one commit: with many senders, batching several
-/// messages per call is what lifts the rate (the CPU cost of the calls, not the disk, is the
-/// limit; see `BENCHMARKS.md`). `take` and `release` are not stored: which messages
+/// whole batch under one lock, as one record per inbox it reaches, and waits for one commit:
+/// with many senders, batching several messages per call is what lifts the rate (the CPU cost
+/// of sled's inserts, not the disk, is the limit; see `BENCHMARKS.md`). `take` and `release` are not stored: which messages
 /// are in flight is deliberately forgotten, so after a restart every message that was not
 /// acknowledged is pending again, in the order it was sent, and is delivered again
 /// (at-least-once).
@@ -35,16 +36,23 @@ use crate::{DEFAULT_INBOX_CAPACITY, InboxError, MessageBus, RegisterError, SendE
 /// **Layout.** Three trees of the run's database:
 /// - [`REGISTERED_TREE`](Self::REGISTERED_TREE): one key per registered agent (its id), empty
 ///   values;
-/// - [`MESSAGES_TREE`](Self::MESSAGES_TREE): one record per message in an inbox, keyed by the
-///   inbox's name (an agent id, or `system`), a zero byte, and a big-endian 64-bit sequence
-///   number, so that sled's key order is each inbox's send order; the value is the message in
-///   its versioned envelope ([`agent_state::encode`]). A broadcast stores one copy per inbox,
-///   all with the same sequence number, one insert each (no sled batch: see `run_store`'s
-///   docs, "No batches"); a broadcast cut short by a crash before `send` returned may have
-///   reached some inboxes, like any send that did not return `Ok`;
-/// - [`ACKED_TREE`](Self::ACKED_TREE): every acknowledged message, with the key and value it
-///   had in the messages tree, moved there by `ack` (written before the message leaves its
-///   inbox, in the same commit). It is never read by the bus itself, only by
+/// - [`MESSAGES_TREE`](Self::MESSAGES_TREE): the messages in the inboxes, keyed by the inbox's
+///   name (an agent id, or `system`), a zero byte, and a big-endian 64-bit sequence number, so
+///   that sled's key order is each inbox's send order. A `send` stores one record per message:
+///   the value is the message in its versioned envelope ([`agent_state::encode`]). A
+///   `send_many` stores the messages it sends to one inbox as one record, keyed by the first
+///   one's sequence number: a batch record, whose value is a `0x01` byte, a layout version
+///   byte (`1`), then for each message its sequence number (8 bytes), the length of its
+///   envelope (4 bytes, both big-endian) and the envelope. Acknowledging some messages of a
+///   batch record stores the rest again, keyed by the first of them, before the old record
+///   goes. A broadcast stores one copy per inbox, all with the same sequence number, one
+///   insert each (no sled batch: see `run_store`'s docs, "No batches"); a broadcast cut short
+///   by a crash before `send` returned may have reached some inboxes, like any send that did
+///   not return `Ok`;
+/// - [`ACKED_TREE`](Self::ACKED_TREE): every acknowledged message, keyed and stored as in the
+///   messages tree (the messages of one record that one `ack` acknowledges as one record, keyed
+///   by the first of them), moved there by `ack` (written before the message leaves its inbox,
+///   in the same commit). It is never read by the bus itself, only by
 ///   [`history`](Self::history), so that a run's messages can be shown after it ends;
 /// - [`META_TREE`](Self::META_TREE): `next_seq`, a bound below which sequence numbers may have
 ///   been used. Sequence numbers are never reused, across restarts too.
@@ -115,24 +123,30 @@ pub struct StoredMessage {
 struct State {
     /// Every agent registered or holding messages; unregistered agents keep their inbox with
     /// `registered` off.
-    agents: HashMap<AgentId, Inbox>,
+    agents: AgentMap<Inbox>,
     /// The runtime's inbox, which always exists.
     system: Inbox,
-    /// Agents whose pending queue is not empty (registered or not).
-    with_mail: HashSet<AgentId>,
+    /// Agents with pending messages (registered or not).
+    with_mail: AgentSet,
     /// The sequence number the next send uses.
     next_seq: u64,
     /// The `next_seq` bound stored in the meta tree: sequence numbers below it may be used
     /// without writing it again.
     reserved: u64,
+    /// The batch records of the messages tree (by key) and how many of their messages are
+    /// still in an inbox: a record goes once all of them are acknowledged.
+    batches: HashMap<Vec<u8>, usize, FxBuildHasher>,
 }
 
 /// One inbox of this backend.
 type Inbox = crate::inbox::Inbox<Entry>;
 
-/// A message and the sequence number of its record.
+/// A message, its sequence number, and the key of the record it is stored in.
 struct Entry {
     seq: u64,
+    /// The sequence number in the key of its record: its own for a record of one message, that
+    /// of the first message of a batch record.
+    record: u64,
     message: Message,
 }
 
@@ -199,9 +213,9 @@ impl SledBus {
                         "not an inbox name, a zero byte and a sequence number",
                     ));
                 };
-                let message = agent_state::decode::<Message>(&value)
-                    .map_err(|e| undecodable(name, &inbox, seq, e))?;
-                all.push(StoredMessage { seq, inbox, message, acknowledged });
+                for (seq, message) in decode_record(name, &inbox, seq, &value)? {
+                    all.push(StoredMessage { seq, inbox: inbox.clone(), message, acknowledged });
+                }
             }
         }
         // Acknowledged first, so a message a crash left in both trees counts as acknowledged.
@@ -285,7 +299,7 @@ impl SledBus {
             _ => Some(&mut state.system),
         };
         if let Some(inbox) = inbox {
-            inbox.push(Entry { seq, message });
+            inbox.push(Entry { seq, record: seq, message });
         }
         Ok(())
     }
@@ -336,7 +350,7 @@ impl SledBus {
         state.next_seq = seq + 1;
         for agent in &targets {
             if let Some(inbox) = state.agents.get_mut(agent) {
-                inbox.push(Entry { seq, message: message.clone() });
+                inbox.push(Entry { seq, record: seq, message: message.clone() });
                 state.with_mail.insert(agent.clone());
             }
         }
@@ -348,7 +362,9 @@ impl SledBus {
     /// Writes a batch of `send_many` (`values` the encoded messages) and adds it to the mirror,
     /// all or nothing: checked against the mirror first, and a write that fails takes back the
     /// records written before it. Each message gets its own sequence number (a broadcast's
-    /// copies share one), in batch order.
+    /// copies share one), in batch order; the messages that go to one inbox are stored as one
+    /// record (a batch record when there are several), so a batch costs one insert per inbox
+    /// it reaches, not one per message.
     fn write_batch(
         &self,
         state: &mut State,
@@ -356,63 +372,209 @@ impl SledBus {
         values: &[Vec<u8>],
     ) -> Result<Vec<usize>, SendError> {
         let plan = plan_batch(&state.agents, &state.system, self.capacity, &messages)?;
-        let mut written: Vec<Vec<u8>> = Vec::new();
-        let mut seqs = Vec::with_capacity(messages.len());
-        let first_seq = state.next_seq;
-        let mut write = |state: &mut State| -> Result<(), BackendError> {
-            for (target, value) in plan.iter().zip(values) {
-                if target.count() == 0 {
-                    seqs.push(None);
-                    continue;
-                }
-                let seq = self.reserve_seq(state)?;
-                state.next_seq = seq + 1;
-                seqs.push(Some(seq));
-                let mut store = |address: Address| -> Result<(), BackendError> {
-                    let key = message_key(&address, seq);
-                    self.messages
-                        .insert(key.as_slice(), value.as_slice())
-                        .map_err(|e| write_failed(Self::MESSAGES_TREE, e))?;
-                    written.push(key);
-                    Ok(())
-                };
-                // One insert per record, not a sled batch (see `broadcast`).
-                match target {
-                    Target::System => store(Address::System)?,
-                    Target::Agent(agent) => store(Address::Agent(agent.clone()))?,
-                    Target::Broadcast(agents) => {
-                        for agent in agents {
-                            store(Address::Agent(agent.clone()))?;
-                        }
-                    }
-                }
-            }
-            Ok(())
-        };
-        if let Err(e) = write(state) {
-            // Take back the records stored, so the failed batch delivers nothing (sled refuses
-            // every write after an I/O error, so this is for other errors). The sequence
-            // numbers used stay used: they are never reused, gaps are harmless.
-            for key in &written {
-                let _ = self.messages.remove(key.as_slice());
-            }
-            tracing::debug!(first_seq, error = %e, "a batch of sends failed and was taken back");
-            return Err(e.into());
-        }
+        let records = self.number_batch(state, &plan)?;
+        self.store_batch(state, &records, values)?;
         let counts = plan.iter().map(Target::count).collect();
-        for ((message, target), seq) in messages.into_iter().zip(plan).zip(seqs) {
-            let Some(seq) = seq else { continue };
+        for ((message, target), seq) in messages.into_iter().zip(plan).zip(&records.seqs) {
+            let Some(seq) = *seq else { continue };
             match target {
-                Target::System => state.system.push(Entry { seq, message }),
-                Target::Agent(agent) => state.deliver(agent, Entry { seq, message }),
+                Target::System => {
+                    let record = records.record_of(&Address::System);
+                    state.system.push(Entry { seq, record, message });
+                }
+                Target::Agent(agent) => {
+                    let record = records.record_of(&Address::Agent(agent.clone()));
+                    state.deliver(agent, Entry { seq, record, message });
+                }
                 Target::Broadcast(agents) => {
                     for agent in agents {
-                        state.deliver(agent, Entry { seq, message: message.clone() });
+                        let record = records.record_of(&Address::Agent(agent.clone()));
+                        state.deliver(agent, Entry { seq, record, message: message.clone() });
                     }
                 }
             }
         }
         Ok(counts)
+    }
+
+    /// Stores the acknowledgement of the in-flight messages of `queue` (the inbox `inbox`) at
+    /// `removed` (ascending positions among the in-flight ones): each record's acknowledged
+    /// messages into the acked tree, then the record removed, or rewritten without them when
+    /// some of a batch record's messages are left. Returns the batch records gone and those
+    /// rewritten, for the mirror; changes nothing in it.
+    fn store_ack(
+        &self,
+        inbox: &Address,
+        queue: &Inbox,
+        batches: &HashMap<Vec<u8>, usize, FxBuildHasher>,
+        removed: &[usize],
+    ) -> Result<(Vec<Vec<u8>>, Vec<Rewritten>), BackendError> {
+        // The acknowledged messages by record: a record's messages are next to each other in
+        // their inbox, in order.
+        let mut groups: Vec<(u64, Vec<&Entry>)> = Vec::new();
+        let mut next = removed.iter().peekable();
+        for (i, entry) in queue.in_flight().enumerate() {
+            if next.next_if_eq(&&i).is_none() {
+                continue;
+            }
+            match groups.last_mut() {
+                Some((record, entries)) if *record == entry.record => entries.push(entry),
+                _ => groups.push((entry.record, vec![entry])),
+            }
+        }
+        // Batch records gone, and batch records rewritten without the acknowledged messages.
+        let mut gone = Vec::new();
+        let mut rewritten = Vec::new();
+        for (record, entries) in &groups {
+            // Kept for `history` first: a crash in between leaves the message in its inbox
+            // (delivered again) rather than lost from the history. One write per record, not
+            // sled batches (see `broadcast`).
+            let value = record_value(entries.iter().map(|e| (e.seq, &e.message)))?;
+            let first = entries.first().map_or(*record, |e| e.seq);
+            self.acked
+                .insert(message_key(inbox, first), value)
+                .map_err(|e| write_failed(Self::ACKED_TREE, e))?;
+            let key = message_key(inbox, *record);
+            let left: Vec<&Entry> = if batches.contains_key(&key) {
+                queue
+                    .entries()
+                    .enumerate()
+                    .filter(|(i, e)| e.record == *record && removed.binary_search(i).is_err())
+                    .map(|(_, e)| e)
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            let Some(new) = left.first().map(|e| e.seq) else {
+                self.messages
+                    .remove(key.as_slice())
+                    .map_err(|e| write_failed(Self::MESSAGES_TREE, e))?;
+                gone.push(key);
+                continue;
+            };
+            // Some messages of a batch record are left: they are stored again, as a record
+            // keyed by the first of them, before the old record goes (a crash in between
+            // delivers them twice rather than never).
+            let value = record_value(left.iter().map(|e| (e.seq, &e.message)))?;
+            let new_key = message_key(inbox, new);
+            self.messages
+                .insert(new_key.as_slice(), value)
+                .map_err(|e| write_failed(Self::MESSAGES_TREE, e))?;
+            if new_key != key {
+                self.messages
+                    .remove(key.as_slice())
+                    .map_err(|e| write_failed(Self::MESSAGES_TREE, e))?;
+            }
+            rewritten.push(Rewritten { record: *record, key, new, new_key, left: left.len() });
+        }
+        Ok((gone, rewritten))
+    }
+
+    /// Gives each message of a planned batch its sequence number, in batch order, and gathers
+    /// the messages by inbox.
+    fn number_batch(
+        &self,
+        state: &mut State,
+        plan: &[Target],
+    ) -> Result<BatchRecords, BackendError> {
+        let mut records = BatchRecords {
+            seqs: Vec::with_capacity(plan.len()),
+            inboxes: Vec::new(),
+            index: HashMap::default(),
+        };
+        for (i, target) in plan.iter().enumerate() {
+            if target.count() == 0 {
+                records.seqs.push(None);
+                continue;
+            }
+            let seq = self.reserve_seq(state)?;
+            state.next_seq = seq + 1;
+            records.seqs.push(Some(seq));
+            match target {
+                Target::System => records.add(Address::System, seq, i),
+                Target::Agent(agent) => records.add(Address::Agent(agent.clone()), seq, i),
+                Target::Broadcast(agents) => {
+                    for agent in agents {
+                        records.add(Address::Agent(agent.clone()), seq, i);
+                    }
+                }
+            }
+        }
+        Ok(records)
+    }
+
+    /// Stores a numbered batch, one record per inbox (one insert each, not a sled batch: see
+    /// `broadcast`); a write that fails takes back the records written before it.
+    fn store_batch(
+        &self,
+        state: &mut State,
+        records: &BatchRecords,
+        values: &[Vec<u8>],
+    ) -> Result<(), BackendError> {
+        let mut written: Vec<Vec<u8>> = Vec::with_capacity(records.inboxes.len());
+        for (address, messages) in &records.inboxes {
+            let key = message_key(address, messages[0].0);
+            let value = match messages.as_slice() {
+                [(_, i)] => values[*i].clone(),
+                _ => batch_value(messages.iter().map(|(seq, i)| (*seq, values[*i].as_slice()))),
+            };
+            if let Err(e) = self.messages.insert(key.as_slice(), value) {
+                // Take back the records stored, so the failed batch delivers nothing (sled
+                // refuses every write after an I/O error, so this is for other errors). The
+                // sequence numbers used stay used: they are never reused, gaps are harmless.
+                for key in &written {
+                    let _ = self.messages.remove(key.as_slice());
+                    state.batches.remove(key);
+                }
+                let first_seq = records.seqs.iter().flatten().next();
+                tracing::debug!(?first_seq, error = %e, "a batch of sends failed and was taken back");
+                return Err(write_failed(Self::MESSAGES_TREE, e));
+            }
+            if messages.len() > 1 {
+                state.batches.insert(key.clone(), messages.len());
+            }
+            written.push(key);
+        }
+        Ok(())
+    }
+}
+
+/// A batch record rewritten by an acknowledgement: its old record (sequence number and key),
+/// the new one, and how many messages it holds now.
+struct Rewritten {
+    record: u64,
+    key: Vec<u8>,
+    new: u64,
+    new_key: Vec<u8>,
+    left: usize,
+}
+
+/// The messages of a `send_many` by inbox, once numbered.
+struct BatchRecords {
+    /// Each message's sequence number, in batch order (`None` for a broadcast that reaches no
+    /// inbox).
+    seqs: Vec<Option<u64>>,
+    /// Each inbox the batch reaches, with its messages' (sequence number, index in the batch),
+    /// in batch order.
+    inboxes: Vec<(Address, Vec<(u64, usize)>)>,
+    /// Where each inbox is in `inboxes`.
+    index: HashMap<Address, usize, FxBuildHasher>,
+}
+
+impl BatchRecords {
+    fn add(&mut self, address: Address, seq: u64, i: usize) {
+        match self.index.get(&address) {
+            Some(&at) => self.inboxes[at].1.push((seq, i)),
+            None => {
+                self.index.insert(address.clone(), self.inboxes.len());
+                self.inboxes.push((address, vec![(seq, i)]));
+            }
+        }
+    }
+
+    /// The record `address`'s messages went into: the sequence number of its first.
+    fn record_of(&self, address: &Address) -> u64 {
+        self.index.get(address).map_or(0, |&at| self.inboxes[at].1[0].0)
     }
 }
 
@@ -548,8 +710,7 @@ impl MessageBus for SledBus {
     async fn take(&self, inbox: &Address, max: usize) -> Result<Vec<Message>, InboxError> {
         let mut state = self.lock();
         let queue = state.inbox_mut(inbox)?;
-        let mut taken = Vec::with_capacity(max.min(queue.pending_len()));
-        queue.take(max, |entry| taken.push(entry.message.clone()));
+        let taken: Vec<Message> = queue.take(max).map(|entry| entry.message.clone()).collect();
         if queue.pending_len() == 0
             && let Address::Agent(agent) = inbox
         {
@@ -561,46 +722,35 @@ impl MessageBus for SledBus {
     async fn ack(&self, inbox: &Address, ids: &[MessageId]) -> Result<usize, InboxError> {
         let removed = {
             let mut state = self.lock();
-            let queue = state.inbox_mut(inbox)?;
-            let removed = match queue.in_flight_mut() {
-                None => 0,
-                Some(in_flight) => {
-                    let removed = acked(in_flight, ids);
-                    if !removed.is_empty() {
-                        // Kept for `history` first: a crash in between leaves the message in
-                        // its inbox (delivered again) rather than lost from the history.
-                        // One write per record, not sled batches (see `broadcast`).
-                        for &i in &removed {
-                            let entry = &in_flight[i];
-                            let value = agent_state::encode(&entry.message).map_err(|e| {
-                                BackendError::with_source(
-                                    BACKEND,
-                                    format!("cannot encode message {}", entry.message.id),
-                                    e,
-                                )
-                            })?;
-                            self.acked
-                                .insert(message_key(inbox, entry.seq), value)
-                                .map_err(|e| write_failed(Self::ACKED_TREE, e))?;
-                        }
-                        for &i in &removed {
-                            self.messages
-                                .remove(message_key(inbox, in_flight[i].seq))
-                                .map_err(|e| write_failed(Self::MESSAGES_TREE, e))?;
-                        }
-                        let mut index = 0;
-                        let mut next = removed.iter().peekable();
-                        in_flight.retain(|_| {
-                            let remove = next.next_if_eq(&&index).is_some();
-                            index += 1;
-                            !remove
+            let State { agents, system, batches, .. } = &mut *state;
+            let queue = crate::inbox::inbox_mut(agents, system, inbox)?;
+            let mut acked = Acked::new(ids);
+            // Positions among the in-flight messages, ascending.
+            let removed: Vec<usize> = queue
+                .in_flight()
+                .enumerate()
+                .filter(|(i, entry)| acked.contains(*i, entry.message.id))
+                .map(|(i, _)| i)
+                .collect();
+            if !removed.is_empty() {
+                let (gone, rewritten) = self.store_ack(inbox, queue, batches, &removed)?;
+                for key in gone {
+                    batches.remove(&key);
+                }
+                queue.remove_in_flight(|i, _| removed.binary_search(&i).is_ok());
+                for Rewritten { record, key, new, new_key, left } in rewritten {
+                    batches.remove(&key);
+                    if left > 1 {
+                        batches.insert(new_key, left);
+                    }
+                    if new != record {
+                        queue.entries_mut().filter(|e| e.record == record).for_each(|e| {
+                            e.record = new;
                         });
                     }
-                    removed.len()
                 }
-            };
-            queue.tidy();
-            removed
+            }
+            removed.len()
         };
         // Commit even when nothing was removed: a concurrent ack of the same ids may not have
         // committed yet, and this one's `Ok` promises the messages are gone.
@@ -636,29 +786,6 @@ impl MessageBus for SledBus {
     }
 }
 
-/// The positions in `in_flight` of the messages whose id is in `ids`, ascending.
-///
-/// The common case, acknowledging a batch in the order it was taken, costs one comparison per
-/// message; anything else falls back to a lookup of `ids` (sorted when there are many).
-fn acked(in_flight: &VecDeque<Entry>, ids: &[MessageId]) -> Vec<usize> {
-    let prefix = in_flight.iter().zip(ids).take_while(|(e, id)| e.message.id == **id).count();
-    let mut removed: Vec<usize> = (0..prefix).collect();
-    if prefix < in_flight.len() && !ids.is_empty() {
-        // The bus does not deduplicate, so an id of the prefix may appear again further on.
-        let rest = in_flight.iter().enumerate().skip(prefix);
-        if ids.len() <= 8 {
-            removed.extend(rest.filter(|(_, e)| ids.contains(&e.message.id)).map(|(i, _)| i));
-        } else {
-            let mut sorted = ids.to_vec();
-            sorted.sort_unstable();
-            removed.extend(
-                rest.filter(|(_, e)| sorted.binary_search(&e.message.id).is_ok()).map(|(i, _)| i),
-            );
-        }
-    }
-    removed
-}
-
 /// Reads every stored record into a fresh mirror.
 fn load(
     registered: &sled::Tree,
@@ -685,8 +812,10 @@ fn load(
                 "not an inbox name, a zero byte and a sequence number",
             ));
         };
-        let message = agent_state::decode::<Message>(&value)
-            .map_err(|e| undecodable(SledBus::MESSAGES_TREE, &address, seq, e))?;
+        let stored = decode_record(SledBus::MESSAGES_TREE, &address, seq, &value)?;
+        if value.first() == Some(&BATCH_MAGIC) {
+            state.batches.insert(key.to_vec(), stored.len());
+        }
         let inbox = match &address {
             Address::Agent(agent) => {
                 state.with_mail.insert(agent.clone());
@@ -694,9 +823,15 @@ fn load(
             }
             _ => &mut state.system,
         };
-        // Keys come in order, so each inbox's records come in sequence order.
-        inbox.push(Entry { seq, message });
-        end = end.max(seq.saturating_add(1));
+        // Keys come in order, so each inbox's records come in sequence order (and a batch
+        // record's messages are in order). A crash in the middle of an ack that rewrote a batch
+        // record may leave both the old record and the rewritten one: their messages are then
+        // delivered twice, which at-least-once allows.
+        let record = seq;
+        for (seq, message) in stored {
+            inbox.push(Entry { seq, record, message });
+            end = end.max(seq.saturating_add(1));
+        }
     }
 
     let bound = match meta.get(NEXT_SEQ_KEY).map_err(|e| read_failed(SledBus::META_TREE, e))? {
@@ -721,6 +856,90 @@ fn message_key(inbox: &Address, seq: u64) -> Vec<u8> {
     key.push(0);
     key.extend_from_slice(&seq.to_be_bytes());
     key
+}
+
+/// The first byte of a batch record's value; a record of one message is a JSON envelope, which
+/// starts with `{`.
+const BATCH_MAGIC: u8 = 0x01;
+/// The layout version of batch records, their second byte.
+const BATCH_VERSION: u8 = 1;
+
+/// The value of a batch record: the magic byte and the layout version, then, for each message
+/// in order, its sequence number (big-endian 64 bits), the length of its envelope (big-endian
+/// 32 bits) and the envelope ([`agent_state::encode`]), as a record of one message holds it.
+fn batch_value<'a>(messages: impl Iterator<Item = (u64, &'a [u8])>) -> Vec<u8> {
+    let mut value = vec![BATCH_MAGIC, BATCH_VERSION];
+    for (seq, envelope) in messages {
+        value.extend_from_slice(&seq.to_be_bytes());
+        // An envelope over 4 GiB cannot be sent: sled refuses values that large long before.
+        let len = u32::try_from(envelope.len()).unwrap_or(u32::MAX);
+        value.extend_from_slice(&len.to_be_bytes());
+        value.extend_from_slice(envelope);
+    }
+    value
+}
+
+/// The messages of a stored record, with their sequence numbers: one for a record of one
+/// message (`seq` from its key), each of a batch record. `tree` and `inbox` name the record in
+/// errors.
+fn decode_record(
+    tree: &str,
+    inbox: &Address,
+    seq: u64,
+    value: &[u8],
+) -> Result<Vec<(u64, Message)>, BackendError> {
+    let Some(rest) = value.strip_prefix(&[BATCH_MAGIC]) else {
+        let message =
+            agent_state::decode::<Message>(value).map_err(|e| undecodable(tree, inbox, seq, e))?;
+        return Ok(vec![(seq, message)]);
+    };
+    let cut =
+        |what: &str| damaged(tree, &format!("`{inbox} #{seq}`"), &format!("a batch record {what}"));
+    let Some((&BATCH_VERSION, mut rest)) = rest.split_first() else {
+        return Err(cut("of an unknown layout version"));
+    };
+    let mut messages = Vec::new();
+    while !rest.is_empty() {
+        let (Some(head), Some(len)) = (rest.get(..8), rest.get(8..12)) else {
+            return Err(cut("cut short"));
+        };
+        let mut seq_bytes = [0; 8];
+        seq_bytes.copy_from_slice(head);
+        let mut len_bytes = [0; 4];
+        len_bytes.copy_from_slice(len);
+        let message_seq = u64::from_be_bytes(seq_bytes);
+        let len = u32::from_be_bytes(len_bytes) as usize;
+        let Some(envelope) = rest.get(12..12 + len) else { return Err(cut("cut short")) };
+        let message = agent_state::decode::<Message>(envelope)
+            .map_err(|e| undecodable(tree, inbox, message_seq, e))?;
+        messages.push((message_seq, message));
+        rest = &rest[12 + len..];
+    }
+    if messages.is_empty() {
+        return Err(cut("with no message"));
+    }
+    Ok(messages)
+}
+
+/// The value a record of `messages` (with their sequence numbers) is stored with: a record of
+/// one message, or a batch record.
+fn record_value<'a>(
+    messages: impl Iterator<Item = (u64, &'a Message)>,
+) -> Result<Vec<u8>, BackendError> {
+    let encode = |message: &Message| {
+        agent_state::encode(message).map_err(|e| {
+            BackendError::with_source(BACKEND, format!("cannot encode message {}", message.id), e)
+        })
+    };
+    let mut envelopes = messages
+        .map(|(seq, message)| Ok::<_, BackendError>((seq, encode(message)?)))
+        .collect::<Result<Vec<_>, _>>()?;
+    if envelopes.len() == 1
+        && let Some((_, envelope)) = envelopes.pop()
+    {
+        return Ok(envelope);
+    }
+    Ok(batch_value(envelopes.iter().map(|(seq, envelope)| (*seq, envelope.as_slice()))))
 }
 
 /// The inbox and sequence number of a message key, if it is one.

@@ -1,11 +1,9 @@
 //! Unit tests of the in-memory backend's own choices; the shared contract is checked by `testing`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::VecDeque;
-
 use agent_state::{Address, AgentId, Message, MessageId, MessageKind, Timestamp};
 
-use super::{DEFAULT_INBOX_CAPACITY, InMemoryBus, remove_acked};
+use super::{DEFAULT_INBOX_CAPACITY, InMemoryBus, Inbox};
 use crate::{MessageBus, SendError};
 
 fn block_on<F: std::future::Future>(future: F) -> F::Output {
@@ -27,13 +25,23 @@ fn msg(n: u128, to: &AgentId) -> Message {
     )
 }
 
-fn in_flight(ns: &[u128]) -> VecDeque<Message> {
+/// An inbox holding messages `ns`, all taken.
+fn in_flight(ns: &[u128]) -> Inbox {
     let to = AgentId::new("a");
-    ns.iter().map(|&n| msg(n, &to)).collect()
+    let mut inbox = Inbox::registered();
+    for &n in ns {
+        inbox.push(msg(n, &to));
+    }
+    assert_eq!(inbox.take(usize::MAX).len(), ns.len());
+    inbox
 }
 
-fn left(queue: &VecDeque<Message>) -> Vec<MessageId> {
-    queue.iter().map(|m| m.id).collect()
+fn left(inbox: &Inbox) -> Vec<MessageId> {
+    inbox.in_flight().map(|m| m.id).collect()
+}
+
+fn remove_acked(inbox: &mut Inbox, ids: &[MessageId]) -> usize {
+    inbox.ack(ids, |m| m.id)
 }
 
 #[test]
@@ -94,8 +102,28 @@ fn ack_removes_every_in_flight_copy_of_an_id() {
 fn ack_of_nothing_removes_nothing() {
     let mut queue = in_flight(&[1, 2]);
     assert_eq!(remove_acked(&mut queue, &[]), 0);
-    assert_eq!(remove_acked(&mut VecDeque::new(), &[id(1)]), 0);
+    assert_eq!(remove_acked(&mut Inbox::registered(), &[id(1)]), 0);
     assert_eq!(left(&queue), [id(1), id(2)]);
+}
+
+#[test]
+fn ack_leaves_pending_messages_alone_and_release_puts_the_rest_back_ahead_in_order() {
+    let to = AgentId::new("a");
+    let mut inbox = in_flight(&[1, 2, 3, 4, 5]);
+    inbox.push(msg(6, &to));
+    inbox.push(msg(7, &to));
+    // Pending messages are not in flight: acknowledging their ids removes nothing of them.
+    assert_eq!(remove_acked(&mut inbox, &[id(2), id(4), id(6)]), 2);
+    assert_eq!(left(&inbox), [id(1), id(3), id(5)]);
+    assert_eq!((inbox.pending_len(), inbox.len()), (2, 5));
+    assert_eq!(inbox.release(), 3);
+    assert_eq!(inbox.in_flight().count(), 0);
+    let mut taken = Vec::new();
+    taken.extend(inbox.take(2).map(|m| m.id));
+    taken.extend(inbox.take(usize::MAX).map(|m| m.id));
+    assert_eq!(taken, [id(1), id(3), id(5), id(6), id(7)]);
+    assert_eq!(remove_acked(&mut inbox, &taken), 5);
+    assert_eq!(inbox.len(), 0);
 }
 
 #[test]

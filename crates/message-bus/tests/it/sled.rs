@@ -252,6 +252,62 @@ fn sequence_numbers_are_not_reused_after_a_restart() {
     });
 }
 
+/// A `send_many` stores one record per inbox it reaches; acknowledging some of a record's
+/// messages keeps the others, across restarts, in order, and `history` marks each message.
+#[test]
+fn a_batch_is_one_record_per_inbox_and_acknowledging_part_of_it_keeps_the_rest() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("run");
+    let (a, b, c) = (AgentId::new("agent-a"), AgentId::new("agent-b"), AgentId::new("agent-c"));
+    let (inbox, other) = (Address::from(&b), Address::from(&c));
+    let ids = |messages: Vec<Message>| messages.iter().map(|m| m.id).collect::<Vec<_>>();
+    let rt = runtime();
+    rt.block_on(async {
+        let store = create(&dir);
+        let bus = SledBus::open(&store).unwrap();
+        for agent in [&a, &b, &c] {
+            bus.register(agent).await.unwrap();
+        }
+        let batch = vec![msg(1, &a, &b), msg(2, &a, &b), msg(3, &a, &c), msg(4, &a, &b)];
+        assert_eq!(bus.send_many(batch).await.unwrap(), vec![1, 1, 1, 1]);
+        bus.send(msg(5, &a, &b)).await.unwrap();
+        // One record for agent-b's three messages of the batch, one for the send after it.
+        assert_eq!(stored_seqs(&store, "agent-b").len(), 2);
+        assert_eq!(stored_seqs(&store, "agent-c").len(), 1);
+
+        // Acknowledge the middle of the batch record and the message after it.
+        assert_eq!(ids(bus.take(&inbox, 10).await.unwrap()), [id(1), id(2), id(4), id(5)]);
+        assert_eq!(bus.ack(&inbox, &[id(2), id(5)]).await.unwrap(), 2);
+        drop((bus, store));
+
+        let (store, bus) = reopen(&dir);
+        assert_eq!(ids(bus.take(&inbox, 10).await.unwrap()), [id(1), id(4)]);
+        // Now the first of the record: what is left is rekeyed to its next message.
+        assert_eq!(bus.ack(&inbox, &[id(1)]).await.unwrap(), 1);
+        let acked: Vec<(MessageId, bool)> =
+            bus.history().unwrap().into_iter().map(|m| (m.message.id, m.acknowledged)).collect();
+        assert_eq!(
+            acked,
+            [(id(1), true), (id(2), true), (id(3), false), (id(4), false), (id(5), true)]
+        );
+        drop((bus, store));
+
+        let (store, bus) = reopen(&dir);
+        assert_eq!(ids(bus.take(&inbox, 10).await.unwrap()), [id(4)]);
+        assert_eq!(ids(bus.take(&other, 10).await.unwrap()), [id(3)]);
+        assert_eq!(bus.ack(&inbox, &[id(4)]).await.unwrap(), 1);
+        assert_eq!(bus.ack(&other, &[id(3)]).await.unwrap(), 1);
+        assert_eq!(stored_seqs(&store, "agent-b"), Vec::<u64>::new());
+        assert_eq!(stored_seqs(&store, "agent-c"), Vec::<u64>::new());
+        assert!(bus.history().unwrap().iter().all(|m| m.acknowledged));
+        assert_eq!(bus.history().unwrap().len(), 5);
+        drop((bus, store));
+
+        let (_store, bus) = reopen(&dir);
+        assert_eq!(bus.pending(&inbox).await.unwrap(), 0);
+    });
+}
+
 /// A reopened bus accepts new messages behind the old ones, in every inbox, and a broadcast
 /// stored before the restart is one copy per inbox.
 #[test]
@@ -321,6 +377,38 @@ fn dropping_the_bus_closes_the_run_cleanly() {
 
 // ---------------------------------------------------------------------------------------------
 // Damaged records
+
+/// A batch record cut short (its last message's envelope truncated) makes `open` fail with an
+/// error naming the record, and changes nothing.
+#[test]
+fn a_batch_record_cut_short_is_an_error_naming_it() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("run");
+    let (a, b) = (AgentId::new("agent-a"), AgentId::new("agent-b"));
+    let rt = runtime();
+    rt.block_on(async {
+        let store = create(&dir);
+        let bus = SledBus::open(&store).unwrap();
+        bus.register(&a).await.unwrap();
+        bus.register(&b).await.unwrap();
+        bus.send_many(vec![msg(1, &a, &b), msg(2, &a, &b)]).await.unwrap();
+    });
+    let store = RunStore::open(&dir, Durability::Synced).unwrap();
+    let messages = store.tree(SledBus::MESSAGES_TREE).unwrap();
+    let (key, value) = messages.first().unwrap().unwrap();
+    let seq = u64::from_be_bytes(key[key.len() - 8..].try_into().unwrap());
+    let cut = &value[..value.len() - 3];
+    messages.insert(&key, cut).unwrap();
+    store.commit_blocking().unwrap();
+
+    let err = SledBus::open(&store).unwrap_err();
+    assert_eq!(err.backend, "sled");
+    let want = format!(
+        "cannot read record `agent-b #{seq}` of tree `bus.messages`: a batch record cut short"
+    );
+    assert!(err.message.starts_with(&want), "{}", err.message);
+    assert_eq!(messages.get(&key).unwrap().unwrap().as_ref(), cut);
+}
 
 /// Writes a run with two messages for `agent-b`, then overwrites the first record's value.
 /// Returns the key that was damaged.
