@@ -112,15 +112,27 @@ pub struct AgentContext {
     config: AgentConfig,
     /// The status; transitions go through [`Lifecycle::apply`] (the id is the config's).
     status: AgentStatus,
-    metrics: AgentMetrics,
+    /// Its metrics, made by its first count (see [`Metrics`]).
+    metrics: Metrics,
     retries: u32,
     heartbeat: u64,
     responsibilities: &'static str,
-    system_prompt: OnceLock<Box<str>>,
+    /// Made by its first use. Boxed twice, for a thin pointer: a context that never used it
+    /// holds 16 bytes, not 24.
+    #[allow(clippy::redundant_allocation, reason = "a thin pointer, see above")]
+    system_prompt: OnceLock<Box<Box<str>>>,
     deps: Arc<AgentDeps>,
+    /// What its turns keep between them: made by the first change to it (see [`LazyTurns`]).
+    turns: LazyTurns,
+}
+
+/// What an agent's turns keep between them. Boxed, and made by its first change: an idle
+/// agent that never took a turn holds none of it.
+#[derive(Default)]
+struct Turns {
     processed: Vec<MessageId>,
     /// Set while a side-effecting tool call runs: the heartbeat's timeout waits for it. Made
-    /// by the first heartbeat with work, so an idle agent holds none.
+    /// by the first heartbeat with work.
     effect_in_flight: Option<Arc<AtomicUsize>>,
     /// After a failed turn that will be retried: the heartbeat its next attempt is due at
     /// (a retry waits for a later heartbeat). Until then it takes no turn. Not
@@ -128,6 +140,82 @@ pub struct AgentContext {
     retry_due: Option<u64>,
     /// How many turns in a row have panicked ([`MAX_PANICS`]). Not saved.
     panics: u32,
+    /// What its last save wrote, so that the next writes only what changed.
+    saved: crate::parts::Saved,
+}
+
+/// The turns of an agent that has taken none, which [`LazyTurns`] reads as its own.
+static NO_TURNS: Turns = Turns {
+    processed: Vec::new(),
+    effect_in_flight: None,
+    retry_due: None,
+    panics: 0,
+    saved: crate::parts::Saved::Unknown,
+};
+
+/// An agent's [`Turns`], made by their first change: read, they are [`NO_TURNS`] until then;
+/// borrowed mutably, they are made (empty) and kept.
+#[derive(Default)]
+struct LazyTurns(Option<Box<Turns>>);
+
+impl std::ops::Deref for LazyTurns {
+    type Target = Turns;
+
+    fn deref(&self) -> &Turns {
+        self.0.as_deref().unwrap_or(&NO_TURNS)
+    }
+}
+
+impl std::ops::DerefMut for LazyTurns {
+    fn deref_mut(&mut self) -> &mut Turns {
+        self.0.get_or_insert_with(Box::default)
+    }
+}
+
+/// An agent's metrics as its context keeps them: made by the first count, so that an agent
+/// that never counted anything (an idle executor among a hundred thousand) keeps only when it
+/// was last active, not the whole [`AgentMetrics`].
+#[derive(Debug, Default)]
+struct Metrics {
+    /// When it was last active, while it has no counts (with counts, theirs is the one).
+    last_active: agent_state::Timestamp,
+    counts: Option<Box<AgentMetrics>>,
+}
+
+impl Metrics {
+    /// The metrics.
+    fn get(&self) -> AgentMetrics {
+        match &self.counts {
+            Some(counts) => (**counts).clone(),
+            None => AgentMetrics { last_active: self.last_active, ..AgentMetrics::default() },
+        }
+    }
+
+    /// The metrics, to count.
+    fn get_mut(&mut self) -> &mut AgentMetrics {
+        let last_active = self.last_active;
+        self.counts.get_or_insert_with(|| {
+            Box::new(AgentMetrics { last_active, ..AgentMetrics::default() })
+        })
+    }
+
+    /// It was active at `at`.
+    fn set_last_active(&mut self, at: agent_state::Timestamp) {
+        match &mut self.counts {
+            Some(counts) => counts.last_active = at,
+            None => self.last_active = at,
+        }
+    }
+}
+
+impl From<AgentMetrics> for Metrics {
+    /// Metrics restored from a record: counts only if it has any.
+    fn from(metrics: AgentMetrics) -> Self {
+        let last_active = metrics.last_active;
+        let counts = (metrics != AgentMetrics { last_active, ..AgentMetrics::default() })
+            .then(|| Box::new(metrics));
+        Self { last_active, counts }
+    }
 }
 
 /// The contract each layer implements.
@@ -250,8 +338,6 @@ enum Orders {
 pub struct Agent {
     ctx: AgentContext,
     behavior: Box<dyn AgentBehavior>,
-    /// What its last save wrote, so that the next writes only what changed.
-    saved: crate::parts::Saved,
 }
 
 impl AgentContext {
@@ -259,17 +345,14 @@ impl AgentContext {
     pub fn new(config: AgentConfig, responsibilities: &'static str, deps: Arc<AgentDeps>) -> Self {
         Self {
             status: AgentStatus::Initializing,
-            metrics: AgentMetrics::default(),
+            metrics: Metrics::default(),
             retries: 0,
             heartbeat: 0,
             responsibilities,
             system_prompt: OnceLock::new(),
             config,
             deps,
-            processed: Vec::new(),
-            effect_in_flight: None,
-            retry_due: None,
-            panics: 0,
+            turns: LazyTurns::default(),
         }
     }
 
@@ -315,14 +398,15 @@ impl AgentContext {
         self.status
     }
 
-    /// The metrics.
-    pub fn metrics(&self) -> &AgentMetrics {
-        &self.metrics
+    /// The metrics (a copy: an agent that never counted anything keeps only when it was last
+    /// active, and its metrics are made from that).
+    pub fn metrics(&self) -> AgentMetrics {
+        self.metrics.get()
     }
 
     /// The metrics, for a layer to count its own acts.
     pub fn metrics_mut(&mut self) -> &mut AgentMetrics {
-        &mut self.metrics
+        self.metrics.get_mut()
     }
 
     /// Retries spent on the current work.
@@ -338,13 +422,14 @@ impl AgentContext {
     /// The heartbeat the next attempt of a failed turn is due at, while the agent waits for
     /// it ([`AuditEvent::Retry`]).
     pub fn retry_due(&self) -> Option<u64> {
-        self.retry_due
+        self.turns.retry_due
     }
 
     /// The system prompt, built on first use so that an
     /// agent that never reasons never pays for it.
     pub fn system_prompt(&self) -> &str {
-        self.system_prompt.get_or_init(|| system_prompt(&self.config, self.responsibilities).into())
+        self.system_prompt
+            .get_or_init(|| Box::new(system_prompt(&self.config, self.responsibilities).into()))
     }
 
     /// Who this agent is, for the reasoner.
@@ -443,8 +528,8 @@ impl AgentContext {
     /// Remembers the ids this heartbeat processed, so that if a crash delivers them again
     /// before they are acknowledged they are skipped (see [`AgentRecord::processed`]).
     fn remember(&mut self, ids: &[MessageId]) {
-        self.processed.clear();
-        self.processed.extend_from_slice(ids);
+        self.turns.processed.clear();
+        self.turns.processed.extend_from_slice(ids);
     }
 
     /// Reads a message's content as `T`. Content that does not fit is refused, audited as
@@ -554,7 +639,7 @@ impl AgentContext {
                     .collect();
                 self.deps.bus.send_many(messages).await?;
                 drop(spans);
-                self.metrics.messages_processed += n as u64;
+                self.metrics.get_mut().messages_processed += n as u64;
             }
         }
         Ok(ids)
@@ -599,7 +684,7 @@ impl AgentContext {
         } else {
             self.deps.bus.send(message).instrument(span).await?;
         }
-        self.metrics.messages_processed += 1;
+        self.metrics.get_mut().messages_processed += 1;
         Ok(())
     }
 
@@ -749,7 +834,7 @@ impl AgentContext {
         self.record_decision(&span, id).await;
         let outcome = self.audit_decision(result, id, "sign").await?;
         if outcome != SignOutcome::AlreadySigned {
-            self.metrics.decisions_signed += 1;
+            self.metrics.get_mut().decisions_signed += 1;
             let action = if outcome == SignOutcome::Approved { "approved" } else { "signed" };
             self.audit(AuditEvent::Decision {
                 decision: id,
@@ -773,7 +858,7 @@ impl AgentContext {
             .await;
         self.record_decision(&span, id).await;
         self.audit_decision(result, id, "veto").await?;
-        self.metrics.decisions_vetoed += 1;
+        self.metrics.get_mut().decisions_vetoed += 1;
         self.audit(AuditEvent::Decision {
             decision: id,
             action: "vetoed".into(),
@@ -900,11 +985,15 @@ impl AgentContext {
     /// runs apart from the context (an executor kind's capsule). Taken in a turn, its calls
     /// hold that turn's timeout off while they run, as the context's own do.
     pub fn tool_path(&self) -> ToolPath {
-        ToolPath::of_context(&self.config, &self.deps, self.effect_in_flight.as_ref())
+        ToolPath::of_context(&self.config, &self.deps, self.turns.effect_in_flight.as_ref())
     }
 
     fn caller(&self) -> Caller<'_> {
-        Caller { config: &self.config, deps: &self.deps, in_flight: self.effect_in_flight.as_ref() }
+        Caller {
+            config: &self.config,
+            deps: &self.deps,
+            in_flight: self.turns.effect_in_flight.as_ref(),
+        }
     }
 }
 
@@ -961,7 +1050,7 @@ impl Agent {
     ) -> Result<Self, agent_state::ConfigError> {
         config.validate()?;
         let ctx = AgentContext::new(config, behavior.responsibilities(), deps);
-        Ok(Self { ctx, behavior, saved: crate::parts::Saved::Unknown })
+        Ok(Self { ctx, behavior })
     }
 
     /// The context.
@@ -1029,7 +1118,7 @@ impl Agent {
         deps.boards.create(self.ctx.id(), self.ctx.config.layer).await?;
         self.behavior.on_initialize(&mut self.ctx).await?;
         self.ctx.transition(AgentStatus::Idle, "initialization complete").await?;
-        self.ctx.metrics.last_active = self.ctx.now();
+        self.ctx.metrics.set_last_active(self.ctx.now());
         // Nothing to save yet: an agent restored without a record starts from its defaults.
         Ok(())
     }
@@ -1061,12 +1150,12 @@ impl Agent {
     /// turn ([`AuditEvent::Retry`]): a scheduler takes no turn of it, for mail or work, before
     /// the heartbeat the attempt is due at.
     pub fn waits_for_retry(&self, cycle: u64) -> bool {
-        self.ctx.retry_due.is_some_and(|due| cycle < due)
+        self.ctx.turns.retry_due.is_some_and(|due| cycle < due)
     }
 
     /// The heartbeat the next attempt of a failed turn is due at, while the agent waits.
     pub fn retry_due(&self) -> Option<u64> {
-        self.ctx.retry_due
+        self.ctx.turns.retry_due
     }
 
     /// A turn; one that fails outside its layer's processing (a status change, a save, an
@@ -1083,7 +1172,8 @@ impl Agent {
                 tracing::debug!(agent = %self.id(), error = %e, "releasing the inbox after a failed turn");
             }
             let next = self.ctx.heartbeat.saturating_add(1);
-            self.ctx.retry_due = Some(self.ctx.retry_due.map_or(next, |due| due.max(next)));
+            self.ctx.turns.retry_due =
+                Some(self.ctx.turns.retry_due.map_or(next, |due| due.max(next)));
         }
         result
     }
@@ -1100,22 +1190,22 @@ impl Agent {
         ) {
             return Ok(HeartbeatOutcome::Skipped { status });
         }
-        if let Some(due) = self.ctx.retry_due {
+        if let Some(due) = self.ctx.turns.retry_due {
             if number < due {
                 // A failed turn's next attempt waits for its heartbeat: the mail
                 // stays in the inbox; the agent is alive and answers the heartbeat.
                 if cycle {
-                    self.ctx.metrics.heartbeats_responded += 1;
+                    self.ctx.metrics.get_mut().heartbeats_responded += 1;
                 }
                 return Ok(HeartbeatOutcome::Waiting { due });
             }
-            self.ctx.retry_due = None;
+            self.ctx.turns.retry_due = None;
         }
         let inbox = Address::Agent(self.id().clone());
         let bus = self.ctx.deps.bus.clone();
         let taken = bus.take(&inbox, MAX_MESSAGES_PER_HEARTBEAT).await?;
         // A message processed before a crash, but not acknowledged, comes again: skip it.
-        let (seen, messages) = split_processed(&self.ctx.processed, taken);
+        let (seen, messages) = split_processed(&self.ctx.turns.processed, taken);
         if !seen.is_empty() {
             let ids: Vec<MessageId> = seen.iter().map(|m| m.id).collect();
             tracing::debug!(agent = %self.id(), count = ids.len(), "skipping messages processed before a restart");
@@ -1132,7 +1222,7 @@ impl Agent {
         };
         if messages.is_empty() && !self.wants_tick() {
             if cycle {
-                self.ctx.metrics.heartbeats_responded += 1;
+                self.ctx.metrics.get_mut().heartbeats_responded += 1;
                 // Every answer is stored (rare here: the scheduler ran it for mail or work
                 // that was gone by the time it looked).
                 self.save_counts().await;
@@ -1171,12 +1261,12 @@ impl Agent {
             Ok(()) => {
                 let ids: Vec<MessageId> = messages.iter().map(|m| m.id).collect();
                 self.ctx.retries = 0;
-                self.ctx.panics = 0;
-                self.ctx.metrics.messages_processed += messages.len() as u64;
-                self.ctx.metrics.last_active = self.ctx.now();
+                self.ctx.turns.panics = 0;
+                self.ctx.metrics.get_mut().messages_processed += messages.len() as u64;
+                self.ctx.metrics.set_last_active(self.ctx.now());
                 self.ctx.remember(&ids);
                 if cycle {
-                    self.ctx.metrics.heartbeats_responded += 1;
+                    self.ctx.metrics.get_mut().heartbeats_responded += 1;
                     self.ctx
                         .send(
                             Address::System,
@@ -1218,10 +1308,10 @@ impl Agent {
     pub fn record(&self) -> AgentRecord {
         AgentRecord {
             id: self.id().clone(),
-            metrics: self.ctx.metrics.clone(),
+            metrics: self.ctx.metrics.get(),
             retries: self.ctx.retries,
             heartbeat: self.ctx.heartbeat,
-            processed: self.ctx.processed.clone(),
+            processed: self.ctx.turns.processed.clone(),
             behavior: self.behavior.snapshot(),
             audit_head: None,
             parts: None,
@@ -1248,15 +1338,15 @@ impl Agent {
             &record.audit_head,
         );
         let head = crate::parts::hash_bytes(&serde_json::to_vec(&head).unwrap_or_default());
-        let Some(plan) = self.saved.plan(head, &record.behavior) else {
+        let Some(plan) = self.ctx.turns.saved.plan(head, &record.behavior) else {
             return Ok(());
         };
         record.behavior = plan.behavior;
         record.parts = plan.parts;
         // Unknown until the store answers: a failed save may have written part of it.
-        self.saved = crate::parts::Saved::Unknown;
+        self.ctx.turns.saved = crate::parts::Saved::Unknown;
         state.save_agent(&record).await?;
-        self.saved = plan.next;
+        self.ctx.turns.saved = plan.next;
         Ok(())
     }
 
@@ -1287,10 +1377,12 @@ impl Agent {
         }
         agent.ctx.status = status;
         if let Some(record) = record {
-            agent.ctx.metrics = record.metrics;
+            agent.ctx.metrics = Metrics::from(record.metrics);
             agent.ctx.retries = record.retries;
             agent.ctx.heartbeat = record.heartbeat;
-            agent.ctx.processed = record.processed;
+            if !record.processed.is_empty() {
+                agent.ctx.turns.processed = record.processed;
+            }
             agent.behavior.restore(record.behavior)?;
         }
         if status != AgentStatus::Terminated {
@@ -1314,8 +1406,12 @@ impl Agent {
         let mut soft_ms = agent_state::soft_limit(after_ms, self.ctx.deps.timeouts.turn_soft_ms);
         let soft_notice =
             (self.ctx.deps.clone(), self.id().clone(), self.ctx.config.supervisor.clone());
-        let in_flight =
-            self.ctx.effect_in_flight.get_or_insert_with(|| Arc::new(AtomicUsize::new(0))).clone();
+        let in_flight = self
+            .ctx
+            .turns
+            .effect_in_flight
+            .get_or_insert_with(|| Arc::new(AtomicUsize::new(0)))
+            .clone();
         let finished = {
             // Time in untimed sections (a reasoning call waiting for a budget decision) does
             // not count against the turn.
@@ -1418,12 +1514,12 @@ impl Agent {
             return Ok(Orders::Over(HeartbeatOutcome::Skipped { status: AgentStatus::Terminated }));
         }
         self.ctx.retries = 0;
-        self.ctx.retry_due = None;
+        self.ctx.turns.retry_due = None;
         self.ctx.transition(AgentStatus::Working, "reassigned by supervisor").await?;
         // The mail held while it was failed comes first, then this batch, in order.
         bus.release(&inbox).await?;
         let taken = bus.take(&inbox, MAX_MESSAGES_PER_HEARTBEAT).await?;
-        let (seen, messages) = split_processed(&self.ctx.processed, taken);
+        let (seen, messages) = split_processed(&self.ctx.turns.processed, taken);
         if !seen.is_empty() {
             let ids: Vec<MessageId> = seen.iter().map(|m| m.id).collect();
             bus.ack(&inbox, &ids).await?;
@@ -1490,12 +1586,12 @@ impl Agent {
         let class = error.class();
         let heartbeat = self.ctx.heartbeat;
         let attempt = self.ctx.retries.saturating_add(1);
-        self.ctx.metrics.heartbeats_missed += 1;
+        self.ctx.metrics.get_mut().heartbeats_missed += 1;
         let plan = agent_state::plan_retry(class, self.ctx.retries, max, heartbeat);
         if let agent_state::RetryPlan::Retry { retry, wait_beats, due } = plan {
             self.ctx.retries = retry;
-            self.ctx.metrics.retries += 1;
-            self.ctx.retry_due = Some(due);
+            self.ctx.metrics.get_mut().retries += 1;
+            self.ctx.turns.retry_due = Some(due);
             crate::otel::retry(self.id(), self.ctx.config.layer, retry);
             self.ctx
                 .audit(AuditEvent::Error { error: text.clone(), retry, max_retries: max })
@@ -1516,7 +1612,7 @@ impl Agent {
             tracing::info!(agent = %self.id(), retry, max, wait_beats, due, error = %text, "heartbeat failed, will retry");
             return Ok(HeartbeatOutcome::Retrying { retry, error: text });
         }
-        self.ctx.retry_due = None;
+        self.ctx.turns.retry_due = None;
         self.ctx
             .audit(AuditEvent::Error {
                 error: text.clone(),
@@ -1552,11 +1648,11 @@ impl Agent {
         messages: &[Message],
     ) -> Result<HeartbeatOutcome, AgentError> {
         self.fail(reason).await?;
-        self.ctx.metrics.tasks_failed += 1;
+        self.ctx.metrics.get_mut().tasks_failed += 1;
         let report = ErrorReport {
             error: error.clone(),
             work: self.behavior.abandon_work(),
-            metrics: self.ctx.metrics.clone(),
+            metrics: self.ctx.metrics.get(),
         };
         let to = self.ctx.config.supervisor.clone().map_or(Address::System, Address::Agent);
         if let Err(e) = self.ctx.send(to, MessageKind::ErrorReport, &report).await {
@@ -1748,23 +1844,23 @@ impl Agent {
         panic: String,
         messages: &[Message],
     ) -> Result<HeartbeatOutcome, AgentError> {
-        self.ctx.panics = self.ctx.panics.saturating_add(1);
-        let count = self.ctx.panics;
+        self.ctx.turns.panics = self.ctx.turns.panics.saturating_add(1);
+        let count = self.ctx.turns.panics;
         let failed = count >= MAX_PANICS;
         tracing::error!(agent = %self.id(), panic = %panic, count, failed, "a heartbeat turn panicked");
         let inbox = Address::Agent(self.id().clone());
         let bus = self.ctx.deps.bus.clone();
-        self.ctx.effect_in_flight = None;
-        self.ctx.retry_due = None;
+        self.ctx.turns.effect_in_flight = None;
+        self.ctx.turns.retry_due = None;
         let record = self.ctx.deps.state.agents().await?.into_iter().find(|r| r.id == *self.id());
         if let Some(record) = record {
-            self.ctx.metrics = record.metrics;
+            self.ctx.metrics = Metrics::from(record.metrics);
             self.ctx.retries = record.retries;
             self.ctx.heartbeat = self.ctx.heartbeat.max(record.heartbeat);
-            self.ctx.processed = record.processed;
+            self.ctx.turns.processed = record.processed;
             self.behavior.restore(record.behavior)?;
         }
-        self.ctx.metrics.heartbeats_missed += 1;
+        self.ctx.metrics.get_mut().heartbeats_missed += 1;
         self.ctx.audit(AuditEvent::AgentPanicked { message: panic.clone(), count, failed }).await?;
         if !failed {
             self.save_counts().await;

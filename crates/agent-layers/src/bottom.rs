@@ -128,11 +128,6 @@ struct Ask {
 /// A bottom-layer agent.
 pub struct BottomAgent {
     spec: BottomSpec,
-    queue: VecDeque<Subtask>,
-    done: Vec<String>,
-    /// The tool loop of the subtask at the front of the queue, while it waits (boxed: an idle
-    /// executor holds none, and a hundred thousand of them should not each hold its size).
-    current: Option<Box<WorkLoop>>,
     /// Spawned by a supervisor: it concludes with `return_results`.
     returns: bool,
     /// The team's executor, for an executor with a `kind`.
@@ -141,6 +136,20 @@ pub struct BottomAgent {
     guards: GuardSettings,
     /// The executors of the same lead (this one may be among them).
     peers: Option<Peers>,
+    /// Its work: made by the first change to it (see [`LazyWork`]).
+    work: LazyWork,
+}
+
+/// What an executor has to do and has done. Boxed, and made by its first change: an idle
+/// executor that never worked holds none of it (a hundred thousand of them would each hold its
+/// size).
+#[derive(Default)]
+struct Work {
+    queue: VecDeque<Subtask>,
+    done: Vec<String>,
+    /// The tool loop of the subtask at the front of the queue, while it waits (boxed: its size
+    /// is held only while a subtask waits).
+    current: Option<Box<WorkLoop>>,
     /// Peer help by subtask key, while the subtask is queued.
     help: BTreeMap<String, Help>,
     /// The peers' requests answered lately (not saved): a turn that fails after answering
@@ -148,6 +157,35 @@ pub struct BottomAgent {
     answered: VecDeque<MessageId>,
     /// A single agent ([`BottomAgent::solo`]): the tasks it takes itself, from `system`.
     desk: Option<Desk>,
+}
+
+/// The work of an executor that has none yet, which [`LazyWork`] reads as its own.
+static NO_WORK: Work = Work {
+    queue: VecDeque::new(),
+    done: Vec::new(),
+    current: None,
+    help: BTreeMap::new(),
+    answered: VecDeque::new(),
+    desk: None,
+};
+
+/// An executor's [`Work`], made by its first change: read, it is [`NO_WORK`] until then;
+/// borrowed mutably, it is made (empty) and kept.
+#[derive(Default)]
+struct LazyWork(Option<Box<Work>>);
+
+impl std::ops::Deref for LazyWork {
+    type Target = Work;
+
+    fn deref(&self) -> &Work {
+        self.0.as_deref().unwrap_or(&NO_WORK)
+    }
+}
+
+impl std::ops::DerefMut for LazyWork {
+    fn deref_mut(&mut self) -> &mut Work {
+        self.0.get_or_insert_with(Box::default)
+    }
 }
 
 /// How many answered peer requests an executor remembers.
@@ -158,16 +196,11 @@ impl BottomAgent {
     pub fn new(spec: BottomSpec) -> Self {
         Self {
             spec,
-            queue: VecDeque::new(),
-            done: Vec::new(),
-            current: None,
             returns: false,
             runner: None,
             guards: GuardSettings::default(),
             peers: None,
-            help: BTreeMap::new(),
-            answered: VecDeque::new(),
-            desk: None,
+            work: LazyWork::default(),
         }
     }
 
@@ -179,13 +212,13 @@ impl BottomAgent {
     /// not run again) fails the task: there is no other executor to hand it to.
     #[must_use]
     pub fn solo(mut self) -> Self {
-        self.desk = Some(Desk::default());
+        self.work.desk = Some(Desk::default());
         self
     }
 
     /// Where its reports go: its lead, or a single agent itself (its desk reads them).
     fn reports_to(&self, ctx: &AgentContext) -> Option<AgentId> {
-        match &self.desk {
+        match &self.work.desk {
             Some(_) => Some(ctx.id().clone()),
             None => ctx.config().supervisor.clone(),
         }
@@ -236,25 +269,25 @@ impl BottomAgent {
 
     fn accept(&mut self, subtask: Subtask) {
         let key = subtask.key();
-        if self.done.contains(&key) || self.queue.iter().any(|s| s.key() == key) {
+        if self.work.done.contains(&key) || self.work.queue.iter().any(|s| s.key() == key) {
             return; // redelivered
         }
-        self.queue.push_back(subtask);
+        self.work.queue.push_back(subtask);
     }
 
     /// Works through the queue: each subtask's tool loop runs until it ends or has to wait. A
     /// subtask offered to a peer waits for the answer.
     async fn work(&mut self, ctx: &mut AgentContext) -> Result<(), AgentError> {
-        while let Some(subtask) = self.queue.front().cloned() {
+        while let Some(subtask) = self.work.queue.front().cloned() {
             let key = subtask.key();
-            if self.help.get(&key).is_some_and(|h| h.failure.is_some()) {
+            if self.work.help.get(&key).is_some_and(|h| h.failure.is_some()) {
                 return self.hand_over(ctx, &subtask).await;
             }
             match self.run_front(ctx, &subtask).await {
                 Ok(true) => {
-                    self.queue.pop_front();
-                    self.help.remove(&key);
-                    self.done.push(key);
+                    self.work.queue.pop_front();
+                    self.work.help.remove(&key);
+                    self.work.done.push(key);
                 }
                 Ok(false) => return Ok(()),
                 Err(error) => return self.failed(ctx, &subtask, error).await,
@@ -285,7 +318,7 @@ impl BottomAgent {
                 self.spec.tools.join(", ")
             )));
         }
-        let mut work = match self.current.take() {
+        let mut work = match self.work.current.take() {
             Some(w) if w.key() == subtask.key() => w,
             _ => Box::new(WorkLoop::new(subtask.clone(), ctx.now())),
         };
@@ -302,18 +335,19 @@ impl BottomAgent {
         let progress = match work.run(ctx, &means).await {
             Ok(progress) => progress,
             Err(error) => {
-                self.current = Some(Box::new(WorkLoop::new(subtask.clone(), work.started)));
+                self.work.current = Some(Box::new(WorkLoop::new(subtask.clone(), work.started)));
                 return Err(error);
             }
         };
         match progress {
             Progress::Suspended => {
-                self.current = Some(work);
+                self.work.current = Some(work);
                 Ok(false)
             }
             Progress::Done(outcome) => {
                 if let Err(error) = self.finish(ctx, subtask, work.started, *outcome).await {
-                    self.current = Some(Box::new(WorkLoop::new(subtask.clone(), work.started)));
+                    self.work.current =
+                        Some(Box::new(WorkLoop::new(subtask.clone(), work.started)));
                     return Err(error);
                 }
                 Ok(true)
@@ -588,11 +622,11 @@ impl BottomAgent {
         subtask: &Subtask,
         error: AgentError,
     ) -> Result<(), AgentError> {
-        if self.desk.is_some() {
+        if self.work.desk.is_some() {
             return self.failed_alone(ctx, subtask, error).await;
         }
         let key = subtask.key();
-        let taken = self.help.get(&key).is_some_and(|h| h.taken_from.is_some());
+        let taken = self.work.help.get(&key).is_some_and(|h| h.taken_from.is_some());
         let missing_tool = matches!(error, AgentError::NotAllowed(_))
             && subtask.step.is_scripted()
             && !self.spec.tools.contains(&subtask.step.tool);
@@ -600,8 +634,8 @@ impl BottomAgent {
         let exhausted = transient && ctx.retries() >= ctx.config().max_retries;
         if !taken && (missing_tool || exhausted) && !self.able_peers(ctx.id(), subtask).is_empty() {
             tracing::info!(agent = %ctx.id(), step = %key, %error, "offering the subtask to a peer");
-            self.current = None;
-            self.help.entry(key).or_default().failure = Some(error.to_string());
+            self.work.current = None;
+            self.work.help.entry(key).or_default().failure = Some(error.to_string());
             return self.hand_over(ctx, subtask).await;
         }
         if transient && !exhausted && !subtask.step.is_scripted() {
@@ -628,9 +662,9 @@ impl BottomAgent {
             return Err(error);
         }
         let key = subtask.key();
-        self.queue.retain(|s| s.key() != key);
-        self.current = None;
-        self.done.push(key);
+        self.work.queue.retain(|s| s.key() != key);
+        self.work.current = None;
+        self.work.done.push(key);
         ctx.audit(AuditEvent::Error {
             error: error.to_string(),
             retry: ctx.retries(),
@@ -657,11 +691,16 @@ impl BottomAgent {
         task_id: &str,
         failure: TaskFailure,
     ) -> Result<(), AgentError> {
-        let Some(desk) = self.desk.as_mut() else { return Ok(()) };
+        let Some(desk) = self.work.desk.as_mut() else { return Ok(()) };
         desk.fail(ctx, task_id, failure).await?;
-        self.queue.retain(|s| s.task_id != task_id);
-        if self.current.as_ref().is_some_and(|w| !self.queue.iter().any(|s| s.key() == w.key())) {
-            self.current = None;
+        self.work.queue.retain(|s| s.task_id != task_id);
+        if self
+            .work
+            .current
+            .as_ref()
+            .is_some_and(|w| !self.work.queue.iter().any(|s| s.key() == w.key()))
+        {
+            self.work.current = None;
         }
         Ok(())
     }
@@ -674,7 +713,7 @@ impl BottomAgent {
         ctx: &mut AgentContext,
         message: &Message,
     ) -> Result<bool, AgentError> {
-        let Some(desk) = self.desk.as_mut() else { return Ok(false) };
+        let Some(desk) = self.work.desk.as_mut() else { return Ok(false) };
         match desk.read_mail(ctx, message, "a single agent").await? {
             DeskMail::NotMine => return Ok(false),
             DeskMail::Handled => {}
@@ -707,7 +746,7 @@ impl BottomAgent {
         let key = subtask.key();
         let now = ctx.now();
         let able = self.able_peers(ctx.id(), subtask);
-        let Some(help) = self.help.get_mut(&key) else { return Ok(()) };
+        let Some(help) = self.work.help.get_mut(&key) else { return Ok(()) };
         if let Some(ask) = &help.waiting {
             if now.millis_since(ask.since) < PEER_HELP_TIMEOUT_MS {
                 return Ok(());
@@ -738,7 +777,7 @@ impl BottomAgent {
     ) -> Result<(), AgentError> {
         let key = subtask.key();
         let me = ctx.id().clone();
-        let help = self.help.entry(key.clone()).or_default();
+        let help = self.work.help.entry(key.clone()).or_default();
         let Some(peer) = self
             .peers
             .iter()
@@ -789,7 +828,7 @@ impl BottomAgent {
             return Ok(());
         };
         let from_peer = !matches!(request, HelpRequest::Speak { .. });
-        if from_peer && self.answered.contains(&message.id) {
+        if from_peer && self.work.answered.contains(&message.id) {
             return Ok(()); // answered in a turn that failed after: the answer went out
         }
         let response = match request {
@@ -808,12 +847,12 @@ impl BottomAgent {
                     ctx.reply(message, MessageKind::PeerHelpResponse, &refused).await?;
                     return Ok(());
                 };
-                let context = match &self.current {
+                let context = match &self.work.current {
                     Some(work) => work.context(),
                     None => self.current_work().unwrap_or_default(),
                 };
                 let reply = crate::answer(ctx, &from, &said, &context).await;
-                if let Some(work) = self.current.as_mut() {
+                if let Some(work) = self.work.current.as_mut() {
                     work.heard(&from, &said);
                 }
                 HelpResponse::Said { reply }
@@ -821,10 +860,10 @@ impl BottomAgent {
         };
         ctx.reply(message, MessageKind::PeerHelpResponse, &response).await?;
         if from_peer {
-            if self.answered.len() == MAX_ANSWERED {
-                self.answered.pop_front();
+            if self.work.answered.len() == MAX_ANSWERED {
+                self.work.answered.pop_front();
             }
-            self.answered.push_back(message.id);
+            self.work.answered.push_back(message.id);
         }
         Ok(())
     }
@@ -857,14 +896,14 @@ impl BottomAgent {
             Err(refused) => return Ok(refused),
         };
         let key = subtask.key();
-        if self.queue.iter().any(|s| s.key() == key) {
+        if self.work.queue.iter().any(|s| s.key() == key) {
             return Ok(HelpResponse::Accepted); // redelivered: taken already
         }
-        let refusal = if self.done.contains(&key) {
+        let refusal = if self.work.done.contains(&key) {
             Some("I ran this step already".to_owned())
         } else if subtask.step.is_scripted() && !self.spec.tools.contains(&subtask.step.tool) {
             Some(format!("I do not have the tool `{}`", subtask.step.tool))
-        } else if !self.queue.is_empty() || ctx.retries() > 0 {
+        } else if !self.work.queue.is_empty() || ctx.retries() > 0 {
             Some("busy".to_owned())
         } else if ctx.now().millis_since(message.timestamp) >= PEER_HELP_TIMEOUT_MS / 2 {
             Some("the request came too late".to_owned())
@@ -889,7 +928,7 @@ impl BottomAgent {
             };
             ctx.send(&lead, MessageKind::StatusReport, &report).await?;
         }
-        self.help.insert(key, Help { taken_from: Some(peer), ..Help::default() });
+        self.work.help.insert(key, Help { taken_from: Some(peer), ..Help::default() });
         self.accept(subtask);
         Ok(HelpResponse::Accepted)
     }
@@ -905,13 +944,13 @@ impl BottomAgent {
         else {
             return Ok(());
         };
-        let offer = self.help.iter().find_map(|(key, h)| {
+        let offer = self.work.help.iter().find_map(|(key, h)| {
             h.waiting
                 .as_ref()
                 .filter(|a| a.message == correlation && a.peer == from)
                 .map(|_| key.clone())
         });
-        let knowledge = self.help.iter().find_map(|(key, h)| {
+        let knowledge = self.work.help.iter().find_map(|(key, h)| {
             h.knowledge
                 .iter()
                 .any(|a| a.message == correlation && a.peer == from)
@@ -928,16 +967,16 @@ impl BottomAgent {
                 HelpResponse::Accepted => {
                     let outcome = PeerHelpOutcome::HandedOver;
                     note(ctx, &from, Some(&key), PeerHelpRequest::TakeOver, outcome).await?;
-                    self.queue.retain(|s| s.key() != key);
-                    if self.current.as_ref().is_some_and(|w| w.key() == key) {
-                        self.current = None;
+                    self.work.queue.retain(|s| s.key() != key);
+                    if self.work.current.as_ref().is_some_and(|w| w.key() == key) {
+                        self.work.current = None;
                     }
-                    self.help.remove(&key);
+                    self.work.help.remove(&key);
                 }
                 HelpResponse::Refused { reason } => {
                     let outcome = PeerHelpOutcome::Refused { reason: reason.clone() };
                     note(ctx, &from, Some(&key), PeerHelpRequest::TakeOver, outcome).await?;
-                    if let Some(help) = self.help.get_mut(&key) {
+                    if let Some(help) = self.work.help.get_mut(&key) {
                         help.waiting = None;
                         help.asked.push((from, reason));
                     }
@@ -948,6 +987,7 @@ impl BottomAgent {
         }
         let Some(key) = knowledge else { return Ok(()) };
         let first = self
+            .work
             .help
             .get_mut(&key)
             .and_then(|h| h.knowledge.iter_mut().find(|a| a.message == correlation))
@@ -964,7 +1004,8 @@ impl BottomAgent {
             note(ctx, &from, Some(&key), PeerHelpRequest::ShareKnowledge, outcome).await?;
         }
         // Heard by the subtask's loop (again if a failed turn's retry dropped it).
-        if let (Some(said), Some(work)) = (said, self.current.as_mut().filter(|w| w.key() == key))
+        if let (Some(said), Some(work)) =
+            (said, self.work.current.as_mut().filter(|w| w.key() == key))
             && !work.has_heard(&from, &said)
         {
             work.heard(&from, &said);
@@ -1039,26 +1080,29 @@ impl AgentBehavior for BottomAgent {
     }
 
     async fn on_shutdown(&mut self, ctx: &mut AgentContext) -> Result<(), AgentError> {
-        if !self.queue.is_empty() {
-            tracing::warn!(agent = %ctx.id(), pending = self.queue.len(), "executor shutting down with incomplete tasks");
+        if !self.work.queue.is_empty() {
+            tracing::warn!(agent = %ctx.id(), pending = self.work.queue.len(), "executor shutting down with incomplete tasks");
         }
         Ok(())
     }
 
     fn wants_tick(&self) -> bool {
-        !self.queue.is_empty()
-            && self.current.as_ref().is_none_or(|w| w.waiting.is_none() || w.wants_tick())
+        !self.work.queue.is_empty()
+            && self.work.current.as_ref().is_none_or(|w| w.waiting.is_none() || w.wants_tick())
     }
 
     fn snapshot(&self) -> serde_json::Value {
-        let desk = self.desk.as_ref().filter(|d| !d.is_empty());
-        if self.queue.is_empty() && self.done.is_empty() && self.help.is_empty() && desk.is_none() {
+        let desk = self.work.desk.as_ref().filter(|d| !d.is_empty());
+        if self.work.queue.is_empty()
+            && self.work.done.is_empty()
+            && self.work.help.is_empty()
+            && desk.is_none()
+        {
             return serde_json::Value::Null;
         }
-        let mut saved =
-            serde_json::json!({ "queue": self.queue, "done": self.done, "current": self.current });
-        if !self.help.is_empty() {
-            saved["help"] = serde_json::json!(self.help);
+        let mut saved = serde_json::json!({ "queue": self.work.queue, "done": self.work.done, "current": self.work.current });
+        if !self.work.help.is_empty() {
+            saved["help"] = serde_json::json!(self.work.help);
         }
         if let Some(desk) = desk {
             // A top power's shape: `task_progress` reads it.
@@ -1085,39 +1129,40 @@ impl AgentBehavior for BottomAgent {
         let saved: Saved = serde_json::from_value(state).map_err(|e| {
             AgentError::NotAllowed(format!("saved state of an executor cannot be read: {e}"))
         })?;
-        self.queue = saved.queue;
-        self.done = saved.done;
-        self.current = saved.current;
-        self.help = saved.help;
-        if let (Some(desk), Some(tasks)) = (self.desk.as_mut(), saved.tasks) {
+        self.work.queue = saved.queue;
+        self.work.done = saved.done;
+        self.work.current = saved.current;
+        self.work.help = saved.help;
+        if let (Some(desk), Some(tasks)) = (self.work.desk.as_mut(), saved.tasks) {
             *desk = tasks;
         }
         Ok(())
     }
 
     fn current_work(&self) -> Option<String> {
-        self.queue
+        self.work
+            .queue
             .front()
             .map(|s| format!("{}: {}", s.key(), s.step.description))
-            .or_else(|| self.desk.as_ref().and_then(Desk::current_work))
+            .or_else(|| self.work.desk.as_ref().and_then(Desk::current_work))
     }
 
     fn abandon_work(&mut self) -> Option<Subtask> {
-        self.current = None;
-        let abandoned = self.queue.pop_front();
+        self.work.current = None;
+        let abandoned = self.work.queue.pop_front();
         if let Some(subtask) = &abandoned {
-            self.help.remove(&subtask.key());
+            self.work.help.remove(&subtask.key());
         }
         abandoned
     }
 
     fn waiting_on(&self, me: &agent_state::AgentId) -> Vec<agent_state::WaitEdge> {
-        self.current.as_ref().map(|w| w.waits(me)).unwrap_or_default()
+        self.work.current.as_ref().map(|w| w.waits(me)).unwrap_or_default()
     }
 
     fn open_tasks(&self) -> Vec<String> {
-        let mut tasks: Vec<String> = self.queue.iter().map(|s| s.task_id.clone()).collect();
-        tasks.extend(self.desk.iter().flat_map(Desk::open_tasks).cloned());
+        let mut tasks: Vec<String> = self.work.queue.iter().map(|s| s.task_id.clone()).collect();
+        tasks.extend(self.work.desk.iter().flat_map(Desk::open_tasks).cloned());
         tasks.sort();
         tasks.dedup();
         tasks

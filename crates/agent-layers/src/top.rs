@@ -1107,7 +1107,7 @@ impl AgentBehavior for TopAgent {
     }
 
     async fn on_shutdown(&mut self, ctx: &mut AgentContext) -> Result<(), AgentError> {
-        let m = ctx.metrics().clone();
+        let m = ctx.metrics();
         let report = format!(
             "## Final Report - {}\n\n- Decisions Signed: {}\n- Decisions Vetoed: {}\n- Conflicts Arbitrated: {}\n- Tasks Closed Successfully: {}",
             ctx.config().name,

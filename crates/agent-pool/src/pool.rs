@@ -61,8 +61,9 @@ pub struct AgentSlot {
     agent: AgentLock,
     /// The last cycle it answered (0: never): acked by the sweep, or its heartbeat completed.
     last_ack: AtomicU64,
-    /// How many times its counts changed (only the pool's scheduler counts).
-    changes: AtomicU64,
+    /// How many times its counts changed (only the pool's scheduler counts), modulo
+    /// `u32::MAX` (which [`stored`](Self::stored) uses as "due").
+    changes: AtomicU32,
     /// Cycles in which it was idle and the sweep recorded its answer.
     acked: AtomicU32,
     /// Terminated (absorbing) or being destroyed: the sweep skips it without locking it.
@@ -75,17 +76,24 @@ pub struct AgentSlot {
     busy: AtomicU32,
     /// Cycles in which it could not answer.
     missed: AtomicU32,
-    /// `changes` as the liveness ledger last stored them (`u64::MAX`: due).
-    stored: AtomicU64,
+    /// `changes` as the liveness ledger last stored them (`u32::MAX`: due).
+    stored: AtomicU32,
+    /// Its turns' silence limit, in milliseconds, for its progress (at most `u32::MAX`, 49
+    /// days).
+    silence_ms: u32,
     id: AgentId,
     supervisor: Option<AgentId>,
-    /// The progress of its turns, fed from inside them: made by its first turn (an idle agent
-    /// that never ran one holds none).
-    progress: std::sync::OnceLock<Arc<Progress>>,
-    /// Its turns' silence limit, in milliseconds, for its progress.
-    silence_ms: u64,
-    /// Its last busy answer (boxed: most agents never give one).
-    last_busy: std::sync::Mutex<Option<Box<BusyAnswer>>>,
+    /// The progress of its turns and its last busy answer: made by its first turn (an idle
+    /// agent that never ran one holds none).
+    turns: std::sync::OnceLock<Box<SlotTurns>>,
+}
+
+/// What the pool keeps of an agent's turns.
+struct SlotTurns {
+    /// The progress of its turns, fed from inside them.
+    progress: Arc<Progress>,
+    /// Its last busy answer.
+    last_busy: std::sync::Mutex<Option<BusyAnswer>>,
 }
 
 impl AgentSlot {
@@ -133,8 +141,17 @@ impl AgentSlot {
     /// The progress of its turns: the scheduler starts and ends each turn on it and the turn
     /// reports to it ([`agent_core::progress`]).
     pub fn progress(&self) -> &Arc<Progress> {
-        self.progress.get_or_init(|| {
-            Arc::new(Progress::new(std::time::Duration::from_millis(self.silence_ms)))
+        &self.turns().progress
+    }
+
+    /// What the pool keeps of its turns, made by the first need of it.
+    fn turns(&self) -> &SlotTurns {
+        self.turns.get_or_init(|| {
+            let silence = std::time::Duration::from_millis(u64::from(self.silence_ms));
+            Box::new(SlotTurns {
+                progress: Arc::new(Progress::new(silence)),
+                last_busy: std::sync::Mutex::new(None),
+            })
         })
     }
 
@@ -145,7 +162,8 @@ impl AgentSlot {
 
     /// Its last busy answer, if it gave one.
     pub fn last_busy(&self) -> Option<BusyAnswer> {
-        self.last_busy.lock().unwrap_or_else(std::sync::PoisonError::into_inner).as_deref().cloned()
+        let turns = self.turns.get()?;
+        turns.last_busy.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 
     /// The last heartbeat cycle the agent answered, `None` if it never did: the sweep recorded
@@ -240,15 +258,15 @@ impl AgentSlot {
         self.booked.store(number, Ordering::Relaxed);
         self.last_ack.fetch_max(number, Ordering::Relaxed);
         count(&self.busy);
-        *self.last_busy.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
-            Some(Box::new(answer));
+        *self.turns().last_busy.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
+            Some(answer);
         self.changed();
     }
 
     /// Its counts changed (only the pool's scheduler counts, so a plain load and store).
     fn changed(&self) {
         let changes = self.changes.load(Ordering::Relaxed);
-        self.changes.store(changes.wrapping_add(1) % u64::MAX, Ordering::Relaxed);
+        self.changes.store(changes.wrapping_add(1) % u32::MAX, Ordering::Relaxed);
     }
 
     /// A heartbeat the scheduler started for cycle `number` answered.
@@ -263,14 +281,18 @@ impl AgentSlot {
         self.acked.store(clamp(record.answered), Ordering::Relaxed);
         self.busy.store(clamp(record.busy), Ordering::Relaxed);
         self.missed.store(clamp(record.missed), Ordering::Relaxed);
-        *self.last_busy.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
-            record.last_busy.clone().map(Box::new);
+        if let Some(answer) = &record.last_busy {
+            *self.turns().last_busy.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
+                Some(answer.clone());
+        } else if let Some(turns) = self.turns.get() {
+            *turns.last_busy.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+        }
         self.stored.store(self.changes.load(Ordering::Relaxed), Ordering::Relaxed);
     }
 
     /// The agent's liveness record as of cycle `number` and the change it is as of, if its
     /// counts changed since the ledger last stored them.
-    pub(crate) fn liveness_due(&self, number: u64) -> Option<(agent_core::LivenessRecord, u64)> {
+    pub(crate) fn liveness_due(&self, number: u64) -> Option<(agent_core::LivenessRecord, u32)> {
         let changes = self.changes.load(Ordering::Relaxed);
         (changes != self.stored.load(Ordering::Relaxed)).then(|| {
             let record = agent_core::LivenessRecord {
@@ -287,13 +309,13 @@ impl AgentSlot {
 
     /// The ledger is storing the record made by [`liveness_due`](Self::liveness_due) as of
     /// `changes`.
-    pub(crate) fn liveness_stored(&self, changes: u64) {
+    pub(crate) fn liveness_stored(&self, changes: u32) {
         self.stored.store(changes, Ordering::Relaxed);
     }
 
     /// The ledger failed to store the agent's counts: it is due again at the next cycle.
     pub(crate) fn liveness_unstored(&self) {
-        self.stored.store(u64::MAX, Ordering::Relaxed);
+        self.stored.store(u32::MAX, Ordering::Relaxed);
     }
 
     pub(crate) fn count_missed(&self, number: u64) {
@@ -478,14 +500,15 @@ impl AgentPool {
         let config = agent.ctx().config();
         let (layer, supervisor) = (config.layer, config.supervisor.clone());
         let wants_tick = agent.wants_tick();
-        let silence_ms = agent.ctx().timeouts().silence_ms;
+        let silence_ms = u32::try_from(agent.ctx().timeouts().silence_ms).unwrap_or(u32::MAX);
         let mut agents = self.write();
         if agents.len() >= self.max_agents {
             return Err(PoolError::Full { max: self.max_agents });
         }
-        if agents.contains_key(&id) {
+        // One search of the map for both the check and the insertion.
+        let std::collections::btree_map::Entry::Vacant(entry) = agents.entry(id.clone()) else {
             return Err(PoolError::Duplicate { id });
-        }
+        };
         let slot = Arc::new(AgentSlot {
             id: id.clone(),
             layer,
@@ -500,13 +523,12 @@ impl AgentPool {
             busy: AtomicU32::new(0),
             missed: AtomicU32::new(0),
             gone: AtomicBool::new(false),
-            changes: AtomicU64::new(0),
-            stored: AtomicU64::new(0),
-            progress: std::sync::OnceLock::new(),
+            changes: AtomicU32::new(0),
+            stored: AtomicU32::new(0),
+            turns: std::sync::OnceLock::new(),
             silence_ms,
-            last_busy: std::sync::Mutex::new(None),
         });
-        agents.insert(id.clone(), slot.clone());
+        entry.insert(slot.clone());
         drop(agents);
         if wants_tick {
             // It has work without mail (a restored agent mid-task): the scheduler asks it once.

@@ -130,8 +130,7 @@ impl AgentConfig {
     /// agent's team hands its tasks to; whether a team may have one is the team's check
     /// (`agent_pool::TeamShape`).
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let agent = self.id.as_str().to_owned();
-        let err = |kind| Err(ConfigError { agent: agent.clone(), kind });
+        let err = |kind| Err(ConfigError { agent: self.id.as_str().to_owned(), kind });
         let model = self.model.as_deref().unwrap_or_default();
         if let Err(kind) = check_agent_id(self.id.as_str()) {
             return err(kind);

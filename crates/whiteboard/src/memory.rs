@@ -74,11 +74,16 @@ impl Whiteboard for InMemoryWhiteboard {
     ) -> Result<BoardSnapshot, CreateError> {
         check_owner(owner)?;
         let mut boards = self.lock();
-        if let Some(existing) = boards.agents.get(owner) {
-            check_recreate(owner, existing.layer(), layer)?;
-            return Ok(existing.snapshot(owner).into_owned());
+        // One search of the map for both the look-up and the insertion.
+        match boards.agents.entry(owner.clone()) {
+            std::collections::btree_map::Entry::Occupied(existing) => {
+                check_recreate(owner, existing.get().layer(), layer)?;
+                return Ok(existing.get().snapshot(owner).into_owned());
+            }
+            std::collections::btree_map::Entry::Vacant(entry) => {
+                entry.insert(Stored::Empty(layer));
+            }
         }
-        boards.agents.insert(owner.clone(), Stored::Empty(layer));
         tracing::debug!(%owner, %layer, "whiteboard created");
         Ok(empty_board(BoardId::from(owner), Some(layer)))
     }

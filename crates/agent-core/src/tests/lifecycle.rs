@@ -1,10 +1,10 @@
 //! Initialize and shutdown from every status, and the transition-chain check on hand-made logs.
 
-use agent_state::{Actor, AgentStatus::*, ConfigErrorKind};
+use agent_state::{Actor, AgentMetrics, AgentStatus::*, ConfigErrorKind};
 use whiteboard::{CreateError, Whiteboard};
 
 use super::*;
-use crate::{AuditRecord, ChainError, HeartbeatOutcome, check_transition_chain};
+use crate::{AgentRecord, AuditRecord, ChainError, HeartbeatOutcome, check_transition_chain};
 
 #[tokio::test(start_paused = true)]
 async fn initialize_registers_creates_the_board_runs_the_layer_setup_and_goes_idle() {
@@ -238,4 +238,31 @@ async fn shutdown_reads_late_notices_and_keeps_real_work_for_a_resume() {
     s.bus.register(&id(ME)).await.unwrap();
     let left: Vec<MessageId> = s.drain(&inbox(ME)).await.iter().map(|m| m.id).collect();
     assert_eq!(left, [work, forged]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_restored_agent_reports_the_metrics_of_its_record_with_counts_or_without() {
+    let s = Services::new().await;
+    let probe = Probe::default();
+    let ready = s.ready(&probe).await;
+    let counted = AgentMetrics {
+        tasks_completed: 2,
+        heartbeats_responded: 5,
+        last_active: Timestamp(START.0 + 40),
+        ..AgentMetrics::default()
+    };
+    let idle = AgentMetrics { last_active: Timestamp(START.0 + 70), ..AgentMetrics::default() };
+    for metrics in [counted, idle] {
+        let record = AgentRecord { metrics: metrics.clone(), ..ready.record() };
+        let behavior = Box::new(TestBehavior(probe.clone()));
+        let mut agent =
+            Agent::restore(bottom_config(), behavior, s.deps.clone(), Idle, Some(record))
+                .await
+                .unwrap();
+        assert_eq!(agent.ctx().metrics(), metrics);
+        // Counting on from there keeps both what it had and when it was last active.
+        agent.ctx_mut().metrics_mut().warnings_received += 1;
+        let expected = AgentMetrics { warnings_received: 1, ..metrics };
+        assert_eq!(agent.ctx().metrics(), expected);
+    }
 }

@@ -226,7 +226,7 @@ async fn a_power_judging_a_finished_task_incomplete_fails_it_with_its_judgement_
         agents
             .iter()
             .filter(|a| a.ctx().config().layer == AgentLayer::Bottom)
-            .map(|a| f(a.ctx().metrics()))
+            .map(|a| f(&a.ctx().metrics()))
             .sum()
     };
     assert_eq!((count(|m| m.tasks_completed), count(|m| m.tasks_failed)), (3, 0));
