@@ -1883,7 +1883,7 @@ mod split_tests {
         Message::new(
             MessageId::from_u128(n),
             Address::System,
-            &AgentId::new("a"),
+            AgentId::new("a"),
             MessageKind::StatusQuery,
             serde_json::Value::Null,
             Timestamp(0),
