@@ -118,6 +118,16 @@ fn reopen(dir: &Path) -> (RunStore, SledBus) {
     (store, bus)
 }
 
+/// `agent-a`, `agent-b` and `agent-c`, registered on a bus opened on `store`.
+async fn three_agents(store: &RunStore) -> (SledBus, AgentId, AgentId, AgentId) {
+    let bus = SledBus::open(store).unwrap();
+    let (a, b, c) = (AgentId::new("agent-a"), AgentId::new("agent-b"), AgentId::new("agent-c"));
+    for agent in [&a, &b, &c] {
+        bus.register(agent).await.unwrap();
+    }
+    (bus, a, b, c)
+}
+
 /// The sequence numbers of the stored records of `inbox`, from the documented key layout.
 fn stored_seqs(store: &RunStore, inbox: &str) -> Vec<u64> {
     let mut prefix = inbox.as_bytes().to_vec();
@@ -258,16 +268,12 @@ fn sequence_numbers_are_not_reused_after_a_restart() {
 fn a_batch_is_one_record_per_inbox_and_acknowledging_part_of_it_keeps_the_rest() {
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join("run");
-    let (a, b, c) = (AgentId::new("agent-a"), AgentId::new("agent-b"), AgentId::new("agent-c"));
-    let (inbox, other) = (Address::from(&b), Address::from(&c));
     let ids = |messages: Vec<Message>| messages.iter().map(|m| m.id).collect::<Vec<_>>();
     let rt = runtime();
     rt.block_on(async {
         let store = create(&dir);
-        let bus = SledBus::open(&store).unwrap();
-        for agent in [&a, &b, &c] {
-            bus.register(agent).await.unwrap();
-        }
+        let (bus, a, b, c) = three_agents(&store).await;
+        let (inbox, other) = (Address::from(&b), Address::from(&c));
         let batch = vec![msg(1, &a, &b), msg(2, &a, &b), msg(3, &a, &c), msg(4, &a, &b)];
         assert_eq!(bus.send_many(batch).await.unwrap(), vec![1, 1, 1, 1]);
         bus.send(msg(5, &a, &b)).await.unwrap();
@@ -314,14 +320,10 @@ fn a_batch_is_one_record_per_inbox_and_acknowledging_part_of_it_keeps_the_rest()
 fn broadcast_and_system_messages_survive_a_restart() {
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join("run");
-    let (a, b, c) = (AgentId::new("agent-a"), AgentId::new("agent-b"), AgentId::new("agent-c"));
     let rt = runtime();
     rt.block_on(async {
         let store = create(&dir);
-        let bus = SledBus::open(&store).unwrap();
-        for agent in [&a, &b, &c] {
-            bus.register(agent).await.unwrap();
-        }
+        let (bus, a, b, c) = three_agents(&store).await;
         let all = Message::new(
             id(1),
             &a,
@@ -546,11 +548,7 @@ async fn a_flush_wedged_by_a_full_disk_holds_up_no_send_or_ack() {
     }
     let unmount = Unmount(disk.clone());
     let store = create(&disk.join("run"));
-    let bus = SledBus::open(&store).unwrap();
-    let (a, b, c) = (AgentId::new("agent-a"), AgentId::new("agent-b"), AgentId::new("agent-c"));
-    for agent in [&a, &b, &c] {
-        bus.register(agent).await.unwrap();
-    }
+    let (bus, a, b, _) = three_agents(&store).await;
     bus.send(msg(1, &a, &b)).await.unwrap();
     let taken = bus.take(&Address::Agent(b.clone()), 10).await.unwrap();
     assert_eq!(taken.len(), 1);
