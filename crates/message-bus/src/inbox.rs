@@ -103,27 +103,8 @@ impl<T> Inbox<T> {
     /// Acknowledges `ids`: removes every in-flight entry whose id (`id_of`) is listed; the
     /// others keep their order. Returns how many were removed.
     pub(crate) fn ack(&mut self, ids: &[MessageId], id_of: impl Fn(&T) -> MessageId) -> usize {
-        let Some(queue) = self.queue.as_deref_mut() else { return 0 };
-        // The common case, acknowledging the oldest in-flight entries in the order they were
-        // taken, costs one comparison each and drops them from the front.
-        let prefix = queue
-            .entries
-            .iter()
-            .take(queue.in_flight)
-            .zip(ids)
-            .take_while(|(entry, id)| id_of(entry) == **id)
-            .count();
-        queue.entries.drain(..prefix);
-        queue.in_flight -= prefix;
-        if queue.in_flight == 0 {
-            if queue.entries.is_empty() {
-                self.queue = None;
-            }
-            return prefix;
-        }
-        // The bus does not deduplicate, so an id of the prefix may appear again further on.
         let mut acked = Acked::new(ids);
-        prefix + self.remove_in_flight(|i, entry| acked.contains(prefix + i, id_of(entry)))
+        self.remove_in_flight(|i, entry| acked.contains(i, id_of(entry)))
     }
 
     /// Removes the in-flight entries `remove` picks (given each entry and its position among

@@ -386,13 +386,10 @@ fn dropping_the_bus_closes_the_run_cleanly() {
 fn a_batch_record_cut_short_is_an_error_naming_it() {
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join("run");
-    let (a, b) = (AgentId::new("agent-a"), AgentId::new("agent-b"));
     let rt = runtime();
     rt.block_on(async {
         let store = create(&dir);
-        let bus = SledBus::open(&store).unwrap();
-        bus.register(&a).await.unwrap();
-        bus.register(&b).await.unwrap();
+        let (bus, a, b, _) = three_agents(&store).await;
         bus.send_many(vec![msg(1, &a, &b), msg(2, &a, &b)]).await.unwrap();
     });
     let store = RunStore::open(&dir, Durability::Synced).unwrap();
