@@ -62,7 +62,8 @@ impl Clock for TokioClock {
     }
 }
 
-/// A fresh random message id.
+/// A fresh random message id: a version 4 UUID from a thread-local generator seeded by the
+/// operating system (uuid's `fast-rng`), not a system call per id.
 pub fn new_message_id() -> MessageId {
     MessageId::from_uuid(Uuid::new_v4())
 }
