@@ -1765,7 +1765,8 @@ impl Agent {
 /// Splits `taken` into the messages among `processed` (processed before a crash, not yet
 /// acknowledged) and the rest, each in order. `processed` holds the last turn's ids (up to
 /// [`MAX_MESSAGES_PER_HEARTBEAT`]): looked up in a set when it is long, so a full turn costs
-/// time in its messages, not in their square.
+/// time in its messages, not in their square. When none of `taken` was processed (every turn
+/// but the first after a crash), `taken` is returned as it is, without moving a message.
 fn split_processed(processed: &[MessageId], taken: Vec<Message>) -> (Vec<Message>, Vec<Message>) {
     /// Up to this many ids, a scan is cheaper than building a set.
     const SCAN: usize = 8;
@@ -1773,10 +1774,23 @@ fn split_processed(processed: &[MessageId], taken: Vec<Message>) -> (Vec<Message
         return (Vec::new(), taken);
     }
     if processed.len() <= SCAN {
-        return taken.into_iter().partition(|m| processed.contains(&m.id));
+        return split_where(taken, |id| processed.contains(id));
     }
-    let set: std::collections::HashSet<&MessageId> = processed.iter().collect();
-    taken.into_iter().partition(|m| set.contains(&m.id))
+    // Fx: the set holds at most one turn's ids, so even crafted ids cannot make it slow.
+    let set: std::collections::HashSet<&MessageId, rustc_hash::FxBuildHasher> =
+        processed.iter().collect();
+    split_where(taken, |id| set.contains(id))
+}
+
+/// `taken` split into the messages whose id is `seen` and the rest, each in order.
+fn split_where(
+    taken: Vec<Message>,
+    seen: impl Fn(&MessageId) -> bool,
+) -> (Vec<Message>, Vec<Message>) {
+    if !taken.iter().any(|m| seen(&m.id)) {
+        return (Vec::new(), taken);
+    }
+    taken.into_iter().partition(|m| seen(&m.id))
 }
 
 /// Whether `error` comes from a run store that refused a sync (`run_store::StoreFailed`): it
@@ -1904,6 +1918,20 @@ mod split_tests {
             let (seen, new) = split_processed(&processed, taken);
             assert_eq!(ids(&seen), (0..last_turn).rev().collect::<Vec<_>>(), "{last_turn}");
             assert_eq!(ids(&new), (last_turn..300).rev().collect::<Vec<_>>(), "{last_turn}");
+        }
+    }
+
+    /// A turn whose mail holds none of the last turn's ids (every turn but the first after a
+    /// crash) gets all of it back, in order.
+    #[test]
+    fn split_processed_gives_back_mail_it_never_saw() {
+        for last_turn in [3_u128, 9, 256] {
+            let processed: Vec<MessageId> =
+                (1_000..1_000 + last_turn).map(MessageId::from_u128).collect();
+            let taken: Vec<Message> = (0..50).rev().map(message).collect();
+            let (seen, new) = split_processed(&processed, taken);
+            assert!(seen.is_empty(), "{last_turn}");
+            assert_eq!(ids(&new), (0..50).rev().collect::<Vec<_>>(), "{last_turn}");
         }
     }
 }

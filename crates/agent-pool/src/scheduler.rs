@@ -12,6 +12,7 @@ use agent_core::protocol::Warning;
 use agent_core::{Agent, AuditEvent, AuditLog, Clock, HeartbeatOutcome};
 use agent_state::{Address, AgentId, AgentStatus, Message, MessageKind};
 use message_bus::MessageBus;
+use rustc_hash::FxBuildHasher;
 use tokio::sync::OwnedMutexGuard;
 use tokio::task::JoinSet;
 
@@ -125,16 +126,16 @@ pub struct HeartbeatScheduler {
     /// Agents with a turn running, each with whether mail reached it during the turn (it is
     /// made ready again when the turn ends). Looked up once per delivery, so hashed; sorted
     /// where the order shows (missed heartbeats are warned about in id order).
-    busy: HashMap<AgentId, bool>,
+    busy: HashMap<AgentId, bool, FxBuildHasher>,
     /// The agent of each running task, so that a task that dies (a panic outside the layer's
     /// turn, which [`Agent::recover_from_panic`] handles) is booked to its agent.
-    tasks: HashMap<tokio::task::Id, AgentId>,
+    tasks: HashMap<tokio::task::Id, AgentId, FxBuildHasher>,
     /// Agents whose heartbeat task died since the last cycle: that cycle misses them.
     died: BTreeSet<AgentId>,
     ticking: Arc<Mutex<BTreeSet<AgentId>>>,
     number: u64,
     /// Each agent's allowance of wake-up turns.
-    wakes: HashMap<AgentId, Allowance>,
+    wakes: HashMap<AgentId, Allowance, FxBuildHasher>,
     /// When an agent whose allowance ran out may take its mail: the driver wakes then.
     next_wake: Option<tokio::time::Instant>,
     /// Agents the cycle found held by someone else, looked at once more before it ends, and
@@ -165,12 +166,12 @@ impl HeartbeatScheduler {
             audit,
             clock,
             running: JoinSet::new(),
-            busy: HashMap::new(),
-            tasks: HashMap::new(),
+            busy: HashMap::default(),
+            tasks: HashMap::default(),
             died: BTreeSet::new(),
             ticking: Arc::default(),
             number: 0,
-            wakes: HashMap::new(),
+            wakes: HashMap::default(),
             next_wake: None,
             contended: Vec::new(),
             ledger: None,

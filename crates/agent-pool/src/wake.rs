@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use agent_state::{Address, AgentId, BackendError, Message, MessageId};
 use async_trait::async_trait;
 use message_bus::{InboxError, MessageBus, RegisterError, SendError};
+use rustc_hash::FxBuildHasher;
 use tokio::sync::Notify;
 
 /// The agents a delivery made runnable since the team's driver last looked: the ready queue.
@@ -50,7 +51,7 @@ struct Ready {
     /// The agents made ready, in the order they became ready (deterministic, unlike a set).
     order: Vec<AgentId>,
     /// The same agents, to refuse a second entry.
-    queued: HashSet<AgentId>,
+    queued: HashSet<AgentId, FxBuildHasher>,
     /// Mail arrived that the queue cannot name: list the inboxes with mail.
     rescan: bool,
     /// The driver was signalled since the last drain (a push need not signal it again).
