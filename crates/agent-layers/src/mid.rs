@@ -402,16 +402,7 @@ impl MidAgent {
         state: WorkState,
         description: String,
     ) -> Result<(), AgentError> {
-        let report = ProgressReport {
-            task_id: state.package.task_id.clone(),
-            status: ProgressStatus::InProgress,
-            percentage: 0,
-            description,
-            results: Vec::new(),
-            failure: None,
-        };
-        // A crew's lead keeps its own work: it tells itself only when a package is done.
-        if from != ctx.id() {
+        if let Some(report) = started_report(ctx, from, &state, description) {
             ctx.send(from, MessageKind::ProgressReport, &report).await?;
         }
         self.work.insert(key, state);
@@ -553,6 +544,7 @@ impl MidAgent {
         enum Outgoing {
             Subtask(Box<Assignment>),
             Note(PeerCoordination),
+            Report(ProgressReport),
         }
         let mut batch: Vec<(AgentId, MessageKind, Outgoing)> = state
             .subtasks
@@ -573,9 +565,15 @@ impl MidAgent {
                 PeerCoordination { task_id: work.task_id.clone(), note: note.clone() };
             batch.push((peer.clone(), MessageKind::PeerCoordination, Outgoing::Note(coordination)));
         }
-        ctx.send_all(batch).await?;
+        // And the progress report that tells the top power the package is under way: the
+        // turn's messages are one batch, so a durable bus stores them with one commit.
         let assigned = format!("{} step(s) assigned", state.subtasks.len());
-        self.started(ctx, &from, work.key(), state, assigned).await
+        if let Some(report) = started_report(ctx, &from, &state, assigned) {
+            batch.push((from.clone(), MessageKind::ProgressReport, Outgoing::Report(report)));
+        }
+        ctx.send_all(batch).await?;
+        self.work.insert(work.key(), state);
+        Ok(())
     }
 
     async fn executor_report(
@@ -1318,4 +1316,23 @@ fn escalation_vote(
         failure,
     };
     ConflictReport { conflict, subject: Some(subject) }
+}
+
+/// The report that tells `from` (the top power that sent the package) that the package
+/// `state` is under way, described by `description`; none for a crew's lead, whose package is
+/// its own (it tells itself only when the package is done).
+fn started_report(
+    ctx: &AgentContext,
+    from: &AgentId,
+    state: &WorkState,
+    description: String,
+) -> Option<ProgressReport> {
+    (from != ctx.id()).then(|| ProgressReport {
+        task_id: state.package.task_id.clone(),
+        status: ProgressStatus::InProgress,
+        percentage: 0,
+        description,
+        results: Vec::new(),
+        failure: None,
+    })
 }

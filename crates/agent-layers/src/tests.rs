@@ -53,9 +53,68 @@ fn subtask(task: &str, step: PlanStep, assignee: &str) -> Subtask {
     Subtask { task_id: task.into(), step, assignee: id(assignee), attempt: 1 }
 }
 
+/// The in-memory bus as the agents under test see it: every call to send is recorded.
+struct Recorded {
+    inner: Arc<InMemoryBus>,
+    sends: Arc<std::sync::Mutex<Vec<usize>>>,
+}
+
+#[async_trait::async_trait]
+impl MessageBus for Recorded {
+    async fn register(&self, agent: &AgentId) -> Result<(), message_bus::RegisterError> {
+        self.inner.register(agent).await
+    }
+    async fn unregister(&self, agent: &AgentId) -> Result<(), message_bus::RegisterError> {
+        self.inner.unregister(agent).await
+    }
+    async fn is_registered(&self, agent: &AgentId) -> Result<bool, agent_state::BackendError> {
+        self.inner.is_registered(agent).await
+    }
+    async fn registered(&self) -> Result<Vec<AgentId>, agent_state::BackendError> {
+        self.inner.registered().await
+    }
+    async fn send(&self, message: Message) -> Result<usize, message_bus::SendError> {
+        self.sends.lock().unwrap().push(1);
+        self.inner.send(message).await
+    }
+    async fn send_many(
+        &self,
+        messages: Vec<Message>,
+    ) -> Result<Vec<usize>, message_bus::SendError> {
+        self.sends.lock().unwrap().push(messages.len());
+        self.inner.send_many(messages).await
+    }
+    async fn take(
+        &self,
+        inbox: &Address,
+        max: usize,
+    ) -> Result<Vec<Message>, message_bus::InboxError> {
+        self.inner.take(inbox, max).await
+    }
+    async fn ack(
+        &self,
+        inbox: &Address,
+        ids: &[MessageId],
+    ) -> Result<usize, message_bus::InboxError> {
+        self.inner.ack(inbox, ids).await
+    }
+    async fn release(&self, inbox: &Address) -> Result<usize, message_bus::InboxError> {
+        self.inner.release(inbox).await
+    }
+    async fn pending(&self, inbox: &Address) -> Result<usize, message_bus::InboxError> {
+        self.inner.pending(inbox).await
+    }
+    async fn inboxes_with_mail(&self) -> Result<Vec<AgentId>, agent_state::BackendError> {
+        self.inner.inboxes_with_mail().await
+    }
+}
+
 /// In-memory services shared by the agents of one test.
 struct World {
     bus: Arc<InMemoryBus>,
+    /// The size of each call the agents made to send (1 for a `send`, the batch's for a
+    /// `send_many`), in order.
+    sends: Arc<std::sync::Mutex<Vec<usize>>>,
     boards: Arc<InMemoryWhiteboard>,
     governance: Arc<InMemoryGovernance>,
     audit: Arc<InMemoryAuditLog>,
@@ -74,6 +133,7 @@ impl World {
         let dir = tempfile::tempdir().unwrap();
         Self {
             bus: Arc::new(InMemoryBus::new()),
+            sends: Arc::default(),
             boards: Arc::new(InMemoryWhiteboard::new()),
             governance: Arc::new(InMemoryGovernance::new()),
             audit: Arc::new(InMemoryAuditLog::new()),
@@ -86,7 +146,7 @@ impl World {
 
     fn deps(&self, reasoner: Arc<dyn Reasoner>) -> Arc<AgentDeps> {
         Arc::new(AgentDeps {
-            bus: self.bus.clone(),
+            bus: Arc::new(Recorded { inner: self.bus.clone(), sends: self.sends.clone() }),
             boards: self.boards.clone(),
             governance: self.governance.clone(),
             audit: self.audit.clone(),

@@ -90,6 +90,25 @@ async fn placed(w: &World, mut agent: Agent, work: WorkPackage) -> Agent {
     agent
 }
 
+/// A lead's turn that places a package sends the subtasks, the note to its peer lead and the
+/// progress report to the top power as one batch (one commit on a durable bus), in that order.
+#[tokio::test(start_paused = true)]
+async fn a_placed_package_is_one_batch_of_subtasks_note_and_report() {
+    let w = World::new();
+    let mut agent = lead(&w).await;
+    w.sends.lock().unwrap().clear();
+    send_work(&w, "top-a", package("t1", &["s1", "s2"])).await;
+    agent.wake().await.unwrap();
+    assert_eq!(*w.sends.lock().unwrap(), [4], "one batch: two subtasks, the note, the report");
+    assert_eq!(subtasks(&w, "bottom-1").await.len() + subtasks(&w, "bottom-2").await.len(), 2);
+    let notes = w.received::<PeerCoordination>(&addr("mid-2"), MessageKind::PeerCoordination).await;
+    assert_eq!(notes.len(), 1);
+    let reports = w.received::<ProgressReport>(&addr("top-a"), MessageKind::ProgressReport).await;
+    assert_eq!(reports.len(), 1);
+    assert_eq!((reports[0].status, reports[0].percentage), (ProgressStatus::InProgress, 0));
+    assert_eq!(reports[0].description, "2 step(s) assigned");
+}
+
 async fn report_failure(w: &World, executor: &str, error: &str, work: Option<Subtask>) {
     let report = ErrorReport { error: error.into(), work, metrics: AgentMetrics::default() };
     w.send(addr(executor), ME, MessageKind::ErrorReport, &report).await;
