@@ -208,7 +208,11 @@ async fn unregister_many_skips_unregistered(bus: Arc<dyn MessageBus>) -> Check {
     // Each keeps its messages for when it registers again.
     ok(bus.register(&a).await, "register again")?;
     eq(ids(&ok(bus.take(&inbox(&a), 10).await, "take")?), vec![id(1)], "a's inbox")?;
-    eq(ok(bus.unregister_many(&[b.clone()]).await, "unregister_many")?, vec![false], "b again")
+    eq(
+        ok(bus.unregister_many(std::slice::from_ref(&b)).await, "unregister_many")?,
+        vec![false],
+        "b again",
+    )
 }
 
 async fn expect_unregister_refused(bus: &Arc<dyn MessageBus>, who: &AgentId) -> Check {
