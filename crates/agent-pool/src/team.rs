@@ -887,6 +887,12 @@ impl Team {
     /// heartbeats, see [`quiesce`](Self::quiesce)), stops the heartbeat, waits for running
     /// heartbeats, and shuts every agent down (bottom layer first, top last, so the powers'
     /// final reports see the end): all end terminated.
+    ///
+    /// The agents of a layer are shut down in batches with [`Agent::shutdown_many`], whose
+    /// durable writes for a whole batch go in one call per step (one commit on sled), so a
+    /// crash leaves each agent where a crash in its own shutdown could. An agent that fails to
+    /// shut down is logged; once its layer is done, the first failure is returned and the
+    /// layers above are left as they are.
     pub async fn shutdown(&self) -> Result<(), PoolError> {
         self.quiesce(self.heartbeat * QUIESCE_HEARTBEATS).await;
         self.stop().await;
