@@ -1813,27 +1813,7 @@ impl Agent {
         )
         .await;
         batch.retain(|&i| results[i].is_none());
-
-        for &i in &batch {
-            let agent = &mut *agents[i];
-            if let Err(e) = agent.behavior.on_shutdown(&mut agent.ctx).await {
-                tracing::warn!(agent = %agent.id(), error = %e, "clean-up failed during shutdown");
-            }
-            agent.read_late_notices().await;
-        }
-
-        let ids: Vec<AgentId> = batch.iter().map(|&i| agents[i].id().clone()).collect();
-        match deps.bus.unregister_many(&ids).await {
-            Ok(unregistered) => {
-                for (id, _) in ids.iter().zip(unregistered).filter(|(_, done)| !done) {
-                    tracing::debug!(agent = %id, "unregister at shutdown: not registered");
-                }
-            }
-            Err(e) => {
-                tracing::debug!(agents = ids.len(), error = %e, "unregister at shutdown");
-            }
-        }
-
+        Self::clean_up_all(agents, &batch, &deps.bus).await;
         let heads = Self::transition_all(
             agents,
             &mut results,
@@ -1843,8 +1823,43 @@ impl Agent {
             &deps.audit,
         )
         .await;
+        Self::save_all(agents, &mut results, heads, &deps.state).await;
+        results.into_iter().map(|r| r.unwrap_or(Ok(()))).collect()
+    }
 
-        // Saved once more so that each record anchors its agent's last audit record.
+    /// The middle of [`shutdown_many`](Self::shutdown_many) for the agents at `which`: each
+    /// one's clean-up and late notices, then their unregistrations in one call (whose failure
+    /// is logged, as [`shutdown`](Self::shutdown) logs it).
+    async fn clean_up_all(agents: &mut [&mut Agent], which: &[usize], bus: &Arc<dyn MessageBus>) {
+        for &i in which {
+            let agent = &mut *agents[i];
+            if let Err(e) = agent.behavior.on_shutdown(&mut agent.ctx).await {
+                tracing::warn!(agent = %agent.id(), error = %e, "clean-up failed during shutdown");
+            }
+            agent.read_late_notices().await;
+        }
+        let ids: Vec<AgentId> = which.iter().map(|&i| agents[i].id().clone()).collect();
+        match bus.unregister_many(&ids).await {
+            Ok(unregistered) => {
+                for (id, _) in ids.iter().zip(unregistered).filter(|(_, done)| !done) {
+                    tracing::debug!(agent = %id, "unregister at shutdown: not registered");
+                }
+            }
+            Err(e) => {
+                tracing::debug!(agents = ids.len(), error = %e, "unregister at shutdown");
+            }
+        }
+    }
+
+    /// The end of [`shutdown_many`](Self::shutdown_many): the records of the agents in `heads`
+    /// saved in one call, each anchored at its agent's last audit record; each agent's result
+    /// set in `results`.
+    async fn save_all(
+        agents: &mut [&mut Agent],
+        results: &mut [Option<Result<(), AgentError>>],
+        heads: Vec<(usize, AuditAnchor)>,
+        state: &Arc<dyn StateStore>,
+    ) {
         let mut saving = Vec::with_capacity(heads.len());
         let mut records = Vec::with_capacity(heads.len());
         for (i, head) in heads {
@@ -1855,7 +1870,7 @@ impl Agent {
                 *result = Some(Ok(()));
             }
         }
-        let saved = deps.state.save_agents(&records).await;
+        let saved = state.save_agents(&records).await;
         for (i, next) in saving {
             let result = match &saved {
                 Ok(()) => {
@@ -1868,7 +1883,6 @@ impl Agent {
                 *slot = Some(result);
             }
         }
-        results.into_iter().map(|r| r.unwrap_or(Ok(()))).collect()
     }
 
     /// Moves the agents at `which` to `to` with one [`AuditLog::append_many`]; an agent the

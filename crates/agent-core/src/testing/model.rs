@@ -157,38 +157,25 @@ fn at(step: usize) -> Timestamp {
 }
 
 impl Model {
+    /// Appends event `kind` of agent `agent` at step `step`, and returns the record.
+    fn append(&mut self, step: usize, agent: usize, kind: usize) -> AuditRecord {
+        let seq = self.log.len() as u64;
+        let prev = self.log.last().map_or(GENESIS_HASH, |r| r.hash);
+        let record =
+            AuditRecord::new(seq, at(step), agent_at(agent), event(kind, at(step).0), prev);
+        self.log.push(record.clone());
+        record
+    }
+
     fn apply(&mut self, step: usize, op: &Op) -> Answer {
         match op {
             Op::Append { agent, kind, whole } => {
-                let seq = self.log.len() as u64;
-                let prev = self.log.last().map_or(GENESIS_HASH, |r| r.hash);
-                let record = AuditRecord::new(
-                    seq,
-                    at(step),
-                    agent_at(*agent),
-                    event(*kind, at(step).0),
-                    prev,
-                );
-                self.log.push(record.clone());
-                if *whole { Answer::Record(Box::new(record)) } else { Answer::Seq(seq) }
+                let record = self.append(step, *agent, *kind);
+                if *whole { Answer::Record(Box::new(record)) } else { Answer::Seq(record.seq) }
             }
-            Op::AppendMany(entries) => {
-                let mut records = Vec::with_capacity(entries.len());
-                for (agent, kind) in entries {
-                    let seq = self.log.len() as u64;
-                    let prev = self.log.last().map_or(GENESIS_HASH, |r| r.hash);
-                    let record = AuditRecord::new(
-                        seq,
-                        at(step),
-                        agent_at(*agent),
-                        event(*kind, at(step).0),
-                        prev,
-                    );
-                    self.log.push(record.clone());
-                    records.push(record);
-                }
-                Answer::Records(records)
-            }
+            Op::AppendMany(entries) => Answer::Records(
+                entries.iter().map(|(agent, kind)| self.append(step, *agent, *kind)).collect(),
+            ),
             Op::Records(who) => {
                 let who = who.map(agent_at);
                 Answer::Records(

@@ -398,6 +398,34 @@ impl Model {
         self.capacity.is_some_and(|capacity| inbox.len() >= capacity)
     }
 
+    fn unregister(&mut self, who: &Who) -> Outcome {
+        match who {
+            Who::Agent(i) if self.agents[*i].registered => {
+                self.agents[*i].registered = false;
+                Outcome::Done
+            }
+            _ => match who.agent() {
+                Some(agent) => Outcome::UnregisterNotRegistered(agent),
+                None => Outcome::Backend(format!("suite bug: unregister {who:?}")),
+            },
+        }
+    }
+
+    /// Unregisters each of `whos` that is registered, in order.
+    fn unregister_many(&mut self, whos: &[Who]) -> Outcome {
+        Outcome::Unregistered(
+            whos.iter()
+                .map(|who| match who {
+                    Who::Agent(i) if self.agents[*i].registered => {
+                        self.agents[*i].registered = false;
+                        true
+                    }
+                    _ => false,
+                })
+                .collect(),
+        )
+    }
+
     fn apply(&mut self, op: &Op, durable: bool) -> Outcome {
         match op {
             Op::Register(i) => {
@@ -411,27 +439,8 @@ impl Model {
                     .map(|kind| kind.to_string())
                     .unwrap_or_default(),
             },
-            Op::Unregister(who) => match who {
-                Who::Agent(i) if self.agents[*i].registered => {
-                    self.agents[*i].registered = false;
-                    Outcome::Done
-                }
-                _ => match who.agent() {
-                    Some(agent) => Outcome::UnregisterNotRegistered(agent),
-                    None => Outcome::Backend(format!("suite bug: unregister {who:?}")),
-                },
-            },
-            Op::UnregisterMany(whos) => Outcome::Unregistered(
-                whos.iter()
-                    .map(|who| match who {
-                        Who::Agent(i) if self.agents[*i].registered => {
-                            self.agents[*i].registered = false;
-                            true
-                        }
-                        _ => false,
-                    })
-                    .collect(),
-            ),
+            Op::Unregister(who) => self.unregister(who),
+            Op::UnregisterMany(whos) => self.unregister_many(whos),
             Op::Send { from, to } => self.send(message(self.next_id, *from, *to)),
             Op::SendMany(pairs) => self.send_many(batch(self.next_id, pairs)),
             Op::Take { inbox, max } => match self.inbox_mut(*inbox) {
