@@ -19,7 +19,7 @@ use serde::de::DeserializeOwned;
 use tracing::Instrument as _;
 use whiteboard::{BoardError, Whiteboard};
 
-use crate::audit::{AuditEvent, AuditLog};
+use crate::audit::{AuditAnchor, AuditEntry, AuditEvent, AuditLog, AuditRecord};
 use crate::clock::Clock;
 use crate::error::AgentError;
 use crate::protocol::{ErrorReport, HeartbeatAck};
@@ -523,6 +523,37 @@ impl AgentContext {
         crate::otel::transition(&record.agent, self.config.layer, record.to);
         self.status = next.status();
         Ok(())
+    }
+
+    /// A move to `to`, checked as [`transition`](Self::transition) checks it, as the audit
+    /// entry to append; the status is unchanged until [`transitioned`](Self::transitioned)
+    /// is given the appended record (a transition in two steps, for a batch of agents).
+    fn transition_entry(
+        &self,
+        to: AgentStatus,
+        reason: &'static str,
+    ) -> Result<AuditEntry, agent_state::TransitionError> {
+        let mut next = Lifecycle::restore(self.config.id.clone(), self.status);
+        let record = next.apply(to, reason, self.now())?;
+        Ok(AuditEntry {
+            agent: record.agent,
+            at: record.at,
+            event: AuditEvent::Transition {
+                from: record.from,
+                to: record.to,
+                reason: record.reason,
+            },
+        })
+    }
+
+    /// Takes the status a [`transition_entry`](Self::transition_entry) leads to, once its
+    /// record is in the audit log.
+    fn transitioned(&mut self, record: &AuditRecord) {
+        if let AuditEvent::Transition { from, to, reason } = &record.event {
+            tracing::debug!(agent = %record.agent, from = %from, to = %to, reason = %reason, "transition");
+            crate::otel::transition(&record.agent, self.config.layer, *to);
+            self.status = *to;
+        }
     }
 
     /// Remembers the ids this heartbeat processed, so that if a crash delivers them again
@@ -1323,12 +1354,25 @@ impl Agent {
     /// last save: nothing if nothing did, else the record's fields and the layer state's
     /// changed parts (see [`parts`](crate::parts)).
     async fn save(&mut self) -> Result<(), AgentError> {
+        let audit_head = self.ctx.deps.audit.head_of(self.id()).await?;
+        let Some((record, next)) = self.record_to_save(audit_head) else { return Ok(()) };
+        self.ctx.deps.state.clone().save_agent(&record).await?;
+        self.saved(next);
+        Ok(())
+    }
+
+    /// What [`save`](Self::save) writes, anchored at `audit_head`, and what the agent knows
+    /// was saved once the store took it (`None` for a store that is handed records whole);
+    /// `None` when nothing changed since the last save. Until [`saved`](Self::saved) is
+    /// called, the agent counts on nothing being saved: a failed save may have written part.
+    fn record_to_save(
+        &mut self,
+        audit_head: Option<AuditAnchor>,
+    ) -> Option<(AgentRecord, Option<crate::parts::Saved>)> {
         let mut record = self.record();
-        record.audit_head = self.ctx.deps.audit.head_of(self.id()).await?;
-        let state = self.ctx.deps.state.clone();
-        if !state.keeps_parts() {
-            state.save_agent(&record).await?;
-            return Ok(());
+        record.audit_head = audit_head;
+        if !self.ctx.deps.state.keeps_parts() {
+            return Some((record, None));
         }
         let head = (
             &record.metrics,
@@ -1338,16 +1382,19 @@ impl Agent {
             &record.audit_head,
         );
         let head = crate::parts::hash_bytes(&serde_json::to_vec(&head).unwrap_or_default());
-        let Some(plan) = self.ctx.turns.saved.plan(head, &record.behavior) else {
-            return Ok(());
-        };
+        let plan = self.ctx.turns.saved.plan(head, &record.behavior)?;
         record.behavior = plan.behavior;
         record.parts = plan.parts;
         // Unknown until the store answers: a failed save may have written part of it.
         self.ctx.turns.saved = crate::parts::Saved::Unknown;
-        state.save_agent(&record).await?;
-        self.ctx.turns.saved = plan.next;
-        Ok(())
+        Some((record, Some(plan.next)))
+    }
+
+    /// Notes that the record [`record_to_save`](Self::record_to_save) gave is stored.
+    fn saved(&mut self, next: Option<crate::parts::Saved>) {
+        if let Some(next) = next {
+            self.ctx.turns.saved = next;
+        }
     }
 
     /// Saves the record after a turn that changed only its counts (an idle answer, a retried
@@ -1720,6 +1767,167 @@ impl Agent {
         self.save().await
     }
 
+    /// Shuts several agents down together, each as [`shutdown`](Self::shutdown) would, and
+    /// answers each one's result, in order.
+    ///
+    /// The agents that are idle or already shutting down, and share the first agent's audit
+    /// log, state store and bus, go through each step of a shutdown together, the durable
+    /// writes of a step for all of them as one call (one commit on a durable backend) before
+    /// the next step starts: their `shutting_down` transitions
+    /// ([`AuditLog::append_many`]); then, one agent after the other, the layer's clean-up
+    /// ([`AgentBehavior::on_shutdown`]) and the late notices; their unregistrations
+    /// ([`MessageBus::unregister_many`]); their `terminated` transitions; and their records,
+    /// each anchored at its `terminated` record ([`StateStore::save_agents`]). So whatever a
+    /// crash interrupts, each agent is left where a crash in its own `shutdown` could leave
+    /// it, and a resumed run goes on from there. The other agents (working, failed, ...) are
+    /// shut down one at a time with `shutdown`.
+    ///
+    /// A step that fails for the batch (a backend error) is each of its agents' error, and
+    /// those agents go no further, as `shutdown` stops at its first error; the other agents'
+    /// results are their own.
+    pub async fn shutdown_many(agents: &mut [&mut Agent]) -> Vec<Result<(), AgentError>> {
+        let mut results: Vec<Option<Result<(), AgentError>>> =
+            agents.iter().map(|_| None).collect();
+        let Some(deps) = agents.first().map(|a| a.ctx.deps.clone()) else { return Vec::new() };
+        let mut batch = Vec::with_capacity(agents.len());
+        for (i, agent) in agents.iter_mut().enumerate() {
+            let shares = Arc::ptr_eq(&agent.ctx.deps.audit, &deps.audit)
+                && Arc::ptr_eq(&agent.ctx.deps.state, &deps.state)
+                && Arc::ptr_eq(&agent.ctx.deps.bus, &deps.bus);
+            if shares && matches!(agent.status(), AgentStatus::Idle | AgentStatus::ShuttingDown) {
+                batch.push(i);
+            } else if let Some(result) = results.get_mut(i) {
+                *result = Some(agent.shutdown().await);
+            }
+        }
+
+        let idle: Vec<usize> =
+            batch.iter().copied().filter(|&i| agents[i].status() == AgentStatus::Idle).collect();
+        Self::transition_all(
+            agents,
+            &mut results,
+            &idle,
+            AgentStatus::ShuttingDown,
+            "shutdown requested",
+            &deps.audit,
+        )
+        .await;
+        batch.retain(|&i| results[i].is_none());
+        Self::clean_up_all(agents, &batch, &deps.bus).await;
+        let heads = Self::transition_all(
+            agents,
+            &mut results,
+            &batch,
+            AgentStatus::Terminated,
+            "shutdown complete",
+            &deps.audit,
+        )
+        .await;
+        Self::save_all(agents, &mut results, heads, &deps.state).await;
+        results.into_iter().map(|r| r.unwrap_or(Ok(()))).collect()
+    }
+
+    /// The middle of [`shutdown_many`](Self::shutdown_many) for the agents at `which`: each
+    /// one's clean-up and late notices, then their unregistrations in one call (whose failure
+    /// is logged, as [`shutdown`](Self::shutdown) logs it).
+    async fn clean_up_all(agents: &mut [&mut Agent], which: &[usize], bus: &Arc<dyn MessageBus>) {
+        for &i in which {
+            let agent = &mut *agents[i];
+            if let Err(e) = agent.behavior.on_shutdown(&mut agent.ctx).await {
+                tracing::warn!(agent = %agent.id(), error = %e, "clean-up failed during shutdown");
+            }
+            agent.read_late_notices().await;
+        }
+        let ids: Vec<AgentId> = which.iter().map(|&i| agents[i].id().clone()).collect();
+        match bus.unregister_many(&ids).await {
+            Ok(unregistered) => {
+                for (id, _) in ids.iter().zip(unregistered).filter(|(_, done)| !done) {
+                    tracing::debug!(agent = %id, "unregister at shutdown: not registered");
+                }
+            }
+            Err(e) => {
+                tracing::debug!(agents = ids.len(), error = %e, "unregister at shutdown");
+            }
+        }
+    }
+
+    /// The end of [`shutdown_many`](Self::shutdown_many): the records of the agents in `heads`
+    /// saved in one call, each anchored at its agent's last audit record; each agent's result
+    /// set in `results`.
+    async fn save_all(
+        agents: &mut [&mut Agent],
+        results: &mut [Option<Result<(), AgentError>>],
+        heads: Vec<(usize, AuditAnchor)>,
+        state: &Arc<dyn StateStore>,
+    ) {
+        let mut saving = Vec::with_capacity(heads.len());
+        let mut records = Vec::with_capacity(heads.len());
+        for (i, head) in heads {
+            if let Some((record, next)) = agents[i].record_to_save(Some(head)) {
+                saving.push((i, next));
+                records.push(record);
+            } else if let Some(result) = results.get_mut(i) {
+                *result = Some(Ok(()));
+            }
+        }
+        let saved = state.save_agents(&records).await;
+        for (i, next) in saving {
+            let result = match &saved {
+                Ok(()) => {
+                    agents[i].saved(next);
+                    Ok(())
+                }
+                Err(e) => Err(AgentError::Backend(share_error(e))),
+            };
+            if let Some(slot) = results.get_mut(i) {
+                *slot = Some(result);
+            }
+        }
+    }
+
+    /// Moves the agents at `which` to `to` with one [`AuditLog::append_many`]; an agent the
+    /// move is refused to, or all of them when the append fails, get their error in
+    /// `results`. Answers, for each agent moved, its index and its new last audit record.
+    async fn transition_all(
+        agents: &mut [&mut Agent],
+        results: &mut [Option<Result<(), AgentError>>],
+        which: &[usize],
+        to: AgentStatus,
+        reason: &'static str,
+        audit: &Arc<dyn AuditLog>,
+    ) -> Vec<(usize, AuditAnchor)> {
+        let mut moving = Vec::with_capacity(which.len());
+        let mut entries = Vec::with_capacity(which.len());
+        for &i in which {
+            match agents[i].ctx.transition_entry(to, reason) {
+                Ok(entry) => {
+                    moving.push(i);
+                    entries.push(entry);
+                }
+                Err(e) => results[i] = Some(Err(e.into())),
+            }
+        }
+        if entries.is_empty() {
+            return Vec::new();
+        }
+        match audit.append_many(entries).await {
+            Ok(records) => moving
+                .into_iter()
+                .zip(records)
+                .map(|(i, record)| {
+                    agents[i].ctx.transitioned(&record);
+                    (i, AuditAnchor::of(&record))
+                })
+                .collect(),
+            Err(e) => {
+                for i in moving {
+                    results[i] = Some(Err(AgentError::Backend(share_error(&e))));
+                }
+                Vec::new()
+            }
+        }
+    }
+
     /// Acknowledges the messages still in the inbox at shutdown that ask for nothing and that
     /// no layer acts on: the runtime's warnings (a missed heartbeat of a subordinate, sent by
     /// the scheduler's last cycle as the run closed; the scheduler has stopped, so none comes
@@ -1791,6 +1999,19 @@ fn split_where(
         return (Vec::new(), taken);
     }
     taken.into_iter().partition(|m| seen(&m.id))
+}
+
+/// A copy of `error` for each agent of a batch it failed: its backend, and its message with
+/// its sources.
+fn share_error(error: &agent_state::BackendError) -> agent_state::BackendError {
+    let mut message = error.message.clone();
+    let mut source = std::error::Error::source(error);
+    while let Some(e) = source {
+        message.push_str(": ");
+        message.push_str(&e.to_string());
+        source = e.source();
+    }
+    agent_state::BackendError::new(error.backend, message)
 }
 
 /// Whether `error` comes from a run store that refused a sync (`run_store::StoreFailed`): it

@@ -564,6 +564,17 @@ impl std::fmt::Display for AuditAnchor {
     }
 }
 
+/// One record to append with [`AuditLog::append_many`]: what [`AuditLog::append`] takes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AuditEntry {
+    /// The agent the record is about.
+    pub agent: AgentId,
+    /// When it happened.
+    pub at: Timestamp,
+    /// What happened.
+    pub event: AuditEvent,
+}
+
 /// The audit log. Object-safe: hold it as `Arc<dyn AuditLog>`.
 ///
 /// Guarantees: records come back in the order they were appended, numbered from 0 without gaps,
@@ -597,6 +608,31 @@ pub trait AuditLog: Send + Sync + 'static {
                 format!("audit record {seq} was appended but cannot be read back"),
             )
         })
+    }
+
+    /// Appends several records as one call, in the order given, and returns them whole (as
+    /// [`append_record`](Self::append_record) does), in that order. An empty batch appends
+    /// nothing and returns an empty list.
+    ///
+    /// If this returns `Ok`, every record of the batch is appended, with increasing sequence
+    /// numbers and each chained to the one before it in the log, and on a durable backend
+    /// survives a crash as an appended record does. On `Err`, the records appended are a
+    /// prefix of the batch, possibly empty, possibly all of it (as a failed `append` may have
+    /// stored its record): read the log to know.
+    ///
+    /// The default appends one record at a time with `append_record`, stopping at the first
+    /// error; records other writers append meanwhile may come between them. Backends override
+    /// it with one write: the in-memory and sled logs append the batch under one lock, so its
+    /// records are consecutive, and the sled log waits for one commit for all of them.
+    async fn append_many(
+        &self,
+        entries: Vec<AuditEntry>,
+    ) -> Result<Vec<AuditRecord>, BackendError> {
+        let mut records = Vec::with_capacity(entries.len());
+        for AuditEntry { agent, at, event } in entries {
+            records.push(self.append_record(&agent, at, event).await?);
+        }
+        Ok(records)
     }
 
     /// Every record, or only `agent`'s, in order.
@@ -767,6 +803,28 @@ impl AuditLog for InMemoryAuditLog {
         };
         log.push(kept);
         Ok(record)
+    }
+
+    async fn append_many(
+        &self,
+        entries: Vec<AuditEntry>,
+    ) -> Result<Vec<AuditRecord>, BackendError> {
+        let mut log = self.log.lock().map_err(|_| poisoned())?;
+        let mut records = Vec::with_capacity(entries.len());
+        for AuditEntry { agent, at, event } in entries {
+            let seq = log.len as u64;
+            let record = AuditRecord::new(seq, at, agent, event, log.last_hash());
+            log.heads.insert(record.agent.clone(), seq);
+            let kept = Kept {
+                at: record.at,
+                agent: record.agent.clone(),
+                event: record.event.clone().into(),
+                hash: record.hash,
+            };
+            log.push(kept);
+            records.push(record);
+        }
+        Ok(records)
     }
 
     async fn head_of(&self, agent: &AgentId) -> Result<Option<AuditAnchor>, BackendError> {

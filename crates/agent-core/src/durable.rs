@@ -7,7 +7,9 @@ use agent_state::{AgentId, BackendError, TaskOutcome, Timestamp, decode, encode}
 use async_trait::async_trait;
 use run_store::RunStore;
 
-use crate::audit::{AuditAnchor, AuditEvent, AuditHash, AuditLog, AuditRecord, GENESIS_HASH};
+use crate::audit::{
+    AuditAnchor, AuditEntry, AuditEvent, AuditHash, AuditLog, AuditRecord, GENESIS_HASH,
+};
 use crate::state::{AgentRecord, LivenessRecord, OutcomeRecord, StateStore, ToolRecord};
 use crate::tools::ToolOutput;
 
@@ -159,6 +161,55 @@ impl AuditLog for SledAuditLog {
         Ok(record)
     }
 
+    /// The whole batch built, encoded and inserted under the tail's lock (one insert per
+    /// record, no sled batch: see `run_store`'s docs, "No batches"), then one commit for all.
+    /// A record that cannot be encoded is found before anything is inserted.
+    async fn append_many(
+        &self,
+        entries: Vec<AuditEntry>,
+    ) -> Result<Vec<AuditRecord>, BackendError> {
+        if entries.is_empty() {
+            return Ok(Vec::new());
+        }
+        let records = {
+            let mut tail = self.tail.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let (mut seq, mut prev) = *tail;
+            let mut records = Vec::with_capacity(entries.len());
+            let mut encoded = Vec::with_capacity(entries.len());
+            for AuditEntry { agent, at, event } in entries {
+                let record = AuditRecord::new(seq, at, agent, event, prev);
+                encoded.push(encode(&record).map_err(|e| {
+                    BackendError::with_source("sled", "cannot encode an audit record", e)
+                })?);
+                (seq, prev) = (record.seq + 1, record.hash);
+                records.push(record);
+            }
+            let mut heads = self.heads.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut newest = None;
+            let mut failed = None;
+            for (record, bytes) in records.iter().zip(encoded) {
+                if let Err(e) = self.tree.insert(record.seq.to_be_bytes(), bytes) {
+                    failed = Some(sled_error(e));
+                    break;
+                }
+                *tail = (record.seq + 1, record.hash);
+                let anchor = AuditAnchor::of(record);
+                heads.heads.insert(record.agent.clone(), anchor);
+                newest = Some(anchor);
+            }
+            // As far as the inserts went: those before a failure are in the log.
+            if let Some(anchor) = newest {
+                self.store.set_anchor(AUDIT_ANCHOR, anchor_json(anchor));
+            }
+            if let Some(e) = failed {
+                return Err(e);
+            }
+            records
+        };
+        self.store.commit().await?;
+        Ok(records)
+    }
+
     async fn records_from(&self, from: u64) -> Result<Vec<AuditRecord>, BackendError> {
         let mut records = Vec::new();
         for item in self.tree.range(from.to_be_bytes()..) {
@@ -266,6 +317,22 @@ impl AuditLog for AnchoredAuditLog {
         Ok(record)
     }
 
+    async fn append_many(
+        &self,
+        entries: Vec<AuditEntry>,
+    ) -> Result<Vec<AuditRecord>, BackendError> {
+        let records = self.inner.append_many(entries).await?;
+        if let Some(record) = records.iter().max_by_key(|r| r.seq) {
+            let mut newest = self.newest.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if newest.is_none_or(|seq| seq < record.seq) {
+                *newest = Some(record.seq);
+                self.store.set_anchor(NATS_AUDIT_ANCHOR, anchor_json(AuditAnchor::of(record)));
+                self.store.anchors_durable();
+            }
+        }
+        Ok(records)
+    }
+
     async fn records(&self, agent: Option<&AgentId>) -> Result<Vec<AuditRecord>, BackendError> {
         self.inner.records(agent).await
     }
@@ -348,6 +415,26 @@ impl StateStore for SledStateStore {
         // applying it to the parts below again after a crash changes nothing.
         self.agents.insert(record.id.as_str().as_bytes(), bytes).map_err(sled_error)?;
         self.apply_parts(record)?;
+        self.store.commit().await
+    }
+
+    /// Every record encoded first (one that cannot be is found before anything is written),
+    /// then each written as `save_agent` writes it (no sled batch: see `run_store`'s docs, "No
+    /// batches"), then one commit for all.
+    async fn save_agents(&self, records: &[AgentRecord]) -> Result<(), BackendError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let mut encoded = Vec::with_capacity(records.len());
+        for record in records {
+            encoded.push(encode(record).map_err(|e| {
+                BackendError::with_source("sled", "cannot encode an agent record", e)
+            })?);
+        }
+        for (record, bytes) in records.iter().zip(encoded) {
+            self.agents.insert(record.id.as_str().as_bytes(), bytes).map_err(sled_error)?;
+            self.apply_parts(record)?;
+        }
         self.store.commit().await
     }
 

@@ -30,7 +30,7 @@ use agent_state::{AgentId, BackendError, RunEvent, Timestamp};
 use async_trait::async_trait;
 use tokio::sync::broadcast;
 
-use crate::audit::{AuditAnchor, AuditEvent, AuditLog, AuditRecord};
+use crate::audit::{AuditAnchor, AuditEntry, AuditEvent, AuditLog, AuditRecord};
 
 /// Events kept for subscribers that are behind, by default.
 pub const DEFAULT_EVENT_CAPACITY: usize = 4096;
@@ -188,6 +188,20 @@ impl AuditLog for PublishingAuditLog {
             self.hub.publish(TeamEvent::Audit(record.clone()));
         }
         Ok(record)
+    }
+
+    /// The batch appended by the inner log, then each record published, in order.
+    async fn append_many(
+        &self,
+        entries: Vec<AuditEntry>,
+    ) -> Result<Vec<AuditRecord>, BackendError> {
+        let records = self.inner.append_many(entries).await?;
+        if self.hub.is_watched() {
+            for record in &records {
+                self.hub.publish(TeamEvent::Audit(record.clone()));
+            }
+        }
+        Ok(records)
     }
 
     async fn records(&self, agent: Option<&AgentId>) -> Result<Vec<AuditRecord>, BackendError> {

@@ -82,10 +82,10 @@ pub use agent::{
     MAX_PANICS, Tuning, payload, system_prompt,
 };
 pub use audit::{
-    AnchorBreak, AnchorHolder, AuditAnchor, AuditEvent, AuditHash, AuditLog, AuditRecord,
-    ChainBreak, ChainError, GENESIS_HASH, InMemoryAuditLog, PeerHelpOutcome, PeerHelpRequest,
-    audit_reasoning, check_anchor_list, check_anchors, check_transition_chain, verify_chain,
-    with_reasoning_audit,
+    AnchorBreak, AnchorHolder, AuditAnchor, AuditEntry, AuditEvent, AuditHash, AuditLog,
+    AuditRecord, ChainBreak, ChainError, GENESIS_HASH, InMemoryAuditLog, PeerHelpOutcome,
+    PeerHelpRequest, audit_reasoning, check_anchor_list, check_anchors, check_transition_chain,
+    verify_chain, with_reasoning_audit,
 };
 pub use clock::{Clock, TokioClock, new_decision_id, new_message_id};
 #[cfg(feature = "sled")]

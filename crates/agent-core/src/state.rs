@@ -166,6 +166,23 @@ pub trait StateStore: Send + Sync + 'static {
         false
     }
 
+    /// Saves (replaces) several agents' states as one call, each as
+    /// [`save_agent`](Self::save_agent) would, in the order given (a later record of the same
+    /// agent replaces an earlier one). An empty batch does nothing.
+    ///
+    /// If this returns `Ok`, every record is saved, and on a durable backend survives a crash
+    /// as a saved record does. On `Err`, any of them may be saved, as a failed `save_agent`
+    /// may have saved its record: each record stands alone, so saving the batch again is safe.
+    ///
+    /// The default saves one record at a time, stopping at the first error; the sled store
+    /// writes them all and waits for one commit.
+    async fn save_agents(&self, records: &[AgentRecord]) -> Result<(), BackendError> {
+        for record in records {
+            self.save_agent(record).await?;
+        }
+        Ok(())
+    }
+
     /// Every saved agent, by id, with its layer state whole (`parts` is `None`).
     async fn agents(&self) -> Result<Vec<AgentRecord>, BackendError>;
 
@@ -247,21 +264,36 @@ impl InMemoryStateStore {
     }
 }
 
-#[async_trait]
-impl StateStore for InMemoryStateStore {
-    async fn save_agent(&self, record: &AgentRecord) -> Result<(), BackendError> {
-        let mut inner = self.lock();
+impl Inner {
+    /// Saves (replaces) `record`, its delta applied to the parts kept (or the parts dropped,
+    /// for a record whose state is whole).
+    fn save(&mut self, record: &AgentRecord) {
         let mut record = record.clone();
         match record.parts.take() {
             Some(delta) => {
-                let parts = inner.parts.entry(record.id.clone()).or_default();
+                let parts = self.parts.entry(record.id.clone()).or_default();
                 crate::parts::apply(parts, &delta);
             }
             None => {
-                inner.parts.remove(&record.id);
+                self.parts.remove(&record.id);
             }
         }
-        inner.agents.insert(record.id.clone(), record);
+        self.agents.insert(record.id.clone(), record);
+    }
+}
+
+#[async_trait]
+impl StateStore for InMemoryStateStore {
+    async fn save_agent(&self, record: &AgentRecord) -> Result<(), BackendError> {
+        self.lock().save(record);
+        Ok(())
+    }
+
+    async fn save_agents(&self, records: &[AgentRecord]) -> Result<(), BackendError> {
+        let mut inner = self.lock();
+        for record in records {
+            inner.save(record);
+        }
         Ok(())
     }
 

@@ -1276,6 +1276,10 @@ impl MessageBus for AwaitingBus {
         self.inner.unregister(agent).await
     }
 
+    async fn unregister_many(&self, agents: &[AgentId]) -> Result<Vec<bool>, BackendError> {
+        self.inner.unregister_many(agents).await
+    }
+
     async fn is_registered(&self, agent: &AgentId) -> Result<bool, BackendError> {
         self.inner.is_registered(agent).await
     }

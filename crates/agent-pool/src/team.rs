@@ -8,7 +8,7 @@ use std::time::Duration;
 use tracing::Instrument as _;
 
 use agent_core::tools::{ToolContext, ToolRegistry};
-use agent_core::{AuditLog, Clock, Reasoner, StateStore, check_transition_chain};
+use agent_core::{Agent, AuditLog, Clock, Reasoner, StateStore, check_transition_chain};
 use agent_layers::{BottomSpec, KindRunner, LeadInfo, MidSpec, TopSpec};
 use agent_state::{
     Address, AgentConfig, AgentId, AgentLayer, AgentStatus, Assignment, CommandOutcome,
@@ -887,27 +887,50 @@ impl Team {
     /// heartbeats, see [`quiesce`](Self::quiesce)), stops the heartbeat, waits for running
     /// heartbeats, and shuts every agent down (bottom layer first, top last, so the powers'
     /// final reports see the end): all end terminated.
+    ///
+    /// The agents of a layer are shut down in batches with [`Agent::shutdown_many`], whose
+    /// durable writes for a whole batch go in one call per step (one commit on sled), so a
+    /// crash leaves each agent where a crash in its own shutdown could. An agent that fails to
+    /// shut down is logged; once its layer is done, the first failure is returned and the
+    /// layers above are left as they are.
     pub async fn shutdown(&self) -> Result<(), PoolError> {
         self.quiesce(self.heartbeat * QUIESCE_HEARTBEATS).await;
         self.stop().await;
         for layer in [AgentLayer::Bottom, AgentLayer::Mid, AgentLayer::Top] {
-            // The agents of a layer shut down concurrently, a bounded number at a time, so a
-            // durable backend's group commit serves many of them with one sync.
+            // The agents of a layer shut down in batches ([`Agent::shutdown_many`]: each step's
+            // durable writes for a whole batch in one call, one commit), a few batches at a
+            // time, so a durable backend's group commit also serves several batches with one
+            // sync.
             let mut stopping: tokio::task::JoinSet<Result<(), PoolError>> =
                 tokio::task::JoinSet::new();
             let mut first_error = None;
-            for slot in self.pool.by_layer(layer) {
-                if stopping.len() >= CONCURRENT_CREATIONS
+            let slots = self.pool.by_layer(layer);
+            for batch in slots.chunks(SHUTDOWN_BATCH) {
+                if stopping.len() >= CONCURRENT_SHUTDOWN_BATCHES
                     && let Some(Err(e)) = stopping.join_next().await.map(flatten)
                 {
                     first_error.get_or_insert(e);
                 }
+                let batch = batch.to_vec();
                 stopping.spawn(async move {
-                    let mut agent = slot.agent().lock().await;
-                    agent
-                        .shutdown()
-                        .await
-                        .map_err(|source| PoolError::Shutdown { id: slot.id().clone(), source })
+                    let mut agents = Vec::with_capacity(batch.len());
+                    for slot in &batch {
+                        agents.push(slot.agent().lock().await);
+                    }
+                    let mut refs: Vec<&mut Agent> = agents.iter_mut().map(|a| &mut **a).collect();
+                    let results = Agent::shutdown_many(&mut refs).await;
+                    drop(refs);
+                    drop(agents);
+                    // The first agent's error, if any; every agent's failure is logged.
+                    let mut first = None;
+                    for (slot, result) in batch.iter().zip(results) {
+                        if let Err(source) = result {
+                            let error = PoolError::Shutdown { id: slot.id().clone(), source };
+                            tracing::warn!(error = %error, "agent did not shut down");
+                            first.get_or_insert(error);
+                        }
+                    }
+                    first.map_or(Ok(()), Err)
                 });
             }
             while let Some(joined) = stopping.join_next().await {
@@ -958,6 +981,12 @@ fn hosted_spawns(
 
 /// How many agents [`Team`] creates or restores at the same time.
 const CONCURRENT_CREATIONS: usize = 256;
+
+/// How many agents of a layer [`Team::shutdown`] shuts down as one batch.
+const SHUTDOWN_BATCH: usize = 1024;
+
+/// How many batches of agents [`Team::shutdown`] shuts down at the same time.
+const CONCURRENT_SHUTDOWN_BATCHES: usize = 4;
 
 /// A shutdown task's result, a panic as the agent's failure to shut down.
 fn flatten(joined: Result<Result<(), PoolError>, tokio::task::JoinError>) -> Result<(), PoolError> {

@@ -98,6 +98,30 @@ pub trait MessageBus: Send + Sync + 'static {
     /// agent that is not registered is [`RegisterError::NotRegistered`].
     async fn unregister(&self, agent: &AgentId) -> Result<(), RegisterError>;
 
+    /// Unregisters several agents as one call, each as [`unregister`](MessageBus::unregister)
+    /// would, in the order given, and answers, for each, whether this call unregistered it: an
+    /// agent that is not registered (or was already unregistered earlier in the batch) is
+    /// `false`, not an error. An empty batch does nothing.
+    ///
+    /// On a durable backend, `Ok` means every unregistration is stored as for `unregister`. On
+    /// `Err`, any of them may be stored: unregistering again is harmless.
+    ///
+    /// The default unregisters one agent at a time, stopping at the first backend error; the
+    /// sled backend writes them all under one lock and waits for one commit.
+    async fn unregister_many(&self, agents: &[AgentId]) -> Result<Vec<bool>, BackendError> {
+        let mut unregistered = Vec::with_capacity(agents.len());
+        for agent in agents {
+            unregistered.push(match self.unregister(agent).await {
+                Ok(()) => true,
+                Err(RegisterError::NotRegistered { .. } | RegisterError::InvalidAgent { .. }) => {
+                    false
+                }
+                Err(RegisterError::Backend(e)) => return Err(e),
+            });
+        }
+        Ok(unregistered)
+    }
+
     /// Whether `agent` is registered.
     async fn is_registered(&self, agent: &AgentId) -> Result<bool, BackendError>;
 

@@ -188,6 +188,20 @@ impl MessageBus for InMemoryBus {
         }
     }
 
+    async fn unregister_many(&self, agents: &[AgentId]) -> Result<Vec<bool>, BackendError> {
+        let mut state = self.lock();
+        Ok(agents
+            .iter()
+            .map(|agent| match state.agents.get_mut(agent) {
+                Some(inbox) if inbox.registered => {
+                    inbox.registered = false;
+                    true
+                }
+                _ => false,
+            })
+            .collect())
+    }
+
     async fn is_registered(&self, agent: &AgentId) -> Result<bool, BackendError> {
         Ok(self.lock().agents.get(agent).is_some_and(|inbox| inbox.registered))
     }

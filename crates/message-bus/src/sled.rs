@@ -642,6 +642,33 @@ impl MessageBus for SledBus {
         Ok(self.commit().await?)
     }
 
+    /// Every registered agent of the batch removed under one lock (one sled remove each, no
+    /// batch: see `run_store`'s docs, "No batches"), then one commit for all.
+    async fn unregister_many(&self, agents: &[AgentId]) -> Result<Vec<bool>, BackendError> {
+        if agents.is_empty() {
+            return Ok(Vec::new());
+        }
+        let unregistered = {
+            let mut state = self.lock();
+            let mut unregistered = Vec::with_capacity(agents.len());
+            for agent in agents {
+                unregistered.push(match state.agents.get_mut(agent) {
+                    Some(inbox) if inbox.registered => {
+                        self.registered
+                            .remove(agent.as_str())
+                            .map_err(|e| write_failed(Self::REGISTERED_TREE, e))?;
+                        inbox.registered = false;
+                        true
+                    }
+                    _ => false,
+                });
+            }
+            unregistered
+        };
+        self.commit().await?;
+        Ok(unregistered)
+    }
+
     async fn is_registered(&self, agent: &AgentId) -> Result<bool, BackendError> {
         Ok(self.lock().agents.get(agent).is_some_and(|inbox| inbox.registered))
     }

@@ -15,7 +15,7 @@ use super::data::{
     tool_output,
 };
 use super::{StoreFactory, Stores};
-use crate::audit::{AuditAnchor, AuditRecord, GENESIS_HASH};
+use crate::audit::{AuditAnchor, AuditEntry, AuditRecord, GENESIS_HASH};
 use crate::blob::hash_of;
 use crate::state::AgentRecord;
 use crate::tools::ToolOutput;
@@ -57,6 +57,8 @@ enum Op {
         kind: usize,
         whole: bool,
     },
+    /// Appends events (agent, kind) as one batch with `append_many`.
+    AppendMany(Vec<(usize, usize)>),
     Records(Option<usize>),
     RecordsFrom(u64),
     HeadOf(usize),
@@ -64,6 +66,8 @@ enum Op {
         agent: usize,
         version: u64,
     },
+    /// Saves records (agent, version) as one batch with `save_agents`.
+    SaveAgents(Vec<(usize, u64)>),
     Agents,
     BeginTool(usize),
     RecordTool {
@@ -90,10 +94,12 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         8 => (0..agents, 0..5usize, any::<bool>())
             .prop_map(|(agent, kind, whole)| Op::Append { agent, kind, whole }),
+        3 => vec((0..agents, 0..5usize), 0..4).prop_map(Op::AppendMany),
         2 => proptest::option::of(0..=agents).prop_map(Op::Records),
         2 => (0..MAX_OPS as u64 + 2).prop_map(Op::RecordsFrom),
         2 => (0..=agents).prop_map(Op::HeadOf),
         3 => (0..agents, 0..4u64).prop_map(|(agent, version)| Op::SaveAgent { agent, version }),
+        2 => vec((0..agents, 0..4u64), 0..4).prop_map(Op::SaveAgents),
         1 => Just(Op::Agents),
         3 => (0..keys).prop_map(Op::BeginTool),
         3 => (0..keys, 0..4u64).prop_map(|(key, version)| Op::RecordTool { key, version }),
@@ -151,21 +157,25 @@ fn at(step: usize) -> Timestamp {
 }
 
 impl Model {
+    /// Appends event `kind` of agent `agent` at step `step`, and returns the record.
+    fn append(&mut self, step: usize, agent: usize, kind: usize) -> AuditRecord {
+        let seq = self.log.len() as u64;
+        let prev = self.log.last().map_or(GENESIS_HASH, |r| r.hash);
+        let record =
+            AuditRecord::new(seq, at(step), agent_at(agent), event(kind, at(step).0), prev);
+        self.log.push(record.clone());
+        record
+    }
+
     fn apply(&mut self, step: usize, op: &Op) -> Answer {
         match op {
             Op::Append { agent, kind, whole } => {
-                let seq = self.log.len() as u64;
-                let prev = self.log.last().map_or(GENESIS_HASH, |r| r.hash);
-                let record = AuditRecord::new(
-                    seq,
-                    at(step),
-                    agent_at(*agent),
-                    event(*kind, at(step).0),
-                    prev,
-                );
-                self.log.push(record.clone());
-                if *whole { Answer::Record(Box::new(record)) } else { Answer::Seq(seq) }
+                let record = self.append(step, *agent, *kind);
+                if *whole { Answer::Record(Box::new(record)) } else { Answer::Seq(record.seq) }
             }
+            Op::AppendMany(entries) => Answer::Records(
+                entries.iter().map(|(agent, kind)| self.append(step, *agent, *kind)).collect(),
+            ),
             Op::Records(who) => {
                 let who = who.map(agent_at);
                 Answer::Records(
@@ -186,6 +196,13 @@ impl Model {
             Op::SaveAgent { agent, version } => {
                 let record = agent_record(agent_at(*agent).as_str(), *version);
                 self.agents.insert(record.id.clone(), record);
+                Answer::Done
+            }
+            Op::SaveAgents(batch) => {
+                for (agent, version) in batch {
+                    let record = agent_record(agent_at(*agent).as_str(), *version);
+                    self.agents.insert(record.id.clone(), record);
+                }
                 Answer::Done
             }
             Op::Agents => Answer::Agents(self.agents.values().cloned().collect()),
@@ -255,6 +272,17 @@ async fn apply(stores: &Stores, step: usize, op: &Op) -> Answer {
                 answer(audit.append(&who, at(step), ev).await, Answer::Seq)
             }
         }
+        Op::AppendMany(entries) => {
+            let entries = entries
+                .iter()
+                .map(|(agent, kind)| AuditEntry {
+                    agent: agent_at(*agent),
+                    at: at(step),
+                    event: event(*kind, at(step).0),
+                })
+                .collect();
+            answer(audit.append_many(entries).await, Answer::Records)
+        }
         Op::Records(who) => {
             let who = who.map(agent_at);
             answer(audit.records(who.as_ref()).await, Answer::Records)
@@ -264,6 +292,13 @@ async fn apply(stores: &Stores, step: usize, op: &Op) -> Answer {
         Op::SaveAgent { agent, version } => {
             let record = agent_record(agent_at(*agent).as_str(), *version);
             answer(state.save_agent(&record).await, |()| Answer::Done)
+        }
+        Op::SaveAgents(batch) => {
+            let records: Vec<AgentRecord> = batch
+                .iter()
+                .map(|(agent, version)| agent_record(agent_at(*agent).as_str(), *version))
+                .collect();
+            answer(state.save_agents(&records).await, |()| Answer::Done)
         }
         Op::Agents => answer(state.agents().await, Answer::Agents),
         Op::BeginTool(key) => answer(state.begin_tool(&key_at(*key)).await, |()| Answer::Done),

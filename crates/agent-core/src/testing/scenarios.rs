@@ -9,7 +9,7 @@ use super::data::{
     tool_keys, tool_output,
 };
 use super::{StoreFactory, Stores};
-use crate::audit::{AuditAnchor, AuditRecord, GENESIS_HASH, verify_chain};
+use crate::audit::{AuditAnchor, AuditEntry, AuditRecord, GENESIS_HASH, verify_chain};
 use crate::blob::hash_of;
 
 /// The outcome of one scenario: `Err` says what differed from the contract.
@@ -46,13 +46,16 @@ pub(super) async fn run_all<F: StoreFactory>(factory: &F, durable: bool) {
     scenario!(factory, "records_from returns the tail, and nothing past the end", tail);
     scenario!(factory, "head_of is each agent's last record", heads);
     scenario!(factory, "concurrent appends keep one linear chain", concurrent);
+    scenario!(factory, "append_many appends a batch in order, chained, and returns it", batch);
     scenario!(factory, "save_agent replaces, agents lists by id", agents_by_id);
+    scenario!(factory, "save_agents saves a batch, a later record replacing an earlier", saves);
     scenario!(factory, "the tool journal keeps begun, recorded and forgotten calls", journal);
     scenario!(factory, "the first outcome recorded for a task wins", first_outcome_wins);
     scenario!(factory, "a blob is stored once, whatever its size", blobs_once);
     if durable {
         scenario!(factory, "the log survives a restart and goes on where it ended", log_restart);
         scenario!(factory, "the state survives a restart, a begun call included", state_restart);
+        scenario!(factory, "a batch of records and a batch of agents survive a restart", batches);
     }
     scenario!(factory, "a second handle on the run sees and extends the same run", shared);
 }
@@ -222,6 +225,77 @@ async fn heads<F: StoreFactory>(run: &mut Run<'_, F>) -> Check {
     check(all.clone()).await?;
     all.extend(append_n(s, 6, 3, &mut prev).await?);
     check(all).await
+}
+
+/// The entries of a batch of `n` records numbered from `from`, over the suite's agents and
+/// event kinds, and the records they become appended after `prev` (as [`append_n`] builds them).
+fn batch_of(from: u64, n: u64, prev: &mut AuditRecord) -> (Vec<AuditEntry>, Vec<AuditRecord>) {
+    let mut entries = Vec::new();
+    let mut records = Vec::new();
+    for seq in from..from + n {
+        let who = agent(AGENTS[usize::try_from(seq).unwrap_or(0) % AGENTS.len()]);
+        let ev = event(usize::try_from(seq).unwrap_or(0), seq);
+        let prev_hash = if seq == 0 { GENESIS_HASH } else { prev.hash };
+        let record = AuditRecord::new(seq, Timestamp(seq), who.clone(), ev.clone(), prev_hash);
+        entries.push(AuditEntry { agent: who, at: Timestamp(seq), event: ev });
+        records.push(record.clone());
+        *prev = record;
+    }
+    (entries, records)
+}
+
+async fn batch<F: StoreFactory>(run: &mut Run<'_, F>) -> Check {
+    let s = run.stores()?;
+    let mut prev = genesis();
+    let mut want = append_n(s, 0, 2, &mut prev).await?;
+    let (entries, records) = batch_of(2, 5, &mut prev);
+    same(ok(s.audit.append_many(entries).await, "append_many")?, records.clone(), "the batch")?;
+    want.extend(records);
+    same(ok(s.audit.append_many(Vec::new()).await, "append_many")?, Vec::new(), "an empty batch")?;
+    want.extend(append_n(s, 7, 1, &mut prev).await?);
+    let got = ok(s.audit.records(None).await, "records")?;
+    same(&got, &want, "records after a batch")?;
+    verify_chain(&got).map_err(|e| format!("the chain through a batch: {e}"))?;
+    for name in AGENTS {
+        let head = want.iter().rfind(|r| r.agent.as_str() == name).map(AuditAnchor::of);
+        same(ok(s.audit.head_of(&agent(name)).await, "head_of")?, head, "head_of after a batch")?;
+    }
+    Ok(())
+}
+
+async fn saves<F: StoreFactory>(run: &mut Run<'_, F>) -> Check {
+    let s = run.stores()?;
+    ok(s.state.save_agents(&[]).await, "save_agents")?;
+    same(ok(s.state.agents().await, "agents")?, Vec::new(), "agents after an empty batch")?;
+    let (a, b) = (AGENTS[0], AGENTS[1]);
+    let batch = [agent_record(a, 1), agent_record(b, 2), agent_record(a, 3)];
+    ok(s.state.save_agents(&batch).await, "save_agents")?;
+    let mut want = vec![agent_record(a, 3), agent_record(b, 2)];
+    want.sort_by(|x, y| x.id.cmp(&y.id));
+    same(ok(s.state.agents().await, "agents")?, want.clone(), "agents after a batch")?;
+    ok(s.state.save_agent(&agent_record(b, 4)).await, "save_agent")?;
+    let want: Vec<_> =
+        want.into_iter().map(|r| if r.id.as_str() == b { agent_record(b, 4) } else { r }).collect();
+    same(ok(s.state.agents().await, "agents")?, want, "a single save after a batch")?;
+    Ok(())
+}
+
+async fn batches<F: StoreFactory>(run: &mut Run<'_, F>) -> Check {
+    let mut prev = genesis();
+    let (entries, want) = batch_of(0, 6, &mut prev);
+    let agents: Vec<_> = AGENTS.iter().map(|n| agent_record(n, 2)).collect();
+    {
+        let s = run.stores()?;
+        ok(s.audit.append_many(entries).await, "append_many")?;
+        ok(s.state.save_agents(&agents).await, "save_agents")?;
+    }
+    run.restart().await?;
+    let s = run.stores()?;
+    same(ok(s.audit.records(None).await, "records")?, want, "a batch after a restart")?;
+    let mut agents = agents;
+    agents.sort_by(|a, b| a.id.cmp(&b.id));
+    same(ok(s.state.agents().await, "agents")?, agents, "saved agents after a restart")?;
+    Ok(())
 }
 
 async fn concurrent<F: StoreFactory>(run: &mut Run<'_, F>) -> Check {

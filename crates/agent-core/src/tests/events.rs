@@ -70,6 +70,42 @@ async fn published_records_arrive_in_order_and_equal_the_stored_ones() {
     assert_eq!(crate::verify_chain(&stored), Ok(4));
 }
 
+/// A batch is published record by record, in order, once the whole batch is stored; a batch
+/// the log refuses publishes nothing.
+#[tokio::test]
+async fn a_batch_is_published_in_order_after_it_is_stored_and_a_refused_one_not_at_all() {
+    let hub = EventHub::new(64);
+    let flaky = Arc::new(Flaky::default());
+    let log = PublishingAuditLog::new(flaky.clone(), hub.clone());
+    let mut stream = hub.subscribe();
+    let entry = |agent: &str, at, (from, to)| crate::AuditEntry {
+        agent: id(agent),
+        at: Timestamp(at),
+        event: transition(from, to),
+    };
+    log.append(&id("a"), Timestamp(0), transition(Initializing, Idle)).await.unwrap();
+    let batch = vec![
+        entry("b", 1, (Initializing, Idle)),
+        entry("a", 2, (Idle, ShuttingDown)),
+        entry("b", 3, (Idle, ShuttingDown)),
+    ];
+
+    let appended = log.append_many(batch).await.unwrap();
+
+    let stored = log.records(None).await.unwrap();
+    assert_eq!(appended, stored[1..]);
+    for record in &stored {
+        assert_eq!(&audit_record(stream.next().await), record);
+    }
+    assert_eq!(stream.try_next(), None, "one event per record, no more");
+
+    flaky.failing.store(true, Ordering::SeqCst);
+    let refused = vec![entry("a", 4, (ShuttingDown, Terminated))];
+    assert!(log.append_many(refused).await.is_err());
+    assert_eq!(stream.try_next(), None, "nothing published for a refused batch");
+    assert_eq!(log.records(None).await.unwrap(), stored);
+}
+
 #[tokio::test]
 async fn a_subscriber_that_never_reads_blocks_no_append_and_is_told_what_it_lost() {
     let hub = EventHub::new(4);

@@ -4,7 +4,9 @@ use agent_state::{Actor, AgentMetrics, AgentStatus::*, ConfigErrorKind};
 use whiteboard::{CreateError, Whiteboard};
 
 use super::*;
-use crate::{AgentRecord, AuditRecord, ChainError, HeartbeatOutcome, check_transition_chain};
+use crate::{
+    AgentRecord, AuditAnchor, AuditRecord, ChainError, HeartbeatOutcome, check_transition_chain,
+};
 
 #[tokio::test(start_paused = true)]
 async fn initialize_registers_creates_the_board_runs_the_layer_setup_and_goes_idle() {
@@ -80,7 +82,13 @@ async fn an_invalid_configuration_is_refused_at_construction() {
 
 /// Puts a fresh, initialized agent into `status` along allowed edges.
 async fn agent_in(s: &Services, probe: &Probe, status: AgentStatus) -> Agent {
-    let mut agent = s.agent(bottom_config(), probe);
+    agent_named_in(s, probe, ME, status).await
+}
+
+/// Puts a fresh, initialized executor `name` (under [`SUPERVISOR`]) into `status`.
+async fn agent_named_in(s: &Services, probe: &Probe, name: &str, status: AgentStatus) -> Agent {
+    let config = AgentConfig { id: id(name), ..bottom_config() };
+    let mut agent = s.agent(config, probe);
     if status == Initializing {
         return agent;
     }
@@ -265,4 +273,176 @@ async fn a_restored_agent_reports_the_metrics_of_its_record_with_counts_or_witho
         let expected = AgentMetrics { warnings_received: 1, ..metrics };
         assert_eq!(agent.ctx().metrics(), expected);
     }
+}
+
+/// Agents shut down together end as each one's own `shutdown` would end it: terminated,
+/// unregistered, along the same edges, with the layer's clean-up run where `shutdown` runs it,
+/// and each saved record anchored at its agent's last audit record (its `terminated`). The
+/// idle ones go through each step as a batch: their `shutting_down` records are appended as
+/// one run of the log, and so are their `terminated` records.
+#[tokio::test(start_paused = true)]
+async fn agents_shut_down_together_end_as_each_ones_own_shutdown_would_end_it() {
+    // (agent, its status, the edges its shutdown takes, whether the layer's clean-up runs)
+    let cases = [
+        ("bottom-1", Idle, vec![(Idle, ShuttingDown), (ShuttingDown, Terminated)], true),
+        (
+            "bottom-2",
+            Working,
+            vec![(Working, Idle), (Idle, ShuttingDown), (ShuttingDown, Terminated)],
+            true,
+        ),
+        ("bottom-3", Failed, vec![(Failed, Terminated)], false),
+        ("bottom-4", Idle, vec![(Idle, ShuttingDown), (ShuttingDown, Terminated)], true),
+        ("bottom-5", Terminated, vec![], false),
+        ("bottom-6", Idle, vec![(Idle, ShuttingDown), (ShuttingDown, Terminated)], true),
+    ];
+    let s = Services::new().await;
+    let mut agents = Vec::new();
+    let mut probes = Vec::new();
+    let mut before = Vec::new();
+    for (name, status, _, _) in &cases {
+        let probe = Probe::default();
+        let mut agent = agent_named_in(&s, &probe, name, Idle).await;
+        match status {
+            Idle => {}
+            Working => agent.ctx_mut().transition(Working, "test set-up").await.unwrap(),
+            Failed => {
+                agent.ctx_mut().transition(Working, "test set-up").await.unwrap();
+                agent.ctx_mut().transition(Failed, "test set-up").await.unwrap();
+            }
+            Terminated => agent.shutdown().await.unwrap(),
+            other => panic!("no set-up for {other}"),
+        }
+        probe.with(|s| s.shutdowns = 0);
+        before.push(s.edges(name).await.len());
+        agents.push(agent);
+        probes.push(probe);
+    }
+    // The clean-up of the terminated agent ran before; only this call's count.
+    let log_before = s.audit.records(None).await.unwrap().len();
+
+    let results = Agent::shutdown_many(&mut agents.iter_mut().collect::<Vec<_>>()).await;
+
+    assert_eq!(results.len(), cases.len());
+    let saved = s.deps.state.agents().await.unwrap();
+    for (i, (name, status, expected, cleanup)) in cases.iter().enumerate() {
+        assert!(results[i].is_ok(), "{name} from {status}: {:?}", results[i]);
+        assert_eq!(agents[i].status(), Terminated, "{name} from {status}");
+        assert!(!s.bus.is_registered(&id(name)).await.unwrap(), "{name}");
+        assert_eq!(s.edges(name).await[before[i]..], expected[..], "{name} from {status}");
+        assert_eq!(probes[i].with(|s| s.shutdowns), u32::from(*cleanup), "{name}");
+        let last = s.audit.records(Some(&id(name))).await.unwrap().last().cloned().unwrap();
+        let record = saved.iter().find(|r| r.id == id(name)).expect("a saved record");
+        assert_eq!(record.audit_head, Some(AuditAnchor::of(&last)), "{name}'s anchor");
+    }
+    let chain = s.chain().await;
+    assert!(chain.iter().all(|(_, status)| *status == Terminated), "{chain:?}");
+    assert_eq!(chain.len(), cases.len());
+    // The batched steps: the idle agents' records of each step are one run of the log.
+    let log = s.audit.records(None).await.unwrap();
+    let idle = ["bottom-1", "bottom-4", "bottom-6"];
+    for to in [ShuttingDown, Terminated] {
+        let seqs: Vec<u64> = log[log_before..]
+            .iter()
+            .filter(|r| r.transition().is_some_and(|t| t.to == to))
+            .filter(|r| idle.contains(&r.agent.as_str()))
+            .map(|r| r.seq)
+            .collect();
+        assert_eq!(seqs.len(), idle.len(), "{to}");
+        assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "{to}: {seqs:?}");
+    }
+}
+
+/// An audit log whose `append_many` fails once for a batch holding a `terminated` transition.
+struct FailsTerminatedOnce {
+    inner: Arc<InMemoryAuditLog>,
+    armed: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait]
+impl AuditLog for FailsTerminatedOnce {
+    async fn append(
+        &self,
+        agent: &AgentId,
+        at: Timestamp,
+        event: AuditEvent,
+    ) -> Result<u64, BackendError> {
+        self.inner.append(agent, at, event).await
+    }
+
+    async fn append_many(
+        &self,
+        entries: Vec<crate::AuditEntry>,
+    ) -> Result<Vec<AuditRecord>, BackendError> {
+        let terminating = entries
+            .iter()
+            .any(|e| matches!(e.event, AuditEvent::Transition { to: Terminated, .. }));
+        if terminating && self.armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            return Err(BackendError::with_source(
+                "test",
+                "the log refused the batch",
+                transient(),
+            ));
+        }
+        self.inner.append_many(entries).await
+    }
+
+    async fn records(&self, agent: Option<&AgentId>) -> Result<Vec<AuditRecord>, BackendError> {
+        self.inner.records(agent).await
+    }
+
+    async fn head_of(&self, agent: &AgentId) -> Result<Option<AuditAnchor>, BackendError> {
+        self.inner.head_of(agent).await
+    }
+}
+
+/// A batch write that fails is the error of every agent of the batch, not lost: each stops
+/// where the failure left it (shutting down, unregistered, not terminated, its record not
+/// anchored at a `terminated`), and shutting them down again ends them terminated.
+#[tokio::test(start_paused = true)]
+async fn a_failed_batch_write_is_every_agents_error_and_a_second_shutdown_ends_them() {
+    let s = Services::new().await;
+    let log = Arc::new(FailsTerminatedOnce {
+        inner: s.audit.clone(),
+        armed: std::sync::atomic::AtomicBool::new(true),
+    });
+    let deps = Arc::new(AgentDeps { audit: log, ..(*s.deps).clone() });
+    let names = ["bottom-1", "bottom-2", "bottom-3"];
+    let mut agents = Vec::new();
+    for name in names {
+        let config = AgentConfig { id: id(name), ..bottom_config() };
+        let behavior = Box::new(TestBehavior(Probe::default()));
+        let mut agent = Agent::new(config, behavior, deps.clone()).unwrap();
+        agent.initialize().await.unwrap();
+        agents.push(agent);
+    }
+
+    let results = Agent::shutdown_many(&mut agents.iter_mut().collect::<Vec<_>>()).await;
+
+    for (name, (agent, result)) in names.iter().zip(agents.iter().zip(&results)) {
+        let err = result.as_ref().expect_err("the batch failed");
+        assert!(err.to_string().contains("the log refused the batch"), "{name}: {err}");
+        assert!(err.to_string().contains(&transient().to_string()), "{name}: {err}");
+        assert_eq!(agent.status(), ShuttingDown, "{name}");
+        assert!(!s.bus.is_registered(&id(name)).await.unwrap(), "{name}");
+        assert_eq!(s.edges(name).await.last(), Some(&(Idle, ShuttingDown)), "{name}");
+    }
+
+    let results = Agent::shutdown_many(&mut agents.iter_mut().collect::<Vec<_>>()).await;
+
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    let saved = s.deps.state.agents().await.unwrap();
+    for (name, agent) in names.iter().zip(&agents) {
+        assert_eq!(agent.status(), Terminated, "{name}");
+        let last = s.audit.records(Some(&id(name))).await.unwrap().last().cloned().unwrap();
+        assert_eq!(last.transition().map(|t| (t.from, t.to)), Some((ShuttingDown, Terminated)));
+        let record = saved.iter().find(|r| r.id == id(name)).expect("a saved record");
+        assert_eq!(record.audit_head, Some(AuditAnchor::of(&last)), "{name}'s anchor");
+    }
+    assert!(s.chain().await.iter().all(|(_, status)| *status == Terminated));
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutting_down_no_agents_together_does_nothing() {
+    assert!(Agent::shutdown_many(&mut []).await.is_empty());
 }

@@ -114,3 +114,42 @@ async fn mail_that_arrives_after_the_task_closed_is_answered_before_the_team_shu
     assert_eq!(services.bus.pending(&inbox).await.unwrap(), 0, "the late message was answered");
     team.shutdown().await.unwrap();
 }
+
+/// A team larger than one shutdown batch (`Team::shutdown` shuts agents down in batches of
+/// 1 024) ends with every agent terminated along its chain, unregistered, and its saved record
+/// anchored at its last audit record, its `terminated`.
+#[tokio::test(start_paused = true)]
+async fn a_team_larger_than_a_shutdown_batch_ends_every_agent_terminated_and_anchored() {
+    let dir = tempfile::tempdir().unwrap();
+    let services = services(dir.path());
+    let mut agents = vec![top("top-a", "power_a", 1.0)];
+    for lead in ["mid-a", "mid-b"] {
+        let mut spec = mid(lead, lead, "top-a");
+        if let agent_pool::RoleSpec::Mid(m) = &mut spec.role {
+            m.max_subordinates = 700;
+        }
+        agents.push(spec);
+        agents.extend((0..700).map(|i| bottom(&format!("{lead}-x{i}"), lead, &["read_file"])));
+    }
+    let count = agents.len();
+    let mut spec = agent_pool::TeamSpec::new(agents);
+    spec.max_agents = count;
+    let team = Team::start(spec, services.clone()).await.unwrap();
+
+    team.shutdown().await.unwrap();
+
+    let records = services.audit.records(None).await.unwrap();
+    let finals = check_transition_chain(&records).unwrap();
+    assert_eq!(finals.len(), count);
+    assert!(finals.iter().all(|(_, s)| *s == AgentStatus::Terminated));
+    assert_eq!(services.bus.registered().await.unwrap(), Vec::<agent_state::AgentId>::new());
+    let mut last = std::collections::HashMap::new();
+    for record in &records {
+        last.insert(record.agent.clone(), agent_core::AuditAnchor::of(record));
+    }
+    let saved = services.state.agents().await.unwrap();
+    assert_eq!(saved.len(), count);
+    for record in saved {
+        assert_eq!(record.audit_head, last.get(&record.id).copied(), "{}", record.id);
+    }
+}

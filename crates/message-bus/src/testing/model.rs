@@ -73,6 +73,8 @@ enum Op {
     RegisterInvalid,
     /// Only `Agent` or `Ghost`.
     Unregister(Who),
+    /// One `unregister_many` of these, in order; only `Agent` or `Ghost`.
+    UnregisterMany(Vec<Who>),
     Send {
         from: Who,
         to: Who,
@@ -120,6 +122,11 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::RegisterInvalid),
         1 => prop_oneof![3 => (0..AGENTS.len()).prop_map(Who::Agent), 1 => Just(Who::Ghost)]
             .prop_map(Op::Unregister),
+        1 => vec(
+            prop_oneof![3 => (0..AGENTS.len()).prop_map(Who::Agent), 1 => Just(Who::Ghost)],
+            0..4
+        )
+        .prop_map(Op::UnregisterMany),
         8 => (who(), who()).prop_map(|(from, to)| Op::Send { from, to }),
         4 => vec((who(), who()), 0..5).prop_map(Op::SendMany),
         5 => (who(), 0..5usize).prop_map(|(inbox, max)| Op::Take { inbox, max }),
@@ -144,6 +151,7 @@ enum Outcome {
     Agents(Vec<AgentId>),
     Count(usize),
     Counts(Vec<usize>),
+    Unregistered(Vec<bool>),
     Taken(Vec<Message>),
     InvalidAgent {
         agent: String,
@@ -236,6 +244,13 @@ async fn apply(bus: &Arc<dyn MessageBus>, model: &Model, op: &Op) -> Outcome {
             Some(agent) => outcome(bus.unregister(&agent).await, |()| Outcome::Done),
             None => Outcome::Backend(format!("suite bug: unregister {who:?}")),
         },
+        Op::UnregisterMany(whos) => {
+            let Some(agents) = whos.iter().map(|w| w.agent()).collect::<Option<Vec<AgentId>>>()
+            else {
+                return Outcome::Backend(format!("suite bug: unregister_many {whos:?}"));
+            };
+            outcome(bus.unregister_many(&agents).await, Outcome::Unregistered)
+        }
         Op::Send { from, to } => {
             outcome(bus.send(message(model.next_id, *from, *to)).await, Outcome::Count)
         }
@@ -383,6 +398,34 @@ impl Model {
         self.capacity.is_some_and(|capacity| inbox.len() >= capacity)
     }
 
+    fn unregister(&mut self, who: &Who) -> Outcome {
+        match who {
+            Who::Agent(i) if self.agents[*i].registered => {
+                self.agents[*i].registered = false;
+                Outcome::Done
+            }
+            _ => match who.agent() {
+                Some(agent) => Outcome::UnregisterNotRegistered(agent),
+                None => Outcome::Backend(format!("suite bug: unregister {who:?}")),
+            },
+        }
+    }
+
+    /// Unregisters each of `whos` that is registered, in order.
+    fn unregister_many(&mut self, whos: &[Who]) -> Outcome {
+        Outcome::Unregistered(
+            whos.iter()
+                .map(|who| match who {
+                    Who::Agent(i) if self.agents[*i].registered => {
+                        self.agents[*i].registered = false;
+                        true
+                    }
+                    _ => false,
+                })
+                .collect(),
+        )
+    }
+
     fn apply(&mut self, op: &Op, durable: bool) -> Outcome {
         match op {
             Op::Register(i) => {
@@ -396,16 +439,8 @@ impl Model {
                     .map(|kind| kind.to_string())
                     .unwrap_or_default(),
             },
-            Op::Unregister(who) => match who {
-                Who::Agent(i) if self.agents[*i].registered => {
-                    self.agents[*i].registered = false;
-                    Outcome::Done
-                }
-                _ => match who.agent() {
-                    Some(agent) => Outcome::UnregisterNotRegistered(agent),
-                    None => Outcome::Backend(format!("suite bug: unregister {who:?}")),
-                },
-            },
+            Op::Unregister(who) => self.unregister(who),
+            Op::UnregisterMany(whos) => self.unregister_many(whos),
             Op::Send { from, to } => self.send(message(self.next_id, *from, *to)),
             Op::SendMany(pairs) => self.send_many(batch(self.next_id, pairs)),
             Op::Take { inbox, max } => match self.inbox_mut(*inbox) {

@@ -25,6 +25,11 @@ pub(super) async fn run_all<F: BusFactory>(factory: &F, durable: bool) {
         unregister_refuses_unknown(factory.fresh().await),
     )
     .await;
+    run(
+        "unregister_many unregisters each agent once and skips the rest",
+        unregister_many_skips_unregistered(factory.fresh().await),
+    )
+    .await;
     run("one inbox keeps send order; take 0 takes nothing", order_is_kept(factory.fresh().await))
         .await;
     run("send returns how many inboxes it reached", send_counts_inboxes(factory.fresh().await))
@@ -183,6 +188,31 @@ async fn unregister_refuses_unknown(bus: Arc<dyn MessageBus>) -> Check {
     let before = snapshot(&bus, &[]).await;
     expect_unregister_refused(&bus, &a).await?;
     eq(snapshot(&bus, &[]).await, before, "state after refused second unregister")
+}
+
+async fn unregister_many_skips_unregistered(bus: Arc<dyn MessageBus>) -> Check {
+    let (a, b, c) = register3(&bus).await?;
+    ok(bus.send(msg(1, &c, &a)).await, "send")?;
+    ok(bus.send(msg(2, &c, &b)).await, "send")?;
+    eq(ok(bus.unregister_many(&[]).await, "unregister_many")?, vec![], "an empty batch")?;
+    eq(ok(bus.registered().await, "registered")?, vec![a.clone(), b.clone(), c.clone()], "after")?;
+    let batch = [a.clone(), ghost(), b.clone(), a.clone()];
+    eq(
+        ok(bus.unregister_many(&batch).await, "unregister_many")?,
+        vec![true, false, true, false],
+        "unregister_many(a, ghost, b, a)",
+    )?;
+    eq(ok(bus.registered().await, "registered")?, vec![c.clone()], "registered after the batch")?;
+    expect_unknown_recipient(&bus, msg(3, &c, &a), &a).await?;
+    expect_unregister_refused(&bus, &b).await?;
+    // Each keeps its messages for when it registers again.
+    ok(bus.register(&a).await, "register again")?;
+    eq(ids(&ok(bus.take(&inbox(&a), 10).await, "take")?), vec![id(1)], "a's inbox")?;
+    eq(
+        ok(bus.unregister_many(std::slice::from_ref(&b)).await, "unregister_many")?,
+        vec![false],
+        "b again",
+    )
 }
 
 async fn expect_unregister_refused(bus: &Arc<dyn MessageBus>, who: &AgentId) -> Check {
