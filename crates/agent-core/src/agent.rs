@@ -505,8 +505,19 @@ impl AgentContext {
         to: AgentStatus,
         reason: impl Into<Cow<'static, str>>,
     ) -> Result<(), AgentError> {
+        let now = self.now();
+        self.transition_at(to, reason, now).await
+    }
+
+    /// [`transition`](Self::transition) at `at`, a time the caller read from the clock.
+    async fn transition_at(
+        &mut self,
+        to: AgentStatus,
+        reason: impl Into<Cow<'static, str>>,
+        at: Timestamp,
+    ) -> Result<(), AgentError> {
         let mut next = Lifecycle::restore(self.config.id.clone(), self.status);
-        let record = next.apply(to, reason, self.now())?;
+        let record = next.apply(to, reason, at)?;
         self.deps
             .audit
             .append(
@@ -1148,8 +1159,10 @@ impl Agent {
         deps.bus.register(self.ctx.id()).await?;
         deps.boards.create(self.ctx.id(), self.ctx.config.layer).await?;
         self.behavior.on_initialize(&mut self.ctx).await?;
-        self.ctx.transition(AgentStatus::Idle, "initialization complete").await?;
-        self.ctx.metrics.set_last_active(self.ctx.now());
+        // One reading of the clock for both: it became idle, and last active, then.
+        let now = self.ctx.now();
+        self.ctx.transition_at(AgentStatus::Idle, "initialization complete", now).await?;
+        self.ctx.metrics.set_last_active(now);
         // Nothing to save yet: an agent restored without a record starts from its defaults.
         Ok(())
     }

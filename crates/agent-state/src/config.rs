@@ -203,18 +203,33 @@ pub fn check_agent_id(id: &str) -> Result<(), ConfigErrorKind> {
     if id == crate::SYSTEM || id == crate::BROADCAST || id == crate::GLOBAL_BOARD {
         return Err(ConfigErrorKind::ReservedId { id: id.to_owned() });
     }
-    if id.len() > MAX_AGENT_ID_LEN
-        || !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-    {
+    if id.len() > MAX_AGENT_ID_LEN || !id.bytes().all(|b| ID_BYTES[usize::from(b)]) {
         return Err(ConfigErrorKind::InvalidId { id: id.to_owned() });
     }
     Ok(())
 }
 
+/// The bytes an agent id may hold: ASCII letters, digits, `-` and `_` (a table, as every agent
+/// created checks its id and its supervisor's, and its inbox and board check it again).
+const ID_BYTES: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let byte = b as u8;
+        table[b] = byte.is_ascii_alphanumeric() || byte == b'-' || byte == b'_';
+        b += 1;
+    }
+    table
+};
+
 /// The first control character in `text` and its index in characters (0-based): C0 and C1
 /// controls (newline, tab, escape, ...), DEL, and the Unicode line and paragraph separators.
 /// Ids and names must not hold one: printed, it would split a line or drive the terminal.
 pub fn find_control(text: &str) -> Option<(usize, char)> {
+    // Printable ASCII, the common case, holds none: one pass over the bytes.
+    if text.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        return None;
+    }
     text.chars().enumerate().find(|(_, c)| is_control(*c))
 }
 

@@ -5,7 +5,9 @@
 //! A human who signs governance decisions is named `human:<name>` ([`AgentId::human`]): agent
 //! ids hold only ASCII letters, digits, `-` and `_`, so such an id can never be an agent's.
 
+use std::cmp::Ordering;
 use std::fmt;
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -60,7 +62,11 @@ pub fn check_human_name(name: &str) -> Result<(), HumanNameError> {
 ///
 /// Cheap to clone (a shared string). The names `system` and `broadcast` are reserved for
 /// [`Address`](crate::Address) and are rejected by [`AgentConfig::validate`](crate::AgentConfig::validate).
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+///
+/// Compared, ordered and hashed as its string is. Two clones of one id compare equal without
+/// reading their bytes, and ordering reads eight bytes at a time: the maps of a team keyed by
+/// id (its pool, its boards, its inboxes) compare ids on every look-up.
+#[derive(Clone, Eq, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct AgentId(Arc<str>);
 
@@ -91,6 +97,60 @@ impl AgentId {
     pub fn human_name(&self) -> Option<&str> {
         self.0.strip_prefix(HUMAN_PREFIX).filter(|name| check_human_name(name).is_ok())
     }
+}
+
+impl PartialEq for AgentId {
+    #[inline]
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.0 == other.0
+    }
+}
+
+impl Hash for AgentId {
+    #[inline]
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        // As the string hashes, so that it agrees with `eq`.
+        self.0.hash(state);
+    }
+}
+
+impl PartialOrd for AgentId {
+    #[inline]
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for AgentId {
+    #[inline]
+    fn cmp(&self, other: &Self) -> Ordering {
+        if Arc::ptr_eq(&self.0, &other.0) {
+            return Ordering::Equal;
+        }
+        cmp_bytes(self.0.as_bytes(), other.0.as_bytes())
+    }
+}
+
+/// The order of `a` and `b` as byte strings (the order of `str`: the first differing byte,
+/// else the shorter first), read eight bytes at a time: as fast as a call of `memcmp` costs
+/// for the short strings ids are.
+#[inline]
+fn cmp_bytes(mut a: &[u8], mut b: &[u8]) -> Ordering {
+    while let (Some((x, rest_a)), Some((y, rest_b))) =
+        (a.split_first_chunk::<8>(), b.split_first_chunk::<8>())
+    {
+        if x != y {
+            // Big-endian, the first byte is the most significant: integer order is byte order.
+            return u64::from_be_bytes(*x).cmp(&u64::from_be_bytes(*y));
+        }
+        (a, b) = (rest_a, rest_b);
+    }
+    for (x, y) in a.iter().zip(b) {
+        if x != y {
+            return x.cmp(y);
+        }
+    }
+    a.len().cmp(&b.len())
 }
 
 impl fmt::Debug for AgentId {
@@ -212,6 +272,31 @@ impl fmt::Display for Timestamp {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        /// Ids compare, order and hash as their strings do, whether or not they share their
+        /// string, and whatever their lengths around the eight bytes ordering reads at once.
+        #[test]
+        fn ids_compare_as_their_strings(
+            a in "[a-c_é-]{0,20}",
+            b in "[a-c_é-]{0,20}",
+            shared_prefix in "[a-c]{0,17}",
+        ) {
+            let (a, b) = (format!("{shared_prefix}{a}"), format!("{shared_prefix}{b}"));
+            let (x, y) = (AgentId::new(a.as_str()), AgentId::new(b.as_str()));
+            proptest::prop_assert_eq!(x.cmp(&y), a.cmp(&b));
+            proptest::prop_assert_eq!(x.partial_cmp(&y), a.partial_cmp(&b));
+            proptest::prop_assert_eq!(x == y, a == b);
+            proptest::prop_assert_eq!(x.cmp(&x.clone()), std::cmp::Ordering::Equal);
+            proptest::prop_assert_eq!(x.clone(), x.clone());
+            let hash = |v: &dyn Fn(&mut std::hash::DefaultHasher)| {
+                let mut h = std::hash::DefaultHasher::new();
+                v(&mut h);
+                std::hash::Hasher::finish(&h)
+            };
+            proptest::prop_assert_eq!(hash(&|h| x.hash(h)), hash(&|h| a.as_str().hash(h)));
+        }
+    }
 
     #[test]
     fn a_message_names_one_decision_and_two_messages_two() {

@@ -48,6 +48,7 @@ impl<T> Default for Inbox<T> {
 
 impl<T> Inbox<T> {
     /// An empty inbox of a registered agent.
+    #[cfg(any(test, feature = "sled"))]
     pub(crate) fn registered() -> Self {
         Self { registered: true, queue: None }
     }

@@ -2,7 +2,10 @@
 //! followed by its pending ones.
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll};
 
 use agent_state::{Address, AgentId, BackendError, Message, MessageId, check_agent_id};
 use async_trait::async_trait;
@@ -25,6 +28,11 @@ pub const DEFAULT_INBOX_CAPACITY: usize = 65_536;
 /// ones, until it is acknowledged (dropped from the front when acknowledged in the order taken)
 /// or released (which only resets the in-flight count).
 /// [`send_many`](MessageBus::send_many) checks and delivers its whole batch under one lock.
+///
+/// `send` and `register` do their work when they are called, not when first polled (they
+/// have nothing to wait for): the message is delivered, or the agent registered, even if the
+/// future returned is dropped unpolled. That future is already complete, and for a send into
+/// one inbox or a registration zero-sized, so boxing it allocates nothing.
 ///
 /// Each inbox holds at most its capacity in messages, pending and in flight together: a taken
 /// message still counts until it is acknowledged.
@@ -96,6 +104,54 @@ impl InMemoryBus {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// [`MessageBus::register`], done now.
+    fn register_now(&self, agent: &AgentId) -> Result<(), RegisterError> {
+        check_agent_id(agent.as_str()).map_err(|kind| RegisterError::InvalidAgent {
+            agent: agent.to_string(),
+            reason: kind.to_string(),
+        })?;
+        // One search of the map for both the look-up and the insertion.
+        self.lock().agents.entry(agent.clone()).or_default().registered = true;
+        Ok(())
+    }
+
+    /// [`MessageBus::send`], done now.
+    fn send_now(&self, message: Message) -> Result<usize, SendError> {
+        if message.from == Address::Broadcast {
+            return Err(SendError::InvalidSender { id: message.id });
+        }
+        let mut state = self.lock();
+        let state = &mut *state;
+        let inbox = match &message.to {
+            Address::Broadcast => return self.broadcast(state, message),
+            Address::System => &mut state.system,
+            Address::Agent(agent) => match state.agents.get_mut(agent) {
+                Some(inbox) if inbox.registered => inbox,
+                _ => {
+                    return Err(SendError::UnknownRecipient {
+                        id: message.id,
+                        kind: message.kind.as_str(),
+                        recipient: agent.clone(),
+                    });
+                }
+            },
+        };
+        if self.full(inbox) {
+            return Err(SendError::InboxFull {
+                id: message.id,
+                inbox: message.to.clone(),
+                capacity: self.capacity,
+            });
+        }
+        if inbox.pending_len() == 0
+            && let Address::Agent(agent) = &message.to
+        {
+            state.with_mail.insert(agent.clone());
+        }
+        inbox.push(message);
+        Ok(1)
+    }
+
     fn full(&self, inbox: &Inbox) -> bool {
         inbox.len() >= self.capacity
     }
@@ -163,19 +219,21 @@ impl State {
 
 #[async_trait]
 impl MessageBus for InMemoryBus {
-    async fn register(&self, agent: &AgentId) -> Result<(), RegisterError> {
-        check_agent_id(agent.as_str()).map_err(|kind| RegisterError::InvalidAgent {
-            agent: agent.to_string(),
-            reason: kind.to_string(),
-        })?;
-        let mut state = self.lock();
-        match state.agents.get_mut(agent) {
-            Some(inbox) => inbox.registered = true,
-            None => {
-                state.agents.insert(agent.clone(), Inbox::registered());
-            }
+    /// Done when called, as `send` is (see [`InMemoryBus`]); the future returned is already
+    /// complete, and zero-sized when the agent is registered.
+    fn register<'life0, 'life1, 'async_trait>(
+        &'life0 self,
+        agent: &'life1 AgentId,
+    ) -> Pin<Box<dyn Future<Output = Result<(), RegisterError>> + Send + 'async_trait>>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        Self: 'async_trait,
+    {
+        match self.register_now(agent) {
+            Ok(()) => Box::pin(Registered),
+            refused => Box::pin(std::future::ready(refused)),
         }
-        Ok(())
     }
 
     async fn unregister(&self, agent: &AgentId) -> Result<(), RegisterError> {
@@ -218,40 +276,20 @@ impl MessageBus for InMemoryBus {
         Ok(agents)
     }
 
-    async fn send(&self, message: Message) -> Result<usize, SendError> {
-        if message.from == Address::Broadcast {
-            return Err(SendError::InvalidSender { id: message.id });
+    /// Done when called (see [`InMemoryBus`]); the future returned is already complete.
+    fn send<'life0, 'async_trait>(
+        &'life0 self,
+        message: Message,
+    ) -> Pin<Box<dyn Future<Output = Result<usize, SendError>> + Send + 'async_trait>>
+    where
+        'life0: 'async_trait,
+        Self: 'async_trait,
+    {
+        match self.send_now(message) {
+            // Zero-sized: boxed, it allocates nothing.
+            Ok(1) => Box::pin(SentToOne),
+            sent => Box::pin(std::future::ready(sent)),
         }
-        let mut state = self.lock();
-        let state = &mut *state;
-        let inbox = match &message.to {
-            Address::Broadcast => return self.broadcast(state, message),
-            Address::System => &mut state.system,
-            Address::Agent(agent) => match state.agents.get_mut(agent) {
-                Some(inbox) if inbox.registered => inbox,
-                _ => {
-                    return Err(SendError::UnknownRecipient {
-                        id: message.id,
-                        kind: message.kind.as_str(),
-                        recipient: agent.clone(),
-                    });
-                }
-            },
-        };
-        if self.full(inbox) {
-            return Err(SendError::InboxFull {
-                id: message.id,
-                inbox: message.to.clone(),
-                capacity: self.capacity,
-            });
-        }
-        if inbox.pending_len() == 0
-            && let Address::Agent(agent) = &message.to
-        {
-            state.with_mail.insert(agent.clone());
-        }
-        inbox.push(message);
-        Ok(1)
     }
 
     /// One lock for the whole batch: checked first, then delivered.
@@ -320,6 +358,28 @@ impl MessageBus for InMemoryBus {
 
     async fn pending(&self, inbox: &Address) -> Result<usize, InboxError> {
         Ok(self.lock().inbox_mut(inbox)?.pending_len())
+    }
+}
+
+/// The answer of a send that went into one inbox, already there: `Ok(1)`.
+struct SentToOne;
+
+impl Future for SentToOne {
+    type Output = Result<usize, SendError>;
+
+    fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Self::Output> {
+        Poll::Ready(Ok(1))
+    }
+}
+
+/// The answer of a registration that was done, already there: `Ok(())`.
+struct Registered;
+
+impl Future for Registered {
+    type Output = Result<(), RegisterError>;
+
+    fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Self::Output> {
+        Poll::Ready(Ok(()))
     }
 }
 

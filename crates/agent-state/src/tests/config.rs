@@ -404,6 +404,18 @@ fn plan_steps_may_only_wait_for_earlier_steps() {
 }
 
 #[test]
+fn every_character_is_judged_by_the_rules_of_ids_and_names() {
+    use crate::{find_control, is_control};
+    for c in (0..0x3000).filter_map(char::from_u32) {
+        let id_ok = c.is_ascii_alphanumeric() || c == '-' || c == '_';
+        assert_eq!(check_agent_id(&format!("a{c}b")).is_ok(), id_ok, "{c:?}");
+        let expected = is_control(c).then_some((2, c));
+        assert_eq!(find_control(&format!("ab{c}d")), expected, "{c:?}");
+        assert_eq!(find_control(&format!("é{c}")), is_control(c).then_some((1, c)), "{c:?}");
+    }
+}
+
+#[test]
 fn control_characters_in_ids_are_refused() {
     use crate::{PlanStep, StepTarget, Task, TaskFailure, find_control};
     assert_eq!(find_control("plain name, ünïcode"), None);

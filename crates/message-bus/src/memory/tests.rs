@@ -160,3 +160,24 @@ fn debug_shows_capacity_not_messages() {
     block_on(bus.register(&AgentId::new("a"))).unwrap();
     assert_eq!(format!("{bus:?}"), "InMemoryBus { capacity: 7, agents: 1, .. }");
 }
+
+#[test]
+fn a_send_is_done_when_called_even_if_its_future_is_dropped_unpolled() {
+    let bus = InMemoryBus::new();
+    let (a, b) = (AgentId::new("a"), AgentId::new("b"));
+    block_on(async {
+        bus.register(&a).await.unwrap();
+        drop(bus.send(msg(1, &a)));
+        let inbox = Address::from(&a);
+        assert_eq!(bus.pending(&inbox).await.unwrap(), 1);
+        // Every answer is the one the call would have awaited: one inbox, or the refusal.
+        assert_eq!(bus.send(msg(2, &a)).await.unwrap(), 1);
+        let refused = bus.send(msg(3, &b)).await.unwrap_err();
+        assert!(
+            matches!(refused, SendError::UnknownRecipient { id, .. } if id == MessageId::from_u128(3))
+        );
+        let taken: Vec<MessageId> =
+            bus.take(&inbox, 8).await.unwrap().iter().map(|m| m.id).collect();
+        assert_eq!(taken, [id(1), id(2)]);
+    });
+}
