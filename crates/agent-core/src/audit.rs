@@ -723,6 +723,21 @@ impl Chunks {
         self.chunks.last().and_then(|c| c.last()).map_or(GENESIS_HASH, |k| k.hash)
     }
 
+    /// Appends `event` of `agent` at `at`, chained to the last record, and answers the record.
+    fn append(&mut self, agent: AgentId, at: Timestamp, event: AuditEvent) -> AuditRecord {
+        let seq = self.len as u64;
+        let record = AuditRecord::new(seq, at, agent, event, self.last_hash());
+        self.heads.insert(record.agent.clone(), seq);
+        let kept = Kept {
+            at: record.at,
+            agent: record.agent.clone(),
+            event: record.event.clone().into(),
+            hash: record.hash,
+        };
+        self.push(kept);
+        record
+    }
+
     fn push(&mut self, kept: Kept) {
         if self.chunks.last().is_none_or(|c| c.len() == CHUNK) {
             self.chunks.push(Vec::with_capacity(CHUNK));
@@ -793,17 +808,7 @@ impl AuditLog for InMemoryAuditLog {
         event: AuditEvent,
     ) -> Result<AuditRecord, BackendError> {
         let mut log = self.log.lock().map_err(|_| poisoned())?;
-        let seq = log.len as u64;
-        let record = AuditRecord::new(seq, at, agent.clone(), event, log.last_hash());
-        log.heads.insert(agent.clone(), seq);
-        let kept = Kept {
-            at: record.at,
-            agent: record.agent.clone(),
-            event: record.event.clone().into(),
-            hash: record.hash,
-        };
-        log.push(kept);
-        Ok(record)
+        Ok(log.append(agent.clone(), at, event))
     }
 
     async fn append_many(
@@ -811,21 +816,10 @@ impl AuditLog for InMemoryAuditLog {
         entries: Vec<AuditEntry>,
     ) -> Result<Vec<AuditRecord>, BackendError> {
         let mut log = self.log.lock().map_err(|_| poisoned())?;
-        let mut records = Vec::with_capacity(entries.len());
-        for AuditEntry { agent, at, event } in entries {
-            let seq = log.len as u64;
-            let record = AuditRecord::new(seq, at, agent, event, log.last_hash());
-            log.heads.insert(record.agent.clone(), seq);
-            let kept = Kept {
-                at: record.at,
-                agent: record.agent.clone(),
-                event: record.event.clone().into(),
-                hash: record.hash,
-            };
-            log.push(kept);
-            records.push(record);
-        }
-        Ok(records)
+        Ok(entries
+            .into_iter()
+            .map(|AuditEntry { agent, at, event }| log.append(agent, at, event))
+            .collect())
     }
 
     async fn head_of(&self, agent: &AgentId) -> Result<Option<AuditAnchor>, BackendError> {
