@@ -140,25 +140,10 @@ impl AuditLog for SledAuditLog {
         at: Timestamp,
         event: AuditEvent,
     ) -> Result<AuditRecord, BackendError> {
-        let record = {
-            let mut tail = self.tail.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            let record = AuditRecord::new(tail.0, at, agent.clone(), event, tail.1);
-            let bytes = encode(&record).map_err(|e| {
-                BackendError::with_source("sled", "cannot encode an audit record", e)
-            })?;
-            self.tree.insert(record.seq.to_be_bytes(), bytes).map_err(sled_error)?;
-            *tail = (record.seq + 1, record.hash);
-            let anchor = AuditAnchor::of(&record);
-            self.heads
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .heads
-                .insert(agent.clone(), anchor);
-            self.store.set_anchor(AUDIT_ANCHOR, anchor_json(anchor));
-            record
-        };
-        self.store.commit().await?;
-        Ok(record)
+        let entry = AuditEntry { agent: agent.clone(), at, event };
+        self.append_many(vec![entry]).await?.pop().ok_or_else(|| {
+            BackendError::new("sled", "an append of one audit record answered no record")
+        })
     }
 
     /// The whole batch built, encoded and inserted under the tail's lock (one insert per
@@ -409,18 +394,12 @@ fn agents_with_parts(
 #[async_trait]
 impl StateStore for SledStateStore {
     async fn save_agent(&self, record: &AgentRecord) -> Result<(), BackendError> {
-        let bytes = encode(record)
-            .map_err(|e| BackendError::with_source("sled", "cannot encode an agent record", e))?;
-        // The record first, with its delta: once it is written the delta is what counts, and
-        // applying it to the parts below again after a crash changes nothing.
-        self.agents.insert(record.id.as_str().as_bytes(), bytes).map_err(sled_error)?;
-        self.apply_parts(record)?;
-        self.store.commit().await
+        self.save_agents(std::slice::from_ref(record)).await
     }
 
     /// Every record encoded first (one that cannot be is found before anything is written),
-    /// then each written as `save_agent` writes it (no sled batch: see `run_store`'s docs, "No
-    /// batches"), then one commit for all.
+    /// then each written with its parts (no sled batch: see `run_store`'s docs, "No batches"),
+    /// then one commit for all.
     async fn save_agents(&self, records: &[AgentRecord]) -> Result<(), BackendError> {
         if records.is_empty() {
             return Ok(());
@@ -432,6 +411,8 @@ impl StateStore for SledStateStore {
             })?);
         }
         for (record, bytes) in records.iter().zip(encoded) {
+            // The record first, with its delta: once it is written the delta is what counts,
+            // and applying it to the parts below again after a crash changes nothing.
             self.agents.insert(record.id.as_str().as_bytes(), bytes).map_err(sled_error)?;
             self.apply_parts(record)?;
         }

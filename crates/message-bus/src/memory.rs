@@ -203,6 +203,17 @@ impl fmt::Debug for InMemoryBus {
 }
 
 impl State {
+    /// Unregisters `agent`; `true` if it was registered.
+    fn unregister(&mut self, agent: &AgentId) -> bool {
+        match self.agents.get_mut(agent) {
+            Some(inbox) if inbox.registered => {
+                inbox.registered = false;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// The inbox `address` names, for reading: `system` or a registered agent.
     fn inbox_mut(&mut self, address: &Address) -> Result<&mut Inbox, InboxError> {
         crate::inbox::inbox_mut(&mut self.agents, &mut self.system, address)
@@ -237,27 +248,16 @@ impl MessageBus for InMemoryBus {
     }
 
     async fn unregister(&self, agent: &AgentId) -> Result<(), RegisterError> {
-        match self.lock().agents.get_mut(agent) {
-            Some(inbox) if inbox.registered => {
-                inbox.registered = false;
-                Ok(())
-            }
-            _ => Err(RegisterError::NotRegistered { agent: agent.clone() }),
+        if self.lock().unregister(agent) {
+            Ok(())
+        } else {
+            Err(RegisterError::NotRegistered { agent: agent.clone() })
         }
     }
 
     async fn unregister_many(&self, agents: &[AgentId]) -> Result<Vec<bool>, BackendError> {
         let mut state = self.lock();
-        Ok(agents
-            .iter()
-            .map(|agent| match state.agents.get_mut(agent) {
-                Some(inbox) if inbox.registered => {
-                    inbox.registered = false;
-                    true
-                }
-                _ => false,
-            })
-            .collect())
+        Ok(agents.iter().map(|agent| state.unregister(agent)).collect())
     }
 
     async fn is_registered(&self, agent: &AgentId) -> Result<bool, BackendError> {

@@ -627,23 +627,15 @@ impl MessageBus for SledBus {
     }
 
     async fn unregister(&self, agent: &AgentId) -> Result<(), RegisterError> {
-        {
-            let mut state = self.lock();
-            match state.agents.get_mut(agent) {
-                Some(inbox) if inbox.registered => {
-                    self.registered
-                        .remove(agent.as_str())
-                        .map_err(|e| write_failed(Self::REGISTERED_TREE, e))?;
-                    inbox.registered = false;
-                }
-                _ => return Err(RegisterError::NotRegistered { agent: agent.clone() }),
-            }
+        match self.unregister_many(std::slice::from_ref(agent)).await?.first() {
+            Some(true) => Ok(()),
+            _ => Err(RegisterError::NotRegistered { agent: agent.clone() }),
         }
-        Ok(self.commit().await?)
     }
 
     /// Every registered agent of the batch removed under one lock (one sled remove each, no
-    /// batch: see `run_store`'s docs, "No batches"), then one commit for all.
+    /// batch: see `run_store`'s docs, "No batches"), then one commit for all (none when no
+    /// agent of the batch was registered).
     async fn unregister_many(&self, agents: &[AgentId]) -> Result<Vec<bool>, BackendError> {
         if agents.is_empty() {
             return Ok(Vec::new());
@@ -665,7 +657,9 @@ impl MessageBus for SledBus {
             }
             unregistered
         };
-        self.commit().await?;
+        if unregistered.contains(&true) {
+            self.commit().await?;
+        }
         Ok(unregistered)
     }
 
