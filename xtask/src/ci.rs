@@ -84,9 +84,12 @@ pub(crate) fn built_strata(root: &Path) -> anyhow::Result<std::path::PathBuf> {
     Ok(strata)
 }
 
-/// The deterministic simulation over CI's seeds.
+/// The deterministic simulation over CI's seeds, on the `simulate` example the clippy step
+/// built (every feature, so `sim` too): `cargo run` of it alone would build the workspace
+/// again with other features.
 fn simulate(root: &Path) -> anyhow::Result<()> {
-    crate::simulate::run(root, crate::simulate::CI_SEEDS, 0)
+    let simulate = crate::bench::target_dir(root)?.join("debug").join("examples").join("simulate");
+    crate::simulate::run(root, crate::simulate::CI_SEEDS, 0, Some(&simulate))
 }
 
 /// The chaos harness over CI's share of the seeds (every fault kind once, less those that fail
@@ -102,9 +105,11 @@ fn fuzz(root: &Path) -> anyhow::Result<()> {
 
 /// The engine's examples run as a library user runs them: `start` drives the hello example to
 /// its end as a durable run in a fresh data directory, and `resume` finds that run finished.
-/// Built with the workspace's features, so only the two programs are compiled here.
+/// Built as the clippy step built them (its compiler wrapper, the workspace's features), so
+/// this only checks that they are fresh: without the wrapper cargo would compile every
+/// workspace crate again.
 fn examples(root: &Path) -> anyhow::Result<()> {
-    run_command(cargo(root).args([
+    run_command(linted_cargo(root)?.args([
         "build",
         "--locked",
         "--workspace",

@@ -149,7 +149,7 @@ fn main() -> ExitCode {
         }
         ["chaos", rest @ ..] => chaos::args(rest).and_then(|seeds| chaos::run(&root, &seeds, None)),
         ["simulate", rest @ ..] => {
-            simulate::args(rest).and_then(|(seeds, start)| simulate::run(&root, seeds, start))
+            simulate::args(rest).and_then(|(seeds, start)| simulate::run(&root, seeds, start, None))
         }
         ["publish-check"] => publish::run(&root, false),
         ["publish-check", "--verify"] => publish::run(&root, true),
@@ -201,11 +201,27 @@ fn project_root() -> PathBuf {
 }
 
 /// A `cargo` command that runs in the workspace root.
+///
+/// When ccache is installed, llama.cpp's C and C++ compiles (CMake, in `llama-cpp-sys-2`'s
+/// build script) go through it ([`CMAKE_LAUNCHERS`]), so a fresh checkout on a machine that
+/// built llama.cpp before takes its objects from the cache instead of compiling them again
+/// (most of the workspace's build time on two cores). That build script does not rerun for a
+/// change of these variables, so a `cargo` run without them reuses what one with them built.
 fn cargo(root: &Path) -> Command {
     let mut command = Command::new("cargo");
     command.current_dir(root);
+    if succeeds(Command::new("ccache").arg("--version")) {
+        for var in CMAKE_LAUNCHERS {
+            if std::env::var_os(var).is_none() {
+                command.env(var, "ccache");
+            }
+        }
+    }
     command
 }
+
+/// The variables that tell CMake to start each C and C++ compiler through a launcher.
+const CMAKE_LAUNCHERS: [&str; 2] = ["CMAKE_C_COMPILER_LAUNCHER", "CMAKE_CXX_COMPILER_LAUNCHER"];
 
 /// Prints the command, runs it with inherited stdio and fails unless it exits successfully.
 fn run(command: &mut Command) -> anyhow::Result<()> {

@@ -35,8 +35,13 @@ struct Package {
 }
 
 /// The system packages the steps need.
-const PACKAGES: [Package; 10] = [
+const PACKAGES: [Package; 11] = [
     Package { probe: "c++", name: "g++", why: "building llama.cpp (the embedded model)" },
+    Package {
+        probe: "ccache",
+        name: "ccache",
+        why: "keeping llama.cpp's compiled objects between builds of fresh checkouts",
+    },
     Package { probe: "cmake", name: "cmake", why: "building llama.cpp" },
     Package { probe: "clang", name: "clang", why: "building llama.cpp's bindings" },
     Package {

@@ -18,25 +18,38 @@ pub(crate) const DEFAULT_SEEDS: u64 = 1000;
 /// How many seeds CI runs (a few seconds per hundred on a debug build).
 pub(crate) const CI_SEEDS: u64 = 300;
 
-/// Runs the seeds `start..start + seeds`; fails if any seed broke an invariant.
-pub(crate) fn run(root: &Path, seeds: u64, start: u64) -> anyhow::Result<()> {
-    run_command(cargo(root).args([
-        "run",
-        "--quiet",
-        "--locked",
-        "-p",
-        "strata-agent-pool",
-        "--features",
-        "sim",
-        "--example",
-        "simulate",
-        "--",
-        "--seeds",
-        &seeds.to_string(),
-        "--start",
-        &start.to_string(),
-    ]))
-    .with_context(|| {
+/// Runs the seeds `start..start + seeds`, on `built` (the `simulate` example, built with the
+/// `sim` feature) or, without one, on the example `cargo run` builds; fails if any seed broke
+/// an invariant.
+pub(crate) fn run(root: &Path, seeds: u64, start: u64, built: Option<&Path>) -> anyhow::Result<()> {
+    let range = ["--seeds".to_owned(), seeds.to_string(), "--start".to_owned(), start.to_string()];
+    let mut command = match built {
+        Some(simulate) => {
+            if !simulate.is_file() {
+                bail!("the simulate example is not at {}", simulate.display());
+            }
+            let mut command = std::process::Command::new(simulate);
+            command.current_dir(root);
+            command
+        }
+        None => {
+            let mut command = cargo(root);
+            command.args([
+                "run",
+                "--quiet",
+                "--locked",
+                "-p",
+                "strata-agent-pool",
+                "--features",
+                "sim",
+                "--example",
+                "simulate",
+                "--",
+            ]);
+            command
+        }
+    };
+    run_command(command.args(range)).with_context(|| {
         format!("the simulation found failing seeds in {start}..{}", start.saturating_add(seeds))
     })
 }
