@@ -28,6 +28,9 @@ use crate::state::{AgentRecord, StateStore};
 use crate::toolpath::{Caller, ToolPath};
 use crate::tools::{ToolContext, ToolOutput, ToolRegistry};
 
+/// The reason of the move initializing → idle.
+const INITIALIZED: &str = "initialization complete";
+
 /// Most messages one heartbeat takes from the inbox (messages are handled in batches).
 pub const MAX_MESSAGES_PER_HEARTBEAT: usize = 256;
 
@@ -544,8 +547,19 @@ impl AgentContext {
         to: AgentStatus,
         reason: &'static str,
     ) -> Result<AuditEntry, agent_state::TransitionError> {
+        self.transition_entry_at(to, reason, self.now())
+    }
+
+    /// [`transition_entry`](Self::transition_entry) at `at`, a time the caller read from the
+    /// clock.
+    fn transition_entry_at(
+        &self,
+        to: AgentStatus,
+        reason: &'static str,
+        at: Timestamp,
+    ) -> Result<AuditEntry, agent_state::TransitionError> {
         let mut next = Lifecycle::restore(self.config.id.clone(), self.status);
-        let record = next.apply(to, reason, self.now())?;
+        let record = next.apply(to, reason, at)?;
         Ok(AuditEntry {
             agent: record.agent,
             at: record.at,
@@ -1143,28 +1157,147 @@ impl Agent {
     /// initializing → idle. On failure the agent goes failed and the error is returned.
     pub async fn initialize(&mut self) -> Result<(), AgentError> {
         let result = self.try_initialize().await;
-        if let Err(e) = &result {
-            tracing::warn!(agent = %self.id(), error = %e, "initialization failed");
-            if self.status() == AgentStatus::Initializing {
-                self.ctx
-                    .transition(AgentStatus::Failed, format!("initialization failed: {e}"))
-                    .await?;
-            }
+        match result {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.initialization_failed(e).await),
         }
-        result
     }
 
     async fn try_initialize(&mut self) -> Result<(), AgentError> {
+        self.initialize_own().await?;
+        // One reading of the clock for both: it became idle, and last active, then.
+        let now = self.ctx.now();
+        self.ctx.transition_at(AgentStatus::Idle, INITIALIZED, now).await?;
+        self.ctx.metrics.set_last_active(now);
+        // Nothing to save yet: an agent restored without a record starts from its defaults.
+        Ok(())
+    }
+
+    /// The steps of [`initialize`](Self::initialize) that are the agent's own: its inbox
+    /// registered, its whiteboard created, its layer's set-up.
+    async fn initialize_own(&mut self) -> Result<(), AgentError> {
         let deps = self.ctx.deps.clone();
         deps.bus.register(self.ctx.id()).await?;
         deps.boards.create(self.ctx.id(), self.ctx.config.layer).await?;
         self.behavior.on_initialize(&mut self.ctx).await?;
-        // One reading of the clock for both: it became idle, and last active, then.
-        let now = self.ctx.now();
-        self.ctx.transition_at(AgentStatus::Idle, "initialization complete", now).await?;
-        self.ctx.metrics.set_last_active(now);
-        // Nothing to save yet: an agent restored without a record starts from its defaults.
         Ok(())
+    }
+
+    /// What a failed initialization leaves: the agent failed (when it was still
+    /// initializing) and the error to answer, `error` or, when even the move to failed
+    /// fails, that failure.
+    async fn initialization_failed(&mut self, error: AgentError) -> AgentError {
+        tracing::warn!(agent = %self.id(), error = %error, "initialization failed");
+        if self.status() == AgentStatus::Initializing
+            && let Err(e) = self
+                .ctx
+                .transition(AgentStatus::Failed, format!("initialization failed: {error}"))
+                .await
+        {
+            return e;
+        }
+        error
+    }
+
+    /// Initializes several agents together, each as [`initialize`](Self::initialize) would,
+    /// and answers each one's result, in order.
+    ///
+    /// Each agent's own steps (its inbox registered, its whiteboard created, its layer's
+    /// set-up) run concurrently on the calling task, so a durable backend's group commit
+    /// serves many of them with one sync; in memory each finishes when first polled, so the
+    /// batch costs no task and no wake-up. Then the agents that got through them and share
+    /// the first agent's audit log go initializing → idle with one
+    /// [`AuditLog::append_many`] (one commit on a durable backend); any other goes idle on
+    /// its own. An agent whose own steps fail goes failed with its error, as with
+    /// `initialize`; a failed append is each of its agents' error, and each of them goes
+    /// failed as far as the audit log lets it.
+    pub async fn initialize_many(agents: &mut [Agent]) -> Vec<Result<(), AgentError>> {
+        let mut results = Self::initialize_own_all(agents).await;
+        let Some(audit) = agents.first().map(|a| a.ctx.deps.audit.clone()) else {
+            return Vec::new();
+        };
+        let mut moving = Vec::with_capacity(agents.len());
+        let mut entries = Vec::with_capacity(agents.len());
+        for (i, agent) in agents.iter_mut().enumerate() {
+            if results[i].is_err() {
+                continue;
+            }
+            if !Arc::ptr_eq(&agent.ctx.deps.audit, &audit) {
+                results[i] = agent.try_become_idle().await;
+                continue;
+            }
+            let now = agent.ctx.now();
+            match agent.ctx.transition_entry_at(AgentStatus::Idle, INITIALIZED, now) {
+                Ok(entry) => {
+                    moving.push((i, now));
+                    entries.push(entry);
+                }
+                Err(e) => results[i] = Err(e.into()),
+            }
+        }
+        if !entries.is_empty() {
+            match audit.append_many(entries).await {
+                Ok(records) => {
+                    for ((i, now), record) in moving.into_iter().zip(records) {
+                        agents[i].ctx.transitioned(&record);
+                        agents[i].ctx.metrics.set_last_active(now);
+                    }
+                }
+                Err(e) => {
+                    for (i, _) in moving {
+                        results[i] = Err(AgentError::Backend(share_error(&e)));
+                    }
+                }
+            }
+        }
+        let mut answers = Vec::with_capacity(results.len());
+        for (agent, result) in agents.iter_mut().zip(results) {
+            answers.push(match result {
+                Ok(()) => Ok(()),
+                Err(e) => Err(agent.initialization_failed(e).await),
+            });
+        }
+        answers
+    }
+
+    /// [`try_initialize`](Self::try_initialize) after the agent's own steps.
+    async fn try_become_idle(&mut self) -> Result<(), AgentError> {
+        let now = self.ctx.now();
+        self.ctx.transition_at(AgentStatus::Idle, INITIALIZED, now).await?;
+        self.ctx.metrics.set_last_active(now);
+        Ok(())
+    }
+
+    /// Every agent's [`initialize_own`](Self::initialize_own), polled together on this task
+    /// until all have ended; each one's result, in order. Each wake-up polls those still
+    /// running (a batch is a bounded number of agents).
+    async fn initialize_own_all(agents: &mut [Agent]) -> Vec<Result<(), AgentError>> {
+        type Step<'a> = std::pin::Pin<
+            Box<dyn std::future::Future<Output = Result<(), AgentError>> + Send + 'a>,
+        >;
+        let mut steps: Vec<Option<Step<'_>>> = agents
+            .iter_mut()
+            .map(|agent| Some(Box::pin(agent.initialize_own()) as Step<'_>))
+            .collect();
+        let mut results: Vec<Result<(), AgentError>> = Vec::with_capacity(steps.len());
+        results.resize_with(steps.len(), || Ok(()));
+        std::future::poll_fn(|cx| {
+            let mut running = false;
+            for (step, result) in steps.iter_mut().zip(results.iter_mut()) {
+                if let Some(future) = step {
+                    match future.as_mut().poll(cx) {
+                        std::task::Poll::Ready(outcome) => {
+                            *result = outcome;
+                            *step = None;
+                        }
+                        std::task::Poll::Pending => running = true,
+                    }
+                }
+            }
+            if running { std::task::Poll::Pending } else { std::task::Poll::Ready(()) }
+        })
+        .await;
+        results
     }
 
     /// One heartbeat (docs/concepts.md#heartbeat): take the pending messages, go working when

@@ -163,8 +163,9 @@ fn tick(c: &mut Criterion) {
     group.finish();
 }
 
-/// `AgentPool::create` of fresh executors, CREATE_BATCH per iteration, each batch into a new
-/// pool on new services. Building the configurations and dropping the pool are not timed.
+/// `AgentPool::create` of fresh executors one after the other, CREATE_BATCH per iteration, and
+/// `AgentPool::create_many` of CREATE_BATCH as one batch; each batch into a new pool on new
+/// services. Building the configurations and dropping the pool are not timed.
 fn create(c: &mut Criterion) {
     let rt = runtime();
     let mut group = c.benchmark_group("pool");
@@ -188,6 +189,33 @@ fn create(c: &mut Criterion) {
                         pool.create(config, behavior, services.deps.clone()).await.unwrap();
                     }
                     start.elapsed()
+                });
+                assert_eq!(pool.len(), CREATE_BATCH);
+                drop(pool);
+                drop(services);
+            }
+            spent
+        });
+    });
+    group.bench_function(format!("create_many_{CREATE_BATCH}"), |bench| {
+        bench.iter_custom(|iters| {
+            let mut spent = Duration::ZERO;
+            for _ in 0..iters {
+                let services = Services::new();
+                let pool = AgentPool::new(usize::MAX);
+                let tools = tools();
+                let batch: Vec<_> = (0..CREATE_BATCH)
+                    .map(|n| {
+                        let (config, behavior) = executor(n, &tools);
+                        (config, behavior, services.deps.clone())
+                    })
+                    .collect();
+                spent += rt.block_on(async {
+                    let start = Instant::now();
+                    let created = pool.create_many(batch).await;
+                    let elapsed = start.elapsed();
+                    assert!(created.iter().all(Result::is_ok), "every agent is created");
+                    elapsed
                 });
                 assert_eq!(pool.len(), CREATE_BATCH);
                 drop(pool);

@@ -4,7 +4,8 @@
 //! names it `agent_pool`.
 //!
 //! - [`AgentPool`]: creates agents from validated configurations (the concrete layer type is
-//!   chosen by [`Team`] from the [`RoleSpec`]), destroys them cleanly, looks them up by id and by
+//!   chosen by [`Team`] from the [`RoleSpec`]), one at a time or as a batch
+//!   ([`AgentPool::create_many`], each agent with its own result), destroys them cleanly, looks them up by id and by
 //!   layer, and refuses to grow past its limit (50 by default) with [`PoolError::Full`];
 //! - [`CapabilityRegistry`]: capabilities by name with the layers that may use them (the ten
 //!   built-ins of docs/concepts.md#capabilities, plus any a user registers); [`MetricsCalculator`]:

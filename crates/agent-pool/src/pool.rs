@@ -494,14 +494,93 @@ impl AgentPool {
         self.insert(agent)
     }
 
+    /// Creates several agents, each as [`create`](Self::create) would, and answers each one's
+    /// result, in order: what a team or a benchmark that starts thousands of agents calls.
+    ///
+    /// Each agent is checked first, as `create` checks it (its configuration, its id against
+    /// the pool and the agents before it in the batch, the pool's limit counting the agents
+    /// before it); one that fails a check gets its error and nothing of it is created. The
+    /// others are initialized together ([`Agent::initialize_many`]: one audit append, one
+    /// commit on a durable log, for all their moves to idle) and added under one lock of
+    /// the pool. An agent that fails to initialize is not added, as with `create`.
+    pub async fn create_many(
+        &self,
+        agents: impl IntoIterator<Item = (AgentConfig, Box<dyn AgentBehavior>, Arc<AgentDeps>)>,
+    ) -> Vec<Result<Arc<AgentSlot>, PoolError>> {
+        let agents = agents.into_iter();
+        let expected = agents.size_hint().0;
+        let mut results: Vec<Option<Result<Arc<AgentSlot>, PoolError>>> =
+            Vec::with_capacity(expected);
+        // The agents that passed their checks, each with its place in `results`.
+        let mut created = Vec::with_capacity(expected);
+        let mut places = Vec::with_capacity(expected);
+        {
+            let pool = self.read();
+            let mut batch: rustc_hash::FxHashSet<AgentId> =
+                rustc_hash::FxHashSet::with_capacity_and_hasher(expected, Default::default());
+            for (config, behavior, deps) in agents {
+                let checked = if pool.len().saturating_add(created.len()) >= self.max_agents {
+                    Err(PoolError::Full { max: self.max_agents })
+                } else if pool.contains_key(&config.id) || batch.contains(&config.id) {
+                    Err(PoolError::Duplicate { id: config.id.clone() })
+                } else {
+                    batch.insert(config.id.clone());
+                    Agent::new(config, behavior, deps).map_err(PoolError::from)
+                };
+                match checked {
+                    Ok(agent) => {
+                        places.push(results.len());
+                        created.push(agent);
+                        results.push(None);
+                    }
+                    Err(e) => results.push(Some(Err(e))),
+                }
+            }
+        }
+        let initialized = Agent::initialize_many(&mut created).await;
+        let mut ready = Vec::with_capacity(created.len());
+        for ((agent, outcome), place) in created.into_iter().zip(initialized).zip(places) {
+            match outcome {
+                Ok(()) => ready.push((place, agent)),
+                Err(source) => {
+                    results[place] =
+                        Some(Err(PoolError::Initialize { id: agent.id().clone(), source }));
+                }
+            }
+        }
+        {
+            let mut pool = self.write();
+            for (place, agent) in ready {
+                results[place] = Some(self.insert_into(&mut pool, agent));
+            }
+        }
+        results
+            .into_iter()
+            .map(|r| {
+                r.unwrap_or_else(|| {
+                    Err(PoolError::Stopped("an agent of the batch was lost".into()))
+                })
+            })
+            .collect()
+    }
+
     /// Adds an agent that is already initialized or restored (see [`Agent::restore`]).
     pub fn insert(&self, agent: Agent) -> Result<Arc<AgentSlot>, PoolError> {
+        let mut agents = self.write();
+        self.insert_into(&mut agents, agent)
+    }
+
+    /// [`insert`](Self::insert) into `agents`, the pool's map, locked by the caller.
+    fn insert_into(
+        &self,
+        agents: &mut BTreeMap<AgentId, Arc<AgentSlot>>,
+        agent: Agent,
+    ) -> Result<Arc<AgentSlot>, PoolError> {
         let id = agent.id().clone();
         let config = agent.ctx().config();
         let (layer, supervisor) = (config.layer, config.supervisor.clone());
         let wants_tick = agent.wants_tick();
         let silence_ms = u32::try_from(agent.ctx().timeouts().silence_ms).unwrap_or(u32::MAX);
-        let mut agents = self.write();
         if agents.len() >= self.max_agents {
             return Err(PoolError::Full { max: self.max_agents });
         }
@@ -529,7 +608,6 @@ impl AgentPool {
             silence_ms,
         });
         entry.insert(slot.clone());
-        drop(agents);
         if wants_tick {
             // It has work without mail (a restored agent mid-task): the scheduler asks it once.
             self.arrivals

@@ -446,3 +446,117 @@ async fn a_failed_batch_write_is_every_agents_error_and_a_second_shutdown_ends_t
 async fn shutting_down_no_agents_together_does_nothing() {
     assert!(Agent::shutdown_many(&mut []).await.is_empty());
 }
+
+/// Agents initialized together end as each one's own `initialize` would end it: registered,
+/// with a board, idle (their moves to idle one run of the log), or failed with its error when
+/// its layer's set-up fails, the others unaffected.
+#[tokio::test(start_paused = true)]
+async fn agents_initialized_together_end_as_each_ones_own_initialize_would_end_it() {
+    let s = Services::new().await;
+    let names = ["bottom-1", "bottom-2", "bottom-3", "bottom-4"];
+    let mut agents = Vec::new();
+    let mut probes = Vec::new();
+    for name in names {
+        let probe = Probe::default();
+        probe.with(|s| s.fail_initialize = name == "bottom-3");
+        let config = AgentConfig { id: id(name), ..bottom_config() };
+        agents.push(
+            Agent::new(config, Box::new(TestBehavior(probe.clone())), s.deps.clone()).unwrap(),
+        );
+        probes.push(probe);
+    }
+
+    let results = Agent::initialize_many(&mut agents).await;
+
+    assert_eq!(results.len(), names.len());
+    for (i, name) in names.iter().enumerate() {
+        // Each layer's set-up saw its inbox and board ready, still initializing.
+        let seen = probes[i].with(|s| s.init_seen).expect("its set-up ran");
+        assert!(seen.registered, "{name}");
+        assert_eq!(seen.board_version, Some(0), "{name}");
+        assert_eq!(seen.status, Initializing, "{name}");
+        if *name == "bottom-3" {
+            let err = results[i].as_ref().expect_err("its set-up failed");
+            assert_eq!(err.to_string(), transient().to_string());
+            assert_eq!(agents[i].status(), Failed);
+            assert_eq!(s.edges(name).await, [(Initializing, Failed)]);
+        } else {
+            assert!(results[i].is_ok(), "{name}: {:?}", results[i]);
+            assert_eq!(agents[i].status(), Idle, "{name}");
+            assert_eq!(s.edges(name).await, [(Initializing, Idle)], "{name}");
+            let idle = s.audit.records(Some(&id(name))).await.unwrap().last().cloned().unwrap();
+            assert_eq!(agents[i].ctx().metrics().last_active, idle.at, "{name}");
+        }
+    }
+    let seqs: Vec<u64> = s
+        .audit
+        .records(None)
+        .await
+        .unwrap()
+        .iter()
+        .filter(|r| r.transition().is_some_and(|t| t.to == Idle))
+        .map(|r| r.seq)
+        .collect();
+    assert_eq!(seqs.len(), 3);
+    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "one run of the log: {seqs:?}");
+    s.chain().await;
+}
+
+/// An audit log whose `append_many` always fails.
+struct RefusesBatches(Arc<InMemoryAuditLog>);
+
+#[async_trait]
+impl AuditLog for RefusesBatches {
+    async fn append(
+        &self,
+        agent: &AgentId,
+        at: Timestamp,
+        event: AuditEvent,
+    ) -> Result<u64, BackendError> {
+        self.0.append(agent, at, event).await
+    }
+
+    async fn append_many(
+        &self,
+        _entries: Vec<crate::AuditEntry>,
+    ) -> Result<Vec<AuditRecord>, BackendError> {
+        Err(BackendError::with_source("test", "the log refused the batch", transient()))
+    }
+
+    async fn records(&self, agent: Option<&AgentId>) -> Result<Vec<AuditRecord>, BackendError> {
+        self.0.records(agent).await
+    }
+}
+
+/// A failed batch append of the moves to idle is every agent's error, as a failed append is
+/// the error of `initialize`: each agent goes failed (its own append of that works here).
+#[tokio::test(start_paused = true)]
+async fn a_failed_batch_append_at_initialization_is_every_agents_error() {
+    let s = Services::new().await;
+    let deps = Arc::new(AgentDeps {
+        audit: Arc::new(RefusesBatches(s.audit.clone())),
+        ..(*s.deps).clone()
+    });
+    let names = ["bottom-1", "bottom-2"];
+    let mut agents: Vec<Agent> = names
+        .iter()
+        .map(|name| {
+            let config = AgentConfig { id: id(name), ..bottom_config() };
+            Agent::new(config, Box::new(TestBehavior(Probe::default())), deps.clone()).unwrap()
+        })
+        .collect();
+
+    let results = Agent::initialize_many(&mut agents).await;
+
+    for (name, (agent, result)) in names.iter().zip(agents.iter().zip(&results)) {
+        let err = result.as_ref().expect_err("the batch failed");
+        assert!(err.to_string().contains("the log refused the batch"), "{name}: {err}");
+        assert_eq!(agent.status(), Failed, "{name}");
+        assert_eq!(s.edges(name).await, [(Initializing, Failed)], "{name}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn initializing_no_agents_together_does_nothing() {
+    assert!(Agent::initialize_many(&mut []).await.is_empty());
+}

@@ -370,6 +370,78 @@ async fn the_pool_refuses_to_grow_past_its_limit() {
     assert!(pool.get(&AgentId::new("bottom-1")).is_none());
 }
 
+/// A batch of agents created together: each one refused for its own reason (a bad
+/// configuration, an id already in the pool or earlier in the batch, the pool's limit) gets
+/// that error and leaves nothing behind (no inbox); the others are created, idle, in the pool.
+#[tokio::test(start_paused = true)]
+async fn agents_created_together_get_each_their_own_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let services = services(dir.path());
+    let pool = AgentPool::new(4);
+    let deps = Arc::new(agent_core::AgentDeps {
+        bus: services.bus.clone(),
+        boards: services.boards.clone(),
+        governance: services.governance.clone(),
+        audit: services.audit.clone(),
+        reasoner: services.reasoner.clone(),
+        tools: services.tools.clone(),
+        workspace: services.workspace.clone(),
+        clock: services.clock.clone(),
+        state: services.state.clone(),
+        spawner: None,
+        timeouts: Default::default(),
+    });
+    let agent = |id: &str| {
+        let spec = bottom(id, "mid-x", &[]);
+        let agent_pool::RoleSpec::Bottom(b) = &spec.role else { unreachable!() };
+        let behavior: Box<dyn agent_core::AgentBehavior> =
+            Box::new(agent_layers::BottomAgent::new(b.clone()));
+        (spec.config, behavior, deps.clone())
+    };
+    let first = pool.create_many([agent("bottom-1")]).await;
+    assert!(first[0].is_ok(), "{:?}", first[0].as_ref().err());
+    let mut bad = agent("bottom-bad");
+    bad.0.name = " ".into();
+
+    let results = pool
+        .create_many([
+            agent("bottom-2"),
+            agent("bottom-1"),
+            bad,
+            agent("bottom-3"),
+            agent("bottom-3"),
+            agent("bottom-4"),
+            agent("bottom-5"),
+        ])
+        .await;
+
+    let outcome: Vec<String> = results
+        .iter()
+        .map(|r| match r {
+            Ok(slot) => format!("ok {}", slot.id()),
+            Err(PoolError::Duplicate { id }) => format!("duplicate {id}"),
+            Err(PoolError::Full { max }) => format!("full {max}"),
+            Err(PoolError::Config(e)) => format!("config {e}"),
+            Err(e) => format!("other {e}"),
+        })
+        .collect();
+    assert_eq!(outcome[0], "ok bottom-2");
+    assert_eq!(outcome[1], "duplicate bottom-1");
+    assert!(outcome[2].starts_with("config "), "{}", outcome[2]);
+    assert_eq!(outcome[3..], ["ok bottom-3", "duplicate bottom-3", "ok bottom-4", "full 4"]);
+    assert_eq!(pool.len(), 4);
+    for id in ["bottom-1", "bottom-2", "bottom-3", "bottom-4"] {
+        let slot = pool.get(&AgentId::new(id)).expect("in the pool");
+        assert_eq!(slot.status().await, agent_state::AgentStatus::Idle, "{id}");
+        assert!(services.bus.is_registered(&AgentId::new(id)).await.unwrap(), "{id}");
+    }
+    for id in ["bottom-bad", "bottom-5"] {
+        assert!(!services.bus.is_registered(&AgentId::new(id)).await.unwrap(), "{id}");
+        assert!(services.audit.records(Some(&AgentId::new(id))).await.unwrap().is_empty(), "{id}");
+    }
+    assert!(pool.create_many(Vec::new()).await.is_empty());
+}
+
 #[tokio::test(start_paused = true)]
 async fn bad_team_specs_and_tasks_are_refused_with_clear_errors() {
     let dir = tempfile::tempdir().unwrap();
