@@ -236,19 +236,7 @@ async fn an_agent_acked_by_epoch_is_looked_at_again_once_its_lock_was_taken() {
 async fn a_sweep_over_a_pool_of_several_chunks_acks_every_agent_once() {
     let dir = tempfile::tempdir().unwrap();
     let services = services(dir.path());
-    let deps = Arc::new(agent_core::AgentDeps {
-        bus: services.bus.clone(),
-        boards: services.boards.clone(),
-        governance: services.governance.clone(),
-        audit: services.audit.clone(),
-        reasoner: services.reasoner.clone(),
-        tools: services.tools.clone(),
-        workspace: services.workspace.clone(),
-        clock: services.clock.clone(),
-        state: services.state.clone(),
-        spawner: None,
-        timeouts: Default::default(),
-    });
+    let deps = agent_deps(&services);
     let pool = Arc::new(agent_pool::AgentPool::new(usize::MAX));
     let agents = 2_500;
     for n in 0..agents {

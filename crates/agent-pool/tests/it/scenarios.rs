@@ -339,21 +339,7 @@ async fn the_pool_refuses_to_grow_past_its_limit() {
     assert!(matches!(err, TeamError::TooManyAgents { count: 9, max: 5 }), "{err}");
 
     let pool = AgentPool::new(1);
-    let deps = |_: ()| {
-        Arc::new(agent_core::AgentDeps {
-            bus: services.bus.clone(),
-            boards: services.boards.clone(),
-            governance: services.governance.clone(),
-            audit: services.audit.clone(),
-            reasoner: services.reasoner.clone(),
-            tools: services.tools.clone(),
-            workspace: services.workspace.clone(),
-            clock: services.clock.clone(),
-            state: services.state.clone(),
-            spawner: None,
-            timeouts: Default::default(),
-        })
-    };
+    let deps = |_: ()| agent_deps(&services);
     let one = bottom("bottom-1", "mid-x", &[]);
     let two = bottom("bottom-2", "mid-x", &[]);
     let behavior = |s: &agent_pool::AgentSpec| -> Box<dyn agent_core::AgentBehavior> {
@@ -378,19 +364,7 @@ async fn agents_created_together_get_each_their_own_result() {
     let dir = tempfile::tempdir().unwrap();
     let services = services(dir.path());
     let pool = AgentPool::new(4);
-    let deps = Arc::new(agent_core::AgentDeps {
-        bus: services.bus.clone(),
-        boards: services.boards.clone(),
-        governance: services.governance.clone(),
-        audit: services.audit.clone(),
-        reasoner: services.reasoner.clone(),
-        tools: services.tools.clone(),
-        workspace: services.workspace.clone(),
-        clock: services.clock.clone(),
-        state: services.state.clone(),
-        spawner: None,
-        timeouts: Default::default(),
-    });
+    let deps = agent_deps(&services);
     let agent = |id: &str| {
         let spec = bottom(id, "mid-x", &[]);
         let agent_pool::RoleSpec::Bottom(b) = &spec.role else { unreachable!() };

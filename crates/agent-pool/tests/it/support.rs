@@ -65,6 +65,23 @@ pub(crate) fn services(workspace: &std::path::Path) -> TeamServices {
     }
 }
 
+/// The services of one agent created straight into a pool (no team, no spawner).
+pub(crate) fn agent_deps(services: &TeamServices) -> Arc<agent_core::AgentDeps> {
+    Arc::new(agent_core::AgentDeps {
+        bus: services.bus.clone(),
+        boards: services.boards.clone(),
+        governance: services.governance.clone(),
+        audit: services.audit.clone(),
+        reasoner: services.reasoner.clone(),
+        tools: services.tools.clone(),
+        workspace: services.workspace.clone(),
+        clock: services.clock.clone(),
+        state: services.state.clone(),
+        spawner: None,
+        timeouts: Default::default(),
+    })
+}
+
 pub(crate) fn step(id: &str, domain: &str, tool: &str, args: serde_json::Value) -> PlanStep {
     PlanStep::scripted(
         id,
