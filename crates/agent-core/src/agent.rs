@@ -547,19 +547,8 @@ impl AgentContext {
         to: AgentStatus,
         reason: &'static str,
     ) -> Result<AuditEntry, agent_state::TransitionError> {
-        self.transition_entry_at(to, reason, self.now())
-    }
-
-    /// [`transition_entry`](Self::transition_entry) at `at`, a time the caller read from the
-    /// clock.
-    fn transition_entry_at(
-        &self,
-        to: AgentStatus,
-        reason: &'static str,
-        at: Timestamp,
-    ) -> Result<AuditEntry, agent_state::TransitionError> {
         let mut next = Lifecycle::restore(self.config.id.clone(), self.status);
-        let record = next.apply(to, reason, at)?;
+        let record = next.apply(to, reason, self.now())?;
         Ok(AuditEntry {
             agent: record.agent,
             at: record.at,
@@ -1165,12 +1154,7 @@ impl Agent {
 
     async fn try_initialize(&mut self) -> Result<(), AgentError> {
         self.initialize_own().await?;
-        // One reading of the clock for both: it became idle, and last active, then.
-        let now = self.ctx.now();
-        self.ctx.transition_at(AgentStatus::Idle, INITIALIZED, now).await?;
-        self.ctx.metrics.set_last_active(now);
-        // Nothing to save yet: an agent restored without a record starts from its defaults.
-        Ok(())
+        self.become_idle().await
     }
 
     /// The steps of [`initialize`](Self::initialize) that are the agent's own: its inbox
@@ -1223,13 +1207,12 @@ impl Agent {
                 continue;
             }
             if !Arc::ptr_eq(&agent.ctx.deps.audit, &audit) {
-                results[i] = agent.try_become_idle().await;
+                results[i] = agent.become_idle().await;
                 continue;
             }
-            let now = agent.ctx.now();
-            match agent.ctx.transition_entry_at(AgentStatus::Idle, INITIALIZED, now) {
+            match agent.ctx.transition_entry(AgentStatus::Idle, INITIALIZED) {
                 Ok(entry) => {
-                    moving.push((i, now));
+                    moving.push(i);
                     entries.push(entry);
                 }
                 Err(e) => results[i] = Err(e.into()),
@@ -1238,13 +1221,14 @@ impl Agent {
         if !entries.is_empty() {
             match audit.append_many(entries).await {
                 Ok(records) => {
-                    for ((i, now), record) in moving.into_iter().zip(records) {
+                    for (i, record) in moving.into_iter().zip(records) {
                         agents[i].ctx.transitioned(&record);
-                        agents[i].ctx.metrics.set_last_active(now);
+                        // Last active when it became idle.
+                        agents[i].ctx.metrics.set_last_active(record.at);
                     }
                 }
                 Err(e) => {
-                    for (i, _) in moving {
+                    for i in moving {
                         results[i] = Err(AgentError::Backend(share_error(&e)));
                     }
                 }
@@ -1260,11 +1244,13 @@ impl Agent {
         answers
     }
 
-    /// [`try_initialize`](Self::try_initialize) after the agent's own steps.
-    async fn try_become_idle(&mut self) -> Result<(), AgentError> {
+    /// The end of an initialization, after the agent's own steps: initializing → idle.
+    async fn become_idle(&mut self) -> Result<(), AgentError> {
+        // One reading of the clock for both: it became idle, and last active, then.
         let now = self.ctx.now();
         self.ctx.transition_at(AgentStatus::Idle, INITIALIZED, now).await?;
         self.ctx.metrics.set_last_active(now);
+        // Nothing to save yet: an agent restored without a record starts from its defaults.
         Ok(())
     }
 

@@ -548,11 +548,15 @@ impl AgentPool {
                 }
             }
         }
+        let mut added = Vec::with_capacity(ready.len());
         {
             let mut pool = self.write();
             for (place, agent) in ready {
-                results[place] = Some(self.insert_into(&mut pool, agent));
+                added.push((place, self.insert_into(&mut pool, agent)));
             }
+        }
+        for (place, inserted) in added {
+            results[place] = Some(inserted.map(|(slot, wants_tick)| self.added(slot, wants_tick)));
         }
         results
             .into_iter()
@@ -566,16 +570,18 @@ impl AgentPool {
 
     /// Adds an agent that is already initialized or restored (see [`Agent::restore`]).
     pub fn insert(&self, agent: Agent) -> Result<Arc<AgentSlot>, PoolError> {
-        let mut agents = self.write();
-        self.insert_into(&mut agents, agent)
+        let (slot, wants_tick) = self.insert_into(&mut self.write(), agent)?;
+        Ok(self.added(slot, wants_tick))
     }
 
-    /// [`insert`](Self::insert) into `agents`, the pool's map, locked by the caller.
+    /// [`insert`](Self::insert)'s part under the pool's lock: `agent` put into `agents`, the
+    /// pool's map, locked by the caller. Answers its slot and whether it wants a heartbeat
+    /// without mail, for [`added`](Self::added) once the lock is released.
     fn insert_into(
         &self,
         agents: &mut BTreeMap<AgentId, Arc<AgentSlot>>,
         agent: Agent,
-    ) -> Result<Arc<AgentSlot>, PoolError> {
+    ) -> Result<(Arc<AgentSlot>, bool), PoolError> {
         let id = agent.id().clone();
         let config = agent.ctx().config();
         let (layer, supervisor) = (config.layer, config.supervisor.clone());
@@ -608,15 +614,21 @@ impl AgentPool {
             silence_ms,
         });
         entry.insert(slot.clone());
+        Ok((slot, wants_tick))
+    }
+
+    /// [`insert`](Self::insert)'s part after the pool's lock: the scheduler told of an agent
+    /// that wants a heartbeat without mail, and the addition logged.
+    fn added(&self, slot: Arc<AgentSlot>, wants_tick: bool) -> Arc<AgentSlot> {
         if wants_tick {
             // It has work without mail (a restored agent mid-task): the scheduler asks it once.
             self.arrivals
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .push(id.clone());
+                .push(slot.id.clone());
         }
-        tracing::info!(agent = %id, layer = %layer, "agent added to the pool");
-        Ok(slot)
+        tracing::info!(agent = %slot.id, layer = %slot.layer, "agent added to the pool");
+        slot
     }
 
     /// Shuts an agent down (→ terminated) and removes it. While it shuts down the scheduler

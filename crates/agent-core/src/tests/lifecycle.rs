@@ -353,14 +353,22 @@ async fn agents_shut_down_together_end_as_each_ones_own_shutdown_would_end_it() 
     }
 }
 
-/// An audit log whose `append_many` fails once for a batch holding a `terminated` transition.
-struct FailsTerminatedOnce {
+/// An audit log whose `append_many` refuses a batch holding a transition to `to`, `left`
+/// times; every other call goes through.
+struct RefusesBatches {
     inner: Arc<InMemoryAuditLog>,
-    armed: std::sync::atomic::AtomicBool,
+    to: AgentStatus,
+    left: std::sync::atomic::AtomicU32,
+}
+
+impl RefusesBatches {
+    fn new(inner: Arc<InMemoryAuditLog>, to: AgentStatus, times: u32) -> Self {
+        Self { inner, to, left: std::sync::atomic::AtomicU32::new(times) }
+    }
 }
 
 #[async_trait]
-impl AuditLog for FailsTerminatedOnce {
+impl AuditLog for RefusesBatches {
     async fn append(
         &self,
         agent: &AgentId,
@@ -374,10 +382,11 @@ impl AuditLog for FailsTerminatedOnce {
         &self,
         entries: Vec<crate::AuditEntry>,
     ) -> Result<Vec<AuditRecord>, BackendError> {
-        let terminating = entries
+        use std::sync::atomic::Ordering::SeqCst;
+        let holds = entries
             .iter()
-            .any(|e| matches!(e.event, AuditEvent::Transition { to: Terminated, .. }));
-        if terminating && self.armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            .any(|e| matches!(e.event, AuditEvent::Transition { to, .. } if to == self.to));
+        if holds && self.left.fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1)).is_ok() {
             return Err(BackendError::with_source(
                 "test",
                 "the log refused the batch",
@@ -402,10 +411,7 @@ impl AuditLog for FailsTerminatedOnce {
 #[tokio::test(start_paused = true)]
 async fn a_failed_batch_write_is_every_agents_error_and_a_second_shutdown_ends_them() {
     let s = Services::new().await;
-    let log = Arc::new(FailsTerminatedOnce {
-        inner: s.audit.clone(),
-        armed: std::sync::atomic::AtomicBool::new(true),
-    });
+    let log = Arc::new(RefusesBatches::new(s.audit.clone(), Terminated, 1));
     let deps = Arc::new(AgentDeps { audit: log, ..(*s.deps).clone() });
     let names = ["bottom-1", "bottom-2", "bottom-3"];
     let mut agents = Vec::new();
@@ -502,39 +508,13 @@ async fn agents_initialized_together_end_as_each_ones_own_initialize_would_end_i
     s.chain().await;
 }
 
-/// An audit log whose `append_many` always fails.
-struct RefusesBatches(Arc<InMemoryAuditLog>);
-
-#[async_trait]
-impl AuditLog for RefusesBatches {
-    async fn append(
-        &self,
-        agent: &AgentId,
-        at: Timestamp,
-        event: AuditEvent,
-    ) -> Result<u64, BackendError> {
-        self.0.append(agent, at, event).await
-    }
-
-    async fn append_many(
-        &self,
-        _entries: Vec<crate::AuditEntry>,
-    ) -> Result<Vec<AuditRecord>, BackendError> {
-        Err(BackendError::with_source("test", "the log refused the batch", transient()))
-    }
-
-    async fn records(&self, agent: Option<&AgentId>) -> Result<Vec<AuditRecord>, BackendError> {
-        self.0.records(agent).await
-    }
-}
-
 /// A failed batch append of the moves to idle is every agent's error, as a failed append is
 /// the error of `initialize`: each agent goes failed (its own append of that works here).
 #[tokio::test(start_paused = true)]
 async fn a_failed_batch_append_at_initialization_is_every_agents_error() {
     let s = Services::new().await;
     let deps = Arc::new(AgentDeps {
-        audit: Arc::new(RefusesBatches(s.audit.clone())),
+        audit: Arc::new(RefusesBatches::new(s.audit.clone(), Idle, u32::MAX)),
         ..(*s.deps).clone()
     });
     let names = ["bottom-1", "bottom-2"];
