@@ -683,10 +683,11 @@ async fn a_shell_command_still_running_after_the_crash_is_waited_for_and_adopted
     let once = Once::new(None, true).await;
     let call = shell("echo line >> log; echo ran");
     once.crash_after_begin("k").await;
-    // The runner of the crashed call: it marked its start and finishes a little later.
+    // The runner of the crashed call: it marked its start (with its own pid, as a runner
+    // does: a made-up one made the test depend on whether the machine had such a process)
+    // and finishes a little later.
     let journal = once.journal("k");
     std::fs::create_dir_all(&journal).unwrap();
-    std::fs::write(journal.join("started"), "42\n").unwrap();
     let script = r#"sleep 0.3; echo line >> log; echo ran > "$1/out"; : > "$1/err"; echo 0 > "$1/done.tmp"; mv "$1/done.tmp" "$1/done""#;
     let mut runner = Command::new("sh")
         .arg("-c")
@@ -697,6 +698,7 @@ async fn a_shell_command_still_running_after_the_crash_is_waited_for_and_adopted
         .stdin(Stdio::null())
         .spawn()
         .unwrap();
+    std::fs::write(journal.join("started"), format!("{}\n", runner.id())).unwrap();
     let mut agent = once.agent(ME).await;
 
     let out = agent.ctx_mut().call_tool_once("k", &call).await.unwrap();
@@ -717,7 +719,10 @@ async fn a_shell_command_of_unknown_fate_fails_as_interrupted_and_is_not_run_aga
     };
     once.crash_after_begin("k").await;
     std::fs::create_dir_all(once.journal("k")).unwrap();
-    std::fs::write(once.journal("k").join("started"), "42\n").unwrap();
+    // Its pid is one that is there, started before the file was written, as its runner's
+    // would be: pid 1 (whose group is never killed). Another number made the test depend on
+    // the machine: with no such process the runner counts as gone, not timed out.
+    std::fs::write(once.journal("k").join("started"), "1\n").unwrap();
     let mut agent = once.agent(ME).await;
 
     let err = agent.ctx_mut().call_tool_once("k", &call).await.unwrap_err();

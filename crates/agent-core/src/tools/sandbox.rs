@@ -499,30 +499,76 @@ pub(super) fn launcher_next_to(
 }
 
 /// This crate's unit tests run in a test binary, which is no launcher: they build the
-/// `strata-sandbox` binary once when it is missing or older than the test binary, so they
-/// never use a stale one.
+/// `strata-sandbox` binary when it is missing or older than a source it is built from (see
+/// [`newest_source`]), so they never use a stale one.
+///
+/// A `cargo test` or `cargo nextest run` that builds this crate's integration tests builds the
+/// launcher with them, with the same features, so this seldom builds anything. It compares with
+/// the sources, not with the test binary: the same build may link the test binary after the
+/// launcher, and the build here (default features, where the tests may have been built with
+/// others) then compiled this crate again, in every test process that uses the sandbox, each
+/// waiting for the others' build (35 s of two test slots in CI's run).
 #[cfg(test)]
 fn build_launcher_for_tests() {
     static BUILT: OnceLock<()> = OnceLock::new();
     BUILT.get_or_init(|| {
-        let modified = |path: &Path| std::fs::metadata(path).and_then(|m| m.modified()).ok();
         let exe = std::env::current_exe().ok();
         let launcher = exe.as_deref().and_then(Path::parent).and_then(Path::parent);
         let launcher = launcher.map(|dir| dir.join(LAUNCHER_NAME));
-        if let (Some(exe), Some(launcher)) = (&exe, &launcher)
-            && let (Some(built), Some(test)) = (modified(launcher), modified(exe))
-            && built >= test
+        let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+        if let Some(built) = launcher.as_deref().and_then(modified)
+            && newest_source(manifest).is_some_and(|newest| built >= newest)
         {
             return;
         }
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
         let status = Command::new(cargo)
             .args(["build", "--quiet", "-p", env!("CARGO_PKG_NAME"), "--bin", LAUNCHER_NAME])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .current_dir(manifest)
             .stdin(Stdio::null())
             .status();
         assert!(status.is_ok_and(|s| s.success()), "cannot build the sandbox launcher");
+        // Cargo leaves a launcher that was up to date untouched (a change to test code only):
+        // marked fresh now, so the next test process does not ask cargo again.
+        if let Some(launcher) = &launcher
+            && let Ok(file) = std::fs::File::open(launcher)
+        {
+            let _ = file.set_modified(std::time::SystemTime::now());
+        }
     });
+}
+
+/// When `path` was last modified, if it can be told.
+#[cfg(test)]
+fn modified(path: &Path) -> Option<std::time::SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+}
+
+/// The newest modification time among the files the launcher is built from, as far as a test
+/// can tell: the workspace's lock file and every workspace crate's manifest and sources (this
+/// crate and the crates it depends on, and the others, which costs a few hundred `stat`s).
+/// `None` when the workspace cannot be read, which makes the launcher be built.
+#[cfg(test)]
+fn newest_source(manifest: &Path) -> Option<std::time::SystemTime> {
+    let workspace = manifest.parent()?.parent()?;
+    let mut newest = modified(&workspace.join("Cargo.lock"));
+    let mut dirs = Vec::new();
+    for krate in std::fs::read_dir(workspace.join("crates")).ok()?.flatten() {
+        newest = newest.max(modified(&krate.path().join("Cargo.toml")));
+        dirs.push(krate.path().join("src"));
+    }
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                dirs.push(path);
+            } else {
+                newest = newest.max(modified(&path));
+            }
+        }
+    }
+    newest
 }
 
 /// Runs the launcher around `true` with the sandbox's namespaces, after checking what the
