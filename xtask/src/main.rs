@@ -139,9 +139,9 @@ fn main() -> ExitCode {
             capacity::run(&root, true)
         }
         ["long-fns"] => long_fns::run(&root),
-        ["fuzz"] => fuzz::run(&root, 60),
+        ["fuzz"] => fuzz::run(&root, 60, None),
         ["fuzz", "--seconds", n] => match n.parse() {
-            Ok(seconds) => fuzz::run(&root, seconds),
+            Ok(seconds) => fuzz::run(&root, seconds, None),
             Err(_) => Err(anyhow::anyhow!("--seconds takes a number, not `{n}`")),
         },
         ["torture", rest @ ..] => {
