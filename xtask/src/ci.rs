@@ -228,7 +228,7 @@ fn tests(root: &Path) -> anyhow::Result<()> {
 
 /// How many tests nextest runs at once in CI: two per core. Most tests wait more than they
 /// compute (heartbeats, NATS round trips, child processes), so one per core left the cores
-/// about 40 % idle; measured on 2 cores, 4 at once ran every test in 340 s against 428 s. The
+/// about 40 % idle; measured on 2 cores, 4 at once ran every test in 364 s against 428 s. The
 /// tests that run a real model still run alone (`.config/nextest.toml`).
 fn test_threads() -> usize {
     std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get) * 2

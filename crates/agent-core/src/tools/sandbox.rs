@@ -516,7 +516,7 @@ fn build_launcher_for_tests() {
         let launcher = exe.as_deref().and_then(Path::parent).and_then(Path::parent);
         let launcher = launcher.map(|dir| dir.join(LAUNCHER_NAME));
         let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-        if let Some(built) = launcher.as_deref().and_then(modified)
+        if let Some(built) = launcher.as_deref().and_then(super::shell::modified)
             && newest_source(manifest).is_some_and(|newest| built >= newest)
         {
             return;
@@ -538,18 +538,13 @@ fn build_launcher_for_tests() {
     });
 }
 
-/// When `path` was last modified, if it can be told.
-#[cfg(test)]
-fn modified(path: &Path) -> Option<std::time::SystemTime> {
-    std::fs::metadata(path).and_then(|m| m.modified()).ok()
-}
-
 /// The newest modification time among the files the launcher is built from, as far as a test
 /// can tell: the workspace's lock file and every workspace crate's manifest and sources (this
 /// crate and the crates it depends on, and the others, which costs a few hundred `stat`s).
 /// `None` when the workspace cannot be read, which makes the launcher be built.
 #[cfg(test)]
 fn newest_source(manifest: &Path) -> Option<std::time::SystemTime> {
+    use super::shell::modified;
     let workspace = manifest.parent()?.parent()?;
     let mut newest = modified(&workspace.join("Cargo.lock"));
     let mut dirs = Vec::new();

@@ -760,7 +760,8 @@ fn read_small(path: &Path) -> Option<String> {
     Some(text)
 }
 
-fn modified(path: &Path) -> Option<SystemTime> {
+/// When `path` was last modified, if it can be told.
+pub(super) fn modified(path: &Path) -> Option<SystemTime> {
     std::fs::metadata(path).and_then(|m| m.modified()).ok()
 }
 
