@@ -461,9 +461,7 @@ impl AuditRecord {
     /// (otherwise `hasher` is untouched).
     fn hash_plain_transition(&self, hasher: &mut Sha256) -> bool {
         let AuditEvent::Transition { from, to, reason } = &self.event else { return false };
-        // serde_json escapes `"`, `\` and the control characters below 0x20, nothing else.
-        let plain = |text: &str| text.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\');
-        if !plain(self.agent.as_str()) || !plain(reason) {
+        if !plain_json(self.agent.as_str()) || !plain_json(reason) {
             return false;
         }
         let mut digits = [0u8; 20];
@@ -483,6 +481,44 @@ impl AuditRecord {
         true
     }
 
+    /// The record as it is stored: exactly the bytes of [`agent_state::encode`] (which reads
+    /// them back before it answers). A transition whose agent id and reason need no escaping
+    /// (most records of a large team: every agent's creation and shutdown) is written here,
+    /// without serde and without the read-back, its bytes known good by construction; any
+    /// other record goes through `encode`.
+    pub fn encoded(&self) -> Result<Vec<u8>, agent_state::EncodeError> {
+        let AuditEvent::Transition { from, to, reason } = &self.event else {
+            return agent_state::encode(self);
+        };
+        if !plain_json(self.agent.as_str()) || !plain_json(reason) {
+            return agent_state::encode(self);
+        }
+        let mut digits = [0u8; 20];
+        let mut out = Vec::with_capacity(320 + self.agent.as_str().len() + reason.len());
+        out.extend_from_slice(br#"{"kind":""#);
+        out.extend_from_slice(Self::KIND.as_bytes());
+        out.extend_from_slice(br#"","schema_version":"#);
+        out.extend_from_slice(decimal(u64::from(Self::VERSION), &mut digits));
+        out.extend_from_slice(br#","value":{"seq":"#);
+        out.extend_from_slice(decimal(self.seq, &mut digits));
+        out.extend_from_slice(br#","at":"#);
+        out.extend_from_slice(decimal(self.at.0, &mut digits));
+        out.extend_from_slice(br#","agent":""#);
+        out.extend_from_slice(self.agent.as_str().as_bytes());
+        out.extend_from_slice(br#"","event":{"event":"transition","from":""#);
+        out.extend_from_slice(from.as_str().as_bytes());
+        out.extend_from_slice(br#"","to":""#);
+        out.extend_from_slice(to.as_str().as_bytes());
+        out.extend_from_slice(br#"","reason":""#);
+        out.extend_from_slice(reason.as_bytes());
+        out.extend_from_slice(br#""},"prev_hash":""#);
+        push_hex(&mut out, &self.prev_hash.0);
+        out.extend_from_slice(br#"","hash":""#);
+        push_hex(&mut out, &self.hash.0);
+        out.extend_from_slice(br#""}}"#);
+        Ok(out)
+    }
+
     /// The transition this record holds, if it is one.
     pub fn transition(&self) -> Option<TransitionRecord> {
         match &self.event {
@@ -495,6 +531,21 @@ impl AuditRecord {
             }),
             _ => None,
         }
+    }
+}
+
+/// Whether `text` is written into JSON as it is: serde_json escapes `"`, `\` and the control
+/// characters below 0x20, nothing else.
+fn plain_json(text: &str) -> bool {
+    text.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\')
+}
+
+/// Appends `bytes` to `out` as lowercase hex digits, as [`agent_state::hex`] writes them.
+fn push_hex(out: &mut Vec<u8>, bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for byte in bytes {
+        out.push(DIGITS[usize::from(byte >> 4)]);
+        out.push(DIGITS[usize::from(byte & 0x0f)]);
     }
 }
 
@@ -1158,5 +1209,43 @@ mod hash_tests {
         let other = AuditEvent::Denied { action: "x".into(), error: "y".into() };
         let record = AuditRecord::new(3, Timestamp(5), AgentId::new("a"), other, GENESIS_HASH);
         assert_eq!(record.hash, by_serde(&record));
+    }
+
+    /// `encoded` writes exactly what `agent_state::encode` writes, plain transitions (written
+    /// without serde) and the others alike, and the bytes decode to the record.
+    #[test]
+    fn records_encode_as_agent_state_encodes_them() {
+        let reasons =
+            ["shutdown requested", "", "a \"quoted\" reason", "tab\there", "é 漢字 \u{7f}"];
+        let ids = ["e-99999", "odd\"id", "x\u{1}y"];
+        let mut prev = GENESIS_HASH;
+        let mut plain = 0;
+        for (n, status) in AgentStatus::ALL.iter().enumerate() {
+            for reason in reasons {
+                for id in ids {
+                    for (seq, at) in [(0, 0), (n as u64, 1_700_000_000_123), (u64::MAX, u64::MAX)] {
+                        let event = AuditEvent::Transition {
+                            from: *status,
+                            to: AgentStatus::ALL[(n + 1) % AgentStatus::ALL.len()],
+                            reason: Cow::Owned(reason.to_owned()),
+                        };
+                        let record =
+                            AuditRecord::new(seq, Timestamp(at), AgentId::new(id), event, prev);
+                        let bytes = record.encoded().unwrap();
+                        assert_eq!(
+                            String::from_utf8(bytes.clone()).unwrap(),
+                            String::from_utf8(agent_state::encode(&record).unwrap()).unwrap()
+                        );
+                        assert_eq!(agent_state::decode::<AuditRecord>(&bytes).unwrap(), record);
+                        plain += usize::from(plain_json(id) && plain_json(reason));
+                        prev = record.hash;
+                    }
+                }
+            }
+        }
+        assert!(plain > 0, "the plain path is taken");
+        let other = AuditEvent::Denied { action: "x".into(), error: "y".into() };
+        let record = AuditRecord::new(3, Timestamp(5), AgentId::new("a"), other, prev);
+        assert_eq!(record.encoded().unwrap(), agent_state::encode(&record).unwrap());
     }
 }

@@ -3,7 +3,9 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
-use agent_state::{AgentId, BackendError, TaskOutcome, Timestamp, decode, encode};
+use agent_state::{
+    AgentId, BackendError, DecodeError, Stored, TaskOutcome, Timestamp, Versioned, decode, encode,
+};
 use async_trait::async_trait;
 use run_store::RunStore;
 
@@ -24,6 +26,106 @@ const PARTS_TREE: &str = "agent_parts";
 /// The name of the audit log's anchor in the run's seal: the log's final record.
 pub const AUDIT_ANCHOR: &str = "audit";
 
+/// The most bytes of encoded records [`SledAuditLog::append_many`] stores as one value of the
+/// audit tree (a record larger than this is stored alone). sled inserts a new key at several
+/// times the cost of overwriting one (splitting its leaves as the tree grows), so a batch of
+/// records costs a few inserts, not one each; a value this small keeps sled's leaves (16
+/// values) inline in its log, not in blob files.
+const CHUNK_BYTES: usize = 4 * 1024;
+
+/// Consecutive audit records stored as one value of the audit tree, keyed by the first one's
+/// sequence number: what [`SledAuditLog::append_many`] writes for a batch. Each record keeps
+/// its own envelope, so its schema version is checked as a record stored alone is.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct AuditChunk(Vec<Stored<AuditRecord>>);
+
+impl Versioned for AuditChunk {
+    const KIND: &'static str = "audit_chunk";
+    const VERSION: u32 = 1;
+}
+
+/// The value that stores the records `encoded` (each an [`AuditRecord`] in its envelope): the
+/// one record as it is, or several as an [`AuditChunk`], built from their encodings without
+/// encoding them again.
+fn chunk_value(mut encoded: Vec<Vec<u8>>) -> Vec<u8> {
+    if encoded.len() == 1 {
+        return encoded.pop().unwrap_or_default();
+    }
+    let head = format!(
+        r#"{{"kind":"{}","schema_version":{},"value":["#,
+        AuditChunk::KIND,
+        AuditChunk::VERSION
+    );
+    let len = head.len() + encoded.iter().map(|e| e.len() + 1).sum::<usize>() + 2;
+    let mut value = Vec::with_capacity(len);
+    value.extend_from_slice(head.as_bytes());
+    for (i, record) in encoded.iter().enumerate() {
+        if i > 0 {
+            value.push(b',');
+        }
+        value.extend_from_slice(record);
+    }
+    value.extend_from_slice(b"]}");
+    value
+}
+
+/// The records of one value of the audit tree, stored at `key`: a record alone, or an
+/// [`AuditChunk`] whose records are numbered on from the key without gaps.
+fn records_in(key: &[u8], value: &[u8]) -> Result<Vec<AuditRecord>, BackendError> {
+    let unreadable = |e: &dyn std::fmt::Display| {
+        BackendError::new("sled", format!("audit record {} cannot be read: {e}", key_seq(key)))
+    };
+    let stored = match decode::<AuditRecord>(value) {
+        Ok(record) => return Ok(vec![record]),
+        Err(DecodeError::WrongKind { found, .. }) if found == AuditChunk::KIND => {
+            decode::<AuditChunk>(value).map_err(|e| unreadable(&e))?
+        }
+        Err(e) => return Err(unreadable(&e)),
+    };
+    let first = <[u8; 8]>::try_from(key).map(u64::from_be_bytes).ok();
+    let mut records = Vec::with_capacity(stored.0.len());
+    for (i, record) in stored.0.into_iter().enumerate() {
+        if record.kind != AuditRecord::KIND || record.schema_version != AuditRecord::VERSION {
+            return Err(unreadable(&format_args!(
+                "it holds a {} record of schema version {}, this build reads {} version {}",
+                record.kind,
+                record.schema_version,
+                AuditRecord::KIND,
+                AuditRecord::VERSION
+            )));
+        }
+        let expected = first.and_then(|f| f.checked_add(u64::try_from(i).ok()?));
+        if Some(record.value.seq) != expected {
+            return Err(unreadable(&format_args!(
+                "its record {i} is numbered {}, not in order from the key",
+                record.value.seq
+            )));
+        }
+        records.push(record.value);
+    }
+    if records.is_empty() {
+        return Err(unreadable(&"it is an empty chunk"));
+    }
+    Ok(records)
+}
+
+/// The key of the value of `tree` that holds record `seq` if the log has it: the greatest key
+/// not above `seq`.
+fn value_holding(
+    tree: &sled::Tree,
+    seq: u64,
+) -> Result<Option<(sled::IVec, sled::IVec)>, BackendError> {
+    tree.range(..=seq.to_be_bytes()).next_back().transpose().map_err(sled_error)
+}
+
+/// The last record of the log in `tree`, if any.
+fn last_record(tree: &sled::Tree) -> Result<Option<AuditRecord>, BackendError> {
+    match tree.last().map_err(sled_error)? {
+        None => Ok(None),
+        Some((key, value)) => Ok(records_in(&key, &value)?.pop()),
+    }
+}
+
 /// The last record each agent appended. `complete` once the whole log was read: until then an
 /// agent missing from `heads` may have records from before the log was opened.
 #[derive(Default)]
@@ -33,7 +135,9 @@ struct Heads {
 }
 
 /// The audit log in a run directory: records keyed by sequence number, each chained to the one
-/// before by hash. If `append` returns `Ok`, the record survives a crash and a power loss.
+/// before by hash; the records of a batch ([`AuditLog::append_many`]) are stored several to a
+/// value (an `audit_chunk`, up to 4 KiB), keyed by the first of them. If `append` returns
+/// `Ok`, the record survives a crash and a power loss.
 ///
 /// The last record is kept as the store's [`AUDIT_ANCHOR`] (in the seal of a cleanly closed
 /// run), and [`AuditLog::head_of`] answers from memory (the log is read once, the first time
@@ -53,16 +157,9 @@ impl SledAuditLog {
     pub fn open(store: &RunStore) -> Result<Self, BackendError> {
         let tree = store.tree(AUDIT_TREE)?;
         reaches_kept_anchor(store, &tree)?;
-        let tail = match tree.last().map_err(sled_error)? {
+        let tail = match last_record(&tree)? {
             None => (0, GENESIS_HASH),
-            Some((key, value)) => {
-                let record: AuditRecord = decode(&value).map_err(|e| {
-                    BackendError::with_source(
-                        "sled",
-                        format!("audit record {} cannot be read", key_seq(&key)),
-                        e,
-                    )
-                })?;
+            Some(record) => {
                 store.set_anchor(AUDIT_ANCHOR, anchor_json(AuditAnchor::of(&record)));
                 (record.seq + 1, record.hash)
             }
@@ -92,16 +189,24 @@ impl SledAuditLog {
 fn reaches_kept_anchor(store: &RunStore, tree: &sled::Tree) -> Result<(), BackendError> {
     let Some(value) = store.kept_anchor(AUDIT_ANCHOR) else { return Ok(()) };
     let anchor = SledAuditLog::anchor_of(value)?;
-    let found = match tree.get(anchor.seq.to_be_bytes()).map_err(sled_error)? {
+    let held = match value_holding(tree, anchor.seq)? {
+        None => None,
+        Some((key, value)) => match records_in(&key, &value) {
+            Ok(records) => records.into_iter().find(|r| r.seq == anchor.seq).map(Ok),
+            Err(_) => Some(Err(())),
+        },
+    };
+    let found = match held {
         None => match tree.last().map_err(sled_error)? {
             None => "the log is empty".to_owned(),
-            Some((key, _)) => format!("the log ends at record {}", key_seq(&key)),
+            Some((key, value)) => match records_in(&key, &value).ok().and_then(|mut r| r.pop()) {
+                Some(record) => format!("the log ends at record {}", record.seq),
+                None => format!("the log ends at record {}", key_seq(&key)),
+            },
         },
-        Some(value) => match decode::<AuditRecord>(&value) {
-            Ok(record) if record.hash == anchor.hash => return Ok(()),
-            Ok(record) => format!("record {} has hash {}", record.seq, record.hash),
-            Err(_) => format!("record {} cannot be read", anchor.seq),
-        },
+        Some(Ok(record)) if record.hash == anchor.hash => return Ok(()),
+        Some(Ok(record)) => format!("record {} has hash {}", record.seq, record.hash),
+        Some(Err(())) => format!("record {} cannot be read", anchor.seq),
     };
     Err(BackendError::new(
         "sled",
@@ -146,9 +251,12 @@ impl AuditLog for SledAuditLog {
         })
     }
 
-    /// The whole batch built, encoded and inserted under the tail's lock (one insert per
-    /// record, no sled batch: see `run_store`'s docs, "No batches"), then one commit for all.
-    /// A record that cannot be encoded is found before anything is inserted.
+    /// The whole batch built, encoded and inserted under the tail's lock, then one commit for
+    /// all. Consecutive records are stored together, up to 4 KiB of them to a value (an
+    /// `audit_chunk`): one insert per value, no sled batch (see `run_store`'s docs, "No
+    /// batches"), each value whole or absent after a crash, so what survives a crash is still
+    /// a prefix of the batch. A record that cannot be encoded is found before anything is
+    /// inserted.
     async fn append_many(
         &self,
         entries: Vec<AuditEntry>,
@@ -163,7 +271,7 @@ impl AuditLog for SledAuditLog {
             let mut encoded = Vec::with_capacity(entries.len());
             for AuditEntry { agent, at, event } in entries {
                 let record = AuditRecord::new(seq, at, agent, event, prev);
-                encoded.push(encode(&record).map_err(|e| {
+                encoded.push(record.encoded().map_err(|e| {
                     BackendError::with_source("sled", "cannot encode an audit record", e)
                 })?);
                 (seq, prev) = (record.seq + 1, record.hash);
@@ -172,15 +280,28 @@ impl AuditLog for SledAuditLog {
             let mut heads = self.heads.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             let mut newest = None;
             let mut failed = None;
-            for (record, bytes) in records.iter().zip(encoded) {
-                if let Err(e) = self.tree.insert(record.seq.to_be_bytes(), bytes) {
+            let mut encoded = encoded.into_iter().peekable();
+            let mut stored = records.iter();
+            while let Some(first) = encoded.next() {
+                let mut bytes = first.len();
+                let mut chunk = vec![first];
+                while let Some(next) = encoded.next_if(|next| bytes + 1 + next.len() <= CHUNK_BYTES)
+                {
+                    bytes += 1 + next.len();
+                    chunk.push(next);
+                }
+                let in_chunk: Vec<&AuditRecord> = stored.by_ref().take(chunk.len()).collect();
+                let Some(key) = in_chunk.first().map(|r| r.seq.to_be_bytes()) else { break };
+                if let Err(e) = self.tree.insert(key, chunk_value(chunk)) {
                     failed = Some(sled_error(e));
                     break;
                 }
-                *tail = (record.seq + 1, record.hash);
-                let anchor = AuditAnchor::of(record);
-                heads.heads.insert(record.agent.clone(), anchor);
-                newest = Some(anchor);
+                for record in in_chunk {
+                    *tail = (record.seq + 1, record.hash);
+                    let anchor = AuditAnchor::of(record);
+                    heads.heads.insert(record.agent.clone(), anchor);
+                    newest = Some(anchor);
+                }
             }
             // As far as the inserts went: those before a failure are in the log.
             if let Some(anchor) = newest {
@@ -196,17 +317,15 @@ impl AuditLog for SledAuditLog {
     }
 
     async fn records_from(&self, from: u64) -> Result<Vec<AuditRecord>, BackendError> {
+        // From the value that holds record `from`, which may begin before it.
+        let start = match value_holding(&self.tree, from)? {
+            Some((key, _)) => key.to_vec(),
+            None => from.to_be_bytes().to_vec(),
+        };
         let mut records = Vec::new();
-        for item in self.tree.range(from.to_be_bytes()..) {
+        for item in self.tree.range(start..) {
             let (key, value) = item.map_err(sled_error)?;
-            let record: AuditRecord = decode(&value).map_err(|e| {
-                BackendError::with_source(
-                    "sled",
-                    format!("audit record {} cannot be read", key_seq(&key)),
-                    e,
-                )
-            })?;
-            records.push(record);
+            records.extend(records_in(&key, &value)?.into_iter().filter(|r| r.seq >= from));
         }
         Ok(records)
     }
@@ -239,15 +358,10 @@ impl AuditLog for SledAuditLog {
         let mut records = Vec::new();
         for item in self.tree.iter() {
             let (key, value) = item.map_err(sled_error)?;
-            let record: AuditRecord = decode(&value).map_err(|e| {
-                BackendError::with_source(
-                    "sled",
-                    format!("audit record {} cannot be read", key_seq(&key)),
-                    e,
-                )
-            })?;
-            if agent.is_none_or(|a| *a == record.agent) {
-                records.push(record);
+            for record in records_in(&key, &value)? {
+                if agent.is_none_or(|a| *a == record.agent) {
+                    records.push(record);
+                }
             }
         }
         Ok(records)

@@ -349,7 +349,7 @@ impl NatsAuditLog {
         >,
         BackendError,
     > {
-        let bytes = encode(record).map_err(|e| {
+        let bytes = record.encoded().map_err(|e| {
             BackendError::with_source(nats_store::BACKEND, "cannot encode an audit record", e)
         })?;
         let agent = &record.agent;

@@ -34,8 +34,10 @@ use crate::{DEFAULT_INBOX_CAPACITY, InboxError, MessageBus, RegisterError, SendE
 /// and the receiver deduplicates by [`MessageId`].
 ///
 /// **Layout.** Three trees of the run's database:
-/// - [`REGISTERED_TREE`](Self::REGISTERED_TREE): one key per registered agent (its id), empty
-///   values;
+/// - [`REGISTERED_TREE`](Self::REGISTERED_TREE): one key per agent ever registered (its id),
+///   an empty value while it is registered and a single `0x00` byte once it is unregistered
+///   (kept, not removed: sled removes a key at several times the cost of overwriting it, and
+///   a team unregisters every agent as it shuts down);
 /// - [`MESSAGES_TREE`](Self::MESSAGES_TREE): the messages in the inboxes, keyed by the inbox's
 ///   name (an agent id, or `system`), a zero byte, and a big-endian 64-bit sequence number, so
 ///   that sled's key order is each inbox's send order. A `send` stores one record per message:
@@ -616,7 +618,7 @@ impl MessageBus for SledBus {
             let registered = state.agents.get(agent).is_some_and(|inbox| inbox.registered);
             if !registered {
                 self.registered
-                    .insert(agent.as_str(), &[])
+                    .insert(agent.as_str(), REGISTERED)
                     .map_err(|e| write_failed(Self::REGISTERED_TREE, e))?;
                 state.agents.entry(agent.clone()).or_default().registered = true;
             }
@@ -633,9 +635,9 @@ impl MessageBus for SledBus {
         }
     }
 
-    /// Every registered agent of the batch removed under one lock (one sled remove each, no
-    /// batch: see `run_store`'s docs, "No batches"), then one commit for all (none when no
-    /// agent of the batch was registered).
+    /// Every registered agent of the batch marked unregistered under one lock (one sled insert
+    /// each, no batch: see `run_store`'s docs, "No batches"), then one commit for all (none
+    /// when no agent of the batch was registered).
     async fn unregister_many(&self, agents: &[AgentId]) -> Result<Vec<bool>, BackendError> {
         if agents.is_empty() {
             return Ok(Vec::new());
@@ -647,7 +649,7 @@ impl MessageBus for SledBus {
                 unregistered.push(match state.agents.get_mut(agent) {
                     Some(inbox) if inbox.registered => {
                         self.registered
-                            .remove(agent.as_str())
+                            .insert(agent.as_str(), UNREGISTERED)
                             .map_err(|e| write_failed(Self::REGISTERED_TREE, e))?;
                         inbox.registered = false;
                         true
@@ -807,6 +809,11 @@ impl MessageBus for SledBus {
     }
 }
 
+/// The value of a registered agent's key in the registered tree.
+const REGISTERED: &[u8] = &[];
+/// The value of an unregistered agent's key in the registered tree.
+const UNREGISTERED: &[u8] = &[0];
+
 /// Reads every stored record into a fresh mirror.
 fn load(
     registered: &sled::Tree,
@@ -815,12 +822,24 @@ fn load(
 ) -> Result<State, BackendError> {
     let mut state = State::default();
     for record in registered.iter() {
-        let (key, _) = record.map_err(|e| read_failed(SledBus::REGISTERED_TREE, e))?;
+        let (key, value) = record.map_err(|e| read_failed(SledBus::REGISTERED_TREE, e))?;
         let agent = std::str::from_utf8(&key)
             .ok()
             .filter(|id| check_agent_id(id).is_ok())
             .ok_or_else(|| damaged(SledBus::REGISTERED_TREE, &raw_key(&key), "not an agent id"))?;
-        state.agents.insert(AgentId::new(agent), Inbox::registered());
+        match &value[..] {
+            REGISTERED => {
+                state.agents.insert(AgentId::new(agent), Inbox::registered());
+            }
+            UNREGISTERED => {}
+            _ => {
+                return Err(damaged(
+                    SledBus::REGISTERED_TREE,
+                    &raw_key(&key),
+                    "neither registered (an empty value) nor unregistered (a zero byte)",
+                ));
+            }
+        }
     }
 
     let mut end = 0;

@@ -56,6 +56,7 @@ pub(super) async fn run_all<F: StoreFactory>(factory: &F, durable: bool) {
         scenario!(factory, "the log survives a restart and goes on where it ended", log_restart);
         scenario!(factory, "the state survives a restart, a begun call included", state_restart);
         scenario!(factory, "a batch of records and a batch of agents survive a restart", batches);
+        scenario!(factory, "a large batch reads back from every record, across a restart", large);
     }
     scenario!(factory, "a second handle on the run sees and extends the same run", shared);
 }
@@ -295,6 +296,43 @@ async fn batches<F: StoreFactory>(run: &mut Run<'_, F>) -> Check {
     let mut agents = agents;
     agents.sort_by(|a, b| a.id.cmp(&b.id));
     same(ok(s.state.agents().await, "agents")?, agents, "saved agents after a restart")?;
+    Ok(())
+}
+
+/// A batch far larger than one stored value of a backend that packs a batch's records
+/// together: every record, every tail and every head comes back, before and after a restart,
+/// and the log goes on after it.
+async fn large<F: StoreFactory>(run: &mut Run<'_, F>) -> Check {
+    let mut prev = genesis();
+    let mut want = append_n(run.stores()?, 0, 3, &mut prev).await?;
+    let (entries, records) = batch_of(3, 150, &mut prev);
+    same(
+        ok(run.stores()?.audit.append_many(entries).await, "append_many")?,
+        records.clone(),
+        "the batch",
+    )?;
+    want.extend(records);
+    for restarted in [false, true] {
+        if restarted {
+            run.restart().await?;
+        }
+        let s = run.stores()?;
+        same(ok(s.audit.records(None).await, "records")?, want.clone(), "records")?;
+        for from in 0..=u64::try_from(want.len()).unwrap_or(u64::MAX).saturating_add(1) {
+            let tail: Vec<AuditRecord> = want.iter().filter(|r| r.seq >= from).cloned().collect();
+            let got = ok(s.audit.records_from(from).await, "records_from")?;
+            same(got, tail, &format!("records_from({from}), restarted: {restarted}"))?;
+        }
+        for name in AGENTS {
+            let head = want.iter().rfind(|r| r.agent.as_str() == name).map(AuditAnchor::of);
+            same(ok(s.audit.head_of(&agent(name)).await, "head_of")?, head, "head_of")?;
+        }
+    }
+    let s = run.stores()?;
+    want.extend(append_n(s, 153, 2, &mut prev).await?);
+    let got = ok(s.audit.records(None).await, "records")?;
+    same(&got, &want, "records after appending past a restarted batch")?;
+    verify_chain(&got).map_err(|e| format!("the chain through a large batch: {e}"))?;
     Ok(())
 }
 

@@ -90,3 +90,74 @@ fn sled_stores_pass_the_conformance_suite_with_real_restarts() {
     // top, as many as `PROPTEST_CASES` draws).
     assert!(reopens.load(Ordering::Relaxed) >= 4, "the suite reopened {reopens:?} times");
 }
+
+/// 100 transitions appended as one batch: what an idle team's shutdown appends.
+fn transitions(n: u64) -> Vec<agent_core::AuditEntry> {
+    (0..n)
+        .map(|i| agent_core::AuditEntry {
+            agent: agent_state::AgentId::new(format!("executor-{i}")),
+            at: Timestamp(i),
+            event: agent_core::AuditEvent::Transition {
+                from: agent_state::AgentStatus::Idle,
+                to: agent_state::AgentStatus::ShuttingDown,
+                reason: "shutdown requested".into(),
+            },
+        })
+        .collect()
+}
+
+/// A batch is stored several records to a value (each a sled insert, the cost of appending),
+/// and reads back whole, as the records it was, after the run is closed and opened again.
+#[test]
+fn a_batch_is_stored_several_records_to_a_value() {
+    use agent_core::AuditLog;
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("run");
+    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let store = RunStore::create(&dir, "run", Timestamp(0), DURABILITY).unwrap();
+    let log = SledAuditLog::open(&store).unwrap();
+    let appended = rt.block_on(log.append_many(transitions(100))).unwrap();
+    let values = store.tree("audit").unwrap().len();
+    assert!((2..=20).contains(&values), "100 records in {values} values");
+    drop((log, store));
+
+    let store = reopen(&dir);
+    let log = SledAuditLog::open(&store).unwrap();
+    assert_eq!(rt.block_on(log.records(None)).unwrap(), appended);
+    assert_eq!(rt.block_on(log.records_from(57)).unwrap(), appended[57..].to_vec());
+    agent_core::verify_chain(&appended).unwrap();
+    let next = rt.block_on(log.append(
+        &agent_state::AgentId::new("lead"),
+        Timestamp(9),
+        appended[0].event.clone(),
+    ));
+    assert_eq!(next.unwrap(), 100);
+}
+
+/// A stored batch whose records are not numbered on from its key is an error naming the key,
+/// and the log is not opened on it.
+#[test]
+fn a_batch_out_of_order_is_an_error_naming_it() {
+    use agent_core::AuditLog;
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("run");
+    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let store = RunStore::create(&dir, "run", Timestamp(0), DURABILITY).unwrap();
+    let log = SledAuditLog::open(&store).unwrap();
+    rt.block_on(log.append_many(transitions(10))).unwrap();
+    drop(log);
+    let tree = store.tree("audit").unwrap();
+    let (key, value) = tree.last().unwrap().unwrap();
+    // The chunk moved one number up: its records no longer start at its key.
+    tree.remove(&key).unwrap();
+    let moved = u64::from_be_bytes(key.as_ref().try_into().unwrap()) + 1;
+    tree.insert(moved.to_be_bytes(), value).unwrap();
+    let err = SledAuditLog::open(&store).err().unwrap();
+    assert_eq!(
+        err.message,
+        format!(
+            "audit record {moved} cannot be read: its record 0 is numbered {}, not in order from the key",
+            moved - 1
+        )
+    );
+}

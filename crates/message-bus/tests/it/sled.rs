@@ -496,6 +496,46 @@ fn an_invalid_registered_agent_is_an_error_naming_it() {
     );
 }
 
+/// An unregistered agent's key stays, marked, and reads back unregistered after a restart; a
+/// value that is neither mark is an error naming the agent.
+#[test]
+fn an_unregistered_agent_is_kept_marked_and_a_damaged_mark_is_named() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("run");
+    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let (a, b) = (AgentId::new("agent-a"), AgentId::new("agent-b"));
+    {
+        let store = create(&dir);
+        let bus = SledBus::open(&store).unwrap();
+        rt.block_on(bus.register(&a)).unwrap();
+        rt.block_on(bus.register(&b)).unwrap();
+        assert_eq!(rt.block_on(bus.unregister_many(std::slice::from_ref(&a))).unwrap(), vec![true]);
+    }
+    let store = RunStore::open(&dir, Durability::Synced).unwrap();
+    let tree = store.tree(SledBus::REGISTERED_TREE).unwrap();
+    let marks: Vec<_> =
+        tree.iter().map(|item| item.map(|(k, v)| (k.to_vec(), v.to_vec())).unwrap()).collect();
+    assert_eq!(marks, vec![(b"agent-a".to_vec(), vec![0]), (b"agent-b".to_vec(), vec![])]);
+    {
+        let bus = SledBus::open(&store).unwrap();
+        assert_eq!(rt.block_on(bus.registered()).unwrap(), vec![b.clone()]);
+        // Registered again: the mark goes back to registered.
+        rt.block_on(bus.register(&a)).unwrap();
+        assert_eq!(rt.block_on(bus.registered()).unwrap(), vec![a.clone(), b.clone()]);
+    }
+    assert_eq!(tree.get("agent-a").unwrap().as_deref(), Some(&[][..]));
+
+    tree.insert("agent-b", &b"x"[..]).unwrap();
+    let err = SledBus::open(&store).unwrap_err();
+    assert!(
+        err.message.starts_with(
+            "cannot read record \"agent-b\" of tree `bus.registered`: neither registered"
+        ),
+        "{}",
+        err.message
+    );
+}
+
 /// A message stored with a schema version this build does not read is refused by name.
 #[test]
 fn a_message_of_another_schema_version_is_an_error_naming_it() {
