@@ -230,11 +230,47 @@ impl Shown {
     }
 }
 
-/// Prints one line of the view, if there is one.
-fn print(line: Option<String>) {
-    if let Some(line) = line {
-        outln!("{line}");
+/// The most lines the view prints with one write, and the most events it takes from its
+/// stream without waiting before it prints their lines.
+const BURST: usize = 1024;
+
+/// Prints the lines there are, [`BURST`] at a time with one write each: a team that moves many
+/// agents at once (a large team starting or shutting down) publishes thousands of events
+/// together, and a write each would cost a system call each.
+fn print_lines(lines: impl IntoIterator<Item = Option<String>>) {
+    let mut text = String::new();
+    let mut count = 0;
+    for line in lines.into_iter().flatten() {
+        text.push_str(&line);
+        text.push('\n');
+        count += 1;
+        if count == BURST {
+            out!("{text}");
+            text.clear();
+            count = 0;
+        }
     }
+    if !text.is_empty() {
+        out!("{text}");
+    }
+}
+
+/// Shows `first` and the events that already wait behind it, at most [`BURST`] in all, with
+/// one write ([`print_lines`]). Answers whether the stream is still open.
+fn print_burst(shown: &mut Shown, events: &mut EventStream, first: Received) -> bool {
+    let mut next = Some(first);
+    let mut open = true;
+    let mut taken = 0;
+    print_lines(std::iter::from_fn(|| {
+        let received = next.take()?;
+        open = !matches!(received, Received::Closed);
+        taken += 1;
+        if open && taken < BURST {
+            next = events.try_next();
+        }
+        Some(shown.received(&received))
+    }));
+    open
 }
 
 /// Shows the run as it goes: the team's event stream ([`Team::events`]), subscribed to before
@@ -284,7 +320,7 @@ impl View {
         };
         match self.services.audit.records(None).await {
             Ok(history) => {
-                history.iter().for_each(|r| print(shown.audit(r)));
+                print_lines(history.iter().map(|r| shown.audit(r)));
             }
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read the audit log; showing new events only")
@@ -297,19 +333,16 @@ impl View {
                 biased;
                 _ = stopped.changed() => break,
                 received = events.next(), if open => {
-                    open = !matches!(received, Received::Closed);
-                    print(shown.received(&received));
+                    open = print_burst(&mut shown, &mut events, received);
                 }
                 _ = tick.tick(), if self.mode == Mode::Live => self.live(&mut shown).await,
             }
         }
         // What was published before the stop is waiting: show it.
-        while let Some(received) = events.try_next() {
-            if matches!(received, Received::Closed) {
-                break;
-            }
-            print(shown.received(&received));
-        }
+        print_lines(
+            std::iter::from_fn(|| events.try_next().filter(|r| !matches!(r, Received::Closed)))
+                .map(|received| shown.received(&received)),
+        );
         if self.mode == Mode::Live {
             self.live(&mut shown).await;
         }
