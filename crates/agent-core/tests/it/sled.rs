@@ -106,20 +106,35 @@ fn transitions(n: u64) -> Vec<agent_core::AuditEntry> {
         .collect()
 }
 
-/// A batch is stored several records to a value (each a sled insert, the cost of appending),
-/// and reads back whole, as the records it was, after the run is closed and opened again.
-#[test]
-fn a_batch_is_stored_several_records_to_a_value() {
+/// A new run whose audit log holds `n` transitions appended as one batch, the log closed.
+struct Appended {
+    _root: tempfile::TempDir,
+    dir: PathBuf,
+    rt: tokio::runtime::Runtime,
+    store: RunStore,
+    records: Vec<agent_core::AuditRecord>,
+}
+
+fn appended(n: u64) -> Appended {
     use agent_core::AuditLog;
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join("run");
     let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
     let store = RunStore::create(&dir, "run", Timestamp(0), DURABILITY).unwrap();
     let log = SledAuditLog::open(&store).unwrap();
-    let appended = rt.block_on(log.append_many(transitions(100))).unwrap();
+    let records = rt.block_on(log.append_many(transitions(n))).unwrap();
+    Appended { _root: root, dir, rt, store, records }
+}
+
+/// A batch is stored several records to a value (each a sled insert, the cost of appending),
+/// and reads back whole, as the records it was, after the run is closed and opened again.
+#[test]
+fn a_batch_is_stored_several_records_to_a_value() {
+    use agent_core::AuditLog;
+    let Appended { _root, dir, rt, store, records: appended } = appended(100);
     let values = store.tree("audit").unwrap().len();
     assert!((2..=20).contains(&values), "100 records in {values} values");
-    drop((log, store));
+    drop(store);
 
     let store = reopen(&dir);
     let log = SledAuditLog::open(&store).unwrap();
@@ -138,14 +153,7 @@ fn a_batch_is_stored_several_records_to_a_value() {
 /// and the log is not opened on it.
 #[test]
 fn a_batch_out_of_order_is_an_error_naming_it() {
-    use agent_core::AuditLog;
-    let root = tempfile::tempdir().unwrap();
-    let dir = root.path().join("run");
-    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
-    let store = RunStore::create(&dir, "run", Timestamp(0), DURABILITY).unwrap();
-    let log = SledAuditLog::open(&store).unwrap();
-    rt.block_on(log.append_many(transitions(10))).unwrap();
-    drop(log);
+    let Appended { _root, store, .. } = appended(10);
     let tree = store.tree("audit").unwrap();
     let (key, value) = tree.last().unwrap().unwrap();
     // The chunk moved one number up: its records no longer start at its key.
