@@ -72,15 +72,16 @@ fn chunk_value(mut encoded: Vec<Vec<u8>>) -> Vec<u8> {
 /// The records of one value of the audit tree, stored at `key`: a record alone, or an
 /// [`AuditChunk`] whose records are numbered on from the key without gaps.
 fn records_in(key: &[u8], value: &[u8]) -> Result<Vec<AuditRecord>, BackendError> {
-    let unreadable = |e: &dyn std::fmt::Display| {
-        BackendError::new("sled", format!("audit record {} cannot be read: {e}", key_seq(key)))
-    };
+    let cannot_read = || format!("audit record {} cannot be read", key_seq(key));
+    let undecodable = |e: DecodeError| BackendError::with_source("sled", cannot_read(), e);
+    let unreadable =
+        |e: &dyn std::fmt::Display| BackendError::new("sled", format!("{}: {e}", cannot_read()));
     let stored = match decode::<AuditRecord>(value) {
         Ok(record) => return Ok(vec![record]),
         Err(DecodeError::WrongKind { found, .. }) if found == AuditChunk::KIND => {
-            decode::<AuditChunk>(value).map_err(|e| unreadable(&e))?
+            decode::<AuditChunk>(value).map_err(undecodable)?
         }
-        Err(e) => return Err(unreadable(&e)),
+        Err(e) => return Err(undecodable(e)),
     };
     let first = <[u8; 8]>::try_from(key).map(u64::from_be_bytes).ok();
     let mut records = Vec::with_capacity(stored.0.len());
@@ -199,10 +200,11 @@ fn reaches_kept_anchor(store: &RunStore, tree: &sled::Tree) -> Result<(), Backen
     let found = match held {
         None => match tree.last().map_err(sled_error)? {
             None => "the log is empty".to_owned(),
-            Some((key, value)) => match records_in(&key, &value).ok().and_then(|mut r| r.pop()) {
-                Some(record) => format!("the log ends at record {}", record.seq),
-                None => format!("the log ends at record {}", key_seq(&key)),
-            },
+            Some((key, value)) => {
+                let last = records_in(&key, &value).ok().and_then(|mut r| r.pop());
+                let end = last.map_or_else(|| key_seq(&key), |record| record.seq.to_string());
+                format!("the log ends at record {end}")
+            }
         },
         Some(Ok(record)) if record.hash == anchor.hash => return Ok(()),
         Some(Ok(record)) => format!("record {} has hash {}", record.seq, record.hash),
