@@ -265,6 +265,37 @@ pub enum AuditEvent {
     },
 }
 
+impl AuditEvent {
+    /// The event's name, as a stored record's `event` field holds it (`transition`,
+    /// `tool_call`, `result`, ...): what [`AuditLog::records_of`] selects by.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Transition { .. } => "transition",
+            Self::Denied { .. } => "denied",
+            Self::ToolCall { .. } => "tool_call",
+            Self::Error { .. } => "error",
+            Self::Retry { .. } => "retry",
+            Self::Decision { .. } => "decision",
+            Self::MissedHeartbeat { .. } => "missed_heartbeat",
+            Self::Spawned { .. } => "spawned",
+            Self::Despawned { .. } => "despawned",
+            Self::Result { .. } => "result",
+            Self::TimedOut { .. } => "timed_out",
+            Self::SoftTimeout { .. } => "soft_timeout",
+            Self::ToolOutcomeUnknown { .. } => "tool_outcome_unknown",
+            Self::Stuck { .. } => "stuck",
+            Self::PeerHelp { .. } => "peer_help",
+            Self::Ooda { .. } => "ooda",
+            Self::Operator { .. } => "operator",
+            Self::RunInputs { .. } => "run_inputs",
+            Self::Unsandboxed { .. } => "unsandboxed",
+            Self::WorkerLost { .. } => "worker_lost",
+            Self::AgentPanicked { .. } => "agent_panicked",
+            Self::AnswerRepair { .. } => "answer_repair",
+        }
+    }
+}
+
 tokio::task_local! {
     static REASONING: ReasoningAudit;
 }
@@ -695,6 +726,17 @@ pub trait AuditLog: Send + Sync + 'static {
     async fn records_from(&self, from: u64) -> Result<Vec<AuditRecord>, BackendError> {
         let mut records = self.records(None).await?;
         records.retain(|r| r.seq >= from);
+        Ok(records)
+    }
+
+    /// The records whose event is one of `events`, by [`AuditEvent::name`] (`"tool_call"`,
+    /// `"result"`, ...), in order: what a reader that wants a few kinds of record out of a
+    /// long log reads, such as a run's summary its files written. The default reads every
+    /// record and keeps those; the sled log decodes only the stored values that may hold one
+    /// (a large team's log is mostly transitions).
+    async fn records_of(&self, events: &[&str]) -> Result<Vec<AuditRecord>, BackendError> {
+        let mut records = self.records(None).await?;
+        records.retain(|r| events.contains(&r.event.name()));
         Ok(records)
     }
 

@@ -12,7 +12,9 @@ use run_store::RunStore;
 use crate::audit::{
     AuditAnchor, AuditEntry, AuditEvent, AuditHash, AuditLog, AuditRecord, GENESIS_HASH,
 };
-use crate::state::{AgentRecord, LivenessRecord, OutcomeRecord, StateStore, ToolRecord};
+use crate::state::{
+    AgentCounts, AgentRecord, LivenessRecord, OutcomeRecord, StateStore, ToolRecord,
+};
 use crate::tools::ToolOutput;
 
 const AUDIT_TREE: &str = "audit";
@@ -356,6 +358,28 @@ impl AuditLog for SledAuditLog {
         Ok(heads.heads.get(agent).copied())
     }
 
+    /// Decodes only the stored values whose bytes hold `"event":"<name>"` for a name of
+    /// `events`. A record is stored as compact JSON, where that text stands only where an event
+    /// of that name is, or where some other object in a record has that key and value
+    /// (decoded, then left out); inside a string its quotes would be escaped. A value skipped
+    /// is not read at all, so a damaged one is an error here only if it may hold an event
+    /// asked for (`strata verify` reads every one).
+    async fn records_of(&self, events: &[&str]) -> Result<Vec<AuditRecord>, BackendError> {
+        let needles: Vec<String> = events.iter().map(|e| format!("\"event\":\"{e}\"")).collect();
+        let finders: Vec<memchr::memmem::Finder<'_>> =
+            needles.iter().map(|n| memchr::memmem::Finder::new(n.as_bytes())).collect();
+        let mut records = Vec::new();
+        for item in self.tree.iter() {
+            let (key, value) = item.map_err(sled_error)?;
+            if !finders.iter().any(|f| f.find(&value).is_some()) {
+                continue;
+            }
+            let held = records_in(&key, &value)?;
+            records.extend(held.into_iter().filter(|r| events.contains(&r.event.name())));
+        }
+        Ok(records)
+    }
+
     async fn records(&self, agent: Option<&AgentId>) -> Result<Vec<AuditRecord>, BackendError> {
         let mut records = Vec::new();
         for item in self.tree.iter() {
@@ -440,6 +464,10 @@ impl AuditLog for AnchoredAuditLog {
 
     async fn records_from(&self, from: u64) -> Result<Vec<AuditRecord>, BackendError> {
         self.inner.records_from(from).await
+    }
+
+    async fn records_of(&self, events: &[&str]) -> Result<Vec<AuditRecord>, BackendError> {
+        self.inner.records_of(events).await
     }
 
     async fn head_of(&self, agent: &AgentId) -> Result<Option<AuditAnchor>, BackendError> {
@@ -561,6 +589,44 @@ impl StateStore for SledStateStore {
             records.push(record);
         }
         Ok(records)
+    }
+
+    /// Each record's envelope and counts decoded, the rest of it (its layer state, its
+    /// processed ids) skipped. A value that is not a record of a version this build reads is
+    /// decoded as [`agents`](StateStore::agents) decodes it, for the same error.
+    async fn agent_counts(&self) -> Result<Vec<AgentCounts>, BackendError> {
+        /// A stored agent record with only its counts read.
+        #[derive(serde::Deserialize)]
+        struct Counted {
+            kind: String,
+            schema_version: u32,
+            value: AgentCounts,
+        }
+        let mut counts = Vec::new();
+        for item in self.agents.iter() {
+            let (key, value) = item.map_err(sled_error)?;
+            match serde_json::from_slice::<Counted>(&value) {
+                Ok(c)
+                    if c.kind == AgentRecord::KIND
+                        && (c.schema_version == 1 || c.schema_version == AgentRecord::VERSION) =>
+                {
+                    counts.push(c.value);
+                }
+                _ => {
+                    let record = AgentRecord::decode(&value).map_err(|e| {
+                        BackendError::new(
+                            "sled",
+                            format!(
+                                "state of agent `{}` cannot be read: {e}",
+                                String::from_utf8_lossy(&key)
+                            ),
+                        )
+                    })?;
+                    counts.push(AgentCounts::of(record));
+                }
+            }
+        }
+        Ok(counts)
     }
 
     async fn save_liveness(&self, records: Vec<LivenessRecord>) -> Result<(), BackendError> {

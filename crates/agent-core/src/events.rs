@@ -212,6 +212,10 @@ impl AuditLog for PublishingAuditLog {
         self.inner.records_from(from).await
     }
 
+    async fn records_of(&self, events: &[&str]) -> Result<Vec<AuditRecord>, BackendError> {
+        self.inner.records_of(events).await
+    }
+
     async fn head_of(&self, agent: &AgentId) -> Result<Option<AuditAnchor>, BackendError> {
         self.inner.head_of(agent).await
     }

@@ -111,6 +111,7 @@ pub use spawn::{
     supervisor_tool_spec, supervisor_tool_specs,
 };
 pub use state::{
-    AgentRecord, InMemoryStateStore, LivenessRecord, OutcomeRecord, StateStore, ToolRecord,
+    AgentCounts, AgentRecord, InMemoryStateStore, LivenessRecord, OutcomeRecord, StateStore,
+    ToolRecord,
 };
 pub use toolpath::ToolPath;

@@ -77,6 +77,24 @@ impl AgentRecord {
     }
 }
 
+/// An agent's counts as its saved record holds them ([`StateStore::agent_counts`]).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+pub struct AgentCounts {
+    /// The agent.
+    pub id: AgentId,
+    /// Its metrics.
+    pub metrics: AgentMetrics,
+    /// Retries spent on its current work.
+    pub retries: u32,
+}
+
+impl AgentCounts {
+    /// The counts of `record`.
+    pub fn of(record: AgentRecord) -> Self {
+        Self { id: record.id, metrics: record.metrics, retries: record.retries }
+    }
+}
+
 /// The heartbeat answers of one agent that its scheduler booked without running a heartbeat
 /// (the liveness ledger): the cycles its sweep recorded the agent's answer while it was idle,
 /// the cycles it answered busy (a turn still working, showing progress: see
@@ -185,6 +203,13 @@ pub trait StateStore: Send + Sync + 'static {
 
     /// Every saved agent, by id, with its layer state whole (`parts` is `None`).
     async fn agents(&self) -> Result<Vec<AgentRecord>, BackendError>;
+
+    /// Every saved agent's counts, by id: its metrics and retries, without its layer state,
+    /// which a run's summary of a large team does not need. The default reads
+    /// [`agents`](Self::agents); the sled store decodes only these fields of each record.
+    async fn agent_counts(&self) -> Result<Vec<AgentCounts>, BackendError> {
+        Ok(self.agents().await?.into_iter().map(AgentCounts::of).collect())
+    }
 
     /// Saves (replaces) the liveness records of several agents in one write (one commit on a
     /// durable backend), so a scheduler stores every agent's heartbeat answers of a cycle at

@@ -78,8 +78,12 @@ pub struct StoredMetrics {
 /// metrics plus them.
 pub async fn stored_metrics(state: &dyn StateStore) -> Result<Vec<StoredMetrics>, BackendError> {
     type Line = (AgentMetrics, u32, Option<LivenessRecord>);
-    let mut agents: BTreeMap<AgentId, Line> =
-        state.agents().await?.into_iter().map(|r| (r.id, (r.metrics, r.retries, None))).collect();
+    let mut agents: BTreeMap<AgentId, Line> = state
+        .agent_counts()
+        .await?
+        .into_iter()
+        .map(|c| (c.id, (c.metrics, c.retries, None)))
+        .collect();
     for liveness in state.liveness().await? {
         let line = agents.entry(liveness.id.clone()).or_default();
         liveness.add_to(&mut line.0);

@@ -61,15 +61,20 @@ impl Ended {
     }
 }
 
+/// The events [`files_written`] reads files from: a large team's log is mostly other records,
+/// which the summary does not decode.
+const WRITES: [&str; 2] = ["tool_call", "result"];
+
 /// How many times [`reads`] reads again.
 const READS_AGAIN: u32 = 3;
 
-/// The audit log and the decisions, read again up to [`READS_AGAIN`] times.
+/// The audit log's records that may name files written ([`WRITES`]) and the decisions, read
+/// again up to [`READS_AGAIN`] times.
 async fn reads(services: &TeamServices) -> Result<(Vec<AuditRecord>, Vec<Decision>)> {
     let mut attempt = 0;
     loop {
         let read = async {
-            let records = services.audit.records(None).await.map_err(Error::failed_from)?;
+            let records = services.audit.records_of(&WRITES).await.map_err(Error::failed_from)?;
             let decisions = services.governance.list().await.map_err(Error::failed_from)?;
             Ok::<_, Error>((records, decisions))
         };

@@ -47,7 +47,8 @@ pub(super) async fn run_all<F: StoreFactory>(factory: &F, durable: bool) {
     scenario!(factory, "head_of is each agent's last record", heads);
     scenario!(factory, "concurrent appends keep one linear chain", concurrent);
     scenario!(factory, "append_many appends a batch in order, chained, and returns it", batch);
-    scenario!(factory, "save_agent replaces, agents lists by id", agents_by_id);
+    scenario!(factory, "records_of selects records by their event's name, in order", selected);
+    scenario!(factory, "save_agent replaces, agents and agent_counts list by id", agents_by_id);
     scenario!(factory, "save_agents saves a batch, a later record replacing an earlier", saves);
     scenario!(factory, "the tool journal keeps begun, recorded and forgotten calls", journal);
     scenario!(factory, "the first outcome recorded for a task wins", first_outcome_wins);
@@ -336,6 +337,72 @@ async fn large<F: StoreFactory>(run: &mut Run<'_, F>) -> Check {
     Ok(())
 }
 
+/// `records_of` over a log of single records of every kind, a batch of mixed kinds, a batch of
+/// transitions only, and records whose other fields hold an event's name, as a key and value
+/// and inside strings.
+async fn selected<F: StoreFactory>(run: &mut Run<'_, F>) -> Check {
+    let s = run.stores()?;
+    let mut want = Vec::new();
+    let mut prev = GENESIS_HASH;
+    let mut singles = every_kind();
+    singles.push(crate::audit::AuditEvent::ToolCall {
+        tool: "shell".into(),
+        args: serde_json::json!({"event": "spawned", "text": "\"event\":\"spawned\""}),
+        success: true,
+        summary: "\"event\":\"spawned\"".into(),
+    });
+    for (seq, ev) in (0..).zip(singles) {
+        let who = agent(AGENTS[usize::try_from(seq).unwrap_or(0) % AGENTS.len()]);
+        let record = AuditRecord::new(seq, Timestamp(seq), who.clone(), ev.clone(), prev);
+        let got = ok(s.audit.append_record(&who, Timestamp(seq), ev).await, "append")?;
+        same(&got, &record, "the appended record")?;
+        prev = record.hash;
+        want.push(record);
+    }
+    let mut last = want.last().cloned().unwrap_or_else(genesis);
+    let from = u64::try_from(want.len()).unwrap_or(u64::MAX);
+    let (entries, records) = batch_of(from, 60, &mut last);
+    same(ok(s.audit.append_many(entries).await, "append_many")?, records.clone(), "the batch")?;
+    want.extend(records);
+    let from = u64::try_from(want.len()).unwrap_or(u64::MAX);
+    let (mut entries, mut records) = (Vec::new(), Vec::new());
+    for seq in from..from + 60 {
+        let who = agent(AGENTS[usize::try_from(seq).unwrap_or(0) % AGENTS.len()]);
+        let ev = event(0, seq);
+        let record = AuditRecord::new(seq, Timestamp(seq), who.clone(), ev.clone(), last.hash);
+        entries.push(AuditEntry { agent: who, at: Timestamp(seq), event: ev });
+        records.push(record.clone());
+        last = record;
+    }
+    same(ok(s.audit.append_many(entries).await, "append_many")?, records.clone(), "the batch")?;
+    want.extend(records);
+    for r in &want {
+        let stored = serde_json::to_value(&r.event).map_err(|e| e.to_string())?;
+        let tag = stored.get("event").and_then(serde_json::Value::as_str);
+        same(tag, Some(r.event.name()), "an event's stored name and `AuditEvent::name`")?;
+    }
+    let mut names: Vec<&str> = want.iter().map(|r| r.event.name()).collect();
+    names.sort_unstable();
+    names.dedup();
+    let asks: Vec<Vec<&str>> = names
+        .iter()
+        .map(|n| vec![*n])
+        .chain([
+            vec!["tool_call", "result"],
+            vec!["transition", "spawned"],
+            vec!["no_such"],
+            vec![],
+        ])
+        .collect();
+    for ask in asks {
+        let expected: Vec<AuditRecord> =
+            want.iter().filter(|r| ask.contains(&r.event.name())).cloned().collect();
+        let got = ok(s.audit.records_of(&ask).await, "records_of")?;
+        same(got, expected, &format!("records_of({ask:?})"))?;
+    }
+    Ok(())
+}
+
 async fn concurrent<F: StoreFactory>(run: &mut Run<'_, F>) -> Check {
     let first = run.stores()?.clone();
     let second = run.factory.share(&first).await;
@@ -388,7 +455,9 @@ async fn agents_by_id<F: StoreFactory>(run: &mut Run<'_, F>) -> Check {
     let mut want: Vec<_> =
         AGENTS.iter().map(|n| agent_record(n, if *n == AGENTS[2] { 2 } else { 1 })).collect();
     want.sort_by(|a, b| a.id.cmp(&b.id));
-    same(ok(s.state.agents().await, "agents")?, want, "agents, by id")?;
+    same(ok(s.state.agents().await, "agents")?, want.clone(), "agents, by id")?;
+    let counts: Vec<_> = want.into_iter().map(crate::state::AgentCounts::of).collect();
+    same(ok(s.state.agent_counts().await, "agent_counts")?, counts, "agent_counts, by id")?;
     Ok(())
 }
 

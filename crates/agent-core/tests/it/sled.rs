@@ -169,3 +169,45 @@ fn a_batch_out_of_order_is_an_error_naming_it() {
         )
     );
 }
+
+/// `agent_counts` reads each record's counts, a version 1 record's too, and a stored value
+/// that is not a record is the error `agents` gives for it, naming the agent.
+#[test]
+fn agent_counts_read_old_records_and_name_a_damaged_one() {
+    use agent_core::StateStore;
+    let root = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let store =
+        RunStore::create(&root.path().join("run"), "run", Timestamp(0), DURABILITY).unwrap();
+    let state = SledStateStore::open(&store).unwrap();
+    let metrics = agent_state::AgentMetrics { tasks_completed: 4, ..Default::default() };
+    let tree = store.tree("agents").unwrap();
+    let old = serde_json::json!({
+        "kind": "agent_record",
+        "schema_version": 1,
+        "value": {"id": "old", "metrics": metrics, "retries": 2, "heartbeat": 7,
+                  "processed": [], "behavior": {"notes": ["x"]}}
+    });
+    tree.insert("old", serde_json::to_vec(&old).unwrap()).unwrap();
+    let counts = rt.block_on(state.agent_counts()).unwrap();
+    let want = agent_core::AgentCounts {
+        id: agent_state::AgentId::new("old"),
+        metrics: metrics.clone(),
+        retries: 2,
+    };
+    assert_eq!(counts, vec![want.clone()]);
+    assert_eq!(
+        rt.block_on(state.agents())
+            .unwrap()
+            .into_iter()
+            .map(agent_core::AgentCounts::of)
+            .collect::<Vec<_>>(),
+        vec![want]
+    );
+
+    tree.insert("zz", b"{\"kind\":\"agent_record\",\"schema_version\":9}".to_vec()).unwrap();
+    let counted = rt.block_on(state.agent_counts()).err().unwrap();
+    let listed = rt.block_on(state.agents()).err().unwrap();
+    assert!(counted.message.starts_with("state of agent `zz` cannot be read"), "{counted}");
+    assert_eq!(counted.message, listed.message);
+}
