@@ -589,8 +589,9 @@ fn agent_table(agents: &[agent_pool::AgentSummary]) {
         "retries",
         "score"
     );
-    for a in agents {
-        outln!(
+    // A row a line, written a burst at a time: a large team's table has a row per agent.
+    print_lines(agents.iter().map(|a| {
+        Some(format!(
             "{:<14} {:<7} {:<11} {:>5} {:>5} {:>6} {:>7} {:>7} {:>6.1}",
             a.id.as_str(),
             a.layer.as_str(),
@@ -601,6 +602,6 @@ fn agent_table(agents: &[agent_pool::AgentSummary]) {
             a.metrics.heartbeats_missed,
             a.metrics.retries,
             a.score
-        );
-    }
+        ))
+    }));
 }

@@ -1,7 +1,7 @@
 //! The mid layer: leads that decompose work, delegate it to executors, follow it, reassign it when
 //! an executor fails, escalate what they cannot place, and report upward (docs/concepts.md#layers).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use agent_core::protocol::{
@@ -37,6 +37,9 @@ pub struct MidAgent {
     top: Vec<AgentId>,
     peers: Vec<AgentId>,
     executors: Vec<Executor>,
+    /// Where each executor is in `executors` (a lead may have a thousand, and each message it
+    /// gets asks whether its sender is one of them). The list does not change after `new`.
+    by_id: HashMap<AgentId, usize>,
     work: BTreeMap<String, WorkState>,
     /// Its role enables roles: without executors of its own, it carries out each step of its work
     /// through its reasoner's tool loop with the supervisor tools
@@ -57,6 +60,15 @@ struct Executor {
     failed: bool,
     failures: u32,
     dismissed: bool,
+}
+
+/// Executor `id` of `executors`, found through its index `by_id`.
+fn executor_mut<'a>(
+    executors: &'a mut [Executor],
+    by_id: &HashMap<AgentId, usize>,
+    id: &AgentId,
+) -> Option<&'a mut Executor> {
+    by_id.get(id).and_then(|&i| executors.get_mut(i))
 }
 
 /// An executor's state as a lead saves it (only for those not in their first state).
@@ -270,15 +282,21 @@ impl MidAgent {
         top: Vec<AgentId>,
         peers: Vec<AgentId>,
     ) -> Self {
-        let executors = executors
+        let executors: Vec<Executor> = executors
             .into_iter()
             .map(|(id, tools)| Executor { id, tools, failed: false, failures: 0, dismissed: false })
             .collect();
+        let mut by_id = HashMap::with_capacity(executors.len());
+        for (i, e) in executors.iter().enumerate() {
+            // The first of an id listed twice, as a search of the list would find.
+            by_id.entry(e.id.clone()).or_insert(i);
+        }
         Self {
             spec,
             top,
             peers,
             executors,
+            by_id,
             work: BTreeMap::new(),
             supervises: false,
             guards: GuardSettings::default(),
@@ -643,7 +661,7 @@ impl MidAgent {
         }
         let Some(state) = self.work.get_mut(&key) else { return Ok(()) };
         state.results.insert(result.step_id.clone(), result);
-        if let Some(e) = self.executors.iter_mut().find(|e| e.id == executor) {
+        if let Some(e) = executor_mut(&mut self.executors, &self.by_id, &executor) {
             e.failed = false;
         }
         self.report_if_done(ctx, &key).await
@@ -743,7 +761,7 @@ impl MidAgent {
                 let Some(result) = state.disputed.remove(&step) else { return Ok(()) };
                 if ruling.resolution == BallotChoice::Accept {
                     state.results.insert(step, result);
-                    if let Some(e) = self.executors.iter_mut().find(|e| e.id == executor) {
+                    if let Some(e) = executor_mut(&mut self.executors, &self.by_id, &executor) {
                         e.failed = false;
                     }
                     return self.report_if_done(ctx, &key).await;
@@ -884,7 +902,7 @@ impl MidAgent {
         // A failed executor stays a candidate for new work (which brings it back to working),
         // behind healthy ones; after repeated failures it is dismissed (failed → terminated).
         let mut dismissed = false;
-        if let Some(e) = self.executors.iter_mut().find(|e| e.id == executor) {
+        if let Some(e) = executor_mut(&mut self.executors, &self.by_id, &executor) {
             e.failed = true;
             e.failures += 1;
             if e.failures >= MAX_FAILURES_BEFORE_DISMISSAL && !e.dismissed {
@@ -940,7 +958,7 @@ impl MidAgent {
         let from = message.from.agent();
         let sender = Sender {
             top: from.filter(|a| self.top.contains(a)).cloned(),
-            executor: from.is_some_and(|a| self.executors.iter().any(|e| &e.id == a)),
+            executor: from.is_some_and(|a| self.by_id.contains_key(a)),
             supervisor: from.is_some_and(|a| ctx.config().supervisor.as_ref() == Some(a)),
         };
         if let Some(child) = from.filter(|a| self.worker_of_mine(ctx, a)).cloned() {

@@ -442,9 +442,34 @@ pub enum PoolError {
     Stopped(String),
 }
 
+/// A pool's agents by id, and the agents of the top and mid layers again, so that a glance at
+/// a team's leaders (a run checks them every 100 ms) does not go through its executors.
+#[derive(Default)]
+struct Agents {
+    all: BTreeMap<AgentId, Arc<AgentSlot>>,
+    /// The agents of `all` that are not in the bottom layer.
+    upper: BTreeMap<AgentId, Arc<AgentSlot>>,
+}
+
+impl Agents {
+    fn remove(&mut self, id: &AgentId) {
+        if self.all.remove(id).is_some_and(|slot| slot.layer != AgentLayer::Bottom) {
+            self.upper.remove(id);
+        }
+    }
+}
+
+impl std::ops::Deref for Agents {
+    type Target = BTreeMap<AgentId, Arc<AgentSlot>>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.all
+    }
+}
+
 /// Many agents, by id, with a size limit.
 pub struct AgentPool {
-    agents: RwLock<BTreeMap<AgentId, Arc<AgentSlot>>>,
+    agents: RwLock<Agents>,
     max_agents: usize,
     cycles: AtomicU64,
     /// Agents added since the scheduler last looked that want a heartbeat without mail (see
@@ -456,7 +481,7 @@ impl AgentPool {
     /// A pool of at most `max_agents`.
     pub fn new(max_agents: usize) -> Self {
         Self {
-            agents: RwLock::new(BTreeMap::new()),
+            agents: RwLock::new(Agents::default()),
             max_agents,
             cycles: AtomicU64::new(0),
             arrivals: std::sync::Mutex::new(Vec::new()),
@@ -579,7 +604,7 @@ impl AgentPool {
     /// without mail, for [`added`](Self::added) once the lock is released.
     fn insert_into(
         &self,
-        agents: &mut BTreeMap<AgentId, Arc<AgentSlot>>,
+        agents: &mut Agents,
         agent: Agent,
     ) -> Result<(Arc<AgentSlot>, bool), PoolError> {
         let id = agent.id().clone();
@@ -591,7 +616,7 @@ impl AgentPool {
             return Err(PoolError::Full { max: self.max_agents });
         }
         // One search of the map for both the check and the insertion.
-        let std::collections::btree_map::Entry::Vacant(entry) = agents.entry(id.clone()) else {
+        let std::collections::btree_map::Entry::Vacant(entry) = agents.all.entry(id.clone()) else {
             return Err(PoolError::Duplicate { id });
         };
         let slot = Arc::new(AgentSlot {
@@ -614,6 +639,9 @@ impl AgentPool {
             silence_ms,
         });
         entry.insert(slot.clone());
+        if layer != AgentLayer::Bottom {
+            agents.upper.insert(id, slot.clone());
+        }
         Ok((slot, wants_tick))
     }
 
@@ -659,7 +687,9 @@ impl AgentPool {
 
     /// The agents of one layer, by id.
     pub fn by_layer(&self, layer: AgentLayer) -> Vec<Arc<AgentSlot>> {
-        self.read().values().filter(|s| s.layer == layer).cloned().collect()
+        let agents = self.read();
+        let of_layer = if layer == AgentLayer::Bottom { &agents.all } else { &agents.upper };
+        of_layer.values().filter(|s| s.layer == layer).cloned().collect()
     }
 
     /// How many agents the pool holds.
@@ -716,11 +746,11 @@ impl AgentPool {
         }
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<AgentId, Arc<AgentSlot>>> {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Agents> {
         self.agents.read().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<AgentId, Arc<AgentSlot>>> {
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Agents> {
         self.agents.write().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }

@@ -1,10 +1,11 @@
 //! The plan file: [`parse_plan`] into an [`agent_state::Task`] for a team, every check with
 //! the position it refers to, and [`goal_plan_toml`], the plan file of a goal in words.
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use agent_core::tools::ToolRegistry;
-use agent_pool::{RoleSpec, TeamShape, TeamSpec};
+use agent_pool::{AgentSpec, RoleSpec, TeamShape, TeamSpec};
 use agent_state::{AgentId, AgentLayer, PlanStep, Role, StepTarget, Task};
 
 use crate::error::{FileError, Seg, Source};
@@ -37,7 +38,8 @@ pub fn parse_plan(
     let leads = leads(team);
     // A crew's lead and a single agent take every domain.
     let any_domain = team.shape() != TeamShape::Layered;
-    let check = PlanCheck { src: &src, team, leads: &leads, tools, any_domain };
+    let agents = by_id(team);
+    let check = PlanCheck { src: &src, team, agents: &agents, leads: &leads, tools, any_domain };
     // Step ids and descriptions, all steps together (see MAX_PLAN_TEXT_BYTES).
     let mut text_bytes = 0_usize;
     let mut steps: Vec<PlanStep> = Vec::with_capacity(raw.steps.len());
@@ -80,6 +82,9 @@ fn plan_header(src: &Source<'_>, raw: &RawPlan) -> Result<(), FileError> {
 struct PlanCheck<'c> {
     src: &'c Source<'c>,
     team: &'c TeamSpec,
+    /// The team's agents by id (a plan of a thousand steps for a team of a hundred thousand
+    /// agents looks an agent up for each step).
+    agents: &'c HashMap<&'c str, &'c AgentSpec>,
     leads: &'c [Lead<'c>],
     tools: &'c ToolRegistry,
     /// Every domain goes to the one lead (a crew) or the one agent (a single agent).
@@ -113,7 +118,7 @@ impl PlanCheck<'_> {
         if let Some(d) = &step.description {
             check_len(src, d, "a step's `description`", MAX_TEXT_BYTES)?;
         }
-        let target = step_target(src, step, self.team, self.leads, self.any_domain)?;
+        let target = step_target(src, step, (self.team, self.agents), self.leads, self.any_domain)?;
         let role = step_role(src, step, self.team)?;
         let description = step.description.as_ref().map(|d| d.get_ref().clone());
         let (tool, description, args) = match &step.tool {
@@ -541,35 +546,41 @@ pub(crate) fn leads(team: &TeamSpec) -> Vec<Lead<'_>> {
             executors: vec![(&agent.config.id, &b.tools[..], kind)],
         }];
     }
+    // Each lead's executors in one pass over the team, in the team's order.
+    type Executor<'t> = (&'t AgentId, &'t [String], Option<&'t str>);
+    let mut under: HashMap<&AgentId, Vec<Executor<'_>>> = HashMap::new();
+    for a in &team.agents {
+        if let (Some(lead), RoleSpec::Bottom(b)) = (&a.config.supervisor, &a.role) {
+            let kind = b.kind.as_deref().or(b.ooda.as_ref().map(|_| OODA_KIND));
+            under.entry(lead).or_default().push((&a.config.id, &b.tools[..], kind));
+        }
+    }
     team.agents
         .iter()
         .filter_map(|lead| match &lead.role {
             RoleSpec::Mid(m) => Some(Lead {
                 id: &lead.config.id,
                 domain: &m.domain,
-                executors: team
-                    .agents
-                    .iter()
-                    .filter(|a| a.config.supervisor.as_ref() == Some(&lead.config.id))
-                    .filter_map(|a| match &a.role {
-                        RoleSpec::Bottom(b) => Some((
-                            &a.config.id,
-                            &b.tools[..],
-                            b.kind.as_deref().or(b.ooda.as_ref().map(|_| OODA_KIND)),
-                        )),
-                        _ => None,
-                    })
-                    .collect(),
+                executors: under.get(&lead.config.id).cloned().unwrap_or_default(),
             }),
             _ => None,
         })
         .collect()
 }
 
+/// The agents of `team` by id; the first of an id listed twice (a team refuses that).
+fn by_id(team: &TeamSpec) -> HashMap<&str, &AgentSpec> {
+    let mut agents = HashMap::with_capacity(team.agents.len());
+    for agent in &team.agents {
+        agents.entry(agent.config.id.as_str()).or_insert(agent);
+    }
+    agents
+}
+
 fn step_target(
     src: &Source<'_>,
     step: &RawStep,
-    team: &TeamSpec,
+    (team, agents): (&TeamSpec, &HashMap<&str, &AgentSpec>),
     leads: &[Lead<'_>],
     any_domain: bool,
 ) -> Result<StepTarget, FileError> {
@@ -594,7 +605,7 @@ fn step_target(
         }
         (None, Some(agent)) => {
             let name = agent.get_ref();
-            let found = team.agents.iter().find(|a| a.config.id.as_str() == name);
+            let found = agents.get(name.as_str());
             match found.map(|a| a.config.layer) {
                 Some(AgentLayer::Mid | AgentLayer::Bottom) => {
                     Ok(StepTarget::Agent(AgentId::from(name.as_str())))
@@ -711,7 +722,7 @@ impl<'c> PlanCheck<'c> {
         need: Need,
     ) -> Result<(), FileError> {
         let name = tool.get_ref();
-        let executor = self.team.agents.iter().find(|a| &a.config.id == id);
+        let executor = self.agents.get(id.as_str());
         let (tools, kind) = executor
             .and_then(|a| match &a.role {
                 RoleSpec::Bottom(b) => {

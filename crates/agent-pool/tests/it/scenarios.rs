@@ -12,8 +12,8 @@ use agent_core::{
 };
 use agent_pool::{AgentPool, PoolError, SubmitError, Team, TeamError};
 use agent_state::{
-    Actor, AgentId, AgentStatus, BoardId, DecisionStatus, Message, MessageKind, StepTarget,
-    TaskFailure, TaskOutcome,
+    Actor, AgentId, AgentLayer, AgentStatus, BoardId, DecisionStatus, Message, MessageKind,
+    StepTarget, TaskFailure, TaskOutcome,
 };
 use whiteboard::BoardError;
 
@@ -463,4 +463,40 @@ async fn bad_team_specs_and_tasks_are_refused_with_clear_errors() {
     assert!(team.wait("t").await.is_success());
     team.shutdown().await.unwrap();
     assert!(matches!(team.submit(hello_task("t2")).await, Err(SubmitError::ShutDown)));
+}
+
+/// `by_layer` answers each layer's agents by id (the top and mid layers from the pool's own
+/// index of them), and an agent destroyed is in none of them.
+#[tokio::test(start_paused = true)]
+async fn the_pool_lists_each_layer_by_id_and_forgets_a_destroyed_agent() {
+    let dir = tempfile::tempdir().unwrap();
+    let services = services(dir.path());
+    let spec = standard_team();
+    let ids_of = |layer: AgentLayer| {
+        let mut ids: Vec<AgentId> = spec
+            .agents
+            .iter()
+            .filter(|a| a.config.layer == layer)
+            .map(|a| a.config.id.clone())
+            .collect();
+        ids.sort();
+        ids
+    };
+    let expected: Vec<(AgentLayer, Vec<AgentId>)> =
+        [AgentLayer::Top, AgentLayer::Mid, AgentLayer::Bottom].map(|l| (l, ids_of(l))).into();
+    let team = Team::start(spec.clone(), services).await.unwrap();
+    let listed = |layer: AgentLayer| -> Vec<AgentId> {
+        team.pool().by_layer(layer).iter().map(|s| s.id().clone()).collect()
+    };
+    for (layer, ids) in &expected {
+        assert!(!ids.is_empty(), "the standard team has {layer} agents");
+        assert_eq!(&listed(*layer), ids, "{layer}");
+    }
+    let gone = expected[1].1[0].clone();
+    team.pool().destroy(&gone).await.unwrap();
+    assert!(!listed(AgentLayer::Mid).contains(&gone));
+    assert_eq!(listed(AgentLayer::Mid).len(), expected[1].1.len() - 1);
+    assert_eq!(listed(AgentLayer::Top), expected[0].1);
+    assert!(team.pool().get(&gone).is_none());
+    team.shutdown().await.unwrap();
 }
