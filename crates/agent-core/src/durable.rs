@@ -518,6 +518,14 @@ impl SledStateStore {
     }
 }
 
+/// The error for the stored state of the agent keyed `key` that cannot be read.
+fn unreadable_agent(key: &[u8], e: &dyn std::fmt::Display) -> BackendError {
+    BackendError::new(
+        "sled",
+        format!("state of agent `{}` cannot be read: {e}", String::from_utf8_lossy(key)),
+    )
+}
+
 /// The agents that have parts in `parts`: one seek per agent, past its keys.
 fn agents_with_parts(
     parts: &sled::Tree,
@@ -571,15 +579,7 @@ impl StateStore for SledStateStore {
         let mut records = Vec::new();
         for item in self.agents.iter() {
             let (key, value) = item.map_err(sled_error)?;
-            let unreadable = |e: &dyn std::fmt::Display| {
-                BackendError::new(
-                    "sled",
-                    format!(
-                        "state of agent `{}` cannot be read: {e}",
-                        String::from_utf8_lossy(&key)
-                    ),
-                )
-            };
+            let unreadable = |e: &dyn std::fmt::Display| unreadable_agent(&key, e);
             let mut record = AgentRecord::decode(&value).map_err(|e| unreadable(&e))?;
             if let Some(delta) = record.parts.take() {
                 let mut parts = self.stored_parts(&record.id)?;
@@ -613,15 +613,8 @@ impl StateStore for SledStateStore {
                     counts.push(c.value);
                 }
                 _ => {
-                    let record = AgentRecord::decode(&value).map_err(|e| {
-                        BackendError::new(
-                            "sled",
-                            format!(
-                                "state of agent `{}` cannot be read: {e}",
-                                String::from_utf8_lossy(&key)
-                            ),
-                        )
-                    })?;
+                    let record =
+                        AgentRecord::decode(&value).map_err(|e| unreadable_agent(&key, &e))?;
                     counts.push(AgentCounts::of(record));
                 }
             }
